@@ -1,0 +1,266 @@
+"""Broker configuration read from an official RocketMQ `broker.properties` file.
+
+Key names and defaults are RocketMQ 4.9's (HA-PROTOCOL §8), so a stock conf file reads as-is.
+Keys marked "ours" are this project's additions. A bad value is a `ConfigError` that names the key
+and says what is allowed; unknown keys are reported (a typo should not pass silently) but tolerated,
+since official files carry keys this broker does not use.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from dataclasses import dataclass, field
+
+ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """java.util.Properties text format: comments (# !), separators (= : whitespace), continuations."""
+    out: dict[str, str] = {}
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        # An odd number of trailing backslashes continues the line.
+        stripped = line.rstrip("\r")
+        n = len(stripped) - len(stripped.rstrip("\\"))
+        if n % 2 == 1:
+            pending += stripped[:-1]
+            continue
+        logical.append(pending + stripped)
+        pending = ""
+    if pending:
+        logical.append(pending)
+    for line in logical:
+        key, value = _split_key_value(line)
+        out[_unescape(key)] = _unescape(value)
+    return out
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "=: \t\f":
+            break
+        i += 1
+    key = line[:i]
+    rest = line[i:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return key, rest.rstrip()
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+    out, i = [], 0
+    table = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            nxt = s[i + 1]
+            if nxt == "u" and i + 6 <= len(s):
+                try:
+                    out.append(chr(int(s[i + 2:i + 6], 16)))
+                    i += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(table.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _default_ip() -> str:
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+        return ip
+    except OSError:
+        return "127.0.0.1"
+
+
+def _prop(name: str, default, *, kind=None, doc: str = "", minimum=None, maximum=None, choices=None):
+    return field(default=default, metadata=dict(name=name, kind=kind or type(default), doc=doc,
+                                                minimum=minimum, maximum=maximum, choices=choices))
+
+
+@dataclass
+class BrokerConfig:
+    brokerClusterName: str = _prop("brokerClusterName", "DefaultCluster")
+    brokerName: str = _prop("brokerName", "")
+    brokerId: int = _prop("brokerId", 0, minimum=0)
+    brokerRole: str = _prop("brokerRole", "ASYNC_MASTER", choices=ROLES)
+    flushDiskType: str = _prop("flushDiskType", "ASYNC_FLUSH", choices=FLUSH_TYPES)
+    namesrvAddr: str | None = _prop("namesrvAddr", None, kind=str)
+    brokerIP1: str = _prop("brokerIP1", "")
+    brokerIP2: str = _prop("brokerIP2", "")
+    listenPort: int = _prop("listenPort", 10911, minimum=1, maximum=65535)
+    haListenPort: int = _prop("haListenPort", 0, minimum=0, maximum=65535, doc="0 means listenPort + 1")
+    haMasterAddress: str | None = _prop("haMasterAddress", None, kind=str)
+    storePathRootDir: str = _prop("storePathRootDir", os.path.join(os.path.expanduser("~"), "store"))
+    storePathCommitLog: str = _prop("storePathCommitLog", "")
+    mappedFileSizeCommitLog: int = _prop("mappedFileSizeCommitLog", 1024 * 1024 * 1024, minimum=4096)
+    mappedFileSizeConsumeQueue: int = _prop("mappedFileSizeConsumeQueue", 300000 * 20, minimum=20)
+    flushIntervalCommitLog: int = _prop("flushIntervalCommitLog", 500, minimum=1)
+    syncFlushTimeout: int = _prop("syncFlushTimeout", 5000, minimum=1)
+    # 4.9.4+ name for the sync-replication wait; when present it wins over syncFlushTimeout.
+    slaveTimeout: int | None = _prop("slaveTimeout", None, kind=int, minimum=1)
+    haSendHeartbeatInterval: int = _prop("haSendHeartbeatInterval", 5000, minimum=1)
+    haHousekeepingInterval: int = _prop("haHousekeepingInterval", 20000, minimum=1)
+    haTransferBatchSize: int = _prop("haTransferBatchSize", 32768, minimum=1, maximum=4 * 1024 * 1024)
+    haSlaveFallbehindMax: int = _prop("haSlaveFallbehindMax", 256 * 1024 * 1024, minimum=0)
+    checkCRCOnRecover: bool = _prop("checkCRCOnRecover", True)
+    autoCreateTopicEnable: bool = _prop("autoCreateTopicEnable", True)
+    defaultTopicQueueNums: int = _prop("defaultTopicQueueNums", 8, minimum=1, maximum=1024)
+    brokerPermission: int = _prop("brokerPermission", 6, minimum=0, maximum=15)
+    registerNameServerPeriod: int = _prop("registerNameServerPeriod", 30000, minimum=10000, maximum=60000)
+    # ours
+    metricsPort: int = _prop("metricsPort", 0, minimum=0, maximum=65535, doc="ours; 0 means listenPort + 2")
+    haSocketBufferSize: int = _prop("haSocketBufferSize", 64 * 1024, minimum=0,
+                                    doc="ours; SO_SNDBUF/SO_RCVBUF on HA sockets (reference: 64 KiB), 0 = OS default")
+    haReconnectMaxDelay: int = _prop("haReconnectMaxDelay", 1000, minimum=10,
+                                     doc="ours; the slave retries its master with backoff up to this many ms")
+    maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
+
+    # Set by from_properties: keys we do not use.
+    unknown_keys: list[str] = field(default_factory=list, metadata=dict(name=None))
+
+    # -- derived ------------------------------------------------------------------------------
+    @property
+    def is_master(self) -> bool:
+        return self.brokerRole != "SLAVE"
+
+    @property
+    def is_sync_master(self) -> bool:
+        return self.brokerRole == "SYNC_MASTER"
+
+    @property
+    def ha_port(self) -> int:
+        return self.haListenPort or self.listenPort + 1
+
+    @property
+    def metrics_port(self) -> int:
+        return self.metricsPort or self.listenPort + 2
+
+    @property
+    def broker_ip(self) -> str:
+        return self.brokerIP1 or _default_ip()
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.broker_ip}:{self.listenPort}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        return f"{self.brokerIP2 or self.broker_ip}:{self.ha_port}"
+
+    @property
+    def commitlog_dir(self) -> str:
+        return self.storePathCommitLog or os.path.join(self.storePathRootDir, "commitlog")
+
+    @property
+    def sync_wait_ms(self) -> int:
+        return self.slaveTimeout if self.slaveTimeout is not None else self.syncFlushTimeout
+
+    # -- loading ------------------------------------------------------------------------------
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> "BrokerConfig":
+        by_name = {f.metadata.get("name"): f for f in dataclasses.fields(cls) if f.metadata.get("name")}
+        values, unknown = {}, []
+        for key, raw in props.items():
+            f = by_name.get(key)
+            if f is None:
+                if key not in IGNORED_KEYS:
+                    unknown.append(key)
+                continue
+            values[f.name] = _convert(key, raw.strip(), f.metadata)
+        cfg = cls(**values)
+        cfg.unknown_keys = sorted(unknown)
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def load(cls, path: str, overrides: dict[str, str] | None = None) -> "BrokerConfig":
+        try:
+            with open(path, encoding="utf-8") as fh:
+                props = parse_properties(fh.read())
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
+        props.update(overrides or {})
+        if "namesrvAddr" not in props and os.environ.get("NAMESRV_ADDR"):
+            props["namesrvAddr"] = os.environ["NAMESRV_ADDR"]
+        return cls.from_properties(props)
+
+    def validate(self) -> None:
+        if not self.brokerName:
+            self.brokerName = socket.gethostname()
+        if self.brokerRole == "SLAVE" and self.brokerId == 0:
+            raise ConfigError("brokerId=0 is the master's id; a SLAVE needs brokerId >= 1 "
+                              "(set brokerId=1, or brokerRole=ASYNC_MASTER/SYNC_MASTER)")
+        if self.brokerRole != "SLAVE" and self.brokerId != 0:
+            raise ConfigError(f"brokerRole={self.brokerRole} needs brokerId=0 (got {self.brokerId}); "
+                              "slaves use brokerId >= 1 with brokerRole=SLAVE")
+        if self.haMasterAddress:
+            _check_addr("haMasterAddress", self.haMasterAddress)
+        if self.namesrvAddr:
+            for a in self.namesrvAddr.split(";"):
+                if a.strip():
+                    _check_addr("namesrvAddr", a.strip())
+        ports = {"listenPort": self.listenPort, "haListenPort": self.ha_port, "metricsPort": self.metrics_port}
+        if len(set(ports.values())) != len(ports):
+            raise ConfigError(f"ports must differ: {ports}")
+
+
+IGNORED_KEYS = frozenset("""
+deleteWhen fileReservedTime storePathIndex storeCheckpoint abortFile autoCreateSubscriptionGroup
+sendMessageThreadPoolNums pullMessageThreadPoolNums maxTransferBytesOnMessageInMemory
+maxTransferCountOnMessageInMemory transientStorePoolEnable aclEnable enablePropertyFilter
+traceTopicEnable msgTraceTopicName rejectTransactionMessage fetchNamesrvAddrByAddressServer
+useReentrantLockWhenPutMessage waitTimeMillsInSendQueue diskMaxUsedSpaceRatio brokerFastFailureEnable
+slaveReadEnable offsetCheckInSlave duplicationEnable serverWorkerThreads serverSelectorThreads
+clientWorkerThreads flushConsumeQueueLeastPages flushCommitLogLeastPages messageDelayLevel
+""".split())
+
+
+def _convert(key: str, raw: str, meta: dict):
+    kind = meta["kind"]
+    if kind is bool:
+        low = raw.lower()
+        if low not in ("true", "false"):
+            raise ConfigError(f"{key}={raw!r}: expected true or false")
+        return low == "true"
+    if kind is int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{key}={raw!r}: expected an integer") from None
+        lo, hi = meta.get("minimum"), meta.get("maximum")
+        if lo is not None and value < lo or hi is not None and value > hi:
+            allowed = f"{lo if lo is not None else '-inf'}..{hi if hi is not None else 'inf'}"
+            raise ConfigError(f"{key}={value}: allowed range is {allowed}")
+        return value
+    choices = meta.get("choices")
+    if choices and raw not in choices:
+        raise ConfigError(f"{key}={raw!r}: allowed values are {', '.join(choices)}")
+    return raw
+
+
+def _check_addr(key: str, addr: str) -> None:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{key}={addr!r}: expected host:port, for example 127.0.0.1:10912")

@@ -1,0 +1,1 @@
+"""RocketMQ remoting protocol: codes, commands, frame codec and Twisted wrappers."""

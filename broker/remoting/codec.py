@@ -1,0 +1,273 @@
+"""IO-free encoding and decoding of remoting frames (WIRE-FACTS §1).
+
+Frame: 4-byte length L (bytes after itself), 4-byte word (serialize type << 24 | header length H),
+H header bytes (JSON or ROCKETMQ binary), then the body. All integers big-endian.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+
+from broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, LanguageCode, SerializeType
+from broker.remoting.command import RemotingCommand, java_string
+
+_HEADER_LENGTH_MASK = 0x00FFFFFF
+
+
+class FrameError(ValueError):
+    """A malformed or oversize frame. The connection that sent it cannot be trusted any more."""
+
+
+# ---- encoding -----------------------------------------------------------------------------------
+
+
+def encode(cmd: RemotingCommand) -> bytes:
+    """The whole frame, length prefix included, in ``cmd.serialize_type``."""
+    header = encode_header(cmd)
+    if len(header) > _HEADER_LENGTH_MASK:
+        raise ValueError(f"header of {len(header)} bytes does not fit in 24 bits")
+    word = (int(cmd.serialize_type) << 24) | len(header)
+    return struct.pack(">II", 4 + len(header) + len(cmd.body), word) + header + cmd.body
+
+
+def encode_header(cmd: RemotingCommand) -> bytes:
+    if cmd.serialize_type == SerializeType.ROCKETMQ:
+        return _encode_binary_header(cmd)
+    return _encode_json_header(cmd)
+
+
+def _encode_json_header(cmd: RemotingCommand) -> bytes:
+    obj: dict[str, object] = {
+        "code": cmd.code,
+        "flag": cmd.flag,
+        "language": cmd.language,
+        "opaque": cmd.opaque,
+        "version": cmd.version,
+    }
+    if cmd.remark is not None:
+        obj["remark"] = cmd.remark
+    if cmd.ext_fields:
+        # The C++ client reads reply header values only when they are JSON strings.
+        obj["extFields"] = {str(k): java_string(v) for k, v in cmd.ext_fields.items() if v is not None}
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode("utf-8")
+
+
+def _encode_binary_header(cmd: RemotingCommand) -> bytes:
+    try:
+        language = LanguageCode[cmd.language]
+    except KeyError:
+        language = LanguageCode.OTHER
+    parts = [struct.pack(">hBhii", cmd.code, language, cmd.version, cmd.opaque, cmd.flag)]
+    remark = cmd.remark.encode("utf-8") if cmd.remark else b""
+    parts.append(struct.pack(">i", len(remark)) + remark)
+    ext = bytearray()
+    for key, value in cmd.ext_fields.items():
+        if value is None:
+            continue
+        k = str(key).encode("utf-8")
+        v = java_string(value).encode("utf-8")
+        ext += struct.pack(">h", len(k)) + k + struct.pack(">i", len(v)) + v
+    parts.append(struct.pack(">i", len(ext)) + bytes(ext))
+    return b"".join(parts)
+
+
+# ---- decoding -----------------------------------------------------------------------------------
+
+
+def decode_frame(frame: bytes) -> RemotingCommand:
+    """Decode one frame given without its 4-byte length prefix."""
+    if len(frame) < 4:
+        raise FrameError(f"frame of {len(frame)} bytes has no header-length word")
+    (word,) = struct.unpack_from(">I", frame, 0)
+    type_byte = word >> 24
+    header_length = word & _HEADER_LENGTH_MASK
+    if header_length > len(frame) - 4:
+        raise FrameError(
+            f"header length {header_length} exceeds the frame's {len(frame) - 4} bytes after the length word"
+        )
+    try:
+        serialize_type = SerializeType(type_byte)
+    except ValueError:
+        raise FrameError(f"unknown serialize type {type_byte}") from None
+    header = bytes(frame[4 : 4 + header_length])
+    body = bytes(frame[4 + header_length :])
+    if serialize_type == SerializeType.ROCKETMQ:
+        cmd = _decode_binary_header(header)
+    else:
+        cmd = _decode_json_header(header)
+    cmd.body = body
+    cmd.serialize_type = serialize_type
+    return cmd
+
+
+def decode(data: bytes) -> RemotingCommand:
+    """Decode exactly one complete frame, length prefix included."""
+    if len(data) < 4:
+        raise FrameError(f"{len(data)} bytes is too short for a length prefix")
+    (length,) = struct.unpack_from(">I", data, 0)
+    if length != len(data) - 4:
+        raise FrameError(f"length prefix says {length} bytes but {len(data) - 4} follow")
+    return decode_frame(data[4:])
+
+
+def _decode_json_header(header: bytes) -> RemotingCommand:
+    try:
+        # json.loads skips the trailing "\n" that the C++ client's jsoncpp writer appends.
+        obj = json.loads(header.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise FrameError(f"header is not valid JSON: {e}; header starts {header[:80]!r}") from None
+    if not isinstance(obj, dict):
+        raise FrameError(f"JSON header is a {type(obj).__name__}, not an object")
+    if "code" not in obj:
+        raise FrameError("JSON header has no code")
+    ext = obj.get("extFields")
+    if ext is not None and not isinstance(ext, dict):
+        raise FrameError(f"extFields is a {type(ext).__name__}, not an object")
+    remark = obj.get("remark")
+    language = obj.get("language", "JAVA")
+    if isinstance(language, int) and not isinstance(language, bool):
+        language = _language_name(language)
+    return RemotingCommand(
+        code=_json_int(obj, "code"),
+        language=str(language),
+        version=_json_int(obj, "version"),
+        opaque=_json_int(obj, "opaque"),
+        flag=_json_int(obj, "flag"),
+        remark=None if remark is None else java_string(remark),
+        # Java decodes into HashMap<String,String>: numbers and booleans become their text.
+        ext_fields={str(k): java_string(v) for k, v in (ext or {}).items() if v is not None},
+    )
+
+
+def _json_int(obj: dict, key: str) -> int:
+    value = obj.get(key, 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise FrameError(f"header field {key} is not an integer: {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise FrameError(f"header field {key} is not an integer: {value!r}") from None
+
+
+def _language_name(number: int) -> str:
+    try:
+        return LanguageCode(number).name
+    except ValueError:
+        return LanguageCode.OTHER.name
+
+
+class _Reader:
+    """Bounds-checked big-endian reads over a binary header."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int, what: str) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise FrameError(
+                f"binary header truncated reading {what}: need {n} bytes at offset {self.pos}, "
+                f"header has {len(self.data)}"
+            )
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def unpack(self, fmt: str, what: str):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))
+
+
+def _decode_binary_header(header: bytes) -> RemotingCommand:
+    r = _Reader(header)
+    code, language, version, opaque, flag = r.unpack(">hBhii", "fixed fields")
+    (remark_length,) = r.unpack(">i", "remark length")
+    remark = _utf8(r.take(remark_length, "remark"), "remark") if remark_length > 0 else None
+    (ext_length,) = r.unpack(">i", "extFields length")
+    ext = _Reader(r.take(ext_length, "extFields"))
+    fields: dict[str, str] = {}
+    while ext.pos < len(ext.data):
+        (key_length,) = ext.unpack(">h", "extFields key length")
+        key = _utf8(ext.take(key_length, "extFields key"), "extFields key")
+        (value_length,) = ext.unpack(">i", "extFields value length")
+        fields[key] = _utf8(ext.take(value_length, "extFields value"), "extFields value")
+    return RemotingCommand(
+        code=code,
+        language=_language_name(language),
+        version=version,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=fields,
+    )
+
+
+def _utf8(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FrameError(f"binary header {what} is not UTF-8: {e}") from None
+
+
+# ---- stream framing -----------------------------------------------------------------------------
+
+
+class FrameDecoder:
+    """Turns a byte stream received in arbitrary pieces into RemotingCommands.
+
+    After a FrameError the stream is out of sync for good: every later feed raises the same error.
+    """
+
+    def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH):
+        # Counts the 4-byte length field too, as Netty's LengthFieldBasedFrameDecoder does.
+        self.max_frame_length = max_frame_length
+        self._buffer = bytearray()
+        self._error: FrameError | None = None
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> Iterator[RemotingCommand]:
+        """Buffer ``data`` now; the returned iterator yields each complete command in order.
+
+        A malformed frame raises FrameError from the iterator after the good frames before it.
+        """
+        if self._error is None:
+            self._buffer += data
+        return self._drain()
+
+    def _drain(self) -> Iterator[RemotingCommand]:
+        while True:
+            if self._error is not None:
+                raise self._error
+            if len(self._buffer) < 4:
+                return
+            (length,) = struct.unpack_from(">I", self._buffer, 0)
+            problem = self._check_length(length)
+            if problem is not None:
+                self._fail(problem)
+                continue
+            if len(self._buffer) < 4 + length:
+                return
+            frame = bytes(self._buffer[4 : 4 + length])
+            del self._buffer[: 4 + length]
+            try:
+                cmd = decode_frame(frame)
+            except FrameError as e:
+                self._fail(str(e))
+                continue
+            yield cmd
+
+    def _check_length(self, length: int) -> str | None:
+        if length < 4:
+            return f"frame length {length} is less than 4 (no room for the header-length word)"
+        if length + 4 > self.max_frame_length:
+            return f"frame length {length} exceeds the maximum frame size {self.max_frame_length}"
+        return None
+
+    def _fail(self, reason: str) -> None:
+        self._error = FrameError(reason)
+        self._buffer.clear()

@@ -1,0 +1,395 @@
+"""Thin Twisted wrappers around the IO-free codec: one protocol for both ends of a connection.
+
+Either end can send requests (matched to responses by opaque, with a timeout on the reactor clock)
+and serve requests through a ProcessorRegistry. The broker and name server listen with
+RemotingServerFactory; brokers reach the name server and slaves reach the master with RemotingClient.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Union
+
+from twisted.internet import defer
+from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.protocol import Factory, Protocol
+from twisted.python.failure import Failure
+
+from broker.remoting.codec import FrameDecoder, FrameError, encode
+from broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from broker.remoting.command import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 3.0  # seconds; Java's default RPC timeout is 3000 ms
+
+ProcessorResult = Union[RemotingCommand, None, defer.Deferred]
+Processor = Callable[[RemotingCommand, "ConnectionContext"], ProcessorResult]
+CloseListener = Callable[["ConnectionContext"], None]
+
+# Shared by every connection, like Java's static requestId counter; 31 bits so never negative.
+_opaque_counter = itertools.count(1)
+
+
+def next_opaque() -> int:
+    return next(_opaque_counter) & 0x7FFFFFFF
+
+
+class RemotingError(Exception):
+    pass
+
+
+class RemotingTimeoutError(RemotingError):
+    pass
+
+
+class RemotingConnectionError(RemotingError):
+    pass
+
+
+class ProcessorRegistry:
+    """Request code -> processor.
+
+    reply_to_unknown: a broker answers unknown codes with REQUEST_CODE_NOT_SUPPORTED; the Java
+    name server sends nothing (its default processor returns null), so it passes False.
+    """
+
+    def __init__(self, reply_to_unknown: bool = True):
+        self.reply_to_unknown = reply_to_unknown
+        self._processors: dict[int, Processor] = {}
+
+    def register(self, code: int, processor: Processor) -> None:
+        self._processors[int(code)] = processor
+
+    def get(self, code: int) -> Processor | None:
+        return self._processors.get(code)
+
+    def __contains__(self, code: int) -> bool:
+        return code in self._processors
+
+
+class ConnectionContext:
+    """What a processor knows about, and can do with, the connection a request came on."""
+
+    def __init__(self, protocol: RemotingProtocol, peer_address: str, local_address: str):
+        self._protocol = protocol
+        self.peer_address = peer_address
+        self.local_address = local_address
+        self.attributes: dict[str, object] = {}  # free space for processors (client id, ...)
+        self._close_hooks: list[CloseListener] = []
+
+    @property
+    def closed(self) -> bool:
+        return self._protocol.closed
+
+    def send_request(self, cmd: RemotingCommand, timeout: float = DEFAULT_TIMEOUT) -> defer.Deferred:
+        """Send a request to the peer; fires with its response, or fails on timeout/close."""
+        return self._protocol.send_request(cmd, timeout)
+
+    def send_oneway(self, cmd: RemotingCommand) -> None:
+        self._protocol.send_oneway(cmd)
+
+    def close(self) -> None:
+        self._protocol.close()
+
+    def add_close_hook(self, hook: CloseListener) -> None:
+        """Call ``hook(context)`` once when the connection closes (at once if it already has)."""
+        if self.closed:
+            hook(self)
+        else:
+            self._close_hooks.append(hook)
+
+    def _run_close_hooks(self) -> None:
+        hooks, self._close_hooks = self._close_hooks, []
+        for hook in hooks:
+            _call_listener(hook, self)
+
+    def __repr__(self) -> str:
+        return f"ConnectionContext(peer={self.peer_address})"
+
+
+class RemotingProtocol(Protocol):
+    def __init__(
+        self,
+        registry: ProcessorRegistry | None = None,
+        clock: IReactorTime | None = None,
+        max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+        close_listeners: list[CloseListener] | None = None,
+    ):
+        if clock is None:
+            from twisted.internet import reactor as clock
+        self.registry = registry if registry is not None else ProcessorRegistry()
+        self.clock = clock
+        self.decoder = FrameDecoder(max_frame_length)
+        self.context: ConnectionContext | None = None
+        self.closed = False
+        self._close_listeners = close_listeners if close_listeners is not None else []
+        self._pending: dict[int, tuple[defer.Deferred, object]] = {}
+
+    # ---- connection lifecycle ------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self.context = ConnectionContext(
+            self, _format_address(self.transport.getPeer()), _format_address(self.transport.getHost())
+        )
+
+    def connectionLost(self, reason: Failure = None) -> None:
+        self.closed = True
+        why = reason.getErrorMessage() if reason is not None else "closed"
+        pending, self._pending = self._pending, {}
+        for opaque, (d, timer) in pending.items():
+            if timer.active():
+                timer.cancel()
+            d.errback(RemotingConnectionError(f"connection to {self.peer} closed before response "
+                                              f"to opaque {opaque}: {why}"))
+        if self.context is not None:
+            self.context._run_close_hooks()
+            for listener in list(self._close_listeners):
+                _call_listener(listener, self.context)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.loseConnection()
+
+    @property
+    def peer(self) -> str:
+        return self.context.peer_address if self.context is not None else "?"
+
+    # ---- inbound -------------------------------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        try:
+            for cmd in self.decoder.feed(data):
+                if self.closed:
+                    return
+                if cmd.is_response:
+                    self._handle_response(cmd)
+                else:
+                    self._handle_request(cmd)
+        except FrameError as e:
+            log.warning("closing connection from %s: malformed frame: %s", self.peer, e)
+            self.closed = True  # stop sending and dispatching at once; connectionLost follows
+            self.transport.abortConnection()
+
+    def _handle_response(self, cmd: RemotingCommand) -> None:
+        entry = self._pending.pop(cmd.opaque, None)
+        if entry is None:
+            log.debug("response from %s for unknown or timed-out opaque %d dropped", self.peer, cmd.opaque)
+            return
+        d, timer = entry
+        if timer.active():
+            timer.cancel()
+        d.callback(cmd)
+
+    def _handle_request(self, request: RemotingCommand) -> None:
+        processor = self.registry.get(request.code)
+        if processor is None:
+            if self.registry.reply_to_unknown:
+                log.info("request code %d from %s not supported", request.code, self.peer)
+                self._reply(request, request.make_response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f" request type {request.code} not supported"))
+            else:
+                log.warning("request code %d from %s not supported; no reply sent", request.code, self.peer)
+            return
+        d = defer.maybeDeferred(processor, request, self.context)
+        d.addCallbacks(lambda response: self._reply(request, response),
+                       lambda failure: self._reply_error(request, failure))
+        d.addErrback(lambda failure: log.error("replying to %r from %s failed: %s",
+                                               request, self.peer, failure.getTraceback()))
+
+    def _reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        if response is None or request.is_oneway or self.closed:
+            return
+        if not isinstance(response, RemotingCommand):
+            log.error("processor for code %d returned %r, not a RemotingCommand", request.code, response)
+            response = request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"processor returned {type(response).__name__}")
+        # Whatever the processor built, the reply must match the request (C++ needs type 0 JSON,
+        # and it only ever sends JSON, so copying the request's type is always right).
+        response.opaque = request.opaque
+        response.flag |= FLAG_RESPONSE
+        response.serialize_type = request.serialize_type
+        self.transport.write(encode(response))
+
+    def _reply_error(self, request: RemotingCommand, failure: Failure) -> None:
+        log.error("processing request code %d from %s failed:\n%s",
+                  request.code, self.peer, failure.getTraceback())
+        text = str(failure.value) or type(failure.value).__name__
+        self._reply(request, request.make_response(ResponseCode.SYSTEM_ERROR, text))
+
+    # ---- outbound ------------------------------------------------------------------------------
+
+    def send_request(self, cmd: RemotingCommand, timeout: float = DEFAULT_TIMEOUT) -> defer.Deferred:
+        """Send ``cmd`` with a fresh opaque; the Deferred fires with the response command."""
+        if self.closed or self.transport is None:
+            return defer.fail(RemotingConnectionError(f"connection to {self.peer} is closed"))
+        cmd.opaque = next_opaque()
+        cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        opaque = cmd.opaque
+
+        def cancel(_d):
+            entry = self._pending.pop(opaque, None)
+            if entry is not None and entry[1].active():
+                entry[1].cancel()
+
+        d = defer.Deferred(cancel)
+        timer = self.clock.callLater(timeout, self._time_out, opaque, cmd.code, timeout)
+        self._pending[opaque] = (d, timer)
+        self.transport.write(encode(cmd))
+        return d
+
+    def _time_out(self, opaque: int, code: int, timeout: float) -> None:
+        entry = self._pending.pop(opaque, None)
+        if entry is not None:
+            entry[0].errback(RemotingTimeoutError(
+                f"no response from {self.peer} within {timeout}s to request code {code} opaque {opaque}"))
+
+    def send_oneway(self, cmd: RemotingCommand) -> None:
+        if self.closed or self.transport is None:
+            raise RemotingConnectionError(f"connection to {self.peer} is closed")
+        cmd.opaque = next_opaque()
+        cmd.flag = (cmd.flag & ~FLAG_RESPONSE) | FLAG_ONEWAY
+        self.transport.write(encode(cmd))
+
+
+class RemotingServerFactory(Factory):
+    """Listens for remoting connections and dispatches their requests to ``registry``.
+
+    close_listeners are called with each connection's context when it closes (the name server
+    uses this to drop a broker whose channel went away).
+    """
+
+    def __init__(self, registry: ProcessorRegistry, clock: IReactorTime | None = None,
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH):
+        self.registry = registry
+        self.clock = clock
+        self.max_frame_length = max_frame_length
+        self.close_listeners: list[CloseListener] = [self._forget]
+        self.connections: set[ConnectionContext] = set()
+
+    def buildProtocol(self, addr) -> RemotingProtocol:
+        proto = _TrackedProtocol(self, self.registry, self.clock, self.max_frame_length,
+                                 self.close_listeners)
+        proto.factory = self
+        return proto
+
+    def add_close_listener(self, listener: CloseListener) -> None:
+        self.close_listeners.append(listener)
+
+    def _forget(self, ctx: ConnectionContext) -> None:
+        self.connections.discard(ctx)
+
+
+class _TrackedProtocol(RemotingProtocol):
+    def __init__(self, owner: RemotingServerFactory, *args):
+        super().__init__(*args)
+        self._owner = owner
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        self._owner.connections.add(self.context)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """"ip:port" (or "[v6]:port") -> (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"not an ip:port address: {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def connect(reactor, address: str, *, registry: ProcessorRegistry | None = None,
+            clock: IReactorTime | None = None, connect_timeout: float = DEFAULT_TIMEOUT,
+            max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> defer.Deferred:
+    """Open one connection; fires with the connected RemotingProtocol."""
+    host, port = parse_address(address)
+    proto = RemotingProtocol(registry, clock if clock is not None else reactor, max_frame_length)
+    endpoint = TCP4ClientEndpoint(reactor, host, port, timeout=connect_timeout)
+    d = connectProtocol(endpoint, proto)
+
+    def failed(failure: Failure):
+        raise RemotingConnectionError(f"connect to {address} failed: {failure.getErrorMessage()}")
+
+    d.addErrback(failed)
+    return d
+
+
+class RemotingClient:
+    """Requests to any number of peers over one cached connection per address (like Java's
+    NettyRemotingClient). A lost connection is reopened by the next request."""
+
+    def __init__(self, reactor, clock: IReactorTime | None = None,
+                 connect_timeout: float = DEFAULT_TIMEOUT, registry: ProcessorRegistry | None = None):
+        self.reactor = reactor
+        self.clock = clock if clock is not None else reactor
+        self.connect_timeout = connect_timeout
+        self.registry = registry
+        self._connections: dict[str, RemotingProtocol] = {}
+        self._connecting: dict[str, list[defer.Deferred]] = {}
+
+    def invoke(self, address: str, cmd: RemotingCommand, timeout: float = DEFAULT_TIMEOUT) -> defer.Deferred:
+        """Send a request to ``address``; fires with the response, fails with a RemotingError."""
+        d = self.get_connection(address)
+        d.addCallback(lambda proto: proto.send_request(cmd, timeout))
+        return d
+
+    def invoke_oneway(self, address: str, cmd: RemotingCommand) -> defer.Deferred:
+        """Fires with None once the frame is handed to the transport."""
+        d = self.get_connection(address)
+        d.addCallback(lambda proto: proto.send_oneway(cmd))
+        return d
+
+    def get_connection(self, address: str) -> defer.Deferred:
+        proto = self._connections.get(address)
+        if proto is not None and not proto.closed:
+            return defer.succeed(proto)
+        waiter = defer.Deferred()
+        if address in self._connecting:
+            self._connecting[address].append(waiter)
+            return waiter
+        self._connecting[address] = [waiter]
+        d = connect(self.reactor, address, registry=self.registry, clock=self.clock,
+                    connect_timeout=self.connect_timeout)
+        d.addBoth(self._connected, address)
+        return waiter
+
+    def _connected(self, result, address: str) -> None:
+        waiters = self._connecting.pop(address, [])
+        if isinstance(result, RemotingProtocol):
+            self._connections[address] = result
+            result.context.add_close_hook(lambda _ctx: self._drop(address, result))
+            for w in waiters:
+                w.callback(result)
+        else:
+            for w in waiters:
+                w.errback(result)
+
+    def _drop(self, address: str, proto: RemotingProtocol) -> None:
+        if self._connections.get(address) is proto:
+            del self._connections[address]
+
+    def close(self, address: str | None = None) -> None:
+        """Close the connection to ``address``, or all of them."""
+        targets = [address] if address is not None else list(self._connections)
+        for a in targets:
+            proto = self._connections.pop(a, None)
+            if proto is not None:
+                proto.close()
+
+
+def _format_address(addr) -> str:
+    host = getattr(addr, "host", None)
+    port = getattr(addr, "port", None)
+    if host is None or port is None:
+        return str(addr)
+    return f"{host}:{port}"
+
+
+def _call_listener(listener: CloseListener, ctx: ConnectionContext) -> None:
+    try:
+        listener(ctx)
+    except Exception:
+        log.exception("close listener %r failed for %s", listener, ctx.peer_address)

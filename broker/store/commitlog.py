@@ -1,0 +1,196 @@
+"""The commit log: append a record, append raw replicated bytes, read from an offset, recover.
+
+A record never spans two files: when one does not fit (with room for the 8-byte end marker), the rest
+of the file is closed with a blank record and the record goes to the next file (WIRE-FACTS §6.3).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from . import record
+from .mapped_file import MappedFileQueue, StoreError
+from .record import Scan, ScanResult
+
+log = logging.getLogger("broker.store.commitlog")
+
+READ_CHUNK = 4 * 1024 * 1024
+
+
+@dataclass
+class AppendResult:
+    wrote_offset: int  # physical offset where the record starts
+    wrote_bytes: int
+
+
+@dataclass
+class RecoveryReport:
+    end_offset: int
+    records: int
+    discarded_bytes: int
+    reason: str  # why the walk stopped ("" = clean end)
+    start_offset: int
+
+
+class CommitLog:
+    def __init__(self, directory: str, file_size: int):
+        self.queue = MappedFileQueue(directory, file_size)
+        self.file_size = file_size
+
+    # -- state ------------------------------------------------------------------------------------
+    def load(self) -> None:
+        self.queue.load()
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset
+
+    def last_file_start(self) -> int:
+        """Start of the last mapped file, where the HA writer begins for an empty slave."""
+        m = self.max_offset
+        return max(0, m - m % self.file_size)
+
+    # -- writing ----------------------------------------------------------------------------------
+    def append_record(self, rec: record.EncodedRecord, queue_offset: int) -> AppendResult:
+        """Append one encoded record, rolling to the next file when it does not fit."""
+        size = rec.size
+        if size + record.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise record.RecordError(f"a {size}-byte record cannot fit in a {self.file_size}-byte file")
+        f = self.queue.writable_file()
+        if size + record.END_FILE_MIN_BLANK_LENGTH > f.free:
+            free = f.free
+            f.write_at(f.wrote, record.blank(free))
+            f.wrote = f.size
+            f = self.queue.writable_file()
+        offset = f.base + f.wrote
+        f.append(rec.finish(queue_offset, offset))
+        return AppendResult(offset, size)
+
+    def append_raw(self, offset: int, data) -> None:
+        """Append bytes replicated from a master at exactly `offset` (the slave side).
+
+        The bytes must continue this log and must not cross a file boundary (a master never sends
+        such a batch unless its mappedFileSizeCommitLog differs from ours).
+        """
+        current = self.max_offset
+        if self.queue.files and offset != current:
+            raise StoreError(f"replicated bytes at {offset} do not continue the commit log at {current}")
+        f = self.queue.writable_file(at=offset)
+        if not self.queue.files or f.base + f.wrote != offset:
+            raise StoreError(f"replicated bytes at {offset} cannot start a log whose files are "
+                             f"{self.file_size} bytes (file starts at {f.base})")
+        if len(data) > f.free:
+            raise StoreError(f"replicated batch of {len(data)} bytes at {offset} crosses the end of a "
+                             f"{self.file_size}-byte file: do master and slave use the same "
+                             "mappedFileSizeCommitLog?")
+        f.append(data)
+
+    # -- reading ----------------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Up to max_bytes of stored data from offset, never crossing a file boundary."""
+        f = self.queue.find(offset)
+        if f is None:
+            return b""
+        pos = offset - f.base
+        n = min(max_bytes, f.wrote - pos)
+        return f.read(pos, n) if n > 0 else b""
+
+    def read_record(self, offset: int, size: int) -> bytes:
+        f = self.queue.find(offset)
+        if f is None or offset - f.base + size > f.wrote:
+            return b""
+        return f.read(offset - f.base, size)
+
+    def message_at(self, offset: int, size: int | None = None) -> record.Message | None:
+        if size is None:
+            head = self.read(offset, 4)
+            if len(head) < 4:
+                return None
+            size = int.from_bytes(head, "big", signed=True)
+            if size <= 0:
+                return None
+        r = record.scan(self.read_record(offset, size), 0, check_crc=False)
+        return r.message if r.kind == Scan.MESSAGE else None
+
+    def walk(self, start: int, end: int | None = None, check_crc: bool = True):
+        """Yield (offset, ScanResult) for records from start (a record boundary) onwards.
+
+        Ends after a blank at the last file, an invalid record, or a partial one (yielded so the
+        caller can see why); `end` (exclusive) bounds the walk to data known to be complete.
+        """
+        offset = start
+        limit = self.max_offset if end is None else end
+        while offset < limit:
+            f = self.queue.find(offset)
+            if f is None:
+                return
+            pos = offset - f.base
+            stop = min(f.wrote, limit - f.base)
+            chunk = f.read(pos, min(READ_CHUNK, stop - pos))
+            p = 0
+            while p < len(chunk):
+                r = record.scan(chunk, p, check_crc)
+                if r.kind == Scan.PARTIAL and pos + len(chunk) < stop:
+                    break  # the record continues past this chunk: read again from it
+                yield offset + p, r
+                if r.kind == Scan.BLANK:
+                    p = f.size - pos  # the rest of this file
+                    break
+                if r.kind != Scan.MESSAGE:
+                    return
+                p += r.size
+            if p == 0:
+                # A single record larger than READ_CHUNK: read it whole.
+                size = r.size
+                data = f.read(pos, size)
+                r = record.scan(data, 0, check_crc)
+                yield offset, r
+                if r.kind != Scan.MESSAGE:
+                    return
+                p = r.size
+            offset += p
+
+    # -- recovery ---------------------------------------------------------------------------------
+    def recover(self, check_crc: bool, on_record=None) -> RecoveryReport:
+        """Find the end of valid data, walking from the third-last file (as RocketMQ does).
+
+        Each file is assumed full of data up to its end (files are preallocated; nothing tells where
+        data stops but the records themselves). on_record(offset, message) sees every valid record.
+        """
+        files = self.queue.files
+        if not files:
+            return RecoveryReport(0, 0, 0, "", 0)
+        for f in files:
+            f.wrote = f.size  # let walk() read whole files
+        start = files[max(0, len(files) - 3)].base
+        end, count, reason = start, 0, ""
+        for offset, r in self.walk(start, check_crc=check_crc):
+            if r.kind == Scan.MESSAGE:
+                count += 1
+                end = offset + r.size
+                if on_record is not None:
+                    on_record(offset, r.message)
+            elif r.kind == Scan.BLANK:
+                f = self.queue.find(offset)
+                end = f.end
+            else:
+                reason = "" if r.reason == "zeros" else f"{r.kind} record at {offset}: {r.reason}"
+                break
+        deleted, wiped = self.queue.truncate(end)
+        if reason or wiped or deleted:
+            log.warning("commitlog recovery: valid data ends at %d (%s); wiped %d stale bytes after "
+                        "it and deleted %d later files", end, reason or "torn tail", wiped, deleted)
+        return RecoveryReport(end, count, wiped, reason, start)
+
+    def truncate(self, offset: int) -> tuple[int, int]:
+        return self.queue.truncate(offset)
+
+    def flush(self) -> int:
+        return self.queue.flush()
+
+    def close(self) -> None:
+        self.queue.close()

@@ -1,0 +1,214 @@
+"""Fixed-size store files named by their 20-digit start offset, as RocketMQ lays them out (WIRE-FACTS §6.5).
+
+We write with pwrite and read with pread instead of mmap: on a full disk a write into a sparse mapped
+page kills the process with SIGBUS, while pwrite fails with ENOSPC, which we can answer cleanly
+without losing anything already stored. Files are still created at their full configured size, so
+a RocketMQ tool reading the directory sees the layout it expects.
+"""
+from __future__ import annotations
+
+import errno
+import os
+
+ZERO_CHUNK = bytes(1 << 20)
+
+
+class StoreError(Exception):
+    """The store cannot go on as asked: wrong file size, another broker holds the lock, ..."""
+
+
+class DiskFullError(StoreError):
+    """A write did not fit. Nothing already stored was touched; the write position did not move."""
+
+
+def file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+def list_files(directory: str) -> list[tuple[int, str]]:
+    """(start offset, path) of every store file in a directory, oldest first; other names are ignored."""
+    if not os.path.isdir(directory):
+        return []
+    out = []
+    for name in os.listdir(directory):
+        if len(name) == 20 and name.isdigit():
+            out.append((int(name), os.path.join(directory, name)))
+    return sorted(out)
+
+
+class MappedFile:
+    """One store file. `wrote` is the end of valid data within it, as a file position."""
+
+    def __init__(self, directory: str, base: int, size: int, create: bool = False):
+        self.base = base
+        self.size = size
+        self.path = os.path.join(directory, file_name(base))
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        self.fd = os.open(self.path, flags, 0o644)
+        actual = os.fstat(self.fd).st_size
+        if create and actual == 0:
+            os.ftruncate(self.fd, size)
+        elif actual != size:
+            os.close(self.fd)
+            raise StoreError(
+                f"{self.path} is {actual} bytes but the configured file size is {size}: "
+                "was this store written with another mappedFileSize? Set the same value again "
+                "(RocketMQ refuses to load such a store too).")
+        self.wrote = 0
+        self.flushed = 0
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+    @property
+    def free(self) -> int:
+        return self.size - self.wrote
+
+    def write_at(self, pos: int, data) -> None:
+        """Write all of data at file position pos, or raise DiskFullError and leave `wrote` as it was."""
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            try:
+                n = os.pwrite(self.fd, view[done:], pos + done)
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                    raise DiskFullError(f"{self.path}: {os.strerror(e.errno)} writing "
+                                        f"{len(view)} bytes at {self.base + pos}") from e
+                raise
+            if n == 0:
+                raise DiskFullError(f"{self.path}: short write at {self.base + pos}")
+            done += n
+
+    def append(self, data) -> int:
+        pos = self.wrote
+        self.write_at(pos, data)
+        self.wrote = pos + len(data)
+        return pos
+
+    def read(self, pos: int, n: int) -> bytes:
+        return os.pread(self.fd, max(0, min(n, self.size - pos)), pos)
+
+    def flush(self) -> int:
+        """fdatasync if there is unflushed data; returns the flushed file position."""
+        wrote = self.wrote
+        if wrote > self.flushed:
+            os.fdatasync(self.fd)
+            self.flushed = wrote
+        return self.flushed
+
+    def wipe_after(self, pos: int) -> int:
+        """Zero every byte that holds data after pos, so nothing stale can look valid later.
+
+        Uses SEEK_DATA/SEEK_HOLE to skip the sparse (never written) regions. Returns bytes zeroed.
+        """
+        zeroed = 0
+        cur = pos
+        while cur < self.size:
+            try:
+                start = os.lseek(self.fd, cur, os.SEEK_DATA)
+                stop = min(os.lseek(self.fd, start, os.SEEK_HOLE), self.size)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # no data after cur
+                    break
+                start, stop = cur, self.size  # filesystem without SEEK_DATA: zero it all
+            while start < stop:
+                chunk = os.pread(self.fd, min(len(ZERO_CHUNK), stop - start), start)
+                if chunk.count(0) != len(chunk):
+                    self.write_at(start, ZERO_CHUNK[:len(chunk)])
+                    zeroed += len(chunk)
+                start += len(chunk) or (stop - start)
+            cur = stop
+        return zeroed
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        os.unlink(self.path)
+
+
+class MappedFileQueue:
+    """The ordered files of one log (the commit log, or one consume queue)."""
+
+    def __init__(self, directory: str, file_size: int):
+        self.directory = directory
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+
+    def load(self) -> None:
+        for base, _path in list_files(self.directory):
+            if base % self.file_size:
+                raise StoreError(f"{_path}: start offset {base} is not a multiple of the file size "
+                                 f"{self.file_size}; was mappedFileSize changed?")
+            self.files.append(MappedFile(self.directory, base, self.file_size))
+        for a, b in zip(self.files, self.files[1:]):
+            if b.base != a.end:
+                raise StoreError(f"{self.directory}: gap between {a.path} and {b.path}; a file is missing")
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].base if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        return self.files[-1].base + self.files[-1].wrote if self.files else 0
+
+    @property
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def new_file(self, base: int) -> MappedFile:
+        os.makedirs(self.directory, exist_ok=True)
+        f = MappedFile(self.directory, base, self.file_size, create=True)
+        self.files.append(f)
+        return f
+
+    def writable_file(self, at: int | None = None) -> MappedFile:
+        """The file to append into; a new one when the last is full (or when empty, at `at`)."""
+        last = self.last
+        if last is None:
+            start = at if at is not None else 0
+            return self.new_file(start - start % self.file_size)
+        if last.wrote >= last.size:
+            return self.new_file(last.end)
+        return last
+
+    def find(self, offset: int) -> MappedFile | None:
+        if not self.files or offset < self.files[0].base:
+            return None
+        idx = (offset - self.files[0].base) // self.file_size
+        if idx >= len(self.files):
+            return None
+        return self.files[idx]
+
+    def truncate(self, offset: int) -> tuple[int, int]:
+        """Make `offset` the end: delete files that start at or after it, wipe stale bytes in the one
+        that holds it. Returns (files deleted, non-zero bytes wiped)."""
+        deleted = 0
+        while self.files and self.files[-1].base >= offset:
+            self.files.pop().destroy()
+            deleted += 1
+        wiped = 0
+        if self.files:
+            f = self.files[-1]
+            pos = offset - f.base
+            if pos < f.size:
+                wiped = f.wipe_after(pos)
+            f.wrote = min(pos, f.size)
+            f.flushed = min(f.flushed, f.wrote)
+        return deleted, wiped
+
+    def flush(self) -> int:
+        for f in self.files:
+            if f.wrote > f.flushed:
+                f.flush()
+        return self.max_offset
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()

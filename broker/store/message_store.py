@@ -1,0 +1,357 @@
+"""The message store: commit log + consume queues + checkpoint/abort/lock files, and their recovery.
+
+Master path: put_message() encodes, appends and dispatches the consume-queue unit in one step.
+Slave path: append_replicated() stores raw bytes from the master; a dispatcher then parses the
+records that are complete and builds the consume queues from them, so the slave serves reads.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+from . import record
+from .commitlog import CommitLog, RecoveryReport
+from .consume_queue import ConsumeQueue
+from .mapped_file import DiskFullError, StoreError
+from .record import Scan
+
+log = logging.getLogger("broker.store")
+
+CHECKPOINT = struct.Struct(">qqq")
+CHECKPOINT_FILE_SIZE = 4096
+
+
+class PutStatus:
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    DISK_FULL = "DISK_FULL"  # answered as SYSTEM_ERROR with a remark saying so
+
+
+@dataclass
+class PutResult:
+    status: str
+    wrote_offset: int = 0
+    wrote_bytes: int = 0
+    queue_offset: int = 0
+    msg_id: str = ""
+    store_timestamp: int = 0
+    remark: str = ""
+
+    @property
+    def next_offset(self) -> int:
+        return self.wrote_offset + self.wrote_bytes
+
+    @property
+    def stored(self) -> bool:
+        return self.wrote_bytes > 0
+
+
+class GetStatus:
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass
+class GetResult:
+    status: str
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    records: list[bytes]
+
+
+class MessageStore:
+    def __init__(self, root: str, commitlog_dir: str | None = None, *,
+                 commitlog_file_size: int = 1 << 30, cq_file_size: int = 300000 * 20,
+                 check_crc_on_recover: bool = True, store_host: tuple[str, int] = ("127.0.0.1", 10911),
+                 now_ms=lambda: int(time.time() * 1000)):
+        self.root = root
+        self.commitlog = CommitLog(commitlog_dir or os.path.join(root, "commitlog"), commitlog_file_size)
+        self.cq_root = os.path.join(root, "consumequeue")
+        self.cq_file_size = cq_file_size
+        self.check_crc = check_crc_on_recover
+        self.store_host = store_host
+        self.now_ms = now_ms
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.reput_offset = 0  # commit-log offset up to which consume queues are built
+        self.dispatch_error: str = ""
+        self.last_store_timestamp = 0
+        self.append_listeners: list = []  # called with the new max offset after every append
+        self.dispatch_listeners: list = []  # called with (topic, queue_id) when units were added
+        self.recovery: RecoveryReport | None = None
+        self.was_clean_shutdown = True
+        self._lock_fd = -1
+        self.closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> RecoveryReport:
+        os.makedirs(self.root, exist_ok=True)
+        self._take_lock()
+        abort = os.path.join(self.root, "abort")
+        self.was_clean_shutdown = not os.path.exists(abort)
+        self.commitlog.load()
+        self._load_queues()
+        self.recovery = self._recover()
+        with open(abort, "w"):
+            pass
+        return self.recovery
+
+    def _take_lock(self) -> None:
+        path = os.path.join(self.root, "lock")
+        self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise StoreError(f"another broker is using the store at {self.root} (it holds {path}); "
+                             "stop it, or give this broker its own storePathRootDir") from None
+
+    def _load_queues(self) -> None:
+        if not os.path.isdir(self.cq_root):
+            return
+        for topic in sorted(os.listdir(self.cq_root)):
+            tdir = os.path.join(self.cq_root, topic)
+            for qid in sorted(os.listdir(tdir)):
+                if qid.isdigit():
+                    cq = ConsumeQueue(self.cq_root, topic, int(qid), self.cq_file_size)
+                    cq.load()
+                    cq.recover()
+                    self.queues[(topic, int(qid))] = cq
+
+    def _recover(self) -> RecoveryReport:
+        # Consume queues are recovered (in _load_queues), then the commit log; units that point past
+        # the log's valid end are dropped, and every valid record the walk sees is dispatched again
+        # idempotently, which rebuilds whatever a crash left out of the queues.
+        report = self.commitlog.recover(self.check_crc, on_record=self._redispatch)
+        end = report.end_offset
+        dropped = 0
+        for cq in self.queues.values():
+            dropped += cq.truncate_beyond(end)
+        if dropped:
+            log.warning("recovery: dropped %d consume-queue units that pointed past the commit log end %d",
+                        dropped, end)
+        self.reput_offset = end
+        log.info("store recovered: clean_shutdown=%s commitlog=[%d, %d) records_walked=%d queues=%d",
+                 self.was_clean_shutdown, self.commitlog.min_offset, end, report.records, len(self.queues))
+        return report
+
+    def _redispatch(self, offset: int, msg: record.Message) -> None:
+        self.last_store_timestamp = msg.store_timestamp
+        if msg.gets_queue_entry:
+            self.queue(msg.topic, msg.queue_id).put(msg.queue_offset, offset, msg.total_size,
+                                                    record.tags_code(msg.tags))
+
+    def shutdown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.flush()
+            self._write_checkpoint()
+            os.unlink(os.path.join(self.root, "abort"))
+        except OSError as e:
+            log.error("store shutdown: %s (the next start will run crash recovery)", e)
+        self.commitlog.close()
+        for cq in self.queues.values():
+            cq.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # -- queues -----------------------------------------------------------------------------------
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            cq = ConsumeQueue(self.cq_root, topic, queue_id, self.cq_file_size)
+            self.queues[(topic, queue_id)] = cq
+        return cq
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.max_index if cq else 0
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.min_index if cq else 0
+
+    @property
+    def max_offset(self) -> int:
+        return self.commitlog.max_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self.commitlog.min_offset
+
+    # -- master: writing --------------------------------------------------------------------------
+    def put_message(self, msg: record.Message) -> PutResult:
+        """Store a message and its consume-queue unit. Synchronous; flush and HA waits come after."""
+        if self.closed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="store is shut down")
+        msg.store_timestamp = self.now_ms()
+        msg.store_host = self.store_host
+        cq = self.queue(msg.topic, msg.queue_id) if msg.gets_queue_entry else None
+        msg.queue_offset = cq.max_index if cq is not None else 0
+        try:
+            rec = record.encode(msg)
+        except record.RecordError as e:
+            status = (PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e)
+                      else PutStatus.MESSAGE_ILLEGAL)
+            return PutResult(status, remark=str(e))
+        try:
+            res = self.commitlog.append_record(rec, msg.queue_offset)
+        except record.RecordError as e:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))
+        except DiskFullError as e:
+            log.error("put_message failed, nothing stored: %s", e)
+            return PutResult(PutStatus.DISK_FULL, remark=f"disk full: {e}")
+        if cq is not None:
+            try:
+                cq.put(msg.queue_offset, res.wrote_offset, res.wrote_bytes, record.tags_code(msg.tags))
+            except DiskFullError as e:
+                # The record is in the commit log; recovery rebuilds the unit from it.
+                log.error("consume queue unit not written (rebuilt on restart): %s", e)
+        self.reput_offset = self.commitlog.max_offset
+        self.last_store_timestamp = msg.store_timestamp
+        self._notify_append()
+        if cq is not None:
+            for cb in self.dispatch_listeners:
+                cb(msg.topic, msg.queue_id)
+        return PutResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, msg.queue_offset,
+                         record.offset_msg_id(self.store_host, res.wrote_offset), msg.store_timestamp)
+
+    def _notify_append(self) -> None:
+        m = self.commitlog.max_offset
+        for cb in self.append_listeners:
+            cb(m)
+
+    # -- slave: replicated bytes ------------------------------------------------------------------
+    def append_replicated(self, offset: int, data) -> None:
+        """Store raw commit-log bytes from the master (raises StoreError/DiskFullError)."""
+        was_empty = not self.commitlog.queue.files
+        self.commitlog.append_raw(offset, data)
+        if was_empty:
+            self.reput_offset = offset
+        self._notify_append()
+
+    def dispatch(self, max_bytes: int = 8 << 20) -> int:
+        """Build consume-queue units for complete records up to the commit-log end.
+
+        Works in slices of max_bytes so a slave catching up keeps serving its sockets; returns the
+        bytes consumed (0 when caught up or blocked).
+        """
+        start = self.reput_offset
+        end = min(self.commitlog.max_offset, start + max_bytes)
+        touched: set[tuple[str, int]] = set()
+        offset = start
+        for offset_, r in self.commitlog.walk(start, self.commitlog.max_offset, check_crc=False):
+            if offset_ >= end and offset_ > start:
+                break
+            if r.kind == Scan.MESSAGE:
+                m = r.message
+                self.last_store_timestamp = m.store_timestamp
+                if m.gets_queue_entry:
+                    self.queue(m.topic, m.queue_id).put(m.queue_offset, offset_, r.size,
+                                                        record.tags_code(m.tags))
+                    touched.add((m.topic, m.queue_id))
+                offset = offset_ + r.size
+            elif r.kind == Scan.BLANK:
+                f = self.commitlog.queue.find(offset_)
+                offset = f.end
+            elif r.kind == Scan.PARTIAL:
+                break  # the rest of this record is still on its way
+            else:
+                if not self.dispatch_error:
+                    self.dispatch_error = f"invalid record at {offset_}: {r.reason}"
+                    log.error("dispatch stopped: %s; consume queues end before it", self.dispatch_error)
+                break
+        consumed = offset - start
+        self.reput_offset = offset
+        for key in touched:
+            for cb in self.dispatch_listeners:
+                cb(*key)
+        return consumed
+
+    # -- reading ----------------------------------------------------------------------------------
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_msgs: int,
+                     tag_codes: set[int] | None = None, max_bytes: int = 256 * 1024) -> GetResult:
+        """Read for PULL_MESSAGE (WIRE-FACTS §5). tag_codes None means no filter ('*')."""
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, [])
+        lo, hi = cq.min_index, cq.max_index
+        if hi == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, [])
+        if offset < lo:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi, [])
+        if offset == hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, [])
+        if offset > hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi, [])
+        records: list[bytes] = []
+        size_total = 0
+        next_offset = offset
+        max_msgs = max(1, min(max_msgs, 32))
+        for i, (phys, size, tcode) in enumerate(cq.units(offset, 800)):
+            if phys < self.commitlog.min_offset:
+                next_offset = offset + i + 1
+                continue
+            if len(records) >= max_msgs or (records and size_total + size > max_bytes):
+                break
+            next_offset = offset + i + 1
+            if tag_codes is not None and tcode not in tag_codes:
+                continue
+            data = self.commitlog.read_record(phys, size)
+            if len(data) != size:
+                break
+            records.append(data)
+            size_total += size
+        if records:
+            return GetResult(GetStatus.FOUND, next_offset, lo, hi, records)
+        if next_offset > offset:
+            return GetResult(GetStatus.NO_MATCHED_MESSAGE, next_offset, lo, hi, [])
+        return GetResult(GetStatus.OFFSET_FOUND_NULL, offset, lo, hi, [])
+
+    def message_by_offset(self, phys: int) -> record.Message | None:
+        return self.commitlog.message_at(phys)
+
+    # -- durability -------------------------------------------------------------------------------
+    def flush(self) -> int:
+        """fdatasync the commit log and queues (call from a thread on a live broker)."""
+        flushed = self.commitlog.flush()
+        for cq in list(self.queues.values()):
+            cq.flush()
+        self._write_checkpoint()
+        return flushed
+
+    def _write_checkpoint(self) -> None:
+        path = os.path.join(self.root, "checkpoint")
+        ts = self.last_store_timestamp
+        data = CHECKPOINT.pack(ts, ts, ts).ljust(CHECKPOINT_FILE_SIZE, b"\0")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, data, 0)
+        finally:
+            os.close(fd)
+
+    def read_checkpoint(self) -> tuple[int, int, int]:
+        try:
+            with open(os.path.join(self.root, "checkpoint"), "rb") as fh:
+                return CHECKPOINT.unpack(fh.read(CHECKPOINT.size))
+        except (OSError, struct.error):
+            return (0, 0, 0)

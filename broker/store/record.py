@@ -1,0 +1,335 @@
+"""The one place that knows RocketMQ 4.x's commit-log record layout (WIRE-FACTS §6.1-6.4).
+
+Everything that reads or writes commit-log bytes goes through here: the send path, the HA slave's
+dispatcher, recovery, and the pipeline's decoder. All integers are big-endian.
+
+Record layout, IPv4 hosts (offsets in bytes):
+    0 TOTALSIZE i4 | 4 MAGICCODE i4 | 8 BODYCRC i4 | 12 QUEUEID i4 | 16 FLAG i4 | 20 QUEUEOFFSET i8
+    28 PHYSICALOFFSET i8 | 36 SYSFLAG i4 | 40 BORNTIMESTAMP i8 | 48 BORNHOST 4+4 (or 16+4)
+    STORETIMESTAMP i8 | STOREHOST 4+4 (or 16+4) | RECONSUMETIMES i4 | PREPARED_TX_OFFSET i8
+    BODYLEN i4 + body | TOPICLEN i1 + topic | PROPLEN i2 + properties
+"""
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+MESSAGE_MAGIC = 0xDAA320A7
+BLANK_MAGIC = 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 8
+# The fixed part of a record with IPv4 hosts: TOTALSIZE = 91 + body + topic + properties.
+FIXED_SIZE_IPV4 = 91
+IPV6_EXTRA = 12
+MAX_TOPIC_BYTES = 127
+MAX_PROPERTIES_BYTES = 32767
+
+# Message sysflag bits (§6.4)
+FLAG_COMPRESSED = 0x1
+FLAG_MULTI_TAGS = 0x2
+TRANSACTION_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED = 0x4
+TRANSACTION_COMMIT = 0x8
+TRANSACTION_ROLLBACK = 0xC
+FLAG_BORNHOST_V6 = 0x10
+FLAG_STOREHOST_V6 = 0x20
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+_HEAD = struct.Struct(">iIiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP: 48 bytes
+_I4 = struct.Struct(">i")
+_I8 = struct.Struct(">q")
+_I2 = struct.Struct(">h")
+_BLANK = struct.Struct(">iI")
+
+
+class RecordError(ValueError):
+    """A record that cannot be stored as asked (too long a topic, properties over 32767 bytes...)."""
+
+
+def body_crc(body: bytes) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode() over UTF-16 code units, 32-bit wrap, returned signed."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    return java_string_hash(tags) if tags else 0
+
+
+# -- properties (§6.2) -------------------------------------------------------------------------
+
+def decode_properties(text: str | bytes | None) -> dict[str, str]:
+    """Parse name\\x01value\\x02... the Java way: skip segments with an empty name or value."""
+    if not text:
+        return {}
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    props: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            props[name] = value
+    return props
+
+
+def encode_properties(props: dict[str, str]) -> str:
+    """Serialize as Java does when it stores a message: no trailing separator."""
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items())
+
+
+# -- hosts ----------------------------------------------------------------------------------------
+
+def encode_host(host: tuple[str, int]) -> bytes:
+    ip, port = host
+    return ipaddress.ip_address(ip).packed + _I4.pack(port)
+
+
+def decode_host(raw: bytes) -> tuple[str, int]:
+    return str(ipaddress.ip_address(bytes(raw[:-4]))), _I4.unpack_from(raw, len(raw) - 4)[0]
+
+
+def offset_msg_id(store_host: tuple[str, int], physical_offset: int) -> str:
+    """offsetMsgId (§4.2): store IP + port (i4) + physical offset (i8), uppercase hex."""
+    return (encode_host(store_host) + _I8.pack(physical_offset)).hex().upper()
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
+    raw = bytes.fromhex(msg_id)
+    if len(raw) not in (16, 28):
+        raise ValueError(f"offsetMsgId must be 32 or 56 hex characters, got {len(msg_id)}")
+    return decode_host(raw[:-8]), _I8.unpack_from(raw, len(raw) - 8)[0]
+
+
+# -- the record ---------------------------------------------------------------------------------
+
+@dataclass
+class Message:
+    """A message as stored in the commit log. Fields the broker assigns default to 0."""
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    store_timestamp: int = 0
+    store_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    # Assigned at store time, read back on decode.
+    queue_offset: int = 0
+    physical_offset: int = 0
+    total_size: int = 0
+    body_crc: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get("TAGS")
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get("KEYS")
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get("UNIQ_KEY")
+
+    @property
+    def transaction_type(self) -> int:
+        return self.sys_flag & TRANSACTION_MASK
+
+    @property
+    def gets_queue_entry(self) -> bool:
+        """Prepared and rollback transaction messages get no consume-queue entry (§6.4)."""
+        return self.transaction_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT)
+
+    @property
+    def msg_id(self) -> str:
+        return offset_msg_id(self.store_host, self.physical_offset)
+
+
+def _host_sysflag(msg: Message) -> int:
+    flags = msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)
+    if ipaddress.ip_address(msg.born_host[0]).version == 6:
+        flags |= FLAG_BORNHOST_V6
+    if ipaddress.ip_address(msg.store_host[0]).version == 6:
+        flags |= FLAG_STOREHOST_V6
+    return flags
+
+
+def encoded_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0) -> int:
+    size = FIXED_SIZE_IPV4 + body_len + topic_len + props_len
+    if sys_flag & FLAG_BORNHOST_V6:
+        size += IPV6_EXTRA
+    if sys_flag & FLAG_STOREHOST_V6:
+        size += IPV6_EXTRA
+    return size
+
+
+class EncodedRecord:
+    """A record serialized except for the two fields fixed at append time (queue and physical offset)."""
+    __slots__ = ("buf", "size", "crc")
+
+    def __init__(self, buf: bytearray, crc: int):
+        self.buf = buf
+        self.size = len(buf)
+        self.crc = crc
+
+    def finish(self, queue_offset: int, physical_offset: int) -> bytearray:
+        _I8.pack_into(self.buf, 20, queue_offset)
+        _I8.pack_into(self.buf, 28, physical_offset)
+        return self.buf
+
+
+def encode(msg: Message) -> EncodedRecord:
+    """Serialize a message. The queue and physical offsets are patched in by `finish()`."""
+    topic = msg.topic.encode("utf-8")
+    if not topic or len(topic) > MAX_TOPIC_BYTES:
+        raise RecordError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes, got {len(topic)}")
+    props = encode_properties(msg.properties).encode("utf-8")
+    if len(props) > MAX_PROPERTIES_BYTES:
+        raise RecordError(f"properties are {len(props)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
+    sys_flag = _host_sysflag(msg)
+    body = bytes(msg.body)
+    crc = body_crc(body)
+    size = encoded_size(len(body), len(topic), len(props), sys_flag)
+    buf = bytearray(_HEAD.pack(size, MESSAGE_MAGIC, crc, msg.queue_id, msg.flag, msg.queue_offset,
+                               msg.physical_offset, sys_flag, msg.born_timestamp))
+    buf += encode_host(msg.born_host)
+    buf += _I8.pack(msg.store_timestamp)
+    buf += encode_host(msg.store_host)
+    buf += _I4.pack(msg.reconsume_times)
+    buf += _I8.pack(msg.prepared_transaction_offset)
+    buf += _I4.pack(len(body))
+    buf += body
+    buf.append(len(topic))
+    buf += topic
+    buf += _I2.pack(len(props))
+    buf += props
+    assert len(buf) == size
+    return EncodedRecord(buf, crc)
+
+
+def blank(length: int) -> bytes:
+    """The end-of-file marker (§6.3): TOTALSIZE = the rest of the file, blank magic; the rest stays zero."""
+    return _BLANK.pack(length, BLANK_MAGIC)
+
+
+# -- decoding -----------------------------------------------------------------------------------
+
+class Scan:
+    """What sits at a position in the commit log."""
+    MESSAGE = "message"
+    BLANK = "blank"        # end-of-file marker: skip to the next file
+    PARTIAL = "partial"    # a record header or body not all here yet (only meaningful at the tail)
+    INVALID = "invalid"    # zeros, garbage, a CRC or length mismatch: valid data ends here
+
+
+@dataclass
+class ScanResult:
+    kind: str
+    size: int = 0
+    message: Message | None = None
+    reason: str = ""
+
+
+def scan(buf, pos: int = 0, check_crc: bool = True, decode_body: bool = True) -> ScanResult:
+    """Validate and decode the record at buf[pos:]. Never raises on bad bytes."""
+    avail = len(buf) - pos
+    if avail < 8:
+        # The caller knows whether more bytes can come (a growing tail) or not (a torn file end).
+        return ScanResult(Scan.PARTIAL, reason=f"{avail} bytes, fewer than a record head")
+    total, magic = _BLANK.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        if total < END_FILE_MIN_BLANK_LENGTH:
+            return ScanResult(Scan.INVALID, reason=f"blank record with length {total}")
+        return ScanResult(Scan.BLANK, size=total)
+    if magic != MESSAGE_MAGIC:
+        return ScanResult(Scan.INVALID, reason=f"magic {magic:#010x}" if (total or magic) else "zeros")
+    if total < FIXED_SIZE_IPV4:
+        return ScanResult(Scan.INVALID, reason=f"TOTALSIZE {total} below the minimum {FIXED_SIZE_IPV4}")
+    if avail < total:
+        return ScanResult(Scan.PARTIAL, size=total, reason=f"record of {total} bytes, {avail} present")
+    try:
+        msg = _decode_fields(buf, pos, total, check_crc, decode_body)
+    except _Mismatch as e:
+        return ScanResult(Scan.INVALID, reason=str(e))
+    except (struct.error, UnicodeDecodeError, ValueError) as e:
+        return ScanResult(Scan.INVALID, reason=f"unparseable record: {e}")
+    return ScanResult(Scan.MESSAGE, size=total, message=msg)
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _decode_fields(buf, pos: int, total: int, check_crc: bool, decode_body: bool) -> Message:
+    (_, _, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(buf, pos)
+    p = pos + _HEAD.size
+    born_len = 20 if sys_flag & FLAG_BORNHOST_V6 else 8
+    born_host = decode_host(buf[p:p + born_len]); p += born_len
+    store_ts = _I8.unpack_from(buf, p)[0]; p += 8
+    store_len = 20 if sys_flag & FLAG_STOREHOST_V6 else 8
+    store_host = decode_host(buf[p:p + store_len]); p += store_len
+    reconsume = _I4.unpack_from(buf, p)[0]; p += 4
+    prepared = _I8.unpack_from(buf, p)[0]; p += 8
+    body_len = _I4.unpack_from(buf, p)[0]; p += 4
+    if body_len < 0 or p + body_len > pos + total:
+        raise _Mismatch(f"body length {body_len} does not fit in TOTALSIZE {total}")
+    body = bytes(buf[p:p + body_len]); p += body_len
+    if check_crc and body_crc(body) != crc:
+        raise _Mismatch(f"body CRC {body_crc(body)} != stored {crc}")
+    topic_len = buf[p]; p += 1
+    if topic_len > MAX_TOPIC_BYTES:
+        raise _Mismatch(f"topic length {topic_len}")
+    topic = bytes(buf[p:p + topic_len]).decode("utf-8"); p += topic_len
+    props_len = _I2.unpack_from(buf, p)[0]; p += 2
+    if props_len < 0:
+        raise _Mismatch(f"properties length {props_len}")
+    props_raw = bytes(buf[p:p + props_len]); p += props_len
+    expected = encoded_size(body_len, topic_len, props_len, sys_flag)
+    if expected != total or p != pos + total:
+        raise _Mismatch(f"TOTALSIZE {total} != size computed from the fields {expected}")
+    return Message(topic=topic, body=body if decode_body else b"", queue_id=queue_id, flag=flag,
+                   sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host,
+                   store_timestamp=store_ts, store_host=store_host, reconsume_times=reconsume,
+                   prepared_transaction_offset=prepared, properties=decode_properties(props_raw),
+                   queue_offset=queue_offset, physical_offset=phys, total_size=total, body_crc=crc)
+
+
+def iter_records(buf, base_offset: int = 0, check_crc: bool = True):
+    """Yield (physical_offset, ScanResult) for each record in a buffer holding part of one file.
+
+    Stops after a blank, an invalid record or a partial tail (yielded last so callers can tell why).
+    """
+    pos = 0
+    while pos < len(buf):
+        r = scan(buf, pos, check_crc)
+        yield base_offset + pos, r
+        if r.kind != Scan.MESSAGE:
+            return
+        pos += r.size
+
+
+def host_of(addr: str) -> tuple[str, int]:
+    """'ip:port' -> (ip, port), resolving a host name once (store host must be an IP)."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        host = socket.gethostbyname(host)
+    return host, int(port)

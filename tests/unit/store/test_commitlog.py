@@ -1,0 +1,115 @@
+import os
+import struct
+
+import pytest
+
+from broker.store import record
+from broker.store.mapped_file import StoreError
+from broker.store.message_store import GetStatus, PutStatus
+from broker.store.record import Scan
+
+from .conftest import FILE_SIZE, msg, open_store
+
+
+def test_files_named_by_offset_and_blank_at_file_end(store_factory, tmp_path):
+    s = store_factory()
+    results = [s.put_message(msg(i, size=300)) for i in range(30)]
+    assert all(r.status == PutStatus.PUT_OK for r in results)
+    files = sorted(os.listdir(tmp_path / "s" / "commitlog"))
+    assert files[:2] == ["00000000000000000000", f"{FILE_SIZE:020d}"]
+    for name in files:
+        assert os.path.getsize(tmp_path / "s" / "commitlog" / name) == FILE_SIZE
+    # No record spans two files; each full file ends with a blank whose TOTALSIZE is the rest of it.
+    for r in results:
+        assert r.wrote_offset // FILE_SIZE == (r.next_offset - 1) // FILE_SIZE
+    first = open(tmp_path / "s" / "commitlog" / files[0], "rb").read()
+    ends = [r.next_offset for r in results if r.next_offset < FILE_SIZE]
+    last_end = max(ends)
+    length, magic = struct.unpack_from(">iI", first, last_end)
+    assert magic == record.BLANK_MAGIC and length == FILE_SIZE - last_end
+    assert results[len(ends)].wrote_offset == FILE_SIZE
+    # Queue offsets count messages; physical offsets are byte positions; msgId encodes them.
+    assert [r.queue_offset for r in results] == list(range(30))
+    assert record.parse_offset_msg_id(results[5].msg_id)[1] == results[5].wrote_offset
+
+
+def test_read_and_pull(store_factory):
+    s = store_factory()
+    for i in range(10):
+        s.put_message(msg(i, tags="A" if i % 2 else "B"))
+    got = s.get_messages("T", 0, 0, 32)
+    assert got.status == GetStatus.FOUND and len(got.records) == 10 and got.next_begin_offset == 10
+    m = record.scan(got.records[3]).message
+    assert m.body.startswith(b"m3:") and m.queue_offset == 3
+    only_a = s.get_messages("T", 0, 0, 32, tag_codes={record.java_string_hash("A")})
+    assert [record.scan(b).message.queue_offset for b in only_a.records] == [1, 3, 5, 7, 9]
+    assert s.get_messages("T", 0, 10, 32).status == GetStatus.OFFSET_OVERFLOW_ONE
+    assert s.get_messages("T", 0, 11, 32).status == GetStatus.OFFSET_OVERFLOW_BADLY
+    assert s.get_messages("T", 9, 0, 32).status == GetStatus.NO_MATCHED_LOGIC_QUEUE
+    none = s.get_messages("T", 0, 0, 32, tag_codes={12345})
+    assert none.status == GetStatus.NO_MATCHED_MESSAGE and none.next_begin_offset == 10
+
+
+def test_clean_restart_keeps_everything(tmp_path):
+    s = open_store(tmp_path)
+    for i in range(40):
+        s.put_message(msg(i, queue_id=i % 3, size=150))
+    end = s.max_offset
+    s.shutdown()
+    assert not os.path.exists(tmp_path / "abort")
+    s = open_store(tmp_path)
+    assert s.was_clean_shutdown and s.max_offset == end
+    assert [s.max_queue_offset("T", q) for q in range(3)] == [14, 13, 13]
+    r = s.put_message(msg(99, queue_id=0))
+    assert r.queue_offset == 14 and r.wrote_offset == end
+    s.shutdown()
+
+
+def test_wrong_file_size_refuses_to_load(tmp_path):
+    s = open_store(tmp_path)
+    s.put_message(msg(1))
+    s.shutdown()
+    with pytest.raises(StoreError, match="mappedFileSize"):
+        open_store(tmp_path, file_size=FILE_SIZE * 2)
+
+
+def test_second_broker_on_same_store_is_refused(store_factory, tmp_path):
+    store_factory("x")
+    with pytest.raises(StoreError, match="another broker"):
+        open_store(tmp_path / "x")
+
+
+def test_full_disk_fails_cleanly_and_loses_nothing(store_factory, monkeypatch):
+    import errno
+    from broker.store import mapped_file
+    s = store_factory()
+    good = [s.put_message(msg(i)) for i in range(5)]
+    end = s.max_offset
+    real = os.pwrite
+
+    def full(fd, data, pos):
+        if len(data) > 20:  # commit-log writes (consume-queue units are 20 bytes)
+            # write part of it first, as a real full disk can, then fail
+            real(fd, bytes(data)[:7], pos)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, pos)
+
+    monkeypatch.setattr(mapped_file.os, "pwrite", full)
+    r = s.put_message(msg(100))
+    assert r.status == PutStatus.DISK_FULL and "disk full" in r.remark and not r.stored
+    assert s.max_offset == end and s.max_queue_offset("T", 0) == 5
+    monkeypatch.setattr(mapped_file.os, "pwrite", real)
+    r = s.put_message(msg(101))
+    assert r.status == PutStatus.PUT_OK and r.wrote_offset == end and r.queue_offset == 5
+    got = s.get_messages("T", 0, 0, 32)
+    bodies = [record.scan(b).message.body[:5] for b in got.records]
+    assert bodies == [b"m0:m0", b"m1:m1", b"m2:m2", b"m3:m3", b"m4:m4", b"m101:"]
+    assert [g.wrote_offset for g in good] == [record.scan(b).message.physical_offset for b in got.records[:5]]
+
+
+def test_walk_reports_why_it_stopped(store_factory):
+    s = store_factory()
+    for i in range(3):
+        s.put_message(msg(i))
+    kinds = [r.kind for _, r in s.commitlog.walk(0)]
+    assert kinds == [Scan.MESSAGE] * 3

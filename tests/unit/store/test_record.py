@@ -1,0 +1,91 @@
+import struct
+import zlib
+
+import pytest
+
+from broker.store import record
+from broker.store.record import Message, Scan
+
+
+def make(topic="TopicTest", body=b"hello", **kw):
+    fields = dict(queue_id=3, flag=7, born_timestamp=1700000000000, born_host=("10.0.0.5", 53211),
+                  store_timestamp=1700000000123, store_host=("10.0.0.9", 10911),
+                  properties={"TAGS": "TagA", "KEYS": "k1", "UNIQ_KEY": "ABC"})
+    fields.update(kw)
+    return Message(topic=topic, body=body, **fields)
+
+
+def test_layout_matches_wire_facts_byte_for_byte():
+    msg = make()
+    rec = record.encode(msg)
+    buf = bytes(rec.finish(queue_offset=42, physical_offset=1 << 33))
+    props = "TAGS\x01TagA\x02KEYS\x01k1\x02UNIQ_KEY\x01ABC".encode()
+    assert len(buf) == 91 + 5 + len("TopicTest") + len(props)
+    total, magic, crc, qid, flag, qoff, phys, sysflag, born = struct.unpack_from(">iIiiiqqiq", buf)
+    assert (total, magic, qid, flag, qoff, phys, sysflag, born) == (
+        len(buf), 0xDAA320A7, 3, 7, 42, 1 << 33, 0, 1700000000000)
+    assert crc == zlib.crc32(b"hello") & 0x7FFFFFFF
+    assert buf[48:56] == bytes([10, 0, 0, 5]) + struct.pack(">i", 53211)
+    assert struct.unpack_from(">q", buf, 56)[0] == 1700000000123
+    assert buf[64:72] == bytes([10, 0, 0, 9]) + struct.pack(">i", 10911)
+    assert struct.unpack_from(">iq", buf, 72) == (0, 0)
+    assert struct.unpack_from(">i", buf, 84)[0] == 5 and buf[88:93] == b"hello"
+    assert buf[93] == 9 and buf[94:103] == b"TopicTest"
+    assert struct.unpack_from(">h", buf, 103)[0] == len(props) and buf[105:] == props
+
+
+def test_round_trip_and_ipv6_hosts():
+    msg = make(born_host=("::1", 5), store_host=("fe80::1", 10911))
+    buf = record.encode(msg).finish(1, 2)
+    r = record.scan(buf)
+    assert r.kind == Scan.MESSAGE and r.size == len(buf)
+    m = r.message
+    assert m.sys_flag & (record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6) == 0x30
+    assert (m.topic, m.body, m.queue_offset, m.physical_offset) == ("TopicTest", b"hello", 1, 2)
+    assert m.born_host == ("::1", 5) and m.store_host == ("fe80::1", 10911)
+    assert m.properties == msg.properties and m.tags == "TagA" and m.uniq_key == "ABC"
+    assert len(buf) == 91 + 24 + 5 + 9 + len(record.encode_properties(msg.properties))
+
+
+def test_scan_rejects_corruption():
+    buf = bytearray(record.encode(make()).finish(0, 0))
+    bad = bytearray(buf); bad[90] ^= 0xFF
+    assert record.scan(bad).kind == Scan.INVALID and "CRC" in record.scan(bad).reason
+    assert record.scan(bad, check_crc=False).kind == Scan.MESSAGE
+    bad = bytearray(buf); struct.pack_into(">i", bad, 0, len(buf) + 4); bad += b"\0\0\0\0"
+    assert record.scan(bad).kind == Scan.INVALID
+    assert record.scan(bytes(200)).kind == Scan.INVALID
+    assert record.scan(buf[:50]).kind == Scan.PARTIAL
+    assert record.scan(buf[:5]).kind == Scan.PARTIAL
+    assert record.scan(b"\x00\x00\x01\x00\xCB\xD4\x31\x94").kind == Scan.BLANK
+    assert record.scan(b"garbage!" * 20).kind == Scan.INVALID
+
+
+def test_limits():
+    with pytest.raises(record.RecordError):
+        record.encode(make(topic="t" * 128))
+    with pytest.raises(record.RecordError):
+        record.encode(make(properties={"K": "v" * 40000}))
+
+
+def test_properties_java_rules():
+    assert record.decode_properties("a\x01b\x02c\x01d\x02") == {"a": "b", "c": "d"}
+    assert record.decode_properties("\x02a\x01\x02\x01x\x02k\x01v") == {"k": "v"}
+    assert record.encode_properties({"a": "b", "c": "d"}) == "a\x01b\x02c\x01d"
+
+
+def test_java_hash_code():
+    # Values of Java's "TagA".hashCode() etc.
+    assert record.java_string_hash("TagA") == 2598919
+    assert record.java_string_hash("") == 0
+    assert record.java_string_hash("polygenelubricants") == -2147483648
+    assert record.java_string_hash("\u00e9t\u00e9") == 227742
+    assert record.java_string_hash("\U0001F600") == 1772899  # a surrogate pair: two UTF-16 units
+    assert record.tags_code(None) == 0
+
+
+def test_offset_msg_id():
+    mid = record.offset_msg_id(("10.0.0.9", 10911), 123456)
+    assert mid == "0A00000900002A9F000000000001E240"
+    assert record.parse_offset_msg_id(mid) == (("10.0.0.9", 10911), 123456)
+    assert len(record.offset_msg_id(("::1", 1), 0)) == 56
