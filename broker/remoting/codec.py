@@ -224,11 +224,12 @@ class FrameDecoder:
         # Counts the 4-byte length field too, as Netty's LengthFieldBasedFrameDecoder does.
         self.max_frame_length = max_frame_length
         self._buffer = bytearray()
+        self._pos = 0  # start of the first unconsumed byte; the prefix is dropped lazily
         self._error: FrameError | None = None
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) - self._pos
 
     def feed(self, data: bytes) -> Iterator[RemotingCommand]:
         """Buffer ``data`` now; the returned iterator yields each complete command in order.
@@ -236,6 +237,10 @@ class FrameDecoder:
         A malformed frame raises FrameError from the iterator after the good frames before it.
         """
         if self._error is None:
+            # Drop consumed bytes once per feed, not once per frame (many small frames per read).
+            if self._pos:
+                del self._buffer[: self._pos]
+                self._pos = 0
             self._buffer += data
         return self._drain()
 
@@ -243,17 +248,18 @@ class FrameDecoder:
         while True:
             if self._error is not None:
                 raise self._error
-            if len(self._buffer) < 4:
+            start = self._pos
+            if len(self._buffer) - start < 4:
                 return
-            (length,) = struct.unpack_from(">I", self._buffer, 0)
+            (length,) = struct.unpack_from(">I", self._buffer, start)
             problem = self._check_length(length)
             if problem is not None:
                 self._fail(problem)
                 continue
-            if len(self._buffer) < 4 + length:
+            if len(self._buffer) - start < 4 + length:
                 return
-            frame = bytes(self._buffer[4 : 4 + length])
-            del self._buffer[: 4 + length]
+            frame = bytes(self._buffer[start + 4 : start + 4 + length])
+            self._pos = start + 4 + length
             try:
                 cmd = decode_frame(frame)
             except FrameError as e:
@@ -271,3 +277,4 @@ class FrameDecoder:
     def _fail(self, reason: str) -> None:
         self._error = FrameError(reason)
         self._buffer.clear()
+        self._pos = 0

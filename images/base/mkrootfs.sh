@@ -19,15 +19,15 @@ cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
 
 echo "debootstrap --variant=minbase --include=$include $suite $mirror"
-# debootstrap prints one line per stage/package; keep only the stage lines.
-if ! debootstrap --variant=minbase --include="$include" "$suite" "$root" "$mirror" \
-        > "$work/debootstrap.log" 2>&1 < /dev/null; then
+# debootstrap prints a line per package and stage; show the stage lines as they come.
+if ! debootstrap --variant=minbase --include="$include" "$suite" "$root" "$mirror" < /dev/null 2>&1 \
+        | tee "$work/debootstrap.log" | grep --line-buffered -E '^[IEW]: .*(\.\.\.|successfully\.)$|^[EW]: ' \
+        | grep --line-buffered -vE '^I: [A-Z][a-z]+ [^ ]+\.\.\.$'; then
+    echo "debootstrap failed; last lines of its log:" >&2
     tail -n 25 "$work/debootstrap.log" >&2
     [ -f "$root/debootstrap/debootstrap.log" ] && tail -n 25 "$root/debootstrap/debootstrap.log" >&2
     exit 1
 fi
-grep -E '^I: (Retrieving|Validating|Extracting|Installing|Configuring) (core|required|base)|^I: Base system' \
-    "$work/debootstrap.log" | sed 's/^/    /' || true
 
 # Slim down: package lists, caches, docs and locales are not needed at run time.
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb \

@@ -4,7 +4,7 @@ import struct
 import pytest
 
 from broker.remoting.codec import FrameDecoder, FrameError, decode, decode_frame, encode
-from broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType
+from broker.remoting.codes import FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType
 from broker.remoting.command import RemotingCommand
 
 # WIRE-FACTS §1.6: what the C++ 2.x client sends for GET_ROUTEINFO_BY_TOPIC "TopicTest", opaque 1.

@@ -1,7 +1,7 @@
 import pytest
 
 from broker.remoting import json_body
-from broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from broker.remoting.codes import FLAG_ONEWAY, ResponseCode
 from broker.remoting.command import HeaderFieldError, RemotingCommand
 
 

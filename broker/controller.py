@@ -1,0 +1,178 @@
+"""BrokerController: wires the store, the HA role, disk flushing and the metrics endpoint together.
+
+The client-facing remoting server plugs in through `put_message()` and the store; this module does
+not know the client protocol.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from twisted.internet import defer
+
+from .config import BrokerConfig
+from .ha.master import HAService
+from .ha.slave import HAClient
+from .metrics import Registry, metrics_site
+from .store import record
+from .store.flush import FlushService
+from .store.message_store import MessageStore, PutResult, PutStatus
+
+log = logging.getLogger("broker")
+
+DISPATCH_SLICE = 1 << 20  # bytes of replicated log turned into consume-queue units per reactor turn
+
+
+class BrokerController:
+    def __init__(self, config: BrokerConfig, reactor, clock=None, run_in_thread=None):
+        self.config = config
+        self.reactor = reactor
+        self.clock = clock or reactor
+        if run_in_thread is None:
+            from twisted.internet.threads import deferToThread
+            run_in_thread = deferToThread
+        self.run_in_thread = run_in_thread
+        self.metrics = Registry()
+        self.store: MessageStore | None = None
+        self.ha: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.flusher: FlushService | None = None
+        self.ports = []
+        self._dispatch_call = None
+        self.started = False
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self, listen: bool = True) -> None:
+        c = self.config
+        if c.unknown_keys:
+            log.warning("config keys not used by this broker (typos?): %s", ", ".join(c.unknown_keys))
+        self.store = MessageStore(
+            c.storePathRootDir, c.commitlog_dir, commitlog_file_size=c.mappedFileSizeCommitLog,
+            cq_file_size=c.mappedFileSizeConsumeQueue, check_crc_on_recover=c.checkCRCOnRecover,
+            store_host=record.host_of(c.broker_addr))
+        self.store.start()
+        self._store_metrics()
+        self.flusher = FlushService(self.store, clock=self.clock, run_in_thread=self.run_in_thread,
+                                    sync=c.flushDiskType == "SYNC_FLUSH",
+                                    interval_ms=c.flushIntervalCommitLog, timeout_ms=c.syncFlushTimeout)
+        self.flusher.start()
+        if c.is_master:
+            self.ha = HAService(self.store, clock=self.clock, batch_size=c.haTransferBatchSize,
+                                heartbeat_ms=c.haSendHeartbeatInterval, housekeeping_ms=c.haHousekeepingInterval,
+                                fallbehind_max=c.haSlaveFallbehindMax, sync_wait_ms=c.sync_wait_ms,
+                                socket_buffer=c.haSocketBufferSize, metrics=self.metrics)
+            if listen:
+                self.ports.append(self.ha.listen(self.reactor, c.ha_port))
+            else:
+                self.ha.start_ticking()
+        else:
+            self.ha_client = HAClient(self.store, c.haMasterAddress, clock=self.clock, reactor=self.reactor,
+                                      heartbeat_ms=c.haSendHeartbeatInterval,
+                                      housekeeping_ms=c.haHousekeepingInterval,
+                                      socket_buffer=c.haSocketBufferSize,
+                                      reconnect_max_ms=c.haReconnectMaxDelay, metrics=self.metrics)
+            self.store.append_listeners.append(lambda _offset: self.schedule_dispatch())
+            self.schedule_dispatch()
+            self.ha_client.start()
+        if listen:
+            site = metrics_site(self.metrics, self.status)
+            self.ports.append(self.reactor.listenTCP(c.metrics_port, site))
+        self.started = True
+        log.info("broker %s started: cluster=%s brokerName=%s brokerId=%d role=%s flush=%s addr=%s "
+                 "haPort=%d metrics=http://%s:%d/metrics maxPhyOffset=%d",
+                 c.brokerName, c.brokerClusterName, c.brokerName, c.brokerId, c.brokerRole,
+                 c.flushDiskType, c.broker_addr, c.ha_port, c.broker_ip, c.metrics_port,
+                 self.store.max_offset)
+
+    def stop(self):
+        ds = []
+        if self.ha is not None:
+            ds.append(defer.maybeDeferred(self.ha.stop))
+        if self.ha_client is not None:
+            self.ha_client.stop()
+        if self.flusher is not None:
+            self.flusher.stop()
+        if self._dispatch_call is not None and self._dispatch_call.active():
+            self._dispatch_call.cancel()
+        for p in self.ports:
+            ds.append(defer.maybeDeferred(p.stopListening))
+        self.ports = []
+        if self.store is not None:
+            self.store.shutdown()
+        log.info("broker %s stopped", self.config.brokerName)
+        return defer.DeferredList(ds)
+
+    # -- the send path ----------------------------------------------------------------------------
+    def put_message(self, msg: record.Message, wait_store_ok: bool = True) -> defer.Deferred:
+        """Store a message; for SYNC_FLUSH / SYNC_MASTER wait as the reference does.
+
+        Fires with a PutResult whose status is PUT_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT or
+        SLAVE_NOT_AVAILABLE when the message was stored, or an error status when it was not.
+        """
+        c = self.config
+        if not c.is_master:
+            return defer.succeed(PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                                           remark="this broker is a SLAVE; send to its master"))
+        res = self.store.put_message(msg)
+        if res.status != PutStatus.PUT_OK or not wait_store_ok:
+            return defer.succeed(res)
+        waits = []
+        if self.flusher.sync:
+            waits.append(self.flusher.wait(res.next_offset))
+        if c.is_sync_master:
+            waits.append(self.ha.wait_for_slave(res.next_offset))
+        if not waits:
+            return defer.succeed(res)
+
+        def combine(outcomes):
+            # As in RocketMQ 4.9: a replication failure wins over a flush failure.
+            for ok, status in outcomes:
+                if ok and status != "PUT_OK":
+                    res.status = status
+            return res
+
+        return defer.DeferredList(waits).addCallback(combine)
+
+    # -- slave: consume queues from replicated bytes ----------------------------------------------
+    def schedule_dispatch(self):
+        if self._dispatch_call is None or not self._dispatch_call.active():
+            self._dispatch_call = self.clock.callLater(0, self._dispatch_step)
+
+    def _dispatch_step(self):
+        self._dispatch_call = None
+        if self.store.closed:
+            return
+        if self.store.dispatch(DISPATCH_SLICE) and self.store.reput_offset < self.store.max_offset:
+            self.schedule_dispatch()
+
+    # -- observability ----------------------------------------------------------------------------
+    def _store_metrics(self):
+        reg, s = self.metrics, self.store
+        info = {"cluster": self.config.brokerClusterName, "broker_name": self.config.brokerName,
+                "broker_id": self.config.brokerId, "role": self.config.brokerRole}
+        reg.gauge("broker_info", "constant 1, labelled with who this broker is", lambda: [(info, 1)])
+        reg.gauge("commitlog_max_offset", "commit-log max physical offset (maxPhyOffset)", lambda: s.max_offset)
+        reg.gauge("commitlog_min_offset", "commit-log min physical offset", lambda: s.min_offset)
+        reg.gauge("dispatch_offset", "commit-log offset up to which consume queues are built",
+                  lambda: s.reput_offset)
+        reg.gauge("dispatch_lag_bytes", "commit-log bytes not yet in consume queues",
+                  lambda: s.max_offset - s.reput_offset)
+        reg.gauge("store_recovery_discarded_bytes", "stale bytes wiped after the valid end at the last start",
+                  lambda: s.recovery.discarded_bytes if s.recovery else 0)
+        reg.gauge("store_flush_errors", "disk flushes that failed", lambda: self.flusher.errors if self.flusher else 0)
+
+    def status(self) -> dict:
+        c, s = self.config, self.store
+        out = {
+            "clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerId": c.brokerId,
+            "role": c.brokerRole, "flushDiskType": c.flushDiskType, "addr": c.broker_addr,
+            "haAddr": c.ha_server_addr, "metricsPort": c.metrics_port, "pid": os.getpid(),
+            "maxPhyOffset": s.max_offset, "minPhyOffset": s.min_offset, "dispatchOffset": s.reput_offset,
+            "dispatchError": s.dispatch_error or None,
+            "cleanShutdownBefore": s.was_clean_shutdown,
+        }
+        if self.ha is not None:
+            out["ha"] = self.ha.status()
+        if self.ha_client is not None:
+            out["haClient"] = self.ha_client.status()
+        return out

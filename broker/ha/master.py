@@ -1,0 +1,296 @@
+"""The master's HA service on Twisted (HAService + HAConnection): thin wrappers over MasterSession.
+
+Flow control: each connection is a streaming producer on its transport, so the writer stops when
+the socket's send buffer is full and resumes when it drains; a frame is always written whole, in
+order, before the next (the reference's "finish the last frame first").
+"""
+from __future__ import annotations
+
+import logging
+import socket
+
+from twisted.internet import protocol, task
+from twisted.internet.interfaces import IPushProducer
+from zope.interface import implementer
+
+from .group_transfer import GroupTransfer, SyncOutcome
+from .master_session import MasterSession, SessionState
+from .wire import ProtocolError
+
+log = logging.getLogger("broker.ha.master")
+
+FRAMES_PER_TURN = 64  # then yield to the reactor so other connections and clients get served
+
+
+def tune_socket(transport, buffer_size: int) -> None:
+    """TCP_NODELAY and fixed buffers, as the reference sets on HA sockets (no-op on test transports)."""
+    sock = getattr(transport, "getHandle", lambda: None)()
+    if not hasattr(sock, "setsockopt"):
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if buffer_size:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_size)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_size)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    except OSError as e:
+        log.debug("socket options not applied: %s", e)
+
+
+@implementer(IPushProducer)
+class MasterHAProtocol(protocol.Protocol):
+    def __init__(self, service: "HAService"):
+        self.service = service
+        self.session: MasterSession | None = None
+        self.paused = False
+        self.pump_scheduled = None
+        self.peer = "?"
+
+    def connectionMade(self):
+        svc = self.service
+        p = self.transport.getPeer()
+        self.peer = f"{getattr(p, 'host', '?')}:{getattr(p, 'port', id(self))}"
+        tune_socket(self.transport, svc.socket_buffer)
+        self.session = MasterSession(svc.store.commitlog, self.peer, batch_size=svc.batch_size,
+                                     heartbeat_s=svc.heartbeat_s, housekeeping_s=svc.housekeeping_s,
+                                     now=svc.clock.seconds())
+        self.transport.registerProducer(self, True)
+        svc.connection_made(self)
+
+    def dataReceived(self, data):
+        svc = self.service
+        try:
+            ack = self.session.on_data(data, svc.clock.seconds())
+        except ProtocolError as e:
+            svc.protocol_errors.inc()
+            log.error("closing HA connection from %s: %s", self.peer, e)
+            self.close()
+            return
+        if ack is not None:
+            svc.on_ack(self, ack)
+            if ack.first:
+                self.pump()
+
+    # -- writer -----------------------------------------------------------------------------------
+    def pump(self):
+        self.pump_scheduled = None
+        s = self.session
+        if s is None or self.paused or s.state == SessionState.CLOSED:
+            return
+        now = self.service.clock.seconds()
+        for _ in range(FRAMES_PER_TURN):
+            frame = s.next_frame(now)
+            if frame is None:
+                return
+            self.transport.writeSequence(frame)
+            if self.paused:
+                return
+        self.schedule_pump()
+
+    def schedule_pump(self):
+        if self.pump_scheduled is None and not self.paused:
+            self.pump_scheduled = self.service.clock.callLater(0, self.pump)
+
+    def pauseProducing(self):
+        self.paused = True
+
+    def resumeProducing(self):
+        self.paused = False
+        self.schedule_pump()
+
+    def stopProducing(self):
+        self.paused = True
+
+    def tick(self, now: float):
+        s = self.session
+        if s.expired(now):
+            log.warning("closing HA connection from %s: nothing read for %.1fs (haHousekeepingInterval); "
+                        "slaveAckOffset=%d", self.peer, now - s.last_read, s.slave_ack_offset)
+            self.service.housekeeping_closes.inc()
+            self.close()
+            return
+        if not self.paused:
+            hb = s.heartbeat(now)
+            if hb is not None:
+                self.transport.write(hb)
+
+    def close(self):
+        if self.session is not None:
+            self.session.state = SessionState.CLOSED
+        if self.pump_scheduled is not None and self.pump_scheduled.active():
+            self.pump_scheduled.cancel()
+        self.pump_scheduled = None
+        self.transport.abortConnection()
+
+    def connectionLost(self, reason):
+        if self.pump_scheduled is not None and self.pump_scheduled.active():
+            self.pump_scheduled.cancel()
+        self.pump_scheduled = None
+        if self.session is not None:
+            self.session.state = SessionState.CLOSED
+        self.service.connection_lost(self)
+
+
+class HAService(protocol.Factory):
+    """Listens on haListenPort; tracks push2SlaveMaxOffset and the sync waiters."""
+
+    def __init__(self, store, *, clock, batch_size=32768, heartbeat_ms=5000, housekeeping_ms=20000,
+                 fallbehind_max=256 * 1024 * 1024, sync_wait_ms=5000, socket_buffer=65536, metrics=None):
+        self.store = store
+        self.clock = clock
+        self.batch_size = batch_size
+        self.heartbeat_s = heartbeat_ms / 1000.0
+        self.housekeeping_s = housekeeping_ms / 1000.0
+        self.fallbehind_max = fallbehind_max
+        self.socket_buffer = socket_buffer
+        self.connections: set[MasterHAProtocol] = set()
+        self.push2slave_max_offset = 0
+        self.group_transfer = GroupTransfer(clock, sync_wait_ms / 1000.0, self._sync_outcome)
+        self._ticker = None
+        self._pump_all_scheduled = None
+        self.port = None
+        self._install_metrics(metrics)
+        store.append_listeners.append(self.on_append)
+
+    # -- metrics ----------------------------------------------------------------------------------
+    def _install_metrics(self, reg):
+        from ..metrics import Registry
+        reg = reg or Registry()
+        self.metrics = reg
+        self.protocol_errors = reg.counter("ha_protocol_errors_total",
+                                           "HA connections closed for a malformed or rogue report")
+        self.housekeeping_closes = reg.counter("ha_housekeeping_closes_total",
+                                               "HA connections closed after haHousekeepingInterval of silence")
+        self.accepted = reg.counter("ha_connections_accepted_total", "TCP connections accepted on the HA port")
+        self.sync_outcomes = reg.counter("sync_wait_outcomes_total",
+                                         "SYNC_MASTER replication waits by outcome")
+        self.sync_latency = reg.histogram("sync_wait_seconds", "time a SYNC_MASTER send waited for a slave ack",
+                                          [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                           1, 2, 3, 5, 10])
+        reg.gauge("ha_connections", "HA connections that sent a valid report (connectionCount)",
+                  lambda: self.connection_count)
+        reg.gauge("ha_connections_unvalidated", "HA connections with no valid report yet (probes, slow slaves)",
+                  lambda: len(self.connections) - self.connection_count)
+        reg.gauge("ha_push2slave_max_offset", "push2SlaveMaxOffset: the highest offset any slave acknowledged",
+                  lambda: self.push2slave_max_offset)
+        reg.gauge("sync_waiters", "SYNC_MASTER sends waiting for a slave ack", lambda: len(self.group_transfer))
+        per_slave = lambda attr: lambda: [({"slave": c.peer}, getattr(c.session, attr)) for c in self._slaves()]
+        reg.gauge("ha_slave_request_offset", "slaveRequestOffset: the offset the slave asked for on connect",
+                  per_slave("slave_request_offset"))
+        reg.gauge("ha_slave_ack_offset", "slaveAckOffset: the slave's last reported max offset",
+                  per_slave("slave_ack_offset"))
+        reg.gauge("ha_slave_next_transfer_offset", "nextTransferFromWhere for each slave",
+                  per_slave("next_transfer_from"))
+        reg.gauge("ha_slave_lag_bytes", "master max offset minus the slave's ack offset",
+                  lambda: [({"slave": c.peer}, c.session.lag()) for c in self._slaves()])
+        reg.gauge("ha_slave_offset_unavailable", "1 when a slave asks for data the master no longer has",
+                  lambda: [({"slave": c.peer}, int(c.session.state == SessionState.OFFSET_UNAVAILABLE))
+                           for c in self._slaves()])
+
+    def _sync_outcome(self, outcome, waited):
+        self.sync_outcomes.inc(outcome=outcome)
+        self.sync_latency.observe(waited, outcome=outcome)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def listen(self, reactor, port: int, interface: str = ""):
+        self.port = reactor.listenTCP(port, self, interface=interface)  # Twisted sets SO_REUSEADDR
+        self.start_ticking()
+        log.info("HA service listening on %s:%d", interface or "0.0.0.0", self.port.getHost().port)
+        return self.port
+
+    def start_ticking(self):
+        interval = max(0.01, min(1.0, self.heartbeat_s / 5, self.housekeeping_s / 5))
+        self._ticker = task.LoopingCall(self.tick)
+        self._ticker.clock = self.clock
+        self._ticker.start(interval, now=False)
+
+    def stop(self):
+        if self._ticker is not None and self._ticker.running:
+            self._ticker.stop()
+        self.group_transfer.shutdown()
+        for c in list(self.connections):
+            c.close()
+        if self.port is not None:
+            return self.port.stopListening()
+
+    def buildProtocol(self, addr):
+        self.accepted.inc()
+        return MasterHAProtocol(self)
+
+    def connection_made(self, conn):
+        self.connections.add(conn)
+
+    def connection_lost(self, conn):
+        self.connections.discard(conn)
+        s = conn.session
+        if s is not None and s.slave_request_offset >= 0:
+            log.info("slave %s disconnected: slaveAckOffset=%d", conn.peer, s.slave_ack_offset)
+
+    # -- replication state ------------------------------------------------------------------------
+    def _slaves(self):
+        return [c for c in self.connections if c.session is not None and c.session.is_slave]
+
+    @property
+    def connection_count(self) -> int:
+        return sum(1 for c in self.connections if c.session is not None and c.session.is_slave)
+
+    def on_ack(self, conn, ack):
+        self.notify_transfer_some(ack.offset)
+
+    def notify_transfer_some(self, offset: int):
+        if offset > self.push2slave_max_offset:
+            self.push2slave_max_offset = offset
+            log.debug("push2SlaveMaxOffset=%d", offset)
+            self.group_transfer.notify_transfer(offset)
+
+    def is_slave_ok(self, master_put_where: int) -> bool:
+        return (self.connection_count > 0
+                and master_put_where - self.push2slave_max_offset < self.fallbehind_max)
+
+    def wait_for_slave(self, next_offset: int):
+        """Deferred firing with PUT_OK, FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (HA-PROTOCOL §5)."""
+        from twisted.internet import defer
+        if not self.is_slave_ok(next_offset):
+            self.sync_outcomes.inc(outcome="SLAVE_NOT_AVAILABLE")
+            return defer.succeed("SLAVE_NOT_AVAILABLE")
+        d = self.group_transfer.wait(next_offset)
+        self.schedule_pump_all()
+        return d
+
+    def on_append(self, max_offset: int):
+        self.schedule_pump_all()
+
+    def schedule_pump_all(self):
+        if self._pump_all_scheduled is None:
+            self._pump_all_scheduled = self.clock.callLater(0, self._pump_all)
+
+    def _pump_all(self):
+        self._pump_all_scheduled = None
+        for c in list(self.connections):
+            c.pump()
+
+    def tick(self):
+        now = self.clock.seconds()
+        for c in list(self.connections):
+            c.tick(now)
+            c.pump()  # the reference also polls every 100 ms, whether woken or not
+
+    def status(self) -> dict:
+        return {
+            "push2SlaveMaxOffset": self.push2slave_max_offset,
+            "connectionCount": self.connection_count,
+            "unvalidatedConnections": len(self.connections) - self.connection_count,
+            "syncWaiters": len(self.group_transfer),
+            "slaves": [{
+                "addr": c.peer,
+                "state": c.session.state,
+                "slaveRequestOffset": c.session.slave_request_offset,
+                "slaveAckOffset": c.session.slave_ack_offset,
+                "nextTransferFromWhere": c.session.next_transfer_from,
+                "lagBytes": c.session.lag(),
+                "problem": c.session.problem,
+            } for c in self._slaves()],
+        }
+
+
+__all__ = ["HAService", "MasterHAProtocol", "SyncOutcome"]

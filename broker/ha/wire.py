@@ -1,0 +1,93 @@
+"""The HA port's wire format (HA-PROTOCOL §2), as IO-free decoders.
+
+slave -> master: an 8-byte big-endian long, the slave's commit-log max offset. Nothing else.
+master -> slave: fromPhyOffset (i8) + size (i4) + size bytes of raw commit log; size 0 = heartbeat.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+HEADER = struct.Struct(">qi")
+HEADER_SIZE = HEADER.size  # 12
+REPORT = struct.Struct(">q")
+REPORT_SIZE = REPORT.size  # 8
+
+# The reference slave reads into a 4 MiB buffer and cannot take a frame larger than that.
+MAX_FRAME_BODY = 4 * 1024 * 1024
+
+
+class ProtocolError(Exception):
+    """The peer sent something no conforming peer sends; the connection must be closed."""
+
+
+def encode_report(offset: int) -> bytes:
+    return REPORT.pack(offset)
+
+
+def encode_header(offset: int, size: int) -> bytes:
+    return HEADER.pack(offset, size)
+
+
+class ReportReader:
+    """Master side. Only the last complete report in what has arrived counts (several may coalesce)."""
+
+    __slots__ = ("_tail",)
+
+    def __init__(self):
+        self._tail = b""
+
+    def feed(self, data: bytes) -> int | None:
+        if self._tail:
+            data = self._tail + data
+        n = len(data) - len(data) % REPORT_SIZE
+        self._tail = bytes(data[n:])
+        if n == 0:
+            return None
+        return REPORT.unpack_from(data, n - REPORT_SIZE)[0]
+
+
+@dataclass
+class Frame:
+    offset: int
+    body: memoryview  # valid until the next feed(); copy it to keep it
+
+    @property
+    def is_heartbeat(self) -> bool:
+        return len(self.body) == 0
+
+
+class FrameReader:
+    """Slave side. Frames may arrive in any number of pieces, many in one read."""
+
+    def __init__(self, max_body: int = MAX_FRAME_BODY):
+        self.max_body = max_body
+        self._buf = bytearray()
+
+    def feed(self, data) -> list[Frame]:
+        if self._buf:
+            self._buf += data
+            src = memoryview(bytes(self._buf))
+            self._buf.clear()
+        else:
+            src = memoryview(data)
+        frames = []
+        pos, end = 0, len(src)
+        while end - pos >= HEADER_SIZE:
+            offset, size = HEADER.unpack_from(src, pos)
+            if size < 0 or size > self.max_body:
+                raise ProtocolError(f"frame at fromPhyOffset={offset} declares body size {size}; "
+                                    f"allowed 0..{self.max_body}")
+            if offset < 0:
+                raise ProtocolError(f"frame declares negative fromPhyOffset={offset}")
+            if end - pos < HEADER_SIZE + size:
+                break
+            frames.append(Frame(offset, src[pos + HEADER_SIZE:pos + HEADER_SIZE + size]))
+            pos += HEADER_SIZE + size
+        if pos < end:
+            self._buf += src[pos:]
+        return frames
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)

@@ -1,0 +1,1 @@
+"""A RocketMQ 4.x compatible name server (WIRE-FACTS §3)."""

@@ -1,0 +1,144 @@
+"""Name server request processors: header/body parsing around RouteInfoManager and KVConfigManager."""
+from __future__ import annotations
+
+import logging
+
+from twisted.internet.interfaces import IReactorTime
+
+from broker.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
+from broker.namesrv.register_body import RegisterBrokerBody, body_crc32
+from broker.namesrv.route_info import RouteInfoManager
+from broker.remoting import json_body
+from broker.remoting.codes import VERSION_V3_0_11, RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.protocol import ConnectionContext, ProcessorRegistry
+
+log = logging.getLogger(__name__)
+
+
+class NameServerProcessors:
+    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager, clock: IReactorTime):
+        self.routes = routes
+        self.kv = kv
+        self.clock = clock
+
+    def now_ms(self) -> int:
+        return int(self.clock.seconds() * 1000)
+
+    def registry(self) -> ProcessorRegistry:
+        # The Java name server never answers a code it does not know; the client times out.
+        reg = ProcessorRegistry(reply_to_unknown=False)
+        reg.register(RequestCode.PUT_KV_CONFIG, self.put_kv_config)
+        reg.register(RequestCode.GET_KV_CONFIG, self.get_kv_config)
+        reg.register(RequestCode.DELETE_KV_CONFIG, self.delete_kv_config)
+        reg.register(RequestCode.GET_KVLIST_BY_NAMESPACE, self.get_kv_list_by_namespace)
+        reg.register(RequestCode.REGISTER_BROKER, self.register_broker)
+        reg.register(RequestCode.UNREGISTER_BROKER, self.unregister_broker)
+        reg.register(RequestCode.QUERY_DATA_VERSION, self.query_data_version)
+        reg.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self.get_route_info_by_topic)
+        reg.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.get_broker_cluster_info)
+        reg.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topic_list)
+        reg.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
+        return reg
+
+    def channel_closed(self, ctx: ConnectionContext) -> None:
+        self.routes.on_channel_closed(ctx)
+
+    def scan_not_active_brokers(self) -> None:
+        for channel in self.routes.scan_not_active_brokers(self.now_ms()):
+            if isinstance(channel, ConnectionContext):
+                channel.close()
+
+    # ---- brokers --------------------------------------------------------------------------------
+
+    def register_broker(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        broker_name = req.get_str("brokerName")
+        broker_addr = req.get_str("brokerAddr")
+        cluster_name = req.get_str("clusterName")
+        ha_server_addr = req.get_str("haServerAddr")
+        broker_id = req.get_long("brokerId")
+        compressed = req.get_bool("compressed", False)
+        crc = req.get_int("bodyCrc32", 0)
+        if crc != 0 and body_crc32(req.body) != crc:
+            log.warning("register from %s (%s): body crc32 %d does not match header %d",
+                        broker_addr, ctx.peer_address, body_crc32(req.body), crc)
+            return req.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+
+        if not req.body:
+            body = RegisterBrokerBody()
+        elif req.version >= VERSION_V3_0_11:
+            body = RegisterBrokerBody.decode(req.body, compressed)
+        else:
+            body = RegisterBrokerBody.from_wrapper_json(json_body.loads(req.body))
+
+        result = self.routes.register_broker(cluster_name, broker_addr, broker_name, broker_id,
+                                             ha_server_addr, body, ctx, self.now_ms())
+        order_conf = self.kv.namespace(ORDER_TOPIC_CONFIG)
+        return req.make_response(
+            ext_fields={"haServerAddr": result.ha_server_addr, "masterAddr": result.master_addr},
+            body=json_body.dumps({"table": order_conf}) if order_conf else b"",
+        )
+
+    def unregister_broker(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        self.routes.unregister_broker(req.get_str("clusterName"), req.get_str("brokerAddr"),
+                                      req.get_str("brokerName"), req.get_long("brokerId"))
+        return req.make_response()
+
+    def query_data_version(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        broker_addr = req.get_str("brokerAddr")
+        version = json_body.loads(req.body) if req.body else {}
+        changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
+        if not changed:
+            self.routes.touch_broker(broker_addr, self.now_ms())
+        ours = self.routes.query_broker_data_version(broker_addr)
+        return req.make_response(ext_fields={"changed": changed},
+                                 body=json_body.dumps(ours) if ours is not None else b"")
+
+    # ---- routes ---------------------------------------------------------------------------------
+
+    def get_route_info_by_topic(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        topic = req.get_str("topic")
+        route = self.routes.pickup_topic_route(topic)
+        if route is None:
+            return req.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"No topic route info in name server for the topic: {topic}")
+        order_conf = self.kv.get(ORDER_TOPIC_CONFIG, topic)
+        if order_conf:
+            route["orderTopicConf"] = order_conf
+        # Always standard JSON (quoted map keys): the C++ client and fastjson both read it.
+        return req.make_response(body=json_body.dumps(route))
+
+    def get_broker_cluster_info(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return req.make_response(body=json_body.dumps(self.routes.cluster_info()))
+
+    def get_all_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return req.make_response(body=json_body.dumps({"topicList": self.routes.all_topics()}))
+
+    def delete_topic(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        self.routes.delete_topic(req.get_str("topic"))
+        return req.make_response()
+
+    # ---- kv config ------------------------------------------------------------------------------
+
+    def put_kv_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        self.kv.put(req.get_str("namespace"), req.get_str("key"), req.get_str("value"))
+        return req.make_response()
+
+    def get_kv_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        namespace, key = req.get_str("namespace"), req.get_str("key")
+        value = self.kv.get(namespace, key)
+        if value is None:
+            return req.make_response(ResponseCode.QUERY_NOT_FOUND,
+                                     f"No config item, Namespace: {namespace} Key: {key}")
+        return req.make_response(ext_fields={"value": value})
+
+    def delete_kv_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        self.kv.delete(req.get_str("namespace"), req.get_str("key"))
+        return req.make_response()
+
+    def get_kv_list_by_namespace(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        namespace = req.get_str("namespace")
+        table = self.kv.namespace(namespace)
+        if table is None:
+            return req.make_response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
+        return req.make_response(body=json_body.dumps({"table": table}))

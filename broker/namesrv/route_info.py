@@ -1,0 +1,245 @@
+"""The name server's routing tables, IO-free (time and channels are passed in).
+
+Mirrors Java 4.9's RouteInfoManager: brokers register every 30 s; an entry not refreshed for
+120 s expires; a closed channel drops its broker at once; only masters (brokerId 0) feed the
+per-topic queue data, slaves only add their address to the broker group.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Hashable
+
+from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
+from broker.remoting.codes import MASTER_ID
+
+log = logging.getLogger(__name__)
+
+BROKER_CHANNEL_EXPIRED_MS = 120_000
+
+
+@dataclass
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int
+
+    def to_json(self) -> dict:
+        # 4.9 name: topicSysFlag (topicSynFlag up to 4.8); the C++ client ignores it either way.
+        return {
+            "brokerName": self.broker_name,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+
+@dataclass
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "brokerAddrs": {str(i): a for i, a in sorted(self.broker_addrs.items())},
+            "brokerName": self.broker_name,
+            "cluster": self.cluster,
+        }
+
+
+@dataclass
+class BrokerLiveInfo:
+    last_update_ms: int
+    data_version: dict
+    channel: Hashable
+    ha_server_addr: str
+
+
+@dataclass
+class RegisterResult:
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+
+
+def same_version(a: dict | None, b: dict | None) -> bool:
+    """DataVersion.equals: timestamp and counter."""
+    if a is None or b is None:
+        return False
+    return (a.get("timestamp"), a.get("counter")) == (b.get("timestamp"), b.get("counter"))
+
+
+class RouteInfoManager:
+    def __init__(self, expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS):
+        self.expiry_ms = expiry_ms
+        self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
+        self.broker_addr_table: dict[str, BrokerData] = {}
+        self.cluster_addr_table: dict[str, set[str]] = {}
+        self.broker_live_table: dict[str, BrokerLiveInfo] = {}
+        self.filter_server_table: dict[str, list[str]] = {}
+
+    # ---- registration ---------------------------------------------------------------------------
+
+    def register_broker(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
+                        ha_server_addr: str, body: RegisterBrokerBody | None, channel: Hashable,
+                        now_ms: int) -> RegisterResult:
+        self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
+
+        register_first = False
+        broker_data = self.broker_addr_table.get(broker_name)
+        if broker_data is None:
+            register_first = True
+            broker_data = BrokerData(cluster_name, broker_name)
+            self.broker_addr_table[broker_name] = broker_data
+
+        # A slave promoted to master (same ip:port, new id) must not stay listed under its old id.
+        for old_id in [i for i, a in broker_data.broker_addrs.items() if a == broker_addr and i != broker_id]:
+            del broker_data.broker_addrs[old_id]
+        old_addr = broker_data.broker_addrs.get(broker_id)
+        broker_data.broker_addrs[broker_id] = broker_addr
+        register_first = register_first or old_addr is None
+
+        data_version = body.data_version if body is not None else {"counter": 0, "timestamp": 0}
+        if body is not None and broker_id == MASTER_ID:
+            if register_first or self.is_broker_topic_config_changed(broker_addr, data_version):
+                for tc in body.topic_configs.values():
+                    self._create_and_update_queue_data(broker_name, tc)
+
+        previous = self.broker_live_table.get(broker_addr)
+        self.broker_live_table[broker_addr] = BrokerLiveInfo(now_ms, data_version, channel, ha_server_addr)
+        if previous is None:
+            log.info("new broker registered, %s %s (id %d, cluster %s, HA %s)",
+                     broker_name, broker_addr, broker_id, cluster_name, ha_server_addr)
+
+        filters = body.filter_servers if body is not None else []
+        if filters:
+            self.filter_server_table[broker_addr] = list(filters)
+        else:
+            self.filter_server_table.pop(broker_addr, None)
+
+        result = RegisterResult()
+        if broker_id != MASTER_ID:
+            master_addr = broker_data.broker_addrs.get(MASTER_ID)
+            master_live = self.broker_live_table.get(master_addr) if master_addr else None
+            if master_live is not None:
+                result.ha_server_addr = master_live.ha_server_addr
+                result.master_addr = master_addr
+        return result
+
+    def _create_and_update_queue_data(self, broker_name: str, tc: TopicConfig) -> None:
+        queue_data = QueueData(broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
+                               tc.topic_sys_flag)
+        by_broker = self.topic_queue_table.setdefault(tc.topic_name, {})
+        old = by_broker.get(broker_name)
+        if old != queue_data:
+            by_broker[broker_name] = queue_data
+            log.info("topic route %s on %s: %s", tc.topic_name, broker_name,
+                     "new" if old is None else f"changed from {old}")
+
+    def is_broker_topic_config_changed(self, broker_addr: str, data_version: dict) -> bool:
+        live = self.broker_live_table.get(broker_addr)
+        return live is None or not same_version(live.data_version, data_version)
+
+    def query_broker_data_version(self, broker_addr: str) -> dict | None:
+        live = self.broker_live_table.get(broker_addr)
+        return live.data_version if live is not None else None
+
+    def touch_broker(self, broker_addr: str, now_ms: int) -> None:
+        live = self.broker_live_table.get(broker_addr)
+        if live is not None:
+            live.last_update_ms = now_ms
+
+    def unregister_broker(self, cluster_name: str, broker_addr: str, broker_name: str,
+                          broker_id: int) -> None:
+        self.broker_live_table.pop(broker_addr, None)
+        self.filter_server_table.pop(broker_addr, None)
+        log.info("unregister broker %s %s (id %d)", broker_name, broker_addr, broker_id)
+        broker_data = self.broker_addr_table.get(broker_name)
+        if broker_data is not None:
+            # Java removes by id without comparing the address.
+            broker_data.broker_addrs.pop(broker_id, None)
+            if not broker_data.broker_addrs:
+                self._remove_broker_name(broker_name, broker_data.cluster)
+
+    # ---- liveness -------------------------------------------------------------------------------
+
+    def scan_not_active_brokers(self, now_ms: int) -> list[Hashable]:
+        """Drop brokers not heard from for expiry_ms; returns their channels for the caller to close."""
+        expired = [(addr, live) for addr, live in self.broker_live_table.items()
+                   if live.last_update_ms + self.expiry_ms < now_ms]
+        for addr, live in expired:
+            log.warning("broker channel expired, %s, %d ms since last registration",
+                        addr, now_ms - live.last_update_ms)
+            self.broker_live_table.pop(addr, None)
+            self._on_broker_gone(addr)
+        return [live.channel for _, live in expired]
+
+    def on_channel_closed(self, channel: Hashable) -> None:
+        addr = next((a for a, live in self.broker_live_table.items() if live.channel is channel), None)
+        if addr is None:
+            return
+        log.info("broker channel closed, removing %s", addr)
+        del self.broker_live_table[addr]
+        self._on_broker_gone(addr)
+
+    def _on_broker_gone(self, broker_addr: str) -> None:
+        self.filter_server_table.pop(broker_addr, None)
+        for broker_name, broker_data in list(self.broker_addr_table.items()):
+            for i in [i for i, a in broker_data.broker_addrs.items() if a == broker_addr]:
+                del broker_data.broker_addrs[i]
+            if not broker_data.broker_addrs:
+                self._remove_broker_name(broker_name, broker_data.cluster)
+
+    def _remove_broker_name(self, broker_name: str, cluster_name: str) -> None:
+        self.broker_addr_table.pop(broker_name, None)
+        names = self.cluster_addr_table.get(cluster_name)
+        if names is not None:
+            names.discard(broker_name)
+            if not names:
+                del self.cluster_addr_table[cluster_name]
+        for topic in list(self.topic_queue_table):
+            by_broker = self.topic_queue_table[topic]
+            if by_broker.pop(broker_name, None) is not None and not by_broker:
+                del self.topic_queue_table[topic]
+        log.info("broker group %s removed from cluster %s and from all topic routes", broker_name, cluster_name)
+
+    # ---- queries --------------------------------------------------------------------------------
+
+    def pickup_topic_route(self, topic: str) -> dict | None:
+        """TopicRouteData as a JSON-ready dict, or None when the topic has no live route."""
+        by_broker = self.topic_queue_table.get(topic)
+        if not by_broker:
+            return None
+        queue_datas = [q for _, q in sorted(by_broker.items())]
+        broker_datas = []
+        filter_servers: dict[str, list[str]] = {}
+        for q in queue_datas:
+            bd = self.broker_addr_table.get(q.broker_name)
+            if bd is None:
+                continue
+            broker_datas.append(bd.to_json())
+            for addr in bd.broker_addrs.values():
+                if addr in self.filter_server_table:
+                    filter_servers[addr] = list(self.filter_server_table[addr])
+        if not broker_datas:
+            return None
+        return {
+            "brokerDatas": broker_datas,
+            "filterServerTable": filter_servers,
+            "queueDatas": [q.to_json() for q in queue_datas],
+        }
+
+    def cluster_info(self) -> dict:
+        return {
+            "brokerAddrTable": {name: bd.to_json() for name, bd in sorted(self.broker_addr_table.items())},
+            "clusterAddrTable": {c: sorted(names) for c, names in sorted(self.cluster_addr_table.items())},
+        }
+
+    def all_topics(self) -> list[str]:
+        return sorted(self.topic_queue_table)
+
+    def delete_topic(self, topic: str) -> None:
+        self.topic_queue_table.pop(topic, None)

@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Build the project's container images without any container registry.
+#
+#   images/build.sh [base|broker|toxiproxy|all] [--force]
+#
+#   base       rmqha/base       Debian bookworm minbase + python3, made with debootstrap, `docker import`ed
+#   broker     rmqha/broker     base + /opt/venv (Twisted from wheels downloaded on the host) + broker/
+#   toxiproxy  rmqha/toxiproxy  base + toxiproxy-server (images/toxiproxy, Rust, built on the host)
+#
+# Each image is tagged :<content hash of its inputs> and :latest, and carries the
+# hash in the label rmqha.inputs. An image whose hash tag exists is not rebuilt,
+# so a second run is a no-op. Caches live under build/images/ (git-ignored).
+# Environment: FORCE=1 (same as --force), DEBIAN_MIRROR, DOCKER_BUILDKIT (default 0).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+CACHE="$ROOT/build/images"
+LOGS="$CACHE/logs"
+FORCE=${FORCE:-0}
+export DOCKER_BUILDKIT=${DOCKER_BUILDKIT:-0}
+T0=$SECONDS
+
+# ---------------------------------------------------------------- helpers
+bold=""; dim=""; red=""; off=""
+if [ -t 1 ]; then bold=$'\e[1m'; dim=$'\e[2m'; red=$'\e[31m'; off=$'\e[0m'; fi
+
+say()  { printf '%s[%4ds]%s %s\n' "$dim" $((SECONDS - T0)) "$off" "$*"; }
+step() { STEP_NAME=$1; STEP_T=$SECONDS; say "${bold}$1${off}"; }
+done_step() { say "  ok: $STEP_NAME ($((SECONDS - STEP_T))s)${1:+ - $1}"; }
+die() {
+    # die WHAT HINT
+    printf '%s[%4ds] error: %s%s\n' "$red" $((SECONDS - T0)) "$1" "$off" >&2
+    [ -n "${2:-}" ] && printf '         next: %s\n' "$2" >&2
+    exit 1
+}
+# Prefix every line of a long-running command with the elapsed seconds.
+# Lines are cut at 120 characters to keep the output condensed.
+stamp() { local line; while IFS= read -r line; do printf '%s[%4ds]%s   %s\n' "$dim" $((SECONDS - T0)) "$off" "${line:0:120}"; done; }
+
+sha() { sha256sum | cut -c1-16; }
+tree_hash() {  # tree_hash DIR [find-args...]: hash of relative paths and contents
+    local dir=$1; shift
+    [ -d "$dir" ] || { echo "absent" | sha; return; }
+    (cd "$dir" && find . -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path './target/*' "$@" -print0 \
+        | LC_ALL=C sort -z | xargs -0 -r sha256sum) | sha
+}
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+image_size() { docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1000000}'; }
+
+# Run `docker build`, showing only the step lines; the full output goes to a log.
+docker_build() {  # docker_build NAME CONTEXT ARGS...
+    local name=$1 ctx=$2; shift 2
+    local log="$LOGS/$name-docker-build.log"
+    say "  docker build ($name), full log: ${log#$ROOT/}"
+    if ! docker build "$@" "$ctx" 2>&1 | tee "$log" \
+            | grep --line-buffered -E '^(Step [0-9]+/[0-9]+ :|#[0-9]+ \[|Successfully tagged|ERROR|error|twisted [0-9])' \
+            | stamp; then
+        tail -n 30 "$log" >&2
+        die "docker build of $name failed (log: $log)" \
+            "read the log above; if the base image is missing run: images/build.sh base --force"
+    fi
+}
+
+check_docker() {
+    command -v docker >/dev/null || die "docker CLI not found" "apt-get install -y docker.io"
+    docker info >/dev/null 2>&1 || die "the Docker engine does not answer" \
+        "start it (systemctl start docker, or dockerd &) and check 'docker info'"
+}
+
+pick_python() {
+    if [ -x "$ROOT/.venv/bin/python" ]; then echo "$ROOT/.venv/bin/python"; return; fi
+    command -v python3 >/dev/null || die "python3 not found on the host" "apt-get install -y python3 python3-pip"
+    echo python3
+}
+
+# ---------------------------------------------------------------- base
+base_hash() {
+    { echo "recipe-v1 bookworm minbase"; cat "$HERE/base/packages.txt" "$HERE/base/mkrootfs.sh"; } | sha
+}
+
+build_base() {
+    [ -n "${BASE_IMAGE:-}" ] && return  # once per run
+    local hash; hash=$(base_hash)
+    BASE_IMAGE="rmqha/base:$hash"
+    if [ "$FORCE" != 1 ] && image_exists "$BASE_IMAGE"; then
+        docker tag "$BASE_IMAGE" rmqha/base:latest
+        say "base: $BASE_IMAGE is up to date ($(image_size "$BASE_IMAGE"))"
+        return
+    fi
+    local tarball="$CACHE/base-rootfs-$hash.tar.gz"
+    if [ "$FORCE" = 1 ] || [ ! -s "$tarball" ]; then
+        if ! command -v debootstrap >/dev/null; then
+            step "base: installing debootstrap (apt-get)"
+            [ "$(id -u)" = 0 ] || die "debootstrap is not installed" "sudo apt-get install -y debootstrap"
+            { apt-get update -qq && apt-get install -y -qq debootstrap; } 2>&1 | stamp \
+                || die "could not install debootstrap" "check that Debian mirrors are reachable: apt-get update"
+            done_step
+        fi
+        [ "$(id -u)" = 0 ] || die "debootstrap needs root" "run images/build.sh base as root (or with sudo)"
+        step "base: debootstrap bookworm (minbase + $(grep -v '^#' "$HERE/base/packages.txt" | xargs | tr ' ' ','))"
+        rm -f "$CACHE"/base-rootfs-*.tar.gz
+        bash "$HERE/base/mkrootfs.sh" "$tarball" 2>&1 | stamp \
+            || die "debootstrap failed" \
+                   "check that Debian mirrors are reachable: apt-get update (DEBIAN_MIRROR=... overrides the mirror)"
+        done_step "$(du -h "$tarball" | cut -f1) rootfs tarball"
+    else
+        say "base: reusing cached rootfs ${tarball#$ROOT/}"
+    fi
+    step "base: docker import -> $BASE_IMAGE"
+    docker import \
+        --change 'ENV LANG=C.UTF-8' \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change "LABEL rmqha.inputs=$hash" \
+        --change 'CMD ["/bin/bash"]' \
+        -m "rmqha base: debian bookworm minbase, recipe $hash" \
+        "$tarball" "$BASE_IMAGE" >/dev/null \
+        || die "docker import failed" "check 'docker info' and free disk space under /var/lib/docker"
+    docker tag "$BASE_IMAGE" rmqha/base:latest
+    done_step "$(image_size "$BASE_IMAGE")"
+}
+
+# ---------------------------------------------------------------- broker
+# Runtime requirements: the [project] dependencies of pyproject.toml.
+broker_requirements() {
+    "$PY" - "$ROOT/pyproject.toml" <<'EOF'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+EOF
+}
+
+fetch_wheels() {  # -> sets WHEELS dir
+    local reqs=$1 rhash
+    rhash=$(printf 'cp311-manylinux-x86_64\n%s\n' "$reqs" | sha)
+    WHEELS="$CACHE/wheels-$rhash"
+    if [ -f "$WHEELS/.complete" ]; then
+        say "broker: reusing $(ls "$WHEELS"/*.whl | wc -l) cached wheels (${WHEELS#$ROOT/})"
+        return
+    fi
+    step "broker: pip download wheels for cp311 manylinux x86_64: $(echo "$reqs" | xargs)"
+    rm -rf "$WHEELS"; mkdir -p "$WHEELS"
+    local req_file="$WHEELS/requirements.txt"
+    echo "$reqs" > "$req_file"
+    PIP_FIND_LINKS= "$PY" -m pip download --disable-pip-version-check --progress-bar off \
+        --only-binary=:all: --implementation cp --python-version 3.11 --abi cp311 \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
+        -r "$req_file" -d "$WHEELS" 2>&1 | grep --line-buffered -E '^(Collecting|Saved|ERROR)' | stamp \
+        || die "pip download failed" "check that PyPI is reachable: $PY -m pip download Twisted==26.10.0 -d /tmp/w"
+    touch "$WHEELS/.complete"
+    done_step "$(ls "$WHEELS"/*.whl | wc -l) wheels"
+}
+
+build_broker() {
+    build_base
+    PY=$(pick_python)
+    local reqs; reqs=$(broker_requirements) || die "cannot read dependencies from pyproject.toml" "check pyproject.toml"
+    fetch_wheels "$reqs"
+    local src_hash hash
+    src_hash=$(tree_hash "$ROOT/broker")
+    hash=$({ echo "$BASE_IMAGE"; cat "$HERE/broker/Dockerfile"; echo "$reqs"; ls "$WHEELS"; echo "$src_hash"; } | sha)
+    local image="rmqha/broker:$hash"
+    if [ "$FORCE" != 1 ] && image_exists "$image"; then
+        docker tag "$image" rmqha/broker:latest
+        say "broker: $image is up to date ($(image_size "$image"))"
+        return
+    fi
+    step "broker: docker build -> $image"
+    local ctx="$CACHE/ctx-broker"
+    rm -rf "$ctx"; mkdir -p "$ctx/wheels" "$ctx/broker"
+    cp "$HERE/broker/Dockerfile" "$ctx/"
+    cp "$WHEELS"/*.whl "$WHEELS/requirements.txt" "$ctx/wheels/"
+    if [ -d "$ROOT/broker" ]; then
+        tar -C "$ROOT/broker" --exclude=__pycache__ --exclude='*.pyc' -cf - . | tar -C "$ctx/broker" -xf -
+    else
+        say "  warning: $ROOT/broker is missing; the image carries an empty broker package"
+    fi
+    docker_build broker "$ctx" --build-arg "BASE=$BASE_IMAGE" --label "rmqha.inputs=$hash" \
+        -t "$image" -t rmqha/broker:latest
+    done_step "$(image_size "$image")"
+}
+
+# ---------------------------------------------------------------- toxiproxy
+build_toxiproxy_binary() {  # -> sets TOXI_BIN
+    command -v cargo >/dev/null || die "cargo not found" \
+        "install a Rust toolchain (rustup, or apt-get install -y cargo if new enough for axum 0.8)"
+    local src="$HERE/toxiproxy" shash
+    shash=$({ rustc -V 2>/dev/null; cat "$src/Cargo.toml" "$src/Cargo.lock"; tree_hash "$src/src"; } | sha)
+    local out="$CACHE/toxiproxy-bin-$shash"
+    TOXI_BIN="$out/toxiproxy-server"
+    if [ -x "$TOXI_BIN" ]; then
+        say "toxiproxy: reusing cached binary ${TOXI_BIN#$ROOT/}"
+        return
+    fi
+    step "toxiproxy: cargo build --release (images/toxiproxy)"
+    local log="$LOGS/toxiproxy-cargo.log"
+    CARGO_TARGET_DIR="$CACHE/cargo-target" cargo build --release --locked \
+        --manifest-path "$src/Cargo.toml" 2>&1 | tee "$log" \
+        | grep --line-buffered -E '^\s*(Compiling rmqha|Finished|error|warning: unused)|^\s+Downloaded [0-9]+ crates' | stamp \
+        || { tail -n 30 "$log" >&2; die "cargo build of toxiproxy-server failed (log: $log)" \
+            "check that crates.io is reachable (cargo fetch --manifest-path images/toxiproxy/Cargo.toml) and read the errors above"; }
+    rm -rf "$CACHE"/toxiproxy-bin-*
+    mkdir -p "$out"
+    cp "$CACHE/cargo-target/release/toxiproxy-server" "$TOXI_BIN"
+    done_step "$(du -h "$TOXI_BIN" | cut -f1) binary"
+}
+
+build_toxiproxy() {
+    build_base
+    build_toxiproxy_binary
+    local hash
+    hash=$({ echo "$BASE_IMAGE"; cat "$HERE/toxiproxy/Dockerfile"; sha256sum < "$TOXI_BIN"; } | sha)
+    local image="rmqha/toxiproxy:$hash"
+    if [ "$FORCE" != 1 ] && image_exists "$image"; then
+        docker tag "$image" rmqha/toxiproxy:latest
+        say "toxiproxy: $image is up to date ($(image_size "$image"))"
+        return
+    fi
+    step "toxiproxy: docker build -> $image"
+    local ctx="$CACHE/ctx-toxiproxy"
+    rm -rf "$ctx"; mkdir -p "$ctx"
+    cp "$HERE/toxiproxy/Dockerfile" "$TOXI_BIN" "$ctx/"
+    docker_build toxiproxy "$ctx" --build-arg "BASE=$BASE_IMAGE" --label "rmqha.inputs=$hash" \
+        -t "$image" -t rmqha/toxiproxy:latest
+    done_step "$(image_size "$image")"
+}
+
+# ---------------------------------------------------------------- main
+target=all
+for arg in "$@"; do
+    case "$arg" in
+        base|broker|toxiproxy|all) target=$arg ;;
+        --force|-f) FORCE=1 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument: $arg" "usage: images/build.sh [base|broker|toxiproxy|all] [--force]" ;;
+    esac
+done
+
+mkdir -p "$CACHE" "$LOGS"
+check_docker
+case "$target" in
+    base) build_base ;;
+    broker) build_broker ;;
+    toxiproxy) build_toxiproxy ;;
+    all) build_base; build_broker; build_toxiproxy ;;
+esac
+say "images ready ($((SECONDS - T0))s): $(docker images --format '{{.Repository}}:{{.Tag}}' 'rmqha/*' | grep -c . ) tags; \
+docker images 'rmqha/*' lists them"

@@ -1,0 +1,62 @@
+"""One place that builds the SparkSession, so every entry point picks the master the same way.
+
+Master, first match wins:
+  1. the `master` argument (the CLI's --master);
+  2. `spark.master` already in the JVM's configuration: spark-submit --master, or
+     PYSPARK_SUBMIT_ARGS="--master ... pyspark-shell", or spark-defaults.conf;
+  3. the SPARK_MASTER environment variable;
+  4. local[*].
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import zipfile
+
+DEFAULT_MASTER = "local[*]"
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def resolve_master(explicit: str | None = None) -> str:
+    if explicit:
+        return explicit
+    from pyspark import SparkConf, SparkContext
+    SparkContext._ensure_initialized()  # starts the JVM (via spark-submit) so its conf is visible
+    conf = SparkConf()                  # loads spark.* system properties from that JVM
+    if conf.contains("spark.master"):
+        return conf.get("spark.master")
+    return os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
+
+
+def get_spark(app_name: str = "rocketmq-audit", master: str | None = None, conf: dict | None = None):
+    from pyspark.sql import SparkSession
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name).master(resolve_master(master))
+    defaults = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "false",
+    }
+    for k, v in {**defaults, **(conf or {})}.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if not spark.sparkContext.master.startswith("local"):
+        ship_code(spark)
+    return spark
+
+
+def ship_code(spark) -> str:
+    """Zip the `broker` and `pipeline` packages and hand them to the executors (non-local masters)."""
+    path = os.path.join(tempfile.mkdtemp(prefix="rmq-pipeline-"), "rmq_pipeline_code.zip")
+    with zipfile.ZipFile(path, "w") as zf:
+        for pkg in ("broker", "pipeline"):
+            for dirpath, _, names in os.walk(os.path.join(_ROOT, pkg)):
+                for n in names:
+                    if n.endswith(".py"):
+                        full = os.path.join(dirpath, n)
+                        zf.write(full, os.path.relpath(full, _ROOT))
+    spark.sparkContext.addPyFile(path)
+    return path

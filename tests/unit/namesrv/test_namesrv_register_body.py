@@ -1,0 +1,63 @@
+import struct
+import zlib
+
+import pytest
+
+from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
+
+# As a Java 4.9 broker writes it with fastjson (sorted keys, no spaces).
+JAVA_PLAIN = (
+    b'{"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":{"counter":3,'
+    b'"timestamp":1700000000123},"topicConfigTable":{"TopicTest":{"order":false,"perm":6,'
+    b'"readQueueNums":4,"topicFilterType":"SINGLE_TAG","topicName":"TopicTest","topicSysFlag":0,'
+    b'"writeQueueNums":4},"%RETRY%g":{"order":false,"perm":6,"readQueueNums":1,'
+    b'"topicFilterType":"SINGLE_TAG","topicName":"%RETRY%g","topicSysFlag":0,"writeQueueNums":1}}}}'
+)
+
+
+def java_compressed(data_version: bytes, topics: list[str], filters: bytes = b"[]") -> bytes:
+    out = struct.pack(">i", len(data_version)) + data_version + struct.pack(">i", len(topics))
+    for t in topics:
+        b = t.encode()
+        out += struct.pack(">i", len(b)) + b
+    out += struct.pack(">i", len(filters)) + filters
+    return zlib.compress(out, 9)
+
+
+def test_decode_java_plain_json():
+    body = RegisterBrokerBody.decode(JAVA_PLAIN, compressed=False)
+    assert body.data_version == {"counter": 3, "timestamp": 1700000000123}
+    assert set(body.topic_configs) == {"TopicTest", "%RETRY%g"}
+    tc = body.topic_configs["TopicTest"]
+    assert (tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_filter_type) == (4, 4, 6, "SINGLE_TAG")
+    assert body.filter_servers == []
+
+
+def test_decode_java_compressed_form():
+    data = java_compressed(b'{"counter":7,"timestamp":42}',
+                           ["TopicTest 8 8 6 SINGLE_TAG", 'T5 2 2 4 MULTI_TAG {"a":"b"}'],
+                           b'["10.0.0.1:9999"]')
+    body = RegisterBrokerBody.decode(data, compressed=True)
+    assert body.data_version == {"counter": 7, "timestamp": 42}
+    assert body.topic_configs["TopicTest"] == TopicConfig("TopicTest", 8, 8, 6, "SINGLE_TAG")
+    assert body.topic_configs["T5"].topic_filter_type == "MULTI_TAG"
+    assert body.filter_servers == ["10.0.0.1:9999"]
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_round_trip(compressed):
+    body = RegisterBrokerBody({"A": TopicConfig("A", 4, 2, 6), "B": TopicConfig("B", 1, 1, 4)},
+                              {"counter": 9, "timestamp": 5}, ["x:1"])
+    back = RegisterBrokerBody.decode(body.encode(compressed), compressed)
+    assert back == body
+
+
+def test_truncated_compressed_body():
+    data = zlib.compress(struct.pack(">i", 100) + b"{}")
+    with pytest.raises(ValueError, match="truncated"):
+        RegisterBrokerBody.decode(data, compressed=True)
+
+
+def test_crc_is_31_bits():
+    assert body_crc32(b"hello") == zlib.crc32(b"hello") & 0x7FFFFFFF
+    assert body_crc32(b"\xff" * 9) < 2**31
