@@ -10,8 +10,8 @@ task starts at the first *sync point* at or after its start. A sync point is a p
 record.scan() decodes a whole valid message whose PHYSICALOFFSET field equals the file base + p (a
 record names its own position, so a match is not a coincidence), or an end-of-file blank whose
 TOTALSIZE is exactly the rest of the mapped file. From there the task walks TOTALSIZE to TOTALSIZE,
-reading past its end to finish its last record, and stops at the first record starting at or after
-its end. After an unreadable record it resumes at the next sync point, so a flipped byte costs one
+reading past its end to finish its last record, and stops at the first sync point at or after its
+end (an unreadable span starting past its end is still its own: no other task can start there). After an unreadable record it resumes at the next sync point, so a flipped byte costs one
 row, not the rest of the file, and a whole-file walk and a split walk give the same rows.
 
 Row statuses:
@@ -36,6 +36,7 @@ from .runfolder import Node
 
 DEFAULT_RANGE_BYTES = 64 << 20
 WINDOW = 8 << 20              # bytes read per pread
+MAX_RECORD = 32 << 20         # a larger TOTALSIZE is garbage (RocketMQ's maxMessageSize is 4 MiB)
 _MSG_MAGIC = record.MESSAGE_MAGIC.to_bytes(4, "big")
 _BLANK_MAGIC = record.BLANK_MAGIC.to_bytes(4, "big")
 
@@ -97,8 +98,9 @@ class _RangeReader:
     def scan(self, pos: int):
         buf, i = self.window(pos, 8)
         r = record.scan(buf, i, True, False)
-        if r.kind == Scan.PARTIAL and self.buf_start + len(buf) < self.length:
-            buf, i = self.window(pos, max(r.size, 8) if r.size <= self.length - pos else self.length - pos)
+        if (r.kind == Scan.PARTIAL and self.buf_start + len(buf) < self.length
+                and r.size <= MAX_RECORD):
+            buf, i = self.window(pos, min(max(r.size, 8), self.length - pos))
             r = record.scan(buf, i, True, False)
         return r, buf, i
 
@@ -134,7 +136,8 @@ class _RangeReader:
             if data is None or data >= hi:
                 return None
             # A hole's edge is block-aligned; back up so a header straddling it is still seen.
-            pos = max(lo, data - 8) if data > pos else pos
+            if data > pos:
+                pos = max(pos, data - 8)
             stop = min(hi, pos + WINDOW)
             chunk = os.pread(self.fd, stop - pos + 8, pos)
             limit = stop - pos + 8
@@ -142,7 +145,8 @@ class _RangeReader:
             for magic in (_MSG_MAGIC, _BLANK_MAGIC):
                 j = chunk.find(magic, 4, limit)
                 while j >= 0:
-                    cands.append(j - 4)
+                    if j - 4 < stop - pos:
+                        cands.append(j - 4)
                     j = chunk.find(magic, j + 1, limit)
             for c in sorted(cands):
                 if self.is_sync(pos + c) is not None:
@@ -169,14 +173,18 @@ def decode_range(task) -> list[tuple]:
     rd = _RangeReader(path, base, length, mapped_size)
     try:
         p = start if start == 0 else rd.find_sync(start, end)
-        while p is not None and p < end:
+        while p is not None and p < length:
             r, buf, i = rd.scan(p)
+            good = (r.kind == Scan.MESSAGE and r.message.physical_offset == base + p
+                    or r.kind == Scan.BLANK and r.size == mapped_size - p)
+            if good and p >= end:
+                break  # the next range starts here (it is a sync point)
             if r.kind == Scan.MESSAGE and r.message.physical_offset == base + p:
                 rows.append(_row(meta, fname, base + p, r.size, "ok", m=r.message,
                                  rcrc=zlib.crc32(memoryview(buf)[i:i + r.size])))
                 p += r.size
                 continue
-            if r.kind == Scan.BLANK and r.size == mapped_size - p:
+            if r.kind == Scan.BLANK and good:
                 rows.append(_row(meta, fname, base + p, r.size, "blank",
                                  rcrc=zlib.crc32(memoryview(buf)[i:i + 8])))
                 break
@@ -186,6 +194,8 @@ def decode_range(task) -> list[tuple]:
                 reason = f"blank record of {r.size} bytes, {mapped_size - p} left in the file"
             else:
                 reason = r.reason
+            # Not a sync point, so no other task starts here: the task that walked into it reports it,
+            # even past its own end, and stops at the next sync point.
             q = rd.find_sync(p + 1, length)
             if q is None:
                 if reason != "zeros":

@@ -199,7 +199,7 @@ impl Writer {
         }
     }
 
-    async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
+    async fn run(&mut self, mut rx: mpsc::Receiver<Msg>) {
         loop {
             let active = self.active();
             let mut dropping = false;
@@ -423,7 +423,7 @@ async fn writer(
     ctl: Arc<ConnCtl>,
 ) {
     let now = Instant::now();
-    let w = Writer {
+    let mut w = Writer {
         dst,
         stream,
         toxics,
@@ -433,7 +433,12 @@ async fn writer(
         bandwidth_next: now,
         last_data: now,
     };
-    w.run(rx).await
+    w.run(rx).await;
+    // Dropping a tokio write half would shut down its direction (a FIN) first,
+    // which a client reads as a clean end of stream before any reset; a clean
+    // close has already sent its shutdown in run(). Closing is left to the
+    // last handle of the socket, with linger 0 when the link was reset.
+    w.dst.forget();
 }
 
 pub fn log(msg: &str) {

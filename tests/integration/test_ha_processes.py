@@ -1,0 +1,172 @@
+"""A master and a slave as two real processes, started from two .properties files."""
+import filecmp
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from broker.store.message_store import MessageStore
+from broker.store.record import Message
+
+pytestmark = pytest.mark.integration
+
+FILE_SIZE = 1 << 20
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port_block(n=3):
+    """A base port with n free consecutive ports after it."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n >= 65535:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free ports")
+
+
+def write_conf(path, **props):
+    path.write_text("\n".join(f"{k}={v}" for k, v in props.items()) + "\n")
+    return path
+
+
+class Broker:
+    def __init__(self, conf, log):
+        self.conf, self.log, self.proc = conf, log, None
+        text = conf.read_text()
+        self.port = int(text.split("listenPort=")[1].split()[0])
+
+    def start(self):
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker", "-c", str(self.conf)],
+                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, cwd=REPO)
+        wait_for(lambda: self.status() is not None, 20, f"broker {self.conf.name} did not start; see {self.log}")
+
+    def status(self):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port + 2}/status", timeout=1) as r:
+                return json.load(r)
+        except OSError:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"broker exited with {self.proc.returncode}:\n{open(self.log).read()[-3000:]}")
+            return None
+
+    def metrics(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port + 2}/metrics", timeout=2) as r:
+            return r.read().decode()
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def wait_for(cond, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s: {what}")
+
+
+def append_offline(store_dir, n, start):
+    """Write messages into a stopped master's store, as its own send path would have."""
+    s = MessageStore(str(store_dir), commitlog_file_size=FILE_SIZE)
+    s.start()
+    for i in range(start, start + n):
+        s.put_message(Message(topic="TopicTest", body=os.urandom(700), queue_id=i % 4,
+                              properties={"UNIQ_KEY": f"K{i}", "TAGS": "TagA"}))
+    end = s.max_offset
+    s.shutdown()
+    return end
+
+
+def identical(a, b):
+    names = sorted(os.listdir(b))
+    return names and all(filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
+
+
+@pytest.fixture
+def pair(tmp_path):
+    mport, sport = free_port_block(), free_port_block()
+    master_store, slave_store = tmp_path / "master", tmp_path / "slave"
+    common = dict(brokerClusterName="DefaultCluster", brokerName="broker-a", flushDiskType="ASYNC_FLUSH",
+                  mappedFileSizeCommitLog=FILE_SIZE, brokerIP1="127.0.0.1", haSendHeartbeatInterval=1000)
+    mconf = write_conf(tmp_path / "broker-a.properties", brokerId=0, brokerRole="SYNC_MASTER",
+                       listenPort=mport, storePathRootDir=master_store, **common)
+    sconf = write_conf(tmp_path / "broker-a-s.properties", brokerId=1, brokerRole="SLAVE",
+                       listenPort=sport, storePathRootDir=slave_store,
+                       haMasterAddress=f"127.0.0.1:{mport + 1}", **common)
+    m, s = Broker(mconf, tmp_path / "master.log"), Broker(sconf, tmp_path / "slave.log")
+    yield m, s, master_store, slave_store
+    m.stop()
+    s.stop()
+
+
+def caught_up(m, s):
+    ms, ss = m.status(), s.status()
+    return ms and ss and ss["maxPhyOffset"] == ms["maxPhyOffset"] and ms["ha"]["slaves"] and \
+        ms["ha"]["slaves"][0]["slaveAckOffset"] == ms["maxPhyOffset"]
+
+
+def test_two_processes_replicate_and_resume_after_either_restarts(pair):
+    m, s, mdir, sdir = pair
+    end = append_offline(mdir, 3000, 0)  # ~2.2 MiB over 3 files
+    m.start()
+    s.start()
+    wait_for(lambda: caught_up(m, s), 30, "slave did not catch up")
+    # An empty slave starts at the master's last file (the reference's rule).
+    assert s.status()["minPhyOffset"] == end - end % FILE_SIZE
+    assert identical(mdir / "commitlog", sdir / "commitlog")
+
+    # Metrics carry the replication figures.
+    text = m.metrics()
+    assert f"rocketmq_commitlog_max_offset {end}" in text
+    assert "rocketmq_ha_connections 1" in text and f"rocketmq_ha_push2slave_max_offset {end}" in text
+    assert 'rocketmq_ha_slave_ack_offset{slave="127.0.0.1:' in text
+    stext = s.metrics()
+    assert "rocketmq_ha_slave_connected 1" in stext and f"rocketmq_ha_slave_reported_offset {end}" in stext
+
+    # Master restarts with more data; the slave reconnects from its own max offset.
+    m.stop()
+    end2 = append_offline(mdir, 500, 3000)
+    m.start()
+    wait_for(lambda: caught_up(m, s), 30, "slave did not resume after the master restarted")
+    slave_entry = m.status()["ha"]["slaves"][0]
+    assert slave_entry["slaveRequestOffset"] == end
+    assert identical(mdir / "commitlog", sdir / "commitlog")
+
+    # Slave killed hard (no clean shutdown) while the master moves on; it resumes from its own log.
+    s.stop(signal.SIGKILL)
+    m.stop()
+    end3 = append_offline(mdir, 500, 3500)
+    m.start()
+    s.start()
+    assert s.status()["cleanShutdownBefore"] is False
+    wait_for(lambda: caught_up(m, s), 30, "slave did not resume after being killed")
+    assert m.status()["ha"]["slaves"][0]["slaveRequestOffset"] == end2
+    assert identical(mdir / "commitlog", sdir / "commitlog")
+    assert s.status()["maxPhyOffset"] == end3
+    # And the slave's consume queues serve what it received.
+    wait_for(lambda: s.status()["dispatchOffset"] == end3, 10, "slave consume queues not built")
