@@ -136,6 +136,8 @@ class BrokerConfig:
     haReconnectMaxDelay: int = _prop("haReconnectMaxDelay", 1000, minimum=10,
                                      doc="ours; the slave retries its master with backoff up to this many ms")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
+    commitLogPreallocate: bool = _prop("commitLogPreallocate", True,
+                                       doc="ours; reserve each commit-log file's blocks when it is created")
 
     # Set by from_properties: keys we do not use.
     unknown_keys: list[str] = field(default_factory=list, metadata=dict(name=None))

@@ -1,18 +1,132 @@
-"""BrokerServer: the whole broker process: the controller (store, HA, metrics) plus the client-facing
-remoting server and name-server registration once those are wired in."""
+"""BrokerServer: the whole broker process.
+
+The controller (store, HA role, disk flushing, metrics endpoint), the topic config and consumer
+offset managers, the client-facing remoting server on listenPort with every request processor,
+registration with the name servers, and (on a slave) the copy of the master's topics and offsets.
+
+start(): load config/topics.json and config/consumerOffset.json, start the controller, install the
+processors, listen, register with the name servers, start the slave synchronizer.
+stop(): the reverse: unregister, stop listening and close client connections (held long polls are
+answered first), write consumer offsets, stop the controller.
+"""
 from __future__ import annotations
 
+import logging
+
+from twisted.internet import defer
+
 from .controller import BrokerController
+from .processors.admin import AdminProcessors
+from .processors.clients import ClientManager
+from .processors.consumer_offsets import ConsumerOffsetManager, ConsumerOffsetProcessors
+from .processors.offset_queries import OffsetQueryProcessors
+from .processors.pull import PullProcessor
+from .processors.send import SendProcessor
+from .processors.send_back import SendBackProcessor
+from .processors.topics import TopicConfigManager, TopicProcessors
+from .registration import BrokerRegistration
+from .remoting.protocol import ProcessorRegistry, RemotingServerFactory
+from .slave_sync import SlaveSynchronize
+from .store.mapped_file import StoreError
+
+log = logging.getLogger("broker")
 
 
 class BrokerServer:
-    def __init__(self, config, reactor):
+    def __init__(self, config, reactor, clock=None, run_in_thread=None):
         self.config = config
         self.reactor = reactor
-        self.controller = BrokerController(config, reactor)
+        self.clock = clock or reactor
+        self.controller = BrokerController(config, reactor, clock=self.clock, run_in_thread=run_in_thread)
+        # /status shows the whole process, not only the controller's part.
+        self._controller_status = self.controller.status
+        self.controller.status = self.status
+        self.topics = TopicConfigManager(config, self.clock)
+        self.offsets = ConsumerOffsetManager(config.storePathRootDir, self.clock)
+        self.clients = ClientManager(config, self.clock, self.topics)
+        self.registry = ProcessorRegistry(reply_to_unknown=True)
+        self.factory = RemotingServerFactory(self.registry, clock=self.clock)
+        self.send: SendProcessor | None = None
+        self.pull: PullProcessor | None = None
+        self.admin: AdminProcessors | None = None
+        self.registration: BrokerRegistration | None = None
+        self.slave_sync: SlaveSynchronize | None = None
+        self.port = None
+        self.started = False
 
-    def start(self):
-        self.controller.start()
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self, listen: bool = True) -> None:
+        c = self.config
+        try:
+            self.topics.load()
+            self.offsets.load()
+        except ValueError as e:
+            raise StoreError(str(e)) from None
+        self.controller.start(listen=listen)
+        store = self.controller.store
+        self.send = SendProcessor(c, self.controller, self.topics)
+        self.pull = PullProcessor(c, store, self.topics, self.offsets, self.clients, self.clock)
+        self.pull.install_metrics(self.controller.metrics)
+        self.admin = AdminProcessors(c, self.controller, self.topics, self.offsets, self.clients, self.pull)
+        for part in (self.send, self.pull, self.admin, self.clients, TopicProcessors(self.topics),
+                     ConsumerOffsetProcessors(self.offsets, store), OffsetQueryProcessors(store),
+                     SendBackProcessor(c, self.controller, self.topics)):
+            part.register(self.registry)
+        self._install_metrics()
+        self.offsets.start()
+        self.clients.start()
+        if listen:
+            self.port = self.reactor.listenTCP(c.listenPort, self.factory)
+            log.info("remoting server listening on port %d", c.listenPort)
+        if not c.is_master:
+            self.slave_sync = SlaveSynchronize(self.topics, self.offsets, self.reactor, self.clock)
+            self.slave_sync.start()
+        if listen:
+            self.registration = BrokerRegistration(c, self.topics, self.reactor, self.clock,
+                                                   ha_client=self.controller.ha_client,
+                                                   slave_sync=self.slave_sync)
+            self.registration.start()
+        self.started = True
 
-    def stop(self):
-        return self.controller.stop()
+    def stop(self) -> defer.Deferred:
+        d = self.registration.stop() if self.registration is not None else defer.succeed(None)
+        d.addBoth(lambda _: self._stop_rest())
+        return d
+
+    def _stop_rest(self):
+        ds = []
+        if self.pull is not None:
+            self.pull.hold_service.stop()
+        if self.slave_sync is not None:
+            self.slave_sync.stop()
+        self.clients.stop()
+        if self.port is not None:
+            ds.append(defer.maybeDeferred(self.port.stopListening))
+            self.port = None
+        for ctx in list(self.factory.connections):
+            ctx.close()
+        self.offsets.stop()
+        if self.started:
+            ds.append(self.controller.stop())
+        self.started = False
+        return defer.DeferredList(ds)
+
+    # -- observability -------------------------------------------------------------------------------
+    def _install_metrics(self) -> None:
+        reg = self.controller.metrics
+        reg.gauge("client_connections", "remoting connections from clients", lambda: len(self.factory.connections))
+        reg.gauge("consumer_groups", "consumer groups with at least one live connection",
+                  lambda: len(self.clients.consumer_groups))
+        reg.gauge("topics", "topic configs held", lambda: len(self.topics.table))
+
+    def status(self) -> dict:
+        out = self._controller_status()
+        out["listenPort"] = self.config.listenPort
+        out["topics"] = len(self.topics.table)
+        out["consumerGroups"] = {g: i.client_ids() for g, i in self.clients.consumer_groups.items()}
+        out["clientConnections"] = len(self.factory.connections)
+        if self.registration is not None:
+            out["registration"] = self.registration.status()
+        if self.slave_sync is not None:
+            out["slaveSync"] = self.slave_sync.status()
+        return out

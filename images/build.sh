@@ -45,6 +45,14 @@ tree_hash() {  # tree_hash DIR [find-args...]: hash of relative paths and conten
     (cd "$dir" && find . -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path './target/*' "$@" -print0 \
         | LC_ALL=C sort -z | xargs -0 -r sha256sum) | sha
 }
+# Untag superseded content-hash tags of a repository (keeps :latest and KEEP).
+prune_old() {  # prune_old REPO KEEP_TAG
+    local old
+    old=$(docker images --format '{{.Repository}}:{{.Tag}}' "$1" | grep -v -e ':latest$' -e ":$2\$" || true)
+    [ -z "$old" ] && return
+    say "  untagging superseded: $(echo $old)"
+    echo "$old" | xargs -r docker rmi >/dev/null 2>&1 || true
+}
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 image_size() { docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1000000}'; }
 
@@ -53,7 +61,8 @@ docker_build() {  # docker_build NAME CONTEXT ARGS...
     local name=$1 ctx=$2; shift 2
     local log="$LOGS/$name-docker-build.log"
     say "  docker build ($name), full log: ${log#$ROOT/}"
-    if ! docker build "$@" "$ctx" 2>&1 | tee "$log" \
+    # --network none: a build must not need the network inside a container.
+    if ! docker build --network none "$@" "$ctx" 2>&1 | tee "$log" \
             | grep --line-buffered -E '^(Step [0-9]+/[0-9]+ :|#[0-9]+ \[|Successfully tagged|ERROR|error|twisted [0-9])' \
             | stamp; then
         tail -n 30 "$log" >&2
@@ -99,10 +108,11 @@ build_base() {
         fi
         [ "$(id -u)" = 0 ] || die "debootstrap needs root" "run images/build.sh base as root (or with sudo)"
         step "base: debootstrap bookworm (minbase + $(grep -v '^#' "$HERE/base/packages.txt" | xargs | tr ' ' ','))"
-        rm -f "$CACHE"/base-rootfs-*.tar.gz
-        bash "$HERE/base/mkrootfs.sh" "$tarball" 2>&1 | stamp \
+        bash "$HERE/base/mkrootfs.sh" "$tarball.new" 2>&1 | stamp \
             || die "debootstrap failed" \
                    "check that Debian mirrors are reachable: apt-get update (DEBIAN_MIRROR=... overrides the mirror)"
+        rm -f "$CACHE"/base-rootfs-*.tar.gz
+        mv "$tarball.new" "$tarball"
         done_step "$(du -h "$tarball" | cut -f1) rootfs tarball"
     else
         say "base: reusing cached rootfs ${tarball#$ROOT/}"
@@ -117,6 +127,7 @@ build_base() {
         "$tarball" "$BASE_IMAGE" >/dev/null \
         || die "docker import failed" "check 'docker info' and free disk space under /var/lib/docker"
     docker tag "$BASE_IMAGE" rmqha/base:latest
+    prune_old rmqha/base "$hash"
     done_step "$(image_size "$BASE_IMAGE")"
 }
 
@@ -178,6 +189,7 @@ build_broker() {
     fi
     docker_build broker "$ctx" --build-arg "BASE=$BASE_IMAGE" --label "rmqha.inputs=$hash" \
         -t "$image" -t rmqha/broker:latest
+    prune_old rmqha/broker "$hash"
     done_step "$(image_size "$image")"
 }
 
@@ -197,7 +209,7 @@ build_toxiproxy_binary() {  # -> sets TOXI_BIN
     local log="$LOGS/toxiproxy-cargo.log"
     CARGO_TARGET_DIR="$CACHE/cargo-target" cargo build --release --locked \
         --manifest-path "$src/Cargo.toml" 2>&1 | tee "$log" \
-        | grep --line-buffered -E '^\s*(Compiling rmqha|Finished|error|warning: unused)|^\s+Downloaded [0-9]+ crates' | stamp \
+        | grep --line-buffered -E '^\s*(Compiling|Finished|error)' | stamp \
         || { tail -n 30 "$log" >&2; die "cargo build of toxiproxy-server failed (log: $log)" \
             "check that crates.io is reachable (cargo fetch --manifest-path images/toxiproxy/Cargo.toml) and read the errors above"; }
     rm -rf "$CACHE"/toxiproxy-bin-*
@@ -223,6 +235,7 @@ build_toxiproxy() {
     cp "$HERE/toxiproxy/Dockerfile" "$TOXI_BIN" "$ctx/"
     docker_build toxiproxy "$ctx" --build-arg "BASE=$BASE_IMAGE" --label "rmqha.inputs=$hash" \
         -t "$image" -t rmqha/toxiproxy:latest
+    prune_old rmqha/toxiproxy "$hash"
     done_step "$(image_size "$image")"
 }
 

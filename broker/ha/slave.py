@@ -219,6 +219,11 @@ class HAClient:
         self.last_mismatch = (e.slave_offset, e.master_offset)
         log.error("%s; closing to reconnect and report the slave's true offset", e)
 
+    def streaming(self, now: float, window: float = 0.01) -> bool:
+        """True while the master is sending data (a read within the last `window` seconds)."""
+        s = self.proto.session if self.proto is not None else None
+        return s is not None and s.last_data is not None and now - s.last_data < window
+
     def tick(self):
         if self.proto is not None:
             self.proto.tick(self.clock.seconds())

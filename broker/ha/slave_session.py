@@ -32,6 +32,7 @@ class SlaveSession:
         self.last_write = now
         self.reported = -1  # currentReportedOffset
         self.bytes_received = 0
+        self.last_data = None  # when the last frame with a body arrived
 
     def start(self, now: float) -> bytes:
         """On connect: report our max offset at once (the reference waits one heartbeat interval)."""
@@ -50,12 +51,21 @@ class SlaveSession:
         """
         self.last_read = now
         self.bytes_received += len(data)
-        for frame in self.frames.feed(data):
-            mine = self.store.max_offset
-            if mine != 0 and mine != frame.offset:
-                raise OffsetMismatch(mine, frame.offset)
-            if frame.body:
-                self.store.append_replicated(frame.offset, frame.body)
+        # Bodies of consecutive frames are stored with one write per read, not one per frame.
+        pending, start, expected = [], -1, self.store.max_offset
+        try:
+            for frame in self.frames.feed(data):
+                if expected != 0 and expected != frame.offset:
+                    raise OffsetMismatch(expected, frame.offset)
+                if frame.body:
+                    if not pending:
+                        start = frame.offset
+                    pending.append(frame.body)
+                    expected = frame.offset + len(frame.body)
+        finally:
+            if pending:  # what matched is stored even when a later frame did not
+                self.store.append_replicated(start, pending)
+                self.last_data = now
         if self.store.max_offset != self.reported:
             return self._report(now)
         return None

@@ -65,21 +65,28 @@ class FrameReader:
         self._buf = bytearray()
 
     def feed(self, data) -> list[Frame]:
-        if self._buf:
-            self._buf += data
-            src = memoryview(bytes(self._buf))
-            self._buf.clear()
-        else:
-            src = memoryview(data)
         frames = []
+        src = memoryview(data)
+        if self._buf:
+            # Complete the frame left over from the last read, copying only what it still needs.
+            need = HEADER_SIZE - len(self._buf)
+            if need > 0:
+                self._buf += src[:need]
+                src = src[need:]
+                if len(self._buf) < HEADER_SIZE:
+                    return frames
+            offset, size = self._check(*HEADER.unpack_from(self._buf, 0))
+            need = HEADER_SIZE + size - len(self._buf)
+            self._buf += src[:need]
+            src = src[need:]
+            if len(self._buf) < HEADER_SIZE + size:
+                return frames
+            done = memoryview(bytes(self._buf))
+            self._buf.clear()
+            frames.append(Frame(offset, done[HEADER_SIZE:]))
         pos, end = 0, len(src)
         while end - pos >= HEADER_SIZE:
-            offset, size = HEADER.unpack_from(src, pos)
-            if size < 0 or size > self.max_body:
-                raise ProtocolError(f"frame at fromPhyOffset={offset} declares body size {size}; "
-                                    f"allowed 0..{self.max_body}")
-            if offset < 0:
-                raise ProtocolError(f"frame declares negative fromPhyOffset={offset}")
+            offset, size = self._check(*HEADER.unpack_from(src, pos))
             if end - pos < HEADER_SIZE + size:
                 break
             frames.append(Frame(offset, src[pos + HEADER_SIZE:pos + HEADER_SIZE + size]))
@@ -87,6 +94,14 @@ class FrameReader:
         if pos < end:
             self._buf += src[pos:]
         return frames
+
+    def _check(self, offset: int, size: int) -> tuple[int, int]:
+        if size < 0 or size > self.max_body:
+            raise ProtocolError(f"frame at fromPhyOffset={offset} declares body size {size}; "
+                                f"allowed 0..{self.max_body}")
+        if offset < 0:
+            raise ProtocolError(f"frame declares negative fromPhyOffset={offset}")
+        return offset, size
 
     @property
     def pending(self) -> int:

@@ -33,8 +33,8 @@ class RecoveryReport:
 
 
 class CommitLog:
-    def __init__(self, directory: str, file_size: int):
-        self.queue = MappedFileQueue(directory, file_size)
+    def __init__(self, directory: str, file_size: int, preallocate: bool = True):
+        self.queue = MappedFileQueue(directory, file_size, preallocate=preallocate)
         self.file_size = file_size
 
     # -- state ------------------------------------------------------------------------------------
@@ -70,24 +70,35 @@ class CommitLog:
         f.append(rec.finish(queue_offset, offset))
         return AppendResult(offset, size)
 
-    def append_raw(self, offset: int, data) -> None:
+    def append_raw(self, offset: int, buffers) -> None:
         """Append bytes replicated from a master at exactly `offset` (the slave side).
 
-        The bytes must continue this log and must not cross a file boundary (a master never sends
-        such a batch unless its mappedFileSizeCommitLog differs from ours).
+        buffers: one bytes-like or a list of them, contiguous. They must continue this log, and no
+        single buffer may cross a file boundary (a master never sends such a batch unless its
+        mappedFileSizeCommitLog differs from ours).
         """
+        if not isinstance(buffers, list):
+            buffers = [buffers]
         current = self.max_offset
         if self.queue.files and offset != current:
             raise StoreError(f"replicated bytes at {offset} do not continue the commit log at {current}")
-        f = self.queue.writable_file(at=offset)
-        if not self.queue.files or f.base + f.wrote != offset:
-            raise StoreError(f"replicated bytes at {offset} cannot start a log whose files are "
-                             f"{self.file_size} bytes (file starts at {f.base})")
-        if len(data) > f.free:
-            raise StoreError(f"replicated batch of {len(data)} bytes at {offset} crosses the end of a "
-                             f"{self.file_size}-byte file: do master and slave use the same "
-                             "mappedFileSizeCommitLog?")
-        f.append(data)
+        i = 0
+        while i < len(buffers):
+            f = self.queue.writable_file(at=offset)
+            if f.base + f.wrote != offset:
+                raise StoreError(f"replicated bytes at {offset} cannot start a log whose files are "
+                                 f"{self.file_size} bytes (file starts at {f.base})")
+            group, size = [], 0
+            while i < len(buffers) and size + len(buffers[i]) <= f.free:
+                group.append(buffers[i])
+                size += len(buffers[i])
+                i += 1
+            if not group:
+                raise StoreError(f"replicated batch of {len(buffers[i])} bytes at {offset} crosses the end "
+                                 f"of a {self.file_size}-byte file: do master and slave use the same "
+                                 "mappedFileSizeCommitLog?")
+            f.append_many(group, size)
+            offset += size
 
     # -- reading ----------------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int) -> bytes:
@@ -116,12 +127,14 @@ class CommitLog:
         r = record.scan(self.read_record(offset, size), 0, check_crc=False)
         return r.message if r.kind == Scan.MESSAGE else None
 
-    def walk(self, start: int, end: int | None = None, check_crc: bool = True):
-        """Yield (offset, ScanResult) for records from start (a record boundary) onwards.
+    def walk(self, start: int, end: int | None = None, check_crc: bool = True, full: bool = False):
+        """Yield (offset, kind, size, info, reason) for records from start (a record boundary) on.
 
-        Ends after a blank at the last file, an invalid record, or a partial one (yielded so the
-        caller can see why); `end` (exclusive) bounds the walk to data known to be complete.
+        info is a record.IndexInfo, or a full record.Message with full=True. Ends after a blank at
+        the last file, an invalid record, or a partial one (yielded so the caller can see why);
+        `end` (exclusive) bounds the walk to data known to be complete.
         """
+        scanner = _full_scan if full else record.scan_index
         offset = start
         limit = self.max_offset if end is None else end
         while offset < limit:
@@ -132,26 +145,26 @@ class CommitLog:
             stop = min(f.wrote, limit - f.base)
             chunk = f.read(pos, min(READ_CHUNK, stop - pos))
             p = 0
+            kind = size = None
             while p < len(chunk):
-                r = record.scan(chunk, p, check_crc)
-                if r.kind == Scan.PARTIAL and pos + len(chunk) < stop:
+                kind, size, info, reason = scanner(chunk, p, check_crc)
+                if kind == Scan.PARTIAL and pos + len(chunk) < stop:
                     break  # the record continues past this chunk: read again from it
-                yield offset + p, r
-                if r.kind == Scan.BLANK:
+                yield offset + p, kind, size, info, reason
+                if kind == Scan.BLANK:
                     p = f.size - pos  # the rest of this file
                     break
-                if r.kind != Scan.MESSAGE:
+                if kind != Scan.MESSAGE:
                     return
-                p += r.size
+                p += size
             if p == 0:
                 # A single record larger than READ_CHUNK: read it whole.
-                size = r.size
                 data = f.read(pos, size)
-                r = record.scan(data, 0, check_crc)
-                yield offset, r
-                if r.kind != Scan.MESSAGE:
+                kind, size, info, reason = scanner(data, 0, check_crc)
+                yield offset, kind, size, info, reason
+                if kind != Scan.MESSAGE:
                     return
-                p = r.size
+                p = size
             offset += p
 
     # -- recovery ---------------------------------------------------------------------------------
@@ -159,7 +172,7 @@ class CommitLog:
         """Find the end of valid data, walking from the third-last file (as RocketMQ does).
 
         Each file is assumed full of data up to its end (files are preallocated; nothing tells where
-        data stops but the records themselves). on_record(offset, message) sees every valid record.
+        data stops but the records themselves). on_record(offset, IndexInfo) sees every valid record.
         """
         files = self.queue.files
         if not files:
@@ -168,17 +181,16 @@ class CommitLog:
             f.wrote = f.size  # let walk() read whole files
         start = files[max(0, len(files) - 3)].base
         end, count, reason = start, 0, ""
-        for offset, r in self.walk(start, check_crc=check_crc):
-            if r.kind == Scan.MESSAGE:
+        for offset, kind, size, info, why in self.walk(start, check_crc=check_crc):
+            if kind == Scan.MESSAGE:
                 count += 1
-                end = offset + r.size
+                end = offset + size
                 if on_record is not None:
-                    on_record(offset, r.message)
-            elif r.kind == Scan.BLANK:
-                f = self.queue.find(offset)
-                end = f.end
+                    on_record(offset, info)
+            elif kind == Scan.BLANK:
+                end = self.queue.find(offset).end
             else:
-                reason = "" if r.reason == "zeros" else f"{r.kind} record at {offset}: {r.reason}"
+                reason = "" if why == "zeros" else f"{kind} record at {offset}: {why}"
                 break
         deleted, wiped = self.queue.truncate(end)
         if reason or wiped or deleted:
@@ -194,3 +206,8 @@ class CommitLog:
 
     def close(self) -> None:
         self.queue.close()
+
+
+def _full_scan(buf, pos, check_crc):
+    r = record.scan(buf, pos, check_crc)
+    return r.kind, r.size, r.message, r.reason

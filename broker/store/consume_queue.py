@@ -24,7 +24,7 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         file_size -= file_size % UNIT_SIZE
-        self.files = MappedFileQueue(os.path.join(root, topic, str(queue_id)), file_size)
+        self.files = MappedFileQueue(os.path.join(root, topic, str(queue_id)), file_size, use_mmap=True)
         self.min_index = 0  # first non-filler unit
         self.max_phys_end = 0  # end of the last record this queue points at
 
@@ -95,6 +95,33 @@ class ConsumeQueue:
         f.append(UNIT.pack(phys, size, tags_code))
         self.max_phys_end = phys + size
         return True
+
+    def put_many(self, units: list[tuple[int, int, int, int]]) -> int:
+        """put() for a run of (queue_offset, phys, size, tags_code) in order; one write per file."""
+        current = self.max_index
+        units = [u for u in units if u[0] >= current]
+        if not units:
+            return 0
+        written = 0
+        i = 0
+        while i < len(units):
+            index = units[i][0]
+            if index != self.max_index:
+                self.put(*units[i])  # a gap: put() pads and logs it
+                i += 1
+                written += 1
+                continue
+            f = self.files.writable_file(at=index * UNIT_SIZE)
+            room = f.free // UNIT_SIZE
+            run = [units[i]]
+            while len(run) < room and i + len(run) < len(units) and units[i + len(run)][0] == index + len(run):
+                run.append(units[i + len(run)])
+            f.append(b"".join(UNIT.pack(p, s, t) for _, p, s, t in run))
+            last = run[-1]
+            self.max_phys_end = last[1] + last[2]
+            i += len(run)
+            written += len(run)
+        return written
 
     def _pad(self, current: int, index: int) -> None:
         fq = self.files

@@ -80,9 +80,10 @@ class MessageStore:
     def __init__(self, root: str, commitlog_dir: str | None = None, *,
                  commitlog_file_size: int = 1 << 30, cq_file_size: int = 300000 * 20,
                  check_crc_on_recover: bool = True, store_host: tuple[str, int] = ("127.0.0.1", 10911),
-                 now_ms=lambda: int(time.time() * 1000)):
+                 preallocate: bool = True, now_ms=lambda: int(time.time() * 1000)):
         self.root = root
-        self.commitlog = CommitLog(commitlog_dir or os.path.join(root, "commitlog"), commitlog_file_size)
+        self.commitlog = CommitLog(commitlog_dir or os.path.join(root, "commitlog"), commitlog_file_size,
+                                   preallocate)
         self.cq_root = os.path.join(root, "consumequeue")
         self.cq_file_size = cq_file_size
         self.check_crc = check_crc_on_recover
@@ -151,11 +152,10 @@ class MessageStore:
                  self.was_clean_shutdown, self.commitlog.min_offset, end, report.records, len(self.queues))
         return report
 
-    def _redispatch(self, offset: int, msg: record.Message) -> None:
-        self.last_store_timestamp = msg.store_timestamp
-        if msg.gets_queue_entry:
-            self.queue(msg.topic, msg.queue_id).put(msg.queue_offset, offset, msg.total_size,
-                                                    record.tags_code(msg.tags))
+    def _redispatch(self, offset: int, info: record.IndexInfo) -> None:
+        self.last_store_timestamp = info.store_timestamp
+        if info.gets_queue_entry:
+            self.queue(info.topic, info.queue_id).put(info.queue_offset, offset, info.size, info.tags_code)
 
     def shutdown(self) -> None:
         if self.closed:
@@ -253,39 +253,37 @@ class MessageStore:
         """Build consume-queue units for complete records up to the commit-log end.
 
         Works in slices of max_bytes so a slave catching up keeps serving its sockets; returns the
-        bytes consumed (0 when caught up or blocked).
+        bytes consumed (0 when caught up or blocked). Units are written one batch per queue.
         """
         start = self.reput_offset
-        end = min(self.commitlog.max_offset, start + max_bytes)
-        touched: set[tuple[str, int]] = set()
+        stop = min(self.commitlog.max_offset, start + max_bytes)
+        batches: dict[tuple[str, int], list] = {}
         offset = start
-        for offset_, r in self.commitlog.walk(start, self.commitlog.max_offset, check_crc=False):
-            if offset_ >= end and offset_ > start:
+        for at, kind, size, info, reason in self.commitlog.walk(start, self.commitlog.max_offset, check_crc=False):
+            if at >= stop and at > start:
                 break
-            if r.kind == Scan.MESSAGE:
-                m = r.message
-                self.last_store_timestamp = m.store_timestamp
-                if m.gets_queue_entry:
-                    self.queue(m.topic, m.queue_id).put(m.queue_offset, offset_, r.size,
-                                                        record.tags_code(m.tags))
-                    touched.add((m.topic, m.queue_id))
-                offset = offset_ + r.size
-            elif r.kind == Scan.BLANK:
-                f = self.commitlog.queue.find(offset_)
-                offset = f.end
-            elif r.kind == Scan.PARTIAL:
+            if kind == Scan.MESSAGE:
+                self.last_store_timestamp = info.store_timestamp
+                if info.gets_queue_entry:
+                    batches.setdefault((info.topic, info.queue_id), []).append(
+                        (info.queue_offset, at, size, info.tags_code))
+                offset = at + size
+            elif kind == Scan.BLANK:
+                offset = self.commitlog.queue.find(at).end
+            elif kind == Scan.PARTIAL:
                 break  # the rest of this record is still on its way
             else:
                 if not self.dispatch_error:
-                    self.dispatch_error = f"invalid record at {offset_}: {r.reason}"
+                    self.dispatch_error = f"invalid record at {at}: {reason}"
                     log.error("dispatch stopped: %s; consume queues end before it", self.dispatch_error)
                 break
-        consumed = offset - start
+        for (topic, qid), units in batches.items():
+            self.queue(topic, qid).put_many(units)
         self.reput_offset = offset
-        for key in touched:
+        for key in batches:
             for cb in self.dispatch_listeners:
                 cb(*key)
-        return consumed
+        return offset - start
 
     # -- reading ----------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_msgs: int,

@@ -333,3 +333,96 @@ def host_of(addr: str) -> tuple[str, int]:
     except ValueError:
         host = socket.gethostbyname(host)
     return host, int(port)
+
+
+# -- the fast path: what building a consume queue needs, without decoding the whole record ---------
+
+_IDX_HEAD = struct.Struct(">iIiiiqqi")  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG
+_TAGS_KEY = b"TAGS" + NAME_VALUE_SEPARATOR.encode()
+
+
+class IndexInfo:
+    """The fields of a record a consume-queue unit and recovery need."""
+    __slots__ = ("size", "topic", "queue_id", "queue_offset", "physical_offset", "sys_flag",
+                 "store_timestamp", "tags_code")
+
+    def __init__(self, size, topic, queue_id, queue_offset, physical_offset, sys_flag, store_timestamp,
+                 tags_code):
+        self.size = size
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.physical_offset = physical_offset
+        self.sys_flag = sys_flag
+        self.store_timestamp = store_timestamp
+        self.tags_code = tags_code
+
+    @property
+    def gets_queue_entry(self) -> bool:
+        return (self.sys_flag & TRANSACTION_MASK) in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT)
+
+
+def _tags_code_from_props(props) -> int:
+    """tagsCode straight from the raw properties bytes (Java parsing rules)."""
+    i = 0
+    n = len(props)
+    while i < n:
+        j = props.find(b"\x02", i)
+        if j < 0:
+            j = n
+        if props.startswith(_TAGS_KEY, i) and j > i + len(_TAGS_KEY):
+            value = props[i + len(_TAGS_KEY):j]
+            return java_string_hash(value.decode("utf-8", errors="replace"))
+        i = j + 1
+    return 0
+
+
+def scan_index(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, IndexInfo | None, str]:
+    """Like scan(), but returns (kind, size, IndexInfo, reason) and decodes only what indexing needs.
+
+    Validation is the same as scan()'s: magic, TOTALSIZE against the field lengths, body CRC.
+    """
+    avail = len(buf) - pos
+    if avail < 8:
+        return Scan.PARTIAL, 0, None, f"{avail} bytes, fewer than a record head"
+    total, magic = _BLANK.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        if total < END_FILE_MIN_BLANK_LENGTH:
+            return Scan.INVALID, 0, None, f"blank record with length {total}"
+        return Scan.BLANK, total, None, ""
+    if magic != MESSAGE_MAGIC:
+        return Scan.INVALID, 0, None, (f"magic {magic:#010x}" if (total or magic) else "zeros")
+    if total < FIXED_SIZE_IPV4:
+        return Scan.INVALID, 0, None, f"TOTALSIZE {total} below the minimum {FIXED_SIZE_IPV4}"
+    if avail < total:
+        return Scan.PARTIAL, total, None, f"record of {total} bytes, {avail} present"
+    _, _, crc, queue_id, _, queue_offset, phys, sys_flag = _IDX_HEAD.unpack_from(buf, pos)
+    p = pos + 48 + (20 if sys_flag & FLAG_BORNHOST_V6 else 8)
+    store_ts = _I8.unpack_from(buf, p)[0]
+    p += 8 + (20 if sys_flag & FLAG_STOREHOST_V6 else 8) + 12
+    end = pos + total
+    body_len = _I4.unpack_from(buf, p)[0]
+    p += 4
+    if body_len < 0 or p + body_len + 3 > end:
+        return Scan.INVALID, 0, None, f"body length {body_len} does not fit in TOTALSIZE {total}"
+    if check_crc:
+        actual = zlib.crc32(memoryview(buf)[p:p + body_len]) & 0x7FFFFFFF
+        if actual != crc:
+            return Scan.INVALID, 0, None, f"body CRC {actual} != stored {crc}"
+    p += body_len
+    topic_len = buf[p]
+    if topic_len > MAX_TOPIC_BYTES or p + 1 + topic_len + 2 > end:
+        return Scan.INVALID, 0, None, f"topic length {topic_len}"
+    topic_raw = bytes(buf[p + 1:p + 1 + topic_len])
+    p += 1 + topic_len
+    props_len = _I2.unpack_from(buf, p)[0]
+    p += 2
+    if props_len < 0 or p + props_len != end:
+        return Scan.INVALID, 0, None, "TOTALSIZE does not match the size computed from the fields"
+    try:
+        topic = topic_raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return Scan.INVALID, 0, None, "topic is not UTF-8"
+    tags = _tags_code_from_props(bytes(buf[p:end])) if props_len else 0
+    return Scan.MESSAGE, total, IndexInfo(total, topic, queue_id, queue_offset, phys, sys_flag, store_ts,
+                                          tags), ""

@@ -124,8 +124,10 @@ def test_offset_mismatch_closes_then_resumes(cluster, caplog):
         real(offset, data)
 
     cluster.slave.append_replicated = lossy
-    cluster.master_conn().session.batch_size = 600  # about one message per frame
-    put(cluster.master, 5, start=10)
+    put(cluster.master, 5, start=10)  # m1: lost by the slave
+    cluster.flush()
+    assert dropped and cluster.client.mismatches.get() == 0
+    put(cluster.master, 5, start=15)  # m2: its offset no longer matches the slave's
     cluster.flush()
     assert cluster.client.mismatches.get() == 1
     slave_side, master_side = cluster.client.last_mismatch

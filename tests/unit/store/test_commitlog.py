@@ -111,5 +111,5 @@ def test_walk_reports_why_it_stopped(store_factory):
     s = store_factory()
     for i in range(3):
         s.put_message(msg(i))
-    kinds = [r.kind for _, r in s.commitlog.walk(0)]
+    kinds = [kind for _, kind, *_ in s.commitlog.walk(0)]
     assert kinds == [Scan.MESSAGE] * 3

@@ -89,3 +89,25 @@ def test_offset_msg_id():
     assert mid == "0A00000900002A9F000000000001E240"
     assert record.parse_offset_msg_id(mid) == (("10.0.0.9", 10911), 123456)
     assert len(record.offset_msg_id(("::1", 1), 0)) == 56
+
+
+def test_scan_index_agrees_with_scan():
+    cases = [make(), make(properties={}), make(properties={"KEYS": "a", "TAGS": "\u00e9t\u00e9"}),
+             make(born_host=("::1", 5), store_host=("fe80::1", 10911), body=b"x" * 5000),
+             make(properties={"TAGS": ""}), make(sys_flag=record.TRANSACTION_PREPARED)]
+    for m in cases:
+        buf = bytes(record.encode(m).finish(9, 1234))
+        full = record.scan(buf)
+        kind, size, info, _ = record.scan_index(buf)
+        assert kind == full.kind == Scan.MESSAGE and size == full.size
+        fm = full.message
+        assert (info.topic, info.queue_id, info.queue_offset, info.physical_offset, info.store_timestamp,
+                info.tags_code, info.gets_queue_entry) == (
+            fm.topic, fm.queue_id, fm.queue_offset, fm.physical_offset, fm.store_timestamp,
+            record.tags_code(fm.tags), fm.gets_queue_entry)
+    buf = bytearray(record.encode(make()).finish(0, 0))
+    buf[90] ^= 1
+    assert record.scan_index(buf)[0] == Scan.INVALID
+    assert record.scan_index(buf, check_crc=False)[0] == Scan.MESSAGE
+    assert record.scan_index(buf[:40])[0] == Scan.PARTIAL
+    assert record.scan_index(bytes(100))[0] == Scan.INVALID

@@ -1,0 +1,220 @@
+"""HA catch-up throughput: an empty slave copies a >= 1 GiB master backlog over loopback.
+
+Prints the catch-up rate beside the physical limits measured in the same run: raw loopback TCP
+(two processes, plain sockets, 1 MiB writes) and raw disk write (1 MiB pwrites into a new file:
+the slave must write every byte it receives). Target: >= 40 % of raw loopback.
+
+    .venv/bin/python bench/bench_ha_catchup.py [--gib 1.1] [--msg-size 4096] [--socket-buffer 65536]
+
+The master's backlog is generated once and cached under build/bench-data/ha-master.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from broker.store.message_store import MessageStore  # noqa: E402
+from broker.store.record import Message  # noqa: E402
+
+FILE_SIZE = 2 << 30  # one 2 GiB mapped file, so the empty slave copies the whole backlog from 0
+
+
+def free_base_port() -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base < 60000:
+            try:
+                for p in range(base, base + 3):
+                    with socket.socket() as t:
+                        t.bind(("127.0.0.1", p))
+                return base
+            except OSError:
+                continue
+
+
+def make_backlog(path: str, gib: float, msg_size: int) -> int:
+    marker = os.path.join(path, "bench.json")
+    want = {"gib": gib, "msg_size": msg_size, "file_size": FILE_SIZE}
+    if os.path.exists(marker) and json.load(open(marker)) == want:
+        s = MessageStore(path, commitlog_file_size=FILE_SIZE)
+        s.start()
+        end = s.max_offset
+        s.shutdown()
+        return end
+    shutil.rmtree(path, ignore_errors=True)
+    s = MessageStore(path, commitlog_file_size=FILE_SIZE)
+    s.start()
+    body = os.urandom(msg_size)
+    target = int(gib * (1 << 30))
+    t0, n = time.monotonic(), 0
+    while s.max_offset < target:
+        s.put_message(Message(topic="BenchTopic", body=body, queue_id=n % 8,
+                              properties={"UNIQ_KEY": f"{n:016X}"}))
+        n += 1
+        if n % 20000 == 0 and sys.stdout.isatty():
+            print(f"\r  generating backlog: {s.max_offset / (1 << 20):7.0f} / {target / (1 << 20):.0f} MiB",
+                  end="", flush=True)
+    end = s.max_offset
+    s.shutdown()
+    print(f"\r  generated {n} messages, {end / (1 << 20):.0f} MiB in {time.monotonic() - t0:.1f}s" + " " * 20)
+    json.dump(want, open(marker, "w"))
+    return end
+
+
+RAW_RECEIVER = r"""
+import socket, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", 0)); srv.listen(1)
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+buf = bytearray(1 << 20); view = memoryview(buf); total = 0
+while True:
+    n = conn.recv_into(view)
+    if not n: break
+    total += n
+conn.sendall(total.to_bytes(8, "big"))
+"""
+
+
+def raw_loopback(total: int) -> float:
+    """Bytes/s of plain TCP between two processes on loopback (the physical limit here)."""
+    rx = subprocess.Popen([sys.executable, "-c", RAW_RECEIVER], stdout=subprocess.PIPE)
+    port = int(rx.stdout.readline())
+    chunk = os.urandom(1 << 20)
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        t0 = time.monotonic()
+        sent = 0
+        while sent < total:
+            c.sendall(chunk)
+            sent += len(chunk)
+        c.shutdown(socket.SHUT_WR)
+        got = int.from_bytes(c.recv(8), "big")
+        dt = time.monotonic() - t0
+    rx.wait()
+    assert got == sent
+    return sent / dt
+
+
+def raw_disk_write(total: int, directory: str) -> float:
+    """Bytes/s of plain 1 MiB pwrites into a new preallocated file (page cache, as the slave writes)."""
+    path = os.path.join(directory, "raw-write.tmp")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, total)
+        chunk = os.urandom(1 << 20)
+        t0 = time.monotonic()
+        pos = 0
+        while pos < total:
+            pos += os.pwrite(fd, chunk[:min(len(chunk), total - pos)], pos)
+        return total / (time.monotonic() - t0)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def status(port: int):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port + 2}/status", timeout=1) as r:
+            return json.load(r)
+    except OSError:
+        return None
+
+
+def start_broker(workdir, name, props, log):
+    conf = os.path.join(workdir, f"{name}.properties")
+    with open(conf, "w") as fh:
+        fh.write("\n".join(f"{k}={v}" for k, v in props.items()))
+    prof = os.environ.get("BENCH_PROFILE_DIR")
+    cmd = [sys.executable, "-m", "broker", "-c", conf, "--log-level", "WARNING"]
+    if prof:
+        cmd[1:1] = ["-m", "cProfile", "-o", os.path.join(prof, f"{name}.prof")]
+    proc = subprocess.Popen(cmd,
+                            cwd=REPO, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while status(props["listenPort"]) is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{name} did not start; see {log}")
+        time.sleep(0.05)
+    return proc
+
+
+def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int) -> tuple[float, float]:
+    work = tempfile.mkdtemp(prefix="bench-ha-")
+    mport, sport = free_base_port(), free_base_port()
+    common = dict(brokerClusterName="BenchCluster", brokerName="broker-a", mappedFileSizeCommitLog=FILE_SIZE,
+                  brokerIP1="127.0.0.1", haSocketBufferSize=socket_buffer, haTransferBatchSize=batch)
+    procs = []
+    try:
+        procs.append(start_broker(work, "master", dict(common, brokerId=0, brokerRole="ASYNC_MASTER",
+                                                       listenPort=mport, storePathRootDir=master_dir),
+                                  os.path.join(work, "master.log")))
+        t0 = time.monotonic()
+        procs.append(start_broker(work, "slave", dict(common, brokerId=1, brokerRole="SLAVE", listenPort=sport,
+                                                      storePathRootDir=os.path.join(work, "slave"),
+                                                      haMasterAddress=f"127.0.0.1:{mport + 1}"),
+                                  os.path.join(work, "slave.log")))
+        first, shown = None, 0.0
+        while True:
+            st = status(sport) or {}
+            got = st.get("maxPhyOffset", 0)
+            if got and first is None:
+                first = time.monotonic()
+            if sys.stdout.isatty() and time.monotonic() - shown > 0.25:
+                shown = time.monotonic()
+                print(f"\r  slave at {got / (1 << 20):7.0f} / {end / (1 << 20):.0f} MiB", end="", flush=True)
+            if got >= end:
+                break
+            if time.monotonic() - t0 > 600:
+                raise SystemExit("slave did not catch up within 10 minutes")
+            time.sleep(0.02)
+        t1 = time.monotonic()
+        if sys.stdout.isatty():
+            print("\r" + " " * 60 + "\r", end="")
+        return end / (t1 - t0), end / (t1 - (first or t0))
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gib", type=float, default=1.1)
+    ap.add_argument("--msg-size", type=int, default=4096)
+    ap.add_argument("--socket-buffer", type=int, default=65536,
+                    help="haSocketBufferSize for the run (65536 is the reference's; 0 = OS autotuning)")
+    ap.add_argument("--batch", type=int, default=32768, help="haTransferBatchSize (reference default 32768)")
+    args = ap.parse_args()
+    data = os.path.join(REPO, "build", "bench-data", f"ha-master-{args.gib}g-{args.msg_size}")
+    print(f"HA catch-up benchmark: {args.gib} GiB backlog, {args.msg_size}-byte messages, "
+          f"haTransferBatchSize={args.batch}, haSocketBufferSize={args.socket_buffer}, {os.cpu_count()} cores")
+    end = make_backlog(data, args.gib, args.msg_size)
+    raw = raw_loopback(end)
+    disk = raw_disk_write(end, tempfile.gettempdir())
+    rate, rate_streaming = ha_catchup(data, end, args.socket_buffer, args.batch)
+    mib = 1 << 20
+    limit = min(raw, disk)
+    print(f"  raw loopback TCP (2 processes, 1 MiB writes):   {raw / mib:8.1f} MiB/s")
+    print(f"  raw disk write (1 MiB pwrite, new file):        {disk / mib:8.1f} MiB/s")
+    print(f"  HA catch-up, first byte -> caught up:           {rate_streaming / mib:8.1f} MiB/s")
+    print(f"  HA catch-up, slave process start -> caught up:  {rate / mib:8.1f} MiB/s")
+    print(f"  ratio catch-up / raw loopback:                  {rate_streaming / raw * 100:8.1f} %  (target >= 40 %)")
+    print(f"  ratio catch-up / min(loopback, disk write):     {rate_streaming / limit * 100:8.1f} %")
+
+
+if __name__ == "__main__":
+    main()

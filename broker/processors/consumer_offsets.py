@@ -1,0 +1,133 @@
+"""Consumer offsets: ConsumerOffsetManager (persisted to <storePathRootDir>/config/consumerOffset.json)
+and QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET.
+
+The table is RocketMQ's: "<topic>@<group>" -> {queueId: next offset to consume}. The file is
+`{"offsetTable":{"<topic>@<group>":{"0":12,...}}}` (quoted keys; fastjson's unquoted keys are read
+too). It is written atomically (temp file + fsync + rename) every `flush_interval` seconds when
+something changed, as the Java broker does every flushConsumerOffsetInterval (5 s), and on stop.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from twisted.internet import task
+
+from broker.remoting import json_body
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+
+from . import atomic_write, read_json_file
+
+log = logging.getLogger("broker.offsets")
+
+TOPIC_GROUP_SEPARATOR = "@"
+FLUSH_INTERVAL_S = 5.0
+
+
+class ConsumerOffsetManager:
+    def __init__(self, root_dir: str, clock, flush_interval: float = FLUSH_INTERVAL_S):
+        self.path = os.path.join(root_dir, "config", "consumerOffset.json")
+        self.clock = clock
+        self.flush_interval = flush_interval
+        self.table: dict[str, dict[int, int]] = {}
+        self.dirty = False
+        self._loop: task.LoopingCall | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def load(self) -> None:
+        obj = read_json_file(self.path)
+        if obj is None:
+            return
+        self.table = self._parse_table(obj.get("offsetTable") or {})
+        log.info("loaded consumer offsets for %d topic@group keys from %s", len(self.table), self.path)
+
+    @staticmethod
+    def _parse_table(raw: dict) -> dict[str, dict[int, int]]:
+        return {str(key): {int(q): int(o) for q, o in (queues or {}).items()} for key, queues in raw.items()}
+
+    def start(self) -> None:
+        self._loop = task.LoopingCall(self.persist_if_dirty)
+        self._loop.clock = self.clock
+        self._loop.start(self.flush_interval, now=False)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        self.persist_if_dirty()
+
+    def to_json(self) -> dict:
+        return {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.table.items())}}
+
+    def encode(self) -> bytes:
+        """GET_ALL_CONSUMER_OFFSET's body and the file content."""
+        return json_body.dumps(self.to_json())
+
+    def persist(self) -> None:
+        atomic_write(self.path, self.encode())
+        self.dirty = False
+
+    def persist_if_dirty(self) -> None:
+        if not self.dirty:
+            return
+        try:
+            self.persist()
+        except OSError as e:
+            log.error("cannot write %s: %s (retrying at the next flush)", self.path, e)
+
+    # -- the table --------------------------------------------------------------------------------
+    @staticmethod
+    def key(topic: str, group: str) -> str:
+        return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        queues = self.table.setdefault(self.key(topic, group), {})
+        if queues.get(queue_id) != offset:
+            queues[queue_id] = offset
+            self.dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The stored offset, or -1 when there is none."""
+        return self.table.get(self.key(topic, group), {}).get(queue_id, -1)
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        out = set()
+        for k in self.table:
+            t, _, g = k.partition(TOPIC_GROUP_SEPARATOR)
+            if t == topic:
+                out.add(g)
+        return out
+
+    def replace_all(self, raw_table: dict) -> None:
+        """Slave sync: the master's table replaces ours (RocketMQ's syncConsumerOffset)."""
+        table = self._parse_table(raw_table)
+        if table != self.table:
+            self.table = table
+            self.dirty = True
+
+
+class ConsumerOffsetProcessors:
+    def __init__(self, offsets: ConsumerOffsetManager, store):
+        self.offsets = offsets
+        self.store = store
+
+    def register(self, registry) -> None:
+        registry.register(RequestCode.QUERY_CONSUMER_OFFSET, self.query_consumer_offset)
+        registry.register(RequestCode.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset)
+
+    def query_consumer_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
+        group, topic, queue_id = req.get_str("consumerGroup"), req.get_str("topic"), req.get_int("queueId")
+        offset = self.offsets.query(group, topic, queue_id)
+        if offset >= 0:
+            return req.make_response(ext_fields={"offset": offset})
+        # No stored offset. A queue that still starts at 0 (its first message still in memory,
+        # in the reference's terms) answers 0, so a new group reads from the beginning.
+        if self.store.min_queue_offset(topic, queue_id) <= 0:
+            return req.make_response(ext_fields={"offset": 0})
+        return req.make_response(ResponseCode.QUERY_NOT_FOUND,
+                                 "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+    def update_consumer_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
+        self.offsets.commit(req.get_str("consumerGroup"), req.get_str("topic"), req.get_int("queueId"),
+                            req.get_long("commitOffset"))
+        return req.make_response()

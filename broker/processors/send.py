@@ -1,0 +1,290 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) — WIRE-FACTS §2.3, §4, §6.8.
+
+* Code 10 carries the long header names; 310 and 320 the short ones a..n, mapped to the long ones.
+  The C++ client inside PyPI rocketmq 0.4.4 (C++ 1.0.1) sends code 10; C++ 2.x sends 310.
+* Checks, in the Java broker's order: a SLAVE refuses every send (SERVICE_NOT_AVAILABLE, "broker is
+  a slave"); broker permission without WRITE -> NO_PERMISSION; a bad topic name or the reserved
+  TBW102 -> SYSTEM_ERROR; unknown topic -> auto-created from defaultTopic (or %RETRY%<group> with
+  one queue), else TOPIC_NOT_EXIST; queueId >= max(writeQueueNums, readQueueNums) -> SYSTEM_ERROR;
+  a negative queueId picks a random writable queue; transactional (TRAN_MSG / prepared) messages
+  -> NO_PERMISSION (this broker has no transaction support); a body over maxMessageSize ->
+  MESSAGE_ILLEGAL.
+* Stored properties: the client's, minus WAIT, plus CLUSTER=<brokerClusterName>; WAIT=false means
+  "answer once the record is appended" (no flush or replica wait). The store computes BODYCRC.
+* A %RETRY% message whose reconsumeTimes reached its maxReconsumeTimes (default 16) goes to
+  %DLQ%<group> instead, as in RocketMQ's handleRetryAndDLQ.
+* Batches. Our decision, which differs from the Java broker: code 320, or a batch flag of "1" or
+  "true" on 10/310 (the C++ client sends "1", which Java's Boolean.parseBoolean reads as false and
+  therefore stores the whole batch encoding as ONE message), is a REAL batch: the body (§6.8) is
+  decoded and every item becomes its own record (own CRC, queue offset and physical offset) with
+  the header's properties added to each item's (the item's own value wins). The reply's msgId is the
+  items' offsetMsgIds joined with ",", queueOffset the first item's.
+* Response: msgId (offsetMsgId), queueId, queueOffset, MSG_REGION "DefaultRegion", TRACE_ON "true",
+  all strings; codes PUT_OK 0, FLUSH_DISK_TIMEOUT 10, SLAVE_NOT_AVAILABLE 11, FLUSH_SLAVE_TIMEOUT 12
+  (all with msgId/queueId/queueOffset: the message is stored), MESSAGE_ILLEGAL and
+  PROPERTIES_SIZE_EXCEEDED 13, SERVICE_NOT_AVAILABLE 14, DISK_FULL -> SYSTEM_ERROR 1 saying so.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import struct
+
+from twisted.internet import defer
+
+from broker.remoting.codes import PERM_WRITE, RequestCode, ResponseCode
+from broker.remoting.command import HeaderFieldError, RemotingCommand, lenient_parse_boolean
+from broker.store import record
+from broker.store.message_store import PutResult, PutStatus
+
+from .topics import (AUTO_CREATE_TOPIC_KEY, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, is_writeable,
+                     validate_topic)
+
+log = logging.getLogger("broker.send")
+
+# SendMessageRequestHeaderV2's one-letter names (WIRE-FACTS §2.3).
+V2_NAMES = {
+    "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
+    "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
+    "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName",
+}
+
+PROPERTY_WAIT = "WAIT"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+DEFAULT_MAX_RECONSUME_TIMES = 16
+MSG_REGION = "DefaultRegion"
+
+RESPONSE_CODE = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.DISK_FULL: ResponseCode.SYSTEM_ERROR,
+}
+STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
+          PutStatus.SLAVE_NOT_AVAILABLE)
+
+_BATCH_ITEM_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN
+
+
+class BatchFormatError(ValueError):
+    pass
+
+
+def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+    """Split a batch body (WIRE-FACTS §6.8) into (flag, body, properties) items."""
+    items, pos, n = [], 0, len(body)
+    while pos < n:
+        if pos + _BATCH_ITEM_HEAD.size > n:
+            raise BatchFormatError(f"batch item at byte {pos} is truncated")
+        total, _magic, _crc, flag, body_len = _BATCH_ITEM_HEAD.unpack_from(body, pos)
+        p = pos + _BATCH_ITEM_HEAD.size
+        if body_len < 0 or p + body_len + 2 > n:
+            raise BatchFormatError(f"batch item at byte {pos}: body length {body_len} does not fit")
+        item_body = bytes(body[p:p + body_len])
+        p += body_len
+        (props_len,) = struct.unpack_from(">h", body, p)
+        p += 2
+        if props_len < 0 or p + props_len > n:
+            raise BatchFormatError(f"batch item at byte {pos}: properties length {props_len} does not fit")
+        props = record.decode_properties(bytes(body[p:p + props_len]))
+        p += props_len
+        if total != p - pos:
+            raise BatchFormatError(f"batch item at byte {pos}: TOTALSIZE {total} but {p - pos} bytes parsed")
+        items.append((flag, item_body, props))
+        pos = p
+    if not items:
+        raise BatchFormatError("empty batch")
+    return items
+
+
+def normalize_header(req: RemotingCommand) -> RemotingCommand:
+    """The request with long header names, whichever code it came with."""
+    if req.code == RequestCode.SEND_MESSAGE:
+        return req
+    fields = dict(req.ext_fields)
+    for short, long in V2_NAMES.items():
+        if short in fields and long not in fields:
+            fields[long] = fields.pop(short)
+    return RemotingCommand(code=req.code, language=req.language, version=req.version, opaque=req.opaque,
+                           flag=req.flag, remark=req.remark, ext_fields=fields, body=req.body,
+                           serialize_type=req.serialize_type)
+
+
+class SendProcessor:
+    def __init__(self, config, controller, topics, random_choice=random.randrange):
+        self.config = config
+        self.controller = controller
+        self.topics = topics
+        self.randrange = random_choice
+        reg = controller.metrics
+        self.responses = reg.counter("send_responses_total", "SEND_MESSAGE replies by response code")
+        self.messages = reg.counter("send_messages_stored_total", "messages stored by the send path")
+
+    def register(self, registry) -> None:
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            registry.register(code, self.process)
+
+    def process(self, request: RemotingCommand, ctx) -> defer.Deferred | RemotingCommand:
+        d = defer.maybeDeferred(self._process, request, ctx)
+
+        def count(response):
+            if isinstance(response, RemotingCommand):
+                self.responses.inc(code=int(response.code))
+            return response
+
+        return d.addCallback(count)
+
+    def _process(self, request: RemotingCommand, ctx):
+        c = self.config
+        if not c.is_master:
+            return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                         f"broker is a slave ({c.brokerName} brokerId={c.brokerId}); "
+                                         "send to its master")
+        req = normalize_header(request)
+        try:
+            topic = req.get_str("topic")
+            default_topic = req.get_str("defaultTopic", AUTO_CREATE_TOPIC_KEY)
+            default_queue_nums = req.get_int("defaultTopicQueueNums", 4)
+            queue_id = req.get_int("queueId")
+            sys_flag = req.get_int("sysFlag", 0)
+            born_ts = req.get_long("bornTimestamp", 0)
+            flag = req.get_int("flag", 0)
+            reconsume_times = req.get_int("reconsumeTimes", 0)
+            max_reconsume = req.get_int("maxReconsumeTimes", None)
+        except HeaderFieldError as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        batch = req.code == RequestCode.SEND_BATCH_MESSAGE or lenient_parse_boolean(req.ext_fields.get("batch", ""))
+        props = record.decode_properties(req.ext_fields.get("properties", ""))
+
+        # -- msgCheck --------------------------------------------------------------------------
+        if not is_writeable(c.brokerPermission):
+            return req.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{c.broker_ip}] sending message is forbidden")
+        why = validate_topic(topic)
+        if why:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, why)
+        if topic == AUTO_CREATE_TOPIC_KEY:
+            return req.make_response(ResponseCode.SYSTEM_ERROR,
+                                     f"the topic[{topic}] is conflict with system reserved words.")
+        tc = self.topics.get(topic)
+        if tc is None:
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tc = self.topics.create_in_send_back(topic)
+            else:
+                tc = self.topics.create_in_send(topic, default_topic, default_queue_nums)
+        if tc is None:
+            return req.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"topic[{topic}] not exist, apply first please!")
+        if not tc.perm & PERM_WRITE:
+            return req.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the topic[{topic}] sending message is forbidden")
+        limit = max(tc.write_queue_nums, tc.read_queue_nums)
+        if queue_id >= limit:
+            return req.make_response(ResponseCode.SYSTEM_ERROR,
+                                     f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
+                                     f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
+                                     f"readQueueNums:[{tc.read_queue_nums}] producer:[{ctx.peer_address}]")
+        if queue_id < 0:
+            queue_id = self.randrange(max(1, tc.write_queue_nums))
+        if (sys_flag & record.TRANSACTION_MASK == record.TRANSACTION_PREPARED
+                or lenient_parse_boolean(props.get(PROPERTY_TRANSACTION_PREPARED, ""))):
+            return req.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{c.broker_ip}] sending transaction message is forbidden "
+                                     "(this broker has no transaction support)")
+
+        # -- retry -> DLQ ----------------------------------------------------------------------
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            limit_times = max_reconsume if max_reconsume is not None else int(
+                props.get(PROPERTY_MAX_RECONSUME_TIMES, DEFAULT_MAX_RECONSUME_TIMES))
+            if reconsume_times >= limit_times:
+                topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+                self.topics.create_in_send_back(topic, 1, 2)  # DLQ: write-only, like PermName.PERM_WRITE
+                queue_id = 0
+
+        # -- build the record(s) -----------------------------------------------------------------
+        wait = props.pop(PROPERTY_WAIT, None)
+        wait_store_ok = wait is None or wait.lower() == "true"
+        props[PROPERTY_CLUSTER] = c.brokerClusterName
+        born_host = _host_of(ctx.peer_address)
+        if batch:
+            try:
+                items = decode_batch(req.body)
+            except (BatchFormatError, struct.error) as e:
+                return req.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
+        else:
+            items = [(flag, req.body, {})]
+        msgs = []
+        for item_flag, body, item_props in items:
+            if len(body) > c.maxMessageSize:
+                return req.make_response(ResponseCode.MESSAGE_ILLEGAL,
+                                         f"message body size {len(body)} exceeds maxMessageSize {c.maxMessageSize}")
+            merged = dict(item_props)
+            merged.pop(PROPERTY_WAIT, None)
+            for k, v in props.items():
+                merged.setdefault(k, v)
+            if batch:
+                merged[PROPERTY_CLUSTER] = c.brokerClusterName
+            msgs.append(record.Message(topic=topic, body=body, queue_id=queue_id, flag=item_flag,
+                                       sys_flag=sys_flag & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
+                                       born_timestamp=born_ts, born_host=born_host,
+                                       reconsume_times=reconsume_times, properties=merged))
+        return self._store(req, msgs, wait_store_ok, queue_id)
+
+    def _store(self, req, msgs, wait_store_ok, queue_id):
+        results: list[PutResult] = []
+        for i, m in enumerate(msgs):
+            last = i == len(msgs) - 1
+            d = self.controller.put_message(m, wait_store_ok=wait_store_ok if last else False)
+            if not last:
+                res = _result_now(d)
+                if res.status != PutStatus.PUT_OK:
+                    return self._respond(req, results, res, queue_id)
+                results.append(res)
+            else:
+                return d.addCallback(lambda res: self._respond(req, results, res, queue_id))
+
+    def _respond(self, req, earlier: list[PutResult], res: PutResult, queue_id: int) -> RemotingCommand:
+        status = res.status
+        code = RESPONSE_CODE.get(status, ResponseCode.SYSTEM_ERROR)
+        if status in STORED:
+            stored = earlier + [res]
+            self.messages.inc(len(stored))
+            return req.make_response(code, None if code == ResponseCode.SUCCESS else status, ext_fields={
+                "msgId": ",".join(r.msg_id for r in stored),
+                "queueId": queue_id,
+                "queueOffset": stored[0].queue_offset,
+                "MSG_REGION": MSG_REGION,
+                "TRACE_ON": "true",
+            })
+        if earlier:
+            log.error("batch stopped after %d stored items: %s %s", len(earlier), status, res.remark)
+        if status == PutStatus.DISK_FULL:
+            remark = f"the broker's disk is full, nothing stored: {res.remark}"
+        elif status == PutStatus.SERVICE_NOT_AVAILABLE:
+            remark = f"service not available now: {res.remark}"
+        else:
+            remark = f"{status}: {res.remark}" if res.remark else status
+        return req.make_response(code, remark)
+
+
+def _result_now(d: defer.Deferred) -> PutResult:
+    """put_message(wait_store_ok=False) has fired already; take its PutResult."""
+    out = []
+    d.addBoth(out.append)
+    if not out or not isinstance(out[0], PutResult):
+        raise RuntimeError(f"put_message without a wait did not fire at once: {out!r}")
+    return out[0]
+
+
+def _host_of(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    try:
+        return record.host_of(f"{host}:{int(port)}")
+    except (ValueError, OSError):
+        return ("127.0.0.1", 0)

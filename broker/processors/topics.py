@@ -1,0 +1,214 @@
+"""Topic configs: the TopicConfigManager (persisted to <storePathRootDir>/config/topics.json) and
+UPDATE_AND_CREATE_TOPIC.
+
+Follows RocketMQ 4.x's TopicConfigManager:
+* system topics exist from the start: SELF_TEST_TOPIC, OFFSET_MOVED_EVENT, the cluster-name and
+  broker-name topics, and TBW102 (AUTO_CREATE_TOPIC_KEY) when autoCreateTopicEnable is true, with
+  defaultTopicQueueNums queues and perm READ|WRITE|INHERIT;
+* a send to an unknown topic creates it from its defaultTopic (TBW102) when that one is inheritable:
+  min(client's defaultTopicQueueNums, default's writeQueueNums) queues, the default's perm without
+  INHERIT. With autoCreateTopicEnable=false there is no TBW102, so nothing is created;
+* %RETRY%<group> topics are created with 1 queue and READ|WRITE (heartbeat and send-back);
+* every change bumps the data version {counter, timestamp}, is written at once (atomically), and is
+  announced to listeners (registration re-registers with the name servers).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+from broker.namesrv.register_body import TopicConfig
+from broker.remoting import json_body
+from broker.remoting.codes import PERM_INHERIT, PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+
+from . import atomic_write, read_json_file
+
+log = logging.getLogger("broker.topics")
+
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+MAX_TOPIC_LENGTH = 127
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def is_readable(perm: int) -> bool:
+    return bool(perm & PERM_READ)
+
+
+def is_writeable(perm: int) -> bool:
+    return bool(perm & PERM_WRITE)
+
+
+def validate_topic(topic: str) -> str | None:
+    """None when the name is acceptable, else why not (the Java broker's Validators rules)."""
+    if not topic:
+        return "the specified topic is blank"
+    if len(topic) > MAX_TOPIC_LENGTH:
+        return f"the specified topic is longer than topic max length {MAX_TOPIC_LENGTH}"
+    if not _VALID_TOPIC.match(topic):
+        return f"the specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+class TopicConfigManager:
+    def __init__(self, config, clock):
+        self.config = config
+        self.clock = clock
+        self.path = os.path.join(config.storePathRootDir, "config", "topics.json")
+        self.table: dict[str, TopicConfig] = {}
+        self.data_version = {"counter": 0, "timestamp": self._now_ms()}
+        self.listeners: list = []  # called with no argument after any change
+        self._add_system_topics()
+
+    def _now_ms(self) -> int:
+        return int(self.clock.seconds() * 1000)
+
+    def _add_system_topics(self) -> None:
+        c = self.config
+        rw = PERM_READ | PERM_WRITE
+        if c.autoCreateTopicEnable:
+            self.table[AUTO_CREATE_TOPIC_KEY] = TopicConfig(
+                AUTO_CREATE_TOPIC_KEY, c.defaultTopicQueueNums, c.defaultTopicQueueNums, rw | PERM_INHERIT)
+        self.table[SELF_TEST_TOPIC] = TopicConfig(SELF_TEST_TOPIC, 1, 1, rw)
+        self.table[OFFSET_MOVED_EVENT] = TopicConfig(OFFSET_MOVED_EVENT, 1, 1, rw)
+        for name in (c.brokerClusterName, c.brokerName):
+            if name and not validate_topic(name):
+                self.table[name] = TopicConfig(name, 1, 1, rw | PERM_INHERIT)
+
+    # -- persistence ------------------------------------------------------------------------------
+    def load(self) -> None:
+        obj = read_json_file(self.path)
+        if obj is None:
+            return
+        for name, cfg in (obj.get("topicConfigTable") or {}).items():
+            tc = TopicConfig.from_json({"topicName": name, **cfg})
+            self.table[tc.topic_name] = tc
+        if not self.config.autoCreateTopicEnable:
+            self.table.pop(AUTO_CREATE_TOPIC_KEY, None)
+        dv = obj.get("dataVersion") or {}
+        self.data_version = {"counter": int(dv.get("counter", 0)), "timestamp": int(dv.get("timestamp", 0))}
+        log.info("loaded %d topic configs from %s", len(self.table), self.path)
+
+    def to_json(self) -> dict:
+        return {"dataVersion": dict(self.data_version),
+                "topicConfigTable": {n: tc.to_json() for n, tc in sorted(self.table.items())}}
+
+    def encode(self) -> bytes:
+        """GET_ALL_TOPIC_CONFIG's body, and the topics.json content (TopicConfigSerializeWrapper)."""
+        return json_body.dumps(self.to_json())
+
+    def persist(self) -> None:
+        atomic_write(self.path, self.encode())
+
+    def _changed(self) -> None:
+        self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": self._now_ms()}
+        try:
+            self.persist()
+        except OSError as e:
+            log.error("cannot write %s: %s (topic config kept in memory)", self.path, e)
+        for cb in list(self.listeners):
+            try:
+                cb()
+            except Exception:
+                log.exception("topic config listener failed")
+
+    # -- lookups and changes ----------------------------------------------------------------------
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def update(self, tc: TopicConfig) -> None:
+        old = self.table.get(tc.topic_name)
+        self.table[tc.topic_name] = tc
+        log.info("topic config %s: %s -> %s", "updated" if old else "created", old, tc)
+        self._changed()
+
+    def create_in_send(self, topic: str, default_topic: str, client_queue_nums: int) -> TopicConfig | None:
+        """The topic a SEND_MESSAGE to an unknown topic gets, or None if it may not be created."""
+        tc = self.table.get(topic)
+        if tc is not None:
+            return tc
+        default = self.table.get(default_topic)
+        if default is None:
+            log.warning("send to unknown topic %s: default topic %s does not exist, not creating it",
+                        topic, default_topic)
+            return None
+        perm = default.perm
+        if default_topic == AUTO_CREATE_TOPIC_KEY and not self.config.autoCreateTopicEnable:
+            perm = PERM_READ | PERM_WRITE
+        if not perm & PERM_INHERIT:
+            log.warning("send to unknown topic %s: default topic %s has no inherit permission (perm %d)",
+                        topic, default_topic, perm)
+            return None
+        queue_nums = max(0, min(client_queue_nums, default.write_queue_nums))
+        tc = TopicConfig(topic, queue_nums, queue_nums, perm & ~PERM_INHERIT,
+                         default.topic_filter_type, default.topic_sys_flag)
+        self.update(tc)
+        return tc
+
+    def create_in_send_back(self, topic: str, queue_nums: int = 1,
+                            perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+        tc = self.table.get(topic)
+        if tc is None:
+            tc = TopicConfig(topic, queue_nums, queue_nums, perm)
+            self.update(tc)
+        return tc
+
+    def replace_all(self, table: dict[str, TopicConfig], data_version: dict) -> bool:
+        """Slave sync: take the master's table as is. Returns True if anything changed."""
+        same = ({n: t.to_json() for n, t in table.items()} == {n: t.to_json() for n, t in self.table.items()})
+        if same and data_version == self.data_version:
+            return False
+        self.table = dict(table)
+        self.data_version = {"counter": int(data_version.get("counter", 0)),
+                             "timestamp": int(data_version.get("timestamp", 0))}
+        try:
+            self.persist()
+        except OSError as e:
+            log.error("cannot write %s: %s", self.path, e)
+        for cb in list(self.listeners):
+            cb()
+        return True
+
+
+class TopicProcessors:
+    """UPDATE_AND_CREATE_TOPIC (17): admin tools and the C++ client's createTopic."""
+
+    def __init__(self, topics: TopicConfigManager):
+        self.topics = topics
+
+    def register(self, registry) -> None:
+        registry.register(RequestCode.UPDATE_AND_CREATE_TOPIC, self.update_and_create_topic)
+
+    def update_and_create_topic(self, req: RemotingCommand, ctx) -> RemotingCommand:
+        topic = req.get_str("topic")
+        why = validate_topic(topic)
+        if why:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, why)
+        if topic == self.topics.config.brokerClusterName:
+            return req.make_response(ResponseCode.SYSTEM_ERROR,
+                                     f"the topic[{topic}] is conflict with system reserved words.")
+        # The C++ client sends topicFilterType as a one-character string (an enum assigned to a
+        # std::string); anything that is not a known name counts as SINGLE_TAG.
+        filter_type = req.get_str("topicFilterType", "SINGLE_TAG")
+        if filter_type not in ("SINGLE_TAG", "MULTI_TAG"):
+            filter_type = "SINGLE_TAG"
+        tc = TopicConfig(topic, req.get_int("readQueueNums"), req.get_int("writeQueueNums"),
+                         req.get_int("perm"), filter_type, req.get_int("topicSysFlag", 0),
+                         req.get_lenient_bool("order", False))
+        self.topics.update(tc)
+        return req.make_response()

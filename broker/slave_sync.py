@@ -1,0 +1,121 @@
+"""A slave's copy of its master's topic configs and consumer offsets (RocketMQ's SlaveSynchronize).
+
+Every `interval` seconds (10 s, as the Java broker), and at once when the master's address is first
+learned or changes, the slave asks its master for GET_ALL_TOPIC_CONFIG and GET_ALL_CONSUMER_OFFSET
+and replaces its own tables with the answers (the offsets file is then written). When the master
+cannot be reached the slave keeps what it has, so consumers reading from it go on.
+"""
+from __future__ import annotations
+
+import logging
+
+from twisted.internet import defer, task
+
+from broker.namesrv.register_body import RegisterBrokerBody
+from broker.remoting import json_body
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.command import RemotingCommand
+from broker.remoting.protocol import RemotingClient
+
+log = logging.getLogger("broker.slavesync")
+
+SYNC_INTERVAL_S = 10.0
+TIMEOUT_S = 3.0
+
+
+class SlaveSynchronize:
+    def __init__(self, topics, offsets, reactor, clock=None, master_addr: str | None = None,
+                 interval: float = SYNC_INTERVAL_S, client: RemotingClient | None = None):
+        self.topics = topics
+        self.offsets = offsets
+        self.clock = clock or reactor
+        self.client = client or RemotingClient(reactor, self.clock)
+        self.master_addr = master_addr
+        self.interval = interval
+        self.syncs = 0
+        self.failures = 0
+        self.last_error: str | None = None
+        self._loop = task.LoopingCall(self.sync_all)
+        self._loop.clock = self.clock
+        self._running: defer.Deferred | None = None
+
+    def start(self) -> None:
+        self._loop.start(self.interval, now=False)
+
+    def stop(self) -> None:
+        if self._loop.running:
+            self._loop.stop()
+        self.client.close()
+
+    def set_master_address(self, addr: str | None) -> None:
+        if addr == self.master_addr:
+            return
+        self.master_addr = addr
+        if addr:
+            self.sync_all()
+
+    def sync_all(self) -> defer.Deferred:
+        if not self.master_addr:
+            return defer.succeed(None)
+        if self._running is not None:
+            return self._running  # one sync at a time
+        addr = self.master_addr
+        d = self._sync_topics(addr)
+        d.addCallback(lambda _: self._sync_offsets(addr))
+        d.addCallbacks(self._ok, self._failed, errbackArgs=(addr,))
+
+        finished_now = []
+
+        def finished(result):
+            self._running = None
+            finished_now.append(True)
+            return result
+
+        d.addBoth(finished)
+        if not finished_now:
+            self._running = d
+        return d
+
+    def _call(self, addr: str, code: int) -> defer.Deferred:
+        d = self.client.invoke(addr, RemotingCommand.request(code), TIMEOUT_S)
+
+        def check(resp: RemotingCommand):
+            if resp.code != ResponseCode.SUCCESS:
+                raise RuntimeError(f"request {code} answered {resp.code} {resp.remark}")
+            return resp.body
+
+        return d.addCallback(check)
+
+    def _sync_topics(self, addr: str) -> defer.Deferred:
+        def apply(body: bytes):
+            wrapper = json_body.loads(body)
+            parsed = RegisterBrokerBody.from_wrapper_json(wrapper)
+            if self.topics.replace_all(parsed.topic_configs, parsed.data_version):
+                log.info("topic configs synced from master %s: %d topics", addr, len(parsed.topic_configs))
+
+        return self._call(addr, RequestCode.GET_ALL_TOPIC_CONFIG).addCallback(apply)
+
+    def _sync_offsets(self, addr: str) -> defer.Deferred:
+        def apply(body: bytes):
+            obj = json_body.loads(body)
+            self.offsets.replace_all(obj.get("offsetTable") or {})
+            self.offsets.persist_if_dirty()
+
+        return self._call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET).addCallback(apply)
+
+    def _ok(self, _):
+        self.syncs += 1
+        if self.last_error is not None:
+            log.info("slave sync from master %s works again", self.master_addr)
+        self.last_error = None
+
+    def _failed(self, failure, addr: str):
+        self.failures += 1
+        why = failure.getErrorMessage()
+        if why != self.last_error:
+            log.warning("slave sync from master %s failed: %s (keeping our copy)", addr, why)
+        self.last_error = why
+
+    def status(self) -> dict:
+        return {"masterAddr": self.master_addr, "syncs": self.syncs, "failures": self.failures,
+                "lastError": self.last_error}

@@ -1,0 +1,116 @@
+"""Read-only questions the request processors ask of a MessageStore, beyond get_messages().
+
+Everything here reads consume-queue units and, where a store time is needed, the record's
+STORETIMESTAMP from the commit log (offset 56 with an IPv4 born host, 68 with an IPv6 one).
+Nothing here writes.
+"""
+from __future__ import annotations
+
+import struct
+
+from . import record
+
+_I4 = struct.Struct(">i")
+_I8 = struct.Struct(">q")
+_FILLER_SIZE = 0x7FFFFFFF
+
+
+def store_timestamp_at(store, phys: int, size: int) -> int | None:
+    """STORETIMESTAMP of the record at `phys`, or None when it is gone or unreadable."""
+    if phys < store.commitlog.min_offset or size <= 0 or size == _FILLER_SIZE:
+        return None
+    head = store.commitlog.read(phys, 76)
+    if len(head) < 76:
+        return None
+    (magic,) = _I4.unpack_from(head, 4)
+    if magic & 0xFFFFFFFF != record.MESSAGE_MAGIC:
+        return None
+    (sys_flag,) = _I4.unpack_from(head, 36)
+    pos = 56 + (12 if sys_flag & record.FLAG_BORNHOST_V6 else 0)
+    return _I8.unpack_from(head, pos)[0]
+
+
+def _unit_time(store, cq, index: int) -> int | None:
+    unit = cq.get(index)
+    if unit is None:
+        return None
+    return store_timestamp_at(store, unit[0], unit[1])
+
+
+def queue_store_time(store, topic: str, queue_id: int, offset: int) -> int | None:
+    """Store time of the message at logical `offset` of a queue (None if there is none)."""
+    cq = store.queues.get((topic, queue_id))
+    if cq is None or not cq.min_index <= offset < cq.max_index:
+        return None
+    return _unit_time(store, cq, offset)
+
+
+def earliest_msg_store_time(store, topic: str, queue_id: int) -> int | None:
+    """GET_EARLIEST_MSG_STORETIME: store time of the first message still readable in the queue."""
+    cq = store.queues.get((topic, queue_id))
+    if cq is None:
+        return None
+    for index in range(cq.min_index, cq.max_index):
+        ts = _unit_time(store, cq, index)
+        if ts is not None:
+            return ts
+    return None
+
+
+def search_offset_by_timestamp(store, topic: str, queue_id: int, timestamp: int) -> int:
+    """SEARCH_OFFSET_BY_TIMESTAMP, as RocketMQ 4.x answers it.
+
+    Binary search over the queue's readable units for the first message stored at or after
+    `timestamp` (store times are non-decreasing along a queue). When every message is older the
+    answer is the max offset; when every message is newer it is the first readable offset; an
+    empty or unknown queue answers 0.
+    """
+    cq = store.queues.get((topic, queue_id))
+    if cq is None or cq.max_index == 0:
+        return 0
+    lo = cq.min_index
+    # Skip units whose records were deleted from the commit log.
+    while lo < cq.max_index and _unit_time(store, cq, lo) is None:
+        lo += 1
+    hi = cq.max_index - 1
+    if lo > hi:
+        return cq.max_index
+    if timestamp <= _unit_time(store, cq, lo):
+        return lo
+    last = _unit_time(store, cq, hi)
+    if last is None or timestamp > last:
+        return cq.max_index
+    # Invariant: time(lo) < timestamp <= time(hi); find the first index with time >= timestamp.
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        ts = _unit_time(store, cq, mid)
+        if ts is None or ts < timestamp:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def record_at(store, phys: int) -> tuple[bytes, record.Message] | None:
+    """The raw record at commit-log offset `phys` and its decoded form, if a message is stored there."""
+    if phys < store.commitlog.min_offset or phys >= store.commitlog.max_offset:
+        return None
+    head = store.commitlog.read(phys, 8)
+    if len(head) < 8:
+        return None
+    size, magic = struct.unpack(">iI", head)
+    if magic != record.MESSAGE_MAGIC or size <= 0:
+        return None
+    raw = store.commitlog.read_record(phys, size)
+    if len(raw) != size:
+        return None
+    r = record.scan(raw, 0, check_crc=False)
+    if r.kind != record.Scan.MESSAGE:
+        return None
+    return raw, r.message
+
+
+def record_by_offset_msg_id(store, msg_id: str) -> tuple[bytes, record.Message] | None:
+    """The record an offsetMsgId names (its host part is not checked), if still stored."""
+    _host, phys = record.parse_offset_msg_id(msg_id)
+    return record_at(store, phys)

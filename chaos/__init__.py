@@ -1,0 +1,1 @@
+"""Fault and workload library for the chaos test kit."""

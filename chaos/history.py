@@ -1,0 +1,207 @@
+"""Client histories: every operation a workload did and what it saw, one JSON object per line.
+
+A history file is `RUN/history/<client>.jsonl` (any *.jsonl under RUN/history is read). Each line:
+
+    field            type        meaning
+    client           str         who did it (a producer or consumer id; unique in the run)
+    seq              int         position of this line in the recorder (orders ops of one client)
+    op               str         "send" or "receive"
+    topic            str
+    send_id          str         the LOGICAL send: one id per message the workload meant to send. Every
+                                 try of it (our own retries, each with a new UNIQ_KEY under the C++
+                                 client) has the same send_id. The recorder puts it in the message's
+                                 KEYS, so stored copies and received messages carry it too.
+    attempt          int         1, 2, ... for the tries of one send_id (send only)
+    uniq_key         str|null    UNIQ_KEY property (C++ SendResult.msg_id / RecvMessage.id)
+    status           str         send: SEND_OK | FLUSH_DISK_TIMEOUT | FLUSH_SLAVE_TIMEOUT |
+                                 SLAVE_NOT_AVAILABLE | ERROR (then see `error`); receive: RECEIVED
+    error            str|null    exception text when status is ERROR
+    offset_msg_id    str|null    the broker's offsetMsgId, when the client exposes it (PyPI rocketmq
+                                 0.4.4 does not; the pipeline finds the stored copy by uniq_key)
+    broker_name      str|null    when known (the pipeline resolves it from the stored copy otherwise)
+    queue_id         int|null    receive: the queue; send: the queue when known
+    queue_offset     int|null    send: SendResult.offset; receive: the message's queue offset
+    commit_log_offset int|null   receive: the message's physical offset
+    store_timestamp  int|null    receive: the broker's store timestamp (ms)
+    ordered          bool        receive: whether this consumer promised per-queue order
+    start_ms, end_ms int         wall clock (ms since the epoch) around the call; for a receive both
+                                 are the moment the callback ran
+    body_len         int|null
+
+The "acknowledged" sends are those with status SEND_OK. The other three statuses mean "stored on the
+master, replication/flush not confirmed". ERROR means the client does not know.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+import uuid
+
+SEND_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
+ERROR = "ERROR"
+RECEIVED = "RECEIVED"
+FIELDS = ("client", "seq", "op", "topic", "send_id", "attempt", "uniq_key", "status", "error",
+          "offset_msg_id", "broker_name", "queue_id", "queue_offset", "commit_log_offset",
+          "store_timestamp", "ordered", "start_ms", "end_ms", "body_len")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def status_name(status) -> str:
+    """rocketmq.client.SendStatus (or its int / C++ name) -> the history's status text."""
+    names = {0: "SEND_OK", 1: "FLUSH_DISK_TIMEOUT", 2: "FLUSH_SLAVE_TIMEOUT", 3: "SLAVE_NOT_AVAILABLE"}
+    if isinstance(status, int):  # SendStatus is an IntEnum
+        return names.get(int(status), f"UNKNOWN_{int(status)}")
+    text = str(status).rsplit(".", 1)[-1].upper()
+    text = {"OK": "SEND_OK", "SEND_FLUSH_DISK_TIMEOUT": "FLUSH_DISK_TIMEOUT",
+            "SEND_FLUSH_SLAVE_TIMEOUT": "FLUSH_SLAVE_TIMEOUT",
+            "SEND_SLAVE_NOT_AVAILABLE": "SLAVE_NOT_AVAILABLE",
+            "SLAVE_NOT_AVAILABE": "SLAVE_NOT_AVAILABLE"}.get(text, text)
+    return text
+
+
+class HistoryWriter:
+    """Appends records to one JSONL file; thread-safe (client callbacks run on C++ threads)."""
+
+    def __init__(self, path: str):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.path = path
+        self._fh = open(path, "a", buffering=1)
+        self._lock = threading.Lock()
+        self._seq = itertools.count()
+
+    def append(self, rec: dict) -> dict:
+        with self._lock:
+            rec = {k: rec.get(k) for k in FIELDS} | {"seq": next(self._seq)}
+            self._fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        return rec
+
+    def close(self) -> None:
+        with self._lock:
+            self._fh.close()
+
+
+def read_history(path: str) -> list[dict]:
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+class HistoryRecorder:
+    """Wraps an official-client producer and consumer callbacks and records every operation.
+
+        rec = HistoryRecorder("RUN/history/p1.jsonl", client="p1")
+        producer = rec.producer("PG", namesrv="127.0.0.1:9876")         # started rocketmq Producer
+        rec.send(producer, "TopicTest", b"body")                          # send_sync
+        rec.send_orderly(producer, "TopicTest", b"body", shard=3)         # selector: shard % queues
+        consumer = rec.push_consumer("CG", "TopicTest", namesrv=..., ordered=False)
+
+    The rocketmq package is imported only when a client is built, so this module (and the pipeline)
+    import without it.
+    """
+
+    def __init__(self, path: str, client: str | None = None):
+        self.client = client or os.path.splitext(os.path.basename(path))[0]
+        self.writer = HistoryWriter(path)
+        self._ids = itertools.count(1)
+
+    # -- ids --------------------------------------------------------------------------------------
+    def new_send_id(self) -> str:
+        return f"{self.client}-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+
+    # -- building clients -------------------------------------------------------------------------
+    def producer(self, group: str, namesrv: str, timeout_ms: int | None = None):
+        from rocketmq.client import Producer
+        p = Producer(group, timeout=timeout_ms)
+        p.set_namesrv_addr(namesrv)
+        p.start()
+        return p
+
+    def push_consumer(self, group: str, topic: str, namesrv: str, ordered: bool = False,
+                      expression: str = "*", threads: int | None = None, on_message=None):
+        """A started PushConsumer whose callback records each message (then calls on_message)."""
+        from rocketmq.client import PushConsumer
+        c = PushConsumer(group, orderly=ordered)
+        c.set_namesrv_addr(namesrv)
+        if threads:
+            c.set_thread_count(threads)
+        c.subscribe(topic, self.consumer_callback(ordered, on_message), expression)
+        c.start()
+        return c
+
+    # -- sending ----------------------------------------------------------------------------------
+    def _message(self, topic: str, body: bytes, send_id: str, tags: str | None, properties: dict | None):
+        from rocketmq.client import Message
+        msg = Message(topic)
+        msg.set_keys(send_id)
+        if tags:
+            msg.set_tags(tags)
+        for k, v in (properties or {}).items():
+            msg.set_property(k, v)
+        msg.set_body(body)
+        return msg
+
+    def _record_send(self, call, topic: str, body: bytes, send_id: str | None, attempt: int,
+                     queue_id: int | None, tags, properties):
+        send_id = send_id or self.new_send_id()
+        rec = {"client": self.client, "op": "send", "topic": topic, "send_id": send_id,
+               "attempt": attempt, "queue_id": queue_id, "body_len": len(body)}
+        msg = self._message(topic, body, send_id, tags, properties)
+        rec["start_ms"] = now_ms()
+        try:
+            res = call(msg)
+        except Exception as e:  # the client raises MQClientException-like errors
+            rec.update(end_ms=now_ms(), status=ERROR, error=f"{type(e).__name__}: {e}")
+            self.writer.append(rec)
+            raise
+        rec.update(end_ms=now_ms(), status=status_name(res.status), uniq_key=res.msg_id or None,
+                   queue_offset=res.offset)
+        self.writer.append(rec)
+        return res
+
+    def send(self, producer, topic: str, body: bytes, send_id: str | None = None, attempt: int = 1,
+             tags: str | None = None, properties: dict | None = None):
+        """producer.send_sync, recorded. Raises what the client raises (after recording it)."""
+        return self._record_send(producer.send_sync, topic, body, send_id, attempt, None, tags, properties)
+
+    def send_orderly(self, producer, topic: str, body: bytes, shard: int, send_id: str | None = None,
+                     attempt: int = 1, tags: str | None = None, properties: dict | None = None,
+                     retry_times: int = 0, selector=None):
+        """producer.send_orderly with a queue selector (default: shard % number of queues)."""
+        def call(msg):
+            if selector is None:
+                return producer.send_orderly(msg, shard, retry_times=retry_times)
+            return producer.send_orderly(msg, shard, retry_times=retry_times, queue_selector=selector)
+        return self._record_send(call, topic, body, send_id, attempt, None, tags, properties)
+
+    # -- receiving --------------------------------------------------------------------------------
+    def record_receive(self, msg, ordered: bool = False) -> dict:
+        """Record one received message (a rocketmq.client.RecvMessage or anything with its attributes)."""
+        t = now_ms()
+
+        def get(attr):
+            try:
+                return getattr(msg, attr)
+            except Exception:
+                return None
+        body = get("body")
+        return self.writer.append({
+            "client": self.client, "op": "receive", "topic": get("topic"), "send_id": get("keys") or None,
+            "uniq_key": get("id") or None, "status": RECEIVED, "queue_id": get("queue_id"),
+            "queue_offset": get("queue_offset"), "commit_log_offset": get("commit_log_offset"),
+            "store_timestamp": get("store_timestamp"), "ordered": ordered, "start_ms": t, "end_ms": t,
+            "body_len": len(body) if body is not None else None})
+
+    def consumer_callback(self, ordered: bool = False, on_message=None):
+        def callback(msg):
+            self.record_receive(msg, ordered)
+            if on_message is not None:
+                on_message(msg)
+        return callback
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,0 +1,1 @@
+"""PySpark audit pipeline: commit-log decoder, replica audit, history checker, reports."""

@@ -1,0 +1,215 @@
+"""Run the whole audit on a run folder and write report.md with a verdict table and PNG plots."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from . import audit, decode, history_check, runfolder
+from .verdict import FAIL, Verdict, failed
+
+
+@dataclass
+class Report:
+    verdicts: list[Verdict]
+    plots: list[str] = field(default_factory=list)
+    path: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return failed(self.verdicts)
+
+
+# -- metrics --------------------------------------------------------------------------------------
+
+def load_metrics(paths: list[str]) -> list[dict]:
+    out = []
+    for p in paths:
+        with open(p) as fh:
+            for line in fh:
+                if line.strip():
+                    out.append(json.loads(line))
+    return sorted(out, key=lambda r: r.get("ts", 0))
+
+
+def lag_series(samples: list[dict], nodes: list[runfolder.Node]) -> dict[str, list[tuple[int, int]]]:
+    """slave node -> [(ts ms, lag bytes)]. From the master's per-slave ackOffset when sampled, else
+    from the slave's own maxPhyOffset against the master's latest sample at or before it."""
+    by_addr = {n.addr: n.name for n in nodes if n.addr}
+    node_by_name = {n.name: n for n in nodes}
+    masters = {name: m.name for name, (m, _) in audit.groups(nodes).items() if m}
+    series: dict[str, list[tuple[int, int]]] = {}
+    latest_master: dict[str, int] = {}
+    have_ack: set[str] = set()
+    for s in samples:
+        node = node_by_name.get(s.get("node"))
+        if node is None:
+            continue
+        if node.is_master:
+            latest_master[node.name] = s.get("maxPhyOffset", 0)
+            for key, ack in (s.get("slaves") or {}).items():
+                slave = by_addr.get(key, key)
+                have_ack.add(slave)
+                series.setdefault(slave, []).append((s["ts"], s.get("maxPhyOffset", 0) - ack))
+        elif node.name not in have_ack and "maxPhyOffset" in s:
+            m = masters.get(node.broker_name)
+            if m in latest_master:
+                series.setdefault(node.name, []).append((s["ts"], latest_master[m] - s["maxPhyOffset"]))
+    return series
+
+
+def final_acks(samples: list[dict], nodes: list[runfolder.Node]) -> dict[str, int]:
+    by_addr = {n.addr: n.name for n in nodes if n.addr}
+    out = {}
+    for s in samples:
+        for key, ack in (s.get("slaves") or {}).items():
+            out[by_addr.get(key, key)] = ack
+    return out
+
+
+# -- plots ----------------------------------------------------------------------------------------
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_lag(out_dir, series, pairs, master_curve) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    if series:
+        t0 = min(t for s in series.values() for t, _ in s)
+        for slave, pts in sorted(series.items()):
+            ax.plot([(t - t0) / 1000 for t, _ in pts], [v for _, v in pts], label=slave)
+        ax.set_title("replication lag per slave (master maxPhyOffset - slave ackOffset, from metrics)")
+        ax.set_ylabel("bytes behind")
+    else:
+        # No metrics: only the master's growth (store timestamps) and each slave's final end can be shown.
+        t0 = min((t for pts in master_curve.values() for t, _ in pts), default=0)
+        for broker, pts in sorted(master_curve.items()):
+            ax.plot([(t - t0) / 1000 for t, _ in pts], [v for _, v in pts], label=f"{broker} master log end")
+        for p in pairs:
+            ax.axhline(p.slave_end, linestyle="--", linewidth=1,
+                       label=f"{p.slave} final end (lag {p.lag_bytes} B)")
+        ax.set_title("no metrics/: master log end over store time, and each slave's final end")
+        ax.set_ylabel("commit-log offset")
+    ax.set_xlabel("seconds since first sample")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    path = os.path.join(out_dir, "replication_lag.png")
+    fig.tight_layout(); fig.savefig(path, dpi=100); plt.close(fig)
+    return path
+
+
+def plot_latency(out_dir, latencies: list[int]) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    if latencies:
+        ax.hist(latencies, bins=min(100, max(10, len(set(latencies)))), log=True)
+    else:
+        ax.text(0.5, 0.5, "no SEND_OK sends in the histories", ha="center", transform=ax.transAxes)
+    ax.set_title("send latency (SEND_OK, ms)"); ax.set_xlabel("ms"); ax.set_ylabel("sends")
+    path = os.path.join(out_dir, "send_latency.png")
+    fig.tight_layout(); fig.savefig(path, dpi=100); plt.close(fig)
+    return path
+
+
+def plot_throughput(out_dir, stored: dict, sent: list[tuple[int, int]]) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    starts = [t for pts in stored.values() for t, _ in pts] + [t for t, _ in sent]
+    t0 = min(starts, default=0)
+    for broker, pts in sorted(stored.items()):
+        ax.plot([t - t0 for t, _ in pts], [n for _, n in pts], label=f"{broker}: stored msgs/s (master)")
+    if sent:
+        ax.plot([t - t0 for t, _ in sent], [n for _, n in sent], label="SEND_OK/s (histories)", linestyle="--")
+    ax.set_title("throughput over time"); ax.set_xlabel("seconds"); ax.set_ylabel("messages per second")
+    if starts:
+        ax.legend(fontsize=7)
+    path = os.path.join(out_dir, "throughput.png")
+    fig.tight_layout(); fig.savefig(path, dpi=100); plt.close(fig)
+    return path
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+def run(spark, run_dir: str, out_dir: str, range_bytes: int = decode.DEFAULT_RANGE_BYTES) -> Report:
+    from pyspark.sql import functions as F
+
+    os.makedirs(out_dir, exist_ok=True)
+    nodes = runfolder.load_nodes(run_dir)
+    df = decode.decode(spark, nodes, range_bytes).cache()
+    samples = load_metrics(runfolder.metrics_files(run_dir))
+
+    integrity = audit.node_integrity(df, nodes)
+    pairs = audit.audit_pairs(spark, df, nodes)
+    verdicts = audit.verdicts(pairs, integrity, nodes, final_acks(samples, nodes))
+
+    hpaths = runfolder.history_files(run_dir)
+    latencies: list[int] = []
+    sent_per_s: list[tuple[int, int]] = []
+    if hpaths:
+        hist = history_check.load_histories(spark, hpaths).cache()
+        verdicts += history_check.verdicts(history_check.check(spark, df, hist, nodes))
+        ok = hist.filter((F.col("op") == "send") & (F.col("status") == "SEND_OK"))
+        latencies = [r[0] for r in ok.select((F.col("end_ms") - F.col("start_ms")).alias("l"))
+                     .limit(200000).collect()]
+        sent_per_s = [(r["s"], r["n"]) for r in ok.groupBy((F.col("end_ms") / 1000).cast("long").alias("s"))
+                      .agg(F.count("*").alias("n")).orderBy("s").collect()]
+        hist.unpersist()
+    else:
+        verdicts += history_check.verdicts(history_check.HistoryFindings())
+
+    masters = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
+    stored: dict[str, list] = {}
+    curve: dict[str, list] = {}
+    mdf = (df.filter((F.col("status") == "ok") & F.col("node").isin(list(masters)))
+           .groupBy("node", (F.col("store_timestamp") / 1000).cast("long").alias("s"))
+           .agg(F.count("*").alias("n"), F.max(F.col("physical_offset") + F.col("size")).alias("end"))
+           .orderBy("node", "s"))
+    for r in mdf.collect():
+        stored.setdefault(masters[r["node"]], []).append((r["s"], r["n"]))
+        curve.setdefault(masters[r["node"]], []).append((r["s"] * 1000, r["end"]))
+    df.unpersist()
+
+    plots = [plot_lag(out_dir, lag_series(samples, nodes), pairs, curve),
+             plot_latency(out_dir, latencies),
+             plot_throughput(out_dir, stored, sent_per_s)]
+    rep = Report(verdicts, plots)
+    rep.path = write_markdown(out_dir, run_dir, nodes, rep, pairs, bool(samples))
+    return rep
+
+
+def _cell(s: str) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def write_markdown(out_dir, run_dir, nodes, rep: Report, pairs, have_metrics: bool) -> str:
+    lines = [f"# Audit of `{run_dir}`", "",
+             f"**Result: {'FAIL' if rep.failed else 'PASS'}** "
+             f"({sum(v.status == FAIL for v in rep.verdicts)} failed guarantee(s))", "",
+             "| verdict | status | evidence |", "|---|---|---|"]
+    lines += [f"| {_cell(v.name)} | **{v.status}** | {_cell(v.detail)} |" for v in rep.verdicts]
+    lines += ["", "## Nodes", "", "| node | broker | id | role | files | start offset |", "|---|---|---|---|---|---|"]
+    lines += [f"| {n.name} | {n.broker_name} | {n.broker_id} | {n.role} | {len(n.files)} | {n.start_offset} |"
+              for n in nodes]
+    if pairs:
+        lines += ["", "## Replicas", "",
+                  "| master | slave | slave start | common prefix (B) | first divergent | CRC mismatches | "
+                  "missing (B) | slave-only records | lag (B) |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {p.master} | {p.slave} | {p.slave_start} | {p.common_prefix_bytes} | "
+                  f"{p.first_divergent_offset if p.first_divergent_offset is not None else '-'} | "
+                  f"{p.crc_mismatches} | {p.missing_bytes} | {p.slave_only_records} | {p.lag_bytes} |"
+                  for p in pairs]
+    lines += ["", "## Plots", ""]
+    if not have_metrics:
+        lines += ["No `metrics/*.jsonl` in the run folder: replication lag over time cannot be known "
+                  "(a slave's log holds no time of arrival). The lag plot shows the master's log end "
+                  "over store time and each slave's final end instead.", ""]
+    lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in rep.plots]
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return path

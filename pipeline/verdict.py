@@ -1,0 +1,20 @@
+"""A verdict: one named guarantee, PASS / WARN / FAIL, and the evidence in one line."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PASS, WARN, FAIL, INFO = "PASS", "WARN", "FAIL", "INFO"
+
+
+@dataclass
+class Verdict:
+    name: str
+    status: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.status:4}  {self.name}: {self.detail}"
+
+
+def failed(verdicts: list[Verdict]) -> bool:
+    return any(v.status == FAIL for v in verdicts)

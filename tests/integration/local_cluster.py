@@ -1,0 +1,235 @@
+"""Name servers and brokers as real local processes on free loopback ports, for integration tests.
+
+    ns = NameServerProcess(workdir); ns.start()
+    b = BrokerProcess(workdir, "broker-a", ns.addr, role="SYNC_MASTER"); b.start()
+    ...; b.stop(); ns.stop()
+
+Readiness is polled, never slept for: a name server is ready when it answers
+GET_BROKER_CLUSTER_INFO; a broker when its metrics endpoint (listenPort + 2) serves /status and the
+name server lists its address under its brokerName and brokerId. Every wait has a deadline and its
+failure message includes the tail of the process log.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from broker.remoting.codec import FrameDecoder, encode
+from broker.remoting.codes import RequestCode
+from broker.remoting.command import RemotingCommand
+
+ROOT = Path(__file__).resolve().parents[2]
+START_DEADLINE_S = 20.0
+STOP_DEADLINE_S = 10.0
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+_next_base = [20000 + (os.getpid() * 37) % 20000]
+
+
+def free_ports(count: int = 1) -> int:
+    """The first of `count` consecutive free loopback ports (brokers use listenPort..+2)."""
+    for _ in range(2000):
+        base = _next_base[0]
+        _next_base[0] = base + count + 1 if base + count + 1 < 60000 else 20000
+        if all(_port_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError("no free port range found")
+
+
+def rpc(addr: str, code: int, fields: dict | None = None, body: bytes = b"", timeout: float = 3.0) -> RemotingCommand:
+    """One blocking request/response over a fresh connection (for test checks)."""
+    host, _, port = addr.rpartition(":")
+    req = RemotingCommand.request(code, fields or {}, body=body)
+    req.opaque = 1
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(encode(req))
+        dec = FrameDecoder()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            data = s.recv(65536)
+            if not data:
+                break
+            for cmd in dec.feed(data):
+                if cmd.is_response and cmd.opaque == 1:
+                    return cmd
+    raise TimeoutError(f"no response from {addr} to code {code}")
+
+
+def wait_until(what: str, predicate, deadline_s: float, interval: float = 0.1, on_fail=lambda: ""):
+    end = time.monotonic() + deadline_s
+    last_exc = None
+    while time.monotonic() < end:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as e:  # not ready yet
+            last_exc = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {deadline_s}s waiting for {what} (last error: {last_exc!r})\n{on_fail()}")
+
+
+class _Process:
+    name = "process"
+
+    def __init__(self, workdir: Path):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.workdir / f"{self.name}.log"
+
+    def _spawn(self, args: list[str]) -> None:
+        log = open(self.log_path, "ab")
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen([sys.executable, *args], cwd=str(ROOT), stdout=log,
+                                     stderr=subprocess.STDOUT, env=env)
+        log.close()
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return f"--- last lines of {self.log_path} ---\n" + "\n".join(text[-lines:])
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _check_alive(self):
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"{self.name} exited with {self.proc.returncode}\n{self.log_tail()}")
+
+    def stop(self, sig=signal.SIGTERM) -> int | None:
+        """Stop the process (SIGTERM: clean shutdown), SIGKILL after the deadline."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)  # a paused process cannot handle SIGTERM
+                self.proc.send_signal(sig)
+                self.proc.wait(STOP_DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_DEADLINE_S)
+        return self.proc.returncode
+
+    def pause(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+
+class NameServerProcess(_Process):
+    name = "namesrv"
+
+    def __init__(self, workdir: Path, port: int | None = None):
+        super().__init__(workdir)
+        self.port = port or free_ports(1)
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> "NameServerProcess":
+        self._spawn(["-m", "broker.namesrv", "--port", str(self.port), "--host", "127.0.0.1"])
+
+        def ready():
+            self._check_alive()
+            return rpc(self.addr, RequestCode.GET_BROKER_CLUSTER_INFO, timeout=1.0).code == 0
+
+        wait_until(f"name server {self.addr}", ready, START_DEADLINE_S, on_fail=self.log_tail)
+        return self
+
+    def cluster_info(self) -> dict:
+        from broker.remoting import json_body
+        resp = rpc(self.addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+        return json_body.loads(resp.body) if resp.body else {}
+
+    def broker_addrs(self, broker_name: str) -> dict[int, str]:
+        data = self.cluster_info().get("brokerAddrTable", {}).get(broker_name) or {}
+        return {int(k): v for k, v in (data.get("brokerAddrs") or {}).items()}
+
+
+class BrokerProcess(_Process):
+    def __init__(self, workdir: Path, broker_name: str, namesrv_addr: str, *, role: str = "ASYNC_MASTER",
+                 broker_id: int | None = None, cluster: str = "DefaultCluster", port: int | None = None,
+                 extra: dict | None = None):
+        self.name = f"{broker_name}-{broker_id if broker_id is not None else (0 if role != 'SLAVE' else 1)}"
+        super().__init__(workdir)
+        self.broker_name = broker_name
+        self.namesrv_addr = namesrv_addr
+        self.role = role
+        self.broker_id = broker_id if broker_id is not None else (0 if role != "SLAVE" else 1)
+        self.cluster = cluster
+        self.port = port or free_ports(3)
+        self.store_dir = self.workdir / f"store-{self.name}"
+        self.extra = {"mappedFileSizeCommitLog": str(8 * 1024 * 1024), "registerNameServerPeriod": "10000",
+                      "syncFlushTimeout": "1500", **(extra or {})}
+        self.conf = self.workdir / f"{self.name}.properties"
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.port + 2}"
+
+    def start(self) -> "BrokerProcess":
+        self.conf.write_text(
+            f"brokerClusterName={self.cluster}\nbrokerName={self.broker_name}\nbrokerId={self.broker_id}\n"
+            f"brokerRole={self.role}\nflushDiskType=ASYNC_FLUSH\n")
+        sets = {"listenPort": self.port, "storePathRootDir": self.store_dir, "namesrvAddr": self.namesrv_addr,
+                "brokerIP1": "127.0.0.1", **self.extra}
+        args = ["-m", "broker", "-c", str(self.conf)]
+        for k, v in sets.items():
+            args += ["--set", f"{k}={v}"]
+        self._spawn(args)
+        self.wait_ready()
+        return self
+
+    def status(self) -> dict:
+        with urllib.request.urlopen(f"{self.metrics_url}/status", timeout=1.0) as r:
+            return json.loads(r.read())
+
+    def wait_ready(self, deadline_s: float = START_DEADLINE_S) -> None:
+        def up():
+            self._check_alive()
+            return self.status()["addr"] == self.addr
+
+        wait_until(f"{self.name} /status", up, deadline_s, on_fail=self.log_tail)
+        ns = NameServerProcess.__new__(NameServerProcess)
+        ns.port = int(self.namesrv_addr.rpartition(":")[2])
+
+        def registered():
+            self._check_alive()
+            return ns.broker_addrs(self.broker_name).get(self.broker_id) == self.addr
+
+        wait_until(f"{self.name} registered with {self.namesrv_addr}", registered, deadline_s,
+                   on_fail=self.log_tail)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        resp = rpc(self.addr, RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
+        return int(resp.ext_fields["offset"])
+
+    def total_messages(self, topic: str, queues: int = 8) -> int:
+        return sum(self.max_offset(topic, q) for q in range(queues))

@@ -1,0 +1,162 @@
+"""Topology parsing, the port plan and per-node overrides (no processes)."""
+import pytest
+
+from broker.config import BrokerConfig, parse_properties
+from cluster import ClusterError
+from cluster.topology import (COMPOSE_DIR, DEFAULT_NAMESRV_PORT, TOPOLOGIES, PortPlan, effective_config,
+                              load_topology, node_overrides, parse_sets, set_args)
+
+OFFICIAL_KEYS = {"brokerClusterName", "brokerName", "brokerId", "deleteWhen", "fileReservedTime",
+                 "brokerRole", "flushDiskType"}
+
+EXPECTED = {
+    "2m-2s-async": [("broker-a", "broker-a", 0, "ASYNC_MASTER"), ("broker-a-s", "broker-a", 1, "SLAVE"),
+                    ("broker-b", "broker-b", 0, "ASYNC_MASTER"), ("broker-b-s", "broker-b", 1, "SLAVE")],
+    "2m-2s-sync": [("broker-a", "broker-a", 0, "SYNC_MASTER"), ("broker-a-s", "broker-a", 1, "SLAVE"),
+                   ("broker-b", "broker-b", 0, "SYNC_MASTER"), ("broker-b-s", "broker-b", 1, "SLAVE")],
+    "2m-noslave": [("broker-a", "broker-a", 0, "ASYNC_MASTER"), ("broker-b", "broker-b", 0, "ASYNC_MASTER")],
+}
+
+
+@pytest.mark.parametrize("name", TOPOLOGIES)
+def test_official_topologies(name):
+    topo = load_topology(name)
+    assert [(n.name, n.broker_name, n.broker_id, n.role) for n in topo.nodes] == EXPECTED[name]
+    for n in topo.nodes:
+        assert n.cluster_name == "DefaultCluster"
+        # Exactly the official file's keys: no ports, addresses or paths.
+        assert set(n.props) == OFFICIAL_KEYS, n.conf_file
+        assert n.props["deleteWhen"] == "04" and n.props["fileReservedTime"] == "48"
+        assert n.props["flushDiskType"] == "ASYNC_FLUSH"
+        # The broker itself reads the file as-is.
+        assert BrokerConfig.load(str(n.conf_file)).brokerRole == n.role
+    for s in topo.slaves:
+        assert topo.master_of(s).name == s.name[:-2]
+
+
+def test_unknown_topology_lists_the_known_ones():
+    with pytest.raises(ClusterError) as e:
+        load_topology("3m-1s")
+    assert "2m-2s-sync" in str(e.value) and "available" in str(e.value)
+
+
+def write(d, name, text):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_text(text)
+
+
+def test_a_file_that_pins_ports_is_refused(tmp_path):
+    write(tmp_path / "t", "broker-a.properties", "brokerName=broker-a\nbrokerId=0\nlistenPort=10911\n")
+    with pytest.raises(ClusterError, match="listenPort"):
+        load_topology("t", tmp_path)
+
+
+def test_a_slave_without_master_is_refused(tmp_path):
+    write(tmp_path / "t", "broker-a-s.properties", "brokerName=broker-a\nbrokerId=1\nbrokerRole=SLAVE\n")
+    with pytest.raises(ClusterError, match="no master"):
+        load_topology("t", tmp_path)
+
+
+def test_duplicate_ids_are_refused(tmp_path):
+    write(tmp_path / "t", "broker-a.properties", "brokerName=broker-a\nbrokerId=0\n")
+    write(tmp_path / "t", "broker-x.properties", "brokerName=broker-a\nbrokerId=0\n")
+    with pytest.raises(ClusterError, match="both"):
+        load_topology("t", tmp_path)
+
+
+def test_a_bad_role_names_the_file(tmp_path):
+    write(tmp_path / "t", "broker-a.properties", "brokerName=broker-a\nbrokerId=0\nbrokerRole=MASTER\n")
+    with pytest.raises(ClusterError, match="broker-a.properties.*brokerRole"):
+        load_topology("t", tmp_path)
+
+
+def test_port_plan_default_and_custom(monkeypatch):
+    monkeypatch.delenv("CLUSTER_BASE_PORT", raising=False)
+    topo = load_topology("2m-2s-sync")
+    plan = PortPlan.make()
+    assert (plan.base_port, plan.namesrv_port) == (10911, DEFAULT_NAMESRV_PORT)
+    assert plan.node_ports(topo.node("broker-a")) == {"listenPort": 10911, "haListenPort": 10912,
+                                                      "metricsPort": 10913}
+    assert plan.node_ports(topo.node("broker-b-s"))["listenPort"] == 10941
+    custom = PortPlan.make(20000)
+    assert custom.namesrv_port == 20049
+    monkeypatch.setenv("CLUSTER_BASE_PORT", "20100")
+    assert PortPlan.make().base_port == 20100
+    assert PortPlan.make(20000, 9999).namesrv_port == 9999
+
+
+def test_port_blocks_of_neighbour_clusters_do_not_overlap():
+    topo = load_topology("2m-2s-sync")
+    a = {p for _, _, p in PortPlan.make(20000).all_ports(topo)}
+    b = {p for _, _, p in PortPlan.make(20050).all_ports(topo)}
+    assert len(a) == 13 and not a & b
+    assert max(a) < 20050
+
+
+def test_port_plan_rejects_bad_values():
+    with pytest.raises(ClusterError, match="out of range"):
+        PortPlan.make(80)
+    with pytest.raises(ClusterError, match="collides"):
+        PortPlan.make(20000, 20011).all_ports(load_topology("2m-2s-sync"))
+
+
+def test_overrides(tmp_path):
+    topo = load_topology("2m-2s-sync")
+    over = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1",
+                          store_dir_of=lambda n: tmp_path / n / "store")
+    assert over["broker-a"] == {"listenPort": "20000", "haListenPort": "20001", "metricsPort": "20002",
+                                "brokerIP1": "127.0.0.1", "namesrvAddr": "127.0.0.1:20049",
+                                "storePathRootDir": str(tmp_path / "broker-a" / "store")}
+    assert over["broker-a-s"]["haMasterAddress"] == "127.0.0.1:20001"
+    assert over["broker-b-s"]["haMasterAddress"] == "127.0.0.1:20021"
+    assert "haMasterAddress" not in over["broker-b"]
+    # Every node's effective config is valid and its ports are distinct across the cluster.
+    ports = []
+    for n in topo.nodes:
+        c = effective_config(n, over[n.name])
+        ports += [c.listenPort, c.ha_port, c.metrics_port]
+        assert c.broker_addr == f"127.0.0.1:{over[n.name]['listenPort']}"
+    assert len(set(ports)) == len(ports)
+
+
+def test_extra_sets_apply_last_and_slaves_follow_their_master(tmp_path):
+    topo = load_topology("2m-2s-async")
+    extra, per_node = parse_sets(["mappedFileSizeCommitLog=1048576", "broker-a:haListenPort=29999"], topo)
+    assert extra == {"mappedFileSizeCommitLog": "1048576"}
+    assert per_node == {"broker-a": {"haListenPort": "29999"}}
+    over = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1", store_dir_of=lambda n: tmp_path / n,
+                          extra=extra, extra_per_node=per_node)
+    assert over["broker-a"]["haListenPort"] == "29999"
+    assert over["broker-a-s"]["haMasterAddress"] == "127.0.0.1:29999"
+    assert all(o["mappedFileSizeCommitLog"] == "1048576" for o in over.values())
+
+
+def test_parse_sets_errors():
+    topo = load_topology("2m-noslave")
+    with pytest.raises(ClusterError, match="KEY=VALUE"):
+        parse_sets(["listenPort"], topo)
+    with pytest.raises(ClusterError, match="no node 'broker-a-s'"):
+        parse_sets(["broker-a-s:listenPort=1"], topo)
+
+
+def test_invalid_override_is_reported_with_the_node(tmp_path):
+    topo = load_topology("2m-2s-sync")
+    over = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1", store_dir_of=lambda n: tmp_path / n,
+                          extra_per_node={"broker-a-s": {"brokerId": "0"}})
+    with pytest.raises(ClusterError, match="broker-a-s.*brokerId=0"):
+        effective_config(topo.node("broker-a-s"), over["broker-a-s"])
+
+
+def test_set_args_round_trip_through_the_broker_parser(tmp_path):
+    from broker.__main__ import main
+    topo = load_topology("2m-2s-sync")
+    over = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1", store_dir_of=lambda n: tmp_path / n)
+    args = ["-c", str(topo.node("broker-b-s").conf_file), "--check"] + set_args(over["broker-b-s"])
+    assert main(args) == 0
+
+
+def test_compose_files_are_plain_properties():
+    for name in TOPOLOGIES:
+        for f in (COMPOSE_DIR / name).glob("*.properties"):
+            props = parse_properties(f.read_text())
+            assert props["brokerClusterName"] == "DefaultCluster"

@@ -1,0 +1,110 @@
+"""Run folders made with the real MessageStore, and one small Spark session for the whole package."""
+import os
+import shutil
+
+import pytest
+
+from broker.store.message_store import MessageStore
+from broker.store.record import Message
+from chaos.history import HistoryWriter
+from pipeline import runfolder
+
+FILE_SIZE = 64 << 10
+
+
+@pytest.fixture(scope="session")
+def spark():
+    pytest.importorskip("pyspark")
+    from pipeline.spark import get_spark
+    s = get_spark("pipeline-unit-tests", "local[2]", {
+        "spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "4",
+        "spark.ui.enabled": "false", "spark.driver.memory": "1g",
+    })
+    yield s
+    s.stop()
+
+
+class RunBuilder:
+    """Builds RUN/nodes/<node>/{node.json,store/commitlog} and RUN/history/*.jsonl."""
+
+    def __init__(self, root):
+        self.root = str(root)
+        self.clock = 1_700_000_000_000
+        self.sent = []  # (uniq_key, send_id, put result)
+
+    def node_dir(self, name):
+        return os.path.join(self.root, "nodes", name)
+
+    def master(self, name="broker-a-0", broker="broker-a", role="SYNC_MASTER", n=300, body=200, topic="T",
+               file_size=FILE_SIZE):
+        runfolder.write_node_json(self.node_dir(name), name, broker, 0, role, addr=f"{name}:10911")
+        store = MessageStore(os.path.join(self.node_dir(name), "store"), commitlog_file_size=file_size,
+                             cq_file_size=20 * 1000, now_ms=self._tick)
+        store.start()
+        self.store = store
+        for i in range(n):
+            self.put(topic, f"{broker}-U{i:05d}", f"{broker}-S{i:05d}", body, i % 4)
+        return store
+
+    def _tick(self):
+        self.clock += 3
+        return self.clock
+
+    def put(self, topic, uniq_key, send_id, body=200, queue_id=0):
+        m = Message(topic=topic, body=os.urandom(body), queue_id=queue_id, born_timestamp=self.clock,
+                    properties={"UNIQ_KEY": uniq_key, "KEYS": send_id, "TAGS": "tg"})
+        r = self.store.put_message(m)
+        assert r.status == "PUT_OK"
+        r.queue_id = queue_id
+        self.sent.append((uniq_key, send_id, r))
+        return r
+
+    def close(self):
+        self.store.shutdown()
+
+    def slave(self, master="broker-a-0", name="broker-a-1", broker="broker-a", from_file=0):
+        """A byte copy of the master's commit log, optionally starting at its from_file-th file."""
+        src = os.path.join(self.node_dir(master), "store", "commitlog")
+        dst = os.path.join(self.node_dir(name), "store", "commitlog")
+        os.makedirs(dst)
+        for fname in sorted(os.listdir(src))[from_file:]:
+            shutil.copyfile(os.path.join(src, fname), os.path.join(dst, fname))
+        runfolder.write_node_json(self.node_dir(name), name, broker, 1, "SLAVE", addr=f"{name}:10911")
+        return dst
+
+    def history(self, client="p1", lost=(), extra=()):
+        """SEND_OK for every stored message plus `lost` (uniq_key, send_id) never stored, and a receive
+        of each stored one, in order."""
+        w = HistoryWriter(os.path.join(self.root, "history", f"{client}.jsonl"))
+        t = 1_700_000_000_000
+        for uk, sid, r in self.sent:
+            w.append({"client": client, "op": "send", "topic": "T", "send_id": sid, "attempt": 1,
+                      "uniq_key": uk, "status": "SEND_OK", "queue_offset": r.queue_offset,
+                      "start_ms": t, "end_ms": t + 2})
+            t += 1
+        for uk, sid in lost:
+            w.append({"client": client, "op": "send", "topic": "T", "send_id": sid, "attempt": 1,
+                      "uniq_key": uk, "status": "SEND_OK", "start_ms": t, "end_ms": t + 5})
+        for rec in extra:
+            w.append({"client": client, **rec})
+        w.close()
+        c = HistoryWriter(os.path.join(self.root, "history", f"{client}-consumer.jsonl"))
+        for uk, sid, r in self.sent:
+            c.append({"client": f"{client}-consumer", "op": "receive", "topic": "T", "send_id": sid,
+                      "uniq_key": uk, "status": "RECEIVED", "queue_id": r.queue_id,
+                      "queue_offset": r.queue_offset, "ordered": True, "start_ms": t + 10, "end_ms": t + 10})
+            t += 1
+        c.close()
+
+
+def flip_byte(path, pos):
+    with open(path, "r+b") as fh:
+        fh.seek(pos)
+        b = fh.read(1)
+        fh.seek(pos)
+        fh.write(bytes([b[0] ^ 0xFF]))
+
+
+@pytest.fixture
+def run_builder(tmp_path):
+    return RunBuilder(tmp_path / "run")

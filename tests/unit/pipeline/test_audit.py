@@ -1,0 +1,195 @@
+"""Replica audit and history checks on run folders made with MessageStore; one Spark session."""
+import json
+import os
+import subprocess
+import sys
+
+from pipeline import audit, decode, history_check, report, runfolder
+from pipeline.verdict import FAIL, PASS, WARN
+
+from .conftest import flip_byte
+
+
+def _audit(spark, run_root, **kw):
+    out = os.path.join(os.path.dirname(run_root), "out")
+    rep = report.run(spark, run_root, out, range_bytes=16384)
+    return {v.name: v for v in rep.verdicts}, rep
+
+
+def _audit_only(spark, run_root):
+    nodes = runfolder.load_nodes(run_root)
+    df = decode.decode(spark, nodes, 16384).cache()
+    pairs = audit.audit_pairs(spark, df, nodes)
+    vs = audit.verdicts(pairs, audit.node_integrity(df, nodes), nodes)
+    df.unpersist()
+    return {v.name: v for v in vs}, pairs
+
+
+def _pairs(spark, run_root):
+    nodes = runfolder.load_nodes(run_root)
+    return audit.audit_pairs(spark, decode.decode(spark, nodes, 16384), nodes)
+
+
+def test_identical_replicas_pass_and_report_is_written(spark, run_builder):
+    run_builder.master(n=300)
+    run_builder.close()
+    run_builder.slave()
+    run_builder.history()
+    v, rep = _audit(spark, run_builder.root)
+    assert not rep.failed, [x.line() for x in rep.verdicts if x.status != PASS]
+    assert v["replica broker-a: broker-a-0 vs broker-a-1"].status == PASS
+    assert v["no acknowledged send lost"].status == PASS
+    assert os.path.exists(rep.path) and all(os.path.getsize(p) > 0 for p in rep.plots)
+    assert "| replica broker-a: broker-a-0 vs broker-a-1 | **PASS** |" in open(rep.path).read()
+    (p,) = _pairs(spark, run_builder.root)
+    assert p.first_divergent_offset is None and p.crc_mismatches == 0 and p.missing_ranges == []
+    assert p.common_prefix_bytes == p.master_end == p.slave_end
+
+
+def test_flipped_bytes_are_a_crc_mismatch_at_that_record(spark, run_builder):
+    run_builder.master(n=300)
+    run_builder.close()
+    d = run_builder.slave()
+    victim = run_builder.sent[150][2]
+    f = sorted(os.listdir(d))[victim.wrote_offset // (64 << 10)]
+    flip_byte(os.path.join(d, f), victim.wrote_offset % (64 << 10) + 120)  # inside the body
+    v, (p,) = _audit_only(spark, run_builder.root)
+    assert p.first_divergent_offset == victim.wrote_offset
+    assert p.crc_mismatch_offsets == [victim.wrote_offset]
+    assert p.common_prefix_bytes == victim.wrote_offset
+    assert v["replica broker-a: broker-a-0 vs broker-a-1"].status == FAIL
+    assert str(victim.wrote_offset) in v["replica broker-a: broker-a-0 vs broker-a-1"].detail
+    assert v["log integrity broker-a-1"].status == FAIL
+
+
+def test_header_flip_not_covered_by_body_crc_is_still_caught(spark, run_builder):
+    run_builder.master(n=100)
+    run_builder.close()
+    d = run_builder.slave()
+    victim = run_builder.sent[40][2]
+    f = sorted(os.listdir(d))[victim.wrote_offset // (64 << 10)]
+    flip_byte(os.path.join(d, f), victim.wrote_offset % (64 << 10) + 16)  # FLAG field
+    (p,) = _pairs(spark, run_builder.root)
+    assert p.crc_mismatch_offsets == [victim.wrote_offset]
+
+
+def test_truncated_sync_slave_loses_acknowledged_messages(spark, run_builder):
+    run_builder.master(n=300)
+    run_builder.close()
+    d = run_builder.slave()
+    last = sorted(os.listdir(d))[-1]
+    os.truncate(os.path.join(d, last), 1000)   # cut the last file short, mid-record
+    run_builder.history()
+    v, rep = _audit(spark, run_builder.root)
+    assert rep.failed
+    pair = v["replica broker-a: broker-a-0 vs broker-a-1"]
+    assert pair.status == WARN and "slave behind by" in pair.detail
+    assert v["log integrity broker-a-1"].status == WARN and "torn tail" in v["log integrity broker-a-1"].detail
+    sync = v["SYNC_MASTER SEND_OK is on the slave"]
+    assert sync.status == FAIL and "missing on broker-a-1" in sync.detail
+    assert v["no acknowledged send lost"].status == PASS   # still on the master
+
+
+def test_metrics_ack_beyond_slave_end_fails_the_replica(spark, run_builder):
+    run_builder.master(n=100)
+    run_builder.close()
+    d = run_builder.slave()
+    os.truncate(os.path.join(d, sorted(os.listdir(d))[-1]), 500)
+    os.makedirs(os.path.join(run_builder.root, "metrics"))
+    end = run_builder.sent[-1][2].next_offset
+    with open(os.path.join(run_builder.root, "metrics", "broker-a-0.jsonl"), "w") as fh:
+        for i, ack in enumerate((end // 2, end)):
+            fh.write(json.dumps({"ts": 1_700_000_000_000 + i * 1000, "node": "broker-a-0",
+                                 "maxPhyOffset": end, "slaves": {"broker-a-1:10911": ack}}) + "\n")
+    v, rep = _audit(spark, run_builder.root)
+    assert v["replica broker-a: broker-a-0 vs broker-a-1"].status == FAIL
+    assert "lost acknowledged bytes" in v["replica broker-a: broker-a-0 vs broker-a-1"].detail
+
+
+def test_lost_acknowledged_message_and_duplicate_are_named(spark, run_builder):
+    store = run_builder.master(n=50)
+    dup = run_builder.put("T", "broker-a-U00007", "broker-a-S00007")     # same UNIQ_KEY stored again
+    retry = run_builder.put("T", "retry-uk-2", "broker-a-S00009")        # a retry of send S00009
+    run_builder.sent.remove(("broker-a-U00007", "broker-a-S00007", dup))
+    run_builder.sent.remove(("retry-uk-2", "broker-a-S00009", retry))
+    store.shutdown()
+    run_builder.slave()
+    run_builder.history(lost=[("LOST-UK-1", "lost-send-1")], extra=[
+        {"op": "receive", "topic": "T", "send_id": "nobody", "uniq_key": "PHANTOM-1", "status": "RECEIVED",
+         "queue_id": 0, "queue_offset": 999, "start_ms": 1, "end_ms": 1}])
+    v, rep = _audit(spark, run_builder.root)
+    assert rep.failed
+    assert v["no acknowledged send lost"].status == FAIL and "LOST-UK-1" in v["no acknowledged send lost"].detail
+    assert v["no UNIQ_KEY stored twice"].status == FAIL and "broker-a-U00007 x2" in v["no UNIQ_KEY stored twice"].detail
+    assert v["one stored copy per logical send"].status == WARN
+    assert "broker-a-S00009 x2" in v["one stored copy per logical send"].detail
+    assert v["nothing received that was never sent"].status == FAIL
+    assert "PHANTOM-1" in v["nothing received that was never sent"].detail
+    assert v["replica broker-a: broker-a-0 vs broker-a-1"].status == PASS
+
+
+def test_slave_starting_at_the_masters_last_file_passes(spark, run_builder):
+    run_builder.master(n=300)
+    run_builder.close()
+    run_builder.slave(from_file=3)   # a new slave starts at the master's last file
+    v, (p,) = _audit_only(spark, run_builder.root)
+    assert v["replica broker-a: broker-a-0 vs broker-a-1"].status == PASS
+    assert p.slave_start == 3 * (64 << 10) == p.compare_start
+    assert p.first_divergent_offset is None and p.missing_ranges == []
+
+
+def test_received_out_of_queue_order(spark, run_builder, tmp_path):
+    from pyspark.sql import functions as F  # noqa: F401
+    run_builder.master(n=40)
+    run_builder.close()
+    run_builder.slave()
+    run_builder.history()
+    hist = os.path.join(run_builder.root, "history", "p1-consumer.jsonl")
+    recs = [json.loads(x) for x in open(hist).read().splitlines()]
+    q0 = [i for i, r in enumerate(recs) if r["queue_id"] == 0]
+    a, b = q0[3], q0[4]                           # swap two receives of queue 0
+    recs[a]["seq"], recs[b]["seq"] = recs[b]["seq"], recs[a]["seq"]
+    with open(hist, "w") as fh:
+        fh.write("\n".join(json.dumps(r) for r in recs) + "\n")
+    nodes = runfolder.load_nodes(run_builder.root)
+    f = history_check.check(spark, decode.decode(spark, nodes, 1 << 20),
+                            history_check.load_histories(spark, runfolder.history_files(run_builder.root)), nodes)
+    v = {x.name: x for x in history_check.verdicts(f)}
+    assert v["per-queue receive order"].status == FAIL
+    assert f.order_violations == [("p1-consumer", "broker-a", "T", 0, recs[a]["queue_offset"],
+                                   recs[b]["queue_offset"], True)]
+    assert not f.lost and not f.missing_on_slave and f.e2e_latency["n"] == 40
+
+
+def test_cli_master_from_pyspark_submit_args_and_exit_code(run_builder, tmp_path):
+    run_builder.master(n=30)
+    run_builder.close()
+    run_builder.slave()
+    flip_byte(os.path.join(run_builder.node_dir("broker-a-1"), "store", "commitlog", "0" * 20), 300)
+    # spark-submit's --master (here through PYSPARK_SUBMIT_ARGS) wins over $SPARK_MASTER
+    env = dict(os.environ, PYSPARK_SUBMIT_ARGS="--master local[1] --conf spark.ui.enabled=false pyspark-shell",
+               SPARK_MASTER="local[2]")
+    p = subprocess.run([sys.executable, "-m", "pipeline", run_builder.root, "--out", str(tmp_path / "o"),
+                        "--range-mb", "1"], env=env, capture_output=True, text=True, timeout=180,
+                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    assert "spark master: local[1]" in p.stdout, p.stdout + p.stderr
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "FAIL  replica broker-a: broker-a-0 vs broker-a-1" in p.stdout
+    assert os.path.exists(tmp_path / "o" / "report.md")
+
+
+def test_master_falls_back_to_spark_master_env_then_local(spark, monkeypatch):
+    from pipeline.spark import resolve_master
+    assert resolve_master("spark://h:7077") == "spark://h:7077"
+    monkeypatch.setenv("SPARK_MASTER", "local[3]")
+    assert resolve_master() == "local[3]"
+    monkeypatch.delenv("SPARK_MASTER")
+    assert resolve_master() == "local[*]"
+    assert spark.sparkContext.master == "local[2]"
+
+
+def test_history_status_names():
+    from chaos.history import status_name
+    assert status_name(0) == "SEND_OK" and status_name(2) == "FLUSH_SLAVE_TIMEOUT"
+    assert status_name("SendStatus.SLAVE_NOT_AVAILABLE") == "SLAVE_NOT_AVAILABLE"
+    assert status_name("SLAVE_NOT_AVAILABE") == "SLAVE_NOT_AVAILABLE"

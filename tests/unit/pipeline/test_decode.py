@@ -1,0 +1,69 @@
+import os
+from collections import Counter
+
+import pytest
+
+from pipeline import decode, runfolder
+
+from .conftest import flip_byte
+
+
+def _rows(node, range_bytes=None):
+    return sorted(r for f in node.files for r in decode.decode_file(node, f, range_bytes))
+
+
+def _damaged(run_builder):
+    run_builder.master(n=400)
+    run_builder.close()
+    d = run_builder.slave()
+    files = sorted(os.listdir(d))
+    flip_byte(os.path.join(d, files[1]), 5000)                    # header/properties or body byte
+    with open(os.path.join(d, files[1]), "r+b") as fh:           # a zeroed hole inside a record
+        fh.seek(20000)
+        fh.write(bytes(40))
+    os.truncate(os.path.join(d, files[-1]), 3000)                # torn tail, short file
+    return runfolder.load_node(run_builder.node_dir("broker-a-1"))
+
+
+def test_whole_file_rows_are_the_messages_stored(run_builder):
+    run_builder.master(n=400)
+    run_builder.close()
+    node = runfolder.load_node(run_builder.node_dir("broker-a-0"))
+    rows = _rows(node)
+    ok = [r for r in rows if r[7] == "ok"]
+    assert len(node.files) >= 3
+    assert [r[5] for r in ok] == [res.wrote_offset for _, _, res in run_builder.sent]
+    assert [r[19] for r in ok] == [uk for uk, _, _ in run_builder.sent]
+    assert Counter(r[7] for r in rows) == {"ok": 400, "blank": len(node.files) - 1}
+    first = dict(zip([c for c, _ in decode.COLUMNS], ok[0]))
+    assert first["topic"] == "T" and first["keys"] == "broker-a-S00000" and first["tags"] == "tg"
+    assert first["msg_id"].endswith(f"{0:016X}") and first["valid"] is True
+
+
+@pytest.mark.parametrize("range_bytes", [1, 7, 512, 4096, 20000])
+def test_byte_range_split_gives_the_whole_file_rows_even_when_damaged(run_builder, range_bytes):
+    node = _damaged(run_builder)
+    whole = _rows(node)
+    assert _rows(node, range_bytes) == whole
+    kinds = Counter(r[7] for r in whole)
+    assert kinds["invalid"] >= 1 and kinds["torn"] == 1
+
+
+def test_spark_decode_matches_local_decode_and_spreads_over_tasks(spark, run_builder):
+    node = _damaged(run_builder)
+    assert len(decode.plan([node], 8192)) > len(node.files)
+    df = decode.decode(spark, [node], 8192)
+    assert df.rdd.getNumPartitions() == len(decode.plan([node], 8192))
+    assert sorted(tuple(r) for r in df.collect()) == _rows(node)
+    assert df.columns == [c for c, _ in decode.COLUMNS]
+
+
+def test_slave_starting_at_a_later_file_and_sparse_tail(run_builder):
+    run_builder.master(n=400)
+    run_builder.close()
+    run_builder.slave(from_file=2)
+    node = runfolder.load_node(run_builder.node_dir("broker-a-1"))
+    master = runfolder.load_node(run_builder.node_dir("broker-a-0"))
+    assert node.start_offset == 2 * (64 << 10)
+    assert _rows(node) == [r[:4] and (node.name, "broker-a", 1, "SLAVE") + r[4:]
+                           for r in _rows(master) if r[5] >= node.start_offset]
