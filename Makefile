@@ -5,26 +5,73 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOPOLOGY ?= 2m-2s-sync
+BACKEND ?= local
+FORMAT ?= table
+RUN ?=
+PYTEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
+	@echo "  variables: TOPOLOGY=$(TOPOLOGY) BACKEND=$(BACKEND) NAME=<cluster name> BASE_PORT=<first port> FORMAT=table|json KEEP_DATA=1 RUN=<run folder>"
 
 venv: $(STAMP) ## create .venv with the pinned dependencies (every other target does this itself)
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'" >&2; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "==> installing pinned dependencies into $(VENV) (first run downloads wheels)"
+	@echo "==> installing pinned dependencies into $(VENV) (the first run downloads wheels, about 400 MB)"
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet --progress-bar on -e '.[dev]'
+	@$(PY) -m pip install --progress-bar on -e '.[dev]' | grep -vE '^(Requirement already satisfied|Collecting|Using cached)' || true
+	@$(PY) -c 'import twisted, rocketmq.client, pyspark' || { echo "error: the dependencies did not install; see pip's output above" >&2; exit 1; }
 	@touch $@
 
-test: $(STAMP) ## run the whole test suite (unit, then integration)
-	$(PY) -m pytest tests
+# --- the cluster ------------------------------------------------------------------------------
+cluster-up: $(STAMP) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave) on BACKEND and wait until it replicates
+	$(PY) -m cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT))
 
-test-unit: $(STAMP) ## fast tests only: no containers, no cluster
-	$(PY) -m pytest tests/unit
+cluster-status: $(STAMP) ## print every node's role, offsets and replication (FORMAT=json for JSON lines)
+	@$(PY) -m cluster status --format $(FORMAT)
 
-.PHONY: help venv test test-unit
+cluster-logs: $(STAMP) ## show the nodes' logs (NODE=broker-a-s for one)
+	@$(PY) -m cluster logs $(NODE)
+
+cluster-down: $(STAMP) ## stop the cluster (KEEP_DATA=1 keeps the stores)
+	$(PY) -m cluster down $(if $(filter 1 yes true,$(KEEP_DATA)),--keep-data)
+
+# --- tests ------------------------------------------------------------------------------------
+test: $(STAMP) ## run every test: unit, then integration (real processes, the official client)
+	$(PY) -m pytest tests -n $(PYTEST_WORKERS) --dist loadfile
+
+test-unit: $(STAMP) ## fast tests only: no cluster, no containers
+	$(PY) -m pytest tests/unit -n $(PYTEST_WORKERS) --dist loadfile
+
+test-integration: $(STAMP) ## integration tests only
+	$(PY) -m pytest tests/integration -n $(PYTEST_WORKERS) --dist loadfile
+
+# --- audit and benchmarks ---------------------------------------------------------------------
+audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exit 1 if a guarantee failed)
+	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
+	$(PY) -m pipeline "$(RUN)" $(if $(OUT),--out "$(OUT)")
+
+images: ## build the container images (base, broker, toxiproxy) with no registry; a no-op when up to date
+	@images/build.sh all
+
+test-official-client: $(STAMP) ## the official C++ client against real broker processes
+	$(PY) -m pytest tests/integration/test_official_client.py -q
+
+bench: bench-ha bench-decode ## run the benchmarks
+
+bench-decode: $(STAMP) ## Spark commit-log decode beside a raw read of the same files
+	$(PY) bench/bench_decode.py
+
+
+bench-ha: $(STAMP) ## HA catch-up throughput beside raw loopback TCP and raw disk write
+	$(PY) bench/bench_ha_catchup.py
+
+clean: ## remove the virtual environment, build cache and run folders
+	rm -rf $(VENV) build run
+
+.PHONY: help venv cluster-up cluster-status cluster-logs cluster-down test test-unit test-integration \
+	test-official-client audit images bench bench-ha bench-decode clean

@@ -41,6 +41,7 @@ def main(argv=None) -> int:
         return 0
     setup_logging(args.log_level)
     from twisted.internet import reactor
+    from twisted.internet.error import CannotListenError
 
     from .server import BrokerServer
     server = BrokerServer(config, reactor)
@@ -49,8 +50,9 @@ def main(argv=None) -> int:
     except StoreError as e:
         logging.getLogger("broker").error("cannot start: %s", e)
         return 3
-    except OSError as e:
-        logging.getLogger("broker").error("cannot start: %s (is another broker using the same ports?)", e)
+    except (OSError, CannotListenError) as e:
+        logging.getLogger("broker").error("cannot start: %s (is another broker using the same ports? "
+                                          "set listenPort, or haListenPort/metricsPort)", e)
         return 3
     reactor.addSystemEventTrigger("before", "shutdown", server.stop)
     reactor.run()

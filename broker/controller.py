@@ -42,6 +42,7 @@ class BrokerController:
         self.ports = []
         self._dispatch_call = None
         self.started = False
+        self.status_extra = []  # callables returning dicts merged into /status (remoting, registration...)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, listen: bool = True) -> None:
@@ -77,7 +78,7 @@ class BrokerController:
             self.schedule_dispatch()
             self.ha_client.start()
         if listen:
-            site = metrics_site(self.metrics, self.status)
+            site = metrics_site(self.metrics, lambda: self.status())
             self.ports.append(self.reactor.listenTCP(c.metrics_port, site))
         self.started = True
         log.info("broker %s started: cluster=%s brokerName=%s brokerId=%d role=%s flush=%s addr=%s "
@@ -193,4 +194,6 @@ class BrokerController:
             out["ha"] = self.ha.status()
         if self.ha_client is not None:
             out["haClient"] = self.ha_client.status()
+        for extra in self.status_extra:
+            out.update(extra())
         return out

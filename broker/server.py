@@ -39,8 +39,7 @@ class BrokerServer:
         self.clock = clock or reactor
         self.controller = BrokerController(config, reactor, clock=self.clock, run_in_thread=run_in_thread)
         # /status shows the whole process, not only the controller's part.
-        self._controller_status = self.controller.status
-        self.controller.status = self.status
+        self.controller.status_extra.append(self._status_extra)
         self.topics = TopicConfigManager(config, self.clock)
         self.offsets = ConsumerOffsetManager(config.storePathRootDir, self.clock)
         self.clients = ClientManager(config, self.clock, self.topics)
@@ -120,7 +119,10 @@ class BrokerServer:
         reg.gauge("topics", "topic configs held", lambda: len(self.topics.table))
 
     def status(self) -> dict:
-        out = self._controller_status()
+        return self.controller.status()
+
+    def _status_extra(self) -> dict:
+        out = {}
         out["listenPort"] = self.config.listenPort
         out["topics"] = len(self.topics.table)
         out["consumerGroups"] = {g: i.client_ids() for g, i in self.clients.consumer_groups.items()}

@@ -200,8 +200,15 @@ def cmd_ls(args) -> int:
     rows = []
     for n in names:
         st = rf.read_state(rf.run_dir(n)) or {}
+        try:
+            b = attach(n, rf.run_dir(n), st)
+            alive = sum(b.process_state(x).running for x in ["namesrv"] + b.node_names())
+            state = f"running {alive}/{1 + len(b.node_names())}" if alive else (
+                "stopped" if st.get("stoppedAt") else "exited")
+        except ClusterError:
+            state = "?"
         rows.append(("*" if n == current else "", n, st.get("topology", "?"), st.get("backend", "?"),
-                     "stopped" if st.get("stoppedAt") else "started", str(st.get("basePort", "?")),
+                     state, str(st.get("basePort", "?")),
                      (st.get("namesrv") or {}).get("addr", "?")))
     from .status import format_table
     sys.stdout.write(format_table(("", "NAME", "TOPOLOGY", "BACKEND", "STATE", "BASE PORT", "NAME SERVER"), rows))
@@ -219,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterError as e:
         sys.stderr.write(f"error: {e}\n")
         return 1
+    except BrokenPipeError:  # `... | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted; processes already started keep running "
                          "(`python -m cluster status` / `python -m cluster down`)\n")

@@ -10,6 +10,9 @@ import argparse
 import os
 import sys
 
+if not __package__:  # run as a script (spark-submit pipeline/__main__.py): make `pipeline` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__.split("\n\n")[1])
@@ -24,8 +27,8 @@ def main(argv=None) -> int:
         return 2
     out = args.out or os.path.join(args.run, "report")
 
-    from . import report
-    from .spark import get_spark
+    from pipeline import report
+    from pipeline.spark import get_spark
     spark = get_spark("rocketmq-audit", args.master)
     print(f"spark master: {spark.sparkContext.master}", flush=True)
     try:

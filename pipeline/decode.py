@@ -155,13 +155,24 @@ class _RangeReader:
         return None
 
 
+_MSG_ID_PREFIX: dict = {}
+
+
+def _msg_id(m) -> str:
+    """record.offset_msg_id, with the store-host part computed once per host (it is the costly part)."""
+    prefix = _MSG_ID_PREFIX.get(m.store_host)
+    if prefix is None:
+        prefix = _MSG_ID_PREFIX[m.store_host] = record.offset_msg_id(m.store_host, 0)[:-16]
+    return f"{prefix}{m.physical_offset:016X}"
+
+
 def _row(meta, fname, phys, size, status, reason="", m=None, rcrc=None):
     if m is None:
         return (*meta, fname, phys, size, status, status == "ok", reason or None,
                 None, None, None, None, None, None, None, rcrc, None, None, None, None)
     props = m.properties
     return (*meta, fname, phys, size, status, True, None, m.topic, m.queue_id, m.queue_offset,
-            m.sys_flag, m.born_timestamp, m.store_timestamp, m.body_crc, rcrc, m.msg_id,
+            m.sys_flag, m.born_timestamp, m.store_timestamp, m.body_crc, rcrc, _msg_id(m),
             props.get("UNIQ_KEY"), props.get("KEYS"), props.get("TAGS"))
 
 

@@ -82,7 +82,7 @@ def plot_lag(out_dir, series, pairs, master_curve) -> str:
     if series:
         t0 = min(t for s in series.values() for t, _ in s)
         for slave, pts in sorted(series.items()):
-            ax.plot([(t - t0) / 1000 for t, _ in pts], [v for _, v in pts], label=slave)
+            ax.plot([(t - t0) / 1000 for t, _ in pts], [v for _, v in pts], "o-", markersize=3, label=slave)
         ax.set_title("replication lag per slave (master maxPhyOffset - slave ackOffset, from metrics)")
         ax.set_ylabel("bytes behind")
     else:
@@ -122,7 +122,7 @@ def plot_throughput(out_dir, stored: dict, sent: list[tuple[int, int]]) -> str:
     starts = [t for pts in stored.values() for t, _ in pts] + [t for t, _ in sent]
     t0 = min(starts, default=0)
     for broker, pts in sorted(stored.items()):
-        ax.plot([t - t0 for t, _ in pts], [n for _, n in pts], label=f"{broker}: stored msgs/s (master)")
+        ax.plot([t - t0 for t, _ in pts], [n for _, n in pts], "o-", markersize=3, label=f"{broker}: stored msgs/s (master)")
     if sent:
         ax.plot([t - t0 for t, _ in sent], [n for _, n in sent], label="SEND_OK/s (histories)", linestyle="--")
     ax.set_title("throughput over time"); ax.set_xlabel("seconds"); ax.set_ylabel("messages per second")

@@ -88,9 +88,7 @@ def load_node(node_dir: str) -> Node:
     if os.path.exists(meta_path):
         with open(meta_path) as fh:
             meta = json.load(fh)
-    store_dir = meta.get("storeDir") or os.path.join(node_dir, "store")
-    if not os.path.isabs(store_dir):
-        store_dir = os.path.join(node_dir, store_dir)
+    store_dir = os.path.join(node_dir, meta.get("storeDir", "store"))  # absolute storeDir wins
     node = Node(name=meta.get("name", name),
                 broker_name=meta.get("brokerName", _default_broker_name(name)),
                 broker_id=int(meta.get("brokerId", 0)),

@@ -18,15 +18,19 @@ DEFAULT_MASTER = "local[*]"
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def pick_master(explicit: str | None, submitted: str | None, env: dict) -> str:
+    """The precedence rule alone: explicit, then spark-submit's spark.master, then $SPARK_MASTER."""
+    return explicit or submitted or env.get("SPARK_MASTER") or DEFAULT_MASTER
+
+
 def resolve_master(explicit: str | None = None) -> str:
     if explicit:
         return explicit
     from pyspark import SparkConf, SparkContext
     SparkContext._ensure_initialized()  # starts the JVM (via spark-submit) so its conf is visible
     conf = SparkConf()                  # loads spark.* system properties from that JVM
-    if conf.contains("spark.master"):
-        return conf.get("spark.master")
-    return os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
+    submitted = conf.get("spark.master") if conf.contains("spark.master") else None
+    return pick_master(None, submitted, os.environ)
 
 
 def get_spark(app_name: str = "rocketmq-audit", master: str | None = None, conf: dict | None = None):

@@ -193,7 +193,8 @@ class HAService(protocol.Factory):
 
     # -- lifecycle --------------------------------------------------------------------------------
     def listen(self, reactor, port: int, interface: str = ""):
-        self.port = reactor.listenTCP(port, self, interface=interface)  # Twisted sets SO_REUSEADDR
+        # Twisted sets SO_REUSEADDR. A deep backlog so a burst of health probes is not dropped.
+        self.port = reactor.listenTCP(port, self, backlog=1024, interface=interface)
         self.start_ticking()
         log.info("HA service listening on %s:%d", interface or "0.0.0.0", self.port.getHost().port)
         return self.port

@@ -40,14 +40,17 @@ def _port_free(port: int) -> bool:
     return True
 
 
-_next_base = [20000 + (os.getpid() * 37) % 20000]
+# Below Linux's default ephemeral range (32768-60999), so an outgoing connection cannot take a port
+# between our check and the process binding it.
+PORT_LOW, PORT_HIGH = 12000, 32000
+_next_base = [PORT_LOW + (os.getpid() * 37) % (PORT_HIGH - PORT_LOW)]
 
 
 def free_ports(count: int = 1) -> int:
     """The first of `count` consecutive free loopback ports (brokers use listenPort..+2)."""
     for _ in range(2000):
         base = _next_base[0]
-        _next_base[0] = base + count + 1 if base + count + 1 < 60000 else 20000
+        _next_base[0] = base + count + 1 if base + count + 1 < PORT_HIGH else PORT_LOW
         if all(_port_free(base + i) for i in range(count)):
             return base
     raise RuntimeError("no free port range found")

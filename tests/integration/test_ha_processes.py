@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -170,3 +171,58 @@ def test_two_processes_replicate_and_resume_after_either_restarts(pair):
     assert s.status()["maxPhyOffset"] == end3
     # And the slave's consume queues serve what it received.
     wait_for(lambda: s.status()["dispatchOffset"] == end3, 10, "slave consume queues not built")
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+
+
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+
+
+def test_probes_are_reaped_and_memory_stays_flat(tmp_path):
+    """#8875: TCP health probes on the HA port must not pile up connection objects."""
+    port = free_port_block()
+    conf = write_conf(tmp_path / "m.properties", brokerName="broker-a", brokerId=0, brokerRole="SYNC_MASTER",
+                      listenPort=port, storePathRootDir=tmp_path / "store", brokerIP1="127.0.0.1",
+                      mappedFileSizeCommitLog=FILE_SIZE, haHousekeepingInterval=2000,
+                      haSendHeartbeatInterval=500)
+    m = Broker(conf, tmp_path / "m.log")
+    m.start()
+    try:
+        def probe_round(n, batch=100):
+            # Connect and close at once, as a load balancer's health check does. Half close with a
+            # reset (SO_LINGER 0): 10,000 graceful closes would leave this client's ephemeral ports in
+            # TIME_WAIT and make its own connects crawl.
+            for i in range(n // batch):
+                socks = [socket.create_connection(("127.0.0.1", port + 1)) for _ in range(batch)]
+                for s in socks:
+                    if i % 2:
+                        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    s.close()
+        probe_round(1000)
+        wait_for(lambda: metric(m.metrics(), "rocketmq_ha_connections_unvalidated") == 0, 20, "probes not reaped")
+        before = rss_kib(m.proc.pid)
+        probe_round(10_000)
+        # Some probes stay open and silent (half-open peers): never slaves, and reaped by housekeeping.
+        idle = [socket.create_connection(("127.0.0.1", port + 1)) for _ in range(200)]
+        assert metric(m.metrics(), "rocketmq_ha_connections") == 0
+        for s in idle:
+            s.settimeout(20)
+            try:  # the master aborts the connection: EOF or a reset
+                assert s.recv(1) == b"", "the master sent data to a probe"
+            except ConnectionResetError:
+                pass
+            s.close()
+        wait_for(lambda: metric(m.metrics(), "rocketmq_ha_connections_unvalidated") == 0, 20,
+                 "idle probes not reaped by housekeeping")
+        after = rss_kib(m.proc.pid)
+        assert metric(m.metrics(), "rocketmq_ha_connections_accepted_total") >= 11_200
+        assert after - before < 8 * 1024, f"RSS grew from {before} KiB to {after} KiB over 10,000 probes"
+    finally:
+        m.stop()

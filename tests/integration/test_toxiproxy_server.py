@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 import requests
 
-pytestmark = pytest.mark.integration
+# The module fixture may build the image from scratch (debootstrap + cargo: a few
+# minutes on 2 cores), which counts against the first test's timeout.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 toxiproxy = pytest.importorskip("toxiproxy")
 

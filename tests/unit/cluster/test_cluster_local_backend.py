@@ -122,3 +122,15 @@ def test_tail(tmp_path):
     p.write_text("".join(f"line {i}\n" for i in range(100)))
     assert rf.tail(p, 3) == ["line 97", "line 98", "line 99"]
     assert rf.tail(tmp_path / "missing", 3) == []
+
+
+def test_a_missing_backend_says_what_to_use():
+    from cluster.backend import backend_class
+    assert backend_class("local") is LocalBackend
+    with pytest.raises(ClusterError, match="use --backend local"):
+        import importlib.util
+        if importlib.util.find_spec("cluster.docker_backend") is not None:
+            pytest.skip("the docker backend exists now")
+        backend_class("docker")
+    with pytest.raises(ClusterError, match="unknown backend"):
+        backend_class("k8s")

@@ -131,10 +131,11 @@ def test_lost_acknowledged_message_and_duplicate_are_named(spark, run_builder):
 def test_slave_starting_at_the_masters_last_file_passes(spark, run_builder):
     run_builder.master(n=300)
     run_builder.close()
-    run_builder.slave(from_file=3)   # a new slave starts at the master's last file
+    run_builder.slave(from_file=1)   # a new slave starts at the master's last file (of 2)
     v, (p,) = _audit_only(spark, run_builder.root)
     assert v["replica broker-a: broker-a-0 vs broker-a-1"].status == PASS
-    assert p.slave_start == 3 * (64 << 10) == p.compare_start
+    assert len(runfolder.load_node(run_builder.node_dir("broker-a-0")).files) == 2
+    assert p.slave_start == 64 << 10 == p.compare_start
     assert p.first_divergent_offset is None and p.missing_ranges == []
 
 
@@ -178,13 +179,13 @@ def test_cli_master_from_pyspark_submit_args_and_exit_code(run_builder, tmp_path
     assert os.path.exists(tmp_path / "o" / "report.md")
 
 
-def test_master_falls_back_to_spark_master_env_then_local(spark, monkeypatch):
-    from pipeline.spark import resolve_master
-    assert resolve_master("spark://h:7077") == "spark://h:7077"
-    monkeypatch.setenv("SPARK_MASTER", "local[3]")
-    assert resolve_master() == "local[3]"
-    monkeypatch.delenv("SPARK_MASTER")
-    assert resolve_master() == "local[*]"
+def test_master_precedence_cli_then_submit_then_env_then_local(spark):
+    from pipeline.spark import pick_master
+    env = {"SPARK_MASTER": "spark://env:7077"}
+    assert pick_master("spark://cli:7077", "local[1]", env) == "spark://cli:7077"
+    assert pick_master(None, "local[1]", env) == "local[1]"
+    assert pick_master(None, None, env) == "spark://env:7077"
+    assert pick_master(None, None, {}) == "local[*]"
     assert spark.sparkContext.master == "local[2]"
 
 

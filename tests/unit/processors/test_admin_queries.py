@@ -6,7 +6,7 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.store import queries, record
 
-from .harness import TOPIC, Broker, decode_records, props, pull, send_v1
+from .harness import TOPIC, Broker, decode_records, props, send_v1
 
 
 @pytest.fixture

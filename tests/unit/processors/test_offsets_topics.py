@@ -8,7 +8,7 @@ from broker.processors.consumer_offsets import ConsumerOffsetManager
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 
-from .harness import TOPIC, Broker, FakeContext, props, send_v1
+from .harness import TOPIC, Broker, send_v1
 
 
 def update_offset(group, topic, qid, offset):

@@ -4,14 +4,12 @@ from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 
 from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
-from broker.processors.consumer_offsets import ConsumerOffsetManager
 from broker.processors.topics import TopicConfigManager
 from broker.registration import BrokerRegistration
 from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
 from broker.slave_sync import SlaveSynchronize
 
-from .harness import TOPIC, Broker, FakeContext, make_config, send_v1
+from .harness import Broker, make_config, send_v1
 
 
 class FakeClient:

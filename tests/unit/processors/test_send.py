@@ -5,7 +5,7 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.store import record
 from broker.store.message_store import PutResult, PutStatus
 
-from .harness import TOPIC, Broker, FakeContext, batch_body, props, send_v1, send_v2
+from .harness import TOPIC, Broker, batch_body, props, send_v1, send_v2
 
 
 @pytest.fixture
