@@ -15,6 +15,7 @@ from .wait import REGISTRATION_MODES, ProcessExited, wait_ready
 
 EPILOG = """\
 examples:
+  python -m cluster up --topology 2m-2s-sync                 # docker: compose + Toxiproxy
   python -m cluster up --topology 2m-2s-sync --backend local
   python -m cluster up --topology 2m-2s-async --name t1 --base-port 20000
   python -m cluster status --format json
@@ -39,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start a cluster and wait until it is ready")
     up.add_argument("--topology", default=os.environ.get("TOPOLOGY") or "2m-2s-sync",
                     help=f"one of {', '.join(TOPOLOGIES)} (a folder under compose/; default 2m-2s-sync)")
-    up.add_argument("--backend", default=os.environ.get("BACKEND") or "local", choices=sorted(BACKENDS))
+    up.add_argument("--backend", default=os.environ.get("BACKEND") or "docker", choices=sorted(BACKENDS),
+                    help="docker (default: a compose project with Toxiproxy) or local (processes on loopback)")
     up.add_argument("--name", default=os.environ.get("CLUSTER_NAME") or rf.DEFAULT_NAME,
                     help="cluster name, also its run folder run/<name> (default: default)")
     up.add_argument("--base-port", type=int, default=None,
@@ -117,7 +119,7 @@ def cmd_up(args) -> int:
                            "(stores and logs are kept; add --fresh to start from empty stores)") from None
     elapsed = time.monotonic() - t0
     err.write(f"cluster {name} is ready in {elapsed:.1f}s\n")
-    sys.stdout.write(render_table(collect(state, backend)))
+    sys.stdout.write(render_table(collect(state, backend)) + render_proxies(backend))
     err.write(f"next: python -m cluster status | logs [NODE] | down [--keep-data]"
               + (f"   (this cluster: --name {name})\n" if name != rf.get_current() else "\n"))
     return 0
@@ -127,8 +129,43 @@ def cmd_status(args) -> int:
     name, rd, state = rf.resolve(args.name)
     backend = attach(name, rd, state)
     cs = collect(state, backend)
-    sys.stdout.write(render_json(cs) if args.format == "json" else render_table(cs))
+    if args.format == "json":
+        sys.stdout.write(with_proxies_json(render_json(cs), backend))
+    else:
+        sys.stdout.write(render_table(cs) + render_proxies(backend))
     return 0 if all(n.up for n in cs.nodes) else 1
+
+
+def render_proxies(backend) -> str:
+    """The proxies of a backend that has them (docker: Toxiproxy), as a table under the nodes'."""
+    proxies = backend.proxies()
+    if not proxies:
+        return ""
+    from .status import format_table
+    rows = []
+    for p in proxies:
+        state = "?" if p["enabled"] is None else ("enabled" if p["enabled"] else "DISABLED")
+        toxics = ", ".join(f"{t['name']}({t['type']} {t['stream']} "
+                           + " ".join(f"{k}={v}" for k, v in sorted((t.get("attributes") or {}).items())) + ")"
+                           for t in p["toxics"]) or ("-" if not p.get("error") else p["error"])
+        rows.append((p["name"], p["kind"], p.get("hostEndpoint") or "-", p["listen"], p["upstream"], state, toxics))
+    api = (backend.state.get("toxiproxy") or {}).get("api", "?")
+    return (f"proxies (Toxiproxy API {api}):\n"
+            + format_table(("PROXY", "LINK", "HOST ENDPOINT", "LISTEN", "UPSTREAM", "STATE", "TOXICS"), rows))
+
+
+def with_proxies_json(lines: str, backend) -> str:
+    """Adds "proxies" (each node's proxies with their live state) to the JSON lines of a backend that has them."""
+    import json
+    proxies = backend.proxies()
+    if not proxies:
+        return lines
+    out = []
+    for line in lines.splitlines():
+        obj = json.loads(line)
+        obj["proxies"] = [p for p in proxies if p["node"] == obj.get("name")]
+        out.append(json.dumps(obj) + "\n")
+    return "".join(out)
 
 
 def cmd_wait(args) -> int:
@@ -209,7 +246,7 @@ def cmd_ls(args) -> int:
             state = "?"
         rows.append(("*" if n == current else "", n, st.get("topology", "?"), st.get("backend", "?"),
                      state, str(st.get("basePort", "?")),
-                     (st.get("namesrv") or {}).get("addr", "?")))
+                     (st.get("namesrv") or {}).get("endpoint") or (st.get("namesrv") or {}).get("addr", "?")))
     from .status import format_table
     sys.stdout.write(format_table(("", "NAME", "TOPOLOGY", "BACKEND", "STATE", "BASE PORT", "NAME SERVER"), rows))
     return 0

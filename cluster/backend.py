@@ -14,8 +14,8 @@ addr/haAddr are the broker's own view (what it registers); statusUrl and metrics
 reachable from this machine (a docker backend maps them to published ports, or to the Toxiproxy-free
 container address). A backend adds its own keys (pids, container ids, ...) beside these.
 
-A docker backend plugs in as cluster/docker_backend.py defining `DockerBackend(Backend)`; the CLI
-imports it only when `--backend docker` is asked for.
+The docker backend is cluster/docker_backend.py (`DockerBackend`); the CLI imports a backend only
+when it is asked for, so the local backend works without the docker SDK.
 """
 from __future__ import annotations
 
@@ -114,6 +114,14 @@ class Backend(abc.ABC):
 
     def node_names(self) -> list[str]:
         return [n["name"] for n in self.state.get("nodes", [])]
+
+    def proxies(self) -> list[dict] | None:
+        """The fault proxies in front of the nodes, with their live state; None when the backend has none.
+
+        Each: {"name", "kind": "client"|"ha", "node", "listen", "upstream", "hostEndpoint", "enabled",
+        "toxics": [{"name", "type", "stream", "attributes"}], "error"}.
+        """
+        return None
 
 
 BACKENDS = {

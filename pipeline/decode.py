@@ -2,7 +2,10 @@
 
 Work is split by mapped file AND byte range (default 64 MiB). The driver only lists files (os.stat);
 each task opens its file itself, reads its range with pread and decodes it with
-`broker.store.record.scan`, the one decoder of the project.
+`broker.store.record.scan_audit` (the audit fast path of the project's one record module; anything it
+does not accept goes through `record.scan`). Rows reach Spark as Arrow record batches (mapInArrow),
+one batch per ~64K messages (pyarrow converts the scan_audit tuples); without pyarrow, as pickled
+rows (the old path).
 
 How a range task finds record boundaries (see README.md, "Splitting"): a task owns the records that
 START inside [start, end). The task for the first range of a file starts at the file start; any other
@@ -141,63 +144,79 @@ class _RangeReader:
             stop = min(hi, pos + WINDOW)
             chunk = os.pread(self.fd, stop - pos + 8, pos)
             limit = stop - pos + 8
-            cands = []
-            for magic in (_MSG_MAGIC, _BLANK_MAGIC):
-                j = chunk.find(magic, 4, limit)
-                while j >= 0:
-                    if j - 4 < stop - pos:
-                        cands.append(j - 4)
-                    j = chunk.find(magic, j + 1, limit)
-            for c in sorted(cands):
-                if self.is_sync(pos + c) is not None:
-                    return pos + c
+            # Candidates in position order, found lazily (the first one usually is a sync point).
+            nxt = {m: chunk.find(m, 4, limit) for m in (_MSG_MAGIC, _BLANK_MAGIC)}
+            while True:
+                live = [(j, m) for m, j in nxt.items() if j >= 0]
+                if not live:
+                    break
+                j, m = min(live)
+                nxt[m] = chunk.find(m, j + 1, limit)
+                if j - 4 < stop - pos and self.is_sync(pos + j - 4) is not None:
+                    return pos + j - 4
             pos = stop
         return None
 
 
-_MSG_ID_PREFIX: dict = {}
+CHUNK_ROWS = 65536            # valid-message rows per Arrow batch (about; a window's worth more at most)
 
 
-def _msg_id(m) -> str:
-    """record.offset_msg_id, with the store-host part computed once per host (it is the costly part)."""
-    prefix = _MSG_ID_PREFIX.get(m.store_host)
-    if prefix is None:
-        prefix = _MSG_ID_PREFIX[m.store_host] = record.offset_msg_id(m.store_host, 0)[:-16]
-    return f"{prefix}{m.physical_offset:016X}"
+def _other_row(meta, fname, phys, size, status, reason="", rcrc=None):
+    """A row that is not a valid message: blank, invalid or torn."""
+    return (*meta, fname, phys, size, status, False, reason or None,
+            None, None, None, None, None, None, None, rcrc, None, None, None, None)
 
 
-def _row(meta, fname, phys, size, status, reason="", m=None, rcrc=None):
-    if m is None:
-        return (*meta, fname, phys, size, status, status == "ok", reason or None,
-                None, None, None, None, None, None, None, rcrc, None, None, None, None)
-    props = m.properties
-    return (*meta, fname, phys, size, status, True, None, m.topic, m.queue_id, m.queue_offset,
-            m.sys_flag, m.born_timestamp, m.store_timestamp, m.body_crc, rcrc, _msg_id(m),
-            props.get("UNIQ_KEY"), props.get("KEYS"), props.get("TAGS"))
+def _ok_row(meta, fname, f):
+    """A valid message's row from record.scan_audit()'s fields."""
+    return (*meta, fname, f[0], f[1], "ok", True, None, *f[2:10], record.audit_msg_id(f), *f[10:13])
 
 
-def decode_range(task) -> list[tuple]:
-    """Rows for the records starting in [start, end) of one file (runs on an executor)."""
+def decode_chunks(task, chunk_rows: int = CHUNK_ROWS):
+    """Yield (ok, other) for the records starting in [start, end) of one file (runs on an executor).
+
+    ok: record.scan_audit() field tuples of valid messages, in file order; other: full rows (COLUMNS) of
+    blanks and unreadable spans. Several chunks for a long range, each about chunk_rows messages.
+    """
     meta, path, base, length, mapped_size, start, end = task
     fname = os.path.basename(path)
-    rows = []
+    audit = record.scan_audit
+    ok, other = [], []
+    append = ok.append
     rd = _RangeReader(path, base, length, mapped_size)
     try:
         p = start if start == 0 else rd.find_sync(start, end)
         while p is not None and p < length:
+            # The fast run: valid messages at their own position, inside the window, starting before
+            # `end`. Anything else (a window edge, the range end, a blank, damage) is the step below.
+            buf, i = rd.window(p, 8)
+            at = base + rd.buf_start  # the physical offset of buf[0]
+            lim = end - rd.buf_start
+            while i < lim:
+                f = audit(buf, i)[2]
+                if f is None or f[0] != at + i:
+                    break
+                append(f)
+                i += f[1]
+            p = rd.buf_start + i
+            if len(ok) >= chunk_rows:
+                yield ok, other
+                ok, other = [], []
+                append = ok.append
+            if p >= length:
+                break
             r, buf, i = rd.scan(p)
             good = (r.kind == Scan.MESSAGE and r.message.physical_offset == base + p
                     or r.kind == Scan.BLANK and r.size == mapped_size - p)
             if good and p >= end:
                 break  # the next range starts here (it is a sync point)
             if r.kind == Scan.MESSAGE and r.message.physical_offset == base + p:
-                rows.append(_row(meta, fname, base + p, r.size, "ok", m=r.message,
-                                 rcrc=zlib.crc32(memoryview(buf)[i:i + r.size])))
+                append(audit(buf, i)[2])
                 p += r.size
                 continue
             if r.kind == Scan.BLANK and good:
-                rows.append(_row(meta, fname, base + p, r.size, "blank",
-                                 rcrc=zlib.crc32(memoryview(buf)[i:i + 8])))
+                other.append(_other_row(meta, fname, base + p, r.size, "blank",
+                                        rcrc=zlib.crc32(memoryview(buf)[i:i + 8])))
                 break
             if r.kind == Scan.MESSAGE:
                 reason = f"PHYSICALOFFSET {r.message.physical_offset} != position {base + p}"
@@ -210,13 +229,101 @@ def decode_range(task) -> list[tuple]:
             q = rd.find_sync(p + 1, length)
             if q is None:
                 if reason != "zeros":
-                    rows.append(_row(meta, fname, base + p, max(rd.data_end(p), p + 1) - p, "torn", reason))
+                    other.append(_other_row(meta, fname, base + p, max(rd.data_end(p), p + 1) - p, "torn",
+                                            reason))
                 break
-            rows.append(_row(meta, fname, base + p, q - p, "invalid", reason))
+            other.append(_other_row(meta, fname, base + p, q - p, "invalid", reason))
             p = q
     finally:
         rd.close()
+    if ok or other:
+        yield ok, other
+
+
+def decode_range(task) -> list[tuple]:
+    """Rows (COLUMNS) for the records starting in [start, end) of one file, in file order."""
+    meta, fname = task[0], os.path.basename(task[1])
+    rows = []
+    for ok, other in decode_chunks(task):
+        rows += [_ok_row(meta, fname, f) for f in ok]
+        rows += other
+    rows.sort(key=lambda r: r[5])
     return rows
+
+
+# -- Arrow batches (executor) -------------------------------------------------------------------
+
+def _arrow_types():
+    import pyarrow as pa
+    return {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
+
+
+def arrow_schema():
+    import pyarrow as pa
+    kinds = _arrow_types()
+    return pa.schema([pa.field(n, kinds[k]) for n, k in COLUMNS])
+
+
+def _audit_struct(pa):
+    """record.AUDIT_FIELDS as an Arrow struct: pyarrow converts the scan_audit tuples itself."""
+    kinds = dict(_arrow_types(), binary=pa.binary())
+    types = dict(COLUMNS, store_host_raw="binary")
+    return pa.struct([pa.field(n, kinds[types[n]]) for n in record.AUDIT_FIELDS])
+
+
+_HEX = b"0123456789ABCDEF"
+
+
+def _msg_ids(pa, hosts, phys, ok):
+    """The offsetMsgId column: store host hex + physical offset as 16 hex digits, built with numpy when
+    the batch has one store host (the usual case: a node's log holds its master's host)."""
+    import pyarrow.compute as pc
+    if len(pc.unique(hosts)) != 1:
+        return pa.array([record.audit_msg_id(f) for f in ok], pa.string())
+    import numpy as np
+    n = len(phys)
+    prefix = record.msg_id_prefix(hosts[0].as_py()).encode()
+    width = len(prefix) + 16
+    raw = phys.to_numpy().astype(">u8").view(np.uint8).reshape(n, 8)
+    out = np.empty((n, width), np.uint8)
+    out[:, :len(prefix)] = np.frombuffer(prefix, np.uint8)
+    digits = np.frombuffer(_HEX, np.uint8)
+    out[:, len(prefix)::2] = digits[raw >> 4]
+    out[:, len(prefix) + 1::2] = digits[raw & 15]
+    offsets = np.arange(0, n * width + 1, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
+
+
+def _ok_batch(pa, schema, struct, meta, fname, ok):
+    """One RecordBatch of valid-message rows from scan_audit field tuples."""
+    n = len(ok)
+    fields = pa.array(ok, type=struct)  # tuples -> columns in C++ (no Python-level transpose)
+    col = {name: fields.field(k) for k, name in enumerate(record.AUDIT_FIELDS)}
+    col["msg_id"] = _msg_ids(pa, col["store_host_raw"], col["physical_offset"], ok)
+    const = {"node": meta[0], "broker_name": meta[1], "broker_id": meta[2], "role": meta[3], "file": fname,
+             "status": "ok", "valid": True}
+    arrays = []
+    for f in schema:
+        if f.name in col:
+            arrays.append(col[f.name])
+        elif f.name in const:
+            arrays.append(pa.repeat(pa.scalar(const[f.name], f.type), n))
+        else:
+            arrays.append(pa.nulls(n, f.type))  # reason
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def arrow_batches(task, chunk_rows: int = CHUNK_ROWS):
+    """pyarrow.RecordBatch objects (arrow_schema()) for one range task."""
+    import pyarrow as pa
+    schema, struct = arrow_schema(), _audit_struct(pa)
+    meta, fname = task[0], os.path.basename(task[1])
+    for ok, other in decode_chunks(task, chunk_rows):
+        if ok:
+            yield _ok_batch(pa, schema, struct, meta, fname, ok)
+        if other:
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(c, schema.field(k).type) for k, c in enumerate(zip(*other))], schema=schema)
 
 
 def decode_file(node: Node, f, range_bytes: int | None = None) -> list[tuple]:
@@ -232,9 +339,32 @@ def decode_file(node: Node, f, range_bytes: int | None = None) -> list[tuple]:
 
 # -- the DataFrame ----------------------------------------------------------------------------
 
-def decode(spark, nodes: list[Node], range_bytes: int = DEFAULT_RANGE_BYTES):
-    """A DataFrame of every record of every node (COLUMNS). Lazy: nothing is read until an action."""
+def _have_pyarrow() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+        from pyspark.sql.pandas.utils import require_minimum_pyarrow_version
+        require_minimum_pyarrow_version()
+    except ImportError:
+        return False
+    return True
+
+
+def decode(spark, nodes: list[Node], range_bytes: int = DEFAULT_RANGE_BYTES, use_arrow: bool | None = None):
+    """A DataFrame of every record of every node (COLUMNS). Lazy: nothing is read until an action.
+
+    One partition per task. With pyarrow (use_arrow None: when importable), each task's rows go to
+    the JVM as Arrow record batches through mapInArrow; without it, as pickled rows (createDataFrame).
+    """
     tasks = plan(nodes, range_bytes)
-    sc = spark.sparkContext
-    rdd = sc.parallelize(tasks, max(1, len(tasks))).flatMap(decode_range)
+    n = max(1, len(tasks))
+    if use_arrow is None:
+        use_arrow = _have_pyarrow()
+    if use_arrow:
+        def run(batches, tasks=tasks):
+            for b in batches:
+                for t in b.column(0).to_pylist():
+                    yield from arrow_batches(tasks[t])
+        # spark.range with n rows in n slices: partition k holds the single id k.
+        return spark.range(0, len(tasks), 1, n).mapInArrow(run, schema())
+    rdd = spark.sparkContext.parallelize(tasks, n).flatMap(decode_range)
     return spark.createDataFrame(rdd, schema(), verifySchema=False)

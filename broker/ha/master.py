@@ -19,7 +19,8 @@ from .wire import ProtocolError
 
 log = logging.getLogger("broker.ha.master")
 
-FRAMES_PER_TURN = 64  # then yield to the reactor so other connections and clients get served
+READ_SIZE = 1 << 20  # log bytes read at once, then cut into haTransferBatchSize frames
+READS_PER_TURN = 4  # then yield to the reactor so other connections and clients get served
 
 
 def tune_socket(transport, buffer_size: int) -> None:
@@ -78,11 +79,11 @@ class MasterHAProtocol(protocol.Protocol):
         if s is None or self.paused or s.state == SessionState.CLOSED:
             return
         now = self.service.clock.seconds()
-        for _ in range(FRAMES_PER_TURN):
-            frame = s.next_frame(now)
-            if frame is None:
+        for _ in range(READS_PER_TURN):
+            frames = s.next_frames(now, READ_SIZE)
+            if not frames:
                 return
-            self.transport.writeSequence(frame)
+            self.transport.write(b"".join(frames))  # real transports take bytes only
             if self.paused:
                 return
         self.schedule_pump()

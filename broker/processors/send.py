@@ -26,11 +26,13 @@
 """
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import struct
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from broker.remoting.codes import PERM_WRITE, RequestCode, ResponseCode
 from broker.remoting.command import HeaderFieldError, RemotingCommand, lenient_parse_boolean
@@ -131,14 +133,19 @@ class SendProcessor:
             registry.register(code, self.process)
 
     def process(self, request: RemotingCommand, ctx) -> defer.Deferred | RemotingCommand:
-        d = defer.maybeDeferred(self._process, request, ctx)
+        """The response at once when nothing is waited for (ASYNC_MASTER), else a Deferred."""
+        try:
+            result = self._process(request, ctx)
+        except Exception:
+            return defer.fail()
+        if isinstance(result, defer.Deferred):
+            return result.addCallback(self._count)
+        return self._count(result)
 
-        def count(response):
-            if isinstance(response, RemotingCommand):
-                self.responses.inc(code=int(response.code))
-            return response
-
-        return d.addCallback(count)
+    def _count(self, response):
+        if isinstance(response, RemotingCommand):
+            self.responses.inc(code=int(response.code))
+        return response
 
     def _process(self, request: RemotingCommand, ctx):
         c = self.config
@@ -247,6 +254,9 @@ class SendProcessor:
                     return self._respond(req, results, res, queue_id)
                 results.append(res)
             else:
+                if d.called and not isinstance(d.result, Failure):
+                    # Fired already (nothing to wait for): answer without running a callback chain.
+                    return self._respond(req, results, d.result, queue_id)
                 return d.addCallback(lambda res: self._respond(req, results, res, queue_id))
 
     def _respond(self, req, earlier: list[PutResult], res: PutResult, queue_id: int) -> RemotingCommand:
@@ -282,6 +292,7 @@ def _result_now(d: defer.Deferred) -> PutResult:
     return out[0]
 
 
+@functools.lru_cache(maxsize=4096)
 def _host_of(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     try:

@@ -47,10 +47,20 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
     }
     if cmd.remark is not None:
         obj["remark"] = cmd.remark
-    if cmd.ext_fields:
+    ext = cmd.ext_fields
+    if ext:
         # The C++ client reads reply header values only when they are JSON strings.
-        obj["extFields"] = {str(k): java_string(v) for k, v in cmd.ext_fields.items() if v is not None}
+        obj["extFields"] = ext if _all_str(ext) else {
+            str(k): java_string(v) for k, v in ext.items() if v is not None}
     return json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode("utf-8")
+
+
+def _all_str(fields: dict) -> bool:
+    """Every key and value is a str already (the usual case: nothing to convert)."""
+    for k, v in fields.items():
+        if type(k) is not str or type(v) is not str:
+            return False
+    return True
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
@@ -136,12 +146,15 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
         flag=_json_int(obj, "flag"),
         remark=None if remark is None else java_string(remark),
         # Java decodes into HashMap<String,String>: numbers and booleans become their text.
-        ext_fields={str(k): java_string(v) for k, v in (ext or {}).items() if v is not None},
+        ext_fields=(ext if _all_str(ext) else {str(k): java_string(v) for k, v in ext.items() if v is not None})
+        if ext else {},
     )
 
 
 def _json_int(obj: dict, key: str) -> int:
     value = obj.get(key, 0)
+    if type(value) is int:
+        return value
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, (int, str)):

@@ -194,11 +194,26 @@ class RemotingProtocol(Protocol):
             else:
                 log.warning("request code %d from %s not supported; no reply sent", request.code, self.peer)
             return
-        d = defer.maybeDeferred(processor, request, self.context)
-        d.addCallbacks(lambda response: self._reply(request, response),
-                       lambda failure: self._reply_error(request, failure))
-        d.addErrback(lambda failure: log.error("replying to %r from %s failed: %s",
-                                               request, self.peer, failure.getTraceback()))
+        try:
+            result = processor(request, self.context)
+        except Exception:
+            result = Failure()
+        if isinstance(result, defer.Deferred):
+            result.addCallbacks(lambda response: self._reply(request, response),
+                                lambda failure: self._reply_error(request, failure))
+            result.addErrback(self._log_reply_failure, request)
+            return
+        # Answered at once (most requests): reply without a Deferred round.
+        try:
+            if isinstance(result, Failure):
+                self._reply_error(request, result)
+            else:
+                self._reply(request, result)
+        except Exception:
+            self._log_reply_failure(Failure(), request)
+
+    def _log_reply_failure(self, failure: Failure, request: RemotingCommand) -> None:
+        log.error("replying to %r from %s failed: %s", request, self.peer, failure.getTraceback())
 
     def _reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None or request.is_oneway or self.closed:

@@ -11,6 +11,7 @@ Record layout, IPv4 hosts (offsets in bytes):
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import struct
@@ -91,9 +92,15 @@ def encode_properties(props: dict[str, str]) -> str:
 
 # -- hosts ----------------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1024)
+def _packed_ip(ip) -> bytes:
+    """The 4 or 16 address bytes of an IP (cached: ipaddress parsing costs microseconds per call)."""
+    return ipaddress.ip_address(ip).packed
+
+
 def encode_host(host: tuple[str, int]) -> bytes:
     ip, port = host
-    return ipaddress.ip_address(ip).packed + _I4.pack(port)
+    return _packed_ip(ip) + _I4.pack(port)
 
 
 def decode_host(raw: bytes) -> tuple[str, int]:
@@ -163,9 +170,9 @@ class Message:
 
 def _host_sysflag(msg: Message) -> int:
     flags = msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)
-    if ipaddress.ip_address(msg.born_host[0]).version == 6:
+    if len(_packed_ip(msg.born_host[0])) == 16:
         flags |= FLAG_BORNHOST_V6
-    if ipaddress.ip_address(msg.store_host[0]).version == 6:
+    if len(_packed_ip(msg.store_host[0])) == 16:
         flags |= FLAG_STOREHOST_V6
     return flags
 
@@ -194,6 +201,11 @@ class EncodedRecord:
         return self.buf
 
 
+# TOTALSIZE .. BODYLEN in one pack, indexed by (born host IPv6) | (store host IPv6) << 1.
+_ENCODE_LAYOUTS = tuple(struct.Struct(f">iIiiiqqiq{16 if v & 1 else 4}siq{16 if v & 2 else 4}siiqi")
+                        for v in range(4))
+
+
 def encode(msg: Message) -> EncodedRecord:
     """Serialize a message. The queue and physical offsets are patched in by `finish()`."""
     topic = msg.topic.encode("utf-8")
@@ -202,23 +214,28 @@ def encode(msg: Message) -> EncodedRecord:
     props = encode_properties(msg.properties).encode("utf-8")
     if len(props) > MAX_PROPERTIES_BYTES:
         raise RecordError(f"properties are {len(props)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
-    sys_flag = _host_sysflag(msg)
+    born_ip, born_port = msg.born_host
+    store_ip, store_port = msg.store_host
+    born_ip = _packed_ip(born_ip)
+    store_ip = _packed_ip(store_ip)
+    v6 = (len(born_ip) == 16) | (len(store_ip) == 16) << 1
+    sys_flag = (msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)) | (v6 << 4)  # the two host bits
     body = bytes(msg.body)
     crc = body_crc(body)
     size = encoded_size(len(body), len(topic), len(props), sys_flag)
-    buf = bytearray(_HEAD.pack(size, MESSAGE_MAGIC, crc, msg.queue_id, msg.flag, msg.queue_offset,
-                               msg.physical_offset, sys_flag, msg.born_timestamp))
-    buf += encode_host(msg.born_host)
-    buf += _I8.pack(msg.store_timestamp)
-    buf += encode_host(msg.store_host)
-    buf += _I4.pack(msg.reconsume_times)
-    buf += _I8.pack(msg.prepared_transaction_offset)
-    buf += _I4.pack(len(body))
-    buf += body
-    buf.append(len(topic))
-    buf += topic
-    buf += _I2.pack(len(props))
-    buf += props
+    buf = bytearray(size)
+    head = _ENCODE_LAYOUTS[v6]
+    head.pack_into(buf, 0, size, MESSAGE_MAGIC, crc, msg.queue_id, msg.flag, msg.queue_offset,
+                   msg.physical_offset, sys_flag, msg.born_timestamp, born_ip, born_port, msg.store_timestamp,
+                   store_ip, store_port, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
+    p = head.size
+    buf[p:p + len(body)] = body
+    p += len(body)
+    buf[p] = len(topic)
+    buf[p + 1:p + 1 + len(topic)] = topic
+    p += 1 + len(topic)
+    _I2.pack_into(buf, p, len(props))
+    buf[p + 2:] = props
     assert len(buf) == size
     return EncodedRecord(buf, crc)
 
@@ -426,3 +443,110 @@ def scan_index(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, Ind
     tags = _tags_code_from_props(bytes(buf[p:end])) if props_len else 0
     return Scan.MESSAGE, total, IndexInfo(total, topic, queue_id, queue_offset, phys, sys_flag, store_ts,
                                           tags), ""
+
+
+# -- the audit fast path: what the audit pipeline's DataFrame needs, as a plain tuple -----------------
+
+# Field order of scan_audit()'s tuple: the pipeline's columns from physical_offset on, minus the status
+# columns and msg_id, plus the raw STOREHOST bytes (IP + port as stored) at the end; audit_msg_id()
+# makes the offsetMsgId from them (the pipeline does it for a whole batch at once).
+AUDIT_FIELDS = ("physical_offset", "size", "topic", "queue_id", "queue_offset", "sys_flag",
+                "born_timestamp", "store_timestamp", "body_crc", "record_crc", "uniq_key", "keys", "tags",
+                "store_host_raw")
+
+# TOTALSIZE .. BODYLEN in one unpack, indexed by SYSFLAG's host bits >> 4 (bit 0: born host IPv6, bit 1:
+# store host IPv6). The host bytes are skipped except STOREHOST, kept raw; FLAG is skipped.
+_AUD_LAYOUTS = tuple(struct.Struct(f">iIii4xqqiq{20 if v & 1 else 8}xq{20 if v & 2 else 8}s12xi")
+                     for v in range(4))
+_UNIQ_NEEDLE = PROPERTY_SEPARATOR + "UNIQ_KEY" + NAME_VALUE_SEPARATOR
+_KEYS_NEEDLE = PROPERTY_SEPARATOR + "KEYS" + NAME_VALUE_SEPARATOR
+_TAGS_NEEDLE = PROPERTY_SEPARATOR + "TAGS" + NAME_VALUE_SEPARATOR
+
+
+@functools.lru_cache(maxsize=4096)
+def msg_id_prefix(store_host_raw: bytes) -> str:
+    """The store-host part of an offsetMsgId (IP + port as stored, uppercase hex), cached per host."""
+    return store_host_raw.hex().upper()
+
+
+@functools.lru_cache(maxsize=4096)
+def decode_host_cached(raw: bytes) -> tuple[str, int]:
+    """decode_host() with the result cached on the raw bytes (ipaddress is slow)."""
+    return decode_host(raw)
+
+
+def audit_msg_id(fields: tuple) -> str:
+    """The offsetMsgId of a scan_audit() field tuple (offset_msg_id() without ipaddress)."""
+    return f"{msg_id_prefix(fields[-1])}{fields[0]:016X}"
+
+
+def _audit_fields_of(msg: Message, store_host_raw: bytes, record_crc: int) -> tuple:
+    props = msg.properties
+    return (msg.physical_offset, msg.total_size, msg.topic, msg.queue_id, msg.queue_offset, msg.sys_flag,
+            msg.born_timestamp, msg.store_timestamp, msg.body_crc, record_crc, props.get("UNIQ_KEY"),
+            props.get("KEYS"), props.get("TAGS"), store_host_raw)
+
+
+def _scan_audit_slow(buf, pos: int, check_crc: bool) -> tuple[str, int, tuple | None, str]:
+    """scan() itself, for whatever the fast path did not accept: same verdicts, same reasons."""
+    try:
+        r = scan(buf, pos, check_crc, False)
+    except IndexError as e:  # a field read past the end of a buffer that ends inside the record
+        return Scan.INVALID, 0, None, f"unparseable record: {e}"
+    if r.kind != Scan.MESSAGE:
+        return r.kind, r.size, None, r.reason
+    m = r.message
+    raw = encode_host(m.store_host)
+    return Scan.MESSAGE, r.size, _audit_fields_of(m, raw, zlib.crc32(memoryview(buf)[pos:pos + r.size])), ""
+
+
+def scan_audit(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, tuple | None, str]:
+    """Like scan(), but returns (kind, size, fields, reason) with fields a tuple in AUDIT_FIELDS order.
+
+    Accepts exactly what scan() accepts (magic, TOTALSIZE against the field lengths, body CRC, a UTF-8
+    topic); whatever the fast path does not accept is handed to scan(), so verdicts and reasons are
+    scan()'s. UNIQ_KEY, KEYS and TAGS come straight from the properties text (Java's rules: the last
+    segment with that name and a non-empty value); no Message, no ipaddress. record_crc is the CRC32 of
+    the whole record's bytes (the stored BODYCRC covers the body only). `buf` may be bytes, bytearray or a
+    memoryview.
+    """
+    avail = len(buf) - pos
+    if avail < 40:
+        return _scan_audit_slow(buf, pos, check_crc)
+    layout = _AUD_LAYOUTS[(buf[pos + 39] >> 4) & 3]
+    p = pos + layout.size  # where the body starts
+    if p > len(buf):
+        return _scan_audit_slow(buf, pos, check_crc)
+    (total, magic, crc, queue_id, queue_offset, phys, sys_flag, born_ts, store_ts, host,
+     body_len) = layout.unpack_from(buf, pos)
+    end = pos + total
+    q = p + body_len  # the topic length byte
+    if (magic != MESSAGE_MAGIC or total < FIXED_SIZE_IPV4 or total > avail or body_len < 0
+            or q + 3 > end or (check_crc and zlib.crc32(buf[p:q]) & 0x7FFFFFFF != crc)):
+        return _scan_audit_slow(buf, pos, check_crc)
+    r = q + 1 + buf[q]  # PROPLEN
+    if buf[q] > MAX_TOPIC_BYTES or r + 2 > end or r + 2 + ((buf[r] << 8) | buf[r + 1]) != end:
+        # (a PROPLEN over 32767 is negative as Java reads it and fails TOTALSIZE in scan() too)
+        return _scan_audit_slow(buf, pos, check_crc)
+    try:
+        topic = str(buf[q + 1:r], "utf-8")
+    except UnicodeDecodeError:
+        return _scan_audit_slow(buf, pos, check_crc)
+    uniq = keys = tags = None
+    if r + 2 < end:
+        s = f"\x02{str(buf[r + 2:end], 'utf-8', 'replace')}\x02"
+        i = s.rfind(_UNIQ_NEEDLE)
+        if i >= 0:
+            uniq = s[i + 10:s.find("\x02", i + 10)]
+        i = s.rfind(_KEYS_NEEDLE)
+        if i >= 0:
+            keys = s[i + 6:s.find("\x02", i + 6)]
+        i = s.rfind(_TAGS_NEEDLE)
+        if i >= 0:
+            tags = s[i + 6:s.find("\x02", i + 6)]
+        if uniq == "" or keys == "" or tags == "":
+            # The last segment of that name has an empty value; Java skips it: the full parse decides.
+            props = decode_properties(bytes(buf[r + 2:end]))
+            uniq, keys, tags = props.get("UNIQ_KEY"), props.get("KEYS"), props.get("TAGS")
+    return Scan.MESSAGE, total, (phys, total, topic, queue_id, queue_offset, sys_flag, born_ts, store_ts,
+                                 crc, zlib.crc32(buf[pos:end]), uniq, keys, tags, host), ""

@@ -67,3 +67,25 @@ def test_slave_starting_at_a_later_file_and_sparse_tail(run_builder):
     assert node.start_offset == 2 * (64 << 10)
     assert _rows(node) == [r[:4] and (node.name, "broker-a", 1, "SLAVE") + r[4:]
                            for r in _rows(master) if r[5] >= node.start_offset]
+
+
+def test_arrow_batches_give_the_rows_of_decode_range_in_any_chunking(run_builder):
+    pytest.importorskip("pyarrow")
+    node = _damaged(run_builder)
+    names = [c for c, _ in decode.COLUMNS]
+    meta = (node.name, node.broker_name, node.broker_id, node.role)
+    for f in node.files:
+        task = (meta, f.path, f.base, f.length, f.mapped_size, 0, f.length)
+        want = decode.decode_range(task)
+        for chunk_rows in (1, 50, decode.CHUNK_ROWS):
+            batches = list(decode.arrow_batches(task, chunk_rows))
+            assert all(b.schema == decode.arrow_schema() for b in batches)
+            got = sorted(tuple(r[c] for c in names) for b in batches for r in b.to_pylist())
+            assert got == want
+
+
+def test_row_fallback_without_arrow_gives_the_same_dataframe(spark, run_builder):
+    node = _damaged(run_builder)
+    df = decode.decode(spark, [node], 8192, use_arrow=False)
+    assert df.rdd.getNumPartitions() == len(decode.plan([node], 8192))
+    assert sorted(tuple(r) for r in df.collect()) == _rows(node)

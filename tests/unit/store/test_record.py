@@ -111,3 +111,107 @@ def test_scan_index_agrees_with_scan():
     assert record.scan_index(buf, check_crc=False)[0] == Scan.MESSAGE
     assert record.scan_index(buf[:40])[0] == Scan.PARTIAL
     assert record.scan_index(bytes(100))[0] == Scan.INVALID
+
+
+def _audit_expected(buf, pos=0):
+    """scan_audit()'s tuple computed the slow way, from scan()'s Message."""
+    r = record.scan(buf, pos)
+    m = r.message
+    raw = record.encode_host(m.store_host)
+    return (m.physical_offset, r.size, m.topic, m.queue_id, m.queue_offset, m.sys_flag, m.born_timestamp,
+            m.store_timestamp, m.body_crc, zlib.crc32(bytes(buf[pos:pos + r.size])), m.uniq_key, m.keys,
+            m.tags, raw)
+
+
+AUDIT_CASES = [
+    make(),
+    make(properties={}),
+    make(properties={"KEYS": "a b", "TAGS": "\u00e9t\u00e9 \U0001F600"}, topic="T\u00f6pic"),
+    make(born_host=("::1", 5), store_host=("fe80::1", 10911), body=b"x" * 5000),
+    make(store_host=("2001:db8::7", 1)),
+    make(born_host=("::ffff:10.0.0.1", 5)),
+    make(properties={"TAGS": ""}),
+    make(properties={"UNIQ_KEY": "U", "KEYS": "k\x01with-sep", "X": "UNIQ_KEY\x01no"}),
+    make(sys_flag=record.TRANSACTION_PREPARED, prepared_transaction_offset=77),
+    make(sys_flag=record.TRANSACTION_ROLLBACK | record.FLAG_MULTI_TAGS),
+    make(body=b""),
+    make(properties={"UNIQ_KEY": "A" * 32, "KEYS": "send-1 send-2", "TAGS": "t", "WAIT": "true"}),
+]
+
+
+@pytest.mark.parametrize("i", range(len(AUDIT_CASES)))
+def test_scan_audit_agrees_with_scan(i):
+    buf = bytes(record.encode(AUDIT_CASES[i]).finish(9, (1 << 32) + i))
+    kind, size, fields, reason = record.scan_audit(buf)
+    assert (kind, size, reason) == (Scan.MESSAGE, len(buf), "")
+    assert fields == _audit_expected(buf)
+    assert len(fields) == len(record.AUDIT_FIELDS)
+    assert record.audit_msg_id(fields) == record.scan(buf).message.msg_id
+    # the same inside a larger buffer, as bytes, bytearray and memoryview
+    big = b"\0" * 13 + buf + b"garbage"
+    for b in (big, bytearray(big), memoryview(big)):
+        assert record.scan_audit(b, 13) == (kind, size, fields, reason)
+
+
+def _raw_props(props: bytes, body=b"hello"):
+    """A record whose properties bytes are exactly `props` (possibly not what encode() would write)."""
+    m = make(body=body, properties={"P": "x" * (len(props) - 2)} if len(props) >= 3 else {})
+    buf = bytearray(record.encode(m).finish(0, 0))
+    plen = struct.unpack_from(">h", buf, len(buf) - len(props) - 2)[0]
+    assert plen == len(props)
+    buf[len(buf) - len(props):] = props
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("props", [
+    b"TAGS\x01a\x02TAGS\x01b",                     # the last one wins
+    b"TAGS\x01a\x02TAGS\x01",                       # ... unless its value is empty (skipped)
+    b"KEYS\x01\x02UNIQ_KEY\x01\x02TAGS\x01\x02xyz",  # all empty
+    b"\x02\x01\x02UNIQ_KEY\x01u\x02",               # empty segments, trailing separator
+    b"XTAGS\x01no\x02TAGSX\x01no\x02KEYS\x01k",     # names that only contain the key
+    b"TAGS\x01\xe9\xff!\x02KEYS\x01\xc3",          # invalid UTF-8: replaced, as scan() does
+])
+def test_scan_audit_properties_follow_scan(props):
+    buf = _raw_props(props)
+    kind, size, fields, _ = record.scan_audit(buf)
+    assert kind == Scan.MESSAGE and fields == _audit_expected(buf)
+
+
+def test_scan_audit_rejects_what_scan_rejects_with_the_same_reason():
+    good = bytes(record.encode(make()).finish(0, 0))
+    v6 = bytes(record.encode(make(born_host=("::1", 5), store_host=("fe80::1", 1))).finish(0, 0))
+    cases = []
+    bad = bytearray(good); bad[90] ^= 0xFF; cases.append(bytes(bad))                 # body CRC
+    bad = bytearray(good); struct.pack_into(">i", bad, 0, len(good) + 4); cases.append(bytes(bad) + bytes(4))
+    bad = bytearray(good); struct.pack_into(">i", bad, 84, 10 ** 6); cases.append(bytes(bad))  # body length
+    bad = bytearray(good); struct.pack_into(">i", bad, 84, -1); cases.append(bytes(bad))
+    bad = bytearray(good); bad[93] = 200; cases.append(bytes(bad))                   # topic length
+    bad = bytearray(good); bad[94] = 0xFF; cases.append(bytes(bad))                  # topic not UTF-8
+    bad = bytearray(good); struct.pack_into(">h", bad, 103, -5); cases.append(bytes(bad))
+    bad = bytearray(good); struct.pack_into(">h", bad, 103, 3); cases.append(bytes(bad))
+    bad = bytearray(v6); struct.pack_into(">i", bad, 0, 95); cases.append(bytes(bad))  # v6 head > TOTALSIZE
+    bad = bytearray(v6); struct.pack_into(">i", bad, 0, 95); cases.append(bytes(bad[:95]))
+    cases += [bytes(200), b"garbage!" * 20, good[:50], good[:5], b"", b"\x00\x00\x01\x00\xCB\xD4\x31\x94",
+              b"\x00\x00\x00\x04\xCB\xD4\x31\x94", struct.pack(">iI", 60, record.MESSAGE_MAGIC) + bytes(60)]
+    for buf in cases:
+        full = record.scan(buf, 0, True, False)
+        kind, size, fields, reason = record.scan_audit(buf)
+        assert (kind, size, reason) == (full.kind, full.size, full.reason), buf[:16]
+        assert fields is None
+    bad = bytearray(good); bad[90] ^= 0xFF
+    kind, _, fields, _ = record.scan_audit(bytes(bad), check_crc=False)
+    assert kind == Scan.MESSAGE and fields[-2] == "TagA"
+
+
+def test_scan_audit_partial_then_whole():
+    buf = bytes(record.encode(make(body=b"z" * 3000)).finish(5, 6))
+    for cut in (8, 60, 200, len(buf) - 1):
+        kind, size, fields, _ = record.scan_audit(buf[:cut])
+        assert (kind, size, fields) == (Scan.PARTIAL, len(buf), None)
+    assert record.scan_audit(buf)[2] == _audit_expected(buf)
+
+
+def test_cached_host_decoding():
+    raw = record.encode_host(("fe80::1", 10911))
+    assert record.decode_host_cached(raw) == ("fe80::1", 10911) == record.decode_host(raw)
+    assert record.msg_id_prefix(record.encode_host(("10.0.0.9", 10911))) == "0A00000900002A9F"

@@ -1,0 +1,306 @@
+"""A docker-backend cluster for integration tests: started with the same code as `make cluster-up`.
+
+One cluster per pytest-xdist worker at a time (DockerClusterPool in conftest.py): a test module asks
+for a topology and its broker settings; the worker's cluster is reused when they match, else replaced.
+Every wait polls with a deadline. Ports: a 50-port block per cluster, picked per worker so workers of
+one session never race for the same block (gw0: 20000, 20200, ...; gw1: 20100, 20300, ...).
+
+testcontainers: its DockerCompose runs `docker compose` (the v2 plugin), which this machine does not
+have (only the standalone docker-compose 1.29), and its Ryuk reaper image cannot be pulled (no
+registry), so the clusters are driven by cluster/docker_backend.py (docker-compose + the docker SDK)
+and cleaned up here: each cluster at the end of the session, and at start-up any cluster left by a
+test process that no longer runs (what Ryuk would have done).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+from broker.remoting.codes import RequestCode
+from chaos.nodes import Nodes
+from chaos.toxics import Toxics
+from cluster import runfolder as rf
+from cluster.backend import UpOptions
+from cluster.local_backend import port_in_use
+from cluster.status import cluster_info, namesrv_request
+from cluster.topology import PortPlan, load_topology
+from cluster.wait import wait_ready
+
+from .local_cluster import rpc, wait_until
+
+NAME_PREFIX = "it-"
+PROJECT_RE = re.compile(r"^rmqha-it-(\d+)-")
+PORT_LOW, PORT_HIGH = 20000, 32000
+
+
+def worker_index() -> int:
+    w = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(w[2:]) if w[2:].isdigit() else 0
+
+
+def worker_count() -> int:
+    return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+
+
+def free_base_port(topology) -> int:
+    idx, n = worker_index(), worker_count()
+    for k in range((PORT_HIGH - PORT_LOW) // 100):
+        base = PORT_LOW + 100 * (k * n + idx)
+        if base + 50 > PORT_HIGH:
+            break
+        plan = PortPlan.make(base)
+        ports = [p for _, _, p in plan.all_ports(topology)] + [base + 48]
+        if not any(port_in_use(p) for p in ports):
+            return base
+    raise RuntimeError("no free 50-port block between 20000 and 32000")
+
+
+def sweep_leftovers(client) -> list[str]:
+    """Remove the containers and networks of test clusters whose test process is gone."""
+    removed = set()
+    for c in client.containers.list(all=True, filters={"label": "com.docker.compose.project"}):
+        project = c.labels.get("com.docker.compose.project", "")
+        m = PROJECT_RE.match(project)
+        if not m or _pid_alive(int(m.group(1))):
+            continue
+        c.remove(force=True, v=True)
+        removed.add(project)
+    for project in removed:
+        for net in client.networks.list(names=[f"{project}_default"]):
+            try:
+                net.remove()
+            except Exception:
+                pass
+    return sorted(removed)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class DockerCluster:
+    """A running docker-backend cluster: addresses, status, proxies, containers, commit logs."""
+
+    def __init__(self, backend, key):
+        self.backend = backend
+        self.key = key
+        self.state = backend.state
+        self.name = self.state["name"]
+        self.run_dir = Path(self.state["runDir"])
+        self.namesrv = self.state["namesrv"]["endpoint"]
+        self.toxics = Toxics(self.state["toxiproxy"]["api"])
+        self.nodes = Nodes(self.state["compose"]["project"])
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    @classmethod
+    def up(cls, run_root: Path, seq: int, topology: str, sets: dict[str, str], key) -> "DockerCluster":
+        from cluster.docker_backend import DockerBackend
+        topo = load_topology(topology)
+        name = f"{NAME_PREFIX}{os.getpid()}-{seq}"
+        extra = {k: v for k, v in sets.items() if ":" not in k}
+        per_node: dict[str, dict[str, str]] = {}
+        for k, v in sets.items():
+            if ":" in k:
+                node, _, key_ = k.partition(":")
+                per_node.setdefault(node, {})[key_] = v
+        saved = os.environ.get("CLUSTER_RUN_ROOT")
+        os.environ["CLUSTER_RUN_ROOT"] = str(run_root)  # run/current of the developer stays as it is
+        try:
+            plan = PortPlan.make(free_base_port(topo))
+            backend = DockerBackend.start(name, rf.run_dir(name), topo, plan,
+                                          UpOptions(extra=extra, extra_per_node=per_node, fresh=True))
+        finally:
+            if saved is None:
+                os.environ.pop("CLUSTER_RUN_ROOT", None)
+            else:
+                os.environ["CLUSTER_RUN_ROOT"] = saved
+        cluster = cls(backend, key)
+        progress = io.StringIO()
+        try:
+            wait_ready(backend.state, backend, timeout=90, out=progress, poll=0.2)
+        except Exception as e:
+            logs = "\n".join(f"--- {n} ---\n" + "\n".join(backend.log_tail(n, 30))
+                             for n in ["namesrv", "toxiproxy"] + backend.node_names())
+            cluster.down()
+            raise AssertionError(f"cluster {name} did not get ready: {e}\n{progress.getvalue()[-3000:]}\n{logs}")
+        return cluster
+
+    def down(self, keep_data: bool = False) -> None:
+        self.backend.stop(keep_data=keep_data, timeout=5)
+
+    # -- observation ------------------------------------------------------------------------------
+    def node(self, name: str) -> dict:
+        return next(n for n in self.state["nodes"] if n["name"] == name)
+
+    def status(self, name: str) -> dict:
+        with urllib.request.urlopen(self.node(name)["statusUrl"], timeout=2) as r:
+            return json.loads(r.read())
+
+    def max_offset(self, name: str) -> int:
+        return self.status(name)["maxPhyOffset"]
+
+    def addr(self, name: str) -> str:
+        """The broker's client address as a host client reaches it (through its proxy)."""
+        return self.node(name)["addr"]
+
+    def logs(self, name: str) -> str:
+        return self.nodes.logs(name)
+
+    def wait_in_sync(self, slave: str, deadline_s: float = 60) -> int:
+        """Until the slave's HA client is CONNECTED and its maxPhyOffset equals its master's; returns it."""
+        master = self.node(slave)["master"]
+
+        def synced():
+            s, m = self.status(slave), self.status(master)
+            ok = (s["haClient"]["state"] == "CONNECTED" and s["maxPhyOffset"] == m["maxPhyOffset"]
+                  and m["ha"]["connectionCount"] >= 1)
+            return m["maxPhyOffset"] if ok else None
+
+        return wait_until(f"{slave} in sync with {master}", synced, deadline_s, interval=0.2,
+                          on_fail=lambda: f"slave: {self.status(slave)}\nmaster: {self.status(master)}")
+
+    def wait_all_in_sync(self, deadline_s: float = 60) -> None:
+        for n in self.state["nodes"]:
+            if n.get("master"):
+                self.wait_in_sync(n["name"], deadline_s)
+
+    def commitlog(self, name: str, upto: int | None = None) -> bytes:
+        """The node's commit log bytes [0, upto) read from its store on the host (default: maxPhyOffset)."""
+        if upto is None:
+            upto = self.max_offset(name)
+        size = int(self.node(name)["commitlogFileSize"])
+        d = Path(self.node(name)["store"]) / "commitlog"
+        out = bytearray()
+        start = 0
+        while start < upto:
+            with open(d / f"{start:020d}", "rb") as fh:
+                out += fh.read(min(size, upto - start))
+            start += size
+        return bytes(out)
+
+    def assert_replica_identical(self, slave: str) -> int:
+        master = self.node(slave)["master"]
+        upto = self.wait_in_sync(slave)
+        m, s = self.commitlog(master, upto), self.commitlog(slave, upto)
+        assert len(m) == len(s) == upto
+        if m != s:
+            first = next(i for i in range(upto) if m[i] != s[i])
+            raise AssertionError(f"{slave} differs from {master} at commit-log offset {first} of {upto}")
+        return upto
+
+    # -- topics -----------------------------------------------------------------------------------
+    def create_topic(self, topic: str, brokers: list[str], queues: int = 4, deadline_s: float = 20) -> None:
+        """Create a topic on these masters only (UPDATE_AND_CREATE_TOPIC through their client proxies)
+        and wait until the name server's route lists exactly them, so a producer writes only there."""
+        for b in brokers:
+            resp = rpc(self.addr(b), RequestCode.UPDATE_AND_CREATE_TOPIC,
+                       {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
+                        "writeQueueNums": queues, "perm": 6, "topicFilterType": "SINGLE_TAG",
+                        "topicSysFlag": 0, "order": "false"})
+            assert resp.code == 0, f"create topic {topic} on {b}: {resp.code} {resp.remark}"
+        want = {self.node(b)["brokerName"] for b in brokers}
+
+        def routed():
+            from broker.remoting import json_body
+            r = namesrv_request(self.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            if r.code != 0 or not r.body:
+                return False
+            data = json_body.loads(r.body)
+            return {q["brokerName"] for q in data.get("queueDatas") or []} == want
+
+        wait_until(f"route of {topic} on {sorted(want)}", routed, deadline_s, interval=0.2)
+
+    def registered(self) -> dict:
+        return cluster_info(self.namesrv)
+
+
+def wait_for(what: str, predicate, deadline_s: float = 30, interval: float = 0.2, on_fail=lambda: ""):
+    return wait_until(what, predicate, deadline_s, interval=interval, on_fail=on_fail)
+
+
+def docker_unavailable_reason() -> str | None:
+    try:
+        import docker
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as e:
+        return f"no Docker engine ({e})"
+    import shutil
+    if not shutil.which("docker-compose"):
+        import subprocess
+        if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0:
+            return "neither docker-compose nor the docker compose plugin is installed"
+    missing = []
+    for image in ("rmqha/broker:latest", "rmqha/toxiproxy:latest"):
+        try:
+            client.images.get(image)
+        except Exception:
+            missing.append(image)
+    if missing:
+        return f"images {', '.join(missing)} are not built: run `make images`"
+    return None
+
+
+def now() -> float:
+    return time.monotonic()
+
+
+# ---- the official client (tests/integration/official_client_worker.py in a child process) ---------
+
+WORKER = Path(__file__).with_name("official_client_worker.py")
+SEND_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE = 0, 2, 3
+
+
+def run_worker(kind: str, job: dict, timeout: float = 120) -> list[dict]:
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, str(WORKER), kind, json.dumps(job)], capture_output=True,
+                          timeout=timeout, text=True)
+    lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    assert lines, f"worker {kind} printed nothing (rc={proc.returncode})\nstderr:\n{proc.stderr[-3000:]}"
+    return lines
+
+
+def produce(namesrv: str, topic: str, bodies: list[str], mode: str = "sync", retries: int = 3,
+            timeout_ms: int = 8000, group: str = "PG") -> list[dict]:
+    """Send each body with the official producer; one result per body ({"status", "offset", ...} or
+    {"error"}). mode "async" is the one that reports FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE (the
+    client's send_sync retries those); `retries` re-sends a send that raised before reaching a broker
+    (the 1.0.1 client's "GetTransport timed_mutex" race), 0 for the status tests."""
+    job = {"namesrv": namesrv, "group": group, "timeout_ms": timeout_ms, "retries": retries,
+           "sends": [{"mode": mode, "topic": topic, "messages": [{"body": b, "keys": f"k{i}"}
+                                                                 for i, b in enumerate(bodies)]}]}
+    return run_worker("produce", job)[-1]["results"]
+
+
+def produce_status(namesrv: str, topic: str, body: str, attempts: int = 3) -> dict:
+    """One async send, whose status is what the broker answered. A send that failed before it reached
+    the broker (client-side transport race: "error" in the result) is tried again, a status never."""
+    for _ in range(attempts):
+        r = produce(namesrv, topic, [body], mode="async", retries=0)[0]
+        if "error" not in r:
+            return r
+    return r
+
+
+def consume(namesrv: str, topic: str, group: str, expect: int, deadline_s: float = 40) -> list[dict]:
+    lines = run_worker("consume", {"namesrv": namesrv, "topic": topic, "group": group, "expect": expect,
+                                   "deadline_s": deadline_s}, deadline_s + 30)
+    return [l for l in lines if "body" in l]
+
+
+def random_bodies(prefix: str, n: int, size: int) -> list[str]:
+    """Bodies that do not compress (the client compresses bodies over 4 KiB)."""
+    import base64
+    return [f"{prefix}-{i}-" + base64.b64encode(os.urandom(size * 3 // 4)).decode()[:size] for i in range(n)]
