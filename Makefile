@@ -61,7 +61,10 @@ images: ## build the container images (base, broker, toxiproxy) with no registry
 test-official-client: $(STAMP) ## the official C++ client against real broker processes
 	$(PY) -m pytest tests/integration/test_official_client.py -q
 
-bench: bench-ha bench-decode ## run the benchmarks
+bench: bench-ha bench-send bench-decode ## run the benchmarks
+
+bench-send: $(STAMP) ## send TPS and p50/p99/p99.9 with the official client, beside a raw loopback round trip
+	$(PY) bench/bench_send.py
 
 bench-decode: $(STAMP) ## Spark commit-log decode beside a raw read of the same files
 	$(PY) bench/bench_decode.py
@@ -74,4 +77,4 @@ clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
 .PHONY: help venv cluster-up cluster-status cluster-logs cluster-down test test-unit test-integration \
-	test-official-client audit images bench bench-ha bench-decode clean
+	test-official-client audit images bench bench-ha bench-send bench-decode clean
