@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOPOLOGY ?= 2m-2s-sync
-BACKEND ?= local
+BACKEND ?= docker
 FORMAT ?= table
 RUN ?=
 PYTEST_WORKERS ?= 2
@@ -14,7 +14,7 @@ PYTEST_WORKERS ?= 2
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
-	@echo "  variables: TOPOLOGY=$(TOPOLOGY) BACKEND=$(BACKEND) NAME=<cluster name> BASE_PORT=<first port> FORMAT=table|json KEEP_DATA=1 RUN=<run folder>"
+	@echo "  variables: TOPOLOGY=$(TOPOLOGY) BACKEND=$(BACKEND) NAME=<cluster name> BASE_PORT=<first port> SET="key=v node:key=v" FORMAT=table|json KEEP_DATA=1 RUN=<run folder>"
 
 venv: $(STAMP) ## create .venv with the pinned dependencies (every other target does this itself)
 
@@ -28,8 +28,8 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # --- the cluster ------------------------------------------------------------------------------
-cluster-up: $(STAMP) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave) on BACKEND and wait until it replicates
-	$(PY) -m cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT))
+cluster-up: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave) on BACKEND (docker|local) and wait until it replicates
+	$(PY) -m cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(foreach s,$(SET),--set $(s))
 
 cluster-status: $(STAMP) ## print every node's role, offsets and replication (FORMAT=json for JSON lines)
 	@$(PY) -m cluster status --format $(FORMAT)
@@ -41,13 +41,13 @@ cluster-down: $(STAMP) ## stop the cluster (KEEP_DATA=1 keeps the stores)
 	$(PY) -m cluster down $(if $(filter 1 yes true,$(KEEP_DATA)),--keep-data)
 
 # --- tests ------------------------------------------------------------------------------------
-test: $(STAMP) ## run every test: unit, then integration (real processes, the official client)
+test: $(STAMP) images ## run every test: unit, then integration (real processes, containers, the official client)
 	$(PY) -m pytest tests -n $(PYTEST_WORKERS) --dist loadfile
 
 test-unit: $(STAMP) ## fast tests only: no cluster, no containers
 	$(PY) -m pytest tests/unit -n $(PYTEST_WORKERS) --dist loadfile
 
-test-integration: $(STAMP) ## integration tests only
+test-integration: $(STAMP) images ## integration tests only (builds the images first)
 	$(PY) -m pytest tests/integration -n $(PYTEST_WORKERS) --dist loadfile
 
 # --- audit and benchmarks ---------------------------------------------------------------------

@@ -136,6 +136,10 @@ class BrokerConfig:
     haReconnectMaxDelay: int = _prop("haReconnectMaxDelay", 1000, minimum=10,
                                      doc="ours; the slave retries its master with backoff up to this many ms")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
+    slaveSyncMasterAddress: str | None = _prop(
+        "slaveSyncMasterAddress", None, kind=str,
+        doc="ours; host:port a slave uses to copy topic config and consumer offsets from its master, "
+            "instead of the master's registered address (for containers, where that address is the host's)")
     commitLogPreallocate: bool = _prop("commitLogPreallocate", True,
                                        doc="ours; reserve each commit-log file's blocks when it is created")
 
@@ -217,8 +221,9 @@ class BrokerConfig:
         if self.brokerRole != "SLAVE" and self.brokerId != 0:
             raise ConfigError(f"brokerRole={self.brokerRole} needs brokerId=0 (got {self.brokerId}); "
                               "slaves use brokerId >= 1 with brokerRole=SLAVE")
-        if self.haMasterAddress:
-            _check_addr("haMasterAddress", self.haMasterAddress)
+        for key in ("haMasterAddress", "slaveSyncMasterAddress"):
+            if getattr(self, key):
+                _check_addr(key, getattr(self, key))
         if self.namesrvAddr:
             for a in self.namesrvAddr.split(";"):
                 if a.strip():

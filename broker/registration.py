@@ -106,7 +106,7 @@ class BrokerRegistration:
         if master_addr and master_addr != self.master_addr:
             log.info("name server %s says our master is %s (HA %s)", addr, master_addr, ha_addr)
             self.master_addr = master_addr
-            if self.slave_sync is not None:
+            if self.slave_sync is not None and not self.config.slaveSyncMasterAddress:
                 self.slave_sync.set_master_address(master_addr)
         if ha_addr:
             self.master_ha_addr = ha_addr

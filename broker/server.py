@@ -80,6 +80,8 @@ class BrokerServer:
         if not c.is_master:
             self.slave_sync = SlaveSynchronize(self.topics, self.offsets, self.reactor, self.clock)
             self.slave_sync.start()
+            if self.config.slaveSyncMasterAddress:
+                self.slave_sync.set_master_address(self.config.slaveSyncMasterAddress)
         if listen:
             self.registration = BrokerRegistration(c, self.topics, self.reactor, self.clock,
                                                    ha_client=self.controller.ha_client,

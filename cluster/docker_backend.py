@@ -184,6 +184,9 @@ class DockerBackend(Backend):
                             "listen": f"0.0.0.0:{port}", "upstream": f"{m.name}:{mc.ha_port}",
                             "hostEndpoint": None})
             overrides[n.name]["haMasterAddress"] = f"toxiproxy:{port}"
+            # Topic config and consumer offsets come straight from the master's container: the
+            # address it registers (127.0.0.1:P, for host clients) is this container itself.
+            overrides[n.name]["slaveSyncMasterAddress"] = f"{m.name}:{mc.listenPort}"
         for n in topology.nodes:
             overrides[n.name].update(extra)
             overrides[n.name].update(per_node.get(n.name, {}))
