@@ -158,7 +158,8 @@ class HistoryRecorder:
             rec.update(end_ms=now_ms(), status=ERROR, error=f"{type(e).__name__}: {e}")
             self.writer.append(rec)
             raise
-        rec.update(end_ms=now_ms(), status=status_name(res.status), uniq_key=res.msg_id or None,
+        uniq = res.msg_id.decode() if isinstance(res.msg_id, bytes) else res.msg_id
+        rec.update(end_ms=now_ms(), status=status_name(res.status), uniq_key=uniq or None,
                    queue_offset=res.offset)
         self.writer.append(rec)
         return res
@@ -185,9 +186,11 @@ class HistoryRecorder:
 
         def get(attr):
             try:
-                return getattr(msg, attr)
+                value = getattr(msg, attr)
             except Exception:
                 return None
+            # rocketmq 0.4.4's RecvMessage returns bytes for its text fields.
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) and attr != "body" else value
         body = get("body")
         return self.writer.append({
             "client": self.client, "op": "receive", "topic": get("topic"), "send_id": get("keys") or None,
