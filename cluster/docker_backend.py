@@ -196,17 +196,7 @@ class DockerBackend(Backend):
                 raise ClusterError(f"{n.name}: storePathRootDir is {CONTAINER_STORE} in containers (the host "
                                    f"folder {rf.store_dir(run_dir, n.name)} is mounted there); do not --set it")
 
-        nodes_dir = run_dir / "nodes"
-        stale = sorted(d.name for d in nodes_dir.iterdir() if d.is_dir() and d.name not in
-                       {n.name for n in topology.nodes}) if nodes_dir.is_dir() else []
-        if stale and not options.fresh:
-            raise ClusterError(f"{nodes_dir} holds {', '.join(stale)}, which topology {topology.name} does not "
-                               f"have (left by an earlier run of {old.get('topology') if old else 'another topology'}); "
-                               "add --fresh to remove them and every kept store, or use another --name")
-        for d in stale:
-            shutil.rmtree(nodes_dir / d)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "metrics").mkdir(exist_ok=True)
+        rf.prepare(run_dir, [n.name for n in topology.nodes], topology.name, old, options.fresh)
         (run_dir / "namesrv").mkdir(exist_ok=True)
         (run_dir / "toxiproxy").mkdir(exist_ok=True)
         kept = []

@@ -180,17 +180,7 @@ class LocalBackend(Backend):
         configs = {n.name: effective_config(n, overrides[n.name]) for n in topology.nodes}
 
         # Node folders of another topology would be read by the audit as part of this run.
-        nodes_dir = run_dir / "nodes"
-        stale = sorted(d.name for d in nodes_dir.iterdir() if d.is_dir() and d.name not in
-                       {n.name for n in topology.nodes}) if nodes_dir.is_dir() else []
-        if stale and not options.fresh:
-            raise ClusterError(f"{nodes_dir} holds {', '.join(stale)}, which topology {topology.name} does not "
-                               f"have (left by an earlier run of {old.get('topology') if old else 'another topology'}); "
-                               "add --fresh to remove them and every kept store, or use another --name")
-        for d in stale:
-            shutil.rmtree(nodes_dir / d)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "metrics").mkdir(exist_ok=True)
+        rf.prepare(run_dir, [n.name for n in topology.nodes], topology.name, old, options.fresh)
         kept = []
         for n in topology.nodes:
             sd = Path(configs[n.name].storePathRootDir)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -152,3 +153,20 @@ def tail(path: Path, n: int) -> list[str]:
         return []
     lines = data.decode("utf-8", "replace").splitlines()
     return lines[-n:] if n > 0 else []
+
+
+def prepare(rd: Path, node_names: list[str], topology: str, old_state: dict | None, fresh: bool) -> None:
+    """Create the run folder for a topology. Node folders of another topology would be read by the
+    audit as part of this run: refuse them, or remove them with fresh."""
+    nodes_dir = rd / "nodes"
+    stale = sorted(d.name for d in nodes_dir.iterdir()
+                   if d.is_dir() and d.name not in set(node_names)) if nodes_dir.is_dir() else []
+    if stale and not fresh:
+        earlier = old_state.get("topology") if old_state else "another topology"
+        raise ClusterError(f"{nodes_dir} holds {', '.join(stale)}, which topology {topology} does not "
+                           f"have (left by an earlier run of {earlier}); "
+                           "add --fresh to remove them and every kept store, or use another --name")
+    for d in stale:
+        shutil.rmtree(nodes_dir / d)
+    rd.mkdir(parents=True, exist_ok=True)
+    (rd / "metrics").mkdir(exist_ok=True)

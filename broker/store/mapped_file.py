@@ -103,19 +103,7 @@ class MappedFile:
         if self.mm is not None:
             self.mm[pos:pos + len(data)] = data
             return
-        view = memoryview(data)
-        done = 0
-        while done < len(view):
-            try:
-                n = os.pwrite(self.fd, view[done:], pos + done)
-            except OSError as e:
-                if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                    raise DiskFullError(f"{self.path}: {os.strerror(e.errno)} writing "
-                                        f"{len(view)} bytes at {self.base + pos}") from e
-                raise
-            if n == 0:
-                raise DiskFullError(f"{self.path}: short write at {self.base + pos}")
-            done += n
+        self._pwritev(pos, [data], len(data))
 
     def append(self, data) -> int:
         pos = self.wrote
@@ -126,6 +114,11 @@ class MappedFile:
     def append_many(self, buffers, total: int) -> int:
         """Append several buffers with one pwritev; total is their summed length."""
         pos = self.wrote
+        self._pwritev(pos, buffers, total)
+        self.wrote = pos + total
+        return pos
+
+    def _pwritev(self, pos: int, buffers, total: int) -> None:
         done = 0
         bufs = [memoryview(b) for b in buffers]
         while bufs:
@@ -144,8 +137,6 @@ class MappedFile:
                 bufs.pop(0)
             if n:
                 bufs[0] = bufs[0][n:]
-        self.wrote = pos + total
-        return pos
 
     def read(self, pos: int, n: int) -> bytes:
         n = max(0, min(n, self.size - pos))

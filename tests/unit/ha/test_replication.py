@@ -38,8 +38,7 @@ def test_empty_slave_starts_at_the_masters_last_file(cluster, caplog):
     last_start = cluster.master.commitlog.last_file_start()
     assert last_start > 0
     cluster.connect()
-    assert cluster.slave.min_offset == last_start == cluster.master_conn().session.next_transfer_from - (
-        cluster.master.max_offset - last_start)
+    assert cluster.slave.min_offset == last_start
     assert cluster.slave.max_offset == cluster.master.max_offset
     assert cluster.identical()
     assert "will NOT be on this slave" in caplog.text
@@ -56,7 +55,6 @@ def test_batches_respect_size_and_file_boundaries(tmp_path):
     c = Cluster(tmp_path, batch_size=3000)
     put(c.master, 200)
     frames = []
-    orig = c.ha.connections.__class__
     c.connect()
     s = c.master_conn().session
     # Drive the session directly to inspect what it would send.
@@ -74,7 +72,6 @@ def test_batches_respect_size_and_file_boundaries(tmp_path):
         assert off // c.file_size == (off + size - 1) // c.file_size, "a batch crossed a file boundary"
         pos += size
     assert pos == c.master.max_offset
-    del orig
     c.close()
 
 

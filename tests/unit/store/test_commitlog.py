@@ -85,20 +85,18 @@ def test_full_disk_fails_cleanly_and_loses_nothing(store_factory, monkeypatch):
     s = store_factory()
     good = [s.put_message(msg(i)) for i in range(5)]
     end = s.max_offset
-    real = os.pwrite
+    real = os.pwritev
 
-    def full(fd, data, pos):
-        if len(data) > 20:  # commit-log writes (consume-queue units are 20 bytes)
-            # write part of it first, as a real full disk can, then fail
-            real(fd, bytes(data)[:7], pos)
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(fd, data, pos)
+    def full(fd, buffers, pos):
+        # Write part of it first, as a real full disk can, then fail.
+        real(fd, [bytes(buffers[0])[:7]], pos)
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(mapped_file.os, "pwrite", full)
+    monkeypatch.setattr(mapped_file.os, "pwritev", full)
     r = s.put_message(msg(100))
     assert r.status == PutStatus.DISK_FULL and "disk full" in r.remark and not r.stored
     assert s.max_offset == end and s.max_queue_offset("T", 0) == 5
-    monkeypatch.setattr(mapped_file.os, "pwrite", real)
+    monkeypatch.setattr(mapped_file.os, "pwritev", real)
     r = s.put_message(msg(101))
     assert r.status == PutStatus.PUT_OK and r.wrote_offset == end and r.queue_offset == 5
     got = s.get_messages("T", 0, 0, 32)
