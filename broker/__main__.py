@@ -37,7 +37,13 @@ def main(argv=None) -> int:
         return 2
     if args.check:
         for k, v in sorted(vars(config).items()):
-            print(f"{k}={v}")
+            if k == "unknown_keys":
+                continue
+            print(f"{k}={str(v).lower() if isinstance(v, bool) else ('' if v is None else v)}")
+        for k in config.unknown_keys:
+            print(f"# not used by this broker: {k}")
+        print(f"# derived: haListenPort={config.ha_port} metricsPort={config.metrics_port} "
+              f"addr={config.broker_addr} haServerAddr={config.ha_server_addr}")
         return 0
     setup_logging(args.log_level)
     from twisted.internet import reactor
