@@ -23,19 +23,52 @@ class Report:
 # -- metrics --------------------------------------------------------------------------------------
 
 def load_metrics(paths: list[str]) -> list[dict]:
+    """Metric samples, oldest first. Takes both the documented form (ts in ms, "slaves" a map) and
+    what `python -m cluster sample` writes (ts in seconds, "slaves" a list of {addr, ackOffset},
+    rows with "up": false for nodes that did not answer, which are skipped)."""
     out = []
     for p in paths:
         with open(p) as fh:
             for line in fh:
-                if line.strip():
-                    out.append(json.loads(line))
+                if not line.strip():
+                    continue
+                r = json.loads(line)
+                if r.get("up") is False or r.get("maxPhyOffset") is None:
+                    continue
+                ts = r.get("ts", 0)
+                if ts < 1e11:  # seconds
+                    r["ts"] = int(ts * 1000)
+                out.append(r)
     return sorted(out, key=lambda r: r.get("ts", 0))
+
+
+def _acks(sample: dict, master: str, slaves_of: dict[str, list[str]], by_addr: dict[str, str]) -> dict:
+    """{slave node (or address): ackOffset} from a master's sample, in either form."""
+    raw = sample.get("slaves") or {}
+    if isinstance(raw, dict):
+        return {by_addr.get(k, k): v for k, v in raw.items() if v is not None}
+    conns = [c for c in raw if c.get("ackOffset") is not None]
+    mine = slaves_of.get(master, [])
+    # Through a proxy the master sees the proxy's address, not the slave's: with one slave and one
+    # connection the pairing is certain; otherwise keep the addresses.
+    if len(conns) == 1 and len(mine) == 1:
+        return {mine[0]: conns[0]["ackOffset"]}
+    return {by_addr.get(c.get("addr"), c.get("addr")): c["ackOffset"] for c in conns}
+
+
+def _topology(nodes: list[runfolder.Node]):
+    by_addr = {n.addr: n.name for n in nodes if n.addr}
+    slaves_of: dict[str, list[str]] = {}
+    for m, slaves in audit.groups(nodes).values():
+        if m:
+            slaves_of[m.name] = [sl.name for sl in slaves]
+    return by_addr, slaves_of
 
 
 def lag_series(samples: list[dict], nodes: list[runfolder.Node]) -> dict[str, list[tuple[int, int]]]:
     """slave node -> [(ts ms, lag bytes)]. From the master's per-slave ackOffset when sampled, else
     from the slave's own maxPhyOffset against the master's latest sample at or before it."""
-    by_addr = {n.addr: n.name for n in nodes if n.addr}
+    by_addr, slaves_of = _topology(nodes)
     node_by_name = {n.name: n for n in nodes}
     masters = {name: m.name for name, (m, _) in audit.groups(nodes).items() if m}
     series: dict[str, list[tuple[int, int]]] = {}
@@ -47,8 +80,7 @@ def lag_series(samples: list[dict], nodes: list[runfolder.Node]) -> dict[str, li
             continue
         if node.is_master:
             latest_master[node.name] = s.get("maxPhyOffset", 0)
-            for key, ack in (s.get("slaves") or {}).items():
-                slave = by_addr.get(key, key)
+            for slave, ack in _acks(s, node.name, slaves_of, by_addr).items():
                 have_ack.add(slave)
                 series.setdefault(slave, []).append((s["ts"], s.get("maxPhyOffset", 0) - ack))
         elif node.name not in have_ack and "maxPhyOffset" in s:
@@ -59,11 +91,13 @@ def lag_series(samples: list[dict], nodes: list[runfolder.Node]) -> dict[str, li
 
 
 def final_acks(samples: list[dict], nodes: list[runfolder.Node]) -> dict[str, int]:
-    by_addr = {n.addr: n.name for n in nodes if n.addr}
+    by_addr, slaves_of = _topology(nodes)
+    node_by_name = {n.name: n for n in nodes}
     out = {}
     for s in samples:
-        for key, ack in (s.get("slaves") or {}).items():
-            out[by_addr.get(key, key)] = ack
+        node = node_by_name.get(s.get("node"))
+        if node is not None and node.is_master:
+            out.update(_acks(s, node.name, slaves_of, by_addr))
     return out
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from . import record
 from .mapped_file import MappedFileQueue, StoreError
-from .record import Scan, ScanResult
+from .record import Scan
 
 log = logging.getLogger("broker.store.commitlog")
 

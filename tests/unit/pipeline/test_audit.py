@@ -140,7 +140,6 @@ def test_slave_starting_at_the_masters_last_file_passes(spark, run_builder):
 
 
 def test_received_out_of_queue_order(spark, run_builder, tmp_path):
-    from pyspark.sql import functions as F  # noqa: F401
     run_builder.master(n=40)
     run_builder.close()
     run_builder.slave()

@@ -89,3 +89,28 @@ def test_row_fallback_without_arrow_gives_the_same_dataframe(spark, run_builder)
     df = decode.decode(spark, [node], 8192, use_arrow=False)
     assert df.rdd.getNumPartitions() == len(decode.plan([node], 8192))
     assert sorted(tuple(r) for r in df.collect()) == _rows(node)
+
+
+def test_lag_series_reads_the_cluster_samplers_own_format(tmp_path):
+    """`python -m cluster sample` writes ts in seconds, slaves as a list, and down rows; the report
+    reads that file as it is."""
+    import json
+    from pipeline import report, runfolder
+    nodes = [runfolder.Node(name="broker-a", broker_name="broker-a", broker_id=0, role="SYNC_MASTER",
+                            cluster_name="C", addr="127.0.0.1:10911", store_dir=str(tmp_path)),
+             runfolder.Node(name="broker-a-s", broker_name="broker-a", broker_id=1, role="SLAVE",
+                            cluster_name="C", addr="127.0.0.1:10921", store_dir=str(tmp_path))]
+    rows = [
+        {"ts": 1763770000.0, "node": "broker-a", "role": "SYNC_MASTER", "up": True, "maxPhyOffset": 500,
+         "slaves": [{"addr": "192.168.1.5:40000", "ackOffset": 300}]},
+        {"ts": 1763770000.0, "node": "broker-a-s", "role": "SLAVE", "up": True, "maxPhyOffset": 300},
+        {"ts": 1763770000.5, "node": "broker-a", "role": "SYNC_MASTER", "up": False, "maxPhyOffset": None},
+        {"ts": 1763770001.0, "node": "broker-a", "role": "SYNC_MASTER", "up": True, "maxPhyOffset": 900,
+         "slaves": [{"addr": "192.168.1.5:40000", "ackOffset": 900}]},
+    ]
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    samples = report.load_metrics([str(path)])
+    assert [s["ts"] for s in samples] == [1763770000000, 1763770000000, 1763770001000]
+    assert report.lag_series(samples, nodes) == {"broker-a-s": [(1763770000000, 200), (1763770001000, 0)]}
+    assert report.final_acks(samples, nodes) == {"broker-a-s": 900}

@@ -1,0 +1,427 @@
+"""`python -m chaos.run`: a chaos run end to end, then the audit of what it left behind.
+
+    python -m chaos.run [--topology 2m-2s-sync] [--backend docker] [--name chaos] [--duration 60]
+                        [--rate 200] [--seed N] [--nemesis latency,cut,pause-slave,restart-slave,slicer]
+                        [--out DIR]
+
+1. starts the cluster (`python -m cluster up ... --set syncFlushTimeout=1500 --fresh`) unless the one
+   named --name is already running (then it is used as it is);
+2. samples replication offsets in the background (`python -m cluster sample`, every 500 ms);
+3. runs the workload (chaos/workload.py, its own process: the official client, send_async at --rate,
+   a push consumer, histories in RUN/history/);
+4. runs the nemesis (chaos/nemesis.py): a seeded schedule, printed first, one fault at a time on a
+   random broker group's HA link or slave, each healed after a few seconds, then a quiet period;
+5. shows one live status line (plain lines every 5 s when stdout is not a terminal);
+6. heals everything, waits until every slave holds its master's log (--catchup-timeout), stops the
+   cluster with --keep-data, runs `python -m pipeline RUN --out DIR` (default RUN/report) and exits
+   with its status (0 every guarantee held, 1 one failed; 3 when the run itself could not be done).
+
+The local backend has no proxies: latency, cut and slicer are dropped there (said up front), and
+pause/restart/kill act on the slave processes.
+
+Metrics: the sampler writes RUN/metrics/samples.jsonl, which the pipeline reads for its lag plot.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from chaos.nemesis import ALL_FAULTS, DEFAULT_FAULTS, Nemesis, applicable_faults, make_schedule, slaves_by_group
+from cluster import runfolder as rf
+
+SYNC_WAIT_MS = 1500
+EXIT_RUN_FAILED = 3
+TOPIC = "TopicChaos"
+
+
+def say(msg: str) -> None:
+    sys.stdout.write(msg + "\n")
+    sys.stdout.flush()
+
+
+def py(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+def cluster_running(name: str) -> dict | None:
+    """The state of cluster `name` when every node of it runs, else None."""
+    rd = rf.run_dir(name)
+    state = rf.read_state(rd)
+    if not state or state.get("stoppedAt"):
+        return None
+    from cluster.backend import attach
+    try:
+        b = attach(name, rd, state)
+        if all(b.process_state(n).running for n in ["namesrv"] + b.node_names()):
+            return state
+    except Exception:
+        return None
+    return None
+
+
+# ---- observation -------------------------------------------------------------------------------
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def last_sample_round(path: Path) -> list[dict]:
+    """The rows of the last complete round in the sampler's file (read from its tail)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 32768))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    rows = []
+    for line in lines[1:] if len(lines) > 1 else lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+    if not rows:
+        return []
+    last_ts = rows[-1].get("ts")
+    return [r for r in rows if r.get("ts") == last_ts]
+
+
+def slave_lags(rows: list[dict]) -> dict[str, int | None]:
+    """slave node -> master maxPhyOffset - slave maxPhyOffset (None when either did not answer)."""
+    masters = {r["node"]: r.get("maxPhyOffset") for r in rows if r.get("role") != "SLAVE"}
+    out = {}
+    for r in rows:
+        if r.get("role") == "SLAVE":
+            m, s = masters.get(r.get("master")), r.get("maxPhyOffset")
+            out[r["node"]] = (m - s) if (m is not None and s is not None) else None
+    return out
+
+
+def live_lags(state: dict) -> dict[str, int | None]:
+    from cluster.sample import sample_rows
+    return slave_lags(sample_rows(state, time.time()))
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return str(n)
+
+
+class StatusLine:
+    def __init__(self, tty: bool):
+        self.tty = tty
+        self.width = 0
+
+    def show(self, text: str) -> None:
+        if self.tty:
+            cols = shutil.get_terminal_size((160, 20)).columns - 1
+            text = text[:cols]
+            sys.stdout.write("\r" + text + " " * max(0, self.width - len(text)))
+            self.width = len(text)
+        else:
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def log(self, text: str) -> None:
+        """A line above the status line."""
+        if self.tty and self.width:
+            sys.stdout.write("\r" + " " * self.width + "\r")
+            self.width = 0
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def end(self) -> None:
+        if self.tty and self.width:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.width = 0
+
+
+def status_text(elapsed: float, duration: float, prog: dict | None, fault: str, lags: dict) -> str:
+    p = prog or {}
+    known = [v for v in lags.values() if v is not None]
+    lag = fmt_bytes(max(known)) if known else "?"
+    if lags and len(known) < len(lags):
+        lag += f" ({len(lags) - len(known)} slave down)"
+    return (f"[{min(elapsed, duration):5.1f}/{duration:g}s] {p.get('phase', 'starting')}: "
+            f"sends ok={p.get('ok', 0)} timeout={p.get('timeouts', 0)} not-avail={p.get('not_available', 0)} "
+            f"err={p.get('errors', 0)} inflight={p.get('inflight', 0)} | recv={p.get('received', 0)} | "
+            f"fault: {fault} | max slave lag {lag}")
+
+
+def create_topic(state: dict, topic: str, queues: int = 4, deadline_s: float = 30.0) -> None:
+    """The topic on every master (UPDATE_AND_CREATE_TOPIC), then wait until the name server routes it to
+    all of them: an auto-created topic would live only on the master that got the first message."""
+    from broker.remoting import json_body
+    from broker.remoting.codes import RequestCode
+    from cluster.status import NamesrvError, namesrv_request
+    masters = [n for n in state["nodes"] if not n.get("master")]
+    end = time.monotonic() + deadline_s
+    for m in masters:
+        while True:
+            try:
+                r = namesrv_request(m["addr"], RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                    {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
+                                     "writeQueueNums": queues, "perm": 6, "topicFilterType": "SINGLE_TAG",
+                                     "topicSysFlag": 0, "order": "false"})
+                if r.code == 0:
+                    break
+                err = f"code {r.code} {r.remark}"
+            except NamesrvError as e:
+                err = str(e)
+            if time.monotonic() > end:
+                raise RuntimeError(f"cannot create topic {topic} on {m['name']}: {err}")
+            time.sleep(0.5)
+    want = {m["brokerName"] for m in masters}
+    got: set = set()
+    while time.monotonic() < end:
+        try:
+            r = namesrv_request(state["namesrv"]["endpoint"], RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            if r.code == 0 and r.body:
+                got = {q["brokerName"] for q in json_body.loads(r.body).get("queueDatas") or []}
+                if got >= want:
+                    return
+        except NamesrvError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"the name server routes {topic} to {sorted(got)}, not to every master {sorted(want)}")
+
+
+# ---- the run -----------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m chaos.run", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--topology", default=os.environ.get("TOPOLOGY") or "2m-2s-sync")
+    ap.add_argument("--backend", default=os.environ.get("BACKEND") or "docker", choices=("docker", "local"))
+    ap.add_argument("--name", default="chaos", help="cluster name, run folder run/<name> (default chaos)")
+    ap.add_argument("--base-port", type=int, default=None, help="passed to `cluster up` when it starts one")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds of workload (default 60)")
+    ap.add_argument("--rate", type=float, default=200.0, help="sends per second (default 200)")
+    ap.add_argument("--seed", type=int, default=None, help="nemesis seed (default: random, printed)")
+    ap.add_argument("--nemesis", default=",".join(DEFAULT_FAULTS),
+                    help=f"comma-separated faults from {', '.join(ALL_FAULTS)}; 'none' for no faults")
+    ap.add_argument("--max-faults", type=int, default=None, help="at most this many faults")
+    ap.add_argument("--catchup-timeout", type=float, default=60.0, help="seconds for slaves to catch up")
+    ap.add_argument("--keep-running", action="store_true", help="do not stop the cluster (audit skipped)")
+    ap.add_argument("--out", default=None, help="report folder (default RUN/report)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    faults = [] if args.nemesis.strip() in ("", "none") else [f.strip() for f in args.nemesis.split(",") if f.strip()]
+    unknown = [f for f in faults if f not in ALL_FAULTS]
+    if unknown:
+        say(f"error: unknown fault(s) {', '.join(unknown)}; known: {', '.join(ALL_FAULTS)}")
+        return 2
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    name = rf.check_name(args.name)
+    rd = rf.run_dir(name)
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+
+    # 1. the cluster
+    state = cluster_running(name)
+    if state is not None:
+        say(f"using cluster {name}, already running ({state.get('topology')} on {state.get('backend')}); "
+            f"run folder {rd}")
+        if state.get("backend") != args.backend:
+            say(f"  note: --backend {args.backend} ignored: the running cluster is {state.get('backend')}")
+    else:
+        cmd = py("-m", "cluster", "up", "--topology", args.topology, "--backend", args.backend, "--name", name,
+                 "--set", f"syncFlushTimeout={SYNC_WAIT_MS}", "--fresh", "--timeout", "90")
+        if args.base_port:
+            cmd += ["--base-port", str(args.base_port)]
+        say("$ python " + " ".join(cmd[1:]))
+        up = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if up.returncode != 0:
+            say(up.stdout.rstrip())
+            say(f"error: the cluster did not start (exit {up.returncode})")
+            return EXIT_RUN_FAILED
+        state = rf.read_state(rd)
+        # A fresh run folder: histories and samples of an earlier run would be audited with this one.
+        for sub in ("history", "metrics", "chaos"):
+            shutil.rmtree(rd / sub, ignore_errors=True)
+    (rd / "chaos").mkdir(parents=True, exist_ok=True)
+    backend = state.get("backend", "local")
+    namesrv = state["namesrv"]["endpoint"]
+
+    usable, dropped = applicable_faults(faults, backend)
+    if dropped:
+        say(f"note: {', '.join(dropped)} need Toxiproxy (docker backend); not used on the {backend} backend")
+    slaves = slaves_by_group(state)
+    if faults and not slaves:
+        say(f"note: topology {state.get('topology')} has no slaves: no faults to inject")
+    schedule = make_schedule(random.Random(seed), usable, slaves, args.duration, SYNC_WAIT_MS, args.max_faults)
+    say(f"chaos run {run_id}: cluster {name} ({state.get('topology')}, {backend}), {args.duration:g}s at "
+        f"{args.rate:g} msg/s, seed {seed}")
+    say(f"nemesis schedule ({len(schedule)} faults; reproduce with --seed {seed}):")
+    for f in schedule:
+        say(f"  t={f.at:5.1f}s  {f.describe():<52} healed at t={f.at + f.hold:5.1f}s")
+    quiet_from = (schedule[-1].at + schedule[-1].hold) if schedule else 0.0
+    say(f"  then quiet from t={quiet_from:.1f}s to the end ({args.duration:g}s)")
+    (rd / "chaos" / f"schedule-{run_id}.json").write_text(json.dumps(
+        {"seed": seed, "duration": args.duration, "rate": args.rate, "backend": backend,
+         "faults": [f.__dict__ for f in schedule]}, indent=1))
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    repo = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([repo] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    procs: list[subprocess.Popen] = []
+    nemesis = Nemesis(state)
+    stop = threading.Event()
+    line = StatusLine(sys.stdout.isatty())
+    nemesis.log = line.log
+    rc_run = 0
+    workload = None
+    try:
+        create_topic(state, TOPIC)
+        # 2. the sampler
+        samples = rd / "metrics" / "samples.jsonl"
+        sampler_log = open(rd / "chaos" / "sampler.log", "w")
+        sampler = subprocess.Popen(py("-m", "cluster", "sample", "--name", name, "--interval-ms", "500",
+                                      "--duration", str(args.duration + args.catchup_timeout + 60),
+                                      "--out", str(samples)),
+                                   stdout=sampler_log, stderr=subprocess.STDOUT, env=env, cwd=repo)
+        procs.append(sampler)
+
+        # 3. the workload
+        wl_log = open(rd / "chaos" / f"workload-{run_id}.log", "w")
+        workload = subprocess.Popen(py("-m", "chaos.workload", str(rd), namesrv, "--rate", str(args.rate),
+                                       "--duration", str(args.duration), "--run-id", run_id,
+                                       "--topic", TOPIC),
+                                    stdout=subprocess.PIPE, stderr=wl_log, text=True, env=env, cwd=repo)
+        procs.append(workload)
+        progress_path = rd / "chaos" / f"progress-{run_id}.json"
+        # the nemesis clock starts when the workload starts sending
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and workload.poll() is None:
+            p = read_json(progress_path)
+            if p and p.get("phase") != "starting":
+                break
+            time.sleep(0.1)
+        t0 = time.monotonic()
+
+        # 4. the nemesis
+        nem_thread = threading.Thread(target=nemesis.run, args=(schedule, t0, stop), daemon=True)
+        nem_thread.start()
+
+        # 5. live status
+        last_plain = 0.0
+        while workload.poll() is None:
+            now = time.monotonic()
+            if line.tty or now - last_plain >= 5.0:
+                prog = read_json(progress_path)
+                f = nemesis.current
+                lags = slave_lags(last_sample_round(samples))
+                line.show(status_text(now - t0, args.duration, prog, f.describe() if f else "none", lags))
+                last_plain = now
+            time.sleep(0.5 if line.tty else 0.25)
+        stop.set()
+        nem_thread.join(timeout=30)
+        line.end()
+        out, _ = workload.communicate()
+        final = None
+        for ln in (out or "").splitlines()[::-1]:
+            try:
+                final = json.loads(ln)
+                break
+            except ValueError:
+                continue
+        if workload.returncode != 0 or final is None:
+            say(f"error: the workload failed (exit {workload.returncode}); see {rd / 'chaos' / wl_log.name}")
+            rc_run = EXIT_RUN_FAILED
+        else:
+            say(f"workload: {final['attempts']} send attempts: ok={final['ok']} timeout={final['timeouts']} "
+                f"not-available={final['not_available']} error={final['errors']} (gave up {final['gave_up']}); "
+                f"received {final['received']} ({final['received_unique']} distinct of "
+                f"{final['stored_unique']} stored sends)")
+        for f, err in nemesis.done:
+            if err:
+                say(f"  nemesis: {f.describe()}: {err}")
+    except Exception as e:
+        line.end()
+        say(f"error: {type(e).__name__}: {e}")
+        rc_run = EXIT_RUN_FAILED
+    except KeyboardInterrupt:
+        line.end()
+        say("interrupted: healing, then stopping the cluster")
+        rc_run = 130
+    finally:
+        stop.set()
+        for e in nemesis.heal_all():
+            say(f"warning: {e}")
+        if workload is not None and workload.poll() is None:
+            workload.terminate()
+            try:
+                workload.wait(10)
+            except subprocess.TimeoutExpired:
+                workload.kill()
+
+    # 6. catch-up, stop, audit
+    state = rf.read_state(rd) or state
+    say(f"waiting up to {args.catchup_timeout:g}s for every slave to catch up")
+    deadline = time.monotonic() + args.catchup_timeout
+    lags: dict = {}
+    while True:
+        lags = live_lags(state)
+        if lags and all(v == 0 for v in lags.values()):
+            say("every slave holds its master's log: " + ", ".join(f"{k} lag 0" for k in sorted(lags)))
+            break
+        if time.monotonic() > deadline:
+            say("warning: slaves did not catch up: " + ", ".join(f"{k} lag {fmt_bytes(v)}" for k, v in sorted(lags.items())))
+            break
+        time.sleep(0.5)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    samples = rd / "metrics" / "samples.jsonl"
+    if samples.exists():
+        with open(samples) as fh:
+            say(f"{sum(1 for _ in fh)} metric samples in {samples}")
+
+    if args.keep_running:
+        say(f"cluster {name} left running (--keep-running): audit skipped")
+        return rc_run or 0
+    down = subprocess.run(py("-m", "cluster", "down", "--name", name, "--keep-data"), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=env, cwd=repo)
+    say(down.stdout.rstrip())
+    if rc_run:
+        return rc_run
+    out_dir = Path(args.out) if args.out else rd / "report"
+    say(f"$ python -m pipeline {rd} --out {out_dir}")
+    audit_log = rd / "chaos" / "audit.log"
+    with open(audit_log, "w") as log:
+        audit = subprocess.run(py("-m", "pipeline", str(rd), "--out", str(out_dir)), stdout=subprocess.PIPE,
+                               stderr=log, text=True, env=env, cwd=repo)
+    sys.stdout.write(audit.stdout)
+    verdict = {0: "PASS: every guarantee held", 1: "FAIL: a guarantee failed"}.get(
+        audit.returncode, f"the audit did not run (exit {audit.returncode}; log {audit_log})")
+    say(f"audit: {verdict}")
+    say(f"report: {out_dir / 'report.md'}")
+    return audit.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
