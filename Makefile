@@ -42,13 +42,13 @@ cluster-down: $(STAMP) ## stop the cluster (KEEP_DATA=1 keeps the stores)
 
 # --- tests ------------------------------------------------------------------------------------
 test: $(STAMP) images ## run every test: unit, then integration (real processes, containers, the official client)
-	$(PY) -m pytest tests -n $(PYTEST_WORKERS) --dist loadfile
+	$(PY) -m pytest tests -n $(PYTEST_WORKERS) --dist loadfile --durations=12
 
 test-unit: $(STAMP) ## fast tests only: no cluster, no containers
 	$(PY) -m pytest tests/unit -n $(PYTEST_WORKERS) --dist loadfile
 
 test-integration: $(STAMP) images ## integration tests only (builds the images first)
-	$(PY) -m pytest tests/integration -n $(PYTEST_WORKERS) --dist loadfile
+	$(PY) -m pytest tests/integration -n $(PYTEST_WORKERS) --dist loadfile --durations=12
 
 # --- audit and benchmarks ---------------------------------------------------------------------
 audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exit 1 if a guarantee failed)
