@@ -40,6 +40,9 @@ cluster-logs: $(STAMP) ## show the nodes' logs (NODE=broker-a-s for one)
 cluster-down: $(STAMP) ## stop the cluster (KEEP_DATA=1 keeps the stores)
 	$(PY) -m cluster down $(if $(filter 1 yes true,$(KEEP_DATA)),--keep-data)
 
+outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE with the official client (NAME=)
+	$(PY) -m chaos.outcomes $(if $(NAME),--name $(NAME))
+
 # --- tests ------------------------------------------------------------------------------------
 test: $(STAMP) images ## run every test: unit, then integration (real processes, containers, the official client)
 	$(PY) -m pytest tests -n $(PYTEST_WORKERS) --dist loadfile --durations=12
@@ -79,5 +82,5 @@ bench-ha: $(STAMP) ## HA catch-up throughput beside raw loopback TCP and raw dis
 clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
-.PHONY: help venv cluster-up cluster-status cluster-logs cluster-down test test-unit test-integration \
+.PHONY: help venv cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration \
 	test-official-client audit chaos images bench bench-ha bench-send bench-decode clean

@@ -192,6 +192,9 @@ class BrokerController:
         }
         if self.ha is not None:
             out["ha"] = self.ha.status()
+        if c.is_sync_master:  # what a client needs to choose its send timeout (above the wait)
+            out["syncWaitMs"] = c.sync_wait_ms
+            out["haSlaveFallbehindMax"] = c.haSlaveFallbehindMax
         if self.ha_client is not None:
             out["haClient"] = self.ha_client.status()
         for extra in self.status_extra:

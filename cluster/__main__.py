@@ -120,7 +120,7 @@ def cmd_up(args) -> int:
     elapsed = time.monotonic() - t0
     err.write(f"cluster {name} is ready in {elapsed:.1f}s\n")
     sys.stdout.write(render_table(collect(state, backend)) + render_proxies(backend))
-    err.write(f"next: python -m cluster status | logs [NODE] | down [--keep-data]"
+    err.write("next: python -m cluster status | logs [NODE] | down [--keep-data]"
               + (f"   (this cluster: --name {name})\n" if name != rf.get_current() else "\n"))
     return 0
 

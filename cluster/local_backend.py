@@ -151,7 +151,7 @@ def check_ports(cluster: str, topology: Topology, plan: PortPlan) -> None:
         cause = ("another process holds them (a cluster started from another checkout or run root? "
                  "see `ss -ltnp`)")
     if all(owner == "namesrv" for owner, _, _ in busy):
-        hint += f", or keep the brokers' ports and move only the name server with --namesrv-port N"
+        hint += ", or keep the brokers' ports and move only the name server with --namesrv-port N"
     raise ClusterError("cannot start cluster %r: %d of its ports are taken:\n%s\n%s; or %s"
                        % (cluster, len(busy), "\n".join(lines), cause, hint))
 

@@ -52,9 +52,15 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
     env.pop("CLUSTER_BASE_PORT", None)
     run_dir = tmp_path / "run" / "audit"
     up = cli(env, "up", "--topology", "2m-2s-sync", "--backend", "local", "--name", "audit",
-             "--base-port", str(base), "--timeout", "40")
+             "--base-port", str(base), "--timeout", "40", "--set", "syncFlushTimeout=1500")
     assert up.returncode == 0, up.stderr + up.stdout
     try:
+        # The three outcomes on demand first: their FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE sends are in
+        # the history too, and the audit must not count them as acknowledged.
+        outcomes = subprocess.run([sys.executable, "-m", "chaos.outcomes", "--name", "audit"], cwd=REPO,
+                                  env=env, capture_output=True, text=True, timeout=180)
+        assert outcomes.returncode == 0, outcomes.stdout + outcomes.stderr[-3000:]
+        assert "every outcome as expected" in outcomes.stdout
         namesrv = f"127.0.0.1:{base + 49}"
         work = subprocess.run([sys.executable, "-c", WORKLOAD, str(run_dir), namesrv, "40"], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=180)
@@ -76,6 +82,7 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
     assert "FAIL" not in audit.stdout
     assert list(out.glob("*.png")), "no plots written"
     assert "broker-a" in report
+    assert "FLUSH_SLAVE_TIMEOUT 1" in audit.stdout and "SLAVE_NOT_AVAILABLE 1" in audit.stdout, audit.stdout
 
     # Flip one byte inside the first record of a slave's commit log: the audit must name it.
     slave_log = next((run_dir / "nodes").glob("broker-*-s/store/commitlog/*"))

@@ -10,8 +10,12 @@ haSlaveFallbehindMax=32768 (a slave 32 KiB behind counts as not available).
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +119,21 @@ def test_a_slave_held_back_beyond_fallbehind_max_is_not_available(cluster, topic
     cluster.toxics.restore("broker-b-s-ha")
     cluster.assert_replica_identical("broker-b-s")
     assert produce_status(cluster.namesrv, topic_b, "back")["status"] == SEND_OK
+
+
+def test_the_outcomes_tool_shows_every_outcome_on_demand(cluster):
+    """`make outcomes` (python -m chaos.outcomes) on this cluster: SEND_OK, FLUSH_SLAVE_TIMEOUT (slaves
+    frozen), SLAVE_NOT_AVAILABLE (slaves stopped), SEND_OK again, each stored on a master."""
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, CLUSTER_RUN_ROOT=str(cluster.run_dir.parent), PYTHONPATH=str(repo))
+    p = subprocess.run([sys.executable, "-m", "chaos.outcomes", "--name", cluster.name], cwd=repo, env=env,
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    assert "every outcome as expected" in p.stdout
+    for line in ("ok                    SEND_OK               SEND_OK",
+                 "flush-slave-timeout   FLUSH_SLAVE_TIMEOUT   FLUSH_SLAVE_TIMEOUT",
+                 "slave-not-available   SLAVE_NOT_AVAILABLE   SLAVE_NOT_AVAILABLE",
+                 "ok-again              SEND_OK               SEND_OK"):
+        assert line in p.stdout, p.stdout
+    for slave in ("broker-a-s", "broker-b-s"):
+        cluster.assert_replica_identical(slave)

@@ -64,7 +64,7 @@ def test_registers_with_every_name_server_at_start_and_periodically(tmp_path):
     topics.update(TopicConfig("New", 2, 2))
     clock.advance(0)
     assert len(client.calls) == 6 and "New" in RegisterBrokerBody.decode(client.calls[-1][1].body, False).topic_configs
-    d = reg.stop()
+    reg.stop()
     assert [c.code for _, c in client.calls[-2:]] == [RequestCode.UNREGISTER_BROKER] * 2
     assert client.closed
     clock.advance(100)
