@@ -19,7 +19,9 @@ def main(argv=None) -> int:
     ap.add_argument("run", help="run folder (nodes/, history/, metrics/)")
     ap.add_argument("--out", help="output directory (default RUN/report)")
     ap.add_argument("--master", help="Spark master URL (default: spark-submit's, else $SPARK_MASTER, else local[*])")
-    ap.add_argument("--range-mb", type=int, default=64, help="bytes of commit log per decode task, MiB (default 64)")
+    ap.add_argument("--range-mb", type=int, default=None,
+                    help="bytes of commit log per decode task, MiB (default: about 4 tasks per core, "
+                         "64 to 1024 MiB each)")
     args = ap.parse_args(argv)
     if not os.path.isdir(os.path.join(args.run, "nodes")):
         print(f"error: {args.run} is not a run folder (no nodes/ directory); see pipeline/README.md",
@@ -32,7 +34,7 @@ def main(argv=None) -> int:
     spark = get_spark("rocketmq-audit", args.master)
     print(f"spark master: {spark.sparkContext.master}", flush=True)
     try:
-        rep = report.run(spark, args.run, out, args.range_mb << 20)
+        rep = report.run(spark, args.run, out, args.range_mb << 20 if args.range_mb else None)
     finally:
         spark.stop()
     for v in rep.verdicts:

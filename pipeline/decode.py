@@ -1,6 +1,6 @@
 """Commit-log files -> a Spark DataFrame with one row per record (or per unreadable span).
 
-Work is split by mapped file AND byte range (default 64 MiB). The driver only lists files (os.stat);
+Work is split by mapped file AND byte range (auto_range_bytes: ~4 tasks per core, 64 MiB-1 GiB). The driver only lists files (os.stat);
 each task opens its file itself, reads its range with pread and decodes it with
 `broker.store.record.scan_audit` (the audit fast path of the project's one record module; anything it
 does not accept goes through `record.scan`). Rows reach Spark as Arrow record batches (mapInArrow),
@@ -37,7 +37,9 @@ from broker.store.record import Scan
 
 from .runfolder import Node
 
-DEFAULT_RANGE_BYTES = 64 << 20
+DEFAULT_RANGE_BYTES = 64 << 20   # the smallest range auto_range_bytes picks
+MAX_AUTO_RANGE_BYTES = 1 << 30
+TASKS_PER_CORE = 4
 WINDOW = 8 << 20              # bytes read per pread
 MAX_RECORD = 32 << 20         # a larger TOTALSIZE is garbage (RocketMQ's maxMessageSize is 4 MiB)
 _MSG_MAGIC = record.MESSAGE_MAGIC.to_bytes(4, "big")
@@ -62,6 +64,17 @@ def schema():
 
 # -- planning (driver) ------------------------------------------------------------------------
 
+def auto_range_bytes(nodes: list[Node], parallelism: int) -> int:
+    """A range size that gives about TASKS_PER_CORE tasks per core over all files, within
+    [DEFAULT_RANGE_BYTES, MAX_AUTO_RANGE_BYTES]. Each mapInArrow task costs ~0.3 s of fixed overhead
+    here, and preallocated files are mostly zeros in small runs: 64 MiB ranges made a 2-node, 2 GiB
+    (nearly empty) audit take 6-16 s to decode instead of 1."""
+    total = sum(max(f.length, 1) for n in nodes for f in n.files)
+    want = total // max(1, parallelism * TASKS_PER_CORE)
+    size = min(max(want, DEFAULT_RANGE_BYTES), MAX_AUTO_RANGE_BYTES)
+    return (size + (1 << 20) - 1) >> 20 << 20
+
+
 def plan(nodes: list[Node], range_bytes: int = DEFAULT_RANGE_BYTES) -> list[tuple]:
     """One task per (file, byte range): (node meta, path, base, length, mapped size, start, end)."""
     if range_bytes <= 0:
@@ -77,6 +90,16 @@ def plan(nodes: list[Node], range_bytes: int = DEFAULT_RANGE_BYTES) -> list[tupl
 
 
 # -- decoding one range (executor) ------------------------------------------------------------
+
+_ZEROS = [b""]
+
+
+def _zeros(n: int) -> bytes:
+    """n zero bytes (the last length asked for is kept: windows are nearly always the same length)."""
+    if len(_ZEROS[0]) != n:
+        _ZEROS[0] = bytes(n)
+    return _ZEROS[0]
+
 
 class _RangeReader:
     """pread windows over one file, plus the sync-point search."""
@@ -144,6 +167,11 @@ class _RangeReader:
             stop = min(hi, pos + WINDOW)
             chunk = os.pread(self.fd, stop - pos + 8, pos)
             limit = stop - pos + 8
+            if chunk == _zeros(len(chunk)):
+                # The preallocated tail: page-cached, so SEEK_DATA calls it data. One memcmp instead
+                # of two magic searches (8 vs 0.6 GB/s).
+                pos = stop
+                continue
             # Candidates in position order, found lazily (the first one usually is a sync point).
             nxt = {m: chunk.find(m, 4, limit) for m in (_MSG_MAGIC, _BLANK_MAGIC)}
             while True:
@@ -349,12 +377,14 @@ def _have_pyarrow() -> bool:
     return True
 
 
-def decode(spark, nodes: list[Node], range_bytes: int = DEFAULT_RANGE_BYTES, use_arrow: bool | None = None):
+def decode(spark, nodes: list[Node], range_bytes: int | None = None, use_arrow: bool | None = None):
     """A DataFrame of every record of every node (COLUMNS). Lazy: nothing is read until an action.
 
     One partition per task. With pyarrow (use_arrow None: when importable), each task's rows go to
     the JVM as Arrow record batches through mapInArrow; without it, as pickled rows (createDataFrame).
     """
+    if range_bytes is None:
+        range_bytes = auto_range_bytes(nodes, spark.sparkContext.defaultParallelism)
     tasks = plan(nodes, range_bytes)
     n = max(1, len(tasks))
     if use_arrow is None:

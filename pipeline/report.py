@@ -169,7 +169,7 @@ def plot_throughput(out_dir, stored: dict, sent: list[tuple[int, int]]) -> str:
 
 # -- the run --------------------------------------------------------------------------------------
 
-def run(spark, run_dir: str, out_dir: str, range_bytes: int = decode.DEFAULT_RANGE_BYTES) -> Report:
+def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Report:
     from pyspark.sql import functions as F
 
     os.makedirs(out_dir, exist_ok=True)

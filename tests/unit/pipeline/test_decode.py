@@ -114,3 +114,40 @@ def test_lag_series_reads_the_cluster_samplers_own_format(tmp_path):
     assert [s["ts"] for s in samples] == [1763770000000, 1763770000000, 1763770001000]
     assert report.lag_series(samples, nodes) == {"broker-a-s": [(1763770000000, 200), (1763770001000, 0)]}
     assert report.final_acks(samples, nodes) == {"broker-a-s": 900}
+
+
+def test_auto_range_size_gives_a_few_tasks_per_core_within_bounds():
+    def nodes(*lengths):
+        return [runfolder.Node(f"n{i}", "b", i, "SLAVE", files=[runfolder.CommitLogFile("p", 0, n, n)])
+                for i, n in enumerate(lengths)]
+    gib = 1 << 30
+    # 2 GiB on 2 cores: 8 tasks of 256 MiB, not 32 of 64 MiB
+    assert decode.auto_range_bytes(nodes(gib, gib), 2) == 256 << 20
+    assert len(decode.plan(nodes(gib, gib), decode.auto_range_bytes(nodes(gib, gib), 2))) == 8
+    # tiny logs: never below 64 MiB; huge logs on few cores: never above 1 GiB
+    assert decode.auto_range_bytes(nodes(4096), 2) == 64 << 20
+    assert decode.auto_range_bytes(nodes(*[64 * gib] * 4), 2) == gib
+    # a big cluster spreads even a small log
+    assert decode.auto_range_bytes(nodes(gib, gib), 200) == 64 << 20
+
+
+def test_a_preallocated_zero_tail_gives_no_rows_in_any_range(run_builder):
+    run_builder.master(n=50)
+    run_builder.close()
+    node = runfolder.load_node(run_builder.node_dir("broker-a-0"))
+    whole = _rows(node)
+    last = node.files[-1]
+    end = max(r[5] + r[6] for r in whole if r[7] == "ok") - last.base
+    assert 0 < end < last.mapped_size
+    with open(last.path, "r+b") as fh:  # written zeros (data, not a hole) up to the mapped size
+        fh.seek(end)
+        fh.write(bytes(last.mapped_size - end))
+    node = runfolder.load_node(run_builder.node_dir("broker-a-0"))
+    assert node.files[-1].length == last.mapped_size
+    fd = os.open(last.path, os.O_RDONLY)
+    try:
+        assert os.lseek(fd, end, os.SEEK_DATA) == end  # so the decoder must read and judge these zeros
+    finally:
+        os.close(fd)
+    for range_bytes in (None, 4096, 65536):
+        assert _rows(node, range_bytes) == whole
