@@ -14,6 +14,7 @@ from .verdict import FAIL, INFO, PASS, WARN, Verdict
 
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_", "TRANS_")
 MAX_LISTED = 10
+UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")  # stored on the master
 
 HISTORY_SCHEMA = ("client string, seq long, op string, topic string, send_id string, attempt int, "
                   "uniq_key string, status string, error string, offset_msg_id string, "
@@ -30,6 +31,8 @@ class HistoryFindings:
     missing_on_slave: list = field(default_factory=list)     # (uniq_key, broker, slave, phys) SYNC_MASTER
     missing_on_slave_async: int = 0
     missing_on_master: list = field(default_factory=list)    # acked, on a slave only
+    unconfirmed: int = 0                                      # FLUSH_*_TIMEOUT / SLAVE_NOT_AVAILABLE sends
+    unconfirmed_missing: list = field(default_factory=list)  # of those, on no node: (uniq_key, send_id, status)
     dup_uniq: list = field(default_factory=list)             # (uniq_key, copies)
     dup_logical: list = field(default_factory=list)          # (send_id, copies)
     phantoms: list = field(default_factory=list)             # received, never sent
@@ -97,6 +100,14 @@ def check(spark, decoded, hist, nodes: list[Node]) -> HistoryFindings:
     lost = acked.join(copies.select("uniq_key").distinct(), "uniq_key", "left_anti")
     f.lost = [(r["uniq_key"], r["send_id"], r["client"], r["topic"], r["end_ms"])
               for r in lost.orderBy("end_ms").limit(1000).collect()]
+
+    # 1b. sends the broker answered FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: the
+    # master did store them (only flush or replication is unconfirmed), so each should be somewhere.
+    unconf = (sends.filter(F.col("status").isin(*UNCONFIRMED)).filter(F.col("uniq_key").isNotNull()))
+    f.unconfirmed = sum(f.statuses.get(st, 0) for st in UNCONFIRMED)
+    gone = unconf.join(copies.select("uniq_key").distinct(), "uniq_key", "left_anti")
+    f.unconfirmed_missing = [(r["uniq_key"], r["send_id"], r["status"])
+                             for r in gone.orderBy("end_ms").limit(1000).collect()]
 
     # 2. acknowledged sends missing on a node of their group that should hold them. For a slave: it
     # must hold every acked message at or after its start when the master is SYNC_MASTER (ASYNC: counted only).
@@ -202,6 +213,14 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
                        if f.missing_on_slave else "every SEND_OK of a SYNC_MASTER group is on its slaves"
                        + (f" ({f.missing_on_slave_async} ASYNC_MASTER messages not yet on a slave)"
                           if f.missing_on_slave_async else "")))
+    if f.unconfirmed:
+        out.append(Verdict("unconfirmed sends stored on the master", WARN if f.unconfirmed_missing else PASS,
+                           f"{len(f.unconfirmed_missing)} of {f.unconfirmed} send(s) answered "
+                           f"{'/'.join(UNCONFIRMED)} are on no node (the broker had stored them; the client "
+                           "contract allows losing them, a broker should not): "
+                           + _few(f.unconfirmed_missing, lambda x: f"{x[0]} ({x[2]}, send {x[1]})")
+                           if f.unconfirmed_missing else
+                           f"all {f.unconfirmed} are stored (flush or replication was unconfirmed, not the write)"))
     if f.missing_on_master:
         out.append(Verdict("acknowledged sends kept by the master", WARN,
                            f"{len(f.missing_on_master)} SEND_OK message(s) only on a slave: "

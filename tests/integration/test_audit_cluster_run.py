@@ -83,6 +83,7 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
     assert list(out.glob("*.png")), "no plots written"
     assert "broker-a" in report
     assert "FLUSH_SLAVE_TIMEOUT 1" in audit.stdout and "SLAVE_NOT_AVAILABLE 1" in audit.stdout, audit.stdout
+    assert "PASS  unconfirmed sends stored on the master: all 2 are stored" in audit.stdout, audit.stdout
 
     # Flip one byte inside the first record of a slave's commit log: the audit must name it.
     slave_log = next((run_dir / "nodes").glob("broker-*-s/store/commitlog/*"))

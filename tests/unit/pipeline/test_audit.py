@@ -116,7 +116,12 @@ def test_lost_acknowledged_message_and_duplicate_are_named(spark, run_builder):
     run_builder.slave()
     run_builder.history(lost=[("LOST-UK-1", "lost-send-1")], extra=[
         {"op": "receive", "topic": "T", "send_id": "nobody", "uniq_key": "PHANTOM-1", "status": "RECEIVED",
-         "queue_id": 0, "queue_offset": 999, "start_ms": 1, "end_ms": 1}])
+         "queue_id": 0, "queue_offset": 999, "start_ms": 1, "end_ms": 1},
+        # the broker said "stored, not replicated" for both; only the first is really stored
+        {"op": "send", "topic": "T", "send_id": "broker-a-S00003", "attempt": 2, "uniq_key": "broker-a-U00003",
+         "status": "FLUSH_SLAVE_TIMEOUT", "start_ms": 1, "end_ms": 2},
+        {"op": "send", "topic": "T", "send_id": "gone-1", "attempt": 1, "uniq_key": "GONE-UK-1",
+         "status": "SLAVE_NOT_AVAILABLE", "start_ms": 1, "end_ms": 2}])
     v, rep = _audit(spark, run_builder.root)
     assert rep.failed
     assert v["no acknowledged send lost"].status == FAIL and "LOST-UK-1" in v["no acknowledged send lost"].detail
@@ -126,6 +131,9 @@ def test_lost_acknowledged_message_and_duplicate_are_named(spark, run_builder):
     assert v["nothing received that was never sent"].status == FAIL
     assert "PHANTOM-1" in v["nothing received that was never sent"].detail
     assert v["replica broker-a: broker-a-0 vs broker-a-1"].status == PASS
+    unconfirmed = v["unconfirmed sends stored on the master"]
+    assert unconfirmed.status == WARN and "1 of 2" in unconfirmed.detail and "GONE-UK-1" in unconfirmed.detail
+    assert "broker-a-U00003" not in unconfirmed.detail
 
 
 def test_slave_starting_at_the_masters_last_file_passes(spark, run_builder):
