@@ -9,6 +9,7 @@ import logging
 import os
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from .config import BrokerConfig
 from .ha.master import HAService
@@ -23,6 +24,25 @@ log = logging.getLogger("broker")
 DISPATCH_SLICE = 1 << 20  # bytes of replicated log turned into consume-queue units per reactor turn
 DISPATCH_SLICE_STREAMING = 256 << 10  # ... while the master is streaming a backlog
 DISPATCH_STREAMING_PAUSE = 0.02
+
+
+def _wait_outcome(result, res: PutResult, what: str, failed_as: PutStatus) -> PutStatus:
+    """A flush or replication wait's answer as a PutStatus. An errback, or anything that is not the
+    outcome of a stored message, counts as that wait failing (failed_as): never as PUT_OK."""
+    if isinstance(result, Failure):
+        log.error("%s wait for offset %d failed, answering %s: %s", what, res.next_offset, failed_as,
+                  result.getTraceback())
+        res.remark = f"{what} wait failed: {result.getErrorMessage()}"
+        return failed_as
+    try:
+        status = PutStatus(result)
+    except (ValueError, TypeError):
+        status = None
+    if status is None or not status.stored:
+        log.error("%s wait for offset %d answered %r, not a stored outcome; answering %s", what,
+                  res.next_offset, result, failed_as)
+        return failed_as
+    return status
 
 
 class BrokerController:
@@ -93,17 +113,20 @@ class BrokerController:
             ds.append(defer.maybeDeferred(self.ha.stop))
         if self.ha_client is not None:
             self.ha_client.stop()
-        if self.flusher is not None:
-            self.flusher.stop()
+        # The flush in flight must end before the store closes its files under it.
+        flushed = self.flusher.stop() if self.flusher is not None else defer.succeed(None)
         if self._dispatch_call is not None and self._dispatch_call.active():
             self._dispatch_call.cancel()
         for p in self.ports:
             ds.append(defer.maybeDeferred(p.stopListening))
         self.ports = []
+        ds.append(flushed.addCallback(lambda _: self._close_store()))
+        return defer.DeferredList(ds)
+
+    def _close_store(self):
         if self.store is not None:
             self.store.shutdown()
         log.info("broker %s stopped", self.config.brokerName)
-        return defer.DeferredList(ds)
 
     # -- the send path ----------------------------------------------------------------------------
     def put_message(self, msg: record.Message, wait_store_ok: bool = True) -> defer.Deferred:
@@ -119,22 +142,25 @@ class BrokerController:
         res = self.store.put_message(msg)
         if res.status != PutStatus.PUT_OK or not wait_store_ok:
             return defer.succeed(res)
-        waits = []
+        waits = []  # each fires with a stored PutStatus; a wait that fails counts as its timeout
         if self.flusher.sync:
-            waits.append(self.flusher.wait(res.next_offset))
+            waits.append(defer.maybeDeferred(self.flusher.wait, res.next_offset).addBoth(
+                _wait_outcome, res, "disk flush", PutStatus.FLUSH_DISK_TIMEOUT))
         if c.is_sync_master:
-            waits.append(self.ha.wait_for_slave(res.next_offset))
+            waits.append(defer.maybeDeferred(self.ha.wait_for_slave, res.next_offset).addBoth(
+                _wait_outcome, res, "replication", PutStatus.FLUSH_SLAVE_TIMEOUT))
         if not waits:
             return defer.succeed(res)
 
-        def combine(outcomes):
-            # As in RocketMQ 4.9: a replication failure wins over a flush failure.
-            for ok, status in outcomes:
-                if ok and status != "PUT_OK":
+        def combine(statuses):
+            # As in RocketMQ 4.9: a replication failure (the last wait) wins over a flush failure.
+            # PUT_OK only when every wait answered PUT_OK.
+            for status in statuses:
+                if status is not PutStatus.PUT_OK:
                     res.status = status
             return res
 
-        return defer.DeferredList(waits).addCallback(combine)
+        return defer.gatherResults(waits).addCallback(combine)
 
     # -- slave: consume queues from replicated bytes ----------------------------------------------
     def _dispatch_soon(self):
@@ -179,6 +205,8 @@ class BrokerController:
         reg.gauge("store_recovery_discarded_bytes", "stale bytes wiped after the valid end at the last start",
                   lambda: s.recovery.discarded_bytes if s.recovery else 0)
         reg.gauge("store_flush_errors", "disk flushes that failed", lambda: self.flusher.errors if self.flusher else 0)
+        reg.gauge("store_durable_offset", "commit-log offset up to which fdatasync confirmed the bytes on disk",
+                  lambda: self.flusher.durable_offset if self.flusher else 0)
 
     def status(self) -> dict:
         c, s = self.config, self.store
@@ -187,6 +215,7 @@ class BrokerController:
             "role": c.brokerRole, "flushDiskType": c.flushDiskType, "addr": c.broker_addr,
             "haAddr": c.ha_server_addr, "metricsPort": c.metrics_port, "pid": os.getpid(),
             "maxPhyOffset": s.max_offset, "minPhyOffset": s.min_offset, "dispatchOffset": s.reput_offset,
+            "durableOffset": self.flusher.durable_offset if self.flusher else None,
             "dispatchError": s.dispatch_error or None,
             "cleanShutdownBefore": s.was_clean_shutdown,
         }

@@ -11,10 +11,7 @@ from collections import deque
 
 from twisted.internet import defer
 
-
-class SyncOutcome:
-    PUT_OK = "PUT_OK"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+from broker.store.message_store import PutStatus
 
 
 class GroupTransfer:
@@ -33,7 +30,7 @@ class GroupTransfer:
         now = self.clock.seconds()
         d = defer.Deferred()
         if next_offset <= self.acked:
-            self._finish(d, SyncOutcome.PUT_OK, now, now)
+            self._finish(d, PutStatus.PUT_OK, now, now)
             return d
         self._waiters.append((next_offset, now + self.timeout_s, now, d))
         if self._timer is None:
@@ -49,7 +46,7 @@ class GroupTransfer:
         q = self._waiters
         while q and q[0][0] <= push2slave:
             _, _, started, d = q.popleft()
-            self._finish(d, SyncOutcome.PUT_OK, started, now)
+            self._finish(d, PutStatus.PUT_OK, started, now)
         # The timer stays armed for the old head; when it fires it re-arms for the new one.
 
     def _expire(self) -> None:
@@ -58,7 +55,7 @@ class GroupTransfer:
         q = self._waiters
         while q and q[0][1] <= now:
             _, _, started, d = q.popleft()
-            self._finish(d, SyncOutcome.FLUSH_SLAVE_TIMEOUT, started, now)
+            self._finish(d, PutStatus.FLUSH_SLAVE_TIMEOUT, started, now)
         self._arm()
 
     def _arm(self) -> None:
@@ -77,4 +74,4 @@ class GroupTransfer:
         self._timer = None
         while self._waiters:
             _, _, started, d = self._waiters.popleft()
-            self._finish(d, SyncOutcome.FLUSH_SLAVE_TIMEOUT, started, self.clock.seconds())
+            self._finish(d, PutStatus.FLUSH_SLAVE_TIMEOUT, started, self.clock.seconds())

@@ -13,7 +13,9 @@ from twisted.internet import protocol, task
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
-from .group_transfer import GroupTransfer, SyncOutcome
+from broker.store.message_store import PutStatus
+
+from .group_transfer import GroupTransfer
 from .master_session import MasterSession, SessionState
 from .wire import ProtocolError
 
@@ -255,11 +257,11 @@ class HAService(protocol.Factory):
                 and master_put_where - self.push2slave_max_offset < self.fallbehind_max)
 
     def wait_for_slave(self, next_offset: int):
-        """Deferred firing with PUT_OK, FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (HA-PROTOCOL §5)."""
+        """Fires with PutStatus PUT_OK, FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (HA-PROTOCOL §5)."""
         from twisted.internet import defer
         if not self.is_slave_ok(next_offset):
-            self.sync_outcomes.inc(outcome="SLAVE_NOT_AVAILABLE")
-            return defer.succeed("SLAVE_NOT_AVAILABLE")
+            self.sync_outcomes.inc(outcome=PutStatus.SLAVE_NOT_AVAILABLE)
+            return defer.succeed(PutStatus.SLAVE_NOT_AVAILABLE)
         d = self.group_transfer.wait(next_offset)
         self.schedule_pump_all()
         return d
@@ -300,4 +302,4 @@ class HAService(protocol.Factory):
         }
 
 
-__all__ = ["HAService", "MasterHAProtocol", "SyncOutcome"]
+__all__ = ["HAService", "MasterHAProtocol"]

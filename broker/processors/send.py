@@ -58,19 +58,6 @@ PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 DEFAULT_MAX_RECONSUME_TIMES = 16
 MSG_REGION = "DefaultRegion"
 
-RESPONSE_CODE = {
-    PutStatus.PUT_OK: ResponseCode.SUCCESS,
-    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
-    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
-    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
-    PutStatus.DISK_FULL: ResponseCode.SYSTEM_ERROR,
-}
-STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
-          PutStatus.SLAVE_NOT_AVAILABLE)
-
 _BATCH_ITEM_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN
 
 
@@ -260,12 +247,14 @@ class SendProcessor:
                 return d.addCallback(lambda res: self._respond(req, results, res, queue_id))
 
     def _respond(self, req, earlier: list[PutResult], res: PutResult, queue_id: int) -> RemotingCommand:
-        status = res.status
-        code = RESPONSE_CODE.get(status, ResponseCode.SYSTEM_ERROR)
-        if status in STORED:
+        status = PutStatus(res.status)  # its response code and whether it is stored are in its table
+        code = status.response_code
+        if status.stored:
             stored = earlier + [res]
             self.messages.inc(len(stored))
-            return req.make_response(code, None if code == ResponseCode.SUCCESS else status, ext_fields={
+            remark = None if code == ResponseCode.SUCCESS else (
+                f"{status.value}: {res.remark}" if res.remark else status.value)
+            return req.make_response(code, remark, ext_fields={
                 "msgId": ",".join(r.msg_id for r in stored),
                 "queueId": queue_id,
                 "queueOffset": stored[0].queue_offset,
@@ -279,7 +268,7 @@ class SendProcessor:
         elif status == PutStatus.SERVICE_NOT_AVAILABLE:
             remark = f"service not available now: {res.remark}"
         else:
-            remark = f"{status}: {res.remark}" if res.remark else status
+            remark = f"{status.value}: {res.remark}" if res.remark else status.value
         return req.make_response(code, remark)
 
 

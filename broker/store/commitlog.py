@@ -202,6 +202,7 @@ class CommitLog:
         return self.queue.truncate(offset)
 
     def flush(self) -> int:
+        """fdatasync; returns the offset synced through (captured before the sync, see MappedFileQueue)."""
         return self.queue.flush()
 
     def close(self) -> None:

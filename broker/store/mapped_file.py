@@ -145,7 +145,11 @@ class MappedFile:
         return os.pread(self.fd, n, pos)
 
     def flush(self) -> int:
-        """fdatasync if there is unflushed data; returns the flushed file position."""
+        """fdatasync if there is unflushed data; returns the file position the sync covered.
+
+        Runs on a worker thread while the reactor appends: the position is read BEFORE the sync,
+        so the answer never counts bytes written during it (they may or may not be on disk).
+        """
         wrote = self.wrote
         if wrote > self.flushed:
             if self.mm is not None:
@@ -153,7 +157,7 @@ class MappedFile:
             else:
                 os.fdatasync(self.fd)
             self.flushed = wrote
-        return self.flushed
+        return wrote
 
     def wipe_after(self, pos: int) -> int:
         """Zero every byte that holds data after pos, so nothing stale can look valid later.
@@ -273,10 +277,19 @@ class MappedFileQueue:
         return deleted, wiped
 
     def flush(self) -> int:
-        for f in self.files:
-            if f.wrote > f.flushed:
-                f.flush()
-        return self.max_offset
+        """fdatasync every file with unsynced data; returns the log offset durable up to.
+
+        Safe against the reactor appending meanwhile: the files are taken as they are now, and each
+        one's position is captured before its fdatasync, so the offset returned is exactly what was
+        synced (never max_offset read afterwards). Only the last file is still being written.
+        """
+        files = list(self.files)
+        if not files:
+            return 0
+        for f in files[:-1]:
+            f.flush()
+        last = files[-1]
+        return last.base + last.flush()
 
     def close(self) -> None:
         for f in self.files:

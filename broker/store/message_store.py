@@ -6,12 +6,15 @@ records that are complete and builds the consume queues from them, so the slave 
 """
 from __future__ import annotations
 
+import enum
 import fcntl
 import logging
 import os
 import struct
 import time
 from dataclasses import dataclass
+
+from broker.remoting.codes import ResponseCode
 
 from . import record
 from .commitlog import CommitLog, RecoveryReport
@@ -25,26 +28,44 @@ CHECKPOINT = struct.Struct(">qqq")
 CHECKPOINT_FILE_SIZE = 4096
 
 
-class PutStatus:
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    DISK_FULL = "DISK_FULL"  # answered as SYSTEM_ERROR with a remark saying so
+class PutStatus(enum.StrEnum):
+    """The one type for a send's outcome, from the store through the flush and HA waits to the wire.
+
+    Each member carries, in this one table, the remoting code the send processor answers with and
+    whether the message is stored (a stored message's reply carries msgId/queueId/queueOffset).
+    A StrEnum, so logs, metrics labels and JSON read the plain names ("PUT_OK", ...).
+    """
+
+    def __new__(cls, value: str, response_code: ResponseCode, stored: bool):
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.response_code = response_code
+        member.stored = stored
+        return member
+
+    # name = value, the response code on the wire, whether the message is stored
+    PUT_OK = "PUT_OK", ResponseCode.SUCCESS, True
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT", ResponseCode.FLUSH_DISK_TIMEOUT, True  # not confirmed on disk
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT", ResponseCode.FLUSH_SLAVE_TIMEOUT, True
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE", ResponseCode.SLAVE_NOT_AVAILABLE, True
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL", ResponseCode.MESSAGE_ILLEGAL, False
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED", ResponseCode.MESSAGE_ILLEGAL, False
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE", ResponseCode.SERVICE_NOT_AVAILABLE, False
+    DISK_FULL = "DISK_FULL", ResponseCode.SYSTEM_ERROR, False  # with a remark saying so
 
 
 @dataclass
 class PutResult:
-    status: str
+    status: PutStatus
     wrote_offset: int = 0
     wrote_bytes: int = 0
     queue_offset: int = 0
     msg_id: str = ""
     store_timestamp: int = 0
     remark: str = ""
+
+    def __post_init__(self):
+        self.status = PutStatus(self.status)  # a plain name is accepted; an unknown one is an error
 
     @property
     def next_offset(self) -> int:
@@ -330,7 +351,11 @@ class MessageStore:
 
     # -- durability -------------------------------------------------------------------------------
     def flush(self) -> int:
-        """fdatasync the commit log and queues (call from a thread on a live broker)."""
+        """fdatasync the commit log and queues (call from a thread on a live broker).
+
+        Returns the commit-log offset the fdatasync covered: captured before it, so never counting
+        bytes the reactor appended meanwhile. An OSError (EIO, ...) propagates: nothing new is durable.
+        """
         flushed = self.commitlog.flush()
         for cq in list(self.queues.values()):
             cq.flush()

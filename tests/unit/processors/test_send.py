@@ -218,3 +218,30 @@ def test_metrics_count_responses(broker):
     text = broker.server.controller.metrics.render()
     assert 'rocketmq_send_responses_total{code="0"} 1' in text
     assert 'rocketmq_send_responses_total{code="1"} 1' in text
+
+
+@pytest.mark.parametrize("status", list(PutStatus))
+def test_reply_for_every_put_status_comes_from_its_table(broker, status):
+    """Every PutStatus member, including any added later: its code, and msgId only when stored."""
+    def fake_put(msg, wait_store_ok=True):
+        return defer.succeed(PutResult(status, 4096, 200, 7, "ABC", 1) if status.stored
+                             else PutResult(status, remark="because"))
+
+    broker.server.controller.put_message = fake_put
+    resp = broker.call(send_v1(queue_id=1))
+    assert resp.code == status.response_code
+    assert ("msgId" in resp.ext_fields) == status.stored
+    if status.stored and status is not PutStatus.PUT_OK:
+        assert resp.remark == status.value
+
+
+def test_sync_master_wait_that_errbacks_is_answered_flush_slave_timeout(tmp_path):
+    b = Broker(tmp_path / "se", brokerRole="SYNC_MASTER")
+    try:
+        b.server.controller.ha.wait_for_slave = lambda offset: defer.fail(RuntimeError("lost the wait"))
+        resp = b.call(send_v1())
+        assert resp.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, "an error in the wait was answered as success"
+        assert resp.ext_fields["msgId"] and "lost the wait" in resp.remark
+        assert len(stored(b)) == 1
+    finally:
+        b.stop()
