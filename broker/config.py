@@ -136,6 +136,24 @@ class BrokerConfig:
     haReconnectMaxDelay: int = _prop("haReconnectMaxDelay", 1000, minimum=10,
                                      doc="ours; the slave retries its master with backoff up to this many ms")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
+    # Bounds on what one peer can make the broker hold or do (README "Limits").
+    serverChannelMaxIdleTimeSeconds: int = _prop(
+        "serverChannelMaxIdleTimeSeconds", 120, minimum=0,
+        doc="a client connection with nothing read or written for this long is closed (Java's "
+            "NettyServerConfig); 0 = never")
+    maxFrameLength: int = _prop("maxFrameLength", 16 * 1024 * 1024, minimum=1024, maximum=(1 << 31) - 1,
+                                doc="ours (Java: -Dcom.rocketmq.remoting.frameMaxLength); a longer frame "
+                                    "closes the connection")
+    maxHeaderLength: int = _prop("maxHeaderLength", 1024 * 1024, minimum=1024, maximum=(1 << 24) - 1,
+                                 doc="ours; a longer remoting header closes the connection")
+    maxClientConnections: int = _prop("maxClientConnections", 4096, minimum=1,
+                                      doc="ours; connections beyond this on listenPort are closed at once")
+    maxBatchMessages: int = _prop("maxBatchMessages", 10000, minimum=1,
+                                  doc="ours; messages in one SEND_BATCH_MESSAGE (the batch's bytes are "
+                                      "bounded by maxMessageSize as in the reference)")
+    maxHeldPullRequests: int = _prop("maxHeldPullRequests", 10000, minimum=0,
+                                     doc="ours; long-polling pulls held at once; beyond it a pull with "
+                                         "nothing to read is answered PULL_NOT_FOUND at once")
     slaveSyncMasterAddress: str | None = _prop(
         "slaveSyncMasterAddress", None, kind=str,
         doc="ours; host:port a slave uses to copy topic config and consumer offsets from its master, "

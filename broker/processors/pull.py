@@ -23,6 +23,7 @@ import logging
 
 from twisted.internet import defer
 
+from broker import validation
 from broker.remoting.codes import PERM_READ, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.store import record
@@ -62,33 +63,54 @@ class _Held:
 class PullRequestHoldService:
     """Suspended pulls per (topic, queueId), woken by new consume-queue units or their timeout."""
 
-    def __init__(self, clock, store, answer):
+    def __init__(self, clock, store, answer, max_held: int = 10000):
         self.clock = clock
         self.store = store
         self.answer = answer  # (req, ctx) -> RemotingCommand, never suspending
+        self.max_held = max_held
         self.held: dict[tuple[str, int], list[_Held]] = {}
+        self.count = 0
+        self.refused = 0  # pulls answered at once because max_held were held
         self._wake_scheduled: set[tuple[str, int]] = set()
         store.dispatch_listeners.append(self.on_dispatch)
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self.held.values())
+        return self.count
 
-    def hold(self, req, ctx, topic: str, queue_id: int, offset: int, timeout_s: float) -> defer.Deferred:
+    def hold(self, req, ctx, topic: str, queue_id: int, offset: int, timeout_s: float) -> defer.Deferred | None:
+        """A Deferred for the answer, or None when max_held pulls are held already (answer now)."""
+        if self.count >= self.max_held:
+            self.refused += 1
+            return None
         d = defer.Deferred()
         h = _Held(req, ctx, d, offset)
         key = (topic, queue_id)
         self.held.setdefault(key, []).append(h)
+        self.count += 1
         h.timer = self.clock.callLater(timeout_s, self._expire, key, h)
-        ctx.add_close_hook(lambda _ctx: self._drop(key, h))
+        # One close hook per connection, however many pulls it holds over its life.
+        mine = ctx.attributes.get("held_pulls")
+        if mine is None:
+            mine = ctx.attributes["held_pulls"] = {}
+            ctx.add_close_hook(self._connection_closed)
+        mine[h] = key
         return d
+
+    def _connection_closed(self, ctx) -> None:
+        for h, key in list(ctx.attributes.pop("held_pulls", {}).items()):
+            self._drop(key, h)
 
     def _remove(self, key, h) -> bool:
         lst = self.held.get(key)
         if not lst or h not in lst:
             return False
         lst.remove(h)
+        self.count -= 1
         if not lst:
             del self.held[key]
+        mine = h.ctx.attributes.get("held_pulls")
+        if mine is not None:
+            mine.pop(h, None)
         return True
 
     def _drop(self, key, h) -> None:
@@ -140,11 +162,14 @@ class PullProcessor:
         self.offsets = offsets
         self.consumers = consumers
         self.clock = clock
-        self.hold_service = PullRequestHoldService(clock, store, self._answer_after_hold)
+        self.hold_service = PullRequestHoldService(clock, store, self._answer_after_hold,
+                                                   max_held=config.maxHeldPullRequests)
 
     def install_metrics(self, reg) -> None:
         self.responses = reg.counter("pull_responses_total", "PULL_MESSAGE replies by response code")
         reg.gauge("pull_requests_held", "long-polling pulls waiting for a message", lambda: len(self.hold_service))
+        reg.gauge("pull_requests_not_held", "long polls answered at once: maxHeldPullRequests were held",
+                  lambda: self.hold_service.refused)
 
     responses = None
 
@@ -170,8 +195,8 @@ class PullProcessor:
         if not c.brokerPermission & PERM_READ:
             return req.make_response(ResponseCode.NO_PERMISSION,
                                      f"the broker[{c.broker_ip}] pulling message is forbidden")
-        group = req.get_str("consumerGroup")
-        topic = req.get_str("topic")
+        group = validation.check_group(req.get_str("consumerGroup"))
+        topic = validation.check_topic(req.get_str("topic"))
         queue_id = req.get_int("queueId")
         offset = req.get_long("queueOffset")
         max_msgs = req.get_int("maxMsgNums", 32)
@@ -222,7 +247,9 @@ class PullProcessor:
 
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sys_flag & FLAG_SUSPEND:
             timeout_s = min(max(suspend_ms, 0) / 1000.0, MAX_SUSPEND_S)
-            return self.hold_service.hold(req, ctx, topic, queue_id, offset, timeout_s)
+            held = self.hold_service.hold(req, ctx, topic, queue_id, offset, timeout_s)
+            if held is not None:
+                return held
 
         body = b"".join(bytes(r) for r in res.records) if code == ResponseCode.SUCCESS else b""
         return req.make_response(code, status, ext_fields=ext, body=body)

@@ -35,7 +35,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from broker.remoting.codes import PERM_WRITE, RequestCode, ResponseCode
-from broker.remoting.command import HeaderFieldError, RemotingCommand, lenient_parse_boolean
+from broker.remoting.command import HeaderFieldError, RemotingCommand, java_parse_int, lenient_parse_boolean
 from broker.store import record
 from broker.store.message_store import PutResult, PutStatus
 
@@ -65,10 +65,15 @@ class BatchFormatError(ValueError):
     pass
 
 
-def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
-    """Split a batch body (WIRE-FACTS §6.8) into (flag, body, properties) items."""
+def decode_batch(body: bytes, max_items: int | None = None) -> list[tuple[int, bytes, dict[str, str]]]:
+    """Split a batch body (WIRE-FACTS §6.8) into (flag, body, properties) items.
+
+    More than ``max_items`` items is a BatchFormatError found before the rest is parsed.
+    """
     items, pos, n = [], 0, len(body)
     while pos < n:
+        if max_items is not None and len(items) >= max_items:
+            raise BatchFormatError(f"more than maxBatchMessages={max_items} messages in one batch")
         if pos + _BATCH_ITEM_HEAD.size > n:
             raise BatchFormatError(f"batch item at byte {pos} is truncated")
         total, _magic, _crc, flag, body_len = _BATCH_ITEM_HEAD.unpack_from(body, pos)
@@ -194,8 +199,14 @@ class SendProcessor:
 
         # -- retry -> DLQ ----------------------------------------------------------------------
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            limit_times = max_reconsume if max_reconsume is not None else int(
-                props.get(PROPERTY_MAX_RECONSUME_TIMES, DEFAULT_MAX_RECONSUME_TIMES))
+            limit_times = max_reconsume
+            if limit_times is None:
+                try:
+                    limit_times = java_parse_int(props.get(PROPERTY_MAX_RECONSUME_TIMES,
+                                                           str(DEFAULT_MAX_RECONSUME_TIMES)))
+                except ValueError as e:
+                    return req.make_response(ResponseCode.MESSAGE_ILLEGAL,
+                                             f"the property {PROPERTY_MAX_RECONSUME_TIMES} {e}")
             if reconsume_times >= limit_times:
                 topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
                 self.topics.create_in_send_back(topic, 1, 2)  # DLQ: write-only, like PermName.PERM_WRITE
@@ -207,8 +218,13 @@ class SendProcessor:
         props[PROPERTY_CLUSTER] = c.brokerClusterName
         born_host = _host_of(ctx.peer_address)
         if batch:
+            # The reference encodes a whole batch into one maxMessageSize buffer, so the batch as a
+            # whole is bounded as one message is; the item count bounds the reactor's work.
+            if len(req.body) > c.maxMessageSize:
+                return req.make_response(ResponseCode.MESSAGE_ILLEGAL,
+                                         f"batch body size {len(req.body)} exceeds maxMessageSize {c.maxMessageSize}")
             try:
-                items = decode_batch(req.body)
+                items = decode_batch(req.body, c.maxBatchMessages)
             except (BatchFormatError, struct.error) as e:
                 return req.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
         else:

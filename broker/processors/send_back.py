@@ -16,6 +16,7 @@ import logging
 
 from twisted.internet import defer
 
+from broker import validation
 from broker.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.store import queries, record
@@ -41,7 +42,7 @@ class SendBackProcessor:
         if not self.config.is_master:
             return req.make_response(ResponseCode.SERVICE_NOT_AVAILABLE,
                                      "broker is a slave; send the message back to its master")
-        group = req.get_str("group")
+        group = validation.check_group(req.get_str("group"))
         phys = req.get_long("offset")
         delay_level = req.get_int("delayLevel", 0)
         max_times = req.get_int("maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES)

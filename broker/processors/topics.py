@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 
+from broker import validation
 from broker.namesrv.register_body import TopicConfig
 from broker.remoting import json_body
 from broker.remoting.codes import PERM_INHERIT, PERM_READ, PERM_WRITE, RequestCode, ResponseCode
@@ -34,8 +34,6 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
-_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-MAX_TOPIC_LENGTH = 127
 
 
 def retry_topic(group: str) -> str:
@@ -55,14 +53,8 @@ def is_writeable(perm: int) -> bool:
 
 
 def validate_topic(topic: str) -> str | None:
-    """None when the name is acceptable, else why not (the Java broker's Validators rules)."""
-    if not topic:
-        return "the specified topic is blank"
-    if len(topic) > MAX_TOPIC_LENGTH:
-        return f"the specified topic is longer than topic max length {MAX_TOPIC_LENGTH}"
-    if not _VALID_TOPIC.match(topic):
-        return f"the specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    return None
+    """None when the name is acceptable, else why not (the Java broker's TopicValidator rules)."""
+    return validation.topic_problem(topic)
 
 
 class TopicConfigManager:
@@ -97,7 +89,8 @@ class TopicConfigManager:
             return
         for name, cfg in (obj.get("topicConfigTable") or {}).items():
             tc = TopicConfig.from_json({"topicName": name, **cfg})
-            self.table[tc.topic_name] = tc
+            if _usable(tc.topic_name, self.path):
+                self.table[tc.topic_name] = tc
         if not self.config.autoCreateTopicEnable:
             self.table.pop(AUTO_CREATE_TOPIC_KEY, None)
         dv = obj.get("dataVersion") or {}
@@ -132,6 +125,9 @@ class TopicConfigManager:
         return self.table.get(topic)
 
     def update(self, tc: TopicConfig) -> None:
+        """Add or replace one topic; a name that fails validation raises InvalidName and changes
+        nothing (the table is persisted and registered, so one bad name would poison both)."""
+        validation.check_topic(tc.topic_name)
         old = self.table.get(tc.topic_name)
         self.table[tc.topic_name] = tc
         log.info("topic config %s: %s -> %s", "updated" if old else "created", old, tc)
@@ -173,7 +169,7 @@ class TopicConfigManager:
         same = ({n: t.to_json() for n, t in table.items()} == {n: t.to_json() for n, t in self.table.items()})
         if same and data_version == self.data_version:
             return False
-        self.table = dict(table)
+        self.table = {n: t for n, t in table.items() if _usable(n, "the master's topic table")}
         self.data_version = {"counter": int(data_version.get("counter", 0)),
                              "timestamp": int(data_version.get("timestamp", 0))}
         try:
@@ -183,6 +179,13 @@ class TopicConfigManager:
         for cb in list(self.listeners):
             cb()
         return True
+
+
+def _usable(name: str, source: str) -> bool:
+    why = validation.topic_problem(name)
+    if why:
+        log.warning("ignoring topic from %s: %s", source, why)
+    return not why
 
 
 class TopicProcessors:

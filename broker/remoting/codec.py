@@ -9,8 +9,10 @@ import json
 import struct
 from collections.abc import Iterator
 
-from broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, LanguageCode, SerializeType
+from broker.remoting.codes import (DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, LanguageCode,
+                                   SerializeType)
 from broker.remoting.command import RemotingCommand, java_string
+from broker.remoting.json_body import _SURROGATE_ESCAPE, encode_utf8, scrub_surrogates
 
 _HEADER_LENGTH_MASK = 0x00FFFFFF
 
@@ -52,7 +54,7 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
         # The C++ client reads reply header values only when they are JSON strings.
         obj["extFields"] = ext if _all_str(ext) else {
             str(k): java_string(v) for k, v in ext.items() if v is not None}
-    return json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode("utf-8")
+    return encode_utf8(json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False))
 
 
 def _all_str(fields: dict) -> bool:
@@ -69,14 +71,14 @@ def _encode_binary_header(cmd: RemotingCommand) -> bytes:
     except KeyError:
         language = LanguageCode.OTHER
     parts = [struct.pack(">hBhii", cmd.code, language, cmd.version, cmd.opaque, cmd.flag)]
-    remark = cmd.remark.encode("utf-8") if cmd.remark else b""
+    remark = encode_utf8(cmd.remark) if cmd.remark else b""
     parts.append(struct.pack(">i", len(remark)) + remark)
     ext = bytearray()
     for key, value in cmd.ext_fields.items():
         if value is None:
             continue
-        k = str(key).encode("utf-8")
-        v = java_string(value).encode("utf-8")
+        k = encode_utf8(str(key))
+        v = encode_utf8(java_string(value))
         ext += struct.pack(">h", len(k)) + k + struct.pack(">i", len(v)) + v
     parts.append(struct.pack(">i", len(ext)) + bytes(ext))
     return b"".join(parts)
@@ -85,7 +87,7 @@ def _encode_binary_header(cmd: RemotingCommand) -> bytes:
 # ---- decoding -----------------------------------------------------------------------------------
 
 
-def decode_frame(frame: bytes) -> RemotingCommand:
+def decode_frame(frame: bytes | memoryview, max_header_length: int = DEFAULT_MAX_HEADER_LENGTH) -> RemotingCommand:
     """Decode one frame given without its 4-byte length prefix."""
     if len(frame) < 4:
         raise FrameError(f"frame of {len(frame)} bytes has no header-length word")
@@ -96,16 +98,22 @@ def decode_frame(frame: bytes) -> RemotingCommand:
         raise FrameError(
             f"header length {header_length} exceeds the frame's {len(frame) - 4} bytes after the length word"
         )
+    if header_length > max_header_length:
+        raise FrameError(f"header length {header_length} exceeds the maximum header size {max_header_length}")
     try:
         serialize_type = SerializeType(type_byte)
     except ValueError:
         raise FrameError(f"unknown serialize type {type_byte}") from None
     header = bytes(frame[4 : 4 + header_length])
     body = bytes(frame[4 + header_length :])
-    if serialize_type == SerializeType.ROCKETMQ:
-        cmd = _decode_binary_header(header)
-    else:
-        cmd = _decode_json_header(header)
+    try:
+        if serialize_type == SerializeType.ROCKETMQ:
+            cmd = _decode_binary_header(header)
+        else:
+            cmd = _decode_json_header(header)
+    except RecursionError:
+        # JSON nested deeper than the interpreter's recursion limit (about 1000 levels).
+        raise FrameError("header nested too deeply") from None
     cmd.body = body
     cmd.serialize_type = serialize_type
     return cmd
@@ -124,9 +132,13 @@ def decode(data: bytes) -> RemotingCommand:
 def _decode_json_header(header: bytes) -> RemotingCommand:
     try:
         # json.loads skips the trailing "\n" that the C++ client's jsoncpp writer appends.
-        obj = json.loads(header.decode("utf-8"))
+        text = header.decode("utf-8")
+        obj = json.loads(text)
     except (UnicodeDecodeError, ValueError) as e:
         raise FrameError(f"header is not valid JSON: {e}; header starts {header[:80]!r}") from None
+    if _SURROGATE_ESCAPE.search(text):
+        # A lone "\ud800" decodes to a str no UTF-8 encoder takes; make it "?" as Java's would.
+        obj = scrub_surrogates(obj)
     if not isinstance(obj, dict):
         raise FrameError(f"JSON header is a {type(obj).__name__}, not an object")
     if "code" not in obj:
@@ -152,17 +164,25 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
 
 
 def _json_int(obj: dict, key: str) -> int:
+    """An int field of the header as Java reads it: 32 bits, or the frame is malformed."""
     value = obj.get(key, 0)
-    if type(value) is int:
-        return value
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise FrameError(f"header field {key} is not an integer: {value!r}")
-    try:
-        return int(value)
-    except ValueError:
-        raise FrameError(f"header field {key} is not an integer: {value!r}") from None
+    if type(value) is not int:
+        if value is None:
+            return 0
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise FrameError(f"header field {key} is not an integer: {_clip(value)}")
+        try:
+            value = int(value)
+        except ValueError:
+            raise FrameError(f"header field {key} is not an integer: {_clip(value)}") from None
+    if not -0x80000000 <= value <= 0x7FFFFFFF:
+        raise FrameError(f"header field {key} is out of the 32-bit range: {_clip(value)}")
+    return value
+
+
+def _clip(value) -> str:
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 128 else f"<{value.bit_length()}-bit int>"
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 def _language_name(number: int) -> str:
@@ -230,12 +250,17 @@ def _utf8(data: bytes, what: str) -> str:
 class FrameDecoder:
     """Turns a byte stream received in arbitrary pieces into RemotingCommands.
 
-    After a FrameError the stream is out of sync for good: every later feed raises the same error.
+    Holds at most one incomplete frame (bounded by max_frame_length) plus what one feed brought.
+    The buffer is dropped as soon as everything in it has been decoded, so an idle connection keeps
+    no memory from its last large request. After a FrameError the stream is out of sync for good:
+    every later feed raises the same error.
     """
 
-    def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH):
+    def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+                 max_header_length: int = DEFAULT_MAX_HEADER_LENGTH):
         # Counts the 4-byte length field too, as Netty's LengthFieldBasedFrameDecoder does.
         self.max_frame_length = max_frame_length
+        self.max_header_length = max_header_length
         self._buffer = bytearray()
         self._pos = 0  # start of the first unconsumed byte; the prefix is dropped lazily
         self._error: FrameError | None = None
@@ -257,27 +282,38 @@ class FrameDecoder:
             self._buffer += data
         return self._drain()
 
+    def release(self) -> None:
+        """Forget every buffered byte (the connection is gone)."""
+        self._buffer = bytearray()
+        self._pos = 0
+
     def _drain(self) -> Iterator[RemotingCommand]:
         while True:
             if self._error is not None:
                 raise self._error
             start = self._pos
-            if len(self._buffer) - start < 4:
+            available = len(self._buffer) - start
+            if available < 4:
+                if available == 0 and start:
+                    self.release()  # a new, empty buffer: the old one's capacity goes back
                 return
             (length,) = struct.unpack_from(">I", self._buffer, start)
             problem = self._check_length(length)
             if problem is not None:
                 self._fail(problem)
                 continue
-            if len(self._buffer) - start < 4 + length:
+            if available < 4 + length:
                 return
-            frame = bytes(self._buffer[start + 4 : start + 4 + length])
             self._pos = start + 4 + length
+            # A view, not a copy: decode_frame copies the header and the body out exactly once.
+            frame = memoryview(self._buffer)[start + 4 : start + 4 + length]
             try:
-                cmd = decode_frame(frame)
+                cmd = decode_frame(frame, self.max_header_length)
             except FrameError as e:
                 self._fail(str(e))
                 continue
+            finally:
+                frame.release()  # the buffer cannot be resized while a view of it exists
             yield cmd
 
     def _check_length(self, length: int) -> str | None:
@@ -289,5 +325,4 @@ class FrameDecoder:
 
     def _fail(self, reason: str) -> None:
         self._error = FrameError(reason)
-        self._buffer.clear()
-        self._pos = 0
+        self.release()

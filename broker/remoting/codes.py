@@ -140,6 +140,9 @@ VERSION_V4_9_8 = 409  # what a 4.9.8 Java server sends; our default
 
 # Largest frame accepted (Java's default com.rocketmq.remoting.frameMaxLength).
 DEFAULT_MAX_FRAME_LENGTH = 16 * 1024 * 1024
+# ours: no legitimate header comes near it (a send's is a few hundred bytes, 32 KiB of properties
+# at most 6x that as JSON escapes); a longer one closes the connection.
+DEFAULT_MAX_HEADER_LENGTH = 1024 * 1024
 
 # Topic permission bits (PermName).
 PERM_PRIORITY = 8

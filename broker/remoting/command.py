@@ -5,6 +5,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from broker.errors import BadRequest
 from broker.remoting.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -23,7 +24,7 @@ _JAVA_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 _REQUIRED = object()
 
 
-class HeaderFieldError(ValueError):
+class HeaderFieldError(BadRequest):
     """A custom-header field is missing or does not parse; processors turn it into an error reply."""
 
 

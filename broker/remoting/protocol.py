@@ -17,9 +17,14 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
+from zope.interface import implementer
+from twisted.internet.interfaces import IPushProducer
+
+from broker.log_limit import LogLimiter
 from broker.remoting.codec import FrameDecoder, FrameError, encode
-from broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
-from broker.remoting.command import RemotingCommand
+from broker.remoting.codes import (DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, FLAG_ONEWAY,
+                                   FLAG_RESPONSE, ResponseCode)
+from broker.remoting.command import BadRequest, RemotingCommand
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +61,12 @@ class ProcessorRegistry:
     name server sends nothing (its default processor returns null), so it passes False.
     """
 
-    def __init__(self, reply_to_unknown: bool = True):
+    def __init__(self, reply_to_unknown: bool = True, limiter: LogLimiter | None = None):
         self.reply_to_unknown = reply_to_unknown
         self._processors: dict[int, Processor] = {}
+        # Shared by every connection of a server: one peer's repeated mistakes log once a minute.
+        self.limiter = limiter if limiter is not None else LogLimiter(log)
+        self.unsupported: dict[int, int] = {}  # request code -> requests seen (for /metrics)
 
     def register(self, code: int, processor: Processor) -> None:
         self._processors[int(code)] = processor
@@ -110,23 +118,35 @@ class ConnectionContext:
         return f"ConnectionContext(peer={self.peer_address})"
 
 
+@implementer(IPushProducer)
 class RemotingProtocol(Protocol):
+    """One connection. Bounds what a peer can make it hold: one frame of at most max_frame_length
+    bytes buffered inbound; outbound, the transport pauses reading (and so dispatching) while its
+    write buffer is over Twisted's high-water mark, so a peer that sends requests but never reads
+    the replies stalls itself instead of growing our memory; idle_timeout closes a silent peer."""
+
     def __init__(
         self,
         registry: ProcessorRegistry | None = None,
         clock: IReactorTime | None = None,
         max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
         close_listeners: list[CloseListener] | None = None,
+        idle_timeout: float = 0.0,
+        max_header_length: int = DEFAULT_MAX_HEADER_LENGTH,
     ):
         if clock is None:
             from twisted.internet import reactor as clock
         self.registry = registry if registry is not None else ProcessorRegistry()
         self.clock = clock
-        self.decoder = FrameDecoder(max_frame_length)
+        self.decoder = FrameDecoder(max_frame_length, max_header_length)
         self.context: ConnectionContext | None = None
         self.closed = False
         self._close_listeners = close_listeners if close_listeners is not None else []
         self._pending: dict[int, tuple[defer.Deferred, object]] = {}
+        self.idle_timeout = idle_timeout
+        self._last_active = 0.0
+        self._idle_timer = None
+        self._paused = False
 
     # ---- connection lifecycle ------------------------------------------------------------------
 
@@ -134,9 +154,47 @@ class RemotingProtocol(Protocol):
         self.context = ConnectionContext(
             self, _format_address(self.transport.getPeer()), _format_address(self.transport.getHost())
         )
+        register = getattr(self.transport, "registerProducer", None)
+        if register is not None:
+            register(self, True)
+        if self.idle_timeout > 0:
+            self._last_active = self.clock.seconds()
+            self._idle_timer = self.clock.callLater(self.idle_timeout, self._check_idle)
+
+    def _check_idle(self) -> None:
+        self._idle_timer = None
+        if self.closed:
+            return
+        idle_for = self.clock.seconds() - self._last_active
+        if idle_for >= self.idle_timeout:
+            log.info("closing connection from %s: idle for %.0f s (serverChannelMaxIdleTimeSeconds=%.0f)",
+                     self.peer, idle_for, self.idle_timeout)
+            self.close()
+            return
+        self._idle_timer = self.clock.callLater(self.idle_timeout - idle_for, self._check_idle)
+
+    # ---- IPushProducer: the transport's write buffer drives reading --------------------------------
+
+    def pauseProducing(self) -> None:
+        self._paused = True
+        self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self._paused = False
+        if self.closed:
+            return
+        self.transport.resumeProducing()
+        self._dispatch(self.decoder.feed(b""))  # frames that arrived before the pause
+
+    def stopProducing(self) -> None:
+        pass
 
     def connectionLost(self, reason: Failure = None) -> None:
         self.closed = True
+        self.decoder.release()  # now, not when a garbage collection gets to this connection
+        if self._idle_timer is not None and self._idle_timer.active():
+            self._idle_timer.cancel()
+        self._idle_timer = None
         why = reason.getErrorMessage() if reason is not None else "closed"
         pending, self._pending = self._pending, {}
         for opaque, (d, timer) in pending.items():
@@ -160,18 +218,31 @@ class RemotingProtocol(Protocol):
     # ---- inbound -------------------------------------------------------------------------------
 
     def dataReceived(self, data: bytes) -> None:
+        self._last_active = self.clock.seconds() if self.idle_timeout > 0 else 0.0
+        self._dispatch(self.decoder.feed(data))
+
+    def _dispatch(self, frames) -> None:
         try:
-            for cmd in self.decoder.feed(data):
+            for cmd in frames:
                 if self.closed:
                     return
                 if cmd.is_response:
                     self._handle_response(cmd)
                 else:
                     self._handle_request(cmd)
+                if self._paused:
+                    return  # the rest waits in the decoder until the peer reads our replies
         except FrameError as e:
-            log.warning("closing connection from %s: malformed frame: %s", self.peer, e)
+            self.registry.limiter.log(logging.WARNING, ("malformed frame", self.peer),
+                                      "closing connection from %s: malformed frame: %s", self.peer, e)
             self.closed = True  # stop sending and dispatching at once; connectionLost follows
+            self.decoder.release()
             self.transport.abortConnection()
+
+    def _write(self, data: bytes) -> None:
+        if self.idle_timeout > 0:
+            self._last_active = self.clock.seconds()
+        self.transport.write(data)
 
     def _handle_response(self, cmd: RemotingCommand) -> None:
         entry = self._pending.pop(cmd.opaque, None)
@@ -186,13 +257,7 @@ class RemotingProtocol(Protocol):
     def _handle_request(self, request: RemotingCommand) -> None:
         processor = self.registry.get(request.code)
         if processor is None:
-            if self.registry.reply_to_unknown:
-                log.info("request code %d from %s not supported", request.code, self.peer)
-                self._reply(request, request.make_response(
-                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                    f" request type {request.code} not supported"))
-            else:
-                log.warning("request code %d from %s not supported; no reply sent", request.code, self.peer)
+            self._unsupported(request)
             return
         try:
             result = processor(request, self.context)
@@ -212,8 +277,25 @@ class RemotingProtocol(Protocol):
         except Exception:
             self._log_reply_failure(Failure(), request)
 
+    def _unsupported(self, request: RemotingCommand) -> None:
+        """One log line per code for the life of the process; every request is counted."""
+        seen = self.registry.unsupported
+        first = request.code not in seen
+        seen[request.code] = seen.get(request.code, 0) + 1
+        if self.registry.reply_to_unknown:
+            if first:
+                log.info("request code %d (first from %s) is not supported: answered "
+                         "REQUEST_CODE_NOT_SUPPORTED; further ones are only counted", request.code, self.peer)
+            self._reply(request, request.make_response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"))
+        elif first:
+            log.warning("request code %d (first from %s) is not supported; no reply sent (as the Java "
+                        "name server does); further ones are only counted", request.code, self.peer)
+
     def _log_reply_failure(self, failure: Failure, request: RemotingCommand) -> None:
-        log.error("replying to %r from %s failed: %s", request, self.peer, failure.getTraceback())
+        self.registry.limiter.log(logging.ERROR, ("reply failed", request.code),
+                                  "replying to request code %d from %s failed: %s",
+                                  request.code, self.peer, failure.getTraceback())
 
     def _reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None or request.is_oneway or self.closed:
@@ -227,12 +309,22 @@ class RemotingProtocol(Protocol):
         response.opaque = request.opaque
         response.flag |= FLAG_RESPONSE
         response.serialize_type = request.serialize_type
-        self.transport.write(encode(response))
+        self._write(encode(response))
 
     def _reply_error(self, request: RemotingCommand, failure: Failure) -> None:
-        log.error("processing request code %d from %s failed:\n%s",
-                  request.code, self.peer, failure.getTraceback())
-        text = str(failure.value) or type(failure.value).__name__
+        """SYSTEM_ERROR. The peer's mistake (BadRequest) is answered with what was wrong and logged
+        as one line; our own failure is logged with its traceback and answered without Python text."""
+        e = failure.value
+        if isinstance(e, BadRequest):
+            self.registry.limiter.log(logging.WARNING, ("bad request", request.code),
+                                      "request code %d from %s refused: %s", request.code, self.peer, e)
+            text = str(e)
+        else:
+            self.registry.limiter.log(logging.ERROR, ("internal error", request.code, type(e).__name__),
+                                      "processing request code %d from %s failed:\n%s",
+                                      request.code, self.peer, failure.getTraceback())
+            text = (f"the broker failed to process request code {request.code} "
+                    f"({type(e).__name__}); see the broker's log")
         self._reply(request, request.make_response(ResponseCode.SYSTEM_ERROR, text))
 
     # ---- outbound ------------------------------------------------------------------------------
@@ -253,7 +345,7 @@ class RemotingProtocol(Protocol):
         d = defer.Deferred(cancel)
         timer = self.clock.callLater(timeout, self._time_out, opaque, cmd.code, timeout)
         self._pending[opaque] = (d, timer)
-        self.transport.write(encode(cmd))
+        self._write(encode(cmd))
         return d
 
     def _time_out(self, opaque: int, code: int, timeout: float) -> None:
@@ -267,7 +359,7 @@ class RemotingProtocol(Protocol):
             raise RemotingConnectionError(f"connection to {self.peer} is closed")
         cmd.opaque = next_opaque()
         cmd.flag = (cmd.flag & ~FLAG_RESPONSE) | FLAG_ONEWAY
-        self.transport.write(encode(cmd))
+        self._write(encode(cmd))
 
 
 class RemotingServerFactory(Factory):
@@ -278,16 +370,27 @@ class RemotingServerFactory(Factory):
     """
 
     def __init__(self, registry: ProcessorRegistry, clock: IReactorTime | None = None,
-                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH):
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, *, idle_timeout: float = 0.0,
+                 max_connections: int | None = None, max_header_length: int = DEFAULT_MAX_HEADER_LENGTH):
         self.registry = registry
         self.clock = clock
         self.max_frame_length = max_frame_length
+        self.max_header_length = max_header_length
+        self.idle_timeout = idle_timeout
+        self.max_connections = max_connections
+        self.refused = 0  # connections closed at once because max_connections were open
         self.close_listeners: list[CloseListener] = [self._forget]
         self.connections: set[ConnectionContext] = set()
 
-    def buildProtocol(self, addr) -> RemotingProtocol:
+    def buildProtocol(self, addr) -> RemotingProtocol | None:
+        if self.max_connections is not None and len(self.connections) >= self.max_connections:
+            self.refused += 1
+            self.registry.limiter.log(logging.WARNING, ("connection refused",),
+                                      "refusing connection from %s: %d connections open (the limit)",
+                                      _format_address(addr), len(self.connections))
+            return None  # Twisted closes the socket
         proto = _TrackedProtocol(self, self.registry, self.clock, self.max_frame_length,
-                                 self.close_listeners)
+                                 self.close_listeners, self.idle_timeout, self.max_header_length)
         proto.factory = self
         return proto
 

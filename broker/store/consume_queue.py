@@ -10,7 +10,9 @@ import logging
 import os
 import struct
 
-from .mapped_file import MappedFileQueue
+from broker import validation
+
+from .mapped_file import MappedFileQueue, StoreError
 
 log = logging.getLogger("broker.store.consumequeue")
 
@@ -21,6 +23,12 @@ FILLER = UNIT.pack(0, 0x7FFFFFFF, 0)
 
 class ConsumeQueue:
     def __init__(self, root: str, topic: str, queue_id: int, file_size: int):
+        # The topic and queue id become directory names: whatever sent them (a producer, a
+        # master's replicated record), nothing outside <root>/<valid topic>/<queue id> is created.
+        why = validation.topic_problem(topic)
+        if why or not 0 <= queue_id <= 0x7FFFFFFF:
+            raise StoreError(f"no consume queue for topic {validation.shown(topic)} queue {queue_id}: "
+                             f"{why or 'queue id out of range'}")
         self.topic = topic
         self.queue_id = queue_id
         file_size -= file_size % UNIT_SIZE

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 from broker.remoting.codes import ResponseCode
 
+from broker import validation
+from broker.log_limit import LogLimiter
+
 from . import record
 from .commitlog import CommitLog, RecoveryReport
 from .consume_queue import ConsumeQueue
@@ -23,6 +26,7 @@ from .mapped_file import DiskFullError, StoreError
 from .record import Scan
 
 log = logging.getLogger("broker.store")
+_limiter = LogLimiter(log)
 
 CHECKPOINT = struct.Struct(">qqq")
 CHECKPOINT_FILE_SIZE = 4096
@@ -113,6 +117,7 @@ class MessageStore:
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.reput_offset = 0  # commit-log offset up to which consume queues are built
         self.dispatch_error: str = ""
+        self.unqueueable_records = 0  # replicated or recovered records whose topic is not a valid name
         self.last_store_timestamp = 0
         self.append_listeners: list = []  # called with the new max offset after every append
         self.dispatch_listeners: list = []  # called with (topic, queue_id) when units were added
@@ -149,8 +154,11 @@ class MessageStore:
             return
         for topic in sorted(os.listdir(self.cq_root)):
             tdir = os.path.join(self.cq_root, topic)
+            if validation.topic_problem(topic) or not os.path.isdir(tdir):
+                log.warning("ignoring %s: not a consume-queue directory of a valid topic", tdir)
+                continue
             for qid in sorted(os.listdir(tdir)):
-                if qid.isdigit():
+                if qid.isdigit() and len(qid) <= 10:
                     cq = ConsumeQueue(self.cq_root, topic, int(qid), self.cq_file_size)
                     cq.load()
                     cq.recover()
@@ -176,7 +184,20 @@ class MessageStore:
     def _redispatch(self, offset: int, info: record.IndexInfo) -> None:
         self.last_store_timestamp = info.store_timestamp
         if info.gets_queue_entry:
-            self.queue(info.topic, info.queue_id).put(info.queue_offset, offset, info.size, info.tags_code)
+            cq = self._queue_for_record(info.topic, info.queue_id, offset)
+            if cq is not None:
+                cq.put(info.queue_offset, offset, info.size, info.tags_code)
+
+    def _queue_for_record(self, topic: str, queue_id: int, offset: int) -> ConsumeQueue | None:
+        """The queue of a stored record, or None (counted, logged once a minute) when its topic
+        cannot be a directory name: such a record stays in the commit log, unreachable by pulls."""
+        try:
+            return self.queue(topic, queue_id)
+        except StoreError as e:
+            self.unqueueable_records += 1
+            _limiter.log(logging.WARNING, ("unqueueable record",),
+                         "record at commit-log offset %d gets no consume-queue unit: %s", offset, e)
+            return None
 
     def shutdown(self) -> None:
         if self.closed:
@@ -298,8 +319,12 @@ class MessageStore:
                     self.dispatch_error = f"invalid record at {at}: {reason}"
                     log.error("dispatch stopped: %s; consume queues end before it", self.dispatch_error)
                 break
-        for (topic, qid), units in batches.items():
-            self.queue(topic, qid).put_many(units)
+        for (topic, qid), units in list(batches.items()):
+            cq = self._queue_for_record(topic, qid, units[0][1])
+            if cq is None:
+                del batches[(topic, qid)]
+                continue
+            cq.put_many(units)
         self.reput_offset = offset
         for key in batches:
             for cb in self.dispatch_listeners:

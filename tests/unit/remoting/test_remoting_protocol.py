@@ -119,7 +119,9 @@ def test_processor_exception_is_system_error_and_connection_survives():
     h.receive(req(code=11, opaque=1))
     h.receive(req(code=105, opaque=2))
     first, second = h.sent()
-    assert (first.code, first.remark, first.opaque) == (ResponseCode.SYSTEM_ERROR, "disk on fire", 1)
+    assert (first.code, first.opaque) == (ResponseCode.SYSTEM_ERROR, 1)
+    # Our own failure: the remark says where to look, not the Python exception's text.
+    assert "disk on fire" not in first.remark and "code 11 (ValueError)" in first.remark
     assert second.code == ResponseCode.SUCCESS and second.opaque == 2
     assert not h.transport.disconnecting
 
@@ -148,7 +150,7 @@ def test_deferred_results():
     pending[3].callback(None)
     out = h.sent()
     assert [(c.opaque, c.code) for c in out] == [(2, 0), (1, ResponseCode.SYSTEM_ERROR)]
-    assert out[1].remark == "store closed"
+    assert "RuntimeError" in out[1].remark and "store closed" not in out[1].remark
 
 
 def test_processor_returning_garbage_is_system_error():
