@@ -7,6 +7,11 @@ by group commit: one fdatasync covers every send whose bytes were written before
 each file's position before its fdatasync), never higher: a send appended while a flush runs waits
 for the next one. A failed fdatasync answers every waiting send FLUSH_DISK_TIMEOUT (stored, not
 confirmed on disk), is counted and logged, and the next tick tries again.
+
+A failed fdatasync is sticky ("fsyncgate"): Linux may drop the dirty pages it could not write and
+mark them clean, so a later fdatasync that succeeds proves nothing about the earlier bytes. After one
+failure the durable offset never moves again and every SYNC_FLUSH send is answered
+FLUSH_DISK_TIMEOUT until the broker is restarted (recovery then re-reads what is really there).
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ class FlushService:
         self.errors = 0  # failed flushes, ever (a metric)
         self.failing = 0  # failed flushes since the last good one
         self.last_error = ""
+        self.poisoned = False  # an fdatasync failed since start: nothing is durable any more
 
     def start(self):
         self._loop = task.LoopingCall(self._tick)
@@ -73,7 +79,7 @@ class FlushService:
         d = defer.Deferred()
         if offset <= self.durable_offset:
             d.callback(PutStatus.PUT_OK)
-        elif self._stopped:
+        elif self._stopped or self.poisoned:
             d.callback(PutStatus.FLUSH_DISK_TIMEOUT)
         else:
             self._waiters.append((offset, self.clock.seconds() + self.timeout_s, d))
@@ -97,9 +103,15 @@ class FlushService:
     def _done(self, offset: int):
         self._running = False
         if self.failing:
-            log.warning("disk flush works again after %d failed attempt(s) (last: %s); durable up to %d",
-                        self.failing, self.last_error, offset)
+            log.warning("disk flush works again after %d failed attempt(s) (last: %s), but bytes written "
+                        "before the failure may be lost: the durable offset stays %d and SYNC_FLUSH sends "
+                        "are answered FLUSH_DISK_TIMEOUT until the broker is restarted",
+                        self.failing, self.last_error, self.durable_offset)
             self.failing = 0
+        if self.poisoned:
+            self._answer_all(PutStatus.FLUSH_DISK_TIMEOUT)
+            self._went_idle()
+            return
         self.durable_offset = max(self.durable_offset, offset)
         q = self._waiters
         while q and q[0][0] <= self.durable_offset:
@@ -113,6 +125,9 @@ class FlushService:
         self._running = False
         self.errors += 1
         self.failing += 1
+        # Only a failed fdatasync/write (OSError) can have lost pages; a refused worker thread did not
+        # touch the disk.
+        self.poisoned = self.poisoned or failure.check(OSError) is not None
         self.last_error = failure.getErrorMessage()  # an OSError's reads "[Errno 5] Input/output error"
         if self.failing == 1:  # once per failing streak; the recovery is logged by _done
             log.error("disk flush failed: %s: %s. The %d send(s) waiting for the disk, and any until a "
