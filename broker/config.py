@@ -151,6 +151,9 @@ class BrokerConfig:
     maxBatchMessages: int = _prop("maxBatchMessages", 10000, minimum=1,
                                   doc="ours; messages in one SEND_BATCH_MESSAGE (the batch's bytes are "
                                       "bounded by maxMessageSize as in the reference)")
+    maxTopicCount: int = _prop("maxTopicCount", 10000, minimum=16,
+                               doc="ours; topics this broker holds (each is a persisted entry, a registration "
+                                   "with the name servers and consume-queue files); creating more is refused")
     maxHeldPullRequests: int = _prop("maxHeldPullRequests", 10000, minimum=0,
                                      doc="ours; long-polling pulls held at once; beyond it a pull with "
                                          "nothing to read is answered PULL_NOT_FOUND at once")

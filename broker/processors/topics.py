@@ -18,6 +18,7 @@ import logging
 import os
 
 from broker import validation
+from broker.errors import BadRequest
 from broker.namesrv.register_body import TopicConfig
 from broker.remoting import json_body
 from broker.remoting.codes import PERM_INHERIT, PERM_READ, PERM_WRITE, RequestCode, ResponseCode
@@ -127,11 +128,32 @@ class TopicConfigManager:
     def update(self, tc: TopicConfig) -> None:
         """Add or replace one topic; a name that fails validation raises InvalidName and changes
         nothing (the table is persisted and registered, so one bad name would poison both)."""
-        validation.check_topic(tc.topic_name)
-        old = self.table.get(tc.topic_name)
-        self.table[tc.topic_name] = tc
-        log.info("topic config %s: %s -> %s", "updated" if old else "created", old, tc)
-        self._changed()
+        self.update_many([tc])
+
+    def update_many(self, tcs: list[TopicConfig]) -> None:
+        """Add or replace several topics with ONE write of topics.json and one re-registration (a
+        heartbeat naming a thousand groups must not rewrite the file a thousand times)."""
+        for tc in tcs:
+            validation.check_topic(tc.topic_name)
+            if not 0 <= tc.read_queue_nums <= MAX_QUEUE_NUMS or not 0 <= tc.write_queue_nums <= MAX_QUEUE_NUMS:
+                raise BadRequest(f"topic {tc.topic_name}: queue numbers must be 0..{MAX_QUEUE_NUMS} "
+                                 f"(read {tc.read_queue_nums}, write {tc.write_queue_nums})")
+        new = {tc.topic_name for tc in tcs} - self.table.keys()
+        limit = self.config.maxTopicCount
+        if new and len(self.table) + len(new) > limit:
+            raise BadRequest(f"the broker holds {len(self.table)} topics; creating {len(new)} more would pass "
+                             f"maxTopicCount={limit}")
+        for tc in tcs:
+            old = self.table.get(tc.topic_name)
+            self.table[tc.topic_name] = tc
+            log.info("topic config %s: %s -> %s", "updated" if old else "created", old, tc)
+        if tcs:
+            self._changed()
+
+    def create_retry_topics(self, groups: list[str]) -> None:
+        """%RETRY%<group> for each group that has none yet (HEART_BEAT), in one change."""
+        missing = {retry_topic(g) for g in groups} - self.table.keys()
+        self.update_many([TopicConfig(t, 1, 1, PERM_READ | PERM_WRITE) for t in sorted(missing)])
 
     def create_in_send(self, topic: str, default_topic: str, client_queue_nums: int) -> TopicConfig | None:
         """The topic a SEND_MESSAGE to an unknown topic gets, or None if it may not be created."""
@@ -179,6 +201,11 @@ class TopicConfigManager:
         for cb in list(self.listeners):
             cb()
         return True
+
+
+# ours: a queue is a directory and a preallocated file; the reference has no bound, an admin typo
+# of 100000 queues would fill the disk one send at a time.
+MAX_QUEUE_NUMS = 1024
 
 
 def _usable(name: str, source: str) -> bool:
