@@ -2,10 +2,11 @@
 
 Work is split by mapped file AND byte range (auto_range_bytes: ~4 tasks per core, 64 MiB-1 GiB). The driver only lists files (os.stat);
 each task opens its file itself, reads its range with pread and decodes it with
-`broker.store.record.scan_audit` (the audit fast path of the project's one record module; anything it
-does not accept goes through `record.scan`). Rows reach Spark as Arrow record batches (mapInArrow),
-one batch per ~64K messages (pyarrow converts the scan_audit tuples); without pyarrow, as pickled
-rows (the old path).
+`broker.store.record.scan_summary` (the fast path of the project's one record module, a tuple in the
+record's terms; anything it does not accept goes through `record.scan`). Which summary field feeds which
+column, and the columns' order, are this module's (COLUMNS, _ok_row, _ok_batch). Rows reach Spark as
+Arrow record batches (mapInArrow), one batch per ~64K messages (pyarrow converts the summary tuples);
+without pyarrow, as pickled rows (the old path).
 
 How a range task finds record boundaries (see README.md, "Splitting"): a task owns the records that
 START inside [start, end). The task for the first range of a file starts at the file start; any other
@@ -29,6 +30,7 @@ Zeros after the last record of a file (the unwritten, preallocated tail) produce
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import zlib
 
@@ -42,8 +44,9 @@ MAX_AUTO_RANGE_BYTES = 1 << 30
 TASKS_PER_CORE = 4
 WINDOW = 8 << 20              # bytes read per pread
 MAX_RECORD = 32 << 20         # a larger TOTALSIZE is garbage (RocketMQ's maxMessageSize is 4 MiB)
-_MSG_MAGIC = record.MESSAGE_MAGIC.to_bytes(4, "big")
-_BLANK_MAGIC = record.BLANK_MAGIC.to_bytes(4, "big")
+_HEAD = record.HEAD_SIZE        # bytes that tell a message, a blank and garbage apart
+_MAGIC_AT = record.MAGIC_AT     # where a record's magic sits, for the sync-point search
+_MAGICS = (record.MESSAGE_MAGIC_BYTES, record.BLANK_MAGIC_BYTES)
 
 COLUMNS = [
     ("node", "string"), ("broker_name", "string"), ("broker_id", "int"), ("role", "string"),
@@ -53,6 +56,18 @@ COLUMNS = [
     ("store_timestamp", "long"), ("body_crc", "int"), ("record_crc", "long"), ("msg_id", "string"),
     ("uniq_key", "string"), ("keys", "string"), ("tags", "string"),
 ]
+
+
+# Where a valid message's columns come from: positions in a record.scan_summary() tuple, by the names in
+# record.SUMMARY_FIELDS (a column and the summary field it is made of share a name). _ok_row() lays them out
+# in COLUMNS order: physical_offset, size, the status columns, _MIDDLE_COLUMNS, msg_id, _PROPERTY_COLUMNS.
+_AT = {name: k for k, name in enumerate(record.SUMMARY_FIELDS)}
+_PHYS, _SIZE, _STORE_HOST = _AT["physical_offset"], _AT["size"], _AT["store_host_raw"]
+_MIDDLE_COLUMNS = ("topic", "queue_id", "queue_offset", "sys_flag", "born_timestamp", "store_timestamp", "body_crc",
+                   "record_crc")
+_PROPERTY_COLUMNS = ("uniq_key", "keys", "tags")
+_middle = operator.itemgetter(*(_AT[n] for n in _MIDDLE_COLUMNS))
+_props = operator.itemgetter(*(_AT[n] for n in _PROPERTY_COLUMNS))
 
 
 def schema():
@@ -122,11 +137,11 @@ class _RangeReader:
         return self.buf, pos - self.buf_start
 
     def scan(self, pos: int):
-        buf, i = self.window(pos, 8)
+        buf, i = self.window(pos, _HEAD)
         r = record.scan(buf, i, True, False)
         if (r.kind == Scan.PARTIAL and self.buf_start + len(buf) < self.length
                 and r.size <= MAX_RECORD):
-            buf, i = self.window(pos, min(max(r.size, 8), self.length - pos))
+            buf, i = self.window(pos, min(max(r.size, _HEAD), self.length - pos))
             r = record.scan(buf, i, True, False)
         return r, buf, i
 
@@ -163,25 +178,25 @@ class _RangeReader:
                 return None
             # A hole's edge is block-aligned; back up so a header straddling it is still seen.
             if data > pos:
-                pos = max(pos, data - 8)
+                pos = max(pos, data - _HEAD)
             stop = min(hi, pos + WINDOW)
-            chunk = os.pread(self.fd, stop - pos + 8, pos)
-            limit = stop - pos + 8
+            chunk = os.pread(self.fd, stop - pos + _HEAD, pos)  # the head of a record starting before stop
+            limit = stop - pos + _HEAD
             if chunk == _zeros(len(chunk)):
                 # The preallocated tail: page-cached, so SEEK_DATA calls it data. One memcmp instead
                 # of two magic searches (8 vs 0.6 GB/s).
                 pos = stop
                 continue
             # Candidates in position order, found lazily (the first one usually is a sync point).
-            nxt = {m: chunk.find(m, 4, limit) for m in (_MSG_MAGIC, _BLANK_MAGIC)}
+            nxt = {m: chunk.find(m, _MAGIC_AT, limit) for m in _MAGICS}
             while True:
                 live = [(j, m) for m, j in nxt.items() if j >= 0]
                 if not live:
                     break
                 j, m = min(live)
                 nxt[m] = chunk.find(m, j + 1, limit)
-                if j - 4 < stop - pos and self.is_sync(pos + j - 4) is not None:
-                    return pos + j - 4
+                if j - _MAGIC_AT < stop - pos and self.is_sync(pos + j - _MAGIC_AT) is not None:
+                    return pos + j - _MAGIC_AT
             pos = stop
         return None
 
@@ -195,20 +210,26 @@ def _other_row(meta, fname, phys, size, status, reason="", rcrc=None):
             None, None, None, None, None, None, None, rcrc, None, None, None, None)
 
 
+def _msg_id(f) -> str:
+    """The offsetMsgId of a record.scan_summary() tuple (offset_msg_id() without ipaddress)."""
+    return f"{record.msg_id_prefix(f[_STORE_HOST])}{f[_PHYS]:016X}"
+
+
 def _ok_row(meta, fname, f):
-    """A valid message's row from record.scan_audit()'s fields."""
-    return (*meta, fname, f[0], f[1], "ok", True, None, *f[2:10], record.audit_msg_id(f), *f[10:13])
+    """A valid message's row (COLUMNS) from a record.scan_summary() tuple."""
+    return (*meta, fname, f[_PHYS], f[_SIZE], "ok", True, None, *_middle(f), _msg_id(f), *_props(f))
 
 
 def decode_chunks(task, chunk_rows: int = CHUNK_ROWS):
     """Yield (ok, other) for the records starting in [start, end) of one file (runs on an executor).
 
-    ok: record.scan_audit() field tuples of valid messages, in file order; other: full rows (COLUMNS) of
+    ok: record.scan_summary() tuples of valid messages, in file order; other: full rows (COLUMNS) of
     blanks and unreadable spans. Several chunks for a long range, each about chunk_rows messages.
     """
     meta, path, base, length, mapped_size, start, end = task
     fname = os.path.basename(path)
-    audit = record.scan_audit
+    summary = record.scan_summary
+    phys_at, size_at = _PHYS, _SIZE
     ok, other = [], []
     append = ok.append
     rd = _RangeReader(path, base, length, mapped_size)
@@ -217,15 +238,15 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS):
         while p is not None and p < length:
             # The fast run: valid messages at their own position, inside the window, starting before
             # `end`. Anything else (a window edge, the range end, a blank, damage) is the step below.
-            buf, i = rd.window(p, 8)
+            buf, i = rd.window(p, _HEAD)
             at = base + rd.buf_start  # the physical offset of buf[0]
             lim = end - rd.buf_start
             while i < lim:
-                f = audit(buf, i)[2]
-                if f is None or f[0] != at + i:
+                f = summary(buf, i)[2]
+                if f is None or f[phys_at] != at + i:
                     break
                 append(f)
-                i += f[1]
+                i += f[size_at]
             p = rd.buf_start + i
             if len(ok) >= chunk_rows:
                 yield ok, other
@@ -239,12 +260,12 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS):
             if good and p >= end:
                 break  # the next range starts here (it is a sync point)
             if r.kind == Scan.MESSAGE and r.message.physical_offset == base + p:
-                append(audit(buf, i)[2])
+                append(summary(buf, i)[2])
                 p += r.size
                 continue
             if r.kind == Scan.BLANK and good:
                 other.append(_other_row(meta, fname, base + p, r.size, "blank",
-                                        rcrc=zlib.crc32(memoryview(buf)[i:i + 8])))
+                                        rcrc=zlib.crc32(memoryview(buf)[i:i + _HEAD])))
                 break
             if r.kind == Scan.MESSAGE:
                 reason = f"PHYSICALOFFSET {r.message.physical_offset} != position {base + p}"
@@ -292,11 +313,12 @@ def arrow_schema():
     return pa.schema([pa.field(n, kinds[k]) for n, k in COLUMNS])
 
 
-def _audit_struct(pa):
-    """record.AUDIT_FIELDS as an Arrow struct: pyarrow converts the scan_audit tuples itself."""
+def _summary_struct(pa):
+    """record.SUMMARY_FIELDS as an Arrow struct (each field typed as the column of that name): pyarrow
+    converts the scan_summary tuples itself."""
     kinds = dict(_arrow_types(), binary=pa.binary())
     types = dict(COLUMNS, store_host_raw="binary")
-    return pa.struct([pa.field(n, kinds[types[n]]) for n in record.AUDIT_FIELDS])
+    return pa.struct([pa.field(n, kinds[types[n]]) for n in record.SUMMARY_FIELDS])
 
 
 _HEX = b"0123456789ABCDEF"
@@ -307,7 +329,7 @@ def _msg_ids(pa, hosts, phys, ok):
     the batch has one store host (the usual case: a node's log holds its master's host)."""
     import pyarrow.compute as pc
     if len(pc.unique(hosts)) != 1:
-        return pa.array([record.audit_msg_id(f) for f in ok], pa.string())
+        return pa.array([_msg_id(f) for f in ok], pa.string())
     import numpy as np
     n = len(phys)
     prefix = record.msg_id_prefix(hosts[0].as_py()).encode()
@@ -323,10 +345,10 @@ def _msg_ids(pa, hosts, phys, ok):
 
 
 def _ok_batch(pa, schema, struct, meta, fname, ok):
-    """One RecordBatch of valid-message rows from scan_audit field tuples."""
+    """One RecordBatch of valid-message rows from scan_summary tuples."""
     n = len(ok)
     fields = pa.array(ok, type=struct)  # tuples -> columns in C++ (no Python-level transpose)
-    col = {name: fields.field(k) for k, name in enumerate(record.AUDIT_FIELDS)}
+    col = {name: fields.field(k) for k, name in enumerate(record.SUMMARY_FIELDS)}
     col["msg_id"] = _msg_ids(pa, col["store_host_raw"], col["physical_offset"], ok)
     const = {"node": meta[0], "broker_name": meta[1], "broker_id": meta[2], "role": meta[3], "file": fname,
              "status": "ok", "valid": True}
@@ -344,7 +366,7 @@ def _ok_batch(pa, schema, struct, meta, fname, ok):
 def arrow_batches(task, chunk_rows: int = CHUNK_ROWS):
     """pyarrow.RecordBatch objects (arrow_schema()) for one range task."""
     import pyarrow as pa
-    schema, struct = arrow_schema(), _audit_struct(pa)
+    schema, struct = arrow_schema(), _summary_struct(pa)
     meta, fname = task[0], os.path.basename(task[1])
     for ok, other in decode_chunks(task, chunk_rows):
         if ok:

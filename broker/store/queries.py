@@ -1,17 +1,13 @@
 """Read-only questions the request processors ask of a MessageStore, beyond get_messages().
 
 Everything here reads consume-queue units and, where a store time is needed, the record's
-STORETIMESTAMP from the commit log (offset 56 with an IPv4 born host, 68 with an IPv6 one).
-Nothing here writes.
+STORETIMESTAMP from the head of the record in the commit log (record.store_timestamp: record.py owns
+the layout). Nothing here writes.
 """
 from __future__ import annotations
 
-import struct
-
 from . import record
 
-_I4 = struct.Struct(">i")
-_I8 = struct.Struct(">q")
 _FILLER_SIZE = 0x7FFFFFFF
 
 
@@ -19,15 +15,7 @@ def store_timestamp_at(store, phys: int, size: int) -> int | None:
     """STORETIMESTAMP of the record at `phys`, or None when it is gone or unreadable."""
     if phys < store.commitlog.min_offset or size <= 0 or size == _FILLER_SIZE:
         return None
-    head = store.commitlog.read(phys, 76)
-    if len(head) < 76:
-        return None
-    (magic,) = _I4.unpack_from(head, 4)
-    if magic & 0xFFFFFFFF != record.MESSAGE_MAGIC:
-        return None
-    (sys_flag,) = _I4.unpack_from(head, 36)
-    pos = 56 + (12 if sys_flag & record.FLAG_BORNHOST_V6 else 0)
-    return _I8.unpack_from(head, pos)[0]
+    return record.store_timestamp(store.commitlog.read(phys, record.STORE_TIMESTAMP_PEEK))
 
 
 def _unit_time(store, cq, index: int) -> int | None:
@@ -95,11 +83,8 @@ def record_at(store, phys: int) -> tuple[bytes, record.Message] | None:
     """The raw record at commit-log offset `phys` and its decoded form, if a message is stored there."""
     if phys < store.commitlog.min_offset or phys >= store.commitlog.max_offset:
         return None
-    head = store.commitlog.read(phys, 8)
-    if len(head) < 8:
-        return None
-    size, magic = struct.unpack(">iI", head)
-    if magic != record.MESSAGE_MAGIC or size <= 0:
+    size = record.message_size(store.commitlog.read(phys, record.HEAD_SIZE))
+    if size == 0:
         return None
     raw = store.commitlog.read_record(phys, size)
     if len(raw) != size:

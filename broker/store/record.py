@@ -1,7 +1,8 @@
 """The one place that knows RocketMQ 4.x's commit-log record layout (WIRE-FACTS §6.1-6.4).
 
 Everything that reads or writes commit-log bytes goes through here: the send path, the HA slave's
-dispatcher, recovery, and the pipeline's decoder. All integers are big-endian.
+dispatcher, recovery, the store's queries, and the pipeline's decoder (through scan_summary(), whose
+tuple is in the record's terms; the audit's columns are the pipeline's). All integers are big-endian.
 
 Record layout, IPv4 hosts (offsets in bytes):
     0 TOTALSIZE i4 | 4 MAGICCODE i4 | 8 BODYCRC i4 | 12 QUEUEID i4 | 16 FLAG i4 | 20 QUEUEOFFSET i8
@@ -46,6 +47,13 @@ _I4 = struct.Struct(">i")
 _I8 = struct.Struct(">q")
 _I2 = struct.Struct(">h")
 _BLANK = struct.Struct(">iI")
+
+# For readers that look at raw bytes before (or instead of) decoding a record:
+HEAD_SIZE = _BLANK.size  # TOTALSIZE + MAGICCODE: enough to tell a message, a blank and garbage apart
+MAGIC_AT = 4  # MAGICCODE's offset in a record (after TOTALSIZE): where a search for a record start looks
+MESSAGE_MAGIC_BYTES = MESSAGE_MAGIC.to_bytes(4, "big")
+BLANK_MAGIC_BYTES = BLANK_MAGIC.to_bytes(4, "big")
+STORE_TIMESTAMP_PEEK = _HEAD.size + 20 + 8  # a record's first bytes that hold STORETIMESTAMP (IPv6 born host)
 
 
 class RecordError(ValueError):
@@ -284,7 +292,7 @@ def scan(buf, pos: int = 0, check_crc: bool = True, decode_body: bool = True) ->
         msg = _decode_fields(buf, pos, total, check_crc, decode_body)
     except _Mismatch as e:
         return ScanResult(Scan.INVALID, reason=str(e))
-    except (struct.error, UnicodeDecodeError, ValueError) as e:
+    except (struct.error, UnicodeDecodeError, ValueError, IndexError) as e:  # IndexError: a field past the buffer
         return ScanResult(Scan.INVALID, reason=f"unparseable record: {e}")
     return ScanResult(Scan.MESSAGE, size=total, message=msg)
 
@@ -341,6 +349,27 @@ def iter_records(buf, base_offset: int = 0, check_crc: bool = True):
         pos += r.size
 
 
+def message_size(head) -> int:
+    """TOTALSIZE of the message whose first bytes (HEAD_SIZE or more) are `head`; 0 when they are not
+    a message's (too few bytes, a blank, garbage, a TOTALSIZE that is not positive)."""
+    if len(head) < HEAD_SIZE:
+        return 0
+    total, magic = _BLANK.unpack_from(head)
+    return total if magic == MESSAGE_MAGIC and total > 0 else 0
+
+
+def store_timestamp(head) -> int | None:
+    """STORETIMESTAMP of the message whose first bytes are `head` (STORE_TIMESTAMP_PEEK of them are
+    always enough); None when they are not a message's head or too few to reach the field."""
+    if len(head) < _HEAD.size:
+        return None
+    _, magic, _, _, _, _, _, sys_flag, _ = _HEAD.unpack_from(head)
+    if magic != MESSAGE_MAGIC:
+        return None
+    p = _HEAD.size + (20 if sys_flag & FLAG_BORNHOST_V6 else 8)
+    return _I8.unpack_from(head, p)[0] if len(head) >= p + 8 else None
+
+
 def host_of(addr: str) -> tuple[str, int]:
     """'ip:port' -> (ip, port), resolving a host name once (store host must be an IP)."""
     host, _, port = addr.rpartition(":")
@@ -379,19 +408,22 @@ class IndexInfo:
         return (self.sys_flag & TRANSACTION_MASK) in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT)
 
 
-def _tags_code_from_props(props) -> int:
-    """tagsCode straight from the raw properties bytes (Java parsing rules)."""
-    i = 0
-    n = len(props)
-    while i < n:
-        j = props.find(b"\x02", i)
-        if j < 0:
-            j = n
-        if props.startswith(_TAGS_KEY, i) and j > i + len(_TAGS_KEY):
-            value = props[i + len(_TAGS_KEY):j]
-            return java_string_hash(value.decode("utf-8", errors="replace"))
-        i = j + 1
-    return 0
+def _tags_code_from_props(props: bytes) -> int:
+    """tagsCode straight from the raw properties bytes, by decode_properties()'s (and Java's) rules: the
+    LAST segment named TAGS with a non-empty value wins; searched from the end, so usually one rfind."""
+    end = len(props)
+    while True:
+        i = props.rfind(_TAGS_KEY, 0, end)
+        if i < 0:
+            return 0
+        if i == 0 or props[i - 1] == 0x02:  # a segment starts here (not "XTAGS" nor a value's "TAGS\x01")
+            v = i + len(_TAGS_KEY)
+            j = props.find(b"\x02", v)
+            if j < 0:
+                j = len(props)
+            if j > v:
+                return java_string_hash(props[v:j].decode("utf-8", errors="replace"))
+        end = i  # an empty value is skipped, as Java does: an earlier TAGS may still count
 
 
 def scan_index(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, IndexInfo | None, str]:
@@ -418,6 +450,8 @@ def scan_index(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, Ind
     store_ts = _I8.unpack_from(buf, p)[0]
     p += 8 + (20 if sys_flag & FLAG_STOREHOST_V6 else 8) + 12
     end = pos + total
+    if p + 4 > end:  # IPv6 hosts in a record too short for them: BODYLEN would be read past it
+        return Scan.INVALID, 0, None, f"TOTALSIZE {total} leaves no room for BODYLEN"
     body_len = _I4.unpack_from(buf, p)[0]
     p += 4
     if body_len < 0 or p + body_len + 3 > end:
@@ -445,18 +479,19 @@ def scan_index(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, Ind
                                           tags), ""
 
 
-# -- the audit fast path: what the audit pipeline's DataFrame needs, as a plain tuple -----------------
+# -- the summary fast path: a record's main fields as a plain tuple, for bulk readers -------------------
 
-# Field order of scan_audit()'s tuple: the pipeline's columns from physical_offset on, minus the status
-# columns and msg_id, plus the raw STOREHOST bytes (IP + port as stored) at the end; audit_msg_id()
-# makes the offsetMsgId from them (the pipeline does it for a whole batch at once).
-AUDIT_FIELDS = ("physical_offset", "size", "topic", "queue_id", "queue_offset", "sys_flag",
-                "born_timestamp", "store_timestamp", "body_crc", "record_crc", "uniq_key", "keys", "tags",
-                "store_host_raw")
+# What scan_summary()'s tuple holds, position by position: fields in the record's own order (TOTALSIZE,
+# BODYCRC, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, STORETIMESTAMP, the STOREHOST bytes
+# as stored, TOPIC), then the UNIQ_KEY, KEYS and TAGS properties (None when absent), then the CRC32 of the
+# whole record's bytes (BODYCRC covers the body only). A reader picks positions by these names; its own
+# columns and their order are its business (the audit's live in pipeline/decode.py).
+SUMMARY_FIELDS = ("size", "body_crc", "queue_id", "queue_offset", "physical_offset", "sys_flag", "born_timestamp",
+                  "store_timestamp", "store_host_raw", "topic", "uniq_key", "keys", "tags", "record_crc")
 
 # TOTALSIZE .. BODYLEN in one unpack, indexed by SYSFLAG's host bits >> 4 (bit 0: born host IPv6, bit 1:
 # store host IPv6). The host bytes are skipped except STOREHOST, kept raw; FLAG is skipped.
-_AUD_LAYOUTS = tuple(struct.Struct(f">iIii4xqqiq{20 if v & 1 else 8}xq{20 if v & 2 else 8}s12xi")
+_SUMMARY_LAYOUTS = tuple(struct.Struct(f">iIii4xqqiq{20 if v & 1 else 8}xq{20 if v & 2 else 8}s12xi")
                      for v in range(4))
 _UNIQ_NEEDLE = PROPERTY_SEPARATOR + "UNIQ_KEY" + NAME_VALUE_SEPARATOR
 _KEYS_NEEDLE = PROPERTY_SEPARATOR + "KEYS" + NAME_VALUE_SEPARATOR
@@ -475,19 +510,14 @@ def decode_host_cached(raw: bytes) -> tuple[str, int]:
     return decode_host(raw)
 
 
-def audit_msg_id(fields: tuple) -> str:
-    """The offsetMsgId of a scan_audit() field tuple (offset_msg_id() without ipaddress)."""
-    return f"{msg_id_prefix(fields[-1])}{fields[0]:016X}"
-
-
-def _audit_fields_of(msg: Message, store_host_raw: bytes, record_crc: int) -> tuple:
+def _summary_of(msg: Message, store_host_raw: bytes, record_crc: int) -> tuple:
     props = msg.properties
-    return (msg.physical_offset, msg.total_size, msg.topic, msg.queue_id, msg.queue_offset, msg.sys_flag,
-            msg.born_timestamp, msg.store_timestamp, msg.body_crc, record_crc, props.get("UNIQ_KEY"),
-            props.get("KEYS"), props.get("TAGS"), store_host_raw)
+    return (msg.total_size, msg.body_crc, msg.queue_id, msg.queue_offset, msg.physical_offset, msg.sys_flag,
+            msg.born_timestamp, msg.store_timestamp, store_host_raw, msg.topic, props.get("UNIQ_KEY"),
+            props.get("KEYS"), props.get("TAGS"), record_crc)
 
 
-def _scan_audit_slow(buf, pos: int, check_crc: bool) -> tuple[str, int, tuple | None, str]:
+def _scan_summary_slow(buf, pos: int, check_crc: bool) -> tuple[str, int, tuple | None, str]:
     """scan() itself, for whatever the fast path did not accept: same verdicts, same reasons."""
     try:
         r = scan(buf, pos, check_crc, False)
@@ -497,41 +527,40 @@ def _scan_audit_slow(buf, pos: int, check_crc: bool) -> tuple[str, int, tuple | 
         return r.kind, r.size, None, r.reason
     m = r.message
     raw = encode_host(m.store_host)
-    return Scan.MESSAGE, r.size, _audit_fields_of(m, raw, zlib.crc32(memoryview(buf)[pos:pos + r.size])), ""
+    return Scan.MESSAGE, r.size, _summary_of(m, raw, zlib.crc32(memoryview(buf)[pos:pos + r.size])), ""
 
 
-def scan_audit(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, tuple | None, str]:
-    """Like scan(), but returns (kind, size, fields, reason) with fields a tuple in AUDIT_FIELDS order.
+def scan_summary(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, tuple | None, str]:
+    """Like scan(), but returns (kind, size, fields, reason) with fields a tuple in SUMMARY_FIELDS order.
 
     Accepts exactly what scan() accepts (magic, TOTALSIZE against the field lengths, body CRC, a UTF-8
     topic); whatever the fast path does not accept is handed to scan(), so verdicts and reasons are
     scan()'s. UNIQ_KEY, KEYS and TAGS come straight from the properties text (Java's rules: the last
-    segment with that name and a non-empty value); no Message, no ipaddress. record_crc is the CRC32 of
-    the whole record's bytes (the stored BODYCRC covers the body only). `buf` may be bytes, bytearray or a
-    memoryview.
+    segment with that name and a non-empty value); no Message, no ipaddress. `buf` may be bytes, bytearray
+    or a memoryview.
     """
     avail = len(buf) - pos
     if avail < 40:
-        return _scan_audit_slow(buf, pos, check_crc)
-    layout = _AUD_LAYOUTS[(buf[pos + 39] >> 4) & 3]
+        return _scan_summary_slow(buf, pos, check_crc)
+    layout = _SUMMARY_LAYOUTS[(buf[pos + 39] >> 4) & 3]
     p = pos + layout.size  # where the body starts
     if p > len(buf):
-        return _scan_audit_slow(buf, pos, check_crc)
+        return _scan_summary_slow(buf, pos, check_crc)
     (total, magic, crc, queue_id, queue_offset, phys, sys_flag, born_ts, store_ts, host,
      body_len) = layout.unpack_from(buf, pos)
     end = pos + total
     q = p + body_len  # the topic length byte
     if (magic != MESSAGE_MAGIC or total < FIXED_SIZE_IPV4 or total > avail or body_len < 0
             or q + 3 > end or (check_crc and zlib.crc32(buf[p:q]) & 0x7FFFFFFF != crc)):
-        return _scan_audit_slow(buf, pos, check_crc)
+        return _scan_summary_slow(buf, pos, check_crc)
     r = q + 1 + buf[q]  # PROPLEN
     if buf[q] > MAX_TOPIC_BYTES or r + 2 > end or r + 2 + ((buf[r] << 8) | buf[r + 1]) != end:
         # (a PROPLEN over 32767 is negative as Java reads it and fails TOTALSIZE in scan() too)
-        return _scan_audit_slow(buf, pos, check_crc)
+        return _scan_summary_slow(buf, pos, check_crc)
     try:
         topic = str(buf[q + 1:r], "utf-8")
     except UnicodeDecodeError:
-        return _scan_audit_slow(buf, pos, check_crc)
+        return _scan_summary_slow(buf, pos, check_crc)
     uniq = keys = tags = None
     if r + 2 < end:
         s = f"\x02{str(buf[r + 2:end], 'utf-8', 'replace')}\x02"
@@ -548,5 +577,5 @@ def scan_audit(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, tup
             # The last segment of that name has an empty value; Java skips it: the full parse decides.
             props = decode_properties(bytes(buf[r + 2:end]))
             uniq, keys, tags = props.get("UNIQ_KEY"), props.get("KEYS"), props.get("TAGS")
-    return Scan.MESSAGE, total, (phys, total, topic, queue_id, queue_offset, sys_flag, born_ts, store_ts,
-                                 crc, zlib.crc32(buf[pos:end]), uniq, keys, tags, host), ""
+    return Scan.MESSAGE, total, (total, crc, queue_id, queue_offset, phys, sys_flag, born_ts, store_ts, host,
+                                 topic, uniq, keys, tags, zlib.crc32(buf[pos:end])), ""

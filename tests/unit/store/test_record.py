@@ -113,17 +113,23 @@ def test_scan_index_agrees_with_scan():
     assert record.scan_index(bytes(100))[0] == Scan.INVALID
 
 
-def _audit_expected(buf, pos=0):
-    """scan_audit()'s tuple computed the slow way, from scan()'s Message."""
+def _summary_expected(buf, pos=0):
+    """scan_summary()'s tuple computed the slow way, from scan()'s Message, as a dict by field name."""
     r = record.scan(buf, pos)
     m = r.message
-    raw = record.encode_host(m.store_host)
-    return (m.physical_offset, r.size, m.topic, m.queue_id, m.queue_offset, m.sys_flag, m.born_timestamp,
-            m.store_timestamp, m.body_crc, zlib.crc32(bytes(buf[pos:pos + r.size])), m.uniq_key, m.keys,
-            m.tags, raw)
+    return {"size": r.size, "body_crc": m.body_crc, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+            "physical_offset": m.physical_offset, "sys_flag": m.sys_flag, "born_timestamp": m.born_timestamp,
+            "store_timestamp": m.store_timestamp, "store_host_raw": record.encode_host(m.store_host),
+            "topic": m.topic, "uniq_key": m.uniq_key, "keys": m.keys, "tags": m.tags,
+            "record_crc": zlib.crc32(bytes(buf[pos:pos + r.size]))}
 
 
-AUDIT_CASES = [
+def _named(fields):
+    assert len(fields) == len(record.SUMMARY_FIELDS)
+    return dict(zip(record.SUMMARY_FIELDS, fields))
+
+
+SUMMARY_CASES = [
     make(),
     make(properties={}),
     make(properties={"KEYS": "a b", "TAGS": "\u00e9t\u00e9 \U0001F600"}, topic="T\u00f6pic"),
@@ -139,18 +145,16 @@ AUDIT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("i", range(len(AUDIT_CASES)))
-def test_scan_audit_agrees_with_scan(i):
-    buf = bytes(record.encode(AUDIT_CASES[i]).finish(9, (1 << 32) + i))
-    kind, size, fields, reason = record.scan_audit(buf)
+@pytest.mark.parametrize("i", range(len(SUMMARY_CASES)))
+def test_scan_summary_agrees_with_scan(i):
+    buf = bytes(record.encode(SUMMARY_CASES[i]).finish(9, (1 << 32) + i))
+    kind, size, fields, reason = record.scan_summary(buf)
     assert (kind, size, reason) == (Scan.MESSAGE, len(buf), "")
-    assert fields == _audit_expected(buf)
-    assert len(fields) == len(record.AUDIT_FIELDS)
-    assert record.audit_msg_id(fields) == record.scan(buf).message.msg_id
+    assert _named(fields) == _summary_expected(buf)
     # the same inside a larger buffer, as bytes, bytearray and memoryview
     big = b"\0" * 13 + buf + b"garbage"
     for b in (big, bytearray(big), memoryview(big)):
-        assert record.scan_audit(b, 13) == (kind, size, fields, reason)
+        assert record.scan_summary(b, 13) == (kind, size, fields, reason)
 
 
 def _raw_props(props: bytes, body=b"hello"):
@@ -171,13 +175,13 @@ def _raw_props(props: bytes, body=b"hello"):
     b"XTAGS\x01no\x02TAGSX\x01no\x02KEYS\x01k",     # names that only contain the key
     b"TAGS\x01\xe9\xff!\x02KEYS\x01\xc3",          # invalid UTF-8: replaced, as scan() does
 ])
-def test_scan_audit_properties_follow_scan(props):
+def test_scan_summary_properties_follow_scan(props):
     buf = _raw_props(props)
-    kind, size, fields, _ = record.scan_audit(buf)
-    assert kind == Scan.MESSAGE and fields == _audit_expected(buf)
+    kind, size, fields, _ = record.scan_summary(buf)
+    assert kind == Scan.MESSAGE and _named(fields) == _summary_expected(buf)
 
 
-def test_scan_audit_rejects_what_scan_rejects_with_the_same_reason():
+def test_scan_summary_rejects_what_scan_rejects_with_the_same_reason():
     good = bytes(record.encode(make()).finish(0, 0))
     v6 = bytes(record.encode(make(born_host=("::1", 5), store_host=("fe80::1", 1))).finish(0, 0))
     cases = []
@@ -195,23 +199,42 @@ def test_scan_audit_rejects_what_scan_rejects_with_the_same_reason():
               b"\x00\x00\x00\x04\xCB\xD4\x31\x94", struct.pack(">iI", 60, record.MESSAGE_MAGIC) + bytes(60)]
     for buf in cases:
         full = record.scan(buf, 0, True, False)
-        kind, size, fields, reason = record.scan_audit(buf)
+        kind, size, fields, reason = record.scan_summary(buf)
         assert (kind, size, reason) == (full.kind, full.size, full.reason), buf[:16]
         assert fields is None
     bad = bytearray(good); bad[90] ^= 0xFF
-    kind, _, fields, _ = record.scan_audit(bytes(bad), check_crc=False)
-    assert kind == Scan.MESSAGE and fields[-2] == "TagA"
+    kind, _, fields, _ = record.scan_summary(bytes(bad), check_crc=False)
+    assert kind == Scan.MESSAGE and _named(fields)["tags"] == "TagA"
 
 
-def test_scan_audit_partial_then_whole():
+def test_scan_summary_partial_then_whole():
     buf = bytes(record.encode(make(body=b"z" * 3000)).finish(5, 6))
     for cut in (8, 60, 200, len(buf) - 1):
-        kind, size, fields, _ = record.scan_audit(buf[:cut])
+        kind, size, fields, _ = record.scan_summary(buf[:cut])
         assert (kind, size, fields) == (Scan.PARTIAL, len(buf), None)
-    assert record.scan_audit(buf)[2] == _audit_expected(buf)
+    assert _named(record.scan_summary(buf)[2]) == _summary_expected(buf)
 
 
 def test_cached_host_decoding():
     raw = record.encode_host(("fe80::1", 10911))
     assert record.decode_host_cached(raw) == ("fe80::1", 10911) == record.decode_host(raw)
     assert record.msg_id_prefix(record.encode_host(("10.0.0.9", 10911))) == "0A00000900002A9F"
+
+
+def test_scanners_never_raise_on_records_whose_fields_run_past_the_buffer():
+    """Found by `make fuzz` (record_scan): a TOTALSIZE of 91 with the IPv6 host bits set puts BODYLEN past
+    a buffer that ends with the record (scan_index raised struct.error), and a BODYLEN that ends the body
+    exactly at the buffer's end left no byte for the topic length (scan raised IndexError)."""
+    v4 = bytearray(record.encode(make(topic="T", body=b"", properties={})).finish(0, 0))[:91]
+    struct.pack_into(">i", v4, 0, 91)
+    body_to_end = bytearray(v4)
+    struct.pack_into(">i", body_to_end, 84, 3)  # the body would end at byte 91: no room for TOPICLEN
+    v6 = bytearray(v4)
+    struct.pack_into(">i", v6, 36, record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6)
+    for buf in (bytes(body_to_end), bytes(v6), bytes(v6) + b"\0" * 2):
+        for check_crc in (True, False):
+            r = record.scan(buf, 0, check_crc)
+            assert r.kind == Scan.INVALID, r
+            kind, size, info, _ = record.scan_index(buf, 0, check_crc)
+            assert (kind, size, info) == (Scan.INVALID, 0, None)
+            assert [res.kind for _, res in record.iter_records(buf, 0, check_crc)] == [Scan.INVALID]
