@@ -11,6 +11,7 @@ import os
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
+from . import supervision
 from .config import BrokerConfig
 from .ha.master import HAService
 from .ha.slave import HAClient
@@ -63,6 +64,8 @@ class BrokerController:
         self._dispatch_call = None
         self.started = False
         self.status_extra = []  # callables returning dicts merged into /status (remoting, registration...)
+        self.services = supervision.services(self.metrics)  # periodic services' health
+        self.status_extra.append(lambda: {"services": self.services.status()})
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, listen: bool = True) -> None:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 
-from twisted.internet import defer, task
+from twisted.internet import defer
 
 from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
 from broker.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.protocol import RemotingClient
+from broker.supervision import PeriodicService
 
 log = logging.getLogger("broker.registration")
 
@@ -31,7 +32,7 @@ def namesrv_addresses(value: str | None) -> list[str]:
 
 class BrokerRegistration:
     def __init__(self, config, topics, reactor, clock=None, ha_client=None, slave_sync=None,
-                 client: RemotingClient | None = None):
+                 client: RemotingClient | None = None, metrics=None):
         self.config = config
         self.topics = topics
         self.clock = clock or reactor
@@ -43,9 +44,11 @@ class BrokerRegistration:
         self.master_ha_addr: str | None = None
         self.registrations = 0  # successful REGISTER_BROKER replies
         self.last_error: dict[str, str] = {}
-        self._loop = task.LoopingCall(self.register_all)
-        self._loop.clock = self.clock
+        self._loop = PeriodicService("registration", self.register_all, config.registerNameServerPeriod / 1000.0,
+                                     self.clock, metrics, logger=log)
         self._soon = None
+        self._in_flight: defer.Deferred | None = None
+        self._again = False  # asked to register while a registration was in flight
         self.stopped = False
         topics.listeners.append(self.register_soon)
 
@@ -53,14 +56,14 @@ class BrokerRegistration:
         if not self.addresses:
             log.warning("namesrvAddr is not set: this broker registers with no name server")
             return
-        self._loop.start(self.config.registerNameServerPeriod / 1000.0, now=True)
+        self._loop.start(now=True)
 
     def register_soon(self) -> None:
         """A topic changed: re-register on the next reactor turn (one registration for many changes)."""
         if self.stopped or not self.addresses:
             return
         if self._soon is None or not self._soon.active():
-            self._soon = self.clock.callLater(0, self.register_all)
+            self._soon = self.clock.callLater(0, self._loop.trigger)
 
     # -- REGISTER_BROKER ----------------------------------------------------------------------------
     def body(self) -> bytes:
@@ -73,7 +76,14 @@ class BrokerRegistration:
         return RegisterBrokerBody(dict(configs), dict(self.topics.data_version)).encode()
 
     def register_all(self) -> defer.Deferred:
+        """REGISTER_BROKER to every name server. A name server that fails or refuses is noted in
+        `last_error` and tried again next period; the Deferred fails only when handling a reply
+        raised (a bug), for the supervisor to see. One registration at a time: asked again while one
+        is in flight, it registers once more when that one ends (the topics may have changed)."""
         if self.stopped:
+            return defer.succeed(None)
+        if self._in_flight is not None:
+            self._again = True
             return defer.succeed(None)
         c = self.config
         body = self.body()
@@ -87,7 +97,27 @@ class BrokerRegistration:
             d = self.client.invoke(addr, req, REGISTER_TIMEOUT_S)
             d.addCallbacks(self._registered, self._failed, callbackArgs=(addr,), errbackArgs=(addr,))
             ds.append(d)
-        return defer.DeferredList(ds)
+        d = defer.DeferredList(ds, consumeErrors=True).addCallback(self._first_error)
+        ended = []
+        d.addBoth(self._ended, ended)
+        if not ended:
+            self._in_flight = d
+        return d
+
+    @staticmethod
+    def _first_error(results):
+        for ok, result in results:
+            if not ok:
+                return result
+        return None
+
+    def _ended(self, result, ended: list):
+        ended.append(True)
+        self._in_flight = None
+        if self._again:
+            self._again = False
+            self.register_soon()
+        return result
 
     def _registered(self, response: RemotingCommand, addr: str) -> None:
         if response.code != ResponseCode.SUCCESS:
@@ -125,8 +155,7 @@ class BrokerRegistration:
     def stop(self) -> defer.Deferred:
         """Stop re-registering and send UNREGISTER_BROKER everywhere (bounded wait)."""
         self.stopped = True
-        if self._loop.running:
-            self._loop.stop()
+        self._loop.stop()
         if self._soon is not None and self._soon.active():
             self._soon.cancel()
         c = self.config

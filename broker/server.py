@@ -41,8 +41,9 @@ class BrokerServer:
         # /status shows the whole process, not only the controller's part.
         self.controller.status_extra.append(self._status_extra)
         self.topics = TopicConfigManager(config, self.clock)
-        self.offsets = ConsumerOffsetManager(config.storePathRootDir, self.clock)
-        self.clients = ClientManager(config, self.clock, self.topics)
+        metrics = self.controller.metrics  # periodic services report their health there
+        self.offsets = ConsumerOffsetManager(config.storePathRootDir, self.clock, metrics=metrics)
+        self.clients = ClientManager(config, self.clock, self.topics, metrics=metrics)
         self.registry = ProcessorRegistry(reply_to_unknown=True)
         self.factory = RemotingServerFactory(self.registry, clock=self.clock)
         self.send: SendProcessor | None = None
@@ -78,14 +79,15 @@ class BrokerServer:
             self.port = self.reactor.listenTCP(c.listenPort, self.factory)
             log.info("remoting server listening on port %d", c.listenPort)
         if not c.is_master:
-            self.slave_sync = SlaveSynchronize(self.topics, self.offsets, self.reactor, self.clock)
+            self.slave_sync = SlaveSynchronize(self.topics, self.offsets, self.reactor, self.clock,
+                                               metrics=self.controller.metrics)
             self.slave_sync.start()
             if self.config.slaveSyncMasterAddress:
                 self.slave_sync.set_master_address(self.config.slaveSyncMasterAddress)
         if listen:
             self.registration = BrokerRegistration(c, self.topics, self.reactor, self.clock,
                                                    ha_client=self.controller.ha_client,
-                                                   slave_sync=self.slave_sync)
+                                                   slave_sync=self.slave_sync, metrics=self.controller.metrics)
             self.registration.start()
         self.started = True
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 
-from twisted.internet import defer, task
+from twisted.internet import defer
 
 from broker.namesrv.register_body import RegisterBrokerBody
 from broker.remoting import json_body
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.remoting.protocol import RemotingClient
+from broker.supervision import PeriodicService
 
 log = logging.getLogger("broker.slavesync")
 
@@ -25,7 +26,7 @@ TIMEOUT_S = 3.0
 
 class SlaveSynchronize:
     def __init__(self, topics, offsets, reactor, clock=None, master_addr: str | None = None,
-                 interval: float = SYNC_INTERVAL_S, client: RemotingClient | None = None):
+                 interval: float = SYNC_INTERVAL_S, client: RemotingClient | None = None, metrics=None):
         self.topics = topics
         self.offsets = offsets
         self.clock = clock or reactor
@@ -35,16 +36,17 @@ class SlaveSynchronize:
         self.syncs = 0
         self.failures = 0
         self.last_error: str | None = None
-        self._loop = task.LoopingCall(self.sync_all)
-        self._loop.clock = self.clock
+        # A sync that fails (master unreachable, an error answer, a body that does not apply) is this
+        # class's business: counted in `failures`, logged once per new reason, the slave keeps its copy.
+        # The supervisor sees what escapes that (an exception in the bookkeeping itself).
+        self._loop = PeriodicService("slave_sync", self.sync_all, interval, self.clock, metrics, logger=log)
         self._running: defer.Deferred | None = None
 
     def start(self) -> None:
-        self._loop.start(self.interval, now=False)
+        self._loop.start()
 
     def stop(self) -> None:
-        if self._loop.running:
-            self._loop.stop()
+        self._loop.stop()
         self.client.close()
 
     def set_master_address(self, addr: str | None) -> None:
@@ -52,7 +54,7 @@ class SlaveSynchronize:
             return
         self.master_addr = addr
         if addr:
-            self.sync_all()
+            self._loop.trigger()
 
     def sync_all(self) -> defer.Deferred:
         if not self.master_addr:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import socket
 
-from twisted.internet import protocol, task
+from twisted.internet import protocol
 from twisted.internet.interfaces import IPushProducer
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from broker.store.message_store import PutStatus
 
+from ..supervision import PeriodicService
 from .group_transfer import GroupTransfer
 from .master_session import MasterSession, SessionState
 from .wire import ProtocolError
@@ -209,12 +211,14 @@ class HAService(protocol.Factory):
 
     def start_ticking(self):
         interval = max(0.01, min(1.0, self.heartbeat_s / 5, self.housekeeping_s / 5))
-        self._ticker = task.LoopingCall(self.tick)
-        self._ticker.clock = self.clock
-        self._ticker.start(interval, now=False)
+        # Supervised: a failed tick is logged and counted and ticking resumes within a second, instead of
+        # heartbeats and housekeeping stopping for every slave until a restart.
+        self._ticker = PeriodicService("ha_master", self.tick, interval, self.clock, self.metrics,
+                                       max_backoff=1.0, logger=log)
+        self._ticker.start()
 
     def stop(self):
-        if self._ticker is not None and self._ticker.running:
+        if self._ticker is not None:
             self._ticker.stop()
         self.group_transfer.shutdown()
         for c in list(self.connections):
@@ -279,10 +283,19 @@ class HAService(protocol.Factory):
             c.pump()
 
     def tick(self):
+        """Heartbeats and housekeeping for every connection. One connection's error does not starve
+        the others: each gets its turn, then the first error is raised for the supervisor."""
         now = self.clock.seconds()
+        error = None
         for c in list(self.connections):
-            c.tick(now)
-            c.pump()  # the reference also polls every 100 ms, whether woken or not
+            try:
+                c.tick(now)
+                c.pump()  # the reference also polls every 100 ms, whether woken or not
+            except Exception:
+                if error is None:
+                    error = Failure()
+        if error is not None:
+            error.raiseException()
 
     def status(self) -> dict:
         return {

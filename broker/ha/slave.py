@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import logging
 
-from twisted.internet import protocol, task
+from twisted.internet import protocol
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
 from ..store.mapped_file import StoreError
+from ..supervision import PeriodicService
 from .master import tune_socket
 from .slave_session import OffsetMismatch, SlaveSession
 from .wire import ProtocolError
@@ -147,9 +148,9 @@ class HAClient:
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self):
         interval = max(0.01, min(1.0, self.heartbeat_s / 5, self.housekeeping_s / 5))
-        self._ticker = task.LoopingCall(self.tick)
-        self._ticker.clock = self.clock
-        self._ticker.start(interval, now=False)
+        self._ticker = PeriodicService("ha_client", self.tick, interval, self.clock, self.metrics,
+                                       max_backoff=1.0, logger=log)
+        self._ticker.start()
         if self.master_address:
             self.connect()
         else:
@@ -157,7 +158,7 @@ class HAClient:
 
     def stop(self):
         self.state = ClientState.STOPPED
-        if self._ticker is not None and self._ticker.running:
+        if self._ticker is not None:
             self._ticker.stop()
         if self._retry is not None and self._retry.active():
             self._retry.cancel()

@@ -4,12 +4,12 @@ from __future__ import annotations
 import logging
 
 from twisted.internet.interfaces import IReactorTime
-from twisted.internet.task import LoopingCall
 
 from broker.namesrv.kv_config import KVConfigManager
 from broker.namesrv.processors import NameServerProcessors
 from broker.namesrv.route_info import BROKER_CHANNEL_EXPIRED_MS, RouteInfoManager
 from broker.remoting.protocol import RemotingServerFactory
+from broker.supervision import PeriodicService
 
 log = logging.getLogger(__name__)
 
@@ -24,22 +24,22 @@ class NameServer:
         self.routes = RouteInfoManager(expiry_ms)
         self.kv = KVConfigManager()
         self.processors = NameServerProcessors(self.routes, self.kv, self.clock)
-        self.factory = RemotingServerFactory(self.processors.registry(), clock=self.clock)
+        # Java's name server uses the same NettyServerConfig as the broker: idle channels close
+        # after 120 s (brokers register every 30 s, clients poll routes every 30 s).
+        self.factory = RemotingServerFactory(self.processors.registry(), clock=self.clock, idle_timeout=120.0,
+                                             max_connections=4096)
         self.factory.add_close_listener(self.processors.channel_closed)
         self.scan_interval = scan_interval
-        self._scan = LoopingCall(self._scan_once)
-        self._scan.clock = self.clock
+        # Supervised: a scan that raises is logged (one traceback, then a line a minute) and scanning
+        # resumes after a back-off; its health is self._scan.health().
+        self._scan = PeriodicService("namesrv_broker_scan", self._scan_once, scan_interval, self.clock, logger=log)
         self.port = None
 
     def _scan_once(self) -> None:
-        try:
-            self.processors.scan_not_active_brokers()
-        except Exception:  # a scan bug must not stop future scans
-            log.exception("scanning for inactive brokers failed")
+        self.processors.scan_not_active_brokers()
 
     def start_scanning(self) -> None:
-        if not self._scan.running:
-            self._scan.start(self.scan_interval, now=False)
+        self._scan.start()
 
     def listen(self, port: int, host: str = "0.0.0.0"):
         """Start listening and scanning; returns the IListeningPort (port 0 picks a free one)."""
@@ -50,8 +50,7 @@ class NameServer:
         return self.port
 
     def stop(self):
-        if self._scan.running:
-            self._scan.stop()
+        self._scan.stop()
         for ctx in list(self.factory.connections):
             ctx.close()
         if self.port is not None:

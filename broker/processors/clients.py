@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from twisted.internet import task
+from twisted.python.failure import Failure
 
 from broker.remoting import json_body
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.supervision import PeriodicService
 
 from .topics import retry_topic
 
@@ -55,7 +56,7 @@ class ConsumerGroupInfo:
 
 
 class ClientManager:
-    def __init__(self, config, clock, topics=None):
+    def __init__(self, config, clock, topics=None, metrics=None):
         self.config = config
         self.clock = clock
         self.topics = topics
@@ -63,16 +64,15 @@ class ClientManager:
         self.producer_groups: dict[str, dict] = {}  # group -> {ctx: ClientChannel}
         self.locks: dict[str, dict[tuple, tuple[str, float]]] = {}  # group -> mq -> (clientId, time)
         self._watched: set = set()
-        self._scan = task.LoopingCall(self.scan_not_active_channels)
-        self._scan.clock = clock
+        self._scan = PeriodicService("client_scan", self.scan_not_active_channels, SCAN_INTERVAL_S, clock, metrics,
+                                     logger=log)
         self.notifications_sent = 0
 
     def start(self) -> None:
-        self._scan.start(SCAN_INTERVAL_S, now=False)
+        self._scan.start()
 
     def stop(self) -> None:
-        if self._scan.running:
-            self._scan.stop()
+        self._scan.stop()
 
     def register(self, registry) -> None:
         registry.register(RequestCode.HEART_BEAT, self.heart_beat)
@@ -183,11 +183,18 @@ class ClientManager:
             stale |= {ctx for ctx, ch in info.channels.items() if now - ch.last_update > CHANNEL_EXPIRED_S}
         for members in self.producer_groups.values():
             stale |= {ctx for ctx, ch in members.items() if now - ch.last_update > CHANNEL_EXPIRED_S}
-        for ctx in stale:
-            log.warning("client %s sent no heartbeat for %.0f s: closing its connection",
-                        ctx.peer_address, CHANNEL_EXPIRED_S)
-            self.channel_closed(ctx)
-            ctx.close()
+        error = None
+        for ctx in stale:  # one connection's error does not keep the others open; the first is raised
+            try:
+                log.warning("client %s sent no heartbeat for %.0f s: closing its connection",
+                            ctx.peer_address, CHANNEL_EXPIRED_S)
+                self.channel_closed(ctx)
+                ctx.close()
+            except Exception:
+                if error is None:
+                    error = Failure()
+        if error is not None:
+            error.raiseException()
 
     # -- notification -------------------------------------------------------------------------------
     def _notify(self, info: ConsumerGroupInfo) -> None:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import logging
 import os
 
-from twisted.internet import task
-
 from broker.remoting import json_body
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
+from broker.supervision import PeriodicService
 
 from . import atomic_write, read_json_file
 
@@ -26,13 +25,14 @@ FLUSH_INTERVAL_S = 5.0
 
 
 class ConsumerOffsetManager:
-    def __init__(self, root_dir: str, clock, flush_interval: float = FLUSH_INTERVAL_S):
+    def __init__(self, root_dir: str, clock, flush_interval: float = FLUSH_INTERVAL_S, metrics=None):
         self.path = os.path.join(root_dir, "config", "consumerOffset.json")
         self.clock = clock
         self.flush_interval = flush_interval
         self.table: dict[str, dict[int, int]] = {}
         self.dirty = False
-        self._loop: task.LoopingCall | None = None
+        self._metrics = metrics
+        self._loop: PeriodicService | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
     def load(self) -> None:
@@ -47,12 +47,14 @@ class ConsumerOffsetManager:
         return {str(key): {int(q): int(o) for q, o in (queues or {}).items()} for key, queues in raw.items()}
 
     def start(self) -> None:
-        self._loop = task.LoopingCall(self.persist_if_dirty)
-        self._loop.clock = self.clock
-        self._loop.start(self.flush_interval, now=False)
+        # Supervised: a write that fails is counted, shows in /status, and is retried after a back-off
+        # (the table stays dirty until a write succeeds).
+        self._loop = PeriodicService("consumer_offsets_flush", self._persist_dirty, self.flush_interval, self.clock,
+                                     self._metrics, logger=log)
+        self._loop.start()
 
     def stop(self) -> None:
-        if self._loop is not None and self._loop.running:
+        if self._loop is not None:
             self._loop.stop()
         self.persist_if_dirty()
 
@@ -68,12 +70,15 @@ class ConsumerOffsetManager:
         self.dirty = False
 
     def persist_if_dirty(self) -> None:
-        if not self.dirty:
-            return
+        """Write the table if it changed; an OSError is logged (the table stays dirty), not raised."""
         try:
-            self.persist()
+            self._persist_dirty()
         except OSError as e:
             log.error("cannot write %s: %s (retrying at the next flush)", self.path, e)
+
+    def _persist_dirty(self) -> None:
+        if self.dirty:
+            self.persist()
 
     # -- the table --------------------------------------------------------------------------------
     @staticmethod
