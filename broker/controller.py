@@ -208,6 +208,8 @@ class BrokerController:
         reg.gauge("store_recovery_discarded_bytes", "stale bytes wiped after the valid end at the last start",
                   lambda: s.recovery.discarded_bytes if s.recovery else 0)
         reg.gauge("store_flush_errors", "disk flushes that failed", lambda: self.flusher.errors if self.flusher else 0)
+        reg.gauge("store_flush_failed", "1 once an fdatasync failed: restart the broker",
+                  lambda: int(bool(self.flusher and self.flusher.poisoned)))
         reg.gauge("store_durable_offset", "commit-log offset up to which fdatasync confirmed the bytes on disk",
                   lambda: self.flusher.durable_offset if self.flusher else 0)
 
@@ -219,6 +221,8 @@ class BrokerController:
             "haAddr": c.ha_server_addr, "metricsPort": c.metrics_port, "pid": os.getpid(),
             "maxPhyOffset": s.max_offset, "minPhyOffset": s.min_offset, "dispatchOffset": s.reput_offset,
             "durableOffset": self.flusher.durable_offset if self.flusher else None,
+            # an fdatasync failed since start: nothing more becomes durable until a restart
+            "flushFailed": (self.flusher.last_error or True) if self.flusher and self.flusher.poisoned else None,
             "dispatchError": s.dispatch_error or None,
             "cleanShutdownBefore": s.was_clean_shutdown,
         }

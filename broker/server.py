@@ -45,7 +45,10 @@ class BrokerServer:
         self.offsets = ConsumerOffsetManager(config.storePathRootDir, self.clock, metrics=metrics)
         self.clients = ClientManager(config, self.clock, self.topics, metrics=metrics)
         self.registry = ProcessorRegistry(reply_to_unknown=True)
-        self.factory = RemotingServerFactory(self.registry, clock=self.clock)
+        self.factory = RemotingServerFactory(
+            self.registry, clock=self.clock, max_frame_length=config.maxFrameLength,
+            idle_timeout=config.serverChannelMaxIdleTimeSeconds, max_connections=config.maxClientConnections,
+            max_header_length=config.maxHeaderLength)
         self.send: SendProcessor | None = None
         self.pull: PullProcessor | None = None
         self.admin: AdminProcessors | None = None
@@ -121,6 +124,12 @@ class BrokerServer:
         reg.gauge("consumer_groups", "consumer groups with at least one live connection",
                   lambda: len(self.clients.consumer_groups))
         reg.gauge("topics", "topic configs held", lambda: len(self.topics.table))
+        reg.gauge("client_connections_refused", "connections closed at once: maxClientConnections open",
+                  lambda: self.factory.refused)
+        reg.gauge("requests_unsupported", "requests with a code this broker does not serve, by code",
+                  lambda: [({"code": c}, n) for c, n in sorted(self.registry.unsupported.items())])
+        reg.gauge("remoting_events", "refused requests, malformed frames and processing failures, by kind",
+                  lambda: [({"kind": k}, n) for k, n in sorted(self.registry.limiter.total.items())])
 
     def status(self) -> dict:
         return self.controller.status()

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 from twisted.python.failure import Failure
 
+from broker import validation
 from broker.remoting import json_body
 from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
+from broker.remoting.command import BadRequest, RemotingCommand
 from broker.supervision import PeriodicService
 
 from .topics import retry_topic
@@ -31,6 +32,9 @@ log = logging.getLogger("broker.clients")
 CHANNEL_EXPIRED_S = 120.0
 SCAN_INTERVAL_S = 10.0
 LOCK_MAX_LIVE_S = 60.0
+# ours: one client process rarely holds more than a few producers and consumers; every consumer
+# group also becomes a persisted %RETRY% topic, so a heartbeat naming thousands is refused.
+MAX_GROUPS_PER_HEARTBEAT = 1000
 
 
 @dataclass
@@ -95,21 +99,25 @@ class ClientManager:
 
     # -- heartbeat ----------------------------------------------------------------------------------
     def heart_beat(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        data = json_body.loads(req.body) if req.body else {}
+        data = json_body.loads_request(req.body, "HEART_BEAT")
+        producers = [(validation.check_group(g), pd) for g, pd in _groups(data, "producerDataSet")]
+        consumers = [(validation.check_group(g), cd) for g, cd in _groups(data, "consumerDataSet")]
+        if len(producers) + len(consumers) > MAX_GROUPS_PER_HEARTBEAT:
+            raise BadRequest(f"a heartbeat may name at most {MAX_GROUPS_PER_HEARTBEAT} groups, "
+                             f"this one names {len(producers) + len(consumers)}")
+        for _group, cd in consumers:
+            for sub in _list(cd, "subscriptionDataSet"):
+                validation.check_topic(str(sub.get("topic", "")) if isinstance(sub, dict) else "")
+        # Everything is valid: only now does anything change.
         client_id = str(data.get("clientID", ""))
         now = self.clock.seconds()
         self._watch(ctx)
         channel = ClientChannel(ctx, client_id, req.language, req.version, now)
-        for pd in data.get("producerDataSet") or []:
-            group = str(pd.get("groupName", ""))
-            if group:
-                self.producer_groups.setdefault(group, {})[ctx] = channel
-        for cd in data.get("consumerDataSet") or []:
-            group = str(cd.get("groupName", ""))
-            if not group:
-                continue
-            if self.topics is not None and self.config.is_master:
-                self.topics.create_in_send_back(retry_topic(group))
+        for group, _pd in producers:
+            self.producer_groups.setdefault(group, {})[ctx] = channel
+        if self.topics is not None and self.config.is_master:
+            self.topics.create_retry_topics([group for group, _cd in consumers])
+        for group, cd in consumers:
             self._register_consumer(group, cd, channel)
         return req.make_response()
 
@@ -126,7 +134,7 @@ class ClientManager:
             log.warning("consumer group %s: connection %s changed client id %s -> %s", group,
                         channel.ctx.peer_address, old.client_id, channel.client_id)
         info.channels[channel.ctx] = channel
-        subs = {str(s.get("topic")): s for s in cd.get("subscriptionDataSet") or []}
+        subs = {str(s.get("topic")): s for s in _list(cd, "subscriptionDataSet")}
         changed = {t: s.get("subString") for t, s in subs.items()} != {
             t: s.get("subString") for t, s in info.subscriptions.items()}
         info.subscriptions = subs
@@ -220,21 +228,27 @@ class ClientManager:
 
     # -- orderly consumers' queue locks -------------------------------------------------------------
     @staticmethod
-    def _mq_key(mq: dict) -> tuple:
-        return (str(mq.get("topic")), str(mq.get("brokerName")), int(mq.get("queueId", 0)))
+    def _mq_key(mq) -> tuple:
+        if not isinstance(mq, dict):
+            raise BadRequest(f"a message queue in mqSet is a JSON {type(mq).__name__}, not an object")
+        queue_id = mq.get("queueId", 0)
+        if type(queue_id) is not int:
+            raise BadRequest(f"queueId of a message queue in mqSet is not an integer: {validation.shown(str(queue_id))}")
+        return (validation.check_topic(str(mq.get("topic", ""))), str(mq.get("brokerName")), queue_id)
 
     @staticmethod
     def _mq_json(key: tuple) -> dict:
         return {"brokerName": key[1], "queueId": key[2], "topic": key[0]}
 
     def lock_batch_mq(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        body = json_body.loads(req.body) if req.body else {}
-        group, client_id = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
+        body = json_body.loads_request(req.body, "LOCK_BATCH_MQ")
+        group = validation.check_group(str(body.get("consumerGroup", "")))
+        client_id = str(body.get("clientId", ""))
+        keys = [self._mq_key(mq) for mq in _list(body, "mqSet")]
         table = self.locks.setdefault(group, {})
         now = self.clock.seconds()
         ok = []
-        for mq in body.get("mqSet") or []:
-            key = self._mq_key(mq)
+        for key in keys:
             holder = table.get(key)
             if holder is None or holder[0] == client_id or now - holder[1] > LOCK_MAX_LIVE_S:
                 table[key] = (client_id, now)
@@ -242,11 +256,34 @@ class ClientManager:
         return req.make_response(body=json_body.dumps({"lockOKMQSet": ok}))
 
     def unlock_batch_mq(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        body = json_body.loads(req.body) if req.body else {}
-        group, client_id = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
+        body = json_body.loads_request(req.body, "UNLOCK_BATCH_MQ")
+        group = validation.check_group(str(body.get("consumerGroup", "")))
+        client_id = str(body.get("clientId", ""))
+        keys = [self._mq_key(mq) for mq in _list(body, "mqSet")]
         table = self.locks.get(group, {})
-        for mq in body.get("mqSet") or []:
-            key = self._mq_key(mq)
+        for key in keys:
             if table.get(key, (None,))[0] == client_id:
                 del table[key]
         return req.make_response()
+
+
+def _list(obj: dict, key: str) -> list:
+    """A JSON array field of a request body (missing or null: empty), or BadRequest."""
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadRequest(f"{key} is a JSON {type(value).__name__}, not an array")
+    return value
+
+
+def _groups(data: dict, key: str) -> list[tuple[str, dict]]:
+    """(groupName, entry) of each object in a heartbeat's producer or consumer data set."""
+    out = []
+    for entry in _list(data, key):
+        if not isinstance(entry, dict):
+            raise BadRequest(f"an entry of {key} is a JSON {type(entry).__name__}, not an object")
+        group = str(entry.get("groupName") or "")
+        if group:  # an entry without a group registers nothing, as before
+            out.append((group, entry))
+    return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 
+from broker import validation
 from broker.remoting import json_body
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
@@ -44,7 +45,21 @@ class ConsumerOffsetManager:
 
     @staticmethod
     def _parse_table(raw: dict) -> dict[str, dict[int, int]]:
-        return {str(key): {int(q): int(o) for q, o in (queues or {}).items()} for key, queues in raw.items()}
+        """The offset table from a file or the master; entries that are not topic@group -> {int: int}
+        with valid names are left out (logged), so one bad entry cannot stop the rest."""
+        out: dict[str, dict[int, int]] = {}
+        for key, queues in (raw.items() if isinstance(raw, dict) else ()):
+            topic, _, group = str(key).partition(TOPIC_GROUP_SEPARATOR)
+            why = validation.topic_problem(topic) or validation.group_problem(group)
+            try:
+                parsed = {int(q): int(o) for q, o in (queues or {}).items()}
+            except (TypeError, ValueError, AttributeError):
+                why = why or "queue offsets are not integers"
+            if why:
+                log.warning("ignoring consumer offsets of %s: %s", validation.shown(str(key)), why)
+                continue
+            out[str(key)] = parsed
+        return out
 
     def start(self) -> None:
         # Supervised: a write that fails is counted, shows in /status, and is retried after a back-off
@@ -86,6 +101,9 @@ class ConsumerOffsetManager:
         return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Raises InvalidName for a name that must not enter the persisted table."""
+        validation.check_group(group)
+        validation.check_topic(topic)
         queues = self.table.setdefault(self.key(topic, group), {})
         if queues.get(queue_id) != offset:
             queues[queue_id] = offset
@@ -121,7 +139,7 @@ class ConsumerOffsetProcessors:
         registry.register(RequestCode.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset)
 
     def query_consumer_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        group, topic, queue_id = req.get_str("consumerGroup"), req.get_str("topic"), req.get_int("queueId")
+        group, topic, queue_id = _group_topic_queue(req)
         offset = self.offsets.query(group, topic, queue_id)
         if offset >= 0:
             return req.make_response(ext_fields={"offset": offset})
@@ -133,6 +151,12 @@ class ConsumerOffsetProcessors:
                                  "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
     def update_consumer_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        self.offsets.commit(req.get_str("consumerGroup"), req.get_str("topic"), req.get_int("queueId"),
-                            req.get_long("commitOffset"))
+        group, topic, queue_id = _group_topic_queue(req)
+        self.offsets.commit(group, topic, queue_id, req.get_long("commitOffset"))
         return req.make_response()
+
+
+def _group_topic_queue(req: RemotingCommand) -> tuple[str, str, int]:
+    """The request's group, topic and queue id, validated: they become keys of a persisted table."""
+    return (validation.check_group(req.get_str("consumerGroup")), validation.check_topic(req.get_str("topic")),
+            req.get_int("queueId"))

@@ -40,9 +40,9 @@ def loads(data: bytes | str):
             obj = json.loads(text)
         except ValueError:
             obj = json.loads(quote_numeric_keys(text))
+        return scrub_surrogates(obj) if _SURROGATE_ESCAPE.search(text) else obj
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
-    return scrub_surrogates(obj) if _SURROGATE_ESCAPE.search(text) else obj
 
 
 def loads_request(data: bytes, what: str):

@@ -155,6 +155,7 @@ def test_channel_close_drops_broker():
 
 def test_expiry_scan_on_the_clock_closes_silent_broker():
     ns, clock = make_ns()
+    ns.factory.idle_timeout = 0  # the idle reaper (below) would close it at 120 s: test the scan alone
     broker = Conn(ns, 1)
     register(broker)
     for _ in range(12):  # 120 s: still alive (expiry needs strictly more than 120 s)
@@ -163,6 +164,15 @@ def test_expiry_scan_on_the_clock_closes_silent_broker():
     clock.advance(10)
     assert broker.transport.disconnecting
     assert route(Conn(ns, 3)).code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_idle_connections_close_after_120_s_as_in_java():
+    ns, clock = make_ns()
+    silent, busy = Conn(ns, 1), Conn(ns, 2)
+    for _ in range(4):
+        clock.advance(40)
+        route(busy)
+    assert silent.transport.disconnecting and not busy.transport.disconnecting
 
 
 def test_periodic_registration_keeps_broker_alive():
@@ -214,3 +224,20 @@ def test_missing_header_field_is_system_error():
     ns, _ = make_ns()
     resp = Conn(ns, 1).call(RemotingCommand.request(105))
     assert resp.code == ResponseCode.SYSTEM_ERROR and "topic" in resp.remark
+
+
+def test_kv_config_is_bounded_and_accounts_deletes():
+    from broker.errors import BadRequest
+    from broker.namesrv.kv_config import KVConfigManager
+    kv = KVConfigManager(max_bytes=100)
+    kv.put("NS", "k", "v" * 50)
+    kv.put("NS", "k", "v" * 60)  # a replacement counts its new size only
+    assert kv.size == 2 + 1 + 60
+    try:
+        kv.put("NS", "k2", "x" * 40)
+        raise AssertionError("over the limit")
+    except BadRequest as e:
+        assert "limit" in str(e)
+    kv.delete("NS", "k")
+    assert kv.size == 0 and kv.table == {}
+    kv.put("NS", "k2", "x" * 40)

@@ -251,3 +251,33 @@ def test_good_frames_before_a_bad_one_are_delivered_and_error_sticks():
         next(it)
     with pytest.raises(FrameError):
         list(dec.feed(encode(sample())))
+
+
+@pytest.mark.parametrize("header", [
+    # Found by `make fuzz` (json_header): a lone surrogate escape decodes to a str that encode() could
+    # not turn into UTF-8 (UnicodeEncodeError when the reply or a forwarded request was encoded).
+    b'{"code":34,"opaque":5,"flag":0,"language":"G\\ud800"}',
+    b'{"code":34,"opaque":5,"flag":0,"remark":"\\udc00x"}',
+    b'{"code":34,"opaque":5,"flag":0,"extFields":{"consumerGroup":"G\\ud800","k\\udfff":"v"}}',
+])
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_lone_surrogates_in_a_json_header_survive_re_encoding(header, serialize_type):
+    cmd = decode(frame(header))
+    cmd.serialize_type = serialize_type
+    back = decode(encode(cmd))
+    assert (back.code, back.opaque, back.flag) == (34, 5, 0)
+    assert back.ext_fields == cmd.ext_fields
+
+
+@pytest.mark.parametrize("header", [
+    # Found by `make fuzz` (json_header): nesting past the interpreter's recursion limit raised
+    # RecursionError out of decode_frame instead of FrameError.
+    b'{"code":10,"extFields":{"a":' + b"[" * 5000 + b"]" * 5000 + b"}}",
+    b'{"code":10,"version":' + b'{"a":' * 5000 + b"0" + b"}" * 5000 + b"}",
+    b"[" * 100_000,
+])
+def test_deeply_nested_json_header_is_a_frame_error(header):
+    with pytest.raises(FrameError):
+        decode_frame(frame(header)[4:])
+    with pytest.raises(FrameError):
+        list(FrameDecoder().feed(frame(header)))
