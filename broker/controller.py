@@ -81,7 +81,7 @@ class BrokerController:
         self.flusher = FlushService(self.store, clock=self.clock, run_in_thread=self.run_in_thread,
                                     sync=c.flushDiskType == "SYNC_FLUSH",
                                     interval_ms=c.flushIntervalCommitLog, timeout_ms=c.syncFlushTimeout)
-        self.flusher.start()
+        self.flusher.start(self.metrics)
         if c.is_master:
             self.ha = HAService(self.store, clock=self.clock, batch_size=c.haTransferBatchSize,
                                 heartbeat_ms=c.haSendHeartbeatInterval, housekeeping_ms=c.haHousekeepingInterval,

@@ -18,7 +18,9 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from twisted.internet import defer, task
+from twisted.internet import defer
+
+from broker.supervision import PeriodicService
 
 from .message_store import PutStatus
 
@@ -48,19 +50,17 @@ class FlushService:
         self.last_error = ""
         self.poisoned = False  # an fdatasync failed since start: nothing is durable any more
 
-    def start(self):
-        self._loop = task.LoopingCall(self._tick)
-        self._loop.clock = self.clock
-        self._loop.start(self.interval_s, now=False).addErrback(
-            lambda f: log.error("disk flush loop died, nothing will be flushed until a restart: %s",
-                                f.getTraceback()))
+    def start(self, metrics=None):
+        self._loop = PeriodicService("commitlog_flush", self._tick, self.interval_s, self.clock, metrics,
+                                     logger=log)
+        self._loop.start()
 
     def stop(self) -> defer.Deferred:
         """Stop flushing. Fires once the flush in flight, if any, has ended (so the store can be
         closed under it safely); then every send still waiting is answered FLUSH_DISK_TIMEOUT, as its
         bytes were not confirmed on disk. Never fails."""
         self._stopped = True
-        if self._loop is not None and self._loop.running:
+        if self._loop is not None:
             self._loop.stop()
         if self._timer is not None and self._timer.active():
             self._timer.cancel()

@@ -24,9 +24,10 @@ def test_status_and_metrics_show_every_periodic_service(tmp_path):
     m = Broker(tmp_path / "m")
     s = Broker(tmp_path / "s", brokerRole="SLAVE")
     try:
-        assert set(m.server.status()["services"]) == {"client_scan", "consumer_offsets_flush", "ha_master"}
-        assert set(s.server.status()["services"]) == {"client_scan", "consumer_offsets_flush", "ha_client",
-                                                      "slave_sync"}
+        assert set(m.server.status()["services"]) == {"client_scan", "commitlog_flush", "consumer_offsets_flush",
+                                                      "ha_master"}
+        assert set(s.server.status()["services"]) == {"client_scan", "commitlog_flush", "consumer_offsets_flush",
+                                                      "ha_client", "slave_sync"}
         health = m.server.status()["services"]["client_scan"]
         assert health["running"] and health["consecutiveFailures"] == 0 and health["lastError"] is None
         json.dumps(m.server.status())
