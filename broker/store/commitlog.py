@@ -118,10 +118,7 @@ class CommitLog:
 
     def message_at(self, offset: int, size: int | None = None) -> record.Message | None:
         if size is None:
-            head = self.read(offset, 4)
-            if len(head) < 4:
-                return None
-            size = int.from_bytes(head, "big", signed=True)
+            size = record.message_size(self.read(offset, record.HEAD_SIZE))
             if size <= 0:
                 return None
         r = record.scan(self.read_record(offset, size), 0, check_crc=False)
