@@ -44,10 +44,13 @@ class BrokerData:
     broker_addrs: dict[int, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
+        # enableActingMaster is 5.x's (a primitive boolean, always written); rocketmq-client-rust
+        # requires it, 4.x clients ignore it. zoneName (5.x) is null here, which fastjson leaves out.
         return {
             "brokerAddrs": {str(i): a for i, a in sorted(self.broker_addrs.items())},
             "brokerName": self.broker_name,
             "cluster": self.cluster,
+            "enableActingMaster": False,
         }
 
 

@@ -175,6 +175,9 @@ class PullProcessor:
 
     def register(self, registry) -> None:
         registry.register(RequestCode.PULL_MESSAGE, self.process)
+        # 5.x clients' lite-pull consumers send 361 with PULL_MESSAGE's header (and sysFlag bit 16,
+        # which changes nothing here): the Java 5.x broker serves both with one processor.
+        registry.register(RequestCode.LITE_PULL_MESSAGE, self.process)
 
     def _count(self, response):
         if self.responses is not None and isinstance(response, RemotingCommand):

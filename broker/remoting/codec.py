@@ -40,11 +40,15 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 
 
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
+    # Java 4.9 (fastjson over RemotingCommand's getters) writes exactly these, sorted, plus remark and
+    # extFields when not null; current clients (rocketmq-client-rust) drop a header without
+    # serializeTypeCurrentRPC.
     obj: dict[str, object] = {
         "code": cmd.code,
         "flag": cmd.flag,
         "language": cmd.language,
         "opaque": cmd.opaque,
+        "serializeTypeCurrentRPC": "JSON",
         "version": cmd.version,
     }
     if cmd.remark is not None:

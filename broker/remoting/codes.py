@@ -45,6 +45,8 @@ class RequestCode(IntEnum):
     UNREGISTER_BROKER = 104
     GET_ROUTEINFO_BY_TOPIC = 105  # the C++ client spells it GET_ROUTEINTO_BY_TOPIC
     GET_BROKER_CLUSTER_INFO = 106
+    QUERY_ASSIGNMENT = 400  # 5.x only: not served (REQUEST_CODE_NOT_SUPPORTED, as a 4.9 broker answers)
+    LITE_PULL_MESSAGE = 361  # 5.x: a pull from a lite-pull consumer, same header and processor as PULL_MESSAGE
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
     GET_TOPIC_STATS_INFO = 202

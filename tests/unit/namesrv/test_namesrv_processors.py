@@ -81,7 +81,8 @@ def test_register_then_cpp_route_request():
     raw = encode(resp)
     assert raw[4] == 0  # JSON type byte: the C++ client does not mask it
     data = json.loads(resp.body)  # standard JSON, quoted keys
-    assert data["brokerDatas"] == [{"brokerAddrs": {"0": M}, "brokerName": "broker-a", "cluster": "DefaultCluster"}]
+    assert data["brokerDatas"] == [{"brokerAddrs": {"0": M}, "brokerName": "broker-a", "cluster": "DefaultCluster",
+                                   "enableActingMaster": False}]
     assert data["queueDatas"][0]["writeQueueNums"] == 4 and "topicSysFlag" in data["queueDatas"][0]
     assert "orderTopicConf" not in data
 

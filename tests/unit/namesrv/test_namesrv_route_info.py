@@ -22,7 +22,8 @@ def test_master_registration_builds_route():
     res = master(r)
     assert res.master_addr is None and res.ha_server_addr is None
     assert r.pickup_topic_route("T") == {
-        "brokerDatas": [{"brokerAddrs": {"0": M}, "brokerName": "broker-a", "cluster": "c1"}],
+        "brokerDatas": [{"brokerAddrs": {"0": M}, "brokerName": "broker-a", "cluster": "c1",
+                         "enableActingMaster": False}],
         "filterServerTable": {},
         "queueDatas": [{"brokerName": "broker-a", "perm": 6, "readQueueNums": 4,
                         "topicSysFlag": 0, "writeQueueNums": 4}],

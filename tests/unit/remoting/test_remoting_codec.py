@@ -102,7 +102,7 @@ def test_json_encoding_is_compact_sorted_strings_only():
     assert word >> 24 == 0
     header = data[8 : 8 + word]
     assert header == (b'{"code":0,"extFields":{"flag":"true","msgId":"AB","queueId":"3","queueOffset":"12"},'
-                      b'"flag":1,"language":"JAVA","opaque":9,"version":409}')
+                      b'"flag":1,"language":"JAVA","opaque":9,"serializeTypeCurrentRPC":"JSON","version":409}')
     assert length == len(data) - 4
 
 
