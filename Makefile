@@ -9,6 +9,7 @@ BACKEND ?= docker
 FORMAT ?= table
 RUN ?=
 PYTEST_WORKERS ?= 2
+FUZZ_SECONDS ?= 60
 
 .DEFAULT_GOAL := help
 
@@ -53,6 +54,9 @@ test-unit: $(STAMP) ## fast tests only: no cluster, no containers
 test-integration: $(STAMP) images ## integration tests only (builds the images first)
 	$(PY) -m pytest tests/integration -n $(PYTEST_WORKERS) --dist loadfile --durations=12
 
+fuzz: $(STAMP) ## coverage-guided fuzzing (atheris) of every decoder a peer reaches, FUZZ_SECONDS=60 per target (FUZZ_TARGETS= to pick)
+	$(PY) -m fuzz.run --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 # --- audit and benchmarks ---------------------------------------------------------------------
 audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exit 1 if a guarantee failed)
 	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
@@ -83,4 +87,4 @@ clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
 .PHONY: help venv cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration \
-	test-official-client audit chaos images bench bench-ha bench-send bench-decode clean
+	test-official-client fuzz audit chaos images bench bench-ha bench-send bench-decode clean

@@ -13,6 +13,28 @@ from dataclasses import dataclass, field
 from broker.remoting import json_body
 from broker.remoting.codes import PERM_READ, PERM_WRITE
 
+# A compressed body inflates to at most this much (a topic config is ~50 bytes: over a million
+# topics); a zlib bomb of a few MiB would otherwise take the name server's memory.
+MAX_INFLATED_BYTES = 64 * 1024 * 1024
+
+
+class RegisterBodyError(ValueError):
+    """A REGISTER_BROKER body (or topic config) that is not one a broker writes."""
+
+
+def _int(obj: dict, key: str, default: int) -> int:
+    value = obj.get(key, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise RegisterBodyError(f"topic config field {key} is not an integer: {str(value)[:80]!r}") from None
+
+
+def _expect(value, kind: type, what: str):
+    if not isinstance(value, kind):
+        raise RegisterBodyError(f"{what} is a {type(value).__name__}, not a {kind.__name__}")
+    return value
+
 
 @dataclass
 class TopicConfig:
@@ -28,11 +50,11 @@ class TopicConfig:
     def from_json(cls, obj: dict) -> TopicConfig:
         return cls(
             topic_name=str(obj["topicName"]),
-            read_queue_nums=int(obj.get("readQueueNums", 16)),
-            write_queue_nums=int(obj.get("writeQueueNums", 16)),
-            perm=int(obj.get("perm", PERM_READ | PERM_WRITE)),
+            read_queue_nums=_int(obj, "readQueueNums", 16),
+            write_queue_nums=_int(obj, "writeQueueNums", 16),
+            perm=_int(obj, "perm", PERM_READ | PERM_WRITE),
             topic_filter_type=str(obj.get("topicFilterType", "SINGLE_TAG")),
-            topic_sys_flag=int(obj.get("topicSysFlag", 0)),
+            topic_sys_flag=_int(obj, "topicSysFlag", 0),
             order=bool(obj.get("order", False)),
         )
 
@@ -71,30 +93,45 @@ class RegisterBrokerBody:
 
     @classmethod
     def decode(cls, data: bytes, compressed: bool) -> RegisterBrokerBody:
-        if compressed:
-            return cls._decode_compressed(data)
-        return cls.from_json(json_body.loads(data))
+        """Raises RegisterBodyError (a ValueError) for anything but a body a broker writes."""
+        try:
+            if compressed:
+                return cls._decode_compressed(data)
+            return cls.from_json(json_body.loads(data))
+        except (zlib.error, RecursionError, UnicodeDecodeError) as e:
+            raise RegisterBodyError(f"register body does not decode: {e}") from None
+        except RegisterBodyError:
+            raise
+        except ValueError as e:  # not JSON, or a truncated compressed body
+            raise RegisterBodyError(str(e)) from None
 
     @classmethod
     def from_json(cls, obj: dict) -> RegisterBrokerBody:
-        wrapper = obj.get("topicConfigSerializeWrapper") or {}
+        _expect(obj, dict, "the register body")
+        wrapper = _expect(obj.get("topicConfigSerializeWrapper") or {}, dict, "topicConfigSerializeWrapper")
         body = cls.from_wrapper_json(wrapper)
-        body.filter_servers = [str(s) for s in obj.get("filterServerList") or []]
+        body.filter_servers = [str(s) for s in _expect(obj.get("filterServerList") or [], list, "filterServerList")]
         return body
 
     @classmethod
     def from_wrapper_json(cls, wrapper: dict) -> RegisterBrokerBody:
         """A bare TopicConfigSerializeWrapper (what brokers before V3_0_11 send)."""
-        table = wrapper.get("topicConfigTable") or {}
+        table = _expect(wrapper.get("topicConfigTable") or {}, dict, "topicConfigTable")
         configs = {}
         for name, cfg in table.items():
-            tc = TopicConfig.from_json({"topicName": name, **cfg})
+            tc = TopicConfig.from_json({"topicName": name, **_expect(cfg, dict, f"topic config {name[:80]!r}")})
             configs[tc.topic_name] = tc
-        return cls(configs, dict(wrapper.get("dataVersion") or {"counter": 0, "timestamp": 0}))
+        version = _expect(wrapper.get("dataVersion") or {"counter": 0, "timestamp": 0}, dict, "dataVersion")
+        return cls(configs, dict(version))
 
     @classmethod
     def _decode_compressed(cls, data: bytes) -> RegisterBrokerBody:
-        raw = zlib.decompress(data)
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(data, MAX_INFLATED_BYTES)
+        if inflater.unconsumed_tail:
+            raise RegisterBodyError(f"compressed register body inflates past {MAX_INFLATED_BYTES} bytes")
+        if not inflater.eof:
+            raise RegisterBodyError("compressed register body truncated (the zlib stream does not end)")
         pos = 0
 
         def chunk() -> bytes:
@@ -107,7 +144,7 @@ class RegisterBrokerBody:
             pos += 4 + n
             return raw[pos - n : pos]
 
-        data_version = json_body.loads(chunk())
+        data_version = _expect(json_body.loads(chunk()), dict, "dataVersion")
         if pos + 4 > len(raw):
             raise ValueError("compressed register body truncated")
         (count,) = struct.unpack_from(">i", raw, pos)
@@ -117,7 +154,7 @@ class RegisterBrokerBody:
             tc = TopicConfig.decode_text(chunk().decode("utf-8"))
             configs[tc.topic_name] = tc
         filter_servers = json.loads(chunk().decode("utf-8") or "[]") or []
-        return cls(configs, data_version, [str(s) for s in filter_servers])
+        return cls(configs, data_version, [str(s) for s in _expect(filter_servers, list, "filterServerList")])
 
     # ---- encoding (brokers and tests) --------------------------------------------------------------
 

@@ -61,3 +61,43 @@ def test_truncated_compressed_body():
 def test_crc_is_31_bits():
     assert body_crc32(b"hello") == zlib.crc32(b"hello") & 0x7FFFFFFF
     assert body_crc32(b"\xff" * 9) < 2**31
+
+
+def _inner(data_version: bytes, count: int = 0, filters: bytes = b"[]") -> bytes:
+    return struct.pack(">i", len(data_version)) + data_version + struct.pack(">i", count) + \
+        struct.pack(">i", len(filters)) + filters
+
+
+@pytest.mark.parametrize("data, compressed", [
+    # Found by `make fuzz` (register_body): each raised something other than a ValueError (the
+    # comment says what), or returned a body with a non-dict data_version.
+    (b"\x01\x02not zlib", True),                                            # zlib.error
+    (zlib.compress(b"x" * 100)[:-4], True),                                 # a zlib stream cut short
+    (b"[1, 2]", False),                                                     # AttributeError
+    (b'{"topicConfigSerializeWrapper": [1]}', False),                      # AttributeError
+    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": [1]}}', False),  # AttributeError
+    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": 5}}}', False),  # TypeError
+    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": {"perm": null}}}}', False),  # TypeError
+    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": {"perm": [6]}}}}', False),  # TypeError
+    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": {"readQueueNums": 1e999}}}}', False),  # Overflow
+    (b'{"topicConfigSerializeWrapper": {"dataVersion": 7}}', False),       # TypeError
+    (b'{"filterServerList": 3}', False),                                    # TypeError
+    (b"[" * 5000 + b"]" * 5000, False),                                    # RecursionError
+    (zlib.compress(_inner(b"[1]")), True),                                  # data_version came back a list
+    (zlib.compress(_inner(b"{}", filters=b"7")), True),                    # TypeError
+    (zlib.compress(_inner(b"{}", filters=b"[" * 5000)), True),             # RecursionError
+    (zlib.compress(_inner(b"{}", count=1) + b"\xff\xfe"), True),           # a ValueError already; the same error type now
+])
+def test_hostile_bodies_raise_register_body_error(data, compressed):
+    from broker.namesrv.register_body import RegisterBodyError
+    with pytest.raises(RegisterBodyError):
+        RegisterBrokerBody.decode(data, compressed)
+    assert issubclass(RegisterBodyError, ValueError)
+
+
+def test_compressed_body_inflating_past_the_limit_is_refused():
+    from broker.namesrv.register_body import MAX_INFLATED_BYTES, RegisterBodyError
+    bomb = zlib.compress(bytes(MAX_INFLATED_BYTES + 1), 9)  # about 64 KiB on the wire
+    assert len(bomb) < 100_000
+    with pytest.raises(RegisterBodyError, match="inflates past"):
+        RegisterBrokerBody.decode(bomb, compressed=True)

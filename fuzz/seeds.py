@@ -1,0 +1,119 @@
+"""Writes the seed corpora (fuzz/corpus/<target>/) from the project's own encoders.
+
+    python -m fuzz.seeds
+
+Each seed is a harness input: the harness's control bytes (mode, cut points...) followed by frames,
+bodies or records that our encoders produce, so the fuzzer starts from the valid shapes and mutates.
+"""
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+from broker.ha import wire
+from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
+from broker.remoting import codec
+from broker.remoting.codes import RequestCode, ResponseCode, SerializeType
+from broker.remoting.command import RemotingCommand
+from broker.store import record
+from broker.store.record import Message
+
+CORPUS = Path(__file__).with_name("corpus")
+
+
+def _commands() -> list[RemotingCommand]:
+    heartbeat = json.dumps({"clientID": "127.0.0.1@1", "consumerDataSet": [
+        {"groupName": "G", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+         "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [
+             {"topic": "T", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1}]}],
+        "producerDataSet": [{"groupName": "PG"}]}).encode()
+    send = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {
+        "a": "PG", "b": "TopicTest", "c": "TBW102", "d": 4, "e": 1, "f": 0, "g": 1700000000000, "h": 0,
+        "i": "UNIQ_KEY\x01ABC\x02TAGS\x01TagA", "j": 0, "k": False, "m": False}, body=b"hello")
+    send.opaque = 7
+    pull = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "G", "topic": "T", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 2,
+        "commitOffset": 0, "suspendTimeoutMillis": 15000, "subscription": "*", "subVersion": 1})
+    offset = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+        "consumerGroup": "G", "topic": "T", "queueId": 1, "commitOffset": 5})
+    offset.mark_oneway()
+    binary = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": 3}, opaque=9,
+                                     serialize_type=SerializeType.ROCKETMQ)
+    reply = send.make_response(ResponseCode.SUCCESS, "ok", {"msgId": "7F00000100002A9F0000000000000000",
+                                                            "queueId": 1, "queueOffset": 0})
+    return [RemotingCommand.request(RequestCode.HEART_BEAT, body=heartbeat), send, pull, offset, binary, reply,
+            RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG)]
+
+
+def remoting_frame() -> dict[str, bytes]:
+    cmds = _commands()
+    out = {f"frame-{i}": b"\0\0" + codec.encode(c) for i, c in enumerate(cmds)}
+    stream = b"".join(codec.encode(c) for c in cmds[:3])
+    out["stream-cut"] = b"\x03" + struct.pack(">HHH", 3, 40, 200) + b"\0" + stream
+    out["stream-small-max"] = b"\0\x03" + stream
+    return out
+
+
+def json_header() -> dict[str, bytes]:
+    # type byte pick (0 -> JSON), header shape 7 (raw text), its length, the text, an empty body.
+    out = {}
+    for i, c in enumerate(_commands()):
+        head = codec.encode_header(c) if c.serialize_type == SerializeType.JSON else b"{}"
+        if len(head) < 256:
+            out[f"header-{i}"] = b"\0\x07" + bytes([len(head)]) + head + b"\0"
+    return out
+
+
+def register_body() -> dict[str, bytes]:
+    body = RegisterBrokerBody({"TopicTest": TopicConfig("TopicTest", 4, 4, 6),
+                               "%RETRY%G": TopicConfig("%RETRY%G", 1, 1, 6, "MULTI_TAG", 0, True)},
+                              {"counter": 3, "timestamp": 1700000000123}, ["10.0.0.1:1"])
+    return {"plain": b"\0" + body.encode(False), "compressed": b"\x01" + body.encode(True),
+            "inner": b"\x02" + zlib.decompress(body.encode(True)), "shaped": b"\x03" + bytes(range(64))}
+
+
+def ha_wire() -> dict[str, bytes]:
+    reports = b"".join(wire.encode_report(o) for o in (0, 4096, 1 << 33))
+    frames = (wire.encode_header(1024, 5) + b"hello" + wire.encode_header(1029, 0)
+              + wire.encode_header(1029, 3) + b"abc")
+    master_params = b"\x01" + (1 << 20).to_bytes(5, "big") + (0).to_bytes(5, "big") + (32768).to_bytes(2, "big")
+    return {
+        "reports": b"\0\x02\0\x05\0\x0b" + reports,
+        "frames": b"\x01\0\x01\0\x07" + frames,
+        "master": b"\x02" + master_params + b"\x01\0\x03" + wire.encode_report(0) + wire.encode_report(4096),
+        "master-resume": b"\x02" + master_params + b"\0" + wire.encode_report(1 << 19),
+        "slave": b"\x03\x01" + (1024).to_bytes(5, "big") + b"\0\x01\0\x09" + frames,
+        "slave-empty": b"\x03\0\x01\0" + frames,
+    }
+
+
+def record_scan() -> dict[str, bytes]:
+    msgs = [Message(topic="TopicTest", body=b"hello", queue_id=1, properties={"TAGS": "TagA", "UNIQ_KEY": "U1"}),
+            Message(topic="T", body=b"", born_host=("::1", 1), properties={"KEYS": "k"}),
+            Message(topic="%RETRY%G", body=bytes(100), store_host=("fe80::1", 10911), sys_flag=record.TRANSACTION_PREPARED)]
+    buf = bytearray()
+    for m in msgs:
+        buf += record.encode(m).finish(0, len(buf))
+    blank = bytes(buf) + record.blank(64) + bytes(56)
+    return {"records": b"\x01\0\0" + bytes(buf), "records-nocrc": b"\0\0\0" + bytes(buf),
+            "blank": b"\x01\0\0" + blank, "second": b"\x03" + struct.pack(">H", len(record.encode(msgs[0]).buf)) + bytes(buf),
+            "built": b"\x05\0\0\x02" + bytes(range(1, 80))}
+
+
+def main() -> None:
+    for target, make in (("remoting_frame", remoting_frame), ("json_header", json_header),
+                         ("register_body", register_body), ("ha_wire", ha_wire), ("record_scan", record_scan)):
+        folder = CORPUS / target
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.iterdir():
+            old.unlink()
+        seeds = make()
+        for name, data in seeds.items():
+            (folder / name).write_bytes(data)
+        print(f"{target}: {len(seeds)} seeds, {sum(map(len, seeds.values()))} bytes -> {folder}")
+
+
+if __name__ == "__main__":
+    main()
