@@ -1,0 +1,156 @@
+"""`make mutation`: mutate each configured module, run its own unit tests, print one score per module.
+
+    python -m tools.mutation [MODULE ...] [--budget SECONDS] [--list] [--check-equivalents]
+
+Score = killed / (killed + survived), timeouts counting as killed, with the mutants in the reviewed list
+tools/mutation/equivalent.toml left out. Exit status 1 when a module is below the target (config.toml),
+2 when a module ran out of its time budget before every mutant was tried.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import time
+import tomllib
+
+from . import engine
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def load_config(path=os.path.join(HERE, "config.toml")) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def load_equivalents(path=os.path.join(HERE, "equivalent.toml")) -> list[dict]:
+    with open(path, "rb") as f:
+        entries = tomllib.load(f).get("equivalent", [])
+    for e in entries:
+        missing = {"module", "function", "line", "mutation", "reason"} - set(e)
+        if missing or not e["reason"].strip():
+            raise SystemExit(f"equivalent.toml: entry {e} lacks {sorted(missing) or ['a reason']}")
+    return entries
+
+
+def test_files(patterns: list[str], root: str = ROOT) -> list[str]:
+    out = []
+    for p in patterns:
+        for f in sorted(glob.glob(os.path.join(root, p))):
+            if "mutation_smoke" not in os.path.basename(f) and f not in out:
+                out.append(f)
+    return out
+
+
+def mark_equivalents(mutants: list[engine.Mutant], entries: list[dict]) -> list[dict]:
+    """Set .equivalent on every mutant an entry names; return the entries that matched nothing."""
+    unused = []
+    for e in entries:
+        hit = False
+        for m in mutants:
+            if (m.module == e["module"] and m.function == e["function"] and m.line == e["line"].strip()
+                    and m.mutation == e["mutation"] and e.get("occurrence", m.occurrence) == m.occurrence):
+                m.equivalent = e["reason"]
+                hit = True
+        if not hit:
+            unused.append(e)
+    return unused
+
+
+def run_module(spec: dict, cfg: dict, entries: list[dict], *, budget: float | None, check_equivalents: bool,
+               out=sys.stdout) -> engine.ModuleReport:
+    name = spec["name"]
+    mutants, source = engine.find_mutants(name, ROOT)
+    report = engine.ModuleReport(name, os.path.relpath(engine.module_path(name, ROOT), ROOT))
+    mine = [e for e in entries if e["module"] == name]
+    for e in mark_equivalents(mutants, mine):
+        print(f"  warning: equivalent.toml entry matches no mutant (stale?): {e['function']}: "
+              f"{e['mutation']} | {e['line']}", file=out)
+    tests = test_files(spec["tests"])
+    started = time.monotonic()
+    outcome, report.baseline_s = engine.run_child(name, None, tests, ROOT, timeout=600)
+    if outcome != "survived":
+        raise SystemExit(f"{name}: its tests do not pass unmutated ({outcome}); fix them first")
+    timeout = cfg.get("timeout_factor", 4) * report.baseline_s + cfg.get("timeout_extra_s", 5)
+    budget = budget if budget is not None else spec.get("budget_s", cfg.get("budget_s", 600))
+    for m in mutants:
+        if m.equivalent and not check_equivalents:
+            report.equivalent.append(m)
+            continue
+        if time.monotonic() - started > budget:
+            report.not_run.append(m)
+            continue
+        r = engine.run_mutant(m, source, tests, ROOT, timeout)
+        if m.equivalent:
+            report.equivalent.append(m)
+            if r.outcome in ("killed", "timeout"):
+                print(f"  review: marked equivalent but KILLED: {m.describe()}", file=out)
+            continue
+        report.results.append(r)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def print_report(r: engine.ModuleReport, target: float, out=sys.stdout, verbose=True) -> None:
+    odd = [x for x in r.results if x.outcome not in ("killed", "timeout", "survived")]
+    if verbose:
+        for m in r.survivors:
+            print(f"  survived  {m.describe()}", file=out)
+        for x in odd:
+            print(f"  {x.outcome:9} {x.mutant.describe()}", file=out)
+    status = "ok" if r.score >= target and not r.not_run else "BELOW TARGET" if r.score < target else "INCOMPLETE"
+    extra = f", {len(r.not_run)} not run (budget)" if r.not_run else ""
+    print(f"{r.path:32} score {r.score:5.1f} %  killed {r.detected}/{r.scored} "
+          f"(timeouts {r.count('timeout')}), equivalent {len(r.equivalent)}{extra}, "
+          f"{r.seconds:.0f} s  [{status}]", file=out, flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.mutation", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("modules", nargs="*", help="dotted module names (default: every module in config.toml)")
+    ap.add_argument("--budget", type=float, help="seconds per module (default: config.toml)")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--check-equivalents", action="store_true",
+                    help="also run the mutants marked equivalent and report any that a test kills")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, ROOT)
+    os.chdir(ROOT)
+    cfg = load_config()
+    entries = load_equivalents()
+    specs = cfg["module"]
+    if args.modules:
+        known = {s["name"]: s for s in specs}
+        unknown = [m for m in args.modules if m not in known]
+        if unknown:
+            ap.error(f"not in config.toml: {', '.join(unknown)}")
+        specs = [known[m] for m in args.modules]
+    if args.list:
+        for s in specs:
+            mutants, _ = engine.find_mutants(s["name"], ROOT)
+            mark_equivalents(mutants, entries)
+            for m in mutants:
+                print(f"{m.index:4} {'EQ ' if m.equivalent else '   '}{m.describe()}")
+        return 0
+    target = cfg.get("target", 95.0)
+    reports, started = [], time.monotonic()
+    for s in specs:  # one module at a time, one mutant at a time: one core
+        print(f"== {s['name']} against {', '.join(os.path.relpath(t, ROOT) for t in test_files(s['tests']))}",
+              flush=True)
+        r = run_module(s, cfg, entries, budget=args.budget, check_equivalents=args.check_equivalents)
+        print_report(r, target)
+        reports.append(r)
+    print(f"\nmutation scores (target {target:.0f} %, equivalent mutants excluded; "
+          f"{time.monotonic() - started:.0f} s in all):")
+    for r in reports:
+        print_report(r, target, verbose=False)
+    if any(r.not_run for r in reports):
+        return 2
+    return 1 if any(r.score < target for r in reports) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,573 @@
+"""A small mutation tester: ast mutants, applied in memory in a forked child, judged by pytest.
+
+Why not a tool from PyPI (see tools/mutation/README.md): cosmic-ray rewrites the source file on disk for
+every mutant, and this working tree is shared by engineers running tests at the same time; mutmut 3
+copies the project into mutants/ and routes every function through a trampoline, picks tests by
+coverage rather than by a module's own unit tests, and has no time bound for a run. This one never
+writes a source file, runs each module against the test files named for it, one mutant at a time, with
+a per-mutant timeout and a per-module time budget.
+
+How a mutant runs. The parent has imported the target module. For each mutant it forks; the child
+compiles the mutated module, executes it in a scratch namespace, and copies what changed into the live
+module: a function's or method's code object and defaults (so every reference to it, including
+`from module import name` elsewhere, sees the mutant), or a module-level number (also replaced in every
+module that imported it under the same name). Then the child runs pytest on the module's tests and exits
+with pytest's code. Exit 0 is a surviving mutant; a failure, an error or a timeout kills it.
+
+What is mutated: function and method bodies and their default values, and module-level constant
+assignments (`NAME = <numbers and operators>`). Not mutated: strings (messages and struct formats: the
+layout tests pin the formats byte for byte), class bodies other than methods, annotations, docstrings,
+and logging calls (`log.warning(...)` etc.), whose effect is a log line.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import importlib
+import os
+import signal
+import sys
+import time
+import types
+from dataclasses import dataclass, field
+
+LOG_NAMES = {"log", "logger", "logging"}
+LOG_METHODS = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
+
+_CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+             ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+_BIN_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
+             ast.Mod: ast.Div, ast.Pow: ast.Mult, ast.LShift: ast.RShift, ast.RShift: ast.LShift,
+             ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd, ast.BitXor: ast.BitAnd}
+_SYM = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.In: "in",
+        ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not", ast.Add: "+", ast.Sub: "-", ast.Mult: "*",
+        ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>",
+        ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.And: "and", ast.Or: "or"}
+
+
+@dataclass
+class Mutant:
+    module: str        # dotted module name
+    path: str          # source path relative to the project root
+    index: int         # position in the module's mutant list (stable for a given source)
+    lineno: int
+    col: int
+    function: str      # qualified name of the enclosing function, or "<module>"
+    line: str          # the source line, stripped
+    mutation: str      # what changes, e.g. "< -> <=", "127 -> 128", "stmt -> pass"
+    occurrence: int = 1  # 1 unless the same mutation appears more than once on the line
+    equivalent: str = ""  # the reviewed reason, when marked equivalent
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.lineno}:{self.col}"
+
+    def describe(self) -> str:
+        occ = f" (#{self.occurrence})" if self.occurrence > 1 else ""
+        return f"{self.where} {self.function}: {self.mutation}{occ}   | {self.line}"
+
+
+@dataclass
+class Result:
+    mutant: Mutant
+    outcome: str       # killed | timeout | survived | incompatible | skipped
+    seconds: float = 0.0
+
+
+# -- finding and applying mutations -----------------------------------------------------------------
+
+class _Mutator(ast.NodeTransformer):
+    """Walks a module in a fixed order, numbering mutation points. With target=i it applies the i-th."""
+
+    def __init__(self, target: int = -1):
+        self.target = target
+        self.count = 0
+        self.points: list[tuple[ast.AST, str, str]] = []  # (node, function qualname, description)
+        self.applied = False
+        self._scope: list[str] = []
+        self._in_function = 0
+
+    # ---- bookkeeping
+    def _point(self, node, desc: str) -> bool:
+        """Register a mutation point; True when it is the one to apply."""
+        i = self.count
+        self.count += 1
+        self.points.append((node, ".".join(self._scope) or "<module>", desc))
+        if i == self.target:
+            self.applied = True
+            return True
+        return False
+
+    @property
+    def _active(self) -> bool:
+        return self._in_function > 0
+
+    # ---- scopes
+    def visit_Module(self, node):
+        body = []
+        for stmt in node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                body.append(self.visit(stmt))
+            elif _is_constant_assignment(stmt):
+                self._in_function += 1  # constant expressions at module level are mutated too
+                self._scope.append(stmt.targets[0].id)
+                stmt.value = self.visit(stmt.value)
+                self._scope.pop()
+                self._in_function -= 1
+                body.append(stmt)
+            else:
+                body.append(stmt)
+        node.body = body
+        return node
+
+    def visit_ClassDef(self, node):
+        self._scope.append(node.name)
+        node.body = [self.visit(s) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else s
+                     for s in node.body]
+        self._scope.pop()
+        return node
+
+    def visit_FunctionDef(self, node):
+        self._scope.append(node.name)
+        self._in_function += 1
+        # defaults are mutated (evaluated at definition time, copied into the live function)
+        node.args.defaults = [self.visit(d) for d in node.args.defaults]
+        node.args.kw_defaults = [self.visit(d) if d is not None else None for d in node.args.kw_defaults]
+        body = node.body
+        start = 1 if body and _is_docstring(body[0]) else 0
+        node.body = body[:start] + self._statements(body[start:])
+        self._in_function -= 1
+        self._scope.pop()
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node):
+        node.body = self.visit(node.body)
+        return node
+
+    def _statements(self, stmts):
+        out = []
+        for s in stmts:
+            r = self.visit(s)
+            if isinstance(r, list):
+                out.extend(r)
+            elif r is not None:
+                out.append(r)
+        return out or ([ast.Pass()] if stmts else [])
+
+    # ---- what is not mutated
+    def visit_JoinedStr(self, node):
+        return node
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            node.value = self.visit(node.value)
+        return node
+
+    def visit_Assert(self, node):
+        node.test = self.visit(node.test)
+        return node
+
+    # ---- statements
+    def generic_visit_block(self, node):
+        for name in ("body", "orelse", "finalbody"):
+            if hasattr(node, name):
+                setattr(node, name, self._statements(getattr(node, name)))
+        if hasattr(node, "handlers"):
+            node.handlers = [self.visit(h) for h in node.handlers]
+        return node
+
+    def visit_If(self, node):
+        node.test = self._condition(node.test)
+        return self.generic_visit_block(node)
+
+    def visit_While(self, node):
+        node.test = self._condition(node.test)
+        return self.generic_visit_block(node)
+
+    def visit_For(self, node):
+        node.iter = self.visit(node.iter)
+        return self.generic_visit_block(node)
+
+    def visit_With(self, node):
+        node.items = [self.visit(i) for i in node.items]
+        return self.generic_visit_block(node)
+
+    def visit_Try(self, node):
+        return self.generic_visit_block(node)
+
+    def visit_ExceptHandler(self, node):
+        node.body = self._statements(node.body)
+        return node
+
+    def _condition(self, test):
+        if self._active and not isinstance(test, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Constant)):
+            if self._point(test, "cond -> not cond"):
+                return ast.copy_location(ast.UnaryOp(op=ast.Not(), operand=test), test)
+        return self.visit(test)
+
+    def visit_IfExp(self, node):
+        node.test = self._condition(node.test)
+        node.body = self.visit(node.body)
+        node.orelse = self.visit(node.orelse)
+        return node
+
+    def visit_Expr(self, node):
+        if _is_log_call(node.value):
+            return node
+        if self._active and isinstance(node.value, ast.Call):
+            if self._point(node, "stmt -> pass"):
+                return ast.copy_location(ast.Pass(), node)
+        node.value = self.visit(node.value)
+        return node
+
+    def visit_Assign(self, node):
+        if self._active and self._in_function and any(isinstance(t, (ast.Attribute, ast.Subscript))
+                                                       for t in node.targets):
+            if self._point(node, "stmt -> pass"):
+                return ast.copy_location(ast.Pass(), node)
+        node.value = self.visit(node.value)
+        return node
+
+    def visit_AugAssign(self, node):
+        swap = _BIN_SWAP.get(type(node.op))
+        if self._active and swap is not None:
+            if self._point(node, f"{_SYM[type(node.op)]}= -> {_SYM[swap]}="):
+                node.op = swap()
+                return node
+        node.value = self.visit(node.value)
+        return node
+
+    def visit_Return(self, node):
+        if self._active and node.value is not None and not (isinstance(node.value, ast.Constant)
+                                                            and node.value.value is None):
+            if self._point(node, "return x -> return None"):
+                node.value = ast.Constant(value=None)
+                return node
+        if node.value is not None:
+            node.value = self.visit(node.value)
+        return node
+
+    def visit_Break(self, node):
+        if self._active and self._point(node, "break -> continue"):
+            return ast.copy_location(ast.Continue(), node)
+        return node
+
+    def visit_Continue(self, node):
+        if self._active and self._point(node, "continue -> break"):
+            return ast.copy_location(ast.Break(), node)
+        return node
+
+    # ---- expressions
+    def visit_Call(self, node):
+        if _is_log_call(node):
+            return node
+        if (self._active and isinstance(node.func, ast.Name) and node.func.id in ("min", "max")):
+            other = "max" if node.func.id == "min" else "min"
+            if self._point(node, f"{node.func.id}() -> {other}()"):
+                node.func = ast.copy_location(ast.Name(id=other, ctx=ast.Load()), node.func)
+                return node
+        node.func = self.visit(node.func)
+        node.args = [self.visit(a) for a in node.args]
+        node.keywords = [self.visit(k) for k in node.keywords]
+        return node
+
+    def visit_Compare(self, node):
+        if self._active:
+            for i, op in enumerate(node.ops):
+                swap = _CMP_SWAP.get(type(op))
+                if swap is not None and self._point(node, f"{_SYM[type(op)]} -> {_SYM[swap]}"):
+                    node.ops[i] = swap()
+                    return node
+        node.left = self.visit(node.left)
+        node.comparators = [self.visit(c) for c in node.comparators]
+        return node
+
+    def visit_BinOp(self, node):
+        swap = _BIN_SWAP.get(type(node.op))
+        if self._active and swap is not None and not _is_string_format(node):
+            if self._point(node, f"{_SYM[type(node.op)]} -> {_SYM[swap]}"):
+                node.op = swap()
+                return node
+        node.left = self.visit(node.left)
+        node.right = self.visit(node.right)
+        return node
+
+    def visit_BoolOp(self, node):
+        if self._active:
+            swap = ast.Or if isinstance(node.op, ast.And) else ast.And
+            if self._point(node, f"{_SYM[type(node.op)]} -> {_SYM[swap]}"):
+                node.op = swap()
+                return node
+        node.values = [self.visit(v) for v in node.values]
+        return node
+
+    def visit_UnaryOp(self, node):
+        if self._active and isinstance(node.op, (ast.Not, ast.USub, ast.Invert)):
+            name = {ast.Not: "not x -> x", ast.USub: "-x -> x", ast.Invert: "~x -> x"}[type(node.op)]
+            if self._point(node, name):
+                return node.operand
+        node.operand = self.visit(node.operand)
+        return node
+
+    def visit_Constant(self, node):
+        if not self._active:
+            return node
+        v = node.value
+        if isinstance(v, bool):
+            if self._point(node, f"{v} -> {not v}"):
+                return ast.copy_location(ast.Constant(value=not v), node)
+        elif isinstance(v, int):
+            if self._point(node, f"{v} -> {v + 1}"):
+                return ast.copy_location(ast.Constant(value=v + 1), node)
+        elif isinstance(v, float):
+            if self._point(node, f"{v} -> {v + 1.0}"):
+                return ast.copy_location(ast.Constant(value=v + 1.0), node)
+        return node
+
+
+def _is_docstring(stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
+def _is_log_call(node) -> bool:
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return False
+    f = node.func
+    return f.attr in LOG_METHODS and isinstance(f.value, ast.Name) and f.value.id in LOG_NAMES
+
+
+def _is_string_format(node: ast.BinOp) -> bool:
+    """"..." % args and "a" + "b": message text, not behaviour."""
+    return isinstance(node.left, ast.Constant) and isinstance(node.left.value, (str, bytes))
+
+
+def _is_constant_assignment(stmt) -> bool:
+    """NAME = an expression of numbers and operators only (no names, calls or strings)."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    for n in ast.walk(stmt.value):
+        if isinstance(n, ast.Constant):
+            if not isinstance(n.value, (int, float)):
+                return False
+        elif not isinstance(n, (ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop)):
+            return False
+    return True
+
+
+def find_mutants(module: str, root: str) -> tuple[list[Mutant], str]:
+    """Every mutant of a module, in a stable order, and the module's source."""
+    path = module_path(module, root)
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    m = _Mutator()
+    m.visit(ast.parse(source, path))
+    lines = source.splitlines()
+    rel = os.path.relpath(path, root)
+    out, seen = [], {}
+    for i, (node, fn, desc) in enumerate(m.points):
+        line = lines[node.lineno - 1].strip()
+        k = (fn, line, desc)
+        seen[k] = seen.get(k, 0) + 1
+        out.append(Mutant(module, rel, i, node.lineno, node.col_offset, fn, line, desc, seen[k]))
+    return out, source
+
+
+def mutated_tree(source: str, path: str, index: int) -> ast.Module:
+    m = _Mutator(index)
+    tree = m.visit(ast.parse(source, path))
+    if not m.applied:
+        raise LookupError(f"mutant {index} not found in {path}")
+    return ast.fix_missing_locations(tree)
+
+
+def module_path(module: str, root: str) -> str:
+    return os.path.join(root, *module.split(".")) + ".py"
+
+
+# -- putting a mutant into the live module (in the child) ----------------------------------------------
+
+class Incompatible(Exception):
+    """The mutated function cannot replace the live one in place (its closure changed)."""
+
+
+_SIMPLE = (int, float, bool, str, bytes)
+_MISSING = object()
+
+
+def _patch_function(old, new, owner=None, name=None) -> int:
+    if old.__code__ == new.__code__ and old.__defaults__ == new.__defaults__ \
+            and old.__kwdefaults__ == new.__kwdefaults__:
+        return 0
+    if old.__code__.co_freevars != new.__code__.co_freevars:
+        # e.g. a method whose super() call was removed: no __class__ cell any more. A method is found
+        # through its class, so the class gets the new function; anything else cannot be patched.
+        if isinstance(owner, type) and new.__code__.co_freevars == ():
+            setattr(owner, name, new)
+            return 1
+        raise Incompatible(f"{old.__qualname__}: closure changed")
+    old.__code__ = new.__code__
+    old.__defaults__ = new.__defaults__
+    old.__kwdefaults__ = new.__kwdefaults__
+    return 1
+
+
+def _patch_member(old, new, seen, owner=None, name=None) -> int:
+    if id(old) in seen:
+        return 0
+    seen.add(id(old))
+    if isinstance(old, types.FunctionType) and isinstance(new, types.FunctionType):
+        return _patch_function(old, new, owner, name)
+    if hasattr(old, "__wrapped__") and hasattr(new, "__wrapped__") and hasattr(old, "cache_clear"):
+        n = _patch_member(old.__wrapped__, new.__wrapped__, seen)
+        old.cache_clear()
+        return n
+    if isinstance(old, property) and isinstance(new, property):
+        return sum(_patch_member(a, b, seen) for a, b in ((old.fget, new.fget), (old.fset, new.fset),
+                                                          (old.fdel, new.fdel)) if a is not None and b is not None)
+    if isinstance(old, (staticmethod, classmethod)) and isinstance(new, type(old)):
+        return _patch_member(old.__func__, new.__func__, seen)
+    if isinstance(old, type) and isinstance(new, type):
+        n = 0
+        for name, value in new.__dict__.items():
+            cur = old.__dict__.get(name, _MISSING)
+            if cur is not _MISSING:
+                n += _patch_member(cur, value, seen, old, name)
+        return n
+    return 0
+
+
+def apply(mod, tree: ast.Module) -> int:
+    """Execute the mutated module beside the live one and copy what differs into it. Returns how many
+    functions and values were replaced."""
+    ns = {"__name__": mod.__name__, "__package__": mod.__package__, "__file__": mod.__file__,
+          "__builtins__": builtins}
+    exec(compile(tree, mod.__file__, "exec"), ns)
+    changed, seen = 0, set()
+    for name, new in ns.items():
+        old = mod.__dict__.get(name, _MISSING)
+        if old is _MISSING or name.startswith("__"):
+            continue
+        if isinstance(old, _SIMPLE) and isinstance(new, _SIMPLE):
+            if type(old) is type(new) and old == new:
+                continue
+            for other in list(sys.modules.values()):  # `from module import NAME` copies the value
+                if other is not None and other is not mod and getattr(other, name, _MISSING) is old:
+                    setattr(other, name, new)
+            setattr(mod, name, new)
+            changed += 1
+        elif getattr(old, "__module__", None) == mod.__name__ or isinstance(old, types.FunctionType):
+            changed += _patch_member(old, new, seen)
+    return changed
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+EXIT_INCOMPATIBLE = 97
+EXIT_NOT_APPLIED = 98
+
+
+def pytest_args(tests: list[str], root: str) -> list[str]:
+    return ["-x", "-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:timeout",
+            "-p", "no:randomly", "--rootdir", root, "-o", "addopts=", "-W", "ignore", *tests]
+
+
+def run_child(module: str, tree: ast.Module | None, tests: list[str], root: str, timeout: float) -> tuple[str, float]:
+    """Fork; in the child apply the mutant (None: none) and run pytest. (outcome, seconds)."""
+    started = time.monotonic()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            sys.stdout = sys.stderr = open(os.devnull, "w")
+            os.setpgid(0, 0)
+            mod = importlib.import_module(module)
+            if tree is not None:
+                try:
+                    if apply(mod, tree) == 0:
+                        os._exit(EXIT_NOT_APPLIED)
+                except Incompatible:
+                    os._exit(EXIT_INCOMPATIBLE)
+            import pytest
+            code = int(pytest.main(pytest_args(tests, root)))
+        except BaseException:  # the mutated module does not even load: every test would fail
+            code = 1
+            if os.environ.get("MUTATION_DEBUG"):
+                import traceback
+                with open(os.environ["MUTATION_DEBUG"], "a") as f:
+                    traceback.print_exc(file=f)
+        finally:
+            os._exit(code)
+    deadline = started + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+            return "timeout", time.monotonic() - started
+        time.sleep(0.005)
+    seconds = time.monotonic() - started
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0:
+        return "survived", seconds
+    if code == EXIT_INCOMPATIBLE:
+        return "incompatible", seconds
+    if code == EXIT_NOT_APPLIED:
+        return "not-applied", seconds
+    if code in (4, 5):  # usage error / no tests collected: the run itself is broken
+        return f"error(pytest exit {code})", seconds
+    return "killed", seconds  # test failures, errors, a crash of the child
+
+
+def run_mutant(mutant: Mutant, source: str, tests: list[str], root: str, timeout: float) -> Result:
+    path = module_path(mutant.module, root)
+    tree = mutated_tree(source, path, mutant.index)
+    compile(tree, path, "exec")  # a mutant that does not compile is a bug of this tool: raise here
+    outcome, seconds = run_child(mutant.module, tree, tests, root, timeout)
+    return Result(mutant, outcome, seconds)
+
+
+@dataclass
+class ModuleReport:
+    module: str
+    path: str
+    results: list[Result] = field(default_factory=list)
+    equivalent: list[Mutant] = field(default_factory=list)
+    not_run: list[Mutant] = field(default_factory=list)
+    baseline_s: float = 0.0
+    seconds: float = 0.0
+
+    def count(self, *outcomes) -> int:
+        return sum(1 for r in self.results if r.outcome in outcomes)
+
+    @property
+    def detected(self) -> int:
+        return self.count("killed", "timeout")
+
+    @property
+    def scored(self) -> int:
+        return self.count("killed", "timeout", "survived")
+
+    @property
+    def score(self) -> float:
+        return 100.0 * self.detected / self.scored if self.scored else 100.0
+
+    @property
+    def survivors(self) -> list[Mutant]:
+        return [r.mutant for r in self.results if r.outcome == "survived"]
+
+
+def copy_tree(tree):
+    return copy.deepcopy(tree)
