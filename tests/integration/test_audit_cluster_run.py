@@ -97,4 +97,12 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
     audit = subprocess.run([sys.executable, "-m", "pipeline", str(run_dir), "--out", str(tmp_path / "r2")],
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert audit.returncode == 1, audit.stdout[-4000:] + audit.stderr[-3000:]
-    assert "FAIL" in audit.stdout
+    # ... and it names it: the slave's node and the offset of the record that holds byte 200
+    from broker.store import record
+    pos = 0
+    while pos + record.message_size(data[pos:pos + 8]) <= 200:
+        assert record.message_size(data[pos:pos + 8]) > 0, "byte 200 should be inside a record"
+        pos += record.message_size(data[pos:pos + 8])
+    damaged, node = int(slave_log.name) + pos, slave_log.parents[2].name
+    fails = [line for line in audit.stdout.splitlines() if line.startswith("FAIL ")]
+    assert any(node in line and str(damaged) in line for line in fails), audit.stdout[-4000:]

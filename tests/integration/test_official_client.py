@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from .local_cluster import BrokerProcess, NameServerProcess, wait_until
+from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -54,9 +54,11 @@ def produce(namesrv: str, sends: list[dict], group: str = "PG", timeout_ms: int 
     return out[-1]["results"]
 
 
-def consume(namesrv: str, topic: str, group: str, expect: int, deadline_s: float = 60) -> list[dict]:
+def consume(namesrv: str, topic: str, group: str, expect: int, deadline_s: float = 60,
+            linger_s: float = 0.5) -> list[dict]:
     lines = run_worker("consume", {"namesrv": namesrv, "topic": topic, "group": group, "expect": expect,
-                                   "deadline_s": deadline_s, "props": USER_PROPS}, deadline_s + 30)
+                                   "deadline_s": deadline_s, "props": USER_PROPS, "linger_s": linger_s},
+                       deadline_s + 30)
     LAST_CONSUMER_PID[0] = next((l["pid"] for l in lines if "pid" in l), 0)
     return [l for l in lines if "body" in l]
 
@@ -70,7 +72,7 @@ def native_log(pid: int, lines: int = 60) -> str:
 
 
 def consume_all(namesrv: str, topic: str, group: str, bodies: set[str], rounds: int = 3,
-                round_s: float = 20) -> tuple[list[dict], int]:
+                round_s: float = 20, linger_s: float = 0.5) -> tuple[list[dict], int]:
     """Consume until every body in `bodies` was seen, restarting the consumer process (same group, so
     it resumes at its committed offsets) when a round ends short. The 1.0.1 client can lose an
     async pull whose first connection attempt hit its transport-lock race; the queue then stalls
@@ -79,7 +81,7 @@ def consume_all(namesrv: str, topic: str, group: str, bodies: set[str], rounds: 
     got: list[dict] = []
     for n in range(1, rounds + 1):
         missing = bodies - {m["body"] for m in got}
-        got += consume(namesrv, topic, group, expect=len(missing), deadline_s=round_s)
+        got += consume(namesrv, topic, group, expect=len(missing), deadline_s=round_s, linger_s=linger_s)
         if bodies <= {m["body"] for m in got}:
             return got, n
     return got, rounds
@@ -153,7 +155,7 @@ def test_every_send_mode_and_a_push_consumer_sees_messages_exactly_as_sent(clust
     ns, nodes, _ = cluster
     topic = topic_name("Modes")
     sync, asyn, oneway = msgs("sync", 6, big_every=3), msgs("async", 4, big_every=2), msgs("oneway", 3)
-    orderly, batch = msgs("orderly", 5), msgs("batch", 4)
+    orderly, batch = [dict(m, arg=7) for m in msgs("orderly", 5)], msgs("batch", 4)  # one sharding argument
     results = produce(ns.addr, [
         {"mode": "sync", "topic": topic, "messages": sync},
         {"mode": "async", "topic": topic, "messages": asyn},
@@ -167,7 +169,8 @@ def test_every_send_mode_and_a_push_consumer_sees_messages_exactly_as_sent(clust
         assert "error" not in r and r["status"] in (SEND_OK, None), r
     # send_orderly with the same argument lands in the same queue, in order
     ordered = results[len(sync) + len(asyn) + len(oneway):][:len(orderly)]
-    assert all(r["offset"] >= 0 for r in ordered)
+    offsets = [r["offset"] for r in ordered]
+    assert offsets == list(range(offsets[0], offsets[0] + len(orderly))), str(offsets)
 
     got, _rounds = consume_all(ns.addr, topic, "G-modes", {m["body"] for m in sent})
     by_body = {m["body"]: m for m in got}
@@ -177,6 +180,9 @@ def test_every_send_mode_and_a_push_consumer_sees_messages_exactly_as_sent(clust
         assert (m["tags"], m["keys"], m["topic"]) == (spec["tags"], spec["keys"], topic)
         assert m["props"] == spec["props"]
     assert any(len(b) >= 6000 for b in by_body)  # compressed by the client, stored as sent, inflated back
+    # send_orderly with one argument: one queue, in send order (as the consumer sees them)
+    placed = [(by_body[m["body"]]["queue_id"], by_body[m["body"]]["queue_offset"]) for m in orderly]
+    assert placed == [(placed[0][0], o) for o in offsets], str(placed)
     # the messages went to both masters
     assert nodes["broker-a"].total_messages(topic, 4) > 0
     assert nodes["broker-b"].total_messages(topic, 4) > 0
@@ -215,13 +221,27 @@ def test_two_consumers_split_the_queues_and_one_takes_over(cluster):
         b.stop()
 
 
+def committed_offsets(nodes, topic: str, group: str, queues: int = 4) -> int:
+    """The group's committed offsets for the topic, summed over both masters' queues (QUERY_CONSUMER_OFFSET)."""
+    total = 0
+    for name in ("broker-a", "broker-b"):
+        for q in range(queues):
+            r = rpc(nodes[name].addr, 14, {"consumerGroup": group, "topic": topic, "queueId": str(q)})
+            if r.code == 0:
+                total += int(r.ext_fields["offset"])
+    return total
+
+
 def test_offsets_survive_a_consumer_restart(cluster):
-    ns, _, _ = cluster
+    ns, nodes, _ = cluster
     topic = topic_name("Restart")
     before = msgs("before", 12)
     produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": before}])
-    got, _ = consume_all(ns.addr, topic, "G-restart", {m["body"] for m in before})
+    got, _ = consume_all(ns.addr, topic, "G-restart", {m["body"] for m in before}, linger_s=0)
     assert {m["body"] for m in before} <= {m["body"] for m in got}
+    # no fixed wait: the consumer commits its offsets as it shuts down; poll the brokers for them
+    wait_until("the consumer's offsets are committed", lambda: committed_offsets(nodes, topic, "G-restart")
+               >= len(before), 20)
     after = msgs("after", 7)
     produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": after}])
     got2, _ = consume_all(ns.addr, topic, "G-restart", {m["body"] for m in after})

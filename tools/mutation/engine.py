@@ -571,3 +571,29 @@ class ModuleReport:
 
 def copy_tree(tree):
     return copy.deepcopy(tree)
+
+
+def select(mutants: list[Mutant], function: str, line: str, mutation: str, occurrence: int = 1) -> Mutant:
+    """The one mutant in `function` whose source line contains `line` and whose mutation is `mutation`."""
+    hits = [m for m in mutants if m.function == function and line in m.line and m.mutation == mutation
+            and m.occurrence == occurrence]
+    if len(hits) != 1:
+        raise LookupError(f"{len(hits)} mutants match {function}: {mutation} | {line}")
+    return hits[0]
+
+
+def smoke(module: str, picks: list[tuple], root: str, timeout: float = 120.0) -> list[tuple[Mutant, str]]:
+    """Run a few fixed mutants, each against the one test that should kill it (for `make test`).
+
+    picks: (function, line substring, mutation, test node id relative to root). Raises if the tests do
+    not pass unmutated. Returns (mutant, outcome) for each pick."""
+    mutants, source = find_mutants(module, root)
+    nodes = sorted({os.path.join(root, p[3]) for p in picks})
+    outcome, _ = run_child(module, None, nodes, root, timeout)
+    if outcome != "survived":
+        raise AssertionError(f"{module}: the smoke tests do not pass unmutated ({outcome})")
+    out = []
+    for function, line, mutation, node in picks:
+        m = select(mutants, function, line, mutation)
+        out.append((m, run_mutant(m, source, [os.path.join(root, node)], root, timeout).outcome))
+    return out

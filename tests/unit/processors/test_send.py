@@ -163,9 +163,11 @@ def test_sync_master_with_slave_connected_waits_then_times_out(tmp_path):
         ha.is_slave_ok = lambda where: True  # a slave is "connected" but never acknowledges
         d = b.call(send_v1())
         assert isinstance(d, defer.Deferred)
-        b.clock.advance(1.6)
         out = []
         d.addCallback(out.append)
+        b.clock.advance(1.499)
+        assert out == [] and len(ha.group_transfer) == 1  # it waits: no answer before the deadline
+        b.clock.advance(0.002)
         assert out and out[0].code == ResponseCode.FLUSH_SLAVE_TIMEOUT
         assert out[0].ext_fields["msgId"]
     finally:

@@ -107,7 +107,17 @@ def test_full_disk_fails_cleanly_and_loses_nothing(store_factory, monkeypatch):
 
 def test_walk_reports_why_it_stopped(store_factory):
     s = store_factory()
-    for i in range(3):
-        s.put_message(msg(i))
+    res = [s.put_message(msg(i)) for i in range(3)]
     kinds = [kind for _, kind, *_ in s.commitlog.walk(0)]
-    assert kinds == [Scan.MESSAGE] * 3
+    assert kinds == [Scan.MESSAGE] * 3  # the end of the data: no stop record
+    # a damaged body: the walk yields the record that stopped it, with the reason
+    f = s.commitlog.queue.files[0]
+    f.write_at(res[1].wrote_offset + res[1].wrote_bytes - 30, b"\xff")
+    walked = list(s.commitlog.walk(0))
+    assert [(off, kind) for off, kind, *_ in walked] == [(0, Scan.MESSAGE), (res[1].wrote_offset, Scan.INVALID)]
+    assert walked[-1][4].startswith("body CRC ") and " != stored " in walked[-1][4]
+    assert [kind for _, kind, *_ in s.commitlog.walk(0, check_crc=False)] == [Scan.MESSAGE] * 3
+    # a walk bounded inside a record: the partial record it ends on
+    walked = list(s.commitlog.walk(0, end=res[0].wrote_bytes + 20, check_crc=False))
+    assert [kind for _, kind, *_ in walked] == [Scan.MESSAGE, Scan.PARTIAL]
+    assert walked[-1][4] == f"record of {res[1].wrote_bytes} bytes, 20 present"

@@ -258,6 +258,10 @@ def test_every_scanner_reads_at_a_non_zero_position():
         assert (kind, size, info.topic) == (Scan.MESSAGE, len(want), r.message.topic)
         kind, size, fields, _ = record.scan_summary(memoryview(buf), pos)
         assert (kind, size, fields) == record.scan_summary(want)[:3]
+    cut = buf[:13 + len(a) - 1]  # the record at 13 lacks its last byte
+    assert record.scan(cut, 13).kind == Scan.PARTIAL and record.scan(cut[:20], 13).kind == Scan.PARTIAL
+    assert record.scan_index(cut, 13)[:2] == (Scan.PARTIAL, len(a))
+    assert record.scan_summary(cut, 13)[:2] == (Scan.PARTIAL, len(a))
     walked = list(record.iter_records(buf[13:], base_offset=1000))
     assert [(off, r.kind) for off, r in walked] == [(1000, Scan.MESSAGE), (1000 + len(a), Scan.MESSAGE),
                                                      (1000 + len(a) + len(b), Scan.INVALID)]
