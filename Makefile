@@ -57,6 +57,9 @@ test-integration: $(STAMP) images ## integration tests only (builds the images f
 fuzz: $(STAMP) ## coverage-guided fuzzing (atheris) of every decoder a peer reaches, FUZZ_SECONDS=60 per target (FUZZ_TARGETS= to pick)
 	$(PY) -m fuzz.run --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
+mutation: $(STAMP) ## mutation testing of the HA core, the record format, names and log limits: one score per module (MODULES=broker.ha.wire ... BUDGET=s per module)
+	$(PY) -m tools.mutation $(MODULES) $(if $(BUDGET),--budget $(BUDGET))
+
 # --- audit and benchmarks ---------------------------------------------------------------------
 audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exit 1 if a guarantee failed)
 	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
@@ -87,4 +90,4 @@ clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
 .PHONY: help venv cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration \
-	test-official-client fuzz audit chaos images bench bench-ha bench-send bench-decode clean
+	test-official-client fuzz mutation audit chaos images bench bench-ha bench-send bench-decode clean
