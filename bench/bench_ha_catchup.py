@@ -26,23 +26,15 @@ sys.path.insert(0, REPO)
 
 from broker.store.message_store import MessageStore  # noqa: E402
 from broker.store.record import Message  # noqa: E402
+from cluster import process  # noqa: E402
+from cluster.ports import free_block  # noqa: E402
+from cluster.wait import ProcessExited, wait_until  # noqa: E402
 
 FILE_SIZE = 2 << 30  # one 2 GiB mapped file, so the empty slave copies the whole backlog from 0
 
 
 def free_base_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base < 60000:
-            try:
-                for p in range(base, base + 3):
-                    with socket.socket() as t:
-                        t.bind(("127.0.0.1", p))
-                return base
-            except OSError:
-                continue
+    return free_block(3)  # listenPort, HA port, metrics port
 
 
 def make_backlog(path: str, gib: float, msg_size: int) -> int:
@@ -138,17 +130,16 @@ def start_broker(workdir, name, props, log):
     with open(conf, "w") as fh:
         fh.write("\n".join(f"{k}={v}" for k, v in props.items()))
     prof = os.environ.get("BENCH_PROFILE_DIR")
-    cmd = [sys.executable, "-m", "broker", "-c", conf, "--log-level", "WARNING"]
-    if prof:
-        cmd[1:1] = ["-m", "cProfile", "-o", os.path.join(prof, f"{name}.prof")]
-    proc = subprocess.Popen(cmd,
-                            cwd=REPO, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while status(props["listenPort"]) is None:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"{name} did not start; see {log}")
-        time.sleep(0.05)
-    return proc
+    cmd = process.broker_command(conf, python_args=["-m", "cProfile", "-o", os.path.join(prof, f"{name}.prof")]
+                                 if prof else None, extra_args=["--log-level", "WARNING"])
+    rec = process.spawn(cmd, log, process.child_env())
+
+    def up():
+        if not process.is_running(rec):
+            raise ProcessExited(f"{name} exited; see {log}")
+        return status(props["listenPort"])
+    wait_until(up, 60, f"{name} answers /status (log {log})", interval=0.05)
+    return rec
 
 
 def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int) -> tuple[float, float]:
@@ -186,8 +177,7 @@ def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int) -> tup
         return end / (t1 - t0), end / (t1 - (first or t0))
     finally:
         for p in procs:
-            p.terminate()
-            p.wait()
+            process.stop(p, 30)
         shutil.rmtree(work, ignore_errors=True)
 
 

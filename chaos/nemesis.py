@@ -1,33 +1,44 @@
-"""The nemesis of a chaos run: a seeded schedule of faults on the HA links and slaves, and their injection.
+"""The nemesis of a chaos run: a seeded schedule of faults, each a start/stop pair from one table.
 
-    sched = make_schedule(rng, faults=["latency", "cut"], slaves={"broker-a": "broker-a-s", ...},
-                          duration=60)
-    nem = Nemesis(state, sync_wait_ms=1500)      # state: the cluster's state.json
-    nem.run(sched, t0, stop_event)               # in a thread; nem.current says what is active
+    c = Cluster.attach("chaos")
+    sched = make_schedule(random.Random(seed), ["kill-master", "latency"], c, duration=60)
+    nem = Nemesis(c, log=print, fault_log=FaultLog(run_dir / "faults" / "faults-1.jsonl"))
+    nem.run(sched, t0, stop_event)               # in a thread; nem.active says what is broken now
     nem.heal_all()
 
-Faults (one at a time, on one broker group, each healed after its hold time):
-  latency        Toxiproxy latency on `<slave>-ha` (master -> slave) above the sync wait: a SYNC_MASTER
-                 send gets FLUSH_SLAVE_TIMEOUT                                          (docker only)
-  cut            the HA link cut: a `timeout` toxic both ways (connection kept, data swallowed) or the
-                 proxy disabled (connections closed, refused)                           (docker only)
-  slicer         master -> slave data cut into 7 +/- 3 byte slices                      (docker only)
-  pause-slave    the slave frozen (docker pause; local: SIGSTOP, then SIGCONT)
-  restart-slave  the slave stopped cleanly (SIGTERM) and started again after the hold
-  kill-slave     the slave killed (SIGKILL) and started again after the hold
+FAULTS is the table: each kind names what it targets, the backends it works on, how its parameters are
+drawn, and its start and stop (both take the cluster handle and the fault). Every start and stop goes
+through cluster/handle.py and is written to the fault log (chaos/faultlog.py), so the audit knows what
+was broken when.
+
+  kind            target        backends       start -> stop
+  latency         HA link       docker         latency above the sync wait on <slave>-ha -> toxics removed
+  cut             HA link       docker         timeout toxic both ways, or the proxy disabled -> restored
+  slicer          HA link       docker         master -> slave bytes in 7 +/- 3 byte slices -> removed
+  pause-slave     slave         both           frozen (SIGSTOP / docker pause) -> resumed
+  restart-slave   slave         both           SIGTERM, clean shutdown -> started
+  kill-slave      slave         both           SIGKILL -> started
+  pause-master    master        both           frozen -> resumed
+  restart-master  master        both           SIGTERM -> started
+  kill-master     master        both           SIGKILL -> started after the hold
+  power-loss      master|slave  both           SIGKILL, commit log cut to the durable offset -> started
+  partition       master|slave  docker         container off the network (no name server, peers or
+                                               clients) -> reconnected
+  client-latency  master        docker         latency on the host clients' proxy of the master -> removed
+  client-cut      master        docker         the clients' proxy cut (timeout or disabled) -> restored
+
+Schedules: one fault at a time by default; with overlap=True a master fault may start while a slave
+fault of another group is active (never two faults on one group, so each heal is unambiguous).
 """
 from __future__ import annotations
 
 import random
-import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Callable
 
-ALL_FAULTS = ("latency", "cut", "slicer", "pause-slave", "restart-slave", "kill-slave")
-DEFAULT_FAULTS = ("latency", "cut", "pause-slave", "restart-slave", "slicer")
-PROXY_FAULTS = ("latency", "cut", "slicer")
-LOCAL_FAULTS = ("pause-slave", "restart-slave", "kill-slave")
+from cluster import ClusterError
 
 
 @dataclass
@@ -36,211 +47,268 @@ class Fault:
     hold: float          # seconds until healed
     kind: str
     group: str           # broker name
-    slave: str           # the slave node
+    target: str          # the node
     params: dict = field(default_factory=dict)
+    role: str = "slave"  # of the target
+    link: str | None = None
+    id: int = 0
 
     def describe(self) -> str:
         extra = " ".join(f"{k}={v}" for k, v in self.params.items())
-        return f"{self.kind} {self.slave}" + (f" ({extra})" if extra else "")
+        what = self.link or self.target
+        return f"{self.kind} {what}" + (f" ({extra})" if extra else "")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    name: str
+    targets: str                      # "slave", "master", "node" (master or slave)
+    backends: tuple[str, ...]
+    start: Callable                   # (cluster, fault) -> dict | None (info for the log)
+    stop: Callable                    # (cluster, fault) -> dict | None
+    params: Callable = lambda rng, sync_wait_ms: {}
+    link: Callable | None = None      # (cluster, fault) -> proxy name, for link faults
+    doc: str = ""
+
+
+def _restart(c, f):
+    c.start(f.target, timeout=60)
+
+
+def _resume(c, f):
+    c.resume(f.target)
+
+
+def _heal_link(c, f):
+    c.heal_link(f.link)
+
+
+BOTH, DOCKER = ("local", "docker"), ("docker",)
+
+FAULTS: dict[str, FaultKind] = {k.name: k for k in [
+    FaultKind("latency", "slave", DOCKER,
+              lambda c, f: c.slow_link(f.link, f.params["ms"]), _heal_link,
+              lambda rng, w: {"ms": w + 1000}, lambda c, f: c.ha_link(f.target),
+              "master -> slave delayed above the sync wait: FLUSH_SLAVE_TIMEOUT"),
+    FaultKind("cut", "slave", DOCKER,
+              lambda c, f: c.cut_link(f.link, f.params["mode"]), _heal_link,
+              lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])}, lambda c, f: c.ha_link(f.target),
+              "the HA link cut: SLAVE_NOT_AVAILABLE once the master drops it"),
+    FaultKind("slicer", "slave", DOCKER,
+              lambda c, f: c.slice_link(f.link, f.params["average_size"], f.params["size_variation"],
+                                        f.params["delay_us"]), _heal_link,
+              lambda rng, w: {"average_size": 7, "size_variation": 3, "delay_us": 10},
+              lambda c, f: c.ha_link(f.target), "frames cut into tiny pieces"),
+    FaultKind("pause-slave", "slave", BOTH, lambda c, f: c.pause(f.target), _resume),
+    FaultKind("restart-slave", "slave", BOTH, lambda c, f: c.stop(f.target), _restart),
+    FaultKind("kill-slave", "slave", BOTH, lambda c, f: c.kill(f.target), _restart),
+    FaultKind("pause-master", "master", BOTH, lambda c, f: c.pause(f.target), _resume),
+    FaultKind("restart-master", "master", BOTH, lambda c, f: c.stop(f.target), _restart),
+    FaultKind("kill-master", "master", BOTH, lambda c, f: c.kill(f.target), _restart),
+    FaultKind("power-loss", "node", BOTH, lambda c, f: c.power_loss(f.target), _restart,
+              doc="SIGKILL, then the commit log cut to the durable (fdatasync'ed) offset"),
+    FaultKind("partition", "node", DOCKER, lambda c, f: c.partition(f.target),
+              lambda c, f: c.heal_partition(f.target)),
+    FaultKind("client-latency", "master", DOCKER,
+              lambda c, f: c.slow_link(f.link, f.params["ms"]), _heal_link,
+              lambda rng, w: {"ms": rng.choice([200, 1000, 3000])}, lambda c, f: c.client_link(f.target)),
+    FaultKind("client-cut", "master", DOCKER,
+              lambda c, f: c.cut_link(f.link, f.params["mode"]), _heal_link,
+              lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])}, lambda c, f: c.client_link(f.target)),
+]}
+ALL_FAULTS = tuple(FAULTS)
+DEFAULT_FAULTS = ("latency", "cut", "pause-slave", "restart-slave", "slicer")
+MASTER_FAULTS = tuple(k for k, v in FAULTS.items() if v.targets in ("master", "node"))
 
 
 def applicable_faults(faults: list[str], backend: str) -> tuple[list[str], list[str]]:
-    """(usable, dropped) for a backend: the local backend has no proxies."""
-    if backend == "docker":
-        return list(faults), []
-    return [f for f in faults if f in LOCAL_FAULTS], [f for f in faults if f not in LOCAL_FAULTS]
+    """(usable, dropped) for a backend."""
+    return ([f for f in faults if backend in FAULTS[f].backends],
+            [f for f in faults if backend not in FAULTS[f].backends])
 
 
-def make_schedule(rng: random.Random, faults: list[str], slaves: dict[str, str], duration: float,
-                  sync_wait_ms: int = 1500, max_faults: int | None = None, warmup: float | None = None,
-                  quiet: float | None = None) -> list[Fault]:
-    """Faults every few seconds from `warmup` until `duration - quiet`, each healed before the next."""
-    if not faults or not slaves:
+def groups_of(cluster) -> dict[str, dict]:
+    """broker name -> {"master": node, "slaves": [nodes]}."""
+    out: dict[str, dict] = {}
+    for n in cluster.state.get("nodes", []):
+        g = out.setdefault(n["brokerName"], {"master": None, "slaves": []})
+        if n.get("master"):
+            g["slaves"].append(n["name"])
+        else:
+            g["master"] = n["name"]
+    return out
+
+
+def _candidates(kind: FaultKind, groups: dict[str, dict]) -> list[tuple[str, str, str]]:
+    """(group, node, role) this kind can hit."""
+    out = []
+    for g, members in sorted(groups.items()):
+        if kind.targets in ("master", "node") and members["master"]:
+            # a master fault only where its loss matters to replication: groups with a slave
+            if members["slaves"] or kind.targets == "node":
+                out.append((g, members["master"], "master"))
+        if kind.targets in ("slave", "node"):
+            out += [(g, s, "slave") for s in members["slaves"]]
+    return out
+
+
+def make_schedule(rng: random.Random, faults: list[str], cluster, duration: float, sync_wait_ms: int = 1500,
+                  max_faults: int | None = None, warmup: float | None = None, quiet: float | None = None,
+                  overlap: bool = False) -> list[Fault]:
+    """Faults every few seconds from `warmup` until `duration - quiet`. One at a time, or (overlap) a
+    second one on another group while the first is active. Deterministic for a seed and a topology."""
+    groups = groups_of(cluster)
+    usable = [f for f in faults if _candidates(FAULTS[f], groups)]
+    if not usable:
         return []
     warmup = min(3.0, duration * 0.15) if warmup is None else warmup
     quiet = max(3.0, min(10.0, duration * 0.2)) if quiet is None else quiet
-    groups = sorted(slaves)
     out: list[Fault] = []
     t = warmup
     while max_faults is None or len(out) < max_faults:
         hold = round(rng.uniform(2.0, 4.0), 1)
         if t + hold > duration - quiet:
             break
-        kind = rng.choice(faults)
-        group = rng.choice(groups)
-        params: dict = {}
-        if kind == "latency":
-            params = {"ms": sync_wait_ms + 1000}
-        elif kind == "cut":
-            params = {"mode": rng.choice(["timeout", "disabled"])}
-        elif kind == "slicer":
-            params = {"average_size": 7, "size_variation": 3, "delay_us": 10}
-        out.append(Fault(round(t, 1), hold, kind, group, slaves[group], params))
+        kind = FAULTS[rng.choice(usable)]
+        group, target, role = rng.choice(_candidates(kind, groups))
+        f = Fault(round(t, 1), hold, kind.name, group, target, kind.params(rng, sync_wait_ms), role,
+                  id=len(out) + 1)
+        if kind.link:
+            f.link = kind.link(cluster, f)
+        out.append(f)
+        if overlap and (max_faults is None or len(out) < max_faults) and rng.random() < 0.5:
+            # a second fault on another group, starting inside this one's hold
+            others = [(g, n, r) for k in usable for (g, n, r) in _candidates(FAULTS[k], groups)
+                      if g != group and r != role]
+            kinds = [k for k in usable if any(g != group and r != role for g, _, r in _candidates(FAULTS[k], groups))]
+            if others and kinds:
+                k2 = FAULTS[rng.choice(kinds)]
+                c2 = [(g, n, r) for g, n, r in _candidates(k2, groups) if g != group and r != role]
+                g2, n2, r2 = rng.choice(c2)
+                at2 = round(t + rng.uniform(0.3, hold * 0.6), 1)
+                hold2 = round(rng.uniform(1.5, 3.0), 1)
+                if at2 + hold2 <= duration - quiet:
+                    f2 = Fault(at2, hold2, k2.name, g2, n2, k2.params(rng, sync_wait_ms), r2, id=len(out) + 1)
+                    if k2.link:
+                        f2.link = k2.link(cluster, f2)
+                    out.append(f2)
+                    hold = max(hold, at2 + hold2 - t)
         t += hold + round(rng.uniform(1.0, 3.0), 1)
     return out
 
 
-def slaves_by_group(state: dict) -> dict[str, str]:
-    """broker name -> its (first) slave node, for the groups that have one."""
-    out = {}
-    for n in state.get("nodes", []):
-        if n.get("role") == "SLAVE" or int(n.get("brokerId") or 0) > 0:
-            out.setdefault(n["brokerName"], n["name"])
-    return out
-
-
 class Nemesis:
-    def __init__(self, state: dict, log=None):
-        self.state = state
-        self.backend = state.get("backend", "local")
+    """Injects and heals faults through the cluster handle, writing each to the fault log."""
+
+    def __init__(self, cluster, log=None, fault_log=None):
+        self.cluster = cluster
         self.log = log or (lambda line: None)
-        self.current: Fault | None = None
+        self.fault_log = fault_log
+        self.active: dict[int, Fault] = {}
         self.done: list[tuple[Fault, str | None]] = []   # (fault, error)
-        self._broken: dict[str, str] = {}                 # slave -> what to undo ("proxy", "paused", "stopped")
-        if self.backend == "docker":
-            from chaos.nodes import Nodes
-            from chaos.toxics import Toxics
-            self.toxics = Toxics(state["toxiproxy"]["api"])
-            self.nodes = Nodes(state["compose"]["project"])
+        self._lock = threading.Lock()
+        self._ids = 1000  # faults injected outside a schedule
+
+    @property
+    def current(self) -> Fault | None:
+        with self._lock:
+            return next(iter(self.active.values()), None)
+
+    def describe_active(self) -> str:
+        with self._lock:
+            return ", ".join(f.describe() for f in self.active.values()) or "none"
 
     # -- one fault --------------------------------------------------------------------------------
-    def inject(self, f: Fault) -> None:
-        proxy = f"{f.slave}-ha"
-        if f.kind in PROXY_FAULTS and self.backend != "docker":
-            raise ValueError(f"{f.kind} needs the docker backend (Toxiproxy)")
-        if f.kind == "latency":
-            self._broken[f.slave] = "proxy"
-            self.toxics.latency(proxy, f.params["ms"])
-        elif f.kind == "cut":
-            self._broken[f.slave] = "proxy"
-            self.toxics.cut(proxy, f.params["mode"])
-        elif f.kind == "slicer":
-            self._broken[f.slave] = "proxy"
-            self.toxics.slicer(proxy, f.params["average_size"], f.params["size_variation"], f.params["delay_us"])
-        elif f.kind == "pause-slave":
-            self._broken[f.slave] = "paused"
-            if self.backend == "docker":
-                self.nodes.pause(f.slave)
-            else:
-                self._local_signal(f.slave, signal.SIGSTOP)
-        elif f.kind in ("restart-slave", "kill-slave"):
-            self._broken[f.slave] = "stopped"
-            if self.backend == "docker":
-                if f.kind == "kill-slave":
-                    self.nodes.kill(f.slave)
-                else:
-                    self.nodes.stop(f.slave, timeout=10)
-            else:
-                self._local_stop(f.slave, signal.SIGKILL if f.kind == "kill-slave" else signal.SIGTERM)
-        else:
+    def inject(self, f: Fault) -> dict | None:
+        kind = FAULTS.get(f.kind)
+        if kind is None:
             raise ValueError(f"unknown fault {f.kind!r}; known: {', '.join(ALL_FAULTS)}")
+        if self.cluster.kind not in kind.backends:
+            raise ValueError(f"{f.kind} needs the {'/'.join(kind.backends)} backend")
+        if not f.id:
+            self._ids += 1
+            f.id = self._ids
+        if kind.link and not f.link:
+            f.link = kind.link(self.cluster, f)
+        with self._lock:
+            self.active[f.id] = f
+        return self._op("inject", kind.start, f)
 
-    def heal(self, slave: str) -> None:
-        what = self._broken.get(slave)
-        if what == "proxy":
-            self.toxics.restore(f"{slave}-ha")
-        elif what == "paused":
-            if self.backend == "docker":
-                if self.nodes.status(slave) == "paused":
-                    self.nodes.unpause(slave)
-            else:
-                self._local_signal(slave, signal.SIGCONT)
-        elif what == "stopped":
-            if self.backend == "docker":
-                if self.nodes.status(slave) != "running":
-                    self.nodes.start(slave)
-            else:
-                self._local_start(slave)
-        self._broken.pop(slave, None)
+    def heal(self, f: Fault) -> dict | None:
+        try:
+            return self._op("heal", FAULTS[f.kind].stop, f)
+        finally:
+            with self._lock:
+                self.active.pop(f.id, None)
+
+    def _op(self, op: str, fn, f: Fault) -> dict | None:
+        from chaos.faultlog import now_ms
+        start = now_ms()
+        try:
+            info = fn(self.cluster, f)
+        except Exception as e:
+            if self.fault_log:
+                self.fault_log.write(op, f, start, error=f"{type(e).__name__}: {e}")
+            raise
+        if self.fault_log:
+            self.fault_log.write(op, f, start, info=info if isinstance(info, dict) else None)
+        return info
 
     def heal_all(self) -> list[str]:
-        """Undo everything still broken (and, on docker, every toxic of the cluster). Returns errors."""
+        """Undo everything still broken, then every toxic and every stopped node. Errors are returned,
+        not raised: a fault that cannot be undone fails the run, and the rest must still be healed."""
         errors = []
-        for slave in list(self._broken):
+        for f in list(self.active.values()):
             try:
-                self.heal(slave)
+                self.heal(f)
             except Exception as e:
-                errors.append(f"healing {slave}: {type(e).__name__}: {e}")
-        if self.backend == "docker":
+                errors.append(f"healing {f.describe()}: {type(e).__name__}: {e}")
+        try:
+            self.cluster.heal_links()
+        except Exception as e:
+            errors.append(f"Toxiproxy reset: {type(e).__name__}: {e}")
+        for node in self.cluster.nodes:
             try:
-                self.toxics.reset()
+                if self.cluster.kind == "docker":
+                    try:
+                        self.cluster.heal_partition(node)
+                    except ClusterError:
+                        pass
+                self.cluster.resume(node)
+                if not self.cluster.running(node):
+                    self.cluster.start(node, timeout=60)
             except Exception as e:
-                errors.append(f"Toxiproxy reset: {type(e).__name__}: {e}")
-        self.current = None
+                errors.append(f"bringing {node} back: {type(e).__name__}: {e}")
         return errors
 
     # -- the schedule -----------------------------------------------------------------------------
     def run(self, schedule: list[Fault], t0: float, stop: threading.Event) -> None:
-        """Inject and heal each fault at its time (t0: time.monotonic() of the start); stop ends early."""
-        for f in schedule:
-            if stop.wait(max(0.0, t0 + f.at - time.monotonic())):
+        """Inject and heal each fault at its time (t0: time.monotonic() of the start); stop ends early.
+        Faults may overlap: events are taken in time order."""
+        events = sorted([(f.at, 0, f) for f in schedule] + [(f.at + f.hold, 1, f) for f in schedule],
+                        key=lambda e: (e[0], e[1]))
+        errors: dict[int, str] = {}
+        for at, is_heal, f in events:
+            if stop.wait(max(0.0, t0 + at - time.monotonic())):
                 break
-            err = None
-            self.current = f
-            self.log(f"t={time.monotonic() - t0:5.1f}s inject {f.describe()} for {f.hold:g}s")
-            try:
-                self.inject(f)
-            except Exception as e:
-                err = f"inject: {type(e).__name__}: {e}"
-                self.log(f"  {f.kind} {f.slave}: {err}")
-            stop.wait(max(0.0, t0 + f.at + f.hold - time.monotonic()))
-            try:
-                self.heal(f.slave)
-                self.log(f"t={time.monotonic() - t0:5.1f}s healed {f.kind} {f.slave}")
-            except Exception as e:
-                err = (err + "; " if err else "") + f"heal: {type(e).__name__}: {e}"
-                self.log(f"  healing {f.kind} {f.slave}: {err}")
-            self.current = None
-            self.done.append((f, err))
-            if stop.is_set():
-                break
-
-    # -- local processes --------------------------------------------------------------------------
-    def _node(self, name: str) -> dict:
-        for n in self.state["nodes"]:
-            if n["name"] == name:
-                return n
-        raise ValueError(f"no node {name!r}")
-
-    def _local_signal(self, name: str, sig: int) -> None:
-        from cluster.local_backend import _signal, is_running
-        rec = self._node(name).get("process")
-        if not is_running(rec):
-            raise RuntimeError(f"{name} is not running")
-        _signal(rec, sig)
-
-    def _local_stop(self, name: str, sig: int) -> None:
-        from cluster.local_backend import _signal, is_running
-        rec = self._node(name).get("process")
-        if not is_running(rec):
-            return
-        _signal(rec, sig)
-        deadline = time.monotonic() + 15
-        while is_running(rec) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if is_running(rec):
-            _signal(rec, signal.SIGKILL)
-
-    def _local_start(self, name: str) -> None:
-        """Start the broker again exactly as `cluster up` did, and record its new pid in state.json."""
-        import sys
-        from pathlib import Path
-
-        from cluster import runfolder as rf
-        from cluster.local_backend import child_env, is_running, spawn
-        from cluster.topology import set_args
-        node = self._node(name)
-        if is_running(node.get("process")):
-            return
-        rd = Path(self.state["runDir"])
-        cur = rf.read_state(rd) or self.state
-        node["process"] = spawn([sys.executable, "-m", "broker", "-c", node["conf"]] + set_args(node["overrides"]),
-                                Path(node["log"]), child_env())
-        for n in cur.get("nodes", []):
-            if n["name"] == name:
-                n["process"] = node["process"]
-        rf.write_state(rd, cur)
-        if cur is not self.state:
-            self.state.update({k: v for k, v in cur.items() if k != "nodes"})
-
-
+            if not is_heal:
+                self.log(f"t={time.monotonic() - t0:5.1f}s inject {f.describe()} on {f.group} for {f.hold:g}s")
+                try:
+                    info = self.inject(f)
+                    if info:
+                        self.log("  " + " ".join(f"{k}={v}" for k, v in info.items()))
+                except Exception as e:
+                    errors[f.id] = f"inject: {type(e).__name__}: {e}"
+                    self.log(f"  {f.describe()}: {errors[f.id]}")
+            else:
+                try:
+                    self.heal(f)
+                    self.log(f"t={time.monotonic() - t0:5.1f}s healed {f.describe()}")
+                except Exception as e:
+                    errors[f.id] = (errors.get(f.id, "") + "; " if f.id in errors else "") + \
+                        f"heal: {type(e).__name__}: {e}"
+                    self.log(f"  healing {f.describe()}: {errors[f.id]}")
+                self.done.append((f, errors.get(f.id)))

@@ -26,12 +26,12 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-import time
 
+from chaos.faultlog import FaultLog
 from chaos.history import ERROR, HistoryRecorder, now_ms, status_name
 from chaos.nemesis import Fault, Nemesis
-from cluster import runfolder as rf
-from cluster.status import collect
+from cluster import ClusterError
+from cluster.handle import Cluster
 
 PHASES = {"ok": "SEND_OK", "flush-slave-timeout": "FLUSH_SLAVE_TIMEOUT",
           "slave-not-available": "SLAVE_NOT_AVAILABLE", "ok-again": "SEND_OK"}
@@ -47,58 +47,11 @@ def say(msg: str) -> None:
     sys.stdout.flush()
 
 
-def wait_until(what: str, pred, deadline_s: float, interval: float = 0.2):
-    end = time.monotonic() + deadline_s
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > end:
-            raise TimeoutError(f"{what}: not within {deadline_s:g} s")
-        time.sleep(interval)
-
-
-def sync_groups(state: dict) -> dict[str, list[str]]:
+def sync_groups(cluster: Cluster) -> dict[str, list[str]]:
     """SYNC_MASTER node -> its slave nodes, from the running cluster's /status."""
-    cs = collect(state, with_namesrv=False)
-    groups = {}
-    for n in cs.nodes:
-        if n.status and n.status.get("role") == "SYNC_MASTER":
-            slaves = [s.name for s in cs.nodes if s.spec.get("master") == n.name]
-            if slaves:
-                groups[n.name] = slaves
-    return groups
-
-
-class Observer:
-    """The masters' and slaves' /status, polled."""
-
-    def __init__(self, state: dict):
-        self.state = state
-
-    def statuses(self) -> dict[str, dict | None]:
-        return {n.name: n.status for n in collect(self.state, with_namesrv=False).nodes}
-
-    def max_offset(self, node: str) -> int | None:
-        return (self.statuses().get(node) or {}).get("maxPhyOffset")
-
-    def connections(self, master: str) -> int | None:
-        st = self.statuses().get(master) or {}
-        return (st.get("ha") or {}).get("connectionCount")
-
-    def caught_up(self, groups: dict[str, list[str]]) -> bool:
-        """Every slave up and holding exactly its master's log, and acknowledged as such."""
-        st = self.statuses()
-        for master, slaves in groups.items():
-            m = st.get(master)
-            if not m:
-                return False
-            acks = [s.get("slaveAckOffset") for s in (m.get("ha") or {}).get("slaves", [])]
-            if len(acks) < len(slaves) or any(a != m["maxPhyOffset"] for a in acks):
-                return False
-            if any((st.get(s) or {}).get("maxPhyOffset") != m["maxPhyOffset"] for s in slaves):
-                return False
-        return True
+    st = cluster.statuses()
+    return {m: cluster.slaves_of(m) for m in cluster.masters()
+            if (st.get(m) or {}).get("role") == "SYNC_MASTER" and cluster.slaves_of(m)}
 
 
 def send_reporting(rec: HistoryRecorder, producer, topic: str, label: str, timeout_s: float) -> dict:
@@ -154,35 +107,35 @@ def main(argv=None) -> int:
         say(f"unknown phase(s) {', '.join(bad)}; known: {', '.join(PHASES)}")
         return 2
     try:
-        name, rd, state = rf.resolve(args.name)
-        groups = sync_groups(state)
+        cluster = Cluster.attach(args.name)
+        name, rd = cluster.name, cluster.run_dir
+        groups = sync_groups(cluster)
         if not groups:
-            raise Unfit(f"cluster {name} ({state.get('topology')}) has no running SYNC_MASTER with a slave; "
-                        "start one with `make cluster-up TOPOLOGY=2m-2s-sync`")
-    except (rf.ClusterError, Unfit) as e:
+            raise Unfit(f"cluster {name} ({cluster.state.get('topology')}) has no running SYNC_MASTER with a "
+                        "slave; start one with `make cluster-up TOPOLOGY=2m-2s-sync`")
+    except (ClusterError, Unfit) as e:
         say(f"error: {e}")
         return EXIT_UNFIT
 
-    obs = Observer(state)
-    st = obs.statuses()
+    st = cluster.statuses()
     wait_ms = max(int((st.get(m) or {}).get("syncWaitMs") or 5000) for m in groups)
     timeout_ms = wait_ms + 4000  # above the broker's wait, so the broker's answer reaches the client
     described = "; ".join(f"{m} with {' '.join(s)}" for m, s in groups.items())
     say(f"cluster {name}: SYNC_MASTERs {described}; "
         f"sync wait {wait_ms} ms, client send timeout {timeout_ms} ms, topic {args.topic}")
 
-    from chaos.run import create_topic
-    create_topic({"nodes": [n for n in state["nodes"] if n["name"] in groups], "namesrv": state["namesrv"]},
-                 args.topic)
-    rec = HistoryRecorder(str(rd / "history" / f"outcomes-{now_ms()}.jsonl"), client=f"outcomes-{now_ms()}")
-    producer = rec.producer("OutcomesPG", namesrv=state["namesrv"]["endpoint"], timeout_ms=timeout_ms)
-    nemesis = Nemesis(state, log=say)
+    cluster.create_topic(args.topic, list(groups))
+    stamp = now_ms()
+    rec = HistoryRecorder(str(rd / "history" / f"outcomes-{stamp}.jsonl"), client=f"outcomes-{stamp}")
+    producer = rec.producer("OutcomesPG", namesrv=cluster.namesrv, timeout_ms=timeout_ms)
+    fault_log = FaultLog(rd / "faults" / f"outcomes-{stamp}.jsonl")
+    nemesis = Nemesis(cluster, log=say, fault_log=fault_log)
     results = []
     try:
-        wait_until("every slave holds its master's log", lambda: obs.caught_up(groups), args.deadline)
+        cluster.wait_caught_up(args.deadline, list(groups))
         for phase in phases:
-            results.append(run_phase(phase, groups, nemesis, obs, rec, producer, args, timeout_ms))
-    except (TimeoutError, RuntimeError) as e:
+            results.append(run_phase(phase, groups, nemesis, cluster, rec, producer, args, timeout_ms))
+    except (ClusterError, RuntimeError) as e:
         say(f"error: {e}")
         results.append((None, "-", "-", str(e)))
     finally:
@@ -191,6 +144,7 @@ def main(argv=None) -> int:
             say(f"warning: {e}")
         producer.shutdown()
         rec.close()
+        fault_log.close()
 
     say("")
     say(f"{'PHASE':21} {'EXPECTED':21} {'GOT':21} NOTE")
@@ -202,27 +156,32 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
-def run_phase(phase, groups, nemesis, obs, rec, producer, args, timeout_ms) -> tuple[str, str, str, str]:
+def run_phase(phase, groups, nemesis, cluster, rec, producer, args, timeout_ms) -> tuple[str, str, str, str]:
     want = PHASES[phase]
     slaves = [s for ss in groups.values() for s in ss]
     slave_to_group = {s: m for m, ss in groups.items() for s in ss}
-    before = {m: obs.max_offset(m) for m in groups}
+    before = {m: cluster.max_offset(m) for m in groups}
+
+    def group(s):
+        return cluster.node(slave_to_group[s])["brokerName"]
     faults = []
     if phase == "flush-slave-timeout":
-        faults = [Fault(0, 0, "pause-slave", slave_to_group[s], s) for s in slaves]
+        faults = [Fault(0, 0, "pause-slave", group(s), s) for s in slaves]
     elif phase == "slave-not-available":
-        faults = [Fault(0, 0, "restart-slave", slave_to_group[s], s) for s in slaves]
+        faults = [Fault(0, 0, "restart-slave", group(s), s) for s in slaves]
     for f in faults:
-        say(f"  {phase}: {f.kind} {f.slave}")
+        say(f"  {phase}: {f.kind} {f.target}")
         nemesis.inject(f)
     try:
         if phase == "slave-not-available":
-            wait_until("every SYNC_MASTER dropped its slaves' HA connections",
-                       lambda: all(obs.connections(m) == 0 for m in groups), args.deadline)
+            cluster.wait_until(lambda: all(((cluster.status(m) or {}).get("ha") or {}).get("connectionCount") == 0
+                                           for m in groups),
+                               args.deadline, "every SYNC_MASTER dropped its slaves' HA connections",
+                               node=list(groups))
         r = send_reporting(rec, producer, args.topic, phase, timeout_ms / 1000 + 5)
         took = (r["end_ms"] - r["start_ms"])
         got = r["status"]
-        after = {m: obs.max_offset(m) for m in groups}
+        after = {m: cluster.max_offset(m) for m in groups}
         grew = [m for m in groups if (after[m] or 0) > (before[m] or 0)]
         note = f"{took} ms; stored on {', '.join(grew) or 'no master'}"
         if r.get("error"):
@@ -232,12 +191,11 @@ def run_phase(phase, groups, nemesis, obs, rec, producer, args, timeout_ms) -> t
             got += " (not stored)"
     finally:
         for f in faults:
-            nemesis.heal(f.slave)
-            say(f"  {phase}: healed {f.slave}")
+            nemesis.heal(f)
+            say(f"  {phase}: healed {f.target}")
     if faults:
-        t0 = time.monotonic()
-        wait_until("every slave back and holding its master's log", lambda: obs.caught_up(groups), args.deadline)
-        say(f"  {phase}: slaves caught up in {time.monotonic() - t0:.1f} s")
+        took = cluster.wait_caught_up(args.deadline, list(groups))
+        say(f"  {phase}: slaves caught up in {took:.1f} s")
     return phase, want, got, note
 
 

@@ -34,8 +34,11 @@ import threading
 import time
 from pathlib import Path
 
-from chaos.nemesis import ALL_FAULTS, DEFAULT_FAULTS, Nemesis, applicable_faults, make_schedule, slaves_by_group
+from chaos.faultlog import FaultLog
+from chaos.nemesis import ALL_FAULTS, DEFAULT_FAULTS, Nemesis, applicable_faults, make_schedule
+from cluster import ClusterError
 from cluster import runfolder as rf
+from cluster.handle import Cluster
 
 SYNC_WAIT_MS = 1500
 EXIT_RUN_FAILED = 3
@@ -51,17 +54,17 @@ def py(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def cluster_running(name: str) -> dict | None:
-    """The state of cluster `name` when every node of it runs, else None."""
-    rd = rf.run_dir(name)
-    state = rf.read_state(rd)
-    if not state or state.get("stoppedAt"):
-        return None
-    from cluster.backend import attach
+def cluster_running(name: str) -> Cluster | None:
+    """The handle of cluster `name` when every node of it runs, else None."""
     try:
-        b = attach(name, rd, state)
-        if all(b.process_state(n).running for n in ["namesrv"] + b.node_names()):
-            return state
+        c = Cluster.attach(name)
+    except ClusterError:
+        return None
+    if c.state.get("stoppedAt"):
+        return None
+    try:
+        if all(c.running(n) for n in c.all_nodes()):
+            return c
     except Exception:
         return None
     return None
@@ -107,11 +110,6 @@ def slave_lags(rows: list[dict]) -> dict[str, int | None]:
             m, s = masters.get(r.get("master")), r.get("maxPhyOffset")
             out[r["node"]] = (m - s) if (m is not None and s is not None) else None
     return out
-
-
-def live_lags(state: dict) -> dict[str, int | None]:
-    from cluster.sample import sample_rows
-    return slave_lags(sample_rows(state, time.time()))
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -166,44 +164,6 @@ def status_text(elapsed: float, duration: float, prog: dict | None, fault: str, 
             f"fault: {fault} | max slave lag {lag}")
 
 
-def create_topic(state: dict, topic: str, queues: int = 4, deadline_s: float = 30.0) -> None:
-    """The topic on every master (UPDATE_AND_CREATE_TOPIC), then wait until the name server routes it to
-    all of them: an auto-created topic would live only on the master that got the first message."""
-    from broker.remoting import json_body
-    from broker.remoting.codes import RequestCode
-    from cluster.status import NamesrvError, namesrv_request
-    masters = [n for n in state["nodes"] if not n.get("master")]
-    end = time.monotonic() + deadline_s
-    for m in masters:
-        while True:
-            try:
-                r = namesrv_request(m["addr"], RequestCode.UPDATE_AND_CREATE_TOPIC,
-                                    {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
-                                     "writeQueueNums": queues, "perm": 6, "topicFilterType": "SINGLE_TAG",
-                                     "topicSysFlag": 0, "order": "false"})
-                if r.code == 0:
-                    break
-                err = f"code {r.code} {r.remark}"
-            except NamesrvError as e:
-                err = str(e)
-            if time.monotonic() > end:
-                raise RuntimeError(f"cannot create topic {topic} on {m['name']}: {err}")
-            time.sleep(0.5)
-    want = {m["brokerName"] for m in masters}
-    got: set = set()
-    while time.monotonic() < end:
-        try:
-            r = namesrv_request(state["namesrv"]["endpoint"], RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-            if r.code == 0 and r.body:
-                got = {q["brokerName"] for q in json_body.loads(r.body).get("queueDatas") or []}
-                if got >= want:
-                    return
-        except NamesrvError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"the name server routes {topic} to {sorted(got)}, not to every master {sorted(want)}")
-
-
 # ---- the run -----------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -219,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--nemesis", default=",".join(DEFAULT_FAULTS),
                     help=f"comma-separated faults from {', '.join(ALL_FAULTS)}; 'none' for no faults")
     ap.add_argument("--max-faults", type=int, default=None, help="at most this many faults")
+    ap.add_argument("--overlap", action="store_true",
+                    help="let a second fault (other group, other role) start while one is active")
+    ap.add_argument("--set", action="append", default=[], metavar="[NODE:]KEY=VALUE",
+                    help="extra broker config when the run starts the cluster (e.g. flushDiskType=SYNC_FLUSH)")
     ap.add_argument("--catchup-timeout", type=float, default=60.0, help="seconds for slaves to catch up")
     ap.add_argument("--keep-running", action="store_true", help="do not stop the cluster (audit skipped)")
     ap.add_argument("--out", default=None, help="report folder (default RUN/report)")
@@ -227,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.set = dict(item.split("=", 1) for item in args.set)
     faults = [] if args.nemesis.strip() in ("", "none") else [f.strip() for f in args.nemesis.split(",") if f.strip()]
     unknown = [f for f in faults if f not in ALL_FAULTS]
     if unknown:
@@ -238,61 +203,59 @@ def main(argv: list[str] | None = None) -> int:
     run_id = time.strftime("%Y%m%d-%H%M%S")
 
     # 1. the cluster
-    state = cluster_running(name)
-    if state is not None:
-        say(f"using cluster {name}, already running ({state.get('topology')} on {state.get('backend')}); "
+    cluster = cluster_running(name)
+    if cluster is not None:
+        say(f"using cluster {name}, already running ({cluster.state.get('topology')} on {cluster.kind}); "
             f"run folder {rd}")
-        if state.get("backend") != args.backend:
-            say(f"  note: --backend {args.backend} ignored: the running cluster is {state.get('backend')}")
+        if cluster.kind != args.backend:
+            say(f"  note: --backend {args.backend} ignored: the running cluster is {cluster.kind}")
     else:
-        cmd = py("-m", "cluster", "up", "--topology", args.topology, "--backend", args.backend, "--name", name,
-                 "--set", f"syncFlushTimeout={SYNC_WAIT_MS}", "--fresh", "--timeout", "90")
-        if args.base_port:
-            cmd += ["--base-port", str(args.base_port)]
-        say("$ python " + " ".join(cmd[1:]))
-        up = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if up.returncode != 0:
-            say(up.stdout.rstrip())
-            say(f"error: the cluster did not start (exit {up.returncode})")
+        say(f"starting cluster {name}: {args.topology} on {args.backend}, syncFlushTimeout={SYNC_WAIT_MS}"
+            + "".join(f", {k}={v}" for k, v in args.set.items()))
+        try:
+            cluster = Cluster.up(name, args.topology, args.backend, base_port=args.base_port,
+                                 sets={"syncFlushTimeout": str(SYNC_WAIT_MS), **args.set}, fresh=True, timeout=90)
+        except ClusterError as e:
+            say(f"error: the cluster did not start: {e}")
             return EXIT_RUN_FAILED
-        state = rf.read_state(rd)
-        # A fresh run folder: histories and samples of an earlier run would be audited with this one.
-        for sub in ("history", "metrics", "chaos"):
+        # A fresh run folder: histories, faults and samples of an earlier run would be audited with this one.
+        for sub in ("history", "metrics", "chaos", "faults"):
             shutil.rmtree(rd / sub, ignore_errors=True)
     (rd / "chaos").mkdir(parents=True, exist_ok=True)
-    backend = state.get("backend", "local")
-    namesrv = state["namesrv"]["endpoint"]
+    state = cluster.state
+    backend = cluster.kind
+    namesrv = cluster.namesrv
 
     usable, dropped = applicable_faults(faults, backend)
     if dropped:
-        say(f"note: {', '.join(dropped)} need Toxiproxy (docker backend); not used on the {backend} backend")
-    slaves = slaves_by_group(state)
-    if faults and not slaves:
-        say(f"note: topology {state.get('topology')} has no slaves: no faults to inject")
-    schedule = make_schedule(random.Random(seed), usable, slaves, args.duration, SYNC_WAIT_MS, args.max_faults)
+        say(f"note: {', '.join(dropped)} need the docker backend (Toxiproxy, networks); not used on {backend}")
+    if faults and not cluster.slaves():
+        say(f"note: topology {state.get('topology')} has no slaves: replication faults do not apply")
+    schedule = make_schedule(random.Random(seed), usable, cluster, args.duration, SYNC_WAIT_MS, args.max_faults,
+                             overlap=args.overlap)
     say(f"chaos run {run_id}: cluster {name} ({state.get('topology')}, {backend}), {args.duration:g}s at "
         f"{args.rate:g} msg/s, seed {seed}")
     say(f"nemesis schedule ({len(schedule)} faults; reproduce with --seed {seed}):")
     for f in schedule:
         say(f"  t={f.at:5.1f}s  {f.describe():<52} healed at t={f.at + f.hold:5.1f}s")
-    quiet_from = (schedule[-1].at + schedule[-1].hold) if schedule else 0.0
+    quiet_from = max((f.at + f.hold for f in schedule), default=0.0)
     say(f"  then quiet from t={quiet_from:.1f}s to the end ({args.duration:g}s)")
     (rd / "chaos" / f"schedule-{run_id}.json").write_text(json.dumps(
         {"seed": seed, "duration": args.duration, "rate": args.rate, "backend": backend,
-         "faults": [f.__dict__ for f in schedule]}, indent=1))
+         "faults": [f.to_json() for f in schedule]}, indent=1))
 
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     repo = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([repo] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     procs: list[subprocess.Popen] = []
-    nemesis = Nemesis(state)
     stop = threading.Event()
     line = StatusLine(sys.stdout.isatty())
-    nemesis.log = line.log
+    fault_log = FaultLog(rd / "faults" / f"faults-{run_id}.jsonl")
+    nemesis = Nemesis(cluster, log=line.log, fault_log=fault_log)
     rc_run = 0
     workload = None
     try:
-        create_topic(state, TOPIC)
+        cluster.create_topic(TOPIC)
         # 2. the sampler
         samples = rd / "metrics" / "samples.jsonl"
         sampler_log = open(rd / "chaos" / "sampler.log", "w")
@@ -329,9 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             now = time.monotonic()
             if line.tty or now - last_plain >= 5.0:
                 prog = read_json(progress_path)
-                f = nemesis.current
                 lags = slave_lags(last_sample_round(samples))
-                line.show(status_text(now - t0, args.duration, prog, f.describe() if f else "none", lags))
+                line.show(status_text(now - t0, args.duration, prog, nemesis.describe_active(), lags))
                 last_plain = now
             time.sleep(0.5 if line.tty else 0.25)
         stop.set()
@@ -366,8 +328,12 @@ def main(argv: list[str] | None = None) -> int:
         rc_run = 130
     finally:
         stop.set()
-        for e in nemesis.heal_all():
-            say(f"warning: {e}")
+        heal_errors = nemesis.heal_all()
+        for e in heal_errors:
+            say(f"error: a fault could not be undone: {e}")
+        if heal_errors and not rc_run:
+            rc_run = EXIT_RUN_FAILED
+        fault_log.close()
         if workload is not None and workload.poll() is None:
             workload.terminate()
             try:
@@ -376,13 +342,13 @@ def main(argv: list[str] | None = None) -> int:
                 workload.kill()
 
     # 6. catch-up, stop, audit
-    state = rf.read_state(rd) or state
+    cluster = Cluster.attach(name)  # state.json again: restarted nodes have new pids
     say(f"waiting up to {args.catchup_timeout:g}s for every slave to catch up")
     deadline = time.monotonic() + args.catchup_timeout
     lags: dict = {}
     while True:
-        lags = live_lags(state)
-        if lags and all(v == 0 for v in lags.values()):
+        lags = cluster.lags()
+        if all(v == 0 for v in lags.values()):
             say("every slave holds its master's log: " + ", ".join(f"{k} lag 0" for k in sorted(lags)))
             break
         if time.monotonic() > deadline:
@@ -404,9 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep_running:
         say(f"cluster {name} left running (--keep-running): audit skipped")
         return rc_run or 0
-    down = subprocess.run(py("-m", "cluster", "down", "--name", name, "--keep-data"), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, env=env, cwd=repo)
-    say(down.stdout.rstrip())
+    for note in cluster.down(keep_data=True):
+        say(f"  {note}")
+    say(f"cluster {name} stopped; stores kept in {rd}/nodes/*/store")
     if rc_run:
         return rc_run
     out_dir = Path(args.out) if args.out else rd / "report"

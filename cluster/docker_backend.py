@@ -352,6 +352,87 @@ class DockerBackend(Backend):
             return ProcessState(False, "unknown")  # compose is still starting it
         return ProcessState(False, f"exited with code {status.get('ExitCode')}")
 
+    # -- node operations (cluster/handle.py calls these) ----------------------------------------------
+    def _live_container(self, node: str):
+        c = self.container(node)
+        if c is None:
+            raise ClusterError(f"cluster {self.cluster!r}: {node} has no container (is the cluster up?)")
+        return c
+
+    def _wait_status(self, node: str, wanted: tuple[str, ...], timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            c = self._live_container(node)
+            if c.status in wanted:
+                return c.status
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{self.project}/{node} is {c.status}, not {'/'.join(wanted)}, "
+                                   f"after {timeout:.0f}s")
+            time.sleep(0.05)
+
+    def container_status(self, node: str) -> str:
+        """created, running, paused, restarting, exited, dead."""
+        return self._live_container(node).status
+
+    def start_node(self, node: str) -> None:
+        if self.container_status(node) == "paused":
+            self._live_container(node).unpause()
+        if self.container_status(node) != "running":
+            self._live_container(node).start()
+        self._wait_status(node, ("running",))
+
+    def stop_node(self, node: str, timeout: float = 10.0) -> str | None:
+        """SIGTERM (the broker shuts down cleanly), SIGKILL after timeout (docker stop)."""
+        c = self._live_container(node)
+        if c.status == "paused":
+            c.unpause()
+        c.stop(timeout=int(timeout))
+        self._wait_status(node, ("exited", "dead"))
+        return None
+
+    def kill_node(self, node: str) -> None:
+        c = self._live_container(node)
+        if c.status in ("running", "paused"):
+            c.kill(signal="SIGKILL")
+        self._wait_status(node, ("exited", "dead"))
+
+    def pause_node(self, node: str) -> None:
+        self._live_container(node).pause()
+
+    def resume_node(self, node: str) -> None:
+        if self.container_status(node) == "paused":
+            self._live_container(node).unpause()
+
+    def is_paused(self, node: str) -> bool:
+        return self.container_status(node) == "paused"
+
+    def store_path(self, node: str) -> Path:
+        """The node's store on this machine (bind-mounted into its container)."""
+        for n in self.state.get("nodes", []):
+            if n["name"] == node:
+                return Path(n.get("store") or rf.store_dir(self.run_dir, node))
+        raise ClusterError(f"cluster {self.cluster!r} has no broker {node!r}")
+
+    @property
+    def network_name(self) -> str:
+        return f"{self.project}_default"
+
+    def isolate_node(self, node: str) -> None:
+        """Cut the node's container from the compose network: no name server, no peers, no proxy (so no
+        client either), no published ports."""
+        self.client.networks.get(self.network_name).disconnect(self._live_container(node), force=True)
+
+    def rejoin_node(self, node: str) -> None:
+        c = self._live_container(node)
+        c.reload()
+        if self.network_name in (c.attrs.get("NetworkSettings", {}).get("Networks") or {}):
+            return
+        self.client.networks.get(self.network_name).connect(c, aliases=[node])
+
+    def node_log(self, node: str, since: float | None = None) -> str:
+        kw = {"since": float(since)} if since is not None else {}
+        return self._live_container(node).logs(**kw).decode("utf-8", "replace")
+
     # -- logs -------------------------------------------------------------------------------------
     def log_path(self, node: str) -> Path | None:
         self._check_node(node)

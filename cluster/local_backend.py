@@ -6,115 +6,34 @@ the process's start time from /proc, so `down` never signals a recycled pid.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import os
-import shlex
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from . import ClusterError
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions
-from .topology import (CLUSTER_PORT_SPAN, REPO_ROOT, PortPlan, Topology, effective_config,
-                       node_overrides, set_args)
+from .topology import CLUSTER_PORT_SPAN, PortPlan, Topology, effective_config, node_overrides
 
 
 
-# ---- processes ---------------------------------------------------------------------------------
+# The launcher and the port planner live in cluster/process.py and cluster/ports.py; these names are
+# kept here for the callers that imported them from this module.
+from .ports import free_cluster_base, port_in_use  # noqa: E402,F401
+from .process import (_reap, broker_command, child_env, is_running, is_stopped, namesrv_command,  # noqa: E402,F401
+                      proc_stat, record, send_signal, spawn)
+from .process import kill as kill_process  # noqa: E402
+from .process import stop as stop_process  # noqa: E402
 
-def proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks) of a live pid, from /proc; None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            data = fh.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = data[data.rindex(")") + 2:].split()
-    return fields[0], int(fields[19])
-
-
-def is_running(rec: dict | None) -> bool:
-    """True when the process recorded in rec still runs (same pid, same start time, not a zombie)."""
-    if not rec or not rec.get("pid"):
-        return False
-    st = proc_stat(rec["pid"])
-    if st is None or st[0] in ("Z", "X"):
-        _reap(rec["pid"])
-        return False
-    return rec.get("startTime") is None or st[1] == rec["startTime"]
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status when the process is our child (in-process use, e.g. tests)."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except (ChildProcessError, OSError):
-        pass
-
-
-def _signal(rec: dict, sig: int) -> None:
-    pid = rec["pid"]
-    try:
-        if rec.get("pgid") == pid and os.getpgid(pid) == pid:
-            os.killpg(pid, sig)   # the session we created: the process and anything it forked
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def spawn(cmd: list[str], log_path: Path, env: dict) -> dict:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        stamp = _dt.datetime.now().isoformat(timespec="seconds")
-        log.write(f"==== {stamp} cluster: starting {shlex.join(cmd)}\n".encode())
-        log.flush()
-        try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=REPO_ROOT, env=env, start_new_session=True, close_fds=True)
-        except OSError as e:
-            raise ClusterError(f"cannot start {cmd[0]}: {e}") from e
-    st = proc_stat(proc.pid)
-    return {"pid": proc.pid, "pgid": proc.pid, "startTime": st[1] if st else None,
-            "cmd": cmd, "log": str(log_path)}
-
-
-def child_env() -> dict:
-    env = dict(os.environ)
-    paths = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env["PYTHONUNBUFFERED"] = "1"
-    env.pop("NAMESRV_ADDR", None)  # namesrvAddr is always passed explicitly
-    return env
+_signal = send_signal
 
 
 # ---- ports -------------------------------------------------------------------------------------
 
-def port_in_use(port: int) -> bool:
-    """Whether a listener holds the port on any local address (a TIME_WAIT leftover does not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return True
-    return False
-
-
 def suggest_base_port(topology: Topology, exclude_base: int | None = None) -> int | None:
     """A base port below the ephemeral range whose whole block is free."""
-    for base in range(20000, 32000, 100):
-        if base == exclude_base:
-            continue
-        plan = PortPlan.make(base)
-        if not any(port_in_use(p) for _, _, p in plan.all_ports(topology)):
-            return base
-    return None
+    return free_cluster_base(topology, exclude=exclude_base)
 
 
 def _owner_of_port(port: int, me: str) -> str | None:
@@ -220,13 +139,12 @@ class LocalBackend(Backend):
         backend = cls(cluster, run_dir, state)
         env = child_env()
         try:
-            state["namesrv"]["process"] = spawn(
-                [sys.executable, "-m", "broker.namesrv", "--port", str(plan.namesrv_port), "--host", host],
-                rf.namesrv_log(run_dir), env)
+            state["namesrv"]["process"] = record(spawn(namesrv_command(plan.namesrv_port, host),
+                                                       rf.namesrv_log(run_dir), env))
             rf.write_state(run_dir, state)
             for node in nodes:  # masters come before their slaves in the node list
-                node["process"] = spawn([sys.executable, "-m", "broker", "-c", node["conf"]]
-                                        + set_args(node["overrides"]), Path(node["log"]), env)
+                node["process"] = record(spawn(broker_command(node["conf"], node["overrides"]),
+                                               Path(node["log"]), env))
                 rf.write_state(run_dir, state)
         except BaseException:
             backend.stop(keep_data=True, timeout=5)
@@ -257,13 +175,14 @@ class LocalBackend(Backend):
     def _stop_group(group: list[tuple[str, dict]], timeout: float) -> list[str]:
         notes = []
         for _, rec in group:
-            _signal(rec, signal.SIGTERM)
+            send_signal(rec, signal.SIGCONT)  # a frozen process cannot handle SIGTERM
+            send_signal(rec, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(is_running(rec) for _, rec in group):
             time.sleep(0.05)
         stubborn = [(n, rec) for n, rec in group if is_running(rec)]
         for n, rec in stubborn:
-            _signal(rec, signal.SIGKILL)
+            send_signal(rec, signal.SIGKILL)
             notes.append(f"{n} (pid {rec['pid']}) ignored SIGTERM for {timeout:g}s; killed with SIGKILL")
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(is_running(rec) for _, rec in stubborn):
@@ -272,6 +191,65 @@ class LocalBackend(Backend):
             if is_running(rec):
                 notes.append(f"{n} (pid {rec['pid']}) is still running after SIGKILL")
         return notes
+
+    # -- node operations (cluster/handle.py calls these) ----------------------------------------------
+    def _spec(self, node: str) -> dict:
+        for n in self.state.get("nodes", []):
+            if n["name"] == node:
+                return n
+        if node == "namesrv":
+            return self.state["namesrv"]
+        raise ClusterError(f"cluster {self.cluster!r} has no node {node!r}; nodes: "
+                           + ", ".join(["namesrv"] + self.node_names()))
+
+    def start_node(self, node: str) -> None:
+        """Start the node again exactly as `up` did (no-op when it runs); its new pid goes to state.json."""
+        spec = self._spec(node)
+        if is_running(spec.get("process")):
+            return
+        if node == "namesrv":
+            port = int(spec["endpoint"].rpartition(":")[2])
+            cmd = namesrv_command(port, self.state.get("host", "127.0.0.1"))
+            log = rf.namesrv_log(self.run_dir)
+        else:
+            cmd, log = broker_command(spec["conf"], spec["overrides"]), Path(spec["log"])
+        spec["process"] = record(spawn(cmd, log, child_env()))
+        self._save_process(node, spec["process"])
+
+    def _save_process(self, node: str, rec: dict) -> None:
+        """Write one node's process record into state.json, keeping whatever else is there."""
+        cur = rf.read_state(self.run_dir) or self.state
+        if node == "namesrv":
+            cur.setdefault("namesrv", {})["process"] = rec
+        else:
+            for n in cur.get("nodes", []):
+                if n["name"] == node:
+                    n["process"] = rec
+        rf.write_state(self.run_dir, cur)
+
+    def stop_node(self, node: str, timeout: float = 10.0) -> str | None:
+        return stop_process(self._spec(node).get("process"), timeout)
+
+    def kill_node(self, node: str) -> None:
+        kill_process(self._spec(node).get("process"))
+
+    def pause_node(self, node: str) -> None:
+        rec = self._spec(node).get("process")
+        if not is_running(rec):
+            raise ClusterError(f"{node} is not running: cannot pause it")
+        send_signal(rec, signal.SIGSTOP)
+
+    def resume_node(self, node: str) -> None:
+        rec = self._spec(node).get("process")
+        if is_running(rec):
+            send_signal(rec, signal.SIGCONT)
+
+    def is_paused(self, node: str) -> bool:
+        return is_stopped(self._spec(node).get("process"))
+
+    def store_path(self, node: str) -> Path:
+        """The node's storePathRootDir on this machine."""
+        return Path(self._spec(node).get("store") or rf.store_dir(self.run_dir, node))
 
     # -- observation ------------------------------------------------------------------------------
     def _record(self, node: str) -> dict | None:

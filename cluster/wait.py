@@ -85,6 +85,41 @@ class ProcessExited(ClusterError):
     """A process of the cluster ended while we waited for it."""
 
 
+class WaitTimeout(ClusterError, AssertionError):
+    """A wait_until gave up. An AssertionError too, so a test that waits fails as a failed check."""
+
+
+def wait_until(predicate, timeout: float, what: str, *, interval: float = 0.1, on_timeout=None):
+    """The one wait: poll predicate() until it returns something true, and return that.
+
+    An exception from the predicate counts as "not yet" (kept for the message), except ProcessExited,
+    which ends the wait at once: a dead process will not get better. On timeout raise WaitTimeout
+    naming `what`, the last value or error, and on_timeout()'s text (the handle passes the nodes' log
+    tails). Sleeps `interval` between polls, never past the deadline."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+            last = f"last value {value!r}"
+        except ProcessExited:
+            raise
+        except Exception as e:  # not ready yet
+            last = f"last error {type(e).__name__}: {e}"
+        now = time.monotonic()
+        if now >= deadline:
+            extra = ""
+            if on_timeout is not None:
+                try:
+                    extra = "\n" + str(on_timeout())
+                except Exception as e:
+                    extra = f"\n(could not collect details: {e})"
+            raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what} ({last}){extra}")
+        time.sleep(min(interval, max(0.0, deadline - now)))
+
+
 def _exited_error(backend: Backend, name: str, cluster: str, detail: str) -> ClusterError:
     lines = backend.log_tail(name, LOG_TAIL_LINES)
     where = backend.log_location(name)

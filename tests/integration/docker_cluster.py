@@ -13,7 +13,6 @@ test process that no longer runs (what Ryuk would have done).
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -21,17 +20,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from broker.remoting.codes import RequestCode
-from chaos.nodes import Nodes
-from chaos.toxics import Toxics
-from cluster import runfolder as rf
-from cluster.backend import UpOptions
-from cluster.local_backend import port_in_use
-from cluster.status import cluster_info, namesrv_request
-from cluster.topology import PortPlan, load_topology
-from cluster.wait import wait_ready
-
-from .local_cluster import rpc, wait_until
+from cluster.handle import Cluster
+from cluster.ports import free_cluster_base
+from cluster.status import cluster_info
+from cluster.topology import load_topology
+from cluster.wait import wait_until as _wait_until
 
 NAME_PREFIX = "it-"
 PROJECT_RE = re.compile(r"^rmqha-it-(\d+)-")
@@ -48,16 +41,12 @@ def worker_count() -> int:
 
 
 def free_base_port(topology) -> int:
-    idx, n = worker_index(), worker_count()
-    for k in range((PORT_HIGH - PORT_LOW) // 100):
-        base = PORT_LOW + 100 * (k * n + idx)
-        if base + 50 > PORT_HIGH:
-            break
-        plan = PortPlan.make(base)
-        ports = [p for _, _, p in plan.all_ports(topology)] + [base + 48]
-        if not any(port_in_use(p) for p in ports):
-            return base
-    raise RuntimeError("no free 50-port block between 20000 and 32000")
+    """A free 50-port block (and its Toxiproxy API port, base+48), interleaved between xdist workers."""
+    base = free_cluster_base(topology, low=PORT_LOW, high=PORT_HIGH, slot=worker_index(), slots=worker_count(),
+                             extra_offsets=(48,))
+    if base is None:
+        raise RuntimeError(f"no free 50-port block between {PORT_LOW} and {PORT_HIGH}")
+    return base
 
 
 def sweep_leftovers(client) -> list[str]:
@@ -89,73 +78,41 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class DockerCluster:
-    """A running docker-backend cluster: addresses, status, proxies, containers, commit logs."""
+class DockerCluster(Cluster):
+    """The cluster handle (cluster/handle.py) of a docker-backend test cluster, plus checks on its
+    commit logs. Node, link and admin operations are the handle's."""
 
     def __init__(self, backend, key):
-        self.backend = backend
+        super().__init__(backend)
         self.key = key
-        self.state = backend.state
-        self.name = self.state["name"]
-        self.run_dir = Path(self.state["runDir"])
-        self.namesrv = self.state["namesrv"]["endpoint"]
-        self.toxics = Toxics(self.state["toxiproxy"]["api"])
-        self.nodes = Nodes(self.state["compose"]["project"])
 
     # -- lifecycle --------------------------------------------------------------------------------
     @classmethod
     def up(cls, run_root: Path, seq: int, topology: str, sets: dict[str, str], key) -> "DockerCluster":
-        from cluster.docker_backend import DockerBackend
-        topo = load_topology(topology)
         name = f"{NAME_PREFIX}{os.getpid()}-{seq}"
-        extra = {k: v for k, v in sets.items() if ":" not in k}
-        per_node: dict[str, dict[str, str]] = {}
-        for k, v in sets.items():
-            if ":" in k:
-                node, _, key_ = k.partition(":")
-                per_node.setdefault(node, {})[key_] = v
         saved = os.environ.get("CLUSTER_RUN_ROOT")
         os.environ["CLUSTER_RUN_ROOT"] = str(run_root)  # run/current of the developer stays as it is
         try:
-            plan = PortPlan.make(free_base_port(topo))
-            backend = DockerBackend.start(name, rf.run_dir(name), topo, plan,
-                                          UpOptions(extra=extra, extra_per_node=per_node, fresh=True))
+            c = Cluster.up(name, topology, "docker", base_port=free_base_port(load_topology(topology)),
+                           sets=sets, fresh=True, timeout=90)
         finally:
             if saved is None:
                 os.environ.pop("CLUSTER_RUN_ROOT", None)
             else:
                 os.environ["CLUSTER_RUN_ROOT"] = saved
-        cluster = cls(backend, key)
-        progress = io.StringIO()
-        try:
-            wait_ready(backend.state, backend, timeout=90, out=progress, poll=0.2)
-        except Exception as e:
-            logs = "\n".join(f"--- {n} ---\n" + "\n".join(backend.log_tail(n, 30))
-                             for n in ["namesrv", "toxiproxy"] + backend.node_names())
-            cluster.down()
-            raise AssertionError(f"cluster {name} did not get ready: {e}\n{progress.getvalue()[-3000:]}\n{logs}")
-        return cluster
+        return cls(c.backend, key)
 
     def down(self, keep_data: bool = False) -> None:
-        self.backend.stop(keep_data=keep_data, timeout=5)
+        super().down(keep_data=keep_data, timeout=5)
 
     # -- observation ------------------------------------------------------------------------------
-    def node(self, name: str) -> dict:
-        return next(n for n in self.state["nodes"] if n["name"] == name)
-
-    def status(self, name: str) -> dict:
-        with urllib.request.urlopen(self.node(name)["statusUrl"], timeout=2) as r:
+    def status(self, name: str, timeout: float = 2.0) -> dict:
+        """The node's /status; raises when it does not answer (tests poll through wait_for)."""
+        with urllib.request.urlopen(self.node(name)["statusUrl"], timeout=timeout) as r:
             return json.loads(r.read())
 
-    def max_offset(self, name: str) -> int:
-        return self.status(name)["maxPhyOffset"]
-
-    def addr(self, name: str) -> str:
-        """The broker's client address as a host client reaches it (through its proxy)."""
-        return self.node(name)["addr"]
-
     def logs(self, name: str) -> str:
-        return self.nodes.logs(name)
+        return self.node_log(name)
 
     def wait_in_sync(self, slave: str, deadline_s: float = 60) -> int:
         """Until the slave's HA client is CONNECTED and its maxPhyOffset equals its master's; returns it."""
@@ -167,13 +124,12 @@ class DockerCluster:
                   and m["ha"]["connectionCount"] >= 1)
             return m["maxPhyOffset"] if ok else None
 
-        return wait_until(f"{slave} in sync with {master}", synced, deadline_s, interval=0.2,
-                          on_fail=lambda: f"slave: {self.status(slave)}\nmaster: {self.status(master)}")
+        return self.wait_until(synced, deadline_s, f"{slave} in sync with {master}", node=[slave, master],
+                               interval=0.2)
 
     def wait_all_in_sync(self, deadline_s: float = 60) -> None:
-        for n in self.state["nodes"]:
-            if n.get("master"):
-                self.wait_in_sync(n["name"], deadline_s)
+        for n in self.slaves():
+            self.wait_in_sync(n, deadline_s)
 
     def commitlog(self, name: str, upto: int | None = None) -> bytes:
         """The node's commit log bytes [0, upto) read from its store on the host (default: maxPhyOffset)."""
@@ -199,34 +155,12 @@ class DockerCluster:
             raise AssertionError(f"{slave} differs from {master} at commit-log offset {first} of {upto}")
         return upto
 
-    # -- topics -----------------------------------------------------------------------------------
-    def create_topic(self, topic: str, brokers: list[str], queues: int = 4, deadline_s: float = 20) -> None:
-        """Create a topic on these masters only (UPDATE_AND_CREATE_TOPIC through their client proxies)
-        and wait until the name server's route lists exactly them, so a producer writes only there."""
-        for b in brokers:
-            resp = rpc(self.addr(b), RequestCode.UPDATE_AND_CREATE_TOPIC,
-                       {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
-                        "writeQueueNums": queues, "perm": 6, "topicFilterType": "SINGLE_TAG",
-                        "topicSysFlag": 0, "order": "false"})
-            assert resp.code == 0, f"create topic {topic} on {b}: {resp.code} {resp.remark}"
-        want = {self.node(b)["brokerName"] for b in brokers}
-
-        def routed():
-            from broker.remoting import json_body
-            r = namesrv_request(self.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-            if r.code != 0 or not r.body:
-                return False
-            data = json_body.loads(r.body)
-            return {q["brokerName"] for q in data.get("queueDatas") or []} == want
-
-        wait_until(f"route of {topic} on {sorted(want)}", routed, deadline_s, interval=0.2)
-
     def registered(self) -> dict:
         return cluster_info(self.namesrv)
 
 
 def wait_for(what: str, predicate, deadline_s: float = 30, interval: float = 0.2, on_fail=lambda: ""):
-    return wait_until(what, predicate, deadline_s, interval=interval, on_fail=on_fail)
+    return _wait_until(predicate, deadline_s, what, interval=interval, on_timeout=on_fail)
 
 
 def docker_unavailable_reason() -> str | None:

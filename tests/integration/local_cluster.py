@@ -1,22 +1,22 @@
-"""Name servers and brokers as real local processes on free loopback ports, for integration tests.
+"""Single name servers and brokers as real local processes, for tests that need one custom broker.
 
     ns = NameServerProcess(workdir); ns.start()
     b = BrokerProcess(workdir, "broker-a", ns.addr, role="SYNC_MASTER"); b.start()
     ...; b.stop(); ns.stop()
 
-Readiness is polled, never slept for: a name server is ready when it answers
-GET_BROKER_CLUSTER_INFO; a broker when its metrics endpoint (listenPort + 2) serves /status and the
-name server lists its address under its brokerName and brokerId. Every wait has a deadline and its
-failure message includes the tail of the process log.
+Whole topologies come from the cluster handle (cluster/handle.py: `Cluster.up(...)`); this module is
+for tests that build their own broker. It has no launcher, waiter or port picker of its own: processes
+start through cluster/process.py's `spawn`, ports come from cluster/ports.py, and every wait is
+cluster/wait.py's `wait_until` (a deadline; the failure message carries the tail of the process log).
+Readiness is polled, never slept for: a name server is ready when it answers GET_BROKER_CLUSTER_INFO;
+a broker when its metrics endpoint (listenPort + 2) serves /status and the name server lists its
+address under its brokerName and brokerId.
 """
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -24,36 +24,19 @@ from pathlib import Path
 from broker.remoting.codec import FrameDecoder, encode
 from broker.remoting.codes import RequestCode
 from broker.remoting.command import RemotingCommand
+from cluster import process
+from cluster.ports import free_block
+from cluster.wait import ProcessExited
+from cluster.wait import wait_until as _wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 START_DEADLINE_S = 20.0
 STOP_DEADLINE_S = 10.0
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-# Below Linux's default ephemeral range (32768-60999), so an outgoing connection cannot take a port
-# between our check and the process binding it.
-PORT_LOW, PORT_HIGH = 12000, 32000
-_next_base = [PORT_LOW + (os.getpid() * 37) % (PORT_HIGH - PORT_LOW)]
-
-
 def free_ports(count: int = 1) -> int:
     """The first of `count` consecutive free loopback ports (brokers use listenPort..+2)."""
-    for _ in range(2000):
-        base = _next_base[0]
-        _next_base[0] = base + count + 1 if base + count + 1 < PORT_HIGH else PORT_LOW
-        if all(_port_free(base + i) for i in range(count)):
-            return base
-    raise RuntimeError("no free port range found")
+    return free_block(count)
 
 
 def rpc(addr: str, code: int, fields: dict | None = None, body: bytes = b"", timeout: float = 3.0) -> RemotingCommand:
@@ -76,17 +59,23 @@ def rpc(addr: str, code: int, fields: dict | None = None, body: bytes = b"", tim
 
 
 def wait_until(what: str, predicate, deadline_s: float, interval: float = 0.1, on_fail=lambda: ""):
-    end = time.monotonic() + deadline_s
-    last_exc = None
-    while time.monotonic() < end:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as e:  # not ready yet
-            last_exc = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {deadline_s}s waiting for {what} (last error: {last_exc!r})\n{on_fail()}")
+    """cluster.wait.wait_until with this module's argument order (kept for the tests that use it)."""
+    return _wait_until(predicate, deadline_s, what, interval=interval, on_timeout=on_fail)
+
+
+class _ProcView:
+    """What tests read of a started process: pid, poll(), returncode (None while it runs)."""
+
+    def __init__(self, rec: dict):
+        self.rec = rec
+        self.pid = rec["pid"]
+
+    def poll(self):
+        return None if process.is_running(self.rec) else -1
+
+    @property
+    def returncode(self):
+        return self.poll()
 
 
 class _Process:
@@ -95,15 +84,16 @@ class _Process:
     def __init__(self, workdir: Path):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.proc: subprocess.Popen | None = None
+        self.rec: dict | None = None
         self.log_path = self.workdir / f"{self.name}.log"
 
+    @property
+    def proc(self) -> _ProcView | None:
+        return _ProcView(self.rec) if self.rec else None
+
     def _spawn(self, args: list[str]) -> None:
-        log = open(self.log_path, "ab")
-        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, *args], cwd=str(ROOT), stdout=log,
-                                     stderr=subprocess.STDOUT, env=env)
-        log.close()
+        import sys
+        self.rec = process.spawn([sys.executable, *args], self.log_path, process.child_env())
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -114,31 +104,27 @@ class _Process:
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return process.is_running(self.rec)
 
     def _check_alive(self):
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"{self.name} exited with {self.proc.returncode}\n{self.log_tail()}")
+        if self.rec is not None and not self.running:
+            raise ProcessExited(f"{self.name} exited\n{self.log_tail()}")
 
     def stop(self, sig=signal.SIGTERM) -> int | None:
         """Stop the process (SIGTERM: clean shutdown), SIGKILL after the deadline."""
-        if self.proc is None:
+        if self.rec is None:
             return None
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)  # a paused process cannot handle SIGTERM
-                self.proc.send_signal(sig)
-                self.proc.wait(STOP_DEADLINE_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_DEADLINE_S)
+        process.stop(self.rec, STOP_DEADLINE_S, sig)
         return self.proc.returncode
 
+    def kill(self) -> None:
+        process.kill(self.rec)
+
     def pause(self) -> None:
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        process.send_signal(self.rec, signal.SIGSTOP)
 
     def resume(self) -> None:
-        os.kill(self.proc.pid, signal.SIGCONT)
+        process.send_signal(self.rec, signal.SIGCONT)
 
 
 class NameServerProcess(_Process):

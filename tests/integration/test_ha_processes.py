@@ -5,41 +5,26 @@ import os
 import signal
 import socket
 import struct
-import subprocess
-import sys
-import time
 import urllib.request
 
 import pytest
 
 from broker.store.message_store import MessageStore
 from broker.store.record import Message
+from cluster import process
+from cluster.ports import free_block
+from cluster.wait import ProcessExited, wait_until
+
+from .local_cluster import _ProcView
 
 pytestmark = pytest.mark.integration
 
 FILE_SIZE = 1 << 20
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def free_port_block(n=3):
-    """A base port with n free consecutive ports after it."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
+    """A base port with n free consecutive ports after it (cluster/ports.py)."""
+    return free_block(n)
 
 
 def write_conf(path, **props):
@@ -48,14 +33,19 @@ def write_conf(path, **props):
 
 
 class Broker:
+    """A broker started from a .properties file by the shared launcher (cluster/process.py)."""
+
     def __init__(self, conf, log):
-        self.conf, self.log, self.proc = conf, log, None
+        self.conf, self.log, self.rec = conf, log, None
         text = conf.read_text()
         self.port = int(text.split("listenPort=")[1].split()[0])
 
+    @property
+    def proc(self):
+        return _ProcView(self.rec) if self.rec else None
+
     def start(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker", "-c", str(self.conf)],
-                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, cwd=REPO)
+        self.rec = process.spawn(process.broker_command(self.conf), self.log, process.child_env())
         wait_for(lambda: self.status() is not None, 20, f"broker {self.conf.name} did not start; see {self.log}")
 
     def status(self):
@@ -63,8 +53,8 @@ class Broker:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port + 2}/status", timeout=1) as r:
                 return json.load(r)
         except OSError:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"broker exited with {self.proc.returncode}:\n{open(self.log).read()[-3000:]}")
+            if not process.is_running(self.rec):
+                raise ProcessExited(f"broker exited:\n{open(self.log).read()[-3000:]}") from None
             return None
 
     def metrics(self):
@@ -72,23 +62,11 @@ class Broker:
             return r.read().decode()
 
     def stop(self, sig=signal.SIGTERM):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        process.stop(self.rec, 10, sig)
 
 
 def wait_for(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s: {what}")
+    return wait_until(cond, timeout, what, interval=0.05)
 
 
 def append_offline(store_dir, n, start):

@@ -1,7 +1,6 @@
 """A real local 2m-2s-async cluster through the CLI: up, wait, status, down. No messages are produced."""
 import json
 import os
-import random
 import subprocess
 import sys
 import time
@@ -9,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.local_backend import is_running, port_in_use
+from cluster.ports import free_cluster_base, port_in_use
+from cluster.process import is_running
 from cluster.topology import PortPlan, load_topology
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,12 +18,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 
 def free_base_port(topology) -> int:
-    bases = list(range(22000, 32000, 100))
-    random.shuffle(bases)  # parallel workers should not race for the same block
-    for base in bases:
-        if not any(port_in_use(p) for _, _, p in PortPlan.make(base).all_ports(topology)):
-            return base
-    pytest.skip("no free 50-port block between 22000 and 32000")
+    """A free cluster block, interleaved between xdist workers (slots 2..: the docker tests use 0..1)."""
+    from .docker_cluster import worker_count, worker_index
+    base = free_cluster_base(topology, low=22000, high=32000, slot=worker_index(), slots=worker_count())
+    if base is None:
+        pytest.skip("no free 50-port block between 22000 and 32000")
+    return base
 
 
 def cli(env, *args, timeout=60):

@@ -29,6 +29,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 toxiproxy = pytest.importorskip("toxiproxy")
 
+from cluster.ports import free_block  # noqa: E402
+from cluster.wait import wait_until as _wait_until  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "rmqha/toxiproxy:latest"
 LOCAL = "127.0.0.1"
@@ -38,23 +41,11 @@ LOCAL = "127.0.0.1"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOCAL, 0))
-        return s.getsockname()[1]
+    return free_block(1)
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    last_error = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as e:  # noqa: BLE001 - keep polling until the deadline
-            last_error = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error!r})")
+    return _wait_until(predicate, timeout, what, interval=interval)
 
 
 class EchoServer:
