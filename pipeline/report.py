@@ -5,7 +5,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from . import audit, decode, history_check, runfolder
+from . import audit, decode, faults, history_check, runfolder
 from .verdict import FAIL, Verdict, failed
 
 
@@ -110,9 +110,10 @@ def _plt():
     return plt
 
 
-def plot_lag(out_dir, series, pairs, master_curve) -> str:
+def plot_lag(out_dir, series, pairs, master_curve, fault_list=()) -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4))
+    t0 = None
     if series:
         t0 = min(t for s in series.values() for t, _ in s)
         for slave, pts in sorted(series.items()):
@@ -130,6 +131,8 @@ def plot_lag(out_dir, series, pairs, master_curve) -> str:
         ax.set_title("no metrics/: master log end over store time, and each slave's final end")
         ax.set_ylabel("commit-log offset")
     ax.set_xlabel("seconds since first sample")
+    if fault_list and t0 is not None:
+        faults.shade(ax, fault_list, t0, 1000.0)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     path = os.path.join(out_dir, "replication_lag.png")
@@ -137,20 +140,37 @@ def plot_lag(out_dir, series, pairs, master_curve) -> str:
     return path
 
 
-def plot_latency(out_dir, latencies: list[int]) -> str:
+def plot_latency(out_dir, latencies: list[int], over_time=(), fault_list=()) -> str:
+    """A histogram of SEND_OK latencies and, when the sends' times are known, every send's latency over
+    time by status, with the faults shaded."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 4))
+    if over_time:
+        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 7))
+    else:
+        fig, ax = plt.subplots(figsize=(9, 4))
     if latencies:
         ax.hist(latencies, bins=min(100, max(10, len(set(latencies)))), log=True)
     else:
         ax.text(0.5, 0.5, "no SEND_OK sends in the histories", ha="center", transform=ax.transAxes)
     ax.set_title("send latency (SEND_OK, ms)"); ax.set_xlabel("ms"); ax.set_ylabel("sends")
+    if over_time:
+        t0 = min(t for t, _, _ in over_time)
+        for status in sorted({st for _, _, st in over_time}):
+            pts = [(t, lat) for t, lat, st in over_time if st == status]
+            ax2.plot([(t - t0) / 1000 for t, _ in pts], [lat for _, lat in pts], ".", markersize=2,
+                     label=status)
+        if fault_list:
+            faults.shade(ax2, fault_list, t0, 1000.0)
+        ax2.set_yscale("symlog")
+        ax2.set_title("every send's latency over time, by status (faults shaded)")
+        ax2.set_xlabel("seconds since the first send"); ax2.set_ylabel("ms")
+        ax2.legend(fontsize=7)
     path = os.path.join(out_dir, "send_latency.png")
     fig.tight_layout(); fig.savefig(path, dpi=100); plt.close(fig)
     return path
 
 
-def plot_throughput(out_dir, stored: dict, sent: list[tuple[int, int]]) -> str:
+def plot_throughput(out_dir, stored: dict, sent: list[tuple[int, int]], fault_list=()) -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4))
     starts = [t for pts in stored.values() for t, _ in pts] + [t for t, _ in sent]
@@ -160,6 +180,8 @@ def plot_throughput(out_dir, stored: dict, sent: list[tuple[int, int]]) -> str:
     if sent:
         ax.plot([t - t0 for t, _ in sent], [n for _, n in sent], label="SEND_OK/s (histories)", linestyle="--")
     ax.set_title("throughput over time"); ax.set_xlabel("seconds"); ax.set_ylabel("messages per second")
+    if fault_list and starts:
+        faults.shade(ax, fault_list, t0 * 1000.0, 1000.0)
     if starts:
         ax.legend(fontsize=7)
     path = os.path.join(out_dir, "throughput.png")
@@ -182,11 +204,23 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     verdicts = audit.verdicts(pairs, integrity, nodes, final_acks(samples, nodes))
 
     hpaths = runfolder.history_files(run_dir)
+    fault_list = faults.load(run_dir)
     latencies: list[int] = []
+    over_time: list[tuple[int, int, str]] = []
     sent_per_s: list[tuple[int, int]] = []
+    findings = history_check.HistoryFindings()
+    non_ok: list[tuple[str, int, int]] = []
     if hpaths:
         hist = history_check.load_histories(spark, hpaths).cache()
-        verdicts += history_check.verdicts(history_check.check(spark, df, hist, nodes))
+        findings = history_check.check(spark, df, hist, nodes)
+        verdicts += history_check.verdicts(findings)
+        sends = hist.filter(F.col("op") == "send")
+        non_ok = [(r["status"], r["start_ms"] or 0, r["end_ms"] or 0)
+                  for r in sends.filter(F.col("status") != "SEND_OK").select("status", "start_ms", "end_ms")
+                  .limit(200000).collect()]
+        over_time = [(r["end_ms"], r["l"], r["status"]) for r in sends.filter(F.col("end_ms").isNotNull())
+                     .select("end_ms", (F.col("end_ms") - F.col("start_ms")).alias("l"), "status")
+                     .limit(200000).collect()]
         ok = hist.filter((F.col("op") == "send") & (F.col("status") == "SEND_OK"))
         latencies = [r[0] for r in ok.select((F.col("end_ms") - F.col("start_ms")).alias("l"))
                      .limit(200000).collect()]
@@ -194,7 +228,10 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
                       .agg(F.count("*").alias("n")).orderBy("s").collect()]
         hist.unpersist()
     else:
-        verdicts += history_check.verdicts(history_check.HistoryFindings())
+        verdicts += history_check.verdicts(findings)
+    group_of = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
+    attribution = faults.attribute(fault_list, non_ok, findings.lost, pairs, group_of)
+    verdicts += faults.verdicts(fault_list, attribution)
 
     masters = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
     stored: dict[str, list] = {}
@@ -208,11 +245,12 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
         curve.setdefault(masters[r["node"]], []).append((r["s"] * 1000, r["end"]))
     df.unpersist()
 
-    plots = [plot_lag(out_dir, lag_series(samples, nodes), pairs, curve),
-             plot_latency(out_dir, latencies),
-             plot_throughput(out_dir, stored, sent_per_s)]
+    plots = [plot_lag(out_dir, lag_series(samples, nodes), pairs, curve, fault_list),
+             plot_latency(out_dir, latencies, over_time, fault_list),
+             plot_throughput(out_dir, stored, sent_per_s, fault_list)]
     rep = Report(verdicts, plots)
-    rep.path = write_markdown(out_dir, run_dir, nodes, rep, pairs, bool(samples))
+    rep.path = write_markdown(out_dir, run_dir, nodes, rep, pairs, bool(samples),
+                              faults.markdown(fault_list, attribution))
     return rep
 
 
@@ -220,7 +258,8 @@ def _cell(s: str) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
-def write_markdown(out_dir, run_dir, nodes, rep: Report, pairs, have_metrics: bool) -> str:
+def write_markdown(out_dir, run_dir, nodes, rep: Report, pairs, have_metrics: bool,
+                   fault_lines: list[str] = ()) -> str:
     lines = [f"# Audit of `{run_dir}`", "",
              f"**Result: {'FAIL' if rep.failed else 'PASS'}** "
              f"({sum(v.status == FAIL for v in rep.verdicts)} failed guarantee(s))", "",
@@ -237,6 +276,7 @@ def write_markdown(out_dir, run_dir, nodes, rep: Report, pairs, have_metrics: bo
                   f"{p.first_divergent_offset if p.first_divergent_offset is not None else '-'} | "
                   f"{p.crc_mismatches} | {p.missing_bytes} | {p.slave_only_records} | {p.lag_bytes} |"
                   for p in pairs]
+    lines += list(fault_lines)
     lines += ["", "## Plots", ""]
     if not have_metrics:
         lines += ["No `metrics/*.jsonl` in the run folder: replication lag over time cannot be known "
