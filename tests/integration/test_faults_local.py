@@ -1,0 +1,118 @@
+"""The nemesis' process faults on a real local 2m-2s-sync cluster, each through the fault table and the
+cluster handle, each checked from outside: kill-master, pause-master, restart-master, power-loss on a
+slave and on a master. (Link, partition and client faults need Toxiproxy: test_faults_docker.py.)
+
+broker-*-s flush every 60 s and broker-b every 60 s (flushIntervalCommitLog), so a power loss always
+has unsynced bytes to drop; broker-a flushes as usual."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from chaos.faultlog import FaultLog, read_faults
+from chaos.nemesis import Fault, Nemesis
+from cluster.handle import Cluster
+from cluster.topology import load_topology
+
+from .docker_cluster import SEND_OK, produce
+from .test_local_cluster import free_base_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytest.importorskip("rocketmq.client")
+
+SETS = {"syncFlushTimeout": "1500", "haSendHeartbeatInterval": "1000", "haHousekeepingInterval": "4000",
+        "mappedFileSizeCommitLog": str(4 << 20), "broker-a-s:flushIntervalCommitLog": "60000",
+        "broker-b:flushIntervalCommitLog": "60000", "broker-b-s:flushIntervalCommitLog": "60000"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    import os
+    root = tmp_path_factory.mktemp("faults-run")
+    saved = os.environ.get("CLUSTER_RUN_ROOT")
+    os.environ["CLUSTER_RUN_ROOT"] = str(root)
+    try:
+        c = Cluster.up("faults", "2m-2s-sync", "local", base_port=free_base_port(load_topology("2m-2s-sync")),
+                       sets=SETS, timeout=60)
+    finally:
+        os.environ.pop("CLUSTER_RUN_ROOT", None) if saved is None else os.environ.__setitem__("CLUSTER_RUN_ROOT", saved)
+    yield c
+    c.down()
+
+
+@pytest.fixture
+def nemesis(cluster):
+    log = FaultLog(cluster.run_dir / "faults" / f"it-{uuid.uuid4().hex[:6]}.jsonl")
+    nem = Nemesis(cluster, fault_log=log)
+    yield nem
+    assert nem.heal_all() == []
+    log.close()
+
+
+def send(cluster, master, n=5):
+    topic = f"F{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, [master])
+    results = produce(cluster.namesrv, topic, [f"m{i}-" + "x" * 300 for i in range(n)])
+    assert all(r.get("status") == SEND_OK for r in results), results
+    return topic
+
+
+def fault(kind, cluster, target):
+    return Fault(0, 0, kind, cluster.node(target)["brokerName"], target,
+                 role="slave" if cluster.master_of(target) else "master")
+
+
+@pytest.mark.parametrize("kind", ["kill-master", "restart-master", "pause-master"])
+def test_a_master_fault_takes_the_master_away_and_its_heal_brings_it_back(cluster, nemesis, kind):
+    send(cluster, "broker-a")
+    cluster.wait_caught_up(30)
+    pid = cluster.status("broker-a")["pid"]
+    f = fault(kind, cluster, "broker-a")
+    t0 = time.monotonic()
+    nemesis.inject(f)
+    assert cluster.status("broker-a", timeout=0.5) is None  # killed, stopped or frozen: no answer
+    assert cluster.running("broker-a") == (kind == "pause-master")
+    nemesis.heal(f)
+    took = time.monotonic() - t0
+    st = cluster.wait_up("broker-a")
+    assert (st["pid"] == pid) == (kind == "pause-master")
+    if kind != "pause-master":
+        assert st["cleanShutdownBefore"] is (kind == "restart-master")
+    cluster.wait_caught_up(30)
+    send(cluster, "broker-a")
+    recs = [r for r in read_faults(cluster.run_dir) if r["id"] == f.id and r["kind"] == kind]
+    assert [r["op"] for r in recs] == ["inject", "heal"] and all(r["result"] == "ok" for r in recs)
+    assert took < 15
+
+
+def test_power_loss_on_a_slave_drops_its_unsynced_tail_and_it_refetches_it(cluster, nemesis):
+    send(cluster, "broker-a", 20)
+    cluster.wait_caught_up(30)
+    end = cluster.max_offset("broker-a-s")
+    f = fault("power-loss", cluster, "broker-a-s")
+    info = nemesis.inject(f)
+    assert info["maxPhyOffsetBefore"] == end
+    assert info["durableOffset"] < end and info["droppedBytes"] > 0, info   # it flushes every 60 s
+    assert info["durableOffset"] >= info["polledDurableOffset"]
+    nemesis.heal(f)
+    cluster.wait_caught_up(30)
+    # it reconnected from what survived, not from where it had been
+    slaves = cluster.status("broker-a")["ha"]["slaves"]
+    assert slaves[0]["slaveRequestOffset"] <= info["durableOffset"], (slaves, info)
+    assert cluster.status("broker-a-s")["cleanShutdownBefore"] is False
+
+
+def test_power_loss_on_a_master_leaves_it_at_its_durable_offset(cluster, nemesis):
+    """The master restarts holding only what it had fsynced; its slave holds more (see the README:
+    a master behind its slave)."""
+    send(cluster, "broker-b", 20)
+    cluster.wait_caught_up(30)
+    end = cluster.max_offset("broker-b")
+    f = fault("power-loss", cluster, "broker-b")
+    info = nemesis.inject(f)
+    assert info["maxPhyOffsetBefore"] == end and info["durableOffset"] < end and info["droppedBytes"] > 0
+    nemesis.heal(f)
+    st = cluster.status("broker-b")
+    assert st["maxPhyOffset"] <= info["durableOffset"] < cluster.max_offset("broker-b-s") == end
