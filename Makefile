@@ -45,13 +45,13 @@ outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_T
 	$(PY) -m chaos.outcomes $(if $(NAME),--name $(NAME))
 
 # --- tests ------------------------------------------------------------------------------------
-test: $(STAMP) images ## run every test: unit, then integration (real processes, containers, the official client)
+test: $(STAMP) images rust-client ## run every test: unit, then integration (real processes, containers, the official client)
 	$(PY) -m pytest tests -n $(PYTEST_WORKERS) --dist loadfile --durations=12
 
 test-unit: $(STAMP) ## fast tests only: no cluster, no containers
 	$(PY) -m pytest tests/unit -n $(PYTEST_WORKERS) --dist loadfile
 
-test-integration: $(STAMP) images ## integration tests only (builds the images first)
+test-integration: $(STAMP) images rust-client ## integration tests only (builds the images first)
 	$(PY) -m pytest tests/integration -n $(PYTEST_WORKERS) --dist loadfile --durations=12
 
 fuzz: $(STAMP) ## coverage-guided fuzzing (atheris) of every decoder a peer reaches, FUZZ_SECONDS=60 per target (FUZZ_TARGETS= to pick)
@@ -74,6 +74,14 @@ images: ## build the container images (base, broker, toxiproxy) with no registry
 test-official-client: $(STAMP) ## the official C++ client against real broker processes
 	$(PY) -m pytest tests/integration/test_official_client.py -q
 
+rust-client: ## build the second test client (clients/rust on crates.io rocketmq-client-rust), release, cached in clients/rust/target
+	@command -v cargo >/dev/null || { echo "error: cargo not found; install Rust (rustup.rs) or run the tests with RUST_CLIENT=skip" >&2; exit 1; }
+	@echo "==> building clients/rust (the first build downloads and compiles about 360 crates)"
+	cargo build --release --locked --manifest-path clients/rust/Cargo.toml
+
+test-rust-client: $(STAMP) rust-client ## the Rust client (rocketmq-client-rust) against real broker processes
+	$(PY) -m pytest tests/integration/test_rust_client.py -q
+
 bench: bench-ha bench-send bench-decode ## run the benchmarks
 
 bench-send: $(STAMP) ## send TPS and p50/p99/p99.9 with the official client, beside a raw loopback round trip
@@ -90,4 +98,4 @@ clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
 .PHONY: help venv cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration \
-	test-official-client fuzz mutation audit chaos images bench bench-ha bench-send bench-decode clean
+	test-official-client rust-client test-rust-client fuzz mutation audit chaos images bench bench-ha bench-send bench-decode clean

@@ -1,0 +1,116 @@
+"""The second client: clients/rust (a CLI on crates.io `rocketmq-client-rust`), driven from the tests.
+
+    rc = RustClient.get()                      # the built binary, or skip/fail (see below)
+    rc.send(ns, topic, mode="sync", count=5)   # -> one dict per result line
+    rc.consume(ns, topic, group, mode="push", expect=5)
+    rc.offsets(ns, topic, group)
+
+`make rust-client` (a prerequisite of `make test`) builds the binary in release mode into
+clients/rust/target. RUST_CLIENT_BIN=<path> points at another binary. When the binary is missing the
+tests FAIL with the build command to run, unless RUST_CLIENT=skip, which makes them skip.
+
+Each call runs one process with a deadline and parses its JSON lines (the client logs to stderr). A
+process that exits non-zero, prints a {"fatal": ...} line or outlives its deadline raises
+RustClientError carrying the command line and the tail of its stderr.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_BIN = ROOT / "clients" / "rust" / "target" / "release" / "rmq-rust-client"
+
+
+class RustClientError(AssertionError):
+    pass
+
+
+class RustClient:
+    def __init__(self, binary: Path):
+        self.binary = Path(binary)
+
+    @classmethod
+    def get(cls) -> "RustClient":
+        binary = Path(os.environ.get("RUST_CLIENT_BIN") or DEFAULT_BIN)
+        if not os.access(binary, os.X_OK):
+            msg = f"rust client binary {binary} not built: run `make rust-client`"
+            if os.environ.get("RUST_CLIENT", "").lower() == "skip":
+                pytest.skip(msg + " (skipped: RUST_CLIENT=skip)")
+            raise RustClientError(msg + " (or set RUST_CLIENT=skip to skip these tests)")
+        return cls(binary)
+
+    # -- running ----------------------------------------------------------------------------------
+    def run(self, namesrv: str, command: str, *args: str, stdin: str | None = None,
+            timeout: float = 60.0, check: bool = True) -> list[dict]:
+        argv = [str(self.binary), "--namesrv", namesrv, command, *[str(a) for a in args]]
+        env = dict(os.environ)
+        env.setdefault("RMQ_CLIENT_LOG", "warn")
+        try:
+            p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired as e:
+            raise RustClientError(f"{' '.join(argv)}: no exit within {timeout:g} s\nstdout:\n"
+                                  f"{_tail(e.stdout)}\nstderr:\n{_tail(e.stderr)}") from None
+        lines = []
+        for line in p.stdout.splitlines():
+            if line.startswith("{"):
+                try:
+                    lines.append(json.loads(line))
+                except ValueError:
+                    pass
+        fatal = [l["fatal"] for l in lines if "fatal" in l]
+        if check and (p.returncode != 0 or fatal):
+            raise RustClientError(f"{' '.join(argv)}: exit {p.returncode} {fatal}\nstderr:\n{_tail(p.stderr)}")
+        self.last_stderr = p.stderr
+        return lines
+
+    # -- commands ---------------------------------------------------------------------------------
+    def send(self, namesrv: str, topic: str, *, mode: str = "sync", count: int = 1, prefix: str = "rust",
+             tags: str | None = None, size: int = 0, messages: list[dict] | None = None,
+             queue: int | None = None, broker: str | None = None, timeout_ms: int = 3000,
+             retries: int | None = None, group: str | None = None, timeout: float = 60.0) -> list[dict]:
+        """One result dict per message (one for a batch): status name or error, msgId, queue, offset, ms.
+        `messages` ([{body, tags, keys, props}]) replaces count/prefix/tags/size."""
+        args = ["--topic", topic, "--mode", mode, "--timeout-ms", timeout_ms]
+        stdin = None
+        if messages is not None:
+            args.append("--stdin")
+            stdin = "".join(json.dumps(m) + "\n" for m in messages)
+        else:
+            args += ["--count", count, "--prefix", prefix, "--size", size]
+            if tags:
+                args += ["--tags", tags]
+        for flag, val in (("--queue", queue), ("--broker", broker), ("--retries", retries), ("--group", group)):
+            if val is not None:
+                args += [flag, val]
+        return [l for l in self.run(namesrv, "send", *args, stdin=stdin, timeout=timeout) if "mode" in l]
+
+    def consume(self, namesrv: str, topic: str, group: str, *, mode: str = "push", expect: int | None = None,
+                timeout_s: float = 30.0, expr: str = "*", reconsume_later: bool = False,
+                linger_ms: int = 500) -> tuple[list[dict], dict]:
+        """(every delivery, the final {"done": true, ...} line). Deliveries answered RECONSUME_LATER
+        carry "action": "RECONSUME_LATER"; the others "CONSUME_SUCCESS"."""
+        args = ["--topic", topic, "--group", group, "--mode", mode, "--timeout-s", timeout_s,
+                "--expr", expr, "--linger-ms", linger_ms]
+        if expect is not None:
+            args += ["--expect", expect]
+        if reconsume_later:
+            args.append("--reconsume-later")
+        lines = self.run(namesrv, "consume", *args, timeout=timeout_s + 30)
+        done = next((l for l in lines if l.get("done")), {})
+        self.last_warnings = [l["warn"] for l in lines if "warn" in l]
+        return [l for l in lines if "body" in l], done
+
+    def offsets(self, namesrv: str, topic: str, group: str | None = None) -> list[dict]:
+        args = ["--topic", topic] + (["--group", group] if group else [])
+        return self.run(namesrv, "offsets", *args, timeout=60)
+
+
+def _tail(text, n: int = 4000) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return (text or "")[-n:]
