@@ -12,6 +12,9 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from broker.store.delay import DEFAULT_LEVELS as DEFAULT_DELAY_LEVELS
+from broker.store.delay import parse_delay_levels
+
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 
@@ -136,6 +139,10 @@ class BrokerConfig:
     haReconnectMaxDelay: int = _prop("haReconnectMaxDelay", 1000, minimum=10,
                                      doc="ours; the slave retries its master with backoff up to this many ms")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
+    messageDelayLevel: str = _prop("messageDelayLevel", DEFAULT_DELAY_LEVELS,
+                                   doc="the delay of each level, 1 first: whole numbers with s, m, h or d")
+    flushDelayOffsetInterval: int = _prop("flushDelayOffsetInterval", 10000, minimum=1,
+                                          doc="ms between writes of config/delayOffset.json")
     # Bounds on what one peer can make the broker hold or do (README "Limits").
     serverChannelMaxIdleTimeSeconds: int = _prop(
         "serverChannelMaxIdleTimeSeconds", 120, minimum=0,
@@ -201,6 +208,10 @@ class BrokerConfig:
         return self.storePathCommitLog or os.path.join(self.storePathRootDir, "commitlog")
 
     @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.messageDelayLevel)
+
+    @property
     def sync_wait_ms(self) -> int:
         return self.slaveTimeout if self.slaveTimeout is not None else self.syncFlushTimeout
 
@@ -245,6 +256,11 @@ class BrokerConfig:
         for key in ("haMasterAddress", "slaveSyncMasterAddress"):
             if getattr(self, key):
                 _check_addr(key, getattr(self, key))
+        try:
+            parse_delay_levels(self.messageDelayLevel)
+        except ValueError as e:
+            raise ConfigError(f"messageDelayLevel={self.messageDelayLevel!r}: {e}; for example "
+                              f"messageDelayLevel={DEFAULT_DELAY_LEVELS}") from None
         if self.namesrvAddr:
             for a in self.namesrvAddr.split(";"):
                 if a.strip():
@@ -261,7 +277,7 @@ maxTransferCountOnMessageInMemory transientStorePoolEnable aclEnable enablePrope
 traceTopicEnable msgTraceTopicName rejectTransactionMessage fetchNamesrvAddrByAddressServer
 useReentrantLockWhenPutMessage waitTimeMillsInSendQueue diskMaxUsedSpaceRatio brokerFastFailureEnable
 slaveReadEnable offsetCheckInSlave duplicationEnable serverWorkerThreads serverSelectorThreads
-clientWorkerThreads flushConsumeQueueLeastPages flushCommitLogLeastPages messageDelayLevel
+clientWorkerThreads flushConsumeQueueLeastPages flushCommitLogLeastPages
 """.split())
 
 

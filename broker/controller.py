@@ -75,7 +75,11 @@ class BrokerController:
         self.store = MessageStore(
             c.storePathRootDir, c.commitlog_dir, commitlog_file_size=c.mappedFileSizeCommitLog,
             cq_file_size=c.mappedFileSizeConsumeQueue, check_crc_on_recover=c.checkCRCOnRecover,
-            store_host=record.host_of(c.broker_addr), preallocate=c.commitLogPreallocate)
+            store_host=record.host_of(c.broker_addr), preallocate=c.commitLogPreallocate,
+            # store times and deliver times of delayed messages on the reactor's clock (the same
+            # wall clock on a live broker; the fake one in tests)
+            now_ms=lambda: int(self.clock.seconds() * 1000))
+        self.store.delay_levels_ms = c.delay_levels_ms
         self.store.start()
         self._store_metrics()
         self.flusher = FlushService(self.store, clock=self.clock, run_in_thread=self.run_in_thread,

@@ -25,6 +25,7 @@ from .processors.send import SendProcessor
 from .processors.send_back import SendBackProcessor
 from .processors.topics import TopicConfigManager, TopicProcessors
 from .registration import BrokerRegistration
+from .schedule import ScheduleMessageService
 from .remoting.protocol import ProcessorRegistry, RemotingServerFactory
 from .slave_sync import SlaveSynchronize
 from .store.mapped_file import StoreError
@@ -54,6 +55,7 @@ class BrokerServer:
         self.admin: AdminProcessors | None = None
         self.registration: BrokerRegistration | None = None
         self.slave_sync: SlaveSynchronize | None = None
+        self.schedule: ScheduleMessageService | None = None
         self.port = None
         self.started = False
 
@@ -70,12 +72,21 @@ class BrokerServer:
         self.send = SendProcessor(c, self.controller, self.topics)
         self.pull = PullProcessor(c, store, self.topics, self.offsets, self.clients, self.clock)
         self.pull.install_metrics(self.controller.metrics)
-        self.admin = AdminProcessors(c, self.controller, self.topics, self.offsets, self.clients, self.pull)
+        # Every broker keeps the delay offsets (a slave copies its master's and serves them); only a
+        # master delivers delayed messages.
+        self.schedule = ScheduleMessageService(store, self.controller.put_message, self.clock, c.storePathRootDir,
+                                               c.delay_levels_ms, c.flushDelayOffsetInterval / 1000.0,
+                                               self.controller.metrics)
+        self.schedule.load()
+        self.admin = AdminProcessors(c, self.controller, self.topics, self.offsets, self.clients, self.pull,
+                                     self.schedule)
         for part in (self.send, self.pull, self.admin, self.clients, TopicProcessors(self.topics),
                      ConsumerOffsetProcessors(self.offsets, store), OffsetQueryProcessors(store),
                      SendBackProcessor(c, self.controller, self.topics)):
             part.register(self.registry)
         self._install_metrics()
+        if c.is_master:
+            self.schedule.start()
         self.offsets.start()
         self.clients.start()
         if listen:
@@ -83,7 +94,7 @@ class BrokerServer:
             log.info("remoting server listening on port %d", c.listenPort)
         if not c.is_master:
             self.slave_sync = SlaveSynchronize(self.topics, self.offsets, self.reactor, self.clock,
-                                               metrics=self.controller.metrics)
+                                               metrics=self.controller.metrics, schedule=self.schedule)
             self.slave_sync.start()
             if self.config.slaveSyncMasterAddress:
                 self.slave_sync.set_master_address(self.config.slaveSyncMasterAddress)
@@ -112,6 +123,8 @@ class BrokerServer:
         for ctx in list(self.factory.connections):
             ctx.close()
         self.offsets.stop()
+        if self.schedule is not None:
+            self.schedule.stop()
         if self.started:
             ds.append(self.controller.stop())
         self.started = False

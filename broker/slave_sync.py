@@ -1,8 +1,9 @@
-"""A slave's copy of its master's topic configs and consumer offsets (RocketMQ's SlaveSynchronize).
+"""A slave's copy of its master's topic configs, consumer offsets and delay offsets (RocketMQ's
+SlaveSynchronize).
 
 Every `interval` seconds (10 s, as the Java broker), and at once when the master's address is first
-learned or changes, the slave asks its master for GET_ALL_TOPIC_CONFIG and GET_ALL_CONSUMER_OFFSET
-and replaces its own tables with the answers (the offsets file is then written). When the master
+learned or changes, the slave asks its master for GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET and
+GET_ALL_DELAY_OFFSET and replaces its own tables with the answers (the offset files are then written). When the master
 cannot be reached the slave keeps what it has, so consumers reading from it go on.
 """
 from __future__ import annotations
@@ -26,7 +27,9 @@ TIMEOUT_S = 3.0
 
 class SlaveSynchronize:
     def __init__(self, topics, offsets, reactor, clock=None, master_addr: str | None = None,
-                 interval: float = SYNC_INTERVAL_S, client: RemotingClient | None = None, metrics=None):
+                 interval: float = SYNC_INTERVAL_S, client: RemotingClient | None = None, metrics=None,
+                 schedule=None):
+        self.schedule = schedule  # the delay offsets (GET_ALL_DELAY_OFFSET), when given
         self.topics = topics
         self.offsets = offsets
         self.clock = clock or reactor
@@ -64,6 +67,8 @@ class SlaveSynchronize:
         addr = self.master_addr
         d = self._sync_topics(addr)
         d.addCallback(lambda _: self._sync_offsets(addr))
+        if self.schedule is not None:
+            d.addCallback(lambda _: self._sync_delay_offsets(addr))
         d.addCallbacks(self._ok, self._failed, errbackArgs=(addr,))
 
         finished_now = []
@@ -104,6 +109,13 @@ class SlaveSynchronize:
             self.offsets.persist_if_dirty()
 
         return self._call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET).addCallback(apply)
+
+    def _sync_delay_offsets(self, addr: str) -> defer.Deferred:
+        def apply(body: bytes):
+            obj = json_body.loads(body)
+            self.schedule.replace_all(self.schedule.parse_table(obj.get("offsetTable") or {}))
+
+        return self._call(addr, RequestCode.GET_ALL_DELAY_OFFSET).addCallback(apply)
 
     def _ok(self, _):
         self.syncs += 1

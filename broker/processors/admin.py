@@ -1,7 +1,9 @@
-"""Admin reads: GET_ALL_TOPIC_CONFIG (21), GET_ALL_CONSUMER_OFFSET (43), GET_BROKER_RUNTIME_INFO (28).
+"""Admin reads: GET_ALL_TOPIC_CONFIG (21), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45),
+GET_BROKER_RUNTIME_INFO (28).
 
-Bodies as WIRE-FACTS §2.4 gives them: the TopicConfigSerializeWrapper, {"offsetTable":{...}} and a
-KVTable {"table":{...}} of strings. A slave copies the first two from its master (slave_sync).
+Bodies as WIRE-FACTS §2.4 gives them: the TopicConfigSerializeWrapper, {"offsetTable":{...}} (consumer
+offsets, and delayOffset.json's content for the delay levels) and a KVTable {"table":{...}} of
+strings. A slave copies the first three from its master (slave_sync).
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ BROKER_VERSION_DESC = "V4_9_8"
 
 
 class AdminProcessors:
-    def __init__(self, config, controller, topics, offsets, clients=None, pull=None):
+    def __init__(self, config, controller, topics, offsets, clients=None, pull=None, schedule=None):
+        self.schedule = schedule
         self.config = config
         self.controller = controller
         self.topics = topics
@@ -29,6 +32,11 @@ class AdminProcessors:
         registry.register(RequestCode.GET_ALL_TOPIC_CONFIG, self.get_all_topic_config)
         registry.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self.get_all_consumer_offset)
         registry.register(RequestCode.GET_BROKER_RUNTIME_INFO, self.get_broker_runtime_info)
+        if self.schedule is not None:
+            registry.register(RequestCode.GET_ALL_DELAY_OFFSET, self.get_all_delay_offset)
+
+    def get_all_delay_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
+        return req.make_response(body=self.schedule.encode())
 
     def get_all_topic_config(self, req: RemotingCommand, ctx) -> RemotingCommand:
         return req.make_response(body=self.topics.encode())

@@ -39,8 +39,8 @@ from broker.remoting.command import HeaderFieldError, RemotingCommand, java_pars
 from broker.store import record
 from broker.store.message_store import PutResult, PutStatus
 
-from .topics import (AUTO_CREATE_TOPIC_KEY, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, is_writeable,
-                     validate_topic)
+from .topics import (AUTO_CREATE_TOPIC_KEY, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, dlq_topic,
+                     is_writeable, validate_topic)
 
 log = logging.getLogger("broker.send")
 
@@ -52,6 +52,7 @@ V2_NAMES = {
 }
 
 PROPERTY_WAIT = "WAIT"
+PROPERTY_DELAY = "DELAY"
 PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
@@ -171,6 +172,8 @@ class SendProcessor:
         if topic == AUTO_CREATE_TOPIC_KEY:
             return req.make_response(ResponseCode.SYSTEM_ERROR,
                                      f"the topic[{topic}] is conflict with system reserved words.")
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            return req.make_response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         tc = self.topics.get(topic)
         if tc is None:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -211,6 +214,7 @@ class SendProcessor:
                 topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
                 self.topics.create_in_send_back(topic, 1, 2)  # DLQ: write-only, like PermName.PERM_WRITE
                 queue_id = 0
+                props.pop(PROPERTY_DELAY, None)  # the reference's msg.setDelayTimeLevel(0)
 
         # -- build the record(s) -----------------------------------------------------------------
         wait = props.pop(PROPERTY_WAIT, None)
@@ -218,6 +222,9 @@ class SendProcessor:
         props[PROPERTY_CLUSTER] = c.brokerClusterName
         born_host = _host_of(ctx.peer_address)
         if batch:
+            if props.get(PROPERTY_DELAY, "0") not in ("", "0"):
+                # CommitLog.putMessages: a batch cannot be delayed.
+                return req.make_response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot have a delay level")
             # The reference encodes a whole batch into one maxMessageSize buffer, so the batch as a
             # whole is bounded as one message is; the item count bounds the reactor's work.
             if len(req.body) > c.maxMessageSize:

@@ -1,12 +1,12 @@
 """CONSUMER_SEND_MSG_BACK (36): a consumer hands back a message it failed to consume.
 
-Our simple, documented approach (this broker has no schedule service, so delay levels are not
-honoured): the message is stored again AT ONCE in %RETRY%<group> (created with one queue), with
-reconsumeTimes + 1, RETRY_TOPIC = its original topic, ORIGIN_MESSAGE_ID = the first message's id,
-and DELAY = the level asked for (kept as a record, not acted on). When its reconsumeTimes has
-reached maxReconsumeTimes (header, default 16) or the delay level is negative, it goes to
-%DLQ%<group> (queue 0) instead, as RocketMQ does. The new record is not waited for (WAIT=false):
-the reference does the same.
+As RocketMQ 4.9's consumerSendMsgBack: the message is stored again in %RETRY%<group> (created with
+one queue) with reconsumeTimes + 1, RETRY_TOPIC = its original topic, ORIGIN_MESSAGE_ID = the first
+message's id, and DELAY = the level asked for, or 3 + reconsumeTimes when the consumer asked for 0
+(RECONSUME_LATER), so the store parks it in SCHEDULE_TOPIC_XXXX and the schedule service delivers
+it to %RETRY%<group> when due (level 3 = 10 s by default). When its reconsumeTimes has reached
+maxReconsumeTimes (header, default 16) or the level is negative, it goes to %DLQ%<group> (queue 0)
+at once, without DELAY. The new record is not waited for (WAIT=false), as in the reference.
 
 Reply: SUCCESS, or SYSTEM_ERROR when the original message is not in the store or storing failed.
 """
@@ -58,6 +58,7 @@ class SendBackProcessor:
         if orig.reconsume_times >= max_times or delay_level < 0:
             topic = dlq_topic(group)
             self.topics.create_in_send_back(topic, 1, PERM_WRITE)
+            props.pop("DELAY", None)
         else:
             topic = retry_topic(group)
             self.topics.create_in_send_back(topic, 1, PERM_READ | PERM_WRITE)

@@ -32,6 +32,10 @@ AUTO_CREATE_TOPIC_KEY = "TBW102"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SCHEDULE_TOPIC_QUEUE_NUM = 18
+# Topics a client may not send to (4.9.8 TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET): NO_PERMISSION.
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                                     "TRANS_CHECK_MAX_TIME_TOPIC", SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
@@ -78,6 +82,8 @@ class TopicConfigManager:
             self.table[AUTO_CREATE_TOPIC_KEY] = TopicConfig(
                 AUTO_CREATE_TOPIC_KEY, c.defaultTopicQueueNums, c.defaultTopicQueueNums, rw | PERM_INHERIT)
         self.table[SELF_TEST_TOPIC] = TopicConfig(SELF_TEST_TOPIC, 1, 1, rw)
+        # One queue per delay level (the reference's SCHEDULE_TOPIC_QUEUE_NUM).
+        self.table[SCHEDULE_TOPIC] = TopicConfig(SCHEDULE_TOPIC, SCHEDULE_TOPIC_QUEUE_NUM, SCHEDULE_TOPIC_QUEUE_NUM, rw)
         self.table[OFFSET_MOVED_EVENT] = TopicConfig(OFFSET_MOVED_EVENT, 1, 1, rw)
         for name in (c.brokerClusterName, c.brokerName):
             if name and not validate_topic(name):

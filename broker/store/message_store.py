@@ -19,7 +19,7 @@ from broker.remoting.codes import ResponseCode
 from broker import validation
 from broker.log_limit import LogLimiter
 
-from . import record
+from . import delay, record
 from .commitlog import CommitLog, RecoveryReport
 from .consume_queue import ConsumeQueue
 from .mapped_file import DiskFullError, StoreError
@@ -124,6 +124,8 @@ class MessageStore:
         self.reput_offset = 0  # commit-log offset up to which consume queues are built
         self.dispatch_error: str = ""
         self.unqueueable_records = 0  # replicated or recovered records whose topic is not a valid name
+        # The delay of each level (messageDelayLevel): where a DELAY message is stored and when due.
+        self.delay_levels_ms: tuple[int, ...] = delay.parse_delay_levels(delay.DEFAULT_LEVELS)
         self.last_store_timestamp = 0
         self.append_listeners: list = []  # called with the new max offset after every append
         self.dispatch_listeners: list = []  # called with (topic, queue_id) when units were added
@@ -192,7 +194,17 @@ class MessageStore:
         if info.gets_queue_entry:
             cq = self._queue_for_record(info.topic, info.queue_id, offset)
             if cq is not None:
-                cq.put(info.queue_offset, offset, info.size, info.tags_code)
+                cq.put(info.queue_offset, offset, info.size, self._unit_tags_code(info, offset))
+
+    def _unit_tags_code(self, info: record.IndexInfo, offset: int) -> int:
+        """A unit's tagsCode: the TAGS hash, or for SCHEDULE_TOPIC_XXXX the deliver time (rare: the
+        record is read again for its DELAY property)."""
+        if info.topic != delay.SCHEDULE_TOPIC:
+            return info.tags_code
+        msg = self.commitlog.message_at(offset, info.size)
+        at = None if msg is None else delay.deliver_time(self.delay_levels_ms, msg.properties.get(delay.PROPERTY_DELAY),
+                                                          info.store_timestamp)
+        return info.tags_code if at is None else at
 
     def _queue_for_record(self, topic: str, queue_id: int, offset: int) -> ConsumeQueue | None:
         """The queue of a stored record, or None (counted, logged once a minute) when its topic
@@ -253,6 +265,10 @@ class MessageStore:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="store is shut down")
         msg.store_timestamp = self.now_ms()
         msg.store_host = self.store_host
+        try:
+            delay.to_schedule_topic(msg, self.delay_levels_ms)
+        except ValueError as e:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))
         cq = self.queue(msg.topic, msg.queue_id) if msg.gets_queue_entry else None
         msg.queue_offset = cq.max_index if cq is not None else 0
         try:
@@ -270,7 +286,10 @@ class MessageStore:
             return PutResult(PutStatus.DISK_FULL, remark=f"disk full: {e}")
         if cq is not None:
             try:
-                cq.put(msg.queue_offset, res.wrote_offset, res.wrote_bytes, record.tags_code(msg.tags))
+                tags = (delay.deliver_time(self.delay_levels_ms, msg.properties.get(delay.PROPERTY_DELAY),
+                                           msg.store_timestamp) if msg.topic == delay.SCHEDULE_TOPIC else None)
+                cq.put(msg.queue_offset, res.wrote_offset, res.wrote_bytes,
+                       record.tags_code(msg.tags) if tags is None else tags)
             except DiskFullError as e:
                 # The record is in the commit log; recovery rebuilds the unit from it.
                 log.error("consume queue unit not written (rebuilt on restart): %s", e)
@@ -314,7 +333,7 @@ class MessageStore:
                 self.last_store_timestamp = info.store_timestamp
                 if info.gets_queue_entry:
                     batches.setdefault((info.topic, info.queue_id), []).append(
-                        (info.queue_offset, at, size, info.tags_code))
+                        (info.queue_offset, at, size, self._unit_tags_code(info, at)))
                 offset = at + size
             elif kind == Scan.BLANK:
                 offset = self.commitlog.queue.find(at).end

@@ -85,11 +85,16 @@ def test_send_back_goes_to_retry_then_dlq(broker):
     msg_id = r.ext_fields["msgId"]
     _h, phys = record.parse_offset_msg_id(msg_id)
     assert broker.call(send_back(phys)).code == ResponseCode.SUCCESS
+    # RECONSUME_LATER (level 0) -> level 3 + reconsumeTimes = 3 (10 s): parked in SCHEDULE_TOPIC_XXXX
+    assert broker.store.max_queue_offset("%RETRY%CG", 0) == 0
+    assert broker.store.max_queue_offset("SCHEDULE_TOPIC_XXXX", 2) == 1
+    broker.clock.advance(10)
     res = broker.store.get_messages("%RETRY%CG", 0, 0, 32)
     [m] = [record.scan(x).message for x in res.records]
     assert m.body == b"fail me" and m.reconsume_times == 1
     assert m.properties["RETRY_TOPIC"] == TOPIC and m.properties["ORIGIN_MESSAGE_ID"] == msg_id
-    assert m.properties["UNIQ_KEY"] == "U9" and m.properties["DELAY"] == "3"
+    assert m.properties["UNIQ_KEY"] == "U9" and "DELAY" not in m.properties
+    assert m.properties["REAL_TOPIC"] == "%RETRY%CG" and m.properties["REAL_QID"] == "0"
     assert broker.call(send_back(m.physical_offset, max_times=1)).code == ResponseCode.SUCCESS
     assert broker.store.max_queue_offset("%DLQ%CG", 0) == 1
     assert broker.call(send_back(10 ** 9)).code == ResponseCode.SYSTEM_ERROR
