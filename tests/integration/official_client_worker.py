@@ -27,6 +27,8 @@ def make_message(topic, spec):
         m.set_tags(spec["tags"])
     for k, v in (spec.get("props") or {}).items():
         m.set_property(k, v)
+    if spec.get("delay"):
+        m.set_delay_time_level(spec["delay"])
     m.set_body(spec["body"])
     return m
 
@@ -100,7 +102,8 @@ def consume(job):
         rec = {"id": msg.id, "topic": msg.topic, "tags": (msg.tags or b"").decode(),
                "keys": (msg.keys or b"").decode(), "body": msg.body.decode("utf-8", "replace"),
                "queue_id": msg.queue_id, "queue_offset": msg.queue_offset,
-               "reconsume_times": msg.reconsume_times,
+               "reconsume_times": msg.reconsume_times, "received_ms": int(time.time() * 1000),
+               "born_ms": msg.born_timestamp, "store_ms": msg.store_timestamp,
                "props": {k: (msg.get_property(k) or b"").decode() for k in job.get("props", [])}}
         with lock:
             got[0] += 1
