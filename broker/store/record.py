@@ -176,15 +176,6 @@ class Message:
         return offset_msg_id(self.store_host, self.physical_offset)
 
 
-def _host_sysflag(msg: Message) -> int:
-    flags = msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)
-    if len(_packed_ip(msg.born_host[0])) == 16:
-        flags |= FLAG_BORNHOST_V6
-    if len(_packed_ip(msg.store_host[0])) == 16:
-        flags |= FLAG_STOREHOST_V6
-    return flags
-
-
 def encoded_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0) -> int:
     size = FIXED_SIZE_IPV4 + body_len + topic_len + props_len
     if sys_flag & FLAG_BORNHOST_V6:
