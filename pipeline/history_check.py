@@ -13,6 +13,9 @@ from .runfolder import Node
 from .verdict import FAIL, INFO, PASS, WARN, Verdict
 
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_", "TRANS_")
+# Where the broker keeps a message that is not in its topic yet (a delay level not due, a transaction
+# not committed); it reaches its topic as a new record with the same UNIQ_KEY.
+PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 MAX_LISTED = 10
 UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")  # stored on the master
 
@@ -28,6 +31,7 @@ class HistoryFindings:
     acked: int = 0
     receives: int = 0
     lost: list = field(default_factory=list)                 # acked, on no node
+    parked: list = field(default_factory=list)               # acked, only in SCHEDULE/HALF topics
     missing_on_slave: list = field(default_factory=list)     # (uniq_key, broker, slave, phys) SYNC_MASTER
     missing_on_slave_async: int = 0
     missing_on_master: list = field(default_factory=list)    # acked, on a slave only
@@ -96,10 +100,18 @@ def check(spark, decoded, hist, nodes: list[Node]) -> HistoryFindings:
               .agg(F.collect_set("node").alias("holders"),
                    F.max(F.col("is_master").cast("int")).alias("on_master"))).cache()
 
-    # 1. acknowledged sends on no node at all
-    lost = acked.join(copies.select("uniq_key").distinct(), "uniq_key", "left_anti")
+    # 1. acknowledged sends on no node at all. A copy parked in SCHEDULE_TOPIC_XXXX (a delayed message
+    # not yet delivered) or RMQ_SYS_TRANS_HALF_TOPIC (a half message not committed) is not in its topic:
+    # such a send is "parked", not delivered and not lost.
+    parked_topic = F.col("topic").isin(*PARKED_TOPICS)
+    in_topic = copies.filter(~parked_topic).select("uniq_key").distinct()
+    parked_keys = copies.filter(parked_topic).select("uniq_key").distinct()
+    not_in_topic = acked.join(in_topic, "uniq_key", "left_anti")
+    lost = not_in_topic.join(parked_keys, "uniq_key", "left_anti")
     f.lost = [(r["uniq_key"], r["send_id"], r["client"], r["topic"], r["end_ms"])
               for r in lost.orderBy("end_ms").limit(1000).collect()]
+    f.parked = [(r["uniq_key"], r["send_id"], r["topic"])
+                for r in not_in_topic.join(parked_keys, "uniq_key", "left_semi").orderBy("end_ms").limit(1000).collect()]
 
     # 1b. sends the broker answered FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: the
     # master did store them (only flush or replication is unconfirmed), so each should be somewhere.
@@ -207,6 +219,11 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
                        f"{len(f.lost)} SEND_OK message(s) on no node: "
                        + _few(f.lost, lambda x: f"{x[0]} (send {x[1]} by {x[2]})") if f.lost
                        else f"all {f.acked} SEND_OK messages are stored"))
+    if f.parked:
+        out.append(Verdict("acknowledged sends delivered to their topic", WARN,
+                           f"{len(f.parked)} SEND_OK message(s) are stored but only parked (a delay level "
+                           "not due by the end of the run, or a transaction never committed): "
+                           + _few(f.parked, lambda x: f"{x[0]} (send {x[1]} to {x[2]})")))
     out.append(Verdict("SYNC_MASTER SEND_OK is on the slave", FAIL if f.missing_on_slave else PASS,
                        f"{len(f.missing_on_slave)} acknowledged message(s) missing on a slave: "
                        + _few(f.missing_on_slave, lambda x: f"{x[0]} at {x[3]} of {x[1]} missing on {x[2]}")

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+from broker.store.record import Message
 from pipeline import audit, decode, history_check, report, runfolder
 from pipeline.verdict import FAIL, PASS, WARN
 
@@ -201,3 +202,30 @@ def test_history_status_names():
     assert status_name(0) == "SEND_OK" and status_name(2) == "FLUSH_SLAVE_TIMEOUT"
     assert status_name("SendStatus.SLAVE_NOT_AVAILABLE") == "SLAVE_NOT_AVAILABLE"
     assert status_name("SLAVE_NOT_AVAILABE") == "SLAVE_NOT_AVAILABLE"
+
+
+def test_delayed_messages_count_when_they_reach_their_topic(spark, run_builder):
+    store = run_builder.master(n=20)
+
+    def put(uniq_key, send_id, **props):
+        m = Message(topic="T", body=b"d", queue_id=0, properties={"UNIQ_KEY": uniq_key, "KEYS": send_id, **props})
+        r = store.put_message(m)
+        assert r.status == "PUT_OK"
+        r.queue_id = 0
+        return r
+
+    # Delivered: parked in SCHEDULE_TOPIC_XXXX, then stored in T by the schedule service (same UNIQ_KEY).
+    acked = put("DELAYED-1", "send-d1", DELAY="2")
+    put("DELAYED-1", "send-d1", REAL_TOPIC="T", REAL_QID="0")
+    run_builder.sent.append(("DELAYED-1", "send-d1", acked))
+    # Not delivered by the end of the run: parked only.
+    parked = put("PARKED-1", "send-p1", DELAY="18")
+    run_builder.sent.append(("PARKED-1", "send-p1", parked))
+    store.shutdown()
+    run_builder.slave()
+    run_builder.history()
+    v, _rep = _audit(spark, run_builder.root)
+    assert v["no acknowledged send lost"].status == PASS
+    assert v["no UNIQ_KEY stored twice"].status == PASS  # the parked copy is not a duplicate
+    parked_v = v["acknowledged sends delivered to their topic"]
+    assert parked_v.status == WARN and "PARKED-1" in parked_v.detail and "DELAYED-1" not in parked_v.detail
