@@ -143,6 +143,15 @@ def test_a_read_is_at_least_one_batch_and_at_most_what_was_asked():
     assert s.next_frame(103.0) == (header(1000, 300), log.data[1000:1300])
 
 
+def test_a_read_that_finds_nothing_sends_nothing():
+    log = FakeLog(600)
+    s = session(log, batch=300)
+    s.on_data(report(0), 101.0)
+    log.read = lambda offset, max_bytes: b""  # e.g. a file the log no longer has
+    assert s.next_frames(102.0, 1000) == [] and s.next_frame(102.0) is None
+    assert (s.next_transfer_from, s.bytes_sent, s.last_write) == (0, 0, 100.0)
+
+
 def test_next_frame_is_none_when_caught_up():
     log = FakeLog(600)
     s = session(log, batch=300)

@@ -392,10 +392,27 @@ SAMPLES = [hand(**FULL), hand(**dict(FULL, born=("::1", 5), store=("fe80::1", 1)
 
 
 def _all_scanners(buf, pos, check):
+    """scan_index() and scan_summary() give scan()'s verdict and size (scan_summary also its reason),
+    and for a message the same fields; none of them raises."""
     r = record.scan(buf, pos, check)
     i = record.scan_index(buf, pos, check)
     s = record.scan_summary(buf, pos, check)
-    assert r.kind == i[0] == s[0], (r, i[:2], s[:2])
+    assert (i[0], i[1]) == (r.kind, r.size), (r, i)
+    assert (s[0], s[1], s[3]) == (r.kind, r.size, r.reason), (r, s)
+    if r.kind == Scan.MESSAGE:
+        m = r.message
+        assert (i[2].topic, i[2].queue_id, i[2].queue_offset, i[2].physical_offset, i[2].sys_flag,
+                i[2].store_timestamp, i[2].tags_code) == (m.topic, m.queue_id, m.queue_offset, m.physical_offset,
+                                                          m.sys_flag, m.store_timestamp, record.tags_code(m.tags))
+        f = dict(zip(record.SUMMARY_FIELDS, s[2]))
+        assert (f["size"], f["body_crc"], f["queue_id"], f["queue_offset"], f["physical_offset"], f["sys_flag"],
+                f["born_timestamp"], f["store_timestamp"], f["store_host_raw"], f["topic"], f["uniq_key"],
+                f["keys"], f["tags"], f["record_crc"]) == (
+            m.total_size, m.body_crc, m.queue_id, m.queue_offset, m.physical_offset, m.sys_flag, m.born_timestamp,
+            m.store_timestamp, record.encode_host(m.store_host), m.topic, m.uniq_key, m.keys, m.tags,
+            zlib.crc32(bytes(buf[pos:pos + r.size])))
+    else:
+        assert i[2] is None and s[2] is None
     list(record.iter_records(buf[pos:], 0, check))  # never raises either
     return r.kind
 
@@ -426,3 +443,124 @@ def test_a_valid_record_is_valid_for_every_scanner_with_either_crc_setting():
     for good in SAMPLES:
         for check in (True, False):
             assert _all_scanners(good, 0, check) == Scan.MESSAGE
+
+
+# -- exact boundaries and reasons, and damage the fast paths must not accept ------------------------------
+
+def test_the_layout_constants_are_wire_facts():
+    assert (record.MESSAGE_MAGIC, record.BLANK_MAGIC, record.END_FILE_MIN_BLANK_LENGTH) == (MAGIC, BLANK, 8)
+    assert (record.FIXED_SIZE_IPV4, record.IPV6_EXTRA, record.MAX_TOPIC_BYTES, record.MAX_PROPERTIES_BYTES) == (
+        91, 12, 127, 32767)
+    assert (record.FLAG_COMPRESSED, record.FLAG_MULTI_TAGS, record.TRANSACTION_MASK, record.TRANSACTION_NOT_TYPE,
+            record.TRANSACTION_PREPARED, record.TRANSACTION_COMMIT, record.TRANSACTION_ROLLBACK,
+            record.FLAG_BORNHOST_V6, record.FLAG_STOREHOST_V6) == (0x1, 0x2, 0xC, 0x0, 0x4, 0x8, 0xC, 0x10, 0x20)
+    assert (record.NAME_VALUE_SEPARATOR, record.PROPERTY_SEPARATOR) == ("\x01", "\x02")
+
+
+def test_the_smallest_record_91_bytes_with_nothing_in_it():
+    buf = hand(topic=b"", body=b"", props=b"", store_ts=5)
+    assert len(buf) == 91
+    for check in (True, False):
+        assert _all_scanners(buf, 0, check) == Scan.MESSAGE
+        assert _all_scanners(b"\0" * 3 + buf, 3, check) == Scan.MESSAGE
+    m = record.scan(buf).message
+    assert (m.topic, m.body, m.properties, m.total_size) == ("", b"", {}, 91)
+
+
+def _with_int(buf, at, value, fmt=">i"):
+    b = bytearray(buf)
+    struct.pack_into(fmt, b, at, value)
+    return bytes(b)
+
+
+def test_which_check_ends_a_bad_record_scan():
+    good = hand(topic=b"T", body=b"abc", props=b"k\x01v")  # 98 bytes: BODYLEN at 84, TOPICLEN at 91
+    assert len(good) == 98
+    assert record.scan(_with_int(good, 84, -1)).reason == "body length -1 does not fit in TOTALSIZE 98"
+    assert record.scan(_with_int(good, 84, 10 ** 6)).reason == "body length 1000000 does not fit in TOTALSIZE 98"
+    assert record.scan(_with_int(good, 84, 11)).reason == "body length 11 does not fit in TOTALSIZE 98"
+    # a body that ends exactly at the record's end leaves no TOPICLEN byte: read past the record
+    r = record.scan(_with_int(good, 84, 10) + b"\x00\x00\x00", check_crc=False)
+    assert r.kind == Scan.INVALID and r.reason == "TOTALSIZE 98 != size computed from the fields 101"
+    assert record.scan(_with_int(good, 84, 10), check_crc=False).reason.startswith("unparseable record: ")
+
+
+def test_which_check_ends_a_bad_record_scan_index():
+    good = hand(topic=b"T", body=b"abc", props=b"k\x01v")
+    assert record.scan_index(_with_int(good, 0, 0x12345678, ">I")[:4] + struct.pack(">I", 0x12345678) + good[8:]
+                             )[3] == "magic 0x12345678"
+    assert record.scan_index(struct.pack(">iI", 0, 0x12345678) + bytes(92))[3] == "magic 0x12345678"
+    assert record.scan_index(struct.pack(">iI", 7, 0) + bytes(92))[3] == "magic 0x00000000"
+    assert record.scan_index(_with_int(good, 84, 11))[3] == "body length 11 does not fit in TOTALSIZE 98"
+    assert record.scan_index(_with_int(good, 84, 8))[3] == "body length 8 does not fit in TOTALSIZE 98"
+    # a shorter body: TOPICLEN is read from a properties byte ("k")
+    assert record.scan_index(_with_int(good, 84, 7), check_crc=False)[3] == "topic length 107"
+    # the topic overruns the record by one and by two bytes
+    for t in (5, 6):
+        bad = bytearray(good)
+        bad[91] = t
+        assert record.scan_index(bytes(bad) + bytes(8))[3] == f"topic length {t}"
+        assert record.scan_summary(bytes(bad))[0] == Scan.INVALID
+    # IPv6 hosts in a record whose TOTALSIZE leaves no room for BODYLEN: 84 + 24 = 108 = BODYLEN's offset
+    v6 = _with_int(hand(born=("::1", 1), store=("::1", 2), sysflag=0x30, topic=b""), 0, 111)
+    assert record.scan_index(v6 + bytes(40))[3] == "TOTALSIZE 111 leaves no room for BODYLEN"
+    assert record.scan_index(_with_int(v6, 0, 112) + bytes(40))[3] == "body length 0 does not fit in TOTALSIZE 112"
+
+
+def test_scan_summary_never_reads_past_a_record_at_the_end_of_the_buffer():
+    good = hand(topic=b"T", body=b"abc", props=b"k\x01v")
+    body_to_end = _with_int(good, 84, 10)  # the body would end at the record's end: no TOPICLEN byte
+    topic_to_end = bytearray(good)
+    topic_to_end[91] = 6  # the topic would end at the record's end: no PROPLEN
+    for buf in (body_to_end, bytes(topic_to_end)):
+        for check in (True, False):
+            assert record.scan_summary(buf, 0, check)[:3] == (Scan.INVALID, 0, None)
+            _all_scanners(buf, 0, check)
+
+
+@pytest.mark.parametrize("props,field", [
+    (b"k\x01v", 3 + 4), (b"k\x01v", 3 - 1), (b"k\x01v", 3 + 1),
+    (b"p\x01" + b"x" * 510, 256),                  # 512 bytes, the field says 256
+])
+def test_a_properties_length_that_lies_is_invalid_for_every_scanner(props, field):
+    buf = bytearray(hand(topic=b"T", props=props))
+    struct.pack_into(">H", buf, len(buf) - len(props) - 2, field)
+    for check in (True, False):
+        assert _all_scanners(bytes(buf), 0, check) == Scan.INVALID
+        assert _all_scanners(bytes(buf) + bytes(600), 0, check) == Scan.INVALID
+
+
+def test_a_lying_properties_length_low_byte_equal_to_the_last_topic_byte():
+    buf = bytearray(hand(topic=b"T\x03", props=b"k\x01v"))
+    struct.pack_into(">H", buf, len(buf) - 5, 5)  # says 5; the true length, 3, is the topic's last byte
+    for check in (True, False):
+        assert _all_scanners(bytes(buf), 0, check) == Scan.INVALID
+
+
+def test_topic_and_properties_split_where_topiclen_says_even_when_bytes_look_like_lengths():
+    # the topic's last two bytes read as a PROPLEN would make a consistent record two bytes earlier
+    a = hand(topic=b"T\x00\x02", props=b"")
+    # a body whose last byte and the TOPICLEN byte would read as a PROPLEN that fits
+    b = hand(topic=b"t" * 56, body=b"\x05" * 10 + b"\x01", props=b"UNIQ_KEY\x01" + b"u" * 191)
+    for buf in (a, b):
+        for check in (True, False):
+            assert _all_scanners(buf, 0, check) == Scan.MESSAGE
+    assert record.scan_summary(a)[2][9] == "T\x00\x02" and record.scan_summary(b)[2][9] == "t" * 56
+
+
+@pytest.mark.parametrize("props,keys,tags", [
+    (b"KEYS\x01\x02TAGS\x01t", None, "t"),
+    (b"TAGS\x01\x02KEYS\x01k", "k", None),
+    (b"UNIQ_KEY\x01\x02KEYS\x01k", "k", None),
+])
+def test_an_empty_value_followed_by_another_segment(props, keys, tags):
+    f = dict(zip(record.SUMMARY_FIELDS, record.scan_summary(hand(props=props))[2]))
+    assert (f["uniq_key"], f["keys"], f["tags"]) == (None, keys, tags)
+
+
+def test_iter_records_defaults_start_at_offset_0_and_check_crc():
+    a = hand(topic=b"A", body=b"ok")
+    bad = hand(topic=b"B", body=b"no", crc=1)
+    walked = list(record.iter_records(a + bad))
+    assert [(off, r.kind) for off, r in walked] == [(0, Scan.MESSAGE), (len(a), Scan.INVALID)]
+    assert [r.kind for _, r in record.iter_records(a + bad, 0, False)] == [Scan.MESSAGE, Scan.MESSAGE]
