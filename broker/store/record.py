@@ -376,15 +376,17 @@ def host_of(addr: str) -> tuple[str, int]:
 
 _IDX_HEAD = struct.Struct(">iIiiiqqi")  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG
 _TAGS_KEY = b"TAGS" + NAME_VALUE_SEPARATOR.encode()
+_UNIQ_KEY_BYTES = b"UNIQ_KEY" + NAME_VALUE_SEPARATOR.encode()
+_KEYS_BYTES = b"KEYS" + NAME_VALUE_SEPARATOR.encode()
 
 
 class IndexInfo:
-    """The fields of a record a consume-queue unit and recovery need."""
+    """The fields of a record a consume-queue unit, the message index and recovery need."""
     __slots__ = ("size", "topic", "queue_id", "queue_offset", "physical_offset", "sys_flag",
-                 "store_timestamp", "tags_code")
+                 "store_timestamp", "tags_code", "props")
 
     def __init__(self, size, topic, queue_id, queue_offset, physical_offset, sys_flag, store_timestamp,
-                 tags_code):
+                 tags_code, props: bytes = b""):
         self.size = size
         self.topic = topic
         self.queue_id = queue_id
@@ -393,10 +395,19 @@ class IndexInfo:
         self.sys_flag = sys_flag
         self.store_timestamp = store_timestamp
         self.tags_code = tags_code
+        self.props = props  # the raw PROPERTIES bytes, parsed only when asked (index_keys)
 
     @property
     def gets_queue_entry(self) -> bool:
         return (self.sys_flag & TRANSACTION_MASK) in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT)
+
+    def index_keys(self) -> tuple[str | None, str | None]:
+        """(UNIQ_KEY, KEYS) as the reference's dispatch reads them (decode_properties' rules: the last
+        segment of a name with a non-empty value); None when absent."""
+        if _UNIQ_KEY_BYTES not in self.props and _KEYS_BYTES not in self.props:
+            return None, None
+        props = decode_properties(self.props)
+        return props.get("UNIQ_KEY"), props.get("KEYS")
 
 
 def _tags_code_from_props(props: bytes) -> int:
@@ -465,9 +476,10 @@ def scan_index(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, Ind
         topic = topic_raw.decode("utf-8")
     except UnicodeDecodeError:
         return Scan.INVALID, 0, None, "topic is not UTF-8"
-    tags = _tags_code_from_props(bytes(buf[p:end])) if props_len else 0
+    props = bytes(buf[p:end]) if props_len else b""
+    tags = _tags_code_from_props(props) if props_len else 0
     return Scan.MESSAGE, total, IndexInfo(total, topic, queue_id, queue_offset, phys, sys_flag, store_ts,
-                                          tags), ""
+                                          tags, props), ""
 
 
 # -- the summary fast path: a record's main fields as a plain tuple, for bulk readers -------------------

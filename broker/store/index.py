@@ -1,0 +1,563 @@
+"""The message index (RocketMQ 4.9's IndexService): messages by key and store time, on master and slave.
+
+Every stored record's UNIQ_KEY and each of its KEYS (split on a space) is indexed as "topic#key",
+whether the record was written here (master) or replicated and dispatched (slave), so both build the
+same files from the same commit log. Records whose sysflag says transaction ROLLBACK are skipped, as
+the reference's buildIndex does (it indexes PREPARED ones).
+
+Files: <storePathRootDir>/index/<yyyyMMddHHmmssSSS>, named by the local time of their creation (the
+reference's UtilAll.timeMillisToHumanString) and read oldest first, in name order. Each file is
+40 + maxHashSlotNum*4 + maxIndexNum*20 bytes, created sparse at full size. Big-endian:
+
+    header (40 bytes)  beginTimestamp i8 | endTimestamp i8 | beginPhyOffset i8 | endPhyOffset i8
+                       | hashSlotCount i4 | indexCount i4
+    slots              maxHashSlotNum x i4: the number of the newest item whose key hashes there (0: none)
+    items              maxIndexNum x 20 bytes: keyHash i4 | phyOffset i8 | timeDiff i4 | prevIndex i4
+
+keyHash is |String.hashCode()| of "topic#key" (Integer.MIN_VALUE, whose Math.abs is negative, becomes
+0); the slot is keyHash % maxHashSlotNum; items are numbered from 1 (indexCount starts at 1, item 0 is
+never used and 0 means "none"); prevIndex chains the items of one slot, newest first; timeDiff is the
+store time in whole seconds after beginTimestamp. A file holds maxIndexNum - 1 items; then the next one
+is created, starting where it ended (beginPhyOffset/beginTimestamp = its end). Rules, quirks included,
+are the reference's (IndexFile.putKey, selectPhyOffset, IndexService.queryOffset).
+
+Recovery (ours, equivalent to the reference's): the reference deletes, after a crash, every file
+written after the checkpoint's indexMsgTimestamp (the end time of the last full file, forced to disk)
+and re-dispatches the commit log from the file that timestamp selects. We keep every file and make it
+exact instead: (1) a key whose item and slot were written but not the header (a crash in between) is
+undone through the item's prevIndex; (2) items pointing at or past the recovered commit log's end
+(a power loss cut the log) are undone, newest first, restoring each slot to the item's prevIndex;
+(3) the commit log is re-indexed from the last indexed record (endPhyOffset of the last file) to its
+end; that record's keys already present (the newest items with its offset) are not put again. So the
+index always ends with the commit log, and a rebuild from any earlier point gives the same bytes.
+The checkpoint's indexMsgTimestamp (bytes 16..23) is still written with the reference's meaning
+(`checkpoint_timestamp`), for a Java broker opening the store.
+
+Writes go through os.pwrite (a full disk is an error to answer, never a SIGBUS); reads through a
+read-only shared mapping of the same file. The core (IndexFile) only sees a `view` to read and a
+`write(pos, data)`, so tests can run it on memory.
+"""
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+
+from . import record
+from .mapped_file import StoreError
+
+log = logging.getLogger("broker.store.index")
+
+HEADER = struct.Struct(">qqqqii")  # beginTimestamp endTimestamp beginPhyOffset endPhyOffset hashSlotCount indexCount
+HEADER_SIZE = HEADER.size  # 40
+SLOT = struct.Struct(">i")
+SLOT_SIZE = SLOT.size  # 4
+ITEM = struct.Struct(">iqii")  # keyHash phyOffset timeDiff prevIndex
+ITEM_SIZE = ITEM.size  # 20
+INVALID_INDEX = 0
+INT_MAX = (1 << 31) - 1
+INT_MIN = -(1 << 31)
+KEY_SEPARATOR = " "  # MessageConst.KEY_SEPARATOR
+MAX_FILE_SIZE = INT_MAX  # a Java MappedFile's size is an int
+
+# MessageStoreConfig defaults
+DEFAULT_MAX_HASH_SLOT_NUM = 5_000_000
+DEFAULT_MAX_INDEX_NUM = 5_000_000 * 4
+MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the most offsets one query returns
+DEFAULT_QUERY_MAX_NUM = 32  # defaultQueryMaxNum: maxNum of a query by UNIQ_KEY (_UNIQUE_KEY_QUERY=true)
+# Ours: the most index items one query reads. A slot's chain holds every item of every key that hashes
+# there; the reference walks it all (a frequent key can make that millions). Beyond this many items
+# a query answers with what it found.
+MAX_ITEMS_WALKED = 200_000
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """messageIndexEnable, maxHashSlotNum, maxIndexNum (MessageStoreConfig names and defaults)."""
+    enable: bool = True
+    max_hash_slot_num: int = DEFAULT_MAX_HASH_SLOT_NUM
+    max_index_num: int = DEFAULT_MAX_INDEX_NUM
+
+    @property
+    def file_size(self) -> int:
+        return HEADER_SIZE + self.max_hash_slot_num * SLOT_SIZE + self.max_index_num * ITEM_SIZE
+
+    def problem(self) -> str | None:
+        """None when a file can be laid out with these numbers, else what is wrong."""
+        if self.max_hash_slot_num < 1:
+            return f"maxHashSlotNum={self.max_hash_slot_num}: must be at least 1"
+        if self.max_index_num < 2:
+            return f"maxIndexNum={self.max_index_num}: must be at least 2 (item 0 is never used)"
+        if self.file_size > MAX_FILE_SIZE:
+            return (f"maxHashSlotNum={self.max_hash_slot_num} and maxIndexNum={self.max_index_num} make "
+                    f"index files of {self.file_size} bytes, over {MAX_FILE_SIZE}: "
+                    "40 + maxHashSlotNum*4 + maxIndexNum*20 must fit in a Java int")
+        return None
+
+
+# -- the reference's pure rules ---------------------------------------------------------------------
+
+def key_hash(key: str) -> int:
+    """IndexFile.indexKeyHashMethod: Math.abs(key.hashCode()), and 0 when that is still negative."""
+    h = record.java_string_hash(key)
+    return 0 if h == INT_MIN else abs(h)
+
+
+def index_key(topic: str, key: str) -> str:
+    """IndexService.buildKey."""
+    return f"{topic}#{key}"
+
+
+def keys_of(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
+    """The index keys of one record, in the order buildIndex puts them: UNIQ_KEY, then each KEYS entry
+    (String.split(" ") drops empty entries, as does its length check)."""
+    out = []
+    if uniq_key is not None:
+        out.append(index_key(topic, uniq_key))
+    if keys:
+        out.extend(index_key(topic, k) for k in keys.split(KEY_SEPARATOR) if k)
+    return out
+
+
+def indexed(sys_flag: int) -> bool:
+    """buildIndex returns early for TRANSACTION_ROLLBACK_TYPE only."""
+    return sys_flag & record.TRANSACTION_MASK != record.TRANSACTION_ROLLBACK
+
+
+def file_name(ms: int) -> str:
+    """UtilAll.timeMillisToHumanString: yyyyMMddHHmmssSSS in local time."""
+    t = time.localtime(ms // 1000)
+    return (f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}"
+            f"{ms % 1000:03d}")
+
+
+def time_diff(store_ts: int, begin_ts: int) -> int:
+    """putKey's timeDiff: whole seconds after the file's beginTimestamp, 0 while it has none, clamped."""
+    if begin_ts <= 0:
+        return 0
+    if store_ts < begin_ts:
+        return 0  # Java's long division truncates toward zero; a negative result is clamped to 0
+    return min((store_ts - begin_ts) // 1000, INT_MAX)
+
+
+@dataclass
+class QueryOffsetResult:
+    phy_offsets: list[int]
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
+# -- one file ---------------------------------------------------------------------------------------
+
+class MemoryBacking:
+    """An index file's bytes in memory (for tests of the core)."""
+
+    def __init__(self, size: int):
+        self.view = bytearray(size)
+        self.writes = 0
+
+    def write(self, pos: int, data: bytes) -> None:
+        self.view[pos:pos + len(data)] = data
+        self.writes += 1
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class FileBacking:
+    """An index file on disk: pwrite to write, a read-only shared mapping to read."""
+
+    def __init__(self, path: str, size: int, create: bool):
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
+        try:
+            if create:
+                os.ftruncate(self.fd, size)  # sparse, as a Java MappedFile makes it
+            else:
+                actual = os.fstat(self.fd).st_size
+                if actual != size:
+                    raise StoreError(
+                        f"{path} is {actual} bytes, but maxHashSlotNum and maxIndexNum make index files of "
+                        f"{size} bytes: set the values it was written with, or delete the index directory "
+                        "to have it rebuilt from the commit log")
+            self.view = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.writes = 0  # bumped by the writer; flush() syncs when it moved (see IndexService.flush)
+        self.synced_writes = 0
+
+    def write(self, pos: int, data: bytes) -> None:
+        n = os.pwrite(self.fd, data, pos)
+        if n != len(data):
+            raise OSError(f"short write to {self.path}: {n} of {len(data)} bytes at {pos}")
+        self.writes += 1
+
+    def flush(self) -> None:
+        w = self.writes
+        if w != self.synced_writes:
+            os.fdatasync(self.fd)
+            self.synced_writes = w
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.view.close()
+            os.close(self.fd)
+            self.fd = -1
+
+
+class IndexFile:
+    """One index file's header, slots and items, and the reference's operations on them."""
+
+    def __init__(self, name: str, backing, slot_num: int, index_num: int):
+        self.name = name
+        self.backing = backing
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.items_at = HEADER_SIZE + slot_num * SLOT_SIZE
+        self.begin_ts = self.end_ts = self.begin_phy = self.end_phy = 0
+        self.slot_count = 0
+        self.count = 1
+
+    # header
+    def start(self, end_phy: int, end_ts: int) -> None:
+        """A new file, continuing from the last one's end. As in the reference, only the fields given
+        are written; hashSlotCount and indexCount stay 0 on disk until the first key."""
+        if end_phy > 0:
+            self.begin_phy = self.end_phy = end_phy
+        if end_ts > 0:
+            self.begin_ts = self.end_ts = end_ts
+        self.backing.write(0, HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, 0, 0))
+
+    def load(self) -> None:
+        (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
+         self.count) = HEADER.unpack_from(self.backing.view, 0)
+        if self.count <= 0:
+            self.count = 1
+
+    def _write_header(self) -> None:
+        self.backing.write(0, HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
+                                          self.slot_count, self.count))
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.index_num
+
+    @property
+    def items(self) -> int:
+        return self.count - 1
+
+    # slots and items
+    def _slot_pos(self, h: int) -> int:
+        return HEADER_SIZE + (h % self.slot_num) * SLOT_SIZE
+
+    def slot(self, h: int) -> int:
+        return SLOT.unpack_from(self.backing.view, self._slot_pos(h))[0]
+
+    def item(self, i: int) -> tuple[int, int, int, int]:
+        """(keyHash, phyOffset, timeDiff, prevIndex) of item i."""
+        return ITEM.unpack_from(self.backing.view, self.items_at + i * ITEM_SIZE)
+
+    # writing
+    def put_key(self, key: str, phy: int, store_ts: int) -> bool:
+        """IndexFile.putKey: False when the file is full. Written item, then slot, then header."""
+        if self.count >= self.index_num:
+            return False
+        h = key_hash(key)
+        prev = self.slot(h)
+        if prev <= INVALID_INDEX or prev > self.count:
+            prev = INVALID_INDEX
+        diff = time_diff(store_ts, self.begin_ts)
+        self.backing.write(self.items_at + self.count * ITEM_SIZE, ITEM.pack(h, phy, diff, prev))
+        self.backing.write(self._slot_pos(h), SLOT.pack(self.count))
+        if self.count <= 1:
+            self.begin_phy = phy
+            self.begin_ts = store_ts
+        if prev == INVALID_INDEX:
+            self.slot_count += 1
+        self.count += 1
+        self.end_phy = phy
+        self.end_ts = store_ts
+        self._write_header()
+        return True
+
+    # reading
+    def time_matched(self, begin: int, end: int) -> bool:
+        """IndexFile.isTimeMatched."""
+        return ((begin < self.begin_ts and end > self.end_ts)
+                or self.begin_ts <= begin <= self.end_ts
+                or self.begin_ts <= end <= self.end_ts)
+
+    def select(self, h: int, max_num: int, begin: int, end: int, out: list[int], budget: list[int]) -> None:
+        """IndexFile.selectPhyOffset: follow the slot's chain, newest first, adding the offsets of items
+        with this key hash stored within [begin, end]. Stops at maxNum, at the chain's end, at the first
+        item older than begin, and (ours) when an item does not point to an older one or the query's
+        item budget is spent, so a damaged file cannot loop."""
+        cur = self.slot(h)
+        if cur <= INVALID_INDEX or cur > self.count or self.count <= 1:
+            return
+        while len(out) < max_num and budget[0] > 0:
+            budget[0] -= 1
+            h_read, phy, diff, prev = self.item(cur)
+            if diff < 0:
+                break
+            t = self.begin_ts + diff * 1000
+            if h_read == h and begin <= t <= end:
+                out.append(phy)
+            if prev <= INVALID_INDEX or prev > self.count or prev >= cur or t < begin:
+                break
+            cur = prev
+
+    def trailing_items_at(self, phy: int) -> tuple[int, bool]:
+        """How many of the newest items point at `phy`, and whether every item of the file does."""
+        n = 0
+        for i in range(self.count - 1, 0, -1):
+            if self.item(i)[1] != phy:
+                return n, False
+            n += 1
+        return n, True
+
+    # recovery
+    def repair(self) -> bool:
+        """Undo a key whose item and slot were written but not the header (a crash in between): the
+        slot then holds indexCount, the number of an item the header does not count."""
+        if self.count >= self.index_num:
+            return False
+        h, _phy, _diff, prev = self.item(self.count)
+        if self.slot(h) != self.count:
+            return False
+        self.backing.write(self._slot_pos(h), SLOT.pack(prev))
+        self.backing.write(self.items_at + self.count * ITEM_SIZE, bytes(ITEM_SIZE))
+        return True
+
+    def roll_back(self, limit: int, ts_at) -> int:
+        """Undo the newest items whose offset is `limit` or more, the exact inverse of put_key: the
+        slot goes back to the item's prevIndex, hashSlotCount down when that is 0, the item zeroed.
+        The new endTimestamp is the store time of the record the last item left points at
+        (ts_at(phy), or begin + timeDiff when that record cannot be read). Returns the items undone."""
+        undone = 0
+        while self.count > 1:
+            i = self.count - 1
+            h, phy, _diff, prev = self.item(i)
+            if phy < limit:
+                break
+            if self.slot(h) == i:
+                self.backing.write(self._slot_pos(h), SLOT.pack(prev))
+            if prev == INVALID_INDEX:
+                self.slot_count -= 1
+            self.backing.write(self.items_at + i * ITEM_SIZE, bytes(ITEM_SIZE))
+            self.count -= 1
+            undone += 1
+        if undone and self.count > 1:
+            _h, phy, diff, _prev = self.item(self.count - 1)
+            ts = ts_at(phy)
+            self.end_phy = phy
+            self.end_ts = ts if ts is not None else self.begin_ts + diff * 1000
+            self._write_header()
+        return undone
+
+
+# -- the service ------------------------------------------------------------------------------------
+
+@dataclass
+class IndexRecovery:
+    repaired: bool = False      # a half-written key was undone
+    undone: int = 0             # items pointing at or past the commit log's end, undone
+    deleted: list[str] = field(default_factory=list)  # files left with no item, deleted
+    start: int = -1             # commit-log offset the rebuild walked from (-1: none)
+    records: int = 0            # records walked by the rebuild
+    keys: int = 0               # keys put by the rebuild
+
+
+class IndexService:
+    """The index files of a store and the reference's build and query rules over them."""
+
+    def __init__(self, directory: str, settings: IndexSettings = IndexSettings(), now_ms=None):
+        why = settings.problem()
+        if why:
+            raise StoreError(f"message index: {why}")
+        self.directory = directory
+        self.settings = settings
+        self.now_ms = now_ms or (lambda: int(time.time() * 1000))
+        self.files: list[IndexFile] = []
+        self.error = ""  # set when a write failed: building stops until a restart rebuilds the rest
+        self.checkpoint_timestamp = 0  # the reference's indexMsgTimestamp: end time of the last full file
+        self.recovery: IndexRecovery | None = None
+
+    # -- files ------------------------------------------------------------------------------------
+    def _open(self, name: str, create: bool) -> IndexFile:
+        s = self.settings
+        backing = FileBacking(os.path.join(self.directory, name), s.file_size, create)
+        return IndexFile(name, backing, s.max_hash_slot_num, s.max_index_num)
+
+    def load(self) -> None:
+        """Open every index file, oldest first (IndexService.load sorts by name)."""
+        if not os.path.isdir(self.directory):
+            return
+        for name in sorted(os.listdir(self.directory)):
+            if not name.isdigit():
+                log.warning("ignoring %s: not an index file name", os.path.join(self.directory, name))
+                continue
+            f = self._open(name, create=False)
+            f.load()
+            self.files.append(f)
+        self.checkpoint_timestamp = max((f.end_ts for f in self.files if f.full), default=0)
+
+    def _new_file_name(self) -> str:
+        name = file_name(self.now_ms())
+        if self.files:
+            last = self.files[-1].name
+            if (len(name), name) <= (len(last), last):
+                name = str(int(last) + 1).zfill(len(last))  # same millisecond, or a clock set back
+        return name
+
+    def _writable_file(self) -> IndexFile:
+        """IndexService.getAndCreateLastIndexFile: the last file, or a new one after it when it is
+        full (or when there is none)."""
+        if self.files and not self.files[-1].full:
+            return self.files[-1]
+        prev = self.files[-1] if self.files else None
+        os.makedirs(self.directory, exist_ok=True)
+        f = self._open(self._new_file_name(), create=True)
+        f.start(prev.end_phy if prev else 0, prev.end_ts if prev else 0)
+        self.files.append(f)
+        if prev is not None:
+            log.info("index file %s is full (%d items); continuing in %s", prev.name, prev.items, f.name)
+        return f
+
+    def _delete(self, f: IndexFile) -> None:
+        f.backing.close()
+        os.unlink(f.backing.path)
+        self.files.remove(f)
+
+    # -- building ---------------------------------------------------------------------------------
+    def build(self, phy: int, info: record.IndexInfo) -> int:
+        """IndexService.buildIndex for the record at commit-log offset `phy`; returns the keys put."""
+        return self._build(phy, info, 0)
+
+    def _build(self, phy: int, info: record.IndexInfo, skip: int) -> int:
+        if not self.settings.enable or self.error:
+            return 0
+        try:
+            f = self._writable_file()
+            if phy < f.end_phy or not indexed(info.sys_flag):
+                return 0
+            uniq_key, keys = info.index_keys()
+            put = 0
+            for key in keys_of(info.topic, uniq_key, keys)[skip:]:
+                while not f.put_key(key, phy, info.store_timestamp):
+                    f = self._writable_file()
+                put += 1
+            return put
+        except (OSError, StoreError) as e:
+            self.error = f"index build stopped at commit-log offset {phy}: {e}"
+            log.error("%s; queries answer from what is indexed, a restart rebuilds the rest", self.error)
+            return 0
+
+    # -- recovery ---------------------------------------------------------------------------------
+    def recover(self, commitlog) -> IndexRecovery:
+        """Make the index end exactly where the recovered commit log ends (see the module docstring)."""
+        rec = IndexRecovery()
+        low, end = commitlog.min_offset, commitlog.max_offset
+        if self.files:
+            rec.repaired = self.files[-1].repair()
+            if rec.repaired:
+                log.warning("index: undid the half-written key after item %d of %s",
+                            self.files[-1].items, self.files[-1].name)
+
+        def ts_at(phy):
+            return record.store_timestamp(commitlog.read(phy, record.STORE_TIMESTAMP_PEEK))
+
+        while self.files:
+            f = self.files[-1]
+            undone = f.roll_back(end, ts_at)
+            rec.undone += undone
+            if f.count > 1 or (undone == 0 and f.end_phy < end):
+                break  # items left, or an empty file whose header points inside the log
+            rec.deleted.append(f.name)  # every item undone, or it begins past the log's end
+            self._delete(f)
+        if rec.undone:
+            log.warning("index: undid %d items pointing at or past the commit log's end %d%s", rec.undone, end,
+                        f" and deleted {', '.join(rec.deleted)}" if rec.deleted else "")
+        if self.settings.enable:
+            self._rebuild(commitlog, low, end, rec)
+        self.checkpoint_timestamp = max((f.end_ts for f in self.files if f.full), default=0)
+        self.recovery = rec
+        return rec
+
+    def _rebuild(self, commitlog, low: int, end: int, rec: IndexRecovery) -> None:
+        start, skip = low, 0
+        if self.files and self.files[-1].end_phy >= low and any(f.count > 1 for f in self.files):
+            start = self.files[-1].end_phy
+            skip = self._keys_present_at(start)
+        if start >= end:
+            return
+        rec.start = start
+        for at, kind, _size, info, reason in commitlog.walk(start, end, check_crc=False):
+            if kind == record.Scan.MESSAGE:
+                rec.records += 1
+                rec.keys += self._build(at, info, skip if at == start else 0)
+            elif kind != record.Scan.BLANK:
+                log.error("index rebuild stopped at %d: %s", at, reason)
+                break
+        if rec.records > 1 or rec.keys:
+            log.info("index: re-indexed %d records (%d keys) of commit log [%d, %d)", rec.records, rec.keys,
+                     start, end)
+
+    def _keys_present_at(self, phy: int) -> int:
+        """How many keys of the record at `phy` are in the index: the newest items pointing at it, which
+        may span a file roll."""
+        n = 0
+        for f in reversed(self.files):
+            k, whole = f.trailing_items_at(phy)
+            n += k
+            if not whole:
+                break
+        return n
+
+    # -- querying ---------------------------------------------------------------------------------
+    def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
+        """IndexService.queryOffset: offsets of records indexed under topic#key and stored within
+        [begin, end], newest file first, at most min(max_num, maxMsgsNumBatch)."""
+        max_num = min(max_num, MAX_MSGS_NUM_BATCH)
+        out: list[int] = []
+        last_ts = last_phy = 0
+        h = key_hash(index_key(topic, key))
+        budget = [MAX_ITEMS_WALKED]
+        for i in range(len(self.files) - 1, -1, -1):
+            f = self.files[i]
+            if i == len(self.files) - 1:
+                last_ts, last_phy = f.end_ts, f.end_phy
+            if f.time_matched(begin, end):
+                f.select(h, max_num, begin, end, out, budget)
+            if f.begin_ts < begin or len(out) >= max_num:
+                break
+        return QueryOffsetResult(out, last_ts, last_phy)
+
+    # -- durability -------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """fdatasync the files written since the last flush (from the flush thread: it only reads the
+        list and each file's write counter). The reference forces a file when it is full and then
+        records its end time as the checkpoint's indexMsgTimestamp; so do we."""
+        for f in list(self.files):
+            if f.backing.fd < 0:
+                continue
+            f.backing.flush()
+            if f.full and f.end_ts > self.checkpoint_timestamp:
+                self.checkpoint_timestamp = f.end_ts
+
+    def close(self) -> None:
+        for f in self.files:
+            f.backing.close()
+
+    def status(self) -> dict:
+        last = self.files[-1] if self.files else None
+        return {"files": len(self.files), "items": last.items if last else 0,
+                "endPhyOffset": last.end_phy if last else 0, "endTimestamp": last.end_ts if last else 0,
+                "error": self.error or None}
