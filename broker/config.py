@@ -170,6 +170,13 @@ class BrokerConfig:
             "instead of the master's registered address (for containers, where that address is the host's)")
     commitLogPreallocate: bool = _prop("commitLogPreallocate", True,
                                        doc="ours; reserve each commit-log file's blocks when it is created")
+    # The message index (MessageStoreConfig 4.9.8; README "The message index"): each index file is
+    # 40 + maxHashSlotNum*4 + maxIndexNum*20 bytes, created sparse (420 MB with these defaults).
+    messageIndexEnable: bool = _prop("messageIndexEnable", True,
+                                     doc="index each stored message's UNIQ_KEY and KEYS (store/index/)")
+    maxHashSlotNum: int = _prop("maxHashSlotNum", 5000000, minimum=1, doc="hash slots of one index file")
+    maxIndexNum: int = _prop("maxIndexNum", 5000000 * 4, minimum=2,
+                             doc="index items of one index file (item 0 is never used)")
 
     # Set by from_properties: keys we do not use.
     unknown_keys: list[str] = field(default_factory=list, metadata=dict(name=None))
@@ -265,6 +272,11 @@ class BrokerConfig:
             for a in self.namesrvAddr.split(";"):
                 if a.strip():
                     _check_addr("namesrvAddr", a.strip())
+        index_file = 40 + self.maxHashSlotNum * 4 + self.maxIndexNum * 20
+        if index_file > (1 << 31) - 1:
+            raise ConfigError(f"maxHashSlotNum={self.maxHashSlotNum} and maxIndexNum={self.maxIndexNum} make "
+                              f"index files of {index_file} bytes; 40 + maxHashSlotNum*4 + maxIndexNum*20 must "
+                              f"stay below 2 GiB (the defaults are 5000000 and 20000000)")
         ports = {"listenPort": self.listenPort, "haListenPort": self.ha_port, "metricsPort": self.metrics_port}
         if len(set(ports.values())) != len(ports):
             raise ConfigError(f"ports must differ: {ports}")

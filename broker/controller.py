@@ -18,6 +18,7 @@ from .ha.slave import HAClient
 from .metrics import Registry, metrics_site
 from .store import record
 from .store.flush import FlushService
+from .store.index import IndexSettings
 from .store.message_store import MessageStore, PutResult, PutStatus
 
 log = logging.getLogger("broker")
@@ -78,7 +79,8 @@ class BrokerController:
             store_host=record.host_of(c.broker_addr), preallocate=c.commitLogPreallocate,
             # store times and deliver times of delayed messages on the reactor's clock (the same
             # wall clock on a live broker; the fake one in tests)
-            now_ms=lambda: int(self.clock.seconds() * 1000))
+            now_ms=lambda: int(self.clock.seconds() * 1000),
+            index=IndexSettings(c.messageIndexEnable, c.maxHashSlotNum, c.maxIndexNum))
         self.store.delay_levels_ms = c.delay_levels_ms
         self.store.start()
         self._store_metrics()
@@ -228,6 +230,7 @@ class BrokerController:
             # an fdatasync failed since start: nothing more becomes durable until a restart
             "flushFailed": (self.flusher.last_error or True) if self.flusher and self.flusher.poisoned else None,
             "dispatchError": s.dispatch_error or None,
+            "index": s.index.status(),  # the message index: files, items, end, a write error
             "cleanShutdownBefore": s.was_clean_shutdown,
         }
         if self.ha is not None:

@@ -22,6 +22,7 @@ from broker.log_limit import LogLimiter
 from . import delay, record
 from .commitlog import CommitLog, RecoveryReport
 from .consume_queue import ConsumeQueue
+from .index import IndexService, IndexSettings
 from .mapped_file import DiskFullError, StoreError
 from .record import Scan
 
@@ -111,7 +112,8 @@ class MessageStore:
     def __init__(self, root: str, commitlog_dir: str | None = None, *,
                  commitlog_file_size: int = 1 << 30, cq_file_size: int = 300000 * 20,
                  check_crc_on_recover: bool = True, store_host: tuple[str, int] = ("127.0.0.1", 10911),
-                 preallocate: bool = True, now_ms=lambda: int(time.time() * 1000)):
+                 preallocate: bool = True, now_ms=lambda: int(time.time() * 1000),
+                 index: IndexSettings = IndexSettings()):
         self.root = root
         self.commitlog = CommitLog(commitlog_dir or os.path.join(root, "commitlog"), commitlog_file_size,
                                    preallocate)
@@ -120,6 +122,8 @@ class MessageStore:
         self.check_crc = check_crc_on_recover
         self.store_host = store_host
         self.now_ms = now_ms
+        # The message index (index/): built next to the consume queues, on master and slave alike.
+        self.index = IndexService(os.path.join(root, "index"), index, now_ms=lambda: self.now_ms())
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.reput_offset = 0  # commit-log offset up to which consume queues are built
         self.dispatch_error: str = ""
@@ -143,6 +147,8 @@ class MessageStore:
         self.commitlog.load()
         self._load_queues()
         self.recovery = self._recover()
+        self.index.load()
+        self.index.recover(self.commitlog)  # after the log's recovery: the index ends where the log does
         with open(abort, "w"):
             pass
         return self.recovery
@@ -230,6 +236,7 @@ class MessageStore:
         self.commitlog.close()
         for cq in self.queues.values():
             cq.close()
+        self.index.close()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -293,6 +300,7 @@ class MessageStore:
             except DiskFullError as e:
                 # The record is in the commit log; recovery rebuilds the unit from it.
                 log.error("consume queue unit not written (rebuilt on restart): %s", e)
+        self.index.build_record(res.wrote_offset, rec.buf)  # from the bytes stored, as a slave reads them
         self.reput_offset = self.commitlog.max_offset
         self.last_store_timestamp = msg.store_timestamp
         self._notify_append()
@@ -331,6 +339,7 @@ class MessageStore:
                 break
             if kind == Scan.MESSAGE:
                 self.last_store_timestamp = info.store_timestamp
+                self.index.build(at, info)
                 if info.gets_queue_entry:
                     batches.setdefault((info.topic, info.queue_id), []).append(
                         (info.queue_offset, at, size, self._unit_tags_code(info, at)))
@@ -409,6 +418,7 @@ class MessageStore:
         flushed = self.commitlog.flush()
         for cq in list(self.queues.values()):
             cq.flush()
+        self.index.flush()
         self._durable_offset = flushed
         self._write_checkpoint()
         return flushed
@@ -416,8 +426,9 @@ class MessageStore:
     def _write_checkpoint(self) -> None:
         path = os.path.join(self.root, "checkpoint")
         ts = self.last_store_timestamp
-        data = (CHECKPOINT.pack(ts, ts, ts) + CHECKPOINT_DURABLE.pack(getattr(self, "_durable_offset", 0))
-                ).ljust(CHECKPOINT_FILE_SIZE, b"\0")
+        # bytes 16..23: the reference's indexMsgTimestamp (end time of the last full index file)
+        data = (CHECKPOINT.pack(ts, ts, self.index.checkpoint_timestamp)
+                + CHECKPOINT_DURABLE.pack(getattr(self, "_durable_offset", 0))).ljust(CHECKPOINT_FILE_SIZE, b"\0")
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.pwrite(fd, data, 0)
