@@ -139,6 +139,15 @@ class BrokerConfig:
     haReconnectMaxDelay: int = _prop("haReconnectMaxDelay", 1000, minimum=10,
                                      doc="ours; the slave retries its master with backoff up to this many ms")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
+    # Transactional messages (BrokerConfig 4.9.8; README "Transactional messages").
+    transactionTimeOut: int = _prop("transactionTimeOut", 6000, minimum=0,
+                                    doc="ms after its birth before a half message is checked")
+    transactionCheckMax: int = _prop("transactionCheckMax", 15, minimum=0,
+                                     doc="checks of one half message before it is moved to TRANS_CHECK_MAX_TIME_TOPIC")
+    transactionCheckInterval: int = _prop("transactionCheckInterval", 60000, minimum=1,
+                                          doc="ms between two runs of the transaction check (masters only)")
+    rejectTransactionMessage: bool = _prop("rejectTransactionMessage", False,
+                                           doc="refuse half messages with NO_PERMISSION")
     messageDelayLevel: str = _prop("messageDelayLevel", DEFAULT_DELAY_LEVELS,
                                    doc="the delay of each level, 1 first: whole numbers with s, m, h or d")
     flushDelayOffsetInterval: int = _prop("flushDelayOffsetInterval", 10000, minimum=1,
@@ -286,7 +295,7 @@ IGNORED_KEYS = frozenset("""
 deleteWhen fileReservedTime storePathIndex storeCheckpoint abortFile autoCreateSubscriptionGroup
 sendMessageThreadPoolNums pullMessageThreadPoolNums maxTransferBytesOnMessageInMemory
 maxTransferCountOnMessageInMemory transientStorePoolEnable aclEnable enablePropertyFilter
-traceTopicEnable msgTraceTopicName rejectTransactionMessage fetchNamesrvAddrByAddressServer
+traceTopicEnable msgTraceTopicName fetchNamesrvAddrByAddressServer
 useReentrantLockWhenPutMessage waitTimeMillsInSendQueue diskMaxUsedSpaceRatio brokerFastFailureEnable
 slaveReadEnable offsetCheckInSlave duplicationEnable serverWorkerThreads serverSelectorThreads
 clientWorkerThreads flushConsumeQueueLeastPages flushCommitLogLeastPages

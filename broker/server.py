@@ -19,6 +19,7 @@ from .controller import BrokerController
 from .processors.admin import AdminProcessors
 from .processors.clients import ClientManager
 from .processors.consumer_offsets import ConsumerOffsetManager, ConsumerOffsetProcessors
+from .processors.end_transaction import EndTransactionProcessor
 from .processors.offset_queries import OffsetQueryProcessors
 from .processors.pull import PullProcessor
 from .processors.send import SendProcessor
@@ -29,6 +30,7 @@ from .schedule import ScheduleMessageService
 from .remoting.protocol import ProcessorRegistry, RemotingServerFactory
 from .slave_sync import SlaveSynchronize
 from .store.mapped_file import StoreError
+from .transaction.service import TransactionService
 
 log = logging.getLogger("broker")
 
@@ -55,6 +57,7 @@ class BrokerServer:
         self.admin: AdminProcessors | None = None
         self.registration: BrokerRegistration | None = None
         self.slave_sync: SlaveSynchronize | None = None
+        self.transactions: TransactionService | None = None
         self.schedule: ScheduleMessageService | None = None
         self.port = None
         self.started = False
@@ -84,6 +87,12 @@ class BrokerServer:
                      ConsumerOffsetProcessors(self.offsets, store), OffsetQueryProcessors(store),
                      SendBackProcessor(c, self.controller, self.topics)):
             part.register(self.registry)
+        # END_TRANSACTION is served everywhere (a slave refuses it); only a master checks half messages.
+        self.transactions = TransactionService(c, store, self.controller.put_message, self.offsets, self.topics,
+                                               self.clients, self.clock, self.controller.metrics)
+        EndTransactionProcessor(c, self.transactions).register(self.registry)
+        if c.is_master:
+            self.transactions.start()
         self._install_metrics()
         if c.is_master:
             self.schedule.start()
@@ -117,6 +126,8 @@ class BrokerServer:
         if self.slave_sync is not None:
             self.slave_sync.stop()
         self.clients.stop()
+        if self.transactions is not None:
+            self.transactions.stop()
         if self.port is not None:
             ds.append(defer.maybeDeferred(self.port.stopListening))
             self.port = None

@@ -6,8 +6,8 @@
   a slave"); broker permission without WRITE -> NO_PERMISSION; a bad topic name or the reserved
   TBW102 -> SYSTEM_ERROR; unknown topic -> auto-created from defaultTopic (or %RETRY%<group> with
   one queue), else TOPIC_NOT_EXIST; queueId >= max(writeQueueNums, readQueueNums) -> SYSTEM_ERROR;
-  a negative queueId picks a random writable queue; transactional (TRAN_MSG / prepared) messages
-  -> NO_PERMISSION (this broker has no transaction support); a body over maxMessageSize ->
+  a negative queueId picks a random writable queue; a half message (TRAN_MSG=true) -> NO_PERMISSION
+  when rejectTransactionMessage is set; a transactional batch -> MESSAGE_ILLEGAL; a body over maxMessageSize ->
   MESSAGE_ILLEGAL.
 * Stored properties: the client's, minus WAIT, plus CLUSTER=<brokerClusterName>; WAIT=false means
   "answer once the record is appended" (no flush or replica wait). The store computes BODYCRC.
@@ -38,6 +38,7 @@ from broker.remoting.codes import PERM_WRITE, RequestCode, ResponseCode
 from broker.remoting.command import HeaderFieldError, RemotingCommand, java_parse_int, lenient_parse_boolean
 from broker.store import record
 from broker.store.message_store import PutResult, PutStatus
+from broker.transaction import messages as transaction
 
 from .topics import (AUTO_CREATE_TOPIC_KEY, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, dlq_topic,
                      is_writeable, validate_topic)
@@ -194,11 +195,13 @@ class SendProcessor:
                                      f"readQueueNums:[{tc.read_queue_nums}] producer:[{ctx.peer_address}]")
         if queue_id < 0:
             queue_id = self.randrange(max(1, tc.write_queue_nums))
-        if (sys_flag & record.TRANSACTION_MASK == record.TRANSACTION_PREPARED
-                or lenient_parse_boolean(props.get(PROPERTY_TRANSACTION_PREPARED, ""))):
+        half = transaction.is_half(props)  # the reference's test: Boolean.parseBoolean(TRAN_MSG)
+        if half and c.rejectTransactionMessage:
             return req.make_response(ResponseCode.NO_PERMISSION,
-                                     f"the broker[{c.broker_ip}] sending transaction message is forbidden "
-                                     "(this broker has no transaction support)")
+                                     f"the broker[{c.broker_ip}] sending transaction message is forbidden")
+        if batch and (half or sys_flag & record.TRANSACTION_MASK != record.TRANSACTION_NOT_TYPE):
+            # CommitLog.putMessages refuses a batch with a transaction type.
+            return req.make_response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold transactional messages")
 
         # -- retry -> DLQ ----------------------------------------------------------------------
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -251,6 +254,8 @@ class SendProcessor:
                                        sys_flag=sys_flag & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
                                        born_timestamp=born_ts, born_host=born_host,
                                        reconsume_times=reconsume_times, properties=merged))
+        if half:  # stored in RMQ_SYS_TRANS_HALF_TOPIC; the reply names the half (broker/transaction)
+            msgs = [transaction.to_half(msgs[0], wait)]
         return self._store(req, msgs, wait_store_ok, queue_id)
 
     def _store(self, req, msgs, wait_store_ok, queue_id):

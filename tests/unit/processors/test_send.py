@@ -100,9 +100,15 @@ def test_body_over_max_message_size_is_illegal(tmp_path):
         b.stop()
 
 
-def test_transaction_messages_are_refused(broker):
-    resp = broker.call(send_v1(properties=props(TRAN_MSG="true")))
-    assert resp.code == ResponseCode.NO_PERMISSION
+def test_transaction_messages_are_refused_with_reject_transaction_message(tmp_path):
+    # Half messages themselves: tests/unit/processors/test_transactions.py.
+    b = Broker(tmp_path / "r", rejectTransactionMessage="true")
+    try:
+        resp = b.call(send_v1(properties=props(TRAN_MSG="true")))
+        assert resp.code == ResponseCode.NO_PERMISSION
+        assert b.store.max_offset == 0
+    finally:
+        b.stop()
 
 
 @pytest.mark.parametrize("status,code,filled", [
