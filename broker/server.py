@@ -22,6 +22,7 @@ from .processors.consumer_offsets import ConsumerOffsetManager, ConsumerOffsetPr
 from .processors.end_transaction import EndTransactionProcessor
 from .processors.offset_queries import OffsetQueryProcessors
 from .processors.pull import PullProcessor
+from .processors.query_message import QueryMessageProcessor
 from .processors.send import SendProcessor
 from .processors.send_back import SendBackProcessor
 from .processors.topics import TopicConfigManager, TopicProcessors
@@ -85,6 +86,7 @@ class BrokerServer:
                                      self.schedule)
         for part in (self.send, self.pull, self.admin, self.clients, TopicProcessors(self.topics),
                      ConsumerOffsetProcessors(self.offsets, store), OffsetQueryProcessors(store),
+                     QueryMessageProcessor(store),
                      SendBackProcessor(c, self.controller, self.topics)):
             part.register(self.registry)
         # END_TRANSACTION is served everywhere (a slave refuses it); only a master checks half messages.

@@ -276,15 +276,13 @@ class IndexFile:
         diff = time_diff(store_ts, self.begin_ts)
         self.backing.write(self.items_at + self.count * ITEM_SIZE, ITEM.pack(h, phy, diff, prev))
         self.backing.write(self._slot_pos(h), SLOT.pack(self.count))
-        if self.count <= 1:
-            self.begin_phy = phy
-            self.begin_ts = store_ts
-        if prev == INVALID_INDEX:
-            self.slot_count += 1
+        begin_phy, begin_ts = (phy, store_ts) if self.count <= 1 else (self.begin_phy, self.begin_ts)
+        slot_count = self.slot_count + (prev == INVALID_INDEX)
+        self.backing.write(0, HEADER.pack(begin_ts, store_ts, begin_phy, phy, slot_count, self.count + 1))
+        # Only now, every write done: a failed one leaves the header (and this object) as they were.
+        self.begin_phy, self.begin_ts, self.slot_count = begin_phy, begin_ts, slot_count
         self.count += 1
-        self.end_phy = phy
-        self.end_ts = store_ts
-        self._write_header()
+        self.end_phy, self.end_ts = phy, store_ts
         return True
 
     # reading
@@ -441,10 +439,23 @@ class IndexService:
         """IndexService.buildIndex for the record at commit-log offset `phy`; returns the keys put."""
         return self._build(phy, info, 0)
 
+    def build_record(self, phy: int, buf) -> int:
+        """build() for a record given as its stored bytes (the master's path)."""
+        if not self.settings.enable or self.error:
+            return 0
+        kind, _size, info, reason = record.scan_index(buf, 0, False)
+        if kind != record.Scan.MESSAGE:
+            raise ValueError(f"not a stored record at {phy}: {reason}")
+        return self._build(phy, info, 0)
+
     def _build(self, phy: int, info: record.IndexInfo, skip: int) -> int:
         if not self.settings.enable or self.error:
             return 0
         try:
+            if skip:  # a record the index has some keys of (the rebuild's first): only the rest, if any
+                uniq_key, keys = info.index_keys()
+                if not keys_of(info.topic, uniq_key, keys)[skip:]:
+                    return 0
             f = self._writable_file()
             if phy < f.end_phy or not indexed(info.sys_flag):
                 return 0
@@ -476,11 +487,12 @@ class IndexService:
 
         while self.files:
             f = self.files[-1]
-            undone = f.roll_back(end, ts_at)
-            rec.undone += undone
-            if f.count > 1 or (undone == 0 and f.end_phy < end):
-                break  # items left, or an empty file whose header points inside the log
-            rec.deleted.append(f.name)  # every item undone, or it begins past the log's end
+            rec.undone += f.roll_back(end, ts_at)
+            if f.count > 1:
+                break
+            # No item (left): its header may point past the log, or be all zeros (a crash right after
+            # the file was created); the next record creates it again, continuing the file before.
+            rec.deleted.append(f.name)
             self._delete(f)
         if rec.undone:
             log.warning("index: undid %d items pointing at or past the commit log's end %d%s", rec.undone, end,
@@ -493,7 +505,7 @@ class IndexService:
 
     def _rebuild(self, commitlog, low: int, end: int, rec: IndexRecovery) -> None:
         start, skip = low, 0
-        if self.files and self.files[-1].end_phy >= low and any(f.count > 1 for f in self.files):
+        if self.files and self.files[-1].end_phy >= low:  # every file left has items
             start = self.files[-1].end_phy
             skip = self._keys_present_at(start)
         if start >= end:

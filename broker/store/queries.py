@@ -99,3 +99,49 @@ def record_by_offset_msg_id(store, msg_id: str) -> tuple[bytes, record.Message] 
     """The record an offsetMsgId names (its host part is not checked), if still stored."""
     _host, phys = record.parse_offset_msg_id(msg_id)
     return record_at(store, phys)
+
+
+class QueryMessageResult:
+    """DefaultMessageStore.queryMessage's answer: the raw records found (oldest first) and where the
+    index ended when it was read."""
+
+    def __init__(self):
+        self.records: list[bytes] = []
+        self.index_last_update_timestamp = 0
+        self.index_last_update_phyoffset = 0
+        self.size = 0
+
+
+def query_message(store, topic: str, key: str, max_num: int, begin: int, end: int,
+                  max_bytes: int | None = None) -> QueryMessageResult:
+    """QUERY_MESSAGE, as DefaultMessageStore.queryMessage answers it: up to three rounds of the index
+    query, each one's offsets sorted ascending; the records still stored are returned raw. A round
+    that found offsets but no readable record retries with the end time moved back to the store time
+    of the oldest of them. The index matches key hashes, not keys: a record whose key only collides
+    is returned too (clients filter, as the reference's do).
+
+    max_bytes (ours): stop adding records past this many bytes (the first record is always kept), so
+    a reply stays below the frame size clients accept.
+    """
+    result = QueryMessageResult()
+    last_time = end
+    for _round in range(3):
+        found = store.index.query(topic, key, max_num, begin, last_time)
+        if not found.phy_offsets:
+            break
+        result.index_last_update_timestamp = found.index_last_update_timestamp
+        result.index_last_update_phyoffset = found.index_last_update_phyoffset
+        for m, phys in enumerate(sorted(found.phy_offsets)):
+            got = record_at(store, phys)
+            if got is None:
+                continue
+            raw, msg = got
+            if m == 0:
+                last_time = msg.store_timestamp
+            if max_bytes is not None and result.records and result.size + len(raw) > max_bytes:
+                break
+            result.records.append(bytes(raw))
+            result.size += len(raw)
+        if result.size > 0 or last_time < begin:
+            break
+    return result
