@@ -1,0 +1,132 @@
+"""Transactional messages end to end on a local master and slave (real processes).
+
+The producer side is tests/integration/tx_producer.py (the project's remoting codec, behaving as the
+Java TransactionMQProducer): PyPI rocketmq 0.4.4 has no transactional producer in its Python API, and
+the second client (clients/rust) has no transaction command. The consumer is the official client.
+
+One half message is committed, one rolled back, one left for the broker to ask about: the check-back
+arrives after transactionTimeOut and the producer answers COMMIT. The official consumer then sees the two
+committed messages once each and never the rolled-back one; the slave's commit log is the master's byte
+for byte (half, op and committed records alike), it holds the check's progress (CID_RMQ_SYS_TRANS
+offsets) copied from the master, and it refuses END_TRANSACTION.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.store import record
+
+from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
+from .test_official_client import run_worker, topic_name
+from .tx_producer import COMMIT, ROLLBACK, UNKNOW, TxProducer
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("rocketmq.client")
+
+HALF, OP, CID = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "CID_RMQ_SYS_TRANS"
+TIMEOUT_MS, INTERVAL_MS = 2000, 1000
+
+
+@pytest.fixture
+def pair(tmp_path):
+    ns = NameServerProcess(tmp_path).start()
+    master = slave = None
+    try:
+        master = BrokerProcess(tmp_path, "broker-tx", ns.addr, extra={
+            "transactionTimeOut": str(TIMEOUT_MS), "transactionCheckInterval": str(INTERVAL_MS)}).start()
+        slave = BrokerProcess(tmp_path, "broker-tx", ns.addr, role="SLAVE").start()
+        yield ns, master, slave
+    finally:
+        for p in (slave, master):
+            if p is not None:
+                p.stop()
+        ns.stop()
+
+
+def commitlog_bytes(broker: BrokerProcess, end: int) -> bytes:
+    first = sorted((broker.store_dir / "commitlog").iterdir())[0]
+    with open(first, "rb") as fh:
+        return fh.read(end)
+
+
+def records(data: bytes) -> list[record.Message]:
+    out = []
+    for _offset, r in record.iter_records(data):
+        if r.kind != record.Scan.MESSAGE:
+            break
+        out.append(r.message)
+    return out
+
+
+def cid_offsets(broker: BrokerProcess) -> dict:
+    reply = rpc(broker.addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+    table = json.loads(reply.body)["offsetTable"] if reply.body else {}
+    return {k: v for k, v in table.items() if k.endswith("@" + CID)}
+
+
+def test_commit_rollback_and_check_back_across_ha(pair):
+    ns, master, slave = pair
+    topic = topic_name("Tx")
+    producer = TxProducer(master.addr, "PG-tx")
+    try:
+        producer.heartbeat()
+        committed = producer.send_half(topic, "commit-me")
+        rolled_back = producer.send_half(topic, "roll-me-back")
+        asked = producer.send_half(topic, "ask-me")
+        for _uniq, reply in (committed, rolled_back, asked):
+            assert reply.code == ResponseCode.SUCCESS, reply
+        assert master.total_messages(topic, 4) == 0  # half messages are not in their topic
+        producer.end(*committed, COMMIT)
+        producer.end(*rolled_back, ROLLBACK)
+        # No END_TRANSACTION for "ask-me": after transactionTimeOut the broker asks the producer.
+        answers = {asked[0]: COMMIT}
+        producer.serve_checks(lambda m: answers.get(m.properties.get("UNIQ_KEY"), UNKNOW),
+                              until=lambda: any(c.ext_fields.get("msgId") == asked[0] for c in producer.checks),
+                              deadline_s=15)
+    finally:
+        producer.close()
+    # One check, or more if a run came before the answer (the broker then only marks the copy done).
+    check = next(c for c in producer.checks if c.ext_fields.get("msgId") == asked[0])
+    assert check.ext_fields["transactionId"] == asked[0]
+    shown = record.scan(check.body).message
+    assert (shown.topic, shown.body, shown.properties["TRANSACTION_CHECK_TIMES"]) == (topic, b"ask-me", "1")
+    # The committed and rolled-back halves were never asked about.
+    assert {c.ext_fields.get("msgId") for c in producer.checks} == {asked[0]}
+
+    lines = run_worker("consume", {"namesrv": ns.addr, "topic": topic, "group": "G-tx", "expect": 2,
+                                   "deadline_s": 40, "linger_s": 3,
+                                   "props": ["TRAN_MSG", "REAL_TOPIC", "PGROUP", "UNIQ_KEY"]}, 70)
+    got = [line for line in lines if "body" in line]
+    assert sorted(m["body"] for m in got) == ["ask-me", "commit-me"], got
+    for m in got:  # 4.9.8's committed record keeps the half's properties
+        assert m["props"]["TRAN_MSG"] == "true" and m["props"]["REAL_TOPIC"] == topic
+        assert m["props"]["PGROUP"] == "PG-tx"
+    assert master.total_messages(topic, 4) == 2
+
+    # HA: the slave holds the master's bytes: halves, op messages and the committed copies.
+    wait_until("slave caught up", lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 20)
+    end = master.status()["maxPhyOffset"]
+    data = commitlog_bytes(slave, end)
+    assert data == commitlog_bytes(master, end)
+    on_slave = records(data)
+    final = [m for m in on_slave if m.topic == topic]
+    assert sorted(m.body for m in final) == [b"ask-me", b"commit-me"]
+    assert all(m.transaction_type == record.TRANSACTION_COMMIT for m in final)
+    ops = [m.body for m in on_slave if m.topic == OP]
+    assert ops[:2] == [b"0", b"1"] and b"2" not in ops  # commit, rollback; then the checked copy (3, ...)
+    assert slave.total_messages(topic, 4) == 2
+    # The check's progress, copied by the slave with the other consumer offsets (every 10 s).
+    halves = master.max_offset(HALF, 0)
+    wait_until("the master's check walked past every half",
+               lambda: cid_offsets(master).get(f"{HALF}@{CID}") == {"0": halves}, 15)
+    wait_until("the slave copied CID_RMQ_SYS_TRANS's offsets",
+               lambda: cid_offsets(slave) == cid_offsets(master), 25)
+    # A slave refuses END_TRANSACTION.
+    _host, offset = record.parse_offset_msg_id(asked[1].ext_fields["msgId"])
+    reply = rpc(slave.addr, RequestCode.END_TRANSACTION, {
+        "producerGroup": "PG-tx", "tranStateTableOffset": "2", "commitLogOffset": str(offset),
+        "commitOrRollback": str(COMMIT), "msgId": asked[0]})
+    assert reply.code == ResponseCode.SLAVE_NOT_AVAILABLE
