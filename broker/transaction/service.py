@@ -21,6 +21,7 @@ store the op message that marks that copy done.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 from collections import OrderedDict
@@ -40,16 +41,19 @@ from .bridge import Bridge
 log = logging.getLogger("broker.transaction")
 _limiter = LogLimiter(log)
 
-RESOLVED_MAX = 100_000  # transactions remembered as resolved (about 200 bytes each)
+RESOLVED_MAX = 100_000  # transactions remembered as resolved (a 16-byte digest each, ~150 bytes with the table)
 COMMIT, ROLLBACK, NOT_TYPE = record.TRANSACTION_COMMIT, record.TRANSACTION_ROLLBACK, record.TRANSACTION_NOT_TYPE
 KIND_NAMES = {COMMIT: "commit", ROLLBACK: "rollback", NOT_TYPE: "unknown"}
+PAST = {COMMIT: "committed", ROLLBACK: "rolled back"}
 
 
-def transaction_key(half: record.Message) -> tuple:
-    """What every copy of one half send shares (and two sends of one reused client message do not)."""
+def transaction_key(half: record.Message) -> bytes:
+    """What every copy of one half send shares (and two sends of one reused client message do not): its
+    UNIQ_KEY, producer group, born time and born host, as a 16-byte digest (a UNIQ_KEY may be 32 KiB)."""
     p = half.properties
-    return (p.get(messages.PROPERTY_UNIQ_KEY), p.get(messages.PROPERTY_PRODUCER_GROUP), half.born_timestamp,
-            half.born_host)
+    text = "\x00".join((p.get(messages.PROPERTY_UNIQ_KEY, ""), p.get(messages.PROPERTY_PRODUCER_GROUP, ""),
+                        str(half.born_timestamp), half.born_host[0], str(half.born_host[1])))
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 class Resolutions:
@@ -145,9 +149,10 @@ class TransactionService(check.Listener):
         earlier = self.resolutions.get(key)
         if earlier is not None:
             level = logging.INFO if earlier == kind else logging.WARNING
-            log.log(level, "transaction %s of group %s was already %sed; the %s of its half at queue offset %d "
-                    "only marks that half done", validation.shown(str(key[0])), validation.shown(group),
-                    KIND_NAMES[earlier], KIND_NAMES[kind], half.queue_offset)
+            log.log(level, "transaction %s of group %s was already %s; the %s of its half at queue offset %d "
+                    "only marks that half done",
+                    validation.shown(half.properties.get(messages.PROPERTY_UNIQ_KEY, "")), validation.shown(group),
+                    PAST[earlier], KIND_NAMES[kind], half.queue_offset)
             self.bridge.put_op(half, self.now_ms())
             return ResponseCode.SUCCESS, None
         if kind == COMMIT:

@@ -214,6 +214,25 @@ def test_rollback_writes_only_the_op_message_and_is_never_visible(fast):
     assert visible(b) == []
 
 
+def test_two_transactions_of_one_reused_message_are_two(broker):
+    # A Java client keeps a message's UNIQ_KEY when the same Message object is sent again: the second
+    # send is another transaction (another born time), not a repeat of the first.
+    first = send_half(broker, uniq="SAME")
+    assert broker.call(end_after_send(first, COMMIT, uniq="SAME")).code == ResponseCode.SUCCESS
+    broker.clock.advance(0.001)
+    second = send_half(broker, uniq="SAME")
+    assert broker.call(end_after_send(second, COMMIT, uniq="SAME")).code == ResponseCode.SUCCESS
+    assert len(visible(broker)) == 2
+
+
+def test_resolutions_are_bounded():
+    from broker.transaction.service import Resolutions
+    r = Resolutions(limit=2)
+    for key in (b"a", b"b", b"c"):
+        r.add(key, COMMIT)
+    assert len(r) == 2 and r.get(b"a") is None and r.get(b"c") == COMMIT
+
+
 def test_unknown_state_is_not_answered_and_stores_nothing(broker):
     resp = send_half(broker)
     before = broker.store.max_offset
