@@ -65,8 +65,8 @@ audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exi
 	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
 	$(PY) -m pipeline "$(RUN)" $(if $(OUT),--out "$(OUT)")
 
-chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (DURATION= RATE= SEED= NEMESIS= OUT=)
-	$(PY) -m chaos.run --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(OUT),--out "$(OUT)")
+chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust DURATION= RATE= SEED= NEMESIS= OUT=)
+	$(PY) -m chaos.run --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
 
 images: ## build the container images (base, broker, toxiproxy) with no registry; a no-op when up to date
 	@images/build.sh all

@@ -27,6 +27,9 @@ A history file is `RUN/history/<client>.jsonl` (any *.jsonl under RUN/history is
     start_ms, end_ms int         wall clock (ms since the epoch) around the call; for a receive both
                                  are the moment the callback ran
     body_len         int|null
+    library          str|null    the client library that did it: "rocketmq 0.4.4 (C++ 1.0.1)" (the official
+                                 client, this module) or "rocketmq-client-rust 1.0.0" (clients/rust, whose
+                                 `workload` command writes the same format)
 
 The "acknowledged" sends are those with status SEND_OK. The other three statuses mean "stored on the
 master, replication/flush not confirmed". ERROR means the client does not know.
@@ -45,7 +48,8 @@ ERROR = "ERROR"
 RECEIVED = "RECEIVED"
 FIELDS = ("client", "seq", "op", "topic", "send_id", "attempt", "uniq_key", "status", "error",
           "offset_msg_id", "broker_name", "queue_id", "queue_offset", "commit_log_offset",
-          "store_timestamp", "ordered", "start_ms", "end_ms", "body_len")
+          "store_timestamp", "ordered", "start_ms", "end_ms", "body_len", "library")
+OFFICIAL_LIBRARY = "rocketmq 0.4.4 (C++ 1.0.1)"
 
 
 def now_ms() -> int:
@@ -68,9 +72,10 @@ def status_name(status) -> str:
 class HistoryWriter:
     """Appends records to one JSONL file; thread-safe (client callbacks run on C++ threads)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, library: str | None = None):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self.path = path
+        self.library = library
         self._fh = open(path, "a", buffering=1)
         self._lock = threading.Lock()
         self._seq = itertools.count()
@@ -78,6 +83,8 @@ class HistoryWriter:
     def append(self, rec: dict) -> dict:
         with self._lock:
             rec = {k: rec.get(k) for k in FIELDS} | {"seq": next(self._seq)}
+            if rec["library"] is None:
+                rec["library"] = self.library
             self._fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
         return rec
 
@@ -106,7 +113,7 @@ class HistoryRecorder:
 
     def __init__(self, path: str, client: str | None = None):
         self.client = client or os.path.splitext(os.path.basename(path))[0]
-        self.writer = HistoryWriter(path)
+        self.writer = HistoryWriter(path, library=OFFICIAL_LIBRARY)
         self._ids = itertools.count(1)
 
     # -- ids --------------------------------------------------------------------------------------

@@ -2,13 +2,14 @@
 
     python -m chaos.run [--topology 2m-2s-sync] [--backend docker] [--name chaos] [--duration 60]
                         [--rate 200] [--seed N] [--nemesis latency,cut,pause-slave,restart-slave,slicer]
-                        [--out DIR]
+                        [--client python|rust] [--out DIR]
 
 1. starts the cluster (`python -m cluster up ... --set syncFlushTimeout=1500 --fresh`) unless the one
    named --name is already running (then it is used as it is);
 2. samples replication offsets in the background (`python -m cluster sample`, every 500 ms);
 3. runs the workload (chaos/workload.py, its own process: the official client, send_async at --rate,
-   a push consumer, histories in RUN/history/);
+   a push consumer, histories in RUN/history/; with --client rust, clients/rust's rocketmq-client-rust
+   does the same, and each history line names its library);
 4. runs the nemesis (chaos/nemesis.py): a seeded schedule, printed first, one fault at a time on a
    random broker group's HA link or slave, each healed after a few seconds, then a quiet period;
 5. shows one live status line (plain lines every 5 s when stdout is not a terminal);
@@ -175,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--base-port", type=int, default=None, help="passed to `cluster up` when it starts one")
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of workload (default 60)")
     ap.add_argument("--rate", type=float, default=200.0, help="sends per second (default 200)")
+    ap.add_argument("--client", choices=("python", "rust"), default=os.environ.get("CLIENT") or "python",
+                    help="the workload's client: python (official, default) or rust (rocketmq-client-rust)")
     ap.add_argument("--seed", type=int, default=None, help="nemesis seed (default: random, printed)")
     ap.add_argument("--nemesis", default=",".join(DEFAULT_FAULTS),
                     help=f"comma-separated faults from {', '.join(ALL_FAULTS)}; 'none' for no faults")
@@ -269,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         wl_log = open(rd / "chaos" / f"workload-{run_id}.log", "w")
         workload = subprocess.Popen(py("-m", "chaos.workload", str(rd), namesrv, "--rate", str(args.rate),
                                        "--duration", str(args.duration), "--run-id", run_id,
-                                       "--topic", TOPIC),
+                                       "--topic", TOPIC, "--client", args.client),
                                     stdout=subprocess.PIPE, stderr=wl_log, text=True, env=env, cwd=repo)
         procs.append(workload)
         progress_path = rd / "chaos" / f"progress-{run_id}.json"
@@ -311,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"error: the workload failed (exit {workload.returncode}); see {rd / 'chaos' / wl_log.name}")
             rc_run = EXIT_RUN_FAILED
         else:
-            say(f"workload: {final['attempts']} send attempts: ok={final['ok']} timeout={final['timeouts']} "
+            say(f"workload ({args.client} client): {final['attempts']} send attempts: ok={final['ok']} timeout={final['timeouts']} "
                 f"not-available={final['not_available']} error={final['errors']} (gave up {final['gave_up']}); "
                 f"received {final['received']} ({final['received_unique']} distinct of "
                 f"{final['stored_unique']} stored sends)")

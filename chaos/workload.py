@@ -1,6 +1,12 @@
 """The chaos workload: the official client at a fixed send rate and a push consumer, every outcome recorded.
 
     python -m chaos.workload RUN_DIR NAMESRV --rate 200 --duration 60 [--run-id ID] [--topic TopicChaos]
+                             [--client python|rust]
+
+--client rust (or CLIENT=rust) runs the same workload with the second client instead: clients/rust's
+`workload` command (rocketmq-client-rust; `make rust-client` builds it, RUST_CLIENT_BIN overrides the
+path), which takes the same options, writes the same files and prints the same final line. Every
+history line names the library that did it ("library").
 
 Writes RUN_DIR/history/producer-<id>.jsonl and consumer-<id>.jsonl (chaos/history.py's format) and
 RUN_DIR/chaos/progress-<id>.json (counters, rewritten every 0.5 s, read by `python -m chaos.run` for
@@ -73,6 +79,26 @@ def make_body(send_id: str, size: int) -> bytes:
     return (head + b"x" * max(0, size - len(head)))[:max(size, len(head))]
 
 
+RUST_BIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "clients", "rust", "target", "release", "rmq-rust-client")
+
+
+def exec_rust_workload(args) -> int:
+    """Replace this process with clients/rust's `workload` command (same options, files and output)."""
+    binary = os.environ.get("RUST_CLIENT_BIN") or RUST_BIN
+    if not os.access(binary, os.X_OK):
+        sys.stderr.write(f"error: {binary} is not built: run `make rust-client`\n")
+        return 3
+    argv = [binary, "--namesrv", args.namesrv, "workload", "--run-dir", args.run_dir, "--rate", str(args.rate),
+            "--duration", str(args.duration), "--run-id", args.run_id, "--topic", args.topic,
+            "--body-size", str(args.body_size), "--timeout-ms", str(args.timeout_ms),
+            "--max-inflight", str(args.max_inflight), "--drain", str(args.drain)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(binary, argv)
+    return 3  # not reached
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chaos.workload")
     ap.add_argument("run_dir")
@@ -85,7 +111,11 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout-ms", type=int, default=10000, help="client send timeout (above the sync wait)")
     ap.add_argument("--max-inflight", type=int, default=4000)
     ap.add_argument("--drain", type=float, default=20.0, help="seconds to wait for the consumer at the end")
+    ap.add_argument("--client", choices=("python", "rust"), default=os.environ.get("CLIENT") or "python",
+                    help="python: the official client (PyPI rocketmq); rust: clients/rust (rocketmq-client-rust)")
     args = ap.parse_args(argv)
+    if args.client == "rust":
+        return exec_rust_workload(args)
 
     rid = args.run_id
     hist = os.path.join(args.run_dir, "history")

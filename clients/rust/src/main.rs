@@ -9,13 +9,15 @@
 //!   rmq-rust-client --namesrv HOST:PORT consume --topic T --group G [--mode push|orderly|pull|lite]
 //!                   [--expect N] [--timeout-s S] [--expr '*'] [--reconsume-later] [--linger-ms MS]
 //!   rmq-rust-client --namesrv HOST:PORT offsets --topic T [--group G]
+//!   rmq-rust-client --namesrv HOST:PORT workload --run-dir RUN [--rate R --duration S ...]  (src/workload.rs)
 //!
 //! send: one line per message {"i","mode","status":"SEND_OK"|...,"msgId","offsetMsgId","brokerName",
 //!   "queueId","queueOffset","ms","key"} or {"i","mode","error","ms"}; a batch gives one line with "count";
 //!   oneway gives "status":null. `--stdin` reads one JSON object per line: {"body","tags","keys","props"}.
 //!   `orderly` sends with a queue selector (the argument is --queue, default 0: the same queue each time).
 //! consume: one line per delivery {"msgId","offsetMsgId","topic","brokerName","queueId","queueOffset",
-//!   "keys","tags","body","reconsumeTimes","props","action"}, then {"done":true,"received":N,...}.
+//!   "keys","tags","body","reconsumeTimes","storeTimestamp","bornTimestamp","props","action","ms"}, then
+//!   {"done":true,"received":N,...}; "ms" counts from the consumer's start.
 //!   `--reconsume-later` makes the listener answer RECONSUME_LATER (orderly: SUSPEND_CURRENT_QUEUE_A_MOMENT)
 //!   the first time it sees each message id; such deliveries carry "action":"RECONSUME_LATER" and do not
 //!   count towards --expect.
@@ -44,7 +46,9 @@ use rocketmq_model::common::message::message_single::Message;
 use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 use serde_json::{json, Value};
 
-const USAGE: &str = "usage: rmq-rust-client --namesrv HOST:PORT (send|consume|offsets) [options]; see src/main.rs";
+mod workload;
+
+const USAGE: &str = "usage: rmq-rust-client --namesrv HOST:PORT (send|consume|offsets|workload) [options]; see src/main.rs";
 const BOOL_FLAGS: &[&str] = &["stdin", "reconsume-later"];
 
 // ---- output ---------------------------------------------------------------------------------------
@@ -210,7 +214,7 @@ fn error_json(i: usize, mode: &str, err: impl std::fmt::Display, started: Instan
     json!({ "i": i, "mode": mode, "error": err.to_string(), "ms": started.elapsed().as_millis() as u64 })
 }
 
-fn message_json(m: &MessageExt, action: &str) -> Value {
+fn message_json(m: &MessageExt, action: &str, started: Instant) -> Value {
     let props = m.properties();
     let prop = |k: &str| props.iter().find(|(pk, _)| pk.as_str() == k).map(|(_, v)| v.to_string());
     let all: serde_json::Map<String, Value> =
@@ -227,8 +231,11 @@ fn message_json(m: &MessageExt, action: &str) -> Value {
         "tags": prop("TAGS"),
         "body": body,
         "reconsumeTimes": m.reconsume_times(),
+        "storeTimestamp": m.store_timestamp(),
+        "bornTimestamp": m.born_timestamp(),
         "props": all,
         "action": action,
+        "ms": started.elapsed().as_millis() as u64,
     })
 }
 
@@ -386,6 +393,7 @@ struct Tally {
     later: AtomicUsize,
     seen: Mutex<HashSet<String>>,
     reconsume_later: bool,
+    started: Instant,
 }
 
 impl Tally {
@@ -402,9 +410,9 @@ impl Tally {
         for m in msgs {
             if later {
                 self.later.fetch_add(1, Ordering::SeqCst);
-                emit(message_json(m, "RECONSUME_LATER"));
+                emit(message_json(m, "RECONSUME_LATER", self.started));
             } else {
-                emit(message_json(m, "CONSUME_SUCCESS"));
+                emit(message_json(m, "CONSUME_SUCCESS", self.started));
                 self.received.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -440,6 +448,7 @@ async fn cmd_consume(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
         later: AtomicUsize::new(0),
         seen: Mutex::new(HashSet::new()),
         reconsume_later: args.flag("reconsume-later"),
+        started,
     });
 
     match mode.as_str() {
@@ -505,7 +514,7 @@ async fn cmd_consume(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
                 let msgs = consumer.poll_with_timeout(left.clamp(1, 1000)).await;
                 let refs: Vec<&MessageExt> = msgs.iter().collect();
                 for m in refs {
-                    emit(message_json(m, "CONSUME_SUCCESS"));
+                    emit(message_json(m, "CONSUME_SUCCESS", started));
                     tally.received.fetch_add(1, Ordering::SeqCst);
                 }
             }
@@ -544,7 +553,7 @@ async fn cmd_consume(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
                             if matches!(r.pull_status(), PullStatus::Found) {
                                 found_any = true;
                                 for m in r.msg_found_list().unwrap_or_default() {
-                                    emit(message_json(m, "CONSUME_SUCCESS"));
+                                    emit(message_json(m, "CONSUME_SUCCESS", started));
                                     tally.received.fetch_add(1, Ordering::SeqCst);
                                 }
                             }
@@ -616,7 +625,16 @@ async fn cmd_offsets(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
 fn main() {
     let args = Args::parse();
     let ns = args.req("namesrv");
-    let owner = RuntimeOwner::plan(RuntimeConfig::for_parallelism("rmq-rust-client", 2))
+    // The client runs message listeners on the runtime's metadata-io blocking lane. Its profile for two
+    // cores (4 running, 16 queued) refuses a consumer's backlog ("runtime.capacity.exhausted"; the
+    // client then treats the message as RECONSUME_LATER), so: 20 listeners as Java's consumeThreadMin,
+    // and a deep queue as Java's unbounded consume executor.
+    let mut rcfg = RuntimeConfig::for_parallelism("rmq-rust-client", 2)
+        .with_max_blocking_threads(32)
+        .unwrap_or_else(|e| fatal("runtime config", e));
+    rcfg.blocking_lane_policies.metadata_io.max_concurrency = 20;
+    rcfg.blocking_lane_policies.metadata_io.max_queue_depth = 1 << 16;
+    let owner = RuntimeOwner::plan(rcfg)
         .unwrap_or_else(|e| fatal("runtime config", e))
         .build()
         .unwrap_or_else(|e| fatal("runtime", e));
@@ -632,6 +650,7 @@ fn main() {
             "send" => cmd_send(rt.clone(), ns, &args).await,
             "consume" => cmd_consume(rt.clone(), ns, &args).await,
             "offsets" => cmd_offsets(rt.clone(), ns, &args).await,
+            "workload" => workload::cmd_workload(rt.clone(), ns, &args).await,
             other => usage(&format!("unknown command {other:?}")),
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), rt.shutdown()).await;

@@ -1,0 +1,65 @@
+"""The Rust client (clients/rust, crates.io rocketmq-client-rust) on the host against 2m-2s-sync in
+containers, through the Toxiproxy client proxies, as test_docker_sync.py drives the official client:
+SEND_OK, FLUSH_SLAVE_TIMEOUT under a latency toxic on the HA link, SLAVE_NOT_AVAILABLE once a cut
+link made the master drop its slave, SEND_OK again, and every message read back by push and lite-pull
+consumers. The settings are test_docker_sync.py's, so one xdist worker reuses its cluster.
+"""
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from .docker_cluster import wait_for
+from .rust_client import RustClient
+from .test_docker_sync import SETS, SYNC_WAIT_MS
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(docker_cluster_pool):
+    return docker_cluster_pool.get("2m-2s-sync", SETS)
+
+
+def test_rust_client_sends_every_sync_master_outcome_and_reads_back_through_the_proxies(cluster):
+    rc = RustClient.get()
+    ns = cluster.namesrv
+    topic = f"RustDock{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, ["broker-a"])
+    one = dict(mode="sync", count=1, timeout_ms=8000, retries=0)
+    try:
+        ok = rc.send(ns, topic, mode="sync", count=5, prefix="dock", timeout_ms=8000)
+        assert [r.get("status") for r in ok] == ["SEND_OK"] * 5, ok
+        cluster.wait_in_sync("broker-a-s")
+
+        cluster.toxics.latency("broker-a-s-ha", 2500)  # the slave's ack cannot come within the sync wait
+        late = rc.send(ns, topic, prefix="late", **one)
+        assert [r.get("status") for r in late] == ["FLUSH_SLAVE_TIMEOUT"], late
+        assert late[0]["ms"] >= SYNC_WAIT_MS - 50, late
+        cluster.toxics.restore("broker-a-s-ha")
+        cluster.wait_in_sync("broker-a-s")
+
+        cluster.toxics.cut("broker-a-s-ha", "timeout")  # silent link: dropped after haHousekeepingInterval
+        wait_for("the master dropped its slave", lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0,
+                 30, on_fail=lambda: str(cluster.status("broker-a")))
+        gone = rc.send(ns, topic, prefix="gone", **one)
+        assert [r.get("status") for r in gone] == ["SLAVE_NOT_AVAILABLE"], gone
+        cluster.toxics.restore("broker-a-s-ha")
+        cluster.assert_replica_identical("broker-a-s")
+        back = rc.send(ns, topic, prefix="back", **one)
+        assert [r.get("status") for r in back] == ["SEND_OK"], back
+    finally:
+        cluster.toxics.restore("broker-a-s-ha")
+
+    want = {f"dock-{i}" for i in range(5)} | {"late-0", "gone-0", "back-0"}
+    with ThreadPoolExecutor(2) as pool:
+        futs = {mode: pool.submit(rc.consume, ns, topic, f"GR-dock-{mode}-{topic}", mode=mode, expect=len(want),
+                                  timeout_s=30)
+                for mode in ("push", "lite")}
+        got = {mode: f.result() for mode, f in futs.items()}
+    for mode, (msgs, done) in got.items():
+        bodies = {m["body"] for m in msgs}
+        assert want <= bodies, (mode, sorted(want - bodies), done)
+        assert {m["brokerName"] for m in msgs} == {"broker-a"}
