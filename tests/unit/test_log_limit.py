@@ -61,13 +61,21 @@ def test_the_oldest_half_of_the_keys_is_forgotten_past_max_keys(caplog):
     n = log_limit.MAX_KEYS
     assert n == 1024
     for i in range(n):
-        assert lim.log(logging.INFO, ("k", i), "x")
-    assert not lim.log(logging.INFO, ("k", n - 1), "x")  # suppressed: counted for key n-1
-    assert lim.log(logging.INFO, ("k", n), "x")  # one more key: keys 0..511 are forgotten
+        assert lim.log(logging.INFO, ("k", i), "x %d", i)
+    assert not lim.log(logging.INFO, ("k", 0), "x %d", 0)  # suppressed: counted for key 0
+    assert not lim.log(logging.INFO, ("k", n - 1), "x %d", n - 1)  # and for key n-1
+    assert lim.log(logging.INFO, ("k", n), "x %d", n)  # one more key: keys 0..511 are forgotten
     assert len(lim._last) == n // 2 + 1
-    assert lim.log(logging.INFO, ("k", 0), "x")  # forgotten, so logged again at once
+    caplog.clear()
+    assert lim.log(logging.INFO, ("k", 0), "x %d", 0)  # forgotten with its count: logged at once, plainly
+    assert lines(caplog) == [(logging.INFO, "x 0")]
     assert not lim.log(logging.INFO, ("k", n // 2), "x")  # remembered
     assert lim._suppressed == {("k", n - 1): 1, ("k", n // 2): 1}
+
+
+def test_the_default_interval_is_a_minute(caplog):
+    lim = LogLimiter(logging.getLogger("test.limit"))
+    assert lim.interval == 60.0
 
 
 def test_exc_info_is_passed_on(caplog):

@@ -293,8 +293,9 @@ def test_blank_marker_bytes_and_its_minimum_length():
     assert record.scan(record.blank(8)) == record.ScanResult(Scan.BLANK, size=8)
     assert record.scan_index(record.blank(8)) == (Scan.BLANK, 8, None, "")
     r = record.scan(record.blank(7))
-    assert (r.kind, r.reason) == (Scan.INVALID, "blank record with length 7")
-    assert record.scan_index(record.blank(7))[0] == Scan.INVALID
+    assert (r.kind, r.size, r.reason) == (Scan.INVALID, 0, "blank record with length 7")
+    assert record.scan_index(record.blank(7)) == (Scan.INVALID, 0, None, "blank record with length 7")
+    assert record.scan_summary(record.blank(7)) == (Scan.INVALID, 0, None, "blank record with length 7")
 
 
 def test_minimum_total_size_is_91():
@@ -540,12 +541,13 @@ def test_a_lying_properties_length_low_byte_equal_to_the_last_topic_byte():
 def test_topic_and_properties_split_where_topiclen_says_even_when_bytes_look_like_lengths():
     # the topic's last two bytes read as a PROPLEN would make a consistent record two bytes earlier
     a = hand(topic=b"T\x00\x02", props=b"")
-    # a body whose last byte and the TOPICLEN byte would read as a PROPLEN that fits
-    b = hand(topic=b"t" * 56, body=b"\x05" * 10 + b"\x01", props=b"UNIQ_KEY\x01" + b"u" * 191)
+    # TOPICLEN (1) and the topic's byte ("A", 65) read as a PROPLEN of 321 make a consistent record too
+    b = hand(topic=b"A", body=b"xyz", props=b"UNIQ_KEY\x01" + b"u" * 310)
     for buf in (a, b):
         for check in (True, False):
             assert _all_scanners(buf, 0, check) == Scan.MESSAGE
-    assert record.scan_summary(a)[2][9] == "T\x00\x02" and record.scan_summary(b)[2][9] == "t" * 56
+    assert record.scan_summary(a)[2][9] == "T\x00\x02" and record.scan_summary(b)[2][9] == "A"
+    assert record.scan_summary(b)[2][10] == "u" * 310
 
 
 @pytest.mark.parametrize("props,keys,tags", [
