@@ -354,6 +354,13 @@ def main(argv: list[str] | None = None) -> int:
         if all(v == 0 for v in lags.values()):
             say("every slave holds its master's log: " + ", ".join(f"{k} lag 0" for k in sorted(lags)))
             break
+        ahead = cluster.slaves_ahead()
+        if ahead and all(v == 0 for k, v in lags.items() if cluster.master_of(k) not in ahead):
+            # a master came back behind its slave: that slave is not replicated until an operator acts
+            say("warning: SLAVE_AHEAD, not waited for (a master came back behind its slave): " + "; ".join(
+                f"{m} started at {(cluster.status(m) or {}).get('ha', {}).get('masterStartOffset')}, its slave "
+                f"holds up to {a['slaveAckOffset']}" for m, v in sorted(ahead.items()) for a in v))
+            break
         if time.monotonic() > deadline:
             say("warning: slaves did not catch up: " + ", ".join(f"{k} lag {fmt_bytes(v)}" for k, v in sorted(lags.items())))
             break

@@ -221,6 +221,16 @@ class Cluster:
                 return False
         return True
 
+    def slaves_ahead(self) -> dict[str, list[dict]]:
+        """master -> its HA sessions in SLAVE_AHEAD (the master came back behind its slave: the slave holds
+        bytes the master lost; nothing is replicated until an operator acts, see the README)."""
+        out = {}
+        for m, st in self.statuses().items():
+            ahead = [s for s in ((st or {}).get("ha") or {}).get("slaves", []) if s.get("state") == "SLAVE_AHEAD"]
+            if ahead:
+                out[m] = ahead
+        return out
+
     def lags(self) -> dict[str, int | None]:
         """slave -> its master's maxPhyOffset minus its own (None when either does not answer)."""
         st = self.statuses()

@@ -35,6 +35,9 @@ class PairAudit:
     interior_missing_bytes: int = 0   # missing below slave_end (a hole, not lag)
     slave_only_records: int = 0
     slave_only_ranges: list[tuple[int, int]] = field(default_factory=list)
+    # The logs fork: from this offset on, where both hold records, none is the same (a master that
+    # came back behind its slave, SLAVE_AHEAD, and wrote new data at offsets the slave already held).
+    fork_offset: int | None = None
 
     @property
     def lag_bytes(self) -> int:
@@ -168,6 +171,9 @@ def audit_pairs(spark, df, nodes: list[Node]) -> list[PairAudit]:
         .select("pair", "physical_offset", "size", "kind", "s_status")
         .repartition("pair").sortWithinPartitions("pair", "physical_offset")
         .rdd.mapPartitions(_fold_pairs).collect())}
+    # The last identical record of each pair: nothing identical after the first divergence is a fork.
+    last_same = {r["pair"]: r["last"] for r in j.filter(F.col("kind") == "same").groupBy("pair").agg(
+        F.max("physical_offset").alias("last")).collect()}
     ends = {}
     for r in df.filter(F.col("status").isin(*good)).groupBy("node").agg(
             F.max(F.col("physical_offset") + F.col("size")).alias("end")).collect():
@@ -186,6 +192,9 @@ def audit_pairs(spark, df, nodes: list[Node]) -> list[PairAudit]:
         if fb is not None and fb >= s_end and not fd.differ and not fd.ranges["slave_only"]:
             divergent = None
         interior = sum(max(0, min(e, s_end) - b) for b, e in miss)
+        same_after = last_same.get(pair)
+        fork = (divergent if divergent is not None and divergent < min(m_end, s_end)
+                and (same_after is None or same_after < divergent) else None)
         out.append(PairAudit(
             broker_name=name, master=master, slave=slave, master_role=role, slave_start=slave_start,
             compare_start=cstart, master_end=m_end, slave_end=s_end,
@@ -196,7 +205,8 @@ def audit_pairs(spark, df, nodes: list[Node]) -> list[PairAudit]:
             missing_ranges=miss, missing_bytes=sum(e - b for b, e in miss),
             interior_missing_bytes=interior,
             slave_only_records=fd.slave_only_records,
-            slave_only_ranges=fd.ranges["slave_only"]))
+            slave_only_ranges=fd.ranges["slave_only"],
+            fork_offset=fork))
     return out
 
 
@@ -234,6 +244,13 @@ def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list
         facts = (f"slave starts at {p.slave_start}, common prefix {p.common_prefix_bytes} bytes from "
                  f"{p.compare_start}, master end {p.master_end}, slave end {p.slave_end}")
         problems = []
+        if p.fork_offset is not None:
+            problems.append(
+                f"the logs fork at offset {p.fork_offset}: the master wrote new data at "
+                f"[{p.fork_offset}, {min(p.master_end, p.slave_end)}) where the slave already held other records, "
+                f"and nothing is the same after it; the slave's {p.slave_end - p.fork_offset} bytes from "
+                f"{p.fork_offset} are a history the master lost (a master that came back behind its slave, "
+                "SLAVE_AHEAD, and took writes; see the README)")
         if p.crc_mismatches:
             problems.append(f"{p.crc_mismatches} record(s) differ at the same offset (CRC mismatch), first at "
                             + ", ".join(map(str, p.crc_mismatch_offsets[:5])))

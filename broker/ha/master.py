@@ -18,7 +18,7 @@ from broker.store.message_store import PutStatus
 
 from ..supervision import PeriodicService
 from .group_transfer import GroupTransfer
-from .master_session import MasterSession, SessionState
+from .master_session import Incarnation, MasterSession, SessionState
 from .wire import ProtocolError
 
 log = logging.getLogger("broker.ha.master")
@@ -58,7 +58,7 @@ class MasterHAProtocol(protocol.Protocol):
         tune_socket(self.transport, svc.socket_buffer)
         self.session = MasterSession(svc.store.commitlog, self.peer, batch_size=svc.batch_size,
                                      heartbeat_s=svc.heartbeat_s, housekeeping_s=svc.housekeeping_s,
-                                     now=svc.clock.seconds())
+                                     now=svc.clock.seconds(), incarnation=svc.incarnation)
         self.transport.registerProducer(self, True)
         svc.connection_made(self)
 
@@ -155,6 +155,9 @@ class HAService(protocol.Factory):
         self.socket_buffer = socket_buffer
         self.connections: set[MasterHAProtocol] = set()
         self.push2slave_max_offset = 0
+        # Where this master's life began: a slave holding bytes past it that were never sent since is
+        # SLAVE_AHEAD (the master came back behind its slave).
+        self.incarnation = Incarnation(store.commitlog.max_offset)
         self.group_transfer = GroupTransfer(clock, sync_wait_ms / 1000.0, self._sync_outcome)
         self._ticker = None
         self._pump_all_scheduled = None
@@ -184,7 +187,7 @@ class HAService(protocol.Factory):
         reg.gauge("ha_push2slave_max_offset", "push2SlaveMaxOffset: the highest offset any slave acknowledged",
                   lambda: self.push2slave_max_offset)
         reg.gauge("sync_waiters", "SYNC_MASTER sends waiting for a slave ack", lambda: len(self.group_transfer))
-        per_slave = lambda attr: lambda: [({"slave": c.peer}, getattr(c.session, attr)) for c in self._slaves()]
+        per_slave = lambda attr: lambda: [({"slave": c.peer}, getattr(c.session, attr)) for c in self._reported()]
         reg.gauge("ha_slave_request_offset", "slaveRequestOffset: the offset the slave asked for on connect",
                   per_slave("slave_request_offset"))
         reg.gauge("ha_slave_ack_offset", "slaveAckOffset: the slave's last reported max offset",
@@ -192,10 +195,16 @@ class HAService(protocol.Factory):
         reg.gauge("ha_slave_next_transfer_offset", "nextTransferFromWhere for each slave",
                   per_slave("next_transfer_from"))
         reg.gauge("ha_slave_lag_bytes", "master max offset minus the slave's ack offset",
-                  lambda: [({"slave": c.peer}, c.session.lag()) for c in self._slaves()])
+                  lambda: [({"slave": c.peer}, c.session.lag()) for c in self._reported()])
         reg.gauge("ha_slave_offset_unavailable", "1 when a slave asks for data the master no longer has",
                   lambda: [({"slave": c.peer}, int(c.session.state == SessionState.OFFSET_UNAVAILABLE))
-                           for c in self._slaves()])
+                           for c in self._reported()])
+        reg.gauge("ha_slave_ahead", "1 when a slave holds offsets this master lost (SLAVE_AHEAD: not replicated "
+                  "to, not counted for sync acks; see slaveAckOffset and ha_master_start_offset)",
+                  lambda: [({"slave": c.peer}, int(c.session.state == SessionState.SLAVE_AHEAD))
+                           for c in self._reported()])
+        reg.gauge("ha_master_start_offset", "the commit log's max offset when this master started",
+                  lambda: self.incarnation.start_offset)
 
     def _sync_outcome(self, outcome, waited):
         self.sync_outcomes.inc(outcome=outcome)
@@ -242,6 +251,14 @@ class HAService(protocol.Factory):
     # -- replication state ------------------------------------------------------------------------
     def _slaves(self):
         return [c for c in self.connections if c.session is not None and c.session.is_slave]
+
+    def _reported(self):
+        """Connections that sent a valid report: the slaves, and those in SLAVE_AHEAD."""
+        return [c for c in self.connections if c.session is not None
+                and (c.session.is_slave or c.session.state == SessionState.SLAVE_AHEAD)]
+
+    def slaves_ahead(self) -> list:
+        return [c for c in self._reported() if c.session.state == SessionState.SLAVE_AHEAD]
 
     @property
     def connection_count(self) -> int:
@@ -303,6 +320,8 @@ class HAService(protocol.Factory):
             "connectionCount": self.connection_count,
             "unvalidatedConnections": len(self.connections) - self.connection_count,
             "syncWaiters": len(self.group_transfer),
+            "masterStartOffset": self.incarnation.start_offset,
+            "slavesAhead": len(self.slaves_ahead()),
             "slaves": [{
                 "addr": c.peer,
                 "state": c.session.state,
@@ -311,7 +330,7 @@ class HAService(protocol.Factory):
                 "nextTransferFromWhere": c.session.next_transfer_from,
                 "lagBytes": c.session.lag(),
                 "problem": c.session.problem,
-            } for c in self._slaves()],
+            } for c in self._reported()],
         }
 
 

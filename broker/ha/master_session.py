@@ -17,7 +17,27 @@ class SessionState:
     AWAITING_REPORT = "AWAITING_REPORT"  # connected, no valid report yet: not counted as a slave
     STREAMING = "STREAMING"
     OFFSET_UNAVAILABLE = "OFFSET_UNAVAILABLE"  # the slave wants data the master no longer has
+    # The slave holds offsets this master never sent in its current life (it came back behind its
+    # slave, e.g. after a power loss): never streamed to, never counted for sync acks. Sticky.
+    SLAVE_AHEAD = "SLAVE_AHEAD"
     CLOSED = "CLOSED"
+
+
+@dataclass
+class Incarnation:
+    """What this master wrote and sent since it started, shared by all its sessions.
+
+    start_offset: the commit log's max offset when the master started (after recovery): every byte
+    below it is the master's own; a slave can hold bytes past it only if this master sent them.
+    sent_max: the highest offset streamed to any slave since start.
+    A first report past both comes from a slave that holds bytes this master does not have (it lost
+    them, e.g. in a power loss); if the master has written since, its bytes there are different ones.
+    """
+    start_offset: int
+    sent_max: int = -1
+
+    def __post_init__(self):
+        self.sent_max = max(self.sent_max, self.start_offset)
 
 
 @dataclass
@@ -28,8 +48,9 @@ class Ack:
 
 class MasterSession:
     def __init__(self, commitlog, peer: str, *, batch_size: int, heartbeat_s: float,
-                 housekeeping_s: float, now: float):
+                 housekeeping_s: float, now: float, incarnation: Incarnation | None = None):
         self.log = commitlog
+        self.incarnation = incarnation or Incarnation(commitlog.max_offset)
         self.peer = peer
         self.batch_size = batch_size
         self.heartbeat_s = heartbeat_s
@@ -43,7 +64,8 @@ class MasterSession:
         self.last_write = now
         self.connected_at = now
         self.bytes_sent = 0
-        self.problem = ""  # a human-readable reason when state is OFFSET_UNAVAILABLE
+        self.problem = ""  # a human-readable reason when state is OFFSET_UNAVAILABLE or SLAVE_AHEAD
+        self.ahead_master_offset = -1  # SLAVE_AHEAD: the master's max offset when it was detected
 
     @property
     def is_slave(self) -> bool:
@@ -60,6 +82,12 @@ class MasterSession:
         max_offset = self.log.max_offset
         if offset < 0:
             raise ProtocolError(f"slave {self.peer} reported a negative offset {offset}")
+        if self.state == SessionState.SLAVE_AHEAD:
+            self.slave_ack_offset = offset  # shown in /status; never an ack
+            return None
+        if self.slave_request_offset < 0 and self._ahead(offset):
+            self._enter_slave_ahead(offset, now)
+            return None
         if offset > max_offset:
             raise ProtocolError(f"slave {self.peer} reported offset {offset} beyond the master's max "
                                 f"offset {max_offset}: a rogue peer, or a slave whose log has data this "
@@ -73,6 +101,24 @@ class MasterSession:
                         self.slave_ack_offset, offset)
         self.slave_ack_offset = offset
         return Ack(offset, first)
+
+    def _ahead(self, offset: int) -> bool:
+        inc = self.incarnation
+        return offset > inc.start_offset and offset > inc.sent_max
+
+    def _enter_slave_ahead(self, offset: int, now: float) -> None:
+        self.state = SessionState.SLAVE_AHEAD
+        self.slave_request_offset = self.slave_ack_offset = offset
+        self.ahead_master_offset = self.log.max_offset
+        start = self.incarnation.start_offset
+        self.problem = (f"SLAVE_AHEAD: slave {self.peer} holds the commit log up to {offset} but this master "
+                        f"started at {start} and holds {self.ahead_master_offset} (it lost its tail, e.g. in a "
+                        f"power loss); the slave's bytes from {start} are not this master's. The slave is not "
+                        "replicated to and not counted for SYNC_MASTER acks (sends get SLAVE_NOT_AVAILABLE); "
+                        "an operator must either rebuild the slave from the master (its data past "
+                        f"{start} is then lost) or restore the master from the slave (see README)")
+        self.last_write = now - self.heartbeat_s  # announce it to the slave at the next tick
+        log.error("%s", self.problem)
 
     def _choose_start(self, request: int) -> None:
         if request == 0:
@@ -125,18 +171,33 @@ class MasterSession:
             out.append(view[pos:pos + size])
             pos += size
         self.next_transfer_from = start + n
+        if self.next_transfer_from > self.incarnation.sent_max:
+            self.incarnation.sent_max = self.next_transfer_from
         self.last_write = now
         self.bytes_sent += n + HEADER_SIZE * (len(out) // 2)
         return out
 
     def heartbeat(self, now: float) -> bytes | None:
-        """A size-0 frame when the writer has been idle for haSendHeartbeatInterval."""
+        """A size-0 frame when the writer has been idle for haSendHeartbeatInterval.
+
+        SLAVE_AHEAD: the heartbeat carries the offset where this master's life began (below the
+        slave's max offset), which tells the slave its master is behind it; no data ever follows."""
+        if self.state == SessionState.SLAVE_AHEAD:
+            return self._ahead_heartbeat(now)
         if self.next_transfer_from < 0 or now - self.last_write < self.heartbeat_s:
             return None
         self.last_write = now
         if self.state == SessionState.OFFSET_UNAVAILABLE:
             log.error("%s (still connected, sending heartbeats only)", self.problem)
         return encode_header(self.next_transfer_from, 0)
+
+    def _ahead_heartbeat(self, now: float) -> bytes | None:
+        if now - self.last_write < self.heartbeat_s:
+            return None
+        self.last_write = now
+        log.error("%s (still connected, heartbeats only; slave at %d, master at %d)", self.problem,
+                  self.slave_ack_offset, self.log.max_offset)
+        return encode_header(self.incarnation.start_offset, 0)
 
     def expired(self, now: float) -> bool:
         """Nothing read for haHousekeepingInterval: the link is dead or the peer is not a slave."""

@@ -63,6 +63,8 @@ class SlaveHAProtocol(protocol.Protocol):
                       c.master_address, e)
             self.transport.abortConnection()
             return
+        if self.session.master_behind is not None:
+            c.master_behind(self.session.master_behind)
         if report is not None:
             self.transport.write(report)
 
@@ -124,6 +126,7 @@ class HAClient:
         self._delay = 0.1
         self._ticker = None
         self.last_mismatch: tuple[int, int] | None = None
+        self.behind: tuple[int, int] | None = None  # (our max offset, master's offset): MASTER_BEHIND
         self.connected_since = None
         self._install_metrics(metrics)
 
@@ -141,6 +144,9 @@ class HAClient:
         reg.gauge("ha_slave_connected", "1 while connected to the master", lambda: int(self.proto is not None))
         reg.gauge("ha_slave_reported_offset", "currentReportedOffset: the last offset reported to the master",
                   lambda: self.proto.session.reported if self.proto and self.proto.session else -1)
+        reg.gauge("ha_slave_master_behind", "1 while the master says it holds less than this slave "
+                  "(MASTER_BEHIND: nothing replicated, nothing truncated; an operator decides)",
+                  lambda: int(self.behind is not None and self.proto is not None))
         reg.gauge("ha_slave_last_mismatch_offset", "the last offset mismatch seen (side=slave|master); -1 if none",
                   lambda: [({"side": "slave"}, self.last_mismatch[0] if self.last_mismatch else -1),
                            ({"side": "master"}, self.last_mismatch[1] if self.last_mismatch else -1)])
@@ -197,6 +203,7 @@ class HAClient:
     # -- events from the protocol -----------------------------------------------------------------
     def connected(self, proto):
         self.proto = proto
+        self.behind = None
         self.state = ClientState.CONNECTED
         self.connected_since = self.clock.seconds()
         self._delay = 0.1
@@ -215,6 +222,16 @@ class HAClient:
         log.debug("cannot reach master %s: %s", self.master_address, reason.getErrorMessage())
         self._schedule_reconnect()
 
+    def master_behind(self, offsets: tuple[int, int]):
+        if offsets != self.behind:
+            log.error("MASTER_BEHIND: the master at %s is behind this slave, SLAVE: %d MASTER: %d (it restarted "
+                      "without the bytes in [%d, %d), e.g. after a power loss). This slave keeps its data, "
+                      "stays connected and receives nothing; the master does not count it for sync sends. "
+                      "An operator must rebuild this slave from the master or restore the master from it "
+                      "(README: a master that comes back behind its slave)",
+                      self.master_address, offsets[0], offsets[1], offsets[1], offsets[0])
+        self.behind = offsets
+
     def offset_mismatch(self, e: OffsetMismatch):
         self.mismatches.inc()
         self.last_mismatch = (e.slave_offset, e.master_offset)
@@ -231,8 +248,10 @@ class HAClient:
 
     def status(self) -> dict:
         s = self.proto.session if self.proto else None
+        behind = self.behind if self.proto is not None else None
         return {
-            "state": self.state,
+            "state": "MASTER_BEHIND" if behind and self.state == ClientState.CONNECTED else self.state,
+            "masterBehind": {"slave": behind[0], "master": behind[1]} if behind else None,
             "haMasterAddress": self.master_address,
             "currentReportedOffset": s.reported if s else None,
             "connects": int(self.reconnects.get()),

@@ -33,6 +33,10 @@ class SlaveSession:
         self.reported = -1  # currentReportedOffset
         self.bytes_received = 0
         self.last_data = None  # when the last frame with a body arrived
+        # (slave max offset, master offset) once the master said it is behind us: a heartbeat below
+        # our max offset. Our bytes past its offset are not on the master; we keep them (no silent
+        # truncation), stay connected and keep reporting; the master sends nothing (SLAVE_AHEAD).
+        self.master_behind: tuple[int, int] | None = None
 
     def start(self, now: float) -> bytes:
         """On connect: report our max offset at once (the reference waits one heartbeat interval)."""
@@ -55,6 +59,9 @@ class SlaveSession:
         pending, start, expected = [], -1, self.store.max_offset
         try:
             for frame in self.frames.feed(data):
+                if not frame.body and not pending and 0 <= frame.offset < expected:
+                    self.master_behind = (expected, frame.offset)
+                    continue
                 if expected != 0 and expected != frame.offset:
                     raise OffsetMismatch(expected, frame.offset)
                 if frame.body:

@@ -16,7 +16,7 @@ from chaos.nemesis import Fault, Nemesis
 from cluster.handle import Cluster
 from cluster.topology import load_topology
 
-from .docker_cluster import SEND_OK, produce
+from .docker_cluster import SEND_OK, SLAVE_NOT_AVAILABLE, produce
 from .test_local_cluster import free_base_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -115,4 +115,24 @@ def test_power_loss_on_a_master_leaves_it_at_its_durable_offset(cluster, nemesis
     assert info["maxPhyOffsetBefore"] == end and info["durableOffset"] < end and info["droppedBytes"] > 0
     nemesis.heal(f)
     st = cluster.status("broker-b")
-    assert st["maxPhyOffset"] <= info["durableOffset"] < cluster.max_offset("broker-b-s") == end
+    start = st["maxPhyOffset"]
+    assert start <= info["durableOffset"] < cluster.max_offset("broker-b-s") == end
+    # SLAVE_AHEAD on the master, MASTER_BEHIND on the slave, both with both offsets; no loop
+    ahead = cluster.wait_until(lambda: cluster.slaves_ahead().get("broker-b"), 15, "broker-b sees SLAVE_AHEAD",
+                               node="broker-b")
+    assert ahead[0]["slaveAckOffset"] == end and cluster.status("broker-b")["ha"]["masterStartOffset"] == start
+    hc = cluster.wait_until(lambda: (cluster.status("broker-b-s") or {}).get("haClient", {}).get("masterBehind"),
+                            15, "broker-b-s reports MASTER_BEHIND", node="broker-b-s")
+    assert hc == {"slave": end, "master": start}
+    connects = cluster.status("broker-b-s")["haClient"]["connects"]
+    topic = f"F{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, ["broker-b"])
+    r = produce(cluster.namesrv, topic, ["after-" + "x" * 300], mode="async", retries=2)[0]
+    assert r.get("status") == SLAVE_NOT_AVAILABLE, r  # stored on the master, not a false SEND_OK
+    # over more than one haHousekeepingInterval (4 s): the same connection, nothing truncated
+    until = time.monotonic() + 5
+    while time.monotonic() < until:
+        st = cluster.status("broker-b-s")
+        assert st["maxPhyOffset"] == end and st["haClient"]["connects"] == connects, st
+        time.sleep(0.25)
+    assert any(f"SLAVE: {end} MASTER: {start}" in line for line in cluster.log_tail("broker-b-s", 200))

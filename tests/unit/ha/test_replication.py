@@ -1,7 +1,7 @@
 """Master and slave roles end to end over in-memory transports, with a fake clock for all time."""
 import pytest
 
-from broker.ha.master_session import SessionState
+from broker.ha.master_session import Incarnation, SessionState
 from broker.ha.wire import encode_header, encode_report
 
 from .harness import Cluster, put
@@ -174,7 +174,9 @@ def test_master_works_with_a_slave_that_waits_before_reporting(cluster):
     assert t.value()[:12] == encode_header(0, cluster.master.max_offset)
 
 
-def test_rogue_report_beyond_max_closes_and_never_acks(tmp_path):
+def test_rogue_report_beyond_max_never_acks(tmp_path):
+    """A first report beyond anything this master has (issue #3015's rogue peer, or a real slave ahead of
+    a master that lost its tail) is SLAVE_AHEAD: never an ack, never a slave, nothing streamed."""
     c = Cluster(tmp_path, sync_wait_ms=1000)
     put(c.master, 5)
     proto = c.ha.buildProtocol(None)
@@ -186,8 +188,12 @@ def test_rogue_report_beyond_max_closes_and_never_acks(tmp_path):
     c.ha.wait_for_slave(res.next_offset).addCallback(outcomes.append)
     assert outcomes == ["SLAVE_NOT_AVAILABLE"], "a socket that never reported is not a slave"
     proto.dataReceived(encode_report(1 << 40))  # issue #3015: a huge offset
-    assert t.disconnecting and c.ha.push2slave_max_offset == 0
-    assert c.ha.protocol_errors.get() == 1
+    proto.dataReceived(encode_report(1 << 41))
+    assert proto.session.state == SessionState.SLAVE_AHEAD and c.ha.connection_count == 0
+    assert c.ha.push2slave_max_offset == 0 and t.value() == b""
+    res = c.master.put_message(put.__globals__["Message"](topic="T", body=b"y"))
+    c.ha.wait_for_slave(res.next_offset).addCallback(outcomes.append)
+    assert outcomes == ["SLAVE_NOT_AVAILABLE"] * 2
     c.close()
 
 
@@ -197,6 +203,7 @@ def test_offset_no_longer_on_master_is_loud(cluster, caplog):
     mq = cluster.master.commitlog.queue
     while len(mq.files) > 1:
         mq.files.pop(0).destroy()
+    cluster.ha.incarnation = Incarnation(cluster.master.max_offset)  # as if the master started with this log
     proto = cluster.ha.buildProtocol(None)
     from twisted.internet.testing import StringTransport
     t = StringTransport()

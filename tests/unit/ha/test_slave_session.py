@@ -72,7 +72,16 @@ def test_a_mismatch_keeps_what_matched_before_it_in_the_same_read():
 def test_a_heartbeat_at_the_wrong_offset_is_a_mismatch_too():
     s = SlaveSession(FakeStore(100), heartbeat_s=5.0, housekeeping_s=20.0, now=0.0)
     with pytest.raises(OffsetMismatch):
-        s.on_data(frame(99), 1.0)
+        s.on_data(frame(101), 1.0)
+
+
+def test_a_heartbeat_below_our_offset_is_a_master_behind_us_not_a_mismatch():
+    """A SLAVE_AHEAD master's heartbeat (its start offset, below ours): no close, nothing truncated."""
+    store = FakeStore(100)
+    s = SlaveSession(store, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0)
+    assert s.on_data(frame(99), 1.0) == report(100)  # it goes on reporting its own offset
+    assert s.on_data(frame(99), 2.0) is None
+    assert s.master_behind == (100, 99) and store.max_offset == 100
 
 
 def test_the_frame_size_limit_is_the_sessions():
