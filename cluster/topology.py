@@ -36,6 +36,12 @@ MAX_NODES = NAMESRV_OFFSET // NODE_PORT_STRIDE  # 4 nodes fit before the name se
 DEPLOYMENT_KEYS = ("listenPort", "haListenPort", "metricsPort", "brokerIP1", "namesrvAddr",
                    "haMasterAddress", "storePathRootDir")
 
+# The message index of every broker the tooling starts (both backends). RocketMQ's defaults
+# (maxHashSlotNum=5000000, maxIndexNum=20000000) make each index file 420 MB (sparse); a test cluster
+# holds far fewer keys: 50000 slots and 200000 items make 4.2 MB files, ~200000 keys each (README
+# "The message index"). `--set` overrides them.
+CLUSTER_INDEX_SIZES = {"maxHashSlotNum": "50000", "maxIndexNum": "200000"}
+
 
 @dataclass(frozen=True)
 class NodeSpec:
@@ -209,6 +215,7 @@ def node_overrides(topology: Topology, plan: PortPlan, *, host: str, store_dir_o
         o["brokerIP1"] = host
         o["namesrvAddr"] = f"{host}:{plan.namesrv_port}"
         o["storePathRootDir"] = str(store_dir_of(n.name))
+        o.update(CLUSTER_INDEX_SIZES)
         out[n.name] = o
     for n in topology.slaves:
         m = topology.master_of(n)

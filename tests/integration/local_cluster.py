@@ -26,6 +26,7 @@ from broker.remoting.codes import RequestCode
 from broker.remoting.command import RemotingCommand
 from cluster import process
 from cluster.ports import free_block
+from cluster.topology import CLUSTER_INDEX_SIZES
 from cluster.wait import ProcessExited
 from cluster.wait import wait_until as _wait_until
 
@@ -172,7 +173,7 @@ class BrokerProcess(_Process):
         self.port = port or free_ports(3)
         self.store_dir = self.workdir / f"store-{self.name}"
         self.extra = {"mappedFileSizeCommitLog": str(8 * 1024 * 1024), "registerNameServerPeriod": "10000",
-                      "syncFlushTimeout": "1500", **(extra or {})}
+                      "syncFlushTimeout": "1500", **CLUSTER_INDEX_SIZES, **(extra or {})}
         self.conf = self.workdir / f"{self.name}.properties"
 
     @property

@@ -106,7 +106,8 @@ def test_overrides(tmp_path):
                           store_dir_of=lambda n: tmp_path / n / "store")
     assert over["broker-a"] == {"listenPort": "20000", "haListenPort": "20001", "metricsPort": "20002",
                                 "brokerIP1": "127.0.0.1", "namesrvAddr": "127.0.0.1:20049",
-                                "storePathRootDir": str(tmp_path / "broker-a" / "store")}
+                                "storePathRootDir": str(tmp_path / "broker-a" / "store"),
+                                "maxHashSlotNum": "50000", "maxIndexNum": "200000"}
     assert over["broker-a-s"]["haMasterAddress"] == "127.0.0.1:20001"
     assert over["broker-b-s"]["haMasterAddress"] == "127.0.0.1:20021"
     assert "haMasterAddress" not in over["broker-b"]
