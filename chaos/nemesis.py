@@ -22,6 +22,7 @@ was broken when.
   restart-master  master        both           SIGTERM -> started
   kill-master     master        both           SIGKILL -> started after the hold
   power-loss      master|slave  both           SIGKILL, commit log cut to the durable offset -> started
+  disk-full       master|slave  both           the store's own tmpfs filled (Cluster.limit_disk) -> freed
   partition       master|slave  docker         container off the network (no name server, peers or
                                                clients) -> reconnected
   client-latency  master        docker         latency on the host clients' proxy of the master -> removed
@@ -110,6 +111,9 @@ FAULTS: dict[str, FaultKind] = {k.name: k for k in [
     FaultKind("kill-master", "master", BOTH, lambda c, f: c.kill(f.target), _restart),
     FaultKind("power-loss", "node", BOTH, lambda c, f: c.power_loss(f.target), _restart,
               doc="SIGKILL, then the commit log cut to the durable (fdatasync'ed) offset"),
+    FaultKind("disk-full", "node", BOTH, lambda c, f: c.fill_disk(f.target), lambda c, f: c.free_disk(f.target),
+              doc="the store's filesystem (a tmpfs of its own: Cluster.limit_disk) filled to the last byte; sends "
+                  "fail once the next commit-log file cannot be reserved -> the filler removed"),
     FaultKind("partition", "node", DOCKER, lambda c, f: c.partition(f.target),
               lambda c, f: c.heal_partition(f.target)),
     FaultKind("client-latency", "master", DOCKER,
@@ -278,6 +282,8 @@ class Nemesis:
                     except ClusterError:
                         pass
                 self.cluster.resume(node)
+                if self.cluster.disk_limited(node):
+                    self.cluster.free_disk(node)
                 if not self.cluster.running(node):
                     self.cluster.start(node, timeout=60)
             except Exception as e:

@@ -46,6 +46,10 @@ EXIT_RUN_FAILED = 3
 TOPIC = "TopicChaos"
 
 
+DISK_FULL_SETS = {"mappedFileSizeCommitLog": str(64 << 10), "mappedFileSizeConsumeQueue": str(20 * 3000),
+                  "messageIndexEnable": "false"}
+
+
 def say(msg: str) -> None:
     sys.stdout.write(msg + "\n")
     sys.stdout.flush()
@@ -186,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="let a second fault (other group, other role) start while one is active")
     ap.add_argument("--set", action="append", default=[], metavar="[NODE:]KEY=VALUE",
                     help="extra broker config when the run starts the cluster (e.g. flushDiskType=SYNC_FLUSH)")
+    ap.add_argument("--disk-limit-mb", type=int, default=64,
+                    help="with disk-full: each broker's store on a tmpfs of this size (root; default 64)")
     ap.add_argument("--catchup-timeout", type=float, default=60.0, help="seconds for slaves to catch up")
     ap.add_argument("--keep-running", action="store_true", help="do not stop the cluster (audit skipped)")
     ap.add_argument("--out", default=None, help="report folder (default RUN/report)")
@@ -215,9 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         say(f"starting cluster {name}: {args.topology} on {args.backend}, syncFlushTimeout={SYNC_WAIT_MS}"
             + "".join(f", {k}={v}" for k, v in args.set.items()))
+        sets = {"syncFlushTimeout": str(SYNC_WAIT_MS), **args.set}
+        if "disk-full" in faults:
+            # small files, so a full disk bites at the next file within seconds (commit-log files are
+            # preallocated: a full disk fails only when the next one is reserved), and queues that fit
+            sets = {**DISK_FULL_SETS, **sets}
         try:
             cluster = Cluster.up(name, args.topology, args.backend, base_port=args.base_port,
-                                 sets={"syncFlushTimeout": str(SYNC_WAIT_MS), **args.set}, fresh=True, timeout=90)
+                                 sets=sets, fresh=True, timeout=90)
         except ClusterError as e:
             say(f"error: the cluster did not start: {e}")
             return EXIT_RUN_FAILED
@@ -230,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     namesrv = cluster.namesrv
 
     usable, dropped = applicable_faults(faults, backend)
+    if "disk-full" in usable:
+        for node in cluster.nodes:
+            if not cluster.disk_limited(node):
+                cluster.limit_disk(node, args.disk_limit_mb)
+        cluster.wait_caught_up(60)
+        say(f"disk-full: every broker's store on its own {args.disk_limit_mb} MiB tmpfs")
     if dropped:
         say(f"note: {', '.join(dropped)} need the docker backend (Toxiproxy, networks); not used on {backend}")
     if faults and not cluster.slaves():

@@ -24,7 +24,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import shutil
 import struct
+import subprocess
 import time
 from pathlib import Path
 
@@ -91,7 +93,11 @@ class Cluster:
             self.heal_links()
         except ClusterError:
             pass
-        return self.backend.stop(keep_data=keep_data, timeout=timeout)
+        notes = self.backend.stop(keep_data=keep_data, timeout=timeout)
+        for n in self.nodes:
+            if _is_size_limited(self.store_path(n)):
+                notes.append(f"{n}: store moved off its {self.unlimit_disk(n)['limitMb']} MiB tmpfs")
+        return notes
 
     # -- who is who -------------------------------------------------------------------------------
     @property
@@ -327,11 +333,59 @@ class Cluster:
         store = self.store_path(node)
         if not _is_size_limited(store):
             raise Unsupported(f"{node}'s store {store} is not on its own size-limited filesystem "
-                              "(start the cluster with a disk limit: `DISK_LIMIT_MB=...`, docker backend)")
+                              "(Cluster.limit_disk(node, mb) puts it on a tmpfs; chaos.run does it for disk-full)")
         return fill_filesystem(store, leave_bytes)
 
     def free_disk(self, node: str) -> dict:
         return free_filesystem(self.store_path(node))
+
+    def disk_limited(self, node: str) -> bool:
+        """The node's store is on a size-limited filesystem of its own (limit_disk)."""
+        return _is_size_limited(self.store_path(node))
+
+    def limit_disk(self, node: str, size_mb: int) -> dict:
+        """Put the node's store on its own tmpfs of size_mb MiB (a host mount, so root; a docker container
+        bind-mounts the store when it starts, so it sees the mount too). A running node is stopped
+        cleanly first and started again after its store was copied onto the tmpfs. down() moves the store
+        back onto the ordinary disk."""
+        store = self.store_path(node)
+        if _is_size_limited(store):
+            return {"limitMb": _mount_size_mb(store), "already": True}
+        if os.geteuid() != 0:
+            raise Unsupported("a size-limited store is a tmpfs mount, which needs root")
+        running = self.running(node)
+        if running:
+            self.stop(node)
+        store.mkdir(parents=True, exist_ok=True)
+        aside = store.with_name(store.name + ".on-disk")
+        store.rename(aside)
+        store.mkdir()
+        try:
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size_mb)}m,mode=0755", "tmpfs", str(store)],
+                           check=True, capture_output=True, text=True)
+        except subprocess.CalledProcessError as e:
+            store.rmdir()
+            aside.rename(store)
+            raise ClusterError(f"cannot mount a {size_mb} MiB tmpfs on {store}: {e.stderr.strip()}") from e
+        shutil.copytree(aside, store, dirs_exist_ok=True)
+        shutil.rmtree(aside)
+        if running:
+            self.start(node, timeout=60)
+        return {"limitMb": int(size_mb), "restarted": running}
+
+    def unlimit_disk(self, node: str) -> dict:
+        """The store back on the ordinary disk (the node must be stopped); no-op when not limited."""
+        store = self.store_path(node)
+        if not _is_size_limited(store):
+            return {"limitMb": 0}
+        size = _mount_size_mb(store)
+        free_filesystem(store)
+        aside = store.with_name(store.name + ".off-tmpfs")
+        shutil.copytree(store, aside)
+        subprocess.run(["umount", str(store)], check=True, capture_output=True, text=True)
+        shutil.rmtree(store)
+        aside.rename(store)
+        return {"limitMb": size}
 
     # -- links ------------------------------------------------------------------------------------
     @property
@@ -490,6 +544,11 @@ FILLER = "fill-disk.filler"
 def _is_size_limited(path: Path) -> bool:
     """True when path is the root of its own mount (a tmpfs or loop filesystem made for it)."""
     return os.path.ismount(path)
+
+
+def _mount_size_mb(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize >> 20
 
 
 def fill_filesystem(path: Path, leave_bytes: int = 0) -> dict:

@@ -251,7 +251,27 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     rep = Report(verdicts, plots)
     rep.path = write_markdown(out_dir, run_dir, nodes, rep, pairs, bool(samples),
                               faults.markdown(fault_list, attribution))
+    write_summary(out_dir, rep, fault_list, attribution, findings, pairs)
     return rep
+
+
+def write_summary(out_dir, rep: Report, fault_list, attribution, findings, pairs) -> str:
+    """summary.json: the verdicts, the faults and what each is blamed for, for tools (chaos/matrix.py)."""
+    from dataclasses import asdict
+    path = os.path.join(out_dir, "summary.json")
+    with open(path, "w") as fh:
+        json.dump({
+            "failed": rep.failed,
+            "verdicts": [asdict(v) for v in rep.verdicts],
+            "faults": [asdict(f) for f in fault_list],
+            "lost": [list(x) for x in findings.lost],
+            "lostByFault": {k: len(v) for k, v in attribution.lost.items()},
+            "divergentByFault": attribution.divergent,
+            "nonOkByFault": attribution.non_ok,
+            "pairs": [{"master": p.master, "slave": p.slave, "firstDivergentOffset": p.first_divergent_offset,
+                       "forkOffset": p.fork_offset, "lagBytes": p.lag_bytes} for p in pairs],
+        }, fh, indent=1, default=str)
+    return path
 
 
 def _cell(s: str) -> str:

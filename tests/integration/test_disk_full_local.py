@@ -1,0 +1,94 @@
+"""disk-full on a real local 2m-2s-sync cluster, through the fault table and the cluster handle: the
+master's store on its own tmpfs (Cluster.limit_disk, root), filled to the last byte. Commit-log files
+are preallocated, so sends go on until the current 64 KiB file is full; then every send is answered with
+a clear error and nothing stored; nothing stored before is lost; when the filler is removed the same
+process takes sends again, by itself."""
+from __future__ import annotations
+
+import os
+import urllib.request
+import uuid
+
+import pytest
+
+from chaos.faultlog import FaultLog, read_faults
+from chaos.nemesis import Fault, Nemesis
+from cluster.handle import Cluster
+from cluster.topology import load_topology
+
+from .docker_cluster import SEND_OK, consume, produce, random_bodies
+from .test_local_cluster import free_base_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytest.importorskip("rocketmq.client")
+if os.geteuid() != 0:
+    pytest.skip("a size-limited store is a tmpfs mount: needs root", allow_module_level=True)
+
+FILE = 64 << 10  # the job goes to the client worker on its command line: at most 128 KiB of bodies
+SETS = {"syncFlushTimeout": "1500", "haSendHeartbeatInterval": "1000", "haHousekeepingInterval": "4000",
+        "mappedFileSizeCommitLog": str(FILE), "mappedFileSizeConsumeQueue": "20000",
+        "messageIndexEnable": "false"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("diskfull-run")
+    saved = os.environ.get("CLUSTER_RUN_ROOT")
+    os.environ["CLUSTER_RUN_ROOT"] = str(root)
+    try:
+        c = Cluster.up("diskfull", "2m-2s-sync", "local", base_port=free_base_port(load_topology("2m-2s-sync")),
+                       sets=SETS, timeout=60)
+    finally:
+        os.environ.pop("CLUSTER_RUN_ROOT", None) if saved is None else os.environ.__setitem__("CLUSTER_RUN_ROOT", saved)
+    yield c
+    c.down()
+    assert not c.disk_limited("broker-a")
+
+
+def test_a_full_disk_refuses_sends_clearly_loses_nothing_and_recovers_by_itself(cluster):
+    topic = f"D{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, ["broker-a"])
+    sent = {}  # body -> result
+    bodies = random_bodies("pre", 4, 1000)
+    before = produce(cluster.namesrv, topic, bodies)
+    sent.update(zip(bodies, before))
+    assert all(r.get("status") == SEND_OK for r in before), before
+    info = cluster.limit_disk("broker-a", 16)
+    assert info == {"limitMb": 16, "restarted": True} and cluster.disk_limited("broker-a")
+    cluster.wait_caught_up(30)
+    pid = cluster.status("broker-a")["pid"]
+
+    log = FaultLog(cluster.run_dir / "faults" / f"it-{uuid.uuid4().hex[:6]}.jsonl")
+    nem = Nemesis(cluster, fault_log=log)
+    f = Fault(0, 0, "disk-full", "broker-a", "broker-a", role="master")
+    filled = nem.inject(f)
+    assert filled["freeBytes"] < 64 << 10, filled
+    # 25 x 4 KiB: more than what is left of the current file, so the next file is needed
+    bodies = random_bodies("full", 25, 4000)
+    during = produce(cluster.namesrv, topic, bodies, mode="async", retries=0)
+    sent.update(zip(bodies, during))
+    ok = [r for r in during if r.get("status") == SEND_OK]
+    refused = [r for r in during if r.get("status") != SEND_OK]
+    assert ok and refused, during
+    assert all("error" in r for r in refused), refused  # the 1.0.1 client's async error text is empty, so:
+    metrics = urllib.request.urlopen(cluster.node("broker-a")["metricsUrl"], timeout=5).read().decode()
+    assert f'rocketmq_send_responses_total{{code="1"}} {len(refused)}' in metrics  # SYSTEM_ERROR ...
+    assert any("No space left on device" in line and "nothing stored" in line for line in cluster.log_tail("broker-a", 100))
+    assert during.index(refused[0]) == len(ok), "once full, every later send is refused"
+    st = cluster.status("broker-a")
+    assert st["pid"] == pid and st["maxPhyOffset"] % FILE == 0 or FILE - st["maxPhyOffset"] % FILE < 4200  # alive, the file is full
+
+    nem.heal(f)
+    bodies = random_bodies("after", 20, 4000)
+    after = produce(cluster.namesrv, topic, bodies, mode="async", retries=0)
+    sent.update(zip(bodies, after))
+    assert all(r.get("status") == SEND_OK for r in after), after  # the same process, by itself
+    assert cluster.status("broker-a")["pid"] == pid
+    cluster.wait_caught_up(30)
+    assert nem.heal_all() == []
+    log.close()
+    assert [r["op"] for r in read_faults(cluster.run_dir) if r["kind"] == "disk-full"] == ["inject", "heal"]
+    # nothing acknowledged is lost: every SEND_OK is consumed (from the master, replicated to its slave)
+    acked = {b for b, r in sent.items() if r.get("status") == SEND_OK}
+    got = consume(cluster.namesrv, topic, f"G{uuid.uuid4().hex[:6]}", expect=len(acked), deadline_s=40)
+    assert {m["body"] for m in got} == acked
