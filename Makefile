@@ -68,6 +68,9 @@ audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exi
 chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust DURATION= RATE= SEED= NEMESIS= OUT=)
 	$(PY) -m chaos.run --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
 
+chaos-matrix: $(STAMP) $(if $(findstring docker,$(BACKENDS)),images) ## the guarantee matrix: every configuration x fault kind, SEEDS=3 runs each (BACKENDS=local|local,docker DURATION= OUT=build/chaos-matrix)
+	$(PY) -m chaos.matrix --seeds $(or $(SEEDS),3) --backends $(or $(BACKENDS),local) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out "$(OUT)")
+
 images: ## build the container images (base, broker, toxiproxy) with no registry; a no-op when up to date
 	@images/build.sh all
 
@@ -98,4 +101,4 @@ clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
 .PHONY: help venv cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration \
-	test-official-client rust-client test-rust-client fuzz mutation audit chaos images bench bench-ha bench-send bench-decode clean
+	test-official-client rust-client test-rust-client fuzz mutation audit chaos chaos-matrix images bench bench-ha bench-send bench-decode clean

@@ -204,6 +204,37 @@ def make_schedule(rng: random.Random, faults: list[str], cluster, duration: floa
     return out
 
 
+LAST_IN_SWEEP = ("power-loss", "master")  # may leave its group SLAVE_AHEAD: nothing after it on that group
+
+
+def sweep_cells(faults: list[str], cluster) -> list[tuple[str, str]]:
+    """(kind, role) for every fault and every role it can hit: the cells of a guarantee matrix."""
+    groups = groups_of(cluster)
+    return [(k, r) for k in faults for r in ("master", "slave")
+            if any(role == r for _, _, role in _candidates(FAULTS[k], groups))]
+
+
+def make_sweep(rng: random.Random, faults: list[str], cluster, sync_wait_ms: int = 1500, warmup: float = 3.0,
+               hold: tuple[float, float] = (2.5, 3.5), gap: tuple[float, float] = (4.0, 5.0)) -> list[Fault]:
+    """Every (kind, role) of `faults` once, one at a time, in a seeded order with a master power loss
+    last; targets drawn from the groups. The schedule's end is the last fault's heal."""
+    groups = groups_of(cluster)
+    cells = sweep_cells(faults, cluster)
+    rng.shuffle(cells)
+    cells.sort(key=lambda c: c == LAST_IN_SWEEP)
+    out, t = [], warmup
+    for kind_name, role in cells:
+        kind = FAULTS[kind_name]
+        group, target, r = rng.choice([c for c in _candidates(kind, groups) if c[2] == role])
+        h = round(rng.uniform(*hold), 1)
+        f = Fault(round(t, 1), h, kind.name, group, target, kind.params(rng, sync_wait_ms), r, id=len(out) + 1)
+        if kind.link:
+            f.link = kind.link(cluster, f)
+        out.append(f)
+        t += h + round(rng.uniform(*gap), 1)
+    return out
+
+
 class Nemesis:
     """Injects and heals faults through the cluster handle, writing each to the fault log."""
 

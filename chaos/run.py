@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from chaos.faultlog import FaultLog
-from chaos.nemesis import ALL_FAULTS, DEFAULT_FAULTS, Nemesis, applicable_faults, make_schedule
+from chaos.nemesis import ALL_FAULTS, DEFAULT_FAULTS, Nemesis, applicable_faults, make_schedule, make_sweep
 from cluster import ClusterError
 from cluster import runfolder as rf
 from cluster.handle import Cluster
@@ -186,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--nemesis", default=",".join(DEFAULT_FAULTS),
                     help=f"comma-separated faults from {', '.join(ALL_FAULTS)}; 'none' for no faults")
     ap.add_argument("--max-faults", type=int, default=None, help="at most this many faults")
+    ap.add_argument("--sweep", action="store_true",
+                    help="every fault of --nemesis once per role it can hit, one at a time (a guarantee-matrix "
+                         "run); --duration is stretched to cover them")
     ap.add_argument("--overlap", action="store_true",
                     help="let a second fault (other group, other role) start while one is active")
     ap.add_argument("--set", action="append", default=[], metavar="[NODE:]KEY=VALUE",
@@ -251,8 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"note: {', '.join(dropped)} need the docker backend (Toxiproxy, networks); not used on {backend}")
     if faults and not cluster.slaves():
         say(f"note: topology {state.get('topology')} has no slaves: replication faults do not apply")
-    schedule = make_schedule(random.Random(seed), usable, cluster, args.duration, SYNC_WAIT_MS, args.max_faults,
-                             overlap=args.overlap)
+    if args.sweep:
+        schedule = make_sweep(random.Random(seed), usable, cluster, SYNC_WAIT_MS)
+        args.duration = max(args.duration, max((f.at + f.hold for f in schedule), default=0.0) + 5.0)
+    else:
+        schedule = make_schedule(random.Random(seed), usable, cluster, args.duration, SYNC_WAIT_MS,
+                                 args.max_faults, overlap=args.overlap)
     say(f"chaos run {run_id}: cluster {name} ({state.get('topology')}, {backend}), {args.duration:g}s at "
         f"{args.rate:g} msg/s, seed {seed}")
     say(f"nemesis schedule ({len(schedule)} faults; reproduce with --seed {seed}):")

@@ -1,0 +1,275 @@
+"""`python -m chaos.matrix` (`make chaos-matrix [SEEDS=N]`): the guarantee matrix.
+
+For each configuration (2m-2s-sync and 2m-2s-async, each with ASYNC_FLUSH and SYNC_FLUSH) and seed, one
+chaos run (`chaos.run --sweep`) injects every fault kind once per role it can hit, one at a time, then
+audits the run. Each fault's interval is one cell sample: the sends that started while it was active
+(availability = SEND_OK / all), the acknowledged losses and divergences the audit blames on it, and the
+recovery time (heal -> every slave's lag 0 in the metric samples). Each cell is judged against what
+RocketMQ 4.9 promises for it (PROMISES; the reasoning is in the README's "guarantee matrix"):
+
+  FAIL           a result the promise excludes (an acknowledged loss, a divergence)
+  WEAK           a weakness the configuration allows, with its measured size (an async master's power loss)
+  not exercised  no send was acknowledged while the fault was active: nothing was tested
+  PASS           exercised, and nothing the promise excludes happened
+
+Writes OUT/matrix.md (the table), OUT/matrix.json and OUT/matrix.png (a heatmap of the verdicts).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cluster import runfolder as rf
+
+from .nemesis import FAULTS
+
+CONFIGS = [("2m-2s-sync", "ASYNC_FLUSH"), ("2m-2s-sync", "SYNC_FLUSH"),
+           ("2m-2s-async", "ASYNC_FLUSH"), ("2m-2s-async", "SYNC_FLUSH")]
+LOCAL_FAULTS = ["kill-master", "restart-master", "pause-master", "power-loss", "kill-slave", "restart-slave",
+                "pause-slave", "disk-full"]
+DOCKER_FAULTS = ["partition", "cut", "latency", "client-cut"]
+
+
+def promise(topology: str, flush: str, kind: str, role: str) -> dict:
+    """What RocketMQ 4.9 promises for one cell: may acknowledged sends be lost, may the replicas diverge."""
+    sync = topology == "2m-2s-sync"
+    master_power = kind == "power-loss" and role == "master"
+    # SEND_OK on a SYNC_MASTER: a slave reported the bytes (HA-PROTOCOL §5). With SYNC_FLUSH: fsynced on the
+    # master. A SIGKILL keeps the page cache. So only an ASYNC_MASTER + ASYNC_FLUSH power loss can lose what
+    # the slave had not received yet.
+    loss = master_power and not sync and flush == "ASYNC_FLUSH"
+    # A master power loss can leave the slave holding bytes the master lost (replication runs ahead of the
+    # master's flush in every configuration): the logs fork if the master then takes writes (SLAVE_AHEAD).
+    diverge = master_power
+    why = ("SEND_OK means a slave holds it" if sync else "SEND_OK means the master stored it") + (
+        "; fsynced on the master" if flush == "SYNC_FLUSH" else "")
+    if loss:
+        why += "; a power cut drops the master's unsynced tail, and what the slave had not received is gone"
+    elif master_power:
+        why += "; the master's unsynced tail may be on the slave only (SLAVE_AHEAD, a fork if the master writes)"
+    return {"loss_allowed": loss, "divergence_allowed": diverge, "why": why}
+
+
+def read_jsonl(path: Path):
+    with open(path) as fh:
+        for line in fh:
+            try:
+                yield json.loads(line)
+            except ValueError:
+                continue
+
+
+def sends(run: Path) -> list[tuple[int, int, str]]:
+    out = []
+    for p in sorted((run / "history").glob("producer-*.jsonl")):
+        out += [(r["start_ms"], r.get("end_ms") or r["start_ms"], r["status"]) for r in read_jsonl(p)
+                if r.get("op") == "send" and r.get("start_ms")]
+    return out
+
+
+def lags_over_time(run: Path) -> list[tuple[float, int]]:
+    """(ts ms, the largest slave lag of that sample round; -1 when a node did not answer)."""
+    rounds: dict[float, dict] = {}
+    p = run / "metrics" / "samples.jsonl"
+    if not p.exists():
+        return []
+    for r in read_jsonl(p):
+        rounds.setdefault(r["ts"], {})[r["node"]] = r
+    out = []
+    for ts in sorted(rounds):
+        nodes = rounds[ts]
+        worst = 0
+        for r in nodes.values():
+            if r.get("role") != "SLAVE":
+                continue
+            m = nodes.get(r.get("master") or "")
+            if not r.get("up") or not m or not m.get("up"):
+                worst = -1
+                break
+            worst = max(worst, m["maxPhyOffset"] - r["maxPhyOffset"])
+        out.append((ts * 1000, worst))
+    return out
+
+
+def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[dict]:
+    all_sends = sends(run)
+    lags = lags_over_time(run)
+    ahead_groups = set()
+    out = []
+    for f in summary["faults"]:
+        start, end = f["start_ms"], f["end_ms"]
+        label = f"#{f['id']} {f['kind']} {f['link'] or f['target']}"
+        during = [s for s in all_sends if start <= s[0] <= (end or s[0])]
+        ok = sum(1 for s in during if s[2] == "SEND_OK")
+        lost = summary["lostByFault"].get(label, 0)
+        # a divergence has no time: it is this fault's if the fault can rewrite its group's log and no
+        # master power loss of the same group (the likelier cause) is also blamed
+        blamed = summary["divergentByFault"].get(label, [])
+        power = any(g["kind"] == "power-loss" and g["role"] == "master" and g["group"] == f["group"]
+                    for g in summary["faults"])
+        divergent = len(blamed) if blamed and (f["kind"] == "power-loss" or not power) else 0
+        recovery = None
+        if end is not None:
+            healed = [ts for ts, lag in lags if ts >= end and lag == 0]
+            recovery = round((healed[0] - end) / 1000, 1) if healed else None
+        if f["kind"] == "power-loss" and f["role"] == "master":
+            ahead_groups.add(f["group"])
+        out.append({"kind": f["kind"], "role": f["role"], "target": f["target"], "sends": len(during), "ok": ok,
+                    "lost": lost, "divergent": divergent, "recovery_s": recovery,
+                    "error": f.get("inject_error") or f.get("heal_error")})
+    return out
+
+
+def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
+    ok = sum(s["ok"] for s in samples)
+    lost = sum(s["lost"] for s in samples)
+    div = sum(s["divergent"] for s in samples)
+    errors = [s["error"] for s in samples if s["error"]]
+    if errors:
+        return "FAIL", f"fault could not be injected/healed: {errors[0]}"
+    if (lost and not p["loss_allowed"]) or (div and not p["divergence_allowed"]):
+        return "FAIL", f"{lost} acknowledged lost, {div} divergent pair(s): the promise excludes it"
+    if not samples or ok == 0:
+        return "not exercised", "no send acknowledged while the fault was active"
+    if lost or div:
+        return "WEAK", f"allowed: {lost} acknowledged lost, {div} divergent pair(s)"
+    return "PASS", ""
+
+
+def run_one(topology, flush, backend, faults, seed, args, out: Path) -> dict:
+    name = f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
+    cmd = [sys.executable, "-m", "chaos.run", "--topology", topology, "--backend", backend, "--name", name,
+           "--sweep", "--nemesis", ",".join(faults), "--duration", str(args.duration), "--rate", str(args.rate),
+           "--seed", str(seed), "--set", f"flushDiskType={flush}", "--catchup-timeout", "30",
+           "--out", str(rf.run_dir(name) / "report")]
+    t0 = time.monotonic()
+    log = out / f"{name}.log"
+    if args.from_runs:  # judge run folders left by an earlier matrix run again
+        rc = 0
+    else:
+        with open(log, "w") as fh:
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode
+    took = time.monotonic() - t0
+    summary_path = rf.run_dir(name) / "report" / "summary.json"
+    if not summary_path.exists():
+        return {"name": name, "rc": rc, "took_s": took, "log": str(log), "samples": [], "failed_run": True}
+    summary = json.loads(summary_path.read_text())
+    return {"name": name, "rc": rc, "took_s": round(took), "log": str(log),
+            "samples": cell_samples(rf.run_dir(name), summary, topology, flush), "failed_run": False,
+            "audit_failed": summary["failed"]}
+
+
+def build(results: list[dict]) -> list[dict]:
+    cells: dict[tuple, dict] = {}
+    for r in results:
+        for s in r["samples"]:
+            key = (r["topology"], r["flush"], s["kind"], s["role"])
+            c = cells.setdefault(key, {"topology": r["topology"], "flush": r["flush"], "kind": s["kind"],
+                                       "role": s["role"], "backend": r["backend"], "samples": []})
+            c["samples"].append(s)
+    out = []
+    for key, c in sorted(cells.items()):
+        p = promise(*key)
+        ss = c["samples"]
+        verdict, note = judge(p, ss)
+        n_sends = sum(s["sends"] for s in ss)
+        rec = [s["recovery_s"] for s in ss if s["recovery_s"] is not None]
+        out.append({**{k: v for k, v in c.items() if k != "samples"}, "runs": len(ss),
+                    "lost": sum(s["lost"] for s in ss), "divergent": sum(s["divergent"] for s in ss),
+                    "availability": round(sum(s["ok"] for s in ss) / n_sends, 3) if n_sends else None,
+                    "acked_during": sum(s["ok"] for s in ss),
+                    "recovery_s": max(rec) if rec else None, "verdict": verdict, "note": note,
+                    "promise": p["why"]})
+    return out
+
+
+def write(out: Path, cells: list[dict], results: list[dict], command: str) -> None:
+    (out / "matrix.json").write_text(json.dumps({"cells": cells, "runs": results}, indent=1))
+    lines = [f"Command: `{command}`", "",
+             "| configuration | fault | backend | runs | acked during fault | acknowledged lost | divergent pairs "
+             "| availability | recovery (s, max) | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        av = f"{c['availability'] * 100:.0f} %" if c["availability"] is not None else "-"
+        rec = c["recovery_s"] if c["recovery_s"] is not None else "-"
+        lines.append(f"| {c['topology']} {c['flush']} | {c['kind']} ({c['role']}) | {c['backend']} | {c['runs']} "
+                     f"| {c['acked_during']} | {c['lost']} | {c['divergent']} | {av} | {rec} | **{c['verdict']}**"
+                     f"{': ' + c['note'] if c['note'] and c['verdict'] != 'PASS' else ''} |")
+    lines += ["", "Runs: " + ", ".join(f"{r['name']} {r['took_s']} s (audit {'FAIL' if r.get('audit_failed') else 'ok'})"
+                                        for r in results)]
+    (out / "matrix.md").write_text("\n".join(lines) + "\n")
+    heatmap(out / "matrix.png", cells)
+
+
+def heatmap(path: Path, cells: list[dict]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    rows = sorted({(c["topology"], c["flush"]) for c in cells})
+    cols = sorted({(c["kind"], c["role"]) for c in cells})
+    code = {"PASS": 0, "WEAK": 1, "not exercised": 2, "FAIL": 3}
+    grid = [[float("nan")] * len(cols) for _ in rows]
+    text = [[""] * len(cols) for _ in rows]
+    for c in cells:
+        i, j = rows.index((c["topology"], c["flush"])), cols.index((c["kind"], c["role"]))
+        grid[i][j] = code[c["verdict"]]
+        av = f"{c['availability'] * 100:.0f}%" if c["availability"] is not None else "-"
+        text[i][j] = f"{c['verdict'] if c['verdict'] != 'not exercised' else 'n/e'}\n{av}" + (
+            f"\nlost {c['lost']}" if c["lost"] else "")
+    fig, ax = plt.subplots(figsize=(1.1 * len(cols) + 2, 0.9 * len(rows) + 1.5))
+    ax.imshow(grid, cmap=ListedColormap(["#4dac26", "#f1b6da", "#bababa", "#d01c8b"]), vmin=0, vmax=3)
+    ax.set_xticks(range(len(cols)), [f"{k}\n({r})" for k, r in cols], rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), [f"{t}\n{f}" for t, f in rows], fontsize=8)
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=6)
+    ax.set_title("guarantee matrix: PASS green, WEAK (allowed) pink, not exercised grey, FAIL magenta", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m chaos.matrix", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=1)
+    ap.add_argument("--backends", default="local", help="local, docker or local,docker (docker: the faults only it can do)")
+    ap.add_argument("--duration", type=float, default=10.0, help="minimum workload seconds (the sweep stretches it)")
+    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--configs", default="all", help="e.g. 2m-2s-sync/ASYNC_FLUSH,2m-2s-async/SYNC_FLUSH")
+    ap.add_argument("--out", default="build/chaos-matrix")
+    ap.add_argument("--from-runs", action="store_true", help="do not run: judge the run folders of an earlier run")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    configs = CONFIGS if args.configs == "all" else [tuple(c.split("/")) for c in args.configs.split(",")]
+    plan = []
+    for backend in args.backends.split(","):
+        faults = LOCAL_FAULTS if backend == "local" else DOCKER_FAULTS
+        assert all(backend in FAULTS[f].backends for f in faults)
+        for topology, flush in configs:
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                plan.append((topology, flush, backend, faults, seed))
+    results = []
+    t0 = time.monotonic()
+    for i, (topology, flush, backend, faults, seed) in enumerate(plan, 1):
+        print(f"[{i}/{len(plan)}] {topology} {flush} on {backend}, seed {seed}: {', '.join(faults)}", flush=True)
+        r = run_one(topology, flush, backend, faults, seed, args, out)
+        r.update(topology=topology, flush=flush, backend=backend, seed=seed)
+        print(f"    {r['took_s']} s, audit rc {r['rc']}, {len(r['samples'])} faults; log {r['log']}", flush=True)
+        results.append(r)
+    cells = build(results)
+    command = "python -m chaos.matrix " + " ".join(argv if argv is not None else sys.argv[1:])
+    write(out, cells, results, command)
+    print((out / "matrix.md").read_text())
+    print(f"matrix: {out / 'matrix.md'}, {out / 'matrix.png'}; {len(plan)} runs in {time.monotonic() - t0:.0f} s")
+    return 1 if any(c["verdict"] == "FAIL" for c in cells) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
