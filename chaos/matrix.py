@@ -134,7 +134,7 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
         return "FAIL", f"fault could not be injected/healed: {errors[0]}"
     if (lost and not p["loss_allowed"]) or (div and not p["divergence_allowed"]):
         return "FAIL", f"{lost} acknowledged lost, {div} divergent pair(s): the promise excludes it"
-    if not samples or ok == 0:
+    if not samples or (ok == 0 and not lost and not div):
         return "not exercised", "no send acknowledged while the fault was active"
     if lost or div:
         return "WEAK", f"allowed: {lost} acknowledged lost, {div} divergent pair(s)"

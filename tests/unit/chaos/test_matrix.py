@@ -1,0 +1,47 @@
+"""The guarantee matrix without processes: the sweep's schedule, the promises, and the cell verdicts
+(FAIL only for what the promise excludes, WEAK with its size, never PASS without an acknowledged send)."""
+import random
+
+from chaos import matrix
+from chaos.matrix import judge, promise
+from chaos.nemesis import make_sweep, sweep_cells
+
+from .test_nemesis_and_faults import fake_cluster
+
+
+def test_a_sweep_hits_every_kind_once_per_role_with_the_master_power_loss_last():
+    c, _ = fake_cluster()
+    kinds = ["kill-master", "power-loss", "pause-slave", "disk-full"]
+    sched = make_sweep(random.Random(7), kinds, c)
+    assert sorted((f.kind, f.role) for f in sched) == sorted(sweep_cells(kinds, c)) == sorted(
+        [("kill-master", "master"), ("power-loss", "master"), ("power-loss", "slave"), ("pause-slave", "slave"),
+         ("disk-full", "master"), ("disk-full", "slave")])
+    assert (sched[-1].kind, sched[-1].role) == ("power-loss", "master")
+    assert all(b.at >= a.at + a.hold + 4.0 for a, b in zip(sched, sched[1:]))  # one at a time, with a gap
+    assert [f.to_json() for f in sched] == [f.to_json() for f in make_sweep(random.Random(7), kinds, c)]
+
+
+def test_only_an_async_master_with_async_flush_may_lose_acknowledged_sends_in_a_power_loss():
+    allowed = {(t, fl) for t, fl in matrix.CONFIGS if promise(t, fl, "power-loss", "master")["loss_allowed"]}
+    assert allowed == {("2m-2s-async", "ASYNC_FLUSH")}
+    assert not any(promise(t, fl, k, r)["loss_allowed"] for t, fl in matrix.CONFIGS
+                   for k, r in [("kill-master", "master"), ("power-loss", "slave"), ("disk-full", "master")])
+    assert promise("2m-2s-sync", "SYNC_FLUSH", "power-loss", "master")["divergence_allowed"]
+    assert not promise("2m-2s-sync", "SYNC_FLUSH", "kill-master", "master")["divergence_allowed"]
+
+
+def sample(ok=10, lost=0, divergent=0, error=None):
+    return {"ok": ok, "sends": ok + 1, "lost": lost, "divergent": divergent, "error": error}
+
+
+def test_cell_verdicts():
+    sync = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
+    weak = promise("2m-2s-async", "ASYNC_FLUSH", "power-loss", "master")
+    assert judge(sync, [sample()]) == ("PASS", "")
+    assert judge(sync, [sample(), sample(lost=1)])[0] == "FAIL"
+    assert judge(sync, [sample(divergent=1)])[0] == "FAIL"
+    assert judge(sync, [sample(ok=0)])[0] == "not exercised"
+    assert judge(sync, [])[0] == "not exercised"
+    assert judge(weak, [sample(lost=3)]) == ("WEAK", "allowed: 3 acknowledged lost, 0 divergent pair(s)")
+    assert judge(weak, [sample(ok=0, lost=3)])[0] == "WEAK"  # a loss is a result even with no ack in the window
+    assert judge(sync, [sample(error="boom")])[0] == "FAIL"
