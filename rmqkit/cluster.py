@@ -1,0 +1,259 @@
+"""RocketMQCluster: a whole HA cluster as one context manager, testcontainers-style.
+
+    with RocketMQCluster("2m-2s-sync", backend="docker", sets={"syncFlushTimeout": 1500}) as c:
+        c.namesrv_addr                  # "127.0.0.1:P": give it to any RocketMQ client
+        c.handle                        # cluster/handle.py's Cluster: node, link and admin operations
+        c.faults.inject("cut", "broker-a-s")         # logged to RUN/faults/, healed by heal_all()
+        rec = c.recorder("orders")      # the official client, every send and receive recorded
+        c.audit()                       # the pipeline over RUN (raises AuditFailed on a FAIL verdict)
+
+It is started by the same code as `make cluster-up` (cluster.handle.Cluster.up: the compose files and
+the docker backend, or local processes), not by testcontainers: see README "The kit for other
+projects" for why. Isolation: the name is `kit-<pid>-<n>` (unique per process, so per pytest-xdist
+worker) and the 50-port block is the first free one of this worker's interleaved slots
+(cluster/ports.py's free_cluster_base); the run folder is under `run_root` (default: the
+CLUSTER_RUN_ROOT of the caller, else run/). A cluster left behind by a process that died (its pid is
+gone) is removed the next time a RocketMQCluster starts on docker, which is what testcontainers' Ryuk
+reaper would do.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from cluster import ClusterError
+
+NAME_PREFIX = "kit-"
+PROJECT_RE = re.compile(r"^rmqha-kit-(\d+)-")
+PORT_LOW, PORT_HIGH = 20000, 32000
+# Commit-log files are preallocated: RocketMQ's 1 GiB default reserves 4 GiB for a 2m-2s cluster.
+KIT_DEFAULTS = {"mappedFileSizeCommitLog": str(64 << 20)}
+
+_seq = [0]
+_seq_lock = threading.Lock()
+_env_lock = threading.Lock()
+
+
+def worker_slot() -> tuple[int, int]:
+    """(this pytest-xdist worker's index, the number of workers); (0, 1) outside xdist."""
+    w = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(w[2:]) if w[2:].isdigit() else 0
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    return index, count
+
+
+def free_base_port(topology: str) -> int:
+    """A free 50-port block (plus the Toxiproxy API port, base+48), interleaved between xdist workers."""
+    from cluster.ports import free_cluster_base
+    from cluster.topology import load_topology
+    slot, slots = worker_slot()
+    base = free_cluster_base(load_topology(topology), low=PORT_LOW, high=PORT_HIGH, slot=slot, slots=slots,
+                             extra_offsets=(48,))
+    if base is None:
+        raise ClusterError(f"no free block of 50 ports between {PORT_LOW} and {PORT_HIGH} for this worker "
+                           f"(slot {slot} of {slots}): stop clusters you no longer need "
+                           "(`python -m cluster down --name NAME`, `docker ps`), or pass base_port=N")
+    return base
+
+
+def sweep_leftovers() -> list[str]:
+    """Remove the containers and networks of kit clusters whose process is gone (docker)."""
+    from cluster.docker_backend import docker_client
+    client = docker_client()
+    removed = set()
+    for c in client.containers.list(all=True, filters={"label": "com.docker.compose.project"}):
+        project = c.labels.get("com.docker.compose.project", "")
+        m = PROJECT_RE.match(project)
+        if not m or _pid_alive(int(m.group(1))):
+            continue
+        c.remove(force=True, v=True)
+        removed.add(project)
+    for project in removed:
+        for net in client.networks.list(names=[f"{project}_default"]):
+            try:
+                net.remove()
+            except Exception:
+                pass
+    return sorted(removed)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def _run_root(path: Path | None):
+    """CLUSTER_RUN_ROOT set for the duration of a start (the handle reads it then, never after)."""
+    if path is None:
+        yield
+        return
+    with _env_lock:
+        saved = os.environ.get("CLUSTER_RUN_ROOT")
+        os.environ["CLUSTER_RUN_ROOT"] = str(path)
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("CLUSTER_RUN_ROOT", None)
+            else:
+                os.environ["CLUSTER_RUN_ROOT"] = saved
+
+
+def unavailable_reason(backend: str) -> str | None:
+    """Why a cluster of this backend cannot start here, with what to do; None when it can."""
+    if backend == "local":
+        return None
+    if backend != "docker":
+        return f"unknown backend {backend!r}: use docker or local"
+    from cluster.docker_backend import BROKER_IMAGE, TOXIPROXY_IMAGE, check_images, compose_command, docker_client
+    try:
+        compose_command()
+        check_images(docker_client(), [BROKER_IMAGE, TOXIPROXY_IMAGE])
+    except ClusterError as e:
+        return str(e)
+    return None
+
+
+class RocketMQCluster:
+    """An HA RocketMQ cluster for the duration of a `with` block (or start() ... stop())."""
+
+    def __init__(self, topology: str = "2m-2s-sync", backend: str = "docker", *, name: str | None = None,
+                 base_port: int | None = None, sets: dict | None = None, run_root: str | Path | None = None,
+                 keep_data: bool = False, timeout: float = 90.0):
+        from cluster.topology import TOPOLOGIES
+        if topology not in TOPOLOGIES:
+            raise ClusterError(f"unknown topology {topology!r}: choose one of {', '.join(TOPOLOGIES)}")
+        if backend not in ("docker", "local"):
+            raise ClusterError(f"unknown backend {backend!r}: choose docker or local")
+        self.topology, self.backend = topology, backend
+        self.name = name
+        self.base_port = base_port
+        self.sets = {**KIT_DEFAULTS, **{k: str(v) for k, v in (sets or {}).items()}}
+        self.run_root = Path(run_root).resolve() if run_root else None
+        self.keep_data = keep_data
+        self.timeout = timeout
+        self.handle = None
+        self._faults = None
+        self._recorders: list = []
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> "RocketMQCluster":
+        from cluster.handle import Cluster
+        if self.handle is not None:
+            return self
+        reason = unavailable_reason(self.backend)
+        if reason:
+            raise ClusterError(reason)
+        if self.backend == "docker":
+            sweep_leftovers()
+        if self.name is None:
+            with _seq_lock:
+                _seq[0] += 1
+                self.name = f"{NAME_PREFIX}{os.getpid()}-{_seq[0]}"
+        base = self.base_port or free_base_port(self.topology)
+        with _run_root(self.run_root):
+            self.handle = Cluster.up(self.name, self.topology, self.backend, base_port=base, sets=self.sets,
+                                     fresh=True, timeout=self.timeout)
+        return self
+
+    def stop(self, keep_data: bool | None = None) -> list[str]:
+        """Heal what the faults broke, close recorders, stop every node; returns what could not be healed."""
+        if self.handle is None:
+            return []
+        errors = self.heal_all()
+        for r in self._recorders:
+            r.close()
+        self._recorders.clear()
+        if self._faults is not None:
+            self._faults.close()
+        keep = self.keep_data if keep_data is None else keep_data
+        self.handle.down(keep_data=keep, timeout=5)
+        self.handle = None
+        return errors
+
+    def __enter__(self) -> "RocketMQCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        errors = self.stop()
+        if errors and exc[0] is None:
+            raise ClusterError("faults that could not be healed:\n  " + "\n  ".join(errors))
+
+    # -- where things are -------------------------------------------------------------------------
+    def _need(self):
+        if self.handle is None:
+            raise ClusterError("the cluster is not started: use `with RocketMQCluster(...) as c:` or c.start()")
+        return self.handle
+
+    @property
+    def namesrv_addr(self) -> str:
+        """The name server as this machine reaches it: what a client's set_namesrv_addr takes."""
+        return self._need().namesrv
+
+    @property
+    def run_dir(self) -> Path:
+        """The run folder: nodes/ (stores), history/, faults/; what audit() reads."""
+        return self._need().run_dir
+
+    @property
+    def nodes(self) -> list[str]:
+        return self._need().nodes
+
+    def masters(self) -> list[str]:
+        return self._need().masters()
+
+    def slaves(self) -> list[str]:
+        return self._need().slaves()
+
+    def create_topic(self, topic: str, masters: list[str] | None = None, queues: int = 4) -> None:
+        """The topic on these masters (default all), routed by the name server before this returns."""
+        self._need().create_topic(topic, masters, queues)
+
+    def wait_caught_up(self, timeout: float = 60.0) -> float:
+        return self._need().wait_caught_up(timeout)
+
+    # -- faults, histories, audit -----------------------------------------------------------------
+    @property
+    def faults(self):
+        """rmqkit.faults.Faults on this cluster (one fault log per cluster, RUN/faults/kit-<pid>.jsonl)."""
+        if self._faults is None:
+            from .faults import Faults
+            self._faults = Faults(self._need(), self.run_dir / "faults" / f"kit-{os.getpid()}.jsonl")
+        return self._faults
+
+    def heal_all(self) -> list[str]:
+        """Every fault healed, every link restored, every node running; errors returned, not raised."""
+        if self.handle is None:
+            return []
+        return self.faults.heal_all()
+
+    def recorder(self, client: str):
+        """rmqkit.history.Recorder writing RUN/history/<client>.jsonl: Producer and PushConsumer classes
+        that behave as rocketmq.client's and record every send and receive."""
+        from .history import Recorder
+        r = Recorder(self.run_dir / "history" / f"{client}.jsonl", client, self.namesrv_addr)
+        self._recorders.append(r)
+        return r
+
+    def audit(self, out: str | Path | None = None, master: str | None = None, check: bool = True):
+        """The pipeline over the run folder (the cluster quiet and caught up first). Returns an
+        rmqkit.audit.AuditResult; raises AuditFailed on a FAIL verdict when check is true."""
+        from .audit import run_audit
+        h = self._need()
+        for r in self._recorders:
+            r.flush()
+        if h.slaves():
+            h.wait_caught_up(60)
+        result = run_audit(self.run_dir, out, master=master)
+        if check:
+            result.check()
+        return result
