@@ -77,10 +77,8 @@ images: ## build the container images (base, broker, toxiproxy) with no registry
 test-official-client: $(STAMP) ## the official C++ client against real broker processes
 	$(PY) -m pytest tests/integration/test_official_client.py -q
 
-rust-client: ## build the second test client (clients/rust on crates.io rocketmq-client-rust), release, cached in clients/rust/target
-	@command -v cargo >/dev/null || { echo "error: cargo not found; install Rust (rustup.rs) or run the tests with RUST_CLIENT=skip" >&2; exit 1; }
-	@echo "==> building clients/rust (the first build downloads and compiles about 360 crates)"
-	cargo build --release --locked --manifest-path clients/rust/Cargo.toml
+rust-client: ## build the second test client (clients/rust on crates.io rocketmq-client-rust), release, cached per content in ~/.cache (RUST_CACHE=)
+	@clients/rust/build.sh
 
 test-rust-client: $(STAMP) rust-client ## the Rust client (rocketmq-client-rust) against real broker processes
 	$(PY) -m pytest tests/integration/test_rust_client.py -q
