@@ -1,0 +1,49 @@
+"""The Rust client (crates.io rocketmq-client-rust, unmodified) on the topologies test_rust_client.py
+(local 2m-2s-sync) and test_docker_rust_client.py (docker 2m-2s-sync) do not cover: 2m-2s-async and
+2m-noslave, on the local backend (through the cluster handle) and in containers (sharing the clusters
+of test_docker_replication.py and test_docker_noslave.py). Each: sync and batch sends to both masters
+come back SEND_OK and are read back by a push and a lite-pull consumer."""
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from cluster.handle import Cluster
+
+from .rust_client import RustClient
+from .test_docker_replication import SETS as ASYNC_SETS
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+def exercise(rc: RustClient, namesrv: str, create_topic) -> None:
+    topic = f"RustTopo{uuid.uuid4().hex[:8]}"
+    create_topic(topic)
+    sent = rc.send(namesrv, topic, mode="sync", count=8, prefix="s", timeout_ms=8000)
+    sent += rc.send(namesrv, topic, mode="batch", count=4, prefix="b", timeout_ms=8000)
+    assert [r.get("status") for r in sent] == ["SEND_OK"] * 9, sent  # a batch answers once
+    assert len({r.get("brokerName") for r in sent}) == 2, "sends did not reach both masters"
+    want = {f"s-{i}" for i in range(8)} | {f"b-{i}" for i in range(4)}
+    for mode in ("push", "lite"):
+        got, _ = rc.consume(namesrv, topic, f"GT-{mode}-{topic}", mode=mode, expect=len(want), timeout_s=40)
+        assert {m["body"] for m in got} >= want, (mode, sorted(want - {m["body"] for m in got}))
+
+
+@pytest.mark.parametrize("topology", ["2m-2s-async", "2m-noslave"])
+def test_local_topology(topology):
+    rc = RustClient.get()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+    c = Cluster.up(f"rust-{topology}-{worker}", topology, "local", timeout=90)
+    try:
+        exercise(rc, c.namesrv, lambda t: c.create_topic(t))
+    finally:
+        c.down()
+
+
+@pytest.mark.parametrize("topology,sets", [("2m-2s-async", ASYNC_SETS), ("2m-noslave", None)])
+def test_docker_topology(docker_cluster_pool, topology, sets):
+    rc = RustClient.get()
+    c = docker_cluster_pool.get(topology, sets)
+    exercise(rc, c.namesrv, lambda t: c.create_topic(t))
