@@ -45,8 +45,14 @@ outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_T
 	$(PY) -m chaos.outcomes $(if $(NAME),--name $(NAME))
 
 # --- tests ------------------------------------------------------------------------------------
-test: $(STAMP) images rust-client ## run every test: unit, then integration (real processes, containers, the official client)
-	$(PY) -m pytest tests -n $(PYTEST_WORKERS) --dist loadfile --durations=12
+test: $(STAMP) images rust-client ## run every test: unit, then integration (real processes, containers, the official client), and examples/
+	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12
+
+test-examples: $(STAMP) images ## the example application (examples/orders) through the pytest plugin's fixtures (ROCKETMQ_BACKEND=docker|local)
+	$(PY) -m pytest examples $(if $(ROCKETMQ_BACKEND),--rocketmq-backend $(ROCKETMQ_BACKEND)) --durations=5
+
+test-spark-cluster: $(STAMP) ## the audit through spark-submit on a standalone Spark master and worker, against the local run
+	$(PY) -m pytest tests/integration/test_audit_spark_cluster.py -q
 
 test-unit: $(STAMP) ## fast tests only: no cluster, no containers
 	$(PY) -m pytest tests/unit -n $(PYTEST_WORKERS) --dist loadfile
@@ -99,4 +105,4 @@ clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
 .PHONY: help venv cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration \
-	test-official-client rust-client test-rust-client fuzz mutation audit chaos chaos-matrix images bench bench-ha bench-send bench-decode clean
+	test-official-client test-examples test-spark-cluster rust-client test-rust-client fuzz mutation audit chaos chaos-matrix images bench bench-ha bench-send bench-decode clean
