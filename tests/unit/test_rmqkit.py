@@ -1,0 +1,103 @@
+"""rmqkit's pieces that need no cluster: marker and option resolution, the message recorder, audit results."""
+from types import SimpleNamespace
+
+import pytest
+
+from rmqkit import pytest_plugin
+from rmqkit.audit import AuditFailed, AuditResult
+
+
+class FakeRequest:
+    def __init__(self, markers, **options):
+        self.node = SimpleNamespace(nodeid="t.py::test", iter_markers=lambda name: iter(markers))
+        opts = {"--rocketmq-topology": "2m-2s-sync", "--rocketmq-backend": "docker", "--rocketmq-scope": "session",
+                "--rocketmq-audit": False, **options}
+        self.config = SimpleNamespace(getoption=opts.__getitem__)
+
+
+def mark(**kw):
+    return pytest.mark.rocketmq(**kw).mark
+
+
+def test_closest_marker_wins_per_keyword_and_options_fill_the_rest():
+    req = FakeRequest([mark(backend="local"), mark(topology="2m-noslave", backend="docker", audit=True)],
+                      **{"--rocketmq-scope": "module"})
+    assert pytest_plugin._settings(req) == {"topology": "2m-noslave", "backend": "local", "scope": "module",
+                                            "sets": {}, "audit": True}
+
+
+def test_sets_become_strings_and_the_audit_option_applies_to_every_test():
+    req = FakeRequest([mark(sets={"syncFlushTimeout": 1500})], **{"--rocketmq-audit": True})
+    s = pytest_plugin._settings(req)
+    assert s["sets"] == {"syncFlushTimeout": "1500"} and s["audit"] is True
+
+
+@pytest.mark.parametrize("m, words", [(mark(topolgy="x"), "unknown @pytest.mark.rocketmq keyword 'topolgy'"),
+                                      (pytest.mark.rocketmq("2m-2s-sync").mark, "keywords only"),
+                                      (mark(scope="class"), "use one of session, module, function")])
+def test_a_bad_marker_is_a_usage_error_naming_it(m, words):
+    with pytest.raises(pytest.UsageError, match=words):
+        pytest_plugin._settings(FakeRequest([m]))
+
+
+def test_the_pool_reuses_a_cluster_only_for_the_same_key_and_owner(monkeypatch):
+    started, stopped = [], []
+
+    class FakeCluster:
+        def __init__(self, topology, backend, sets, run_root):
+            self.args = (topology, backend, tuple(sets.items()))
+
+        def start(self):
+            started.append(self.args)
+            return self
+
+        def stop(self, keep_data=False):
+            stopped.append(self.args)
+            return []
+    monkeypatch.setattr("rmqkit.cluster.RocketMQCluster", FakeCluster)
+    monkeypatch.setattr(pytest_plugin.ClusterPool, "_healthy", staticmethod(lambda c: True))
+    pool = pytest_plugin.ClusterPool("/tmp/x")
+    s = {"topology": "2m-2s-sync", "backend": "docker", "sets": {}}
+    a = pool.get(s, "session")
+    assert pool.get(dict(s), "session") is a and len(started) == 1
+    b = pool.get({**s, "topology": "2m-noslave"}, "session")          # another topology replaces it
+    assert b is not a and stopped == [a.args]
+    pool.release(owner="module:other.py")                             # not its owner: kept
+    assert pool.current[2] is b
+    pool.release()
+    assert stopped == [a.args, b.args] and pool.current is None
+
+
+def test_messages_remember_topic_and_keys_and_a_send_without_keys_gets_a_send_id(tmp_path):
+    pytest.importorskip("rocketmq.client")
+    from rocketmq.client import Message
+
+    from rmqkit.history import Recorder
+    rec = Recorder(tmp_path / "h.jsonl", "c1", "127.0.0.1:1")
+    m = Message("Orders")
+    m.set_keys("order-1")
+    m.set_body("{}")
+    r = rec.send_record(m)
+    assert (r["topic"], r["send_id"], r["body_len"]) == ("Orders", "order-1", 2)
+    m2 = Message("Orders")
+    m2.set_body(b"xyz")
+    r2 = rec.send_record(m2)
+    assert r2["send_id"].startswith("c1-") and m2._rmqkit["keys"] == r2["send_id"]
+    res = SimpleNamespace(msg_id=b"UNIQ1", status=0, offset=7)
+    rec._append(rec.result(r, res))
+    rec.close()
+    rec._append(rec.result(r2, res))                                  # after close: dropped, no error
+    (line,) = rec.records()
+    assert (line["status"], line["uniq_key"], line["queue_offset"], line["send_id"]) == ("SEND_OK", "UNIQ1", 7,
+                                                                                          "order-1")
+
+
+def test_an_audit_result_fails_on_a_fail_verdict_and_on_a_run_that_did_not_run(tmp_path):
+    ok = AuditResult(tmp_path, tmp_path / "report.md", 0, "", 1.0, ["PASS  a: fine", "WARN  b: lag"])
+    assert ok.check() is ok and not ok.failed
+    bad = AuditResult(tmp_path, tmp_path / "report.md", 1, "", 1.0, ["PASS  a: fine", "FAIL  lost: 1 message"])
+    with pytest.raises(AuditFailed, match="FAIL  lost: 1 message"):
+        bad.check()
+    broken = AuditResult(tmp_path, tmp_path / "report.md", 2, "error: not a run folder", 1.0)
+    with pytest.raises(AuditFailed, match=r"(?s)did not run .exit 2.*not a run folder"):
+        broken.check()
