@@ -59,7 +59,9 @@ class TopicConfig:
         )
 
     def to_json(self) -> dict:
+        # "attributes" is 5.x's (always written, empty here); 4.x readers ignore it.
         return {
+            "attributes": {},
             "order": self.order,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
