@@ -23,6 +23,10 @@ def main(argv=None) -> int:
                     help="bytes of commit log per decode task, MiB (default: about 4 tasks per core, "
                          "64 to 1024 MiB each)")
     args = ap.parse_args(argv)
+    # Absolute before anything reaches Spark: executors open the commit-log files themselves, from their
+    # own working directory (on a cluster, not the driver's).
+    args.run = os.path.abspath(args.run)
+    args.out = os.path.abspath(args.out) if args.out else None
     if not os.path.isdir(os.path.join(args.run, "nodes")):
         print(f"error: {args.run} is not a run folder (no nodes/ directory); see pipeline/README.md",
               file=sys.stderr)

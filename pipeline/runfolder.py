@@ -102,6 +102,9 @@ def load_node(node_dir: str) -> Node:
 
 
 def load_nodes(run_dir: str) -> list[Node]:
+    """Every node of the run. Paths are absolute: decode tasks open them on Spark executors, whose
+    working directory is not the driver's (a relative path there is a FileNotFoundError)."""
+    run_dir = os.path.abspath(run_dir)
     nodes_dir = os.path.join(run_dir, "nodes")
     if not os.path.isdir(nodes_dir):
         raise FileNotFoundError(f"{run_dir} is not a run folder: it has no nodes/ directory "
@@ -111,11 +114,11 @@ def load_nodes(run_dir: str) -> list[Node]:
 
 
 def history_files(run_dir: str) -> list[str]:
-    return sorted(glob.glob(os.path.join(run_dir, "history", "*.jsonl")))
+    return sorted(glob.glob(os.path.join(os.path.abspath(run_dir), "history", "*.jsonl")))
 
 
 def metrics_files(run_dir: str) -> list[str]:
-    return sorted(glob.glob(os.path.join(run_dir, "metrics", "*.jsonl")))
+    return sorted(glob.glob(os.path.join(os.path.abspath(run_dir), "metrics", "*.jsonl")))
 
 
 def write_node_json(node_dir: str, name: str, broker_name: str, broker_id: int, role: str,
