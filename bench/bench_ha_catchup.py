@@ -2,7 +2,10 @@
 
 Prints the catch-up rate beside the physical limits measured in the same run: raw loopback TCP
 (two processes, plain sockets, 1 MiB writes) and raw disk write (1 MiB pwrites into a new file:
-the slave must write every byte it receives). Target: >= 40 % of raw loopback.
+the slave must write every byte it receives). The headline is the catch-up rate as a share of
+min(raw loopback, raw disk write), the slave's real limit (issue 12 target: >= 90 %), with the
+loopback-only share beside it. It also prints the CPU seconds the master and the slave spent per GiB,
+which moves far less than the rates when other jobs share the cores.
 
     .venv/bin/python bench/bench_ha_catchup.py [--gib 1.1] [--msg-size 4096] [--socket-buffer 65536]
 
@@ -142,7 +145,14 @@ def start_broker(workdir, name, props, log):
     return rec
 
 
-def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int) -> tuple[float, float]:
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a process, seconds."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int) -> tuple[float, float, dict]:
     work = tempfile.mkdtemp(prefix="bench-ha-")
     mport, sport = free_base_port(), free_base_port()
     common = dict(brokerClusterName="BenchCluster", brokerName="broker-a", mappedFileSizeCommitLog=FILE_SIZE,
@@ -152,6 +162,7 @@ def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int) -> tup
         procs.append(start_broker(work, "master", dict(common, brokerId=0, brokerRole="ASYNC_MASTER",
                                                        listenPort=mport, storePathRootDir=master_dir),
                                   os.path.join(work, "master.log")))
+        cpu0 = proc_cpu_s(procs[0]["pid"])
         t0 = time.monotonic()
         procs.append(start_broker(work, "slave", dict(common, brokerId=1, brokerRole="SLAVE", listenPort=sport,
                                                       storePathRootDir=os.path.join(work, "slave"),
@@ -163,6 +174,8 @@ def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int) -> tup
             got = st.get("maxPhyOffset", 0)
             if got and first is None:
                 first = time.monotonic()
+                slave_cpu0 = proc_cpu_s(procs[1]["pid"])
+                master_cpu0 = proc_cpu_s(procs[0]["pid"])
             if sys.stdout.isatty() and time.monotonic() - shown > 0.25:
                 shown = time.monotonic()
                 print(f"\r  slave at {got / (1 << 20):7.0f} / {end / (1 << 20):.0f} MiB", end="", flush=True)
@@ -170,11 +183,13 @@ def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int) -> tup
                 break
             if time.monotonic() - t0 > 600:
                 raise SystemExit("slave did not catch up within 10 minutes")
-            time.sleep(0.02)
+            time.sleep(0.05)  # each /status costs the slave ~0.1 ms of JSON: poll gently
         t1 = time.monotonic()
+        cpu = {"master": proc_cpu_s(procs[0]["pid"]) - (master_cpu0 if first else cpu0),
+               "slave": proc_cpu_s(procs[1]["pid"]) - (slave_cpu0 if first else 0.0)}
         if sys.stdout.isatty():
             print("\r" + " " * 60 + "\r", end="")
-        return end / (t1 - t0), end / (t1 - (first or t0))
+        return end / (t1 - t0), end / (t1 - (first or t0)), cpu
     finally:
         for p in procs:
             process.stop(p, 30)
@@ -195,15 +210,20 @@ def main():
     end = make_backlog(data, args.gib, args.msg_size)
     raw = raw_loopback(end)
     disk = raw_disk_write(end, tempfile.gettempdir())
-    rate, rate_streaming = ha_catchup(data, end, args.socket_buffer, args.batch)
+    rate, rate_streaming, cpu = ha_catchup(data, end, args.socket_buffer, args.batch)
     mib = 1 << 20
     limit = min(raw, disk)
+    print(f"  HEADLINE: catch-up / min(loopback, disk write) = {rate_streaming / limit * 100:5.1f} %  "
+          f"(target >= 90 %); catch-up / loopback alone = {rate_streaming / raw * 100:5.1f} %")
     print(f"  raw loopback TCP (2 processes, 1 MiB writes):   {raw / mib:8.1f} MiB/s")
     print(f"  raw disk write (1 MiB pwrite, new file):        {disk / mib:8.1f} MiB/s")
     print(f"  HA catch-up, first byte -> caught up:           {rate_streaming / mib:8.1f} MiB/s")
     print(f"  HA catch-up, slave process start -> caught up:  {rate / mib:8.1f} MiB/s")
-    print(f"  ratio catch-up / raw loopback:                  {rate_streaming / raw * 100:8.1f} %  (target >= 40 %)")
-    print(f"  ratio catch-up / min(loopback, disk write):     {rate_streaming / limit * 100:8.1f} %")
+    print(f"  ratio catch-up / min(loopback, disk write):     {rate_streaming / limit * 100:8.1f} %  (target >= 90 %)")
+    print(f"  ratio catch-up / raw loopback:                  {rate_streaming / raw * 100:8.1f} %")
+    gib = end / (1 << 30)
+    print(f"  CPU during catch-up: master {cpu['master'] / gib:5.2f} s/GiB, slave {cpu['slave'] / gib:5.2f} s/GiB "
+          f"(wall {end / rate_streaming / gib:5.2f} s/GiB)")
 
 
 if __name__ == "__main__":

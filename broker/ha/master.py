@@ -2,7 +2,9 @@
 
 Flow control: each connection is a streaming producer on its transport, so the writer stops when
 the socket's send buffer is full and resumes when it drains; a frame is always written whole, in
-order, before the next (the reference's "finish the last frame first").
+order, before the next (the reference's "finish the last frame first"). On a real reactor the
+transport is broker/ha/transport.py's FileFrameServer: frame bodies go from the commit-log file to the
+socket with os.sendfile, and the transport resumes the writer once a partly sent batch has gone out.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from broker.store.message_store import PutStatus
 from ..supervision import PeriodicService
 from .group_transfer import GroupTransfer
 from .master_session import Incarnation, MasterSession, SessionState
+from .transport import listen_tcp
 from .wire import ProtocolError
 
 log = logging.getLogger("broker.ha.master")
@@ -83,11 +86,26 @@ class MasterHAProtocol(protocol.Protocol):
         if s is None or self.paused or s.state == SessionState.CLOSED:
             return
         now = self.service.clock.seconds()
+        t = self.transport
+        if getattr(t, "file_frames_pending", None) is not None:
+            # Zero-copy: headers, then bodies straight from the commit-log file (os.sendfile). The
+            # transport resumes us once the frames it could not send at once have gone out.
+            if t.file_frames_pending:
+                return
+            for _ in range(READS_PER_TURN):
+                planned = s.next_file_frames(now, READ_SIZE)
+                if planned is None:
+                    return
+                t.write_file_frames(*planned)
+                if self.paused or t.file_frames_pending:
+                    return
+            self.schedule_pump()
+            return
         for _ in range(READS_PER_TURN):
             frames = s.next_frames(now, READ_SIZE)
             if not frames:
                 return
-            self.transport.write(b"".join(frames))  # real transports take bytes only
+            t.write(b"".join(frames))  # real transports take bytes only
             if self.paused:
                 return
         self.schedule_pump()
@@ -119,7 +137,7 @@ class MasterHAProtocol(protocol.Protocol):
             self.service.housekeeping_closes.inc()
             self.close()
             return
-        if not self.paused:
+        if not self.paused and not getattr(self.transport, "file_frames_pending", False):
             hb = s.heartbeat(now)
             if hb is not None:
                 self.transport.write(hb)
@@ -213,7 +231,7 @@ class HAService(protocol.Factory):
     # -- lifecycle --------------------------------------------------------------------------------
     def listen(self, reactor, port: int, interface: str = ""):
         # Twisted sets SO_REUSEADDR. A deep backlog so a burst of health probes is not dropped.
-        self.port = reactor.listenTCP(port, self, backlog=1024, interface=interface)
+        self.port = listen_tcp(reactor, port, self, backlog=1024, interface=interface)
         self.start_ticking()
         log.info("HA service listening on %s:%d", interface or "0.0.0.0", self.port.getHost().port)
         return self.port

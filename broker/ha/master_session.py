@@ -170,12 +170,36 @@ class MasterSession:
             out.append(encode_header(start + pos, size))
             out.append(view[pos:pos + size])
             pos += size
-        self.next_transfer_from = start + n
-        if self.next_transfer_from > self.incarnation.sent_max:
-            self.incarnation.sent_max = self.next_transfer_from
-        self.last_write = now
-        self.bytes_sent += n + HEADER_SIZE * (len(out) // 2)
+        self._sent(start + n, n, len(out) // 2, now)
         return out
+
+    def next_file_frames(self, now: float, max_bytes: int):
+        """Like next_frames, but the bodies stay in the commit-log file: (file, [(header, file
+        position, size), ...]) for a sender that hands the file to the kernel, or None."""
+        if self.state != SessionState.STREAMING:
+            return None
+        start = self.next_transfer_from
+        if start >= self.log.max_offset:
+            return None
+        region = self.log.region(start, max(max_bytes, self.batch_size))  # never crosses a file boundary
+        if region is None:
+            return None
+        f, fpos, n = region
+        frames = []
+        pos, batch = 0, self.batch_size
+        while pos < n:
+            size = min(batch, n - pos)
+            frames.append((encode_header(start + pos, size), fpos + pos, size))
+            pos += size
+        self._sent(start + n, n, len(frames), now)
+        return f, frames
+
+    def _sent(self, end: int, n: int, frames: int, now: float) -> None:
+        self.next_transfer_from = end
+        if end > self.incarnation.sent_max:
+            self.incarnation.sent_max = end
+        self.last_write = now
+        self.bytes_sent += n + HEADER_SIZE * frames
 
     def heartbeat(self, now: float) -> bytes | None:
         """A size-0 frame when the writer has been idle for haSendHeartbeatInterval.

@@ -15,6 +15,7 @@ from ..store.mapped_file import StoreError
 from ..supervision import PeriodicService
 from .master import tune_socket
 from .slave_session import OffsetMismatch, SlaveSession
+from .transport import connect_tcp
 from .wire import ProtocolError
 
 log = logging.getLogger("broker.ha.slave")
@@ -190,7 +191,7 @@ class HAClient:
             return
         host, _, port = self.master_address.rpartition(":")
         self.state = ClientState.CONNECTING
-        self.connector = self.reactor.connectTCP(host, int(port), _Factory(self), timeout=3)
+        self.connector = connect_tcp(self.reactor, host, int(port), _Factory(self), timeout=3)
 
     def _schedule_reconnect(self):
         if self.state == ClientState.STOPPED:
@@ -237,8 +238,12 @@ class HAClient:
         self.last_mismatch = (e.slave_offset, e.master_offset)
         log.error("%s; closing to reconnect and report the slave's true offset", e)
 
-    def streaming(self, now: float, window: float = 0.01) -> bool:
-        """True while the master is sending data (a read within the last `window` seconds)."""
+    def streaming(self, now: float, window: float = 0.1) -> bool:
+        """True while the master is sending data (a read within the last `window` seconds).
+
+        The window is wide enough that a busy machine descheduling either process for a few
+        milliseconds does not make a catch-up look finished (consume-queue building would then run
+        at full speed between every two reads of the stream)."""
         s = self.proto.session if self.proto is not None else None
         return s is not None and s.last_data is not None and now - s.last_data < window
 

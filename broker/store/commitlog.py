@@ -110,6 +110,16 @@ class CommitLog:
         n = min(max_bytes, f.wrote - pos)
         return f.read(pos, n) if n > 0 else b""
 
+    def region(self, offset: int, max_bytes: int):
+        """(file, file position, length) of up to max_bytes stored from offset, never crossing a file
+        boundary, for a sender that hands the file to the kernel (os.sendfile); None if there is none."""
+        f = self.queue.find(offset)
+        if f is None:
+            return None
+        pos = offset - f.base
+        n = min(max_bytes, f.wrote - pos)
+        return (f, pos, n) if n > 0 else None
+
     def read_record(self, offset: int, size: int) -> bytes:
         f = self.queue.find(offset)
         if f is None or offset - f.base + size > f.wrote:
