@@ -12,10 +12,13 @@ Record layout, IPv4 hosts (offsets in bytes):
 """
 from __future__ import annotations
 
+import array
 import functools
 import ipaddress
+import operator
 import socket
 import struct
+import sys
 import zlib
 from dataclasses import dataclass, field
 
@@ -64,12 +67,24 @@ def body_crc(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
+_HASH_POWERS = [pow(31, k, 1 << 32) for k in range(4096)]  # 31^k mod 2^32
+
+
 def java_string_hash(s: str) -> int:
-    """Java's String.hashCode() over UTF-16 code units, 32-bit wrap, returned signed."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    """Java's String.hashCode() over UTF-16 code units, 32-bit wrap, returned signed.
+
+    h = sum(c[i] * 31^(n-1-i)) mod 2^32, the products summed in C for up to 4096 code units (the
+    tags and index keys hashed per message), Horner's loop beyond."""
+    units = array.array("H")
+    units.frombytes(s.encode("utf-16-le"))
+    if sys.byteorder == "big":
+        units.byteswap()
+    if len(units) <= len(_HASH_POWERS):
+        h = sum(map(operator.mul, reversed(units), _HASH_POWERS)) & 0xFFFFFFFF
+    else:
+        h = 0
+        for c in units:
+            h = (31 * h + c) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 
