@@ -26,10 +26,11 @@ written after the checkpoint's indexMsgTimestamp (the end time of the last full 
 and re-dispatches the commit log from the file that timestamp selects. We keep every file and make it
 exact instead: (1) a key whose item and slot were written but not the header (a crash in between) is
 undone through the item's prevIndex; (2) items pointing at or past the recovered commit log's end
-(a power loss cut the log) are undone, newest first, restoring each slot to the item's prevIndex;
-(3) the commit log is re-indexed from the last indexed record (endPhyOffset of the last file) to its
-end; that record's keys already present (the newest items with its offset) are not put again. So the
-index always ends with the commit log, and a rebuild from any earlier point gives the same bytes.
+(a power loss cut the log) are undone, newest first, restoring each slot to the item's prevIndex,
+and a file left without an item is deleted (the next record makes it again); (3) the commit log is
+re-indexed from the last indexed record (endPhyOffset of the last file) to its end; that record's keys
+already present (the newest items with its offset) are not put again. So the index always ends with
+the commit log, and a rebuild from any earlier point gives the same bytes.
 The checkpoint's indexMsgTimestamp (bytes 16..23) is still written with the reference's meaning
 (`checkpoint_timestamp`), for a Java broker opening the store.
 
@@ -399,7 +400,7 @@ class IndexService:
         if not os.path.isdir(self.directory):
             return
         for name in sorted(os.listdir(self.directory)):
-            if not name.isdigit():
+            if not (name.isascii() and name.isdigit()):
                 log.warning("ignoring %s: not an index file name", os.path.join(self.directory, name))
                 continue
             f = self._open(name, create=False)
@@ -444,8 +445,10 @@ class IndexService:
         if not self.settings.enable or self.error:
             return 0
         kind, _size, info, reason = record.scan_index(buf, 0, False)
-        if kind != record.Scan.MESSAGE:
-            raise ValueError(f"not a stored record at {phy}: {reason}")
+        if kind != record.Scan.MESSAGE:  # cannot happen for a record just encoded; never fail the put
+            self.error = f"index build stopped at commit-log offset {phy}: not a record ({reason})"
+            log.error("%s", self.error)
+            return 0
         return self._build(phy, info, 0)
 
     def _build(self, phy: int, info: record.IndexInfo, skip: int) -> int:
@@ -515,6 +518,8 @@ class IndexService:
             if kind == record.Scan.MESSAGE:
                 rec.records += 1
                 rec.keys += self._build(at, info, skip if at == start else 0)
+                if self.error:
+                    break
             elif kind != record.Scan.BLANK:
                 log.error("index rebuild stopped at %d: %s", at, reason)
                 break
