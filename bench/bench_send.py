@@ -311,6 +311,157 @@ def worker(job: dict) -> None:
     os._exit(0)  # the native client's teardown can hang; everything is written
 
 
+# ---- the raw-protocol producer (its own process): pre-encoded SEND_MESSAGE_V2, pipelined ----------
+
+def raw_frames(job: dict, count: int = 4096) -> list[bytes]:
+    """`count` distinct SEND_MESSAGE_V2 (310) requests, encoded once: the load generator then only
+    writes bytes and counts replies, so it is never what limits the broker."""
+    from broker.remoting import codec
+    from broker.remoting.codes import RequestCode
+    from broker.remoting.command import RemotingCommand
+    body = make_body(job["size"])
+    out = []
+    for i in range(count):
+        props = f"KEYS\x01k\x02UNIQ_KEY\x01{job['tag']}{i:024X}\x02WAIT\x01true\x02"
+        fields = {"a": job["group"], "b": job["topic"], "c": "TBW102", "d": "4", "e": str(i % 4), "f": "0",
+                  "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}
+        out.append(codec.encode(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body=body,
+                                                        language="PYTHON", opaque=i)))
+    return out
+
+
+def raw_worker(job: dict) -> None:
+    """Keep job["inflight"] requests in flight on each of job["connections"] sockets until the end
+    time; count replies (and their response codes) that came back inside the window."""
+    import selectors
+    frames = raw_frames(job)
+    host, port = job["broker"].rsplit(":", 1)
+    socks = []
+    for _ in range(job["connections"]):
+        c = socket.create_connection((host, int(port)))
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        socks.append(c)
+    # warm-up: one request at a time on every connection (topic auto-creation, route lookups)
+    for c in socks:
+        for f in frames[:20]:
+            c.sendall(f)
+            _read_replies(c, 1, {})
+    start, dur = job["start_at"], job["duration"]
+    while time.time() < start:
+        time.sleep(min(0.01, max(0.0, start - time.time())))
+    t_end = start + dur
+    sel = selectors.DefaultSelector()
+    state = {}
+    for c in socks:
+        c.setblocking(False)
+        state[c] = {"inflight": 0, "buf": bytearray(), "next": 0, "out": b""}
+        sel.register(c, selectors.EVENT_READ | selectors.EVENT_WRITE)
+    done = 0
+    codes: dict[int, int] = {}
+    batch = 16
+    closing = False
+    while True:
+        now = time.time()
+        if now >= t_end and not closing:
+            closing = True
+        if closing and all(st["inflight"] == 0 for st in state.values()):
+            break
+        if closing and now > t_end + 15:
+            break
+        for key, ev in sel.select(0.1):
+            c, st = key.fileobj, state[key.fileobj]
+            if ev & selectors.EVENT_WRITE:
+                if not st["out"] and not closing and st["inflight"] + batch <= job["inflight"]:
+                    i = st["next"]
+                    st["out"] = b"".join(frames[(i + k) % len(frames)] for k in range(batch))
+                    st["next"] = i + batch
+                    st["inflight"] += batch
+                if st["out"]:
+                    try:
+                        n = c.send(st["out"])
+                        st["out"] = st["out"][n:]
+                    except BlockingIOError:
+                        pass
+            if ev & selectors.EVENT_READ:
+                try:
+                    data = c.recv(1 << 18)
+                except BlockingIOError:
+                    data = None
+                if data == b"":
+                    raise SystemExit("the broker closed a connection")
+                if data:
+                    got = _take_replies(st["buf"], data, codes if time.time() < t_end else None)
+                    st["inflight"] -= got
+                    if time.time() < t_end:
+                        done += got
+    cpu = os.times()
+    print(json.dumps({"done": done, "codes": codes, "cpu_s": cpu.user + cpu.system}), flush=True)
+
+
+def _take_replies(buf: bytearray, data: bytes, codes) -> int:
+    """Append data; drop every complete reply frame from buf and count it (and its code)."""
+    from broker.remoting import codec
+    buf += data
+    pos, got, n = 0, 0, len(buf)
+    while n - pos >= 4:
+        length = int.from_bytes(buf[pos:pos + 4], "big")
+        if n - pos - 4 < length:
+            break
+        if codes is not None and got % 64 == 0:  # sample the codes: decoding every reply costs the client
+            code = codec.decode_frame(bytes(buf[pos + 4:pos + 4 + length])).code
+            codes[code] = codes.get(code, 0) + 1
+        pos += 4 + length
+        got += 1
+    del buf[:pos]
+    return got
+
+
+def _read_replies(c, k: int, codes) -> None:
+    buf = bytearray()
+    got = 0
+    while got < k:
+        got += _take_replies(buf, c.recv(65536), codes)
+
+
+def run_raw(broker: str, n: int, args, tag: str, servers: dict) -> dict:
+    """n raw producer processes against one broker address; TPS and the servers' CPU per message."""
+    start_at = time.time() + 2.0
+    server_cpu: dict[str, float] = {}
+
+    def sample():
+        time.sleep(max(0.0, start_at - time.time()))
+        before = {k: proc_cpu_s(pid) for k, pid in servers.items()}
+        time.sleep(args.duration)
+        server_cpu.update({k: proc_cpu_s(pid) - before[k] for k, pid in servers.items()})
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    procs = []
+    for i in range(n):
+        job = {"broker": broker, "group": f"BenchRaw-{tag}-{i}", "topic": TOPIC, "size": args.size,
+               "tag": f"{tag[:3]}{i}", "start_at": start_at, "duration": args.duration,
+               "inflight": args.raw_inflight, "connections": args.raw_connections}
+        procs.append(subprocess.Popen([sys.executable, __file__, "--raw-worker", json.dumps(job)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    results = []
+    for pr in procs:
+        out, err = pr.communicate(timeout=args.duration + 60)
+        lines = [ln for ln in out.decode().splitlines() if ln.startswith("{")]
+        if not lines:
+            raise SystemExit(f"raw {tag}: a producer failed: {err.decode()[-2000:]}")
+        results.append(json.loads(lines[-1]))
+    sampler.join()
+    done = sum(r["done"] for r in results)
+    codes: dict[str, int] = {}
+    for r in results:
+        for k, v in r["codes"].items():
+            codes[k] = codes.get(k, 0) + v
+    return {"tps": done / args.duration, "n": done, "codes_sampled": codes,
+            "client_cpu_s": sum(r["cpu_s"] for r in results),
+            "server_cpu": {k: v / args.duration for k, v in server_cpu.items()},
+            "server_cpu_us_per_msg": {k: v * 1e6 / max(1, done) for k, v in server_cpu.items()}}
+
+
 def proc_cpu_s(pid: int) -> float:
     """utime + stime of a process, seconds."""
     with open(f"/proc/{pid}/stat") as fh:
@@ -386,7 +537,7 @@ def start_stub(tmp: str):
                             stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "stub.log"), "w"), env=env)
     if proc.stdout.readline().strip() != b"ready":
         raise SystemExit("the stub broker did not start; see " + os.path.join(tmp, "stub.log"))
-    return f"127.0.0.1:{ns_port}", [proc], {"stub+namesrv": proc.pid}
+    return f"127.0.0.1:{ns_port}", [proc], {"stub+namesrv": proc.pid}, f"127.0.0.1:{b_port}"
 
 
 def start_cluster(tmp: str, tag: str, sync: bool, file_size: int):
@@ -418,7 +569,7 @@ def start_cluster(tmp: str, tag: str, sync: bool, file_size: int):
     servers = {"master": master.proc.pid}
     if sync:
         servers["slave"] = slave.proc.pid
-    return ns.addr, nodes, servers
+    return ns.addr, nodes, servers, master.addr
 
 
 def stop_nodes(nodes) -> None:
@@ -457,7 +608,7 @@ def plot(results: dict, path: str, paced_rate: float) -> None:
               "async": ("tab:blue", "ASYNC_MASTER"), "sync": ("tab:red", "SYNC_MASTER + slave")}
     for name, (color, label) in styles.items():
         r = results.get(name)
-        if not r:
+        if not r or (name != "raw echo" and "paced" not in r):
             continue
         lat = r["paced"]["lat_us"] if name != "raw echo" else r["lat_us"]
         a = np.sort(np.asarray(lat)) / 1e3
@@ -482,7 +633,7 @@ def plot(results: dict, path: str, paced_rate: float) -> None:
     ax2.set_title("tail")
     ax2.grid(True, which="both", alpha=0.3)
     ax2.legend(loc="lower left", fontsize=8)
-    tps = [(k, results[k]["load"]["tps"]) for k in ("stub", "async", "sync") if results.get(k)]
+    tps = [(k, results[k]["load"]["tps"]) for k in ("stub", "async", "sync") if "load" in (results.get(k) or {})]
     if tps:
         fig.suptitle("loaded TPS: " + ", ".join(f"{k} {v / 1000:.1f}k msg/s" for k, v in tps)
                      + f"   ({os.cpu_count()} cores shared by client and broker)", fontsize=10)
@@ -512,11 +663,19 @@ def main() -> None:
     ap.add_argument("--binding-as-is", action="store_true",
                     help="keep the binding's O(n) send_async callback list (see _CallbackRefs)")
     ap.add_argument("--profile-top", type=int, default=30)
+    ap.add_argument("--load", choices=("raw", "client", "both"), default="both",
+                    help="load generator: the raw pipelined producer, the official client, or both")
+    ap.add_argument("--raw-producers", type=int, default=1, help="raw producer processes")
+    ap.add_argument("--raw-connections", type=int, default=2, help="connections per raw producer")
+    ap.add_argument("--raw-inflight", type=int, default=256, help="requests in flight per raw connection")
+    ap.add_argument("--raw-worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--serve-stub", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(json.loads(args.worker))
+    if args.raw_worker:
+        return raw_worker(json.loads(args.raw_worker))
     if args.serve_stub:
         return serve_stub(*args.serve_stub)
 
@@ -541,16 +700,20 @@ def main() -> None:
             if tag not in only:
                 continue
             if tag == "stub":
-                namesrv, nodes, servers = start_stub(tmp)
+                namesrv, nodes, servers, broker = start_stub(tmp)
             else:
-                namesrv, nodes, servers = start_cluster(tmp, tag, tag == "sync", args.file_size)
+                namesrv, nodes, servers, broker = start_cluster(tmp, tag, tag == "sync", args.file_size)
+            results[tag] = {}
             try:
-                load = run_workers(namesrv, "load", args.producers, args, tag, tmp, servers)
-                paced = run_workers(namesrv, "paced", 1, args, tag, tmp, servers)
+                if args.load in ("raw", "both"):
+                    results[tag]["raw"] = run_raw(broker, args.raw_producers, args, tag, servers)
+                    print(f"  {tag} raw producer done: {results[tag]['raw']['tps']:.0f} msg/s", flush=True)
+                if args.load in ("client", "both"):
+                    results[tag]["load"] = run_workers(namesrv, "load", args.producers, args, tag, tmp, servers)
+                    results[tag]["paced"] = run_workers(namesrv, "paced", 1, args, tag, tmp, servers)
+                    print(f"  {tag} official client done: {results[tag]['load']['tps']:.0f} msg/s", flush=True)
             finally:
                 stop_nodes(nodes)
-            results[tag] = {"load": load, "paced": paced}
-            print(f"  {tag} done: {load['tps']:.0f} msg/s", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -559,14 +722,20 @@ def main() -> None:
     if raw:
         print(f"  {'raw echo, 1 in flight':34} {raw['sequential_rps']:9.0f}   {fmt(raw)}")
         print(f"  {'raw echo, pipelined (64 in flight)':34} {raw['pipelined_rps']:9.0f}")
-    for tag, label in (("stub", "stub broker (client ceiling)"), ("async", "ASYNC_MASTER"),
-                       ("sync", "SYNC_MASTER + slave")):
-        r = results.get(tag)
-        if not r:
+    labels = (("stub", "stub broker (client ceiling)"), ("async", "ASYNC_MASTER"), ("sync", "SYNC_MASTER + slave"))
+    for tag, label in labels:
+        r = results.get(tag) or {}
+        rw = r.get("raw")
+        if rw:
+            per = ", ".join(f"{k} {v:.1f} us" for k, v in rw["server_cpu_us_per_msg"].items())
+            print(f"  {label + ', raw producer':34} {rw['tps']:9.0f}   broker CPU per message: {per}; "
+                  f"producer cores busy {rw['client_cpu_s'] / args.duration:.2f}; reply codes (sampled) "
+                  f"{rw['codes_sampled']}")
+        if "load" not in r:
             continue
         ld, pc = r["load"], r["paced"]
         cpu = ", ".join(f"{k} {v:.2f}" for k, v in ld["server_cpu"].items())
-        print(f"  {label + ', load':34} {ld['tps']:9.0f}   {fmt(ld)}  errors={ld['errors']} "
+        print(f"  {label + ', official client':34} {ld['tps']:9.0f}   {fmt(ld)}  errors={ld['errors']} "
               f"statuses={ld['statuses']}")
         server = next(iter(ld["server_cpu"].values()), 0.0)
         print(f"  {'':34} cores busy: producers {ld['client_cpu_s'] / args.duration:.2f}, {cpu}; CPU per "
@@ -575,19 +744,25 @@ def main() -> None:
               f"(= {ld['tps'] / max(server, 1e-9):.0f} msg/s per core)")
         print(f"  {label + f', send_sync @{args.paced_rate:.0f}/s':34} {pc['tps']:9.0f}   {fmt(pc)}  "
               f"errors={pc['errors']} late={pc['late']}")
-    a, s, st = results.get("async"), results.get("sync"), results.get("stub")
-    if a:
-        print(f"\n  target async >= 20000 msg/s:      {a['load']['tps']:8.0f}  "
+    print()
+    for tag, limit in (("async", 25.0), ("sync", 40.0)):
+        rw = (results.get(tag) or {}).get("raw")
+        if rw:
+            us = rw["server_cpu_us_per_msg"].get("master", 0.0)
+            print(f"  target broker CPU per message, {tag:5} <= {limit:.0f} us (raw producer): {us:6.1f} us  "
+                  f"{'MET' if us <= limit else 'MISSED'}")
+    a, s, st = (results.get(k) or {} for k in ("async", "sync", "stub"))
+    if "load" in a:
+        print(f"  target async >= 20000 msg/s (official client): {a['load']['tps']:8.0f}  "
               f"{'MET' if a['load']['tps'] >= 20000 else 'MISSED'}")
-    if a and s:
+    if "load" in a and "load" in s:
         ratio = s["load"]["tps"] / a["load"]["tps"] * 100
         print(f"  target sync >= 60 % of async:     {ratio:7.1f} %  {'MET' if ratio >= 60 else 'MISSED'}")
-    for tag in ("async", "sync"):
-        r = results.get(tag)
-        if r:
+    for tag, r in (("async", a), ("sync", s)):
+        if "paced" in r:
             p99 = r["paced"].get("p99_ms", 0)
             print(f"  target p99 <= 5 ms at 1k/s, {tag:5}: {p99:6.2f} ms  {'MET' if p99 <= 5 else 'MISSED'}")
-    if st and a:
+    if "load" in st and "load" in a:
         print(f"  async / stub (broker vs client ceiling): {a['load']['tps'] / st['load']['tps'] * 100:5.1f} %")
     print(f"  note: {cores} cores; the producers, the broker(s) and the name server share them.")
 
@@ -600,7 +775,8 @@ def main() -> None:
             return {k: strip(v) for k, v in o.items() if k != "lat_us"}
         return o
     with open(os.path.join(OUT_DIR, "send.json"), "w") as fh:
-        json.dump({"cores": cores, "args": {k: v for k, v in vars(args).items() if k not in ("worker", "serve_stub")},
+        json.dump({"cores": cores, "args": {k: v for k, v in vars(args).items()
+                                            if k not in ("worker", "serve_stub", "raw_worker")},
                    "results": strip(results)}, fh, indent=1, default=float)
     if prof:
         for tag in ("async", "sync"):
