@@ -52,6 +52,9 @@ V2_NAMES = {
     "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName",
 }
 
+_LONG_NAMES = frozenset(V2_NAMES.values())
+_V2_GET = V2_NAMES.get
+
 PROPERTY_WAIT = "WAIT"
 PROPERTY_DELAY = "DELAY"
 PROPERTY_CLUSTER = "CLUSTER"
@@ -103,10 +106,15 @@ def normalize_header(req: RemotingCommand) -> RemotingCommand:
     """The request with long header names, whichever code it came with."""
     if req.code == RequestCode.SEND_MESSAGE:
         return req
-    fields = dict(req.ext_fields)
-    for short, long in V2_NAMES.items():
-        if short in fields and long not in fields:
-            fields[long] = fields.pop(short)
+    ext = req.ext_fields
+    if _LONG_NAMES.isdisjoint(ext):
+        # The usual case: short names only, renamed in one pass.
+        fields = {_V2_GET(k, k): v for k, v in ext.items()}
+    else:
+        fields = dict(ext)
+        for short, long in V2_NAMES.items():
+            if short in fields and long not in fields:
+                fields[long] = fields.pop(short)
     return RemotingCommand(code=req.code, language=req.language, version=req.version, opaque=req.opaque,
                            flag=req.flag, remark=req.remark, ext_fields=fields, body=req.body,
                            serialize_type=req.serialize_type)

@@ -134,6 +134,10 @@ class RemotingCommand:
 
 
 def java_parse_int(text: str, bounds: tuple[int, int] = _INT32) -> int:
+    if len(text) < 10 and text.isascii() and text.isdigit():  # the usual header value, without the regex
+        value = int(text)
+        if bounds[0] <= value <= bounds[1]:
+            return value
     if not _JAVA_INTEGER.match(text):
         raise ValueError(f"is not a number: {text!r}")
     value = int(text)
