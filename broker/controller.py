@@ -28,6 +28,13 @@ DISPATCH_SLICE_STREAMING = 256 << 10  # ... while the master is streaming a back
 DISPATCH_STREAMING_PAUSE = 0.02
 
 
+def _apply_outcome(status: PutStatus, res: PutResult) -> PutResult:
+    """The single wait's outcome on the stored message's result (PUT_OK leaves it as it is)."""
+    if status is not PutStatus.PUT_OK:
+        res.status = status
+    return res
+
+
 def _wait_outcome(result, res: PutResult, what: str, failed_as: PutStatus) -> PutStatus:
     """A flush or replication wait's answer as a PutStatus. An errback, or anything that is not the
     outcome of a stored message, counts as that wait failing (failed_as): never as PUT_OK."""
@@ -160,6 +167,9 @@ class BrokerController:
                 _wait_outcome, res, "replication", PutStatus.FLUSH_SLAVE_TIMEOUT))
         if not waits:
             return defer.succeed(res)
+        if len(waits) == 1:
+            # One wait (the usual SYNC_MASTER with ASYNC_FLUSH): no DeferredList per message.
+            return waits[0].addCallback(_apply_outcome, res)
 
         def combine(statuses):
             # As in RocketMQ 4.9: a replication failure (the last wait) wins over a flush failure.
