@@ -73,6 +73,8 @@ DEFAULT_QUERY_MAX_NUM = 32  # defaultQueryMaxNum: maxNum of a query by UNIQ_KEY 
 # there; the reference walks it all (a frequent key can make that millions). Beyond this many items
 # a query answers with what it found.
 MAX_ITEMS_WALKED = 200_000
+# The most keys one record can have: its properties are at most 32767 bytes, each key takes two or more.
+MAX_KEYS_PER_RECORD = record.MAX_PROPERTIES_BYTES // 2 + 1
 
 
 @dataclass(frozen=True)
@@ -267,24 +269,46 @@ class IndexFile:
 
     # writing
     def put_key(self, key: str, phy: int, store_ts: int) -> bool:
-        """IndexFile.putKey: False when the file is full. Written item, then slot, then header."""
-        if self.count >= self.index_num:
-            return False
-        h = key_hash(key)
-        prev = self.slot(h)
-        if prev <= INVALID_INDEX or prev > self.count:
-            prev = INVALID_INDEX
-        diff = time_diff(store_ts, self.begin_ts)
-        self.backing.write(self.items_at + self.count * ITEM_SIZE, ITEM.pack(h, phy, diff, prev))
-        self.backing.write(self._slot_pos(h), SLOT.pack(self.count))
-        begin_phy, begin_ts = (phy, store_ts) if self.count <= 1 else (self.begin_phy, self.begin_ts)
-        slot_count = self.slot_count + (prev == INVALID_INDEX)
-        self.backing.write(0, HEADER.pack(begin_ts, store_ts, begin_phy, phy, slot_count, self.count + 1))
-        # Only now, every write done: a failed one leaves the header (and this object) as they were.
-        self.begin_phy, self.begin_ts, self.slot_count = begin_phy, begin_ts, slot_count
-        self.count += 1
+        """IndexFile.putKey: False when the file is full."""
+        return self.put_keys([key_hash(key)], phy, store_ts) == 1
+
+    def put_keys(self, hashes: list[int], phy: int, store_ts: int) -> int:
+        """IndexFile.putKey for the keys of one record (their hashes, in order), as many as the file has
+        room for; returns how many. Each key as the reference puts it (its slot's item, or none, is its
+        prevIndex; the first item of the file sets the begin fields after its own timeDiff); written as
+        the record's items in one write, then their slots, then the header. A process stopped in
+        between leaves items and slots past indexCount, which repair() undoes; a failed write leaves
+        this object as it was."""
+        count = first = self.count
+        n = min(len(hashes), self.index_num - count)
+        if n <= 0:
+            return 0
+        view, nslots = self.backing.view, self.slot_num
+        begin_phy, begin_ts, slot_count = self.begin_phy, self.begin_ts, self.slot_count
+        items = bytearray()
+        slots: dict[int, int] = {}
+        for h in hashes[:n]:
+            pos = HEADER_SIZE + (h % nslots) * SLOT_SIZE
+            prev = slots.get(pos)
+            if prev is None:
+                prev = SLOT.unpack_from(view, pos)[0]
+                if prev <= INVALID_INDEX or prev > count:
+                    prev = INVALID_INDEX
+            items += ITEM.pack(h, phy, time_diff(store_ts, begin_ts), prev)
+            slots[pos] = count
+            if count <= 1:
+                begin_phy, begin_ts = phy, store_ts
+            if prev == INVALID_INDEX:
+                slot_count += 1
+            count += 1
+        write = self.backing.write
+        write(self.items_at + first * ITEM_SIZE, bytes(items))
+        for pos, value in slots.items():
+            write(pos, SLOT.pack(value))
+        write(0, HEADER.pack(begin_ts, store_ts, begin_phy, phy, slot_count, count))
+        self.begin_phy, self.begin_ts, self.slot_count, self.count = begin_phy, begin_ts, slot_count, count
         self.end_phy, self.end_ts = phy, store_ts
-        return True
+        return n
 
     # reading
     def time_matched(self, begin: int, end: int) -> bool:
@@ -323,17 +347,38 @@ class IndexFile:
         return n, True
 
     # recovery
-    def repair(self) -> bool:
-        """Undo a key whose item and slot were written but not the header (a crash in between): the
-        slot then holds indexCount, the number of an item the header does not count."""
-        if self.count >= self.index_num:
-            return False
-        h, _phy, _diff, prev = self.item(self.count)
-        if self.slot(h) != self.count:
-            return False
-        self.backing.write(self._slot_pos(h), SLOT.pack(prev))
-        self.backing.write(self.items_at + self.count * ITEM_SIZE, bytes(ITEM_SIZE))
-        return True
+    def repair(self) -> int:
+        """Undo what a record being put when the process stopped left past indexCount: its items (one
+        record's, so one phyOffset, written before its slots) are zeroed, and each slot already pointing
+        at one of them goes back down its chain to the newest item indexCount covers. Returns the slots
+        put back. (An all-zero item is a written one only for a record at offset 0: those are walked
+        too, to the most keys a record can have, since such an item's slot, 0, may have been written.)"""
+        count = self.count
+        if count >= self.index_num:
+            return 0
+        first_phy = self.item(count)[1]
+        last = min(self.index_num, count + MAX_KEYS_PER_RECORD)
+        fixed = 0
+        written_to = count
+        i = count
+        while i < last:
+            h, phy, diff, prev = self.item(i)
+            if phy != first_phy:
+                break
+            if h or phy or diff or prev:
+                written_to = i + 1
+            v = self.slot(h)
+            if v >= count:
+                for _ in range(MAX_KEYS_PER_RECORD):  # in-flight items point to older ones
+                    v = self.item(v)[3] if v < self.index_num else INVALID_INDEX
+                    if v < count:
+                        break
+                self.backing.write(self._slot_pos(h), SLOT.pack(v if 0 <= v < count else INVALID_INDEX))
+                fixed += 1
+            i += 1
+        if written_to > count:
+            self.backing.write(self.items_at + count * ITEM_SIZE, bytes((written_to - count) * ITEM_SIZE))
+        return fixed
 
     def roll_back(self, limit: int, ts_at) -> int:
         """Undo the newest items whose offset is `limit` or more, the exact inverse of put_key: the
@@ -366,7 +411,7 @@ class IndexFile:
 
 @dataclass
 class IndexRecovery:
-    repaired: bool = False      # a half-written key was undone
+    repaired: int = 0           # slots put back from a record half put when the process stopped
     undone: int = 0             # items pointing at or past the commit log's end, undone
     deleted: list[str] = field(default_factory=list)  # files left with no item, deleted
     start: int = -1             # commit-log offset the rebuild walked from (-1: none)
@@ -438,40 +483,63 @@ class IndexService:
     # -- building ---------------------------------------------------------------------------------
     def build(self, phy: int, info: record.IndexInfo) -> int:
         """IndexService.buildIndex for the record at commit-log offset `phy`; returns the keys put."""
-        return self._build(phy, info, 0)
-
-    def build_record(self, phy: int, buf) -> int:
-        """build() for a record given as its stored bytes (the master's path)."""
         if not self.settings.enable or self.error:
             return 0
+        uniq_key, keys = info.index_keys()
+        return self._build(phy, info.topic, info.sys_flag, info.store_timestamp, keys_of(info.topic, uniq_key, keys))
+
+    def build_record(self, phy: int, buf, msg: record.Message | None = None) -> int:
+        """build() for a record just stored (the master's path): its stored bytes `buf`, and the message
+        it was encoded from. The keys are taken from the message's properties when they read back the
+        same from the stored text (no separator inside a name or value: always, for what clients send),
+        else from the stored bytes, as a slave reads them."""
+        if not self.settings.enable or self.error:
+            return 0
+        if msg is not None and record.properties_round_trip(msg.properties):
+            props = msg.properties
+            return self._build(phy, msg.topic, msg.sys_flag, msg.store_timestamp,
+                               keys_of(msg.topic, props.get("UNIQ_KEY") or None, props.get("KEYS")))
         kind, _size, info, reason = record.scan_index(buf, 0, False)
         if kind != record.Scan.MESSAGE:  # cannot happen for a record just encoded; never fail the put
             self.error = f"index build stopped at commit-log offset {phy}: not a record ({reason})"
             log.error("%s", self.error)
             return 0
-        return self._build(phy, info, 0)
+        return self.build(phy, info)
 
-    def _build(self, phy: int, info: record.IndexInfo, skip: int) -> int:
-        if not self.settings.enable or self.error:
+    def _build(self, phy: int, topic: str, sys_flag: int, store_ts: int, keys: list[str]) -> int:
+        try:
+            f = self._writable_file()
+            if phy < f.end_phy or not indexed(sys_flag):
+                return 0
+            return self._put(f, phy, store_ts, keys)
+        except (OSError, StoreError) as e:
+            self._failed(phy, e)
+            return 0
+
+    def _put(self, f: IndexFile, phy: int, store_ts: int, keys: list[str]) -> int:
+        """Put the keys of one record, rolling to a new file whenever one is full."""
+        hashes = [key_hash(k) for k in keys]
+        done = 0
+        while done < len(hashes):
+            done += f.put_keys(hashes[done:] if done else hashes, phy, store_ts)
+            if done < len(hashes):
+                f = self._writable_file()
+        return done
+
+    def _failed(self, phy: int, e: Exception) -> None:
+        self.error = f"index build stopped at commit-log offset {phy}: {e}"
+        log.error("%s; queries answer from what is indexed, a restart rebuilds the rest", self.error)
+
+    def _rebuild_first(self, phy: int, info: record.IndexInfo, skip: int) -> int:
+        """The rebuild's first record, whose first `skip` keys the index holds: the rest, if any."""
+        uniq_key, keys = info.index_keys()
+        rest = keys_of(info.topic, uniq_key, keys)[skip:]
+        if not rest or not indexed(info.sys_flag):
             return 0
         try:
-            if skip:  # a record the index has some keys of (the rebuild's first): only the rest, if any
-                uniq_key, keys = info.index_keys()
-                if not keys_of(info.topic, uniq_key, keys)[skip:]:
-                    return 0
-            f = self._writable_file()
-            if phy < f.end_phy or not indexed(info.sys_flag):
-                return 0
-            uniq_key, keys = info.index_keys()
-            put = 0
-            for key in keys_of(info.topic, uniq_key, keys)[skip:]:
-                while not f.put_key(key, phy, info.store_timestamp):
-                    f = self._writable_file()
-                put += 1
-            return put
+            return self._put(self._writable_file(), phy, info.store_timestamp, rest)
         except (OSError, StoreError) as e:
-            self.error = f"index build stopped at commit-log offset {phy}: {e}"
-            log.error("%s; queries answer from what is indexed, a restart rebuilds the rest", self.error)
+            self._failed(phy, e)
             return 0
 
     # -- recovery ---------------------------------------------------------------------------------
@@ -482,8 +550,8 @@ class IndexService:
         if self.files:
             rec.repaired = self.files[-1].repair()
             if rec.repaired:
-                log.warning("index: undid the half-written key after item %d of %s",
-                            self.files[-1].items, self.files[-1].name)
+                log.warning("index: undid a record half put after item %d of %s (%d slots put back)",
+                            self.files[-1].items, self.files[-1].name, rec.repaired)
 
         def ts_at(phy):
             return record.store_timestamp(commitlog.read(phy, record.STORE_TIMESTAMP_PEEK))
@@ -517,7 +585,7 @@ class IndexService:
         for at, kind, _size, info, reason in commitlog.walk(start, end, check_crc=False):
             if kind == record.Scan.MESSAGE:
                 rec.records += 1
-                rec.keys += self._build(at, info, skip if at == start else 0)
+                rec.keys += self._rebuild_first(at, info, skip) if at == start and skip else self.build(at, info)
                 if self.error:
                     break
             elif kind != record.Scan.BLANK:

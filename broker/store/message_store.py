@@ -300,7 +300,7 @@ class MessageStore:
             except DiskFullError as e:
                 # The record is in the commit log; recovery rebuilds the unit from it.
                 log.error("consume queue unit not written (rebuilt on restart): %s", e)
-        self.index.build_record(res.wrote_offset, rec.buf)  # from the bytes stored, as a slave reads them
+        self.index.build_record(res.wrote_offset, rec.buf, msg)  # the keys a slave reads from the bytes
         self.reput_offset = self.commitlog.max_offset
         self.last_store_timestamp = msg.store_timestamp
         self._notify_append()

@@ -75,6 +75,9 @@ def java_string_hash(s: str) -> int:
 
     h = sum(c[i] * 31^(n-1-i)) mod 2^32, the products summed in C for up to 4096 code units (the
     tags and index keys hashed per message), Horner's loop beyond."""
+    if s.isascii() and len(s) <= len(_HASH_POWERS):  # one code unit per byte
+        h = sum(map(operator.mul, s.encode()[::-1], _HASH_POWERS)) & 0xFFFFFFFF
+        return h - (1 << 32) if h & 0x80000000 else h
     units = array.array("H")
     units.frombytes(s.encode("utf-16-le"))
     if sys.byteorder == "big":
@@ -111,6 +114,14 @@ def decode_properties(text: str | bytes | None) -> dict[str, str]:
 def encode_properties(props: dict[str, str]) -> str:
     """Serialize as Java does when it stores a message: no trailing separator."""
     return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items())
+
+
+def properties_round_trip(props: dict[str, str]) -> bool:
+    """Whether decoding the stored text gives these properties back (less any empty name or value):
+    true unless a name or a value holds a separator."""
+    text = encode_properties(props)
+    return (text.count(NAME_VALUE_SEPARATOR) == len(props)
+            and text.count(PROPERTY_SEPARATOR) == max(len(props) - 1, 0))
 
 
 # -- hosts ----------------------------------------------------------------------------------------

@@ -303,3 +303,28 @@ def test_files_are_sparse_and_full_size(tmp_path):
     st = os.stat(p)
     assert st.st_size == 40 + 50_000 * 4 + 200_000 * 20
     assert st.st_blocks * 512 < st.st_size // 10
+
+
+def test_repair_of_a_record_at_offset_zero_whose_first_key_hashes_to_zero():
+    """The one case where a written item is all zeros (keyHash 0, offset 0, timeDiff 0, no predecessor):
+    repair still puts its slot back, and the record's next key's."""
+    size = 40 + 4 * 3 + 20 * 6
+
+    class FailingHeader(MemoryBacking):
+        def write(self, pos, data):
+            if pos == 0 and self.writes >= 1:
+                raise OSError("disk full")
+            super().write(pos, data)
+
+    backing = FailingHeader(size)
+    f = IndexFile("x", backing, 3, 6)
+    f.start(0, 0)
+    fresh = bytes(backing.view)
+    keys = [key_with_min_value_hash("T#"), "T#x"]
+    with pytest.raises(OSError):
+        f.put_keys([index.key_hash(k) for k in keys], 0, 1_700_000_000_000)
+    assert f.item(1) == (0, 0, 0, 0) and f.slot(0) == 1 and f.slot(index.key_hash("T#x")) == 2
+    again = IndexFile("x", backing, 3, 6)
+    again.load()
+    assert again.repair() == 2
+    assert bytes(backing.view) == fresh
