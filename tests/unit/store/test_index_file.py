@@ -328,3 +328,28 @@ def test_repair_of_a_record_at_offset_zero_whose_first_key_hashes_to_zero():
     again.load()
     assert again.repair() == 2
     assert bytes(backing.view) == fresh
+
+
+@pytest.mark.parametrize("props", [
+    {"UNIQ_KEY": "U1", "A": "x\x02UNIQ_KEY\x01smuggled", "KEYS": "k"},   # a value holding a separator
+    {"KEYS\x01x": "y", "UNIQ_KEY": ""},                                  # a name holding one; an empty value
+    {"UNIQ_KEY": "U2", "KEYS": "a b"},                                   # the usual case
+])
+def test_master_and_slave_index_the_keys_the_stored_text_holds(tmp_path, props):
+    """The master takes the keys from the message it stored unless its text would read back otherwise;
+    either way it indexes what a slave reads from the replicated bytes."""
+    clock = Clock()
+    m = open_store(tmp_path / "m", clock)
+    r = m.put_message(record.Message(topic="T", body=b"b", properties=dict(props)))
+    s = open_store(tmp_path / "s", clock)
+    s.append_replicated(0, m.commitlog.read(0, m.max_offset))
+    s.dispatch()
+    assert s.reput_offset == m.max_offset
+    stored = record.scan(m.commitlog.read(r.wrote_offset, r.wrote_bytes)).message
+    m.shutdown()
+    s.shutdown()
+    assert index_files(tmp_path / "m") == index_files(tmp_path / "s")
+    expect = index.keys_of("T", stored.properties.get("UNIQ_KEY"), stored.properties.get("KEYS"))
+    (data,) = index_files(tmp_path / "m").values()
+    assert [struct.unpack_from(">iqii", data, 40 + 16 * 4 + 20 * i)[0] for i in range(1, 1 + len(expect))] == [
+        index.key_hash(k) for k in expect]
