@@ -353,3 +353,18 @@ def test_master_and_slave_index_the_keys_the_stored_text_holds(tmp_path, props):
     (data,) = index_files(tmp_path / "m").values()
     assert [struct.unpack_from(">iqii", data, 40 + 16 * 4 + 20 * i)[0] for i in range(1, 1 + len(expect))] == [
         index.key_hash(k) for k in expect]
+
+
+def test_config_keys_and_their_limits():
+    from broker.config import BrokerConfig, ConfigError
+    base = {"brokerName": "b", "storePathRootDir": "/tmp/x"}
+    c = BrokerConfig.from_properties(base)
+    assert (c.messageIndexEnable, c.maxHashSlotNum, c.maxIndexNum) == (True, 5_000_000, 20_000_000)
+    c = BrokerConfig.from_properties({**base, "messageIndexEnable": "false", "maxHashSlotNum": "50000",
+                                      "maxIndexNum": "200000"})
+    assert (c.messageIndexEnable, c.maxHashSlotNum, c.maxIndexNum) == (False, 50_000, 200_000)
+    assert c.unknown_keys == []
+    with pytest.raises(ConfigError, match="maxHashSlotNum=5000000 and maxIndexNum=200000000"):
+        BrokerConfig.from_properties({**base, "maxIndexNum": "200000000"})
+    with pytest.raises(ConfigError, match="maxIndexNum=1"):
+        BrokerConfig.from_properties({**base, "maxIndexNum": "1"})
