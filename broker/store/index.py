@@ -24,8 +24,8 @@ are the reference's (IndexFile.putKey, selectPhyOffset, IndexService.queryOffset
 Recovery (ours, equivalent to the reference's): the reference deletes, after a crash, every file
 written after the checkpoint's indexMsgTimestamp (the end time of the last full file, forced to disk)
 and re-dispatches the commit log from the file that timestamp selects. We keep every file and make it
-exact instead: (1) a key whose item and slot were written but not the header (a crash in between) is
-undone through the item's prevIndex; (2) items pointing at or past the recovered commit log's end
+exact instead: (1) what a record being put left past indexCount (its items, some of its slots: a crash
+before its header) is undone, each slot back down its chain through the items' prevIndex; (2) items pointing at or past the recovered commit log's end
 (a power loss cut the log) are undone, newest first, restoring each slot to the item's prevIndex,
 and a file left without an item is deleted (the next record makes it again); (3) the commit log is
 re-indexed from the last indexed record (endPhyOffset of the last file) to its end; that record's keys
