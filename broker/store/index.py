@@ -25,12 +25,13 @@ Recovery (ours, equivalent to the reference's): the reference deletes, after a c
 written after the checkpoint's indexMsgTimestamp (the end time of the last full file, forced to disk)
 and re-dispatches the commit log from the file that timestamp selects. We keep every file and make it
 exact instead: (1) what a record being put left past indexCount (its items, some of its slots: a crash
-before its header) is undone, each slot back down its chain through the items' prevIndex; (2) items pointing at or past the recovered commit log's end
-(a power loss cut the log) are undone, newest first, restoring each slot to the item's prevIndex,
-and a file left without an item is deleted (the next record makes it again); (3) the commit log is
-re-indexed from the last indexed record (endPhyOffset of the last file) to its end; that record's keys
-already present (the newest items with its offset) are not put again. So the index always ends with
-the commit log, and a rebuild from any earlier point gives the same bytes.
+before its header) is undone, each slot back down its chain through the items' prevIndex; (2) items
+pointing at or past the recovered commit log's end (a power loss cut the log) are undone, newest first,
+restoring each slot to the item's prevIndex, and a file left without an item is deleted (the next
+record makes it again); (3) the commit log is re-indexed from the last indexed record (endPhyOffset of
+the last file) to its end; that record's keys already present (the newest items with its offset) are
+not put again. So the index always ends with the commit log, and a rebuild from any earlier point gives
+the same bytes.
 The checkpoint's indexMsgTimestamp (bytes 16..23) is still written with the reference's meaning
 (`checkpoint_timestamp`), for a Java broker opening the store.
 
