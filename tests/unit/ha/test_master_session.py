@@ -30,6 +30,13 @@ class FakeLog:
         end = min(offset + max_bytes, self.max_offset, (offset // self.file_size + 1) * self.file_size)
         return self.data[offset:end]
 
+    def region(self, offset, max_bytes):
+        """(file, position in it, length), as CommitLog.region: never past a file's end; None if empty."""
+        self.reads.append((offset, max_bytes))
+        base = offset - offset % self.file_size
+        n = min(max_bytes, self.max_offset - offset, base + self.file_size - offset)
+        return (f"file@{base}", offset - base, n) if n > 0 else None
+
 
 def report(offset):
     return struct.pack(">q", offset)
@@ -195,3 +202,72 @@ def test_housekeeping_deadline_is_exact_and_restarts_on_each_read():
     assert s.expired(70.001)
     s.on_data(b"\x00", 65.0)  # any bytes count as a read, even a partial report
     assert not s.expired(85.0) and s.expired(85.5)
+
+
+def test_file_frames_are_cut_like_frames_and_name_positions_in_the_file():
+    log = FakeLog(2500, file_size=1000)
+    s = session(log, batch=300)
+    assert s.next_file_frames(101.0, 10_000) is None  # no report yet
+    s.on_data(report(1100), 101.0)
+    f, frames = s.next_file_frames(102.0, 10_000)
+    assert log.reads == [(1100, 10_000)]
+    assert f == "file@1000" and frames == [(header(1100, 300), 100, 300), (header(1400, 300), 400, 300),
+                                            (header(1700, 300), 700, 300)]
+    assert (s.next_transfer_from, s.bytes_sent, s.last_write, s.incarnation.sent_max) == (2000, 900 + 36, 102.0, 2500)
+    f, frames = s.next_file_frames(103.0, 10)  # at least one batch, however little was asked
+    assert (f, frames) == ("file@2000", [(header(2000, 300), 0, 300)]) and log.reads[-1] == (2000, 300)
+    f, frames = s.next_file_frames(104.0, 10_000)
+    assert frames == [(header(2300, 200), 300, 200)] and s.next_transfer_from == 2500
+    assert s.next_file_frames(105.0, 10_000) is None and len(log.reads) == 3  # caught up: nothing read
+
+
+def test_sent_max_is_the_highest_offset_any_session_sent():
+    from broker.ha.master_session import Incarnation
+    log = FakeLog(2500, file_size=10_000)
+    inc = Incarnation(1000)
+    assert inc.sent_max == 1000
+    a = MasterSession(log, "a", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0, incarnation=inc)
+    b = MasterSession(log, "b", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0, incarnation=inc)
+    a.on_data(report(1000), 1.0)
+    b.on_data(report(500), 1.0)
+    a.next_frames(2.0, 600)
+    assert inc.sent_max == 1600
+    b.next_frames(2.0, 600)  # b sends below it: the max stays
+    assert inc.sent_max == 1600 and b.next_transfer_from == 1100
+
+
+def test_a_region_that_is_not_there_sends_nothing():
+    log = FakeLog(600)
+    s = session(log, batch=300)
+    s.on_data(report(0), 101.0)
+    log.region = lambda offset, max_bytes: None
+    assert s.next_file_frames(102.0, 1000) is None
+    assert (s.next_transfer_from, s.bytes_sent, s.last_write) == (0, 0, 100.0)
+
+
+def test_slave_ahead_records_both_offsets_and_keeps_the_slaves_latest():
+    from broker.ha.master_session import Incarnation
+    log = FakeLog(1200)
+    s = MasterSession(log, "p", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0,
+                      incarnation=Incarnation(1000))
+    assert s.ahead_master_offset == -1
+    assert s.on_data(report(1500), 1.0) is None
+    assert (s.state, s.ahead_master_offset, s.slave_request_offset, s.slave_ack_offset) == (
+        SessionState.SLAVE_AHEAD, 1200, 1500, 1500)
+    assert s.on_data(report(1600), 2.0) is None  # later reports: shown, never acks
+    assert (s.slave_request_offset, s.slave_ack_offset, s.ahead_master_offset) == (1500, 1600, 1200)
+
+
+def test_a_slave_that_comes_back_with_exactly_what_was_sent_is_not_ahead():
+    from broker.ha.master_session import Incarnation
+    log = FakeLog(2000, file_size=10_000)
+    inc = Incarnation(1000)
+    first = MasterSession(log, "a", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0, incarnation=inc)
+    first.on_data(report(1000), 1.0)
+    first.next_frames(2.0, 500)
+    assert inc.sent_max == 1500
+    again = MasterSession(log, "a", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=3.0, incarnation=inc)
+    assert again.on_data(report(1500), 3.0) == Ack(1500, True)  # everything it holds came from this master
+    assert again.state == SessionState.STREAMING
+    third = MasterSession(log, "a", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=3.0, incarnation=inc)
+    assert third.on_data(report(1501), 3.0) is None and third.state == SessionState.SLAVE_AHEAD

@@ -84,6 +84,17 @@ def test_a_heartbeat_below_our_offset_is_a_master_behind_us_not_a_mismatch():
     assert s.master_behind == (100, 99) and store.max_offset == 100
 
 
+def test_master_behind_at_its_exact_limits():
+    store = FakeStore(100)
+    s = SlaveSession(store, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0)
+    assert s.on_data(frame(100), 1.0) == report(100)  # a heartbeat at exactly our offset: all is well
+    assert s.master_behind is None
+    s.on_data(frame(0), 2.0)  # a master that holds nothing at all is behind too, not a mismatch
+    assert s.master_behind == (100, 0)
+    s.on_data(frame(40) + frame(60), 3.0)  # every heartbeat of a read counts: the last one is shown
+    assert s.master_behind == (100, 60) and store.appends == []
+
+
 def test_the_frame_size_limit_is_the_sessions():
     s = SlaveSession(FakeStore(0), heartbeat_s=5.0, housekeeping_s=20.0, now=0.0, max_body=4)
     assert s.frames.max_body == 4
