@@ -11,6 +11,8 @@ import uuid
 import pytest
 
 from cluster.handle import Cluster
+from cluster.ports import free_cluster_base
+from cluster.topology import load_topology
 
 from .rust_client import RustClient
 from .test_docker_replication import SETS as ASYNC_SETS
@@ -34,8 +36,11 @@ def exercise(rc: RustClient, namesrv: str, create_topic) -> None:
 @pytest.mark.parametrize("topology", ["2m-2s-async", "2m-noslave"])
 def test_local_topology(topology):
     rc = RustClient.get()
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
-    c = Cluster.up(f"rust-{topology}-{worker}", topology, "local", timeout=90)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    slot = int(worker[2:]) if worker[2:].isdigit() else 0
+    base = free_cluster_base(load_topology(topology), low=24000, slot=slot, slots=8)
+    assert base is not None, "no free port block for a local cluster"
+    c = Cluster.up(f"rust-{topology}-{worker}", topology, "local", base_port=base, timeout=90)
     try:
         exercise(rc, c.namesrv, lambda t: c.create_topic(t))
     finally:
