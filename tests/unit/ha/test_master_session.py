@@ -271,3 +271,12 @@ def test_a_slave_that_comes_back_with_exactly_what_was_sent_is_not_ahead():
     assert again.state == SessionState.STREAMING
     third = MasterSession(log, "a", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=3.0, incarnation=inc)
     assert third.on_data(report(1501), 3.0) is None and third.state == SessionState.SLAVE_AHEAD
+
+
+def test_the_last_file_frame_is_the_remainder():
+    log = FakeLog(2500, file_size=10_000)
+    s = session(log, batch=300)
+    s.on_data(report(0), 101.0)
+    f, frames = s.next_file_frames(102.0, 700)
+    assert frames == [(header(0, 300), 0, 300), (header(300, 300), 300, 300), (header(600, 100), 600, 100)]
+    assert s.next_transfer_from == 700 and s.bytes_sent == 700 + 36
