@@ -566,3 +566,46 @@ def test_iter_records_defaults_start_at_offset_0_and_check_crc():
     walked = list(record.iter_records(a + bad))
     assert [(off, r.kind) for off, r in walked] == [(0, Scan.MESSAGE), (len(a), Scan.INVALID)]
     assert [r.kind for _, r in record.iter_records(a + bad, 0, False)] == [Scan.MESSAGE, Scan.MESSAGE]
+
+
+
+# -- hashes, properties round trip, index keys --------------------------------------------------------
+
+def java_hash_oracle(s):
+    """Java's String.hashCode(), the textbook loop over UTF-16 code units, signed 32-bit."""
+    data, h = s.encode("utf-16-be"), 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) % (1 << 32)
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@pytest.mark.parametrize("text", [
+    "", "a", "TagA", "polygenelubricants", "x" * 4096, "y" * 4097, "TagA" * 3000,
+    "\u00e9t\u00e9", "\U0001F600", "\u00e9" * 4096, "\u00e9" * 4097, ("k\u00e9y-" * 1000) + "\U0001F600" * 900,
+])
+def test_java_string_hash_matches_the_textbook_loop_on_every_path(text):
+    assert record.java_string_hash(text) == java_hash_oracle(text)
+
+
+@pytest.mark.parametrize("props,ok", [
+    ({}, True), ({"a": "b"}, True), ({"a": "b", "c": "d"}, True), ({"a": "b", "c": "d", "e": "f"}, True),
+    ({"a\x01": "b"}, False), ({"a": "b\x01"}, False), ({"a": "b\x02c"}, False), ({"a\x02": "b", "c": "d"}, False),
+])
+def test_properties_round_trip(props, ok):
+    assert record.properties_round_trip(props) is ok
+    if ok:
+        assert record.decode_properties(record.encode_properties(props)) == props
+
+
+@pytest.mark.parametrize("props,keys", [
+    (b"UNIQ_KEY\x01U1\x02KEYS\x01k1 k2", ("U1", "k1 k2")),
+    (b"KEYS\x01k", (None, "k")),
+    (b"UNIQ_KEY\x01U", ("U", None)),
+    (b"TAGS\x01t", (None, None)),
+    (b"", (None, None)),
+    (b"KEYS\x01\x02UNIQ_KEY\x01", (None, None)),
+])
+def test_index_info_carries_the_raw_properties_and_their_keys(props, keys):
+    buf = hand(topic=b"T", props=props)
+    info = record.scan_index(buf)[2]
+    assert info.props == props and info.index_keys() == keys
