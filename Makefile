@@ -91,7 +91,7 @@ test-rust-client: $(STAMP) rust-client ## the Rust client (rocketmq-client-rust)
 
 bench: bench-ha bench-send bench-decode ## run the benchmarks
 
-bench-send: $(STAMP) ## send TPS and p50/p99/p99.9 with the official client, beside a raw loopback round trip
+bench-send: $(STAMP) ## send TPS, p50/p99/p99.9 and broker CPU per message (official client and a raw pipelined producer), beside a raw loopback round trip
 	$(PY) bench/bench_send.py
 
 bench-decode: $(STAMP) ## Spark commit-log decode beside a raw read of the same files
