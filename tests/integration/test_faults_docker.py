@@ -39,8 +39,9 @@ def topic_on(cluster, master):
 
 
 def fault(kind, cluster, target, **params):
+    # A unique id: the pooled cluster's fault log is shared by every test that used the cluster.
     return Fault(0, 0, kind, cluster.node(target)["brokerName"], target, params,
-                 role="slave" if cluster.master_of(target) else "master")
+                 role="slave" if cluster.master_of(target) else "master", id=uuid.uuid4().int % (1 << 31))
 
 
 def test_a_partitioned_master_is_cut_from_everyone_and_rejoins(cluster, nemesis):
