@@ -8,7 +8,7 @@ TOPOLOGY ?= 2m-2s-sync
 BACKEND ?= docker
 FORMAT ?= table
 RUN ?=
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 FUZZ_SECONDS ?= 60
 
 .DEFAULT_GOAL := help
@@ -45,8 +45,9 @@ outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_T
 	$(PY) -m chaos.outcomes $(if $(NAME),--name $(NAME))
 
 # --- tests ------------------------------------------------------------------------------------
-test: $(STAMP) images rust-client ## run every test: unit, then integration (real processes, containers, the official client), and examples/
-	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12
+test: $(STAMP) images rust-client ## run every test: unit, then integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
+	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 \
+		--ignore=tests/integration/test_audit_spark_cluster.py
 
 test-examples: $(STAMP) images ## the example application (examples/orders) through the pytest plugin's fixtures (ROCKETMQ_BACKEND=docker|local)
 	$(PY) -m pytest examples $(if $(ROCKETMQ_BACKEND),--rocketmq-backend $(ROCKETMQ_BACKEND)) --durations=5
