@@ -525,3 +525,33 @@ def _write_env_file(path: Path, env: dict[str, str]) -> None:
     for k, v in env.items():
         lines.append(f"{k}={v}")
     path.write_text("\n".join(lines) + "\n")
+
+
+def sweep_dead_projects(client, project_re) -> list[str]:
+    """Remove the containers and networks of compose projects named by `project_re` (group 1: the pid of
+    the process that started them) whose process is gone: clusters a killed test or kit run left."""
+    removed = set()
+    for c in client.containers.list(all=True, filters={"label": "com.docker.compose.project"}):
+        project = c.labels.get("com.docker.compose.project", "")
+        m = project_re.match(project)
+        if not m or _pid_alive(int(m.group(1))):
+            continue
+        c.remove(force=True, v=True)
+        removed.add(project)
+    for project in removed:
+        for net in client.networks.list(names=[f"{project}_default"]):
+            try:
+                net.remove()
+            except Exception:
+                pass
+    return sorted(removed)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

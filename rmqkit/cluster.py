@@ -61,32 +61,8 @@ def free_base_port(topology: str) -> int:
 
 def sweep_leftovers() -> list[str]:
     """Remove the containers and networks of kit clusters whose process is gone (docker)."""
-    from cluster.docker_backend import docker_client
-    client = docker_client()
-    removed = set()
-    for c in client.containers.list(all=True, filters={"label": "com.docker.compose.project"}):
-        project = c.labels.get("com.docker.compose.project", "")
-        m = PROJECT_RE.match(project)
-        if not m or _pid_alive(int(m.group(1))):
-            continue
-        c.remove(force=True, v=True)
-        removed.add(project)
-    for project in removed:
-        for net in client.networks.list(names=[f"{project}_default"]):
-            try:
-                net.remove()
-            except Exception:
-                pass
-    return sorted(removed)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    from cluster.docker_backend import docker_client, sweep_dead_projects
+    return sweep_dead_projects(docker_client(), PROJECT_RE)
     return True
 
 

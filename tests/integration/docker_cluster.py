@@ -20,6 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from cluster.docker_backend import sweep_dead_projects
 from cluster.handle import Cluster
 from cluster.ports import free_cluster_base
 from cluster.status import cluster_info
@@ -51,30 +52,7 @@ def free_base_port(topology) -> int:
 
 def sweep_leftovers(client) -> list[str]:
     """Remove the containers and networks of test clusters whose test process is gone."""
-    removed = set()
-    for c in client.containers.list(all=True, filters={"label": "com.docker.compose.project"}):
-        project = c.labels.get("com.docker.compose.project", "")
-        m = PROJECT_RE.match(project)
-        if not m or _pid_alive(int(m.group(1))):
-            continue
-        c.remove(force=True, v=True)
-        removed.add(project)
-    for project in removed:
-        for net in client.networks.list(names=[f"{project}_default"]):
-            try:
-                net.remove()
-            except Exception:
-                pass
-    return sorted(removed)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    return sweep_dead_projects(client, PROJECT_RE)
     return True
 
 

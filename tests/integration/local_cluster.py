@@ -223,3 +223,13 @@ class BrokerProcess(_Process):
 
     def total_messages(self, topic: str, queues: int = 8) -> int:
         return sum(self.max_offset(topic, q) for q in range(queues))
+
+    def commitlog_bytes(self, end: int) -> bytes:
+        """The first `end` bytes of this broker's commit log, read from its files (to compare replicas)."""
+        out = bytearray()
+        for f in sorted((self.store_dir / "commitlog").iterdir()):
+            if len(out) >= end:
+                break
+            with open(f, "rb") as fh:
+                out += fh.read(end - len(out))
+        return bytes(out)

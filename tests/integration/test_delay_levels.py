@@ -39,12 +39,6 @@ def pair(tmp_path):
         ns.stop()
 
 
-def commitlog_bytes(broker: BrokerProcess, end: int) -> bytes:
-    first = sorted((broker.store_dir / "commitlog").iterdir())[0]
-    with open(first, "rb") as fh:
-        return fh.read(end)
-
-
 def test_delay_levels_are_honoured_and_replicated(pair):
     ns, master, slave = pair
     topic = topic_name("Delay")
@@ -69,7 +63,7 @@ def test_delay_levels_are_honoured_and_replicated(pair):
     # The slave holds the same bytes (parked copies in SCHEDULE_TOPIC_XXXX and delivered ones) ...
     wait_until("slave caught up", lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 20)
     end = master.status()["maxPhyOffset"]
-    assert commitlog_bytes(slave, end) == commitlog_bytes(master, end)
+    assert slave.commitlog_bytes(end) == master.commitlog_bytes(end)
     # ... and a copy of the master's delay offsets (SlaveSynchronize, every 10 s).
     master_offsets = master.store_dir / "config" / "delayOffset.json"
     slave_offsets = slave.store_dir / "config" / "delayOffset.json"

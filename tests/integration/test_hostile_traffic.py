@@ -431,11 +431,6 @@ def pulled(addr: str, topic: str, queues: int) -> dict[str, bytes]:
     return out
 
 
-def commitlog_bytes(store: Path, end: int) -> bytes:
-    files = sorted((store / "commitlog").iterdir())
-    return b"".join(f.read_bytes() for f in files)[:end]
-
-
 def tree(root: Path, skip: set[Path]) -> set[str]:
     """Every path under root, skipping the store directories' contents."""
     out = set()
@@ -551,7 +546,7 @@ def test_hostile_traffic_leaves_both_brokers_serving_and_consistent(sync_pair):
         except AssertionError as e:
             problems.append(str(e).splitlines()[0])
         end = master.status()["maxPhyOffset"]
-        m_log, s_log = commitlog_bytes(master.store_dir, end), commitlog_bytes(slave.store_dir, end)
+        m_log, s_log = master.commitlog_bytes(end), slave.commitlog_bytes(end)
         if m_log != s_log:
             diff = next((i for i, (a, b) in enumerate(zip(m_log, s_log)) if a != b), min(len(m_log), len(s_log)))
             problems.append(f"slave commit log differs from the master's at byte {diff} (master max offset {end}, "
