@@ -46,8 +46,11 @@ outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_T
 
 # --- tests ------------------------------------------------------------------------------------
 test: $(STAMP) images rust-client ## run every test: unit, then integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
-	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 \
+	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
+
+test-checkers: $(STAMP) ## checkers that can fail: every planted bug (broker/planted.py) through a chaos run, and the same run without bugs
+	$(PY) -m pytest tests/integration/test_planted_bugs.py -n 3 --durations=5
 
 test-examples: $(STAMP) images ## the example application (examples/orders) through the pytest plugin's fixtures (ROCKETMQ_BACKEND=docker|local)
 	$(PY) -m pytest examples $(if $(ROCKETMQ_BACKEND),--rocketmq-backend $(ROCKETMQ_BACKEND)) --durations=5
@@ -105,5 +108,5 @@ bench-ha: $(STAMP) ## HA catch-up throughput beside raw loopback TCP and raw dis
 clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
-.PHONY: help venv cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration \
+.PHONY: help venv cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration test-checkers \
 	test-official-client test-examples test-spark-cluster rust-client test-rust-client fuzz mutation audit chaos chaos-matrix images bench bench-ha bench-send bench-decode clean

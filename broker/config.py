@@ -12,6 +12,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from broker import planted
 from broker.store.delay import DEFAULT_LEVELS as DEFAULT_DELAY_LEVELS
 from broker.store.delay import parse_delay_levels
 
@@ -139,6 +140,8 @@ class BrokerConfig:
     haReconnectMaxDelay: int = _prop("haReconnectMaxDelay", 1000, minimum=10,
                                      doc="ours; the slave retries its master with backoff up to this many ms")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
+    plantBug: str = _prop("plantBug", "", doc="ours, tests only: comma-separated deliberate defects "
+                                              "(broker/planted.py) that show the audit's checkers can fail")
     # Transactional messages (BrokerConfig 4.9.8; README "Transactional messages").
     transactionTimeOut: int = _prop("transactionTimeOut", 6000, minimum=0,
                                     doc="ms after its birth before a half message is checked")
@@ -224,6 +227,10 @@ class BrokerConfig:
         return self.storePathCommitLog or os.path.join(self.storePathRootDir, "commitlog")
 
     @property
+    def planted_bugs(self) -> frozenset[str]:
+        return planted.parse(self.plantBug)
+
+    @property
     def delay_levels_ms(self) -> tuple[int, ...]:
         return parse_delay_levels(self.messageDelayLevel)
 
@@ -277,6 +284,10 @@ class BrokerConfig:
         except ValueError as e:
             raise ConfigError(f"messageDelayLevel={self.messageDelayLevel!r}: {e}; for example "
                               f"messageDelayLevel={DEFAULT_DELAY_LEVELS}") from None
+        try:
+            planted.parse(self.plantBug)
+        except ValueError as e:
+            raise ConfigError(f"plantBug={self.plantBug!r}: {e}") from None
         if self.namesrvAddr:
             for a in self.namesrvAddr.split(";"):
                 if a.strip():

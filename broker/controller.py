@@ -11,7 +11,7 @@ import os
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from . import supervision
+from . import planted, supervision
 from .config import BrokerConfig
 from .ha.master import HAService
 from .ha.slave import HAClient
@@ -69,6 +69,7 @@ class BrokerController:
         self.ha_client: HAClient | None = None
         self.flusher: FlushService | None = None
         self.ports = []
+        self.bugs: frozenset[str] = frozenset()  # planted bugs (broker/planted.py), tests of the audit only
         self._dispatch_call = None
         self.started = False
         self.status_extra = []  # callables returning dicts merged into /status (remoting, registration...)
@@ -91,10 +92,16 @@ class BrokerController:
         self.store.delay_levels_ms = c.delay_levels_ms
         self.store.start()
         self._store_metrics()
+        self.bugs = c.planted_bugs
+        if self.bugs:
+            log.error("PLANTED BUGS ON (plantBug=%s): this broker breaks its guarantees on purpose, for a "
+                      "test of the audit; never run it for anything else: %s", c.plantBug,
+                      "; ".join(planted.PLANTED_BUGS[b] for b in sorted(self.bugs)))
         self.flusher = FlushService(self.store, clock=self.clock, run_in_thread=self.run_in_thread,
                                     sync=c.flushDiskType == "SYNC_FLUSH",
                                     interval_ms=c.flushIntervalCommitLog, timeout_ms=c.syncFlushTimeout)
-        self.flusher.start(self.metrics)
+        if "skip-flush" not in self.bugs:
+            self.flusher.start(self.metrics)
         if c.is_master:
             self.ha = HAService(self.store, clock=self.clock, batch_size=c.haTransferBatchSize,
                                 heartbeat_ms=c.haSendHeartbeatInterval, housekeeping_ms=c.haHousekeepingInterval,
@@ -105,7 +112,9 @@ class BrokerController:
             else:
                 self.ha.start_ticking()
         else:
-            self.ha_client = HAClient(self.store, c.haMasterAddress, clock=self.clock, reactor=self.reactor,
+            replica_store = (planted.CorruptingStore(self.store) if "corrupt-replication" in self.bugs
+                             else self.store)
+            self.ha_client = HAClient(replica_store, c.haMasterAddress, clock=self.clock, reactor=self.reactor,
                                       heartbeat_ms=c.haSendHeartbeatInterval,
                                       housekeeping_ms=c.haHousekeepingInterval,
                                       socket_buffer=c.haSocketBufferSize,
@@ -156,13 +165,15 @@ class BrokerController:
             return defer.succeed(PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                            remark="this broker is a SLAVE; send to its master"))
         res = self.store.put_message(msg)
+        if self.bugs and res.status == PutStatus.PUT_OK and "duplicate-store" in self.bugs:
+            self.store.put_message(msg)
         if res.status != PutStatus.PUT_OK or not wait_store_ok:
             return defer.succeed(res)
         waits = []  # each fires with a stored PutStatus; a wait that fails counts as its timeout
-        if self.flusher.sync:
+        if self.flusher.sync and "skip-flush" not in self.bugs:
             waits.append(defer.maybeDeferred(self.flusher.wait, res.next_offset).addBoth(
                 _wait_outcome, res, "disk flush", PutStatus.FLUSH_DISK_TIMEOUT))
-        if c.is_sync_master:
+        if c.is_sync_master and "ack-before-replication" not in self.bugs:
             waits.append(defer.maybeDeferred(self.ha.wait_for_slave, res.next_offset).addBoth(
                 _wait_outcome, res, "replication", PutStatus.FLUSH_SLAVE_TIMEOUT))
         if not waits:
@@ -243,6 +254,8 @@ class BrokerController:
             "index": s.index.status(),  # the message index: files, items, end, a write error
             "cleanShutdownBefore": s.was_clean_shutdown,
         }
+        if self.bugs:
+            out["plantedBugs"] = sorted(self.bugs)
         if self.ha is not None:
             out["ha"] = self.ha.status()
         if c.is_sync_master:  # what a client needs to choose its send timeout (above the wait)

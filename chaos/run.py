@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 
 from chaos.faultlog import FaultLog
-from chaos.nemesis import ALL_FAULTS, DEFAULT_FAULTS, Nemesis, applicable_faults, make_schedule, make_sweep
+from chaos.nemesis import (ALL_FAULTS, DEFAULT_FAULTS, FAULTS, Fault, Nemesis, applicable_faults, groups_of,
+                           make_schedule, make_sweep)
 from cluster import ClusterError
 from cluster import runfolder as rf
 from cluster.handle import Cluster
@@ -169,6 +170,35 @@ def status_text(elapsed: float, duration: float, prog: dict | None, fault: str, 
             f"fault: {fault} | max slave lag {lag}")
 
 
+def schedule_from_json(items: list[dict], cluster) -> list[Fault]:
+    """An explicit schedule: [{"at": s, "hold": s, "kind": k, "target": node, "params": {...}}, ...].
+    The group and role come from the cluster; ValueError names what is wrong."""
+    groups = groups_of(cluster)
+    where = {}
+    for g, members in groups.items():
+        if members["master"]:
+            where[members["master"]] = (g, "master")
+        where.update({s: (g, "slave") for s in members["slaves"]})
+    out = []
+    for i, item in enumerate(items, 1):
+        kind = FAULTS.get(item["kind"])
+        if kind is None:
+            raise ValueError(f"fault {i}: unknown kind {item['kind']!r}; known: {', '.join(ALL_FAULTS)}")
+        if cluster.kind not in kind.backends:
+            raise ValueError(f"fault {i}: {kind.name} needs the {'/'.join(kind.backends)} backend")
+        if item["target"] not in where:
+            raise ValueError(f"fault {i}: no broker node {item['target']!r}; nodes: {', '.join(sorted(where))}")
+        group, role = where[item["target"]]
+        if kind.targets not in (role, "node"):
+            raise ValueError(f"fault {i}: {kind.name} hits a {kind.targets}, {item['target']} is a {role}")
+        f = Fault(float(item["at"]), float(item["hold"]), kind.name, group, item["target"],
+                  dict(item.get("params") or {}), role, id=i)
+        if kind.link:
+            f.link = kind.link(cluster, f)
+        out.append(f)
+    return sorted(out, key=lambda f: f.at)
+
+
 # ---- the run -----------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sweep", action="store_true",
                     help="every fault of --nemesis once per role it can hit, one at a time (a guarantee-matrix "
                          "run); --duration is stretched to cover them")
+    ap.add_argument("--schedule", default=None, metavar="FILE",
+                    help="an explicit schedule instead of a seeded one: a JSON list of {at, hold, kind, target "
+                         "(node), params?} (faults may overlap, even on one group); --nemesis is then ignored")
     ap.add_argument("--overlap", action="store_true",
                     help="let a second fault (other group, other role) start while one is active")
     ap.add_argument("--set", action="append", default=[], metavar="[NODE:]KEY=VALUE",
@@ -254,7 +287,14 @@ def main(argv: list[str] | None = None) -> int:
         say(f"note: {', '.join(dropped)} need the docker backend (Toxiproxy, networks); not used on {backend}")
     if faults and not cluster.slaves():
         say(f"note: topology {state.get('topology')} has no slaves: replication faults do not apply")
-    if args.sweep:
+    if args.schedule:
+        try:
+            schedule = schedule_from_json(json.loads(Path(args.schedule).read_text()), cluster)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            say(f"error: --schedule {args.schedule}: {e}")
+            return 2
+        args.duration = max(args.duration, max((f.at + f.hold for f in schedule), default=0.0) + 3.0)
+    elif args.sweep:
         schedule = make_sweep(random.Random(seed), usable, cluster, SYNC_WAIT_MS)
         args.duration = max(args.duration, max((f.at + f.hold for f in schedule), default=0.0) + 5.0)
     else:

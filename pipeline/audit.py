@@ -216,8 +216,11 @@ def _fmt_ranges(rs, limit=5) -> str:
 
 
 def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list[Node],
-             final_ack: dict[str, int] | None = None) -> list[Verdict]:
-    """final_ack: slave node -> the last ackOffset its master reported for it (from metrics)."""
+             final_ack: dict[str, int] | None = None, allowed_forks: dict[str, str] | None = None) -> list[Verdict]:
+    """final_ack: slave node -> the last ackOffset its master reported for it (from metrics).
+    allowed_forks: broker name -> the fault that explains a fork of its logs (a power loss of its master:
+    the master lost an unsynced tail its slave holds, which every configuration allows). Such a fork is
+    a WARN, not a FAIL, when nothing else is wrong before it."""
     out = []
     for ni in integrity:
         name = f"log integrity {ni.node}"
@@ -244,6 +247,21 @@ def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list
         facts = (f"slave starts at {p.slave_start}, common prefix {p.common_prefix_bytes} bytes from "
                  f"{p.compare_start}, master end {p.master_end}, slave end {p.slave_end}")
         problems = []
+        fork = p.fork_offset
+        allowed = (allowed_forks or {}).get(p.broker_name) if fork is not None else None
+        if allowed:
+            # what follows the fork is the fork; only damage before it (or a lost ack) still fails
+            before = [o for o in p.crc_mismatch_offsets if o < fork]
+            holes = [r for r in p.missing_ranges if r[0] < min(p.slave_end, fork)]
+            only = [r for r in p.slave_only_ranges if r[0] < min(p.master_end, fork)]
+            ack = (final_ack or {}).get(p.slave)
+            if not (before or holes or only or (ack is not None and ack > p.slave_end)):
+                out.append(Verdict(name, WARN, f"an allowed fork at offset {fork}, after {allowed}: the master came "
+                                   "back behind its slave (it lost an unsynced tail the slave holds) and wrote "
+                                   f"new data at [{fork}, {min(p.master_end, p.slave_end)}); the slave's "
+                                   f"{p.slave_end - fork} bytes from {fork} are a history the master lost "
+                                   f"(SLAVE_AHEAD; the README's guarantee matrix) ({facts})"))
+                continue
         if p.fork_offset is not None:
             problems.append(
                 f"the logs fork at offset {p.fork_offset}: the master wrote new data at "

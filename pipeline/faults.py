@@ -6,7 +6,8 @@ that ended at most GRACE_MS before it: a slave that was cut off still catches up
 sends time out meanwhile. An event that no fault explains is attributed to "no fault", which is what
 a reader must look at first.
 
-Events: every non-OK send (its start..end), every acknowledged send found on no node (its end), and
+Events: every non-OK send (its start..end), every acknowledged send found on no node (its end; and
+every power loss that started after it, which may have destroyed it), and
 every diverging replica pair (a divergence has no time: it is attributed to the faults on its broker
 group that can rewrite a log: power loss, kill, restart, partition of the master).
 """
@@ -76,6 +77,15 @@ def load(run_dir: str) -> list[FaultInterval]:
     return sorted(out, key=lambda f: f.start_ms)
 
 
+def forks_allowed(faults: list[FaultInterval]) -> dict[str, str]:
+    """broker group -> the master power loss that allows its logs to fork (the fault's label)."""
+    out: dict[str, str] = {}
+    for f in faults:
+        if f.kind == "power-loss" and f.role == "master" and f.group and not f.inject_error:
+            out.setdefault(f.group, f"power loss {f.label}")
+    return out
+
+
 def blame(faults: list[FaultInterval], start_ms: int, end_ms: int | None = None) -> list[str]:
     end_ms = start_ms if end_ms is None else end_ms
     hit = [f.label for f in faults if f.covers(start_ms, end_ms)]
@@ -98,7 +108,11 @@ def attribute(faults: list[FaultInterval], non_ok_sends, lost, pairs, groups_of_
             d = a.non_ok.setdefault(label, {})
             d[status] = d.get(status, 0) + 1
     for uniq, _send, _client, _topic, end in lost:
-        for label in blame(faults, end or 0):
+        # a power cut destroys bytes acknowledged before it: every later power loss is a suspect too
+        # (the history does not say which group stored the message)
+        later = [f.label for f in faults if f.kind == "power-loss" and f.start_ms >= (end or 0)]
+        labels = [x for x in blame(faults, end or 0) if x != NO_FAULT or not later] + later
+        for label in dict.fromkeys(labels):
             a.lost.setdefault(label, []).append(uniq)
     for p in pairs:
         if p.first_divergent_offset is None:

@@ -201,10 +201,11 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
 
     integrity = audit.node_integrity(df, nodes)
     pairs = audit.audit_pairs(spark, df, nodes)
-    verdicts = audit.verdicts(pairs, integrity, nodes, final_acks(samples, nodes))
+    fault_list = faults.load(run_dir)
+    verdicts = audit.verdicts(pairs, integrity, nodes, final_acks(samples, nodes),
+                              faults.forks_allowed(fault_list))
 
     hpaths = runfolder.history_files(run_dir)
-    fault_list = faults.load(run_dir)
     latencies: list[int] = []
     over_time: list[tuple[int, int, str]] = []
     sent_per_s: list[tuple[int, int]] = []

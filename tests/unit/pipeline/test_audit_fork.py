@@ -56,3 +56,44 @@ def test_one_flipped_record_is_not_a_fork(spark, run_builder):
     flip_byte(os.path.join(d, f), victim.wrote_offset % FILE_SIZE + 120)
     v, (p,) = _audit_only(spark, run_builder.root)
     assert p.fork_offset is None and p.crc_mismatches == 1 and "fork" not in v[PAIR].detail
+
+
+def _verdicts_with(spark, root, allowed):
+    from pipeline import audit, decode, runfolder
+    nodes = runfolder.load_nodes(root)
+    df = decode.decode(spark, nodes, 16384).cache()
+    pairs = audit.audit_pairs(spark, df, nodes)
+    vs = audit.verdicts(pairs, audit.node_integrity(df, nodes), nodes, None, allowed)
+    df.unpersist()
+    return {v.name: v for v in vs}
+
+
+def test_a_fork_after_a_master_power_loss_is_an_allowed_warning(spark, run_builder):
+    cut = _power_loss_then(run_builder, 80)
+    v = _verdicts_with(spark, run_builder.root, {"broker-a": "power loss #3 power-loss broker-a-0"})
+    assert v[PAIR].status == WARN, v[PAIR].detail
+    assert f"an allowed fork at offset {cut}, after power loss #3" in v[PAIR].detail
+    # a power loss of another group explains nothing here
+    assert _verdicts_with(spark, run_builder.root, {"broker-b": "power loss #4"})[PAIR].status == FAIL
+
+
+def test_a_fork_with_damage_before_it_still_fails(spark, run_builder):
+    from .conftest import flip_byte
+    cut = _power_loss_then(run_builder, 80)
+    d = Path(run_builder.node_dir("broker-a-1")) / "store" / "commitlog"
+    victim = run_builder.sent[10][2]
+    assert victim.wrote_offset < cut
+    f = sorted(os.listdir(d))[victim.wrote_offset // FILE_SIZE]
+    flip_byte(str(d / f), victim.wrote_offset % FILE_SIZE + 120)
+    v = _verdicts_with(spark, run_builder.root, {"broker-a": "power loss #3"})
+    assert v[PAIR].status == FAIL and "CRC mismatch" in v[PAIR].detail
+
+
+def test_forks_allowed_are_master_power_losses_that_were_injected():
+    from pipeline import faults as pf
+    fl = [pf.FaultInterval(1, "power-loss", "broker-a-s", "broker-a", "slave", None, {}, 0, 1),
+          pf.FaultInterval(2, "kill-master", "broker-b", "broker-b", "master", None, {}, 0, 1),
+          pf.FaultInterval(3, "power-loss", "broker-c", "broker-c", "master", None, {}, 0, 1, inject_error="x"),
+          pf.FaultInterval(4, "power-loss", "broker-d", "broker-d", "master", None, {}, 0, 1),
+          pf.FaultInterval(5, "power-loss", "broker-d", "broker-d", "master", None, {}, 5, 6)]
+    assert pf.forks_allowed(fl) == {"broker-d": "power loss #4 power-loss broker-d"}

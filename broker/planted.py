@@ -1,0 +1,51 @@
+"""Planted bugs: deliberate defects a test switches on to show that the audit's checkers can fail.
+
+A checker that has never seen the bug it looks for may pass vacuously. Each entry here breaks one
+guarantee the audit checks, the way a real broker bug would; `plantBug=<name>[,<name>...]` in
+broker.properties switches them on (never set it outside such a test: the broker logs an ERROR at
+start and shows `plantedBugs` in /status). tests/integration/test_planted_bugs.py runs each one through
+a chaos run and asserts the verdict it must turn to FAIL.
+"""
+from __future__ import annotations
+
+PLANTED_BUGS: dict[str, str] = {
+    "ack-before-replication": "a SYNC_MASTER answers SEND_OK without waiting for a slave "
+                              "(caught by: no acknowledged send lost, after a master power loss)",
+    "skip-flush": "SYNC_FLUSH answers SEND_OK at once and nothing is ever fdatasync'ed "
+                  "(caught by: no acknowledged send lost, after a power loss)",
+    "duplicate-store": "every message is appended to the commit log twice "
+                       "(caught by: no UNIQ_KEY stored twice)",
+    "corrupt-replication": "the slave flips one byte of each replicated chunk before storing it "
+                           "(caught by: the replica comparison and the slave's log integrity)",
+}
+
+
+def parse(value: str) -> frozenset[str]:
+    """The names in a plantBug value; ValueError names the unknown ones and the known ones."""
+    names = frozenset(n.strip() for n in value.split(",") if n.strip())
+    unknown = sorted(names - PLANTED_BUGS.keys())
+    if unknown:
+        raise ValueError(f"unknown planted bug(s) {', '.join(unknown)}; known: {', '.join(PLANTED_BUGS)}")
+    return names
+
+
+def corrupt(chunk) -> bytes:
+    """corrupt-replication: the chunk with its middle byte's lowest bit flipped."""
+    b = bytearray(chunk)
+    if b:
+        b[len(b) // 2] ^= 0x01
+    return bytes(b)
+
+
+class CorruptingStore:
+    """corrupt-replication: the slave's store as its HA client sees it, flipping a byte of each chunk."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def append_replicated(self, offset: int, data) -> None:
+        chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
+        self._store.append_replicated(offset, [corrupt(chunks[0])] + chunks[1:])

@@ -1,0 +1,127 @@
+"""Checkers that can fail: each planted bug (broker/planted.py) breaks one guarantee the audit checks,
+and a real chaos run with it must turn that guarantee's verdict, and the guarantee matrix's cell, to FAIL.
+
+One local 2m-2s-sync run carries three bugs, one per place they live:
+  broker-a    ack-before-replication: SEND_OK without a slave. Its slave is killed, then the master
+              loses power (it flushes every 60 s, so nothing it wrote was fsynced): what it
+              acknowledged meanwhile is on no node -> "no acknowledged send lost" FAIL, and the matrix
+              cell of the fault active at those sends FAIL.
+  broker-b    duplicate-store: every message appended twice -> "no UNIQ_KEY stored twice" FAIL.
+  broker-b-s  corrupt-replication: a byte flipped in each replicated chunk -> "log integrity
+              broker-b-s" and "replica broker-b" FAIL.
+The same run without the bugs is the control (test_the_same_schedule_without_bugs_passes, `make
+test-checkers`): the same guarantees PASS there, so the FAILs come from the bugs and not from the run.
+A fourth bug, skip-flush (SYNC_FLUSH answering SEND_OK with nothing fsynced), is caught the same way on
+2m-noslave (`make test-checkers`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaos import matrix
+from cluster.topology import load_topology
+
+from .test_local_cluster import free_base_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+pytest.importorskip("rocketmq.client")
+
+# broker-a-s killed at t=2 for 5 s; broker-a loses power at t=4 (back at t=5.5): between t=2 and t=4 a
+# correct SYNC_MASTER answers SLAVE_NOT_AVAILABLE, so nothing it acknowledged can be lost.
+SCHEDULE = [{"at": 2, "hold": 5, "kind": "kill-slave", "target": "broker-a-s"},
+            {"at": 4, "hold": 1.5, "kind": "power-loss", "target": "broker-a"}]
+SLOW_FLUSH = {"broker-a:flushIntervalCommitLog": "60000"}
+BUGS = {"broker-a:plantBug": "ack-before-replication", "broker-b:plantBug": "duplicate-store",
+        "broker-b-s:plantBug": "corrupt-replication"}
+
+
+def chaos_run(tmp_path: Path, name: str, topology: str, schedule: list[dict], sets: dict[str, str]):
+    """python -m chaos.run on the local backend with an explicit schedule; (exit code, stdout, run folder)."""
+    (tmp_path / "schedule.json").write_text(json.dumps(schedule))
+    env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "chaos.run", "--backend", "local", "--topology", topology, "--name", name,
+           "--base-port", str(free_base_port(load_topology(topology))), "--duration", "9", "--rate", "100",
+           "--schedule", str(tmp_path / "schedule.json"), "--catchup-timeout", "15"]
+    for k, v in sets.items():
+        cmd += ["--set", f"{k}={v}"]
+    run_dir = tmp_path / "run" / name
+    try:
+        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    finally:
+        if (run_dir / "state.json").exists():  # a run that died half-way must not leave processes
+            subprocess.run([sys.executable, "-m", "cluster", "down", "--name", name, "--keep-data"],
+                           cwd=REPO, env=env, capture_output=True, timeout=60)
+    return r.returncode, r.stdout + r.stderr[-3000:], run_dir
+
+
+def verdicts(out: str) -> dict[str, str]:
+    """guarantee name -> status, from the audit's lines ("FAIL  name: detail")."""
+    found = {}
+    for line in out.splitlines():
+        status, _, rest = line.partition("  ")
+        if status in ("PASS", "WARN", "FAIL", "INFO") and ": " in rest:
+            name = rest.split(": ", 1)[0]
+            if name.startswith("replica ") and ": " in rest[len(name) + 2:]:
+                name = ": ".join(rest.split(": ", 2)[:2])  # "replica broker-b: broker-b vs broker-b-s"
+            found[name] = status
+    return found
+
+
+def matrix_cells(run_dir: Path, topology: str, flush: str) -> dict[tuple[str, str], tuple[str, str]]:
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    samples = matrix.cell_samples(run_dir, summary, topology, flush)
+    return {(s["kind"], s["role"]): matrix.judge(matrix.promise(topology, flush, s["kind"], s["role"]), [s])
+            for s in samples}
+
+
+def test_planted_bugs_turn_their_verdicts_fail(tmp_path):
+    rc, out, run_dir = chaos_run(tmp_path, "planted", "2m-2s-sync", SCHEDULE, {**SLOW_FLUSH, **BUGS})
+    assert "PLANTED BUGS ON" in (run_dir / "nodes" / "broker-a" / "broker.log").read_text(), out
+    assert rc == 1, out  # the audit ran and failed (3 would be a run that could not be done)
+    v = verdicts(out)
+    assert v["no acknowledged send lost"] == "FAIL", out
+    assert v["no UNIQ_KEY stored twice"] == "FAIL", out
+    assert v["log integrity broker-b-s"] == "FAIL", out
+    assert v["replica broker-b: broker-b vs broker-b-s"] == "FAIL", out
+    # the bugs break only what they break: broker-a's own log and broker-b's master log stay readable
+    assert v["log integrity broker-a"] == "PASS" and v["log integrity broker-b"] == "PASS", out
+    assert v["nothing received that was never sent"] == "PASS", out
+    # each loss is a message sent while broker-a-s was down and acknowledged all the same
+    lost = next(line for line in out.splitlines() if line.startswith("INFO  acknowledged losses by fault"))
+    assert "kill-slave broker-a-s" in lost, out
+    cells = matrix_cells(run_dir, "2m-2s-sync", "ASYNC_FLUSH")
+    assert cells[("kill-slave", "slave")][0] == "FAIL", cells
+
+
+@pytest.mark.checkers
+def test_the_same_schedule_without_bugs_passes(tmp_path):
+    rc, out, run_dir = chaos_run(tmp_path, "control", "2m-2s-sync", SCHEDULE, SLOW_FLUSH)
+    v = verdicts(out)
+    for name in ("no acknowledged send lost", "no UNIQ_KEY stored twice", "log integrity broker-b-s",
+                 "replica broker-b: broker-b vs broker-b-s", "nothing received that was never sent"):
+        assert v[name] == "PASS", (name, out)
+    # the master power loss forks broker-a's logs (SLAVE_AHEAD, allowed): the run's only FAIL line
+    assert v["replica broker-a: broker-a vs broker-a-s"] == "FAIL" and rc == 1, out
+    cells = matrix_cells(run_dir, "2m-2s-sync", "ASYNC_FLUSH")
+    assert cells[("kill-slave", "slave")][0] == "PASS", cells
+    assert cells[("power-loss", "master")][0] in ("PASS", "WEAK"), cells  # a divergence the promise allows
+
+
+@pytest.mark.checkers
+def test_skip_flush_loses_what_sync_flush_acknowledged(tmp_path):
+    schedule = [{"at": 3, "hold": 1.5, "kind": "power-loss", "target": "broker-a"}]
+    rc, out, run_dir = chaos_run(tmp_path, "skipflush", "2m-noslave", schedule,
+                                 {"flushDiskType": "SYNC_FLUSH", "broker-a:plantBug": "skip-flush"})
+    assert rc == 1, out
+    v = verdicts(out)
+    assert v["no acknowledged send lost"] == "FAIL", out
+    lost = next(line for line in out.splitlines() if line.startswith("INFO  acknowledged losses by fault"))
+    assert "power-loss broker-a" in lost, out

@@ -1,0 +1,72 @@
+"""Each planted bug (broker/planted.py) does what it says and nothing without plantBug; the audit-side
+proof that each is caught is tests/integration/test_planted_bugs.py."""
+import pytest
+
+from broker import planted
+from broker.config import ConfigError
+from broker.remoting.codes import ResponseCode
+
+from .harness import Broker, make_config, send_v1
+from .test_send import stored
+
+
+def test_unknown_bugs_are_a_config_error_naming_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError, match="unknown planted bug.*nope.*known: ack-before-replication"):
+        make_config(tmp_path, plantBug="skip-flush,nope")
+    assert make_config(tmp_path, plantBug=" skip-flush , duplicate-store").planted_bugs == \
+        {"skip-flush", "duplicate-store"}
+    assert make_config(tmp_path).planted_bugs == frozenset()
+
+
+def test_ack_before_replication_answers_success_with_no_slave(tmp_path):
+    b = Broker(tmp_path / "b", brokerRole="SYNC_MASTER", plantBug="ack-before-replication")
+    try:
+        assert b.call(send_v1()).code == ResponseCode.SUCCESS  # a correct broker: SLAVE_NOT_AVAILABLE
+        assert b.server.controller.status()["plantedBugs"] == ["ack-before-replication"]
+    finally:
+        b.stop()
+
+
+def test_skip_flush_acknowledges_sync_flush_with_nothing_durable(tmp_path):
+    b = Broker(tmp_path / "b", flushDiskType="SYNC_FLUSH", plantBug="skip-flush")
+    try:
+        assert b.call(send_v1()).code == ResponseCode.SUCCESS
+        b.clock.advance(5)
+        assert b.server.controller.flusher.durable_offset == 0 < b.store.max_offset
+    finally:
+        b.stop()
+
+
+def test_duplicate_store_appends_each_message_twice(tmp_path):
+    b = Broker(tmp_path / "b", plantBug="duplicate-store")
+    try:
+        assert b.call(send_v1(body=b"once")).code == ResponseCode.SUCCESS
+        assert [m.body for m in stored(b)] == [b"once", b"once"]
+    finally:
+        b.stop()
+
+
+def test_no_bug_no_status_field(tmp_path):
+    b = Broker(tmp_path / "b")
+    try:
+        assert "plantedBugs" not in b.server.controller.status()
+        assert b.server.controller.bugs == frozenset()
+    finally:
+        b.stop()
+
+
+def test_corrupting_store_flips_one_bit_of_the_first_chunk_only():
+    got = []
+
+    class Store:
+        max_offset = 7
+
+        def append_replicated(self, offset, data):
+            got.append((offset, data))
+
+    s = planted.CorruptingStore(Store())
+    s.append_replicated(100, [b"\x00\x00\x00\x00", b"abc"])
+    s.append_replicated(200, b"\x10\x20\x30")
+    assert got == [(100, [b"\x00\x00\x01\x00", b"abc"]), (200, [b"\x10\x21\x30"])]
+    assert s.max_offset == 7  # everything else passes through
+    assert planted.corrupt(b"") == b""
