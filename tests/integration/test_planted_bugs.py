@@ -108,8 +108,9 @@ def test_the_same_schedule_without_bugs_passes(tmp_path):
     for name in ("no acknowledged send lost", "no UNIQ_KEY stored twice", "log integrity broker-b-s",
                  "replica broker-b: broker-b vs broker-b-s", "nothing received that was never sent"):
         assert v[name] == "PASS", (name, out)
-    # the master power loss forks broker-a's logs (SLAVE_AHEAD, allowed): the run's only FAIL line
-    assert v["replica broker-a: broker-a vs broker-a-s"] == "FAIL" and rc == 1, out
+    # the master power loss forks broker-a's logs (SLAVE_AHEAD): allowed, so a warning, and the audit passes
+    assert v["replica broker-a: broker-a vs broker-a-s"] == "WARN" and "an allowed fork" in out, out
+    assert rc == 0, out
     cells = matrix_cells(run_dir, "2m-2s-sync", "ASYNC_FLUSH")
     assert cells[("kill-slave", "slave")][0] == "PASS", cells
     assert cells[("power-loss", "master")][0] in ("PASS", "WEAK"), cells  # a divergence the promise allows
