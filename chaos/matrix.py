@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -141,27 +142,84 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
     return "PASS", ""
 
 
-def run_one(topology, flush, backend, faults, seed, args, out: Path) -> dict:
-    name = f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
+def run_name(topology: str, flush: str, backend: str, seed: int) -> str:
+    return f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
+
+
+def free_base(topology: str, backend: str, lane: int) -> int | None:
+    """A free port block for one lane (lanes run at once: each takes its own interleaved candidates)."""
+    from cluster.ports import free_cluster_base
+    from cluster.topology import load_topology
+    return free_cluster_base(load_topology(topology), low=33000, high=45000, slot=lane, slots=2,
+                             extra_offsets=(48,) if backend == "docker" else ())
+
+
+def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int) -> dict:
+    """One chaos.run --sweep --no-audit (the audit is the Auditor's); what it left, and how long it took."""
+    name = run_name(topology, flush, backend, seed)
+    base = free_base(topology, backend, lane)
     cmd = [sys.executable, "-m", "chaos.run", "--topology", topology, "--backend", backend, "--name", name,
            "--sweep", "--nemesis", ",".join(faults), "--duration", str(args.duration), "--rate", str(args.rate),
-           "--seed", str(seed), "--set", f"flushDiskType={flush}", "--catchup-timeout", "30",
-           "--out", str(rf.run_dir(name) / "report")]
+           "--seed", str(seed), "--set", f"flushDiskType={flush}", "--catchup-timeout", "30", "--no-audit"]
+    if base is not None:
+        cmd += ["--base-port", str(base)]
     t0 = time.monotonic()
     log = out / f"{name}.log"
-    if args.from_runs:  # judge run folders left by an earlier matrix run again
-        rc = 0
-    else:
-        with open(log, "w") as fh:
-            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode
-    took = time.monotonic() - t0
+    with open(log, "w") as fh:
+        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode
+    return {"name": name, "rc": rc, "took_s": round(time.monotonic() - t0), "log": str(log)}
+
+
+class Auditor:
+    """Audits the matrix's runs in one Spark session of its own, each as soon as its sweep has ended, while
+    the next sweeps run: one JVM start for the whole matrix instead of one per run."""
+
+    def __init__(self, out: Path, say):
+        import queue
+        self.out, self.say = out, say
+        self.q: "queue.Queue" = queue.Queue()
+        self.done: dict[str, dict] = {}
+        self.thread = threading.Thread(target=self._loop, name="auditor", daemon=True)
+        self.thread.start()
+
+    def submit(self, name: str) -> None:
+        self.q.put(name)
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.thread.join()
+
+    def _loop(self) -> None:
+        spark = None
+        while True:
+            name = self.q.get()
+            if name is None:
+                break
+            rd = rf.run_dir(name)
+            t0 = time.monotonic()
+            try:
+                from pipeline import report
+                if spark is None:
+                    from pipeline.spark import get_spark
+                    spark = get_spark("chaos-matrix-audit")
+                rep = report.run(spark, str(rd), str(rd / "report"))
+                (self.out / f"{name}.audit.txt").write_text("\n".join(v.line() for v in rep.verdicts) + "\n")
+                self.done[name] = {"audit_s": round(time.monotonic() - t0), "audit_failed": rep.failed}
+                self.say(f"    audited {name} in {time.monotonic() - t0:.0f} s: {'FAIL' if rep.failed else 'pass'}")
+            except Exception as e:  # the run is reported as not audited, the matrix goes on
+                self.done[name] = {"audit_s": round(time.monotonic() - t0), "audit_error": f"{type(e).__name__}: {e}"}
+                self.say(f"    audit of {name} failed: {type(e).__name__}: {e}")
+        if spark is not None:
+            spark.stop()
+
+
+def collect(name: str, topology: str, flush: str) -> tuple[list[dict], bool | None]:
+    """A run's cell samples from its audit summary (none when it was not audited)."""
     summary_path = rf.run_dir(name) / "report" / "summary.json"
     if not summary_path.exists():
-        return {"name": name, "rc": rc, "took_s": took, "log": str(log), "samples": [], "failed_run": True}
+        return [], None
     summary = json.loads(summary_path.read_text())
-    return {"name": name, "rc": rc, "took_s": round(took), "log": str(log),
-            "samples": cell_samples(rf.run_dir(name), summary, topology, flush), "failed_run": False,
-            "audit_failed": summary["failed"]}
+    return cell_samples(rf.run_dir(name), summary, topology, flush), summary["failed"]
 
 
 def build(results: list[dict]) -> list[dict]:
@@ -244,6 +302,7 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default="all", help="e.g. 2m-2s-sync/ASYNC_FLUSH,2m-2s-async/SYNC_FLUSH")
     ap.add_argument("--out", default="build/chaos-matrix")
     ap.add_argument("--from-runs", action="store_true", help="do not run: judge the run folders of an earlier run")
+    ap.add_argument("--serial", action="store_true", help="one backend's runs after the other (default: at once)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -255,20 +314,65 @@ def main(argv=None) -> int:
         for topology, flush in configs:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 plan.append((topology, flush, backend, faults, seed))
-    results = []
     t0 = time.monotonic()
-    for i, (topology, flush, backend, faults, seed) in enumerate(plan, 1):
-        print(f"[{i}/{len(plan)}] {topology} {flush} on {backend}, seed {seed}: {', '.join(faults)}", flush=True)
-        r = run_one(topology, flush, backend, faults, seed, args, out)
-        r.update(topology=topology, flush=flush, backend=backend, seed=seed)
-        print(f"    {r['took_s']} s, audit rc {r['rc']}, {len(r['samples'])} faults; log {r['log']}", flush=True)
-        results.append(r)
+    lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with lock:
+            print(f"[{time.monotonic() - t0:6.0f} s] {line}", flush=True)
+
+    results: list[dict] = []
+    if args.from_runs:  # judge the run folders of an earlier matrix run again
+        for topology, flush, backend, faults, seed in plan:
+            results.append({"name": run_name(topology, flush, backend, seed), "rc": 0, "took_s": 0, "log": "",
+                            "topology": topology, "flush": flush, "backend": backend, "seed": seed})
+    else:
+        auditor = Auditor(out, say)
+        lanes = {b: [p for p in plan if p[2] == b] for b in dict.fromkeys(p[2] for p in plan)}
+        counter = iter(range(1, len(plan) + 1))
+
+        def lane(index: int, items) -> None:
+            for topology, flush, backend, faults, seed in items:
+                say(f"[{next(counter)}/{len(plan)}] {topology} {flush} on {backend}, seed {seed}: {', '.join(faults)}")
+                r = sweep(topology, flush, backend, faults, seed, args, out, index)
+                r.update(topology=topology, flush=flush, backend=backend, seed=seed)
+                say(f"    {r['name']}: sweep {r['took_s']} s, exit {r['rc']}; log {r['log']}")
+                with lock:
+                    results.append(r)
+                if r["rc"] == 0:
+                    auditor.submit(r["name"])
+        # one lane per backend, at once: a local and a docker cluster share the machine (each at --rate)
+        threads = [threading.Thread(target=lane, args=(i, items)) for i, items in enumerate(lanes.values())]
+        if args.serial:
+            for t in threads:
+                t.start()
+                t.join()
+        else:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        say("every sweep done; waiting for the last audits")
+        auditor.close()
+        for r in results:
+            r.update(auditor.done.get(r["name"], {}))
+    for r in results:
+        r["samples"], failed = collect(r["name"], r["topology"], r["flush"])
+        r["failed_run"] = failed is None
+        if failed is not None:
+            r["audit_failed"] = failed
+    results.sort(key=lambda r: (r["backend"], r["topology"], r["flush"], r["seed"]))
     cells = build(results)
     command = "python -m chaos.matrix " + " ".join(argv if argv is not None else sys.argv[1:])
     write(out, cells, results, command)
     print((out / "matrix.md").read_text())
-    print(f"matrix: {out / 'matrix.md'}, {out / 'matrix.png'}; {len(plan)} runs in {time.monotonic() - t0:.0f} s")
-    return 1 if any(c["verdict"] == "FAIL" for c in cells) else 0
+    samples = sum(len(r["samples"]) for r in results)
+    print(f"matrix: {out / 'matrix.md'}, {out / 'matrix.png'}; {len(plan)} runs, {samples} fault injections judged, "
+          f"in {time.monotonic() - t0:.0f} s")
+    broken = [r["name"] for r in results if r["failed_run"] or r.get("rc")]
+    if broken:
+        print(f"runs that could not be done or audited (see their logs): {', '.join(broken)}")
+    return 1 if broken or any(c["verdict"] == "FAIL" for c in cells) else 0
 
 
 if __name__ == "__main__":

@@ -230,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with disk-full: each broker's store on a tmpfs of this size (root; default 64)")
     ap.add_argument("--catchup-timeout", type=float, default=60.0, help="seconds for slaves to catch up")
     ap.add_argument("--keep-running", action="store_true", help="do not stop the cluster (audit skipped)")
+    ap.add_argument("--no-audit", action="store_true",
+                    help="stop the cluster (stores kept) but leave the audit to the caller (chaos.matrix audits "
+                         "its runs in one Spark session of its own)")
     ap.add_argument("--out", default=None, help="report folder (default RUN/report)")
     return ap
 
@@ -278,11 +281,27 @@ def main(argv: list[str] | None = None) -> int:
 
     usable, dropped = applicable_faults(faults, backend)
     if "disk-full" in usable:
-        for node in cluster.nodes:
-            if not cluster.disk_limited(node):
+        # every store at once: each node is stopped, copied and started again on its own
+        t_limit = time.monotonic()
+        errors: list[str] = []
+
+        def limit(node):
+            try:
                 cluster.limit_disk(node, args.disk_limit_mb)
+            except Exception as e:  # reported below; the run cannot inject disk-full without it
+                errors.append(f"{node}: {type(e).__name__}: {e}")
+        threads = [threading.Thread(target=limit, args=(n,)) for n in cluster.nodes if not cluster.disk_limited(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            say("error: could not put the stores on a size-limited tmpfs: " + "; ".join(errors))
+            cluster.down(keep_data=True)
+            return EXIT_RUN_FAILED
         cluster.wait_caught_up(60)
-        say(f"disk-full: every broker's store on its own {args.disk_limit_mb} MiB tmpfs")
+        say(f"disk-full: every broker's store on its own {args.disk_limit_mb} MiB tmpfs "
+            f"({time.monotonic() - t_limit:.0f} s)")
     if dropped:
         say(f"note: {', '.join(dropped)} need the docker backend (Toxiproxy, networks); not used on {backend}")
     if faults and not cluster.slaves():
@@ -449,6 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     say(f"cluster {name} stopped; stores kept in {rd}/nodes/*/store")
     if rc_run:
         return rc_run
+    if args.no_audit:
+        say(f"audit left to the caller (--no-audit): python -m pipeline {rd}")
+        return 0
     out_dir = Path(args.out) if args.out else rd / "report"
     say(f"$ python -m pipeline {rd} --out {out_dir}")
     audit_log = rd / "chaos" / "audit.log"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from . import ClusterError
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions
 from .topology import CLUSTER_PORT_SPAN, PortPlan, Topology, effective_config, node_overrides
+
+_STATE_LOCK = threading.Lock()
 
 
 
@@ -217,15 +220,17 @@ class LocalBackend(Backend):
         self._save_process(node, spec["process"])
 
     def _save_process(self, node: str, rec: dict) -> None:
-        """Write one node's process record into state.json, keeping whatever else is there."""
-        cur = rf.read_state(self.run_dir) or self.state
-        if node == "namesrv":
-            cur.setdefault("namesrv", {})["process"] = rec
-        else:
-            for n in cur.get("nodes", []):
-                if n["name"] == node:
-                    n["process"] = rec
-        rf.write_state(self.run_dir, cur)
+        """Write one node's process record into state.json, keeping whatever else is there. Nodes may be
+        restarted from several threads at once (chaos.run's disk limits): one read-modify-write at a time."""
+        with _STATE_LOCK:
+            cur = rf.read_state(self.run_dir) or self.state
+            if node == "namesrv":
+                cur.setdefault("namesrv", {})["process"] = rec
+            else:
+                for n in cur.get("nodes", []):
+                    if n["name"] == node:
+                        n["process"] = rec
+            rf.write_state(self.run_dir, cur)
 
     def stop_node(self, node: str, timeout: float = 10.0) -> str | None:
         return stop_process(self._spec(node).get("process"), timeout)
