@@ -219,8 +219,9 @@ def cmd_sample(args) -> int:
 
 def cmd_down(args) -> int:
     name, rd, state = rf.resolve(args.name)
-    backend = attach(name, rd, state)
-    notes = backend.stop(keep_data=args.keep_data, timeout=args.timeout)
+    from .handle import Cluster
+    # through the handle: it also heals the proxies and takes the stores off their size-limited tmpfs
+    notes = Cluster(attach(name, rd, state)).down(keep_data=args.keep_data, timeout=args.timeout)
     for note in notes:
         sys.stderr.write(f"  {note}\n")
     kept = f"stores kept in {rd}/nodes/*/store" if args.keep_data else "stores removed"

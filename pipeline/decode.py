@@ -402,13 +402,16 @@ def _have_pyarrow() -> bool:
 def decode(spark, nodes: list[Node], range_bytes: int | None = None, use_arrow: bool | None = None):
     """A DataFrame of every record of every node (COLUMNS). Lazy: nothing is read until an action.
 
-    One partition per task. With pyarrow (use_arrow None: when importable), each task's rows go to
-    the JVM as Arrow record batches through mapInArrow; without it, as pickled rows (createDataFrame).
+    At most TASKS_PER_CORE partitions per core, each decoding one or more tasks: a store of many small
+    files (64 KiB commit-log files in a disk-full run: hundreds per node) must not cost one Spark task,
+    ~0.3 s of fixed overhead, per file. With pyarrow (use_arrow None: when importable), each task's rows
+    go to the JVM as Arrow record batches through mapInArrow; without it, as pickled rows (createDataFrame).
     """
+    parallelism = spark.sparkContext.defaultParallelism
     if range_bytes is None:
-        range_bytes = auto_range_bytes(nodes, spark.sparkContext.defaultParallelism)
+        range_bytes = auto_range_bytes(nodes, parallelism)
     tasks = plan(nodes, range_bytes)
-    n = max(1, len(tasks))
+    n = max(1, min(len(tasks), parallelism * TASKS_PER_CORE))
     if use_arrow is None:
         use_arrow = _have_pyarrow()
     if use_arrow:
@@ -416,7 +419,7 @@ def decode(spark, nodes: list[Node], range_bytes: int | None = None, use_arrow: 
             for b in batches:
                 for t in b.column(0).to_pylist():
                     yield from arrow_batches(tasks[t])
-        # spark.range with n rows in n slices: partition k holds the single id k.
+        # spark.range over the task ids in n slices: each partition decodes the tasks whose ids it holds
         return spark.range(0, len(tasks), 1, n).mapInArrow(run, schema())
     rdd = spark.sparkContext.parallelize(tasks, n).flatMap(decode_range)
     return spark.createDataFrame(rdd, schema(), verifySchema=False)

@@ -41,7 +41,6 @@ def get_spark(app_name: str = "rocketmq-audit", master: str | None = None, conf:
     builder = SparkSession.builder.appName(app_name).master(chosen)
     defaults = {
         "spark.sql.session.timeZone": "UTC",
-        "spark.ui.showConsoleProgress": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "false",
     }
     if chosen.startswith("local"):
@@ -50,7 +49,10 @@ def get_spark(app_name: str = "rocketmq-audit", master: str | None = None, conf:
     from pyspark import SparkConf
     submitted = SparkConf()  # spark-submit --conf / spark-defaults.conf win over our defaults
     defaults = {k: v for k, v in defaults.items() if not submitted.contains(k)}
-    for k, v in {**defaults, **(conf or {})}.items():
+    # pyspark's launcher marks every driver a shell (showConsoleProgress=true): progress bars would
+    # interleave with the audit's output and the chaos matrix's log
+    forced = {"spark.ui.showConsoleProgress": "false"}
+    for k, v in {**defaults, **forced, **(conf or {})}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
