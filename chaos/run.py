@@ -4,7 +4,8 @@
                         [--rate 200] [--seed N] [--nemesis latency,cut,pause-slave,restart-slave,slicer]
                         [--client python|rust] [--out DIR]
 
-1. starts the cluster (`python -m cluster up ... --set syncFlushTimeout=1500 --fresh`) unless the one
+1. starts the cluster (`python -m cluster up ... --set syncFlushTimeout=1500 --set mappedFileSizeCommitLog=64MiB
+   --fresh`) unless the one
    named --name is already running (then it is used as it is);
 2. samples replication offsets in the background (`python -m cluster sample`, every 500 ms);
 3. runs the workload (chaos/workload.py, its own process: the official client, send_async at --rate,
@@ -258,13 +259,16 @@ def main(argv: list[str] | None = None) -> int:
         if cluster.kind != args.backend:
             say(f"  note: --backend {args.backend} ignored: the running cluster is {cluster.kind}")
     else:
-        say(f"starting cluster {name}: {args.topology} on {args.backend}, syncFlushTimeout={SYNC_WAIT_MS}"
-            + "".join(f", {k}={v}" for k, v in args.set.items()))
-        sets = {"syncFlushTimeout": str(SYNC_WAIT_MS), **args.set}
+        # 64 MiB commit-log files: a run writes tens of MiB per group, and four preallocated 1 GiB files
+        # are 4 GiB of zeros for the audit to read (it took most of a short run's audit)
+        sets = {"syncFlushTimeout": str(SYNC_WAIT_MS), "mappedFileSizeCommitLog": str(64 << 20)}
         if "disk-full" in faults:
             # small files, so a full disk bites at the next file within seconds (commit-log files are
             # preallocated: a full disk fails only when the next one is reserved), and queues that fit
-            sets = {**DISK_FULL_SETS, **sets}
+            sets.update(DISK_FULL_SETS)
+        sets.update(args.set)
+        say(f"starting cluster {name}: {args.topology} on {args.backend}, "
+            + ", ".join(f"{k}={v}" for k, v in sets.items()))
         try:
             cluster = Cluster.up(name, args.topology, args.backend, base_port=args.base_port,
                                  sets=sets, fresh=True, timeout=90)
@@ -340,6 +344,19 @@ def main(argv: list[str] | None = None) -> int:
     nemesis = Nemesis(cluster, log=line.log, fault_log=fault_log)
     rc_run = 0
     workload = None
+    # The audit process starts now and waits: its JVM and Spark session start while the workload runs.
+    audit_go = rd / "chaos" / f"audit-go-{run_id}"
+    audit_proc = None
+    out_dir = Path(args.out) if args.out else rd / "report"
+    audit_log = rd / "chaos" / "audit.log"
+    if not (args.keep_running or args.no_audit):
+        audit_go.unlink(missing_ok=True)
+        audit_proc = subprocess.Popen(py("-m", "pipeline", str(rd), "--out", str(out_dir), "--wait-for", str(audit_go)),
+                                      stdout=subprocess.PIPE, stderr=open(audit_log, "w"), text=True, env=env,
+                                      cwd=repo)
+        procs_audit = [audit_proc]
+    else:
+        procs_audit = []
     try:
         cluster.create_topic(TOPIC)
         # 2. the sampler
@@ -466,23 +483,25 @@ def main(argv: list[str] | None = None) -> int:
     for note in cluster.down(keep_data=True):
         say(f"  {note}")
     say(f"cluster {name} stopped; stores kept in {rd}/nodes/*/store")
-    if rc_run:
+    if rc_run or args.no_audit:
+        for p in procs_audit:
+            audit_go.write_text("cancel")
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if args.no_audit and not rc_run:
+            say(f"audit left to the caller (--no-audit): python -m pipeline {rd}")
         return rc_run
-    if args.no_audit:
-        say(f"audit left to the caller (--no-audit): python -m pipeline {rd}")
-        return 0
-    out_dir = Path(args.out) if args.out else rd / "report"
     say(f"$ python -m pipeline {rd} --out {out_dir}")
-    audit_log = rd / "chaos" / "audit.log"
-    with open(audit_log, "w") as log:
-        audit = subprocess.run(py("-m", "pipeline", str(rd), "--out", str(out_dir)), stdout=subprocess.PIPE,
-                               stderr=log, text=True, env=env, cwd=repo)
-    sys.stdout.write(audit.stdout)
+    audit_go.write_text("go")
+    audit_out, _ = audit_proc.communicate()
+    sys.stdout.write(audit_out)
     verdict = {0: "PASS: every guarantee held", 1: "FAIL: a guarantee failed"}.get(
-        audit.returncode, f"the audit did not run (exit {audit.returncode}; log {audit_log})")
+        audit_proc.returncode, f"the audit did not run (exit {audit_proc.returncode}; log {audit_log})")
     say(f"audit: {verdict}")
     say(f"report: {out_dir / 'report.md'}")
-    return audit.returncode
+    return audit_proc.returncode
 
 
 if __name__ == "__main__":

@@ -22,11 +22,30 @@ def main(argv=None) -> int:
     ap.add_argument("--range-mb", type=int, default=None,
                     help="bytes of commit log per decode task, MiB (default: about 4 tasks per core, "
                          "64 to 1024 MiB each)")
+    ap.add_argument("--wait-for", metavar="FILE",
+                    help="start Spark, then wait until FILE exists before reading the run folder (chaos.run "
+                         "starts the audit with the run, so the JVM start overlaps the workload); a FILE that "
+                         "says 'cancel' ends it with exit 2")
     args = ap.parse_args(argv)
     # Absolute before anything reaches Spark: executors open the commit-log files themselves, from their
     # own working directory (on a cluster, not the driver's).
     args.run = os.path.abspath(args.run)
     args.out = os.path.abspath(args.out) if args.out else None
+    spark = None
+    if args.wait_for:
+        import time
+        from pipeline.spark import get_spark
+        spark = spark or get_spark("rocketmq-audit", args.master)
+        parent = os.getppid()
+        while not os.path.exists(args.wait_for):
+            if os.getppid() != parent:  # whoever was to say "go" is gone
+                spark.stop()
+                return 2
+            time.sleep(0.1)
+        with open(args.wait_for) as fh:
+            if fh.read().strip() == "cancel":
+                spark.stop()
+                return 2
     if not os.path.isdir(os.path.join(args.run, "nodes")):
         print(f"error: {args.run} is not a run folder (no nodes/ directory); see pipeline/README.md",
               file=sys.stderr)
