@@ -171,8 +171,11 @@ def audit_pairs(spark, df, nodes: list[Node]) -> list[PairAudit]:
         .select("pair", "physical_offset", "size", "kind", "s_status")
         .repartition("pair").sortWithinPartitions("pair", "physical_offset")
         .rdd.mapPartitions(_fold_pairs).collect())}
-    # The last identical record of each pair: nothing identical after the first divergence is a fork.
-    last_same = {r["pair"]: r["last"] for r in j.filter(F.col("kind") == "same").groupBy("pair").agg(
+    # The last identical message of each pair: nothing identical after the first divergence is a fork.
+    # End-of-file blanks do not count: with messages of one size the master's new records land at the
+    # slave's old offsets, and so does the blank that ends the file, identical on both sides.
+    last_same = {r["pair"]: r["last"] for r in j.filter((F.col("kind") == "same") & (F.col("m_status") == "ok"))
+                 .groupBy("pair").agg(
         F.max("physical_offset").alias("last")).collect()}
     ends = {}
     for r in df.filter(F.col("status").isin(*good)).groupBy("node").agg(

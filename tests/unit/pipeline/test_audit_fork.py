@@ -13,7 +13,7 @@ from .test_audit import _audit_only
 PAIR = "replica broker-a: broker-a-0 vs broker-a-1"
 
 
-def _power_loss_then(run_builder, new_writes):
+def _power_loss_then(run_builder, new_writes, same_size=False):
     run_builder.master(n=200)
     run_builder.close()
     run_builder.slave()                            # the slave got all 200
@@ -26,7 +26,10 @@ def _power_loss_then(run_builder, new_writes):
     assert store.max_offset == cut
     run_builder.store = store
     for i in range(new_writes):
-        run_builder.put("T", f"NEW-U{i:05d}", f"NEW-S{i:05d}", 300, i % 4)
+        if same_size:  # records exactly as long as the lost ones: they land at the slave's offsets
+            run_builder.put("T", f"broker-a-X{i:05d}", f"broker-a-Z{i:05d}", 200, i % 4)
+        else:
+            run_builder.put("T", f"NEW-U{i:05d}", f"NEW-S{i:05d}", 300, i % 4)
     run_builder.close()
     return cut
 
@@ -97,3 +100,16 @@ def test_forks_allowed_are_master_power_losses_that_were_injected():
           pf.FaultInterval(4, "power-loss", "broker-d", "broker-d", "master", None, {}, 0, 1),
           pf.FaultInterval(5, "power-loss", "broker-d", "broker-d", "master", None, {}, 5, 6)]
     assert pf.forks_allowed(fl) == {"broker-d": "power loss #4 power-loss broker-d"}
+
+
+def test_a_fork_of_same_size_records_across_a_file_end_is_still_a_fork(spark, run_builder):
+    # the new records sit at the old offsets, and the blank that ends the file is identical on both sides:
+    # it must not count as "the same after the divergence"
+    cut = _power_loss_then(run_builder, 80, same_size=True)
+    first = run_builder.sent[200][2]
+    assert first.wrote_offset == cut  # the new records start exactly where the lost ones did
+    assert cut < FILE_SIZE < run_builder.sent[199][2].next_offset  # the slave's copy crosses the file end...
+    assert FILE_SIZE < run_builder.sent[-1][2].next_offset          # ...and so do the master's new records
+    v, (p,) = _audit_only(spark, run_builder.root)
+    assert p.fork_offset == cut, (p, v[PAIR].detail)
+    assert f"the logs fork at offset {cut}" in v[PAIR].detail
