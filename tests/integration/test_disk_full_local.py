@@ -46,6 +46,11 @@ def cluster(tmp_path_factory):
 
 
 def test_a_full_disk_refuses_sends_clearly_loses_nothing_and_recovers_by_itself(cluster):
+    disk_full_round(cluster)
+
+
+def disk_full_round(cluster):
+    """The disk-full fault on broker-a of a 2m-2s-sync cluster started with SETS (either backend)."""
     topic = f"D{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, ["broker-a"])
     sent = {}  # body -> result
