@@ -67,7 +67,7 @@ test-integration: $(STAMP) images rust-client ## integration tests only (builds 
 fuzz: $(STAMP) ## coverage-guided fuzzing (atheris) of every decoder a peer reaches, FUZZ_SECONDS=60 per target (FUZZ_TARGETS= to pick)
 	$(PY) -m fuzz.run --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-mutation: $(STAMP) ## mutation testing of the HA core, the record format, names and log limits: one score per module (MODULES=broker.ha.wire ... BUDGET=s per module)
+mutation: $(STAMP) ## mutation testing of the HA core, the record format, names, log limits and the chaos fault table: one score per module (MODULES=broker.ha.wire ... BUDGET=s per module)
 	$(PY) -m tools.mutation $(MODULES) $(if $(BUDGET),--budget $(BUDGET))
 
 # --- audit and benchmarks ---------------------------------------------------------------------
@@ -91,7 +91,7 @@ rust-client: ## build the second test client (clients/rust on crates.io rocketmq
 	@clients/rust/build.sh
 
 test-rust-client: $(STAMP) rust-client ## the Rust client (rocketmq-client-rust) against real broker processes
-	$(PY) -m pytest tests/integration/test_rust_client.py -q
+	$(PY) -m pytest tests/integration/test_rust_client.py tests/integration/test_rust_client_transactions.py -q
 
 bench: bench-ha bench-send bench-decode ## run the benchmarks
 
