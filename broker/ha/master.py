@@ -8,7 +8,9 @@ socket with os.sendfile, and the transport resumes the writer once a partly sent
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import socket
 
 from twisted.internet import protocol
@@ -159,6 +161,42 @@ class MasterHAProtocol(protocol.Protocol):
         self.service.connection_lost(self)
 
 
+FENCE_FILE = "haFence.json"
+
+
+def load_fence(path: str) -> tuple[int, int] | None:
+    """The fork a previous life of this master found (haFence.json: {"from": f, "to": t}), or None."""
+    try:
+        with open(path) as fh:
+            d = json.load(fh)
+        fence = (int(d["from"]), int(d["to"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.error("ignoring unreadable %s (%s): a fork found before this start is not enforced", path, e)
+        return None
+    if not 0 <= fence[0] <= fence[1]:
+        log.error("ignoring %s: from %d to %d is not a range", path, *fence)
+        return None
+    return fence
+
+
+def save_fence(path: str, fence: tuple[int, int] | None) -> None:
+    """Write (or, for None, remove) the fence; the rename makes it all or nothing."""
+    if fence is None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"from": fence[0], "to": fence[1]}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
 class HAService(protocol.Factory):
     """Listens on haListenPort; tracks push2SlaveMaxOffset and the sync waiters."""
 
@@ -175,13 +213,26 @@ class HAService(protocol.Factory):
         self.push2slave_max_offset = 0
         # Where this master's life began: a slave holding bytes past it that were never sent since is
         # SLAVE_AHEAD (the master came back behind its slave).
-        self.incarnation = Incarnation(store.commitlog.max_offset)
+        self.fence_path = os.path.join(store.root, FENCE_FILE)
+        self.incarnation = Incarnation(store.commitlog.max_offset, fence=load_fence(self.fence_path),
+                                       on_fence=self._save_fence)
+        if self.incarnation.fence is not None:
+            log.error("a fork is remembered in %s: a slave holding offsets past %d has a history this master "
+                      "lost and stays SLAVE_AHEAD until it is truncated or rebuilt (see the README)",
+                      self.fence_path, self.incarnation.fence[0])
         self.group_transfer = GroupTransfer(clock, sync_wait_ms / 1000.0, self._sync_outcome)
         self._ticker = None
         self._pump_all_scheduled = None
         self.port = None
         self._install_metrics(metrics)
         store.append_listeners.append(self.on_append)
+
+    def _save_fence(self, fence) -> None:
+        try:
+            save_fence(self.fence_path, fence)
+        except OSError as e:  # the fork is still enforced in this life; say the next one may miss it
+            log.error("cannot write %s (%s): the fork %s is enforced until this master stops, not after",
+                      self.fence_path, e, fence)
 
     # -- metrics ----------------------------------------------------------------------------------
     def _install_metrics(self, reg):
@@ -339,6 +390,7 @@ class HAService(protocol.Factory):
             "unvalidatedConnections": len(self.connections) - self.connection_count,
             "syncWaiters": len(self.group_transfer),
             "masterStartOffset": self.incarnation.start_offset,
+            "forkFence": list(self.incarnation.fence) if self.incarnation.fence else None,
             "slavesAhead": len(self.slaves_ahead()),
             "slaves": [{
                 "addr": c.peer,

@@ -35,9 +35,43 @@ class Incarnation:
     """
     start_offset: int
     sent_max: int = -1
+    # A fork remembered across restarts: (from, to) when a slave was once found holding [from, to), a
+    # history this master lost. Once the master has written past `to` a second life's start_offset is
+    # above it and no longer shows the fork, so a slave reporting past `from` stays SLAVE_AHEAD until one
+    # reports at or below `from` (it was truncated or rebuilt). on_fence persists every change.
+    fence: tuple[int, int] | None = None
+    on_fence: object = None  # callable(fence | None)
 
     def __post_init__(self):
         self.sent_max = max(self.sent_max, self.start_offset)
+
+    def ahead(self, offset: int) -> bool:
+        """A first report at `offset` comes from a slave holding bytes that are not this master's."""
+        if self.fence is not None and offset > self.fence[0]:
+            return True
+        return offset > self.start_offset and offset > self.sent_max
+
+    @property
+    def fork_from(self) -> int:
+        """Where the slave's history and this master's part: the fence, else this life's start."""
+        return self.fence[0] if self.fence is not None else self.start_offset
+
+    def remember_fork(self, offset: int) -> None:
+        lo = self.fork_from
+        fence = (lo, max(offset, self.fence[1] if self.fence else offset))
+        if fence != self.fence:
+            self.fence = fence
+            if callable(self.on_fence):
+                self.on_fence(fence)
+
+    def saw_report(self, offset: int) -> None:
+        """A slave at or below the fork point holds nothing of the lost history: the fence is done."""
+        if self.fence is not None and offset <= self.fence[0]:
+            log.warning("slave reported offset %d, at or below the fork at %d: the fork [%d, %d) is no longer "
+                        "held by a slave; forgetting it", offset, self.fence[0], *self.fence)
+            self.fence = None
+            if callable(self.on_fence):
+                self.on_fence(None)
 
 
 @dataclass
@@ -94,6 +128,7 @@ class MasterSession:
                                 "master does not (the slave must be truncated or rebuilt)")
         first = self.slave_request_offset < 0
         if first:
+            self.incarnation.saw_report(offset)
             self.slave_request_offset = offset
             self._choose_start(offset)
         elif offset < self.slave_ack_offset:
@@ -103,17 +138,18 @@ class MasterSession:
         return Ack(offset, first)
 
     def _ahead(self, offset: int) -> bool:
-        inc = self.incarnation
-        return offset > inc.start_offset and offset > inc.sent_max
+        return self.incarnation.ahead(offset)
 
     def _enter_slave_ahead(self, offset: int, now: float) -> None:
         self.state = SessionState.SLAVE_AHEAD
         self.slave_request_offset = self.slave_ack_offset = offset
         self.ahead_master_offset = self.log.max_offset
-        start = self.incarnation.start_offset
-        self.problem = (f"SLAVE_AHEAD: slave {self.peer} holds the commit log up to {offset} but this master "
-                        f"started at {start} and holds {self.ahead_master_offset} (it lost its tail, e.g. in a "
-                        f"power loss); the slave's bytes from {start} are not this master's. The slave is not "
+        start = self.incarnation.fork_from
+        self.incarnation.remember_fork(offset)
+        self.problem = (f"SLAVE_AHEAD: slave {self.peer} holds the commit log up to {offset} but this master's "
+                        f"history parts from it at {start} (the master came back behind its slave, e.g. after a "
+                        f"power loss; it holds {self.ahead_master_offset}): the slave's bytes from {start} are "
+                        "not this master's. The slave is not "
                         "replicated to and not counted for SYNC_MASTER acks (sends get SLAVE_NOT_AVAILABLE); "
                         "an operator must either rebuild the slave from the master (its data past "
                         f"{start} is then lost) or restore the master from the slave (see README)")
@@ -221,7 +257,7 @@ class MasterSession:
         self.last_write = now
         log.error("%s (still connected, heartbeats only; slave at %d, master at %d)", self.problem,
                   self.slave_ack_offset, self.log.max_offset)
-        return encode_header(self.incarnation.start_offset, 0)
+        return encode_header(self.incarnation.fork_from, 0)
 
     def expired(self, now: float) -> bool:
         """Nothing read for haHousekeepingInterval: the link is dead or the peer is not a slave."""

@@ -34,7 +34,7 @@ def test_a_first_report_past_the_masters_start_that_it_never_sent_is_slave_ahead
     assert s.on_data(report(1500), 101.0) is None  # no Ack: never raises push2SlaveMaxOffset
     assert (s.state, s.is_slave, s.slave_request_offset, s.slave_ack_offset) == (
         SessionState.SLAVE_AHEAD, False, 1500, 1500)
-    assert "holds the commit log up to 1500" in s.problem and "started at 1000" in s.problem
+    assert "holds the commit log up to 1500" in s.problem and "parts from it at 1000" in s.problem
     assert s.next_frames(101.0, 10_000) == [] and log.reads == []
     # announced at once, then every heartbeat interval, with the master's start offset (below the slave's)
     assert s.heartbeat(101.0) == header(1000, 0)
@@ -77,7 +77,8 @@ def _ahead_cluster(tmp_path):
     c = Cluster(tmp_path, heartbeat_ms=1000, housekeeping_ms=4000, sync_wait_ms=1000)
     put(c.master, 5)
     put(c.slave, 8)
-    c.ha.incarnation = Incarnation(c.master.max_offset)  # as if the master had just restarted like this
+    # as if the master had just restarted like this
+    c.ha.incarnation = Incarnation(c.master.max_offset, on_fence=c.ha._save_fence)
     return c
 
 
@@ -123,4 +124,85 @@ def test_a_reconnect_after_the_master_wrote_past_the_slave_is_still_slave_ahead(
     c.advance(1.0)
     assert c.master_conn().session.state == SessionState.SLAVE_AHEAD
     assert c.slave.max_offset == s_end and c.client.status()["state"] == "MASTER_BEHIND"
+    c.close()
+
+
+# -- the fork remembered across a restart (found by the chaos matrix: a master that lost its tail came
+# back, wrote past its slave's offset and was killed; in its next life it started above the slave's
+# offset and streamed into the middle of the slave's lost history) ------------------------------------
+
+def test_the_fence_keeps_a_slave_past_the_fork_ahead_until_one_reports_at_or_below_it():
+    saved = []
+    inc = Incarnation(5000, fence=(1000, 1500), on_fence=saved.append)
+    assert inc.ahead(1001) and inc.ahead(1500) and inc.ahead(4000)  # all below this life's start
+    assert not inc.ahead(1000) and inc.fork_from == 1000
+    inc.remember_fork(1700)  # the same fork seen further on: widened, persisted
+    assert inc.fence == (1000, 1700) and saved == [(1000, 1700)]
+    inc.remember_fork(1200)  # nothing new: not written again
+    assert saved == [(1000, 1700)]
+    inc.saw_report(1001)
+    assert inc.fence == (1000, 1700)
+    inc.saw_report(1000)  # a slave truncated to the fork point: the fork is gone
+    assert inc.fence is None and saved[-1] is None and inc.fork_from == 5000
+    assert not inc.ahead(4000) and inc.ahead(5001)
+
+
+def test_a_first_slave_ahead_remembers_the_fork_from_this_lifes_start():
+    saved = []
+    inc = Incarnation(1000, on_fence=saved.append)
+    s = session(FakeLog(1000), inc)
+    s.on_data(report(1500), 101.0)
+    assert s.state == SessionState.SLAVE_AHEAD and saved == [(1000, 1500)]
+    assert s.heartbeat(200.0) == header(1000, 0)  # the slave is told where the histories part
+
+
+def test_fence_file_round_trip_and_bad_contents(tmp_path):
+    from broker.ha.master import load_fence, save_fence
+    p = str(tmp_path / "haFence.json")
+    assert load_fence(p) is None
+    save_fence(p, (10, 20))
+    assert load_fence(p) == (10, 20)
+    save_fence(p, None)
+    assert load_fence(p) is None and not (tmp_path / "haFence.json").exists()
+    save_fence(p, None)  # removing what is not there is fine
+    for bad in ("{", '{"from": 1}', '{"from": 30, "to": 20}', '{"from": -1, "to": 2}', '[1, 2]'):
+        (tmp_path / "haFence.json").write_text(bad)
+        assert load_fence(p) is None, bad
+
+
+def _second_life(tmp_path, keep_fence=True):
+    c = _ahead_cluster(tmp_path)
+    m_end, s_end = c.master.max_offset, c.slave.max_offset
+    c.connect()
+    c.advance(1.5)
+    assert c.master_conn().session.state == SessionState.SLAVE_AHEAD
+    fence = tmp_path / "master" / "haFence.json"
+    assert fence.exists() and c.ha.status()["forkFence"] == [m_end, s_end]
+    put(c.master, 10, start=200)  # the master writes past the slave's offset, then dies
+    assert c.master.max_offset > s_end
+    c.close()
+    if not keep_fence:
+        fence.unlink()
+    before = {p.name: p.read_bytes() for p in (tmp_path / "slave" / "commitlog").glob("*")}
+    c2 = Cluster(tmp_path, heartbeat_ms=1000, housekeeping_ms=4000, sync_wait_ms=1000)  # the next life
+    assert c2.ha.incarnation.start_offset > s_end
+    c2.connect()
+    c2.advance(3.0)
+    return c2, before, (m_end, s_end)
+
+
+def test_in_its_next_life_the_master_still_does_not_stream_into_the_lost_history(tmp_path):
+    c, before, (m_end, s_end) = _second_life(tmp_path)
+    assert c.master_conn().session.state == SessionState.SLAVE_AHEAD
+    assert c.ha.status()["forkFence"] == [m_end, s_end] and c.ha.push2slave_max_offset == 0
+    assert c.slave.max_offset == s_end and c.client.status()["state"] == "MASTER_BEHIND"
+    assert {p.name: p.read_bytes() for p in (tmp_path / "slave" / "commitlog").glob("*")} == before
+    c.close()
+
+
+def test_without_the_fence_the_next_life_streams_into_the_slaves_tail(tmp_path):
+    # what the fence prevents: the slave appends the master's new bytes after its own lost history
+    c, before, (m_end, s_end) = _second_life(tmp_path, keep_fence=False)
+    assert c.master_conn().session.state == SessionState.STREAMING
+    assert c.slave.max_offset == c.master.max_offset > s_end and not c.identical()
     c.close()
