@@ -113,7 +113,8 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
         blamed = summary["divergentByFault"].get(label, [])
         power = any(g["kind"] == "power-loss" and g["role"] == "master" and g["group"] == f["group"]
                     for g in summary["faults"])
-        divergent = len(blamed) if blamed and (f["kind"] == "power-loss" or not power) else 0
+        master_power = f["kind"] == "power-loss" and f["role"] == "master"
+        divergent = len(blamed) if blamed and (master_power or not power) else 0
         recovery = None
         if end is not None:
             healed = [ts for ts, lag in lags if ts >= end and lag == 0]
@@ -322,10 +323,17 @@ def main(argv=None) -> int:
             print(f"[{time.monotonic() - t0:6.0f} s] {line}", flush=True)
 
     results: list[dict] = []
-    if args.from_runs:  # judge the run folders of an earlier matrix run again
+    if args.from_runs:  # judge the run folders of an earlier matrix run again (their times from its json)
+        try:
+            before = {r["name"]: r for r in json.loads((out / "matrix.json").read_text())["runs"]}
+        except (OSError, ValueError, KeyError):
+            before = {}
         for topology, flush, backend, faults, seed in plan:
-            results.append({"name": run_name(topology, flush, backend, seed), "rc": 0, "took_s": 0, "log": "",
-                            "topology": topology, "flush": flush, "backend": backend, "seed": seed})
+            name = run_name(topology, flush, backend, seed)
+            old = before.get(name, {})
+            results.append({"name": name, "rc": 0, "took_s": old.get("took_s", 0), "log": old.get("log", ""),
+                            "audit_s": old.get("audit_s"), "topology": topology, "flush": flush,
+                            "backend": backend, "seed": seed})
     else:
         auditor = Auditor(out, say)
         lanes = {b: [p for p in plan if p[2] == b] for b in dict.fromkeys(p[2] for p in plan)}

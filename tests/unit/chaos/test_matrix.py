@@ -45,3 +45,25 @@ def test_cell_verdicts():
     assert judge(weak, [sample(lost=3)]) == ("WEAK", "allowed: 3 acknowledged lost, 0 divergent pair(s)")
     assert judge(weak, [sample(ok=0, lost=3)])[0] == "WEAK"  # a loss is a result even with no ack in the window
     assert judge(sync, [sample(error="boom")])[0] == "FAIL"
+
+
+def test_a_divergence_goes_to_its_groups_master_power_loss_not_to_a_slave_fault(tmp_path):
+    from chaos.matrix import cell_samples
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "producer-1.jsonl").write_text(
+        '{"op": "send", "start_ms": 1500, "end_ms": 1510, "status": "SEND_OK"}\n')
+
+    def fault(id_, kind, target, role, start):
+        return {"id": id_, "kind": kind, "target": target, "group": "broker-a", "role": role, "link": None,
+                "start_ms": start, "end_ms": start + 1000}
+    faults = [fault(1, "kill-master", "broker-a", "master", 1000), fault(2, "power-loss", "broker-a-s", "slave", 3000),
+              fault(3, "power-loss", "broker-a", "master", 5000)]
+    blamed = ["broker-a/broker-a-s at 777"]
+    summary = {"faults": faults, "lostByFault": {},
+               "divergentByFault": {f"#{f['id']} {f['kind']} {f['target']}": blamed for f in faults}}
+    got = {(s["kind"], s["role"]): s["divergent"] for s in cell_samples(tmp_path, summary, "2m-2s-sync", "ASYNC_FLUSH")}
+    assert got == {("kill-master", "master"): 0, ("power-loss", "slave"): 0, ("power-loss", "master"): 1}
+    # with no master power loss in the group, the slave power loss and the kill carry it
+    summary["faults"] = faults[:2]
+    got = {(s["kind"], s["role"]): s["divergent"] for s in cell_samples(tmp_path, summary, "2m-2s-sync", "ASYNC_FLUSH")}
+    assert got == {("kill-master", "master"): 1, ("power-loss", "slave"): 1}
