@@ -4,6 +4,8 @@
     rc.send(ns, topic, mode="sync", count=5)   # -> one dict per result line
     rc.consume(ns, topic, group, mode="push", expect=5)
     rc.offsets(ns, topic, group)
+    rc.tx_send(ns, topic, messages=[{"body": "b", "tx": "check-commit"}])  # transactions, check-backs
+    rc.query(ns, topic, key="k") / rc.query(ns, topic, msg_id=offset_msg_id)  # the message index
 
 `make rust-client` (a prerequisite of `make test`) builds the binary in release mode into
 clients/rust/target. RUST_CLIENT_BIN=<path> points at another binary. When the binary is missing the
@@ -108,6 +110,43 @@ class RustClient:
     def offsets(self, namesrv: str, topic: str, group: str | None = None) -> list[dict]:
         args = ["--topic", topic] + (["--group", group] if group else [])
         return self.run(namesrv, "offsets", *args, timeout=60)
+
+    def tx_send(self, namesrv: str, topic: str, *, tx: str = "commit", count: int = 1, prefix: str = "tx",
+                messages: list[dict] | None = None, unknown_checks: int = 0, expect_checks: int = 0,
+                wait_s: float = 30.0, linger_ms: int = 500, group: str | None = None,
+                timeout_ms: int = 3000) -> tuple[list[dict], list[dict], dict]:
+        """Transactional sends (src/tx.rs): (one result per message, every check-back the listener answered,
+        the final {"done": true, ...} line). `tx` is a comma-separated list of modes (commit, rollback,
+        check-commit, check-rollback, unknown) cycled over the messages; `messages` ([{body, tags, keys,
+        props, tx}]) replaces count/prefix, and a line's "tx" overrides `tx`. A check is answered UNKNOW
+        `unknown_checks` times first."""
+        args = ["--topic", topic, "--tx", tx, "--unknown-checks", unknown_checks, "--expect-checks", expect_checks,
+                "--wait-s", wait_s, "--linger-ms", linger_ms, "--timeout-ms", timeout_ms]
+        stdin = None
+        if messages is not None:
+            args.append("--stdin")
+            stdin = "".join(json.dumps(m) + "\n" for m in messages)
+        else:
+            args += ["--count", count, "--prefix", prefix]
+        if group:
+            args += ["--group", group]
+        lines = self.run(namesrv, "tx-send", *args, stdin=stdin, timeout=wait_s + 60)
+        done = next((l for l in lines if l.get("done")), {})
+        return [l for l in lines if "tx" in l and "check" not in l], [l for l in lines if "check" in l], done
+
+    def query(self, namesrv: str, topic: str, *, key: str | None = None, msg_id: str | None = None,
+              begin_ms: int | None = None, end_ms: int | None = None, max_num: int | None = None
+              ) -> tuple[list[dict], dict]:
+        """The message index (src/query.rs): by key (QUERY_MESSAGE within [begin_ms, end_ms]) or by an
+        offsetMsgId (VIEW_MESSAGE_BY_ID). (the messages found, the final {"done": true, "found": N, ...}
+        line; it carries the client's "error" when nothing was found)."""
+        args = ["--topic", topic] + (["--key", key] if key is not None else ["--id", msg_id])
+        for flag, val in (("--begin-ms", begin_ms), ("--end-ms", end_ms), ("--max", max_num)):
+            if val is not None:
+                args += [flag, val]
+        lines = self.run(namesrv, "query", *args, timeout=60)
+        done = next((l for l in lines if l.get("done")), {})
+        return [l for l in lines if "body" in l], done
 
 
 def _tail(text, n: int = 4000) -> str:

@@ -1,8 +1,9 @@
 """Transactional messages end to end on a local master and slave (real processes).
 
 The producer side is tests/integration/tx_producer.py (the project's remoting codec, behaving as the
-Java TransactionMQProducer): PyPI rocketmq 0.4.4 has no transactional producer in its Python API, and
-the second client (clients/rust) has no transaction command. The consumer is the official client.
+Java TransactionMQProducer): PyPI rocketmq 0.4.4 has no transactional producer in its Python API. The
+consumer is the official client. (The second client's own transactional producer is tested in
+test_rust_client_transactions.py.)
 
 One half message is committed, one rolled back, one left for the broker to ask about: the check-back
 arrives after transactionTimeOut and the producer answers COMMIT. The official consumer then sees the two

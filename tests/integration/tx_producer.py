@@ -2,10 +2,10 @@
 
 PyPI rocketmq 0.4.4 (C++ client 1.0.1) has no transactional producer in its Python API: its
 librocketmq.so contains the C++ class rocketmq::TransactionMQProducer but exports no C function for it,
-and rocketmq/client.py offers only Producer, PushConsumer and PullConsumer. The second client
-(clients/rust) has no transaction command. So the producer side here speaks the protocol itself, the
-way RocketMQ 4.9.8's Java TransactionMQProducer does (DefaultMQProducerImpl.sendMessageInTransaction,
-endTransaction and checkTransactionState):
+and rocketmq/client.py offers only Producer, PushConsumer and PullConsumer. (The second client,
+clients/rust, has its own: `tx-send`, test_rust_client_transactions.py.) So the producer side here
+speaks the protocol itself, the way RocketMQ 4.9.8's Java TransactionMQProducer does
+(DefaultMQProducerImpl.sendMessageInTransaction, endTransaction and checkTransactionState):
 
 * HEART_BEAT naming the producer group, so the broker can send it CHECK_TRANSACTION_STATE;
 * the half message: SEND_MESSAGE with TRAN_MSG=true, PGROUP=<group>, a UNIQ_KEY and the PREPARED sysflag;

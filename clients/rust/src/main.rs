@@ -10,10 +10,15 @@
 //!                   [--expect N] [--timeout-s S] [--expr '*'] [--reconsume-later] [--linger-ms MS]
 //!   rmq-rust-client --namesrv HOST:PORT offsets --topic T [--group G]
 //!   rmq-rust-client --namesrv HOST:PORT workload --run-dir RUN [--rate R --duration S ...]  (src/workload.rs)
+//!   rmq-rust-client --namesrv HOST:PORT tx-send --topic T --tx commit,rollback,check-commit,... [--count N ...]
+//!                   [--unknown-checks K] [--expect-checks N] [--wait-s S]                  (src/tx.rs)
+//!   rmq-rust-client --namesrv HOST:PORT query   --topic T (--key K [--begin-ms B --end-ms E --max N] | --id ID)
+//!                                                                                          (src/query.rs)
 //!
 //! send: one line per message {"i","mode","status":"SEND_OK"|...,"msgId","offsetMsgId","brokerName",
 //!   "queueId","queueOffset","ms","key"} or {"i","mode","error","ms"}; a batch gives one line with "count";
-//!   oneway gives "status":null. `--stdin` reads one JSON object per line: {"body","tags","keys","props"}.
+//!   oneway gives "status":null. `--stdin` reads one JSON object per line: {"body","tags","keys","props"}
+//!   (and for tx-send "tx").
 //!   `orderly` sends with a queue selector (the argument is --queue, default 0: the same queue each time).
 //! consume: one line per delivery {"msgId","offsetMsgId","topic","brokerName","queueId","queueOffset",
 //!   "keys","tags","body","reconsumeTimes","storeTimestamp","bornTimestamp","props","action","ms"}, then
@@ -21,6 +26,7 @@
 //!   `--reconsume-later` makes the listener answer RECONSUME_LATER (orderly: SUSPEND_CURRENT_QUEUE_A_MOMENT)
 //!   the first time it sees each message id; such deliveries carry "action":"RECONSUME_LATER" and do not
 //!   count towards --expect.
+//! tx-send, query: see their modules.
 //! offsets: one line per queue {"brokerName","queueId","minOffset","maxOffset","consumerOffset"}
 //!   (a failed query gives "<field>Error" with the client's error text instead).
 //!
@@ -35,9 +41,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rocketmq_client_rust::{
-    ClientResult, ClientRuntime, ClientRuntimeConfig, ConsumeConcurrentlyStatus, ConsumeOrderlyStatus,
-    DefaultLitePullConsumer, DefaultMQProducer, DefaultMQPullConsumer, DefaultMQPushConsumer, MQPushConsumer,
-    PullStatus, SendResult,
+    ClientError, ClientResult, ClientRuntime, ClientRuntimeConfig, ConsumeConcurrentlyStatus, ConsumeOrderlyStatus,
+    DefaultLitePullConsumer, DefaultMQProducer, DefaultMQPullConsumer, DefaultMQPushConsumer, MQClientException,
+    MQPushConsumer, PullStatus, SendResult,
 };
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
@@ -46,9 +52,12 @@ use rocketmq_model::common::message::message_single::Message;
 use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 use serde_json::{json, Value};
 
+mod query;
+mod tx;
 mod workload;
 
-const USAGE: &str = "usage: rmq-rust-client --namesrv HOST:PORT (send|consume|offsets|workload) [options]; see src/main.rs";
+const USAGE: &str =
+    "usage: rmq-rust-client --namesrv HOST:PORT (send|consume|offsets|workload|tx-send|query) [options]; see main.rs";
 const BOOL_FLAGS: &[&str] = &["stdin", "reconsume-later"];
 
 // ---- output ---------------------------------------------------------------------------------------
@@ -139,11 +148,13 @@ fn usage(msg: &str) -> ! {
 
 // ---- messages -------------------------------------------------------------------------------------
 
+#[derive(Clone)]
 struct Spec {
     body: String,
     tags: Option<String>,
     keys: Option<String>,
     props: Vec<(String, String)>,
+    tx: Option<String>, // tx-send: the line's transaction mode
 }
 
 fn specs(args: &Args) -> Vec<Spec> {
@@ -161,7 +172,8 @@ fn specs(args: &Args) -> Vec<Spec> {
                 .and_then(Value::as_object)
                 .map(|m| m.iter().map(|(k, x)| (k.clone(), x.as_str().unwrap_or_default().to_string())).collect())
                 .unwrap_or_default();
-            out.push(Spec { body: s("body").unwrap_or_default(), tags: s("tags"), keys: s("keys"), props });
+            let (body, tags, keys, tx) = (s("body").unwrap_or_default(), s("tags"), s("keys"), s("tx"));
+            out.push(Spec { body, tags, keys, props, tx });
         }
         return out;
     }
@@ -176,7 +188,7 @@ fn specs(args: &Args) -> Vec<Spec> {
                 body.push('-');
                 body.extend(std::iter::repeat_n('x', size - body.len()));
             }
-            Spec { body, tags: tags.clone(), keys: Some(format!("{prefix}-key-{i}")), props: Vec::new() }
+            Spec { body, tags: tags.clone(), keys: Some(format!("{prefix}-key-{i}")), props: Vec::new(), tx: None }
         })
         .collect()
 }
@@ -212,6 +224,19 @@ fn result_json(i: usize, mode: &str, r: &SendResult, started: Instant) -> Value 
 
 fn error_json(i: usize, mode: &str, err: impl std::fmt::Display, started: Instant) -> Value {
     json!({ "i": i, "mode": mode, "error": err.to_string(), "ms": started.elapsed().as_millis() as u64 })
+}
+
+/// The client's error into `v`: "error" (its display: a catalog code and text, e.g. "core.argument.invalid:
+/// Argument is invalid"), and from the error's causes "errorCode" (the MQClientException's or broker's
+/// response code) and "errorMessage" (the MQClientException's text), which the display leaves out.
+fn error_fields(v: &mut Value, e: &ClientError) {
+    v["error"] = json!(e.to_string());
+    if let Some(x) = e.source_ref::<MQClientException>() {
+        v["errorCode"] = json!(x.response_code());
+        v["errorMessage"] = json!(x.error_message());
+    } else if let Some(code) = e.broker_response_code() {
+        v["errorCode"] = json!(code);
+    }
 }
 
 fn message_json(m: &MessageExt, action: &str, started: Instant) -> Value {
@@ -651,6 +676,8 @@ fn main() {
             "consume" => cmd_consume(rt.clone(), ns, &args).await,
             "offsets" => cmd_offsets(rt.clone(), ns, &args).await,
             "workload" => workload::cmd_workload(rt.clone(), ns, &args).await,
+            "tx-send" => tx::cmd_tx_send(rt.clone(), ns, &args).await,
+            "query" => query::cmd_query(rt.clone(), ns, &args).await,
             other => usage(&format!("unknown command {other:?}")),
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), rt.shutdown()).await;
