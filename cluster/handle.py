@@ -557,13 +557,16 @@ def fill_filesystem(path: Path, leave_bytes: int = 0) -> dict:
     want = max(0, free - leave_bytes)
     filler = Path(path) / FILLER
     written = 0
-    with open(filler, "ab") as fh:
+    # unbuffered: a buffered file that hit ENOSPC raises again when it is closed (it still holds the
+    # bytes it could not write); a raw write just reports how much it wrote
+    with open(filler, "ab", buffering=0) as fh:
         block = bytes(1 << 20)
         try:
             while written < want:
                 n = fh.write(block[:min(len(block), want - written)])
+                if not n:
+                    break
                 written += n
-                fh.flush()
         except OSError:
             pass  # ENOSPC: full
     st = os.statvfs(path)
