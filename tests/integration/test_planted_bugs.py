@@ -9,8 +9,10 @@ One local 2m-2s-sync run carries three bugs, one per place they live:
   broker-b    duplicate-store: every message appended twice -> "no UNIQ_KEY stored twice" FAIL.
   broker-b-s  corrupt-replication: a byte flipped in each replicated chunk -> "log integrity
               broker-b-s" and "replica broker-b" FAIL.
-The same run without the bugs is the control (test_the_same_schedule_without_bugs_passes, `make
-test-checkers`): the same guarantees PASS there, so the FAILs come from the bugs and not from the run.
+All three runs here are `make test-checkers` (about 4 min each on a loaded machine, most of it the
+Spark audit); `make test` runs the short versions: each planted bug's broker behaviour
+(tests/unit/processors/test_planted_bugs.py) and each checker against bugs planted in data
+(tests/unit/pipeline). The same run without the bugs is the control (test_the_same_schedule_without_bugs_passes): the same guarantees PASS there, so the FAILs come from the bugs and not from the run.
 A fourth bug, skip-flush (SYNC_FLUSH answering SEND_OK with nothing fsynced), is caught the same way on
 2m-noslave (`make test-checkers`).
 """
@@ -82,6 +84,7 @@ def matrix_cells(run_dir: Path, topology: str, flush: str) -> dict[tuple[str, st
             for s in samples}
 
 
+@pytest.mark.checkers
 def test_planted_bugs_turn_their_verdicts_fail(tmp_path):
     rc, out, run_dir = chaos_run(tmp_path, "planted", "2m-2s-sync", SCHEDULE, {**SLOW_FLUSH, **BUGS})
     assert "PLANTED BUGS ON" in (run_dir / "nodes" / "broker-a" / "broker.log").read_text(), out
