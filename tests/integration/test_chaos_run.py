@@ -13,7 +13,7 @@ from .docker_cluster import docker_unavailable_reason, free_base_port
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 
 def test_tiny_chaos_run_passes_its_audit(tmp_path):
@@ -27,7 +27,7 @@ def test_tiny_chaos_run_passes_its_audit(tmp_path):
            "--duration", "15", "--rate", "100", "--seed", "7", "--max-faults", "2",
            "--nemesis", "cut,pause-slave", "--catchup-timeout", "30"]
     try:
-        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=220)
+        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=360)
     finally:
         if (run_dir / "state.json").exists():  # a run that died half-way must not leave containers
             subprocess.run([sys.executable, "-m", "cluster", "down", "--name", "chaos-it", "--keep-data"],

@@ -161,7 +161,7 @@ def test_reconsume_later_brings_each_message_back(cluster, rc):
     assert_all_ok(sent, 3)
     # The broker parks the sent-back message at delay level 3 + reconsumeTimes (here 2 s), then
     # delivers it through %RETRY%<group>.
-    msgs, done = rc.consume(ns.addr, topic, f"GR-retry-{topic}", mode="push", expect=3, timeout_s=40,
+    msgs, done = rc.consume(ns.addr, topic, f"GR-retry-{topic}", mode="push", expect=3, timeout_s=90,
                             reconsume_later=True)
     later = {m["body"]: m for m in msgs if m["action"] == "RECONSUME_LATER"}
     ok = [m for m in msgs if m["action"] == "CONSUME_SUCCESS"]
