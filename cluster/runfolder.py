@@ -19,6 +19,8 @@ import os
 import re
 import shutil
 import tempfile
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import ClusterError
@@ -28,6 +30,28 @@ NODE_JSON_KEYS = ("name", "brokerName", "brokerId", "role", "clusterName", "addr
                   "metricsUrl", "backend")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 DEFAULT_NAME = "default"
+
+
+_env_lock = threading.Lock()
+
+
+@contextmanager
+def using_run_root(path) -> None:
+    """CLUSTER_RUN_ROOT set to `path` for the duration (a cluster start reads it then, never after), then put
+    back as it was; the developer's own run/ is left alone. None: nothing changes."""
+    if path is None:
+        yield
+        return
+    with _env_lock:
+        saved = os.environ.get("CLUSTER_RUN_ROOT")
+        os.environ["CLUSTER_RUN_ROOT"] = str(path)
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("CLUSTER_RUN_ROOT", None)
+            else:
+                os.environ["CLUSTER_RUN_ROOT"] = saved
 
 
 def run_root() -> Path:

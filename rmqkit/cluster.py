@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 import re
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 
 from cluster import ClusterError
+from cluster import runfolder as rf
 
 NAME_PREFIX = "kit-"
 PROJECT_RE = re.compile(r"^rmqha-kit-(\d+)-")
@@ -34,7 +34,6 @@ KIT_DEFAULTS = {"mappedFileSizeCommitLog": str(64 << 20)}
 
 _seq = [0]
 _seq_lock = threading.Lock()
-_env_lock = threading.Lock()
 
 
 def worker_slot() -> tuple[int, int]:
@@ -66,22 +65,9 @@ def sweep_leftovers() -> list[str]:
     return True
 
 
-@contextmanager
 def _run_root(path: Path | None):
     """CLUSTER_RUN_ROOT set for the duration of a start (the handle reads it then, never after)."""
-    if path is None:
-        yield
-        return
-    with _env_lock:
-        saved = os.environ.get("CLUSTER_RUN_ROOT")
-        os.environ["CLUSTER_RUN_ROOT"] = str(path)
-        try:
-            yield
-        finally:
-            if saved is None:
-                os.environ.pop("CLUSTER_RUN_ROOT", None)
-            else:
-                os.environ["CLUSTER_RUN_ROOT"] = saved
+    return rf.using_run_root(path)
 
 
 def unavailable_reason(backend: str) -> str | None:

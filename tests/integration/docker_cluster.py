@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cluster.docker_backend import sweep_dead_projects
 from cluster.handle import Cluster
+from cluster.runfolder import using_run_root
 from cluster.ports import free_cluster_base
 from cluster.status import cluster_info
 from cluster.topology import load_topology
@@ -68,16 +69,9 @@ class DockerCluster(Cluster):
     @classmethod
     def up(cls, run_root: Path, seq: int, topology: str, sets: dict[str, str], key) -> "DockerCluster":
         name = f"{NAME_PREFIX}{os.getpid()}-{seq}"
-        saved = os.environ.get("CLUSTER_RUN_ROOT")
-        os.environ["CLUSTER_RUN_ROOT"] = str(run_root)  # run/current of the developer stays as it is
-        try:
+        with using_run_root(run_root):  # run/current of the developer stays as it is
             c = Cluster.up(name, topology, "docker", base_port=free_base_port(load_topology(topology)),
                            sets=sets, fresh=True, timeout=90)
-        finally:
-            if saved is None:
-                os.environ.pop("CLUSTER_RUN_ROOT", None)
-            else:
-                os.environ["CLUSTER_RUN_ROOT"] = saved
         return cls(c.backend, key)
 
     def down(self, keep_data: bool = False) -> None:

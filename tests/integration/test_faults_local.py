@@ -14,6 +14,7 @@ import pytest
 from chaos.faultlog import FaultLog, read_faults
 from chaos.nemesis import Fault, Nemesis
 from cluster.handle import Cluster
+from cluster.runfolder import using_run_root
 from cluster.topology import load_topology
 
 from .docker_cluster import SEND_OK, SLAVE_NOT_AVAILABLE, produce
@@ -29,15 +30,9 @@ SETS = {"syncFlushTimeout": "1500", "haSendHeartbeatInterval": "1000", "haHousek
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    import os
-    root = tmp_path_factory.mktemp("faults-run")
-    saved = os.environ.get("CLUSTER_RUN_ROOT")
-    os.environ["CLUSTER_RUN_ROOT"] = str(root)
-    try:
+    with using_run_root(tmp_path_factory.mktemp("faults-run")):
         c = Cluster.up("faults", "2m-2s-sync", "local", base_port=free_base_port(load_topology("2m-2s-sync")),
                        sets=SETS, timeout=60)
-    finally:
-        os.environ.pop("CLUSTER_RUN_ROOT", None) if saved is None else os.environ.__setitem__("CLUSTER_RUN_ROOT", saved)
     yield c
     c.down()
 
