@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 from twisted.internet import defer
 from twisted.python.failure import Failure
@@ -16,6 +17,7 @@ from .config import BrokerConfig
 from .ha.master import HAService
 from .ha.slave import HAClient
 from .metrics import Registry, metrics_site
+from .served import ServedLog
 from .store import record
 from .store.flush import FlushService
 from .store.index import IndexSettings
@@ -71,7 +73,10 @@ class BrokerController:
         self.ports = []
         self.bugs: frozenset[str] = frozenset()  # planted bugs (broker/planted.py), tests of the audit only
         self._dispatch_call = None
+        self._reput_call = None  # master: the pending dispatch of records put since the last one
         self.started = False
+        # the pulls this node answered, for the kit's "which node served each receive" (broker/served.py)
+        self.served = ServedLog(incarnation_ms=int(time.time() * 1000))
         self.status_extra = []  # callables returning dicts merged into /status (remoting, registration...)
         self.services = supervision.services(self.metrics)  # periodic services' health
         self.status_extra.append(lambda: {"services": self.services.status()})
@@ -103,6 +108,9 @@ class BrokerController:
         if "skip-flush" not in self.bugs:
             self.flusher.start(self.metrics)
         if c.is_master:
+            # Consume-queue units and index keys of the records a reactor turn appended are built in one
+            # batch on the next turn (MessageStore.dispatch_pending).
+            self.store.dispatch_soon = self._reput_soon
             self.ha = HAService(self.store, clock=self.clock, batch_size=c.haTransferBatchSize,
                                 heartbeat_ms=c.haSendHeartbeatInterval, housekeeping_ms=c.haHousekeepingInterval,
                                 fallbehind_max=c.haSlaveFallbehindMax, sync_wait_ms=c.sync_wait_ms,
@@ -123,7 +131,7 @@ class BrokerController:
             self.schedule_dispatch()
             self.ha_client.start()
         if listen:
-            site = metrics_site(self.metrics, lambda: self.status())
+            site = metrics_site(self.metrics, lambda: self.status(), served=self.served)
             self.ports.append(self.reactor.listenTCP(c.metrics_port, site))
         self.started = True
         log.info("broker %s started: cluster=%s brokerName=%s brokerId=%d role=%s flush=%s addr=%s "
@@ -142,6 +150,9 @@ class BrokerController:
         flushed = self.flusher.stop() if self.flusher is not None else defer.succeed(None)
         if self._dispatch_call is not None and self._dispatch_call.active():
             self._dispatch_call.cancel()
+        if self._reput_call is not None and self._reput_call.active():
+            self._reput_call.cancel()  # the store's shutdown dispatches what is left
+        self._reput_call = None
         for p in self.ports:
             ds.append(defer.maybeDeferred(p.stopListening))
         self.ports = []
@@ -191,6 +202,16 @@ class BrokerController:
             return res
 
         return defer.gatherResults(waits).addCallback(combine)
+
+    # -- master: consume queues and index from the records just put -------------------------------
+    def _reput_soon(self):
+        if self._reput_call is None:
+            self._reput_call = self.clock.callLater(0, self._reput)
+
+    def _reput(self):
+        self._reput_call = None
+        if not self.store.closed:
+            self.store.dispatch_pending()
 
     # -- slave: consume queues from replicated bytes ----------------------------------------------
     def _dispatch_soon(self):

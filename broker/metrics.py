@@ -135,8 +135,29 @@ class _Text(resource.Resource):
         return self.fn().encode("utf-8")
 
 
-def metrics_site(registry: Registry, status_fn) -> server.Site:
+class _Served(resource.Resource):
+    """GET /served?after=N&limit=M: the pulls answered since entry N (broker/served.py)."""
+    isLeaf = True
+
+    def __init__(self, served):
+        super().__init__()
+        self.served = served
+
+    def render_GET(self, request):
+        request.setHeader(b"content-type", b"application/json")
+        try:
+            after = int((request.args.get(b"after") or [b"0"])[0])
+            limit = int((request.args.get(b"limit") or [b"10000"])[0])
+        except ValueError:
+            request.setResponseCode(400)
+            return b'{"error": "after and limit must be integers"}'
+        return json.dumps(self.served.since(after, min(max(limit, 0), 100000))).encode("utf-8")
+
+
+def metrics_site(registry: Registry, status_fn, served=None) -> server.Site:
     root = resource.Resource()
+    if served is not None:
+        root.putChild(b"served", _Served(served))
     root.putChild(b"metrics", _Text(registry.render, b"text/plain; version=0.0.4; charset=utf-8"))
     root.putChild(b"status", _Text(lambda: json.dumps(status_fn(), indent=1, sort_keys=True),
                                    b"application/json"))

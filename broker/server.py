@@ -74,7 +74,8 @@ class BrokerServer:
         self.controller.start(listen=listen)
         store = self.controller.store
         self.send = SendProcessor(c, self.controller, self.topics)
-        self.pull = PullProcessor(c, store, self.topics, self.offsets, self.clients, self.clock)
+        self.pull = PullProcessor(c, store, self.topics, self.offsets, self.clients, self.clock,
+                                  served=self.controller.served)
         self.pull.install_metrics(self.controller.metrics)
         # Every broker keeps the delay offsets (a slave copies its master's and serves them); only a
         # master delivers delayed messages.

@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"error: the cluster did not start: {e}")
             return EXIT_RUN_FAILED
         # A fresh run folder: histories, faults and samples of an earlier run would be audited with this one.
-        for sub in ("history", "metrics", "chaos", "faults"):
+        for sub in ("history", "metrics", "served", "chaos", "faults"):
             shutil.rmtree(rd / sub, ignore_errors=True)
     (rd / "chaos").mkdir(parents=True, exist_ok=True)
     state = cluster.state

@@ -213,7 +213,7 @@ def cmd_sample(args) -> int:
     path = Path(args.out) if args.out else rd / "metrics" / "samples.jsonl"
     sys.stderr.write(f"sampling cluster {name} every {args.interval_ms} ms into {path} (Ctrl-C stops)\n")
     run_sampler(state, None, path, interval_ms=args.interval_ms, duration=args.duration, count=args.count,
-                out=sys.stderr)
+                out=sys.stderr, served_path=rd / "served" / "pulls.jsonl")
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import served
 from .audit import groups
 from .runfolder import Node
 from .verdict import FAIL, INFO, PASS, WARN, Verdict
@@ -47,6 +48,8 @@ class HistoryFindings:
     send_latency: dict = field(default_factory=dict)         # percentile -> ms
     e2e_latency: dict = field(default_factory=dict)
     statuses: dict = field(default_factory=dict)
+    served_by: dict = field(default_factory=dict)            # serving node -> receives (pipeline/served.py)
+    served_buckets: list = field(default_factory=list)       # (broker, node, bucket start ms, receives)
 
 
 def load_histories(spark, paths: list[str]):
@@ -67,7 +70,7 @@ def _pcts(df, col: str) -> dict:
             "n": r["n"]}
 
 
-def check(spark, decoded, hist, nodes: list[Node]) -> HistoryFindings:
+def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = None) -> HistoryFindings:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -185,6 +188,15 @@ def check(spark, decoded, hist, nodes: list[Node]) -> HistoryFindings:
     f.order_violations = [(r["client"], r["broker"], r["topic"], r["queue_id"], r["queue_offset"],
                            r["prev_max"], bool(r["ordered"]))
                           for r in rq.filter("viol").orderBy("client", "seq").limit(1000).collect()]
+
+    # 5b. which node served each receive (its group's node whose served pull covers its queue offset)
+    if served_rows is not None:
+        by = served.attribute(spark, rq.select("client", "seq", "broker", "topic", "queue_id", "queue_offset",
+                                               "start_ms"), served_rows)
+        bucket = (F.col("start_ms") / served.BUCKET_MS).cast("long") * served.BUCKET_MS
+        for r in by.groupBy("broker", "served_by", bucket.alias("t")).count().collect():
+            f.served_buckets.append((r["broker"], r["served_by"], r["t"], r["count"]))
+            f.served_by[r["served_by"]] = f.served_by.get(r["served_by"], 0) + r["count"]
     rq.unpersist()
 
     # 6. latency: send call (end - start), and end to end (first try of the logical send -> first receive)

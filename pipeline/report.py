@@ -5,8 +5,8 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from . import audit, decode, faults, history_check, runfolder
-from .verdict import FAIL, Verdict, failed
+from . import audit, decode, faults, history_check, runfolder, served
+from .verdict import FAIL, INFO, Verdict, failed
 
 
 @dataclass
@@ -206,6 +206,7 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
                               faults.forks_allowed(fault_list))
 
     hpaths = runfolder.history_files(run_dir)
+    served_rows, served_dropped = served.load(run_dir)
     latencies: list[int] = []
     over_time: list[tuple[int, int, str]] = []
     sent_per_s: list[tuple[int, int]] = []
@@ -213,7 +214,7 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     non_ok: list[tuple[str, int, int]] = []
     if hpaths:
         hist = history_check.load_histories(spark, hpaths).cache()
-        findings = history_check.check(spark, df, hist, nodes)
+        findings = history_check.check(spark, df, hist, nodes, served_rows)
         verdicts += history_check.verdicts(findings)
         sends = hist.filter(F.col("op") == "send")
         non_ok = [(r["status"], r["start_ms"] or 0, r["end_ms"] or 0)
@@ -233,6 +234,12 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     group_of = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
     attribution = faults.attribute(fault_list, non_ok, findings.lost, pairs, group_of)
     verdicts += faults.verdicts(fault_list, attribution)
+    outage_list = served.outages(fault_list, findings.served_buckets)
+    if findings.receives:
+        unattributed = findings.served_by.get(served.UNATTRIBUTED, 0)
+        verdicts.append(Verdict("receives by serving node", INFO, served.describe(
+            {k: v for k, v in findings.served_by.items() if k != served.UNATTRIBUTED}, unattributed,
+            served_dropped, bool(served.served_files(run_dir)), outage_list)))
 
     masters = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
     stored: dict[str, list] = {}
@@ -252,11 +259,11 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     rep = Report(verdicts, plots)
     rep.path = write_markdown(out_dir, run_dir, nodes, rep, pairs, bool(samples),
                               faults.markdown(fault_list, attribution))
-    write_summary(out_dir, rep, fault_list, attribution, findings, pairs)
+    write_summary(out_dir, rep, fault_list, attribution, findings, pairs, outage_list)
     return rep
 
 
-def write_summary(out_dir, rep: Report, fault_list, attribution, findings, pairs) -> str:
+def write_summary(out_dir, rep: Report, fault_list, attribution, findings, pairs, outage_list=()) -> str:
     """summary.json: the verdicts, the faults and what each is blamed for, for tools (chaos/matrix.py)."""
     from dataclasses import asdict
     path = os.path.join(out_dir, "summary.json")
@@ -269,6 +276,9 @@ def write_summary(out_dir, rep: Report, fault_list, attribution, findings, pairs
             "lostByFault": {k: len(v) for k, v in attribution.lost.items()},
             "divergentByFault": attribution.divergent,
             "nonOkByFault": attribution.non_ok,
+            "servedBy": findings.served_by,
+            "receivesDuringMasterOutages": [{"fault": o.label, "group": o.group, "byNode": o.by_node}
+                                            for o in outage_list],
             "pairs": [{"master": p.master, "slave": p.slave, "firstDivergentOffset": p.first_divergent_offset,
                        "forkOffset": p.fork_offset, "lagBytes": p.lag_bytes} for p in pairs],
         }, fh, indent=1, default=str)

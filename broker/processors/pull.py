@@ -155,8 +155,9 @@ class PullRequestHoldService:
 
 
 class PullProcessor:
-    def __init__(self, config, store, topics, offsets, consumers, clock):
+    def __init__(self, config, store, topics, offsets, consumers, clock, served=None):
         self.config = config
+        self.served = served  # broker.served.ServedLog: which ranges this node returned
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -254,5 +255,10 @@ class PullProcessor:
             if held is not None:
                 return held
 
-        body = b"".join(bytes(r) for r in res.records) if code == ResponseCode.SUCCESS else b""
+        body = b""
+        if code == ResponseCode.SUCCESS:
+            body = b"".join(bytes(r) for r in res.records)
+            if self.served is not None:
+                self.served.record(int(self.clock.seconds() * 1000), group, topic, queue_id, offset,
+                                   res.next_begin_offset, len(res.records))
         return req.make_response(code, status, ext_fields=ext, body=body)

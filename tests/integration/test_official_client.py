@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster.sample import ServedReader
+
 from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 
 pytestmark = pytest.mark.integration
@@ -269,6 +271,17 @@ def test_consumers_read_from_the_slave_when_the_master_is_stopped(cluster):
                              f"{sorted((m['queue_id'], m['queue_offset']) for m in got)}\n"
                              f"{native_log(LAST_CONSUMER_PID[0], 150)}")
         assert slave.total_messages(topic, 4) == on_a
+        # the slave's served-pull log (broker/served.py) names every receive of broker-a's queues, as the
+        # sampler reads it: this is how a chaos run's audit knows which node served each receive
+        reader = ServedReader({"nodes": [{"name": "broker-a-s", "brokerName": "broker-a", "brokerId": 1,
+                                          "statusUrl": f"{slave.metrics_url}/status"}]})
+        ranges = [r for r in reader.rows(timeout=2.0) if r.get("group") == "G-failover" and r["topic"] == topic]
+        assert ranges and all(r["node"] == "broker-a-s" for r in ranges)
+        on_slave = {(q, o) for q in range(4) for o in range(slave.max_offset(topic, q))}
+        covered = {(r["queueId"], o) for r in ranges for o in range(r["from"], r["next"])}
+        assert on_slave <= covered, f"broker-a's messages not in its slave's served log: {sorted(on_slave - covered)}"
+        assert sum(r["messages"] for r in ranges) >= on_a
+        assert reader.rows(timeout=2.0) == [], "a second read returns only what is new"
     finally:
         master.start()  # same store: it recovers and the slave reconnects
 
