@@ -43,6 +43,16 @@ DEPLOYMENT_KEYS = ("listenPort", "haListenPort", "metricsPort", "brokerIP1", "na
 CLUSTER_INDEX_SIZES = {"maxHashSlotNum": "50000", "maxIndexNum": "200000"}
 
 
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (Linux's default when unreadable)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            lo, hi = (int(x) for x in fh.read().split()[:2])
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     name: str               # broker-a, broker-a-s, ...
@@ -161,6 +171,15 @@ class PortPlan:
             namesrv_port = DEFAULT_NAMESRV_PORT if base_port == DEFAULT_BASE_PORT else base_port + NAMESRV_OFFSET
         if not 1 <= namesrv_port <= 65535:
             raise ClusterError(f"name server port {namesrv_port} is out of range 1..65535")
+        lo, hi = ephemeral_range()
+        if base_port <= hi and base_port + CLUSTER_PORT_SPAN > lo or lo <= namesrv_port <= hi:
+            # a node restarted by a fault must bind its port again, and an outgoing connection may hold
+            # it by then: the restart fails with "Address already in use"
+            raise ClusterError(f"base port {base_port} (ports {base_port}..{base_port + CLUSTER_PORT_SPAN - 1}, "
+                               f"name server {namesrv_port}) overlaps this machine's ephemeral port range "
+                               f"{lo}..{hi} (/proc/sys/net/ipv4/ip_local_port_range), which outgoing "
+                               f"connections take ports from: pick a base port below {lo - CLUSTER_PORT_SPAN}, "
+                               "e.g. 20000")
         return cls(base_port, namesrv_port)
 
     def node_ports(self, node: NodeSpec) -> dict[str, int]:

@@ -161,3 +161,15 @@ def test_compose_files_are_plain_properties():
         for f in (COMPOSE_DIR / name).glob("*.properties"):
             props = parse_properties(f.read_text())
             assert props["brokerClusterName"] == "DefaultCluster"
+
+
+def test_a_base_port_in_the_ephemeral_range_is_refused_with_advice(monkeypatch):
+    # a restarted node must bind its port again; an outgoing connection may have taken it meanwhile
+    from cluster import topology
+    monkeypatch.setattr(topology, "ephemeral_range", lambda: (32768, 60999))
+    for base in (47000, 32768 - 49, 60999):
+        with pytest.raises(ClusterError, match="ephemeral port range 32768..60999.*below 32718"):
+            PortPlan.make(base)
+    with pytest.raises(ClusterError, match="name server 40000"):
+        PortPlan.make(20000, 40000)
+    assert PortPlan.make(32768 - 50).base_port == 32718
