@@ -216,6 +216,17 @@ class FileBacking:
             self.fd = -1
 
 
+class _Batch:
+    """The writes put_keys() collected for one file since IndexFile.begin()."""
+    __slots__ = ("first", "items", "slots", "saved")
+
+    def __init__(self, first: int, saved: tuple):
+        self.first = first  # the number of the first item collected
+        self.items = bytearray()
+        self.slots: dict[int, int] = {}  # slot position -> its new value (the newest item there)
+        self.saved = saved  # the header fields at begin(), put back when a write fails
+
+
 class IndexFile:
     """One index file's header, slots and items, and the reference's operations on them."""
 
@@ -228,6 +239,7 @@ class IndexFile:
         self.begin_ts = self.end_ts = self.begin_phy = self.end_phy = 0
         self.slot_count = 0
         self.count = 1
+        self._batch: _Batch | None = None
 
     # header
     def start(self, end_phy: int, end_ts: int) -> None:
@@ -279,15 +291,22 @@ class IndexFile:
         prevIndex; the first item of the file sets the begin fields after its own timeDiff); written as
         the record's items in one write, then their slots, then the header. A process stopped in
         between leaves items and slots past indexCount, which repair() undoes; a failed write leaves
-        this object as it was."""
-        count = first = self.count
+        this object as it was.
+
+        Inside begin()/commit() nothing is written here: the items, the slots and the header of every
+        record put in between go out at commit(), in that order (one write for the items, one per slot
+        touched, one for the header), so a batch of records costs what one record costs."""
+        count = self.count
         n = min(len(hashes), self.index_num - count)
         if n <= 0:
             return 0
+        batch = self._batch
+        own = batch is None
+        if own:
+            batch = self.begin()
         view, nslots = self.backing.view, self.slot_num
         begin_phy, begin_ts, slot_count = self.begin_phy, self.begin_ts, self.slot_count
-        items = bytearray()
-        slots: dict[int, int] = {}
+        items, slots = batch.items, batch.slots
         for h in hashes[:n]:
             pos = HEADER_SIZE + (h % nslots) * SLOT_SIZE
             prev = slots.get(pos)
@@ -302,14 +321,35 @@ class IndexFile:
             if prev == INVALID_INDEX:
                 slot_count += 1
             count += 1
-        write = self.backing.write
-        write(self.items_at + first * ITEM_SIZE, bytes(items))
-        for pos, value in slots.items():
-            write(pos, SLOT.pack(value))
-        write(0, HEADER.pack(begin_ts, store_ts, begin_phy, phy, slot_count, count))
         self.begin_phy, self.begin_ts, self.slot_count, self.count = begin_phy, begin_ts, slot_count, count
         self.end_phy, self.end_ts = phy, store_ts
+        if own:
+            self.commit()
         return n
+
+    def begin(self) -> _Batch:
+        """Start collecting the writes of put_keys() until commit()."""
+        self._batch = _Batch(self.count, (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
+                                          self.slot_count, self.count))
+        return self._batch
+
+    def commit(self) -> None:
+        """Write what put_keys() collected since begin(): the items, each slot touched, the header. A
+        failed write (OSError) puts this object back as it was at begin() and is raised."""
+        batch, self._batch = self._batch, None
+        if batch is None or not batch.items:
+            return
+        write = self.backing.write
+        try:
+            write(self.items_at + batch.first * ITEM_SIZE, bytes(batch.items))
+            for pos, value in batch.slots.items():
+                write(pos, SLOT.pack(value))
+            write(0, HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
+                                 self.count))
+        except BaseException:
+            (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
+             self.count) = batch.saved
+            raise
 
     # reading
     def time_matched(self, begin: int, end: int) -> bool:
@@ -349,37 +389,50 @@ class IndexFile:
 
     # recovery
     def repair(self) -> int:
-        """Undo what a record being put when the process stopped left past indexCount: its items (one
-        record's, so one phyOffset, written before its slots) are zeroed, and each slot already pointing
-        at one of them goes back down its chain to the newest item indexCount covers. Returns the slots
-        put back. (An all-zero item is a written one only for a record at offset 0: those are walked
-        too, to the most keys a record can have, since such an item's slot, 0, may have been written.)"""
+        """Undo what a put stopped part way left past indexCount: its items (the keys of one record, or
+        of several in commit-log order when it was a batch, written before their slots) are zeroed, and
+        each slot already pointing at one of them goes back down its chain to the newest item
+        indexCount covers. Returns the slots put back. (An all-zero item is a written one only for a
+        record at offset 0, which can only come first: those are walked too, to the most keys a record
+        can have, since such an item's slot, 0, may have been written.)"""
         count = self.count
         if count >= self.index_num:
             return 0
-        first_phy = self.item(count)[1]
-        last = min(self.index_num, count + MAX_KEYS_PER_RECORD)
+        end = self._in_flight_end(count)
         fixed = 0
         written_to = count
-        i = count
-        while i < last:
+        for i in range(count, end):
             h, phy, diff, prev = self.item(i)
-            if phy != first_phy:
-                break
             if h or phy or diff or prev:
                 written_to = i + 1
             v = self.slot(h)
             if v >= count:
-                for _ in range(MAX_KEYS_PER_RECORD):  # in-flight items point to older ones
+                for _ in range(end - count + 1):  # in-flight items point to older ones
                     v = self.item(v)[3] if v < self.index_num else INVALID_INDEX
                     if v < count:
                         break
                 self.backing.write(self._slot_pos(h), SLOT.pack(v if 0 <= v < count else INVALID_INDEX))
                 fixed += 1
-            i += 1
         if written_to > count:
             self.backing.write(self.items_at + count * ITEM_SIZE, bytes((written_to - count) * ITEM_SIZE))
         return fixed
+
+    def _in_flight_end(self, count: int) -> int:
+        """The end of the items an interrupted put may have left from item `count` on: non-zero items
+        whose offsets do not go down (one batch's records, in commit-log order), after the all-zero
+        items a record at offset 0 may have written first."""
+        last_phy = 0
+        i = count
+        while i < self.index_num:
+            h, phy, diff, prev = self.item(i)
+            if h or phy or diff or prev:
+                if phy < last_phy:
+                    break
+                last_phy = phy
+            elif last_phy or i - count >= MAX_KEYS_PER_RECORD:
+                break
+            i += 1
+        return i
 
     def roll_back(self, limit: int, ts_at) -> int:
         """Undo the newest items whose offset is `limit` or more, the exact inverse of put_key: the
@@ -434,6 +487,7 @@ class IndexService:
         self.error = ""  # set when a write failed: building stops until a restart rebuilds the rest
         self.checkpoint_timestamp = 0  # the reference's indexMsgTimestamp: end time of the last full file
         self.recovery: IndexRecovery | None = None
+        self._batching = False  # inside build_records(): files collect their writes until committed
 
     # -- files ------------------------------------------------------------------------------------
     def _open(self, name: str, create: bool) -> IndexFile:
@@ -466,14 +520,21 @@ class IndexService:
         """IndexService.getAndCreateLastIndexFile: the last file, or a new one after it when it is
         full (or when there is none)."""
         if self.files and not self.files[-1].full:
-            return self.files[-1]
+            f = self.files[-1]
+            if self._batching and f._batch is None:
+                f.begin()
+            return f
         prev = self.files[-1] if self.files else None
+        if prev is not None:
+            prev.commit()  # a batch's writes to the full file go out before the next file is made
         os.makedirs(self.directory, exist_ok=True)
         f = self._open(self._new_file_name(), create=True)
         f.start(prev.end_phy if prev else 0, prev.end_ts if prev else 0)
         self.files.append(f)
         if prev is not None:
             log.info("index file %s is full (%d items); continuing in %s", prev.name, prev.items, f.name)
+        if self._batching:
+            f.begin()
         return f
 
     def _delete(self, f: IndexFile) -> None:
@@ -506,6 +567,35 @@ class IndexService:
             log.error("%s", self.error)
             return 0
         return self.build(phy, info)
+
+    def build_records(self, records) -> int:
+        """Index records just stored (the master's path), in commit-log order, as one batch: each file's
+        items, slots and header are written once for all of them (see IndexFile.begin); the same bytes
+        as building them one by one. Each record is (topic, sysflag, store time, keys, stored bytes,
+        offset), keys its (UNIQ_KEY, KEYS) properties when the stored text reads back the same
+        (EncodedRecord.plain_properties: always, for what clients send), else None: then they are read
+        from the stored bytes, as a slave reads them."""
+        if not self.settings.enable or self.error or not records:
+            return 0
+        self._batching = True
+        put = 0
+        try:
+            for topic, sys_flag, store_ts, keys, buf, phy in records:
+                if keys is not None:
+                    put += self._build(phy, topic, sys_flag, store_ts, keys_of(topic, keys[0], keys[1]))
+                else:
+                    put += self.build_record(phy, buf)
+                if self.error:
+                    break
+        finally:
+            self._batching = False
+            if self.files:
+                try:
+                    self.files[-1].commit()
+                except (OSError, StoreError) as e:
+                    self._failed(records[0][-1], e)
+                    put = 0
+        return put
 
     def _build(self, phy: int, topic: str, sys_flag: int, store_ts: int, keys: list[str]) -> int:
         try:

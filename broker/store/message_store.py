@@ -1,6 +1,13 @@
 """The message store: commit log + consume queues + checkpoint/abort/lock files, and their recovery.
 
-Master path: put_message() encodes, appends and dispatches the consume-queue unit in one step.
+Master path: put_message() encodes and appends the record, with the queue offset it takes from the
+store's topic-queue table (the reference's topicQueueTable: assigned at append time, so a send's reply
+carries it at once). Its consume-queue unit and its index keys are built later, by dispatch_pending(),
+for every record appended since the last one, in one batch (the reference's ReputMessageService): the
+controller runs it on the next reactor turn (`dispatch_soon`); a bare store, with no one to schedule
+it, runs it inside put_message. A message is visible to pulls, and wakes the pulls held for its queue
+(dispatch_listeners), once dispatched. The commit log is the truth: after a crash recovery rebuilds
+whatever was not dispatched.
 Slave path: append_replicated() stores raw bytes from the master; a dispatcher then parses the
 records that are complete and builds the consume queues from them, so the slave serves reads.
 """
@@ -37,6 +44,9 @@ CHECKPOINT = struct.Struct(">qqq")
 CHECKPOINT_DURABLE = struct.Struct(">q")
 CHECKPOINT_DURABLE_AT = CHECKPOINT.size
 CHECKPOINT_FILE_SIZE = 4096
+# The most records put_message leaves undispatched (the controller dispatches once per reactor turn;
+# this bounds one turn's batch and the memory it holds).
+MAX_PENDING_RECORDS = 1024
 
 
 class PutStatus(enum.StrEnum):
@@ -133,6 +143,19 @@ class MessageStore:
         self.last_store_timestamp = 0
         self.append_listeners: list = []  # called with the new max offset after every append
         self.dispatch_listeners: list = []  # called with (topic, queue_id) when units were added
+        # Master path: set by the controller to a callable that runs dispatch_pending() soon (on the next
+        # reactor turn); None: put_message dispatches at once.
+        self.dispatch_soon = None
+        # Records appended by put_message and not yet dispatched, in commit-log order: (offset, size,
+        # consume queue or None, queue offset, the unit's tagsCode or TAGS, then for the index: topic,
+        # sysflag, store time, (UNIQ_KEY, KEYS) or None to read them from the stored bytes, those bytes).
+        self._pending: list[tuple] = []
+        # The next queue offset of each (topic, queue id) put_message appended to: ahead of the consume
+        # queue by the records not yet dispatched. Filled from the queue when a key is first used.
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+        # Units a full disk kept out of their consume queue, written before any later one of that queue
+        # at the next dispatch.
+        self._unwritten_units: dict[ConsumeQueue, list] = {}
         self.recovery: RecoveryReport | None = None
         self.was_clean_shutdown = True
         self._lock_fd = -1
@@ -226,6 +249,7 @@ class MessageStore:
     def shutdown(self) -> None:
         if self.closed:
             return
+        self.dispatch_pending()  # a clean shutdown leaves the queues and the index complete
         self.closed = True
         try:
             self.flush()
@@ -267,7 +291,8 @@ class MessageStore:
 
     # -- master: writing --------------------------------------------------------------------------
     def put_message(self, msg: record.Message) -> PutResult:
-        """Store a message and its consume-queue unit. Synchronous; flush and HA waits come after."""
+        """Append a message to the commit log, with its queue offset; its consume-queue unit and index
+        keys follow at the next dispatch_pending(). Synchronous; flush and HA waits come after."""
         if self.closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="store is shut down")
         msg.store_timestamp = self.now_ms()
@@ -276,8 +301,15 @@ class MessageStore:
             delay.to_schedule_topic(msg, self.delay_levels_ms)
         except ValueError as e:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))
-        cq = self.queue(msg.topic, msg.queue_id) if msg.gets_queue_entry else None
-        msg.queue_offset = cq.max_index if cq is not None else 0
+        if msg.gets_queue_entry:
+            key = (msg.topic, msg.queue_id)
+            queue_offset = self.queue_offsets.get(key)
+            cq = self.queues.get(key) or self.queue(*key)
+            if queue_offset is None:
+                queue_offset = cq.max_index
+        else:
+            cq, queue_offset = None, 0
+        msg.queue_offset = queue_offset
         try:
             rec = record.encode(msg)
         except record.RecordError as e:
@@ -285,30 +317,85 @@ class MessageStore:
                       else PutStatus.MESSAGE_ILLEGAL)
             return PutResult(status, remark=str(e))
         try:
-            res = self.commitlog.append_record(rec, msg.queue_offset)
+            res = self.commitlog.append_record(rec, queue_offset)
         except record.RecordError as e:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))
         except DiskFullError as e:
             log.error("put_message failed, nothing stored: %s", e)
             return PutResult(PutStatus.DISK_FULL, remark=f"disk full: {e}")
+        offset = res.wrote_offset
         if cq is not None:
-            try:
-                tags = (delay.deliver_time(self.delay_levels_ms, msg.properties.get(delay.PROPERTY_DELAY),
-                                           msg.store_timestamp) if msg.topic == delay.SCHEDULE_TOPIC else None)
-                cq.put(msg.queue_offset, res.wrote_offset, res.wrote_bytes,
-                       record.tags_code(msg.tags) if tags is None else tags)
-            except DiskFullError as e:
-                # The record is in the commit log; recovery rebuilds the unit from it.
-                log.error("consume queue unit not written (rebuilt on restart): %s", e)
-        self.index.build_record(res.wrote_offset, rec.buf, msg)  # the keys a slave reads from the bytes
-        self.reput_offset = self.commitlog.max_offset
+            self.queue_offsets[key] = queue_offset + 1
+        pending = self._pending
+        # Undispatched records stay within the commit log's last two files (recovery re-dispatches
+        # from the third-last one): a record that opened a new file dispatches what came before.
+        rolled = bool(pending) and offset - offset % self.commitlog.file_size > pending[0][0]
+        # What dispatching needs, taken now (the caller may reuse the message): see dispatch_pending.
+        props = msg.properties
+        if cq is None:
+            unit_tags = None
+        elif msg.topic == delay.SCHEDULE_TOPIC:  # the unit's tagsCode is the deliver time
+            unit_tags = delay.deliver_time(self.delay_levels_ms, props.get(delay.PROPERTY_DELAY),
+                                           msg.store_timestamp)
+            if unit_tags is None:
+                unit_tags = props.get("TAGS")
+        else:
+            unit_tags = props.get("TAGS")
+        keys = (props.get("UNIQ_KEY") or None, props.get("KEYS")) if rec.plain_properties else None
+        pending.append((offset, res.wrote_bytes, cq, queue_offset, unit_tags, msg.topic, msg.sys_flag,
+                        msg.store_timestamp, keys, rec.buf))
         self.last_store_timestamp = msg.store_timestamp
         self._notify_append()
-        if cq is not None:
+        if self.dispatch_soon is None or rolled or len(pending) >= MAX_PENDING_RECORDS:
+            self.dispatch_pending()
+        elif len(pending) == 1:
+            self.dispatch_soon()
+        return PutResult(PutStatus.PUT_OK, offset, res.wrote_bytes, queue_offset,
+                         record.offset_msg_id(self.store_host, offset), msg.store_timestamp)
+
+    def dispatch_pending(self) -> int:
+        """Build the consume-queue units and index keys of every record put_message appended since the
+        last call, one batch per queue and one index batch; then tell the dispatch listeners which
+        queues grew. Returns the records dispatched."""
+        pending = self._pending
+        if not pending and not self._unwritten_units:
+            return 0
+        self._pending = []
+        batches: dict[ConsumeQueue, list] = {}
+        tags_code = record.tags_code
+        for offset, size, cq, queue_offset, unit_tags, *_index in pending:
+            if cq is None:
+                continue
+            units = batches.get(cq)
+            if units is None:
+                units = batches[cq] = self._unwritten_units.pop(cq, [])
+            units.append((queue_offset, offset, size,
+                          unit_tags if type(unit_tags) is int else tags_code(unit_tags)))
+        for cq in list(self._unwritten_units):  # a full disk's leftovers of queues nothing was put to
+            batches[cq] = self._unwritten_units.pop(cq)
+        grew = []
+        for cq, units in batches.items():
+            before = cq.max_index
+            try:
+                cq.put_many(units)
+            except DiskFullError as e:
+                # The records are in the commit log and their queue offsets taken: the units wait for
+                # the next dispatch (recovery would rebuild them too).
+                left = [u for u in units if u[0] >= cq.max_index]
+                self._unwritten_units[cq] = left
+                _limiter.log(logging.ERROR, ("consume queue unit not written",),
+                             "%d consume-queue unit(s) of %s-%d not written yet (retried at the next "
+                             "dispatch, rebuilt on restart): %s", len(left), cq.topic, cq.queue_id, e)
+            if cq.max_index > before:
+                grew.append(cq)
+        if pending:
+            self.index.build_records([p[5:] + (p[0],) for p in pending])
+            last = pending[-1]
+            self.reput_offset = last[0] + last[1]
+        for cq in grew:
             for cb in self.dispatch_listeners:
-                cb(msg.topic, msg.queue_id)
-        return PutResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, msg.queue_offset,
-                         record.offset_msg_id(self.store_host, res.wrote_offset), msg.store_timestamp)
+                cb(cq.topic, cq.queue_id)
+        return len(pending)
 
     def _notify_append(self) -> None:
         m = self.commitlog.max_offset
@@ -330,6 +417,8 @@ class MessageStore:
         Works in slices of max_bytes so a slave catching up keeps serving its sockets; returns the
         bytes consumed (0 when caught up or blocked). Units are written one batch per queue.
         """
+        self.dispatch_pending()
+        self.queue_offsets.clear()  # units from replicated records: the queues say what comes next
         start = self.reput_offset
         stop = min(self.commitlog.max_offset, start + max_bytes)
         batches: dict[tuple[str, int], list] = {}

@@ -212,13 +212,18 @@ def encoded_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 
 
 
 class EncodedRecord:
-    """A record serialized except for the two fields fixed at append time (queue and physical offset)."""
-    __slots__ = ("buf", "size", "crc")
+    """A record serialized except for the two fields fixed at append time (queue and physical offset).
 
-    def __init__(self, buf: bytearray, crc: int):
+    plain_properties: the stored properties text decodes back to the message's properties (no
+    separator inside a name or value; properties_round_trip), so a reader of the message's dict sees
+    what a reader of the bytes sees."""
+    __slots__ = ("buf", "size", "crc", "plain_properties")
+
+    def __init__(self, buf: bytearray, crc: int, plain_properties: bool = False):
         self.buf = buf
         self.size = len(buf)
         self.crc = crc
+        self.plain_properties = plain_properties
 
     def finish(self, queue_offset: int, physical_offset: int) -> bytearray:
         _I8.pack_into(self.buf, 20, queue_offset)
@@ -236,7 +241,9 @@ def encode(msg: Message) -> EncodedRecord:
     topic = msg.topic.encode("utf-8")
     if not topic or len(topic) > MAX_TOPIC_BYTES:
         raise RecordError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes, got {len(topic)}")
+    n_props = len(msg.properties)
     props = encode_properties(msg.properties).encode("utf-8")
+    plain = props.count(b"\x01") == n_props and props.count(b"\x02") == max(n_props - 1, 0)
     if len(props) > MAX_PROPERTIES_BYTES:
         raise RecordError(f"properties are {len(props)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
     born_ip, born_port = msg.born_host
@@ -262,7 +269,7 @@ def encode(msg: Message) -> EncodedRecord:
     _I2.pack_into(buf, p, len(props))
     buf[p + 2:] = props
     assert len(buf) == size
-    return EncodedRecord(buf, crc)
+    return EncodedRecord(buf, crc, plain)
 
 
 def blank(length: int) -> bytes:

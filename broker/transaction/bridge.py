@@ -70,6 +70,7 @@ class Bridge:
         s = self.store
         if not s.min_offset <= commit_log_offset < s.max_offset:
             return None
+        s.dispatch_pending()  # a half put on this reactor turn has its unit from now on
         size = record.message_size(s.commitlog.read(commit_log_offset, record.HEAD_SIZE))
         if not 0 < size <= self.max_record_size:
             return None
