@@ -44,3 +44,10 @@ def test_tiny_chaos_run_passes_its_audit(tmp_path):
     assert "FAIL" not in r.stdout, out
     assert (run_dir / "report" / "report.md").exists(), out
     assert (run_dir / "metrics" / "samples.jsonl").exists(), out
+    # which node served each receive: through the proxies, from the containers' served-pull logs
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    served_by = summary["servedBy"]
+    masters = {"broker-a", "broker-b"}
+    received = sum(served_by.values())
+    assert received > 100 and set(served_by) <= masters | {"broker-a-s", "broker-b-s", "unattributed"}, served_by
+    assert sum(served_by.get(m, 0) for m in masters) >= 0.95 * received, served_by  # no master was out
