@@ -171,15 +171,20 @@ class BrokerController:
         Fires with a PutResult whose status is PUT_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT or
         SLAVE_NOT_AVAILABLE when the message was stored, or an error status when it was not.
         """
+        res = self.put(msg, wait_store_ok)
+        return res if isinstance(res, defer.Deferred) else defer.succeed(res)
+
+    def put(self, msg: record.Message, wait_store_ok: bool = True) -> PutResult | defer.Deferred:
+        """put_message(), with the PutResult itself when there is nothing to wait for (the send path's
+        usual ASYNC_MASTER case answers without a Deferred)."""
         c = self.config
         if not c.is_master:
-            return defer.succeed(PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
-                                           remark="this broker is a SLAVE; send to its master"))
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="this broker is a SLAVE; send to its master")
         res = self.store.put_message(msg)
         if self.bugs and res.status == PutStatus.PUT_OK and "duplicate-store" in self.bugs:
             self.store.put_message(msg)
         if res.status != PutStatus.PUT_OK or not wait_store_ok:
-            return defer.succeed(res)
+            return res
         waits = []  # each fires with a stored PutStatus; a wait that fails counts as its timeout
         if self.flusher.sync and "skip-flush" not in self.bugs:
             waits.append(defer.maybeDeferred(self.flusher.wait, res.next_offset).addBoth(
@@ -188,7 +193,7 @@ class BrokerController:
             waits.append(defer.maybeDeferred(self.ha.wait_for_slave, res.next_offset).addBoth(
                 _wait_outcome, res, "replication", PutStatus.FLUSH_SLAVE_TIMEOUT))
         if not waits:
-            return defer.succeed(res)
+            return res
         if len(waits) == 1:
             # One wait (the usual SYNC_MASTER with ASYNC_FLUSH): no DeferredList per message.
             return waits[0].addCallback(_apply_outcome, res)

@@ -32,10 +32,10 @@ import random
 import struct
 
 from twisted.internet import defer
-from twisted.python.failure import Failure
 
 from broker.remoting.codes import PERM_WRITE, RequestCode, ResponseCode
-from broker.remoting.command import HeaderFieldError, RemotingCommand, java_parse_int, lenient_parse_boolean
+from broker.remoting.command import (INT32, INT64, REQUIRED, HeaderFieldError, RemotingCommand, java_parse_int,
+                                     lenient_parse_boolean, read_numbers)
 from broker.store import record
 from broker.store.message_store import PutResult, PutStatus
 from broker.transaction import messages as transaction
@@ -102,22 +102,55 @@ def decode_batch(body: bytes, max_items: int | None = None) -> list[tuple[int, b
     return items
 
 
+def header_fields(req: RemotingCommand) -> dict[str, str]:
+    """The request's header fields under their long names, whichever code it came with."""
+    ext = req.ext_fields
+    if req.code == RequestCode.SEND_MESSAGE:
+        return ext
+    if _LONG_NAMES.isdisjoint(ext):
+        # The usual case: short names only, renamed in one pass.
+        return {_V2_GET(k, k): v for k, v in ext.items()}
+    fields = dict(ext)
+    for short, long in V2_NAMES.items():
+        if short in fields and long not in fields:
+            fields[long] = fields.pop(short)
+    return fields
+
+
 def normalize_header(req: RemotingCommand) -> RemotingCommand:
     """The request with long header names, whichever code it came with."""
     if req.code == RequestCode.SEND_MESSAGE:
         return req
-    ext = req.ext_fields
-    if _LONG_NAMES.isdisjoint(ext):
-        # The usual case: short names only, renamed in one pass.
-        fields = {_V2_GET(k, k): v for k, v in ext.items()}
-    else:
-        fields = dict(ext)
-        for short, long in V2_NAMES.items():
-            if short in fields and long not in fields:
-                fields[long] = fields.pop(short)
     return RemotingCommand(code=req.code, language=req.language, version=req.version, opaque=req.opaque,
-                           flag=req.flag, remark=req.remark, ext_fields=fields, body=req.body,
+                           flag=req.flag, remark=req.remark, ext_fields=header_fields(req), body=req.body,
                            serialize_type=req.serialize_type)
+
+
+# The numeric header fields a send reads: name, default (REQUIRED: none), 32 or 64 bits.
+_NUMBERS = (("defaultTopicQueueNums", 4, INT32), ("queueId", REQUIRED, INT32), ("sysFlag", 0, INT32),
+            ("bornTimestamp", 0, INT64), ("flag", 0, INT32), ("reconsumeTimes", 0, INT32),
+            ("maxReconsumeTimes", None, INT32))
+_SHORT_OF = {long: short for short, long in V2_NAMES.items()}
+
+
+def _names(short: bool) -> tuple:
+    """The keys a send reads its header with: topic, defaultTopic, properties, batch, then the numbers'
+    specs for read_numbers (key, default, bounds, long name for errors)."""
+    key = _SHORT_OF.get if short else (lambda name: name)
+    return (key("topic"), key("defaultTopic"), key("properties"), key("batch"),
+            tuple((key(name), default, bounds, name) for name, default, bounds in _NUMBERS))
+
+
+_LONG_KEYS, _SHORT_KEYS = _names(False), _names(True)
+
+
+def header_view(req: RemotingCommand) -> tuple[dict[str, str], tuple]:
+    """The request's header fields and the keys to read them by: a V2 header with short names only
+    (the usual case) is read as it is, under the short names; anything else under the long ones."""
+    ext = req.ext_fields
+    if req.code != RequestCode.SEND_MESSAGE and _LONG_NAMES.isdisjoint(ext):
+        return ext, _SHORT_KEYS
+    return header_fields(req), _LONG_KEYS
 
 
 class SendProcessor:
@@ -155,21 +188,19 @@ class SendProcessor:
             return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE,
                                          f"broker is a slave ({c.brokerName} brokerId={c.brokerId}); "
                                          "send to its master")
-        req = normalize_header(request)
+        req = request  # answered with its opaque and serialize type
+        fields, (k_topic, k_default_topic, k_properties, k_batch, k_numbers) = header_view(request)
         try:
-            topic = req.get_str("topic")
-            default_topic = req.get_str("defaultTopic", AUTO_CREATE_TOPIC_KEY)
-            default_queue_nums = req.get_int("defaultTopicQueueNums", 4)
-            queue_id = req.get_int("queueId")
-            sys_flag = req.get_int("sysFlag", 0)
-            born_ts = req.get_long("bornTimestamp", 0)
-            flag = req.get_int("flag", 0)
-            reconsume_times = req.get_int("reconsumeTimes", 0)
-            max_reconsume = req.get_int("maxReconsumeTimes", None)
+            topic = fields.get(k_topic)
+            if topic is None:
+                raise HeaderFieldError("the custom field <topic> is null")
+            default_topic = fields.get(k_default_topic, AUTO_CREATE_TOPIC_KEY)
+            (default_queue_nums, queue_id, sys_flag, born_ts, flag, reconsume_times,
+             max_reconsume) = read_numbers(fields, k_numbers)
         except HeaderFieldError as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        batch = req.code == RequestCode.SEND_BATCH_MESSAGE or lenient_parse_boolean(req.ext_fields.get("batch", ""))
-        props = record.decode_properties(req.ext_fields.get("properties", ""))
+        batch = req.code == RequestCode.SEND_BATCH_MESSAGE or lenient_parse_boolean(fields.get(k_batch, ""))
+        props = record.decode_properties(fields.get(k_properties, ""))
 
         # -- msgCheck --------------------------------------------------------------------------
         if not is_writeable(c.brokerPermission):
@@ -252,12 +283,14 @@ class SendProcessor:
             if len(body) > c.maxMessageSize:
                 return req.make_response(ResponseCode.MESSAGE_ILLEGAL,
                                          f"message body size {len(body)} exceeds maxMessageSize {c.maxMessageSize}")
-            merged = dict(item_props)
-            merged.pop(PROPERTY_WAIT, None)
-            for k, v in props.items():
-                merged.setdefault(k, v)
             if batch:
+                merged = dict(item_props)
+                merged.pop(PROPERTY_WAIT, None)
+                for k, v in props.items():
+                    merged.setdefault(k, v)
                 merged[PROPERTY_CLUSTER] = c.brokerClusterName
+            else:
+                merged = props  # one message: the header's properties are its own
             msgs.append(record.Message(topic=topic, body=body, queue_id=queue_id, flag=item_flag,
                                        sys_flag=sys_flag & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
                                        born_timestamp=born_ts, born_host=born_host,
@@ -268,35 +301,41 @@ class SendProcessor:
 
     def _store(self, req, msgs, wait_store_ok, queue_id):
         results: list[PutResult] = []
+        put = self.controller.put
         for i, m in enumerate(msgs):
             last = i == len(msgs) - 1
-            d = self.controller.put_message(m, wait_store_ok=wait_store_ok if last else False)
+            res = put(m, wait_store_ok=wait_store_ok if last else False)
             if not last:
-                res = _result_now(d)
+                if not isinstance(res, PutResult):
+                    raise RuntimeError(f"put_message without a wait did not answer at once: {res!r}")
                 if res.status != PutStatus.PUT_OK:
                     return self._respond(req, results, res, queue_id)
                 results.append(res)
+            elif isinstance(res, PutResult):
+                # Nothing to wait for: answer without a Deferred.
+                return self._respond(req, results, res, queue_id)
             else:
-                if d.called and not isinstance(d.result, Failure):
-                    # Fired already (nothing to wait for): answer without running a callback chain.
-                    return self._respond(req, results, d.result, queue_id)
-                return d.addCallback(lambda res: self._respond(req, results, res, queue_id))
+                return res.addCallback(lambda res: self._respond(req, results, res, queue_id))
 
     def _respond(self, req, earlier: list[PutResult], res: PutResult, queue_id: int) -> RemotingCommand:
-        status = PutStatus(res.status)  # its response code and whether it is stored are in its table
+        status = res.status
+        if type(status) is not PutStatus:
+            status = PutStatus(status)  # its response code and whether it is stored are in its table
         code = status.response_code
         if status.stored:
-            stored = earlier + [res]
+            stored = earlier + [res] if earlier else [res]
             self.messages.inc(len(stored))
             remark = None if code == ResponseCode.SUCCESS else (
                 f"{status.value}: {res.remark}" if res.remark else status.value)
-            return req.make_response(code, remark, ext_fields={
-                "msgId": ",".join(r.msg_id for r in stored),
-                "queueId": queue_id,
-                "queueOffset": stored[0].queue_offset,
+            response = req.make_response(code, remark)
+            response.ext_fields = {  # strings already, as the C++ client needs them
+                "msgId": ",".join([r.msg_id for r in stored]) if earlier else res.msg_id,
+                "queueId": str(queue_id),
+                "queueOffset": str(stored[0].queue_offset),
                 "MSG_REGION": MSG_REGION,
                 "TRACE_ON": "true",
-            })
+            }
+            return response
         if earlier:
             log.error("batch stopped after %d stored items: %s %s", len(earlier), status, res.remark)
         if status == PutStatus.DISK_FULL:
@@ -306,15 +345,6 @@ class SendProcessor:
         else:
             remark = f"{status.value}: {res.remark}" if res.remark else status.value
         return req.make_response(code, remark)
-
-
-def _result_now(d: defer.Deferred) -> PutResult:
-    """put_message(wait_store_ok=False) has fired already; take its PutResult."""
-    out = []
-    d.addBoth(out.append)
-    if not out or not isinstance(out[0], PutResult):
-        raise RuntimeError(f"put_message without a wait did not fire at once: {out!r}")
-    return out[0]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -10,11 +10,19 @@ import struct
 from collections.abc import Iterator
 
 from broker.remoting.codes import (DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, LanguageCode,
-                                   SerializeType)
+                                   RequestCode, ResponseCode, SerializeType)
 from broker.remoting.command import RemotingCommand, java_string
 from broker.remoting.json_body import _SURROGATE_ESCAPE, encode_utf8, scrub_surrogates
 
 _HEADER_LENGTH_MASK = 0x00FFFFFF
+_SERIALIZE_TYPES = {int(t): t for t in SerializeType}
+# json.dumps with these options builds a new encoder per call; one instance does the same work.
+_JSON_HEADER_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+_FRAME_HEAD = struct.Struct(">II")
+# The string encoder json uses with ensure_ascii=False (the C one when there is one).
+_json_string = json.encoder.encode_basestring
+# Codes are ints or IntEnum members (ResponseCode, RequestCode); json writes both as the number.
+_INT_TYPES = frozenset({int, ResponseCode, RequestCode})
 
 
 class FrameError(ValueError):
@@ -30,7 +38,10 @@ def encode(cmd: RemotingCommand) -> bytes:
     if len(header) > _HEADER_LENGTH_MASK:
         raise ValueError(f"header of {len(header)} bytes does not fit in 24 bits")
     word = (int(cmd.serialize_type) << 24) | len(header)
-    return struct.pack(">II", 4 + len(header) + len(cmd.body), word) + header + cmd.body
+    body = cmd.body
+    if not body:
+        return _FRAME_HEAD.pack(4 + len(header), word) + header
+    return b"".join((_FRAME_HEAD.pack(4 + len(header) + len(body), word), header, body))
 
 
 def encode_header(cmd: RemotingCommand) -> bytes:
@@ -40,6 +51,30 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 
 
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
+    """What _encode_json_header_generic writes, built directly for the usual header (int fields,
+    str language and remark, str extFields): the same bytes, in a fraction of the time."""
+    code, flag, opaque, version, language, remark = (cmd.code, cmd.flag, cmd.opaque, cmd.version,
+                                                    cmd.language, cmd.remark)
+    if not (type(code) in _INT_TYPES and type(flag) is int and type(opaque) is int and type(version) is int
+            and type(language) is str and (remark is None or type(remark) is str)):
+        return _encode_json_header_generic(cmd)
+    ext = cmd.ext_fields
+    esc = _json_string
+    parts = ['{"code":', str(int(code))]
+    if ext:
+        if not _all_str(ext):
+            ext = {str(k): java_string(v) for k, v in ext.items() if v is not None}
+        parts.append(',"extFields":{')
+        parts.append(",".join([esc(k) + ":" + esc(ext[k]) for k in sorted(ext)]))
+        parts.append("}")
+    parts += (',"flag":', str(flag), ',"language":', esc(language), ',"opaque":', str(opaque))
+    if remark is not None:
+        parts += (',"remark":', esc(remark))
+    parts += (',"serializeTypeCurrentRPC":"JSON","version":', str(version), "}")
+    return encode_utf8("".join(parts))
+
+
+def _encode_json_header_generic(cmd: RemotingCommand) -> bytes:
     # Java 4.9 (fastjson over RemotingCommand's getters) writes exactly these, sorted, plus remark and
     # extFields when not null; current clients (rocketmq-client-rust) drop a header without
     # serializeTypeCurrentRPC.
@@ -58,7 +93,7 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
         # The C++ client reads reply header values only when they are JSON strings.
         obj["extFields"] = ext if _all_str(ext) else {
             str(k): java_string(v) for k, v in ext.items() if v is not None}
-    return encode_utf8(json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False))
+    return encode_utf8(_JSON_HEADER_ENCODER.encode(obj))
 
 
 def _all_str(fields: dict) -> bool:
@@ -104,10 +139,9 @@ def decode_frame(frame: bytes | memoryview, max_header_length: int = DEFAULT_MAX
         )
     if header_length > max_header_length:
         raise FrameError(f"header length {header_length} exceeds the maximum header size {max_header_length}")
-    try:
-        serialize_type = SerializeType(type_byte)
-    except ValueError:
-        raise FrameError(f"unknown serialize type {type_byte}") from None
+    serialize_type = _SERIALIZE_TYPES.get(type_byte)
+    if serialize_type is None:
+        raise FrameError(f"unknown serialize type {type_byte}")
     header = bytes(frame[4 : 4 + header_length])
     body = bytes(frame[4 + header_length :])
     try:
@@ -140,7 +174,7 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
         obj = json.loads(text)
     except (UnicodeDecodeError, ValueError) as e:
         raise FrameError(f"header is not valid JSON: {e}; header starts {header[:80]!r}") from None
-    if _SURROGATE_ESCAPE.search(text):
+    if ("\\ud" in text or "\\uD" in text) and _SURROGATE_ESCAPE.search(text):
         # A lone "\ud800" decodes to a str no UTF-8 encoder takes; make it "?" as Java's would.
         obj = scrub_surrogates(obj)
     if not isinstance(obj, dict):
@@ -156,7 +190,7 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
         language = _language_name(language)
     return RemotingCommand(
         code=_json_int(obj, "code"),
-        language=str(language),
+        language=language if type(language) is str else str(language),
         version=_json_int(obj, "version"),
         opaque=_json_int(obj, "opaque"),
         flag=_json_int(obj, "flag"),
@@ -170,6 +204,8 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
 def _json_int(obj: dict, key: str) -> int:
     """An int field of the header as Java reads it: 32 bits, or the frame is malformed."""
     value = obj.get(key, 0)
+    if type(value) is int and -0x80000000 <= value <= 0x7FFFFFFF:
+        return value
     if type(value) is not int:
         if value is None:
             return 0

@@ -103,6 +103,11 @@ class MappedFile:
         if self.mm is not None:
             self.mm[pos:pos + len(data)] = data
             return
+        try:
+            if os.pwritev(self.fd, [data], pos) == len(data):  # the usual case: all of it in one call
+                return
+        except OSError:
+            pass  # _pwritev retries and says what went wrong
         self._pwritev(pos, [data], len(data))
 
     def append(self, data) -> int:

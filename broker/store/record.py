@@ -143,7 +143,12 @@ def decode_host(raw: bytes) -> tuple[str, int]:
 
 def offset_msg_id(store_host: tuple[str, int], physical_offset: int) -> str:
     """offsetMsgId (§4.2): store IP + port (i4) + physical offset (i8), uppercase hex."""
-    return (encode_host(store_host) + _I8.pack(physical_offset)).hex().upper()
+    return _host_hex(tuple(store_host)) + format(physical_offset & 0xFFFFFFFFFFFFFFFF, "016X")
+
+
+@functools.lru_cache(maxsize=256)
+def _host_hex(store_host: tuple[str, int]) -> str:
+    return encode_host(store_host).hex().upper()
 
 
 def parse_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:

@@ -128,7 +128,7 @@ def test_each_put_status_maps_to_its_response_code(broker, status, code, filled)
             return defer.succeed(PutResult(status, 4096, 200, 7, "ABC", 1))
         return defer.succeed(PutResult(status, remark="because"))
 
-    broker.server.controller.put_message = fake_put
+    broker.server.controller.put = fake_put  # what the send path calls (put_message wraps it)
     resp = broker.call(send_v1(queue_id=3))
     assert resp.code == code
     if filled:
@@ -235,7 +235,7 @@ def test_reply_for_every_put_status_comes_from_its_table(broker, status):
         return defer.succeed(PutResult(status, 4096, 200, 7, "ABC", 1) if status.stored
                              else PutResult(status, remark="because"))
 
-    broker.server.controller.put_message = fake_put
+    broker.server.controller.put = fake_put  # what the send path calls (put_message wraps it)
     resp = broker.call(send_v1(queue_id=1))
     assert resp.code == status.response_code
     assert ("msgId" in resp.ext_fields) == status.stored
