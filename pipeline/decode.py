@@ -43,6 +43,7 @@ DEFAULT_RANGE_BYTES = 64 << 20   # the smallest range auto_range_bytes picks
 MAX_AUTO_RANGE_BYTES = 1 << 30
 TASKS_PER_CORE = 4
 WINDOW = 8 << 20              # bytes read per pread
+_FIRST_SEARCH = 64 << 10      # bytes the sync-point search reads first
 MAX_RECORD = 32 << 20         # a larger TOTALSIZE is garbage (RocketMQ's maxMessageSize is 4 MiB)
 _HEAD = record.HEAD_SIZE        # bytes that tell a message, a blank and garbage apart
 _MAGIC_AT = record.MAGIC_AT     # where a record's magic sits, for the sync-point search
@@ -117,12 +118,17 @@ def _zeros(n: int) -> bytes:
 
 
 class _RangeReader:
-    """pread windows over one file, plus the sync-point search."""
+    """pread windows over one file, plus the sync-point search.
 
-    def __init__(self, path: str, base: int, length: int, mapped_size: int):
+    Windows are read into one reused buffer (a fresh 8 MiB bytes object per read cost as much as the
+    decoding: its pages are new memory); a window (a memoryview) is valid until the next window() call."""
+
+    def __init__(self, path: str, base: int, length: int, mapped_size: int, window: int = WINDOW):
         self.fd = os.open(path, os.O_RDONLY)
         self.base, self.length, self.mapped_size = base, length, mapped_size
-        self.buf = b""
+        self.size = window
+        self.store = bytearray(0)
+        self.buf = memoryview(self.store)
         self.buf_start = 0
 
     def close(self):
@@ -132,7 +138,11 @@ class _RangeReader:
         """(buffer, index of pos in it), holding at least `need` bytes from pos unless EOF is sooner."""
         end = self.buf_start + len(self.buf)
         if not (self.buf_start <= pos and (pos + need <= end or end >= self.length)):
-            self.buf = os.pread(self.fd, max(need, WINDOW), pos)
+            n = max(need, self.size)
+            if len(self.store) < n:
+                self.store = bytearray(n)  # a new one: views of the old one stay as they were
+            got = os.preadv(self.fd, [memoryview(self.store)[:n]], pos)
+            self.buf = memoryview(self.store)[:got]
             self.buf_start = pos
         return self.buf, pos - self.buf_start
 
@@ -172,6 +182,7 @@ class _RangeReader:
     def find_sync(self, lo: int, hi: int) -> int | None:
         """The first sync point p with lo <= p < hi."""
         pos = lo
+        step = _FIRST_SEARCH  # doubled up to WINDOW: the first sync point is usually a record away
         while pos < hi:
             data = self.next_data(pos)
             if data is None or data >= hi:
@@ -179,7 +190,8 @@ class _RangeReader:
             # A hole's edge is block-aligned; back up so a header straddling it is still seen.
             if data > pos:
                 pos = max(pos, data - _HEAD)
-            stop = min(hi, pos + WINDOW)
+            stop = min(hi, pos + step)
+            step = min(2 * step, WINDOW)
             chunk = os.pread(self.fd, stop - pos + _HEAD, pos)  # the head of a record starting before stop
             limit = stop - pos + _HEAD
             if chunk == _zeros(len(chunk)):
@@ -220,18 +232,83 @@ def _ok_row(meta, fname, f):
     return (*meta, fname, f[_PHYS], f[_SIZE], "ok", True, None, *_middle(f), _msg_id(f), *_props(f))
 
 
-def decode_chunks(task, chunk_rows: int = CHUNK_ROWS):
+class _Summaries:
+    """The reference: record.scan_summary() tuples, one Python call per record."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+        self.ok = []
+
+    def __len__(self):
+        return len(self.ok)
+
+    @property
+    def full(self) -> bool:
+        return len(self.ok) >= self.rows  # checked between windows: a window's worth more at most
+
+    def walk(self, buf, i: int, lim: int, at: int) -> int:
+        """Take the valid messages at their own position (at + index) from buf[i] while they start
+        before lim; return where it stopped."""
+        summary, phys_at, size_at, append = record.scan_summary, _PHYS, _SIZE, self.ok.append
+        while i < lim:
+            f = summary(buf, i)[2]
+            if f is None or f[phys_at] != at + i:
+                break
+            append(f)
+            i += f[size_at]
+        return i
+
+    def append(self, f):
+        self.ok.append(f)
+
+    def take(self):
+        ok, self.ok = self.ok, []
+        return ok
+
+
+class _CompiledSummaries:
+    """The same rows as _Summaries, as columns (broker.store.summary_columns): the compiled walk takes
+    runs of valid messages and hands back any record it is not sure of, which the caller judges with
+    record.scan() and appends as a scan_summary() tuple."""
+
+    def __init__(self, rows: int):
+        from broker.store import summary_columns
+        self.sc, self.rows = summary_columns, rows
+        self.cols = self._new()
+
+    def _new(self):
+        return self.sc.Columns(self.rows, max(4096, 32 * self.rows))
+
+    def __len__(self):
+        return self.cols.n
+
+    @property
+    def full(self) -> bool:
+        return self.cols.full
+
+    def walk(self, buf, i: int, lim: int, at: int) -> int:
+        return self.cols.walk(buf, i, lim, at)[0]
+
+    def append(self, f):
+        self.cols.append(f)
+
+    def take(self):
+        cols, self.cols = self.cols, self._new()
+        return cols
+
+
+def decode_chunks(task, chunk_rows: int = CHUNK_ROWS, compiled: bool = False):
     """Yield (ok, other) for the records starting in [start, end) of one file (runs on an executor).
 
-    ok: record.scan_summary() tuples of valid messages, in file order; other: full rows (COLUMNS) of
-    blanks and unreadable spans. Several chunks for a long range, each about chunk_rows messages.
+    ok: record.scan_summary() tuples of valid messages, in file order (with compiled: the same rows as
+    a summary_columns.Columns); other: full rows (COLUMNS) of blanks and unreadable spans. Several
+    chunks for a long range, each about chunk_rows messages.
     """
     meta, path, base, length, mapped_size, start, end = task
     fname = os.path.basename(path)
     summary = record.scan_summary
-    phys_at, size_at = _PHYS, _SIZE
-    ok, other = [], []
-    append = ok.append
+    ok = _CompiledSummaries(chunk_rows) if compiled else _Summaries(chunk_rows)
+    other = []
     rd = _RangeReader(path, base, length, mapped_size)
     try:
         p = start if start == 0 else rd.find_sync(start, end)
@@ -241,17 +318,13 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS):
             buf, i = rd.window(p, _HEAD)
             at = base + rd.buf_start  # the physical offset of buf[0]
             lim = end - rd.buf_start
-            while i < lim:
-                f = summary(buf, i)[2]
-                if f is None or f[phys_at] != at + i:
+            while True:
+                i = ok.walk(buf, i, lim, at)
+                if not ok.full:
                     break
-                append(f)
-                i += f[size_at]
+                yield ok.take(), other
+                other = []
             p = rd.buf_start + i
-            if len(ok) >= chunk_rows:
-                yield ok, other
-                ok, other = [], []
-                append = ok.append
             if p >= length:
                 break
             r, buf, i = rd.scan(p)
@@ -260,7 +333,7 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS):
             if good and p >= end:
                 break  # the next range starts here (it is a sync point)
             if r.kind == Scan.MESSAGE and r.message.physical_offset == base + p:
-                append(summary(buf, i)[2])
+                ok.append(summary(buf, i)[2])
                 p += r.size
                 continue
             if r.kind == Scan.BLANK and good:
@@ -285,8 +358,8 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS):
             p = q
     finally:
         rd.close()
-    if ok or other:
-        yield ok, other
+    if len(ok) or other:
+        yield ok.take(), other
 
 
 def decode_range(task) -> list[tuple]:
@@ -363,14 +436,60 @@ def _ok_batch(pa, schema, struct, meta, fname, ok):
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def arrow_batches(task, chunk_rows: int = CHUNK_ROWS):
-    """pyarrow.RecordBatch objects (arrow_schema()) for one range task."""
+def _columns_batch(pa, schema, meta, fname, cols):
+    """One RecordBatch of valid-message rows from a summary_columns.Columns (no Python per row)."""
+    import numpy as np
+    from broker.store import summary_columns as sc
+    n = cols.n
+    const = {"node": meta[0], "broker_name": meta[1], "broker_id": meta[2], "role": meta[3], "file": fname,
+             "status": "ok", "valid": True}
+    ints, strs = set(sc.INT_FIELDS), set(sc.STR_FIELDS)
+    arrays = []
+    for f in schema:
+        if f.name in ints:
+            v = cols.ints_of(f.name)
+            arrays.append(pa.array(v.astype(np.int32) if f.type == pa.int32() else v, f.type))
+        elif f.name in strs:
+            offs, data, valid = cols.strings(f.name)
+            bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+            arrays.append(pa.Array.from_buffers(pa.string(), n, [bitmap, pa.py_buffer(offs), pa.py_buffer(data)]))
+        elif f.name in const:
+            arrays.append(pa.repeat(pa.scalar(const[f.name], f.type), n))
+        else:
+            arrays.append(pa.nulls(n, f.type))  # reason
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+DECODER_ENV = "RMQHA_AUDIT_DECODER"  # "python": the reference decoder only; "compiled" (default): numba when importable
+
+
+def compiled_available() -> bool:
+    """Whether the compiled decoder (broker.store.summary_columns: numba) can run here."""
+    try:
+        from broker.store import summary_columns  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def use_compiled(compiled: bool | None = None) -> bool:
+    """compiled if given, else the environment's choice (DECODER_ENV), else whether numba is here."""
+    if compiled is None:
+        compiled = os.environ.get(DECODER_ENV, "compiled").strip().lower() != "python"
+    return compiled and compiled_available()
+
+
+def arrow_batches(task, chunk_rows: int = CHUNK_ROWS, compiled: bool | None = None):
+    """pyarrow.RecordBatch objects (arrow_schema()) for one range task. compiled: the compiled walk
+    (None: use_compiled()'s choice) or the reference (scan_summary tuples); the rows are the same."""
     import pyarrow as pa
     schema, struct = arrow_schema(), _summary_struct(pa)
     meta, fname = task[0], os.path.basename(task[1])
-    for ok, other in decode_chunks(task, chunk_rows):
-        if ok:
-            yield _ok_batch(pa, schema, struct, meta, fname, ok)
+    compiled = use_compiled(compiled)
+    for ok, other in decode_chunks(task, chunk_rows, compiled):
+        if len(ok):
+            yield (_columns_batch(pa, schema, meta, fname, ok) if compiled
+                   else _ok_batch(pa, schema, struct, meta, fname, ok))
         if other:
             yield pa.RecordBatch.from_arrays(
                 [pa.array(c, schema.field(k).type) for k, c in enumerate(zip(*other))], schema=schema)
