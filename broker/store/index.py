@@ -115,6 +115,35 @@ def index_key(topic: str, key: str) -> str:
     return f"{topic}#{key}"
 
 
+_POW31 = [pow(31, k, 1 << 32) for k in range(4097)]  # 31^k mod 2^32
+_prefix_hashes: dict[str, int] = {}  # topic -> String.hashCode of "topic#", unsigned
+
+
+def key_hashes(topic: str, uniq_key: str | None, keys: str | None) -> list[int]:
+    """[key_hash(k) for k in keys_of(topic, uniq_key, keys)], without building the "topic#key" strings:
+    String.hashCode(p + k) = hashCode(p) * 31^len(k) + hashCode(k) (mod 2^32), len in UTF-16 units,
+    so "topic#" is hashed once per topic (for ASCII keys; any other key is hashed whole)."""
+    prefix = _prefix_hashes.get(topic)
+    if prefix is None:
+        if len(_prefix_hashes) > 4096:
+            _prefix_hashes.clear()
+        prefix = _prefix_hashes[topic] = record.java_string_hash(topic + "#") & 0xFFFFFFFF
+    out = []
+    parts = [uniq_key] if uniq_key is not None else []
+    if keys:
+        parts.extend(k for k in keys.split(KEY_SEPARATOR) if k)
+    jhash = record.java_string_hash
+    for k in parts:
+        if k.isascii() and len(k) <= 4096:
+            h = (prefix * _POW31[len(k)] + jhash(k)) & 0xFFFFFFFF
+            if h & 0x80000000:
+                h -= 1 << 32
+        else:
+            h = jhash(index_key(topic, k))
+        out.append(0 if h == INT_MIN else abs(h))
+    return out
+
+
 def keys_of(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
     """The index keys of one record, in the order buildIndex puts them: UNIQ_KEY, then each KEYS entry
     (String.split(" ") drops empty entries, as does its length check)."""
@@ -571,22 +600,36 @@ class IndexService:
     def build_records(self, records) -> int:
         """Index records just stored (the master's path), in commit-log order, as one batch: each file's
         items, slots and header are written once for all of them (see IndexFile.begin); the same bytes
-        as building them one by one. Each record is (topic, sysflag, store time, keys, stored bytes,
-        offset), keys its (UNIQ_KEY, KEYS) properties when the stored text reads back the same
-        (EncodedRecord.plain_properties: always, for what clients send), else None: then they are read
-        from the stored bytes, as a slave reads them."""
+        as building them one by one with build_record(). Each record is (topic, sysflag, store time,
+        keys, stored bytes, offset), keys its (UNIQ_KEY, KEYS) properties when the stored text reads
+        back the same (EncodedRecord.plain_properties: always, for what clients send), else None: then
+        they are read from the stored bytes, as a slave reads them."""
         if not self.settings.enable or self.error or not records:
             return 0
         self._batching = True
         put = 0
+        phy = records[0][-1]
         try:
+            f = self._writable_file()
             for topic, sys_flag, store_ts, keys, buf, phy in records:
-                if keys is not None:
-                    put += self._build(phy, topic, sys_flag, store_ts, keys_of(topic, keys[0], keys[1]))
-                else:
+                if keys is None:
                     put += self.build_record(phy, buf)
-                if self.error:
-                    break
+                    if self.error:
+                        break
+                    f = self._writable_file()
+                    continue
+                if f.full:  # as build_record would: the next file, even for a record with no key
+                    f = self._writable_file()
+                if phy < f.end_phy or sys_flag & record.TRANSACTION_MASK == record.TRANSACTION_ROLLBACK:
+                    continue
+                hashes = key_hashes(topic, keys[0], keys[1])
+                done = f.put_keys(hashes, phy, store_ts) if hashes else 0
+                while done < len(hashes):
+                    f = self._writable_file()
+                    done += f.put_keys(hashes[done:], phy, store_ts)
+                put += done
+        except (OSError, StoreError) as e:
+            self._failed(phy, e)
         finally:
             self._batching = False
             if self.files:

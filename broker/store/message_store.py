@@ -86,7 +86,8 @@ class PutResult:
     remark: str = ""
 
     def __post_init__(self):
-        self.status = PutStatus(self.status)  # a plain name is accepted; an unknown one is an error
+        if type(self.status) is not PutStatus:
+            self.status = PutStatus(self.status)  # a plain name is accepted; an unknown one is an error
 
     @property
     def next_offset(self) -> int:
@@ -156,6 +157,7 @@ class MessageStore:
         # Units a full disk kept out of their consume queue, written before any later one of that queue
         # at the next dispatch.
         self._unwritten_units: dict[ConsumeQueue, list] = {}
+        self._tag_codes: dict[str | None, int] = {}  # TAGS -> tagsCode, for the dispatch
         self.recovery: RecoveryReport | None = None
         self.was_clean_shutdown = True
         self._lock_fd = -1
@@ -362,15 +364,21 @@ class MessageStore:
             return 0
         self._pending = []
         batches: dict[ConsumeQueue, list] = {}
-        tags_code = record.tags_code
+        codes = self._tag_codes
+        if len(codes) > 4096:
+            codes.clear()
         for offset, size, cq, queue_offset, unit_tags, *_index in pending:
             if cq is None:
                 continue
             units = batches.get(cq)
             if units is None:
                 units = batches[cq] = self._unwritten_units.pop(cq, [])
-            units.append((queue_offset, offset, size,
-                          unit_tags if type(unit_tags) is int else tags_code(unit_tags)))
+            if type(unit_tags) is not int:  # TAGS: its hash (a topic has few tags: remembered)
+                code = codes.get(unit_tags)
+                if code is None:
+                    code = codes[unit_tags] = record.tags_code(unit_tags)
+                unit_tags = code
+            units.append((queue_offset, offset, size, unit_tags))
         for cq in list(self._unwritten_units):  # a full disk's leftovers of queues nothing was put to
             batches[cq] = self._unwritten_units.pop(cq)
         grew = []

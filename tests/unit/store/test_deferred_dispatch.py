@@ -251,3 +251,20 @@ def test_an_index_batch_stopped_part_way_is_undone_and_rebuilt(tmp_path, monkeyp
     assert not s.index.error and s.index.recovery.undone == 0
     s.shutdown()
     assert list(index_files(root).values()) == want
+
+
+def test_key_hashes_are_the_hashes_of_the_built_keys():
+    """index.key_hashes (the batch's way) gives key_hash of every "topic#key" keys_of builds."""
+    from .index_oracle import key_with_min_value_hash
+    rnd = random.Random(11)
+    alphabet = "abcXYZ019-_#é中\U0001F600 "
+    for i in range(500):
+        topic = rnd.choice(["T", "BenchSend", "%RETRY%g", "tópico", "x" * 127])
+        uniq = rnd.choice([None, "", "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(40)))])
+        keys = rnd.choice([None, "", "  ", "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(60)))])
+        assert index.key_hashes(topic, uniq, keys) == \
+            [index.key_hash(k) for k in index.keys_of(topic, uniq, keys)], (topic, uniq, keys)
+    special = key_with_min_value_hash("T#")[2:]  # "T#" + it hashes to Integer.MIN_VALUE: slot 0
+    assert index.key_hashes("T", special, None) == [0] == [index.key_hash("T#" + special)]
+    long_key = "k" * 5000
+    assert index.key_hashes("T", None, long_key) == [index.key_hash("T#" + long_key)]
