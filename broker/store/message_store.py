@@ -47,6 +47,8 @@ CHECKPOINT_FILE_SIZE = 4096
 # The most records put_message leaves undispatched (the controller dispatches once per reactor turn;
 # this bounds one turn's batch and the memory it holds).
 MAX_PENDING_RECORDS = 1024
+# The transaction types that get a consume-queue unit (record.Message.gets_queue_entry).
+_QUEUED_TYPES = frozenset({record.TRANSACTION_NOT_TYPE, record.TRANSACTION_COMMIT})
 
 
 class PutStatus(enum.StrEnum):
@@ -303,7 +305,7 @@ class MessageStore:
             delay.to_schedule_topic(msg, self.delay_levels_ms)
         except ValueError as e:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))
-        if msg.gets_queue_entry:
+        if msg.sys_flag & record.TRANSACTION_MASK in _QUEUED_TYPES:  # msg.gets_queue_entry
             key = (msg.topic, msg.queue_id)
             queue_offset = self.queue_offsets.get(key)
             cq = self.queues.get(key) or self.queue(*key)
