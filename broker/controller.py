@@ -37,6 +37,11 @@ def _apply_outcome(status: PutStatus, res: PutResult) -> PutResult:
     return res
 
 
+def _one_outcome(result, res: PutResult, what: str, failed_as: PutStatus) -> PutResult:
+    """The stored message's result after its only wait (_wait_outcome, then _apply_outcome)."""
+    return _apply_outcome(_wait_outcome(result, res, what, failed_as), res)
+
+
 def _wait_outcome(result, res: PutResult, what: str, failed_as: PutStatus) -> PutStatus:
     """A flush or replication wait's answer as a PutStatus. An errback, or anything that is not the
     outcome of a stored message, counts as that wait failing (failed_as): never as PUT_OK."""
@@ -185,18 +190,21 @@ class BrokerController:
             self.store.put_message(msg)
         if res.status != PutStatus.PUT_OK or not wait_store_ok:
             return res
-        waits = []  # each fires with a stored PutStatus; a wait that fails counts as its timeout
+        kinds = []  # (wait, what, the status its failure counts as)
         if self.flusher.sync and "skip-flush" not in self.bugs:
-            waits.append(defer.maybeDeferred(self.flusher.wait, res.next_offset).addBoth(
-                _wait_outcome, res, "disk flush", PutStatus.FLUSH_DISK_TIMEOUT))
+            kinds.append((self.flusher.wait, "disk flush", PutStatus.FLUSH_DISK_TIMEOUT))
         if c.is_sync_master and "ack-before-replication" not in self.bugs:
-            waits.append(defer.maybeDeferred(self.ha.wait_for_slave, res.next_offset).addBoth(
-                _wait_outcome, res, "replication", PutStatus.FLUSH_SLAVE_TIMEOUT))
-        if not waits:
+            kinds.append((self.ha.wait_for_slave, "replication", PutStatus.FLUSH_SLAVE_TIMEOUT))
+        if not kinds:
             return res
-        if len(waits) == 1:
-            # One wait (the usual SYNC_MASTER with ASYNC_FLUSH): no DeferredList per message.
-            return waits[0].addCallback(_apply_outcome, res)
+        if len(kinds) == 1:
+            # One wait (the usual SYNC_MASTER with ASYNC_FLUSH): no DeferredList per message, and one
+            # callback for its outcome.
+            wait, what, failed_as = kinds[0]
+            return defer.maybeDeferred(wait, res.next_offset).addBoth(_one_outcome, res, what, failed_as)
+        # each fires with a stored PutStatus; a wait that fails counts as its timeout
+        waits = [defer.maybeDeferred(wait, res.next_offset).addBoth(_wait_outcome, res, what, failed_as)
+                 for wait, what, failed_as in kinds]
 
         def combine(statuses):
             # As in RocketMQ 4.9: a replication failure (the last wait) wins over a flush failure.

@@ -174,7 +174,7 @@ class SendProcessor:
         except Exception:
             return defer.fail()
         if isinstance(result, defer.Deferred):
-            return result.addCallback(self._count)
+            return result  # _store's callback counts it
         return self._count(result)
 
     def _count(self, response):
@@ -315,7 +315,7 @@ class SendProcessor:
                 # Nothing to wait for: answer without a Deferred.
                 return self._respond(req, results, res, queue_id)
             else:
-                return res.addCallback(lambda res: self._respond(req, results, res, queue_id))
+                return res.addCallback(lambda res: self._count(self._respond(req, results, res, queue_id)))
 
     def _respond(self, req, earlier: list[PutResult], res: PutResult, queue_id: int) -> RemotingCommand:
         status = res.status

@@ -264,11 +264,20 @@ class RemotingProtocol(Protocol):
         except Exception:
             result = Failure()
         if isinstance(result, defer.Deferred):
-            result.addCallbacks(lambda response: self._reply(request, response),
-                                lambda failure: self._reply_error(request, failure))
-            result.addErrback(self._log_reply_failure, request)
+            result.addBoth(self._reply_later, request)  # one callback per request (SYNC_MASTER sends)
             return
         # Answered at once (most requests): reply without a Deferred round.
+        try:
+            if isinstance(result, Failure):
+                self._reply_error(request, result)
+            else:
+                self._reply(request, result)
+        except Exception:
+            self._log_reply_failure(Failure(), request)
+
+    def _reply_later(self, result, request: RemotingCommand) -> None:
+        """A Deferred processor's outcome: its response, or SYSTEM_ERROR for its failure; a failure to
+        reply is logged (as addCallbacks(_reply, _reply_error).addErrback(_log_reply_failure) would)."""
         try:
             if isinstance(result, Failure):
                 self._reply_error(request, result)
