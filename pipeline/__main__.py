@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     if args.wait_for:
         import time
         from pipeline.spark import get_spark
-        spark = get_spark("rocketmq-audit", args.master)
+        spark = get_spark("rocketmq-audit", args.master, quick_jvm=True)  # a chaos run's audit: small
         from pipeline.warmup import warm_up
         warm_up(spark)  # a tiny audit while the run goes on: the real one then runs warm
         parent = os.getppid()
@@ -54,9 +54,11 @@ def main(argv=None) -> int:
         return 2
     out = args.out or os.path.join(args.run, "report")
 
-    from pipeline import report
-    from pipeline.spark import get_spark
-    spark = spark or get_spark("rocketmq-audit", args.master)
+    from pipeline import report, runfolder
+    from pipeline.spark import QUICK_JVM_MAX_BYTES, get_spark
+    if spark is None:
+        data = sum(f.length for n in runfolder.load_nodes(args.run) for f in n.files)
+        spark = get_spark("rocketmq-audit", args.master, quick_jvm=data < QUICK_JVM_MAX_BYTES)
     print(f"spark master: {spark.sparkContext.master}", flush=True)
     try:
         rep = report.run(spark, args.run, out, args.range_mb << 20 if args.range_mb else None)

@@ -9,6 +9,7 @@ import pytest
 from cluster import ClusterError
 from cluster import runfolder as rf
 from cluster.local_backend import LocalBackend, child_env, check_ports, is_running, port_in_use, spawn
+from cluster.ports import free_block
 from cluster.topology import PortPlan, load_topology
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -83,7 +84,7 @@ def test_unknown_node_is_an_error_listing_the_nodes(run_root):
 def test_port_check_names_the_port_and_suggests_a_base(run_root):
     topo = load_topology("2m-noslave")
     with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
+        s.bind(("0.0.0.0", free_block(1, 20000, 32000)))  # below the ephemeral range, which PortPlan refuses
         s.listen()
         busy = s.getsockname()[1]
         assert port_in_use(busy)

@@ -19,7 +19,7 @@ def spark():
     s = get_spark("pipeline-unit-tests", "local[2]", {
         "spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "4",
         "spark.ui.enabled": "false", "spark.driver.memory": "1g",
-    })
+    }, quick_jvm=True)
     yield s
     s.stop()
 
