@@ -52,7 +52,9 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
     env.pop("CLUSTER_BASE_PORT", None)
     run_dir = tmp_path / "run" / "audit"
     up = cli(env, "up", "--topology", "2m-2s-sync", "--backend", "local", "--name", "audit",
-             "--base-port", str(base), "--timeout", "40", "--set", "syncFlushTimeout=1500")
+             "--base-port", str(base), "--timeout", "40", "--set", "syncFlushTimeout=1500",
+             # 64 MiB commit-log files, as chaos runs use: the audit reads preallocated files whole
+             "--set", f"mappedFileSizeCommitLog={64 << 20}")
     assert up.returncode == 0, up.stderr + up.stdout
     try:
         # The three outcomes on demand first: their FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE sends are in
