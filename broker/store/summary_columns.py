@@ -21,9 +21,11 @@ carry-less multiply instruction (PCLMULQDQ, through an LLVM intrinsic), ~6 GB/s 
 ~2 GB/s for zlib.crc32; CPUs without it get a software multiply (slow, still exact). Everything stays in
 Python source: numba compiles it on first use and caches the machine code next to this file.
 
-Without numba (`available()` is False) callers use scan_summary() alone.
+Importing this module needs numba (pipeline.decode falls back to scan_summary() alone without it).
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 from llvmlite import binding, ir
@@ -32,6 +34,10 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from . import record
+
+# numba keeps the machine code beside this file (__pycache__), or in its user-wide cache; code shipped to
+# Spark executors in a zip compiles once per worker process instead.
+_CACHE = os.path.isfile(__file__)
 
 # Integer columns, rows of COLUMNS.ints (int64 each): SUMMARY_FIELDS' numbers, in this order.
 INT_FIELDS = ("size", "body_crc", "queue_id", "queue_offset", "physical_offset", "sys_flag", "born_timestamp",
@@ -102,8 +108,8 @@ def _fold_constants() -> np.ndarray:
 
 
 def _x2n_table() -> np.ndarray:
-    """x^(2^k) mod P for k < 64, to build x^(8n) (crc32_combine) by squaring."""
-    return np.array([_xpow(1 << k) if k < 40 else 0 for k in range(64)], np.int64)
+    """x^(2^k) mod P, to build x^(8n) (crc32_combine) from the bits of 8n (n < 2^31, so k < 34)."""
+    return np.array([_xpow(1 << k) for k in range(40)], np.int64)
 
 
 def _have_pclmul() -> bool:
@@ -170,28 +176,28 @@ else:
         return soft
 
 
-u8, ff = np.uint64(0xFF), np.uint32(0xFF)
+_U8, _FF = np.uint64(0xFF), np.uint32(0xFF)
 
 
-@njit(inline="always")
+@njit
 def _fold(lo, hi, ka, kb):
     a0, a1 = _clmul(lo, ka)
     b0, b1 = _clmul(hi, kb)
     return a0 ^ b0, a1 ^ b1
 
-@njit(inline="always")
+@njit
 def _table16(t, lo, hi):
     """The register after the 16 bytes lo, hi starting from register 0."""
-    return (t[15 * 256 + (lo & u8)] ^ t[14 * 256 + ((lo >> np.uint64(8)) & u8)]
-            ^ t[13 * 256 + ((lo >> np.uint64(16)) & u8)] ^ t[12 * 256 + ((lo >> np.uint64(24)) & u8)]
-            ^ t[11 * 256 + ((lo >> np.uint64(32)) & u8)] ^ t[10 * 256 + ((lo >> np.uint64(40)) & u8)]
-            ^ t[9 * 256 + ((lo >> np.uint64(48)) & u8)] ^ t[8 * 256 + (lo >> np.uint64(56))]
-            ^ t[7 * 256 + (hi & u8)] ^ t[6 * 256 + ((hi >> np.uint64(8)) & u8)]
-            ^ t[5 * 256 + ((hi >> np.uint64(16)) & u8)] ^ t[4 * 256 + ((hi >> np.uint64(24)) & u8)]
-            ^ t[3 * 256 + ((hi >> np.uint64(32)) & u8)] ^ t[2 * 256 + ((hi >> np.uint64(40)) & u8)]
-            ^ t[256 + ((hi >> np.uint64(48)) & u8)] ^ t[hi >> np.uint64(56)])
+    return (t[15 * 256 + (lo & _U8)] ^ t[14 * 256 + ((lo >> np.uint64(8)) & _U8)]
+            ^ t[13 * 256 + ((lo >> np.uint64(16)) & _U8)] ^ t[12 * 256 + ((lo >> np.uint64(24)) & _U8)]
+            ^ t[11 * 256 + ((lo >> np.uint64(32)) & _U8)] ^ t[10 * 256 + ((lo >> np.uint64(40)) & _U8)]
+            ^ t[9 * 256 + ((lo >> np.uint64(48)) & _U8)] ^ t[8 * 256 + (lo >> np.uint64(56))]
+            ^ t[7 * 256 + (hi & _U8)] ^ t[6 * 256 + ((hi >> np.uint64(8)) & _U8)]
+            ^ t[5 * 256 + ((hi >> np.uint64(16)) & _U8)] ^ t[4 * 256 + ((hi >> np.uint64(24)) & _U8)]
+            ^ t[3 * 256 + ((hi >> np.uint64(32)) & _U8)] ^ t[2 * 256 + ((hi >> np.uint64(40)) & _U8)]
+            ^ t[256 + ((hi >> np.uint64(48)) & _U8)] ^ t[hi >> np.uint64(56)])
 
-@njit(boundscheck=False, cache=True)
+@njit(boundscheck=False, cache=_CACHE)
 def crc32(b, i, j, crc, t, k):
     """zlib.crc32(b[i:j], crc) for a uint8 array b. t: _crc_tables(), k: _fold_constants()."""
     c = np.uint32(crc) ^ np.uint32(0xFFFFFFFF)  # the raw register
@@ -226,7 +232,7 @@ def crc32(b, i, j, crc, t, k):
         i += 16
     else:
         while i < j:
-            c = (c >> np.uint32(8)) ^ t[(c ^ b[i]) & ff]
+            c = (c >> np.uint32(8)) ^ t[(c ^ b[i]) & _FF]
             i += 1
         return c ^ np.uint32(0xFFFFFFFF)
     while j - i >= 16:
@@ -235,11 +241,11 @@ def crc32(b, i, j, crc, t, k):
         i += 16
     c = _table16(t, lo, hi)
     while i < j:
-        c = (c >> np.uint32(8)) ^ t[(c ^ b[i]) & ff]
+        c = (c >> np.uint32(8)) ^ t[(c ^ b[i]) & _FF]
         i += 1
     return c ^ np.uint32(0xFFFFFFFF)
 
-@njit(inline="always")
+@njit
 def _mulmod_nb(a, b):
     p = 0
     m = 1 << 31
@@ -253,7 +259,7 @@ def _mulmod_nb(a, b):
         m >>= 1
     return p
 
-@njit(inline="always")
+@njit
 def _x8n(n, x2n):
     """x^(8n) mod P."""
     r = 1 << 31
@@ -266,20 +272,20 @@ def _x8n(n, x2n):
         k += 1
     return r
 
-@njit(inline="always")
+@njit
 def _be32(b, i):
     return (np.int64(b[i]) << 24) | (np.int64(b[i + 1]) << 16) | (np.int64(b[i + 2]) << 8) | np.int64(b[i + 3])
 
-@njit(inline="always")
+@njit
 def _be32s(b, i):
     v = _be32(b, i)
     return v - (1 << 32) if v >= (1 << 31) else v
 
-@njit(inline="always")
+@njit
 def _be64s(b, i):
     return np.int64((np.uint64(_be32(b, i)) << np.uint64(32)) | np.uint64(_be32(b, i + 4)))
 
-@njit(inline="always")
+@njit
 def _utf8_ok(b, i, j):
     """Whether b[i:j] is UTF-8 as Python's strict decoder takes it (no surrogates, no overlongs,
     nothing above U+10FFFF)."""
@@ -318,7 +324,7 @@ def _utf8_ok(b, i, j):
         i += n + 1
     return True
 
-@njit(inline="always")
+@njit
 def _named(b, s, end):
     """Whether the segment at s starts with one of the names (plus \\x01) and where: 1 UNIQ_KEY, 2 KEYS,
     3 TAGS, 0 none. Returns (which, value start)."""
@@ -340,7 +346,7 @@ _FIXED = record.FIXED_SIZE_IPV4
 _MAX_TOPIC = record.MAX_TOPIC_BYTES
 
 
-@njit(boundscheck=False, cache=True)
+@njit(boundscheck=False, cache=_CACHE)
 def walk(b, i, lim, at, t, k, x2n, ints, offs, valid, d0, d1, d2, d3, d4, fill, n):
     """Walk valid messages from b[i] while they start before lim; return (i, n, why).
 
@@ -476,7 +482,7 @@ _X2N = _x2n_table()
 
 def zlib_crc32(data, value: int = 0) -> int:
     """zlib.crc32(data, value) by this module's CRC (for tests)."""
-    b = np.frombuffer(data, np.uint8)
+    b = np.frombuffer(bytes(data), np.uint8)
     return int(crc32(b, 0, len(b), value, _TABLES, _FOLDS))
 
 
@@ -509,6 +515,9 @@ class Columns:
         or anything record.scan_summary() must judge; FULL when this object has no room left (take the
         rows; a record whose strings do not fit makes the string buffers grow)."""
         b = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
+        if b.flags.writeable:  # one compiled version (numba's readonly arrays are another type)
+            b = b.view()
+            b.flags.writeable = False
         while True:
             d = self.data
             i, self.n, why = walk(b, i, lim, at, _TABLES, _FOLDS, _X2N, self.ints, self.offs, self.valid,

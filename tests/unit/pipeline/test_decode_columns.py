@@ -31,6 +31,6 @@ def test_ok_row_takes_each_column_from_the_summary_field_of_that_name():
 def test_arrow_batch_matches_the_row_path():
     pa = pytest.importorskip("pyarrow")
     fields = [record.scan_summary(_record())[2]]
-    batch = decode._ok_batch(pa, decode.arrow_schema(), decode._summary_struct(pa), ("n", "b", 0, "MASTER"), "f",
-                             fields)
+    batch = decode._ok_batch(pa, decode.arrow_schema(), decode._summary_struct(pa),
+                             decode._constants(("n", "b", 0, "MASTER"), "f"), fields)
     assert [tuple(r.values()) for r in batch.to_pylist()] == [decode._ok_row(("n", "b", 0, "MASTER"), "f", fields[0])]
