@@ -476,7 +476,14 @@ def _columns_batch(pa, schema, const, cols):
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-DECODER_ENV = "RMQHA_AUDIT_DECODER"  # "python": the reference decoder only; "compiled" (default): numba when importable
+# Which record walk arrow_batches() uses: "python", the reference (record.scan_summary per record); "compiled",
+# broker.store.summary_columns (numba) when importable; "auto" (the default): the reference until this
+# process has decoded COMPILED_AFTER_BYTES of records with it, then the compiled walk. Importing numba costs
+# ~0.5 s per Python worker and its first compile ~7 s per checkout: a small audit (a test, a short chaos
+# run) is done before that pays back. The rows are the same either way.
+DECODER_ENV = "RMQHA_AUDIT_DECODER"
+COMPILED_AFTER_BYTES = 256 << 20
+_REFERENCE_BYTES = [0]  # record bytes this process decoded with the reference (for "auto")
 
 
 def compiled_available() -> bool:
@@ -489,9 +496,12 @@ def compiled_available() -> bool:
 
 
 def use_compiled(compiled: bool | None = None) -> bool:
-    """compiled if given, else the environment's choice (DECODER_ENV), else whether numba is here."""
+    """compiled if given, else the environment's choice (DECODER_ENV); False when numba is not here."""
     if compiled is None:
-        compiled = os.environ.get(DECODER_ENV, "compiled").strip().lower() != "python"
+        choice = os.environ.get(DECODER_ENV, "auto").strip().lower()
+        if choice == "python":
+            return False
+        compiled = choice == "compiled" or _REFERENCE_BYTES[0] >= COMPILED_AFTER_BYTES
     return compiled and compiled_available()
 
 
@@ -506,8 +516,11 @@ def arrow_batches(task, chunk_rows: int = CHUNK_ROWS, compiled: bool | None = No
     const = _constants(meta, fname, file_index)
     compiled = use_compiled(compiled)
     for ok, other in decode_chunks(task, chunk_rows, compiled):
-        if len(ok):
-            yield (_columns_batch(pa, schema, const, ok) if compiled else _ok_batch(pa, schema, struct, const, ok))
+        if len(ok) and compiled:
+            yield _columns_batch(pa, schema, const, ok)
+        elif len(ok):
+            _REFERENCE_BYTES[0] += sum(f[_SIZE] for f in ok)
+            yield _ok_batch(pa, schema, struct, const, ok)
         if other:
             cols = {f.name: pa.array(c, f.type) for f, c in zip(full, zip(*other))}
             cols["file_index"] = pa.repeat(pa.scalar(file_index, pa.int32()), len(other))
@@ -568,13 +581,15 @@ def _lazy_zip_invalidation():
     cls.invalidate_caches = invalidate_caches
 
 
-def decode(spark, nodes: list[Node], range_bytes: int | None = None, use_arrow: bool | None = None):
+def decode(spark, nodes: list[Node], range_bytes: int | None = None, use_arrow: bool | None = None,
+           compiled: bool | None = None):
     """A DataFrame of every record of every node (COLUMNS). Lazy: nothing is read until an action.
 
     At most TASKS_PER_CORE partitions per core, each decoding one or more tasks: a store of many small
     files (64 KiB commit-log files in a disk-full run: hundreds per node) must not cost one Spark task,
     ~0.3 s of fixed overhead, per file. With pyarrow (use_arrow None: when importable), each task's rows
     go to the JVM as Arrow record batches through mapInArrow; without it, as pickled rows (createDataFrame).
+    compiled: the record walk of the Arrow path (None: DECODER_ENV decides, see use_compiled()).
     """
     parallelism = spark.sparkContext.defaultParallelism
     if range_bytes is None:
@@ -589,11 +604,11 @@ def decode(spark, nodes: list[Node], range_bytes: int | None = None, use_arrow: 
         files = {}  # (node meta, file name) -> file_index
         index = [files.setdefault((t[0], os.path.basename(t[1])), len(files)) for t in tasks]
 
-        def run(batches, tasks=tasks, index=index):
+        def run(batches, tasks=tasks, index=index, compiled=compiled):
             _lazy_zip_invalidation()
             for b in batches:
                 for t in b.column(0).to_pylist():
-                    yield from arrow_batches(tasks[t], file_index=index[t])
+                    yield from arrow_batches(tasks[t], compiled=compiled, file_index=index[t])
 
         kinds = {f.name: f.dataType for f in schema().fields}
         per_file = {name: [meta[k] for meta, _ in files] for k, name in enumerate(_PER_FILE_COLUMNS[:-1])}

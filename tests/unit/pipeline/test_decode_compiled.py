@@ -126,11 +126,32 @@ def test_randomly_damaged_logs(tmp_path, seed):
     _assert_same(node, 5000, 9)
 
 
-def test_the_environment_chooses_the_reference(monkeypatch):
+def test_the_environment_chooses_the_walk_and_auto_switches_after_enough_records(monkeypatch):
     monkeypatch.setenv(decode.DECODER_ENV, "python")
     assert decode.use_compiled() is False
     assert decode.use_compiled(True) is True
     monkeypatch.setenv(decode.DECODER_ENV, "compiled")
     assert decode.use_compiled() is True
-    monkeypatch.delenv(decode.DECODER_ENV)
+    monkeypatch.delenv(decode.DECODER_ENV)  # auto: the reference first
+    monkeypatch.setattr(decode, "_REFERENCE_BYTES", [0])
+    assert decode.use_compiled() is False and decode.use_compiled(True) is True
+    monkeypatch.setattr(decode, "_REFERENCE_BYTES", [decode.COMPILED_AFTER_BYTES])
     assert decode.use_compiled() is True and decode.use_compiled(False) is False
+
+
+def test_auto_counts_the_records_the_reference_decoded(monkeypatch, run_builder):
+    node = _damaged(run_builder)
+    monkeypatch.delenv(decode.DECODER_ENV, raising=False)
+    monkeypatch.setattr(decode, "_REFERENCE_BYTES", [0])
+    task = next(_tasks(node))
+    rows = _batch_rows(task, None)
+    assert decode._REFERENCE_BYTES[0] == sum(r[6] for r in rows if r[7] == "ok") > 0
+
+
+def test_spark_decode_with_the_compiled_walk_matches_the_reference(spark, run_builder):
+    node = _damaged(run_builder)
+    want = sorted(r for t in _tasks(node) for r in decode.decode_range(t))
+    for range_bytes in (8192, None):
+        df = decode.decode(spark, [node], range_bytes, compiled=True)
+        assert df.columns == NAMES
+        assert sorted(tuple(r) for r in df.collect()) == want
