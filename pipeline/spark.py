@@ -70,6 +70,9 @@ def get_spark(app_name: str = "rocketmq-audit", master: str | None = None, conf:
     if chosen.startswith("local"):
         # 200 shuffle partitions cost a task each on one machine: a small run's audit took 12 s longer.
         defaults["spark.sql.shuffle.partitions"] = str(max(4, 2 * (os.cpu_count() or 2)))
+        if quick_jvm:
+            # adaptive execution re-plans every shuffle: ~10 % of a small audit's CPU, for nothing to re-plan
+            defaults["spark.sql.adaptive.enabled"] = "false"
     from pyspark import SparkConf
     submitted = SparkConf()  # spark-submit --conf / spark-defaults.conf win over our defaults
     defaults = {k: v for k, v in defaults.items() if not submitted.contains(k)}

@@ -17,7 +17,7 @@ def spark():
     pytest.importorskip("pyspark")
     from pipeline.spark import get_spark
     s = get_spark("pipeline-unit-tests", "local[2]", {
-        "spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "4",
+        "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2", "spark.sql.adaptive.enabled": "false",
         "spark.ui.enabled": "false", "spark.driver.memory": "1g",
     }, quick_jvm=True)
     yield s
