@@ -113,6 +113,10 @@ def _x2n_table() -> np.ndarray:
 
 
 def _have_pclmul() -> bool:
+    """Whether numba compiles for this CPU and it has PCLMULQDQ (code for another CPU name or feature set
+    must not use it: LLVM aborts the process when it cannot select the instruction)."""
+    if os.environ.get("NUMBA_CPU_NAME", "host") != "host" or os.environ.get("NUMBA_CPU_FEATURES"):
+        return False
     try:
         import platform
         return (platform.machine().lower() in ("x86_64", "amd64")
