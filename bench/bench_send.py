@@ -572,6 +572,41 @@ def start_cluster(tmp: str, tag: str, sync: bool, file_size: int):
     return ns.addr, nodes, servers, master.addr
 
 
+PEER_BINARY = "rocketmq-broker-rust"  # crates.io rocketmq-broker (rocketmq-rust): `cargo install rocketmq-broker`
+
+
+def start_peer(tmp: str, exe: str, file_size: int):
+    """Another implementation's broker as an ASYNC_MASTER beside ours: any executable that takes the
+    Java broker's `-c <properties> -n <name server>` (rocketmq-rust's rocketmq-broker-rust does), fed by
+    the same raw producer; its process CPU per message is what is compared."""
+    from tests.integration.local_cluster import NameServerProcess, free_ports
+    work = os.path.join(tmp, "peer")
+    os.makedirs(work, exist_ok=True)
+    ns = NameServerProcess(work).start()
+    port = free_ports(3)
+    cfg = os.path.join(work, "broker.properties")
+    with open(cfg, "w") as fh:
+        fh.write("\n".join(f"{k}={v}" for k, v in {
+            "brokerClusterName": "DefaultCluster", "brokerName": "peer-a", "brokerId": 0,
+            "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH", "listenPort": port,
+            "brokerIP1": "127.0.0.1", "namesrvAddr": ns.addr, "autoCreateTopicEnable": "true",
+            "storePathRootDir": os.path.join(work, "store"), "mappedFileSizeCommitLog": file_size}.items()) + "\n")
+    log = open(os.path.join(work, "peer.log"), "w")
+    proc = subprocess.Popen([exe, "-c", cfg, "-n", ns.addr], stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.time() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                stop_nodes([proc, ns])
+                raise SystemExit(f"the peer broker {exe} did not listen on {port}; see {log.name}")
+            time.sleep(0.2)
+    return ns.addr, [ns, proc], {"master": proc.pid}, f"127.0.0.1:{port}"
+
+
 def stop_nodes(nodes) -> None:
     for n in reversed(nodes):
         if isinstance(n, subprocess.Popen):
@@ -658,7 +693,7 @@ def main() -> None:
     ap.add_argument("--paced-seconds", type=float, default=10.0)
     ap.add_argument("--size", type=int, default=1024, help="message body bytes")
     ap.add_argument("--warmup", type=float, default=4.0, help="seconds the producers get to connect")
-    ap.add_argument("--only", default="raw,stub,async,sync", help="comma list of raw,stub,async,sync")
+    ap.add_argument("--only", default="raw,stub,async,sync,peer", help="comma list of raw,stub,async,sync,peer")
     ap.add_argument("--file-size", type=int, default=256 << 20, help="mappedFileSizeCommitLog")
     ap.add_argument("--binding-as-is", action="store_true",
                     help="keep the binding's O(n) send_async callback list (see _CallbackRefs)")
@@ -668,6 +703,10 @@ def main() -> None:
     ap.add_argument("--raw-producers", type=int, default=1, help="raw producer processes")
     ap.add_argument("--raw-connections", type=int, default=2, help="connections per raw producer")
     ap.add_argument("--raw-inflight", type=int, default=256, help="requests in flight per raw connection")
+    ap.add_argument("--peer-broker", default=shutil.which(PEER_BINARY),
+                    help=f"another broker to measure beside ours with the raw producer, as an ASYNC_MASTER: an "
+                         f"executable taking `-c <properties> -n <namesrv>` (default: {PEER_BINARY} on PATH, "
+                         f"i.e. rocketmq-rust's broker; without one the peer line says so)")
     ap.add_argument("--raw-worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--serve-stub", nargs=2, type=int, help=argparse.SUPPRESS)
@@ -696,19 +735,27 @@ def main() -> None:
         if "raw" in only:
             results["raw echo"] = raw_echo(args.size, 20000, 3.0, 64)
             print("  raw echo done", flush=True)
-        for tag in ("stub", "async", "sync"):
+        for tag in ("stub", "async", "sync", "peer"):
             if tag not in only:
+                continue
+            if tag == "peer" and not args.peer_broker:
+                print(f"  peer: no {PEER_BINARY} on PATH and no --peer-broker: no peer figure "
+                      "(cargo install rocketmq-broker builds rocketmq-rust's)", flush=True)
                 continue
             if tag == "stub":
                 namesrv, nodes, servers, broker = start_stub(tmp)
+            elif tag == "peer":
+                namesrv, nodes, servers, broker = start_peer(tmp, args.peer_broker, args.file_size)
+                if args.load == "client":
+                    print("  peer: measured with the raw producer only", flush=True)
             else:
                 namesrv, nodes, servers, broker = start_cluster(tmp, tag, tag == "sync", args.file_size)
             results[tag] = {}
             try:
-                if args.load in ("raw", "both"):
+                if args.load in ("raw", "both") or tag == "peer":
                     results[tag]["raw"] = run_raw(broker, args.raw_producers, args, tag, servers)
                     print(f"  {tag} raw producer done: {results[tag]['raw']['tps']:.0f} msg/s", flush=True)
-                if args.load in ("client", "both"):
+                if args.load in ("client", "both") and tag != "peer":
                     results[tag]["load"] = run_workers(namesrv, "load", args.producers, args, tag, tmp, servers)
                     results[tag]["paced"] = run_workers(namesrv, "paced", 1, args, tag, tmp, servers)
                     print(f"  {tag} official client done: {results[tag]['load']['tps']:.0f} msg/s", flush=True)
@@ -722,7 +769,8 @@ def main() -> None:
     if raw:
         print(f"  {'raw echo, 1 in flight':34} {raw['sequential_rps']:9.0f}   {fmt(raw)}")
         print(f"  {'raw echo, pipelined (64 in flight)':34} {raw['pipelined_rps']:9.0f}")
-    labels = (("stub", "stub broker (client ceiling)"), ("async", "ASYNC_MASTER"), ("sync", "SYNC_MASTER + slave"))
+    labels = (("stub", "stub broker (client ceiling)"), ("async", "ASYNC_MASTER"), ("sync", "SYNC_MASTER + slave"),
+              ("peer", f"peer {os.path.basename(args.peer_broker or PEER_BINARY)}"))
     for tag, label in labels:
         r = results.get(tag) or {}
         rw = r.get("raw")
@@ -751,6 +799,14 @@ def main() -> None:
             us = rw["server_cpu_us_per_msg"].get("master", 0.0)
             print(f"  target broker CPU per message, {tag:5} <= {limit:.0f} us (raw producer): {us:6.1f} us  "
                   f"{'MET' if us <= limit else 'MISSED'}")
+    peer, ours = ((results.get(k) or {}).get("raw") for k in ("peer", "async"))
+    if peer:
+        pus = peer["server_cpu_us_per_msg"].get("master", 0.0)
+        line = f"  peer broker CPU per message (ASYNC_MASTER, raw producer): {pus:6.1f} us"
+        if ours:
+            us = ours["server_cpu_us_per_msg"].get("master", 0.0)
+            line += f"; ours {us:.1f} us = {us / max(pus, 1e-9):.1f}x the peer's"
+        print(line)
     a, s, st = (results.get(k) or {} for k in ("async", "sync", "stub"))
     if "load" in a:
         print(f"  target async >= 20000 msg/s (official client): {a['load']['tps']:8.0f}  "
