@@ -238,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-audit", action="store_true",
                     help="stop the cluster (stores kept) but leave the audit to the caller (chaos.matrix audits "
                          "its runs in one Spark session of its own)")
+    ap.add_argument("--late-consumer-at", type=float, default=None, metavar="SECONDS",
+                    help="the workload starts a second consumer group this many seconds in, reading from the "
+                         "queues' start: subscribed during a master outage, it reads that group from the slave, "
+                         "which the audit's 'receives by serving node' shows (python client only)")
     ap.add_argument("--out", default=None, help="report folder (default RUN/report)")
     return ap
 
@@ -245,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.set = dict(item.split("=", 1) for item in args.set)
+    if args.late_consumer_at is not None and args.client != "python":
+        say("error: --late-consumer-at needs --client python")
+        return 2
     faults = [] if args.nemesis.strip() in ("", "none") else [f.strip() for f in args.nemesis.split(",") if f.strip()]
     unknown = [f for f in faults if f not in ALL_FAULTS]
     if unknown:
@@ -375,7 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         wl_log = open(rd / "chaos" / f"workload-{run_id}.log", "w")
         workload = subprocess.Popen(py("-m", "chaos.workload", str(rd), namesrv, "--rate", str(args.rate),
                                        "--duration", str(args.duration), "--run-id", run_id,
-                                       "--topic", TOPIC, "--client", args.client),
+                                       "--topic", TOPIC, "--client", args.client,
+                                       *(["--late-consumer-at", str(args.late_consumer_at)]
+                                         if args.late_consumer_at is not None else [])),
                                     stdout=subprocess.PIPE, stderr=wl_log, text=True, env=env, cwd=repo)
         procs.append(workload)
         progress_path = rd / "chaos" / f"progress-{run_id}.json"

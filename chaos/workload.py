@@ -50,6 +50,7 @@ class Counters:
         self.lock = threading.Lock()
         self.c = collections.Counter()
         self.received_ids: set[str] = set()
+        self.late_ids: set[str] = set()     # received by the late consumer group (--late-consumer-at)
         self.stored_ids: set[str] = set()   # send_ids the broker stored (any non-ERROR status)
 
     def add(self, key: str, n: int = 1) -> None:
@@ -63,7 +64,8 @@ class Counters:
                     "not_available": self.c["SLAVE_NOT_AVAILABLE"], "errors": self.c[ERROR],
                     "gave_up": self.c["gave_up"], "inflight": self.c["inflight"],
                     "received": self.c["received"], "received_unique": len(self.received_ids),
-                    "stored_unique": len(self.stored_ids), "ts": time.time()}
+                    "stored_unique": len(self.stored_ids), "received_late": self.c["received_late"],
+                    "ts": time.time()}
 
 
 def write_json_atomic(path: str, obj) -> None:
@@ -111,10 +113,16 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout-ms", type=int, default=10000, help="client send timeout (above the sync wait)")
     ap.add_argument("--max-inflight", type=int, default=4000)
     ap.add_argument("--drain", type=float, default=20.0, help="seconds to wait for the consumer at the end")
+    ap.add_argument("--late-consumer-at", type=float, default=None, metavar="SECONDS",
+                    help="start a second consumer group this many seconds into the sending, reading every "
+                         "queue from its start: one that subscribes during a master outage gets a route "
+                         "without the master and reads that group's queues from its slave (python client only)")
     ap.add_argument("--client", choices=("python", "rust"), default=os.environ.get("CLIENT") or "python",
                     help="python: the official client (PyPI rocketmq); rust: clients/rust (rocketmq-client-rust)")
     args = ap.parse_args(argv)
     if args.client == "rust":
+        if args.late_consumer_at is not None:
+            ap.error("--late-consumer-at needs --client python")
         return exec_rust_workload(args)
 
     rid = args.run_id
@@ -198,6 +206,21 @@ def main(argv=None) -> int:
         except Exception as e:  # refused before it left the client
             on_err(e)
 
+    late = {}  # the late consumer group, once started: its recorder and consumer
+
+    def start_late_consumer():
+        rec = HistoryRecorder(os.path.join(hist, f"consumer-late-{rid}.jsonl"), client=f"consumer-late-{rid}")
+
+        def on_late(msg):
+            counters.add("received_late")
+            k = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
+            if k:
+                with counters.lock:
+                    counters.late_ids.add(k)
+        late["recorder"] = rec
+        late["consumer"] = rec.push_consumer(f"ChaosLateCG{rid}", args.topic, namesrv=args.namesrv,
+                                             on_message=on_late)
+
     phase[0] = "sending"
     start = time.monotonic()
     end = start + args.duration
@@ -206,6 +229,8 @@ def main(argv=None) -> int:
         now = time.monotonic()
         if now >= end:
             break
+        if args.late_consumer_at is not None and not late and now - start >= args.late_consumer_at:
+            start_late_consumer()
         while retries:
             send_async(*retries.popleft())
         due = int((now - start) * args.rate)
@@ -228,14 +253,18 @@ def main(argv=None) -> int:
     deadline = time.monotonic() + args.drain
     while time.monotonic() < deadline:
         with counters.lock:
-            if counters.stored_ids <= counters.received_ids:
+            if counters.stored_ids <= counters.received_ids and (not late or counters.stored_ids <= counters.late_ids):
                 break
         time.sleep(0.1)
     snap = counters.snapshot("done")
-    try:
-        consumer.shutdown()
-    except Exception:
-        pass
+    for c in (consumer, late.get("consumer")):
+        try:
+            if c is not None:
+                c.shutdown()
+        except Exception:
+            pass
+    if late:
+        late["recorder"].close()
     try:
         p.shutdown()
     except Exception:

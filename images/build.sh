@@ -199,22 +199,24 @@ build_toxiproxy_binary() {  # -> sets TOXI_BIN
         "install a Rust toolchain (rustup, or apt-get install -y cargo if new enough for axum 0.8)"
     local src="$HERE/toxiproxy" shash
     shash=$({ rustc -V 2>/dev/null; cat "$src/Cargo.toml" "$src/Cargo.lock"; tree_hash "$src/src"; } | sha)
-    local out="$CACHE/toxiproxy-bin-$shash"
+    # per user, not per clone (as clients/rust/build.sh): a fresh clone reuses the binary, and so the image
+    local tcache="${TOXI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rocketmq-ha-refcluster/toxiproxy}"
+    local out="$tcache/bin-$shash"
     TOXI_BIN="$out/toxiproxy-server"
     if [ -x "$TOXI_BIN" ]; then
-        say "toxiproxy: reusing cached binary ${TOXI_BIN#$ROOT/}"
+        say "toxiproxy: reusing cached binary $TOXI_BIN"
         return
     fi
     step "toxiproxy: cargo build --release (images/toxiproxy)"
     local log="$LOGS/toxiproxy-cargo.log"
-    CARGO_TARGET_DIR="$CACHE/cargo-target" cargo build --release --locked \
+    CARGO_TARGET_DIR="$tcache/target" cargo build --release --locked \
         --manifest-path "$src/Cargo.toml" 2>&1 | tee "$log" \
         | grep --line-buffered -E '^\s*(Compiling|Finished|error)' | stamp \
         || { tail -n 30 "$log" >&2; die "cargo build of toxiproxy-server failed (log: $log)" \
             "check that crates.io is reachable (cargo fetch --manifest-path images/toxiproxy/Cargo.toml) and read the errors above"; }
-    rm -rf "$CACHE"/toxiproxy-bin-*
+    rm -rf "$tcache"/bin-*
     mkdir -p "$out"
-    cp "$CACHE/cargo-target/release/toxiproxy-server" "$TOXI_BIN"
+    cp "$tcache/target/release/toxiproxy-server" "$TOXI_BIN.tmp" && mv "$TOXI_BIN.tmp" "$TOXI_BIN"
     done_step "$(du -h "$TOXI_BIN" | cut -f1) binary"
 }
 

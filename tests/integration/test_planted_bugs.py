@@ -45,7 +45,8 @@ BUGS = {"broker-a:plantBug": "ack-before-replication", "broker-b:plantBug": "dup
         "broker-b-s:plantBug": "corrupt-replication"}
 
 
-def chaos_run(tmp_path: Path, name: str, topology: str, schedule: list[dict], sets: dict[str, str]):
+def chaos_run(tmp_path: Path, name: str, topology: str, schedule: list[dict], sets: dict[str, str],
+              extra: list[str] = ()):
     """python -m chaos.run on the local backend with an explicit schedule; (exit code, stdout, run folder)."""
     (tmp_path / "schedule.json").write_text(json.dumps(schedule))
     env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
@@ -54,6 +55,7 @@ def chaos_run(tmp_path: Path, name: str, topology: str, schedule: list[dict], se
            "--schedule", str(tmp_path / "schedule.json"), "--catchup-timeout", "15"]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
+    cmd += list(extra)
     run_dir = tmp_path / "run" / name
     try:
         r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
