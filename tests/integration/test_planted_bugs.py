@@ -113,8 +113,11 @@ def test_the_same_schedule_without_bugs_passes(tmp_path):
     for name in ("no acknowledged send lost", "no UNIQ_KEY stored twice", "log integrity broker-b-s",
                  "replica broker-b: broker-b vs broker-b-s", "nothing received that was never sent"):
         assert v[name] == "PASS", (name, out)
-    # the master power loss forks broker-a's logs (SLAVE_AHEAD): allowed, so a warning, and the audit passes
-    assert v["replica broker-a: broker-a vs broker-a-s"] == "WARN" and "an allowed fork" in out, out
+    # the master power loss forks broker-a's logs (SLAVE_AHEAD) once it takes writes again: allowed, so a
+    # warning, and the audit passes; on a loaded machine its restart may take until the workload's end,
+    # and then it only lost its tail (also a warning)
+    assert v["replica broker-a: broker-a vs broker-a-s"] == "WARN", out
+    assert "an allowed fork" in out or "master lost its tail" in out, out
     assert rc == 0, out
     cells = matrix_cells(run_dir, "2m-2s-sync", "ASYNC_FLUSH")
     assert cells[("kill-slave", "slave")][0] == "PASS", cells
