@@ -161,13 +161,17 @@ def main(argv=None) -> int:
             counters.add(ERROR)
             time.sleep(0.5)
 
-    def on_message(msg):
-        counters.add("received")
-        k = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
-        if k:
-            with counters.lock:
-                counters.received_ids.add(k)
-    consumer = cons.push_consumer(f"ChaosCG{rid}", args.topic, namesrv=args.namesrv, on_message=on_message)
+    def counting(counter: str, ids: set):
+        """A consumer callback: counts the receive and remembers its send_id (KEYS)."""
+        def on_message(msg):
+            counters.add(counter)
+            k = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
+            if k:
+                with counters.lock:
+                    ids.add(k)
+        return on_message
+    consumer = cons.push_consumer(f"ChaosCG{rid}", args.topic, namesrv=args.namesrv,
+                                  on_message=counting("received", counters.received_ids))
 
     retries: collections.deque = collections.deque()   # (send_id, attempt)
 
@@ -210,16 +214,9 @@ def main(argv=None) -> int:
 
     def start_late_consumer():
         rec = HistoryRecorder(os.path.join(hist, f"consumer-late-{rid}.jsonl"), client=f"consumer-late-{rid}")
-
-        def on_late(msg):
-            counters.add("received_late")
-            k = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
-            if k:
-                with counters.lock:
-                    counters.late_ids.add(k)
         late["recorder"] = rec
         late["consumer"] = rec.push_consumer(f"ChaosLateCG{rid}", args.topic, namesrv=args.namesrv,
-                                             on_message=on_late)
+                                             on_message=counting("received_late", counters.late_ids))
 
     phase[0] = "sending"
     start = time.monotonic()

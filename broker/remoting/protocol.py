@@ -266,18 +266,12 @@ class RemotingProtocol(Protocol):
         if isinstance(result, defer.Deferred):
             result.addBoth(self._reply_later, request)  # one callback per request (SYNC_MASTER sends)
             return
-        # Answered at once (most requests): reply without a Deferred round.
-        try:
-            if isinstance(result, Failure):
-                self._reply_error(request, result)
-            else:
-                self._reply(request, result)
-        except Exception:
-            self._log_reply_failure(Failure(), request)
+        self._reply_later(result, request)  # answered at once (most requests): no Deferred round
 
     def _reply_later(self, result, request: RemotingCommand) -> None:
-        """A Deferred processor's outcome: its response, or SYSTEM_ERROR for its failure; a failure to
-        reply is logged (as addCallbacks(_reply, _reply_error).addErrback(_log_reply_failure) would)."""
+        """A processor's outcome (at once, or from its Deferred): its response, or SYSTEM_ERROR for its
+        failure; a failure to reply is logged (as addCallbacks(_reply, _reply_error).addErrback(
+        _log_reply_failure) would)."""
         try:
             if isinstance(result, Failure):
                 self._reply_error(request, result)

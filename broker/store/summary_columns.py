@@ -350,6 +350,17 @@ _FIXED = record.FIXED_SIZE_IPV4
 _MAX_TOPIC = record.MAX_TOPIC_BYTES
 
 
+@njit
+def _put_text(b, s, e, d, col, n, fill, offs, valid):
+    """Row n of string column col: b[s:e] appended to its data d, or null when s < 0."""
+    if s >= 0:
+        f = fill[col]
+        d[f:f + e - s] = b[s:e]
+        fill[col] = f + e - s
+    offs[col, n + 1] = fill[col]
+    valid[col, n] = s >= 0
+
+
 @njit(boundscheck=False, cache=_CACHE)
 def walk(b, i, lim, at, t, k, x2n, ints, offs, valid, d0, d1, d2, d3, d4, fill, n):
     """Walk valid messages from b[i] while they start before lim; return (i, n, why).
@@ -437,29 +448,10 @@ def walk(b, i, lim, at, t, k, x2n, ints, offs, valid, d0, d1, d2, d3, d4, fill, 
         ints[7, n] = _be64s(b, i + 48 + born)
         ints[8, n] = rec_crc
         # strings
-        f = fill[0]
-        d0[f:f + tl] = b[q + 1:r]
-        fill[0] = f + tl
-        offs[0, n + 1] = fill[0]
-        valid[0, n] = 1
-        f = fill[1]
-        if us >= 0:
-            d1[f:f + ue - us] = b[us:ue]
-            fill[1] = f + ue - us
-        offs[1, n + 1] = fill[1]
-        valid[1, n] = us >= 0
-        f = fill[2]
-        if ks >= 0:
-            d2[f:f + ke - ks] = b[ks:ke]
-            fill[2] = f + ke - ks
-        offs[2, n + 1] = fill[2]
-        valid[2, n] = ks >= 0
-        f = fill[3]
-        if gs >= 0:
-            d3[f:f + ge - gs] = b[gs:ge]
-            fill[3] = f + ge - gs
-        offs[3, n + 1] = fill[3]
-        valid[3, n] = gs >= 0
+        _put_text(b, q + 1, r, d0, 0, n, fill, offs, valid)
+        _put_text(b, us, ue, d1, 1, n, fill, offs, valid)
+        _put_text(b, ks, ke, d2, 2, n, fill, offs, valid)
+        _put_text(b, gs, ge, d3, 3, n, fill, offs, valid)
         f = fill[4]
         h = i + 48 + born + 8  # STOREHOST
         for m in range(store):

@@ -7,6 +7,8 @@ timeDiff i, prevIndex i). Item numbers start at 1.
 """
 from __future__ import annotations
 
+import errno
+
 import datetime
 import struct
 
@@ -173,3 +175,19 @@ def crash(store) -> None:
     store.index.close()
     os.close(store._lock_fd)
     store.closed = True
+
+
+def fail_index_write(monkeypatch, nth_write: int):
+    """Make the index's (nth_write + 1)-th file write fail with ENOSPC; returns a function that heals it."""
+    from broker.store import index
+    real_write = index.FileBacking.write
+    writes = [0]
+
+    def failing_write(self, pos, data):
+        writes[0] += 1
+        if writes[0] == nth_write + 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, pos, data)
+
+    monkeypatch.setattr(index.FileBacking, "write", failing_write)
+    return lambda: monkeypatch.setattr(index.FileBacking, "write", real_write)

@@ -6,7 +6,6 @@ building them one record at a time gives (the same bytes), at the queue offsets 
 crash in between is rebuilt from the commit log."""
 from __future__ import annotations
 
-import errno
 import random
 
 import pytest
@@ -15,7 +14,7 @@ from broker.store import consume_queue, index, record
 from broker.store.mapped_file import DiskFullError
 from broker.store.message_store import GetStatus
 
-from .index_oracle import Clock, crash, index_files, message, open_store
+from .index_oracle import Clock, crash, fail_index_write, index_files, message, open_store
 
 T0 = 1_700_000_000_000
 FAR = 2**62
@@ -233,20 +232,11 @@ def test_an_index_batch_stopped_part_way_is_undone_and_rebuilt(tmp_path, monkeyp
     put_all(s, clock, msgs(30)[:12])
     s.dispatch_pending()
     put_all(s, clock, msgs(30)[12:], start=12)
-    real_write = index.FileBacking.write
-    writes = [0]
-
-    def failing_write(self, pos, data):
-        writes[0] += 1
-        if writes[0] == nth_write + 1:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(self, pos, data)
-
-    monkeypatch.setattr(index.FileBacking, "write", failing_write)
+    heal = fail_index_write(monkeypatch, nth_write)
     s.dispatch_pending()
     assert s.index.error.startswith("index build stopped at commit-log offset")
     crash(s)
-    monkeypatch.setattr(index.FileBacking, "write", real_write)
+    heal()
     s = open_store(root, clock, slots=11, items=23)
     assert not s.index.error and s.index.recovery.undone == 0
     s.shutdown()

@@ -3,15 +3,13 @@ gives the bytes an uninterrupted build gives (file names aside: a file made by t
 the time it was made, as in the reference)."""
 from __future__ import annotations
 
-import errno
 import shutil
 
 import pytest
 
-from broker.store import index
 from broker.store.mapped_file import list_files
 
-from .index_oracle import Clock, crash, index_files, message, open_store
+from .index_oracle import Clock, crash, fail_index_write, index_files, message, open_store
 
 T0 = 1_700_000_000_000
 STEP = 700
@@ -83,20 +81,11 @@ def test_a_record_half_put_is_undone_and_the_rest_rebuilt(tmp_path, monkeypatch,
     root = tmp_path / "crashed"
     s = open_store(root, clock, SLOTS, ITEMS)
     put(s, clock, msgs[:at_record], T0)
-    real_write = index.FileBacking.write
-    writes = [0]
-
-    def failing_write(self, pos, data):
-        writes[0] += 1
-        if writes[0] == nth_write + 1:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(self, pos, data)
-
-    monkeypatch.setattr(index.FileBacking, "write", failing_write)
+    heal = fail_index_write(monkeypatch, nth_write)
     put(s, clock, msgs[at_record:], T0 + at_record * STEP)  # every send stored all the same
     assert s.index.error.startswith("index build stopped at commit-log offset")
     crash(s)
-    monkeypatch.setattr(index.FileBacking, "write", real_write)
+    heal()
     s = open_store(root, clock, SLOTS, ITEMS)
     rec = s.index.recovery
     assert rec.undone == 0 and not s.index.error
