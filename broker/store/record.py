@@ -119,9 +119,12 @@ def encode_properties(props: dict[str, str]) -> str:
 def properties_round_trip(props: dict[str, str]) -> bool:
     """Whether decoding the stored text gives these properties back (less any empty name or value):
     true unless a name or a value holds a separator."""
-    text = encode_properties(props)
-    return (text.count(NAME_VALUE_SEPARATOR) == len(props)
-            and text.count(PROPERTY_SEPARATOR) == max(len(props) - 1, 0))
+    return _separators_match(encode_properties(props), len(props))
+
+
+def _separators_match(text: str, n: int) -> bool:
+    """The encoded text of n properties holds exactly their n name-value and n - 1 property separators."""
+    return text.count(NAME_VALUE_SEPARATOR) == n and text.count(PROPERTY_SEPARATOR) == max(n - 1, 0)
 
 
 # -- hosts ----------------------------------------------------------------------------------------
@@ -246,9 +249,9 @@ def encode(msg: Message) -> EncodedRecord:
     topic = msg.topic.encode("utf-8")
     if not topic or len(topic) > MAX_TOPIC_BYTES:
         raise RecordError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes, got {len(topic)}")
-    n_props = len(msg.properties)
-    props = encode_properties(msg.properties).encode("utf-8")
-    plain = props.count(b"\x01") == n_props and props.count(b"\x02") == max(n_props - 1, 0)
+    text = encode_properties(msg.properties)
+    plain = _separators_match(text, len(msg.properties))
+    props = text.encode("utf-8")
     if len(props) > MAX_PROPERTIES_BYTES:
         raise RecordError(f"properties are {len(props)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
     born_ip, born_port = msg.born_host

@@ -238,3 +238,13 @@ def test_scanners_never_raise_on_records_whose_fields_run_past_the_buffer():
             kind, size, info, _ = record.scan_index(buf, 0, check_crc)
             assert (kind, size, info) == (Scan.INVALID, 0, None)
             assert [res.kind for _, res in record.iter_records(buf, 0, check_crc)] == [Scan.INVALID]
+
+
+@pytest.mark.parametrize("props,plain", [
+    ({}, True), ({"KEYS": "k"}, True), ({"KEYS": "a b", "UNIQ_KEY": "U1", "TAGS": "t"}, True),
+    ({"KEYS": "a\x01b"}, False), ({"KEYS": "a\x02b", "TAGS": "t"}, False), ({"K\x02": "v"}, False),
+])
+def test_encode_says_whether_the_stored_properties_read_back_the_same(props, plain):
+    m = Message(topic="T", body=b"x", queue_id=0, born_timestamp=1, born_host=("10.0.0.1", 1), properties=props)
+    assert record.encode(m).plain_properties is plain
+    assert record.properties_round_trip(props) is plain
