@@ -152,7 +152,8 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int) -> tuple[float, float, dict]:
+def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int,
+               zero_copy: bool = True) -> tuple[float, float, dict]:
     work = tempfile.mkdtemp(prefix="bench-ha-")
     mport, sport = free_base_port(), free_base_port()
     common = dict(brokerClusterName="BenchCluster", brokerName="broker-a", mappedFileSizeCommitLog=FILE_SIZE,
@@ -166,6 +167,7 @@ def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int) -> tup
         t0 = time.monotonic()
         procs.append(start_broker(work, "slave", dict(common, brokerId=1, brokerRole="SLAVE", listenPort=sport,
                                                       storePathRootDir=os.path.join(work, "slave"),
+                                                      haSlaveZeroCopy=str(zero_copy).lower(),
                                                       haMasterAddress=f"127.0.0.1:{mport + 1}"),
                                   os.path.join(work, "slave.log")))
         first, shown = None, 0.0
@@ -206,14 +208,17 @@ def main():
     ap.add_argument("--socket-buffer", type=int, default=65536,
                     help="haSocketBufferSize for the run (65536 is the reference's; 0 = OS autotuning)")
     ap.add_argument("--batch", type=int, default=32768, help="haTransferBatchSize (reference default 32768)")
+    ap.add_argument("--slave-copy", action="store_true",
+                    help="haSlaveZeroCopy=false: the slave reads into Python and pwrites (the path before splice)")
     args = ap.parse_args()
     data = os.path.join(REPO, "build", "bench-data", f"ha-master-{args.gib}g-{args.msg_size}")
     print(f"HA catch-up benchmark: {args.gib} GiB backlog, {args.msg_size}-byte messages, "
-          f"haTransferBatchSize={args.batch}, haSocketBufferSize={args.socket_buffer}, {os.cpu_count()} cores")
+          f"haTransferBatchSize={args.batch}, haSocketBufferSize={args.socket_buffer}, "
+          f"haSlaveZeroCopy={str(not args.slave_copy).lower()}, {os.cpu_count()} cores")
     end = make_backlog(data, args.gib, args.msg_size)
     raw = raw_loopback(end)
     disk = raw_disk_write(end, tempfile.gettempdir())
-    rate, rate_streaming, cpu = ha_catchup(data, end, args.socket_buffer, args.batch)
+    rate, rate_streaming, cpu = ha_catchup(data, end, args.socket_buffer, args.batch, zero_copy=not args.slave_copy)
     mib = 1 << 20
     limit = min(raw, disk)
     print(f"  HEADLINE: catch-up / min(loopback, disk write) = {rate_streaming / limit * 100:5.1f} %  "

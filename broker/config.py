@@ -139,6 +139,9 @@ class BrokerConfig:
                                     doc="ours; SO_SNDBUF/SO_RCVBUF on HA sockets (reference: 64 KiB), 0 = OS default")
     haReconnectMaxDelay: int = _prop("haReconnectMaxDelay", 1000, minimum=10,
                                      doc="ours; the slave retries its master with backoff up to this many ms")
+    haSlaveZeroCopy: bool = _prop("haSlaveZeroCopy", True,
+                                  doc="ours; the slave splices replicated bytes socket -> pipe -> commit log "
+                                      "(Linux) instead of reading them into Python (false: recv_into + pwrite)")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
     plantBug: str = _prop("plantBug", "", doc="ours, tests only: comma-separated deliberate defects "
                                               "(broker/planted.py) that show the audit's checkers can fail")

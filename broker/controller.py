@@ -131,7 +131,8 @@ class BrokerController:
                                       heartbeat_ms=c.haSendHeartbeatInterval,
                                       housekeeping_ms=c.haHousekeepingInterval,
                                       socket_buffer=c.haSocketBufferSize,
-                                      reconnect_max_ms=c.haReconnectMaxDelay, metrics=self.metrics)
+                                      reconnect_max_ms=c.haReconnectMaxDelay, zero_copy=c.haSlaveZeroCopy,
+                                      metrics=self.metrics)
             self.store.append_listeners.append(lambda _offset: self._dispatch_soon())
             self.schedule_dispatch()
             self.ha_client.start()

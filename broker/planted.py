@@ -49,3 +49,11 @@ class CorruptingStore:
     def append_replicated(self, offset: int, data) -> None:
         chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
         self._store.append_replicated(offset, [corrupt(chunks[0])] + chunks[1:])
+
+    def replica_written(self, offset: int, size: int) -> None:
+        # The zero-copy slave spliced the chunk into the file already: flip it there before it counts.
+        f = self._store.commitlog.replica_file(offset, size)
+        if size:
+            at = f.wrote + size // 2
+            f.write_at(at, corrupt(f.read(at, 1)))
+        self._store.replica_written(offset, size)

@@ -15,7 +15,7 @@ from ..store.mapped_file import StoreError
 from ..supervision import PeriodicService
 from .master import tune_socket
 from .slave_session import OffsetMismatch, SlaveSession
-from .transport import connect_tcp
+from .transport import RecvIntoClient, SpliceClient, connect_tcp
 from .wire import ProtocolError
 
 log = logging.getLogger("broker.ha.slave")
@@ -46,9 +46,20 @@ class SlaveHAProtocol(protocol.Protocol):
         self.transport.write(self.session.start(c.clock.seconds()))
 
     def dataReceived(self, data):
+        self._stored(self.session.on_data, data)
+
+    def pipeReceived(self, pipe):
+        """The zero-copy transport's stream: headers are read from the pipe, bodies spliced to disk.
+        The transport calls readDone after the last fill of a read: one report per read."""
+        self._stored(self.session.drain, pipe)
+
+    def readDone(self):
+        self._stored(lambda _none, now: self.session.report_if_moved(now), None)
+
+    def _stored(self, take, source):
         c = self.client
         try:
-            report = self.session.on_data(data, c.clock.seconds())
+            report = take(source, c.clock.seconds())
         except OffsetMismatch as e:
             c.offset_mismatch(e)
             self.transport.abortConnection()
@@ -111,7 +122,8 @@ class _Factory(protocol.ClientFactory):
 
 class HAClient:
     def __init__(self, store, master_address: str | None, *, clock, reactor, heartbeat_ms=5000,
-                 housekeeping_ms=20000, socket_buffer=65536, reconnect_max_ms=1000, metrics=None):
+                 housekeeping_ms=20000, socket_buffer=65536, reconnect_max_ms=1000, zero_copy=True,
+                 metrics=None):
         self.store = store
         self.master_address = master_address or None
         self.clock = clock
@@ -120,6 +132,7 @@ class HAClient:
         self.housekeeping_s = housekeeping_ms / 1000.0
         self.socket_buffer = socket_buffer
         self.reconnect_max_s = reconnect_max_ms / 1000.0
+        self.zero_copy = zero_copy
         self.state = ClientState.NO_MASTER
         self.proto: SlaveHAProtocol | None = None
         self.connector = None
@@ -191,7 +204,8 @@ class HAClient:
             return
         host, _, port = self.master_address.rpartition(":")
         self.state = ClientState.CONNECTING
-        self.connector = connect_tcp(self.reactor, host, int(port), _Factory(self), timeout=3)
+        self.connector = connect_tcp(self.reactor, host, int(port), _Factory(self), timeout=3,
+                                     zero_copy=self.zero_copy)
 
     def _schedule_reconnect(self):
         if self.state == ClientState.STOPPED:
@@ -251,6 +265,15 @@ class HAClient:
         if self.proto is not None:
             self.proto.tick(self.clock.seconds())
 
+    def _stores_with(self) -> str | None:
+        """How the connected transport gets replicated bytes to disk (null when not connected)."""
+        t = self.proto.transport if self.proto is not None else None
+        if t is None:
+            return None
+        if isinstance(t, SpliceClient):
+            return "splice"
+        return "recv_into+pwrite" if isinstance(t, RecvIntoClient) else "twisted+pwrite"
+
     def status(self) -> dict:
         s = self.proto.session if self.proto else None
         behind = self.behind if self.proto is not None else None
@@ -261,6 +284,7 @@ class HAClient:
             "currentReportedOffset": s.reported if s else None,
             "connects": int(self.reconnects.get()),
             "offsetMismatches": int(self.mismatches.get()),
+            "storesWith": self._stores_with(),
             "lastMismatch": ({"slave": self.last_mismatch[0], "master": self.last_mismatch[1]}
                              if self.last_mismatch else None),
         }

@@ -3,12 +3,16 @@
 It checks every frame's fromPhyOffset against its own max offset, appends bodies to the commit log,
 and says what to report. Reports are coalesced per read: after all frames of one read are stored
 the slave reports once, which the master treats exactly like several reports in a row.
+
+Two ways in, one set of decisions (`_accept`): `on_data` takes bytes that are already in Python;
+`drain` takes a source of frame bytes (the zero-copy transport's pipe) from which it reads only the
+12-byte headers and has each body moved into its commit-log file by the source itself.
 """
 from __future__ import annotations
 
 import logging
 
-from .wire import FrameReader, encode_report
+from .wire import HEADER, HEADER_SIZE, MAX_FRAME_BODY, FrameReader, check_header, encode_report
 
 log = logging.getLogger("broker.ha.slave")
 
@@ -25,7 +29,8 @@ class SlaveSession:
     def __init__(self, store, *, heartbeat_s: float, housekeeping_s: float, now: float,
                  max_body: int | None = None):
         self.store = store
-        self.frames = FrameReader(max_body) if max_body else FrameReader()
+        self.max_body = max_body or MAX_FRAME_BODY
+        self.frames = FrameReader(self.max_body)
         self.heartbeat_s = heartbeat_s
         self.housekeeping_s = housekeeping_s
         self.last_read = now
@@ -59,11 +64,8 @@ class SlaveSession:
         pending, start, expected = [], -1, self.store.max_offset
         try:
             for frame in self.frames.feed(data):
-                if not frame.body and not pending and 0 <= frame.offset < expected:
-                    self.master_behind = (expected, frame.offset)
+                if not self._accept(frame.offset, len(frame.body), expected, bool(pending)):
                     continue
-                if expected != 0 and expected != frame.offset:
-                    raise OffsetMismatch(expected, frame.offset)
                 if frame.body:
                     if not pending:
                         start = frame.offset
@@ -73,6 +75,62 @@ class SlaveSession:
             if pending:  # what matched is stored even when a later frame did not
                 self.store.append_replicated(start, pending)
                 self.last_data = now
+        return self.report_if_moved(now)
+
+    def drain(self, source, now: float) -> None:
+        """Take every byte `source` holds now. Several drains make one read: report_if_moved then says
+        what to report, once for all of them.
+
+        source: `available` (bytes it holds), `take(n)` (up to n bytes into Python, for headers) and
+        `store(file, pos, n)` (move up to n bytes into a commit-log file at pos; returns how many).
+        A frame may end in a later drain: its header or body is continued there. A body counts
+        (store.replica_written) once all of it is in the file. Raises as on_data.
+        """
+        self.last_read = now
+        store = self.store
+        while source.available:
+            if self._body_left == 0:
+                part = source.take(HEADER_SIZE - len(self._header))
+                self.bytes_received += len(part)
+                self._header += part
+                if len(self._header) < HEADER_SIZE:
+                    break
+                offset, size = check_header(*HEADER.unpack(self._header), self.max_body)
+                self._header = b""
+                if self._accept(offset, size, store.max_offset, self._stored_in_read) and size:
+                    self._body_at, self._body_left, self._body_done = offset, size, 0
+                    self._target = store.replica_target(offset, size)
+                continue
+            file, pos = self._target
+            n = source.store(file, pos + self._body_done, self._body_left)
+            self.bytes_received += n
+            self._body_done += n
+            self._body_left -= n
+            if self._body_left == 0:
+                store.replica_written(self._body_at, self._body_done)
+                self._stored_in_read = True
+                self.last_data = now
+
+    # frame state of drain(): a header not yet complete, or the body being moved
+    _header = b""
+    _body_left = 0
+    _body_at = _body_done = 0
+    _target = None
+    _stored_in_read = False  # a body was stored since the last report_if_moved (the read so far)
+
+    def _accept(self, offset: int, size: int, expected: int, stored_before: bool) -> bool:
+        """Whether a frame continues this slave's log. False for a heartbeat from a master behind
+        us (MASTER_BEHIND: recorded, nothing stored); raises OffsetMismatch for any other gap."""
+        if not size and not stored_before and 0 <= offset < expected:
+            self.master_behind = (expected, offset)
+            return False
+        if expected != 0 and expected != offset:
+            raise OffsetMismatch(expected, offset)
+        return True
+
+    def report_if_moved(self, now: float) -> bytes | None:
+        """The report to send after a read, if the offset moved (and the end of a drain's read)."""
+        self._stored_in_read = False
         if self.store.max_offset != self.reported:
             return self._report(now)
         return None

@@ -29,6 +29,16 @@ def encode_header(offset: int, size: int) -> bytes:
     return HEADER.pack(offset, size)
 
 
+def check_header(offset: int, size: int, max_body: int = MAX_FRAME_BODY) -> tuple[int, int]:
+    """A frame header's (fromPhyOffset, size), or ProtocolError if no conforming master sends it."""
+    if size < 0 or size > max_body:
+        raise ProtocolError(f"frame at fromPhyOffset={offset} declares body size {size}; "
+                            f"allowed 0..{max_body}")
+    if offset < 0:
+        raise ProtocolError(f"frame declares negative fromPhyOffset={offset}")
+    return offset, size
+
+
 class ReportReader:
     """Master side. Only the last complete report in what has arrived counts (several may coalesce)."""
 
@@ -96,12 +106,7 @@ class FrameReader:
         return frames
 
     def _check(self, offset: int, size: int) -> tuple[int, int]:
-        if size < 0 or size > self.max_body:
-            raise ProtocolError(f"frame at fromPhyOffset={offset} declares body size {size}; "
-                                f"allowed 0..{self.max_body}")
-        if offset < 0:
-            raise ProtocolError(f"frame declares negative fromPhyOffset={offset}")
-        return offset, size
+        return check_header(offset, size, self.max_body)
 
     @property
     def pending(self) -> int:

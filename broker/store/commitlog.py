@@ -79,26 +79,34 @@ class CommitLog:
         """
         if not isinstance(buffers, list):
             buffers = [buffers]
-        current = self.max_offset
-        if self.queue.files and offset != current:
-            raise StoreError(f"replicated bytes at {offset} do not continue the commit log at {current}")
         i = 0
         while i < len(buffers):
-            f = self.queue.writable_file(at=offset)
-            if f.base + f.wrote != offset:
-                raise StoreError(f"replicated bytes at {offset} cannot start a log whose files are "
-                                 f"{self.file_size} bytes (file starts at {f.base})")
+            f = self.replica_file(offset, len(buffers[i]))
             group, size = [], 0
             while i < len(buffers) and size + len(buffers[i]) <= f.free:
                 group.append(buffers[i])
                 size += len(buffers[i])
                 i += 1
-            if not group:
-                raise StoreError(f"replicated batch of {len(buffers[i])} bytes at {offset} crosses the end "
-                                 f"of a {self.file_size}-byte file: do master and slave use the same "
-                                 "mappedFileSizeCommitLog?")
             f.append_many(group, size)
             offset += size
+
+    def replica_file(self, offset: int, size: int):
+        """The file that replicated bytes [offset, offset+size) go into, at its write position
+        (`wrote`): they must continue this log and fit in one file. Raises StoreError otherwise.
+
+        The zero-copy slave moves the bytes there itself (MappedFile.splice_in) and then calls
+        replica_written; append_raw writes them from Python buffers."""
+        if self.queue.files and offset != self.max_offset:
+            raise StoreError(f"replicated bytes at {offset} do not continue the commit log at {self.max_offset}")
+        f = self.queue.writable_file(at=offset)
+        if f.base + f.wrote != offset:
+            raise StoreError(f"replicated bytes at {offset} cannot start a log whose files are "
+                             f"{self.file_size} bytes (file starts at {f.base})")
+        if size > f.free:
+            raise StoreError(f"replicated batch of {size} bytes at {offset} crosses the end "
+                             f"of a {self.file_size}-byte file: do master and slave use the same "
+                             "mappedFileSizeCommitLog?")
+        return f
 
     # -- reading ----------------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int) -> bytes:

@@ -12,6 +12,7 @@ import mmap
 import os
 
 ZERO_CHUNK = bytes(1 << 20)
+SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0)
 
 
 class StoreError(Exception):
@@ -142,6 +143,23 @@ class MappedFile:
                 bufs.pop(0)
             if n:
                 bufs[0] = bufs[0][n:]
+
+    def splice_in(self, pipe_fd: int, pos: int, n: int) -> int:
+        """Move up to n bytes from a pipe into this file at pos with splice(2): the bytes go from
+        the pipe's pages to the page cache without entering Python. Returns the bytes moved; does
+        not move `wrote` (the caller counts them once a whole frame is in). DiskFullError as pwrite."""
+        if pos < 0 or pos + n > self.size:
+            raise StoreError(f"{self.path}: {n} bytes at file position {pos} do not fit in {self.size}")
+        try:
+            moved = os.splice(pipe_fd, self.fd, n, offset_dst=pos, flags=SPLICE_FLAGS)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise DiskFullError(f"{self.path}: {os.strerror(e.errno)} writing {n} bytes "
+                                    f"at {self.base + pos}") from e
+            raise
+        if moved == 0:
+            raise DiskFullError(f"{self.path}: short write at {self.base + pos}")
+        return moved
 
     def read(self, pos: int, n: int) -> bytes:
         n = max(0, min(n, self.size - pos))

@@ -421,6 +421,22 @@ class MessageStore:
             self.reput_offset = offset
         self._notify_append()
 
+    def replica_target(self, offset: int, size: int):
+        """(file, file position) where the master's next `size` bytes at `offset` go, for a slave that
+        moves them there without Python (MappedFile.splice_in); they count once replica_written says
+        so. Raises StoreError when they would not continue the log or would cross a file's end."""
+        was_empty = not self.commitlog.queue.files
+        f = self.commitlog.replica_file(offset, size)
+        if was_empty:
+            self.reput_offset = offset
+        return f, f.wrote
+
+    def replica_written(self, offset: int, size: int) -> None:
+        """The `size` bytes at `offset` that replica_target placed are all in the file: they count."""
+        f = self.commitlog.replica_file(offset, size)
+        f.wrote += size
+        self._notify_append()
+
     def dispatch(self, max_bytes: int = 8 << 20) -> int:
         """Build consume-queue units for complete records up to the commit-log end.
 

@@ -86,19 +86,21 @@ def identical(a, b):
     return names and all(filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
 
 
-@pytest.fixture
-def pair(tmp_path):
+@pytest.fixture(params=[True, False], ids=["splice", "recv-copy"])
+def pair(tmp_path, request):
+    """A master and its slave; the slave stores with splice (the default) or recv_into + pwrite."""
     mport, sport = free_port_block(), free_port_block()
     master_store, slave_store = tmp_path / "master", tmp_path / "slave"
     common = dict(brokerClusterName="DefaultCluster", brokerName="broker-a", flushDiskType="ASYNC_FLUSH",
-                  mappedFileSizeCommitLog=FILE_SIZE, brokerIP1="127.0.0.1", haSendHeartbeatInterval=1000)
+                  mappedFileSizeCommitLog=FILE_SIZE, brokerIP1="127.0.0.1", haSendHeartbeatInterval=1000,
+                  haSlaveZeroCopy=str(request.param).lower())
     mconf = write_conf(tmp_path / "broker-a.properties", brokerId=0, brokerRole="SYNC_MASTER",
                        listenPort=mport, storePathRootDir=master_store, **common)
     sconf = write_conf(tmp_path / "broker-a-s.properties", brokerId=1, brokerRole="SLAVE",
                        listenPort=sport, storePathRootDir=slave_store,
                        haMasterAddress=f"127.0.0.1:{mport + 1}", **common)
     m, s = Broker(mconf, tmp_path / "master.log"), Broker(sconf, tmp_path / "slave.log")
-    yield m, s, master_store, slave_store
+    yield m, s, master_store, slave_store, request.param
     m.stop()
     s.stop()
 
@@ -110,7 +112,7 @@ def caught_up(m, s):
 
 
 def test_two_processes_replicate_and_resume_after_either_restarts(pair):
-    m, s, mdir, sdir = pair
+    m, s, mdir, sdir, zero_copy = pair
     end = append_offline(mdir, 3000, 0)  # ~2.2 MiB over 3 files
     m.start()
     s.start()
@@ -126,6 +128,8 @@ def test_two_processes_replicate_and_resume_after_either_restarts(pair):
     assert 'rocketmq_ha_slave_ack_offset{slave="127.0.0.1:' in text
     stext = s.metrics()
     assert "rocketmq_ha_slave_connected 1" in stext and f"rocketmq_ha_slave_reported_offset {end}" in stext
+    # The slave stores with the transport the test asked for.
+    assert s.status()["haClient"]["storesWith"] == ("splice" if zero_copy else "recv_into+pwrite")
 
     # Master restarts with more data; the slave reconnects from its own max offset.
     m.stop()

@@ -1,0 +1,235 @@
+"""The zero-copy slave (SlaveSession.drain + SplicePipe): headers into Python, bodies spliced to disk.
+
+drain() must make exactly the decisions on_data makes (offsets, MASTER_BEHIND, limits, one report
+per read), whatever way the stream is cut; SplicePipe must move the real bytes socket -> pipe -> file.
+"""
+from __future__ import annotations
+
+import os
+import random
+import socket
+import struct
+
+import pytest
+
+from broker import planted
+from broker.ha.slave_session import OffsetMismatch, SlaveSession
+from broker.ha.transport import SplicePipe
+from broker.ha.wire import ProtocolError
+from broker.store.mapped_file import StoreError
+from broker.store.message_store import MessageStore
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "splice"), reason="splice(2) is Linux-only")
+
+
+def frame(offset, body=b""):
+    return struct.pack(">qi", offset, len(body)) + body
+
+
+def report(offset):
+    return struct.pack(">q", offset)
+
+
+class FakeFile:
+    def __init__(self):
+        self.data = bytearray(1 << 16)
+
+    def write_at(self, pos, data):
+        self.data[pos:pos + len(data)] = data
+
+
+class FakeStore:
+    """replica_target/replica_written over one in-memory file; records what counted and when."""
+
+    def __init__(self, max_offset=0):
+        self.max_offset = max_offset
+        self.file = FakeFile()
+        self.base = max_offset
+        self.counted = []
+
+    def replica_target(self, offset, size):
+        if self.max_offset and offset != self.max_offset:
+            raise StoreError(f"{offset} does not continue {self.max_offset}")
+        if not self.counted and self.max_offset == 0:
+            self.base = offset
+        return self.file, offset - self.base
+
+    def replica_written(self, offset, size):
+        self.counted.append((offset, size))
+        self.max_offset = offset + size
+
+    def stored(self):
+        return bytes(self.file.data[:self.max_offset - self.base])
+
+
+class BytesSource:
+    """A source over bytes that moves at most `step` bytes per store call, as a short splice does."""
+
+    def __init__(self, data, step=1 << 30):
+        self.data, self.pos, self.step = bytes(data), 0, step
+
+    @property
+    def available(self):
+        return len(self.data) - self.pos
+
+    def take(self, n):
+        out = self.data[self.pos:self.pos + min(n, self.available)]
+        self.pos += len(out)
+        return out
+
+    def store(self, file, pos, n):
+        n = min(n, self.available, self.step)
+        file.write_at(pos, self.data[self.pos:self.pos + n])
+        self.pos += n
+        return n
+
+
+def session(store, **kw):
+    s = SlaveSession(store, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0, **kw)
+    s.start(0.0)
+    return s
+
+
+def test_a_read_of_several_drains_stores_whole_bodies_and_reports_once():
+    store = FakeStore(100)
+    s = session(store)
+    data = frame(100, b"abc") + frame(103) + frame(103, b"defg")
+    s.drain(BytesSource(data[:14]), 1.0)  # the first frame's body is only partly there
+    assert store.counted == [] and s.last_data is None
+    s.drain(BytesSource(data[14:], step=2), 2.0)
+    assert store.counted == [(100, 3), (103, 4)] and store.stored() == b"abcdefg"
+    assert s.report_if_moved(2.0) == report(107)
+    assert (s.bytes_received, s.last_read, s.last_data, s.reported) == (len(data), 2.0, 2.0, 107)
+    assert s.report_if_moved(2.5) is None  # nothing new
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_any_cut_of_the_stream_stores_the_same_bytes(seed):
+    rnd = random.Random(seed)
+    bodies = [os.urandom(rnd.randrange(0, 3000)) for _ in range(40)]
+    stream, at = b"", 4096
+    for b in bodies:
+        stream += frame(at, b)
+        at += len(b)
+    store = FakeStore(0)
+    s = session(store)
+    pos = 0
+    while pos < len(stream):
+        n = rnd.randrange(1, 5000)
+        s.drain(BytesSource(stream[pos:pos + n], step=rnd.randrange(1, 4000)), 1.0)
+        pos += n
+    assert store.stored() == b"".join(bodies) and store.max_offset == at
+    assert [size for _, size in store.counted] == [len(b) for b in bodies if b]
+    assert s.bytes_received == len(stream)
+
+
+def test_an_empty_slave_takes_the_first_frame_wherever_it_starts():
+    store = FakeStore(0)
+    s = session(store)
+    s.drain(BytesSource(frame(4096, b"xy")), 1.0)
+    assert store.counted == [(4096, 2)] and s.report_if_moved(1.0) == report(4098)
+
+
+def test_a_mismatch_raises_after_storing_what_matched_before_it():
+    store = FakeStore(100)
+    s = session(store)
+    with pytest.raises(OffsetMismatch) as e:
+        s.drain(BytesSource(frame(100, b"ab") + frame(999, b"zz")), 1.0)
+    assert (e.value.slave_offset, e.value.master_offset) == (102, 999)
+    assert store.counted == [(100, 2)]
+
+
+def test_heartbeats_below_our_offset_are_master_behind_unless_data_came_first_in_the_read():
+    store = FakeStore(100)
+    s = session(store)
+    s.drain(BytesSource(frame(40)), 1.0)
+    assert s.master_behind == (100, 40) and store.counted == []
+    assert s.report_if_moved(1.0) is None
+    s.drain(BytesSource(frame(100)), 2.0)  # at our offset: an ordinary heartbeat
+    # A body earlier in the same read, even in an earlier drain of it, makes it a mismatch (as on_data).
+    s.drain(BytesSource(frame(100, b"abc")), 3.0)
+    with pytest.raises(OffsetMismatch):
+        s.drain(BytesSource(frame(50)), 3.0)
+
+
+def test_frame_limits_and_store_refusals_are_errors():
+    with pytest.raises(ProtocolError):
+        session(FakeStore(0), max_body=4).drain(BytesSource(frame(0, b"12345")), 1.0)
+    with pytest.raises(ProtocolError):
+        session(FakeStore(0)).drain(BytesSource(struct.pack(">qi", -1, 0)), 1.0)
+
+    class Refusing(FakeStore):
+        def replica_target(self, offset, size):
+            raise StoreError("disk full")
+    with pytest.raises(StoreError):
+        session(Refusing(100)).drain(BytesSource(frame(100, b"a")), 1.0)
+
+
+def test_the_pipe_moves_socket_bytes_into_the_commit_log(tmp_path):
+    """Real splice: a master's frames through a socket pair, cut anywhere, into a real store."""
+    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=1 << 20)
+    store.start()
+    s = session(store)
+    rnd = random.Random(7)
+    body = os.urandom(300_000)
+    stream, pos = b"", 0
+    while pos < len(body):
+        n = min(32768, len(body) - pos)
+        stream += frame(pos, body[pos:pos + n]) + frame(pos + n)  # a heartbeat after each frame
+        pos += n
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    pipe = SplicePipe(size=1 << 16)
+    try:
+        sent = 0
+        while sent < len(stream):
+            n = rnd.randrange(1, 70_000)
+            a.sendall(stream[sent:sent + n])
+            sent += n
+            while True:
+                try:
+                    pipe.fill(b.fileno())
+                except BlockingIOError:
+                    break
+                s.drain(pipe, 1.0)
+        assert pipe.available == 0
+        assert s.report_if_moved(1.0) == report(len(body))
+        assert store.max_offset == len(body) and store.commitlog.read(0, len(body)) == body
+        a.close()
+        assert pipe.fill(b.fileno()) == 0  # end of stream
+    finally:
+        pipe.close()
+        b.close()
+        store.shutdown()
+
+
+def test_a_body_that_would_cross_the_end_of_a_file_is_refused(tmp_path):
+    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=4096)
+    store.start()
+    try:
+        with pytest.raises(StoreError, match="cannot start a log"):
+            store.replica_target(100, 10)  # an empty slave starts at a file's start, as the master sends
+        f, pos = store.replica_target(0, 4096)
+        assert (f.base, pos) == (0, 0)
+        with pytest.raises(StoreError, match="crosses the end"):
+            store.replica_target(0, 4097)
+        store.append_replicated(0, b"x" * 10)
+        with pytest.raises(StoreError, match="do not continue"):
+            store.replica_target(11, 1)
+        with pytest.raises(StoreError, match="do not fit"):
+            f.splice_in(0, 4090, 10)
+    finally:
+        store.shutdown()
+
+
+def test_corrupt_replication_flips_a_bit_of_each_spliced_chunk(tmp_path):
+    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=1 << 20)
+    store.start()
+    try:
+        bad = planted.CorruptingStore(store)
+        s = session(bad)
+        s.drain(BytesSource(frame(0, b"\x00" * 10) + frame(10, b"\x00" * 4)), 1.0)
+        assert store.commitlog.read(0, 14) == b"\x00" * 5 + b"\x01" + b"\x00" * 6 + b"\x01\x00"
+        assert store.max_offset == 14
+    finally:
+        store.shutdown()
