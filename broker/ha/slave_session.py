@@ -83,13 +83,26 @@ class SlaveSession:
 
         source: `available` (bytes it holds), `take(n)` (up to n bytes into Python, for headers) and
         `store(file, pos, n)` (move up to n bytes into a commit-log file at pos; returns how many).
-        A frame may end in a later drain: its header or body is continued there. A body counts
-        (store.replica_written) once all of it is in the file. Raises as on_data.
+        A frame may end in a later drain: its header or body is continued there. Whole bodies count
+        (store.replica_written) once per drain, as on_data appends once per read; the next body of
+        the same file goes right after the last without asking the store again. Raises as on_data.
         """
         self.last_read = now
         store = self.store
-        while source.available:
-            if self._body_left == 0:
+        start = count = 0  # whole bodies moved in this drain and not yet counted: [start, start+count)
+        try:
+            while source.available:
+                if self._body_left:
+                    n = source.store(self._file, self._pos, self._body_left)
+                    self.bytes_received += n
+                    self._pos += n
+                    self._body_left -= n
+                    if not self._body_left:
+                        if not count:
+                            start = self._next - self._body_size
+                        count += self._body_size
+                        self.last_data = now
+                    continue
                 part = source.take(HEADER_SIZE - len(self._header))
                 self.bytes_received += len(part)
                 self._header += part
@@ -97,26 +110,29 @@ class SlaveSession:
                     break
                 offset, size = check_header(*HEADER.unpack(self._header), self.max_body)
                 self._header = b""
-                if self._accept(offset, size, store.max_offset, self._stored_in_read) and size:
-                    self._body_at, self._body_left, self._body_done = offset, size, 0
-                    self._target = store.replica_target(offset, size)
-                continue
-            file, pos = self._target
-            n = source.store(file, pos + self._body_done, self._body_left)
-            self.bytes_received += n
-            self._body_done += n
-            self._body_left -= n
-            if self._body_left == 0:
-                store.replica_written(self._body_at, self._body_done)
+                expected = start + count if count else store.max_offset
+                if not self._accept(offset, size, expected, bool(count) or self._stored_in_read) or not size:
+                    continue
+                if self._file is None or offset != self._next or offset + size > self._file_end:
+                    if count:  # the store checks the next body against what it holds
+                        store.replica_written(start, count)
+                        self._stored_in_read = True
+                        count = 0
+                    self._file, self._pos = store.replica_target(offset, size)
+                    self._file_end = offset - self._pos + self._file.size
+                self._body_size = self._body_left = size
+                self._next = offset + size
+        finally:
+            if count:  # what matched is stored even when a later frame did not
+                store.replica_written(start, count)
                 self._stored_in_read = True
-                self.last_data = now
 
-    # frame state of drain(): a header not yet complete, or the body being moved
+    # frame state of drain(): a header not yet complete, or the body being moved; where bodies go
     _header = b""
-    _body_left = 0
-    _body_at = _body_done = 0
-    _target = None
-    _stored_in_read = False  # a body was stored since the last report_if_moved (the read so far)
+    _body_left = _body_size = 0
+    _file = None
+    _pos = _next = _file_end = 0  # file position for the next body byte; log offsets after the last body
+    _stored_in_read = False  # a body was counted since the last report_if_moved (the read so far)
 
     def _accept(self, offset: int, size: int, expected: int, stored_before: bool) -> bool:
         """Whether a frame continues this slave's log. False for a heartbeat from a master behind

@@ -33,6 +33,7 @@ def report(offset):
 class FakeFile:
     def __init__(self):
         self.data = bytearray(1 << 16)
+        self.size = len(self.data)
 
     def write_at(self, pos, data):
         self.data[pos:pos + len(data)] = data
@@ -97,7 +98,7 @@ def test_a_read_of_several_drains_stores_whole_bodies_and_reports_once():
     s.drain(BytesSource(data[:14]), 1.0)  # the first frame's body is only partly there
     assert store.counted == [] and s.last_data is None
     s.drain(BytesSource(data[14:], step=2), 2.0)
-    assert store.counted == [(100, 3), (103, 4)] and store.stored() == b"abcdefg"
+    assert store.counted == [(100, 7)] and store.stored() == b"abcdefg"  # counted once per drain
     assert s.report_if_moved(2.0) == report(107)
     assert (s.bytes_received, s.last_read, s.last_data, s.reported) == (len(data), 2.0, 2.0, 107)
     assert s.report_if_moved(2.5) is None  # nothing new
@@ -119,7 +120,8 @@ def test_any_cut_of_the_stream_stores_the_same_bytes(seed):
         s.drain(BytesSource(stream[pos:pos + n], step=rnd.randrange(1, 4000)), 1.0)
         pos += n
     assert store.stored() == b"".join(bodies) and store.max_offset == at
-    assert [size for _, size in store.counted] == [len(b) for b in bodies if b]
+    assert sum(size for _, size in store.counted) == at - 4096
+    assert all(o2 == o1 + n1 for (o1, n1), (o2, _) in zip(store.counted, store.counted[1:]))
     assert s.bytes_received == len(stream)
 
 
@@ -223,13 +225,36 @@ def test_a_body_that_would_cross_the_end_of_a_file_is_refused(tmp_path):
 
 
 def test_corrupt_replication_flips_a_bit_of_each_spliced_chunk(tmp_path):
+    """A chunk is what one drain counts at once (on_data: what one read appends at once)."""
     store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=1 << 20)
     store.start()
     try:
         bad = planted.CorruptingStore(store)
         s = session(bad)
         s.drain(BytesSource(frame(0, b"\x00" * 10) + frame(10, b"\x00" * 4)), 1.0)
-        assert store.commitlog.read(0, 14) == b"\x00" * 5 + b"\x01" + b"\x00" * 6 + b"\x01\x00"
-        assert store.max_offset == 14
+        s.drain(BytesSource(frame(14, b"\x00" * 4)), 1.0)
+        assert store.commitlog.read(0, 18) == b"\x00" * 7 + b"\x01" + b"\x00" * 8 + b"\x01\x00"
+        assert store.max_offset == 18
+    finally:
+        store.shutdown()
+
+
+def test_bodies_fill_a_file_and_go_on_in_the_next(tmp_path):
+    """Consecutive bodies go straight after each other until a file is full, then into a new file."""
+    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=4096)
+    store.start()
+    try:
+        s = session(store)
+        bodies = [os.urandom(1024) for _ in range(10)]
+        stream = b"".join(frame(i * 1024, b) for i, b in enumerate(bodies))
+        s.drain(BytesSource(stream[:5000]), 1.0)
+        s.drain(BytesSource(stream[5000:]), 1.0)
+        assert s.report_if_moved(1.0) == report(10 * 1024)
+        assert [f.base for f in store.commitlog.queue.files] == [0, 4096, 8192]
+        assert b"".join(store.commitlog.read(base, 4096) for base in (0, 4096, 8192)) == b"".join(bodies)
+        # a body that would cross the end of a file is refused, whatever was cached
+        with pytest.raises(StoreError, match="crosses the end"):
+            s.drain(BytesSource(frame(10 * 1024, os.urandom(3000))), 2.0)
+        assert store.max_offset == 10 * 1024
     finally:
         store.shutdown()
