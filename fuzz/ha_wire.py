@@ -6,6 +6,9 @@ Input: a mode byte, a few parameters, cut points, then the bytes the peer sends:
   2: MasterSession fed a fake slave's reports over a fake commit log (any max/min offset), with the
      writer asked for frames and heartbeats between reads
   3: SlaveSession fed a fake master's frames into a fake store
+  4: SlaveSession.drain (the zero-copy slave) fed the same way from a source that moves bodies in
+     short pieces, into fake files with the commit log's rules: the same stored bytes and the same
+     outcome however the stream is cut, and the same bytes as on_data when neither fails
 Contract: the documented outcomes only -- a value, or ProtocolError / OffsetMismatch / StoreError,
 after which the connection is closed (the harness stops feeding) -- and offsets that stay in range.
 """
@@ -140,7 +143,118 @@ def slave(inp: Input) -> None:
         s.expired(now)
 
 
-MODES = (reports, frames, master, slave)
+class FakeFiles:
+    """What drain (and, through the same rules, on_data) writes to: fixed-size files, a log that
+    must continue at its max offset, starts at a file's start when empty, and never crosses a file."""
+
+    def __init__(self, max_offset: int, file_size: int):
+        self.file_size = file_size
+        self.max_offset = max_offset - max_offset % file_size
+        self.has_files = self.max_offset > 0
+        self.content = bytearray()  # what was counted, from `start`
+        self.start = self.max_offset
+        self.files: dict[int, _FakeFile] = {}
+
+    def replica_target(self, offset: int, size: int):
+        pos = offset % self.file_size
+        if (self.has_files and offset != self.max_offset) or (not self.has_files and pos):
+            raise StoreError(f"replicated bytes at {offset} do not continue the log at {self.max_offset}")
+        if pos + size > self.file_size:
+            raise StoreError(f"{size} bytes at {offset} cross the end of a file")
+        if not self.has_files:
+            self.start = self.max_offset = offset
+            self.has_files = True
+        base = offset - pos
+        return self.files.setdefault(base, _FakeFile(self.file_size)), pos
+
+    def replica_written(self, offset: int, size: int) -> None:
+        f, pos = self.replica_target(offset, size)
+        self.content += f.data[pos:pos + size]
+        self.max_offset = offset + size
+
+    def append_replicated(self, offset: int, buffers) -> None:
+        for b in buffers:
+            f, pos = self.replica_target(offset, len(b))
+            f.write_at(pos, b)
+            self.replica_written(offset, len(b))
+            offset += len(b)
+
+
+class _FakeFile:
+    def __init__(self, size: int):
+        self.size = size
+        self.data = bytearray(size)
+
+    def write_at(self, pos: int, data) -> None:
+        assert 0 <= pos and pos + len(data) <= self.size, (pos, len(data), self.size)
+        self.data[pos:pos + len(data)] = data
+
+
+class _Source:
+    """A pipe's view for drain: headers via take, bodies moved by store in pieces of at most `step`."""
+
+    def __init__(self, data: bytes, step: int):
+        self.data, self.pos, self.step = data, 0, step
+
+    @property
+    def available(self) -> int:
+        return len(self.data) - self.pos
+
+    def take(self, n: int) -> bytes:
+        out = self.data[self.pos:self.pos + min(n, self.available)]
+        self.pos += len(out)
+        return out
+
+    def store(self, file, pos: int, n: int) -> int:
+        n = min(n, self.available, self.step)
+        assert n > 0
+        file.write_at(pos, self.data[self.pos:self.pos + n])
+        self.pos += n
+        return n
+
+
+def zero_copy_slave(inp: Input) -> None:
+    start = inp.uint(3) if inp.flag() else 0
+    file_size = inp.pick((64, 4096, 1 << 16))
+    max_body = inp.pick((None, 16, 4096))
+    step = 1 + inp.uint(2)
+    cuts = read_cuts(inp)
+    stream = inp.rest()
+
+    def run(chunks, zero_copy: bool):
+        store = FakeFiles(start, file_size)
+        s = SlaveSession(store, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0, max_body=max_body)
+        s.start(0.0)
+        error = None
+        for chunk in chunks:
+            try:
+                if zero_copy:
+                    src = _Source(bytes(chunk), step)
+                    s.drain(src, 1.0)
+                    assert src.available == 0, "drain left bytes behind without an error"
+                    report = s.report_if_moved(1.0)
+                else:
+                    report = s.on_data(chunk, 1.0)
+            except (ProtocolError, OffsetMismatch, StoreError) as e:
+                error = type(e)
+                break  # the slave closes the connection and reconnects from its own max offset
+            assert report is None or REPORT.unpack(report)[0] == store.max_offset
+            assert s.reported == store.max_offset
+        assert store.max_offset == store.start + len(store.content)
+        return error, store.max_offset, bytes(store.content)
+
+    split = run(pieces(stream, cuts), True)
+    whole = run([stream], True)
+    assert split == whole, "cutting the stream changed what the zero-copy slave stored or how it failed"
+    copied = run([stream], False)
+    if whole[0] is None and copied[0] is None:
+        # An empty slave's log starts (at the first frame's file) when drain places that frame's
+        # first bytes, and when on_data appends the whole frame: only the counted bytes must agree.
+        assert whole[2] == copied[2], "drain and on_data stored different bytes"
+        assert not whole[2] or whole[1] == copied[1], "drain and on_data ended at different offsets"
+
+
+MODES = (reports, frames, master, slave, zero_copy_slave)
 
 
 def TestOneInput(data: bytes) -> None:

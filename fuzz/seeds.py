@@ -78,6 +78,8 @@ def ha_wire() -> dict[str, bytes]:
     reports = b"".join(wire.encode_report(o) for o in (0, 4096, 1 << 33))
     frames = (wire.encode_header(1024, 5) + b"hello" + wire.encode_header(1029, 0)
               + wire.encode_header(1029, 3) + b"abc")
+    frames_at_file = (wire.encode_header(4096, 5) + b"hello" + wire.encode_header(4101, 0)
+                      + wire.encode_header(4101, 3) + b"abc")
     master_params = b"\x01" + (1 << 20).to_bytes(5, "big") + (0).to_bytes(5, "big") + (32768).to_bytes(2, "big")
     return {
         "reports": b"\0\x02\0\x05\0\x0b" + reports,
@@ -86,6 +88,8 @@ def ha_wire() -> dict[str, bytes]:
         "master-resume": b"\x02" + master_params + b"\0" + wire.encode_report(1 << 19),
         "slave": b"\x03\x01" + (1024).to_bytes(5, "big") + b"\0\x01\0\x09" + frames,
         "slave-empty": b"\x03\0\x01\0" + frames,
+        "zero-copy-empty": b"\x04\0\x01\0\0\x02\x02\0\x05\0\x0e" + frames_at_file,
+        "zero-copy-resume": b"\x04\x01" + (4096).to_bytes(3, "big") + b"\x01\x02\0\x07\x01\0\x14" + frames_at_file,
     }
 
 

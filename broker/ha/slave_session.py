@@ -42,6 +42,7 @@ class SlaveSession:
         # our max offset. Our bytes past its offset are not on the master; we keep them (no silent
         # truncation), stay connected and keep reporting; the master sends nothing (SLAVE_AHEAD).
         self.master_behind: tuple[int, int] | None = None
+        self.had_data = False  # a frame with a body was accepted on this connection
 
     def start(self, now: float) -> bytes:
         """On connect: report our max offset at once (the reference waits one heartbeat interval)."""
@@ -64,7 +65,7 @@ class SlaveSession:
         pending, start, expected = [], -1, self.store.max_offset
         try:
             for frame in self.frames.feed(data):
-                if not self._accept(frame.offset, len(frame.body), expected, bool(pending)):
+                if not self._accept(frame.offset, len(frame.body), expected):
                     continue
                 if frame.body:
                     if not pending:
@@ -111,12 +112,11 @@ class SlaveSession:
                 offset, size = check_header(*HEADER.unpack(self._header), self.max_body)
                 self._header = b""
                 expected = start + count if count else store.max_offset
-                if not self._accept(offset, size, expected, bool(count) or self._stored_in_read) or not size:
+                if not self._accept(offset, size, expected) or not size:
                     continue
                 if self._file is None or offset != self._next or offset + size > self._file_end:
                     if count:  # the store checks the next body against what it holds
                         store.replica_written(start, count)
-                        self._stored_in_read = True
                         count = 0
                     self._file, self._pos = store.replica_target(offset, size)
                     self._file_end = offset - self._pos + self._file.size
@@ -125,28 +125,31 @@ class SlaveSession:
         finally:
             if count:  # what matched is stored even when a later frame did not
                 store.replica_written(start, count)
-                self._stored_in_read = True
 
     # frame state of drain(): a header not yet complete, or the body being moved; where bodies go
     _header = b""
     _body_left = _body_size = 0
     _file = None
     _pos = _next = _file_end = 0  # file position for the next body byte; log offsets after the last body
-    _stored_in_read = False  # a body was counted since the last report_if_moved (the read so far)
 
-    def _accept(self, offset: int, size: int, expected: int, stored_before: bool) -> bool:
+    def _accept(self, offset: int, size: int, expected: int) -> bool:
         """Whether a frame continues this slave's log. False for a heartbeat from a master behind
-        us (MASTER_BEHIND: recorded, nothing stored); raises OffsetMismatch for any other gap."""
-        if not size and not stored_before and 0 <= offset < expected:
+        us (MASTER_BEHIND: recorded, nothing stored); raises OffsetMismatch for any other gap.
+
+        Once this connection brought data, a heartbeat below our offset is a gap, not MASTER_BEHIND
+        (a master that is behind sends no data): per connection, so how reads cut the stream does not
+        change the decision."""
+        if not size and not self.had_data and 0 <= offset < expected:
             self.master_behind = (expected, offset)
             return False
         if expected != 0 and expected != offset:
             raise OffsetMismatch(expected, offset)
+        if size:
+            self.had_data = True
         return True
 
     def report_if_moved(self, now: float) -> bytes | None:
-        """The report to send after a read, if the offset moved (and the end of a drain's read)."""
-        self._stored_in_read = False
+        """The report to send after a read, if the offset moved."""
         if self.store.max_offset != self.reported:
             return self._report(now)
         return None

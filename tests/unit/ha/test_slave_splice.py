@@ -62,6 +62,13 @@ class FakeStore:
     def stored(self):
         return bytes(self.file.data[:self.max_offset - self.base])
 
+    def append_replicated(self, offset, chunks):  # on_data's way in, with the same rules
+        for c in chunks:
+            f, pos = self.replica_target(offset, len(c))
+            f.write_at(pos, bytes(c))
+            self.replica_written(offset, len(c))
+            offset += len(c)
+
 
 class BytesSource:
     """A source over bytes that moves at most `step` bytes per store call, as a short splice does."""
@@ -141,17 +148,22 @@ def test_a_mismatch_raises_after_storing_what_matched_before_it():
     assert store.counted == [(100, 2)]
 
 
-def test_heartbeats_below_our_offset_are_master_behind_unless_data_came_first_in_the_read():
+def test_heartbeats_below_our_offset_are_master_behind_until_the_connection_brought_data():
     store = FakeStore(100)
     s = session(store)
     s.drain(BytesSource(frame(40)), 1.0)
     assert s.master_behind == (100, 40) and store.counted == []
     assert s.report_if_moved(1.0) is None
     s.drain(BytesSource(frame(100)), 2.0)  # at our offset: an ordinary heartbeat
-    # A body earlier in the same read, even in an earlier drain of it, makes it a mismatch (as on_data).
     s.drain(BytesSource(frame(100, b"abc")), 3.0)
+    assert s.report_if_moved(3.0) == report(103)
+    # A master that sent data is not behind us: a lower heartbeat after it, in any later read, is a gap.
     with pytest.raises(OffsetMismatch):
-        s.drain(BytesSource(frame(50)), 3.0)
+        s.drain(BytesSource(frame(50)), 4.0)
+    copy = session(FakeStore(100))
+    copy.on_data(frame(100, b"abc"), 1.0)
+    with pytest.raises(OffsetMismatch):
+        copy.on_data(frame(50), 2.0)  # on_data decides the same, however the reads were cut
 
 
 def test_frame_limits_and_store_refusals_are_errors():
