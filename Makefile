@@ -95,6 +95,13 @@ test-rust-client: $(STAMP) rust-client ## the Rust client (rocketmq-client-rust)
 
 bench: bench-ha bench-send bench-decode ## run the benchmarks
 
+PEER_VERSION ?= 1.0.0
+PEER_ROOT ?= $(HOME)/.cache/rocketmq-ha-refcluster/rocketmq-rust-$(PEER_VERSION)
+peer-broker: ## build rocketmq-rust's broker (crates.io rocketmq-broker $(PEER_VERSION)) for bench-send's peer line; about 35 min on 2 cores, cached
+	@test -x $(PEER_ROOT)/bin/rocketmq-broker-rust || { echo "==> cargo install rocketmq-broker $(PEER_VERSION) into $(PEER_ROOT) (one time, about 35 min on 2 cores)"; \
+	  cargo install rocketmq-broker --version $(PEER_VERSION) --locked --root $(PEER_ROOT); }
+	@echo "peer broker: $(PEER_ROOT)/bin/rocketmq-broker-rust (bench-send finds it there)"
+
 bench-send: $(STAMP) ## send TPS, p50/p99/p99.9 and broker CPU per message (official client and a raw pipelined producer), beside a raw loopback round trip
 	$(PY) bench/bench_send.py
 

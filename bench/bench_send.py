@@ -24,9 +24,11 @@ The latency CDF goes to build/bench/send-latency.png, the figures to build/bench
 from __future__ import annotations
 
 import argparse
+import glob
 import itertools
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -572,7 +574,17 @@ def start_cluster(tmp: str, tag: str, sync: bool, file_size: int):
     return ns.addr, nodes, servers, master.addr
 
 
-PEER_BINARY = "rocketmq-broker-rust"  # crates.io rocketmq-broker (rocketmq-rust): `cargo install rocketmq-broker`
+PEER_BINARY = "rocketmq-broker-rust"  # crates.io rocketmq-broker (rocketmq-rust): `make peer-broker`
+PEER_CACHE = os.path.expanduser("~/.cache/rocketmq-ha-refcluster")
+
+
+def find_peer() -> str | None:
+    """rocketmq-broker-rust on PATH, else the newest one `make peer-broker` built into the cache."""
+    found = shutil.which(PEER_BINARY)
+    if found:
+        return found
+    builds = sorted(glob.glob(os.path.join(PEER_CACHE, "rocketmq-rust-*", "bin", PEER_BINARY)))
+    return builds[-1] if builds else None
 
 
 def start_peer(tmp: str, exe: str, file_size: int):
@@ -583,7 +595,7 @@ def start_peer(tmp: str, exe: str, file_size: int):
     work = os.path.join(tmp, "peer")
     os.makedirs(work, exist_ok=True)
     ns = NameServerProcess(work).start()
-    port = free_ports(3)
+    port = free_ports(5) + 2  # the Java layout it follows: fast listener at listenPort-2, HA at listenPort+1
     cfg = os.path.join(work, "broker.properties")
     with open(cfg, "w") as fh:
         fh.write("\n".join(f"{k}={v}" for k, v in {
@@ -602,7 +614,11 @@ def start_peer(tmp: str, exe: str, file_size: int):
         except OSError:
             if proc.poll() is not None or time.time() > deadline:
                 stop_nodes([proc, ns])
-                raise SystemExit(f"the peer broker {exe} did not listen on {port}; see {log.name}")
+                log.close()
+                lines = re.sub(r"\x1b\[[0-9;]*m", "", open(log.name, errors="replace").read()).splitlines()
+                tail = "\n".join(([ln for ln in lines if " ERROR " in ln or " WARN " in ln] + lines[-1:])[-12:])
+                raise SystemExit(f"the peer broker {exe} did not listen on {port} (exit code {proc.poll()}); "
+                                 f"its warnings and errors:\n{tail}")
             time.sleep(0.2)
     return ns.addr, [ns, proc], {"master": proc.pid}, f"127.0.0.1:{port}"
 
@@ -703,10 +719,10 @@ def main() -> None:
     ap.add_argument("--raw-producers", type=int, default=1, help="raw producer processes")
     ap.add_argument("--raw-connections", type=int, default=2, help="connections per raw producer")
     ap.add_argument("--raw-inflight", type=int, default=256, help="requests in flight per raw connection")
-    ap.add_argument("--peer-broker", default=shutil.which(PEER_BINARY),
+    ap.add_argument("--peer-broker", default=find_peer(),
                     help=f"another broker to measure beside ours with the raw producer, as an ASYNC_MASTER: an "
-                         f"executable taking `-c <properties> -n <namesrv>` (default: {PEER_BINARY} on PATH, "
-                         f"i.e. rocketmq-rust's broker; without one the peer line says so)")
+                         f"executable taking `-c <properties> -n <namesrv>` (default: {PEER_BINARY} on PATH or from "
+                         f"`make peer-broker`, i.e. rocketmq-rust's broker; without one the peer line says so)")
     ap.add_argument("--raw-worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--serve-stub", nargs=2, type=int, help=argparse.SUPPRESS)
@@ -739,8 +755,8 @@ def main() -> None:
             if tag not in only:
                 continue
             if tag == "peer" and not args.peer_broker:
-                print(f"  peer: no {PEER_BINARY} on PATH and no --peer-broker: no peer figure "
-                      "(cargo install rocketmq-broker builds rocketmq-rust's)", flush=True)
+                print(f"  peer: no {PEER_BINARY} on PATH or in {PEER_CACHE} and no --peer-broker: no peer figure "
+                      "(`make peer-broker` builds rocketmq-rust's, about 35 min on 2 cores)", flush=True)
                 continue
             if tag == "stub":
                 namesrv, nodes, servers, broker = start_stub(tmp)
