@@ -57,28 +57,36 @@ class SlaveHAProtocol(protocol.Protocol):
         self._stored(lambda _none, now: self.session.report_if_moved(now), None)
 
     def _stored(self, take, source):
+        if self.failed:
+            return  # nothing after a bad frame counts, even what its read still holds
         c = self.client
         try:
             report = take(source, c.clock.seconds())
         except OffsetMismatch as e:
             c.offset_mismatch(e)
-            self.transport.abortConnection()
+            self._abort()
             return
         except ProtocolError as e:
             c.protocol_errors.inc()
             log.error("closing HA connection to master %s: %s", c.master_address, e)
-            self.transport.abortConnection()
+            self._abort()
             return
         except StoreError as e:
             c.store_errors.inc()
             log.error("closing HA connection to master %s: cannot store replicated bytes: %s",
                       c.master_address, e)
-            self.transport.abortConnection()
+            self._abort()
             return
         if self.session.master_behind is not None:
             c.master_behind(self.session.master_behind)
         if report is not None:
             self.transport.write(report)
+
+    failed = False  # set when the stream broke a rule: the connection is being aborted
+
+    def _abort(self):
+        self.failed = True
+        self.transport.abortConnection()
 
     # A report that cannot even be buffered means the master stopped reading: treat as failed.
     def pauseProducing(self):

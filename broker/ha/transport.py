@@ -9,7 +9,7 @@ bytes written with the ordinary `write()` meanwhile (a heartbeat) go after it.
 Slave: `SpliceClient` (Linux, the default) never reads frame bodies into Python either: splice(2)
 moves what the socket holds into a pipe, the session reads the 12-byte headers from the pipe and has
 each body spliced on into its commit-log file, so the bytes are copied once, into the page cache
-(recv_into + pwrite copies them twice and takes about twice the CPU). `RecvIntoClient`, the fallback
+(recv_into + pwrite copies them twice; README "Benchmarks" has the figures). `RecvIntoClient`, the fallback
 (`haSlaveZeroCopy=false`, or no splice), reads into one reused buffer (recv_into) and hands the
 protocol a memoryview valid only during dataReceived. Both send a report at once when nothing is
 queued ahead of it instead of a reactor turn later.
@@ -255,8 +255,8 @@ class SpliceClient(RecvIntoClient):
                 break
             filled = True
             self.protocol.pipeReceived(pipe)
-            if self.disconnecting or not self.connected:
-                return None
+            if self.disconnecting or not self.connected or self._aborting:
+                return None  # the protocol closed the link: nothing more is read from it
         if filled:
             self.protocol.readDone()  # one report for everything this read stored
         return result

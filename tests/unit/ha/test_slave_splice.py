@@ -270,3 +270,34 @@ def test_bodies_fill_a_file_and_go_on_in_the_next(tmp_path):
         assert store.max_offset == 10 * 1024
     finally:
         store.shutdown()
+
+
+def test_nothing_counts_after_a_bad_frame_even_what_the_same_read_still_holds(tmp_path):
+    """The transport may hand the protocol more of the pipe after it aborted the link; none of it is stored."""
+    from twisted.internet.task import Clock
+    from twisted.internet.testing import MemoryReactor, StringTransport
+
+    from broker.ha.slave import HAClient, SlaveHAProtocol
+
+    class Transport(StringTransport):
+        aborted = 0
+
+        def abortConnection(self):
+            self.aborted += 1
+
+    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=1 << 20)
+    store.start()
+    try:
+        store.append_replicated(0, b"x" * 100)
+        client = HAClient(store, "127.0.0.1:1", clock=Clock(), reactor=MemoryReactor())
+        proto, t = SlaveHAProtocol(client), Transport()
+        proto.makeConnection(t)
+        proto.pipeReceived(BytesSource(frame(100, b"ab") + frame(7, b"zz") + frame(102, b"cd")))
+        assert t.aborted == 1 and store.max_offset == 102  # what came before the gap is kept
+        proto.pipeReceived(BytesSource(frame(102, b"cd")))
+        proto.readDone()
+        assert t.aborted == 1 and store.max_offset == 102
+        assert client.status()["lastMismatch"] == {"slave": 102, "master": 7}
+        assert t.value() == report(100)  # the report on connect only: nothing after the failure
+    finally:
+        store.shutdown()
