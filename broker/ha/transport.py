@@ -142,6 +142,21 @@ class HAPort(tcp.Port):
     transport = FileFrameServer
 
 
+def _read_some(read) -> tuple[int, object]:
+    """One non-blocking read: (bytes read, None); (0, None) when the socket holds nothing now; or
+    (0, why) when the link ended (Twisted's CONNECTION_DONE or CONNECTION_LOST)."""
+    while True:
+        try:
+            got = read()
+        except BlockingIOError:
+            return 0, None
+        except InterruptedError:
+            continue
+        except OSError:
+            return 0, main.CONNECTION_LOST
+        return (got, None) if got else (0, main.CONNECTION_DONE)
+
+
 class RecvIntoClient(tcp.Client):
     """tcp.Client reading into one reused buffer; small writes go out at once when nothing is queued."""
 
@@ -158,17 +173,8 @@ class RecvIntoClient(tcp.Client):
         n, size, result = 0, len(buf), None
         recv_into = self.socket.recv_into
         while n < size:
-            try:
-                got = recv_into(view[n:])
-            except BlockingIOError:
-                break
-            except InterruptedError:
-                continue
-            except OSError:
-                result = main.CONNECTION_LOST
-                break
+            got, result = _read_some(lambda: recv_into(view[n:]))
             if not got:
-                result = main.CONNECTION_DONE
                 break
             n += got
         if n:
@@ -241,17 +247,8 @@ class SpliceClient(RecvIntoClient):
         for _ in range(MAX_FILLS):
             if pipe.available == pipe.capacity:
                 break  # the protocol stopped draining (it is closing the connection)
-            try:
-                n = pipe.fill(fd)
-            except BlockingIOError:
-                break
-            except InterruptedError:
-                continue
-            except OSError:
-                result = main.CONNECTION_LOST
-                break
-            if n == 0:
-                result = main.CONNECTION_DONE
+            n, result = _read_some(lambda: pipe.fill(fd))
+            if not n:
                 break
             filled = True
             self.protocol.pipeReceived(pipe)

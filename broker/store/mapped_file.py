@@ -131,9 +131,7 @@ class MappedFile:
             try:
                 n = os.pwritev(self.fd, bufs, pos + done)
             except OSError as e:
-                if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                    raise DiskFullError(f"{self.path}: {os.strerror(e.errno)} writing {total} bytes "
-                                        f"at {self.base + pos}") from e
+                self._raise_if_full(e, total, pos)
                 raise
             if n == 0:
                 raise DiskFullError(f"{self.path}: short write at {self.base + pos}")
@@ -153,13 +151,18 @@ class MappedFile:
         try:
             moved = os.splice(pipe_fd, self.fd, n, offset_dst=pos, flags=SPLICE_FLAGS)
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                raise DiskFullError(f"{self.path}: {os.strerror(e.errno)} writing {n} bytes "
-                                    f"at {self.base + pos}") from e
+            self._raise_if_full(e, n, pos)
             raise
         if moved == 0:
             raise DiskFullError(f"{self.path}: short write at {self.base + pos}")
         return moved
+
+    def _raise_if_full(self, e: OSError, nbytes: int, pos: int) -> None:
+        """A failed write on a full disk or quota is a DiskFullError (nothing moved `wrote`: the caller
+        can answer cleanly); any other OSError is the caller's to re-raise."""
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise DiskFullError(f"{self.path}: {os.strerror(e.errno)} writing {nbytes} bytes "
+                                f"at {self.base + pos}") from e
 
     def read(self, pos: int, n: int) -> bytes:
         n = max(0, min(n, self.size - pos))

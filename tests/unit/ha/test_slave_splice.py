@@ -301,3 +301,31 @@ def test_nothing_counts_after_a_bad_frame_even_what_the_same_read_still_holds(tm
         assert t.value() == report(100)  # the report on connect only: nothing after the failure
     finally:
         store.shutdown()
+
+
+def test_a_write_refused_for_size_is_a_disk_full_error_and_moves_nothing(tmp_path):
+    """EFBIG (as ENOSPC and EDQUOT) from the pipe -> file splice is DiskFullError, as from pwritev.
+    RLIMIT_FSIZE makes the kernel refuse the write; run in a child so the limit stays there."""
+    code = f"""
+import os, resource, signal, sys
+sys.path.insert(0, {os.getcwd()!r})
+from broker.store.mapped_file import DiskFullError, MappedFile
+from broker.ha.transport import SplicePipe
+f = MappedFile({str(tmp_path)!r}, 0, 1 << 16, create=True, preallocate=True)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+p = SplicePipe()
+os.write(p.w, b"x" * 100); p.available = 100
+assert p.store(f, 4096, 100) == 100          # below the limit: moved
+os.write(p.w, b"y" * 100); p.available = 100
+try:
+    p.store(f, 16384, 100)
+except DiskFullError as e:
+    print("full:", e)
+assert f.wrote == 0 and p.available == 100   # nothing counted, the bytes are still in the pipe
+"""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "full:" in out.stdout and "File too large" in out.stdout and "at 16384" in out.stdout
