@@ -142,7 +142,8 @@ class CommitLog:
         r = record.scan(self.read_record(offset, size), 0, check_crc=False)
         return r.message if r.kind == Scan.MESSAGE else None
 
-    def walk(self, start: int, end: int | None = None, check_crc: bool = True, full: bool = False):
+    def walk(self, start: int, end: int | None = None, check_crc: bool = True, full: bool = False,
+             read_size: int = READ_CHUNK):
         """Yield (offset, kind, size, info, reason) for records from start (a record boundary) on.
 
         info is a record.IndexInfo, or a full record.Message with full=True. Ends after a blank at
@@ -150,6 +151,7 @@ class CommitLog:
         `end` (exclusive) bounds the walk to data known to be complete.
         """
         scanner = _full_scan if full else record.scan_index
+        read_size = max(read_size, 64)  # enough for any record's TOTALSIZE, so a long record is read whole
         offset = start
         limit = self.max_offset if end is None else end
         while offset < limit:
@@ -158,7 +160,7 @@ class CommitLog:
                 return
             pos = offset - f.base
             stop = min(f.wrote, limit - f.base)
-            chunk = f.read(pos, min(READ_CHUNK, stop - pos))
+            chunk = f.read(pos, min(read_size, stop - pos))
             p = 0
             kind = size = None
             while p < len(chunk):
@@ -173,7 +175,7 @@ class CommitLog:
                     return
                 p += size
             if p == 0:
-                # A single record larger than READ_CHUNK: read it whole.
+                # A single record larger than read_size: read it whole.
                 data = f.read(pos, size)
                 kind, size, info, reason = scanner(data, 0, check_crc)
                 yield offset, kind, size, info, reason

@@ -121,6 +121,9 @@ class GetResult:
     records: list[bytes]
 
 
+DISPATCH_READ_MARGIN = 64 << 10  # read past a dispatch slice's end, for the record that straddles it
+
+
 class MessageStore:
     def __init__(self, root: str, commitlog_dir: str | None = None, *,
                  commitlog_file_size: int = 1 << 30, cq_file_size: int = 300000 * 20,
@@ -449,7 +452,10 @@ class MessageStore:
         stop = min(self.commitlog.max_offset, start + max_bytes)
         batches: dict[tuple[str, int], list] = {}
         offset = start
-        for at, kind, size, info, reason in self.commitlog.walk(start, self.commitlog.max_offset, check_crc=False):
+        # Read about one slice, not the walk's default 4 MiB: a 256 KiB slice every 20 ms of a catch-up
+        # otherwise copies 16x what it parses (a record left over is read again from its start).
+        for at, kind, size, info, reason in self.commitlog.walk(start, self.commitlog.max_offset, check_crc=False,
+                                                                read_size=max_bytes + DISPATCH_READ_MARGIN):
             if at >= stop and at > start:
                 break
             if kind == Scan.MESSAGE:

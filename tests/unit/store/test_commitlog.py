@@ -121,3 +121,32 @@ def test_walk_reports_why_it_stopped(store_factory):
     walked = list(s.commitlog.walk(0, end=res[0].wrote_bytes + 20, check_crc=False))
     assert [kind for _, kind, *_ in walked] == [Scan.MESSAGE, Scan.PARTIAL]
     assert walked[-1][4] == f"record of {res[1].wrote_bytes} bytes, 20 present"
+
+
+@pytest.mark.parametrize("read_size", [1, 150, 333, 1000, 1 << 20])
+def test_walk_gives_the_same_records_whatever_it_reads_at_once(store_factory, read_size):
+    """Dispatch walks with small reads (one slice); records that straddle a read, records larger
+    than a read, blanks at a file's end and the next file come out exactly as with the default."""
+    s = store_factory()
+    for i in range(40):
+        s.put_message(msg(i, size=(50, 700, 2500)[i % 3]))
+    whole = [(off, kind, size) for off, kind, size, *_ in s.commitlog.walk(0, check_crc=False)]
+    assert len([k for _, k, _ in whole if k == Scan.MESSAGE]) == 40 and any(k == Scan.BLANK for _, k, _ in whole)
+    small = [(off, kind, size) for off, kind, size, *_ in s.commitlog.walk(0, check_crc=False, read_size=read_size)]
+    assert small == whole
+
+
+def test_dispatch_reads_about_one_slice_at_a_time(store_factory, monkeypatch):
+    """A dispatch slice reads its slice (plus a margin for the straddling record), not 4 MiB."""
+    s = store_factory()
+    for i in range(60):
+        s.put_message(msg(i, size=700))
+    s.dispatch_pending()
+    s.reput_offset = 0  # as a slave that has everything still to dispatch
+    reads = []
+    real = type(s.commitlog.queue.files[0]).read
+    monkeypatch.setattr(type(s.commitlog.queue.files[0]), "read",
+                        lambda self, pos, n: reads.append(n) or real(self, pos, n))
+    s.dispatch(max_bytes=4096)
+    from broker.store.message_store import DISPATCH_READ_MARGIN
+    assert reads and max(reads) <= 4096 + DISPATCH_READ_MARGIN
