@@ -4,7 +4,7 @@ It checks every frame's fromPhyOffset against its own max offset, appends bodies
 and says what to report. Reports are coalesced per read: after all frames of one read are stored
 the slave reports once, which the master treats exactly like several reports in a row.
 
-Two ways in, one set of decisions (`_accept`): `on_data` takes bytes that are already in Python;
+Two ways in, one set of decisions (`_check`): `on_data` takes bytes that are already in Python;
 `drain` takes a source of frame bytes (the zero-copy transport's pipe) from which it reads only the
 12-byte headers and has each body moved into its commit-log file by the source itself.
 """
@@ -65,8 +65,7 @@ class SlaveSession:
         pending, start, expected = [], -1, self.store.max_offset
         try:
             for frame in self.frames.feed(data):
-                if not self._accept(frame.offset, len(frame.body), expected):
-                    continue
+                self._check(frame.offset, len(frame.body), expected)
                 if frame.body:
                     if not pending:
                         start = frame.offset
@@ -111,8 +110,8 @@ class SlaveSession:
                     break
                 offset, size = check_header(*HEADER.unpack(self._header), self.max_body)
                 self._header = b""
-                expected = start + count if count else store.max_offset
-                if not self._accept(offset, size, expected) or not size:
+                self._check(offset, size, start + count if count else store.max_offset)
+                if not size:
                     continue
                 if self._file is None or offset != self._next or offset + size > self._file_end:
                     if count:  # the store checks the next body against what it holds
@@ -132,21 +131,19 @@ class SlaveSession:
     _file = None
     _pos = _next = _file_end = 0  # file position for the next body byte; log offsets after the last body
 
-    def _accept(self, offset: int, size: int, expected: int) -> bool:
-        """Whether a frame continues this slave's log. False for a heartbeat from a master behind
-        us (MASTER_BEHIND: recorded, nothing stored); raises OffsetMismatch for any other gap.
-
-        Once this connection brought data, a heartbeat below our offset is a gap, not MASTER_BEHIND
-        (a master that is behind sends no data): per connection, so how reads cut the stream does not
-        change the decision."""
+    def _check(self, offset: int, size: int, expected: int) -> None:
+        """Raise OffsetMismatch unless a frame continues this slave's log (`expected`; 0: an empty log
+        takes any start). A heartbeat below our offset is MASTER_BEHIND instead (recorded; a
+        heartbeat stores nothing either way) until this connection brought data: a master that is
+        behind sends none, so after data it is a gap. Per connection, so how reads cut the stream
+        never changes the decision."""
         if not size and not self.had_data and 0 <= offset < expected:
             self.master_behind = (expected, offset)
-            return False
+            return
         if expected != 0 and expected != offset:
             raise OffsetMismatch(expected, offset)
         if size:
             self.had_data = True
-        return True
 
     def report_if_moved(self, now: float) -> bytes | None:
         """The report to send after a read, if the offset moved."""

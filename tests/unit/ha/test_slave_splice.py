@@ -329,3 +329,48 @@ assert f.wrote == 0 and p.available == 100   # nothing counted, the bytes are st
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "full:" in out.stdout and "File too large" in out.stdout and "at 16384" in out.stdout
+
+
+@pytest.mark.parametrize("cut", range(1, 12))
+def test_a_header_cut_anywhere_is_completed_by_the_next_drain(cut):
+    """The next drain takes only what the header still lacks, then the body and the frames after it."""
+    store = FakeStore(100)
+    s = session(store)
+    stream = frame(100, b"abc") + frame(103, b"defg")
+    s.drain(BytesSource(stream[:cut]), 1.0)
+    assert store.counted == [] and s.bytes_received == cut
+    s.drain(BytesSource(stream[cut:]), 2.0)
+    assert store.stored() == b"abcdefg" and s.bytes_received == len(stream)
+
+
+def test_a_heartbeat_never_starts_an_empty_slaves_log(tmp_path):
+    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=4096)
+    store.start()
+    try:
+        s = session(store)
+        s.drain(BytesSource(frame(8192)), 1.0)  # where the master would start: nothing to store yet
+        assert store.commitlog.queue.files == [] and s.report_if_moved(1.0) is None
+        s.drain(BytesSource(frame(8192, b"xy")), 2.0)
+        assert [f.base for f in store.commitlog.queue.files] == [8192] and s.report_if_moved(2.0) == report(8194)
+    finally:
+        store.shutdown()
+
+
+def test_a_slave_resuming_inside_a_file_fills_it_and_goes_on_in_the_next(tmp_path):
+    """The first body of a connection may land mid-file; where that file ends is still where it ends."""
+    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=4096)
+    store.start()
+    try:
+        store.append_replicated(0, b"p" * 1000)  # what an earlier connection stored
+        s = session(store)
+        bodies = [os.urandom(n) for n in (1000, 1000, 1096, 500)]  # 1000..4096, then the next file
+        stream, at = b"", 1000
+        for b in bodies:
+            stream += frame(at, b)
+            at += len(b)
+        s.drain(BytesSource(stream), 1.0)
+        assert s.report_if_moved(1.0) == report(at)
+        assert [f.base for f in store.commitlog.queue.files] == [0, 4096]
+        assert store.commitlog.read(1000, 3096) + store.commitlog.read(4096, 500) == b"".join(bodies)
+    finally:
+        store.shutdown()
