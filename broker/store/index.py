@@ -598,7 +598,8 @@ class IndexService:
         return self.build(phy, info)
 
     def build_records(self, records) -> int:
-        """Index records just stored (the master's path), in commit-log order, as one batch: each file's
+        """Index records in commit-log order as one batch (the master's dispatch_pending, and a slave's
+        dispatch with the keys its IndexInfo read from the stored bytes): each file's
         items, slots and header are written once for all of them (see IndexFile.begin); the same bytes
         as building them one by one with build_record(). Each record is (topic, sysflag, store time,
         keys, stored bytes, offset), keys its (UNIQ_KEY, KEYS) properties when the stored text reads

@@ -451,6 +451,7 @@ class MessageStore:
         start = self.reput_offset
         stop = min(self.commitlog.max_offset, start + max_bytes)
         batches: dict[tuple[str, int], list] = {}
+        keyed = []  # index items, written as one batch (as the master's dispatch_pending does)
         offset = start
         # Read about one slice, not the walk's default 4 MiB: a 256 KiB slice every 20 ms of a catch-up
         # otherwise copies 16x what it parses (a record left over is read again from its start).
@@ -460,7 +461,7 @@ class MessageStore:
                 break
             if kind == Scan.MESSAGE:
                 self.last_store_timestamp = info.store_timestamp
-                self.index.build(at, info)
+                keyed.append((info.topic, info.sys_flag, info.store_timestamp, info.index_keys(), None, at))
                 if info.gets_queue_entry:
                     batches.setdefault((info.topic, info.queue_id), []).append(
                         (info.queue_offset, at, size, self._unit_tags_code(info, at)))
@@ -474,6 +475,7 @@ class MessageStore:
                     self.dispatch_error = f"invalid record at {at}: {reason}"
                     log.error("dispatch stopped: %s; consume queues end before it", self.dispatch_error)
                 break
+        self.index.build_records(keyed)
         for (topic, qid), units in list(batches.items()):
             cq = self._queue_for_record(topic, qid, units[0][1])
             if cq is None:
