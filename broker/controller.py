@@ -239,14 +239,15 @@ class BrokerController:
     def _dispatch_step(self):
         """Build consume queues from replicated bytes, giving the HA stream priority.
 
-        While bytes are pouring in (a catch-up), replication comes first and queues are built in
-        small slices; in the gaps, and once caught up, at full speed. dispatch_lag_bytes shows it.
+        While a backlog is pouring in (a catch-up, HAClient.catching_up), replication comes first and
+        queues are built in small slices; otherwise (live sends, the gaps, once caught up) at full
+        speed. dispatch_lag_bytes shows it.
         """
         self._dispatch_call = None
         s = self.store
         if s.closed:
             return
-        streaming = self.ha_client is not None and self.ha_client.streaming(self.clock.seconds())
+        streaming = self.ha_client is not None and self.ha_client.catching_up(self.clock.seconds())
         s.dispatch(DISPATCH_SLICE_STREAMING if streaming else DISPATCH_SLICE)
         if s.reput_offset < s.max_offset and not s.dispatch_error:
             if streaming:

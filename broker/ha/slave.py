@@ -20,6 +20,12 @@ from .wire import ProtocolError
 
 log = logging.getLogger("broker.ha.slave")
 
+# Received bytes/s above which the slave is catching up (its dispatch then yields to the stream). A
+# catch-up runs at hundreds of MiB/s; live sends of small messages bring ~10-30 MiB/s here, which a
+# slave's dispatch (~60 MiB/s of 1 KiB messages per core) keeps up with at full speed. Above it, a
+# throttled slice still dispatches at least one record, so very large messages keep moving too.
+CATCH_UP_RATE = 64 << 20
+
 
 class ClientState:
     NO_MASTER = "NO_MASTER"          # no haMasterAddress yet: waiting, not an error
@@ -260,14 +266,19 @@ class HAClient:
         self.last_mismatch = (e.slave_offset, e.master_offset)
         log.error("%s; closing to reconnect and report the slave's true offset", e)
 
-    def streaming(self, now: float, window: float = 0.1) -> bool:
-        """True while the master is sending data (a read within the last `window` seconds).
+    def catching_up(self, now: float, window: float = 0.1) -> bool:
+        """True while the master streams a backlog: data arrived within `window` seconds, at
+        CATCH_UP_RATE or more over the session's last rate window. Consume-queue building then
+        yields to the stream; a master sending its new messages as they come (tens of MiB/s at most
+        here) is not a catch-up, so dispatch keeps pace with it instead of falling behind for as
+        long as the load lasts.
 
         The window is wide enough that a busy machine descheduling either process for a few
         milliseconds does not make a catch-up look finished (consume-queue building would then run
         at full speed between every two reads of the stream)."""
         s = self.proto.session if self.proto is not None else None
-        return s is not None and s.last_data is not None and now - s.last_data < window
+        return (s is not None and s.last_data is not None and now - s.last_data < window
+                and s.recent_rate >= CATCH_UP_RATE)
 
     def tick(self):
         if self.proto is not None:

@@ -16,6 +16,8 @@ from .wire import HEADER, HEADER_SIZE, MAX_FRAME_BODY, FrameReader, check_header
 
 log = logging.getLogger("broker.ha.slave")
 
+RATE_WINDOW = 0.1  # seconds over which recent_rate is measured
+
 
 class OffsetMismatch(Exception):
     def __init__(self, slave_offset: int, master_offset: int):
@@ -38,6 +40,10 @@ class SlaveSession:
         self.reported = -1  # currentReportedOffset
         self.bytes_received = 0
         self.last_data = None  # when the last frame with a body arrived
+        # bytes/s received over the last full RATE_WINDOW: tells a catch-up (hundreds of MiB/s) from a
+        # master that streams its new sends as they come (tens of MiB/s at most)
+        self.recent_rate = 0.0
+        self._rate_since, self._rate_base = now, 0
         # (slave max offset, master offset) once the master said it is behind us: a heartbeat below
         # our max offset. Our bytes past its offset are not on the master; we keep them (no silent
         # truncation), stay connected and keep reporting; the master sends nothing (SLAVE_AHEAD).
@@ -59,6 +65,7 @@ class SlaveSession:
         Raises ProtocolError (bad frame), OffsetMismatch (close and reconnect), or a StoreError
         (the bytes could not be stored: close, reconnect, and report the true offset).
         """
+        self._rate(now)
         self.last_read = now
         self.bytes_received += len(data)
         # Bodies of consecutive frames are stored with one write per read, not one per frame.
@@ -87,6 +94,7 @@ class SlaveSession:
         (store.replica_written) once per drain, as on_data appends once per read; the next body of
         the same file goes right after the last without asking the store again. Raises as on_data.
         """
+        self._rate(now)
         self.last_read = now
         store = self.store
         start = count = 0  # whole bodies moved in this drain and not yet counted: [start, start+count)
@@ -144,6 +152,11 @@ class SlaveSession:
             raise OffsetMismatch(expected, offset)
         if size:
             self.had_data = True
+
+    def _rate(self, now: float) -> None:
+        if now - self._rate_since >= RATE_WINDOW:
+            self.recent_rate = (self.bytes_received - self._rate_base) / (now - self._rate_since)
+            self._rate_since, self._rate_base = now, self.bytes_received
 
     def report_if_moved(self, now: float) -> bytes | None:
         """The report to send after a read, if the offset moved."""

@@ -126,3 +126,36 @@ def test_housekeeping_deadline_is_exact_and_restarts_on_each_read():
     assert not s.expired(30.0) and s.expired(30.001)
     s.on_data(b"\x00\x00", 25.0)  # part of a header is a read
     assert not s.expired(45.0) and s.expired(45.5)
+
+
+def test_only_a_backlog_pouring_in_counts_as_catching_up():
+    """Dispatch yields to the stream during a catch-up (hundreds of MiB/s) but not to live sends
+    (tens of MiB/s), which it must keep pace with for as long as they last."""
+    import types
+
+    from broker.ha.slave import CATCH_UP_RATE, HAClient
+
+    def fed(rate, seconds=1.0, step=0.005):
+        store = FakeStore(0)
+        s = SlaveSession(store, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0)
+        at, t = 0, 0.0
+        while t < seconds:
+            t = round(t + step, 6)
+            body = bytes(int(rate * step))
+            s.on_data(frame(at, body), t)
+            at += len(body)
+        client = HAClient(store, None, clock=None, reactor=None)
+        client.proto = types.SimpleNamespace(session=s)
+        return client, s, t
+
+    live, s, t = fed(20 << 20)
+    assert 19 << 20 < s.recent_rate < 21 << 20 and not live.catching_up(t)
+    backlog, s, t = fed(600 << 20)
+    assert s.recent_rate > CATCH_UP_RATE and backlog.catching_up(t)
+    assert backlog.catching_up(t + 0.099) and not backlog.catching_up(t + 0.1)  # the stream paused
+    edge, s, t = fed(CATCH_UP_RATE * 1.02)
+    assert edge.catching_up(t)
+    below, s, t = fed(CATCH_UP_RATE * 0.98)
+    assert not below.catching_up(t)
+    idle = HAClient(FakeStore(0), None, clock=None, reactor=None)
+    assert not idle.catching_up(1.0)  # not connected
