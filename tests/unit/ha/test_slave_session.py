@@ -159,3 +159,15 @@ def test_only_a_backlog_pouring_in_counts_as_catching_up():
     assert not below.catching_up(t)
     idle = HAClient(FakeStore(0), None, clock=None, reactor=None)
     assert not idle.catching_up(1.0)  # not connected
+
+
+def test_the_receive_rate_is_exact_over_each_window():
+    s = SlaveSession(FakeStore(0), heartbeat_s=5.0, housekeeping_s=20.0, now=0.0)
+    assert s.recent_rate == 0.0  # nothing measured yet
+    s.on_data(frame(0, bytes(988)), 0.05)  # 1000 bytes inside the first window
+    assert s.recent_rate == 0.0
+    s.on_data(frame(988), 0.1)  # the window [0, 0.1) closes exactly at 0.1: its bytes over its length
+    assert s.recent_rate == 1000 / 0.1
+    s.on_data(frame(988, bytes(488)), 0.15)
+    s.on_data(frame(1476), 0.35)  # a longer gap: 12 + 500 bytes over 0.25 s
+    assert s.recent_rate == pytest.approx(512 / 0.25)

@@ -374,3 +374,10 @@ def test_a_slave_resuming_inside_a_file_fills_it_and_goes_on_in_the_next(tmp_pat
         assert store.commitlog.read(1000, 3096) + store.commitlog.read(4096, 500) == b"".join(bodies)
     finally:
         store.shutdown()
+
+
+def test_drain_measures_the_receive_rate_as_on_data_does():
+    s = session(FakeStore(0))
+    s.drain(BytesSource(frame(0, bytes(988))), 0.05)
+    s.drain(BytesSource(frame(988)), 0.1)
+    assert s.recent_rate == 1000 / 0.1
