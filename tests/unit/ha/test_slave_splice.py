@@ -5,6 +5,7 @@ per read), whatever way the stream is cut; SplicePipe must move the real bytes s
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -90,6 +91,16 @@ class BytesSource:
         file.write_at(pos, self.data[self.pos:self.pos + n])
         self.pos += n
         return n
+
+
+@contextlib.contextmanager
+def real_store(tmp_path, file_size=1 << 20):
+    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=file_size)
+    store.start()
+    try:
+        yield store
+    finally:
+        store.shutdown()
 
 
 def session(store, **kw):
@@ -218,9 +229,7 @@ def test_the_pipe_moves_socket_bytes_into_the_commit_log(tmp_path):
 
 
 def test_a_body_that_would_cross_the_end_of_a_file_is_refused(tmp_path):
-    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=4096)
-    store.start()
-    try:
+    with real_store(tmp_path, 4096) as store:
         with pytest.raises(StoreError, match="cannot start a log"):
             store.replica_target(100, 10)  # an empty slave starts at a file's start, as the master sends
         f, pos = store.replica_target(0, 4096)
@@ -232,30 +241,22 @@ def test_a_body_that_would_cross_the_end_of_a_file_is_refused(tmp_path):
             store.replica_target(11, 1)
         with pytest.raises(StoreError, match="do not fit"):
             f.splice_in(0, 4090, 10)
-    finally:
-        store.shutdown()
 
 
 def test_corrupt_replication_flips_a_bit_of_each_spliced_chunk(tmp_path):
     """A chunk is what one drain counts at once (on_data: what one read appends at once)."""
-    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=1 << 20)
-    store.start()
-    try:
+    with real_store(tmp_path) as store:
         bad = planted.CorruptingStore(store)
         s = session(bad)
         s.drain(BytesSource(frame(0, b"\x00" * 10) + frame(10, b"\x00" * 4)), 1.0)
         s.drain(BytesSource(frame(14, b"\x00" * 4)), 1.0)
         assert store.commitlog.read(0, 18) == b"\x00" * 7 + b"\x01" + b"\x00" * 8 + b"\x01\x00"
         assert store.max_offset == 18
-    finally:
-        store.shutdown()
 
 
 def test_bodies_fill_a_file_and_go_on_in_the_next(tmp_path):
     """Consecutive bodies go straight after each other until a file is full, then into a new file."""
-    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=4096)
-    store.start()
-    try:
+    with real_store(tmp_path, 4096) as store:
         s = session(store)
         bodies = [os.urandom(1024) for _ in range(10)]
         stream = b"".join(frame(i * 1024, b) for i, b in enumerate(bodies))
@@ -268,8 +269,6 @@ def test_bodies_fill_a_file_and_go_on_in_the_next(tmp_path):
         with pytest.raises(StoreError, match="crosses the end"):
             s.drain(BytesSource(frame(10 * 1024, os.urandom(3000))), 2.0)
         assert store.max_offset == 10 * 1024
-    finally:
-        store.shutdown()
 
 
 def test_nothing_counts_after_a_bad_frame_even_what_the_same_read_still_holds(tmp_path):
@@ -285,9 +284,7 @@ def test_nothing_counts_after_a_bad_frame_even_what_the_same_read_still_holds(tm
         def abortConnection(self):
             self.aborted += 1
 
-    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=1 << 20)
-    store.start()
-    try:
+    with real_store(tmp_path) as store:
         store.append_replicated(0, b"x" * 100)
         client = HAClient(store, "127.0.0.1:1", clock=Clock(), reactor=MemoryReactor())
         proto, t = SlaveHAProtocol(client), Transport()
@@ -299,8 +296,6 @@ def test_nothing_counts_after_a_bad_frame_even_what_the_same_read_still_holds(tm
         assert t.aborted == 1 and store.max_offset == 102
         assert client.status()["lastMismatch"] == {"slave": 102, "master": 7}
         assert t.value() == report(100)  # the report on connect only: nothing after the failure
-    finally:
-        store.shutdown()
 
 
 def test_a_write_refused_for_size_is_a_disk_full_error_and_moves_nothing(tmp_path):
@@ -344,23 +339,17 @@ def test_a_header_cut_anywhere_is_completed_by_the_next_drain(cut):
 
 
 def test_a_heartbeat_never_starts_an_empty_slaves_log(tmp_path):
-    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=4096)
-    store.start()
-    try:
+    with real_store(tmp_path, 4096) as store:
         s = session(store)
         s.drain(BytesSource(frame(8192)), 1.0)  # where the master would start: nothing to store yet
         assert store.commitlog.queue.files == [] and s.report_if_moved(1.0) is None
         s.drain(BytesSource(frame(8192, b"xy")), 2.0)
         assert [f.base for f in store.commitlog.queue.files] == [8192] and s.report_if_moved(2.0) == report(8194)
-    finally:
-        store.shutdown()
 
 
 def test_a_slave_resuming_inside_a_file_fills_it_and_goes_on_in_the_next(tmp_path):
     """The first body of a connection may land mid-file; where that file ends is still where it ends."""
-    store = MessageStore(str(tmp_path / "slave"), commitlog_file_size=4096)
-    store.start()
-    try:
+    with real_store(tmp_path, 4096) as store:
         store.append_replicated(0, b"p" * 1000)  # what an earlier connection stored
         s = session(store)
         bodies = [os.urandom(n) for n in (1000, 1000, 1096, 500)]  # 1000..4096, then the next file
@@ -372,8 +361,6 @@ def test_a_slave_resuming_inside_a_file_fills_it_and_goes_on_in_the_next(tmp_pat
         assert s.report_if_moved(1.0) == report(at)
         assert [f.base for f in store.commitlog.queue.files] == [0, 4096]
         assert store.commitlog.read(1000, 3096) + store.commitlog.read(4096, 500) == b"".join(bodies)
-    finally:
-        store.shutdown()
 
 
 def test_drain_measures_the_receive_rate_as_on_data_does():
