@@ -97,7 +97,7 @@ bench: bench-ha bench-send bench-decode ## run the benchmarks
 
 PEER_VERSION ?= 1.0.0
 PEER_ROOT ?= $(HOME)/.cache/rocketmq-ha-refcluster/rocketmq-rust-$(PEER_VERSION)
-peer-broker: ## build rocketmq-rust's broker (crates.io rocketmq-broker $(PEER_VERSION)) for bench-send's peer line; about 35 min on 2 cores, cached
+peer-broker: ## build rocketmq-rust's broker (crates.io rocketmq-broker, PEER_VERSION=1.0.0) for bench-send's peer line; about 35 min on 2 cores, cached in ~/.cache
 	@test -x $(PEER_ROOT)/bin/rocketmq-broker-rust || { echo "==> cargo install rocketmq-broker $(PEER_VERSION) into $(PEER_ROOT) (one time, about 35 min on 2 cores)"; \
 	  cargo install rocketmq-broker --version $(PEER_VERSION) --locked --root $(PEER_ROOT); }
 	@echo "peer broker: $(PEER_ROOT)/bin/rocketmq-broker-rust (bench-send finds it there)"
