@@ -143,6 +143,9 @@ class BrokerConfig:
                                   doc="ours; the slave splices replicated bytes socket -> pipe -> commit log "
                                       "(Linux) instead of reading them into Python (false: recv_into + pwrite)")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
+    sendFastPath: bool = _prop("sendFastPath", True,
+                               doc="ours; plain sends are read and encoded by the compiled accelerator "
+                                   "(broker/fastpath) when it is built; false: the Python path for every send")
     plantBug: str = _prop("plantBug", "", doc="ours, tests only: comma-separated deliberate defects "
                                               "(broker/planted.py) that show the audit's checkers can fail")
     # Transactional messages (BrokerConfig 4.9.8; README "Transactional messages").

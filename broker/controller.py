@@ -12,7 +12,7 @@ import time
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from . import planted, supervision
+from . import fastpath, planted, supervision
 from .config import BrokerConfig
 from .ha.master import HAService
 from .ha.slave import HAClient
@@ -191,6 +191,29 @@ class BrokerController:
             self.store.put_message(msg)
         if res.status != PutStatus.PUT_OK or not wait_store_ok:
             return res
+        return self.await_stored(res)
+
+    def put_sends(self, buf, sends: list, born_host: bytes):
+        """put() for a run of plain sends read by the compiled scan (broker/fastpath), each asking to
+        wait (WAIT) or not: (stored, outcome). stored holds (offset, size, queue offset) of the first
+        len(stored) sends (the rest were not stored: the caller sends them through put(), which says
+        why); outcome is None when no stored send waits for anything, else the PutResult of the last
+        one that does, or a Deferred firing with it once its waits end: its status is the outcome of
+        every waiting send of the run (the waits are for its offset, which covers theirs)."""
+        stored = self.store.put_sends(buf, sends, born_host)
+        last = None
+        for k in range(len(stored) - 1, -1, -1):
+            if sends[k][fastpath.WAIT]:
+                last = stored[k]
+                break
+        if last is None:
+            return stored, None
+        return stored, self.await_stored(PutResult(PutStatus.PUT_OK, last[0], last[1], last[2]))
+
+    def await_stored(self, res: PutResult) -> PutResult | defer.Deferred:
+        """A stored message's result once the flush and replication waits this broker makes (its
+        flushDiskType and brokerRole) are over: res itself when there are none."""
+        c = self.config
         kinds = []  # (wait, what, the status its failure counts as)
         if self.flusher.sync and "skip-flush" not in self.bugs:
             kinds.append((self.flusher.wait, "disk flush", PutStatus.FLUSH_DISK_TIMEOUT))

@@ -33,9 +33,11 @@ import struct
 
 from twisted.internet import defer
 
-from broker.remoting.codes import PERM_WRITE, RequestCode, ResponseCode
-from broker.remoting.command import (INT32, INT64, REQUIRED, HeaderFieldError, RemotingCommand, java_parse_int,
-                                     lenient_parse_boolean, read_numbers)
+from broker import fastpath
+from broker.remoting.codec import encode
+from broker.remoting.codes import FLAG_RESPONSE, PERM_WRITE, VERSION_V4_9_8, RequestCode, ResponseCode
+from broker.remoting.command import (DEFAULT_LANGUAGE, INT32, INT64, REQUIRED, HeaderFieldError, RemotingCommand,
+                                     java_parse_int, lenient_parse_boolean, read_numbers)
 from broker.store import record
 from broker.store.message_store import PutResult, PutStatus
 from broker.transaction import messages as transaction
@@ -162,10 +164,121 @@ class SendProcessor:
         reg = controller.metrics
         self.responses = reg.counter("send_responses_total", "SEND_MESSAGE replies by response code")
         self.messages = reg.counter("send_messages_stored_total", "messages stored by the send path")
+        self._plain_names: dict[str, bool] = {}  # topic -> whether its name lets a send take the fast path
 
     def register(self, registry) -> None:
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             registry.register(code, self.process)
+        if self.config.sendFastPath and fastpath.available():
+            registry.fast_sends = (fastpath.native.scan_sends, self.process_sends, self.config.brokerClusterName)
+
+    # -- the fast path: runs of plain sends from the compiled scan ----------------------------------
+    def process_sends(self, proto, buf, sends: list) -> None:
+        """Serve sends read by fastpath.native.scan_sends, in order: the plain ones (see _plain_topic)
+        stored together and answered with one write, any other through the Python path (process), as
+        if it had come alone. The same checks, records and replies as process(); tests/unit/fastpath
+        compares them."""
+        c = self.config
+        if not (c.is_master and is_writeable(c.brokerPermission)) or self.controller.bugs:
+            for s in sends:  # refusals, and the planted bugs' own behaviour, are the Python path's
+                proto.handle_frame(buf, s[fastpath.START], s[fastpath.END])
+            return
+        attrs = proto.context.attributes
+        born = attrs.get(_BORN_HOST)
+        if born is None:
+            born = attrs[_BORN_HOST] = record.encode_host(_host_of(proto.context.peer_address))
+        max_body = c.maxMessageSize
+        plain = self._plain_topic
+        run: list = []
+        for s in sends:
+            tc = plain(s[fastpath.TOPIC])
+            qid = s[fastpath.QUEUE_ID]
+            if (tc is None or not 0 <= qid < max(tc.write_queue_nums, tc.read_queue_nums)
+                    or s[fastpath.SYS_FLAG] & record.TRANSACTION_MASK != record.TRANSACTION_NOT_TYPE
+                    or s[fastpath.END] - s[fastpath.BODY] > max_body):
+                if run:
+                    self._store_run(proto, buf, run, born)
+                    run = []
+                proto.handle_frame(buf, s[fastpath.START], s[fastpath.END])
+                continue
+            run.append(s)
+        if run:
+            self._store_run(proto, buf, run, born)
+
+    def _plain_topic(self, topic: str):
+        """The topic's config when a send to it takes the fast path: an existing topic with the write
+        permission whose name process() accepts as it is (no auto-create, retry or DLQ handling)."""
+        ok = self._plain_names.get(topic)
+        if ok is None:
+            if len(self._plain_names) > 4096:
+                self._plain_names.clear()
+            ok = self._plain_names[topic] = (
+                validate_topic(topic) is None and topic != AUTO_CREATE_TOPIC_KEY
+                and topic not in NOT_ALLOWED_SEND_TOPICS and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
+        if not ok:
+            return None
+        tc = self.topics.get(topic)
+        if tc is None or not tc.perm & PERM_WRITE:
+            return None
+        return tc
+
+    def _store_run(self, proto, buf, run: list, born: bytes) -> None:
+        try:
+            stored, outcome = self.controller.put_sends(buf, run, born)
+        except Exception:
+            log.exception("storing %d sends failed; answering them through the Python path", len(run))
+            stored, outcome = [], None
+        n = len(stored)
+        if n:
+            self.messages.inc(n)
+            host = self._host_hex()
+            if outcome is None or isinstance(outcome, PutResult):
+                self._answer(proto, run, stored, host, outcome)
+            else:
+                # Those that did not ask to wait are answered now, as process() would.
+                self._answer(proto, run, stored, host, None, waiting=False)
+                outcome.addCallback(lambda res: self._answer(proto, run, stored, host, res, waiting=True))
+                outcome.addErrback(self._answer_failed, proto, run, stored)
+        for s in run[n:]:  # not stored: the Python path stores them or says why not
+            proto.handle_frame(buf, s[fastpath.START], s[fastpath.END])
+
+    def _answer(self, proto, run, stored, host: str, res: PutResult | None, waiting: bool | None = None) -> None:
+        """The replies of the stored sends of a run (those whose WAIT is `waiting`, or all): SUCCESS for
+        those that did not wait, res's status for those that did (what process() answers for each)."""
+        parts = []
+        ok = 0
+        for s, (offset, _size, qo) in zip(run, stored):
+            wait = s[fastpath.WAIT]
+            if waiting is not None and wait != waiting:
+                continue
+            st = res.status if wait and res is not None else PutStatus.PUT_OK
+            if st is PutStatus.PUT_OK:
+                parts.append(success_reply(s[fastpath.OPAQUE], host, offset, s[fastpath.QUEUE_ID], qo))
+                ok += 1
+                continue
+            code = st.response_code
+            remark = f"{st.value}: {res.remark}" if res.remark else st.value
+            self.responses.inc(code=int(code))
+            parts.append(encode(RemotingCommand(
+                code=int(code), opaque=s[fastpath.OPAQUE], flag=FLAG_RESPONSE, remark=remark,
+                ext_fields=_stored_fields(host + format(offset, "016X"), s[fastpath.QUEUE_ID], qo))))
+        if ok:
+            self.responses.inc(ok, code=int(ResponseCode.SUCCESS))
+        if parts:
+            proto.write_replies(b"".join(parts))
+
+    def _answer_failed(self, failure, proto, run, stored) -> None:
+        """Cannot happen (the waits turn their failures into statuses); answered as process() would."""
+        log.error("the waits of %d stored sends failed:\n%s", len(stored), failure.getTraceback())
+        code = int(ResponseCode.SYSTEM_ERROR)
+        text = "the broker failed to process request code 310 (wait failed); see the broker's log"
+        self.responses.inc(len(stored), code=code)
+        proto.write_replies(b"".join(
+            encode(RemotingCommand(code=code, opaque=s[fastpath.OPAQUE], flag=FLAG_RESPONSE, remark=text))
+            for s in run[:len(stored)] if s[fastpath.WAIT]))
+
+    def _host_hex(self) -> str:
+        return record.offset_msg_id(self.controller.store.store_host, 0)[:-16]
 
     def process(self, request: RemotingCommand, ctx) -> defer.Deferred | RemotingCommand:
         """The response at once when nothing is waited for (ASYNC_MASTER), else a Deferred."""
@@ -328,13 +441,8 @@ class SendProcessor:
             remark = None if code == ResponseCode.SUCCESS else (
                 f"{status.value}: {res.remark}" if res.remark else status.value)
             response = req.make_response(code, remark)
-            response.ext_fields = {  # strings already, as the C++ client needs them
-                "msgId": ",".join([r.msg_id for r in stored]) if earlier else res.msg_id,
-                "queueId": str(queue_id),
-                "queueOffset": str(stored[0].queue_offset),
-                "MSG_REGION": MSG_REGION,
-                "TRACE_ON": "true",
-            }
+            response.ext_fields = _stored_fields(  # strings already, as the C++ client needs them
+                ",".join([r.msg_id for r in stored]) if earlier else res.msg_id, queue_id, stored[0].queue_offset)
             return response
         if earlier:
             log.error("batch stopped after %d stored items: %s %s", len(earlier), status, res.remark)
@@ -345,6 +453,27 @@ class SendProcessor:
         else:
             remark = f"{status.value}: {res.remark}" if res.remark else status.value
         return req.make_response(code, remark)
+
+
+def _stored_fields(msg_id: str, queue_id: int, queue_offset: int) -> dict[str, str]:
+    """The header of a reply for a stored message."""
+    return {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset), "MSG_REGION": MSG_REGION,
+            "TRACE_ON": "true"}
+
+
+_BORN_HOST = "send.born_host"  # the connection's packed address, for the fast path's records
+_REPLY_HEAD = struct.Struct(">II")
+_SUCCESS_HEADER = ('{"code":0,"extFields":{"MSG_REGION":"%s","TRACE_ON":"true","msgId":"%%s%%016X",'
+                   '"queueId":"%%d","queueOffset":"%%d"},"flag":%d,"language":"%s","opaque":%%d,'
+                   '"serializeTypeCurrentRPC":"JSON","version":%d}'
+                   % (MSG_REGION, FLAG_RESPONSE, DEFAULT_LANGUAGE, VERSION_V4_9_8))
+
+
+def success_reply(opaque: int, host_hex: str, offset: int, queue_id: int, queue_offset: int) -> bytes:
+    """The SUCCESS reply to a stored send, as encode(request.make_response(...)) writes it for
+    _respond's fields (the same bytes: tests/unit/fastpath), without building the command."""
+    header = (_SUCCESS_HEADER % (host_hex, offset, queue_id, queue_offset, opaque)).encode()
+    return _REPLY_HEAD.pack(4 + len(header), len(header)) + header
 
 
 @functools.lru_cache(maxsize=4096)

@@ -322,6 +322,17 @@ class FrameDecoder:
             self._buffer += data
         return self._drain()
 
+    def take_sends(self, scan, cluster: str, limit: int):
+        """(buffer, sends): the complete plain sends at the head of the buffer as the compiled scan
+        reads them (broker/fastpath), consumed; their positions are valid in that buffer until the next
+        feed. The scan stops before anything it does not take, which _drain then decodes."""
+        if self._error is not None:
+            return self._buffer, []
+        buf = self._buffer
+        sends, pos = scan(buf, self._pos, len(buf), self.max_frame_length, self.max_header_length, cluster, limit)
+        self._pos = pos
+        return buf, sends
+
     def release(self) -> None:
         """Forget every buffered byte (the connection is gone)."""
         self._buffer = bytearray()

@@ -21,7 +21,8 @@ from zope.interface import implementer
 from twisted.internet.interfaces import IPushProducer
 
 from broker.log_limit import LogLimiter
-from broker.remoting.codec import FrameDecoder, FrameError, encode
+from broker import fastpath
+from broker.remoting.codec import FrameDecoder, FrameError, decode_frame, encode
 from broker.remoting.codes import (DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, FLAG_ONEWAY,
                                    FLAG_RESPONSE, ResponseCode)
 from broker.remoting.command import BadRequest, RemotingCommand
@@ -67,6 +68,9 @@ class ProcessorRegistry:
         # Shared by every connection of a server: one peer's repeated mistakes log once a minute.
         self.limiter = limiter if limiter is not None else LogLimiter(log)
         self.unsupported: dict[int, int] = {}  # request code -> requests seen (for /metrics)
+        # (scan, handler, cluster name): runs of plain sends read by the compiled scan and handed to
+        # handler(protocol, buffer, sends) (broker/fastpath; the send processor registers it).
+        self.fast_sends: tuple | None = None
 
     def register(self, code: int, processor: Processor) -> None:
         self._processors[int(code)] = processor
@@ -222,9 +226,13 @@ class RemotingProtocol(Protocol):
         self._dispatch(self.decoder.feed(data))
 
     def _dispatch(self, frames) -> None:
+        fast = self.registry.fast_sends
         try:
-            for cmd in frames:
-                if self.closed:
+            while True:
+                if fast is not None and not self._dispatch_sends(fast):
+                    return
+                cmd = next(frames, None)
+                if cmd is None or self.closed:
                     return
                 if cmd.is_response:
                     self._handle_response(cmd)
@@ -238,6 +246,33 @@ class RemotingProtocol(Protocol):
             self.closed = True  # stop sending and dispatching at once; connectionLost follows
             self.decoder.release()
             self.transport.abortConnection()
+
+    def _dispatch_sends(self, fast) -> bool:
+        """Runs of plain sends at the head of the buffer, through the compiled scan; False when this
+        connection must stop dispatching (closed, or paused by its own replies)."""
+        scan, handler, cluster = fast
+        while not self.closed:
+            buf, sends = self.decoder.take_sends(scan, cluster, fastpath.SCAN_LIMIT)
+            if not sends:
+                return True
+            handler(self, buf, sends)
+            if self._paused:
+                return False
+        return False
+
+    def handle_frame(self, buf, start: int, end: int) -> None:
+        """A frame the fast path took but leaves to the Python path: decoded and served as any other
+        (a malformed one cannot get here: the scan only takes frames the codec accepts)."""
+        view = memoryview(buf)[start + 4:end]
+        try:
+            cmd = decode_frame(view, self.decoder.max_header_length)
+        finally:
+            view.release()
+        self._handle_request(cmd)
+
+    def write_replies(self, data: bytes) -> None:
+        if not self.closed:
+            self._write(data)
 
     def _write(self, data: bytes) -> None:
         if self.idle_timeout > 0:

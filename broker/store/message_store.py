@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from broker.remoting.codes import ResponseCode
 
-from broker import validation
+from broker import fastpath, validation
 from broker.log_limit import LogLimiter
 
 from . import delay, record
@@ -359,6 +359,74 @@ class MessageStore:
             self.dispatch_soon()
         return PutResult(PutStatus.PUT_OK, offset, res.wrote_bytes, queue_offset,
                          record.offset_msg_id(self.store_host, offset), msg.store_timestamp)
+
+    def put_sends(self, buf, sends: list, born_host: bytes) -> list[tuple[int, int, int]]:
+        """put_message() for a run of plain sends read by the compiled scan (broker/fastpath): their
+        records encoded together (fastpath.native.encode_records) and appended with one write per
+        commit-log file. Returns (physical offset, size, queue offset) of the first ones stored, in
+        order: the rest (a full disk, a record larger than a file, a closed store) were not stored and
+        took no queue offset, and go through put_message, which says why.
+
+        The caller has made them plain: a topic that takes sends, a valid queue id, no transaction
+        type, no delay (the scan leaves such properties to the Python path)."""
+        if self.closed or not sends:
+            return []
+        now = self.now_ms()
+        cl = self.commitlog
+        next_offsets: dict[tuple[str, int], list] = {}  # key -> [consume queue, next queue offset]
+        qoffs, cqs = [], []
+        for s in sends:
+            key = (s[fastpath.TOPIC], s[fastpath.QUEUE_ID])
+            slot = next_offsets.get(key)
+            if slot is None:
+                cq = self.queues.get(key) or self.queue(*key)
+                qo = self.queue_offsets.get(key)
+                slot = next_offsets[key] = [cq, cq.max_index if qo is None else qo]
+            qoffs.append(slot[1])
+            cqs.append(slot[0])
+            slot[1] += 1
+        store_host = record.encode_host(self.store_host)
+        encode = fastpath.native.encode_records
+        stored: list[tuple[int, int, int]] = []
+        pending = self._pending
+        i, n = 0, len(sends)
+        while i < n:
+            f = cl.queue.writable_file()
+            base = f.base + f.wrote
+            try:
+                data, m, sizes, needed = encode(buf, sends, i, n, qoffs[i:] if i else qoffs, base, f.free, now,
+                                                born_host, store_host)
+                if m == 0:
+                    if needed + record.END_FILE_MIN_BLANK_LENGTH > cl.file_size:
+                        break  # larger than a file: put_message refuses it
+                    f.write_at(f.wrote, record.blank(f.free))  # the file's end, as append_record does
+                    f.wrote = f.size
+                    continue
+                f.append(data)
+            except DiskFullError as e:
+                log.error("put_sends stopped, %d of %d stored: %s", len(stored), n, e)
+                break
+            rolled = bool(pending) and base - base % cl.file_size > pending[0][0]
+            offset = base
+            for k in range(i, i + m):
+                s = sends[k]
+                size = sizes[k - i]
+                qo = qoffs[k]
+                topic = s[fastpath.TOPIC]
+                self.queue_offsets[(topic, s[fastpath.QUEUE_ID])] = qo + 1
+                pending.append((offset, size, cqs[k], qo, s[fastpath.TAGS], topic,
+                                s[fastpath.SYS_FLAG] & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
+                                now, (s[fastpath.UNIQ], s[fastpath.KEYS]), None))
+                stored.append((offset, size, qo))
+                offset += size
+            i += m
+            self.last_store_timestamp = now
+            self._notify_append()
+            if self.dispatch_soon is None or rolled or len(pending) >= MAX_PENDING_RECORDS:
+                self.dispatch_pending()
+            elif len(pending) == m:
+                self.dispatch_soon()
+        return stored
 
     def dispatch_pending(self) -> int:
         """Build the consume-queue units and index keys of every record put_message appended since the
