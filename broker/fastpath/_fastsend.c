@@ -384,6 +384,18 @@ static int build_properties(span text, span cluster, unsigned char *out, Py_ssiz
     return 1;
 }
 
+/* Whether command.lenient_parse_boolean reads a batch flag as false (strip().lower() not "true" or
+ * "1"): decided here only for printable ASCII ("0" and "false" are what clients send). */
+static int not_batch(span t) {
+    const unsigned char *s = t.p, *e = t.p + t.n;
+    for (const unsigned char *q = s; q < e; q++)
+        if (*q < 0x21 || *q > 0x7E) return 0;
+    if (t.n == 1 && s[0] == '1') return 0;
+    if (t.n == 4 && (s[0] | 0x20) == 't' && (s[1] | 0x20) == 'r' && (s[2] | 0x20) == 'u' && (s[3] | 0x20) == 'e')
+        return 0;
+    return 1;
+}
+
 static PyObject *str_or_none(int have, span t) {
     if (!have) Py_RETURN_NONE;
     return PyUnicode_DecodeUTF8((const char *)t.p, t.n, "strict");
@@ -415,7 +427,7 @@ static PyObject *scan_frame(const unsigned char *frame, Py_ssize_t length, Py_ss
     if (h.have[F_RECONSUME] && !java_parse(h.fields[F_RECONSUME], INT32_MIN, INT32_MAX, &reconsume)) goto not_plain;
     if (h.have[F_MAX_RECONSUME] && !java_parse(h.fields[F_MAX_RECONSUME], INT32_MIN, INT32_MAX, &max_reconsume))
         goto not_plain;
-    if (h.have[F_BATCH] && !span_is(h.fields[F_BATCH], "false")) goto not_plain;
+    if (h.have[F_BATCH] && !not_batch(h.fields[F_BATCH])) goto not_plain;
     if (h.fields[F_TOPIC].n == 0 || h.fields[F_TOPIC].n > MAX_TOPIC_BYTES) goto not_plain;
     stored_props sp;
     span props_text = h.have[F_PROPERTIES] ? h.fields[F_PROPERTIES] : (span){scratch, 0};

@@ -1,0 +1,266 @@
+"""The compiled scan (broker/fastpath) against the Python codec and send processor it accelerates.
+
+Whatever scan_sends takes, the Python path must read the same way: the same numbers, topic, stored
+properties and body. Whatever it does not take it must leave in the buffer untouched, and it must take
+what real clients send (else the fast path is dead code that passes every test).
+"""
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from broker import fastpath
+from broker.processors import send
+from broker.remoting.codec import FrameError, decode_frame, encode
+from broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, RequestCode
+from broker.remoting.command import HeaderFieldError, RemotingCommand, read_numbers
+from broker.store import record
+from tests.unit.processors.harness import props, send_v1, send_v2
+
+pytestmark = pytest.mark.skipif(not fastpath.available(), reason="the compiled accelerator is not built here")
+
+CLUSTER = "DefaultCluster"
+
+
+def scan(data: bytes, limit: int = 1000, max_frame=DEFAULT_MAX_FRAME_LENGTH, max_header=DEFAULT_MAX_HEADER_LENGTH):
+    return fastpath.native.scan_sends(bytearray(data), 0, len(data), max_frame, max_header, CLUSTER, limit)
+
+
+def python_reading(frame: bytes):
+    """What the Python path reads from one frame (length prefix included), in the scan's terms; None
+    when it would not store it as a plain send (an error reply, or any special handling)."""
+    try:
+        cmd = decode_frame(frame[4:])
+    except FrameError:
+        return None
+    if cmd.code not in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2) or cmd.flag != 0:
+        return None
+    fields, (k_topic, k_default, k_props, k_batch, k_numbers) = send.header_view(cmd)
+    topic = fields.get(k_topic)
+    if topic is None:
+        return None
+    try:
+        numbers = read_numbers(fields, k_numbers)
+    except HeaderFieldError:
+        return None
+    if send.lenient_parse_boolean(fields.get(k_batch, "")):
+        return None
+    p = record.decode_properties(fields.get(k_props, ""))
+    wait = p.pop("WAIT", None)
+    p["CLUSTER"] = CLUSTER
+    dqn, qid, sys_flag, born, flag, reconsume, max_reconsume = numbers
+    return {"topic": topic, "default_topic": fields.get(k_default), "default_topic_queue_nums": dqn,
+            "queue_id": qid, "sys_flag": sys_flag, "born_timestamp": born, "flag": flag,
+            "reconsume_times": reconsume, "max_reconsume_times": max_reconsume, "opaque": cmd.opaque,
+            "wait_store_ok": wait is None or wait.lower() == "true",
+            "properties": record.encode_properties(p).encode(), "tags": p.get("TAGS"), "keys": p.get("KEYS"),
+            "uniq_key": p.get("UNIQ_KEY"), "body": cmd.body}
+
+
+def scan_reading(data: bytes, t: tuple) -> dict:
+    out = dict(zip(fastpath.FIELDS, t))
+    out["body"] = data[out.pop("body"):out["end"]]
+    del out["start"], out["end"]
+    return out
+
+
+def assert_same_reading(frame: bytes, t: tuple):
+    py = python_reading(frame)
+    assert py is not None, f"the scan took a frame the Python path does not store as a plain send: {frame[:200]!r}"
+    assert scan_reading(frame, t) == py
+
+
+def frame_of(cmd: RemotingCommand) -> bytes:
+    return encode(cmd)
+
+
+def raw_frame(header: bytes, body: bytes = b"", serialize: int = 0) -> bytes:
+    return struct.pack(">II", 4 + len(header) + len(body), serialize << 24 | len(header)) + header + body
+
+
+CLIENT_FRAMES = [
+    send_v1(),
+    send_v2(),
+    send_v2(body=b""),
+    send_v2(body=bytes(range(256)) * 40),
+    send_v2(topic="T_1-x%y|z", queue_id=7),
+    send_v2(properties=""),
+    send_v2(properties=props(WAIT="false")),
+    send_v2(properties=props(WAIT="TRUE", KEYS="a b c")),
+    send_v2(properties=props(UNIQ_KEY="é\u4e2d\U0001F600", KEYS="k\"e\\y/\n")),
+    send_v2(properties="\x02\x02a\x01b\x02\x01x\x02y\x01\x02c\x01d"),  # empty segments, as Java skips them
+    send_v2(properties=props(MAX_RECONSUME_TIMES="3")),
+    send_v2(bornTimestamp=-1, sysFlag=3, flag=-7, reconsumeTimes=2, maxReconsumeTimes=9),
+    send_v2(bornTimestamp="9223372036854775807", queueId="0007", defaultTopicQueueNums="+8"),
+    send_v2(bornTimestamp="-9223372036854775808"),
+    send_v1(batch="false"),
+    send_v1(batch="FALSE"),
+    send_v1(batch=""),
+    send_v1(unitMode="true", brokerName="b"),
+]
+
+
+@pytest.mark.parametrize("cmd", CLIENT_FRAMES, ids=range(len(CLIENT_FRAMES)))
+def test_takes_what_clients_send_and_reads_it_as_the_python_path(cmd):
+    cmd.opaque = 4242
+    frame = frame_of(cmd)
+    sends, pos = scan(frame)
+    assert pos == len(frame) and len(sends) == 1
+    assert_same_reading(frame, sends[0])
+
+
+def test_the_raw_producers_frames_are_taken():
+    """bench/bench_send.py's pre-encoded frames: the benchmark measures the fast path."""
+    from bench.bench_send import raw_frames
+    frames = raw_frames({"size": 1024, "group": "PG", "topic": "BenchSend", "tag": "AB"}, count=8)
+    data = b"".join(frames)
+    sends, pos = scan(data)
+    assert len(sends) == 8 and pos == len(data)
+    for f, t in zip(frames, sends):
+        assert_same_reading(f, fastpath.native.scan_sends(bytearray(f), 0, len(f), DEFAULT_MAX_FRAME_LENGTH,
+                                                           DEFAULT_MAX_HEADER_LENGTH, CLUSTER, 1)[0][0])
+
+
+NOT_PLAIN = {
+    "batch flag": send_v1(batch="1"),
+    "batch true": send_v2(batch="true"),
+    "batch code": RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, send_v2().ext_fields, body=b"x"),
+    "half message": send_v2(properties=props(TRAN_MSG="true")),
+    "tran false still checked by python": send_v2(properties=props(TRAN_MSG="false")),
+    "delay": send_v2(properties=props(DELAY="3")),
+    "client cluster": send_v2(properties=props(CLUSTER="x")),
+    "duplicate property": send_v2(properties="a\x01b\x02a\x01c"),
+    "value with a name separator": send_v2(properties="a\x01b\x01c"),
+    "no topic": send_v2(topic=None),
+    "no queue id": RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "T"}),
+    "queue id not a number": send_v2(queueId="x"),
+    "queue id out of range": send_v2(queueId=str(2 ** 31)),
+    "born timestamp out of range": send_v2(bornTimestamp=str(2 ** 63)),
+    "long names on V2": RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"topic": "T", "queueId": "0"}),
+    "short names on V1": RemotingCommand.request(RequestCode.SEND_MESSAGE, {"b": "T", "e": "0"}),
+    "pull": RemotingCommand.request(RequestCode.PULL_MESSAGE, {"topic": "T"}),
+    "empty topic": send_v2(topic=""),
+    "topic too long": send_v2(topic="t" * 128),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_PLAIN))
+def test_leaves_anything_else_to_the_python_path(name):
+    frame = frame_of(NOT_PLAIN[name])
+    sends, pos = scan(frame)
+    assert (sends, pos) == ([], 0)
+
+
+def test_oneway_and_response_flags_are_not_taken():
+    for flag in (1, 2, 3):
+        cmd = send_v2()
+        cmd.flag = flag
+        assert scan(frame_of(cmd)) == ([], 0)
+
+
+HEADER_CASES = {
+    # (header text, taken?)
+    "numbers in extFields": (b'{"code":310,"extFields":{"b":"T","e":0},"flag":0}', False),
+    "float code": (b'{"code":310.0,"extFields":{"b":"T","e":"0"},"flag":0}', False),
+    "exponent opaque": (b'{"code":310,"opaque":1e3,"extFields":{"b":"T","e":"0"},"flag":0}', False),
+    "leading zero opaque": (b'{"code":310,"opaque":01,"extFields":{"b":"T","e":"0"},"flag":0}', False),
+    "opaque over 32 bits": (b'{"code":310,"opaque":2147483648,"extFields":{"b":"T","e":"0"}}', False),
+    "null code": (b'{"code":null,"extFields":{"b":"T","e":"0"}}', False),
+    "duplicate key": (b'{"code":310,"code":310,"extFields":{"b":"T","e":"0"}}', False),
+    "duplicate ext key": (b'{"code":310,"extFields":{"b":"T","b":"U","e":"0"}}', False),
+    "unknown key": (b'{"code":310,"x":1,"extFields":{"b":"T","e":"0"}}', False),
+    "trailing garbage": (b'{"code":310,"extFields":{"b":"T","e":"0"}}x', False),
+    "lone surrogate": (b'{"code":310,"extFields":{"b":"T\\ud800","e":"0"}}', False),
+    "raw control char": (b'{"code":310,"extFields":{"b":"T\x01","e":"0"}}', False),
+    "bad utf-8": (b'{"code":310,"extFields":{"b":"T\xc3","e":"0"}}', False),
+    "overlong utf-8": (b'{"code":310,"extFields":{"b":"T\xc0\xaf","e":"0"}}', False),
+    "encoded surrogate": (b'{"code":310,"extFields":{"b":"T\xed\xa0\x80","e":"0"}}', False),
+    "bom": (b'\xef\xbb\xbf{"code":310,"extFields":{"b":"T","e":"0"}}', False),
+    "unterminated": (b'{"code":310,"extFields":{"b":"T","e":"0"}', False),
+    "bad escape": (b'{"code":310,"extFields":{"b":"T\\x","e":"0"}}', False),
+    "minimal": (b'{"code":310,"extFields":{"b":"T","e":"0"}}', True),
+    "whitespace and newline": (b' {\n "code" : 310 ,\t"extFields" : { "b" : "T" , "e" : "0" } }\n', True),
+    "escaped key and values": (b'{"\\u0063ode":310,"extFields":{"\\u0062":"\\u00e9T\\/","e":"0"}}', True),
+    "null remark, strings kept out": (b'{"code":310,"remark":null,"language":"JAVA","version":1,'
+                                      b'"serializeTypeCurrentRPC":"JSON","extFields":{"b":"T","e":"0"}}', True),
+    "negative opaque": (b'{"code":310,"opaque":-2147483648,"extFields":{"b":"T","e":"0"}}', True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEADER_CASES))
+def test_json_edge_cases(name):
+    header, taken = HEADER_CASES[name]
+    frame = raw_frame(header, b"body")
+    sends, pos = scan(frame)
+    assert bool(sends) == taken
+    if taken:
+        assert_same_reading(frame, sends[0])
+    else:
+        assert pos == 0
+
+
+def test_framing_limits_stop_the_scan_without_judging():
+    good = frame_of(send_v2())
+    # a serialize type other than JSON, a header length past the frame, over the header limit
+    rocketmq = bytearray(good)
+    rocketmq[4] = 1
+    assert scan(bytes(rocketmq)) == ([], 0)
+    long_header = bytearray(good)
+    long_header[5:8] = (len(good)).to_bytes(3, "big")
+    assert scan(bytes(long_header)) == ([], 0)
+    assert scan(good, max_header=10) == ([], 0)
+    assert scan(good, max_frame=len(good) - 1) == ([], 0)
+    assert scan(b"\x00\x00\x00\x03abc") == ([], 0)  # a length under 4: the codec's error, not ours
+    # incomplete: every cut of a frame takes nothing, then the whole one is taken
+    for cut in range(len(good)):
+        assert scan(good[:cut]) == ([], 0)
+
+
+def test_runs_stop_before_the_first_frame_not_taken_and_respect_the_limit():
+    a, b = frame_of(send_v2(topic="A")), frame_of(send_v2(topic="B"))
+    other = frame_of(NOT_PLAIN["pull"])
+    data = a + b + other + a
+    sends, pos = scan(data)
+    assert [s[fastpath.TOPIC] for s in sends] == ["A", "B"] and pos == len(a) + len(b)
+    sends, pos = fastpath.native.scan_sends(bytearray(data), pos + len(other), len(data), DEFAULT_MAX_FRAME_LENGTH,
+                                            DEFAULT_MAX_HEADER_LENGTH, CLUSTER, 10)
+    assert len(sends) == 1 and pos == len(data) and sends[0][fastpath.START] == len(a) + len(b) + len(other)
+    sends, pos = scan(a * 5, limit=3)
+    assert len(sends) == 3 and pos == 3 * len(a)
+
+
+def test_properties_over_the_limit_are_left_to_the_python_path():
+    assert scan(frame_of(send_v2(properties=props(K="v" * 32000))))[0]
+    assert scan(frame_of(send_v2(properties=props(K="v" * 32767)))) == ([], 0)
+
+
+def test_mutated_frames_are_never_read_differently():
+    """Random byte flips, insertions and cuts of client frames: whatever the scan still takes, the
+    Python path must decode and read identically (the fuzzer, fuzz/targets, does this for longer)."""
+    rng = random.Random(7)
+    bases = [frame_of(c) for c in CLIENT_FRAMES[:12]]
+    taken = 0
+    for _ in range(4000):
+        frame = bytearray(rng.choice(bases))
+        for _ in range(rng.randint(1, 3)):
+            op = rng.random()
+            i = rng.randrange(8, len(frame))
+            if op < 0.6:
+                frame[i] = rng.choice([rng.randrange(256), ord('"'), ord("\\"), ord("{"), ord(","), 0x01, 0x02,
+                                       ord("0"), ord("-")])
+            elif op < 0.8:
+                frame.insert(i, rng.randrange(256))
+            else:
+                del frame[i]
+        frame[0:4] = struct.pack(">I", len(frame) - 4)
+        hl = int.from_bytes(frame[5:8], "big")
+        if hl > len(frame) - 8:
+            continue
+        sends, pos = scan(bytes(frame))
+        if sends:
+            taken += 1
+            assert pos == len(frame)
+            assert_same_reading(bytes(frame), sends[0])
+    assert taken > 100  # the mutations that keep a plain send (a body byte, a digit) are still taken
