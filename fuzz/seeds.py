@@ -106,9 +106,19 @@ def record_scan() -> dict[str, bytes]:
             "built": b"\x05\0\0\x02" + bytes(range(1, 80))}
 
 
+def send_fastpath() -> dict[str, bytes]:
+    # mode 0: the rest of the input is the stream itself: client frames, one after another.
+    from tests.unit.processors.harness import props, send_v1, send_v2
+    frames = [codec.encode(c) for c in (send_v2(), send_v1(), send_v2(properties=props(WAIT="false", KEYS="a b")),
+                                         send_v2(topic="%RETRY%G", body=b""))]
+    return {"v2": b"\0" + frames[0], "v1": b"\0" + frames[1], "run": b"\0" + b"".join(frames),
+            "cut": b"\0" + b"".join(frames)[:-7]}
+
+
 def main() -> None:
     for target, make in (("remoting_frame", remoting_frame), ("json_header", json_header),
-                         ("register_body", register_body), ("ha_wire", ha_wire), ("record_scan", record_scan)):
+                         ("register_body", register_body), ("ha_wire", ha_wire), ("record_scan", record_scan),
+                         ("send_fastpath", send_fastpath)):
         folder = CORPUS / target
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.iterdir():

@@ -12,11 +12,10 @@ import struct
 import pytest
 
 from broker import fastpath
-from broker.processors import send
-from broker.remoting.codec import FrameError, decode_frame, encode
+from broker.remoting.codec import encode
 from broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, RequestCode
-from broker.remoting.command import HeaderFieldError, RemotingCommand, read_numbers
-from broker.store import record
+from broker.remoting.command import RemotingCommand
+from fuzz.send_fastpath import check_records, check_send
 from tests.unit.processors.harness import props, send_v1, send_v2
 
 pytestmark = pytest.mark.skipif(not fastpath.available(), reason="the compiled accelerator is not built here")
@@ -28,48 +27,8 @@ def scan(data: bytes, limit: int = 1000, max_frame=DEFAULT_MAX_FRAME_LENGTH, max
     return fastpath.native.scan_sends(bytearray(data), 0, len(data), max_frame, max_header, CLUSTER, limit)
 
 
-def python_reading(frame: bytes):
-    """What the Python path reads from one frame (length prefix included), in the scan's terms; None
-    when it would not store it as a plain send (an error reply, or any special handling)."""
-    try:
-        cmd = decode_frame(frame[4:])
-    except FrameError:
-        return None
-    if cmd.code not in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2) or cmd.flag != 0:
-        return None
-    fields, (k_topic, k_default, k_props, k_batch, k_numbers) = send.header_view(cmd)
-    topic = fields.get(k_topic)
-    if topic is None:
-        return None
-    try:
-        numbers = read_numbers(fields, k_numbers)
-    except HeaderFieldError:
-        return None
-    if send.lenient_parse_boolean(fields.get(k_batch, "")):
-        return None
-    p = record.decode_properties(fields.get(k_props, ""))
-    wait = p.pop("WAIT", None)
-    p["CLUSTER"] = CLUSTER
-    dqn, qid, sys_flag, born, flag, reconsume, max_reconsume = numbers
-    return {"topic": topic, "default_topic": fields.get(k_default), "default_topic_queue_nums": dqn,
-            "queue_id": qid, "sys_flag": sys_flag, "born_timestamp": born, "flag": flag,
-            "reconsume_times": reconsume, "max_reconsume_times": max_reconsume, "opaque": cmd.opaque,
-            "wait_store_ok": wait is None or wait.lower() == "true",
-            "properties": record.encode_properties(p).encode(), "tags": p.get("TAGS"), "keys": p.get("KEYS"),
-            "uniq_key": p.get("UNIQ_KEY"), "body": cmd.body}
-
-
-def scan_reading(data: bytes, t: tuple) -> dict:
-    out = dict(zip(fastpath.FIELDS, t))
-    out["body"] = data[out.pop("body"):out["end"]]
-    del out["start"], out["end"]
-    return out
-
-
 def assert_same_reading(frame: bytes, t: tuple):
-    py = python_reading(frame)
-    assert py is not None, f"the scan took a frame the Python path does not store as a plain send: {frame[:200]!r}"
-    assert scan_reading(frame, t) == py
+    check_send(frame, t)
 
 
 def frame_of(cmd: RemotingCommand) -> bytes:
