@@ -167,6 +167,8 @@ class BrokerServer:
         out["topics"] = len(self.topics.table)
         out["consumerGroups"] = {g: i.client_ids() for g, i in self.clients.consumer_groups.items()}
         out["clientConnections"] = len(self.factory.connections)
+        # Which code reads and stores plain sends: "compiled" (broker/fastpath) or "python".
+        out["sendPath"] = "compiled" if self.registry.fast_sends is not None else "python"
         if self.registration is not None:
             out["registration"] = self.registration.status()
         if self.slave_sync is not None:

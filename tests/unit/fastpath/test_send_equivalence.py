@@ -170,3 +170,12 @@ def test_a_full_disk_part_way_answers_the_same(tmp_path, encode_calls, monkeypat
     assert encode_calls
     assert fast == slow
     assert b"disk is full" in slow[0]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_status_says_which_path_serves_plain_sends(tmp_path, fast):
+    b = Broker(tmp_path, sendFastPath=str(fast).lower())
+    try:
+        assert b.server._status_extra()["sendPath"] == ("compiled" if fast else "python")
+    finally:
+        b.stop()
