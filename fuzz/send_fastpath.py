@@ -127,6 +127,9 @@ def send_header(inp: Input) -> bytes:
     for n in names:
         if n in ("b", "topic", "e", "queueId") or inp.byte() % 3:
             ext.append(b'"' + n.encode() + b'":' + _ext_value(inp, n))
+    for _ in range(inp.byte() % 4):  # names a send does not read (the C++ client's ACL fields)
+        ext.append(b'"' + inp.pick(("AccessKey", "Signature", "OnsChannel", "b", "topic", "z")).encode() + b'":'
+                   + _ext_value(inp, "x"))
     if inp.byte() % 8 == 0 and ext:
         ext.append(inp.pick(ext))  # a repeated key
     members = [b'"code":' + str(code).encode(), b'"extFields":{' + b",".join(ext) + b"}"]

@@ -20,6 +20,7 @@
 #define SEND_MESSAGE 10
 #define SEND_MESSAGE_V2 310
 #define NFIELDS 14
+#define MAX_EXT 32  /* extFields members a scan reads; more: the Python path */
 #define MAX_PROPS 64
 #define MAX_PROPERTIES_BYTES 32767
 #define MAX_TOPIC_BYTES 127
@@ -161,6 +162,26 @@ static const unsigned char *parse_json_int32(const unsigned char *s, const unsig
     return s;
 }
 
+/* A JSON integer of at most 19 digits, as the text str(int) gives for it. */
+static const unsigned char *parse_json_long_text(const unsigned char *s, const unsigned char *e, span *out) {
+    const unsigned char *start = s;
+    if (s < e && *s == '-') s++;
+    const unsigned char *digits = s;
+    if (s >= e || *s < '0' || *s > '9') return NULL;
+    if (*s == '0' && s + 1 < e && s[1] >= '0' && s[1] <= '9') return NULL;
+    while (s < e && *s >= '0' && *s <= '9') s++;
+    if (s - digits > 19) return NULL;
+    if (s < e && (*s == '.' || *s == 'e' || *s == 'E')) return NULL;
+    if (s - start == 2 && start[0] == '-' && start[1] == '0') {
+        out->p = (const unsigned char *)"0";  /* str(-0) */
+        out->n = 1;
+    } else {
+        out->p = start;
+        out->n = s - start;
+    }
+    return s;
+}
+
 /* Java's Integer/Long.parseInt over a decoded header value ([+-]?[0-9]+, within bounds), as
  * command.java_parse_int reads it; 0 when it does not parse (the Python path answers the error). */
 static int java_parse(span t, int64_t lo, int64_t hi, int64_t *out) {
@@ -214,16 +235,16 @@ typedef struct {
 enum { K_CODE = 1, K_EXT = 2, K_FLAG = 4, K_LANGUAGE = 8, K_OPAQUE = 16, K_REMARK = 32, K_SERIALIZE = 64,
        K_VERSION = 128 };
 
-/* extFields: an object of string values; keys all one-letter (code 310) or all long (code 10) names,
- * each at most once. The naming is checked once the code is known (it may come after extFields). */
+/* extFields: an object of at most MAX_EXT string values. Which names count is decided once the code
+ * is known (it may come after extFields). */
 static const unsigned char *parse_ext(const unsigned char *s, const unsigned char *e, unsigned char **scratch,
-                                      span keys[NFIELDS * 2], span *vals, int *nkeys) {
+                                      span *keys, span *vals, int *nkeys) {
     int n = 0;
     if (s >= e || *s != '{') return NULL;
     s = skip_ws(s + 1, e);
     if (s < e && *s == '}') { *nkeys = 0; return s + 1; }
     for (;;) {
-        if (n >= NFIELDS) return NULL;
+        if (n >= MAX_EXT) return NULL;
         Py_ssize_t len;
         keys[n].p = *scratch;
         s = parse_string(s, e, *scratch, &len);
@@ -233,11 +254,19 @@ static const unsigned char *parse_ext(const unsigned char *s, const unsigned cha
         s = skip_ws(s, e);
         if (s >= e || *s != ':') return NULL;
         s = skip_ws(s + 1, e);
-        vals[n].p = *scratch;
-        s = parse_string(s, e, *scratch, &len);
-        if (!s) return NULL;  /* a number, a boolean or null: Java's stringified forms are the codec's */
-        vals[n].n = len;
-        *scratch += len;
+        if (s < e && *s == '"') {
+            vals[n].p = *scratch;
+            s = parse_string(s, e, *scratch, &len);
+            if (!s) return NULL;
+            vals[n].n = len;
+            *scratch += len;
+        } else {
+            /* An integer (the C++ client sends queueId, sysFlag, flag... as numbers): the codec reads
+             * it as str(int), which is its JSON text but for "-0". Anything else (true, null, a
+             * fraction, more digits than a long) is the Python path's. */
+            s = parse_json_long_text(s, e, &vals[n]);
+            if (!s) return NULL;
+        }
         n++;
         s = skip_ws(s, e);
         if (s < e && *s == ',') { s = skip_ws(s + 1, e); continue; }
@@ -248,7 +277,7 @@ static const unsigned char *parse_ext(const unsigned char *s, const unsigned cha
 
 /* The JSON header of a plain send request (code 10 or 310, flag 0), or 0. */
 static int parse_header(const unsigned char *s, const unsigned char *e, unsigned char *scratch, send_header *h) {
-    span ext_keys[NFIELDS * 2], ext_vals[NFIELDS * 2];
+    span ext_keys[MAX_EXT], ext_vals[MAX_EXT];
     int next = -1, seen = 0;
     int32_t flag = 0, ival;
     unsigned char *key = scratch;  /* keys are decoded here, then overwritten: values go after them */
@@ -315,7 +344,14 @@ static int parse_header(const unsigned char *s, const unsigned char *e, unsigned
     memset(h->have, 0, sizeof h->have);
     for (int k = 0; k < next; k++) {
         int f = field_index(ext_keys[k], short_names);
-        if (f < 0 || h->have[f]) return 0;
+        if (f < 0) {
+            /* A name the send does not read (the C++ client adds AccessKey, Signature, OnsChannel) is
+             * ignored, as send.header_view ignores it; but a long name on V2 makes the Python path
+             * rename the fields: its call. */
+            if (short_names && field_index(ext_keys[k], 0) >= 0) return 0;
+            continue;
+        }
+        if (h->have[f]) return 0;
         h->have[f] = 1;
         h->fields[f] = ext_vals[k];
     }

@@ -164,6 +164,8 @@ class SendProcessor:
         reg = controller.metrics
         self.responses = reg.counter("send_responses_total", "SEND_MESSAGE replies by response code")
         self.messages = reg.counter("send_messages_stored_total", "messages stored by the send path")
+        self.fast_messages = reg.counter("send_fastpath_messages_total",
+                                         "messages stored through the compiled fast path (broker/fastpath)")
         self._plain_names: dict[str, bool] = {}  # topic -> whether its name lets a send take the fast path
 
     def register(self, registry) -> None:
@@ -231,6 +233,7 @@ class SendProcessor:
         n = len(stored)
         if n:
             self.messages.inc(n)
+            self.fast_messages.inc(n)
             host = self._host_hex()
             if outcome is None or isinstance(outcome, PutResult):
                 self._answer(proto, run, stored, host, outcome)

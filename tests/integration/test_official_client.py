@@ -19,6 +19,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -131,6 +132,14 @@ def msgs(prefix: str, n: int, big_every: int = 0, tags: str = "tagA") -> list[di
     return out
 
 
+def metric_value(url: str, name: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=2) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def topic_name(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
 
@@ -188,6 +197,12 @@ def test_every_send_mode_and_a_push_consumer_sees_messages_exactly_as_sent(clust
     # the messages went to both masters
     assert nodes["broker-a"].total_messages(topic, 4) > 0
     assert nodes["broker-b"].total_messages(topic, 4) > 0
+    # and the client's plain sends (all but each master's first, which creates the topic) took the
+    # compiled fast path where it is built: the unmodified client's frames are what it reads
+    if nodes["broker-a"].status()["sendPath"] == "compiled":
+        fast = sum(metric_value(b.metrics_url, "rocketmq_send_fastpath_messages_total")
+                   for b in (nodes["broker-a"], nodes["broker-b"]))
+        assert fast >= len(sync) + len(asyn) - 2, fast
 
 
 def test_two_consumers_split_the_queues_and_one_takes_over(cluster):

@@ -39,6 +39,13 @@ def raw_frame(header: bytes, body: bytes = b"", serialize: int = 0) -> bytes:
     return struct.pack(">II", 4 + len(header) + len(body), serialize << 24 | len(header)) + header + body
 
 
+def v2_with(**ext) -> RemotingCommand:
+    """A V2 send with more header fields than send_v2 keeps."""
+    cmd = send_v2()
+    cmd.ext_fields.update(ext)
+    return cmd
+
+
 CLIENT_FRAMES = [
     send_v1(),
     send_v2(),
@@ -58,6 +65,9 @@ CLIENT_FRAMES = [
     send_v1(batch="FALSE"),
     send_v1(batch=""),
     send_v1(unitMode="true", brokerName="b"),
+    # what the C++ 1.0.1 client inside PyPI rocketmq really sends: ACL fields the send does not read
+    send_v1(AccessKey="", OnsChannel="ALIYUN", Signature="5qugCmcesiDjivbyb07Kh5nH1fQ=", sysFlag=1),
+    v2_with(AccessKey="x", b2="ignored", z="ignored"),
 ]
 
 
@@ -99,6 +109,8 @@ NOT_PLAIN = {
     "born timestamp out of range": send_v2(bornTimestamp=str(2 ** 63)),
     "long names on V2": RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"topic": "T", "queueId": "0"}),
     "short names on V1": RemotingCommand.request(RequestCode.SEND_MESSAGE, {"b": "T", "e": "0"}),
+    "a long name among the short ones on V2": v2_with(producerGroup="PG2"),
+    "more ext fields than a scan reads": v2_with(**{f"x{i}": "v" for i in range(40)}),
     "pull": RemotingCommand.request(RequestCode.PULL_MESSAGE, {"topic": "T"}),
     "empty topic": send_v2(topic=""),
     "topic too long": send_v2(topic="t" * 128),
@@ -121,7 +133,22 @@ def test_oneway_and_response_flags_are_not_taken():
 
 HEADER_CASES = {
     # (header text, taken?)
-    "numbers in extFields": (b'{"code":310,"extFields":{"b":"T","e":0},"flag":0}', False),
+    "integers in extFields": (b'{"code":310,"extFields":{"b":"T","e":0,"f":-3,"g":9223372036854775807},"flag":0}',
+                              True),
+    "minus zero in extFields": (b'{"code":310,"extFields":{"b":-0,"e":-0},"flag":0}', True),
+    "a float in extFields": (b'{"code":310,"extFields":{"b":"T","e":0.0},"flag":0}', False),
+    "20 digits in extFields": (b'{"code":310,"extFields":{"b":"T","e":"0","g":10000000000000000000}}', False),
+    "true in extFields": (b'{"code":310,"extFields":{"b":"T","e":"0","m":true}}', False),
+    "null in extFields": (b'{"code":310,"extFields":{"b":"T","e":"0","c":null}}', False),
+    # the C++ 1.0.1 client in PyPI rocketmq, byte for byte (numbers as JSON numbers, no
+    # serializeTypeCurrentRPC, ACL fields, a trailing newline)
+    "the official client's header": (
+        b'{"code":10,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":"3xb4/++MFwnxXXaJ3DVKJeMMt4Y=",'
+        b'"batch":"0","bornTimestamp":"1795418853406","defaultTopic":"TBW102","defaultTopicQueueNums":4,"flag":0,'
+        b'"producerGroup":"PG","properties":"KEYS\\u0001s-key-5\\u0002TAGS\\u0001tagA\\u0002UNIQ_KEY\\u0001'
+        b'0100007F0000A33B00009EF242780600\\u0002WAIT\\u0001true\\u0002seq\\u00015\\u0002up\\u0001v5\\u0002",'
+        b'"queueId":1,"reconsumeTimes":"0","sysFlag":0,"topic":"X39b43f35","unitMode":"0"},"flag":0,'
+        b'"language":"CPP","opaque":8,"remark":"","version":63}\n', True),
     "float code": (b'{"code":310.0,"extFields":{"b":"T","e":"0"},"flag":0}', False),
     "exponent opaque": (b'{"code":310,"opaque":1e3,"extFields":{"b":"T","e":"0"},"flag":0}', False),
     "leading zero opaque": (b'{"code":310,"opaque":01,"extFields":{"b":"T","e":"0"},"flag":0}', False),
