@@ -542,7 +542,7 @@ def start_stub(tmp: str):
     return f"127.0.0.1:{ns_port}", [proc], {"stub+namesrv": proc.pid}, f"127.0.0.1:{b_port}"
 
 
-def start_cluster(tmp: str, tag: str, sync: bool, file_size: int):
+def start_cluster(tmp: str, tag: str, sync: bool, file_size: int, settings: dict | None = None):
     from tests.integration.local_cluster import BrokerProcess, NameServerProcess
 
     prof = os.environ.get("BENCH_PROFILE_DIR")
@@ -556,7 +556,7 @@ def start_cluster(tmp: str, tag: str, sync: bool, file_size: int):
     work = os.path.join(tmp, tag)
     ns = NameServerProcess(work).start()
     extra = {"mappedFileSizeCommitLog": str(file_size), "registerNameServerPeriod": "30000",
-             "syncFlushTimeout": "5000"}
+             "syncFlushTimeout": "5000", **(settings or {})}
     nodes = [ns]
     master = Broker(work, "broker-a", ns.addr, role="SYNC_MASTER" if sync else "ASYNC_MASTER", extra=extra)
     nodes.append(master.start())
@@ -711,6 +711,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=4.0, help="seconds the producers get to connect")
     ap.add_argument("--only", default="raw,stub,async,sync,peer", help="comma list of raw,stub,async,sync,peer")
     ap.add_argument("--file-size", type=int, default=256 << 20, help="mappedFileSizeCommitLog")
+    ap.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker property for our brokers (repeatable), e.g. sendFastPath=false for the Python path")
     ap.add_argument("--binding-as-is", action="store_true",
                     help="keep the binding's O(n) send_async callback list (see _CallbackRefs)")
     ap.add_argument("--profile-top", type=int, default=30)
@@ -765,7 +767,8 @@ def main() -> None:
                 if args.load == "client":
                     print("  peer: measured with the raw producer only", flush=True)
             else:
-                namesrv, nodes, servers, broker = start_cluster(tmp, tag, tag == "sync", args.file_size)
+                namesrv, nodes, servers, broker = start_cluster(tmp, tag, tag == "sync", args.file_size,
+                                                                 dict(kv.split("=", 1) for kv in args.broker_set))
             results[tag] = {}
             try:
                 if args.load in ("raw", "both") or tag == "peer":

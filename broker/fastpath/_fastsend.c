@@ -542,13 +542,79 @@ static inline unsigned char *put64(unsigned char *p, uint64_t v) {
     return put32(p + 4, (uint32_t)v);
 }
 
+/* One send's record, read in full before anything is written (nothing from Python runs after). */
+typedef struct {
+    PyObject *send;  /* a reference held: its topic and properties stay alive */
+    const char *topic, *props;
+    Py_ssize_t topic_len, props_len, body_start, body_len, size;
+    long long queue_offset, born_ts;
+    long queue_id, flag, sys_flag, reconsume;
+} record_in;
+
+static int exact_long(PyObject *o, long long lo, long long hi, long long *out) {
+    if (!PyLong_CheckExact(o)) {
+        PyErr_SetString(PyExc_TypeError, "send fields and queue offsets must be ints");
+        return 0;
+    }
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || v < lo || v > hi) {
+        PyErr_SetString(PyExc_ValueError, "a record field is out of its range");
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int read_send(PyObject *t, PyObject *qoff, Py_ssize_t src_len, Py_ssize_t fixed, record_in *r) {
+    long long v;
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != T_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "not a send tuple from scan_sends");
+        return 0;
+    }
+    PyObject *topic = PyTuple_GET_ITEM(t, T_TOPIC), *props = PyTuple_GET_ITEM(t, T_PROPS);
+    if (!PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(props)) {
+        PyErr_SetString(PyExc_TypeError, "a send's topic must be str and its properties bytes");
+        return 0;
+    }
+    if (!exact_long(PyTuple_GET_ITEM(t, T_BODY), 0, src_len, &v)) return 0;
+    r->body_start = (Py_ssize_t)v;
+    if (!exact_long(PyTuple_GET_ITEM(t, T_END), r->body_start, src_len, &v)) return 0;
+    r->body_len = (Py_ssize_t)v - r->body_start;
+    if (!exact_long(qoff, INT64_MIN, INT64_MAX, &r->queue_offset)) return 0;
+    if (!exact_long(PyTuple_GET_ITEM(t, T_QUEUE_ID), INT32_MIN, INT32_MAX, &v)) return 0;
+    r->queue_id = (long)v;
+    if (!exact_long(PyTuple_GET_ITEM(t, T_FLAG), INT32_MIN, INT32_MAX, &v)) return 0;
+    r->flag = (long)v;
+    if (!exact_long(PyTuple_GET_ITEM(t, T_SYS_FLAG), INT32_MIN, INT32_MAX, &v)) return 0;
+    r->sys_flag = (long)v;
+    if (!exact_long(PyTuple_GET_ITEM(t, T_RECONSUME), INT32_MIN, INT32_MAX, &v)) return 0;
+    r->reconsume = (long)v;
+    if (!exact_long(PyTuple_GET_ITEM(t, T_BORN_TS), INT64_MIN, INT64_MAX, &r->born_ts)) return 0;
+    r->topic = PyUnicode_AsUTF8AndSize(topic, &r->topic_len);
+    if (!r->topic) return 0;
+    r->props = PyBytes_AS_STRING(props);
+    r->props_len = PyBytes_GET_SIZE(props);
+    if (r->topic_len < 1 || r->topic_len > MAX_TOPIC_BYTES || r->props_len > MAX_PROPERTIES_BYTES) {
+        PyErr_SetString(PyExc_ValueError, "topic or properties too long for a record");
+        return 0;
+    }
+    r->size = fixed + r->body_len + 1 + r->topic_len + 2 + r->props_len;
+    if (r->size > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "record too large");
+        return 0;
+    }
+    return 1;
+}
+
 /* encode_records(buffer, sends, i, j, queue_offsets, physical_offset, room, store_timestamp,
  *                born_host, store_host)
  *   -> (bytes, count, sizes, needed)
  * The records of sends[i:j] as record.encode() + finish() write them, back to back from physical_offset,
  * as many as fit in `room` bytes leaving END_FILE_MIN_BLANK_LENGTH free (a commit-log file's rule).
- * queue_offsets[k] belongs to sends[i + k]; born_host and store_host are the packed
- * address (4 or 16 bytes) + port; `needed` is the size of the first record that did not fit, else 0. */
+ * queue_offsets[k] belongs to sends[i + k]; born_host and store_host are the packed address (4 or 16
+ * bytes) + port; `needed` is the size of the first record that did not fit, else 0. Every field is
+ * read (and range-checked, as struct.pack would) before any byte is written. */
 static PyObject *encode_records(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer src, born, store;
@@ -559,6 +625,8 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
                           &phys, &room, &store_ts, &born, &store))
         return NULL;
     PyObject *result = NULL, *sizes = NULL, *data = NULL;
+    record_in *recs = NULL;
+    Py_ssize_t n = 0, held = 0, total = 0, needed = 0;
     if ((born.len != 8 && born.len != 20) || (store.len != 8 && store.len != 20)) {
         PyErr_SetString(PyExc_ValueError, "hosts are 4 or 16 address bytes and a 4-byte port");
         goto done;
@@ -569,90 +637,71 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
     }
     int v6 = (born.len == 20 ? 1 : 0) | (store.len == 20 ? 2 : 0);
     Py_ssize_t fixed = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born.len + 8 + store.len + 4 + 8 + 4;
-    /* first pass: how many fit, and their total size */
-    Py_ssize_t n = 0, total = 0, needed = 0;
-    sizes = PyList_New(0);
-    if (!sizes) goto done;
+    recs = PyMem_Calloc(j - i + 1, sizeof(record_in));
+    if (!recs) { PyErr_NoMemory(); goto done; }
+    /* First pass: read every field (this may allocate, so run the garbage collector and Python code:
+     * the references held keep what is read alive), and count what fits. */
     for (Py_ssize_t k = i; k < j; k++) {
-        PyObject *t = PyList_GET_ITEM(sends, k);
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != T_COUNT) {
-            PyErr_SetString(PyExc_TypeError, "not a send tuple from scan_sends");
-            goto done;
-        }
-        Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, T_BODY));
-        Py_ssize_t endp = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, T_END));
-        if (PyErr_Occurred()) goto done;
-        if (start < 0 || endp > src.len || start > endp) {
-            PyErr_SetString(PyExc_ValueError, "a send's body lies outside the buffer");
-            goto done;
-        }
-        Py_ssize_t tlen;
-        if (!PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(t, T_TOPIC), &tlen)) goto done;
-        PyObject *props = PyTuple_GET_ITEM(t, T_PROPS);
-        if (!PyBytes_Check(props)) { PyErr_SetString(PyExc_TypeError, "properties must be bytes"); goto done; }
-        if (tlen < 1 || tlen > MAX_TOPIC_BYTES || PyBytes_GET_SIZE(props) > MAX_PROPERTIES_BYTES) {
-            PyErr_SetString(PyExc_ValueError, "topic or properties too long for a record");
-            goto done;
-        }
-        Py_ssize_t size = fixed + (endp - start) + 1 + tlen + 2 + PyBytes_GET_SIZE(props);
-        if (size > INT32_MAX) { PyErr_SetString(PyExc_ValueError, "record too large"); goto done; }
-        if (total + size + END_FILE_MIN_BLANK_LENGTH > room) { needed = size; break; }
-        PyObject *sz = PyLong_FromSsize_t(size);
-        if (!sz || PyList_Append(sizes, sz) < 0) { Py_XDECREF(sz); goto done; }
-        Py_DECREF(sz);
-        total += size;
+        record_in *r = &recs[n];
+        r->send = PyList_GET_ITEM(sends, k);
+        Py_INCREF(r->send);
+        held = n + 1;
+        if (!read_send(r->send, PyList_GET_ITEM(qoffs, k - i), src.len, fixed, r)) goto done;
+        if (total + r->size + END_FILE_MIN_BLANK_LENGTH > room) { needed = r->size; break; }
+        total += r->size;
         n++;
+    }
+    sizes = PyList_New(n);
+    if (!sizes) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *sz = PyLong_FromSsize_t(recs[k].size);
+        if (!sz) goto done;
+        PyList_SET_ITEM(sizes, k, sz);
     }
     data = PyBytes_FromStringAndSize(NULL, total);
     if (!data) goto done;
-    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(data);
+    /* Second pass: C only. */
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(data), *end = p + total;
     const unsigned char *b = src.buf;
     for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *t = PyList_GET_ITEM(sends, i + k);
-        Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, T_BODY));
-        Py_ssize_t endp = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, T_END));
-        Py_ssize_t tlen;
-        const char *topic = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(t, T_TOPIC), &tlen);
-        PyObject *props = PyTuple_GET_ITEM(t, T_PROPS);
-        long long queue_offset = PyLong_AsLongLong(PyList_GET_ITEM(qoffs, k));
-        long queue_id = PyLong_AsLong(PyTuple_GET_ITEM(t, T_QUEUE_ID));
-        long flag = PyLong_AsLong(PyTuple_GET_ITEM(t, T_FLAG));
-        long sys_flag = PyLong_AsLong(PyTuple_GET_ITEM(t, T_SYS_FLAG));
-        long long born_ts = PyLong_AsLongLong(PyTuple_GET_ITEM(t, T_BORN_TS));
-        long reconsume = PyLong_AsLong(PyTuple_GET_ITEM(t, T_RECONSUME));
-        if (PyErr_Occurred() || !topic) goto done;
-        Py_ssize_t body_len = endp - start;
-        Py_ssize_t size = fixed + body_len + 1 + tlen + 2 + PyBytes_GET_SIZE(props);
-        uint32_t crc = (uint32_t)crc32(0L, b + start, (uInt)body_len) & 0x7FFFFFFFu;
-        sys_flag = (sys_flag & ~0x30L) | ((long)v6 << 4);
+        const record_in *r = &recs[k];
+        if (end - p < r->size) {  /* cannot happen: the sizes were summed above */
+            PyErr_SetString(PyExc_RuntimeError, "record sizes changed while encoding");
+            goto done;
+        }
+        uint32_t crc = (uint32_t)crc32(0L, b + r->body_start, (uInt)r->body_len) & 0x7FFFFFFFu;
+        long sys_flag = (r->sys_flag & ~0x30L) | ((long)v6 << 4);
         unsigned char *q = p;
-        q = put32(q, (uint32_t)size);
+        q = put32(q, (uint32_t)r->size);
         q = put32(q, MESSAGE_MAGIC);
         q = put32(q, crc);
-        q = put32(q, (uint32_t)queue_id);
-        q = put32(q, (uint32_t)flag);
-        q = put64(q, (uint64_t)queue_offset);
+        q = put32(q, (uint32_t)r->queue_id);
+        q = put32(q, (uint32_t)r->flag);
+        q = put64(q, (uint64_t)r->queue_offset);
         q = put64(q, (uint64_t)phys);
         q = put32(q, (uint32_t)sys_flag);
-        q = put64(q, (uint64_t)born_ts);
+        q = put64(q, (uint64_t)r->born_ts);
         memcpy(q, born.buf, born.len); q += born.len;
         q = put64(q, (uint64_t)store_ts);
         memcpy(q, store.buf, store.len); q += store.len;
-        q = put32(q, (uint32_t)reconsume);
+        q = put32(q, (uint32_t)r->reconsume);
         q = put64(q, 0);  /* PREPAREDTRANSACTIONOFFSET: a plain message has none */
-        q = put32(q, (uint32_t)body_len);
-        memcpy(q, b + start, body_len); q += body_len;
-        *q++ = (unsigned char)tlen;
-        memcpy(q, topic, tlen); q += tlen;
-        Py_ssize_t plen = PyBytes_GET_SIZE(props);
-        *q++ = (unsigned char)(plen >> 8);
-        *q++ = (unsigned char)plen;
-        memcpy(q, PyBytes_AS_STRING(props), plen); q += plen;
+        q = put32(q, (uint32_t)r->body_len);
+        memcpy(q, b + r->body_start, r->body_len); q += r->body_len;
+        *q++ = (unsigned char)r->topic_len;
+        memcpy(q, r->topic, r->topic_len); q += r->topic_len;
+        *q++ = (unsigned char)(r->props_len >> 8);
+        *q++ = (unsigned char)r->props_len;
+        memcpy(q, r->props, r->props_len); q += r->props_len;
         p = q;
-        phys += size;
+        phys += r->size;
     }
     result = Py_BuildValue("(OnOn)", data, n, sizes, needed);
 done:
+    if (recs) {
+        for (Py_ssize_t k = 0; k < held; k++) Py_XDECREF(recs[k].send);
+        PyMem_Free(recs);
+    }
     Py_XDECREF(data);
     Py_XDECREF(sizes);
     PyBuffer_Release(&src);

@@ -15,6 +15,7 @@ from broker import fastpath
 from broker.remoting.codec import encode
 from broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, RequestCode
 from broker.remoting.command import RemotingCommand
+from broker.store import record
 from fuzz.send_fastpath import check_records, check_send
 from tests.unit.processors.harness import props, send_v1, send_v2
 
@@ -250,3 +251,49 @@ def test_mutated_frames_are_never_read_differently():
             assert pos == len(frame)
             assert_same_reading(bytes(frame), sends[0])
     assert taken > 100  # the mutations that keep a plain send (a body byte, a digit) are still taken
+
+
+def test_encode_records_reads_only_exact_ints_in_range():
+    """A caller's int subclass could run Python code between the encoder's passes (a review found a
+    heap overflow that way): only exact ints are taken, and values are range-checked as struct.pack
+    would, before any byte is written."""
+    frame = frame_of(send_v2(body=b"x"))
+    (sent,), _ = scan(frame)
+    src = bytearray(frame)
+    host = record.encode_host(("127.0.0.1", 1))
+    sends = [sent, sent]
+
+    class Evil(int):
+        def __index__(self):
+            sends[1] = None
+            return 0
+
+    with pytest.raises(TypeError):
+        fastpath.native.encode_records(src, sends, 0, 2, [Evil(0), 0], 0, 1 << 40, 0, host, host)
+    with pytest.raises(ValueError):
+        fastpath.native.encode_records(src, [sent], 0, 1, [2 ** 63], 0, 1 << 40, 0, host, host)
+    bad = list(sent)
+    bad[fastpath.QUEUE_ID] = 2 ** 32 + 1
+    with pytest.raises(ValueError):
+        fastpath.native.encode_records(src, [tuple(bad)], 0, 1, [0], 0, 1 << 40, 0, host, host)
+    bad = list(sent)
+    bad[fastpath.END] = len(src) + 1  # a body past the buffer
+    with pytest.raises(ValueError):
+        fastpath.native.encode_records(src, [tuple(bad)], 0, 1, [0], 0, 1 << 40, 0, host, host)
+    out, n, sizes, needed = fastpath.native.encode_records(src, [sent], 0, 1, [3], 100, 1 << 40, 7, host, host)
+    assert n == 1 and needed == 0 and len(out) == sizes[0]
+    check_records(src, [sent])
+
+
+def test_encode_records_stops_where_the_file_ends():
+    frame = frame_of(send_v2(body=b"y" * 100))
+    (sent,), _ = scan(frame)
+    host = record.encode_host(("127.0.0.1", 1))
+    size = fastpath.native.encode_records(bytearray(frame), [sent], 0, 1, [0], 0, 1 << 40, 0, host, host)[2][0]
+    # room for two records and the 8-byte end-of-file blank, not three
+    out, n, sizes, needed = fastpath.native.encode_records(bytearray(frame), [sent] * 3, 0, 3, [0, 1, 2], 0,
+                                                           2 * size + 8, 0, host, host)
+    assert (n, needed, sizes) == (2, size, [size, size])
+    out, n, _, needed = fastpath.native.encode_records(bytearray(frame), [sent] * 3, 0, 3, [0, 1, 2], 0,
+                                                       2 * size + 7, 0, host, host)
+    assert (n, needed) == (1, size)
