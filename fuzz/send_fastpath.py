@@ -16,7 +16,7 @@ from broker.processors import send
 from broker.remoting.codec import FrameError, decode_frame
 from broker.remoting.codes import RequestCode
 from broker.remoting.command import HeaderFieldError, read_numbers
-from broker.store import record
+from broker.store import index, record
 from fuzz import jsongen
 from fuzz.provider import Input
 
@@ -58,7 +58,8 @@ def python_reading(frame: bytes, cluster: str = CLUSTER) -> dict | None:
             "reconsume_times": reconsume, "max_reconsume_times": max_reconsume, "opaque": cmd.opaque,
             "wait_store_ok": wait is None or wait.lower() == "true",
             "properties": record.encode_properties(p).encode(), "tags": p.get("TAGS"), "keys": p.get("KEYS"),
-            "uniq_key": p.get("UNIQ_KEY"), "body": cmd.body}
+            "uniq_key": p.get("UNIQ_KEY"), "body": cmd.body,
+            "key_hashes": index.key_hashes(topic, p.get("UNIQ_KEY") or None, p.get("KEYS"))}
 
 
 def scan_reading(data: bytes, t: tuple) -> dict:

@@ -432,6 +432,64 @@ static int not_batch(span t) {
     return 1;
 }
 
+/* Java's String.hashCode() continued over the UTF-16 code units of valid UTF-8 text (mod 2^32). */
+static uint32_t java_hash_utf8(uint32_t h, span t) {
+    const unsigned char *p = t.p, *e = t.p + t.n;
+    while (p < e) {
+        uint32_t cp;
+        unsigned char c = *p;
+        if (c < 0x80) { cp = c; p += 1; }
+        else if (c < 0xE0) { cp = ((uint32_t)(c & 0x1F) << 6) | (p[1] & 0x3F); p += 2; }
+        else if (c < 0xF0) { cp = ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F); p += 3; }
+        else {
+            cp = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) | ((uint32_t)(p[2] & 0x3F) << 6)
+                 | (p[3] & 0x3F);
+            p += 4;
+        }
+        if (cp < 0x10000) {
+            h = 31 * h + cp;
+        } else {
+            cp -= 0x10000;
+            h = 31 * h + (0xD800 + (cp >> 10));
+            h = 31 * h + (0xDC00 + (cp & 0x3FF));
+        }
+    }
+    return h;
+}
+
+/* IndexFile.indexKeyHashMethod of "topic#key": Math.abs(hashCode), 0 when still negative. */
+static PyObject *key_hash(uint32_t prefix, span key) {
+    int32_t h = (int32_t)java_hash_utf8(prefix, key);
+    return PyLong_FromLong(h == INT32_MIN ? 0 : (h < 0 ? -(long)h : h));
+}
+
+/* The index keys' hashes of a record, in index.keys_of's order: UNIQ_KEY, then each non-empty
+ * space-separated KEYS entry (what index.key_hashes computes). The text here is valid UTF-8. */
+static PyObject *index_hashes(span topic, const stored_props *sp) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    uint32_t prefix = 31 * java_hash_utf8(0, topic) + '#';
+    if (sp->have_uniq) {
+        PyObject *h = key_hash(prefix, sp->uniq);
+        if (!h || PyList_Append(out, h) < 0) { Py_XDECREF(h); Py_DECREF(out); return NULL; }
+        Py_DECREF(h);
+    }
+    if (sp->have_keys) {
+        const unsigned char *s = sp->keys.p, *e = sp->keys.p + sp->keys.n;
+        while (s < e) {
+            const unsigned char *q = s;
+            while (q < e && *q != ' ') q++;
+            if (q > s) {
+                PyObject *h = key_hash(prefix, (span){s, q - s});
+                if (!h || PyList_Append(out, h) < 0) { Py_XDECREF(h); Py_DECREF(out); return NULL; }
+                Py_DECREF(h);
+            }
+            s = q + 1;
+        }
+    }
+    return out;
+}
+
 static PyObject *str_or_none(int have, span t) {
     if (!have) Py_RETURN_NONE;
     return PyUnicode_DecodeUTF8((const char *)t.p, t.n, "strict");
@@ -472,7 +530,7 @@ static PyObject *scan_frame(const unsigned char *frame, Py_ssize_t length, Py_ss
 
     Py_ssize_t body_start = frame_start + 4 + 4 + hlen;
     result = Py_BuildValue(
-        "(nnnN N N L n L L L L N O y# N N N)",
+        "(nnnN N N L n L L L L N O y# N N N N)",
         frame_start, frame_start + 4 + length, body_start,
         PyUnicode_DecodeUTF8((const char *)h.fields[F_TOPIC].p, h.fields[F_TOPIC].n, "strict"),
         h.have[F_DEFAULT_TOPIC] ? PyUnicode_DecodeUTF8((const char *)h.fields[F_DEFAULT_TOPIC].p,
@@ -482,7 +540,8 @@ static PyObject *scan_frame(const unsigned char *frame, Py_ssize_t length, Py_ss
         (long long)h.opaque, (Py_ssize_t)dqn, (long long)queue_id, (long long)sys_flag, (long long)born_ts,
         (long long)flag, PyLong_FromLongLong(reconsume), sp.wait_store_ok ? Py_True : Py_False,
         (const char *)sp.out, sp.out_len,
-        str_or_none(sp.have_tags, sp.tags), str_or_none(sp.have_keys, sp.keys), str_or_none(sp.have_uniq, sp.uniq));
+        str_or_none(sp.have_tags, sp.tags), str_or_none(sp.have_keys, sp.keys), str_or_none(sp.have_uniq, sp.uniq),
+        index_hashes(h.fields[F_TOPIC], &sp));
     PyMem_Free(scratch);
     return result;
 not_plain:
@@ -531,7 +590,7 @@ done:
 
 /* Tuple positions (FIELDS in broker/fastpath/__init__.py). */
 enum { T_START, T_END, T_BODY, T_TOPIC, T_DEFAULT_TOPIC, T_MAX_RECONSUME, T_OPAQUE, T_DEFAULT_QUEUES, T_QUEUE_ID,
-       T_SYS_FLAG, T_BORN_TS, T_FLAG, T_RECONSUME, T_WAIT, T_PROPS, T_TAGS, T_KEYS, T_UNIQ, T_COUNT };
+       T_SYS_FLAG, T_BORN_TS, T_FLAG, T_RECONSUME, T_WAIT, T_PROPS, T_TAGS, T_KEYS, T_UNIQ, T_HASHES, T_COUNT };
 
 static inline unsigned char *put32(unsigned char *p, uint32_t v) {
     p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;

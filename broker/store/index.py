@@ -602,7 +602,8 @@ class IndexService:
         dispatch with the keys its IndexInfo read from the stored bytes): each file's
         items, slots and header are written once for all of them (see IndexFile.begin); the same bytes
         as building them one by one with build_record(). Each record is (topic, sysflag, store time,
-        keys, stored bytes, offset), keys its (UNIQ_KEY, KEYS) properties when the stored text reads
+        keys, stored bytes, offset), keys its (UNIQ_KEY, KEYS) properties (or the list of their key_hashes,
+        from the send fast path) when the stored text reads
         back the same (EncodedRecord.plain_properties: always, for what clients send), else None: then
         they are read from the stored bytes, as a slave reads them."""
         if not self.settings.enable or self.error or not records:
@@ -623,7 +624,8 @@ class IndexService:
                     f = self._writable_file()
                 if phy < f.end_phy or sys_flag & record.TRANSACTION_MASK == record.TRANSACTION_ROLLBACK:
                     continue
-                hashes = key_hashes(topic, keys[0], keys[1])
+                # keys: (UNIQ_KEY, KEYS), or their hashes already (the send fast path computes them)
+                hashes = keys if keys.__class__ is list else key_hashes(topic, keys[0], keys[1])
                 done = f.put_keys(hashes, phy, store_ts) if hashes else 0
                 while done < len(hashes):
                     f = self._writable_file()

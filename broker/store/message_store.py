@@ -154,7 +154,8 @@ class MessageStore:
         self.dispatch_soon = None
         # Records appended by put_message and not yet dispatched, in commit-log order: (offset, size,
         # consume queue or None, queue offset, the unit's tagsCode or TAGS, then for the index: topic,
-        # sysflag, store time, (UNIQ_KEY, KEYS) or None to read them from the stored bytes, those bytes).
+        # sysflag, store time, (UNIQ_KEY, KEYS) or the list of their index hashes (put_sends) or None to read
+        # them from the stored bytes, those bytes).
         self._pending: list[tuple] = []
         # The next queue offset of each (topic, queue id) put_message appended to: ahead of the consume
         # queue by the records not yet dispatched. Filled from the queue when a key is first used.
@@ -416,7 +417,7 @@ class MessageStore:
                 self.queue_offsets[(topic, s[fastpath.QUEUE_ID])] = qo + 1
                 pending.append((offset, size, cqs[k], qo, s[fastpath.TAGS], topic,
                                 s[fastpath.SYS_FLAG] & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
-                                now, (s[fastpath.UNIQ], s[fastpath.KEYS]), None))
+                                now, s[fastpath.KEY_HASHES], None))
                 stored.append((offset, size, qo))
                 offset += size
             i += m
