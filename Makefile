@@ -67,6 +67,9 @@ test-integration: $(STAMP) images rust-client ## integration tests only (builds 
 fuzz: $(STAMP) ## coverage-guided fuzzing (atheris) of every decoder a peer reaches, FUZZ_SECONDS=60 per target (FUZZ_TARGETS= to pick)
 	$(PY) -m fuzz.run --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
+fuzz-native: $(STAMP) ## the send path's C accelerator rebuilt with AddressSanitizer + UBSan and fuzzed against the Python path (FUZZ_SECONDS per run)
+	$(PY) -m fuzz.native --seconds $(FUZZ_SECONDS)
+
 mutation: $(STAMP) ## mutation testing of the HA core, the record format, names, log limits and the chaos fault table: one score per module (MODULES=broker.ha.wire ... BUDGET=s per module)
 	$(PY) -m tools.mutation $(MODULES) $(if $(BUDGET),--budget $(BUDGET))
 
