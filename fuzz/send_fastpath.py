@@ -14,7 +14,7 @@ import struct
 from broker import fastpath
 from broker.processors import send
 from broker.remoting.codec import FrameError, decode_frame
-from broker.remoting.codes import RequestCode
+from broker.remoting.codes import FLAG_ONEWAY, RequestCode
 from broker.remoting.command import HeaderFieldError, read_numbers
 from broker.store import index, record
 from fuzz import jsongen
@@ -40,7 +40,7 @@ def python_reading(frame: bytes, cluster: str = CLUSTER) -> dict | None:
         cmd = decode_frame(frame[4:], MAX_HEADER)
     except FrameError:
         return None
-    if cmd.code not in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2) or cmd.flag != 0:
+    if cmd.code not in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2) or cmd.flag not in (0, FLAG_ONEWAY):
         return None
     fields, (k_topic, k_default, k_props, k_batch, k_numbers) = send.header_view(cmd)
     topic = fields.get(k_topic)
@@ -62,7 +62,8 @@ def python_reading(frame: bytes, cluster: str = CLUSTER) -> dict | None:
             "wait_store_ok": wait is None or wait.lower() == "true",
             "properties": record.encode_properties(p).encode(), "tags": p.get("TAGS"), "keys": p.get("KEYS"),
             "uniq_key": p.get("UNIQ_KEY"), "body": cmd.body,
-            "key_hashes": index.key_hashes(topic, p.get("UNIQ_KEY") or None, p.get("KEYS"))}
+            "key_hashes": index.key_hashes(topic, p.get("UNIQ_KEY") or None, p.get("KEYS")),
+            "oneway": cmd.flag == FLAG_ONEWAY}
 
 
 def scan_reading(data: bytes, t: tuple) -> dict:
@@ -138,7 +139,7 @@ def send_header(inp: Input) -> bytes:
         ext.append(inp.pick(ext))  # a repeated key
     members = [b'"code":' + str(code).encode(), b'"extFields":{' + b",".join(ext) + b"}"]
     if inp.flag():
-        members.append(b'"flag":' + (b"0" if inp.byte() % 4 else jsongen.number(inp)))
+        members.append(b'"flag":' + (inp.pick((b"0", b"2")) if inp.byte() % 4 else jsongen.number(inp)))
     for key in ("opaque", "version", "language", "remark", "serializeTypeCurrentRPC"):
         if inp.flag():
             members.append(b'"' + key.encode() + b'":' + jsongen.typical(inp, key))

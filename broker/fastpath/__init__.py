@@ -18,9 +18,9 @@ from __future__ import annotations
 # The tuple scan_sends() returns for each request (positions are in the buffer it scanned).
 FIELDS = ("start", "end", "body", "topic", "default_topic", "max_reconsume_times", "opaque",
           "default_topic_queue_nums", "queue_id", "sys_flag", "born_timestamp", "flag", "reconsume_times",
-          "wait_store_ok", "properties", "tags", "keys", "uniq_key", "key_hashes")
+          "wait_store_ok", "properties", "tags", "keys", "uniq_key", "key_hashes", "oneway")
 (START, END, BODY, TOPIC, DEFAULT_TOPIC, MAX_RECONSUME, OPAQUE, DEFAULT_QUEUES, QUEUE_ID, SYS_FLAG, BORN_TS,
- FLAG, RECONSUME, WAIT, PROPERTIES, TAGS, KEYS, UNIQ, KEY_HASHES) = range(len(FIELDS))
+ FLAG, RECONSUME, WAIT, PROPERTIES, TAGS, KEYS, UNIQ, KEY_HASHES, ONEWAY) = range(len(FIELDS))
 
 # Requests one scan takes at most: bounds how long one connection holds the reactor.
 SCAN_LIMIT = 256

@@ -225,7 +225,7 @@ static int field_index(span key, int short_names) {
 
 /* What one plain send request says, with spans into the scratch buffer. */
 typedef struct {
-    int32_t code, opaque;
+    int32_t code, opaque, flag;
     span fields[NFIELDS];
     int have[NFIELDS];
     const unsigned char *body;
@@ -275,7 +275,7 @@ static const unsigned char *parse_ext(const unsigned char *s, const unsigned cha
     }
 }
 
-/* The JSON header of a plain send request (code 10 or 310, flag 0), or 0. */
+/* The JSON header of a plain send request (code 10 or 310, flag 0 or oneway), or 0. */
 static int parse_header(const unsigned char *s, const unsigned char *e, unsigned char *scratch, send_header *h) {
     span ext_keys[MAX_EXT], ext_vals[MAX_EXT];
     int next = -1, seen = 0;
@@ -283,6 +283,7 @@ static int parse_header(const unsigned char *s, const unsigned char *e, unsigned
     unsigned char *key = scratch;  /* keys are decoded here, then overwritten: values go after them */
     unsigned char *free_at = scratch;
     h->code = -1;
+    h->flag = 0;
     h->opaque = 0;
     s = skip_ws(s, e);
     if (s >= e || *s != '{') return 0;
@@ -338,7 +339,9 @@ static int parse_header(const unsigned char *s, const unsigned char *e, unsigned
         return 0;
     }
     if (skip_ws(s, e) != e) return 0;
-    if (!(seen & K_CODE) || flag != 0 || next < 0) return 0;
+    /* a request, answered (0) or oneway (2: stored, not answered) */
+    if (!(seen & K_CODE) || (flag != 0 && flag != 2) || next < 0) return 0;
+    h->flag = flag;
     if (h->code != SEND_MESSAGE && h->code != SEND_MESSAGE_V2) return 0;
     int short_names = h->code == SEND_MESSAGE_V2;
     memset(h->have, 0, sizeof h->have);
@@ -530,7 +533,7 @@ static PyObject *scan_frame(const unsigned char *frame, Py_ssize_t length, Py_ss
 
     Py_ssize_t body_start = frame_start + 4 + 4 + hlen;
     result = Py_BuildValue(
-        "(nnnN N N L n L L L L N O y# N N N N)",
+        "(nnnN N N L n L L L L N O y# N N N N O)",
         frame_start, frame_start + 4 + length, body_start,
         PyUnicode_DecodeUTF8((const char *)h.fields[F_TOPIC].p, h.fields[F_TOPIC].n, "strict"),
         h.have[F_DEFAULT_TOPIC] ? PyUnicode_DecodeUTF8((const char *)h.fields[F_DEFAULT_TOPIC].p,
@@ -541,7 +544,7 @@ static PyObject *scan_frame(const unsigned char *frame, Py_ssize_t length, Py_ss
         (long long)flag, PyLong_FromLongLong(reconsume), sp.wait_store_ok ? Py_True : Py_False,
         (const char *)sp.out, sp.out_len,
         str_or_none(sp.have_tags, sp.tags), str_or_none(sp.have_keys, sp.keys), str_or_none(sp.have_uniq, sp.uniq),
-        index_hashes(h.fields[F_TOPIC], &sp));
+        index_hashes(h.fields[F_TOPIC], &sp), h.flag ? Py_True : Py_False);
     PyMem_Free(scratch);
     return result;
 not_plain:
@@ -590,7 +593,8 @@ done:
 
 /* Tuple positions (FIELDS in broker/fastpath/__init__.py). */
 enum { T_START, T_END, T_BODY, T_TOPIC, T_DEFAULT_TOPIC, T_MAX_RECONSUME, T_OPAQUE, T_DEFAULT_QUEUES, T_QUEUE_ID,
-       T_SYS_FLAG, T_BORN_TS, T_FLAG, T_RECONSUME, T_WAIT, T_PROPS, T_TAGS, T_KEYS, T_UNIQ, T_HASHES, T_COUNT };
+       T_SYS_FLAG, T_BORN_TS, T_FLAG, T_RECONSUME, T_WAIT, T_PROPS, T_TAGS, T_KEYS, T_UNIQ, T_HASHES, T_ONEWAY,
+       T_COUNT };
 
 static inline unsigned char *put32(unsigned char *p, uint32_t v) {
     p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;

@@ -252,8 +252,8 @@ class SendProcessor:
         ok = 0
         for s, (offset, _size, qo) in zip(run, stored):
             wait = s[fastpath.WAIT]
-            if waiting is not None and wait != waiting:
-                continue
+            if s[fastpath.ONEWAY] or (waiting is not None and wait != waiting):
+                continue  # a oneway send is stored and not answered, as process() does
             st = res.status if wait and res is not None else PutStatus.PUT_OK
             if st is PutStatus.PUT_OK:
                 parts.append(success_reply(s[fastpath.OPAQUE], host, offset, s[fastpath.QUEUE_ID], qo))
@@ -278,7 +278,7 @@ class SendProcessor:
         self.responses.inc(len(stored), code=code)
         proto.write_replies(b"".join(
             encode(RemotingCommand(code=code, opaque=s[fastpath.OPAQUE], flag=FLAG_RESPONSE, remark=text))
-            for s in run[:len(stored)] if s[fastpath.WAIT]))
+            for s in run[:len(stored)] if s[fastpath.WAIT] and not s[fastpath.ONEWAY]))
 
     def _host_hex(self) -> str:
         return record.offset_msg_id(self.controller.store.store_host, 0)[:-16]

@@ -125,11 +125,15 @@ def test_leaves_anything_else_to_the_python_path(name):
     assert (sends, pos) == ([], 0)
 
 
-def test_oneway_and_response_flags_are_not_taken():
-    for flag in (1, 2, 3):
+def test_oneway_sends_are_taken_responses_are_not():
+    for flag, taken in ((1, False), (2, True), (3, False), (4, False)):
         cmd = send_v2()
         cmd.flag = flag
-        assert scan(frame_of(cmd)) == ([], 0)
+        sends, _ = scan(frame_of(cmd))
+        assert bool(sends) == taken
+        if taken:
+            assert sends[0][fastpath.ONEWAY] is True
+            assert_same_reading(frame_of(cmd), sends[0])
 
 
 HEADER_CASES = {
