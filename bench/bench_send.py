@@ -824,7 +824,9 @@ def main() -> None:
         line = f"  peer broker CPU per message (ASYNC_MASTER, raw producer): {pus:6.1f} us"
         if ours:
             us = ours["server_cpu_us_per_msg"].get("master", 0.0)
-            line += f"; ours {us:.1f} us = {us / max(pus, 1e-9):.1f}x the peer's"
+            ratio = us / max(pus, 1e-9)
+            line += (f"; ours {us:.1f} us = {ratio:.1f}x the peer's" if ratio >= 1 else
+                     f"; ours {us:.1f} us, the peer's {1 / max(ratio, 1e-9):.1f}x ours")
         print(line)
     a, s, st = (results.get(k) or {} for k in ("async", "sync", "stub"))
     if "load" in a:
