@@ -228,8 +228,16 @@ class SendProcessor:
         try:
             stored, outcome = self.controller.put_sends(buf, run, born)
         except Exception:
-            log.exception("storing %d sends failed; answering them through the Python path", len(run))
-            stored, outcome = [], None
+            # put_sends itself does not raise; anything else may come after some sends were stored, so
+            # none of them is retried here (that could store one twice): each is answered SYSTEM_ERROR.
+            log.exception("storing a run of %d sends failed", len(run))
+            code = int(ResponseCode.SYSTEM_ERROR)
+            self.responses.inc(len(run), code=code)
+            proto.write_replies(b"".join(
+                encode(RemotingCommand(code=code, opaque=s[fastpath.OPAQUE], flag=FLAG_RESPONSE,
+                                       remark="the broker failed to store request code 310; see the broker's log"))
+                for s in run if not s[fastpath.ONEWAY]))
+            return
         n = len(stored)
         if n:
             self.messages.inc(n)

@@ -366,7 +366,7 @@ class MessageStore:
         records encoded together (fastpath.native.encode_records) and appended with one write per
         commit-log file. Returns (physical offset, size, queue offset) of the first ones stored, in
         order: the rest (a full disk, a record larger than a file, a closed store) were not stored and
-        took no queue offset, and go through put_message, which says why.
+        took no queue offset, and go through put_message, which says why. It does not raise.
 
         The caller has made them plain: a topic that takes sends, a valid queue id, no transaction
         type, no delay (the scan leaves such properties to the Python path)."""
@@ -392,9 +392,11 @@ class MessageStore:
         pending = self._pending
         i, n = 0, len(sends)
         while i < n:
-            f = cl.queue.writable_file()
-            base = f.base + f.wrote
+            # Whatever fails from here on, what is already stored is returned as stored: sending it
+            # down the Python path again would store it twice.
             try:
+                f = cl.queue.writable_file()  # a new file when the last is full: where a disk fills up
+                base = f.base + f.wrote
                 data, m, sizes, needed = encode(buf, sends, i, n, qoffs[i:] if i else qoffs, base, f.free, now,
                                                 born_host, store_host)
                 if m == 0:
@@ -406,6 +408,9 @@ class MessageStore:
                 f.append(data)
             except DiskFullError as e:
                 log.error("put_sends stopped, %d of %d stored: %s", len(stored), n, e)
+                break
+            except Exception:
+                log.exception("put_sends stopped, %d of %d stored", len(stored), n)
                 break
             rolled = bool(pending) and base - base % cl.file_size > pending[0][0]
             offset = base

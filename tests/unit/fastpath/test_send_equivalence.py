@@ -116,6 +116,15 @@ def serve(root, fast: bool, frames: list[bytes], rng: random.Random | None, **ov
     return replies, store_files(str(root))
 
 
+def numbered_sends(n: int) -> list[bytes]:
+    out = []
+    for i in range(n):
+        cmd = send_v2(topic="TopicTest", queue_id=i % 4, body=bytes(900), properties=props(KEYS=f"k{i}", WAIT="true"))
+        cmd.opaque = i + 1
+        out.append(encode(cmd))
+    return out
+
+
 @pytest.fixture
 def encode_calls(monkeypatch):
     calls = []
@@ -163,8 +172,7 @@ def test_a_full_disk_part_way_answers_the_same(tmp_path, encode_calls, monkeypat
         return real(self, pos, data)
 
     monkeypatch.setattr(mapped_file.MappedFile, "write_at", full_disk)
-    frames = [encode(send_v2(topic="TopicTest", queue_id=i % 4, body=bytes(900), opaque=i + 1,
-                             properties=props(KEYS=f"k{i}", WAIT="true"))) for i in range(600)]
+    frames = numbered_sends(600)
     slow = serve(tmp_path / "slow", False, frames, None)
     fast = serve(tmp_path / "fast", True, frames, None)
     assert encode_calls
@@ -179,3 +187,25 @@ def test_status_says_which_path_serves_plain_sends(tmp_path, fast):
         assert b.server._status_extra()["sendPath"] == ("compiled" if fast else "python")
     finally:
         b.stop()
+
+
+def test_a_full_disk_at_a_new_file_answers_the_same(tmp_path, encode_calls, monkeypatch):
+    """The disk fills up where a new commit-log file must be created (preallocated files: the common
+    way a real disk runs out). A run that stored its first records in the old file and then cannot
+    open the next one must answer exactly those as stored, and nothing stored twice."""
+    real = mapped_file.MappedFileQueue.new_file
+
+    def no_third_file(self, base):
+        if "commitlog" in self.directory and base >= 2 * self.file_size:
+            raise mapped_file.DiskFullError("no space left for a new commit-log file (test)")
+        return real(self, base)
+
+    monkeypatch.setattr(mapped_file.MappedFileQueue, "new_file", no_third_file)
+    frames = numbered_sends(700)
+    for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+        slow = serve(tmp_path / f"slow-{role}", False, frames, None, brokerRole=role)
+        fast = serve(tmp_path / f"fast-{role}", True, frames, None, brokerRole=role)
+        assert encode_calls
+        assert by_opaque(fast[0]) == by_opaque(slow[0])
+        assert fast[1] == slow[1]
+        assert b"disk is full" in slow[0]

@@ -86,3 +86,28 @@ def test_one_wait_per_run_and_the_same_answers_as_the_python_path(tmp_path, outc
                 else PutStatus.FLUSH_SLAVE_TIMEOUT.response_code)
     assert {r.code for r in waited} == {expected}
     assert all(r.ext_fields.get("msgId") for r in fast_replies.values())  # stored: every reply names it
+
+
+def test_a_run_that_fails_after_storing_is_answered_system_error_not_retried(tmp_path):
+    """put_sends does not raise; if anything after it does, some of the run may be stored, so no send
+    of it goes down the Python path again (that could store one twice): each gets SYSTEM_ERROR."""
+    b = Broker(tmp_path, sendFastPath="true")
+    b.server.topics.create_in_send("TopicTest", "TBW102", 4)
+    real = b.server.controller.put_sends
+
+    def stores_then_breaks(buf, sends, born):
+        real(buf, sends, born)
+        raise RuntimeError("a bug after the store (test)")
+
+    b.server.controller.put_sends = stores_then_breaks
+    proto = RemotingProtocol(b.server.registry, b.clock)
+    transport = StringTransport(peerAddress=IPv4Address("TCP", "10.1.2.3", 40000))
+    proto.makeConnection(transport)
+    proto.dataReceived(frames())
+    b.clock.advance(0)
+    replies = by_opaque(transport.value())
+    taken = sum(v for (topic, _q), v in b.store.queue_offsets.items() if topic == "TopicTest")
+    b.stop()
+    assert sorted(replies) == [100 + i for i in range(len(WAITS))]
+    assert {r.code for r in replies.values()} == {ResponseCode.SYSTEM_ERROR}
+    assert taken == len(WAITS)  # each stored once, by the fast path, none again by the Python path
