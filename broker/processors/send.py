@@ -228,8 +228,9 @@ class SendProcessor:
         try:
             stored, outcome = self.controller.put_sends(buf, run, born)
         except Exception:
-            # put_sends itself does not raise; anything else may come after some sends were stored, so
-            # none of them is retried here (that could store one twice): each is answered SYSTEM_ERROR.
+            # A full disk or a failed write does not get here (put_sends returns what it stored); anything
+            # else may come after some sends were stored, so none of them is retried here (that could
+            # store one twice): each is answered SYSTEM_ERROR.
             log.exception("storing a run of %d sends failed", len(run))
             code = int(ResponseCode.SYSTEM_ERROR)
             self.responses.inc(len(run), code=code)

@@ -366,7 +366,8 @@ class MessageStore:
         records encoded together (fastpath.native.encode_records) and appended with one write per
         commit-log file. Returns (physical offset, size, queue offset) of the first ones stored, in
         order: the rest (a full disk, a record larger than a file, a closed store) were not stored and
-        took no queue offset, and go through put_message, which says why. It does not raise.
+        took no queue offset, and go through put_message, which says why. A failed file creation or
+        write does not raise: what was stored before it is returned.
 
         The caller has made them plain: a topic that takes sends, a valid queue id, no transaction
         type, no delay (the scan leaves such properties to the Python path)."""
