@@ -8,7 +8,7 @@ from fuzz import native
 
 def test_the_accelerator_under_asan_and_ubsan():
     try:
-        r = native.run(seconds=8, limit=4000, seed=20261123)
+        r = native.run(seconds=5, limit=3000, seed=20261123)
     except native.Unavailable as e:
         pytest.skip(str(e))
     assert r.returncode == 0, f"sanitized fuzz run failed ({r.returncode}):\n{r.stderr[-6000:]}"

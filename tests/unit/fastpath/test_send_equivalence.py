@@ -195,13 +195,13 @@ def test_a_full_disk_at_a_new_file_answers_the_same(tmp_path, encode_calls, monk
     open the next one must answer exactly those as stored, and nothing stored twice."""
     real = mapped_file.MappedFileQueue.new_file
 
-    def no_third_file(self, base):
-        if "commitlog" in self.directory and base >= 2 * self.file_size:
+    def no_second_file(self, base):
+        if "commitlog" in self.directory and base >= self.file_size:
             raise mapped_file.DiskFullError("no space left for a new commit-log file (test)")
         return real(self, base)
 
-    monkeypatch.setattr(mapped_file.MappedFileQueue, "new_file", no_third_file)
-    frames = numbered_sends(700)
+    monkeypatch.setattr(mapped_file.MappedFileQueue, "new_file", no_second_file)
+    frames = numbered_sends(400)
     for role in ("ASYNC_MASTER", "SYNC_MASTER"):
         slow = serve(tmp_path / f"slow-{role}", False, frames, None, brokerRole=role)
         fast = serve(tmp_path / f"fast-{role}", True, frames, None, brokerRole=role)
