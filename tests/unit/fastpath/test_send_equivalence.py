@@ -102,6 +102,10 @@ def store_files(root: str) -> dict[str, bytes]:
 
 def serve(root, fast: bool, frames: list[bytes], rng: random.Random | None, **overrides):
     overrides.setdefault("mappedFileSizeCommitLog", 1 << 18)
+    # small index files: several of them fill up and roll over in one test (and the default 400 MB
+    # file would be most of the test's time to compare)
+    overrides.setdefault("maxHashSlotNum", 97)
+    overrides.setdefault("maxIndexNum", 400)
     b = Broker(root, sendFastPath=str(fast).lower(), maxMessageSize=5000, **overrides)
     proto = RemotingProtocol(b.server.registry, b.clock)
     transport = StringTransport(peerAddress=IPv4Address("TCP", "10.1.2.3", 40000))
@@ -139,14 +143,14 @@ def encode_calls(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("cut", [None, 3, 11], ids=["one-read", "reads-a", "reads-b"])
+@pytest.mark.parametrize("cut", [None, 3], ids=["one-read", "random-reads"])
 @pytest.mark.parametrize("role", ["ASYNC_MASTER", "SYNC_MASTER"])
 def test_fast_and_python_paths_store_and_answer_the_same(tmp_path, encode_calls, role, cut):
-    frames = request_mix(700, seed=cut or 0)
+    frames = request_mix(450, seed=cut or 0)
     slow = serve(tmp_path / "slow", False, frames, random.Random(cut) if cut else None, brokerRole=role)
     assert not encode_calls
     fast = serve(tmp_path / "fast", True, frames, random.Random(cut) if cut else None, brokerRole=role)
-    assert sum(encode_calls) > 300, "the fast path stored (almost) nothing: this test would prove nothing"
+    assert sum(encode_calls) > 200, "the fast path stored (almost) nothing: this test would prove nothing"
     if role == "ASYNC_MASTER":
         assert fast[0] == slow[0]
     else:
