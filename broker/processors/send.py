@@ -232,12 +232,7 @@ class SendProcessor:
             # else may come after some sends were stored, so none of them is retried here (that could
             # store one twice): each is answered SYSTEM_ERROR.
             log.exception("storing a run of %d sends failed", len(run))
-            code = int(ResponseCode.SYSTEM_ERROR)
-            self.responses.inc(len(run), code=code)
-            proto.write_replies(b"".join(
-                encode(RemotingCommand(code=code, opaque=s[fastpath.OPAQUE], flag=FLAG_RESPONSE,
-                                       remark="the broker failed to store request code 310; see the broker's log"))
-                for s in run if not s[fastpath.ONEWAY]))
+            self._system_errors(proto, run, "the broker failed to store request code 310; see the broker's log")
             return
         n = len(stored)
         if n:
@@ -282,12 +277,17 @@ class SendProcessor:
     def _answer_failed(self, failure, proto, run, stored) -> None:
         """Cannot happen (the waits turn their failures into statuses); answered as process() would."""
         log.error("the waits of %d stored sends failed:\n%s", len(stored), failure.getTraceback())
+        self._system_errors(proto, [s for s in run[:len(stored)] if s[fastpath.WAIT]],
+                            "the broker failed to process request code 310 (wait failed); see the broker's log")
+
+    def _system_errors(self, proto, sends, text: str) -> None:
+        """SYSTEM_ERROR with `text` to each of these sends that expects a reply (not oneway)."""
         code = int(ResponseCode.SYSTEM_ERROR)
-        text = "the broker failed to process request code 310 (wait failed); see the broker's log"
-        self.responses.inc(len(stored), code=code)
+        answered = [s for s in sends if not s[fastpath.ONEWAY]]
+        self.responses.inc(len(answered), code=code)
         proto.write_replies(b"".join(
             encode(RemotingCommand(code=code, opaque=s[fastpath.OPAQUE], flag=FLAG_RESPONSE, remark=text))
-            for s in run[:len(stored)] if s[fastpath.WAIT] and not s[fastpath.ONEWAY]))
+            for s in answered))
 
     def _host_hex(self) -> str:
         return record.offset_msg_id(self.controller.store.store_host, 0)[:-16]
