@@ -233,3 +233,11 @@ class BrokerProcess(_Process):
             with open(f, "rb") as fh:
                 out += fh.read(end - len(out))
         return bytes(out)
+
+
+def metric(text: str, name: str) -> float | None:
+    """The value of an unlabelled metric in a /metrics page, or None."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None

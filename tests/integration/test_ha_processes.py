@@ -15,7 +15,7 @@ from cluster import process
 from cluster.ports import free_block
 from cluster.wait import ProcessExited, wait_until
 
-from .local_cluster import _ProcView
+from .local_cluster import _ProcView, metric
 
 pytestmark = pytest.mark.integration
 
@@ -159,12 +159,6 @@ def rss_kib(pid):
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
-
-
-def metric(text, name):
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
 
 
 def test_probes_are_reaped_and_memory_stays_flat(tmp_path):

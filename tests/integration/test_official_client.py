@@ -27,7 +27,7 @@ import pytest
 
 from cluster.sample import ServedReader
 
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
+from .local_cluster import BrokerProcess, NameServerProcess, metric, rpc, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -134,10 +134,7 @@ def msgs(prefix: str, n: int, big_every: int = 0, tags: str = "tagA") -> list[di
 
 def metric_value(url: str, name: str) -> float:
     with urllib.request.urlopen(f"{url}/metrics", timeout=2) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
+        return metric(r.read().decode(), name) or 0.0
 
 
 def topic_name(prefix: str) -> str:
