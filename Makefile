@@ -19,7 +19,7 @@ help: ## list the targets
 
 venv: $(STAMP) ## create .venv with the pinned dependencies (every other target does this itself)
 
-$(STAMP): pyproject.toml setup.py broker/fastpath/_fastsend.c
+$(STAMP): pyproject.toml setup.py broker/fastpath/_fastsend.c broker/ha/_frames.c
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'" >&2; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "==> installing pinned dependencies into $(VENV) (the first run downloads wheels, about 400 MB)"

@@ -142,6 +142,9 @@ class BrokerConfig:
     haSlaveZeroCopy: bool = _prop("haSlaveZeroCopy", True,
                                   doc="ours; the slave splices replicated bytes socket -> pipe -> commit log "
                                       "(Linux) instead of reading them into Python (false: recv_into + pwrite)")
+    haSlaveCompiledFrames: bool = _prop("haSlaveCompiledFrames", True,
+                                        doc="ours; with haSlaveZeroCopy, the frame loop (read a header, splice "
+                                            "its body) runs in C (broker/ha/_frames.c) when it is built")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
     sendFastPath: bool = _prop("sendFastPath", True,
                                doc="ours; plain sends are read and encoded by the compiled accelerator "

@@ -132,6 +132,7 @@ class BrokerController:
                                       housekeeping_ms=c.haHousekeepingInterval,
                                       socket_buffer=c.haSocketBufferSize,
                                       reconnect_max_ms=c.haReconnectMaxDelay, zero_copy=c.haSlaveZeroCopy,
+                                      compiled_frames=c.haSlaveCompiledFrames,
                                       metrics=self.metrics)
             self.store.append_listeners.append(lambda _offset: self._dispatch_soon())
             self.schedule_dispatch()

@@ -9,12 +9,16 @@ Input: a mode byte, a few parameters, cut points, then the bytes the peer sends:
   4: SlaveSession.drain (the zero-copy slave) fed the same way from a source that moves bodies in
      short pieces, into fake files with the commit log's rules: the same stored bytes and the same
      outcome however the stream is cut, and the same bytes as on_data when neither fails
+  5: SlaveSession.drain over a real pipe into real (memfd) files, with the compiled frame loop
+     (broker/ha/_frames.c) and without: the same stored bytes, offsets and outcome, cut anywhere
 Contract: the documented outcomes only -- a value, or ProtocolError / OffsetMismatch / StoreError,
 after which the connection is closed (the harness stops feeding) -- and offsets that stay in range.
 """
 from __future__ import annotations
 
-from broker.ha import wire
+import os
+
+from broker.ha import transport, wire
 from broker.ha.master_session import Ack, MasterSession, SessionState
 from broker.ha.slave_session import OffsetMismatch, SlaveSession
 from broker.ha.wire import HEADER, HEADER_SIZE, REPORT, REPORT_SIZE, FrameReader, ProtocolError, ReportReader
@@ -254,7 +258,85 @@ def zero_copy_slave(inp: Input) -> None:
         assert not whole[2] or whole[1] == copied[1], "drain and on_data ended at different offsets"
 
 
-MODES = (reports, frames, master, slave, zero_copy_slave)
+class _MemFile(_FakeFile):
+    """A real file (memfd) for the compiled loop, which splices into a descriptor."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.path = "memfd:fuzz"
+        self.fd = os.memfd_create("fuzz-commitlog")
+        os.ftruncate(self.fd, size)
+
+    @property
+    def data(self) -> bytes:
+        return os.pread(self.fd, self.size, 0)
+
+    def write_at(self, pos: int, data) -> None:
+        assert 0 <= pos and pos + len(data) <= self.size, (pos, len(data), self.size)
+        os.pwrite(self.fd, data, pos)
+
+    def splice_in(self, pipe_fd: int, pos: int, n: int) -> int:
+        assert 0 <= pos and pos + n <= self.size, (pos, n, self.size)
+        return os.splice(pipe_fd, self.fd, n, offset_dst=pos)
+
+    def raise_splice_error(self, err: int, pos: int) -> None:
+        raise OSError(err, os.strerror(err))
+
+
+class MemFiles(FakeFiles):
+    def replica_target(self, offset: int, size: int):
+        pos = offset % self.file_size
+        base = offset - pos
+        if base not in self.files and not ((self.has_files and offset != self.max_offset)
+                                           or (not self.has_files and pos) or pos + size > self.file_size):
+            self.files[base] = _MemFile(self.file_size)
+        return super().replica_target(offset, size)
+
+    def close(self) -> None:
+        for f in self.files.values():
+            os.close(f.fd)
+
+
+def compiled_slave(inp: Input) -> None:
+    if not hasattr(os, "splice") or transport._frames is None:
+        return
+    start = inp.uint(3) if inp.flag() else 0
+    file_size = inp.pick((64, 4096, 1 << 16))
+    max_body = inp.pick((None, 16, 4096))
+    cuts = read_cuts(inp)
+    stream = inp.rest()
+
+    def run(compiled: bool):
+        store = MemFiles(start, file_size)
+        s = SlaveSession(store, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0, max_body=max_body)
+        s.start(0.0)
+        pipe = transport.SplicePipe(size=1 << 16, compiled=compiled)
+        error = None
+        try:
+            for chunk in pieces(stream, cuts):
+                for at in range(0, len(chunk), pipe.capacity):
+                    part = chunk[at:at + pipe.capacity]
+                    os.write(pipe.w, part)
+                    pipe.available += len(part)
+                    try:
+                        s.drain(pipe, 1.0)
+                    except (ProtocolError, OffsetMismatch, StoreError) as e:
+                        error = type(e)
+                        break
+                    assert pipe.available == 0, "drain left bytes behind without an error"
+                    report = s.report_if_moved(1.0)
+                    assert report is None or REPORT.unpack(report)[0] == store.max_offset
+                if error:
+                    break
+            return error, store.max_offset, bytes(store.content), s.bytes_received
+        finally:
+            pipe.close()
+            store.close()
+
+    assert run(True) == run(False), "the compiled frame loop and the Python loop stored or failed differently"
+
+
+MODES = (reports, frames, master, slave, zero_copy_slave, compiled_slave)
 
 
 def TestOneInput(data: bytes) -> None:

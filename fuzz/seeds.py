@@ -80,6 +80,9 @@ def ha_wire() -> dict[str, bytes]:
               + wire.encode_header(1029, 3) + b"abc")
     frames_at_file = (wire.encode_header(4096, 5) + b"hello" + wire.encode_header(4101, 0)
                       + wire.encode_header(4101, 3) + b"abc")
+    # bodies across 64-byte files: 40 + 24 fill the first, then 10, a heartbeat, 5 in the next
+    files_of_64 = b"".join(wire.encode_header(o, n) + bytes([65 + k]) * n
+                           for k, (o, n) in enumerate(((0, 40), (40, 24), (64, 10), (74, 0), (74, 5))))
     master_params = b"\x01" + (1 << 20).to_bytes(5, "big") + (0).to_bytes(5, "big") + (32768).to_bytes(2, "big")
     return {
         "reports": b"\0\x02\0\x05\0\x0b" + reports,
@@ -90,6 +93,9 @@ def ha_wire() -> dict[str, bytes]:
         "slave-empty": b"\x03\0\x01\0" + frames,
         "zero-copy-empty": b"\x04\0\x01\0\0\x02\x02\0\x05\0\x0e" + frames_at_file,
         "zero-copy-resume": b"\x04\x01" + (4096).to_bytes(3, "big") + b"\x01\x02\0\x07\x01\0\x14" + frames_at_file,
+        "compiled-empty": b"\x05\0\x01\0\x02\0\x05\0\x0e" + frames_at_file,
+        "compiled-resume": b"\x05\x01" + (4096).to_bytes(3, "big") + b"\x01\0\x01\0\x14" + frames_at_file,
+        "compiled-files": b"\x05\0\0\0\0" + files_of_64,
     }
 
 

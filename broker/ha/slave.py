@@ -137,7 +137,7 @@ class _Factory(protocol.ClientFactory):
 class HAClient:
     def __init__(self, store, master_address: str | None, *, clock, reactor, heartbeat_ms=5000,
                  housekeeping_ms=20000, socket_buffer=65536, reconnect_max_ms=1000, zero_copy=True,
-                 metrics=None):
+                 compiled_frames=True, metrics=None):
         self.store = store
         self.master_address = master_address or None
         self.clock = clock
@@ -147,6 +147,7 @@ class HAClient:
         self.socket_buffer = socket_buffer
         self.reconnect_max_s = reconnect_max_ms / 1000.0
         self.zero_copy = zero_copy
+        self.compiled_frames = compiled_frames
         self.state = ClientState.NO_MASTER
         self.proto: SlaveHAProtocol | None = None
         self.connector = None
@@ -219,7 +220,7 @@ class HAClient:
         host, _, port = self.master_address.rpartition(":")
         self.state = ClientState.CONNECTING
         self.connector = connect_tcp(self.reactor, host, int(port), _Factory(self), timeout=3,
-                                     zero_copy=self.zero_copy)
+                                     zero_copy=self.zero_copy, compiled_frames=self.compiled_frames)
 
     def _schedule_reconnect(self):
         if self.state == ClientState.STOPPED:
@@ -285,12 +286,13 @@ class HAClient:
             self.proto.tick(self.clock.seconds())
 
     def _stores_with(self) -> str | None:
-        """How the connected transport gets replicated bytes to disk (null when not connected)."""
+        """How the connected transport gets replicated bytes to disk (null when not connected):
+        splice+compiled (the frame loop in C), splice, recv_into+pwrite or twisted+pwrite (test reactors)."""
         t = self.proto.transport if self.proto is not None else None
         if t is None:
             return None
         if isinstance(t, SpliceClient):
-            return "splice"
+            return "splice+compiled" if t.compiled_frames else "splice"
         return "recv_into+pwrite" if isinstance(t, RecvIntoClient) else "twisted+pwrite"
 
     def status(self) -> dict:

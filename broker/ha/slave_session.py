@@ -89,7 +89,9 @@ class SlaveSession:
         what to report, once for all of them.
 
         source: `available` (bytes it holds), `take(n)` (up to n bytes into Python, for headers) and
-        `store(file, pos, n)` (move up to n bytes into a commit-log file at pos; returns how many).
+        `store(file, pos, n)` (move up to n bytes into a commit-log file at pos; returns how many);
+        optionally `store_frames` (transport.SplicePipe: the same loop in C for frames that continue
+        the log in the current file, handing any other header back to be judged here).
         A frame may end in a later drain: its header or body is continued there. Whole bodies count
         (store.replica_written) once per drain, as on_data appends once per read; the next body of
         the same file goes right after the last without asking the store again. Raises as on_data.
@@ -97,10 +99,32 @@ class SlaveSession:
         self._rate(now)
         self.last_read = now
         store = self.store
+        frames = getattr(source, "store_frames", None)  # the compiled loop (transport.SplicePipe), if any
         start = count = 0  # whole bodies moved in this drain and not yet counted: [start, start+count)
         try:
             while source.available:
-                if self._body_left:
+                header = None
+                if (frames is not None and self._file is not None and not self._header
+                        and (self._body_left or self._next == (start + count if count else store.max_offset))):
+                    # The common case in C: bodies that continue the log in this file. It stops at any
+                    # other header and hands it back, to be judged below as if it had been read here.
+                    (_, self._pos, self._body_left, self._body_size, self._next, consumed, completed,
+                     first, header, err) = frames(self._file, self._pos, self._body_left, self._body_size,
+                                                  self._next, self._file_end, self.max_body)
+                    self.bytes_received += consumed
+                    if completed or self._body_left:
+                        self.had_data = True  # it took a frame with a body (or finished one)
+                    if completed:
+                        if not count:
+                            start = first
+                        count += completed
+                        self.last_data = now
+                    if err:
+                        self._file.raise_splice_error(err, self._pos)
+                    if header is None and (self._body_left or not source.available):
+                        continue
+                    # else a header it handed back, or one cut by the read (fewer than 12 bytes left)
+                if header is None and self._body_left:
                     n = source.store(self._file, self._pos, self._body_left)
                     self.bytes_received += n
                     self._pos += n
@@ -111,13 +135,14 @@ class SlaveSession:
                         count += self._body_size
                         self.last_data = now
                     continue
-                part = source.take(HEADER_SIZE - len(self._header))
-                self.bytes_received += len(part)
-                self._header += part
-                if len(self._header) < HEADER_SIZE:
-                    break
-                offset, size = check_header(*HEADER.unpack(self._header), self.max_body)
-                self._header = b""
+                if header is None:
+                    part = source.take(HEADER_SIZE - len(self._header))
+                    self.bytes_received += len(part)
+                    self._header += part
+                    if len(self._header) < HEADER_SIZE:
+                        break
+                    header, self._header = self._header, b""
+                offset, size = check_header(*HEADER.unpack(header), self.max_body)
                 self._check(offset, size, start + count if count else store.max_offset)
                 if not size:
                     continue
