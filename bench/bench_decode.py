@@ -9,7 +9,11 @@ messages) under build/bench-data (delete it to regenerate), then measures, over 
   spark  pipeline.decode on local[2] with 64 MiB ranges, forced by count + sum(size) + a status sum;
 once with the files in the page cache (warm) and once after dropping their pages (cold), and prints
 both in MB/s and their ratio (target >= 25%), with the load average beside each figure (the machine is
-shared). Before timing, one untimed decode of the first quarter of the data starts the Python workers,
+shared). Beside the warm figure it prints two floors that say where the time goes:
+  decoder alone  pipeline.decode's record walk and Arrow batches in this process, one core, no Spark;
+  spark floor    the same DataFrame (same rows, columns, partitions and query) fed by pre-built Arrow
+                 batches that cost nothing to make: what Spark itself spends taking the rows in through
+                 mapInArrow, i.e. the fastest any decoder could go on this path. Before timing, one untimed decode of the first quarter of the data starts the Python workers,
 loads the compiled decoder (numba's cache) and warms the JVM's JIT: the figures are the steady state.
 --decoder picks pipeline.decode's record walk (compiled: numba; python: the reference, record.scan_summary
 per record), through RMQHA_AUDIT_DECODER.
@@ -92,6 +96,46 @@ def load() -> str:
     return f"  (load average {os.getloadavg()[0]:.1f})"
 
 
+def decoder_alone(node, range_bytes: int) -> tuple[int, float]:
+    """(rows, seconds) of pipeline.decode's per-task work (walk + Arrow batches) here, one core."""
+    from pipeline import decode
+    rows, t0 = 0, time.perf_counter()
+    for k, task in enumerate(decode.plan([node], range_bytes)):
+        for batch in decode.arrow_batches(task, file_index=0):
+            rows += batch.num_rows
+    return rows, time.perf_counter() - t0
+
+
+def spark_floor(spark, node, range_bytes: int, rows: int):
+    """decode.decode()'s DataFrame shape and query, with every task yielding slices of one pre-built batch
+    (its share of `rows`) instead of decoding: Spark's own cost of taking the rows in. Returns the
+    query's seconds."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from pipeline import decode
+    tasks = decode.plan([node], range_bytes)
+    sample = next(decode.arrow_batches(tasks[0], file_index=0))
+    n = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * decode.TASKS_PER_CORE))
+    share = [rows // len(tasks) + (k < rows % len(tasks)) for k in range(len(tasks))]
+
+    def run(batches, sample=sample, share=share):
+        decode._lazy_zip_invalidation()
+        for b in batches:
+            for t in b.column(0).to_pylist():
+                left = share[t]
+                while left > 0:
+                    yield sample.slice(0, min(left, sample.num_rows))
+                    left -= min(left, sample.num_rows)
+    kinds = {"int": T.IntegerType(), "long": T.LongType(), "string": T.StringType(), "boolean": T.BooleanType()}
+    wire = T.StructType([T.StructField(c, kinds[k], True) for c, k in decode.WIRE_COLUMNS])
+    df = spark.range(0, len(tasks), 1, n).mapInArrow(run, wire).withColumn("valid", F.col("status") == "ok")
+    t0 = time.perf_counter()
+    r = df.agg(F.count("*").alias("n"), F.sum("size").alias("bytes"),
+               F.sum(F.col("status").isin("invalid", "torn").cast("int")).alias("bad")).first()
+    assert r["n"] == rows, (r["n"], rows)
+    return time.perf_counter() - t0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=int, default=2, help="full 1 GiB files to generate and decode (>= 2)")
@@ -162,6 +206,17 @@ def main() -> int:
             print(f"[{cache}] ratio    : {ratio:.1%} of raw read (target >= 25%: "
                   f"{'met' if ratio >= 0.25 else 'MISSED'})", flush=True)
             results[cache] = (raw, spk, ratio)
+        if cache == "warm":
+            nrows, dt = decoder_alone(node, args.range_mb << 20)
+            alone = size / dt / 1e6
+            print(f"[warm] decoder alone: {nrows} rows in {dt:6.2f}s = {alone:8.1f} MB/s on one core, no Spark "
+                  f"({alone / raw:.1%} of raw read per core){load()}")
+            # the best of three (the first also warms the JIT for this plan): a floor, so the lowest
+            dt = min(spark_floor(spark, node, args.range_mb << 20, nrows) for _ in range(3))
+            floor = size / dt / 1e6
+            print(f"[warm] spark floor  : the same rows from pre-built batches, nothing decoded, in {dt:6.2f}s = "
+                  f"{floor:8.1f} MB/s = {floor / raw:.1%} of raw read: the most any decoder feeding Spark "
+                  f"through mapInArrow reaches here{load()}", flush=True)
     spark.stop()
     return 0
 
