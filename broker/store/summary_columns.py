@@ -160,6 +160,19 @@ def _clmul(a, b):
     """The 128-bit carry-less product of two uint64 as (low, high): PCLMULQDQ where the CPU has it."""
 
 
+@intrinsic
+def _ctz64(typingctx, x):
+    """Trailing zero bits of a non-zero uint64 (one instruction)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]),
+                                            "llvm.cttz.i64")
+        return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 1)])
+    return sig, codegen
+
+
 HAVE_PCLMUL = _have_pclmul()
 if HAVE_PCLMUL:
     @overload(_clmul)
@@ -264,6 +277,18 @@ def _mulmod_nb(a, b):
     return p
 
 @njit
+def _mulmod_fast(a, b, t):
+    """_mulmod_nb(a, b) for 32-bit reflected values by one carry-less multiply: the 63-bit product,
+    shifted so x^0 is bit 63, is x^0..x^31 in its high word and x^32..x^63 in its low word; the low word
+    times x^32 mod P is four zero-byte steps of the CRC register (each multiplies by x^8 mod P)."""
+    lo, _ = _clmul(np.uint64(a), np.uint64(b))
+    p = lo << np.uint64(1)
+    r = np.uint32(p & np.uint64(0xFFFFFFFF))
+    for _ in range(4):
+        r = (r >> np.uint32(8)) ^ t[r & _FF]
+    return np.int64(np.uint32(p >> np.uint64(32)) ^ r)
+
+@njit
 def _x8n(n, x2n):
     """x^(8n) mod P."""
     r = 1 << 31
@@ -327,6 +352,24 @@ def _utf8_ok(b, i, j):
                 return False
         i += n + 1
     return True
+
+_ONES, _HIGHS, _TWOS = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080), np.uint64(0x0202020202020202)
+
+
+@njit
+def _find2(b, s, end):
+    """The index of the first byte 2 (the property separator) in b[s:end], or end: eight bytes at a
+    time. In x = word ^ 0x02.., (x - 0x01..) & ~x & 0x80.. flags every zero byte of x and may flag bytes
+    above the first zero (a borrow), never below it, so its lowest flag is exactly the first 2."""
+    while s + 8 <= end:
+        x = _load_le64(b, s) ^ _TWOS
+        z = (x - _ONES) & ~x & _HIGHS
+        if z:
+            return s + np.int64(_ctz64(z) >> np.uint64(3))
+        s += 8
+    while s < end and b[s] != 2:
+        s += 1
+    return s
 
 @njit
 def _named(b, s, end):
@@ -411,9 +454,7 @@ def walk(b, i, lim, at, t, k, x2n, ints, offs, valid, d0, d1, d2, d3, d4, fill, 
                 return i, n, HANDBACK
             s = s0
             while True:
-                e = s
-                while e < end and b[e] != 2:
-                    e += 1
+                e = _find2(b, s, end)
                 which, vs = _named(b, s, e)
                 if which == 1:
                     us, ue = vs, e
@@ -436,7 +477,7 @@ def walk(b, i, lim, at, t, k, x2n, ints, offs, valid, d0, d1, d2, d3, d4, fill, 
         if body_len != last_len:
             last_len = body_len
             last_pow = _x8n(body_len, x2n)
-        c = _mulmod_nb(c, last_pow) ^ body_crc
+        c = _mulmod_fast(c, last_pow, t) ^ body_crc
         rec_crc = np.int64(crc32(b, q, end, c, t, k))
         ints[0, n] = total
         ints[1, n] = _be32s(b, i + 8)

@@ -108,6 +108,38 @@ def test_crc32_is_zlib_crc32_for_every_length_and_start_value():
         assert sc.zlib_crc32(data) == zlib.crc32(data), n
 
 
+def test_the_fast_multiply_mod_p_is_the_bitwise_one():
+    """crc32_combine's multiply (one carry-less multiply and four table steps) against the bit loop."""
+    from numba import njit
+
+    @njit
+    def fast(a, b):
+        return sc._mulmod_fast(a, b, sc._TABLES)
+    rnd = random.Random(5)
+    edges = [0, 1, 2, 1 << 31, (1 << 31) | 1, 0xFFFFFFFF, 0x80000001]
+    pairs = [(a, b) for a in edges for b in edges] + [(rnd.getrandbits(32), rnd.getrandbits(32)) for _ in range(5000)]
+    for a, b in pairs:
+        assert fast(a, b) == sc._mulmod(a, b), (a, b)
+
+
+def test_the_separator_search_finds_the_first_2_in_every_window():
+    """_find2 reads eight bytes at a time: bytes just below and above 2 (1, 3, 0x82) and zeros must not
+    fool it, at any alignment and any window end."""
+    import numpy as np
+    from numba import njit
+
+    @njit
+    def find(b, s, e):
+        return sc._find2(b, s, e)
+    rnd = random.Random(6)
+    for _ in range(20000):
+        data = bytes(rnd.choice([0, 1, 2, 3, 0x82, 0xFE, 0xFF, 65]) for _ in range(rnd.randrange(0, 40)))
+        s = rnd.randrange(0, len(data) + 1)
+        e = rnd.randrange(s, len(data) + 1)
+        want = data.find(b"\x02", s, e)
+        assert find(np.frombuffer(data, np.uint8), s, e) == (e if want < 0 else want), (data, s, e)
+
+
 def test_plain_records_are_all_taken_in_one_walk_with_scan_summarys_fields():
     buf = _log(_plain(300, random.Random(2)))
     want, end = reference(buf, len(buf))
