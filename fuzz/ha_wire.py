@@ -279,11 +279,17 @@ class _MemFile(_FakeFile):
         assert 0 <= pos and pos + n <= self.size, (pos, n, self.size)
         return os.splice(pipe_fd, self.fd, n, offset_dst=pos)
 
-    def raise_splice_error(self, err: int, pos: int) -> None:
+    def raise_splice_error(self, err: int, pos: int, n: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
 class MemFiles(FakeFiles):
+    counted: list
+
+    def replica_written(self, offset: int, size: int) -> None:
+        self.__dict__.setdefault("counted", []).append((offset, size))
+        super().replica_written(offset, size)
+
     def replica_target(self, offset: int, size: int):
         pos = offset % self.file_size
         base = offset - pos
@@ -300,7 +306,8 @@ class MemFiles(FakeFiles):
 def compiled_slave(inp: Input) -> None:
     if not hasattr(os, "splice") or transport._frames is None:
         return
-    start = inp.uint(3) if inp.flag() else 0
+    # anywhere in the (int64) offset space, up to its last file
+    start = (inp.uint(8) >> inp.byte() % 64) & wire.MAX_OFFSET if inp.flag() else 0
     file_size = inp.pick((64, 4096, 1 << 16))
     max_body = inp.pick((None, 16, 4096))
     cuts = read_cuts(inp)
@@ -321,14 +328,15 @@ def compiled_slave(inp: Input) -> None:
                     try:
                         s.drain(pipe, 1.0)
                     except (ProtocolError, OffsetMismatch, StoreError) as e:
-                        error = type(e)
+                        error = (type(e), str(e))
                         break
                     assert pipe.available == 0, "drain left bytes behind without an error"
                     report = s.report_if_moved(1.0)
                     assert report is None or REPORT.unpack(report)[0] == store.max_offset
                 if error:
                     break
-            return error, store.max_offset, bytes(store.content), s.bytes_received
+            return (error, store.max_offset, bytes(store.content), s.bytes_received, s.had_data, s.master_behind,
+                    store.__dict__.get("counted"), s._next, s._body_left)
         finally:
             pipe.close()
             store.close()

@@ -94,7 +94,9 @@ def ha_wire() -> dict[str, bytes]:
         "zero-copy-empty": b"\x04\0\x01\0\0\x02\x02\0\x05\0\x0e" + frames_at_file,
         "zero-copy-resume": b"\x04\x01" + (4096).to_bytes(3, "big") + b"\x01\x02\0\x07\x01\0\x14" + frames_at_file,
         "compiled-empty": b"\x05\0\x01\0\x02\0\x05\0\x0e" + frames_at_file,
-        "compiled-resume": b"\x05\x01" + (4096).to_bytes(3, "big") + b"\x01\0\x01\0\x14" + frames_at_file,
+        "compiled-resume": b"\x05\x01" + (4096).to_bytes(8, "big") + b"\0\x01\0\x01\0\x14" + frames_at_file,
+        "compiled-top": b"\x05\x01" + ((1 << 63) - 4096).to_bytes(8, "big") + b"\0\x01\0\0"
+                        + wire.encode_header((1 << 63) - 4096, 3) + b"abc" + wire.encode_header((1 << 63) - 4093, 2) + b"de",
         "compiled-files": b"\x05\0\0\0\0" + files_of_64,
     }
 

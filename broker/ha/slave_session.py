@@ -17,6 +17,7 @@ from .wire import HEADER, HEADER_SIZE, MAX_FRAME_BODY, FrameReader, check_header
 log = logging.getLogger("broker.ha.slave")
 
 RATE_WINDOW = 0.1  # seconds over which recent_rate is measured
+_INT64_MAX = (1 << 63) - 1  # the compiled frame loop's offsets are int64
 
 
 class OffsetMismatch(Exception):
@@ -104,13 +105,14 @@ class SlaveSession:
         try:
             while source.available:
                 header = None
-                if (frames is not None and self._file is not None and not self._header
+                if (frames is not None and self._file is not None and not self._header and self._next <= _INT64_MAX
                         and (self._body_left or self._next == (start + count if count else store.max_offset))):
                     # The common case in C: bodies that continue the log in this file. It stops at any
-                    # other header and hands it back, to be judged below as if it had been read here.
+                    # other header and hands it back, to be judged below as if it had been read here. (The
+                    # last file below 2^63 ends past an int64: the clamp only hands its last frame back.)
                     (_, self._pos, self._body_left, self._body_size, self._next, consumed, completed,
                      first, header, err) = frames(self._file, self._pos, self._body_left, self._body_size,
-                                                  self._next, self._file_end, self.max_body)
+                                                  self._next, min(self._file_end, _INT64_MAX), self.max_body)
                     self.bytes_received += consumed
                     if completed or self._body_left:
                         self.had_data = True  # it took a frame with a body (or finished one)
@@ -119,8 +121,8 @@ class SlaveSession:
                             start = first
                         count += completed
                         self.last_data = now
-                    if err:
-                        self._file.raise_splice_error(err, self._pos)
+                    if err:  # the state is as it was before the failed splice: the same n as splice_in's
+                        self._file.raise_splice_error(err, self._pos, min(self._body_left, source.available))
                     if header is None and (self._body_left or not source.available):
                         continue
                     # else a header it handed back, or one cut by the read (fewer than 12 bytes left)

@@ -243,11 +243,9 @@ class SplicePipe:
                      max_body: int):
         """Run _frames.splice_frames over what the pipe holds (see its doc); the pipe's count follows.
         A failed system call is raised as the Python loop raises it, once the state it returns is applied
-        by the caller: the error comes back as `err` in the tuple."""
-        fd = file.fd
-        if fd < 0:
-            raise OSError(errno.EBADF, f"{file.path} was closed while replicated bytes were going into it")
-        out = _frames.splice_frames(self.r, self.available, fd, pos, body_left, body_size, next_offset,
+        by the caller: the error comes back as `err` in the tuple. A closed file (fd -1) fails in the
+        splice with EBADF, as splice_in does, and only if a body is to go into it."""
+        out = _frames.splice_frames(self.r, self.available, file.fd, pos, body_left, body_size, next_offset,
                                     file_end, max_body)
         self.available = out[0]
         return out

@@ -15,6 +15,7 @@ REPORT_SIZE = REPORT.size  # 8
 
 # The reference slave reads into a 4 MiB buffer and cannot take a frame larger than that.
 MAX_FRAME_BODY = 4 * 1024 * 1024
+MAX_OFFSET = (1 << 63) - 1  # offsets are Java longs
 
 
 class ProtocolError(Exception):
@@ -36,6 +37,10 @@ def check_header(offset: int, size: int, max_body: int = MAX_FRAME_BODY) -> tupl
                             f"allowed 0..{max_body}")
     if offset < 0:
         raise ProtocolError(f"frame declares negative fromPhyOffset={offset}")
+    if offset + size > MAX_OFFSET:
+        # The log would end past what a long holds: the slave could not even report that offset.
+        raise ProtocolError(f"frame at fromPhyOffset={offset} with {size} bytes ends past the largest "
+                            f"offset a report can carry ({MAX_OFFSET})")
     return offset, size
 
 

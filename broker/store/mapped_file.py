@@ -157,13 +157,13 @@ class MappedFile:
             raise DiskFullError(f"{self.path}: short write at {self.base + pos}")
         return moved
 
-    def raise_splice_error(self, err: int, pos: int) -> None:
-        """Raise what splice_in raises for a splice into this file at pos that failed with errno err
-        (-1: it moved nothing), for the compiled frame loop (broker/ha/_frames.c)."""
+    def raise_splice_error(self, err: int, pos: int, n: int) -> None:
+        """Raise what splice_in raises for a splice of n bytes into this file at pos that failed with
+        errno err (-1: it moved nothing), for the compiled frame loop (broker/ha/_frames.c)."""
         if err == -1:
             raise DiskFullError(f"{self.path}: short write at {self.base + pos}")
         e = OSError(err, os.strerror(err))
-        self._raise_if_full(e, 0, pos)
+        self._raise_if_full(e, n, pos)
         raise e
 
     def _raise_if_full(self, e: OSError, nbytes: int, pos: int) -> None:

@@ -147,6 +147,90 @@ def test_bad_or_foreign_frames_are_judged_by_the_python_rules(tmp_path, bad):
     assert error is not None and len(data) == 2500
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_one_byte_over_max_body_or_past_the_file_end_is_refused_as_in_python(tmp_path, seed):
+    good = frame(0, b"a" * 256) + frame(256, b"b" * 256)
+    error, data, *_ = same(tmp_path, good + frame(512, b"z" * 257) + frame(769, b"after"), seed, max_body=256)
+    assert error[0] == "ProtocolError" and len(data) == 512
+    error, data, *_ = same(tmp_path, frame(0, b"a" * 4000) + frame(4000, b"b" * 97) + frame(4097, b"c"), seed)
+    assert error[0] == "StoreError" and len(data) == 4000
+
+
+def test_the_last_file_below_2_to_the_63(tmp_path):
+    """Its end (2^63) is past an int64: the C loop must not fail on it, only hand its edge back; a frame
+    ending past the largest long is a protocol error on both paths (it could never be reported)."""
+    top = (1 << 63) - FILE
+    error, data, counted, *_ = same(tmp_path, frame(top, b"a" * 100) + frame(top + 100, b"b" * 100), 1)
+    assert error is None and counted == [(top, 200)]
+    edge = frame(top, b"a" * (FILE - 2)) + frame(top + FILE - 2, b"bc")
+    error, data, counted, *_ = same(tmp_path, edge, 2)
+    assert error[0] == "ProtocolError" and "largest offset" in error[1] and counted == [(top, FILE - 2)]
+
+
+def _through(compiled, tmp_path, steps):
+    """Drain each step (bytes, or a callable on the store) through one pipe; what happened at each."""
+    store = MessageStore(str(tmp_path / ("fast" if compiled else "slow")), commitlog_file_size=FILE)
+    store.start()
+    s = SlaveSession(store, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0)
+    s.start(0.0)
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    pipe = SplicePipe(size=1 << 16, compiled=compiled)
+    out = []
+    try:
+        for step in steps:
+            if callable(step):
+                step(store)
+                continue
+            a.sendall(step)
+            pipe.fill(b.fileno())
+            try:
+                s.drain(pipe, 1.0)
+                out.append("ok")
+            except Exception as e:  # noqa: BLE001 - compared
+                out.append(f"{type(e).__name__}: {str(e).replace(str(store.root), '')}")
+        return out, s.bytes_received, s._pos, s._body_left, pipe.available, store.max_offset
+    finally:
+        pipe.close()
+        a.close()
+        b.close()
+        try:
+            store.shutdown()
+        except ValueError:  # a step closed a file under the store: its flush meets fd -1
+            pass
+
+
+@pytest.mark.parametrize("then", [frame(FILE), frame(FILE, b"b" * 10)], ids=["heartbeat", "next-file"])
+def test_a_closed_current_file_is_met_as_the_python_loop_meets_it(tmp_path, then):
+    """The last file closed between reads (a truncate, a shutdown): nothing goes into it any more, so a
+    heartbeat or a frame for the next file must go on exactly as in Python."""
+    steps = [frame(0, b"a" * FILE), lambda store: store.commitlog.queue.files[-1].close(), then]
+    assert _through(True, tmp_path, steps) == _through(False, tmp_path, steps)
+
+
+def test_a_write_refused_mid_body_says_what_splice_in_says(tmp_path):
+    """EFBIG (as ENOSPC) in the middle of a body: the same DiskFullError text, naming the bytes tried."""
+    code = f"""
+import resource, signal, sys, pathlib
+sys.path.insert(0, {os.getcwd()!r})
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+from test_compiled_frames import _through, frame
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+limit = lambda store: resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
+unlimit = lambda store: resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+steps = [frame(0, b"a" * 10), limit, frame(10, b"b" * 2000), unlimit]
+fast = _through(True, pathlib.Path({str(tmp_path)!r}), steps)
+slow = _through(False, pathlib.Path({str(tmp_path)!r}), steps)
+print(fast)
+assert fast == slow, (fast, slow)
+"""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "File too large writing 1010 bytes at 1000" in out.stdout
+
+
 def test_a_frame_for_the_next_file_goes_there(tmp_path):
     stream = frame(0, b"a" * FILE) + frame(FILE, b"b" * 100) + frame(FILE + 100, b"c" * 100)
     error, data, counted, state, rep, files, _ = same(tmp_path, stream, 4)
@@ -181,12 +265,12 @@ def test_splice_frames_refuses_inconsistent_state_and_returns_errno():
 def test_splice_errors_are_raised_as_splice_in_raises(tmp_path):
     f = MappedFile(str(tmp_path), 0, FILE, create=True, preallocate=True)
     try:
-        with pytest.raises(DiskFullError, match="No space left"):
-            f.raise_splice_error(errno.ENOSPC, 10)
+        with pytest.raises(DiskFullError, match="No space left on device writing 7 bytes at 10"):
+            f.raise_splice_error(errno.ENOSPC, 10, 7)
         with pytest.raises(DiskFullError, match="short write at 10"):
-            f.raise_splice_error(-1, 10)
+            f.raise_splice_error(-1, 10, 7)
         with pytest.raises(OSError) as e:
-            f.raise_splice_error(errno.EIO, 10)
+            f.raise_splice_error(errno.EIO, 10, 7)
         assert e.value.errno == errno.EIO and not isinstance(e.value, DiskFullError)
     finally:
         f.close()

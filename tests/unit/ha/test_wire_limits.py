@@ -54,6 +54,17 @@ def test_offset_zero_is_a_valid_frame_and_minus_one_is_not():
         FrameReader().feed(header(-1, 0))
 
 
+def test_a_frame_may_end_at_the_largest_long_and_not_one_byte_past_it():
+    """The slave reports its max offset as a long: a log ending past 2^63 - 1 could never be reported."""
+    top = (1 << 63) - 1
+    [f] = FrameReader().feed(header(top - 2, 2) + b"hi")
+    assert f.offset == top - 2
+    [hb] = FrameReader().feed(header(top, 0))
+    assert hb.is_heartbeat
+    with pytest.raises(ProtocolError, match="ends past the largest offset"):
+        FrameReader().feed(header(top - 2, 3) + b"abc")
+
+
 def test_a_header_split_after_its_offset_checks_the_size_when_it_completes():
     r = FrameReader()
     assert r.feed(header(7, FOUR_MIB + 1)[:8]) == []
