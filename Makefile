@@ -45,7 +45,7 @@ outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_T
 	$(PY) -m chaos.outcomes $(if $(NAME),--name $(NAME))
 
 # --- tests ------------------------------------------------------------------------------------
-test: $(STAMP) images rust-client ## run every test: unit, then integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
+test: $(STAMP) images rust-client ## run every test: examples/, unit and integration (real processes, containers, both clients); the Spark-cluster audit is make test-spark-cluster
 	$(PY) -m pytest examples tests -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
 
