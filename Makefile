@@ -45,8 +45,8 @@ outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_T
 	$(PY) -m chaos.outcomes $(if $(NAME),--name $(NAME))
 
 # --- tests ------------------------------------------------------------------------------------
-test: $(STAMP) images rust-client ## run every test: examples/, unit and integration (real processes, containers, both clients); the Spark-cluster audit is make test-spark-cluster
-	$(PY) -m pytest examples tests -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers" \
+test: $(STAMP) images rust-client ## run every test: unit, then integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
+	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
 
 test-checkers: $(STAMP) ## the long chaos runs: every planted bug (broker/planted.py), the same run without bugs, and a consumer reading from the slave through a master outage
