@@ -111,7 +111,6 @@ def spark_floor(spark, node, range_bytes: int, rows: int):
     (its share of `rows`) instead of decoding: Spark's own cost of taking the rows in. Returns the
     query's seconds."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
     from pipeline import decode
     tasks = decode.plan([node], range_bytes)
     sample = next(decode.arrow_batches(tasks[0], file_index=0))
@@ -126,9 +125,7 @@ def spark_floor(spark, node, range_bytes: int, rows: int):
                 while left > 0:
                     yield sample.slice(0, min(left, sample.num_rows))
                     left -= min(left, sample.num_rows)
-    kinds = {"int": T.IntegerType(), "long": T.LongType(), "string": T.StringType(), "boolean": T.BooleanType()}
-    wire = T.StructType([T.StructField(c, kinds[k], True) for c, k in decode.WIRE_COLUMNS])
-    df = spark.range(0, len(tasks), 1, n).mapInArrow(run, wire).withColumn("valid", F.col("status") == "ok")
+    df = spark.range(0, len(tasks), 1, n).mapInArrow(run, decode.spark_wire_schema()).withColumn("valid", F.col("status") == "ok")
     t0 = time.perf_counter()
     r = df.agg(F.count("*").alias("n"), F.sum("size").alias("bytes"),
                F.sum(F.col("status").isin("invalid", "torn").cast("int")).alias("bad")).first()

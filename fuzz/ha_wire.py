@@ -147,9 +147,21 @@ def slave(inp: Input) -> None:
         s.expired(now)
 
 
+class _FakeFile:
+    def __init__(self, size: int):
+        self.size = size
+        self.data = bytearray(size)
+
+    def write_at(self, pos: int, data) -> None:
+        assert 0 <= pos and pos + len(data) <= self.size, (pos, len(data), self.size)
+        self.data[pos:pos + len(data)] = data
+
+
 class FakeFiles:
     """What drain (and, through the same rules, on_data) writes to: fixed-size files, a log that
     must continue at its max offset, starts at a file's start when empty, and never crosses a file."""
+
+    file_kind = _FakeFile  # MemFiles: _MemFile, a real descriptor
 
     def __init__(self, max_offset: int, file_size: int):
         self.file_size = file_size
@@ -169,7 +181,9 @@ class FakeFiles:
             self.start = self.max_offset = offset
             self.has_files = True
         base = offset - pos
-        return self.files.setdefault(base, _FakeFile(self.file_size)), pos
+        if base not in self.files:
+            self.files[base] = self.file_kind(self.file_size)
+        return self.files[base], pos
 
     def replica_written(self, offset: int, size: int) -> None:
         f, pos = self.replica_target(offset, size)
@@ -182,16 +196,6 @@ class FakeFiles:
             f.write_at(pos, b)
             self.replica_written(offset, len(b))
             offset += len(b)
-
-
-class _FakeFile:
-    def __init__(self, size: int):
-        self.size = size
-        self.data = bytearray(size)
-
-    def write_at(self, pos: int, data) -> None:
-        assert 0 <= pos and pos + len(data) <= self.size, (pos, len(data), self.size)
-        self.data[pos:pos + len(data)] = data
 
 
 class _Source:
@@ -284,19 +288,17 @@ class _MemFile(_FakeFile):
 
 
 class MemFiles(FakeFiles):
-    counted: list
+    """FakeFiles over real descriptors, recording every count it is told about."""
+
+    file_kind = _MemFile
+
+    def __init__(self, max_offset: int, file_size: int):
+        super().__init__(max_offset, file_size)
+        self.counted = []
 
     def replica_written(self, offset: int, size: int) -> None:
-        self.__dict__.setdefault("counted", []).append((offset, size))
+        self.counted.append((offset, size))
         super().replica_written(offset, size)
-
-    def replica_target(self, offset: int, size: int):
-        pos = offset % self.file_size
-        base = offset - pos
-        if base not in self.files and not ((self.has_files and offset != self.max_offset)
-                                           or (not self.has_files and pos) or pos + size > self.file_size):
-            self.files[base] = _MemFile(self.file_size)
-        return super().replica_target(offset, size)
 
     def close(self) -> None:
         for f in self.files.values():
@@ -336,7 +338,7 @@ def compiled_slave(inp: Input) -> None:
                 if error:
                     break
             return (error, store.max_offset, bytes(store.content), s.bytes_received, s.had_data, s.master_behind,
-                    store.__dict__.get("counted"), s._next, s._body_left)
+                    store.counted, s._next, s._body_left)
         finally:
             pipe.close()
             store.close()

@@ -394,6 +394,14 @@ _PER_FILE_COLUMNS = ("node", "broker_name", "broker_id", "role", "file")
 WIRE_COLUMNS = [("file_index", "int")] + [c for c in COLUMNS if c[0] not in _PER_FILE_COLUMNS + ("valid",)]
 
 
+def spark_wire_schema():
+    """wire_schema() as the Spark StructType mapInArrow is given."""
+    from pyspark.sql import types as T
+    kinds = {f.name: f.dataType for f in schema().fields}
+    return T.StructType([T.StructField(name, T.IntegerType() if kind == "int" else kinds[name], True)
+                         for name, kind in WIRE_COLUMNS])
+
+
 def wire_schema():
     import pyarrow as pa
     kinds = _arrow_types()
@@ -600,7 +608,6 @@ def decode(spark, nodes: list[Node], range_bytes: int | None = None, use_arrow: 
         use_arrow = _have_pyarrow()
     if use_arrow:
         from pyspark.sql import functions as F
-        from pyspark.sql import types as T
         files = {}  # (node meta, file name) -> file_index
         index = [files.setdefault((t[0], os.path.basename(t[1])), len(files)) for t in tasks]
 
@@ -613,8 +620,7 @@ def decode(spark, nodes: list[Node], range_bytes: int | None = None, use_arrow: 
         kinds = {f.name: f.dataType for f in schema().fields}
         per_file = {name: [meta[k] for meta, _ in files] for k, name in enumerate(_PER_FILE_COLUMNS[:-1])}
         per_file["file"] = [fname for _, fname in files]
-        wire = T.StructType([T.StructField(name, T.IntegerType() if kind == "int" else kinds[name], True)
-                             for name, kind in WIRE_COLUMNS])
+        wire = spark_wire_schema()
         at = F.col("file_index") + 1
 
         def column(name):

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import logging
 
-from .wire import HEADER, HEADER_SIZE, MAX_FRAME_BODY, FrameReader, check_header, encode_report
+from .wire import HEADER, HEADER_SIZE, MAX_FRAME_BODY, MAX_OFFSET, FrameReader, check_header, encode_report
 
 log = logging.getLogger("broker.ha.slave")
 
 RATE_WINDOW = 0.1  # seconds over which recent_rate is measured
-_INT64_MAX = (1 << 63) - 1  # the compiled frame loop's offsets are int64
 
 
 class OffsetMismatch(Exception):
@@ -105,14 +104,14 @@ class SlaveSession:
         try:
             while source.available:
                 header = None
-                if (frames is not None and self._file is not None and not self._header and self._next <= _INT64_MAX
+                if (frames is not None and self._file is not None and not self._header
                         and (self._body_left or self._next == (start + count if count else store.max_offset))):
                     # The common case in C: bodies that continue the log in this file. It stops at any
                     # other header and hands it back, to be judged below as if it had been read here. (The
                     # last file below 2^63 ends past an int64: the clamp only hands its last frame back.)
                     (_, self._pos, self._body_left, self._body_size, self._next, consumed, completed,
                      first, header, err) = frames(self._file, self._pos, self._body_left, self._body_size,
-                                                  self._next, min(self._file_end, _INT64_MAX), self.max_body)
+                                                  self._next, min(self._file_end, MAX_OFFSET), self.max_body)
                     self.bytes_received += consumed
                     if completed or self._body_left:
                         self.had_data = True  # it took a frame with a body (or finished one)

@@ -154,7 +154,7 @@ class MappedFile:
             self._raise_if_full(e, n, pos)
             raise
         if moved == 0:
-            raise DiskFullError(f"{self.path}: short write at {self.base + pos}")
+            self.raise_splice_error(-1, pos, n)
         return moved
 
     def raise_splice_error(self, err: int, pos: int, n: int) -> None:
