@@ -112,9 +112,7 @@ class SlaveSession:
                     (_, self._pos, self._body_left, self._body_size, self._next, consumed, completed,
                      first, header, err) = frames(self._file, self._pos, self._body_left, self._body_size,
                                                   self._next, min(self._file_end, MAX_OFFSET), self.max_body)
-                    self.bytes_received += consumed
-                    if completed or self._body_left:
-                        self.had_data = True  # it took a frame with a body (or finished one)
+                    self.bytes_received += consumed  # (had_data is already set: _file came from a judged body)
                     if completed:
                         if not count:
                             start = first
