@@ -5,7 +5,13 @@ A history file is `RUN/history/<client>.jsonl` (any *.jsonl under RUN/history is
     field            type        meaning
     client           str         who did it (a producer or consumer id; unique in the run)
     seq              int         position of this line in the recorder (orders ops of one client)
-    op               str         "send" or "receive"
+    op               str         "invoke" (a send try handed to the client, written BEFORE the call, so a
+                                 try that never gets an answer is still in the history), "send" (its
+                                 answer), "receive", or "subscribe" (a consumer group starting on a topic)
+    group            str|null    the producer group (invoke/send) or consumer group (receive/subscribe);
+                                 the delivery checker judges every consumer group on its own. Histories
+                                 without it (older ones) count each consumer client as its own group
+    shard            str|null    send_orderly: the sharding key (orderly consumers are judged per key)
     topic            str
     send_id          str         the LOGICAL send: one id per message the workload meant to send. Every
                                  try of it (our own retries, each with a new UNIQ_KEY under the C++
@@ -46,7 +52,8 @@ import uuid
 SEND_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 ERROR = "ERROR"
 RECEIVED = "RECEIVED"
-FIELDS = ("client", "seq", "op", "topic", "send_id", "attempt", "uniq_key", "status", "error",
+INVOKE, SEND, RECEIVE, SUBSCRIBE = "invoke", "send", "receive", "subscribe"
+FIELDS = ("client", "seq", "op", "group", "shard", "topic", "send_id", "attempt", "uniq_key", "status", "error",
           "offset_msg_id", "broker_name", "queue_id", "queue_offset", "commit_log_offset",
           "store_timestamp", "ordered", "start_ms", "end_ms", "body_len", "library")
 OFFICIAL_LIBRARY = "rocketmq 0.4.4 (C++ 1.0.1)"
@@ -115,6 +122,7 @@ class HistoryRecorder:
         self.client = client or os.path.splitext(os.path.basename(path))[0]
         self.writer = HistoryWriter(path, library=OFFICIAL_LIBRARY)
         self._ids = itertools.count(1)
+        self.producer_group: str | None = None
 
     # -- ids --------------------------------------------------------------------------------------
     def new_send_id(self) -> str:
@@ -123,20 +131,25 @@ class HistoryRecorder:
     # -- building clients -------------------------------------------------------------------------
     def producer(self, group: str, namesrv: str, timeout_ms: int | None = None):
         from rocketmq.client import Producer
+        self.producer_group = group
         p = Producer(group, timeout=timeout_ms)
         p.set_namesrv_addr(namesrv)
         p.start()
         return p
 
     def push_consumer(self, group: str, topic: str, namesrv: str, ordered: bool = False,
-                      expression: str = "*", threads: int | None = None, on_message=None):
-        """A started PushConsumer whose callback records each message (then calls on_message)."""
+                      expression: str = "*", threads: int | None = None, on_message=None, drop_every: int = 0):
+        """A started PushConsumer whose callback records each message (then calls on_message).
+
+        drop_every=N > 0 plants a consumer bug for the checkers' own tests: every Nth message is
+        acknowledged to the broker but never recorded nor handed on, as an application that swallows it."""
         from rocketmq.client import PushConsumer
         c = PushConsumer(group, orderly=ordered)
         c.set_namesrv_addr(namesrv)
         if threads:
             c.set_thread_count(threads)
-        c.subscribe(topic, self.consumer_callback(ordered, on_message), expression)
+        self.subscribed(group, topic, ordered)
+        c.subscribe(topic, self.consumer_callback(ordered, on_message, group, drop_every), expression)
         c.start()
         return c
 
@@ -152,13 +165,24 @@ class HistoryRecorder:
         msg.set_body(body)
         return msg
 
-    def _record_send(self, call, topic: str, body: bytes, send_id: str | None, attempt: int,
-                     queue_id: int | None, tags, properties):
-        send_id = send_id or self.new_send_id()
-        rec = {"client": self.client, "op": "send", "topic": topic, "send_id": send_id,
-               "attempt": attempt, "queue_id": queue_id, "body_len": len(body)}
-        msg = self._message(topic, body, send_id, tags, properties)
+    def send_record(self, topic: str, send_id: str, attempt: int, body_len: int, shard=None,
+                    queue_id: int | None = None) -> dict:
+        """The fields every record of one send try shares; invoked() writes its "invoke" line."""
+        return {"client": self.client, "op": SEND, "group": self.producer_group, "topic": topic,
+                "send_id": send_id, "attempt": attempt, "queue_id": queue_id, "body_len": body_len,
+                "shard": None if shard is None else str(shard)}
+
+    def invoked(self, rec: dict) -> None:
+        """Write the "invoke" line of a try about to be handed to the client, and stamp its start."""
         rec["start_ms"] = now_ms()
+        self.writer.append(rec | {"op": INVOKE, "end_ms": rec["start_ms"]})
+
+    def _record_send(self, call, topic: str, body: bytes, send_id: str | None, attempt: int,
+                     queue_id: int | None, tags, properties, shard=None):
+        send_id = send_id or self.new_send_id()
+        rec = self.send_record(topic, send_id, attempt, len(body), shard, queue_id)
+        msg = self._message(topic, body, send_id, tags, properties)
+        self.invoked(rec)
         try:
             res = call(msg)
         except Exception as e:  # the client raises MQClientException-like errors
@@ -184,10 +208,17 @@ class HistoryRecorder:
             if selector is None:
                 return producer.send_orderly(msg, shard, retry_times=retry_times)
             return producer.send_orderly(msg, shard, retry_times=retry_times, queue_selector=selector)
-        return self._record_send(call, topic, body, send_id, attempt, None, tags, properties)
+        return self._record_send(call, topic, body, send_id, attempt, None, tags, properties, shard=shard)
 
     # -- receiving --------------------------------------------------------------------------------
-    def record_receive(self, msg, ordered: bool = False) -> dict:
+    def subscribed(self, group: str, topic: str, ordered: bool = False) -> dict:
+        """A consumer group starts on a topic: from here on every acknowledged send to the topic is
+        owed to it (the delivery checker judges the group even if it received nothing)."""
+        t = now_ms()
+        return self.writer.append({"client": self.client, "op": SUBSCRIBE, "group": group, "topic": topic,
+                                   "ordered": ordered, "start_ms": t, "end_ms": t})
+
+    def record_receive(self, msg, ordered: bool = False, group: str | None = None) -> dict:
         """Record one received message (a rocketmq.client.RecvMessage or anything with its attributes)."""
         t = now_ms()
 
@@ -200,15 +231,20 @@ class HistoryRecorder:
             return value.decode("utf-8", "replace") if isinstance(value, bytes) and attr != "body" else value
         body = get("body")
         return self.writer.append({
-            "client": self.client, "op": "receive", "topic": get("topic"), "send_id": get("keys") or None,
+            "client": self.client, "op": RECEIVE, "group": group, "topic": get("topic"), "send_id": get("keys") or None,
             "uniq_key": get("id") or None, "status": RECEIVED, "queue_id": get("queue_id"),
             "queue_offset": get("queue_offset"), "commit_log_offset": get("commit_log_offset"),
             "store_timestamp": get("store_timestamp"), "ordered": ordered, "start_ms": t, "end_ms": t,
             "body_len": len(body) if body is not None else None})
 
-    def consumer_callback(self, ordered: bool = False, on_message=None):
+    def consumer_callback(self, ordered: bool = False, on_message=None, group: str | None = None,
+                          drop_every: int = 0):
+        seen = itertools.count(1)
+
         def callback(msg):
-            self.record_receive(msg, ordered)
+            if drop_every and next(seen) % drop_every == 0:
+                return  # planted: consumed (the client acks it) and thrown away
+            self.record_receive(msg, ordered, group)
             if on_message is not None:
                 on_message(msg)
         return callback

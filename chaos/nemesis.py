@@ -278,7 +278,24 @@ class Nemesis:
             f.link = kind.link(self.cluster, f)
         with self._lock:
             self.active[f.id] = f
-        return self._op("inject", kind.start, f)
+        return self._op("inject", kind.start, f, self._not_exercised(f))
+
+    def _not_exercised(self, f: Fault) -> dict | None:
+        """Why a fault on this group cannot show anything about replication: its master holds a slave
+        SLAVE_AHEAD (a fork an earlier fault left; nothing replicates until an operator acts). The
+        fault still runs, and its log line says so, so the audit and the matrix do not count it as
+        coverage. None when the group replicates (or its master does not answer: unknown, not excused)."""
+        try:
+            ahead = self.cluster.slaves_ahead()
+            master = next((m for m in self.cluster.masters() if self.cluster.node(m).get("brokerName") == f.group),
+                          None)
+        except Exception:
+            return None
+        if master in ahead:
+            a = ahead[master][0]
+            return {"notExercised": f"group {f.group} cannot replicate: {master} holds a slave SLAVE_AHEAD "
+                                    f"(at {a.get('slaveAckOffset')}), left by an earlier fault"}
+        return None
 
     def heal(self, f: Fault) -> dict | None:
         try:
@@ -287,15 +304,17 @@ class Nemesis:
             with self._lock:
                 self.active.pop(f.id, None)
 
-    def _op(self, op: str, fn, f: Fault) -> dict | None:
+    def _op(self, op: str, fn, f: Fault, note: dict | None = None) -> dict | None:
         from chaos.faultlog import now_ms
         start = now_ms()
         try:
             info = fn(self.cluster, f)
         except Exception as e:
             if self.fault_log:
-                self.fault_log.write(op, f, start, error=f"{type(e).__name__}: {e}")
+                self.fault_log.write(op, f, start, error=f"{type(e).__name__}: {e}", info=note)
             raise
+        if note:
+            info = dict(info if isinstance(info, dict) else {}, **note)
         if self.fault_log:
             self.fault_log.write(op, f, start, info=info if isinstance(info, dict) else None)
         return info

@@ -14,9 +14,13 @@
 4. runs the nemesis (chaos/nemesis.py): a seeded schedule, printed first, one fault at a time on a
    random broker group's HA link or slave, each healed after a few seconds, then a quiet period;
 5. shows one live status line (plain lines every 5 s when stdout is not a terminal);
-6. heals everything, waits until every slave holds its master's log (--catchup-timeout), stops the
-   cluster with --keep-data, runs `python -m pipeline RUN --out DIR` (default RUN/report) and exits
-   with its status (0 every guarantee held, 1 one failed; 3 when the run itself could not be done).
+6. ends honestly: once the sends are done, heals everything, waits until every slave holds its
+   master's log or is known not to (a fork: SLAVE_AHEAD, never counted as caught up;
+   --catchup-timeout), then keeps the consumers running until every consumer group has consumed every
+   queue on every master to its end (--drain-timeout), writes RUN/chaos/ending-<id>.json (what caught
+   up, what drained), stops the cluster with --keep-data, runs `python -m pipeline RUN --out DIR`
+   (default RUN/report) and exits with its status (0 every guarantee held, 1 one failed; 3 when the
+   run itself could not be done).
 
 The local backend has no proxies: latency, cut and slicer are dropped there (said up front), and
 pause/restart/kill act on the slave processes.
@@ -200,6 +204,63 @@ def schedule_from_json(items: list[dict], cluster) -> list[Fault]:
     return sorted(out, key=lambda f: f.at)
 
 
+# ---- the end of a run ----------------------------------------------------------------------------
+
+def wait_catch_up(cluster, timeout: float) -> dict:
+    """Until every slave holds exactly its master's log, or it is clear why one cannot: a slave AHEAD of
+    its master (the master came back behind it: a fork, replication is off for that group until an
+    operator acts) is never counted as caught up. Returns {slave: "caught up" | reason}."""
+    say(f"waiting up to {timeout:g}s for every slave to catch up")
+    deadline = time.monotonic() + timeout
+    while True:
+        lags = cluster.lags()
+        ahead = cluster.slaves_ahead()
+        forked = {s for m in ahead for s in cluster.slaves_of(m)}
+        result = {}
+        for s, v in sorted(lags.items()):
+            if s in forked:
+                a = ahead[cluster.master_of(s)][0]
+                result[s] = (f"forked: SLAVE_AHEAD, holds up to {a.get('slaveAckOffset')} of a history its master "
+                             f"lost (master at {(cluster.status(cluster.master_of(s)) or {}).get('maxPhyOffset')})")
+            elif v == 0:
+                result[s] = "caught up"
+            else:
+                result[s] = f"lag {fmt_bytes(v)}" if v is not None else "not answering"
+        if all(r == "caught up" or r.startswith("forked") for r in result.values()):
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    for s, r in result.items():
+        say(f"  {s}: {r}" if r == "caught up" else f"  warning: {s} did not catch up: {r}")
+    return result
+
+
+def drain_groups(cluster, groups: list[str], topic: str, timeout: float) -> dict:
+    """Until every consumer group has committed every queue of the topic on every master to its end.
+    Returns {group: {"drained": bool, "backlog": {master: {queue: n}}}} and says what is left."""
+    deadline = time.monotonic() + timeout
+    if timeout > 0:
+        say(f"draining {len(groups)} consumer group(s) to the end of every queue (up to {timeout:g}s)")
+    while True:
+        backlog = {g: cluster.group_backlog(g, topic) for g in groups}
+        left = {g: {m: {q: n for q, n in qs.items() if n != 0} for m, qs in b.items()} for g, b in backlog.items()}
+        left = {g: {m: qs for m, qs in b.items() if qs} for g, b in left.items()}
+        if not any(left.values()) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    out = {}
+    for g in groups:
+        out[g] = {"drained": not left[g], "backlog": left[g]}
+        if left[g]:
+            say(f"  warning: group {g} not drained: " + "; ".join(
+                f"{m} " + ", ".join(f"q{q}: {'no answer' if n is None else f'{n} left'}" for q, n in qs.items())
+                for m, qs in left[g].items()))
+        else:
+            say(f"  group {g}: every queue consumed to its end")
+    return out
+
+
 # ---- the run -----------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--disk-limit-mb", type=int, default=64,
                     help="with disk-full: each broker's store on a tmpfs of this size (root; default 64)")
     ap.add_argument("--catchup-timeout", type=float, default=60.0, help="seconds for slaves to catch up")
+    ap.add_argument("--drain-timeout", type=float, default=60.0,
+                    help="after the heal and the catch-up, seconds for every consumer group to consume every queue "
+                         "to its end before the consumers stop (python client; default 60)")
+    ap.add_argument("--planted-drop-every", type=int, default=0, metavar="N",
+                    help="a planted consumer bug: the workload's consumer swallows every Nth message (the delivery "
+                         "checker must fail the run)")
     ap.add_argument("--keep-running", action="store_true", help="do not stop the cluster (audit skipped)")
     ap.add_argument("--prewarm-audit", action="store_true",
                     help="start the audit with the run and warm it up on a tiny run of its own while the workload "
@@ -355,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     nemesis = Nemesis(cluster, log=line.log, fault_log=fault_log)
     rc_run = 0
     workload = None
+    drain_signal = rd / "chaos" / f"drain-{run_id}"
+    ending: dict = {}
     # The audit process starts now and waits: its JVM and Spark session start while the workload runs.
     audit_go = rd / "chaos" / f"audit-go-{run_id}"
     audit_proc = None
@@ -380,9 +449,13 @@ def main(argv: list[str] | None = None) -> int:
 
         # 3. the workload
         wl_log = open(rd / "chaos" / f"workload-{run_id}.log", "w")
+        drain_signal.unlink(missing_ok=True)
         workload = subprocess.Popen(py("-m", "chaos.workload", str(rd), namesrv, "--rate", str(args.rate),
                                        "--duration", str(args.duration), "--run-id", run_id,
                                        "--topic", TOPIC, "--client", args.client,
+                                       *(["--drain-signal", str(drain_signal)] if args.client == "python" else []),
+                                       *(["--planted-drop-every", str(args.planted_drop_every)]
+                                         if args.planted_drop_every else []),
                                        *(["--late-consumer-at", str(args.late_consumer_at)]
                                          if args.late_consumer_at is not None else [])),
                                     stdout=subprocess.PIPE, stderr=wl_log, text=True, env=env, cwd=repo)
@@ -401,12 +474,14 @@ def main(argv: list[str] | None = None) -> int:
         nem_thread = threading.Thread(target=nemesis.run, args=(schedule, t0, stop), daemon=True)
         nem_thread.start()
 
-        # 5. live status
+        # 5. live status, until the sends are done (the consumers go on until the drain below)
         last_plain = 0.0
         while workload.poll() is None:
             now = time.monotonic()
+            prog = read_json(progress_path)
+            if prog and prog.get("phase") == "awaiting drain":
+                break
             if line.tty or now - last_plain >= 5.0:
-                prog = read_json(progress_path)
                 lags = slave_lags(last_sample_round(samples))
                 line.show(status_text(now - t0, args.duration, prog, nemesis.describe_active(), lags))
                 last_plain = now
@@ -414,7 +489,26 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         nem_thread.join(timeout=30)
         line.end()
-        out, _ = workload.communicate()
+        # 6. the honest end: heal everything, let every slave catch up (or say why it cannot), drain every
+        # consumer group to the end of every queue, and only then stop the consumers and audit
+        heal_errors = nemesis.heal_all()
+        ending["healed"] = not heal_errors
+        for e in heal_errors:
+            say(f"error: a fault could not be undone: {e}")
+        if heal_errors:
+            rc_run = EXIT_RUN_FAILED
+        cluster = Cluster.attach(name)  # state.json again: restarted nodes have new pids
+        ending["catchUp"] = wait_catch_up(cluster, args.catchup_timeout)
+        prog = read_json(progress_path) or {}
+        groups = prog.get("groups") or [f"ChaosCG{run_id}"]
+        ending["drain"] = drain_groups(cluster, groups, TOPIC, args.drain_timeout if workload.poll() is None else 0.0)
+        drain_signal.write_text("stop")
+        (rd / "chaos" / f"ending-{run_id}.json").write_text(json.dumps(ending, indent=1))
+        try:
+            out, _ = workload.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            workload.kill()
+            out, _ = workload.communicate()
         final = None
         for ln in (out or "").splitlines()[::-1]:
             try:
@@ -443,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         rc_run = 130
     finally:
         stop.set()
-        heal_errors = nemesis.heal_all()
+        heal_errors = [] if ending.get("healed") else nemesis.heal_all()
         for e in heal_errors:
             say(f"error: a fault could not be undone: {e}")
         if heal_errors and not rc_run:
@@ -456,27 +550,10 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 workload.kill()
 
-    # 6. catch-up, stop, audit
-    cluster = Cluster.attach(name)  # state.json again: restarted nodes have new pids
-    say(f"waiting up to {args.catchup_timeout:g}s for every slave to catch up")
-    deadline = time.monotonic() + args.catchup_timeout
-    lags: dict = {}
-    while True:
-        lags = cluster.lags()
-        if all(v == 0 for v in lags.values()):
-            say("every slave holds its master's log: " + ", ".join(f"{k} lag 0" for k in sorted(lags)))
-            break
-        ahead = cluster.slaves_ahead()
-        if ahead and all(v == 0 for k, v in lags.items() if cluster.master_of(k) not in ahead):
-            # a master came back behind its slave: that slave is not replicated until an operator acts
-            say("warning: SLAVE_AHEAD, not waited for (a master came back behind its slave): " + "; ".join(
-                f"{m} started at {(cluster.status(m) or {}).get('ha', {}).get('masterStartOffset')}, its slave "
-                f"holds up to {a['slaveAckOffset']}" for m, v in sorted(ahead.items()) for a in v))
-            break
-        if time.monotonic() > deadline:
-            say("warning: slaves did not catch up: " + ", ".join(f"{k} lag {fmt_bytes(v)}" for k, v in sorted(lags.items())))
-            break
-        time.sleep(0.5)
+    # 7. stop, audit
+    cluster = Cluster.attach(name)
+    if "catchUp" not in ending:  # the run broke before its end: still say where the slaves are
+        ending["catchUp"] = wait_catch_up(cluster, args.catchup_timeout)
     for p in procs:
         if p.poll() is None:
             p.terminate()

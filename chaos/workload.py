@@ -52,6 +52,7 @@ class Counters:
         self.received_ids: set[str] = set()
         self.late_ids: set[str] = set()     # received by the late consumer group (--late-consumer-at)
         self.stored_ids: set[str] = set()   # send_ids the broker stored (any non-ERROR status)
+        self.groups: set[str] = set()       # consumer groups started (chaos.run drains each)
 
     def add(self, key: str, n: int = 1) -> None:
         with self.lock:
@@ -59,7 +60,7 @@ class Counters:
 
     def snapshot(self, phase: str) -> dict:
         with self.lock:
-            return {"phase": phase, "attempts": self.c["attempts"], "ok": self.c["SEND_OK"],
+            return {"phase": phase, "groups": sorted(self.groups), "attempts": self.c["attempts"], "ok": self.c["SEND_OK"],
                     "timeouts": self.c["FLUSH_SLAVE_TIMEOUT"] + self.c["FLUSH_DISK_TIMEOUT"],
                     "not_available": self.c["SLAVE_NOT_AVAILABLE"], "errors": self.c[ERROR],
                     "gave_up": self.c["gave_up"], "inflight": self.c["inflight"],
@@ -113,6 +114,13 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout-ms", type=int, default=10000, help="client send timeout (above the sync wait)")
     ap.add_argument("--max-inflight", type=int, default=4000)
     ap.add_argument("--drain", type=float, default=20.0, help="seconds to wait for the consumer at the end")
+    ap.add_argument("--planted-drop-every", type=int, default=0, metavar="N",
+                    help="a planted consumer bug (the delivery checker's own test): the consumer swallows every "
+                         "Nth message it gets, acknowledged to the broker and never recorded")
+    ap.add_argument("--drain-signal", default=None, metavar="FILE",
+                    help="after the sends, keep the consumers running (phase 'awaiting drain') until FILE exists: "
+                         "chaos.run heals the cluster, waits for the slaves and for every group to consume each "
+                         "queue to its end, then writes it (--drain is then the wait for FILE, x30)")
     ap.add_argument("--late-consumer-at", type=float, default=None, metavar="SECONDS",
                     help="start a second consumer group this many seconds into the sending, reading every "
                          "queue from its start: one that subscribes during a master outage gets a route "
@@ -171,14 +179,15 @@ def main(argv=None) -> int:
                     ids.add(k)
         return on_message
     consumer = cons.push_consumer(f"ChaosCG{rid}", args.topic, namesrv=args.namesrv,
-                                  on_message=counting("received", counters.received_ids))
+                                  on_message=counting("received", counters.received_ids),
+                                  drop_every=args.planted_drop_every)
+    counters.groups.add(f"ChaosCG{rid}")
 
     retries: collections.deque = collections.deque()   # (send_id, attempt)
 
     def send_async(send_id: str, attempt: int) -> None:
         body = make_body(send_id, args.body_size)
-        rec = {"client": prod.client, "op": "send", "topic": args.topic, "send_id": send_id,
-               "attempt": attempt, "body_len": len(body)}
+        rec = prod.send_record(args.topic, send_id, attempt, len(body))
         msg = prod._message(args.topic, body, send_id, None, None)
 
         def on_ok(res):
@@ -204,7 +213,7 @@ def main(argv=None) -> int:
         with counters.lock:
             counters.c["attempts"] += 1
             counters.c["inflight"] += 1
-        rec["start_ms"] = now_ms()
+        prod.invoked(rec)
         try:
             p.send_async(msg, on_ok, on_err)
         except Exception as e:  # refused before it left the client
@@ -217,6 +226,7 @@ def main(argv=None) -> int:
         late["recorder"] = rec
         late["consumer"] = rec.push_consumer(f"ChaosLateCG{rid}", args.topic, namesrv=args.namesrv,
                                              on_message=counting("received_late", counters.late_ids))
+        counters.groups.add(f"ChaosLateCG{rid}")
 
     phase[0] = "sending"
     start = time.monotonic()
@@ -246,13 +256,21 @@ def main(argv=None) -> int:
             break
         time.sleep(0.05)
 
-    phase[0] = "draining receives"
-    deadline = time.monotonic() + args.drain
-    while time.monotonic() < deadline:
-        with counters.lock:
-            if counters.stored_ids <= counters.received_ids and (not late or counters.stored_ids <= counters.late_ids):
-                break
-        time.sleep(0.1)
+    if args.drain_signal:
+        # The run, not this process, knows when the cluster is healed and every group is at the end of
+        # every queue: consumers keep consuming until it says so (or it is gone for too long).
+        phase[0] = "awaiting drain"
+        deadline = time.monotonic() + 30 * args.drain
+        while time.monotonic() < deadline and not os.path.exists(args.drain_signal):
+            time.sleep(0.1)
+    else:
+        phase[0] = "draining receives"
+        deadline = time.monotonic() + args.drain
+        while time.monotonic() < deadline:
+            with counters.lock:
+                if counters.stored_ids <= counters.received_ids and (not late or counters.stored_ids <= counters.late_ids):
+                    break
+            time.sleep(0.1)
     snap = counters.snapshot("done")
     for c in (consumer, late.get("consumer")):
         try:

@@ -462,6 +462,33 @@ class Cluster:
         self.wait_until(routed, timeout, f"the name server routes {topic} to {sorted(want)}", node="namesrv",
                         interval=0.2)
 
+    def group_backlog(self, group: str, topic: str, queues: int = 4) -> dict[str, dict[int, int | None]]:
+        """master -> {queue id: messages the consumer group has not committed yet (max offset minus its
+        committed offset; None when the master does not answer)}. Zero everywhere: the group has
+        consumed every queue of the topic to its end."""
+        from broker.remoting.codes import RequestCode, ResponseCode
+        out: dict[str, dict[int, int | None]] = {}
+        for m in self.masters():
+            per: dict[int, int | None] = {}
+            for q in range(queues):
+                try:
+                    mx = namesrv_request(self.addr(m), RequestCode.GET_MAX_OFFSET,
+                                         {"topic": topic, "queueId": q}, timeout=2.0)
+                    co = namesrv_request(self.addr(m), RequestCode.QUERY_CONSUMER_OFFSET,
+                                         {"consumerGroup": group, "topic": topic, "queueId": q}, timeout=2.0)
+                except NamesrvError:
+                    per[q] = None
+                    continue
+                if mx.code != 0:
+                    per[q] = None
+                    continue
+                end = int((mx.ext_fields or {}).get("offset", 0))
+                done = int((co.ext_fields or {}).get("offset", 0)) if co.code == 0 else \
+                    (0 if co.code == ResponseCode.QUERY_NOT_FOUND else None)
+                per[q] = None if done is None else max(0, end - done)
+            out[m] = per
+        return out
+
 
 # ---- the store, seen from outside ----------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from .verdict import INFO, Verdict
+from .verdict import INFO, WARN, Verdict
 
 GRACE_MS = 5000
 NO_FAULT = "no fault"
@@ -133,10 +133,15 @@ def verdicts(faults: list[FaultInterval], a: Attribution) -> list[Verdict]:
         kinds[f.kind] = kinds.get(f.kind, 0) + 1
     failed = [f for f in faults if f.inject_error or f.heal_error]
     never = [f for f in faults if f.end_ms is None]
+    idle = [f for f in faults if f.info.get("notExercised")]
     out.append(Verdict("faults injected", INFO, f"{len(faults)} ({', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))})"
                        + (f"; {len(failed)} with an inject/heal error: "
                           + "; ".join(f"{f.label}: {f.inject_error or f.heal_error}" for f in failed[:5])
                           if failed else "") + (f"; {len(never)} never healed" if never else "")))
+    if idle:
+        out.append(Verdict("faults not exercised", WARN, f"{len(idle)} fault(s) hit a group that could no longer "
+                           "replicate, so they show nothing about replication: " + "; ".join(
+                               f"{f.label}: {f.info['notExercised']}" for f in idle[:5]), "faults.not-exercised"))
     if a.non_ok:
         out.append(Verdict("non-OK sends by fault", INFO, "; ".join(
             f"{label}: " + ", ".join(f"{s} {n}" for s, n in sorted(st.items()))

@@ -20,7 +20,7 @@ PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 MAX_LISTED = 10
 UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")  # stored on the master
 
-HISTORY_SCHEMA = ("client string, seq long, op string, topic string, send_id string, attempt int, "
+HISTORY_SCHEMA = ("client string, seq long, op string, group string, shard string, topic string, send_id string, attempt int, "
                   "uniq_key string, status string, error string, offset_msg_id string, "
                   "broker_name string, queue_id int, queue_offset long, commit_log_offset long, "
                   "store_timestamp long, ordered boolean, start_ms long, end_ms long, body_len long")

@@ -5,7 +5,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from . import audit, decode, faults, history_check, runfolder, served
+from . import audit, decode, delivery, faults, history_check, runfolder, served
 from .verdict import FAIL, INFO, Verdict, failed
 
 
@@ -211,9 +211,12 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     over_time: list[tuple[int, int, str]] = []
     sent_per_s: list[tuple[int, int]] = []
     findings = history_check.HistoryFindings()
+    delivered = delivery.DeliveryFindings()
     non_ok: list[tuple[str, int, int]] = []
     if hpaths:
         hist = history_check.load_histories(spark, hpaths).cache()
+        delivered = delivery.check(spark, df, hist, nodes, fault_list, out_dir)
+        verdicts += delivery.verdicts(delivered)
         findings = history_check.check(spark, df, hist, nodes, served_rows)
         verdicts += history_check.verdicts(findings)
         sends = hist.filter(F.col("op") == "send")
@@ -259,11 +262,12 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     rep = Report(verdicts, plots)
     rep.path = write_markdown(out_dir, run_dir, nodes, rep, pairs, bool(samples),
                               faults.markdown(fault_list, attribution))
-    write_summary(out_dir, rep, fault_list, attribution, findings, pairs, outage_list)
+    write_summary(out_dir, rep, fault_list, attribution, findings, pairs, outage_list, delivered)
     return rep
 
 
-def write_summary(out_dir, rep: Report, fault_list, attribution, findings, pairs, outage_list=()) -> str:
+def write_summary(out_dir, rep: Report, fault_list, attribution, findings, pairs, outage_list=(),
+                  delivered: delivery.DeliveryFindings | None = None) -> str:
     """summary.json: the verdicts, the faults and what each is blamed for, for tools (chaos/matrix.py)."""
     from dataclasses import asdict
     path = os.path.join(out_dir, "summary.json")
@@ -277,6 +281,10 @@ def write_summary(out_dir, rep: Report, fault_list, attribution, findings, pairs
             "divergentByFault": attribution.divergent,
             "nonOkByFault": attribution.non_ok,
             "servedBy": findings.served_by,
+            # per consumer group: acknowledged, delivered, lost, stranded, lostAfterDelivery, duplicates, ...
+            "delivery": delivered.summary() if delivered else {},
+            "queues": [{"node": q.node, "records": q.records, "unqueued": q.unqueued, "dangling": q.dangling}
+                       for q in (delivered.queues if delivered else [])],
             "receivesDuringMasterOutages": [{"fault": o.label, "group": o.group, "byNode": o.by_node}
                                             for o in outage_list],
             "pairs": [{"master": p.master, "slave": p.slave, "firstDivergentOffset": p.first_divergent_offset,

@@ -11,6 +11,10 @@ class Verdict:
     name: str
     status: str
     detail: str
+    # A stable id ("delivery.lost") and what it is about ("ChaosCG1", "broker-a-0"): tests and the
+    # matrix key on these, never on the sentence in `name`.
+    id: str = ""
+    subject: str = ""
 
     def line(self) -> str:
         return f"{self.status:4}  {self.name}: {self.detail}"

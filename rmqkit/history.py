@@ -117,6 +117,7 @@ class Recorder:
         from chaos.history import now_ms
         rec = self.send_record(msg)
         rec["start_ms"] = now_ms()
+        self._append(rec | {"op": "invoke", "end_ms": rec["start_ms"]})  # a try never answered stays visible
         try:
             res = call(msg)
         except Exception as e:
@@ -185,6 +186,7 @@ def _producer_class(rec: Recorder):
                 if exception_callback is not None:
                     exception_callback(exc)
             r["start_ms"] = now_ms()
+            rec._append(r | {"op": "invoke", "end_ms": r["start_ms"]})
             try:
                 return super().send_async(msg, ok, err)
             except Exception as e:

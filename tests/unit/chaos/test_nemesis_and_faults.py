@@ -34,6 +34,18 @@ def fake_cluster(kind="local", topology="2m-2s-sync"):
 
         def client_link(self, n):
             return n
+
+        # the read-only queries the nemesis asks before a fault (is the group still replicating?)
+        ahead: dict = {}
+
+        def slaves_ahead(self):
+            return self.ahead
+
+        def masters(self):
+            return [n["name"] for n in nodes if n["master"] is None]
+
+        def node(self, name):
+            return next(n for n in nodes if n["name"] == name)
     c = C()
     c.kind = kind
     c.nodes = [n["name"] for n in nodes]
@@ -168,3 +180,20 @@ def test_fault_shading_draws_one_span_per_fault(tmp_path):
     assert len(ax.patches) == 2
     assert [t for t in ax.get_legend_handles_labels()[1]] == ["fault: kill-master"]
     plt.close(fig)
+
+
+def test_a_fault_on_a_group_that_cannot_replicate_is_logged_not_exercised(tmp_path):
+    c, calls = fake_cluster("docker")
+    log = FaultLog(tmp_path / "faults" / "f.jsonl")
+    nem = Nemesis(c, fault_log=log)
+    ok = Fault(0, 1, "kill-slave", "broker-b", "broker-b-s", {}, "slave")
+    nem.inject(ok)
+    c.ahead = {"broker-a": [{"state": "SLAVE_AHEAD", "slaveAckOffset": 4096}]}
+    idle = Fault(0, 1, "kill-slave", "broker-a", "broker-a-s", {}, "slave")
+    nem.inject(idle)
+    recs = read_faults(tmp_path)
+    assert "notExercised" not in recs[0]["info"]
+    assert "broker-a cannot replicate" in recs[1]["info"]["notExercised"]
+    from pipeline import faults as pf
+    vs = pf.verdicts(pf.load(str(tmp_path)), pf.Attribution())
+    assert [v.status for v in vs if v.id == "faults.not-exercised"] == ["WARN"]
