@@ -78,8 +78,12 @@ audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exi
 	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
 	$(PY) -m pipeline "$(RUN)" $(if $(OUT),--out "$(OUT)")
 
-chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust DURATION= RATE= SEED= NEMESIS= SWEEP=1 LATE_CONSUMER=<s> OUT=)
-	$(PY) -m chaos.run --prewarm-audit $(if $(LATE_CONSUMER),--late-consumer-at $(LATE_CONSUMER)) --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(SWEEP),--sweep) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
+chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust DURATION= RATE= SEED= NEMESIS= SWEEP=1 REPAIR=1 LATE_CONSUMER=<s> OUT=)
+	$(PY) -m chaos.run --prewarm-audit $(if $(LATE_CONSUMER),--late-consumer-at $(LATE_CONSUMER)) --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(SWEEP),--sweep) $(if $(filter 1 yes true,$(REPAIR)),--repair) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
+
+repair: $(STAMP) ## repair a forked broker group (SLAVE_AHEAD): make repair GROUP=broker-a [NAME=]; re-sends the slave's stranded messages, then resyncs it
+	@test -n "$(GROUP)" || { echo "usage: make repair GROUP=<brokerName> [NAME=<cluster>], e.g. GROUP=broker-a" >&2; exit 2; }
+	$(PY) -m cluster repair $(if $(NAME),--name $(NAME)) $(GROUP)
 
 chaos-matrix: $(STAMP) $(if $(findstring docker,$(BACKENDS)),images) ## the guarantee matrix: every configuration x fault kind, SEEDS=3 runs each (BACKENDS=local|local,docker DURATION= OUT=build/chaos-matrix)
 	$(PY) -m chaos.matrix --seeds $(or $(SEEDS),3) --backends $(or $(BACKENDS),local) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out "$(OUT)")

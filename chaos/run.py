@@ -236,6 +236,21 @@ def wait_catch_up(cluster, timeout: float) -> dict:
     return result
 
 
+def repair_forks(cluster, catch_up: dict) -> list[dict]:
+    """cluster/repair.py on every group with a forked slave; returns what each repair did."""
+    from cluster.repair import repair_group
+    done = []
+    for group in sorted({cluster.node(cluster.master_of(s)).get("brokerName") for s, r in catch_up.items()
+                         if r.startswith("forked")}):
+        say(f"repairing forked group {group}")
+        try:
+            done += [r.to_json() for r in repair_group(cluster, group, say=lambda m: say("  " + m))]
+        except ClusterError as e:
+            say(f"  error: the repair of {group} failed: {e}")
+            done.append({"group": group, "error": str(e)})
+    return done
+
+
 def drain_groups(cluster, groups: list[str], topic: str, timeout: float) -> dict:
     """Until every consumer group has committed every queue of the topic on every master to its end.
     Returns {group: {"drained": bool, "backlog": {master: {queue: n}}}} and says what is left."""
@@ -294,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--drain-timeout", type=float, default=60.0,
                     help="after the heal and the catch-up, seconds for every consumer group to consume every queue "
                          "to its end before the consumers stop (python client; default 60)")
+    ap.add_argument("--repair", action="store_true",
+                    help="after the heal, repair every forked group (python -m cluster repair: the slave's stranded "
+                         "messages re-sent to the master, the slave cut at the fork and resynced) before the drain")
     ap.add_argument("--planted-drop-every", type=int, default=0, metavar="N",
                     help="a planted consumer bug: the workload's consumer swallows every Nth message (the delivery "
                          "checker must fail the run)")
@@ -499,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
             rc_run = EXIT_RUN_FAILED
         cluster = Cluster.attach(name)  # state.json again: restarted nodes have new pids
         ending["catchUp"] = wait_catch_up(cluster, args.catchup_timeout)
+        if args.repair:
+            ending["repairs"] = repair_forks(cluster, ending["catchUp"])
+            if ending["repairs"]:
+                ending["catchUp"] = wait_catch_up(cluster, args.catchup_timeout)
         prog = read_json(progress_path) or {}
         groups = prog.get("groups") or [f"ChaosCG{run_id}"]
         ending["drain"] = drain_groups(cluster, groups, TOPIC, args.drain_timeout if workload.poll() is None else 0.0)

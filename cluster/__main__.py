@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="keep nodes/*/store (for the audit, or to restart with the data); env KEEP_DATA=1")
     dn.add_argument("--timeout", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
 
+    rp = sub.add_parser("repair", help="a forked broker group (SLAVE_AHEAD): re-send the slave's stranded "
+                        "messages to the master, cut the slave at the fork, resync it (see cluster/repair.py)")
+    _add_name(rp)
+    rp.add_argument("group", help="the broker group (brokerName), e.g. broker-a")
+    rp.add_argument("--timeout", type=float, default=120.0, help="seconds for the slave to catch up afterwards")
+
     sub.add_parser("ls", help="list the clusters under run/")
     return ap
 
@@ -253,8 +259,20 @@ def cmd_ls(args) -> int:
     return 0
 
 
+def cmd_repair(args) -> int:
+    import json
+
+    from .handle import Cluster
+    from .repair import repair_group
+    c = Cluster.attach(args.name)
+    results = repair_group(c, args.group, say=lambda m: sys.stderr.write(m + "\n"), catchup_timeout=args.timeout)
+    for r in results:
+        sys.stdout.write(json.dumps(r.to_json()) + "\n")
+    return 0
+
+
 COMMANDS = {"up": cmd_up, "status": cmd_status, "wait": cmd_wait, "logs": cmd_logs, "sample": cmd_sample,
-            "down": cmd_down, "ls": cmd_ls}
+            "down": cmd_down, "ls": cmd_ls, "repair": cmd_repair}
 
 
 def main(argv: list[str] | None = None) -> int:
