@@ -7,10 +7,15 @@ audits the run. Each fault's interval is one cell sample: the sends that started
 recovery time (heal -> every slave's lag 0 in the metric samples). Each cell is judged against what
 RocketMQ 4.9 promises for it (PROMISES; the reasoning is in the README's "guarantee matrix"):
 
-  FAIL           a result the promise excludes (an acknowledged loss, a divergence)
+  FAIL           a result the promise excludes: an acknowledged message lost to its users (on no node,
+                 never delivered, stranded on a slave, or received and then gone), a divergence
   WEAK           a weakness the configuration allows, with its measured size (an async master's power loss)
-  not exercised  no send was acknowledged while the fault was active: nothing was tested
+  not exercised  the faulted group acknowledged no send while the fault was active, or the group could no
+                 longer replicate (an earlier fault forked it): nothing was tested
   PASS           exercised, and nothing the promise excludes happened
+
+An audit FAIL that no cell accounts for (a phantom, a duplicate UNIQ_KEY, a damaged log, a missing queue
+entry, a loss no fault explains) fails the matrix too, and is listed under the table.
 
 Writes OUT/matrix.md (the table), OUT/matrix.json and OUT/matrix.png (a heatmap of the verdicts).
 """
@@ -121,25 +126,46 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
             recovery = round((healed[0] - end) / 1000, 1) if healed else None
         if f["kind"] == "power-loss" and f["role"] == "master":
             ahead_groups.add(f["group"])
+        by_fault = (summary.get("deliveryByFault") or {}).get(label, {})
+        acked_on_group = (summary.get("ackedOnGroupByFault") or {}).get(label)
         out.append({"kind": f["kind"], "role": f["role"], "target": f["target"], "sends": len(during), "ok": ok,
                     "lost": lost, "divergent": divergent, "recovery_s": recovery,
+                    # delivery (pipeline/delivery.py): acknowledged messages this fault is a suspect of that no
+                    # consumer group got, those only a slave holds, and those received then gone
+                    "undelivered": by_fault.get("delivery.lost", 0),
+                    "stranded": by_fault.get("delivery.stranded", 0),
+                    "lost_after_delivery": by_fault.get("delivery.lost-after-delivery", 0),
+                    # acknowledged sends stored by the faulted group itself while the fault was active
+                    # (None for summaries older than the delivery checker: then `ok`, the whole cluster's)
+                    "acked_on_group": acked_on_group,
+                    "not_exercised": (f.get("info") or {}).get("notExercised"),
                     "error": f.get("inject_error") or f.get("heal_error")})
     return out
 
 
 def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
-    ok = sum(s["ok"] for s in samples)
+    """A cell's verdict. Losses are judged as users meet them: an acknowledged message no consumer can get
+    (lost, stranded on a slave, or received and then gone) is lost, whatever disk holds it."""
     lost = sum(s["lost"] for s in samples)
+    undelivered = sum(s.get("undelivered", 0) + s.get("lost_after_delivery", 0) for s in samples)
+    stranded = sum(s.get("stranded", 0) for s in samples)
     div = sum(s["divergent"] for s in samples)
     errors = [s["error"] for s in samples if s["error"]]
+    # only samples whose fault was exercised count as coverage: on its own group, with an acknowledged send
+    exercised = [s for s in samples if not s.get("not_exercised")
+                 and (s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]) > 0]
+    users_lost = max(lost, undelivered) + stranded
     if errors:
         return "FAIL", f"fault could not be injected/healed: {errors[0]}"
-    if (lost and not p["loss_allowed"]) or (div and not p["divergence_allowed"]):
-        return "FAIL", f"{lost} acknowledged lost, {div} divergent pair(s): the promise excludes it"
-    if not samples or (ok == 0 and not lost and not div):
-        return "not exercised", "no send acknowledged while the fault was active"
-    if lost or div:
-        return "WEAK", f"allowed: {lost} acknowledged lost, {div} divergent pair(s)"
+    what = (f"{lost} acknowledged on no node, {undelivered} undelivered, {stranded} stranded on a slave, "
+            f"{div} divergent pair(s)")
+    if (users_lost and not p["loss_allowed"]) or (div and not p["divergence_allowed"]):
+        return "FAIL", f"{what}: the promise excludes it"
+    if users_lost or div:
+        return "WEAK", f"allowed: {what}"
+    if not exercised:
+        idle = next((s["not_exercised"] for s in samples if s.get("not_exercised")), None)
+        return "not exercised", idle or "no send acknowledged by the faulted group while the fault was active"
     return "PASS", ""
 
 
@@ -214,13 +240,38 @@ class Auditor:
             spark.stop()
 
 
-def collect(name: str, topology: str, flush: str) -> tuple[list[dict], bool | None]:
-    """A run's cell samples from its audit summary (none when it was not audited)."""
+# Audit FAILs a cell can carry: an acknowledged message some fault is a suspect of. Any other FAIL (a
+# phantom, a UNIQ_KEY stored twice, a damaged log, a queue entry missing, a loss no fault explains) is a
+# defect of the run as a whole, and fails the matrix however its cells look.
+CELL_VERDICTS = ("delivery.lost", "delivery.stranded", "delivery.lost-after-delivery")
+
+
+def unexplained_failures(summary: dict) -> list[str]:
+    """The audit's FAIL verdicts no cell accounts for."""
+    out = []
+    no_fault = (summary.get("deliveryByFault") or {}).get("no fault", {})
+    for v in summary.get("verdicts", []):
+        if v["status"] != "FAIL":
+            continue
+        vid = v.get("id") or ""
+        if vid in CELL_VERDICTS and summary.get("faults") and not no_fault.get(vid):
+            continue
+        if not vid and v["name"] == "no acknowledged send lost" and summary.get("lostByFault") \
+                and "no fault" not in summary["lostByFault"]:
+            continue
+        out.append(f"{v['name']} ({vid or 'no id'})")
+    return out
+
+
+def collect(name: str, topology: str, flush: str) -> tuple[list[dict], bool | None, list[str]]:
+    """A run's cell samples from its audit summary (none when it was not audited), whether the audit
+    failed, and its failures no cell accounts for."""
     summary_path = rf.run_dir(name) / "report" / "summary.json"
     if not summary_path.exists():
-        return [], None
+        return [], None, []
     summary = json.loads(summary_path.read_text())
-    return cell_samples(rf.run_dir(name), summary, topology, flush), summary["failed"]
+    return (cell_samples(rf.run_dir(name), summary, topology, flush), summary["failed"],
+            unexplained_failures(summary))
 
 
 def build(results: list[dict]) -> list[dict]:
@@ -240,8 +291,11 @@ def build(results: list[dict]) -> list[dict]:
         rec = [s["recovery_s"] for s in ss if s["recovery_s"] is not None]
         out.append({**{k: v for k, v in c.items() if k != "samples"}, "runs": len(ss),
                     "lost": sum(s["lost"] for s in ss), "divergent": sum(s["divergent"] for s in ss),
+                    "undelivered": sum(s.get("undelivered", 0) + s.get("lost_after_delivery", 0) for s in ss),
+                    "stranded": sum(s.get("stranded", 0) for s in ss),
                     "availability": round(sum(s["ok"] for s in ss) / n_sends, 3) if n_sends else None,
-                    "acked_during": sum(s["ok"] for s in ss),
+                    "acked_during": sum(s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]
+                                        for s in ss),
                     "recovery_s": max(rec) if rec else None, "verdict": verdict, "note": note,
                     "promise": p["why"]})
     return out
@@ -250,14 +304,19 @@ def build(results: list[dict]) -> list[dict]:
 def write(out: Path, cells: list[dict], results: list[dict], command: str) -> None:
     (out / "matrix.json").write_text(json.dumps({"cells": cells, "runs": results}, indent=1))
     lines = [f"Command: `{command}`", "",
-             "| configuration | fault | backend | runs | acked during fault | acknowledged lost | divergent pairs "
-             "| availability | recovery (s, max) | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| configuration | fault | backend | runs | acked during fault | acknowledged lost | undelivered "
+             "| stranded | divergent pairs | availability | recovery (s, max) | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         av = f"{c['availability'] * 100:.0f} %" if c["availability"] is not None else "-"
         rec = c["recovery_s"] if c["recovery_s"] is not None else "-"
         lines.append(f"| {c['topology']} {c['flush']} | {c['kind']} ({c['role']}) | {c['backend']} | {c['runs']} "
-                     f"| {c['acked_during']} | {c['lost']} | {c['divergent']} | {av} | {rec} | **{c['verdict']}**"
+                     f"| {c['acked_during']} | {c['lost']} | {c.get('undelivered', 0)} | {c.get('stranded', 0)} "
+                     f"| {c['divergent']} | {av} | {rec} | **{c['verdict']}**"
                      f"{': ' + c['note'] if c['note'] and c['verdict'] != 'PASS' else ''} |")
+    for r in results:
+        if r.get("unexplained"):
+            lines.append(f"\n**{r['name']}: audit FAIL no cell accounts for**: {'; '.join(r['unexplained'])}")
     lines += ["", "Runs: " + ", ".join(f"{r['name']} {r['took_s']} s (audit {'FAIL' if r.get('audit_failed') else 'ok'})"
                                         for r in results)]
     (out / "matrix.md").write_text("\n".join(lines) + "\n")
@@ -279,7 +338,8 @@ def heatmap(path: Path, cells: list[dict]) -> None:
         grid[i][j] = code[c["verdict"]]
         av = f"{c['availability'] * 100:.0f}%" if c["availability"] is not None else "-"
         text[i][j] = f"{c['verdict'] if c['verdict'] != 'not exercised' else 'n/e'}\n{av}" + (
-            f"\nlost {c['lost']}" if c["lost"] else "")
+            f"\nlost {c['lost']}" if c["lost"] else "") + (
+            f"\nstranded {c['stranded']}" if c.get("stranded") else "")
     fig, ax = plt.subplots(figsize=(1.1 * len(cols) + 2, 0.9 * len(rows) + 1.5))
     ax.imshow(grid, cmap=ListedColormap(["#4dac26", "#f1b6da", "#bababa", "#d01c8b"]), vmin=0, vmax=3)
     ax.set_xticks(range(len(cols)), [f"{k}\n({r})" for k, r in cols], rotation=45, ha="right", fontsize=8)
@@ -365,7 +425,7 @@ def main(argv=None) -> int:
         for r in results:
             r.update(auditor.done.get(r["name"], {}))
     for r in results:
-        r["samples"], failed = collect(r["name"], r["topology"], r["flush"])
+        r["samples"], failed, r["unexplained"] = collect(r["name"], r["topology"], r["flush"])
         r["failed_run"] = failed is None
         if failed is not None:
             r["audit_failed"] = failed
@@ -380,7 +440,10 @@ def main(argv=None) -> int:
     broken = [r["name"] for r in results if r["failed_run"] or r.get("rc")]
     if broken:
         print(f"runs that could not be done or audited (see their logs): {', '.join(broken)}")
-    return 1 if broken or any(c["verdict"] == "FAIL" for c in cells) else 0
+    unexplained = {r["name"]: r["unexplained"] for r in results if r.get("unexplained")}
+    for name, fails in unexplained.items():
+        print(f"{name}: audit FAIL no cell accounts for: {'; '.join(fails)}")
+    return 1 if broken or unexplained or any(c["verdict"] == "FAIL" for c in cells) else 0
 
 
 if __name__ == "__main__":

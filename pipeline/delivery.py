@@ -53,6 +53,7 @@ UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE
 # Faults that can take bytes a master had already stored (its tail) or leave it behind its slave.
 DESTRUCTIVE = ("power-loss", "kill-master", "restart-master", "partition")
 MAX_LISTED = 10
+AT_RISK_MS = 5000  # acknowledged this long before a fault: still at stake when it hits (unflushed, in flight)
 DETAIL_FILE = "delivery.jsonl"
 # A record the broker dispatches to a consume queue: not a transaction's prepared or rollback record.
 TRAN_TYPE_MASK, TRAN_PREPARED, TRAN_ROLLBACK = 0xC, 0x4, 0xC
@@ -108,6 +109,13 @@ class DeliveryFindings:
     queues: list[QueueConsistency] = field(default_factory=list)
     detail_path: str | None = None
     detail_lines: int = 0
+    # fault label -> {verdict id: distinct messages it is a suspect of} (the matrix's cells)
+    by_fault: dict = field(default_factory=dict)
+    # fault label -> acknowledged sends stored in the fault's own broker group from AT_RISK_MS before it
+    # until its heal: what the fault could destroy or had to protect (a killed master acknowledges nothing
+    # while it is down; what it acknowledged just before is what is at stake). A fault with none showed
+    # nothing about its group ("not exercised"), whatever the other groups did
+    acked_on_group: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
         return {g.group: g.summary() for g in self.groups}
@@ -276,6 +284,17 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
         gd.reordered = int(reordered.get(g, 0))
         f.groups.append(gd)
 
+    # 5b. per fault: acknowledged sends its own group stored while it was active
+    if fault_list:
+        fdf = spark.createDataFrame([(x.label, x.group, x.start_ms, x.end_ms) for x in fault_list],
+                                    "label string, f_group string, f_start long, f_end long")
+        hit = (sends.filter(F.col("acked") == 1).join(facts.select("send_id", "broker"), "send_id")
+               .join(F.broadcast(fdf), (F.col("broker") == F.col("f_group"))
+                     & (F.col("ack_ms") >= F.col("f_start") - AT_RISK_MS)
+                     & (F.col("f_end").isNull() | (F.col("ack_ms") <= F.col("f_end"))))
+               .groupBy("label").count().collect())
+        f.acked_on_group = {x.label: 0 for x in fault_list} | {r["label"]: r["count"] for r in hit}
+
     # 6. every message behind a FAIL, with its faults, to delivery.jsonl (streamed: no cap)
     problems = owed.filter((F.col("state").isin("lost", "stranded")) | ((F.col("state0") == "acked") & F.col("gone_after")))
     strange = recv.filter(F.col("sid").isNull())
@@ -284,11 +303,14 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
         os.makedirs(out_dir, exist_ok=True)
         f.detail_path = os.path.join(out_dir, DETAIL_FILE)
     fh = open(f.detail_path, "w") if f.detail_path else None
+    seen_by_fault: dict[str, dict[str, set]] = {}
     try:
         for r in problems.select("grp", "send_id", "s_topic", "producer", "state", "reason", "gone_after", "ack_ms",
                                  "where", "broker").orderBy("grp", "ack_ms").toLocalIterator():
             kind = ID_LOST_AFTER if r["state"] == "delivered" else (ID_STRANDED if r["state"] == "stranded" else ID_LOST)
             labels = _suspects(fault_list, r["ack_ms"], r["broker"])
+            for label in labels:
+                seen_by_fault.setdefault(label, {}).setdefault(kind, set()).add(r["send_id"])
             item = {"verdict": kind, "group": r["grp"], "send_id": r["send_id"], "topic": r["s_topic"],
                     "producer": r["producer"], "reason": r["reason"], "acked_ms": r["ack_ms"],
                     "where": list(r["where"] or []), "faults": labels}
@@ -316,6 +338,7 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
         if fh:
             fh.close()
 
+    f.by_fault = {label: {k: len(v) for k, v in kinds.items()} for label, kinds in seen_by_fault.items()}
     f.queues = queue_consistency(spark, decoded, cq, nodes)
     for d in (sends, recv, owed):
         d.unpersist()

@@ -283,6 +283,8 @@ def write_summary(out_dir, rep: Report, fault_list, attribution, findings, pairs
             "servedBy": findings.served_by,
             # per consumer group: acknowledged, delivered, lost, stranded, lostAfterDelivery, duplicates, ...
             "delivery": delivered.summary() if delivered else {},
+            "deliveryByFault": delivered.by_fault if delivered else {},
+            "ackedOnGroupByFault": delivered.acked_on_group if delivered else {},
             "queues": [{"node": q.node, "records": q.records, "unqueued": q.unqueued, "dangling": q.dangling}
                        for q in (delivered.queues if delivered else [])],
             "receivesDuringMasterOutages": [{"fault": o.label, "group": o.group, "byNode": o.by_node}

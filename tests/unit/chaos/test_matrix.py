@@ -42,7 +42,8 @@ def test_cell_verdicts():
     assert judge(sync, [sample(divergent=1)])[0] == "FAIL"
     assert judge(sync, [sample(ok=0)])[0] == "not exercised"
     assert judge(sync, [])[0] == "not exercised"
-    assert judge(weak, [sample(lost=3)]) == ("WEAK", "allowed: 3 acknowledged lost, 0 divergent pair(s)")
+    assert judge(weak, [sample(lost=3)]) == ("WEAK", "allowed: 3 acknowledged on no node, 0 undelivered, "
+                                                     "0 stranded on a slave, 0 divergent pair(s)")
     assert judge(weak, [sample(ok=0, lost=3)])[0] == "WEAK"  # a loss is a result even with no ack in the window
     assert judge(sync, [sample(error="boom")])[0] == "FAIL"
 
@@ -67,3 +68,32 @@ def test_a_divergence_goes_to_its_groups_master_power_loss_not_to_a_slave_fault(
     summary["faults"] = faults[:2]
     got = {(s["kind"], s["role"]): s["divergent"] for s in cell_samples(tmp_path, summary, "2m-2s-sync", "ASYNC_FLUSH")}
     assert got == {("kill-master", "master"): 1, ("power-loss", "slave"): 1}
+
+
+def test_cells_judge_delivery_and_the_faulted_groups_own_acks():
+    sync = promise("2m-2s-sync", "ASYNC_FLUSH", "power-loss", "master")
+    weak = promise("2m-2s-async", "ASYNC_FLUSH", "power-loss", "master")
+    # stored on a slave, but no consumer can get it: lost to its users, which a SYNC_MASTER excludes
+    assert judge(sync, [sample() | {"stranded": 5}])[0] == "FAIL"
+    assert "5 stranded" in judge(sync, [sample() | {"stranded": 5}])[1]
+    assert judge(sync, [sample() | {"undelivered": 2}])[0] == "FAIL"
+    assert judge(weak, [sample() | {"stranded": 5}])[0] == "WEAK"
+    # acks elsewhere in the cluster are not coverage of this group's fault
+    assert judge(sync, [sample(ok=50) | {"acked_on_group": 0}])[0] == "not exercised"
+    assert judge(sync, [sample(ok=50) | {"acked_on_group": 3}])[0] == "PASS"
+    idle = sample() | {"acked_on_group": 9, "not_exercised": "group broker-a cannot replicate"}
+    assert judge(sync, [idle]) == ("not exercised", "group broker-a cannot replicate")
+
+
+def test_audit_failures_no_cell_accounts_for_fail_the_matrix():
+    faults = [{"id": 1, "kind": "power-loss", "target": "broker-a"}]
+    fail = {"status": "FAIL", "name": "x", "detail": ""}
+    base = {"faults": faults, "lostByFault": {}, "deliveryByFault": {"#1 power-loss broker-a": {"delivery.stranded": 3}}}
+    assert matrix.unexplained_failures(base | {"verdicts": [fail | {"id": "delivery.stranded"}]}) == []
+    assert matrix.unexplained_failures(base | {"verdicts": [fail | {"id": "delivery.unexpected", "name": "u"}]}) \
+        == ["u (delivery.unexpected)"]
+    nf = base | {"deliveryByFault": {"no fault": {"delivery.lost": 1}}}
+    assert matrix.unexplained_failures(nf | {"verdicts": [fail | {"id": "delivery.lost", "name": "l"}]}) \
+        == ["l (delivery.lost)"]
+    assert matrix.unexplained_failures(base | {"verdicts": [fail | {"name": "log integrity broker-a"}]}) \
+        == ["log integrity broker-a (no id)"]

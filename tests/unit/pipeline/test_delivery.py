@@ -118,6 +118,11 @@ def test_a_message_held_only_by_a_slave_is_stranded_not_stored(spark, run_builde
     run_builder.slave()
     _cut_master_tail(run_builder, 80)
     _histories(run_builder, range(80))
+    os.makedirs(os.path.join(run_builder.root, "faults"))
+    with open(os.path.join(run_builder.root, "faults", "f.jsonl"), "w") as fh:
+        for op, ts in (("inject", T0 + 50), ("heal", T0 + 60)):
+            fh.write(json.dumps({"op": op, "id": 1, "kind": "power-loss", "target": "broker-a-0", "group": "broker-a",
+                                 "role": "master", "link": None, "start_ms": ts, "ts_ms": ts}) + "\n")
     v, rep, summary, out = _audit(spark, run_builder.root)
     stranded = v[(delivery.ID_STRANDED, GROUP)]
     assert stranded.status == FAIL and stranded.detail.startswith("20 acknowledged")
@@ -129,6 +134,11 @@ def test_a_message_held_only_by_a_slave_is_stranded_not_stored(spark, run_builde
     with open(os.path.join(out, delivery.DETAIL_FILE)) as fh:
         items = [json.loads(x) for x in fh]
     assert len(items) == 20 and all(x["where"] and x["where"][0].startswith("broker-a-1@") for x in items)
+    # the matrix's view: the 20 are the power loss's, and the group acknowledged 59 sends from 5 s before it
+    # until its heal at T0+60 (send i is acknowledged at T0+i+2: i = 0..58)
+    assert all(x["faults"] == ["#1 power-loss broker-a-0"] for x in items)
+    assert summary["deliveryByFault"] == {"#1 power-loss broker-a-0": {delivery.ID_STRANDED: 20}}
+    assert summary["ackedOnGroupByFault"] == {"#1 power-loss broker-a-0": 59}
 
 
 def test_received_then_gone_from_the_master_fails_lost_after_delivery(spark, run_builder):
