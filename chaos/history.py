@@ -7,7 +7,10 @@ A history file is `RUN/history/<client>.jsonl` (any *.jsonl under RUN/history is
     seq              int         position of this line in the recorder (orders ops of one client)
     op               str         "invoke" (a send try handed to the client, written BEFORE the call, so a
                                  try that never gets an answer is still in the history), "send" (its
-                                 answer), "receive", or "subscribe" (a consumer group starting on a topic)
+                                 answer), "receive", "subscribe" (a consumer group starting on a topic;
+                                 status FROM_FIRST: every send to it is owed to the group, FROM_NOW: those
+                                 acknowledged from then on) or "unsubscribe" (a consumer of the group shut
+                                 down; after the group's last one, nothing more is owed to it)
     group            str|null    the producer group (invoke/send) or consumer group (receive/subscribe);
                                  the delivery checker judges every consumer group on its own. Histories
                                  without it (older ones) count each consumer client as its own group
@@ -52,7 +55,8 @@ import uuid
 SEND_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 ERROR = "ERROR"
 RECEIVED = "RECEIVED"
-INVOKE, SEND, RECEIVE, SUBSCRIBE = "invoke", "send", "receive", "subscribe"
+INVOKE, SEND, RECEIVE, SUBSCRIBE, UNSUBSCRIBE = "invoke", "send", "receive", "subscribe", "unsubscribe"
+FROM_FIRST, FROM_NOW = "FROM_FIRST", "FROM_NOW"  # a subscribe line's status: which sends the group is owed
 FIELDS = ("client", "seq", "op", "group", "shard", "topic", "send_id", "attempt", "uniq_key", "status", "error",
           "offset_msg_id", "broker_name", "queue_id", "queue_offset", "commit_log_offset",
           "store_timestamp", "ordered", "start_ms", "end_ms", "body_len", "library")
@@ -211,12 +215,22 @@ class HistoryRecorder:
         return self._record_send(call, topic, body, send_id, attempt, None, tags, properties, shard=shard)
 
     # -- receiving --------------------------------------------------------------------------------
-    def subscribed(self, group: str, topic: str, ordered: bool = False) -> dict:
-        """A consumer group starts on a topic: from here on every acknowledged send to the topic is
-        owed to it (the delivery checker judges the group even if it received nothing)."""
+    def subscribed(self, group: str, topic: str, ordered: bool = False, from_first: bool = True) -> dict:
+        """A consumer group starts on a topic: acknowledged sends to the topic are owed to it from now on
+        (from_first=False: status FROM_NOW) or all of them (FROM_FIRST: a new group reads the queues from
+        their start, as a 4.9 broker lets it while the messages are in memory). The delivery checker
+        judges the group even if it received nothing."""
         t = now_ms()
         return self.writer.append({"client": self.client, "op": SUBSCRIBE, "group": group, "topic": topic,
-                                   "ordered": ordered, "start_ms": t, "end_ms": t})
+                                   "ordered": ordered, "status": FROM_FIRST if from_first else FROM_NOW,
+                                   "start_ms": t, "end_ms": t})
+
+    def unsubscribed(self, group: str) -> dict:
+        """A consumer of the group shut down for good: once every consumer of a group that subscribed has,
+        sends acknowledged after the last one are no longer owed to it."""
+        t = now_ms()
+        return self.writer.append({"client": self.client, "op": UNSUBSCRIBE, "group": group, "start_ms": t,
+                                   "end_ms": t})
 
     def record_receive(self, msg, ordered: bool = False, group: str | None = None) -> dict:
         """Record one received message (a rocketmq.client.RecvMessage or anything with its attributes)."""

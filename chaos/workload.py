@@ -272,10 +272,12 @@ def main(argv=None) -> int:
                     break
             time.sleep(0.1)
     snap = counters.snapshot("done")
-    for c in (consumer, late.get("consumer")):
+    for c, rec, group in ((consumer, cons, f"ChaosCG{rid}"),
+                          (late.get("consumer"), late.get("recorder"), f"ChaosLateCG{rid}")):
         try:
             if c is not None:
                 c.shutdown()
+                rec.unsubscribed(group)
         except Exception:
             pass
     if late:

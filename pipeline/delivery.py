@@ -2,8 +2,9 @@
 
 A message is delivered when its consumer group received it, not when some disk holds it: an acknowledged
 send that no consumer of the group can ever get is lost to its user, whatever node it sits on. Every
-logical send (chaos/history.py's send_id: all tries of one message) to a topic a group subscribed to is
-owed to that group and ends in exactly one state:
+logical send (chaos/history.py's send_id: all tries of one message) to a topic a group subscribed to, in
+the group's window (from its subscribe, or from the start for FROM_FIRST; to the shutdown of its last
+consumer), is owed to that group and ends in exactly one state:
 
     delivered      the group received it (any try's copy)
     stranded       acknowledged, not received, stored only where the group cannot be served from: on a
@@ -50,6 +51,7 @@ ID_NO_GROUP = "delivery.groups"
 
 PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
+FROM_NOW = "FROM_NOW"  # chaos/history.py: a subscribe line owed only what is acknowledged after it
 # Faults that can take bytes a master had already stored (its tail) or leave it behind its slave.
 DESTRUCTIVE = ("power-loss", "kill-master", "restart-master", "partition")
 MAX_LISTED = 10
@@ -209,8 +211,10 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     per = (recv.filter(F.col("sid").isNotNull()).groupBy("grp", "sid")
            .agg(F.count("*").alias("n"), F.min(F.struct("start_ms", "client", "seq")).alias("first")))
 
-    # 4. what each group is owed: every send to a topic it subscribed to (or received from)
-    subs = {}
+    # 4. what each group is owed: the sends to a topic it subscribed to (or received from), within its
+    # window: from its subscribe (FROM_NOW) or from the first send (FROM_FIRST, or no subscribe line), to
+    # the last unsubscribe once every consumer of the group has shut down (open while one still runs)
+    subs: dict[str, set] = {}
     ordered_groups = set()
     for r in (h.filter(F.col("op").isin("subscribe", "receive")).groupBy("grp", "topic")
               .agg(F.max(F.coalesce(F.col("ordered"), F.lit(False)).cast("int")).alias("o")).collect()):
@@ -223,9 +227,23 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
         for d in (sends, recv):
             d.unpersist()
         return f
-    sub_rows = [(g, t) for g, ts in subs.items() for t in sorted(ts)]
-    sdf = spark.createDataFrame(sub_rows, "grp string, s_topic string")
-    owed = (sdf.join(sends, "s_topic").join(facts, "send_id", "left")
+    windows = {}
+    for r in (h.filter(F.col("op").isin("subscribe", "unsubscribe")).groupBy("grp").agg(
+            F.sum((F.col("op") == "subscribe").cast("int")).alias("subs"),
+            F.sum((F.col("op") == "unsubscribe").cast("int")).alias("unsubs"),
+            F.min(F.when((F.col("op") == "subscribe") & (F.coalesce(F.col("status"), F.lit("")) != FROM_NOW), F.lit(1))).alias("first"),
+            F.min(F.when(F.col("op") == "subscribe", F.col("start_ms"))).alias("since"),
+            F.max(F.when(F.col("op") == "unsubscribe", F.col("start_ms"))).alias("until")).collect()):
+        start = None if r["first"] or not r["subs"] else r["since"]
+        end = r["until"] if r["subs"] and r["unsubs"] >= r["subs"] else None
+        windows[r["grp"]] = (start, end)
+    sub_rows = [(g, t, *windows.get(g, (None, None))) for g, ts in subs.items() for t in sorted(ts)]
+    sdf = spark.createDataFrame(sub_rows, "grp string, s_topic string, w_start long, w_end long")
+    at = F.coalesce(F.col("ack_ms"), F.col("first_ms"))
+    owed = (sdf.join(sends, "s_topic")
+            .filter((F.col("w_start").isNull() | (at >= F.col("w_start")))
+                    & (F.col("w_end").isNull() | (at <= F.col("w_end"))))
+            .join(facts, "send_id", "left")
             .join(per.withColumnRenamed("sid", "send_id"), ["grp", "send_id"], "left")
             .withColumn("n", F.coalesce("n", F.lit(0)))
             .fillna(0, ["on_master", "servable", "on_slave", "parked"]))

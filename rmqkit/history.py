@@ -126,12 +126,18 @@ class Recorder:
         self._append(self.result(rec, res))
         return res
 
-    def received(self, msg, ordered: bool) -> None:
+    def _append_direct(self, write) -> None:
+        """write(HistoryRecorder), unless the history is closed."""
+        with self._lock:
+            if not self._closed:
+                write(self.history)
+
+    def received(self, msg, ordered: bool, group: str | None = None) -> None:
         with self._lock:
             if self._closed:
                 return
             try:
-                self.history.record_receive(msg, ordered)
+                self.history.record_receive(msg, ordered, group)
             except Exception:  # never turn a recording problem into a redelivery of the app's message
                 pass
 
@@ -202,11 +208,19 @@ def _consumer_class(rec: Recorder):
     class RecordedPushConsumer(PushConsumer):
         __doc__ = f"rocketmq.client.PushConsumer whose received messages are recorded in {rec.path}."
 
+        def __init__(self, group_id, *args, **kwargs):
+            super().__init__(group_id, *args, **kwargs)
+            self._rmqkit_group = group_id.decode() if isinstance(group_id, bytes) else str(group_id)
+
         def subscribe(self, topic, callback, expression="*"):
             ordered = bool(getattr(self, "_orderly", False))
+            group = self._rmqkit_group
+            # owed from now on: a test's group is judged on what was sent while it listened
+            rec._append_direct(lambda h: h.subscribed(group, topic.decode() if isinstance(topic, bytes) else topic,
+                                                      ordered, from_first=False))
 
             def recorded(msg):
-                rec.received(msg, ordered)
+                rec.received(msg, ordered, group)
                 return callback(msg)
             return super().subscribe(topic, recorded, expression)
 
@@ -218,5 +232,6 @@ def _consumer_class(rec: Recorder):
             if self in rec._clients:
                 rec._clients.remove(self)
             super().shutdown()
+            rec._append_direct(lambda h: h.unsubscribed(self._rmqkit_group))
 
     return RecordedPushConsumer

@@ -282,10 +282,15 @@ def test_chaos_workload_runs_with_the_rust_client_and_its_history_says_so(cluste
     final = json.loads(p.stdout.strip().splitlines()[-1])
     assert final["attempts"] >= 90 and final["ok"] == final["attempts"] and final["errors"] == 0, final
     assert final["received_unique"] == final["stored_unique"] == final["ok"], final
-    sends = read_history(str(tmp_path / "history" / "producer-rw.jsonl"))
-    recvs = read_history(str(tmp_path / "history" / "consumer-rw.jsonl"))
-    assert len(sends) == final["attempts"] and len(recvs) >= final["ok"]
-    for rec in sends + recvs:
+    lines = read_history(str(tmp_path / "history" / "producer-rw.jsonl"))
+    sends = [r for r in lines if r["op"] == "send"]
+    invokes = [r for r in lines if r["op"] == "invoke"]
+    cons = read_history(str(tmp_path / "history" / "consumer-rw.jsonl"))
+    recvs = [r for r in cons if r["op"] == "receive"]
+    assert [r["op"] for r in cons[:1]] == ["subscribe"] and cons[0]["group"] == "ChaosCGrw", cons[:1]
+    assert len(sends) == len(invokes) == final["attempts"] and len(recvs) >= final["ok"]
+    assert {r["group"] for r in sends} == {"ChaosPGrw"} and {r["group"] for r in recvs} == {"ChaosCGrw"}
+    for rec in lines + cons:
         assert set(rec) == set(FIELDS) | {"seq"}, rec
         assert rec["library"] == "rocketmq-client-rust 1.0.0", rec
     assert {r["status"] for r in sends} == {"SEND_OK"}

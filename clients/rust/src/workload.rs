@@ -31,7 +31,7 @@ use crate::{emit, fatal, Args};
 pub const LIBRARY: &str = "rocketmq-client-rust 1.0.0";
 const MAX_ATTEMPTS: u32 = 3;
 const FIELDS: &[&str] = &[
-    "client", "seq", "op", "topic", "send_id", "attempt", "uniq_key", "status", "error", "offset_msg_id",
+    "client", "seq", "op", "group", "shard", "topic", "send_id", "attempt", "uniq_key", "status", "error", "offset_msg_id",
     "broker_name", "queue_id", "queue_offset", "commit_log_offset", "store_timestamp", "ordered", "start_ms",
     "end_ms", "body_len", "library",
 ];
@@ -83,6 +83,8 @@ struct Shared {
     prod: History,
     cons: History,
     ids: AtomicU64,
+    pgroup: String,
+    cgroup: String,
 }
 
 impl Shared {
@@ -103,7 +105,7 @@ impl Shared {
             "timeouts": c("FLUSH_SLAVE_TIMEOUT") + c("FLUSH_DISK_TIMEOUT"),
             "not_available": c("SLAVE_NOT_AVAILABLE"), "errors": c("ERROR"), "gave_up": c("gave_up"),
             "inflight": c("inflight"), "received": c("received"), "received_unique": g.received_ids.len(),
-            "stored_unique": g.stored_ids.len(),
+            "stored_unique": g.stored_ids.len(), "groups": [self.cgroup.clone()],
             "ts": SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0),
             "library": LIBRARY,
         })
@@ -144,14 +146,21 @@ fn message(topic: &str, send_id: &str, body: &[u8]) -> Message {
         .unwrap_or_else(|e| fatal("building a message", e))
 }
 
-fn send_fields(topic: &str, send_id: &str, attempt: u32, body_len: usize, start_ms: u64) -> Map<String, Value> {
+/// The fields of one send try; the "invoke" line (written before the call, so a try that is never
+/// answered is still in the history) is the same with op "invoke".
+fn send_fields(sh: &Shared, topic: &str, send_id: &str, attempt: u32, body_len: usize, start_ms: u64) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("op".into(), json!("send"));
+    m.insert("group".into(), json!(sh.pgroup));
     m.insert("topic".into(), json!(topic));
     m.insert("send_id".into(), json!(send_id));
     m.insert("attempt".into(), json!(attempt));
     m.insert("body_len".into(), json!(body_len));
     m.insert("start_ms".into(), json!(start_ms));
+    let mut invoke = m.clone();
+    invoke.insert("op".into(), json!("invoke"));
+    invoke.insert("end_ms".into(), json!(start_ms));
+    sh.prod.append(invoke);
     m
 }
 
@@ -199,7 +208,7 @@ fn record_result(sh: &Shared, mut rec: Map<String, Value>, send_id: &str, attemp
 async fn send_async(sh: &Arc<Shared>, producer: &DefaultMQProducer, topic: &str, send_id: String, attempt: u32,
                     body_size: usize, timeout_ms: u64) {
     let body = make_body(&send_id, body_size);
-    let rec = send_fields(topic, &send_id, attempt, body.len(), now_ms());
+    let rec = send_fields(sh, topic, &send_id, attempt, body.len(), now_ms());
     sh.add("attempts", 1);
     sh.add("inflight", 1);
     let msg = message(topic, &send_id, &body);
@@ -225,6 +234,7 @@ fn record_receive(sh: &Shared, m: &MessageExt) {
     let keys = prop("KEYS");
     let mut rec = Map::new();
     rec.insert("op".into(), json!("receive"));
+    rec.insert("group".into(), json!(sh.cgroup));
     rec.insert("topic".into(), json!(m.topic().to_string()));
     rec.insert("send_id".into(), json!(keys));
     rec.insert("uniq_key".into(), json!(prop("UNIQ_KEY")));
@@ -269,6 +279,8 @@ pub async fn cmd_workload(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
         prod: History::open(&hist.join(format!("producer-{rid}.jsonl")), format!("producer-{rid}")),
         cons: History::open(&hist.join(format!("consumer-{rid}.jsonl")), format!("consumer-{rid}")),
         ids: AtomicU64::new(0),
+        pgroup: format!("ChaosPG{rid}"),
+        cgroup: format!("ChaosCG{rid}"),
     });
 
     let progress = {
@@ -295,7 +307,7 @@ pub async fn cmd_workload(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
     let first_id = sh.new_send_id();
     for attempt in 1..=5u32 {
         let body = make_body(&first_id, body_size);
-        let rec = send_fields(&topic, &first_id, attempt, body.len(), now_ms());
+        let rec = send_fields(&sh, &topic, &first_id, attempt, body.len(), now_ms());
         sh.add("attempts", 1);
         sh.add("inflight", 1);
         let res = producer.send_with_timeout(message(&topic, &first_id, &body), timeout_ms).await;
@@ -320,6 +332,13 @@ pub async fn cmd_workload(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
     if let Err(e) = consumer.subscribe(topic.as_str(), "*").await {
         fatal("subscribe", e);
     }
+    let mut sub = Map::new();
+    let t = now_ms();
+    for (k, v) in [("op", json!("subscribe")), ("group", json!(sh.cgroup)), ("topic", json!(topic)),
+                   ("ordered", json!(false)), ("start_ms", json!(t)), ("end_ms", json!(t))] {
+        sub.insert(k.into(), v);
+    }
+    sh.cons.append(sub);
     let shc = sh.clone();
     consumer.register_message_listener_concurrently(
         move |msgs: &[&MessageExt], _ctx: &rocketmq_client_rust::ConsumeConcurrentlyContext| {

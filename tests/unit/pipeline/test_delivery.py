@@ -220,3 +220,19 @@ def test_order_per_sharding_key(spark, run_builder):
     _histories(run_builder, run_builder2_order, shard=lambda i: i % 2, ordered=True)
     v, rep, summary, _ = _deliver(spark, run_builder.root)
     assert v[(delivery.ID_REORDERED, GROUP)].status == PASS
+
+
+def test_a_group_is_owed_only_what_was_acknowledged_while_it_listened(spark, run_builder):
+    run_builder.master(n=100)
+    run_builder.close()
+    listened = range(48, 79)   # send i is acknowledged at T0+i+2: these fall in [T0+50, T0+80]
+    _histories(run_builder, listened, subscribe=False)
+    with open(os.path.join(run_builder.root, "history", "consumer.jsonl"), "a") as fh:
+        for op, t, extra in (("subscribe", T0 + 50, {"topic": "T", "status": "FROM_NOW"}),
+                             ("unsubscribe", T0 + 80, {})):
+            fh.write(json.dumps({"client": "consumer", "op": op, "group": GROUP, "start_ms": t, "end_ms": t,
+                                 **extra}) + "\n")
+    v, rep, summary, _ = _deliver(spark, run_builder.root)
+    d = summary["delivery"][GROUP]
+    assert (d["acknowledged"], d["delivered"], d["lost"]) == (31, 31, 0), d
+    assert v[(delivery.ID_LOST, GROUP)].status == PASS
