@@ -258,7 +258,9 @@ def drain_groups(cluster, groups: list[str], topic: str, timeout: float) -> dict
     if timeout > 0:
         say(f"draining {len(groups)} consumer group(s) to the end of every queue (up to {timeout:g}s)")
     while True:
-        backlog = {g: cluster.group_backlog(g, topic) for g in groups}
+        offsets = {g: cluster.group_offsets(g, topic) for g in groups}
+        backlog = {g: {m: {q: (None if o is None else max(0, o["max"] - o["committed"])) for q, o in qs.items()}
+                       for m, qs in per.items()} for g, per in offsets.items()}
         left = {g: {m: {q: n for q, n in qs.items() if n != 0} for m, qs in b.items()} for g, b in backlog.items()}
         left = {g: {m: qs for m, qs in b.items() if qs} for g, b in left.items()}
         if not any(left.values()) or time.monotonic() >= deadline:
@@ -266,7 +268,11 @@ def drain_groups(cluster, groups: list[str], topic: str, timeout: float) -> dict
         time.sleep(0.5)
     out = {}
     for g in groups:
-        out[g] = {"drained": not left[g], "backlog": left[g]}
+        # committed: where the group's consumers stopped, per master and queue; the audit calls an
+        # acknowledged message at or past it "backlog" (still queued: the consumer stalled), not "queued"
+        out[g] = {"drained": not left[g], "backlog": left[g],
+                  "committed": {m: {q: (o or {}).get("committed") for q, o in qs.items()}
+                                for m, qs in offsets[g].items()}}
         if left[g]:
             say(f"  warning: group {g} not drained: " + "; ".join(
                 f"{m} " + ", ".join(f"q{q}: {'no answer' if n is None else f'{n} left'}" for q, n in qs.items())
@@ -309,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--drain-timeout", type=float, default=60.0,
                     help="after the heal and the catch-up, seconds for every consumer group to consume every queue "
                          "to its end before the consumers stop (python client; default 60)")
+    ap.add_argument("--late-consumer-after-heal", action="store_true",
+                    help="the workload starts a second consumer group, reading every queue from its start, once the "
+                         "cluster is healed (and repaired): what it cannot get is lost to any new group (python client)")
     ap.add_argument("--repair", action="store_true",
                     help="after the heal, repair every forked group (python -m cluster repair: the slave's stranded "
                          "messages re-sent to the master, the slave cut at the fork and resynced) before the drain")
@@ -474,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
                                        *(["--drain-signal", str(drain_signal)] if args.client == "python" else []),
                                        *(["--planted-drop-every", str(args.planted_drop_every)]
                                          if args.planted_drop_every else []),
+                                       *(["--late-consumer-after-heal"] if args.late_consumer_after_heal else []),
                                        *(["--late-consumer-at", str(args.late_consumer_at)]
                                          if args.late_consumer_at is not None else [])),
                                     stdout=subprocess.PIPE, stderr=wl_log, text=True, env=env, cwd=repo)
@@ -521,6 +531,12 @@ def main(argv: list[str] | None = None) -> int:
             ending["repairs"] = repair_forks(cluster, ending["catchUp"])
             if ending["repairs"]:
                 ending["catchUp"] = wait_catch_up(cluster, args.catchup_timeout)
+        Path(str(drain_signal) + ".healed").write_text("healed")
+        if args.late_consumer_after_heal and workload.poll() is None:
+            late_group = f"ChaosLateCG{run_id}"
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and late_group not in ((read_json(progress_path) or {}).get("groups") or []):
+                time.sleep(0.2)
         prog = read_json(progress_path) or {}
         groups = prog.get("groups") or [f"ChaosCG{run_id}"]
         ending["drain"] = drain_groups(cluster, groups, TOPIC, args.drain_timeout if workload.poll() is None else 0.0)

@@ -117,6 +117,9 @@ def main(argv=None) -> int:
     ap.add_argument("--planted-drop-every", type=int, default=0, metavar="N",
                     help="a planted consumer bug (the delivery checker's own test): the consumer swallows every "
                          "Nth message it gets, acknowledged to the broker and never recorded")
+    ap.add_argument("--late-consumer-after-heal", action="store_true",
+                    help="with --drain-signal: start the late consumer group (reading every queue from its start) "
+                         "once chaos.run has healed the cluster (it writes FILE.healed), before the drain")
     ap.add_argument("--drain-signal", default=None, metavar="FILE",
                     help="after the sends, keep the consumers running (phase 'awaiting drain') until FILE exists: "
                          "chaos.run heals the cluster, waits for the slaves and for every group to consume each "
@@ -262,6 +265,8 @@ def main(argv=None) -> int:
         phase[0] = "awaiting drain"
         deadline = time.monotonic() + 30 * args.drain
         while time.monotonic() < deadline and not os.path.exists(args.drain_signal):
+            if args.late_consumer_after_heal and not late and os.path.exists(args.drain_signal + ".healed"):
+                start_late_consumer()
             time.sleep(0.1)
     else:
         phase[0] = "draining receives"

@@ -466,10 +466,16 @@ class Cluster:
         """master -> {queue id: messages the consumer group has not committed yet (max offset minus its
         committed offset; None when the master does not answer)}. Zero everywhere: the group has
         consumed every queue of the topic to its end."""
+        return {m: {q: None if o is None else max(0, o["max"] - o["committed"]) for q, o in per.items()}
+                for m, per in self.group_offsets(group, topic, queues).items()}
+
+    def group_offsets(self, group: str, topic: str, queues: int = 4) -> dict[str, dict[int, dict | None]]:
+        """master -> {queue id: {"max": queue max offset, "committed": the group's committed offset (0 when
+        it has none)}, or None when the master does not answer}."""
         from broker.remoting.codes import RequestCode, ResponseCode
-        out: dict[str, dict[int, int | None]] = {}
+        out: dict[str, dict[int, dict | None]] = {}
         for m in self.masters():
-            per: dict[int, int | None] = {}
+            per: dict[int, dict | None] = {}
             for q in range(queues):
                 try:
                     mx = namesrv_request(self.addr(m), RequestCode.GET_MAX_OFFSET,
@@ -485,7 +491,7 @@ class Cluster:
                 end = int((mx.ext_fields or {}).get("offset", 0))
                 done = int((co.ext_fields or {}).get("offset", 0)) if co.code == 0 else \
                     (0 if co.code == ResponseCode.QUERY_NOT_FOUND else None)
-                per[q] = None if done is None else max(0, end - done)
+                per[q] = None if done is None else {"max": end, "committed": done}
             out[m] = per
         return out
 

@@ -10,7 +10,10 @@ consumer), is owed to that group and ends in exactly one state:
     stranded       acknowledged, not received, stored only where the group cannot be served from: on a
                    slave but not on its group's master (a fork: the master came back behind its slave)
     lost           acknowledged, not received, and not stranded; the reason says which:
-                   "queued"      on its master with a consume-queue entry (a consumer-side loss),
+                   "queued"      on its master with a consume-queue entry, before the offset the
+                                 group's consumers committed: they passed it by (a consumer-side loss),
+                   "backlog"     the same, at or past that offset: the group never got that far (its
+                                 consumer stalled or stopped before the end of the drain),
                    "unqueued"    on its master with no consume-queue entry (undeliverable),
                    "nowhere"     on no node at all
     parked         acknowledged, only in SCHEDULE_TOPIC_XXXX / the half-message topic (not due yet)
@@ -33,7 +36,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
-from . import consume_queues
+from . import consume_queues, runfolder
 from .faults import NO_FAULT, FaultInterval, blame
 from .runfolder import Node
 from .verdict import FAIL, INFO, PASS, WARN, Verdict
@@ -150,7 +153,7 @@ def _history(hist):
 # -- the check ------------------------------------------------------------------------------------
 
 def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterval] = (),
-          out_dir: str | None = None) -> DeliveryFindings:
+          out_dir: str | None = None, run_dir: str | None = None) -> DeliveryFindings:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -201,7 +204,10 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
         F.max(F.col("topic").isin(*PARKED_TOPICS).cast("int")).alias("parked"),
         F.sort_array(F.collect_set(F.concat_ws("@", "node", F.col("physical_offset").cast("string"))))
         .alias("where"),
-        F.first(F.when(in_topic, F.col("broker_name")), ignorenulls=True).alias("broker"))
+        F.first(F.when(in_topic, F.col("broker_name")), ignorenulls=True).alias("broker"),
+        # the master copy's place in its queue (where a consumer would find it)
+        F.first(F.when(in_topic & F.col("is_master"), F.struct("node", "queue_id", "queue_offset")),
+                ignorenulls=True).alias("mq"))
 
     # 3. receives, tied to a logical send the same two ways
     recv = (h.filter(F.col("op") == "receive")
@@ -247,13 +253,22 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
             .join(per.withColumnRenamed("sid", "send_id"), ["grp", "send_id"], "left")
             .withColumn("n", F.coalesce("n", F.lit(0)))
             .fillna(0, ["on_master", "servable", "on_slave", "parked"]))
+    # where each group's consumers stopped (chaos.run's drain): a queued message at or past it is backlog
+    # (the group never got that far: a stalled or stopped consumer), before it the consumer passed it by
+    committed = [(g, m, q, c) for g, per in (runfolder.drain_committed(run_dir) if run_dir else {}).items()
+                 for m, qs in per.items() for q, c in qs.items()]
+    cdf = spark.createDataFrame(committed or [("", "", -1, 0)],
+                                "grp string, c_node string, c_qid int, committed long")
+    owed = (owed.join(F.broadcast(cdf), (owed["grp"] == cdf["grp"]) & (F.col("mq.node") == F.col("c_node"))
+                      & (F.col("mq.queue_id") == F.col("c_qid")), "left").drop(cdf["grp"]))
     got = F.col("n") > 0
     state = (F.when(F.col("state0") != "acked", F.col("state0"))
              .when(got, "delivered")
              .when((F.col("on_master") == 0) & (F.col("on_slave") == 1), "stranded")
              .when((F.col("on_master") == 0) & (F.col("parked") == 1), "parked")
              .otherwise("lost"))
-    reason = (F.when(F.col("servable") == 1, "queued").when(F.col("on_master") == 1, "unqueued")
+    reason = (F.when((F.col("servable") == 1) & (F.col("mq.queue_offset") >= F.col("committed")), "backlog")
+              .when(F.col("servable") == 1, "queued").when(F.col("on_master") == 1, "unqueued")
               .otherwise("nowhere"))
     owed = (owed.withColumn("state", state)
             .withColumn("reason", F.when(F.col("state") == "lost", reason))

@@ -215,7 +215,7 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     non_ok: list[tuple[str, int, int]] = []
     if hpaths:
         hist = history_check.load_histories(spark, hpaths).cache()
-        delivered = delivery.check(spark, df, hist, nodes, fault_list, out_dir)
+        delivered = delivery.check(spark, df, hist, nodes, fault_list, out_dir, run_dir)
         verdicts += delivery.verdicts(delivered)
         findings = history_check.check(spark, df, hist, nodes, served_rows)
         verdicts += history_check.verdicts(findings)

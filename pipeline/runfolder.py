@@ -121,6 +121,25 @@ def metrics_files(run_dir: str) -> list[str]:
     return sorted(glob.glob(os.path.join(os.path.abspath(run_dir), "metrics", "*.jsonl")))
 
 
+def drain_committed(run_dir: str) -> dict[str, dict[str, dict[int, int]]]:
+    """Where each consumer group's consumers stopped: {group: {master node: {queue id: committed offset}}},
+    from RUN/chaos/ending-*.json (chaos.run writes it after the drain; none: {}). Several files (several
+    runs in one folder): the last one written wins per group."""
+    out: dict[str, dict[str, dict[int, int]]] = {}
+    paths = sorted(glob.glob(os.path.join(os.path.abspath(run_dir), "chaos", "ending-*.json")), key=os.path.getmtime)
+    for p in paths:
+        try:
+            with open(p) as fh:
+                drain = (json.load(fh) or {}).get("drain") or {}
+        except (OSError, ValueError):
+            continue
+        for group, d in drain.items():
+            per = {m: {int(q): int(c) for q, c in (qs or {}).items() if c is not None}
+                   for m, qs in ((d or {}).get("committed") or {}).items()}
+            out[group] = per
+    return out
+
+
 def write_node_json(node_dir: str, name: str, broker_name: str, broker_id: int, role: str,
                     cluster_name: str = "DefaultCluster", addr: str = "", **extra) -> str:
     """What the cluster tooling writes for each node (also used by the tests)."""

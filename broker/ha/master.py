@@ -23,6 +23,7 @@ from broker.store.message_store import PutStatus
 from ..supervision import PeriodicService
 from .group_transfer import GroupTransfer
 from .master_session import Incarnation, MasterSession, SessionState
+from .peers import PEERS_FILE, ProvenPeers, load_peers, save_peers
 from .transport import listen_tcp
 from .wire import ProtocolError
 
@@ -69,6 +70,8 @@ class MasterHAProtocol(protocol.Protocol):
 
     def dataReceived(self, data):
         svc = self.service
+        if self.session is None or self.session.state == SessionState.CLOSED:
+            return  # closed by us; the transport may still hand over what was already read
         try:
             ack = self.session.on_data(data, svc.clock.seconds())
         except ProtocolError as e:
@@ -214,8 +217,10 @@ class HAService(protocol.Factory):
         # Where this master's life began: a slave holding bytes past it that were never sent since is
         # SLAVE_AHEAD (the master came back behind its slave).
         self.fence_path = os.path.join(store.root, FENCE_FILE)
+        self.peers_path = os.path.join(store.root, PEERS_FILE)
+        self.peers = ProvenPeers(load_peers(self.peers_path), on_proven=self._save_peers)
         self.incarnation = Incarnation(store.commitlog.max_offset, fence=load_fence(self.fence_path),
-                                       on_fence=self._save_fence)
+                                       on_fence=self._save_fence, peers=self.peers)
         if self.incarnation.fence is not None:
             log.error("a fork is remembered in %s: a slave holding offsets past %d has a history this master "
                       "lost and stays SLAVE_AHEAD until it is truncated or rebuilt (see the README)",
@@ -226,6 +231,13 @@ class HAService(protocol.Factory):
         self.port = None
         self._install_metrics(metrics)
         store.append_listeners.append(self.on_append)
+
+    def _save_peers(self, peers) -> None:
+        try:
+            save_peers(self.peers_path, peers)
+        except OSError as e:  # proven in this life still; the next one may refuse this slave if it is ahead
+            log.error("cannot write %s (%s): the proven HA peers are known until this master stops, not after",
+                      self.peers_path, e)
 
     def _save_fence(self, fence) -> None:
         try:
@@ -391,6 +403,7 @@ class HAService(protocol.Factory):
             "syncWaiters": len(self.group_transfer),
             "masterStartOffset": self.incarnation.start_offset,
             "forkFence": list(self.incarnation.fence) if self.incarnation.fence else None,
+            "provenPeers": self.peers.to_json()["peers"],
             "slavesAhead": len(self.slaves_ahead()),
             "slaves": [{
                 "addr": c.peer,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from .peers import ProvenPeers, host_of
 from .wire import HEADER_SIZE, ProtocolError, ReportReader, encode_header
 
 log = logging.getLogger("broker.ha.master")
@@ -41,6 +42,10 @@ class Incarnation:
     # reports at or below `from` (it was truncated or rebuilt). on_fence persists every change.
     fence: tuple[int, int] | None = None
     on_fence: object = None  # callable(fence | None)
+    # Hosts proven to be replicas (broker/ha/peers.py): only they can be SLAVE_AHEAD or set the fence; a
+    # first report past the master from any other host is a protocol error. None: no proof asked (the
+    # IO-free state-machine tests; the HA service always passes its ProvenPeers).
+    peers: ProvenPeers | None = None
 
     def __post_init__(self):
         self.sent_max = max(self.sent_max, self.start_offset)
@@ -64,6 +69,9 @@ class Incarnation:
             if callable(self.on_fence):
                 self.on_fence(fence)
 
+    def vouched(self, host: str) -> bool:
+        return self.peers is None or self.peers.is_proven(host)
+
     def saw_report(self, offset: int) -> None:
         """A slave at or below the fork point holds nothing of the lost history: the fence is done."""
         if self.fence is not None and offset <= self.fence[0]:
@@ -86,6 +94,7 @@ class MasterSession:
         self.log = commitlog
         self.incarnation = incarnation or Incarnation(commitlog.max_offset)
         self.peer = peer
+        self.host = host_of(peer)
         self.batch_size = batch_size
         self.heartbeat_s = heartbeat_s
         self.housekeeping_s = housekeeping_s
@@ -120,6 +129,13 @@ class MasterSession:
             self.slave_ack_offset = offset  # shown in /status; never an ack
             return None
         if self.slave_request_offset < 0 and self._ahead(offset):
+            if not self.incarnation.vouched(self.host):
+                # Nothing is written and no state changes: a stranger cannot fence the real slave out.
+                raise ProtocolError(
+                    f"{self.peer} reported offset {offset}, past what this master holds ({max_offset}) and "
+                    f"sent, but {self.host} is not a known replica of this master (never acknowledged bytes "
+                    "it streamed): refused. A real slave whose master lost data must be known from an earlier "
+                    "life (store/haPeers.json); see broker/ha/peers.py")
             self._enter_slave_ahead(offset, now)
             return None
         if offset > max_offset:
@@ -135,6 +151,10 @@ class MasterSession:
             log.warning("slave %s ack went backwards: slaveAckOffset %d -> %d", self.peer,
                         self.slave_ack_offset, offset)
         self.slave_ack_offset = offset
+        if (not first and self.incarnation.peers is not None and offset > self.slave_request_offset
+                and self.state == SessionState.STREAMING and offset <= self.next_transfer_from):
+            # it stored bytes we streamed to it: a replica of this log
+            self.incarnation.peers.prove(self.host, offset, int(now * 1000))
         return Ack(offset, first)
 
     def _ahead(self, offset: int) -> bool:

@@ -175,8 +175,9 @@ def test_master_works_with_a_slave_that_waits_before_reporting(cluster):
 
 
 def test_rogue_report_beyond_max_never_acks(tmp_path):
-    """A first report beyond anything this master has (issue #3015's rogue peer, or a real slave ahead of
-    a master that lost its tail) is SLAVE_AHEAD: never an ack, never a slave, nothing streamed."""
+    """A first report beyond anything this master has from a host it never streamed to (issue #3015's rogue
+    peer) closes that connection: never an ack, never a slave, nothing streamed, nothing written to disk
+    (a real slave ahead of a master that lost its tail is a proven host: test_slave_ahead.py)."""
     c = Cluster(tmp_path, sync_wait_ms=1000)
     put(c.master, 5)
     proto = c.ha.buildProtocol(None)
@@ -189,8 +190,9 @@ def test_rogue_report_beyond_max_never_acks(tmp_path):
     assert outcomes == ["SLAVE_NOT_AVAILABLE"], "a socket that never reported is not a slave"
     proto.dataReceived(encode_report(1 << 40))  # issue #3015: a huge offset
     proto.dataReceived(encode_report(1 << 41))
-    assert proto.session.state == SessionState.SLAVE_AHEAD and c.ha.connection_count == 0
-    assert c.ha.push2slave_max_offset == 0 and t.value() == b""
+    assert proto.session.state == SessionState.CLOSED and c.ha.connection_count == 0
+    assert c.ha.push2slave_max_offset == 0 and t.value() == b"" and c.ha.protocol_errors.get() == 1
+    assert not (tmp_path / "master" / "haFence.json").exists() and c.ha.incarnation.fence is None
     res = c.master.put_message(put.__globals__["Message"](topic="T", body=b"y"))
     c.ha.wait_for_slave(res.next_offset).addCallback(outcomes.append)
     assert outcomes == ["SLAVE_NOT_AVAILABLE"] * 2

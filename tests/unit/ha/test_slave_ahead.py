@@ -77,8 +77,10 @@ def _ahead_cluster(tmp_path):
     c = Cluster(tmp_path, heartbeat_ms=1000, housekeeping_ms=4000, sync_wait_ms=1000)
     put(c.master, 5)
     put(c.slave, 8)
-    # as if the master had just restarted like this
-    c.ha.incarnation = Incarnation(c.master.max_offset, on_fence=c.ha._save_fence)
+    # as if the master had just restarted like this, knowing its slave from its earlier life (it streamed
+    # to it then: haPeers.json; the in-memory connections' host is "?")
+    c.ha.peers.prove("?", 1, 0)
+    c.ha.incarnation = Incarnation(c.master.max_offset, on_fence=c.ha._save_fence, peers=c.ha.peers)
     return c
 
 

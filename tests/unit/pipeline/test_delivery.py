@@ -29,7 +29,7 @@ def _deliver(spark, run_root):
     nodes = runfolder.load_nodes(run_root)
     df = decode.decode(spark, nodes, 16384).cache()
     hist = history_check.load_histories(spark, runfolder.history_files(run_root))
-    f = delivery.check(spark, df, hist, nodes, [], out)
+    f = delivery.check(spark, df, hist, nodes, [], out, run_root)
     df.unpersist()
     vs = delivery.verdicts(f)
     rep = report.Report(vs)
@@ -236,3 +236,15 @@ def test_a_group_is_owed_only_what_was_acknowledged_while_it_listened(spark, run
     d = summary["delivery"][GROUP]
     assert (d["acknowledged"], d["delivered"], d["lost"]) == (31, 31, 0), d
     assert v[(delivery.ID_LOST, GROUP)].status == PASS
+
+
+def test_what_a_stalled_group_never_reached_is_backlog_not_passed_by(spark, run_builder):
+    run_builder.master(n=40)   # 10 per queue: queue offsets 0..9
+    run_builder.close()
+    _histories(run_builder, [])
+    os.makedirs(os.path.join(run_builder.root, "chaos"))
+    with open(os.path.join(run_builder.root, "chaos", "ending-1.json"), "w") as fh:
+        json.dump({"drain": {GROUP: {"drained": False, "committed": {"broker-a-0": {str(q): 6 for q in range(4)}}}}}, fh)
+    v, rep, summary, _ = _deliver(spark, run_builder.root)
+    assert summary["delivery"][GROUP]["lostByReason"] == {"backlog": 16, "queued": 24}
+    assert v[(delivery.ID_LOST, GROUP)].status == FAIL
