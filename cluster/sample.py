@@ -3,7 +3,8 @@
 One line per node per round:
     {"ts": 1763770000.123, "node": "broker-a", "brokerName": "broker-a", "brokerId": 0,
      "role": "SYNC_MASTER", "up": true, "maxPhyOffset": 4096,
-     "slaves": [{"addr": "127.0.0.1:53012", "ackOffset": 4096}]}            (masters)
+     "slaves": [{"addr": "127.0.0.1:53012", "ackOffset": 4096}],
+     "consumerOffsets": {"TopicChaos@ChaosCG1": {"0": 120, "1": 118}}}      (masters)
     {..., "role": "SLAVE", "maxPhyOffset": 4096, "reportedOffset": 4096,
      "haState": "CONNECTED", "master": "broker-a"}                            (slaves)
 ts is the Unix time (seconds, float) when the round started; a node that did not answer has
@@ -41,12 +42,32 @@ def sample_rows(state: dict, ts: float) -> list[dict]:
         if n.is_master:
             row["slaves"] = [{"addr": sl.get("addr"), "ackOffset": sl.get("slaveAckOffset")}
                              for sl in (s.get("ha") or {}).get("slaves") or []]
+            if n.up and n.spec.get("addr"):
+                row["consumerOffsets"] = consumer_offsets(n.spec["addr"])
         else:
             hc = s.get("haClient") or {}
             row.update(reportedOffset=hc.get("currentReportedOffset"), haState=hc.get("state"),
                        master=n.spec.get("master"))
         rows.append(row)
     return rows
+
+
+def consumer_offsets(addr: str, timeout: float = 0.5) -> dict[str, dict[str, int]] | None:
+    """The master's committed consumer offsets, {"topic@group": {"queue id": offset}}, by
+    GET_ALL_CONSUMER_OFFSET (what 4.9 slaves copy); None when it does not answer. The audit looks for a
+    group's committed offset moving back (pipeline/offsets.py)."""
+    from broker.remoting import json_body
+    from broker.remoting.codes import RequestCode
+
+    from .status import NamesrvError, namesrv_request
+    try:
+        r = namesrv_request(addr, RequestCode.GET_ALL_CONSUMER_OFFSET, timeout=timeout)
+        table = json_body.loads(r.body).get("offsetTable") if r.code == 0 and r.body else None
+    except (NamesrvError, ValueError, AttributeError):
+        return None
+    if not isinstance(table, dict):
+        return None
+    return {str(k): {str(q): int(o) for q, o in (v or {}).items()} for k, v in table.items()}
 
 
 def served_url(status_url: str, after: int) -> str:

@@ -5,7 +5,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from . import audit, decode, delivery, faults, history_check, runfolder, served
+from . import audit, decode, delivery, faults, history_check, offsets, runfolder, served
 from .verdict import FAIL, INFO, Verdict, failed
 
 
@@ -234,6 +234,8 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
         hist.unpersist()
     else:
         verdicts += history_check.verdicts(findings)
+    verdicts += offsets.verdicts(offsets.regressions(samples, fault_list),
+                                 any(r.get("consumerOffsets") for r in samples))
     group_of = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
     attribution = faults.attribute(fault_list, non_ok, findings.lost, pairs, group_of)
     verdicts += faults.verdicts(fault_list, attribution)

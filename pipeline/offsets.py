@@ -1,0 +1,80 @@
+"""A consumer group's committed offset moving back, from the master samples (`cluster sample`'s
+`consumerOffsets`, GET_ALL_CONSUMER_OFFSET every round).
+
+A committed offset that moves back makes the group consume again what it had (duplicates) at best, and
+at worst (a reset past messages) skip them. In 4.9 a master persists consumer offsets every 5 s
+(`flushConsumerOffsetInterval`), so a master restart, kill or power loss may legitimately bring a
+group's offsets back by up to that much: such a regression is explained by the fault (WARN). One that
+no fault on that master explains is a FAIL: the broker lost or rewrote what a consumer committed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .faults import GRACE_MS, FaultInterval
+from .verdict import FAIL, PASS, WARN, Verdict
+
+ID_REGRESSION = "delivery.offset-regression"
+RESTARTING = ("power-loss", "kill-master", "restart-master")
+MAX_LISTED = 5
+
+
+@dataclass
+class Regression:
+    group: str
+    topic: str
+    node: str
+    queue_id: str
+    before: int
+    after: int
+    ts_ms: int
+    faults: list[str] = field(default_factory=list)
+
+
+def regressions(samples: list[dict], faults: list[FaultInterval] = ()) -> list[Regression]:
+    """Every drop of a (master, topic@group, queue)'s committed offset below the highest seen before it,
+    with the restarting faults of that master active around it (samples: report.load_metrics rows, ts ms)."""
+    best: dict[tuple, tuple[int, int]] = {}
+    out = []
+    for row in sorted((r for r in samples if r.get("consumerOffsets")), key=lambda r: r["ts"]):
+        node, ts = row["node"], int(row["ts"])
+        for key, queues in row["consumerOffsets"].items():
+            topic, _, group = key.rpartition("@")
+            for qid, off in queues.items():
+                k = (node, key, qid)
+                hi = best.get(k)
+                if hi is not None and off < hi[0]:
+                    why = [f.label for f in faults if f.kind in RESTARTING and f.target == node
+                           and f.start_ms <= ts and (f.end_ms is None or ts <= f.end_ms + 3 * GRACE_MS)
+                           and f.start_ms >= hi[1] - 3 * GRACE_MS]
+                    out.append(Regression(group, topic, node, qid, hi[0], off, ts, why))
+                if hi is None or off >= hi[0]:
+                    best[k] = (off, ts)
+    return out
+
+
+def verdicts(regs: list[Regression], sampled: bool) -> list[Verdict]:
+    if not sampled:
+        return []
+    by_group: dict[str, list[Regression]] = {}
+    for r in regs:
+        by_group.setdefault(r.group, []).append(r)
+    out = []
+    for group, rs in sorted(by_group.items()):
+        bad = [r for r in rs if not r.faults]
+        text = "; ".join(f"{r.node} {r.topic} q{r.queue_id}: {r.before} -> {r.after}"
+                         + (f" ({', '.join(r.faults)})" if r.faults else " (no fault)") for r in (bad or rs)[:MAX_LISTED])
+        more = len(bad or rs) - MAX_LISTED
+        text += f"; and {more} more" if more > 0 else ""
+        if bad:
+            out.append(Verdict(f"committed offsets of {group} never move back", FAIL,
+                               f"{len(bad)} regression(s) no restart of the master explains: {text}",
+                               ID_REGRESSION, group))
+        else:
+            out.append(Verdict(f"committed offsets of {group} never move back", WARN,
+                               f"{len(rs)} regression(s), each after its master restarted (offsets are persisted "
+                               f"every 5 s: redelivery follows): {text}", ID_REGRESSION, group))
+    if not by_group:
+        out.append(Verdict("committed offsets never move back", PASS,
+                           "no consumer group's committed offset moved back in the samples", ID_REGRESSION))
+    return out
