@@ -145,6 +145,12 @@ class BrokerConfig:
     haSlaveCompiledFrames: bool = _prop("haSlaveCompiledFrames", True,
                                         doc="ours; with haSlaveZeroCopy, the frame loop (read a header, splice "
                                             "its body) runs in C (broker/ha/_frames.c) when it is built")
+    haCompat49: bool = _prop("haCompat49", False,
+                             doc="ours, for comparisons only (the guarantee matrix's 4.9 column): the master "
+                                 "behaves as Apache RocketMQ 4.9 does where this broker deliberately differs: "
+                                 "a connection's first report is taken unchecked (it raises push2SlaveMaxOffset "
+                                 "and streaming starts there, even past the log), every connection counts as a "
+                                 "slave, and a sync wait ends after 5 wake-ups; never in production")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
     sendFastPath: bool = _prop("sendFastPath", True,
                                doc="ours; plain sends are read and encoded by the compiled accelerator "

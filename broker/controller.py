@@ -119,7 +119,8 @@ class BrokerController:
             self.ha = HAService(self.store, clock=self.clock, batch_size=c.haTransferBatchSize,
                                 heartbeat_ms=c.haSendHeartbeatInterval, housekeeping_ms=c.haHousekeepingInterval,
                                 fallbehind_max=c.haSlaveFallbehindMax, sync_wait_ms=c.sync_wait_ms,
-                                socket_buffer=c.haSocketBufferSize, metrics=self.metrics)
+                                socket_buffer=c.haSocketBufferSize, metrics=self.metrics,
+                                compat49=c.haCompat49)
             if listen:
                 self.ports.append(self.ha.listen(self.reactor, c.ha_port))
             else:

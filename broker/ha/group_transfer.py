@@ -15,13 +15,17 @@ from broker.store.message_store import PutStatus
 
 
 class GroupTransfer:
-    def __init__(self, clock, timeout_s: float, on_outcome=None):
+    def __init__(self, clock, timeout_s: float, on_outcome=None, max_wakeups: int | None = None):
         self.clock = clock
         self.timeout_s = timeout_s
         self.on_outcome = on_outcome  # (outcome, waited_seconds) for metrics
-        self._waiters: deque = deque()  # (next_offset, deadline, started, deferred)
+        self._waiters: deque = deque()  # (next_offset, deadline, started, deferred, raises at enqueue)
         self._timer = None
         self.acked = 0
+        # haCompat49: 4.9's GroupTransferService re-checks after each wake-up (every rise of
+        # push2SlaveMaxOffset) and gives up after 5 of them, however little time has passed (#1244)
+        self.max_wakeups = max_wakeups
+        self._raises = 0
 
     def __len__(self) -> int:
         return len(self._waiters)
@@ -32,7 +36,7 @@ class GroupTransfer:
         if next_offset <= self.acked:
             self._finish(d, PutStatus.PUT_OK, now, now)
             return d
-        self._waiters.append((next_offset, now + self.timeout_s, now, d))
+        self._waiters.append((next_offset, now + self.timeout_s, now, d, self._raises))
         if self._timer is None:
             self._arm()
         return d
@@ -45,8 +49,14 @@ class GroupTransfer:
         now = self.clock.seconds()
         q = self._waiters
         while q and q[0][0] <= push2slave:
-            _, _, started, d = q.popleft()
+            _, _, started, d, _ = q.popleft()
             self._finish(d, PutStatus.PUT_OK, started, now)
+        self._raises += 1
+        if self.max_wakeups is not None:
+            # waiters joined in order, so those out of wake-ups are a prefix of the queue
+            while q and self._raises - q[0][4] >= self.max_wakeups:
+                _, _, started, d, _ = q.popleft()
+                self._finish(d, PutStatus.FLUSH_SLAVE_TIMEOUT, started, now)
         # The timer stays armed for the old head; when it fires it re-arms for the new one.
 
     def _expire(self) -> None:
@@ -54,7 +64,7 @@ class GroupTransfer:
         now = self.clock.seconds()
         q = self._waiters
         while q and q[0][1] <= now:
-            _, _, started, d = q.popleft()
+            _, _, started, d, _ = q.popleft()
             self._finish(d, PutStatus.FLUSH_SLAVE_TIMEOUT, started, now)
         self._arm()
 
@@ -73,5 +83,5 @@ class GroupTransfer:
             self._timer.cancel()
         self._timer = None
         while self._waiters:
-            _, _, started, d = self._waiters.popleft()
+            _, _, started, d, _ = self._waiters.popleft()
             self._finish(d, PutStatus.FLUSH_SLAVE_TIMEOUT, started, self.clock.seconds())

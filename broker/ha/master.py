@@ -204,7 +204,8 @@ class HAService(protocol.Factory):
     """Listens on haListenPort; tracks push2SlaveMaxOffset and the sync waiters."""
 
     def __init__(self, store, *, clock, batch_size=32768, heartbeat_ms=5000, housekeeping_ms=20000,
-                 fallbehind_max=256 * 1024 * 1024, sync_wait_ms=5000, socket_buffer=65536, metrics=None):
+                 fallbehind_max=256 * 1024 * 1024, sync_wait_ms=5000, socket_buffer=65536, metrics=None,
+                 compat49: bool = False):
         self.store = store
         self.clock = clock
         self.batch_size = batch_size
@@ -225,7 +226,14 @@ class HAService(protocol.Factory):
             log.error("a fork is remembered in %s: a slave holding offsets past %d has a history this master "
                       "lost and stays SLAVE_AHEAD until it is truncated or rebuilt (see the README)",
                       self.fence_path, self.incarnation.fence[0])
-        self.group_transfer = GroupTransfer(clock, sync_wait_ms / 1000.0, self._sync_outcome)
+        self.compat49 = compat49
+        if compat49:
+            self.incarnation.compat49 = True
+            log.warning("haCompat49=true: this master reproduces Apache RocketMQ 4.9's HA behaviour where this "
+                        "broker differs (unchecked first reports, false SEND_OK, any socket a slave, 5 wake-ups "
+                        "per sync wait): for comparisons only")
+        self.group_transfer = GroupTransfer(clock, sync_wait_ms / 1000.0, self._sync_outcome,
+                                            max_wakeups=5 if compat49 else None)
         self._ticker = None
         self._pump_all_scheduled = None
         self.port = None
@@ -343,6 +351,9 @@ class HAService(protocol.Factory):
 
     @property
     def connection_count(self) -> int:
+        if self.compat49:  # 4.9: every accepted socket is an HAConnection, reported or not (#3015)
+            return sum(1 for c in self.connections if c.session is not None
+                       and c.session.state != SessionState.CLOSED)
         return sum(1 for c in self.connections if c.session is not None and c.session.is_slave)
 
     def on_ack(self, conn, ack):
@@ -402,6 +413,7 @@ class HAService(protocol.Factory):
             "unvalidatedConnections": len(self.connections) - self.connection_count,
             "syncWaiters": len(self.group_transfer),
             "masterStartOffset": self.incarnation.start_offset,
+            "compat49": self.compat49,
             "forkFence": list(self.incarnation.fence) if self.incarnation.fence else None,
             "provenPeers": self.peers.to_json()["peers"],
             "slavesAhead": len(self.slaves_ahead()),

@@ -46,6 +46,9 @@ class Incarnation:
     # first report past the master from any other host is a protocol error. None: no proof asked (the
     # IO-free state-machine tests; the HA service always passes its ProvenPeers).
     peers: ProvenPeers | None = None
+    # haCompat49: take every connection's first report unchecked, as 4.9 does (false acks, streaming into
+    # the middle of a slave's records once the log passes its offset): the matrix's 4.9 column
+    compat49: bool = False
 
     def __post_init__(self):
         self.sent_max = max(self.sent_max, self.start_offset)
@@ -128,6 +131,14 @@ class MasterSession:
         if self.state == SessionState.SLAVE_AHEAD:
             self.slave_ack_offset = offset  # shown in /status; never an ack
             return None
+        if self.incarnation.compat49 and self.slave_request_offset < 0:
+            # 4.9 HAConnection: the first report sets slaveRequestOffset and is an ack, whatever it says
+            self.slave_request_offset = self.slave_ack_offset = offset
+            self._choose_start(offset)
+            if offset > max_offset:
+                log.warning("haCompat49: slave %s's first report %d is past this master's log (%d), taken "
+                            "unchecked as 4.9 does: push2SlaveMaxOffset rises to it", self.peer, offset, max_offset)
+            return Ack(offset, True)
         if self.slave_request_offset < 0 and self._ahead(offset):
             if not self.incarnation.vouched(self.host):
                 # Nothing is written and no state changes: a stranger cannot fence the real slave out.

@@ -1,0 +1,95 @@
+"""haCompat49: the master as Apache RocketMQ 4.9 behaves where this broker deliberately differs, so the
+guarantee matrix can show both (HA-PROTOCOL.md §9). Each 4.9 behaviour next to ours."""
+import struct
+
+from twisted.internet.address import IPv4Address
+from twisted.internet.testing import StringTransport
+
+from broker.ha.group_transfer import GroupTransfer
+from broker.ha.master import HAService
+from broker.store.message_store import PutStatus
+
+from .harness import Cluster, make_store, put
+
+
+def report(offset):
+    return struct.pack(">q", offset)
+
+
+def conn(ha, host="10.6.6.6"):
+    proto = ha.buildProtocol(None)
+    t = StringTransport(peerAddress=IPv4Address("TCP", host, 40000))
+    proto.makeConnection(t)
+    return proto, t
+
+
+def service(tmp_path, compat49, clock):
+    store = make_store(tmp_path / ("m49" if compat49 else "m"), 1 << 20)
+    return store, HAService(store, clock=clock, sync_wait_ms=1000, compat49=compat49)
+
+
+def test_a_first_report_past_the_log_is_a_false_ack_in_49_and_refused_here(tmp_path):
+    from twisted.internet.task import Clock
+    for compat49 in (True, False):
+        clock = Clock()
+        store, ha = service(tmp_path, compat49, clock)
+        put(store, 3)
+        res = put(store, 1, start=10)[0]
+        outcomes = []
+        proto, t = conn(ha)
+        ha.wait_for_slave(res.next_offset).addCallback(outcomes.append)
+        proto.dataReceived(report(1 << 30))
+        if compat49:
+            # SEND_OK for a message no slave holds: push2SlaveMaxOffset took the rogue's word
+            assert outcomes == [PutStatus.PUT_OK] and ha.push2slave_max_offset == 1 << 30
+        else:
+            # nothing is a slave: the wait said SLAVE_NOT_AVAILABLE at once, and the report changed nothing
+            assert outcomes == [PutStatus.SLAVE_NOT_AVAILABLE] and ha.push2slave_max_offset == 0
+            assert t.disconnecting or proto.session.state == "CLOSED"
+
+
+def test_any_socket_is_a_slave_in_49():
+    from twisted.internet.task import Clock
+    import tempfile
+    from pathlib import Path
+    tmp = Path(tempfile.mkdtemp())
+    for compat49, count in ((True, 1), (False, 0)):
+        clock = Clock()
+        store, ha = service(tmp, compat49, clock)
+        put(store, 2)
+        conn(ha)  # a TCP health probe: connects, says nothing
+        assert ha.connection_count == count
+        assert ha.is_slave_ok(store.max_offset) is bool(count)
+
+
+def test_a_sync_wait_ends_after_five_wake_ups_in_49_and_at_its_deadline_here():
+    from twisted.internet.task import Clock
+    for max_wakeups, expect in ((5, PutStatus.FLUSH_SLAVE_TIMEOUT), (None, PutStatus.PUT_OK)):
+        clock = Clock()
+        gt = GroupTransfer(clock, 5.0, max_wakeups=max_wakeups)
+        out = []
+        gt.wait(1000).addCallback(out.append)
+        for ack in (100, 200, 300, 400, 500):  # a slave catching up in small steps, 0.1 s apart
+            clock.advance(0.1)
+            gt.notify_transfer(ack)
+        clock.advance(0.1)
+        gt.notify_transfer(1000)  # the data is on the slave 0.6 s in, long before the 5 s deadline
+        assert out == [expect], (max_wakeups, out)
+
+
+def test_once_the_log_passes_a_49_slaves_offset_it_streams_into_the_middle_of_its_records(tmp_path):
+    c = Cluster(tmp_path, heartbeat_ms=1000, housekeeping_ms=4000, sync_wait_ms=1000)
+    c.ha.compat49 = True
+    c.ha.incarnation.compat49 = True
+    put(c.master, 5)
+    put(c.slave, 8)  # the slave holds 3 records the master lost (a power loss)
+    s_end = c.slave.max_offset
+    put(c.master, 10, start=200)  # the master writes past the slave's offset: other records there
+    c.connect()
+    c.advance(1.5)
+    conn = c.master_conn()
+    assert conn.session.slave_request_offset == s_end
+    # 4.9 streamed from the slave's offset, which is not a record boundary of the master's log: the slave's
+    # log is now its own history followed by the tail of one of the master's records, then the rest
+    assert c.slave.max_offset == c.master.max_offset and not c.identical()
+    c.close()
