@@ -169,8 +169,12 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
     return "PASS", ""
 
 
-def run_name(topology: str, flush: str, backend: str, seed: int) -> str:
-    return f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
+MODES = ("ours", "4.9")  # this broker, or the same broker with haCompat49=true (4.9's HA behaviour)
+
+
+def run_name(topology: str, flush: str, backend: str, seed: int, mode: str = "ours") -> str:
+    return (f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
+            + ("-49" if mode == "4.9" else ""))
 
 
 def free_base(topology: str, backend: str, lane: int) -> int | None:
@@ -181,13 +185,15 @@ def free_base(topology: str, backend: str, lane: int) -> int | None:
                              extra_offsets=(48,) if backend == "docker" else ())
 
 
-def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int) -> dict:
+def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mode: str = "ours") -> dict:
     """One chaos.run --sweep --no-audit (the audit is the Auditor's); what it left, and how long it took."""
-    name = run_name(topology, flush, backend, seed)
+    name = run_name(topology, flush, backend, seed, mode)
     base = free_base(topology, backend, lane)
     cmd = [sys.executable, "-m", "chaos.run", "--topology", topology, "--backend", backend, "--name", name,
            "--sweep", "--nemesis", ",".join(faults), "--duration", str(args.duration), "--rate", str(args.rate),
            "--seed", str(seed), "--set", f"flushDiskType={flush}", "--catchup-timeout", "30", "--no-audit"]
+    if mode == "4.9":
+        cmd += ["--set", "haCompat49=true"]
     if base is not None:
         cmd += ["--base-port", str(base)]
     t0 = time.monotonic()
@@ -278,13 +284,14 @@ def build(results: list[dict]) -> list[dict]:
     cells: dict[tuple, dict] = {}
     for r in results:
         for s in r["samples"]:
-            key = (r["topology"], r["flush"], s["kind"], s["role"])
-            c = cells.setdefault(key, {"topology": r["topology"], "flush": r["flush"], "kind": s["kind"],
-                                       "role": s["role"], "backend": r["backend"], "samples": []})
+            mode = r.get("mode", "ours")
+            key = (mode, r["topology"], r["flush"], s["kind"], s["role"])
+            c = cells.setdefault(key, {"mode": mode, "topology": r["topology"], "flush": r["flush"],
+                                       "kind": s["kind"], "role": s["role"], "backend": r["backend"], "samples": []})
             c["samples"].append(s)
     out = []
     for key, c in sorted(cells.items()):
-        p = promise(*key)
+        p = promise(*key[1:])
         ss = c["samples"]
         verdict, note = judge(p, ss)
         n_sends = sum(s["sends"] for s in ss)
@@ -304,13 +311,13 @@ def build(results: list[dict]) -> list[dict]:
 def write(out: Path, cells: list[dict], results: list[dict], command: str) -> None:
     (out / "matrix.json").write_text(json.dumps({"cells": cells, "runs": results}, indent=1))
     lines = [f"Command: `{command}`", "",
-             "| configuration | fault | backend | runs | acked during fault | acknowledged lost | undelivered "
+             "| broker | configuration | fault | backend | runs | acked during fault | acknowledged lost | undelivered "
              "| stranded | divergent pairs | availability | recovery (s, max) | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         av = f"{c['availability'] * 100:.0f} %" if c["availability"] is not None else "-"
         rec = c["recovery_s"] if c["recovery_s"] is not None else "-"
-        lines.append(f"| {c['topology']} {c['flush']} | {c['kind']} ({c['role']}) | {c['backend']} | {c['runs']} "
+        lines.append(f"| {c.get('mode', 'ours')} | {c['topology']} {c['flush']} | {c['kind']} ({c['role']}) | {c['backend']} | {c['runs']} "
                      f"| {c['acked_during']} | {c['lost']} | {c.get('undelivered', 0)} | {c.get('stranded', 0)} "
                      f"| {c['divergent']} | {av} | {rec} | **{c['verdict']}**"
                      f"{': ' + c['note'] if c['note'] and c['verdict'] != 'PASS' else ''} |")
@@ -328,13 +335,13 @@ def heatmap(path: Path, cells: list[dict]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
-    rows = sorted({(c["topology"], c["flush"]) for c in cells})
+    rows = sorted({(c.get("mode", "ours"), c["topology"], c["flush"]) for c in cells})
     cols = sorted({(c["kind"], c["role"]) for c in cells})
     code = {"PASS": 0, "WEAK": 1, "not exercised": 2, "FAIL": 3}
     grid = [[float("nan")] * len(cols) for _ in rows]
     text = [[""] * len(cols) for _ in rows]
     for c in cells:
-        i, j = rows.index((c["topology"], c["flush"])), cols.index((c["kind"], c["role"]))
+        i, j = rows.index((c.get("mode", "ours"), c["topology"], c["flush"])), cols.index((c["kind"], c["role"]))
         grid[i][j] = code[c["verdict"]]
         av = f"{c['availability'] * 100:.0f}%" if c["availability"] is not None else "-"
         text[i][j] = f"{c['verdict'] if c['verdict'] != 'not exercised' else 'n/e'}\n{av}" + (
@@ -343,7 +350,7 @@ def heatmap(path: Path, cells: list[dict]) -> None:
     fig, ax = plt.subplots(figsize=(1.1 * len(cols) + 2, 0.9 * len(rows) + 1.5))
     ax.imshow(grid, cmap=ListedColormap(["#4dac26", "#f1b6da", "#bababa", "#d01c8b"]), vmin=0, vmax=3)
     ax.set_xticks(range(len(cols)), [f"{k}\n({r})" for k, r in cols], rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(len(rows)), [f"{t}\n{f}" for t, f in rows], fontsize=8)
+    ax.set_yticks(range(len(rows)), [f"{m}: {t}\n{f}" for m, t, f in rows], fontsize=8)
     for i in range(len(rows)):
         for j in range(len(cols)):
             ax.text(j, i, text[i][j], ha="center", va="center", fontsize=6)
@@ -364,6 +371,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="build/chaos-matrix")
     ap.add_argument("--from-runs", action="store_true", help="do not run: judge the run folders of an earlier run")
     ap.add_argument("--serial", action="store_true", help="one backend's runs after the other (default: at once)")
+    ap.add_argument("--modes", default="ours", help="ours, 4.9 or ours,4.9: this broker, and/or the same broker "
+                    "with haCompat49=true (Apache RocketMQ 4.9's HA behaviour), side by side in the table")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -372,9 +381,12 @@ def main(argv=None) -> int:
     for backend in args.backends.split(","):
         faults = LOCAL_FAULTS if backend == "local" else DOCKER_FAULTS
         assert all(backend in FAULTS[f].backends for f in faults)
-        for topology, flush in configs:
-            for seed in range(args.first_seed, args.first_seed + args.seeds):
-                plan.append((topology, flush, backend, faults, seed))
+        for mode in args.modes.split(","):
+            if mode not in MODES:
+                ap.error(f"--modes: {mode!r}; known: {', '.join(MODES)}")
+            for topology, flush in configs:
+                for seed in range(args.first_seed, args.first_seed + args.seeds):
+                    plan.append((topology, flush, backend, faults, seed, mode))
     t0 = time.monotonic()
     lock = threading.Lock()
 
@@ -388,22 +400,23 @@ def main(argv=None) -> int:
             before = {r["name"]: r for r in json.loads((out / "matrix.json").read_text())["runs"]}
         except (OSError, ValueError, KeyError):
             before = {}
-        for topology, flush, backend, faults, seed in plan:
-            name = run_name(topology, flush, backend, seed)
+        for topology, flush, backend, faults, seed, mode in plan:
+            name = run_name(topology, flush, backend, seed, mode)
             old = before.get(name, {})
             results.append({"name": name, "rc": 0, "took_s": old.get("took_s", 0), "log": old.get("log", ""),
                             "audit_s": old.get("audit_s"), "topology": topology, "flush": flush,
-                            "backend": backend, "seed": seed})
+                            "backend": backend, "seed": seed, "mode": mode})
     else:
         auditor = Auditor(out, say)
         lanes = {b: [p for p in plan if p[2] == b] for b in dict.fromkeys(p[2] for p in plan)}
         counter = iter(range(1, len(plan) + 1))
 
         def lane(index: int, items) -> None:
-            for topology, flush, backend, faults, seed in items:
-                say(f"[{next(counter)}/{len(plan)}] {topology} {flush} on {backend}, seed {seed}: {', '.join(faults)}")
-                r = sweep(topology, flush, backend, faults, seed, args, out, index)
-                r.update(topology=topology, flush=flush, backend=backend, seed=seed)
+            for topology, flush, backend, faults, seed, mode in items:
+                say(f"[{next(counter)}/{len(plan)}] {mode}: {topology} {flush} on {backend}, seed {seed}: "
+                    f"{', '.join(faults)}")
+                r = sweep(topology, flush, backend, faults, seed, args, out, index, mode)
+                r.update(topology=topology, flush=flush, backend=backend, seed=seed, mode=mode)
                 say(f"    {r['name']}: sweep {r['took_s']} s, exit {r['rc']}; log {r['log']}")
                 with lock:
                     results.append(r)
@@ -429,7 +442,7 @@ def main(argv=None) -> int:
         r["failed_run"] = failed is None
         if failed is not None:
             r["audit_failed"] = failed
-    results.sort(key=lambda r: (r["backend"], r["topology"], r["flush"], r["seed"]))
+    results.sort(key=lambda r: (r.get("mode", "ours"), r["backend"], r["topology"], r["flush"], r["seed"]))
     cells = build(results)
     command = "python -m chaos.matrix " + " ".join(argv if argv is not None else sys.argv[1:])
     write(out, cells, results, command)
