@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .faults import GRACE_MS, FaultInterval
+from .faults import FaultInterval
 from .verdict import FAIL, PASS, WARN, Verdict
 
 ID_REGRESSION = "delivery.offset-regression"
 RESTARTING = ("power-loss", "kill-master", "restart-master")
+EXPLAIN_MS = 30_000
 MAX_LISTED = 5
 
 
@@ -32,9 +33,12 @@ class Regression:
 
 
 def regressions(samples: list[dict], faults: list[FaultInterval] = ()) -> list[Regression]:
-    """Every drop of a (master, topic@group, queue)'s committed offset below the highest seen before it,
-    with the restarting faults of that master active around it (samples: report.load_metrics rows, ts ms)."""
-    best: dict[tuple, tuple[int, int]] = {}
+    """Every step down of a (master, topic@group, queue)'s committed offset from one sample to the next it
+    answered, with the restarting faults of that master around it: started between the two samples (the
+    master was not answering in between, as a restart leaves it) or healed at most EXPLAIN_MS before the
+    lower one (a consumer corrects an offset past a shortened queue at its next pull). samples:
+    report.load_metrics rows, ts in ms."""
+    prev: dict[tuple, tuple[int, int]] = {}
     out = []
     for row in sorted((r for r in samples if r.get("consumerOffsets")), key=lambda r: r["ts"]):
         node, ts = row["node"], int(row["ts"])
@@ -42,14 +46,13 @@ def regressions(samples: list[dict], faults: list[FaultInterval] = ()) -> list[R
             topic, _, group = key.rpartition("@")
             for qid, off in queues.items():
                 k = (node, key, qid)
-                hi = best.get(k)
-                if hi is not None and off < hi[0]:
+                last = prev.get(k)
+                if last is not None and off < last[0]:
                     why = [f.label for f in faults if f.kind in RESTARTING and f.target == node
-                           and f.start_ms <= ts and (f.end_ms is None or ts <= f.end_ms + 3 * GRACE_MS)
-                           and f.start_ms >= hi[1] - 3 * GRACE_MS]
-                    out.append(Regression(group, topic, node, qid, hi[0], off, ts, why))
-                if hi is None or off >= hi[0]:
-                    best[k] = (off, ts)
+                           and last[1] - EXPLAIN_MS <= f.start_ms <= ts
+                           and (f.end_ms is None or ts <= f.end_ms + EXPLAIN_MS)]
+                    out.append(Regression(group, topic, node, qid, last[0], off, ts, why))
+                prev[k] = (off, ts)
     return out
 
 
