@@ -38,6 +38,10 @@ CONFIGS = [("2m-2s-sync", "ASYNC_FLUSH"), ("2m-2s-sync", "SYNC_FLUSH"),
            ("2m-2s-async", "ASYNC_FLUSH"), ("2m-2s-async", "SYNC_FLUSH")]
 LOCAL_FAULTS = ["kill-master", "restart-master", "pause-master", "power-loss", "kill-slave", "restart-slave",
                 "pause-slave", "disk-full"]
+# disk-full needs every store on a size-limited tmpfs, where fsync does nothing: it gets a sweep of its own,
+# so the process faults (power loss above all) run on the real filesystem
+DISK_FAULTS = ["disk-full"]
+LOCAL_SWEEPS = [[f for f in LOCAL_FAULTS if f not in DISK_FAULTS], DISK_FAULTS]
 DOCKER_FAULTS = ["partition", "cut", "latency", "client-cut"]
 
 
@@ -172,9 +176,9 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
 MODES = ("ours", "4.9")  # this broker, or the same broker with haCompat49=true (4.9's HA behaviour)
 
 
-def run_name(topology: str, flush: str, backend: str, seed: int, mode: str = "ours") -> str:
+def run_name(topology: str, flush: str, backend: str, seed: int, mode: str = "ours", faults=()) -> str:
     return (f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
-            + ("-49" if mode == "4.9" else ""))
+            + ("-df" if list(faults) == DISK_FAULTS else "") + ("-49" if mode == "4.9" else ""))
 
 
 def free_base(topology: str, backend: str, lane: int) -> int | None:
@@ -187,7 +191,7 @@ def free_base(topology: str, backend: str, lane: int) -> int | None:
 
 def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mode: str = "ours") -> dict:
     """One chaos.run --sweep --no-audit (the audit is the Auditor's); what it left, and how long it took."""
-    name = run_name(topology, flush, backend, seed, mode)
+    name = run_name(topology, flush, backend, seed, mode, faults)
     base = free_base(topology, backend, lane)
     cmd = [sys.executable, "-m", "chaos.run", "--topology", topology, "--backend", backend, "--name", name,
            "--sweep", "--nemesis", ",".join(faults), "--duration", str(args.duration), "--rate", str(args.rate),
@@ -379,14 +383,14 @@ def main(argv=None) -> int:
     configs = CONFIGS if args.configs == "all" else [tuple(c.split("/")) for c in args.configs.split(",")]
     plan = []
     for backend in args.backends.split(","):
-        faults = LOCAL_FAULTS if backend == "local" else DOCKER_FAULTS
-        assert all(backend in FAULTS[f].backends for f in faults)
-        for mode in args.modes.split(","):
-            if mode not in MODES:
-                ap.error(f"--modes: {mode!r}; known: {', '.join(MODES)}")
-            for topology, flush in configs:
-                for seed in range(args.first_seed, args.first_seed + args.seeds):
-                    plan.append((topology, flush, backend, faults, seed, mode))
+        for faults in (LOCAL_SWEEPS if backend == "local" else [DOCKER_FAULTS]):
+            assert all(backend in FAULTS[f].backends for f in faults)
+            for mode in args.modes.split(","):
+                if mode not in MODES:
+                    ap.error(f"--modes: {mode!r}; known: {', '.join(MODES)}")
+                for topology, flush in configs:
+                    for seed in range(args.first_seed, args.first_seed + args.seeds):
+                        plan.append((topology, flush, backend, faults, seed, mode))
     t0 = time.monotonic()
     lock = threading.Lock()
 
@@ -401,7 +405,7 @@ def main(argv=None) -> int:
         except (OSError, ValueError, KeyError):
             before = {}
         for topology, flush, backend, faults, seed, mode in plan:
-            name = run_name(topology, flush, backend, seed, mode)
+            name = run_name(topology, flush, backend, seed, mode, faults)
             old = before.get(name, {})
             results.append({"name": name, "rc": 0, "took_s": old.get("took_s", 0), "log": old.get("log", ""),
                             "audit_s": old.get("audit_s"), "topology": topology, "flush": flush,
