@@ -185,7 +185,9 @@ def free_base(topology: str, backend: str, lane: int) -> int | None:
     """A free port block for one lane (lanes run at once: each takes its own interleaved candidates)."""
     from cluster.ports import free_cluster_base
     from cluster.topology import load_topology
-    return free_cluster_base(load_topology(topology), low=33000, high=45000, slot=lane, slots=2,
+    # below the usual ephemeral range (32768.. on Linux): outgoing connections take ports from it, and the
+    # port planner refuses a base there
+    return free_cluster_base(load_topology(topology), low=21000, high=32000, slot=lane, slots=2,
                              extra_offsets=(48,) if backend == "docker" else ())
 
 
@@ -335,6 +337,8 @@ def write(out: Path, cells: list[dict], results: list[dict], command: str) -> No
 
 
 def heatmap(path: Path, cells: list[dict]) -> None:
+    if not cells:
+        return
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -419,7 +423,12 @@ def main(argv=None) -> int:
             for topology, flush, backend, faults, seed, mode in items:
                 say(f"[{next(counter)}/{len(plan)}] {mode}: {topology} {flush} on {backend}, seed {seed}: "
                     f"{', '.join(faults)}")
-                r = sweep(topology, flush, backend, faults, seed, args, out, index, mode)
+                try:
+                    r = sweep(topology, flush, backend, faults, seed, args, out, index, mode)
+                except Exception as e:  # one run that cannot start must not end the lane silently
+                    r = {"name": run_name(topology, flush, backend, seed, mode, faults), "rc": 3, "took_s": 0,
+                         "log": f"{type(e).__name__}: {e}"}
+                    say(f"    could not run: {type(e).__name__}: {e}")
                 r.update(topology=topology, flush=flush, backend=backend, seed=seed, mode=mode)
                 say(f"    {r['name']}: sweep {r['took_s']} s, exit {r['rc']}; log {r['log']}")
                 with lock:
