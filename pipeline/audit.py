@@ -13,6 +13,7 @@ from .runfolder import Node
 from .verdict import FAIL, PASS, WARN, Verdict
 
 MAX_LISTED = 20  # ranges/offsets listed per finding in the report
+ID_INTEGRITY, ID_REPLICA = "log.integrity", "replica.consistent"  # verdict ids (subject: node / slave)
 
 
 @dataclass
@@ -230,7 +231,7 @@ def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list
         if ni.invalid:
             out.append(Verdict(name, FAIL, f"{len(ni.invalid)} unreadable span(s) inside the log, first at "
                                f"{ni.invalid[0][0]} ({ni.invalid[0][2]}): "
-                               + _fmt_ranges([(o, o + s) for o, s, _ in ni.invalid])))
+                               + _fmt_ranges([(o, o + s) for o, s, _ in ni.invalid]), ID_INTEGRITY, ni.node))
         elif ni.torn or ni.short_files:
             parts = []
             if ni.torn:
@@ -238,9 +239,9 @@ def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list
             if ni.short_files:
                 parts.append("files shorter than the mapped size (RocketMQ would not load them): "
                              + ", ".join(f"{p.rsplit('/', 1)[-1]} {ln}/{ms}" for p, ln, ms in ni.short_files))
-            out.append(Verdict(name, WARN, "; ".join(parts)))
+            out.append(Verdict(name, WARN, "; ".join(parts), ID_INTEGRITY, ni.node))
         else:
-            out.append(Verdict(name, PASS, f"{ni.records} records in [{ni.start}, {ni.end})"))
+            out.append(Verdict(name, PASS, f"{ni.records} records in [{ni.start}, {ni.end})", ID_INTEGRITY, ni.node))
     for name, (master, slaves) in groups(nodes).items():
         if master is None:
             out.append(Verdict(f"replicas {name}", WARN, "no master node in this group (role/brokerId); "
@@ -263,7 +264,7 @@ def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list
                                    "back behind its slave (it lost an unsynced tail the slave holds) and wrote "
                                    f"new data at [{fork}, {min(p.master_end, p.slave_end)}); the slave's "
                                    f"{p.slave_end - fork} bytes from {fork} are a history the master lost "
-                                   f"(SLAVE_AHEAD; the README's guarantee matrix) ({facts})"))
+                                   f"(SLAVE_AHEAD; the README's guarantee matrix) ({facts})", ID_REPLICA, p.slave))
                 continue
         if p.fork_offset is not None:
             problems.append(
@@ -287,7 +288,7 @@ def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list
                             f"{p.slave_end}: the slave lost acknowledged bytes")
         if problems:
             out.append(Verdict(name, FAIL, f"first divergent offset {p.first_divergent_offset}; "
-                               + "; ".join(problems) + f" ({facts})"))
+                               + "; ".join(problems) + f" ({facts})", ID_REPLICA, p.slave))
             continue
         notes = []
         if p.lag_bytes:
@@ -298,7 +299,7 @@ def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list
             notes.append(f"the slave holds records past the master's end (master lost its tail?): "
                          f"{_fmt_ranges(beyond)}")
         if notes:
-            out.append(Verdict(name, WARN, "; ".join(notes) + f" ({facts})"))
+            out.append(Verdict(name, WARN, "; ".join(notes) + f" ({facts})", ID_REPLICA, p.slave))
         else:
-            out.append(Verdict(name, PASS, f"identical ({facts})"))
+            out.append(Verdict(name, PASS, f"identical ({facts})", ID_REPLICA, p.slave))
     return out

@@ -337,12 +337,16 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
         f.detail_path = os.path.join(out_dir, DETAIL_FILE)
     fh = open(f.detail_path, "w") if f.detail_path else None
     seen_by_fault: dict[str, dict[str, set]] = {}
+    kind_of = {x.label: x.kind for x in fault_list}
     try:
         for r in problems.select("grp", "send_id", "s_topic", "producer", "state", "reason", "gone_after", "ack_ms",
                                  "where", "broker").orderBy("grp", "ack_ms").toLocalIterator():
             kind = ID_LOST_AFTER if r["state"] == "delivered" else (ID_STRANDED if r["state"] == "stranded" else ID_LOST)
             labels = _suspects(fault_list, r["ack_ms"], r["broker"])
-            for label in labels:
+            # the matrix's cells: a loss counts against the faults that can destroy or strand a stored
+            # message (not a pause that merely happened when it was acknowledged), unless none is a suspect
+            able = [x for x in labels if kind_of.get(x) in DESTRUCTIVE] or labels
+            for label in able:
                 seen_by_fault.setdefault(label, {}).setdefault(kind, set()).add(r["send_id"])
             item = {"verdict": kind, "group": r["grp"], "send_id": r["send_id"], "topic": r["s_topic"],
                     "producer": r["producer"], "reason": r["reason"], "acked_ms": r["ack_ms"],
