@@ -100,6 +100,9 @@ class BrokerController:
             now_ms=lambda: int(self.clock.seconds() * 1000),
             index=IndexSettings(c.messageIndexEnable, c.maxHashSlotNum, c.maxIndexNum))
         self.store.delay_levels_ms = c.delay_levels_ms
+        if "lose-tail-on-restart" in c.planted_bugs and c.is_master:
+            log.error("PLANTED BUG lose-tail-on-restart: dropped the last %d bytes of the commit log before "
+                      "recovery", planted.cut_tail(c.commitlog_dir))
         self.store.start()
         self._store_metrics()
         self.bugs = c.planted_bugs

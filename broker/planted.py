@@ -17,7 +17,33 @@ PLANTED_BUGS: dict[str, str] = {
                        "(caught by: no UNIQ_KEY stored twice)",
     "corrupt-replication": "the slave flips one byte of each replicated chunk before storing it "
                            "(caught by: the replica comparison and the slave's log integrity)",
+    "lose-tail-on-restart": "a master drops the last 16 KiB of its commit log every time it starts, as a broken "
+                            "recovery would: a fork without any power loss (caught by: the replica comparison, "
+                            "a fork no fault allows, and the delivery verdicts lost-after-delivery / stranded)",
 }
+
+LOST_TAIL_BYTES = 16 << 10
+
+
+def cut_tail(commitlog_dir: str, nbytes: int = LOST_TAIL_BYTES) -> int:
+    """lose-tail-on-restart: zero the last `nbytes` written bytes of the newest non-empty commit-log file
+    (recovery then ends at the last whole record before them). Returns the bytes zeroed."""
+    import os
+
+    from broker.store.mapped_file import list_files
+    for _base, path in reversed(list_files(commitlog_dir)):
+        with open(path, "r+b") as fh:
+            data = fh.read()
+            end = len(data.rstrip(b"\0"))
+            if end == 0:
+                continue
+            start = max(0, end - nbytes)
+            fh.seek(start)
+            fh.write(bytes(end - start))
+            fh.flush()
+            os.fsync(fh.fileno())
+            return end - start
+    return 0
 
 
 def parse(value: str) -> frozenset[str]:

@@ -137,3 +137,21 @@ def test_skip_flush_loses_what_sync_flush_acknowledged(tmp_path):
     assert v["no acknowledged send lost"] == "FAIL", out
     lost = next(line for line in out.splitlines() if line.startswith("INFO  acknowledged losses by fault"))
     assert "power-loss broker-a" in lost, out
+
+
+@pytest.mark.checkers
+def test_a_master_that_forks_without_a_power_loss_fails_replicas_and_delivery(tmp_path):
+    """lose-tail-on-restart: broker-a drops its last 16 KiB whenever it starts. Killed (no power loss), it
+    comes back behind its slave: a fork no fault allows (replica FAIL, not the allowed-fork WARN), and what
+    it acknowledged in that tail is stranded for a group that subscribes after the heal."""
+    schedule = [{"at": 3, "hold": 1.5, "kind": "kill-master", "target": "broker-a"}]
+    rc, out, run_dir = chaos_run(tmp_path, "losetail", "2m-2s-sync", schedule,
+                                 {"broker-a:plantBug": "lose-tail-on-restart"}, ["--late-consumer-after-heal"])
+    assert rc == 1, out
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    by_id = {(v["id"], v["subject"]): v for v in summary["verdicts"] if v.get("id")}
+    assert by_id[("replica.consistent", "broker-a-s")]["status"] == "FAIL", out
+    assert "allowed fork" not in by_id[("replica.consistent", "broker-a-s")]["detail"], out
+    late = next(g for g in summary["delivery"] if g.startswith("ChaosLateCG"))
+    assert summary["delivery"][late]["stranded"] > 0, summary["delivery"]
+    assert by_id[("delivery.stranded", late)]["status"] == "FAIL", out

@@ -70,3 +70,25 @@ def test_corrupting_store_flips_one_bit_of_the_first_chunk_only():
     assert got == [(100, [b"\x00\x00\x01\x00", b"abc"]), (200, [b"\x10\x21\x30"])]
     assert s.max_offset == 7  # everything else passes through
     assert planted.corrupt(b"") == b""
+
+
+def test_lose_tail_on_restart_forks_a_master_without_a_power_loss(tmp_path):
+    b = Broker(tmp_path / "b", brokerRole="SYNC_MASTER")
+    try:
+        for _ in range(300):  # ~47 KB: more than the 16 KiB the bug drops
+            b.call(send_v1())
+        before = b.store.max_offset
+    finally:
+        b.stop()
+    again = Broker(tmp_path / "b", brokerRole="SYNC_MASTER", plantBug="lose-tail-on-restart")
+    try:
+        after = again.store.max_offset
+        assert before - planted.LOST_TAIL_BYTES - 1024 < after <= before - planted.LOST_TAIL_BYTES
+        assert again.store.recovery.end_offset == after  # recovered to a whole record: a clean, shorter log
+    finally:
+        again.stop()
+    clean = Broker(tmp_path / "b", brokerRole="SYNC_MASTER")  # without the bug nothing more is lost
+    try:
+        assert clean.store.max_offset == after
+    finally:
+        clean.stop()
