@@ -106,9 +106,38 @@ def lags_over_time(run: Path) -> list[tuple[float, int]]:
     return out
 
 
+# Faults that take a node away: the samples must have seen it not answering while the fault was active,
+# or the fault had no effect anyone could see ("not exercised": a nemesis that silently did nothing)
+NODE_DOWN_FAULTS = ("kill-master", "kill-slave", "restart-master", "restart-slave", "power-loss",
+                    "pause-master", "pause-slave", "partition")
+
+
+def down_seen(run: Path) -> dict[str, list[float]]:
+    """node -> the sample times (ms) at which it did not answer."""
+    out: dict[str, list[float]] = {}
+    p = run / "metrics" / "samples.jsonl"
+    if p.exists():
+        for r in read_jsonl(p):
+            if r.get("up") is False:
+                out.setdefault(r["node"], []).append(r["ts"] * 1000 if r["ts"] < 1e11 else r["ts"])
+    return out
+
+
+def no_effect(f: dict, down: dict[str, list[float]], sampled: bool) -> str | None:
+    """Why a fault showed no effect, or None. Only node faults are checked, and only with samples."""
+    if not sampled or f["kind"] not in NODE_DOWN_FAULTS:
+        return None
+    end = f["end_ms"] if f["end_ms"] is not None else float("inf")
+    if any(f["start_ms"] <= t <= end + 1000 for t in down.get(f["target"], [])):
+        return None
+    return f"no sample saw {f['target']} down while the fault was active: the fault had no visible effect"
+
+
 def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[dict]:
     all_sends = sends(run)
     lags = lags_over_time(run)
+    down = down_seen(run)
+    sampled = bool(lags)
     ahead_groups = set()
     out = []
     for f in summary["faults"]:
@@ -142,7 +171,7 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
                     # acknowledged sends stored by the faulted group itself while the fault was active
                     # (None for summaries older than the delivery checker: then `ok`, the whole cluster's)
                     "acked_on_group": acked_on_group,
-                    "not_exercised": (f.get("info") or {}).get("notExercised"),
+                    "not_exercised": (f.get("info") or {}).get("notExercised") or no_effect(f, down, sampled),
                     "error": f.get("inject_error") or f.get("heal_error")})
     return out
 

@@ -97,3 +97,35 @@ def test_audit_failures_no_cell_accounts_for_fail_the_matrix():
         == ["l (delivery.lost)"]
     assert matrix.unexplained_failures(base | {"verdicts": [fail | {"name": "log integrity broker-a"}]}) \
         == ["log integrity broker-a (no id)"]
+
+
+def test_a_node_fault_no_sample_saw_is_not_exercised(tmp_path):
+    """A nemesis that silently does nothing (the node never went away) must not count as coverage."""
+    import json
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "producer-1.jsonl").write_text(
+        "".join(json.dumps({"op": "send", "start_ms": t, "end_ms": t + 5, "status": "SEND_OK"}) + "\n"
+                for t in range(1000, 9000, 100)))
+    (tmp_path / "metrics").mkdir()
+    rows = []
+    for ts in range(1, 10):
+        for node, role, master in (("broker-a", "SYNC_MASTER", None), ("broker-a-s", "SLAVE", "broker-a")):
+            up = not (node == "broker-a" and 2 <= ts <= 3)   # the kill at 2 s took broker-a away
+            rows.append({"ts": ts, "node": node, "role": role, "master": master, "up": up, "maxPhyOffset": 10})
+    (tmp_path / "metrics" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def fault(id_, kind, target, start):
+        return {"id": id_, "kind": kind, "target": target, "group": "broker-a", "role": "master", "link": None,
+                "start_ms": start, "end_ms": start + 1500}
+    summary = {"faults": [fault(1, "kill-master", "broker-a", 1900), fault(2, "kill-master", "broker-a", 6000)],
+               "lostByFault": {}, "divergentByFault": {}}
+    got = cell_samples_by_id(tmp_path, summary)
+    assert got[1]["not_exercised"] is None
+    assert "no sample saw broker-a down" in got[2]["not_exercised"]   # the second kill did nothing visible
+    p = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
+    assert judge(p, [got[2]])[0] == "not exercised" and judge(p, [got[1]])[0] == "PASS"
+
+
+def cell_samples_by_id(run, summary):
+    from chaos.matrix import cell_samples
+    return dict(zip((f["id"] for f in summary["faults"]), cell_samples(run, summary, "2m-2s-sync", "ASYNC_FLUSH")))
