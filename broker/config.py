@@ -151,6 +151,17 @@ class BrokerConfig:
                                  "a connection's first report is taken unchecked (it raises push2SlaveMaxOffset "
                                  "and streaming starts there, even past the log), every connection counts as a "
                                  "slave, and a sync wait ends after 5 wake-ups; never in production")
+    haRecoveryEnable: bool = _prop("haRecoveryEnable", False,
+                                   doc="ours (README \"Recovery without stranding\"): a master that starts after an "
+                                       "unclean shutdown holds writes and fetches what its slaves "
+                                       "(haRecoveryPeers) hold past its log, verified record by record, before "
+                                       "it takes a write; a slave serves its log on its HA port for that")
+    haRecoveryPeers: str = _prop("haRecoveryPeers", "",
+                                 doc="ours; the HA ports (host:port, comma-separated) of the slaves a "
+                                     "recovering master fetches from, in order")
+    haRecoveryWaitMs: int = _prop("haRecoveryWaitMs", 30000, minimum=0,
+                                  doc="ours; the longest a recovering master holds writes for its slaves to "
+                                      "answer; then it takes writes as without recovery")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
     sendFastPath: bool = _prop("sendFastPath", True,
                                doc="ours; plain sends are read and encoded by the compiled accelerator "
@@ -250,6 +261,10 @@ class BrokerConfig:
         return parse_delay_levels(self.messageDelayLevel)
 
     @property
+    def recovery_peers(self) -> list[str]:
+        return [a.strip() for a in self.haRecoveryPeers.split(",") if a.strip()]
+
+    @property
     def sync_wait_ms(self) -> int:
         return self.slaveTimeout if self.slaveTimeout is not None else self.syncFlushTimeout
 
@@ -312,6 +327,8 @@ class BrokerConfig:
             raise ConfigError(f"maxHashSlotNum={self.maxHashSlotNum} and maxIndexNum={self.maxIndexNum} make "
                               f"index files of {index_file} bytes; 40 + maxHashSlotNum*4 + maxIndexNum*20 must "
                               f"stay below 2 GiB (the defaults are 5000000 and 20000000)")
+        for a in self.recovery_peers:
+            _check_addr("haRecoveryPeers", a)
         ports = {"listenPort": self.listenPort, "haListenPort": self.ha_port, "metricsPort": self.metrics_port}
         if len(set(ports.values())) != len(ports):
             raise ConfigError(f"ports must differ: {ports}")

@@ -15,6 +15,7 @@ from twisted.python.failure import Failure
 from . import fastpath, planted, supervision
 from .config import BrokerConfig
 from .ha.master import HAService
+from .ha.recovery import RecoveryFetcher, RecoverySourceService
 from .ha.slave import HAClient
 from .metrics import Registry, metrics_site
 from .served import ServedLog
@@ -61,6 +62,10 @@ def _wait_outcome(result, res: PutResult, what: str, failed_as: PutStatus) -> Pu
     return status
 
 
+RECOVERING = ("master recovering after an unclean shutdown: fetching what its slaves hold past its log "
+              "(haRecoveryEnable); retry in a moment")
+
+
 class BrokerController:
     def __init__(self, config: BrokerConfig, reactor, clock=None, run_in_thread=None):
         self.config = config
@@ -74,6 +79,8 @@ class BrokerController:
         self.store: MessageStore | None = None
         self.ha: HAService | None = None
         self.ha_client: HAClient | None = None
+        self.recovery: RecoveryFetcher | None = None  # master: the hold after an unclean start
+        self.recovery_source: RecoverySourceService | None = None  # slave: serves a recovering master
         self.flusher: FlushService | None = None
         self.ports = []
         self.bugs: frozenset[str] = frozenset()  # planted bugs (broker/planted.py), tests of the audit only
@@ -119,15 +126,15 @@ class BrokerController:
             # Consume-queue units and index keys of the records a reactor turn appended are built in one
             # batch on the next turn (MessageStore.dispatch_pending).
             self.store.dispatch_soon = self._reput_soon
-            self.ha = HAService(self.store, clock=self.clock, batch_size=c.haTransferBatchSize,
-                                heartbeat_ms=c.haSendHeartbeatInterval, housekeeping_ms=c.haHousekeepingInterval,
-                                fallbehind_max=c.haSlaveFallbehindMax, sync_wait_ms=c.sync_wait_ms,
-                                socket_buffer=c.haSocketBufferSize, metrics=self.metrics,
-                                compat49=c.haCompat49)
-            if listen:
-                self.ports.append(self.ha.listen(self.reactor, c.ha_port))
+            if c.haRecoveryEnable and not self.store.was_clean_shutdown and c.recovery_peers:
+                # writes and the HA port wait until the slaves said what they hold past this log
+                self.recovery = RecoveryFetcher(
+                    self.store, c.recovery_peers, self.clock, self.reactor, c.haRecoveryWaitMs / 1000.0,
+                    record.host_of(c.broker_addr), c.maxMessageSize + (64 << 10),
+                    on_done=lambda _state: self._start_ha_service(listen))
+                self.recovery.start()
             else:
-                self.ha.start_ticking()
+                self._start_ha_service(listen)
         else:
             replica_store = (planted.CorruptingStore(self.store) if "corrupt-replication" in self.bugs
                              else self.store)
@@ -141,6 +148,9 @@ class BrokerController:
             self.store.append_listeners.append(lambda _offset: self._dispatch_soon())
             self.schedule_dispatch()
             self.ha_client.start()
+            if c.haRecoveryEnable and listen:  # a restarting master may fetch this log (broker/ha/recovery.py)
+                self.recovery_source = RecoverySourceService(self.store, self.clock)
+                self.ports.append(self.recovery_source.listen(self.reactor, c.ha_port))
         if listen:
             site = metrics_site(self.metrics, lambda: self.status(), served=self.served)
             self.ports.append(self.reactor.listenTCP(c.metrics_port, site))
@@ -150,6 +160,23 @@ class BrokerController:
                  c.brokerName, c.brokerClusterName, c.brokerName, c.brokerId, c.brokerRole,
                  c.flushDiskType, c.broker_addr, c.ha_port, c.broker_ip, c.metrics_port,
                  self.store.max_offset)
+
+    def _start_ha_service(self, listen: bool) -> None:
+        c = self.config
+        self.ha = HAService(self.store, clock=self.clock, batch_size=c.haTransferBatchSize,
+                            heartbeat_ms=c.haSendHeartbeatInterval, housekeeping_ms=c.haHousekeepingInterval,
+                            fallbehind_max=c.haSlaveFallbehindMax, sync_wait_ms=c.sync_wait_ms,
+                            socket_buffer=c.haSocketBufferSize, metrics=self.metrics,
+                            compat49=c.haCompat49)
+        if listen:
+            self.ports.append(self.ha.listen(self.reactor, c.ha_port))
+        else:
+            self.ha.start_ticking()
+
+    @property
+    def writes_held(self) -> bool:
+        """A recovering master (haRecoveryEnable) takes no write until its slaves answered."""
+        return self.recovery is not None and self.recovery.holding
 
     def stop(self):
         ds = []
@@ -191,6 +218,8 @@ class BrokerController:
         c = self.config
         if not c.is_master:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="this broker is a SLAVE; send to its master")
+        if self.writes_held:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=RECOVERING)
         res = self.store.put_message(msg)
         if self.bugs and res.status == PutStatus.PUT_OK and "duplicate-store" in self.bugs:
             self.store.put_message(msg)
@@ -298,6 +327,10 @@ class BrokerController:
                   lambda: s.max_offset - s.reput_offset)
         reg.gauge("store_recovery_discarded_bytes", "stale bytes wiped after the valid end at the last start",
                   lambda: s.recovery.discarded_bytes if s.recovery else 0)
+        reg.gauge("ha_recovery_holding", "1 while a master recovering after an unclean shutdown holds writes "
+                  "(haRecoveryEnable)", lambda: int(self.writes_held))
+        reg.gauge("ha_recovery_fetched_bytes", "bytes a recovering master fetched from its slaves at this start",
+                  lambda: (self.recovery.store.max_offset - self.recovery.start_offset) if self.recovery else 0)
         reg.gauge("store_flush_errors", "disk flushes that failed", lambda: self.flusher.errors if self.flusher else 0)
         reg.gauge("store_flush_failed", "1 once an fdatasync failed: restart the broker",
                   lambda: int(bool(self.flusher and self.flusher.poisoned)))
@@ -327,6 +360,10 @@ class BrokerController:
             out["haSlaveFallbehindMax"] = c.haSlaveFallbehindMax
         if self.ha_client is not None:
             out["haClient"] = self.ha_client.status()
+        if self.recovery is not None:
+            out["haRecovery"] = self.recovery.status()
+        if self.recovery_source is not None:
+            out["haRecoverySource"] = self.recovery_source.status()
         for extra in self.status_extra:
             out.update(extra())
         return out

@@ -187,6 +187,11 @@ class DockerBackend(Backend):
             # Topic config and consumer offsets come straight from the master's container: the
             # address it registers (127.0.0.1:P, for host clients) is this container itself.
             overrides[n.name]["slaveSyncMasterAddress"] = f"{m.name}:{mc.listenPort}"
+            # A recovering master (haRecoveryEnable) fetches from its slave's HA port, container to
+            # container: a partition (network disconnect) cuts it, a fault on the `-ha` proxy does not.
+            sources = [a for a in overrides[m.name].get("haRecoveryPeers", "").split(",")
+                       if a and not a.startswith(host + ":")]
+            overrides[m.name]["haRecoveryPeers"] = ",".join(sources + [f"{n.name}:{configs[n.name].ha_port}"])
         for n in topology.nodes:
             overrides[n.name].update(extra)
             overrides[n.name].update(per_node.get(n.name, {}))

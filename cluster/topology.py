@@ -242,6 +242,15 @@ def node_overrides(topology: Topology, plan: PortPlan, *, host: str, store_dir_o
         m_over = {**out[m.name], **(extra or {}), **(extra_per_node or {}).get(m.name, {})}
         m_cfg = _config_or_error(m, m_over)
         out[n.name]["haMasterAddress"] = f"{m_cfg.brokerIP2 or m_cfg.broker_ip}:{m_cfg.ha_port}"
+        # where the master fetches from when it recovers after an unclean start (haRecoveryEnable)
+        # (read from the keys, not validated here: effective_config reports a bad slave with its name)
+        s_over = {**n.props, **out[n.name], **(extra or {}), **(extra_per_node or {}).get(n.name, {})}
+        s_ha = s_over.get("haListenPort") or "0"
+        listen = s_over.get("listenPort", "10911").strip()
+        s_ha = s_ha.strip() if s_ha.strip() not in ("", "0") else (str(int(listen) + 1) if listen.isdigit() else "")
+        if s_ha.isdigit():
+            peers = out[m.name].get("haRecoveryPeers")
+            out[m.name]["haRecoveryPeers"] = ",".join(filter(None, [peers, f"{s_over.get('brokerIP1') or host}:{s_ha}"]))
     for n in topology.nodes:
         out[n.name].update(extra or {})
         out[n.name].update((extra_per_node or {}).get(n.name, {}))

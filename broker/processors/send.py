@@ -181,7 +181,8 @@ class SendProcessor:
         if it had come alone. The same checks, records and replies as process(); tests/unit/fastpath
         compares them."""
         c = self.config
-        if not (c.is_master and is_writeable(c.brokerPermission)) or self.controller.bugs:
+        if (not (c.is_master and is_writeable(c.brokerPermission)) or self.controller.bugs
+                or self.controller.writes_held):
             for s in sends:  # refusals, and the planted bugs' own behaviour, are the Python path's
                 proto.handle_frame(buf, s[fastpath.START], s[fastpath.END])
             return

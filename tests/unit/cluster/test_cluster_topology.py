@@ -107,7 +107,9 @@ def test_overrides(tmp_path):
     assert over["broker-a"] == {"listenPort": "20000", "haListenPort": "20001", "metricsPort": "20002",
                                 "brokerIP1": "127.0.0.1", "namesrvAddr": "127.0.0.1:20049",
                                 "storePathRootDir": str(tmp_path / "broker-a" / "store"),
-                                "maxHashSlotNum": "50000", "maxIndexNum": "200000"}
+                                "maxHashSlotNum": "50000", "maxIndexNum": "200000",
+                                # its slave's HA port, where it fetches from when it recovers (haRecoveryEnable)
+                                "haRecoveryPeers": "127.0.0.1:20011"}
     assert over["broker-a-s"]["haMasterAddress"] == "127.0.0.1:20001"
     assert over["broker-b-s"]["haMasterAddress"] == "127.0.0.1:20021"
     assert "haMasterAddress" not in over["broker-b"]

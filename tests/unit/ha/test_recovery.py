@@ -1,0 +1,277 @@
+"""Recovery without stranding (broker/ha/recovery.py): a master that comes back behind its slave after an
+unclean start fetches the slave's tail over the 4.x HA wire, roles reversed, and stores only records
+that pass every check. The IO-free sessions first, then both sides on in-memory transports and a fake
+clock, then the controller's hold."""
+import random
+import struct
+
+import pytest
+from twisted.internet.testing import MemoryReactorClock
+from twisted.test.iosim import ConnectionCompleter
+
+from broker.ha.recovery import (FetchOutcome, FetchSession, RecordVerifier, RecoveryFetcher, RecoveryRefused,
+                                RecoverySourceService, RecoveryState, SourceSession)
+from broker.store.message_store import MessageStore
+from broker.store.record import Message
+
+FILE = 64 * 1024
+HOST = ("127.0.0.1", 10911)
+
+
+def store(path, host=HOST):
+    s = MessageStore(str(path), commitlog_file_size=FILE, cq_file_size=20 * 1000, store_host=host)
+    s.start()
+    return s
+
+
+def put(s, n, start=0, size=700):
+    for i in range(start, start + n):
+        body = (f"{i}:".encode() * size)[:size]
+        assert s.put_message(Message(topic="T", body=body, queue_id=i % 4,
+                                     properties={"UNIQ_KEY": f"U{i}"})).status.stored
+    s.dispatch_pending()
+
+
+def log_bytes(s, start=0):
+    out, at = b"", start
+    while at < s.max_offset:
+        chunk = s.commitlog.read(at, 1 << 20)
+        out += chunk
+        at += len(chunk)
+    return out
+
+
+def prefix_copy(src, path, cut):
+    """A store holding src's log up to `cut` (a record boundary): the master after its power loss."""
+    dst = store(path)
+    at = 0
+    while at < cut:
+        chunk = src.commitlog.read(at, cut - at)
+        dst.append_replicated(at, chunk)
+        at += len(chunk)
+    while dst.dispatch():
+        pass
+    return dst
+
+
+def boundary_near(s, offset):
+    """The last record boundary at or below offset."""
+    at = 0
+    for pos, kind, size, _info, _reason in s.commitlog.walk(0, s.max_offset, check_crc=False):
+        if pos + size > offset:
+            return at
+        at = pos + size
+    return at
+
+
+def shuttle(source: SourceSession, fetch: FetchSession, dst, rng):
+    """Bytes both ways in random pieces until the fetch has its answer; stores what it verified."""
+    source.on_report(fetch.start())
+    stream = b"".join(source.next_frames(1 << 30))
+    pos = 0
+    while fetch.outcome == FetchOutcome.FETCHING and pos < len(stream):
+        n = rng.randint(1, 5000)
+        records, _report = fetch.on_data(stream[pos:pos + n])
+        if records:
+            dst.append_replicated(dst.max_offset, records)
+        pos += n
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_master_gets_the_slaves_tail_byte_identical_however_the_stream_is_cut(tmp_path, seed):
+    rng = random.Random(seed)
+    slave = store(tmp_path / "slave")
+    put(slave, 300)  # several 64 KiB files: blank end-of-file records inside the range
+    cut = boundary_near(slave, rng.randint(1, slave.max_offset - 1))
+    master = prefix_copy(slave, tmp_path / "master", cut)
+    fetch = FetchSession(RecordVerifier(master.max_offset, FILE, HOST, 1 << 20))
+    shuttle(SourceSession(slave.commitlog, batch=rng.choice([100, 4096, 1 << 20])), fetch, master, rng)
+    assert fetch.outcome == FetchOutcome.COMPLETE and fetch.source_end == slave.max_offset
+    assert log_bytes(master) == log_bytes(slave)
+    while master.dispatch():
+        pass
+    assert [master.max_queue_offset("T", q) for q in range(4)] == [75] * 4
+    last = master.queue("T", 3).get(74)  # the last unit of queue 3 points at the last record sent to it
+    assert master.message_by_offset(last[0]).properties["UNIQ_KEY"] == "U299"
+
+
+def test_a_source_behind_the_master_gives_nothing_and_says_so(tmp_path):
+    master = store(tmp_path / "master")
+    put(master, 50)
+    slave = prefix_copy(master, tmp_path / "slave", boundary_near(master, master.max_offset // 2))
+    fetch = FetchSession(RecordVerifier(master.max_offset, FILE, HOST, 1 << 20))
+    before = log_bytes(master)
+    shuttle(SourceSession(slave.commitlog), fetch, master, random.Random(1))
+    assert fetch.outcome == FetchOutcome.SOURCE_BEHIND and fetch.source_end == slave.max_offset
+    assert log_bytes(master) == before
+
+
+def test_an_equal_source_completes_at_once(tmp_path):
+    master = store(tmp_path / "master")
+    put(master, 20)
+    fetch = FetchSession(RecordVerifier(master.max_offset, FILE, HOST, 1 << 20))
+    src = SourceSession(master.commitlog)
+    src.on_report(fetch.start())
+    assert fetch.on_data(b"".join(src.next_frames(1 << 20))) == ([], None)
+    assert fetch.outcome == FetchOutcome.COMPLETE
+
+
+def test_records_another_broker_stored_are_refused_and_nothing_after_them_is_kept(tmp_path):
+    slave = store(tmp_path / "slave")
+    put(slave, 30)
+    cut = slave.max_offset
+    master = prefix_copy(slave, tmp_path / "master", cut)
+    # the slave's log goes on with records a different master (another store host) wrote
+    slave.store_host = ("10.9.9.9", 10911)
+    put(slave, 10, start=30)
+    fetch = FetchSession(RecordVerifier(master.max_offset, FILE, HOST, 1 << 20))
+    shuttle(SourceSession(slave.commitlog), fetch, master, random.Random(2))
+    assert fetch.outcome == FetchOutcome.REFUSED and "10.9.9.9" in fetch.error
+    assert master.max_offset == cut
+
+
+def test_a_good_prefix_is_kept_and_a_corrupt_record_after_it_refused(tmp_path):
+    slave = store(tmp_path / "slave")
+    put(slave, 40)
+    cut = boundary_near(slave, slave.max_offset // 3)
+    master = prefix_copy(slave, tmp_path / "master", cut)
+    good_end = boundary_near(slave, slave.max_offset * 2 // 3)
+    stream = bytearray(log_bytes(slave, cut))
+    stream[good_end - cut + 200] ^= 0xFF  # inside the body of the record at good_end: its CRC fails
+    fetch = FetchSession(RecordVerifier(cut, FILE, HOST, 1 << 20))
+    frames = struct.pack(">qi", cut, len(stream)) + bytes(stream)
+    records, _ = fetch.on_data(frames)
+    master.append_replicated(cut, records)
+    assert fetch.outcome == FetchOutcome.REFUSED and "CRC" in fetch.error
+    assert master.max_offset == good_end and log_bytes(master) == log_bytes(slave)[:good_end]
+
+
+@pytest.mark.parametrize("frame,why", [
+    (struct.pack(">qi", 5, 4) + b"abcd", "not contiguous"),
+    (struct.pack(">qi", 10 ** 9, 0), "past the fetched end"),
+])
+def test_frames_no_source_sends_are_refused(tmp_path, frame, why):
+    master = store(tmp_path / "master")
+    put(master, 3)
+    fetch = FetchSession(RecordVerifier(master.max_offset, FILE, HOST, 1 << 20))
+    assert fetch.on_data(frame) == ([], None)
+    assert fetch.outcome == FetchOutcome.REFUSED and why in fetch.error
+
+
+def test_a_record_that_claims_another_offset_is_refused():
+    v = RecordVerifier(0, FILE, HOST, 1 << 20)
+    with pytest.raises(RecoveryRefused, match="zeros|magic"):
+        v.feed(bytes(100))
+
+
+# -- both sides on in-memory transports ----------------------------------------------------------
+
+class Pair:
+    def __init__(self, tmp_path, slave_records=200, master_cut=0.4, wait_s=30.0):
+        self.reactor = MemoryReactorClock()
+        self.slave = store(tmp_path / "slave")
+        put(self.slave, slave_records)
+        self.cut = boundary_near(self.slave, int(self.slave.max_offset * master_cut))
+        self.master = prefix_copy(self.slave, tmp_path / "master", self.cut)
+        self.source = RecoverySourceService(self.slave, self.reactor)
+        self.source.listen(self.reactor, 20912)
+        self.done = []
+        self.fetcher = RecoveryFetcher(self.master, ["127.0.0.1:20912"], self.reactor, self.reactor, wait_s,
+                                       HOST, 1 << 20, on_done=self.done.append)
+        self.completer = ConnectionCompleter(self.reactor)
+
+    def run(self, seconds=2.0):
+        pump = None
+        for _ in range(int(seconds / 0.05)):
+            if pump is None and self.reactor.tcpClients:
+                pump = self.completer.succeedOnce()
+            if pump is not None:
+                pump.flush()
+            self.reactor.advance(0.05)
+            if self.done:
+                break
+
+
+def test_the_fetcher_holds_until_the_source_answered_then_the_logs_are_equal(tmp_path):
+    p = Pair(tmp_path)
+    p.fetcher.start()
+    assert p.fetcher.holding
+    p.run()
+    assert p.done == [RecoveryState.DONE] and not p.fetcher.holding
+    assert log_bytes(p.master) == log_bytes(p.slave)
+    st = p.fetcher.status()
+    assert st["sources"][0]["state"] == "COMPLETE" and st["fetchedBytes"] == p.slave.max_offset - p.cut
+    assert st["sources"][0]["records"] > 0
+    # the recovered records are in the consume queues and the index, as if the master had never lost them
+    assert p.master.max_queue_offset("T", 0) == p.slave.max_queue_offset("T", 0)
+
+
+def test_an_unreachable_source_ends_the_hold_at_haRecoveryWaitMs(tmp_path):
+    reactor = MemoryReactorClock()
+    master = store(tmp_path / "master")
+    put(master, 5)
+    done = []
+    f = RecoveryFetcher(master, ["127.0.0.1:1"], reactor, reactor, 3.0, HOST, 1 << 20, on_done=done.append)
+    f.start()
+    for _ in range(5):  # every attempt fails at once; each is retried until the deadline
+        reactor.advance(0.5)
+        for c in list(reactor.tcpClients):
+            reactor.tcpClients.remove(c)
+            c[2].clientConnectionFailed(None, _Failure("Connection refused"))
+    assert f.holding and not done
+    reactor.advance(0.5)  # 3.0 s after the start
+    assert done == [RecoveryState.TIMED_OUT] and not f.holding
+    st = f.status()
+    assert st["sources"][0]["state"] == "UNREACHABLE" and st["sources"][0]["attempts"] >= 3
+    assert st["heldSeconds"] == pytest.approx(3.0, abs=0.01)
+
+
+class _Failure:
+    def __init__(self, msg):
+        self.msg = msg
+
+    def getErrorMessage(self):
+        return self.msg
+
+
+def test_the_controller_refuses_writes_while_it_holds_and_serves_them_after(tmp_path):
+    from broker.config import BrokerConfig
+    from broker.controller import BrokerController
+    from broker.store.message_store import PutStatus
+
+    root = tmp_path / "m"
+    cfg = BrokerConfig.from_properties({
+        "brokerName": "b", "brokerRole": "SYNC_MASTER", "storePathRootDir": str(root), "listenPort": "30911",
+        "brokerIP1": "127.0.0.1", "haRecoveryEnable": "true", "haRecoveryPeers": "127.0.0.1:1",
+        "haRecoveryWaitMs": "2000", "mappedFileSizeCommitLog": str(FILE)})
+    root.mkdir()
+    (root / "abort").write_text("")  # the last life did not shut down cleanly
+    reactor = MemoryReactorClock()
+    c = BrokerController(cfg, reactor, run_in_thread=lambda f, *a: __import__("twisted.internet.defer",
+                                                                              fromlist=["x"]).maybeDeferred(f, *a))
+    c.start(listen=False)
+    try:
+        assert c.writes_held and c.ha is None
+        res = c.put(Message(topic="T", body=b"x", queue_id=0))
+        assert res.status == PutStatus.SERVICE_NOT_AVAILABLE and "recovering" in res.remark
+        assert c.status()["haRecovery"]["state"] == RecoveryState.HOLDING
+        reactor.advance(2.1)
+        assert not c.writes_held and c.ha is not None
+        assert c.status()["haRecovery"]["state"] == RecoveryState.TIMED_OUT
+    finally:
+        c.stop()
+
+
+def test_a_clean_start_does_not_hold(tmp_path):
+    from broker.config import BrokerConfig
+    from broker.controller import BrokerController
+    cfg = BrokerConfig.from_properties({
+        "brokerName": "b", "brokerRole": "ASYNC_MASTER", "storePathRootDir": str(tmp_path / "m"),
+        "listenPort": "30911", "brokerIP1": "127.0.0.1", "haRecoveryEnable": "true",
+        "haRecoveryPeers": "127.0.0.1:1", "mappedFileSizeCommitLog": str(FILE)})
+    c = BrokerController(cfg, MemoryReactorClock())
+    c.start(listen=False)
+    try:
+        assert not c.writes_held and c.recovery is None and c.ha is not None
+    finally:
+        c.stop()
