@@ -202,12 +202,16 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
     return "PASS", ""
 
 
-MODES = ("ours", "4.9")  # this broker, or the same broker with haCompat49=true (4.9's HA behaviour)
+# this broker; the same broker with haCompat49=true (4.9's HA behaviour); or with haRecoveryEnable=true (a
+# master back behind its slave fetches the slave's tail before it takes writes: broker/ha/recovery.py)
+MODES = ("ours", "4.9", "recovery")
+MODE_SETS = {"ours": [], "4.9": ["haCompat49=true"], "recovery": ["haRecoveryEnable=true"]}
+MODE_SUFFIX = {"ours": "", "4.9": "-49", "recovery": "-rc"}
 
 
 def run_name(topology: str, flush: str, backend: str, seed: int, mode: str = "ours", faults=()) -> str:
     return (f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
-            + ("-df" if list(faults) == DISK_FAULTS else "") + ("-49" if mode == "4.9" else ""))
+            + ("-df" if list(faults) == DISK_FAULTS else "") + MODE_SUFFIX[mode])
 
 
 def free_base(topology: str, backend: str, lane: int) -> int | None:
@@ -227,8 +231,8 @@ def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mo
     cmd = [sys.executable, "-m", "chaos.run", "--topology", topology, "--backend", backend, "--name", name,
            "--sweep", "--nemesis", ",".join(faults), "--duration", str(args.duration), "--rate", str(args.rate),
            "--seed", str(seed), "--set", f"flushDiskType={flush}", "--catchup-timeout", "30", "--no-audit"]
-    if mode == "4.9":
-        cmd += ["--set", "haCompat49=true"]
+    for kv in MODE_SETS[mode]:
+        cmd += ["--set", kv]
     if base is not None:
         cmd += ["--base-port", str(base)]
     t0 = time.monotonic()
@@ -408,8 +412,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="build/chaos-matrix")
     ap.add_argument("--from-runs", action="store_true", help="do not run: judge the run folders of an earlier run")
     ap.add_argument("--serial", action="store_true", help="one backend's runs after the other (default: at once)")
-    ap.add_argument("--modes", default="ours", help="ours, 4.9 or ours,4.9: this broker, and/or the same broker "
-                    "with haCompat49=true (Apache RocketMQ 4.9's HA behaviour), side by side in the table")
+    ap.add_argument("--modes", default="ours", help="comma-separated, side by side in the table: ours (this "
+                    "broker), 4.9 (haCompat49=true: Apache RocketMQ 4.9's HA behaviour), recovery "
+                    "(haRecoveryEnable=true: a master back behind its slave fetches the slave's tail first)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -101,3 +101,4 @@ def test_repair_puts_every_stranded_message_back_and_a_dropping_consumer_still_f
     failed = {(v["id"], v["subject"]) for v in summary["verdicts"] if v["status"] == "FAIL"}
     assert failed == {(delivery.ID_LOST, main)}, failed
     assert rc == 1, out
+
