@@ -37,7 +37,7 @@ from .nemesis import FAULTS
 CONFIGS = [("2m-2s-sync", "ASYNC_FLUSH"), ("2m-2s-sync", "SYNC_FLUSH"),
            ("2m-2s-async", "ASYNC_FLUSH"), ("2m-2s-async", "SYNC_FLUSH")]
 LOCAL_FAULTS = ["kill-master", "restart-master", "pause-master", "power-loss", "kill-slave", "restart-slave",
-                "pause-slave", "disk-full"]
+                "pause-slave", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss", "disk-full"]
 # disk-full needs every store on a size-limited tmpfs, where fsync does nothing: it gets a sweep of its own,
 # so the process faults (power loss above all) run on the real filesystem
 DISK_FAULTS = ["disk-full"]
@@ -48,17 +48,22 @@ DOCKER_FAULTS = ["partition", "cut", "latency", "client-cut"]
 def promise(topology: str, flush: str, kind: str, role: str) -> dict:
     """What RocketMQ 4.9 promises for one cell: may acknowledged sends be lost, may the replicas diverge."""
     sync = topology == "2m-2s-sync"
-    master_power = kind == "power-loss" and role == "master"
+    group_power = kind in ("group-power-loss", "slave-then-master-power-loss", "cluster-power-loss")
+    master_power = (kind == "power-loss" and role == "master") or group_power
     # SEND_OK on a SYNC_MASTER: a slave reported the bytes (HA-PROTOCOL §5). With SYNC_FLUSH: fsynced on the
     # master. A SIGKILL keeps the page cache. So only an ASYNC_MASTER + ASYNC_FLUSH power loss can lose what
-    # the slave had not received yet.
-    loss = master_power and not sync and flush == "ASYNC_FLUSH"
+    # the slave had not received yet; and when the whole group loses power, with ASYNC_FLUSH what no node
+    # had fsynced is gone in both topologies (a slave's report says it received the bytes, not that they are
+    # on its disk).
+    loss = master_power and flush == "ASYNC_FLUSH" and (group_power or not sync)
     # A master power loss can leave the slave holding bytes the master lost (replication runs ahead of the
     # master's flush in every configuration): the logs fork if the master then takes writes (SLAVE_AHEAD).
     diverge = master_power
     why = ("SEND_OK means a slave holds it" if sync else "SEND_OK means the master stored it") + (
         "; fsynced on the master" if flush == "SYNC_FLUSH" else "")
-    if loss:
+    if loss and group_power:
+        why += "; the power cut of every node holding it drops its unsynced tail everywhere"
+    elif loss:
         why += "; a power cut drops the master's unsynced tail, and what the slave had not received is gone"
     elif master_power:
         why += "; the master's unsynced tail may be on the slave only (SLAVE_AHEAD, a fork if the master writes)"
@@ -108,7 +113,8 @@ def lags_over_time(run: Path) -> list[tuple[float, int]]:
 
 # Faults that take a node away: the samples must have seen it not answering while the fault was active,
 # or the fault had no effect anyone could see ("not exercised": a nemesis that silently did nothing)
-NODE_DOWN_FAULTS = ("kill-master", "kill-slave", "restart-master", "restart-slave", "power-loss",
+NODE_DOWN_FAULTS = ("kill-master", "kill-slave", "restart-master", "restart-slave", "power-loss", "group-power-loss",
+                    "slave-then-master-power-loss", "cluster-power-loss",
                     "pause-master", "pause-slave", "partition")
 
 
@@ -133,6 +139,13 @@ def no_effect(f: dict, down: dict[str, list[float]], sampled: bool) -> str | Non
     return f"no sample saw {f['target']} down while the fault was active: the fault had no visible effect"
 
 
+GROUP_POWER = ("group-power-loss", "slave-then-master-power-loss", "cluster-power-loss")
+
+
+def _master_power(f: dict) -> bool:
+    return f["kind"] in GROUP_POWER or (f["kind"] == "power-loss" and f["role"] == "master")
+
+
 def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[dict]:
     all_sends = sends(run)
     lags = lags_over_time(run)
@@ -149,15 +162,14 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
         # a divergence has no time: it is this fault's if the fault can rewrite its group's log and no
         # master power loss of the same group (the likelier cause) is also blamed
         blamed = summary["divergentByFault"].get(label, [])
-        power = any(g["kind"] == "power-loss" and g["role"] == "master" and g["group"] == f["group"]
-                    for g in summary["faults"])
-        master_power = f["kind"] == "power-loss" and f["role"] == "master"
+        power = any(_master_power(g) and g["group"] in (None, f["group"]) for g in summary["faults"])
+        master_power = _master_power(f)
         divergent = len(blamed) if blamed and (master_power or not power) else 0
         recovery = None
         if end is not None:
             healed = [ts for ts, lag in lags if ts >= end and lag == 0]
             recovery = round((healed[0] - end) / 1000, 1) if healed else None
-        if f["kind"] == "power-loss" and f["role"] == "master":
+        if master_power:
             ahead_groups.add(f["group"])
         by_fault = (summary.get("deliveryByFault") or {}).get(label, {})
         acked_on_group = (summary.get("ackedOnGroupByFault") or {}).get(label)
@@ -214,20 +226,20 @@ def run_name(topology: str, flush: str, backend: str, seed: int, mode: str = "ou
             + ("-df" if list(faults) == DISK_FAULTS else "") + MODE_SUFFIX[mode])
 
 
-def free_base(topology: str, backend: str, lane: int) -> int | None:
+def free_base(topology: str, backend: str, lane: int, lanes: int = 2) -> int | None:
     """A free port block for one lane (lanes run at once: each takes its own interleaved candidates)."""
     from cluster.ports import free_cluster_base
     from cluster.topology import load_topology
     # below the usual ephemeral range (32768.. on Linux): outgoing connections take ports from it, and the
     # port planner refuses a base there
-    return free_cluster_base(load_topology(topology), low=21000, high=32000, slot=lane, slots=2,
+    return free_cluster_base(load_topology(topology), low=21000, high=32000, slot=lane, slots=max(2, lanes),
                              extra_offsets=(48,) if backend == "docker" else ())
 
 
 def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mode: str = "ours") -> dict:
     """One chaos.run --sweep --no-audit (the audit is the Auditor's); what it left, and how long it took."""
     name = run_name(topology, flush, backend, seed, mode, faults)
-    base = free_base(topology, backend, lane)
+    base = free_base(topology, backend, lane, getattr(args, "lane_count", 2))
     cmd = [sys.executable, "-m", "chaos.run", "--topology", topology, "--backend", backend, "--name", name,
            "--sweep", "--nemesis", ",".join(faults), "--duration", str(args.duration), "--rate", str(args.rate),
            "--seed", str(seed), "--set", f"flushDiskType={flush}", "--catchup-timeout", "30", "--no-audit"]
@@ -411,6 +423,8 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default="all", help="e.g. 2m-2s-sync/ASYNC_FLUSH,2m-2s-async/SYNC_FLUSH")
     ap.add_argument("--out", default="build/chaos-matrix")
     ap.add_argument("--from-runs", action="store_true", help="do not run: judge the run folders of an earlier run")
+    ap.add_argument("--lanes", type=int, default=1,
+                    help="local clusters run at once (each on its own ports); 2 fits a 2-core machine at --rate 200")
     ap.add_argument("--serial", action="store_true", help="one backend's runs after the other (default: at once)")
     ap.add_argument("--modes", default="ours", help="comma-separated, side by side in the table: ours (this "
                     "broker), 4.9 (haCompat49=true: Apache RocketMQ 4.9's HA behaviour), recovery "
@@ -450,7 +464,13 @@ def main(argv=None) -> int:
                             "backend": backend, "seed": seed, "mode": mode})
     else:
         auditor = Auditor(out, say)
-        lanes = {b: [p for p in plan if p[2] == b] for b in dict.fromkeys(p[2] for p in plan)}
+        lanes = {}
+        for b in dict.fromkeys(p[2] for p in plan):
+            items = [p for p in plan if p[2] == b]
+            n = max(1, args.lanes) if b == "local" else 1
+            for k in range(n):  # round robin: each lane gets a mix of configurations and modes
+                lanes[(b, k)] = items[k::n]
+        args.lane_count = len(lanes)
         counter = iter(range(1, len(plan) + 1))
 
         def lane(index: int, items) -> None:
@@ -469,7 +489,7 @@ def main(argv=None) -> int:
                     results.append(r)
                 if r["rc"] == 0:
                     auditor.submit(r["name"])
-        # one lane per backend, at once: a local and a docker cluster share the machine (each at --rate)
+        # one lane per backend (--lanes for local), at once: the clusters share the machine (each at --rate)
         threads = [threading.Thread(target=lane, args=(i, items)) for i, items in enumerate(lanes.values())]
         if args.serial:
             for t in threads:

@@ -22,6 +22,9 @@ was broken when.
   restart-master  master        both           SIGTERM -> started
   kill-master     master        both           SIGKILL -> started after the hold
   power-loss      master|slave  both           SIGKILL, commit log cut to the durable offset -> started
+  group-power-loss master       both           the same on the master and its slaves at once -> all started
+  slave-then-master-power-loss  both           the group's slaves, then gap_s later its master -> all started
+  cluster-power-loss            both           every broker, masters first -> all started
   disk-full       master|slave  both           the store's own tmpfs filled (Cluster.limit_disk) -> freed
   partition       master|slave  docker         container off the network (no name server, peers or
                                                clients) -> reconnected
@@ -79,6 +82,56 @@ def _restart(c, f):
     c.start(f.target, timeout=60)
 
 
+def _group_nodes(c, f) -> list[str]:
+    """The faulted group's master (the fault's target) and its slaves."""
+    g = groups_of(c).get(f.group) or {"master": f.target, "slaves": []}
+    return [g["master"]] + list(g["slaves"])
+
+
+def _group_power_loss(c, f):
+    """The whole group's power cut at once: master first (it stops acknowledging), then its slaves."""
+    return {"nodes": {n: c.power_loss(n) for n in _group_nodes(c, f)}}
+
+
+def _group_restart(c, f):
+    """Power back on every node of the group together (as after a rack's power cut), then each is waited for."""
+    nodes = _group_nodes(c, f)
+    for n in nodes:
+        c.start(n, wait=False)
+    for n in nodes:
+        c.wait_up(n, 60)
+
+
+def _cluster_nodes(c) -> list[str]:
+    """Every broker: the masters first."""
+    groups = groups_of(c)
+    return [g["master"] for _, g in sorted(groups.items())] + [s for _, g in sorted(groups.items())
+                                                              for s in g["slaves"]]
+
+
+def _cluster_power_loss(c, f):
+    """Every broker's power cut (a data centre's): masters first, then slaves."""
+    return {"nodes": {n: c.power_loss(n) for n in _cluster_nodes(c)}}
+
+
+def _cluster_restart(c, f):
+    nodes = _cluster_nodes(c)
+    for n in nodes:
+        c.start(n, wait=False)
+    for n in nodes:
+        c.wait_up(n, 60)
+
+
+def _slave_then_master_power_loss(c, f):
+    """The group's slaves lose power, the master goes on alone for gap_s, then it loses power too: what
+    it acknowledged meanwhile was only ever on the master."""
+    g = _group_nodes(c, f)
+    info = {n: c.power_loss(n) for n in g[1:]}
+    time.sleep(f.params.get("gap_s", 0))
+    info[g[0]] = c.power_loss(g[0])
+    return {"nodes": info}
+
+
 def _resume(c, f):
     c.resume(f.target)
 
@@ -111,6 +164,14 @@ FAULTS: dict[str, FaultKind] = {k.name: k for k in [
     FaultKind("kill-master", "master", BOTH, lambda c, f: c.kill(f.target), _restart),
     FaultKind("power-loss", "node", BOTH, lambda c, f: c.power_loss(f.target), _restart,
               doc="SIGKILL, then the commit log cut to the durable (fdatasync'ed) offset"),
+    FaultKind("group-power-loss", "master", BOTH, _group_power_loss, _group_restart,
+              doc="master and slaves of one group lose power together: each SIGKILLed and cut to its durable "
+                  "offset -> all started together"),
+    FaultKind("slave-then-master-power-loss", "master", BOTH, _slave_then_master_power_loss, _group_restart,
+              lambda rng, w: {"gap_s": round(rng.uniform(0.5, 1.5), 1)},
+              doc="the group's slaves lose power, gap_s later its master -> all started together"),
+    FaultKind("cluster-power-loss", "master", BOTH, _cluster_power_loss, _cluster_restart,
+              doc="every broker loses power (masters first) -> all started together"),
     FaultKind("disk-full", "node", BOTH, lambda c, f: c.fill_disk(f.target), lambda c, f: c.free_disk(f.target),
               doc="the store's filesystem (a tmpfs of its own: Cluster.limit_disk) filled to the last byte; sends "
                   "fail once the next commit-log file cannot be reserved -> the filler removed"),
@@ -202,7 +263,9 @@ def make_schedule(rng: random.Random, faults: list[str], cluster, duration: floa
     return out
 
 
-LAST_IN_SWEEP = ("power-loss", "master")  # may leave its group SLAVE_AHEAD: nothing after it on that group
+# may leave their group SLAVE_AHEAD: nothing after them on that group (a group power loss last of all)
+LAST_IN_SWEEP = (("power-loss", "master"), ("slave-then-master-power-loss", "master"), ("group-power-loss", "master"),
+                 ("cluster-power-loss", "master"))
 
 
 def sweep_cells(faults: list[str], cluster) -> list[tuple[str, str]]:
@@ -219,11 +282,17 @@ def make_sweep(rng: random.Random, faults: list[str], cluster, sync_wait_ms: int
     groups = groups_of(cluster)
     cells = sweep_cells(faults, cluster)
     rng.shuffle(cells)
-    cells.sort(key=lambda c: c == LAST_IN_SWEEP)
+    cells.sort(key=lambda c: LAST_IN_SWEEP.index(c) + 1 if c in LAST_IN_SWEEP else 0)
     out, t = [], warmup
+    forking = set()  # groups a fault that may fork them already hit
     for kind_name, role in cells:
         kind = FAULTS[kind_name]
-        group, target, r = rng.choice([c for c in _candidates(kind, groups) if c[2] == role])
+        choices = [c for c in _candidates(kind, groups) if c[2] == role]
+        if (kind_name, role) in LAST_IN_SWEEP:
+            choices = [c for c in choices if c[0] not in forking] or choices
+        group, target, r = rng.choice(choices)
+        if (kind_name, role) in LAST_IN_SWEEP:
+            forking.add(group)
         h = round(rng.uniform(*hold), 1)
         f = Fault(round(t, 1), h, kind.name, group, target, kind.params(rng, sync_wait_ms), r, id=len(out) + 1)
         if kind.link:

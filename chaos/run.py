@@ -302,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sweep", action="store_true",
                     help="every fault of --nemesis once per role it can hit, one at a time (a guarantee-matrix "
                          "run); --duration is stretched to cover them")
+    ap.add_argument("--sweep-hold", type=float, default=None, metavar="S",
+                    help="with --sweep: hold each fault about this long (default 2.5-3.5 s); e.g. 125 outlasts the "
+                         "20 s HA housekeeping, the 30 s client route refresh and the 120 s name-server expiry")
     ap.add_argument("--schedule", default=None, metavar="FILE",
                     help="an explicit schedule instead of a seeded one: a JSON list of {at, hold, kind, target "
                          "(node), params?} (faults may overlap, even on one group); --nemesis is then ignored")
@@ -423,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         args.duration = max(args.duration, max((f.at + f.hold for f in schedule), default=0.0) + 3.0)
     elif args.sweep:
-        schedule = make_sweep(random.Random(seed), usable, cluster, SYNC_WAIT_MS)
+        hold = (2.5, 3.5) if args.sweep_hold is None else (args.sweep_hold, args.sweep_hold + 1.0)
+        schedule = make_sweep(random.Random(seed), usable, cluster, SYNC_WAIT_MS, hold=hold)
         args.duration = max(args.duration, max((f.at + f.hold for f in schedule), default=0.0) + 5.0)
     else:
         schedule = make_schedule(random.Random(seed), usable, cluster, args.duration, SYNC_WAIT_MS,

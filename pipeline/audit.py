@@ -252,7 +252,8 @@ def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list
                  f"{p.compare_start}, master end {p.master_end}, slave end {p.slave_end}")
         problems = []
         fork = p.fork_offset
-        allowed = (allowed_forks or {}).get(p.broker_name) if fork is not None else None
+        allowed = ((allowed_forks or {}).get(p.broker_name) or (allowed_forks or {}).get("*")
+                   if fork is not None else None)
         if allowed:
             # what follows the fork is the fork; only damage before it (or a lost ack) still fails
             before = [o for o in p.crc_mismatch_offsets if o < fork]

@@ -56,7 +56,8 @@ PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 FROM_NOW = "FROM_NOW"  # chaos/history.py: a subscribe line owed only what is acknowledged after it
 # Faults that can take bytes a master had already stored (its tail) or leave it behind its slave.
-DESTRUCTIVE = ("power-loss", "kill-master", "restart-master", "partition")
+DESTRUCTIVE = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss",
+               "kill-master", "restart-master", "partition")
 MAX_LISTED = 10
 AT_RISK_MS = 5000  # acknowledged this long before a fault: still at stake when it hits (unflushed, in flight)
 DETAIL_FILE = "delivery.jsonl"

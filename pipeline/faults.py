@@ -21,7 +21,8 @@ from .verdict import INFO, WARN, Verdict
 
 GRACE_MS = 5000
 NO_FAULT = "no fault"
-LOG_REWRITING = ("power-loss", "kill-master", "restart-master", "partition", "pause-master")
+LOG_REWRITING = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss",
+                 "kill-master", "restart-master", "partition", "pause-master")
 
 
 @dataclass
@@ -66,7 +67,8 @@ def load(run_dir: str) -> list[FaultInterval]:
                     continue
                 fid = r.get("id")
                 if r.get("op") == "inject":
-                    fi = FaultInterval(fid, r.get("kind", "?"), r.get("target", "?"), r.get("group"), r.get("role"),
+                    group = None if r.get("kind") in CLUSTER_WIDE else r.get("group")
+                    fi = FaultInterval(fid, r.get("kind", "?"), r.get("target", "?"), group, r.get("role"),
                                        r.get("link"), r.get("params") or {}, int(r.get("start_ms") or r["ts_ms"]),
                                        None, r.get("error"), None, r.get("info") or {})
                     by_id[fid] = fi
@@ -77,12 +79,21 @@ def load(run_dir: str) -> list[FaultInterval]:
     return sorted(out, key=lambda f: f.start_ms)
 
 
+POWER_LOSSES = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss")  # cut power
+CLUSTER_WIDE = ("cluster-power-loss",)  # faults on every group: their `group` is None here
+
+
+def master_power_loss(f) -> bool:
+    """A fault that cut a master's power (alone, or with its whole group)."""
+    return f.kind in POWER_LOSSES and (f.kind != "power-loss" or f.role == "master")
+
+
 def forks_allowed(faults: list[FaultInterval]) -> dict[str, str]:
     """broker group -> the master power loss that allows its logs to fork (the fault's label)."""
     out: dict[str, str] = {}
     for f in faults:
-        if f.kind == "power-loss" and f.role == "master" and f.group and not f.inject_error:
-            out.setdefault(f.group, f"power loss {f.label}")
+        if master_power_loss(f) and not f.inject_error:
+            out.setdefault(f.group or "*", f"power loss {f.label}")  # "*": every group
     return out
 
 
@@ -110,7 +121,7 @@ def attribute(faults: list[FaultInterval], non_ok_sends, lost, pairs, groups_of_
     for uniq, _send, _client, _topic, end in lost:
         # a power cut destroys bytes acknowledged before it: every later power loss is a suspect too
         # (the history does not say which group stored the message)
-        later = [f.label for f in faults if f.kind == "power-loss" and f.start_ms >= (end or 0)]
+        later = [f.label for f in faults if f.kind in POWER_LOSSES and f.start_ms >= (end or 0)]
         labels = [x for x in blame(faults, end or 0) if x != NO_FAULT or not later] + later
         for label in dict.fromkeys(labels):
             a.lost.setdefault(label, []).append(uniq)
@@ -118,7 +129,7 @@ def attribute(faults: list[FaultInterval], non_ok_sends, lost, pairs, groups_of_
         if p.first_divergent_offset is None:
             continue
         group = (groups_of_pair or {}).get(p.master)
-        labels = [f.label for f in faults if f.kind in LOG_REWRITING and (group is None or f.group == group)]
+        labels = [f.label for f in faults if f.kind in LOG_REWRITING and (group is None or f.group in (None, group))]
         for label in labels or [NO_FAULT]:
             a.divergent.setdefault(label, []).append(f"{p.master}/{p.slave} at {p.first_divergent_offset}")
     return a

@@ -15,7 +15,8 @@ from .faults import FaultInterval
 from .verdict import FAIL, PASS, WARN, Verdict
 
 ID_REGRESSION = "delivery.offset-regression"
-RESTARTING = ("power-loss", "kill-master", "restart-master")
+RESTARTING = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss",
+              "kill-master", "restart-master")
 EXPLAIN_MS = 30_000
 MAX_LISTED = 5
 
@@ -48,7 +49,7 @@ def regressions(samples: list[dict], faults: list[FaultInterval] = ()) -> list[R
                 k = (node, key, qid)
                 last = prev.get(k)
                 if last is not None and off < last[0]:
-                    why = [f.label for f in faults if f.kind in RESTARTING and f.target == node
+                    why = [f.label for f in faults if f.kind in RESTARTING and (f.target == node or f.kind == "cluster-power-loss")
                            and last[1] - EXPLAIN_MS <= f.start_ms <= ts
                            and (f.end_ms is None or ts <= f.end_ms + EXPLAIN_MS)]
                     out.append(Regression(group, topic, node, qid, last[0], off, ts, why))

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 SKEW_MS = 2000
 BUCKET_MS = 100
-MASTER_OUT = ("kill-master", "restart-master", "pause-master", "partition", "power-loss")
+MASTER_OUT = ("kill-master", "restart-master", "pause-master", "partition", "power-loss", "group-power-loss",
+              "slave-then-master-power-loss")
 UNATTRIBUTED = "unattributed"
 
 

@@ -68,7 +68,7 @@ class FakeHandle:
     start runs it; `limited` are the nodes whose store is on a size-limited filesystem."""
 
     OPS = ("start", "stop", "kill", "pause", "resume", "power_loss", "partition", "heal_partition",
-           "fill_disk", "free_disk", "slow_link", "cut_link", "slice_link", "heal_link", "heal_links")
+           "fill_disk", "free_disk", "slow_link", "cut_link", "slice_link", "heal_link", "heal_links", "wait_up")
 
     # the handle's own naming and bookkeeping, not faked: the kind of backend, the nodes, the proxies' names
     kind = Cluster.kind

@@ -226,7 +226,26 @@ def test_a_sweep_is_seeded_with_the_master_power_loss_last():
     for seed in range(8):
         sched = make_sweep(random.Random(seed), kinds, h)
         cells = [(f.kind, f.role) for f in sched]
-        assert sorted(cells) == sorted(sweep_cells(kinds, h)) and cells[-1] == LAST_IN_SWEEP
+        assert sorted(cells) == sorted(sweep_cells(kinds, h)) and cells[-1] == ("power-loss", "master")
         assert [f.to_json() for f in sched] == [f.to_json() for f in make_sweep(random.Random(seed), kinds, h)]
         orders.add(tuple(cells))
     assert len(orders) > 4
+
+
+def test_the_power_cuts_come_last_in_their_order_on_groups_not_cut_before():
+    h = FakeHandle(state_nodes=MIXED)
+    kinds = ["cluster-power-loss", "group-power-loss", "slave-then-master-power-loss", "power-loss", "kill-slave"]
+    for seed in range(8):
+        sched = make_sweep(random.Random(seed), kinds, h)
+        assert [(f.kind, f.role) for f in sched][-4:] == list(LAST_IN_SWEEP)
+        # MIXED has two groups with a slave: the first two cuts hit both, the third whichever is left
+        assert len({f.group for f in sched[-4:-1]}) >= 2
+
+
+def test_a_group_power_loss_comes_last_and_on_another_group_than_the_master_power_loss():
+    h = FakeHandle(state_nodes=MIXED)
+    kinds = ["group-power-loss", "power-loss", "kill-slave"]
+    for seed in range(8):
+        sched = make_sweep(random.Random(seed), kinds, h)
+        assert [(f.kind, f.role) for f in sched][-2:] == [("power-loss", "master"), ("group-power-loss", "master")]
+        assert sched[-1].group != sched[-2].group  # the first may fork its group: the second would not count

@@ -45,6 +45,21 @@ TABLE = {
     "restart-master": ("master", "both", A, {}, [("stop", {"node": A, "timeout": 10.0})], [started(A)]),
     "kill-master": ("master", "both", A, {}, [node_op("kill", A)], [started(A)]),
     "power-loss": ("node", "both", A, {}, [node_op("power_loss", A)], [started(A)]),
+    # the whole group: master first, then its slave; back on together, then each waited for
+    "group-power-loss": ("master", "both", A, {}, [node_op("power_loss", A), node_op("power_loss", AS)],
+                         [("start", {"node": A, "wait": False, "timeout": 30.0}),
+                          ("start", {"node": AS, "wait": False, "timeout": 30.0}),
+                          ("wait_up", {"node": A, "timeout": 60}), ("wait_up", {"node": AS, "timeout": 60})]),
+    # slaves first, gap_s later the master (a gap of 0 here: no sleeping in a unit test)
+    "slave-then-master-power-loss": ("master", "both", A, {"gap_s": 0}, [node_op("power_loss", AS),
+                                                                        node_op("power_loss", A)],
+                                     [("start", {"node": A, "wait": False, "timeout": 30.0}),
+                                      ("start", {"node": AS, "wait": False, "timeout": 30.0}),
+                                      ("wait_up", {"node": A, "timeout": 60}), ("wait_up", {"node": AS, "timeout": 60})]),
+    # every broker, masters first
+    "cluster-power-loss": ("master", "both", A, {}, [node_op("power_loss", n) for n in (A, B, AS, BS)],
+                           [("start", {"node": n, "wait": False, "timeout": 30.0}) for n in (A, B, AS, BS)]
+                           + [("wait_up", {"node": n, "timeout": 60}) for n in (A, B, AS, BS)]),
     "disk-full": ("node", "both", AS, {}, [("fill_disk", {"node": AS, "leave_bytes": 0})], [node_op("free_disk", AS)]),
     "partition": ("node", "docker", B, {}, [node_op("partition", B)], [node_op("heal_partition", B)]),
     "client-latency": ("master", "docker", B, {"ms": 3000},

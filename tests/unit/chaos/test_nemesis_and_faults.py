@@ -58,7 +58,8 @@ def test_every_fault_is_a_start_stop_pair_with_backends():
         assert set(k.backends) <= {"local", "docker"} and k.targets in ("slave", "master", "node")
     usable, dropped = applicable_faults(list(ALL_FAULTS), "local")
     assert set(usable) == {"pause-slave", "restart-slave", "kill-slave", "pause-master", "restart-master",
-                           "kill-master", "power-loss", "disk-full"}
+                           "kill-master", "power-loss", "group-power-loss", "slave-then-master-power-loss",
+                           "cluster-power-loss", "disk-full"}
     assert {"latency", "cut", "partition", "client-cut"} <= set(dropped)
 
 
