@@ -43,6 +43,8 @@ class HistoryFindings:
     phantoms: list = field(default_factory=list)             # received, never sent
     order_violations: list = field(default_factory=list)     # (client, broker, topic, qid, offset, prev max)
     order_violations_ordered: int = 0
+    order_violation_count: int = 0                           # exact (order_violations lists the first 1000)
+    phantom_count: int = 0                                   # exact (phantoms lists the first 1000)
     redeliveries: int = 0
     acked_not_received: int = 0
     send_latency: dict = field(default_factory=dict)         # percentile -> ms
@@ -112,9 +114,9 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     not_in_topic = acked.join(in_topic, "uniq_key", "left_anti")
     lost = not_in_topic.join(parked_keys, "uniq_key", "left_anti")
     f.lost = [(r["uniq_key"], r["send_id"], r["client"], r["topic"], r["end_ms"])
-              for r in lost.orderBy("end_ms").limit(1000).collect()]
+              for r in lost.orderBy("end_ms").collect()]  # every one: counts and attribution are exact
     f.parked = [(r["uniq_key"], r["send_id"], r["topic"])
-                for r in not_in_topic.join(parked_keys, "uniq_key", "left_semi").orderBy("end_ms").limit(1000).collect()]
+                for r in not_in_topic.join(parked_keys, "uniq_key", "left_semi").orderBy("end_ms").collect()]
 
     # 1b. sends the broker answered FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: the
     # master did store them (only flush or replication is unconfirmed), so each should be somewhere.
@@ -122,7 +124,7 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     f.unconfirmed = sum(f.statuses.get(st, 0) for st in UNCONFIRMED)
     gone = unconf.join(copies.select("uniq_key").distinct(), "uniq_key", "left_anti")
     f.unconfirmed_missing = [(r["uniq_key"], r["send_id"], r["status"])
-                             for r in gone.orderBy("end_ms").limit(1000).collect()]
+                             for r in gone.orderBy("end_ms").collect()]
 
     # 2. acknowledged sends missing on a node of their group that should hold them. For a slave: it
     # must hold every acked message at or after its start when the master is SYNC_MASTER (ASYNC: counted only).
@@ -166,7 +168,8 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     phantom = (r_topics.join(sent_keys, "uniq_key", "left_anti")
                .join(send_ids, "send_id", "left_anti"))
     f.phantoms = [(r["client"], r["topic"], r["uniq_key"], r["send_id"], r["queue_id"], r["queue_offset"])
-                  for r in phantom.limit(1000).collect()]
+                  for r in phantom.limit(1000).collect()]  # listed; counted exactly below
+    f.phantom_count = phantom.count()
 
     # 5. per-queue order among received messages, per consumer client. The queue is (broker, topic,
     # queue id); the broker comes from the stored copy when the history does not name it.
@@ -188,6 +191,7 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     f.order_violations = [(r["client"], r["broker"], r["topic"], r["queue_id"], r["queue_offset"],
                            r["prev_max"], bool(r["ordered"]))
                           for r in rq.filter("viol").orderBy("client", "seq").limit(1000).collect()]
+    f.order_violation_count = rq.filter("viol").count()
 
     # 5b. which node served each receive (its group's node whose served pull covers its queue offset)
     if served_rows is not None:
@@ -262,12 +266,13 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
                        "allows it): " + _few(f.dup_logical, lambda x: f"{x[0]} x{x[1]}")
                        if f.dup_logical else "no logical send stored twice"))
     out.append(Verdict("nothing received that was never sent", FAIL if f.phantoms else PASS,
-                       f"{len(f.phantoms)} phantom(s): " + _few(f.phantoms, lambda x: f"{x[2]} on {x[1]} q{x[4]}@{x[5]} by {x[0]}")
+                       f"{max(f.phantom_count, len(f.phantoms))} phantom(s): " + _few(f.phantoms, lambda x: f"{x[2]} on {x[1]} q{x[4]}@{x[5]} by {x[0]}")
                        if f.phantoms else f"{f.receives} receives all match a send"))
     if f.order_violations:
         st = FAIL if f.order_violations_ordered else WARN
         out.append(Verdict("per-queue receive order", st,
-                           f"{len(f.order_violations)} message(s) received after a later offset of their queue "
+                           f"{max(f.order_violation_count, len(f.order_violations))} message(s) received after a "
+                           "later offset of their queue "
                            f"({f.order_violations_ordered} by ordered consumers): "
                            + _few(f.order_violations, lambda x: f"{x[0]} {x[1]}/{x[2]}/q{x[3]} offset {x[4]} after {x[5]}")))
     else:

@@ -229,3 +229,17 @@ def test_delayed_messages_count_when_they_reach_their_topic(spark, run_builder):
     assert v["no UNIQ_KEY stored twice"].status == PASS  # the parked copy is not a duplicate
     parked_v = v["acknowledged sends delivered to their topic"]
     assert parked_v.status == WARN and "PARKED-1" in parked_v.detail and "DELAYED-1" not in parked_v.detail
+
+
+def test_loss_counts_are_not_capped(spark, run_builder):
+    """1,500 acknowledged sends on no node are 1,500 in the verdict, not the first 1,000 (issue 23)."""
+    run_builder.master(n=20)
+    run_builder.close()
+    run_builder.slave()
+    run_builder.history(lost=[(f"LOST-UK-{i}", f"lost-send-{i}") for i in range(1500)])
+    nodes = runfolder.load_nodes(run_builder.root)
+    f = history_check.check(spark, decode.decode(spark, nodes, 1 << 20),
+                            history_check.load_histories(spark, runfolder.history_files(run_builder.root)), nodes)
+    assert len(f.lost) == 1500
+    v = {x.name: x for x in history_check.verdicts(f)}
+    assert v["no acknowledged send lost"].detail.startswith("1500 SEND_OK message(s) on no node")
