@@ -117,6 +117,10 @@ class BrokerController:
             log.error("PLANTED BUGS ON (plantBug=%s): this broker breaks its guarantees on purpose, for a "
                       "test of the audit; never run it for anything else: %s", c.plantBug,
                       "; ".join(planted.PLANTED_BUGS[b] for b in sorted(self.bugs)))
+        if "skip-queue-entry" in self.bugs and c.is_master:
+            self.store.skip_unit_every = planted.SKIP_UNIT_EVERY
+        self._puts_until_truncate = (planted.TRUNCATE_AFTER_PUTS if "ack-then-truncate" in self.bugs
+                                     and c.is_master else 0)
         self.flusher = FlushService(self.store, clock=self.clock, run_in_thread=self.run_in_thread,
                                     sync=c.flushDiskType == "SYNC_FLUSH",
                                     interval_ms=c.flushIntervalCommitLog, timeout_ms=c.syncFlushTimeout)
@@ -221,11 +225,20 @@ class BrokerController:
         if self.writes_held:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=RECOVERING)
         res = self.store.put_message(msg)
-        if self.bugs and res.status == PutStatus.PUT_OK and "duplicate-store" in self.bugs:
-            self.store.put_message(msg)
+        if self.bugs and res.status == PutStatus.PUT_OK:
+            self._planted_after_put(msg)
         if res.status != PutStatus.PUT_OK or not wait_store_ok:
             return res
         return self.await_stored(res)
+
+    def _planted_after_put(self, msg) -> None:
+        if "duplicate-store" in self.bugs:
+            self.store.put_message(msg)
+        if self._puts_until_truncate:
+            self._puts_until_truncate -= 1
+            if not self._puts_until_truncate:  # after this put is answered: acknowledged, then cut
+                self.clock.callLater(0, lambda: log.error("PLANTED BUG ack-then-truncate: cut %d bytes of "
+                                                          "acknowledged log", planted.truncate_live(self.store)))
 
     def put_sends(self, buf, sends: list, born_host: bytes):
         """put() for a run of plain sends read by the compiled scan (broker/fastpath), each asking to

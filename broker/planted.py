@@ -20,9 +20,37 @@ PLANTED_BUGS: dict[str, str] = {
     "lose-tail-on-restart": "a master drops the last 16 KiB of its commit log every time it starts, as a broken "
                             "recovery would: a fork without any power loss (caught by: the replica comparison, "
                             "a fork no fault allows, and the delivery verdicts lost-after-delivery / stranded)",
+    "skip-queue-entry": "a master never writes the consume-queue unit of every 50th message of a queue: the "
+                        "record is stored, acknowledged and replicated, and no consumer can pull it (caught by: "
+                        "queues.consistent on the master, delivery.lost with reason unqueued)",
+    "ack-then-truncate": "a master running normally cuts the last 16 KiB of its commit log once, after its 300th "
+                         "stored message, and goes on writing at the cut: messages acknowledged, perhaps "
+                         "consumed and replicated, then gone from it (caught by: the replica comparison, "
+                         "lost-after-delivery / stranded, lost)",
 }
 
 LOST_TAIL_BYTES = 16 << 10
+SKIP_UNIT_EVERY = 50
+TRUNCATE_AFTER_PUTS = 300
+
+
+def truncate_live(store, nbytes: int = LOST_TAIL_BYTES) -> int:
+    """ack-then-truncate: cut the running store's commit log at the last record boundary at least `nbytes`
+    below its end (not below its last file's start), with the consume queues; returns the bytes cut."""
+    store.dispatch_pending()
+    end = store.max_offset
+    start = store.commitlog.last_file_start()
+    cut = start
+    for at, _kind, size, _info, _reason in store.commitlog.walk(start, end, check_crc=False):
+        if at + size > end - nbytes:
+            break
+        cut = at + size
+    store.commitlog.truncate(cut)
+    for cq in store.queues.values():
+        cq.truncate_beyond(cut)
+    store.reput_offset = cut
+    store.queue_offsets.clear()
+    return end - cut
 
 
 def cut_tail(commitlog_dir: str, nbytes: int = LOST_TAIL_BYTES) -> int:

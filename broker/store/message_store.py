@@ -147,6 +147,7 @@ class MessageStore:
         # The delay of each level (messageDelayLevel): where a DELAY message is stored and when due.
         self.delay_levels_ms: tuple[int, ...] = delay.parse_delay_levels(delay.DEFAULT_LEVELS)
         self.last_store_timestamp = 0
+        self.skip_unit_every = 0  # planted bug skip-queue-entry only
         self.append_listeners: list = []  # called with the new max offset after every append
         self.dispatch_listeners: list = []  # called with (topic, queue_id) when units were added
         # Master path: set by the controller to a callable that runs dispatch_pending() soon (on the next
@@ -458,6 +459,8 @@ class MessageStore:
                 if code is None:
                     code = codes[unit_tags] = record.tags_code(unit_tags)
                 unit_tags = code
+            if self.skip_unit_every and queue_offset % self.skip_unit_every == self.skip_unit_every - 1:
+                continue  # the planted bug skip-queue-entry (broker/planted.py): never on a real broker
             units.append((queue_offset, offset, size, unit_tags))
         for cq in list(self._unwritten_units):  # a full disk's leftovers of queues nothing was put to
             batches[cq] = self._unwritten_units.pop(cq)

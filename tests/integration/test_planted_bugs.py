@@ -155,3 +155,26 @@ def test_a_master_that_forks_without_a_power_loss_fails_replicas_and_delivery(tm
     late = next(g for g in summary["delivery"] if g.startswith("ChaosLateCG"))
     assert summary["delivery"][late]["stranded"] > 0, summary["delivery"]
     assert by_id[("delivery.stranded", late)]["status"] == "FAIL", out
+
+
+@pytest.mark.checkers
+def test_a_missing_queue_entry_and_an_ack_then_truncate_fail_their_verdicts(tmp_path):
+    """skip-queue-entry on broker-b (every 50th message of a queue stored and acknowledged, no queue unit:
+    nobody can pull it) and ack-then-truncate on broker-a (after its 300th message it cuts 16 KiB of
+    acknowledged log and writes on at the cut). No fault at all: only the verdicts can see them."""
+    rc, out, run_dir = chaos_run(tmp_path, "queuecut", "2m-2s-sync", [],
+                                 {"broker-b:plantBug": "skip-queue-entry", "broker-a:plantBug": "ack-then-truncate"},
+                                 ["--late-consumer-after-heal"])
+    assert rc == 1, out
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    by_id = {(v["id"], v["subject"]): v for v in summary["verdicts"] if v.get("id")}
+    assert by_id[("queues.consistent", "broker-b")]["status"] == "FAIL", out
+    assert by_id[("queues.consistent", "broker-a")]["status"] == "PASS", out
+    for group, d in summary["delivery"].items():
+        assert d["lostByReason"].get("unqueued", 0) > 0, (group, d)
+        assert by_id[("delivery.lost", group)]["status"] == "FAIL", out
+    # broker-a's cut: its slave holds what it lost, and new records where the slave has others
+    assert by_id[("replica.consistent", "broker-a-s")]["status"] == "FAIL", out
+    late = next(g for g in summary["delivery"] if g.startswith("ChaosLateCG"))
+    d = summary["delivery"][late]
+    assert d["stranded"] + d["lostByReason"].get("nowhere", 0) > 0, d

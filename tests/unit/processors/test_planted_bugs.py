@@ -6,7 +6,7 @@ from broker import planted
 from broker.config import ConfigError
 from broker.remoting.codes import ResponseCode
 
-from .harness import Broker, make_config, send_v1
+from .harness import TOPIC, Broker, make_config, send_v1
 from .test_send import stored
 
 
@@ -92,3 +92,42 @@ def test_lose_tail_on_restart_forks_a_master_without_a_power_loss(tmp_path):
         assert clean.store.max_offset == after
     finally:
         clean.stop()
+
+
+def _records(b):
+    return [info for _at, kind, _size, info, _r in b.store.commitlog.walk(0, b.store.max_offset, full=True)
+            if kind == "message"]
+
+
+def test_skip_queue_entry_stores_every_message_and_queues_48_of_50(tmp_path):
+    b = Broker(tmp_path / "b", plantBug="skip-queue-entry")
+    try:
+        for i in range(100):
+            assert b.call(send_v1(body=b"m%d" % i, queue_id=0)).code == ResponseCode.SUCCESS
+        b.clock.advance(0.1)
+        assert len(_records(b)) == 100
+        cq = b.store.queue(TOPIC, 0)
+        pointed = {u[0] for u in (cq.get(i) for i in range(cq.max_index)) if u is not None}
+        phys = [m.physical_offset for m in _records(b)]
+        # queue offsets 49 and 99: stored, acknowledged, and no unit points at them
+        assert [i for i, p in enumerate(phys) if p not in pointed] == [49, 99]
+    finally:
+        b.stop()
+
+
+def test_ack_then_truncate_cuts_acknowledged_log_once_and_writes_on(tmp_path):
+    b = Broker(tmp_path / "b", plantBug="ack-then-truncate")
+    try:
+        for i in range(planted.TRUNCATE_AFTER_PUTS):
+            assert b.call(send_v1(body=b"x" * 500)).code == ResponseCode.SUCCESS
+        b.clock.advance(0.1)
+        size = _records(b)[0].total_size
+        after = b.store.max_offset
+        # every put was answered SUCCESS, then the last 16 KiB (whole records) were cut
+        assert planted.TRUNCATE_AFTER_PUTS * size - after >= planted.LOST_TAIL_BYTES
+        assert len(_records(b)) == after // size
+        assert b.call(send_v1(body=b"y" * 500)).code == ResponseCode.SUCCESS
+        b.clock.advance(0.1)
+        assert b.store.max_offset == after + size and _records(b)[-1].body == b"y" * 500
+    finally:
+        b.stop()
