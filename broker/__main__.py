@@ -37,11 +37,11 @@ def main(argv=None) -> int:
         return 2
     if args.check:
         for k, v in sorted(vars(config).items()):
-            if k == "unknown_keys":
+            if k == "ignored_keys":
                 continue
             print(f"{k}={str(v).lower() if isinstance(v, bool) else ('' if v is None else v)}")
-        for k in config.unknown_keys:
-            print(f"# not used by this broker: {k}")
+        for k in config.ignored_keys:
+            print(f"# a 4.9 key this broker accepts and does not use: {k}")
         print(f"# derived: haListenPort={config.ha_port} metricsPort={config.metrics_port} "
               f"addr={config.broker_addr} haServerAddr={config.ha_server_addr}")
         return 0
@@ -53,6 +53,9 @@ def main(argv=None) -> int:
     server = BrokerServer(config, reactor)
     try:
         server.start()
+    except ConfigError as e:  # a file the configuration names (plain_acl.yml) is not usable
+        logging.getLogger("broker").error("cannot start: %s", e)
+        return 2
     except StoreError as e:
         logging.getLogger("broker").error("cannot start: %s", e)
         return 3

@@ -162,6 +162,11 @@ class BrokerConfig:
     haRecoveryWaitMs: int = _prop("haRecoveryWaitMs", 30000, minimum=0,
                                   doc="ours; the longest a recovering master holds writes for its slaves to "
                                       "answer; then it takes writes as without recovery")
+    aclEnable: bool = _prop("aclEnable", False,
+                            doc="4.9's ACL (README \"ACL\"): every request checked against plain_acl.yml "
+                                "(accounts, signatures, topic and group permissions), reloaded when it changes")
+    aclConfigFile: str = _prop("aclConfigFile", "",
+                               doc="ours; the ACL file (default: $ROCKETMQ_HOME/conf/plain_acl.yml, as 4.9)")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
     sendFastPath: bool = _prop("sendFastPath", True,
                                doc="ours; plain sends are read and encoded by the compiled accelerator "
@@ -216,8 +221,8 @@ class BrokerConfig:
     maxIndexNum: int = _prop("maxIndexNum", 5000000 * 4, minimum=2,
                              doc="index items of one index file (item 0 is never used)")
 
-    # Set by from_properties: keys we do not use.
-    unknown_keys: list[str] = field(default_factory=list, metadata=dict(name=None))
+    # Set by from_properties: 4.9 keys present in the file that this broker accepts and does not use.
+    ignored_keys: list[str] = field(default_factory=list, metadata=dict(name=None))
 
     # -- derived ------------------------------------------------------------------------------
     @property
@@ -280,8 +285,18 @@ class BrokerConfig:
                     unknown.append(key)
                 continue
             values[f.name] = _convert(key, raw.strip(), f.metadata)
+        if unknown:
+            # a misspelt key would otherwise be a setting silently not applied (aclEnable once was)
+            import difflib
+            known = sorted(set(by_name) | IGNORED_KEYS)
+            hints = []
+            for k in sorted(unknown):
+                close = difflib.get_close_matches(k, known, n=1)
+                hints.append(f"{k} (did you mean {close[0]}?)" if close else k)
+            raise ConfigError(f"unknown config key(s): {', '.join(hints)}; every key this broker reads is "
+                              "listed by `python -m broker -c FILE --check` and in the README's Configuration")
         cfg = cls(**values)
-        cfg.unknown_keys = sorted(unknown)
+        cfg.ignored_keys = sorted(k for k in props if k in IGNORED_KEYS)
         cfg.validate()
         return cfg
 
@@ -337,7 +352,7 @@ class BrokerConfig:
 IGNORED_KEYS = frozenset("""
 deleteWhen fileReservedTime storePathIndex storeCheckpoint abortFile autoCreateSubscriptionGroup
 sendMessageThreadPoolNums pullMessageThreadPoolNums maxTransferBytesOnMessageInMemory
-maxTransferCountOnMessageInMemory transientStorePoolEnable aclEnable enablePropertyFilter
+maxTransferCountOnMessageInMemory transientStorePoolEnable enablePropertyFilter
 traceTopicEnable msgTraceTopicName fetchNamesrvAddrByAddressServer
 useReentrantLockWhenPutMessage waitTimeMillsInSendQueue diskMaxUsedSpaceRatio brokerFastFailureEnable
 slaveReadEnable offsetCheckInSlave duplicationEnable serverWorkerThreads serverSelectorThreads

@@ -96,8 +96,9 @@ class BrokerController:
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, listen: bool = True) -> None:
         c = self.config
-        if c.unknown_keys:
-            log.warning("config keys not used by this broker (typos?): %s", ", ".join(c.unknown_keys))
+        if c.ignored_keys:
+            log.warning("4.9 config keys accepted and not used by this broker (their 4.9 behaviour does not "
+                        "exist here): %s", ", ".join(c.ignored_keys))
         self.store = MessageStore(
             c.storePathRootDir, c.commitlog_dir, commitlog_file_size=c.mappedFileSizeCommitLog,
             cq_file_size=c.mappedFileSizeConsumeQueue, check_crc_on_recover=c.checkCRCOnRecover,

@@ -60,6 +60,7 @@ class BrokerServer:
         self.slave_sync: SlaveSynchronize | None = None
         self.transactions: TransactionService | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.acl = None
         self.port = None
         self.started = False
 
@@ -90,6 +91,12 @@ class BrokerServer:
                      QueryMessageProcessor(store),
                      SendBackProcessor(c, self.controller, self.topics)):
             part.register(self.registry)
+        if c.aclEnable:
+            from .acl_service import AclService, default_path
+            self.acl = AclService(c.aclConfigFile or default_path(), self.clock, self.controller.metrics)
+            self.registry.acl = self.acl.check
+            self.registry.fast_sends = None  # every send is checked: the compiled path does not sign
+            self.acl.start()
         # END_TRANSACTION is served everywhere (a slave refuses it); only a master checks half messages.
         self.transactions = TransactionService(c, store, self.controller.put_message, self.offsets, self.topics,
                                                self.clients, self.clock, self.controller.metrics)
@@ -129,6 +136,8 @@ class BrokerServer:
         if self.slave_sync is not None:
             self.slave_sync.stop()
         self.clients.stop()
+        if self.acl is not None:
+            self.acl.stop()
         if self.transactions is not None:
             self.transactions.stop()
         if self.port is not None:

@@ -71,6 +71,8 @@ class ProcessorRegistry:
         # (scan, handler, cluster name): runs of plain sends read by the compiled scan and handed to
         # handler(protocol, buffer, sends) (broker/fastpath; the send processor registers it).
         self.fast_sends: tuple | None = None
+        # aclEnable: callable(request, peer) -> the refusal to send, or None to serve (broker/acl_service.py)
+        self.acl = None
 
     def register(self, code: int, processor: Processor) -> None:
         self._processors[int(code)] = processor
@@ -290,6 +292,12 @@ class RemotingProtocol(Protocol):
         d.callback(cmd)
 
     def _handle_request(self, request: RemotingCommand) -> None:
+        acl = self.registry.acl
+        if acl is not None:
+            refused = acl(request, self.peer)
+            if refused is not None:
+                self._reply(request, refused)
+                return
         processor = self.registry.get(request.code)
         if processor is None:
             self._unsupported(request)

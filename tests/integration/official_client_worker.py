@@ -9,6 +9,7 @@ produce job: namesrv, group, timeout_ms, sends: [{mode: sync|async|oneway|orderl
   {"error": "..."}; async results are waited for.
 consume job: namesrv, group, topic, expect (stop after that many, optional), deadline_s, stop_file
   (stop when it exists, optional), instance (instance name, optional).
+Both: credentials ([access key, secret key], optional): the client signs every request (ACL).
 """
 import json
 import os
@@ -60,6 +61,8 @@ def send_one(p, mode, msg, s, job):
 def produce(job):
     p = Producer(job.get("group", "PG"), timeout=job.get("timeout_ms", 8000))
     p.set_namesrv_addr(job["namesrv"])
+    if job.get("credentials"):  # ACL: the client's signing hook (access key, secret key, channel)
+        p.set_session_credentials(*job["credentials"], "")
     p.start()
     out = []
     try:
@@ -112,6 +115,8 @@ def consume(job):
     print(json.dumps({"pid": os.getpid()}), flush=True)  # its native log: ~/logs/rocketmq-cpp/<pid>_*
     c = PushConsumer(job["group"])
     c.set_namesrv_addr(job["namesrv"])
+    if job.get("credentials"):
+        c.set_session_credentials(*job["credentials"], "")
     if job.get("instance"):
         c.set_instance_name(job["instance"])
     c.subscribe(job["topic"], on_message, job.get("expression", "*"))

@@ -58,9 +58,18 @@ def test_valid_edges_pass():
     assert (c.ha_port, c.metrics_port, c.checkCRCOnRecover, c.haMasterAddress) == (1, 2, False, "[::1]:10912")
 
 
-def test_unknown_keys_are_kept_for_the_start_up_warning_and_known_ignored_ones_are_not():
-    c = BrokerConfig.from_properties({"brokerName": "b", "flushIntervalCommitlog": "9", "deleteWhen": "04"})
-    assert c.unknown_keys == ["flushIntervalCommitlog"]
+def test_an_unknown_or_misspelt_key_is_an_error_naming_the_key_it_resembles():
+    with pytest.raises(ConfigError, match=r"unknown config key\(s\): flushIntervalCommitlog \(did you mean "
+                                          r"flushIntervalCommitLog\?\), nonsenseKey;"):
+        BrokerConfig.from_properties({"brokerName": "b", "flushIntervalCommitlog": "9", "nonsenseKey": "1"})
+    # 4.9 keys this broker does not implement are accepted, and kept for the start-up warning
+    c = BrokerConfig.from_properties({"brokerName": "b", "deleteWhen": "04"})
+    assert c.ignored_keys == ["deleteWhen"]
+
+
+def test_acl_enable_is_no_longer_ignored():
+    c = BrokerConfig.from_properties({"brokerName": "b", "aclEnable": "true"})
+    assert c.aclEnable is True and c.ignored_keys == []
 
 
 def test_an_official_conf_file_reads_as_is():
@@ -68,4 +77,4 @@ def test_an_official_conf_file_reads_as_is():
             "deleteWhen=04\nfileReservedTime=48\nbrokerRole=SYNC_MASTER\nflushDiskType=ASYNC_FLUSH\n")
     c = BrokerConfig.from_properties(parse_properties(text))
     c.validate()
-    assert (c.brokerName, c.brokerRole, c.unknown_keys) == ("broker-a", "SYNC_MASTER", [])
+    assert (c.brokerName, c.brokerRole, c.ignored_keys) == ("broker-a", "SYNC_MASTER", ["deleteWhen", "fileReservedTime"])

@@ -125,7 +125,7 @@ def test_config_names_and_defaults_are_the_references(tmp_path):
     c = BrokerConfig.from_properties({"brokerName": "b", "transactionTimeOut": "1000", "transactionCheckMax": "3",
                                       "transactionCheckInterval": "5000", "rejectTransactionMessage": "true"})
     assert (c.transactionTimeOut, c.transactionCheckMax, c.transactionCheckInterval) == (1000, 3, 5000)
-    assert c.rejectTransactionMessage is True and c.unknown_keys == []
+    assert c.rejectTransactionMessage is True and c.ignored_keys == []
 
 
 # ---- half messages -------------------------------------------------------------------------------

@@ -363,7 +363,7 @@ def test_config_keys_and_their_limits():
     c = BrokerConfig.from_properties({**base, "messageIndexEnable": "false", "maxHashSlotNum": "50000",
                                       "maxIndexNum": "200000"})
     assert (c.messageIndexEnable, c.maxHashSlotNum, c.maxIndexNum) == (False, 50_000, 200_000)
-    assert c.unknown_keys == []
+    assert c.ignored_keys == []
     with pytest.raises(ConfigError, match="maxHashSlotNum=5000000 and maxIndexNum=200000000"):
         BrokerConfig.from_properties({**base, "maxIndexNum": "200000000"})
     with pytest.raises(ConfigError, match="maxIndexNum=1"):

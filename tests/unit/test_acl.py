@@ -1,0 +1,126 @@
+"""broker/acl.py: 4.9's PlainAccessValidator rules, IO-free (the official client against a real broker is
+tests/integration/test_acl.py)."""
+import pytest
+
+from broker import acl
+from broker.acl import DENY, PUB, SUB, AclConfig, AclConfigError, AclError, AddressMatcher
+from broker.remoting.codes import RequestCode as R
+
+CFG = {
+    "globalWhiteRemoteAddresses": ["10.10.103.*"],
+    "accounts": [
+        {"accessKey": "user", "secretKey": "12345678", "whiteRemoteAddress": "192.168.1.{1,2}",
+         "defaultTopicPerm": "DENY", "defaultGroupPerm": "SUB",
+         "topicPerms": ["topicA=DENY", "topicB=PUB|SUB", "topicC=SUB"], "groupPerms": ["groupA=DENY"]},
+        {"accessKey": "admin", "secretKey": "87654321", "admin": True},
+    ]}
+
+
+def check(cfg, code, fields, body=b"", ip="127.0.0.1", ak="user", sk="12345678", signed=True):
+    ext = acl.sign(fields, body, ak, sk) if signed else dict(fields)
+    cfg.validate(code, ext, body, ip)
+
+
+@pytest.fixture
+def cfg():
+    return AclConfig.from_dict(CFG)
+
+
+def test_perm_strings_and_checks_are_4_9s():
+    assert [acl.parse_perm(x) for x in ("PUB", "sub", "PUB|SUB", "SUB|PUB", "DENY", None, "bogus")] == \
+        [PUB, SUB, PUB | SUB, PUB | SUB, DENY, DENY, DENY]
+    assert acl.check_perm(PUB, PUB | SUB) and not acl.check_perm(PUB, SUB) and not acl.check_perm(SUB, DENY | SUB)
+    assert acl.check_perm(acl.ANY, SUB) and not acl.check_perm(acl.ANY, DENY)
+
+
+def test_the_signature_is_hmac_sha1_of_sorted_values_then_body():
+    # Base64(HmacSHA1("ab" + "x" + body, key)) with the fields b=x, a=ab (sorted: a, b), Signature excluded
+    content = acl.request_content({"b": "x", "a": "ab", "Signature": "zzz"}, b"BODY")
+    assert content == b"abxBODY"
+    # (the expected value from openssl: printf abxBODY | openssl dgst -sha1 -hmac 12345678 -binary | base64)
+    assert acl.signature(b"abxBODY", "12345678") == "lxBCXoK5tFMn/DUlW9PEYrf5Q14="
+
+
+@pytest.mark.parametrize("code, fields, ok", [
+    (R.SEND_MESSAGE, {"topic": "topicB"}, True),
+    (R.SEND_MESSAGE, {"topic": "topicC"}, False),            # SUB only
+    (R.SEND_MESSAGE, {"topic": "topicA"}, False),            # DENY
+    (R.SEND_MESSAGE, {"topic": "other"}, False),             # defaultTopicPerm DENY
+    (R.SEND_MESSAGE_V2, {"b": "topicB"}, True),
+    (R.PULL_MESSAGE, {"topic": "topicC", "consumerGroup": "g"}, True),   # group by defaultGroupPerm SUB
+    (R.PULL_MESSAGE, {"topic": "topicC", "consumerGroup": "groupA"}, False),
+    (R.UPDATE_CONSUMER_OFFSET, {"topic": "topicB", "consumerGroup": "g"}, True),
+    (R.CONSUMER_SEND_MSG_BACK, {"originTopic": "topicB", "group": "g"}, True),
+    (R.GET_MAX_OFFSET, {"topic": "topicA"}, True),           # a code 4.9 maps to no resource: signature only
+    (R.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}, False),      # admin only
+])
+def test_resources_and_perms(cfg, code, fields, ok):
+    if ok:
+        check(cfg, code, fields)
+    else:
+        with pytest.raises(AclError):
+            check(cfg, code, fields)
+
+
+def test_heartbeat_needs_sub_on_each_group_and_subscribed_topic(cfg):
+    body = b'{"clientID":"c","consumerDataSet":[{"groupName":"g","subscriptionDataSet":[{"topic":"topicA"}]}]}'
+    with pytest.raises(AclError, match="No permission for topic topicA"):
+        check(cfg, R.HEART_BEAT, {}, body)
+    check(cfg, R.HEART_BEAT, {}, body.replace(b"topicA", b"topicC"))
+
+
+def test_refusal_order_and_reasons(cfg):
+    with pytest.raises(AclError, match="^No accessKey is configured$"):
+        check(cfg, R.SEND_MESSAGE, {"topic": "topicB"}, signed=False)
+    with pytest.raises(AclError, match="^No acl config for ghost$"):
+        check(cfg, R.SEND_MESSAGE, {"topic": "topicB"}, ak="ghost")
+    with pytest.raises(AclError, match="^Check signature failed for accessKey=user$"):
+        check(cfg, R.SEND_MESSAGE, {"topic": "topicB"}, sk="wrong-key")
+    ext = acl.sign({"topic": "topicB"}, b"body", "user", "12345678")
+    with pytest.raises(AclError, match="Check signature"):  # the body is signed too
+        cfg.validate(R.SEND_MESSAGE, ext, b"other", "127.0.0.1")
+    with pytest.raises(AclError, match="^Need admin permission for request code=17, but accessKey=user is not$"):
+        check(cfg, R.UPDATE_AND_CREATE_TOPIC, {"topic": "x"})
+    check(cfg, R.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}, ak="admin", sk="87654321")  # admin, no perms: anything
+    check(cfg, R.SEND_MESSAGE, {"topic": "anything"}, ak="admin", sk="87654321")
+
+
+def test_white_addresses_skip_the_signature(cfg):
+    cfg.validate(R.SEND_MESSAGE, {"topic": "topicA"}, b"", "10.10.103.7")  # global: not even a key needed
+    cfg.validate(R.SEND_MESSAGE, {"topic": "topicA", "AccessKey": "user"}, b"", "192.168.1.2")  # the account's
+    with pytest.raises(AclError):
+        cfg.validate(R.SEND_MESSAGE, {"topic": "topicA", "AccessKey": "user"}, b"", "192.168.1.3")
+
+
+@pytest.mark.parametrize("pattern, yes, no", [
+    ("*", ["1.2.3.4", "::1"], []),
+    ("192.168.0.*", ["192.168.0.9"], ["192.168.1.9"]),
+    ("192.168.1.1-10", ["192.168.1.1", "192.168.1.10"], ["192.168.1.11"]),
+    ("192.168.1.{3,5}", ["192.168.1.5"], ["192.168.1.4"]),
+    ("10.0.0.1,10.0.0.2", ["10.0.0.2"], ["10.0.0.3"]),
+    ("::1", ["::1"], ["127.0.0.1"]),
+])
+def test_address_patterns(pattern, yes, no):
+    m = AddressMatcher(pattern)
+    assert all(m.match(ip) for ip in yes) and not any(m.match(ip) for ip in no)
+
+
+@pytest.mark.parametrize("doc, why", [
+    ({"accounts": [{"accessKey": "a"}]}, "accessKey and secretKey are required"),
+    ({"accounts": [{"accessKey": "a", "secretKey": "12345"}]}, "shorter than 6"),
+    ({"accounts": [{"accessKey": "a", "secretKey": "123456", "admn": True}]}, "unknown key.*admn"),
+    ({"acounts": []}, "unknown key.*acounts"),
+    ({"accounts": [{"accessKey": "a", "secretKey": "123456", "topicPerms": ["t=RW"]}]}, "is not DENY, PUB"),
+    ({"globalWhiteRemoteAddresses": ["300.1.1.1"]}, "not a byte"),
+    ({"accounts": [{"accessKey": "a", "secretKey": "123456"}, {"accessKey": "a", "secretKey": "123456"}]},
+     "appears twice"),
+])
+def test_a_bad_file_is_refused_naming_what_is_wrong(doc, why):
+    with pytest.raises(AclConfigError, match=why):
+        AclConfig.from_dict(doc)
+
+
+def test_yaml_errors_are_config_errors():
+    with pytest.raises(AclConfigError, match="not valid YAML"):
+        AclConfig.from_yaml("accounts: [ broken")
+    assert AclConfig.from_yaml("").accounts == {}
