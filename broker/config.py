@@ -167,6 +167,10 @@ class BrokerConfig:
                                 "(accounts, signatures, topic and group permissions), reloaded when it changes")
     aclConfigFile: str = _prop("aclConfigFile", "",
                                doc="ours; the ACL file (default: $ROCKETMQ_HOME/conf/plain_acl.yml, as 4.9)")
+    clusterSecretFile: str = _prop("clusterSecretFile", "",
+                                   doc="ours; a file holding the cluster secret: REGISTER_BROKER and "
+                                       "UNREGISTER_BROKER are signed with it, for a name server started with "
+                                       "--cluster-secret-file (README \"ACL\")")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
     sendFastPath: bool = _prop("sendFastPath", True,
                                doc="ours; plain sends are read and encoded by the compiled accelerator "

@@ -40,6 +40,14 @@ class BrokerRegistration:
         self.slave_sync = slave_sync
         self.client = client or RemotingClient(reactor, self.clock)
         self.addresses = namesrv_addresses(config.namesrvAddr)
+        self.secret = None
+        if config.clusterSecretFile:
+            from .config import ConfigError
+            from .namesrv.guard import read_secret
+            try:
+                self.secret = read_secret(config.clusterSecretFile)
+            except ValueError as e:
+                raise ConfigError(f"clusterSecretFile: {e}") from None
         self.master_addr: str | None = None
         self.master_ha_addr: str | None = None
         self.registrations = 0  # successful REGISTER_BROKER replies
@@ -51,6 +59,13 @@ class BrokerRegistration:
         self._again = False  # asked to register while a registration was in flight
         self.stopped = False
         topics.listeners.append(self.register_soon)
+
+    def _signed(self, req: RemotingCommand) -> RemotingCommand:
+        """Signed with the cluster secret (clusterSecretFile), for a name server that requires it."""
+        if self.secret is not None:
+            from .namesrv.guard import sign_cluster
+            req.ext_fields = sign_cluster(req.ext_fields, req.body, self.secret)
+        return req
 
     def start(self) -> None:
         if not self.addresses:
@@ -94,7 +109,7 @@ class BrokerRegistration:
                 "haServerAddr": c.ha_server_addr, "brokerId": c.brokerId, "compressed": False,
                 "bodyCrc32": body_crc32(body),
             }, body=body)
-            d = self.client.invoke(addr, req, REGISTER_TIMEOUT_S)
+            d = self.client.invoke(addr, self._signed(req), REGISTER_TIMEOUT_S)
             d.addCallbacks(self._registered, self._failed, callbackArgs=(addr,), errbackArgs=(addr,))
             ds.append(d)
         d = defer.DeferredList(ds, consumeErrors=True).addCallback(self._first_error)
@@ -164,7 +179,7 @@ class BrokerRegistration:
             req = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, {
                 "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
                 "brokerId": c.brokerId})
-            d = self.client.invoke(addr, req, UNREGISTER_TIMEOUT_S)
+            d = self.client.invoke(addr, self._signed(req), UNREGISTER_TIMEOUT_S)
             d.addErrback(lambda f, a=addr: log.info("unregister from %s failed: %s", a, f.getErrorMessage()))
             ds.append(d)
         d = defer.DeferredList(ds)

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 
+from broker.namesrv import guard
 from broker.namesrv.server import NameServer
 
 DEFAULT_PORT = 9876
@@ -18,6 +19,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="TCP port (default: $NAMESRV_PORT or 9876)")
     parser.add_argument("--host", default="0.0.0.0", help="interface to listen on (default 0.0.0.0)")
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    parser.add_argument("--cluster-secret-file", default=os.environ.get("CLUSTER_SECRET_FILE") or None,
+                        help="ours: a file holding the cluster secret; REGISTER_BROKER, UNREGISTER_BROKER and KV "
+                             "config writes must then be signed with it (the brokers' clusterSecretFile)")
+    parser.add_argument("--max-brokers", type=int, default=guard.MAX_BROKERS,
+                        help=f"live broker addresses kept at once (default {guard.MAX_BROKERS})")
+    parser.add_argument("--max-topics-per-broker", type=int, default=guard.MAX_TOPICS_PER_BROKER,
+                        help=f"topic configs one registration may carry (default {guard.MAX_TOPICS_PER_BROKER})")
     return parser.parse_args(argv)
 
 
@@ -27,7 +35,18 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from twisted.internet import reactor
 
-    server = NameServer(reactor)
+    secret = None
+    if args.cluster_secret_file:
+        try:
+            secret = guard.read_secret(args.cluster_secret_file)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    server = NameServer(reactor, cluster_secret=secret, max_brokers=args.max_brokers,
+                        max_topics_per_broker=args.max_topics_per_broker)
+    if secret is not None:
+        logging.getLogger("broker.namesrv").info("signed registration on: route and KV config writes need the "
+                                                 "cluster secret of %s", args.cluster_secret_file)
     server.listen(args.port, args.host)
     reactor.addSystemEventTrigger("before", "shutdown", server.stop)
     reactor.run()

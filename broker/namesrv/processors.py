@@ -5,6 +5,7 @@ import logging
 
 from twisted.internet.interfaces import IReactorTime
 
+from broker.namesrv import guard
 from broker.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
 from broker.namesrv.register_body import RegisterBrokerBody, body_crc32
 from broker.namesrv.route_info import RouteInfoManager
@@ -17,17 +18,23 @@ log = logging.getLogger(__name__)
 
 
 class NameServerProcessors:
-    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager, clock: IReactorTime):
+    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager, clock: IReactorTime, *,
+                 cluster_secret: str | None = None, max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER):
         self.routes = routes
         self.kv = kv
         self.clock = clock
+        self.cluster_secret = cluster_secret
+        self.max_topics_per_broker = max_topics_per_broker
+        self.refused_unsigned = 0
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
 
     def registry(self) -> ProcessorRegistry:
-        # The Java name server never answers a code it does not know; the client times out.
-        reg = ProcessorRegistry(reply_to_unknown=False)
+        # The Java name server never answers a code it does not know (the client times out); here every
+        # request gets an answer: REQUEST_CODE_NOT_SUPPORTED.
+        reg = ProcessorRegistry(reply_to_unknown=True)
+        reg.acl = self._check_signed
         reg.register(RequestCode.PUT_KV_CONFIG, self.put_kv_config)
         reg.register(RequestCode.GET_KV_CONFIG, self.get_kv_config)
         reg.register(RequestCode.DELETE_KV_CONFIG, self.delete_kv_config)
@@ -41,6 +48,17 @@ class NameServerProcessors:
         reg.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
         return reg
 
+    def _check_signed(self, req: RemotingCommand, peer: str):
+        """The refusal of a route- or config-changing request not signed with the cluster secret, if one
+        is set (guard.py); None to serve."""
+        try:
+            guard.check_signed(req.code, req.ext_fields or {}, req.body, self.cluster_secret)
+        except guard.Unsigned as e:
+            self.refused_unsigned += 1
+            log.warning("refused request code %d from %s: %s", req.code, peer, e)
+            return req.make_response(ResponseCode.NO_PERMISSION, str(e))
+        return None
+
     def channel_closed(self, ctx: ConnectionContext) -> None:
         self.routes.on_channel_closed(ctx)
 
@@ -52,11 +70,11 @@ class NameServerProcessors:
     # ---- brokers --------------------------------------------------------------------------------
 
     def register_broker(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
-        broker_name = req.get_str("brokerName")
-        broker_addr = req.get_str("brokerAddr")
-        cluster_name = req.get_str("clusterName")
-        ha_server_addr = req.get_str("haServerAddr")
-        broker_id = req.get_long("brokerId")
+        broker_name = guard.check_name(req.get_str("brokerName"), "brokerName")
+        broker_addr = guard.check_addr(req.get_str("brokerAddr"), "brokerAddr")
+        cluster_name = guard.check_name(req.get_str("clusterName"), "clusterName")
+        ha_server_addr = guard.check_addr(req.get_str("haServerAddr", ""), "haServerAddr", allow_empty=True)
+        broker_id = guard.check_broker_id(req.get_long("brokerId"))
         compressed = req.get_bool("compressed", False)
         crc = req.get_int("bodyCrc32", 0)
         if crc != 0 and body_crc32(req.body) != crc:
@@ -69,7 +87,8 @@ class NameServerProcessors:
         elif req.version >= VERSION_V3_0_11:
             body = RegisterBrokerBody.decode(req.body, compressed)
         else:
-            body = RegisterBrokerBody.from_wrapper_json(json_body.loads(req.body))
+            body = RegisterBrokerBody.from_wrapper_json(json_body.loads_request(req.body, "REGISTER_BROKER"))
+        guard.check_topics(body.topic_configs, self.max_topics_per_broker)
 
         result = self.routes.register_broker(cluster_name, broker_addr, broker_name, broker_id,
                                              ha_server_addr, body, ctx, self.now_ms())

@@ -10,16 +10,18 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
+from broker.errors import BadRequest
 from broker.remoting import json_body
 from broker.remoting.codes import PERM_READ, PERM_WRITE
 
 # A compressed body inflates to at most this much (a topic config is ~50 bytes: over a million
 # topics); a zlib bomb of a few MiB would otherwise take the name server's memory.
-MAX_INFLATED_BYTES = 64 * 1024 * 1024
+MAX_INFLATED_BYTES = 16 * 1024 * 1024
 
 
-class RegisterBodyError(ValueError):
-    """A REGISTER_BROKER body (or topic config) that is not one a broker writes."""
+class RegisterBodyError(BadRequest):
+    """A REGISTER_BROKER body (or topic config) that is not one a broker writes: answered with what is
+    wrong (a BadRequest), never with an exception's name."""
 
 
 def _int(obj: dict, key: str, default: int) -> int:
@@ -152,8 +154,14 @@ class RegisterBrokerBody:
         (count,) = struct.unpack_from(">i", raw, pos)
         pos += 4
         configs = {}
+        if count < 0 or count > (len(raw) - pos) // 8:  # each config takes 4 bytes of length and more
+            raise RegisterBodyError(f"compressed register body declares {count} topic configs for "
+                                    f"{len(raw) - pos} bytes")
         for _ in range(count):
-            tc = TopicConfig.decode_text(chunk().decode("utf-8"))
+            try:
+                tc = TopicConfig.decode_text(chunk().decode("utf-8"))
+            except ValueError as e:
+                raise RegisterBodyError(f"a topic config of the register body does not parse: {e}") from None
             configs[tc.topic_name] = tc
         filter_servers = json.loads(chunk().decode("utf-8") or "[]") or []
         return cls(configs, data_version, [str(s) for s in _expect(filter_servers, list, "filterServerList")])

@@ -76,8 +76,9 @@ def same_version(a: dict | None, b: dict | None) -> bool:
 
 
 class RouteInfoManager:
-    def __init__(self, expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS):
+    def __init__(self, expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS, max_brokers: int = 1024):
         self.expiry_ms = expiry_ms
+        self.max_brokers = max_brokers
         self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
         self.broker_addr_table: dict[str, BrokerData] = {}
         self.cluster_addr_table: dict[str, set[str]] = {}
@@ -89,6 +90,10 @@ class RouteInfoManager:
     def register_broker(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
                         ha_server_addr: str, body: RegisterBrokerBody | None, channel: Hashable,
                         now_ms: int) -> RegisterResult:
+        if broker_addr not in self.broker_live_table and len(self.broker_live_table) >= self.max_brokers:
+            from broker.errors import BadRequest
+            raise BadRequest(f"this name server keeps at most {self.max_brokers} live brokers (--max-brokers); "
+                             f"{broker_addr} is refused until one leaves")
         self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
 
         register_first = False
@@ -108,8 +113,14 @@ class RouteInfoManager:
         data_version = body.data_version if body is not None else {"counter": 0, "timestamp": 0}
         if body is not None and broker_id == MASTER_ID:
             if register_first or self.is_broker_topic_config_changed(broker_addr, data_version):
+                new = changed = 0
                 for tc in body.topic_configs.values():
-                    self._create_and_update_queue_data(broker_name, tc)
+                    outcome = self._create_and_update_queue_data(broker_name, tc)
+                    new += outcome == "new"
+                    changed += outcome == "changed"
+                if new or changed:  # one line per registration, however many topics it carries
+                    log.info("topic routes of %s: %d new, %d changed (of %d in its registration)",
+                             broker_name, new, changed, len(body.topic_configs))
 
         previous = self.broker_live_table.get(broker_addr)
         self.broker_live_table[broker_addr] = BrokerLiveInfo(now_ms, data_version, channel, ha_server_addr)
@@ -132,15 +143,17 @@ class RouteInfoManager:
                 result.master_addr = master_addr
         return result
 
-    def _create_and_update_queue_data(self, broker_name: str, tc: TopicConfig) -> None:
+    def _create_and_update_queue_data(self, broker_name: str, tc: TopicConfig) -> str | None:
         queue_data = QueueData(broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
                                tc.topic_sys_flag)
         by_broker = self.topic_queue_table.setdefault(tc.topic_name, {})
         old = by_broker.get(broker_name)
         if old != queue_data:
             by_broker[broker_name] = queue_data
-            log.info("topic route %s on %s: %s", tc.topic_name, broker_name,
-                     "new" if old is None else f"changed from {old}")
+            log.debug("topic route %s on %s: %s", tc.topic_name, broker_name,
+                      "new" if old is None else f"changed from {old}")
+            return "new" if old is None else "changed"
+        return None
 
     def is_broker_topic_config_changed(self, broker_addr: str, data_version: dict) -> bool:
         live = self.broker_live_table.get(broker_addr)
@@ -181,12 +194,12 @@ class RouteInfoManager:
         return [live.channel for _, live in expired]
 
     def on_channel_closed(self, channel: Hashable) -> None:
-        addr = next((a for a, live in self.broker_live_table.items() if live.channel is channel), None)
-        if addr is None:
-            return
-        log.info("broker channel closed, removing %s", addr)
-        del self.broker_live_table[addr]
-        self._on_broker_gone(addr)
+        # every broker registered over this connection (one, from a real broker; a peer registering many
+        # over one connection must not leave them behind when it goes)
+        for addr in [a for a, live in self.broker_live_table.items() if live.channel is channel]:
+            log.info("broker channel closed, removing %s", addr)
+            del self.broker_live_table[addr]
+            self._on_broker_gone(addr)
 
     def _on_broker_gone(self, broker_addr: str) -> None:
         self.filter_server_table.pop(broker_addr, None)

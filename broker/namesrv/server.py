@@ -5,6 +5,7 @@ import logging
 
 from twisted.internet.interfaces import IReactorTime
 
+from broker.namesrv import guard
 from broker.namesrv.kv_config import KVConfigManager
 from broker.namesrv.processors import NameServerProcessors
 from broker.namesrv.route_info import BROKER_CHANNEL_EXPIRED_MS, RouteInfoManager
@@ -18,12 +19,15 @@ SCAN_INTERVAL_SECONDS = 10.0
 
 class NameServer:
     def __init__(self, reactor, clock: IReactorTime | None = None,
-                 scan_interval: float = SCAN_INTERVAL_SECONDS, expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS):
+                 scan_interval: float = SCAN_INTERVAL_SECONDS, expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS, *,
+                 cluster_secret: str | None = None, max_brokers: int = guard.MAX_BROKERS,
+                 max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER):
         self.reactor = reactor
         self.clock = clock if clock is not None else reactor
-        self.routes = RouteInfoManager(expiry_ms)
+        self.routes = RouteInfoManager(expiry_ms, max_brokers=max_brokers)
         self.kv = KVConfigManager()
-        self.processors = NameServerProcessors(self.routes, self.kv, self.clock)
+        self.processors = NameServerProcessors(self.routes, self.kv, self.clock, cluster_secret=cluster_secret,
+                                               max_topics_per_broker=max_topics_per_broker)
         # Java's name server uses the same NettyServerConfig as the broker: idle channels close
         # after 120 s (brokers register every 30 s, clients poll routes every 30 s).
         self.factory = RemotingServerFactory(self.processors.registry(), clock=self.clock, idle_timeout=120.0,

@@ -131,16 +131,17 @@ class _Process:
 class NameServerProcess(_Process):
     name = "namesrv"
 
-    def __init__(self, workdir: Path, port: int | None = None):
+    def __init__(self, workdir: Path, port: int | None = None, args: list[str] | None = None):
         super().__init__(workdir)
         self.port = port or free_ports(1)
+        self.args = list(args or [])
 
     @property
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> "NameServerProcess":
-        self._spawn(["-m", "broker.namesrv", "--port", str(self.port), "--host", "127.0.0.1"])
+        self._spawn(["-m", "broker.namesrv", "--port", str(self.port), "--host", "127.0.0.1", *self.args])
 
         def ready():
             self._check_alive()
