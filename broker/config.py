@@ -171,6 +171,16 @@ class BrokerConfig:
                                    doc="ours; a file holding the cluster secret: REGISTER_BROKER and "
                                        "UNREGISTER_BROKER are signed with it, for a name server started with "
                                        "--cluster-secret-file (README \"ACL\")")
+    traceTopicEnable: bool = _prop("traceTopicEnable", False,
+                                   doc="4.9: the broker creates the message-trace topic (msgTraceTopicName, one "
+                                       "queue) at start, where clients with trace on send their trace records")
+    msgTraceTopicName: str = _prop("msgTraceTopicName", "RMQ_SYS_TRACE_TOPIC")
+    metricsBindAddress: str = _prop("metricsBindAddress", "127.0.0.1",
+                                    doc="ours; the interface /metrics and /status listen on: loopback by default "
+                                        "(they are unauthenticated); 0.0.0.0 to scrape from elsewhere")
+    haAllowedAddresses: str = _prop("haAllowedAddresses", "",
+                                    doc="ours; IP addresses (comma-separated) allowed to connect to the HA port "
+                                        "(a master's slaves; a slave's recovering master); empty: anyone, as 4.9")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
     sendFastPath: bool = _prop("sendFastPath", True,
                                doc="ours; plain sends are read and encoded by the compiled accelerator "
@@ -274,6 +284,12 @@ class BrokerConfig:
         return [a.strip() for a in self.haRecoveryPeers.split(",") if a.strip()]
 
     @property
+    def ha_allowed(self) -> frozenset[str] | None:
+        """The addresses haAllowedAddresses names (None: anyone)."""
+        items = [a.strip().strip("[]") for a in self.haAllowedAddresses.split(",") if a.strip()]
+        return frozenset(items) if items else None
+
+    @property
     def sync_wait_ms(self) -> int:
         return self.slaveTimeout if self.slaveTimeout is not None else self.syncFlushTimeout
 
@@ -348,6 +364,17 @@ class BrokerConfig:
                               f"stay below 2 GiB (the defaults are 5000000 and 20000000)")
         for a in self.recovery_peers:
             _check_addr("haRecoveryPeers", a)
+        import ipaddress
+        for a in self.ha_allowed or ():
+            try:
+                ipaddress.ip_address(a)
+            except ValueError:
+                raise ConfigError(f"haAllowedAddresses: {a!r} is not an IP address") from None
+        try:
+            ipaddress.ip_address(self.metricsBindAddress)
+        except ValueError:
+            raise ConfigError(f"metricsBindAddress: {self.metricsBindAddress!r} is not an IP address "
+                              "(127.0.0.1 for this machine only, 0.0.0.0 for every interface)") from None
         ports = {"listenPort": self.listenPort, "haListenPort": self.ha_port, "metricsPort": self.metrics_port}
         if len(set(ports.values())) != len(ports):
             raise ConfigError(f"ports must differ: {ports}")
@@ -357,7 +384,7 @@ IGNORED_KEYS = frozenset("""
 deleteWhen fileReservedTime storePathIndex storeCheckpoint abortFile autoCreateSubscriptionGroup
 sendMessageThreadPoolNums pullMessageThreadPoolNums maxTransferBytesOnMessageInMemory
 maxTransferCountOnMessageInMemory transientStorePoolEnable enablePropertyFilter
-traceTopicEnable msgTraceTopicName fetchNamesrvAddrByAddressServer
+fetchNamesrvAddrByAddressServer
 useReentrantLockWhenPutMessage waitTimeMillsInSendQueue diskMaxUsedSpaceRatio brokerFastFailureEnable
 slaveReadEnable offsetCheckInSlave duplicationEnable serverWorkerThreads serverSelectorThreads
 clientWorkerThreads flushConsumeQueueLeastPages flushCommitLogLeastPages

@@ -154,11 +154,11 @@ class BrokerController:
             self.schedule_dispatch()
             self.ha_client.start()
             if c.haRecoveryEnable and listen:  # a restarting master may fetch this log (broker/ha/recovery.py)
-                self.recovery_source = RecoverySourceService(self.store, self.clock)
+                self.recovery_source = RecoverySourceService(self.store, self.clock, allowed=c.ha_allowed)
                 self.ports.append(self.recovery_source.listen(self.reactor, c.ha_port))
         if listen:
             site = metrics_site(self.metrics, lambda: self.status(), served=self.served)
-            self.ports.append(self.reactor.listenTCP(c.metrics_port, site))
+            self.ports.append(self.reactor.listenTCP(c.metrics_port, site, interface=c.metricsBindAddress))
         self.started = True
         log.info("broker %s started: cluster=%s brokerName=%s brokerId=%d role=%s flush=%s addr=%s "
                  "haPort=%d metrics=http://%s:%d/metrics maxPhyOffset=%d",
@@ -172,7 +172,7 @@ class BrokerController:
                             heartbeat_ms=c.haSendHeartbeatInterval, housekeeping_ms=c.haHousekeepingInterval,
                             fallbehind_max=c.haSlaveFallbehindMax, sync_wait_ms=c.sync_wait_ms,
                             socket_buffer=c.haSocketBufferSize, metrics=self.metrics,
-                            compat49=c.haCompat49)
+                            compat49=c.haCompat49, allowed=c.ha_allowed)
         if listen:
             self.ports.append(self.ha.listen(self.reactor, c.ha_port))
         else:

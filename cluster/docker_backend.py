@@ -158,6 +158,7 @@ class DockerBackend(Backend):
             o = dict(base[n.name])
             o["namesrvAddr"] = f"namesrv:{NAMESRV_CONTAINER_PORT}"
             o["brokerIP2"] = n.name
+            o["metricsBindAddress"] = "0.0.0.0"  # inside its container; compose publishes it on the host only
             o["mappedFileSizeCommitLog"] = DEFAULT_COMMITLOG_FILE
             o.pop("haMasterAddress", None)
             overrides[n.name] = o

@@ -232,6 +232,7 @@ def node_overrides(topology: Topology, plan: PortPlan, *, host: str, store_dir_o
         ports = plan.node_ports(n)
         o = {key: str(port) for key, port in ports.items()}
         o["brokerIP1"] = host
+        o["metricsBindAddress"] = host  # where the kit reads /status and /metrics, and nowhere else
         o["namesrvAddr"] = f"{host}:{plan.namesrv_port}"
         o["storePathRootDir"] = str(store_dir_of(n.name))
         o.update(CLUSTER_INDEX_SIZES)

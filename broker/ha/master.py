@@ -205,8 +205,9 @@ class HAService(protocol.Factory):
 
     def __init__(self, store, *, clock, batch_size=32768, heartbeat_ms=5000, housekeeping_ms=20000,
                  fallbehind_max=256 * 1024 * 1024, sync_wait_ms=5000, socket_buffer=65536, metrics=None,
-                 compat49: bool = False):
+                 compat49: bool = False, allowed: frozenset[str] | None = None):
         self.store = store
+        self.allowed = allowed  # haAllowedAddresses: the only peers accepted (None: anyone, as 4.9)
         self.clock = clock
         self.batch_size = batch_size
         self.heartbeat_s = heartbeat_ms / 1000.0
@@ -264,6 +265,8 @@ class HAService(protocol.Factory):
         self.housekeeping_closes = reg.counter("ha_housekeeping_closes_total",
                                                "HA connections closed after haHousekeepingInterval of silence")
         self.accepted = reg.counter("ha_connections_accepted_total", "TCP connections accepted on the HA port")
+        self.refused_peers = reg.counter("ha_connections_refused_total",
+                                         "HA connections closed at once: the peer is not in haAllowedAddresses")
         self.sync_outcomes = reg.counter("sync_wait_outcomes_total",
                                          "SYNC_MASTER replication waits by outcome")
         self.sync_latency = reg.histogram("sync_wait_seconds", "time a SYNC_MASTER send waited for a slave ack",
@@ -326,6 +329,11 @@ class HAService(protocol.Factory):
 
     def buildProtocol(self, addr):
         self.accepted.inc()
+        host = getattr(addr, "host", None)
+        if self.allowed is not None and host not in self.allowed:
+            self.refused_peers.inc()
+            log.warning("HA connection from %s refused: not in haAllowedAddresses", host)
+            return None  # Twisted closes it
         return MasterHAProtocol(self)
 
     def connection_made(self, conn):

@@ -278,13 +278,20 @@ class _SourceProtocol(protocol.Protocol):
 class RecoverySourceService(protocol.Factory):
     """On a slave with haRecoveryEnable: its HA port serves its log to a recovering master."""
 
-    def __init__(self, store, clock):
+    def __init__(self, store, clock, allowed: frozenset[str] | None = None):
         self.store = store
         self.clock = clock
+        self.allowed = allowed  # haAllowedAddresses (None: anyone, as a 4.9 slave's HA port)
         self.served = 0
+        self.refused = 0
         self.port = None
 
     def buildProtocol(self, addr):
+        if self.allowed is not None and getattr(addr, "host", None) not in self.allowed:
+            self.refused += 1
+            log.warning("recovery source: connection from %s refused: not in haAllowedAddresses",
+                        getattr(addr, "host", "?"))
+            return None
         return _SourceProtocol(self)
 
     def listen(self, reactor, port: int, interface: str = ""):
@@ -295,7 +302,8 @@ class RecoverySourceService(protocol.Factory):
         return self.port
 
     def status(self) -> dict:
-        return {"port": self.port.getHost().port if self.port is not None else None, "connections": self.served}
+        return {"port": self.port.getHost().port if self.port is not None else None, "connections": self.served,
+                "refused": self.refused}
 
 
 # -- Twisted: the fetcher --------------------------------------------------------------------------

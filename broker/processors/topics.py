@@ -38,6 +38,15 @@ NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC",
                                      "TRANS_CHECK_MAX_TIME_TOPIC", SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+# 4.9's TopicValidator.SYSTEM_TOPIC_SET (and its prefix): a client may not create or redefine them (a
+# redefined TBW102 breaks topic auto-creation); the cluster's and broker's names and the trace topic are
+# added per broker, as 4.9 does at start.
+SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY, SCHEDULE_TOPIC, "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
+                           TRACE_TOPIC, "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+                           SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+SLAVE_REFUSES = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
 
 
 
@@ -88,6 +97,15 @@ class TopicConfigManager:
         for name in (c.brokerClusterName, c.brokerName):
             if name and not validate_topic(name):
                 self.table[name] = TopicConfig(name, 1, 1, rw | PERM_INHERIT)
+        if c.traceTopicEnable and not validate_topic(c.msgTraceTopicName):
+            # 4.9: one queue, read and write, a system topic of this broker (clients with trace on send there)
+            self.table[c.msgTraceTopicName] = TopicConfig(c.msgTraceTopicName, 1, 1, rw)
+
+    def is_system_topic(self, topic: str) -> bool:
+        c = self.config
+        return (topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+                or topic in (c.brokerClusterName, c.brokerName)
+                or (c.traceTopicEnable and topic == c.msgTraceTopicName))
 
     # -- persistence ------------------------------------------------------------------------------
     def load(self) -> None:
@@ -235,9 +253,10 @@ class TopicProcessors:
         why = validate_topic(topic)
         if why:
             return req.make_response(ResponseCode.SYSTEM_ERROR, why)
-        if topic == self.topics.config.brokerClusterName:
-            return req.make_response(ResponseCode.SYSTEM_ERROR,
-                                     f"the topic[{topic}] is conflict with system reserved words.")
+        if not self.topics.config.is_master:  # as 4.9.4+: topics are created on masters, slaves copy them
+            return req.make_response(ResponseCode.SYSTEM_ERROR, SLAVE_REFUSES)
+        if self.topics.is_system_topic(topic):
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
         # The C++ client sends topicFilterType as a one-character string (an enum assigned to a
         # std::string); anything that is not a known name counts as SINGLE_TAG.
         filter_type = req.get_str("topicFilterType", "SINGLE_TAG")

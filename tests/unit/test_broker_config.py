@@ -78,3 +78,13 @@ def test_an_official_conf_file_reads_as_is():
     c = BrokerConfig.from_properties(parse_properties(text))
     c.validate()
     assert (c.brokerName, c.brokerRole, c.ignored_keys) == ("broker-a", "SYNC_MASTER", ["deleteWhen", "fileReservedTime"])
+
+
+def test_metrics_bind_to_loopback_by_default_and_addresses_are_checked():
+    assert BrokerConfig.from_properties({"brokerName": "b"}).metricsBindAddress == "127.0.0.1"
+    with pytest.raises(ConfigError, match="metricsBindAddress"):
+        BrokerConfig.from_properties({"brokerName": "b", "metricsBindAddress": "everywhere"})
+    with pytest.raises(ConfigError, match="haAllowedAddresses"):
+        BrokerConfig.from_properties({"brokerName": "b", "haAllowedAddresses": "10.0.0.1,slave-host"})
+    c = BrokerConfig.from_properties({"brokerName": "b", "haAllowedAddresses": " 10.0.0.1 , ::1"})
+    assert c.ha_allowed == {"10.0.0.1", "::1"}

@@ -105,7 +105,8 @@ def test_overrides(tmp_path):
     over = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1",
                           store_dir_of=lambda n: tmp_path / n / "store")
     assert over["broker-a"] == {"listenPort": "20000", "haListenPort": "20001", "metricsPort": "20002",
-                                "brokerIP1": "127.0.0.1", "namesrvAddr": "127.0.0.1:20049",
+                                "brokerIP1": "127.0.0.1", "metricsBindAddress": "127.0.0.1",
+                                "namesrvAddr": "127.0.0.1:20049",
                                 "storePathRootDir": str(tmp_path / "broker-a" / "store"),
                                 "maxHashSlotNum": "50000", "maxIndexNum": "200000",
                                 # its slave's HA port, where it fetches from when it recovers (haRecoveryEnable)

@@ -109,3 +109,21 @@ def test_proof_is_recorded_once_and_bounded():
     for i in range(100):
         peers.prove(f"10.1.0.{i}", 1, 10 + i)
     assert len(peers.peers) == 64 and "10.0.0.2" not in peers.peers  # the oldest proof went first
+
+
+def test_ha_allowed_addresses_refuses_every_other_peer_before_it_can_send_a_byte(tmp_path):
+    from twisted.internet.address import IPv4Address
+    from twisted.internet.testing import MemoryReactorClock
+
+    from broker.ha.master import HAService
+    from broker.ha.recovery import RecoverySourceService
+
+    from .harness import make_store
+    store = make_store(tmp_path / "m")
+    ha = HAService(store, clock=MemoryReactorClock(), allowed=frozenset({"10.0.0.2"}))
+    assert ha.buildProtocol(IPv4Address("TCP", "10.0.0.9", 5)) is None
+    assert ha.buildProtocol(IPv4Address("TCP", "10.0.0.2", 5)) is not None
+    assert ha.refused_peers.get() == 1
+    src = RecoverySourceService(store, MemoryReactorClock(), allowed=frozenset({"10.0.0.1"}))
+    assert src.buildProtocol(IPv4Address("TCP", "10.0.0.9", 5)) is None and src.refused == 1
+    assert src.buildProtocol(IPv4Address("TCP", "10.0.0.1", 5)) is not None

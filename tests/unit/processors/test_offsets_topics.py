@@ -126,3 +126,46 @@ def test_corrupt_topics_file_refuses_to_start(tmp_path):
     (tmp_path / "a" / "config" / "topics.json").write_text("{not json")
     with pytest.raises(StoreError, match="topics.json"):
         Broker(tmp_path / "a")
+
+
+def _create(b, topic):
+    return b.call(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6, "topicFilterType": "SINGLE_TAG"}))
+
+
+@pytest.mark.parametrize("topic", ["TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+                                   "rmq_sys_anything", "DefaultCluster", "broker-a", "SELF_TEST_TOPIC"])
+def test_system_topics_cannot_be_created_or_redefined(tmp_path, topic):
+    b = Broker(tmp_path / "b")
+    try:
+        before = b.server.topics.get(topic)
+        r = _create(b, topic)
+        assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        assert b.server.topics.get(topic) == before  # TBW102 keeps its INHERIT perm: auto-creation still works
+    finally:
+        b.stop()
+
+
+def test_a_slave_refuses_topic_changes(tmp_path):
+    b = Broker(tmp_path / "b", brokerRole="SLAVE")
+    try:
+        r = _create(b, "Made")
+        assert r.code == ResponseCode.SYSTEM_ERROR and r.remark.startswith("Can't modify topic")
+        assert b.server.topics.get("Made") is None
+    finally:
+        b.stop()
+
+
+def test_trace_topic_enable_creates_the_trace_topic(tmp_path):
+    b = Broker(tmp_path / "b", traceTopicEnable="true")
+    try:
+        tc = b.server.topics.get("RMQ_SYS_TRACE_TOPIC")
+        assert (tc.read_queue_nums, tc.write_queue_nums, tc.perm) == (1, 1, 6)
+    finally:
+        b.stop()
+    b = Broker(tmp_path / "c", traceTopicEnable="true", msgTraceTopicName="MyTrace")
+    try:
+        assert b.server.topics.get("MyTrace") is not None and b.server.topics.get("RMQ_SYS_TRACE_TOPIC") is None
+        assert _create(b, "MyTrace").code == ResponseCode.SYSTEM_ERROR
+    finally:
+        b.stop()
