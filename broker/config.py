@@ -181,6 +181,9 @@ class BrokerConfig:
     haAllowedAddresses: str = _prop("haAllowedAddresses", "",
                                     doc="ours; IP addresses (comma-separated) allowed to connect to the HA port "
                                         "(a master's slaves; a slave's recovering master); empty: anyone, as 4.9")
+    maxHeldFrameBytes: int = _prop("maxHeldFrameBytes", 256 * 1024 * 1024, minimum=0,
+                                   doc="ours; bytes all client connections together may hold in frames not yet "
+                                       "complete or served; the connection that passes it is closed (0: no cap)")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
     sendFastPath: bool = _prop("sendFastPath", True,
                                doc="ours; plain sends are read and encoded by the compiled accelerator "

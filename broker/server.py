@@ -52,7 +52,7 @@ class BrokerServer:
         self.factory = RemotingServerFactory(
             self.registry, clock=self.clock, max_frame_length=config.maxFrameLength,
             idle_timeout=config.serverChannelMaxIdleTimeSeconds, max_connections=config.maxClientConnections,
-            max_header_length=config.maxHeaderLength)
+            max_header_length=config.maxHeaderLength, max_held_bytes=config.maxHeldFrameBytes)
         self.send: SendProcessor | None = None
         self.pull: PullProcessor | None = None
         self.admin: AdminProcessors | None = None

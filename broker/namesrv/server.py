@@ -31,7 +31,7 @@ class NameServer:
         # Java's name server uses the same NettyServerConfig as the broker: idle channels close
         # after 120 s (brokers register every 30 s, clients poll routes every 30 s).
         self.factory = RemotingServerFactory(self.processors.registry(), clock=self.clock, idle_timeout=120.0,
-                                             max_connections=4096)
+                                             max_connections=4096, max_held_bytes=128 * 1024 * 1024)
         self.factory.add_close_listener(self.processors.channel_closed)
         self.scan_interval = scan_interval
         # Supervised: a scan that raises is logged (one traceback, then a line a minute) and scanning

@@ -417,8 +417,14 @@ class RemotingServerFactory(Factory):
 
     def __init__(self, registry: ProcessorRegistry, clock: IReactorTime | None = None,
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, *, idle_timeout: float = 0.0,
-                 max_connections: int | None = None, max_header_length: int = DEFAULT_MAX_HEADER_LENGTH):
+                 max_connections: int | None = None, max_header_length: int = DEFAULT_MAX_HEADER_LENGTH,
+                 max_held_bytes: int = 0):
         self.registry = registry
+        # bytes held in partial (and not yet served) frames by all connections together, and the cap
+        # (0: none); a connection that pushes the total past it is closed
+        self.held_bytes = 0
+        self.max_held_bytes = max_held_bytes
+        self.held_refused = 0
         self.clock = clock
         self.max_frame_length = max_frame_length
         self.max_header_length = max_header_length
@@ -451,10 +457,36 @@ class _TrackedProtocol(RemotingProtocol):
     def __init__(self, owner: RemotingServerFactory, *args):
         super().__init__(*args)
         self._owner = owner
+        self._held = 0  # bytes this connection's decoder holds, as counted in owner.held_bytes
 
     def connectionMade(self) -> None:
         super().connectionMade()
         self._owner.connections.add(self.context)
+
+    def dataReceived(self, data: bytes) -> None:
+        super().dataReceived(data)
+        owner = self._owner
+        now = 0 if self.closed else self.decoder.buffered
+        owner.held_bytes += now - self._held
+        self._held = now
+        if owner.max_held_bytes and owner.held_bytes > owner.max_held_bytes and now and not self.closed:
+            # Many peers each holding a frame just under the limit would otherwise add up without bound:
+            # the connection that pushed the total past the cap goes, the others are untouched.
+            owner.held_refused += 1
+            self.registry.limiter.log(logging.WARNING, ("held bytes",),
+                                      "closing connection from %s: partial frames of all connections hold "
+                                      "%d bytes, over the %d-byte cap (this one %d)", self.peer,
+                                      owner.held_bytes, owner.max_held_bytes, now)
+            self.closed = True
+            self.decoder.release()
+            self.transport.abortConnection()
+            owner.held_bytes -= now
+            self._held = 0
+
+    def connectionLost(self, reason=None) -> None:
+        self._owner.held_bytes -= self._held
+        self._held = 0
+        super().connectionLost(reason)
 
 
 def parse_address(address: str) -> tuple[str, int]:

@@ -276,3 +276,20 @@ def test_server_to_client_request_via_context():
     d.addCallback(got.append)
     h.receive(out.make_response())
     assert got[0].code == 0
+
+
+def test_partial_frames_of_all_connections_together_are_capped():
+    """Each peer holds a frame just under the frame limit and never finishes it: without a process-wide
+    cap they add up to connections x 16 MiB (issue 25). The connection that passes the cap goes."""
+    factory = RemotingServerFactory(registry(c105=echo), max_held_bytes=10_000)
+    conns = [Harness(factory=factory) for _ in range(4)]
+    frame = encode(req(body=b"x" * 20_000))
+    for h in conns[:3]:
+        h.proto.dataReceived(frame[:3_000])  # 3,000 bytes each, held: 9,000 in all
+    assert factory.held_bytes == 9_000 and not any(h.transport.disconnecting for h in conns)
+    conns[3].proto.dataReceived(frame[:3_000])  # 12,000 > 10,000: this one is closed
+    assert conns[3].proto.closed and factory.held_bytes == 9_000 and factory.held_refused == 1
+    conns[0].proto.dataReceived(frame[3_000:])  # a peer that completes its frame releases what it held
+    assert [c.code for c in conns[0].sent()] == [0] and factory.held_bytes == 6_000
+    conns[1].lose()
+    assert factory.held_bytes == 3_000
