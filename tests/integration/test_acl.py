@@ -131,3 +131,31 @@ def test_the_file_is_reloaded_while_the_broker_runs(acl_cluster):
     assert rpc(broker.addr, RequestCode.GET_MAX_OFFSET, signed).code == ResponseCode.SUCCESS
     assert "cannot be used" in broker.log_tail(100)
     path.write_text(ACL_FILE)
+
+
+# -- rocketmq-client-rust's own ACL hook (AclClientRPCHook), a second independent client --------------
+
+def rust_send(rc, ns, topic, ak, sk, count=3):
+    args = ["--topic", topic, "--mode", "sync", "--count", count, "--prefix", f"rust-{ak}", "--size", 0,
+            "--timeout-ms", 3000, "--retries", 0, "--access-key", ak, "--secret-key", sk]
+    return [l for l in rc.run(ns.addr, "send", *args, timeout=60) if "mode" in l]
+
+
+def test_the_rust_clients_acl_hook_is_served_signed_right_and_refused_signed_wrong(acl_cluster):
+    from .rust_client import RustClient
+    rc = RustClient.get()
+    ns, broker, _ = acl_cluster
+    ok = rust_send(rc, ns, "TopicAcl", *GOOD)
+    assert [r.get("status") for r in ok] == ["SEND_OK"] * 3, ok
+    before = refused(broker)
+    bad = rust_send(rc, ns, "TopicAcl", "rocketmq2", "not-the-secret")
+    assert all("error" in r for r in bad), bad
+    assert refused(broker) > before
+    assert "Check signature failed for accessKey=rocketmq2" in " ".join(r["error"] for r in bad) + \
+        broker.log_tail(300)
+    denied = rust_send(rc, ns, "TopicDenied", *GOOD, count=1)
+    assert "error" in denied[0], denied
+    lines = rc.run(ns.addr, "consume", "--topic", "TopicAcl", "--group", "GroupAcl", "--mode", "push",
+                   "--expect", 3, "--timeout-s", 30, "--access-key", GOOD[0], "--secret-key", GOOD[1])
+    bodies = {l.get("body") for l in lines if "body" in l}
+    assert any(b and b.startswith("rust-rocketmq2") for b in bodies), lines[-3:]
