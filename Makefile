@@ -29,8 +29,8 @@ $(STAMP): pyproject.toml setup.py broker/fastpath/_fastsend.c broker/ha/_frames.
 	@touch $@
 
 # --- the cluster ------------------------------------------------------------------------------
-cluster-up: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave) on BACKEND (docker|local) and wait until it replicates
-	$(PY) -m cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(foreach s,$(SET),--set $(s))
+cluster-up: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave) on BACKEND (docker|local) and wait until it replicates (ACL=1: aclEnable)
+	$(PY) -m cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(filter 1 true yes,$(ACL)),--acl) $(foreach s,$(SET),--set $(s))
 
 cluster-status: $(STAMP) ## print every node's role, offsets and replication (FORMAT=json for JSON lines)
 	@$(PY) -m cluster status --format $(FORMAT)

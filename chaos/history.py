@@ -138,6 +138,7 @@ class HistoryRecorder:
         self.producer_group = group
         p = Producer(group, timeout=timeout_ms)
         p.set_namesrv_addr(namesrv)
+        _sign(p)
         p.start()
         return p
 
@@ -150,6 +151,7 @@ class HistoryRecorder:
         from rocketmq.client import PushConsumer
         c = PushConsumer(group, orderly=ordered)
         c.set_namesrv_addr(namesrv)
+        _sign(c)
         if threads:
             c.set_thread_count(threads)
         self.subscribed(group, topic, ordered)
@@ -265,3 +267,11 @@ class HistoryRecorder:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def _sign(client) -> None:
+    """Under ACL the kit hands its clients the cluster's credentials in the environment (cluster/acl.py)."""
+    from cluster.acl import credentials_from_env
+    creds = credentials_from_env()
+    if creds:
+        client.set_session_credentials(creds[0], creds[1], "")

@@ -321,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--late-consumer-after-heal", action="store_true",
                     help="the workload starts a second consumer group, reading every queue from its start, once the "
                          "cluster is healed (and repaired): what it cannot get is lost to any new group (python client)")
+    ap.add_argument("--acl", action="store_true",
+                    help="a new cluster runs with aclEnable (cluster/acl.py); the workload, sampler and every "
+                         "check sign their requests (an attached cluster started with --acl is signed for too)")
     ap.add_argument("--repair", action="store_true",
                     help="after the heal, repair every forked group (python -m cluster repair: the slave's stranded "
                          "messages re-sent to the master, the slave cut at the fork and resynced) before the drain")
@@ -379,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{k}={v}" for k, v in sets.items()))
         try:
             cluster = Cluster.up(name, args.topology, args.backend, base_port=args.base_port,
-                                 sets=sets, fresh=True, timeout=90)
+                                 sets=sets, fresh=True, timeout=90, acl=args.acl)
         except ClusterError as e:
             say(f"error: the cluster did not start: {e}")
             return EXIT_RUN_FAILED
@@ -443,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         {"seed": seed, "duration": args.duration, "rate": args.rate, "backend": backend,
          "faults": [f.to_json() for f in schedule]}, indent=1))
 
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **cluster.client_env())  # ACL: the clients' credentials
     repo = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([repo] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     procs: list[subprocess.Popen] = []

@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--set", action="append", default=[], metavar="[NODE:]KEY=VALUE",
                     help="extra broker config for every broker, or for one node (repeatable)")
     up.add_argument("--fresh", action="store_true", help="wipe stores kept by an earlier `down --keep-data`")
+    up.add_argument("--acl", action="store_true", default=os.environ.get("ACL") in ("1", "true", "yes"),
+                    help="aclEnable on every broker with a plain_acl.yml the kit writes (one admin account, "
+                         "its secret in state.json); the kit signs its own requests")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)")
     up.add_argument("--no-wait", action="store_true", help="return as soon as the processes are started")
     up.add_argument("--registration", choices=REGISTRATION_MODES, default="auto",
@@ -108,7 +111,7 @@ def cmd_up(args) -> int:
     t0 = time.monotonic()
     backend = cls.start(name, rd, topology, plan,
                         UpOptions(fresh=args.fresh, extra=extra, extra_per_node=per_node,
-                                  registration=args.registration))
+                                  registration=args.registration, acl=args.acl))
     state = backend.state
     err = sys.stderr
     err.write(f"started cluster {name}: {topology.name} on the {cls.name} backend, "
@@ -125,6 +128,9 @@ def cmd_up(args) -> int:
                            "(stores and logs are kept; add --fresh to start from empty stores)") from None
     elapsed = time.monotonic() - t0
     err.write(f"cluster {name} is ready in {elapsed:.1f}s\n")
+    if state.get("acl"):
+        err.write(f"ACL on: clients sign with access key {state['acl']['accessKey']} and the secret key in "
+                  f"{rd / 'state.json'} (\"acl\"); the official client: set_session_credentials(ak, sk, \"\")\n")
     sys.stdout.write(render_table(collect(state, backend)) + render_proxies(backend))
     err.write("next: python -m cluster status | logs [NODE] | down [--keep-data]"
               + (f"   (this cluster: --name {name})\n" if name != rf.get_current() else "\n"))

@@ -43,6 +43,7 @@ class UpOptions:
     extra: dict | None = None                # --set KEY=VALUE for every broker
     extra_per_node: dict | None = None       # --set NODE:KEY=VALUE
     registration: str = "auto"
+    acl: bool = False                        # aclEnable with a kit-written plain_acl.yml (cluster/acl.py)
 
 
 class Backend(abc.ABC):

@@ -44,6 +44,7 @@ import urllib.request
 from pathlib import Path
 
 from . import ClusterError
+from . import acl
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions
 from .local_backend import check_ports
@@ -152,7 +153,11 @@ class DockerBackend(Backend):
         host = options.host
         # The per-deployment keys first (our addressing), the user's --set last, as the local backend.
         base = node_overrides(topology, plan, host=host, store_dir_of=lambda n: CONTAINER_STORE)
-        extra, per_node = options.extra or {}, options.extra_per_node or {}
+        extra, per_node = options.extra or {}, dict(options.extra_per_node or {})
+        creds = acl.new_credentials() if options.acl else None
+        if creds:
+            for n in topology.nodes:
+                per_node[n.name] = {**acl.broker_sets(CONTAINER_STORE), **per_node.get(n.name, {})}
         overrides: dict[str, dict[str, str]] = {}
         for n in topology.nodes:
             o = dict(base[n.name])
@@ -214,6 +219,8 @@ class DockerBackend(Backend):
                 else:
                     kept.append(n.name)
             sd.mkdir(parents=True, exist_ok=True)
+            if creds:
+                acl.write_file(sd, creds)
             old_log = rf.broker_log(run_dir, n.name)
             if old_log.exists():
                 old_log.unlink()  # the log of an earlier run: saved again at `down`
@@ -258,6 +265,8 @@ class DockerBackend(Backend):
             "env": env,
             "nodes": nodes,
         }
+        if creds:
+            state["acl"] = creds
         rf.write_json_atomic(run_dir / "toxiproxy.json", toxiproxy_proxies(state))
         _write_env_file(run_dir / "compose.env", env)
         rf.write_state(run_dir, state)

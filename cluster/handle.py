@@ -59,9 +59,11 @@ class Cluster:
 
     @classmethod
     def up(cls, name: str, topology: str = "2m-2s-sync", backend: str = "local", *, base_port: int | None = None,
-           sets: dict[str, str] | None = None, fresh: bool = True, timeout: float = 90.0, out=None) -> "Cluster":
+           sets: dict[str, str] | None = None, fresh: bool = True, timeout: float = 90.0, out=None,
+           acl: bool = False) -> "Cluster":
         """Start a cluster (as `python -m cluster up`) and wait until it is ready. sets: {"key": v} for
-        every broker, {"node:key": v} for one."""
+        every broker, {"node:key": v} for one. acl: aclEnable with a kit-written plain_acl.yml (the
+        handle signs its own requests; client_env() is what a client needs)."""
         import io
 
         from .backend import UpOptions, backend_class
@@ -76,7 +78,7 @@ class Cluster:
             else:
                 extra[key] = str(v)
         b = backend_class(backend).start(rf.check_name(name), rf.run_dir(name), topo, PortPlan.make(base_port),
-                                         UpOptions(fresh=fresh, extra=extra, extra_per_node=per_node))
+                                         UpOptions(fresh=fresh, extra=extra, extra_per_node=per_node, acl=acl))
         c = cls(b)
         progress = out if out is not None else io.StringIO()
         try:
@@ -121,6 +123,17 @@ class Cluster:
     def namesrv(self) -> str:
         """The name server as this machine reaches it (host:port)."""
         return self.state["namesrv"]["endpoint"]
+
+    @property
+    def credentials(self) -> dict | None:
+        """The kit's ACL account ({"accessKey", "secretKey"}) of a cluster started with acl; else None."""
+        return self.state.get("acl")
+
+    def client_env(self) -> dict[str, str]:
+        """Environment variables a client process of this cluster needs (RMQHA_ACCESS_KEY/SECRET_KEY under
+        ACL: the kit's workloads sign with them; empty otherwise)."""
+        from .acl import env_of
+        return env_of(self.state)
 
     @property
     def nodes(self) -> list[str]:
@@ -443,7 +456,8 @@ class Cluster:
         for m in masters:
             def created(m=m):
                 try:
-                    r = namesrv_request(self.addr(m), RequestCode.UPDATE_AND_CREATE_TOPIC, fields, timeout=3.0)
+                    r = namesrv_request(self.addr(m), RequestCode.UPDATE_AND_CREATE_TOPIC, fields, timeout=3.0,
+                                        credentials=self.credentials)
                 except NamesrvError as e:
                     raise RuntimeError(str(e)) from None
                 if r.code != 0:
@@ -479,9 +493,10 @@ class Cluster:
             for q in range(queues):
                 try:
                     mx = namesrv_request(self.addr(m), RequestCode.GET_MAX_OFFSET,
-                                         {"topic": topic, "queueId": q}, timeout=2.0)
+                                         {"topic": topic, "queueId": q}, timeout=2.0, credentials=self.credentials)
                     co = namesrv_request(self.addr(m), RequestCode.QUERY_CONSUMER_OFFSET,
-                                         {"consumerGroup": group, "topic": topic, "queueId": q}, timeout=2.0)
+                                         {"consumerGroup": group, "topic": topic, "queueId": q}, timeout=2.0,
+                                         credentials=self.credentials)
                 except NamesrvError:
                     per[q] = None
                     continue

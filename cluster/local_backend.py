@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from . import ClusterError
+from . import acl
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions
 from .topology import CLUSTER_PORT_SPAN, PortPlan, Topology, effective_config, node_overrides
@@ -96,9 +97,14 @@ class LocalBackend(Backend):
         check_ports(cluster, topology, plan)
 
         host = options.host
+        creds = acl.new_credentials() if options.acl else None
+        per_node = {n.name: dict((options.extra_per_node or {}).get(n.name, {})) for n in topology.nodes}
+        if creds:
+            for n in topology.nodes:
+                per_node[n.name] = {**acl.broker_sets(str(rf.store_dir(run_dir, n.name))), **per_node[n.name]}
         overrides = node_overrides(topology, plan, host=host,
                                    store_dir_of=lambda n: rf.store_dir(run_dir, n),
-                                   extra=options.extra, extra_per_node=options.extra_per_node)
+                                   extra=options.extra, extra_per_node=per_node)
         configs = {n.name: effective_config(n, overrides[n.name]) for n in topology.nodes}
 
         # Node folders of another topology would be read by the audit as part of this run.
@@ -112,6 +118,8 @@ class LocalBackend(Backend):
                 else:
                     kept.append(n.name)
             rf.node_dir(run_dir, n.name).mkdir(parents=True, exist_ok=True)
+            if creds:
+                acl.write_file(sd, creds)
 
         nodes = []
         for n in topology.nodes:
@@ -137,6 +145,8 @@ class LocalBackend(Backend):
                         "log": str(rf.namesrv_log(run_dir))},
             "nodes": nodes,
         }
+        if creds:
+            state["acl"] = creds
         rf.write_state(run_dir, state)
         rf.set_current(cluster)
         backend = cls(cluster, run_dir, state)

@@ -105,10 +105,11 @@ def find_fork(master_log: Path, slave_log: Path) -> tuple[int | None, int]:
 # -- one blocking producer connection -------------------------------------------------------------
 
 class Sender:
-    def __init__(self, addr: str, timeout: float = 10.0):
+    def __init__(self, addr: str, timeout: float = 10.0, credentials: dict | None = None):
         host, _, port = addr.rpartition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.opaque = 0
+        self.credentials = credentials  # a cluster started with --acl: every send is signed
 
     def close(self) -> None:
         self.sock.close()
@@ -124,8 +125,12 @@ class Sender:
                   "bornTimestamp": m.born_timestamp, "flag": m.flag, "properties": encode_properties(props),
                   "reconsumeTimes": m.reconsume_times, "unitMode": "false", "batch": "false"}
         self.opaque += 1
-        self.sock.sendall(encode(RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, body=m.body,
-                                                         opaque=self.opaque)))
+        req = RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, body=m.body, opaque=self.opaque)
+        if self.credentials:
+            from broker.acl import sign
+            req.ext_fields = sign(req.ext_fields, req.body, self.credentials["accessKey"],
+                                  self.credentials["secretKey"])
+        self.sock.sendall(encode(req))
         (length,) = struct.unpack(">I", self._exact(4))
         if length > 64 << 20:
             raise ClusterError(f"the master answered a frame of {length} bytes: not a broker?")
@@ -191,7 +196,7 @@ def repair_slave(cluster, group: str, master: str, slave: str, say=print,
             res.already_on_master += 1
             continue
         todo.append((off, m))
-    sender = Sender(cluster.addr(master))
+    sender = Sender(cluster.addr(master), credentials=cluster.credentials)
     try:
         for i, (off, m) in enumerate(todo, 1):
             code = sender.send(m, {REPAIR_PROPERTY: f"{slave}@{off}"})

@@ -43,7 +43,7 @@ def sample_rows(state: dict, ts: float) -> list[dict]:
             row["slaves"] = [{"addr": sl.get("addr"), "ackOffset": sl.get("slaveAckOffset")}
                              for sl in (s.get("ha") or {}).get("slaves") or []]
             if n.up and n.spec.get("addr"):
-                row["consumerOffsets"] = consumer_offsets(n.spec["addr"])
+                row["consumerOffsets"] = consumer_offsets(n.spec["addr"], credentials=state.get("acl"))
         else:
             hc = s.get("haClient") or {}
             row.update(reportedOffset=hc.get("currentReportedOffset"), haState=hc.get("state"),
@@ -52,7 +52,7 @@ def sample_rows(state: dict, ts: float) -> list[dict]:
     return rows
 
 
-def consumer_offsets(addr: str, timeout: float = 0.5) -> dict[str, dict[str, int]] | None:
+def consumer_offsets(addr: str, timeout: float = 0.5, credentials: dict | None = None) -> dict[str, dict[str, int]] | None:
     """The master's committed consumer offsets, {"topic@group": {"queue id": offset}}, by
     GET_ALL_CONSUMER_OFFSET (what 4.9 slaves copy); None when it does not answer. The audit looks for a
     group's committed offset moving back (pipeline/offsets.py)."""
@@ -61,7 +61,7 @@ def consumer_offsets(addr: str, timeout: float = 0.5) -> dict[str, dict[str, int
 
     from .status import NamesrvError, namesrv_request
     try:
-        r = namesrv_request(addr, RequestCode.GET_ALL_CONSUMER_OFFSET, timeout=timeout)
+        r = namesrv_request(addr, RequestCode.GET_ALL_CONSUMER_OFFSET, timeout=timeout, credentials=credentials)
         table = json_body.loads(r.body).get("offsetTable") if r.code == 0 and r.body else None
     except (NamesrvError, ValueError, AttributeError):
         return None

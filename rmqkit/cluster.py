@@ -90,7 +90,7 @@ class RocketMQCluster:
 
     def __init__(self, topology: str = "2m-2s-sync", backend: str = "docker", *, name: str | None = None,
                  base_port: int | None = None, sets: dict | None = None, run_root: str | Path | None = None,
-                 keep_data: bool = False, timeout: float = 90.0):
+                 keep_data: bool = False, timeout: float = 90.0, acl: bool = False):
         from cluster.topology import TOPOLOGIES
         if topology not in TOPOLOGIES:
             raise ClusterError(f"unknown topology {topology!r}: choose one of {', '.join(TOPOLOGIES)}")
@@ -103,6 +103,7 @@ class RocketMQCluster:
         self.run_root = Path(run_root).resolve() if run_root else None
         self.keep_data = keep_data
         self.timeout = timeout
+        self.acl = acl  # aclEnable with a kit-written plain_acl.yml; recorders and checks sign with its account
         self.handle = None
         self._faults = None
         self._recorders: list = []
@@ -124,7 +125,7 @@ class RocketMQCluster:
         base = self.base_port or free_base_port(self.topology)
         with _run_root(self.run_root):
             self.handle = Cluster.up(self.name, self.topology, self.backend, base_port=base, sets=self.sets,
-                                     fresh=True, timeout=self.timeout)
+                                     fresh=True, timeout=self.timeout, acl=self.acl)
         return self
 
     def stop(self, keep_data: bool | None = None) -> list[str]:
@@ -198,11 +199,18 @@ class RocketMQCluster:
             return []
         return self.faults.heal_all()
 
+    @property
+    def credentials(self) -> dict | None:
+        """{"accessKey", "secretKey"} of the kit's account when the cluster runs with acl=True; else None.
+        A client of your own signs with them: set_session_credentials(ak, sk, "")."""
+        return self.handle.credentials if self.handle is not None else None
+
     def recorder(self, client: str):
         """rmqkit.history.Recorder writing RUN/history/<client>.jsonl: Producer and PushConsumer classes
         that behave as rocketmq.client's and record every send and receive."""
         from .history import Recorder
-        r = Recorder(self.run_dir / "history" / f"{client}.jsonl", client, self.namesrv_addr)
+        r = Recorder(self.run_dir / "history" / f"{client}.jsonl", client, self.namesrv_addr,
+                     credentials=self.credentials)
         self._recorders.append(r)
         return r
 

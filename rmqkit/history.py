@@ -53,8 +53,12 @@ def remember_message_fields() -> None:
 class Recorder:
     """One history file and the recorded client classes that write it."""
 
-    def __init__(self, path: str | Path, client: str, namesrv: str | None = None):
+    def __init__(self, path: str | Path, client: str, namesrv: str | None = None,
+                 credentials: dict | None = None):
         from chaos.history import HistoryRecorder
+        # a cluster started with acl=True: {"accessKey", "secretKey"}; clients that set none of their own
+        # sign with these (set_session_credentials) when they start
+        self.credentials = credentials
         remember_message_fields()
         self.path = Path(path)
         self.namesrv = namesrv
@@ -82,6 +86,11 @@ class Recorder:
         c.subscribe(topic, callback or (lambda msg: None))
         c.start()
         return c
+
+    def sign(self, client) -> None:
+        """The cluster's credentials on a client that set none itself (ACL)."""
+        if self.credentials and not getattr(client, "_rmqkit_signed", False):
+            client.set_session_credentials(self.credentials["accessKey"], self.credentials["secretKey"], "")
 
     def records(self) -> list[dict]:
         from chaos.history import read_history
@@ -163,7 +172,12 @@ def _producer_class(rec: Recorder):
     class RecordedProducer(Producer):
         __doc__ = f"rocketmq.client.Producer whose sends are recorded in {rec.path}."
 
+        def set_session_credentials(self, *a):
+            self._rmqkit_signed = True
+            return super().set_session_credentials(*a)
+
         def start(self):
+            rec.sign(self)
             super().start()
             rec._clients.append(self)
 
@@ -224,7 +238,12 @@ def _consumer_class(rec: Recorder):
                 return callback(msg)
             return super().subscribe(topic, recorded, expression)
 
+        def set_session_credentials(self, *a):
+            self._rmqkit_signed = True
+            return super().set_session_credentials(*a)
+
         def start(self):
+            rec.sign(self)
             super().start()
             rec._clients.append(self)
 

@@ -20,6 +20,8 @@ Marker keywords (the closest marker wins per keyword; options give the defaults)
   scope     session | module | function: how long a cluster is reused; tests asking for the same
             topology, backend and sets share it           --rocketmq-scope (session)
   sets      {"key": value, "node:key": value} broker settings (as `make cluster-up SET=`)
+  acl       True: aclEnable with a kit-written plain_acl.yml (as `make cluster-up ACL=1`); the recorders'
+            clients and the kit's checks sign with its account (rocketmq_cluster.credentials)
   audit     True: after the test, the Spark audit of the run folder; a FAIL verdict fails the test
             (~30 s each)                                  --rocketmq-audit (for every test)
 
@@ -39,7 +41,7 @@ import re
 import pytest
 
 SCOPES = ("session", "module", "function")
-KEYWORDS = ("topology", "backend", "scope", "sets", "audit")
+KEYWORDS = ("topology", "backend", "scope", "sets", "audit", "acl")
 
 
 def pytest_addoption(parser):
@@ -59,7 +61,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "rocketmq(topology=None, backend=None, scope=None, sets=None, audit=False): the RocketMQ "
+        "markers", "rocketmq(topology=None, backend=None, scope=None, sets=None, audit=False, acl=False): the RocketMQ "
                    "cluster the rocketmq_* fixtures give this test (rmqkit)")
 
 
@@ -79,7 +81,8 @@ def _settings(request) -> dict:
          "backend": got.get("backend") or opt("--rocketmq-backend"),
          "scope": got.get("scope") or opt("--rocketmq-scope"),
          "sets": {k: str(v) for k, v in (got.get("sets") or {}).items()},
-         "audit": bool(got.get("audit")) or opt("--rocketmq-audit")}
+         "audit": bool(got.get("audit")) or opt("--rocketmq-audit"),
+         "acl": bool(got.get("acl"))}
     if s["scope"] not in SCOPES:
         raise pytest.UsageError(f"{request.node.nodeid}: rocketmq scope {s['scope']!r}: use one of {', '.join(SCOPES)}")
     return s
@@ -104,19 +107,20 @@ class ClusterPool:
         from cluster import ClusterError
 
         from .cluster import RocketMQCluster
-        key = (s["topology"], s["backend"], tuple(sorted(s["sets"].items())))
+        key = (s["topology"], s["backend"], tuple(sorted(s["sets"].items())), s.get("acl", False))
         if self.current is not None:
             k, o, c = self.current
             if k == key and o == owner and self._healthy(c):
                 return c
             self.release()
-        c = RocketMQCluster(s["topology"], s["backend"], sets=s["sets"], run_root=self.run_root)
+        c = RocketMQCluster(s["topology"], s["backend"], sets=s["sets"], run_root=self.run_root, acl=s.get("acl", False))
         try:
             c.start()
         except ClusterError as e:
             if "ports are taken" not in str(e) and "is in use" not in str(e):
                 raise
-            c = RocketMQCluster(s["topology"], s["backend"], sets=s["sets"], run_root=self.run_root)
+            c = RocketMQCluster(s["topology"], s["backend"], sets=s["sets"], run_root=self.run_root,
+                                acl=s.get("acl", False))
             c.start()   # another process took the block between the check and the bind: once more
         self.current = (key, owner, c)
         return c

@@ -278,16 +278,16 @@ fn message_key(m: &MessageExt) -> String {
 
 // ---- send -----------------------------------------------------------------------------------------
 
-/// The client's ACL hook for --access-key/--secret-key, if given.
-fn acl_hook(args: &Args) -> Option<Arc<AclClientRPCHook>> {
-    match (args.get("access-key"), args.get("secret-key")) {
-        (Some(ak), Some(sk)) => Some(Arc::new(AclClientRPCHook::new(SessionCredentials::with_keys(
-            ak.to_string(),
-            sk.to_string(),
-        )))),
-        (None, None) => None,
+/// The client's ACL hook for --access-key/--secret-key, else for $RMQHA_ACCESS_KEY/$RMQHA_SECRET_KEY (how
+/// the kit hands a cluster's credentials to its workloads, out of their argv), else none.
+pub(crate) fn acl_hook(args: &Args) -> Option<Arc<AclClientRPCHook>> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let pair = match (args.get("access-key"), args.get("secret-key")) {
+        (Some(ak), Some(sk)) => Some((ak.to_string(), sk.to_string())),
+        (None, None) => env("RMQHA_ACCESS_KEY").zip(env("RMQHA_SECRET_KEY")),
         _ => usage("--access-key and --secret-key go together"),
-    }
+    };
+    pair.map(|(ak, sk)| Arc::new(AclClientRPCHook::new(SessionCredentials::with_keys(ak, sk))))
 }
 
 async fn cmd_send(rt: Arc<ClientRuntime>, ns: String, args: &Args) {

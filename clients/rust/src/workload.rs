@@ -294,11 +294,15 @@ pub async fn cmd_workload(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
         })
     };
 
-    let mut producer = DefaultMQProducer::builder(rt.clone())
+    let producer_builder = DefaultMQProducer::builder(rt.clone())
         .producer_group(format!("ChaosPG{rid}"))
         .name_server_addr(ns.clone())
-        .send_msg_timeout(timeout_ms as u32)
-        .build();
+        .send_msg_timeout(timeout_ms as u32);
+    let producer_builder = match crate::acl_hook(args) {
+        Some(hook) => producer_builder.rpc_hook(hook),
+        None => producer_builder,
+    };
+    let mut producer = producer_builder.build();
     if let Err(e) = producer.start().await {
         fatal("producer start", e);
     }
@@ -328,6 +332,7 @@ pub async fn cmd_workload(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
         .consumer_group(format!("ChaosCG{rid}"))
         .name_server_addr(ns.clone())
         .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
+        .rpc_hook(crate::acl_hook(args).map(|h| h as _))
         .build();
     if let Err(e) = consumer.subscribe(topic.as_str(), "*").await {
         fatal("subscribe", e);

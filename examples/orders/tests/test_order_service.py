@@ -39,3 +39,25 @@ def test_orders_survive_a_slave_crash(rocketmq_cluster, rocketmq_faults, rocketm
     confirmed = [i for i, s in zip(ids, statuses) if s == "SEND_OK"]
     assert len(confirmed) >= 20, statuses
     assert processor.wait_for(confirmed, timeout=90) == set()
+
+
+@pytest.mark.rocketmq(acl=True)
+def test_orders_on_a_cluster_with_acl(rocketmq_cluster, rocketmq_history):
+    """aclEnable on every broker (the kit writes plain_acl.yml): the recorder's clients sign with the
+    cluster's account, so the service works unchanged; a client without credentials is refused."""
+    from rocketmq.client import Message, Producer
+    assert rocketmq_cluster.credentials["accessKey"] == "rmqha-admin"
+    publisher, processor = start_services(rocketmq_cluster, rocketmq_history, "OrdersAcl")
+    ids = [f"acl-{i}" for i in range(5)]
+    assert [publisher.place(i, 2) for i in ids] == ["SEND_OK"] * 5
+    assert processor.wait_for(ids, timeout=60) == set()
+    stranger = Producer("StrangerPG", timeout=3000)
+    stranger.set_namesrv_addr(rocketmq_cluster.namesrv_addr)
+    stranger.start()
+    try:
+        msg = Message("Orders")
+        msg.set_body("unsigned")
+        with pytest.raises(Exception):
+            stranger.send_sync(msg)
+    finally:
+        stranger.shutdown()
