@@ -184,6 +184,11 @@ class BrokerConfig:
     maxHeldFrameBytes: int = _prop("maxHeldFrameBytes", 256 * 1024 * 1024, minimum=0,
                                    doc="ours; bytes all client connections together may hold in frames not yet "
                                        "complete or served; the connection that passes it is closed (0: no cap)")
+    aclClientAccessKey: str = _prop("aclClientAccessKey", "",
+                                    doc="ours; the account a slave signs its requests to its master with (topic, "
+                                        "offset and delay-offset sync) when the master has aclEnable; 4.9 leaves "
+                                        "them unsigned and relies on globalWhiteRemoteAddresses")
+    aclClientSecretKey: str = _prop("aclClientSecretKey", "")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
     sendFastPath: bool = _prop("sendFastPath", True,
                                doc="ours; plain sends are read and encoded by the compiled accelerator "
@@ -293,6 +298,10 @@ class BrokerConfig:
         return frozenset(items) if items else None
 
     @property
+    def acl_client_credentials(self) -> tuple[str, str] | None:
+        return (self.aclClientAccessKey, self.aclClientSecretKey) if self.aclClientAccessKey else None
+
+    @property
     def sync_wait_ms(self) -> int:
         return self.slaveTimeout if self.slaveTimeout is not None else self.syncFlushTimeout
 
@@ -367,6 +376,8 @@ class BrokerConfig:
                               f"stay below 2 GiB (the defaults are 5000000 and 20000000)")
         for a in self.recovery_peers:
             _check_addr("haRecoveryPeers", a)
+        if bool(self.aclClientAccessKey) != bool(self.aclClientSecretKey):
+            raise ConfigError("aclClientAccessKey and aclClientSecretKey go together")
         import ipaddress
         for a in self.ha_allowed or ():
             try:

@@ -113,7 +113,8 @@ class BrokerServer:
             log.info("remoting server listening on port %d", c.listenPort)
         if not c.is_master:
             self.slave_sync = SlaveSynchronize(self.topics, self.offsets, self.reactor, self.clock,
-                                               metrics=self.controller.metrics, schedule=self.schedule)
+                                               metrics=self.controller.metrics, schedule=self.schedule,
+                                               credentials=c.acl_client_credentials)
             self.slave_sync.start()
             if self.config.slaveSyncMasterAddress:
                 self.slave_sync.set_master_address(self.config.slaveSyncMasterAddress)

@@ -28,8 +28,9 @@ TIMEOUT_S = 3.0
 class SlaveSynchronize:
     def __init__(self, topics, offsets, reactor, clock=None, master_addr: str | None = None,
                  interval: float = SYNC_INTERVAL_S, client: RemotingClient | None = None, metrics=None,
-                 schedule=None):
+                 schedule=None, credentials: tuple[str, str] | None = None):
         self.schedule = schedule  # the delay offsets (GET_ALL_DELAY_OFFSET), when given
+        self.credentials = credentials  # (accessKey, secretKey): aclClientAccessKey/SecretKey
         self.topics = topics
         self.offsets = offsets
         self.clock = clock or reactor
@@ -84,7 +85,11 @@ class SlaveSynchronize:
         return d
 
     def _call(self, addr: str, code: int) -> defer.Deferred:
-        d = self.client.invoke(addr, RemotingCommand.request(code), TIMEOUT_S)
+        req = RemotingCommand.request(code)
+        if self.credentials is not None:  # a master with aclEnable refuses unsigned requests
+            from .acl import sign
+            req.ext_fields = sign(req.ext_fields, req.body, *self.credentials)
+        d = self.client.invoke(addr, req, TIMEOUT_S)
 
         def check(resp: RemotingCommand):
             if resp.code != ResponseCode.SUCCESS:

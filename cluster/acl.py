@@ -43,9 +43,11 @@ def write_file(store_dir: Path, creds: dict) -> Path:
     return path
 
 
-def broker_sets(store_in_broker: str) -> dict[str, str]:
-    """The --set keys of one broker whose store is at store_in_broker (as the broker sees it)."""
-    return {"aclEnable": "true", "aclConfigFile": f"{store_in_broker.rstrip('/')}/{FILE_IN_STORE}"}
+def broker_sets(store_in_broker: str, creds: dict) -> dict[str, str]:
+    """The --set keys of one broker whose store is at store_in_broker (as the broker sees it); a slave
+    signs its sync requests to its master with the same account."""
+    return {"aclEnable": "true", "aclConfigFile": f"{store_in_broker.rstrip('/')}/{FILE_IN_STORE}",
+            "aclClientAccessKey": creds["accessKey"], "aclClientSecretKey": creds["secretKey"]}
 
 
 def env_of(state: dict) -> dict[str, str]:

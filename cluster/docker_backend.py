@@ -157,7 +157,7 @@ class DockerBackend(Backend):
         creds = acl.new_credentials() if options.acl else None
         if creds:
             for n in topology.nodes:
-                per_node[n.name] = {**acl.broker_sets(CONTAINER_STORE), **per_node.get(n.name, {})}
+                per_node[n.name] = {**acl.broker_sets(CONTAINER_STORE, creds), **per_node.get(n.name, {})}
         overrides: dict[str, dict[str, str]] = {}
         for n in topology.nodes:
             o = dict(base[n.name])

@@ -101,7 +101,7 @@ class LocalBackend(Backend):
         per_node = {n.name: dict((options.extra_per_node or {}).get(n.name, {})) for n in topology.nodes}
         if creds:
             for n in topology.nodes:
-                per_node[n.name] = {**acl.broker_sets(str(rf.store_dir(run_dir, n.name))), **per_node[n.name]}
+                per_node[n.name] = {**acl.broker_sets(str(rf.store_dir(run_dir, n.name)), creds), **per_node[n.name]}
         overrides = node_overrides(topology, plan, host=host,
                                    store_dir_of=lambda n: rf.store_dir(run_dir, n),
                                    extra=options.extra, extra_per_node=per_node)
