@@ -5,7 +5,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from . import audit, decode, delivery, faults, history_check, offsets, runfolder, served
+from . import audit, decode, delivery, faults, history_check, offsets, runfolder, served, trace
 from .verdict import FAIL, INFO, Verdict, failed
 
 
@@ -247,6 +247,15 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
             served_dropped, bool(served.served_files(run_dir)), outage_list)))
 
     masters = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
+    trace_summary = _trace(df, nodes, masters)
+    if trace_summary is not None:
+        t = trace_summary
+        p = t["produceToStoreMs"]
+        verdicts.append(Verdict("message trace", INFO,
+                                f"{t['records']} trace records in {trace.TRACE_TOPIC} ({t['pub']} sends, {t['sub']} "
+                                f"consumes); {t['matched']} traced sends found stored, send -> store ms p50 "
+                                f"{p['p50']}, p99 {p['p99']}, max {p['max']}; {t['failedSends']} traced sends "
+                                "failed", id="trace.summary"))
     stored: dict[str, list] = {}
     curve: dict[str, list] = {}
     mdf = (df.filter((F.col("status") == "ok") & F.col("node").isin(list(masters)))
@@ -264,12 +273,31 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     rep = Report(verdicts, plots)
     rep.path = write_markdown(out_dir, run_dir, nodes, rep, pairs, bool(samples),
                               faults.markdown(fault_list, attribution))
-    write_summary(out_dir, rep, fault_list, attribution, findings, pairs, outage_list, delivered)
+    write_summary(out_dir, rep, fault_list, attribution, findings, pairs, outage_list, delivered, trace_summary)
     return rep
 
 
+def _trace(df, nodes, masters: dict) -> dict | None:
+    """The trace records the masters hold (pipeline/trace.py), matched to the stored messages; None when
+    no master has the trace topic."""
+    from pyspark.sql import functions as F
+    records = []
+    for n in nodes:
+        if n.name in masters and trace.exists(n.store_dir):
+            records += trace.read_store(n.store_dir)
+    if not records:
+        return None
+    ids = list({r.msg_id for r in records if r.kind == "Pub" and r.msg_id})
+    store_ms = {}
+    if ids:
+        for row in (df.filter(F.col("uniq_key").isin(ids) & F.col("node").isin(list(masters)))
+                    .groupBy("uniq_key").agg(F.min("store_timestamp").alias("t")).collect()):
+            store_ms[row["uniq_key"]] = row["t"]
+    return trace.summary(records, store_ms)
+
+
 def write_summary(out_dir, rep: Report, fault_list, attribution, findings, pairs, outage_list=(),
-                  delivered: delivery.DeliveryFindings | None = None) -> str:
+                  delivered: delivery.DeliveryFindings | None = None, trace_summary: dict | None = None) -> str:
     """summary.json: the verdicts, the faults and what each is blamed for, for tools (chaos/matrix.py)."""
     from dataclasses import asdict
     path = os.path.join(out_dir, "summary.json")
@@ -291,6 +319,7 @@ def write_summary(out_dir, rep: Report, fault_list, attribution, findings, pairs
                        for q in (delivered.queues if delivered else [])],
             "receivesDuringMasterOutages": [{"fault": o.label, "group": o.group, "byNode": o.by_node}
                                             for o in outage_list],
+            "trace": trace_summary,
             "pairs": [{"master": p.master, "slave": p.slave, "firstDivergentOffset": p.first_divergent_offset,
                        "forkOffset": p.fork_offset, "lagBytes": p.lag_bytes} for p in pairs],
         }, fh, indent=1, default=str)

@@ -30,6 +30,8 @@
 //! offsets: one line per queue {"brokerName","queueId","minOffset","maxOffset","consumerOffset"}
 //!   (a failed query gives "<field>Error" with the client's error text instead).
 //!
+//! send takes `--trace` (the client's trace dispatcher writes a trace record per send to
+//! `--trace-topic`, default RMQ_SYS_TRACE_TOPIC).
 //! send and consume (push, orderly) take `--access-key AK --secret-key SK`: the client's own ACL hook
 //! (AclClientRPCHook) signs every request, as RocketMQ 4.9's Java client does.
 //!
@@ -62,7 +64,7 @@ mod workload;
 
 const USAGE: &str =
     "usage: rmq-rust-client --namesrv HOST:PORT (send|consume|offsets|workload|tx-send|query) [options]; see main.rs";
-const BOOL_FLAGS: &[&str] = &["stdin", "reconsume-later"];
+const BOOL_FLAGS: &[&str] = &["stdin", "reconsume-later", "trace"];
 
 // ---- output ---------------------------------------------------------------------------------------
 
@@ -295,10 +297,15 @@ async fn cmd_send(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
     let mode = args.str_or("mode", "sync");
     let timeout_ms: u64 = args.num("timeout-ms", 3000);
     let specs = specs(args);
-    let mut builder = DefaultMQProducer::builder(rt)
-        .producer_group(args.str_or("group", "rust_client_pg"))
-        .name_server_addr(ns)
-        .send_msg_timeout(timeout_ms as u32);
+    let mut builder = DefaultMQProducer::builder(rt).producer_group(args.str_or("group", "rust_client_pg"));
+    if args.flag("trace") {
+        // the client's own trace dispatcher: a trace record per send, to RMQ_SYS_TRACE_TOPIC (4.9's default)
+        let mut cc = rocketmq_client_rust::ClientConfig::new();
+        cc.set_enable_trace(true);
+        cc.set_trace_topic(args.str_or("trace-topic", "RMQ_SYS_TRACE_TOPIC").into());
+        builder = builder.client_config(cc);
+    }
+    let mut builder = builder.name_server_addr(ns).send_msg_timeout(timeout_ms as u32);
     if let Some(n) = args.opt_num::<u32>("retries") {
         builder = builder.retry_times_when_send_failed(n).retry_times_when_send_async_failed(n);
     }

@@ -243,3 +243,22 @@ def test_loss_counts_are_not_capped(spark, run_builder):
     assert len(f.lost) == 1500
     v = {x.name: x for x in history_check.verdicts(f)}
     assert v["no acknowledged send lost"].detail.startswith("1500 SEND_OK message(s) on no node")
+
+
+def test_trace_records_on_a_master_are_reported_send_to_store(spark, run_builder):
+    """A client's trace records in RMQ_SYS_TRACE_TOPIC (pipeline/trace.py) are matched to the messages
+    they trace: the audit reports send -> store times (issue 25)."""
+    store = run_builder.master(n=5)
+    c, f = "\x01", "\x02"
+    keys = [uk for uk, _sid, _r in run_builder.sent]
+    body = "".join(c.join(["Pub", str(run_builder.clock - 3), "R", "PG", "T", uk, "tg", "k", "h:1", "200", "1", "0",
+                           "oid", "true"]) + f for uk in keys)
+    store.put_message(Message(topic="RMQ_SYS_TRACE_TOPIC", body=body.encode(), queue_id=0,
+                              properties={"UNIQ_KEY": "TRACE-1", "KEYS": " ".join(keys)}))
+    store.dispatch_pending()
+    run_builder.close()
+    run_builder.slave()
+    run_builder.history()
+    v, _ = _audit(spark, run_builder.root)
+    t = v["message trace"]
+    assert "5 trace records" in t.detail and "5 traced sends found stored" in t.detail, t.detail
