@@ -81,7 +81,14 @@ def test_json_body_dumps_sorted_compact():
     "[" * 5000 + "]" * 5000,
 ])
 def test_json_body_loads_raises_value_error_for_deep_nesting(text):
-    try:
+    # (this test used to pass when nothing was raised at all: issue 27)
+    with pytest.raises(ValueError, match="JSON nested too deeply"):
         json_body.loads(text)
-    except ValueError:
-        pass
+
+
+def test_json_body_loads_scrubs_a_surrogate_within_the_nesting_limit():
+    got = json_body.loads("[" * 50 + '"G\\ud800"' + "]" * 50)
+    for _ in range(50):
+        assert isinstance(got, list) and len(got) == 1
+        got = got[0]
+    assert got == "G?"
