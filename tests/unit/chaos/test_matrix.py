@@ -2,6 +2,8 @@
 (FAIL only for what the promise excludes, WEAK with its size, never PASS without an acknowledged send)."""
 import random
 
+import pytest
+
 from chaos import matrix
 from chaos.matrix import judge, promise
 from chaos.nemesis import make_sweep, sweep_cells
@@ -129,3 +131,11 @@ def test_a_node_fault_no_sample_saw_is_not_exercised(tmp_path):
 def cell_samples_by_id(run, summary):
     from chaos.matrix import cell_samples
     return dict(zip((f["id"] for f in summary["faults"]), cell_samples(run, summary, "2m-2s-sync", "ASYNC_FLUSH")))
+
+
+@pytest.mark.parametrize("kind", ["group-power-loss", "slave-then-master-power-loss", "cluster-power-loss"])
+def test_a_power_cut_of_every_copy_may_lose_what_no_node_fsynced_in_either_topology(kind):
+    allowed = {(t, fl) for t, fl in matrix.CONFIGS if promise(t, fl, kind, "master")["loss_allowed"]}
+    assert allowed == {("2m-2s-sync", "ASYNC_FLUSH"), ("2m-2s-async", "ASYNC_FLUSH")}
+    assert all(promise(t, fl, kind, "master")["divergence_allowed"] for t, fl in matrix.CONFIGS)
+    assert "unsynced tail everywhere" in promise("2m-2s-sync", "ASYNC_FLUSH", kind, "master")["why"]
