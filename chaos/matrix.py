@@ -42,6 +42,10 @@ LOCAL_FAULTS = ["kill-master", "restart-master", "pause-master", "power-loss", "
 # so the process faults (power loss above all) run on the real filesystem
 DISK_FAULTS = ["disk-full"]
 LOCAL_SWEEPS = [[f for f in LOCAL_FAULTS if f not in DISK_FAULTS], DISK_FAULTS]
+# --long-holds: faults held past the 20 s HA housekeeping, the 30 s client route refresh and the 120 s
+# name-server expiry (a frozen master's routes expire; a frozen slave's connection is reaped), 125 s each
+LONG_FAULTS = ["pause-master", "pause-slave", "kill-master"]
+LONG_HOLD_S = 125.0
 DOCKER_FAULTS = ["partition", "cut", "latency", "client-cut"]
 
 
@@ -223,7 +227,8 @@ MODE_SUFFIX = {"ours": "", "4.9": "-49", "recovery": "-rc"}
 
 def run_name(topology: str, flush: str, backend: str, seed: int, mode: str = "ours", faults=()) -> str:
     return (f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
-            + ("-df" if list(faults) == DISK_FAULTS else "") + MODE_SUFFIX[mode])
+            + ("-df" if list(faults) == DISK_FAULTS else "") + ("-lh" if list(faults) == LONG_FAULTS else "")
+            + MODE_SUFFIX[mode])
 
 
 def free_base(topology: str, backend: str, lane: int, lanes: int = 2) -> int | None:
@@ -243,6 +248,8 @@ def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mo
     cmd = [sys.executable, "-m", "chaos.run", "--topology", topology, "--backend", backend, "--name", name,
            "--sweep", "--nemesis", ",".join(faults), "--duration", str(args.duration), "--rate", str(args.rate),
            "--seed", str(seed), "--set", f"flushDiskType={flush}", "--catchup-timeout", "30", "--no-audit"]
+    if list(faults) == LONG_FAULTS:
+        cmd += ["--sweep-hold", str(LONG_HOLD_S)]
     for kv in MODE_SETS[mode]:
         cmd += ["--set", kv]
     if base is not None:
@@ -423,6 +430,9 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default="all", help="e.g. 2m-2s-sync/ASYNC_FLUSH,2m-2s-async/SYNC_FLUSH")
     ap.add_argument("--out", default="build/chaos-matrix")
     ap.add_argument("--from-runs", action="store_true", help="do not run: judge the run folders of an earlier run")
+    ap.add_argument("--long-holds", action="store_true",
+                    help=f"also a sweep of {', '.join(LONG_FAULTS)} held {LONG_HOLD_S:g} s each (past housekeeping, "
+                         "route refresh and name-server expiry): about 7 minutes per configuration and mode")
     ap.add_argument("--lanes", type=int, default=1,
                     help="local clusters run at once (each on its own ports); 2 fits a 2-core machine at --rate 200")
     ap.add_argument("--serial", action="store_true", help="one backend's runs after the other (default: at once)")
@@ -435,7 +445,8 @@ def main(argv=None) -> int:
     configs = CONFIGS if args.configs == "all" else [tuple(c.split("/")) for c in args.configs.split(",")]
     plan = []
     for backend in args.backends.split(","):
-        for faults in (LOCAL_SWEEPS if backend == "local" else [DOCKER_FAULTS]):
+        sweeps = (LOCAL_SWEEPS + ([LONG_FAULTS] if args.long_holds else [])) if backend == "local" else [DOCKER_FAULTS]
+        for faults in sweeps:
             assert all(backend in FAULTS[f].backends for f in faults)
             for mode in args.modes.split(","):
                 if mode not in MODES:
