@@ -43,9 +43,9 @@ LOCAL_FAULTS = ["kill-master", "restart-master", "pause-master", "power-loss", "
 DISK_FAULTS = ["disk-full"]
 LOCAL_SWEEPS = [[f for f in LOCAL_FAULTS if f not in DISK_FAULTS], DISK_FAULTS]
 # --long-holds: faults held past the 20 s HA housekeeping, the 30 s client route refresh and the 120 s
-# name-server expiry (a frozen master's routes expire; a frozen slave's connection is reaped), 125 s each
+# name-server expiry (a frozen master's routes expire; a frozen slave's connection is reaped), 135 s each
 LONG_FAULTS = ["pause-master", "pause-slave", "kill-master"]
-LONG_HOLD_S = 125.0
+LONG_HOLD_S = 135.0  # the expiry scan runs every 10 s: past 120 s plus one scan
 DOCKER_FAULTS = ["partition", "cut", "latency", "client-cut"]
 
 
