@@ -167,3 +167,26 @@ def test_a_missing_queue_entry_is_undeliverable(spark, run_builder):
     q = v[(delivery.ID_QUEUES, "broker-a-0")]
     assert q.status == FAIL and q.detail.startswith("1 record(s) without")
     assert summary["delivery"][GROUP]["lostByReason"] == {"unqueued": 1}
+
+
+def test_a_stranding_goes_to_the_power_cut_not_to_a_kill_beside_it(spark, run_builder):
+    """A kill keeps the page cache: it cannot strand anything by itself. When a power cut of the same
+    group is also a suspect, the matrix's cells count the stranding against the power cut only (a sweep's
+    kill-master cell used to FAIL for what the later power loss stranded); both stay named per message."""
+    run_builder.master(n=100)
+    run_builder.close()
+    run_builder.slave()
+    _cut_master_tail(run_builder, 80)
+    _histories(run_builder, range(80))
+    os.makedirs(os.path.join(run_builder.root, "faults"))
+    with open(os.path.join(run_builder.root, "faults", "f.jsonl"), "w") as fh:
+        for fid, kind, start, end in ((2, "kill-master", T0 + 30, T0 + 40), (1, "power-loss", T0 + 50, T0 + 60)):
+            for op, ts in (("inject", start), ("heal", end)):
+                fh.write(json.dumps({"op": op, "id": fid, "kind": kind, "target": "broker-a-0", "group": "broker-a",
+                                     "role": "master", "link": None, "start_ms": ts, "ts_ms": ts}) + "\n")
+    v, rep, summary, out = _audit(spark, run_builder.root)
+    with open(os.path.join(out, delivery.DETAIL_FILE)) as fh:
+        items = [json.loads(x) for x in fh]
+    assert len(items) == 20 and all(set(x["faults"]) == {"#1 power-loss broker-a-0", "#2 kill-master broker-a-0"}
+                                    for x in items)
+    assert summary["deliveryByFault"] == {"#1 power-loss broker-a-0": {delivery.ID_STRANDED: 20}}
