@@ -133,11 +133,45 @@ def down_seen(run: Path) -> dict[str, list[float]]:
     return out
 
 
-def no_effect(f: dict, down: dict[str, list[float]], sampled: bool) -> str | None:
-    """Why a fault showed no effect, or None. Only node faults are checked, and only with samples."""
-    if not sampled or f["kind"] not in NODE_DOWN_FAULTS:
+def offsets_seen(run: Path) -> dict[str, list[tuple[float, int, str | None]]]:
+    """node -> [(sample time ms, maxPhyOffset, its master)] of the samples where it answered."""
+    out: dict[str, list] = {}
+    p = run / "metrics" / "samples.jsonl"
+    if p.exists():
+        for r in read_jsonl(p):
+            if r.get("up") and r.get("maxPhyOffset") is not None:
+                ts = r["ts"] * 1000 if r["ts"] < 1e11 else r["ts"]
+                out.setdefault(r["node"], []).append((ts, int(r["maxPhyOffset"]), r.get("master")))
+    return out
+
+
+def _grew(series, start: float, end: float) -> bool | None:
+    """Whether a node's log grew between start and end (None: not enough samples to tell)."""
+    inside = [off for ts, off, _m in series if start <= ts <= end]
+    return None if len(inside) < 2 else inside[-1] > inside[0]
+
+
+def no_effect(f: dict, down: dict[str, list[float]], sampled: bool, non_ok: int = 0,
+              offsets: dict | None = None) -> str | None:
+    """Why a fault showed no effect, or None. Node faults: a sample must have seen the node stop answering.
+    disk-full: a full master must have refused a send; a full slave must have stopped storing while its
+    master's log grew. Only checked with samples."""
+    if not sampled:
         return None
     end = f["end_ms"] if f["end_ms"] is not None else float("inf")
+    if f["kind"] == "disk-full":
+        if f.get("role") == "master":
+            return None if non_ok else (f"no send was refused while {f['target']}'s disk was full: the fault had "
+                                        "no visible effect")
+        series = (offsets or {}).get(f["target"], [])
+        master = next((m for _t, _o, m in series if m), None)
+        slave_grew = _grew(series, f["start_ms"] + 1000, end)
+        master_grew = _grew((offsets or {}).get(master, []), f["start_ms"] + 1000, end) if master else None
+        if slave_grew and master_grew:
+            return f"{f['target']} went on storing while its disk was full: the fault had no visible effect"
+        return None
+    if f["kind"] not in NODE_DOWN_FAULTS:
+        return None
     if any(f["start_ms"] <= t <= end + 1000 for t in down.get(f["target"], [])):
         return None
     return f"no sample saw {f['target']} down while the fault was active: the fault had no visible effect"
@@ -154,6 +188,7 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
     all_sends = sends(run)
     lags = lags_over_time(run)
     down = down_seen(run)
+    offsets = offsets_seen(run)
     sampled = bool(lags)
     ahead_groups = set()
     out = []
@@ -187,7 +222,8 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
                     # acknowledged sends stored by the faulted group itself while the fault was active
                     # (None for summaries older than the delivery checker: then `ok`, the whole cluster's)
                     "acked_on_group": acked_on_group,
-                    "not_exercised": (f.get("info") or {}).get("notExercised") or no_effect(f, down, sampled),
+                    "not_exercised": (f.get("info") or {}).get("notExercised") or no_effect(
+                        f, down, sampled, sum((summary.get("nonOkByFault") or {}).get(label, {}).values()), offsets),
                     "error": f.get("inject_error") or f.get("heal_error")})
     return out
 

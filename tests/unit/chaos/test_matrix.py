@@ -139,3 +139,17 @@ def test_a_power_cut_of_every_copy_may_lose_what_no_node_fsynced_in_either_topol
     assert allowed == {("2m-2s-sync", "ASYNC_FLUSH"), ("2m-2s-async", "ASYNC_FLUSH")}
     assert all(promise(t, fl, kind, "master")["divergence_allowed"] for t, fl in matrix.CONFIGS)
     assert "unsynced tail everywhere" in promise("2m-2s-sync", "ASYNC_FLUSH", kind, "master")["why"]
+
+
+def test_a_disk_full_fault_must_show_its_effect():
+    from chaos.matrix import no_effect
+    f = {"kind": "disk-full", "role": "master", "target": "broker-a", "start_ms": 1000, "end_ms": 5000}
+    assert "no send was refused" in no_effect(f, {}, True, non_ok=0)
+    assert no_effect(f, {}, True, non_ok=3) is None
+    s = {"kind": "disk-full", "role": "slave", "target": "broker-a-s", "start_ms": 1000, "end_ms": 5000}
+    grows = [(t, t * 10, None) for t in range(0, 6000, 500)]
+    stuck_slave = [(t, 777, "broker-a") for t in range(0, 6000, 500)]
+    growing_slave = [(t, t * 10, "broker-a") for t in range(0, 6000, 500)]
+    assert no_effect(s, {}, True, offsets={"broker-a": grows, "broker-a-s": stuck_slave}) is None
+    assert "went on storing" in no_effect(s, {}, True, offsets={"broker-a": grows, "broker-a-s": growing_slave})
+    assert no_effect(s, {}, False) is None  # no samples: nothing can be said
