@@ -247,15 +247,16 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
             served_dropped, bool(served.served_files(run_dir)), outage_list)))
 
     masters = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
-    trace_summary = _trace(df, nodes, masters)
+    trace_summary = _trace(df, nodes, masters, out_dir)
     if trace_summary is not None:
         t = trace_summary
-        p = t["produceToStoreMs"]
+        p, q = t["produceToStoreMs"], t["storeToConsumeMs"]
         verdicts.append(Verdict("message trace", INFO,
                                 f"{t['records']} trace records in {trace.TRACE_TOPIC} ({t['pub']} sends, {t['sub']} "
                                 f"consumes); {t['matched']} traced sends found stored, send -> store ms p50 "
-                                f"{p['p50']}, p99 {p['p99']}, max {p['max']}; {t['failedSends']} traced sends "
-                                "failed", id="trace.summary"))
+                                f"{p['p50']}, p99 {p['p99']}, max {p['max']}; {t['consumed']} consumed, store -> "
+                                f"consume ms p50 {q['p50']}, p99 {q['p99']}, max {q['max']}; {t['failedSends']} "
+                                f"traced sends failed; per message: {trace.DETAIL_FILE}", id="trace.summary"))
     stored: dict[str, list] = {}
     curve: dict[str, list] = {}
     mdf = (df.filter((F.col("status") == "ok") & F.col("node").isin(list(masters)))
@@ -277,7 +278,7 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     return rep
 
 
-def _trace(df, nodes, masters: dict) -> dict | None:
+def _trace(df, nodes, masters: dict, out_dir: str | None = None) -> dict | None:
     """The trace records the masters hold (pipeline/trace.py), matched to the stored messages; None when
     no master has the trace topic."""
     from pyspark.sql import functions as F
@@ -293,6 +294,10 @@ def _trace(df, nodes, masters: dict) -> dict | None:
         for row in (df.filter(F.col("uniq_key").isin(ids) & F.col("node").isin(list(masters)))
                     .groupBy("uniq_key").agg(F.min("store_timestamp").alias("t")).collect()):
             store_ms[row["uniq_key"]] = row["t"]
+    if out_dir:
+        with open(os.path.join(out_dir, trace.DETAIL_FILE), "w") as fh:
+            for row in trace.per_message(records, store_ms):
+                fh.write(json.dumps(row) + "\n")
     return trace.summary(records, store_ms)
 
 

@@ -6,8 +6,9 @@ created by a broker with traceTopicEnable) whose body holds records separated by
             offsetMsgId, success
   SubBefore timestamp, region, group, requestId, msgId, retryTimes, keys
   SubAfter  requestId, msgId, costTime, success, keys[, contextCode]
-The audit reads them from the trace topic's consume queue (no walk of the whole log) and reports, per
-traced message it finds stored, the time from the client's send to the broker's store.
+The audit reads them from the trace topic's consume queue (no walk of the whole log) and writes, per
+traced message, the client's send, the broker's store and the first consume time (REPORT/trace.jsonl),
+with their percentiles in the report.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+DETAIL_FILE = "trace.jsonl"
 CONTENT, FIELD = "\x01", "\x02"
 UNIT = struct.Struct(">qiq")  # consume-queue unit: commit-log offset, size, tags code
 
@@ -100,17 +102,38 @@ def _read(files: list[Path], offset: int, size: int) -> bytes:
         return fh.read(size)
 
 
-def summary(records: list[TraceRecord], store_ms: dict[str, int]) -> dict:
-    """Pub records matched to the stored messages (UNIQ_KEY -> store timestamp): how many, and the time
-    from the client's send to the broker's store (ms percentiles)."""
-    pubs = [r for r in records if r.kind == "Pub"]
-    lat = sorted(store_ms[r.msg_id] - r.timestamp_ms for r in pubs if r.msg_id in store_ms and r.timestamp_ms)
+def per_message(records: list[TraceRecord], store_ms: dict[str, int]) -> list[dict]:
+    """One row per traced send: its produce (client send), store (broker) and first consume (client
+    SubBefore) times in ms, each None where no record or stored copy says it."""
+    consumed: dict[str, int] = {}
+    for r in records:
+        if r.kind == "SubBefore" and r.msg_id and r.timestamp_ms:
+            consumed[r.msg_id] = min(consumed.get(r.msg_id, r.timestamp_ms), r.timestamp_ms)
+    rows = []
+    for r in records:
+        if r.kind == "Pub" and r.msg_id:
+            rows.append({"msgId": r.msg_id, "topic": r.topic, "group": r.group, "success": r.success,
+                         "producedMs": r.timestamp_ms or None, "storedMs": store_ms.get(r.msg_id),
+                         "consumedMs": consumed.get(r.msg_id)})
+    return rows
 
-    def pct(q: float) -> int | None:
-        return lat[min(len(lat) - 1, int(q * len(lat)))] if lat else None
+
+def summary(records: list[TraceRecord], store_ms: dict[str, int]) -> dict:
+    """Pub records matched to the stored messages (UNIQ_KEY -> store timestamp) and to the consumers'
+    SubBefore records: how many, and the ms from send to store and from store to consume."""
+    rows = per_message(records, store_ms)
+    pubs = [r for r in records if r.kind == "Pub"]
+    send_store = sorted(x["storedMs"] - x["producedMs"] for x in rows if x["storedMs"] and x["producedMs"])
+    store_consume = sorted(x["consumedMs"] - x["storedMs"] for x in rows if x["consumedMs"] and x["storedMs"])
+
+    def pcts(lat):
+        def pct(q: float):
+            return lat[min(len(lat) - 1, int(q * len(lat)))] if lat else None
+        return {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None}
     return {"records": len(records), "pub": len(pubs), "sub": sum(1 for r in records if r.kind.startswith("Sub")),
-            "matched": len(lat), "failedSends": sum(1 for r in pubs if not r.success),
-            "produceToStoreMs": {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None}}
+            "matched": len(send_store), "consumed": len(store_consume),
+            "failedSends": sum(1 for r in pubs if not r.success),
+            "produceToStoreMs": pcts(send_store), "storeToConsumeMs": pcts(store_consume)}
 
 
 def exists(store_dir: str | Path, topic: str = TRACE_TOPIC) -> bool:

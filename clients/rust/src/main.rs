@@ -30,8 +30,8 @@
 //! offsets: one line per queue {"brokerName","queueId","minOffset","maxOffset","consumerOffset"}
 //!   (a failed query gives "<field>Error" with the client's error text instead).
 //!
-//! send takes `--trace` (the client's trace dispatcher writes a trace record per send to
-//! `--trace-topic`, default RMQ_SYS_TRACE_TOPIC).
+//! send and consume (push) take `--trace` (the client's trace dispatcher writes a trace record per send,
+//! or per consumed message, to `--trace-topic`, default RMQ_SYS_TRACE_TOPIC).
 //! send and consume (push, orderly) take `--access-key AK --secret-key SK`: the client's own ACL hook
 //! (AclClientRPCHook) signs every request, as RocketMQ 4.9's Java client does.
 //!
@@ -292,6 +292,15 @@ pub(crate) fn acl_hook(args: &Args) -> Option<Arc<AclClientRPCHook>> {
     pair.map(|(ak, sk)| Arc::new(AclClientRPCHook::new(SessionCredentials::with_keys(ak, sk))))
 }
 
+/// A client config with the client's own trace dispatcher on: a trace record per send (Pub) or per
+/// consumed message (SubBefore, SubAfter), to --trace-topic (RMQ_SYS_TRACE_TOPIC, 4.9's default).
+fn trace_config(args: &Args) -> rocketmq_client_rust::ClientConfig {
+    let mut cc = rocketmq_client_rust::ClientConfig::new();
+    cc.set_enable_trace(true);
+    cc.set_trace_topic(args.str_or("trace-topic", "RMQ_SYS_TRACE_TOPIC").into());
+    cc
+}
+
 async fn cmd_send(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
     let topic = args.req("topic");
     let mode = args.str_or("mode", "sync");
@@ -299,11 +308,7 @@ async fn cmd_send(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
     let specs = specs(args);
     let mut builder = DefaultMQProducer::builder(rt).producer_group(args.str_or("group", "rust_client_pg"));
     if args.flag("trace") {
-        // the client's own trace dispatcher: a trace record per send, to RMQ_SYS_TRACE_TOPIC (4.9's default)
-        let mut cc = rocketmq_client_rust::ClientConfig::new();
-        cc.set_enable_trace(true);
-        cc.set_trace_topic(args.str_or("trace-topic", "RMQ_SYS_TRACE_TOPIC").into());
-        builder = builder.client_config(cc);
+        builder = builder.client_config(trace_config(args));
     }
     let mut builder = builder.name_server_addr(ns).send_msg_timeout(timeout_ms as u32);
     if let Some(n) = args.opt_num::<u32>("retries") {
@@ -504,7 +509,11 @@ async fn cmd_consume(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
 
     match mode.as_str() {
         "push" | "orderly" => {
-            let mut consumer = DefaultMQPushConsumer::builder(rt)
+            let mut consumer_builder = DefaultMQPushConsumer::builder(rt);
+            if args.flag("trace") {
+                consumer_builder = consumer_builder.client_config(trace_config(args));
+            }
+            let mut consumer = consumer_builder
                 .consumer_group(group.as_str())
                 .name_server_addr(ns)
                 .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)

@@ -19,8 +19,13 @@ def test_a_body_of_several_records_is_parsed():
         (1000, "TopicA", "U1", "127.0.0.1:10911", 3, True)
     assert rs[1].success is False and rs[2].group == "CG" and rs[3].cost_ms == 7
     s = trace.summary(rs, {"U1": 1004, "U2": 1020})
-    assert (s["pub"], s["sub"], s["matched"], s["failedSends"]) == (2, 2, 2, 1)
+    assert (s["pub"], s["sub"], s["matched"], s["consumed"], s["failedSends"]) == (2, 2, 2, 1, 1)
     assert s["produceToStoreMs"] == {"p50": 15, "p99": 15, "max": 15}
+    assert s["storeToConsumeMs"] == {"p50": 996, "p99": 996, "max": 996}  # U1: stored 1004, consumed 2000
+    rows = {r["msgId"]: r for r in trace.per_message(rs, {"U1": 1004})}
+    assert rows["U1"] == {"msgId": "U1", "topic": "TopicA", "group": "PG", "success": True, "producedMs": 1000,
+                          "storedMs": 1004, "consumedMs": 2000}
+    assert rows["U2"]["storedMs"] is None and rows["U2"]["consumedMs"] is None
 
 
 def test_garbage_is_skipped_not_fatal():
