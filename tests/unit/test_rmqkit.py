@@ -23,7 +23,7 @@ def test_closest_marker_wins_per_keyword_and_options_fill_the_rest():
     req = FakeRequest([mark(backend="local"), mark(topology="2m-noslave", backend="docker", audit=True)],
                       **{"--rocketmq-scope": "module"})
     assert pytest_plugin._settings(req) == {"topology": "2m-noslave", "backend": "local", "scope": "module",
-                                            "sets": {}, "audit": True}
+                                            "sets": {}, "audit": True, "acl": False}
 
 
 def test_sets_become_strings_and_the_audit_option_applies_to_every_test():
@@ -44,8 +44,8 @@ def test_the_pool_reuses_a_cluster_only_for_the_same_key_and_owner(monkeypatch):
     started, stopped = [], []
 
     class FakeCluster:
-        def __init__(self, topology, backend, sets, run_root):
-            self.args = (topology, backend, tuple(sets.items()))
+        def __init__(self, topology, backend, sets, run_root, acl=False):
+            self.args = (topology, backend, tuple(sets.items()), acl)
 
         def start(self):
             started.append(self.args)
@@ -62,10 +62,13 @@ def test_the_pool_reuses_a_cluster_only_for_the_same_key_and_owner(monkeypatch):
     assert pool.get(dict(s), "session") is a and len(started) == 1
     b = pool.get({**s, "topology": "2m-noslave"}, "session")          # another topology replaces it
     assert b is not a and stopped == [a.args]
+    c = pool.get({**s, "topology": "2m-noslave", "acl": True}, "session")  # so does ACL on the same topology
+    assert c is not b and c.args[-1] is True and stopped == [a.args, b.args]
+    b = c
     pool.release(owner="module:other.py")                             # not its owner: kept
     assert pool.current[2] is b
     pool.release()
-    assert stopped == [a.args, b.args] and pool.current is None
+    assert stopped[-1] == c.args and pool.current is None
 
 
 def test_messages_remember_topic_and_keys_and_a_send_without_keys_gets_a_send_id(tmp_path):
