@@ -297,6 +297,36 @@ def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mo
     return {"name": name, "rc": rc, "took_s": round(time.monotonic() - t0), "log": str(log)}
 
 
+# --planted: one more run with two broker bugs no storage verdict sees (broker/planted.py); the matrix
+# fails unless the audit turns each verdict below FAIL. A matrix whose checkers went blind (a masked FAIL)
+# then cannot pass.
+PLANTED_NAME = "mx-planted"
+PLANTED_SETS = {"broker-b:plantBug": "skip-queue-entry", "broker-a:plantBug": "ack-then-truncate"}
+PLANTED_EXPECT = [("queues.consistent", "broker-b"), ("replica.consistent", "broker-a-s")]
+
+
+def planted_missed(summary: dict) -> list[str]:
+    """The expected FAIL verdicts (id, subject) the planted run's audit did not give."""
+    failed = {(v.get("id"), v.get("subject")) for v in summary.get("verdicts", []) if v.get("status") == "FAIL"}
+    return [f"{i} {subj}" for i, subj in PLANTED_EXPECT if (i, subj) not in failed]
+
+
+def planted_run(args, out: Path, lane: int) -> dict:
+    base = free_base("2m-2s-sync", "local", lane, getattr(args, "lane_count", 2))
+    cmd = [sys.executable, "-m", "chaos.run", "--topology", "2m-2s-sync", "--backend", "local", "--name",
+           PLANTED_NAME, "--sweep", "--nemesis", "kill-slave", "--duration", str(args.duration), "--rate",
+           str(args.rate), "--seed", "1", "--catchup-timeout", "30", "--no-audit"]
+    for k, v in PLANTED_SETS.items():
+        cmd += ["--set", f"{k}={v}"]
+    if base is not None:
+        cmd += ["--base-port", str(base)]
+    t0 = time.monotonic()
+    log = out / f"{PLANTED_NAME}.log"
+    with open(log, "w") as fh:
+        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode
+    return {"name": PLANTED_NAME, "rc": rc, "took_s": round(time.monotonic() - t0), "log": str(log)}
+
+
 class Auditor:
     """Audits the matrix's runs in one Spark session of its own, each as soon as its sweep has ended, while
     the next sweeps run: one JVM start for the whole matrix instead of one per run."""
@@ -469,6 +499,9 @@ def main(argv=None) -> int:
     ap.add_argument("--long-holds", action="store_true",
                     help=f"also a sweep of {', '.join(LONG_FAULTS)} held {LONG_HOLD_S:g} s each (past housekeeping, "
                          "route refresh and name-server expiry): about 7 minutes per configuration and mode")
+    ap.add_argument("--planted", action="store_true",
+                    help="also a run with two planted broker bugs (skip-queue-entry, ack-then-truncate): the "
+                         "matrix fails unless the audit catches both (its checkers can still fail)")
     ap.add_argument("--lanes", type=int, default=1,
                     help="local clusters run at once (each on its own ports); 2 fits a 2-core machine at --rate 200")
     ap.add_argument("--serial", action="store_true", help="one backend's runs after the other (default: at once)")
@@ -547,6 +580,12 @@ def main(argv=None) -> int:
                 t.start()
             for t in threads:
                 t.join()
+        if args.planted:
+            say("planted control: a run with skip-queue-entry (broker-b) and ack-then-truncate (broker-a)")
+            planted = planted_run(args, out, 0)
+            say(f"    {planted['name']}: sweep {planted['took_s']} s, exit {planted['rc']}; log {planted['log']}")
+            if planted["rc"] == 0:
+                auditor.submit(PLANTED_NAME)
         say("every sweep done; waiting for the last audits")
         auditor.close()
         for r in results:
@@ -570,7 +609,16 @@ def main(argv=None) -> int:
     unexplained = {r["name"]: r["unexplained"] for r in results if r.get("unexplained")}
     for name, fails in unexplained.items():
         print(f"{name}: audit FAIL no cell accounts for: {'; '.join(fails)}")
-    return 1 if broken or unexplained or any(c["verdict"] == "FAIL" for c in cells) else 0
+    blind = []
+    if args.planted:
+        try:
+            summary = json.loads((rf.run_dir(PLANTED_NAME) / "report" / "summary.json").read_text())
+            blind = planted_missed(summary)
+        except (OSError, ValueError) as e:
+            blind = [f"the planted run was not audited ({e})"]
+        print("planted control: " + (f"MISSED {', '.join(blind)}: the checkers are blind, the matrix fails"
+                                     if blind else "every planted bug turned its verdict FAIL"))
+    return 1 if broken or unexplained or blind or any(c["verdict"] == "FAIL" for c in cells) else 0
 
 
 if __name__ == "__main__":

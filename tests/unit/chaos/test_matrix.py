@@ -153,3 +153,14 @@ def test_a_disk_full_fault_must_show_its_effect():
     assert no_effect(s, {}, True, offsets={"broker-a": grows, "broker-a-s": stuck_slave}) is None
     assert "went on storing" in no_effect(s, {}, True, offsets={"broker-a": grows, "broker-a-s": growing_slave})
     assert no_effect(s, {}, False) is None  # no samples: nothing can be said
+
+
+def test_the_planted_control_fails_the_matrix_when_the_checkers_miss_a_bug():
+    from chaos.matrix import planted_missed
+    caught = {"verdicts": [{"id": "queues.consistent", "subject": "broker-b", "status": "FAIL"},
+                           {"id": "replica.consistent", "subject": "broker-a-s", "status": "FAIL"}]}
+    assert planted_missed(caught) == []
+    masked = {"verdicts": [{"id": "queues.consistent", "subject": "broker-b", "status": "FAIL"},
+                           {"id": "replica.consistent", "subject": "broker-a-s", "status": "PASS"}]}
+    assert planted_missed(masked) == ["replica.consistent broker-a-s"]
+    assert len(planted_missed({})) == 2
