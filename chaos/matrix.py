@@ -151,6 +151,17 @@ def _grew(series, start: float, end: float) -> bool | None:
     return None if len(inside) < 2 else inside[-1] > inside[0]
 
 
+def _behind(offsets: dict, slave: str, start: float, end: float) -> bool:
+    """Whether the slave's log was behind its master's in two consecutive sample rounds within [start, end]."""
+    series = offsets.get(slave, [])
+    master = next((m for _t, _o, m in series if m), None)
+    mine = {round(t): o for t, o, _m in series if start <= t <= end}
+    theirs = {round(t): o for t, o, _m in offsets.get(master, []) if start <= t <= end} if master else {}
+    behind = [t for t in sorted(mine) if t in theirs and theirs[t] > mine[t]]
+    rounds = sorted(t for t in mine if t in theirs)
+    return any(a in behind and b in behind for a, b in zip(rounds, rounds[1:]))
+
+
 def no_effect(f: dict, down: dict[str, list[float]], sampled: bool, non_ok: int = 0,
               offsets: dict | None = None) -> str | None:
     """Why a fault showed no effect, or None. Node faults: a sample must have seen the node stop answering.
@@ -170,8 +181,17 @@ def no_effect(f: dict, down: dict[str, list[float]], sampled: bool, non_ok: int 
         if slave_grew and master_grew:
             return f"{f['target']} went on storing while its disk was full: the fault had no visible effect"
         return None
+    if f["kind"] in ("cut", "latency"):
+        # the slave's HA link cut or slowed past the sync wait: a sync send timed out or was refused, or the
+        # slave fell behind its master in two sample rounds in a row
+        if non_ok or _behind(offsets or {}, f["target"], f["start_ms"], end):
+            return None
+        return f"{f['target']} never fell behind its master and no send failed while its link was {f['kind']}: " \
+               "the fault had no visible effect"
+    if f["kind"] == "client-cut":
+        return None if non_ok else f"every send succeeded while the clients' link to {f['target']} was cut"
     if f["kind"] not in NODE_DOWN_FAULTS:
-        return None
+        return None  # slicer, client-latency: their effect (split frames, slow replies) is not in the samples
     if any(f["start_ms"] <= t <= end + 1000 for t in down.get(f["target"], [])):
         return None
     return f"no sample saw {f['target']} down while the fault was active: the fault had no visible effect"

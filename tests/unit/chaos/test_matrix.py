@@ -164,3 +164,16 @@ def test_the_planted_control_fails_the_matrix_when_the_checkers_miss_a_bug():
                            {"id": "replica.consistent", "subject": "broker-a-s", "status": "PASS"}]}
     assert planted_missed(masked) == ["replica.consistent broker-a-s"]
     assert len(planted_missed({})) == 2
+
+
+def test_a_link_fault_must_show_its_effect():
+    from chaos.matrix import no_effect
+    f = {"kind": "cut", "role": "slave", "target": "broker-a-s", "start_ms": 1000, "end_ms": 5000}
+    master = [(t, t, None) for t in range(0, 6000, 500)]
+    lagging = [(t, min(t, 1000), "broker-a") for t in range(0, 6000, 500)]
+    keeping_up = [(t, t, "broker-a") for t in range(0, 6000, 500)]
+    assert no_effect(f, {}, True, offsets={"broker-a": master, "broker-a-s": lagging}) is None
+    assert "never fell behind" in no_effect(f, {}, True, offsets={"broker-a": master, "broker-a-s": keeping_up})
+    assert no_effect(f, {}, True, non_ok=2, offsets={"broker-a": master, "broker-a-s": keeping_up}) is None
+    cc = {"kind": "client-cut", "role": "master", "target": "broker-a", "start_ms": 1000, "end_ms": 5000}
+    assert "every send succeeded" in no_effect(cc, {}, True) and no_effect(cc, {}, True, non_ok=1) is None
