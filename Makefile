@@ -49,8 +49,8 @@ test: $(STAMP) images rust-client ## run every test: unit, then integration (rea
 	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
 
-test-checkers: $(STAMP) ## the long chaos runs: every planted bug (broker/planted.py), the same run without bugs (repaired), the unrepaired fork the delivery checker fails, and a consumer reading from the slave through a master outage
-	$(PY) -m pytest tests/integration/test_planted_bugs.py tests/integration/test_chaos_failover_consumer.py tests/integration/test_delivery_verdicts.py -m checkers -n 3 --durations=5
+test-checkers: $(STAMP) ## the long chaos runs: every planted bug (broker/planted.py), the same run without bugs (repaired), the unrepaired fork the delivery checker fails, a consumer reading from the slave through a master outage, and a run with ACL on
+	$(PY) -m pytest tests/integration/test_planted_bugs.py tests/integration/test_chaos_failover_consumer.py tests/integration/test_delivery_verdicts.py tests/integration/test_acl.py -m checkers -n 3 --durations=5
 
 test-examples: $(STAMP) images ## the example application (examples/orders) through the pytest plugin's fixtures (ROCKETMQ_BACKEND=docker|local)
 	$(PY) -m pytest examples $(if $(ROCKETMQ_BACKEND),--rocketmq-backend $(ROCKETMQ_BACKEND)) --durations=5
