@@ -297,16 +297,18 @@ def free_base(topology: str, backend: str, lane: int, lanes: int = 2) -> int | N
                              extra_offsets=(48,) if backend == "docker" else ())
 
 
-def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mode: str = "ours") -> dict:
-    """One chaos.run --sweep --no-audit (the audit is the Auditor's); what it left, and how long it took."""
-    name = run_name(topology, flush, backend, seed, mode, faults)
+def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mode: str = "ours", *,
+          name: str | None = None, sets: dict[str, str] | None = None) -> dict:
+    """One chaos.run --sweep --no-audit (the audit is the Auditor's); what it left, and how long it took.
+    name and sets: the planted control's own run name and broker settings."""
+    name = name or run_name(topology, flush, backend, seed, mode, faults)
     base = free_base(topology, backend, lane, getattr(args, "lane_count", 2))
     cmd = [sys.executable, "-m", "chaos.run", "--topology", topology, "--backend", backend, "--name", name,
            "--sweep", "--nemesis", ",".join(faults), "--duration", str(args.duration), "--rate", str(args.rate),
            "--seed", str(seed), "--set", f"flushDiskType={flush}", "--catchup-timeout", "30", "--no-audit"]
     if list(faults) == LONG_FAULTS:
         cmd += ["--sweep-hold", str(LONG_HOLD_S)]
-    for kv in MODE_SETS[mode]:
+    for kv in MODE_SETS[mode] + [f"{k}={v}" for k, v in (sets or {}).items()]:
         cmd += ["--set", kv]
     if base is not None:
         cmd += ["--base-port", str(base)]
@@ -332,19 +334,8 @@ def planted_missed(summary: dict) -> list[str]:
 
 
 def planted_run(args, out: Path, lane: int) -> dict:
-    base = free_base("2m-2s-sync", "local", lane, getattr(args, "lane_count", 2))
-    cmd = [sys.executable, "-m", "chaos.run", "--topology", "2m-2s-sync", "--backend", "local", "--name",
-           PLANTED_NAME, "--sweep", "--nemesis", "kill-slave", "--duration", str(args.duration), "--rate",
-           str(args.rate), "--seed", "1", "--catchup-timeout", "30", "--no-audit"]
-    for k, v in PLANTED_SETS.items():
-        cmd += ["--set", f"{k}={v}"]
-    if base is not None:
-        cmd += ["--base-port", str(base)]
-    t0 = time.monotonic()
-    log = out / f"{PLANTED_NAME}.log"
-    with open(log, "w") as fh:
-        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode
-    return {"name": PLANTED_NAME, "rc": rc, "took_s": round(time.monotonic() - t0), "log": str(log)}
+    return sweep("2m-2s-sync", "ASYNC_FLUSH", "local", ["kill-slave"], 1, args, out, lane,
+                 name=PLANTED_NAME, sets=PLANTED_SETS)
 
 
 class Auditor:

@@ -49,7 +49,7 @@ SOURCE_BATCH = 1 << 20  # bytes of log per frame a source sends (the reference s
 class RecoveryRefused(ProtocolError):
     """Bytes a source sent that this master will not store: the fetch from it ends there. `records`:
     the whole records verified before them in the same feed, which are kept."""
-    records: list = []
+    records: tuple = ()
 
 
 # -- master side, IO-free --------------------------------------------------------------------------

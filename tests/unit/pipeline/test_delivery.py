@@ -112,7 +112,9 @@ def test_a_consumer_that_drops_every_tenth_message_fails_lost(spark, run_builder
     assert all(x["verdict"] == delivery.ID_LOST and x["reason"] == "queued" for x in items)
 
 
-def test_a_message_held_only_by_a_slave_is_stranded_not_stored(spark, run_builder):
+def _forked_run(run_builder, faults):
+    """100 messages on master and slave, the master's last 20 cut (only the slave holds them), 80 received;
+    faults (id, kind, start, heal) on broker-a-0 in the fault log."""
     run_builder.master(n=100)
     run_builder.close()
     run_builder.slave()
@@ -120,9 +122,14 @@ def test_a_message_held_only_by_a_slave_is_stranded_not_stored(spark, run_builde
     _histories(run_builder, range(80))
     os.makedirs(os.path.join(run_builder.root, "faults"))
     with open(os.path.join(run_builder.root, "faults", "f.jsonl"), "w") as fh:
-        for op, ts in (("inject", T0 + 50), ("heal", T0 + 60)):
-            fh.write(json.dumps({"op": op, "id": 1, "kind": "power-loss", "target": "broker-a-0", "group": "broker-a",
-                                 "role": "master", "link": None, "start_ms": ts, "ts_ms": ts}) + "\n")
+        for fid, kind, start, end in faults:
+            for op, ts in (("inject", start), ("heal", end)):
+                fh.write(json.dumps({"op": op, "id": fid, "kind": kind, "target": "broker-a-0", "group": "broker-a",
+                                     "role": "master", "link": None, "start_ms": ts, "ts_ms": ts}) + "\n")
+
+
+def test_a_message_held_only_by_a_slave_is_stranded_not_stored(spark, run_builder):
+    _forked_run(run_builder, [(1, "power-loss", T0 + 50, T0 + 60)])
     v, rep, summary, out = _audit(spark, run_builder.root)
     stranded = v[(delivery.ID_STRANDED, GROUP)]
     assert stranded.status == FAIL and stranded.detail.startswith("20 acknowledged")
@@ -173,17 +180,7 @@ def test_a_stranding_goes_to_the_power_cut_not_to_a_kill_beside_it(spark, run_bu
     """A kill keeps the page cache: it cannot strand anything by itself. When a power cut of the same
     group is also a suspect, the matrix's cells count the stranding against the power cut only (a sweep's
     kill-master cell used to FAIL for what the later power loss stranded); both stay named per message."""
-    run_builder.master(n=100)
-    run_builder.close()
-    run_builder.slave()
-    _cut_master_tail(run_builder, 80)
-    _histories(run_builder, range(80))
-    os.makedirs(os.path.join(run_builder.root, "faults"))
-    with open(os.path.join(run_builder.root, "faults", "f.jsonl"), "w") as fh:
-        for fid, kind, start, end in ((2, "kill-master", T0 + 30, T0 + 40), (1, "power-loss", T0 + 50, T0 + 60)):
-            for op, ts in (("inject", start), ("heal", end)):
-                fh.write(json.dumps({"op": op, "id": fid, "kind": kind, "target": "broker-a-0", "group": "broker-a",
-                                     "role": "master", "link": None, "start_ms": ts, "ts_ms": ts}) + "\n")
+    _forked_run(run_builder, [(2, "kill-master", T0 + 30, T0 + 40), (1, "power-loss", T0 + 50, T0 + 60)])
     v, rep, summary, out = _audit(spark, run_builder.root)
     with open(os.path.join(out, delivery.DETAIL_FILE)) as fh:
         items = [json.loads(x) for x in fh]
