@@ -100,6 +100,12 @@ def sign(ext_fields: dict, body: bytes | None, access_key: str, secret_key: str)
     return out
 
 
+def sign_request(cmd, access_key: str, secret_key: str):
+    """cmd (a RemotingCommand) signed in place, as a client's signing hook would; returns it."""
+    cmd.ext_fields = sign(cmd.ext_fields, cmd.body, access_key, secret_key)
+    return cmd
+
+
 # -- addresses -------------------------------------------------------------------------------------
 
 _SEGMENT = re.compile(r"\*|\d{1,3}|\d{1,3}-\d{1,3}|\{\d{1,3}(,\d{1,3})*\}\Z")

@@ -87,8 +87,8 @@ class SlaveSynchronize:
     def _call(self, addr: str, code: int) -> defer.Deferred:
         req = RemotingCommand.request(code)
         if self.credentials is not None:  # a master with aclEnable refuses unsigned requests
-            from .acl import sign
-            req.ext_fields = sign(req.ext_fields, req.body, *self.credentials)
+            from .acl import sign_request
+            sign_request(req, *self.credentials)
         d = self.client.invoke(addr, req, TIMEOUT_S)
 
         def check(resp: RemotingCommand):

@@ -127,9 +127,8 @@ class Sender:
         self.opaque += 1
         req = RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, body=m.body, opaque=self.opaque)
         if self.credentials:
-            from broker.acl import sign
-            req.ext_fields = sign(req.ext_fields, req.body, self.credentials["accessKey"],
-                                  self.credentials["secretKey"])
+            from broker.acl import sign_request
+            sign_request(req, self.credentials["accessKey"], self.credentials["secretKey"])
         self.sock.sendall(encode(req))
         (length,) = struct.unpack(">I", self._exact(4))
         if length > 64 << 20:

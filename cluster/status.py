@@ -38,8 +38,8 @@ def namesrv_request(endpoint: str, code: int, ext_fields: dict | None = None,
     host, _, port = endpoint.rpartition(":")
     req = RemotingCommand.request(code, ext_fields, opaque=1)
     if credentials:
-        from broker.acl import sign
-        req.ext_fields = sign(req.ext_fields, req.body, credentials["accessKey"], credentials["secretKey"])
+        from broker.acl import sign_request
+        sign_request(req, credentials["accessKey"], credentials["secretKey"])
     try:
         with socket.create_connection((host, int(port)), timeout=timeout) as s:
             s.settimeout(timeout)
