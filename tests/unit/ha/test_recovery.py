@@ -275,3 +275,81 @@ def test_a_clean_start_does_not_hold(tmp_path):
         assert not c.writes_held and c.recovery is None and c.ha is not None
     finally:
         c.stop()
+
+
+# -- the edges of each IO-free part (what mutation testing found unchecked) --------------------------
+
+def test_the_verifier_counts_records_and_refuses_what_cannot_fit(tmp_path):
+    slave = store(tmp_path / "slave")
+    put(slave, 3)
+    data = log_bytes(slave)
+    v = RecordVerifier(0, FILE, HOST, 1 << 20)
+    assert len(v.feed(data[:-1])) == 2 and v.records == 2 and v.partial == len(data) - 1 - v.end
+    assert len(v.feed(data[-1:])) == 1 and v.records == 3 and v.partial == 0 and v.received_end == len(data)
+    small = RecordVerifier(0, FILE, HOST, max_record=100)
+    with pytest.raises(RecoveryRefused, match="does not fit"):
+        small.feed(data[:50])  # a record head that declares more than max_record bytes
+
+
+def test_a_blank_must_be_followed_by_zeros_and_may_arrive_in_pieces():
+    from broker.store import record
+    blank = record.blank(FILE) + bytes(FILE - 8)
+    v = RecordVerifier(0, FILE, HOST, 1 << 20)
+    assert v.feed(blank[:FILE // 2]) == [] and v.partial == FILE // 2  # its zeros still arriving
+    assert v.feed(blank[FILE // 2:]) == [blank] and v.end == FILE
+    dirty = bytearray(blank)
+    dirty[9] = 1
+    with pytest.raises(RecoveryRefused, match="not followed by zeros"):
+        RecordVerifier(0, FILE, HOST, 1 << 20).feed(bytes(dirty))
+    last = bytearray(blank)
+    last[-1] = 1
+    with pytest.raises(RecoveryRefused, match="not followed by zeros"):
+        RecordVerifier(0, FILE, HOST, 1 << 20).feed(bytes(last))
+
+
+def test_a_fetch_ignores_a_heartbeat_behind_its_data_and_counts_bytes(tmp_path):
+    slave = store(tmp_path / "slave")
+    put(slave, 3)
+    data = log_bytes(slave)
+    fetch = FetchSession(RecordVerifier(0, FILE, HOST, 1 << 20))
+    records, report = fetch.on_data(struct.pack(">qi", 0, len(data)) + data)
+    assert len(records) == 3 and report == struct.pack(">q", len(data)) and fetch.bytes == len(data)
+    # a 4.x master's heartbeat from an older position after data: neither behind nor complete
+    assert fetch.on_data(struct.pack(">qi", 10, 0)) == ([], None) and fetch.outcome == FetchOutcome.FETCHING
+    assert fetch.on_data(struct.pack(">qi", len(data), 0)) == ([], None)
+    assert fetch.outcome == FetchOutcome.COMPLETE and fetch.source_end == len(data)
+    assert fetch.on_data(struct.pack(">qi", len(data), 4) + b"more") == ([], None)  # answered: nothing more
+
+
+def test_a_source_ending_inside_a_record_completes_without_it(tmp_path):
+    slave = store(tmp_path / "slave")
+    put(slave, 2)
+    data = log_bytes(slave)
+    fetch = FetchSession(RecordVerifier(0, FILE, HOST, 1 << 20))
+    records, _ = fetch.on_data(struct.pack(">qi", 0, len(data) - 5) + data[:-5]
+                               + struct.pack(">qi", len(data) - 5, 0))
+    assert len(records) == 1 and fetch.outcome == FetchOutcome.COMPLETE and fetch.source_end == len(data) - 5
+
+
+def test_the_source_streams_within_max_bytes_and_checks_the_report(tmp_path):
+    from broker.ha.wire import ProtocolError
+    slave = store(tmp_path / "slave")
+    put(slave, 20)
+    end = slave.max_offset
+    src = SourceSession(slave.commitlog, batch=1000)
+    assert src.next_frames(1 << 20) == []  # nothing before the report
+    src.on_report(struct.pack(">q", 0))
+    src.on_report(struct.pack(">q", 500))  # later reports are acks: the stream goes on where it is
+    first = src.next_frames(2500)
+    bodies = first[1::2]
+    assert [len(b) for b in bodies] == [1000, 1000, 500] and src.next == 2500 and not src.said_end
+    rest = []
+    while not src.said_end:
+        rest += src.next_frames(2500)
+    assert rest[-1] == struct.pack(">qi", end, 0) and src.next == end
+    assert src.next_frames(2500) == []
+    with pytest.raises(ProtocolError, match="negative"):
+        SourceSession(slave.commitlog).on_report(struct.pack(">q", -1))
+    ahead = SourceSession(slave.commitlog)
+    ahead.on_report(struct.pack(">q", end + 999))  # a master ahead of this log: told where it ends
+    assert ahead.next_frames(100) == [struct.pack(">qi", end, 0)]
