@@ -246,6 +246,17 @@ def committed_offsets(nodes, topic: str, group: str, queues: int = 4) -> int:
     return total
 
 
+def queue_table(nodes, topic: str, group: str, queues: int = 4) -> list[tuple]:
+    """(broker, queue, committed offset, max offset) for each master queue: where a missing message sits."""
+    rows = []
+    for name in ("broker-a", "broker-b"):
+        for q in range(queues):
+            r = rpc(nodes[name].addr, 14, {"consumerGroup": group, "topic": topic, "queueId": str(q)})
+            rows.append((name, q, int(r.ext_fields["offset"]) if r.code == 0 else f"code {r.code}",
+                         nodes[name].max_offset(topic, q)))
+    return rows
+
+
 def test_offsets_survive_a_consumer_restart(cluster):
     ns, nodes, _ = cluster
     topic = topic_name("Restart")
@@ -257,10 +268,16 @@ def test_offsets_survive_a_consumer_restart(cluster):
     wait_until("the consumer's offsets are committed", lambda: committed_offsets(nodes, topic, "G-restart")
                >= len(before), 20)
     after = msgs("after", 7)
-    produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": after}])
+    results = produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": after}])
+    assert [r.get("status") for r in results] == [SEND_OK] * len(after), results
     got2, _ = consume_all(ns.addr, topic, "G-restart", {m["body"] for m in after})
     bodies = [m["body"] for m in got2]
-    assert set(bodies) == {m["body"] for m in after}, "a restarted consumer must resume at its committed offsets"
+    assert set(bodies) == {m["body"] for m in after}, (
+        "a restarted consumer must resume at its committed offsets\n"
+        f"sends: {results}\nphase 1 got {sorted((m['queue_id'], m['queue_offset']) for m in got)}\n"
+        f"phase 2 got {sorted((m['queue_id'], m['queue_offset'], m['body']) for m in got2)}\n"
+        f"queues (broker, queue, committed, max): {queue_table(nodes, topic, 'G-restart')}\n"
+        f"{native_log(LAST_CONSUMER_PID[0], 150)}")
 
 
 def test_consumers_read_from_the_slave_when_the_master_is_stopped(cluster):
