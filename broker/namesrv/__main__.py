@@ -20,8 +20,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="0.0.0.0", help="interface to listen on (default 0.0.0.0)")
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
     parser.add_argument("--cluster-secret-file", default=os.environ.get("CLUSTER_SECRET_FILE") or None,
-                        help="ours: a file holding the cluster secret; REGISTER_BROKER, UNREGISTER_BROKER and KV "
-                             "config writes must then be signed with it (the brokers' clusterSecretFile)")
+                        help="ours: a file holding the cluster secret; REGISTER_BROKER, UNREGISTER_BROKER, KV "
+                             "config writes, topic deletes, write-perm changes and config updates must "
+                             "then be signed with it (the brokers' clusterSecretFile)")
     parser.add_argument("--max-brokers", type=int, default=guard.MAX_BROKERS,
                         help=f"live broker addresses kept at once (default {guard.MAX_BROKERS})")
     parser.add_argument("--max-topics-per-broker", type=int, default=guard.MAX_TOPICS_PER_BROKER,

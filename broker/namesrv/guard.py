@@ -5,9 +5,12 @@ A 4.9 name server serves anyone who can open a TCP connection: any peer may regi
 point a slave that takes its master's address from the name server at a fake master), unregister one,
 or write KV config (which goes into every REGISTER_BROKER reply). Here, with a cluster secret set
 (`--cluster-secret-file`, and the brokers' `clusterSecretFile`), REGISTER_BROKER, UNREGISTER_BROKER,
-PUT_KV_CONFIG, DELETE_KV_CONFIG and DELETE_TOPIC_IN_NAMESRV must be signed with it, as the ACL signs
-client requests (broker/acl.py: HmacSHA1 over the sorted ext fields and the body, AccessKey
-CLUSTER_KEY). Without a secret the name server behaves as 4.9's, within the limits below.
+PUT_KV_CONFIG, DELETE_KV_CONFIG, DELETE_TOPIC_IN_NAMESRV, WIPE_WRITE_PERM_OF_BROKER,
+ADD_WRITE_PERM_OF_BROKER and UPDATE_NAMESRV_CONFIG (every request that changes routes or config) must be
+signed with it, as the ACL signs client requests (broker/acl.py: HmacSHA1 over the sorted ext fields and
+the body, AccessKey CLUSTER_KEY; mqadmin signs so with accessKey rmqha-cluster and the secret as
+secretKey). Reads stay open, as in 4.9. Without a secret the name server behaves as 4.9's, within the
+limits below.
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ from broker.remoting.codes import RequestCode
 
 CLUSTER_KEY = "rmqha-cluster"  # the AccessKey of signed cluster requests
 SIGNED_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.PUT_KV_CONFIG,
-                          RequestCode.DELETE_KV_CONFIG, RequestCode.DELETE_TOPIC_IN_NAMESRV})
+                          RequestCode.DELETE_KV_CONFIG, RequestCode.DELETE_TOPIC_IN_NAMESRV,
+                          RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER,
+                          RequestCode.UPDATE_NAMESRV_CONFIG})
 
 MAX_TOPICS_PER_BROKER = 65_536      # topic configs one registration may carry
 MAX_BROKERS = 1024                  # broker addresses the name server keeps alive at once

@@ -7,8 +7,9 @@ from twisted.internet.interfaces import IReactorTime
 
 from broker.namesrv import guard
 from broker.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
+from broker.namesrv.namesrv_config import ConfigRefused, NamesrvSettings
 from broker.namesrv.register_body import RegisterBrokerBody, body_crc32
-from broker.namesrv.route_info import RouteInfoManager
+from broker.namesrv.route_info import TOPIC_FLAG_UNIT, TOPIC_FLAG_UNIT_SUB, RouteInfoManager
 from broker.remoting import json_body
 from broker.remoting.codes import VERSION_V3_0_11, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
@@ -19,8 +20,11 @@ log = logging.getLogger(__name__)
 
 class NameServerProcessors:
     def __init__(self, routes: RouteInfoManager, kv: KVConfigManager, clock: IReactorTime, *,
-                 cluster_secret: str | None = None, max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER):
+                 cluster_secret: str | None = None, max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER,
+                 settings: NamesrvSettings | None = None, on_settings_changed=None):
         self.routes = routes
+        self.settings = settings if settings is not None else NamesrvSettings()
+        self.on_settings_changed = on_settings_changed  # callable(changed keys -> values), or None
         self.kv = kv
         self.clock = clock
         self.cluster_secret = cluster_secret
@@ -46,6 +50,15 @@ class NameServerProcessors:
         reg.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.get_broker_cluster_info)
         reg.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topic_list)
         reg.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
+        reg.register(RequestCode.WIPE_WRITE_PERM_OF_BROKER, self.wipe_write_perm)
+        reg.register(RequestCode.ADD_WRITE_PERM_OF_BROKER, self.add_write_perm)
+        reg.register(RequestCode.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster)
+        reg.register(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, self.get_system_topic_list)
+        reg.register(RequestCode.GET_UNIT_TOPIC_LIST, self.get_unit_topic_list)
+        reg.register(RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, self.get_has_unit_sub_topic_list)
+        reg.register(RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, self.get_has_unit_sub_ununit_topic_list)
+        reg.register(RequestCode.UPDATE_NAMESRV_CONFIG, self.update_config)
+        reg.register(RequestCode.GET_NAMESRV_CONFIG, self.get_config)
         return reg
 
     def _check_signed(self, req: RemotingCommand, peer: str):
@@ -121,9 +134,10 @@ class NameServerProcessors:
         if route is None:
             return req.make_response(ResponseCode.TOPIC_NOT_EXIST,
                                      f"No topic route info in name server for the topic: {topic}")
-        order_conf = self.kv.get(ORDER_TOPIC_CONFIG, topic)
-        if order_conf:
-            route["orderTopicConf"] = order_conf
+        if self.settings.get("orderMessageEnable"):  # 4.9: off by default, then no orderTopicConf
+            order_conf = self.kv.get(ORDER_TOPIC_CONFIG, topic)
+            if order_conf:
+                route["orderTopicConf"] = order_conf
         # Always standard JSON (quoted map keys): the C++ client and fastjson both read it.
         return req.make_response(body=json_body.dumps(route))
 
@@ -135,6 +149,62 @@ class NameServerProcessors:
 
     def delete_topic(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         self.routes.delete_topic(req.get_str("topic"))
+        return req.make_response()
+
+    # ---- write permission and topic lists (mqadmin wipeWritePerm, addWritePerm, topicList -c, ...) -----
+
+    def wipe_write_perm(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        broker_name = req.get_str("brokerName")
+        count = self.routes.wipe_write_perm(broker_name)
+        log.info("wipe write perm of broker %s, client %s: %d topics", broker_name, ctx.peer_address, count)
+        return req.make_response(ext_fields={"wipeTopicCount": count})
+
+    def add_write_perm(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        broker_name = req.get_str("brokerName")
+        count = self.routes.add_write_perm(broker_name)
+        log.info("add write perm of broker %s, client %s: %d topics", broker_name, ctx.peer_address, count)
+        return req.make_response(ext_fields={"addTopicCount": count})
+
+    def get_topics_by_cluster(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return _topic_list(req, self.routes.topics_by_cluster(req.get_str("cluster")))
+
+    def get_system_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        topics, broker_addr = self.routes.system_topic_list()
+        return _topic_list(req, topics, broker_addr)
+
+    def get_unit_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return _topic_list(req, self.routes.topics_by_sys_flag(lambda f: bool(f & TOPIC_FLAG_UNIT)))
+
+    def get_has_unit_sub_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return _topic_list(req, self.routes.topics_by_sys_flag(lambda f: bool(f & TOPIC_FLAG_UNIT_SUB)))
+
+    def get_has_unit_sub_ununit_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return _topic_list(req, self.routes.topics_by_sys_flag(
+            lambda f: not f & TOPIC_FLAG_UNIT and bool(f & TOPIC_FLAG_UNIT_SUB)))
+
+    # ---- name server config (mqadmin getNamesrvConfig / updateNamesrvConfig) -------------------------
+
+    def get_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return req.make_response(body=self.settings.properties_text().encode("utf-8"))
+
+    def update_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        log.info("updateConfig called by %s", ctx.peer_address)
+        if not req.body:
+            return req.make_response()  # 4.9: nothing to change
+        try:
+            text = bytes(req.body).decode("utf-8")
+        except UnicodeDecodeError:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, "the config body is not UTF-8 properties text")
+        try:
+            changed = self.settings.update(text)
+        except ConfigRefused as e:
+            log.warning("config update from %s refused: %s", ctx.peer_address, e.remark)
+            return req.make_response(e.code, e.remark)
+        if changed:
+            log.info("name server config changed by %s: %s", ctx.peer_address,
+                     ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
+            if self.on_settings_changed is not None:
+                self.on_settings_changed(changed)
         return req.make_response()
 
     # ---- kv config ------------------------------------------------------------------------------
@@ -161,3 +231,11 @@ class NameServerProcessors:
         if table is None:
             return req.make_response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
         return req.make_response(body=json_body.dumps({"table": table}))
+
+
+def _topic_list(req: RemotingCommand, topics: list[str], broker_addr: str | None = None) -> RemotingCommand:
+    """A TopicList body: {"topicList": [...]}, plus brokerAddr when there is one (fastjson leaves null out)."""
+    body: dict = {"topicList": topics}
+    if broker_addr is not None:
+        body["brokerAddr"] = broker_addr
+    return req.make_response(body=json_body.dumps(body))

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Hashable
 
 from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
-from broker.remoting.codes import MASTER_ID
+from broker.remoting.codes import MASTER_ID, PERM_READ, PERM_WRITE
 
 log = logging.getLogger(__name__)
 
 BROKER_CHANNEL_EXPIRED_MS = 120_000
+TOPIC_FLAG_UNIT, TOPIC_FLAG_UNIT_SUB = 0x1, 0x2  # TopicSysFlag
 
 
 @dataclass
@@ -256,6 +257,54 @@ class RouteInfoManager:
 
     def all_topics(self) -> list[str]:
         return sorted(self.topic_queue_table)
+
+    def topics_by_cluster(self, cluster_name: str) -> list[str]:
+        """Topics with queue data on any broker group of the cluster (none for an unknown cluster)."""
+        names = self.cluster_addr_table.get(cluster_name, set())
+        return sorted(t for t, by_broker in self.topic_queue_table.items() if names & by_broker.keys())
+
+    def system_topic_list(self) -> tuple[list[str], str | None]:
+        """4.9's GET_SYSTEM_TOPIC_LIST_FROM_NS: every cluster name and broker name (4.9 creates a topic
+        of each name on its brokers), and one broker address for the tool to ask next."""
+        names: set[str] = set()
+        for cluster, broker_names in self.cluster_addr_table.items():
+            names.add(cluster)
+            names.update(broker_names)
+        addr = None
+        for _, bd in sorted(self.broker_addr_table.items()):
+            if bd.broker_addrs:
+                addr = bd.broker_addrs[min(bd.broker_addrs)]
+                break
+        return sorted(names), addr
+
+    def topics_by_sys_flag(self, pick) -> list[str]:
+        """Topics whose first queue data's topicSysFlag satisfies pick(flag); 4.9 looks at one queue
+        data per topic (they agree unless brokers were configured apart)."""
+        return sorted(t for t, by_broker in self.topic_queue_table.items()
+                      if by_broker and pick(next(iter(by_broker.values())).topic_sys_flag))
+
+    # ---- write permission (mqadmin wipeWritePerm / addWritePerm) ------------------------------------
+
+    def wipe_write_perm(self, broker_name: str) -> int:
+        """Clear PERM_WRITE on every topic route of the broker group; the count of its topics.
+
+        As 4.9, the change lives in this name server's table only: the broker's periodic registration
+        carries the same data version and leaves it alone, until the broker's topic config changes (a
+        new data version) or it registers anew (restart, expiry), which restores the broker's own perms."""
+        return self._set_perm(broker_name, lambda perm: perm & ~PERM_WRITE)
+
+    def add_write_perm(self, broker_name: str) -> int:
+        """4.9 sets the perm to READ|WRITE (whatever it was, PERM_INHERIT included); the count of topics."""
+        return self._set_perm(broker_name, lambda _perm: PERM_READ | PERM_WRITE)
+
+    def _set_perm(self, broker_name: str, change) -> int:
+        count = 0
+        for by_broker in self.topic_queue_table.values():
+            qd = by_broker.get(broker_name)
+            if qd is not None:
+                qd.perm = change(qd.perm)
+                count += 1
+        return count
 
     def delete_topic(self, topic: str) -> None:
         self.topic_queue_table.pop(topic, None)

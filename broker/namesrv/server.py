@@ -7,6 +7,7 @@ from twisted.internet.interfaces import IReactorTime
 
 from broker.namesrv import guard
 from broker.namesrv.kv_config import KVConfigManager
+from broker.namesrv.namesrv_config import NamesrvSettings
 from broker.namesrv.processors import NameServerProcessors
 from broker.namesrv.route_info import BROKER_CHANNEL_EXPIRED_MS, RouteInfoManager
 from broker.remoting.protocol import RemotingServerFactory
@@ -26,11 +27,14 @@ class NameServer:
         self.clock = clock if clock is not None else reactor
         self.routes = RouteInfoManager(expiry_ms, max_brokers=max_brokers)
         self.kv = KVConfigManager()
+        self.settings = NamesrvSettings()
         self.processors = NameServerProcessors(self.routes, self.kv, self.clock, cluster_secret=cluster_secret,
-                                               max_topics_per_broker=max_topics_per_broker)
+                                               max_topics_per_broker=max_topics_per_broker, settings=self.settings,
+                                               on_settings_changed=self.apply_settings)
         # Java's name server uses the same NettyServerConfig as the broker: idle channels close
         # after 120 s (brokers register every 30 s, clients poll routes every 30 s).
-        self.factory = RemotingServerFactory(self.processors.registry(), clock=self.clock, idle_timeout=120.0,
+        idle = float(self.settings.get("serverChannelMaxIdleTimeSeconds"))
+        self.factory = RemotingServerFactory(self.processors.registry(), clock=self.clock, idle_timeout=idle,
                                              max_connections=4096, max_held_bytes=128 * 1024 * 1024)
         self.factory.add_close_listener(self.processors.channel_closed)
         self.scan_interval = scan_interval
@@ -38,6 +42,12 @@ class NameServer:
         # resumes after a back-off; its health is self._scan.health().
         self._scan = PeriodicService("namesrv_broker_scan", self._scan_once, scan_interval, self.clock, logger=log)
         self.port = None
+
+    def apply_settings(self, changed: dict) -> None:
+        """What an UPDATE_NAMESRV_CONFIG changes beyond the settings table (orderMessageEnable is read
+        per request)."""
+        if "serverChannelMaxIdleTimeSeconds" in changed:  # connections opened from now on
+            self.factory.idle_timeout = float(changed["serverChannelMaxIdleTimeSeconds"])
 
     def _scan_once(self) -> None:
         self.processors.scan_not_active_brokers()
@@ -50,6 +60,7 @@ class NameServer:
         self.port = self.reactor.listenTCP(port, self.factory, interface=host)
         self.start_scanning()
         addr = self.port.getHost()
+        self.settings.values["listenPort"] = addr.port
         log.info("The Name Server boot success. listening on %s:%d, serializeType=JSON", addr.host, addr.port)
         return self.port
 

@@ -204,6 +204,9 @@ def test_kv_config_and_order_topic_conf():
     assert c.call(RemotingCommand.request(101, kv)).ext_fields == {"value": "broker-a:4"}
     resp = register(c)
     assert json.loads(resp.body) == {"table": {"TopicTest": "broker-a:4"}}
+    assert "orderTopicConf" not in json.loads(route(c).body)  # 4.9: orderMessageEnable=false by default
+    on = c.call(RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n"))
+    assert on.code == ResponseCode.SUCCESS
     assert json.loads(route(c).body)["orderTopicConf"] == "broker-a:4"
     listing = c.call(RemotingCommand.request(219, {"namespace": "ORDER_TOPIC_CONFIG"}))
     assert json.loads(listing.body) == {"table": {"TopicTest": "broker-a:4"}}
