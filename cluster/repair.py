@@ -6,7 +6,7 @@ A master that comes back behind its slave (a power loss with an unflushed tail) 
 offsets its slave already holds: the logs fork, the slave is SLAVE_AHEAD and never replicated again,
 and every acknowledged message that only the slave holds is stranded: stored, but no consumer served
 by the master can get it. The default broker leaves that to an operator (4.9 does the same, worse:
-see HA-PROTOCOL.md §9). This is the operator's tool:
+see docs/ha-protocol.md §9). This is the operator's tool:
 
 1. stop the slave; find the fork: the first record of the slave's log that the master does not hold
    byte for byte at the same offset;

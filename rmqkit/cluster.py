@@ -8,8 +8,8 @@
         c.audit()                       # the pipeline over RUN (raises AuditFailed on a FAIL verdict)
 
 It is started by the same code as `make cluster-up` (cluster.handle.Cluster.up: the compose files and
-the docker backend, or local processes), not by testcontainers: see README "The kit for other
-projects" for why. Isolation: the name is `kit-<pid>-<n>` (unique per process, so per pytest-xdist
+the docker backend, or local processes), not by testcontainers: see docs/kit.md ("Why not
+testcontainers") for why. Isolation: the name is `kit-<pid>-<n>` (unique per process, so per pytest-xdist
 worker) and the 50-port block is the first free one of this worker's interleaved slots
 (cluster/ports.py's free_cluster_base); the run folder is under `run_root` (default: the
 CLUSTER_RUN_ROOT of the caller, else run/). A cluster left behind by a process that died (its pid is

@@ -100,8 +100,8 @@ def test_power_loss_on_a_slave_drops_its_unsynced_tail_and_it_refetches_it(clust
 
 
 def test_power_loss_on_a_master_leaves_it_at_its_durable_offset(cluster, nemesis):
-    """The master restarts holding only what it had fsynced; its slave holds more (see the README:
-    a master behind its slave)."""
+    """The master restarts holding only what it had fsynced; its slave holds more (see docs/ha-protocol.md:
+    a master that comes back behind its slave)."""
     send(cluster, "broker-b", 20)
     cluster.wait_caught_up(30)
     end = cluster.max_offset("broker-b")

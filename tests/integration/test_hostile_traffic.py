@@ -57,7 +57,7 @@ ATTACK_S = 15.0
 # never reads, a batch expanded into 190k objects at once).
 RSS_BOUND_MIB = 150
 VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+\Z")  # RocketMQ's TopicValidator / group name characters
-MAX_TOPIC_LEN, MAX_GROUP_LEN = 127, 255  # %RETRY%/%DLQ% topics: 255 (README, "Hostile input")
+MAX_TOPIC_LEN, MAX_GROUP_LEN = 127, 255  # %RETRY%/%DLQ% topics: 255 (docs/operations.md, "Hostile input")
 IDLE_CLIENT_CONNS, IDLE_HA_CONNS, HALF_FRAME_CONNS = 200, 50, 50
 NON_READER_MAX_REQUESTS = 60_000
 
@@ -106,7 +106,7 @@ def nested(depth: int, opener: bytes = b"[", closer: bytes = b"]", inner: bytes 
 
 
 def empty_batch(total_bytes: int) -> bytes:
-    """A SEND_BATCH_MESSAGE body of empty items (WIRE-FACTS §6.8: 22 bytes each), total_bytes at most."""
+    """A SEND_BATCH_MESSAGE body of empty items (docs/formats.md §6.8: 22 bytes each), total_bytes at most."""
     item = struct.pack(">iiiii", 22, 0, 0, 0, 0) + struct.pack(">h", 0)
     return item * (total_bytes // len(item))
 

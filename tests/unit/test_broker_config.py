@@ -1,4 +1,4 @@
-"""The README's configuration claims: official key names and defaults, bad values named with what is
+"""The configuration claims (docs/operations.md): official key names and defaults, bad values named with what is
 allowed, unknown keys kept (and logged at start), and the sync wait taken from slaveTimeout when set."""
 import pytest
 

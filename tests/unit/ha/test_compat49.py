@@ -1,5 +1,5 @@
 """haCompat49: the master as Apache RocketMQ 4.9 behaves where this broker deliberately differs, so the
-guarantee matrix can show both (HA-PROTOCOL.md §9). Each 4.9 behaviour next to ours."""
+guarantee matrix can show both (docs/ha-protocol.md §9). Each 4.9 behaviour next to ours."""
 import struct
 
 from twisted.internet.address import IPv4Address

@@ -1,4 +1,4 @@
-"""The README's HA timing claims, on the fake clock: heartbeats counted interval by interval, the
+"""The HA timing claims (docs/ha-protocol.md), on the fake clock: heartbeats counted interval by interval, the
 slave's reconnect back-off (100 ms doubling to haReconnectMaxDelay, 1 s), the sync wait taken from
 slaveTimeout when set, the master's lagBytes, and ticking that survives a first tick that raises."""
 import struct

@@ -1,4 +1,4 @@
-"""MasterSession alone (HA-PROTOCOL §3): reports in, frames and heartbeats out, time passed in.
+"""MasterSession alone (docs/ha-protocol.md §3): reports in, frames and heartbeats out, time passed in.
 
 The commit log is a fake with the three things the session reads (min/max offset, the last file's
 start, reads that stop at a file boundary); frames are checked against hand-built headers."""

@@ -1,4 +1,4 @@
-"""SlaveSession alone (HA-PROTOCOL §4): frames in, appends and reports out, time passed in."""
+"""SlaveSession alone (docs/ha-protocol.md §4): frames in, appends and reports out, time passed in."""
 import struct
 
 import pytest

@@ -1,4 +1,4 @@
-"""HA wire decoders at their exact limits (HA-PROTOCOL §2), checked against hand-built bytes."""
+"""HA wire decoders at their exact limits (docs/ha-protocol.md §2), checked against hand-built bytes."""
 import struct
 
 import pytest

@@ -7,7 +7,7 @@ from broker.remoting.codec import FrameDecoder, FrameError, decode, decode_frame
 from broker.remoting.codes import FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType
 from broker.remoting.command import RemotingCommand
 
-# WIRE-FACTS §1.6: what the C++ 2.x client sends for GET_ROUTEINFO_BY_TOPIC "TopicTest", opaque 1.
+# docs/formats.md §1.6: what the C++ 2.x client sends for GET_ROUTEINFO_BY_TOPIC "TopicTest", opaque 1.
 CPP_ROUTE_HEADER = (
     b'{"code":105,"extFields":{"AccessKey":"","OnsChannel":"","Signature":"","topic":"TopicTest"},'
     b'"flag":0,"language":"CPP","opaque":1,"remark":"","version":333}\n'

@@ -1,5 +1,5 @@
 """record.py against an independent oracle: records built by hand here, field by field, following
-../shared/WIRE-FACTS.md §6.1 (big-endian; TOTALSIZE = 91 + body + topic + properties with IPv4 hosts,
+docs/formats.md §6.1 (big-endian; TOTALSIZE = 91 + body + topic + properties with IPv4 hosts,
 +12 per IPv6 host), never with record.encode() or checked by record.scan() alone. Covers every field
 (reconsume times, prepared transaction offset, total size, sysflag bits), the exact limits (127-byte
 topic, 32767-byte properties, empty body), positions other than 0, and the scanners' never-raise
@@ -25,7 +25,7 @@ def ip(addr):
 def hand(*, topic=b"T", body=b"", props=b"", queue_id=0, flag=0, queue_offset=0, phys=0, sysflag=0,
          born_ts=0, born=("127.0.0.1", 0), store_ts=0, store=("127.0.0.1", 0), reconsume=0, prepared=0,
          crc=None, total=None, magic=MAGIC):
-    """One commit-log record, byte by byte as WIRE-FACTS §6.1 lays it out."""
+    """One commit-log record, byte by byte as docs/formats.md §6.1 lays it out."""
     crc = zlib.crc32(body) & 0x7FFFFFFF if crc is None else crc
     rest = b"".join([
         struct.pack(">I", magic), struct.pack(">i", crc), struct.pack(">i", queue_id), struct.pack(">i", flag),

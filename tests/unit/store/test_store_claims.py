@@ -1,4 +1,4 @@
-"""The README's store claims, each checked: checkCRCOnRecover, recovery from the third-last file, a full
+"""The store claims (docs/broker.md), each checked: checkCRCOnRecover, recovery from the third-last file, a full
 disk at file creation, and the flush interval and group commit (SYNC_FLUSH) as the broker wires them."""
 import errno
 import os
