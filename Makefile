@@ -45,7 +45,11 @@ outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_T
 	$(PY) -m chaos.outcomes $(if $(NAME),--name $(NAME))
 
 # --- tests ------------------------------------------------------------------------------------
-test: $(STAMP) images rust-client ## run every test: unit, then integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
+lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- cluster <- chaos|pipeline <- rmqkit, nothing imports tests/) and ruff's check; both configured in pyproject.toml
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/ruff check --no-cache .
+
+test: $(STAMP) lint images rust-client ## lint first, then every test: unit, then integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
 	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
 
@@ -122,5 +126,5 @@ bench-ha: $(STAMP) ## HA catch-up throughput beside raw loopback TCP and raw dis
 clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
-.PHONY: help venv cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration test-checkers \
+.PHONY: help venv lint cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration test-checkers \
 	test-official-client test-examples test-spark-cluster rust-client test-rust-client fuzz mutation audit chaos chaos-matrix images bench bench-ha bench-send bench-decode clean

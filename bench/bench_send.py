@@ -529,7 +529,7 @@ def run_workers(namesrv: str, mode: str, n: int, args, tag: str, tmp: str, serve
 # ---- targets ----------------------------------------------------------------------------------
 
 def start_stub(tmp: str):
-    from tests.integration.local_cluster import free_ports
+    from cluster.standalone import free_ports
     ns_port, b_port = free_ports(1), free_ports(1)
     env = dict(os.environ)
     prof = os.environ.get("BENCH_PROFILE_DIR")
@@ -543,7 +543,7 @@ def start_stub(tmp: str):
 
 
 def start_cluster(tmp: str, tag: str, sync: bool, file_size: int, settings: dict | None = None):
-    from tests.integration.local_cluster import BrokerProcess, NameServerProcess
+    from cluster.standalone import BrokerProcess, NameServerProcess
 
     prof = os.environ.get("BENCH_PROFILE_DIR")
 
@@ -591,7 +591,7 @@ def start_peer(tmp: str, exe: str, file_size: int):
     """Another implementation's broker as an ASYNC_MASTER beside ours: any executable that takes the
     Java broker's `-c <properties> -n <name server>` (rocketmq-rust's rocketmq-broker-rust does), fed by
     the same raw producer; its process CPU per message is what is compared."""
-    from tests.integration.local_cluster import NameServerProcess, free_ports
+    from cluster.standalone import NameServerProcess, free_ports
     work = os.path.join(tmp, "peer")
     os.makedirs(work, exist_ok=True)
     ns = NameServerProcess(work).start()
@@ -618,7 +618,7 @@ def start_peer(tmp: str, exe: str, file_size: int):
                 lines = re.sub(r"\x1b\[[0-9;]*m", "", open(log.name, errors="replace").read()).splitlines()
                 tail = "\n".join(([ln for ln in lines if " ERROR " in ln or " WARN " in ln] + lines[-1:])[-12:])
                 raise SystemExit(f"the peer broker {exe} did not listen on {port} (exit code {proc.poll()}); "
-                                 f"its warnings and errors:\n{tail}")
+                                 f"its warnings and errors:\n{tail}") from None
             time.sleep(0.2)
     return ns.addr, [ns, proc], {"master": proc.pid}, f"127.0.0.1:{port}"
 

@@ -28,9 +28,10 @@ import sys
 import threading
 
 from chaos.faultlog import FaultLog
-from chaos.history import ERROR, HistoryRecorder, now_ms, status_name
+from chaos.history import HistoryRecorder, status_name
 from chaos.nemesis import Fault, Nemesis
 from cluster import ClusterError
+from cluster.history import ERROR, now_ms
 from cluster.handle import Cluster
 
 PHASES = {"ok": "SEND_OK", "flush-slave-timeout": "FLUSH_SLAVE_TIMEOUT",

@@ -29,7 +29,8 @@ import sys
 import threading
 import time
 
-from chaos.history import ERROR, HistoryRecorder, now_ms, status_name
+from chaos.history import HistoryRecorder, status_name
+from cluster.history import ERROR, now_ms
 
 MAX_ATTEMPTS = 3
 

@@ -12,6 +12,10 @@ Modules:
     local_backend  brokers and the name server as detached processes on loopback
     status         each node's /status plus the name server's cluster info, as a table or JSON
     wait           block until the cluster is ready, with live progress
+    history        the client history format (RUN/history/*.jsonl): fields, writer, reader
+    toxics         Toxiproxy control of a docker cluster's links
+    standalone     one name server or broker as a local process, for tests and benchmarks that build their own
+    requests       client requests (SEND_MESSAGE v1/v2) as the C++ client sends them
 """
 
 

@@ -403,12 +403,12 @@ class Cluster:
     # -- links ------------------------------------------------------------------------------------
     @property
     def toxics(self):
-        """The Toxiproxy client of a docker cluster (chaos/toxics.py)."""
+        """The Toxiproxy client of a docker cluster (cluster/toxics.py)."""
         if self.kind != "docker":
             raise Unsupported("the local backend has no proxies: links cannot be delayed, sliced or cut "
                               "(faults there are node faults: pause, stop, kill, power loss)")
         if getattr(self, "_toxics", None) is None:
-            from chaos.toxics import Toxics
+            from .toxics import Toxics
             self._toxics = Toxics(self.state["toxiproxy"]["api"])
         return self._toxics
 

@@ -116,7 +116,7 @@ def record_scan() -> dict[str, bytes]:
 
 def send_fastpath() -> dict[str, bytes]:
     # mode 0: the rest of the input is the stream itself: client frames, one after another.
-    from tests.unit.processors.harness import props, send_v1, send_v2
+    from cluster.requests import props, send_v1, send_v2
     frames = [codec.encode(c) for c in (send_v2(), send_v1(), send_v2(properties=props(WAIT="false", KEYS="a b")),
                                          send_v2(topic="%RETRY%G", body=b""))]
     return {"v2": b"\0" + frames[0], "v1": b"\0" + frames[1], "run": b"\0" + b"".join(frames),

@@ -36,6 +36,8 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
+from cluster.history import FROM_NOW
+
 from . import consume_queues, runfolder
 from .faults import NO_FAULT, POWER_LOSSES, FaultInterval, blame
 from .runfolder import Node
@@ -54,7 +56,6 @@ ID_NO_GROUP = "delivery.groups"
 
 PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
-FROM_NOW = "FROM_NOW"  # chaos/history.py: a subscribe line owed only what is acknowledged after it
 # Faults that can take bytes a master had already stored (its tail) or leave it behind its slave.
 DESTRUCTIVE = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss",
                "kill-master", "restart-master", "partition")

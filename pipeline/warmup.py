@@ -13,7 +13,7 @@ def tiny_run(root: str, n: int = 40) -> str:
     """A run folder: one SYNC_MASTER group, its slave a byte copy, a history of sends and receives."""
     from broker.store.message_store import MessageStore
     from broker.store.record import Message
-    from chaos.history import HistoryWriter
+    from cluster.history import HistoryWriter
 
     from .runfolder import write_node_json
     run = os.path.join(root, "run")

@@ -93,7 +93,7 @@ class Recorder:
             client.set_session_credentials(self.credentials["accessKey"], self.credentials["secretKey"], "")
 
     def records(self) -> list[dict]:
-        from chaos.history import read_history
+        from cluster.history import read_history
         return read_history(str(self.path)) if self.path.exists() else []
 
     # -- recording --------------------------------------------------------------------------------
@@ -113,17 +113,18 @@ class Recorder:
                 "attempt": 1, "body_len": f.get("body_len")}
 
     def result(self, rec: dict, res) -> dict:
-        from chaos.history import now_ms, status_name
+        from chaos.history import status_name
+        from cluster.history import now_ms
         uniq = res.msg_id.decode() if isinstance(res.msg_id, bytes) else res.msg_id
         return rec | {"end_ms": now_ms(), "status": status_name(res.status), "uniq_key": uniq or None,
                       "queue_offset": res.offset}
 
     def error(self, rec: dict, exc) -> dict:
-        from chaos.history import ERROR, now_ms
+        from cluster.history import ERROR, now_ms
         return rec | {"end_ms": now_ms(), "status": ERROR, "error": f"{type(exc).__name__}: {exc}"}
 
     def sent(self, call, msg):
-        from chaos.history import now_ms
+        from cluster.history import now_ms
         rec = self.send_record(msg)
         rec["start_ms"] = now_ms()
         self._append(rec | {"op": "invoke", "end_ms": rec["start_ms"]})  # a try never answered stays visible
@@ -193,7 +194,7 @@ def _producer_class(rec: Recorder):
             return rec.sent(lambda m: super(RecordedProducer, self).send_orderly(m, arg, *a, **kw), msg)
 
         def send_async(self, msg, success_callback, exception_callback):
-            from chaos.history import now_ms
+            from cluster.history import now_ms
             r = rec.send_record(msg)
 
             def ok(res):

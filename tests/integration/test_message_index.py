@@ -82,7 +82,7 @@ def test_query_by_key_and_view_by_id_on_masters_and_slaves(cluster):
     for g in ("broker-a", "broker-b"):
         m, s = nodes[g], nodes[g + "-s"]
         wait_until(f"{g}-s dispatched what {g} holds",
-                   lambda: s.status()["dispatchOffset"] == m.status()["maxPhyOffset"], 20)
+                   lambda s=s, m=m: s.status()["dispatchOffset"] == m.status()["maxPhyOffset"], 20)
         assert m.status()["index"]["error"] is None and s.status()["index"]["items"] == m.status()["index"]["items"]
 
     order = ["broker-a", "broker-a-s", "broker-b", "broker-b-s"]

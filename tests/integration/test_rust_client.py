@@ -14,7 +14,6 @@ The status test uses a topic on broker-a alone, the failover test one on broker-
 """
 from __future__ import annotations
 
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 

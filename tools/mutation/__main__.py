@@ -21,12 +21,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def load_config(path=os.path.join(HERE, "config.toml")) -> dict:
+CONFIG = os.path.join(HERE, "config.toml")
+EQUIVALENTS = os.path.join(HERE, "equivalent.toml")
+
+
+def load_config(path=CONFIG) -> dict:
     with open(path, "rb") as f:
         return tomllib.load(f)
 
 
-def load_equivalents(path=os.path.join(HERE, "equivalent.toml")) -> list[dict]:
+def load_equivalents(path=EQUIVALENTS) -> list[dict]:
     with open(path, "rb") as f:
         entries = tomllib.load(f).get("equivalent", [])
     for e in entries:

@@ -46,6 +46,7 @@ def test_orders_on_a_cluster_with_acl(rocketmq_cluster, rocketmq_history):
     """aclEnable on every broker (the kit writes plain_acl.yml): the recorder's clients sign with the
     cluster's account, so the service works unchanged; a client without credentials is refused."""
     from rocketmq.client import Message, Producer
+    from rocketmq.exceptions import RocketMQException
     assert rocketmq_cluster.credentials["accessKey"] == "rmqha-admin"
     publisher, processor = start_services(rocketmq_cluster, rocketmq_history, "OrdersAcl")
     ids = [f"acl-{i}" for i in range(5)]
@@ -57,7 +58,7 @@ def test_orders_on_a_cluster_with_acl(rocketmq_cluster, rocketmq_history):
     try:
         msg = Message("Orders")
         msg.set_body("unsigned")
-        with pytest.raises(Exception):
+        with pytest.raises(RocketMQException):  # refused: the send fails in the client
             stranger.send_sync(msg)
     finally:
         stranger.shutdown()

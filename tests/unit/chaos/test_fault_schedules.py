@@ -9,7 +9,7 @@ import pytest
 
 from chaos.nemesis import FAULTS, LAST_IN_SWEEP, groups_of, make_schedule, make_sweep, sweep_cells
 
-from .fakes import TWO_BY_TWO, DrawAt, FakeHandle, topology
+from .fakes import DrawAt, FakeHandle, topology
 
 A, AS, B, BS = "broker-a", "broker-a-s", "broker-b", "broker-b-s"
 # a group with a slave, one without, one with two

@@ -54,7 +54,10 @@ def make_ns():
     return ns, clock
 
 
-def register(conn, addr=M, broker_id=0, topics=(TopicConfig("TopicTest", 4, 4, 6),), compressed=False,
+TOPIC_TEST = TopicConfig("TopicTest", 4, 4, 6)
+
+
+def register(conn, addr=M, broker_id=0, topics=(TOPIC_TEST,), compressed=False,
              counter=1, crc=True, version=409):
     body = RegisterBrokerBody({t.topic_name: t for t in topics}, {"counter": counter, "timestamp": 7})
     data = body.encode(compressed)

@@ -6,7 +6,7 @@ import pytest
 
 from broker.store.message_store import MessageStore
 from broker.store.record import Message
-from chaos.history import HistoryWriter
+from cluster.history import HistoryWriter
 from pipeline import runfolder
 
 FILE_SIZE = 64 << 10

@@ -5,7 +5,7 @@ import os
 import shutil
 
 from broker.store.consume_queue import FILLER, UNIT_SIZE
-from chaos.history import HistoryWriter
+from cluster.history import HistoryWriter
 from pipeline import decode, delivery, history_check, report, runfolder
 from pipeline.verdict import FAIL, PASS
 

@@ -11,19 +11,23 @@ from broker.remoting.codes import RequestCode
 from broker.remoting.command import RemotingCommand
 from broker.server import BrokerServer
 from broker.store import record
+from cluster.requests import props, send_v1, send_v2
+
+__all__ = ["TOPIC", "Broker", "FakeContext", "batch_body", "decode_records", "file_exists", "make_config",
+           "now_thread", "props", "pull", "send_v1", "send_v2"]  # props and send_*: cluster/requests.py
 
 TOPIC = "TopicTest"
 
 
 def make_config(root, **overrides) -> BrokerConfig:
-    props = {"brokerClusterName": "DefaultCluster", "brokerName": "broker-a", "brokerId": "0",
+    settings = {"brokerClusterName": "DefaultCluster", "brokerName": "broker-a", "brokerId": "0",
              "brokerRole": "ASYNC_MASTER", "storePathRootDir": str(root), "brokerIP1": "127.0.0.1",
              "listenPort": "10911", "mappedFileSizeCommitLog": str(1 << 20),
              "mappedFileSizeConsumeQueue": str(20 * 1000)}
     if overrides.get("brokerRole") == "SLAVE":
-        props["brokerId"] = "1"
-    props.update({k: str(v) for k, v in overrides.items()})
-    return BrokerConfig.from_properties(props)
+        settings["brokerId"] = "1"
+    settings.update({k: str(v) for k, v in overrides.items()})
+    return BrokerConfig.from_properties(settings)
 
 
 def now_thread(fn):
@@ -104,29 +108,6 @@ class FakeContext:
 
     def __hash__(self):
         return id(self)
-
-
-def props(**kw) -> str:
-    return record.encode_properties(kw) + record.PROPERTY_SEPARATOR  # C++ keeps a trailing 0x02
-
-
-def send_v1(topic=TOPIC, body=b"hello", queue_id=0, properties=None, **extra) -> RemotingCommand:
-    """SEND_MESSAGE (10) the way the C++ 1.0.1 client sends it (long names, everything a string)."""
-    fields = {"producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
-              "queueId": queue_id, "sysFlag": 0, "bornTimestamp": 1700000000000, "flag": 0,
-              "properties": properties if properties is not None else props(TAGS="tagA", KEYS="k1",
-                                                                          UNIQ_KEY="U1", WAIT="true"),
-              "reconsumeTimes": 0, "unitMode": "0", "batch": "0"}
-    fields.update(extra)
-    return RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, body=body, language="CPP", version=63)
-
-
-def send_v2(topic=TOPIC, body=b"hello", queue_id=0, properties=None, **extra) -> RemotingCommand:
-    """SEND_MESSAGE_V2 (310) with the short names a..m (C++ 2.x)."""
-    long = send_v1(topic, body, queue_id, properties, **extra).ext_fields
-    from broker.processors.send import V2_NAMES
-    short = {s: long[l] for s, l in V2_NAMES.items() if l in long}
-    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, short, body=body, language="CPP", version=333)
 
 
 def pull(topic=TOPIC, queue_id=0, offset=0, sys_flag=0x2 | 0x4, subscription="*", group="CG",

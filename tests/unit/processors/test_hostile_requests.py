@@ -279,7 +279,7 @@ def test_idle_client_connections_are_closed_after_server_channel_max_idle_time(t
 def test_connections_beyond_the_limit_are_refused(tmp_path):
     b = Broker(tmp_path / "s", maxClientConnections=2)
     try:
-        w1, w2 = Wire(b), Wire(b)
+        w1, _w2 = Wire(b), Wire(b)
         assert b.server.factory.buildProtocol(None) is None and b.server.factory.refused == 1
         w1.proto.connectionLost(None)
         assert b.server.factory.buildProtocol(None) is not None
@@ -376,7 +376,7 @@ def test_a_heartbeat_naming_many_groups_writes_topics_json_once(broker, monkeypa
     # Before: one full rewrite of topics.json (and one re-registration) per group: 4000 groups blocked
     # the reactor for 49 s.
     assert w.request(_heartbeat_of([f"G{i}" for i in range(1000)])).code == ResponseCode.SUCCESS
-    assert len(writes) == 1 and f"%RETRY%G999" in broker.server.topics.table
+    assert len(writes) == 1 and "%RETRY%G999" in broker.server.topics.table
     r = w.request(_heartbeat_of([f"H{i}" for i in range(1001)]))
     assert r.code == ResponseCode.SYSTEM_ERROR and "at most 1000 groups" in r.remark
     assert "%RETRY%H0" not in broker.server.topics.table and len(writes) == 1
