@@ -33,14 +33,14 @@ sys.path.insert(0, REPO)
 from broker.store.message_store import MessageStore  # noqa: E402
 from broker.store.record import Message  # noqa: E402
 from cluster import process  # noqa: E402
-from cluster.ports import free_block  # noqa: E402
+from cluster.ports import free_broker_port  # noqa: E402
 from cluster.wait import ProcessExited, wait_until  # noqa: E402
 
 FILE_SIZE = 2 << 30  # one 2 GiB mapped file, so the empty slave copies the whole backlog from 0
 
 
 def free_base_port() -> int:
-    return free_block(3)  # listenPort, HA port, metrics port
+    return free_broker_port()  # VIP channel (listenPort - 2), listenPort, HA port, metrics port
 
 
 def make_backlog(path: str, gib: float, msg_size: int) -> int:

@@ -264,6 +264,11 @@ class BrokerConfig:
         return self.metricsPort or self.listenPort + 2
 
     @property
+    def fast_listen_port(self) -> int:
+        """4.9's VIP channel (fastListenPort): always listenPort - 2, no key of its own."""
+        return self.listenPort - 2
+
+    @property
     def broker_ip(self) -> str:
         return self.brokerIP1 or _default_ip()
 
@@ -389,7 +394,11 @@ class BrokerConfig:
         except ValueError:
             raise ConfigError(f"metricsBindAddress: {self.metricsBindAddress!r} is not an IP address "
                               "(127.0.0.1 for this machine only, 0.0.0.0 for every interface)") from None
-        ports = {"listenPort": self.listenPort, "haListenPort": self.ha_port, "metricsPort": self.metrics_port}
+        if self.fast_listen_port < 1:
+            raise ConfigError(f"listenPort={self.listenPort}: must be at least 3, as the VIP channel listens on "
+                              "listenPort - 2")
+        ports = {"listenPort": self.listenPort, "haListenPort": self.ha_port, "metricsPort": self.metrics_port,
+                 "fastListenPort (listenPort - 2)": self.fast_listen_port}
         if len(set(ports.values())) != len(ports):
             raise ConfigError(f"ports must differ: {ports}")
 

@@ -36,6 +36,10 @@ from .transaction.service import TransactionService
 log = logging.getLogger("broker")
 
 
+class VipChannelError(OSError):
+    """listenPort - 2 is taken: a start-up error that names the port and the fix."""
+
+
 class BrokerServer:
     def __init__(self, config, reactor, clock=None, run_in_thread=None):
         self.config = config
@@ -62,6 +66,7 @@ class BrokerServer:
         self.schedule: ScheduleMessageService | None = None
         self.acl = None
         self.port = None
+        self.fast_port = None  # the VIP channel, listenPort - 2
         self.started = False
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -110,7 +115,8 @@ class BrokerServer:
         self.clients.start()
         if listen:
             self.port = self.reactor.listenTCP(c.listenPort, self.factory)
-            log.info("remoting server listening on port %d", c.listenPort)
+            self._listen_vip_channel()
+            log.info("remoting server listening on port %d, VIP channel on %d", c.listenPort, c.fast_listen_port)
         if not c.is_master:
             self.slave_sync = SlaveSynchronize(self.topics, self.offsets, self.reactor, self.clock,
                                                metrics=self.controller.metrics, schedule=self.schedule,
@@ -141,9 +147,10 @@ class BrokerServer:
             self.acl.stop()
         if self.transactions is not None:
             self.transactions.stop()
-        if self.port is not None:
-            ds.append(defer.maybeDeferred(self.port.stopListening))
-            self.port = None
+        for port in (self.port, self.fast_port):
+            if port is not None:
+                ds.append(defer.maybeDeferred(port.stopListening))
+        self.port = self.fast_port = None
         for ctx in list(self.factory.connections):
             ctx.close()
         self.offsets.stop()
@@ -153,6 +160,21 @@ class BrokerServer:
             ds.append(self.controller.stop())
         self.started = False
         return defer.DeferredList(ds)
+
+    def _listen_vip_channel(self) -> None:
+        """4.9's second server socket (BrokerController's fastRemotingServer on listenPort - 2): a 4.9
+        slave fetches its master's topic config there, and clients with vipChannelEnabled send there.
+        The same factory, so the same processors, ACL, frame limits and one connection limit for both."""
+        from twisted.internet.error import CannotListenError
+        port = self.config.fast_listen_port
+        try:
+            self.fast_port = self.reactor.listenTCP(port, self.factory)
+        except CannotListenError as e:
+            self.port.stopListening()
+            self.port = None
+            raise VipChannelError(f"the VIP channel cannot listen on port {port} (listenPort {self.config.listenPort} "
+                                  f"- 2, as 4.9's fastListenPort): {e.socketError}; free that port or pick "
+                                  "another listenPort") from None
 
     # -- observability -------------------------------------------------------------------------------
     def _install_metrics(self) -> None:
@@ -174,6 +196,7 @@ class BrokerServer:
     def _status_extra(self) -> dict:
         out = {}
         out["listenPort"] = self.config.listenPort
+        out["fastListenPort"] = self.config.fast_listen_port if self.fast_port is not None else None
         out["topics"] = len(self.topics.table)
         out["consumerGroups"] = {g: i.client_ids() for g, i in self.clients.consumer_groups.items()}
         out["clientConnections"] = len(self.factory.connections)

@@ -99,6 +99,11 @@ class SlaveSynchronize:
         return d.addCallback(check)
 
     def _sync_topics(self, addr: str) -> defer.Deferred:
+        # 4.9.8 fetches this one from the master's VIP channel, listenPort - 2 (BrokerOuterAPI.getAllTopicConfig:
+        # brokerVIPChannel(true, addr), fixed, not the client's vipChannelEnabled, which defaults to false in
+        # 4.9.8), and every other table from listenPort. We use listenPort for all: our master and a 4.9
+        # master both serve it on either port, and the master address here may be a proxy of that one port
+        # (slaveSyncMasterAddress). A 4.9 slave of our master dials listenPort - 2: broker/server.py listens there.
         def apply(body: bytes):
             wrapper = json_body.loads(body)
             parsed = RegisterBrokerBody.from_wrapper_json(wrapper)

@@ -119,7 +119,7 @@ class Backend(abc.ABC):
     def proxies(self) -> list[dict] | None:
         """The fault proxies in front of the nodes, with their live state; None when the backend has none.
 
-        Each: {"name", "kind": "client"|"ha", "node", "listen", "upstream", "hostEndpoint", "enabled",
+        Each: {"name", "kind": "client"|"vip"|"ha", "node", "listen", "upstream", "hostEndpoint", "enabled",
         "toxics": [{"name", "type", "stream", "attributes"}], "error"}.
         """
         return None

@@ -10,6 +10,11 @@ Addressing. Node i gets the local backend's port plan: listenPort P = base + 10*
     name server returns 127.0.0.1:P. Toxiproxy listens on P in *its* container (proxy `<node>`,
     upstream <node>:P) and compose publishes 127.0.0.1:P to it, so a host client's connection to
     127.0.0.1:P goes host -> toxiproxy -> broker;
+  - VIP channel: every broker also listens on P-2 (4.9's fastListenPort). Proxy `<node>-vip` listens
+    on toxiproxy:P-2 (upstream <node>:P-2), published as 127.0.0.1:P-2, for host clients with
+    vipChannelEnabled=true; a 4.9 slave in a container dials its master's P-2 directly. The client
+    faults (client-cut, client-latency) act on `<node>` only: the kit's clients keep vipChannelEnabled
+    at its default, false (4.9.8 and rocketmq-client-rust alike);
   - HA: the master listens on P+1 (not published). Each slave has a proxy `<slave>-ha` listening on
     toxiproxy:<master's P+1> with upstream <master>:P+1, and the slave's haMasterAddress is
     toxiproxy:<master's P+1>. brokerIP2 (the address a master registers for HA) is its service name;
@@ -178,7 +183,11 @@ class DockerBackend(Backend):
             proxies.append({"name": n.name, "kind": "client", "node": n.name,
                             "listen": f"0.0.0.0:{c.listenPort}", "upstream": f"{n.name}:{c.listenPort}",
                             "hostEndpoint": f"{host}:{c.listenPort}"})
-            used_listen.add(c.listenPort)
+            proxies.append({"name": f"{n.name}-vip", "kind": "vip", "node": n.name,
+                            "listen": f"0.0.0.0:{c.fast_listen_port}",
+                            "upstream": f"{n.name}:{c.fast_listen_port}",
+                            "hostEndpoint": f"{host}:{c.fast_listen_port}"})
+            used_listen.update((c.listenPort, c.fast_listen_port))
         for n in topology.slaves:
             m = topology.master_of(n)
             mc = configs[m.name]
@@ -242,6 +251,7 @@ class DockerBackend(Backend):
             rf.write_node_json(run_dir, node)
             v = env_var(n.name)
             env[f"{v}_PORT"] = str(c.listenPort)
+            env[f"{v}_VIP_PORT"] = str(c.fast_listen_port)
             env[f"{v}_METRICS"] = str(c.metrics_port)
             env[f"{v}_SETS"] = shlex.join(set_args(overrides[n.name]))
             nodes.append({**node, "statusUrl": f"http://{host}:{c.metrics_port}/status", "master": master,

@@ -1,8 +1,9 @@
 """The one port planner: whether a port is free, and free blocks for clusters and single processes.
 
 Every port this project picks for a process comes from here: `make cluster-up` (a cluster's 50-port
-block, cluster/topology.py's PortPlan), the integration tests' single brokers (`free_block(3)`: a
-broker uses listenPort, +1 for HA, +2 for metrics) and the benchmarks. Ports are picked below Linux's
+block, cluster/topology.py's PortPlan), the integration tests' single brokers (`free_broker_port()`: a
+broker uses listenPort - 2 for the VIP channel, listenPort, +1 for HA, +2 for metrics) and the
+benchmarks. Ports are picked below Linux's
 default ephemeral range (32768-60999), so an outgoing connection cannot take one between the check and
 the process binding it; a per-process starting point keeps parallel test workers apart.
 """
@@ -36,6 +37,12 @@ def free_block(count: int = 1, low: int = LOW, high: int = HIGH) -> int:
         if base + count <= high and not any(port_in_use(base + i) for i in range(count)):
             return base
     raise RuntimeError(f"no {count} consecutive free ports between {low} and {high}")
+
+
+def free_broker_port() -> int:
+    """A listenPort for one broker: listenPort - 2 (4.9's VIP channel) through listenPort + 2 (metrics)
+    all free."""
+    return free_block(5) + 2
 
 
 def free_cluster_base(topology, *, low: int = 20000, high: int = 32000, stride: int = 100,

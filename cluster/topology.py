@@ -5,9 +5,11 @@ broker-a.properties (master of group broker-a), broker-a-s.properties (its slave
 name without ".properties" is the node's name. The files carry no ports, addresses or paths: those
 are per-deployment overrides, computed here and passed to the broker as `--set key=value`.
 
-Port plan (local backend): a cluster owns the block [base, base + CLUSTER_PORT_SPAN). Node i (in the
-order broker-a, broker-a-s, broker-b, broker-b-s) gets listenPort = base + 10*i, haListenPort = +1 and
-metricsPort = +2. The name server listens on base + NAMESRV_OFFSET, except for the default base port
+Port plan (local backend): a cluster owns the block [base - 2, base + CLUSTER_PORT_SPAN - 2]. Node i
+(in the order broker-a, broker-a-s, broker-b, broker-b-s) gets listenPort = base + 10*i, haListenPort
+= +1 and metricsPort = +2, and listens on listenPort - 2 too (4.9's VIP channel, no key of its own:
+10909 for the default broker-a, as a stock install; a neighbour block's base - 2 is its own free
+base + 48). The name server listens on base + NAMESRV_OFFSET, except for the default base port
 (10911, RocketMQ's own), where it is RocketMQ's 9876. So the default cluster looks like a stock
 install, and `--base-port 20000`, `--base-port 20100`, ... run side by side.
 """
@@ -190,8 +192,10 @@ class PortPlan:
         """(owner, what, port) for every port the cluster listens on."""
         out = [("namesrv", "name server port", self.namesrv_port)]
         for n in topology.nodes:
-            for key, port in self.node_ports(n).items():
+            ports = self.node_ports(n)
+            for key, port in ports.items():
                 out.append((n.name, key, port))
+            out.append((n.name, "VIP channel (listenPort - 2)", ports["listenPort"] - 2))
         ports = [p for _, _, p in out]
         if len(set(ports)) != len(ports):
             raise ClusterError(f"port plan collides (base {self.base_port}, name server {self.namesrv_port}); "

@@ -17,8 +17,8 @@ def cluster(docker_cluster_pool):
 
 
 def test_no_ha_connection_and_no_ha_proxy(cluster):
-    assert [p["kind"] for p in cluster.state["proxies"]] == ["client", "client"]
-    assert cluster.toxics.names() == ["broker-a", "broker-b"]
+    assert [p["kind"] for p in cluster.state["proxies"]] == ["client", "vip", "client", "vip"]
+    assert cluster.toxics.names() == ["broker-a", "broker-a-vip", "broker-b", "broker-b-vip"]
     for name in ("broker-a", "broker-b"):
         s = cluster.status(name)
         assert s["role"] == "ASYNC_MASTER"

@@ -13,7 +13,7 @@ from broker.ha import transport
 from broker.store.message_store import MessageStore
 from broker.store.record import Message
 from cluster import process
-from cluster.ports import free_block
+from cluster.ports import free_broker_port
 from cluster.wait import ProcessExited, wait_until
 
 from .local_cluster import _ProcView, metric
@@ -23,9 +23,9 @@ pytestmark = pytest.mark.integration
 FILE_SIZE = 1 << 20
 
 
-def free_port_block(n=3):
-    """A base port with n free consecutive ports after it (cluster/ports.py)."""
-    return free_block(n)
+def free_port_block():
+    """A broker's listenPort with listenPort - 2 (VIP channel) .. listenPort + 2 free (cluster/ports.py)."""
+    return free_broker_port()
 
 
 def write_conf(path, **props):

@@ -89,8 +89,14 @@ def test_port_blocks_of_neighbour_clusters_do_not_overlap():
     topo = load_topology("2m-2s-sync")
     a = {p for _, _, p in PortPlan.make(20000).all_ports(topo)}
     b = {p for _, _, p in PortPlan.make(20050).all_ports(topo)}
-    assert len(a) == 13 and not a & b
-    assert max(a) < 20050
+    assert len(a) == 17 and not a & b
+    assert max(a) < 20050 and min(a) == 19998  # broker-a's VIP channel: listenPort - 2
+
+
+def test_port_plan_holds_each_broker_s_vip_channel():
+    topo = load_topology("2m-2s-sync")
+    vip = {(owner, p) for owner, what, p in PortPlan.make().all_ports(topo) if what == "VIP channel (listenPort - 2)"}
+    assert vip == {("broker-a", 10909), ("broker-a-s", 10919), ("broker-b", 10929), ("broker-b-s", 10939)}
 
 
 def test_port_plan_rejects_bad_values():
