@@ -5,10 +5,9 @@ The namespace ORDER_TOPIC_CONFIG holds "brokerName:queueNum;..." per ordered top
 """
 from __future__ import annotations
 
-ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
-
-
 from broker.errors import BadRequest
+
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
 # ours: the table lives in memory and (without a cluster secret) any peer may write it; Java bounds it
 # by nothing but the heap. The ORDER_TOPIC_CONFIG namespace goes into every REGISTER_BROKER reply, so the
