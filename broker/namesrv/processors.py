@@ -148,7 +148,7 @@ class NameServerProcessors:
         return req.make_response(body=json_body.dumps({"topicList": self.routes.all_topics()}))
 
     def delete_topic(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
-        self.routes.delete_topic(req.get_str("topic"))
+        self.routes.delete_topic(req.get_str("topic"), req.get_str("clusterName", ""))
         return req.make_response()
 
     # ---- write permission and topic lists (mqadmin wipeWritePerm, addWritePerm, topicList -c, ...) -----

@@ -306,5 +306,16 @@ class RouteInfoManager:
                 count += 1
         return count
 
-    def delete_topic(self, topic: str) -> None:
-        self.topic_queue_table.pop(topic, None)
+    def delete_topic(self, topic: str, cluster_name: str = "") -> None:
+        """The topic's routes; with a cluster name (4.9.8's mqadmin deleteTopic -c), only those of that
+        cluster's broker groups, the topic gone when no group is left."""
+        if not cluster_name:
+            self.topic_queue_table.pop(topic, None)
+            return
+        by_broker = self.topic_queue_table.get(topic)
+        if by_broker is None:
+            return
+        for broker_name in self.cluster_addr_table.get(cluster_name, ()):
+            by_broker.pop(broker_name, None)
+        if not by_broker:
+            del self.topic_queue_table[topic]

@@ -247,3 +247,15 @@ def test_every_request_code_is_answered_and_only_4_9_s_are_served():
             served.add(code)
         c = Conn(ns, 1) if c.transport.disconnecting else c
     assert served == SERVED_BY_49
+
+
+def test_delete_topic_with_a_cluster_name_drops_only_that_cluster_s_routes():
+    ns, _, a, _ = two_groups()
+    assert register_as(Conn(ns, 4), "broker-c", "10.0.0.5:10911", (TopicConfig("OnlyC", 1, 1, 6),
+                       TopicConfig("TopicTest", 2, 2, 6)), cluster="OtherCluster", counter=2).code == 0
+    assert call(a, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "TopicTest", "clusterName": "OtherCluster"}).code == 0
+    assert perms(a) == {"broker-a": 6, "broker-b": 6}
+    assert call(a, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "TopicTest", "clusterName": "DefaultCluster"}).code == 0
+    assert route(a).code == ResponseCode.TOPIC_NOT_EXIST
+    assert call(a, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "Unit"}).code == 0  # no cluster: every route
+    assert route(a, "Unit").code == ResponseCode.TOPIC_NOT_EXIST and route(a, "OnlyC").code == 0
