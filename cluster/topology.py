@@ -5,11 +5,13 @@ broker-a.properties (master of group broker-a), broker-a-s.properties (its slave
 name without ".properties" is the node's name. The files carry no ports, addresses or paths: those
 are per-deployment overrides, computed here and passed to the broker as `--set key=value`.
 
-Port plan (local backend): a cluster owns the block [base - 2, base + CLUSTER_PORT_SPAN - 2]. Node i
-(in the order broker-a, broker-a-s, broker-b, broker-b-s) gets listenPort = base + 10*i, haListenPort
-= +1 and metricsPort = +2, and listens on listenPort - 2 too (4.9's VIP channel, no key of its own:
-10909 for the default broker-a, as a stock install; a neighbour block's base - 2 is its own free
-base + 48). The name server listens on base + NAMESRV_OFFSET, except for the default base port
+Port plan (local backend): a cluster's ports lie in [base - 2, base + CLUSTER_PORT_SPAN). Node i (in
+the order broker-a, broker-a-s, broker-b, broker-b-s) gets listenPort = base + 10*i, haListenPort = +1
+and metricsPort = +2, and listens on listenPort - 2 too (4.9's VIP channel, no key of its own: 10909
+for the default broker-a, as a stock install). base - 2 is base + 48 of the block 50 below, free on the
+local backend; the docker backend puts its Toxiproxy API there, so a docker cluster and a cluster 50
+ports above it cannot run together (check_ports says which port; blocks 100 apart never meet). The
+name server listens on base + NAMESRV_OFFSET, except for the default base port
 (10911, RocketMQ's own), where it is RocketMQ's 9876. So the default cluster looks like a stock
 install, and `--base-port 20000`, `--base-port 20100`, ... run side by side.
 """
