@@ -245,6 +245,8 @@ class BrokerConfig:
 
     # Set by from_properties: 4.9 keys present in the file that this broker accepts and does not use.
     ignored_keys: list[str] = field(default_factory=list, metadata=dict(name=None))
+    # Set by load: the file read, where UPDATE_BROKER_CONFIG persists (broker/config_policy.py).
+    config_path: str | None = field(default=None, metadata=dict(name=None))
 
     # -- derived ------------------------------------------------------------------------------
     @property
@@ -347,7 +349,9 @@ class BrokerConfig:
         props.update(overrides or {})
         if "namesrvAddr" not in props and os.environ.get("NAMESRV_ADDR"):
             props["namesrvAddr"] = os.environ["NAMESRV_ADDR"]
-        return cls.from_properties(props)
+        cfg = cls.from_properties(props)
+        cfg.config_path = path
+        return cfg
 
     def validate(self) -> None:
         if not self.brokerName:

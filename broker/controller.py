@@ -19,6 +19,7 @@ from .ha.recovery import RecoveryFetcher, RecoverySourceService
 from .ha.slave import HAClient
 from .metrics import Registry, metrics_site
 from .served import ServedLog
+from .stats_service import BrokerStats
 from .store import record
 from .store.flush import FlushService
 from .store.index import IndexSettings
@@ -92,6 +93,8 @@ class BrokerController:
         self.status_extra = []  # callables returning dicts merged into /status (remoting, registration...)
         self.services = supervision.services(self.metrics)  # periodic services' health
         self.status_extra.append(lambda: {"services": self.services.status()})
+        # 4.9's store and broker statistics (GET_BROKER_RUNTIME_INFO, VIEW_BROKER_STATS_DATA)
+        self.stats = BrokerStats(config.brokerClusterName, self.clock, self.metrics)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, listen: bool = True) -> None:
@@ -113,6 +116,7 @@ class BrokerController:
                       "recovery", planted.cut_tail(c.commitlog_dir))
         self.store.start()
         self._store_metrics()
+        self.stats.start()
         self.bugs = c.planted_bugs
         if self.bugs:
             log.error("PLANTED BUGS ON (plantBug=%s): this broker breaks its guarantees on purpose, for a "
@@ -185,6 +189,7 @@ class BrokerController:
 
     def stop(self):
         ds = []
+        self.stats.stop()
         if self.ha is not None:
             ds.append(defer.maybeDeferred(self.ha.stop))
         if self.ha_client is not None:
@@ -225,7 +230,12 @@ class BrokerController:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="this broker is a SLAVE; send to its master")
         if self.writes_held:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=RECOVERING)
+        began = time.monotonic()
         res = self.store.put_message(msg)
+        if res.status == PutStatus.PUT_OK:
+            self.stats.store.on_put(msg.topic, 1, res.wrote_bytes, int((time.monotonic() - began) * 1000))
+        else:
+            self.stats.store.on_put_failed()
         if self.bugs and res.status == PutStatus.PUT_OK:
             self._planted_after_put(msg)
         if res.status != PutStatus.PUT_OK or not wait_store_ok:
@@ -248,7 +258,12 @@ class BrokerController:
         why); outcome is None when no stored send waits for anything, else the PutResult of the last
         one that does, or a Deferred firing with it once its waits end: its status is the outcome of
         every waiting send of the run (the waits are for its offset, which covers theirs)."""
+        began = time.monotonic()
         stored = self.store.put_sends(buf, sends, born_host)
+        elapsed_ms = int((time.monotonic() - began) * 1000)
+        on_put = self.stats.store.on_put
+        for s, (_offset, size, _qo) in zip(sends, stored):
+            on_put(s[fastpath.TOPIC], 1, size, elapsed_ms)
         last = None
         for k in range(len(stored) - 1, -1, -1):
             if sends[k][fastpath.WAIT]:

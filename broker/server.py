@@ -16,10 +16,14 @@ import logging
 from twisted.internet import defer
 
 from .controller import BrokerController
+from .exporter_metrics import ExporterMetrics
 from .processors.admin import AdminProcessors
+from .processors.broker_config import BrokerConfigProcessors
+from .processors.broker_stats import BrokerStatsProcessor
 from .processors.clients import ClientManager
 from .processors.consumer_offsets import ConsumerOffsetManager, ConsumerOffsetProcessors
 from .processors.end_transaction import EndTransactionProcessor
+from .processors.ha_status import HAStatusProcessor
 from .processors.offset_queries import OffsetQueryProcessors
 from .processors.pull import PullProcessor
 from .processors.query_message import QueryMessageProcessor
@@ -81,7 +85,7 @@ class BrokerServer:
         store = self.controller.store
         self.send = SendProcessor(c, self.controller, self.topics)
         self.pull = PullProcessor(c, store, self.topics, self.offsets, self.clients, self.clock,
-                                  served=self.controller.served)
+                                  served=self.controller.served, stats=self.controller.stats)
         self.pull.install_metrics(self.controller.metrics)
         # Every broker keeps the delay offsets (a slave copies its master's and serves them); only a
         # master delivers delayed messages.
@@ -95,6 +99,10 @@ class BrokerServer:
                      ConsumerOffsetProcessors(self.offsets, store), OffsetQueryProcessors(store),
                      QueryMessageProcessor(store),
                      SendBackProcessor(c, self.controller, self.topics)):
+            part.register(self.registry)
+        # the admin plane: settings, statistics and replication state (issue 24)
+        for part in (BrokerConfigProcessors(c, self.clock, self.topics), BrokerStatsProcessor(self.controller.stats),
+                     HAStatusProcessor(c, self.controller)):
             part.register(self.registry)
         if c.aclEnable:
             from .acl_service import AclService, default_path
@@ -189,6 +197,8 @@ class BrokerServer:
                   lambda: [({"code": c}, n) for c, n in sorted(self.registry.unsupported.items())])
         reg.gauge("remoting_events", "refused requests, malformed frames and processing failures, by kind",
                   lambda: [({"kind": k}, n) for k, n in sorted(self.registry.limiter.total.items())])
+        # the rocketmq-exporter's names, for the community Grafana dashboards (broker/exporter_metrics.py)
+        ExporterMetrics(self.config, self.controller, self.admin.runtime_info, self.offsets, self.clients).install(reg)
 
     def status(self) -> dict:
         return self.controller.status()

@@ -7,8 +7,7 @@ strings. A slave copies the first three from its master (slave_sync).
 """
 from __future__ import annotations
 
-import time
-
+from broker import runtime_info as runtime_table
 from broker.remoting import json_body
 from broker.remoting.codes import RequestCode
 from broker.remoting.command import RemotingCommand
@@ -26,7 +25,6 @@ class AdminProcessors:
         self.offsets = offsets
         self.clients = clients
         self.pull = pull
-        self.boot_ms = int(time.time() * 1000)
 
     def register(self, registry) -> None:
         registry.register(RequestCode.GET_ALL_TOPIC_CONFIG, self.get_all_topic_config)
@@ -45,36 +43,36 @@ class AdminProcessors:
         return req.make_response(body=self.offsets.encode())
 
     def runtime_info(self) -> dict[str, str]:
-        c, store = self.config, self.controller.store
-        info = {
-            "brokerVersion": BROKER_VERSION,
-            "brokerVersionDesc": BROKER_VERSION_DESC,
+        """Every key 4.9.8 answers (broker/runtime_info.py), then this broker's own extras."""
+        c, controller = self.config, self.controller
+        store, stats = controller.store, controller.stats
+        info = stats.store.runtime_info(stats.now_ms())
+        info.update(runtime_table.store_part(c, store, self.schedule))
+        info.update(runtime_table.broker_part(c, store, controller.flusher))
+        info["brokerVersionDesc"] = BROKER_VERSION_DESC
+        info["brokerVersion"] = str(BROKER_VERSION)
+        extra = {
             "brokerRole": c.brokerRole,
             "brokerName": c.brokerName,
             "brokerId": c.brokerId,
             "clusterName": c.brokerClusterName,
             "flushDiskType": c.flushDiskType,
-            "commitLogMaxOffset": store.max_offset,
-            "commitLogMinOffset": store.min_offset,
-            "dispatchBehindBytes": store.max_offset - store.reput_offset,
-            "bootTimestamp": self.boot_ms,
-            "runtime": f"[ {(int(time.time() * 1000) - self.boot_ms) // 1000} seconds ]",
             "topicCount": len(self.topics.table),
             "consumeQueueCount": len(store.queues),
         }
-        ha = self.controller.ha
+        ha = controller.ha
         if ha is not None:
-            info["haConnectionCount"] = ha.connection_count
-            info["push2SlaveMaxOffset"] = ha.push2slave_max_offset
-            info["masterPutWhere"] = store.max_offset
-        if self.controller.ha_client is not None:
-            info["haMasterAddress"] = self.controller.ha_client.master_address or ""
-            info["slaveFallBehindMuch"] = "0"
+            extra["haConnectionCount"] = ha.connection_count
+            extra["push2SlaveMaxOffset"] = ha.push2slave_max_offset
+            extra["masterPutWhere"] = store.max_offset
+        if controller.ha_client is not None:
+            extra["haMasterAddress"] = controller.ha_client.master_address or ""
         if self.clients is not None:
-            info["clientConnections"] = self.clients.client_count()
+            extra["clientConnections"] = self.clients.client_count()
         if self.pull is not None:
-            info["pullRequestsHeld"] = len(self.pull.hold_service)
-        return {k: str(v) for k, v in info.items()}
+            extra["pullRequestsHeld"] = len(self.pull.hold_service)
+        info.update({k: str(v) for k, v in extra.items()})
+        return info
 
     def get_broker_runtime_info(self, req: RemotingCommand, ctx) -> RemotingCommand:
         return req.make_response(body=json_body.dumps({"table": self.runtime_info()}))

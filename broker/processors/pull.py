@@ -155,8 +155,9 @@ class PullRequestHoldService:
 
 
 class PullProcessor:
-    def __init__(self, config, store, topics, offsets, consumers, clock, served=None):
+    def __init__(self, config, store, topics, offsets, consumers, clock, served=None, stats=None):
         self.config = config
+        self.stats = stats  # broker.stats_service.BrokerStats: 4.9's get counts
         self.served = served  # broker.served.ServedLog: which ranges this node returned
         self.store = store
         self.topics = topics
@@ -230,6 +231,8 @@ class PullProcessor:
         tag_codes = parse_subscription(sub)
 
         res = self.store.get_messages(topic, queue_id, offset, max_msgs, tag_codes)
+        if self.stats is not None:
+            self.stats.store.on_get(len(res.records) if res.status == GetStatus.FOUND else 0)
         ext = {"suggestWhichBrokerId": 0, "nextBeginOffset": res.next_begin_offset,
                "minOffset": res.min_offset, "maxOffset": res.max_offset}
         status = res.status
@@ -258,6 +261,8 @@ class PullProcessor:
         body = b""
         if code == ResponseCode.SUCCESS:
             body = b"".join(bytes(r) for r in res.records)
+            if self.stats is not None:
+                self.stats.table.on_get(group, topic, len(res.records), len(body))
             if self.served is not None:
                 self.served.record(int(self.clock.seconds() * 1000), group, topic, queue_id, offset,
                                    res.next_begin_offset, len(res.records))

@@ -239,6 +239,9 @@ class SendProcessor:
         if n:
             self.messages.inc(n)
             self.fast_messages.inc(n)
+            on_put = self.controller.stats.table.on_put
+            for s, (_offset, size, _qo) in zip(run, stored):
+                on_put(s[fastpath.TOPIC], 1, size)
             host = self._host_hex()
             if outcome is None or isinstance(outcome, PutResult):
                 self._answer(proto, run, stored, host, outcome)
@@ -435,15 +438,17 @@ class SendProcessor:
                 if not isinstance(res, PutResult):
                     raise RuntimeError(f"put_message without a wait did not answer at once: {res!r}")
                 if res.status != PutStatus.PUT_OK:
-                    return self._respond(req, results, res, queue_id)
+                    return self._respond(req, results, res, queue_id, m.topic)
                 results.append(res)
             elif isinstance(res, PutResult):
                 # Nothing to wait for: answer without a Deferred.
-                return self._respond(req, results, res, queue_id)
+                return self._respond(req, results, res, queue_id, m.topic)
             else:
-                return res.addCallback(lambda res: self._count(self._respond(req, results, res, queue_id)))
+                return res.addCallback(lambda res, topic=m.topic: self._count(
+                    self._respond(req, results, res, queue_id, topic)))
 
-    def _respond(self, req, earlier: list[PutResult], res: PutResult, queue_id: int) -> RemotingCommand:
+    def _respond(self, req, earlier: list[PutResult], res: PutResult, queue_id: int,
+                 topic: str = "") -> RemotingCommand:
         status = res.status
         if type(status) is not PutStatus:
             status = PutStatus(status)  # its response code and whether it is stored are in its table
@@ -451,6 +456,8 @@ class SendProcessor:
         if status.stored:
             stored = earlier + [res] if earlier else [res]
             self.messages.inc(len(stored))
+            # 4.9's BrokerStatsManager: one addition per request, of its messages and bytes
+            self.controller.stats.table.on_put(topic, len(stored), sum(r.wrote_bytes for r in stored))
             remark = None if code == ResponseCode.SUCCESS else (
                 f"{status.value}: {res.remark}" if res.remark else status.value)
             response = req.make_response(code, remark)

@@ -71,6 +71,7 @@ class SendBackProcessor:
 
         def done(res):
             if res.status == PutStatus.PUT_OK:
+                self.controller.stats.table.on_send_back(group, props["RETRY_TOPIC"])
                 log.info("message %s of group %s sent back to %s (reconsumeTimes %d)",
                          origin_id, group, topic, msg.reconsume_times)
                 return req.make_response()

@@ -25,9 +25,9 @@ def test_status_and_metrics_show_every_periodic_service(tmp_path):
     s = Broker(tmp_path / "s", brokerRole="SLAVE")
     try:
         assert set(m.server.status()["services"]) == {"client_scan", "commitlog_flush", "consumer_offsets_flush",
-                                                      "delay_offset_flush", "ha_master", "transaction_check"}
+                                                      "delay_offset_flush", "ha_master", "stats", "transaction_check"}
         assert set(s.server.status()["services"]) == {"client_scan", "commitlog_flush", "consumer_offsets_flush",
-                                                      "ha_client", "slave_sync"}
+                                                      "ha_client", "slave_sync", "stats"}
         health = m.server.status()["services"]["client_scan"]
         assert health["running"] and health["consecutiveFailures"] == 0 and health["lastError"] is None
         json.dumps(m.server.status())
