@@ -63,6 +63,19 @@ def _wait_outcome(result, res: PutResult, what: str, failed_as: PutStatus) -> Pu
     return status
 
 
+def _by_topic(sends: list, stored: list) -> dict[str, list[int]]:
+    """topic -> [sends, bytes] of a run's stored sends (usually one topic: one entry)."""
+    out: dict[str, list[int]] = {}
+    for s, (_offset, size, _qo) in zip(sends, stored):
+        entry = out.get(s[fastpath.TOPIC])
+        if entry is None:
+            out[s[fastpath.TOPIC]] = [1, size]
+        else:
+            entry[0] += 1
+            entry[1] += size
+    return out
+
+
 RECOVERING = ("master recovering after an unclean shutdown: fetching what its slaves hold past its log "
               "(haRecoveryEnable); retry in a moment")
 
@@ -260,10 +273,12 @@ class BrokerController:
         every waiting send of the run (the waits are for its offset, which covers theirs)."""
         began = time.monotonic()
         stored = self.store.put_sends(buf, sends, born_host)
-        elapsed_ms = int((time.monotonic() - began) * 1000)
-        on_put = self.stats.store.on_put
-        for s, (_offset, size, _qo) in zip(sends, stored):
-            on_put(s[fastpath.TOPIC], 1, size, elapsed_ms)
+        if stored:
+            elapsed_ms = int((time.monotonic() - began) * 1000)
+            # every one a client's send: the store's counts and the send statistics (BrokerStatsManager)
+            for topic, (count, size) in _by_topic(sends, stored).items():
+                self.stats.store.on_put(topic, count, size, elapsed_ms, puts=count)
+                self.stats.table.on_put(topic, count, size, requests=count)
         last = None
         for k in range(len(stored) - 1, -1, -1):
             if sends[k][fastpath.WAIT]:

@@ -94,10 +94,11 @@ class StatsTable:
         return items.get(key) if items is not None else None
 
     # -- what the processors count (4.9's inc* methods, same keys) ------------------------------------
-    def on_put(self, topic: str, msgs: int, wrote_bytes: int) -> None:
-        """A send stored (SendMessageProcessor: one addition per request, msgs messages)."""
-        self.add(TOPIC_PUT_NUMS, topic, msgs, 1)
-        self.add(TOPIC_PUT_SIZE, topic, wrote_bytes, 1)
+    def on_put(self, topic: str, msgs: int, wrote_bytes: int, requests: int = 1) -> None:
+        """Sends stored (SendMessageProcessor: one addition per request, of its messages and bytes;
+        `requests` sends to one topic at once are counted together)."""
+        self.add(TOPIC_PUT_NUMS, topic, msgs, requests)
+        self.add(TOPIC_PUT_SIZE, topic, wrote_bytes, requests)
         self.add(BROKER_PUT_NUMS, self.cluster_name, msgs, 0)
 
     def on_get(self, group: str, topic: str, msgs: int, size: int) -> None:
@@ -159,14 +160,15 @@ class StoreStats:
         self.get_yesterday_morning = self.get_today_morning = 0
 
     # -- counting ------------------------------------------------------------------------------------
-    def on_put(self, topic: str, msgs: int, size: int, elapsed_ms: int) -> None:
-        """Messages appended to the commit log, and how long the put took."""
+    def on_put(self, topic: str, msgs: int, size: int, elapsed_ms: int, puts: int = 1) -> None:
+        """Messages appended to the commit log by `puts` puts (a batch is one put), each of which took
+        elapsed_ms."""
         self.put_times[topic] = self.put_times.get(topic, 0) + msgs
         self.put_sizes[topic] = self.put_sizes.get(topic, 0) + size
         self.put_times_total += msgs
         self.put_size_total += size
-        self.distribution[1 + bisect.bisect_right(DISTRIBUTION_BOUNDS, elapsed_ms) if elapsed_ms > 0 else 0] += 1
-        self.px[bisect.bisect_left(_PX_BOUNDS, elapsed_ms)] += 1
+        self.distribution[1 + bisect.bisect_right(DISTRIBUTION_BOUNDS, elapsed_ms) if elapsed_ms > 0 else 0] += puts
+        self.px[bisect.bisect_left(_PX_BOUNDS, elapsed_ms)] += puts
         if elapsed_ms > self.put_time_max:
             self.put_time_max = elapsed_ms
 

@@ -239,9 +239,6 @@ class SendProcessor:
         if n:
             self.messages.inc(n)
             self.fast_messages.inc(n)
-            on_put = self.controller.stats.table.on_put
-            for s, (_offset, size, _qo) in zip(run, stored):
-                on_put(s[fastpath.TOPIC], 1, size)
             host = self._host_hex()
             if outcome is None or isinstance(outcome, PutResult):
                 self._answer(proto, run, stored, host, outcome)

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from broker import fastpath
 from broker.config import parse_properties
 from broker.processors.ha_status import TransferRates
 from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.codec import encode
 from broker.remoting.command import RemotingCommand
 
-from .harness import TOPIC, Broker, pull, send_v1
+from .harness import TOPIC, Broker, pull, send_v1, send_v2
 from .test_hostile_requests import Wire
 
 REPO = Path(__file__).resolve().parents[3]
@@ -126,6 +128,20 @@ def test_view_broker_stats_data(broker):
     b.call(pull(group="CG"))
     r = b.call(q(RequestCode.VIEW_BROKER_STATS_DATA, statsName="GROUP_GET_NUMS", statsKey=f"{TOPIC}@CG"))
     assert r.code == ResponseCode.SUCCESS
+
+
+@pytest.mark.skipif(not fastpath.available(), reason="the compiled accelerator is not built here")
+def test_sends_on_the_compiled_path_are_counted_too(broker):
+    b = broker
+    assert b.call(send_v1()).code == ResponseCode.SUCCESS  # creates the topic (Python path)
+    w = Wire(b)
+    replies = w.raw(b"".join(encode(send_v2(body=b"fast")) for _ in range(3)))
+    assert [r.code for r in replies] == [ResponseCode.SUCCESS] * 3
+    assert int(b.server.controller.metrics.metrics["rocketmq_send_fastpath_messages_total"].get()) == 3
+    item = b.server.controller.stats.table.item("TOPIC_PUT_NUMS", TOPIC)
+    assert (item.value, item.times) == (4, 4)  # one addition per request, as 4.9
+    assert b.server.controller.stats.store.put_times_total == 4
+    assert b.server.controller.stats.store.put_times[TOPIC] == 4
 
 
 def test_view_broker_stats_data_without_its_header_is_answered(broker):
