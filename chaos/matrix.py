@@ -5,7 +5,7 @@ chaos run (`chaos.run --sweep`) injects every fault kind once per role it can hi
 audits the run. Each fault's interval is one cell sample: the sends that started while it was active
 (availability = SEND_OK / all), the acknowledged losses and divergences the audit blames on it, and the
 recovery time (heal -> every slave's lag 0 in the metric samples). Each cell is judged against what
-RocketMQ 4.9 promises for it (PROMISES; the reasoning is in the README's "guarantee matrix"):
+RocketMQ 4.9 promises for it (PROMISES; the reasoning is in docs/guarantees.md):
 
   FAIL           a result the promise excludes: an acknowledged message lost to its users (on no node,
                  never delivered, stranded on a slave, or received and then gone), a divergence
@@ -53,7 +53,7 @@ def promise(topology: str, flush: str, kind: str, role: str) -> dict:
     sync = topology == "2m-2s-sync"
     group_power = kind in ("group-power-loss", "slave-then-master-power-loss", "cluster-power-loss")
     master_power = (kind == "power-loss" and role == "master") or group_power
-    # SEND_OK on a SYNC_MASTER: a slave reported the bytes (HA-PROTOCOL §5). With SYNC_FLUSH: fsynced on the
+    # SEND_OK on a SYNC_MASTER: a slave reported the bytes (docs/ha-protocol.md §5). With SYNC_FLUSH: fsynced on the
     # master. A SIGKILL keeps the page cache. So only an ASYNC_MASTER + ASYNC_FLUSH power loss can lose what
     # the slave had not received yet; and when the whole group loses power, with ASYNC_FLUSH what no node
     # had fsynced is gone in both topologies (a slave's report says it received the bytes, not that they are

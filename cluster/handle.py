@@ -242,7 +242,7 @@ class Cluster:
 
     def slaves_ahead(self) -> dict[str, list[dict]]:
         """master -> its HA sessions in SLAVE_AHEAD (the master came back behind its slave: the slave holds
-        bytes the master lost; nothing is replicated until an operator acts, see the README)."""
+        bytes the master lost; nothing is replicated until an operator acts, see docs/ha-protocol.md)."""
         out = {}
         for m, st in self.statuses().items():
             ahead = [s for s in ((st or {}).get("ha") or {}).get("slaves", []) if s.get("state") == "SLAVE_AHEAD"]

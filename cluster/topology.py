@@ -42,7 +42,7 @@ DEPLOYMENT_KEYS = ("listenPort", "haListenPort", "metricsPort", "brokerIP1", "na
 
 # The message index of every broker the tooling starts (both backends). RocketMQ's defaults
 # (maxHashSlotNum=5000000, maxIndexNum=20000000) make each index file 420 MB (sparse); a test cluster
-# holds far fewer keys: 50000 slots and 200000 items make 4.2 MB files, ~200000 keys each (README
+# holds far fewer keys: 50000 slots and 200000 items make 4.2 MB files, ~200000 keys each (docs/broker.md,
 # "The message index"). `--set` overrides them.
 CLUSTER_INDEX_SIZES = {"maxHashSlotNum": "50000", "maxIndexNum": "200000"}
 

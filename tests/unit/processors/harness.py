@@ -129,7 +129,7 @@ def decode_records(body: bytes) -> list[record.Message]:
 
 
 def batch_body(items) -> bytes:
-    """WIRE-FACTS §6.8 batch encoding of (body, properties dict) items."""
+    """docs/formats.md §6.8 batch encoding of (body, properties dict) items."""
     import struct
     out = bytearray()
     for body, p in items:
