@@ -48,6 +48,14 @@ outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_T
 lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- cluster <- chaos|pipeline <- rmqkit, nothing imports tests/) and ruff's check; both configured in pyproject.toml
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
+	@$(MAKE) --no-print-directory c-warnings
+
+C_SOURCES := broker/fastpath/_fastsend.c broker/ha/_frames.c
+c-warnings: $(STAMP) ## the C accelerators compiled as setup.py builds them, every warning an error (-Wall -Wextra -Werror)
+	@cc=$${CC:-cc}; command -v $$cc >/dev/null || { echo "note: no C compiler ($$cc): the C warnings check is skipped"; exit 0; }; \
+	inc=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+	for c in $(C_SOURCES); do echo "$$cc -O2 -Wall -Wextra -Werror $$c"; \
+	  $$cc -O2 -Wall -Wextra -Werror -fPIC -I"$$inc" -c $$c -o /dev/null || exit 1; done
 
 test: $(STAMP) lint images rust-client ## lint first, then every test: unit, then integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
 	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers" \
@@ -62,8 +70,8 @@ test-examples: $(STAMP) images ## the example application (examples/orders) thro
 test-spark-cluster: $(STAMP) ## the audit through spark-submit on a standalone Spark master and worker, against the local run
 	$(PY) -m pytest tests/integration/test_audit_spark_cluster.py -q
 
-test-unit: $(STAMP) ## fast tests only: no cluster, no containers
-	$(PY) -m pytest tests/unit -n $(PYTEST_WORKERS) --dist loadfile
+test-unit: $(STAMP) ## the fast tier, under a minute: tests/unit without the ones that start Spark (a JVM) or a compiler (markers spark, compiles)
+	$(PY) -m pytest tests/unit -m "not spark and not compiles" -n $(PYTEST_WORKERS) --dist loadfile --durations=5
 
 test-integration: $(STAMP) images rust-client ## integration tests only (builds the images first)
 	$(PY) -m pytest tests/integration -n $(PYTEST_WORKERS) --dist loadfile --durations=12
@@ -126,5 +134,5 @@ bench-ha: $(STAMP) ## HA catch-up throughput beside raw loopback TCP and raw dis
 clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
-.PHONY: help venv lint cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration test-checkers \
+.PHONY: help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration test-checkers \
 	test-official-client test-examples test-spark-cluster rust-client test-rust-client fuzz mutation audit chaos chaos-matrix images bench bench-ha bench-send bench-decode clean

@@ -4,10 +4,15 @@ slave's frame loop (broker/ha/_frames.c).
 Optional by design: if one does not build (no C compiler, no zlib headers), the install goes on and the
 broker runs the pure-Python path it replaces, which is the reference it is tested against.
 Everything else about the package is in pyproject.toml.
+
+Both build with every warning an error (WARNINGS). Since a failed build only falls back to Python,
+`make lint` compiles both the same way and fails loudly on a warning.
 """
 from setuptools import Extension, setup
 
+WARNINGS = ["-Wall", "-Wextra", "-Werror"]
+
 setup(ext_modules=[Extension("broker.fastpath._fastsend", ["broker/fastpath/_fastsend.c"],
-                             libraries=["z"], extra_compile_args=["-O2"], optional=True),
-                   Extension("broker.ha._frames", ["broker/ha/_frames.c"], extra_compile_args=["-O2"],
+                             libraries=["z"], extra_compile_args=["-O2", *WARNINGS], optional=True),
+                   Extension("broker.ha._frames", ["broker/ha/_frames.c"], extra_compile_args=["-O2", *WARNINGS],
                              optional=True)])

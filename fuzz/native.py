@@ -53,7 +53,7 @@ def build() -> Path:
     if target.exists() and target.stat().st_mtime >= SOURCE.stat().st_mtime:
         return target
     include = sysconfig.get_paths()["include"]
-    cmd = ["gcc", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+    cmd = ["gcc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
            "-fno-omit-frame-pointer", "-shared", "-fPIC", f"-I{include}", str(SOURCE), "-lz", "-o", str(target)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:

@@ -47,6 +47,7 @@ PyDoc_STRVAR(splice_frames_doc,
 
 static PyObject *splice_frames(PyObject *self, PyObject *args)
 {
+    (void)self;
     int pipe_fd, file_fd;
     long long available, pos, body_left, body_size, next, file_end, max_body;
     if (!PyArg_ParseTuple(args, "iLiLLLLLL", &pipe_fd, &available, &file_fd, &pos, &body_left, &body_size,
@@ -144,6 +145,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_frames",
     "The zero-copy slave's frame loop (splice_frames); broker/ha/frames.py wraps it.", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__frames(void)

@@ -5,6 +5,8 @@ import pytest
 
 from fuzz import native
 
+pytestmark = pytest.mark.compiles  # gcc with AddressSanitizer and UBSan
+
 
 def test_the_accelerator_under_asan_and_ubsan():
     try:

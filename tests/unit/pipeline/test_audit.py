@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from broker.store.record import Message
 from pipeline import audit, decode, history_check, report, runfolder
 from pipeline.verdict import FAIL, PASS, WARN
@@ -170,6 +172,7 @@ def test_received_out_of_queue_order(spark, run_builder, tmp_path):
     assert not f.lost and not f.missing_on_slave and f.e2e_latency["n"] == 40
 
 
+@pytest.mark.spark  # python -m pipeline: a JVM of its own
 def test_cli_master_from_pyspark_submit_args_and_exit_code(run_builder, tmp_path):
     run_builder.master(n=30)
     run_builder.close()

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("numba")
+pytestmark = pytest.mark.compiles  # numba compiles the walk on first use (about 25 s on a fresh checkout)
 
 from broker.store import record  # noqa: E402
 from pipeline import decode, runfolder  # noqa: E402

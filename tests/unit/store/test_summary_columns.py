@@ -10,6 +10,7 @@ import zlib
 import pytest
 
 pytest.importorskip("numba")
+pytestmark = pytest.mark.compiles  # numba compiles the walk on first use (about 25 s on a fresh checkout)
 
 from broker.store import record  # noqa: E402
 from broker.store import summary_columns as sc  # noqa: E402
