@@ -6,6 +6,7 @@
     rc.offsets(ns, topic, group)
     rc.tx_send(ns, topic, messages=[{"body": "b", "tx": "check-commit"}])  # transactions, check-backs
     rc.query(ns, topic, key="k") / rc.query(ns, topic, msg_id=offset_msg_id)  # the message index
+    rc.admin(ns, "topic", "route", topic="T")  # the crate's admin API (DefaultMQAdminExt), one call
 
 `make rust-client` (a prerequisite of `make test`) builds the binary in release mode into
 clients/rust/target. RUST_CLIENT_BIN=<path> points at another binary. When the binary is missing the
@@ -147,6 +148,30 @@ class RustClient:
         lines = self.run(namesrv, "query", *args, timeout=60)
         done = next((l for l in lines if l.get("done")), {})
         return [l for l in lines if "body" in l], done
+
+    def admin(self, namesrv: str, *words: str, check: bool = True, timeout: float = 60.0, **opts) -> dict:
+        """One admin call (src/admin.rs: the crate's DefaultMQAdminExt): `words` are the area and action
+        (e.g. "topic", "create"); each option `name_x=v` becomes `--name-x v` (True: a bare flag; a dict: its
+        JSON). The call's one JSON object; a failed call (exit 3) carries "error", "errorCode",
+        "errorMessage", "causes" and raises RustClientError unless check=False."""
+        args: list[str] = list(words)
+        for name, val in opts.items():
+            if val is None or val is False:
+                continue
+            args.append("--" + name.replace("_", "-"))
+            if val is not True:
+                args.append(json.dumps(val) if isinstance(val, dict) else str(val))
+        lines = self.run(namesrv, "admin", *args, timeout=timeout, check=False)
+        out = lines[-1] if lines else {"error": f"no output; stderr:\n{_tail(self.last_stderr)}"}
+        if check and ("error" in out or "fatal" in out):
+            raise RustClientError(f"admin {' '.join(args)}: {out}")
+        return out
+
+
+def queue_key(key: str) -> tuple[str, int]:
+    """(brokerName, queueId) of a MessageQueue map key as the crate encodes one (a JSON object as text)."""
+    q = json.loads(key)
+    return q["brokerName"], q["queueId"]
 
 
 def _tail(text, n: int = 4000) -> str:

@@ -14,6 +14,7 @@
 //!                   [--unknown-checks K] [--expect-checks N] [--wait-s S]                  (src/tx.rs)
 //!   rmq-rust-client --namesrv HOST:PORT query   --topic T (--key K [--begin-ms B --end-ms E --max N] | --id ID)
 //!                                                                                          (src/query.rs)
+//!   rmq-rust-client --namesrv HOST:PORT admin AREA [ACTION] [options]   (DefaultMQAdminExt; src/admin.rs)
 //!
 //! send: one line per message {"i","mode","status":"SEND_OK"|...,"msgId","offsetMsgId","brokerName",
 //!   "queueId","queueOffset","ms","key"} or {"i","mode","error","ms"}; a batch gives one line with "count";
@@ -58,13 +59,15 @@ use rocketmq_model::common::message::message_single::Message;
 use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 use serde_json::{json, Value};
 
+mod admin;
 mod query;
 mod tx;
 mod workload;
 
 const USAGE: &str =
-    "usage: rmq-rust-client --namesrv HOST:PORT (send|consume|offsets|workload|tx-send|query) [options]; see main.rs";
-const BOOL_FLAGS: &[&str] = &["stdin", "reconsume-later", "trace"];
+    "usage: rmq-rust-client --namesrv HOST:PORT (send|consume|offsets|workload|tx-send|query|admin) [options]; see main.rs";
+const BOOL_FLAGS: &[&str] =
+    &["stdin", "reconsume-later", "trace", "order", "remove-offset", "jstack", "force", "offline"];
 
 // ---- output ---------------------------------------------------------------------------------------
 
@@ -88,6 +91,7 @@ fn fatal(what: &str, err: impl std::fmt::Display) -> ! {
 
 struct Args {
     command: String,
+    rest: Vec<String>, // admin: the positional words after the command (area, action)
     opts: HashMap<String, String>,
     flags: HashSet<String>,
 }
@@ -98,6 +102,7 @@ impl Args {
         let mut command = None;
         let mut opts = HashMap::new();
         let mut flags = HashSet::new();
+        let mut rest = Vec::new();
         while let Some(a) = it.next() {
             if let Some(name) = a.strip_prefix("--") {
                 if BOOL_FLAGS.contains(&name) {
@@ -112,11 +117,13 @@ impl Args {
                 }
             } else if command.is_none() {
                 command = Some(a);
+            } else if command.as_deref() == Some("admin") {
+                rest.push(a);
             } else {
                 usage(&format!("unexpected argument {a:?}"));
             }
         }
-        Args { command: command.unwrap_or_else(|| usage("no command")), opts, flags }
+        Args { command: command.unwrap_or_else(|| usage("no command")), rest, opts, flags }
     }
 
     fn get(&self, name: &str) -> Option<&str> {
@@ -714,6 +721,7 @@ fn main() {
             "workload" => workload::cmd_workload(rt.clone(), ns, &args).await,
             "tx-send" => tx::cmd_tx_send(rt.clone(), ns, &args).await,
             "query" => query::cmd_query(rt.clone(), ns, &args).await,
+            "admin" => admin::cmd_admin(rt.clone(), ns, &args).await,
             other => usage(&format!("unknown command {other:?}")),
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), rt.shutdown()).await;
