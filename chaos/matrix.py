@@ -337,13 +337,20 @@ def planted_run(args, out: Path, lane: int) -> dict:
                  name=PLANTED_NAME, sets=PLANTED_SETS)
 
 
+AUDIT_COMMAND = [sys.executable, "-m", "pipeline", "--serve"]
+AUDITED = "audited "  # pipeline/__main__.py's RESULT: the prefix of an answer line of `pipeline --serve`
+
+
 class Auditor:
     """Audits the matrix's runs in one Spark session of its own, each as soon as its sweep has ended, while
-    the next sweeps run: one JVM start for the whole matrix instead of one per run."""
+    the next sweeps run: one JVM start for the whole matrix instead of one per run. The session lives in
+    a child, `python -m pipeline --serve` (chaos/ does not import pipeline/), started at the first run
+    and started again if it dies."""
 
-    def __init__(self, out: Path, say):
+    def __init__(self, out: Path, say, command: list[str] | None = None):
         import queue
         self.out, self.say = out, say
+        self.command = command or AUDIT_COMMAND
         self.q: "queue.Queue" = queue.Queue()
         self.done: dict[str, dict] = {}
         self.thread = threading.Thread(target=self._loop, name="auditor", daemon=True)
@@ -356,8 +363,17 @@ class Auditor:
         self.q.put(None)
         self.thread.join()
 
+    def _ask(self, proc, rd: Path) -> dict:
+        """Hand one run folder to the child and wait for its answer line."""
+        proc.stdin.write(f"{rd}\t{rd / 'report'}\n")
+        proc.stdin.flush()
+        for line in proc.stdout:
+            if line.startswith(AUDITED):
+                return json.loads(line[len(AUDITED):])
+        raise RuntimeError(f"the audit process ended (exit code {proc.wait()}) before answering")
+
     def _loop(self) -> None:
-        spark = None
+        proc = None
         while True:
             name = self.q.get()
             if name is None:
@@ -365,19 +381,21 @@ class Auditor:
             rd = rf.run_dir(name)
             t0 = time.monotonic()
             try:
-                from pipeline import report
-                if spark is None:
-                    from pipeline.spark import get_spark
-                    spark = get_spark("chaos-matrix-audit")
-                rep = report.run(spark, str(rd), str(rd / "report"))
-                (self.out / f"{name}.audit.txt").write_text("\n".join(v.line() for v in rep.verdicts) + "\n")
-                self.done[name] = {"audit_s": round(time.monotonic() - t0), "audit_failed": rep.failed}
-                self.say(f"    audited {name} in {time.monotonic() - t0:.0f} s: {'FAIL' if rep.failed else 'pass'}")
+                if proc is None or proc.poll() is not None:
+                    proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                            bufsize=1)
+                answer = self._ask(proc, rd)
+                if "error" in answer:
+                    raise RuntimeError(answer["error"])
+                (self.out / f"{name}.audit.txt").write_text("\n".join(answer["verdicts"]) + "\n")
+                self.done[name] = {"audit_s": round(time.monotonic() - t0), "audit_failed": answer["failed"]}
+                self.say(f"    audited {name} in {time.monotonic() - t0:.0f} s: {'FAIL' if answer['failed'] else 'pass'}")
             except Exception as e:  # the run is reported as not audited, the matrix goes on
                 self.done[name] = {"audit_s": round(time.monotonic() - t0), "audit_error": f"{type(e).__name__}: {e}"}
                 self.say(f"    audit of {name} failed: {type(e).__name__}: {e}")
-        if spark is not None:
-            spark.stop()
+        if proc is not None:
+            proc.stdin.close()
+            proc.wait()
 
 
 # Audit FAILs a cell can carry: an acknowledged message some fault is a suspect of. Any other FAIL (a
