@@ -8,7 +8,7 @@
 path), which takes the same options, writes the same files and prints the same final line. Every
 history line names the library that did it ("library").
 
-Writes RUN_DIR/history/producer-<id>.jsonl and consumer-<id>.jsonl (chaos/history.py's format) and
+Writes RUN_DIR/history/producer-<id>.jsonl and consumer-<id>.jsonl (cluster/history.py's format) and
 RUN_DIR/chaos/progress-<id>.json (counters, rewritten every 0.5 s, read by `python -m chaos.run` for
 its status line). Ends with one JSON line on stdout: the final counters.
 

@@ -3,7 +3,7 @@
     rec = Recorder(run_dir / "history" / "orders.jsonl", "orders", namesrv)
     p = rec.Producer("OrderPG")           # a rocketmq.client.Producer subclass: same calls
     p.set_namesrv_addr(rec.namesrv); p.start()
-    p.send_sync(msg)                      # sent, and one line in the history (chaos/history.py format)
+    p.send_sync(msg)                      # sent, and one line in the history (cluster/history.py format)
     c = rec.PushConsumer("OrderCG")       # subscribe(topic, callback): every message recorded first
 
 An application under test takes the class as a parameter (`OrderService(namesrv, producer_cls=...)`),
