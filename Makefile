@@ -45,7 +45,7 @@ outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_T
 	$(PY) -m chaos.outcomes $(if $(NAME),--name $(NAME))
 
 # --- tests ------------------------------------------------------------------------------------
-lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- cluster <- chaos|pipeline <- rmqkit, nothing imports tests/) and ruff's check; both configured in pyproject.toml
+lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- cluster <- chaos|pipeline <- rmqkit, nothing imports tests/), ruff's check (both configured in pyproject.toml) and c-warnings
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
 	@$(MAKE) --no-print-directory c-warnings
