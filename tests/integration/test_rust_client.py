@@ -268,7 +268,7 @@ def test_chaos_workload_runs_with_the_rust_client_and_its_history_says_so(cluste
     import sys
     from pathlib import Path
 
-    from chaos.history import FIELDS, read_history
+    from cluster.history import FIELDS, read_history
     ns, nodes = cluster
     topic = topic_name("RustChaos")
     create_topic(ns, [nodes["broker-a"], nodes["broker-b"]], topic)  # as chaos.run does before its workload
