@@ -14,7 +14,7 @@
 //!   sub-group delete (--broker-addr A | --cluster C) --group G [--remove-offset]
 //!   sub-group list --broker-addr A  |  sub-group get --broker-addr A --group G
 //!   consumer-connection --group G  |  producer-connection --group PG --topic T
-//!   consume-stats --group G [--topic T]  |  broker-consume-stats --broker-addr A [--order]
+//!   consume-stats --group G [--topic T] [--broker-addr A]  |  broker-consume-stats --broker-addr A [--order]
 //!   consumer-running-info --group G --client-id ID [--jstack]
 //!   reset-offset-by-time --group G --topic T --timestamp MS [--force]   (offline group: the old way)
 //!   clone-group-offset --src G --dest G --topic T [--offline]
@@ -23,7 +23,10 @@
 //!   namesrv-config get|update [--props JSON]         (every name server given to --namesrv)
 //!   wipe-write-perm|add-write-perm --broker-name B [--namesrv-addr A]
 //!   kv put|get|delete --namespace N --key K [--value V]  |  kv list --namespace N
-//!   ha-status --broker-addr A
+//!   ha-status --broker-addr A  |  producer-info --broker-addr A  |  topic-cluster-list --topic T
+//!   query-cq --broker-addr A --topic T [--queue-id Q --index I --count N --group G]
+//!   order-conf --topic T --value 'broker-a:4;broker-b:4' [--cluster-wide]
+//!   clean-unused-topic|clean-expired-cq|delete-expired-commitlog (--broker-addr A | --cluster C)
 //!
 //! Output: one JSON object. Success: the call's result, as the crate decodes it, under a key named for
 //! it (maps keyed by a MessageQueue keep the crate's encoding: the key is the queue as a JSON string).
@@ -219,8 +222,10 @@ async fn run(admin: &DefaultMQAdminExt, ns: &str, args: &Args) -> ClientResult<V
         "producer-connection" => json!({ "connection": to_json(
             &ConsumerAdmin::examine_producer_connection_info(admin, s("group"), s("topic")).await?) }),
         "consume-stats" => {
+            // without --broker-addr the crate asks every master in the route of %RETRY%<group>, as 4.9's
             let topic = args.get("topic").map(|t| t.to_string().into());
-            let stats = ConsumerAdmin::examine_consume_stats(admin, s("group"), topic, None, None, None).await?;
+            let addr = args.get("broker-addr").map(|a| a.to_string().into());
+            let stats = ConsumerAdmin::examine_consume_stats(admin, s("group"), topic, None, addr, None).await?;
             json!({ "stats": to_json(&stats), "totalDiff": stats.compute_total_diff(), "consumeTps": stats.get_consume_tps() })
         }
         "broker-consume-stats" => json!({ "stats": to_json(
@@ -290,6 +295,30 @@ async fn run(admin: &DefaultMQAdminExt, ns: &str, args: &Args) -> ClientResult<V
             "list" => json!({ "table": to_json(&admin.get_kv_list_by_namespace(s("namespace")).await?)["table"] }),
             other => usage(&format!("kv {other:?}?")),
         },
+        "producer-info" => json!({ "producers": to_json(&admin.get_all_producer_info(s("broker-addr")).await?) }),
+        "query-cq" => {
+            let (queue, index, count) = (args.num("queue-id", 0), args.num("index", 0), args.num("count", 10));
+            let group = args.str_or("group", "").into();
+            json!({ "cq": to_json(&admin.query_consume_queue(s("broker-addr"), s("topic"), queue, index, count, group).await?) })
+        }
+        "topic-cluster-list" => {
+            let mut c: Vec<String> = admin.get_topic_cluster_list(args.req("topic")).await?.iter().map(|x| x.to_string()).collect();
+            c.sort();
+            json!({ "clusters": c })
+        }
+        "order-conf" => {
+            admin.create_or_update_order_conf(s("topic"), s("value"), args.flag("cluster-wide")).await?;
+            json!({ "updated": true })
+        }
+        "clean-unused-topic" | "clean-expired-cq" | "delete-expired-commitlog" => {
+            let (cluster, addr) = (args.get("cluster").map(|c| c.to_string().into()), args.get("broker-addr").map(|a| a.to_string().into()));
+            let ok = match area {
+                "clean-unused-topic" => admin.clean_unused_topic(cluster, addr).await?,
+                "clean-expired-cq" => admin.clean_expired_consumer_queue(cluster, addr).await?,
+                _ => admin.delete_expired_commit_log(cluster, addr).await?,
+            };
+            json!({ "result": ok })
+        }
         "ha-status" => json!({ "ha": to_json(&admin.get_broker_ha_status(s("broker-addr")).await?) }),
         other => usage(&format!("admin: unknown area {other:?}")),
     })

@@ -67,7 +67,7 @@ mod workload;
 const USAGE: &str =
     "usage: rmq-rust-client --namesrv HOST:PORT (send|consume|offsets|workload|tx-send|query|admin) [options]; see main.rs";
 const BOOL_FLAGS: &[&str] =
-    &["stdin", "reconsume-later", "trace", "order", "remove-offset", "jstack", "force", "offline"];
+    &["stdin", "reconsume-later", "trace", "order", "remove-offset", "jstack", "force", "offline", "cluster-wide"];
 
 // ---- output ---------------------------------------------------------------------------------------
 
