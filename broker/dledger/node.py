@@ -4,7 +4,8 @@ Inputs: `handle_request` (a request from a peer or client), `on_response` (the a
 this node sent, or a NETWORK_ERROR one made by the driver), `tick(now)` (at least every few ms; the
 Java state maintainer runs every 10 ms), `append(body, token, now)` (a local client append). Each
 returns the effects (broker.dledger.effects) to carry out, in order: a PersistTerm must be on disk
-before a Send or Reply that follows it.
+before a Send or Reply that follows it. `next_deadline(now)` says when tick() next has work; ask it
+again after every input, which can bring it forward.
 """
 from __future__ import annotations
 
@@ -61,7 +62,16 @@ class DLedgerNode:
         return self._work(now)
 
     def next_deadline(self, now: float) -> float:
-        return self.elector.next_deadline(now)
+        """When tick() next has work (the driver may tick more often; Java's loops spin every 1-10 ms)."""
+        c = self.config
+        at = self.elector.next_deadline(now)
+        if self.ms.role == "LEADER":  # dispatcher retries, idle COMMITs, ack timeouts, leak checks
+            at = min(at, now + min(c.maxPushTimeOutMs, c.commitPushIntervalMs, c.leakCheckIntervalMs) / 4)
+        if self.handler.write_requests and self.ms.role == "FOLLOWER":
+            at = min(at, self.handler.last_check_fast_forward + c.leakCheckIntervalMs + 1)
+        if self.waiting_transfer is not None:
+            at = min(at, self.waiting_transfer[1] + 1)
+        return max(at, now)
 
     def append(self, body: bytes, token, now: float) -> list:
         try:

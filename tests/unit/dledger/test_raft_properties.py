@@ -34,19 +34,19 @@ def run_seeds(n, seeds, **kw):
     return totals
 
 
-@pytest.mark.parametrize("chunk", range(4))
+@pytest.mark.parametrize("chunk", range(6))
 def test_safety_3_nodes(chunk):
-    seeds = range(chunk * 200 * SCALE, (chunk + 1) * 200 * SCALE)
+    seeds = range(chunk * 250 * SCALE, (chunk + 1) * 250 * SCALE)
     t = run_seeds(3, seeds)
     # the schedules are not idle: many leaders, commits and crashes
-    assert t["elections"] > 300 and t["commits"] > 1000 and t["crashes"] > 100, t
+    assert t["elections"] > 250 * SCALE and t["commits"] > 900 * SCALE and t["crashes"] > 100 * SCALE, t
 
 
-@pytest.mark.parametrize("chunk", range(2))
+@pytest.mark.parametrize("chunk", range(4))
 def test_safety_5_nodes(chunk):
     seeds = range(10_000 + chunk * 125 * SCALE, 10_000 + (chunk + 1) * 125 * SCALE)
     t = run_seeds(5, seeds)
-    assert t["elections"] > 150 and t["commits"] > 500, t
+    assert t["elections"] > 100 * SCALE and t["commits"] > 400 * SCALE, t
 
 
 def test_safety_with_every_message_through_its_json():
@@ -115,15 +115,6 @@ def test_a_double_vote_is_caught_in_5_node_groups_too():
 
 
 # --- where dledger 0.3.1.2 is unsafe -----------------------------------------------------------------
-
-def test_a_stale_truncate_would_cut_acknowledged_entries():
-    """Seed 10204 (5 nodes): a TRUNCATE delayed past the appends that followed it reaches a follower of
-    the same leader and term and cuts entries the leader had counted. DLedger relies on TCP order for
-    this; the core refuses a TRUNCATE that would cut entries of the request's own term."""
-    with pytest.raises(Violation, match="leader completeness"):
-        random_schedule(10204, 5, rules=Rules(follower_truncate_keeps_own_term=False))
-    random_schedule(10204, 5)
-
 
 def wait_for(c, pred, limit, what):
     end = c.now + limit

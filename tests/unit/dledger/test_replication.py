@@ -283,6 +283,9 @@ def test_follower_compare_truncate_commit():
 
 @pytest.mark.parametrize("rules, kept", [(Rules(), 3), (Rules(follower_truncate_keeps_own_term=False), 0)])
 def test_a_stale_truncate_does_not_cut_the_leaders_own_entries(rules, kept):
+    """The property test found this (a 5-node schedule of an earlier generator): a TRUNCATE delayed past
+    the appends that followed it cut entries the leader had counted, and a later leader lacked a
+    committed entry. DLedger relies on TCP order here; the core refuses such a TRUNCATE."""
     node = follower(term=2, log=log_of(1), rules=rules)
     theirs = log_of(1, 2, 2, 2)
     stale, _ = push(node, PushType.TRUNCATE, theirs.get(0), term=2)  # processed: the log is [e0]
