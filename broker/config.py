@@ -130,6 +130,7 @@ class BrokerConfig:
     haSlaveFallbehindMax: int = _prop("haSlaveFallbehindMax", 256 * 1024 * 1024, minimum=0)
     checkCRCOnRecover: bool = _prop("checkCRCOnRecover", True)
     autoCreateTopicEnable: bool = _prop("autoCreateTopicEnable", True)
+    autoCreateSubscriptionGroup: bool = _prop("autoCreateSubscriptionGroup", True)
     defaultTopicQueueNums: int = _prop("defaultTopicQueueNums", 8, minimum=1, maximum=1024)
     brokerPermission: int = _prop("brokerPermission", 6, minimum=0, maximum=15)
     registerNameServerPeriod: int = _prop("registerNameServerPeriod", 30000, minimum=10000, maximum=60000)
@@ -408,7 +409,7 @@ class BrokerConfig:
 
 
 IGNORED_KEYS = frozenset("""
-deleteWhen fileReservedTime storePathIndex storeCheckpoint abortFile autoCreateSubscriptionGroup
+deleteWhen fileReservedTime storePathIndex storeCheckpoint abortFile
 sendMessageThreadPoolNums pullMessageThreadPoolNums maxTransferBytesOnMessageInMemory
 maxTransferCountOnMessageInMemory transientStorePoolEnable enablePropertyFilter
 fetchNamesrvAddrByAddressServer

@@ -30,6 +30,9 @@ from .processors.query_message import QueryMessageProcessor
 from .processors.send import SendProcessor
 from .processors.send_back import SendBackProcessor
 from .processors.topics import TopicConfigManager, TopicProcessors
+from .processors.subscription_groups import SubscriptionGroupManager, SubscriptionGroupProcessors
+from .processors.topic_admin import TopicAdminProcessors
+from .processors.consume_stats import ConsumeStatsProcessors
 from .registration import BrokerRegistration
 from .schedule import ScheduleMessageService
 from .remoting.protocol import ProcessorRegistry, RemotingServerFactory
@@ -56,6 +59,8 @@ class BrokerServer:
         metrics = self.controller.metrics  # periodic services report their health there
         self.offsets = ConsumerOffsetManager(config.storePathRootDir, self.clock, metrics=metrics)
         self.clients = ClientManager(config, self.clock, self.topics, metrics=metrics)
+        self.groups = SubscriptionGroupManager(config, self.clock)
+        self.clients.groups = self.groups
         self.registry = ProcessorRegistry(reply_to_unknown=True)
         self.factory = RemotingServerFactory(
             self.registry, clock=self.clock, max_frame_length=config.maxFrameLength,
@@ -79,13 +84,14 @@ class BrokerServer:
         try:
             self.topics.load()
             self.offsets.load()
+            self.groups.load()
         except ValueError as e:
             raise StoreError(str(e)) from None
         self.controller.start(listen=listen)
         store = self.controller.store
         self.send = SendProcessor(c, self.controller, self.topics)
         self.pull = PullProcessor(c, store, self.topics, self.offsets, self.clients, self.clock,
-                                  served=self.controller.served, stats=self.controller.stats)
+                                  served=self.controller.served, stats=self.controller.stats, groups=self.groups)
         self.pull.install_metrics(self.controller.metrics)
         # Every broker keeps the delay offsets (a slave copies its master's and serves them); only a
         # master delivers delayed messages.
@@ -99,6 +105,12 @@ class BrokerServer:
                      ConsumerOffsetProcessors(self.offsets, store), OffsetQueryProcessors(store),
                      QueryMessageProcessor(store),
                      SendBackProcessor(c, self.controller, self.topics)):
+            part.register(self.registry)
+        # topics, subscription groups and consumption, as the admin tools see them (issue 24)
+        for part in (SubscriptionGroupProcessors(self.groups, self.offsets),
+                     TopicAdminProcessors(c, self.topics, store, self.controller.stats),
+                     ConsumeStatsProcessors(c, self.topics, self.offsets, store, self.clients, self.groups,
+                                            self.controller.stats, self.clock)):
             part.register(self.registry)
         # the admin plane: settings, statistics and replication state (issue 24)
         for part in (BrokerConfigProcessors(c, self.clock, self.topics), BrokerStatsProcessor(self.controller.stats),
@@ -128,7 +140,7 @@ class BrokerServer:
         if not c.is_master:
             self.slave_sync = SlaveSynchronize(self.topics, self.offsets, self.reactor, self.clock,
                                                metrics=self.controller.metrics, schedule=self.schedule,
-                                               credentials=c.acl_client_credentials)
+                                               credentials=c.acl_client_credentials, groups=self.groups)
             self.slave_sync.start()
             if self.config.slaveSyncMasterAddress:
                 self.slave_sync.set_master_address(self.config.slaveSyncMasterAddress)

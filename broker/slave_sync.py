@@ -2,8 +2,8 @@
 SlaveSynchronize).
 
 Every `interval` seconds (10 s, as the Java broker), and at once when the master's address is first
-learned or changes, the slave asks its master for GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET and
-GET_ALL_DELAY_OFFSET and replaces its own tables with the answers (the offset files are then written). When the master
+learned or changes, the slave asks its master for GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET,
+GET_ALL_DELAY_OFFSET and GET_ALL_SUBSCRIPTIONGROUP_CONFIG and replaces its own tables with the answers (the offset files are then written). When the master
 cannot be reached the slave keeps what it has, so consumers reading from it go on.
 """
 from __future__ import annotations
@@ -28,7 +28,8 @@ TIMEOUT_S = 3.0
 class SlaveSynchronize:
     def __init__(self, topics, offsets, reactor, clock=None, master_addr: str | None = None,
                  interval: float = SYNC_INTERVAL_S, client: RemotingClient | None = None, metrics=None,
-                 schedule=None, credentials: tuple[str, str] | None = None):
+                 schedule=None, credentials: tuple[str, str] | None = None, groups=None):
+        self.groups = groups  # the SubscriptionGroupManager (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), when given
         self.schedule = schedule  # the delay offsets (GET_ALL_DELAY_OFFSET), when given
         self.credentials = credentials  # (accessKey, secretKey): aclClientAccessKey/SecretKey
         self.topics = topics
@@ -70,6 +71,8 @@ class SlaveSynchronize:
         d.addCallback(lambda _: self._sync_offsets(addr))
         if self.schedule is not None:
             d.addCallback(lambda _: self._sync_delay_offsets(addr))
+        if self.groups is not None:
+            d.addCallback(lambda _: self._sync_subscription_groups(addr))
         d.addCallbacks(self._ok, self._failed, errbackArgs=(addr,))
 
         finished_now = []
@@ -126,6 +129,15 @@ class SlaveSynchronize:
             self.schedule.replace_all(self.schedule.parse_table(obj.get("offsetTable") or {}))
 
         return self._call(addr, RequestCode.GET_ALL_DELAY_OFFSET).addCallback(apply)
+
+    def _sync_subscription_groups(self, addr: str) -> defer.Deferred:
+        # 4.9's syncSubscriptionGroupConfig: the master's wrapper replaces ours when its data version differs.
+        def apply(body: bytes):
+            obj = json_body.loads(body)
+            if self.groups.replace_all(obj.get("subscriptionGroupTable") or {}, obj.get("dataVersion") or {}):
+                log.info("subscription groups synced from master %s: %d groups", addr, len(self.groups.table))
+
+        return self._call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG).addCallback(apply)
 
     def _ok(self, _):
         self.syncs += 1

@@ -25,8 +25,6 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import BadRequest, RemotingCommand
 from broker.supervision import PeriodicService
 
-from .topics import retry_topic
-
 log = logging.getLogger("broker.clients")
 
 CHANNEL_EXPIRED_S = 120.0
@@ -64,6 +62,7 @@ class ClientManager:
         self.config = config
         self.clock = clock
         self.topics = topics
+        self.groups = None  # SubscriptionGroupManager, set by the server: a heartbeat creates the groups
         self.consumer_groups: dict[str, ConsumerGroupInfo] = {}
         self.producer_groups: dict[str, dict] = {}  # group -> {ctx: ClientChannel}
         self.locks: dict[str, dict[tuple, tuple[str, float]]] = {}  # group -> mq -> (clientId, time)
@@ -115,6 +114,8 @@ class ClientManager:
         channel = ClientChannel(ctx, client_id, req.language, req.version, now)
         for group, _pd in producers:
             self.producer_groups.setdefault(group, {})[ctx] = channel
+        if self.groups is not None:  # 4.9's heartBeat: findSubscriptionGroupConfig (auto-creates)
+            self.groups.find_or_create_many([group for group, _cd in consumers])
         if self.topics is not None and self.config.is_master:
             self.topics.create_retry_topics([group for group, _cd in consumers])
         for group, cd in consumers:

@@ -121,6 +121,29 @@ class ConsumerOffsetManager:
                 out.add(g)
         return out
 
+    def topics_of_group(self, group: str) -> set[str]:
+        """4.9's whichTopicByConsumer: every topic the group has offsets in (its %RETRY% topic too)."""
+        out = set()
+        for k in self.table:
+            t, _, g = k.partition(TOPIC_GROUP_SEPARATOR)
+            if g == group:
+                out.add(t)
+        return out
+
+    def remove_group(self, group: str) -> None:
+        """4.9's removeOffset(group): DELETE_SUBSCRIPTIONGROUP with removeOffset=true."""
+        for topic in self.topics_of_group(group):
+            del self.table[self.key(topic, group)]
+            self.dirty = True
+
+    def clone(self, src_group: str, dest_group: str, topic: str) -> None:
+        """4.9's cloneOffset: dest's offsets of `topic` become a copy of src's (nothing when src has none)."""
+        offsets = self.table.get(self.key(topic, src_group))
+        if offsets is not None:
+            validation.check_group(dest_group)
+            self.table[self.key(topic, dest_group)] = dict(offsets)
+            self.dirty = True
+
     def replace_all(self, raw_table: dict) -> None:
         """Slave sync: the master's table replaces ours (RocketMQ's syncConsumerOffset)."""
         table = self._parse_table(raw_table)

@@ -4,7 +4,7 @@
   served anyway (a slave whose copy of the master's topic config is older than its data must go on
   serving consumers when the master is gone). queueId >= readQueueNums -> SYSTEM_ERROR.
 * Tag filter: the request's subscription when the SUBSCRIPTION bit is set, else the subscription the
-  group registered by heartbeat (or "*" when there is none); "*" or "" matches all, else the consume
+  group registered by heartbeat (refused when there is none, below); "*" or "" matches all, else the consume
   queue's tagsCode must be one of the Java String.hashCode()s of the "||"-separated tags.
 * Store status -> code as in §5; the body is the raw stored records, concatenated. Compressed bodies
   (sysflag bit 0) were stored as sent and go out as stored.
@@ -16,6 +16,12 @@
   from the store again (19 if still nothing). Held requests of a closed connection are dropped.
 * COMMIT_OFFSET bit (master only): commitOffset is stored as the group's consumer offset.
 * suggestWhichBrokerId is always 0 (the master).
+* The subscription group is found or auto-created first (subscription_groups.py): none ->
+  SUBSCRIPTION_GROUP_NOT_EXIST, consumeEnable=false -> NO_PERMISSION. Without the SUBSCRIPTION bit the
+  group must be online with a subscription to the topic, as 4.9.8 checks: no group ->
+  SUBSCRIPTION_NOT_EXIST, no subscription to the topic -> SUBSCRIPTION_NOT_EXIST, an older subVersion
+  than the request's -> SUBSCRIPTION_NOT_LATEST, a broadcasting group where consumeBroadcastEnable
+  is false -> NO_PERMISSION.
 """
 from __future__ import annotations
 
@@ -37,6 +43,8 @@ FLAG_SUBSCRIPTION = 0x4
 FLAG_CLASS_FILTER = 0x8
 
 MAX_SUSPEND_S = 60.0  # cap on a client's suspendTimeoutMillis (its own request timeout is 30 s)
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."  # 4.9's FAQUrl.suggestTodo
+BROADCASTING = ("BROADCASTING", 0, "0")  # MessageModel by name (Java) or ordinal (C++)
 
 
 def parse_subscription(sub: str | None) -> set[int] | None:
@@ -155,8 +163,9 @@ class PullRequestHoldService:
 
 
 class PullProcessor:
-    def __init__(self, config, store, topics, offsets, consumers, clock, served=None, stats=None):
+    def __init__(self, config, store, topics, offsets, consumers, clock, served=None, stats=None, groups=None):
         self.config = config
+        self.groups = groups  # SubscriptionGroupManager (None: every group may consume)
         self.stats = stats  # broker.stats_service.BrokerStats: 4.9's get counts
         self.served = served  # broker.served.ServedLog: which ranges this node returned
         self.store = store
@@ -195,6 +204,28 @@ class PullProcessor:
     def _answer_after_hold(self, req, ctx) -> RemotingCommand:
         return self._process(req, ctx, allow_suspend=False)
 
+    def _registered_subscription(self, req, group: str, topic: str, sg):
+        """(subscription expression, None) from the group's heartbeat, or (None, refusal) as 4.9.8."""
+        info = self.consumers.consumer_groups.get(group) if self.consumers is not None else None
+        if info is None:
+            return None, req.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                           "the consumer's group info not exist" + FAQ)
+        if sg is not None and not sg.consumeBroadcastEnable and info.message_model in BROADCASTING:
+            return None, req.make_response(ResponseCode.NO_PERMISSION,
+                                           f"the consumer group[{group}] can not consume by broadcast way")
+        data = info.subscriptions.get(topic)
+        if data is None:
+            return None, req.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                           "the consumer's subscription not exist" + FAQ)
+        try:
+            registered_version = int(data.get("subVersion", 0))
+        except (TypeError, ValueError):
+            registered_version = 0
+        if registered_version < req.get_long("subVersion", 0):
+            return None, req.make_response(ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                                           "the consumer's subscription not latest")
+        return str(data.get("subString", "*")), None
+
     def _process(self, req: RemotingCommand, ctx, allow_suspend: bool):
         c = self.config
         if not c.brokerPermission & PERM_READ:
@@ -208,6 +239,15 @@ class PullProcessor:
         sys_flag = req.get_int("sysFlag", 0)
         commit_offset = req.get_long("commitOffset", -1)
         suspend_ms = req.get_long("suspendTimeoutMillis", 15000)
+
+        sg = None
+        if self.groups is not None:
+            sg = self.groups.find_or_create(group)
+            if sg is None:
+                return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                         f"subscription group [{group}] does not exist, {FAQ}")
+            if not sg.consumeEnable:
+                return req.make_response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
 
         tc = self.topics.get(topic)
         if tc is None:
@@ -227,7 +267,9 @@ class PullProcessor:
         if sys_flag & FLAG_SUBSCRIPTION:
             sub = req.get_str("subscription", "*")
         else:
-            sub = self.consumers.subscription_of(group, topic) if self.consumers is not None else None
+            sub, refused = self._registered_subscription(req, group, topic, sg)
+            if refused is not None:
+                return refused
         tag_codes = parse_subscription(sub)
 
         res = self.store.get_messages(topic, queue_id, offset, max_msgs, tag_codes)

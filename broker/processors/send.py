@@ -380,7 +380,7 @@ class SendProcessor:
                                              f"the property {PROPERTY_MAX_RECONSUME_TIMES} {e}")
             if reconsume_times >= limit_times:
                 topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
-                self.topics.create_in_send_back(topic, 1, 2)  # DLQ: write-only, like PermName.PERM_WRITE
+                self.topics.create_in_send_back(topic, 1, 6)  # DLQ: read and write, as 4.9.8 creates it
                 queue_id = 0
                 props.pop(PROPERTY_DELAY, None)  # the reference's msg.setDelayTimeLevel(0)
 

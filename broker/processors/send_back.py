@@ -57,7 +57,7 @@ class SendBackProcessor:
         props["ORIGIN_MESSAGE_ID"] = origin_id
         if orig.reconsume_times >= max_times or delay_level < 0:
             topic = dlq_topic(group)
-            self.topics.create_in_send_back(topic, 1, PERM_WRITE)
+            self.topics.create_in_send_back(topic, 1, PERM_READ | PERM_WRITE)  # 4.9.8: a readable DLQ
             props.pop("DELAY", None)
         else:
             topic = retry_topic(group)

@@ -174,6 +174,15 @@ class TopicConfigManager:
         if tcs:
             self._changed()
 
+    def delete(self, topic: str) -> bool:
+        """4.9's deleteTopicConfig: drop the topic (a new data version, written, announced)."""
+        old = self.table.pop(topic, None)
+        if old is None:
+            return False
+        log.info("delete topic config OK, topic: %s", old)
+        self._changed()
+        return True
+
     def create_retry_topics(self, groups: list[str]) -> None:
         """%RETRY%<group> for each group that has none yet (HEART_BEAT), in one change."""
         missing = {retry_topic(g) for g in groups} - self.table.keys()

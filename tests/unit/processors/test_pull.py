@@ -3,6 +3,7 @@ from twisted.internet import defer
 
 from broker.remoting.codes import ResponseCode
 from broker.store import record
+from broker.processors.pull import FLAG_SUBSCRIPTION
 
 from .harness import TOPIC, Broker, FakeContext, decode_records, props, pull, send_v1
 
@@ -45,14 +46,15 @@ def test_max_msgs_and_tag_filter(broker):
 
 
 def test_offset_statuses(broker):
+    # no suspension, so each status is answered at once
     send(broker, 2)
-    r = broker.call(pull(offset=2, sys_flag=0))
+    r = broker.call(pull(offset=2, sys_flag=FLAG_SUBSCRIPTION))
     assert r.code == ResponseCode.PULL_NOT_FOUND and r.remark == "OFFSET_OVERFLOW_ONE"
-    r = broker.call(pull(offset=9, sys_flag=0))
+    r = broker.call(pull(offset=9, sys_flag=FLAG_SUBSCRIPTION))
     assert r.code == ResponseCode.PULL_OFFSET_MOVED and r.ext_fields["nextBeginOffset"] == "2"
-    r = broker.call(pull(queue_id=1, offset=0, sys_flag=0))  # empty queue
+    r = broker.call(pull(queue_id=1, offset=0, sys_flag=FLAG_SUBSCRIPTION))  # empty queue
     assert r.code == ResponseCode.PULL_NOT_FOUND
-    r = broker.call(pull(queue_id=1, offset=5, sys_flag=0))
+    r = broker.call(pull(queue_id=1, offset=5, sys_flag=FLAG_SUBSCRIPTION))
     assert r.code == ResponseCode.PULL_OFFSET_MOVED
 
 
@@ -163,7 +165,7 @@ def test_registered_subscription_used_without_subscription_flag(broker):
     from broker.remoting.codes import RequestCode
     from broker.remoting.command import RemotingCommand
     hb = {"clientID": "c1", "consumerDataSet": [{"groupName": "G", "consumeType": 1, "messageModel": 1,
-          "consumeFromWhere": 0, "subscriptionDataSet": [{"topic": TOPIC, "subString": "tagB"}]}]}
+          "consumeFromWhere": 0, "subscriptionDataSet": [{"topic": TOPIC, "subString": "tagB", "subVersion": 1}]}]}
     broker.call(RemotingCommand.request(RequestCode.HEART_BEAT, body=json.dumps(hb).encode()))
     send(broker, 1, tags="tagA")
     send(broker, 1, tags="tagB", start=1)

@@ -31,10 +31,10 @@ def send(b, i, queue_id=0):
 def test_a_pull_before_the_dispatch_finds_nothing_and_one_after_finds_it(broker):
     r = send(broker, 0)
     assert r.code == ResponseCode.SUCCESS and r.ext_fields["queueOffset"] == "0"
-    early = call_now(broker, pull(offset=0, sys_flag=0))
+    early = call_now(broker, pull(offset=0, sys_flag=0x4))
     assert early.code == ResponseCode.PULL_NOT_FOUND and not early.body
     broker.clock.advance(0)
-    late = call_now(broker, pull(offset=0, sys_flag=0))
+    late = call_now(broker, pull(offset=0, sys_flag=0x4))
     assert late.code == ResponseCode.SUCCESS and [m.body for m in decode_records(late.body)] == [b"m0"]
 
 
