@@ -99,12 +99,14 @@ class BrokerServer:
                                                c.delay_levels_ms, c.flushDelayOffsetInterval / 1000.0,
                                                self.controller.metrics)
         self.schedule.load()
+        self.send_back = SendBackProcessor(c, self.controller, self.topics)
+        self.send_back.groups = self.groups
         self.admin = AdminProcessors(c, self.controller, self.topics, self.offsets, self.clients, self.pull,
                                      self.schedule)
         for part in (self.send, self.pull, self.admin, self.clients, TopicProcessors(self.topics),
                      ConsumerOffsetProcessors(self.offsets, store), OffsetQueryProcessors(store),
                      QueryMessageProcessor(store),
-                     SendBackProcessor(c, self.controller, self.topics)):
+                     self.send_back):
             part.register(self.registry)
         # topics, subscription groups and consumption, as the admin tools see them (issue 24)
         for part in (SubscriptionGroupProcessors(self.groups, self.offsets),

@@ -8,6 +8,9 @@ it to %RETRY%<group> when due (level 3 = 10 s by default). When its reconsumeTim
 maxReconsumeTimes (header, default 16) or the level is negative, it goes to %DLQ%<group> (queue 0)
 at once, without DELAY. The new record is not waited for (WAIT=false), as in the reference.
 
+The subscription group must exist (it is auto-created as for pulls), else SUBSCRIPTION_GROUP_NOT_EXIST;
+its retryMaxTimes is the limit unless the client is V3_4_9 or newer and sends maxReconsumeTimes (4.9).
+
 Reply: SUCCESS, or SYSTEM_ERROR when the original message is not in the store or storing failed.
 """
 from __future__ import annotations
@@ -27,6 +30,8 @@ from .topics import dlq_topic, retry_topic
 log = logging.getLogger("broker.sendback")
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
+V3_4_9 = 121  # MQVersion ordinal from which 4.9 takes maxReconsumeTimes from the header
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 
 class SendBackProcessor:
@@ -34,6 +39,7 @@ class SendBackProcessor:
         self.config = config
         self.controller = controller
         self.topics = topics
+        self.groups = None  # SubscriptionGroupManager, set by the server: the group must exist, as in 4.9
 
     def register(self, registry) -> None:
         registry.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.process)
@@ -45,7 +51,15 @@ class SendBackProcessor:
         group = validation.check_group(req.get_str("group"))
         phys = req.get_long("offset")
         delay_level = req.get_int("delayLevel", 0)
-        max_times = req.get_int("maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES)
+        max_times = DEFAULT_MAX_RECONSUME_TIMES
+        if self.groups is not None:
+            sg = self.groups.find_or_create(group)
+            if sg is None:
+                return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                         f"subscription group not exist, {group} {FAQ}")
+            max_times = sg.retryMaxTimes
+        if req.version >= V3_4_9 or self.groups is None:
+            max_times = req.get_int("maxReconsumeTimes", max_times)
         found = queries.record_at(self.controller.store, phys)
         if found is None:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phys}")

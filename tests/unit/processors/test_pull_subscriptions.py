@@ -92,3 +92,29 @@ def test_send_back_past_max_times_creates_a_readable_dlq(broker):
     assert broker.server.topics.get("%DLQ%SB").perm == PERM_READ | PERM_WRITE
     r = broker.call(pull(topic="%DLQ%SB", group="DLQ_READER"))
     assert [m.body for m in decode_records(r.body)] == [b"fail me"]
+
+
+def test_send_back_needs_the_group_and_old_clients_get_its_retry_max_times(tmp_path):
+    from broker.store import record
+    b = Broker(tmp_path / "b", autoCreateSubscriptionGroup="false")
+    try:
+        r = b.call(send_v1(body=b"x", properties=props(UNIQ_KEY="U1")))
+        _host, phys = record.parse_offset_msg_id(r.ext_fields["msgId"])
+
+        def back(group, version):
+            req = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+                "offset": str(phys), "group": group, "delayLevel": "0", "originMsgId": "", "originTopic": TOPIC,
+                "maxReconsumeTimes": "16"}, version=version)
+            return b.call(req)
+
+        r = back("UNKNOWN", 409)
+        assert (r.code, r.remark) == (ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                      "subscription group not exist, UNKNOWN " + FAQ)
+        body = json.dumps({"groupName": "ONCE", "retryMaxTimes": 0}).encode()
+        b.call(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body))
+        assert back("ONCE", 409).code == ResponseCode.SUCCESS  # header's 16: to %RETRY%ONCE via a delay
+        assert b.store.max_queue_offset("%DLQ%ONCE", 0) == 0
+        assert back("ONCE", 63).code == ResponseCode.SUCCESS  # a pre-V3_4_9 client: the group's 0 -> DLQ
+        assert b.store.max_queue_offset("%DLQ%ONCE", 0) == 1
+    finally:
+        b.stop()
