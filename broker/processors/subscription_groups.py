@@ -39,8 +39,9 @@ CID_ONSAPI_OWNER_GROUP = "CID_ONSAPI_OWNER"
 BUILT_IN_GROUPS = (TOOLS_CONSUMER_GROUP, FILTERSRV_CONSUMER_GROUP, SELF_TEST_CONSUMER_GROUP, ONS_HTTP_PROXY_GROUP,
                    CID_ONSAPI_PULL_GROUP, CID_ONSAPI_PERMISSION_GROUP, CID_ONSAPI_OWNER_GROUP)
 CID_RMQ_SYS_PREFIX = "CID_RMQ_SYS_"  # MixAll.isSysConsumerGroup: always auto-created
-# ours: every group is a persisted entry and (on heartbeat) a %RETRY% topic; the reference has no bound.
-MAX_GROUPS = 100_000
+# ours: every group is an entry of a file rewritten whenever a group is created (a pull with a new group
+# name creates one) and, on heartbeat, a %RETRY% topic; the reference has no bound. As maxTopicCount.
+MAX_GROUPS = 10_000
 
 
 @dataclass

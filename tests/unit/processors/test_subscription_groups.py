@@ -175,3 +175,14 @@ def test_slave_sync_copies_the_masters_groups(tmp_path):
     finally:
         master.stop()
         slave.stop()
+
+
+def test_auto_creation_stops_at_the_limit(broker, monkeypatch):
+    from broker.processors import subscription_groups
+    monkeypatch.setattr(subscription_groups, "MAX_GROUPS", len(broker.server.groups.table) + 1)
+    assert broker.call(pull(group="FITS", sys_flag=0x4)).code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    r = broker.call(pull(group="ONE_TOO_MANY", sys_flag=0x4))
+    assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    r = Wire(broker).request(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                                     body=b'{"groupName":"ADMIN_TOO"}'))
+    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "the broker holds 8 subscription groups, the most it keeps")
