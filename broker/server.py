@@ -61,6 +61,7 @@ class BrokerServer:
         self.clients = ClientManager(config, self.clock, self.topics, metrics=metrics)
         self.groups = SubscriptionGroupManager(config, self.clock)
         self.clients.groups = self.groups
+        self.topics.retry_queue_nums = lambda group: getattr(self.groups.get(group), "retryQueueNums", 1)
         self.registry = ProcessorRegistry(reply_to_unknown=True)
         self.factory = RemotingServerFactory(
             self.registry, clock=self.clock, max_frame_length=config.maxFrameLength,

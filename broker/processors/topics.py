@@ -79,6 +79,8 @@ class TopicConfigManager:
         self.table: dict[str, TopicConfig] = {}
         self.data_version = {"counter": 0, "timestamp": self._now_ms()}
         self.listeners: list = []  # called with no argument after any change
+        # group -> its subscription group's retryQueueNums (set by the server; 4.9's heartbeat uses it)
+        self.retry_queue_nums = lambda group: 1
         self._add_system_topics()
 
     def _now_ms(self) -> int:
@@ -185,8 +187,10 @@ class TopicConfigManager:
 
     def create_retry_topics(self, groups: list[str]) -> None:
         """%RETRY%<group> for each group that has none yet (HEART_BEAT), in one change."""
-        missing = {retry_topic(g) for g in groups} - self.table.keys()
-        self.update_many([TopicConfig(t, 1, 1, PERM_READ | PERM_WRITE) for t in sorted(missing)])
+        missing = sorted({g for g in groups if retry_topic(g) not in self.table})
+        # the group's retryQueueNums, within what a topic here may have
+        nums = {g: min(max(int(self.retry_queue_nums(g)), 1), MAX_QUEUE_NUMS) for g in missing}
+        self.update_many([TopicConfig(retry_topic(g), nums[g], nums[g], PERM_READ | PERM_WRITE) for g in missing])
 
     def create_in_send(self, topic: str, default_topic: str, client_queue_nums: int) -> TopicConfig | None:
         """The topic a SEND_MESSAGE to an unknown topic gets, or None if it may not be created."""

@@ -186,3 +186,12 @@ def test_auto_creation_stops_at_the_limit(broker, monkeypatch):
     r = Wire(broker).request(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
                                                      body=b'{"groupName":"ADMIN_TOO"}'))
     assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "the broker holds 8 subscription groups, the most it keeps")
+
+
+def test_heartbeat_creates_the_retry_topic_with_the_groups_retry_queue_nums(broker):
+    update(broker, groupName="WIDE", retryQueueNums=3)
+    heartbeat(broker, "WIDE")
+    tc = broker.server.topics.get("%RETRY%WIDE")
+    assert (tc.read_queue_nums, tc.write_queue_nums, tc.perm) == (3, 3, 6)
+    heartbeat(broker, "PLAIN")  # auto-created with the default of 1
+    assert broker.server.topics.get("%RETRY%PLAIN").read_queue_nums == 1
