@@ -7,7 +7,7 @@
 //!   cluster-list                                   cluster info + every broker's runtime info (mqadmin clusterList)
 //!   broker-config get|update --broker-addr A [--props JSON]
 //!   topic create|update (--broker-addr A | --cluster C) --topic T [--read-queues N --write-queues N --perm P --order]
-//!   topic delete --topic T --cluster C   |  topic list [--cluster C]  |  topic route --topic T
+//!   topic delete --topic T (--cluster C | --broker-addr A)   |  topic list [--cluster C]  |  topic route --topic T
 //!   topic stats --topic T [--broker-addr A]  |  topic config --broker-addr A --topic T
 //!   topic consumed-by --topic T
 //!   sub-group create|update (--broker-addr A | --cluster C) --group G [--config JSON]
@@ -31,7 +31,7 @@
 //! Output: one JSON object. Success: the call's result, as the crate decodes it, under a key named for
 //! it (maps keyed by a MessageQueue keep the crate's encoding: the key is the queue as a JSON string).
 //! Failure: {"error","errorCode","errorMessage"} (main.rs error_fields) and exit status 3.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -174,7 +174,13 @@ async fn run(admin: &DefaultMQAdminExt, ns: &str, args: &Args) -> ClientResult<V
                 json!({ "brokers": done, "topicConfig": to_json(&tc) })
             }
             "delete" => {
-                admin.delete_topic(s("topic"), s("cluster")).await?;
+                // as mqadmin deleteTopic: the cluster's masters, then every name server. (The crate's
+                // delete_topic sends DELETE_TOPIC_IN_BROKER to the slaves too, which a 4.9.8 slave refuses.)
+                let masters: HashSet<CheetahString> = targets(admin, args).await?.into_iter().map(Into::into).collect();
+                admin.delete_topic_in_broker(masters, s("topic")).await?;
+                let servers: HashSet<CheetahString> = ns.split(';').map(|a| a.to_string().into()).collect();
+                let cluster = args.get("cluster").map(|c| c.to_string().into());
+                admin.delete_topic_in_name_server(servers, cluster, s("topic")).await?;
                 json!({ "deleted": true })
             }
             "list" => match args.get("cluster") {
