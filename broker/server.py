@@ -20,7 +20,9 @@ from .exporter_metrics import ExporterMetrics
 from .processors.admin import AdminProcessors
 from .processors.broker_config import BrokerConfigProcessors
 from .processors.broker_stats import BrokerStatsProcessor
+from .processors.client_calls import ClientCallProcessors
 from .processors.clients import ClientManager
+from .processors.producers import ProducerProcessors
 from .processors.consumer_offsets import ConsumerOffsetManager, ConsumerOffsetProcessors
 from .processors.end_transaction import EndTransactionProcessor
 from .processors.ha_status import HAStatusProcessor
@@ -114,6 +116,10 @@ class BrokerServer:
                      TopicAdminProcessors(c, self.topics, store, self.controller.stats),
                      ConsumeStatsProcessors(c, self.topics, self.offsets, store, self.clients, self.groups,
                                             self.controller.stats, self.clock)):
+            part.register(self.registry)
+        # clients as the admin tools see them, and requests the broker forwards to a client (issue 24)
+        for part in (ProducerProcessors(self.clients), ClientCallProcessors(c, self.clients, self.topics, self.offsets,
+                                                                          store)):
             part.register(self.registry)
         # the admin plane: settings, statistics and replication state (issue 24)
         for part in (BrokerConfigProcessors(c, self.clock, self.topics), BrokerStatsProcessor(self.controller.stats),

@@ -1,5 +1,7 @@
 """Client channels, producer and consumer groups: HEART_BEAT (34), UNREGISTER_CLIENT (35),
-GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42).
+GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42) and
+GET_CONSUMER_CONNECTION_LIST (203). Producer groups are shown by producers.py; requests the broker
+sends to a client and awaits are in client_calls.py.
 
 As RocketMQ's ConsumerManager / ProducerManager / RebalanceLockManager:
 * a heartbeat registers (or refreshes) the connection under every producer and consumer group it
@@ -21,6 +23,8 @@ from twisted.python.failure import Failure
 
 from broker import validation
 from broker.remoting import json_body
+
+from . import client_info
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import BadRequest, RemotingCommand
 from broker.supervision import PeriodicService
@@ -83,6 +87,7 @@ class ClientManager:
         registry.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.get_consumer_list_by_group)
         registry.register(RequestCode.LOCK_BATCH_MQ, self.lock_batch_mq)
         registry.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock_batch_mq)
+        registry.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
 
     # -- queries used by other processors ----------------------------------------------------------
     def subscription_of(self, group: str, topic: str) -> str | None:
@@ -91,6 +96,13 @@ class ClientManager:
             return None
         sub = info.subscriptions.get(topic)
         return None if sub is None else str(sub.get("subString", "*"))
+
+    def find_consumer(self, group: str, client_id: str) -> ClientChannel | None:
+        """ConsumerManager.findChannel: the group's connection of that client id."""
+        info = self.consumer_groups.get(group)
+        if info is None:
+            return None
+        return next((ch for ch in info.channels.values() if ch.client_id == client_id), None)
 
     def client_count(self) -> int:
         return len({ch.ctx for g in self.consumer_groups.values() for ch in g.channels.values()}
@@ -226,6 +238,22 @@ class ClientManager:
         if not ids:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return req.make_response(body=json_body.dumps({"consumerIdList": ids}))
+
+    def get_consumer_connection_list(self, req: RemotingCommand, ctx) -> RemotingCommand:
+        """ConsumerConnection of a group, enums and subscriptions as 4.9 writes them (client_info.py);
+        mqadmin consumerConnection and consumerProgress (its OFFLINE column) read it."""
+        group = req.get_str("consumerGroup")
+        info = self.consumer_groups.get(group)
+        if info is None:
+            return req.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        now_ms = int(self.clock.seconds() * 1000)
+        body = {"connectionSet": [client_info.connection_json(ch) for ch in info.channels.values()],
+                "consumeFromWhere": client_info.enum_name(info.consume_from_where, client_info.CONSUME_FROM_WHERE),
+                "consumeType": client_info.enum_name(info.consume_type, client_info.CONSUME_TYPES),
+                "messageModel": client_info.enum_name(info.message_model, client_info.MESSAGE_MODELS),
+                "subscriptionTable": {t: client_info.subscription_json(s, now_ms)
+                                      for t, s in info.subscriptions.items() if isinstance(s, dict)}}
+        return req.make_response(body=json_body.dumps({k: v for k, v in body.items() if v is not None}))
 
     # -- orderly consumers' queue locks -------------------------------------------------------------
     @staticmethod
