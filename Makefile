@@ -45,9 +45,10 @@ outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_T
 	$(PY) -m chaos.outcomes $(if $(NAME),--name $(NAME))
 
 # --- tests ------------------------------------------------------------------------------------
-lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- cluster <- chaos|pipeline <- rmqkit, nothing imports tests/), ruff's check (both configured in pyproject.toml) and c-warnings
+lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- cluster <- chaos|pipeline <- rmqkit, nothing imports tests/), ruff's check, mypy --strict on the HA core and the store (all three configured in pyproject.toml) and c-warnings
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
+	$(VENV)/bin/mypy
 	@$(MAKE) --no-print-directory c-warnings
 
 C_SOURCES := broker/fastpath/_fastsend.c broker/ha/_frames.c

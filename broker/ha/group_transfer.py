@@ -8,19 +8,25 @@ queue: one timer, for the head, is enough.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from twisted.internet import defer
 
+from broker.clock import Clock, DelayedCall
 from broker.store.message_store import PutStatus
+
+# A waiter: (next offset, deadline, started, its Deferred, wake-ups counted when it joined).
+_Waiter = tuple[int, float, float, "defer.Deferred[PutStatus]", int]
 
 
 class GroupTransfer:
-    def __init__(self, clock, timeout_s: float, on_outcome=None, max_wakeups: int | None = None):
+    def __init__(self, clock: Clock, timeout_s: float,
+                 on_outcome: Callable[[PutStatus, float], object] | None = None, max_wakeups: int | None = None):
         self.clock = clock
         self.timeout_s = timeout_s
         self.on_outcome = on_outcome  # (outcome, waited_seconds) for metrics
-        self._waiters: deque = deque()  # (next_offset, deadline, started, deferred, raises at enqueue)
-        self._timer = None
+        self._waiters: deque[_Waiter] = deque()
+        self._timer: DelayedCall | None = None
         self.acked = 0
         # haCompat49: 4.9's GroupTransferService re-checks after each wake-up (every rise of
         # push2SlaveMaxOffset) and gives up after 5 of them, however little time has passed (#1244)
@@ -30,9 +36,9 @@ class GroupTransfer:
     def __len__(self) -> int:
         return len(self._waiters)
 
-    def wait(self, next_offset: int) -> defer.Deferred:
+    def wait(self, next_offset: int) -> defer.Deferred[PutStatus]:
         now = self.clock.seconds()
-        d = defer.Deferred()
+        d: defer.Deferred[PutStatus] = defer.Deferred()
         if next_offset <= self.acked:
             self._finish(d, PutStatus.PUT_OK, now, now)
             return d
@@ -73,7 +79,7 @@ class GroupTransfer:
             delay = max(0.0, self._waiters[0][1] - self.clock.seconds())
             self._timer = self.clock.callLater(delay, self._expire)
 
-    def _finish(self, d, outcome, started, now) -> None:
+    def _finish(self, d: defer.Deferred[PutStatus], outcome: PutStatus, started: float, now: float) -> None:
         if self.on_outcome:
             self.on_outcome(outcome, now - started)
         d.callback(outcome)

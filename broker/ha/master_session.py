@@ -6,12 +6,37 @@ in (seconds, from the reactor), so tests drive it with task.Clock.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
+
+from broker.store.mapped_file import MappedFile
 
 from .peers import ProvenPeers, host_of
 from .wire import HEADER_SIZE, ProtocolError, ReportReader, encode_header
 
 log = logging.getLogger("broker.ha.master")
+
+# A data frame as next_frames gives it: a header, then a body that is a view into the commit log's bytes.
+Chunk = bytes | memoryview
+# next_file_frames: (header, file position, size) of each frame whose body stays in the file.
+FileFrame = tuple[bytes, int, int]
+
+
+class LogSource(Protocol):
+    """What a session reads from the master's commit log (broker.store.commitlog.CommitLog)."""
+
+    @property
+    def max_offset(self) -> int: ...
+
+    @property
+    def min_offset(self) -> int: ...
+
+    def last_file_start(self) -> int: ...
+
+    def read(self, offset: int, max_bytes: int) -> bytes: ...
+
+    def region(self, offset: int, max_bytes: int) -> tuple[MappedFile, int, int] | None: ...
 
 
 class SessionState:
@@ -41,7 +66,7 @@ class Incarnation:
     # above it and no longer shows the fork, so a slave reporting past `from` stays SLAVE_AHEAD until one
     # reports at or below `from` (it was truncated or rebuilt). on_fence persists every change.
     fence: tuple[int, int] | None = None
-    on_fence: object = None  # callable(fence | None)
+    on_fence: Callable[[tuple[int, int] | None], object] | None = None
     # Hosts proven to be replicas (broker/ha/peers.py): only they can be SLAVE_AHEAD or set the fence; a
     # first report past the master from any other host is a protocol error. None: no proof asked (the
     # IO-free state-machine tests; the HA service always passes its ProvenPeers).
@@ -50,7 +75,7 @@ class Incarnation:
     # the middle of a slave's records once the log passes its offset): the matrix's 4.9 column
     compat49: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.sent_max = max(self.sent_max, self.start_offset)
 
     def ahead(self, offset: int) -> bool:
@@ -92,7 +117,7 @@ class Ack:
 
 
 class MasterSession:
-    def __init__(self, commitlog, peer: str, *, batch_size: int, heartbeat_s: float,
+    def __init__(self, commitlog: LogSource, peer: str, *, batch_size: int, heartbeat_s: float,
                  housekeeping_s: float, now: float, incarnation: Incarnation | None = None):
         self.log = commitlog
         self.incarnation = incarnation or Incarnation(commitlog.max_offset)
@@ -210,12 +235,12 @@ class MasterSession:
                  self.peer, request, start, self.log.max_offset)
 
     # -- writer -----------------------------------------------------------------------------------
-    def next_frame(self, now: float) -> tuple[bytes, bytes] | None:
+    def next_frame(self, now: float) -> tuple[Chunk, Chunk] | None:
         """The next data frame (header, body), or None when the slave is caught up or not started."""
         frames = self.next_frames(now, self.batch_size)
         return (frames[0], frames[1]) if frames else None
 
-    def next_frames(self, now: float, max_bytes: int) -> list:
+    def next_frames(self, now: float, max_bytes: int) -> list[Chunk]:
         """Frames for up to max_bytes of log as [header, body, header, body, ...].
 
         One read from the commit log, cut into frames of at most haTransferBatchSize: the wire is
@@ -230,7 +255,7 @@ class MasterSession:
         if not data:
             return []
         view = memoryview(data)
-        out = []
+        out: list[Chunk] = []
         pos, n, batch = 0, len(data), self.batch_size
         while pos < n:
             size = min(batch, n - pos)
@@ -240,7 +265,7 @@ class MasterSession:
         self._sent(start + n, n, len(out) // 2, now)
         return out
 
-    def next_file_frames(self, now: float, max_bytes: int):
+    def next_file_frames(self, now: float, max_bytes: int) -> tuple[MappedFile, list[FileFrame]] | None:
         """Like next_frames, but the bodies stay in the commit-log file: (file, [(header, file
         position, size), ...]) for a sender that hands the file to the kernel, or None."""
         if self.state != SessionState.STREAMING:
@@ -252,7 +277,7 @@ class MasterSession:
         if region is None:
             return None
         f, fpos, n = region
-        frames = []
+        frames: list[FileFrame] = []
         pos, batch = 0, self.batch_size
         while pos < n:
             size = min(batch, n - pos)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("broker.ha.master")
@@ -41,8 +42,8 @@ def host_of(peer: str) -> str:
 @dataclass
 class ProvenPeers:
     """Hosts proven to be replicas of this master's log. IO-free: on_proven(peers) persists a change."""
-    peers: dict[str, dict] = field(default_factory=dict)
-    on_proven: object = None  # callable(ProvenPeers)
+    peers: dict[str, dict[str, int]] = field(default_factory=dict)
+    on_proven: Callable[[ProvenPeers], object] | None = None
 
     def is_proven(self, host: str) -> bool:
         return host in self.peers
@@ -63,11 +64,11 @@ class ProvenPeers:
             self.on_proven(self)
         return True
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, dict[str, dict[str, int]]]:
         return {"peers": {h: dict(v) for h, v in sorted(self.peers.items())}}
 
 
-def load_peers(path: str) -> dict[str, dict]:
+def load_peers(path: str) -> dict[str, dict[str, int]]:
     try:
         with open(path) as fh:
             d = json.load(fh)

@@ -11,12 +11,40 @@ Two ways in, one set of decisions (`_check`): `on_data` takes bytes that are alr
 from __future__ import annotations
 
 import logging
+from typing import Protocol
+
+from broker.store.mapped_file import MappedFile
+from broker.store.record import BytesLike
 
 from .wire import HEADER, HEADER_SIZE, MAX_FRAME_BODY, MAX_OFFSET, FrameReader, check_header, encode_report
 
 log = logging.getLogger("broker.ha.slave")
 
 RATE_WINDOW = 0.1  # seconds over which recent_rate is measured
+
+
+class ReplicaStore(Protocol):
+    """What a slave session writes to (broker.store.message_store.MessageStore)."""
+
+    @property
+    def max_offset(self) -> int: ...
+
+    def append_replicated(self, offset: int, data: list[BytesLike]) -> None: ...
+
+    def replica_target(self, offset: int, size: int) -> tuple[MappedFile, int]: ...
+
+    def replica_written(self, offset: int, size: int) -> None: ...
+
+
+class FrameSource(Protocol):
+    """drain()'s source of frame bytes (broker.ha.transport.SplicePipe); see drain."""
+
+    @property
+    def available(self) -> int: ...
+
+    def take(self, n: int) -> bytes: ...
+
+    def store(self, file: MappedFile, pos: int, n: int) -> int: ...
 
 
 class OffsetMismatch(Exception):
@@ -28,7 +56,7 @@ class OffsetMismatch(Exception):
 
 
 class SlaveSession:
-    def __init__(self, store, *, heartbeat_s: float, housekeeping_s: float, now: float,
+    def __init__(self, store: ReplicaStore, *, heartbeat_s: float, housekeeping_s: float, now: float,
                  max_body: int | None = None):
         self.store = store
         self.max_body = max_body or MAX_FRAME_BODY
@@ -39,7 +67,7 @@ class SlaveSession:
         self.last_write = now
         self.reported = -1  # currentReportedOffset
         self.bytes_received = 0
-        self.last_data = None  # when the last frame with a body arrived
+        self.last_data: float | None = None  # when the last frame with a body arrived
         # bytes/s received over the last full RATE_WINDOW: tells a catch-up (hundreds of MiB/s) from a
         # master that streams its new sends as they come (tens of MiB/s at most)
         self.recent_rate = 0.0
@@ -59,7 +87,7 @@ class SlaveSession:
         self.last_write = now
         return encode_report(self.reported)
 
-    def on_data(self, data, now: float) -> bytes | None:
+    def on_data(self, data: bytes | bytearray | memoryview, now: float) -> bytes | None:
         """Store what arrived; return the report to send, if the offset moved.
 
         Raises ProtocolError (bad frame), OffsetMismatch (close and reconnect), or a StoreError
@@ -69,7 +97,8 @@ class SlaveSession:
         self.last_read = now
         self.bytes_received += len(data)
         # Bodies of consecutive frames are stored with one write per read, not one per frame.
-        pending, start, expected = [], -1, self.store.max_offset
+        pending: list[BytesLike] = []
+        start, expected = -1, self.store.max_offset
         try:
             for frame in self.frames.feed(data):
                 self._check(frame.offset, len(frame.body), expected)
@@ -84,7 +113,7 @@ class SlaveSession:
                 self.last_data = now
         return self.report_if_moved(now)
 
-    def drain(self, source, now: float) -> None:
+    def drain(self, source: FrameSource, now: float) -> None:
         """Take every byte `source` holds now. Several drains make one read: report_if_moved then says
         what to report, once for all of them.
 
@@ -103,7 +132,7 @@ class SlaveSession:
         start = count = 0  # whole bodies moved in this drain and not yet counted: [start, start+count)
         try:
             while source.available:
-                header = None
+                header: bytes | None = None
                 if (frames is not None and self._file is not None and not self._header
                         and (self._body_left or self._next == (start + count if count else store.max_offset))):
                     # The common case in C: bodies that continue the log in this file. It stops at any
@@ -124,6 +153,7 @@ class SlaveSession:
                         continue
                     # else a header it handed back, or one cut by the read (fewer than 12 bytes left)
                 if header is None and self._body_left:
+                    assert self._file is not None  # a body is being moved: into the file it was judged for
                     n = source.store(self._file, self._pos, self._body_left)
                     self.bytes_received += n
                     self._pos += n
@@ -141,7 +171,8 @@ class SlaveSession:
                     if len(self._header) < HEADER_SIZE:
                         break
                     header, self._header = self._header, b""
-                offset, size = check_header(*HEADER.unpack(header), self.max_body)
+                from_offset, body_size = HEADER.unpack(header)
+                offset, size = check_header(from_offset, body_size, self.max_body)
                 self._check(offset, size, start + count if count else store.max_offset)
                 if not size:
                     continue
@@ -160,7 +191,7 @@ class SlaveSession:
     # frame state of drain(): a header not yet complete, or the body being moved; where bodies go
     _header = b""
     _body_left = _body_size = 0
-    _file = None
+    _file: MappedFile | None = None
     _pos = _next = _file_end = 0  # file position for the next body byte; log offsets after the last body
 
     def _check(self, offset: int, size: int, expected: int) -> None:

@@ -49,7 +49,7 @@ class ReportReader:
 
     __slots__ = ("_tail",)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._tail = b""
 
     def feed(self, data: bytes) -> int | None:
@@ -59,7 +59,8 @@ class ReportReader:
         self._tail = bytes(data[n:])
         if n == 0:
             return None
-        return REPORT.unpack_from(data, n - REPORT_SIZE)[0]
+        offset: int = REPORT.unpack_from(data, n - REPORT_SIZE)[0]
+        return offset
 
 
 @dataclass
@@ -79,8 +80,8 @@ class FrameReader:
         self.max_body = max_body
         self._buf = bytearray()
 
-    def feed(self, data) -> list[Frame]:
-        frames = []
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        frames: list[Frame] = []
         src = memoryview(data)
         if self._buf:
             # Complete the frame left over from the last read, copying only what it still needs.

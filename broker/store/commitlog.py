@@ -6,15 +6,22 @@ of the file is closed with a blank record and the record goes to the next file (
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Literal, overload
 
 from . import record
-from .mapped_file import MappedFileQueue, StoreError
-from .record import Scan
+from .mapped_file import MappedFile, MappedFileQueue, StoreError
+from .record import BytesLike, Scan
 
 log = logging.getLogger("broker.store.commitlog")
 
 READ_CHUNK = 4 * 1024 * 1024
+
+# What walk() yields: (offset, kind, size, info, reason); info is None unless kind is Scan.MESSAGE.
+Walked = tuple[int, str, int, record.IndexInfo | None, str]
+WalkedFull = tuple[int, str, int, record.Message | None, str]
+_Info = record.IndexInfo | record.Message | None
 
 
 @dataclass
@@ -70,7 +77,7 @@ class CommitLog:
         f.append(rec.finish(queue_offset, offset))
         return AppendResult(offset, size)
 
-    def append_raw(self, offset: int, buffers) -> None:
+    def append_raw(self, offset: int, buffers: BytesLike | list[BytesLike]) -> None:
         """Append bytes replicated from a master at exactly `offset` (the slave side).
 
         buffers: one bytes-like or a list of them, contiguous. They must continue this log, and no
@@ -82,7 +89,8 @@ class CommitLog:
         i = 0
         while i < len(buffers):
             f = self.replica_file(offset, len(buffers[i]))
-            group, size = [], 0
+            group: list[BytesLike] = []
+            size = 0
             while i < len(buffers) and size + len(buffers[i]) <= f.free:
                 group.append(buffers[i])
                 size += len(buffers[i])
@@ -90,7 +98,7 @@ class CommitLog:
             f.append_many(group, size)
             offset += size
 
-    def replica_file(self, offset: int, size: int):
+    def replica_file(self, offset: int, size: int) -> MappedFile:
         """The file that replicated bytes [offset, offset+size) go into, at its write position
         (`wrote`): they must continue this log and fit in one file. Raises StoreError otherwise.
 
@@ -118,7 +126,7 @@ class CommitLog:
         n = min(max_bytes, f.wrote - pos)
         return f.read(pos, n) if n > 0 else b""
 
-    def region(self, offset: int, max_bytes: int):
+    def region(self, offset: int, max_bytes: int) -> tuple[MappedFile, int, int] | None:
         """(file, file position, length) of up to max_bytes stored from offset, never crossing a file
         boundary, for a sender that hands the file to the kernel (os.sendfile); None if there is none."""
         f = self.queue.find(offset)
@@ -142,14 +150,23 @@ class CommitLog:
         r = record.scan(self.read_record(offset, size), 0, check_crc=False)
         return r.message if r.kind == Scan.MESSAGE else None
 
+    @overload
+    def walk(self, start: int, end: int | None = None, check_crc: bool = True, full: Literal[False] = False,
+             read_size: int = READ_CHUNK) -> Iterator[Walked]: ...
+
+    @overload
+    def walk(self, start: int, end: int | None = None, check_crc: bool = True, *, full: Literal[True],
+             read_size: int = READ_CHUNK) -> Iterator[WalkedFull]: ...
+
     def walk(self, start: int, end: int | None = None, check_crc: bool = True, full: bool = False,
-             read_size: int = READ_CHUNK):
+             read_size: int = READ_CHUNK) -> Iterator[tuple[int, str, int, _Info, str]]:
         """Yield (offset, kind, size, info, reason) for records from start (a record boundary) on.
 
         info is a record.IndexInfo, or a full record.Message with full=True. Ends after a blank at
         the last file, an invalid record, or a partial one (yielded so the caller can see why);
         `end` (exclusive) bounds the walk to data known to be complete.
         """
+        scanner: Callable[[BytesLike, int, bool], tuple[str, int, _Info, str]]
         scanner = _full_scan if full else record.scan_index
         read_size = max(read_size, 64)  # enough for any record's TOTALSIZE, so a long record is read whole
         offset = start
@@ -161,8 +178,10 @@ class CommitLog:
             pos = offset - f.base
             stop = min(f.wrote, limit - f.base)
             chunk = f.read(pos, min(read_size, stop - pos))
+            if not chunk:
+                return  # nothing stored at offset (below limit, but past what its file holds)
             p = 0
-            kind = size = None
+            size = 0
             while p < len(chunk):
                 kind, size, info, reason = scanner(chunk, p, check_crc)
                 if kind == Scan.PARTIAL and pos + len(chunk) < stop:
@@ -185,7 +204,8 @@ class CommitLog:
             offset += p
 
     # -- recovery ---------------------------------------------------------------------------------
-    def recover(self, check_crc: bool, on_record=None) -> RecoveryReport:
+    def recover(self, check_crc: bool,
+                on_record: Callable[[int, record.IndexInfo], object] | None = None) -> RecoveryReport:
         """Find the end of valid data, walking from the third-last file (as RocketMQ does).
 
         Each file is assumed full of data up to its end (files are preallocated; nothing tells where
@@ -203,9 +223,12 @@ class CommitLog:
                 count += 1
                 end = offset + size
                 if on_record is not None:
+                    assert info is not None  # a MESSAGE carries its IndexInfo
                     on_record(offset, info)
             elif kind == Scan.BLANK:
-                end = self.queue.find(offset).end
+                blank_in = self.queue.find(offset)
+                assert blank_in is not None  # walk read the blank from this file
+                end = blank_in.end
             else:
                 reason = "" if why == "zeros" else f"{kind} record at {offset}: {why}"
                 break
@@ -226,6 +249,6 @@ class CommitLog:
         self.queue.close()
 
 
-def _full_scan(buf, pos, check_crc):
+def _full_scan(buf: BytesLike, pos: int, check_crc: bool) -> tuple[str, int, record.Message | None, str]:
     r = record.scan(buf, pos, check_crc)
     return r.kind, r.size, r.message, r.reason

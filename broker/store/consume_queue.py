@@ -67,7 +67,9 @@ class ConsumeQueue:
         self.min_index = self._first_real_index()
         last = self.max_index - 1
         if last >= self.min_index:
-            off, size, _ = self.get(last)
+            unit = self.get(last)
+            assert unit is not None  # below max_index: in the last file
+            off, size, _ = unit
             self.max_phys_end = off + size
         else:
             self.max_phys_end = 0

@@ -46,10 +46,15 @@ import mmap
 import os
 import struct
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from . import record
 from .mapped_file import StoreError
+
+if TYPE_CHECKING:
+    from .commitlog import CommitLog
 
 log = logging.getLogger("broker.store.index")
 
@@ -185,6 +190,22 @@ class QueryOffsetResult:
 
 # -- one file ---------------------------------------------------------------------------------------
 
+class Backing(Protocol):
+    """Where an IndexFile's bytes live: a view to read, write(pos, data) to write."""
+
+    @property
+    def view(self) -> bytearray | mmap.mmap: ...
+
+    def write(self, pos: int, data: bytes) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+B = TypeVar("B", bound=Backing)
+
+
 class MemoryBacking:
     """An index file's bytes in memory (for tests of the core)."""
 
@@ -249,17 +270,17 @@ class _Batch:
     """The writes put_keys() collected for one file since IndexFile.begin()."""
     __slots__ = ("first", "items", "slots", "saved")
 
-    def __init__(self, first: int, saved: tuple):
+    def __init__(self, first: int, saved: tuple[int, int, int, int, int, int]):
         self.first = first  # the number of the first item collected
         self.items = bytearray()
         self.slots: dict[int, int] = {}  # slot position -> its new value (the newest item there)
         self.saved = saved  # the header fields at begin(), put back when a write fails
 
 
-class IndexFile:
+class IndexFile(Generic[B]):
     """One index file's header, slots and items, and the reference's operations on them."""
 
-    def __init__(self, name: str, backing, slot_num: int, index_num: int):
+    def __init__(self, name: str, backing: B, slot_num: int, index_num: int):
         self.name = name
         self.backing = backing
         self.slot_num = slot_num
@@ -303,7 +324,8 @@ class IndexFile:
         return HEADER_SIZE + (h % self.slot_num) * SLOT_SIZE
 
     def slot(self, h: int) -> int:
-        return SLOT.unpack_from(self.backing.view, self._slot_pos(h))[0]
+        value: int = SLOT.unpack_from(self.backing.view, self._slot_pos(h))[0]
+        return value
 
     def item(self, i: int) -> tuple[int, int, int, int]:
         """(keyHash, phyOffset, timeDiff, prevIndex) of item i."""
@@ -331,7 +353,7 @@ class IndexFile:
             return 0
         batch = self._batch
         own = batch is None
-        if own:
+        if batch is None:
             batch = self.begin()
         view, nslots = self.backing.view, self.slot_num
         begin_phy, begin_ts, slot_count = self.begin_phy, self.begin_ts, self.slot_count
@@ -463,7 +485,7 @@ class IndexFile:
             i += 1
         return i
 
-    def roll_back(self, limit: int, ts_at) -> int:
+    def roll_back(self, limit: int, ts_at: Callable[[int], int | None]) -> int:
         """Undo the newest items whose offset is `limit` or more, the exact inverse of put_key: the
         slot goes back to the item's prevIndex, hashSlotCount down when that is 0, the item zeroed.
         The new endTimestamp is the store time of the record the last item left points at
@@ -492,6 +514,10 @@ class IndexFile:
 
 # -- the service ------------------------------------------------------------------------------------
 
+# A record for IndexService.build_records: (topic, sysflag, store time, keys, stored bytes, offset), keys
+# (UNIQ_KEY, KEYS), or their key_hashes, or None to read them from the stored bytes (then given).
+IndexRecord = tuple[str, int, int, "tuple[str | None, str | None] | list[int] | None", "record.BytesLike | None", int]
+
 @dataclass
 class IndexRecovery:
     repaired: int = 0           # slots put back from a record half put when the process stopped
@@ -505,21 +531,22 @@ class IndexRecovery:
 class IndexService:
     """The index files of a store and the reference's build and query rules over them."""
 
-    def __init__(self, directory: str, settings: IndexSettings = IndexSettings(), now_ms=None):
+    def __init__(self, directory: str, settings: IndexSettings = IndexSettings(),
+                 now_ms: Callable[[], int] | None = None):
         why = settings.problem()
         if why:
             raise StoreError(f"message index: {why}")
         self.directory = directory
         self.settings = settings
         self.now_ms = now_ms or (lambda: int(time.time() * 1000))
-        self.files: list[IndexFile] = []
+        self.files: list[IndexFile[FileBacking]] = []
         self.error = ""  # set when a write failed: building stops until a restart rebuilds the rest
         self.checkpoint_timestamp = 0  # the reference's indexMsgTimestamp: end time of the last full file
         self.recovery: IndexRecovery | None = None
         self._batching = False  # inside build_records(): files collect their writes until committed
 
     # -- files ------------------------------------------------------------------------------------
-    def _open(self, name: str, create: bool) -> IndexFile:
+    def _open(self, name: str, create: bool) -> IndexFile[FileBacking]:
         s = self.settings
         backing = FileBacking(os.path.join(self.directory, name), s.file_size, create)
         return IndexFile(name, backing, s.max_hash_slot_num, s.max_index_num)
@@ -545,7 +572,7 @@ class IndexService:
                 name = str(int(last) + 1).zfill(len(last))  # same millisecond, or a clock set back
         return name
 
-    def _writable_file(self) -> IndexFile:
+    def _writable_file(self) -> IndexFile[FileBacking]:
         """IndexService.getAndCreateLastIndexFile: the last file, or a new one after it when it is
         full (or when there is none)."""
         if self.files and not self.files[-1].full:
@@ -566,7 +593,7 @@ class IndexService:
             f.begin()
         return f
 
-    def _delete(self, f: IndexFile) -> None:
+    def _delete(self, f: IndexFile[FileBacking]) -> None:
         f.backing.close()
         os.unlink(f.backing.path)
         self.files.remove(f)
@@ -579,7 +606,7 @@ class IndexService:
         uniq_key, keys = info.index_keys()
         return self._build(phy, info.topic, info.sys_flag, info.store_timestamp, keys_of(info.topic, uniq_key, keys))
 
-    def build_record(self, phy: int, buf, msg: record.Message | None = None) -> int:
+    def build_record(self, phy: int, buf: record.BytesLike, msg: record.Message | None = None) -> int:
         """build() for a record just stored (the master's path): its stored bytes `buf`, and the message
         it was encoded from. The keys are taken from the message's properties when they read back the
         same from the stored text (no separator inside a name or value: always, for what clients send),
@@ -591,13 +618,13 @@ class IndexService:
             return self._build(phy, msg.topic, msg.sys_flag, msg.store_timestamp,
                                keys_of(msg.topic, props.get("UNIQ_KEY") or None, props.get("KEYS")))
         kind, _size, info, reason = record.scan_index(buf, 0, False)
-        if kind != record.Scan.MESSAGE:  # cannot happen for a record just encoded; never fail the put
+        if kind != record.Scan.MESSAGE or info is None:  # cannot happen for a record just encoded; never fail the put
             self.error = f"index build stopped at commit-log offset {phy}: not a record ({reason})"
             log.error("%s", self.error)
             return 0
         return self.build(phy, info)
 
-    def build_records(self, records) -> int:
+    def build_records(self, records: Sequence[IndexRecord]) -> int:
         """Index records in commit-log order as one batch (the master's dispatch_pending, and a slave's
         dispatch with the keys its IndexInfo read from the stored bytes): each file's
         items, slots and header are written once for all of them (see IndexFile.begin); the same bytes
@@ -615,8 +642,9 @@ class IndexService:
             f = self._writable_file()
             for topic, sys_flag, store_ts, keys, buf, phy in records:
                 if keys is None:
+                    assert buf is not None  # no keys given: they are read from the stored bytes
                     put += self.build_record(phy, buf)
-                    if self.error:
+                    if self._failed_since():
                         break
                     f = self._writable_file()
                     continue
@@ -625,7 +653,7 @@ class IndexService:
                 if phy < f.end_phy or sys_flag & record.TRANSACTION_MASK == record.TRANSACTION_ROLLBACK:
                     continue
                 # keys: (UNIQ_KEY, KEYS), or their hashes already (the send fast path computes them)
-                hashes = keys if keys.__class__ is list else key_hashes(topic, keys[0], keys[1])
+                hashes = keys if isinstance(keys, list) else key_hashes(topic, keys[0], keys[1])
                 done = f.put_keys(hashes, phy, store_ts) if hashes else 0
                 while done < len(hashes):
                     f = self._writable_file()
@@ -653,7 +681,7 @@ class IndexService:
             self._failed(phy, e)
             return 0
 
-    def _put(self, f: IndexFile, phy: int, store_ts: int, keys: list[str]) -> int:
+    def _put(self, f: IndexFile[FileBacking], phy: int, store_ts: int, keys: list[str]) -> int:
         """Put the keys of one record, rolling to a new file whenever one is full."""
         hashes = [key_hash(k) for k in keys]
         done = 0
@@ -662,6 +690,10 @@ class IndexService:
             if done < len(hashes):
                 f = self._writable_file()
         return done
+
+    def _failed_since(self) -> bool:
+        """Whether a write has failed (self.error set), re-read after a call that may have set it."""
+        return bool(self.error)
 
     def _failed(self, phy: int, e: Exception) -> None:
         self.error = f"index build stopped at commit-log offset {phy}: {e}"
@@ -680,7 +712,7 @@ class IndexService:
             return 0
 
     # -- recovery ---------------------------------------------------------------------------------
-    def recover(self, commitlog) -> IndexRecovery:
+    def recover(self, commitlog: CommitLog) -> IndexRecovery:
         """Make the index end exactly where the recovered commit log ends (see the module docstring)."""
         rec = IndexRecovery()
         low, end = commitlog.min_offset, commitlog.max_offset
@@ -690,7 +722,7 @@ class IndexService:
                 log.warning("index: undid a record half put after item %d of %s (%d slots put back)",
                             self.files[-1].items, self.files[-1].name, rec.repaired)
 
-        def ts_at(phy):
+        def ts_at(phy: int) -> int | None:
             return record.store_timestamp(commitlog.read(phy, record.STORE_TIMESTAMP_PEEK))
 
         while self.files:
@@ -711,7 +743,7 @@ class IndexService:
         self.recovery = rec
         return rec
 
-    def _rebuild(self, commitlog, low: int, end: int, rec: IndexRecovery) -> None:
+    def _rebuild(self, commitlog: CommitLog, low: int, end: int, rec: IndexRecovery) -> None:
         start, skip = low, 0
         if self.files and self.files[-1].end_phy >= low:  # every file left has items
             start = self.files[-1].end_phy
@@ -721,6 +753,7 @@ class IndexService:
         rec.start = start
         for at, kind, _size, info, reason in commitlog.walk(start, end, check_crc=False):
             if kind == record.Scan.MESSAGE:
+                assert info is not None  # a MESSAGE carries its IndexInfo
                 rec.records += 1
                 rec.keys += self._rebuild_first(at, info, skip) if at == start and skip else self.build(at, info)
                 if self.error:
@@ -778,7 +811,7 @@ class IndexService:
         for f in self.files:
             f.backing.close()
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, int | str | None]:
         last = self.files[-1] if self.files else None
         return {"files": len(self.files), "items": last.items if last else 0,
                 "endPhyOffset": last.end_phy if last else 0, "endTimestamp": last.end_ts if last else 0,

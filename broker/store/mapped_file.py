@@ -10,6 +10,9 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+from collections.abc import Sequence
+
+from .record import BytesLike
 
 ZERO_CHUNK = bytes(1 << 20)
 SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0)
@@ -61,7 +64,7 @@ class MappedFile:
         self.path = os.path.join(directory, file_name(base))
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         self.fd = os.open(self.path, flags, 0o644)
-        self.mm = None
+        self.mm: mmap.mmap | None = None
         actual = os.fstat(self.fd).st_size
         try:
             if create and actual == 0:
@@ -99,7 +102,7 @@ class MappedFile:
     def free(self) -> int:
         return self.size - self.wrote
 
-    def write_at(self, pos: int, data) -> None:
+    def write_at(self, pos: int, data: BytesLike) -> None:
         """Write all of data at file position pos, or raise DiskFullError and leave `wrote` as it was."""
         if self.mm is not None:
             self.mm[pos:pos + len(data)] = data
@@ -111,20 +114,20 @@ class MappedFile:
             pass  # _pwritev retries and says what went wrong
         self._pwritev(pos, [data], len(data))
 
-    def append(self, data) -> int:
+    def append(self, data: BytesLike) -> int:
         pos = self.wrote
         self.write_at(pos, data)
         self.wrote = pos + len(data)
         return pos
 
-    def append_many(self, buffers, total: int) -> int:
+    def append_many(self, buffers: Sequence[BytesLike], total: int) -> int:
         """Append several buffers with one pwritev; total is their summed length."""
         pos = self.wrote
         self._pwritev(pos, buffers, total)
         self.wrote = pos + total
         return pos
 
-    def _pwritev(self, pos: int, buffers, total: int) -> None:
+    def _pwritev(self, pos: int, buffers: Sequence[BytesLike], total: int) -> None:
         done = 0
         bufs = [memoryview(b) for b in buffers]
         while bufs:

@@ -19,7 +19,9 @@ import logging
 import os
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from broker.remoting.codes import ResponseCode
 
@@ -29,9 +31,9 @@ from broker.log_limit import LogLimiter
 from . import delay, record
 from .commitlog import CommitLog, RecoveryReport
 from .consume_queue import ConsumeQueue
-from .index import IndexService, IndexSettings
-from .mapped_file import DiskFullError, StoreError
-from .record import Scan
+from .index import IndexRecord, IndexService, IndexSettings
+from .mapped_file import DiskFullError, MappedFile, StoreError
+from .record import BytesLike, Scan
 
 log = logging.getLogger("broker.store")
 _limiter = LogLimiter(log)
@@ -50,6 +52,15 @@ MAX_PENDING_RECORDS = 1024
 # The transaction types that get a consume-queue unit (record.Message.gets_queue_entry).
 _QUEUED_TYPES = frozenset({record.TRANSACTION_NOT_TYPE, record.TRANSACTION_COMMIT})
 
+# A consume-queue unit to write: (queue offset, physical offset, size, tagsCode), ConsumeQueue.put_many's.
+Unit = tuple[int, int, int, int]
+# A record put_message (or put_sends) appended and dispatch_pending has not yet dispatched: (offset, size,
+# consume queue or None, queue offset, the unit's tagsCode or TAGS, then for the index: topic, sysflag,
+# store time, (UNIQ_KEY, KEYS) or the list of their index hashes (put_sends) or None to read them from the
+# stored bytes, those bytes).
+_Pending = tuple[int, int, "ConsumeQueue | None", int, "int | str | None", str, int, int,
+                 "tuple[str | None, str | None] | list[int] | None", "bytearray | None"]
+
 
 class PutStatus(enum.StrEnum):
     """The one type for a send's outcome, from the store through the flush and HA waits to the wire.
@@ -59,7 +70,13 @@ class PutStatus(enum.StrEnum):
     A StrEnum, so logs, metrics labels and JSON read the plain names ("PUT_OK", ...).
     """
 
-    def __new__(cls, value: str, response_code: ResponseCode, stored: bool):
+    response_code: ResponseCode
+    stored: bool
+
+    # Called with a member's (name, code, stored) below; PutStatus(value) is a lookup (EnumMeta.__call__)
+    # that never calls it: the defaults only let a type checker read that call.
+    def __new__(cls, value: str, response_code: ResponseCode = ResponseCode.SYSTEM_ERROR,
+                stored: bool = False) -> PutStatus:
         member = str.__new__(cls, value)
         member._value_ = value
         member.response_code = response_code
@@ -87,7 +104,7 @@ class PutResult:
     store_timestamp: int = 0
     remark: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if type(self.status) is not PutStatus:
             self.status = PutStatus(self.status)  # a plain name is accepted; an unknown one is an error
 
@@ -128,7 +145,7 @@ class MessageStore:
     def __init__(self, root: str, commitlog_dir: str | None = None, *,
                  commitlog_file_size: int = 1 << 30, cq_file_size: int = 300000 * 20,
                  check_crc_on_recover: bool = True, store_host: tuple[str, int] = ("127.0.0.1", 10911),
-                 preallocate: bool = True, now_ms=lambda: int(time.time() * 1000),
+                 preallocate: bool = True, now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  index: IndexSettings = IndexSettings()):
         self.root = root
         self.commitlog = CommitLog(commitlog_dir or os.path.join(root, "commitlog"), commitlog_file_size,
@@ -148,22 +165,21 @@ class MessageStore:
         self.delay_levels_ms: tuple[int, ...] = delay.parse_delay_levels(delay.DEFAULT_LEVELS)
         self.last_store_timestamp = 0
         self.skip_unit_every = 0  # planted bug skip-queue-entry only
-        self.append_listeners: list = []  # called with the new max offset after every append
-        self.dispatch_listeners: list = []  # called with (topic, queue_id) when units were added
+        # called with the new max offset after every append
+        self.append_listeners: list[Callable[[int], object]] = []
+        # called with (topic, queue_id) when units were added
+        self.dispatch_listeners: list[Callable[[str, int], object]] = []
         # Master path: set by the controller to a callable that runs dispatch_pending() soon (on the next
         # reactor turn); None: put_message dispatches at once.
-        self.dispatch_soon = None
-        # Records appended by put_message and not yet dispatched, in commit-log order: (offset, size,
-        # consume queue or None, queue offset, the unit's tagsCode or TAGS, then for the index: topic,
-        # sysflag, store time, (UNIQ_KEY, KEYS) or the list of their index hashes (put_sends) or None to read
-        # them from the stored bytes, those bytes).
-        self._pending: list[tuple] = []
+        self.dispatch_soon: Callable[[], object] | None = None
+        # Records appended by put_message and not yet dispatched, in commit-log order (_Pending).
+        self._pending: list[_Pending] = []
         # The next queue offset of each (topic, queue id) put_message appended to: ahead of the consume
         # queue by the records not yet dispatched. Filled from the queue when a key is first used.
         self.queue_offsets: dict[tuple[str, int], int] = {}
         # Units a full disk kept out of their consume queue, written before any later one of that queue
         # at the next dispatch.
-        self._unwritten_units: dict[ConsumeQueue, list] = {}
+        self._unwritten_units: dict[ConsumeQueue, list[Unit]] = {}
         self._tag_codes: dict[str | None, int] = {}  # TAGS -> tagsCode, for the dispatch
         self.recovery: RecoveryReport | None = None
         self.was_clean_shutdown = True
@@ -341,6 +357,7 @@ class MessageStore:
         rolled = bool(pending) and offset - offset % self.commitlog.file_size > pending[0][0]
         # What dispatching needs, taken now (the caller may reuse the message): see dispatch_pending.
         props = msg.properties
+        unit_tags: int | str | None
         if cq is None:
             unit_tags = None
         elif msg.topic == delay.SCHEDULE_TOPIC:  # the unit's tagsCode is the deliver time
@@ -362,7 +379,7 @@ class MessageStore:
         return PutResult(PutStatus.PUT_OK, offset, res.wrote_bytes, queue_offset,
                          record.offset_msg_id(self.store_host, offset), msg.store_timestamp)
 
-    def put_sends(self, buf, sends: list, born_host: bytes) -> list[tuple[int, int, int]]:
+    def put_sends(self, buf: BytesLike, sends: list[tuple[Any, ...]], born_host: bytes) -> list[tuple[int, int, int]]:
         """put_message() for a run of plain sends read by the compiled scan (broker/fastpath): their
         records encoded together (fastpath.native.encode_records) and appended with one write per
         commit-log file. Returns (physical offset, size, queue offset) of the first ones stored, in
@@ -376,8 +393,9 @@ class MessageStore:
             return []
         now = self.now_ms()
         cl = self.commitlog
-        next_offsets: dict[tuple[str, int], list] = {}  # key -> [consume queue, next queue offset]
-        qoffs, cqs = [], []
+        next_offsets: dict[tuple[str, int], list[Any]] = {}  # key -> [consume queue, next queue offset]
+        qoffs: list[int] = []
+        cqs: list[ConsumeQueue] = []
         for s in sends:
             key = (s[fastpath.TOPIC], s[fastpath.QUEUE_ID])
             slot = next_offsets.get(key)
@@ -389,7 +407,9 @@ class MessageStore:
             cqs.append(slot[0])
             slot[1] += 1
         store_host = record.encode_host(self.store_host)
-        encode = fastpath.native.encode_records
+        # the C extension (broker/fastpath/_fastsend.c, no stub), bound in fastpath's try/except: the caller
+        # only sends here when it is built
+        encode = fastpath.native.encode_records  # type: ignore[attr-defined]
         stored: list[tuple[int, int, int]] = []
         pending = self._pending
         i, n = 0, len(sends)
@@ -444,7 +464,7 @@ class MessageStore:
         if not pending and not self._unwritten_units:
             return 0
         self._pending = []
-        batches: dict[ConsumeQueue, list] = {}
+        batches: dict[ConsumeQueue, list[Unit]] = {}
         codes = self._tag_codes
         if len(codes) > 4096:
             codes.clear()
@@ -454,7 +474,7 @@ class MessageStore:
             units = batches.get(cq)
             if units is None:
                 units = batches[cq] = self._unwritten_units.pop(cq, [])
-            if type(unit_tags) is not int:  # TAGS: its hash (a topic has few tags: remembered)
+            if not isinstance(unit_tags, int):  # TAGS: its hash (a topic has few tags: remembered)
                 code = codes.get(unit_tags)
                 if code is None:
                     code = codes[unit_tags] = record.tags_code(unit_tags)
@@ -464,7 +484,7 @@ class MessageStore:
             units.append((queue_offset, offset, size, unit_tags))
         for cq in list(self._unwritten_units):  # a full disk's leftovers of queues nothing was put to
             batches[cq] = self._unwritten_units.pop(cq)
-        grew = []
+        grew: list[ConsumeQueue] = []
         for cq, units in batches.items():
             before = cq.max_index
             try:
@@ -494,7 +514,7 @@ class MessageStore:
             cb(m)
 
     # -- slave: replicated bytes ------------------------------------------------------------------
-    def append_replicated(self, offset: int, data) -> None:
+    def append_replicated(self, offset: int, data: BytesLike | list[BytesLike]) -> None:
         """Store raw commit-log bytes from the master (raises StoreError/DiskFullError)."""
         was_empty = not self.commitlog.queue.files
         self.commitlog.append_raw(offset, data)
@@ -502,7 +522,7 @@ class MessageStore:
             self.reput_offset = offset
         self._notify_append()
 
-    def replica_target(self, offset: int, size: int):
+    def replica_target(self, offset: int, size: int) -> tuple[MappedFile, int]:
         """(file, file position) where the master's next `size` bytes at `offset` go, for a slave that
         moves them there without Python (MappedFile.splice_in); they count once replica_written says
         so. Raises StoreError when they would not continue the log or would cross a file's end."""
@@ -528,8 +548,8 @@ class MessageStore:
         self.queue_offsets.clear()  # units from replicated records: the queues say what comes next
         start = self.reput_offset
         stop = min(self.commitlog.max_offset, start + max_bytes)
-        batches: dict[tuple[str, int], list] = {}
-        keyed = []  # index items, written as one batch (as the master's dispatch_pending does)
+        batches: dict[tuple[str, int], list[Unit]] = {}
+        keyed: list[IndexRecord] = []  # index items, written as one batch (as the master's dispatch_pending does)
         offset = start
         # Read about one slice, not the walk's default 4 MiB: a 256 KiB slice every 20 ms of a catch-up
         # otherwise copies 16x what it parses (a record left over is read again from its start).
@@ -538,6 +558,7 @@ class MessageStore:
             if at >= stop and at > start:
                 break
             if kind == Scan.MESSAGE:
+                assert info is not None  # a MESSAGE carries its IndexInfo
                 self.last_store_timestamp = info.store_timestamp
                 keyed.append((info.topic, info.sys_flag, info.store_timestamp, info.index_keys(), None, at))
                 if info.gets_queue_entry:
@@ -545,7 +566,9 @@ class MessageStore:
                         (info.queue_offset, at, size, self._unit_tags_code(info, at)))
                 offset = at + size
             elif kind == Scan.BLANK:
-                offset = self.commitlog.queue.find(at).end
+                blank_in = self.commitlog.queue.find(at)
+                assert blank_in is not None  # walk read the blank from this file
+                offset = blank_in.end
             elif kind == Scan.PARTIAL:
                 break  # the rest of this record is still on its way
             else:

@@ -6,26 +6,32 @@ the layout). Nothing here writes.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import record
+
+if TYPE_CHECKING:
+    from .consume_queue import ConsumeQueue
+    from .message_store import MessageStore
 
 _FILLER_SIZE = 0x7FFFFFFF
 
 
-def store_timestamp_at(store, phys: int, size: int) -> int | None:
+def store_timestamp_at(store: MessageStore, phys: int, size: int) -> int | None:
     """STORETIMESTAMP of the record at `phys`, or None when it is gone or unreadable."""
     if phys < store.commitlog.min_offset or size <= 0 or size == _FILLER_SIZE:
         return None
     return record.store_timestamp(store.commitlog.read(phys, record.STORE_TIMESTAMP_PEEK))
 
 
-def _unit_time(store, cq, index: int) -> int | None:
+def _unit_time(store: MessageStore, cq: ConsumeQueue, index: int) -> int | None:
     unit = cq.get(index)
     if unit is None:
         return None
     return store_timestamp_at(store, unit[0], unit[1])
 
 
-def queue_store_time(store, topic: str, queue_id: int, offset: int) -> int | None:
+def queue_store_time(store: MessageStore, topic: str, queue_id: int, offset: int) -> int | None:
     """Store time of the message at logical `offset` of a queue (None if there is none)."""
     cq = store.queues.get((topic, queue_id))
     if cq is None or not cq.min_index <= offset < cq.max_index:
@@ -33,7 +39,7 @@ def queue_store_time(store, topic: str, queue_id: int, offset: int) -> int | Non
     return _unit_time(store, cq, offset)
 
 
-def earliest_msg_store_time(store, topic: str, queue_id: int) -> int | None:
+def earliest_msg_store_time(store: MessageStore, topic: str, queue_id: int) -> int | None:
     """GET_EARLIEST_MSG_STORETIME: store time of the first message still readable in the queue."""
     cq = store.queues.get((topic, queue_id))
     if cq is None:
@@ -45,7 +51,7 @@ def earliest_msg_store_time(store, topic: str, queue_id: int) -> int | None:
     return None
 
 
-def search_offset_by_timestamp(store, topic: str, queue_id: int, timestamp: int) -> int:
+def search_offset_by_timestamp(store: MessageStore, topic: str, queue_id: int, timestamp: int) -> int:
     """SEARCH_OFFSET_BY_TIMESTAMP, as RocketMQ 4.x answers it.
 
     Binary search over the queue's readable units for the first message stored at or after
@@ -58,12 +64,16 @@ def search_offset_by_timestamp(store, topic: str, queue_id: int, timestamp: int)
         return 0
     lo = cq.min_index
     # Skip units whose records were deleted from the commit log.
-    while lo < cq.max_index and _unit_time(store, cq, lo) is None:
+    first: int | None = None
+    while lo < cq.max_index:
+        first = _unit_time(store, cq, lo)
+        if first is not None:
+            break
         lo += 1
     hi = cq.max_index - 1
-    if lo > hi:
+    if first is None:  # lo > hi: no unit's record is still readable
         return cq.max_index
-    if timestamp <= _unit_time(store, cq, lo):
+    if timestamp <= first:
         return lo
     last = _unit_time(store, cq, hi)
     if last is None or timestamp > last:
@@ -79,7 +89,7 @@ def search_offset_by_timestamp(store, topic: str, queue_id: int, timestamp: int)
     return hi
 
 
-def record_at(store, phys: int) -> tuple[bytes, record.Message] | None:
+def record_at(store: MessageStore, phys: int) -> tuple[bytes, record.Message] | None:
     """The raw record at commit-log offset `phys` and its decoded form, if a message is stored there."""
     if phys < store.commitlog.min_offset or phys >= store.commitlog.max_offset:
         return None
@@ -90,12 +100,12 @@ def record_at(store, phys: int) -> tuple[bytes, record.Message] | None:
     if len(raw) != size:
         return None
     r = record.scan(raw, 0, check_crc=False)
-    if r.kind != record.Scan.MESSAGE:
+    if r.kind != record.Scan.MESSAGE or r.message is None:
         return None
     return raw, r.message
 
 
-def record_by_offset_msg_id(store, msg_id: str) -> tuple[bytes, record.Message] | None:
+def record_by_offset_msg_id(store: MessageStore, msg_id: str) -> tuple[bytes, record.Message] | None:
     """The record an offsetMsgId names (its host part is not checked), if still stored."""
     _host, phys = record.parse_offset_msg_id(msg_id)
     return record_at(store, phys)
@@ -105,14 +115,14 @@ class QueryMessageResult:
     """DefaultMessageStore.queryMessage's answer: the raw records found (oldest first) and where the
     index ended when it was read."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.records: list[bytes] = []
         self.index_last_update_timestamp = 0
         self.index_last_update_phyoffset = 0
         self.size = 0
 
 
-def query_message(store, topic: str, key: str, max_num: int, begin: int, end: int,
+def query_message(store: MessageStore, topic: str, key: str, max_num: int, begin: int, end: int,
                   max_bytes: int | None = None) -> QueryMessageResult:
     """QUERY_MESSAGE, as DefaultMessageStore.queryMessage answers it: up to three rounds of the index
     query, each one's offsets sorted ascending; the records still stored are returned raw. A round

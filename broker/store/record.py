@@ -20,7 +20,9 @@ import socket
 import struct
 import sys
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 MESSAGE_MAGIC = 0xDAA320A7
 BLANK_MAGIC = 0xCBD43194
@@ -59,6 +61,10 @@ BLANK_MAGIC_BYTES = BLANK_MAGIC.to_bytes(4, "big")
 STORE_TIMESTAMP_PEEK = _HEAD.size + 20 + 8  # a record's first bytes that hold STORETIMESTAMP (IPv6 born host)
 
 
+# What the decoders read: the stored bytes, a buffer being filled, or a view into either.
+BytesLike: TypeAlias = bytes | bytearray | memoryview
+
+
 class RecordError(ValueError):
     """A record that cannot be stored as asked (too long a topic, properties over 32767 bytes...)."""
 
@@ -76,7 +82,7 @@ def java_string_hash(s: str) -> int:
     h = sum(c[i] * 31^(n-1-i)) mod 2^32, the products summed in C for up to 4096 code units (the
     tags and index keys hashed per message), Horner's loop beyond."""
     if s.isascii() and len(s) <= len(_HASH_POWERS):  # one code unit per byte
-        h = sum(map(operator.mul, s.encode()[::-1], _HASH_POWERS)) & 0xFFFFFFFF
+        h: int = sum(map(operator.mul, s.encode()[::-1], _HASH_POWERS)) & 0xFFFFFFFF
         return h - (1 << 32) if h & 0x80000000 else h
     units = array.array("H")
     units.frombytes(s.encode("utf-16-le"))
@@ -130,7 +136,7 @@ def _separators_match(text: str, n: int) -> bool:
 # -- hosts ----------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=1024)
-def _packed_ip(ip) -> bytes:
+def _packed_ip(ip: str) -> bytes:
     """The 4 or 16 address bytes of an IP (cached: ipaddress parsing costs microseconds per call)."""
     return ipaddress.ip_address(ip).packed
 
@@ -140,7 +146,7 @@ def encode_host(host: tuple[str, int]) -> bytes:
     return _packed_ip(ip) + _I4.pack(port)
 
 
-def decode_host(raw: bytes) -> tuple[str, int]:
+def decode_host(raw: BytesLike) -> tuple[str, int]:
     return str(ipaddress.ip_address(bytes(raw[:-4]))), _I4.unpack_from(raw, len(raw) - 4)[0]
 
 
@@ -254,10 +260,10 @@ def encode(msg: Message) -> EncodedRecord:
     props = text.encode("utf-8")
     if len(props) > MAX_PROPERTIES_BYTES:
         raise RecordError(f"properties are {len(props)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
-    born_ip, born_port = msg.born_host
-    store_ip, store_port = msg.store_host
-    born_ip = _packed_ip(born_ip)
-    store_ip = _packed_ip(store_ip)
+    born_name, born_port = msg.born_host
+    store_name, store_port = msg.store_host
+    born_ip = _packed_ip(born_name)
+    store_ip = _packed_ip(store_name)
     v6 = (len(born_ip) == 16) | (len(store_ip) == 16) << 1
     sys_flag = (msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)) | (v6 << 4)  # the two host bits
     body = bytes(msg.body)
@@ -303,7 +309,7 @@ class ScanResult:
     reason: str = ""
 
 
-def scan(buf, pos: int = 0, check_crc: bool = True, decode_body: bool = True) -> ScanResult:
+def scan(buf: BytesLike, pos: int = 0, check_crc: bool = True, decode_body: bool = True) -> ScanResult:
     """Validate and decode the record at buf[pos:]. Never raises on bad bytes."""
     avail = len(buf) - pos
     if avail < 8:
@@ -333,7 +339,7 @@ class _Mismatch(Exception):
     pass
 
 
-def _decode_fields(buf, pos: int, total: int, check_crc: bool, decode_body: bool) -> Message:
+def _decode_fields(buf: BytesLike, pos: int, total: int, check_crc: bool, decode_body: bool) -> Message:
     (_, _, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(buf, pos)
     p = pos + _HEAD.size
     born_len = 20 if sys_flag & FLAG_BORNHOST_V6 else 8
@@ -367,7 +373,7 @@ def _decode_fields(buf, pos: int, total: int, check_crc: bool, decode_body: bool
                    queue_offset=queue_offset, physical_offset=phys, total_size=total, body_crc=crc)
 
 
-def iter_records(buf, base_offset: int = 0, check_crc: bool = True):
+def iter_records(buf: BytesLike, base_offset: int = 0, check_crc: bool = True) -> Iterator[tuple[int, ScanResult]]:
     """Yield (physical_offset, ScanResult) for each record in a buffer holding part of one file.
 
     Stops after a blank, an invalid record or a partial tail (yielded last so callers can tell why).
@@ -381,16 +387,17 @@ def iter_records(buf, base_offset: int = 0, check_crc: bool = True):
         pos += r.size
 
 
-def message_size(head) -> int:
+def message_size(head: BytesLike) -> int:
     """TOTALSIZE of the message whose first bytes (HEAD_SIZE or more) are `head`; 0 when they are not
     a message's (too few bytes, a blank, garbage, a TOTALSIZE that is not positive)."""
     if len(head) < HEAD_SIZE:
         return 0
+    total: int
     total, magic = _BLANK.unpack_from(head)
     return total if magic == MESSAGE_MAGIC and total > 0 else 0
 
 
-def store_timestamp(head) -> int | None:
+def store_timestamp(head: BytesLike) -> int | None:
     """STORETIMESTAMP of the message whose first bytes are `head` (STORE_TIMESTAMP_PEEK of them are
     always enough); None when they are not a message's head or too few to reach the field."""
     if len(head) < _HEAD.size:
@@ -426,8 +433,8 @@ class IndexInfo:
     __slots__ = ("size", "topic", "queue_id", "queue_offset", "physical_offset", "sys_flag",
                  "store_timestamp", "tags_code", "props")
 
-    def __init__(self, size, topic, queue_id, queue_offset, physical_offset, sys_flag, store_timestamp,
-                 tags_code, props: bytes = b""):
+    def __init__(self, size: int, topic: str, queue_id: int, queue_offset: int, physical_offset: int,
+                 sys_flag: int, store_timestamp: int, tags_code: int, props: bytes = b""):
         self.size = size
         self.topic = topic
         self.queue_id = queue_id
@@ -469,7 +476,7 @@ def _tags_code_from_props(props: bytes) -> int:
         end = i  # an empty value is skipped, as Java does: an earlier TAGS may still count
 
 
-def scan_index(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, IndexInfo | None, str]:
+def scan_index(buf: BytesLike, pos: int = 0, check_crc: bool = True) -> tuple[str, int, IndexInfo | None, str]:
     """Like scan(), but returns (kind, size, IndexInfo, reason) and decodes only what indexing needs.
 
     Validation is the same as scan()'s: magic, TOTALSIZE against the field lengths, body CRC.
@@ -554,14 +561,18 @@ def decode_host_cached(raw: bytes) -> tuple[str, int]:
     return decode_host(raw)
 
 
-def _summary_of(msg: Message, store_host_raw: bytes, record_crc: int) -> tuple:
+# scan_summary()'s fields, in SUMMARY_FIELDS order.
+Summary: TypeAlias = tuple[int, int, int, int, int, int, int, int, bytes, str, str | None, str | None, str | None, int]
+
+
+def _summary_of(msg: Message, store_host_raw: bytes, record_crc: int) -> Summary:
     props = msg.properties
     return (msg.total_size, msg.body_crc, msg.queue_id, msg.queue_offset, msg.physical_offset, msg.sys_flag,
             msg.born_timestamp, msg.store_timestamp, store_host_raw, msg.topic, props.get("UNIQ_KEY"),
             props.get("KEYS"), props.get("TAGS"), record_crc)
 
 
-def _scan_summary_slow(buf, pos: int, check_crc: bool) -> tuple[str, int, tuple | None, str]:
+def _scan_summary_slow(buf: BytesLike, pos: int, check_crc: bool) -> tuple[str, int, Summary | None, str]:
     """scan() itself, for whatever the fast path did not accept: same verdicts, same reasons."""
     try:
         r = scan(buf, pos, check_crc, False)
@@ -570,11 +581,12 @@ def _scan_summary_slow(buf, pos: int, check_crc: bool) -> tuple[str, int, tuple 
     if r.kind != Scan.MESSAGE:
         return r.kind, r.size, None, r.reason
     m = r.message
+    assert m is not None  # a MESSAGE scan carries its message
     raw = encode_host(m.store_host)
     return Scan.MESSAGE, r.size, _summary_of(m, raw, zlib.crc32(memoryview(buf)[pos:pos + r.size])), ""
 
 
-def scan_summary(buf, pos: int = 0, check_crc: bool = True) -> tuple[str, int, tuple | None, str]:
+def scan_summary(buf: BytesLike, pos: int = 0, check_crc: bool = True) -> tuple[str, int, Summary | None, str]:
     """Like scan(), but returns (kind, size, fields, reason) with fields a tuple in SUMMARY_FIELDS order.
 
     Accepts exactly what scan() accepts (magic, TOTALSIZE against the field lengths, body CRC, a UTF-8
