@@ -28,9 +28,16 @@ import errno
 import fcntl
 import os
 import socket
+from collections.abc import Callable
+from typing import Any
 
 from twisted.internet import main, tcp
 from twisted.internet.posixbase import PosixReactorBase
+from twisted.python.failure import Failure
+
+from broker.store.mapped_file import MappedFile
+
+from .master_session import FileFrame
 
 HEADER_FLAGS = getattr(socket, "MSG_MORE", 0)  # header and body leave in one segment
 RECV_BUFFER = 1 << 20  # the reference slave reads into a 4 MiB buffer; 1 MiB covers any socket read here
@@ -39,7 +46,7 @@ MAX_FILLS = 16  # pipe fills per readable event, so one busy link cannot keep th
 CAN_SPLICE = hasattr(os, "splice")
 
 try:
-    from . import _frames
+    from . import _frames  # type: ignore[attr-defined]  # the C extension (_frames.c), no stub
 except ImportError:  # not built here (no C compiler at install time): the Python loop does it all
     _frames = None
 
@@ -53,14 +60,14 @@ class _FileFrames:
 
     __slots__ = ("file", "frames", "index", "header_sent", "body_sent")
 
-    def __init__(self, file, frames):
+    def __init__(self, file: MappedFile, frames: list[FileFrame]):
         self.file = file
         self.frames = frames
         self.index = 0
         self.header_sent = 0
         self.body_sent = 0
 
-    def send(self, sock) -> bool:
+    def send(self, sock: socket.socket) -> bool:
         """Write what the socket takes; True when every frame is out. Raises OSError on a dead link."""
         out_fd = sock.fileno()
         frames = self.frames
@@ -98,7 +105,7 @@ class FileFrameServer(tcp.Server):
     def _buffered(self) -> int:
         return len(self.dataBuffer) - self.offset + self._tempDataLen
 
-    def write_file_frames(self, file, frames) -> bool:
+    def write_file_frames(self, file: MappedFile, frames: list[FileFrame]) -> bool:
         """Queue frames [(header, file position, size)] of `file` (a MappedFile) and send what the
         socket takes now. True when all went out; otherwise the producer is resumed once they have."""
         if not self.connected or self.disconnecting or self._writeDisconnected:
@@ -121,7 +128,7 @@ class FileFrameServer(tcp.Server):
         self.startWriting()
         return False
 
-    def doWrite(self):
+    def doWrite(self) -> Any:  # what tcp.Server.doWrite returns (unannotated)
         pending = self._file_frames
         if pending is None:
             return super().doWrite()
@@ -152,7 +159,7 @@ class HAPort(tcp.Port):
     transport = FileFrameServer
 
 
-def _read_some(read) -> tuple[int, object]:
+def _read_some(read: Callable[[], int]) -> tuple[int, BaseException | None]:
     """One non-blocking read: (bytes read, None); (0, None) when the socket holds nothing now; or
     (0, why) when the link ended (Twisted's CONNECTION_DONE or CONNECTION_LOST)."""
     while True:
@@ -172,7 +179,8 @@ class RecvIntoClient(tcp.Client):
 
     _recv_buf: bytearray | None = None
 
-    def doRead(self):
+    # ignore[override]: tcp._AbortingMixin types doRead by assigning it a lambda that returns None
+    def doRead(self) -> BaseException | None:  # type: ignore[override]
         buf = self._recv_buf
         if buf is None:
             buf = self._recv_buf = bytearray(max(self.bufferSize, RECV_BUFFER))
@@ -188,10 +196,11 @@ class RecvIntoClient(tcp.Client):
                 break
             n += got
         if n:
-            self.protocol.dataReceived(view[:n])
+            # IProtocol is a zope interface: mypy reads its methods as taking no self (no mypy-zope)
+            self.protocol.dataReceived(view[:n])  # type: ignore[call-arg]
         return result
 
-    def write(self, data) -> None:
+    def write(self, data: bytes) -> None:
         if (self.connected and not self._writeDisconnected and not self.disconnecting
                 and len(self.dataBuffer) - self.offset + self._tempDataLen == 0):
             try:
@@ -213,7 +222,8 @@ class SplicePipe:
     def __init__(self, size: int = PIPE_SIZE, compiled: bool = True):
         self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         if not (compiled and _frames is not None):
-            self.store_frames = None  # SlaveSession.drain then reads every header itself
+            # SlaveSession.drain then reads every header itself (it looks store_frames up with getattr)
+            self.store_frames = None  # type: ignore[method-assign, assignment]
         try:
             fcntl.fcntl(self.w, fcntl.F_SETPIPE_SZ, size)
         except OSError:
@@ -234,19 +244,19 @@ class SplicePipe:
         self.available -= len(data)
         return data
 
-    def store(self, file, pos: int, n: int) -> int:
+    def store(self, file: MappedFile, pos: int, n: int) -> int:
         moved = file.splice_in(self.r, pos, min(n, self.available))
         self.available -= moved
         return moved
 
-    def store_frames(self, file, pos: int, body_left: int, body_size: int, next_offset: int, file_end: int,
-                     max_body: int):
+    def store_frames(self, file: MappedFile, pos: int, body_left: int, body_size: int, next_offset: int,
+                     file_end: int, max_body: int) -> tuple[Any, ...]:
         """Run _frames.splice_frames over what the pipe holds (see its doc); the pipe's count follows.
         A failed system call is raised as the Python loop raises it, once the state it returns is applied
         by the caller: the error comes back as `err` in the tuple. A closed file (fd -1) fails in the
         splice with EBADF, as splice_in does, and only if a body is to go into it."""
-        out = _frames.splice_frames(self.r, self.available, file.fd, pos, body_left, body_size, next_offset,
-                                    file_end, max_body)
+        out: tuple[Any, ...] = _frames.splice_frames(self.r, self.available, file.fd, pos, body_left, body_size,
+                                                     next_offset, file_end, max_body)
         self.available = out[0]
         return out
 
@@ -264,14 +274,15 @@ class SpliceClient(RecvIntoClient):
     @property
     def compiled_frames(self) -> bool:
         """Whether the frame loop runs in C (_frames is built and the connector allows it)."""
-        return _frames is not None and getattr(self.connector, "compiled_frames", True)
+        return _frames is not None and bool(getattr(self.connector, "compiled_frames", True))
 
-    def doRead(self):
+    def doRead(self) -> BaseException | None:  # type: ignore[override]  # as RecvIntoClient.doRead
         pipe = self._pipe
         if pipe is None:
             pipe = self._pipe = SplicePipe(compiled=self.compiled_frames)
         fd = self.socket.fileno()
-        result, filled = None, False
+        result: BaseException | None = None
+        filled = False
         for _ in range(MAX_FILLS):
             if pipe.available == pipe.capacity:
                 break  # the protocol stopped draining (it is closing the connection)
@@ -286,7 +297,7 @@ class SpliceClient(RecvIntoClient):
             self.protocol.readDone()  # one report for everything this read stored
         return result
 
-    def connectionLost(self, reason):
+    def connectionLost(self, reason: Failure) -> None:
         try:
             super().connectionLost(reason)
         finally:
@@ -299,16 +310,16 @@ class HAConnector(tcp.Connector):
     zero_copy = CAN_SPLICE
     compiled_frames = True
 
-    def _makeTransport(self):
+    def _makeTransport(self) -> RecvIntoClient:
         kind = SpliceClient if self.zero_copy else RecvIntoClient
         return kind(self.host, self.port, self.bindAddress, self, self.reactor)
 
 
-def _real(reactor) -> bool:
+def _real(reactor: object) -> bool:
     return isinstance(reactor, PosixReactorBase)
 
 
-def listen_tcp(reactor, port: int, factory, backlog: int = 50, interface: str = ""):
+def listen_tcp(reactor: Any, port: int, factory: Any, backlog: int = 50, interface: str = "") -> Any:
     if not _real(reactor):
         return reactor.listenTCP(port, factory, backlog=backlog, interface=interface)
     p = HAPort(port, factory, backlog, interface, reactor)
@@ -316,8 +327,8 @@ def listen_tcp(reactor, port: int, factory, backlog: int = 50, interface: str = 
     return p
 
 
-def connect_tcp(reactor, host: str, port: int, factory, timeout: float = 30, zero_copy: bool = True,
-                compiled_frames: bool = True):
+def connect_tcp(reactor: Any, host: str, port: int, factory: Any, timeout: float = 30, zero_copy: bool = True,
+                compiled_frames: bool = True) -> Any:
     """zero_copy: the slave's stream goes socket -> pipe -> commit log with splice (where there is one);
     compiled_frames: its frame loop in C (where _frames is built)."""
     if not _real(reactor):
