@@ -6,16 +6,21 @@ of the reference's fixed 5 s, so a slave is back within about a second of its ma
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, cast
 
 from twisted.internet import protocol
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IAddress, IConnector, IPushProducer
+from twisted.python.failure import Failure
 from zope.interface import implementer
+
+from broker.clock import Clock, DelayedCall
 
 from ..store.mapped_file import StoreError
 from ..supervision import PeriodicService
 from .master import tune_socket
-from .slave_session import OffsetMismatch, SlaveSession
-from .transport import RecvIntoClient, SpliceClient, connect_tcp
+from .slave_session import OffsetMismatch, ReplicaStore, SlaveSession
+from .transport import RecvIntoClient, SpliceClient, SplicePipe, connect_tcp
 from .wire import ProtocolError
 
 log = logging.getLogger("broker.ha.slave")
@@ -25,6 +30,19 @@ log = logging.getLogger("broker.ha.slave")
 # slave's dispatch (~60 MiB/s of 1 KiB messages per core) keeps up with at full speed. Above it, a
 # throttled slice still dispatches at least one record, so very large messages keep moving too.
 CATCH_UP_RATE = 64 << 20
+
+_S = TypeVar("_S")
+
+
+class _Link(Protocol):
+    """What the protocol uses of its transport (transport.RecvIntoClient/SpliceClient, or a test's)."""
+    bufferSize: int
+
+    def write(self, data: bytes) -> None: ...
+
+    def abortConnection(self) -> None: ...
+
+    def registerProducer(self, producer: object, streaming: bool) -> None: ...
 
 
 class ClientState:
@@ -40,29 +58,39 @@ class SlaveHAProtocol(protocol.Protocol):
         self.client = client
         self.session: SlaveSession | None = None
 
-    def connectionMade(self):
+    @property
+    def link(self) -> _Link:
+        """self.transport, typed as this protocol uses it (Twisted's ITransport is a zope interface)."""
+        return cast(_Link, self.transport)
+
+    def _live(self) -> SlaveSession:
+        """The session: made in connectionMade, before any byte is received."""
+        assert self.session is not None
+        return self.session
+
+    def connectionMade(self) -> None:
         c = self.client
         tune_socket(self.transport, c.socket_buffer)
         # Read in big chunks, as the reference's 4 MiB buffer does.
-        self.transport.bufferSize = 1 << 20
-        self.transport.registerProducer(self, True)
+        self.link.bufferSize = 1 << 20
+        self.link.registerProducer(self, True)
         self.session = SlaveSession(c.store, heartbeat_s=c.heartbeat_s, housekeeping_s=c.housekeeping_s,
                                     now=c.clock.seconds())
         c.connected(self)
-        self.transport.write(self.session.start(c.clock.seconds()))
+        self.link.write(self.session.start(c.clock.seconds()))
 
-    def dataReceived(self, data):
-        self._stored(self.session.on_data, data)
+    def dataReceived(self, data: bytes) -> None:
+        self._stored(self._live().on_data, data)
 
-    def pipeReceived(self, pipe):
+    def pipeReceived(self, pipe: SplicePipe) -> None:
         """The zero-copy transport's stream: headers are read from the pipe, bodies spliced to disk.
         The transport calls readDone after the last fill of a read: one report per read."""
-        self._stored(self.session.drain, pipe)
+        self._stored(self._live().drain, pipe)
 
-    def readDone(self):
-        self._stored(lambda _none, now: self.session.report_if_moved(now), None)
+    def readDone(self) -> None:
+        self._stored(lambda _none, now: self._live().report_if_moved(now), None)
 
-    def _stored(self, take, source):
+    def _stored(self, take: Callable[[_S, float], bytes | None], source: _S) -> None:
         if self.failed:
             return  # nothing after a bad frame counts, even what its read still holds
         c = self.client
@@ -83,29 +111,30 @@ class SlaveHAProtocol(protocol.Protocol):
                       c.master_address, e)
             self._abort()
             return
-        if self.session.master_behind is not None:
-            c.master_behind(self.session.master_behind)
+        behind = self._live().master_behind
+        if behind is not None:
+            c.master_behind(behind)
         if report is not None:
-            self.transport.write(report)
+            self.link.write(report)
 
     failed = False  # set when the stream broke a rule: the connection is being aborted
 
-    def _abort(self):
+    def _abort(self) -> None:
         self.failed = True
-        self.transport.abortConnection()
+        self.link.abortConnection()
 
     # A report that cannot even be buffered means the master stopped reading: treat as failed.
-    def pauseProducing(self):
+    def pauseProducing(self) -> None:
         log.error("closing HA connection to master %s: reports are not being read", self.client.master_address)
-        self.transport.abortConnection()
+        self.link.abortConnection()
 
-    def resumeProducing(self):
+    def resumeProducing(self) -> None:
         pass
 
-    def stopProducing(self):
+    def stopProducing(self) -> None:
         pass
 
-    def tick(self, now: float):
+    def tick(self, now: float) -> None:
         s = self.session
         if s is None:
             return
@@ -113,31 +142,32 @@ class SlaveHAProtocol(protocol.Protocol):
             log.warning("closing HA connection to master %s: nothing read for %.1fs (haHousekeepingInterval)",
                         self.client.master_address, now - s.last_read)
             self.client.housekeeping_closes.inc()
-            self.transport.abortConnection()
+            self.link.abortConnection()
             return
         hb = s.heartbeat(now)
         if hb is not None:
-            self.transport.write(hb)
+            self.link.write(hb)
 
-    def connectionLost(self, reason):
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         self.client.disconnected(self, reason)
 
 
 class _Factory(protocol.ClientFactory):
-    def __init__(self, client):
+    def __init__(self, client: HAClient):
         self.client = client
 
-    def buildProtocol(self, addr):
+    def buildProtocol(self, addr: IAddress | None) -> SlaveHAProtocol:
         return SlaveHAProtocol(self.client)
 
-    def clientConnectionFailed(self, connector, reason):
+    def clientConnectionFailed(self, connector: IConnector, reason: Failure) -> None:
         self.client.connect_failed(reason)
 
 
 class HAClient:
-    def __init__(self, store, master_address: str | None, *, clock, reactor, heartbeat_ms=5000,
-                 housekeeping_ms=20000, socket_buffer=65536, reconnect_max_ms=1000, zero_copy=True,
-                 compiled_frames=True, metrics=None):
+    def __init__(self, store: ReplicaStore, master_address: str | None, *, clock: Clock, reactor: Any,
+                 heartbeat_ms: int = 5000, housekeeping_ms: int = 20000, socket_buffer: int = 65536,
+                 reconnect_max_ms: int = 1000, zero_copy: bool = True, compiled_frames: bool = True,
+                 metrics: Any = None):
         self.store = store
         self.master_address = master_address or None
         self.clock = clock
@@ -150,16 +180,16 @@ class HAClient:
         self.compiled_frames = compiled_frames
         self.state = ClientState.NO_MASTER
         self.proto: SlaveHAProtocol | None = None
-        self.connector = None
-        self._retry = None
+        self.connector: Any = None  # what connect_tcp returned: an IConnector
+        self._retry: DelayedCall | None = None
         self._delay = 0.1
-        self._ticker = None
+        self._ticker: PeriodicService | None = None
         self.last_mismatch: tuple[int, int] | None = None
         self.behind: tuple[int, int] | None = None  # (our max offset, master's offset): MASTER_BEHIND
-        self.connected_since = None
+        self.connected_since: float | None = None
         self._install_metrics(metrics)
 
-    def _install_metrics(self, reg):
+    def _install_metrics(self, reg: Any) -> None:  # a broker.metrics Registry, or None: a private one
         from ..metrics import Registry
         reg = reg or Registry()
         self.metrics = reg
@@ -181,7 +211,7 @@ class HAClient:
                            ({"side": "master"}, self.last_mismatch[1] if self.last_mismatch else -1)])
 
     # -- lifecycle --------------------------------------------------------------------------------
-    def start(self):
+    def start(self) -> None:
         interval = max(0.01, min(1.0, self.heartbeat_s / 5, self.housekeeping_s / 5))
         self._ticker = PeriodicService("ha_client", self.tick, interval, self.clock, self.metrics,
                                        max_backoff=1.0, logger=log)
@@ -191,28 +221,28 @@ class HAClient:
         else:
             log.info("no haMasterAddress yet: the slave waits for one (from config or the name server)")
 
-    def stop(self):
+    def stop(self) -> None:
         self.state = ClientState.STOPPED
         if self._ticker is not None:
             self._ticker.stop()
         if self._retry is not None and self._retry.active():
             self._retry.cancel()
         if self.proto is not None:
-            self.proto.transport.abortConnection()
+            self.proto.link.abortConnection()
         if self.connector is not None:
             self.connector.disconnect()
 
-    def set_master_address(self, address: str | None):
+    def set_master_address(self, address: str | None) -> None:
         if address == self.master_address or self.state == ClientState.STOPPED:
             return
         log.info("haMasterAddress changed: %s -> %s", self.master_address, address)
         self.master_address = address or None
         if self.proto is not None:
-            self.proto.transport.abortConnection()  # disconnected() reconnects to the new address
+            self.proto.link.abortConnection()  # disconnected() reconnects to the new address
         elif address and self.state == ClientState.NO_MASTER:
             self.connect()
 
-    def connect(self):
+    def connect(self) -> None:
         self._retry = None
         if self.state == ClientState.STOPPED or not self.master_address:
             self.state = ClientState.NO_MASTER if self.state != ClientState.STOPPED else self.state
@@ -222,7 +252,7 @@ class HAClient:
         self.connector = connect_tcp(self.reactor, host, int(port), _Factory(self), timeout=3,
                                      zero_copy=self.zero_copy, compiled_frames=self.compiled_frames)
 
-    def _schedule_reconnect(self):
+    def _schedule_reconnect(self) -> None:
         if self.state == ClientState.STOPPED:
             return
         self.state = ClientState.CONNECTING if self.master_address else ClientState.NO_MASTER
@@ -231,7 +261,7 @@ class HAClient:
             self._delay = min(self._delay * 2, self.reconnect_max_s)
 
     # -- events from the protocol -----------------------------------------------------------------
-    def connected(self, proto):
+    def connected(self, proto: SlaveHAProtocol) -> None:
         self.proto = proto
         self.behind = None
         self.state = ClientState.CONNECTED
@@ -240,7 +270,7 @@ class HAClient:
         self.reconnects.inc()
         log.info("connected to master %s, reporting maxPhyOffset=%d", self.master_address, self.store.max_offset)
 
-    def disconnected(self, proto, reason):
+    def disconnected(self, proto: SlaveHAProtocol, reason: Failure) -> None:
         if self.proto is proto:
             self.proto = None
         if self.state != ClientState.STOPPED:
@@ -248,11 +278,11 @@ class HAClient:
                      reason.getErrorMessage())
             self._schedule_reconnect()
 
-    def connect_failed(self, reason):
+    def connect_failed(self, reason: Failure) -> None:
         log.debug("cannot reach master %s: %s", self.master_address, reason.getErrorMessage())
         self._schedule_reconnect()
 
-    def master_behind(self, offsets: tuple[int, int]):
+    def master_behind(self, offsets: tuple[int, int]) -> None:
         if offsets != self.behind:
             log.error("MASTER_BEHIND: the master at %s is behind this slave, SLAVE: %d MASTER: %d (it restarted "
                       "without the bytes in [%d, %d), e.g. after a power loss). This slave keeps its data, "
@@ -262,7 +292,7 @@ class HAClient:
                       self.master_address, offsets[0], offsets[1], offsets[1], offsets[0])
         self.behind = offsets
 
-    def offset_mismatch(self, e: OffsetMismatch):
+    def offset_mismatch(self, e: OffsetMismatch) -> None:
         self.mismatches.inc()
         self.last_mismatch = (e.slave_offset, e.master_offset)
         log.error("%s; closing to reconnect and report the slave's true offset", e)
@@ -281,7 +311,7 @@ class HAClient:
         return (s is not None and s.last_data is not None and now - s.last_data < window
                 and s.recent_rate >= CATCH_UP_RATE)
 
-    def tick(self):
+    def tick(self) -> None:
         if self.proto is not None:
             self.proto.tick(self.clock.seconds())
 
@@ -295,7 +325,7 @@ class HAClient:
             return "splice+compiled" if t.compiled_frames else "splice"
         return "recv_into+pwrite" if isinstance(t, RecvIntoClient) else "twisted+pwrite"
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         s = self.proto.session if self.proto else None
         behind = self.behind if self.proto is not None else None
         return {
