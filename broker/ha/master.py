@@ -12,17 +12,20 @@ import json
 import logging
 import os
 import socket
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
-from twisted.internet import protocol
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet import defer, protocol
+from twisted.internet.interfaces import IAddress, IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from broker.store.message_store import PutStatus
+from broker.clock import Clock, DelayedCall
+from broker.store.message_store import MessageStore, PutStatus
 
 from ..supervision import PeriodicService
 from .group_transfer import GroupTransfer
-from .master_session import Incarnation, MasterSession, SessionState
+from .master_session import Ack, Incarnation, MasterSession, SessionState
 from .peers import PEERS_FILE, ProvenPeers, load_peers, save_peers
 from .transport import listen_tcp
 from .wire import ProtocolError
@@ -33,9 +36,21 @@ READ_SIZE = 1 << 20  # log bytes read at once, then cut into haTransferBatchSize
 READS_PER_TURN = 4  # then yield to the reactor so other connections and clients get served
 
 
-def tune_socket(transport, buffer_size: int) -> None:
+class _Link(Protocol):
+    """What the protocol uses of its transport (transport.FileFrameServer, tcp.Server, or a test's)."""
+
+    def getPeer(self) -> IAddress: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def abortConnection(self) -> None: ...
+
+    def registerProducer(self, producer: object, streaming: bool) -> None: ...
+
+
+def tune_socket(transport: object, buffer_size: int) -> None:
     """TCP_NODELAY and fixed buffers, as the reference sets on HA sockets (no-op on test transports)."""
-    sock = getattr(transport, "getHandle", lambda: None)()
+    sock: Any = getattr(transport, "getHandle", lambda: None)()
     if not hasattr(sock, "setsockopt"):
         return
     try:
@@ -54,21 +69,32 @@ class MasterHAProtocol(protocol.Protocol):
         self.service = service
         self.session: MasterSession | None = None
         self.paused = False
-        self.pump_scheduled = None
+        self.pump_scheduled: DelayedCall | None = None
         self.peer = "?"
 
-    def connectionMade(self):
+    @property
+    def link(self) -> _Link:
+        """self.transport, typed as this protocol uses it (Twisted's ITransport is a zope interface)."""
+        return cast(_Link, self.transport)
+
+    @property
+    def live_session(self) -> MasterSession:
+        """The session of a connected protocol (made in connectionMade): what _reported() returns have one."""
+        assert self.session is not None
+        return self.session
+
+    def connectionMade(self) -> None:
         svc = self.service
-        p = self.transport.getPeer()
+        p = self.link.getPeer()
         self.peer = f"{getattr(p, 'host', '?')}:{getattr(p, 'port', id(self))}"
         tune_socket(self.transport, svc.socket_buffer)
         self.session = MasterSession(svc.store.commitlog, self.peer, batch_size=svc.batch_size,
                                      heartbeat_s=svc.heartbeat_s, housekeeping_s=svc.housekeeping_s,
                                      now=svc.clock.seconds(), incarnation=svc.incarnation)
-        self.transport.registerProducer(self, True)
+        self.link.registerProducer(self, True)
         svc.connection_made(self)
 
-    def dataReceived(self, data):
+    def dataReceived(self, data: bytes) -> None:
         svc = self.service
         if self.session is None or self.session.state == SessionState.CLOSED:
             return  # closed by us; the transport may still hand over what was already read
@@ -85,13 +111,13 @@ class MasterHAProtocol(protocol.Protocol):
                 self.pump()
 
     # -- writer -----------------------------------------------------------------------------------
-    def pump(self):
+    def pump(self) -> None:
         self.pump_scheduled = None
         s = self.session
         if s is None or self.paused or s.state == SessionState.CLOSED:
             return
         now = self.service.clock.seconds()
-        t = self.transport
+        t: Any = self.transport  # FileFrameServer (zero-copy) or any other transport
         if getattr(t, "file_frames_pending", None) is not None:
             # Zero-copy: headers, then bodies straight from the commit-log file (os.sendfile). The
             # transport resumes us once the frames it could not send at once have gone out.
@@ -115,14 +141,14 @@ class MasterHAProtocol(protocol.Protocol):
                 return
         self.schedule_pump()
 
-    def schedule_pump(self):
+    def schedule_pump(self) -> None:
         if self.pump_scheduled is None and not self.paused:
             self.pump_scheduled = self.service.clock.callLater(0, self.pump)
 
-    def pauseProducing(self):
+    def pauseProducing(self) -> None:
         self.paused = True
 
-    def resumeProducing(self):
+    def resumeProducing(self) -> None:
         # The transport calls this the moment its queue drains: refill now rather than a reactor turn
         # later (about +10 % catch-up with 64 KiB socket buffers). Enlarging Twisted's queue instead
         # made it slower: it re-joins what is queued on every write.
@@ -131,11 +157,11 @@ class MasterHAProtocol(protocol.Protocol):
             self.pump_scheduled.cancel()
         self.pump()
 
-    def stopProducing(self):
+    def stopProducing(self) -> None:
         self.paused = True
 
-    def tick(self, now: float):
-        s = self.session
+    def tick(self, now: float) -> None:
+        s = self.live_session
         if s.expired(now):
             log.warning("closing HA connection from %s: nothing read for %.1fs (haHousekeepingInterval); "
                         "slaveAckOffset=%d", self.peer, now - s.last_read, s.slave_ack_offset)
@@ -145,17 +171,17 @@ class MasterHAProtocol(protocol.Protocol):
         if not self.paused and not getattr(self.transport, "file_frames_pending", False):
             hb = s.heartbeat(now)
             if hb is not None:
-                self.transport.write(hb)
+                self.link.write(hb)
 
-    def close(self):
+    def close(self) -> None:
         if self.session is not None:
             self.session.state = SessionState.CLOSED
         if self.pump_scheduled is not None and self.pump_scheduled.active():
             self.pump_scheduled.cancel()
         self.pump_scheduled = None
-        self.transport.abortConnection()
+        self.link.abortConnection()
 
-    def connectionLost(self, reason):
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         if self.pump_scheduled is not None and self.pump_scheduled.active():
             self.pump_scheduled.cancel()
         self.pump_scheduled = None
@@ -203,9 +229,10 @@ def save_fence(path: str, fence: tuple[int, int] | None) -> None:
 class HAService(protocol.Factory):
     """Listens on haListenPort; tracks push2SlaveMaxOffset and the sync waiters."""
 
-    def __init__(self, store, *, clock, batch_size=32768, heartbeat_ms=5000, housekeeping_ms=20000,
-                 fallbehind_max=256 * 1024 * 1024, sync_wait_ms=5000, socket_buffer=65536, metrics=None,
-                 compat49: bool = False, allowed: frozenset[str] | None = None):
+    def __init__(self, store: MessageStore, *, clock: Clock, batch_size: int = 32768, heartbeat_ms: int = 5000,
+                 housekeeping_ms: int = 20000, fallbehind_max: int = 256 * 1024 * 1024, sync_wait_ms: int = 5000,
+                 socket_buffer: int = 65536, metrics: Any = None, compat49: bool = False,
+                 allowed: frozenset[str] | None = None):
         self.store = store
         self.allowed = allowed  # haAllowedAddresses: the only peers accepted (None: anyone, as 4.9)
         self.clock = clock
@@ -235,20 +262,20 @@ class HAService(protocol.Factory):
                         "per sync wait): for comparisons only")
         self.group_transfer = GroupTransfer(clock, sync_wait_ms / 1000.0, self._sync_outcome,
                                             max_wakeups=5 if compat49 else None)
-        self._ticker = None
-        self._pump_all_scheduled = None
-        self.port = None
+        self._ticker: PeriodicService | None = None
+        self._pump_all_scheduled: DelayedCall | None = None
+        self.port: Any = None  # the listening IListeningPort
         self._install_metrics(metrics)
         store.append_listeners.append(self.on_append)
 
-    def _save_peers(self, peers) -> None:
+    def _save_peers(self, peers: ProvenPeers) -> None:
         try:
             save_peers(self.peers_path, peers)
         except OSError as e:  # proven in this life still; the next one may refuse this slave if it is ahead
             log.error("cannot write %s (%s): the proven HA peers are known until this master stops, not after",
                       self.peers_path, e)
 
-    def _save_fence(self, fence) -> None:
+    def _save_fence(self, fence: tuple[int, int] | None) -> None:
         try:
             save_fence(self.fence_path, fence)
         except OSError as e:  # the fork is still enforced in this life; say the next one may miss it
@@ -256,7 +283,7 @@ class HAService(protocol.Factory):
                       self.fence_path, e, fence)
 
     # -- metrics ----------------------------------------------------------------------------------
-    def _install_metrics(self, reg):
+    def _install_metrics(self, reg: Any) -> None:  # a broker.metrics Registry, or None: a private one
         from ..metrics import Registry
         reg = reg or Registry()
         self.metrics = reg
@@ -279,7 +306,8 @@ class HAService(protocol.Factory):
         reg.gauge("ha_push2slave_max_offset", "push2SlaveMaxOffset: the highest offset any slave acknowledged",
                   lambda: self.push2slave_max_offset)
         reg.gauge("sync_waiters", "SYNC_MASTER sends waiting for a slave ack", lambda: len(self.group_transfer))
-        per_slave = lambda attr: lambda: [({"slave": c.peer}, getattr(c.session, attr)) for c in self._reported()]
+        def per_slave(attr: str) -> Callable[[], list[tuple[dict[str, str], int]]]:
+            return lambda: [({"slave": c.peer}, getattr(c.session, attr)) for c in self._reported()]
         reg.gauge("ha_slave_request_offset", "slaveRequestOffset: the offset the slave asked for on connect",
                   per_slave("slave_request_offset"))
         reg.gauge("ha_slave_ack_offset", "slaveAckOffset: the slave's last reported max offset",
@@ -287,30 +315,30 @@ class HAService(protocol.Factory):
         reg.gauge("ha_slave_next_transfer_offset", "nextTransferFromWhere for each slave",
                   per_slave("next_transfer_from"))
         reg.gauge("ha_slave_lag_bytes", "master max offset minus the slave's ack offset",
-                  lambda: [({"slave": c.peer}, c.session.lag()) for c in self._reported()])
+                  lambda: [({"slave": c.peer}, c.live_session.lag()) for c in self._reported()])
         reg.gauge("ha_slave_offset_unavailable", "1 when a slave asks for data the master no longer has",
-                  lambda: [({"slave": c.peer}, int(c.session.state == SessionState.OFFSET_UNAVAILABLE))
+                  lambda: [({"slave": c.peer}, int(c.live_session.state == SessionState.OFFSET_UNAVAILABLE))
                            for c in self._reported()])
         reg.gauge("ha_slave_ahead", "1 when a slave holds offsets this master lost (SLAVE_AHEAD: not replicated "
                   "to, not counted for sync acks; see slaveAckOffset and ha_master_start_offset)",
-                  lambda: [({"slave": c.peer}, int(c.session.state == SessionState.SLAVE_AHEAD))
+                  lambda: [({"slave": c.peer}, int(c.live_session.state == SessionState.SLAVE_AHEAD))
                            for c in self._reported()])
         reg.gauge("ha_master_start_offset", "the commit log's max offset when this master started",
                   lambda: self.incarnation.start_offset)
 
-    def _sync_outcome(self, outcome, waited):
+    def _sync_outcome(self, outcome: PutStatus, waited: float) -> None:
         self.sync_outcomes.inc(outcome=outcome)
         self.sync_latency.observe(waited, outcome=outcome)
 
     # -- lifecycle --------------------------------------------------------------------------------
-    def listen(self, reactor, port: int, interface: str = ""):
+    def listen(self, reactor: Any, port: int, interface: str = "") -> Any:
         # Twisted sets SO_REUSEADDR. A deep backlog so a burst of health probes is not dropped.
         self.port = listen_tcp(reactor, port, self, backlog=1024, interface=interface)
         self.start_ticking()
         log.info("HA service listening on %s:%d", interface or "0.0.0.0", self.port.getHost().port)
         return self.port
 
-    def start_ticking(self):
+    def start_ticking(self) -> None:
         interval = max(0.01, min(1.0, self.heartbeat_s / 5, self.housekeeping_s / 5))
         # Supervised: a failed tick is logged and counted and ticking resumes within a second, instead of
         # heartbeats and housekeeping stopping for every slave until a restart.
@@ -318,7 +346,7 @@ class HAService(protocol.Factory):
                                        max_backoff=1.0, logger=log)
         self._ticker.start()
 
-    def stop(self):
+    def stop(self) -> Any:  # the port's stopListening() Deferred, if listening
         if self._ticker is not None:
             self._ticker.stop()
         self.group_transfer.shutdown()
@@ -326,8 +354,9 @@ class HAService(protocol.Factory):
             c.close()
         if self.port is not None:
             return self.port.stopListening()
+        return None
 
-    def buildProtocol(self, addr):
+    def buildProtocol(self, addr: IAddress | None) -> MasterHAProtocol | None:
         self.accepted.inc()
         host = getattr(addr, "host", None)
         if self.allowed is not None and host not in self.allowed:
@@ -336,26 +365,26 @@ class HAService(protocol.Factory):
             return None  # Twisted closes it
         return MasterHAProtocol(self)
 
-    def connection_made(self, conn):
+    def connection_made(self, conn: MasterHAProtocol) -> None:
         self.connections.add(conn)
 
-    def connection_lost(self, conn):
+    def connection_lost(self, conn: MasterHAProtocol) -> None:
         self.connections.discard(conn)
         s = conn.session
         if s is not None and s.slave_request_offset >= 0:
             log.info("slave %s disconnected: slaveAckOffset=%d", conn.peer, s.slave_ack_offset)
 
     # -- replication state ------------------------------------------------------------------------
-    def _slaves(self):
+    def _slaves(self) -> list[MasterHAProtocol]:
         return [c for c in self.connections if c.session is not None and c.session.is_slave]
 
-    def _reported(self):
+    def _reported(self) -> list[MasterHAProtocol]:
         """Connections that sent a valid report: the slaves, and those in SLAVE_AHEAD."""
         return [c for c in self.connections if c.session is not None
                 and (c.session.is_slave or c.session.state == SessionState.SLAVE_AHEAD)]
 
-    def slaves_ahead(self) -> list:
-        return [c for c in self._reported() if c.session.state == SessionState.SLAVE_AHEAD]
+    def slaves_ahead(self) -> list[MasterHAProtocol]:
+        return [c for c in self._reported() if c.live_session.state == SessionState.SLAVE_AHEAD]
 
     @property
     def connection_count(self) -> int:
@@ -364,10 +393,10 @@ class HAService(protocol.Factory):
                        and c.session.state != SessionState.CLOSED)
         return sum(1 for c in self.connections if c.session is not None and c.session.is_slave)
 
-    def on_ack(self, conn, ack):
+    def on_ack(self, conn: MasterHAProtocol, ack: Ack) -> None:
         self.notify_transfer_some(ack.offset)
 
-    def notify_transfer_some(self, offset: int):
+    def notify_transfer_some(self, offset: int) -> None:
         if offset > self.push2slave_max_offset:
             self.push2slave_max_offset = offset
             log.debug("push2SlaveMaxOffset=%d", offset)
@@ -377,9 +406,8 @@ class HAService(protocol.Factory):
         return (self.connection_count > 0
                 and master_put_where - self.push2slave_max_offset < self.fallbehind_max)
 
-    def wait_for_slave(self, next_offset: int):
+    def wait_for_slave(self, next_offset: int) -> defer.Deferred[PutStatus]:
         """Fires with PutStatus PUT_OK, FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (HA-PROTOCOL §5)."""
-        from twisted.internet import defer
         if not self.is_slave_ok(next_offset):
             self.sync_outcomes.inc(outcome=PutStatus.SLAVE_NOT_AVAILABLE)
             return defer.succeed(PutStatus.SLAVE_NOT_AVAILABLE)
@@ -387,23 +415,23 @@ class HAService(protocol.Factory):
         self.schedule_pump_all()
         return d
 
-    def on_append(self, max_offset: int):
+    def on_append(self, max_offset: int) -> None:
         self.schedule_pump_all()
 
-    def schedule_pump_all(self):
+    def schedule_pump_all(self) -> None:
         if self._pump_all_scheduled is None:
             self._pump_all_scheduled = self.clock.callLater(0, self._pump_all)
 
-    def _pump_all(self):
+    def _pump_all(self) -> None:
         self._pump_all_scheduled = None
         for c in list(self.connections):
             c.pump()
 
-    def tick(self):
+    def tick(self) -> None:
         """Heartbeats and housekeeping for every connection. One connection's error does not starve
         the others: each gets its turn, then the first error is raised for the supervisor."""
         now = self.clock.seconds()
-        error = None
+        error: Failure | None = None
         for c in list(self.connections):
             try:
                 c.tick(now)
@@ -414,7 +442,7 @@ class HAService(protocol.Factory):
         if error is not None:
             error.raiseException()
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         return {
             "push2SlaveMaxOffset": self.push2slave_max_offset,
             "connectionCount": self.connection_count,
@@ -427,13 +455,13 @@ class HAService(protocol.Factory):
             "slavesAhead": len(self.slaves_ahead()),
             "slaves": [{
                 "addr": c.peer,
-                "state": c.session.state,
-                "slaveRequestOffset": c.session.slave_request_offset,
-                "slaveAckOffset": c.session.slave_ack_offset,
-                "nextTransferFromWhere": c.session.next_transfer_from,
-                "lagBytes": c.session.lag(),
-                "problem": c.session.problem,
-            } for c in self._reported()],
+                "state": s.state,
+                "slaveRequestOffset": s.slave_request_offset,
+                "slaveAckOffset": s.slave_ack_offset,
+                "nextTransferFromWhere": s.next_transfer_from,
+                "lagBytes": s.lag(),
+                "problem": s.problem,
+            } for c in self._reported() for s in (c.live_session,)],
         }
 
 

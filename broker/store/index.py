@@ -644,7 +644,7 @@ class IndexService:
                 if keys is None:
                     assert buf is not None  # no keys given: they are read from the stored bytes
                     put += self.build_record(phy, buf)
-                    if self._failed_since():
+                    if self.error:
                         break
                     f = self._writable_file()
                     continue
@@ -690,10 +690,6 @@ class IndexService:
             if done < len(hashes):
                 f = self._writable_file()
         return done
-
-    def _failed_since(self) -> bool:
-        """Whether a write has failed (self.error set), re-read after a call that may have set it."""
-        return bool(self.error)
 
     def _failed(self, phy: int, e: Exception) -> None:
         self.error = f"index build stopped at commit-log offset {phy}: {e}"
