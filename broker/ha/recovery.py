@@ -31,25 +31,43 @@ The Twisted wrappers: RecoveryFetcher and RecoverySourceService.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
 
 from twisted.internet import protocol
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IAddress, IConnector, IPushProducer
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from ..clock import Clock
 from ..store import record
-from ..store.record import Scan
-from .wire import MAX_FRAME_BODY, FrameReader, ProtocolError, ReportReader, encode_header, encode_report
+from ..store.message_store import MessageStore
+from ..store.record import BytesLike, Scan
+from .master_session import LogSource
+from .wire import MAX_FRAME_BODY, Frame, FrameReader, ProtocolError, ReportReader, encode_header, encode_report
 
 log = logging.getLogger("broker.ha.recovery")
 
 SOURCE_BATCH = 1 << 20  # bytes of log per frame a source sends (the reference slave takes up to 4 MiB)
 
 
+class _Link(Protocol):
+    """What the protocols use of their transport (Twisted's ITransport is a zope interface)."""
+
+    def getPeer(self) -> IAddress: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def abortConnection(self) -> None: ...
+
+    def registerProducer(self, producer: object, streaming: bool) -> None: ...
+
+
 class RecoveryRefused(ProtocolError):
     """Bytes a source sent that this master will not store: the fetch from it ends there. `records`:
     the whole records verified before them in the same feed, which are kept."""
-    records: tuple = ()
+    records: Sequence[bytes] = ()
 
 
 # -- master side, IO-free --------------------------------------------------------------------------
@@ -77,7 +95,7 @@ class RecordVerifier:
     def partial(self) -> int:
         return len(self._buf)
 
-    def feed(self, data) -> list[bytes]:
+    def feed(self, data: BytesLike) -> list[bytes]:
         """Append `data` (continuing the stream); return the records it completed, in order, each one
         within one commit-log file. Raises RecoveryRefused on the first record that fails a check."""
         self._buf += data
@@ -112,6 +130,7 @@ class RecordVerifier:
                     raise RecoveryRefused(f"end-of-file record at {at} is not followed by zeros")
             else:
                 m = r.message
+                assert m is not None  # a MESSAGE scan carries its message
                 if r.size > in_file:
                     raise RecoveryRefused(f"record at {at} of {r.size} bytes crosses its commit-log file's end")
                 if m.physical_offset != at:
@@ -151,7 +170,7 @@ class FetchSession:
     def start(self) -> bytes:
         return encode_report(self.verifier.end)
 
-    def on_data(self, data) -> tuple[list[bytes], bytes | None]:
+    def on_data(self, data: bytes) -> tuple[list[bytes], bytes | None]:
         out: list[bytes] = []
         if self.outcome != FetchOutcome.FETCHING:
             return out, None
@@ -165,7 +184,7 @@ class FetchSession:
             return out, None
         return out, (encode_report(self.verifier.end) if out else None)
 
-    def _frame(self, frame, out: list[bytes]) -> bool:
+    def _frame(self, frame: Frame, out: list[bytes]) -> bool:
         """Take one frame; True when the fetch has its answer."""
         expected = self.verifier.received_end
         if frame.body:
@@ -196,14 +215,14 @@ class SourceSession:
     """A source's side: read the fetching master's report, stream from there to this log's end, then a
     heartbeat at the end (the "nothing more" a 4.x master also says, without waiting its 5 s)."""
 
-    def __init__(self, commitlog, batch: int = SOURCE_BATCH):
+    def __init__(self, commitlog: LogSource, batch: int = SOURCE_BATCH):
         self.commitlog = commitlog
         self.batch = batch
         self.reports = ReportReader()
         self.next: int | None = None
         self.said_end = False
 
-    def on_report(self, data) -> None:
+    def on_report(self, data: bytes) -> None:
         offset = self.reports.feed(data)
         if offset is None or self.next is not None:
             return  # later reports are acks; the stream goes on from where it is
@@ -216,7 +235,8 @@ class SourceSession:
     def next_frames(self, max_bytes: int) -> list[bytes]:
         if self.next is None or self.said_end:
             return []
-        out, sent = [], 0
+        out: list[bytes] = []
+        sent = 0
         while sent < max_bytes and self.next < self.commitlog.max_offset:
             body = self.commitlog.read(self.next, min(self.batch, max_bytes - sent))
             if not body:
@@ -240,53 +260,57 @@ class _SourceProtocol(protocol.Protocol):
         self.paused = False
         self.peer = "?"
 
-    def connectionMade(self):
-        p = self.transport.getPeer()
+    @property
+    def link(self) -> _Link:
+        return cast(_Link, self.transport)
+
+    def connectionMade(self) -> None:
+        p = self.link.getPeer()
         self.peer = f"{getattr(p, 'host', '?')}:{getattr(p, 'port', '?')}"
         self.service.served += 1
-        self.transport.registerProducer(self, True)
+        self.link.registerProducer(self, True)
 
-    def dataReceived(self, data):
+    def dataReceived(self, data: bytes) -> None:
         first = self.session.next is None
         try:
             self.session.on_report(data)
         except ProtocolError as e:
             log.error("recovery source: closing connection from %s: %s", self.peer, e)
-            self.transport.abortConnection()
+            self.link.abortConnection()
             return
         if first and self.session.next is not None:
             log.warning("recovery source: %s fetches this log from %d (it ends at %d)", self.peer,
                         self.session.next, self.service.store.commitlog.max_offset)
             self.resumeProducing()
 
-    def resumeProducing(self):
+    def resumeProducing(self) -> None:
         # written in slices; the transport pauses us when its buffer is full and resumes us when it drains
         self.paused = False
         while not self.paused and not self.session.said_end and self.connected:
             frames = self.session.next_frames(1 << 20)
             if not frames:
                 return
-            self.transport.write(b"".join(frames))
+            self.link.write(b"".join(frames))
 
-    def pauseProducing(self):
+    def pauseProducing(self) -> None:
         self.paused = True
 
-    def stopProducing(self):
+    def stopProducing(self) -> None:
         self.paused = True
 
 
 class RecoverySourceService(protocol.Factory):
     """On a slave with haRecoveryEnable: its HA port serves its log to a recovering master."""
 
-    def __init__(self, store, clock, allowed: frozenset[str] | None = None):
+    def __init__(self, store: MessageStore, clock: Clock, allowed: frozenset[str] | None = None):
         self.store = store
         self.clock = clock
         self.allowed = allowed  # haAllowedAddresses (None: anyone, as a 4.9 slave's HA port)
         self.served = 0
         self.refused = 0
-        self.port = None
+        self.port: Any = None  # the listening IListeningPort
 
-    def buildProtocol(self, addr):
+    def buildProtocol(self, addr: IAddress | None) -> _SourceProtocol | None:
         if self.allowed is not None and getattr(addr, "host", None) not in self.allowed:
             self.refused += 1
             log.warning("recovery source: connection from %s refused: not in haAllowedAddresses",
@@ -294,14 +318,14 @@ class RecoverySourceService(protocol.Factory):
             return None
         return _SourceProtocol(self)
 
-    def listen(self, reactor, port: int, interface: str = ""):
+    def listen(self, reactor: Any, port: int, interface: str = "") -> Any:
         from .transport import listen_tcp
         self.port = listen_tcp(reactor, port, self, backlog=16, interface=interface)
         log.info("recovery source listening on %s:%d (a restarting master may fetch this log)",
                  interface or "0.0.0.0", self.port.getHost().port)
         return self.port
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         return {"port": self.port.getHost().port if self.port is not None else None, "connections": self.served,
                 "refused": self.refused}
 
@@ -324,7 +348,7 @@ class SourceStatus:
     attempts: int = 0
     error: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"address": self.address, "state": self.state, "fetchedBytes": self.fetched_bytes,
                 "records": self.records, "attempts": self.attempts, "error": self.error}
 
@@ -336,27 +360,31 @@ class _FetchProtocol(protocol.Protocol):
         self.session = FetchSession(fetcher.new_verifier())
         self.finished = False
 
-    def connectionMade(self):
+    @property
+    def link(self) -> _Link:
+        return cast(_Link, self.transport)
+
+    def connectionMade(self) -> None:
         self.source.state = "FETCHING"
         self.fetcher.active = self
-        self.transport.write(self.session.start())
+        self.link.write(self.session.start())
 
-    def dataReceived(self, data):
+    def dataReceived(self, data: bytes) -> None:
         if self.finished:
             return
         records, report = self.session.on_data(data)
         self.fetcher.store_records(records, self.source)
         if report is not None:
-            self.transport.write(report)
+            self.link.write(report)
         if self.session.outcome != FetchOutcome.FETCHING:
             self.finish()
             self.fetcher.source_done(self.source, self.session.outcome, self.session.error)
 
-    def finish(self):
+    def finish(self) -> None:
         self.finished = True
-        self.transport.abortConnection()
+        self.link.abortConnection()
 
-    def connectionLost(self, reason):
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         if self.fetcher.active is self:
             self.fetcher.active = None
         if not self.finished:
@@ -365,36 +393,36 @@ class _FetchProtocol(protocol.Protocol):
 
 
 class _FetchFactory(protocol.ClientFactory):
-    def __init__(self, fetcher, source):
+    def __init__(self, fetcher: RecoveryFetcher, source: SourceStatus):
         self.fetcher, self.source = fetcher, source
 
-    def buildProtocol(self, addr):
+    def buildProtocol(self, addr: IAddress | None) -> _FetchProtocol:
         return _FetchProtocol(self.fetcher, self.source)
 
-    def clientConnectionFailed(self, connector, reason):
+    def clientConnectionFailed(self, connector: IConnector, reason: Failure) -> None:
         self.fetcher.source_lost(self.source, reason.getErrorMessage())
 
 
 @dataclass
 class RecoveryFetcher:
     """Holds this master's writes while it fetches from each source in turn; on_done() when it ends."""
-    store: object
+    store: MessageStore
     sources: list[str]
-    clock: object
-    reactor: object
+    clock: Clock
+    reactor: Any
     wait_s: float
     store_host: tuple[str, int]
     max_record: int
-    on_done: object  # callable(state)
+    on_done: Callable[[str], object]  # called with the state it ended in
     retry_s: float = 0.5
     state: str = RecoveryState.HOLDING
     started_at: float = 0.0
     ended_at: float | None = None
     start_offset: int = 0
     status_sources: list[SourceStatus] = field(default_factory=list)
-    active: object = None  # the _FetchProtocol of the connection in use
+    active: _FetchProtocol | None = None  # the connection in use
 
-    def start(self):
+    def start(self) -> None:
         self.started_at = self.clock.seconds()
         self.start_offset = self.store.max_offset
         self.status_sources = [SourceStatus(a) for a in self.sources]
@@ -408,7 +436,7 @@ class RecoveryFetcher:
         cl = self.store.commitlog
         return RecordVerifier(cl.max_offset, cl.file_size, self.store_host, self.max_record)
 
-    def _next(self):
+    def _next(self) -> None:
         if self.state != RecoveryState.HOLDING:
             return
         if not self._pending:
@@ -419,16 +447,16 @@ class RecoveryFetcher:
         host, _, port = source.address.rpartition(":")
         self.reactor.connectTCP(host.strip("[]"), int(port), _FetchFactory(self, source), timeout=5)
 
-    def store_records(self, records: list[bytes], source: SourceStatus):
+    def store_records(self, records: list[bytes], source: SourceStatus) -> None:
         if not records or self.state != RecoveryState.HOLDING:
             return
         at = self.store.max_offset
-        self.store.append_replicated(at, records)
+        self.store.append_replicated(at, cast(list[BytesLike], records))  # (only read)
         n = sum(len(r) for r in records)
         source.fetched_bytes += n
         source.records += sum(1 for r in records if record.message_size(r))
 
-    def source_done(self, source: SourceStatus, state: str, error: str):
+    def source_done(self, source: SourceStatus, state: str, error: str) -> None:
         source.state, source.error = state, error
         if state == "REFUSED":
             log.error("recovery: refused what %s sent past %d: %s; its copy stays as it is (SLAVE_AHEAD if it "
@@ -440,7 +468,7 @@ class RecoveryFetcher:
             self._pending.remove(source)
         self.clock.callLater(0, self._next)
 
-    def source_lost(self, source: SourceStatus, why: str):
+    def source_lost(self, source: SourceStatus, why: str) -> None:
         if source.state in ("COMPLETE", "SOURCE_BEHIND", "REFUSED"):
             return
         source.state, source.error = "UNREACHABLE", why
@@ -452,14 +480,14 @@ class RecoveryFetcher:
             self._pending.append(source)
         self.clock.callLater(self.retry_s, self._next)
 
-    def _timed_out(self):
+    def _timed_out(self) -> None:
         missing = [s.address for s in self.status_sources if s.state not in ("COMPLETE", "SOURCE_BEHIND", "REFUSED")]
         log.error("recovery: haRecoveryWaitMs (%.1fs) ended before %s answered; taking writes now: a slave that "
                   "holds more than this master will be SLAVE_AHEAD (its tail stranded; see `python -m cluster "
                   "repair`)", self.wait_s, ", ".join(missing) or "every source")
         self._end(RecoveryState.TIMED_OUT)
 
-    def _end(self, state: str):
+    def _end(self, state: str) -> None:
         if self.state != RecoveryState.HOLDING:
             return
         self.state = state
@@ -479,7 +507,7 @@ class RecoveryFetcher:
     def holding(self) -> bool:
         return self.state == RecoveryState.HOLDING
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         now = self.ended_at if self.ended_at is not None else self.clock.seconds()
         return {"state": self.state, "heldSeconds": round(now - self.started_at, 3),
                 "startOffset": self.start_offset, "endOffset": self.store.max_offset,
