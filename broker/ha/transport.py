@@ -197,7 +197,7 @@ class RecvIntoClient(tcp.Client):
             n += got
         if n:
             # IProtocol is a zope interface: mypy reads its methods as taking no self (no mypy-zope)
-            self.protocol.dataReceived(view[:n])  # type: ignore[call-arg]
+            self.protocol.dataReceived(view[:n])  # type: ignore[call-arg, misc]
         return result
 
     def write(self, data: bytes) -> None:
