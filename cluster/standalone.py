@@ -14,6 +14,7 @@ address under its brokerName and brokerId.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -235,3 +236,23 @@ def metric(text: str, name: str) -> float | None:
         if line.startswith(name + " "):
             return float(line.split()[1])
     return None
+
+
+@contextlib.contextmanager
+def sync_groups(tmp: Path, groups: tuple[str, ...] = ("broker-a", "broker-b"), extra: dict | None = None):
+    """A name server and, per group, a SYNC_MASTER with one SLAVE connected to it: yields (ns, nodes)
+    with nodes keyed "<group>" and "<group>-s"; every process is stopped on exit."""
+    ns = NameServerProcess(tmp).start()
+    nodes: dict[str, BrokerProcess] = {}
+    try:
+        for g in groups:
+            nodes[g] = BrokerProcess(tmp, g, ns.addr, role="SYNC_MASTER", extra=extra).start()
+            nodes[g + "-s"] = BrokerProcess(tmp, g, ns.addr, role="SLAVE", extra=extra).start()
+        for g in groups:
+            wait_until(lambda m=nodes[g]: m.status()["ha"]["connectionCount"] == 1, 20,
+                       f"{g}'s slave connected", on_timeout=nodes[g].log_tail)
+        yield ns, nodes
+    finally:
+        for node in nodes.values():
+            node.stop()
+        ns.stop()

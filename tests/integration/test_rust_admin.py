@@ -19,6 +19,8 @@ import pytest
 from broker.remoting import json_body
 from broker.remoting.codes import RequestCode
 
+from cluster.standalone import sync_groups
+
 from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 from .rust_client import RustClient, queue_key
 
@@ -39,23 +41,10 @@ def rc():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, rc):
-    tmp = tmp_path_factory.mktemp("rust-admin")
-    ns = NameServerProcess(tmp).start()
-    nodes: dict[str, BrokerProcess] = {}
     # a periodic re-registration restores the perms wipe-write-perm took: keep it rare during the test
     extra = {"registerNameServerPeriod": "30000"}
-    try:
-        for b in ("broker-a", "broker-b"):
-            nodes[b] = BrokerProcess(tmp, b, ns.addr, role="SYNC_MASTER", extra=extra).start()
-            nodes[b + "-s"] = BrokerProcess(tmp, b, ns.addr, role="SLAVE", extra=extra).start()
-        for b in ("broker-a", "broker-b"):
-            wait_until(f"{b}'s slave connected", lambda n=b: nodes[n].status()["ha"]["connectionCount"] == 1,
-                       20, on_fail=nodes[b].log_tail)
+    with sync_groups(tmp_path_factory.mktemp("rust-admin"), extra=extra) as (ns, nodes):
         yield ns, nodes
-    finally:
-        for node in nodes.values():
-            node.stop()
-        ns.stop()
 
 
 def route(ns: NameServerProcess, topic: str) -> dict | None:

@@ -22,6 +22,8 @@ import pytest
 from broker.remoting import json_body
 from broker.remoting.codes import RequestCode
 
+from cluster.standalone import sync_groups
+
 from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 from .rust_client import RustClient
 
@@ -43,25 +45,12 @@ def rc():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, rc):
-    tmp = tmp_path_factory.mktemp("rust-cluster")
-    ns = NameServerProcess(tmp).start()
-    nodes: dict[str, BrokerProcess] = {}
     # the HA housekeeping interval stays at its 20 s default: a slave frozen for a few seconds keeps its
     # connection (FLUSH_SLAVE_TIMEOUT), a stopped one closes it at once (SLAVE_NOT_AVAILABLE)
     # delay level 3 (a RECONSUME_LATER's first retry) is 2 s instead of 10 s, so the retry test is short
     extra = {"syncFlushTimeout": str(SYNC_WAIT_MS), "messageDelayLevel": DELAY_LEVELS}
-    try:
-        for name in ("broker-a", "broker-b"):
-            nodes[name] = BrokerProcess(tmp, name, ns.addr, role="SYNC_MASTER", extra=extra).start()
-            nodes[name + "-s"] = BrokerProcess(tmp, name, ns.addr, role="SLAVE", extra=extra).start()
-        for name in ("broker-a", "broker-b"):
-            wait_until(f"{name}'s slave connected", lambda n=name: nodes[n].status()["ha"]["connectionCount"] == 1,
-                       20, on_fail=nodes[name].log_tail)
+    with sync_groups(tmp_path_factory.mktemp("rust-cluster"), extra=extra) as (ns, nodes):
         yield ns, nodes
-    finally:
-        for b in nodes.values():
-            b.stop()
-        ns.stop()
 
 
 def create_topic(ns: NameServerProcess, masters: list[BrokerProcess], topic: str, queues: int = 4) -> None:
