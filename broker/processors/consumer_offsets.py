@@ -113,22 +113,18 @@ class ConsumerOffsetManager:
         """The stored offset, or -1 when there is none."""
         return self.table.get(self.key(topic, group), {}).get(queue_id, -1)
 
-    def groups_of_topic(self, topic: str) -> set[str]:
-        out = set()
+    def _topic_groups(self):
+        """(topic, group) of every key in the table."""
         for k in self.table:
             t, _, g = k.partition(TOPIC_GROUP_SEPARATOR)
-            if t == topic:
-                out.add(g)
-        return out
+            yield t, g
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        return {g for t, g in self._topic_groups() if t == topic}
 
     def topics_of_group(self, group: str) -> set[str]:
         """4.9's whichTopicByConsumer: every topic the group has offsets in (its %RETRY% topic too)."""
-        out = set()
-        for k in self.table:
-            t, _, g = k.partition(TOPIC_GROUP_SEPARATOR)
-            if g == group:
-                out.add(t)
-        return out
+        return {t for t, g in self._topic_groups() if g == group}
 
     def remove_group(self, group: str) -> None:
         """4.9's removeOffset(group): DELETE_SUBSCRIPTIONGROUP with removeOffset=true."""
