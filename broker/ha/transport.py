@@ -191,7 +191,7 @@ class RecvIntoClient(tcp.Client):
         n, size, result = 0, len(buf), None
         recv_into = self.socket.recv_into
         while n < size:
-            got, result = _read_some(lambda: recv_into(view[n:]))
+            got, result = _read_some(lambda n=n: recv_into(view[n:]))
             if not got:
                 break
             n += got

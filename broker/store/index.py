@@ -107,6 +107,9 @@ class IndexSettings:
         return None
 
 
+DEFAULT_INDEX_SETTINGS = IndexSettings()  # frozen: one shared default is safe
+
+
 # -- the reference's pure rules ---------------------------------------------------------------------
 
 def key_hash(key: str) -> int:

@@ -31,7 +31,7 @@ from broker.log_limit import LogLimiter
 from . import delay, record
 from .commitlog import CommitLog, RecoveryReport
 from .consume_queue import ConsumeQueue
-from .index import IndexRecord, IndexService, IndexSettings
+from .index import DEFAULT_INDEX_SETTINGS, IndexRecord, IndexService, IndexSettings
 from .mapped_file import DiskFullError, MappedFile, StoreError
 from .record import BytesLike, Scan
 
@@ -146,7 +146,7 @@ class MessageStore:
                  commitlog_file_size: int = 1 << 30, cq_file_size: int = 300000 * 20,
                  check_crc_on_recover: bool = True, store_host: tuple[str, int] = ("127.0.0.1", 10911),
                  preallocate: bool = True, now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 index: IndexSettings = IndexSettings()):
+                 index: IndexSettings = DEFAULT_INDEX_SETTINGS):
         self.root = root
         self.commitlog = CommitLog(commitlog_dir or os.path.join(root, "commitlog"), commitlog_file_size,
                                    preallocate)
