@@ -9,7 +9,8 @@ A request is checked before any processor sees it, in 4.9's order:
      every other ext field in key order (the client's signing hook sorts them the same way), then the
      body: "Check signature failed for accessKey=<key>";
   6. the request code is an admin one (create/update topic, update broker config, delete topic,
-     create/update or delete a subscription group) and the account is not admin: "Need admin
+     create/update or delete a subscription group; here also the ACL admin requests 50-53, which
+     4.9.8 does not guard) and the account is not admin: "Need admin
      permission for request code=<code>, but accessKey=<key> is not";
   7. each resource the request touches (topics; groups as their %RETRY% topic, as 4.9 keys them) needs
      PUB or SUB: the account's own perm for it, else its defaultTopicPerm / defaultGroupPerm (DENY when
@@ -50,9 +51,13 @@ ACCESS_KEY, SIGNATURE, SECURITY_TOKEN = "AccessKey", "Signature", "SecurityToken
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # not signed by 4.9's clients (MixAll.UNIQUE_MSG_QUERY_FLAG)
 EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 
+# 4.9.8's Permission.ADMIN_CODE, and the ACL admin requests (50-53), which 4.9.8 leaves to any signed
+# account: there a non-admin key can make itself admin or rewrite the white list.
 ADMIN_CODES = frozenset({RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG,
                          RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                         RequestCode.DELETE_SUBSCRIPTIONGROUP})
+                         RequestCode.DELETE_SUBSCRIPTIONGROUP, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+                         RequestCode.DELETE_ACL_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
+                         RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG})
 ACCOUNT_KEYS = frozenset({"accessKey", "secretKey", "whiteRemoteAddress", "admin", "defaultTopicPerm",
                           "defaultGroupPerm", "topicPerms", "groupPerms"})
 MAX_ACCOUNTS = 10_000

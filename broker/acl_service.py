@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 
+from . import acl_admin
 from .acl import AclConfig, AclConfigError, AclError, refusal
 from .log_limit import LogLimiter
 from .supervision import PeriodicService
@@ -31,10 +32,10 @@ class AclService:
         self.clock = clock
         self.metrics = metrics
         self.limiter = LogLimiter(log)
-        raw = self._read()
+        raw = self.read_file()
         self.digest = hashlib.md5(raw).hexdigest()
         try:
-            self.config = AclConfig.from_yaml(raw.decode("utf-8", errors="replace"), path)
+            self.config, self.version = self._parse(raw)
         except AclConfigError as e:
             raise AclConfigError(f"aclEnable=true: {e}") from None
         self.reloads = 0
@@ -46,7 +47,7 @@ class AclService:
             metrics.gauge("acl_refused", "requests the ACL refused (aclEnable)", lambda: self.refused)
             metrics.gauge("acl_reloads", "times plain_acl.yml was reloaded after a change", lambda: self.reloads)
 
-    def _read(self) -> bytes:
+    def read_file(self) -> bytes:
         try:
             with open(self.path, "rb") as fh:
                 raw = fh.read(MAX_FILE_BYTES + 1)
@@ -56,6 +57,22 @@ class AclService:
         if len(raw) > MAX_FILE_BYTES:
             raise AclConfigError(f"{self.path} is larger than {MAX_FILE_BYTES} bytes")
         return raw
+
+    def _parse(self, raw: bytes) -> tuple[AclConfig, dict]:
+        """The rules and the file's dataVersion; a file without one is version 0 as of now, as 4.9.8
+        reads it (a new DataVersion)."""
+        doc = acl_admin.load_doc(raw.decode("utf-8", errors="replace"), self.path)
+        config = AclConfig.from_dict(doc, self.path)
+        version = acl_admin.data_version(doc) or {"counter": 0, "timestamp": int(self.clock.seconds() * 1000)}
+        return config, version
+
+    def install(self, raw: bytes, config: AclConfig, version: dict) -> None:
+        """Rules just written to the file by an admin request (broker/processors/acl_admin.py): in force
+        at once, and the file's hash taken so the reload does not read them again."""
+        self.digest = hashlib.md5(raw).hexdigest()
+        self.config, self.version = config, version
+        log.info("ACL changed by an admin request: %d account(s), %d global white address pattern(s), "
+                 "dataVersion %d", len(config.accounts), len(config.global_white), version["counter"])
 
     def start(self) -> None:
         self._ticker = PeriodicService("acl_reload", self.reload_if_changed, RELOAD_INTERVAL_S, self.clock,
@@ -68,7 +85,7 @@ class AclService:
 
     def reload_if_changed(self) -> None:
         try:
-            raw = self._read()
+            raw = self.read_file()
         except AclConfigError as e:
             self.limiter.log(logging.ERROR, ("acl read",), "%s; the rules loaded before stay in force", e)
             return
@@ -77,7 +94,7 @@ class AclService:
             return
         self.digest = digest
         try:
-            self.config = AclConfig.from_yaml(raw.decode("utf-8", errors="replace"), self.path)
+            self.config, self.version = self._parse(raw)
         except AclConfigError as e:
             log.error("%s changed and cannot be used (%s); the rules loaded before stay in force", self.path, e)
             return

@@ -17,6 +17,7 @@ from twisted.internet import defer
 
 from .controller import BrokerController
 from .exporter_metrics import ExporterMetrics
+from .processors.acl_admin import AclAdminProcessors
 from .processors.admin import AdminProcessors
 from .processors.broker_config import BrokerConfigProcessors
 from .processors.broker_stats import BrokerStatsProcessor
@@ -131,6 +132,8 @@ class BrokerServer:
             self.registry.acl = self.acl.check
             self.registry.fast_sends = None  # every send is checked: the compiled path does not sign
             self.acl.start()
+        # mqadmin's updateAclConfig, deleteAclConfig, clusterAclConfigVersion, updateGlobalWhiteAddr
+        AclAdminProcessors(c, self.acl, self.clock).register(self.registry)
         # END_TRANSACTION is served everywhere (a slave refuses it); only a master checks half messages.
         self.transactions = TransactionService(c, store, self.controller.put_message, self.offsets, self.topics,
                                                self.clients, self.clock, self.controller.metrics)
