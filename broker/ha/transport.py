@@ -25,6 +25,7 @@ wire is the same either way.
 from __future__ import annotations
 
 import errno
+import functools
 import fcntl
 import os
 import socket
@@ -191,7 +192,7 @@ class RecvIntoClient(tcp.Client):
         n, size, result = 0, len(buf), None
         recv_into = self.socket.recv_into
         while n < size:
-            got, result = _read_some(lambda n=n: recv_into(view[n:]))
+            got, result = _read_some(functools.partial(recv_into, view[n:]))
             if not got:
                 break
             n += got
