@@ -79,29 +79,45 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
         down = cli(env, "down", "--keep-data")
         assert down.returncode == 0, down.stderr
 
+    # Both audits through one `python -m pipeline --serve` (chaos.matrix's auditor): one JVM start, and the
+    # serve loop on a real run (the single-run command is tests/unit/pipeline/test_audit.py's CLI test).
     out = tmp_path / "report"
-    audit = subprocess.run([sys.executable, "-m", "pipeline", str(run_dir), "--out", str(out)], cwd=REPO,
-                           env=env, capture_output=True, text=True, timeout=300)
-    assert audit.returncode == 0, audit.stdout[-4000:] + audit.stderr[-3000:]
-    report = (out / "report.md").read_text()
-    assert "FAIL" not in audit.stdout
-    assert list(out.glob("*.png")), "no plots written"
-    assert "broker-a" in report
-    assert "FLUSH_SLAVE_TIMEOUT 1" in audit.stdout and "SLAVE_NOT_AVAILABLE 1" in audit.stdout, audit.stdout
-    assert "PASS  unconfirmed sends stored on the master: all 2 are stored" in audit.stdout, audit.stdout
+    log = open(tmp_path / "auditor.log", "w")  # Spark's log: a file, never a pipe nobody reads
+    auditor = subprocess.Popen([sys.executable, "-m", "pipeline", "--serve"], cwd=REPO, env=env, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+    try:
+        not_a_run = tmp_path / "empty"
+        not_a_run.mkdir()
+        answer = ask(auditor, f"{not_a_run}\n")  # a bad line is an error for that line only
+        assert answer["run"] == str(not_a_run) and "not a run folder" in answer["error"], answer
+        answer = ask(auditor, f"{run_dir}\t{out}\n")
+        verdicts = "\n".join(answer.get("verdicts", []))
+        assert answer.get("failed") is False and answer["out"] == str(out), answer
+        assert "FAIL" not in verdicts, verdicts
+        report = (out / "report.md").read_text()
+        assert list(out.glob("*.png")), "no plots written"
+        assert "broker-a" in report
+        assert "FLUSH_SLAVE_TIMEOUT 1" in verdicts and "SLAVE_NOT_AVAILABLE 1" in verdicts, verdicts
+        assert "PASS  unconfirmed sends stored on the master: all 2 are stored" in verdicts, verdicts
 
-    # Flip one byte inside the first record of a slave's commit log: the audit must name it.
-    slave_log = next((run_dir / "nodes").glob("broker-*-s/store/commitlog/*"))
-    data = bytearray(slave_log.read_bytes()[:4096])
-    assert data[4:8] == bytes.fromhex("DAA320A7"), "the slave's log should start with a record"
-    with open(slave_log, "r+b") as fh:
-        fh.seek(200)
-        b = fh.read(1)
-        fh.seek(200)
-        fh.write(bytes([b[0] ^ 0xFF]))
-    audit = subprocess.run([sys.executable, "-m", "pipeline", str(run_dir), "--out", str(tmp_path / "r2")],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert audit.returncode == 1, audit.stdout[-4000:] + audit.stderr[-3000:]
+        # Flip one byte inside the first record of a slave's commit log: the audit must name it.
+        slave_log = next((run_dir / "nodes").glob("broker-*-s/store/commitlog/*"))
+        data = bytearray(slave_log.read_bytes()[:4096])
+        assert data[4:8] == bytes.fromhex("DAA320A7"), "the slave's log should start with a record"
+        with open(slave_log, "r+b") as fh:
+            fh.seek(200)
+            b = fh.read(1)
+            fh.seek(200)
+            fh.write(bytes([b[0] ^ 0xFF]))
+        answer = ask(auditor, f"{run_dir}\t{tmp_path / 'r2'}\n")
+        assert answer.get("failed") is True, answer
+        auditor.stdin.close()
+        assert auditor.wait(timeout=60) == 0, (tmp_path / "auditor.log").read_text()[-3000:]
+    finally:
+        if auditor.poll() is None:
+            auditor.kill()
+            auditor.wait()
+        log.close()
     # ... and it names it: the slave's node and the offset of the record that holds byte 200
     from broker.store import record
     pos = 0
@@ -109,5 +125,30 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
         assert record.message_size(data[pos:pos + 8]) > 0, "byte 200 should be inside a record"
         pos += record.message_size(data[pos:pos + 8])
     damaged, node = int(slave_log.name) + pos, slave_log.parents[2].name
-    fails = [line for line in audit.stdout.splitlines() if line.startswith("FAIL ")]
-    assert any(node in line and str(damaged) in line for line in fails), audit.stdout[-4000:]
+    fails = [line for line in answer["verdicts"] if line.startswith("FAIL ")]
+    assert any(node in line and str(damaged) in line for line in fails), answer["verdicts"]
+
+
+def ask(auditor, line: str, timeout: float = 300) -> dict:
+    """One line to `pipeline --serve`, its one `audited {json}` answer back (other output is skipped); a
+    reader thread keeps the deadline even when the child prints nothing."""
+    import json
+    import queue
+    import threading
+    auditor.stdin.write(line)
+    auditor.stdin.flush()
+    answers: queue.Queue = queue.Queue()
+
+    def read():
+        for out in auditor.stdout:
+            if out.startswith("audited "):
+                answers.put(json.loads(out[len("audited "):]))
+                return
+        answers.put(None)
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        answer = answers.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError(f"pipeline --serve gave no answer to {line.strip()!r} in {timeout:.0f} s") from None
+    assert answer is not None, f"pipeline --serve ended without answering {line.strip()!r}"
+    return answer

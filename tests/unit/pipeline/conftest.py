@@ -1,4 +1,6 @@
-"""Run folders made with the real MessageStore, and one small Spark session for the whole package."""
+"""Run folders made with the real MessageStore, and one small Spark session for the whole package: stopped
+when the package's tests are done (tests/conftest.py hands the package to one pytest-xdist worker whole),
+so no idle JVM sits on a core for the rest of the run."""
 import os
 import shutil
 
@@ -12,7 +14,7 @@ from pipeline import runfolder
 FILE_SIZE = 64 << 10
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark():
     pytest.importorskip("pyspark")
     from pipeline.spark import get_spark

@@ -3,7 +3,6 @@ record scanner rather than a Spark audit (that costs a Spark session's first aud
 a warm-up that never fails the real audit."""
 import os
 
-import pytest
 
 from pipeline import report, runfolder
 from pipeline.warmup import tiny_run, warm_up
@@ -39,23 +38,3 @@ def test_a_failing_warm_up_is_a_note_not_an_error(tmp_path, monkeypatch, capsys)
     warm_up(object())
     assert seen == [True]
     assert "the audit warm-up failed (RuntimeError: no JVM); auditing cold" in capsys.readouterr().err
-
-
-@pytest.mark.spark  # python -m pipeline --serve: a JVM of its own
-def test_serve_audits_each_run_folder_and_answers_a_line_for_each(tmp_path):
-    """`python -m pipeline --serve` (chaos.matrix's auditor): one answer line per run folder, the tiny run
-    audited and passing, a folder that is not a run an error for that line only."""
-    import json
-    import subprocess
-    import sys
-    run = tiny_run(str(tmp_path))
-    not_a_run = tmp_path / "empty"
-    not_a_run.mkdir()
-    p = subprocess.run([sys.executable, "-m", "pipeline", "--serve"], input=f"{not_a_run}\n{run}\t{tmp_path / 'out'}\n",
-                       capture_output=True, text=True, timeout=280)
-    assert p.returncode == 0, p.stderr[-3000:]
-    answers = [json.loads(line[len("audited "):]) for line in p.stdout.splitlines() if line.startswith("audited ")]
-    assert len(answers) == 2, p.stdout
-    assert answers[0]["run"] == str(not_a_run) and "not a run folder" in answers[0]["error"]
-    assert answers[1]["failed"] is False and answers[1]["out"] == str(tmp_path / "out"), answers[1]
-    assert answers[1]["verdicts"] and os.path.exists(tmp_path / "out" / "report.md")
