@@ -98,9 +98,10 @@ class NameServerProcessors:
         if not req.body:
             body = RegisterBrokerBody()
         elif req.version >= VERSION_V3_0_11:
-            body = RegisterBrokerBody.decode(req.body, compressed)
+            body = RegisterBrokerBody.decode(req.body, compressed, self.max_topics_per_broker)
         else:
-            body = RegisterBrokerBody.from_wrapper_json(json_body.loads_request(req.body, "REGISTER_BROKER"))
+            body = RegisterBrokerBody.from_wrapper_json(json_body.loads_request(req.body, "REGISTER_BROKER"),
+                                                        self.max_topics_per_broker)
         guard.check_topics(body.topic_configs, self.max_topics_per_broker)
 
         result = self.routes.register_broker(cluster_name, broker_addr, broker_name, broker_id,

@@ -24,6 +24,10 @@ class RegisterBodyError(BadRequest):
     wrong (a BadRequest), never with an exception's name."""
 
 
+class TooManyTopics(RegisterBodyError):
+    """More topic configs than the name server takes from one broker (--max-topics-per-broker)."""
+
+
 def _int(obj: dict, key: str, default: int) -> int:
     value = obj.get(key, default)
     try:
@@ -96,12 +100,14 @@ class RegisterBrokerBody:
     # ---- decoding -------------------------------------------------------------------------------
 
     @classmethod
-    def decode(cls, data: bytes, compressed: bool) -> RegisterBrokerBody:
-        """Raises RegisterBodyError (a ValueError) for anything but a body a broker writes."""
+    def decode(cls, data: bytes, compressed: bool, max_topics: int | None = None) -> RegisterBrokerBody:
+        """Raises RegisterBodyError (a ValueError) for anything but a body a broker writes, and for a body
+        of more than max_topics topic configs before decoding them (a count is cheap, 300,000 configs
+        are not)."""
         try:
             if compressed:
-                return cls._decode_compressed(data)
-            return cls.from_json(json_body.loads(data))
+                return cls._decode_compressed(data, max_topics)
+            return cls.from_json(json_body.loads(data), max_topics)
         except (zlib.error, RecursionError, UnicodeDecodeError) as e:
             raise RegisterBodyError(f"register body does not decode: {e}") from None
         except RegisterBodyError:
@@ -110,17 +116,18 @@ class RegisterBrokerBody:
             raise RegisterBodyError(str(e)) from None
 
     @classmethod
-    def from_json(cls, obj: dict) -> RegisterBrokerBody:
+    def from_json(cls, obj: dict, max_topics: int | None = None) -> RegisterBrokerBody:
         _expect(obj, dict, "the register body")
         wrapper = _expect(obj.get("topicConfigSerializeWrapper") or {}, dict, "topicConfigSerializeWrapper")
-        body = cls.from_wrapper_json(wrapper)
+        body = cls.from_wrapper_json(wrapper, max_topics)
         body.filter_servers = [str(s) for s in _expect(obj.get("filterServerList") or [], list, "filterServerList")]
         return body
 
     @classmethod
-    def from_wrapper_json(cls, wrapper: dict) -> RegisterBrokerBody:
+    def from_wrapper_json(cls, wrapper: dict, max_topics: int | None = None) -> RegisterBrokerBody:
         """A bare TopicConfigSerializeWrapper (what brokers before V3_0_11 send)."""
         table = _expect(wrapper.get("topicConfigTable") or {}, dict, "topicConfigTable")
+        _check_count(len(table), max_topics)
         configs = {}
         for name, cfg in table.items():
             tc = TopicConfig.from_json({"topicName": name, **_expect(cfg, dict, f"topic config {name[:80]!r}")})
@@ -129,7 +136,7 @@ class RegisterBrokerBody:
         return cls(configs, dict(version))
 
     @classmethod
-    def _decode_compressed(cls, data: bytes) -> RegisterBrokerBody:
+    def _decode_compressed(cls, data: bytes, max_topics: int | None = None) -> RegisterBrokerBody:
         inflater = zlib.decompressobj()
         raw = inflater.decompress(data, MAX_INFLATED_BYTES)
         if inflater.unconsumed_tail:
@@ -157,6 +164,7 @@ class RegisterBrokerBody:
         if count < 0 or count > (len(raw) - pos) // 8:  # each config takes 4 bytes of length and more
             raise RegisterBodyError(f"compressed register body declares {count} topic configs for "
                                     f"{len(raw) - pos} bytes")
+        _check_count(count, max_topics)
         for _ in range(count):
             try:
                 tc = TopicConfig.decode_text(chunk().decode("utf-8"))
@@ -191,6 +199,12 @@ class RegisterBrokerBody:
             put(tc.encode_text().encode("utf-8"))
         put(json_body.dumps(list(self.filter_servers)))
         return zlib.compress(bytes(out), 9)
+
+
+def _check_count(count: int, max_topics: int | None) -> None:
+    if max_topics is not None and count > max_topics:
+        raise TooManyTopics(f"the register body carries {count} topic configs; this name server takes at most "
+                            f"{max_topics} per broker (--max-topics-per-broker)")
 
 
 def body_crc32(body: bytes) -> int:

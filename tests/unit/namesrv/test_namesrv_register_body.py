@@ -3,7 +3,7 @@ import zlib
 
 import pytest
 
-from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
+from broker.namesrv.register_body import RegisterBrokerBody, TooManyTopics, TopicConfig, body_crc32
 
 # As a Java 4.9 broker writes it with fastjson (sorted keys, no spaces).
 JAVA_PLAIN = (
@@ -101,3 +101,16 @@ def test_compressed_body_inflating_past_the_limit_is_refused():
     assert len(bomb) < 100_000
     with pytest.raises(RegisterBodyError, match="inflates past"):
         RegisterBrokerBody.decode(bomb, compressed=True)
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_too_many_topics_is_refused_from_the_count_before_any_config_is_decoded(compressed, monkeypatch):
+    body = RegisterBrokerBody({f"T{i}": TopicConfig(f"T{i}", 4, 4, 6) for i in range(6)}).encode(compressed)
+    assert len(RegisterBrokerBody.decode(body, compressed, max_topics=6).topic_configs) == 6
+    decoded = []
+    for name in ("decode_text", "from_json"):
+        real = getattr(TopicConfig, name)
+        monkeypatch.setattr(TopicConfig, name, classmethod(lambda cls, *a, real=real: decoded.append(a) or real(*a)))
+    with pytest.raises(TooManyTopics, match="carries 6 topic configs; this name server takes at most 5"):
+        RegisterBrokerBody.decode(body, compressed, max_topics=5)
+    assert decoded == []
