@@ -187,6 +187,7 @@ FAULTS: dict[str, FaultKind] = {k.name: k for k in [
 ALL_FAULTS = tuple(FAULTS)
 DEFAULT_FAULTS = ("latency", "cut", "pause-slave", "restart-slave", "slicer")
 MASTER_FAULTS = tuple(k for k, v in FAULTS.items() if v.targets in ("master", "node"))
+CLUSTER_WIDE = ("cluster-power-loss",)  # faults on every group (pipeline/faults.py gives them no group)
 
 
 def applicable_faults(faults: list[str], backend: str) -> tuple[list[str], list[str]]:
@@ -353,18 +354,28 @@ class Nemesis:
         """Why a fault on this group cannot show anything about replication: its master holds a slave
         SLAVE_AHEAD (a fork an earlier fault left; nothing replicates until an operator acts). The
         fault still runs, and its log line says so, so the audit and the matrix do not count it as
-        coverage. None when the group replicates (or its master does not answer: unknown, not excused)."""
+        coverage. None when the group replicates (or its master does not answer: unknown, not excused).
+        A fault on every group (cluster-power-loss) is judged per group: notExercisedGroups names each
+        group that cannot replicate, and the fault is not exercised only when none can."""
         try:
             ahead = self.cluster.slaves_ahead()
-            master = next((m for m in self.cluster.masters() if self.cluster.node(m).get("brokerName") == f.group),
-                          None)
+            masters = {self.cluster.node(m).get("brokerName"): m for m in self.cluster.masters()}
         except Exception:
             return None
-        if master in ahead:
-            a = ahead[master][0]
-            return {"notExercised": f"group {f.group} cannot replicate: {master} holds a slave SLAVE_AHEAD "
-                                    f"(at {a.get('slaveAckOffset')}), left by an earlier fault"}
-        return None
+        groups = sorted(g for g in masters if g) if f.kind in CLUSTER_WIDE else [f.group]
+        idle = {}
+        for g in groups:
+            master = masters.get(g)
+            if master in ahead:
+                a = ahead[master][0]
+                idle[g] = (f"group {g} cannot replicate: {master} holds a slave SLAVE_AHEAD "
+                           f"(at {a.get('slaveAckOffset')}), left by an earlier fault")
+        if not idle:
+            return None
+        out: dict = {"notExercisedGroups": idle} if f.kind in CLUSTER_WIDE else {}
+        if len(idle) == len(groups):
+            out["notExercised"] = "; ".join(idle[g] for g in groups)
+        return out
 
     def heal(self, f: Fault) -> dict | None:
         try:

@@ -198,3 +198,19 @@ def test_a_fault_on_a_group_that_cannot_replicate_is_logged_not_exercised(tmp_pa
     from pipeline import faults as pf
     vs = pf.verdicts(pf.load(str(tmp_path)), pf.Attribution())
     assert [v.status for v in vs if v.id == "faults.not-exercised"] == ["WARN"]
+
+
+def test_a_cluster_power_loss_is_judged_per_group_not_by_its_target_group(tmp_path):
+    """cluster-power-loss hits every group: a fork in one group must show, and only a cluster where no
+    group can replicate makes the whole fault not exercised."""
+    c, _ = fake_cluster()
+    nem = Nemesis(c, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
+    # its target is broker-a's master, but broker-b is the forked group
+    c.ahead = {"broker-b": [{"state": "SLAVE_AHEAD", "slaveAckOffset": 4096}]}
+    nem.inject(Fault(0, 1, "cluster-power-loss", "broker-a", "broker-a", {}, "master"))
+    c.ahead = {m: [{"state": "SLAVE_AHEAD", "slaveAckOffset": 1}] for m in ("broker-a", "broker-b")}
+    nem.inject(Fault(0, 1, "cluster-power-loss", "broker-a", "broker-a", {}, "master"))
+    partial, total = (r["info"] for r in read_faults(tmp_path))
+    assert list(partial["notExercisedGroups"]) == ["broker-b"] and "notExercised" not in partial
+    assert sorted(total["notExercisedGroups"]) == ["broker-a", "broker-b"]
+    assert "broker-a cannot replicate" in total["notExercised"] and "broker-b" in total["notExercised"]
