@@ -1,6 +1,10 @@
-"""Wait until a cluster is ready, showing progress live.
+"""The project's one waiter, and the wait until a cluster is ready.
 
-Ready means:
+wait_until(predicate, timeout, what, *, interval, on_timeout) polls with a deadline; the cluster handle,
+cluster/standalone.py and the tests that poll real processes wait through it (the handle's wait_until
+adds the nodes' log tails).
+
+wait_ready waits until a cluster is ready, showing progress live. Ready means:
   - the name server answers GET_BROKER_CLUSTER_INFO;
   - every broker process runs and answers /status;
   - every broker is registered with the name server (see "registration" below);

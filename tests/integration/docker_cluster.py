@@ -26,7 +26,6 @@ from cluster.runfolder import using_run_root
 from cluster.ports import free_cluster_base
 from cluster.status import cluster_info
 from cluster.topology import load_topology
-from cluster.wait import wait_until as _wait_until
 
 NAME_PREFIX = "it-"
 PROJECT_RE = re.compile(r"^rmqha-it-(\d+)-")
@@ -79,7 +78,7 @@ class DockerCluster(Cluster):
 
     # -- observation ------------------------------------------------------------------------------
     def status(self, name: str, timeout: float = 2.0) -> dict:
-        """The node's /status; raises when it does not answer (tests poll through wait_for)."""
+        """The node's /status; raises when it does not answer (tests poll through cluster.wait.wait_until)."""
         with urllib.request.urlopen(self.node(name)["statusUrl"], timeout=timeout) as r:
             return json.loads(r.read())
 
@@ -129,10 +128,6 @@ class DockerCluster(Cluster):
 
     def registered(self) -> dict:
         return cluster_info(self.namesrv)
-
-
-def wait_for(what: str, predicate, deadline_s: float = 30, interval: float = 0.2, on_fail=lambda: ""):
-    return _wait_until(predicate, deadline_s, what, interval=interval, on_timeout=on_fail)
 
 
 def docker_unavailable_reason() -> str | None:

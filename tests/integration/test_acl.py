@@ -10,8 +10,8 @@ import pytest
 
 from broker import acl
 from broker.remoting.codes import RequestCode, ResponseCode
-
-from .local_cluster import BrokerProcess, NameServerProcess, metric, rpc, wait_until
+from cluster.standalone import BrokerProcess, NameServerProcess, metric, rpc
+from cluster.wait import wait_until
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
@@ -124,8 +124,8 @@ def test_the_file_is_reloaded_while_the_broker_runs(acl_cluster):
     signed = acl.sign(fields, b"", "late", "late-secret")
     assert "No acl config for late" in rpc(broker.addr, RequestCode.GET_MAX_OFFSET, signed).remark
     path.write_text(ACL_FILE + '  - accessKey: late\n    secretKey: "late-secret"\n    defaultTopicPerm: SUB\n')
-    wait_until("the new account is in force",
-               lambda: rpc(broker.addr, RequestCode.GET_MAX_OFFSET, signed).code == ResponseCode.SUCCESS, 10)
+    wait_until(lambda: rpc(broker.addr, RequestCode.GET_MAX_OFFSET, signed).code == ResponseCode.SUCCESS, 10,
+               "the new account is in force")
     path.write_text("accounts: [ this is not yaml")  # a broken edit: the rules in force stay
     time.sleep(1.2)
     assert rpc(broker.addr, RequestCode.GET_MAX_OFFSET, signed).code == ResponseCode.SUCCESS

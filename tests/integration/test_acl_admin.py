@@ -12,8 +12,7 @@ import yaml
 from broker import acl
 from broker.remoting.codes import RequestCode as R
 from broker.remoting.codes import ResponseCode as C
-
-from .local_cluster import BrokerProcess, NameServerProcess, rpc
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc
 
 pytestmark = pytest.mark.integration
 

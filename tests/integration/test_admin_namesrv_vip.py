@@ -8,8 +8,8 @@ import json
 import pytest
 
 from broker.remoting.codes import RequestCode, ResponseCode
-
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from cluster.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +27,8 @@ def cluster(tmp_path_factory):
                       {"topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4,
                        "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
         assert created.code == ResponseCode.SUCCESS, created.remark
-        wait_until(f"{TOPIC} routed", lambda: rpc(ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                  {"topic": TOPIC}).code == 0, 20)
+        wait_until(lambda: rpc(ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                               {"topic": TOPIC}).code == 0, 20, f"{TOPIC} routed")
         yield ns, broker
     finally:
         if broker is not None:

@@ -10,9 +10,10 @@ import pytest
 
 from broker.config import parse_properties
 from broker.remoting.codes import RequestCode, ResponseCode
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from cluster.wait import wait_until
 
 from ..unit.processors.harness import send_v1
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -41,7 +42,7 @@ def ha_status(addr):
 
 def test_ha_status_runtime_info_and_exporter_diff(pair):
     master, slave = pair
-    wait_until("the slave reports to its master", lambda: ha_status(master.addr)["inSyncSlaveNums"] == 1, 15)
+    wait_until(lambda: ha_status(master.addr)["inSyncSlaveNums"] == 1, 15, "the slave reports to its master")
     req = send_v1(topic="AdminPlaneTopic", body=b"replicate me")
     r = rpc(master.addr, req.code, req.ext_fields, req.body)
     assert r.code == ResponseCode.SUCCESS, r.remark  # SYNC_MASTER: the slave acknowledged it

@@ -4,12 +4,12 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from cluster.topology import load_topology
+from cluster.wait import wait_until
 
 from .test_local_cluster import cli, free_base_port
 
@@ -72,9 +72,7 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
         assert work.returncode == 0, work.stderr[-3000:]
         assert "received 40" in work.stdout, work.stdout + work.stderr[-2000:]
         # Every slave holds what its master holds before the run is closed.
-        deadline = time.monotonic() + 30
-        while cli(env, "wait", "--timeout", "5").returncode != 0:
-            assert time.monotonic() < deadline, "slaves did not catch up"
+        wait_until(lambda: cli(env, "wait", "--timeout", "5").returncode == 0, 30, "the slaves to catch up")
     finally:
         down = cli(env, "down", "--keep-data")
         assert down.returncode == 0, down.stderr

@@ -12,8 +12,9 @@ import pytest
 
 from broker.remoting import object_keys
 from broker.remoting.codes import RequestCode, ResponseCode
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from cluster.wait import wait_until
 
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 from .test_official_client import BackgroundConsumer, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -58,8 +59,8 @@ def test_running_info_and_reset_by_time_through_the_official_consumer(cluster):
 
     consumer = BackgroundConsumer(tmp, ns.addr, topic, group, "calls")
     try:
-        wait_until("first delivery", lambda: {m["body"] for m in consumer.messages()} >= bodies, 40)
-        wait_until("offsets committed", lambda: committed_total(broker, group, topic) == 8, 20)
+        wait_until(lambda: {m["body"] for m in consumer.messages()} >= bodies, 40, "first delivery")
+        wait_until(lambda: committed_total(broker, group, topic) == 8, 20, "offsets committed")
 
         conn = rpc(broker.addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
         assert conn.code == ResponseCode.SUCCESS, conn.remark
@@ -84,6 +85,6 @@ def test_running_info_and_reset_by_time_through_the_official_consumer(cluster):
         def again():
             seen = [m["body"] for m in consumer.messages()]
             return all(seen.count(b) >= 2 for b in bodies)
-        wait_until("every message re-received after the reset", again, 40)
+        wait_until(again, 40, "every message re-received after the reset")
     finally:
         consumer.stop()

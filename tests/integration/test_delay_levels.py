@@ -12,7 +12,9 @@ import json
 
 import pytest
 
-from .local_cluster import BrokerProcess, NameServerProcess, wait_until
+from cluster.standalone import BrokerProcess, NameServerProcess
+from cluster.wait import wait_until
+
 from .test_official_client import consume, produce, topic_name
 
 pytestmark = pytest.mark.integration
@@ -61,22 +63,20 @@ def test_delay_levels_are_honoured_and_replicated(pair):
     print("lateness after the level's delay, s:", json.dumps(lateness))
 
     # The slave holds the same bytes (parked copies in SCHEDULE_TOPIC_XXXX and delivered ones) ...
-    wait_until("slave caught up", lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 20)
+    wait_until(lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 20, "slave caught up")
     end = master.status()["maxPhyOffset"]
     assert slave.commitlog_bytes(end) == master.commitlog_bytes(end)
     # ... and a copy of the master's delay offsets (SlaveSynchronize, every 10 s).
     master_offsets = master.store_dir / "config" / "delayOffset.json"
     slave_offsets = slave.store_dir / "config" / "delayOffset.json"
-    wait_until("the master wrote its delay offsets",
-               lambda: master_offsets.exists() and json.loads(master_offsets.read_text())["offsetTable"]
-               == {"1": 3, "2": 3, "3": 3}, 15)
-    wait_until("the slave copied the delay offsets",
-               lambda: slave_offsets.exists() and json.loads(slave_offsets.read_text()) ==
-               json.loads(master_offsets.read_text()), 25)
+    wait_until(lambda: master_offsets.exists() and json.loads(master_offsets.read_text())["offsetTable"]
+               == {"1": 3, "2": 3, "3": 3}, 15, "the master wrote its delay offsets")
+    wait_until(lambda: slave_offsets.exists() and json.loads(slave_offsets.read_text()) ==
+               json.loads(master_offsets.read_text()), 25, "the slave copied the delay offsets")
 
     # The master dies: a consumer on the slave gets each delivered message once, nothing parked twice.
     master.kill()
-    wait_until("the name server dropped the master", lambda: 0 not in ns.broker_addrs("broker-d"), 30)
+    wait_until(lambda: 0 not in ns.broker_addrs("broker-d"), 30, "the name server dropped the master")
     again = consume(ns.addr, topic, "G-after-failover", expect=len(sends), deadline_s=40, linger_s=2)
     bodies = [m["body"] for m in again]
     assert sorted(bodies) == sorted(s["body"] for s in sends), bodies

@@ -15,7 +15,9 @@ import uuid
 
 import pytest
 
-from .docker_cluster import SEND_OK, produce, random_bodies, wait_for
+from cluster.wait import wait_until
+
+from .docker_cluster import SEND_OK, produce, random_bodies
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
@@ -57,8 +59,8 @@ def test_a_cut_ha_link_resumes_from_the_slaves_offset(cluster, topic_a, mode):
     connects = cluster.status("broker-a-s")["haClient"]["connects"]
     t_cut = time.time()
     cluster.toxics.cut("broker-a-s-ha", mode)
-    wait_for("the master lost its slave", lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0, 30,
-             on_fail=lambda: str(cluster.status("broker-a")))
+    wait_until(lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0, 30, "the master lost its slave",
+               interval=0.2, on_timeout=lambda: str(cluster.status("broker-a")))
     # writes go on at the master while the slave is cut off
     send_ok(cluster, topic_a, random_bodies(f"during-{mode}", 30, 600))
     master_max = cluster.max_offset("broker-a")
@@ -92,7 +94,8 @@ def test_a_restarted_slave_container_resumes_from_its_own_max_offset(cluster, to
     pid_before = cluster.status("broker-a-s")["pid"]
     t_stop = time.time()
     cluster.stop("broker-a-s", timeout=10)
-    wait_for("the master lost its slave", lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0, 20)
+    wait_until(lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0, 20, "the master lost its slave",
+               interval=0.2)
     send_ok(cluster, topic_a, random_bodies("while-down", 15, 800))
     cluster.start("broker-a-s")  # returns once /status answers
     s = cluster.status("broker-a-s")

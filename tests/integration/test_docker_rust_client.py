@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .docker_cluster import wait_for
+from cluster.wait import wait_until
+
 from .rust_client import RustClient
 from .test_docker_sync import SETS, SYNC_WAIT_MS
 
@@ -42,8 +43,8 @@ def test_rust_client_sends_every_sync_master_outcome_and_reads_back_through_the_
         cluster.wait_in_sync("broker-a-s")
 
         cluster.toxics.cut("broker-a-s-ha", "timeout")  # silent link: dropped after haHousekeepingInterval
-        wait_for("the master dropped its slave", lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0,
-                 30, on_fail=lambda: str(cluster.status("broker-a")))
+        wait_until(lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0, 30, "the master dropped its slave",
+                   interval=0.2, on_timeout=lambda: str(cluster.status("broker-a")))
         gone = rc.send(ns, topic, prefix="gone", **one)
         assert [r.get("status") for r in gone] == ["SLAVE_NOT_AVAILABLE"], gone
         cluster.toxics.restore("broker-a-s-ha")

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster.wait import wait_until
+
 from .docker_cluster import (FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, produce, produce_status,
-                             random_bodies, wait_for)
+                             random_bodies)
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
@@ -87,8 +89,8 @@ def test_ha_link_cut_until_the_master_drops_it_gives_slave_not_available(cluster
     cluster.wait_in_sync("broker-a-s")
     # data swallowed both ways: the master hears nothing and drops the slave (haHousekeepingInterval)
     cluster.toxics.cut("broker-a-s-ha", "timeout")
-    wait_for("the master dropped its slave", lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0,
-             30, on_fail=lambda: str(cluster.status("broker-a")))
+    wait_until(lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0, 30, "the master dropped its slave",
+               interval=0.2, on_timeout=lambda: str(cluster.status("broker-a")))
     before = cluster.max_offset("broker-a")
     r = produce_status(cluster.namesrv, topic_a, "nobody-listens")
     assert r.get("status") == SLAVE_NOT_AVAILABLE, r

@@ -14,9 +14,8 @@ from broker.store.message_store import MessageStore
 from broker.store.record import Message
 from cluster import process
 from cluster.ports import free_broker_port
+from cluster.standalone import _ProcView, metric
 from cluster.wait import ProcessExited, wait_until
-
-from .local_cluster import _ProcView, metric
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +46,8 @@ class Broker:
 
     def start(self):
         self.rec = process.spawn(process.broker_command(self.conf), self.log, process.child_env())
-        wait_for(lambda: self.status() is not None, 20, f"broker {self.conf.name} did not start; see {self.log}")
+        wait_until(lambda: self.status() is not None, 20, f"broker {self.conf.name} did not start; see {self.log}",
+                   interval=0.05)
 
     def status(self):
         try:
@@ -64,10 +64,6 @@ class Broker:
 
     def stop(self, sig=signal.SIGTERM):
         process.stop(self.rec, 10, sig)
-
-
-def wait_for(cond, timeout, what):
-    return wait_until(cond, timeout, what, interval=0.05)
 
 
 def append_offline(store_dir, n, start):
@@ -117,7 +113,7 @@ def test_two_processes_replicate_and_resume_after_either_restarts(pair):
     end = append_offline(mdir, 3000, 0)  # ~2.2 MiB over 3 files
     m.start()
     s.start()
-    wait_for(lambda: caught_up(m, s), 30, "slave did not catch up")
+    wait_until(lambda: caught_up(m, s), 30, "slave did not catch up", interval=0.05)
     # An empty slave starts at the master's last file (the reference's rule).
     assert s.status()["minPhyOffset"] == end - end % FILE_SIZE
     assert identical(mdir / "commitlog", sdir / "commitlog")
@@ -138,7 +134,7 @@ def test_two_processes_replicate_and_resume_after_either_restarts(pair):
     m.stop()
     end2 = append_offline(mdir, 500, 3000)
     m.start()
-    wait_for(lambda: caught_up(m, s), 30, "slave did not resume after the master restarted")
+    wait_until(lambda: caught_up(m, s), 30, "slave did not resume after the master restarted", interval=0.05)
     slave_entry = m.status()["ha"]["slaves"][0]
     assert slave_entry["slaveRequestOffset"] == end
     assert identical(mdir / "commitlog", sdir / "commitlog")
@@ -150,12 +146,12 @@ def test_two_processes_replicate_and_resume_after_either_restarts(pair):
     m.start()
     s.start()
     assert s.status()["cleanShutdownBefore"] is False
-    wait_for(lambda: caught_up(m, s), 30, "slave did not resume after being killed")
+    wait_until(lambda: caught_up(m, s), 30, "slave did not resume after being killed", interval=0.05)
     assert m.status()["ha"]["slaves"][0]["slaveRequestOffset"] == end2
     assert identical(mdir / "commitlog", sdir / "commitlog")
     assert s.status()["maxPhyOffset"] == end3
     # And the slave's consume queues serve what it received.
-    wait_for(lambda: s.status()["dispatchOffset"] == end3, 10, "slave consume queues not built")
+    wait_until(lambda: s.status()["dispatchOffset"] == end3, 10, "slave consume queues not built", interval=0.05)
 
 
 def rss_kib(pid):
@@ -185,7 +181,8 @@ def test_probes_are_reaped_and_memory_stays_flat(tmp_path):
                         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     s.close()
         probe_round(1000)
-        wait_for(lambda: metric(m.metrics(), "rocketmq_ha_connections_unvalidated") == 0, 20, "probes not reaped")
+        wait_until(lambda: metric(m.metrics(), "rocketmq_ha_connections_unvalidated") == 0, 20, "probes not reaped",
+                   interval=0.05)
         before = rss_kib(m.proc.pid)
         probe_round(10_000)
         # Some probes stay open and silent (half-open peers): never slaves, and reaped by housekeeping.
@@ -198,8 +195,8 @@ def test_probes_are_reaped_and_memory_stays_flat(tmp_path):
             except ConnectionResetError:
                 pass
             s.close()
-        wait_for(lambda: metric(m.metrics(), "rocketmq_ha_connections_unvalidated") == 0, 20,
-                 "idle probes not reaped by housekeeping")
+        wait_until(lambda: metric(m.metrics(), "rocketmq_ha_connections_unvalidated") == 0, 20,
+                   "idle probes not reaped by housekeeping", interval=0.05)
         after = rss_kib(m.proc.pid)
         assert metric(m.metrics(), "rocketmq_ha_connections_accepted_total") >= 11_200
         assert after - before < 8 * 1024, f"RSS grew from {before} KiB to {after} KiB over 10,000 probes"

@@ -1,6 +1,6 @@
 """Hostile traffic against a live SYNC_MASTER and its SLAVE (real processes, the official client).
 
-Name server, master and slave come from local_cluster (the launcher every local integration test uses);
+Name server, master and slave are single local processes from cluster/standalone.py;
 the official client runs in a child process through test_official_client's worker. The test sends
 messages and records the acknowledged ones, then for ATTACK_S seconds fires, at both brokers' client
 ports and HA ports at once: garbage, malformed and truncated frames, oversized length prefixes, deeply
@@ -41,8 +41,8 @@ from broker.remoting.codec import FrameDecoder, FrameError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 from broker.store import record
-
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from cluster.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -474,8 +474,7 @@ def sync_pair(tmp_path):
     try:
         master = BrokerProcess(tmp_path, "broker-h", ns.addr, role="SYNC_MASTER").start()
         slave = BrokerProcess(tmp_path, "broker-h", ns.addr, role="SLAVE").start()
-        wait_until("slave connected to the master's HA port",
-                   lambda: master.status()["ha"]["connectionCount"] == 1, 20)
+        wait_until(lambda: master.status()["ha"]["connectionCount"] == 1, 20, "slave connected to the master's HA port")
         yield ns, master, slave, tmp_path
     finally:
         for p in (slave, master):
@@ -541,8 +540,8 @@ def test_hostile_traffic_leaves_both_brokers_serving_and_consistent(sync_pair):
 
         # Every acknowledged message readable on both; the slave's log byte-identical to the master's.
         try:
-            wait_until("the slave caught up with the master",
-                       lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 30)
+            wait_until(lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 30,
+                       "the slave caught up with the master")
         except AssertionError as e:
             problems.append(str(e).splitlines()[0])
         end = master.status()["maxPhyOffset"]

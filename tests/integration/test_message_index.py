@@ -11,15 +11,18 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.store import record
-
-from .local_cluster import ROOT, BrokerProcess, NameServerProcess, wait_until
+from cluster.standalone import BrokerProcess, NameServerProcess
+from cluster.wait import wait_until
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("rocketmq.client")
 
@@ -81,8 +84,8 @@ def test_query_by_key_and_view_by_id_on_masters_and_slaves(cluster):
     uniq = [r["msg_id"] for r in results]  # the C++ client's msgId is the UNIQ_KEY it set
     for g in ("broker-a", "broker-b"):
         m, s = nodes[g], nodes[g + "-s"]
-        wait_until(f"{g}-s dispatched what {g} holds",
-                   lambda s=s, m=m: s.status()["dispatchOffset"] == m.status()["maxPhyOffset"], 20)
+        wait_until(lambda s=s, m=m: s.status()["dispatchOffset"] == m.status()["maxPhyOffset"], 20,
+                   f"{g}-s dispatched what {g} holds")
         assert m.status()["index"]["error"] is None and s.status()["index"]["items"] == m.status()["index"]["items"]
 
     order = ["broker-a", "broker-a-s", "broker-b", "broker-b-s"]

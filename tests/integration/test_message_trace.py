@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from broker.remoting.codes import RequestCode, ResponseCode
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from cluster.wait import wait_until
 from pipeline import trace
 
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 from .rust_client import RustClient
 
 pytestmark = pytest.mark.integration
@@ -32,9 +33,9 @@ def test_trace_records_land_in_the_trace_topic_and_replicate(tmp_path):
         sent = [l for l in rc.run(ns.addr, "send", "--topic", "TopicTraced", "--count", 5, "--prefix", "traced",
                                   "--size", 0, "--trace") if "mode" in l]
         assert [s.get("status") for s in sent] == ["SEND_OK"] * 5, sent
-        wait_until("trace records in RMQ_SYS_TRACE_TOPIC", lambda: max_offset(master, "RMQ_SYS_TRACE_TOPIC") > 0, 20)
-        wait_until("the slave holds the master's log",
-                   lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 20)
+        wait_until(lambda: max_offset(master, "RMQ_SYS_TRACE_TOPIC") > 0, 20, "trace records in RMQ_SYS_TRACE_TOPIC")
+        wait_until(lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 20,
+                   "the slave holds the master's log")
         assert max_offset(slave, "RMQ_SYS_TRACE_TOPIC") == max_offset(master, "RMQ_SYS_TRACE_TOPIC")
         # the records name the traced messages with their produce and store times
         records = trace.read_store(master.store_dir, master.status()["maxPhyOffset"])

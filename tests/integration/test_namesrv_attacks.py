@@ -12,8 +12,8 @@ import pytest
 from broker.namesrv import guard
 from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
 from broker.remoting.codes import RequestCode, ResponseCode
-
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from cluster.wait import wait_until
 
 pytestmark = pytest.mark.integration
 SECRET = "a-cluster-secret-for-the-test-0123"
@@ -66,8 +66,8 @@ def test_routes_survive_a_kv_flood_a_forged_registration_and_a_huge_body(tmp_pat
         print(f"300,000-topic body refused in {took:.2f} s ({cpu_s:.2f} s CPU, +{rss >> 20} MiB, "
               f"+{log_bytes} bytes of log): {r.remark}")
         # the real broker re-registers (every 10 s here) and its route is what it says
-        wait_until("broker-a's own address as its master", lambda: ns.broker_addrs("broker-a").get(0) == broker.addr,
-                   25)
+        wait_until(lambda: ns.broker_addrs("broker-a").get(0) == broker.addr, 25,
+                   "broker-a's own address as its master")
         route = rpc(ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
         assert route.code == ResponseCode.SUCCESS and broker.addr.encode() in route.body
         assert "evil" not in ns.cluster_info().get("brokerAddrTable", {})
@@ -89,5 +89,5 @@ def test_a_signed_broker_registers_and_unregisters(tmp_path):
         assert rpc(ns.addr, RequestCode.PUT_KV_CONFIG, fields).code == ResponseCode.SUCCESS
     finally:
         broker.stop()
-    wait_until("the clean stop's signed UNREGISTER", lambda: not ns.broker_addrs("broker-a"), 10)
+    wait_until(lambda: not ns.broker_addrs("broker-a"), 10, "the clean stop's signed UNREGISTER")
     ns.stop()

@@ -1,6 +1,6 @@
 """The official client (PyPI rocketmq 0.4.4 = Apache RocketMQ C++ client 1.0.1) against our broker.
 
-Name server and brokers run as real processes on free loopback ports (local_cluster); the client
+Name server and brokers run as real processes on free loopback ports (cluster/standalone.py); the client
 runs in child processes (official_client_worker.py) so a native crash or hang cannot take pytest
 down. Topology for most tests: 2 masters + 2 slaves (broker-a and broker-b, ASYNC_MASTER).
 The SYNC_MASTER status tests use their own name server, master and slave.
@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from cluster.sample import ServedReader
-
-from .local_cluster import BrokerProcess, NameServerProcess, metric, rpc, wait_until
+from cluster.standalone import BrokerProcess, NameServerProcess, metric, rpc
+from cluster.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -210,7 +210,7 @@ def test_two_consumers_split_the_queues_and_one_takes_over(cluster):
     a = BackgroundConsumer(tmp, ns.addr, topic, group, "ca")
     b = BackgroundConsumer(tmp, ns.addr, topic, group, "cb")
     try:
-        wait_until("both consumers rebalanced", lambda: len(a.messages()) + len(b.messages()) >= 1, 40)
+        wait_until(lambda: len(a.messages()) + len(b.messages()) >= 1, 40, "both consumers rebalanced")
         first = msgs("first", 40)
         produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": first}])
         want = {m["body"] for m in first}
@@ -218,7 +218,7 @@ def test_two_consumers_split_the_queues_and_one_takes_over(cluster):
         def all_seen():
             return want <= {m["body"] for m in a.messages() + b.messages()}
 
-        wait_until("the first batch consumed", all_seen, 40)
+        wait_until(all_seen, 40, "the first batch consumed")
         qa = {(m["queue_id"]) for m in a.messages() if m["body"] in want}
         qb = {(m["queue_id"]) for m in b.messages() if m["body"] in want}
         assert qa and qb, "both consumers should own queues"
@@ -229,7 +229,7 @@ def test_two_consumers_split_the_queues_and_one_takes_over(cluster):
         second = msgs("second", 30)
         produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": second}])
         want2 = {m["body"] for m in second}
-        wait_until("consumer a takes over every queue", lambda: want2 <= {m["body"] for m in a.messages()}, 60)
+        wait_until(lambda: want2 <= {m["body"] for m in a.messages()}, 60, "consumer a takes over every queue")
     finally:
         a.stop()
         b.stop()
@@ -265,8 +265,8 @@ def test_offsets_survive_a_consumer_restart(cluster):
     got, _ = consume_all(ns.addr, topic, "G-restart", {m["body"] for m in before}, linger_s=0)
     assert {m["body"] for m in before} <= {m["body"] for m in got}
     # no fixed wait: the consumer commits its offsets as it shuts down; poll the brokers for them
-    wait_until("the consumer's offsets are committed", lambda: committed_offsets(nodes, topic, "G-restart")
-               >= len(before), 20)
+    wait_until(lambda: committed_offsets(nodes, topic, "G-restart")
+               >= len(before), 20, "the consumer's offsets are committed")
     after = msgs("after", 7)
     results = produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": after}])
     assert [r.get("status") for r in results] == [SEND_OK] * len(after), results
@@ -288,10 +288,10 @@ def test_consumers_read_from_the_slave_when_the_master_is_stopped(cluster):
     master, slave = nodes["broker-a"], nodes["broker-a-s"]
     on_a = master.total_messages(topic, 4)
     assert on_a > 0
-    wait_until("slave caught up", lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"]
-               and slave.status()["dispatchOffset"] == slave.status()["maxPhyOffset"], 20)
+    wait_until(lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"]
+               and slave.status()["dispatchOffset"] == slave.status()["maxPhyOffset"], 20, "slave caught up")
     master.stop()
-    wait_until("the name server dropped the master", lambda: 0 not in ns.broker_addrs("broker-a"), 20)
+    wait_until(lambda: 0 not in ns.broker_addrs("broker-a"), 20, "the name server dropped the master")
     try:
         got, _ = consume_all(ns.addr, topic, "G-failover", {m["body"] for m in sent})
         missing = {m["body"] for m in sent} - {m["body"] for m in got}
@@ -324,8 +324,7 @@ def sync_pair(tmp_path):
     try:
         master = BrokerProcess(tmp_path, "broker-c", ns.addr, role="SYNC_MASTER").start()
         slave = BrokerProcess(tmp_path, "broker-c", ns.addr, role="SLAVE").start()
-        wait_until("slave connected to the master's HA port",
-                   lambda: master.status()["ha"]["connectionCount"] == 1, 20)
+        wait_until(lambda: master.status()["ha"]["connectionCount"] == 1, 20, "slave connected to the master's HA port")
         yield ns, master, slave
     finally:
         for p in (slave, master):
@@ -364,7 +363,7 @@ def test_sync_master_reports_flush_slave_timeout_and_slave_not_available(sync_pa
         slave.resume()
 
     slave.stop()
-    wait_until("master saw the slave go", lambda: master.status()["ha"]["connectionCount"] == 0, 20)
+    wait_until(lambda: master.status()["ha"]["connectionCount"] == 0, 20, "master saw the slave go")
     before = master.status()["maxPhyOffset"]
     gone = status_send(ns.addr, topic, "gone", master, 2)
     assert gone[0].get("status") == SLAVE_NOT_AVAILABLE, gone
@@ -377,5 +376,5 @@ def test_sync_master_reports_flush_slave_timeout_and_slave_not_available(sync_pa
     assert "error" in retried[0], retried
     # Polled: under a loaded make test the client can give up (its timeout) before the broker has
     # stored the attempt it is still processing (seen once at 7 minutes into a full run).
-    wait_until(f"the orderly send's attempts stored on the master (client said {retried[0]})",
-               lambda: master.total_messages(topic, 4) >= 4, 15)
+    wait_until(lambda: master.total_messages(topic, 4) >= 4, 15,
+               f"the orderly send's attempts stored on the master (client said {retried[0]})")

@@ -18,10 +18,9 @@ import pytest
 
 from broker.remoting import json_body
 from broker.remoting.codes import RequestCode
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc, sync_groups
+from cluster.wait import wait_until
 
-from cluster.standalone import sync_groups
-
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 from .rust_client import RustClient, queue_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -58,8 +57,8 @@ def create_topic(rc: RustClient, ns: NameServerProcess, topic: str, **where) -> 
     out = rc.admin(ns.addr, "topic", "create", topic=topic, read_queues=QUEUES, write_queues=QUEUES, **where)
     # each master registers the new topic with the name server on its own
     names = {addr_name(ns, a) for a in out["brokers"]}
-    wait_until(f"{topic} routed to {names}",
-               lambda: {q["brokerName"] for q in (route(ns, topic) or {}).get("queueDatas", [])} == names, 10)
+    wait_until(lambda: {q["brokerName"] for q in (route(ns, topic) or {}).get("queueDatas", [])} == names, 10,
+               f"{topic} routed to {names}")
     return out
 
 
@@ -260,7 +259,7 @@ def test_consume_stats_connections_running_info_reset_and_clone(rc, cluster):
             out = rc.admin(ns.addr, "consumer-connection", group=group, check=False)
             return out if out.get("connection", {}).get("connectionSet") else None
 
-        conn = wait_until("consumer connection listed", connected, 15)["connection"]
+        conn = wait_until(connected, 15, "consumer connection listed")["connection"]
         assert len(conn["connectionSet"]) == 1
         client_id = conn["connectionSet"][0]["clientId"]
         assert conn["consumeType"] == "CONSUME_PASSIVELY" and conn["messageModel"] == "CLUSTERING"
@@ -269,7 +268,7 @@ def test_consume_stats_connections_running_info_reset_and_clone(rc, cluster):
         assert topic in {s["topic"] for s in info["subscriptionSet"]}
         _, live_done = live.result(timeout=40)
     assert live_done["received"] == 3
-    wait_until("drained", lambda: consume_stats(rc, ns, group, topic)["totalDiff"] == 0, 10)
+    wait_until(lambda: consume_stats(rc, ns, group, topic)["totalDiff"] == 0, 10, "drained")
 
     # clone the (offline) group's offsets, then reset the group to the start (mqadmin resetOffsetByTime)
     assert rc.admin(ns.addr, "clone-group-offset", src=group, dest=clone, topic=topic) == {"cloned": True}
@@ -296,15 +295,15 @@ def test_producer_connection_of_a_live_producer(rc, cluster):
             out = rc.admin(ns.addr, "producer-connection", group=pgroup, topic=topic, check=False)
             return out if out.get("connection", {}).get("connectionSet") else None
 
-        conn = wait_until("producer connection listed", listed, 15)["connection"]
+        conn = wait_until(listed, 15, "producer connection listed")["connection"]
         assert len(conn["connectionSet"]) == 1
         c = conn["connectionSet"][0]
         assert c["clientId"] and c["clientAddr"].startswith("127.0.0.1:") and c["version"] > 0
         results, _, _ = live.result(timeout=40)
     assert [r["status"] for r in results] == ["SEND_OK"]
     # the producer unregistered on shutdown: its group is gone with its last channel
-    gone = wait_until("producer group gone", lambda: (lambda o: o if "error" in o else None)(
-        rc.admin(ns.addr, "producer-connection", group=pgroup, topic=topic, check=False)), 10)
+    gone = wait_until(lambda: (lambda o: o if "error" in o else None)(
+        rc.admin(ns.addr, "producer-connection", group=pgroup, topic=topic, check=False)), 10, "producer group gone")
     assert gone["errorCode"] == 1, gone  # SYSTEM_ERROR; the crate keeps no remark for it, so ask directly:
     raw = rpc(nodes["broker-a"].addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": pgroup})
     assert (raw.code, raw.remark) == (1, f"the producer group[{pgroup}] not exist")
@@ -369,7 +368,7 @@ def test_cluster_list_shows_both_brokers_with_slaves_and_runtime_info(rc, cluste
         out = rc.admin(ns.addr, "cluster-list")
         return out if all(len(rt.get("putTps", "").split()) >= 1 for rt in out["runtime"].values()) else None
 
-    out = wait_until("every broker's putTps sampled", sampled, 20)
+    out = wait_until(sampled, 20, "every broker's putTps sampled")
     info = out["clusterInfo"]
     assert sorted(info["clusterAddrTable"][CLUSTER]) == ["broker-a", "broker-b"]
     for b in ("broker-a", "broker-b"):

@@ -21,10 +21,9 @@ import pytest
 
 from broker.remoting import json_body
 from broker.remoting.codes import RequestCode
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc, sync_groups
+from cluster.wait import wait_until
 
-from cluster.standalone import sync_groups
-
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 from .rust_client import RustClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -66,7 +65,7 @@ def create_topic(ns: NameServerProcess, masters: list[BrokerProcess], topic: str
         r = rpc(ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         return r.code == 0 and {q["brokerName"] for q in json_body.loads(r.body)["queueDatas"]} == want
 
-    wait_until(f"route of {topic}", routed, 20)
+    wait_until(routed, 20, f"route of {topic}")
 
 
 def bodies_of(msgs: list[dict]) -> set[str]:
@@ -208,7 +207,7 @@ def test_sync_master_send_ok_flush_slave_timeout_and_slave_not_available(cluster
 
     slave.stop()
     try:
-        wait_until("the master dropped its slave", lambda: master.status()["ha"]["connectionCount"] == 0, 20)
+        wait_until(lambda: master.status()["ha"]["connectionCount"] == 0, 20, "the master dropped its slave")
         gone = rc.send(ns.addr, topic, prefix="gone", **send)
         assert [r.get("status") for r in gone] == ["SLAVE_NOT_AVAILABLE"], gone
         gone_async = rc.send(ns.addr, topic, prefix="gonea", **{**send, "mode": "async"})
@@ -216,8 +215,8 @@ def test_sync_master_send_ok_flush_slave_timeout_and_slave_not_available(cluster
         assert master.total_messages(topic, 4) == stored + 4
     finally:
         slave.start()
-    wait_until("slave back and caught up", lambda: master.status()["ha"]["connectionCount"] == 1
-               and slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 30)
+    wait_until(lambda: master.status()["ha"]["connectionCount"] == 1
+               and slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 30, "slave back and caught up")
     again = rc.send(ns.addr, topic, prefix="again", **send)
     assert [r.get("status") for r in again] == ["SEND_OK"], again
 
@@ -229,11 +228,11 @@ def test_consumers_read_from_the_slave_while_the_master_is_down(cluster, rc):
     create_topic(ns, [master], topic)
     sent = rc.send(ns.addr, topic, mode="sync", count=10, prefix="fo")
     assert_all_ok(sent, 10)
-    wait_until("slave caught up", lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"]
-               and slave.status()["dispatchOffset"] == slave.status()["maxPhyOffset"], 20)
+    wait_until(lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"]
+               and slave.status()["dispatchOffset"] == slave.status()["maxPhyOffset"], 20, "slave caught up")
     master.stop()
     try:
-        wait_until("the name server dropped the master", lambda: 0 not in ns.broker_addrs("broker-b"), 20)
+        wait_until(lambda: 0 not in ns.broker_addrs("broker-b"), 20, "the name server dropped the master")
         want = {f"fo-{i}" for i in range(10)}
         with ThreadPoolExecutor(2) as pool:
             futs = {mode: pool.submit(rc.consume, ns.addr, topic, f"GR-fo-{mode}-{topic}", mode=mode, expect=10,
@@ -245,7 +244,7 @@ def test_consumers_read_from_the_slave_while_the_master_is_down(cluster, rc):
             assert {m["brokerName"] for m in msgs} == {"broker-b"}
     finally:
         master.start()
-        wait_until("slave reconnected", lambda: master.status()["ha"]["connectionCount"] == 1, 30)
+        wait_until(lambda: master.status()["ha"]["connectionCount"] == 1, 30, "slave reconnected")
 
 
 # -- the chaos workload with this client (CLIENT=rust) ---------------------------------------------

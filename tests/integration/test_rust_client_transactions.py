@@ -30,8 +30,9 @@ import pytest
 
 from broker.remoting.codes import RequestCode
 from broker.store import record
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from cluster.wait import wait_until
 
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 from .rust_client import RustClient
 from .test_rust_client import create_topic
 
@@ -61,8 +62,8 @@ def cluster(tmp_path_factory, rc):
     try:
         nodes["master"] = BrokerProcess(tmp, "broker-rtx", ns.addr, extra=extra).start()
         nodes["slave"] = BrokerProcess(tmp, "broker-rtx", ns.addr, role="SLAVE", extra=extra).start()
-        wait_until("the slave connected", lambda: nodes["master"].status()["ha"]["connectionCount"] == 1, 20,
-                   on_fail=nodes["master"].log_tail)
+        wait_until(lambda: nodes["master"].status()["ha"]["connectionCount"] == 1, 20,
+                   "the slave connected", on_timeout=nodes["master"].log_tail)
         yield ns, nodes["master"], nodes["slave"]
     finally:
         for b in nodes.values():
@@ -123,7 +124,7 @@ def test_commit_rollback_and_check_back(cluster, rc):
         assert mine[1]["ms"] - mine[0]["ms"] >= INTERVAL_MS - 200, mine  # the next run asked again
 
     committed = {"commit-me", "ask-then-commit"}
-    wait_until("the committed messages in their topic", lambda: master.total_messages(topic, 4) == 2, 15)
+    wait_until(lambda: master.total_messages(topic, 4) == 2, 15, "the committed messages in their topic")
     msgs, final = rc.consume(ns.addr, topic, f"GR-rtx-{topic}", mode="push", expect=2, timeout_s=20,
                              linger_ms=1500)
     assert sorted(m["body"] for m in msgs) == sorted(committed), (msgs, final)
@@ -133,8 +134,8 @@ def test_commit_rollback_and_check_back(cluster, rc):
 
     # The check walked past every half: nothing is left that could still be committed.
     halves = master.max_offset(HALF, 0)
-    wait_until("the check walked past every half",
-               lambda: cid_offsets(master).get(f"{HALF}@{CID}") == {"0": halves}, 15)
+    wait_until(lambda: cid_offsets(master).get(f"{HALF}@{CID}") == {"0": halves}, 15,
+               "the check walked past every half")
     assert master.total_messages(topic, 4) == 2
 
     # The index: a committed message is found by its key under its topic, a rolled-back one is not.
@@ -161,7 +162,7 @@ def test_unknown_forever_is_asked_check_max_times_then_discarded(cluster, rc):
     assert [(r["status"], r["localState"]) for r in sent] == [("SEND_OK", "UNKNOW")], sent
     assert [(c["check"], c["checkTimes"], c["answer"], c["msgId"]) for c in checks] == \
         [(n, str(n), "UNKNOW", sent[0]["msgId"]) for n in range(1, CHECK_MAX + 1)], checks
-    wait_until(f"the half moved to {DISCARDED}", lambda: master.total_messages(DISCARDED, 1) == discarded + 1, 10)
+    wait_until(lambda: master.total_messages(DISCARDED, 1) == discarded + 1, 10, f"the half moved to {DISCARDED}")
     assert master.total_messages(topic, 4) == 0
 
 
@@ -177,7 +178,7 @@ def test_query_by_key_in_a_time_range_and_view_by_id(cluster, rc):
     assert [r.get("status") for r in sent] == ["SEND_OK"] * 6, sent
     noise = rc.send(ns.addr, other, messages=[{"body": "other-topic", "keys": "order-3 batch-1"}])
     assert noise[0].get("status") == "SEND_OK", noise
-    wait_until("the index holds everything stored", lambda: dispatched(master), 10)
+    wait_until(lambda: dispatched(master), 10, "the index holds everything stored")
 
     found, end = rc.query(ns.addr, topic, key="order-3")
     assert [(f["body"], f["msgId"], f["offsetMsgId"]) for f in found] == \
@@ -213,17 +214,17 @@ def test_slave_serves_the_committed_message_and_the_index_with_the_master_down(c
                                               {"body": "dropped", "keys": "ha-dropped", "tx": "rollback"}])
     assert [(r["body"], r["status"]) for r in sent] == [("kept", "SEND_OK"), ("dropped", "SEND_OK")], sent
     assert checks == [], checks
-    wait_until("the commit in its topic and the index", lambda: master.total_messages(topic, 4) == 1
-               and dispatched(master), 10)
+    wait_until(lambda: master.total_messages(topic, 4) == 1
+               and dispatched(master), 10, "the commit in its topic and the index")
     (kept,), _ = rc.query(ns.addr, topic, key="ha-kept")
 
-    wait_until("the slave caught up and dispatched", lambda: slave.status()["maxPhyOffset"]
-               == master.status()["maxPhyOffset"] and dispatched(slave), 20)
+    wait_until(lambda: slave.status()["maxPhyOffset"]
+               == master.status()["maxPhyOffset"] and dispatched(slave), 20, "the slave caught up and dispatched")
     end = master.status()["maxPhyOffset"]
     assert slave.commitlog_bytes(end) == master.commitlog_bytes(end)
     master.stop()
     try:
-        wait_until("the name server dropped the master", lambda: 0 not in ns.broker_addrs("broker-rtx"), 20)
+        wait_until(lambda: 0 not in ns.broker_addrs("broker-rtx"), 20, "the name server dropped the master")
         found, qend = rc.query(ns.addr, topic, key="ha-kept")  # the route now names the slave alone
         assert [(f["body"], f["msgId"], f["commitLogOffset"]) for f in found] == \
             [("kept", kept["msgId"], kept["commitLogOffset"])], (found, qend)
@@ -237,4 +238,4 @@ def test_slave_serves_the_committed_message_and_the_index_with_the_master_down(c
         assert [m["body"] for m in msgs] == ["kept"], (msgs, cdone)
     finally:
         master.start()
-        wait_until("the slave reconnected", lambda: master.status()["ha"]["connectionCount"] == 1, 30)
+        wait_until(lambda: master.status()["ha"]["connectionCount"] == 1, 30, "the slave reconnected")

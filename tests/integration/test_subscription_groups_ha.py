@@ -9,9 +9,10 @@ import pytest
 
 from broker.remoting import object_keys
 from broker.remoting.codes import RequestCode, ResponseCode
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from cluster.wait import wait_until
 
 from ..unit.processors.harness import pull, send_v1
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -37,11 +38,10 @@ def test_slave_copies_groups_and_refuses_changes(tmp_path):
 
         slave = BrokerProcess(tmp_path, "broker-grp", ns.addr, role="SLAVE").start()
         # the first sync runs as soon as the slave learns its master's address
-        wait_until("the slave copies the master's groups", lambda: "FROZEN" in groups_of(slave.addr), 15)
+        wait_until(lambda: "FROZEN" in groups_of(slave.addr), 15, "the slave copies the master's groups")
         assert groups_of(slave.addr) == groups_of(master.addr)
-        wait_until("the slave holds the message",
-                   lambda: rpc(slave.addr, RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"})
-                   .ext_fields.get("offset") == "1", 15)
+        wait_until(lambda: rpc(slave.addr, RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"})
+                   .ext_fields.get("offset") == "1", 15, "the slave holds the message")
         p = pull(topic=TOPIC, group="FROZEN", suspend_ms=0)
         r = rpc(slave.addr, p.code, p.ext_fields)
         assert (r.code, r.remark) == (ResponseCode.NO_PERMISSION, "subscription group no permission, FROZEN")

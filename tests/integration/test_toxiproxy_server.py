@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 toxiproxy = pytest.importorskip("toxiproxy")
 
 from cluster.ports import free_block  # noqa: E402
-from cluster.wait import wait_until as _wait_until  # noqa: E402
+from cluster.wait import wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "rmqha/toxiproxy:latest"
@@ -42,10 +42,6 @@ LOCAL = "127.0.0.1"
 
 def free_port() -> int:
     return free_block(1)
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
-    return _wait_until(predicate, timeout, what, interval=interval)
 
 
 class EchoServer:
@@ -175,7 +171,7 @@ def api_port():
             subprocess.run(["docker", "rm", "-f", name], capture_output=True)
 
     try:
-        wait_until(lambda: requests.get(f"http://{LOCAL}:{port}/version", timeout=1).ok, 20, "the API")
+        wait_until(lambda: requests.get(f"http://{LOCAL}:{port}/version", timeout=1).ok, 20, "the API", interval=0.05)
         yield port
     finally:
         stop()
@@ -201,7 +197,7 @@ def proxy(server, echo):
     listen_port = free_port()
     p = server.create(upstream=f"{LOCAL}:{echo.port}", name=name, listen=f"{LOCAL}:{listen_port}")
     p.port = listen_port
-    wait_until(lambda: round_trip(listen_port) < 5, 5, "the proxy to pass traffic")
+    wait_until(lambda: round_trip(listen_port) < 5, 5, "the proxy to pass traffic", interval=0.05)
     yield p
     server.destroy(p)
 

@@ -19,8 +19,9 @@ import pytest
 
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.store import record
+from cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from cluster.wait import wait_until
 
-from .local_cluster import BrokerProcess, NameServerProcess, rpc, wait_until
 from .test_official_client import run_worker, topic_name
 from .tx_producer import COMMIT, ROLLBACK, UNKNOW, TxProducer
 
@@ -102,7 +103,7 @@ def test_commit_rollback_and_check_back_across_ha(pair):
     assert master.total_messages(topic, 4) == 2
 
     # HA: the slave holds the master's bytes: halves, op messages and the committed copies.
-    wait_until("slave caught up", lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 20)
+    wait_until(lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 20, "slave caught up")
     end = master.status()["maxPhyOffset"]
     data = slave.commitlog_bytes(end)
     assert data == master.commitlog_bytes(end)
@@ -115,10 +116,9 @@ def test_commit_rollback_and_check_back_across_ha(pair):
     assert slave.total_messages(topic, 4) == 2
     # The check's progress, copied by the slave with the other consumer offsets (every 10 s).
     halves = master.max_offset(HALF, 0)
-    wait_until("the master's check walked past every half",
-               lambda: cid_offsets(master).get(f"{HALF}@{CID}") == {"0": halves}, 15)
-    wait_until("the slave copied CID_RMQ_SYS_TRANS's offsets",
-               lambda: cid_offsets(slave) == cid_offsets(master), 25)
+    wait_until(lambda: cid_offsets(master).get(f"{HALF}@{CID}") == {"0": halves}, 15,
+               "the master's check walked past every half")
+    wait_until(lambda: cid_offsets(slave) == cid_offsets(master), 25, "the slave copied CID_RMQ_SYS_TRANS's offsets")
     # A slave refuses END_TRANSACTION.
     _host, offset = record.parse_offset_msg_id(asked[1].ext_fields["msgId"])
     reply = rpc(slave.addr, RequestCode.END_TRANSACTION, {

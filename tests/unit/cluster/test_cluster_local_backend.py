@@ -11,6 +11,7 @@ from cluster import runfolder as rf
 from cluster.local_backend import LocalBackend, child_env, check_ports, is_running, port_in_use, spawn
 from cluster.ports import free_block
 from cluster.topology import PortPlan, load_topology
+from cluster.wait import wait_until
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 STUBBORN = [sys.executable, "-c",
@@ -51,10 +52,8 @@ def test_spawn_detaches_and_stop_terminates(run_root):
 
 def test_stop_escalates_to_sigkill_and_keeps_data(run_root):
     rec = spawn(STUBBORN, run_root / "s.log", child_env())
-    deadline = time.monotonic() + 10
-    while "ready" not in (run_root / "s.log").read_text().splitlines():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: "ready" in (run_root / "s.log").read_text().splitlines(), 10, "the child's ready line",
+               interval=0.05)
     b = backend_with(run_root, {"namesrv": rec})
     store = rf.store_dir(b.run_dir, "broker-a")
     b.state["nodes"] = [{"name": "broker-a", "process": None, "store": str(store)}]
