@@ -122,7 +122,8 @@ class BrokerConfig:
     mappedFileSizeConsumeQueue: int = _prop("mappedFileSizeConsumeQueue", 300000 * 20, minimum=20)
     flushIntervalCommitLog: int = _prop("flushIntervalCommitLog", 500, minimum=1)
     syncFlushTimeout: int = _prop("syncFlushTimeout", 5000, minimum=1)
-    # 4.9.4+ name for the sync-replication wait; when present it wins over syncFlushTimeout.
+    # 4.9.3+ bounds the sync-replication wait with slaveTimeout (default 3000 ms) and 4.9.0-4.9.2 with
+    # syncFlushTimeout; here syncFlushTimeout stays the default and slaveTimeout wins when set.
     slaveTimeout: int | None = _prop("slaveTimeout", None, kind=int, minimum=1)
     haSendHeartbeatInterval: int = _prop("haSendHeartbeatInterval", 5000, minimum=1)
     haHousekeepingInterval: int = _prop("haHousekeepingInterval", 20000, minimum=1)
@@ -151,7 +152,8 @@ class BrokerConfig:
                                  "behaves as Apache RocketMQ 4.9 does where this broker deliberately differs: "
                                  "a connection's first report is taken unchecked (it raises push2SlaveMaxOffset "
                                  "and streaming starts there, even past the log), every connection counts as a "
-                                 "slave, and a sync wait ends after 5 wake-ups; never in production")
+                                 "slave, and the sync wait is slaveTimeout, 3000 ms when unset, as in 4.9.3+; "
+                                 "never in production")
     haRecoveryEnable: bool = _prop("haRecoveryEnable", False,
                                    doc="ours (README \"Recovery without stranding\"): a master that starts after an "
                                        "unclean shutdown holds writes and fetches what its slaves "
@@ -311,7 +313,10 @@ class BrokerConfig:
 
     @property
     def sync_wait_ms(self) -> int:
-        return self.slaveTimeout if self.slaveTimeout is not None else self.syncFlushTimeout
+        if self.slaveTimeout is not None:
+            return self.slaveTimeout
+        # 4.9.3-4.9.8 CommitLog.submitReplicaRequest: GroupCommitRequest(..., getSlaveTimeout()), 3000 by default
+        return 3000 if self.haCompat49 else self.syncFlushTimeout
 
     # -- loading ------------------------------------------------------------------------------
     @classmethod

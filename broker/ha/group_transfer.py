@@ -1,7 +1,8 @@
-"""Sync-master waits (GroupTransferService, HA-PROTOCOL §5), with a deadline instead of a wake-up count.
+"""Sync-master waits (GroupTransferService, HA-PROTOCOL §5): each waiter ends at its deadline.
 
-A waiter succeeds the moment push2SlaveMaxOffset covers its offset, and times out at its deadline
-(the reference woke a fixed 5 times and could time out with the data already on the slave, #1244).
+A waiter succeeds the moment push2SlaveMaxOffset covers its offset, and times out at its deadline, as
+4.9.x does (HAService.doWaitTransfer loops to the request's deadline since 4.6.0, 85a6cc1c8e; before
+that it woke a fixed 5 times and could time out with the data already on the slave, #1244).
 Waiters are queued in append order, so both their offsets and their deadlines increase along the
 queue: one timer, for the head, is enough.
 """
@@ -15,23 +16,19 @@ from twisted.internet import defer
 from broker.clock import Clock, DelayedCall
 from broker.store.message_store import PutStatus
 
-# A waiter: (next offset, deadline, started, its Deferred, wake-ups counted when it joined).
-_Waiter = tuple[int, float, float, "defer.Deferred[PutStatus]", int]
+# A waiter: (next offset, deadline, started, its Deferred).
+_Waiter = tuple[int, float, float, "defer.Deferred[PutStatus]"]
 
 
 class GroupTransfer:
     def __init__(self, clock: Clock, timeout_s: float,
-                 on_outcome: Callable[[PutStatus, float], object] | None = None, max_wakeups: int | None = None):
+                 on_outcome: Callable[[PutStatus, float], object] | None = None):
         self.clock = clock
         self.timeout_s = timeout_s
         self.on_outcome = on_outcome  # (outcome, waited_seconds) for metrics
         self._waiters: deque[_Waiter] = deque()
         self._timer: DelayedCall | None = None
         self.acked = 0
-        # haCompat49: 4.9's GroupTransferService re-checks after each wake-up (every rise of
-        # push2SlaveMaxOffset) and gives up after 5 of them, however little time has passed (#1244)
-        self.max_wakeups = max_wakeups
-        self._raises = 0
 
     def __len__(self) -> int:
         return len(self._waiters)
@@ -42,7 +39,7 @@ class GroupTransfer:
         if next_offset <= self.acked:
             self._finish(d, PutStatus.PUT_OK, now, now)
             return d
-        self._waiters.append((next_offset, now + self.timeout_s, now, d, self._raises))
+        self._waiters.append((next_offset, now + self.timeout_s, now, d))
         if self._timer is None:
             self._arm()
         return d
@@ -55,14 +52,8 @@ class GroupTransfer:
         now = self.clock.seconds()
         q = self._waiters
         while q and q[0][0] <= push2slave:
-            _, _, started, d, _ = q.popleft()
+            _, _, started, d = q.popleft()
             self._finish(d, PutStatus.PUT_OK, started, now)
-        self._raises += 1
-        if self.max_wakeups is not None:
-            # waiters joined in order, so those out of wake-ups are a prefix of the queue
-            while q and self._raises - q[0][4] >= self.max_wakeups:
-                _, _, started, d, _ = q.popleft()
-                self._finish(d, PutStatus.FLUSH_SLAVE_TIMEOUT, started, now)
         # The timer stays armed for the old head; when it fires it re-arms for the new one.
 
     def _expire(self) -> None:
@@ -70,7 +61,7 @@ class GroupTransfer:
         now = self.clock.seconds()
         q = self._waiters
         while q and q[0][1] <= now:
-            _, _, started, d, _ = q.popleft()
+            _, _, started, d = q.popleft()
             self._finish(d, PutStatus.FLUSH_SLAVE_TIMEOUT, started, now)
         self._arm()
 
@@ -89,5 +80,5 @@ class GroupTransfer:
             self._timer.cancel()
         self._timer = None
         while self._waiters:
-            _, _, started, d, _ = self._waiters.popleft()
+            _, _, started, d = self._waiters.popleft()
             self._finish(d, PutStatus.FLUSH_SLAVE_TIMEOUT, started, self.clock.seconds())

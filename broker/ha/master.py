@@ -258,10 +258,9 @@ class HAService(protocol.Factory):
         if compat49:
             self.incarnation.compat49 = True
             log.warning("haCompat49=true: this master reproduces Apache RocketMQ 4.9's HA behaviour where this "
-                        "broker differs (unchecked first reports, false SEND_OK, any socket a slave, 5 wake-ups "
-                        "per sync wait): for comparisons only")
-        self.group_transfer = GroupTransfer(clock, sync_wait_ms / 1000.0, self._sync_outcome,
-                                            max_wakeups=5 if compat49 else None)
+                        "broker differs (unchecked first reports, false SEND_OK, any socket a slave): for "
+                        "comparisons only")
+        self.group_transfer = GroupTransfer(clock, sync_wait_ms / 1000.0, self._sync_outcome)
         self._ticker: PeriodicService | None = None
         self._pump_all_scheduled: DelayedCall | None = None
         self.port: Any = None  # the listening IListeningPort

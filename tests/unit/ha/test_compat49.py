@@ -5,7 +5,6 @@ import struct
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
-from broker.ha.group_transfer import GroupTransfer
 from broker.ha.master import HAService
 from broker.store.message_store import PutStatus
 
@@ -62,19 +61,36 @@ def test_any_socket_is_a_slave_in_49():
         assert ha.is_slave_ok(store.max_offset) is bool(count)
 
 
-def test_a_sync_wait_ends_after_five_wake_ups_in_49_and_at_its_deadline_here():
+def test_a_sync_wait_ends_at_its_deadline_in_49_as_here_and_the_49_deadline_is_slave_timeout():
+    """4.9.x waits to a deadline (4.9.8 HAService.java:291, since 4.6.0); the five wake-ups were 4.5's.
+    The deadline is 4.9.3+'s slaveTimeout, 3000 ms when unset; ours defaults to syncFlushTimeout."""
     from twisted.internet.task import Clock
-    for max_wakeups, expect in ((5, PutStatus.FLUSH_SLAVE_TIMEOUT), (None, PutStatus.PUT_OK)):
+
+    from broker.config import BrokerConfig
+    conf = {"syncFlushTimeout": "1500"}
+    assert BrokerConfig.from_properties(conf).sync_wait_ms == 1500
+    assert BrokerConfig.from_properties({**conf, "haCompat49": "true"}).sync_wait_ms == 3000
+    assert BrokerConfig.from_properties({**conf, "haCompat49": "true", "slaveTimeout": "700"}).sync_wait_ms == 700
+    import tempfile
+    from pathlib import Path
+    tmp = Path(tempfile.mkdtemp())
+    for compat49 in (True, False):
         clock = Clock()
-        gt = GroupTransfer(clock, 5.0, max_wakeups=max_wakeups)
-        out = []
-        gt.wait(1000).addCallback(out.append)
-        for ack in (100, 200, 300, 400, 500):  # a slave catching up in small steps, 0.1 s apart
+        _, ha = service(tmp, compat49, clock)  # sync_wait_ms=1000
+        gt = ha.group_transfer
+        caught_up, late = [], []
+        gt.wait(1000).addCallback(caught_up.append)
+        for ack in range(100, 1000, 100):  # nine rises short of the offset, 0.1 s apart
             clock.advance(0.1)
             gt.notify_transfer(ack)
-        clock.advance(0.1)
-        gt.notify_transfer(1000)  # the data is on the slave 0.6 s in, long before the 5 s deadline
-        assert out == [expect], (max_wakeups, out)
+        assert caught_up == [], compat49  # rises do not use up the wait
+        gt.notify_transfer(1000)
+        assert caught_up == [PutStatus.PUT_OK], compat49
+        gt.wait(2000).addCallback(late.append)
+        clock.advance(0.999)
+        assert late == [], compat49
+        clock.advance(0.001)
+        assert late == [PutStatus.FLUSH_SLAVE_TIMEOUT], compat49
 
 
 def test_once_the_log_passes_a_49_slaves_offset_it_streams_into_the_middle_of_its_records(tmp_path):

@@ -145,31 +145,3 @@ def test_without_an_outcome_hook():
     c = results(gt.wait(3))
     gt.shutdown()
     assert c == [TIMEOUT]
-
-
-def test_49_wake_up_limit_counts_each_waiters_own_wake_ups_and_ends_at_exactly_the_fifth():
-    """haCompat49 (max_wakeups=5): four rises short of a waiter's offset leave it waiting, the fifth
-    ends it with FLUSH_SLAVE_TIMEOUT; a waiter that joined after two rises counts only its own."""
-    from twisted.internet.task import Clock
-
-    from broker.ha.group_transfer import GroupTransfer
-    from broker.store.message_store import PutStatus
-    clock = Clock()
-    outcomes = []
-    gt = GroupTransfer(clock, 60.0, on_outcome=lambda o, waited: outcomes.append(o), max_wakeups=5)
-    first, second = [], []
-    gt.wait(10_000).addCallback(first.append)
-    for ack in (1, 2):
-        gt.notify_transfer(ack)
-    gt.wait(20_000).addCallback(second.append)
-    for ack in (3, 4):
-        gt.notify_transfer(ack)
-    assert first == [] and second == [] and len(gt) == 2  # four wake-ups for the first waiter
-    gt.notify_transfer(5)
-    assert first == [PutStatus.FLUSH_SLAVE_TIMEOUT] and second == [] and len(gt) == 1
-    gt.notify_transfer(5)  # not a rise: no wake-up counted
-    gt.notify_transfer(6)
-    assert second == []  # its fourth
-    gt.notify_transfer(7)
-    assert second == [PutStatus.FLUSH_SLAVE_TIMEOUT] and len(gt) == 0
-    assert outcomes == [PutStatus.FLUSH_SLAVE_TIMEOUT] * 2
