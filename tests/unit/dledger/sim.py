@@ -18,6 +18,7 @@ from broker.dledger.election import LEADER
 from broker.dledger.node import DLedgerNode
 from broker.dledger.protocol import (LeadershipTransferRequest, ResponseCode, decode_request, decode_response,
                                      request_code)
+from broker.dledger.file_store import FileStore
 from broker.dledger.replication import MemoryLog, Rules
 
 
@@ -100,7 +101,7 @@ class Checker:
         """Log matching: one (index, term) names one entry, and the same predecessor term."""
         for node_id, log in logs.items():
             prev_term = None
-            for e in log._entries:
+            for e in log.entries():
                 key = (e.index, e.term)
                 value = (e.body, prev_term)
                 had = self.seen.setdefault(key, value)
@@ -114,7 +115,7 @@ class Checker:
 class Cluster:
     def __init__(self, seed: int, n: int = 3, *, faults: NetworkFaults | None = None, rules: Rules | None = None,
                  config_overrides: dict | None = None, elector_classes: dict | None = None, wire: bool = False,
-                 check_every: int = 25, on_start=None):
+                 check_every: int = 25, on_start=None, store_dir: str | None = None):
         self.rng = random.Random(seed)
         self.seed = seed
         self.ids = [f"n{i}" for i in range(n)]
@@ -128,7 +129,11 @@ class Cluster:
         self.now = 0.0
         self.events: list = []
         self.seq = 0
-        self.boxes = {i: Box(i, MemoryLog()) for i in self.ids}
+        # store_dir: each node's log is a broker.dledger.file_store.FileStore there (small files, so
+        # they roll over); a crash drops the process's file handles, and a restart reopens and recovers
+        # the store and reads term/vote back from its currterm file
+        self.store_dir = store_dir
+        self.boxes = {i: Box(i, self._open_store(i) if store_dir else MemoryLog()) for i in self.ids}
         self.blocked: set[tuple[str, str]] = set()  # (from, to) pairs that drop everything
         self.checker = Checker()
         self.inflight: dict[int, tuple] = {}  # send id -> (sender, incarnation, request, answered)
@@ -147,8 +152,13 @@ class Cluster:
             setattr(c, k, v)
         return c
 
+    def _open_store(self, node_id: str) -> FileStore:
+        return FileStore(self.store_dir, node_id, data_file_size=4096, index_file_size=32 * 64)
+
     def start(self, node_id: str) -> None:
         box = self.boxes[node_id]
+        if self.store_dir and box.incarnation:
+            box.term, box.vote_for = box.log.load_term()
         box.incarnation += 1
         cls = self.elector_classes.get(node_id)
         kwargs = {"elector_class": cls} if cls else {}
@@ -163,6 +173,9 @@ class Cluster:
         box = self.boxes[node_id]
         box.node = None
         box.log.committed_index = min(box.log.committed_index, box.log.end_index)
+        if self.store_dir:  # reopened (and recovered) at once: nothing writes until the restart
+            box.log.release()
+            box.log = self._open_store(node_id)
 
     def alive(self) -> list[str]:
         return [i for i in self.ids if self.boxes[i].node is not None]
@@ -189,6 +202,8 @@ class Cluster:
         for eff in effects:
             if isinstance(eff, PersistTerm):
                 box.term, box.vote_for = eff.term, eff.vote_for
+                if self.store_dir:
+                    box.log.persist_term(eff.term, eff.vote_for)
                 box.persists += 1
             elif isinstance(eff, Send):
                 self._send(node_id, box.incarnation, eff.peer, eff.request)
@@ -359,14 +374,15 @@ def scaled_timers(scale: float) -> dict:
 
 
 def random_schedule(seed: int, n: int = 3, *, duration: float = 10000.0, rules: Rules | None = None,
-                    elector_classes: dict | None = None, wire: bool = False, on_start=None) -> Cluster:
+                    elector_classes: dict | None = None, wire: bool = False, on_start=None,
+                    store_dir: str | None = None) -> Cluster:
     """One seeded chaotic schedule: lossy, reordering network; partitions; crashes and restarts; appends."""
     rng = random.Random(seed * 7919 + n)
     faults = NetworkFaults(drop=rng.choice([0.0, 0.05, 0.2]), duplicate=rng.choice([0.0, 0.1]),
                            max_delay=rng.choice([10.0, 100.0, 400.0]), slow=rng.choice([0.0, 0.02]))
     scale = rng.choice([1.0, 0.15, 0.15])  # 0.15: every DLedger timer scaled down, many more elections
     c = Cluster(seed, n, faults=faults, rules=rules, elector_classes=elector_classes, wire=wire,
-                config_overrides=scaled_timers(scale), on_start=on_start)
+                config_overrides=scaled_timers(scale), on_start=on_start, store_dir=store_dir)
     t = 0.0
     while True:
         t += rng.uniform(50, 600)
