@@ -4,18 +4,26 @@ For each configuration (2m-2s-sync and 2m-2s-async, each with ASYNC_FLUSH and SY
 chaos run (`chaos.run --sweep`) injects every fault kind once per role it can hit, one at a time, then
 audits the run. Each fault's interval is one cell sample: the sends that started while it was active
 (availability = SEND_OK / all), the acknowledged losses and divergences the audit blames on it, and the
-recovery time (heal -> every slave's lag 0 in the metric samples). Each cell is judged against what
-RocketMQ 4.9 promises for it (PROMISES; the reasoning is in docs/guarantees.md):
+recovery time (heal -> every slave of the faulted group at its master's offset in the metric samples; a
+slave ahead of its master or not answering is not caught up, and a group that did not end byte-equal,
+by the audit's replica verdict or the run's ending, never recovered after its first master power loss:
+"never"). Each cell is judged against what RocketMQ 4.9 promises for it (PROMISES; the reasoning is in
+docs/guarantees.md):
 
   FAIL           a result the promise excludes: an acknowledged message lost to its users (on no node,
-                 never delivered, stranded on a slave, or received and then gone), a divergence
+                 never delivered, stranded on a slave, or received and then gone), a divergence; or losses
+                 blamed on a fault that was not exercised that no earlier fault of its group explains
   WEAK           a weakness the configuration allows, with its measured size (an async master's power loss)
-  not exercised  the faulted group acknowledged no send while the fault was active, or the group could no
-                 longer replicate (an earlier fault forked it): nothing was tested
+  not exercised  the faulted group acknowledged no send while the fault was active, the fault had no
+                 visible effect, or the group could no longer replicate (an earlier fault forked it):
+                 nothing was tested
   PASS           exercised, and nothing the promise excludes happened
 
+A not-exercised fault cannot have caused what the audit blames on it: those losses move to the earlier
+exercised fault of its group that did (reattribute()). Each cell shows how many of its runs exercised it.
 An audit FAIL that no cell accounts for (a phantom, a duplicate UNIQ_KEY, a damaged log, a missing queue
-entry, a loss no fault explains) fails the matrix too, and is listed under the table.
+entry, a loss no fault explains) fails the matrix too, and is listed under the table; so does a run that
+did not happen or was not audited ("not run" / "not audited", counted in the table's header).
 
 Writes OUT/matrix.md (the table), OUT/matrix.json and OUT/matrix.png (a heatmap of the verdicts).
 """
@@ -90,8 +98,14 @@ def sends(run: Path) -> list[tuple[int, int, str]]:
     return out
 
 
-def lags_over_time(run: Path) -> list[tuple[float, int]]:
-    """(ts ms, the largest slave lag of that sample round; -1 when a node did not answer)."""
+def _ms(ts: float) -> float:
+    return ts * 1000 if ts < 1e11 else ts
+
+
+def replication_rounds(run: Path) -> list[tuple[float, dict[str, int]]]:
+    """(ts ms, {broker group: the largest distance between a slave's log end and its master's}) per sample
+    round; -1 when a node of the group did not answer or its offset is unknown. The distance counts both
+    ways: a slave AHEAD of its master (the master came back behind it) is not caught up either."""
     rounds: dict[float, dict] = {}
     p = run / "metrics" / "samples.jsonl"
     if not p.exists():
@@ -101,16 +115,68 @@ def lags_over_time(run: Path) -> list[tuple[float, int]]:
     out = []
     for ts in sorted(rounds):
         nodes = rounds[ts]
-        worst = 0
+        groups: dict[str, int] = {}
         for r in nodes.values():
             if r.get("role") != "SLAVE":
                 continue
+            g = r.get("brokerName") or r.get("master") or "?"
             m = nodes.get(r.get("master") or "")
-            if not r.get("up") or not m or not m.get("up"):
-                worst = -1
-                break
-            worst = max(worst, m["maxPhyOffset"] - r["maxPhyOffset"])
-        out.append((ts * 1000, worst))
+            if (not r.get("up") or not m or not m.get("up") or r.get("maxPhyOffset") is None
+                    or m.get("maxPhyOffset") is None):
+                groups[g] = -1
+            elif groups.get(g, 0) >= 0:
+                groups[g] = max(groups.get(g, 0), abs(m["maxPhyOffset"] - r["maxPhyOffset"]))
+        out.append((_ms(ts), groups))
+    return out
+
+
+def lags_over_time(run: Path) -> list[tuple[float, int]]:
+    """(ts ms, the largest slave distance of that sample round, either way; -1 when a node did not answer)."""
+    out = []
+    for ts, groups in replication_rounds(run):
+        out.append((ts, -1 if any(v < 0 for v in groups.values()) else max(groups.values(), default=0)))
+    return out
+
+
+def node_groups(run: Path, summary: dict) -> dict[str, str]:
+    """node -> its broker group, from the samples (brokerName), else from the faults that targeted it."""
+    out = {f["target"]: f["group"] for f in summary.get("faults", []) if f.get("group") and f.get("target")}
+    p = run / "metrics" / "samples.jsonl"
+    if p.exists():
+        for r in read_jsonl(p):
+            if r.get("brokerName"):
+                out[r["node"]] = r["brokerName"]
+    return out
+
+
+def unequal_at_end(run: Path, summary: dict) -> dict[str, tuple[bool, str]]:
+    """group -> (forked, why) for each group a slave of which did not end byte-equal with its master: the
+    audit's replica verdict (replica.consistent) is not PASS, its pair diverges or lags, or the run's ending
+    (chaos/run.py wait_catch_up) says it did not catch up. forked: the logs differ (not only a lag)."""
+    groups = node_groups(run, summary)
+    out: dict[str, tuple[bool, str]] = {}
+
+    def mark(node: str, forked: bool, why: str) -> None:
+        g = groups.get(node)
+        if g is not None and not (g in out and out[g][0]):
+            out[g] = (forked, why)
+    for v in summary.get("verdicts", []):
+        if v.get("id") == "replica.consistent" and v.get("status") != "PASS" and v.get("subject"):
+            detail = v.get("detail") or ""
+            mark(v["subject"], v.get("status") == "FAIL" or "fork" in detail, f"{v['status']} {v.get('name')}")
+    for pr in summary.get("pairs", []):
+        if pr.get("firstDivergentOffset") is not None:
+            mark(pr["slave"], True, f"{pr['slave']} diverges from {pr['master']} at {pr['firstDivergentOffset']}")
+        elif pr.get("lagBytes"):
+            mark(pr["slave"], False, f"{pr['slave']} ends {pr['lagBytes']} bytes behind {pr['master']}")
+    for e in sorted((run / "chaos").glob("ending-*.json")) if (run / "chaos").is_dir() else []:
+        try:
+            catch_up = json.loads(e.read_text()).get("catchUp") or {}
+        except ValueError:
+            continue
+        for slave, state in catch_up.items():
+            if state != "caught up":
+                mark(slave, str(state).startswith("forked"), f"{slave}: {state}")
     return out
 
 
@@ -203,15 +269,87 @@ def _master_power(f: dict) -> bool:
     return f["kind"] in GROUP_POWER or (f["kind"] == "power-loss" and f["role"] == "master")
 
 
+# what a sample can be blamed for: moved whole to the fault that caused it when its own fault was not exercised
+LOSS_FIELDS = ("lost", "undelivered", "stranded", "lost_after_delivery", "divergent")
+# faults that can destroy or strand what a group stored (pipeline/delivery.py DESTRUCTIVE)
+DESTRUCTIVE = GROUP_POWER + ("power-loss", "kill-master", "restart-master", "partition")
+
+
+def _same_group(a: dict, b: dict) -> bool:
+    return a.get("group") is None or b.get("group") is None or a["group"] == b["group"]
+
+
+def _recovery(f: dict, rounds: list[tuple[float, dict[str, int]]], unequal: dict[str, tuple[bool, str]],
+              faults: list[dict]) -> tuple[float | None, bool]:
+    """(seconds from heal to every slave of the fault's group at its master's offset, never: it did not
+    happen). A slave ahead of its master or not answering is not caught up; nor is any round after the first
+    master power loss of a group that did not end byte-equal (a fork: equal offsets, different bytes), nor
+    after the group's last fault when it ended unequal for another reason. (None, False): no samples."""
+    end = f["end_ms"]
+    if not rounds:
+        return None, False
+    if end is None:
+        return None, True
+    slave_groups = {g for _ts, gs in rounds for g in gs}
+    groups = [f["group"]] if f.get("group") else sorted(slave_groups)
+    cutoff = {}
+    for g in groups:
+        if g not in unequal:
+            continue
+        mine = [x for x in faults if _same_group(x, {"group": g})]
+        rewrites = [x["start_ms"] for x in mine if _master_power(x)] if unequal[g][0] else []
+        cutoff[g] = min(rewrites) if rewrites else max((x["start_ms"] for x in mine), default=0)
+    for ts, gs in rounds:
+        if ts < end:
+            continue
+        if all(gs.get(g, -1 if g in slave_groups else 0) == 0 and ts < cutoff.get(g, float("inf")) for g in groups):
+            return round((ts - end) / 1000, 1), False
+    return None, True
+
+
+def _cause(out: list[dict], faults: list[dict], i: int) -> int | None:
+    """The earlier exercised fault of the same group that most likely caused what fault i is blamed for:
+    the latest master power loss, else the latest fault that can destroy or strand a message, else the
+    latest fault of the group."""
+    earlier = [j for j in range(i) if _same_group(faults[i], faults[j]) and not out[j]["not_exercised"]]
+    for pick in (_master_power, lambda f: f["kind"] in DESTRUCTIVE, lambda f: True):
+        js = [j for j in earlier if pick(faults[j])]
+        if js:
+            return js[-1]
+    return None
+
+
+def reattribute(out: list[dict], faults: list[dict]) -> None:
+    """A fault that was not exercised (its group could not replicate, or it had no visible effect) cannot
+    have caused what the audit blames on it: each count moves to the earlier fault that did (_cause), kept
+    at the larger of the two (the audit counts a message against every suspect, so the two sets overlap).
+    With no such fault the counts stay on the sample as `unattributed`: judge() fails the cell for them."""
+    for i, s in enumerate(out):
+        moved = {k: s[k] for k in LOSS_FIELDS if s.get(k)}
+        if not s["not_exercised"] or not moved:
+            continue
+        for k in moved:
+            s[k] = 0
+        j = _cause(out, faults, i)
+        if j is None:
+            s["unattributed"] = moved
+            continue
+        for k, n in moved.items():
+            out[j][k] = max(out[j].get(k, 0), n)
+        out[j].setdefault("inherited_from", []).append(s["label"])
+        s["blamed_on"] = {"fault": out[j]["label"], **moved}
+
+
 def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[dict]:
     all_sends = sends(run)
-    lags = lags_over_time(run)
+    rounds = replication_rounds(run)
+    unequal = unequal_at_end(run, summary)
     down = down_seen(run)
     offsets = offsets_seen(run)
-    sampled = bool(lags)
-    ahead_groups = set()
+    sampled = bool(rounds)
     out = []
-    for f in summary["faults"]:
+    faults = summary["faults"]
+    for f in faults:
         start, end = f["start_ms"], f["end_ms"]
         label = f"#{f['id']} {f['kind']} {f['link'] or f['target']}"
         during = [s for s in all_sends if start <= s[0] <= (end or s[0])]
@@ -220,19 +358,16 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
         # a divergence has no time: it is this fault's if the fault can rewrite its group's log and no
         # master power loss of the same group (the likelier cause) is also blamed
         blamed = summary["divergentByFault"].get(label, [])
-        power = any(_master_power(g) and g["group"] in (None, f["group"]) for g in summary["faults"])
+        power = any(_master_power(g) and g["group"] in (None, f["group"]) for g in faults)
         master_power = _master_power(f)
         divergent = len(blamed) if blamed and (master_power or not power) else 0
-        recovery = None
-        if end is not None:
-            healed = [ts for ts, lag in lags if ts >= end and lag == 0]
-            recovery = round((healed[0] - end) / 1000, 1) if healed else None
-        if master_power:
-            ahead_groups.add(f["group"])
+        recovery, never = _recovery(f, rounds, unequal, faults)
         by_fault = (summary.get("deliveryByFault") or {}).get(label, {})
         acked_on_group = (summary.get("ackedOnGroupByFault") or {}).get(label)
-        out.append({"kind": f["kind"], "role": f["role"], "target": f["target"], "sends": len(during), "ok": ok,
-                    "lost": lost, "divergent": divergent, "recovery_s": recovery,
+        info = f.get("info") or {}
+        out.append({"label": label, "kind": f["kind"], "role": f["role"], "target": f["target"],
+                    "sends": len(during), "ok": ok,
+                    "lost": lost, "divergent": divergent, "recovery_s": recovery, "recovery_never": never,
                     # delivery (pipeline/delivery.py): acknowledged messages this fault is a suspect of that no
                     # consumer group got, those only a slave holds, and those received then gone
                     "undelivered": by_fault.get("delivery.lost", 0),
@@ -241,36 +376,61 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
                     # acknowledged sends stored by the faulted group itself while the fault was active
                     # (None for summaries older than the delivery checker: then `ok`, the whole cluster's)
                     "acked_on_group": acked_on_group,
-                    "not_exercised": (f.get("info") or {}).get("notExercised") or no_effect(
+                    "not_exercised": info.get("notExercised") or no_effect(
                         f, down, sampled, sum((summary.get("nonOkByFault") or {}).get(label, {}).values()), offsets),
+                    # a fault on every group: the groups it could not exercise (nemesis.py)
+                    "groups_not_exercised": sorted(info.get("notExercisedGroups") or {}),
                     "error": f.get("inject_error") or f.get("heal_error")})
+    reattribute(out, faults)
     return out
+
+
+def exercised(samples: list[dict]) -> list[dict]:
+    """The samples that count as coverage: the fault had its effect, on a group that could replicate, and
+    the group acknowledged a send while it was active."""
+    return [s for s in samples if not s.get("not_exercised")
+            and (s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]) > 0]
 
 
 def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
     """A cell's verdict. Losses are judged as users meet them: an acknowledged message no consumer can get
-    (lost, stranded on a slave, or received and then gone) is lost, whatever disk holds it."""
-    lost = sum(s["lost"] for s in samples)
-    undelivered = sum(s.get("undelivered", 0) + s.get("lost_after_delivery", 0) for s in samples)
-    stranded = sum(s.get("stranded", 0) for s in samples)
-    div = sum(s["divergent"] for s in samples)
+    (lost, stranded on a slave, or received and then gone) is lost, whatever disk holds it. Only samples
+    whose fault was exercised carry losses (a not-exercised fault's go to the earlier fault that caused
+    them: reattribute()); losses a not-exercised fault is blamed for that no fault explains fail the cell."""
+    mine = [s for s in samples if not s.get("not_exercised")]
+    lost = sum(s["lost"] for s in mine)
+    undelivered = sum(s.get("undelivered", 0) + s.get("lost_after_delivery", 0) for s in mine)
+    stranded = sum(s.get("stranded", 0) for s in mine)
+    div = sum(s["divergent"] for s in mine)
     errors = [s["error"] for s in samples if s["error"]]
-    # only samples whose fault was exercised count as coverage: on its own group, with an acknowledged send
-    exercised = [s for s in samples if not s.get("not_exercised")
-                 and (s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]) > 0]
+    # blamed on a fault that was not exercised, and no earlier fault of its group explains it
+    orphan = [(s.get("unattributed") or {k: s.get(k, 0) for k in LOSS_FIELDS if s.get(k)})
+              for s in samples if s.get("not_exercised")]
+    orphan_n = sum(sum(o.values()) for o in orphan)
+    done = exercised(samples)
     users_lost = max(lost, undelivered) + stranded
     if errors:
         return "FAIL", f"fault could not be injected/healed: {errors[0]}"
+    if orphan_n:
+        return "FAIL", (f"{orphan_n} loss(es)/divergence(s) blamed on a fault that was not exercised, and no earlier "
+                        "exercised fault of its group explains them")
     what = (f"{lost} acknowledged on no node, {undelivered} undelivered, {stranded} stranded on a slave, "
             f"{div} divergent pair(s)")
     if (users_lost and not p["loss_allowed"]) or (div and not p["divergence_allowed"]):
         return "FAIL", f"{what}: the promise excludes it"
     if users_lost or div:
         return "WEAK", f"allowed: {what}"
-    if not exercised:
+    if not done:
         idle = next((s["not_exercised"] for s in samples if s.get("not_exercised")), None)
         return "not exercised", idle or "no send acknowledged by the faulted group while the fault was active"
-    return "PASS", ""
+    partial = sorted({g for s in done for g in s.get("groups_not_exercised") or []})
+    also = f"; not exercised on {', '.join(partial)} (that group could not replicate)" if partial else ""
+    if len(done) < len(samples):
+        idle = next((s["not_exercised"] for s in samples if s.get("not_exercised")), None)
+        return "PASS", (f"only {len(done)} of {len(samples)} runs exercised"
+                        + (f" ({idle})" if idle else " (the others: no send acknowledged by the faulted group)")
+                        + also)
+    return "PASS", also[2:]
 
 
 # this broker; the same broker with haCompat49=true (4.9's HA behaviour); or with haRecoveryEnable=true (a
@@ -446,38 +606,79 @@ def build(results: list[dict]) -> list[dict]:
         p = promise(*key[1:])
         ss = c["samples"]
         verdict, note = judge(p, ss)
+        mine = [s for s in ss if not s.get("not_exercised")]   # a not-exercised sample's losses are elsewhere
         n_sends = sum(s["sends"] for s in ss)
         rec = [s["recovery_s"] for s in ss if s["recovery_s"] is not None]
         out.append({**{k: v for k, v in c.items() if k != "samples"}, "runs": len(ss),
-                    "lost": sum(s["lost"] for s in ss), "divergent": sum(s["divergent"] for s in ss),
-                    "undelivered": sum(s.get("undelivered", 0) + s.get("lost_after_delivery", 0) for s in ss),
-                    "stranded": sum(s.get("stranded", 0) for s in ss),
+                    "exercised": len(exercised(ss)),
+                    "lost": sum(s["lost"] for s in mine), "divergent": sum(s["divergent"] for s in mine),
+                    "undelivered": sum(s.get("undelivered", 0) + s.get("lost_after_delivery", 0) for s in mine),
+                    "stranded": sum(s.get("stranded", 0) for s in mine),
                     "availability": round(sum(s["ok"] for s in ss) / n_sends, 3) if n_sends else None,
                     "acked_during": sum(s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]
                                         for s in ss),
-                    "recovery_s": max(rec) if rec else None, "verdict": verdict, "note": note,
-                    "promise": p["why"]})
+                    # the slowest recovery, and how many samples never recovered (a slave ahead, a fork)
+                    "recovery_s": max(rec) if rec else None,
+                    "recovery_never": sum(1 for s in ss if s.get("recovery_never")),
+                    # losses moved here from later faults that were not exercised, and moved away from here
+                    "inherited_from": [x for s in ss for x in s.get("inherited_from", [])],
+                    "blamed_on": [s["blamed_on"] for s in ss if s.get("blamed_on")],
+                    "verdict": verdict, "note": note, "promise": p["why"]})
     return out
+
+
+MIN_SWEEP_S = 10  # a sweep injects a dozen faults with gaps between them: one this short did not happen
+JUDGED = ("audit ok", "audit FAIL")
+
+
+def run_state(r: dict) -> str:
+    """What a matrix run amounts to: "audit ok" / "audit FAIL" (its cells are judged), or "not run" /
+    "not audited" (nothing of it is judged, and the matrix fails)."""
+    if r.get("rc"):
+        return f"not run (exit {r['rc']})"
+    if r.get("took_s") is not None and r["took_s"] < MIN_SWEEP_S:
+        return f"not run (took {r['took_s']} s)"
+    if r.get("audit_error"):
+        return f"not audited ({r['audit_error']})"
+    if "audit_failed" not in r:
+        return "not audited (no report/summary.json)"
+    if not r.get("samples"):
+        return "not run (no fault in its audit)"
+    return "audit FAIL" if r["audit_failed"] else "audit ok"
+
+
+def recovery_text(c: dict) -> str:
+    rec = c["recovery_s"] if c["recovery_s"] is not None else "-"
+    never = c.get("recovery_never") or 0
+    return f"never ({never}/{c['runs']}), else {rec}" if never and never < c["runs"] else ("never" if never else str(rec))
 
 
 def write(out: Path, cells: list[dict], results: list[dict], command: str) -> None:
     (out / "matrix.json").write_text(json.dumps({"cells": cells, "runs": results}, indent=1))
+    states = [run_state(r) for r in results]
+    judged = sum(st in JUDGED for st in states)
+    not_run = sum(st.startswith("not run") for st in states)
+    not_audited = sum(st.startswith("not audited") for st in states)
     lines = [f"Command: `{command}`", "",
-             "| broker | configuration | fault | backend | runs | acked during fault | acknowledged lost | undelivered "
-             "| stranded | divergent pairs | availability | recovery (s, max) | verdict |",
+             f"Runs: {len(results)} planned, {judged} audited and judged, {not_run} not run, {not_audited} not "
+             "audited" + (" (the matrix fails: its cells miss those runs)" if not_run or not_audited else ""), "",
+             "| broker | configuration | fault | backend | runs exercised | acked during fault | acknowledged lost "
+             "| undelivered | stranded | divergent pairs | availability | recovery (s, max) | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         av = f"{c['availability'] * 100:.0f} %" if c["availability"] is not None else "-"
-        rec = c["recovery_s"] if c["recovery_s"] is not None else "-"
-        lines.append(f"| {c.get('mode', 'ours')} | {c['topology']} {c['flush']} | {c['kind']} ({c['role']}) | {c['backend']} | {c['runs']} "
+        moved = "; ".join(f"{b['fault']} blamed for a later not-exercised fault's losses" for b in c.get("blamed_on", []))
+        note = "; ".join(x for x in (c["note"], moved) if x)
+        lines.append(f"| {c.get('mode', 'ours')} | {c['topology']} {c['flush']} | {c['kind']} ({c['role']}) | {c['backend']} "
+                     f"| {c.get('exercised', c['runs'])}/{c['runs']} "
                      f"| {c['acked_during']} | {c['lost']} | {c.get('undelivered', 0)} | {c.get('stranded', 0)} "
-                     f"| {c['divergent']} | {av} | {rec} | **{c['verdict']}**"
-                     f"{': ' + c['note'] if c['note'] and c['verdict'] != 'PASS' else ''} |")
+                     f"| {c['divergent']} | {av} | {recovery_text(c)} | **{c['verdict']}**"
+                     f"{': ' + note if note else ''} |")
     for r in results:
         if r.get("unexplained"):
             lines.append(f"\n**{r['name']}: audit FAIL no cell accounts for**: {'; '.join(r['unexplained'])}")
-    lines += ["", "Runs: " + ", ".join(f"{r['name']} {r['took_s']} s (audit {'FAIL' if r.get('audit_failed') else 'ok'})"
-                                        for r in results)]
+    lines += ["", "Runs: " + ", ".join(f"{r['name']} {r['took_s'] if r.get('took_s') is not None else '?'} s ({st})"
+                                        for r, st in zip(results, states))]
     (out / "matrix.md").write_text("\n".join(lines) + "\n")
     heatmap(out / "matrix.png", cells)
 
@@ -567,7 +768,8 @@ def main(argv=None) -> int:
         for topology, flush, backend, faults, seed, mode in plan:
             name = run_name(topology, flush, backend, seed, mode, faults)
             old = before.get(name, {})
-            results.append({"name": name, "rc": 0, "took_s": old.get("took_s", 0), "log": old.get("log", ""),
+            # the earlier run's exit code and time: a run that did not happen stays "not run"
+            results.append({"name": name, "rc": old.get("rc", 0), "took_s": old.get("took_s"), "log": old.get("log", ""),
                             "audit_s": old.get("audit_s"), "topology": topology, "flush": flush,
                             "backend": backend, "seed": seed, "mode": mode})
     else:
@@ -623,6 +825,9 @@ def main(argv=None) -> int:
         r["failed_run"] = failed is None
         if failed is not None:
             r["audit_failed"] = failed
+        r["state"] = run_state(r)
+        if r["state"] not in JUDGED:  # a folder left by an earlier run is not this run's result
+            r["samples"], r["unexplained"] = [], []
     results.sort(key=lambda r: (r.get("mode", "ours"), r["backend"], r["topology"], r["flush"], r["seed"]))
     cells = build(results)
     command = "python -m chaos.matrix " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -631,7 +836,7 @@ def main(argv=None) -> int:
     samples = sum(len(r["samples"]) for r in results)
     print(f"matrix: {out / 'matrix.md'}, {out / 'matrix.png'}; {len(plan)} runs, {samples} fault injections judged, "
           f"in {time.monotonic() - t0:.0f} s")
-    broken = [r["name"] for r in results if r["failed_run"] or r.get("rc")]
+    broken = [f"{r['name']} ({r['state']})" for r in results if r["state"] not in JUDGED]
     if broken:
         print(f"runs that could not be done or audited (see their logs): {', '.join(broken)}")
     unexplained = {r["name"]: r["unexplained"] for r in results if r.get("unexplained")}

@@ -177,3 +177,136 @@ def test_a_link_fault_must_show_its_effect():
     assert no_effect(f, {}, True, non_ok=2, offsets={"broker-a": master, "broker-a-s": keeping_up}) is None
     cc = {"kind": "client-cut", "role": "master", "target": "broker-a", "start_ms": 1000, "end_ms": 5000}
     assert "every send succeeded" in no_effect(cc, {}, True) and no_effect(cc, {}, True, non_ok=1) is None
+
+
+# ---- issue 23 (deliverable 3): recovery never counts "ahead" as caught up; losses follow the fault that
+# caused them; a run that did not happen or was not audited is never "ok"
+
+def write_samples(run, rounds):
+    """rounds: [(ts s, master offset, slave offset)] for group broker-a (None: did not answer)."""
+    import json
+    (run / "metrics").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for ts, m, s in rounds:
+        rows.append({"ts": ts, "node": "broker-a", "brokerName": "broker-a", "role": "SYNC_MASTER",
+                     "up": m is not None, "maxPhyOffset": m})
+        rows.append({"ts": ts, "node": "broker-a-s", "brokerName": "broker-a", "role": "SLAVE", "master": "broker-a",
+                     "up": s is not None, "maxPhyOffset": s})
+    (run / "metrics" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def fault(id_, kind, role="master", start=1000, end=2000, group="broker-a", target=None, info=None):
+    return {"id": id_, "kind": kind, "target": target or ("broker-a" if role == "master" else "broker-a-s"),
+            "group": group, "role": role, "link": None, "start_ms": start, "end_ms": end, "info": info or {}}
+
+
+def summary_of(faults, **extra):
+    return {"faults": faults, "lostByFault": {}, "divergentByFault": {}} | extra
+
+
+def test_a_slave_ahead_of_its_master_or_with_an_unknown_offset_never_recovers(tmp_path):
+    # the master came back 400 bytes behind its slave (a fork), then the slave stopped answering
+    write_samples(tmp_path, [(1.0, 900, 900), (3.0, 500, 900), (4.0, 600, 900), (5.0, 700, None)])
+    assert matrix.lags_over_time(tmp_path) == [(1000.0, 0), (3000.0, 400), (4000.0, 300), (5000.0, -1)]
+    got = cell_samples_by_id(tmp_path, summary_of([fault(1, "power-loss")]))[1]
+    assert got["recovery_s"] is None and got["recovery_never"]
+    # a slave that answers but whose offset is unknown is not caught up either
+    write_samples(tmp_path, [(3.0, 500, 500)])
+    rows = (tmp_path / "metrics" / "samples.jsonl").read_text().replace('"maxPhyOffset": 500}\n', '"maxPhyOffset": null}\n', 1)
+    (tmp_path / "metrics" / "samples.jsonl").write_text(rows)
+    assert cell_samples_by_id(tmp_path, summary_of([fault(1, "power-loss")]))[1]["recovery_never"]
+    # equal offsets after the heal are a recovery, unless the audit says the bytes differ (a fork the
+    # master's new writes walked past: same offset, other records)
+    write_samples(tmp_path, [(1.0, 900, 900), (3.0, 500, 900), (4.0, 900, 900), (5.0, 950, 950)])
+    got = cell_samples_by_id(tmp_path, summary_of([fault(1, "power-loss")]))[1]
+    assert (got["recovery_s"], got["recovery_never"]) == (2.0, False)
+    forked = summary_of([fault(1, "power-loss")], verdicts=[
+        {"id": "replica.consistent", "subject": "broker-a-s", "status": "WARN", "name": "replica broker-a",
+         "detail": "an allowed fork at offset 500"}])
+    got = cell_samples_by_id(tmp_path, forked)[1]
+    assert got["recovery_s"] is None and got["recovery_never"]
+    # the run's ending says so too (chaos/run.py wait_catch_up)
+    (tmp_path / "chaos").mkdir()
+    (tmp_path / "chaos" / "ending-1.json").write_text('{"catchUp": {"broker-a-s": "forked: SLAVE_AHEAD"}}')
+    assert cell_samples_by_id(tmp_path, summary_of([fault(1, "power-loss")]))[1]["recovery_never"]
+    cell = matrix.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local",
+                          "samples": [got, got | {"recovery_s": 1.5, "recovery_never": False}]}])[0]
+    assert (cell["recovery_s"], cell["recovery_never"], matrix.recovery_text(cell)) == (1.5, 1, "never (1/2), else 1.5")
+
+
+def test_losses_blamed_on_a_fault_that_was_not_exercised_go_to_the_fault_that_caused_them(tmp_path):
+    """The published case: ours sync ASYNC_FLUSH cluster-power-loss read WEAK with 0 acknowledged in 3 runs,
+    its losses those of an earlier fork of the group."""
+    faults = [fault(1, "power-loss", start=1000, end=2000),
+              fault(2, "kill-slave", role="slave", start=3000, end=4000),
+              fault(3, "cluster-power-loss", start=5000, end=6000, group=None,
+                    info={"notExercised": "group broker-a cannot replicate"})]
+    summary = summary_of(faults, deliveryByFault={"#1 power-loss broker-a": {"delivery.stranded": 5},
+                                                  "#3 cluster-power-loss broker-a": {"delivery.stranded": 88,
+                                                                                     "delivery.lost": 117}},
+                         ackedOnGroupByFault={"#1 power-loss broker-a": 40, "#2 kill-slave broker-a-s": 30,
+                                              "#3 cluster-power-loss broker-a": 0})
+    got = cell_samples_by_id(tmp_path, summary)
+    assert (got[3]["stranded"], got[3]["undelivered"]) == (0, 0)
+    assert got[3]["blamed_on"] == {"fault": "#1 power-loss broker-a", "stranded": 88, "undelivered": 117}
+    assert (got[1]["stranded"], got[1]["undelivered"], got[1]["inherited_from"]) == (88, 117, ["#3 cluster-power-loss broker-a"])
+    assert got[2]["stranded"] == 0  # a slave kill between them is not the cause
+    sync = ("2m-2s-sync", "ASYNC_FLUSH")
+    assert judge(promise(*sync, "cluster-power-loss", "master"), [got[3]])[0] == "not exercised"
+    assert judge(promise(*sync, "power-loss", "master"), [got[1]])[0] == "FAIL"
+    # with no earlier exercised fault to carry them, they fail the not-exercised fault's own cell
+    alone = summary_of([faults[2]], deliveryByFault=summary["deliveryByFault"])
+    orphan = cell_samples_by_id(tmp_path, alone)[3]
+    assert orphan["unattributed"] == {"stranded": 88, "undelivered": 117}
+    verdict, note = judge(promise(*sync, "cluster-power-loss", "master"), [orphan])
+    assert verdict == "FAIL" and "not exercised" in note
+    # and judge() never lets such losses make a cell WEAK, even unmoved
+    idle = sample(ok=0, lost=3) | {"not_exercised": "group broker-a cannot replicate"}
+    assert judge(promise("2m-2s-async", "ASYNC_FLUSH", "power-loss", "master"), [idle])[0] == "FAIL"
+
+
+def test_a_cell_says_how_many_of_its_runs_were_exercised():
+    p = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
+    idle = sample() | {"acked_on_group": 9, "not_exercised": "group broker-a cannot replicate"}
+    verdict, note = judge(p, [sample(), idle, idle])
+    assert verdict == "PASS" and note.startswith("only 1 of 3 runs exercised")
+    cell = matrix.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local",
+                          "samples": [s | {"kind": "kill-master", "role": "master", "recovery_s": None}
+                                      for s in (sample(), idle, idle)]}])[0]
+    assert (cell["exercised"], cell["runs"]) == (1, 3)
+    # a cluster-wide fault that could not exercise one group says which
+    part = sample() | {"groups_not_exercised": ["broker-b"]}
+    assert judge(promise("2m-2s-sync", "ASYNC_FLUSH", "cluster-power-loss", "master"), [part]) == (
+        "PASS", "not exercised on broker-b (that group could not replicate)")
+
+
+def test_a_run_that_did_not_happen_or_was_not_audited_is_never_ok(tmp_path, monkeypatch):
+    import json
+    # --from-runs over two run folders that both hold a passing summary: one of them is an earlier run's
+    # leftover (the matrix recorded its sweep as 1 s): it is not judged, and the matrix fails
+    monkeypatch.setattr(matrix.rf, "run_dir", lambda name: tmp_path / "runs" / name)
+    out = tmp_path / "out"
+    out.mkdir()
+    plan = [matrix.run_name("2m-2s-sync", "ASYNC_FLUSH", "local", 1, "ours", f) for f in matrix.LOCAL_SWEEPS]
+    f1 = fault(1, "kill-slave", role="slave")
+    for name in plan:
+        (tmp_path / "runs" / name / "report").mkdir(parents=True)
+        (tmp_path / "runs" / name / "report" / "summary.json").write_text(json.dumps(summary_of(
+            [f1], failed=False, verdicts=[], ackedOnGroupByFault={"#1 kill-slave broker-a-s": 5})))
+    (out / "matrix.json").write_text(json.dumps({"runs": [{"name": plan[0], "took_s": 400, "rc": 0},
+                                                          {"name": plan[1], "took_s": 1, "rc": 0}]}))
+    argv = ["--from-runs", "--seeds", "1", "--configs", "2m-2s-sync/ASYNC_FLUSH", "--out", str(out)]
+    assert matrix.main(argv) == 1
+    md = (out / "matrix.md").read_text()
+    assert "Runs: 2 planned, 1 audited and judged, 1 not run, 0 not audited" in md
+    assert f"{plan[1]} 1 s (not run (took 1 s))" in md and f"{plan[0]} 400 s (audit ok)" in md
+    assert "| 1/1 |" in md  # the kill-slave cell holds only the audited run's sample
+    # with both runs real, the same folders pass
+    (out / "matrix.json").write_text(json.dumps({"runs": [{"name": n, "took_s": 400, "rc": 0} for n in plan]}))
+    assert matrix.main(argv) == 0
+    assert matrix.run_state({"rc": 0, "took_s": 1, "audit_failed": False, "samples": [1]}) == "not run (took 1 s)"
+    assert matrix.run_state({"rc": 3, "took_s": 0}) == "not run (exit 3)"
+    assert matrix.run_state({"rc": 0, "took_s": 300}).startswith("not audited")
+    assert matrix.run_state({"rc": 0, "took_s": 300, "audit_error": "boom"}) == "not audited (boom)"
+    assert matrix.run_state({"rc": 0, "took_s": 300, "audit_failed": False, "samples": []}).startswith("not run")
+    assert matrix.run_state({"rc": 0, "took_s": 300, "audit_failed": True, "samples": [1]}) == "audit FAIL"
