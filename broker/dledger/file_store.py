@@ -249,6 +249,7 @@ class FileStore:
         self.end_index = -1
         self.end_term = -1
         self.committed_index = -1
+        self.dirty = False  # written since the last flush()
         self.recovered_from: dict[str, int] = {}  # what recovery found, for logs and tests
         self.data.load()
         self.index.load()
@@ -287,9 +288,9 @@ class FileStore:
                                       use_blank=False)
         if index_pos != entry.index * INDEX_UNIT_SIZE:
             raise StoreError(f"index {entry.index} written at {index_pos}")
+        self.dirty = True
         if self.sync_every_append:
-            self.data.sync()
-            self.index.sync()
+            self.flush()
         self.end_index, self.end_term = entry.index, entry.term
         if self.begin_index == -1:
             self.begin_index = entry.index
@@ -368,6 +369,7 @@ class FileStore:
         """FlushDataService's work (every flushFileInterval, 10 ms)."""
         self.data.sync()
         self.index.sync()
+        self.dirty = False
 
     def close(self) -> None:
         """DLedgerMmapFileStore.shutdown: flush, checkpoint, close."""
