@@ -279,6 +279,41 @@ def _same_group(a: dict, b: dict) -> bool:
     return a.get("group") is None or b.get("group") is None or a["group"] == b["group"]
 
 
+STUCK_WINDOW_MS = 2000  # the sample rounds (500 ms apart) just before a fault that show a group replicating
+
+
+def stuck_groups(run: Path, at_ms: float) -> dict[str, str]:
+    """group -> why it could not replicate just before at_ms, from the samples alone: in every round of the
+    STUCK_WINDOW_MS before it (3 at least, every node answering) a slave was ahead of its master (the master
+    came back behind it), or the slave stored nothing while its master's log grew (a fork the master has
+    written past). What the nemesis checks live (SLAVE_AHEAD, nemesis.py), for runs it did not record."""
+    p = run / "metrics" / "samples.jsonl"
+    if not p.exists():
+        return {}
+    series: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
+    rounds: dict[float, dict] = {}
+    for r in read_jsonl(p):
+        if at_ms - STUCK_WINDOW_MS <= _ms(r["ts"]) < at_ms:
+            rounds.setdefault(r["ts"], {})[r["node"]] = r
+    for ts in sorted(rounds):
+        for r in rounds[ts].values():
+            m = rounds[ts].get(r.get("master") or "")
+            if r.get("role") == "SLAVE" and m and r.get("maxPhyOffset") is not None \
+                    and m.get("maxPhyOffset") is not None:
+                key = (r.get("brokerName") or m["node"], r["node"])
+                series.setdefault(key, []).append((ts, m["maxPhyOffset"], r["maxPhyOffset"]))
+    out = {}
+    for (g, slave), xs in series.items():
+        if len(xs) < 3 or len(xs) < len(rounds):
+            continue
+        if all(sl > ms for _t, ms, sl in xs):
+            out[g] = f"group {g} cannot replicate: {slave} was ahead of its master before the fault (a fork)"
+        elif len({sl for _t, _m, sl in xs}) == 1 and all(b[1] > a[1] for a, b in zip(xs, xs[1:])):
+            out[g] = (f"group {g} cannot replicate: {slave} stored nothing while its master's log grew before "
+                      "the fault (a fork)")
+    return out
+
+
 def _recovery(f: dict, rounds: list[tuple[float, dict[str, int]]], unequal: dict[str, tuple[bool, str]],
               faults: list[dict]) -> tuple[float | None, bool]:
     """(seconds from heal to every slave of the fault's group at its master's offset, never: it did not
@@ -364,7 +399,18 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
         recovery, never = _recovery(f, rounds, unequal, faults)
         by_fault = (summary.get("deliveryByFault") or {}).get(label, {})
         acked_on_group = (summary.get("ackedOnGroupByFault") or {}).get(label)
-        info = f.get("info") or {}
+        info = dict(f.get("info") or {})
+        if not info.get("notExercised") and sampled:
+            # a run the nemesis did not judge (recorded before it did, or a cluster-wide fault): the samples
+            stuck = stuck_groups(run, start)
+            mine = [g for g in stuck if f.get("group") in (None, g)]
+            if f.get("group") is None and mine:
+                info["notExercisedGroups"] = {**{g: stuck[g] for g in mine}, **(info.get("notExercisedGroups") or {})}
+                every = {x for _ts, gs in rounds for x in gs}
+                if every and every <= set(info["notExercisedGroups"]):
+                    info["notExercised"] = "; ".join(info["notExercisedGroups"][g] for g in sorted(every))
+            elif mine:
+                info["notExercised"] = stuck[mine[0]]
         out.append({"label": label, "kind": f["kind"], "role": f["role"], "target": f["target"],
                     "sends": len(during), "ok": ok,
                     "lost": lost, "divergent": divergent, "recovery_s": recovery, "recovery_never": never,

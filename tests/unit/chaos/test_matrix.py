@@ -310,3 +310,31 @@ def test_a_run_that_did_not_happen_or_was_not_audited_is_never_ok(tmp_path, monk
     assert matrix.run_state({"rc": 0, "took_s": 300, "audit_error": "boom"}) == "not audited (boom)"
     assert matrix.run_state({"rc": 0, "took_s": 300, "audit_failed": False, "samples": []}).startswith("not run")
     assert matrix.run_state({"rc": 0, "took_s": 300, "audit_failed": True, "samples": [1]}) == "audit FAIL"
+
+
+def test_a_group_the_samples_show_forked_before_a_fault_does_not_exercise_it(tmp_path):
+    """Runs the nemesis did not judge (recorded before it judged per group): the samples tell a group that
+    no longer replicates, a slave ahead of its master or storing nothing while its master grows."""
+    import json
+    (tmp_path / "metrics").mkdir()
+    rows = []
+    for k in range(20):                       # rounds every 500 ms from 0 to 9.5 s
+        ts = k * 0.5
+        for g, m, s in (("broker-a", 1000 + 100 * k, 900),          # forked: the slave is stuck
+                        ("broker-b", 1000 + 100 * k, 1000 + 100 * k - 50),   # replicating
+                        ("broker-c", 500, 900)):                    # the master came back behind its slave
+            rows.append({"ts": ts, "node": g, "brokerName": g, "role": "SYNC_MASTER", "up": True, "maxPhyOffset": m})
+            rows.append({"ts": ts, "node": g + "-s", "brokerName": g, "role": "SLAVE", "master": g, "up": True,
+                         "maxPhyOffset": s})
+    (tmp_path / "metrics" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert matrix.stuck_groups(tmp_path, 5000) == {
+        "broker-a": "group broker-a cannot replicate: broker-a-s stored nothing while its master's log grew "
+                    "before the fault (a fork)",
+        "broker-c": "group broker-c cannot replicate: broker-c-s was ahead of its master before the fault (a fork)"}
+    faults = [fault(1, "kill-master", start=5000, end=6000), fault(2, "kill-master", start=5000, end=6000,
+                                                                    group="broker-b", target="broker-b"),
+              fault(3, "cluster-power-loss", start=5000, end=6000, group=None)]
+    got = cell_samples_by_id(tmp_path, summary_of(faults))
+    assert "broker-a-s stored nothing" in got[1]["not_exercised"]
+    assert "no sample saw broker-b down" in got[2]["not_exercised"]   # replicating: only its own effect is missing
+    assert got[3]["groups_not_exercised"] == ["broker-a", "broker-c"]
