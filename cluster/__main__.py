@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_name(rp)
     rp.add_argument("group", help="the broker group (brokerName), e.g. broker-a")
     rp.add_argument("--timeout", type=float, default=120.0, help="seconds for the slave to catch up afterwards")
+    rp.add_argument("--accept-loss", action="append", default=[], metavar="TOPIC",
+                    help="stranded records of this topic no client may send to (TRANS_CHECK_MAX_TIME_TOPIC, "
+                         "SELF_TEST_TOPIC, OFFSET_MOVED_EVENT) may be cut without being put back; repeatable")
 
     sub.add_parser("ls", help="list the clusters under run/")
     return ap
@@ -271,7 +274,8 @@ def cmd_repair(args) -> int:
     from .handle import Cluster
     from .repair import repair_group
     c = Cluster.attach(args.name)
-    results = repair_group(c, args.group, say=lambda m: sys.stderr.write(m + "\n"), catchup_timeout=args.timeout)
+    results = repair_group(c, args.group, say=lambda m: sys.stderr.write(m + "\n"), catchup_timeout=args.timeout,
+                           accept_loss=frozenset(args.accept_loss))
     for r in results:
         sys.stdout.write(json.dumps(r.to_json()) + "\n")
     return 0

@@ -10,18 +10,21 @@ see docs/ha-protocol.md §9). This is the operator's tool:
 
 1. stop the slave; find the fork: the first record of the slave's log that the master does not hold
    byte for byte at the same offset;
-2. every message of a user topic the slave holds from the fork on, whose UNIQ_KEY the master does not
-   hold, is sent to the master again (SEND_MESSAGE) with its original topic, queue id, flag, sysFlag,
-   born timestamp, body and properties (KEYS, TAGS, UNIQ_KEY...: consumers can deduplicate) plus
-   REPAIR_OF=<slave>@<offset>; any answer but SUCCESS / FLUSH_*_TIMEOUT / SLAVE_NOT_AVAILABLE (all
-   three mean stored on the master) aborts before anything is truncated;
-3. the master's log is read again: every re-sent UNIQ_KEY must be there, else nothing is truncated;
+2. every message the slave holds from the fork on that the master does not hold is sent to the master
+   again (SEND_MESSAGE) with its original topic, queue id, flag, sysFlag, born timestamp, body and
+   properties (KEYS, TAGS, UNIQ_KEY...: consumers can deduplicate) plus REPAIR_OF=<slave>@<offset>:
+   delayed messages to their real topic with their DELAY level, retry messages to their retry topic,
+   unresolved transaction halves as halves (cluster/repair_plan.py says how each kind is put back).
+   A record that cannot be put back (a topic no client may send to) stops the repair before anything
+   is sent, naming it; any answer but SUCCESS / FLUSH_*_TIMEOUT / SLAVE_NOT_AVAILABLE (all three
+   mean stored on the master) aborts before anything is truncated;
+3. the master's log is read again: every re-sent message must be there (its REPAIR_OF tag with the
+   same body CRC, KEYS and topic, UNIQ_KEY or not), else nothing is truncated;
 4. only then the slave's log is cut at the fork (its consume queues drop what pointed past it when
    it recovers), and the slave starts, reports the fork offset, and copies the master from there.
 
-Messages of system topics (%RETRY%, %DLQ%, SCHEDULE_TOPIC_XXXX, RMQ_SYS_*) and transaction records
-that get no queue entry are not re-sent; they are counted in the result. Running it twice re-sends
-nothing the master already holds.
+Transaction op records and prepared / rolled-back records are not re-sent (nothing reads them as
+messages); they are counted in the result. Running it twice re-sends nothing the master already holds.
 """
 from __future__ import annotations
 
@@ -33,10 +36,9 @@ from pathlib import Path
 
 from . import ClusterError
 
-SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_", "TRANS_", "TBW102")
+from .repair_plan import PRODUCER_GROUP, missing, plan
+
 STORED = {0: "SUCCESS", 10: "FLUSH_DISK_TIMEOUT", 12: "FLUSH_SLAVE_TIMEOUT", 11: "SLAVE_NOT_AVAILABLE"}
-REPAIR_PROPERTY = "REPAIR_OF"
-PRODUCER_GROUP = "RMQ_REPAIR_PRODUCER"
 
 
 @dataclass
@@ -46,10 +48,11 @@ class RepairResult:
     slave: str
     fork: int | None = None          # None: the logs do not fork, nothing to do
     slave_end: int = 0
-    stranded: int = 0                # user messages the slave holds from the fork on
+    stranded: int = 0                # messages the slave holds from the fork on: resent + already_on_master
     resent: int = 0
+    resent_by_kind: dict = field(default_factory=dict)  # message / retry / delayed / half -> count
     already_on_master: int = 0
-    skipped: dict = field(default_factory=dict)   # why -> count (system topics, transaction records)
+    skipped: dict = field(default_factory=dict)   # not re-sent, nothing lost: why -> count
     truncated_bytes: int = 0
     caught_up_s: float | None = None
 
@@ -114,13 +117,13 @@ class Sender:
     def close(self) -> None:
         self.sock.close()
 
-    def send(self, m, extra_props: dict[str, str]) -> int:
+    def send(self, m, extra_props: dict[str, str] | None = None, producer_group: str = PRODUCER_GROUP) -> int:
         from broker.remoting.codec import decode_frame, encode
         from broker.remoting.codes import RequestCode
         from broker.remoting.command import RemotingCommand
         from broker.store.record import encode_properties
-        props = dict(m.properties) | extra_props
-        fields = {"producerGroup": PRODUCER_GROUP, "topic": m.topic, "defaultTopic": "TBW102",
+        props = dict(m.properties) | (extra_props or {})
+        fields = {"producerGroup": producer_group, "topic": m.topic, "defaultTopic": "TBW102",
                   "defaultTopicQueueNums": 4, "queueId": m.queue_id, "sysFlag": m.sys_flag,
                   "bornTimestamp": m.born_timestamp, "flag": m.flag, "properties": encode_properties(props),
                   "reconsumeTimes": m.reconsume_times, "unitMode": "false", "batch": "false"}
@@ -147,15 +150,8 @@ class Sender:
 
 # -- the repair -----------------------------------------------------------------------------------
 
-def _skip_reason(m) -> str | None:
-    if m.topic.startswith(SYSTEM_PREFIXES):
-        return f"system topic {m.topic.split('%')[1] if m.topic.startswith('%') else m.topic}"
-    if not m.gets_queue_entry:
-        return "transaction record without a queue entry"
-    return None
-
-
-def repair_group(cluster, group: str, say=print, catchup_timeout: float = 120.0) -> list[RepairResult]:
+def repair_group(cluster, group: str, say=print, catchup_timeout: float = 120.0,
+                 accept_loss: frozenset[str] = frozenset()) -> list[RepairResult]:
     """Repair every slave of broker group `group` whose log forks from its master's."""
     master = next((m for m in cluster.masters() if cluster.node(m).get("brokerName") == group), None)
     if master is None:
@@ -163,12 +159,12 @@ def repair_group(cluster, group: str, say=print, catchup_timeout: float = 120.0)
                            + ", ".join(sorted(cluster.node(m).get("brokerName") for m in cluster.masters())))
     out = []
     for slave in cluster.slaves_of(master):
-        out.append(repair_slave(cluster, group, master, slave, say, catchup_timeout))
+        out.append(repair_slave(cluster, group, master, slave, say, catchup_timeout, accept_loss))
     return out
 
 
 def repair_slave(cluster, group: str, master: str, slave: str, say=print,
-                 catchup_timeout: float = 120.0) -> RepairResult:
+                 catchup_timeout: float = 120.0, accept_loss: frozenset[str] = frozenset()) -> RepairResult:
     from .handle import drop_after
     res = RepairResult(group, master, slave)
     mlog, slog = cluster.store_path(master) / "commitlog", cluster.store_path(slave) / "commitlog"
@@ -183,39 +179,42 @@ def repair_slave(cluster, group: str, master: str, slave: str, say=print,
         cluster.start(slave)
         return res
     say(f"{slave}: forks from {master} at offset {res.fork}; it holds [{res.fork}, {res.slave_end})")
-    on_master = {m.uniq_key for _o, m, _r in records(mlog, res.fork) if m.uniq_key}
-    todo = []
-    for off, m, _raw in records(slog, res.fork):
-        why = _skip_reason(m)
-        if why:
-            res.skipped[why] = res.skipped.get(why, 0) + 1
-            continue
-        res.stranded += 1
-        if m.uniq_key and m.uniq_key in on_master:
-            res.already_on_master += 1
-            continue
-        todo.append((off, m))
+    stranded = [(off, m) for off, m, _raw in records(slog, res.fork)]
+    p = plan(stranded, (m for _o, m, _r in records(mlog, res.fork)), slave, accept_loss)
+    res.skipped = dict(p.skipped)
+    res.already_on_master = p.already_on_master
+    res.stranded = len(p.resend) + p.already_on_master
+    if p.blocked:
+        cluster.start(slave)
+        raise ClusterError(f"{len(p.blocked)} stranded record(s) on {slave} cannot be put back on {master}, so "
+                           f"nothing was sent or truncated ({slave} is running again, still forked):\n  "
+                           + "\n  ".join(p.blocked[:20]) + ("\n  ..." if len(p.blocked) > 20 else "")
+                           + "\nRead them from its store first if they matter, then run the repair with "
+                           "--accept-loss TOPIC for each of those topics")
     sender = Sender(cluster.addr(master), credentials=cluster.credentials)
     try:
-        for i, (off, m) in enumerate(todo, 1):
-            code = sender.send(m, {REPAIR_PROPERTY: f"{slave}@{off}"})
+        for i, r in enumerate(p.resend, 1):
+            code = sender.send(r.message, producer_group=r.producer_group)
             if code not in STORED:
-                raise ClusterError(f"{master} refused the stranded message at {slave}@{off} (topic {m.topic}, "
+                m = r.message
+                raise ClusterError(f"{master} refused the stranded {r.kind} at {slave}@{r.offset} (topic {m.topic}, "
                                    f"UNIQ_KEY {m.uniq_key}) with response code {code}; nothing was truncated: "
                                    f"fix the cause and run the repair again (it re-sends only what is missing)")
             res.resent += 1
+            res.resent_by_kind[r.kind] = res.resent_by_kind.get(r.kind, 0) + 1
             if i % 500 == 0:
-                say(f"  re-sent {i}/{len(todo)}")
+                say(f"  re-sent {i}/{len(p.resend)}")
     finally:
         sender.close()
-    held = {m.uniq_key for _o, m, _r in records(mlog, res.fork) if m.uniq_key}
-    missing = [m.uniq_key for _o, m in todo if m.uniq_key and m.uniq_key not in held]
-    if missing:
-        raise ClusterError(f"{len(missing)} re-sent message(s) are not in {master}'s log (first {missing[0]}); "
-                           f"{slave} was NOT truncated and is left stopped")
+    gone = missing(p.resend, (m for _o, m, _r in records(mlog, res.fork)))
+    if gone:
+        raise ClusterError(f"{len(gone)} re-sent message(s) are not in {master}'s log (first: the {gone[0].kind} "
+                           f"{gone[0].tag}, topic {gone[0].message.topic}); {slave} was NOT truncated and is "
+                           f"left stopped")
     res.truncated_bytes = drop_after(slog, res.fork, int(cluster.node(slave).get("commitlogFileSize") or 0))
-    say(f"{slave}: {res.resent} stranded message(s) re-sent to {master} ({res.already_on_master} were there "
-        f"already), log cut at {res.fork} ({res.truncated_bytes} bytes); starting it")
+    say(f"{slave}: {res.resent} stranded message(s) re-sent to {master} {res.resent_by_kind} "
+        f"({res.already_on_master} were there already; not re-sent: {res.skipped or 'none'}), "
+        f"log cut at {res.fork} ({res.truncated_bytes} bytes); starting it")
     cluster.start(slave)
     t0 = time.monotonic()
     cluster.wait_caught_up(catchup_timeout, masters=[master])
