@@ -5,10 +5,10 @@ import itertools
 import socket
 
 from broker.remoting.codec import FrameDecoder, encode
-from broker.remoting.codes import ResponseCode as RemotingCode
 from broker.remoting.command import RemotingCommand
 
-from .protocol import AppendEntryRequest, AppendEntryResponse, RequestOrResponse, decode_response, request_code
+from .protocol import (AppendEntryRequest, AppendEntryResponse, RequestOrResponse, ResponseCode, decode_response,
+                       request_code)
 from .transport import split_address
 
 _opaques = itertools.count(1)
@@ -28,7 +28,7 @@ def call(address: str, request: RequestOrResponse, timeout: float = 5.0) -> Requ
             for reply in decoder.feed(data):
                 if reply.opaque != cmd.opaque:
                     continue
-                if reply.code != RemotingCode.SUCCESS:
+                if reply.code != ResponseCode.SUCCESS:  # DLedger answers with 200, not remoting's 0
                     raise ConnectionError(f"{address} answered remoting code {reply.code}: {reply.remark}")
                 return decode_response(code, reply.body)
 

@@ -30,7 +30,7 @@ from broker.remoting.command import RemotingCommand
 from .effects import AppendDone, Committed, PersistTerm, Reply, RoleChanged, Send
 from .file_store import FileStore
 from .node import DLedgerNode
-from .protocol import ProtocolError, RequestCode, decode_request, decode_response, request_code
+from .protocol import ProtocolError, RequestCode, ResponseCode, decode_request, decode_response, request_code
 
 log = logging.getLogger("dledger")
 
@@ -213,7 +213,7 @@ class DLedgerService:
         if timeout.active():
             timeout.cancel()
         try:
-            if cmd.code != RemotingCode.SUCCESS:
+            if cmd.code != ResponseCode.SUCCESS:  # 200: DLedger's, not remoting's 0
                 raise ProtocolError(f"remoting code {cmd.code}: {cmd.remark}")
             response = decode_response(int(request_code(request)), cmd.body)
         except ProtocolError as e:
@@ -242,9 +242,9 @@ class DLedgerService:
         if where is None:
             return
         conn, cmd = where
-        if conn.transport is None or not conn.transport.connected:
+        if conn.transport is None or not getattr(conn.transport, "connected", True):
             return
-        reply = RemotingCommand(code=RemotingCode.SUCCESS, opaque=cmd.opaque, flag=FLAG_RESPONSE,
+        reply = RemotingCommand(code=ResponseCode.SUCCESS, opaque=cmd.opaque, flag=FLAG_RESPONSE,
                                 body=response.to_json_bytes(), serialize_type=cmd.serialize_type)
         conn.send(reply)
 
