@@ -26,7 +26,7 @@ from broker.store.message_store import MessageStore, PutStatus
 from ..supervision import PeriodicService
 from .group_transfer import GroupTransfer
 from .master_session import Ack, Incarnation, MasterSession, SessionState
-from .peers import PEERS_FILE, ProvenPeers, load_peers, save_peers
+from .peers import PEERS_FILE, ProvenPeers, load_record, save_peers
 from .transport import listen_tcp
 from .wire import ProtocolError
 
@@ -175,7 +175,7 @@ class MasterHAProtocol(protocol.Protocol):
 
     def close(self) -> None:
         if self.session is not None:
-            self.session.state = SessionState.CLOSED
+            self.session.close()
         if self.pump_scheduled is not None and self.pump_scheduled.active():
             self.pump_scheduled.cancel()
         self.pump_scheduled = None
@@ -186,7 +186,7 @@ class MasterHAProtocol(protocol.Protocol):
             self.pump_scheduled.cancel()
         self.pump_scheduled = None
         if self.session is not None:
-            self.session.state = SessionState.CLOSED
+            self.session.close()
         self.service.connection_lost(self)
 
 
@@ -247,7 +247,7 @@ class HAService(protocol.Factory):
         # SLAVE_AHEAD (the master came back behind its slave).
         self.fence_path = os.path.join(store.root, FENCE_FILE)
         self.peers_path = os.path.join(store.root, PEERS_FILE)
-        self.peers = ProvenPeers(load_peers(self.peers_path), on_proven=self._save_peers)
+        self.peers = ProvenPeers.from_record(load_record(self.peers_path), on_proven=self._save_peers)
         self.incarnation = Incarnation(store.commitlog.max_offset, fence=load_fence(self.fence_path),
                                        on_fence=self._save_fence, peers=self.peers)
         if self.incarnation.fence is not None:
@@ -451,6 +451,7 @@ class HAService(protocol.Factory):
             "compat49": self.compat49,
             "forkFence": list(self.incarnation.fence) if self.incarnation.fence else None,
             "provenPeers": self.peers.to_json()["peers"],
+            "streamLimit": self.peers.stream_limit,
             "slavesAhead": len(self.slaves_ahead()),
             "slaves": [{
                 "addr": c.peer,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.store.mapped_file import MappedFile
@@ -67,10 +67,14 @@ class Incarnation:
     # reports at or below `from` (it was truncated or rebuilt). on_fence persists every change.
     fence: tuple[int, int] | None = None
     on_fence: Callable[[tuple[int, int] | None], object] | None = None
-    # Hosts proven to be replicas (broker/ha/peers.py): only they can be SLAVE_AHEAD or set the fence; a
-    # first report past the master from any other host is a protocol error. None: no proof asked (the
-    # IO-free state-machine tests; the HA service always passes its ProvenPeers).
+    # Who may claim a lost history (broker/ha/peers.py): only a host proven in an earlier life can be
+    # SLAVE_AHEAD, set or clear the fence; anybody else's such report is a protocol error. None: no proof
+    # asked (the IO-free state-machine tests; the HA service always passes its ProvenPeers).
     peers: ProvenPeers | None = None
+    # hosts served this life's log (a first report the master took): a replica of this life's log
+    # cannot also hold the lost history, so none of their later sessions may claim it
+    served: set[str] = field(default_factory=set)
+    ahead_live: dict[str, int] = field(default_factory=dict)  # host -> its sessions now SLAVE_AHEAD
     # haCompat49: take every connection's first report unchecked, as 4.9 does (false acks, streaming into
     # the middle of a slave's records once the log passes its offset): the matrix's 4.9 column
     compat49: bool = False
@@ -97,17 +101,39 @@ class Incarnation:
             if callable(self.on_fence):
                 self.on_fence(fence)
 
-    def vouched(self, host: str) -> bool:
-        return self.peers is None or self.peers.is_proven(host)
+    def history_refused(self, host: str, offset: int) -> str:
+        """Why a first report at `offset` from `host` may not claim a history this master lost ('' if it
+        may): it must come from a replica of an earlier life that this life has not served."""
+        if self.peers is None:
+            return ""
+        if host in self.served:
+            return (f"a session from {host} was served this life's log, so a report from {host} cannot "
+                    "hold a history this life lost")
+        return self.peers.history_refused(host, offset)
 
-    def saw_report(self, offset: int) -> None:
-        """A slave at or below the fork point holds nothing of the lost history: the fence is done."""
-        if self.fence is not None and offset <= self.fence[0]:
-            log.warning("slave reported offset %d, at or below the fork at %d: the fork [%d, %d) is no longer "
-                        "held by a slave; forgetting it", offset, self.fence[0], *self.fence)
-            self.fence = None
-            if callable(self.on_fence):
-                self.on_fence(None)
+    def saw_report(self, offset: int, host: str) -> None:
+        """A slave at or below the fork point holds nothing of the lost history: the fence is done, if a
+        replica of an earlier life says so while no session from its host is still SLAVE_AHEAD."""
+        if self.fence is None or offset > self.fence[0]:
+            return
+        if self.peers is not None and (host not in self.peers.earlier or self.ahead_live.get(host, 0)):
+            log.warning("%s reported offset %d, at or below the fork at %d, but the fence [%d, %d) stays: %s",
+                        host, offset, self.fence[0], *self.fence,
+                        f"a session from {host} is still SLAVE_AHEAD" if host in self.peers.earlier else
+                        f"{host} was not proven a replica of this master in an earlier life")
+            return
+        log.warning("slave %s reported offset %d, at or below the fork at %d: the fork [%d, %d) is no longer "
+                    "held by a slave; forgetting it", host, offset, self.fence[0], *self.fence)
+        self.fence = None
+        if callable(self.on_fence):
+            self.on_fence(None)
+
+    def streaming(self, end: int) -> None:
+        """Bytes up to `end` are about to be streamed: the recorded streamLimit covers them first."""
+        if end > self.sent_max:
+            self.sent_max = end
+        if self.peers is not None:
+            self.peers.cover(end)
 
 
 @dataclass
@@ -165,12 +191,12 @@ class MasterSession:
                             "unchecked as 4.9 does: push2SlaveMaxOffset rises to it", self.peer, offset, max_offset)
             return Ack(offset, True)
         if self.slave_request_offset < 0 and self._ahead(offset):
-            if not self.incarnation.vouched(self.host):
+            why = self.incarnation.history_refused(self.host, offset)
+            if why:
                 # Nothing is written and no state changes: a stranger cannot fence the real slave out.
                 raise ProtocolError(
                     f"{self.peer} reported offset {offset}, past what this master holds ({max_offset}) and "
-                    f"sent, but {self.host} is not a known replica of this master (never acknowledged bytes "
-                    "it streamed): refused. A real slave whose master lost data must be known from an earlier "
+                    f"sent, refused: {why}. A real slave whose master lost data is known from an earlier "
                     "life (store/haPeers.json); see broker/ha/peers.py")
             self._enter_slave_ahead(offset, now)
             return None
@@ -180,7 +206,8 @@ class MasterSession:
                                 "master does not (the slave must be truncated or rebuilt)")
         first = self.slave_request_offset < 0
         if first:
-            self.incarnation.saw_report(offset)
+            self.incarnation.saw_report(offset, self.host)
+            self.incarnation.served.add(self.host)
             self.slave_request_offset = offset
             self._choose_start(offset)
         elif offset < self.slave_ack_offset:
@@ -198,6 +225,7 @@ class MasterSession:
 
     def _enter_slave_ahead(self, offset: int, now: float) -> None:
         self.state = SessionState.SLAVE_AHEAD
+        self.incarnation.ahead_live[self.host] = self.incarnation.ahead_live.get(self.host, 0) + 1
         self.slave_request_offset = self.slave_ack_offset = offset
         self.ahead_master_offset = self.log.max_offset
         start = self.incarnation.fork_from
@@ -288,8 +316,7 @@ class MasterSession:
 
     def _sent(self, end: int, n: int, frames: int, now: float) -> None:
         self.next_transfer_from = end
-        if end > self.incarnation.sent_max:
-            self.incarnation.sent_max = end
+        self.incarnation.streaming(end)
         self.last_write = now
         self.bytes_sent += n + HEADER_SIZE * frames
 
@@ -314,6 +341,16 @@ class MasterSession:
         log.error("%s (still connected, heartbeats only; slave at %d, master at %d)", self.problem,
                   self.slave_ack_offset, self.log.max_offset)
         return encode_header(self.incarnation.fork_from, 0)
+
+    def close(self) -> None:
+        """The connection is gone: a SLAVE_AHEAD session no longer keeps its host's fence."""
+        if self.state == SessionState.SLAVE_AHEAD:
+            n = self.incarnation.ahead_live.get(self.host, 0) - 1
+            if n > 0:
+                self.incarnation.ahead_live[self.host] = n
+            else:
+                self.incarnation.ahead_live.pop(self.host, None)
+        self.state = SessionState.CLOSED
 
     def expired(self, now: float) -> bool:
         """Nothing read for haHousekeepingInterval: the link is dead or the peer is not a slave."""

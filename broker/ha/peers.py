@@ -1,23 +1,38 @@
-"""Proven replicas: the hosts this master has streamed its log to, so a report cannot switch replication off.
+"""Proven replicas: who may claim a history this master lost, so a report cannot switch replication off.
 
 A first report beyond what a master holds means one of two things: a real slave whose master came back
 behind it (a power loss: SLAVE_AHEAD, and a fork fence remembered across restarts), or anybody at all
 who can open a TCP connection to the HA port (8 random bytes do it about half the time). The fence
 refuses every later report past it, so if a stranger could set it, one forged report would switch
-replication off until an operator deletes `store/haFence.json`. Hence: SLAVE_AHEAD and the fence are
-entered only for a proven host. A host is proven when a session from it acknowledges bytes this master
-actually streamed to it (an ack above its first report, at or below what was sent on that session).
+replication off until an operator deletes `store/haFence.json`; and if a stranger could clear it, the
+master would stream into the middle of the forked slave's records.
 
-The record survives restarts (`store/haPeers.json`, written atomically when a host is first proven):
-the master that comes back behind its slave after a power loss knows that slave from its earlier life.
+The 4.x HA wire carries nothing but 8-byte offsets (a 4.9 slave must keep working, so no handshake):
+within one life of the master, anybody who speaks the wire can look exactly like a slave, acks included.
+What a stranger cannot produce by speaking the wire is a past. Hence the rule (docs/decisions.md):
 
-    {"peers": {"10.0.0.12": {"ack": 1048576, "provenAtMs": 1764020000000}}}
+- a host is *proven* when a session from it acknowledges bytes this master streamed to it; the proof is
+  recorded here (`store/haPeers.json`) for the master's NEXT life, and counts only from then on;
+- a first report may claim a lost history (SLAVE_AHEAD, writing the fence) only from a host proven in an
+  earlier life, only at or below `streamLimit` (no replica can hold more of this log than was ever
+  streamed: random or guessed offsets fail), and only if no session from that host has been served
+  this master's log in this life (a replica of this life's log cannot also hold the lost history);
+- a report may clear a fence only from a host proven in an earlier life, while no session from that host
+  is SLAVE_AHEAD (the forked slave is still there).
+Anybody else's such report closes that connection only; nothing is written and no other session changes.
+
+`streamLimit` is a lease written before the bytes go out: a session never streams past it without
+raising it first (by LEASE_BYTES, so the file is written about once per 64 MiB streamed).
+
+    {"peers": {"10.0.0.12": {"ack": 1048576, "provenAtMs": 1764020000000}}, "streamLimit": 68157440}
 
 A host, not host:port: a slave reconnects from a new port. Through Toxiproxy the master sees the proxy's
-address; on one machine every node is 127.0.0.1: the proof is then only as good as the address. A real
-slave that was never proven by this master (rebuilt elsewhere, new address) and is ahead of it is refused
-like a stranger; an operator who knows it is a replica adds its address to the file (format above) and
-restarts the master. Unknown keys are ignored; an unreadable file is logged and treated as empty.
+address; on one machine every node is 127.0.0.1: there the proof tells a replica from a stranger on
+another address, not from one on the same address (docs/ha-protocol.md says what such a stranger can
+still do). A real slave never proven by this master (rebuilt elsewhere, new address) that is ahead of it
+is refused like a stranger; an operator who knows it is a replica adds its address to the file (format
+above) and restarts the master. Unknown keys are ignored; an unreadable file is logged and treated as
+empty, and a file without streamLimit (written before it existed) vouches for no history.
 """
 from __future__ import annotations
 
@@ -31,6 +46,7 @@ log = logging.getLogger("broker.ha.master")
 
 PEERS_FILE = "haPeers.json"
 MAX_PEERS = 64  # hosts kept; the oldest proof is forgotten first (a replica set is a handful of hosts)
+LEASE_BYTES = 64 << 20  # how far past what it streams the recorded streamLimit runs ahead
 
 
 def host_of(peer: str) -> str:
@@ -41,9 +57,21 @@ def host_of(peer: str) -> str:
 
 @dataclass
 class ProvenPeers:
-    """Hosts proven to be replicas of this master's log. IO-free: on_proven(peers) persists a change."""
+    """Hosts proven to be replicas of this master's log. IO-free: on_proven(peers) persists a change.
+
+    earlier / earlier_limit: the hosts and the streamLimit as loaded at start (earlier lives); the only
+    ones that vouch for a history. peers / stream_limit: the record the next life will load."""
     peers: dict[str, dict[str, int]] = field(default_factory=dict)
     on_proven: Callable[[ProvenPeers], object] | None = None
+    stream_limit: int | None = None
+    earlier: frozenset[str] = frozenset()
+    earlier_limit: int | None = None
+
+    @classmethod
+    def from_record(cls, record: tuple[dict[str, dict[str, int]], int | None],
+                    on_proven: Callable[[ProvenPeers], object] | None = None) -> ProvenPeers:
+        peers, limit = record
+        return cls(peers, on_proven, limit, frozenset(peers), limit)
 
     def is_proven(self, host: str) -> bool:
         return host in self.peers
@@ -59,30 +87,61 @@ class ProvenPeers:
             oldest = min(self.peers, key=lambda h: self.peers[h].get("provenAtMs", 0))
             del self.peers[oldest]
         self.peers[host] = {"ack": ack, "provenAtMs": now_ms}
-        log.info("HA peer %s proven a replica of this master (acknowledged %d bytes it streamed)", host, ack)
-        if callable(self.on_proven):
-            self.on_proven(self)
+        log.info("HA peer %s proven a replica of this master (acknowledged %d bytes it streamed); it vouches "
+                 "for a history from this master's next life on", host, ack)
+        self._changed()
         return True
 
-    def to_json(self) -> dict[str, dict[str, dict[str, int]]]:
-        return {"peers": {h: dict(v) for h, v in sorted(self.peers.items())}}
+    def cover(self, end: int) -> None:
+        """Called before bytes up to `end` are streamed: the recorded streamLimit must stay above them."""
+        if self.stream_limit is None or end > self.stream_limit:
+            self.stream_limit = end + LEASE_BYTES
+            self._changed()
+
+    def history_refused(self, host: str, offset: int) -> str:
+        """Why a report at `offset` from `host` may not claim a history this master lost ('' if it may)."""
+        if host not in self.earlier:
+            return (f"{host} was not proven a replica of this master in an earlier life (store/haPeers.json "
+                    "as loaded at start)")
+        if self.earlier_limit is None:
+            return "store/haPeers.json records no streamLimit, so no history can be vouched for"
+        if offset > self.earlier_limit:
+            return f"no replica holds more than this master ever streamed (streamLimit {self.earlier_limit})"
+        return ""
+
+    def _changed(self) -> None:
+        if callable(self.on_proven):
+            self.on_proven(self)
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"peers": {h: dict(v) for h, v in sorted(self.peers.items())}}
+        if self.stream_limit is not None:
+            out["streamLimit"] = self.stream_limit
+        return out
 
 
-def load_peers(path: str) -> dict[str, dict[str, int]]:
+def load_record(path: str) -> tuple[dict[str, dict[str, int]], int | None]:
+    """(peers, streamLimit) from haPeers.json; ({}, None) when absent or unreadable (logged)."""
     try:
         with open(path) as fh:
             d = json.load(fh)
         raw = d["peers"]
         if not isinstance(raw, dict):
             raise TypeError("peers is not an object")
-        return {str(h): {"ack": int((v or {}).get("ack", 0)), "provenAtMs": int((v or {}).get("provenAtMs", 0))}
-                for h, v in list(raw.items())[:MAX_PEERS]}
+        peers = {str(h): {"ack": int((v or {}).get("ack", 0)), "provenAtMs": int((v or {}).get("provenAtMs", 0))}
+                 for h, v in list(raw.items())[:MAX_PEERS]}
+        limit = d.get("streamLimit")
+        return peers, (int(limit) if limit is not None else None)
     except FileNotFoundError:
-        return {}
+        return {}, None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         log.error("ignoring unreadable %s (%s): no HA peer is known as a replica, so a slave ahead of this "
                   "master is refused until it has been streamed to again (see broker/ha/peers.py)", path, e)
-        return {}
+        return {}, None
+
+
+def load_peers(path: str) -> dict[str, dict[str, int]]:
+    return load_record(path)[0]
 
 
 def save_peers(path: str, peers: ProvenPeers) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 
 from twisted.internet.testing import MemoryReactorClock
@@ -20,6 +21,15 @@ def make_store(path, file_size=FILE_SIZE):
     s = MessageStore(str(path), commitlog_file_size=file_size, cq_file_size=20 * 1000)
     s.start()
     return s
+
+
+def remember_replica(tmp_path, host="?", stream_limit=1 << 30):
+    """Write the master's store/haPeers.json as an earlier life left it: `host` proven (the harness's
+    in-memory connections have host "?"), and the streamLimit that life reached."""
+    d = tmp_path / "master"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "haPeers.json").write_text(json.dumps({"peers": {host: {"ack": 1, "provenAtMs": 0}},
+                                                "streamLimit": stream_limit}))
 
 
 def put(store, n, size=500, start=0, topic="T"):

@@ -10,7 +10,7 @@ import struct
 
 from broker.ha.master_session import Incarnation, MasterSession, SessionState
 
-from .harness import Cluster, put
+from .harness import Cluster, put, remember_replica
 from .test_master_session import FakeLog
 
 
@@ -74,12 +74,12 @@ def test_without_an_incarnation_a_session_takes_the_log_end_at_connect():
 
 def _ahead_cluster(tmp_path):
     """Both stores hold the same 5 records' offsets; the slave 3 more the master lost."""
+    # as if the master had just restarted like this, knowing its slave from its earlier life (it streamed
+    # to it then: haPeers.json; the in-memory connections' host is "?")
+    remember_replica(tmp_path)
     c = Cluster(tmp_path, heartbeat_ms=1000, housekeeping_ms=4000, sync_wait_ms=1000)
     put(c.master, 5)
     put(c.slave, 8)
-    # as if the master had just restarted like this, knowing its slave from its earlier life (it streamed
-    # to it then: haPeers.json; the in-memory connections' host is "?")
-    c.ha.peers.prove("?", 1, 0)
     c.ha.incarnation = Incarnation(c.master.max_offset, on_fence=c.ha._save_fence, peers=c.ha.peers)
     return c
 
@@ -142,9 +142,9 @@ def test_the_fence_keeps_a_slave_past_the_fork_ahead_until_one_reports_at_or_bel
     assert inc.fence == (1000, 1700) and saved == [(1000, 1700)]
     inc.remember_fork(1200)  # nothing new: not written again
     assert saved == [(1000, 1700)]
-    inc.saw_report(1001)
+    inc.saw_report(1001, "10.0.0.2")
     assert inc.fence == (1000, 1700)
-    inc.saw_report(1000)  # a slave truncated to the fork point: the fork is gone
+    inc.saw_report(1000, "10.0.0.2")  # a slave truncated to the fork point: the fork is gone
     assert inc.fence is None and saved[-1] is None and inc.fork_from == 5000
     assert not inc.ahead(4000) and inc.ahead(5001)
 
