@@ -12,12 +12,16 @@ A request is checked before any processor sees it, in 4.9's order:
      create/update or delete a subscription group; here also the ACL admin requests 50-53, which
      4.9.8 does not guard) and the account is not admin: "Need admin
      permission for request code=<code>, but accessKey=<key> is not";
-  7. each resource the request touches (topics; groups as their %RETRY% topic, as 4.9 keys them) needs
+  7. a request that needs exactly PUB on RMQ_SYS_TRACE_TOPIC (a traced client's trace records) is
+     served without a perm check, as 4.9.8 skips it (only that name: a named msgTraceTopicName needs PUB);
+  8. each resource the request touches (topics; groups as their %RETRY% topic, as 4.9 keys them) needs
      PUB or SUB: the account's own perm for it, else its defaultTopicPerm / defaultGroupPerm (DENY when
      unset); an admin account with no perms of its own may do anything: "No default permission for
-     <resource>".
-A refusal is answered as 4.9's remoting layer answers an RPC hook's exception: SYSTEM_ERROR with
-"org.apache.rocketmq.acl.common.AclException: <reason>".
+     topic:<T>" or "group:<G>" (4.9 says "default" whether the perm was the account's own or not).
+A refusal is answered as 4.9's remoting layer answers an RPC hook's exception (exceptionSimpleDesc):
+SYSTEM_ERROR with "org.apache.rocketmq.acl.common.AclException: <reason>, <first stack frame>", the frame
+being the 4.9.8 source line that throws that reason (AclError.frame), so a client matching 4.9's text
+matches ours.
 
 plain_acl.yml:
     globalWhiteRemoteAddresses: ["10.10.103.*", "192.168.0.*"]
@@ -50,6 +54,16 @@ RETRY_PREFIX = "%RETRY%"
 ACCESS_KEY, SIGNATURE, SECURITY_TOKEN = "AccessKey", "Signature", "SecurityToken"
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # not signed by 4.9's clients (MixAll.UNIQUE_MSG_QUERY_FLAG)
 EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"  # 4.9's TopicValidator.RMQ_SYS_TRACE_TOPIC
+# Where 4.9.8 throws each reason: the first stack frame its remark ends with.
+_PPM = "org.apache.rocketmq.acl.plain.PlainPermissionManager"
+FRAME_NO_KEY = f"{_PPM}.validate(PlainPermissionManager.java:664)"
+FRAME_NO_ACCOUNT = f"{_PPM}.validate(PlainPermissionManager.java:668)"
+FRAME_SIGNATURE = f"{_PPM}.validate(PlainPermissionManager.java:684)"
+FRAME_ADMIN = f"{_PPM}.checkPerm(PlainPermissionManager.java:581)"
+FRAME_DEFAULT_PERM = f"{_PPM}.checkPerm(PlainPermissionManager.java:606)"
+FRAME_OWN_PERM = f"{_PPM}.checkPerm(PlainPermissionManager.java:611)"
+FRAME_PARSE = "org.apache.rocketmq.acl.plain.PlainAccessValidator.parse(PlainAccessValidator.java:134)"
 
 # 4.9.8's Permission.ADMIN_CODE, and the ACL admin requests (50-53), which 4.9.8 leaves to any signed
 # account: there a non-admin key can make itself admin or rewrite the white list.
@@ -64,7 +78,11 @@ MAX_ACCOUNTS = 10_000
 
 
 class AclError(Exception):
-    """A request the ACL refuses; str() is 4.9's reason."""
+    """A request the ACL refuses; str() is 4.9's reason, frame where 4.9.8 throws it."""
+
+    def __init__(self, reason: str, frame: str):
+        super().__init__(reason)
+        self.frame = frame
 
 
 class AclConfigError(ConfigError):
@@ -261,18 +279,21 @@ class AclConfig:
             return
         ak = ext_fields.get(ACCESS_KEY)
         if ak is None:
-            raise AclError("No accessKey is configured")
+            raise AclError("No accessKey is configured", FRAME_NO_KEY)
         acc = self.accounts.get(ak)
         if acc is None:
-            raise AclError(f"No acl config for {ak}")
+            raise AclError(f"No acl config for {ak}", FRAME_NO_ACCOUNT)
         if acc.white is not None and acc.white.match(remote_ip):
             return
         expected = signature(request_content(ext_fields, body), acc.secret_key)
         if not hmac.compare_digest(expected, str(ext_fields.get(SIGNATURE, ""))):
-            raise AclError(f"Check signature failed for accessKey={ak}")
+            raise AclError(f"Check signature failed for accessKey={ak}", FRAME_SIGNATURE)
         if code in ADMIN_CODES and not acc.admin:
-            raise AclError(f"Need admin permission for request code={code}, but accessKey={ak} is not")
+            raise AclError(f"Need admin permission for request code={code}, but accessKey={ak} is not",
+                           FRAME_ADMIN)
         needed = resources(code, ext_fields, body)
+        if needed.get(TRACE_TOPIC) == PUB:  # 4.9.8: trace records are not perm-checked
+            return
         if not needed or (acc.admin and not acc.perms):
             return
         for resource, perm in needed.items():
@@ -281,9 +302,9 @@ class AclConfig:
             if owned is None:
                 owned = acc.default_group_perm if group else acc.default_topic_perm
             if not check_perm(perm, owned):
-                what = f"group {resource[len(RETRY_PREFIX):]}" if group else f"topic {resource}"
-                raise AclError(f"No default permission for {what}" if resource not in acc.perms
-                               else f"No permission for {what}")
+                what = f"group:{resource[len(RETRY_PREFIX):]}" if group else f"topic:{resource}"
+                raise AclError(f"No default permission for {what}",
+                               FRAME_OWN_PERM if resource in acc.perms else FRAME_DEFAULT_PERM)
 
 
 def _list(value, what: str) -> list:
@@ -312,12 +333,22 @@ def resources(code: int, f: dict, body: bytes | None) -> dict[str, int]:
             out[str(name)] = out.get(str(name), 0) | perm
 
     if code == RequestCode.SEND_MESSAGE:
-        add(f.get("topic"), PUB)
+        # A send to a retry topic (a consumer's send-back fallback) needs SUB on the group, not PUB.
+        # 4.9 reads the group from a "group" field, which the v1 send header does not have (it has
+        # producerGroup): such a send is checked on its signature only, there as here.
+        if str(f.get("topic", "")).startswith(RETRY_PREFIX):
+            add(_retry(f.get("group")), SUB)
+        else:
+            add(f.get("topic"), PUB)
     elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-        add(f.get("b", f.get("topic")), PUB)  # (4.9 leaves batches unchecked; checked here)
+        # (4.9 leaves batches unchecked; checked here as a V2 send, whose header they share)
+        topic = f.get("b", f.get("topic"))
+        if str(topic or "").startswith(RETRY_PREFIX):
+            add(_retry(f.get("a")), SUB)  # "a" is the producer group
+        else:
+            add(topic, PUB)
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
-        add(f.get("originTopic"), PUB)
-        add(_retry(f.get("group")), SUB)
+        add(_retry(f.get("group")), SUB)  # only the group, as 4.9: not the origin topic
     elif code == RequestCode.PULL_MESSAGE:
         add(f.get("topic"), SUB)
         add(_retry(f.get("consumerGroup")), SUB)
@@ -328,7 +359,7 @@ def resources(code: int, f: dict, body: bytes | None) -> dict[str, int]:
         try:
             data = json_body.loads(body or b"{}")
         except (UnicodeDecodeError, ValueError):
-            raise AclError("the HEART_BEAT body is not valid JSON") from None
+            raise AclError("the HEART_BEAT body is not valid JSON", FRAME_PARSE) from None
         for cd in (data.get("consumerDataSet") or []) if isinstance(data, dict) else []:
             if not isinstance(cd, dict):
                 continue
@@ -348,6 +379,6 @@ def _retry(group) -> str | None:
     return RETRY_PREFIX + str(group) if group else None
 
 
-def refusal(request, reason: str):
-    """The reply 4.9 gives to a refused request."""
-    return request.make_response(ResponseCode.SYSTEM_ERROR, f"{EXCEPTION}: {reason}")
+def refusal(request, error: AclError):
+    """The reply 4.9 gives to a refused request: RemotingHelper.exceptionSimpleDesc of the exception."""
+    return request.make_response(ResponseCode.SYSTEM_ERROR, f"{EXCEPTION}: {error}, {error.frame}")

@@ -111,5 +111,5 @@ class AclService:
             # once a minute per address and kind of refusal (the reason's first words)
             self.limiter.log(logging.WARNING, ("acl refused", ip, str(e)[:24]), "ACL refused request code %d from %s: %s",
                              request.code, peer, e)
-            return refusal(request, str(e))
+            return refusal(request, e)
         return None

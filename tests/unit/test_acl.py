@@ -62,9 +62,50 @@ def test_resources_and_perms(cfg, code, fields, ok):
             check(cfg, code, fields)
 
 
+# Where 4.9.8's PlainAccessValidator.parse maps a request differently from "PUB on the topic":
+# a send-back needs SUB on the group's retry topic only; a send to a %RETRY% topic needs SUB on the
+# sender's group (V2: "a"; v1: a "group" field its header lacks, so nothing); a trace record (PUB on
+# RMQ_SYS_TRACE_TOPIC) skips the perm check, a named trace topic does not. The account "consumer" has
+# no PUB anywhere, so each True below needs 4.9's mapping.
+CONSUMER = {"accessKey": "consumer", "secretKey": "12345678", "defaultTopicPerm": "SUB",
+            "defaultGroupPerm": "SUB", "topicPerms": ["topicS=SUB", "MyTrace=SUB"],
+            "groupPerms": ["groupD=DENY"]}
+
+
+@pytest.mark.parametrize("code, fields, ok", [
+    (R.CONSUMER_SEND_MSG_BACK, {"originTopic": "topicS", "group": "g", "offset": "0"}, True),
+    (R.CONSUMER_SEND_MSG_BACK, {"originTopic": "topicS", "group": "groupD", "offset": "0"}, False),
+    (R.SEND_MESSAGE_V2, {"a": "g", "b": "%RETRY%g"}, True),
+    (R.SEND_MESSAGE_V2, {"a": "groupD", "b": "%RETRY%groupD"}, False),
+    (R.SEND_BATCH_MESSAGE, {"a": "g", "b": "%RETRY%g"}, True),
+    (R.SEND_MESSAGE, {"producerGroup": "groupD", "topic": "%RETRY%groupD"}, True),  # no "group": unchecked
+    (R.SEND_MESSAGE, {"group": "groupD", "topic": "%RETRY%groupD"}, False),
+    (R.SEND_MESSAGE, {"group": "g", "topic": "%RETRY%g"}, True),
+    (R.SEND_MESSAGE_V2, {"a": "g", "b": "topicS"}, False),               # an ordinary send still needs PUB
+    (R.SEND_MESSAGE_V2, {"a": "g", "b": "RMQ_SYS_TRACE_TOPIC"}, True),   # trace records: not checked
+    (R.SEND_MESSAGE, {"producerGroup": "g", "topic": "RMQ_SYS_TRACE_TOPIC"}, True),
+    (R.SEND_MESSAGE_V2, {"a": "g", "b": "MyTrace"}, False),              # only 4.9's default name skips
+])
+def test_send_back_retry_and_trace_sends_map_as_4_9_8(code, fields, ok):
+    cfg = AclConfig.from_dict({"accounts": [CONSUMER]})
+    if ok:
+        check(cfg, code, fields, ak="consumer")
+    else:
+        with pytest.raises(AclError, match="^No default permission for (topic|group):"):
+            check(cfg, code, fields, ak="consumer")
+
+
+def test_a_denied_trace_topic_is_still_skipped_and_a_bad_signature_is_not():
+    # 4.9.8 skips the perm check even when the account DENYs the trace topic, but only after the signature
+    cfg = AclConfig.from_dict({"accounts": [dict(CONSUMER, topicPerms=["RMQ_SYS_TRACE_TOPIC=DENY"])]})
+    check(cfg, R.SEND_MESSAGE_V2, {"a": "g", "b": "RMQ_SYS_TRACE_TOPIC"}, ak="consumer")
+    with pytest.raises(AclError, match="Check signature"):
+        check(cfg, R.SEND_MESSAGE_V2, {"a": "g", "b": "RMQ_SYS_TRACE_TOPIC"}, ak="consumer", sk="wrong-key")
+
+
 def test_heartbeat_needs_sub_on_each_group_and_subscribed_topic(cfg):
     body = b'{"clientID":"c","consumerDataSet":[{"groupName":"g","subscriptionDataSet":[{"topic":"topicA"}]}]}'
-    with pytest.raises(AclError, match="No permission for topic topicA"):
+    with pytest.raises(AclError, match="^No default permission for topic:topicA$"):
         check(cfg, R.HEART_BEAT, {}, body)
     check(cfg, R.HEART_BEAT, {}, body.replace(b"topicA", b"topicC"))
 
@@ -83,6 +124,34 @@ def test_refusal_order_and_reasons(cfg):
         check(cfg, R.UPDATE_AND_CREATE_TOPIC, {"topic": "x"})
     check(cfg, R.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}, ak="admin", sk="87654321")  # admin, no perms: anything
     check(cfg, R.SEND_MESSAGE, {"topic": "anything"}, ak="admin", sk="87654321")
+
+
+@pytest.mark.parametrize("code, fields, ak, sk, remark", [
+    # 4.9.8: "No default permission for" in both branches (PlainAccessResource.printStr: "topic:T",
+    # "group:G"), then RemotingHelper.exceptionSimpleDesc's ", <first stack frame>"
+    (R.SEND_MESSAGE, {"topic": "other"}, "user", "12345678",
+     "No default permission for topic:other, org.apache.rocketmq.acl.plain.PlainPermissionManager"
+     ".checkPerm(PlainPermissionManager.java:606)"),
+    (R.SEND_MESSAGE, {"topic": "topicA"}, "user", "12345678",
+     "No default permission for topic:topicA, org.apache.rocketmq.acl.plain.PlainPermissionManager"
+     ".checkPerm(PlainPermissionManager.java:611)"),
+    (R.PULL_MESSAGE, {"topic": "topicC", "consumerGroup": "groupA"}, "user", "12345678",
+     "No default permission for group:groupA, org.apache.rocketmq.acl.plain.PlainPermissionManager"
+     ".checkPerm(PlainPermissionManager.java:611)"),
+    (R.SEND_MESSAGE, {"topic": "topicB"}, "user", "wrong-key",
+     "Check signature failed for accessKey=user, org.apache.rocketmq.acl.plain.PlainPermissionManager"
+     ".validate(PlainPermissionManager.java:684)"),
+    (R.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}, "user", "12345678",
+     "Need admin permission for request code=17, but accessKey=user is not, "
+     "org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm(PlainPermissionManager.java:581)"),
+])
+def test_the_refusal_remark_is_4_9_8s_text(cfg, code, fields, ak, sk, remark):
+    from broker.remoting.command import RemotingCommand
+    ext = acl.sign(fields, b"", ak, sk)
+    with pytest.raises(AclError) as e:
+        cfg.validate(code, ext, b"", "127.0.0.1")
+    r = acl.refusal(RemotingCommand.request(code, ext), e.value)
+    assert r.remark == f"org.apache.rocketmq.acl.common.AclException: {remark}"
 
 
 def test_white_addresses_skip_the_signature(cfg):
