@@ -27,6 +27,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"live broker addresses kept at once (default {guard.MAX_BROKERS})")
     parser.add_argument("--max-topics-per-broker", type=int, default=guard.MAX_TOPICS_PER_BROKER,
                         help=f"topic configs one registration may carry (default {guard.MAX_TOPICS_PER_BROKER})")
+    parser.add_argument("--max-topic-routes", type=int, default=guard.MAX_TOPIC_ROUTES,
+                        help="(topic, broker group) route entries kept in all; a registration that would pass "
+                             f"it is refused (default {guard.MAX_TOPIC_ROUTES}, about 110 MiB)")
     return parser.parse_args(argv)
 
 
@@ -44,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     server = NameServer(reactor, cluster_secret=secret, max_brokers=args.max_brokers,
-                        max_topics_per_broker=args.max_topics_per_broker)
+                        max_topics_per_broker=args.max_topics_per_broker, max_topic_routes=args.max_topic_routes)
     if secret is not None:
         logging.getLogger("broker.namesrv").info("signed registration on: route and KV config writes need the "
                                                  "cluster secret of %s", args.cluster_secret_file)

@@ -14,11 +14,13 @@ limits below.
 """
 from __future__ import annotations
 
+import hmac
 import ipaddress
 
 from broker import validation
-from broker.acl import ACCESS_KEY, AclError, sign
+from broker.acl import ACCESS_KEY, SIGNATURE, AclError, request_content, sign, signature
 from broker.errors import BadRequest
+from broker.namesrv import route_info
 from broker.remoting.codes import RequestCode
 
 CLUSTER_KEY = "rmqha-cluster"  # the AccessKey of signed cluster requests
@@ -31,6 +33,14 @@ MAX_TOPICS_PER_BROKER = 65_536      # topic configs one registration may carry
 MAX_BROKERS = 1024                  # broker addresses the name server keeps alive at once
 MAX_BROKER_ID = 1024
 NAME_MAX_BYTES = 127                # cluster and broker names
+# Filter-server addresses one registration may carry. A 4.9 broker reports one per filter-server process
+# it starts (filterServerNums, default 0; the filtersrv module left the distribution in 4.3), so real
+# brokers send none or a few. Each address goes into every route of the broker's topics: 16,000 of 1 KB
+# from three fake brokers once made a route reply of 48 MB, past the 16 MiB frame.
+MAX_FILTER_SERVERS = 8
+MAX_QUEUE_NUMS = 1024               # read/write queue numbers of a topic config (the broker's own bound)
+MAX_PERM = 7                        # PERM_PRIORITY | PERM_READ | PERM_WRITE (PERM_INHERIT is 1)
+MAX_TOPIC_ROUTES = route_info.MAX_TOPIC_ROUTES  # --max-topic-routes
 
 
 class Unsigned(BadRequest):
@@ -86,15 +96,38 @@ def check_broker_id(value: int) -> int:
     return value
 
 
-def check_topics(names, max_topics: int) -> None:
-    n = len(names)
+def check_topics(configs: dict, max_topics: int) -> None:
+    """The topic configs of a register body (name -> TopicConfig): count, names, queue numbers, perm."""
+    n = len(configs)
     if n > max_topics:
         raise BadRequest(f"the register body carries {n} topic configs; this name server takes at most "
                          f"{max_topics} per broker (--max-topics-per-broker)")
-    for name in names:
+    for name, tc in configs.items():
         why = validation.topic_problem(name)
         if why:
             raise BadRequest(f"the register body names an invalid topic: {why}")
+        for field, value, top in (("readQueueNums", tc.read_queue_nums, MAX_QUEUE_NUMS),
+                                  ("writeQueueNums", tc.write_queue_nums, MAX_QUEUE_NUMS),
+                                  ("perm", tc.perm, MAX_PERM)):
+            if not 0 <= value <= top:
+                raise BadRequest(f"topic {validation.shown(name)!r} of the register body: {field} {value} "
+                                 f"is out of range 0..{top}")
+
+
+def check_filter_servers(addrs: list[str]) -> None:
+    if len(addrs) > MAX_FILTER_SERVERS:
+        raise BadRequest(f"the register body lists {len(addrs)} filter servers; a broker runs at most "
+                         f"{MAX_FILTER_SERVERS} (filterServerNums)")
+    for addr in addrs:
+        check_addr(addr, "filter server")
+
+
+def is_signed(ext_fields: dict, body: bytes | None, secret: str) -> bool:
+    """True when the request carries a valid signature with the cluster secret (any code)."""
+    if ext_fields.get(ACCESS_KEY) != CLUSTER_KEY:
+        return False
+    expected = signature(request_content(ext_fields, body), secret)
+    return hmac.compare_digest(expected, str(ext_fields.get(SIGNATURE, "")))
 
 
 def read_secret(path: str) -> str:

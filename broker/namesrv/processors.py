@@ -5,6 +5,7 @@ import logging
 
 from twisted.internet.interfaces import IReactorTime
 
+from broker.log_limit import LogLimiter
 from broker.namesrv import guard
 from broker.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
 from broker.namesrv.namesrv_config import ConfigRefused, NamesrvSettings
@@ -30,6 +31,8 @@ class NameServerProcessors:
         self.cluster_secret = cluster_secret
         self.max_topics_per_broker = max_topics_per_broker
         self.refused_unsigned = 0
+        # a stranger repeats a refused request as often as it likes: one line a minute per kind
+        self.log_limit = LogLimiter(log, now=clock.seconds)
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
@@ -68,7 +71,8 @@ class NameServerProcessors:
             guard.check_signed(req.code, req.ext_fields or {}, req.body, self.cluster_secret)
         except guard.Unsigned as e:
             self.refused_unsigned += 1
-            log.warning("refused request code %d from %s: %s", req.code, peer, e)
+            self.log_limit.log(logging.WARNING, ("unsigned", req.code),
+                               "refused request code %d from %s: %s", req.code, peer, e)
             return req.make_response(ResponseCode.NO_PERMISSION, str(e))
         return None
 
@@ -91,8 +95,9 @@ class NameServerProcessors:
         compressed = req.get_bool("compressed", False)
         crc = req.get_int("bodyCrc32", 0)
         if crc != 0 and body_crc32(req.body) != crc:
-            log.warning("register from %s (%s): body crc32 %d does not match header %d",
-                        broker_addr, ctx.peer_address, body_crc32(req.body), crc)
+            self.log_limit.log(logging.WARNING, ("crc mismatch",),
+                               "register from %s (%s): body crc32 %d does not match header %d",
+                               broker_addr, ctx.peer_address, body_crc32(req.body), crc)
             return req.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
 
         if not req.body:
@@ -103,6 +108,7 @@ class NameServerProcessors:
             body = RegisterBrokerBody.from_wrapper_json(json_body.loads_request(req.body, "REGISTER_BROKER"),
                                                         self.max_topics_per_broker)
         guard.check_topics(body.topic_configs, self.max_topics_per_broker)
+        guard.check_filter_servers(body.filter_servers)
 
         result = self.routes.register_broker(cluster_name, broker_addr, broker_name, broker_id,
                                              ha_server_addr, body, ctx, self.now_ms())
@@ -121,11 +127,22 @@ class NameServerProcessors:
         broker_addr = req.get_str("brokerAddr")
         version = json_body.loads(req.body) if req.body else {}
         changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
-        if not changed:
+        if not changed and self._may_refresh(broker_addr, req, ctx):
             self.routes.touch_broker(broker_addr, self.now_ms())
         ours = self.routes.query_broker_data_version(broker_addr)
         return req.make_response(ext_fields={"changed": changed},
                                  body=json_body.dumps(ours) if ours is not None else b"")
+
+    def _may_refresh(self, broker_addr: str, req: RemotingCommand, ctx: ConnectionContext) -> bool:
+        """Whether this QUERY_DATA_VERSION keeps the broker alive. As 4.9, anyone's does without a cluster
+        secret; with one, only a signed query or one over the connection the broker registered on (else
+        any stranger keeps a partitioned broker's routes alive, and clients keep sending to it)."""
+        if self.cluster_secret is None:
+            return True
+        live = self.routes.broker_live_table.get(broker_addr)
+        if live is not None and live.channel is ctx:
+            return True
+        return guard.is_signed(req.ext_fields or {}, req.body, self.cluster_secret)
 
     # ---- routes ---------------------------------------------------------------------------------
 

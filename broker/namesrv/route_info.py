@@ -6,16 +6,25 @@ per-topic queue data, slaves only add their address to the broker group.
 """
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Hashable
 
+from broker.errors import BadRequest
+from broker.log_limit import LogLimiter
 from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
-from broker.remoting.codes import MASTER_ID, PERM_READ, PERM_WRITE
+from broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, MASTER_ID, PERM_READ, PERM_WRITE
 
 log = logging.getLogger(__name__)
 
 BROKER_CHANNEL_EXPIRED_MS = 120_000
+# (topic, broker group) route entries kept in all, whatever the number of brokers: about 430 bytes each
+# (65,536 topics cost 28 MiB), so the default holds at most ~110 MiB of routes (--max-topic-routes).
+MAX_TOPIC_ROUTES = 262_144
+# A route reply's body stays this far below the frame limit: the header and orderTopicConf (a KV value,
+# at most 64 KiB) need room too.
+MAX_ROUTE_BYTES = DEFAULT_MAX_FRAME_LENGTH - (1 << 20)
 TOPIC_FLAG_UNIT, TOPIC_FLAG_UNIT_SUB = 0x1, 0x2  # TopicSysFlag
 
 
@@ -77,10 +86,18 @@ def same_version(a: dict | None, b: dict | None) -> bool:
 
 
 class RouteInfoManager:
-    def __init__(self, expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS, max_brokers: int = 1024):
+    def __init__(self, expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS, max_brokers: int = 1024,
+                 max_topic_routes: int = MAX_TOPIC_ROUTES, max_route_bytes: int = MAX_ROUTE_BYTES):
         self.expiry_ms = expiry_ms
         self.max_brokers = max_brokers
+        self.max_topic_routes = max_topic_routes
+        self.max_route_bytes = max_route_bytes
         self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
+        # broker name -> its topics in topic_queue_table: removing a broker group touches its own topics,
+        # not every topic (closing 16 brokers of 65,536 topics each took 5.2 s of reactor time)
+        self.broker_topics: dict[str, set[str]] = {}
+        self.route_entries = 0  # (topic, broker group) pairs in topic_queue_table, bounded by max_topic_routes
+        self.route_log = LogLimiter(log)
         self.broker_addr_table: dict[str, BrokerData] = {}
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}
@@ -92,36 +109,43 @@ class RouteInfoManager:
                         ha_server_addr: str, body: RegisterBrokerBody | None, channel: Hashable,
                         now_ms: int) -> RegisterResult:
         if broker_addr not in self.broker_live_table and len(self.broker_live_table) >= self.max_brokers:
-            from broker.errors import BadRequest
             raise BadRequest(f"this name server keeps at most {self.max_brokers} live brokers (--max-brokers); "
                              f"{broker_addr} is refused until one leaves")
+        known = self.broker_addr_table.get(broker_name)
+        register_first = known is None or known.broker_addrs.get(broker_id) is None
+        data_version = body.data_version if body is not None else {"counter": 0, "timestamp": 0}
+        apply_topics = body is not None and broker_id == MASTER_ID and (
+            register_first or self.is_broker_topic_config_changed(broker_addr, data_version))
+        if apply_topics:  # refused before anything changes
+            assert body is not None
+            own = self.broker_topics.get(broker_name, ())
+            new_entries = sum(1 for name in body.topic_configs if name not in own)
+            if self.route_entries + new_entries > self.max_topic_routes:
+                raise BadRequest(f"this name server keeps at most {self.max_topic_routes} topic routes in all "
+                                 f"(--max-topic-routes) and holds {self.route_entries}; the {new_entries} new "
+                                 f"ones of {broker_name} are refused")
         self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
 
-        register_first = False
         broker_data = self.broker_addr_table.get(broker_name)
         if broker_data is None:
-            register_first = True
             broker_data = BrokerData(cluster_name, broker_name)
             self.broker_addr_table[broker_name] = broker_data
 
         # A slave promoted to master (same ip:port, new id) must not stay listed under its old id.
         for old_id in [i for i, a in broker_data.broker_addrs.items() if a == broker_addr and i != broker_id]:
             del broker_data.broker_addrs[old_id]
-        old_addr = broker_data.broker_addrs.get(broker_id)
         broker_data.broker_addrs[broker_id] = broker_addr
-        register_first = register_first or old_addr is None
 
-        data_version = body.data_version if body is not None else {"counter": 0, "timestamp": 0}
-        if body is not None and broker_id == MASTER_ID:
-            if register_first or self.is_broker_topic_config_changed(broker_addr, data_version):
-                new = changed = 0
-                for tc in body.topic_configs.values():
-                    outcome = self._create_and_update_queue_data(broker_name, tc)
-                    new += outcome == "new"
-                    changed += outcome == "changed"
-                if new or changed:  # one line per registration, however many topics it carries
-                    log.info("topic routes of %s: %d new, %d changed (of %d in its registration)",
-                             broker_name, new, changed, len(body.topic_configs))
+        if apply_topics:
+            assert body is not None
+            new = changed = 0
+            for tc in body.topic_configs.values():
+                outcome = self._create_and_update_queue_data(broker_name, tc)
+                new += outcome == "new"
+                changed += outcome == "changed"
+            if new or changed:  # one line per registration, however many topics it carries
+                log.info("topic routes of %s: %d new, %d changed (of %d in its registration)",
+                         broker_name, new, changed, len(body.topic_configs))
 
         previous = self.broker_live_table.get(broker_addr)
         self.broker_live_table[broker_addr] = BrokerLiveInfo(now_ms, data_version, channel, ha_server_addr)
@@ -151,6 +175,9 @@ class RouteInfoManager:
         old = by_broker.get(broker_name)
         if old != queue_data:
             by_broker[broker_name] = queue_data
+            if old is None:
+                self.broker_topics.setdefault(broker_name, set()).add(tc.topic_name)
+                self.route_entries += 1
             log.debug("topic route %s on %s: %s", tc.topic_name, broker_name,
                       "new" if old is None else f"changed from {old}")
             return "new" if old is None else "changed"
@@ -217,11 +244,17 @@ class RouteInfoManager:
             names.discard(broker_name)
             if not names:
                 del self.cluster_addr_table[cluster_name]
-        for topic in list(self.topic_queue_table):
-            by_broker = self.topic_queue_table[topic]
-            if by_broker.pop(broker_name, None) is not None and not by_broker:
-                del self.topic_queue_table[topic]
+        for topic in self.broker_topics.pop(broker_name, ()):
+            self._drop_route(topic, broker_name)
         log.info("broker group %s removed from cluster %s and from all topic routes", broker_name, cluster_name)
+
+    def _drop_route(self, topic: str, broker_name: str) -> None:
+        """The topic's queue data on broker_name (the index is the caller's to update)."""
+        by_broker = self.topic_queue_table.get(topic)
+        if by_broker is not None and by_broker.pop(broker_name, None) is not None:
+            self.route_entries -= 1
+            if not by_broker:
+                del self.topic_queue_table[topic]
 
     # ---- queries --------------------------------------------------------------------------------
 
@@ -230,23 +263,46 @@ class RouteInfoManager:
         by_broker = self.topic_queue_table.get(topic)
         if not by_broker:
             return None
-        queue_datas = [q for _, q in sorted(by_broker.items())]
-        broker_datas = []
-        filter_servers: dict[str, list[str]] = {}
-        for q in queue_datas:
+        # Never grown past max_route_bytes (a reply past the frame limit reaches no client, so every
+        # producer of the topic would lose its route): broker groups first, filter servers with what is
+        # left; what does not fit is left out and logged.
+        budget = self.max_route_bytes - 256  # the keys and brackets around the lists
+        queue_datas, broker_datas, groups = [], [], []
+        dropped_groups = dropped_filters = 0
+        for _, q in sorted(by_broker.items()):
             bd = self.broker_addr_table.get(q.broker_name)
-            if bd is None:
+            qj, bj = q.to_json(), bd.to_json() if bd is not None else None
+            size = _json_len(qj) + (_json_len(bj) if bj is not None else 0) + 2
+            if size > budget:
+                dropped_groups += 1
                 continue
-            broker_datas.append(bd.to_json())
+            budget -= size
+            queue_datas.append(qj)
+            if bd is not None:
+                broker_datas.append(bj)
+                groups.append(bd)
+        filter_servers: dict[str, list[str]] = {}
+        for bd in groups:
             for addr in bd.broker_addrs.values():
                 if addr in self.filter_server_table:
-                    filter_servers[addr] = list(self.filter_server_table[addr])
+                    servers = list(self.filter_server_table[addr])
+                    size = _json_len({addr: servers}) + 1
+                    if size > budget:
+                        dropped_filters += 1
+                        continue
+                    budget -= size
+                    filter_servers[addr] = servers
+        if dropped_groups or dropped_filters:
+            self.route_log.log(logging.WARNING, ("route too big", topic),
+                               "the route of topic %s would pass %d bytes: left out %d broker groups and the "
+                               "filter servers of %d brokers", topic, self.max_route_bytes, dropped_groups,
+                               dropped_filters)
         if not broker_datas:
             return None
         return {
             "brokerDatas": broker_datas,
             "filterServerTable": filter_servers,
-            "queueDatas": [q.to_json() for q in queue_datas],
+            "queueDatas": queue_datas,
         }
 
     def cluster_info(self) -> dict:
@@ -299,8 +355,8 @@ class RouteInfoManager:
 
     def _set_perm(self, broker_name: str, change) -> int:
         count = 0
-        for by_broker in self.topic_queue_table.values():
-            qd = by_broker.get(broker_name)
+        for topic in self.broker_topics.get(broker_name, ()):
+            qd = self.topic_queue_table[topic].get(broker_name)
             if qd is not None:
                 qd.perm = change(qd.perm)
                 count += 1
@@ -309,13 +365,20 @@ class RouteInfoManager:
     def delete_topic(self, topic: str, cluster_name: str = "") -> None:
         """The topic's routes; with a cluster name (4.9.8's mqadmin deleteTopic -c), only those of that
         cluster's broker groups, the topic gone when no group is left."""
-        if not cluster_name:
-            self.topic_queue_table.pop(topic, None)
-            return
         by_broker = self.topic_queue_table.get(topic)
         if by_broker is None:
             return
-        for broker_name in self.cluster_addr_table.get(cluster_name, ()):
-            by_broker.pop(broker_name, None)
-        if not by_broker:
-            del self.topic_queue_table[topic]
+        names = list(by_broker) if not cluster_name else self.cluster_addr_table.get(cluster_name, ())
+        for broker_name in list(names):
+            own = self.broker_topics.get(broker_name)
+            if own is not None:
+                own.discard(topic)
+                if not own:
+                    del self.broker_topics[broker_name]
+            self._drop_route(topic, broker_name)
+
+
+def _json_len(obj) -> int:
+    """At least the bytes obj takes in a reply body (json_body.dumps writes UTF-8; an ASCII escape is
+    never shorter)."""
+    return len(json.dumps(obj, separators=(",", ":")))

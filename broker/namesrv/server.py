@@ -22,10 +22,11 @@ class NameServer:
     def __init__(self, reactor, clock: IReactorTime | None = None,
                  scan_interval: float = SCAN_INTERVAL_SECONDS, expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS, *,
                  cluster_secret: str | None = None, max_brokers: int = guard.MAX_BROKERS,
-                 max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER):
+                 max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER,
+                 max_topic_routes: int = guard.MAX_TOPIC_ROUTES):
         self.reactor = reactor
         self.clock = clock if clock is not None else reactor
-        self.routes = RouteInfoManager(expiry_ms, max_brokers=max_brokers)
+        self.routes = RouteInfoManager(expiry_ms, max_brokers=max_brokers, max_topic_routes=max_topic_routes)
         self.kv = KVConfigManager()
         self.settings = NamesrvSettings()
         self.processors = NameServerProcessors(self.routes, self.kv, self.clock, cluster_secret=cluster_secret,
