@@ -1,7 +1,7 @@
 """A live attack on a real name server process (issue 25): a KV flood, a forged registration that would
-point a slave at a fake master, and a huge register body. The routes of the real broker stay intact and
-the name server keeps answering. With a cluster secret the forgery is refused outright; without one
-(4.9's behaviour) the flood and the huge body are still bounded."""
+point a slave at a fake master, a huge register body, and a filter-server bomb. The routes of the real
+broker stay intact and the name server keeps answering. With a cluster secret the forgery is refused
+outright; without one (4.9's behaviour) the flood, the huge body and the bomb are still bounded."""
 from __future__ import annotations
 
 import os
@@ -27,8 +27,10 @@ def process_cost(ns) -> tuple[float, int, int]:
     return cpu, rss, ns.log_path.stat().st_size
 
 
-def forged_register(ns_addr, broker_name, addr, ha, topics=1, compressed=False):
-    body = RegisterBrokerBody({f"F{i}": TopicConfig(f"F{i}", 4, 4, 6) for i in range(topics)}).encode(compressed)
+def forged_register(ns_addr, broker_name, addr, ha, topics=1, compressed=False, names=(), filters=()):
+    names = names or [f"F{i}" for i in range(topics)]
+    body = RegisterBrokerBody({n: TopicConfig(n, 4, 4, 6) for n in names},
+                              filter_servers=list(filters)).encode(compressed)
     fields = {"brokerName": broker_name, "brokerAddr": addr, "clusterName": "DefaultCluster",
               "haServerAddr": ha, "brokerId": "0", "compressed": str(compressed).lower(),
               "bodyCrc32": str(body_crc32(body))}
@@ -65,11 +67,18 @@ def test_routes_survive_a_kv_flood_a_forged_registration_and_a_huge_body(tmp_pat
         assert cpu_s < 3 and rss < 64 << 20 and log_bytes < 64 << 10, (cpu_s, rss, log_bytes)
         print(f"300,000-topic body refused in {took:.2f} s ({cpu_s:.2f} s CPU, +{rss >> 20} MiB, "
               f"+{log_bytes} bytes of log): {r.remark}")
+        # 4. the filter-server bomb: three fake brokers naming the real broker's topic with 16,000 filter
+        # servers of 1 KB each (34 KB compressed) once made its route reply 48 MB, past the 16 MiB frame
+        for k in range(3):
+            r = forged_register(ns.addr, f"bomb{k}", f"127.0.0.1:{20 + k}", "", names=["TBW102"],
+                                compressed=True, filters=["x" * 1000] * 16_000)
+            assert r.code != ResponseCode.SUCCESS, (r.code, r.remark)
         # the real broker re-registers (every 10 s here) and its route is what it says
         wait_until(lambda: ns.broker_addrs("broker-a").get(0) == broker.addr, 25,
                    "broker-a's own address as its master")
         route = rpc(ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
         assert route.code == ResponseCode.SUCCESS and broker.addr.encode() in route.body
+        assert len(route.body) < 64 << 10 and b"bomb" not in route.body, len(route.body)
         assert "evil" not in ns.cluster_info().get("brokerAddrTable", {})
         # every request is answered, unknown ones too
         assert rpc(ns.addr, 9999).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
