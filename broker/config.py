@@ -161,7 +161,9 @@ class BrokerConfig:
                                        "it takes a write; a slave serves its log on its HA port for that")
     haRecoveryPeers: str = _prop("haRecoveryPeers", "",
                                  doc="ours; the HA ports (host:port, comma-separated) of the slaves a "
-                                     "recovering master fetches from, in order")
+                                     "recovering master fetches from, in order; required on a master with "
+                                     "haRecoveryEnable; an IP not proven a replica (store/haPeers.json) is "
+                                     "skipped with an ERROR")
     haRecoveryWaitMs: int = _prop("haRecoveryWaitMs", 30000, minimum=0,
                                   doc="ours; the longest a recovering master holds writes for its slaves to "
                                       "answer; then it takes writes as without recovery")
@@ -391,6 +393,9 @@ class BrokerConfig:
                               f"stay below 2 GiB (the defaults are 5000000 and 20000000)")
         for a in self.recovery_peers:
             _check_addr("haRecoveryPeers", a)
+        if self.haRecoveryEnable and self.is_master and not self.recovery_peers:
+            raise ConfigError("haRecoveryEnable=true on a master needs haRecoveryPeers (its slaves' HA ports, "
+                              "host:port): without a source a recovering master would fetch nothing")
         if bool(self.aclClientAccessKey) != bool(self.aclClientSecretKey):
             raise ConfigError("aclClientAccessKey and aclClientSecretKey go together")
         import ipaddress

@@ -15,7 +15,8 @@ from twisted.python.failure import Failure
 from . import fastpath, planted, supervision
 from .config import BrokerConfig
 from .ha.master import HAService
-from .ha.recovery import RecoveryFetcher, RecoverySourceService
+from .ha.peers import PEERS_FILE, load_record
+from .ha.recovery import RecoveryFetcher, RecoverySourceService, proven_sources
 from .ha.slave import HAClient
 from .metrics import Registry, metrics_site
 from .served import ServedLog
@@ -148,12 +149,15 @@ class BrokerController:
             # Consume-queue units and index keys of the records a reactor turn appended are built in one
             # batch on the next turn (MessageStore.dispatch_pending).
             self.store.dispatch_soon = self._reput_soon
-            if c.haRecoveryEnable and not self.store.was_clean_shutdown and c.recovery_peers:
+            sources, limit = (self._recovery_sources() if c.haRecoveryEnable and not self.store.was_clean_shutdown
+                              else ([], None))
+            if sources:
                 # writes and the HA port wait until the slaves said what they hold past this log
                 self.recovery = RecoveryFetcher(
-                    self.store, c.recovery_peers, self.clock, self.reactor, c.haRecoveryWaitMs / 1000.0,
+                    self.store, sources, self.clock, self.reactor, c.haRecoveryWaitMs / 1000.0,
                     record.host_of(c.broker_addr), c.maxMessageSize + (64 << 10),
-                    on_done=lambda _state: self._start_ha_service(listen))
+                    on_done=lambda _state: self._start_ha_service(listen),
+                    limit=limit)
                 self.recovery.start()
             else:
                 self._start_ha_service(listen)
@@ -182,6 +186,19 @@ class BrokerController:
                  c.brokerName, c.brokerClusterName, c.brokerName, c.brokerId, c.brokerRole,
                  c.flushDiskType, c.broker_addr, c.ha_port, c.broker_ip, c.metrics_port,
                  self.store.max_offset)
+
+    def _recovery_sources(self) -> tuple[list[str], int | None]:
+        """haRecoveryPeers that were proven replicas of this master (broker/ha/recovery.py proven_sources);
+        none left is an ERROR, never a silent start without recovery."""
+        peers, limit = load_record(os.path.join(self.store.root, PEERS_FILE))
+        kept, dropped = proven_sources(self.config.recovery_peers, peers, limit)
+        for why in dropped:
+            log.error("recovery: not fetching from %s", why)
+        if not kept:
+            log.error("recovery: haRecoveryEnable=true after an unclean shutdown, but no source is usable: this "
+                      "start takes writes at once; a slave holding more than this master will be SLAVE_AHEAD "
+                      "(its tail stranded; see `python -m cluster repair`)")
+        return kept, limit
 
     def _start_ha_service(self, listen: bool) -> None:
         c = self.config

@@ -105,6 +105,11 @@ class LocalBackend(Backend):
         overrides = node_overrides(topology, plan, host=host,
                                    store_dir_of=lambda n: rf.store_dir(run_dir, n),
                                    extra=options.extra, extra_per_node=per_node)
+        for n in topology.nodes:
+            # The HA ports listen on every interface, and the kit's slaves and recovering masters all
+            # connect from `host`: nobody else may (docs/ha-protocol.md, "Who can do what on the HA port").
+            if _is_ip(host):
+                overrides[n.name].setdefault("haAllowedAddresses", host)
         configs = {n.name: effective_config(n, overrides[n.name]) for n in topology.nodes}
 
         # Node folders of another topology would be read by the audit as part of this run.
@@ -130,6 +135,7 @@ class LocalBackend(Backend):
                 "clusterName": c.brokerClusterName, "addr": c.broker_addr, "haAddr": c.ha_server_addr,
                 "metricsUrl": f"http://{host}:{c.metrics_port}/metrics", "backend": cls.name,
                 "commitlogFileSize": c.mappedFileSizeCommitLog,
+                "msgTraceTopicName": c.msgTraceTopicName,  # where the audit reads trace records
             }
             rf.write_node_json(run_dir, node)
             nodes.append({**node, "statusUrl": f"http://{host}:{c.metrics_port}/status", "master": master,
@@ -295,3 +301,11 @@ def _records(state: dict):
     yield "namesrv", state.get("namesrv", {}).get("process")
     for n in state.get("nodes", []):
         yield n["name"], n.get("process")
+
+
+def _is_ip(host: str) -> bool:
+    import ipaddress
+    try:
+        return not ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False

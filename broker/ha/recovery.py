@@ -30,8 +30,9 @@ The Twisted wrappers: RecoveryFetcher and RecoverySourceService.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -78,8 +79,11 @@ class RecordVerifier:
     file_size: mappedFileSizeCommitLog; store_host: this master's (ip, port), as its records carry it.
     """
 
-    def __init__(self, start: int, file_size: int, store_host: tuple[str, int], max_record: int):
+    def __init__(self, start: int, file_size: int, store_host: tuple[str, int], max_record: int,
+                 limit: int | None = None):
         self.end = start  # the verified records end here
+        # streamLimit (broker/ha/peers.py): no replica holds more of this log than was ever streamed
+        self.limit = limit
         self.file_size = file_size
         self.store_host = (store_host[0], int(store_host[1]))
         self.max_record = max_record
@@ -140,6 +144,9 @@ class RecordVerifier:
                     raise RecoveryRefused(f"record at {at} was stored by {m.store_host[0]}:{m.store_host[1]}, "
                                           f"not by this master ({self.store_host[0]}:{self.store_host[1]})")
                 self.records += 1
+            if self.limit is not None and at + r.size > self.limit:
+                raise RecoveryRefused(f"record at {at} ends at {at + r.size}, past the most this master ever "
+                                      f"streamed ({self.limit}, streamLimit): no replica of it holds that")
             out.append(bytes(self._buf[pos:pos + r.size]))
             pos += r.size
             self.end += r.size
@@ -403,6 +410,34 @@ class _FetchFactory(protocol.ClientFactory):
         self.fetcher.source_lost(self.source, reason.getErrorMessage())
 
 
+def proven_sources(sources: Sequence[str], proven: Collection[str], limit: int | None) -> tuple[list[str], list[str]]:
+    """Which of haRecoveryPeers a recovering master may take bytes from: (kept, why each other was dropped).
+
+    Only a replica proven in an earlier life (store/haPeers.json, broker/ha/peers.py) can hold what this
+    master lost: with no proven host or no streamLimit on record nothing is fetched. A source given as an
+    IP address must be one of the proven hosts; a host name is kept (the master saw its slaves at IP
+    addresses, through Toxiproxy at the proxy's, which a name cannot be compared with); every record
+    fetched must still end within the streamLimit and pass RecordVerifier.
+    """
+    if not proven or limit is None:
+        why = "no slave was proven a replica of this master in an earlier life (store/haPeers.json)"
+        return [], [f"{a}: {why}" for a in sources]
+    kept, dropped = [], []
+    for a in sources:
+        host = a.rpartition(":")[0].strip("[]")
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            kept.append(a)
+            continue
+        if host in proven:
+            kept.append(a)
+        else:
+            dropped.append(f"{a}: {host} was never proven a replica of this master (proven: "
+                           f"{', '.join(sorted(proven))})")
+    return kept, dropped
+
+
 @dataclass
 class RecoveryFetcher:
     """Holds this master's writes while it fetches from each source in turn; on_done() when it ends."""
@@ -414,6 +449,7 @@ class RecoveryFetcher:
     store_host: tuple[str, int]
     max_record: int
     on_done: Callable[[str], object]  # called with the state it ended in
+    limit: int | None = None  # the earlier lives' streamLimit: nothing past it is taken
     retry_s: float = 0.5
     state: str = RecoveryState.HOLDING
     started_at: float = 0.0
@@ -434,7 +470,7 @@ class RecoveryFetcher:
 
     def new_verifier(self) -> RecordVerifier:
         cl = self.store.commitlog
-        return RecordVerifier(cl.max_offset, cl.file_size, self.store_host, self.max_record)
+        return RecordVerifier(cl.max_offset, cl.file_size, self.store_host, self.max_record, self.limit)
 
     def _next(self) -> None:
         if self.state != RecoveryState.HOLDING:

@@ -246,6 +246,8 @@ def test_the_controller_refuses_writes_while_it_holds_and_serves_them_after(tmp_
         "haRecoveryWaitMs": "2000", "mappedFileSizeCommitLog": str(FILE)})
     root.mkdir()
     (root / "abort").write_text("")  # the last life did not shut down cleanly
+    # it streamed to its slave in that life (broker/ha/peers.py): the slave's host may be fetched from
+    (root / "haPeers.json").write_text('{"peers": {"127.0.0.1": {"ack": 1}}, "streamLimit": 1073741824}')
     reactor = MemoryReactorClock()
     c = BrokerController(cfg, reactor, run_in_thread=lambda f, *a: __import__("twisted.internet.defer",
                                                                               fromlist=["x"]).maybeDeferred(f, *a))
@@ -260,6 +262,55 @@ def test_the_controller_refuses_writes_while_it_holds_and_serves_them_after(tmp_
         assert c.status()["haRecovery"]["state"] == RecoveryState.TIMED_OUT
     finally:
         c.stop()
+
+
+def test_an_unclean_start_with_no_proven_slave_on_record_says_so_and_does_not_hold(tmp_path, caplog):
+    from broker.config import BrokerConfig
+    from broker.controller import BrokerController
+    root = tmp_path / "m"
+    root.mkdir()
+    (root / "abort").write_text("")
+    cfg = BrokerConfig.from_properties({
+        "brokerName": "b", "brokerRole": "SYNC_MASTER", "storePathRootDir": str(root), "listenPort": "30911",
+        "brokerIP1": "127.0.0.1", "haRecoveryEnable": "true", "haRecoveryPeers": "127.0.0.1:1",
+        "mappedFileSizeCommitLog": str(FILE)})
+    c = BrokerController(cfg, MemoryReactorClock())
+    c.start(listen=False)
+    try:
+        assert not c.writes_held and c.recovery is None and c.ha is not None
+        assert "no slave was proven a replica" in caplog.text and "no source is usable" in caplog.text
+    finally:
+        c.stop()
+
+
+def test_recovery_sources_are_the_proven_replicas_only():
+    from broker.ha.recovery import proven_sources
+    srcs = ["10.0.0.2:10912", "10.0.0.3:10912", "broker-a-s:10912"]
+    assert proven_sources(srcs, {}, 1 << 30)[0] == []  # nobody proven: nothing fetched
+    assert proven_sources(srcs, {"10.0.0.2": {}}, None)[0] == []  # no streamLimit on record: the same
+    kept, dropped = proven_sources(srcs, {"10.0.0.2": {}}, 1 << 30)
+    assert kept == ["10.0.0.2:10912", "broker-a-s:10912"] and len(dropped) == 1 and "10.0.0.3" in dropped[0]
+
+
+def test_the_verifier_takes_nothing_past_the_stream_limit(tmp_path):
+    slave = store(tmp_path / "slave")
+    put(slave, 3)
+    data = log_bytes(slave)
+    first = len(RecordVerifier(0, FILE, HOST, 1 << 20).feed(data)[0])
+    v = RecordVerifier(0, FILE, HOST, 1 << 20, limit=first + 1)  # the second record ends past it
+    with pytest.raises(RecoveryRefused, match="streamLimit") as e:
+        v.feed(data)
+    assert len(e.value.records) == 1 and v.end == first
+    assert len(RecordVerifier(0, FILE, HOST, 1 << 20, limit=len(data)).feed(data)) == 3
+
+
+def test_recovery_on_a_master_without_sources_is_a_config_error():
+    from broker.config import BrokerConfig, ConfigError
+    with pytest.raises(ConfigError, match="haRecoveryPeers"):
+        BrokerConfig.from_properties({"brokerName": "b", "brokerRole": "SYNC_MASTER", "haRecoveryEnable": "true"})
+    # a slave only serves its log: no sources needed
+    BrokerConfig.from_properties({"brokerName": "b", "brokerRole": "SLAVE", "brokerId": "1",
+                                  "haRecoveryEnable": "true", "haMasterAddress": "127.0.0.1:10912"})
 
 
 def test_a_clean_start_does_not_hold(tmp_path):
