@@ -247,6 +247,7 @@ class DockerBackend(Backend):
                 "clusterName": c.brokerClusterName, "addr": c.broker_addr, "haAddr": c.ha_server_addr,
                 "metricsUrl": f"http://{host}:{c.metrics_port}/metrics", "backend": cls.name,
                 "commitlogFileSize": c.mappedFileSizeCommitLog,
+                "msgTraceTopicName": c.msgTraceTopicName,  # where the audit reads trace records
             }
             rf.write_node_json(run_dir, node)
             v = env_var(n.name)

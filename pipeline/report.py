@@ -252,7 +252,7 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
         t = trace_summary
         p, q = t["produceToStoreMs"], t["storeToConsumeMs"]
         verdicts.append(Verdict("message trace", INFO,
-                                f"{t['records']} trace records in {trace.TRACE_TOPIC} ({t['pub']} sends, {t['sub']} "
+                                f"{t['records']} trace records in {', '.join(t['topics'])} ({t['pub']} sends, {t['sub']} "
                                 f"consumes); {t['matched']} traced sends found stored, send -> store ms p50 "
                                 f"{p['p50']}, p99 {p['p99']}, max {p['max']}; {t['consumed']} consumed, store -> "
                                 f"consume ms p50 {q['p50']}, p99 {q['p99']}, max {q['max']}; {t['failedSends']} "
@@ -280,12 +280,14 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
 
 def _trace(df, nodes, masters: dict, out_dir: str | None = None) -> dict | None:
     """The trace records the masters hold (pipeline/trace.py), matched to the stored messages; None when
-    no master has the trace topic."""
+    no master has its trace topic (each node's msgTraceTopicName, from its node.json or broker.properties:
+    a named trace topic is read, not only 4.9's default)."""
     from pyspark.sql import functions as F
-    records = []
+    records, topics = [], set()
     for n in nodes:
-        if n.name in masters and trace.exists(n.store_dir):
-            records += trace.read_store(n.store_dir)
+        if n.name in masters and trace.exists(n.store_dir, n.trace_topic):
+            records += trace.read_store(n.store_dir, topic=n.trace_topic)
+            topics.add(n.trace_topic)
     if not records:
         return None
     ids = list({r.msg_id for r in records if r.kind == "Pub" and r.msg_id})
@@ -298,7 +300,7 @@ def _trace(df, nodes, masters: dict, out_dir: str | None = None) -> dict | None:
         with open(os.path.join(out_dir, trace.DETAIL_FILE), "w") as fh:
             for row in trace.per_message(records, store_ms):
                 fh.write(json.dumps(row) + "\n")
-    return trace.summary(records, store_ms)
+    return {**trace.summary(records, store_ms), "topics": sorted(topics)}
 
 
 def write_summary(out_dir, rep: Report, fault_list, attribution, findings, pairs, outage_list=(),

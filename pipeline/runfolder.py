@@ -9,7 +9,9 @@
 node.json:
     {"name": "broker-a-0", "brokerName": "broker-a", "brokerId": 0, "role": "SYNC_MASTER",
      "clusterName": "DefaultCluster", "addr": "172.20.0.11:10911",
-     "commitlogFileSize": 1073741824}          # optional; inferred from the files when absent
+     "commitlogFileSize": 1073741824,          # optional; inferred from the files when absent
+     "msgTraceTopicName": "RMQ_SYS_TRACE_TOPIC"}  # optional; else nodes/<node>/broker.properties's,
+                                                 # else 4.9's default
 
 A node directory without node.json is still read: its name is the directory name, the broker name is
 the directory name with a trailing "-<digits>" removed, and the role is unknown (the audit then
@@ -24,7 +26,9 @@ import re
 from dataclasses import asdict, dataclass, field
 
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+DEFAULT_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"  # 4.9's msgTraceTopicName default
 _FILE_NAME = re.compile(r"^\d{20}$")
+_PROPERTY = re.compile(r"([^=:\s]+)\s*[=:\s]\s*(.*)")
 
 
 @dataclass
@@ -45,6 +49,7 @@ class Node:
     addr: str = ""
     store_dir: str = ""
     commitlog_file_size: int | None = None
+    trace_topic: str = DEFAULT_TRACE_TOPIC  # the broker's msgTraceTopicName, where the audit reads traces
     files: list[CommitLogFile] = field(default_factory=list)
 
     @property
@@ -96,9 +101,29 @@ def load_node(node_dir: str) -> Node:
                 cluster_name=meta.get("clusterName", ""),
                 addr=meta.get("addr", ""),
                 store_dir=store_dir,
-                commitlog_file_size=meta.get("commitlogFileSize"))
+                commitlog_file_size=meta.get("commitlogFileSize"),
+                trace_topic=meta.get("msgTraceTopicName") or _property(node_dir, "msgTraceTopicName")
+                or DEFAULT_TRACE_TOPIC)
     node.files = list_commitlog(os.path.join(store_dir, "commitlog"), node.commitlog_file_size)
     return node
+
+
+def _property(node_dir: str, key: str) -> str | None:
+    """key's value in nodes/<node>/broker.properties (Java properties: key=value or key: value, # and !
+    comments; the last one wins), or None."""
+    value = None
+    try:
+        with open(os.path.join(node_dir, "broker.properties"), encoding="utf-8") as fh:
+            for line in fh:
+                line = line.strip()
+                if not line or line[0] in "#!":
+                    continue
+                m = _PROPERTY.match(line)
+                if m and m.group(1) == key:
+                    value = m.group(2).strip() or None
+    except OSError:
+        return None
+    return value
 
 
 def load_nodes(run_dir: str) -> list[Node]:

@@ -248,15 +248,30 @@ def test_loss_counts_are_not_capped(spark, run_builder):
     assert v["no acknowledged send lost"].detail.startswith("1500 SEND_OK message(s) on no node")
 
 
-def test_trace_records_on_a_master_are_reported_send_to_store(spark, run_builder):
-    """A client's trace records in RMQ_SYS_TRACE_TOPIC (pipeline/trace.py) are matched to the messages
-    they trace: the audit reports send -> store times (issue 25)."""
+@pytest.mark.parametrize("topic, where", [
+    ("RMQ_SYS_TRACE_TOPIC", None),          # 4.9's default: nothing to configure
+    ("MyTraceTopic", "node.json"),          # a named msgTraceTopicName, as the cluster tooling writes it
+    ("MyTraceTopic", "broker.properties"),  # or as the node's own properties file says it
+])
+def test_trace_records_on_a_master_are_reported_send_to_store(spark, run_builder, topic, where):
+    """A client's trace records in the node's trace topic (pipeline/trace.py) are matched to the messages
+    they trace: the audit reports send -> store times (issue 25). A named trace topic is read where the
+    node's configuration names it."""
     store = run_builder.master(n=5)
+    node_dir = run_builder.node_dir("broker-a-0")
+    if where == "node.json":
+        meta = json.load(open(os.path.join(node_dir, "node.json")))
+        runfolder.write_node_json(node_dir, **{k: meta[k] for k in ("name", "role", "addr")},
+                                  broker_name=meta["brokerName"], broker_id=meta["brokerId"],
+                                  msgTraceTopicName=topic)
+    elif where == "broker.properties":
+        with open(os.path.join(node_dir, "broker.properties"), "w") as fh:
+            fh.write(f"# a named trace topic\ntraceTopicEnable=true\nmsgTraceTopicName = {topic}\n")
     c, f = "\x01", "\x02"
     keys = [uk for uk, _sid, _r in run_builder.sent]
     body = "".join(c.join(["Pub", str(run_builder.clock - 3), "R", "PG", "T", uk, "tg", "k", "h:1", "200", "1", "0",
                            "oid", "true"]) + f for uk in keys)
-    store.put_message(Message(topic="RMQ_SYS_TRACE_TOPIC", body=body.encode(), queue_id=0,
+    store.put_message(Message(topic=topic, body=body.encode(), queue_id=0,
                               properties={"UNIQ_KEY": "TRACE-1", "KEYS": " ".join(keys)}))
     store.dispatch_pending()
     run_builder.close()
@@ -264,4 +279,4 @@ def test_trace_records_on_a_master_are_reported_send_to_store(spark, run_builder
     run_builder.history()
     v, _ = _audit(spark, run_builder.root)
     t = v["message trace"]
-    assert "5 trace records" in t.detail and "5 traced sends found stored" in t.detail, t.detail
+    assert f"5 trace records in {topic} " in t.detail and "5 traced sends found stored" in t.detail, t.detail
