@@ -2,8 +2,9 @@
 
 Key names and defaults are RocketMQ 4.9's (HA-PROTOCOL §8), so a stock conf file reads as-is.
 Keys marked "ours" are this project's additions. A bad value is a `ConfigError` that names the key
-and says what is allowed; unknown keys are reported (a typo should not pass silently) but tolerated,
-since official files carry keys this broker does not use.
+and says what is allowed. An unknown or misspelt key is a `ConfigError` at start too, with a "did you
+mean" hint (aclEnable was once silently ignored); 4.9 keys this broker does not use (IGNORED_KEYS) are
+accepted, so official files read as-is, and named in one WARNING at start.
 """
 from __future__ import annotations
 
