@@ -247,7 +247,8 @@ def node_overrides(topology: Topology, plan: PortPlan, *, host: str, store_dir_o
         m = topology.master_of(n)
         # From the master's final overrides, so a --set of the master's haListenPort is followed.
         m_over = {**out[m.name], **(extra or {}), **(extra_per_node or {}).get(m.name, {})}
-        m_cfg = _config_or_error(m, m_over)
+        # (only its ports are read: haRecoveryEnable would want the haRecoveryPeers filled in below)
+        m_cfg = _config_or_error(m, {**m_over, "haRecoveryEnable": "false"})
         out[n.name]["haMasterAddress"] = f"{m_cfg.brokerIP2 or m_cfg.broker_ip}:{m_cfg.ha_port}"
         # where the master fetches from when it recovers after an unclean start (haRecoveryEnable)
         # (read from the keys, not validated here: effective_config reports a bad slave with its name)

@@ -127,6 +127,10 @@ def test_overrides(tmp_path):
         ports += [c.listenPort, c.ha_port, c.metrics_port]
         assert c.broker_addr == f"127.0.0.1:{over[n.name]['listenPort']}"
     assert len(set(ports)) == len(ports)
+    # with recovery on, every master's config is valid: it gets its sources (a master without is a ConfigError)
+    rec = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1", store_dir_of=lambda n: tmp_path / n,
+                         extra={"haRecoveryEnable": "true"})
+    assert all(effective_config(n, rec[n.name]).haRecoveryEnable for n in topo.nodes)
 
 
 def test_extra_sets_apply_last_and_slaves_follow_their_master(tmp_path):
