@@ -41,8 +41,8 @@ def acl_cluster(tmp_path_factory):
     ns = NameServerProcess(tmp).start()
     broker = None
     try:
-        broker = BrokerProcess(tmp, "broker-a", ns.addr, extra={"aclEnable": "true",
-                                                                "aclConfigFile": str(path)}).start()
+        broker = BrokerProcess(tmp, "broker-a", ns.addr, extra={"aclEnable": "true", "aclConfigFile": str(path),
+                                                                "traceTopicEnable": "true"}).start()
         yield ns, broker, path
     finally:
         if broker is not None:
@@ -170,6 +170,28 @@ def test_the_rust_clients_acl_hook_is_served_signed_right_and_refused_signed_wro
                    "--expect", 3, "--timeout-s", 30, "--access-key", GOOD[0], "--secret-key", GOOD[1])
     bodies = {l.get("body") for l in lines if "body" in l}
     assert any(b and b.startswith("rust-rocketmq2") for b in bodies), lines[-3:]
+
+
+def test_trace_records_need_no_pub_on_the_trace_topic(acl_cluster):
+    """4.9.8 skips the perm check for PUB on RMQ_SYS_TRACE_TOPIC: a traced client whose account has no
+    perm on the trace topic (rocketmq2: defaultTopicPerm DENY) still gets its trace records stored."""
+    from .rust_client import RustClient
+    rc = RustClient.get()
+    ns, broker, _ = acl_cluster
+    admin = ("RocketMQ", "87654321")
+
+    def trace_offset():
+        r = rpc(broker.addr, RequestCode.GET_MAX_OFFSET,
+                acl.sign({"topic": "RMQ_SYS_TRACE_TOPIC", "queueId": "0"}, b"", *admin))
+        return int(r.ext_fields.get("offset", 0)) if r.code == ResponseCode.SUCCESS else -1
+    before = trace_offset()
+    assert before >= 0
+    sent = [l for l in rc.run(ns.addr, "send", "--topic", "TopicAcl", "--count", 3, "--prefix", "traced-acl",
+                              "--size", 0, "--trace", "--access-key", GOOD[0], "--secret-key", GOOD[1],
+                              timeout=60) if "mode" in l]
+    assert [s.get("status") for s in sent] == ["SEND_OK"] * 3, sent
+    wait_until(lambda: trace_offset() > before, 20, "the traced sends' records in RMQ_SYS_TRACE_TOPIC")
+    assert "topic:RMQ_SYS_TRACE_TOPIC" not in broker.log_tail(300)
 
 
 @pytest.mark.checkers
