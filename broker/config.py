@@ -133,6 +133,9 @@ class BrokerConfig:
     checkCRCOnRecover: bool = _prop("checkCRCOnRecover", True)
     autoCreateTopicEnable: bool = _prop("autoCreateTopicEnable", True)
     autoCreateSubscriptionGroup: bool = _prop("autoCreateSubscriptionGroup", True)
+    notifyConsumerIdsChangedEnable: bool = _prop(
+        "notifyConsumerIdsChangedEnable", True,
+        doc="4.9: tell a group's consumers to rebalance when a member joins or leaves (the group's own flag too)")
     defaultTopicQueueNums: int = _prop("defaultTopicQueueNums", 8, minimum=1, maximum=1024)
     brokerPermission: int = _prop("brokerPermission", 6, minimum=0, maximum=15)
     registerNameServerPeriod: int = _prop("registerNameServerPeriod", 30000, minimum=10000, maximum=60000)

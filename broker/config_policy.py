@@ -20,7 +20,7 @@ from .config import IGNORED_KEYS, BrokerConfig, ConfigError, _convert, parse_pro
 LIVE, RESTART, REFUSED = "live", "restart", "refused"
 
 LIVE_KEYS = frozenset("""
-brokerPermission autoCreateTopicEnable autoCreateSubscriptionGroup defaultTopicQueueNums maxMessageSize maxBatchMessages maxTopicCount
+brokerPermission autoCreateTopicEnable autoCreateSubscriptionGroup notifyConsumerIdsChangedEnable defaultTopicQueueNums maxMessageSize maxBatchMessages maxTopicCount
 rejectTransactionMessage transactionTimeOut transactionCheckMax
 """.split())
 

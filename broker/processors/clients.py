@@ -154,7 +154,7 @@ class ClientManager:
         if new_channel:
             log.info("new consumer connected, group: %s clientId: %s %s", group, channel.client_id,
                      channel.ctx.peer_address)
-        if new_channel or changed:
+        if (new_channel or changed) and self._group_notifies(group):
             self._notify(info)
 
     # -- leaving ------------------------------------------------------------------------------------
@@ -168,10 +168,10 @@ class ClientManager:
                 if not members:
                     del self.producer_groups[producer_group]
         if consumer_group:
-            self._remove_consumer(consumer_group, ctx, "unregistered")
+            self._remove_consumer(consumer_group, ctx, "unregistered", self._group_notifies(consumer_group))
         return req.make_response()
 
-    def _remove_consumer(self, group: str, ctx, why: str) -> None:
+    def _remove_consumer(self, group: str, ctx, why: str, notify: bool = True) -> None:
         info = self.consumer_groups.get(group)
         if info is None or ctx not in info.channels:
             return
@@ -181,7 +181,8 @@ class ClientManager:
             del self.consumer_groups[group]
             self.locks.pop(group, None)
             return
-        self._notify(info)
+        if notify:
+            self._notify(info)
 
     def _watch(self, ctx) -> None:
         if ctx not in self._watched:
@@ -218,7 +219,15 @@ class ClientManager:
             error.raiseException()
 
     # -- notification -------------------------------------------------------------------------------
+    def _group_notifies(self, group: str) -> bool:
+        """The group's notifyConsumerIdsChangedEnable, which 4.9 reads on a heartbeat and an unregister
+        (a closed connection notifies whatever the group says)."""
+        sg = self.groups.get(group) if self.groups is not None else None
+        return getattr(sg, "notifyConsumerIdsChangedEnable", True)
+
     def _notify(self, info: ConsumerGroupInfo) -> None:
+        if not self.config.notifyConsumerIdsChangedEnable:  # 4.9's listener: the broker-wide switch
+            return
         for ctx in list(info.channels):
             if ctx.closed:
                 continue

@@ -50,6 +50,38 @@ def test_membership_changes_notify_every_member(tmp_path):
         b.stop()
 
 
+def test_notifications_follow_the_broker_switch_and_the_groups_flag(tmp_path):
+    """4.9.8: brokerConfig.notifyConsumerIdsChangedEnable silences every notification; a group's own
+    flag silences the ones of its heartbeats and unregisters, while a closed connection still notifies."""
+    b = Broker(tmp_path / "off", notifyConsumerIdsChangedEnable=False)
+    try:
+        c1, c2 = FakeContext("127.0.0.1:1"), FakeContext("127.0.0.1:2")
+        b.call(heartbeat("c1"), c1)
+        b.call(heartbeat("c2"), c2)
+        c2.close()
+        assert notified(c1) == [] and notified(c2) == []
+    finally:
+        b.stop()
+    b = Broker(tmp_path / "group")
+    try:
+        quiet = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(
+            {"groupName": "CG", "notifyConsumerIdsChangedEnable": False}).encode())
+        assert b.call(quiet).code == ResponseCode.SUCCESS
+        c1, c2, c3 = FakeContext("127.0.0.1:1"), FakeContext("127.0.0.1:2"), FakeContext("127.0.0.1:3")
+        b.call(heartbeat("c1"), c1)
+        b.call(heartbeat("c2"), c2)
+        b.call(heartbeat("c3"), c3)
+        b.call(heartbeat("c1", sub="tagX"), c1)
+        unreg = RemotingCommand.request(RequestCode.UNREGISTER_CLIENT,
+                                        {"clientID": "c3", "consumerGroup": "CG", "producerGroup": ""})
+        b.call(unreg, c3)
+        assert notified(c1) == [] and notified(c2) == []
+        c2.close()  # 4.9's doChannelCloseEvent does not read the group's flag
+        assert len(notified(c1)) == 1
+    finally:
+        b.stop()
+
+
 def test_silent_clients_expire(tmp_path):
     b = Broker(tmp_path / "a")
     try:
