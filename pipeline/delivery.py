@@ -16,7 +16,8 @@ consumer), is owed to that group and ends in exactly one state:
                                  consumer stalled or stopped before the end of the drain),
                    "unqueued"    on its master with no consume-queue entry (undeliverable),
                    "nowhere"     on no node at all
-    parked         acknowledged, only in SCHEDULE_TOPIC_XXXX / the half-message topic (not due yet)
+    parked         acknowledged, only in SCHEDULE_TOPIC_XXXX / the half-message topic of a master (not due
+                   yet); parked on a slave only, it is stranded
     unconfirmed    answered FLUSH_*_TIMEOUT / SLAVE_NOT_AVAILABLE and never SEND_OK: not owed
     indeterminate  never answered by the broker (client errors, timeouts, no answer at all): not owed,
                    never counted lost nor unexpected if it shows up
@@ -199,11 +200,14 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
               .withColumn("queued", F.coalesce(F.col("cq_phys") == F.col("physical_offset"), F.lit(False))))
     sc = copies.join(sends.select("send_id", "s_topic"), "send_id")
     in_topic = F.col("topic") == F.col("s_topic")
+    parked_copy = F.col("topic").isin(*PARKED_TOPICS)
     facts = sc.groupBy("send_id").agg(
         F.max((in_topic & F.col("is_master")).cast("int")).alias("on_master"),
         F.max((in_topic & F.col("is_master") & F.col("queued")).cast("int")).alias("servable"),
-        F.max((in_topic & ~F.col("is_master")).cast("int")).alias("on_slave"),
-        F.max(F.col("topic").isin(*PARKED_TOPICS).cast("int")).alias("parked"),
+        # a copy parked on a slave only (a delayed or half message a forked slave holds) is stranded too;
+        # parked means parked where the group is served from: on a master
+        F.max(((in_topic | parked_copy) & ~F.col("is_master")).cast("int")).alias("on_slave"),
+        F.max((parked_copy & F.col("is_master")).cast("int")).alias("parked"),
         F.sort_array(F.collect_set(F.concat_ws("@", "node", F.col("physical_offset").cast("string"))))
         .alias("where"),
         F.first(F.when(in_topic, F.col("broker_name")), ignorenulls=True).alias("broker"),
@@ -266,8 +270,8 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     got = F.col("n") > 0
     state = (F.when(F.col("state0") != "acked", F.col("state0"))
              .when(got, "delivered")
-             .when((F.col("on_master") == 0) & (F.col("on_slave") == 1), "stranded")
              .when((F.col("on_master") == 0) & (F.col("parked") == 1), "parked")
+             .when((F.col("on_master") == 0) & (F.col("on_slave") == 1), "stranded")
              .otherwise("lost"))
     reason = (F.when((F.col("servable") == 1) & (F.col("mq.queue_offset") >= F.col("committed")), "backlog")
               .when(F.col("servable") == 1, "queued").when(F.col("on_master") == 1, "unqueued")

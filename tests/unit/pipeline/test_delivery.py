@@ -5,6 +5,7 @@ import os
 import shutil
 
 from broker.store.consume_queue import FILLER, UNIT_SIZE
+from broker.store.record import Message
 from cluster.history import HistoryWriter
 from pipeline import decode, delivery, history_check, report, runfolder
 from pipeline.verdict import FAIL, PASS
@@ -187,3 +188,24 @@ def test_a_stranding_goes_to_the_power_cut_not_to_a_kill_beside_it(spark, run_bu
     assert len(items) == 20 and all(set(x["faults"]) == {"#1 power-loss broker-a-0", "#2 kill-master broker-a-0"}
                                     for x in items)
     assert summary["deliveryByFault"] == {"#1 power-loss broker-a-0": {delivery.ID_STRANDED: 20}}
+
+
+def test_a_delayed_message_parked_only_on_a_forked_slave_is_stranded_not_parked(spark, run_builder):
+    """A SYNC_MASTER acknowledged 25 delayed sends (parked in SCHEDULE_TOPIC_XXXX) and lost the last 20 in
+    a power cut; only its slave holds those. They used to count as "parked" (not owed) wherever they were
+    parked, so a repair that cut them away lost them unseen. The 5 its master still holds stay parked."""
+    store = run_builder.master(n=75)
+    for i in range(25):
+        m = Message(topic="T", body=os.urandom(100), queue_id=i % 4,
+                    properties={"UNIQ_KEY": f"D{i}", "KEYS": f"DS{i}", "DELAY": "3"})
+        r = store.put_message(m)
+        assert r.status == "PUT_OK" and m.topic == "SCHEDULE_TOPIC_XXXX"
+        run_builder.sent.append((f"D{i}", f"DS{i}", r))
+    run_builder.close()
+    run_builder.slave()
+    _cut_master_tail(run_builder, 80)
+    _histories(run_builder, range(75))
+    v, rep, summary, _ = _deliver(spark, run_builder.root)
+    d = summary["delivery"][GROUP]
+    assert (d["acknowledged"], d["delivered"], d["parked"], d["stranded"], d["lost"]) == (100, 75, 5, 20, 0), d
+    assert v[(delivery.ID_STRANDED, GROUP)].status == FAIL
