@@ -71,6 +71,10 @@ test-examples: $(STAMP) images ## the example application (examples/orders) thro
 test-spark-cluster: $(STAMP) ## the audit through spark-submit on a standalone Spark master and worker, against the local run
 	$(PY) -m pytest tests/integration/test_audit_spark_cluster.py -q
 
+test-durations: ## after a full make test: keep its seconds per test file (build/test-durations.json) as tests/durations.json, the order pytest-xdist hands files out in (tests/conftest.py)
+	@test -f build/test-durations.json || { echo "run make test first: it writes build/test-durations.json"; exit 2; }
+	cp build/test-durations.json tests/durations.json
+
 test-unit: $(STAMP) ## the fast tier, under a minute: tests/unit without the ones that start Spark (a JVM) or a compiler (markers spark, compiles)
 	$(PY) -m pytest tests/unit -m "not spark and not compiles" -n $(PYTEST_WORKERS) --dist loadfile --durations=5
 
@@ -135,5 +139,5 @@ bench-ha: $(STAMP) ## HA catch-up throughput beside raw loopback TCP and raw dis
 clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
-.PHONY: help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-unit test-integration test-checkers \
+.PHONY: help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-durations test-unit test-integration test-checkers \
 	test-official-client test-examples test-spark-cluster rust-client test-rust-client fuzz mutation audit chaos chaos-matrix images bench bench-ha bench-send bench-decode clean

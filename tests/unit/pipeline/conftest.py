@@ -1,6 +1,6 @@
-"""Run folders made with the real MessageStore, and one small Spark session for the whole package: stopped
-when the package's tests are done (tests/conftest.py hands the package to one pytest-xdist worker whole),
-so no idle JVM sits on a core for the rest of the run."""
+"""Run folders made with the real MessageStore, and one small Spark session per stay of a pytest-xdist
+worker in this package: stopped when the worker moves on to other files, so no idle JVM (~1 GiB, a share
+of a core) sits beside the rest of the run."""
 import os
 import shutil
 

@@ -250,9 +250,8 @@ def test_loss_counts_are_not_capped(spark, run_builder):
 
 @pytest.mark.parametrize("topic, where", [
     ("RMQ_SYS_TRACE_TOPIC", None),          # 4.9's default: nothing to configure
-    ("MyTraceTopic", "node.json"),          # a named msgTraceTopicName, as the cluster tooling writes it
-    ("MyTraceTopic", "broker.properties"),  # or as the node's own properties file says it
-])
+    ("MyTraceTopic", "broker.properties"),  # a named msgTraceTopicName, as the node's properties file says it
+])  # node.json's msgTraceTopicName (the cluster tooling's) is read by the same load_nodes: test_runfolder.py
 def test_trace_records_on_a_master_are_reported_send_to_store(spark, run_builder, topic, where):
     """A client's trace records in the node's trace topic (pipeline/trace.py) are matched to the messages
     they trace: the audit reports send -> store times (issue 25). A named trace topic is read where the

@@ -1,0 +1,23 @@
+"""Where a run folder says each node's trace topic is (pipeline/runfolder.py), without Spark: node.json's
+msgTraceTopicName (what the cluster tooling writes) first, then the node's broker.properties, else 4.9's
+default. The audit of the records themselves is tests/unit/pipeline/test_audit.py's trace test."""
+import os
+
+from pipeline import runfolder
+
+
+def node(root, name, trace=None, properties=None):
+    d = os.path.join(root, "nodes", name)
+    extra = {"msgTraceTopicName": trace} if trace else {}
+    runfolder.write_node_json(d, name, "broker-a", 0, "SYNC_MASTER", addr=f"{name}:10911", **extra)
+    if properties is not None:
+        with open(os.path.join(d, "broker.properties"), "w") as fh:
+            fh.write(properties)
+
+
+def test_the_trace_topic_comes_from_node_json_then_broker_properties_else_the_default(tmp_path):
+    node(tmp_path, "a", trace="FromNodeJson", properties="msgTraceTopicName=Ignored\n")
+    node(tmp_path, "b", properties="# traces\ntraceTopicEnable=true\nmsgTraceTopicName = FromProperties\n")
+    node(tmp_path, "c")
+    topics = {n.name: n.trace_topic for n in runfolder.load_nodes(str(tmp_path))}
+    assert topics == {"a": "FromNodeJson", "b": "FromProperties", "c": "RMQ_SYS_TRACE_TOPIC"}
