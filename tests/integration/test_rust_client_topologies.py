@@ -2,7 +2,10 @@
 (local 2m-2s-sync) and test_docker_rust_client.py (docker 2m-2s-sync) do not cover: 2m-2s-async and
 2m-noslave, on the local backend (through the cluster handle) and in containers (sharing the clusters
 of test_docker_replication.py and test_docker_noslave.py). Each: sync and batch sends to both masters
-come back SEND_OK and are read back by a push and a lite-pull consumer."""
+come back SEND_OK and are read back by a push and a lite-pull consumer; then the crate's admin API
+(clients/rust admin, DefaultMQAdminExt; the whole admin plane is test_rust_admin.py) sees the
+topology's brokers with their runtime info, the topic's route, and the push group's consume stats
+with nothing left to consume."""
 from __future__ import annotations
 
 import os
@@ -13,6 +16,7 @@ import pytest
 from cluster.handle import Cluster
 from cluster.ports import free_cluster_base
 from cluster.topology import load_topology
+from cluster.wait import wait_until
 
 from .rust_client import RustClient
 from .test_docker_replication import SETS as ASYNC_SETS
@@ -20,7 +24,7 @@ from .test_docker_replication import SETS as ASYNC_SETS
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
-def exercise(rc: RustClient, namesrv: str, create_topic) -> None:
+def exercise(rc: RustClient, namesrv: str, create_topic, topology: str) -> None:
     topic = f"RustTopo{uuid.uuid4().hex[:8]}"
     create_topic(topic)
     sent = rc.send(namesrv, topic, mode="sync", count=8, prefix="s", timeout_ms=8000)
@@ -31,6 +35,26 @@ def exercise(rc: RustClient, namesrv: str, create_topic) -> None:
     for mode in ("push", "lite"):
         got, _ = rc.consume(namesrv, topic, f"GT-{mode}-{topic}", mode=mode, expect=len(want), timeout_s=40)
         assert {m["body"] for m in got} >= want, (mode, sorted(want - {m["body"] for m in got}))
+    admin_sees(rc, namesrv, topic, f"GT-push-{topic}", topology)
+
+
+def admin_sees(rc: RustClient, namesrv: str, topic: str, group: str, topology: str) -> None:
+    expected: dict[str, set[str]] = {}
+    for n in load_topology(topology).nodes:
+        expected.setdefault(n.broker_name, set()).add(str(n.broker_id))
+    out = rc.admin(namesrv, "cluster-list")
+    table = out["clusterInfo"]["brokerAddrTable"]
+    assert {b: set(d["brokerAddrs"]) for b, d in table.items()} == expected, table
+    addrs = {a for d in table.values() for a in d["brokerAddrs"].values()}
+    assert set(out["runtime"]) == addrs and not any("error" in rt for rt in out["runtime"].values()), out
+    route = rc.admin(namesrv, "topic", "route", topic=topic)["route"]
+    assert {q["brokerName"] for q in route["queueDatas"]} == set(expected), route
+    # the push consumer committed what it read (it persists offsets every 5 s: wait for it)
+    def drained():
+        stats = rc.admin(namesrv, "consume-stats", group=group, topic=topic, check=False)
+        table = stats.get("stats", {}).get("offsetTable", {})
+        return stats if table and all(v["brokerOffset"] == v["consumerOffset"] for v in table.values()) else None
+    wait_until(drained, 30, f"consume stats of {group} with nothing left to consume")
 
 
 @pytest.mark.parametrize("topology", ["2m-2s-async", "2m-noslave"])
@@ -42,7 +66,7 @@ def test_local_topology(topology):
     assert base is not None, "no free port block for a local cluster"
     c = Cluster.up(f"rust-{topology}-{worker}", topology, "local", base_port=base, timeout=90)
     try:
-        exercise(rc, c.namesrv, lambda t: c.create_topic(t))
+        exercise(rc, c.namesrv, lambda t: c.create_topic(t), topology)
     finally:
         c.down()
 
@@ -51,4 +75,4 @@ def test_local_topology(topology):
 def test_docker_topology(docker_cluster_pool, topology, sets):
     rc = RustClient.get()
     c = docker_cluster_pool.get(topology, sets)
-    exercise(rc, c.namesrv, lambda t: c.create_topic(t))
+    exercise(rc, c.namesrv, lambda t: c.create_topic(t), topology)
