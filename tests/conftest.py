@@ -8,8 +8,9 @@ figures to build/test-durations.json after every run, and those win when present
 both comes first: unknown is treated as long, so a new slow test cannot hide at the end.
 
 Files stay the unit, tests/unit/pipeline's too: handed to one worker whole, that package ran 1,400 s on
-it alone (measured), far past the budget. Its Spark session is package-scoped instead, so a worker's JVM
-(~1 GiB, a share of a core while it idles) stops when that worker moves on to other files.
+it alone (measured), far past the budget. Its Spark session stays session-scoped: a package-scoped one
+(stopped when a worker moved on) paid the JVM start and Spark's warm-up once per file, and the whole run
+took 21.5 min against 11.8 min before (measured on fresh clones; more tests too, so not all of it).
 """
 from __future__ import annotations
 

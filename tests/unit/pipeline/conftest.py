@@ -1,6 +1,6 @@
-"""Run folders made with the real MessageStore, and one small Spark session per stay of a pytest-xdist
-worker in this package: stopped when the worker moves on to other files, so no idle JVM (~1 GiB, a share
-of a core) sits beside the rest of the run."""
+"""Run folders made with the real MessageStore, and one small Spark session per pytest-xdist worker, kept
+warm for the worker's life: a package-scoped session (stopped when the worker moved on) paid Spark's JVM
+start and JIT warm-up again for every file, measured slower overall (tests/conftest.py)."""
 import os
 import shutil
 
@@ -14,7 +14,7 @@ from pipeline import runfolder
 FILE_SIZE = 64 << 10
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="session")
 def spark():
     pytest.importorskip("pyspark")
     from pipeline.spark import get_spark
