@@ -36,22 +36,13 @@ _seq = [0]
 _seq_lock = threading.Lock()
 
 
-def worker_slot() -> tuple[int, int]:
-    """(this pytest-xdist worker's index, the number of workers); (0, 1) outside xdist."""
-    w = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    index = int(w[2:]) if w[2:].isdigit() else 0
-    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
-    return index, count
-
-
 def free_base_port(topology: str) -> int:
-    """A free 50-port block (plus the Toxiproxy API port, base+48), interleaved between xdist workers."""
-    from cluster.ports import free_cluster_base
+    """A free 50-port block (plus the Toxiproxy API port, base+48) in this xdist worker's slice."""
+    from cluster.ports import free_cluster_base, xdist_worker
     from cluster.topology import load_topology
-    slot, slots = worker_slot()
-    base = free_cluster_base(load_topology(topology), low=PORT_LOW, high=PORT_HIGH, slot=slot, slots=slots,
-                             extra_offsets=(48,))
+    base = free_cluster_base(load_topology(topology), low=PORT_LOW, high=PORT_HIGH, extra_offsets=(48,))
     if base is None:
+        slot, slots = xdist_worker()
         raise ClusterError(f"no free block of 50 ports between {PORT_LOW} and {PORT_HIGH} for this worker "
                            f"(slot {slot} of {slots}): stop clusters you no longer need "
                            "(`python -m cluster down --name NAME`, `docker ps`), or pass base_port=N")

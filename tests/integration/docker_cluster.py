@@ -32,19 +32,9 @@ PROJECT_RE = re.compile(r"^rmqha-it-(\d+)-")
 PORT_LOW, PORT_HIGH = 20000, 32000
 
 
-def worker_index() -> int:
-    w = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    return int(w[2:]) if w[2:].isdigit() else 0
-
-
-def worker_count() -> int:
-    return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
-
-
 def free_base_port(topology) -> int:
-    """A free 50-port block (and its Toxiproxy API port, base+48), interleaved between xdist workers."""
-    base = free_cluster_base(topology, low=PORT_LOW, high=PORT_HIGH, slot=worker_index(), slots=worker_count(),
-                             extra_offsets=(48,))
+    """A free 50-port block (and its Toxiproxy API port, base+48) in this xdist worker's slice."""
+    base = free_cluster_base(topology, low=PORT_LOW, high=PORT_HIGH, extra_offsets=(48,))
     if base is None:
         raise RuntimeError(f"no free 50-port block between {PORT_LOW} and {PORT_HIGH}")
     return base

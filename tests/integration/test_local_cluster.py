@@ -18,11 +18,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 
 def free_base_port(topology) -> int:
-    """A free cluster block, interleaved between xdist workers (slots 2..: the docker tests use 0..1)."""
-    from .docker_cluster import worker_count, worker_index
-    base = free_cluster_base(topology, low=22000, high=32000, slot=worker_index(), slots=worker_count())
-    if base is None:
-        pytest.skip("no free 50-port block between 22000 and 32000")
+    """A free cluster block in this xdist worker's slice of the cluster ports (cluster/ports.py)."""
+    base = free_cluster_base(topology)
+    assert base is not None, "no free 50-port block in this worker's slice of 20000-32000"
     return base
 
 
