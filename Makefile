@@ -19,7 +19,7 @@ help: ## list the targets
 
 venv: $(STAMP) ## create .venv with the pinned dependencies (every other target does this itself)
 
-$(STAMP): pyproject.toml setup.py broker/fastpath/_fastsend.c broker/ha/_frames.c
+$(STAMP): pyproject.toml setup.py rmqha/broker/fastpath/_fastsend.c rmqha/broker/ha/_frames.c
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'" >&2; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "==> installing pinned dependencies into $(VENV) (the first run downloads wheels, about 400 MB)"
@@ -30,19 +30,19 @@ $(STAMP): pyproject.toml setup.py broker/fastpath/_fastsend.c broker/ha/_frames.
 
 # --- the cluster ------------------------------------------------------------------------------
 cluster-up: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave) on BACKEND (docker|local) and wait until it replicates (ACL=1: aclEnable)
-	$(PY) -m cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(filter 1 true yes,$(ACL)),--acl) $(foreach s,$(SET),--set $(s))
+	$(PY) -m rmqha.cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(filter 1 true yes,$(ACL)),--acl) $(foreach s,$(SET),--set $(s))
 
 cluster-status: $(STAMP) ## print every node's role, offsets and replication (FORMAT=json for JSON lines)
-	@$(PY) -m cluster status --format $(FORMAT)
+	@$(PY) -m rmqha.cluster status --format $(FORMAT)
 
 cluster-logs: $(STAMP) ## show the nodes' logs (NODE=broker-a-s for one)
-	@$(PY) -m cluster logs $(NODE)
+	@$(PY) -m rmqha.cluster logs $(NODE)
 
 cluster-down: $(STAMP) ## stop the cluster (KEEP_DATA=1 keeps the stores)
-	$(PY) -m cluster down $(if $(filter 1 yes true,$(KEEP_DATA)),--keep-data)
+	$(PY) -m rmqha.cluster down $(if $(filter 1 yes true,$(KEEP_DATA)),--keep-data)
 
 outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE with the official client (NAME=)
-	$(PY) -m chaos.outcomes $(if $(NAME),--name $(NAME))
+	$(PY) -m rmqha.chaos.outcomes $(if $(NAME),--name $(NAME))
 
 # --- tests ------------------------------------------------------------------------------------
 lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- cluster <- chaos|pipeline <- rmqkit, nothing imports tests/), ruff's check, mypy --strict on the HA core and the store (all three configured in pyproject.toml) and c-warnings
@@ -51,7 +51,7 @@ lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- cluste
 	$(VENV)/bin/mypy
 	@$(MAKE) --no-print-directory c-warnings
 
-C_SOURCES := broker/fastpath/_fastsend.c broker/ha/_frames.c
+C_SOURCES := rmqha/broker/fastpath/_fastsend.c rmqha/broker/ha/_frames.c
 c-warnings: $(STAMP) ## the C accelerators compiled as setup.py builds them, every warning an error (-Wall -Wextra -Werror)
 	@cc=$${CC:-cc}; command -v $$cc >/dev/null || { echo "note: no C compiler ($$cc): the C warnings check is skipped"; exit 0; }; \
 	inc=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
@@ -62,7 +62,7 @@ test: $(STAMP) lint images rust-client ## lint first, then every test: unit, the
 	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
 
-test-checkers: $(STAMP) ## the long chaos runs: every planted bug (broker/planted.py), the same run without bugs (repaired), the unrepaired fork the delivery checker fails, a consumer reading from the slave through a master outage, and a run with ACL on
+test-checkers: $(STAMP) ## the long chaos runs: every planted bug (rmqha/broker/planted.py), the same run without bugs (repaired), the unrepaired fork the delivery checker fails, a consumer reading from the slave through a master outage, and a run with ACL on
 	$(PY) -m pytest tests/integration/test_planted_bugs.py tests/integration/test_chaos_failover_consumer.py tests/integration/test_delivery_verdicts.py tests/integration/test_acl.py -m checkers -n 3 --durations=5
 
 test-examples: $(STAMP) images ## the example application (examples/orders) through the pytest plugin's fixtures (ROCKETMQ_BACKEND=docker|local)
@@ -87,23 +87,23 @@ fuzz: $(STAMP) ## coverage-guided fuzzing (atheris) of every decoder a peer reac
 fuzz-native: $(STAMP) ## the send path's C accelerator rebuilt with AddressSanitizer + UBSan and fuzzed against the Python path (FUZZ_SECONDS per run)
 	$(PY) -m fuzz.native --seconds $(FUZZ_SECONDS)
 
-mutation: $(STAMP) ## mutation testing of the HA core, the record format, names, log limits and the chaos fault table: one score per module (MODULES=broker.ha.wire ... BUDGET=s per module)
+mutation: $(STAMP) ## mutation testing of the HA core, the record format, names, log limits and the chaos fault table: one score per module (MODULES=rmqha.broker.ha.wire ... BUDGET=s per module)
 	$(PY) -m tools.mutation $(MODULES) $(if $(BUDGET),--budget $(BUDGET))
 
 # --- audit and benchmarks ---------------------------------------------------------------------
 audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exit 1 if a guarantee failed)
 	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
-	$(PY) -m pipeline "$(RUN)" $(if $(OUT),--out "$(OUT)")
+	$(PY) -m rmqha.pipeline "$(RUN)" $(if $(OUT),--out "$(OUT)")
 
 chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust DURATION= RATE= SEED= NEMESIS= SWEEP=1 REPAIR=1 RECOVERY=1 ACL=1 LATE_CONSUMER=<s> SET="k=v ..." OUT=)
-	$(PY) -m chaos.run --prewarm-audit $(if $(LATE_CONSUMER),--late-consumer-at $(LATE_CONSUMER)) --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(SWEEP),--sweep) $(if $(filter 1 yes true,$(REPAIR)),--repair) $(if $(filter 1 yes true,$(RECOVERY)),--set haRecoveryEnable=true) $(if $(filter 1 yes true,$(ACL)),--acl) $(foreach s,$(SET),--set $(s)) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
+	$(PY) -m rmqha.chaos.run --prewarm-audit $(if $(LATE_CONSUMER),--late-consumer-at $(LATE_CONSUMER)) --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(SWEEP),--sweep) $(if $(filter 1 yes true,$(REPAIR)),--repair) $(if $(filter 1 yes true,$(RECOVERY)),--set haRecoveryEnable=true) $(if $(filter 1 yes true,$(ACL)),--acl) $(foreach s,$(SET),--set $(s)) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
 
 repair: $(STAMP) ## repair a forked broker group (SLAVE_AHEAD): make repair GROUP=broker-a [NAME=]; re-sends the slave's stranded messages, then resyncs it
 	@test -n "$(GROUP)" || { echo "usage: make repair GROUP=<brokerName> [NAME=<cluster>], e.g. GROUP=broker-a" >&2; exit 2; }
-	$(PY) -m cluster repair $(if $(NAME),--name $(NAME)) $(foreach t,$(ACCEPT_LOSS),--accept-loss $(t)) $(GROUP)
+	$(PY) -m rmqha.cluster repair $(if $(NAME),--name $(NAME)) $(foreach t,$(ACCEPT_LOSS),--accept-loss $(t)) $(GROUP)
 
 chaos-matrix: $(STAMP) $(if $(findstring docker,$(BACKENDS)),images) ## the guarantee matrix: every configuration x fault kind, SEEDS=3 runs each (BACKENDS=local|local,docker MODES=ours|ours,4.9,recovery LANES=2 LONG=1 PLANTED=1 CONFIGS= DURATION= OUT=build/chaos-matrix)
-	$(PY) -m chaos.matrix --seeds $(or $(SEEDS),3) --backends $(or $(BACKENDS),local) --lanes $(or $(LANES),2) $(if $(filter 1,$(LONG)),--long-holds) $(if $(filter 1,$(PLANTED)),--planted) $(if $(MODES),--modes $(MODES)) $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out "$(OUT)")
+	$(PY) -m rmqha.chaos.matrix --seeds $(or $(SEEDS),3) --backends $(or $(BACKENDS),local) --lanes $(or $(LANES),2) $(if $(filter 1,$(LONG)),--long-holds) $(if $(filter 1,$(PLANTED)),--planted) $(if $(MODES),--modes $(MODES)) $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out "$(OUT)")
 
 images: ## build the container images (base, broker, toxiproxy) with no registry; a no-op when up to date
 	@images/build.sh all

@@ -1,5 +1,5 @@
-"""The compiled parts: the send path's accelerator (broker/fastpath/_fastsend.c) and the zero-copy
-slave's frame loop (broker/ha/_frames.c).
+"""The compiled parts: the send path's accelerator (rmqha/broker/fastpath/_fastsend.c) and the zero-copy
+slave's frame loop (rmqha/broker/ha/_frames.c).
 
 Optional by design: if one does not build (no C compiler, no zlib headers), the install goes on and the
 broker runs the pure-Python path it replaces, which is the reference it is tested against.
@@ -12,7 +12,7 @@ from setuptools import Extension, setup
 
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
 
-setup(ext_modules=[Extension("broker.fastpath._fastsend", ["broker/fastpath/_fastsend.c"],
+setup(ext_modules=[Extension("rmqha.broker.fastpath._fastsend", ["rmqha/broker/fastpath/_fastsend.c"],
                              libraries=["z"], extra_compile_args=["-O2", *WARNINGS], optional=True),
-                   Extension("broker.ha._frames", ["broker/ha/_frames.c"], extra_compile_args=["-O2", *WARNINGS],
+                   Extension("rmqha.broker.ha._frames", ["rmqha/broker/ha/_frames.c"], extra_compile_args=["-O2", *WARNINGS],
                              optional=True)])

@@ -6,16 +6,16 @@
 Generates >= 2 GiB of commit log once (MessageStore with the default 1 GiB mapped files, ~1 KiB
 messages) under build/bench-data (delete it to regenerate), then measures, over the full files only:
   raw    reading every byte of the files with readinto (one Python thread);
-  spark  pipeline.decode on local[2] with 64 MiB ranges, forced by count + sum(size) + a status sum;
+  spark  rmqha.pipeline.decode on local[2] with 64 MiB ranges, forced by count + sum(size) + a status sum;
 once with the files in the page cache (warm) and once after dropping their pages (cold), and prints
 both in MB/s and their ratio (target >= 25%), with the load average beside each figure (the machine is
 shared). Beside the warm figure it prints two floors that say where the time goes:
-  decoder alone  pipeline.decode's record walk and Arrow batches in this process, one core, no Spark;
+  decoder alone  rmqha.pipeline.decode's record walk and Arrow batches in this process, one core, no Spark;
   spark floor    the same DataFrame (same rows, columns, partitions and query) fed by pre-built Arrow
                  batches that cost nothing to make: what Spark itself spends taking the rows in through
                  mapInArrow, i.e. the fastest any decoder could go on this path. Before timing, one untimed decode of the first quarter of the data starts the Python workers,
 loads the compiled decoder (numba's cache) and warms the JVM's JIT: the figures are the steady state.
---decoder picks pipeline.decode's record walk (compiled: numba; python: the reference, record.scan_summary
+--decoder picks rmqha.pipeline.decode's record walk (compiled: numba; python: the reference, record.scan_summary
 per record), through RMQHA_AUDIT_DECODER.
 """
 from __future__ import annotations
@@ -35,9 +35,9 @@ GIB = 1 << 30
 
 def generate(data_dir: str, gib: int, body_size: int = 1000) -> str:
     """A run folder with one master node holding `gib` full 1 GiB commit-log files."""
-    from broker.store.message_store import MessageStore
-    from broker.store.record import Message
-    from pipeline.runfolder import write_node_json
+    from rmqha.broker.store.message_store import MessageStore
+    from rmqha.broker.store.record import Message
+    from rmqha.pipeline.runfolder import write_node_json
 
     run = os.path.join(data_dir, "run")
     done = os.path.join(data_dir, "complete.json")
@@ -97,8 +97,8 @@ def load() -> str:
 
 
 def decoder_alone(node, range_bytes: int) -> tuple[int, float]:
-    """(rows, seconds) of pipeline.decode's per-task work (walk + Arrow batches) here, one core."""
-    from pipeline import decode
+    """(rows, seconds) of rmqha.pipeline.decode's per-task work (walk + Arrow batches) here, one core."""
+    from rmqha.pipeline import decode
     rows, t0 = 0, time.perf_counter()
     for k, task in enumerate(decode.plan([node], range_bytes)):
         for batch in decode.arrow_batches(task, file_index=0):
@@ -111,7 +111,7 @@ def spark_floor(spark, node, range_bytes: int, rows: int):
     (its share of `rows`) instead of decoding: Spark's own cost of taking the rows in. Returns the
     query's seconds."""
     from pyspark.sql import functions as F
-    from pipeline import decode
+    from rmqha.pipeline import decode
     tasks = decode.plan([node], range_bytes)
     sample = next(decode.arrow_batches(tasks[0], file_index=0))
     n = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * decode.TASKS_PER_CORE))
@@ -147,8 +147,8 @@ def main() -> int:
     print(f"==> data: {args.data} (delete it to regenerate)")
     run = generate(args.data, args.gib)
 
-    from pipeline import decode, runfolder
-    from pipeline.spark import get_spark
+    from rmqha.pipeline import decode, runfolder
+    from rmqha.pipeline.spark import get_spark
     from pyspark.sql import functions as F
 
     (node,) = runfolder.load_nodes(run)
@@ -164,7 +164,7 @@ def main() -> int:
         return 1
     if args.decoder == "compiled":
         t0 = time.perf_counter()
-        from broker.store import summary_columns  # compiles once, or loads numba's cache; workers then load it
+        from rmqha.broker.store import summary_columns  # compiles once, or loads numba's cache; workers then load it
         summary_columns.Columns(1).walk(bytes(128), 0, 1, 0)
         print(f"==> compiled decoder ready in {time.perf_counter() - t0:.1f}s")
     print(f"==> decoder: {args.decoder}")

@@ -30,11 +30,11 @@ import urllib.request
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from broker.store.message_store import MessageStore  # noqa: E402
-from broker.store.record import Message  # noqa: E402
-from cluster import process  # noqa: E402
-from cluster.ports import free_broker_port  # noqa: E402
-from cluster.wait import ProcessExited, wait_until  # noqa: E402
+from rmqha.broker.store.message_store import MessageStore  # noqa: E402
+from rmqha.broker.store.record import Message  # noqa: E402
+from rmqha.cluster import process  # noqa: E402
+from rmqha.cluster.ports import free_broker_port  # noqa: E402
+from rmqha.cluster.wait import ProcessExited, wait_until  # noqa: E402
 
 FILE_SIZE = 2 << 30  # one 2 GiB mapped file, so the empty slave copies the whole backlog from 0
 

@@ -5,7 +5,7 @@ Measured in one run, on this machine's loopback:
   raw echo     a minimal Python TCP echo of a ~1 KiB length-prefixed frame between two processes:
                one-at-a-time round trips (the latency floor) and a pipelined rate (the runtime's
                request/response ceiling for a Python process on each end);
-  stub         a trivial broker built on broker/remoting that answers SEND_MESSAGE at once (with its
+  stub         a trivial broker built on rmqha/broker/remoting that answers SEND_MESSAGE at once (with its
                own name server in the same process): the official client's own ceiling;
   async        a real ASYNC_MASTER broker (name server + broker processes);
   sync         a real SYNC_MASTER with its SLAVE (replies wait for the slave's ack).
@@ -138,16 +138,16 @@ def raw_echo(size: int, round_trips: int, pipelined_s: float, window: int) -> di
         srv.wait()
 
 
-# ---- the stub broker: answers SEND_MESSAGE at once (broker/remoting), with its own name server ---
+# ---- the stub broker: answers SEND_MESSAGE at once (rmqha/broker/remoting), with its own name server ---
 
 def serve_stub(ns_port: int, broker_port: int) -> None:
     from twisted.internet import reactor, task
 
-    from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
-    from broker.namesrv.server import NameServer
-    from broker.remoting.codes import RequestCode, ResponseCode
-    from broker.remoting.protocol import ProcessorRegistry, RemotingServerFactory
-    from broker.store import record
+    from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
+    from rmqha.broker.namesrv.server import NameServer
+    from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+    from rmqha.broker.remoting.protocol import ProcessorRegistry, RemotingServerFactory
+    from rmqha.broker.store import record
 
     ns = NameServer(reactor)
     ns.listen(ns_port, "127.0.0.1")
@@ -318,9 +318,9 @@ def worker(job: dict) -> None:
 def raw_frames(job: dict, count: int = 4096) -> list[bytes]:
     """`count` distinct SEND_MESSAGE_V2 (310) requests, encoded once: the load generator then only
     writes bytes and counts replies, so it is never what limits the broker."""
-    from broker.remoting import codec
-    from broker.remoting.codes import RequestCode
-    from broker.remoting.command import RemotingCommand
+    from rmqha.broker.remoting import codec
+    from rmqha.broker.remoting.codes import RequestCode
+    from rmqha.broker.remoting.command import RemotingCommand
     body = make_body(job["size"])
     out = []
     for i in range(count):
@@ -402,7 +402,7 @@ def raw_worker(job: dict) -> None:
 
 def _take_replies(buf: bytearray, data: bytes, codes) -> int:
     """Append data; drop every complete reply frame from buf and count it (and its code)."""
-    from broker.remoting import codec
+    from rmqha.broker.remoting import codec
     buf += data
     pos, got, n = 0, 0, len(buf)
     while n - pos >= 4:
@@ -529,7 +529,7 @@ def run_workers(namesrv: str, mode: str, n: int, args, tag: str, tmp: str, serve
 # ---- targets ----------------------------------------------------------------------------------
 
 def start_stub(tmp: str):
-    from cluster.standalone import free_ports
+    from rmqha.cluster.standalone import free_ports
     ns_port, b_port = free_ports(1), free_ports(1)
     env = dict(os.environ)
     prof = os.environ.get("BENCH_PROFILE_DIR")
@@ -543,7 +543,7 @@ def start_stub(tmp: str):
 
 
 def start_cluster(tmp: str, tag: str, sync: bool, file_size: int, settings: dict | None = None):
-    from cluster.standalone import BrokerProcess, NameServerProcess
+    from rmqha.cluster.standalone import BrokerProcess, NameServerProcess
 
     prof = os.environ.get("BENCH_PROFILE_DIR")
 
@@ -591,7 +591,7 @@ def start_peer(tmp: str, exe: str, file_size: int):
     """Another implementation's broker as an ASYNC_MASTER beside ours: any executable that takes the
     Java broker's `-c <properties> -n <name server>` (rocketmq-rust's rocketmq-broker-rust does), fed by
     the same raw producer; its process CPU per message is what is compared."""
-    from cluster.standalone import NameServerProcess, free_ports
+    from rmqha.cluster.standalone import NameServerProcess, free_ports
     work = os.path.join(tmp, "peer")
     os.makedirs(work, exist_ok=True)
     ns = NameServerProcess(work).start()

@@ -1,4 +1,4 @@
-"""Target: the HA port's wire (broker/ha/wire.py) and the IO-free sessions on both ends.
+"""Target: the HA port's wire (rmqha/broker/ha/wire.py) and the IO-free sessions on both ends.
 
 Input: a mode byte, a few parameters, cut points, then the bytes the peer sends:
   0: ReportReader (master side): None or the last complete 8-byte report so far
@@ -10,7 +10,7 @@ Input: a mode byte, a few parameters, cut points, then the bytes the peer sends:
      short pieces, into fake files with the commit log's rules: the same stored bytes and the same
      outcome however the stream is cut, and the same bytes as on_data when neither fails
   5: SlaveSession.drain over a real pipe into real (memfd) files, with the compiled frame loop
-     (broker/ha/_frames.c) and without: the same stored bytes, offsets and outcome, cut anywhere
+     (rmqha/broker/ha/_frames.c) and without: the same stored bytes, offsets and outcome, cut anywhere
 Contract: the documented outcomes only -- a value, or ProtocolError / OffsetMismatch / StoreError,
 after which the connection is closed (the harness stops feeding) -- and offsets that stay in range.
 """
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import os
 
-from broker.ha import transport, wire
-from broker.ha.master_session import Ack, MasterSession, SessionState
-from broker.ha.slave_session import OffsetMismatch, SlaveSession
-from broker.ha.wire import HEADER, HEADER_SIZE, REPORT, REPORT_SIZE, FrameReader, ProtocolError, ReportReader
-from broker.store.mapped_file import StoreError
+from rmqha.broker.ha import transport, wire
+from rmqha.broker.ha.master_session import Ack, MasterSession, SessionState
+from rmqha.broker.ha.slave_session import OffsetMismatch, SlaveSession
+from rmqha.broker.ha.wire import HEADER, HEADER_SIZE, REPORT, REPORT_SIZE, FrameReader, ProtocolError, ReportReader
+from rmqha.broker.store.mapped_file import StoreError
 from fuzz.provider import Input, pieces, read_cuts
 
 FILE_SIZES = (64, 4096, 1 << 20, 1 << 30)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import struct
 
-from broker.remoting import codec
-from broker.remoting.codec import FrameError
+from rmqha.broker.remoting import codec
+from rmqha.broker.remoting.codec import FrameError
 from fuzz import jsongen
 from fuzz.provider import Input
 from fuzz.remoting_frame import check_command

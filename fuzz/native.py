@@ -1,4 +1,4 @@
-"""The send path's C accelerator (broker/fastpath/_fastsend.c) fuzzed under AddressSanitizer and UBSan.
+"""The send path's C accelerator (rmqha/broker/fastpath/_fastsend.c) fuzzed under AddressSanitizer and UBSan.
 
 atheris guides `make fuzz` by Python coverage and cannot see an out-of-bounds read in C that does not
 crash. Here the module is rebuilt with -fsanitize=address,undefined into build/fuzz/native/ and the
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "broker" / "fastpath" / "_fastsend.c"
+SOURCE = ROOT / "rmqha" / "broker" / "fastpath" / "_fastsend.c"
 OUT = ROOT / "build" / "fuzz" / "native"
 SANITIZERS = ("libasan.so", "libubsan.so")
 
@@ -106,7 +106,7 @@ def guarded(data: bytes) -> memoryview:
 
 
 def child(seconds: float, limit: int, seed: int) -> None:
-    from broker import fastpath
+    from rmqha.broker import fastpath
     fastpath.native = load(os.environ["RMQHA_NATIVE_MODULE"])
     from fuzz import send_fastpath
     send_fastpath.BUFFER = guarded

@@ -1,4 +1,4 @@
-"""Target: the commit-log record scanners (broker/store/record.py): scan, scan_index, scan_summary and
+"""Target: the commit-log record scanners (rmqha/broker/store/record.py): scan, scan_index, scan_summary and
 iter_records, at any position, with check_crc True and False, over bytes, bytearray or memoryview.
 
 Input: a flags byte (check_crc, fix the body CRC at the position, make TOTALSIZE end at the buffer's end,
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import zlib
 
-from broker.store import record
-from broker.store.record import FIXED_SIZE_IPV4, Message, Scan
+from rmqha.broker.store import record
+from rmqha.broker.store.record import FIXED_SIZE_IPV4, Message, Scan
 from fuzz.provider import Input
 
 HOSTS = (("127.0.0.1", 10911), ("10.1.2.3", 0), ("::1", 9876), ("fe80::1", 65535))

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import zlib
 
-from broker.namesrv import register_body
-from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
+from rmqha.broker.namesrv import register_body
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
 from fuzz import jsongen
 from fuzz.provider import Input
 

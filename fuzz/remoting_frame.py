@@ -1,4 +1,4 @@
-"""Target: the remoting frame decoder (broker/remoting/codec.py).
+"""Target: the remoting frame decoder (rmqha/broker/remoting/codec.py).
 
 Input: a count byte and that many 2-byte cut points, a byte choosing the decoder's maximum frame size,
 then the byte stream. Contract:
@@ -10,9 +10,9 @@ then the byte stream. Contract:
 """
 from __future__ import annotations
 
-from broker.remoting import codec
-from broker.remoting.codec import FrameDecoder, FrameError
-from broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH
+from rmqha.broker.remoting import codec
+from rmqha.broker.remoting.codec import FrameDecoder, FrameError
+from rmqha.broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH
 from fuzz.provider import Input, pieces, read_cuts
 
 SMALL_MAXIMA = (DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_FRAME_LENGTH, 8, 64, 4096)

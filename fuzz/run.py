@@ -78,7 +78,7 @@ def signature(exc: BaseException) -> str:
 def child(target: str, libfuzzer_args: list[str]) -> None:
     import atheris
 
-    with atheris.instrument_imports(include=["broker", "fuzz"]):
+    with atheris.instrument_imports(include=["rmqha.broker", "fuzz"]):
         module = importlib.import_module(f"fuzz.{target}")
     test_one_input = module.TestOneInput
     known = set(filter(None, os.environ.get(KNOWN_ENV, "").split("\n")))

@@ -12,13 +12,13 @@ import struct
 import zlib
 from pathlib import Path
 
-from broker.ha import wire
-from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
-from broker.remoting import codec
-from broker.remoting.codes import RequestCode, ResponseCode, SerializeType
-from broker.remoting.command import RemotingCommand
-from broker.store import record
-from broker.store.record import Message
+from rmqha.broker.ha import wire
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
+from rmqha.broker.remoting import codec
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode, SerializeType
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.store import record
+from rmqha.broker.store.record import Message
 
 CORPUS = Path(__file__).with_name("corpus")
 
@@ -116,7 +116,7 @@ def record_scan() -> dict[str, bytes]:
 
 def send_fastpath() -> dict[str, bytes]:
     # mode 0: the rest of the input is the stream itself: client frames, one after another.
-    from cluster.requests import props, send_v1, send_v2
+    from rmqha.cluster.requests import props, send_v1, send_v2
     frames = [codec.encode(c) for c in (send_v2(), send_v1(), send_v2(properties=props(WAIT="false", KEYS="a b")),
                                          send_v2(topic="%RETRY%G", body=b""))]
     return {"v2": b"\0" + frames[0], "v1": b"\0" + frames[1], "run": b"\0" + b"".join(frames),

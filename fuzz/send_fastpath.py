@@ -1,4 +1,4 @@
-"""Target: the send path's compiled scan and record encoder (broker/fastpath) against the Python path.
+"""Target: the send path's compiled scan and record encoder (rmqha/broker/fastpath) against the Python path.
 
 Input: a stream of remoting frames, either raw bytes or send requests built from hostile parts (both
 namings, any code and flag, fuzz.jsongen values, properties from separators, special names, escapes
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import struct
 
-from broker import fastpath
-from broker.processors import send
-from broker.remoting.codec import FrameError, decode_frame
-from broker.remoting.codes import FLAG_ONEWAY, RequestCode
-from broker.remoting.command import HeaderFieldError, read_numbers
-from broker.store import index, record
+from rmqha.broker import fastpath
+from rmqha.broker.processors import send
+from rmqha.broker.remoting.codec import FrameError, decode_frame
+from rmqha.broker.remoting.codes import FLAG_ONEWAY, RequestCode
+from rmqha.broker.remoting.command import HeaderFieldError, read_numbers
+from rmqha.broker.store import index, record
 from fuzz import jsongen
 from fuzz.provider import Input
 

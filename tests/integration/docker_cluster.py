@@ -7,7 +7,7 @@ one session never race for the same block (gw0: 20000, 20200, ...; gw1: 20100, 2
 
 testcontainers: its DockerCompose runs `docker compose` (the v2 plugin), which this machine does not
 have (only the standalone docker-compose 1.29), and its Ryuk reaper image cannot be pulled (no
-registry), so the clusters are driven by cluster/docker_backend.py (docker-compose + the docker SDK)
+registry), so the clusters are driven by rmqha/cluster/docker_backend.py (docker-compose + the docker SDK)
 and cleaned up here: each cluster at the end of the session, and at start-up any cluster left by a
 test process that no longer runs (what Ryuk would have done).
 """
@@ -20,12 +20,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from cluster.docker_backend import sweep_dead_projects
-from cluster.handle import Cluster
-from cluster.runfolder import using_run_root
-from cluster.ports import free_cluster_base
-from cluster.status import cluster_info
-from cluster.topology import load_topology
+from rmqha.cluster.docker_backend import sweep_dead_projects
+from rmqha.cluster.handle import Cluster
+from rmqha.cluster.runfolder import using_run_root
+from rmqha.cluster.ports import free_cluster_base
+from rmqha.cluster.status import cluster_info
+from rmqha.cluster.topology import load_topology
 
 NAME_PREFIX = "it-"
 PROJECT_RE = re.compile(r"^rmqha-it-(\d+)-")
@@ -47,7 +47,7 @@ def sweep_leftovers(client) -> list[str]:
 
 
 class DockerCluster(Cluster):
-    """The cluster handle (cluster/handle.py) of a docker-backend test cluster, plus checks on its
+    """The cluster handle (rmqha/cluster/handle.py) of a docker-backend test cluster, plus checks on its
     commit logs. Node, link and admin operations are the handle's."""
 
     def __init__(self, backend, key):
@@ -68,7 +68,7 @@ class DockerCluster(Cluster):
 
     # -- observation ------------------------------------------------------------------------------
     def status(self, name: str, timeout: float = 2.0) -> dict:
-        """The node's /status; raises when it does not answer (tests poll through cluster.wait.wait_until)."""
+        """The node's /status; raises when it does not answer (tests poll through rmqha.cluster.wait.wait_until)."""
         with urllib.request.urlopen(self.node(name)["statusUrl"], timeout=timeout) as r:
             return json.loads(r.read())
 

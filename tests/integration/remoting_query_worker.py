@@ -1,4 +1,4 @@
-"""Requests sent with the project's own remoting client (broker.remoting.protocol.RemotingClient), in a
+"""Requests sent with the project's own remoting client (rmqha.broker.remoting.protocol.RemotingClient), in a
 process of their own (a Twisted reactor cannot be restarted inside pytest).
 
     python -m tests.integration.remoting_query_worker '<json job>'   -> one JSON line: {"replies": [...]}
@@ -11,8 +11,8 @@ import sys
 
 from twisted.internet import defer, task
 
-from broker.remoting.command import RemotingCommand
-from broker.remoting.protocol import RemotingClient
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.protocol import RemotingClient
 
 
 @defer.inlineCallbacks

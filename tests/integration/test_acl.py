@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from broker import acl
-from broker.remoting.codes import RequestCode, ResponseCode
-from cluster.standalone import BrokerProcess, NameServerProcess, metric, rpc
-from cluster.wait import wait_until
+from rmqha.broker import acl
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, metric, rpc
+from rmqha.cluster.wait import wait_until
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
@@ -196,7 +196,7 @@ def test_trace_records_need_no_pub_on_the_trace_topic(acl_cluster):
 
 @pytest.mark.checkers
 def test_a_chaos_run_with_acl_on_delivers_everything(tmp_path):
-    """chaos.run --acl (make chaos ACL=1): every broker checks signatures; the workload, the sampler, the
+    """rmqha.chaos.run --acl (make chaos ACL=1): every broker checks signatures; the workload, the sampler, the
     drain and the audit's own requests are signed, so nothing of the kit is refused and every acknowledged
     message is delivered through a master kill."""
     import json

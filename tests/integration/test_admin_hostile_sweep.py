@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from broker.remoting.codes import RequestCode
-from cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.broker.remoting.codes import RequestCode
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
 
 pytestmark = pytest.mark.integration
 

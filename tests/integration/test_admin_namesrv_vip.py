@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from broker.remoting.codes import RequestCode, ResponseCode
-from cluster.standalone import BrokerProcess, NameServerProcess, rpc
-from cluster.wait import wait_until
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,10 @@ import urllib.request
 
 import pytest
 
-from broker.config import parse_properties
-from broker.remoting.codes import RequestCode, ResponseCode
-from cluster.standalone import BrokerProcess, NameServerProcess, rpc
-from cluster.wait import wait_until
+from rmqha.broker.config import parse_properties
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.wait import wait_until
 
 from ..unit.processors.harness import send_v1
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.topology import load_topology
-from cluster.wait import wait_until
+from rmqha.cluster.topology import load_topology
+from rmqha.cluster.wait import wait_until
 
 from .test_local_cluster import cli, free_base_port
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 WORKLOAD = textwrap.dedent("""
     import sys, time
-    from chaos.history import HistoryRecorder
+    from rmqha.chaos.history import HistoryRecorder
     run, namesrv, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     prod = HistoryRecorder(run + "/history/producer.jsonl", client="producer")
     p = prod.producer("AuditPG", namesrv=namesrv, timeout_ms=10000)
@@ -62,7 +62,7 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
     try:
         # The three outcomes on demand first: their FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE sends are in
         # the history too, and the audit must not count them as acknowledged.
-        outcomes = subprocess.run([sys.executable, "-m", "chaos.outcomes", "--name", "audit"], cwd=REPO,
+        outcomes = subprocess.run([sys.executable, "-m", "rmqha.chaos.outcomes", "--name", "audit"], cwd=REPO,
                                   env=env, capture_output=True, text=True, timeout=180)
         assert outcomes.returncode == 0, outcomes.stdout + outcomes.stderr[-3000:]
         assert "every outcome as expected" in outcomes.stdout
@@ -77,11 +77,11 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
         down = cli(env, "down", "--keep-data")
         assert down.returncode == 0, down.stderr
 
-    # Both audits through one `python -m pipeline --serve` (chaos.matrix's auditor): one JVM start, and the
+    # Both audits through one `python -m rmqha.pipeline --serve` (rmqha.chaos.matrix's auditor): one JVM start, and the
     # serve loop on a real run (the single-run command is tests/unit/pipeline/test_audit.py's CLI test).
     out = tmp_path / "report"
     log = open(tmp_path / "auditor.log", "w")  # Spark's log: a file, never a pipe nobody reads
-    auditor = subprocess.Popen([sys.executable, "-m", "pipeline", "--serve"], cwd=REPO, env=env, text=True,
+    auditor = subprocess.Popen([sys.executable, "-m", "rmqha.pipeline", "--serve"], cwd=REPO, env=env, text=True,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
     try:
         not_a_run = tmp_path / "empty"
@@ -117,7 +117,7 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
             auditor.wait()
         log.close()
     # ... and it names it: the slave's node and the offset of the record that holds byte 200
-    from broker.store import record
+    from rmqha.broker.store import record
     pos = 0
     while pos + record.message_size(data[pos:pos + 8]) <= 200:
         assert record.message_size(data[pos:pos + 8]) > 0, "byte 200 should be inside a record"

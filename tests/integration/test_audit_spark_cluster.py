@@ -1,6 +1,6 @@
 """The audit on a real standalone Spark cluster: a master and a worker started from the installed PySpark
-(spark-class ...deploy.master.Master / ...deploy.worker.Worker, as processes through cluster/process.py),
-and `spark-submit --master spark://... pipeline/__main__.py RUN` given a RELATIVE run folder from another
+(spark-class ...deploy.master.Master / ...deploy.worker.Worker, as processes through rmqha/cluster/process.py),
+and `spark-submit --master spark://... rmqha/pipeline/__main__.py RUN` given a RELATIVE run folder from another
 working directory than the executors' (theirs is the worker's work dir): its verdicts must be the local
 run's, line for line. The run folder is built as the pipeline unit tests build theirs (the real
 MessageStore): a master, a byte-identical slave, and a history with one acknowledged send that is on
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.ports import free_block
-from cluster.process import spawn, stop
-from cluster.wait import wait_until
+from rmqha.cluster.ports import free_block
+from rmqha.cluster.process import spawn, stop
+from rmqha.cluster.wait import wait_until
 from tests.unit.pipeline.conftest import RunBuilder
 
 pytestmark = pytest.mark.integration
@@ -86,7 +86,7 @@ def test_audit_on_a_standalone_spark_cluster_matches_the_local_run(tmp_path, spa
     b.slave()
     b.history(lost=[("LOST-UNIQ-1", "LOST-SEND-1")])
     env = spark_env()
-    pipeline_main = str(ROOT / "pipeline" / "__main__.py")
+    pipeline_main = str(ROOT / "rmqha" / "pipeline" / "__main__.py")
 
     cluster_run = subprocess.run(
         [str(VENV_BIN / "spark-submit"), "--master", spark_cluster, "--conf", "spark.executor.memory=512m",
@@ -98,7 +98,7 @@ def test_audit_on_a_standalone_spark_cluster_matches_the_local_run(tmp_path, spa
     assert cluster_run.returncode in (0, 1), cluster_run.stdout + cluster_run.stderr[-5000:]
     assert f"spark master: {spark_cluster}" in cluster_run.stdout
 
-    local_run = subprocess.run([sys.executable, "-m", "pipeline", str(tmp_path / "run"), "--master", "local[1]",
+    local_run = subprocess.run([sys.executable, "-m", "rmqha.pipeline", str(tmp_path / "run"), "--master", "local[1]",
                                 "--out", str(tmp_path / "report-local")],
                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert local_run.returncode in (0, 1), local_run.stdout + local_run.stderr[-5000:]

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from cluster.standalone import BrokerProcess, NameServerProcess
-from cluster.wait import wait_until
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess
+from rmqha.cluster.wait import wait_until
 
 from .test_official_client import consume, produce, topic_name
 

@@ -19,7 +19,7 @@ import json
 
 import pytest
 
-from pipeline import delivery
+from rmqha.pipeline import delivery
 
 from .test_planted_bugs import chaos_run
 

@@ -12,11 +12,11 @@ import uuid
 
 import pytest
 
-from chaos.faultlog import FaultLog, read_faults
-from chaos.nemesis import Fault, Nemesis
-from cluster.handle import Cluster
-from cluster.runfolder import using_run_root
-from cluster.topology import load_topology
+from rmqha.chaos.faultlog import FaultLog, read_faults
+from rmqha.chaos.nemesis import Fault, Nemesis
+from rmqha.cluster.handle import Cluster
+from rmqha.cluster.runfolder import using_run_root
+from rmqha.cluster.topology import load_topology
 
 from .docker_cluster import SEND_OK, consume, produce, random_bodies
 from .test_local_cluster import free_base_port

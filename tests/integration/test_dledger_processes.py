@@ -1,4 +1,4 @@
-"""Three DLedger nodes as real processes (python -m broker.dledger) on loopback: election, appends
+"""Three DLedger nodes as real processes (python -m rmqha.broker.dledger) on loopback: election, appends
 committed on a quorum and byte-identical on every node, a leader kill and a new election within a
 bound from the config, the old leader rejoining, and a follower whose tail was cut catching up."""
 import json
@@ -9,12 +9,12 @@ import urllib.request
 
 import pytest
 
-from broker.dledger import client
-from broker.dledger.__main__ import TIMERS
-from broker.dledger.config import DLedgerConfig
-from cluster import process
-from cluster.ports import free_block
-from cluster.wait import ProcessExited, wait_until
+from rmqha.broker.dledger import client
+from rmqha.broker.dledger.__main__ import TIMERS
+from rmqha.broker.dledger.config import DLedgerConfig
+from rmqha.cluster import process
+from rmqha.cluster.ports import free_block
+from rmqha.cluster.wait import ProcessExited, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ class Group:
         self.recs: dict[str, dict] = {}
 
     def start(self, node):
-        cmd = [sys.executable, "-m", "broker.dledger",
+        cmd = [sys.executable, "-m", "rmqha.broker.dledger",
                "--group", GROUP, "--peers", self.peers, "--self-id", node, "--store-dir", str(self.dir),
                "--status-port", str(self.status_port[node]), "--data-file-size", str(DATA_FILE),
                "--index-file-size", str(INDEX_FILE), "--timer-scale", str(SCALE)]

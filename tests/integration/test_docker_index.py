@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.store import record
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.store import record
 
 from .test_docker_sync import SETS
 

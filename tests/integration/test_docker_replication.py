@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from cluster.wait import wait_until
+from rmqha.cluster.wait import wait_until
 
 from .docker_cluster import SEND_OK, produce, random_bodies
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cluster.wait import wait_until
+from rmqha.cluster.wait import wait_until
 
 from .rust_client import RustClient
 from .test_docker_sync import SETS, SYNC_WAIT_MS

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.wait import wait_until
+from rmqha.cluster.wait import wait_until
 
 from .docker_cluster import (FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, produce, produce_status,
                              random_bodies)
@@ -137,11 +137,11 @@ def test_a_slave_held_back_beyond_fallbehind_max_is_not_available(cluster, topic
 
 
 def test_the_outcomes_tool_shows_every_outcome_on_demand(cluster):
-    """`make outcomes` (python -m chaos.outcomes) on this cluster: SEND_OK, FLUSH_SLAVE_TIMEOUT (slaves
+    """`make outcomes` (python -m rmqha.chaos.outcomes) on this cluster: SEND_OK, FLUSH_SLAVE_TIMEOUT (slaves
     frozen), SLAVE_NOT_AVAILABLE (slaves stopped), SEND_OK again, each stored on a master."""
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, CLUSTER_RUN_ROOT=str(cluster.run_dir.parent), PYTHONPATH=str(repo))
-    p = subprocess.run([sys.executable, "-m", "chaos.outcomes", "--name", cluster.name], cwd=repo, env=env,
+    p = subprocess.run([sys.executable, "-m", "rmqha.chaos.outcomes", "--name", cluster.name], cwd=repo, env=env,
                        capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
     assert "every outcome as expected" in p.stdout

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from chaos.faultlog import FaultLog, read_faults
-from chaos.nemesis import Fault, Nemesis
+from rmqha.chaos.faultlog import FaultLog, read_faults
+from rmqha.chaos.nemesis import Fault, Nemesis
 
 from .docker_cluster import SEND_OK, produce, produce_status
 from .test_docker_sync import SETS

@@ -9,13 +9,13 @@ import urllib.request
 
 import pytest
 
-from broker.ha import transport
-from broker.store.message_store import MessageStore
-from broker.store.record import Message
-from cluster import process
-from cluster.ports import free_broker_port
-from cluster.standalone import _ProcView, metric
-from cluster.wait import ProcessExited, wait_until
+from rmqha.broker.ha import transport
+from rmqha.broker.store.message_store import MessageStore
+from rmqha.broker.store.record import Message
+from rmqha.cluster import process
+from rmqha.cluster.ports import free_broker_port
+from rmqha.cluster.standalone import _ProcView, metric
+from rmqha.cluster.wait import ProcessExited, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ FILE_SIZE = 1 << 20
 
 
 def free_port_block():
-    """A broker's listenPort with listenPort - 2 (VIP channel) .. listenPort + 2 free (cluster/ports.py)."""
+    """A broker's listenPort with listenPort - 2 (VIP channel) .. listenPort + 2 free (rmqha/cluster/ports.py)."""
     return free_broker_port()
 
 
@@ -33,7 +33,7 @@ def write_conf(path, **props):
 
 
 class Broker:
-    """A broker started from a .properties file by the shared launcher (cluster/process.py)."""
+    """A broker started from a .properties file by the shared launcher (rmqha/cluster/process.py)."""
 
     def __init__(self, conf, log):
         self.conf, self.log, self.rec = conf, log, None
@@ -126,7 +126,7 @@ def test_two_processes_replicate_and_resume_after_either_restarts(pair):
     stext = s.metrics()
     assert "rocketmq_ha_slave_connected 1" in stext and f"rocketmq_ha_slave_reported_offset {end}" in stext
     # The slave stores with the transport the test asked for.
-    # With splice, the frame loop is the compiled one wherever broker/ha/_frames.c is built (make venv).
+    # With splice, the frame loop is the compiled one wherever rmqha/broker/ha/_frames.c is built (make venv).
     compiled = "splice+compiled" if transport._frames is not None else "splice"
     assert s.status()["haClient"]["storesWith"] == (compiled if zero_copy else "recv_into+pwrite")
 

@@ -1,4 +1,4 @@
-"""Recovery without stranding (haRecoveryEnable, broker/ha/recovery.py) in a real chaos run: the power
+"""Recovery without stranding (haRecoveryEnable, rmqha/broker/ha/recovery.py) in a real chaos run: the power
 loss of tests/integration/test_delivery_verdicts.py, which forks broker-a's group without recovery,
 leaves nothing stranded with it. Its own file so pytest-xdist runs it beside the repair run."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ pytest.importorskip("rocketmq.client")
 
 
 def test_recovery_mode_fetches_the_tail_so_nothing_is_stranded(tmp_path):
-    """The same power loss with haRecoveryEnable (broker/ha/recovery.py): broker-a restarts behind its
+    """The same power loss with haRecoveryEnable (rmqha/broker/ha/recovery.py): broker-a restarts behind its
     slave, holds writes, fetches the slave's tail over the HA wire (roles reversed), verifies it and only
     then takes writes. No fork: the slave catches up as usual, a group started after the heal gets every
     acknowledged message, and the group that read them before the power loss finds them again."""

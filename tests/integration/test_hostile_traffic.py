@@ -1,6 +1,6 @@
 """Hostile traffic against a live SYNC_MASTER and its SLAVE (real processes, the official client).
 
-Name server, master and slave are single local processes from cluster/standalone.py;
+Name server, master and slave are single local processes from rmqha/cluster/standalone.py;
 the official client runs in a child process through test_official_client's worker. The test sends
 messages and records the acknowledged ones, then for ATTACK_S seconds fires, at both brokers' client
 ports and HA ports at once: garbage, malformed and truncated frames, oversized length prefixes, deeply
@@ -35,14 +35,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.ha import wire
-from broker.remoting import codec
-from broker.remoting.codec import FrameDecoder, FrameError
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
-from broker.store import record
-from cluster.standalone import BrokerProcess, NameServerProcess, rpc
-from cluster.wait import wait_until
+from rmqha.broker.ha import wire
+from rmqha.broker.remoting import codec
+from rmqha.broker.remoting.codec import FrameDecoder, FrameError
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.store import record
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.ports import free_cluster_base, port_in_use
-from cluster.process import is_running
-from cluster.topology import PortPlan, load_topology
+from rmqha.cluster.ports import free_cluster_base, port_in_use
+from rmqha.cluster.process import is_running
+from rmqha.cluster.topology import PortPlan, load_topology
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,14 +18,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 
 def free_base_port(topology) -> int:
-    """A free cluster block in this xdist worker's slice of the cluster ports (cluster/ports.py)."""
+    """A free cluster block in this xdist worker's slice of the cluster ports (rmqha/cluster/ports.py)."""
     base = free_cluster_base(topology)
     assert base is not None, "no free 50-port block in this worker's slice of 20000-32000"
     return base
 
 
 def cli(env, *args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "cluster", *args], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rmqha.cluster", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -67,7 +67,7 @@ def test_local_2m_2s_async_cluster(tmp_path):
         assert table.returncode == 0 and "broker-b-s" in table.stdout and "ASYNC_MASTER" in table.stdout
 
         # The run folder the audit pipeline reads.
-        from pipeline.runfolder import load_nodes
+        from rmqha.pipeline.runfolder import load_nodes
         audit_nodes = {n.name: n for n in load_nodes(str(run_dir))}
         assert sorted(audit_nodes) == sorted(nodes)
         assert audit_nodes["broker-b-s"].role == "SLAVE" and not audit_nodes["broker-b-s"].is_master

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.store import record
-from cluster.standalone import BrokerProcess, NameServerProcess
-from cluster.wait import wait_until
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.store import record
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess
+from rmqha.cluster.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

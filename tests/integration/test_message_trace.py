@@ -1,15 +1,15 @@
 """Message trace (issue 25): traceTopicEnable creates 4.9's trace topic, rocketmq-client-rust's own trace
 dispatcher writes a trace record per send into it, and the records replicate to the slave like any
-message. pipeline/trace.py decodes them: produce, store (and, from a consumer's records, consume) times
+message. rmqha/pipeline/trace.py decodes them: produce, store (and, from a consumer's records, consume) times
 per message."""
 from __future__ import annotations
 
 import pytest
 
-from broker.remoting.codes import RequestCode, ResponseCode
-from cluster.standalone import BrokerProcess, NameServerProcess, rpc
-from cluster.wait import wait_until
-from pipeline import trace
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.wait import wait_until
+from rmqha.pipeline import trace
 
 from .rust_client import RustClient
 
@@ -47,7 +47,7 @@ def test_trace_records_land_in_the_trace_topic_and_replicate(tmp_path):
             assert r.topic == "TopicTraced" and r.success and r.timestamp_ms > 0 and r.store_host
         # (a consumer with --trace: rocketmq-client-rust 1.0's push consumer starts its trace dispatcher and
         # flushes it at shutdown, but sends no SubBefore/SubAfter record here; the consume side of
-        # pipeline/trace.py is tested on records planted in data, tests/unit/pipeline/test_trace.py)
+        # rmqha/pipeline/trace.py is tested on records planted in data, tests/unit/pipeline/test_trace.py)
     finally:
         for b in (slave, master):
             if b is not None:

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from broker.namesrv import guard
-from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
-from broker.remoting.codes import RequestCode, ResponseCode
-from cluster.standalone import BrokerProcess, NameServerProcess, rpc
-from cluster.wait import wait_until
+from rmqha.broker.namesrv import guard
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.wait import wait_until
 
 pytestmark = pytest.mark.integration
 SECRET = "a-cluster-secret-for-the-test-0123"

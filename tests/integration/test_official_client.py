@@ -1,6 +1,6 @@
 """The official client (PyPI rocketmq 0.4.4 = Apache RocketMQ C++ client 1.0.1) against our broker.
 
-Name server and brokers run as real processes on free loopback ports (cluster/standalone.py); the client
+Name server and brokers run as real processes on free loopback ports (rmqha/cluster/standalone.py); the client
 runs in child processes (official_client_worker.py) so a native crash or hang cannot take pytest
 down. Topology for most tests: 2 masters + 2 slaves (broker-a and broker-b, ASYNC_MASTER).
 The SYNC_MASTER status tests use their own name server, master and slave.
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.sample import ServedReader
-from cluster.standalone import BrokerProcess, NameServerProcess, metric, rpc
-from cluster.wait import wait_until
+from rmqha.cluster.sample import ServedReader
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, metric, rpc
+from rmqha.cluster.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -300,7 +300,7 @@ def test_consumers_read_from_the_slave_when_the_master_is_stopped(cluster):
                              f"{sorted((m['queue_id'], m['queue_offset']) for m in got)}\n"
                              f"{native_log(LAST_CONSUMER_PID[0], 150)}")
         assert slave.total_messages(topic, 4) == on_a
-        # the slave's served-pull log (broker/served.py) names every receive of broker-a's queues, as the
+        # the slave's served-pull log (rmqha/broker/served.py) names every receive of broker-a's queues, as the
         # sampler reads it: this is how a chaos run's audit knows which node served each receive
         reader = ServedReader({"nodes": [{"name": "broker-a-s", "brokerName": "broker-a", "brokerId": 1,
                                           "statusUrl": f"{slave.metrics_url}/status"}]})

@@ -1,4 +1,4 @@
-"""Checkers that can fail: each planted bug (broker/planted.py) breaks one guarantee the audit checks,
+"""Checkers that can fail: each planted bug (rmqha/broker/planted.py) breaks one guarantee the audit checks,
 and a real chaos run with it must turn that guarantee's verdict, and the guarantee matrix's cell, to FAIL.
 
 One local 2m-2s-sync run carries three bugs, one per place they live:
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos import matrix
-from cluster.topology import load_topology
+from rmqha.chaos import matrix
+from rmqha.cluster.topology import load_topology
 
 from .test_local_cluster import free_base_port
 
@@ -47,10 +47,10 @@ BUGS = {"broker-a:plantBug": "ack-before-replication", "broker-b:plantBug": "dup
 
 def chaos_run(tmp_path: Path, name: str, topology: str, schedule: list[dict], sets: dict[str, str],
               extra: list[str] = ()):
-    """python -m chaos.run on the local backend with an explicit schedule; (exit code, stdout, run folder)."""
+    """python -m rmqha.chaos.run on the local backend with an explicit schedule; (exit code, stdout, run folder)."""
     (tmp_path / "schedule.json").write_text(json.dumps(schedule))
     env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "chaos.run", "--backend", "local", "--topology", topology, "--name", name,
+    cmd = [sys.executable, "-m", "rmqha.chaos.run", "--backend", "local", "--topology", topology, "--name", name,
            "--base-port", str(free_base_port(load_topology(topology))), "--duration", "9", "--rate", "100",
            "--schedule", str(tmp_path / "schedule.json"), "--catchup-timeout", "15"]
     for k, v in sets.items():
@@ -61,7 +61,7 @@ def chaos_run(tmp_path: Path, name: str, topology: str, schedule: list[dict], se
         r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
     finally:
         if (run_dir / "state.json").exists():  # a run that died half-way must not leave processes
-            subprocess.run([sys.executable, "-m", "cluster", "down", "--name", name, "--keep-data"],
+            subprocess.run([sys.executable, "-m", "rmqha.cluster", "down", "--name", name, "--keep-data"],
                            cwd=REPO, env=env, capture_output=True, timeout=60)
     return r.returncode, r.stdout + r.stderr[-3000:], run_dir
 

@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from broker.remoting import json_body
-from broker.remoting.codes import RequestCode
-from cluster.standalone import BrokerProcess, NameServerProcess, rpc, sync_groups
-from cluster.wait import wait_until
+from rmqha.broker.remoting import json_body
+from rmqha.broker.remoting.codes import RequestCode
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc, sync_groups
+from rmqha.cluster.wait import wait_until
 
 from .rust_client import RustClient, queue_key
 

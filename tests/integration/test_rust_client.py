@@ -19,10 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from broker.remoting import json_body
-from broker.remoting.codes import RequestCode
-from cluster.standalone import BrokerProcess, NameServerProcess, rpc, sync_groups
-from cluster.wait import wait_until
+from rmqha.broker.remoting import json_body
+from rmqha.broker.remoting.codes import RequestCode
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc, sync_groups
+from rmqha.cluster.wait import wait_until
 
 from .rust_client import RustClient
 
@@ -256,13 +256,13 @@ def test_chaos_workload_runs_with_the_rust_client_and_its_history_says_so(cluste
     import sys
     from pathlib import Path
 
-    from cluster.history import FIELDS, read_history
+    from rmqha.cluster.history import FIELDS, read_history
     ns, nodes = cluster
     topic = topic_name("RustChaos")
-    create_topic(ns, [nodes["broker-a"], nodes["broker-b"]], topic)  # as chaos.run does before its workload
+    create_topic(ns, [nodes["broker-a"], nodes["broker-b"]], topic)  # as rmqha.chaos.run does before its workload
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(repo), RUST_CLIENT_BIN=str(rc.binary))
-    p = subprocess.run([sys.executable, "-m", "chaos.workload", str(tmp_path), ns.addr, "--rate", "50",
+    p = subprocess.run([sys.executable, "-m", "rmqha.chaos.workload", str(tmp_path), ns.addr, "--rate", "50",
                         "--duration", "2", "--run-id", "rw", "--topic", topic, "--drain", "15",
                         "--client", "rust"], cwd=repo, env=env, capture_output=True, text=True, timeout=90)
     assert p.returncode == 0, p.stderr[-3000:]

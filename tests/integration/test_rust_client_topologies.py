@@ -13,10 +13,10 @@ import uuid
 
 import pytest
 
-from cluster.handle import Cluster
-from cluster.ports import free_cluster_base
-from cluster.topology import load_topology
-from cluster.wait import wait_until
+from rmqha.cluster.handle import Cluster
+from rmqha.cluster.ports import free_cluster_base
+from rmqha.cluster.topology import load_topology
+from rmqha.cluster.wait import wait_until
 
 from .rust_client import RustClient
 from .test_docker_replication import SETS as ASYNC_SETS

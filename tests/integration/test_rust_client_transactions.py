@@ -28,10 +28,10 @@ import uuid
 
 import pytest
 
-from broker.remoting.codes import RequestCode
-from broker.store import record
-from cluster.standalone import BrokerProcess, NameServerProcess, rpc
-from cluster.wait import wait_until
+from rmqha.broker.remoting.codes import RequestCode
+from rmqha.broker.store import record
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.wait import wait_until
 
 from .rust_client import RustClient
 from .test_rust_client import create_topic

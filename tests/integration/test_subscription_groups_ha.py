@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from broker.remoting import object_keys
-from broker.remoting.codes import RequestCode, ResponseCode
-from cluster.standalone import BrokerProcess, NameServerProcess, rpc
-from cluster.wait import wait_until
+from rmqha.broker.remoting import object_keys
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.wait import wait_until
 
 from ..unit.processors.harness import pull, send_v1
 

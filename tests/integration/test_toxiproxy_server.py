@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 toxiproxy = pytest.importorskip("toxiproxy")
 
-from cluster.ports import free_block  # noqa: E402
-from cluster.wait import wait_until  # noqa: E402
+from rmqha.cluster.ports import free_block  # noqa: E402
+from rmqha.cluster.wait import wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "rmqha/toxiproxy:latest"

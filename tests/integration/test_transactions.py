@@ -17,10 +17,10 @@ import json
 
 import pytest
 
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.store import record
-from cluster.standalone import BrokerProcess, NameServerProcess, rpc
-from cluster.wait import wait_until
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.store import record
+from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.wait import wait_until
 
 from .test_official_client import run_worker, topic_name
 from .tx_producer import COMMIT, ROLLBACK, UNKNOW, TxProducer

@@ -23,10 +23,10 @@ import socket
 import time
 import uuid
 
-from broker.remoting.codec import FrameDecoder, encode
-from broker.remoting.codes import RequestCode
-from broker.remoting.command import RemotingCommand
-from broker.store import record
+from rmqha.broker.remoting.codec import FrameDecoder, encode
+from rmqha.broker.remoting.codes import RequestCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.store import record
 
 COMMIT, ROLLBACK, UNKNOW = 8, 12, 0
 

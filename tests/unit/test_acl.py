@@ -1,10 +1,10 @@
-"""broker/acl.py: 4.9's PlainAccessValidator rules, IO-free (the official client against a real broker is
+"""rmqha/broker/acl.py: 4.9's PlainAccessValidator rules, IO-free (the official client against a real broker is
 tests/integration/test_acl.py)."""
 import pytest
 
-from broker import acl
-from broker.acl import DENY, PUB, SUB, AclConfig, AclConfigError, AclError, AddressMatcher
-from broker.remoting.codes import RequestCode as R
+from rmqha.broker import acl
+from rmqha.broker.acl import DENY, PUB, SUB, AclConfig, AclConfigError, AclError, AddressMatcher
+from rmqha.broker.remoting.codes import RequestCode as R
 
 CFG = {
     "globalWhiteRemoteAddresses": ["10.10.103.*"],
@@ -146,7 +146,7 @@ def test_refusal_order_and_reasons(cfg):
      "org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm(PlainPermissionManager.java:581)"),
 ])
 def test_the_refusal_remark_is_4_9_8s_text(cfg, code, fields, ak, sk, remark):
-    from broker.remoting.command import RemotingCommand
+    from rmqha.broker.remoting.command import RemotingCommand
     ext = acl.sign(fields, b"", ak, sk)
     with pytest.raises(AclError) as e:
         cfg.validate(code, ext, b"", "127.0.0.1")

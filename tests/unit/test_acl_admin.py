@@ -1,5 +1,5 @@
-"""The ACL admin requests (50-53): the IO-free edits of plain_acl.yml (broker/acl_admin.py), and the
-processors on an in-process broker with aclEnable (broker/processors/acl_admin.py)."""
+"""The ACL admin requests (50-53): the IO-free edits of plain_acl.yml (rmqha/broker/acl_admin.py), and the
+processors on an in-process broker with aclEnable (rmqha/broker/processors/acl_admin.py)."""
 from __future__ import annotations
 
 import json
@@ -8,12 +8,12 @@ import os
 import pytest
 import yaml
 
-from broker import acl, acl_admin
-from broker.acl import AclConfig, AclError
-from broker.acl_admin import AccessUpdate, AclAdminError
-from broker.remoting.codes import RequestCode as R
-from broker.remoting.codes import ResponseCode as C
-from broker.remoting.command import HeaderFieldError, RemotingCommand
+from rmqha.broker import acl, acl_admin
+from rmqha.broker.acl import AclConfig, AclError
+from rmqha.broker.acl_admin import AccessUpdate, AclAdminError
+from rmqha.broker.remoting.codes import RequestCode as R
+from rmqha.broker.remoting.codes import ResponseCode as C
+from rmqha.broker.remoting.command import HeaderFieldError, RemotingCommand
 
 from .processors.harness import Broker, FakeContext
 

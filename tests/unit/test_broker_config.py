@@ -2,7 +2,7 @@
 allowed, unknown keys kept (and logged at start), and the sync wait taken from slaveTimeout when set."""
 import pytest
 
-from broker.config import BrokerConfig, ConfigError, parse_properties
+from rmqha.broker.config import BrokerConfig, ConfigError, parse_properties
 
 
 def load(**props):

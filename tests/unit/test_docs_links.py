@@ -9,7 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 300
 # The pages whose links are checked: the manual, docs/, and the READMEs the docs link to.
-PAGES = sorted({ROOT / "README.md", *ROOT.glob("docs/*.md"), ROOT / "pipeline" / "README.md",
+PAGES = sorted({ROOT / "README.md", *ROOT.glob("docs/*.md"), ROOT / "rmqha" / "pipeline" / "README.md",
                 ROOT / "images" / "README.md", ROOT / "compose" / "README.md",
                 ROOT / "tools" / "mutation" / "README.md"})
 PAGES = [p for p in PAGES if p.exists()]

@@ -1,8 +1,8 @@
-"""broker/log_limit.py: one line per key per interval, exact at the interval, with the count left out."""
+"""rmqha/broker/log_limit.py: one line per key per interval, exact at the interval, with the count left out."""
 import logging
 
-from broker import log_limit
-from broker.log_limit import LogLimiter
+from rmqha.broker import log_limit
+from rmqha.broker.log_limit import LogLimiter
 
 
 class Clock:

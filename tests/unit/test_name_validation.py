@@ -1,9 +1,9 @@
-"""broker/validation.py at its exact limits: 127/255-character topics, 120-character groups, the
+"""rmqha/broker/validation.py at its exact limits: 127/255-character topics, 120-character groups, the
 character set, blank names, and how a bad name is shown in a remark."""
 import pytest
 
-from broker.errors import BadRequest
-from broker.validation import (InvalidName, check_group, check_topic, group_problem, has_illegal_chars,
+from rmqha.broker.errors import BadRequest
+from rmqha.broker.validation import (InvalidName, check_group, check_topic, group_problem, has_illegal_chars,
                                shown, topic_problem)
 
 ALL_ALLOWED = "%|_-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -3,8 +3,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rmqkit import pytest_plugin
-from rmqkit.audit import AuditFailed, AuditResult
+from rmqha.rmqkit import pytest_plugin
+from rmqha.rmqkit.audit import AuditFailed, AuditResult
 
 
 class FakeRequest:
@@ -54,7 +54,7 @@ def test_the_pool_reuses_a_cluster_only_for_the_same_key_and_owner(monkeypatch):
         def stop(self, keep_data=False):
             stopped.append(self.args)
             return []
-    monkeypatch.setattr("rmqkit.cluster.RocketMQCluster", FakeCluster)
+    monkeypatch.setattr("rmqha.rmqkit.cluster.RocketMQCluster", FakeCluster)
     monkeypatch.setattr(pytest_plugin.ClusterPool, "_healthy", staticmethod(lambda c: True))
     pool = pytest_plugin.ClusterPool("/tmp/x")
     s = {"topology": "2m-2s-sync", "backend": "docker", "sets": {}}
@@ -75,7 +75,7 @@ def test_messages_remember_topic_and_keys_and_a_send_without_keys_gets_a_send_id
     pytest.importorskip("rocketmq.client")
     from rocketmq.client import Message
 
-    from rmqkit.history import Recorder
+    from rmqha.rmqkit.history import Recorder
     rec = Recorder(tmp_path / "h.jsonl", "c1", "127.0.0.1:1")
     m = Message("Orders")
     m.set_keys("order-1")

@@ -1,12 +1,12 @@
-"""The broker's served-pull log (broker/served.py), its HTTP view and the sampler's reader."""
+"""The broker's served-pull log (rmqha/broker/served.py), its HTTP view and the sampler's reader."""
 import json
 
 import pytest
 from twisted.web.test.requesthelper import DummyRequest
 
-from broker.metrics import Registry, metrics_site
-from broker.served import ServedLog
-from cluster import sample
+from rmqha.broker.metrics import Registry, metrics_site
+from rmqha.broker.served import ServedLog
+from rmqha.cluster import sample
 
 
 def test_entries_are_numbered_and_read_from_where_the_reader_left_off():

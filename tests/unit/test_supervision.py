@@ -4,9 +4,9 @@ import logging
 
 from twisted.internet import defer, task
 
-from broker import supervision
-from broker.metrics import Registry, metrics_site
-from broker.supervision import PeriodicService
+from rmqha.broker import supervision
+from rmqha.broker.metrics import Registry, metrics_site
+from rmqha.broker.supervision import PeriodicService
 
 
 class Job:
@@ -140,7 +140,7 @@ def test_trigger_runs_now_and_handles_failures_without_touching_the_loop():
 
 def test_logs_one_traceback_then_a_line_a_minute(caplog):
     svc, job, clock, reg = make(["raise"] * 1000, max_backoff=1.0)
-    caplog.set_level(logging.DEBUG, logger="broker.supervision")
+    caplog.set_level(logging.DEBUG, logger="rmqha.broker.supervision")
     svc.start()
     clock.advance(1)
     for _ in range(150):

@@ -5,8 +5,8 @@ import pytest
 from twisted.internet.error import CannotListenError
 from twisted.internet.testing import MemoryReactorClock
 
-from broker.config import BrokerConfig, ConfigError
-from broker.server import BrokerServer, VipChannelError
+from rmqha.broker.config import BrokerConfig, ConfigError
+from rmqha.broker.server import BrokerServer, VipChannelError
 
 from tests.unit.processors.harness import make_config, now_thread
 
@@ -56,7 +56,7 @@ def test_a_taken_vip_port_is_a_start_up_error_that_names_it(tmp_path):
     assert str(e.value) == ("the VIP channel cannot listen on port 10909 (listenPort 10911 - 2, as 4.9's "
                             "fastListenPort): [Errno 98] Address already in use; free that port or pick another "
                             "listenPort")
-    assert isinstance(e.value, OSError)  # broker/__main__ answers it as a port problem: exit status 3
+    assert isinstance(e.value, OSError)  # rmqha/broker/__main__ answers it as a port problem: exit status 3
 
 
 @pytest.mark.parametrize("props, why", [

@@ -1,11 +1,11 @@
-//! `workload`: the chaos workload (chaos/workload.py's contract) with this client instead of the official one.
+//! `workload`: the chaos workload (rmqha/chaos/workload.py's contract) with this client instead of the official one.
 //!
 //!   rmq-rust-client --namesrv NS workload --run-dir RUN [--rate 200] [--duration 60] [--run-id ID]
 //!                   [--topic TopicChaos] [--body-size 256] [--timeout-ms 10000] [--max-inflight 4000] [--drain 20]
 //!
-//! Writes RUN/history/producer-<id>.jsonl and consumer-<id>.jsonl in chaos/history.py's format (plus
+//! Writes RUN/history/producer-<id>.jsonl and consumer-<id>.jsonl in rmqha/chaos/history.py's format (plus
 //! "library", naming this client), rewrites RUN/chaos/progress-<id>.json every 0.5 s with the counters
-//! `python -m chaos.run` shows, and ends with the final counters as one JSON line on stdout.
+//! `python -m rmqha.chaos.run` shows, and ends with the final counters as one JSON line on stdout.
 //! Sends are async (the callback reports every status as the broker answered it); a send the client
 //! failed (ERROR) is tried again with the same send_id, up to 3 attempts. KEYS = send_id.
 

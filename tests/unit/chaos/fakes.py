@@ -1,7 +1,7 @@
 """Fakes for the fault table's unit tests (test_fault_*.py): a recording cluster handle, a clock, a stop
 event on that clock, and an RNG whose draws the test places.
 
-The handle is a fake of the interface chaos/nemesis.py uses (cluster/handle.py's Cluster): the thing under
+The handle is a fake of the interface rmqha/chaos/nemesis.py uses (rmqha/cluster/handle.py's Cluster): the thing under
 test is the table's logic; the real handle is exercised by the integration tests. Every operation is
 recorded with its arguments bound to the real method's signature, defaults filled in, so a call that
 the real handle would refuse (a wrong name, a missing or unknown argument) fails here too, and a test
@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import random
 
-from cluster.handle import Cluster
+from rmqha.cluster.handle import Cluster
 
 
 def topology(*groups: tuple[str, int]) -> list[dict]:

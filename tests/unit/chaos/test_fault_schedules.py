@@ -1,4 +1,4 @@
-"""chaos/nemesis.py's schedules: who each fault kind can hit, make_schedule (warm-up, quiet end, holds and
+"""rmqha/chaos/nemesis.py's schedules: who each fault kind can hit, make_schedule (warm-up, quiet end, holds and
 gaps at the limits of their ranges, max_faults, the overlap rules) and make_sweep, with an RNG whose
 draws the test places (fakes.DrawAt) and with seeded Randoms for the properties that hold for any seed."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from chaos.nemesis import FAULTS, LAST_IN_SWEEP, groups_of, make_schedule, make_sweep, sweep_cells
+from rmqha.chaos.nemesis import FAULTS, LAST_IN_SWEEP, groups_of, make_schedule, make_sweep, sweep_cells
 
 from .fakes import DrawAt, FakeHandle, topology
 

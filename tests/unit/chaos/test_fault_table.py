@@ -1,4 +1,4 @@
-"""chaos/nemesis.py's fault table and its Nemesis, against a recording fake of the cluster handle
+"""rmqha/chaos/nemesis.py's fault table and its Nemesis, against a recording fake of the cluster handle
 (tests/unit/chaos/fakes.py): every fault's start and stop (exact operations, targets and parameters),
 the fault log each writes, failing operations, heal_all, and Nemesis.run on a fake clock."""
 from __future__ import annotations
@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-import chaos.faultlog
-from chaos import nemesis
-from chaos.faultlog import FaultLog, read_faults
-from chaos.nemesis import ALL_FAULTS, FAULTS, Fault, Nemesis, applicable_faults
-from cluster import ClusterError
+import rmqha.chaos.faultlog
+from rmqha.chaos import nemesis
+from rmqha.chaos.faultlog import FaultLog, read_faults
+from rmqha.chaos.nemesis import ALL_FAULTS, FAULTS, Fault, Nemesis, applicable_faults
+from rmqha.cluster import ClusterError
 
 from .fakes import Clock, FakeHandle, FakeStop
 
@@ -190,7 +190,7 @@ def test_nothing_active_reads_none():
 
 def test_inject_and_heal_return_what_the_operation_measured_and_the_fault_log_keeps_it(tmp_path, monkeypatch):
     clock = Clock(1_700_000_000.0)
-    monkeypatch.setattr(chaos.faultlog, "now_ms", lambda: int(round(clock.now * 1000)))
+    monkeypatch.setattr(rmqha.chaos.faultlog, "now_ms", lambda: int(round(clock.now * 1000)))
     h = FakeHandle(clock=clock)
     took = {"power_loss": 0.12, "start": 2.5, "stop": 0.3}
     orig = h._record

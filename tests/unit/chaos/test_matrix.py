@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from chaos import matrix
-from chaos.matrix import judge, promise
-from chaos.nemesis import make_sweep, sweep_cells
+from rmqha.chaos import matrix
+from rmqha.chaos.matrix import judge, promise
+from rmqha.chaos.nemesis import make_sweep, sweep_cells
 
 from .test_nemesis_and_faults import fake_cluster
 
@@ -51,7 +51,7 @@ def test_cell_verdicts():
 
 
 def test_a_divergence_goes_to_its_groups_master_power_loss_not_to_a_slave_fault(tmp_path):
-    from chaos.matrix import cell_samples
+    from rmqha.chaos.matrix import cell_samples
     (tmp_path / "history").mkdir()
     (tmp_path / "history" / "producer-1.jsonl").write_text(
         '{"op": "send", "start_ms": 1500, "end_ms": 1510, "status": "SEND_OK"}\n')
@@ -129,7 +129,7 @@ def test_a_node_fault_no_sample_saw_is_not_exercised(tmp_path):
 
 
 def cell_samples_by_id(run, summary):
-    from chaos.matrix import cell_samples
+    from rmqha.chaos.matrix import cell_samples
     return dict(zip((f["id"] for f in summary["faults"]), cell_samples(run, summary, "2m-2s-sync", "ASYNC_FLUSH")))
 
 
@@ -142,7 +142,7 @@ def test_a_power_cut_of_every_copy_may_lose_what_no_node_fsynced_in_either_topol
 
 
 def test_a_disk_full_fault_must_show_its_effect():
-    from chaos.matrix import no_effect
+    from rmqha.chaos.matrix import no_effect
     f = {"kind": "disk-full", "role": "master", "target": "broker-a", "start_ms": 1000, "end_ms": 5000}
     assert "no send was refused" in no_effect(f, {}, True, non_ok=0)
     assert no_effect(f, {}, True, non_ok=3) is None
@@ -156,7 +156,7 @@ def test_a_disk_full_fault_must_show_its_effect():
 
 
 def test_the_planted_control_fails_the_matrix_when_the_checkers_miss_a_bug():
-    from chaos.matrix import planted_missed
+    from rmqha.chaos.matrix import planted_missed
     caught = {"verdicts": [{"id": "queues.consistent", "subject": "broker-b", "status": "FAIL"},
                            {"id": "replica.consistent", "subject": "broker-a-s", "status": "FAIL"}]}
     assert planted_missed(caught) == []
@@ -167,7 +167,7 @@ def test_the_planted_control_fails_the_matrix_when_the_checkers_miss_a_bug():
 
 
 def test_a_link_fault_must_show_its_effect():
-    from chaos.matrix import no_effect
+    from rmqha.chaos.matrix import no_effect
     f = {"kind": "cut", "role": "slave", "target": "broker-a-s", "start_ms": 1000, "end_ms": 5000}
     master = [(t, t, None) for t in range(0, 6000, 500)]
     lagging = [(t, min(t, 1000), "broker-a") for t in range(0, 6000, 500)]
@@ -225,7 +225,7 @@ def test_a_slave_ahead_of_its_master_or_with_an_unknown_offset_never_recovers(tm
          "detail": "an allowed fork at offset 500"}])
     got = cell_samples_by_id(tmp_path, forked)[1]
     assert got["recovery_s"] is None and got["recovery_never"]
-    # the run's ending says so too (chaos/run.py wait_catch_up)
+    # the run's ending says so too (rmqha/chaos/run.py wait_catch_up)
     (tmp_path / "chaos").mkdir()
     (tmp_path / "chaos" / "ending-1.json").write_text('{"catchUp": {"broker-a-s": "forked: SLAVE_AHEAD"}}')
     assert cell_samples_by_id(tmp_path, summary_of([fault(1, "power-loss")]))[1]["recovery_never"]

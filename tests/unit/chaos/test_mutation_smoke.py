@@ -1,4 +1,4 @@
-"""`make mutation` in miniature, inside `make test`: fixed mutants of chaos/nemesis.py, each run against
+"""`make mutation` in miniature, inside `make test`: fixed mutants of rmqha/chaos/nemesis.py, each run against
 the one test that must kill it (tools/mutation; the full run is `make mutation`)."""
 import os
 
@@ -21,6 +21,6 @@ PICKS = [
 
 
 def test_fixed_mutants_of_the_fault_table_are_killed():
-    results = engine.smoke("chaos.nemesis", PICKS, ROOT)
+    results = engine.smoke("rmqha.chaos.nemesis", PICKS, ROOT)
     survivors = [m.describe() for m, outcome in results if outcome not in ("killed", "timeout")]
     assert not survivors, "mutants no test kills any more:\n" + "\n".join(survivors)

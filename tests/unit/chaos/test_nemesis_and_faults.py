@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from chaos.faultlog import FaultLog, read_faults
-from chaos.nemesis import ALL_FAULTS, FAULTS, Fault, Nemesis, applicable_faults, make_schedule
-from cluster.handle import drop_after, read_checkpoint_durable
-from pipeline import faults as pf
+from rmqha.chaos.faultlog import FaultLog, read_faults
+from rmqha.chaos.nemesis import ALL_FAULTS, FAULTS, Fault, Nemesis, applicable_faults, make_schedule
+from rmqha.cluster.handle import drop_after, read_checkpoint_durable
+from rmqha.pipeline import faults as pf
 
 
 def fake_cluster(kind="local", topology="2m-2s-sync"):
@@ -123,8 +123,8 @@ def test_power_loss_keeps_exactly_the_durable_bytes(tmp_path):
 
 
 def test_the_store_writes_its_durable_offset_into_the_checkpoint(tmp_path):
-    from broker.store.message_store import MessageStore
-    from broker.store.record import Message
+    from rmqha.broker.store.message_store import MessageStore
+    from rmqha.broker.store.record import Message
     s = MessageStore(str(tmp_path), commitlog_file_size=1 << 20)
     s.start()
     s.put_message(Message(topic="T", body=b"x" * 100, queue_id=0, properties={"UNIQ_KEY": "k"}))
@@ -195,7 +195,7 @@ def test_a_fault_on_a_group_that_cannot_replicate_is_logged_not_exercised(tmp_pa
     recs = read_faults(tmp_path)
     assert "notExercised" not in recs[0]["info"]
     assert "broker-a cannot replicate" in recs[1]["info"]["notExercised"]
-    from pipeline import faults as pf
+    from rmqha.pipeline import faults as pf
     vs = pf.verdicts(pf.load(str(tmp_path)), pf.Attribution())
     assert [v.status for v in vs if v.id == "faults.not-exercised"] == ["WARN"]
 

@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from cluster import ClusterError
-from cluster import runfolder as rf
-from cluster.local_backend import LocalBackend, child_env, check_ports, is_running, port_in_use, spawn
-from cluster.ports import free_block
-from cluster.topology import PortPlan, load_topology
-from cluster.wait import wait_until
+from rmqha.cluster import ClusterError
+from rmqha.cluster import runfolder as rf
+from rmqha.cluster.local_backend import LocalBackend, child_env, check_ports, is_running, port_in_use, spawn
+from rmqha.cluster.ports import free_block
+from rmqha.cluster.topology import PortPlan, load_topology
+from rmqha.cluster.wait import wait_until
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 STUBBORN = [sys.executable, "-c",
@@ -125,8 +125,8 @@ def test_tail(tmp_path):
 
 
 def test_backends_by_name():
-    from cluster.backend import backend_class
-    from cluster.docker_backend import DockerBackend
+    from rmqha.cluster.backend import backend_class
+    from rmqha.cluster.docker_backend import DockerBackend
     assert backend_class("local") is LocalBackend
     assert backend_class("docker") is DockerBackend
     with pytest.raises(ClusterError, match="unknown backend"):

@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from broker.remoting import json_body
-from broker.remoting.codec import decode_frame, encode
-from cluster.status import (ClusterStatus, NamesrvError, NodeStatus, cluster_info, node_json, registered_addrs,
+from rmqha.broker.remoting import json_body
+from rmqha.broker.remoting.codec import decode_frame, encode
+from rmqha.cluster.status import (ClusterStatus, NamesrvError, NodeStatus, cluster_info, node_json, registered_addrs,
                             render_json, render_table)
-from cluster.wait import Progress, check_namesrv, check_node, registration_required
+from rmqha.cluster.wait import Progress, check_namesrv, check_node, registration_required
 
 
 def spec(name, bname, bid, role, base, master=None):

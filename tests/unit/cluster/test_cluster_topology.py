@@ -1,9 +1,9 @@
 """Topology parsing, the port plan and per-node overrides (no processes)."""
 import pytest
 
-from broker.config import BrokerConfig, parse_properties
-from cluster import ClusterError
-from cluster.topology import (COMPOSE_DIR, DEFAULT_NAMESRV_PORT, TOPOLOGIES, PortPlan, effective_config,
+from rmqha.broker.config import BrokerConfig, parse_properties
+from rmqha.cluster import ClusterError
+from rmqha.cluster.topology import (COMPOSE_DIR, DEFAULT_NAMESRV_PORT, TOPOLOGIES, PortPlan, effective_config,
                               load_topology, node_overrides, parse_sets, set_args)
 
 OFFICIAL_KEYS = {"brokerClusterName", "brokerName", "brokerId", "deleteWhen", "fileReservedTime",
@@ -162,7 +162,7 @@ def test_invalid_override_is_reported_with_the_node(tmp_path):
 
 
 def test_set_args_round_trip_through_the_broker_parser(tmp_path):
-    from broker.__main__ import main
+    from rmqha.broker.__main__ import main
     topo = load_topology("2m-2s-sync")
     over = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1", store_dir_of=lambda n: tmp_path / n)
     args = ["-c", str(topo.node("broker-b-s").conf_file), "--check"] + set_args(over["broker-b-s"])
@@ -178,7 +178,7 @@ def test_compose_files_are_plain_properties():
 
 def test_a_base_port_in_the_ephemeral_range_is_refused_with_advice(monkeypatch):
     # a restarted node must bind its port again; an outgoing connection may have taken it meanwhile
-    from cluster import topology
+    from rmqha.cluster import topology
     monkeypatch.setattr(topology, "ephemeral_range", lambda: (32768, 60999))
     for base in (47000, 32768 - 49, 60999):
         with pytest.raises(ClusterError, match="ephemeral port range 32768..60999.*below 32718"):

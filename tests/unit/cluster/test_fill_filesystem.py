@@ -5,7 +5,7 @@ import os
 import resource
 import signal
 
-from cluster import handle
+from rmqha.cluster import handle
 
 
 def test_a_refused_write_ends_the_fill_without_raising(tmp_path, monkeypatch):

@@ -1,12 +1,12 @@
-"""cluster/ports.py: each pytest-xdist worker owns its own ports, so workers never race for one."""
+"""rmqha/cluster/ports.py: each pytest-xdist worker owns its own ports, so workers never race for one."""
 from __future__ import annotations
 
 import socket
 
 import pytest
 
-from cluster import ports
-from cluster.topology import load_topology
+from rmqha.cluster import ports
+from rmqha.cluster.topology import load_topology
 
 
 def as_worker(monkeypatch, index, count):

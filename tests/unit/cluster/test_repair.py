@@ -1,4 +1,4 @@
-"""cluster/repair.py and repair_plan.py: every stranded record is put back the way 4.9 would serve it
+"""rmqha/cluster/repair.py and repair_plan.py: every stranded record is put back the way 4.9 would serve it
 (delayed to its real topic with its level, retry to its retry topic, an unresolved half as a half), or
 the cut is refused; every re-sent message, UNIQ_KEY or not, is on the master before the cut."""
 import dataclasses
@@ -6,14 +6,14 @@ import shutil
 
 import pytest
 
-from broker.store import record
-from broker.store.delay import SCHEDULE_TOPIC
-from broker.store.message_store import MessageStore
-from broker.transaction import messages as tx
-from cluster import ClusterError
-from cluster import repair as repair_mod
-from cluster.repair import find_fork, records, repair_slave
-from cluster.repair_plan import REPAIR_PROPERTY, missing, plan
+from rmqha.broker.store import record
+from rmqha.broker.store.delay import SCHEDULE_TOPIC
+from rmqha.broker.store.message_store import MessageStore
+from rmqha.broker.transaction import messages as tx
+from rmqha.cluster import ClusterError
+from rmqha.cluster import repair as repair_mod
+from rmqha.cluster.repair import find_fork, records, repair_slave
+from rmqha.cluster.repair_plan import REPAIR_PROPERTY, missing, plan
 
 LEVELS = (1000, 5000, 10000)
 
@@ -24,7 +24,7 @@ def msg(topic="T", body=b"b", qid=1, **props):
 
 def parked(m, level=2):
     m = dataclasses.replace(m, properties=dict(m.properties) | {"DELAY": str(level)})
-    from broker.store.delay import to_schedule_topic
+    from rmqha.broker.store.delay import to_schedule_topic
     to_schedule_topic(m, LEVELS)
     return m
 
@@ -48,14 +48,14 @@ def test_a_parked_delayed_message_goes_back_to_its_real_topic_with_its_level_and
     on_master = [stored(m)]  # parked again on the master
     assert on_master[0].topic == SCHEDULE_TOPIC and missing(p.resend, on_master) == []
     # ... or already delivered there by its schedule (time_up keeps the properties)
-    from broker.store.delay import time_up
+    from rmqha.broker.store.delay import time_up
     assert missing(p.resend, [time_up(on_master[0])]) == []
     again = plan(slave, on_master, "s")
     assert again.resend == [] and again.already_on_master == 1
 
 
 def test_a_parked_message_whose_delivered_copy_is_stranded_too_is_sent_once():
-    from broker.store.delay import time_up
+    from rmqha.broker.store.delay import time_up
     d = parked(msg("Orders", b"x", UNIQ_KEY="D2"))
     p = plan([(100, d), (300, time_up(d))], [], "s")
     assert [(r.kind, r.offset, r.message.topic) for r in p.resend] == [("message", 300, "Orders")]

@@ -12,14 +12,14 @@ import heapq
 import random
 from dataclasses import dataclass
 
-from broker.dledger.config import DLedgerConfig
-from broker.dledger.effects import AppendDone, Committed, PersistTerm, Reply, RoleChanged, Send
-from broker.dledger.election import LEADER
-from broker.dledger.node import DLedgerNode
-from broker.dledger.protocol import (LeadershipTransferRequest, ResponseCode, decode_request, decode_response,
+from rmqha.broker.dledger.config import DLedgerConfig
+from rmqha.broker.dledger.effects import AppendDone, Committed, PersistTerm, Reply, RoleChanged, Send
+from rmqha.broker.dledger.election import LEADER
+from rmqha.broker.dledger.node import DLedgerNode
+from rmqha.broker.dledger.protocol import (LeadershipTransferRequest, ResponseCode, decode_request, decode_response,
                                      request_code)
-from broker.dledger.file_store import FileStore
-from broker.dledger.replication import MemoryLog, Rules
+from rmqha.broker.dledger.file_store import FileStore
+from rmqha.broker.dledger.replication import MemoryLog, Rules
 
 
 class Violation(AssertionError):
@@ -129,7 +129,7 @@ class Cluster:
         self.now = 0.0
         self.events: list = []
         self.seq = 0
-        # store_dir: each node's log is a broker.dledger.file_store.FileStore there (small files, so
+        # store_dir: each node's log is a rmqha.broker.dledger.file_store.FileStore there (small files, so
         # they roll over); a crash drops the process's file handles, and a restart reopens and recovers
         # the store and reads term/vote back from its currterm file
         self.store_dir = store_dir

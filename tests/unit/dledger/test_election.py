@@ -3,13 +3,13 @@ import random
 
 import pytest
 
-from broker.dledger.config import DLedgerConfig
-from broker.dledger.effects import PersistTerm, Reply, RoleChanged, Send
-from broker.dledger.election import CANDIDATE, FOLLOWER, LEADER, NEVER
-from broker.dledger.node import DLedgerNode
-from broker.dledger.protocol import (HeartBeatRequest, HeartBeatResponse, LeadershipTransferRequest, ParseResult,
+from rmqha.broker.dledger.config import DLedgerConfig
+from rmqha.broker.dledger.effects import PersistTerm, Reply, RoleChanged, Send
+from rmqha.broker.dledger.election import CANDIDATE, FOLLOWER, LEADER, NEVER
+from rmqha.broker.dledger.node import DLedgerNode
+from rmqha.broker.dledger.protocol import (HeartBeatRequest, HeartBeatResponse, LeadershipTransferRequest, ParseResult,
                                      ResponseCode, VoteRequest, VoteResponse, VoteResult)
-from broker.dledger.replication import MemoryLog
+from rmqha.broker.dledger.replication import MemoryLog
 
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
 

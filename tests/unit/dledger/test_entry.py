@@ -1,9 +1,9 @@
 """The DLedger entry and index layouts, against bytes worked out by hand from DLedgerEntryCoder (0.3.1.2)."""
 import pytest
 
-from broker.dledger import entry as E
-from broker.dledger.entry import DLedgerEntry, EntryFormatError
-from broker.store import record
+from rmqha.broker.dledger import entry as E
+from rmqha.broker.dledger.entry import DLedgerEntry, EntryFormatError
+from rmqha.broker.store import record
 
 
 def hexbytes(s: str) -> bytes:

@@ -1,4 +1,4 @@
-"""broker/dledger/file_store.py: DLedgerMmapFileStore's files byte for byte, recovery, truncation.
+"""rmqha/broker/dledger/file_store.py: DLedgerMmapFileStore's files byte for byte, recovery, truncation.
 
 The oracles are packed by hand with struct from DLedgerEntryCoder's field order, not with entry.py.
 """
@@ -9,9 +9,9 @@ import tempfile
 
 import pytest
 
-from broker.dledger.entry import DLedgerEntry
-from broker.dledger.file_store import FileStore, StoreError
-from broker.dledger.protocol import DLedgerError, ResponseCode
+from rmqha.broker.dledger.entry import DLedgerEntry
+from rmqha.broker.dledger.file_store import FileStore, StoreError
+from rmqha.broker.dledger.protocol import DLedgerError, ResponseCode
 from tests.unit.dledger.sim import random_schedule
 
 DATA = 256

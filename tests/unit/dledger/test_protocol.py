@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from broker.dledger.entry import DLedgerEntry
-from broker.dledger.protocol import (REQUEST_TYPES, AppendEntryRequest, AppendEntryResponse, HeartBeatRequest,
+from rmqha.broker.dledger.entry import DLedgerEntry
+from rmqha.broker.dledger.protocol import (REQUEST_TYPES, AppendEntryRequest, AppendEntryResponse, HeartBeatRequest,
                                      LeadershipTransferRequest, ProtocolError, PushEntryRequest,
                                      PushEntryResponse, PushType, RequestCode, ResponseCode, VoteRequest,
                                      VoteResponse, VoteResult, decode_request, decode_response, request_code)

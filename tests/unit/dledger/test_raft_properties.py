@@ -12,10 +12,10 @@ import os
 
 import pytest
 
-from broker.dledger.effects import AppendDone
-from broker.dledger.election import LEADER, Elector
-from broker.dledger.protocol import LeadershipTransferRequest, ResponseCode, VoteResponse, VoteResult
-from broker.dledger.replication import Rules, update_committed_index
+from rmqha.broker.dledger.effects import AppendDone
+from rmqha.broker.dledger.election import LEADER, Elector
+from rmqha.broker.dledger.protocol import LeadershipTransferRequest, ResponseCode, VoteResponse, VoteResult
+from rmqha.broker.dledger.replication import Rules, update_committed_index
 from tests.unit.dledger.sim import Cluster, NetworkFaults, Violation, random_schedule
 
 SCALE = int(os.environ.get("DLEDGER_SCHEDULES", "1"))

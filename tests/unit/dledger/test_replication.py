@@ -3,13 +3,13 @@ import random
 
 import pytest
 
-from broker.dledger.config import DLedgerConfig
-from broker.dledger.effects import AppendDone, Committed, Reply, Send
-from broker.dledger.entry import BODY_OFFSET, DLedgerEntry
-from broker.dledger.node import DLedgerNode
-from broker.dledger.protocol import (AppendEntryRequest, DLedgerError, HeartBeatRequest, PushEntryRequest,
+from rmqha.broker.dledger.config import DLedgerConfig
+from rmqha.broker.dledger.effects import AppendDone, Committed, Reply, Send
+from rmqha.broker.dledger.entry import BODY_OFFSET, DLedgerEntry
+from rmqha.broker.dledger.node import DLedgerNode
+from rmqha.broker.dledger.protocol import (AppendEntryRequest, DLedgerError, HeartBeatRequest, PushEntryRequest,
                                      PushEntryResponse, PushType, ResponseCode)
-from broker.dledger.replication import MemoryLog, Rules
+from rmqha.broker.dledger.replication import MemoryLog, Rules
 
 PEERS3 = "n0-h:1;n1-h:2;n2-h:3"
 PEERS5 = "n0-h:1;n1-h:2;n2-h:3;n3-h:4;n4-h:5"

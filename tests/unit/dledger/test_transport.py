@@ -1,4 +1,4 @@
-"""broker/dledger/transport.py on a memory reactor and task-style clock: framing, answers, NETWORK_ERROR
+"""rmqha/broker/dledger/transport.py on a memory reactor and task-style clock: framing, answers, NETWORK_ERROR
 on timeout and on a failed connection, PersistTerm before what follows, the tick loop."""
 import json
 import random
@@ -7,16 +7,16 @@ from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 
-from broker.dledger.config import DLedgerConfig
-from broker.dledger.effects import PersistTerm, Reply, Send
-from broker.dledger.file_store import FileStore
-from broker.dledger.node import DLedgerNode
-from broker.dledger.protocol import (HeartBeatRequest, HeartBeatResponse, ResponseCode, VoteRequest, VoteResponse,
+from rmqha.broker.dledger.config import DLedgerConfig
+from rmqha.broker.dledger.effects import PersistTerm, Reply, Send
+from rmqha.broker.dledger.file_store import FileStore
+from rmqha.broker.dledger.node import DLedgerNode
+from rmqha.broker.dledger.protocol import (HeartBeatRequest, HeartBeatResponse, ResponseCode, VoteRequest, VoteResponse,
                                      VoteResult)
-from broker.dledger.transport import DLedgerService
-from broker.remoting.codec import FrameDecoder, encode
-from broker.remoting.codes import ResponseCode as RemotingCode
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.dledger.transport import DLedgerService
+from rmqha.broker.remoting.codec import FrameDecoder, encode
+from rmqha.broker.remoting.codes import ResponseCode as RemotingCode
+from rmqha.broker.remoting.command import RemotingCommand
 
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
 

@@ -1,4 +1,4 @@
-"""The compiled scan (broker/fastpath) against the Python codec and send processor it accelerates.
+"""The compiled scan (rmqha/broker/fastpath) against the Python codec and send processor it accelerates.
 
 Whatever scan_sends takes, the Python path must read the same way: the same numbers, topic, stored
 properties and body. Whatever it does not take it must leave in the buffer untouched, and it must take
@@ -11,11 +11,11 @@ import struct
 
 import pytest
 
-from broker import fastpath
-from broker.remoting.codec import encode
-from broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, RequestCode
-from broker.remoting.command import RemotingCommand
-from broker.store import record
+from rmqha.broker import fastpath
+from rmqha.broker.remoting.codec import encode
+from rmqha.broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, RequestCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.store import record
 from fuzz.send_fastpath import check_records, check_send
 from tests.unit.processors.harness import props, send_v1, send_v2
 

@@ -15,11 +15,11 @@ import pytest
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
-from broker import fastpath
-from broker.remoting.codec import FrameDecoder, encode
-from broker.remoting.command import RemotingCommand
-from broker.remoting.protocol import RemotingProtocol
-from broker.store import mapped_file
+from rmqha.broker import fastpath
+from rmqha.broker.remoting.codec import FrameDecoder, encode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.protocol import RemotingProtocol
+from rmqha.broker.store import mapped_file
 from tests.unit.processors.harness import Broker, props, send_v1, send_v2
 
 pytestmark = pytest.mark.skipif(not fastpath.available(), reason="the compiled accelerator is not built here")

@@ -8,11 +8,11 @@ from twisted.internet import defer
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
-from broker import fastpath
-from broker.remoting.codec import encode
-from broker.remoting.codes import ResponseCode
-from broker.remoting.protocol import RemotingProtocol
-from broker.store.message_store import PutStatus
+from rmqha.broker import fastpath
+from rmqha.broker.remoting.codec import encode
+from rmqha.broker.remoting.codes import ResponseCode
+from rmqha.broker.remoting.protocol import RemotingProtocol
+from rmqha.broker.store.message_store import PutStatus
 from tests.unit.fastpath.test_send_equivalence import by_opaque
 from tests.unit.processors.harness import Broker, props, send_v2
 

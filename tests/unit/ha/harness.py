@@ -8,10 +8,10 @@ import os
 from twisted.internet.testing import MemoryReactorClock
 from twisted.test.iosim import ConnectionCompleter
 
-from broker.ha.master import HAService
-from broker.ha.slave import HAClient
-from broker.store.message_store import MessageStore
-from broker.store.record import Message
+from rmqha.broker.ha.master import HAService
+from rmqha.broker.ha.slave import HAClient
+from rmqha.broker.store.message_store import MessageStore
+from rmqha.broker.store.record import Message
 
 FILE_SIZE = 64 * 1024
 HA_PORT = 10912

@@ -5,8 +5,8 @@ import struct
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
-from broker.ha.master import HAService
-from broker.store.message_store import PutStatus
+from rmqha.broker.ha.master import HAService
+from rmqha.broker.store.message_store import PutStatus
 
 from .harness import Cluster, make_store, put
 
@@ -66,7 +66,7 @@ def test_a_sync_wait_ends_at_its_deadline_in_49_as_here_and_the_49_deadline_is_s
     The deadline is 4.9.3+'s slaveTimeout, 3000 ms when unset; ours defaults to syncFlushTimeout."""
     from twisted.internet.task import Clock
 
-    from broker.config import BrokerConfig
+    from rmqha.broker.config import BrokerConfig
     conf = {"syncFlushTimeout": "1500"}
     assert BrokerConfig.from_properties(conf).sync_wait_ms == 1500
     assert BrokerConfig.from_properties({**conf, "haCompat49": "true"}).sync_wait_ms == 3000

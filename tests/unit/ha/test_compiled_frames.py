@@ -1,4 +1,4 @@
-"""The zero-copy slave's frame loop in C (broker/ha/_frames.c via SplicePipe.store_frames) against the
+"""The zero-copy slave's frame loop in C (rmqha/broker/ha/_frames.c via SplicePipe.store_frames) against the
 Python loop it replaces (SplicePipe(compiled=False)): the same real stream, through a real socket and
 pipe into a real store, cut at random, must give the same bytes on disk, the same counted offsets,
 the same session state and the same error, whatever the stream holds (heartbeats, gaps, frames for the
@@ -14,14 +14,14 @@ import struct
 
 import pytest
 
-from broker.ha import transport
-from broker.ha.slave_session import SlaveSession
-from broker.ha.transport import SplicePipe
-from broker.store.mapped_file import DiskFullError, MappedFile
-from broker.store.message_store import MessageStore
+from rmqha.broker.ha import transport
+from rmqha.broker.ha.slave_session import SlaveSession
+from rmqha.broker.ha.transport import SplicePipe
+from rmqha.broker.store.mapped_file import DiskFullError, MappedFile
+from rmqha.broker.store.message_store import MessageStore
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "splice"), reason="splice(2) is Linux-only"),
-              pytest.mark.skipif(transport._frames is None, reason="broker/ha/_frames.c is not built here")]
+              pytest.mark.skipif(transport._frames is None, reason="rmqha/broker/ha/_frames.c is not built here")]
 
 FILE = 4096
 
@@ -278,7 +278,7 @@ def test_splice_errors_are_raised_as_splice_in_raises(tmp_path):
 
 def test_the_broker_config_switches_the_compiled_loop(tmp_path):
     """haSlaveCompiledFrames=false reaches the pipe: the Python loop, for before/after measurements."""
-    from broker.config import BrokerConfig
+    from rmqha.broker.config import BrokerConfig
     assert BrokerConfig.from_properties({}).haSlaveCompiledFrames is True
     assert BrokerConfig.from_properties({"haSlaveCompiledFrames": "false"}).haSlaveCompiledFrames is False
     c = transport.HAConnector("127.0.0.1", 1, None, 1, None, None)

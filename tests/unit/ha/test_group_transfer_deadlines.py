@@ -1,7 +1,7 @@
 """GroupTransfer's deadlines on a fake clock: exact limits, waits that start after t=0, shutdown."""
 from twisted.internet.task import Clock
 
-from broker.ha.group_transfer import GroupTransfer
+from rmqha.broker.ha.group_transfer import GroupTransfer
 
 OK, TIMEOUT = "PUT_OK", "FLUSH_SLAVE_TIMEOUT"
 

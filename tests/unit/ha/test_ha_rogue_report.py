@@ -4,7 +4,7 @@ One forged 8-byte first report past the master used to put its connection into S
 store/haFence.json, after which the real slave was refused for good, across restarts; and "proven" meant
 "acknowledged bytes streamed to it", which any host speaking the wire achieves in a second. Now only a
 host proven in an EARLIER life, reporting within what this master ever streamed, and not served this
-life's log, can be SLAVE_AHEAD, set or clear the fence (broker/ha/peers.py); anybody else's such report
+life's log, can be SLAVE_AHEAD, set or clear the fence (rmqha/broker/ha/peers.py); anybody else's such report
 closes that connection and writes nothing."""
 import json
 import random
@@ -13,8 +13,8 @@ import struct
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
-from broker.ha.master_session import SessionState
-from broker.ha.peers import ProvenPeers, load_peers
+from rmqha.broker.ha.master_session import SessionState
+from rmqha.broker.ha.peers import ProvenPeers, load_peers
 
 from .harness import Cluster, put
 
@@ -207,7 +207,7 @@ def test_a_peers_file_without_stream_limit_vouches_for_no_history(tmp_path):
 
 
 def test_the_stream_limit_is_written_before_the_bytes_go_out():
-    from broker.ha.master_session import Incarnation, MasterSession
+    from rmqha.broker.ha.master_session import Incarnation, MasterSession
 
     from .test_master_session import FakeLog
     saved = []
@@ -253,8 +253,8 @@ def test_ha_allowed_addresses_refuses_every_other_peer_before_it_can_send_a_byte
     from twisted.internet.address import IPv4Address
     from twisted.internet.testing import MemoryReactorClock
 
-    from broker.ha.master import HAService
-    from broker.ha.recovery import RecoverySourceService
+    from rmqha.broker.ha.master import HAService
+    from rmqha.broker.ha.recovery import RecoverySourceService
 
     from .harness import make_store
     store = make_store(tmp_path / "m")

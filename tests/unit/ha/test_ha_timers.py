@@ -7,8 +7,8 @@ import pytest
 from twisted.internet.error import ConnectionRefusedError
 from twisted.python.failure import Failure
 
-from broker.ha.group_transfer import GroupTransfer
-from broker.ha.wire import encode_header, encode_report
+from rmqha.broker.ha.group_transfer import GroupTransfer
+from rmqha.broker.ha.wire import encode_header, encode_report
 
 from .harness import Cluster, put
 
@@ -102,7 +102,7 @@ def test_reconnect_backs_off_from_100_ms_doubling_to_1_s_and_resets_after_a_conn
 
 
 def test_reconnect_cap_is_ha_reconnect_max_delay(tmp_path):
-    from broker.ha.slave import HAClient
+    from rmqha.broker.ha.slave import HAClient
     c = Cluster(tmp_path)
     c.client = HAClient(c.slave, "127.0.0.1:10912", clock=c.reactor, reactor=c.reactor, reconnect_max_ms=300)
     try:
@@ -155,7 +155,7 @@ def test_a_first_service_tick_that_raises_does_not_stop_the_heartbeats(cluster):
 
 def test_sync_wait_is_slave_timeout_when_set_else_sync_flush_timeout(tmp_path):
     from tests.unit.processors.harness import Broker, send_v1
-    from broker.remoting.codes import ResponseCode
+    from rmqha.broker.remoting.codes import ResponseCode
     for overrides, wait in (({"syncFlushTimeout": "5000", "slaveTimeout": "2000"}, 2.0),
                             ({"syncFlushTimeout": "1500"}, 1.5)):
         b = Broker(tmp_path / str(wait), brokerRole="SYNC_MASTER", **overrides)

@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from broker.ha.master_session import Ack, MasterSession, SessionState
-from broker.ha.wire import ProtocolError
+from rmqha.broker.ha.master_session import Ack, MasterSession, SessionState
+from rmqha.broker.ha.wire import ProtocolError
 
 
 class FakeLog:
@@ -222,7 +222,7 @@ def test_file_frames_are_cut_like_frames_and_name_positions_in_the_file():
 
 
 def test_sent_max_is_the_highest_offset_any_session_sent():
-    from broker.ha.master_session import Incarnation
+    from rmqha.broker.ha.master_session import Incarnation
     log = FakeLog(2500, file_size=10_000)
     inc = Incarnation(1000)
     assert inc.sent_max == 1000
@@ -246,7 +246,7 @@ def test_a_region_that_is_not_there_sends_nothing():
 
 
 def test_slave_ahead_records_both_offsets_and_keeps_the_slaves_latest():
-    from broker.ha.master_session import Incarnation
+    from rmqha.broker.ha.master_session import Incarnation
     log = FakeLog(1200)
     s = MasterSession(log, "p", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0,
                       incarnation=Incarnation(1000))
@@ -259,7 +259,7 @@ def test_slave_ahead_records_both_offsets_and_keeps_the_slaves_latest():
 
 
 def test_a_slave_that_comes_back_with_exactly_what_was_sent_is_not_ahead():
-    from broker.ha.master_session import Incarnation
+    from rmqha.broker.ha.master_session import Incarnation
     log = FakeLog(2000, file_size=10_000)
     inc = Incarnation(1000)
     first = MasterSession(log, "a", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0, incarnation=inc)

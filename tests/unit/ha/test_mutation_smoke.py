@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 T = "tests/unit/ha/"
 
 PICKS = {
-    "broker.ha.group_transfer": [
+    "rmqha.broker.ha.group_transfer": [
         ("GroupTransfer.wait", "if next_offset <= self.acked:", "<= -> <",
          T + "test_group_transfer_deadlines.py::test_a_wait_for_exactly_the_acked_offset_succeeds_at_once"),
         ("GroupTransfer._arm", "delay = max(0.0,", "- -> +",
@@ -18,17 +18,17 @@ PICKS = {
         ("GroupTransfer.shutdown", "self._finish(d, PutStatus.FLUSH_SLAVE_TIMEOUT", "stmt -> pass",
          T + "test_group_transfer_deadlines.py::test_shutdown_fails_every_pending_waiter_and_cancels_the_timer"),
     ],
-    "broker.ha.master_session": [
+    "rmqha.broker.ha.master_session": [
         ("MasterSession._choose_start", "if request and request < self.log.min_offset:", "< -> <=",
          T + "test_master_session.py::test_a_slave_asking_for_exactly_the_masters_min_offset_streams_and_one_below_is_unavailable"),
         ("MasterSession.heartbeat", "self.last_write = now", "stmt -> pass",
          T + "test_master_session.py::test_heartbeats_count_over_several_intervals_each_at_its_deadline"),
     ],
-    "broker.ha.slave_session": [
+    "rmqha.broker.ha.slave_session": [
         ("SlaveSession.heartbeat", "if now - self.last_write >= self.heartbeat_s:", ">= -> >",
          T + "test_slave_session.py::test_heartbeats_count_over_several_intervals_each_at_its_deadline"),
     ],
-    "broker.ha.wire": [
+    "rmqha.broker.ha.wire": [
         ("check_header", "if size < 0 or size > max_body:", "> -> >=",
          T + "test_wire_limits.py::test_a_frame_of_exactly_4_mib_is_accepted_and_one_byte_more_is_not"),
         ("check_header", "if offset < 0:", "0 -> 1",

@@ -1,4 +1,4 @@
-"""Recovery without stranding (broker/ha/recovery.py): a master that comes back behind its slave after an
+"""Recovery without stranding (rmqha/broker/ha/recovery.py): a master that comes back behind its slave after an
 unclean start fetches the slave's tail over the 4.x HA wire, roles reversed, and stores only records
 that pass every check. The IO-free sessions first, then both sides on in-memory transports and a fake
 clock, then the controller's hold."""
@@ -9,10 +9,10 @@ import pytest
 from twisted.internet.testing import MemoryReactorClock
 from twisted.test.iosim import ConnectionCompleter
 
-from broker.ha.recovery import (FetchOutcome, FetchSession, RecordVerifier, RecoveryFetcher, RecoveryRefused,
+from rmqha.broker.ha.recovery import (FetchOutcome, FetchSession, RecordVerifier, RecoveryFetcher, RecoveryRefused,
                                 RecoverySourceService, RecoveryState, SourceSession)
-from broker.store.message_store import MessageStore
-from broker.store.record import Message
+from rmqha.broker.store.message_store import MessageStore
+from rmqha.broker.store.record import Message
 
 FILE = 64 * 1024
 HOST = ("127.0.0.1", 10911)
@@ -235,9 +235,9 @@ class _Failure:
 
 
 def test_the_controller_refuses_writes_while_it_holds_and_serves_them_after(tmp_path):
-    from broker.config import BrokerConfig
-    from broker.controller import BrokerController
-    from broker.store.message_store import PutStatus
+    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.controller import BrokerController
+    from rmqha.broker.store.message_store import PutStatus
 
     root = tmp_path / "m"
     cfg = BrokerConfig.from_properties({
@@ -246,7 +246,7 @@ def test_the_controller_refuses_writes_while_it_holds_and_serves_them_after(tmp_
         "haRecoveryWaitMs": "2000", "mappedFileSizeCommitLog": str(FILE)})
     root.mkdir()
     (root / "abort").write_text("")  # the last life did not shut down cleanly
-    # it streamed to its slave in that life (broker/ha/peers.py): the slave's host may be fetched from
+    # it streamed to its slave in that life (rmqha/broker/ha/peers.py): the slave's host may be fetched from
     (root / "haPeers.json").write_text('{"peers": {"127.0.0.1": {"ack": 1}}, "streamLimit": 1073741824}')
     reactor = MemoryReactorClock()
     c = BrokerController(cfg, reactor, run_in_thread=lambda f, *a: __import__("twisted.internet.defer",
@@ -265,8 +265,8 @@ def test_the_controller_refuses_writes_while_it_holds_and_serves_them_after(tmp_
 
 
 def test_an_unclean_start_with_no_proven_slave_on_record_says_so_and_does_not_hold(tmp_path, caplog):
-    from broker.config import BrokerConfig
-    from broker.controller import BrokerController
+    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.controller import BrokerController
     root = tmp_path / "m"
     root.mkdir()
     (root / "abort").write_text("")
@@ -284,7 +284,7 @@ def test_an_unclean_start_with_no_proven_slave_on_record_says_so_and_does_not_ho
 
 
 def test_recovery_sources_are_the_proven_replicas_only():
-    from broker.ha.recovery import proven_sources
+    from rmqha.broker.ha.recovery import proven_sources
     srcs = ["10.0.0.2:10912", "10.0.0.3:10912", "broker-a-s:10912"]
     assert proven_sources(srcs, {}, 1 << 30)[0] == []  # nobody proven: nothing fetched
     assert proven_sources(srcs, {"10.0.0.2": {}}, None)[0] == []  # no streamLimit on record: the same
@@ -305,7 +305,7 @@ def test_the_verifier_takes_nothing_past_the_stream_limit(tmp_path):
 
 
 def test_recovery_on_a_master_without_sources_is_a_config_error():
-    from broker.config import BrokerConfig, ConfigError
+    from rmqha.broker.config import BrokerConfig, ConfigError
     with pytest.raises(ConfigError, match="haRecoveryPeers"):
         BrokerConfig.from_properties({"brokerName": "b", "brokerRole": "SYNC_MASTER", "haRecoveryEnable": "true"})
     # a slave only serves its log: no sources needed
@@ -314,8 +314,8 @@ def test_recovery_on_a_master_without_sources_is_a_config_error():
 
 
 def test_a_clean_start_does_not_hold(tmp_path):
-    from broker.config import BrokerConfig
-    from broker.controller import BrokerController
+    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.controller import BrokerController
     cfg = BrokerConfig.from_properties({
         "brokerName": "b", "brokerRole": "ASYNC_MASTER", "storePathRootDir": str(tmp_path / "m"),
         "listenPort": "30911", "brokerIP1": "127.0.0.1", "haRecoveryEnable": "true",
@@ -343,7 +343,7 @@ def test_the_verifier_counts_records_and_refuses_what_cannot_fit(tmp_path):
 
 
 def test_a_blank_must_be_followed_by_zeros_and_may_arrive_in_pieces():
-    from broker.store import record
+    from rmqha.broker.store import record
     blank = record.blank(FILE) + bytes(FILE - 8)
     v = RecordVerifier(0, FILE, HOST, 1 << 20)
     assert v.feed(blank[:FILE // 2]) == [] and v.partial == FILE // 2  # its zeros still arriving
@@ -383,7 +383,7 @@ def test_a_source_ending_inside_a_record_completes_without_it(tmp_path):
 
 
 def test_the_source_streams_within_max_bytes_and_checks_the_report(tmp_path):
-    from broker.ha.wire import ProtocolError
+    from rmqha.broker.ha.wire import ProtocolError
     slave = store(tmp_path / "slave")
     put(slave, 20)
     end = slave.max_offset

@@ -1,8 +1,8 @@
 """Master and slave roles end to end over in-memory transports, with a fake clock for all time."""
 import pytest
 
-from broker.ha.master_session import Incarnation, SessionState
-from broker.ha.wire import encode_header, encode_report
+from rmqha.broker.ha.master_session import Incarnation, SessionState
+from rmqha.broker.ha.wire import encode_header, encode_report
 
 from .harness import Cluster, put
 

@@ -8,7 +8,7 @@ SLAVE_AHEAD (not replicated to, not counted for sync acks), the slave MASTER_BEH
 stays connected), both with both offsets, until an operator decides."""
 import struct
 
-from broker.ha.master_session import Incarnation, MasterSession, SessionState
+from rmqha.broker.ha.master_session import Incarnation, MasterSession, SessionState
 
 from .harness import Cluster, put, remember_replica
 from .test_master_session import FakeLog
@@ -159,7 +159,7 @@ def test_a_first_slave_ahead_remembers_the_fork_from_this_lifes_start():
 
 
 def test_fence_file_round_trip_and_bad_contents(tmp_path):
-    from broker.ha.master import load_fence, save_fence
+    from rmqha.broker.ha.master import load_fence, save_fence
     p = str(tmp_path / "haFence.json")
     assert load_fence(p) is None
     save_fence(p, (10, 20))

@@ -3,8 +3,8 @@ import struct
 
 import pytest
 
-from broker.ha.slave_session import OffsetMismatch, SlaveSession
-from broker.ha.wire import ProtocolError
+from rmqha.broker.ha.slave_session import OffsetMismatch, SlaveSession
+from rmqha.broker.ha.wire import ProtocolError
 
 
 class FakeStore:
@@ -133,7 +133,7 @@ def test_only_a_backlog_pouring_in_counts_as_catching_up():
     (tens of MiB/s), which it must keep pace with for as long as they last."""
     import types
 
-    from broker.ha.slave import CATCH_UP_RATE, HAClient
+    from rmqha.broker.ha.slave import CATCH_UP_RATE, HAClient
 
     def fed(rate, seconds=1.0, step=0.005):
         store = FakeStore(0)

@@ -13,12 +13,12 @@ import struct
 
 import pytest
 
-from broker import planted
-from broker.ha.slave_session import OffsetMismatch, SlaveSession
-from broker.ha.transport import SplicePipe
-from broker.ha.wire import ProtocolError
-from broker.store.mapped_file import StoreError
-from broker.store.message_store import MessageStore
+from rmqha.broker import planted
+from rmqha.broker.ha.slave_session import OffsetMismatch, SlaveSession
+from rmqha.broker.ha.transport import SplicePipe
+from rmqha.broker.ha.wire import ProtocolError
+from rmqha.broker.store.mapped_file import StoreError
+from rmqha.broker.store.message_store import MessageStore
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "splice"), reason="splice(2) is Linux-only")
 
@@ -276,7 +276,7 @@ def test_nothing_counts_after_a_bad_frame_even_what_the_same_read_still_holds(tm
     from twisted.internet.task import Clock
     from twisted.internet.testing import MemoryReactor, StringTransport
 
-    from broker.ha.slave import HAClient, SlaveHAProtocol
+    from rmqha.broker.ha.slave import HAClient, SlaveHAProtocol
 
     class Transport(StringTransport):
         aborted = 0
@@ -304,8 +304,8 @@ def test_a_write_refused_for_size_is_a_disk_full_error_and_moves_nothing(tmp_pat
     code = f"""
 import os, resource, signal, sys
 sys.path.insert(0, {os.getcwd()!r})
-from broker.store.mapped_file import DiskFullError, MappedFile
-from broker.ha.transport import SplicePipe
+from rmqha.broker.store.mapped_file import DiskFullError, MappedFile
+from rmqha.broker.ha.transport import SplicePipe
 f = MappedFile({str(tmp_path)!r}, 0, 1 << 16, create=True, preallocate=True)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))

@@ -1,7 +1,7 @@
 """SYNC_MASTER outcomes (docs/ha-protocol.md §5) on a fake clock: PUT_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE."""
 from twisted.internet.task import Clock
 
-from broker.ha.group_transfer import GroupTransfer
+from rmqha.broker.ha.group_transfer import GroupTransfer
 
 from .harness import Cluster, put
 

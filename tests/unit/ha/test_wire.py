@@ -1,6 +1,6 @@
 import pytest
 
-from broker.ha.wire import FrameReader, ProtocolError, ReportReader, encode_header, encode_report
+from rmqha.broker.ha.wire import FrameReader, ProtocolError, ReportReader, encode_header, encode_report
 
 
 def frames_bytes():

@@ -3,8 +3,8 @@ import struct
 
 import pytest
 
-from broker.ha import wire
-from broker.ha.wire import FrameReader, ProtocolError, ReportReader
+from rmqha.broker.ha import wire
+from rmqha.broker.ha.wire import FrameReader, ProtocolError, ReportReader
 
 FOUR_MIB = 4 * 1024 * 1024
 

@@ -1,4 +1,4 @@
-"""The zero-copy frame sender (broker/ha/transport.py): whole frames, in order, across partial writes."""
+"""The zero-copy frame sender (rmqha/broker/ha/transport.py): whole frames, in order, across partial writes."""
 from __future__ import annotations
 
 import os
@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from broker.ha.transport import FileGone, _FileFrames
-from broker.ha.wire import FrameReader, encode_header
+from rmqha.broker.ha.transport import FileGone, _FileFrames
+from rmqha.broker.ha.wire import FrameReader, encode_header
 
 
 class _File:

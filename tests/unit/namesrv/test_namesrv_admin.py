@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from broker.namesrv import guard
-from broker.namesrv.register_body import TopicConfig
-from broker.namesrv.server import NameServer
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.namesrv import guard
+from rmqha.broker.namesrv.register_body import TopicConfig
+from rmqha.broker.namesrv.server import NameServer
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
 
 from test_namesrv_hardening import SECRET
 from test_namesrv_processors import M, Conn, make_ns, register, route
@@ -54,7 +54,7 @@ def two_groups():
 
 
 def register_as(conn, name, addr, topics, cluster="DefaultCluster", counter=1):
-    from broker.namesrv.register_body import RegisterBrokerBody, body_crc32
+    from rmqha.broker.namesrv.register_body import RegisterBrokerBody, body_crc32
     body = RegisterBrokerBody({t.topic_name: t for t in topics}, {"counter": counter, "timestamp": 7}).encode()
     fields = {"brokerName": name, "brokerAddr": addr, "clusterName": cluster, "haServerAddr": "",
               "brokerId": 0, "compressed": False, "bodyCrc32": body_crc32(body)}

@@ -13,11 +13,11 @@ import sys
 from twisted.internet import defer, protocol, reactor
 from twisted.trial import unittest
 
-from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
-from broker.namesrv.server import NameServer
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
-from broker.remoting.protocol import ProcessorRegistry, RemotingClient, RemotingServerFactory
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
+from rmqha.broker.namesrv.server import NameServer
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.protocol import ProcessorRegistry, RemotingClient, RemotingServerFactory
 
 TOPIC = "CppRouteTopic"
 PRODUCER_TIMEOUT_S = 60  # the child normally finishes in a few seconds

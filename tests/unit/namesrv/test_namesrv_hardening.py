@@ -7,12 +7,12 @@ import zlib
 
 import pytest
 
-from broker.namesrv import guard
-from broker.namesrv.kv_config import MAX_KV_BYTES, ORDER_TOPIC_CONFIG
-from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
-from broker.namesrv.server import NameServer
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.namesrv import guard
+from rmqha.broker.namesrv.kv_config import MAX_KV_BYTES, ORDER_TOPIC_CONFIG
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
+from rmqha.broker.namesrv.server import NameServer
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
 
 from test_namesrv_processors import M, Conn, make_ns, register, route
 
@@ -80,9 +80,9 @@ def test_a_huge_registration_is_refused_and_a_big_one_logs_one_line(caplog):
     topics = tuple(TopicConfig(f"T{i}", 4, 4, 6) for i in range(5001))
     r = register(Conn(ns, 1), topics=topics, compressed=True)
     assert r.code == ResponseCode.SYSTEM_ERROR and "at most 5000" in r.remark
-    with caplog.at_level(logging.INFO, logger="broker.namesrv.route_info"):
+    with caplog.at_level(logging.INFO, logger="rmqha.broker.namesrv.route_info"):
         assert register(Conn(ns, 1), topics=topics[:5000], compressed=True).code == ResponseCode.SUCCESS
-    lines = [r for r in caplog.records if r.name == "broker.namesrv.route_info"]
+    lines = [r for r in caplog.records if r.name == "rmqha.broker.namesrv.route_info"]
     assert len(lines) <= 2 and any("5000 new" in r.getMessage() for r in lines)
 
 

@@ -8,12 +8,12 @@ import logging
 
 import pytest
 
-from broker.namesrv import guard
-from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
-from broker.namesrv.route_info import RouteInfoManager
-from broker.namesrv.server import NameServer
-from broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.namesrv import guard
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
+from rmqha.broker.namesrv.route_info import RouteInfoManager
+from rmqha.broker.namesrv.server import NameServer
+from rmqha.broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
 
 from test_namesrv_processors import M, Conn, make_ns, register, route
 
@@ -77,7 +77,7 @@ def test_a_route_reply_never_grows_past_its_bound_and_says_so_once(caplog):
     for k in range(40):
         b = RegisterBrokerBody(topics("T"), filter_servers=[f"10.1.{k}.{i}:7000" for i in range(8)])
         r.register_broker("C", f"10.0.{k}.1:10911", f"broker-{k:02d}", 0, "", b, object(), 0)
-    with caplog.at_level(logging.WARNING, logger="broker.namesrv.route_info"):
+    with caplog.at_level(logging.WARNING, logger="rmqha.broker.namesrv.route_info"):
         replies = [r.pickup_topic_route("T") for _ in range(3)]
     for reply in replies:
         size = len(json.dumps(reply, separators=(",", ":")))
@@ -183,7 +183,7 @@ def test_unsigned_refusals_and_crc_mismatches_are_logged_at_a_rate(caplog):
     ns = NameServer(reactor=None, clock=clock, cluster_secret=SECRET)
     plain, _ = make_ns()
     c, p = Conn(ns, 1), Conn(plain, 1)
-    with caplog.at_level(logging.WARNING, logger="broker.namesrv"):
+    with caplog.at_level(logging.WARNING, logger="rmqha.broker.namesrv"):
         for _ in range(50):
             assert register(c).code == ResponseCode.NO_PERMISSION
             assert register_body(p, RegisterBrokerBody(topics("T")), crc=12345).remark == "crc32 not match"

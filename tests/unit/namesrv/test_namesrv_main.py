@@ -1,4 +1,4 @@
-"""`python -m broker.namesrv` as a real process: startup line, NAMESRV_PORT, answers on the socket."""
+"""`python -m rmqha.broker.namesrv` as a real process: startup line, NAMESRV_PORT, answers on the socket."""
 import os
 import socket
 import struct
@@ -7,10 +7,10 @@ import sys
 import time
 from pathlib import Path
 
-from broker.namesrv.__main__ import parse_args
-from broker.remoting.codec import decode, encode
-from broker.remoting.codes import ResponseCode
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.namesrv.__main__ import parse_args
+from rmqha.broker.remoting.codec import decode, encode
+from rmqha.broker.remoting.codes import ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -32,7 +32,7 @@ def test_port_defaults(monkeypatch):
 def test_entry_point_serves_requests():
     port = free_port()
     env = dict(os.environ, NAMESRV_PORT=str(port), PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "--host", "127.0.0.1"],
+    proc = subprocess.Popen([sys.executable, "-m", "rmqha.broker.namesrv", "--host", "127.0.0.1"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = proc.stdout.readline()  # blocks until the startup line (or exit)

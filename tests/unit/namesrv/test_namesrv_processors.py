@@ -7,11 +7,11 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
-from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
-from broker.namesrv.server import NameServer
-from broker.remoting.codec import FrameDecoder, encode
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
+from rmqha.broker.namesrv.server import NameServer
+from rmqha.broker.remoting.codec import FrameDecoder, encode
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
 
 M, S = "10.0.0.1:10911", "10.0.0.2:10911"
 
@@ -236,8 +236,8 @@ def test_missing_header_field_is_system_error():
 
 
 def test_kv_config_is_bounded_and_accounts_deletes():
-    from broker.errors import BadRequest
-    from broker.namesrv.kv_config import KVConfigManager
+    from rmqha.broker.errors import BadRequest
+    from rmqha.broker.namesrv.kv_config import KVConfigManager
     kv = KVConfigManager(max_bytes=100)
     kv.put("NS", "k", "v" * 50)
     kv.put("NS", "k", "v" * 60)  # a replacement counts its new size only

@@ -3,7 +3,7 @@ import zlib
 
 import pytest
 
-from broker.namesrv.register_body import RegisterBrokerBody, TooManyTopics, TopicConfig, body_crc32
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TooManyTopics, TopicConfig, body_crc32
 
 # As a Java 4.9 broker writes it with fastjson (sorted keys, no spaces).
 JAVA_PLAIN = (
@@ -89,14 +89,14 @@ def _inner(data_version: bytes, count: int = 0, filters: bytes = b"[]") -> bytes
     (zlib.compress(_inner(b"{}", count=1) + b"\xff\xfe"), True),           # a ValueError already; the same error type now
 ])
 def test_hostile_bodies_raise_register_body_error(data, compressed):
-    from broker.namesrv.register_body import RegisterBodyError
+    from rmqha.broker.namesrv.register_body import RegisterBodyError
     with pytest.raises(RegisterBodyError):
         RegisterBrokerBody.decode(data, compressed)
     assert issubclass(RegisterBodyError, ValueError)
 
 
 def test_compressed_body_inflating_past_the_limit_is_refused():
-    from broker.namesrv.register_body import MAX_INFLATED_BYTES, RegisterBodyError
+    from rmqha.broker.namesrv.register_body import MAX_INFLATED_BYTES, RegisterBodyError
     bomb = zlib.compress(bytes(MAX_INFLATED_BYTES + 1), 9)  # about 64 KiB on the wire
     assert len(bomb) < 100_000
     with pytest.raises(RegisterBodyError, match="inflates past"):

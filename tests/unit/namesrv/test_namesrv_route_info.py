@@ -1,5 +1,5 @@
-from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
-from broker.namesrv.route_info import RouteInfoManager
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
+from rmqha.broker.namesrv.route_info import RouteInfoManager
 
 M, S = "10.0.0.1:10911", "10.0.0.2:10911"
 M_HA, S_HA = "10.0.0.1:10912", "10.0.0.2:10912"

@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 
-from broker.store.message_store import MessageStore
-from broker.store.record import Message
-from cluster.history import HistoryWriter
-from pipeline import runfolder
+from rmqha.broker.store.message_store import MessageStore
+from rmqha.broker.store.record import Message
+from rmqha.cluster.history import HistoryWriter
+from rmqha.pipeline import runfolder
 
 FILE_SIZE = 64 << 10
 
@@ -17,7 +17,7 @@ FILE_SIZE = 64 << 10
 @pytest.fixture(scope="session")
 def spark():
     pytest.importorskip("pyspark")
-    from pipeline.spark import get_spark
+    from rmqha.pipeline.spark import get_spark
     s = get_spark("pipeline-unit-tests", "local[2]", {
         "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2", "spark.sql.adaptive.enabled": "false",
         "spark.ui.enabled": "false", "spark.driver.memory": "1g",

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from broker.store.record import Message
-from pipeline import audit, decode, history_check, report, runfolder
-from pipeline.verdict import FAIL, PASS, WARN
+from rmqha.broker.store.record import Message
+from rmqha.pipeline import audit, decode, history_check, report, runfolder
+from rmqha.pipeline.verdict import FAIL, PASS, WARN
 
 from .conftest import flip_byte
 
@@ -172,7 +172,7 @@ def test_received_out_of_queue_order(spark, run_builder, tmp_path):
     assert not f.lost and not f.missing_on_slave and f.e2e_latency["n"] == 40
 
 
-@pytest.mark.spark  # python -m pipeline: a JVM of its own
+@pytest.mark.spark  # python -m rmqha.pipeline: a JVM of its own
 def test_cli_master_from_pyspark_submit_args_and_exit_code(run_builder, tmp_path):
     run_builder.master(n=30)
     run_builder.close()
@@ -181,7 +181,7 @@ def test_cli_master_from_pyspark_submit_args_and_exit_code(run_builder, tmp_path
     # spark-submit's --master (here through PYSPARK_SUBMIT_ARGS) wins over $SPARK_MASTER
     env = dict(os.environ, PYSPARK_SUBMIT_ARGS="--master local[1] --conf spark.ui.enabled=false pyspark-shell",
                SPARK_MASTER="local[2]")
-    p = subprocess.run([sys.executable, "-m", "pipeline", run_builder.root, "--out", str(tmp_path / "o"),
+    p = subprocess.run([sys.executable, "-m", "rmqha.pipeline", run_builder.root, "--out", str(tmp_path / "o"),
                         "--range-mb", "1"], env=env, capture_output=True, text=True, timeout=180,
                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
     assert "spark master: local[1]" in p.stdout, p.stdout + p.stderr
@@ -191,7 +191,7 @@ def test_cli_master_from_pyspark_submit_args_and_exit_code(run_builder, tmp_path
 
 
 def test_master_precedence_cli_then_submit_then_env_then_local(spark):
-    from pipeline.spark import pick_master
+    from rmqha.pipeline.spark import pick_master
     env = {"SPARK_MASTER": "spark://env:7077"}
     assert pick_master("spark://cli:7077", "local[1]", env) == "spark://cli:7077"
     assert pick_master(None, "local[1]", env) == "local[1]"
@@ -201,7 +201,7 @@ def test_master_precedence_cli_then_submit_then_env_then_local(spark):
 
 
 def test_history_status_names():
-    from chaos.history import status_name
+    from rmqha.chaos.history import status_name
     assert status_name(0) == "SEND_OK" and status_name(2) == "FLUSH_SLAVE_TIMEOUT"
     assert status_name("SendStatus.SLAVE_NOT_AVAILABLE") == "SLAVE_NOT_AVAILABLE"
     assert status_name("SLAVE_NOT_AVAILABE") == "SLAVE_NOT_AVAILABLE"
@@ -253,7 +253,7 @@ def test_loss_counts_are_not_capped(spark, run_builder):
     ("MyTraceTopic", "broker.properties"),  # a named msgTraceTopicName, as the node's properties file says it
 ])  # node.json's msgTraceTopicName (the cluster tooling's) is read by the same load_nodes: test_runfolder.py
 def test_trace_records_on_a_master_are_reported_send_to_store(spark, run_builder, topic, where):
-    """A client's trace records in the node's trace topic (pipeline/trace.py) are matched to the messages
+    """A client's trace records in the node's trace topic (rmqha/pipeline/trace.py) are matched to the messages
     they trace: the audit reports send -> store times (issue 25). A named trace topic is read where the
     node's configuration names it."""
     store = run_builder.master(n=5)

@@ -3,9 +3,9 @@ the master lost its tail in a power loss, then wrote new records at offsets its 
 import os
 from pathlib import Path
 
-from broker.store.message_store import MessageStore
-from cluster.handle import drop_after
-from pipeline.verdict import FAIL, WARN
+from rmqha.broker.store.message_store import MessageStore
+from rmqha.cluster.handle import drop_after
+from rmqha.pipeline.verdict import FAIL, WARN
 
 from .conftest import FILE_SIZE
 from .test_audit import _audit_only
@@ -62,7 +62,7 @@ def test_one_flipped_record_is_not_a_fork(spark, run_builder):
 
 
 def _verdicts_with(spark, root, allowed):
-    from pipeline import audit, decode, runfolder
+    from rmqha.pipeline import audit, decode, runfolder
     nodes = runfolder.load_nodes(root)
     df = decode.decode(spark, nodes, 16384).cache()
     pairs = audit.audit_pairs(spark, df, nodes)
@@ -93,7 +93,7 @@ def test_a_fork_with_damage_before_it_still_fails(spark, run_builder):
 
 
 def test_forks_allowed_are_master_power_losses_that_were_injected():
-    from pipeline import faults as pf
+    from rmqha.pipeline import faults as pf
     fl = [pf.FaultInterval(1, "power-loss", "broker-a-s", "broker-a", "slave", None, {}, 0, 1),
           pf.FaultInterval(2, "kill-master", "broker-b", "broker-b", "master", None, {}, 0, 1),
           pf.FaultInterval(3, "power-loss", "broker-c", "broker-c", "master", None, {}, 0, 1, inject_error="x"),

@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from pipeline import decode, runfolder
+from rmqha.pipeline import decode, runfolder
 
 from .conftest import flip_byte
 
@@ -94,10 +94,10 @@ def test_row_fallback_without_arrow_gives_the_same_dataframe(spark, run_builder)
 
 
 def test_lag_series_reads_the_cluster_samplers_own_format(tmp_path):
-    """`python -m cluster sample` writes ts in seconds, slaves as a list, and down rows; the report
+    """`python -m rmqha.cluster sample` writes ts in seconds, slaves as a list, and down rows; the report
     reads that file as it is."""
     import json
-    from pipeline import report, runfolder
+    from rmqha.pipeline import report, runfolder
     nodes = [runfolder.Node(name="broker-a", broker_name="broker-a", broker_id=0, role="SYNC_MASTER",
                             cluster_name="C", addr="127.0.0.1:10911", store_dir=str(tmp_path)),
              runfolder.Node(name="broker-a-s", broker_name="broker-a", broker_id=1, role="SLAVE",

@@ -2,8 +2,8 @@
 the same name (record.SUMMARY_FIELDS), whatever order record.py keeps its tuple in. No Spark needed."""
 import pytest
 
-from broker.store import record
-from pipeline import decode
+from rmqha.broker.store import record
+from rmqha.pipeline import decode
 
 
 def _record(**kw):

@@ -1,4 +1,4 @@
-"""The compiled decoder (broker.store.summary_columns through pipeline.decode.arrow_batches) gives exactly
+"""The compiled decoder (rmqha.broker.store.summary_columns through rmqha.pipeline.decode.arrow_batches) gives exactly
 the rows of the pure-Python reference (decode_range: record.scan_summary per record) over the same files:
 damaged logs (flipped bytes, zeroed holes, torn tails, blanks), odd properties, topics and keys that are
 not ASCII, IPv6 hosts, several files, any split into ranges and any batch size."""
@@ -11,8 +11,8 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("numba")
 pytestmark = pytest.mark.compiles  # numba compiles the walk on first use (about 25 s on a fresh checkout)
 
-from broker.store import record  # noqa: E402
-from pipeline import decode, runfolder  # noqa: E402
+from rmqha.broker.store import record  # noqa: E402
+from rmqha.pipeline import decode, runfolder  # noqa: E402
 
 from .conftest import flip_byte  # noqa: E402
 from .test_decode import _damaged  # noqa: E402

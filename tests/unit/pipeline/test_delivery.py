@@ -4,11 +4,11 @@ import json
 import os
 import shutil
 
-from broker.store.consume_queue import FILLER, UNIT_SIZE
-from broker.store.record import Message
-from cluster.history import HistoryWriter
-from pipeline import decode, delivery, history_check, report, runfolder
-from pipeline.verdict import FAIL, PASS
+from rmqha.broker.store.consume_queue import FILLER, UNIT_SIZE
+from rmqha.broker.store.record import Message
+from rmqha.cluster.history import HistoryWriter
+from rmqha.pipeline import decode, delivery, history_check, report, runfolder
+from rmqha.pipeline.verdict import FAIL, PASS
 
 GROUP = "CG1"
 T0 = 1_700_000_000_000

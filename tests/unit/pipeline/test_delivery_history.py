@@ -4,8 +4,8 @@ test_delivery.py so the two files run on different test workers)."""
 import json
 import os
 
-from pipeline import delivery
-from pipeline.verdict import FAIL, PASS, WARN
+from rmqha.pipeline import delivery
+from rmqha.pipeline.verdict import FAIL, PASS, WARN
 
 from .test_delivery import GROUP, T0, _deliver, _histories
 

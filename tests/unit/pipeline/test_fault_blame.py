@@ -1,6 +1,6 @@
 """Who is blamed for an acknowledged loss: the faults active when it was acknowledged, and every power
 loss after it (a power cut destroys bytes acknowledged before it; the history does not name the group)."""
-from pipeline import faults as pf
+from rmqha.pipeline import faults as pf
 
 
 def interval(id_, kind, target, start, end):

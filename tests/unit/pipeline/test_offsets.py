@@ -1,6 +1,6 @@
 """Committed offsets that move back: explained by a restart of their master (WARN), or not (FAIL)."""
-from pipeline.faults import FaultInterval
-from pipeline.offsets import ID_REGRESSION, regressions, verdicts
+from rmqha.pipeline.faults import FaultInterval
+from rmqha.pipeline.offsets import ID_REGRESSION, regressions, verdicts
 
 
 def row(ts, off, node="broker-a", key="T@CG1"):

@@ -1,12 +1,12 @@
-"""`python -m pipeline --serve`'s loop (chaos.matrix's auditor) without a JVM: one answer line per input
+"""`python -m rmqha.pipeline --serve`'s loop (rmqha.chaos.matrix's auditor) without a JVM: one answer line per input
 line, flushed as it is made, a bad line an error for that line only, one Spark session for all and
 stopped at the end. The same loop audits a real cluster run in tests/integration/test_audit_cluster_run.py."""
 import io
 import json
 from types import SimpleNamespace
 
-from pipeline import __main__ as cli
-from pipeline import report, spark
+from rmqha.pipeline import __main__ as cli
+from rmqha.pipeline import report, spark
 
 
 class Session:

@@ -1,8 +1,8 @@
-"""Which node served each receive: the served-pull log matched to the histories (pipeline/served.py)."""
+"""Which node served each receive: the served-pull log matched to the histories (rmqha/pipeline/served.py)."""
 import json
 import os
 
-from pipeline import faults, history_check, runfolder, served
+from rmqha.pipeline import faults, history_check, runfolder, served
 
 T0 = 1_700_000_000_000
 
@@ -45,7 +45,7 @@ def test_each_receive_goes_to_the_node_whose_pull_covered_it(spark, run_builder)
         ("broker-b-1", "broker-b", 3, 0, 10, T0, 1),        # another group's queue 3: not broker-a's
     ])
     nodes = runfolder.load_nodes(rb.root)
-    from pipeline import decode
+    from rmqha.pipeline import decode
     df = decode.decode(spark, nodes).cache()
     hist = history_check.load_histories(spark, runfolder.history_files(rb.root))
     rows, _ = served.load(rb.root)

@@ -1,5 +1,5 @@
-"""The session the tests and small audits get: a driver JVM started for short work (pipeline/spark.py)."""
-from pipeline.spark import QUICK_JVM_OPTIONS, launch_quick_jvm
+"""The session the tests and small audits get: a driver JVM started for short work (rmqha/pipeline/spark.py)."""
+from rmqha.pipeline.spark import QUICK_JVM_OPTIONS, launch_quick_jvm
 
 
 def test_a_quick_session_runs_its_driver_with_c1_and_the_serial_collector(spark):

@@ -1,5 +1,5 @@
-"""pipeline/trace.py: RocketMQ's trace records, parsed and matched to stored messages."""
-from pipeline import trace
+"""rmqha/pipeline/trace.py: RocketMQ's trace records, parsed and matched to stored messages."""
+from rmqha.pipeline import trace
 
 C, F = "\x01", "\x02"
 

@@ -1,13 +1,13 @@
-"""The audit's warm-up run (pipeline/warmup.py): a valid run folder, checked with the project's own
+"""The audit's warm-up run (rmqha/pipeline/warmup.py): a valid run folder, checked with the project's own
 record scanner rather than a Spark audit (that costs a Spark session's first audit, ~20-90 s here), and
 a warm-up that never fails the real audit."""
 import os
 
 
-from pipeline import report, runfolder
-from pipeline.warmup import tiny_run, warm_up
+from rmqha.pipeline import report, runfolder
+from rmqha.pipeline.warmup import tiny_run, warm_up
 
-from broker.store import record
+from rmqha.broker.store import record
 
 
 def test_the_tiny_run_is_a_master_a_byte_identical_slave_and_a_matching_history(tmp_path):

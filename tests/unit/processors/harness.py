@@ -6,15 +6,15 @@ import os
 from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 
-from broker.config import BrokerConfig
-from broker.remoting.codes import RequestCode
-from broker.remoting.command import RemotingCommand
-from broker.server import BrokerServer
-from broker.store import record
-from cluster.requests import props, send_v1, send_v2
+from rmqha.broker.config import BrokerConfig
+from rmqha.broker.remoting.codes import RequestCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.server import BrokerServer
+from rmqha.broker.store import record
+from rmqha.cluster.requests import props, send_v1, send_v2
 
 __all__ = ["TOPIC", "Broker", "FakeContext", "batch_body", "decode_records", "file_exists", "make_config",
-           "now_thread", "props", "pull", "send_v1", "send_v2"]  # props and send_*: cluster/requests.py
+           "now_thread", "props", "pull", "send_v1", "send_v2"]  # props and send_*: rmqha/cluster/requests.py
 
 TOPIC = "TopicTest"
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from broker import fastpath
-from broker.config import parse_properties
-from broker.processors.ha_status import TransferRates
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.codec import encode
-from broker.remoting.command import RemotingCommand
+from rmqha.broker import fastpath
+from rmqha.broker.config import parse_properties
+from rmqha.broker.processors.ha_status import TransferRates
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.codec import encode
+from rmqha.broker.remoting.command import RemotingCommand
 
 from .harness import TOPIC, Broker, pull, send_v1, send_v2
 from .test_hostile_requests import Wire

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
-from broker.store import queries, record
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.store import queries, record
 
 from .harness import TOPIC, Broker, decode_records, props, send_v1
 

@@ -9,12 +9,12 @@ from twisted.internet import defer
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
-from broker.remoting import object_keys
-from broker.remoting.codec import FrameDecoder, encode
-from broker.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
-from broker.remoting.command import HeaderFieldError, RemotingCommand
-from broker.remoting.protocol import RemotingProtocol
-from broker.store import queries, record
+from rmqha.broker.remoting import object_keys
+from rmqha.broker.remoting.codec import FrameDecoder, encode
+from rmqha.broker.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from rmqha.broker.remoting.command import HeaderFieldError, RemotingCommand
+from rmqha.broker.remoting.protocol import RemotingProtocol
+from rmqha.broker.store import queries, record
 
 from .harness import TOPIC, Broker, send_v1
 

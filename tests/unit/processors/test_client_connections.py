@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from broker.processors import client_info
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import HeaderFieldError, RemotingCommand
+from rmqha.broker.processors import client_info
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import HeaderFieldError, RemotingCommand
 
 from .harness import TOPIC, Broker, FakeContext
 

@@ -1,7 +1,7 @@
 import json
 
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
 
 from .harness import TOPIC, Broker, FakeContext
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from broker.remoting import object_keys
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
-from broker.store import queries
+from rmqha.broker.remoting import object_keys
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.store import queries
 
 from .harness import TOPIC, Broker, FakeContext, props, pull, send_v1
 from .test_hostile_requests import Wire

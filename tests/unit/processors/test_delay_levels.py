@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
-from broker.store import record
-from broker.store.delay import deliver_time, parse_delay_levels, to_schedule_topic
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.store import record
+from rmqha.broker.store.delay import deliver_time, parse_delay_levels, to_schedule_topic
 
 from .harness import TOPIC, Broker, batch_body, props, send_v1
 

@@ -11,13 +11,13 @@ import pytest
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
-from broker.remoting import codec
-from broker.remoting.codec import FrameDecoder, encode
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
-from broker.store import record
-from broker.store.consume_queue import ConsumeQueue
-from broker.store.mapped_file import StoreError
+from rmqha.broker.remoting import codec
+from rmqha.broker.remoting.codec import FrameDecoder, encode
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.store import record
+from rmqha.broker.store.consume_queue import ConsumeQueue
+from rmqha.broker.store.mapped_file import StoreError
 
 from .harness import TOPIC, Broker, batch_body, pull, send_v1
 
@@ -335,7 +335,7 @@ def test_held_pulls_are_bounded_and_one_close_hook_per_connection(tmp_path):
 
 def test_unsupported_codes_are_logged_once_per_code(broker, caplog):
     w = Wire(broker)
-    with caplog.at_level(logging.INFO, logger="broker.remoting.protocol"):
+    with caplog.at_level(logging.INFO, logger="rmqha.broker.remoting.protocol"):
         for _ in range(50):
             assert w.request(RemotingCommand.request(400)).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     lines = [r for r in caplog.records if "400" in r.getMessage()]

@@ -3,10 +3,10 @@ import os
 
 import pytest
 
-from broker.namesrv.register_body import TopicConfig
-from broker.processors.consumer_offsets import ConsumerOffsetManager
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.namesrv.register_body import TopicConfig
+from rmqha.broker.processors.consumer_offsets import ConsumerOffsetManager
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
 
 from .harness import TOPIC, Broker, send_v1
 
@@ -121,7 +121,7 @@ def test_heartbeat_creates_retry_topic_on_master_only(tmp_path):
 
 
 def test_corrupt_topics_file_refuses_to_start(tmp_path):
-    from broker.store.mapped_file import StoreError
+    from rmqha.broker.store.mapped_file import StoreError
     os.makedirs(tmp_path / "a" / "config")
     (tmp_path / "a" / "config" / "topics.json").write_text("{not json")
     with pytest.raises(StoreError, match="topics.json"):

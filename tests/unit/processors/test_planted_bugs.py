@@ -1,10 +1,10 @@
-"""Each planted bug (broker/planted.py) does what it says and nothing without plantBug; the audit-side
+"""Each planted bug (rmqha/broker/planted.py) does what it says and nothing without plantBug; the audit-side
 proof that each is caught is tests/integration/test_planted_bugs.py."""
 import pytest
 
-from broker import planted
-from broker.config import ConfigError
-from broker.remoting.codes import ResponseCode
+from rmqha.broker import planted
+from rmqha.broker.config import ConfigError
+from rmqha.broker.remoting.codes import ResponseCode
 
 from .harness import TOPIC, Broker, make_config, send_v1
 from .test_send import stored

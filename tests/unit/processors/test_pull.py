@@ -1,9 +1,9 @@
 import pytest
 from twisted.internet import defer
 
-from broker.remoting.codes import ResponseCode
-from broker.store import record
-from broker.processors.pull import FLAG_SUBSCRIPTION
+from rmqha.broker.remoting.codes import ResponseCode
+from rmqha.broker.store import record
+from rmqha.broker.processors.pull import FLAG_SUBSCRIPTION
 
 from .harness import TOPIC, Broker, FakeContext, decode_records, props, pull, send_v1
 
@@ -145,7 +145,7 @@ def test_slave_does_not_commit_and_turns_offset_moved_into_retry(tmp_path):
 def test_slave_long_poll_wakes_on_replicated_data(tmp_path):
     b = Broker(tmp_path / "s2", brokerRole="SLAVE")
     try:
-        from broker.namesrv.register_body import TopicConfig
+        from rmqha.broker.namesrv.register_body import TopicConfig
         b.server.topics.update(TopicConfig(TOPIC, 4, 4))  # as slave sync would copy it
         d = b.call(pull(offset=0))
         got = []
@@ -162,8 +162,8 @@ def test_slave_long_poll_wakes_on_replicated_data(tmp_path):
 
 def test_registered_subscription_used_without_subscription_flag(broker):
     import json
-    from broker.remoting.codes import RequestCode
-    from broker.remoting.command import RemotingCommand
+    from rmqha.broker.remoting.codes import RequestCode
+    from rmqha.broker.remoting.command import RemotingCommand
     hb = {"clientID": "c1", "consumerDataSet": [{"groupName": "G", "consumeType": 1, "messageModel": 1,
           "consumeFromWhere": 0, "subscriptionDataSet": [{"topic": TOPIC, "subString": "tagB", "subVersion": 1}]}]}
     broker.call(RemotingCommand.request(RequestCode.HEART_BEAT, body=json.dumps(hb).encode()))

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from broker.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
 
 from .harness import TOPIC, Broker, decode_records, props, pull, send_v1
 
@@ -82,7 +82,7 @@ def test_dlq_is_created_readable_and_can_be_pulled(broker):
 
 
 def test_send_back_past_max_times_creates_a_readable_dlq(broker):
-    from broker.store import record
+    from rmqha.broker.store import record
     r = broker.call(send_v1(body=b"fail me", properties=props(UNIQ_KEY="U7")))
     _host, phys = record.parse_offset_msg_id(r.ext_fields["msgId"])
     back = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
@@ -95,7 +95,7 @@ def test_send_back_past_max_times_creates_a_readable_dlq(broker):
 
 
 def test_send_back_needs_the_group_and_old_clients_get_its_retry_max_times(tmp_path):
-    from broker.store import record
+    from rmqha.broker.store import record
     b = Broker(tmp_path / "b", autoCreateSubscriptionGroup="false")
     try:
         r = b.call(send_v1(body=b"x", properties=props(UNIQ_KEY="U1")))

@@ -7,9 +7,9 @@ from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 
-from broker.controller import BrokerController
-from broker.store import record
-from broker.store.message_store import PutStatus
+from rmqha.broker.controller import BrokerController
+from rmqha.broker.store import record
+from rmqha.broker.store.message_store import PutStatus
 
 from .harness import make_config, now_thread
 

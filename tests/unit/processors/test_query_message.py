@@ -1,13 +1,13 @@
 """QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33) through the broker's processors, on a master and on a
-slave fed replicated bytes (the reference's QueryMessageProcessor; broker/processors/query_message.py)."""
+slave fed replicated bytes (the reference's QueryMessageProcessor; rmqha/broker/processors/query_message.py)."""
 from __future__ import annotations
 
 import pytest
 
-from broker.errors import BadRequest
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
-from broker.store import record
+from rmqha.broker.errors import BadRequest
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.store import record
 
 from .harness import TOPIC, Broker, decode_records, props, send_v1
 from .test_hostile_requests import Wire

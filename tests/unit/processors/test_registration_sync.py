@@ -3,11 +3,11 @@ import json
 from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 
-from broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
-from broker.processors.topics import TopicConfigManager
-from broker.registration import BrokerRegistration
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.slave_sync import SlaveSynchronize
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
+from rmqha.broker.processors.topics import TopicConfigManager
+from rmqha.broker.registration import BrokerRegistration
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.slave_sync import SlaveSynchronize
 
 from .harness import Broker, make_config, send_v1
 

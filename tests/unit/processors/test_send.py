@@ -1,9 +1,9 @@
 import pytest
 from twisted.internet import defer
 
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.store import record
-from broker.store.message_store import PutResult, PutStatus
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.store import record
+from rmqha.broker.store.message_store import PutResult, PutStatus
 
 from .harness import TOPIC, Broker, batch_body, props, send_v1, send_v2
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from twisted.internet import defer
 
-from broker.remoting.codes import ResponseCode
+from rmqha.broker.remoting.codes import ResponseCode
 
 from .harness import TOPIC, Broker, FakeContext, decode_records, props, pull, send_v1, send_v2
 
@@ -64,7 +64,7 @@ def test_a_turns_sends_get_the_queue_offsets_their_units_hold(broker):
     for qid, r in replies:
         assert r.code == ResponseCode.SUCCESS
         offset = int(r.ext_fields["queueOffset"])
-        from broker.store.record import parse_offset_msg_id
+        from rmqha.broker.store.record import parse_offset_msg_id
         _host, phys = parse_offset_msg_id(r.ext_fields["msgId"])
         assert store.queue(TOPIC, qid).get(offset)[0] == phys
     assert [store.max_queue_offset(TOPIC, q) for q in range(3)] == [10, 10, 10]

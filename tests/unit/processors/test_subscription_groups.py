@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from broker.processors.subscription_groups import BUILT_IN_GROUPS
-from broker.remoting import json_body
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.processors.subscription_groups import BUILT_IN_GROUPS
+from rmqha.broker.remoting import json_body
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
 
 from .harness import TOPIC, Broker, props, pull, send_v1
 from .test_hostile_requests import Wire
@@ -151,7 +151,7 @@ def test_a_slave_refuses_changes(tmp_path):
 
 
 def test_slave_sync_copies_the_masters_groups(tmp_path):
-    from broker.slave_sync import SlaveSynchronize
+    from rmqha.broker.slave_sync import SlaveSynchronize
     master = Broker(tmp_path / "m")
     slave = Broker(tmp_path / "s", brokerRole="SLAVE")
     try:
@@ -178,7 +178,7 @@ def test_slave_sync_copies_the_masters_groups(tmp_path):
 
 
 def test_auto_creation_stops_at_the_limit(broker, monkeypatch):
-    from broker.processors import subscription_groups
+    from rmqha.broker.processors import subscription_groups
     monkeypatch.setattr(subscription_groups, "MAX_GROUPS", len(broker.server.groups.table) + 1)
     assert broker.call(pull(group="FITS", sys_flag=0x4)).code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
     r = broker.call(pull(group="ONE_TOO_MANY", sys_flag=0x4))

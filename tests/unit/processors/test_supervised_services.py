@@ -1,14 +1,14 @@
-"""The broker's periodic services keep running when a run fails, and show their health (broker.supervision)."""
+"""The broker's periodic services keep running when a run fails, and show their health (rmqha.broker.supervision)."""
 import json
 
 from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 
-from broker.namesrv.register_body import TopicConfig
-from broker.processors import consumer_offsets
-from broker.processors.topics import TopicConfigManager
-from broker.registration import BrokerRegistration
-from broker.metrics import Registry
+from rmqha.broker.namesrv.register_body import TopicConfig
+from rmqha.broker.processors import consumer_offsets
+from rmqha.broker.processors.topics import TopicConfigManager
+from rmqha.broker.registration import BrokerRegistration
+from rmqha.broker.metrics import Registry
 
 from .harness import TOPIC, Broker, FakeContext, make_config
 from .test_clients import heartbeat

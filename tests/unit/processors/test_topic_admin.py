@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from broker.remoting import object_keys
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
-from broker.store import queries
+from rmqha.broker.remoting import object_keys
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.store import queries
 
 from .harness import TOPIC, Broker, props, pull, send_v1
 from .test_hostile_requests import Wire

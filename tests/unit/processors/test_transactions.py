@@ -1,4 +1,4 @@
-"""Transactional messages (broker/transaction, END_TRANSACTION): half messages, commit, rollback, the op
+"""Transactional messages (rmqha/broker/transaction, END_TRANSACTION): half messages, commit, rollback, the op
 topic, the check-back on the fake clock, a slave, and hostile END_TRANSACTION requests.
 
 Expected layouts are RocketMQ 4.9.8's (TransactionalMessageBridge, EndTransactionProcessor,
@@ -12,11 +12,11 @@ import struct
 
 import pytest
 
-from broker.config import BrokerConfig
-from broker.remoting.codec import encode
-from broker.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
-from broker.remoting.command import RemotingCommand
-from broker.store import record
+from rmqha.broker.config import BrokerConfig
+from rmqha.broker.remoting.codec import encode
+from rmqha.broker.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.store import record
 
 from .harness import TOPIC, Broker, FakeContext, make_config, props, pull, send_v1
 from .test_hostile_requests import LONE, Wire
@@ -226,7 +226,7 @@ def test_two_transactions_of_one_reused_message_are_two(broker):
 
 
 def test_resolutions_are_bounded():
-    from broker.transaction.service import Resolutions
+    from rmqha.broker.transaction.service import Resolutions
     r = Resolutions(limit=2)
     for key in (b"a", b"b", b"c"):
         r.add(key, COMMIT)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 import random
 
-from broker.remoting import codec
-from broker.remoting.codes import RequestCode, ResponseCode, SerializeType
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting import codec
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode, SerializeType
+from rmqha.broker.remoting.command import RemotingCommand
 
 ODD_TEXT = ["", "plain", 'quo"te', "back\\slash", "nl\nand\ttab", "\x01\x02ctl", "é ü 中文", "\ud800lone",
             "emoji \U0001F600", "</script>", "a" * 300]

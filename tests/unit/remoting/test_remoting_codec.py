@@ -3,9 +3,9 @@ import struct
 
 import pytest
 
-from broker.remoting.codec import FrameDecoder, FrameError, decode, decode_frame, encode
-from broker.remoting.codes import FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType
-from broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.codec import FrameDecoder, FrameError, decode, decode_frame, encode
+from rmqha.broker.remoting.codes import FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType
+from rmqha.broker.remoting.command import RemotingCommand
 
 # docs/formats.md §1.6: what the C++ 2.x client sends for GET_ROUTEINFO_BY_TOPIC "TopicTest", opaque 1.
 CPP_ROUTE_HEADER = (

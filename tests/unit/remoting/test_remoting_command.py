@@ -1,8 +1,8 @@
 import pytest
 
-from broker.remoting import json_body
-from broker.remoting.codes import FLAG_ONEWAY, ResponseCode
-from broker.remoting.command import HeaderFieldError, RemotingCommand
+from rmqha.broker.remoting import json_body
+from rmqha.broker.remoting.codes import FLAG_ONEWAY, ResponseCode
+from rmqha.broker.remoting.command import HeaderFieldError, RemotingCommand
 
 
 def cmd(**ext) -> RemotingCommand:

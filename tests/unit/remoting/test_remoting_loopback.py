@@ -4,10 +4,10 @@ import socket
 from twisted.internet import defer, reactor, task
 from twisted.trial import unittest
 
-from broker.remoting.codec import decode, encode
-from broker.remoting.codes import ResponseCode
-from broker.remoting.command import RemotingCommand
-from broker.remoting.protocol import (
+from rmqha.broker.remoting.codec import decode, encode
+from rmqha.broker.remoting.codes import ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.protocol import (
     ProcessorRegistry,
     RemotingClient,
     RemotingConnectionError,

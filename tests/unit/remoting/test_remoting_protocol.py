@@ -7,10 +7,10 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
-from broker.remoting.codec import FrameDecoder, encode
-from broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
-from broker.remoting.command import RemotingCommand
-from broker.remoting.protocol import (
+from rmqha.broker.remoting.codec import FrameDecoder, encode
+from rmqha.broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.protocol import (
     ProcessorRegistry,
     RemotingConnectionError,
     RemotingProtocol,

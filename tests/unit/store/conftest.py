@@ -1,7 +1,7 @@
 import pytest
 
-from broker.store.message_store import MessageStore
-from broker.store.record import Message
+from rmqha.broker.store.message_store import MessageStore
+from rmqha.broker.store.record import Message
 
 FILE_SIZE = 4096
 

@@ -1,5 +1,5 @@
 """A hand-built oracle for RocketMQ 4.9's index files, written from the layout and rules alone (IndexFile,
-IndexHeader, IndexService of rocketmq-all-4.9.8), sharing no code with broker/store/index.py.
+IndexHeader, IndexService of rocketmq-all-4.9.8), sharing no code with rmqha/broker/store/index.py.
 
 Layout (big-endian): a 40-byte header (beginTimestamp q, endTimestamp q, beginPhyOffset q, endPhyOffset q,
 hashSlotCount i, indexCount i), `slots` 4-byte slots, `items` 20-byte items (keyHash i, phyOffset q,
@@ -12,9 +12,9 @@ import errno
 import datetime
 import struct
 
-from broker.store.index import IndexSettings
-from broker.store.message_store import MessageStore
-from broker.store.record import Message
+from rmqha.broker.store.index import IndexSettings
+from rmqha.broker.store.message_store import MessageStore
+from rmqha.broker.store.record import Message
 
 INT_MAX = 2**31 - 1
 
@@ -179,7 +179,7 @@ def crash(store) -> None:
 
 def fail_index_write(monkeypatch, nth_write: int):
     """Make the index's (nth_write + 1)-th file write fail with ENOSPC; returns a function that heals it."""
-    from broker.store import index
+    from rmqha.broker.store import index
     real_write = index.FileBacking.write
     writes = [0]
 

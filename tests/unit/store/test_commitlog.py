@@ -3,10 +3,10 @@ import struct
 
 import pytest
 
-from broker.store import record
-from broker.store.mapped_file import StoreError
-from broker.store.message_store import GetStatus, PutStatus
-from broker.store.record import Scan
+from rmqha.broker.store import record
+from rmqha.broker.store.mapped_file import StoreError
+from rmqha.broker.store.message_store import GetStatus, PutStatus
+from rmqha.broker.store.record import Scan
 
 from .conftest import FILE_SIZE, msg, open_store
 
@@ -81,7 +81,7 @@ def test_second_broker_on_same_store_is_refused(store_factory, tmp_path):
 
 def test_full_disk_fails_cleanly_and_loses_nothing(store_factory, monkeypatch):
     import errno
-    from broker.store import mapped_file
+    from rmqha.broker.store import mapped_file
     s = store_factory()
     good = [s.put_message(msg(i)) for i in range(5)]
     end = s.max_offset
@@ -148,5 +148,5 @@ def test_dispatch_reads_about_one_slice_at_a_time(store_factory, monkeypatch):
     monkeypatch.setattr(type(s.commitlog.queue.files[0]), "read",
                         lambda self, pos, n: reads.append(n) or real(self, pos, n))
     s.dispatch(max_bytes=4096)
-    from broker.store.message_store import DISPATCH_READ_MARGIN
+    from rmqha.broker.store.message_store import DISPATCH_READ_MARGIN
     assert reads and max(reads) <= 4096 + DISPATCH_READ_MARGIN

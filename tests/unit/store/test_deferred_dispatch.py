@@ -10,9 +10,9 @@ import random
 
 import pytest
 
-from broker.store import consume_queue, index, record
-from broker.store.mapped_file import DiskFullError
-from broker.store.message_store import GetStatus
+from rmqha.broker.store import consume_queue, index, record
+from rmqha.broker.store.mapped_file import DiskFullError
+from rmqha.broker.store.message_store import GetStatus
 
 from .index_oracle import Clock, crash, fail_index_write, index_files, message, open_store
 

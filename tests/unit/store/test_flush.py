@@ -14,9 +14,9 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from broker.store.flush import FlushService
-from broker.store.mapped_file import MappedFileQueue
-from broker.store.message_store import PutStatus
+from rmqha.broker.store.flush import FlushService
+from rmqha.broker.store.mapped_file import MappedFileQueue
+from rmqha.broker.store.message_store import PutStatus
 
 from .conftest import msg
 
@@ -143,7 +143,7 @@ def test_one_flush_serves_every_waiter_it_covers():
 
 
 def test_fdatasync_error_answers_flush_disk_timeout_and_is_sticky_until_restart(caplog):
-    caplog.set_level(logging.WARNING, logger="broker.store.flush")
+    caplog.set_level(logging.WARNING, logger="rmqha.broker.store.flush")
     store = FakeStore()
     fs, thread, clock = service(store, interval_ms=500)
     store.max_offset = 100

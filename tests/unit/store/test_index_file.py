@@ -1,5 +1,5 @@
 """The message index's files, byte for byte, against a hand-built oracle of RocketMQ 4.9's layout; its hash,
-chains, rollover and time-range rules (broker/store/index.py)."""
+chains, rollover and time-range rules (rmqha/broker/store/index.py)."""
 from __future__ import annotations
 
 import os
@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
-from broker.store import index, record
-from broker.store.index import IndexFile, IndexService, IndexSettings, MemoryBacking
-from broker.store.mapped_file import StoreError
+from rmqha.broker.store import index, record
+from rmqha.broker.store.index import IndexFile, IndexService, IndexSettings, MemoryBacking
+from rmqha.broker.store.mapped_file import StoreError
 
 from .index_oracle import (Clock, OracleIndex, abs_hash, crash, index_files, java_hash, key_with_min_value_hash,
                            message, name_at, open_store)
@@ -356,7 +356,7 @@ def test_master_and_slave_index_the_keys_the_stored_text_holds(tmp_path, props):
 
 
 def test_config_keys_and_their_limits():
-    from broker.config import BrokerConfig, ConfigError
+    from rmqha.broker.config import BrokerConfig, ConfigError
     base = {"brokerName": "b", "storePathRootDir": "/tmp/x"}
     c = BrokerConfig.from_properties(base)
     assert (c.messageIndexEnable, c.maxHashSlotNum, c.maxIndexNum) == (True, 5_000_000, 20_000_000)

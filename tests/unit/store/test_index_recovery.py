@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from broker.store.mapped_file import list_files
+from rmqha.broker.store.mapped_file import list_files
 
 from .index_oracle import Clock, crash, fail_index_write, index_files, message, open_store
 

@@ -19,6 +19,6 @@ PICKS = [
 
 
 def test_fixed_mutants_of_the_record_format_are_killed():
-    results = engine.smoke("broker.store.record", PICKS, ROOT)
+    results = engine.smoke("rmqha.broker.store.record", PICKS, ROOT)
     survivors = [m.describe() for m, outcome in results if outcome not in ("killed", "timeout")]
     assert not survivors, "mutants no test kills any more:\n" + "\n".join(survivors)

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from broker.remoting.codes import ResponseCode
-from broker.store.message_store import PutResult, PutStatus
+from rmqha.broker.remoting.codes import ResponseCode
+from rmqha.broker.store.message_store import PutResult, PutStatus
 
 # The reference's mapping (SendMessageProcessor), written out independently of the enum's table.
 EXPECTED = {

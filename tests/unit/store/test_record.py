@@ -3,8 +3,8 @@ import zlib
 
 import pytest
 
-from broker.store import record
-from broker.store.record import Message, Scan
+from rmqha.broker.store import record
+from rmqha.broker.store.record import Message, Scan
 
 
 def make(topic="TopicTest", body=b"hello", **kw):

@@ -2,8 +2,8 @@
 fast parsers agreeing with the full decoder (last TAGS wins)."""
 import pytest
 
-from broker.store import queries, record
-from broker.store.record import Scan
+from rmqha.broker.store import queries, record
+from rmqha.broker.store.record import Scan
 
 from .conftest import open_store
 from .test_record import _raw_props, make

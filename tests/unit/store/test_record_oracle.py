@@ -11,8 +11,8 @@ import zlib
 
 import pytest
 
-from broker.store import record
-from broker.store.record import Message, Scan
+from rmqha.broker.store import record
+from rmqha.broker.store.record import Message, Scan
 
 MAGIC = 0xDAA320A7
 BLANK = 0xCBD43194

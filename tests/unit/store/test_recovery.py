@@ -2,9 +2,9 @@
 import os
 import struct
 
-from broker.store import record
-from broker.store.consume_queue import UNIT_SIZE
-from broker.store.message_store import PutStatus
+from rmqha.broker.store import record
+from rmqha.broker.store.consume_queue import UNIT_SIZE
+from rmqha.broker.store.message_store import PutStatus
 
 from .conftest import FILE_SIZE, msg, open_store
 

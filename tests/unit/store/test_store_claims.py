@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from broker.store import mapped_file
-from broker.store.message_store import PutStatus
+from rmqha.broker.store import mapped_file
+from rmqha.broker.store.message_store import PutStatus
 
 from .conftest import FILE_SIZE, msg, open_store
 from .test_recovery import crash, log_file
@@ -135,7 +135,7 @@ def test_the_broker_wires_flush_interval_sync_flush_and_its_timeout(tmp_path):
 def test_async_flush_runs_every_interval_exactly():
     from twisted.internet import defer
     from twisted.internet.task import Clock
-    from broker.store.flush import FlushService
+    from rmqha.broker.store.flush import FlushService
 
     class Store:
         max_offset, min_offset, was_clean_shutdown = 0, 0, True

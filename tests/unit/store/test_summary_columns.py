@@ -1,4 +1,4 @@
-"""The compiled summary walk (broker.store.summary_columns) against record.scan_summary(), the reference:
+"""The compiled summary walk (rmqha.broker.store.summary_columns) against record.scan_summary(), the reference:
 over the same bytes, the rows it takes are exactly the rows scan_summary gives, and it never takes a
 record scan_summary would not (damaged, partial, misplaced, odd UTF-8, empty property values...). Records
 are built by hand (test_record_oracle.hand), damaged at random with fixed seeds."""
@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("numba")
 pytestmark = pytest.mark.compiles  # numba compiles the walk on first use (about 25 s on a fresh checkout)
 
-from broker.store import record  # noqa: E402
-from broker.store import summary_columns as sc  # noqa: E402
+from rmqha.broker.store import record  # noqa: E402
+from rmqha.broker.store import summary_columns as sc  # noqa: E402
 
 from .test_record_oracle import BLANK, hand  # noqa: E402
 
@@ -264,7 +264,7 @@ def test_utf8_rules_are_pythons():
 
 
 def test_a_real_store_file(tmp_path):
-    from broker.store.message_store import MessageStore
+    from rmqha.broker.store.message_store import MessageStore
     store = MessageStore(str(tmp_path / "store"), commitlog_file_size=1 << 20)
     store.start()
     for k in range(500):

@@ -1,0 +1,183 @@
+"""One DLedger member, IO-free: DLedgerServer's request routing over the elector, pusher and handler.
+
+Inputs: `handle_request` (a request from a peer or client), `on_response` (the answer to a request
+this node sent, or a NETWORK_ERROR one made by the driver), `tick(now)` (at least every few ms; the
+Java state maintainer runs every 10 ms), `append(body, token, now)` (a local client append). Each
+returns the effects (rmqha.broker.dledger.effects) to carry out, in order: a PersistTerm must be on disk
+before a Send or Reply that follows it. `next_deadline(now)` says when tick() next has work; ask it
+again after every input, which can bring it forward.
+"""
+from __future__ import annotations
+
+import random
+
+from .config import DLedgerConfig
+from .effects import AppendDone, Reply
+from .election import Elector, MemberState
+from .protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest, DLedgerError,
+                       HeartBeatRequest, HeartBeatResponse, LeadershipTransferRequest,
+                       LeadershipTransferResponse, MetadataRequest, PushEntryRequest,
+                       RequestOrResponse, ResponseCode, VoteRequest, VoteResponse, GetEntriesRequest,
+                       PullEntriesRequest, REQUEST_TYPES, request_code)
+from .replication import EntryHandler, EntryPusher, Rules
+
+
+class DLedgerNode:
+    def __init__(self, config: DLedgerConfig, log, *, rng: random.Random, term: int = 0,
+                 vote_for: str | None = None, rules: Rules | None = None, elector_class=Elector):
+        self.config = config
+        self.log = log
+        self.rules = rules or Rules()
+        self.ms = MemberState(config, log, term=term, vote_for=vote_for)
+        self.elector = elector_class(config, self.ms, rng, self.rules)
+        self.pusher = EntryPusher(config, self.ms, log, self.rules)
+        self.handler = EntryHandler(config, self.ms, log, self.rules)
+        self.waiting_transfer: tuple[LeadershipTransferRequest, float] | None = None
+
+    @property
+    def self_id(self) -> str:
+        return self.ms.self_id
+
+    @property
+    def role(self) -> str:
+        return self.ms.role
+
+    @property
+    def term(self) -> int:
+        return self.ms.term
+
+    def _drain(self) -> list:
+        out, self.ms.effects = self.ms.effects, []
+        return out
+
+    def _work(self, now: float) -> list:
+        self._check_waiting_transfer(now)
+        self.handler.work(now)
+        self.pusher.work(now)
+        return self._drain()
+
+    # --- inputs ----------------------------------------------------------------------------------
+    def tick(self, now: float) -> list:
+        self.elector.tick(now)
+        return self._work(now)
+
+    def next_deadline(self, now: float) -> float:
+        """When tick() next has work (the driver may tick more often; Java's loops spin every 1-10 ms)."""
+        c = self.config
+        at = self.elector.next_deadline(now)
+        if self.ms.role == "LEADER":  # dispatcher retries, idle COMMITs, ack timeouts, leak checks
+            at = min(at, now + min(c.maxPushTimeOutMs, c.commitPushIntervalMs, c.leakCheckIntervalMs) / 4)
+        if self.handler.write_requests and self.ms.role == "FOLLOWER":
+            at = min(at, self.handler.last_check_fast_forward + c.leakCheckIntervalMs + 1)
+        if self.waiting_transfer is not None:
+            at = min(at, self.waiting_transfer[1] + 1)
+        return max(at, now)
+
+    def append(self, body: bytes, token, now: float) -> list:
+        try:
+            self.pusher.append(body, token, False, now)
+        except DLedgerError as e:
+            self.ms.effects.append(AppendDone(token, AppendEntryResponse(
+                group=self.ms.group, code=e.code, term=self.ms.term, leaderId=self.ms.leader_id)))
+        return self._work(now)
+
+    def handle_request(self, request: RequestOrResponse, now: float) -> list:
+        ms = self.ms
+        try:
+            if request.remoteId != ms.self_id:
+                raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"{request.remoteId} != {ms.self_id}")
+            if request.group != ms.group:
+                raise DLedgerError(ResponseCode.UNKNOWN_GROUP, f"{request.group} != {ms.group}")
+            response = self._route(request, now)
+        except DLedgerError as e:
+            cls = REQUEST_TYPES[request_code(request)][1]
+            response = cls().copy_base_info(request)
+            response.code = e.code
+            response.leaderId = ms.leader_id
+        if response is not None:
+            ms.effects.append(Reply(request, response))
+        return self._work(now)
+
+    def _route(self, request, now):
+        if isinstance(request, VoteRequest):
+            return self.elector.handle_vote(request, now)
+        if isinstance(request, HeartBeatRequest):
+            return self.elector.handle_heartbeat(request, now)
+        if isinstance(request, PushEntryRequest):
+            self.handler.handle_push(request, now)
+            return None  # the handler replies
+        if isinstance(request, BatchAppendEntryRequest):
+            raise DLedgerError(ResponseCode.UNSUPPORTED, "batch append is not modelled yet")
+        if isinstance(request, AppendEntryRequest):
+            if request.body is None:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "append without a body")
+            self.pusher.append(request.body, request, True, now)
+            return None
+        if isinstance(request, LeadershipTransferRequest):
+            return self._leadership_transfer(request, now)
+        if isinstance(request, (MetadataRequest, GetEntriesRequest, PullEntriesRequest)):
+            raise DLedgerError(ResponseCode.UNSUPPORTED)
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, type(request).__name__)
+
+    def on_response(self, peer: str, request: RequestOrResponse, response: RequestOrResponse,
+                    now: float) -> list:
+        if isinstance(request, VoteRequest):
+            self.elector.on_vote_response(peer, request, response, now)
+        elif isinstance(request, HeartBeatRequest):
+            self.elector.on_heartbeat_response(peer, request, response, now)
+        elif isinstance(request, PushEntryRequest):
+            self.pusher.on_push_response(peer, request, response, now)
+        elif isinstance(request, LeadershipTransferRequest):
+            self.elector.on_take_leadership_response(request, response)
+        return self._work(now)
+
+    @staticmethod
+    def network_error(request: RequestOrResponse) -> RequestOrResponse:
+        """The response DLedgerRpcNettyService makes up when a request timed out or failed."""
+        if isinstance(request, VoteRequest):
+            return VoteResponse()  # voteResult UNKNOWN
+        if isinstance(request, HeartBeatRequest):
+            return HeartBeatResponse(code=ResponseCode.NETWORK_ERROR)
+        cls = REQUEST_TYPES[request_code(request)][1]
+        resp = cls().copy_base_info(request)
+        resp.code = ResponseCode.NETWORK_ERROR
+        return resp
+
+    # --- leadership transfer (DLedgerServer.handleLeadershipTransfer) -----------------------------
+    def _leadership_transfer(self, request: LeadershipTransferRequest, now: float):
+        ms = self.ms
+        if ms.self_id == request.transferId:
+            if not ms.is_peer_member(request.transfereeId):
+                raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"transferee={request.transfereeId}")
+            if ms.term != request.term:
+                raise DLedgerError(ResponseCode.INCONSISTENT_TERM, f"{ms.term} != {request.term}")
+            if ms.role != "LEADER":
+                raise DLedgerError(ResponseCode.NOT_LEADER)
+            behind = self.log.end_index - self.pusher.watermark(request.term, request.transfereeId)
+            if behind >= self.config.maxLeadershipTransferWaitIndex:
+                raise DLedgerError(ResponseCode.FALL_BEHIND_TOO_MUCH, f"diff={behind}")
+            return self.elector.handle_leadership_transfer(request, now)
+        if ms.self_id == request.transfereeId:
+            if request.transferId != ms.leader_id:
+                raise DLedgerError(ResponseCode.INCONSISTENT_LEADER, f"transfer={request.transferId}")
+            if request.takeLeadershipLedgerIndex - ms.ledger_end_index > 0:
+                # the Java handler sleeps until caught up, at most leadershipTransferWaitTimeout
+                self.waiting_transfer = (request, now + self.config.leadershipTransferWaitTimeout)
+                return None
+            return self.elector.handle_take_leadership(request, now)
+        return LeadershipTransferResponse(code=ResponseCode.UNEXPECTED_ARGUMENT, term=ms.term)
+
+    def _check_waiting_transfer(self, now: float) -> None:
+        if self.waiting_transfer is None:
+            return
+        request, deadline = self.waiting_transfer
+        if request.takeLeadershipLedgerIndex - self.ms.ledger_end_index <= 0:
+            self.waiting_transfer = None
+            response = self.elector.handle_take_leadership(request, now)
+            if response is not None:
+                self.ms.effects.append(Reply(request, response))
+        elif now > deadline:
+            self.waiting_transfer = None
+            resp = LeadershipTransferResponse().copy_base_info(request)
+            resp.code, resp.leaderId = ResponseCode.TAKE_LEADERSHIP_FAILED, self.ms.leader_id
+            self.ms.effects.append(Reply(request, resp))

@@ -1,0 +1,257 @@
+"""The Twisted driver of one DLedgerNode: DLedgerRpcNettyService's RPC over RocketMQ remoting.
+
+Every DLedger request is a remoting request whose code is the DLedger RequestCode (VOTE 51001, APPEND
+50001, ...) and whose body is the request's JSON; the answer is a remoting response with code SUCCESS
+(200), the request's opaque, and the response's JSON, its own `code` field saying how it went
+(DLedgerRpcNettyService.handleResponse). A request no one answers within rpcTimeoutMs (3 s, the
+invokeAsync timeout), or that cannot be sent, gets the NETWORK_ERROR answer Java makes up
+(DLedgerNode.network_error). One listener per node (the port of its own entry in `peers`); one
+outgoing connection per peer, opened when first needed and again after it drops.
+
+The driver is thin: it ticks the node every tick_ms (the state maintainer's 10 ms) with a LoopingCall
+on an injectable clock, carries out the effects in order (PersistTerm is written and fsynced before
+the Sends and Replies after it), fsyncs the store every flushFileInterval when it wrote, and writes
+the checkpoint every checkPointInterval.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import protocol
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+
+from rmqha.broker.remoting.codec import FrameDecoder, FrameError, encode
+from rmqha.broker.remoting.codes import FLAG_RESPONSE, ResponseCode as RemotingCode
+from rmqha.broker.remoting.command import RemotingCommand
+
+from .effects import AppendDone, Committed, PersistTerm, Reply, RoleChanged, Send
+from .file_store import FileStore
+from .node import DLedgerNode
+from .protocol import ProtocolError, RequestCode, ResponseCode, decode_request, decode_response, request_code
+
+log = logging.getLogger("dledger")
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+class _Conn(protocol.Protocol):
+    """One TCP connection either way: requests in are handed to the service, responses in are
+    matched to the requests this side sent on it (by opaque)."""
+
+    def __init__(self, service: DLedgerService, peer: str | None):
+        self.service, self.peer = service, peer
+        self.decoder = FrameDecoder()
+
+    def connectionMade(self) -> None:
+        if self.peer is not None:
+            self.service._connected(self.peer, self)
+
+    def dataReceived(self, data: bytes) -> None:
+        try:
+            for cmd in self.decoder.feed(data):
+                if cmd.is_response:
+                    self.service._on_response(cmd)
+                else:
+                    self.service._on_request(self, cmd)
+        except FrameError as e:
+            log.warning("dropping a connection with a bad frame: %s", e)
+            self.transport.loseConnection()
+
+    def connectionLost(self, reason: Any = None) -> None:
+        if self.peer is not None:
+            self.service._disconnected(self.peer, self)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        self.transport.write(encode(cmd))
+
+
+class _ServerFactory(protocol.ServerFactory):
+    def __init__(self, service: DLedgerService):
+        self.service = service
+
+    def buildProtocol(self, addr: Any) -> _Conn:
+        return _Conn(self.service, None)
+
+
+class DLedgerService:
+    def __init__(self, node: DLedgerNode, store: FileStore, *, reactor: Any, clock: IReactorTime | None = None,
+                 tick_ms: float = 10, flush_ms: float = 10, checkpoint_ms: float = 3000,
+                 on_effect: Callable[[object], None] | None = None):
+        self.node, self.store, self.reactor = node, store, reactor
+        self.clock: IReactorTime = clock or reactor
+        self.config = node.config
+        self.peers = self.config.peer_map()
+        self.tick_ms, self.flush_ms, self.checkpoint_ms = tick_ms, flush_ms, checkpoint_ms
+        self.on_effect = on_effect
+        self.conns: dict[str, _Conn] = {}
+        self.connecting: dict[str, list[RemotingCommand]] = {}
+        self.pending: dict[int, tuple[str, Any, Any]] = {}  # opaque -> (peer, request, timeout call)
+        self.next_opaque = 0
+        self.listener: Any = None
+        self.loops: list[LoopingCall] = []
+        self.stats = {"sent": 0, "timeouts": 0, "network_errors": 0, "committed": store.committed_index}
+
+    def now(self) -> float:
+        return self.clock.seconds() * 1000.0
+
+    # --- life cycle -------------------------------------------------------------------------------
+    def start(self, listen: bool = True) -> None:
+        if listen:
+            host, port = split_address(self.peers[self.node.self_id])
+            self.listener = self.reactor.listenTCP(port, _ServerFactory(self), interface=host)
+        for fn, ms in ((self.tick, self.tick_ms), (self.flush, self.flush_ms),
+                       (self.store.persist_checkpoint, self.checkpoint_ms)):
+            loop = LoopingCall(fn)
+            loop.clock = self.clock
+            loop.start(ms / 1000.0, now=False)
+            self.loops.append(loop)
+
+    def stop(self) -> None:
+        for loop in self.loops:
+            if loop.running:
+                loop.stop()
+        for conn in list(self.conns.values()):
+            conn.transport.loseConnection()
+        if self.listener is not None:
+            self.listener.stopListening()
+        self.store.close()
+
+    # --- effects ----------------------------------------------------------------------------------
+    def run(self, effects: list) -> None:
+        for eff in effects:
+            if isinstance(eff, PersistTerm):
+                self.store.persist_term(eff.term, eff.vote_for)
+            elif isinstance(eff, Send):
+                self.send(eff.peer, eff.request)
+            elif isinstance(eff, Reply):
+                self._answer(eff.to, eff.response)
+            elif isinstance(eff, AppendDone):
+                if hasattr(eff.token, "callback"):
+                    eff.token.callback(eff.response)
+            elif isinstance(eff, RoleChanged):
+                log.info("%s is %s in term %d", self.node.self_id, eff.role, eff.term)
+            elif isinstance(eff, Committed):
+                self.stats["committed"] = eff.new
+            if self.on_effect is not None:
+                self.on_effect(eff)
+
+    def tick(self) -> None:
+        self.run(self.node.tick(self.now()))
+
+    def flush(self) -> None:
+        if self.store.dirty:
+            self.store.flush()
+
+    def append(self, body: bytes, token: Any) -> None:
+        """A local append (the broker's): token.callback(AppendEntryResponse) once it is decided."""
+        self.run(self.node.append(body, token, self.now()))
+
+    # --- requests out -----------------------------------------------------------------------------
+    def send(self, peer: str, request: Any) -> None:
+        self.next_opaque += 1
+        opaque = self.next_opaque
+        cmd = RemotingCommand.request(int(request_code(request)), body=request.to_json_bytes(), opaque=opaque)
+        timeout = self.clock.callLater(self.config.rpcTimeoutMs / 1000.0, self._timed_out, opaque)
+        self.pending[opaque] = (peer, request, timeout)
+        self.stats["sent"] += 1
+        conn = self.conns.get(peer)
+        if conn is not None:
+            conn.send(cmd)
+            return
+        queued = self.connecting.get(peer)
+        if queued is not None:
+            queued.append(cmd)
+            return
+        self.connecting[peer] = [cmd]
+        host, port = split_address(self.peers[peer])
+        creator = protocol.ClientCreator(self.reactor, _Conn, self, peer)
+        d = creator.connectTCP(host, port, timeout=max(1, int(self.config.rpcTimeoutMs / 1000)))
+        d.addErrback(lambda _f: self._connect_failed(peer))
+
+    def _connected(self, peer: str, conn: _Conn) -> None:
+        self.conns[peer] = conn
+        for cmd in self.connecting.pop(peer, []):
+            conn.send(cmd)
+
+    def _connect_failed(self, peer: str) -> None:
+        # invokeAsync throws when it cannot connect: the answer is NETWORK_ERROR at once
+        for cmd in self.connecting.pop(peer, []):
+            self._fail(cmd.opaque)
+
+    def _disconnected(self, peer: str, conn: _Conn) -> None:
+        if self.conns.get(peer) is conn:
+            del self.conns[peer]
+        for opaque in [o for o, (p, _r, _t) in self.pending.items() if p == peer]:
+            self._fail(opaque)
+
+    def _timed_out(self, opaque: int) -> None:
+        if opaque in self.pending:
+            self.stats["timeouts"] += 1
+            self._fail(opaque, cancel=False)
+
+    def _fail(self, opaque: int, cancel: bool = True) -> None:
+        entry = self.pending.pop(opaque, None)
+        if entry is None:
+            return
+        peer, request, timeout = entry
+        if cancel and timeout.active():
+            timeout.cancel()
+        self.stats["network_errors"] += 1
+        self.run(self.node.on_response(peer, request, DLedgerNode.network_error(request), self.now()))
+
+    def _on_response(self, cmd: RemotingCommand) -> None:
+        entry = self.pending.pop(cmd.opaque, None)
+        if entry is None:
+            return  # answered after its timeout
+        peer, request, timeout = entry
+        if timeout.active():
+            timeout.cancel()
+        try:
+            if cmd.code != ResponseCode.SUCCESS:  # 200: DLedger's, not remoting's 0
+                raise ProtocolError(f"remoting code {cmd.code}: {cmd.remark}")
+            response = decode_response(int(request_code(request)), cmd.body)
+        except ProtocolError as e:
+            log.warning("bad answer from %s to %s: %s", peer, type(request).__name__, e)
+            response = DLedgerNode.network_error(request)
+        self.run(self.node.on_response(peer, request, response, self.now()))
+
+    # --- requests in ------------------------------------------------------------------------------
+    def _on_request(self, conn: _Conn, cmd: RemotingCommand) -> None:
+        try:
+            RequestCode(cmd.code)
+        except ValueError:
+            conn.send(cmd.make_response(RemotingCode.REQUEST_CODE_NOT_SUPPORTED,
+                                        f" request type {cmd.code} not supported"))
+            return
+        try:
+            request = decode_request(cmd.code, cmd.body)
+        except ProtocolError as e:
+            conn.send(cmd.make_response(RemotingCode.SYSTEM_ERROR, str(e)))
+            return
+        request._dledger_reply_to = (conn, cmd)  # type: ignore[attr-defined]
+        self.run(self.node.handle_request(request, self.now()))
+
+    def _answer(self, to: Any, response: Any) -> None:
+        where = getattr(to, "_dledger_reply_to", None)
+        if where is None:
+            return
+        conn, cmd = where
+        if conn.transport is None or not getattr(conn.transport, "connected", True):
+            return
+        reply = RemotingCommand(code=ResponseCode.SUCCESS, opaque=cmd.opaque, flag=FLAG_RESPONSE,
+                                body=response.to_json_bytes(), serialize_type=cmd.serialize_type)
+        conn.send(reply)
+
+    # --- status -----------------------------------------------------------------------------------
+    def status(self) -> dict:
+        n, s = self.node, self.store
+        return {"group": n.ms.group, "selfId": n.self_id, "role": n.role, "term": n.term,
+                "leaderId": n.ms.leader_id, "beginIndex": s.begin_index, "endIndex": s.end_index,
+                "endTerm": s.end_term, "committedIndex": s.committed_index, "dataDir": s.data.path,
+                **{k: v for k, v in self.stats.items() if k != "committed"}}

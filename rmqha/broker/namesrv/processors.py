@@ -1,0 +1,259 @@
+"""Name server request processors: header/body parsing around RouteInfoManager and KVConfigManager."""
+from __future__ import annotations
+
+import logging
+
+from twisted.internet.interfaces import IReactorTime
+
+from rmqha.broker.log_limit import LogLimiter
+from rmqha.broker.namesrv import guard
+from rmqha.broker.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
+from rmqha.broker.namesrv.namesrv_config import ConfigRefused, NamesrvSettings
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, body_crc32
+from rmqha.broker.namesrv.route_info import TOPIC_FLAG_UNIT, TOPIC_FLAG_UNIT_SUB, RouteInfoManager
+from rmqha.broker.remoting import json_body
+from rmqha.broker.remoting.codes import VERSION_V3_0_11, RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.protocol import ConnectionContext, ProcessorRegistry
+
+log = logging.getLogger(__name__)
+
+
+class NameServerProcessors:
+    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager, clock: IReactorTime, *,
+                 cluster_secret: str | None = None, max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER,
+                 settings: NamesrvSettings | None = None, on_settings_changed=None):
+        self.routes = routes
+        self.settings = settings if settings is not None else NamesrvSettings()
+        self.on_settings_changed = on_settings_changed  # callable(changed keys -> values), or None
+        self.kv = kv
+        self.clock = clock
+        self.cluster_secret = cluster_secret
+        self.max_topics_per_broker = max_topics_per_broker
+        self.refused_unsigned = 0
+        # a stranger repeats a refused request as often as it likes: one line a minute per kind
+        self.log_limit = LogLimiter(log, now=clock.seconds)
+
+    def now_ms(self) -> int:
+        return int(self.clock.seconds() * 1000)
+
+    def registry(self) -> ProcessorRegistry:
+        # The Java name server never answers a code it does not know (the client times out); here every
+        # request gets an answer: REQUEST_CODE_NOT_SUPPORTED.
+        reg = ProcessorRegistry(reply_to_unknown=True)
+        reg.acl = self._check_signed
+        reg.register(RequestCode.PUT_KV_CONFIG, self.put_kv_config)
+        reg.register(RequestCode.GET_KV_CONFIG, self.get_kv_config)
+        reg.register(RequestCode.DELETE_KV_CONFIG, self.delete_kv_config)
+        reg.register(RequestCode.GET_KVLIST_BY_NAMESPACE, self.get_kv_list_by_namespace)
+        reg.register(RequestCode.REGISTER_BROKER, self.register_broker)
+        reg.register(RequestCode.UNREGISTER_BROKER, self.unregister_broker)
+        reg.register(RequestCode.QUERY_DATA_VERSION, self.query_data_version)
+        reg.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self.get_route_info_by_topic)
+        reg.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.get_broker_cluster_info)
+        reg.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topic_list)
+        reg.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
+        reg.register(RequestCode.WIPE_WRITE_PERM_OF_BROKER, self.wipe_write_perm)
+        reg.register(RequestCode.ADD_WRITE_PERM_OF_BROKER, self.add_write_perm)
+        reg.register(RequestCode.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster)
+        reg.register(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, self.get_system_topic_list)
+        reg.register(RequestCode.GET_UNIT_TOPIC_LIST, self.get_unit_topic_list)
+        reg.register(RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, self.get_has_unit_sub_topic_list)
+        reg.register(RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, self.get_has_unit_sub_ununit_topic_list)
+        reg.register(RequestCode.UPDATE_NAMESRV_CONFIG, self.update_config)
+        reg.register(RequestCode.GET_NAMESRV_CONFIG, self.get_config)
+        return reg
+
+    def _check_signed(self, req: RemotingCommand, peer: str):
+        """The refusal of a route- or config-changing request not signed with the cluster secret, if one
+        is set (guard.py); None to serve."""
+        try:
+            guard.check_signed(req.code, req.ext_fields or {}, req.body, self.cluster_secret)
+        except guard.Unsigned as e:
+            self.refused_unsigned += 1
+            self.log_limit.log(logging.WARNING, ("unsigned", req.code),
+                               "refused request code %d from %s: %s", req.code, peer, e)
+            return req.make_response(ResponseCode.NO_PERMISSION, str(e))
+        return None
+
+    def channel_closed(self, ctx: ConnectionContext) -> None:
+        self.routes.on_channel_closed(ctx)
+
+    def scan_not_active_brokers(self) -> None:
+        for channel in self.routes.scan_not_active_brokers(self.now_ms()):
+            if isinstance(channel, ConnectionContext):
+                channel.close()
+
+    # ---- brokers --------------------------------------------------------------------------------
+
+    def register_broker(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        broker_name = guard.check_name(req.get_str("brokerName"), "brokerName")
+        broker_addr = guard.check_addr(req.get_str("brokerAddr"), "brokerAddr")
+        cluster_name = guard.check_name(req.get_str("clusterName"), "clusterName")
+        ha_server_addr = guard.check_addr(req.get_str("haServerAddr", ""), "haServerAddr", allow_empty=True)
+        broker_id = guard.check_broker_id(req.get_long("brokerId"))
+        compressed = req.get_bool("compressed", False)
+        crc = req.get_int("bodyCrc32", 0)
+        if crc != 0 and body_crc32(req.body) != crc:
+            self.log_limit.log(logging.WARNING, ("crc mismatch",),
+                               "register from %s (%s): body crc32 %d does not match header %d",
+                               broker_addr, ctx.peer_address, body_crc32(req.body), crc)
+            return req.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+
+        if not req.body:
+            body = RegisterBrokerBody()
+        elif req.version >= VERSION_V3_0_11:
+            body = RegisterBrokerBody.decode(req.body, compressed, self.max_topics_per_broker)
+        else:
+            body = RegisterBrokerBody.from_wrapper_json(json_body.loads_request(req.body, "REGISTER_BROKER"),
+                                                        self.max_topics_per_broker)
+        guard.check_topics(body.topic_configs, self.max_topics_per_broker)
+        guard.check_filter_servers(body.filter_servers)
+
+        result = self.routes.register_broker(cluster_name, broker_addr, broker_name, broker_id,
+                                             ha_server_addr, body, ctx, self.now_ms())
+        order_conf = self.kv.namespace(ORDER_TOPIC_CONFIG)
+        return req.make_response(
+            ext_fields={"haServerAddr": result.ha_server_addr, "masterAddr": result.master_addr},
+            body=json_body.dumps({"table": order_conf}) if order_conf else b"",
+        )
+
+    def unregister_broker(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        self.routes.unregister_broker(req.get_str("clusterName"), req.get_str("brokerAddr"),
+                                      req.get_str("brokerName"), req.get_long("brokerId"))
+        return req.make_response()
+
+    def query_data_version(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        broker_addr = req.get_str("brokerAddr")
+        version = json_body.loads(req.body) if req.body else {}
+        changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
+        if not changed and self._may_refresh(broker_addr, req, ctx):
+            self.routes.touch_broker(broker_addr, self.now_ms())
+        ours = self.routes.query_broker_data_version(broker_addr)
+        return req.make_response(ext_fields={"changed": changed},
+                                 body=json_body.dumps(ours) if ours is not None else b"")
+
+    def _may_refresh(self, broker_addr: str, req: RemotingCommand, ctx: ConnectionContext) -> bool:
+        """Whether this QUERY_DATA_VERSION keeps the broker alive. As 4.9, anyone's does without a cluster
+        secret; with one, only a signed query or one over the connection the broker registered on (else
+        any stranger keeps a partitioned broker's routes alive, and clients keep sending to it)."""
+        if self.cluster_secret is None:
+            return True
+        live = self.routes.broker_live_table.get(broker_addr)
+        if live is not None and live.channel is ctx:
+            return True
+        return guard.is_signed(req.ext_fields or {}, req.body, self.cluster_secret)
+
+    # ---- routes ---------------------------------------------------------------------------------
+
+    def get_route_info_by_topic(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        topic = req.get_str("topic")
+        route = self.routes.pickup_topic_route(topic)
+        if route is None:
+            return req.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"No topic route info in name server for the topic: {topic}")
+        if self.settings.get("orderMessageEnable"):  # 4.9: off by default, then no orderTopicConf
+            order_conf = self.kv.get(ORDER_TOPIC_CONFIG, topic)
+            if order_conf:
+                route["orderTopicConf"] = order_conf
+        # Always standard JSON (quoted map keys): the C++ client and fastjson both read it.
+        return req.make_response(body=json_body.dumps(route))
+
+    def get_broker_cluster_info(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return req.make_response(body=json_body.dumps(self.routes.cluster_info()))
+
+    def get_all_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return req.make_response(body=json_body.dumps({"topicList": self.routes.all_topics()}))
+
+    def delete_topic(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        self.routes.delete_topic(req.get_str("topic"), req.get_str("clusterName", ""))
+        return req.make_response()
+
+    # ---- write permission and topic lists (mqadmin wipeWritePerm, addWritePerm, topicList -c, ...) -----
+
+    def wipe_write_perm(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        broker_name = req.get_str("brokerName")
+        count = self.routes.wipe_write_perm(broker_name)
+        log.info("wipe write perm of broker %s, client %s: %d topics", broker_name, ctx.peer_address, count)
+        return req.make_response(ext_fields={"wipeTopicCount": count})
+
+    def add_write_perm(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        broker_name = req.get_str("brokerName")
+        count = self.routes.add_write_perm(broker_name)
+        log.info("add write perm of broker %s, client %s: %d topics", broker_name, ctx.peer_address, count)
+        return req.make_response(ext_fields={"addTopicCount": count})
+
+    def get_topics_by_cluster(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return _topic_list(req, self.routes.topics_by_cluster(req.get_str("cluster")))
+
+    def get_system_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        topics, broker_addr = self.routes.system_topic_list()
+        return _topic_list(req, topics, broker_addr)
+
+    def get_unit_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return _topic_list(req, self.routes.topics_by_sys_flag(lambda f: bool(f & TOPIC_FLAG_UNIT)))
+
+    def get_has_unit_sub_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return _topic_list(req, self.routes.topics_by_sys_flag(lambda f: bool(f & TOPIC_FLAG_UNIT_SUB)))
+
+    def get_has_unit_sub_ununit_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return _topic_list(req, self.routes.topics_by_sys_flag(
+            lambda f: not f & TOPIC_FLAG_UNIT and bool(f & TOPIC_FLAG_UNIT_SUB)))
+
+    # ---- name server config (mqadmin getNamesrvConfig / updateNamesrvConfig) -------------------------
+
+    def get_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return req.make_response(body=self.settings.properties_text().encode("utf-8"))
+
+    def update_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        log.info("updateConfig called by %s", ctx.peer_address)
+        if not req.body:
+            return req.make_response()  # 4.9: nothing to change
+        try:
+            text = bytes(req.body).decode("utf-8")
+        except UnicodeDecodeError:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, "the config body is not UTF-8 properties text")
+        try:
+            changed = self.settings.update(text)
+        except ConfigRefused as e:
+            log.warning("config update from %s refused: %s", ctx.peer_address, e.remark)
+            return req.make_response(e.code, e.remark)
+        if changed:
+            log.info("name server config changed by %s: %s", ctx.peer_address,
+                     ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
+            if self.on_settings_changed is not None:
+                self.on_settings_changed(changed)
+        return req.make_response()
+
+    # ---- kv config ------------------------------------------------------------------------------
+
+    def put_kv_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        self.kv.put(req.get_str("namespace"), req.get_str("key"), req.get_str("value"))
+        return req.make_response()
+
+    def get_kv_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        namespace, key = req.get_str("namespace"), req.get_str("key")
+        value = self.kv.get(namespace, key)
+        if value is None:
+            return req.make_response(ResponseCode.QUERY_NOT_FOUND,
+                                     f"No config item, Namespace: {namespace} Key: {key}")
+        return req.make_response(ext_fields={"value": value})
+
+    def delete_kv_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        self.kv.delete(req.get_str("namespace"), req.get_str("key"))
+        return req.make_response()
+
+    def get_kv_list_by_namespace(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        namespace = req.get_str("namespace")
+        table = self.kv.namespace(namespace)
+        if table is None:
+            return req.make_response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
+        return req.make_response(body=json_body.dumps({"table": table}))
+
+
+def _topic_list(req: RemotingCommand, topics: list[str], broker_addr: str | None = None) -> RemotingCommand:
+    """A TopicList body: {"topicList": [...]}, plus brokerAddr when there is one (fastjson leaves null out)."""
+    body: dict = {"topicList": topics}
+    if broker_addr is not None:
+        body["brokerAddr"] = broker_addr
+    return req.make_response(body=json_body.dumps(body))

@@ -1,0 +1,78 @@
+"""Admin reads: GET_ALL_TOPIC_CONFIG (21), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45),
+GET_BROKER_RUNTIME_INFO (28).
+
+Bodies as WIRE-FACTS §2.4 gives them: the TopicConfigSerializeWrapper, {"offsetTable":{...}} (consumer
+offsets, and delayOffset.json's content for the delay levels) and a KVTable {"table":{...}} of
+strings. A slave copies the first three from its master (slave_sync).
+"""
+from __future__ import annotations
+
+from rmqha.broker import runtime_info as runtime_table
+from rmqha.broker.remoting import json_body
+from rmqha.broker.remoting.codes import RequestCode
+from rmqha.broker.remoting.command import RemotingCommand
+
+BROKER_VERSION = 409  # V4_9_8, the version this broker's behaviour follows
+BROKER_VERSION_DESC = "V4_9_8"
+
+
+class AdminProcessors:
+    def __init__(self, config, controller, topics, offsets, clients=None, pull=None, schedule=None):
+        self.schedule = schedule
+        self.config = config
+        self.controller = controller
+        self.topics = topics
+        self.offsets = offsets
+        self.clients = clients
+        self.pull = pull
+
+    def register(self, registry) -> None:
+        registry.register(RequestCode.GET_ALL_TOPIC_CONFIG, self.get_all_topic_config)
+        registry.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self.get_all_consumer_offset)
+        registry.register(RequestCode.GET_BROKER_RUNTIME_INFO, self.get_broker_runtime_info)
+        if self.schedule is not None:
+            registry.register(RequestCode.GET_ALL_DELAY_OFFSET, self.get_all_delay_offset)
+
+    def get_all_delay_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
+        return req.make_response(body=self.schedule.encode())
+
+    def get_all_topic_config(self, req: RemotingCommand, ctx) -> RemotingCommand:
+        return req.make_response(body=self.topics.encode())
+
+    def get_all_consumer_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
+        return req.make_response(body=self.offsets.encode())
+
+    def runtime_info(self) -> dict[str, str]:
+        """Every key 4.9.8 answers (rmqha/broker/runtime_info.py), then this broker's own extras."""
+        c, controller = self.config, self.controller
+        store, stats = controller.store, controller.stats
+        info = stats.store.runtime_info(stats.now_ms())
+        info.update(runtime_table.store_part(c, store, self.schedule))
+        info.update(runtime_table.broker_part(c, store, controller.flusher))
+        info["brokerVersionDesc"] = BROKER_VERSION_DESC
+        info["brokerVersion"] = str(BROKER_VERSION)
+        extra = {
+            "brokerRole": c.brokerRole,
+            "brokerName": c.brokerName,
+            "brokerId": c.brokerId,
+            "clusterName": c.brokerClusterName,
+            "flushDiskType": c.flushDiskType,
+            "topicCount": len(self.topics.table),
+            "consumeQueueCount": len(store.queues),
+        }
+        ha = controller.ha
+        if ha is not None:
+            extra["haConnectionCount"] = ha.connection_count
+            extra["push2SlaveMaxOffset"] = ha.push2slave_max_offset
+            extra["masterPutWhere"] = store.max_offset
+        if controller.ha_client is not None:
+            extra["haMasterAddress"] = controller.ha_client.master_address or ""
+        if self.clients is not None:
+            extra["clientConnections"] = self.clients.client_count()
+        if self.pull is not None:
+            extra["pullRequestsHeld"] = len(self.pull.hold_service)
+        info.update({k: str(v) for k, v in extra.items()})
+        return info
+
+    def get_broker_runtime_info(self, req: RemotingCommand, ctx) -> RemotingCommand:
+        return req.make_response(body=json_body.dumps({"table": self.runtime_info()}))

@@ -1,0 +1,192 @@
+"""Registration with the name servers (WIRE-FACTS §3.2).
+
+REGISTER_BROKER goes to every address in namesrvAddr (";"-separated) at start and then every
+registerNameServerPeriod ms, and again soon after any topic config change (as the Java broker's
+registerBrokerAll on topic creation). The body is a RegisterBrokerBody (JSON) with our topic
+configs; when the broker permission lacks READ or WRITE, every topic is announced with the broker's
+permission instead (Java does the same). A slave reads masterAddr and haServerAddr from the reply:
+haServerAddr goes to the HA client when haMasterAddress is not configured, masterAddr to the slave
+synchronizer. On a clean stop, UNREGISTER_BROKER goes to every name server.
+"""
+from __future__ import annotations
+
+import logging
+
+from twisted.internet import defer
+
+from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
+from rmqha.broker.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.protocol import RemotingClient
+from rmqha.broker.supervision import PeriodicService
+
+log = logging.getLogger("rmqha.broker.registration")
+
+REGISTER_TIMEOUT_S = 6.0
+UNREGISTER_TIMEOUT_S = 2.0
+
+
+def namesrv_addresses(value: str | None) -> list[str]:
+    return [a.strip() for a in (value or "").split(";") if a.strip()]
+
+
+class BrokerRegistration:
+    def __init__(self, config, topics, reactor, clock=None, ha_client=None, slave_sync=None,
+                 client: RemotingClient | None = None, metrics=None):
+        self.config = config
+        self.topics = topics
+        self.clock = clock or reactor
+        self.ha_client = ha_client
+        self.slave_sync = slave_sync
+        self.client = client or RemotingClient(reactor, self.clock)
+        self.addresses = namesrv_addresses(config.namesrvAddr)
+        self.secret = None
+        if config.clusterSecretFile:
+            from .config import ConfigError
+            from .namesrv.guard import read_secret
+            try:
+                self.secret = read_secret(config.clusterSecretFile)
+            except ValueError as e:
+                raise ConfigError(f"clusterSecretFile: {e}") from None
+        self.master_addr: str | None = None
+        self.master_ha_addr: str | None = None
+        self.registrations = 0  # successful REGISTER_BROKER replies
+        self.last_error: dict[str, str] = {}
+        self._loop = PeriodicService("registration", self.register_all, config.registerNameServerPeriod / 1000.0,
+                                     self.clock, metrics, logger=log)
+        self._soon = None
+        self._in_flight: defer.Deferred | None = None
+        self._again = False  # asked to register while a registration was in flight
+        self.stopped = False
+        topics.listeners.append(self.register_soon)
+
+    def _signed(self, req: RemotingCommand) -> RemotingCommand:
+        """Signed with the cluster secret (clusterSecretFile), for a name server that requires it."""
+        if self.secret is not None:
+            from .namesrv.guard import sign_cluster
+            req.ext_fields = sign_cluster(req.ext_fields, req.body, self.secret)
+        return req
+
+    def start(self) -> None:
+        if not self.addresses:
+            log.warning("namesrvAddr is not set: this broker registers with no name server")
+            return
+        self._loop.start(now=True)
+
+    def register_soon(self) -> None:
+        """A topic changed: re-register on the next reactor turn (one registration for many changes)."""
+        if self.stopped or not self.addresses:
+            return
+        if self._soon is None or not self._soon.active():
+            self._soon = self.clock.callLater(0, self._loop.trigger)
+
+    # -- REGISTER_BROKER ----------------------------------------------------------------------------
+    def body(self) -> bytes:
+        c = self.config
+        configs = self.topics.table
+        if not (c.brokerPermission & PERM_READ and c.brokerPermission & PERM_WRITE):
+            configs = {n: TopicConfig(t.topic_name, t.read_queue_nums, t.write_queue_nums, c.brokerPermission,
+                                      t.topic_filter_type, t.topic_sys_flag, t.order)
+                       for n, t in configs.items()}
+        return RegisterBrokerBody(dict(configs), dict(self.topics.data_version)).encode()
+
+    def register_all(self) -> defer.Deferred:
+        """REGISTER_BROKER to every name server. A name server that fails or refuses is noted in
+        `last_error` and tried again next period; the Deferred fails only when handling a reply
+        raised (a bug), for the supervisor to see. One registration at a time: asked again while one
+        is in flight, it registers once more when that one ends (the topics may have changed)."""
+        if self.stopped:
+            return defer.succeed(None)
+        if self._in_flight is not None:
+            self._again = True
+            return defer.succeed(None)
+        c = self.config
+        body = self.body()
+        ds = []
+        for addr in self.addresses:
+            req = RemotingCommand.request(RequestCode.REGISTER_BROKER, {
+                "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
+                "haServerAddr": c.ha_server_addr, "brokerId": c.brokerId, "compressed": False,
+                "bodyCrc32": body_crc32(body),
+            }, body=body)
+            d = self.client.invoke(addr, self._signed(req), REGISTER_TIMEOUT_S)
+            d.addCallbacks(self._registered, self._failed, callbackArgs=(addr,), errbackArgs=(addr,))
+            ds.append(d)
+        d = defer.DeferredList(ds, consumeErrors=True).addCallback(self._first_error)
+        ended = []
+        d.addBoth(self._ended, ended)
+        if not ended:
+            self._in_flight = d
+        return d
+
+    @staticmethod
+    def _first_error(results):
+        for ok, result in results:
+            if not ok:
+                return result
+        return None
+
+    def _ended(self, result, ended: list):
+        ended.append(True)
+        self._in_flight = None
+        if self._again:
+            self._again = False
+            self.register_soon()
+        return result
+
+    def _registered(self, response: RemotingCommand, addr: str) -> None:
+        if response.code != ResponseCode.SUCCESS:
+            self._failed_text(addr, f"code {response.code} {response.remark}")
+            return
+        if addr in self.last_error:
+            log.info("registered with name server %s again", addr)
+            del self.last_error[addr]
+        elif self.registrations == 0:
+            log.info("registered with name server %s", addr)
+        self.registrations += 1
+        if self.config.is_master:
+            return
+        master_addr = response.ext_fields.get("masterAddr") or None
+        ha_addr = response.ext_fields.get("haServerAddr") or None
+        if master_addr and master_addr != self.master_addr:
+            log.info("name server %s says our master is %s (HA %s)", addr, master_addr, ha_addr)
+            self.master_addr = master_addr
+            if self.slave_sync is not None and not self.config.slaveSyncMasterAddress:
+                self.slave_sync.set_master_address(master_addr)
+        if ha_addr:
+            self.master_ha_addr = ha_addr
+            if self.ha_client is not None and not self.config.haMasterAddress:
+                self.ha_client.set_master_address(ha_addr)
+
+    def _failed(self, failure, addr: str) -> None:
+        self._failed_text(addr, failure.getErrorMessage())
+
+    def _failed_text(self, addr: str, why: str) -> None:
+        if self.last_error.get(addr) != why:
+            log.warning("register to name server %s failed: %s", addr, why)
+        self.last_error[addr] = why
+
+    # -- stop ---------------------------------------------------------------------------------------
+    def stop(self) -> defer.Deferred:
+        """Stop re-registering and send UNREGISTER_BROKER everywhere (bounded wait)."""
+        self.stopped = True
+        self._loop.stop()
+        if self._soon is not None and self._soon.active():
+            self._soon.cancel()
+        c = self.config
+        ds = []
+        for addr in self.addresses:
+            req = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, {
+                "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
+                "brokerId": c.brokerId})
+            d = self.client.invoke(addr, self._signed(req), UNREGISTER_TIMEOUT_S)
+            d.addErrback(lambda f, a=addr: log.info("unregister from %s failed: %s", a, f.getErrorMessage()))
+            ds.append(d)
+        d = defer.DeferredList(ds)
+        d.addBoth(lambda _: self.client.close())
+        return d
+
+    def status(self) -> dict:
+        return {"nameServers": self.addresses, "registrations": self.registrations,
+                "errors": dict(self.last_error), "masterAddr": self.master_addr,
+                "masterHaAddr": self.master_ha_addr}

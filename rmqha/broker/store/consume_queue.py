@@ -1,0 +1,193 @@
+"""Consume queues: per topic and queue id, 20-byte units (physical offset i8, size i4, tagsCode i8).
+
+Unit i sits at byte i*20 and is the message with queue offset i (WIRE-FACTS §6.6). A queue whose data
+starts at a non-zero index (a slave that copied only the master's last file) is padded at the front
+with filler units (offset 0, size 0x7FFFFFFF), as RocketMQ does.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import struct
+
+from rmqha.broker import validation
+
+from .mapped_file import MappedFileQueue, StoreError
+
+log = logging.getLogger("rmqha.broker.store.consumequeue")
+
+UNIT = struct.Struct(">qiq")
+UNIT_SIZE = 20
+FILLER = UNIT.pack(0, 0x7FFFFFFF, 0)
+
+
+class ConsumeQueue:
+    def __init__(self, root: str, topic: str, queue_id: int, file_size: int):
+        # The topic and queue id become directory names: whatever sent them (a producer, a
+        # master's replicated record), nothing outside <root>/<valid topic>/<queue id> is created.
+        why = validation.topic_problem(topic)
+        if why or not 0 <= queue_id <= 0x7FFFFFFF:
+            raise StoreError(f"no consume queue for topic {validation.shown(topic)} queue {queue_id}: "
+                             f"{why or 'queue id out of range'}")
+        self.topic = topic
+        self.queue_id = queue_id
+        file_size -= file_size % UNIT_SIZE
+        self.files = MappedFileQueue(os.path.join(root, topic, str(queue_id)), file_size, use_mmap=True)
+        self.min_index = 0  # first non-filler unit
+        self.max_phys_end = 0  # end of the last record this queue points at
+
+    def load(self) -> None:
+        self.files.load()
+
+    def recover(self) -> None:
+        """Keep units while offset >= 0 and size > 0 (RocketMQ's rule); truncate at the first bad one."""
+        fq = self.files
+        if not fq.files:
+            return
+        start = max(0, len(fq.files) - 3)
+        for f in fq.files[:start]:
+            f.wrote = f.size
+        end = fq.files[start].base
+        for f in fq.files[start:]:
+            data = f.read(0, f.size)
+            good = 0
+            for pos in range(0, len(data) - UNIT_SIZE + 1, UNIT_SIZE):
+                offset, size, _ = UNIT.unpack_from(data, pos)
+                if offset < 0 or size <= 0:
+                    break
+                good = pos + UNIT_SIZE
+            f.wrote = f.size  # provisional; truncate() fixes it
+            end = f.base + good
+            if good < f.size:
+                break
+        fq.truncate(end)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self.min_index = self._first_real_index()
+        last = self.max_index - 1
+        if last >= self.min_index:
+            unit = self.get(last)
+            assert unit is not None  # below max_index: in the last file
+            off, size, _ = unit
+            self.max_phys_end = off + size
+        else:
+            self.max_phys_end = 0
+
+    def _first_real_index(self) -> int:
+        fq = self.files
+        if not fq.files:
+            return 0
+        first = fq.files[0]
+        # Fillers only ever sit at the front of the first file.
+        data = first.read(0, first.wrote)
+        i = 0
+        while i + UNIT_SIZE <= len(data) and data[i:i + UNIT_SIZE] == FILLER:
+            i += UNIT_SIZE
+        return (first.base + i) // UNIT_SIZE
+
+    @property
+    def max_index(self) -> int:
+        """Next queue offset: the number of units written (GET_MAX_OFFSET)."""
+        return self.files.max_offset // UNIT_SIZE
+
+    def put(self, index: int, phys: int, size: int, tags_code: int) -> bool:
+        """Store the unit for queue offset `index`. Idempotent: a unit already present is skipped."""
+        current = self.max_index
+        if index < current:
+            return False
+        if index > current:
+            if current > 0 or self.files.files:
+                log.error("consume queue %s-%d: gap, expected offset %d got %d; padding with fillers",
+                          self.topic, self.queue_id, current, index)
+            self._pad(current, index)
+        f = self.files.writable_file(at=index * UNIT_SIZE)
+        f.append(UNIT.pack(phys, size, tags_code))
+        self.max_phys_end = phys + size
+        return True
+
+    def put_many(self, units: list[tuple[int, int, int, int]]) -> int:
+        """put() for a run of (queue_offset, phys, size, tags_code) in order; one write per file."""
+        current = self.max_index
+        units = [u for u in units if u[0] >= current]
+        if not units:
+            return 0
+        written = 0
+        i = 0
+        while i < len(units):
+            index = units[i][0]
+            if index != self.max_index:
+                self.put(*units[i])  # a gap: put() pads and logs it
+                i += 1
+                written += 1
+                continue
+            f = self.files.writable_file(at=index * UNIT_SIZE)
+            room = f.free // UNIT_SIZE
+            run = [units[i]]
+            while len(run) < room and i + len(run) < len(units) and units[i + len(run)][0] == index + len(run):
+                run.append(units[i + len(run)])
+            f.append(b"".join(UNIT.pack(p, s, t) for _, p, s, t in run))
+            last = run[-1]
+            self.max_phys_end = last[1] + last[2]
+            i += len(run)
+            written += len(run)
+        return written
+
+    def _pad(self, current: int, index: int) -> None:
+        fq = self.files
+        if not fq.files:
+            # Start the first file where `index` falls; fill its front.
+            start = index * UNIT_SIZE
+            f = fq.writable_file(at=start)
+            current = f.base // UNIT_SIZE
+            self.min_index = index
+        while current < index:
+            f = fq.writable_file(at=current * UNIT_SIZE)
+            n = min(index - current, f.free // UNIT_SIZE)
+            f.append(FILLER * n)
+            current += n
+
+    def get(self, index: int) -> tuple[int, int, int] | None:
+        f = self.files.find(index * UNIT_SIZE)
+        if f is None:
+            return None
+        pos = index * UNIT_SIZE - f.base
+        if pos + UNIT_SIZE > f.wrote:
+            return None
+        return UNIT.unpack(f.read(pos, UNIT_SIZE))
+
+    def units(self, index: int, max_count: int) -> list[tuple[int, int, int]]:
+        """Up to max_count units from index, within one file."""
+        f = self.files.find(index * UNIT_SIZE)
+        if f is None:
+            return []
+        pos = index * UNIT_SIZE - f.base
+        n = min(max_count * UNIT_SIZE, f.wrote - pos)
+        if n <= 0:
+            return []
+        data = f.read(pos, n)
+        return [UNIT.unpack_from(data, p) for p in range(0, len(data) - UNIT_SIZE + 1, UNIT_SIZE)]
+
+    def truncate_beyond(self, phys_end: int) -> int:
+        """Drop trailing units whose record does not end within the commit log. Returns units dropped."""
+        dropped = 0
+        idx = self.max_index
+        while idx > self.min_index:
+            unit = self.get(idx - 1)
+            if unit is None or unit[0] + unit[1] <= phys_end:
+                break
+            idx -= 1
+            dropped += 1
+        if dropped:
+            self.files.truncate(idx * UNIT_SIZE)
+            if self.max_index <= self.min_index and idx == self.min_index:
+                # Only fillers left: nothing real remains.
+                self.files.truncate(self.files.min_offset)
+            self._refresh()
+        return dropped
+
+    def flush(self) -> None:
+        self.files.flush()
+
+    def close(self) -> None:
+        self.files.close()

@@ -1,0 +1,904 @@
+"""`python -m rmqha.chaos.matrix` (`make chaos-matrix [SEEDS=N]`): the guarantee matrix.
+
+For each configuration (2m-2s-sync and 2m-2s-async, each with ASYNC_FLUSH and SYNC_FLUSH) and seed, one
+chaos run (`rmqha.chaos.run --sweep`) injects every fault kind once per role it can hit, one at a time, then
+audits the run. Each fault's interval is one cell sample: the sends that started while it was active
+(availability = SEND_OK / all), the acknowledged losses and divergences the audit blames on it, and the
+recovery time (heal -> every slave of the faulted group at its master's offset in the metric samples; a
+slave ahead of its master or not answering is not caught up, and a group that did not end byte-equal,
+by the audit's replica verdict or the run's ending, never recovered after its first master power loss:
+"never"). Each cell is judged against what RocketMQ 4.9 promises for it (PROMISES; the reasoning is in
+docs/guarantees.md):
+
+  FAIL           a result the promise excludes: an acknowledged message lost to its users (on no node,
+                 never delivered, stranded on a slave, or received and then gone), a divergence; or losses
+                 blamed on a fault that was not exercised that no earlier fault of its group explains
+  WEAK           a weakness the configuration allows, with its measured size (an async master's power loss)
+  not exercised  the faulted group acknowledged no send while the fault was active, the fault had no
+                 visible effect, or the group could no longer replicate (an earlier fault forked it):
+                 nothing was tested
+  PASS           exercised, and nothing the promise excludes happened
+
+A not-exercised fault cannot have caused what the audit blames on it: those losses move to the earlier
+exercised fault of its group that did (reattribute()). Each cell shows how many of its runs exercised it.
+An audit FAIL that no cell accounts for (a phantom, a duplicate UNIQ_KEY, a damaged log, a missing queue
+entry, a loss no fault explains) fails the matrix too, and is listed under the table; so does a run that
+did not happen or was not audited ("not run" / "not audited", counted in the table's header).
+
+Writes OUT/matrix.md (the table), OUT/matrix.json and OUT/matrix.png (a heatmap of the verdicts).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rmqha.cluster import runfolder as rf
+
+from .nemesis import FAULTS
+
+CONFIGS = [("2m-2s-sync", "ASYNC_FLUSH"), ("2m-2s-sync", "SYNC_FLUSH"),
+           ("2m-2s-async", "ASYNC_FLUSH"), ("2m-2s-async", "SYNC_FLUSH")]
+LOCAL_FAULTS = ["kill-master", "restart-master", "pause-master", "power-loss", "kill-slave", "restart-slave",
+                "pause-slave", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss", "disk-full"]
+# disk-full needs every store on a size-limited tmpfs, where fsync does nothing: it gets a sweep of its own,
+# so the process faults (power loss above all) run on the real filesystem
+DISK_FAULTS = ["disk-full"]
+LOCAL_SWEEPS = [[f for f in LOCAL_FAULTS if f not in DISK_FAULTS], DISK_FAULTS]
+# --long-holds: faults held past the 20 s HA housekeeping, the 30 s client route refresh and the 120 s
+# name-server expiry (a frozen master's routes expire; a frozen slave's connection is reaped), 135 s each
+LONG_FAULTS = ["pause-master", "pause-slave", "kill-master"]
+LONG_HOLD_S = 135.0  # the expiry scan runs every 10 s: past 120 s plus one scan
+DOCKER_FAULTS = ["partition", "cut", "latency", "client-cut"]
+
+
+def promise(topology: str, flush: str, kind: str, role: str) -> dict:
+    """What RocketMQ 4.9 promises for one cell: may acknowledged sends be lost, may the replicas diverge."""
+    sync = topology == "2m-2s-sync"
+    group_power = kind in ("group-power-loss", "slave-then-master-power-loss", "cluster-power-loss")
+    master_power = (kind == "power-loss" and role == "master") or group_power
+    # SEND_OK on a SYNC_MASTER: a slave reported the bytes (docs/ha-protocol.md §5). With SYNC_FLUSH: fsynced on the
+    # master. A SIGKILL keeps the page cache. So only an ASYNC_MASTER + ASYNC_FLUSH power loss can lose what
+    # the slave had not received yet; and when the whole group loses power, with ASYNC_FLUSH what no node
+    # had fsynced is gone in both topologies (a slave's report says it received the bytes, not that they are
+    # on its disk).
+    loss = master_power and flush == "ASYNC_FLUSH" and (group_power or not sync)
+    # A master power loss can leave the slave holding bytes the master lost (replication runs ahead of the
+    # master's flush in every configuration): the logs fork if the master then takes writes (SLAVE_AHEAD).
+    diverge = master_power
+    why = ("SEND_OK means a slave holds it" if sync else "SEND_OK means the master stored it") + (
+        "; fsynced on the master" if flush == "SYNC_FLUSH" else "")
+    if loss and group_power:
+        why += "; the power cut of every node holding it drops its unsynced tail everywhere"
+    elif loss:
+        why += "; a power cut drops the master's unsynced tail, and what the slave had not received is gone"
+    elif master_power:
+        why += "; the master's unsynced tail may be on the slave only (SLAVE_AHEAD, a fork if the master writes)"
+    return {"loss_allowed": loss, "divergence_allowed": diverge, "why": why}
+
+
+def read_jsonl(path: Path):
+    with open(path) as fh:
+        for line in fh:
+            try:
+                yield json.loads(line)
+            except ValueError:
+                continue
+
+
+def sends(run: Path) -> list[tuple[int, int, str]]:
+    out = []
+    for p in sorted((run / "history").glob("producer-*.jsonl")):
+        out += [(r["start_ms"], r.get("end_ms") or r["start_ms"], r["status"]) for r in read_jsonl(p)
+                if r.get("op") == "send" and r.get("start_ms")]
+    return out
+
+
+def _ms(ts: float) -> float:
+    return ts * 1000 if ts < 1e11 else ts
+
+
+def replication_rounds(run: Path) -> list[tuple[float, dict[str, int]]]:
+    """(ts ms, {broker group: the largest distance between a slave's log end and its master's}) per sample
+    round; -1 when a node of the group did not answer or its offset is unknown. The distance counts both
+    ways: a slave AHEAD of its master (the master came back behind it) is not caught up either."""
+    rounds: dict[float, dict] = {}
+    p = run / "metrics" / "samples.jsonl"
+    if not p.exists():
+        return []
+    for r in read_jsonl(p):
+        rounds.setdefault(r["ts"], {})[r["node"]] = r
+    out = []
+    for ts in sorted(rounds):
+        nodes = rounds[ts]
+        groups: dict[str, int] = {}
+        for r in nodes.values():
+            if r.get("role") != "SLAVE":
+                continue
+            g = r.get("brokerName") or r.get("master") or "?"
+            m = nodes.get(r.get("master") or "")
+            if (not r.get("up") or not m or not m.get("up") or r.get("maxPhyOffset") is None
+                    or m.get("maxPhyOffset") is None):
+                groups[g] = -1
+            elif groups.get(g, 0) >= 0:
+                groups[g] = max(groups.get(g, 0), abs(m["maxPhyOffset"] - r["maxPhyOffset"]))
+        out.append((_ms(ts), groups))
+    return out
+
+
+def lags_over_time(run: Path) -> list[tuple[float, int]]:
+    """(ts ms, the largest slave distance of that sample round, either way; -1 when a node did not answer)."""
+    out = []
+    for ts, groups in replication_rounds(run):
+        out.append((ts, -1 if any(v < 0 for v in groups.values()) else max(groups.values(), default=0)))
+    return out
+
+
+def node_groups(run: Path, summary: dict) -> dict[str, str]:
+    """node -> its broker group, from the samples (brokerName), else from the faults that targeted it."""
+    out = {f["target"]: f["group"] for f in summary.get("faults", []) if f.get("group") and f.get("target")}
+    p = run / "metrics" / "samples.jsonl"
+    if p.exists():
+        for r in read_jsonl(p):
+            if r.get("brokerName"):
+                out[r["node"]] = r["brokerName"]
+    return out
+
+
+def unequal_at_end(run: Path, summary: dict) -> dict[str, tuple[bool, str]]:
+    """group -> (forked, why) for each group a slave of which did not end byte-equal with its master: the
+    audit's replica verdict (replica.consistent) is not PASS, its pair diverges or lags, or the run's ending
+    (rmqha/chaos/run.py wait_catch_up) says it did not catch up. forked: the logs differ (not only a lag)."""
+    groups = node_groups(run, summary)
+    out: dict[str, tuple[bool, str]] = {}
+
+    def mark(node: str, forked: bool, why: str) -> None:
+        g = groups.get(node)
+        if g is not None and not (g in out and out[g][0]):
+            out[g] = (forked, why)
+    for v in summary.get("verdicts", []):
+        if v.get("id") == "replica.consistent" and v.get("status") != "PASS" and v.get("subject"):
+            detail = v.get("detail") or ""
+            mark(v["subject"], v.get("status") == "FAIL" or "fork" in detail, f"{v['status']} {v.get('name')}")
+    for pr in summary.get("pairs", []):
+        if pr.get("firstDivergentOffset") is not None:
+            mark(pr["slave"], True, f"{pr['slave']} diverges from {pr['master']} at {pr['firstDivergentOffset']}")
+        elif pr.get("lagBytes"):
+            mark(pr["slave"], False, f"{pr['slave']} ends {pr['lagBytes']} bytes behind {pr['master']}")
+    for e in sorted((run / "chaos").glob("ending-*.json")) if (run / "chaos").is_dir() else []:
+        try:
+            catch_up = json.loads(e.read_text()).get("catchUp") or {}
+        except ValueError:
+            continue
+        for slave, state in catch_up.items():
+            if state != "caught up":
+                mark(slave, str(state).startswith("forked"), f"{slave}: {state}")
+    return out
+
+
+# Faults that take a node away: the samples must have seen it not answering while the fault was active,
+# or the fault had no effect anyone could see ("not exercised": a nemesis that silently did nothing)
+NODE_DOWN_FAULTS = ("kill-master", "kill-slave", "restart-master", "restart-slave", "power-loss", "group-power-loss",
+                    "slave-then-master-power-loss", "cluster-power-loss",
+                    "pause-master", "pause-slave", "partition")
+
+
+def down_seen(run: Path) -> dict[str, list[float]]:
+    """node -> the sample times (ms) at which it did not answer."""
+    out: dict[str, list[float]] = {}
+    p = run / "metrics" / "samples.jsonl"
+    if p.exists():
+        for r in read_jsonl(p):
+            if r.get("up") is False:
+                out.setdefault(r["node"], []).append(r["ts"] * 1000 if r["ts"] < 1e11 else r["ts"])
+    return out
+
+
+def offsets_seen(run: Path) -> dict[str, list[tuple[float, int, str | None]]]:
+    """node -> [(sample time ms, maxPhyOffset, its master)] of the samples where it answered."""
+    out: dict[str, list] = {}
+    p = run / "metrics" / "samples.jsonl"
+    if p.exists():
+        for r in read_jsonl(p):
+            if r.get("up") and r.get("maxPhyOffset") is not None:
+                ts = r["ts"] * 1000 if r["ts"] < 1e11 else r["ts"]
+                out.setdefault(r["node"], []).append((ts, int(r["maxPhyOffset"]), r.get("master")))
+    return out
+
+
+def _grew(series, start: float, end: float) -> bool | None:
+    """Whether a node's log grew between start and end (None: not enough samples to tell)."""
+    inside = [off for ts, off, _m in series if start <= ts <= end]
+    return None if len(inside) < 2 else inside[-1] > inside[0]
+
+
+def _behind(offsets: dict, slave: str, start: float, end: float) -> bool:
+    """Whether the slave's log was behind its master's in two consecutive sample rounds within [start, end]."""
+    series = offsets.get(slave, [])
+    master = next((m for _t, _o, m in series if m), None)
+    mine = {round(t): o for t, o, _m in series if start <= t <= end}
+    theirs = {round(t): o for t, o, _m in offsets.get(master, []) if start <= t <= end} if master else {}
+    behind = [t for t in sorted(mine) if t in theirs and theirs[t] > mine[t]]
+    rounds = sorted(t for t in mine if t in theirs)
+    return any(a in behind and b in behind for a, b in zip(rounds, rounds[1:]))
+
+
+def no_effect(f: dict, down: dict[str, list[float]], sampled: bool, non_ok: int = 0,
+              offsets: dict | None = None) -> str | None:
+    """Why a fault showed no effect, or None. Node faults: a sample must have seen the node stop answering.
+    disk-full: a full master must have refused a send; a full slave must have stopped storing while its
+    master's log grew. Only checked with samples."""
+    if not sampled:
+        return None
+    end = f["end_ms"] if f["end_ms"] is not None else float("inf")
+    if f["kind"] == "disk-full":
+        if f.get("role") == "master":
+            return None if non_ok else (f"no send was refused while {f['target']}'s disk was full: the fault had "
+                                        "no visible effect")
+        series = (offsets or {}).get(f["target"], [])
+        master = next((m for _t, _o, m in series if m), None)
+        slave_grew = _grew(series, f["start_ms"] + 1000, end)
+        master_grew = _grew((offsets or {}).get(master, []), f["start_ms"] + 1000, end) if master else None
+        if slave_grew and master_grew:
+            return f"{f['target']} went on storing while its disk was full: the fault had no visible effect"
+        return None
+    if f["kind"] in ("cut", "latency"):
+        # the slave's HA link cut or slowed past the sync wait: a sync send timed out or was refused, or the
+        # slave fell behind its master in two sample rounds in a row
+        if non_ok or _behind(offsets or {}, f["target"], f["start_ms"], end):
+            return None
+        return f"{f['target']} never fell behind its master and no send failed while its link was {f['kind']}: " \
+               "the fault had no visible effect"
+    if f["kind"] == "client-cut":
+        return None if non_ok else f"every send succeeded while the clients' link to {f['target']} was cut"
+    if f["kind"] not in NODE_DOWN_FAULTS:
+        return None  # slicer, client-latency: their effect (split frames, slow replies) is not in the samples
+    if any(f["start_ms"] <= t <= end + 1000 for t in down.get(f["target"], [])):
+        return None
+    return f"no sample saw {f['target']} down while the fault was active: the fault had no visible effect"
+
+
+GROUP_POWER = ("group-power-loss", "slave-then-master-power-loss", "cluster-power-loss")
+
+
+def _master_power(f: dict) -> bool:
+    return f["kind"] in GROUP_POWER or (f["kind"] == "power-loss" and f["role"] == "master")
+
+
+# what a sample can be blamed for: moved whole to the fault that caused it when its own fault was not exercised
+LOSS_FIELDS = ("lost", "undelivered", "stranded", "lost_after_delivery", "divergent")
+# faults that can destroy or strand what a group stored (rmqha/pipeline/delivery.py DESTRUCTIVE)
+DESTRUCTIVE = GROUP_POWER + ("power-loss", "kill-master", "restart-master", "partition")
+
+
+def _same_group(a: dict, b: dict) -> bool:
+    return a.get("group") is None or b.get("group") is None or a["group"] == b["group"]
+
+
+STUCK_WINDOW_MS = 2000  # the sample rounds (500 ms apart) just before a fault that show a group replicating
+
+
+def stuck_groups(run: Path, at_ms: float) -> dict[str, str]:
+    """group -> why it could not replicate just before at_ms, from the samples alone: in every round of the
+    STUCK_WINDOW_MS before it (3 at least, every node answering) a slave was ahead of its master (the master
+    came back behind it), or the slave stored nothing while its master's log grew (a fork the master has
+    written past). What the nemesis checks live (SLAVE_AHEAD, nemesis.py), for runs it did not record."""
+    p = run / "metrics" / "samples.jsonl"
+    if not p.exists():
+        return {}
+    series: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
+    rounds: dict[float, dict] = {}
+    for r in read_jsonl(p):
+        if at_ms - STUCK_WINDOW_MS <= _ms(r["ts"]) < at_ms:
+            rounds.setdefault(r["ts"], {})[r["node"]] = r
+    for ts in sorted(rounds):
+        for r in rounds[ts].values():
+            m = rounds[ts].get(r.get("master") or "")
+            if r.get("role") == "SLAVE" and m and r.get("maxPhyOffset") is not None \
+                    and m.get("maxPhyOffset") is not None:
+                key = (r.get("brokerName") or m["node"], r["node"])
+                series.setdefault(key, []).append((ts, m["maxPhyOffset"], r["maxPhyOffset"]))
+    out = {}
+    for (g, slave), xs in series.items():
+        if len(xs) < 3 or len(xs) < len(rounds):
+            continue
+        if all(sl > ms for _t, ms, sl in xs):
+            out[g] = f"group {g} cannot replicate: {slave} was ahead of its master before the fault (a fork)"
+        elif len({sl for _t, _m, sl in xs}) == 1 and all(b[1] > a[1] for a, b in zip(xs, xs[1:])):
+            out[g] = (f"group {g} cannot replicate: {slave} stored nothing while its master's log grew before "
+                      "the fault (a fork)")
+    return out
+
+
+def _recovery(f: dict, rounds: list[tuple[float, dict[str, int]]], unequal: dict[str, tuple[bool, str]],
+              faults: list[dict]) -> tuple[float | None, bool]:
+    """(seconds from heal to every slave of the fault's group at its master's offset, never: it did not
+    happen). A slave ahead of its master or not answering is not caught up; nor is any round after the first
+    master power loss of a group that did not end byte-equal (a fork: equal offsets, different bytes), nor
+    after the group's last fault when it ended unequal for another reason. (None, False): no samples."""
+    end = f["end_ms"]
+    if not rounds:
+        return None, False
+    if end is None:
+        return None, True
+    slave_groups = {g for _ts, gs in rounds for g in gs}
+    groups = [f["group"]] if f.get("group") else sorted(slave_groups)
+    cutoff = {}
+    for g in groups:
+        if g not in unequal:
+            continue
+        mine = [x for x in faults if _same_group(x, {"group": g})]
+        rewrites = [x["start_ms"] for x in mine if _master_power(x)] if unequal[g][0] else []
+        cutoff[g] = min(rewrites) if rewrites else max((x["start_ms"] for x in mine), default=0)
+    for ts, gs in rounds:
+        if ts < end:
+            continue
+        if all(gs.get(g, -1 if g in slave_groups else 0) == 0 and ts < cutoff.get(g, float("inf")) for g in groups):
+            return round((ts - end) / 1000, 1), False
+    return None, True
+
+
+def _cause(out: list[dict], faults: list[dict], i: int) -> int | None:
+    """The earlier exercised fault of the same group that most likely caused what fault i is blamed for:
+    the latest master power loss, else the latest fault that can destroy or strand a message, else the
+    latest fault of the group."""
+    earlier = [j for j in range(i) if _same_group(faults[i], faults[j]) and not out[j]["not_exercised"]]
+    for pick in (_master_power, lambda f: f["kind"] in DESTRUCTIVE, lambda f: True):
+        js = [j for j in earlier if pick(faults[j])]
+        if js:
+            return js[-1]
+    return None
+
+
+def reattribute(out: list[dict], faults: list[dict]) -> None:
+    """A fault that was not exercised (its group could not replicate, or it had no visible effect) cannot
+    have caused what the audit blames on it: each count moves to the earlier fault that did (_cause), kept
+    at the larger of the two (the audit counts a message against every suspect, so the two sets overlap).
+    With no such fault the counts stay on the sample as `unattributed`: judge() fails the cell for them."""
+    for i, s in enumerate(out):
+        moved = {k: s[k] for k in LOSS_FIELDS if s.get(k)}
+        if not s["not_exercised"] or not moved:
+            continue
+        for k in moved:
+            s[k] = 0
+        j = _cause(out, faults, i)
+        if j is None:
+            s["unattributed"] = moved
+            continue
+        for k, n in moved.items():
+            out[j][k] = max(out[j].get(k, 0), n)
+        out[j].setdefault("inherited_from", []).append(s["label"])
+        s["blamed_on"] = {"fault": out[j]["label"], **moved}
+
+
+def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[dict]:
+    all_sends = sends(run)
+    rounds = replication_rounds(run)
+    unequal = unequal_at_end(run, summary)
+    down = down_seen(run)
+    offsets = offsets_seen(run)
+    sampled = bool(rounds)
+    out = []
+    faults = summary["faults"]
+    for f in faults:
+        start, end = f["start_ms"], f["end_ms"]
+        label = f"#{f['id']} {f['kind']} {f['link'] or f['target']}"
+        during = [s for s in all_sends if start <= s[0] <= (end or s[0])]
+        ok = sum(1 for s in during if s[2] == "SEND_OK")
+        lost = summary["lostByFault"].get(label, 0)
+        # a divergence has no time: it is this fault's if the fault can rewrite its group's log and no
+        # master power loss of the same group (the likelier cause) is also blamed
+        blamed = summary["divergentByFault"].get(label, [])
+        power = any(_master_power(g) and g["group"] in (None, f["group"]) for g in faults)
+        master_power = _master_power(f)
+        divergent = len(blamed) if blamed and (master_power or not power) else 0
+        recovery, never = _recovery(f, rounds, unequal, faults)
+        by_fault = (summary.get("deliveryByFault") or {}).get(label, {})
+        acked_on_group = (summary.get("ackedOnGroupByFault") or {}).get(label)
+        info = dict(f.get("info") or {})
+        if not info.get("notExercised") and sampled:
+            # a run the nemesis did not judge (recorded before it did, or a cluster-wide fault): the samples
+            stuck = stuck_groups(run, start)
+            mine = [g for g in stuck if f.get("group") in (None, g)]
+            if f.get("group") is None and mine:
+                info["notExercisedGroups"] = {**{g: stuck[g] for g in mine}, **(info.get("notExercisedGroups") or {})}
+                every = {x for _ts, gs in rounds for x in gs}
+                if every and every <= set(info["notExercisedGroups"]):
+                    info["notExercised"] = "; ".join(info["notExercisedGroups"][g] for g in sorted(every))
+            elif mine:
+                info["notExercised"] = stuck[mine[0]]
+        out.append({"label": label, "kind": f["kind"], "role": f["role"], "target": f["target"],
+                    "sends": len(during), "ok": ok,
+                    "lost": lost, "divergent": divergent, "recovery_s": recovery, "recovery_never": never,
+                    # delivery (rmqha/pipeline/delivery.py): acknowledged messages this fault is a suspect of that no
+                    # consumer group got, those only a slave holds, and those received then gone
+                    "undelivered": by_fault.get("delivery.lost", 0),
+                    "stranded": by_fault.get("delivery.stranded", 0),
+                    "lost_after_delivery": by_fault.get("delivery.lost-after-delivery", 0),
+                    # acknowledged sends stored by the faulted group itself while the fault was active
+                    # (None for summaries older than the delivery checker: then `ok`, the whole cluster's)
+                    "acked_on_group": acked_on_group,
+                    "not_exercised": info.get("notExercised") or no_effect(
+                        f, down, sampled, sum((summary.get("nonOkByFault") or {}).get(label, {}).values()), offsets),
+                    # a fault on every group: the groups it could not exercise (nemesis.py)
+                    "groups_not_exercised": sorted(info.get("notExercisedGroups") or {}),
+                    "error": f.get("inject_error") or f.get("heal_error")})
+    reattribute(out, faults)
+    return out
+
+
+def exercised(samples: list[dict]) -> list[dict]:
+    """The samples that count as coverage: the fault had its effect, on a group that could replicate, and
+    the group acknowledged a send while it was active."""
+    return [s for s in samples if not s.get("not_exercised")
+            and (s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]) > 0]
+
+
+def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
+    """A cell's verdict. Losses are judged as users meet them: an acknowledged message no consumer can get
+    (lost, stranded on a slave, or received and then gone) is lost, whatever disk holds it. Only samples
+    whose fault was exercised carry losses (a not-exercised fault's go to the earlier fault that caused
+    them: reattribute()); losses a not-exercised fault is blamed for that no fault explains fail the cell."""
+    mine = [s for s in samples if not s.get("not_exercised")]
+    lost = sum(s["lost"] for s in mine)
+    undelivered = sum(s.get("undelivered", 0) + s.get("lost_after_delivery", 0) for s in mine)
+    stranded = sum(s.get("stranded", 0) for s in mine)
+    div = sum(s["divergent"] for s in mine)
+    errors = [s["error"] for s in samples if s["error"]]
+    # blamed on a fault that was not exercised, and no earlier fault of its group explains it
+    orphan = [(s.get("unattributed") or {k: s.get(k, 0) for k in LOSS_FIELDS if s.get(k)})
+              for s in samples if s.get("not_exercised")]
+    orphan_n = sum(sum(o.values()) for o in orphan)
+    done = exercised(samples)
+    users_lost = max(lost, undelivered) + stranded
+    if errors:
+        return "FAIL", f"fault could not be injected/healed: {errors[0]}"
+    if orphan_n:
+        return "FAIL", (f"{orphan_n} loss(es)/divergence(s) blamed on a fault that was not exercised, and no earlier "
+                        "exercised fault of its group explains them")
+    what = (f"{lost} acknowledged on no node, {undelivered} undelivered, {stranded} stranded on a slave, "
+            f"{div} divergent pair(s)")
+    if (users_lost and not p["loss_allowed"]) or (div and not p["divergence_allowed"]):
+        return "FAIL", f"{what}: the promise excludes it"
+    if users_lost or div:
+        return "WEAK", f"allowed: {what}"
+    if not done:
+        idle = next((s["not_exercised"] for s in samples if s.get("not_exercised")), None)
+        return "not exercised", idle or "no send acknowledged by the faulted group while the fault was active"
+    partial = sorted({g for s in done for g in s.get("groups_not_exercised") or []})
+    also = f"; not exercised on {', '.join(partial)} (that group could not replicate)" if partial else ""
+    if len(done) < len(samples):
+        idle = next((s["not_exercised"] for s in samples if s.get("not_exercised")), None)
+        return "PASS", (f"only {len(done)} of {len(samples)} runs exercised"
+                        + (f" ({idle})" if idle else " (the others: no send acknowledged by the faulted group)")
+                        + also)
+    return "PASS", also[2:]
+
+
+# this broker; the same broker with haCompat49=true (4.9's HA behaviour); or with haRecoveryEnable=true (a
+# master back behind its slave fetches the slave's tail before it takes writes: rmqha/broker/ha/recovery.py)
+MODES = ("ours", "4.9", "recovery")
+MODE_SETS = {"ours": [], "4.9": ["haCompat49=true"], "recovery": ["haRecoveryEnable=true"]}
+MODE_SUFFIX = {"ours": "", "4.9": "-49", "recovery": "-rc"}
+
+
+def run_name(topology: str, flush: str, backend: str, seed: int, mode: str = "ours", faults=()) -> str:
+    return (f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
+            + ("-df" if list(faults) == DISK_FAULTS else "") + ("-lh" if list(faults) == LONG_FAULTS else "")
+            + MODE_SUFFIX[mode])
+
+
+def free_base(topology: str, backend: str, lane: int, lanes: int = 2) -> int | None:
+    """A free port block for one lane (lanes run at once: each takes its own interleaved candidates)."""
+    from rmqha.cluster.ports import free_cluster_base
+    from rmqha.cluster.topology import load_topology
+    # below the usual ephemeral range (32768.. on Linux): outgoing connections take ports from it, and the
+    # port planner refuses a base there
+    return free_cluster_base(load_topology(topology), low=21000, high=32000, slot=lane, slots=max(2, lanes),
+                             extra_offsets=(48,) if backend == "docker" else ())
+
+
+def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mode: str = "ours", *,
+          name: str | None = None, sets: dict[str, str] | None = None) -> dict:
+    """One rmqha.chaos.run --sweep --no-audit (the audit is the Auditor's); what it left, and how long it took.
+    name and sets: the planted control's own run name and broker settings."""
+    name = name or run_name(topology, flush, backend, seed, mode, faults)
+    base = free_base(topology, backend, lane, getattr(args, "lane_count", 2))
+    cmd = [sys.executable, "-m", "rmqha.chaos.run", "--topology", topology, "--backend", backend, "--name", name,
+           "--sweep", "--nemesis", ",".join(faults), "--duration", str(args.duration), "--rate", str(args.rate),
+           "--seed", str(seed), "--set", f"flushDiskType={flush}", "--catchup-timeout", "30", "--no-audit"]
+    if list(faults) == LONG_FAULTS:
+        cmd += ["--sweep-hold", str(LONG_HOLD_S)]
+    for kv in MODE_SETS[mode] + [f"{k}={v}" for k, v in (sets or {}).items()]:
+        cmd += ["--set", kv]
+    if base is not None:
+        cmd += ["--base-port", str(base)]
+    t0 = time.monotonic()
+    log = out / f"{name}.log"
+    with open(log, "w") as fh:
+        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode
+    return {"name": name, "rc": rc, "took_s": round(time.monotonic() - t0), "log": str(log)}
+
+
+# --planted: one more run with two broker bugs no storage verdict sees (rmqha/broker/planted.py); the matrix
+# fails unless the audit turns each verdict below FAIL. A matrix whose checkers went blind (a masked FAIL)
+# then cannot pass.
+PLANTED_NAME = "mx-planted"
+PLANTED_SETS = {"broker-b:plantBug": "skip-queue-entry", "broker-a:plantBug": "ack-then-truncate"}
+PLANTED_EXPECT = [("queues.consistent", "broker-b"), ("replica.consistent", "broker-a-s")]
+
+
+def planted_missed(summary: dict) -> list[str]:
+    """The expected FAIL verdicts (id, subject) the planted run's audit did not give."""
+    failed = {(v.get("id"), v.get("subject")) for v in summary.get("verdicts", []) if v.get("status") == "FAIL"}
+    return [f"{i} {subj}" for i, subj in PLANTED_EXPECT if (i, subj) not in failed]
+
+
+def planted_run(args, out: Path, lane: int) -> dict:
+    return sweep("2m-2s-sync", "ASYNC_FLUSH", "local", ["kill-slave"], 1, args, out, lane,
+                 name=PLANTED_NAME, sets=PLANTED_SETS)
+
+
+AUDIT_COMMAND = [sys.executable, "-m", "rmqha.pipeline", "--serve"]
+AUDITED = "audited "  # rmqha/pipeline/__main__.py's RESULT: the prefix of an answer line of `pipeline --serve`
+
+
+class Auditor:
+    """Audits the matrix's runs in one Spark session of its own, each as soon as its sweep has ended, while
+    the next sweeps run: one JVM start for the whole matrix instead of one per run. The session lives in
+    a child, `python -m rmqha.pipeline --serve` (chaos/ does not import pipeline/), started at the first run
+    and started again if it dies."""
+
+    def __init__(self, out: Path, say, command: list[str] | None = None):
+        import queue
+        self.out, self.say = out, say
+        self.command = command or AUDIT_COMMAND
+        self.q: "queue.Queue" = queue.Queue()
+        self.done: dict[str, dict] = {}
+        self.thread = threading.Thread(target=self._loop, name="auditor", daemon=True)
+        self.thread.start()
+
+    def submit(self, name: str) -> None:
+        self.q.put(name)
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.thread.join()
+
+    def _ask(self, proc, rd: Path) -> dict:
+        """Hand one run folder to the child and wait for its answer line."""
+        proc.stdin.write(f"{rd}\t{rd / 'report'}\n")
+        proc.stdin.flush()
+        for line in proc.stdout:
+            if line.startswith(AUDITED):
+                return json.loads(line[len(AUDITED):])
+        raise RuntimeError(f"the audit process ended (exit code {proc.wait()}) before answering")
+
+    def _loop(self) -> None:
+        proc = None
+        while True:
+            name = self.q.get()
+            if name is None:
+                break
+            rd = rf.run_dir(name)
+            t0 = time.monotonic()
+            try:
+                if proc is None or proc.poll() is not None:
+                    proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                            bufsize=1)
+                answer = self._ask(proc, rd)
+                if "error" in answer:
+                    raise RuntimeError(answer["error"])
+                (self.out / f"{name}.audit.txt").write_text("\n".join(answer["verdicts"]) + "\n")
+                self.done[name] = {"audit_s": round(time.monotonic() - t0), "audit_failed": answer["failed"]}
+                self.say(f"    audited {name} in {time.monotonic() - t0:.0f} s: {'FAIL' if answer['failed'] else 'pass'}")
+            except Exception as e:  # the run is reported as not audited, the matrix goes on
+                self.done[name] = {"audit_s": round(time.monotonic() - t0), "audit_error": f"{type(e).__name__}: {e}"}
+                self.say(f"    audit of {name} failed: {type(e).__name__}: {e}")
+        if proc is not None:
+            proc.stdin.close()
+            proc.wait()
+
+
+# Audit FAILs a cell can carry: an acknowledged message some fault is a suspect of. Any other FAIL (a
+# phantom, a UNIQ_KEY stored twice, a damaged log, a queue entry missing, a loss no fault explains) is a
+# defect of the run as a whole, and fails the matrix however its cells look.
+CELL_VERDICTS = ("delivery.lost", "delivery.stranded", "delivery.lost-after-delivery")
+
+
+def unexplained_failures(summary: dict) -> list[str]:
+    """The audit's FAIL verdicts no cell accounts for."""
+    out = []
+    no_fault = (summary.get("deliveryByFault") or {}).get("no fault", {})
+    for v in summary.get("verdicts", []):
+        if v["status"] != "FAIL":
+            continue
+        vid = v.get("id") or ""
+        if vid in CELL_VERDICTS and summary.get("faults") and not no_fault.get(vid):
+            continue
+        if not vid and v["name"] == "no acknowledged send lost" and summary.get("lostByFault") \
+                and "no fault" not in summary["lostByFault"]:
+            continue
+        out.append(f"{v['name']} ({vid or 'no id'})")
+    return out
+
+
+def collect(name: str, topology: str, flush: str) -> tuple[list[dict], bool | None, list[str]]:
+    """A run's cell samples from its audit summary (none when it was not audited), whether the audit
+    failed, and its failures no cell accounts for."""
+    summary_path = rf.run_dir(name) / "report" / "summary.json"
+    if not summary_path.exists():
+        return [], None, []
+    summary = json.loads(summary_path.read_text())
+    return (cell_samples(rf.run_dir(name), summary, topology, flush), summary["failed"],
+            unexplained_failures(summary))
+
+
+def build(results: list[dict]) -> list[dict]:
+    cells: dict[tuple, dict] = {}
+    for r in results:
+        for s in r["samples"]:
+            mode = r.get("mode", "ours")
+            key = (mode, r["topology"], r["flush"], s["kind"], s["role"])
+            c = cells.setdefault(key, {"mode": mode, "topology": r["topology"], "flush": r["flush"],
+                                       "kind": s["kind"], "role": s["role"], "backend": r["backend"], "samples": []})
+            c["samples"].append(s)
+    out = []
+    for key, c in sorted(cells.items()):
+        p = promise(*key[1:])
+        ss = c["samples"]
+        verdict, note = judge(p, ss)
+        mine = [s for s in ss if not s.get("not_exercised")]   # a not-exercised sample's losses are elsewhere
+        n_sends = sum(s["sends"] for s in ss)
+        rec = [s["recovery_s"] for s in ss if s["recovery_s"] is not None]
+        out.append({**{k: v for k, v in c.items() if k != "samples"}, "runs": len(ss),
+                    "exercised": len(exercised(ss)),
+                    "lost": sum(s["lost"] for s in mine), "divergent": sum(s["divergent"] for s in mine),
+                    "undelivered": sum(s.get("undelivered", 0) + s.get("lost_after_delivery", 0) for s in mine),
+                    "stranded": sum(s.get("stranded", 0) for s in mine),
+                    "availability": round(sum(s["ok"] for s in ss) / n_sends, 3) if n_sends else None,
+                    "acked_during": sum(s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]
+                                        for s in ss),
+                    # the slowest recovery, and how many samples never recovered (a slave ahead, a fork)
+                    "recovery_s": max(rec) if rec else None,
+                    "recovery_never": sum(1 for s in ss if s.get("recovery_never")),
+                    # losses moved here from later faults that were not exercised, and moved away from here
+                    "inherited_from": [x for s in ss for x in s.get("inherited_from", [])],
+                    "blamed_on": [s["blamed_on"] for s in ss if s.get("blamed_on")],
+                    "verdict": verdict, "note": note, "promise": p["why"]})
+    return out
+
+
+MIN_SWEEP_S = 10  # a sweep injects a dozen faults with gaps between them: one this short did not happen
+JUDGED = ("audit ok", "audit FAIL")
+
+
+def run_state(r: dict) -> str:
+    """What a matrix run amounts to: "audit ok" / "audit FAIL" (its cells are judged), or "not run" /
+    "not audited" (nothing of it is judged, and the matrix fails)."""
+    if r.get("rc"):
+        return f"not run (exit {r['rc']})"
+    if r.get("took_s") is not None and r["took_s"] < MIN_SWEEP_S:
+        return f"not run (took {r['took_s']} s)"
+    if r.get("audit_error"):
+        return f"not audited ({r['audit_error']})"
+    if "audit_failed" not in r:
+        return "not audited (no report/summary.json)"
+    if not r.get("samples"):
+        return "not run (no fault in its audit)"
+    return "audit FAIL" if r["audit_failed"] else "audit ok"
+
+
+def recovery_text(c: dict) -> str:
+    rec = c["recovery_s"] if c["recovery_s"] is not None else "-"
+    never = c.get("recovery_never") or 0
+    return f"never ({never}/{c['runs']}), else {rec}" if never and never < c["runs"] else ("never" if never else str(rec))
+
+
+def write(out: Path, cells: list[dict], results: list[dict], command: str) -> None:
+    (out / "matrix.json").write_text(json.dumps({"cells": cells, "runs": results}, indent=1))
+    states = [run_state(r) for r in results]
+    judged = sum(st in JUDGED for st in states)
+    not_run = sum(st.startswith("not run") for st in states)
+    not_audited = sum(st.startswith("not audited") for st in states)
+    lines = [f"Command: `{command}`", "",
+             f"Runs: {len(results)} planned, {judged} audited and judged, {not_run} not run, {not_audited} not "
+             "audited" + (" (the matrix fails: its cells miss those runs)" if not_run or not_audited else ""), "",
+             "| broker | configuration | fault | backend | runs exercised | acked during fault | acknowledged lost "
+             "| undelivered | stranded | divergent pairs | availability | recovery (s, max) | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        av = f"{c['availability'] * 100:.0f} %" if c["availability"] is not None else "-"
+        moved = "; ".join(f"{b['fault']} blamed for a later not-exercised fault's losses" for b in c.get("blamed_on", []))
+        note = "; ".join(x for x in (c["note"], moved) if x)
+        lines.append(f"| {c.get('mode', 'ours')} | {c['topology']} {c['flush']} | {c['kind']} ({c['role']}) | {c['backend']} "
+                     f"| {c.get('exercised', c['runs'])}/{c['runs']} "
+                     f"| {c['acked_during']} | {c['lost']} | {c.get('undelivered', 0)} | {c.get('stranded', 0)} "
+                     f"| {c['divergent']} | {av} | {recovery_text(c)} | **{c['verdict']}**"
+                     f"{': ' + note if note else ''} |")
+    for r in results:
+        if r.get("unexplained"):
+            lines.append(f"\n**{r['name']}: audit FAIL no cell accounts for**: {'; '.join(r['unexplained'])}")
+    lines += ["", "Runs: " + ", ".join(f"{r['name']} {r['took_s'] if r.get('took_s') is not None else '?'} s ({st})"
+                                        for r, st in zip(results, states))]
+    (out / "matrix.md").write_text("\n".join(lines) + "\n")
+    heatmap(out / "matrix.png", cells)
+
+
+def heatmap(path: Path, cells: list[dict]) -> None:
+    if not cells:
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    rows = sorted({(c.get("mode", "ours"), c["topology"], c["flush"]) for c in cells})
+    cols = sorted({(c["kind"], c["role"]) for c in cells})
+    code = {"PASS": 0, "WEAK": 1, "not exercised": 2, "FAIL": 3}
+    grid = [[float("nan")] * len(cols) for _ in rows]
+    text = [[""] * len(cols) for _ in rows]
+    for c in cells:
+        i, j = rows.index((c.get("mode", "ours"), c["topology"], c["flush"])), cols.index((c["kind"], c["role"]))
+        grid[i][j] = code[c["verdict"]]
+        av = f"{c['availability'] * 100:.0f}%" if c["availability"] is not None else "-"
+        text[i][j] = f"{c['verdict'] if c['verdict'] != 'not exercised' else 'n/e'}\n{av}" + (
+            f"\nlost {c['lost']}" if c["lost"] else "") + (
+            f"\nstranded {c['stranded']}" if c.get("stranded") else "")
+    fig, ax = plt.subplots(figsize=(1.1 * len(cols) + 2, 0.9 * len(rows) + 1.5))
+    ax.imshow(grid, cmap=ListedColormap(["#4dac26", "#f1b6da", "#bababa", "#d01c8b"]), vmin=0, vmax=3)
+    ax.set_xticks(range(len(cols)), [f"{k}\n({r})" for k, r in cols], rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), [f"{m}: {t}\n{f}" for m, t, f in rows], fontsize=8)
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=6)
+    ax.set_title("guarantee matrix: PASS green, WEAK (allowed) pink, not exercised grey, FAIL magenta", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rmqha.chaos.matrix", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=1)
+    ap.add_argument("--backends", default="local", help="local, docker or local,docker (docker: the faults only it can do)")
+    ap.add_argument("--duration", type=float, default=10.0, help="minimum workload seconds (the sweep stretches it)")
+    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--configs", default="all", help="e.g. 2m-2s-sync/ASYNC_FLUSH,2m-2s-async/SYNC_FLUSH")
+    ap.add_argument("--out", default="build/chaos-matrix")
+    ap.add_argument("--from-runs", action="store_true", help="do not run: judge the run folders of an earlier run")
+    ap.add_argument("--long-holds", action="store_true",
+                    help=f"also a sweep of {', '.join(LONG_FAULTS)} held {LONG_HOLD_S:g} s each (past housekeeping, "
+                         "route refresh and name-server expiry): about 7 minutes per configuration and mode")
+    ap.add_argument("--planted", action="store_true",
+                    help="also a run with two planted broker bugs (skip-queue-entry, ack-then-truncate): the "
+                         "matrix fails unless the audit catches both (its checkers can still fail)")
+    ap.add_argument("--lanes", type=int, default=1,
+                    help="local clusters run at once (each on its own ports); 2 fits a 2-core machine at --rate 200")
+    ap.add_argument("--serial", action="store_true", help="one backend's runs after the other (default: at once)")
+    ap.add_argument("--modes", default="ours", help="comma-separated, side by side in the table: ours (this "
+                    "broker), 4.9 (haCompat49=true: Apache RocketMQ 4.9's HA behaviour), recovery "
+                    "(haRecoveryEnable=true: a master back behind its slave fetches the slave's tail first)")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    configs = CONFIGS if args.configs == "all" else [tuple(c.split("/")) for c in args.configs.split(",")]
+    plan = []
+    for backend in args.backends.split(","):
+        sweeps = (LOCAL_SWEEPS + ([LONG_FAULTS] if args.long_holds else [])) if backend == "local" else [DOCKER_FAULTS]
+        for faults in sweeps:
+            assert all(backend in FAULTS[f].backends for f in faults)
+            for mode in args.modes.split(","):
+                if mode not in MODES:
+                    ap.error(f"--modes: {mode!r}; known: {', '.join(MODES)}")
+                for topology, flush in configs:
+                    for seed in range(args.first_seed, args.first_seed + args.seeds):
+                        plan.append((topology, flush, backend, faults, seed, mode))
+    t0 = time.monotonic()
+    lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with lock:
+            print(f"[{time.monotonic() - t0:6.0f} s] {line}", flush=True)
+
+    results: list[dict] = []
+    if args.from_runs:  # judge the run folders of an earlier matrix run again (their times from its json)
+        try:
+            before = {r["name"]: r for r in json.loads((out / "matrix.json").read_text())["runs"]}
+        except (OSError, ValueError, KeyError):
+            before = {}
+        for topology, flush, backend, faults, seed, mode in plan:
+            name = run_name(topology, flush, backend, seed, mode, faults)
+            old = before.get(name, {})
+            # the earlier run's exit code and time: a run that did not happen stays "not run"
+            results.append({"name": name, "rc": old.get("rc", 0), "took_s": old.get("took_s"), "log": old.get("log", ""),
+                            "audit_s": old.get("audit_s"), "topology": topology, "flush": flush,
+                            "backend": backend, "seed": seed, "mode": mode})
+    else:
+        auditor = Auditor(out, say)
+        lanes = {}
+        for b in dict.fromkeys(p[2] for p in plan):
+            items = [p for p in plan if p[2] == b]
+            n = max(1, args.lanes) if b == "local" else 1
+            for k in range(n):  # round robin: each lane gets a mix of configurations and modes
+                lanes[(b, k)] = items[k::n]
+        args.lane_count = len(lanes)
+        counter = iter(range(1, len(plan) + 1))
+
+        def lane(index: int, items) -> None:
+            for topology, flush, backend, faults, seed, mode in items:
+                say(f"[{next(counter)}/{len(plan)}] {mode}: {topology} {flush} on {backend}, seed {seed}: "
+                    f"{', '.join(faults)}")
+                try:
+                    r = sweep(topology, flush, backend, faults, seed, args, out, index, mode)
+                except Exception as e:  # one run that cannot start must not end the lane silently
+                    r = {"name": run_name(topology, flush, backend, seed, mode, faults), "rc": 3, "took_s": 0,
+                         "log": f"{type(e).__name__}: {e}"}
+                    say(f"    could not run: {type(e).__name__}: {e}")
+                r.update(topology=topology, flush=flush, backend=backend, seed=seed, mode=mode)
+                say(f"    {r['name']}: sweep {r['took_s']} s, exit {r['rc']}; log {r['log']}")
+                with lock:
+                    results.append(r)
+                if r["rc"] == 0:
+                    auditor.submit(r["name"])
+        # one lane per backend (--lanes for local), at once: the clusters share the machine (each at --rate)
+        threads = [threading.Thread(target=lane, args=(i, items)) for i, items in enumerate(lanes.values())]
+        if args.serial:
+            for t in threads:
+                t.start()
+                t.join()
+        else:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        if args.planted:
+            say("planted control: a run with skip-queue-entry (broker-b) and ack-then-truncate (broker-a)")
+            planted = planted_run(args, out, 0)
+            say(f"    {planted['name']}: sweep {planted['took_s']} s, exit {planted['rc']}; log {planted['log']}")
+            if planted["rc"] == 0:
+                auditor.submit(PLANTED_NAME)
+        say("every sweep done; waiting for the last audits")
+        auditor.close()
+        for r in results:
+            r.update(auditor.done.get(r["name"], {}))
+    for r in results:
+        r["samples"], failed, r["unexplained"] = collect(r["name"], r["topology"], r["flush"])
+        r["failed_run"] = failed is None
+        if failed is not None:
+            r["audit_failed"] = failed
+        r["state"] = run_state(r)
+        if r["state"] not in JUDGED:  # a folder left by an earlier run is not this run's result
+            r["samples"], r["unexplained"] = [], []
+    results.sort(key=lambda r: (r.get("mode", "ours"), r["backend"], r["topology"], r["flush"], r["seed"]))
+    cells = build(results)
+    command = "python -m rmqha.chaos.matrix " + " ".join(argv if argv is not None else sys.argv[1:])
+    write(out, cells, results, command)
+    print((out / "matrix.md").read_text())
+    samples = sum(len(r["samples"]) for r in results)
+    print(f"matrix: {out / 'matrix.md'}, {out / 'matrix.png'}; {len(plan)} runs, {samples} fault injections judged, "
+          f"in {time.monotonic() - t0:.0f} s")
+    broken = [f"{r['name']} ({r['state']})" for r in results if r["state"] not in JUDGED]
+    if broken:
+        print(f"runs that could not be done or audited (see their logs): {', '.join(broken)}")
+    unexplained = {r["name"]: r["unexplained"] for r in results if r.get("unexplained")}
+    for name, fails in unexplained.items():
+        print(f"{name}: audit FAIL no cell accounts for: {'; '.join(fails)}")
+    blind = []
+    if args.planted:
+        try:
+            summary = json.loads((rf.run_dir(PLANTED_NAME) / "report" / "summary.json").read_text())
+            blind = planted_missed(summary)
+        except (OSError, ValueError) as e:
+            blind = [f"the planted run was not audited ({e})"]
+        print("planted control: " + (f"MISSED {', '.join(blind)}: the checkers are blind, the matrix fails"
+                                     if blind else "every planted bug turned its verdict FAIL"))
+    return 1 if broken or unexplained or blind or any(c["verdict"] == "FAIL" for c in cells) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,459 @@
+"""The nemesis of a chaos run: a seeded schedule of faults, each a start/stop pair from one table.
+
+    c = Cluster.attach("chaos")
+    sched = make_schedule(random.Random(seed), ["kill-master", "latency"], c, duration=60)
+    nem = Nemesis(c, log=print, fault_log=FaultLog(run_dir / "faults" / "faults-1.jsonl"))
+    nem.run(sched, t0, stop_event)               # in a thread; nem.active says what is broken now
+    nem.heal_all()
+
+FAULTS is the table: each kind names what it targets, the backends it works on, how its parameters are
+drawn, and its start and stop (both take the cluster handle and the fault). Every start and stop goes
+through rmqha/cluster/handle.py and is written to the fault log (rmqha/chaos/faultlog.py), so the audit knows what
+was broken when.
+
+  kind            target        backends       start -> stop
+  latency         HA link       docker         latency above the sync wait on <slave>-ha -> toxics removed
+  cut             HA link       docker         timeout toxic both ways, or the proxy disabled -> restored
+  slicer          HA link       docker         master -> slave bytes in 7 +/- 3 byte slices -> removed
+  pause-slave     slave         both           frozen (SIGSTOP / docker pause) -> resumed
+  restart-slave   slave         both           SIGTERM, clean shutdown -> started
+  kill-slave      slave         both           SIGKILL -> started
+  pause-master    master        both           frozen -> resumed
+  restart-master  master        both           SIGTERM -> started
+  kill-master     master        both           SIGKILL -> started after the hold
+  power-loss      master|slave  both           SIGKILL, commit log cut to the durable offset -> started
+  group-power-loss master       both           the same on the master and its slaves at once -> all started
+  slave-then-master-power-loss  both           the group's slaves, then gap_s later its master -> all started
+  cluster-power-loss            both           every broker, masters first -> all started
+  disk-full       master|slave  both           the store's own tmpfs filled (Cluster.limit_disk) -> freed
+  partition       master|slave  docker         container off the network (no name server, peers or
+                                               clients) -> reconnected
+  client-latency  master        docker         latency on the host clients' proxy of the master -> removed
+  client-cut      master        docker         the clients' proxy cut (timeout or disabled) -> restored
+
+Schedules: one fault at a time by default; with overlap=True a master fault may start while a slave
+fault of another group is active (never two faults on one group, so each heal is unambiguous).
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from rmqha.cluster import ClusterError
+
+
+@dataclass
+class Fault:
+    at: float            # seconds after the start of the workload
+    hold: float          # seconds until healed
+    kind: str
+    group: str           # broker name
+    target: str          # the node
+    params: dict = field(default_factory=dict)
+    role: str = "slave"  # of the target
+    link: str | None = None
+    id: int = 0
+
+    def describe(self) -> str:
+        extra = " ".join(f"{k}={v}" for k, v in self.params.items())
+        what = self.link or self.target
+        return f"{self.kind} {what}" + (f" ({extra})" if extra else "")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    name: str
+    targets: str                      # "slave", "master", "node" (master or slave)
+    backends: tuple[str, ...]
+    start: Callable                   # (cluster, fault) -> dict | None (info for the log)
+    stop: Callable                    # (cluster, fault) -> dict | None
+    params: Callable = lambda rng, sync_wait_ms: {}
+    link: Callable | None = None      # (cluster, fault) -> proxy name, for link faults
+    doc: str = ""
+
+
+def _restart(c, f):
+    c.start(f.target, timeout=60)
+
+
+def _group_nodes(c, f) -> list[str]:
+    """The faulted group's master (the fault's target) and its slaves."""
+    g = groups_of(c).get(f.group) or {"master": f.target, "slaves": []}
+    return [g["master"]] + list(g["slaves"])
+
+
+def _group_power_loss(c, f):
+    """The whole group's power cut at once: master first (it stops acknowledging), then its slaves."""
+    return {"nodes": {n: c.power_loss(n) for n in _group_nodes(c, f)}}
+
+
+def _group_restart(c, f):
+    """Power back on every node of the group together (as after a rack's power cut), then each is waited for."""
+    nodes = _group_nodes(c, f)
+    for n in nodes:
+        c.start(n, wait=False)
+    for n in nodes:
+        c.wait_up(n, 60)
+
+
+def _cluster_nodes(c) -> list[str]:
+    """Every broker: the masters first."""
+    groups = groups_of(c)
+    return [g["master"] for _, g in sorted(groups.items())] + [s for _, g in sorted(groups.items())
+                                                              for s in g["slaves"]]
+
+
+def _cluster_power_loss(c, f):
+    """Every broker's power cut (a data centre's): masters first, then slaves."""
+    return {"nodes": {n: c.power_loss(n) for n in _cluster_nodes(c)}}
+
+
+def _cluster_restart(c, f):
+    nodes = _cluster_nodes(c)
+    for n in nodes:
+        c.start(n, wait=False)
+    for n in nodes:
+        c.wait_up(n, 60)
+
+
+def _slave_then_master_power_loss(c, f):
+    """The group's slaves lose power, the master goes on alone for gap_s, then it loses power too: what
+    it acknowledged meanwhile was only ever on the master."""
+    g = _group_nodes(c, f)
+    info = {n: c.power_loss(n) for n in g[1:]}
+    time.sleep(f.params.get("gap_s", 0))
+    info[g[0]] = c.power_loss(g[0])
+    return {"nodes": info}
+
+
+def _resume(c, f):
+    c.resume(f.target)
+
+
+def _heal_link(c, f):
+    c.heal_link(f.link)
+
+
+BOTH, DOCKER = ("local", "docker"), ("docker",)
+
+FAULTS: dict[str, FaultKind] = {k.name: k for k in [
+    FaultKind("latency", "slave", DOCKER,
+              lambda c, f: c.slow_link(f.link, f.params["ms"]), _heal_link,
+              lambda rng, w: {"ms": w + 1000}, lambda c, f: c.ha_link(f.target),
+              "master -> slave delayed above the sync wait: FLUSH_SLAVE_TIMEOUT"),
+    FaultKind("cut", "slave", DOCKER,
+              lambda c, f: c.cut_link(f.link, f.params["mode"]), _heal_link,
+              lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])}, lambda c, f: c.ha_link(f.target),
+              "the HA link cut: SLAVE_NOT_AVAILABLE once the master drops it"),
+    FaultKind("slicer", "slave", DOCKER,
+              lambda c, f: c.slice_link(f.link, f.params["average_size"], f.params["size_variation"],
+                                        f.params["delay_us"]), _heal_link,
+              lambda rng, w: {"average_size": 7, "size_variation": 3, "delay_us": 10},
+              lambda c, f: c.ha_link(f.target), "frames cut into tiny pieces"),
+    FaultKind("pause-slave", "slave", BOTH, lambda c, f: c.pause(f.target), _resume),
+    FaultKind("restart-slave", "slave", BOTH, lambda c, f: c.stop(f.target), _restart),
+    FaultKind("kill-slave", "slave", BOTH, lambda c, f: c.kill(f.target), _restart),
+    FaultKind("pause-master", "master", BOTH, lambda c, f: c.pause(f.target), _resume),
+    FaultKind("restart-master", "master", BOTH, lambda c, f: c.stop(f.target), _restart),
+    FaultKind("kill-master", "master", BOTH, lambda c, f: c.kill(f.target), _restart),
+    FaultKind("power-loss", "node", BOTH, lambda c, f: c.power_loss(f.target), _restart,
+              doc="SIGKILL, then the commit log cut to the durable (fdatasync'ed) offset"),
+    FaultKind("group-power-loss", "master", BOTH, _group_power_loss, _group_restart,
+              doc="master and slaves of one group lose power together: each SIGKILLed and cut to its durable "
+                  "offset -> all started together"),
+    FaultKind("slave-then-master-power-loss", "master", BOTH, _slave_then_master_power_loss, _group_restart,
+              lambda rng, w: {"gap_s": round(rng.uniform(0.5, 1.5), 1)},
+              doc="the group's slaves lose power, gap_s later its master -> all started together"),
+    FaultKind("cluster-power-loss", "master", BOTH, _cluster_power_loss, _cluster_restart,
+              doc="every broker loses power (masters first) -> all started together"),
+    FaultKind("disk-full", "node", BOTH, lambda c, f: c.fill_disk(f.target), lambda c, f: c.free_disk(f.target),
+              doc="the store's filesystem (a tmpfs of its own: Cluster.limit_disk) filled to the last byte; sends "
+                  "fail once the next commit-log file cannot be reserved -> the filler removed"),
+    FaultKind("partition", "node", DOCKER, lambda c, f: c.partition(f.target),
+              lambda c, f: c.heal_partition(f.target)),
+    FaultKind("client-latency", "master", DOCKER,
+              lambda c, f: c.slow_link(f.link, f.params["ms"]), _heal_link,
+              lambda rng, w: {"ms": rng.choice([200, 1000, 3000])}, lambda c, f: c.client_link(f.target)),
+    FaultKind("client-cut", "master", DOCKER,
+              lambda c, f: c.cut_link(f.link, f.params["mode"]), _heal_link,
+              lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])}, lambda c, f: c.client_link(f.target)),
+]}
+ALL_FAULTS = tuple(FAULTS)
+DEFAULT_FAULTS = ("latency", "cut", "pause-slave", "restart-slave", "slicer")
+MASTER_FAULTS = tuple(k for k, v in FAULTS.items() if v.targets in ("master", "node"))
+CLUSTER_WIDE = ("cluster-power-loss",)  # faults on every group (rmqha/pipeline/faults.py gives them no group)
+
+
+def applicable_faults(faults: list[str], backend: str) -> tuple[list[str], list[str]]:
+    """(usable, dropped) for a backend."""
+    return ([f for f in faults if backend in FAULTS[f].backends],
+            [f for f in faults if backend not in FAULTS[f].backends])
+
+
+def groups_of(cluster) -> dict[str, dict]:
+    """broker name -> {"master": node, "slaves": [nodes]}."""
+    out: dict[str, dict] = {}
+    for n in cluster.state.get("nodes", []):
+        g = out.setdefault(n["brokerName"], {"master": None, "slaves": []})
+        if n.get("master"):
+            g["slaves"].append(n["name"])
+        else:
+            g["master"] = n["name"]
+    return out
+
+
+def _candidates(kind: FaultKind, groups: dict[str, dict]) -> list[tuple[str, str, str]]:
+    """(group, node, role) this kind can hit."""
+    out = []
+    for g, members in sorted(groups.items()):
+        if kind.targets in ("master", "node") and members["master"]:
+            # a master fault only where its loss matters to replication: groups with a slave
+            if members["slaves"] or kind.targets == "node":
+                out.append((g, members["master"], "master"))
+        if kind.targets in ("slave", "node"):
+            out += [(g, s, "slave") for s in members["slaves"]]
+    return out
+
+
+def make_schedule(rng: random.Random, faults: list[str], cluster, duration: float, sync_wait_ms: int = 1500,
+                  max_faults: int | None = None, warmup: float | None = None, quiet: float | None = None,
+                  overlap: bool = False) -> list[Fault]:
+    """Faults every few seconds from `warmup` until `duration - quiet`. One at a time, or (overlap) a
+    second one on another group while the first is active. Deterministic for a seed and a topology."""
+    groups = groups_of(cluster)
+    usable = [f for f in faults if _candidates(FAULTS[f], groups)]
+    if not usable:
+        return []
+    warmup = min(3.0, duration * 0.15) if warmup is None else warmup
+    quiet = max(3.0, min(10.0, duration * 0.2)) if quiet is None else quiet
+    out: list[Fault] = []
+    t = warmup
+    while max_faults is None or len(out) < max_faults:
+        hold = round(rng.uniform(2.0, 4.0), 1)
+        if t + hold > duration - quiet:
+            break
+        kind = FAULTS[rng.choice(usable)]
+        group, target, role = rng.choice(_candidates(kind, groups))
+        f = Fault(round(t, 1), hold, kind.name, group, target, kind.params(rng, sync_wait_ms), role,
+                  id=len(out) + 1)
+        if kind.link:
+            f.link = kind.link(cluster, f)
+        out.append(f)
+        if overlap and (max_faults is None or len(out) < max_faults) and rng.random() < 0.5:
+            # a second fault on another group, starting inside this one's hold
+            kinds = [k for k in usable if any(g != group and r != role for g, _, r in _candidates(FAULTS[k], groups))]
+            if kinds:
+                k2 = FAULTS[rng.choice(kinds)]
+                c2 = [(g, n, r) for g, n, r in _candidates(k2, groups) if g != group and r != role]
+                g2, n2, r2 = rng.choice(c2)
+                at2 = round(t + rng.uniform(0.3, hold * 0.6), 1)
+                hold2 = round(rng.uniform(1.5, 3.0), 1)
+                if at2 + hold2 <= duration - quiet:
+                    f2 = Fault(at2, hold2, k2.name, g2, n2, k2.params(rng, sync_wait_ms), r2, id=len(out) + 1)
+                    if k2.link:
+                        f2.link = k2.link(cluster, f2)
+                    out.append(f2)
+                    hold = max(hold, at2 + hold2 - t)
+        t += hold + round(rng.uniform(1.0, 3.0), 1)
+    return out
+
+
+# may leave their group SLAVE_AHEAD: nothing after them on that group (a group power loss last of all)
+LAST_IN_SWEEP = (("power-loss", "master"), ("slave-then-master-power-loss", "master"), ("group-power-loss", "master"),
+                 ("cluster-power-loss", "master"))
+
+
+def sweep_cells(faults: list[str], cluster) -> list[tuple[str, str]]:
+    """(kind, role) for every fault and every role it can hit: the cells of a guarantee matrix."""
+    groups = groups_of(cluster)
+    return [(k, r) for k in faults for r in ("master", "slave")
+            if any(role == r for _, _, role in _candidates(FAULTS[k], groups))]
+
+
+def make_sweep(rng: random.Random, faults: list[str], cluster, sync_wait_ms: int = 1500, warmup: float = 3.0,
+               hold: tuple[float, float] = (2.5, 3.5), gap: tuple[float, float] = (4.0, 5.0)) -> list[Fault]:
+    """Every (kind, role) of `faults` once, one at a time, in a seeded order with a master power loss
+    last; targets drawn from the groups. The schedule's end is the last fault's heal."""
+    groups = groups_of(cluster)
+    cells = sweep_cells(faults, cluster)
+    rng.shuffle(cells)
+    cells.sort(key=lambda c: LAST_IN_SWEEP.index(c) + 1 if c in LAST_IN_SWEEP else 0)
+    out, t = [], warmup
+    forking = set()  # groups a fault that may fork them already hit
+    for kind_name, role in cells:
+        kind = FAULTS[kind_name]
+        choices = [c for c in _candidates(kind, groups) if c[2] == role]
+        if (kind_name, role) in LAST_IN_SWEEP:
+            choices = [c for c in choices if c[0] not in forking] or choices
+        group, target, r = rng.choice(choices)
+        if (kind_name, role) in LAST_IN_SWEEP:
+            forking.add(group)
+        h = round(rng.uniform(*hold), 1)
+        f = Fault(round(t, 1), h, kind.name, group, target, kind.params(rng, sync_wait_ms), r, id=len(out) + 1)
+        if kind.link:
+            f.link = kind.link(cluster, f)
+        out.append(f)
+        t += h + round(rng.uniform(*gap), 1)
+    return out
+
+
+def _event_order(event: tuple[float, bool, Fault]) -> tuple:
+    """Events of a schedule, (time, is_heal, fault), in the order the nemesis takes them: by time to the
+    millisecond (so a heal at 3.1 + 2.2 s is at the same instant as an inject at 5.3 s). At one instant
+    the heals of faults injected earlier come first: a fault that ends when the next one begins is one at
+    a time (both active at once would hit two nodes, or undo the next fault on the same node). Then the
+    injects; then the heals of faults held for no time, each after its own inject."""
+    at, is_heal, f = event
+    return round(at, 3), not is_heal or f.hold == 0, is_heal
+
+
+class Nemesis:
+    """Injects and heals faults through the cluster handle, writing each to the fault log."""
+
+    def __init__(self, cluster, log=None, fault_log=None):
+        self.cluster = cluster
+        self.log = log or (lambda line: None)
+        self.fault_log = fault_log
+        self.active: dict[int, Fault] = {}
+        self.done: list[tuple[Fault, str | None]] = []   # (fault, error)
+        self._lock = threading.Lock()
+        self._ids = 1000  # faults injected outside a schedule
+
+    @property
+    def current(self) -> Fault | None:
+        with self._lock:
+            return next(iter(self.active.values()), None)
+
+    def describe_active(self) -> str:
+        with self._lock:
+            return ", ".join(f.describe() for f in self.active.values()) or "none"
+
+    # -- one fault --------------------------------------------------------------------------------
+    def inject(self, f: Fault) -> dict | None:
+        kind = FAULTS.get(f.kind)
+        if kind is None:
+            raise ValueError(f"unknown fault {f.kind!r}; known: {', '.join(ALL_FAULTS)}")
+        if self.cluster.kind not in kind.backends:
+            raise ValueError(f"{f.kind} needs the {'/'.join(kind.backends)} backend")
+        if not f.id:
+            self._ids += 1
+            f.id = self._ids
+        if kind.link and not f.link:
+            f.link = kind.link(self.cluster, f)
+        with self._lock:
+            self.active[f.id] = f
+        return self._op("inject", kind.start, f, self._not_exercised(f))
+
+    def _not_exercised(self, f: Fault) -> dict | None:
+        """Why a fault on this group cannot show anything about replication: its master holds a slave
+        SLAVE_AHEAD (a fork an earlier fault left; nothing replicates until an operator acts). The
+        fault still runs, and its log line says so, so the audit and the matrix do not count it as
+        coverage. None when the group replicates (or its master does not answer: unknown, not excused).
+        A fault on every group (cluster-power-loss) is judged per group: notExercisedGroups names each
+        group that cannot replicate, and the fault is not exercised only when none can."""
+        try:
+            ahead = self.cluster.slaves_ahead()
+            masters = {self.cluster.node(m).get("brokerName"): m for m in self.cluster.masters()}
+        except Exception:
+            return None
+        groups = sorted(g for g in masters if g) if f.kind in CLUSTER_WIDE else [f.group]
+        idle = {}
+        for g in groups:
+            master = masters.get(g)
+            if master in ahead:
+                a = ahead[master][0]
+                idle[g] = (f"group {g} cannot replicate: {master} holds a slave SLAVE_AHEAD "
+                           f"(at {a.get('slaveAckOffset')}), left by an earlier fault")
+        if not idle:
+            return None
+        out: dict = {"notExercisedGroups": idle} if f.kind in CLUSTER_WIDE else {}
+        if len(idle) == len(groups):
+            out["notExercised"] = "; ".join(idle[g] for g in groups)
+        return out
+
+    def heal(self, f: Fault) -> dict | None:
+        try:
+            return self._op("heal", FAULTS[f.kind].stop, f)
+        finally:
+            with self._lock:
+                self.active.pop(f.id, None)
+
+    def _op(self, op: str, fn, f: Fault, note: dict | None = None) -> dict | None:
+        from rmqha.chaos.faultlog import now_ms
+        start = now_ms()
+        try:
+            info = fn(self.cluster, f)
+        except Exception as e:
+            if self.fault_log:
+                self.fault_log.write(op, f, start, error=f"{type(e).__name__}: {e}", info=note)
+            raise
+        if note:
+            info = dict(info if isinstance(info, dict) else {}, **note)
+        if self.fault_log:
+            self.fault_log.write(op, f, start, info=info if isinstance(info, dict) else None)
+        return info
+
+    def heal_all(self) -> list[str]:
+        """Undo everything still broken, then every toxic and every stopped node. Errors are returned,
+        not raised: a fault that cannot be undone fails the run, and the rest must still be healed."""
+        errors = []
+        for f in list(self.active.values()):
+            try:
+                self.heal(f)
+            except Exception as e:
+                errors.append(f"healing {f.describe()}: {type(e).__name__}: {e}")
+        try:
+            self.cluster.heal_links()
+        except Exception as e:
+            errors.append(f"Toxiproxy reset: {type(e).__name__}: {e}")
+        for node in self.cluster.nodes:
+            try:
+                if self.cluster.kind == "docker":
+                    try:
+                        self.cluster.heal_partition(node)
+                    except ClusterError:
+                        pass
+                self.cluster.resume(node)
+                if self.cluster.disk_limited(node):
+                    self.cluster.free_disk(node)
+                if not self.cluster.running(node):
+                    self.cluster.start(node, timeout=60)
+            except Exception as e:
+                errors.append(f"bringing {node} back: {type(e).__name__}: {e}")
+        return errors
+
+    # -- the schedule -----------------------------------------------------------------------------
+    def run(self, schedule: list[Fault], t0: float, stop: threading.Event) -> None:
+        """Inject and heal each fault at its time (t0: time.monotonic() of the start); stop ends early.
+        Faults may overlap: events are taken in time order, a heal before an inject at the same instant
+        (_event_order). A failing inject or heal is logged and kept in `done`, not raised."""
+        events = sorted([(f.at, False, f) for f in schedule] + [(f.at + f.hold, True, f) for f in schedule],
+                        key=_event_order)
+        errors: dict[int, str] = {}
+        for at, is_heal, f in events:
+            if stop.wait(max(0.0, t0 + at - time.monotonic())):
+                break
+            if not is_heal:
+                self.log(f"t={time.monotonic() - t0:5.1f}s inject {f.describe()} on {f.group} for {f.hold:g}s")
+                try:
+                    info = self.inject(f)
+                    if info:
+                        self.log("  " + " ".join(f"{k}={v}" for k, v in info.items()))
+                except Exception as e:
+                    errors[f.id] = f"inject: {type(e).__name__}: {e}"
+                    self.log(f"  {f.describe()}: {errors[f.id]}")
+            else:
+                try:
+                    self.heal(f)
+                    self.log(f"t={time.monotonic() - t0:5.1f}s healed {f.describe()}")
+                except Exception as e:
+                    errors[f.id] = (errors.get(f.id, "") + "; " if f.id in errors else "") + \
+                        f"heal: {type(e).__name__}: {e}"
+                    self.log(f"  healing {f.describe()}: {errors[f.id]}")
+                self.done.append((f, errors.get(f.id)))

@@ -1,0 +1,649 @@
+"""`python -m rmqha.chaos.run`: a chaos run end to end, then the audit of what it left behind.
+
+    python -m rmqha.chaos.run [--topology 2m-2s-sync] [--backend docker] [--name chaos] [--duration 60]
+                        [--rate 200] [--seed N] [--nemesis latency,cut,pause-slave,restart-slave,slicer]
+                        [--client python|rust] [--out DIR]
+
+1. starts the cluster (`python -m rmqha.cluster up ... --set syncFlushTimeout=1500 --set mappedFileSizeCommitLog=64MiB
+   --fresh`) unless the one
+   named --name is already running (then it is used as it is);
+2. samples replication offsets in the background (`python -m rmqha.cluster sample`, every 500 ms);
+3. runs the workload (rmqha/chaos/workload.py, its own process: the official client, send_async at --rate,
+   a push consumer, histories in RUN/history/; with --client rust, clients/rust's rocketmq-client-rust
+   does the same, and each history line names its library);
+4. runs the nemesis (rmqha/chaos/nemesis.py): a seeded schedule, printed first, one fault at a time on a
+   random broker group's HA link or slave, each healed after a few seconds, then a quiet period;
+5. shows one live status line (plain lines every 5 s when stdout is not a terminal);
+6. ends honestly: once the sends are done, heals everything, waits until every slave holds its
+   master's log or is known not to (a fork: SLAVE_AHEAD, never counted as caught up;
+   --catchup-timeout), then keeps the consumers running until every consumer group has consumed every
+   queue on every master to its end (--drain-timeout), writes RUN/chaos/ending-<id>.json (what caught
+   up, what drained), stops the cluster with --keep-data, runs `python -m rmqha.pipeline RUN --out DIR`
+   (default RUN/report) and exits with its status (0 every guarantee held, 1 one failed; 3 when the
+   run itself could not be done).
+
+The local backend has no proxies: latency, cut and slicer are dropped there (said up front), and
+pause/restart/kill act on the slave processes.
+
+Metrics: the sampler writes RUN/metrics/samples.jsonl, which the pipeline reads for its lag plot.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rmqha.chaos.faultlog import FaultLog
+from rmqha.chaos.nemesis import (ALL_FAULTS, DEFAULT_FAULTS, FAULTS, Fault, Nemesis, applicable_faults, groups_of,
+                           make_schedule, make_sweep)
+from rmqha.cluster import ClusterError
+from rmqha.cluster import runfolder as rf
+from rmqha.cluster.handle import Cluster
+
+SYNC_WAIT_MS = 1500
+EXIT_RUN_FAILED = 3
+TOPIC = "TopicChaos"
+
+
+DISK_FULL_SETS = {"mappedFileSizeCommitLog": str(64 << 10), "mappedFileSizeConsumeQueue": str(20 * 3000),
+                  "messageIndexEnable": "false"}
+
+
+def say(msg: str) -> None:
+    sys.stdout.write(msg + "\n")
+    sys.stdout.flush()
+
+
+def py(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+def cluster_running(name: str) -> Cluster | None:
+    """The handle of cluster `name` when every node of it runs, else None."""
+    try:
+        c = Cluster.attach(name)
+    except ClusterError:
+        return None
+    if c.state.get("stoppedAt"):
+        return None
+    try:
+        if all(c.running(n) for n in c.all_nodes()):
+            return c
+    except Exception:
+        return None
+    return None
+
+
+# ---- observation -------------------------------------------------------------------------------
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def last_sample_round(path: Path) -> list[dict]:
+    """The rows of the last complete round in the sampler's file (read from its tail)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 32768))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    rows = []
+    for line in lines[1:] if len(lines) > 1 else lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+    if not rows:
+        return []
+    last_ts = rows[-1].get("ts")
+    return [r for r in rows if r.get("ts") == last_ts]
+
+
+def slave_lags(rows: list[dict]) -> dict[str, int | None]:
+    """slave node -> master maxPhyOffset - slave maxPhyOffset (None when either did not answer)."""
+    masters = {r["node"]: r.get("maxPhyOffset") for r in rows if r.get("role") != "SLAVE"}
+    out = {}
+    for r in rows:
+        if r.get("role") == "SLAVE":
+            m, s = masters.get(r.get("master")), r.get("maxPhyOffset")
+            out[r["node"]] = (m - s) if (m is not None and s is not None) else None
+    return out
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return str(n)
+
+
+class StatusLine:
+    def __init__(self, tty: bool):
+        self.tty = tty
+        self.width = 0
+
+    def show(self, text: str) -> None:
+        if self.tty:
+            cols = shutil.get_terminal_size((160, 20)).columns - 1
+            text = text[:cols]
+            sys.stdout.write("\r" + text + " " * max(0, self.width - len(text)))
+            self.width = len(text)
+        else:
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def log(self, text: str) -> None:
+        """A line above the status line."""
+        if self.tty and self.width:
+            sys.stdout.write("\r" + " " * self.width + "\r")
+            self.width = 0
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def end(self) -> None:
+        if self.tty and self.width:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.width = 0
+
+
+def status_text(elapsed: float, duration: float, prog: dict | None, fault: str, lags: dict) -> str:
+    p = prog or {}
+    known = [v for v in lags.values() if v is not None]
+    lag = fmt_bytes(max(known)) if known else "?"
+    if lags and len(known) < len(lags):
+        lag += f" ({len(lags) - len(known)} slave down)"
+    return (f"[{min(elapsed, duration):5.1f}/{duration:g}s] {p.get('phase', 'starting')}: "
+            f"sends ok={p.get('ok', 0)} timeout={p.get('timeouts', 0)} not-avail={p.get('not_available', 0)} "
+            f"err={p.get('errors', 0)} inflight={p.get('inflight', 0)} | recv={p.get('received', 0)} | "
+            f"fault: {fault} | max slave lag {lag}")
+
+
+def schedule_from_json(items: list[dict], cluster) -> list[Fault]:
+    """An explicit schedule: [{"at": s, "hold": s, "kind": k, "target": node, "params": {...}}, ...].
+    The group and role come from the cluster; ValueError names what is wrong."""
+    groups = groups_of(cluster)
+    where = {}
+    for g, members in groups.items():
+        if members["master"]:
+            where[members["master"]] = (g, "master")
+        where.update({s: (g, "slave") for s in members["slaves"]})
+    out = []
+    for i, item in enumerate(items, 1):
+        kind = FAULTS.get(item["kind"])
+        if kind is None:
+            raise ValueError(f"fault {i}: unknown kind {item['kind']!r}; known: {', '.join(ALL_FAULTS)}")
+        if cluster.kind not in kind.backends:
+            raise ValueError(f"fault {i}: {kind.name} needs the {'/'.join(kind.backends)} backend")
+        if item["target"] not in where:
+            raise ValueError(f"fault {i}: no broker node {item['target']!r}; nodes: {', '.join(sorted(where))}")
+        group, role = where[item["target"]]
+        if kind.targets not in (role, "node"):
+            raise ValueError(f"fault {i}: {kind.name} hits a {kind.targets}, {item['target']} is a {role}")
+        f = Fault(float(item["at"]), float(item["hold"]), kind.name, group, item["target"],
+                  dict(item.get("params") or {}), role, id=i)
+        if kind.link:
+            f.link = kind.link(cluster, f)
+        out.append(f)
+    return sorted(out, key=lambda f: f.at)
+
+
+# ---- the end of a run ----------------------------------------------------------------------------
+
+def wait_catch_up(cluster, timeout: float) -> dict:
+    """Until every slave holds exactly its master's log, or it is clear why one cannot: a slave AHEAD of
+    its master (the master came back behind it: a fork, replication is off for that group until an
+    operator acts) is never counted as caught up. Returns {slave: "caught up" | reason}."""
+    say(f"waiting up to {timeout:g}s for every slave to catch up")
+    deadline = time.monotonic() + timeout
+    while True:
+        lags = cluster.lags()
+        ahead = cluster.slaves_ahead()
+        forked = {s for m in ahead for s in cluster.slaves_of(m)}
+        result = {}
+        for s, v in sorted(lags.items()):
+            if s in forked:
+                a = ahead[cluster.master_of(s)][0]
+                result[s] = (f"forked: SLAVE_AHEAD, holds up to {a.get('slaveAckOffset')} of a history its master "
+                             f"lost (master at {(cluster.status(cluster.master_of(s)) or {}).get('maxPhyOffset')})")
+            elif v == 0:
+                result[s] = "caught up"
+            else:
+                result[s] = f"lag {fmt_bytes(v)}" if v is not None else "not answering"
+        if all(r == "caught up" or r.startswith("forked") for r in result.values()):
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    for s, r in result.items():
+        say(f"  {s}: {r}" if r == "caught up" else f"  warning: {s} did not catch up: {r}")
+    return result
+
+
+def repair_forks(cluster, catch_up: dict) -> list[dict]:
+    """rmqha/cluster/repair.py on every group with a forked slave; returns what each repair did."""
+    from rmqha.cluster.repair import repair_group
+    done = []
+    for group in sorted({cluster.node(cluster.master_of(s)).get("brokerName") for s, r in catch_up.items()
+                         if r.startswith("forked")}):
+        say(f"repairing forked group {group}")
+        try:
+            done += [r.to_json() for r in repair_group(cluster, group, say=lambda m: say("  " + m))]
+        except ClusterError as e:
+            say(f"  error: the repair of {group} failed: {e}")
+            done.append({"group": group, "error": str(e)})
+    return done
+
+
+def drain_groups(cluster, groups: list[str], topic: str, timeout: float) -> dict:
+    """Until every consumer group has committed every queue of the topic on every master to its end.
+    Returns {group: {"drained": bool, "backlog": {master: {queue: n}}}} and says what is left."""
+    deadline = time.monotonic() + timeout
+    if timeout > 0:
+        say(f"draining {len(groups)} consumer group(s) to the end of every queue (up to {timeout:g}s)")
+    while True:
+        offsets = {g: cluster.group_offsets(g, topic) for g in groups}
+        backlog = {g: {m: {q: (None if o is None else max(0, o["max"] - o["committed"])) for q, o in qs.items()}
+                       for m, qs in per.items()} for g, per in offsets.items()}
+        left = {g: {m: {q: n for q, n in qs.items() if n != 0} for m, qs in b.items()} for g, b in backlog.items()}
+        left = {g: {m: qs for m, qs in b.items() if qs} for g, b in left.items()}
+        if not any(left.values()) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    out = {}
+    for g in groups:
+        # committed: where the group's consumers stopped, per master and queue; the audit calls an
+        # acknowledged message at or past it "backlog" (still queued: the consumer stalled), not "queued"
+        out[g] = {"drained": not left[g], "backlog": left[g],
+                  "committed": {m: {q: (o or {}).get("committed") for q, o in qs.items()}
+                                for m, qs in offsets[g].items()}}
+        if left[g]:
+            say(f"  warning: group {g} not drained: " + "; ".join(
+                f"{m} " + ", ".join(f"q{q}: {'no answer' if n is None else f'{n} left'}" for q, n in qs.items())
+                for m, qs in left[g].items()))
+        else:
+            say(f"  group {g}: every queue consumed to its end")
+    return out
+
+
+# ---- the run -----------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m rmqha.chaos.run", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--topology", default=os.environ.get("TOPOLOGY") or "2m-2s-sync")
+    ap.add_argument("--backend", default=os.environ.get("BACKEND") or "docker", choices=("docker", "local"))
+    ap.add_argument("--name", default="chaos", help="cluster name, run folder run/<name> (default chaos)")
+    ap.add_argument("--base-port", type=int, default=None, help="passed to `cluster up` when it starts one")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds of workload (default 60)")
+    ap.add_argument("--rate", type=float, default=200.0, help="sends per second (default 200)")
+    ap.add_argument("--client", choices=("python", "rust"), default=os.environ.get("CLIENT") or "python",
+                    help="the workload's client: python (official, default) or rust (rocketmq-client-rust)")
+    ap.add_argument("--seed", type=int, default=None, help="nemesis seed (default: random, printed)")
+    ap.add_argument("--nemesis", default=",".join(DEFAULT_FAULTS),
+                    help=f"comma-separated faults from {', '.join(ALL_FAULTS)}; 'none' for no faults")
+    ap.add_argument("--max-faults", type=int, default=None, help="at most this many faults")
+    ap.add_argument("--sweep", action="store_true",
+                    help="every fault of --nemesis once per role it can hit, one at a time (a guarantee-matrix "
+                         "run); --duration is stretched to cover them")
+    ap.add_argument("--sweep-hold", type=float, default=None, metavar="S",
+                    help="with --sweep: hold each fault about this long (default 2.5-3.5 s); e.g. 125 outlasts the "
+                         "20 s HA housekeeping, the 30 s client route refresh and the 120 s name-server expiry")
+    ap.add_argument("--schedule", default=None, metavar="FILE",
+                    help="an explicit schedule instead of a seeded one: a JSON list of {at, hold, kind, target "
+                         "(node), params?} (faults may overlap, even on one group); --nemesis is then ignored")
+    ap.add_argument("--overlap", action="store_true",
+                    help="let a second fault (other group, other role) start while one is active")
+    ap.add_argument("--set", action="append", default=[], metavar="[NODE:]KEY=VALUE",
+                    help="extra broker config when the run starts the cluster (e.g. flushDiskType=SYNC_FLUSH)")
+    ap.add_argument("--disk-limit-mb", type=int, default=64,
+                    help="with disk-full: each broker's store on a tmpfs of this size (root; default 64)")
+    ap.add_argument("--catchup-timeout", type=float, default=60.0, help="seconds for slaves to catch up")
+    ap.add_argument("--drain-timeout", type=float, default=60.0,
+                    help="after the heal and the catch-up, seconds for every consumer group to consume every queue "
+                         "to its end before the consumers stop (python client; default 60)")
+    ap.add_argument("--late-consumer-after-heal", action="store_true",
+                    help="the workload starts a second consumer group, reading every queue from its start, once the "
+                         "cluster is healed (and repaired): what it cannot get is lost to any new group (python client)")
+    ap.add_argument("--acl", action="store_true",
+                    help="a new cluster runs with aclEnable (rmqha/cluster/acl.py); the workload, sampler and every "
+                         "check sign their requests (an attached cluster started with --acl is signed for too)")
+    ap.add_argument("--repair", action="store_true",
+                    help="after the heal, repair every forked group (python -m rmqha.cluster repair: the slave's stranded "
+                         "messages re-sent to the master, the slave cut at the fork and resynced) before the drain")
+    ap.add_argument("--planted-drop-every", type=int, default=0, metavar="N",
+                    help="a planted consumer bug: the workload's consumer swallows every Nth message (the delivery "
+                         "checker must fail the run)")
+    ap.add_argument("--keep-running", action="store_true", help="do not stop the cluster (audit skipped)")
+    ap.add_argument("--prewarm-audit", action="store_true",
+                    help="start the audit with the run and warm it up on a tiny run of its own while the workload "
+                         "runs (make chaos does: the audit then takes ~19 s instead of ~42 s on a quiet machine, "
+                         "but the warm-up competes with the cluster for the cores meanwhile)")
+    ap.add_argument("--no-audit", action="store_true",
+                    help="stop the cluster (stores kept) but leave the audit to the caller (rmqha.chaos.matrix audits "
+                         "its runs in one Spark session of its own)")
+    ap.add_argument("--late-consumer-at", type=float, default=None, metavar="SECONDS",
+                    help="the workload starts a second consumer group this many seconds in, reading from the "
+                         "queues' start: subscribed during a master outage, it reads that group from the slave, "
+                         "which the audit's 'receives by serving node' shows (python client only)")
+    ap.add_argument("--out", default=None, help="report folder (default RUN/report)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.set = dict(item.split("=", 1) for item in args.set)
+    if args.late_consumer_at is not None and args.client != "python":
+        say("error: --late-consumer-at needs --client python")
+        return 2
+    faults = [] if args.nemesis.strip() in ("", "none") else [f.strip() for f in args.nemesis.split(",") if f.strip()]
+    unknown = [f for f in faults if f not in ALL_FAULTS]
+    if unknown:
+        say(f"error: unknown fault(s) {', '.join(unknown)}; known: {', '.join(ALL_FAULTS)}")
+        return 2
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    name = rf.check_name(args.name)
+    rd = rf.run_dir(name)
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+
+    # 1. the cluster
+    cluster = cluster_running(name)
+    if cluster is not None:
+        say(f"using cluster {name}, already running ({cluster.state.get('topology')} on {cluster.kind}); "
+            f"run folder {rd}")
+        if cluster.kind != args.backend:
+            say(f"  note: --backend {args.backend} ignored: the running cluster is {cluster.kind}")
+    else:
+        # 64 MiB commit-log files: a run writes tens of MiB per group, and four preallocated 1 GiB files
+        # are 4 GiB of zeros for the audit to read (it took most of a short run's audit)
+        sets = {"syncFlushTimeout": str(SYNC_WAIT_MS), "mappedFileSizeCommitLog": str(64 << 20)}
+        if "disk-full" in faults:
+            # small files, so a full disk bites at the next file within seconds (commit-log files are
+            # preallocated: a full disk fails only when the next one is reserved), and queues that fit
+            sets.update(DISK_FULL_SETS)
+        sets.update(args.set)
+        say(f"starting cluster {name}: {args.topology} on {args.backend}, "
+            + ", ".join(f"{k}={v}" for k, v in sets.items()))
+        try:
+            cluster = Cluster.up(name, args.topology, args.backend, base_port=args.base_port,
+                                 sets=sets, fresh=True, timeout=90, acl=args.acl)
+        except ClusterError as e:
+            say(f"error: the cluster did not start: {e}")
+            return EXIT_RUN_FAILED
+        # A fresh run folder: histories, faults and samples of an earlier run would be audited with this one.
+        for sub in ("history", "metrics", "served", "chaos", "faults"):
+            shutil.rmtree(rd / sub, ignore_errors=True)
+    (rd / "chaos").mkdir(parents=True, exist_ok=True)
+    state = cluster.state
+    backend = cluster.kind
+    namesrv = cluster.namesrv
+
+    usable, dropped = applicable_faults(faults, backend)
+    if "disk-full" in usable:
+        # every store at once: each node is stopped, copied and started again on its own
+        t_limit = time.monotonic()
+        errors: list[str] = []
+
+        def limit(node):
+            try:
+                cluster.limit_disk(node, args.disk_limit_mb)
+            except Exception as e:  # reported below; the run cannot inject disk-full without it
+                errors.append(f"{node}: {type(e).__name__}: {e}")
+        threads = [threading.Thread(target=limit, args=(n,)) for n in cluster.nodes if not cluster.disk_limited(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            say("error: could not put the stores on a size-limited tmpfs: " + "; ".join(errors))
+            cluster.down(keep_data=True)
+            return EXIT_RUN_FAILED
+        cluster.wait_caught_up(60)
+        say(f"disk-full: every broker's store on its own {args.disk_limit_mb} MiB tmpfs "
+            f"({time.monotonic() - t_limit:.0f} s)")
+    if dropped:
+        say(f"note: {', '.join(dropped)} need the docker backend (Toxiproxy, networks); not used on {backend}")
+    if faults and not cluster.slaves():
+        say(f"note: topology {state.get('topology')} has no slaves: replication faults do not apply")
+    if args.schedule:
+        try:
+            schedule = schedule_from_json(json.loads(Path(args.schedule).read_text()), cluster)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            say(f"error: --schedule {args.schedule}: {e}")
+            return 2
+        args.duration = max(args.duration, max((f.at + f.hold for f in schedule), default=0.0) + 3.0)
+    elif args.sweep:
+        hold = (2.5, 3.5) if args.sweep_hold is None else (args.sweep_hold, args.sweep_hold + 1.0)
+        schedule = make_sweep(random.Random(seed), usable, cluster, SYNC_WAIT_MS, hold=hold)
+        args.duration = max(args.duration, max((f.at + f.hold for f in schedule), default=0.0) + 5.0)
+    else:
+        schedule = make_schedule(random.Random(seed), usable, cluster, args.duration, SYNC_WAIT_MS,
+                                 args.max_faults, overlap=args.overlap)
+    say(f"chaos run {run_id}: cluster {name} ({state.get('topology')}, {backend}), {args.duration:g}s at "
+        f"{args.rate:g} msg/s, seed {seed}")
+    say(f"nemesis schedule ({len(schedule)} faults; reproduce with --seed {seed}):")
+    for f in schedule:
+        say(f"  t={f.at:5.1f}s  {f.describe():<52} healed at t={f.at + f.hold:5.1f}s")
+    quiet_from = max((f.at + f.hold for f in schedule), default=0.0)
+    say(f"  then quiet from t={quiet_from:.1f}s to the end ({args.duration:g}s)")
+    (rd / "chaos" / f"schedule-{run_id}.json").write_text(json.dumps(
+        {"seed": seed, "duration": args.duration, "rate": args.rate, "backend": backend,
+         "faults": [f.to_json() for f in schedule]}, indent=1))
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **cluster.client_env())  # ACL: the clients' credentials
+    repo = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([repo] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    procs: list[subprocess.Popen] = []
+    stop = threading.Event()
+    line = StatusLine(sys.stdout.isatty())
+    fault_log = FaultLog(rd / "faults" / f"faults-{run_id}.jsonl")
+    nemesis = Nemesis(cluster, log=line.log, fault_log=fault_log)
+    rc_run = 0
+    workload = None
+    drain_signal = rd / "chaos" / f"drain-{run_id}"
+    ending: dict = {}
+    # The audit process starts now and waits: its JVM and Spark session start while the workload runs.
+    audit_go = rd / "chaos" / f"audit-go-{run_id}"
+    audit_proc = None
+    out_dir = Path(args.out) if args.out else rd / "report"
+    audit_log = rd / "chaos" / "audit.log"
+    procs_audit = []
+    if args.prewarm_audit and not (args.keep_running or args.no_audit):
+        audit_go.unlink(missing_ok=True)
+        audit_proc = subprocess.Popen(py("-m", "rmqha.pipeline", str(rd), "--out", str(out_dir), "--wait-for", str(audit_go)),
+                                      stdout=subprocess.PIPE, stderr=open(audit_log, "w"), text=True, env=env,
+                                      cwd=repo)
+        procs_audit = [audit_proc]
+    try:
+        cluster.create_topic(TOPIC)
+        # 2. the sampler
+        samples = rd / "metrics" / "samples.jsonl"
+        sampler_log = open(rd / "chaos" / "sampler.log", "w")
+        sampler = subprocess.Popen(py("-m", "rmqha.cluster", "sample", "--name", name, "--interval-ms", "500",
+                                      "--duration", str(args.duration + args.catchup_timeout + 60),
+                                      "--out", str(samples)),
+                                   stdout=sampler_log, stderr=subprocess.STDOUT, env=env, cwd=repo)
+        procs.append(sampler)
+
+        # 3. the workload
+        wl_log = open(rd / "chaos" / f"workload-{run_id}.log", "w")
+        drain_signal.unlink(missing_ok=True)
+        workload = subprocess.Popen(py("-m", "rmqha.chaos.workload", str(rd), namesrv, "--rate", str(args.rate),
+                                       "--duration", str(args.duration), "--run-id", run_id,
+                                       "--topic", TOPIC, "--client", args.client,
+                                       *(["--drain-signal", str(drain_signal)] if args.client == "python" else []),
+                                       *(["--planted-drop-every", str(args.planted_drop_every)]
+                                         if args.planted_drop_every else []),
+                                       *(["--late-consumer-after-heal"] if args.late_consumer_after_heal else []),
+                                       *(["--late-consumer-at", str(args.late_consumer_at)]
+                                         if args.late_consumer_at is not None else [])),
+                                    stdout=subprocess.PIPE, stderr=wl_log, text=True, env=env, cwd=repo)
+        procs.append(workload)
+        progress_path = rd / "chaos" / f"progress-{run_id}.json"
+        # the nemesis clock starts when the workload starts sending
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and workload.poll() is None:
+            p = read_json(progress_path)
+            if p and p.get("phase") != "starting":
+                break
+            time.sleep(0.1)
+        t0 = time.monotonic()
+
+        # 4. the nemesis
+        nem_thread = threading.Thread(target=nemesis.run, args=(schedule, t0, stop), daemon=True)
+        nem_thread.start()
+
+        # 5. live status, until the sends are done (the consumers go on until the drain below)
+        last_plain = 0.0
+        while workload.poll() is None:
+            now = time.monotonic()
+            prog = read_json(progress_path)
+            if prog and prog.get("phase") == "awaiting drain":
+                break
+            if line.tty or now - last_plain >= 5.0:
+                lags = slave_lags(last_sample_round(samples))
+                line.show(status_text(now - t0, args.duration, prog, nemesis.describe_active(), lags))
+                last_plain = now
+            time.sleep(0.5 if line.tty else 0.25)
+        stop.set()
+        nem_thread.join(timeout=30)
+        line.end()
+        # 6. the honest end: heal everything, let every slave catch up (or say why it cannot), drain every
+        # consumer group to the end of every queue, and only then stop the consumers and audit
+        heal_errors = nemesis.heal_all()
+        ending["healed"] = not heal_errors
+        for e in heal_errors:
+            say(f"error: a fault could not be undone: {e}")
+        if heal_errors:
+            rc_run = EXIT_RUN_FAILED
+        cluster = Cluster.attach(name)  # state.json again: restarted nodes have new pids
+        ending["catchUp"] = wait_catch_up(cluster, args.catchup_timeout)
+        if args.repair:
+            ending["repairs"] = repair_forks(cluster, ending["catchUp"])
+            if ending["repairs"]:
+                ending["catchUp"] = wait_catch_up(cluster, args.catchup_timeout)
+        Path(str(drain_signal) + ".healed").write_text("healed")
+        if args.late_consumer_after_heal and workload.poll() is None:
+            late_group = f"ChaosLateCG{run_id}"
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and late_group not in ((read_json(progress_path) or {}).get("groups") or []):
+                time.sleep(0.2)
+        prog = read_json(progress_path) or {}
+        groups = prog.get("groups") or [f"ChaosCG{run_id}"]
+        ending["drain"] = drain_groups(cluster, groups, TOPIC, args.drain_timeout if workload.poll() is None else 0.0)
+        drain_signal.write_text("stop")
+        (rd / "chaos" / f"ending-{run_id}.json").write_text(json.dumps(ending, indent=1))
+        try:
+            out, _ = workload.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            workload.kill()
+            out, _ = workload.communicate()
+        final = None
+        for ln in (out or "").splitlines()[::-1]:
+            try:
+                final = json.loads(ln)
+                break
+            except ValueError:
+                continue
+        if workload.returncode != 0 or final is None:
+            say(f"error: the workload failed (exit {workload.returncode}); see {rd / 'chaos' / wl_log.name}")
+            rc_run = EXIT_RUN_FAILED
+        else:
+            say(f"workload ({args.client} client): {final['attempts']} send attempts: ok={final['ok']} timeout={final['timeouts']} "
+                f"not-available={final['not_available']} error={final['errors']} (gave up {final['gave_up']}); "
+                f"received {final['received']} ({final['received_unique']} distinct of "
+                f"{final['stored_unique']} stored sends)")
+        for f, err in nemesis.done:
+            if err:
+                say(f"  nemesis: {f.describe()}: {err}")
+    except Exception as e:
+        line.end()
+        say(f"error: {type(e).__name__}: {e}")
+        rc_run = EXIT_RUN_FAILED
+    except KeyboardInterrupt:
+        line.end()
+        say("interrupted: healing, then stopping the cluster")
+        rc_run = 130
+    finally:
+        stop.set()
+        heal_errors = [] if ending.get("healed") else nemesis.heal_all()
+        for e in heal_errors:
+            say(f"error: a fault could not be undone: {e}")
+        if heal_errors and not rc_run:
+            rc_run = EXIT_RUN_FAILED
+        fault_log.close()
+        if workload is not None and workload.poll() is None:
+            workload.terminate()
+            try:
+                workload.wait(10)
+            except subprocess.TimeoutExpired:
+                workload.kill()
+
+    # 7. stop, audit
+    cluster = Cluster.attach(name)
+    if "catchUp" not in ending:  # the run broke before its end: still say where the slaves are
+        ending["catchUp"] = wait_catch_up(cluster, args.catchup_timeout)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    samples = rd / "metrics" / "samples.jsonl"
+    if samples.exists():
+        with open(samples) as fh:
+            say(f"{sum(1 for _ in fh)} metric samples in {samples}")
+
+    if args.keep_running:
+        say(f"cluster {name} left running (--keep-running): audit skipped")
+        return rc_run or 0
+    for note in cluster.down(keep_data=True):
+        say(f"  {note}")
+    say(f"cluster {name} stopped; stores kept in {rd}/nodes/*/store")
+    if rc_run or args.no_audit:
+        for p in procs_audit:
+            audit_go.write_text("cancel")
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if args.no_audit and not rc_run:
+            say(f"audit left to the caller (--no-audit): python -m rmqha.pipeline {rd}")
+        return rc_run
+    say(f"$ python -m rmqha.pipeline {rd} --out {out_dir}")
+    if audit_proc is not None:
+        audit_go.write_text("go")
+        audit_out, _ = audit_proc.communicate()
+        rc_audit = audit_proc.returncode
+    else:
+        with open(audit_log, "w") as log:
+            audit = subprocess.run(py("-m", "rmqha.pipeline", str(rd), "--out", str(out_dir)), stdout=subprocess.PIPE,
+                                   stderr=log, text=True, env=env, cwd=repo)
+        audit_out, rc_audit = audit.stdout, audit.returncode
+    sys.stdout.write(audit_out)
+    verdict = {0: "PASS: every guarantee held", 1: "FAIL: a guarantee failed"}.get(
+        rc_audit, f"the audit did not run (exit {rc_audit}; log {audit_log})")
+    say(f"audit: {verdict}")
+    say(f"report: {out_dir / 'report.md'}")
+    return rc_audit
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""The chaos workload: the official client at a fixed send rate and a push consumer, every outcome recorded.
+
+    python -m rmqha.chaos.workload RUN_DIR NAMESRV --rate 200 --duration 60 [--run-id ID] [--topic TopicChaos]
+                             [--client python|rust]
+
+--client rust (or CLIENT=rust) runs the same workload with the second client instead: clients/rust's
+`workload` command (rocketmq-client-rust; `make rust-client` builds it, RUST_CLIENT_BIN overrides the
+path), which takes the same options, writes the same files and prints the same final line. Every
+history line names the library that did it ("library").
+
+Writes RUN_DIR/history/producer-<id>.jsonl and consumer-<id>.jsonl (rmqha/cluster/history.py's format) and
+RUN_DIR/chaos/progress-<id>.json (counters, rewritten every 0.5 s, read by `python -m rmqha.chaos.run` for
+its status line). Ends with one JSON line on stdout: the final counters.
+
+Sends are `send_async`: rocketmq 0.4.4's `send_sync` retries every non-OK status and ends with "No route
+info", while the async callback reports FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE as they are. A send
+that fails in the client (exception callback: the 1.0.1 client's occasional transport race, a client
+timeout) is recorded as ERROR and tried again with the same send_id (attempt 2, 3); the history ties
+the tries together through KEYS.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import json
+import os
+import sys
+import threading
+import time
+
+from rmqha.chaos.history import HistoryRecorder, status_name
+from rmqha.cluster.history import ERROR, now_ms
+
+MAX_ATTEMPTS = 3
+
+
+class _CallbackRefs(dict):
+    """rocketmq 0.4.4 keeps two ctypes callbacks per send_async in a list and removes the one that fired
+    with list.remove (O(n) per completion); same contract, O(1) (see bench/bench_send.py)."""
+
+    def append(self, item) -> None:
+        self[id(item)] = item
+
+    def remove(self, item) -> None:
+        self.pop(id(item), None)
+
+
+class Counters:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.c = collections.Counter()
+        self.received_ids: set[str] = set()
+        self.late_ids: set[str] = set()     # received by the late consumer group (--late-consumer-at)
+        self.stored_ids: set[str] = set()   # send_ids the broker stored (any non-ERROR status)
+        self.groups: set[str] = set()       # consumer groups started (rmqha.chaos.run drains each)
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self.lock:
+            self.c[key] += n
+
+    def snapshot(self, phase: str) -> dict:
+        with self.lock:
+            return {"phase": phase, "groups": sorted(self.groups), "attempts": self.c["attempts"], "ok": self.c["SEND_OK"],
+                    "timeouts": self.c["FLUSH_SLAVE_TIMEOUT"] + self.c["FLUSH_DISK_TIMEOUT"],
+                    "not_available": self.c["SLAVE_NOT_AVAILABLE"], "errors": self.c[ERROR],
+                    "gave_up": self.c["gave_up"], "inflight": self.c["inflight"],
+                    "received": self.c["received"], "received_unique": len(self.received_ids),
+                    "stored_unique": len(self.stored_ids), "received_late": self.c["received_late"],
+                    "ts": time.time()}
+
+
+def write_json_atomic(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh)
+    os.replace(tmp, path)
+
+
+def make_body(send_id: str, size: int) -> bytes:
+    # The client's SetMessageBody takes a C string: no NUL bytes.
+    head = (send_id + " ").encode()
+    return (head + b"x" * max(0, size - len(head)))[:max(size, len(head))]
+
+
+RUST_BIN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "clients", "rust", "target", "release", "rmq-rust-client")
+
+
+def exec_rust_workload(args) -> int:
+    """Replace this process with clients/rust's `workload` command (same options, files and output)."""
+    binary = os.environ.get("RUST_CLIENT_BIN") or RUST_BIN
+    if not os.access(binary, os.X_OK):
+        sys.stderr.write(f"error: {binary} is not built: run `make rust-client`\n")
+        return 3
+    argv = [binary, "--namesrv", args.namesrv, "workload", "--run-dir", args.run_dir, "--rate", str(args.rate),
+            "--duration", str(args.duration), "--run-id", args.run_id, "--topic", args.topic,
+            "--body-size", str(args.body_size), "--timeout-ms", str(args.timeout_ms),
+            "--max-inflight", str(args.max_inflight), "--drain", str(args.drain)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(binary, argv)
+    return 3  # not reached
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rmqha.chaos.workload")
+    ap.add_argument("run_dir")
+    ap.add_argument("namesrv")
+    ap.add_argument("--rate", type=float, default=200.0, help="logical sends per second")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds of sending")
+    ap.add_argument("--run-id", default=str(int(time.time())))
+    ap.add_argument("--topic", default="TopicChaos")
+    ap.add_argument("--body-size", type=int, default=256)
+    ap.add_argument("--timeout-ms", type=int, default=10000, help="client send timeout (above the sync wait)")
+    ap.add_argument("--max-inflight", type=int, default=4000)
+    ap.add_argument("--drain", type=float, default=20.0, help="seconds to wait for the consumer at the end")
+    ap.add_argument("--planted-drop-every", type=int, default=0, metavar="N",
+                    help="a planted consumer bug (the delivery checker's own test): the consumer swallows every "
+                         "Nth message it gets, acknowledged to the broker and never recorded")
+    ap.add_argument("--late-consumer-after-heal", action="store_true",
+                    help="with --drain-signal: start the late consumer group (reading every queue from its start) "
+                         "once rmqha.chaos.run has healed the cluster (it writes FILE.healed), before the drain")
+    ap.add_argument("--drain-signal", default=None, metavar="FILE",
+                    help="after the sends, keep the consumers running (phase 'awaiting drain') until FILE exists: "
+                         "rmqha.chaos.run heals the cluster, waits for the slaves and for every group to consume each "
+                         "queue to its end, then writes it (--drain is then the wait for FILE, x30)")
+    ap.add_argument("--late-consumer-at", type=float, default=None, metavar="SECONDS",
+                    help="start a second consumer group this many seconds into the sending, reading every "
+                         "queue from its start: one that subscribes during a master outage gets a route "
+                         "without the master and reads that group's queues from its slave (python client only)")
+    ap.add_argument("--client", choices=("python", "rust"), default=os.environ.get("CLIENT") or "python",
+                    help="python: the official client (PyPI rocketmq); rust: clients/rust (rocketmq-client-rust)")
+    args = ap.parse_args(argv)
+    if args.client == "rust":
+        if args.late_consumer_at is not None:
+            ap.error("--late-consumer-at needs --client python")
+        return exec_rust_workload(args)
+
+    rid = args.run_id
+    hist = os.path.join(args.run_dir, "history")
+    chaos_dir = os.path.join(args.run_dir, "chaos")
+    os.makedirs(chaos_dir, exist_ok=True)
+    progress_path = os.path.join(chaos_dir, f"progress-{rid}.json")
+    counters = Counters()
+    phase = ["starting"]
+
+    prod = HistoryRecorder(os.path.join(hist, f"producer-{rid}.jsonl"), client=f"producer-{rid}")
+    cons = HistoryRecorder(os.path.join(hist, f"consumer-{rid}.jsonl"), client=f"consumer-{rid}")
+    p = prod.producer(f"ChaosPG{rid}", namesrv=args.namesrv, timeout_ms=args.timeout_ms)
+    p._callback_refs = _CallbackRefs()
+    gc.set_threshold(50000, 20, 20)  # each send_async leaves ctypes closure cycles behind
+
+    stop_progress = threading.Event()
+
+    def progress_loop():
+        while not stop_progress.wait(0.5):
+            write_json_atomic(progress_path, counters.snapshot(phase[0]))
+    threading.Thread(target=progress_loop, daemon=True).start()
+
+    # A first send_sync creates the topic (autoCreateTopicEnable) before the consumer subscribes.
+    first_id = prod.new_send_id()
+    for attempt in range(1, 6):
+        counters.add("attempts")
+        try:
+            r = prod.send(p, args.topic, make_body(first_id, args.body_size), send_id=first_id, attempt=attempt)
+            st = status_name(r.status)
+            counters.add(st)
+            if st != ERROR:
+                counters.stored_ids.add(first_id)
+            break
+        except Exception:
+            counters.add(ERROR)
+            time.sleep(0.5)
+
+    def counting(counter: str, ids: set):
+        """A consumer callback: counts the receive and remembers its send_id (KEYS)."""
+        def on_message(msg):
+            counters.add(counter)
+            k = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
+            if k:
+                with counters.lock:
+                    ids.add(k)
+        return on_message
+    consumer = cons.push_consumer(f"ChaosCG{rid}", args.topic, namesrv=args.namesrv,
+                                  on_message=counting("received", counters.received_ids),
+                                  drop_every=args.planted_drop_every)
+    counters.groups.add(f"ChaosCG{rid}")
+
+    retries: collections.deque = collections.deque()   # (send_id, attempt)
+
+    def send_async(send_id: str, attempt: int) -> None:
+        body = make_body(send_id, args.body_size)
+        rec = prod.send_record(args.topic, send_id, attempt, len(body))
+        msg = prod._message(args.topic, body, send_id, None, None)
+
+        def on_ok(res):
+            uniq = res.msg_id.decode() if isinstance(res.msg_id, bytes) else res.msg_id
+            st = status_name(res.status)
+            prod.writer.append(rec | {"end_ms": now_ms(), "status": st, "uniq_key": uniq or None,
+                                      "queue_offset": res.offset})
+            with counters.lock:
+                counters.c[st] += 1
+                counters.c["inflight"] -= 1
+                counters.stored_ids.add(send_id)
+
+        def on_err(exc):
+            prod.writer.append(rec | {"end_ms": now_ms(), "status": ERROR, "error": f"{type(exc).__name__}: {exc}"})
+            with counters.lock:
+                counters.c[ERROR] += 1
+                counters.c["inflight"] -= 1
+                if attempt < MAX_ATTEMPTS:
+                    retries.append((send_id, attempt + 1))
+                else:
+                    counters.c["gave_up"] += 1
+
+        with counters.lock:
+            counters.c["attempts"] += 1
+            counters.c["inflight"] += 1
+        prod.invoked(rec)
+        try:
+            p.send_async(msg, on_ok, on_err)
+        except Exception as e:  # refused before it left the client
+            on_err(e)
+
+    late = {}  # the late consumer group, once started: its recorder and consumer
+
+    def start_late_consumer():
+        rec = HistoryRecorder(os.path.join(hist, f"consumer-late-{rid}.jsonl"), client=f"consumer-late-{rid}")
+        late["recorder"] = rec
+        late["consumer"] = rec.push_consumer(f"ChaosLateCG{rid}", args.topic, namesrv=args.namesrv,
+                                             on_message=counting("received_late", counters.late_ids))
+        counters.groups.add(f"ChaosLateCG{rid}")
+
+    phase[0] = "sending"
+    start = time.monotonic()
+    end = start + args.duration
+    i = 0
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            break
+        if args.late_consumer_at is not None and not late and now - start >= args.late_consumer_at:
+            start_late_consumer()
+        while retries:
+            send_async(*retries.popleft())
+        due = int((now - start) * args.rate)
+        while i < due and counters.c["inflight"] < args.max_inflight:
+            send_async(prod.new_send_id(), 1)
+            i += 1
+        time.sleep(min(0.01, max(0.0, end - time.monotonic())))
+
+    # Let every send finish (statuses come back; client errors get their retries).
+    phase[0] = "draining sends"
+    deadline = time.monotonic() + 3 * args.timeout_ms / 1000.0 + 5
+    while time.monotonic() < deadline:
+        while retries:
+            send_async(*retries.popleft())
+        if counters.c["inflight"] <= 0 and not retries:
+            break
+        time.sleep(0.05)
+
+    if args.drain_signal:
+        # The run, not this process, knows when the cluster is healed and every group is at the end of
+        # every queue: consumers keep consuming until it says so (or it is gone for too long).
+        phase[0] = "awaiting drain"
+        deadline = time.monotonic() + 30 * args.drain
+        while time.monotonic() < deadline and not os.path.exists(args.drain_signal):
+            if args.late_consumer_after_heal and not late and os.path.exists(args.drain_signal + ".healed"):
+                start_late_consumer()
+            time.sleep(0.1)
+    else:
+        phase[0] = "draining receives"
+        deadline = time.monotonic() + args.drain
+        while time.monotonic() < deadline:
+            with counters.lock:
+                if counters.stored_ids <= counters.received_ids and (not late or counters.stored_ids <= counters.late_ids):
+                    break
+            time.sleep(0.1)
+    snap = counters.snapshot("done")
+    for c, rec, group in ((consumer, cons, f"ChaosCG{rid}"),
+                          (late.get("consumer"), late.get("recorder"), f"ChaosLateCG{rid}")):
+        try:
+            if c is not None:
+                c.shutdown()
+                rec.unsubscribed(group)
+        except Exception:
+            pass
+    if late:
+        late["recorder"].close()
+    try:
+        p.shutdown()
+    except Exception:
+        pass
+    stop_progress.set()
+    write_json_atomic(progress_path, snap)
+    prod.close()
+    cons.close()
+    sys.stdout.write(json.dumps(snap) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,630 @@
+"""One handle on a running cluster: node, link and admin operations, and one wait.
+
+    from rmqha.cluster.handle import Cluster
+    c = Cluster.attach("chaos")                     # by name (run/<name>/state.json); None: run/current
+    c.kill("broker-a"); c.start("broker-a")         # node operations, on either backend
+    c.power_loss("broker-a")                        # SIGKILL, then drop the commit-log bytes not fsynced
+    c.cut_link("broker-a-s-ha", "timeout")          # link operations (docker: Toxiproxy)
+    c.create_topic("TopicX"); c.wait_caught_up(60)  # admin operations
+    c.wait_until(lambda: c.status("broker-a"), 30, "broker-a answers /status", node="broker-a")
+
+The backend (rmqha/cluster/local_backend.py, rmqha/cluster/docker_backend.py) implements the primitives: start,
+stop (SIGTERM, SIGKILL after a timeout), kill (SIGKILL), pause and resume (SIGSTOP/SIGCONT locally, the
+cgroup freezer in docker), and on docker isolate/rejoin (the container cut from its network). Everything
+else is here, the same for both: power loss, disk fill, the links, topics, catch-up, waiting. The
+backends are the only writers of state.json (a restarted local process records its new pid there).
+
+What the local backend cannot do: it has no proxies, so no link operation (latency, cut, slicer,
+bandwidth on the HA or client links) and no partition (processes on one loopback cannot be separated
+without root network namespaces); fill_disk/free_disk need a store on a size-limited filesystem, which
+only the docker backend's disk-limited stores have. Those raise Unsupported, saying so.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+from . import ClusterError
+from . import runfolder as rf
+from .backend import attach as attach_backend
+from .status import NamesrvError, collect, fetch_status, namesrv_request
+from .wait import ProcessExited, WaitTimeout, wait_until
+
+CHECKPOINT_DURABLE = struct.Struct(">q")   # rmqha/broker/store/message_store.py: bytes 24..32 of store/checkpoint
+CHECKPOINT_DURABLE_AT = 24
+LOG_TAIL_LINES = 30
+
+
+class Unsupported(ClusterError):
+    """The backend cannot do this operation (the message says why and what can)."""
+
+
+class Cluster:
+    """A running cluster, attached by name. Node names: broker-a, broker-a-s, ..., and namesrv."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    # -- attaching --------------------------------------------------------------------------------
+    @classmethod
+    def attach(cls, name: str | None = None) -> "Cluster":
+        cname, rd, state = rf.resolve(name)
+        return cls(attach_backend(cname, rd, state))
+
+    @classmethod
+    def up(cls, name: str, topology: str = "2m-2s-sync", backend: str = "local", *, base_port: int | None = None,
+           sets: dict[str, str] | None = None, fresh: bool = True, timeout: float = 90.0, out=None,
+           acl: bool = False) -> "Cluster":
+        """Start a cluster (as `python -m rmqha.cluster up`) and wait until it is ready. sets: {"key": v} for
+        every broker, {"node:key": v} for one. acl: aclEnable with a kit-written plain_acl.yml (the
+        handle signs its own requests; client_env() is what a client needs)."""
+        import io
+
+        from .backend import UpOptions, backend_class
+        from .topology import PortPlan, load_topology
+        from .wait import wait_ready
+        topo = load_topology(topology)
+        extra, per_node = {}, {}
+        for k, v in (sets or {}).items():
+            node, colon, key = k.rpartition(":")
+            if colon:
+                per_node.setdefault(node, {})[key] = str(v)
+            else:
+                extra[key] = str(v)
+        b = backend_class(backend).start(rf.check_name(name), rf.run_dir(name), topo, PortPlan.make(base_port),
+                                         UpOptions(fresh=fresh, extra=extra, extra_per_node=per_node, acl=acl))
+        c = cls(b)
+        progress = out if out is not None else io.StringIO()
+        try:
+            wait_ready(b.state, b, timeout=timeout, out=progress)
+        except ClusterError as e:
+            tails = "\n".join(f"--- {n} ---\n" + "\n".join(b.log_tail(n, 20)) for n in c.all_nodes())
+            c.down(keep_data=True, timeout=5)
+            shown = progress.getvalue()[-3000:] if isinstance(progress, io.StringIO) else ""
+            raise ClusterError(f"cluster {name} did not get ready: {e}\n{shown}\n{tails}") from None
+        return c
+
+    def down(self, keep_data: bool = False, timeout: float = 10.0) -> list[str]:
+        try:
+            self.heal_links()
+        except ClusterError:
+            pass
+        notes = self.backend.stop(keep_data=keep_data, timeout=timeout)
+        for n in self.nodes:
+            if _is_size_limited(self.store_path(n)):
+                notes.append(f"{n}: store moved off its {self.unlimit_disk(n)['limitMb']} MiB tmpfs")
+        return notes
+
+    # -- who is who -------------------------------------------------------------------------------
+    @property
+    def state(self) -> dict:
+        return self.backend.state
+
+    @property
+    def name(self) -> str:
+        return self.state["name"]
+
+    @property
+    def kind(self) -> str:
+        """The backend: "local" or "docker"."""
+        return self.state.get("backend", "local")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.state["runDir"])
+
+    @property
+    def namesrv(self) -> str:
+        """The name server as this machine reaches it (host:port)."""
+        return self.state["namesrv"]["endpoint"]
+
+    @property
+    def credentials(self) -> dict | None:
+        """The kit's ACL account ({"accessKey", "secretKey"}) of a cluster started with acl; else None."""
+        return self.state.get("acl")
+
+    def client_env(self) -> dict[str, str]:
+        """Environment variables a client process of this cluster needs (RMQHA_ACCESS_KEY/SECRET_KEY under
+        ACL: the kit's workloads sign with them; empty otherwise)."""
+        from .acl import env_of
+        return env_of(self.state)
+
+    @property
+    def nodes(self) -> list[str]:
+        return [n["name"] for n in self.state.get("nodes", [])]
+
+    def all_nodes(self) -> list[str]:
+        return ["namesrv"] + self.nodes
+
+    def node(self, name: str) -> dict:
+        for n in self.state.get("nodes", []):
+            if n["name"] == name:
+                return n
+        raise ClusterError(f"cluster {self.name!r} has no broker {name!r}; brokers: {', '.join(self.nodes)}")
+
+    def masters(self) -> list[str]:
+        return [n["name"] for n in self.state.get("nodes", []) if not n.get("master")]
+
+    def slaves(self) -> list[str]:
+        return [n["name"] for n in self.state.get("nodes", []) if n.get("master")]
+
+    def master_of(self, node: str) -> str | None:
+        return self.node(node).get("master")
+
+    def slaves_of(self, master: str) -> list[str]:
+        return [n["name"] for n in self.state.get("nodes", []) if n.get("master") == master]
+
+    def addr(self, node: str) -> str:
+        """The broker's client address as it registers it (and as a host client reaches it)."""
+        return self.node(node)["addr"]
+
+    # -- observation ------------------------------------------------------------------------------
+    def status(self, node: str, timeout: float = 1.0) -> dict | None:
+        """The broker's /status, or None when it does not answer."""
+        return fetch_status(self.node(node)["statusUrl"], timeout)[0]
+
+    def statuses(self) -> dict[str, dict | None]:
+        return {n.name: n.status for n in collect(self.state, with_namesrv=False).nodes}
+
+    def cluster_status(self):
+        """rmqha/cluster/status.py's ClusterStatus: every node's /status, process and registration."""
+        return collect(self.state, self.backend)
+
+    def max_offset(self, node: str) -> int | None:
+        return (self.status(node) or {}).get("maxPhyOffset")
+
+    def running(self, node: str) -> bool:
+        return self.backend.process_state(node).running
+
+    def log_tail(self, node: str, n: int = LOG_TAIL_LINES) -> list[str]:
+        try:
+            return self.backend.log_tail(node, n)
+        except Exception as e:  # a log we cannot read must not hide the real failure
+            return [f"(log of {node} unavailable: {e})"]
+
+    def node_log(self, node: str, since: float | None = None) -> str:
+        """The node's whole log (docker: since a Unix time, when given)."""
+        if hasattr(self.backend, "node_log"):
+            return self.backend.node_log(node, since)
+        p = self.backend.log_path(node)
+        return p.read_text(errors="replace") if p and p.exists() else ""
+
+    def store_path(self, node: str) -> Path:
+        return self.backend.store_path(node)
+
+    # -- waiting ----------------------------------------------------------------------------------
+    def wait_until(self, predicate, timeout: float, what: str, *, node: str | list[str] | None = None,
+                   interval: float = 0.1):
+        """Poll predicate until it returns something true; return that. On timeout raise WaitTimeout
+        naming `what`, the last error, and the last lines of the log of `node` (default: every node)."""
+        nodes = [node] if isinstance(node, str) else (node or self.all_nodes())
+
+        def tails() -> str:
+            return "\n".join(f"--- last {LOG_TAIL_LINES} lines of {n} ({self.backend.log_location(n)}) ---\n"
+                             + "\n".join(self.log_tail(n)) for n in nodes)
+
+        return wait_until(predicate, timeout, what, interval=interval, on_timeout=tails)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Every node up, registered, every slave connected and holding its master's log."""
+        import io
+
+        from .wait import wait_ready
+        progress = io.StringIO()
+        try:
+            wait_ready(self.state, self.backend, timeout=timeout, out=progress)
+        except ClusterError as e:
+            raise WaitTimeout(f"{e}\n{progress.getvalue()[-2000:]}") from None
+
+    def caught_up(self, masters: list[str] | None = None) -> bool:
+        """Every slave (of `masters`, default all) up, holding exactly its master's log, and acknowledged
+        as such by its master."""
+        st = self.statuses()
+        for m in masters if masters is not None else self.masters():
+            ms = st.get(m)
+            slaves = self.slaves_of(m)
+            if not slaves:
+                continue
+            if not ms:
+                return False
+            acks = [s.get("slaveAckOffset") for s in (ms.get("ha") or {}).get("slaves", [])]
+            if len(acks) < len(slaves) or any(a != ms["maxPhyOffset"] for a in acks):
+                return False
+            if any((st.get(s) or {}).get("maxPhyOffset") != ms["maxPhyOffset"] for s in slaves):
+                return False
+        return True
+
+    def slaves_ahead(self) -> dict[str, list[dict]]:
+        """master -> its HA sessions in SLAVE_AHEAD (the master came back behind its slave: the slave holds
+        bytes the master lost; nothing is replicated until an operator acts, see docs/ha-protocol.md)."""
+        out = {}
+        for m, st in self.statuses().items():
+            ahead = [s for s in ((st or {}).get("ha") or {}).get("slaves", []) if s.get("state") == "SLAVE_AHEAD"]
+            if ahead:
+                out[m] = ahead
+        return out
+
+    def lags(self) -> dict[str, int | None]:
+        """slave -> its master's maxPhyOffset minus its own (None when either does not answer)."""
+        st = self.statuses()
+        out = {}
+        for s in self.slaves():
+            m, sl = (st.get(self.master_of(s)) or {}).get("maxPhyOffset"), (st.get(s) or {}).get("maxPhyOffset")
+            out[s] = (m - sl) if m is not None and sl is not None else None
+        return out
+
+    def wait_caught_up(self, timeout: float = 60.0, masters: list[str] | None = None) -> float:
+        """Until caught_up(); returns the seconds it took."""
+        t0 = time.monotonic()
+        self.wait_until(lambda: self.caught_up(masters), timeout, "every slave holds its master's log",
+                        interval=0.2)
+        return time.monotonic() - t0
+
+    def wait_up(self, node: str, timeout: float = 30.0) -> dict:
+        """Until the node's process runs and its /status answers; returns the status."""
+        def up():
+            ps = self.backend.process_state(node)
+            if not ps.running and ps.detail not in ("unknown",):
+                raise ProcessExited(f"{node} {ps.detail}")
+            return self.status(node)
+        return self.wait_until(up, timeout, f"{node} answers /status", node=node)
+
+    # -- node operations --------------------------------------------------------------------------
+    def start(self, node: str, wait: bool = True, timeout: float = 30.0) -> None:
+        """Start the node again as `up` did (no-op when it runs); wait until /status answers."""
+        self.backend.start_node(node)
+        if wait and node != "namesrv":
+            self.wait_up(node, timeout)
+
+    def stop(self, node: str, timeout: float = 10.0) -> str | None:
+        """SIGTERM (clean shutdown), SIGKILL after timeout; a paused node is resumed first."""
+        return self.backend.stop_node(node, timeout)
+
+    def restart(self, node: str, timeout: float = 10.0) -> None:
+        self.stop(node, timeout)
+        self.start(node)
+
+    def kill(self, node: str) -> None:
+        """SIGKILL; returns once the process is gone."""
+        self.backend.kill_node(node)
+
+    def pause(self, node: str) -> None:
+        """Frozen: SIGSTOP (local) or the cgroup freezer (docker); its connections stay open."""
+        self.backend.pause_node(node)
+
+    def resume(self, node: str) -> None:
+        self.backend.resume_node(node)
+
+    def durable_offset(self, node: str) -> int | None:
+        """The commit-log offset the broker's last fdatasync covered, from /status (None: no answer)."""
+        return (self.status(node) or {}).get("durableOffset")
+
+    def power_loss(self, node: str) -> dict:
+        """A power cut on one node: SIGKILL, then every commit-log byte past the durable offset dropped.
+
+        The durable offset is polled from /status before the kill and read again after it from the
+        store's checkpoint file (the broker writes it there after each fdatasync, before answering any
+        send that waited for it); the larger one is used: nothing acknowledged as flushed is dropped,
+        and nothing that was not fsynced is kept. The node is left stopped; start() brings it back
+        (it then recovers as after a crash). Returns what was done, for the history."""
+        st = self.status(node)
+        if st is None or st.get("durableOffset") is None:
+            raise ClusterError(f"{node} does not answer /status with a durableOffset: cannot simulate a power "
+                               "loss without knowing what is on disk")
+        polled, max_before = int(st["durableOffset"]), st.get("maxPhyOffset")
+        self.kill(node)
+        store = self.store_path(node)
+        ckpt = read_checkpoint_durable(store)
+        durable = max(polled, ckpt or 0)
+        size = int(self.node(node).get("commitlogFileSize") or 0)
+        dropped = drop_after(store / "commitlog", durable, size)
+        return {"durableOffset": durable, "polledDurableOffset": polled, "checkpointDurableOffset": ckpt,
+                "maxPhyOffsetBefore": max_before, "droppedBytes": dropped}
+
+    # -- docker-only node operations ----------------------------------------------------------------
+    def _need(self, op: str, why: str):
+        fn = getattr(self.backend, op, None)
+        if fn is None:
+            raise Unsupported(f"the {self.kind} backend cannot {why}; use the docker backend")
+        return fn
+
+    def partition(self, node: str) -> None:
+        """The node cut from everyone: name server, peers, clients (docker: off its network)."""
+        self._need("isolate_node", "cut a node from the network (processes share one loopback)")(node)
+
+    def heal_partition(self, node: str) -> None:
+        self._need("rejoin_node", "cut a node from the network")(node)
+
+    def fill_disk(self, node: str, leave_bytes: int = 0) -> dict:
+        """Fill the filesystem of the node's store until `leave_bytes` are free (a filler file)."""
+        store = self.store_path(node)
+        if not _is_size_limited(store):
+            raise Unsupported(f"{node}'s store {store} is not on its own size-limited filesystem "
+                              "(Cluster.limit_disk(node, mb) puts it on a tmpfs; rmqha.chaos.run does it for disk-full)")
+        return fill_filesystem(store, leave_bytes)
+
+    def free_disk(self, node: str) -> dict:
+        return free_filesystem(self.store_path(node))
+
+    def disk_limited(self, node: str) -> bool:
+        """The node's store is on a size-limited filesystem of its own (limit_disk)."""
+        return _is_size_limited(self.store_path(node))
+
+    def limit_disk(self, node: str, size_mb: int) -> dict:
+        """Put the node's store on its own tmpfs of size_mb MiB (a host mount, so root; a docker container
+        bind-mounts the store when it starts, so it sees the mount too). A running node is stopped
+        cleanly first and started again after its store was copied onto the tmpfs. down() moves the store
+        back onto the ordinary disk."""
+        store = self.store_path(node)
+        if _is_size_limited(store):
+            return {"limitMb": _mount_size_mb(store), "already": True}
+        if os.geteuid() != 0:
+            raise Unsupported("a size-limited store is a tmpfs mount, which needs root")
+        running = self.running(node)
+        if running:
+            self.stop(node)
+        store.mkdir(parents=True, exist_ok=True)
+        aside = store.with_name(store.name + ".on-disk")
+        store.rename(aside)
+        store.mkdir()
+        try:
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size_mb)}m,mode=0755", "tmpfs", str(store)],
+                           check=True, capture_output=True, text=True)
+        except subprocess.CalledProcessError as e:
+            store.rmdir()
+            aside.rename(store)
+            raise ClusterError(f"cannot mount a {size_mb} MiB tmpfs on {store}: {e.stderr.strip()}") from e
+        shutil.copytree(aside, store, dirs_exist_ok=True)
+        shutil.rmtree(aside)
+        if running:
+            self.start(node, timeout=60)
+        return {"limitMb": int(size_mb), "restarted": running}
+
+    def unlimit_disk(self, node: str) -> dict:
+        """The store back on the ordinary disk (the node must be stopped); no-op when not limited."""
+        store = self.store_path(node)
+        if not _is_size_limited(store):
+            return {"limitMb": 0}
+        size = _mount_size_mb(store)
+        free_filesystem(store)
+        aside = store.with_name(store.name + ".off-tmpfs")
+        shutil.copytree(store, aside)
+        subprocess.run(["umount", str(store)], check=True, capture_output=True, text=True)
+        shutil.rmtree(store)
+        aside.rename(store)
+        return {"limitMb": size}
+
+    # -- links ------------------------------------------------------------------------------------
+    @property
+    def toxics(self):
+        """The Toxiproxy client of a docker cluster (rmqha/cluster/toxics.py)."""
+        if self.kind != "docker":
+            raise Unsupported("the local backend has no proxies: links cannot be delayed, sliced or cut "
+                              "(faults there are node faults: pause, stop, kill, power loss)")
+        if getattr(self, "_toxics", None) is None:
+            from .toxics import Toxics
+            self._toxics = Toxics(self.state["toxiproxy"]["api"])
+        return self._toxics
+
+    def links(self) -> list[dict]:
+        """Each proxy: {"name", "kind": "client"|"ha", "node", ...} (docker); [] on the local backend."""
+        return list(self.state.get("proxies") or [])
+
+    def ha_link(self, slave: str) -> str:
+        return f"{slave}-ha"
+
+    def client_link(self, node: str) -> str:
+        return node
+
+    def slow_link(self, link: str, ms: int, stream: str = "downstream") -> None:
+        self.toxics.latency(link, ms, stream=stream)
+
+    def cut_link(self, link: str, mode: str = "disabled") -> None:
+        self.toxics.cut(link, mode)
+
+    def slice_link(self, link: str, average_size: int, size_variation: int = 0, delay_us: int = 0,
+                   stream: str = "downstream") -> None:
+        self.toxics.slicer(link, average_size, size_variation, delay_us, stream=stream)
+
+    def throttle_link(self, link: str, rate_kb: int, stream: str = "downstream") -> None:
+        self.toxics.bandwidth(link, rate_kb, stream=stream)
+
+    def heal_link(self, link: str) -> None:
+        self.toxics.restore(link)
+
+    def heal_links(self) -> None:
+        """Every proxy enabled, every toxic removed (no-op on the local backend)."""
+        if self.kind == "docker" and self.state.get("toxiproxy") and not self.state.get("stoppedAt"):
+            self.toxics.reset()
+
+    # -- admin ------------------------------------------------------------------------------------
+    def create_topic(self, topic: str, masters: list[str] | None = None, queues: int = 4,
+                     timeout: float = 30.0) -> None:
+        """UPDATE_AND_CREATE_TOPIC on these masters (default all), then wait until the name server routes
+        the topic to exactly them: an auto-created topic would live only where the first send went."""
+        from rmqha.broker.remoting import json_body
+        from rmqha.broker.remoting.codes import RequestCode
+        masters = masters if masters is not None else self.masters()
+        fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+                  "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"}
+        for m in masters:
+            def created(m=m):
+                try:
+                    r = namesrv_request(self.addr(m), RequestCode.UPDATE_AND_CREATE_TOPIC, fields, timeout=3.0,
+                                        credentials=self.credentials)
+                except NamesrvError as e:
+                    raise RuntimeError(str(e)) from None
+                if r.code != 0:
+                    raise RuntimeError(f"code {r.code} {r.remark}")
+                return True
+            self.wait_until(created, timeout, f"topic {topic} created on {m}", node=m, interval=0.5)
+        want = {self.node(m)["brokerName"] for m in masters}
+
+        def routed():
+            r = namesrv_request(self.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            got = {q["brokerName"] for q in json_body.loads(r.body).get("queueDatas") or []} \
+                if r.code == 0 and r.body else set()
+            if got == want:
+                return True
+            raise RuntimeError(f"routed to {sorted(got)}")
+        self.wait_until(routed, timeout, f"the name server routes {topic} to {sorted(want)}", node="namesrv",
+                        interval=0.2)
+
+    def group_backlog(self, group: str, topic: str, queues: int = 4) -> dict[str, dict[int, int | None]]:
+        """master -> {queue id: messages the consumer group has not committed yet (max offset minus its
+        committed offset; None when the master does not answer)}. Zero everywhere: the group has
+        consumed every queue of the topic to its end."""
+        return {m: {q: None if o is None else max(0, o["max"] - o["committed"]) for q, o in per.items()}
+                for m, per in self.group_offsets(group, topic, queues).items()}
+
+    def group_offsets(self, group: str, topic: str, queues: int = 4) -> dict[str, dict[int, dict | None]]:
+        """master -> {queue id: {"max": queue max offset, "committed": the group's committed offset (0 when
+        it has none)}, or None when the master does not answer}."""
+        from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+        out: dict[str, dict[int, dict | None]] = {}
+        for m in self.masters():
+            per: dict[int, dict | None] = {}
+            for q in range(queues):
+                try:
+                    mx = namesrv_request(self.addr(m), RequestCode.GET_MAX_OFFSET,
+                                         {"topic": topic, "queueId": q}, timeout=2.0, credentials=self.credentials)
+                    co = namesrv_request(self.addr(m), RequestCode.QUERY_CONSUMER_OFFSET,
+                                         {"consumerGroup": group, "topic": topic, "queueId": q}, timeout=2.0,
+                                         credentials=self.credentials)
+                except NamesrvError:
+                    per[q] = None
+                    continue
+                if mx.code != 0:
+                    per[q] = None
+                    continue
+                end = int((mx.ext_fields or {}).get("offset", 0))
+                done = int((co.ext_fields or {}).get("offset", 0)) if co.code == 0 else \
+                    (0 if co.code == ResponseCode.QUERY_NOT_FOUND else None)
+                per[q] = None if done is None else {"max": end, "committed": done}
+            out[m] = per
+        return out
+
+
+# ---- the store, seen from outside ----------------------------------------------------------------
+
+def read_checkpoint_durable(store: Path) -> int | None:
+    """The durable commit-log offset the broker last wrote into store/checkpoint (None: not there)."""
+    try:
+        with open(Path(store) / "checkpoint", "rb") as fh:
+            fh.seek(CHECKPOINT_DURABLE_AT)
+            raw = fh.read(CHECKPOINT_DURABLE.size)
+    except OSError:
+        return None
+    if len(raw) < CHECKPOINT_DURABLE.size:
+        return None
+    (v,) = CHECKPOINT_DURABLE.unpack(raw)
+    return v if v > 0 else None
+
+
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+
+
+def _punch_hole(fd: int, offset: int, length: int) -> bool:
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    fn = libc.fallocate
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    return fn(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0
+
+
+def drop_after(commitlog_dir: Path, durable: int, file_size: int = 0) -> int:
+    """Make the commit log hold nothing past `durable`, as if the bytes after it never reached the disk:
+    the file holding `durable` keeps its size (files are preallocated) with zeros from there on; later
+    files are removed. Returns how many non-zero bytes were dropped."""
+    from rmqha.broker.store.mapped_file import list_files
+    dropped = 0
+    for base, path in list_files(str(commitlog_dir)):
+        size = os.path.getsize(path)
+        if base + size <= durable:
+            continue
+        start = max(0, durable - base)
+        if start == 0 and base > 0:
+            dropped += _nonzero_bytes(path, 0)
+            os.unlink(path)
+            continue
+        dropped += _nonzero_bytes(path, start)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            if not _punch_hole(fd, start, size - start):
+                zeros = bytes(1 << 20)
+                pos = start
+                while pos < size:
+                    pos += os.pwrite(fd, zeros[:min(len(zeros), size - pos)], pos)
+        finally:
+            os.close(fd)
+    return dropped
+
+
+def _nonzero_bytes(path: str, start: int) -> int:
+    """Bytes from start to the last non-zero byte of the file (where the written data ends)."""
+    size = os.path.getsize(path)
+    chunk = 1 << 20
+    end = start
+    with open(path, "rb") as fh:
+        pos = start
+        while pos < size:
+            fh.seek(pos)
+            data = fh.read(min(chunk, size - pos))
+            stripped = data.rstrip(b"\0")
+            if stripped:
+                end = pos + len(stripped)
+            elif pos > end + 4 * chunk:
+                break  # 4 MiB of zeros after the last data: the end of what was written
+            pos += len(data)
+    return end - start
+
+
+# ---- a size-limited store (disk-full) -----------------------------------------------------------
+
+FILLER = "fill-disk.filler"
+
+
+def _is_size_limited(path: Path) -> bool:
+    """True when path is the root of its own mount (a tmpfs or loop filesystem made for it)."""
+    return os.path.ismount(path)
+
+
+def _mount_size_mb(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize >> 20
+
+
+def fill_filesystem(path: Path, leave_bytes: int = 0) -> dict:
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    want = max(0, free - leave_bytes)
+    filler = Path(path) / FILLER
+    written = 0
+    # unbuffered: a buffered file that hit ENOSPC raises again when it is closed (it still holds the
+    # bytes it could not write); a raw write just reports how much it wrote
+    with open(filler, "ab", buffering=0) as fh:
+        block = bytes(1 << 20)
+        try:
+            while written < want:
+                n = fh.write(block[:min(len(block), want - written)])
+                if not n:
+                    break
+                written += n
+        except OSError:
+            pass  # ENOSPC: full
+    st = os.statvfs(path)
+    return {"filled": written, "freeBytes": st.f_bavail * st.f_frsize}
+
+
+def free_filesystem(path: Path) -> dict:
+    filler = Path(path) / FILLER
+    size = filler.stat().st_size if filler.exists() else 0
+    filler.unlink(missing_ok=True)
+    st = os.statvfs(path)
+    return {"freed": size, "freeBytes": st.f_bavail * st.f_frsize}
+

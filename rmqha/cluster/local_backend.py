@@ -1,0 +1,311 @@
+"""The local backend: the name server and every broker as detached processes on loopback.
+
+Each process runs in its own session (start_new_session), so it outlives the CLI and a Ctrl-C in the
+terminal does not reach it; its pid is also its process-group id. state.json records the pid with
+the process's start time from /proc, so `down` never signals a recycled pid.
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+from . import ClusterError
+from . import acl
+from . import runfolder as rf
+from .backend import Backend, ProcessState, UpOptions
+from .topology import CLUSTER_PORT_SPAN, PortPlan, Topology, effective_config, node_overrides
+
+_STATE_LOCK = threading.Lock()
+
+
+
+# The launcher and the port planner live in rmqha/cluster/process.py and rmqha/cluster/ports.py; these names are
+# kept here for the callers that imported them from this module.
+from .ports import free_cluster_base, port_in_use  # noqa: E402,F401
+from .process import (_reap, broker_command, child_env, is_running, is_stopped, namesrv_command,  # noqa: E402,F401
+                      proc_stat, record, send_signal, spawn)
+from .process import kill as kill_process  # noqa: E402
+from .process import stop as stop_process  # noqa: E402
+
+_signal = send_signal
+
+
+# ---- ports -------------------------------------------------------------------------------------
+
+def suggest_base_port(topology: Topology, exclude_base: int | None = None) -> int | None:
+    """A base port below the ephemeral range whose whole block is free."""
+    return free_cluster_base(topology, exclude=exclude_base)
+
+
+def _owner_of_port(port: int, me: str) -> str | None:
+    for other in rf.list_clusters():
+        if other == me:
+            continue
+        st = rf.read_state(rf.run_dir(other)) or {}
+        for owner, what, p in st.get("ports", []):
+            if p == port and not st.get("stoppedAt"):
+                return f"cluster {other!r}"
+    return None
+
+
+def check_ports(cluster: str, topology: Topology, plan: PortPlan) -> None:
+    busy = [(owner, what, p) for owner, what, p in plan.all_ports(topology) if port_in_use(p)]
+    if not busy:
+        return
+    lines, owners = [], set()
+    for owner, what, p in busy:
+        who = _owner_of_port(p, cluster)
+        if who:
+            owners.add(who)
+        lines.append(f"  port {p} ({owner} {what}) is in use" + (f" by {who}" if who else ""))
+    if len(lines) > 6:
+        lines[5:] = [f"  ... and {len(lines) - 5} more"]
+    free = suggest_base_port(topology, plan.base_port)
+    hint = (f"pick another port block with --base-port {free} (or CLUSTER_BASE_PORT={free}); "
+            f"a cluster uses {CLUSTER_PORT_SPAN} ports from its base"
+            if free else "free the ports or pick another --base-port")
+    if owners:
+        stop = "; ".join(f"`python -m rmqha.cluster down --name {o.split()[-1].strip(chr(39))}`" for o in sorted(owners))
+        cause = f"{', '.join(sorted(owners))} holds them: stop it with {stop}"
+    else:
+        cause = ("another process holds them (a cluster started from another checkout or run root? "
+                 "see `ss -ltnp`)")
+    if all(owner == "namesrv" for owner, _, _ in busy):
+        hint += ", or keep the brokers' ports and move only the name server with --namesrv-port N"
+    raise ClusterError("cannot start cluster %r: %d of its ports are taken:\n%s\n%s; or %s"
+                       % (cluster, len(busy), "\n".join(lines), cause, hint))
+
+
+# ---- the backend -------------------------------------------------------------------------------
+
+class LocalBackend(Backend):
+    name = "local"
+
+    @classmethod
+    def start(cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan,
+              options: UpOptions) -> "LocalBackend":
+        old = rf.read_state(run_dir)
+        if old and not old.get("stoppedAt"):
+            running = [n for n, rec in _records(old) if is_running(rec)]
+            if running:
+                raise ClusterError(f"cluster {cluster!r} is already running ({', '.join(running)}; "
+                                   f"run folder {run_dir}): `python -m rmqha.cluster down --name {cluster}` first, "
+                                   "or start another with --name NAME --base-port N")
+        check_ports(cluster, topology, plan)
+
+        host = options.host
+        creds = acl.new_credentials() if options.acl else None
+        per_node = {n.name: dict((options.extra_per_node or {}).get(n.name, {})) for n in topology.nodes}
+        if creds:
+            for n in topology.nodes:
+                per_node[n.name] = {**acl.broker_sets(str(rf.store_dir(run_dir, n.name)), creds), **per_node[n.name]}
+        overrides = node_overrides(topology, plan, host=host,
+                                   store_dir_of=lambda n: rf.store_dir(run_dir, n),
+                                   extra=options.extra, extra_per_node=per_node)
+        for n in topology.nodes:
+            # The HA ports listen on every interface, and the kit's slaves and recovering masters all
+            # connect from `host`: nobody else may (docs/ha-protocol.md, "Who can do what on the HA port").
+            if _is_ip(host):
+                overrides[n.name].setdefault("haAllowedAddresses", host)
+        configs = {n.name: effective_config(n, overrides[n.name]) for n in topology.nodes}
+
+        # Node folders of another topology would be read by the audit as part of this run.
+        rf.prepare(run_dir, [n.name for n in topology.nodes], topology.name, old, options.fresh)
+        kept = []
+        for n in topology.nodes:
+            sd = Path(configs[n.name].storePathRootDir)
+            if sd.exists() and any(sd.iterdir()):
+                if options.fresh:
+                    shutil.rmtree(sd)
+                else:
+                    kept.append(n.name)
+            rf.node_dir(run_dir, n.name).mkdir(parents=True, exist_ok=True)
+            if creds:
+                acl.write_file(sd, creds)
+
+        nodes = []
+        for n in topology.nodes:
+            c = configs[n.name]
+            master = None if n.is_master else topology.master_of(n).name
+            node = {
+                "name": n.name, "brokerName": c.brokerName, "brokerId": c.brokerId, "role": c.brokerRole,
+                "clusterName": c.brokerClusterName, "addr": c.broker_addr, "haAddr": c.ha_server_addr,
+                "metricsUrl": f"http://{host}:{c.metrics_port}/metrics", "backend": cls.name,
+                "commitlogFileSize": c.mappedFileSizeCommitLog,
+                "msgTraceTopicName": c.msgTraceTopicName,  # where the audit reads trace records
+            }
+            rf.write_node_json(run_dir, node)
+            nodes.append({**node, "statusUrl": f"http://{host}:{c.metrics_port}/status", "master": master,
+                          "conf": str(n.conf_file), "overrides": overrides[n.name],
+                          "log": str(rf.broker_log(run_dir, n.name)), "store": c.storePathRootDir})
+
+        state = {
+            "name": cluster, "topology": topology.name, "backend": cls.name, "runDir": str(run_dir),
+            "basePort": plan.base_port, "host": host, "registration": options.registration,
+            "startedAt": time.time(), "stoppedAt": None, "keptStores": kept,
+            "ports": [list(p) for p in plan.all_ports(topology)],
+            "namesrv": {"addr": f"{host}:{plan.namesrv_port}", "endpoint": f"{host}:{plan.namesrv_port}",
+                        "log": str(rf.namesrv_log(run_dir))},
+            "nodes": nodes,
+        }
+        if creds:
+            state["acl"] = creds
+        rf.write_state(run_dir, state)
+        rf.set_current(cluster)
+        backend = cls(cluster, run_dir, state)
+        env = child_env()
+        try:
+            state["namesrv"]["process"] = record(spawn(namesrv_command(plan.namesrv_port, host),
+                                                       rf.namesrv_log(run_dir), env))
+            rf.write_state(run_dir, state)
+            for node in nodes:  # masters come before their slaves in the node list
+                node["process"] = record(spawn(broker_command(node["conf"], node["overrides"]),
+                                               Path(node["log"]), env))
+                rf.write_state(run_dir, state)
+        except BaseException:
+            backend.stop(keep_data=True, timeout=5)
+            raise
+        return backend
+
+    def stop(self, keep_data: bool = False, timeout: float = 10.0) -> list[str]:
+        notes: list[str] = []
+        brokers = [(n["name"], n.get("process")) for n in self.state.get("nodes", [])]
+        namesrv = [("namesrv", self.state.get("namesrv", {}).get("process"))]
+        # Brokers first, while the name server can still hear them leave; then the name server.
+        for group in (brokers, namesrv):
+            notes += self._stop_group([(n, rec) for n, rec in group if is_running(rec)], timeout)
+        self.state["stoppedAt"] = time.time()
+        if not keep_data:
+            for n in self.state.get("nodes", []):
+                sd = Path(n.get("store") or rf.store_dir(self.run_dir, n["name"]))
+                if sd.exists():
+                    shutil.rmtree(sd, ignore_errors=True)
+            self.state["keptStores"] = []
+        else:
+            self.state["keptStores"] = [n["name"] for n in self.state.get("nodes", [])]
+        if (self.run_dir / "state.json").exists():
+            rf.write_state(self.run_dir, self.state)
+        return notes
+
+    @staticmethod
+    def _stop_group(group: list[tuple[str, dict]], timeout: float) -> list[str]:
+        notes = []
+        for _, rec in group:
+            send_signal(rec, signal.SIGCONT)  # a frozen process cannot handle SIGTERM
+            send_signal(rec, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(is_running(rec) for _, rec in group):
+            time.sleep(0.05)
+        stubborn = [(n, rec) for n, rec in group if is_running(rec)]
+        for n, rec in stubborn:
+            send_signal(rec, signal.SIGKILL)
+            notes.append(f"{n} (pid {rec['pid']}) ignored SIGTERM for {timeout:g}s; killed with SIGKILL")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(is_running(rec) for _, rec in stubborn):
+            time.sleep(0.05)
+        for n, rec in stubborn:
+            if is_running(rec):
+                notes.append(f"{n} (pid {rec['pid']}) is still running after SIGKILL")
+        return notes
+
+    # -- node operations (rmqha/cluster/handle.py calls these) ----------------------------------------------
+    def _spec(self, node: str) -> dict:
+        for n in self.state.get("nodes", []):
+            if n["name"] == node:
+                return n
+        if node == "namesrv":
+            return self.state["namesrv"]
+        raise ClusterError(f"cluster {self.cluster!r} has no node {node!r}; nodes: "
+                           + ", ".join(["namesrv"] + self.node_names()))
+
+    def start_node(self, node: str) -> None:
+        """Start the node again exactly as `up` did (no-op when it runs); its new pid goes to state.json."""
+        spec = self._spec(node)
+        if is_running(spec.get("process")):
+            return
+        if node == "namesrv":
+            port = int(spec["endpoint"].rpartition(":")[2])
+            cmd = namesrv_command(port, self.state.get("host", "127.0.0.1"))
+            log = rf.namesrv_log(self.run_dir)
+        else:
+            cmd, log = broker_command(spec["conf"], spec["overrides"]), Path(spec["log"])
+        spec["process"] = record(spawn(cmd, log, child_env()))
+        self._save_process(node, spec["process"])
+
+    def _save_process(self, node: str, rec: dict) -> None:
+        """Write one node's process record into state.json, keeping whatever else is there. Nodes may be
+        restarted from several threads at once (rmqha.chaos.run's disk limits): one read-modify-write at a time."""
+        with _STATE_LOCK:
+            cur = rf.read_state(self.run_dir) or self.state
+            if node == "namesrv":
+                cur.setdefault("namesrv", {})["process"] = rec
+            else:
+                for n in cur.get("nodes", []):
+                    if n["name"] == node:
+                        n["process"] = rec
+            rf.write_state(self.run_dir, cur)
+
+    def stop_node(self, node: str, timeout: float = 10.0) -> str | None:
+        return stop_process(self._spec(node).get("process"), timeout)
+
+    def kill_node(self, node: str) -> None:
+        kill_process(self._spec(node).get("process"))
+
+    def pause_node(self, node: str) -> None:
+        rec = self._spec(node).get("process")
+        if not is_running(rec):
+            raise ClusterError(f"{node} is not running: cannot pause it")
+        send_signal(rec, signal.SIGSTOP)
+
+    def resume_node(self, node: str) -> None:
+        rec = self._spec(node).get("process")
+        if is_running(rec):
+            send_signal(rec, signal.SIGCONT)
+
+    def is_paused(self, node: str) -> bool:
+        return is_stopped(self._spec(node).get("process"))
+
+    def store_path(self, node: str) -> Path:
+        """The node's storePathRootDir on this machine."""
+        return Path(self._spec(node).get("store") or rf.store_dir(self.run_dir, node))
+
+    # -- observation ------------------------------------------------------------------------------
+    def _record(self, node: str) -> dict | None:
+        if node == "namesrv":
+            return self.state.get("namesrv", {}).get("process")
+        for n in self.state.get("nodes", []):
+            if n["name"] == node:
+                return n.get("process")
+        raise ClusterError(f"cluster {self.cluster!r} has no node {node!r}; nodes: "
+                           + ", ".join(["namesrv"] + self.node_names()))
+
+    def process_state(self, node: str) -> ProcessState:
+        rec = self._record(node)
+        if not rec:
+            return ProcessState(False, "not started")
+        if is_running(rec):
+            return ProcessState(True, "running")
+        return ProcessState(False, "stopped" if self.state.get("stoppedAt") else "exited")
+
+    def log_path(self, node: str) -> Path | None:
+        if node == "namesrv":
+            return rf.namesrv_log(self.run_dir)
+        self._record(node)  # validates the name
+        return rf.broker_log(self.run_dir, node)
+
+
+def _records(state: dict):
+    yield "namesrv", state.get("namesrv", {}).get("process")
+    for n in state.get("nodes", []):
+        yield n["name"], n.get("process")
+
+
+def _is_ip(host: str) -> bool:
+    import ipaddress
+    try:
+        return not ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False

@@ -1,0 +1,306 @@
+"""Replica audit: per broker group, the master's commit log against each slave's, record by record.
+
+Records are compared by physical offset: a slave's log is a byte copy of the master's from the slave's
+first file on, so the same offset must hold the same bytes (same size and same CRC32 of the whole
+record; the body CRC alone does not cover the header and properties). Everything is one Spark plan over
+the decoded rows; only the per-pair summaries and the (merged) ranges come back to the driver.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .runfolder import Node
+from .verdict import FAIL, PASS, WARN, Verdict
+
+MAX_LISTED = 20  # ranges/offsets listed per finding in the report
+ID_INTEGRITY, ID_REPLICA = "log.integrity", "replica.consistent"  # verdict ids (subject: node / slave)
+
+
+@dataclass
+class PairAudit:
+    broker_name: str
+    master: str
+    slave: str
+    master_role: str
+    slave_start: int              # the slave's first file base (it may start at the master's last file)
+    compare_start: int            # max(master start, slave start)
+    master_end: int               # end of the master's last ok/blank record
+    slave_end: int
+    common_prefix_bytes: int      # identical bytes from compare_start
+    first_divergent_offset: int | None   # first offset where both hold something and it differs,
+                                          # or one side has a hole inside the other's extent
+    crc_mismatches: int
+    crc_mismatch_offsets: list[int] = field(default_factory=list)
+    missing_ranges: list[tuple[int, int]] = field(default_factory=list)   # on master, not on slave
+    missing_bytes: int = 0
+    interior_missing_bytes: int = 0   # missing below slave_end (a hole, not lag)
+    slave_only_records: int = 0
+    slave_only_ranges: list[tuple[int, int]] = field(default_factory=list)
+    # The logs fork: from this offset on, where both hold records, none is the same (a master that
+    # came back behind its slave, SLAVE_AHEAD, and wrote new data at offsets the slave already held).
+    fork_offset: int | None = None
+
+    @property
+    def lag_bytes(self) -> int:
+        return max(0, self.master_end - self.slave_end)
+
+
+@dataclass
+class NodeIntegrity:
+    node: str
+    records: int
+    invalid: list[tuple[int, int, str]]   # (offset, size, reason)
+    torn: list[tuple[int, int, str]]
+    short_files: list[tuple[str, int, int]]  # (file, length, mapped size)
+    start: int
+    end: int
+
+
+def groups(nodes: list[Node]) -> dict[str, tuple[Node | None, list[Node]]]:
+    """broker name -> (master, slaves). The master is the brokerId 0 / master-role node."""
+    out: dict[str, tuple[Node | None, list[Node]]] = {}
+    for name in sorted({n.broker_name for n in nodes}):
+        members = sorted((n for n in nodes if n.broker_name == name), key=lambda n: n.broker_id)
+        masters = [n for n in members if n.is_master]
+        master = masters[0] if masters else None
+        out[name] = (master, [n for n in members if n is not master])
+    return out
+
+
+class _Found:
+    """What differs between a master and a slave, folded from the rows sorted by offset."""
+
+    def __init__(self):
+        self.first = None
+        self.differ = 0
+        self.differ_offsets: list[int] = []
+        self.slave_only_records = 0
+        self.ranges: dict[str, list[tuple[int, int]]] = {"master_only": [], "slave_only": []}
+
+    def add(self, off: int, size: int, kind: str, s_status) -> None:
+        if self.first is None:
+            self.first = off
+        if kind == "differ":
+            self.differ += 1
+            if len(self.differ_offsets) < MAX_LISTED:
+                self.differ_offsets.append(off)
+            return
+        if kind == "slave_only" and s_status in ("ok", "blank"):
+            self.slave_only_records += 1
+        rs = self.ranges[kind]
+        if rs and off <= rs[-1][1]:
+            rs[-1] = (rs[-1][0], max(rs[-1][1], off + size))
+        else:
+            rs.append((off, off + size))
+
+
+def _fold_pairs(rows):
+    """mapPartitions: rows sorted by (pair, offset) -> (pair, _Found)."""
+    cur, found = None, None
+    for pair, off, size, kind, s_status in rows:
+        if pair != cur:
+            if found is not None:
+                yield cur, found
+            cur, found = pair, _Found()
+        found.add(off, size, kind, s_status)
+    if found is not None:
+        yield cur, found
+
+
+def node_integrity(df, nodes: list[Node]) -> list[NodeIntegrity]:
+    from pyspark.sql import functions as F
+    stats = {r["node"]: r for r in df.groupBy("node").agg(
+        F.sum(F.when(F.col("status") == "ok", 1).otherwise(0)).alias("records"),
+        F.min(F.when(F.col("status").isin("ok", "blank"), F.col("physical_offset"))).alias("start"),
+        F.max(F.when(F.col("status").isin("ok", "blank"),
+                     F.col("physical_offset") + F.col("size"))).alias("end")).collect()}
+    bad: dict[str, dict[str, list]] = {}
+    for r in (df.filter(F.col("status").isin("invalid", "torn"))
+              .select("node", "status", "physical_offset", "size", "reason")
+              .orderBy("node", "physical_offset").collect()):
+        bad.setdefault(r["node"], {"invalid": [], "torn": []})[r["status"]].append(
+            (r["physical_offset"], r["size"], r["reason"]))
+    out = []
+    for n in nodes:
+        s = stats.get(n.name)
+        b = bad.get(n.name, {"invalid": [], "torn": []})
+        out.append(NodeIntegrity(n.name, int(s["records"]) if s else 0, b["invalid"], b["torn"],
+                                 [(f.path, f.length, f.mapped_size) for f in n.files if f.length != f.mapped_size],
+                                 int(s["start"] or n.start_offset) if s else n.start_offset,
+                                 int(s["end"] or 0) if s else 0))
+    return out
+
+
+def audit_pairs(spark, df, nodes: list[Node]) -> list[PairAudit]:
+    """Compare every slave with its master. df: the decoded rows (rmqha.pipeline.decode)."""
+    from pyspark.sql import functions as F
+
+    pairs = []
+    for name, (master, slaves) in groups(nodes).items():
+        if master is None:
+            continue
+        for s in slaves:
+            pairs.append((f"{name}|{s.name}", name, master.name, s.name, master.role,
+                          s.start_offset, max(master.start_offset, s.start_offset)))
+    if not pairs:
+        return []
+    pdf = spark.createDataFrame(pairs, "pair string, broker_name string, master string, slave string, "
+                                       "master_role string, slave_start long, compare_start long")
+    rec = df.filter(F.col("status") != "torn").select(
+        "node", "physical_offset", "size", "status", "record_crc")
+    m = (rec.join(F.broadcast(pdf.select("pair", F.col("master").alias("node"), "compare_start")), "node")
+         .filter(F.col("physical_offset") >= F.col("compare_start"))
+         .select("pair", "physical_offset", F.col("size").alias("m_size"),
+                 F.col("status").alias("m_status"), F.col("record_crc").alias("m_crc")))
+    s = (rec.join(F.broadcast(pdf.select("pair", F.col("slave").alias("node"), "compare_start")), "node")
+         .filter(F.col("physical_offset") >= F.col("compare_start"))
+         .select("pair", "physical_offset", F.col("size").alias("s_size"),
+                 F.col("status").alias("s_status"), F.col("record_crc").alias("s_crc")))
+    j = m.join(s, ["pair", "physical_offset"], "full_outer")
+    good = ("ok", "blank")
+    j = j.withColumn("kind", F.when(F.col("m_status").isNull(), "slave_only")
+                     .when(F.col("s_status").isNull(), "master_only")
+                     .when((F.col("m_size") == F.col("s_size")) & (F.col("m_status") == F.col("s_status"))
+                           & (F.col("m_crc") == F.col("s_crc")) & F.col("m_status").isin(*good), "same")
+                     .otherwise("differ"))
+    j = j.withColumn("size", F.coalesce("m_size", "s_size"))
+
+    # One job: only the offsets that are not identical travel, sorted per pair, and are folded into
+    # ranges on the executors; the driver gets one small summary per pair.
+    found = {r[0]: r[1] for r in (
+        j.filter(F.col("kind") != "same")
+        .select("pair", "physical_offset", "size", "kind", "s_status")
+        .repartition("pair").sortWithinPartitions("pair", "physical_offset")
+        .rdd.mapPartitions(_fold_pairs).collect())}
+    # The last identical message of each pair: nothing identical after the first divergence is a fork.
+    # End-of-file blanks do not count: with messages of one size the master's new records land at the
+    # slave's old offsets, and so does the blank that ends the file, identical on both sides.
+    last_same = {r["pair"]: r["last"] for r in j.filter((F.col("kind") == "same") & (F.col("m_status") == "ok"))
+                 .groupBy("pair").agg(
+        F.max("physical_offset").alias("last")).collect()}
+    ends = {}
+    for r in df.filter(F.col("status").isin(*good)).groupBy("node").agg(
+            F.max(F.col("physical_offset") + F.col("size")).alias("end")).collect():
+        ends[r["node"]] = r["end"]
+
+    out = []
+    for pair, name, master, slave, role, slave_start, cstart in pairs:
+        m_end = int(ends[master]) if master in ends else cstart
+        s_end = int(ends[slave]) if slave in ends else cstart
+        fd = found.get(pair) or _Found()
+        miss = fd.ranges["master_only"]
+        fb = fd.first
+        prefix_end = fb if fb is not None else max(m_end, s_end)
+        # Pure lag (the slave stops, the master goes on) is not a divergence.
+        divergent = fb
+        if fb is not None and fb >= s_end and not fd.differ and not fd.ranges["slave_only"]:
+            divergent = None
+        interior = sum(max(0, min(e, s_end) - b) for b, e in miss)
+        same_after = last_same.get(pair)
+        fork = (divergent if divergent is not None and divergent < min(m_end, s_end)
+                and (same_after is None or same_after < divergent) else None)
+        out.append(PairAudit(
+            broker_name=name, master=master, slave=slave, master_role=role, slave_start=slave_start,
+            compare_start=cstart, master_end=m_end, slave_end=s_end,
+            common_prefix_bytes=max(0, min(prefix_end, m_end, s_end) - cstart),
+            first_divergent_offset=divergent,
+            crc_mismatches=fd.differ,
+            crc_mismatch_offsets=fd.differ_offsets,
+            missing_ranges=miss, missing_bytes=sum(e - b for b, e in miss),
+            interior_missing_bytes=interior,
+            slave_only_records=fd.slave_only_records,
+            slave_only_ranges=fd.ranges["slave_only"],
+            fork_offset=fork))
+    return out
+
+
+def _fmt_ranges(rs, limit=5) -> str:
+    txt = ", ".join(f"[{b}, {e})" for b, e in rs[:limit])
+    return txt + (f" and {len(rs) - limit} more" if len(rs) > limit else "")
+
+
+def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list[Node],
+             final_ack: dict[str, int] | None = None, allowed_forks: dict[str, str] | None = None) -> list[Verdict]:
+    """final_ack: slave node -> the last ackOffset its master reported for it (from metrics).
+    allowed_forks: broker name -> the fault that explains a fork of its logs (a power loss of its master:
+    the master lost an unsynced tail its slave holds, which every configuration allows). Such a fork is
+    a WARN, not a FAIL, when nothing else is wrong before it."""
+    out = []
+    for ni in integrity:
+        name = f"log integrity {ni.node}"
+        if ni.invalid:
+            out.append(Verdict(name, FAIL, f"{len(ni.invalid)} unreadable span(s) inside the log, first at "
+                               f"{ni.invalid[0][0]} ({ni.invalid[0][2]}): "
+                               + _fmt_ranges([(o, o + s) for o, s, _ in ni.invalid]), ID_INTEGRITY, ni.node))
+        elif ni.torn or ni.short_files:
+            parts = []
+            if ni.torn:
+                parts.append(f"torn tail at {ni.torn[0][0]} ({ni.torn[0][1]} bytes: {ni.torn[0][2]})")
+            if ni.short_files:
+                parts.append("files shorter than the mapped size (RocketMQ would not load them): "
+                             + ", ".join(f"{p.rsplit('/', 1)[-1]} {ln}/{ms}" for p, ln, ms in ni.short_files))
+            out.append(Verdict(name, WARN, "; ".join(parts), ID_INTEGRITY, ni.node))
+        else:
+            out.append(Verdict(name, PASS, f"{ni.records} records in [{ni.start}, {ni.end})", ID_INTEGRITY, ni.node))
+    for name, (master, slaves) in groups(nodes).items():
+        if master is None:
+            out.append(Verdict(f"replicas {name}", WARN, "no master node in this group (role/brokerId); "
+                               "slaves not compared"))
+    for p in pairs:
+        name = f"replica {p.broker_name}: {p.master} vs {p.slave}"
+        facts = (f"slave starts at {p.slave_start}, common prefix {p.common_prefix_bytes} bytes from "
+                 f"{p.compare_start}, master end {p.master_end}, slave end {p.slave_end}")
+        problems = []
+        fork = p.fork_offset
+        allowed = ((allowed_forks or {}).get(p.broker_name) or (allowed_forks or {}).get("*")
+                   if fork is not None else None)
+        if allowed:
+            # what follows the fork is the fork; only damage before it (or a lost ack) still fails
+            before = [o for o in p.crc_mismatch_offsets if o < fork]
+            holes = [r for r in p.missing_ranges if r[0] < min(p.slave_end, fork)]
+            only = [r for r in p.slave_only_ranges if r[0] < min(p.master_end, fork)]
+            ack = (final_ack or {}).get(p.slave)
+            if not (before or holes or only or (ack is not None and ack > p.slave_end)):
+                out.append(Verdict(name, WARN, f"an allowed fork at offset {fork}, after {allowed}: the master came "
+                                   "back behind its slave (it lost an unsynced tail the slave holds) and wrote "
+                                   f"new data at [{fork}, {min(p.master_end, p.slave_end)}); the slave's "
+                                   f"{p.slave_end - fork} bytes from {fork} are a history the master lost "
+                                   f"(SLAVE_AHEAD; the README's guarantee matrix) ({facts})", ID_REPLICA, p.slave))
+                continue
+        if p.fork_offset is not None:
+            problems.append(
+                f"the logs fork at offset {p.fork_offset}: the master wrote new data at "
+                f"[{p.fork_offset}, {min(p.master_end, p.slave_end)}) where the slave already held other records, "
+                f"and nothing is the same after it; the slave's {p.slave_end - p.fork_offset} bytes from "
+                f"{p.fork_offset} are a history the master lost (a master that came back behind its slave, "
+                "SLAVE_AHEAD, and took writes; see the README)")
+        if p.crc_mismatches:
+            problems.append(f"{p.crc_mismatches} record(s) differ at the same offset (CRC mismatch), first at "
+                            + ", ".join(map(str, p.crc_mismatch_offsets[:5])))
+        if p.interior_missing_bytes:
+            problems.append(f"{p.interior_missing_bytes} bytes missing inside the slave's extent: "
+                            + _fmt_ranges([r for r in p.missing_ranges if r[0] < p.slave_end]))
+        inside = [r for r in p.slave_only_ranges if r[0] < p.master_end]
+        if inside:
+            problems.append(f"records only on the slave inside the master's extent: {_fmt_ranges(inside)}")
+        ack = (final_ack or {}).get(p.slave)
+        if ack is not None and ack > p.slave_end:
+            problems.append(f"the master last saw ackOffset {ack} from this slave but its log ends at "
+                            f"{p.slave_end}: the slave lost acknowledged bytes")
+        if problems:
+            out.append(Verdict(name, FAIL, f"first divergent offset {p.first_divergent_offset}; "
+                               + "; ".join(problems) + f" ({facts})", ID_REPLICA, p.slave))
+            continue
+        notes = []
+        if p.lag_bytes:
+            notes.append(f"slave behind by {p.lag_bytes} bytes: missing "
+                         + _fmt_ranges([r for r in p.missing_ranges if r[0] >= p.slave_end]))
+        beyond = [r for r in p.slave_only_ranges if r[0] >= p.master_end]
+        if beyond:
+            notes.append(f"the slave holds records past the master's end (master lost its tail?): "
+                         f"{_fmt_ranges(beyond)}")
+        if notes:
+            out.append(Verdict(name, WARN, "; ".join(notes) + f" ({facts})", ID_REPLICA, p.slave))
+        else:
+            out.append(Verdict(name, PASS, f"identical ({facts})", ID_REPLICA, p.slave))
+    return out

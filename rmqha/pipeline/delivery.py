@@ -1,0 +1,511 @@
+"""Delivery: what each consumer group got of what was acknowledged, judged as Jepsen's queue checkers do.
+
+A message is delivered when its consumer group received it, not when some disk holds it: an acknowledged
+send that no consumer of the group can ever get is lost to its user, whatever node it sits on. Every
+logical send (rmqha/chaos/history.py's send_id: all tries of one message) to a topic a group subscribed to, in
+the group's window (from its subscribe, or from the start for FROM_FIRST; to the shutdown of its last
+consumer), is owed to that group and ends in exactly one state:
+
+    delivered      the group received it (any try's copy)
+    stranded       acknowledged, not received, stored only where the group cannot be served from: on a
+                   slave but not on its group's master (a fork: the master came back behind its slave)
+    lost           acknowledged, not received, and not stranded; the reason says which:
+                   "queued"      on its master with a consume-queue entry, before the offset the
+                                 group's consumers committed: they passed it by (a consumer-side loss),
+                   "backlog"     the same, at or past that offset: the group never got that far (its
+                                 consumer stalled or stopped before the end of the drain),
+                   "unqueued"    on its master with no consume-queue entry (undeliverable),
+                   "nowhere"     on no node at all
+    parked         acknowledged, only in SCHEDULE_TOPIC_XXXX / the half-message topic of a master (not due
+                   yet); parked on a slave only, it is stranded
+    unconfirmed    answered FLUSH_*_TIMEOUT / SLAVE_NOT_AVAILABLE and never SEND_OK: not owed
+    indeterminate  never answered by the broker (client errors, timeouts, no answer at all): not owed,
+                   never counted lost nor unexpected if it shows up
+
+and, beside the states: lost-after-delivery (received, then gone from the group's master: a consumer
+that resets its offset, or a new group, can no longer get it), unexpected (received, never sent),
+duplicate (received more than once), reordered (an orderly consumer received a sharding key's
+messages out of the order the producer's acknowledgements gave them).
+
+Every count is exact (Spark aggregates, nothing capped) and every message behind a FAIL is written to
+OUT/delivery.jsonl with the faults active when it was acknowledged or later able to destroy it.
+Verdicts carry stable ids (ID_* below) and the group as their subject.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+from rmqha.cluster.history import FROM_NOW
+
+from . import consume_queues, runfolder
+from .faults import NO_FAULT, POWER_LOSSES, FaultInterval, blame
+from .runfolder import Node
+from .verdict import FAIL, INFO, PASS, WARN, Verdict
+
+ID_LOST = "delivery.lost"
+ID_STRANDED = "delivery.stranded"
+ID_LOST_AFTER = "delivery.lost-after-delivery"
+ID_UNEXPECTED = "delivery.unexpected"
+ID_DUPLICATE = "delivery.duplicate"
+ID_REORDERED = "delivery.reordered"
+ID_INDETERMINATE = "delivery.indeterminate"
+ID_DELIVERED = "delivery.delivered"
+ID_QUEUES = "queues.consistent"
+ID_NO_GROUP = "delivery.groups"
+
+PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
+UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
+# Faults that can take bytes a master had already stored (its tail) or leave it behind its slave.
+DESTRUCTIVE = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss",
+               "kill-master", "restart-master", "partition")
+MAX_LISTED = 10
+AT_RISK_MS = 5000  # acknowledged this long before a fault: still at stake when it hits (unflushed, in flight)
+DETAIL_FILE = "delivery.jsonl"
+# A record the broker dispatches to a consume queue: not a transaction's prepared or rollback record.
+TRAN_TYPE_MASK, TRAN_PREPARED, TRAN_ROLLBACK = 0xC, 0x4, 0xC
+
+
+@dataclass
+class GroupDelivery:
+    group: str
+    topics: list[str]
+    ordered: bool = False
+    acknowledged: int = 0
+    delivered: int = 0
+    lost: int = 0
+    lost_by_reason: dict = field(default_factory=dict)
+    stranded: int = 0
+    parked: int = 0
+    lost_after_delivery: int = 0
+    unconfirmed: int = 0
+    unconfirmed_delivered: int = 0
+    unconfirmed_lost_after_delivery: int = 0
+    indeterminate: int = 0
+    indeterminate_delivered: int = 0
+    receives: int = 0
+    duplicates: int = 0
+    unexpected: int = 0
+    reordered: int = 0
+    examples: dict = field(default_factory=dict)   # verdict id -> [short text] (at most MAX_LISTED)
+
+    def summary(self) -> dict:
+        """summary.json's per-group `delivery` block."""
+        return {"acknowledged": self.acknowledged, "delivered": self.delivered, "lost": self.lost,
+                "lostByReason": self.lost_by_reason, "stranded": self.stranded, "parked": self.parked,
+                "lostAfterDelivery": self.lost_after_delivery, "duplicates": self.duplicates,
+                "indeterminate": self.indeterminate, "indeterminateDelivered": self.indeterminate_delivered,
+                "unconfirmed": self.unconfirmed, "unconfirmedDelivered": self.unconfirmed_delivered,
+                "unexpected": self.unexpected, "reordered": self.reordered, "receives": self.receives,
+                "topics": self.topics, "ordered": self.ordered}
+
+
+@dataclass
+class QueueConsistency:
+    node: str
+    records: int = 0          # dispatchable records of the node's log
+    entries: int = 0          # consume-queue units read
+    unqueued: int = 0         # records with no unit at their queue offset pointing at them
+    dangling: int = 0         # units pointing at no record of the node's log
+    examples: list = field(default_factory=list)
+
+
+@dataclass
+class DeliveryFindings:
+    groups: list[GroupDelivery] = field(default_factory=list)
+    queues: list[QueueConsistency] = field(default_factory=list)
+    detail_path: str | None = None
+    detail_lines: int = 0
+    # fault label -> {verdict id: distinct messages it is a suspect of} (the matrix's cells)
+    by_fault: dict = field(default_factory=dict)
+    # fault label -> acknowledged sends stored in the fault's own broker group from AT_RISK_MS before it
+    # until its heal: what the fault could destroy or had to protect (a killed master acknowledges nothing
+    # while it is down; what it acknowledged just before is what is at stake). A fault with none showed
+    # nothing about its group ("not exercised"), whatever the other groups did
+    acked_on_group: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        return {g.group: g.summary() for g in self.groups}
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+def queue_rows(nodes: list[Node]) -> list[tuple]:
+    """(node, topic, queue_id, queue_offset, cq_phys, cq_size) for every consume-queue unit of every node."""
+    out = []
+    for n in nodes:
+        store = n.store_dir
+        if not store or not os.path.isdir(os.path.join(store, "consumequeue")):
+            continue
+        out.extend((n.name, *u) for u in consume_queues.read_node_queues(store))
+    return out
+
+
+def _history(hist):
+    """The histories with a consumer/producer group on every line (the client's name when absent)."""
+    from pyspark.sql import functions as F
+    cols = hist.columns
+    group = F.coalesce(F.col("group"), F.col("client")) if "group" in cols else F.col("client")
+    h = hist.withColumn("grp", group)
+    if "shard" not in cols:
+        h = h.withColumn("shard", F.lit(None).cast("string"))
+    return h
+
+
+# -- the check ------------------------------------------------------------------------------------
+
+def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterval] = (),
+          out_dir: str | None = None, run_dir: str | None = None) -> DeliveryFindings:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    f = DeliveryFindings()
+    h = _history(hist)
+    node_rows = [(n.name, n.broker_name, bool(n.is_master)) for n in nodes]
+    ndf = spark.createDataFrame(node_rows or [("", "", False)], "node string, broker_name string, is_master boolean")
+    cq = spark.createDataFrame(queue_rows(nodes) or [("", "", -1, -1, -1, -1)],
+                               "node string, topic string, queue_id int, queue_offset long, cq_phys long, "
+                               "cq_size int").filter(F.col("node") != "")
+
+    # 1. logical sends: every try of a send_id, invoked or answered
+    tries = h.filter(F.col("op").isin("invoke", "send") & F.col("send_id").isNotNull())
+    answer = (F.col("op") == "send")
+    ok = answer & (F.col("status") == "SEND_OK")
+    sends = (tries.groupBy("send_id").agg(
+        F.first("topic", ignorenulls=True).alias("s_topic"),
+        F.first("client", ignorenulls=True).alias("producer"),
+        F.first("shard", ignorenulls=True).alias("shard"),
+        F.max(ok.cast("int")).alias("acked"),
+        F.max((answer & F.col("status").isin(*UNCONFIRMED)).cast("int")).alias("unconf"),
+        F.min(F.when(ok, F.col("end_ms"))).alias("ack_ms"),
+        F.min(F.when(ok, F.col("seq"))).alias("ack_seq"),
+        F.min("start_ms").alias("first_ms"))
+        .withColumn("state0", F.when(F.col("acked") == 1, "acked")
+                    .when(F.col("unconf") == 1, "unconfirmed").otherwise("indeterminate"))).cache()
+    uniq_map = (tries.filter(F.col("uniq_key").isNotNull()).select("uniq_key", F.col("send_id").alias("u_sid"))
+                .dropDuplicates(["uniq_key"]))
+    known = sends.select(F.col("send_id").alias("k_sid"))
+
+    # 2. stored copies, tied to a logical send by KEYS (the recorder's send_id) or by UNIQ_KEY
+    st = (decoded.filter(F.col("status") == "ok")
+          .select("node", "physical_offset", "size", "topic", "queue_id", "queue_offset", "uniq_key", "keys",
+                  "sys_flag"))
+    by_keys = (st.withColumn("k_sid", F.explode(F.split(F.coalesce("keys", F.lit("")), " ")))
+               .join(known, "k_sid").withColumnRenamed("k_sid", "send_id"))
+    by_uniq = st.join(uniq_map, "uniq_key").withColumn("send_id", F.col("u_sid")).drop("u_sid")
+    copies = (by_keys.unionByName(by_uniq).dropDuplicates(["send_id", "node", "physical_offset"])
+              .join(F.broadcast(ndf), "node")
+              .join(cq, ["node", "topic", "queue_id", "queue_offset"], "left")
+              .withColumn("queued", F.coalesce(F.col("cq_phys") == F.col("physical_offset"), F.lit(False))))
+    sc = copies.join(sends.select("send_id", "s_topic"), "send_id")
+    in_topic = F.col("topic") == F.col("s_topic")
+    parked_copy = F.col("topic").isin(*PARKED_TOPICS)
+    facts = sc.groupBy("send_id").agg(
+        F.max((in_topic & F.col("is_master")).cast("int")).alias("on_master"),
+        F.max((in_topic & F.col("is_master") & F.col("queued")).cast("int")).alias("servable"),
+        # a copy parked on a slave only (a delayed or half message a forked slave holds) is stranded too;
+        # parked means parked where the group is served from: on a master
+        F.max(((in_topic | parked_copy) & ~F.col("is_master")).cast("int")).alias("on_slave"),
+        F.max((parked_copy & F.col("is_master")).cast("int")).alias("parked"),
+        F.sort_array(F.collect_set(F.concat_ws("@", "node", F.col("physical_offset").cast("string"))))
+        .alias("where"),
+        F.first(F.when(in_topic, F.col("broker_name")), ignorenulls=True).alias("broker"),
+        # the master copy's place in its queue (where a consumer would find it)
+        F.first(F.when(in_topic & F.col("is_master"), F.struct("node", "queue_id", "queue_offset")),
+                ignorenulls=True).alias("mq"))
+
+    # 3. receives, tied to a logical send the same two ways
+    recv = (h.filter(F.col("op") == "receive")
+            .join(known, F.col("send_id") == F.col("k_sid"), "left")
+            .join(uniq_map, "uniq_key", "left")
+            .withColumn("sid", F.coalesce("k_sid", "u_sid"))).cache()
+    per = (recv.filter(F.col("sid").isNotNull()).groupBy("grp", "sid")
+           .agg(F.count("*").alias("n"), F.min(F.struct("start_ms", "client", "seq")).alias("first")))
+
+    # 4. what each group is owed: the sends to a topic it subscribed to (or received from), within its
+    # window: from its subscribe (FROM_NOW) or from the first send (FROM_FIRST, or no subscribe line), to
+    # the last unsubscribe once every consumer of the group has shut down (open while one still runs)
+    subs: dict[str, set] = {}
+    ordered_groups = set()
+    for r in (h.filter(F.col("op").isin("subscribe", "receive")).groupBy("grp", "topic")
+              .agg(F.max(F.coalesce(F.col("ordered"), F.lit(False)).cast("int")).alias("o")).collect()):
+        if r["topic"] is None:
+            continue
+        subs.setdefault(r["grp"], set()).add(r["topic"])
+        if r["o"]:
+            ordered_groups.add(r["grp"])
+    if not subs:
+        for d in (sends, recv):
+            d.unpersist()
+        return f
+    windows = {}
+    for r in (h.filter(F.col("op").isin("subscribe", "unsubscribe")).groupBy("grp").agg(
+            F.sum((F.col("op") == "subscribe").cast("int")).alias("subs"),
+            F.sum((F.col("op") == "unsubscribe").cast("int")).alias("unsubs"),
+            F.min(F.when((F.col("op") == "subscribe") & (F.coalesce(F.col("status"), F.lit("")) != FROM_NOW), F.lit(1))).alias("first"),
+            F.min(F.when(F.col("op") == "subscribe", F.col("start_ms"))).alias("since"),
+            F.max(F.when(F.col("op") == "unsubscribe", F.col("start_ms"))).alias("until")).collect()):
+        start = None if r["first"] or not r["subs"] else r["since"]
+        end = r["until"] if r["subs"] and r["unsubs"] >= r["subs"] else None
+        windows[r["grp"]] = (start, end)
+    sub_rows = [(g, t, *windows.get(g, (None, None))) for g, ts in subs.items() for t in sorted(ts)]
+    sdf = spark.createDataFrame(sub_rows, "grp string, s_topic string, w_start long, w_end long")
+    at = F.coalesce(F.col("ack_ms"), F.col("first_ms"))
+    owed = (sdf.join(sends, "s_topic")
+            .filter((F.col("w_start").isNull() | (at >= F.col("w_start")))
+                    & (F.col("w_end").isNull() | (at <= F.col("w_end"))))
+            .join(facts, "send_id", "left")
+            .join(per.withColumnRenamed("sid", "send_id"), ["grp", "send_id"], "left")
+            .withColumn("n", F.coalesce("n", F.lit(0)))
+            .fillna(0, ["on_master", "servable", "on_slave", "parked"]))
+    # where each group's consumers stopped (rmqha.chaos.run's drain): a queued message at or past it is backlog
+    # (the group never got that far: a stalled or stopped consumer), before it the consumer passed it by
+    committed = [(g, m, q, c) for g, per in (runfolder.drain_committed(run_dir) if run_dir else {}).items()
+                 for m, qs in per.items() for q, c in qs.items()]
+    cdf = spark.createDataFrame(committed or [("", "", -1, 0)],
+                                "grp string, c_node string, c_qid int, committed long")
+    owed = (owed.join(F.broadcast(cdf), (owed["grp"] == cdf["grp"]) & (F.col("mq.node") == F.col("c_node"))
+                      & (F.col("mq.queue_id") == F.col("c_qid")), "left").drop(cdf["grp"]))
+    got = F.col("n") > 0
+    state = (F.when(F.col("state0") != "acked", F.col("state0"))
+             .when(got, "delivered")
+             .when((F.col("on_master") == 0) & (F.col("parked") == 1), "parked")
+             .when((F.col("on_master") == 0) & (F.col("on_slave") == 1), "stranded")
+             .otherwise("lost"))
+    reason = (F.when((F.col("servable") == 1) & (F.col("mq.queue_offset") >= F.col("committed")), "backlog")
+              .when(F.col("servable") == 1, "queued").when(F.col("on_master") == 1, "unqueued")
+              .otherwise("nowhere"))
+    owed = (owed.withColumn("state", state)
+            .withColumn("reason", F.when(F.col("state") == "lost", reason))
+            .withColumn("gone_after", got & (F.col("on_master") == 0) & (F.col("parked") == 0))).cache()
+
+    agg = {r["grp"]: r for r in owed.groupBy("grp").agg(
+        *[F.sum((F.col("state") == s).cast("int")).alias(s) for s in
+          ("delivered", "stranded", "parked", "lost", "unconfirmed", "indeterminate")],
+        F.sum(((F.col("state0") == "acked")).cast("int")).alias("acknowledged"),
+        F.sum(((F.col("state0") == "acked") & F.col("gone_after")).cast("int")).alias("after"),
+        F.sum(((F.col("state0") == "unconfirmed") & F.col("gone_after")).cast("int")).alias("u_after"),
+        F.sum(((F.col("state0") == "unconfirmed") & got).cast("int")).alias("u_got"),
+        F.sum(((F.col("state0") == "indeterminate") & got).cast("int")).alias("i_got"),
+        F.sum(F.greatest(F.col("n") - 1, F.lit(0))).alias("dups")).collect()}
+    reasons: dict[str, dict] = {}
+    for r in owed.filter(F.col("state") == "lost").groupBy("grp", "reason").count().collect():
+        reasons.setdefault(r["grp"], {})[r["reason"]] = r["count"]
+    rcount = {r["grp"]: r["count"] for r in recv.groupBy("grp").count().collect()}
+    unexpected = {r["grp"]: r["count"] for r in recv.filter(F.col("sid").isNull()).groupBy("grp").count().collect()}
+
+    # 5. order per sharding key, for groups with an orderly consumer: first receives of one producer's
+    # key must follow the order of its acknowledgements
+    reordered: dict[str, int] = {}
+    if ordered_groups:
+        w = Window.partitionBy("grp", "producer", "shard").orderBy("first")
+        ordv = (owed.filter(F.col("grp").isin(*ordered_groups) & got & F.col("shard").isNotNull()
+                            & F.col("ack_seq").isNotNull())
+                .withColumn("prev", F.max("ack_seq").over(w.rowsBetween(Window.unboundedPreceding, -1)))
+                .filter(F.col("ack_seq") < F.col("prev")))
+        reordered = {r["grp"]: r["count"] for r in ordv.groupBy("grp").count().collect()}
+
+    for g in sorted(subs):
+        a = agg.get(g)
+        gd = GroupDelivery(g, sorted(subs[g]), g in ordered_groups)
+        if a is not None:
+            gd.acknowledged, gd.delivered, gd.lost = int(a["acknowledged"]), int(a["delivered"]), int(a["lost"])
+            gd.stranded, gd.parked = int(a["stranded"]), int(a["parked"])
+            gd.unconfirmed, gd.indeterminate = int(a["unconfirmed"]), int(a["indeterminate"])
+            gd.unconfirmed_delivered, gd.indeterminate_delivered = int(a["u_got"]), int(a["i_got"])
+            gd.lost_after_delivery = int(a["after"])
+            gd.unconfirmed_lost_after_delivery = int(a["u_after"])
+            gd.duplicates = int(a["dups"] or 0)
+        gd.lost_by_reason = dict(sorted(reasons.get(g, {}).items()))
+        gd.receives = int(rcount.get(g, 0))
+        gd.unexpected = int(unexpected.get(g, 0))
+        gd.reordered = int(reordered.get(g, 0))
+        f.groups.append(gd)
+
+    # 5b. per fault: acknowledged sends its own group stored while it was active
+    if fault_list:
+        fdf = spark.createDataFrame([(x.label, x.group, x.start_ms, x.end_ms) for x in fault_list],
+                                    "label string, f_group string, f_start long, f_end long")
+        hit = (sends.filter(F.col("acked") == 1).join(facts.select("send_id", "broker"), "send_id")
+               # a fault on every group (cluster-power-loss: its group is None) counts every group's acks
+               .join(F.broadcast(fdf), ((F.col("broker") == F.col("f_group")) | F.col("f_group").isNull())
+                     & (F.col("ack_ms") >= F.col("f_start") - AT_RISK_MS)
+                     & (F.col("f_end").isNull() | (F.col("ack_ms") <= F.col("f_end"))))
+               .groupBy("label").count().collect())
+        f.acked_on_group = {x.label: 0 for x in fault_list} | {r["label"]: r["count"] for r in hit}
+
+    # 6. every message behind a FAIL, with its faults, to delivery.jsonl (streamed: no cap)
+    problems = owed.filter((F.col("state").isin("lost", "stranded")) | ((F.col("state0") == "acked") & F.col("gone_after")))
+    strange = recv.filter(F.col("sid").isNull())
+    by_group = {g.group: g for g in f.groups}
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        f.detail_path = os.path.join(out_dir, DETAIL_FILE)
+    fh = open(f.detail_path, "w") if f.detail_path else None
+    seen_by_fault: dict[str, dict[str, set]] = {}
+    kind_of = {x.label: x.kind for x in fault_list}
+    try:
+        for r in problems.select("grp", "send_id", "s_topic", "producer", "state", "reason", "gone_after", "ack_ms",
+                                 "where", "broker").orderBy("grp", "ack_ms").toLocalIterator():
+            kind = ID_LOST_AFTER if r["state"] == "delivered" else (ID_STRANDED if r["state"] == "stranded" else ID_LOST)
+            labels = _suspects(fault_list, r["ack_ms"], r["broker"])
+            # the matrix's cells: a loss counts against the faults that can destroy or strand a stored
+            # message (not a pause that merely happened when it was acknowledged), unless none is a suspect
+            able = [x for x in labels if kind_of.get(x) in DESTRUCTIVE] or labels
+            # and among those, the power cuts when there are any: only a power cut drops bytes the page
+            # cache held; a kill or restart before it strands nothing by itself (without this, a sweep's
+            # kill-master cell failed for messages the later power loss of its group stranded)
+            able = [x for x in able if kind_of.get(x) in POWER_LOSSES] or able
+            for label in able:
+                seen_by_fault.setdefault(label, {}).setdefault(kind, set()).add(r["send_id"])
+            item = {"verdict": kind, "group": r["grp"], "send_id": r["send_id"], "topic": r["s_topic"],
+                    "producer": r["producer"], "reason": r["reason"], "acked_ms": r["ack_ms"],
+                    "where": list(r["where"] or []), "faults": labels}
+            _example(by_group[r["grp"]], kind, f"{r['send_id']}"
+                     + (f" ({r['reason']})" if r["reason"] else "")
+                     + (f" at {', '.join(item['where'][:2])}" if item["where"] else "")
+                     + f" [{', '.join(labels)}]")
+            f.detail_lines += 1
+            if fh:
+                fh.write(json.dumps(item) + "\n")
+        for r in strange.select("grp", "client", "topic", "uniq_key", "send_id", "queue_id", "queue_offset",
+                                "start_ms").orderBy("grp", "start_ms").toLocalIterator():
+            if r["grp"] not in by_group:
+                continue
+            _example(by_group[r["grp"]], ID_UNEXPECTED,
+                     f"{r['uniq_key']} (keys {r['send_id']}) on {r['topic']} q{r['queue_id']}@{r['queue_offset']}"
+                     f" by {r['client']}")
+            f.detail_lines += 1
+            if fh:
+                fh.write(json.dumps({"verdict": ID_UNEXPECTED, "group": r["grp"], "client": r["client"],
+                                     "topic": r["topic"], "uniq_key": r["uniq_key"], "keys": r["send_id"],
+                                     "queue_id": r["queue_id"], "queue_offset": r["queue_offset"],
+                                     "received_ms": r["start_ms"]}) + "\n")
+    finally:
+        if fh:
+            fh.close()
+
+    f.by_fault = {label: {k: len(v) for k, v in kinds.items()} for label, kinds in seen_by_fault.items()}
+    f.queues = queue_consistency(spark, decoded, cq, nodes)
+    for d in (sends, recv, owed):
+        d.unpersist()
+    return f
+
+
+def _suspects(faults, ack_ms, broker) -> list[str]:
+    """The faults active when a message was acknowledged, and every later fault that could destroy or
+    strand it (on its broker group when the group is known)."""
+    t = ack_ms or 0
+    later = [x.label for x in faults if x.kind in DESTRUCTIVE and x.start_ms >= t
+             and (broker is None or x.group in (None, broker))]
+    labels = [x for x in blame(faults, t) if x != NO_FAULT or not later] + later
+    return list(dict.fromkeys(labels))
+
+
+def _example(g: GroupDelivery, kind: str, text: str) -> None:
+    xs = g.examples.setdefault(kind, [])
+    if len(xs) < MAX_LISTED:
+        xs.append(text)
+
+
+def queue_consistency(spark, decoded, cq, nodes: list[Node]) -> list[QueueConsistency]:
+    """Per node: every dispatchable record of its log has the consume-queue unit at its queue offset
+    pointing at it, and every unit points at a record of the log (a record with no unit can never be
+    pulled: the broker serves pulls from the queue, not from the log)."""
+    from pyspark.sql import functions as F
+    have = {r["node"] for r in cq.select("node").distinct().collect()}
+    recs = (decoded.filter((F.col("status") == "ok") & F.col("node").isin(list(have) or [""]))
+            .filter(~(F.col("sys_flag").bitwiseAND(TRAN_TYPE_MASK).isin(TRAN_PREPARED, TRAN_ROLLBACK)))
+            .select("node", "topic", "queue_id", "queue_offset", "physical_offset"))
+    j = recs.join(cq, ["node", "topic", "queue_id", "queue_offset"], "full_outer")
+    kinds = (j.withColumn("k", F.when(F.col("cq_phys").isNull(), "unqueued")
+                          .when(F.col("physical_offset").isNull(), "dangling")
+                          .when(F.col("cq_phys") != F.col("physical_offset"), "mismatch").otherwise("ok")))
+    counts: dict[str, QueueConsistency] = {n.name: QueueConsistency(n.name) for n in nodes if n.name in have}
+    for r in kinds.groupBy("node", "k").count().collect():
+        q = counts[r["node"]]
+        if r["k"] in ("ok", "unqueued", "mismatch"):
+            q.records += r["count"]
+        if r["k"] in ("ok", "dangling", "mismatch"):
+            q.entries += r["count"]
+        if r["k"] in ("unqueued", "mismatch"):
+            q.unqueued += r["count"]
+        if r["k"] in ("dangling", "mismatch"):
+            q.dangling += r["count"]
+    for r in (kinds.filter(F.col("k") != "ok").orderBy("node", "topic", "queue_id", "queue_offset")
+              .select("node", "topic", "queue_id", "queue_offset", "physical_offset", "cq_phys", "k")
+              .limit(MAX_LISTED * max(1, len(counts))).collect()):
+        q = counts[r["node"]]
+        if len(q.examples) < MAX_LISTED:
+            q.examples.append(f"{r['topic']} q{r['queue_id']}@{r['queue_offset']}: {r['k']} (record at "
+                              f"{r['physical_offset']}, unit -> {r['cq_phys']})")
+    return [counts[k] for k in sorted(counts)]
+
+
+# -- verdicts -------------------------------------------------------------------------------------
+
+def _few(xs: list[str], total: int) -> str:
+    more = total - len(xs)
+    return "; ".join(xs) + (f"; and {more} more (all in {DETAIL_FILE})" if more > 0 else "")
+
+
+def verdicts(f: DeliveryFindings, have_history: bool = True) -> list[Verdict]:
+    out: list[Verdict] = []
+    if not f.groups:
+        if have_history:
+            out.append(Verdict("delivery", WARN, "no consumer group in the histories (no subscribe or receive "
+                               "lines): delivery not judged, only storage", ID_NO_GROUP))
+    for g in f.groups:
+        s = g.group
+        owed = g.acknowledged - g.parked
+        ex = g.examples
+        out.append(Verdict(f"delivered {s}", INFO,
+                           f"delivered {g.delivered} of {g.acknowledged} acknowledged on {', '.join(g.topics)} "
+                           f"({g.lost} lost, {g.stranded} stranded, {g.parked} parked); {g.receives} receives; "
+                           f"not owed: {g.unconfirmed} unconfirmed ({g.unconfirmed_delivered} received), "
+                           f"{g.indeterminate} indeterminate ({g.indeterminate_delivered} received)",
+                           ID_DELIVERED, s))
+        lost_txt = ", ".join(f"{k} {v}" for k, v in g.lost_by_reason.items())
+        out.append(Verdict(f"acknowledged sends delivered to {s}", FAIL if g.lost else PASS,
+                           f"{g.lost} of {owed} acknowledged send(s) never received ({lost_txt}): "
+                           + _few(ex.get(ID_LOST, []), g.lost) if g.lost
+                           else f"all {g.delivered} owed acknowledged sends received", ID_LOST, s))
+        out.append(Verdict(f"nothing acknowledged stranded for {s}", FAIL if g.stranded else PASS,
+                           f"{g.stranded} acknowledged send(s) stored only on a slave the group is not served "
+                           "from (the master came back without them): " + _few(ex.get(ID_STRANDED, []), g.stranded)
+                           if g.stranded else "no acknowledged send held only by a slave", ID_STRANDED, s))
+        out.append(Verdict(f"nothing lost after delivery to {s}", FAIL if g.lost_after_delivery else PASS,
+                           f"{g.lost_after_delivery} acknowledged send(s) received, then gone from the group's "
+                           "master (a reset offset or a new group cannot get them): "
+                           + _few(ex.get(ID_LOST_AFTER, []), g.lost_after_delivery) if g.lost_after_delivery
+                           else "every received acknowledged send is still on its master"
+                           + (f" ({g.unconfirmed_lost_after_delivery} unconfirmed sends received then gone)"
+                              if g.unconfirmed_lost_after_delivery else ""), ID_LOST_AFTER, s))
+        out.append(Verdict(f"nothing unexpected received by {s}", FAIL if g.unexpected else PASS,
+                           f"{g.unexpected} receive(s) match no send: " + _few(ex.get(ID_UNEXPECTED, []), g.unexpected)
+                           if g.unexpected else f"{g.receives} receives all match a send", ID_UNEXPECTED, s))
+        rate = g.duplicates / g.receives if g.receives else 0.0
+        out.append(Verdict(f"duplicates received by {s}", WARN if g.duplicates else PASS,
+                           f"{g.duplicates} duplicate receive(s), {rate:.2%} of {g.receives} (at-least-once "
+                           "allows them)", ID_DUPLICATE, s))
+        if g.ordered:
+            out.append(Verdict(f"order per sharding key for {s}", FAIL if g.reordered else PASS,
+                               f"{g.reordered} message(s) received before an earlier-acknowledged message of "
+                               "their producer's sharding key" if g.reordered else
+                               "every sharding key received in its acknowledgement order", ID_REORDERED, s))
+        if g.indeterminate:
+            out.append(Verdict(f"indeterminate sends to {s}", INFO,
+                               f"{g.indeterminate} send(s) never answered by the broker ({g.indeterminate_delivered} "
+                               "received anyway): neither lost nor unexpected", ID_INDETERMINATE, s))
+    for q in f.queues:
+        bad = q.unqueued + q.dangling
+        out.append(Verdict(f"consume queues match the log on {q.node}", FAIL if bad else PASS,
+                           f"{q.unqueued} record(s) without their queue unit (undeliverable), {q.dangling} unit(s) "
+                           f"pointing at no record: " + "; ".join(q.examples) if bad else
+                           f"{q.records} records, each with its queue unit", ID_QUEUES, q.node))
+    return out
+
+
+def as_dict(f: DeliveryFindings) -> dict:
+    return {"groups": [asdict(g) for g in f.groups], "queues": [asdict(q) for q in f.queues]}

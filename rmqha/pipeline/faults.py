@@ -1,0 +1,208 @@
+"""Faults of a run (RUN/faults/*.jsonl, written by rmqha/chaos/faultlog.py) and what they are blamed for.
+
+A fault is active from its inject's start_ms to its heal's ts_ms (to the end of time when no heal was
+written: a fault that was never healed). An event is attributed to every fault active during it, or
+that ended at most GRACE_MS before it: a slave that was cut off still catches up after the heal, and
+sends time out meanwhile. An event that no fault explains is attributed to "no fault", which is what
+a reader must look at first.
+
+Events: every non-OK send (its start..end), every acknowledged send found on no node (its end; and
+every power loss that started after it, which may have destroyed it), and
+every diverging replica pair (a divergence has no time: it is attributed to the faults on its broker
+group that can rewrite a log: power loss, kill, restart, partition of the master).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from .verdict import INFO, WARN, Verdict
+
+GRACE_MS = 5000
+NO_FAULT = "no fault"
+LOG_REWRITING = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss",
+                 "kill-master", "restart-master", "partition", "pause-master")
+
+
+@dataclass
+class FaultInterval:
+    id: int
+    kind: str
+    target: str
+    group: str | None
+    role: str | None
+    link: str | None
+    params: dict
+    start_ms: int
+    end_ms: int | None            # None: never healed
+    inject_error: str | None = None
+    heal_error: str | None = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"#{self.id} {self.kind} {self.link or self.target}"
+
+    def covers(self, start_ms: int, end_ms: int, grace_ms: int = GRACE_MS) -> bool:
+        end = float("inf") if self.end_ms is None else self.end_ms + grace_ms
+        return start_ms <= end and end_ms >= self.start_ms
+
+
+def fault_files(run_dir: str) -> list[str]:
+    d = os.path.join(run_dir, "faults")
+    return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".jsonl")) if os.path.isdir(d) else []
+
+
+def load(run_dir: str) -> list[FaultInterval]:
+    """Inject and heal records paired by (file, id)."""
+    out: list[FaultInterval] = []
+    for path in fault_files(run_dir):
+        by_id: dict[int, FaultInterval] = {}
+        with open(path) as fh:
+            for line in fh:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                fid = r.get("id")
+                if r.get("op") == "inject":
+                    group = None if r.get("kind") in CLUSTER_WIDE else r.get("group")
+                    fi = FaultInterval(fid, r.get("kind", "?"), r.get("target", "?"), group, r.get("role"),
+                                       r.get("link"), r.get("params") or {}, int(r.get("start_ms") or r["ts_ms"]),
+                                       None, r.get("error"), None, r.get("info") or {})
+                    by_id[fid] = fi
+                    out.append(fi)
+                elif r.get("op") == "heal" and fid in by_id:
+                    by_id[fid].end_ms = int(r["ts_ms"])
+                    by_id[fid].heal_error = r.get("error")
+    return sorted(out, key=lambda f: f.start_ms)
+
+
+POWER_LOSSES = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss")  # cut power
+CLUSTER_WIDE = ("cluster-power-loss",)  # faults on every group: their `group` is None here
+
+
+def master_power_loss(f) -> bool:
+    """A fault that cut a master's power (alone, or with its whole group)."""
+    return f.kind in POWER_LOSSES and (f.kind != "power-loss" or f.role == "master")
+
+
+def forks_allowed(faults: list[FaultInterval]) -> dict[str, str]:
+    """broker group -> the master power loss that allows its logs to fork (the fault's label)."""
+    out: dict[str, str] = {}
+    for f in faults:
+        if master_power_loss(f) and not f.inject_error:
+            out.setdefault(f.group or "*", f"power loss {f.label}")  # "*": every group
+    return out
+
+
+def blame(faults: list[FaultInterval], start_ms: int, end_ms: int | None = None) -> list[str]:
+    end_ms = start_ms if end_ms is None else end_ms
+    hit = [f.label for f in faults if f.covers(start_ms, end_ms)]
+    return hit or [NO_FAULT]
+
+
+@dataclass
+class Attribution:
+    non_ok: dict = field(default_factory=dict)       # fault label -> {status: count}
+    lost: dict = field(default_factory=dict)         # fault label -> [uniq_key]
+    divergent: dict = field(default_factory=dict)    # fault label -> ["master/slave at offset"]
+
+
+def attribute(faults: list[FaultInterval], non_ok_sends, lost, pairs, groups_of_pair=None) -> Attribution:
+    """non_ok_sends: (status, start_ms, end_ms); lost: (uniq_key, send_id, client, topic, end_ms);
+    pairs: rmqha.pipeline.audit pairs (master, slave, first_divergent_offset)."""
+    a = Attribution()
+    for status, start, end in non_ok_sends:
+        for label in blame(faults, start, end):
+            d = a.non_ok.setdefault(label, {})
+            d[status] = d.get(status, 0) + 1
+    for uniq, _send, _client, _topic, end in lost:
+        # a power cut destroys bytes acknowledged before it: every later power loss is a suspect too
+        # (the history does not say which group stored the message)
+        later = [f.label for f in faults if f.kind in POWER_LOSSES and f.start_ms >= (end or 0)]
+        labels = [x for x in blame(faults, end or 0) if x != NO_FAULT or not later] + later
+        for label in dict.fromkeys(labels):
+            a.lost.setdefault(label, []).append(uniq)
+    for p in pairs:
+        if p.first_divergent_offset is None:
+            continue
+        group = (groups_of_pair or {}).get(p.master)
+        labels = [f.label for f in faults if f.kind in LOG_REWRITING and (group is None or f.group in (None, group))]
+        for label in labels or [NO_FAULT]:
+            a.divergent.setdefault(label, []).append(f"{p.master}/{p.slave} at {p.first_divergent_offset}")
+    return a
+
+
+def verdicts(faults: list[FaultInterval], a: Attribution) -> list[Verdict]:
+    if not faults:
+        return []
+    out = []
+    kinds: dict[str, int] = {}
+    for f in faults:
+        kinds[f.kind] = kinds.get(f.kind, 0) + 1
+    failed = [f for f in faults if f.inject_error or f.heal_error]
+    never = [f for f in faults if f.end_ms is None]
+    idle = [f for f in faults if f.info.get("notExercised")]
+    out.append(Verdict("faults injected", INFO, f"{len(faults)} ({', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))})"
+                       + (f"; {len(failed)} with an inject/heal error: "
+                          + "; ".join(f"{f.label}: {f.inject_error or f.heal_error}" for f in failed[:5])
+                          if failed else "") + (f"; {len(never)} never healed" if never else "")))
+    if idle:
+        out.append(Verdict("faults not exercised", WARN, f"{len(idle)} fault(s) hit a group that could no longer "
+                           "replicate, so they show nothing about replication: " + "; ".join(
+                               f"{f.label}: {f.info['notExercised']}" for f in idle[:5]), "faults.not-exercised"))
+    if a.non_ok:
+        out.append(Verdict("non-OK sends by fault", INFO, "; ".join(
+            f"{label}: " + ", ".join(f"{s} {n}" for s, n in sorted(st.items()))
+            for label, st in sorted(a.non_ok.items(), key=lambda kv: (kv[0] == NO_FAULT, kv[0])))))
+    if a.lost:
+        out.append(Verdict("acknowledged losses by fault", INFO, "; ".join(
+            f"{label}: {len(keys)} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+            for label, keys in sorted(a.lost.items()))))
+    if a.divergent:
+        out.append(Verdict("divergences by fault", INFO, "; ".join(
+            f"{label}: {', '.join(v)}" for label, v in sorted(a.divergent.items()))))
+    return out
+
+
+def shade(ax, faults: list[FaultInterval], t0_ms: float, scale_ms: float = 1000.0, end_ms: float | None = None) -> None:
+    """Shade each fault's interval on a plot whose x axis is (t - t0_ms) / scale_ms."""
+    colors = {}
+    palette = ["#f4a582", "#92c5de", "#b2abd2", "#fddbc7", "#a6dba0", "#e6e6e6", "#fee08b"]
+    for f in faults:
+        c = colors.setdefault(f.kind, palette[len(colors) % len(palette)])
+        end = f.end_ms if f.end_ms is not None else (end_ms or f.start_ms + 1000)
+        first = f.kind not in {k for k, v in colors.items() if v == c and k in getattr(ax, "_shaded", set())}
+        ax.axvspan((f.start_ms - t0_ms) / scale_ms, (end - t0_ms) / scale_ms, color=c, alpha=0.35,
+                   label=f"fault: {f.kind}" if first else None, zorder=0)
+        ax._shaded = getattr(ax, "_shaded", set()) | {f.kind}
+
+
+def markdown(faults: list[FaultInterval], a: Attribution, t0_ms: int | None = None) -> list[str]:
+    if not faults:
+        return []
+    t0 = t0_ms if t0_ms is not None else faults[0].start_ms
+    lines = ["", "## Faults", "",
+             "Every inject and heal of the nemesis (`faults/*.jsonl`). Times are seconds from the first fault.",
+             "", "| fault | kind | target | group | from (s) | to (s) | params | result | info |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for f in faults:
+        to = f"{(f.end_ms - t0) / 1000:.1f}" if f.end_ms is not None else "never healed"
+        res = f.inject_error or f.heal_error or "ok"
+        lines.append(f"| {f.id} | {f.kind} | {f.link or f.target} | {f.group or '-'} | {(f.start_ms - t0) / 1000:.1f} "
+                     f"| {to} | {_kv(f.params)} | {res} | {_kv(f.info)} |")
+    rows = []
+    for label in sorted(set(a.non_ok) | set(a.lost) | set(a.divergent), key=lambda s: (s == NO_FAULT, s)):
+        rows.append(f"| {label} | {', '.join(f'{s} {n}' for s, n in sorted(a.non_ok.get(label, {}).items())) or '-'} "
+                    f"| {len(a.lost.get(label, []))} | {', '.join(a.divergent.get(label, [])) or '-'} |")
+    if rows:
+        lines += ["", f"Attribution (an event is blamed on every fault active during it or healed at most "
+                      f"{GRACE_MS / 1000:g} s before it):", "",
+                  "| fault | non-OK sends | acknowledged losses | divergences |", "|---|---|---|---|"] + rows
+    return lines
+
+
+def _kv(d: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in (d or {}).items()) or "-"
