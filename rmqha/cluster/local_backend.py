@@ -130,13 +130,7 @@ class LocalBackend(Backend):
         for n in topology.nodes:
             c = configs[n.name]
             master = None if n.is_master else topology.master_of(n).name
-            node = {
-                "name": n.name, "brokerName": c.brokerName, "brokerId": c.brokerId, "role": c.brokerRole,
-                "clusterName": c.brokerClusterName, "addr": c.broker_addr, "haAddr": c.ha_server_addr,
-                "metricsUrl": f"http://{host}:{c.metrics_port}/metrics", "backend": cls.name,
-                "commitlogFileSize": c.mappedFileSizeCommitLog,
-                "msgTraceTopicName": c.msgTraceTopicName,  # where the audit reads trace records
-            }
+            node = rf.node_record(n.name, c, host, cls.name)
             rf.write_node_json(run_dir, node)
             nodes.append({**node, "statusUrl": f"http://{host}:{c.metrics_port}/status", "master": master,
                           "conf": str(n.conf_file), "overrides": overrides[n.name],

@@ -116,6 +116,17 @@ def write_state(rd: Path, state: dict) -> None:
     write_json_atomic(rd / "state.json", state)
 
 
+def node_record(name: str, c, host: str, backend: str) -> dict:
+    """node.json's content for one broker, from its BrokerConfig `c` (both backends write it this way)."""
+    return {
+        "name": name, "brokerName": c.brokerName, "brokerId": c.brokerId, "role": c.brokerRole,
+        "clusterName": c.brokerClusterName, "addr": c.broker_addr, "haAddr": c.ha_server_addr,
+        "metricsUrl": f"http://{host}:{c.metrics_port}/metrics", "backend": backend,
+        "commitlogFileSize": c.mappedFileSizeCommitLog,
+        "msgTraceTopicName": c.msgTraceTopicName,  # where the audit reads trace records
+    }
+
+
 def write_node_json(rd: Path, node: dict) -> Path:
     missing = [k for k in NODE_JSON_KEYS if k not in node]
     if missing:

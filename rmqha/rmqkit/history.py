@@ -167,12 +167,11 @@ class Recorder:
                 self.history.close()
 
 
-def _producer_class(rec: Recorder):
-    from rocketmq.client import Producer
+def _lifecycle(rec: Recorder, base: type) -> type:
+    """`base` (a client class) signed with the kit's credentials at start unless the app signed it, and
+    known to the recorder while it runs (close() shuts down what is left)."""
 
-    class RecordedProducer(Producer):
-        __doc__ = f"rocketmq.client.Producer whose sends are recorded in {rec.path}."
-
+    class Recorded(base):  # type: ignore[misc,valid-type]
         def set_session_credentials(self, *a):
             self._rmqkit_signed = True
             return super().set_session_credentials(*a)
@@ -186,6 +185,15 @@ def _producer_class(rec: Recorder):
             if self in rec._clients:
                 rec._clients.remove(self)
             super().shutdown()
+
+    return Recorded
+
+
+def _producer_class(rec: Recorder):
+    from rocketmq.client import Producer
+
+    class RecordedProducer(_lifecycle(rec, Producer)):  # type: ignore[misc]
+        __doc__ = f"rocketmq.client.Producer whose sends are recorded in {rec.path}."
 
         def send_sync(self, msg):
             return rec.sent(super().send_sync, msg)
@@ -220,7 +228,7 @@ def _producer_class(rec: Recorder):
 def _consumer_class(rec: Recorder):
     from rocketmq.client import PushConsumer
 
-    class RecordedPushConsumer(PushConsumer):
+    class RecordedPushConsumer(_lifecycle(rec, PushConsumer)):  # type: ignore[misc]
         __doc__ = f"rocketmq.client.PushConsumer whose received messages are recorded in {rec.path}."
 
         def __init__(self, group_id, *args, **kwargs):
@@ -239,18 +247,7 @@ def _consumer_class(rec: Recorder):
                 return callback(msg)
             return super().subscribe(topic, recorded, expression)
 
-        def set_session_credentials(self, *a):
-            self._rmqkit_signed = True
-            return super().set_session_credentials(*a)
-
-        def start(self):
-            rec.sign(self)
-            super().start()
-            rec._clients.append(self)
-
         def shutdown(self):
-            if self in rec._clients:
-                rec._clients.remove(self)
             super().shutdown()
             rec._append_direct(lambda h: h.unsubscribed(self._rmqkit_group))
 
