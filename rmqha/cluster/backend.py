@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import abc
 import importlib
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import ClusterError
+from . import runfolder as rf
 from .runfolder import tail
 from .topology import PortPlan, Topology
 
@@ -112,6 +114,24 @@ class Backend(abc.ABC):
                     out.write(f"{n:<11} | {line.decode('utf-8', 'replace')}\n")
             out.flush()
             time.sleep(poll)
+
+    def _release_stores(self, keep_data: bool) -> list[str]:
+        """After the nodes stopped: delete their stores unless keep_data, and save state.json."""
+        notes = []
+        self.state["stoppedAt"] = time.time()
+        if not keep_data:
+            for n in self.state.get("nodes", []):
+                sd = Path(n.get("store") or rf.store_dir(self.run_dir, n["name"]))
+                if sd.exists():
+                    shutil.rmtree(sd, ignore_errors=True)
+                    if sd.exists():
+                        notes.append(f"could not remove {sd} (files owned by another user?)")
+            self.state["keptStores"] = []
+        else:
+            self.state["keptStores"] = [n["name"] for n in self.state.get("nodes", [])]
+        if (self.run_dir / "state.json").exists():
+            rf.write_state(self.run_dir, self.state)
+        return notes
 
     def node_names(self) -> list[str]:
         return [n["name"] for n in self.state.get("nodes", [])]

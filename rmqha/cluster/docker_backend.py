@@ -295,20 +295,7 @@ class DockerBackend(Backend):
                          timeout=timeout * 3 + 60)
         except ClusterError as e:
             notes.append(str(e))
-        self.state["stoppedAt"] = time.time()
-        if not keep_data:
-            for n in self.state.get("nodes", []):
-                sd = Path(n.get("store") or rf.store_dir(self.run_dir, n["name"]))
-                if sd.exists():
-                    shutil.rmtree(sd, ignore_errors=True)
-                    if sd.exists():
-                        notes.append(f"could not remove {sd} (files owned by another user?)")
-            self.state["keptStores"] = []
-        else:
-            self.state["keptStores"] = [n["name"] for n in self.state.get("nodes", [])]
-        if (self.run_dir / "state.json").exists():
-            rf.write_state(self.run_dir, self.state)
-        return notes
+        return notes + self._release_stores(keep_data)
 
     # -- compose ----------------------------------------------------------------------------------
     @property

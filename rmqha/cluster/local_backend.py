@@ -171,18 +171,7 @@ class LocalBackend(Backend):
         # Brokers first, while the name server can still hear them leave; then the name server.
         for group in (brokers, namesrv):
             notes += self._stop_group([(n, rec) for n, rec in group if is_running(rec)], timeout)
-        self.state["stoppedAt"] = time.time()
-        if not keep_data:
-            for n in self.state.get("nodes", []):
-                sd = Path(n.get("store") or rf.store_dir(self.run_dir, n["name"]))
-                if sd.exists():
-                    shutil.rmtree(sd, ignore_errors=True)
-            self.state["keptStores"] = []
-        else:
-            self.state["keptStores"] = [n["name"] for n in self.state.get("nodes", [])]
-        if (self.run_dir / "state.json").exists():
-            rf.write_state(self.run_dir, self.state)
-        return notes
+        return notes + self._release_stores(keep_data)
 
     @staticmethod
     def _stop_group(group: list[tuple[str, dict]], timeout: float) -> list[str]:
