@@ -58,8 +58,9 @@ c-warnings: $(STAMP) ## the C accelerators compiled as setup.py builds them, eve
 	for c in $(C_SOURCES); do echo "$$cc -O2 -Wall -Wextra -Werror $$c"; \
 	  $$cc -O2 -Wall -Wextra -Werror -fPIC -I"$$inc" -c $$c -o /dev/null || exit 1; done
 
-test: $(STAMP) lint images rust-client ## lint first, then every test: unit, then integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
-	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers" \
+test: $(STAMP) lint images rust-client ## lint first, then the fast tier (make test-unit), then every other test: Spark and compiled unit tests, integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
+	$(PY) -m pytest tests/unit -m fast -n $(PYTEST_WORKERS) --dist loadfile -q
+	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers and not fast" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
 
 test-checkers: $(STAMP) ## the long chaos runs: every planted bug (rmqha/broker/planted.py), the same run without bugs (repaired), the unrepaired fork the delivery checker fails, a consumer reading from the slave through a master outage, and a run with ACL on
@@ -76,7 +77,7 @@ test-durations: ## after a full make test: keep its seconds per test file (build
 	cp build/test-durations.json tests/durations.json
 
 test-unit: $(STAMP) ## the fast tier, under a minute: tests/unit without the ones that start Spark (a JVM) or a compiler (markers spark, compiles)
-	$(PY) -m pytest tests/unit -m "not spark and not compiles" -n $(PYTEST_WORKERS) --dist loadfile --durations=5
+	$(PY) -m pytest tests/unit -m fast -n $(PYTEST_WORKERS) --dist loadfile --durations=5
 
 test-integration: $(STAMP) images rust-client ## integration tests only (builds the images first)
 	$(PY) -m pytest tests/integration -n $(PYTEST_WORKERS) --dist loadfile --durations=12
