@@ -2,6 +2,7 @@
 //!
 //!   rmq-rust-client --namesrv NS workload --run-dir RUN [--rate 200] [--duration 60] [--run-id ID]
 //!                   [--topic TopicChaos] [--body-size 256] [--timeout-ms 10000] [--max-inflight 4000] [--drain 20]
+//!                   [--drain-signal FILE]
 //!
 //! Writes RUN/history/producer-<id>.jsonl and consumer-<id>.jsonl in rmqha/chaos/history.py's format (plus
 //! "library", naming this client), rewrites RUN/chaos/progress-<id>.json every 0.5 s with the counters
@@ -393,16 +394,26 @@ pub async fn cmd_workload(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    set_phase(&sh, "draining receives");
-    let deadline = Instant::now() + Duration::from_secs_f64(drain);
-    while Instant::now() < deadline {
-        {
-            let g = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
-            if g.stored_ids.is_subset(&g.received_ids) {
-                break;
-            }
+    if let Some(signal) = args.get("drain-signal").map(PathBuf::from) {
+        // The run, not this process, knows when the cluster is healed and every group is at the end of
+        // every queue: the consumer keeps consuming until it writes the file (or is gone too long).
+        set_phase(&sh, "awaiting drain");
+        let deadline = Instant::now() + Duration::from_secs_f64(30.0 * drain);
+        while Instant::now() < deadline && !signal.exists() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    } else {
+        set_phase(&sh, "draining receives");
+        let deadline = Instant::now() + Duration::from_secs_f64(drain);
+        while Instant::now() < deadline {
+            {
+                let g = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
+                if g.stored_ids.is_subset(&g.received_ids) {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     set_phase(&sh, "done");
     let snap = sh.snapshot();
