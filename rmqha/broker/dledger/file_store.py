@@ -409,6 +409,9 @@ class FileStore:
             start -= 1
         f_i = start
         offset = files[f_i].start
+        if start == 0:  # a log rebuilt at a pos inside its first file (rebuild_with_pos) starts past zeros
+            offset = self._first_entry_offset(files[0])
+            self.data.start_offset = offset - files[0].start
         last_index, last_term = -1, -1
         rewrite_index = False
         while True:
@@ -454,6 +457,8 @@ class FileStore:
         if last_index != -1:
             first = decode_entry(self.data.read_raw(self.data.min_offset, BODY_OFFSET), read_body=False)
             self.begin_index = first.index
+            if self.index.files:
+                self.index.start_offset = max(0, first.index * INDEX_UNIT_SIZE - self.index.files[0].start)
             self.get(last_index)  # the recheck recover() makes
         self.committed_index = -1
         try:
@@ -463,6 +468,33 @@ class FileStore:
             committed = -1
         if committed >= 0 and self.end_index >= 0:
             self.committed_index = max(-1, min(committed, self.end_index))
+
+    def _first_entry_offset(self, f: _File) -> int:
+        """Where the first entry of the first data file starts. rebuild_with_pos (a follower whose log
+        did not overlap the leader's) starts a log inside a new, zeroed file, and nothing on disk records
+        where (MmapFile.startPosition lives in memory only): the first entry is the first non-zero
+        byte's entry whose own pos field says it starts there. A file with no such entry starts at 0."""
+        try:
+            if decode_entry(self.data.read_raw(f.start, BODY_OFFSET), read_body=False).pos == f.start:
+                return f.start
+        except EntryFormatError:
+            pass
+        rel = 0
+        while rel < f.size:
+            chunk = os.pread(f.fd, min(_ZERO_CHUNK, f.size - rel), rel)
+            stripped = chunk.lstrip(b"\0")
+            if stripped:
+                nz = rel + len(chunk) - len(stripped)
+                for cand in range(max(0, nz - 3), nz + 1):  # the magic (1) is a big-endian int
+                    try:
+                        e = decode_entry(self.data.read_raw(f.start + cand, BODY_OFFSET), read_body=False)
+                    except EntryFormatError:
+                        continue
+                    if e.pos == f.start + cand:
+                        return f.start + cand
+                return f.start
+            rel += len(chunk)
+        return f.start
 
     def _cut_index(self, offset: int) -> None:
         if offset > self.index.max_wrote or offset < self.index.min_offset or (not self.index.files and offset):

@@ -266,3 +266,27 @@ def test_a_store_that_loses_acknowledged_entries_on_restart_is_caught(tmp_path, 
     finally:
         shutil.rmtree(base, ignore_errors=True)
     raise AssertionError("no schedule caught a store that forgets acknowledged entries")
+
+
+@pytest.mark.parametrize("pos", [300, 256 + 64, 512])
+def test_a_store_rebuilt_at_a_non_zero_offset_keeps_its_entries_after_restart(tmp_path, pos):
+    # A follower whose log does not overlap the leader's (empty, or behind the leader's begin) starts
+    # again at the leader's entry: data and index files begin mid-file, zeros before the first entry.
+    f = store(tmp_path, node="n1")
+    first = DLedgerEntry(body=b"first", index=5, term=2, pos=pos)
+    f.truncate(first)
+    f.append_as_follower(DLedgerEntry(body=b"second", index=6, term=2, pos=pos + 53))
+    f.set_committed_index(6)
+    f.persist_checkpoint()
+    expect = [f.get(5), f.get(6)]
+    assert (f.begin_index, f.end_index) == (5, 6)
+    f.release()
+    again = store(tmp_path, node="n1")
+    assert (again.begin_index, again.end_index, again.end_term, again.committed_index) == (5, 6, 2, 6)
+    assert [again.get(5), again.get(6)] == expect
+    assert again.data.min_offset == pos and again.data.max_wrote == pos + 53 + 54
+    # it goes on appending where it stopped, and a second restart still reads it all
+    again.append_as_follower(DLedgerEntry(body=b"third", index=7, term=3, pos=pos + 107))
+    again.release()
+    third = store(tmp_path, node="n1")
+    assert [e.body for e in third.entries()] == [b"first", b"second", b"third"]
