@@ -3,7 +3,11 @@
 For each configuration (2m-2s-sync and 2m-2s-async, each with ASYNC_FLUSH and SYNC_FLUSH) and seed, one
 chaos run (`rmqha.chaos.run --sweep`) injects every fault kind once per role it can hit, one at a time, then
 audits the run. Each fault's interval is one cell sample: the sends that started while it was active
-(availability = SEND_OK / all), the acknowledged losses and divergences the audit blames on it, and the
+(availability = SEND_OK / all), the faulted group's acknowledged sends (from 5 s before it to its heal) and
+how many of them some consumer received (delivered), the sends no broker answered (indeterminate: neither
+lost nor delivered), each group's share of answered sends it accepted and the time it accepted none
+(availability per group), the records the audit left out (excluded: unexplained ones fail the cell), the
+acknowledged losses and divergences the audit blames on it, and the
 recovery time (heal -> every slave of the faulted group at its master's offset in the metric samples; a
 slave ahead of its master or not answering is not caught up, and a group that did not end byte-equal,
 by the audit's replica verdict or the run's ending, never recovered after its first master power loss:
@@ -12,8 +16,12 @@ docs/guarantees.md):
 
   FAIL           a result the promise excludes: an acknowledged message lost to its users (on no node,
                  never delivered, stranded on a slave, or received and then gone), a divergence; or losses
-                 blamed on a fault that was not exercised that no earlier fault of its group explains
+                 blamed on a fault that was not exercised that no earlier fault of its group explains; or
+                 records left out of the figures that EXPLAINED does not cover (an unparsable history line,
+                 an acknowledged send owed to no consumer group, an audit count the histories do not match)
   WEAK           a weakness the configuration allows, with its measured size (an async master's power loss)
+  not audited    the run's audit wrote no delivery figures (no consumer group, no history, no commit log):
+                 the cell cannot be judged, and fails the matrix
   not exercised  the faulted group acknowledged no send while the fault was active, the fault had no
                  visible effect, or the group could no longer replicate (an earlier fault forked it):
                  nothing was tested
@@ -96,6 +104,302 @@ def sends(run: Path) -> list[tuple[int, int, str]]:
         out += [(r["start_ms"], r.get("end_ms") or r["start_ms"], r["status"]) for r in read_jsonl(p)
                 if r.get("op") == "send" and r.get("start_ms")]
     return out
+
+
+# ---- delivered, indeterminate, per-group availability and excluded records (issue 23, deliverable 3)
+#
+# summary.json holds, per fault, only the acknowledged sends of the faulted group (ackedOnGroupByFault) and
+# the losses; per consumer group, run-wide totals (delivery). What a cell needs per fault — which of those
+# acknowledged sends a consumer received, which sends had an outcome the client could not know, and each
+# group's accepted share — is computed here from the run folder's histories (rmqha/cluster/history.py's
+# format) and the nodes' commit logs (the only place a send's broker group is written: the recorder leaves
+# the history's broker_name empty, and a failed try's error names no broker).
+
+AT_RISK_MS = 5000       # rmqha/pipeline/delivery.py AT_RISK_MS: "acked during fault" starts this long before it
+UNWRITABLE_GAP_MS = 1000  # a group that accepted no send for longer than this while sends were tried was unwritable
+NOT_ACCEPTED = ("SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT", "FLUSH_DISK_TIMEOUT")
+# excluded records that do not make a cell NOT-OK: reason prefix -> why they cannot hide a loss
+EXPLAINED = {
+    "torn last history line": "the recorder was stopped mid-line; a send whose answer is torn has its invoke "
+                              "line, so it is counted indeterminate, never silently dropped",
+}
+
+
+def _explained(reason: str) -> str | None:
+    return next((why for k, why in EXPLAINED.items() if reason.startswith(k)), None)
+
+
+class RunFacts:
+    """What the histories and the commit logs say about every send of one run.
+
+    sends:     send_id -> {"topic", "first_ms", "acked_ms" (first SEND_OK answer), "state" (acked |
+               unconfirmed | indeterminate, as rmqha/pipeline/delivery.py), "uniq" (the SEND_OK try's UNIQ_KEY)}
+    tries:     [(start_ms, end_ms, status, uniq_key)] every answered try
+    received:  send_ids some consumer received (by KEYS, else by UNIQ_KEY)
+    windows:   consumer group -> (topics, start ms or None, end ms or None): what its audit owes it
+    excluded:  [(reason, where, ms or None)] records left out of every figure (None: no time known)
+    stores:    whether any node's commit log was read (without one no send has a group)"""
+
+    def __init__(self):
+        self.sends: dict[str, dict] = {}
+        self.tries: list[tuple[int, int, str, str | None]] = []
+        self.received: set[str] = set()
+        self.windows: dict[str, tuple[set, int | None, int | None]] = {}
+        self.excluded: list[tuple[str, str, int | None]] = []
+        self.group_of_send: dict[str, str] = {}
+        self.group_of_uniq: dict[str, str] = {}
+        self.stores = False
+
+    def group(self, send_id: str) -> str | None:
+        """The broker group that stored a send: its acknowledged copy's, else any in-topic copy's."""
+        s = self.sends.get(send_id) or {}
+        return self.group_of_uniq.get(s.get("uniq") or "") or self.group_of_send.get(send_id)
+
+
+def history_paths(run: Path) -> list[Path]:
+    return sorted((run / "history").rglob("*.jsonl")) if (run / "history").is_dir() else []
+
+
+def read_histories(run: Path, facts: RunFacts) -> list[dict]:
+    """Every history line as a dict (rmqha/cluster/history.py FIELDS); a line that is not a JSON object with a
+    known op is excluded, and named."""
+    from rmqha.cluster import history as h
+    ops = (h.INVOKE, h.SEND, h.RECEIVE, h.SUBSCRIBE, h.UNSUBSCRIBE)
+    out = []
+    for p in history_paths(run):
+        text = p.read_text(errors="replace")
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            torn = i == len(lines) - 1   # the file does not end with a newline: its writer stopped mid-line
+            try:
+                r = json.loads(line)
+            except ValueError:
+                facts.excluded.append(("torn last history line" if torn else "unparsable history line",
+                                       f"{p.name}:{i + 1}", None))
+                continue
+            if not isinstance(r, dict) or r.get("op") not in ops:
+                facts.excluded.append(("history line with no known op", f"{p.name}:{i + 1}", None))
+                continue
+            if r["op"] in (h.INVOKE, h.SEND) and not r.get("send_id"):
+                facts.excluded.append(("send without a send_id", f"{p.name}:{i + 1}", r.get("start_ms")))
+                continue
+            if r.get("status") == "SLAVE_NOT_AVAILABE":   # 4.9's own spelling, as the audit reads it
+                r["status"] = "SLAVE_NOT_AVAILABLE"
+            out.append(r)
+    return out
+
+
+def read_store_groups(run: Path, facts: RunFacts, topics: set[str]) -> None:
+    """send_id (KEYS) and UNIQ_KEY -> broker group, from every node's commit log, masters first."""
+    import mmap
+
+    from rmqha.broker.store.mapped_file import list_files
+    from rmqha.broker.store.record import Scan, iter_records
+    nodes = []
+    for nj in sorted((run / "nodes").glob("*/node.json")) if (run / "nodes").is_dir() else []:
+        try:
+            meta = json.loads(nj.read_text())
+        except ValueError:
+            facts.excluded.append(("unreadable node.json (its commit log is not read)", nj.parent.name, None))
+            continue
+        nodes.append((meta.get("brokerId", 0) != 0, meta.get("brokerName") or nj.parent.name, nj.parent))
+    for _slave, group, nd in sorted(nodes):
+        for _base, path in list_files(str(nd / "store" / "commitlog")):
+            facts.stores = True
+            with open(path, "rb") as fh:
+                try:
+                    buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                except ValueError:   # an empty file
+                    continue
+                try:
+                    for _off, r in iter_records(buf, 0, check_crc=False):
+                        if r.kind != Scan.MESSAGE or r.message is None:
+                            break
+                        m = r.message
+                        if m.topic not in topics:
+                            continue
+                        for k in (m.keys or "").split(" "):
+                            if k:
+                                facts.group_of_send.setdefault(k, group)
+                        if m.uniq_key:
+                            facts.group_of_uniq.setdefault(m.uniq_key, group)
+                finally:
+                    buf.close()
+
+
+def run_facts(run: Path) -> RunFacts | None:
+    """The run's sends, tries, receives and groups; None when it has no history (nothing can be counted)."""
+    from rmqha.cluster import history as h
+    if not history_paths(run):
+        return None
+    facts = RunFacts()
+    rows = read_histories(run, facts)
+    uniq_to_send = {}
+    subs: dict[str, dict] = {}
+    receives = []
+    for r in sorted(rows, key=lambda r: (r.get("start_ms") or 0, r.get("seq") or 0)):
+        op, sid = r["op"], r.get("send_id")
+        if op in (h.INVOKE, h.SEND):
+            s = facts.sends.setdefault(sid, {"topic": r.get("topic"), "first_ms": r.get("start_ms"), "acked_ms": None,
+                                             "state": "indeterminate", "uniq": None})
+            if r.get("uniq_key"):
+                uniq_to_send.setdefault(r["uniq_key"], sid)
+            if op == h.SEND and r.get("status") in h.SEND_STATUSES:
+                facts.tries.append((r.get("start_ms") or 0, r.get("end_ms") or r.get("start_ms") or 0, r["status"],
+                                    r.get("uniq_key")))
+                if r["status"] == "SEND_OK":
+                    if s["acked_ms"] is None:
+                        s["acked_ms"], s["uniq"] = r.get("end_ms") or r.get("start_ms"), r.get("uniq_key")
+                    s["state"] = "acked"
+                elif s["state"] == "indeterminate":
+                    s["state"] = "unconfirmed"
+            elif op == h.SEND:   # ERROR: the client does not know; the try stays in `tries` as a failure
+                facts.tries.append((r.get("start_ms") or 0, r.get("end_ms") or r.get("start_ms") or 0, h.ERROR, None))
+        elif op == h.RECEIVE:
+            receives.append(r)
+        else:   # subscribe / unsubscribe: the consumer group's audited window (rmqha/pipeline/delivery.py)
+            g = subs.setdefault(r.get("group") or r.get("client") or "?",
+                                {"topics": set(), "subs": 0, "unsubs": 0, "first": False, "since": None, "until": None})
+            if op == h.SUBSCRIBE:
+                g["subs"] += 1
+                g["topics"].add(r.get("topic"))
+                g["first"] = g["first"] or r.get("status") != h.FROM_NOW
+                g["since"] = min(x for x in (g["since"], r.get("start_ms")) if x is not None)
+            else:
+                g["unsubs"] += 1
+                g["until"] = max(x for x in (g["until"], r.get("start_ms") or 0) if x is not None)
+    # after every send is known: a receive can be recorded before its send's answer, even before its invoke
+    # (the clients' clocks are read on different threads)
+    for r in receives:
+        keys = [k for k in (r.get("send_id") or "").split(" ") if k]
+        got = next((k for k in keys if k in facts.sends), None) or uniq_to_send.get(r.get("uniq_key") or "")
+        if got:
+            facts.received.add(got)
+    for name, g in subs.items():
+        start = None if g["first"] or not g["subs"] else g["since"]
+        end = g["until"] if g["subs"] and g["unsubs"] >= g["subs"] else None
+        facts.windows[name] = (g["topics"], start, end)
+    read_store_groups(run, facts, {s["topic"] for s in facts.sends.values() if s["topic"]})
+    for sid, s in facts.sends.items():
+        at = s["acked_ms"] or s["first_ms"] or 0
+        if s["state"] == "acked" and not any(s["topic"] in topics and (start is None or at >= start)
+                                             and (end is None or at <= end)
+                                             for topics, start, end in facts.windows.values()):
+            facts.excluded.append(("acknowledged, owed to no consumer group (outside every audited window)", sid, at))
+    return facts
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    total, cur = 0.0, None
+    for a, b in sorted(spans):
+        if cur is None or a > cur[1]:
+            if cur:
+                total += cur[1] - cur[0]
+            cur = [a, b]
+        else:
+            cur[1] = max(cur[1], b)
+    return total + (cur[1] - cur[0] if cur else 0.0)
+
+
+def group_availability(facts: RunFacts, start: float, end: float) -> dict[str, dict]:
+    """group -> {"answered", "accepted", "share", "unwritable_s", "not_accepted": {status: n}} for the tries
+    started in [start, end] that a broker answered (a try's group: the group storing its UNIQ_KEY), plus
+    "?" -> {"errors": n, "unknown": n}: failed tries (timeouts, exceptions, refusals: the client names no
+    broker) and answers stored nowhere, whose group cannot be known. unwritable_s: the time within the window
+    in gaps longer than UNWRITABLE_GAP_MS between two accepted answers of the group, while sends were tried."""
+    tried = sorted(t[0] for t in facts.tries if start <= t[0] <= end)
+    out: dict[str, dict] = {}
+    unknown = {"errors": 0, "unknown": 0}
+    ok_at: dict[str, list[float]] = {}
+    for t0, t1, status, uniq in facts.tries:
+        if status == "SEND_OK":
+            g = facts.group_of_uniq.get(uniq or "")
+            if g:
+                ok_at.setdefault(g, []).append(t1)
+        if not start <= t0 <= end:
+            continue
+        if status not in ("SEND_OK",) + NOT_ACCEPTED:
+            unknown["errors"] += 1
+            continue
+        g = facts.group_of_uniq.get(uniq or "")
+        if g is None:
+            unknown["unknown"] += 1
+            continue
+        c = out.setdefault(g, {"answered": 0, "accepted": 0, "not_accepted": {}})
+        c["answered"] += 1
+        if status == "SEND_OK":
+            c["accepted"] += 1
+        else:
+            c["not_accepted"][status] = c["not_accepted"].get(status, 0) + 1
+    for g in set(out) | set(ok_at):
+        c = out.setdefault(g, {"answered": 0, "accepted": 0, "not_accepted": {}})
+        c["share"] = round(c["accepted"] / c["answered"], 3) if c["answered"] else None
+        marks = [start] + sorted(t for t in ok_at.get(g, []) if start < t < end) + [end]
+        gaps = []
+        for a, b in zip(marks, marks[1:]):
+            # a gap counts only while the workload was trying: from the first try in it to its end
+            first = next((t for t in tried if a <= t <= b), None)
+            if first is not None and b - max(a, first) > UNWRITABLE_GAP_MS:
+                gaps.append((max(a, first), b))
+        c["unwritable_s"] = round(_union(gaps) / 1000, 1)
+    if unknown["errors"] or unknown["unknown"]:
+        out["?"] = unknown
+    return out
+
+
+def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) -> dict:
+    """A fault's delivered / indeterminate / per-group availability / excluded, or None figures when the run
+    was not audited for delivery (no consumer group in the summary, no history, no commit log)."""
+    start, end = f["start_ms"], f["end_ms"] if f["end_ms"] is not None else float("inf")
+    missing = []
+    if facts is None:
+        missing.append("no history in the run folder")
+    elif not facts.stores:
+        missing.append("no commit log in the run folder (no send has a group)")
+    if not summary.get("delivery"):
+        missing.append("summary.json has no delivery block (no consumer group was audited)")
+    if label not in (summary.get("ackedOnGroupByFault") or {}):
+        missing.append(f"summary.json has no ackedOnGroupByFault for {label}")
+    if missing:
+        return {"delivered": None, "indeterminate": None, "group_availability": {},
+                "not_audited": "; ".join(missing), "excluded": {}}
+    mine = [f["group"]] if f.get("group") else None
+    acked, delivered, indeterminate = 0, 0, 0
+    for sid, s in facts.sends.items():
+        g = facts.group(sid)
+        if s["state"] == "acked" and g is not None and (mine is None or g in mine) \
+                and start - AT_RISK_MS <= (s["acked_ms"] or 0) <= end:
+            acked += 1
+            delivered += sid in facts.received
+        # not answered by any broker: counted here when it may be this group's (stored on it, or nowhere)
+        if s["state"] == "indeterminate" and start <= (s["first_ms"] or 0) <= end and (mine is None or g in (None, *mine)):
+            indeterminate += 1
+    excluded: dict[str, int] = {}
+    where: dict[str, str] = {}
+    for reason, place, at in facts.excluded:
+        if at is None or start <= at <= end:
+            excluded[reason] = excluded.get(reason, 0) + 1
+            where.setdefault(reason, place)
+    # the audit and the histories must count the same acknowledged sends for this fault
+    audit_acked = summary["ackedOnGroupByFault"][label]
+    if audit_acked != acked:
+        excluded[f"acknowledged the audit counted {audit_acked}, the histories and stores {acked}"] = \
+            abs(audit_acked - acked)
+    # each consumer group's acknowledged sends, as the audit counted them and as the histories hold them
+    for grp, d in (summary.get("delivery") or {}).items():
+        topics, w0, w1 = facts.windows.get(grp, (set(), None, None))
+        owed = sum(1 for s in facts.sends.values() if s["state"] == "acked" and s["topic"] in topics
+                   and (w0 is None or (s["acked_ms"] or 0) >= w0) and (w1 is None or (s["acked_ms"] or 0) <= w1))
+        if d.get("acknowledged") != owed:
+            excluded[f"{grp}: the audit owed {d.get('acknowledged')} acknowledged, the histories {owed}"] = \
+                abs((d.get("acknowledged") or 0) - owed)
+    return {"delivered": delivered, "indeterminate": indeterminate, "acked_recounted": acked,
+            # a fault never healed: its window runs to the last try
+            "group_availability": group_availability(facts, start, end if end != float("inf") else max(
+                (t[0] for t in facts.tries), default=start)),
+            "not_audited": None, "excluded": excluded, "excluded_where": where}
 
 
 def _ms(ts: float) -> float:
@@ -377,6 +681,7 @@ def reattribute(out: list[dict], faults: list[dict]) -> None:
 
 def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[dict]:
     all_sends = sends(run)
+    facts = run_facts(run)
     rounds = replication_rounds(run)
     unequal = unequal_at_end(run, summary)
     down = down_seen(run)
@@ -426,9 +731,70 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
                         f, down, sampled, sum((summary.get("nonOkByFault") or {}).get(label, {}).values()), offsets),
                     # a fault on every group: the groups it could not exercise (nemesis.py)
                     "groups_not_exercised": sorted(info.get("notExercisedGroups") or {}),
-                    "error": f.get("inject_error") or f.get("heal_error")})
+                    "error": f.get("inject_error") or f.get("heal_error"),
+                    # delivered / indeterminate / per-group availability / excluded records (fault_figures)
+                    **fault_figures(facts, f, summary, label)})
     reattribute(out, faults)
     return out
+
+
+def excluded_text(samples: list[dict], explained: bool | None = None) -> str:
+    """The records the audit excluded over a cell's samples, counted and named ("" when none); explained:
+    only those EXPLAINED says cannot hide a loss (True) or only the others (False)."""
+    total: dict[str, int] = {}
+    where: dict[str, str] = {}
+    for s in samples:
+        for k, n in (s.get("excluded") or {}).items():
+            if n and (explained is None or bool(_explained(k)) == explained):
+                total[k] = total.get(k, 0) + n
+                if (s.get("excluded_where") or {}).get(k):
+                    where.setdefault(k, s["excluded_where"][k])
+    return "; ".join(f"{n} {k}" + (f" (first: {where[k]})" if k in where else "")
+                     + (" (explained)" if _explained(k) else "") for k, n in sorted(total.items()))
+
+
+def group_availability_text(groups: dict[str, dict]) -> str:
+    """"broker-a 62 % (31/50), unwritable 3.1 s [SLAVE_NOT_AVAILABLE 19]; ?: 40 errors" for a cell."""
+    parts = []
+    for g in sorted(k for k in groups if k != "?"):
+        c = groups[g]
+        share = f"{c['accepted'] / c['answered'] * 100:.0f} % ({c['accepted']}/{c['answered']})" if c["answered"] \
+            else "no answer"
+        why = ", ".join(f"{k} {v}" for k, v in sorted(c["not_accepted"].items()))
+        parts.append(f"{g} {share}, unwritable {c['unwritable_s']} s" + (f" [{why}]" if why else ""))
+    if "?" in groups:
+        u = groups["?"]
+        parts.append(f"group unknown: {u['errors']} failed tries (timeouts, errors, refusals)"
+                     + (f", {u['unknown']} answers stored nowhere" if u["unknown"] else ""))
+    return "; ".join(parts) or "-"
+
+
+def merge_groups(samples: list[dict]) -> dict[str, dict]:
+    """A cell's per-group availability over its runs: answers summed, the longest unwritable time."""
+    out: dict[str, dict] = {}
+    for s in samples:
+        for g, c in (s.get("group_availability") or {}).items():
+            if g == "?":
+                u = out.setdefault("?", {"errors": 0, "unknown": 0})
+                u["errors"] += c["errors"]
+                u["unknown"] += c["unknown"]
+                continue
+            m = out.setdefault(g, {"answered": 0, "accepted": 0, "not_accepted": {}, "unwritable_s": 0.0})
+            m["answered"] += c["answered"]
+            m["accepted"] += c["accepted"]
+            m["unwritable_s"] = max(m["unwritable_s"], c["unwritable_s"])
+            for k, v in c["not_accepted"].items():
+                m["not_accepted"][k] = m["not_accepted"].get(k, 0) + v
+    for g, m in out.items():
+        if g != "?":
+            m["share"] = round(m["accepted"] / m["answered"], 3) if m["answered"] else None
+    return out
+
+
+def _sum_or_none(samples: list[dict], key: str) -> int | None:
+    """The sum of a figure over a cell's runs, or None when any run lacks it (the cell is not audited)."""
+    xs = [s.get(key) for s in samples]
+    return None if not xs or any(x is None for x in xs) else sum(xs)
 
 
 def exercised(samples: list[dict]) -> list[dict]:
@@ -457,6 +823,9 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
     users_lost = max(lost, undelivered) + stranded
     if errors:
         return "FAIL", f"fault could not be injected/healed: {errors[0]}"
+    unexplained = excluded_text(samples, explained=False)
+    if unexplained:
+        return "FAIL", f"records excluded from the audit, unexplained: {unexplained}"
     if orphan_n:
         return "FAIL", (f"{orphan_n} loss(es)/divergence(s) blamed on a fault that was not exercised, and no earlier "
                         "exercised fault of its group explains them")
@@ -464,6 +833,10 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
             f"{div} divergent pair(s)")
     if (users_lost and not p["loss_allowed"]) or (div and not p["divergence_allowed"]):
         return "FAIL", f"{what}: the promise excludes it"
+    missing = [s.get("not_audited") or "no delivered/indeterminate figures" for s in samples
+               if s.get("not_audited") or s.get("delivered") is None or s.get("indeterminate") is None]
+    if missing:
+        return "not audited", f"{len(missing)} of {len(samples)} runs: {missing[0]}"
     if users_lost or div:
         return "WEAK", f"allowed: {what}"
     if not done:
@@ -663,6 +1036,10 @@ def build(results: list[dict]) -> list[dict]:
                     "availability": round(sum(s["ok"] for s in ss) / n_sends, 3) if n_sends else None,
                     "acked_during": sum(s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]
                                         for s in ss),
+                    # of those, received by some consumer; sends no broker answered (None: not audited)
+                    "delivered": _sum_or_none(ss, "delivered"), "indeterminate": _sum_or_none(ss, "indeterminate"),
+                    "group_availability": merge_groups(ss),
+                    "excluded": excluded_text(ss),
                     # the slowest recovery, and how many samples never recovered (a slave ahead, a fork)
                     "recovery_s": max(rec) if rec else None,
                     "recovery_never": sum(1 for s in ss if s.get("recovery_never")),
@@ -699,6 +1076,13 @@ def recovery_text(c: dict) -> str:
     return f"never ({never}/{c['runs']}), else {rec}" if never and never < c["runs"] else ("never" if never else str(rec))
 
 
+def _or_not_audited(n: int | None) -> str:
+    return "not audited" if n is None else str(n)
+
+
+FAILING = ("FAIL", "not audited")  # cell verdicts that fail the matrix
+
+
 def write(out: Path, cells: list[dict], results: list[dict], command: str) -> None:
     (out / "matrix.json").write_text(json.dumps({"cells": cells, "runs": results}, indent=1))
     states = [run_state(r) for r in results]
@@ -708,17 +1092,21 @@ def write(out: Path, cells: list[dict], results: list[dict], command: str) -> No
     lines = [f"Command: `{command}`", "",
              f"Runs: {len(results)} planned, {judged} audited and judged, {not_run} not run, {not_audited} not "
              "audited" + (" (the matrix fails: its cells miss those runs)" if not_run or not_audited else ""), "",
-             "| broker | configuration | fault | backend | runs exercised | acked during fault | acknowledged lost "
-             "| undelivered | stranded | divergent pairs | availability | recovery (s, max) | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| broker | configuration | fault | backend | runs exercised | acked during fault | delivered "
+             "| acknowledged lost | undelivered | stranded | indeterminate | divergent pairs | availability "
+             "| availability per group | recovery (s, max) | excluded records | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         av = f"{c['availability'] * 100:.0f} %" if c["availability"] is not None else "-"
         moved = "; ".join(f"{b['fault']} blamed for a later not-exercised fault's losses" for b in c.get("blamed_on", []))
         note = "; ".join(x for x in (c["note"], moved) if x)
         lines.append(f"| {c.get('mode', 'ours')} | {c['topology']} {c['flush']} | {c['kind']} ({c['role']}) | {c['backend']} "
                      f"| {c.get('exercised', c['runs'])}/{c['runs']} "
-                     f"| {c['acked_during']} | {c['lost']} | {c.get('undelivered', 0)} | {c.get('stranded', 0)} "
-                     f"| {c['divergent']} | {av} | {recovery_text(c)} | **{c['verdict']}**"
+                     f"| {c['acked_during']} | {_or_not_audited(c.get('delivered'))} "
+                     f"| {c['lost']} | {c.get('undelivered', 0)} | {c.get('stranded', 0)} "
+                     f"| {_or_not_audited(c.get('indeterminate'))} "
+                     f"| {c['divergent']} | {av} | {group_availability_text(c.get('group_availability') or {})} "
+                     f"| {recovery_text(c)} | {c.get('excluded') or 0} | **{c['verdict']}**"
                      f"{': ' + note if note else ''} |")
     for r in results:
         if r.get("unexplained"):
@@ -738,14 +1126,15 @@ def heatmap(path: Path, cells: list[dict]) -> None:
     from matplotlib.colors import ListedColormap
     rows = sorted({(c.get("mode", "ours"), c["topology"], c["flush"]) for c in cells})
     cols = sorted({(c["kind"], c["role"]) for c in cells})
-    code = {"PASS": 0, "WEAK": 1, "not exercised": 2, "FAIL": 3}
+    code = {"PASS": 0, "WEAK": 1, "not exercised": 2, "FAIL": 3, "not audited": 3}
     grid = [[float("nan")] * len(cols) for _ in rows]
     text = [[""] * len(cols) for _ in rows]
     for c in cells:
         i, j = rows.index((c.get("mode", "ours"), c["topology"], c["flush"])), cols.index((c["kind"], c["role"]))
         grid[i][j] = code[c["verdict"]]
         av = f"{c['availability'] * 100:.0f}%" if c["availability"] is not None else "-"
-        text[i][j] = f"{c['verdict'] if c['verdict'] != 'not exercised' else 'n/e'}\n{av}" + (
+        short = {"not exercised": "n/e", "not audited": "n/a"}.get(c["verdict"], c["verdict"])
+        text[i][j] = f"{short}\n{av}" + (
             f"\nlost {c['lost']}" if c["lost"] else "") + (
             f"\nstranded {c['stranded']}" if c.get("stranded") else "")
     fig, ax = plt.subplots(figsize=(1.1 * len(cols) + 2, 0.9 * len(rows) + 1.5))
@@ -755,7 +1144,8 @@ def heatmap(path: Path, cells: list[dict]) -> None:
     for i in range(len(rows)):
         for j in range(len(cols)):
             ax.text(j, i, text[i][j], ha="center", va="center", fontsize=6)
-    ax.set_title("guarantee matrix: PASS green, WEAK (allowed) pink, not exercised grey, FAIL magenta", fontsize=9)
+    ax.set_title("guarantee matrix: PASS green, WEAK (allowed) pink, not exercised grey, FAIL or not audited (n/a) "
+                 "magenta", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -897,7 +1287,7 @@ def main(argv=None) -> int:
             blind = [f"the planted run was not audited ({e})"]
         print("planted control: " + (f"MISSED {', '.join(blind)}: the checkers are blind, the matrix fails"
                                      if blind else "every planted bug turned its verdict FAIL"))
-    return 1 if broken or unexplained or blind or any(c["verdict"] == "FAIL" for c in cells) else 0
+    return 1 if broken or unexplained or blind or any(c["verdict"] in FAILING for c in cells) else 0
 
 
 if __name__ == "__main__":

@@ -32,8 +32,12 @@ def test_only_an_async_master_with_async_flush_may_lose_acknowledged_sends_in_a_
     assert not promise("2m-2s-sync", "SYNC_FLUSH", "kill-master", "master")["divergence_allowed"]
 
 
+# what an audited sample carries besides its losses (fault_figures); without them a cell is "not audited"
+AUDITED = {"delivered": 0, "indeterminate": 0, "not_audited": None, "excluded": {}, "group_availability": {}}
+
+
 def sample(ok=10, lost=0, divergent=0, error=None):
-    return {"ok": ok, "sends": ok + 1, "lost": lost, "divergent": divergent, "error": error}
+    return {"ok": ok, "sends": ok + 1, "lost": lost, "divergent": divergent, "error": error} | AUDITED
 
 
 def test_cell_verdicts():
@@ -125,7 +129,8 @@ def test_a_node_fault_no_sample_saw_is_not_exercised(tmp_path):
     assert got[1]["not_exercised"] is None
     assert "no sample saw broker-a down" in got[2]["not_exercised"]   # the second kill did nothing visible
     p = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
-    assert judge(p, [got[2]])[0] == "not exercised" and judge(p, [got[1]])[0] == "PASS"
+    assert judge(p, [got[2] | AUDITED])[0] == "not exercised" and judge(p, [got[1] | AUDITED])[0] == "PASS"
+    assert judge(p, [got[1]])[0] == "not audited"   # this summary has no delivery figures
 
 
 def cell_samples_by_id(run, summary):
@@ -252,7 +257,7 @@ def test_losses_blamed_on_a_fault_that_was_not_exercised_go_to_the_fault_that_ca
     assert (got[1]["stranded"], got[1]["undelivered"], got[1]["inherited_from"]) == (88, 117, ["#3 cluster-power-loss broker-a"])
     assert got[2]["stranded"] == 0  # a slave kill between them is not the cause
     sync = ("2m-2s-sync", "ASYNC_FLUSH")
-    assert judge(promise(*sync, "cluster-power-loss", "master"), [got[3]])[0] == "not exercised"
+    assert judge(promise(*sync, "cluster-power-loss", "master"), [got[3] | AUDITED])[0] == "not exercised"
     assert judge(promise(*sync, "power-loss", "master"), [got[1]])[0] == "FAIL"
     # with no earlier exercised fault to carry them, they fail the not-exercised fault's own cell
     alone = summary_of([faults[2]], deliveryByFault=summary["deliveryByFault"])
@@ -291,8 +296,10 @@ def test_a_run_that_did_not_happen_or_was_not_audited_is_never_ok(tmp_path, monk
     f1 = fault(1, "kill-slave", role="slave")
     for name in plan:
         (tmp_path / "runs" / name / "report").mkdir(parents=True)
-        (tmp_path / "runs" / name / "report" / "summary.json").write_text(json.dumps(summary_of(
-            [f1], failed=False, verdicts=[], ackedOnGroupByFault={"#1 kill-slave broker-a-s": 5})))
+        fabricate(tmp_path / "runs" / name, [(f"a{k}", "broker-a", [("SEND_OK", 1500, 1510)]) for k in range(5)],
+                  [(f"a{k}", None, 3000) for k in range(5)])
+        (tmp_path / "runs" / name / "report" / "summary.json").write_text(json.dumps(audited_summary(
+            [f1], {"#1 kill-slave broker-a-s": 5}, 5)))
     (out / "matrix.json").write_text(json.dumps({"runs": [{"name": plan[0], "took_s": 400, "rc": 0},
                                                           {"name": plan[1], "took_s": 1, "rc": 0}]}))
     argv = ["--from-runs", "--seeds", "1", "--configs", "2m-2s-sync/ASYNC_FLUSH", "--out", str(out)]
@@ -304,6 +311,13 @@ def test_a_run_that_did_not_happen_or_was_not_audited_is_never_ok(tmp_path, monk
     # with both runs real, the same folders pass
     (out / "matrix.json").write_text(json.dumps({"runs": [{"name": n, "took_s": 400, "rc": 0} for n in plan]}))
     assert matrix.main(argv) == 0
+    assert "| 2/2 | 10 | 10 | 0 | 0 | 0 | 0 | 0 |" in (out / "matrix.md").read_text()  # acked, delivered
+    # the same runs audited without the delivery figures: their cells are "not audited", and the matrix fails
+    for name in plan:
+        p = tmp_path / "runs" / name / "report" / "summary.json"
+        p.write_text(json.dumps({k: v for k, v in json.loads(p.read_text()).items() if k != "delivery"}))
+    assert matrix.main(argv) == 1
+    assert "**not audited**" in (out / "matrix.md").read_text()
     assert matrix.run_state({"rc": 0, "took_s": 1, "audit_failed": False, "samples": [1]}) == "not run (took 1 s)"
     assert matrix.run_state({"rc": 3, "took_s": 0}) == "not run (exit 3)"
     assert matrix.run_state({"rc": 0, "took_s": 300}).startswith("not audited")
@@ -338,3 +352,207 @@ def test_a_group_the_samples_show_forked_before_a_fault_does_not_exercise_it(tmp
     assert "broker-a-s stored nothing" in got[1]["not_exercised"]
     assert "no sample saw broker-b down" in got[2]["not_exercised"]   # replicating: only its own effect is missing
     assert got[3]["groups_not_exercised"] == ["broker-a", "broker-c"]
+
+
+# ---- issue 23 (deliverable 3): delivered, indeterminate, availability per group, excluded records, "not
+# audited". Run folders fabricated as a chaos run leaves them: histories (rmqha/cluster/history.py), each
+# node's node.json and commit log (written with the broker's own record encoder), the audit's summary.json
+
+TOPIC, CG = "TopicChaos", "CG1"
+
+
+def fabricate(rd, sends, receives=(), unsubscribe_at=None, producer_tail=""):
+    """sends: [(send_id, stored on this broker group or None, [(status or None, start_ms, end_ms), ...])]: one
+    invoke line per try and, unless its status is None (never answered), its answer; every answered try of
+    a send with a group is stored on its group's master with KEYS = send_id. receives: [(send_id or None, uniq_key or
+    None, at_ms)]. The consumer group subscribes FROM_FIRST at 0 and unsubscribes at unsubscribe_at."""
+    import json
+
+    from rmqha.broker.store import record
+    lines, seq, stored = [], 0, {}
+    for sid, group, tries in sends:
+        for attempt, (status, t0, t1) in enumerate(tries, 1):
+            base = {"client": "p1", "group": "PG", "topic": TOPIC, "send_id": sid, "attempt": attempt}
+            lines.append(base | {"seq": seq, "op": "invoke", "start_ms": t0, "end_ms": t0})
+            seq += 1
+            if status is None:
+                continue
+            uniq = f"U-{sid}-{attempt}" if status != "ERROR" else None
+            lines.append(base | {"seq": seq, "op": "send", "status": status, "uniq_key": uniq, "start_ms": t0,
+                                 "end_ms": t1, "error": "ProducerSendAsyncFailed: b''" if status == "ERROR" else None})
+            seq += 1
+            if group:   # an ERROR try stored anyway: the client timed out on a send the broker kept
+                stored.setdefault(group, []).append((sid, uniq or f"U-{sid}-{attempt}-unseen"))
+    (rd / "history").mkdir(parents=True, exist_ok=True)
+    (rd / "history" / "producer-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + producer_tail)
+    cons = [{"client": "c1", "seq": 0, "op": "subscribe", "group": CG, "topic": TOPIC, "status": "FROM_FIRST",
+             "start_ms": 0, "end_ms": 0}]
+    for i, (sid, uniq, at) in enumerate(receives, 1):
+        cons.append({"client": "c1", "seq": i, "op": "receive", "group": CG, "topic": TOPIC, "send_id": sid,
+                     "uniq_key": uniq, "status": "RECEIVED", "start_ms": at, "end_ms": at})
+    if unsubscribe_at is not None:
+        cons.append({"client": "c1", "seq": len(cons), "op": "unsubscribe", "group": CG, "start_ms": unsubscribe_at,
+                     "end_ms": unsubscribe_at})
+    (rd / "history" / "consumer-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in cons))
+    for group in ("broker-a", "broker-b"):
+        for node, broker_id in ((group, 0), (group + "-s", 1)):
+            nd = rd / "nodes" / node
+            (nd / "store" / "commitlog").mkdir(parents=True, exist_ok=True)
+            (nd / "node.json").write_text(json.dumps({"name": node, "brokerName": group, "brokerId": broker_id}))
+            buf, off = bytearray(), 0
+            for i, (sid, uniq) in enumerate(stored.get(group, []) if broker_id == 0 else []):
+                enc = record.encode(record.Message(topic=TOPIC, body=b"x", properties={"KEYS": sid, "UNIQ_KEY": uniq}))
+                buf += enc.finish(i, off)
+                off += enc.size
+            (nd / "store" / "commitlog" / ("0" * 20)).write_bytes(bytes(buf) + bytes(256))
+
+
+def audited_summary(faults, acked_on_group, acknowledged, **extra):
+    """summary.json as the audit writes it: acked_on_group {fault label: n}; acknowledged: what the
+    delivery checker owed CG."""
+    return summary_of(faults, failed=False, verdicts=[], ackedOnGroupByFault=acked_on_group,
+                      delivery={CG: {"acknowledged": acknowledged, "delivered": acknowledged}}) | extra
+
+
+def test_delivered_counts_the_faulted_groups_acknowledged_sends_some_consumer_received(tmp_path):
+    ok = [("SEND_OK", 10500, 10510)]
+    fabricate(tmp_path, [("a1", "broker-a", ok), ("a2", "broker-a", ok), ("a3", "broker-a", ok),
+                         ("a4", "broker-a", [("ERROR", 10200, 10300), ("SEND_OK", 10600, 10620)]),  # on its retry
+                         ("b1", "broker-b", ok),                                     # the other group's
+                         ("a0", "broker-a", [("SEND_OK", 3900, 4000)]),              # 6 s before the fault
+                         ("e1", "broker-a", [("SEND_OK", 6900, 7000)]),              # 3 s before it: at stake
+                         ("a5", "broker-a", [("SEND_OK", 11900, 12000)])],           # after its heal
+              receives=[("a1", None, 15000), (None, "U-a2-1", 15000),               # by KEYS, by UNIQ_KEY only
+                        # recorded in the same ms as its try's invoke, before it in time order
+                        ("a4", None, 10600),
+                        ("b1", None, 15000), ("a0", None, 15000), ("e1", None, 15000), ("a5", None, 15000)])
+    f = [fault(1, "kill-master", start=10000, end=11000)]
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 5}, 8))[1]
+    # acknowledged by broker-a from 5 s before the fault to its heal: a1 a2 a3 a4 e1; a3 never received
+    assert (got["acked_recounted"], got["delivered"]) == (5, 4)
+    assert got["excluded"] == {} and got["not_audited"] is None
+    cell = matrix.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local",
+                          "samples": [got, got]}])[0]
+    assert (cell["delivered"], cell["acked_during"]) == (8, 10)
+    # a cluster-wide fault counts every group's acknowledged sends
+    f = [fault(1, "cluster-power-loss", start=10000, end=11000, group=None)]
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 cluster-power-loss broker-a": 6}, 8))[1]
+    assert (got["acked_recounted"], got["delivered"]) == (6, 5)
+
+
+def test_indeterminate_counts_the_sends_no_broker_answered_and_judges_them_neither_lost_nor_delivered(tmp_path):
+    fabricate(tmp_path, [("i1", None, [("ERROR", 1100, 1200)]),                        # a client error
+                         ("i2", None, [(None, 1300, None)]),                            # never answered at all
+                         ("i3", None, [("ERROR", 1400, 1500), ("ERROR", 1600, 1700)]),  # every try failed
+                         ("k1", "broker-a", [("ERROR", 1100, 1200), ("SEND_OK", 1300, 1310)]),  # acked on a retry
+                         ("u1", "broker-a", [("SLAVE_NOT_AVAILABLE", 1100, 1200)]),    # answered: unconfirmed
+                         ("o1", None, [("ERROR", 500, 600)]),                           # before the fault
+                         ("x1", "broker-b", [("ERROR", 1100, 1200), (None, 1300, None)])],
+              receives=[("k1", None, 5000)])
+    # x1: the client timed out, but broker-b stored it: another group's, not this fault's
+    f = [fault(1, "kill-master", start=1000, end=2000)]
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
+    assert got["indeterminate"] == 3                                  # i1, i2, i3 (their group is unknown)
+    assert got["delivered"] == 1 and got["lost"] == 0 and got["undelivered"] == 0
+    assert judge(promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master"), [got]) == ("PASS", "")
+
+
+def test_availability_per_group_is_the_share_each_group_accepted_and_the_time_it_accepted_none(tmp_path):
+    sends = []
+    for k, t in enumerate(range(1000, 6000, 100)):   # one send per 100 ms to each group
+        sends.append((f"b{k}", "broker-b", [("SEND_OK", t, t + 5)]))
+        # broker-a refuses from 2000 to 4000 (its slave is gone: SLAVE_NOT_AVAILABLE), accepts otherwise
+        status = "SLAVE_NOT_AVAILABLE" if 2000 <= t < 4000 else "SEND_OK"
+        sends.append((f"a{k}", "broker-a", [(status, t, t + 5)]))
+    sends.append(("e1", None, [("ERROR", 2500, 2600)]))
+    fabricate(tmp_path, sends)
+    f = [fault(1, "kill-slave", role="slave", start=1000, end=6000)]
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-slave broker-a-s": 30}, 80))[1]
+    ga = got["group_availability"]
+    assert ga["broker-a"] | {"unwritable_s": None} == {
+        "answered": 50, "accepted": 30, "share": 0.6, "not_accepted": {"SLAVE_NOT_AVAILABLE": 20}, "unwritable_s": None}
+    # refused from the try at 2000 to the next accepted answer at 4005 (1905 -> 2000: nobody asked)
+    assert ga["broker-a"]["unwritable_s"] == 2.0
+    assert ga["broker-b"]["share"] == 1.0 and ga["broker-b"]["unwritable_s"] == 0.0
+    assert ga["?"] == {"errors": 1, "unknown": 0}
+    assert matrix.group_availability_text(ga) == (
+        "broker-a 60 % (30/50), unwritable 2.0 s [SLAVE_NOT_AVAILABLE 20]; broker-b 100 % (50/50), unwritable 0.0 s; "
+        "group unknown: 1 failed tries (timeouts, errors, refusals)")
+    # a cell over two runs: answers summed, the longest unwritable time
+    merged = matrix.merge_groups([got, got | {"group_availability": {"broker-a": {
+        "answered": 10, "accepted": 10, "not_accepted": {}, "unwritable_s": 5.0}}}])
+    assert (merged["broker-a"]["accepted"], merged["broker-a"]["answered"], merged["broker-a"]["unwritable_s"],
+            merged["broker-a"]["share"]) == (40, 60, 5.0, 0.667)
+    # no try at all in a gap is not unwritable: nobody asked
+    quiet = matrix.RunFacts()   # accepted at 1005, then no try until 4600, answered at 5100: 0.5 s, not a gap
+    quiet.tries = [(1000, 1005, "SEND_OK", "u1"), (4600, 5100, "SEND_OK", "u2")]
+    quiet.group_of_uniq = {"u1": "broker-a", "u2": "broker-a"}
+    assert matrix.group_availability(quiet, 1000, 6000)["broker-a"]["unwritable_s"] == 0.0
+
+
+def test_records_the_audit_excluded_are_counted_named_and_fail_the_cell_unless_explained(tmp_path):
+    p = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
+    f = [fault(1, "kill-master", start=1000, end=2000)]
+    sends = [("a1", "broker-a", [("SEND_OK", 1500, 1510)]), ("a2", "broker-a", [("SEND_OK", 1600, 1610)])]
+    recv = [("a1", None, 3000), ("a2", None, 3000)]
+    clean = audited_summary(f, {"#1 kill-master broker-a": 2}, 2)
+    fabricate(tmp_path, sends, recv)
+    got = cell_samples_by_id(tmp_path, clean)[1]
+    assert got["excluded"] == {} and judge(p, [got]) == ("PASS", "")
+    # a history line the audit could not parse: no time, so every cell of the run names it
+    fabricate(tmp_path, sends, recv, producer_tail='{"op": "send", "send_id": "a3", "sta\n')
+    got = cell_samples_by_id(tmp_path, clean)[1]
+    assert got["excluded"] == {"unparsable history line": 1}
+    assert judge(p, [got]) == ("FAIL", "records excluded from the audit, unexplained: 1 unparsable history line "
+                                       "(first: producer-1.jsonl:5)")
+    # the same line torn at the end of its file (the recorder stopped mid-line) is explained: named, not failed
+    fabricate(tmp_path, sends, recv, producer_tail='{"op": "send", "send_id": "a3", "sta')
+    got = cell_samples_by_id(tmp_path, clean)[1]
+    assert got["excluded"] == {"torn last history line": 1} and judge(p, [got])[0] == "PASS"
+    assert matrix.excluded_text([got]) == "1 torn last history line (first: producer-1.jsonl:5) (explained)"
+    # a line with no known op, and a send without a send_id
+    fabricate(tmp_path, sends, recv, producer_tail='{"op": "sned"}\n{"op": "send", "status": "SEND_OK", "start_ms": 1500}\n')
+    got = cell_samples_by_id(tmp_path, clean)[1]
+    assert got["excluded"] == {"history line with no known op": 1, "send without a send_id": 1}
+    # an acknowledged send owed to no consumer group: its group shut down before it was acknowledged
+    fabricate(tmp_path, sends, recv, unsubscribe_at=1550)
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 2}, 1))[1]
+    assert got["excluded"] == {"acknowledged, owed to no consumer group (outside every audited window)": 1}
+    assert judge(p, [got])[0] == "FAIL"
+    # the audit's counts must be the histories': a fault's acknowledged sends, a consumer group's
+    fabricate(tmp_path, sends, recv)
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 3}, 2))[1]
+    assert got["excluded"] == {"acknowledged the audit counted 3, the histories and stores 2": 1}
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 2}, 5))[1]
+    assert got["excluded"] == {f"{CG}: the audit owed 5 acknowledged, the histories 2": 3}
+    assert "3 CG1: the audit owed 5" in judge(p, [got])[1]
+
+
+def test_a_cell_without_delivery_figures_says_not_audited_and_fails_the_matrix(tmp_path):
+    p = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
+    f = [fault(1, "kill-master", start=1000, end=2000)]
+    fabricate(tmp_path, [("a1", "broker-a", [("SEND_OK", 1500, 1510)])], [("a1", None, 3000)])
+    # a summary without the delivery checker's figures (no consumer group was audited)
+    got = cell_samples_by_id(tmp_path, summary_of(f, ackedOnGroupByFault={"#1 kill-master broker-a": 1}))[1]
+    assert got["delivered"] is None and got["indeterminate"] is None
+    assert "no delivery block" in got["not_audited"]
+    assert judge(p, [got]) == ("not audited", "1 of 1 runs: summary.json has no delivery block (no consumer group "
+                                              "was audited)")
+    assert judge(p, [got | AUDITED])[0] == "PASS"
+    # one run of a cell without them: the cell is not audited, whatever the others say
+    assert judge(p, [got | AUDITED, got])[0] == "not audited"
+    # no commit log: no send has a group
+    import shutil
+    shutil.rmtree(tmp_path / "nodes")
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
+    assert "no commit log" in got["not_audited"] and judge(p, [got])[0] == "not audited"
+    cell = matrix.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local",
+                          "samples": [got]}])[0]
+    assert (cell["delivered"], cell["indeterminate"], cell["verdict"]) == (None, None, "not audited")
+    out = tmp_path / "out"
+    out.mkdir()
+    matrix.write(out, [cell], [], "cmd")
+    row = next(x for x in (out / "matrix.md").read_text().splitlines() if x.startswith("| ours"))
+    assert row.count("| not audited |") == 2 and "**not audited**" in row and "| 1/1 |" in row
+    # a losing cell stays FAIL: not audited never hides a loss
+    assert judge(p, [got | {"stranded": 2}])[0] == "FAIL"
