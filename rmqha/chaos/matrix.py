@@ -134,7 +134,8 @@ class RunFacts:
 
     sends:     send_id -> {"topic", "first_ms", "acked_ms" (first SEND_OK answer), "state" (acked |
                unconfirmed | indeterminate, as rmqha/pipeline/delivery.py), "uniq" (the SEND_OK try's UNIQ_KEY)}
-    tries:     [(start_ms, end_ms, status, uniq_key)] every answered try
+    tries:     [(start_ms, end_ms, status, uniq_key, broker_name)] every try with an outcome (ERROR too);
+               broker_name: the history's, when its recorder knew it (none does for a failed try today)
     received:  send_ids some consumer received (by KEYS, else by UNIQ_KEY)
     windows:   consumer group -> (topics, start ms or None, end ms or None): what its audit owes it
     excluded:  [(reason, where, ms or None)] records left out of every figure (None: no time known)
@@ -142,7 +143,7 @@ class RunFacts:
 
     def __init__(self):
         self.sends: dict[str, dict] = {}
-        self.tries: list[tuple[int, int, str, str | None]] = []
+        self.tries: list[tuple[int, int, str, str | None, str | None]] = []
         self.received: set[str] = set()
         self.windows: dict[str, tuple[set, int | None, int | None]] = {}
         self.excluded: list[tuple[str, str, int | None]] = []
@@ -248,7 +249,7 @@ def run_facts(run: Path) -> RunFacts | None:
                 uniq_to_send.setdefault(r["uniq_key"], sid)
             if op == h.SEND and r.get("status") in h.SEND_STATUSES:
                 facts.tries.append((r.get("start_ms") or 0, r.get("end_ms") or r.get("start_ms") or 0, r["status"],
-                                    r.get("uniq_key")))
+                                    r.get("uniq_key"), r.get("broker_name")))
                 if r["status"] == "SEND_OK":
                     if s["acked_ms"] is None:
                         s["acked_ms"], s["uniq"] = r.get("end_ms") or r.get("start_ms"), r.get("uniq_key")
@@ -256,7 +257,8 @@ def run_facts(run: Path) -> RunFacts | None:
                 elif s["state"] == "indeterminate":
                     s["state"] = "unconfirmed"
             elif op == h.SEND:   # ERROR: the client does not know; the try stays in `tries` as a failure
-                facts.tries.append((r.get("start_ms") or 0, r.get("end_ms") or r.get("start_ms") or 0, h.ERROR, None))
+                facts.tries.append((r.get("start_ms") or 0, r.get("end_ms") or r.get("start_ms") or 0, h.ERROR, None,
+                                    r.get("broker_name")))
         elif op == h.RECEIVE:
             receives.append(r)
         else:   # subscribe / unsubscribe: the consumer group's audited window (rmqha/pipeline/delivery.py)
@@ -305,27 +307,23 @@ def _union(spans: list[tuple[float, float]]) -> float:
 
 def group_availability(facts: RunFacts, start: float, end: float) -> dict[str, dict]:
     """group -> {"answered", "accepted", "share", "unwritable_s", "not_accepted": {status: n}} for the tries
-    started in [start, end] that a broker answered (a try's group: the group storing its UNIQ_KEY), plus
-    "?" -> {"errors": n, "unknown": n}: failed tries (timeouts, exceptions, refusals: the client names no
-    broker) and answers stored nowhere, whose group cannot be known. unwritable_s: the time within the window
-    in gaps longer than UNWRITABLE_GAP_MS between two accepted answers of the group, while sends were tried."""
+    started in [start, end] whose group is known (the group storing its UNIQ_KEY, else the history's
+    broker_name: then a failed try counts as not accepted, "ERROR"), plus "?" -> {"errors": n, "unknown": n}:
+    failed tries whose group is unknown (timeouts, exceptions, refusals: the official client's error names
+    no broker) and answers stored nowhere. unwritable_s: the time within the window in gaps longer than
+    UNWRITABLE_GAP_MS between two accepted answers of the group, while sends were tried."""
     tried = sorted(t[0] for t in facts.tries if start <= t[0] <= end)
     out: dict[str, dict] = {}
     unknown = {"errors": 0, "unknown": 0}
     ok_at: dict[str, list[float]] = {}
-    for t0, t1, status, uniq in facts.tries:
-        if status == "SEND_OK":
-            g = facts.group_of_uniq.get(uniq or "")
-            if g:
-                ok_at.setdefault(g, []).append(t1)
+    for t0, t1, status, uniq, broker in facts.tries:
+        g = facts.group_of_uniq.get(uniq or "") or broker
+        if status == "SEND_OK" and g:
+            ok_at.setdefault(g, []).append(t1)
         if not start <= t0 <= end:
             continue
-        if status not in ("SEND_OK",) + NOT_ACCEPTED:
-            unknown["errors"] += 1
-            continue
-        g = facts.group_of_uniq.get(uniq or "")
         if g is None:
-            unknown["unknown"] += 1
+            unknown["unknown" if status in ("SEND_OK",) + NOT_ACCEPTED else "errors"] += 1
             continue
         c = out.setdefault(g, {"answered": 0, "accepted": 0, "not_accepted": {}})
         c["answered"] += 1

@@ -485,9 +485,17 @@ def test_availability_per_group_is_the_share_each_group_accepted_and_the_time_it
             merged["broker-a"]["share"]) == (40, 60, 5.0, 0.667)
     # no try at all in a gap is not unwritable: nobody asked
     quiet = matrix.RunFacts()   # accepted at 1005, then no try until 4600, answered at 5100: 0.5 s, not a gap
-    quiet.tries = [(1000, 1005, "SEND_OK", "u1"), (4600, 5100, "SEND_OK", "u2")]
+    quiet.tries = [(1000, 1005, "SEND_OK", "u1", None), (4600, 5100, "SEND_OK", "u2", None)]
     quiet.group_of_uniq = {"u1": "broker-a", "u2": "broker-a"}
     assert matrix.group_availability(quiet, 1000, 6000)["broker-a"]["unwritable_s"] == 0.0
+    # a recorder that knows the broker of a failed try (the history's broker_name): it counts against that group
+    # and an answer whose copy is on no node (a power cut took it) has no group either
+    quiet.tries += [(2000, 2100, "ERROR", None, "broker-a"), (2000, 2100, "ERROR", None, None),
+                    (2000, 2100, "SLAVE_NOT_AVAILABLE", "u-gone", None)]
+    got = matrix.group_availability(quiet, 1000, 6000)
+    assert (got["broker-a"]["answered"], got["broker-a"]["accepted"], got["broker-a"]["not_accepted"]) == (
+        3, 2, {"ERROR": 1})
+    assert got["?"] == {"errors": 1, "unknown": 1}
 
 
 def test_records_the_audit_excluded_are_counted_named_and_fail_the_cell_unless_explained(tmp_path):
