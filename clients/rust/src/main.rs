@@ -301,7 +301,7 @@ pub(crate) fn acl_hook(args: &Args) -> Option<Arc<AclClientRPCHook>> {
 
 /// A client config with the client's own trace dispatcher on: a trace record per send (Pub) or per
 /// consumed message (SubBefore, SubAfter), to --trace-topic (RMQ_SYS_TRACE_TOPIC, 4.9's default).
-fn trace_config(args: &Args) -> rocketmq_client_rust::ClientConfig {
+pub(crate) fn trace_config(args: &Args) -> rocketmq_client_rust::ClientConfig {
     let mut cc = rocketmq_client_rust::ClientConfig::new();
     cc.set_enable_trace(true);
     cc.set_trace_topic(args.str_or("trace-topic", "RMQ_SYS_TRACE_TOPIC").into());

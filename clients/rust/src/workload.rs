@@ -2,7 +2,7 @@
 //!
 //!   rmq-rust-client --namesrv NS workload --run-dir RUN [--rate 200] [--duration 60] [--run-id ID]
 //!                   [--topic TopicChaos] [--body-size 256] [--timeout-ms 10000] [--max-inflight 4000] [--drain 20]
-//!                   [--drain-signal FILE]
+//!                   [--drain-signal FILE] [--trace [--trace-topic T]]
 //!
 //! Writes RUN/history/producer-<id>.jsonl and consumer-<id>.jsonl in rmqha/chaos/history.py's format (plus
 //! "library", naming this client), rewrites RUN/chaos/progress-<id>.json every 0.5 s with the counters
@@ -295,7 +295,13 @@ pub async fn cmd_workload(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
         })
     };
 
-    let producer_builder = DefaultMQProducer::builder(rt.clone())
+    // --trace: the client's own trace dispatcher records every send (Pub) and consume (SubBefore/After)
+    // in --trace-topic, which the audit reads (its "message trace" line)
+    let mut producer_builder = DefaultMQProducer::builder(rt.clone());
+    if args.flag("trace") {
+        producer_builder = producer_builder.client_config(crate::trace_config(args));
+    }
+    let producer_builder = producer_builder
         .producer_group(format!("ChaosPG{rid}"))
         .name_server_addr(ns.clone())
         .send_msg_timeout(timeout_ms as u32);
@@ -329,7 +335,11 @@ pub async fn cmd_workload(rt: Arc<ClientRuntime>, ns: String, args: &Args) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
-    let mut consumer = DefaultMQPushConsumer::builder(rt.clone())
+    let mut consumer_builder = DefaultMQPushConsumer::builder(rt.clone());
+    if args.flag("trace") {
+        consumer_builder = consumer_builder.client_config(crate::trace_config(args));
+    }
+    let mut consumer = consumer_builder
         .consumer_group(format!("ChaosCG{rid}"))
         .name_server_addr(ns.clone())
         .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
