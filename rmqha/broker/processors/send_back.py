@@ -1,21 +1,34 @@
 """CONSUMER_SEND_MSG_BACK (36): a consumer hands back a message it failed to consume.
 
-As RocketMQ 4.9's consumerSendMsgBack: the message is stored again in %RETRY%<group> (created with
-one queue) with reconsumeTimes + 1, RETRY_TOPIC = its original topic, ORIGIN_MESSAGE_ID = the first
-message's id, and DELAY = the level asked for, or 3 + reconsumeTimes when the consumer asked for 0
-(RECONSUME_LATER), so the store parks it in SCHEDULE_TOPIC_XXXX and the schedule service delivers
-it to %RETRY%<group> when due (level 3 = 10 s by default). When its reconsumeTimes has reached
-maxReconsumeTimes (header, default 16) or the level is negative, it goes to %DLQ%<group> (queue 0)
-at once, without DELAY. The new record is not waited for (WAIT=false), as in the reference.
+As RocketMQ 4.9.8's asyncConsumerSendMsgBack, in its order:
+* the subscription group must exist (auto-created as for pulls), else SUBSCRIPTION_GROUP_NOT_EXIST;
+* a broker whose brokerPermission has no WRITE answers NO_PERMISSION;
+* a group whose retryQueueNums is 0 (or less) wants no retries: SUCCESS and nothing is stored;
+* %RETRY%<group> is created (if it is not there) with the group's retryQueueNums queues, READ|WRITE
+  (and the unit-sub flag when the header's unitMode is true), and the message goes to one of its
+  queues picked at random, so a group's retries are spread over its retry queues; a retry topic that
+  is not writable is NO_PERMISSION;
+* the message is stored again with reconsumeTimes + 1, RETRY_TOPIC = its original topic,
+  ORIGIN_MESSAGE_ID = the first message's id, and DELAY = the level asked for, or 3 + reconsumeTimes
+  when the consumer asked for 0 (RECONSUME_LATER), so the store parks it in SCHEDULE_TOPIC_XXXX and
+  the schedule service delivers it to its %RETRY%<group> queue when due (level 3 = 10 s by default);
+* when its reconsumeTimes has reached maxReconsumeTimes or the level is negative it goes at once,
+  without DELAY, to %DLQ%<group>, which has one queue (4.9's DLQ_NUMS_PER_GROUP), queue 0, created
+  READ|WRITE as 4.9.8 creates it (a DLQ can be read back). The limit is the group's retryMaxTimes, or
+  the header's maxReconsumeTimes when the client is V3_4_9 or newer;
+* the new record is not waited for (WAIT=false), as in the reference.
 
-The subscription group must exist (it is auto-created as for pulls), else SUBSCRIPTION_GROUP_NOT_EXIST;
-its retryMaxTimes is the limit unless the client is V3_4_9 or newer and sends maxReconsumeTimes (4.9).
+Ours, safer than 4.9: the retry queue is picked among min(retryQueueNums, the retry topic's
+writeQueueNums). 4.9 picks among retryQueueNums even when the topic already exists with fewer queues
+(a group whose retryQueueNums was raised after its retry topic was made), and the retries it stores in
+a queue outside the topic's route are never consumed.
 
 Reply: SUCCESS, or SYSTEM_ERROR when the original message is not in the store or storing failed.
 """
 from __future__ import annotations
 
 import logging
+import random
 
 from twisted.internet import defer
 
@@ -25,20 +38,23 @@ from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.store import queries, record
 from rmqha.broker.store.message_store import PutStatus
 
-from .topics import dlq_topic, retry_topic
+from .topics import MAX_QUEUE_NUMS, dlq_topic, is_writeable, retry_topic
 
 log = logging.getLogger("broker.sendback")
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
+DLQ_NUMS_PER_GROUP = 1  # 4.9's AbstractSendMessageProcessor: a dead-letter topic has one queue
+TOPIC_FLAG_UNIT_SUB = 0x2  # TopicSysFlag.buildSysFlag(false, true): a unit-mode consumer's retry topic
 V3_4_9 = 121  # MQVersion ordinal from which 4.9 takes maxReconsumeTimes from the header
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 
 class SendBackProcessor:
-    def __init__(self, config, controller, topics):
+    def __init__(self, config, controller, topics, rng: random.Random | None = None):
         self.config = config
         self.controller = controller
         self.topics = topics
+        self.random = rng or random.Random()  # picks the retry queue; a test gives a seeded one
         self.groups = None  # SubscriptionGroupManager, set by the server: the group must exist, as in 4.9
 
     def register(self, registry) -> None:
@@ -52,12 +68,27 @@ class SendBackProcessor:
         phys = req.get_long("offset")
         delay_level = req.get_int("delayLevel", 0)
         max_times = DEFAULT_MAX_RECONSUME_TIMES
+        retry_queue_nums = 1
         if self.groups is not None:
             sg = self.groups.find_or_create(group)
             if sg is None:
                 return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                          f"subscription group not exist, {group} {FAQ}")
             max_times = sg.retryMaxTimes
+            retry_queue_nums = sg.retryQueueNums
+        if not is_writeable(self.config.brokerPermission):
+            return req.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{self.config.brokerIP1}] sending message is forbidden")
+        if retry_queue_nums <= 0:  # 4.9: the group wants no retries; the message is dropped
+            log.info("group %s has retryQueueNums %d: message at %d not sent back", group, retry_queue_nums, phys)
+            return req.make_response()
+        sys_flag = TOPIC_FLAG_UNIT_SUB if req.get_bool("unitMode", False) else 0
+        topic = retry_topic(group)
+        tc = self.topics.create_in_send_back(topic, min(retry_queue_nums, MAX_QUEUE_NUMS), PERM_READ | PERM_WRITE,
+                                             sys_flag)
+        if not is_writeable(tc.perm):
+            return req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        queue_id = self.random.randrange(retry_queue_choices(retry_queue_nums, tc.write_queue_nums))
         if req.version >= V3_4_9 or self.groups is None:
             max_times = req.get_int("maxReconsumeTimes", max_times)
         found = queries.record_at(self.controller.store, phys)
@@ -71,13 +102,12 @@ class SendBackProcessor:
         props["ORIGIN_MESSAGE_ID"] = origin_id
         if orig.reconsume_times >= max_times or delay_level < 0:
             topic = dlq_topic(group)
-            self.topics.create_in_send_back(topic, 1, PERM_READ | PERM_WRITE)  # 4.9.8: a readable DLQ
+            queue_id = 0  # 4.9: random % DLQ_NUMS_PER_GROUP, which is 1
+            self.topics.create_in_send_back(topic, DLQ_NUMS_PER_GROUP, PERM_READ | PERM_WRITE)  # 4.9.8: readable
             props.pop("DELAY", None)
         else:
-            topic = retry_topic(group)
-            self.topics.create_in_send_back(topic, 1, PERM_READ | PERM_WRITE)
             props["DELAY"] = str(delay_level if delay_level > 0 else 3 + orig.reconsume_times)
-        msg = record.Message(topic=topic, body=orig.body, queue_id=0, flag=orig.flag,
+        msg = record.Message(topic=topic, body=orig.body, queue_id=queue_id, flag=orig.flag,
                              sys_flag=orig.sys_flag & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
                              born_timestamp=orig.born_timestamp, born_host=orig.born_host,
                              reconsume_times=orig.reconsume_times + 1, properties=props)
@@ -86,9 +116,17 @@ class SendBackProcessor:
         def done(res):
             if res.status == PutStatus.PUT_OK:
                 self.controller.stats.table.on_send_back(group, props["RETRY_TOPIC"])
-                log.info("message %s of group %s sent back to %s (reconsumeTimes %d)",
-                         origin_id, group, topic, msg.reconsume_times)
+                log.info("message %s of group %s sent back to %s queue %d (reconsumeTimes %d)",
+                         origin_id, group, topic, queue_id, msg.reconsume_times)
                 return req.make_response()
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"{res.status}: {res.remark}")
 
         return d.addCallback(done)
+
+
+def retry_queue_choices(retry_queue_nums: int, write_queue_nums: int) -> int:
+    """How many retry queues a send-back picks among: the group's retryQueueNums, but no more than the
+    retry topic's write queues (ours; 4.9 would store past them, where no consumer reads)."""
+    if write_queue_nums <= 0:  # a topic with no write queue: as 4.9, the group's number
+        return retry_queue_nums
+    return min(retry_queue_nums, write_queue_nums)

@@ -8,7 +8,8 @@ Follows RocketMQ 4.x's TopicConfigManager:
 * a send to an unknown topic creates it from its defaultTopic (TBW102) when that one is inheritable:
   min(client's defaultTopicQueueNums, default's writeQueueNums) queues, the default's perm without
   INHERIT. With autoCreateTopicEnable=false there is no TBW102, so nothing is created;
-* %RETRY%<group> topics are created with 1 queue and READ|WRITE (heartbeat and send-back);
+* %RETRY%<group> topics are created with the group's retryQueueNums queues and READ|WRITE (heartbeat
+  and send-back), %DLQ%<group> topics with 1 queue (send-back);
 * every change bumps the data version {counter, timestamp}, is written at once (atomically), and is
   announced to listeners (registration re-registers with the name servers).
 """
@@ -216,10 +217,12 @@ class TopicConfigManager:
         return tc
 
     def create_in_send_back(self, topic: str, queue_nums: int = 1,
-                            perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+                            perm: int = PERM_READ | PERM_WRITE, sys_flag: int = 0) -> TopicConfig:
+        """4.9's createTopicInSendMessageBackMethod: the topic as it is, or new with queue_nums read and
+        write queues (a %RETRY% topic: its group's retryQueueNums; a %DLQ% topic: 1)."""
         tc = self.table.get(topic)
         if tc is None:
-            tc = TopicConfig(topic, queue_nums, queue_nums, perm)
+            tc = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=sys_flag)
             self.update(tc)
         return tc
 
