@@ -41,6 +41,7 @@ class BrokerRegistration:
         self.client = client or RemotingClient(reactor, self.clock)
         self.addresses = namesrv_addresses(config.namesrvAddr)
         self.secret = None
+        self._sign_clock = None
         if config.clusterSecretFile:
             from .config import ConfigError
             from .namesrv.guard import read_secret
@@ -48,6 +49,8 @@ class BrokerRegistration:
                 self.secret = read_secret(config.clusterSecretFile)
             except ValueError as e:
                 raise ConfigError(f"clusterSecretFile: {e}") from None
+            from .namesrv.guard import SignClock
+            self._sign_clock = SignClock(self.clock.seconds)
         self.master_addr: str | None = None
         self.master_ha_addr: str | None = None
         self.registrations = 0  # successful REGISTER_BROKER replies
@@ -60,12 +63,14 @@ class BrokerRegistration:
         self.stopped = False
         topics.listeners.append(self.register_soon)
 
-    def _signed(self, req: RemotingCommand) -> RemotingCommand:
-        """Signed with the cluster secret (clusterSecretFile), for a name server that requires it."""
-        if self.secret is not None:
-            from .namesrv.guard import sign_cluster
-            req.ext_fields = sign_cluster(req.ext_fields, req.body, self.secret)
-        return req
+    def _signed(self, fields: dict, body: bytes | None) -> dict:
+        """The ext fields signed timed with the cluster secret (clusterSecretFile), for a name server that
+        requires it: a time strictly after the last this broker signed, and a nonce. One signature for
+        every name server, so a copy taken on the way to one is a replay at the others."""
+        if self.secret is None or self._sign_clock is None:
+            return fields
+        from .namesrv.guard import sign_cluster_timed
+        return sign_cluster_timed(fields, body, self.secret, self._sign_clock.next_ms())
 
     def start(self) -> None:
         if not self.addresses:
@@ -102,14 +107,15 @@ class BrokerRegistration:
             return defer.succeed(None)
         c = self.config
         body = self.body()
+        fields = self._signed({
+            "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
+            "haServerAddr": c.ha_server_addr, "brokerId": c.brokerId, "compressed": False,
+            "bodyCrc32": body_crc32(body),
+        }, body)
         ds = []
         for addr in self.addresses:
-            req = RemotingCommand.request(RequestCode.REGISTER_BROKER, {
-                "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
-                "haServerAddr": c.ha_server_addr, "brokerId": c.brokerId, "compressed": False,
-                "bodyCrc32": body_crc32(body),
-            }, body=body)
-            d = self.client.invoke(addr, self._signed(req), REGISTER_TIMEOUT_S)
+            req = RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(fields), body=body)
+            d = self.client.invoke(addr, req, REGISTER_TIMEOUT_S)
             d.addCallbacks(self._registered, self._failed, callbackArgs=(addr,), errbackArgs=(addr,))
             ds.append(d)
         d = defer.DeferredList(ds, consumeErrors=True).addCallback(self._first_error)
@@ -174,12 +180,12 @@ class BrokerRegistration:
         if self._soon is not None and self._soon.active():
             self._soon.cancel()
         c = self.config
+        fields = self._signed({"brokerName": c.brokerName, "brokerAddr": c.broker_addr,
+                               "clusterName": c.brokerClusterName, "brokerId": c.brokerId}, None)
         ds = []
         for addr in self.addresses:
-            req = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, {
-                "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
-                "brokerId": c.brokerId})
-            d = self.client.invoke(addr, self._signed(req), UNREGISTER_TIMEOUT_S)
+            req = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, dict(fields))
+            d = self.client.invoke(addr, req, UNREGISTER_TIMEOUT_S)
             d.addErrback(lambda f, a=addr: log.info("unregister from %s failed: %s", a, f.getErrorMessage()))
             ds.append(d)
         d = defer.DeferredList(ds)

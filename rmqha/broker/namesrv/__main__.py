@@ -12,6 +12,12 @@ from rmqha.broker.namesrv.server import NameServer
 DEFAULT_PORT = 9876
 
 
+def _window(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= guard.MAX_SIGNED_WINDOW_S:
+        raise argparse.ArgumentTypeError(f"expected whole seconds in 1..{guard.MAX_SIGNED_WINDOW_S}, got {text!r}")
+    return int(text)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m rmqha.broker.namesrv",
                                      description="RocketMQ 4.x compatible name server")
@@ -23,6 +29,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="ours: a file holding the cluster secret; REGISTER_BROKER, UNREGISTER_BROKER, KV "
                              "config writes, topic deletes, write-perm changes and config updates must "
                              "then be signed with it (the brokers' clusterSecretFile)")
+    parser.add_argument("--signed-request-window-seconds", type=_window, default=guard.SIGNED_WINDOW_S,
+                        metavar="S", help="with a cluster secret: how far the signing time of a timed request "
+                        "(REGISTER/UNREGISTER_BROKER) may be from this host's clock, either way, before it is "
+                        f"refused as stale (default {guard.SIGNED_WINDOW_S}, the broker expiry; 1.."
+                        f"{guard.MAX_SIGNED_WINDOW_S})")
     parser.add_argument("--max-brokers", type=int, default=guard.MAX_BROKERS,
                         help=f"live broker addresses kept at once (default {guard.MAX_BROKERS})")
     parser.add_argument("--max-topics-per-broker", type=int, default=guard.MAX_TOPICS_PER_BROKER,
@@ -47,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     server = NameServer(reactor, cluster_secret=secret, max_brokers=args.max_brokers,
-                        max_topics_per_broker=args.max_topics_per_broker, max_topic_routes=args.max_topic_routes)
+                        max_topics_per_broker=args.max_topics_per_broker, max_topic_routes=args.max_topic_routes,
+                        signed_window_s=args.signed_request_window_seconds)
     if secret is not None:
-        logging.getLogger("rmqha.broker.namesrv").info("signed registration on: route and KV config writes need the "
-                                                 "cluster secret of %s", args.cluster_secret_file)
+        logging.getLogger("rmqha.broker.namesrv").info(
+            "signed registration on: route and KV config writes need the cluster secret of %s; timed "
+            "signatures within %d s of this clock", args.cluster_secret_file, args.signed_request_window_seconds)
     server.listen(args.port, args.host)
     reactor.addSystemEventTrigger("before", "shutdown", server.stop)
     reactor.run()

@@ -11,23 +11,56 @@ signed with it, as the ACL signs client requests (rmqha/broker/acl.py: HmacSHA1 
 the body, AccessKey CLUSTER_KEY; mqadmin signs so with accessKey rmqha-cluster and the secret as
 secretKey). Reads stay open, as in 4.9. Without a secret the name server behaves as 4.9's, within the
 limits below.
+
+Replay. The ACL signature covers no time, so a captured signed request can be sent again later: a master's
+REGISTER_BROKER replayed after that master moved or died points its slaves at a stale address. Brokers
+therefore sign REGISTER_BROKER and UNREGISTER_BROKER "timed" (`sign_cluster_timed`): two more signed
+fields, clusterSignTime (ms since the epoch on the signer's clock, strictly increasing per signer, so it is
+also the per-broker counter) and clusterSignNonce (64 random bits), and an unambiguous content (each key
+and value length-prefixed: the ACL's bare concatenation of values lets characters move between adjacent
+fields, brokerAddr "h:10911" + brokerId "0" signs as "h:1091" + "10"). `ReplayGuard` refuses a timed
+request whose time is more than the window (--signed-request-window-seconds, default 120) from the name
+server's clock either way, whose nonce it already took, or whose time is not after the last one it took
+from the same brokerAddr. For these two codes an untimed signature is refused. The other signed codes
+take a timed signature (checked the same way) or the ACL's untimed one, since mqadmin's signing hook cannot
+add fields; those untimed admin writes stay replayable (a replay sets again what a holder of the secret
+once set).
 """
 from __future__ import annotations
 
+import base64
+import hashlib
+import heapq
 import hmac
 import ipaddress
+import os
 
 from rmqha.broker import validation
 from rmqha.broker.acl import ACCESS_KEY, SIGNATURE, AclError, request_content, sign, signature
 from rmqha.broker.errors import BadRequest
 from rmqha.broker.namesrv import route_info
 from rmqha.broker.remoting.codes import RequestCode
+from rmqha.broker.remoting.command import stringify_fields
 
 CLUSTER_KEY = "rmqha-cluster"  # the AccessKey of signed cluster requests
 SIGNED_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.PUT_KV_CONFIG,
                           RequestCode.DELETE_KV_CONFIG, RequestCode.DELETE_TOPIC_IN_NAMESRV,
                           RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER,
                           RequestCode.UPDATE_NAMESRV_CONFIG})
+
+SIGN_TIME = "clusterSignTime"    # ms since the epoch on the signer's clock, strictly increasing per signer
+SIGN_NONCE = "clusterSignNonce"  # 16 hex digits, random per signed request
+# Codes only brokers send (ours sign them timed): an untimed signature is refused for them.
+TIMED_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER})
+# How far a timed request's clusterSignTime may be from the name server's clock, either way. 120 s is
+# the name server's broker expiry (BROKER_CHANNEL_EXPIRED_MS, four registration periods of 30 s): a
+# registration older than that describes a broker the name server would have dropped already. It also
+# bounds what ReplayGuard keeps (the nonces and times of the last 2 x 120 s), and it is far above the
+# skew of hosts kept by NTP (milliseconds) plus transit and queueing (a registration times out at 6 s).
+# Replays inside the window are refused by nonce and per-broker time, not by the window.
+SIGNED_WINDOW_S = 120
+MAX_SIGNED_WINDOW_S = 3600
+MAX_REMEMBERED_NONCES = 100_000  # timed requests taken within 2 x window; only holders of the secret add
 
 MAX_TOPICS_PER_BROKER = 65_536      # topic configs one registration may carry
 MAX_BROKERS = 1024                  # broker addresses the name server keeps alive at once
@@ -47,12 +80,34 @@ class Unsigned(BadRequest):
     """A request that must be signed with the cluster secret and is not (or is signed wrong)."""
 
 
+class Stale(Unsigned):
+    """A timed request signed outside the window of the name server's clock."""
+
+
+class Replayed(Unsigned):
+    """A timed request whose nonce was taken already, or whose time is not after the sender's last."""
+
+
+class Busy(Unsigned):
+    """More timed requests within the window than ReplayGuard remembers (only holders of the secret)."""
+
+
 def check_signed(code: int, ext_fields: dict, body: bytes | None, secret: str | None) -> None:
+    """Raises Unsigned unless the request needs no signature or carries a valid one (the signature only:
+    freshness is ReplayGuard's)."""
     if secret is None or code not in SIGNED_CODES:
         return
     if ext_fields.get(ACCESS_KEY) != CLUSTER_KEY:
         raise Unsigned(f"request code {code} changes the name server's routes or config and must be signed "
                        "with the cluster secret (this name server runs with --cluster-secret-file)")
+    if SIGN_TIME in ext_fields:
+        if not _timed_signature_ok(ext_fields, body, secret):
+            raise Unsigned(f"request code {code}: signature of the timed request does not match (not signed "
+                           "with this name server's cluster secret)")
+        return
+    if code in TIMED_CODES:
+        raise Unsigned(f"request code {code} must be signed with {SIGN_TIME} and {SIGN_NONCE} (a broker of "
+                       "this version signs so; an untimed signature could be replayed)")
     from rmqha.broker.acl import AclConfig, Account
     cfg = AclConfig(accounts={CLUSTER_KEY: Account(CLUSTER_KEY, secret, admin=True)})
     try:
@@ -62,7 +117,114 @@ def check_signed(code: int, ext_fields: dict, body: bytes | None, secret: str | 
 
 
 def sign_cluster(ext_fields: dict, body: bytes | None, secret: str) -> dict:
+    """Untimed, as mqadmin's signing hook signs (accessKey rmqha-cluster): taken for every signed code but
+    REGISTER_BROKER and UNREGISTER_BROKER."""
     return sign(ext_fields, body, CLUSTER_KEY, secret)
+
+
+def timed_content(ext_fields: dict, body: bytes | None) -> bytes:
+    """What a timed signature covers: every ext field but Signature, as key and value each prefixed with
+    its length in bytes, in key order, then the body."""
+    out = bytearray()
+    for k in sorted(ext_fields):
+        if k == SIGNATURE:
+            continue
+        for part in (k.encode("utf-8"), str(ext_fields[k]).encode("utf-8")):
+            out += b"%d:" % len(part) + part
+    return bytes(out) + b"|" + (body or b"")
+
+
+def _timed_signature(content: bytes, secret: str) -> str:
+    return base64.b64encode(hmac.new(secret.encode("utf-8"), content, hashlib.sha256).digest()).decode("ascii")
+
+
+def _timed_signature_ok(ext_fields: dict, body: bytes | None, secret: str) -> bool:
+    expected = _timed_signature(timed_content(ext_fields, body), secret)
+    return hmac.compare_digest(expected, str(ext_fields.get(SIGNATURE, "")))
+
+
+def sign_cluster_timed(ext_fields: dict, body: bytes | None, secret: str, at_ms: int,
+                       nonce: str | None = None) -> dict:
+    """ext_fields (stringified as they go on the wire) signed with the time `at_ms` (the caller keeps it
+    strictly increasing) and a nonce."""
+    out = stringify_fields(ext_fields)
+    out[ACCESS_KEY] = CLUSTER_KEY
+    out[SIGN_TIME] = str(int(at_ms))
+    out[SIGN_NONCE] = nonce if nonce is not None else os.urandom(8).hex()
+    out.pop(SIGNATURE, None)
+    out[SIGNATURE] = _timed_signature(timed_content(out, body), secret)
+    return out
+
+
+class SignClock:
+    """A signer's clusterSignTime: its clock in ms, but always after the last one it gave (a clock
+    stepped back by NTP does not make a broker's requests look replayed)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds  # callable, e.g. reactor.seconds (the wall clock)
+        self.last = 0
+
+    def next_ms(self) -> int:
+        self.last = max(int(self.seconds() * 1000), self.last + 1)
+        return self.last
+
+
+class ReplayGuard:
+    """The name server's memory of timed requests (IO-free): refuses one signed more than the window from
+    now either way, one whose nonce it took, and one whose time is not after the last it took from the
+    same brokerAddr. It remembers a nonce or a broker's time only while a request with that time could
+    still pass the window, so at most about 2 x window of legitimate traffic."""
+
+    def __init__(self, window_s: float = SIGNED_WINDOW_S, max_nonces: int = MAX_REMEMBERED_NONCES):
+        self.window_ms = int(window_s * 1000)
+        self.max_nonces = max_nonces
+        self.nonces: dict[str, int] = {}
+        self.last_by_broker: dict[str, int] = {}
+        self._nonce_times: list[tuple[int, str]] = []   # heaps of (time, nonce) and (time, brokerAddr),
+        self._broker_times: list[tuple[int, str]] = []  # for pruning in O(log n)
+
+    def check(self, code: int, ext_fields: dict, now_ms: int) -> None:
+        """Raises Stale, Replayed or Unsigned (malformed time or nonce); else takes the request."""
+        raw, nonce = str(ext_fields.get(SIGN_TIME, "")), str(ext_fields.get(SIGN_NONCE, ""))
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 15:
+            raise Unsigned(f"request code {code}: {SIGN_TIME} {validation.shown(raw)!r} is not ms since the epoch")
+        if not 8 <= len(nonce) <= 64:
+            raise Unsigned(f"request code {code}: {SIGN_NONCE} must be 8..64 characters")
+        at = int(raw)
+        skew = at - now_ms
+        if abs(skew) > self.window_ms:
+            where = "ahead of" if skew > 0 else "behind"
+            raise Stale(f"request code {code} was signed {abs(skew) / 1000:.1f} s {where} this name server's "
+                        f"clock, outside its window of {self.window_ms / 1000:.0f} s (a replay, or clocks out of "
+                        "sync: check NTP on both hosts)")
+        self._prune(now_ms)
+        if nonce in self.nonces:
+            raise Replayed(f"request code {code}: nonce {validation.shown(nonce)} was taken already (a replayed request)")
+        broker = str(ext_fields.get("brokerAddr", ""))
+        last = self.last_by_broker.get(broker) if broker else None
+        if last is not None and at <= last:
+            raise Replayed(f"request code {code}: {SIGN_TIME} {at} from brokerAddr {validation.shown(broker)} is "
+                           f"not after the last taken ({last}): a replayed or reordered request, or that "
+                           "broker's clock went back across a restart")
+        if len(self.nonces) >= self.max_nonces:
+            raise Busy(f"request code {code}: {self.max_nonces} signed requests taken within the window "
+                       "already; try again later")
+        self.nonces[nonce] = at
+        heapq.heappush(self._nonce_times, (at, nonce))
+        if broker:
+            self.last_by_broker[broker] = at
+            heapq.heappush(self._broker_times, (at, broker))
+
+    def _prune(self, now_ms: int) -> None:
+        """Forget what no request can match any more: a time below now - window fails the window check."""
+        floor = now_ms - self.window_ms
+        while self._nonce_times and self._nonce_times[0][0] < floor:
+            _, nonce = heapq.heappop(self._nonce_times)
+            self.nonces.pop(nonce, None)
+        while self._broker_times and self._broker_times[0][0] < floor:
+            at, broker = heapq.heappop(self._broker_times)
+            if self.last_by_broker.get(broker) == at:
+                del self.last_by_broker[broker]
 
 
 def check_name(value: str, what: str) -> str:
@@ -123,9 +285,11 @@ def check_filter_servers(addrs: list[str]) -> None:
 
 
 def is_signed(ext_fields: dict, body: bytes | None, secret: str) -> bool:
-    """True when the request carries a valid signature with the cluster secret (any code)."""
+    """True when the request carries a valid signature with the cluster secret (any code; timed or not)."""
     if ext_fields.get(ACCESS_KEY) != CLUSTER_KEY:
         return False
+    if SIGN_TIME in ext_fields:
+        return _timed_signature_ok(ext_fields, body, secret)
     expected = signature(request_content(ext_fields, body), secret)
     return hmac.compare_digest(expected, str(ext_fields.get(SIGNATURE, "")))
 

@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 class NameServerProcessors:
     def __init__(self, routes: RouteInfoManager, kv: KVConfigManager, clock: IReactorTime, *,
                  cluster_secret: str | None = None, max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER,
-                 settings: NamesrvSettings | None = None, on_settings_changed=None):
+                 settings: NamesrvSettings | None = None, on_settings_changed=None,
+                 signed_window_s: float = guard.SIGNED_WINDOW_S):
         self.routes = routes
         self.settings = settings if settings is not None else NamesrvSettings()
         self.on_settings_changed = on_settings_changed  # callable(changed keys -> values), or None
@@ -31,6 +32,9 @@ class NameServerProcessors:
         self.cluster_secret = cluster_secret
         self.max_topics_per_broker = max_topics_per_broker
         self.refused_unsigned = 0
+        self.refused_stale = 0     # timed requests outside the window
+        self.refused_replayed = 0  # timed requests whose nonce or broker time was taken already
+        self.replay_guard = guard.ReplayGuard(signed_window_s)
         # a stranger repeats a refused request as often as it likes: one line a minute per kind
         self.log_limit = LogLimiter(log, now=clock.seconds)
 
@@ -66,14 +70,42 @@ class NameServerProcessors:
 
     def _check_signed(self, req: RemotingCommand, peer: str):
         """The refusal of a route- or config-changing request not signed with the cluster secret, if one
-        is set (guard.py); None to serve."""
+        is set, or signed timed but stale or replayed (guard.py); None to serve."""
+        if self.cluster_secret is None or req.code not in guard.SIGNED_CODES:
+            return None
+        fields = req.ext_fields or {}
         try:
-            guard.check_signed(req.code, req.ext_fields or {}, req.body, self.cluster_secret)
+            guard.check_signed(req.code, fields, req.body, self.cluster_secret)
         except guard.Unsigned as e:
             self.refused_unsigned += 1
             self.log_limit.log(logging.WARNING, ("unsigned", req.code),
                                "refused request code %d from %s: %s", req.code, peer, e)
             return req.make_response(ResponseCode.NO_PERMISSION, str(e))
+        if guard.SIGN_TIME in fields:
+            refused = self._fresh(req, peer)
+            if refused is not None:
+                return req.make_response(*refused)
+        return None
+
+    def _fresh(self, req: RemotingCommand, peer: str) -> tuple[int, str] | None:
+        """ReplayGuard's verdict on a timed request with a valid signature: None when taken, else the
+        response code and remark of the refusal (counted, and logged at most once a minute per kind)."""
+        try:
+            self.replay_guard.check(req.code, req.ext_fields or {}, self.now_ms())
+        except guard.Busy as e:
+            self.log_limit.log(logging.WARNING, ("signed busy", req.code),
+                               "refused request code %d from %s: %s", req.code, peer, e)
+            return ResponseCode.SYSTEM_BUSY, str(e)
+        except guard.Stale as e:
+            self.refused_stale += 1
+            self.log_limit.log(logging.WARNING, ("stale", req.code),
+                               "refused request code %d from %s: %s", req.code, peer, e)
+            return ResponseCode.NO_PERMISSION, str(e)
+        except guard.Unsigned as e:  # Replayed, or a malformed time or nonce
+            self.refused_replayed += 1
+            self.log_limit.log(logging.WARNING, ("replayed", req.code),
+                               "refused request code %d from %s: %s", req.code, peer, e)
+            return ResponseCode.NO_PERMISSION, str(e)
         return None
 
     def channel_closed(self, ctx: ConnectionContext) -> None:
@@ -136,13 +168,17 @@ class NameServerProcessors:
     def _may_refresh(self, broker_addr: str, req: RemotingCommand, ctx: ConnectionContext) -> bool:
         """Whether this QUERY_DATA_VERSION keeps the broker alive. As 4.9, anyone's does without a cluster
         secret; with one, only a signed query or one over the connection the broker registered on (else
-        any stranger keeps a partitioned broker's routes alive, and clients keep sending to it)."""
+        any stranger keeps a partitioned broker's routes alive, and clients keep sending to it). A signed
+        query must be timed and fresh (else a captured one, replayed, keeps a dead broker alive)."""
         if self.cluster_secret is None:
             return True
         live = self.routes.broker_live_table.get(broker_addr)
         if live is not None and live.channel is ctx:
             return True
-        return guard.is_signed(req.ext_fields or {}, req.body, self.cluster_secret)
+        fields = req.ext_fields or {}
+        if guard.SIGN_TIME not in fields or not guard.is_signed(fields, req.body, self.cluster_secret):
+            return False
+        return self._fresh(req, ctx.peer_address) is None
 
     # ---- routes ---------------------------------------------------------------------------------
 

@@ -116,10 +116,13 @@ def test_with_a_cluster_secret_only_signed_writes_change_routes_and_config():
     body = RegisterBrokerBody({"T": TopicConfig("T", 4, 4, 6)}).encode()
     fields = {"brokerName": "broker-a", "brokerAddr": M, "clusterName": "C", "haServerAddr": "10.0.0.1:10912",
               "brokerId": "0", "compressed": "false", "bodyCrc32": str(body_crc32(body))}
-    signed = guard.sign_cluster(fields, body, SECRET)
+    untimed = guard.sign_cluster(fields, body, SECRET)  # brokers sign timed: untimed would replay for ever
+    assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, untimed, body)).code == \
+        ResponseCode.NO_PERMISSION
+    signed = guard.sign_cluster_timed(fields, body, SECRET, int(clock_ns.clock.seconds() * 1000))
     assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, signed, body)).code == ResponseCode.SUCCESS
     tampered = dict(signed, haServerAddr="6.6.6.6:10912")
     assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, tampered, body)).code == \
         ResponseCode.NO_PERMISSION
     assert route(c, "T").code == ResponseCode.SUCCESS  # reads stay open, as in 4.9
-    assert ns.processors.refused_unsigned == 4
+    assert ns.processors.refused_unsigned == 5

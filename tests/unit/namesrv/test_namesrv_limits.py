@@ -21,13 +21,13 @@ SECRET = "0123456789abcdef-secret"
 
 
 def register_body(conn, body: RegisterBrokerBody, name="broker-a", addr=M, compressed=False, crc=None,
-                  secret=None):
+                  secret=None, at_ms=0):
     data = body.encode(compressed)
     fields = {"brokerName": name, "brokerAddr": addr, "clusterName": "C", "haServerAddr": "",
               "brokerId": "0", "compressed": str(compressed).lower(),
               "bodyCrc32": str(body_crc32(data) if crc is None else crc)}
     if secret:
-        fields = guard.sign_cluster(fields, data, secret)
+        fields = guard.sign_cluster_timed(fields, data, secret, at_ms)
     return conn.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data))
 
 
@@ -198,11 +198,11 @@ def test_unsigned_refusals_and_crc_mismatches_are_logged_at_a_rate(caplog):
 
 # ---- G11: liveness only from the broker itself, with a secret -----------------------------------------
 
-def query_data_version(conn, addr=M, secret=None):
+def query_data_version(conn, addr=M, secret=None, at_ms=0):
     body = json.dumps({"counter": 0, "timestamp": 0}).encode()
     fields = {"brokerAddr": addr, "brokerName": "broker-a", "clusterName": "C", "brokerId": "0"}
     if secret:
-        fields = guard.sign_cluster(fields, body, secret)
+        fields = guard.sign_cluster_timed(fields, body, secret, at_ms)
     return conn.call(RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, fields, body))
 
 
@@ -213,11 +213,12 @@ def test_with_a_secret_only_the_broker_keeps_itself_alive(who, stays):
     ns.start_scanning()
     broker = Conn(ns, 1)
     body = RegisterBrokerBody(topics("T"), {"counter": 0, "timestamp": 0})
-    assert register_body(broker, body, secret=SECRET).code == 0
+    assert register_body(broker, body, secret=SECRET, at_ms=int(clock.seconds() * 1000)).code == 0
     for _ in range(3):  # a partitioned broker: only the query keeps it, every 50 s
         clock.advance(50)
         conn = broker if who == "own channel" else Conn(ns, 9)
-        assert query_data_version(conn, secret=SECRET if who == "signed" else None).code == ResponseCode.SUCCESS
+        assert query_data_version(conn, secret=SECRET if who == "signed" else None,
+                                  at_ms=int(clock.seconds() * 1000)).code == ResponseCode.SUCCESS
     clock.advance(30)  # 180 s since the registration, 30 s since the last query
     assert (M in ns.routes.broker_live_table) is stays
     assert (route(Conn(ns, 3), "T").code == ResponseCode.SUCCESS) is stays
