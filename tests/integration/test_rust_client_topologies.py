@@ -1,7 +1,7 @@
-"""The Rust client (crates.io rocketmq-client-rust, unmodified) on the topologies test_rust_client.py
-(local 2m-2s-sync) and test_docker_rust_client.py (docker 2m-2s-sync) do not cover: 2m-2s-async and
-2m-noslave, on the local backend (through the cluster handle) and in containers (sharing the clusters
-of test_docker_replication.py and test_docker_noslave.py). Each: sync and batch sends to both masters
+"""The Rust client (crates.io rocketmq-client-rust, unmodified) on each classic topology through the
+cluster handle: 2m-2s-sync, 2m-2s-async and 2m-noslave on the local backend, and in containers
+2m-2s-async and 2m-noslave (sharing the clusters of test_docker_replication.py and test_docker_noslave.py;
+test_docker_rust_client.py covers docker 2m-2s-sync). Each: sync and batch sends to both masters
 come back SEND_OK and are read back by a push and a lite-pull consumer; then the crate's admin API
 (clients/rust admin, DefaultMQAdminExt; the whole admin plane is test_rust_admin.py) sees the
 topology's brokers with their runtime info, the topic's route, and the push group's consume stats
@@ -57,7 +57,7 @@ def admin_sees(rc: RustClient, namesrv: str, topic: str, group: str, topology: s
     wait_until(drained, 30, f"consume stats of {group} with nothing left to consume")
 
 
-@pytest.mark.parametrize("topology", ["2m-2s-async", "2m-noslave"])
+@pytest.mark.parametrize("topology", ["2m-2s-sync", "2m-2s-async", "2m-noslave"])
 def test_local_topology(topology):
     rc = RustClient.get()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
