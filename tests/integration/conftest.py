@@ -1,4 +1,7 @@
-"""Fixtures for the docker integration tests (tests/integration/test_docker_*.py).
+"""Fixtures shared by the integration tests.
+
+`rc` is the Rust client (rust_client.py's RustClient: the built binary, or fail/skip saying how to build
+it), one per module.
 
 `docker_cluster_pool` is per pytest-xdist worker (session scope runs once per worker process): it
 holds at most one docker-backend cluster and replaces it when a module asks for another topology or
@@ -46,6 +49,12 @@ class DockerClusterPool:
         if self.current is not None:
             self.current.down()
             self.current = None
+
+
+@pytest.fixture(scope="module")
+def rc():
+    from .rust_client import RustClient
+    return RustClient.get()
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ Each test uses its own topics and groups; they share one cluster.
 """
 from __future__ import annotations
 
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -21,21 +20,13 @@ from rmqha.broker.remoting.codes import RequestCode
 from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc, sync_groups
 from rmqha.cluster.wait import wait_until
 
+from .processes import unique_name
 from .rust_client import RustClient, queue_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 CLUSTER = "DefaultCluster"
 QUEUES = 4
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def rc():
-    return RustClient.get()
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +130,7 @@ def test_ha_status_of_a_slave_names_its_master(rc, cluster):
 
 def test_topic_created_by_admin_is_routed_counted_listed_and_deleted(rc, cluster):
     ns, nodes = cluster
-    topic = name("AdmTopic")
+    topic = unique_name("AdmTopic")
     out = create_topic(rc, ns, topic)
     assert sorted(out["brokers"]) == sorted([nodes["broker-a"].addr, nodes["broker-b"].addr])
 
@@ -172,7 +163,7 @@ def test_topic_created_by_admin_is_routed_counted_listed_and_deleted(rc, cluster
 def test_view_broker_stats_data_of_a_topic(rc, cluster):
     ns, nodes = cluster
     a = nodes["broker-a"]
-    topic = name("AdmStats")
+    topic = unique_name("AdmStats")
     create_topic(rc, ns, topic, broker_addr=a.addr)
     none = rc.admin(ns.addr, "view-broker-stats-data", broker_addr=a.addr, stats_name="TOPIC_PUT_NUMS",
                     stats_key=topic, check=False)
@@ -186,7 +177,7 @@ def test_view_broker_stats_data_of_a_topic(rc, cluster):
 
 def test_write_perm_wiped_and_added_at_the_name_server(rc, cluster):
     ns, nodes = cluster
-    topic = name("AdmPerm")
+    topic = unique_name("AdmPerm")
     create_topic(rc, ns, topic)
     perms = lambda: {q["brokerName"]: q["perm"] for q in route(ns, topic)["queueDatas"]}  # noqa: E731
     try:
@@ -204,7 +195,7 @@ def test_write_perm_wiped_and_added_at_the_name_server(rc, cluster):
 
 def test_subscription_group_created_listed_and_deleted(rc, cluster):
     ns, nodes = cluster
-    group = name("AdmGroup")
+    group = unique_name("AdmGroup")
     out = rc.admin(ns.addr, "sub-group", "create", cluster=CLUSTER, group=group,
                    config={"retryMaxTimes": 5, "consumeBroadcastEnable": False})
     assert sorted(out["brokers"]) == sorted([nodes["broker-a"].addr, nodes["broker-b"].addr])
@@ -221,7 +212,7 @@ def test_subscription_group_created_listed_and_deleted(rc, cluster):
 
 def test_consume_stats_connections_running_info_reset_and_clone(rc, cluster):
     ns, nodes = cluster
-    topic, group, clone = name("AdmCs"), name("AdmCsG"), name("AdmCsClone")
+    topic, group, clone = unique_name("AdmCs"), unique_name("AdmCsG"), unique_name("AdmCsClone")
     create_topic(rc, ns, topic)
     sent = sent_per_queue(rc.send(ns.addr, topic, count=10))
     got, done = rc.consume(ns.addr, topic, group, expect=10, timeout_s=20)
@@ -286,7 +277,7 @@ def test_consume_stats_connections_running_info_reset_and_clone(rc, cluster):
 
 def test_producer_connection_of_a_live_producer(rc, cluster):
     ns, nodes = cluster
-    topic, pgroup = name("AdmPc"), name("AdmPG")
+    topic, pgroup = unique_name("AdmPc"), unique_name("AdmPG")
     create_topic(rc, ns, topic)
     with ThreadPoolExecutor(1) as pool:
         live = pool.submit(rc.tx_send, ns.addr, topic, tx="commit", count=1, group=pgroup, linger_ms=6000)
@@ -311,7 +302,7 @@ def test_producer_connection_of_a_live_producer(rc, cluster):
 
 def test_query_msg_by_offset_msg_id(rc, cluster):
     ns, nodes = cluster
-    topic = name("AdmQm")
+    topic = unique_name("AdmQm")
     create_topic(rc, ns, topic)
     [r] = rc.send(ns.addr, topic, messages=[{"body": "admin-view-me", "tags": "TG", "keys": "k1"}])
     m = rc.admin(ns.addr, "query-msg", topic=topic, id=r["offsetMsgId"])["message"]
@@ -339,7 +330,7 @@ def test_namesrv_config_get_update_and_black_list(rc, cluster):
 
 def test_kv_config_put_get_list_delete(rc, cluster):
     ns, _ = cluster
-    space, key = name("AdmNs"), name("k")
+    space, key = unique_name("AdmNs"), unique_name("k")
     assert rc.admin(ns.addr, "kv", "put", namespace=space, key=key, value="v1") == {"put": True}
     assert rc.admin(ns.addr, "kv", "get", namespace=space, key=key) == {"value": "v1"}
     assert rc.admin(ns.addr, "kv", "list", namespace=space) == {"table": {key: "v1"}}
@@ -349,7 +340,7 @@ def test_kv_config_put_get_list_delete(rc, cluster):
     gone = rc.admin(ns.addr, "kv", "list", namespace=space, check=False)
     assert (gone["errorCode"], gone["errorMessage"]) == (22, f"No config item, Namespace: {space}"), gone
     # mqadmin updateOrderConf -m set: the topic's order conf under the name server's ORDER_TOPIC_CONFIG
-    topic = name("AdmOrder")
+    topic = unique_name("AdmOrder")
     try:
         rc.admin(ns.addr, "order-conf", topic=topic, value="broker-a:4;broker-b:4", cluster_wide=True)
         assert rc.admin(ns.addr, "kv", "get", namespace="ORDER_TOPIC_CONFIG", key=topic) == \

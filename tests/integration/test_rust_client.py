@@ -14,7 +14,6 @@ The status test uses a topic on broker-a alone, the failover test one on broker-
 """
 from __future__ import annotations
 
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -24,22 +23,13 @@ from rmqha.broker.remoting.codes import RequestCode
 from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc, sync_groups
 from rmqha.cluster.wait import wait_until
 
-from .rust_client import RustClient
+from .processes import unique_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 SYNC_WAIT_MS = 1500
 DELAY_LEVELS = "1s 1s 2s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 RETRY_DELAY_MS = 2000  # level 3, what a consumer's RECONSUME_LATER asks for the first time
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def rc():
-    return RustClient.get()
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +72,7 @@ def assert_all_ok(results: list[dict], n: int) -> None:
 
 def test_every_send_mode_read_back_by_push_pull_and_lite_pull(cluster, rc):
     ns, nodes = cluster
-    topic = topic_name("RustModes")
+    topic = unique_name("RustModes")
     sync = rc.send(ns.addr, topic, mode="sync", count=6, prefix="sync", tags="TagS")
     assert_all_ok(sync, 6)
     asyn = rc.send(ns.addr, topic, mode="async", count=5, prefix="async", tags="TagA")
@@ -121,7 +111,7 @@ def test_every_send_mode_read_back_by_push_pull_and_lite_pull(cluster, rc):
 
 def test_send_to_a_chosen_queue_and_orderly_consumption(cluster, rc):
     ns, nodes = cluster
-    topic = topic_name("RustOrder")
+    topic = unique_name("RustOrder")
     create_topic(ns, [nodes["broker-a"], nodes["broker-b"]], topic)
     exact = rc.send(ns.addr, topic, mode="sync", count=3, prefix="exact", queue=2, broker="broker-b")
     assert_all_ok(exact, 3)
@@ -143,7 +133,7 @@ def test_send_to_a_chosen_queue_and_orderly_consumption(cluster, rc):
 
 def test_reconsume_later_brings_each_message_back(cluster, rc):
     ns, _ = cluster
-    topic = topic_name("RustRetry")
+    topic = unique_name("RustRetry")
     sent = rc.send(ns.addr, topic, mode="sync", count=3, prefix="retry")
     assert_all_ok(sent, 3)
     # The broker parks the sent-back message at delay level 3 + reconsumeTimes (here 2 s), then
@@ -163,7 +153,7 @@ def test_reconsume_later_brings_each_message_back(cluster, rc):
 
 def test_offset_queries(cluster, rc):
     ns, nodes = cluster
-    topic = topic_name("RustOffsets")
+    topic = unique_name("RustOffsets")
     create_topic(ns, [nodes["broker-a"]], topic)
     assert_all_ok(rc.send(ns.addr, topic, mode="sync", count=5, prefix="off", queue=0, broker="broker-a"), 5)
     assert_all_ok(rc.send(ns.addr, topic, mode="sync", count=2, prefix="off3", queue=3, broker="broker-a"), 2)
@@ -186,7 +176,7 @@ def test_offset_queries(cluster, rc):
 def test_sync_master_send_ok_flush_slave_timeout_and_slave_not_available(cluster, rc):
     ns, nodes = cluster
     master, slave = nodes["broker-a"], nodes["broker-a-s"]
-    topic = topic_name("RustSync")
+    topic = unique_name("RustSync")
     create_topic(ns, [master], topic)
     send = dict(mode="sync", timeout_ms=8000, retries=0)  # client timeout above the broker's sync wait
 
@@ -224,7 +214,7 @@ def test_sync_master_send_ok_flush_slave_timeout_and_slave_not_available(cluster
 def test_consumers_read_from_the_slave_while_the_master_is_down(cluster, rc):
     ns, nodes = cluster
     master, slave = nodes["broker-b"], nodes["broker-b-s"]
-    topic = topic_name("RustFailover")
+    topic = unique_name("RustFailover")
     create_topic(ns, [master], topic)
     sent = rc.send(ns.addr, topic, mode="sync", count=10, prefix="fo")
     assert_all_ok(sent, 10)
@@ -258,7 +248,7 @@ def test_chaos_workload_runs_with_the_rust_client_and_its_history_says_so(cluste
 
     from rmqha.cluster.history import FIELDS, read_history
     ns, nodes = cluster
-    topic = topic_name("RustChaos")
+    topic = unique_name("RustChaos")
     create_topic(ns, [nodes["broker-a"], nodes["broker-b"]], topic)  # as rmqha.chaos.run does before its workload
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(repo), RUST_CLIENT_BIN=str(rc.binary))

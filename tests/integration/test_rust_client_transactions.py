@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
 
 from rmqha.broker.remoting.codes import RequestCode
 from rmqha.broker.store import record
-from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.standalone import BrokerProcess, rpc
 from rmqha.cluster.wait import wait_until
 
-from .rust_client import RustClient
+from .processes import master_and_slave, unique_name
 from .test_rust_client import create_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -43,32 +42,13 @@ TIMEOUT_MS, INTERVAL_MS, CHECK_MAX = 2000, 1000, 3
 NO_MESSAGE_CODE, NO_MESSAGE = 208, "query message by key finished, but no message."  # the client's words
 
 
-def topic_name(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def rc():
-    return RustClient.get()
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, rc):
-    tmp = tmp_path_factory.mktemp("rust-tx-cluster")
-    ns = NameServerProcess(tmp).start()
-    nodes: dict[str, BrokerProcess] = {}
     extra = {"transactionTimeOut": str(TIMEOUT_MS), "transactionCheckInterval": str(INTERVAL_MS),
              "transactionCheckMax": str(CHECK_MAX)}
-    try:
-        nodes["master"] = BrokerProcess(tmp, "broker-rtx", ns.addr, extra=extra).start()
-        nodes["slave"] = BrokerProcess(tmp, "broker-rtx", ns.addr, role="SLAVE", extra=extra).start()
-        wait_until(lambda: nodes["master"].status()["ha"]["connectionCount"] == 1, 20,
-                   "the slave connected", on_timeout=nodes["master"].log_tail)
-        yield ns, nodes["master"], nodes["slave"]
-    finally:
-        for b in nodes.values():
-            b.stop()
-        ns.stop()
+    with master_and_slave(tmp_path_factory.mktemp("rust-tx-cluster"), "broker-rtx", extra=extra, slave_extra=extra,
+                          wait_connected=True) as pair:
+        yield pair
 
 
 def cid_offsets(broker: BrokerProcess) -> dict:
@@ -94,7 +74,7 @@ def by_body(results: list[dict]) -> dict[str, dict]:
 
 def test_commit_rollback_and_check_back(cluster, rc):
     ns, master, _ = cluster
-    topic = topic_name("RustTx")
+    topic = unique_name("RustTx")
     create_topic(ns, [master], topic)
     group = f"PG-rtx-{topic}"
     plan = {"commit-me": "commit", "roll-me-back": "rollback", "ask-then-commit": "check-commit",
@@ -153,7 +133,7 @@ def test_commit_rollback_and_check_back(cluster, rc):
 
 def test_unknown_forever_is_asked_check_max_times_then_discarded(cluster, rc):
     ns, master, _ = cluster
-    topic = topic_name("RustTxMax")
+    topic = unique_name("RustTxMax")
     create_topic(ns, [master], topic)
     discarded = master.total_messages(DISCARDED, 1)
     # the command waits for CHECK_MAX checks, then 2.5 check intervals more in which no other may come
@@ -168,7 +148,7 @@ def test_unknown_forever_is_asked_check_max_times_then_discarded(cluster, rc):
 
 def test_query_by_key_in_a_time_range_and_view_by_id(cluster, rc):
     ns, master, _ = cluster
-    topic, other = topic_name("RustIdx"), topic_name("RustIdxOther")
+    topic, other = unique_name("RustIdx"), unique_name("RustIdxOther")
     create_topic(ns, [master], topic)
     create_topic(ns, [master], other)
     t0 = int(time.time() * 1000)
@@ -207,7 +187,7 @@ def test_query_by_key_in_a_time_range_and_view_by_id(cluster, rc):
 
 def test_slave_serves_the_committed_message_and_the_index_with_the_master_down(cluster, rc):
     ns, master, slave = cluster
-    topic = topic_name("RustTxHA")
+    topic = unique_name("RustTxHA")
     create_topic(ns, [master], topic)
     sent, checks, done = rc.tx_send(ns.addr, topic, group=f"PG-rtxha-{topic}", wait_s=5, linger_ms=300,
                                     messages=[{"body": "kept", "keys": "ha-kept", "tx": "commit"},
