@@ -54,13 +54,13 @@ def main(argv=None) -> int:
     try:
         server.start()
     except ConfigError as e:  # a file the configuration names (plain_acl.yml) is not usable
-        logging.getLogger("broker").error("cannot start: %s", e)
+        logging.getLogger("rmqha.broker").error("cannot start: %s", e)
         return 2
     except StoreError as e:
-        logging.getLogger("broker").error("cannot start: %s", e)
+        logging.getLogger("rmqha.broker").error("cannot start: %s", e)
         return 3
     except (OSError, CannotListenError) as e:
-        logging.getLogger("broker").error("cannot start: %s (is another broker using the same ports? "
+        logging.getLogger("rmqha.broker").error("cannot start: %s (is another broker using the same ports? "
                                           "set listenPort, or haListenPort/metricsPort)", e)
         return 3
     reactor.addSystemEventTrigger("before", "shutdown", server.stop)

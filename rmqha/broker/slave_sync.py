@@ -19,7 +19,7 @@ from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.remoting.protocol import RemotingClient
 from rmqha.broker.supervision import PeriodicService
 
-log = logging.getLogger("broker.slavesync")
+log = logging.getLogger("rmqha.broker.slavesync")
 
 SYNC_INTERVAL_S = 10.0
 TIMEOUT_S = 3.0

@@ -7,7 +7,7 @@ import logging
 from .stats import StatsClock, StatsTable, StoreStats
 from .supervision import PeriodicService
 
-log = logging.getLogger("broker")
+log = logging.getLogger("rmqha.broker")
 
 
 class BrokerStats:

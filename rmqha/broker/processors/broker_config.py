@@ -19,7 +19,7 @@ from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 
-log = logging.getLogger("broker")
+log = logging.getLogger("rmqha.broker")
 
 BLACK_LIST_REMARK = "Can not update config in black list."  # 4.9.8's answer, NO_PERMISSION
 

@@ -32,7 +32,7 @@ from rmqha.broker.store import queries
 
 from . import client_info
 
-log = logging.getLogger("broker.client_calls")
+log = logging.getLogger("rmqha.broker.client_calls")
 
 CALL_TIMEOUT_S = 10.0  # Broker2Client.callClient
 STATUS_TIMEOUT_S = 5.0  # Broker2Client.getConsumeStatus

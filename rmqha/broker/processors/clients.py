@@ -29,7 +29,7 @@ from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import BadRequest, RemotingCommand
 from rmqha.broker.supervision import PeriodicService
 
-log = logging.getLogger("broker.clients")
+log = logging.getLogger("rmqha.broker.clients")
 
 CHANNEL_EXPIRED_S = 120.0
 SCAN_INTERVAL_S = 10.0

@@ -19,7 +19,7 @@ from rmqha.broker.supervision import PeriodicService
 
 from . import atomic_write, read_json_file
 
-log = logging.getLogger("broker.offsets")
+log = logging.getLogger("rmqha.broker.offsets")
 
 TOPIC_GROUP_SEPARATOR = "@"
 FLUSH_INTERVAL_S = 5.0

@@ -35,7 +35,7 @@ from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.store import record
 from rmqha.broker.store.message_store import GetStatus
 
-log = logging.getLogger("broker.pull")
+log = logging.getLogger("rmqha.broker.pull")
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2

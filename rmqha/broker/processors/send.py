@@ -45,7 +45,7 @@ from rmqha.broker.transaction import messages as transaction
 from .topics import (AUTO_CREATE_TOPIC_KEY, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, dlq_topic,
                      is_writeable, validate_topic)
 
-log = logging.getLogger("broker.send")
+log = logging.getLogger("rmqha.broker.send")
 
 # SendMessageRequestHeaderV2's one-letter names (WIRE-FACTS §2.3).
 V2_NAMES = {

@@ -40,7 +40,7 @@ from rmqha.broker.store.message_store import PutStatus
 
 from .topics import MAX_QUEUE_NUMS, dlq_topic, is_writeable, retry_topic
 
-log = logging.getLogger("broker.sendback")
+log = logging.getLogger("rmqha.broker.sendback")
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 DLQ_NUMS_PER_GROUP = 1  # 4.9's AbstractSendMessageProcessor: a dead-letter topic has one queue

@@ -27,7 +27,7 @@ from rmqha.broker.remoting.command import RemotingCommand
 from . import atomic_write, read_json_file
 from .topics import SLAVE_REFUSES
 
-log = logging.getLogger("broker.subscription_groups")
+log = logging.getLogger("rmqha.broker.subscription_groups")
 
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 FILTERSRV_CONSUMER_GROUP = "FILTERSRV_CONSUMER"

@@ -23,7 +23,7 @@ from rmqha.broker.store import queries
 
 from .topics import SCHEDULE_TOPIC, SLAVE_REFUSES, SYSTEM_TOPICS, TopicConfigManager, validate_topic
 
-log = logging.getLogger("broker.topic_admin")
+log = logging.getLogger("rmqha.broker.topic_admin")
 
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 KEPT_WITHOUT_CONFIG = frozenset({SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC})  # cleanUnusedTopic never drops these

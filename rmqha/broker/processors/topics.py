@@ -27,7 +27,7 @@ from rmqha.broker.remoting.command import RemotingCommand
 
 from . import atomic_write, read_json_file
 
-log = logging.getLogger("broker.topics")
+log = logging.getLogger("rmqha.broker.topics")
 
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
