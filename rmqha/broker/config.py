@@ -252,6 +252,15 @@ class BrokerConfig:
     maxIndexNum: int = _prop("maxIndexNum", 5000000 * 4, minimum=2,
                              doc="index items of one index file (item 0 is never used)")
 
+    # DLedger mode (4.9's MessageStoreConfig; rmqha/broker/dledger_commitlog.py, docs/dledger.md): the commit
+    # log is replicated by a DLedger (Raft) group; brokerId/brokerRole come from the elected role.
+    enableDLegerCommitLog: bool = _prop("enableDLegerCommitLog", False,
+                                        doc="store the commit log in DLedger; the leader is the master")
+    dLegerGroup: str = _prop("dLegerGroup", "", doc="DLedger group (4.9 advises the brokerName)")
+    dLegerPeers: str = _prop("dLegerPeers", "", doc="n0-host:port;n1-host:port;... (DLedger's own ports)")
+    dLegerSelfId: str = _prop("dLegerSelfId", "", doc="this node's id in dLegerPeers: a letter and a number")
+    preferredLeaderId: str = _prop("preferredLeaderId", "", doc="DLedger preferredLeaderIds (;-list)")
+
     # Set by from_properties: 4.9 keys present in the file that this broker accepts and does not use.
     ignored_keys: list[str] = field(default_factory=list, metadata=dict(name=None))
     # Set by load: the file read, where UPDATE_BROKER_CONFIG persists (rmqha/broker/config_policy.py).
@@ -368,10 +377,12 @@ class BrokerConfig:
     def validate(self) -> None:
         if not self.brokerName:
             self.brokerName = socket.gethostname()
-        if self.brokerRole == "SLAVE" and self.brokerId == 0:
+        if self.enableDLegerCommitLog:
+            self._validate_dledger()
+        elif self.brokerRole == "SLAVE" and self.brokerId == 0:
             raise ConfigError("brokerId=0 is the master's id; a SLAVE needs brokerId >= 1 "
                               "(set brokerId=1, or brokerRole=ASYNC_MASTER/SYNC_MASTER)")
-        if self.brokerRole != "SLAVE" and self.brokerId != 0:
+        if self.brokerRole != "SLAVE" and self.brokerId != 0 and not self.enableDLegerCommitLog:
             raise ConfigError(f"brokerRole={self.brokerRole} needs brokerId=0 (got {self.brokerId}); "
                               "slaves use brokerId >= 1 with brokerRole=SLAVE")
         for key in ("haMasterAddress", "slaveSyncMasterAddress"):
@@ -420,6 +431,52 @@ class BrokerConfig:
                  "fastListenPort (listenPort - 2)": self.fast_listen_port}
         if len(set(ports.values())) != len(ports):
             raise ConfigError(f"ports must differ: {ports}")
+
+    def _validate_dledger(self) -> None:
+        """4.9 (BrokerStartup, DLedgerCommitLog): brokerId is -1 until the first role event; the node's
+        slave id is dLegerSelfId's number + 1, so the id is a letter and an integer (n0, n1, ...)."""
+        peers = dledger_peers(self.dLegerPeers)
+        if not self.dLegerGroup:
+            raise ConfigError("dLegerGroup is empty: enableDLegerCommitLog=true needs the DLedger group "
+                              "(4.9 advises dLegerGroup = brokerName)")
+        if dledger_slave_id(self.dLegerSelfId) is None:
+            raise ConfigError(f"dLegerSelfId={self.dLegerSelfId!r}: expected one letter and an integer "
+                              "(n0, n1, ...): 4.9 takes the broker id of a follower from the number")
+        if self.dLegerSelfId not in peers:
+            raise ConfigError(f"dLegerSelfId={self.dLegerSelfId!r} is not in dLegerPeers ({', '.join(peers)})")
+        for pid in filter(None, self.preferredLeaderId.split(";")):
+            if pid not in peers:
+                raise ConfigError(f"preferredLeaderId: {pid!r} is not in dLegerPeers ({', '.join(peers)})")
+        own = int(peers[self.dLegerSelfId].rpartition(":")[2])
+        if own in (self.listenPort, self.ha_port, self.metrics_port, self.fast_listen_port):
+            raise ConfigError(f"dLegerPeers: {self.dLegerSelfId}'s port {own} is one of this broker's other "
+                              "ports (listenPort, haListenPort, metricsPort, listenPort - 2)")
+        self.brokerId = -1
+
+
+def dledger_peers(value: str) -> dict[str, str]:
+    """dLegerPeers (`n0-host:port;n1-host:port`) as id -> host:port; a ConfigError naming the key."""
+    out: dict[str, str] = {}
+    for item in filter(None, (v.strip() for v in (value or "").split(";"))):
+        pid, sep, addr = item.partition("-")
+        if not sep or not pid:
+            raise ConfigError(f"dLegerPeers: {item!r} is not id-host:port (for example n0-127.0.0.1:40911)")
+        _check_addr("dLegerPeers", addr)
+        if pid in out:
+            raise ConfigError(f"dLegerPeers: {pid!r} appears twice")
+        out[pid] = addr
+    if not out:
+        raise ConfigError("dLegerPeers is empty: enableDLegerCommitLog=true needs the group's members, "
+                          "for example dLegerPeers=n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913")
+    return out
+
+
+def dledger_slave_id(self_id: str) -> int | None:
+    """The brokerId 4.9 gives a follower: int(selfId.substring(1)) + 1 (DLedgerCommitLog's id)."""
+    rest = self_id[1:]
+    if len(self_id) < 2 or not rest.isdigit() or not rest.isascii():
+        return None
+    return int(rest) + 1
 
 
 IGNORED_KEYS = frozenset("""

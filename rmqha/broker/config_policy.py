@@ -31,7 +31,7 @@ haSlaveFallbehindMax haSocketBufferSize haReconnectMaxDelay haSlaveZeroCopy haSl
 haRecoveryEnable haRecoveryPeers haRecoveryWaitMs transactionCheckInterval flushDelayOffsetInterval
 serverChannelMaxIdleTimeSeconds maxFrameLength maxHeaderLength maxClientConnections maxHeldPullRequests
 maxHeldFrameBytes sendFastPath checkCRCOnRecover commitLogPreallocate traceTopicEnable msgTraceTopicName
-messageIndexEnable
+messageIndexEnable enableDLegerCommitLog dLegerGroup dLegerPeers dLegerSelfId preferredLeaderId
 """.split())
 
 _STORE = "the store on disk was written with it; a different value at the next start misreads or loses data"

@@ -116,7 +116,11 @@ class BrokerController:
         if c.ignored_keys:
             log.warning("4.9 config keys accepted and not used by this broker (their 4.9 behaviour does not "
                         "exist here): %s", ", ".join(c.ignored_keys))
-        self.store = MessageStore(
+        store_class = MessageStore
+        if c.enableDLegerCommitLog:  # the commit log on DLedger (rmqha/broker/dledger_commitlog.py)
+            from .dledger_commitlog import DLedgerMessageStore
+            store_class = DLedgerMessageStore
+        self.store = store_class(
             c.storePathRootDir, c.commitlog_dir, commitlog_file_size=c.mappedFileSizeCommitLog,
             cq_file_size=c.mappedFileSizeConsumeQueue, check_crc_on_recover=c.checkCRCOnRecover,
             store_host=record.host_of(c.broker_addr), preallocate=c.commitLogPreallocate,
@@ -125,6 +129,8 @@ class BrokerController:
             now_ms=lambda: int(self.clock.seconds() * 1000),
             index=IndexSettings(c.messageIndexEnable, c.maxHashSlotNum, c.maxIndexNum))
         self.store.delay_levels_ms = c.delay_levels_ms
+        if c.enableDLegerCommitLog:
+            self.store.configure(c, self.reactor, self.clock)  # type: ignore[attr-defined]
         if "lose-tail-on-restart" in c.planted_bugs and c.is_master:
             log.error("PLANTED BUG lose-tail-on-restart: dropped the last %d bytes of the commit log before "
                       "recovery", planted.cut_tail(c.commitlog_dir))
@@ -145,7 +151,10 @@ class BrokerController:
                                     interval_ms=c.flushIntervalCommitLog, timeout_ms=c.syncFlushTimeout)
         if "skip-flush" not in self.bugs:
             self.flusher.start(self.metrics)
-        if c.is_master:
+        if c.enableDLegerCommitLog:  # no HA service, no HA listener (4.9: haService = null)
+            self.store.start_service(listen)  # type: ignore[attr-defined]
+            self.status_extra.append(lambda: {"dledger": self.store.status()})  # type: ignore[attr-defined]
+        elif c.is_master:
             # Consume-queue units and index keys of the records a reactor turn appended are built in one
             # batch on the next turn (MessageStore.dispatch_pending).
             self.store.dispatch_soon = self._reput_soon
@@ -260,6 +269,8 @@ class BrokerController:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="this broker is a SLAVE; send to its master")
         if self.writes_held:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=RECOVERING)
+        if c.enableDLegerCommitLog:  # answered once a quorum has it; no flush or HA wait
+            return self.store.put_async(msg)  # type: ignore[attr-defined]
         began = time.monotonic()
         res = self.store.put_message(msg)
         if res.status == PutStatus.PUT_OK:

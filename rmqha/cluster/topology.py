@@ -27,7 +27,7 @@ from . import ClusterError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = REPO_ROOT / "compose"
-TOPOLOGIES = ("2m-2s-async", "2m-2s-sync", "2m-noslave")
+TOPOLOGIES = ("2m-2s-async", "2m-2s-sync", "2m-noslave", "dledger")
 
 DEFAULT_BASE_PORT = 10911
 DEFAULT_NAMESRV_PORT = 9876
@@ -38,7 +38,14 @@ MAX_NODES = NAMESRV_OFFSET // NODE_PORT_STRIDE  # 4 nodes fit before the name se
 
 # Keys the tooling sets itself; a conf file must not pin them (the official ones do not).
 DEPLOYMENT_KEYS = ("listenPort", "haListenPort", "metricsPort", "brokerIP1", "namesrvAddr",
-                   "haMasterAddress", "storePathRootDir")
+                   "haMasterAddress", "storePathRootDir", "dLegerPeers")
+# A DLedger node's own port (dLegerPeers), free in every node's stride: listenPort + 3.
+DLEDGER_PORT_OFFSET = 3
+
+
+def is_dledger(props: dict) -> bool:
+    """A conf file of a DLedger node (enableDLegerCommitLog=true, 4.9's conf/dledger)."""
+    return str(props.get("enableDLegerCommitLog", "")).strip().lower() == "true"
 
 # The message index of every broker the tooling starts (both backends). RocketMQ's defaults
 # (maxHashSlotNum=5000000, maxIndexNum=20000000) make each index file 420 MB (sparse); a test cluster
@@ -129,7 +136,9 @@ def load_topology(name: str, compose_dir: Path | str = COMPOSE_DIR) -> Topology:
             raise ClusterError(f"{path} sets {', '.join(pinned)}; these are per-deployment and set by the "
                                "cluster tooling: remove them from the file (pass extra keys with --set)")
         try:
-            cfg = BrokerConfig.from_properties(props)
+            # a DLedger node's peers are per deployment (node_overrides): validated with a stand-in here
+            stand_in = {"dLegerPeers": f"{props.get('dLegerSelfId', '').strip()}-127.0.0.1:1"} if is_dledger(props) else {}
+            cfg = BrokerConfig.from_properties({**props, **stand_in})
         except ConfigError as e:
             raise ClusterError(f"{path}: {e}") from e
         if not props.get("brokerName"):
@@ -146,7 +155,7 @@ def load_topology(name: str, compose_dir: Path | str = COMPOSE_DIR) -> Topology:
     topo = Topology(name=name, directory=directory, nodes=nodes)
     seen = {}
     for n in nodes:
-        key = (n.broker_name, n.broker_id)
+        key = (n.broker_name, n.props.get("dLegerSelfId", "").strip() if is_dledger(n.props) else n.broker_id)
         if key in seen:
             raise ClusterError(f"{n.conf_file} and {seen[key].conf_file} are both "
                                f"brokerName={n.broker_name} brokerId={n.broker_id}")
@@ -198,6 +207,8 @@ class PortPlan:
             for key, port in ports.items():
                 out.append((n.name, key, port))
             out.append((n.name, "VIP channel (listenPort - 2)", ports["listenPort"] - 2))
+            if is_dledger(n.props):
+                out.append((n.name, "DLedger port (listenPort + 3)", ports["listenPort"] + DLEDGER_PORT_OFFSET))
         ports = [p for _, _, p in out]
         if len(set(ports)) != len(ports):
             raise ClusterError(f"port plan collides (base {self.base_port}, name server {self.namesrv_port}); "
@@ -243,6 +254,15 @@ def node_overrides(topology: Topology, plan: PortPlan, *, host: str, store_dir_o
         o["storePathRootDir"] = str(store_dir_of(n.name))
         o.update(CLUSTER_INDEX_SIZES)
         out[n.name] = o
+    groups: dict[str, list[NodeSpec]] = {}
+    for n in topology.nodes:
+        if is_dledger(n.props):
+            groups.setdefault(n.props.get("dLegerGroup", "").strip(), []).append(n)
+    for members in groups.values():  # each DLedger node's dLegerPeers: the group's nodes at listenPort + 3
+        peers = ";".join(f"{m.props['dLegerSelfId'].strip()}-{host}:"
+                         f"{plan.node_ports(m)['listenPort'] + DLEDGER_PORT_OFFSET}" for m in members)
+        for m in members:
+            out[m.name]["dLegerPeers"] = peers
     for n in topology.slaves:
         m = topology.master_of(n)
         # From the master's final overrides, so a --set of the master's haListenPort is followed.

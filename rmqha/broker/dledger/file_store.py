@@ -45,6 +45,7 @@ rebuilt from possibly torn data, and `currterm` is fsynced.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from .entry import (BLANK_MAGIC_CODE, BODY_OFFSET, CURRENT_MAGIC, HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_1,
                     MIN_BLANK_LEN, DLedgerEntry, EntryFormatError, decode_entry, decode_index, encode_entry,
@@ -251,6 +252,10 @@ class FileStore:
         self.committed_index = -1
         self.dirty = False  # written since the last flush()
         self.recovered_from: dict[str, int] = {}  # what recovery found, for logs and tests
+        # DLedgerMmapFileStore's AppendHook: (body, pos) -> body of the same length, run on the leader
+        # after the entry's pos is chosen and before its bytes are written (4.9 patches the message's
+        # PHYSICALOFFSET, pos + 48, into the body); followers store the leader's bytes as they are.
+        self.append_hook: Callable[[bytes, int], bytes] | None = None
         self.data.load()
         self.index.load()
         self._recover()
@@ -299,6 +304,11 @@ class FileStore:
         entry = DLedgerEntry(body=bytes(body), index=self.end_index + 1, term=term, magic=CURRENT_MAGIC, pos=0)
         size = entry.compute_size()
         entry.pos = self.data.pre_append(size)
+        if self.append_hook is not None:
+            body = self.append_hook(entry.body, entry.pos)
+            if len(body) != len(entry.body):
+                raise StoreError(f"the append hook changed the body's length ({len(entry.body)} -> {len(body)})")
+            entry.body = body
         data = encode_entry(entry)
         pos = self.data.append(data)
         if pos != entry.pos:

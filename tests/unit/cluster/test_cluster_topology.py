@@ -18,7 +18,24 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("name", TOPOLOGIES)
+CLASSIC = [t for t in TOPOLOGIES if t != "dledger"]
+
+
+def test_the_dledger_topology_is_4_9s_conf_dledger(tmp_path):
+    topo = load_topology("dledger")
+    # brokerId -1 until elected (4.9's BrokerStartup); one broker name, three DLedger nodes
+    assert [(n.name, n.broker_name, n.broker_id) for n in topo.nodes] == [
+        ("broker-n0", "RaftNode00", -1), ("broker-n1", "RaftNode00", -1), ("broker-n2", "RaftNode00", -1)]
+    plan = PortPlan.make(20000)
+    over = node_overrides(topo, plan, host="127.0.0.1", store_dir_of=lambda n: tmp_path / n)
+    peers = "n0-127.0.0.1:20003;n1-127.0.0.1:20013;n2-127.0.0.1:20023"
+    assert {o["dLegerPeers"] for o in over.values()} == {peers}
+    assert ("broker-n1", "DLedger port (listenPort + 3)", 20013) in plan.all_ports(topo)
+    c = effective_config(topo.node("broker-n2"), over["broker-n2"])
+    assert (c.enableDLegerCommitLog, c.dLegerSelfId, c.brokerId) == (True, "n2", -1)
+
+
+@pytest.mark.parametrize("name", CLASSIC)
 def test_official_topologies(name):
     topo = load_topology(name)
     assert [(n.name, n.broker_name, n.broker_id, n.role) for n in topo.nodes] == EXPECTED[name]
@@ -173,7 +190,7 @@ def test_compose_files_are_plain_properties():
     for name in TOPOLOGIES:
         for f in (COMPOSE_DIR / name).glob("*.properties"):
             props = parse_properties(f.read_text())
-            assert props["brokerClusterName"] == "DefaultCluster"
+            assert props["brokerClusterName"] == ("RaftCluster" if name == "dledger" else "DefaultCluster")
 
 
 def test_a_base_port_in_the_ephemeral_range_is_refused_with_advice(monkeypatch):

@@ -1,0 +1,482 @@
+"""The broker's commit log on DLedger (RocketMQ 4.9's enableDLegerCommitLog=true): DLedgerCommitLog and
+DLedgerRoleChangeHandler over the IO-free core in rmqha/broker/dledger.
+
+Each DLedger entry's body is one classic commit-log record (store/record.py); the leader writes its
+PHYSICALOFFSET as the entry's pos + 48 through the file store's append hook, so every replica holds the
+same bytes, and a message's commit-log offset (consume-queue unit, msgId) is pos + 48. Only committed
+entries are dispatched to the consume queues and the index (a `Committed` effect), on the leader and on
+followers alike. A send is answered once a quorum has the entry (SEND_OK), after maxWaitAckTimeMs with
+OS_PAGECACHE_BUSY (SYSTEM_ERROR "[PC_SYNCHRONIZED]..."), at once with OS_PAGECACHE_BUSY when this node
+is not the DLedger leader, and with SERVICE_NOT_AVAILABLE (14) by a SLAVE (a follower).
+
+Roles (RCH = DLedgerRoleChangeHandler): FOLLOWER, and CANDIDATE when not already a slave, make the broker
+a SLAVE with brokerId = dLegerSelfId's number + 1; LEADER makes it the master (brokerId 0, SYNC_MASTER)
+once its committed index reaches its log's end and the consume queues caught up (polled every 100 ms),
+after rebuilding the queue offsets from the consume queues. Each change registers with the name servers
+at once. A new leader whose log has entries it cannot count as committed yet (the Raft commit rule:
+only an entry of its own term commits the ones before it) appends a no-op entry first: see
+docs/dledger.md "The new leader's no-op".
+
+Left out (see docs/dledger.md): batch sends, the upgrade from a classic commit log, clean-space,
+leadership transfer to preferredLeaderId, slave sync of topics and offsets after a role change.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import defer
+
+from . import validation
+from .store import delay
+from .config import BrokerConfig, dledger_slave_id
+from .dledger.config import DLedgerConfig
+from .dledger.effects import Committed, RoleChanged
+from .dledger.entry import BODY_OFFSET
+from .dledger.file_store import DEFAULT_INDEX_FILE_SIZE, FileStore
+from .dledger.node import DLedgerNode
+from .dledger.protocol import ResponseCode as DLCode
+from .dledger.transport import DLedgerService
+from .store import record
+from .store.consume_queue import ConsumeQueue
+from .store.mapped_file import StoreError
+from .store.message_store import MessageStore, PutResult, PutStatus
+from .store.record import Scan
+
+log = logging.getLogger("rmqha.broker.dledger_commitlog")
+
+# SendMessageProcessor's remark for OS_PAGECACHE_BUSY (4.9.8)
+BUSY = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
+# The new leader's no-op: a TRANSACTION_ROLLBACK record with an empty body, which 4.9's dispatch gives no
+# consume-queue unit and no index key (DefaultMessageStore.CommitLogDispatcherBuildConsumeQueue,
+# IndexService.buildIndex); this store skips it by its topic too.
+NOOP_TOPIC = "RMQ_SYS_DLEDGER_NOOP"
+PHYS_AT = 28  # PHYSICALOFFSET in a record (MessageDecoder.PHY_POS_POSITION)
+_I8 = struct.Struct(">q")
+LEADER_POLL_S = 0.1  # RCH polls every 100 ms until the new leader may be master
+LEARN_MASTER_S = 1.0  # a slave that does not know its master registers again this often (ours)
+
+# AppendEntryResponse codes -> the PutStatus 4.9's DLedgerCommitLog.putMessage answers
+_OUTCOME = {
+    DLCode.WAIT_QUORUM_ACK_TIMEOUT: PutStatus.OS_PAGECACHE_BUSY,
+    DLCode.LEADER_PENDING_FULL: PutStatus.OS_PAGECACHE_BUSY,
+    DLCode.NOT_LEADER: PutStatus.SERVICE_NOT_AVAILABLE,
+    DLCode.INCONSISTENT_LEADER: PutStatus.SERVICE_NOT_AVAILABLE,
+    DLCode.LEADER_NOT_READY: PutStatus.SERVICE_NOT_AVAILABLE,
+    DLCode.DISK_FULL: PutStatus.SERVICE_NOT_AVAILABLE,
+}
+
+
+def patch_physical_offset(body: bytes, pos: int) -> bytes:
+    """The leader's append hook (DLedgerCommitLog's AppendHook): PHYSICALOFFSET = pos + 48."""
+    buf = bytearray(body)
+    _I8.pack_into(buf, PHYS_AT, pos + BODY_OFFSET)
+    return bytes(buf)
+
+
+def noop_body() -> bytes:
+    rec = record.encode(record.Message(topic=NOOP_TOPIC, body=b"", sys_flag=record.TRANSACTION_ROLLBACK))
+    return bytes(rec.finish(0, 0))
+
+
+class DLedgerLog:
+    """CommitLog's read side over the DLedger data files: offsets are entry positions + 48 (a message's
+    start); max_offset is the end of the last dispatched committed entry (4.9's committedPos)."""
+
+    def __init__(self, fs: FileStore):
+        self.fs = fs
+        self.file_size = fs.data.file_size
+        self.committed_pos = 0
+
+    @property
+    def min_offset(self) -> int:
+        return self.fs.data.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.committed_pos or self.min_offset
+
+    def load(self) -> None:
+        pass
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        f = self.fs.data._file_at(offset)
+        if f is None:
+            return b""
+        rel = offset - f.start
+        n = min(max_bytes, f.wrote - rel)
+        return os.pread(f.fd, n, rel) if n > 0 else b""
+
+    def read_record(self, offset: int, size: int) -> bytes:
+        return self.fs.data.read(offset, size) or b""
+
+    def message_at(self, offset: int, size: int | None = None) -> record.Message | None:
+        if size is None:
+            size = record.message_size(self.read(offset, record.HEAD_SIZE))
+            if size <= 0:
+                return None
+        r = record.scan(self.read_record(offset, size), 0, check_crc=False)
+        return r.message if r.kind == Scan.MESSAGE else None
+
+    def last_file_start(self) -> int:
+        m = self.max_offset
+        return max(0, m - m % self.file_size)
+
+    def flush(self) -> int:
+        return self.max_offset  # DLedgerService fsyncs the data and index files every 10 ms
+
+    def close(self) -> None:
+        pass  # DLedgerMessageStore.shutdown stops the service, which closes the files
+
+
+class DLedgerMessageStore(MessageStore):
+    """MessageStore whose commit log is a DLedger group member (see the module docstring)."""
+
+    dledger_config: BrokerConfig
+    service: DLedgerService
+    node: DLedgerNode
+    fs: FileStore
+
+    def configure(self, config: BrokerConfig, reactor: Any, clock: Any, rng: random.Random | None = None,
+                  dledger: DLedgerConfig | None = None) -> None:
+        """Called before start(): the broker config, the reactor and clock the DLedger service runs on;
+        `dledger` replaces the DLedger config built from the broker's keys (tests shorten timers)."""
+        self.dledger_config = config
+        self._reactor, self._clock = reactor, clock
+        self._rng = rng or random.Random()
+        self._dl_config = dledger or DLedgerConfig(group=config.dLegerGroup, selfId=config.dLegerSelfId,
+                                                   peers=config.dLegerPeers,
+                                                   preferredLeaderIds=config.preferredLeaderId or None)
+        self.next_dispatch_index = 0  # the first committed entry not yet in the consume queues
+        self.role_listeners: list[Callable[[RoleChanged], object]] = []
+        self.noops = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def start(self):
+        c = self.dledger_config
+        os.makedirs(self.root, exist_ok=True)
+        self._take_lock()
+        abort = os.path.join(self.root, "abort")
+        self.was_clean_shutdown = not os.path.exists(abort)
+        # storeBaseDir = storePathRootDir: <root>/dledger-<selfId>/{data,index,checkpoint,currterm}
+        self.fs = FileStore(self.root, c.dLegerSelfId, data_file_size=c.mappedFileSizeCommitLog,
+                            index_file_size=DEFAULT_INDEX_FILE_SIZE)
+        self.fs.append_hook = patch_physical_offset
+        self.commitlog = DLedgerLog(self.fs)  # type: ignore[assignment]
+        self._load_queues()
+        # Units past the log's end (lost data files) are dropped, as 4.9's truncateDirtyLogicFiles does.
+        end = self.fs.data.max_wrote
+        dropped = sum(cq.truncate_beyond(end) for cq in self.queues.values())
+        if dropped:
+            log.warning("recovery: dropped %d consume-queue units past the DLedger data end %d", dropped, end)
+        self.next_dispatch_index = self._first_undispatched()
+        if self.next_dispatch_index > self.fs.begin_index >= 0:
+            prev = self.fs.get(self.next_dispatch_index - 1)
+            self.commitlog.committed_pos = prev.pos + prev.size
+        self.index.load()
+        self.dispatch_committed()
+        with open(abort, "w"):
+            pass
+        term, vote_for = self.fs.load_term()
+        self.node = DLedgerNode(self._dl_config, self.fs, rng=self._rng, term=term, vote_for=vote_for)
+        self.service = DLedgerService(self.node, self.fs, reactor=self._reactor, clock=self._clock,
+                                      on_effect=self._on_effect)
+        log.info("DLedger store %s: entries %d..%d (term %d), committed %d, dispatched up to %d, currTerm %d",
+                 self.fs.path, self.fs.begin_index, self.fs.end_index, self.fs.end_term, self.fs.committed_index,
+                 self.next_dispatch_index - 1, term)
+        self.recovery = None
+        return None
+
+    def _first_undispatched(self) -> int:
+        """The first entry whose message no consume queue holds: entries are dispatched in order, so it
+        is the first one at or past the queues' furthest end (a bisection over the index)."""
+        fs = self.fs
+        if fs.end_index < 0:
+            return max(0, fs.end_index + 1)
+        ends = [cq.max_phys_end for cq in self.queues.values() if cq.max_index > 0]
+        done = max(ends, default=0)
+        lo, hi = fs.begin_index, fs.end_index + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            pos, _size = fs._pos_size(mid)
+            if pos + BODY_OFFSET < done:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def start_service(self, listen: bool = True) -> None:
+        """Start DLedger (the elector, the pusher, the RPC listener): 4.9's commitLog.start(), last."""
+        self.service.start(listen=listen)
+
+    def shutdown(self) -> None:
+        if self.closed:
+            return
+        self.service.stop()  # flush, checkpoint, close the DLedger files
+        super().shutdown()
+
+    def _on_effect(self, eff: object) -> None:
+        if isinstance(eff, Committed):
+            if not self.closed:
+                self.dispatch_committed()
+        elif isinstance(eff, RoleChanged):
+            for cb in list(self.role_listeners):
+                cb(eff)
+
+    # -- dispatch (ReputMessageService over committed entries) ---------------------------------------
+    @property
+    def dispatched_all(self) -> bool:
+        return self.next_dispatch_index > self.fs.committed_index
+
+    def dispatch_committed(self) -> int:
+        fs = self.fs
+        if fs.begin_index >= 0:
+            self.next_dispatch_index = max(self.next_dispatch_index, fs.begin_index)
+        batches: dict[ConsumeQueue, list[tuple[int, int, int, int]]] = {}
+        keyed = []
+        n = 0
+        while self.next_dispatch_index <= fs.committed_index:
+            entry = fs.get(self.next_dispatch_index)
+            self.next_dispatch_index += 1
+            self.commitlog.committed_pos = entry.pos + entry.size  # type: ignore[attr-defined]
+            phys = entry.pos + BODY_OFFSET
+            kind, size, info, reason = record.scan_index(entry.body, 0, False)
+            if kind != Scan.MESSAGE or info is None:
+                if not self.dispatch_error:
+                    self.dispatch_error = f"entry {entry.index} at {entry.pos} is not a message: {kind} {reason}"
+                    log.error("dispatch: %s (skipped)", self.dispatch_error)
+                continue
+            if info.topic == NOOP_TOPIC:
+                continue
+            n += 1
+            self.last_store_timestamp = info.store_timestamp
+            keyed.append((info.topic, info.sys_flag, info.store_timestamp, info.index_keys(), None, phys))
+            if info.gets_queue_entry:
+                cq = self._queue_for_record(info.topic, info.queue_id, phys)
+                if cq is not None:
+                    batches.setdefault(cq, []).append((info.queue_offset, phys, size,
+                                                       self._unit_tags_code(info, phys)))
+        if keyed:
+            self.index.build_records(keyed)
+        for cq, units in batches.items():
+            cq.put_many(units)
+        self.reput_offset = self.commitlog.max_offset
+        for cq in batches:
+            for cb in self.dispatch_listeners:
+                cb(cq.topic, cq.queue_id)
+        return n
+
+    def dispatch_pending(self) -> int:
+        return 0  # nothing is dispatched at append time: only committed entries are
+
+    def dispatch(self, max_bytes: int = 8 << 20) -> int:
+        return 0
+
+    # -- the send path -------------------------------------------------------------------------------
+    def put_message(self, msg: record.Message) -> PutResult:  # type: ignore[override]
+        raise StoreError("a DLedger store is written through put_async")
+
+    def put_sends(self, buf, sends, born_host):  # type: ignore[no-untyped-def]
+        return []  # the compiled fast path is off in DLedger mode; the Python path says why
+
+    def recover_topic_queue_table(self) -> None:
+        """4.9's recoverTopicQueueTable: the next queue offsets come from the consume queues again."""
+        self.queue_offsets.clear()
+
+    def put_async(self, msg: record.Message) -> PutResult | defer.Deferred:
+        """DLedgerCommitLog.putMessage: a PutResult at once when nothing was appended, else a Deferred
+        firing with one once DLedger decided (quorum, ack timeout, ...)."""
+        if self.closed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="store is shut down")
+        msg.store_timestamp = self.now_ms()
+        msg.store_host = self.store_host
+        try:
+            delay.to_schedule_topic(msg, self.delay_levels_ms)
+        except ValueError as e:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))
+        key = (msg.topic, msg.queue_id)
+        if msg.gets_queue_entry:
+            if validation.topic_problem(msg.topic):
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"topic {msg.topic!r} is not valid")
+            queue_offset = self.queue_offsets.get(key)
+            if queue_offset is None:
+                queue_offset = self.queue(*key).max_index
+        else:
+            queue_offset = 0
+        msg.queue_offset = queue_offset
+        try:
+            rec = record.encode(msg)
+        except record.RecordError as e:
+            status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e) else PutStatus.MESSAGE_ILLEGAL
+            return PutResult(status, remark=str(e))
+        if rec.size + BODY_OFFSET + 8 > self.fs.data.file_size:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL,
+                             remark=f"a {rec.size}-byte message does not fit a {self.fs.data.file_size}-byte data file")
+        done: list[Any] = []
+        d = defer.Deferred()
+        d.addCallback(done.append)
+        try:
+            self.service.append(bytes(rec.finish(queue_offset, 0)), d)
+        except StoreError as e:
+            log.error("DLedger append failed: %s", e)
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=f"DLedger store error: {e}")
+        if done:  # decided at once: not appended (not the leader, transferring, pending full, ...)
+            resp = done[0]
+            if resp.code == DLCode.SUCCESS:  # a one-node group
+                if msg.gets_queue_entry:
+                    self.queue_offsets[key] = queue_offset + 1
+                return self._outcome(resp, rec.size, queue_offset, msg.store_timestamp)
+            return PutResult(PutStatus.OS_PAGECACHE_BUSY, remark=f"{BUSY} (DLedger {DLCode(resp.code).name})")
+        if msg.gets_queue_entry:
+            self.queue_offsets[key] = queue_offset + 1  # at once, as 4.9 (even if the append fails later)
+        d2 = defer.Deferred()
+        d.addCallback(lambda _r: d2.callback(self._outcome(done[0], rec.size, queue_offset, msg.store_timestamp)))
+        return d2
+
+    def _outcome(self, resp: Any, size: int, queue_offset: int, store_timestamp: int) -> PutResult:
+        if resp.code == DLCode.SUCCESS:
+            offset = resp.pos + BODY_OFFSET
+            return PutResult(PutStatus.PUT_OK, offset, size, queue_offset,
+                             record.offset_msg_id(self.store_host, offset), store_timestamp)
+        try:
+            name = DLCode(resp.code).name
+        except ValueError:
+            name = str(resp.code)
+        status = _OUTCOME.get(resp.code, PutStatus.UNKNOWN_ERROR)
+        remark = BUSY if status is PutStatus.OS_PAGECACHE_BUSY else ""
+        return PutResult(status, remark=f"{remark} (DLedger {name})".strip())
+
+    def append_noop(self) -> None:
+        """The new leader's entry of its own term (docs/dledger.md "The new leader's no-op")."""
+        self.noops += 1
+        self.service.append(noop_body(), object())
+
+    def status(self) -> dict:
+        s = self.service.status()
+        s["dispatchedIndex"] = self.next_dispatch_index - 1
+        s["noops"] = self.noops
+        return s
+
+
+class DLedgerRoleChangeHandler:
+    """RCH + BrokerController.changeToMaster/changeToSlave on a BrokerServer (rmqha/broker/server.py)."""
+
+    def __init__(self, server: Any):
+        self.server = server
+        self.config: BrokerConfig = server.config
+        self.store: DLedgerMessageStore = server.controller.store
+        self.clock = server.clock
+        self._poll_call: Any = None
+        self._master_services = False
+        self._learn_call: Any = None
+        self.changes: list[tuple[float, str, int]] = []  # (time, role, brokerId): /status shows them
+
+    def start(self) -> None:
+        self.store.role_listeners.append(self.on_role)
+
+    def stop(self) -> None:
+        if self.on_role in self.store.role_listeners:
+            self.store.role_listeners.remove(self.on_role)
+        for call in (self._poll_call, self._learn_call):
+            if call is not None and call.active():
+                call.cancel()
+
+    def on_role(self, eff: RoleChanged) -> None:
+        if eff.role == "LEADER":
+            fs = self.store.fs
+            if fs.end_index > fs.committed_index:
+                self.store.append_noop()
+            self._poll(eff.term)
+        elif eff.role == "FOLLOWER" or self.config.brokerRole != "SLAVE":
+            self.change_to_slave()
+
+    def _poll(self, term: int) -> None:
+        self._poll_call = None
+        node, fs = self.store.node, self.store.fs
+        if node.role != "LEADER" or node.term != term or self.store.closed:
+            return  # leadership lost meanwhile: RCH gives up silently
+        if fs.end_index == -1 or (fs.end_index == fs.committed_index and self.store.dispatched_all):
+            self.store.recover_topic_queue_table()
+            self.change_to_master()
+            return
+        self._poll_call = self.clock.callLater(LEADER_POLL_S, self._poll, term)
+
+    def change_to_slave(self) -> None:
+        c, srv = self.config, self.server
+        slave_id = dledger_slave_id(c.dLegerSelfId) or 1
+        if self._master_services:
+            self._master_services = False
+            if srv.schedule is not None:
+                srv.schedule.stop()
+            if srv.transactions is not None:
+                srv.transactions.stop()
+        c.brokerId, c.brokerRole = slave_id, "SLAVE"
+        self._start_slave_sync()
+        self._changed()
+        self._learn_master()
+
+    def change_to_master(self) -> None:
+        c, srv = self.config, self.server
+        if not self._master_services:
+            self._master_services = True
+            if srv.schedule is not None:
+                srv.schedule.start()
+            if srv.transactions is not None:
+                srv.transactions.start()
+        if srv.slave_sync is not None:  # 4.9: changeToMaster stops the slave sync first
+            srv.slave_sync.stop()
+            srv.slave_sync = None
+            if srv.registration is not None:
+                srv.registration.slave_sync = None
+        c.brokerId, c.brokerRole = 0, "SYNC_MASTER"
+        self._changed()
+
+    def _start_slave_sync(self) -> None:
+        """4.9's changeToSlave: the slave sync (topics, offsets, delay offsets, groups) from a master
+        address reset to none, learned again from the name server's answer to a registration."""
+        from .slave_sync import SlaveSynchronize
+        srv, c = self.server, self.config
+        reg = srv.registration
+        if reg is not None:
+            reg.master_addr = None
+        if srv.slave_sync is None:
+            srv.slave_sync = SlaveSynchronize(srv.topics, srv.offsets, srv.reactor, self.clock,
+                                              metrics=srv.controller.metrics, schedule=srv.schedule,
+                                              credentials=c.acl_client_credentials, groups=srv.groups)
+            srv.slave_sync.start()
+        else:
+            srv.slave_sync.set_master_address(None)
+        if reg is not None:
+            reg.slave_sync = srv.slave_sync
+
+    def _learn_master(self) -> None:
+        """Register again every LEARN_MASTER_S while a slave does not know its master: 4.9 learns it on
+        the next periodic registration (up to 30 s); here within a second of the new master's."""
+        reg = self.server.registration
+        if self._learn_call is not None and self._learn_call.active():
+            return
+        if reg is None or self.config.brokerRole != "SLAVE" or reg.master_addr or self.store.closed:
+            return
+        reg.register_soon()
+        self._learn_call = self.clock.callLater(LEARN_MASTER_S, self._learn_master_again)
+
+    def _learn_master_again(self) -> None:
+        self._learn_call = None
+        self._learn_master()
+
+    def _changed(self) -> None:
+        c = self.config
+        self.changes.append((self.clock.seconds(), c.brokerRole, c.brokerId))
+        del self.changes[:-20]
+        log.info("DLedger role change: %s is now %s, brokerId %d (term %d)", c.dLegerSelfId, c.brokerRole,
+                 c.brokerId, self.store.node.term)
+        if self.server.registration is not None:
+            self.server.registration.register_soon()
+
+    def status(self) -> dict:
+        return {"dledger": {**self.store.status(),
+                            "roleChanges": [{"at": t, "role": r, "brokerId": i} for t, r, i in self.changes]}}

@@ -1,0 +1,207 @@
+"""The broker on DLedger (enableDLegerCommitLog=true): the `dledger` topology on the local backend (one
+broker name, three nodes, a name server), with 0.3.1.2's default timers.
+
+One broker registers as brokerId 0; sends to it are SEND_OK and the three data files hold the same bytes
+(PHYSICALOFFSET = pos + 48 in every entry); a follower refuses a send with 14; after the leader is killed
+another node is master (id 0 in the name server and on /status) within a bound, every acknowledged
+message is pulled from it with its queue offset, and new sends continue the queue offsets."""
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from rmqha.broker.remoting import json_body
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.store import record
+from rmqha.cluster import process
+from rmqha.cluster.ports import free_cluster_base
+from rmqha.cluster.requests import props, send_v1
+from rmqha.cluster.standalone import rpc
+from rmqha.cluster.topology import load_topology
+from rmqha.cluster.wait import ProcessExited, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+TOPIC = "DLedgerTopic"
+QUEUES = 4
+DATA_FILE = 1 << 20  # mappedFileSizeCommitLog: small sparse data files
+# A dead leader is missed after maxHeartBeatLeak (3) heartbeats of 2 s, counted from the last one (up to
+# 2 s before the kill); a vote round within maxVoteIntervalMs (1 s), one lost round (2 s + 1 s); the new
+# master waits for its no-op's quorum and polls every 100 ms; 2 s of slack for a shared machine.
+FAILOVER_BOUND_S = (3 + 1) * 2.0 + 1.0 + 3.0 + 0.5 + 2.0
+
+
+def cli(env, *args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "rmqha.cluster", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def status(node) -> dict:
+    with urllib.request.urlopen(node["statusUrl"], timeout=2) as r:
+        return json.loads(r.read())
+
+
+def try_status(node) -> dict | None:
+    try:
+        return status(node)
+    except OSError:
+        return None
+
+
+def addrs(namesrv: str) -> dict[int, str]:
+    resp = rpc(namesrv, RequestCode.GET_BROKER_CLUSTER_INFO, timeout=2)
+    table = json_body.loads(resp.body).get("brokerAddrTable", {}) if resp.body else {}
+    bd = table.get("RaftNode00") or {}
+    return {int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
+
+
+def send(addr: str, i: int):
+    p = props(TAGS="t", KEYS=f"k{i}", UNIQ_KEY=f"U{i:05d}", WAIT="true")
+    return rpc(addr, RequestCode.SEND_MESSAGE, send_v1(TOPIC, f"body-{i}".encode(), i % QUEUES, p).ext_fields,
+               body=f"body-{i}".encode(), timeout=10)
+
+
+def pull_all(addr: str) -> dict[str, tuple[int, int]]:
+    """UNIQ_KEY -> (queue id, queue offset) of every message of TOPIC pulled from addr."""
+    out = {}
+    for q in range(QUEUES):
+        offset = 0
+        while True:
+            resp = rpc(addr, RequestCode.PULL_MESSAGE, {
+                "consumerGroup": "dl-check", "topic": TOPIC, "queueId": q, "queueOffset": offset,
+                "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                "subscription": "*", "subVersion": 0})
+            if resp.code != ResponseCode.SUCCESS:
+                break
+            for _, r in record.iter_records(resp.body, 0, check_crc=True):
+                if r.kind == record.Scan.MESSAGE:
+                    out[r.message.uniq_key] = (r.message.queue_id, r.message.queue_offset)
+            offset = int(resp.ext_fields["nextBeginOffset"])
+    return out
+
+
+def entries(store: str, self_id: str) -> list[bytes]:
+    """The DLedger data file's entries, raw (magic, size, ..., body)."""
+    with open(Path(store) / f"dledger-{self_id}" / "data" / f"{0:020d}", "rb") as f:
+        data = f.read()
+    out, pos = [], 0
+    while pos + 48 <= len(data):
+        magic, size = struct.unpack_from(">ii", data, pos)
+        if magic != 1:
+            break
+        out.append(data[pos:pos + size])
+        pos += size
+    return out
+
+
+def test_dledger_group_elects_a_master_replicates_and_fails_over(tmp_path):
+    topo = load_topology("dledger")
+    base = free_cluster_base(topo)
+    assert base is not None, "no free 50-port block in this worker's slice"
+    env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
+    env.pop("CLUSTER_BASE_PORT", None)
+    up = cli(env, "up", "--topology", "dledger", "--backend", "local", "--name", "dl", "--base-port", str(base),
+             "--no-wait", "--set", f"mappedFileSizeCommitLog={DATA_FILE}")
+    try:
+        assert up.returncode == 0, up.stderr + up.stdout
+        state = json.loads((tmp_path / "run" / "dl" / "state.json").read_text())
+        namesrv = state["namesrv"]["addr"]
+        nodes = {n["name"]: n for n in state["nodes"]}
+        by_addr = {n["addr"]: n for n in nodes.values()}
+
+        # 1. one master (id 0), the others slaves with id = selfId number + 1
+        def elected():
+            for n in state["nodes"]:
+                if not process.is_running(n["process"]):
+                    raise ProcessExited(f"{n['name']} exited: " + Path(n["log"]).read_text()[-2000:])
+            a = addrs(namesrv)
+            return a if 0 in a and len(a) == 3 else None
+        table = wait_until(elected, 40, "a master and two slaves registered")
+        leader = by_addr[table[0]]
+        self_num = {n: int(n[-1]) for n in nodes}
+        assert sorted(table) == sorted([0] + [self_num[n["name"]] + 1 for n in nodes.values() if n is not leader])
+        st = status(leader)
+        assert (st["brokerId"], st["role"], st["dledger"]["role"]) == (0, "SYNC_MASTER", "LEADER")
+        followers = [n for n in nodes.values() if n is not leader]
+        for f in followers:
+            fs = status(f)
+            assert (fs["brokerId"], fs["role"]) == (self_num[f["name"]] + 1, "SLAVE")
+            assert "ha" not in fs and "haClient" not in fs  # no classic HA in DLedger mode
+
+        # the topic is created on the master; the slaves copy it (slave sync from the learned master)
+        r = rpc(leader["addr"], RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": QUEUES, "writeQueueNums": QUEUES,
+            "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        topics = status(leader)["topics"]
+        wait_until(lambda: all((try_status(f) or {}).get("topics") == topics for f in followers), 20,
+                   "the followers' copy of the master's topics")
+
+        # 2. sends to the master: SEND_OK, byte-identical entries on all three, offset = pos + 48
+        acked = {}
+        for i in range(40):
+            r = send(leader["addr"], i)
+            assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+            acked[f"U{i:05d}"] = (int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"]))
+            assert record.parse_offset_msg_id(r.ext_fields["msgId"])[1] >= 48
+        assert {k: v[1] for k, v in acked.items()} == {f"U{i:05d}": i // QUEUES for i in range(40)}
+
+        def replicated():
+            ends = [(try_status(n) or {}).get("dledger", {}).get("committedIndex") for n in nodes.values()]
+            return len(set(ends)) == 1 and ends[0] is not None and ends[0] >= 39
+        wait_until(replicated, 15, "every node committed the 40 entries")
+        copies = {n["name"]: entries(n["store"], "n" + n["name"][-1]) for n in nodes.values()}
+        first = copies[leader["name"]]
+        assert len(first) >= 40
+        assert all(c == first for c in copies.values())
+        pos = 0
+        for e in first:
+            assert struct.unpack_from(">q", e, 24)[0] == pos  # the entry's pos
+            assert struct.unpack_from(">q", e, 48 + 28)[0] == pos + 48  # PHYSICALOFFSET
+            pos += len(e)
+
+        # 3. a follower refuses sends: SERVICE_NOT_AVAILABLE (14)
+        r = send(followers[0]["addr"], 999)
+        assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE == 14, r.remark
+
+        # 4. kill the leader: another node is master within the bound
+        rec = next(n for n in state["nodes"] if n["name"] == leader["name"])["process"]
+        killed_at = time.monotonic()
+        process.kill(rec)
+
+        def new_master():
+            a = addrs(namesrv)
+            node = by_addr.get(a.get(0))
+            if node is None or node is leader:
+                return None
+            st = try_status(node)
+            return node if st and st["brokerId"] == 0 and st["role"] == "SYNC_MASTER" else None
+        master = wait_until(new_master, FAILOVER_BOUND_S + 5, "a new master after the leader's kill")
+        failover_s = time.monotonic() - killed_at
+        print(f"failover: new master {master['name']} {failover_s:.2f} s after the kill "
+              f"(bound {FAILOVER_BOUND_S:.1f} s, default timers)")
+        assert failover_s <= FAILOVER_BOUND_S
+
+        # 5. every acknowledged message is delivered by the new master, at its queue offset, no gaps
+        got = pull_all(master["addr"])
+        assert got == acked
+        # and new sends continue each queue's offsets
+        for i in range(40, 48):
+            r = send(master["addr"], i)
+            assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+            assert (int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"])) == (i % QUEUES, i // QUEUES)
+        got = pull_all(master["addr"])
+        per_queue: dict[int, list[int]] = {}
+        for q, o in got.values():
+            per_queue.setdefault(q, []).append(o)
+        assert {q: sorted(v) for q, v in per_queue.items()} == {q: list(range(12)) for q in range(QUEUES)}
+    finally:
+        down = cli(env, "down", "--name", "dl", timeout=60)
+        assert down.returncode == 0, down.stderr
