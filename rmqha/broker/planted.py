@@ -8,6 +8,8 @@ a chaos run and asserts the verdict it must turn to FAIL.
 """
 from __future__ import annotations
 
+import zlib
+
 PLANTED_BUGS: dict[str, str] = {
     "ack-before-replication": "a SYNC_MASTER answers SEND_OK without waiting for a slave "
                               "(caught by: no acknowledged send lost, after a master power loss)",
@@ -111,3 +113,151 @@ class CorruptingStore:
             at = f.wrote + size // 2
             f.write_at(at, corrupt(f.read(at, 1)))
         self._store.replica_written(offset, size)
+
+
+# -- bugs of the serving path: what a consumer gets, not what is stored -------------------------------
+# Each changes only PULL_MESSAGE answers (or the consumer-offset table), on user topics; the commit log and
+# the consume queues stay correct, so only the delivery verdicts can see them.
+
+SERVING_BUGS = ("reorder-pull", "duplicate-pull", "offset-regression", "phantom-pull")
+PLANTED_BUGS.update({
+    "reorder-pull": "a pull answer swaps two consecutive messages of a queue (offsets n, n+1 with n % 10 == 9) "
+                    "and their queue offsets, so a client that sorts by offset still gets them swapped; a "
+                    "fresh n with no n+1 yet is held back until n+1 is stored (caught by: delivery.reordered "
+                    "for an orderly consumer)",
+    "duplicate-pull": "every 10th pull of a queue that finds messages serves the 2 messages before the asked "
+                      "offset again (caught by: delivery.duplicate)",
+    "offset-regression": "a master moves a committed consumer offset back: the first commit to a queue whose "
+                         "stored offset is past 40 stores 20 below it, and that queue's commits are ignored for 2 s (caught by: delivery.offset-regression, no fault)",
+    "phantom-pull": "every 25th pull answer with messages ends with a message nobody sent (new KEYS, UNIQ_KEY "
+                    "and body at the last message's queue offset; that message is served again next pull) "
+                    "(caught by: delivery.unexpected, nothing received that was never sent)",
+})
+
+REORDER_EVERY = 10
+REORDER_HOLD_MS = 3000      # hold back a fresh n for its n+1 only this long (the run's last n is served alone)
+DUPLICATE_EVERY = 10
+DUPLICATE_BACK = 2
+REGRESS_PAST = 40
+REGRESS_BY = 20
+REGRESS_HOLD_S = 2.0
+PHANTOM_EVERY = 25
+SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "RMQ_SYS_", "SCHEDULE_TOPIC", "TBW102", "rmq_sys_")
+_QUEUE_OFFSET = slice(20, 28)   # QUEUEOFFSET in a stored record (rmqha/broker/store/record.py)
+
+
+def _user_topic(topic: str) -> bool:
+    return not topic.startswith(SYSTEM_TOPIC_PREFIXES)
+
+
+def record_queue_offset(rec) -> int:
+    return int.from_bytes(bytes(rec[_QUEUE_OFFSET]), "big", signed=True)
+
+
+def relabel(rec, queue_offset: int) -> bytes:
+    """The record with its QUEUEOFFSET field set to queue_offset."""
+    b = bytearray(rec)
+    b[_QUEUE_OFFSET] = queue_offset.to_bytes(8, "big", signed=True)
+    return bytes(b)
+
+
+def phantom_of(rec, n: int, node: str = "") -> bytes:
+    """A message nobody sent, in the place of `rec`: same topic, queue and offsets, new KEYS, UNIQ_KEY, body."""
+    from rmqha.broker.store import record
+    msg = record.scan(rec, check_crc=False).message
+    msg.properties = {k: v for k, v in msg.properties.items() if k not in ("KEYS", "UNIQ_KEY")}
+    salt = zlib.crc32(node.encode())   # two nodes' phantoms never share a key
+    msg.properties["KEYS"] = f"planted-phantom-{node}-{n}"
+    msg.properties["UNIQ_KEY"] = f"FFFFFFFF{salt:08X}{n:016X}"
+    msg.body = f"planted-phantom-{node}-{n} ".encode() + b"p" * 32
+    return bytes(record.encode(msg).finish(msg.queue_offset, msg.physical_offset))
+
+
+class PlantedServing:
+    """The store as PULL_MESSAGE sees it, with the serving bugs of `bugs` (reorder-pull, duplicate-pull,
+    phantom-pull); everything else is the store's."""
+
+    def __init__(self, store, bugs, now_ms, node: str = ""):
+        self._store = store
+        self._node = node
+        self._bugs = frozenset(bugs)
+        self._now_ms = now_ms
+        self._pulls: dict = {}   # (topic, queue) -> pulls that found messages
+        self._found = 0          # pulls that found messages, every user queue
+        self._phantoms = 0
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def get_messages(self, topic, queue_id, offset, max_msgs, tag_codes=None, **kw):
+        from rmqha.broker.store.message_store import GetResult, GetStatus
+        res = self._store.get_messages(topic, queue_id, offset, max_msgs, tag_codes, **kw)
+        if res.status != GetStatus.FOUND or not _user_topic(topic) or tag_codes is not None:
+            return res
+        key = (topic, queue_id)
+        n = self._pulls[key] = self._pulls.get(key, 0) + 1
+        self._found += 1
+        records = list(res.records)
+        nxt = res.next_begin_offset
+        if "duplicate-pull" in self._bugs and n % DUPLICATE_EVERY == 0 and offset >= DUPLICATE_BACK:
+            again = self._store.get_messages(topic, queue_id, offset - DUPLICATE_BACK, DUPLICATE_BACK, None)
+            if again.status == GetStatus.FOUND:
+                records = [r for r in again.records if record_queue_offset(r) < offset] + records
+        if "reorder-pull" in self._bugs:
+            offs = [record_queue_offset(r) for r in records]
+            for i, o in enumerate(offs):
+                if o % REORDER_EVERY != REORDER_EVERY - 1 or o < offset:
+                    continue
+                if i + 1 < len(offs) and offs[i + 1] == o + 1:
+                    records[i], records[i + 1] = relabel(records[i + 1], o), relabel(records[i], o + 1)
+                elif i + 1 == len(offs) and self._fresh(records[i]):
+                    if all(x < offset for x in offs[:i]):
+                        # only o to serve: answer "nothing yet" (the pull is held until o + 1 is stored)
+                        return GetResult(GetStatus.OFFSET_FOUND_NULL, offset, res.min_offset, res.max_offset, [])
+                    records, nxt = records[:i], o
+        if "phantom-pull" in self._bugs and self._found % PHANTOM_EVERY == 0:
+            last = records[-1]
+            if record_queue_offset(last) >= offset:
+                self._phantoms += 1
+                records[-1] = phantom_of(last, self._phantoms, self._node)
+                nxt = record_queue_offset(last)   # the real message comes with the next pull
+        return GetResult(res.status, nxt, res.min_offset, res.max_offset, records)
+
+    def _fresh(self, rec) -> bool:
+        from rmqha.broker.store import record
+        ts = record.store_timestamp(rec)
+        return ts is not None and ts > self._now_ms() - REORDER_HOLD_MS
+
+
+def regressing_commit(offsets, clock):
+    """offset-regression: ConsumerOffsetManager.commit that, the first time a (topic@group, queue) whose stored
+    offset is past REGRESS_PAST gets a commit, stores REGRESS_BY below the stored offset instead, and ignores
+    that queue's commits for REGRESS_HOLD_S (every sample in between sees the lower offset)."""
+    commit = offsets.commit
+    done: dict = {}   # (group, topic, queue) -> when the regression was made
+
+    def planted_commit(group, topic, queue_id, offset):
+        k = (group, topic, queue_id)
+        at = done.get(k)
+        if at is not None:
+            if clock.seconds() - at < REGRESS_HOLD_S:
+                return None
+            return commit(group, topic, queue_id, offset)
+        stored = offsets.query(group, topic, queue_id)
+        if _user_topic(topic) and stored > REGRESS_PAST:
+            done[k] = clock.seconds()
+            return commit(group, topic, queue_id, min(stored, offset) - REGRESS_BY)
+        return commit(group, topic, queue_id, offset)
+    return planted_commit
+
+
+def install_serving(server, bugs) -> None:
+    """Switch the serving bugs of `bugs` on in a started BrokerServer (its pull processor and offsets)."""
+    bugs = frozenset(bugs) & frozenset(SERVING_BUGS)
+    if not bugs:
+        return
+    if bugs - {"offset-regression"}:
+        node = f"{server.config.brokerName}-{server.config.brokerId}"
+        server.pull.store = PlantedServing(server.pull.store, bugs, lambda: int(server.clock.seconds() * 1000), node)
+    if "offset-regression" in bugs and server.config.is_master:
+        server.offsets.commit = regressing_commit(server.offsets, server.clock)

@@ -50,6 +50,7 @@ from rmqha.cluster.handle import Cluster
 SYNC_WAIT_MS = 1500
 EXIT_RUN_FAILED = 3
 TOPIC = "TopicChaos"
+ORDERLY_TOPIC = "TopicChaosOrderly"  # --orderly-rate: the workload's orderly lane
 
 
 DISK_FULL_SETS = {"mappedFileSizeCommitLog": str(64 << 10), "mappedFileSizeConsumeQueue": str(20 * 3000),
@@ -330,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--planted-drop-every", type=int, default=0, metavar="N",
                     help="a planted consumer bug: the workload's consumer swallows every Nth message (the delivery "
                          "checker must fail the run)")
+    ap.add_argument("--orderly-rate", type=float, default=0.0, metavar="R",
+                    help=f"the workload also sends R orderly messages a second (send_orderly per sharding key) to "
+                         f"{ORDERLY_TOPIC}, read by an orderly consumer group: the audit judges order per key "
+                         "(python client only)")
     ap.add_argument("--keep-running", action="store_true", help="do not stop the cluster (audit skipped)")
     ap.add_argument("--prewarm-audit", action="store_true",
                     help="start the audit with the run and warm it up on a tiny run of its own while the workload "
@@ -472,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         procs_audit = [audit_proc]
     try:
         cluster.create_topic(TOPIC)
+        if args.orderly_rate:
+            cluster.create_topic(ORDERLY_TOPIC)
         # 2. the sampler
         samples = rd / "metrics" / "samples.jsonl"
         sampler_log = open(rd / "chaos" / "sampler.log", "w")
@@ -491,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
                                        *(["--planted-drop-every", str(args.planted_drop_every)]
                                          if args.planted_drop_every else []),
                                        *(["--late-consumer-after-heal"] if args.late_consumer_after_heal else []),
+                                       *(["--orderly-rate", str(args.orderly_rate), "--orderly-topic", ORDERLY_TOPIC]
+                                         if args.orderly_rate else []),
                                        *(["--late-consumer-at", str(args.late_consumer_at)]
                                          if args.late_consumer_at is not None else [])),
                                     stdout=subprocess.PIPE, stderr=wl_log, text=True, env=env, cwd=repo)
@@ -546,7 +555,11 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.2)
         prog = read_json(progress_path) or {}
         groups = prog.get("groups") or [f"ChaosCG{run_id}"]
-        ending["drain"] = drain_groups(cluster, groups, TOPIC, args.drain_timeout if workload.poll() is None else 0.0)
+        topic_of = prog.get("groupTopics") or {}
+        ending["drain"] = {}
+        for topic in sorted({topic_of.get(g, TOPIC) for g in groups}):
+            ending["drain"].update(drain_groups(cluster, [g for g in groups if topic_of.get(g, TOPIC) == topic], topic,
+                                                args.drain_timeout if workload.poll() is None else 0.0))
         drain_signal.write_text("stop")
         (rd / "chaos" / f"ending-{run_id}.json").write_text(json.dumps(ending, indent=1))
         try:

@@ -17,6 +17,15 @@ info", while the async callback reports FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABL
 that fails in the client (exception callback: the 1.0.1 client's occasional transport race, a client
 timeout) is recorded as ERROR and tried again with the same send_id (attempt 2, 3); the history ties
 the tries together through KEYS.
+
+--orderly-rate R adds an orderly lane beside it: R sends a second, one at a time (`send_orderly`, sync: the
+next send of a key waits for the previous one's answer, as an orderly producer must), to --orderly-topic,
+the sharding key cycling over --orderly-shards keys; the queue selector is the binding's
+hashing_queue_selector (key % number of queues), so with no more keys than queues each key has a queue of
+its own. Every try is recorded with its key (`shard`), and an orderly push consumer group
+(ChaosOrderlyCG<id>, `PushConsumer(orderly=True)`: one queue consumed by one thread, in queue-offset order)
+records each receive with `ordered`, its queue id and queue offset: the delivery checker's `reordered`
+(per sharding key, in acknowledgement order) and the per-queue order check judge it.
 """
 from __future__ import annotations
 
@@ -52,6 +61,9 @@ class Counters:
         self.c = collections.Counter()
         self.received_ids: set[str] = set()
         self.late_ids: set[str] = set()     # received by the late consumer group (--late-consumer-at)
+        self.orderly_ids: set[str] = set()  # received by the orderly consumer group (--orderly-rate)
+        self.orderly_stored: set[str] = set()  # orderly send_ids the broker stored
+        self.group_topics: dict[str, str] = {}  # consumer group -> its topic (rmqha.chaos.run drains each)
         self.stored_ids: set[str] = set()   # send_ids the broker stored (any non-ERROR status)
         self.groups: set[str] = set()       # consumer groups started (rmqha.chaos.run drains each)
 
@@ -67,6 +79,8 @@ class Counters:
                     "gave_up": self.c["gave_up"], "inflight": self.c["inflight"],
                     "received": self.c["received"], "received_unique": len(self.received_ids),
                     "stored_unique": len(self.stored_ids), "received_late": self.c["received_late"],
+                    "groupTopics": dict(self.group_topics), "orderly_ok": self.c["orderly_SEND_OK"],
+                    "received_orderly": self.c["received_orderly"],
                     "ts": time.time()}
 
 
@@ -103,6 +117,40 @@ def exec_rust_workload(args) -> int:
     return 3  # not reached
 
 
+def orderly_send(prod, p, args, counters, send_id: str, shard: int) -> None:
+    """One orderly message: send_orderly (sync) to the shard's queue, tried again with the same send_id after
+    a client error (up to MAX_ATTEMPTS): the next message of the key is not sent before this one is done."""
+    body = make_body(send_id, args.body_size)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        counters.add("attempts")
+        try:
+            r = prod.send_orderly(p, args.orderly_topic, body, shard, send_id=send_id, attempt=attempt)
+        except Exception:
+            counters.add(ERROR)
+            continue
+        st = status_name(r.status)
+        with counters.lock:
+            counters.c[st] += 1
+            counters.c["orderly_" + st] += 1
+            counters.orderly_stored.add(send_id)
+        return
+    counters.add("gave_up")
+
+
+def orderly_lane(prod, p, args, counters, start: float, end: float) -> None:
+    """--orderly-rate sends a second until `end`, the sharding key cycling over --orderly-shards keys."""
+    i = 0
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            return
+        if i < int((now - start) * args.orderly_rate):
+            orderly_send(prod, p, args, counters, prod.new_send_id(), shard=i % max(1, args.orderly_shards))
+            i += 1
+        else:
+            time.sleep(0.005)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rmqha.chaos.workload")
     ap.add_argument("run_dir")
@@ -129,12 +177,21 @@ def main(argv=None) -> int:
                     help="start a second consumer group this many seconds into the sending, reading every "
                          "queue from its start: one that subscribes during a master outage gets a route "
                          "without the master and reads that group's queues from its slave (python client only)")
+    ap.add_argument("--orderly-rate", type=float, default=0.0, metavar="R",
+                    help="also R orderly sends a second (send_orderly, one at a time, sharding key = send number "
+                         "modulo --orderly-shards) to --orderly-topic, consumed by an orderly push consumer group "
+                         "(python client only; 0: none)")
+    ap.add_argument("--orderly-topic", default="TopicChaosOrderly")
+    ap.add_argument("--orderly-shards", type=int, default=8,
+                    help="sharding keys of the orderly lane (at most the topic's queues: a queue per key)")
     ap.add_argument("--client", choices=("python", "rust"), default=os.environ.get("CLIENT") or "python",
                     help="python: the official client (PyPI rocketmq); rust: clients/rust (rocketmq-client-rust)")
     args = ap.parse_args(argv)
     if args.client == "rust":
         if args.late_consumer_at is not None:
             ap.error("--late-consumer-at needs --client python")
+        if args.orderly_rate:
+            ap.error("--orderly-rate needs --client python")
         return exec_rust_workload(args)
 
     rid = args.run_id
@@ -186,6 +243,20 @@ def main(argv=None) -> int:
                                   on_message=counting("received", counters.received_ids),
                                   drop_every=args.planted_drop_every)
     counters.groups.add(f"ChaosCG{rid}")
+    counters.group_topics[f"ChaosCG{rid}"] = args.topic
+
+    orderly = {}  # the orderly lane, with --orderly-rate: its recorder, consumer and sender thread
+    if args.orderly_rate > 0:
+        # the topic exists before the orderly group subscribes (rmqha.chaos.run creates it on every master;
+        # run alone, this first send auto-creates it)
+        orderly_send(prod, p, args, counters, prod.new_send_id(), shard=0)
+        orec = HistoryRecorder(os.path.join(hist, f"consumer-orderly-{rid}.jsonl"), client=f"consumer-orderly-{rid}")
+        orderly["recorder"] = orec
+        orderly["consumer"] = orec.push_consumer(f"ChaosOrderlyCG{rid}", args.orderly_topic, namesrv=args.namesrv,
+                                                 ordered=True,
+                                                 on_message=counting("received_orderly", counters.orderly_ids))
+        counters.groups.add(f"ChaosOrderlyCG{rid}")
+        counters.group_topics[f"ChaosOrderlyCG{rid}"] = args.orderly_topic
 
     retries: collections.deque = collections.deque()   # (send_id, attempt)
 
@@ -235,6 +306,10 @@ def main(argv=None) -> int:
     phase[0] = "sending"
     start = time.monotonic()
     end = start + args.duration
+    if orderly:
+        orderly["thread"] = threading.Thread(target=orderly_lane, args=(prod, p, args, counters, start, end),
+                                             daemon=True)
+        orderly["thread"].start()
     i = 0
     while True:
         now = time.monotonic()
@@ -253,6 +328,8 @@ def main(argv=None) -> int:
     # Let every send finish (statuses come back; client errors get their retries).
     phase[0] = "draining sends"
     deadline = time.monotonic() + 3 * args.timeout_ms / 1000.0 + 5
+    if orderly:
+        orderly["thread"].join(timeout=MAX_ATTEMPTS * args.timeout_ms / 1000.0 + 5)
     while time.monotonic() < deadline:
         while retries:
             send_async(*retries.popleft())
@@ -274,12 +351,15 @@ def main(argv=None) -> int:
         deadline = time.monotonic() + args.drain
         while time.monotonic() < deadline:
             with counters.lock:
-                if counters.stored_ids <= counters.received_ids and (not late or counters.stored_ids <= counters.late_ids):
+                if (counters.stored_ids <= counters.received_ids
+                        and (not late or counters.stored_ids <= counters.late_ids)
+                        and counters.orderly_stored <= counters.orderly_ids):
                     break
             time.sleep(0.1)
     snap = counters.snapshot("done")
     for c, rec, group in ((consumer, cons, f"ChaosCG{rid}"),
-                          (late.get("consumer"), late.get("recorder"), f"ChaosLateCG{rid}")):
+                          (late.get("consumer"), late.get("recorder"), f"ChaosLateCG{rid}"),
+                          (orderly.get("consumer"), orderly.get("recorder"), f"ChaosOrderlyCG{rid}")):
         try:
             if c is not None:
                 c.shutdown()
@@ -288,6 +368,8 @@ def main(argv=None) -> int:
             pass
     if late:
         late["recorder"].close()
+    if orderly:
+        orderly["recorder"].close()
     try:
         p.shutdown()
     except Exception:

@@ -15,6 +15,16 @@ Spark audit); `make test` runs the short versions: each planted bug's broker beh
 (tests/unit/pipeline). The same run without the bugs is the control (test_the_same_schedule_without_bugs_passes): the same guarantees PASS there, so the FAILs come from the bugs and not from the run.
 A fourth bug, skip-flush (SYNC_FLUSH answering SEND_OK with nothing fsynced), is caught the same way on
 2m-noslave (`make test-checkers`).
+
+The serving bugs (rmqha/broker/planted.py SERVING_BUGS) break what a consumer gets, not what is stored: each
+runs on every node of a 2m-noslave cluster, 9 s at 100 msg/s plus the workload's orderly lane (40 orderly
+sends a second over 8 sharding keys, read by an orderly consumer group), no fault, and must turn its delivery
+verdict: reorder-pull -> delivery.reordered FAIL (this one is in `make test`, the rest in `make
+test-checkers`), duplicate-pull -> delivery.duplicate WARN with a count (at-least-once allows duplicates:
+the checker counts them and never fails on them, so the run passes; the C++ orderly consumer drops what
+is below its consumed offset, so only the concurrent group sees them), offset-regression -> delivery.offset-regression FAIL,
+phantom-pull -> delivery.unexpected FAIL. The same run without a bug (test_serving_control_passes) passes
+every one of them.
 """
 from __future__ import annotations
 
@@ -28,6 +38,7 @@ import pytest
 
 from rmqha.chaos import matrix
 from rmqha.cluster.topology import load_topology
+from rmqha.pipeline import delivery, offsets
 
 from .test_local_cluster import free_base_port
 
@@ -178,3 +189,84 @@ def test_a_missing_queue_entry_and_an_ack_then_truncate_fail_their_verdicts(tmp_
     late = next(g for g in summary["delivery"] if g.startswith("ChaosLateCG"))
     d = summary["delivery"][late]
     assert d["stranded"] + d["lostByReason"].get("nowhere", 0) > 0, d
+
+
+# -- the serving bugs: what a consumer gets --------------------------------------------------------------
+ORDERLY = ["--orderly-rate", "40"]
+
+
+def serving_run(tmp_path, bug: str | None):
+    """A no-fault 2m-noslave run with the orderly lane, `bug` planted on every node; (rc, out, summary,
+    {(verdict id, subject): verdict}, {group kind: summary.json's delivery block})."""
+    rc, out, run_dir = chaos_run(tmp_path, (bug or "serving-control").split("-")[0], "2m-noslave", [],
+                                 {"plantBug": bug} if bug else {}, ORDERLY)
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    by_id = {(v["id"], v.get("subject")): v for v in summary["verdicts"] if v.get("id")}
+    groups = {("orderly" if g.startswith("ChaosOrderlyCG") else "main"): (g, d) for g, d in summary["delivery"].items()}
+    assert set(groups) == {"main", "orderly"}, summary["delivery"]
+    assert groups["orderly"][1]["ordered"] and groups["orderly"][1]["acknowledged"] > 100, groups
+    return rc, out, by_id, groups
+
+
+def status(by_id, vid, group):
+    return by_id[(vid, group)]["status"]
+
+
+def test_a_broker_that_reorders_pulls_fails_order_per_key(tmp_path):
+    rc, out, by_id, groups = serving_run(tmp_path, "reorder-pull")
+    g, d = groups["orderly"]
+    assert rc == 1, out
+    assert d["reordered"] > 0 and status(by_id, delivery.ID_REORDERED, g) == "FAIL", (d, out)
+    # nothing else is wrong: every message delivered once, none unexpected; per queue the offsets the
+    # client saw are in order (the broker swapped the offsets too): only the per-key check can see it
+    for vid in (delivery.ID_LOST, delivery.ID_UNEXPECTED, delivery.ID_DUPLICATE):
+        assert status(by_id, vid, g) == "PASS", (vid, out)
+    assert verdicts(out)["per-queue receive order"] == "PASS", out
+
+
+@pytest.mark.checkers
+def test_serving_control_passes(tmp_path):
+    rc, out, by_id, groups = serving_run(tmp_path, None)
+    for kind, (g, d) in groups.items():
+        for vid in (delivery.ID_LOST, delivery.ID_UNEXPECTED, delivery.ID_DUPLICATE):
+            assert status(by_id, vid, g) == "PASS", (kind, vid, out)
+        assert d["duplicates"] == d["unexpected"] == d["reordered"] == 0, (kind, d)
+    assert status(by_id, delivery.ID_REORDERED, groups["orderly"][0]) == "PASS", out
+    assert by_id[(offsets.ID_REGRESSION, "")]["status"] == "PASS", out
+    assert verdicts(out)["nothing received that was never sent"] == "PASS", out
+    assert rc == 0, out
+
+
+@pytest.mark.checkers
+def test_a_broker_that_serves_messages_twice_shows_duplicates(tmp_path):
+    rc, out, by_id, groups = serving_run(tmp_path, "duplicate-pull")
+    g, d = groups["main"]
+    # at-least-once allows duplicates: the verdict is WARN with the count (never FAIL), and the run passes
+    assert d["duplicates"] > 0 and status(by_id, delivery.ID_DUPLICATE, g) == "WARN", (d, out)
+    assert f"{d['duplicates']} duplicate receive(s)" in by_id[(delivery.ID_DUPLICATE, g)]["detail"], out
+    for kind, (g, _d) in groups.items():
+        assert status(by_id, delivery.ID_LOST, g) == "PASS", (kind, out)
+    # the C++ orderly consumer drops a message below the offset it has consumed: it gets no duplicate
+    assert groups["orderly"][1]["duplicates"] == 0, groups
+    assert rc == 0, out
+
+
+@pytest.mark.checkers
+def test_a_broker_that_moves_a_committed_offset_back_fails_offset_regression(tmp_path):
+    rc, out, by_id, groups = serving_run(tmp_path, "offset-regression")
+    assert rc == 1, out
+    for kind, (g, d) in groups.items():
+        v = by_id[(offsets.ID_REGRESSION, g)]
+        assert v["status"] == "FAIL" and "no fault" in v["detail"], (kind, out)
+        assert status(by_id, delivery.ID_LOST, g) == "PASS", (kind, out)
+
+
+@pytest.mark.checkers
+def test_a_broker_that_serves_a_phantom_fails_unexpected(tmp_path):
+    rc, out, by_id, groups = serving_run(tmp_path, "phantom-pull")
+    assert rc == 1, out
+    for kind, (g, d) in groups.items():
+        assert d["unexpected"] > 0 and status(by_id, delivery.ID_UNEXPECTED, g) == "FAIL", (kind, d, out)
+        # the real message behind each phantom is served next: nothing lost
+        assert status(by_id, delivery.ID_LOST, g) == "PASS", (kind, out)
+    assert verdicts(out)["nothing received that was never sent"] == "FAIL", out
