@@ -129,6 +129,8 @@ class BrokerServer:
         for part in (BrokerConfigProcessors(c, self.clock, self.topics), BrokerStatsProcessor(self.controller.stats),
                      HAStatusProcessor(c, self.controller)):
             part.register(self.registry)
+        if c.enableDLegerCommitLog:
+            self.registry.fast_sends = None  # the compiled path appends to a classic commit log
         if c.aclEnable:
             from .acl_service import AclService, default_path
             self.acl = AclService(c.aclConfigFile or default_path(), self.clock, self.controller.metrics)
@@ -141,10 +143,11 @@ class BrokerServer:
         self.transactions = TransactionService(c, store, self.controller.put_message, self.offsets, self.topics,
                                                self.clients, self.clock, self.controller.metrics)
         EndTransactionProcessor(c, self.transactions).register(self.registry)
-        if c.is_master:
+        # DLedger mode: a master's services start on the role change to master (4.9: changeToMaster)
+        if c.is_master and not c.enableDLegerCommitLog:
             self.transactions.start()
         self._install_metrics()
-        if c.is_master:
+        if c.is_master and not c.enableDLegerCommitLog:
             self.schedule.start()
         self.offsets.start()
         self.clients.start()
@@ -164,6 +167,11 @@ class BrokerServer:
                                                    ha_client=self.controller.ha_client,
                                                    slave_sync=self.slave_sync, metrics=self.controller.metrics)
             self.registration.start()
+        if c.enableDLegerCommitLog:  # role changes: leader -> master, follower -> slave
+            from .dledger_commitlog import DLedgerRoleChangeHandler
+            self.dledger_roles = DLedgerRoleChangeHandler(self)
+            self.dledger_roles.start()
+            self.controller.status_extra.append(self.dledger_roles.status)
         self.started = True
 
     def stop(self) -> defer.Deferred:
