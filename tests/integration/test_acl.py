@@ -10,8 +10,10 @@ import pytest
 
 from rmqha.broker import acl
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
-from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, metric, rpc
+from rmqha.cluster.standalone import metric, rpc
 from rmqha.cluster.wait import wait_until
+
+from .processes import broker_on_namesrv
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
@@ -38,16 +40,9 @@ def acl_cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("acl")
     path = tmp / "plain_acl.yml"
     path.write_text(ACL_FILE)
-    ns = NameServerProcess(tmp).start()
-    broker = None
-    try:
-        broker = BrokerProcess(tmp, "broker-a", ns.addr, extra={"aclEnable": "true", "aclConfigFile": str(path),
-                                                                "traceTopicEnable": "true"}).start()
+    extra = {"aclEnable": "true", "aclConfigFile": str(path), "traceTopicEnable": "true"}
+    with broker_on_namesrv(tmp, "broker-a", extra=extra) as (ns, broker):
         yield ns, broker, path
-    finally:
-        if broker is not None:
-            broker.stop()
-        ns.stop()
 
 
 def refused(broker) -> float:

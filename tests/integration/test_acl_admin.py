@@ -12,7 +12,9 @@ import yaml
 from rmqha.broker import acl
 from rmqha.broker.remoting.codes import RequestCode as R
 from rmqha.broker.remoting.codes import ResponseCode as C
-from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.standalone import rpc
+
+from .processes import broker_on_namesrv
 
 pytestmark = pytest.mark.integration
 
@@ -45,16 +47,8 @@ def acl_broker(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("acl-admin")
     path = tmp / "plain_acl.yml"
     path.write_text(ACL_FILE)
-    ns = NameServerProcess(tmp).start()
-    broker = None
-    try:
-        broker = BrokerProcess(tmp, "broker-a", ns.addr, extra={"aclEnable": "true",
-                                                                "aclConfigFile": str(path)}).start()
+    with broker_on_namesrv(tmp, "broker-a", extra={"aclEnable": "true", "aclConfigFile": str(path)}) as (_, broker):
         yield broker, path
-    finally:
-        if broker is not None:
-            broker.stop()
-        ns.stop()
 
 
 def signed(broker, code, fields, key):

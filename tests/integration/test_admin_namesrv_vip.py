@@ -8,8 +8,10 @@ import json
 import pytest
 
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
-from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.standalone import rpc
 from rmqha.cluster.wait import wait_until
+
+from .processes import broker_on_namesrv
 
 pytestmark = pytest.mark.integration
 
@@ -19,10 +21,7 @@ TOPIC = "VipTopic"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("admin")
-    ns = NameServerProcess(tmp).start()
-    broker = None
-    try:
-        broker = BrokerProcess(tmp, "broker-a", ns.addr).start()
+    with broker_on_namesrv(tmp, "broker-a") as (ns, broker):
         created = rpc(broker.addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
                       {"topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4,
                        "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
@@ -30,10 +29,6 @@ def cluster(tmp_path_factory):
         wait_until(lambda: rpc(ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                {"topic": TOPIC}).code == 0, 20, f"{TOPIC} routed")
         yield ns, broker
-    finally:
-        if broker is not None:
-            broker.stop()
-        ns.stop()
 
 
 def test_the_broker_serves_the_same_requests_on_listen_port_minus_2(cluster):

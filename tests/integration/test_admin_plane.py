@@ -10,9 +10,10 @@ import pytest
 
 from rmqha.broker.config import parse_properties
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
-from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.standalone import rpc
 from rmqha.cluster.wait import wait_until
 
+from .processes import master_and_slave
 from ..unit.processors.harness import send_v1
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -20,18 +21,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("admin-plane")
-    ns = NameServerProcess(tmp).start()
-    master = slave = None
-    try:
-        master = BrokerProcess(tmp, "broker-adm", ns.addr, role="SYNC_MASTER").start()
-        slave = BrokerProcess(tmp, "broker-adm", ns.addr, role="SLAVE").start()
-        yield master, slave
-    finally:
-        for p in (slave, master):
-            if p is not None:
-                p.stop()
-        ns.stop()
+    with master_and_slave(tmp_path_factory.mktemp("admin-plane"), "broker-adm", role="SYNC_MASTER") as (_, m, s):
+        yield m, s
 
 
 def ha_status(addr):

@@ -12,9 +12,10 @@ import pytest
 
 from rmqha.broker.remoting import object_keys
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
-from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.standalone import rpc
 from rmqha.cluster.wait import wait_until
 
+from .processes import broker_on_namesrv
 from .test_official_client import BackgroundConsumer, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -27,15 +28,8 @@ QUEUES = 4
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("client-calls")
-    ns = NameServerProcess(tmp).start()
-    broker = None
-    try:
-        broker = BrokerProcess(tmp, "broker-a", ns.addr).start()
+    with broker_on_namesrv(tmp, "broker-a") as (ns, broker):
         yield tmp, ns, broker
-    finally:
-        if broker is not None:
-            broker.stop()
-        ns.stop()
 
 
 def committed_total(broker, group: str, topic: str) -> int:

@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from rmqha.cluster.standalone import BrokerProcess, NameServerProcess
 from rmqha.cluster.wait import wait_until
 
-from .test_official_client import consume, produce, topic_name
+from .processes import master_and_slave, unique_name
+from .test_official_client import consume, produce
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
@@ -28,22 +28,13 @@ DELAY_TOLERANCE_S = 1.5
 
 @pytest.fixture
 def pair(tmp_path):
-    ns = NameServerProcess(tmp_path).start()
-    master = slave = None
-    try:
-        master = BrokerProcess(tmp_path, "broker-d", ns.addr).start()
-        slave = BrokerProcess(tmp_path, "broker-d", ns.addr, role="SLAVE").start()
-        yield ns, master, slave
-    finally:
-        for p in (slave, master):
-            if p is not None:
-                p.stop()
-        ns.stop()
+    with master_and_slave(tmp_path, "broker-d") as pair:
+        yield pair
 
 
 def test_delay_levels_are_honoured_and_replicated(pair):
     ns, master, slave = pair
-    topic = topic_name("Delay")
+    topic = unique_name("Delay")
     sends = [{"body": f"L{level}-{i}", "keys": f"k{level}-{i}", "tags": "t", "delay": level}
              for level in (1, 2, 3) for i in range(3)] + [{"body": "L0-0", "keys": "k0", "tags": "t"}]
     results = produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": sends}])

@@ -44,6 +44,8 @@ from rmqha.broker.store import record
 from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
 from rmqha.cluster.wait import wait_until
 
+from .processes import master_and_slave
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 ATTACK_S = 15.0
@@ -469,24 +471,15 @@ def illegal_names(store: Path) -> list[str]:
 
 @pytest.fixture
 def sync_pair(tmp_path):
-    ns = NameServerProcess(tmp_path).start()
-    master = slave = None
-    try:
-        master = BrokerProcess(tmp_path, "broker-h", ns.addr, role="SYNC_MASTER").start()
-        slave = BrokerProcess(tmp_path, "broker-h", ns.addr, role="SLAVE").start()
-        wait_until(lambda: master.status()["ha"]["connectionCount"] == 1, 20, "slave connected to the master's HA port")
+    with master_and_slave(tmp_path, "broker-h", role="SYNC_MASTER", wait_connected=True) as (ns, master, slave):
         yield ns, master, slave, tmp_path
-    finally:
-        for p in (slave, master):
-            if p is not None:
-                p.stop()
-        ns.stop()
 
 
 def test_hostile_traffic_leaves_both_brokers_serving_and_consistent(sync_pair):
-    from .test_official_client import SEND_OK, msgs, produce, topic_name
+    from .processes import unique_name
+    from .test_official_client import SEND_OK, msgs, produce
     ns, master, slave, tmp = sync_pair
-    topic = topic_name("Hostile")
+    topic = unique_name("Hostile")
     marker = f"pwned-{uuid.uuid4().hex[:8]}"
     problems: list[str] = []
 

@@ -17,7 +17,6 @@ import pytest
 
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.store import record
-from rmqha.cluster.standalone import BrokerProcess, NameServerProcess
 from rmqha.cluster.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -26,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("rocketmq.client")
 
-from .test_official_client import produce, topic_name  # noqa: E402  (needs rocketmq.client)
+from .processes import two_async_groups, unique_name  # noqa: E402
+from .test_official_client import produce  # noqa: E402  (needs rocketmq.client)
 
 FAR = 2**62
 
@@ -60,23 +60,13 @@ def records(reply: dict) -> list[tuple[bytes, record.Message]]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("index-cluster")
-    ns = NameServerProcess(tmp).start()
-    nodes = {}
-    try:
-        for name in ("broker-a", "broker-b"):
-            nodes[name] = BrokerProcess(tmp, name, ns.addr).start()
-            nodes[name + "-s"] = BrokerProcess(tmp, name, ns.addr, role="SLAVE").start()
+    with two_async_groups(tmp_path_factory.mktemp("index-cluster")) as (ns, nodes):
         yield ns, nodes
-    finally:
-        for b in nodes.values():
-            b.stop()
-        ns.stop()
 
 
 def test_query_by_key_and_view_by_id_on_masters_and_slaves(cluster):
     ns, nodes = cluster
-    topic = topic_name("Idx")
+    topic = unique_name("Idx")
     sent = [{"body": f"indexed-{i}", "keys": f"order-{i} batch-{i % 2}", "tags": "t"} for i in range(10)]
     t_sent = int(time.time() * 1000)
     results = produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": sent}])

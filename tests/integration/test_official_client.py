@@ -20,14 +20,15 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
 
 from rmqha.cluster.sample import ServedReader
-from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, metric, rpc
+from rmqha.cluster.standalone import metric, rpc
 from rmqha.cluster.wait import wait_until
+
+from .processes import master_and_slave, two_async_groups, unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -137,31 +138,18 @@ def metric_value(url: str, name: str) -> float:
         return metric(r.read().decode(), name) or 0.0
 
 
-def topic_name(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:8]}"
-
-
 # -- the 2m-2s cluster ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cluster")
-    ns = NameServerProcess(tmp).start()
-    nodes = {}
-    try:
-        for name in ("broker-a", "broker-b"):
-            nodes[name] = BrokerProcess(tmp, name, ns.addr).start()
-            nodes[name + "-s"] = BrokerProcess(tmp, name, ns.addr, role="SLAVE").start()
+    with two_async_groups(tmp) as (ns, nodes):
         yield ns, nodes, tmp
-    finally:
-        for b in nodes.values():
-            b.stop()
-        ns.stop()
 
 
 def test_every_send_mode_and_a_push_consumer_sees_messages_exactly_as_sent(cluster):
     ns, nodes, _ = cluster
-    topic = topic_name("Modes")
+    topic = unique_name("Modes")
     sync, asyn, oneway = msgs("sync", 6, big_every=3), msgs("async", 4, big_every=2), msgs("oneway", 3)
     orderly, batch = [dict(m, arg=7) for m in msgs("orderly", 5)], msgs("batch", 4)  # one sharding argument
     results = produce(ns.addr, [
@@ -204,7 +192,7 @@ def test_every_send_mode_and_a_push_consumer_sees_messages_exactly_as_sent(clust
 
 def test_two_consumers_split_the_queues_and_one_takes_over(cluster):
     ns, nodes, tmp = cluster
-    topic = topic_name("Split")
+    topic = unique_name("Split")
     produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": msgs("warm", 1)}])  # create the topic
     group = "G-split"
     a = BackgroundConsumer(tmp, ns.addr, topic, group, "ca")
@@ -259,7 +247,7 @@ def queue_table(nodes, topic: str, group: str, queues: int = 4) -> list[tuple]:
 
 def test_offsets_survive_a_consumer_restart(cluster):
     ns, nodes, _ = cluster
-    topic = topic_name("Restart")
+    topic = unique_name("Restart")
     before = msgs("before", 12)
     produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": before}])
     got, _ = consume_all(ns.addr, topic, "G-restart", {m["body"] for m in before}, linger_s=0)
@@ -282,7 +270,7 @@ def test_offsets_survive_a_consumer_restart(cluster):
 
 def test_consumers_read_from_the_slave_when_the_master_is_stopped(cluster):
     ns, nodes, _ = cluster
-    topic = topic_name("Failover")
+    topic = unique_name("Failover")
     sent = msgs("fo", 24)
     produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": sent}])
     master, slave = nodes["broker-a"], nodes["broker-a-s"]
@@ -319,18 +307,8 @@ def test_consumers_read_from_the_slave_when_the_master_is_stopped(cluster):
 
 @pytest.fixture
 def sync_pair(tmp_path):
-    ns = NameServerProcess(tmp_path).start()
-    master = slave = None
-    try:
-        master = BrokerProcess(tmp_path, "broker-c", ns.addr, role="SYNC_MASTER").start()
-        slave = BrokerProcess(tmp_path, "broker-c", ns.addr, role="SLAVE").start()
-        wait_until(lambda: master.status()["ha"]["connectionCount"] == 1, 20, "slave connected to the master's HA port")
-        yield ns, master, slave
-    finally:
-        for p in (slave, master):
-            if p is not None:
-                p.stop()
-        ns.stop()
+    with master_and_slave(tmp_path, "broker-c", role="SYNC_MASTER", wait_connected=True) as pair:
+        yield pair
 
 
 def status_send(namesrv: str, topic: str, prefix: str, master, stored_before: int) -> list[dict]:
@@ -346,7 +324,7 @@ def status_send(namesrv: str, topic: str, prefix: str, master, stored_before: in
 
 def test_sync_master_reports_flush_slave_timeout_and_slave_not_available(sync_pair):
     ns, master, slave = sync_pair
-    topic = topic_name("Sync")
+    topic = unique_name("Sync")
     # producer send timeout (8 s) is above the broker's sync wait (syncFlushTimeout=1500)
     ok = status_send(ns.addr, topic, "ok", master, 0)
     assert ok[0].get("status") == SEND_OK, ok

@@ -19,10 +19,11 @@ import pytest
 
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.store import record
-from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.standalone import BrokerProcess, rpc
 from rmqha.cluster.wait import wait_until
 
-from .test_official_client import run_worker, topic_name
+from .processes import master_and_slave, unique_name
+from .test_official_client import run_worker
 from .tx_producer import COMMIT, ROLLBACK, UNKNOW, TxProducer
 
 pytestmark = pytest.mark.integration
@@ -34,18 +35,9 @@ TIMEOUT_MS, INTERVAL_MS = 2000, 1000
 
 @pytest.fixture
 def pair(tmp_path):
-    ns = NameServerProcess(tmp_path).start()
-    master = slave = None
-    try:
-        master = BrokerProcess(tmp_path, "broker-tx", ns.addr, extra={
-            "transactionTimeOut": str(TIMEOUT_MS), "transactionCheckInterval": str(INTERVAL_MS)}).start()
-        slave = BrokerProcess(tmp_path, "broker-tx", ns.addr, role="SLAVE").start()
-        yield ns, master, slave
-    finally:
-        for p in (slave, master):
-            if p is not None:
-                p.stop()
-        ns.stop()
+    extra = {"transactionTimeOut": str(TIMEOUT_MS), "transactionCheckInterval": str(INTERVAL_MS)}
+    with master_and_slave(tmp_path, "broker-tx", extra=extra) as pair:
+        yield pair
 
 
 def records(data: bytes) -> list[record.Message]:
@@ -65,7 +57,7 @@ def cid_offsets(broker: BrokerProcess) -> dict:
 
 def test_commit_rollback_and_check_back_across_ha(pair):
     ns, master, slave = pair
-    topic = topic_name("Tx")
+    topic = unique_name("Tx")
     producer = TxProducer(master.addr, "PG-tx")
     try:
         producer.heartbeat()
