@@ -1,19 +1,14 @@
 """The audit pipeline on a real cluster run: a local 2m-2s-sync cluster, the official client recording
 its history, `make audit`'s job on what the run left behind; then a damaged replica is caught."""
-import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from rmqha.cluster.topology import load_topology
 from rmqha.cluster.wait import wait_until
 
-from .test_local_cluster import cli, free_base_port
-
-REPO = Path(__file__).resolve().parents[2]
+from .cluster_cli import REPO, cli, cli_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
@@ -49,11 +44,7 @@ WORKLOAD = textwrap.dedent("""
 
 
 def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
-    topo = load_topology("2m-2s-sync")
-    base = free_base_port(topo)
-    env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
-    env.pop("CLUSTER_BASE_PORT", None)
-    run_dir = tmp_path / "run" / "audit"
+    _, base, env, run_dir = cli_cluster(tmp_path, "2m-2s-sync", "audit")
     up = cli(env, "up", "--topology", "2m-2s-sync", "--backend", "local", "--name", "audit",
              "--base-port", str(base), "--timeout", "40", "--set", "syncFlushTimeout=1500",
              # 64 MiB commit-log files, as chaos runs use: the audit reads preallocated files whole

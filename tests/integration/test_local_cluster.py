@@ -1,40 +1,21 @@
 """A real local 2m-2s-async cluster through the CLI: up, wait, status, down. No messages are produced."""
 import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from rmqha.cluster.ports import free_cluster_base, port_in_use
+from rmqha.cluster.ports import port_in_use
 from rmqha.cluster.process import is_running
-from rmqha.cluster.topology import PortPlan, load_topology
+from rmqha.cluster.topology import PortPlan
 
-REPO = Path(__file__).resolve().parents[2]
+from .cluster_cli import cli, cli_cluster
+from .cluster_cli import free_base_port  # noqa: F401  (test_planted_bugs.py imports it from here)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 
-def free_base_port(topology) -> int:
-    """A free cluster block in this xdist worker's slice of the cluster ports (rmqha/cluster/ports.py)."""
-    base = free_cluster_base(topology)
-    assert base is not None, "no free 50-port block in this worker's slice of 20000-32000"
-    return base
-
-
-def cli(env, *args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "rmqha.cluster", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
 def test_local_2m_2s_async_cluster(tmp_path):
-    topo = load_topology("2m-2s-async")
-    base = free_base_port(topo)
-    env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
-    env.pop("CLUSTER_BASE_PORT", None)
-    run_dir = tmp_path / "run" / "it"
+    topo, base, env, run_dir = cli_cluster(tmp_path, "2m-2s-async", "it")
     t0 = time.monotonic()
     up = cli(env, "up", "--topology", "2m-2s-async", "--backend", "local", "--name", "it",
              "--base-port", str(base), "--timeout", "40")
