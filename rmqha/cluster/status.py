@@ -111,6 +111,7 @@ class NodeStatus:
     status: dict | None = None         # the broker's /status, when it answered
     error: str | None = None           # why /status did not answer
     registered: bool | None = None     # None: the name server did not answer
+    registered_id: int | None = None   # a DLedger node: the brokerId the name server has its address under
 
     @property
     def name(self) -> str:
@@ -132,6 +133,27 @@ class NodeStatus:
     def max_offset(self) -> int | None:
         return (self.status or {}).get("maxPhyOffset")
 
+    @property
+    def is_dledger(self) -> bool:
+        """A node of a DLedger group (enableDLegerCommitLog=true): its role and id come from elections."""
+        return is_dledger_spec(self.spec) or "dledger" in (self.status or {})
+
+    @property
+    def dledger(self) -> dict:
+        """The broker's DLedger state from /status: role, term, leaderId, committedIndex, endIndex, ..."""
+        return (self.status or {}).get("dledger") or {}
+
+    @property
+    def broker_id(self) -> int | None:
+        """The id the broker has now (/status), else the planned one."""
+        bid = (self.status or {}).get("brokerId", self.spec.get("brokerId"))
+        return int(bid) if bid is not None else None
+
+
+def is_dledger_spec(spec: dict) -> bool:
+    """A state.json node entry of a DLedger node: its overrides carry dLegerPeers."""
+    return bool(spec.get("dledger")) or "dLegerPeers" in (spec.get("overrides") or {})
+
 
 @dataclass
 class ClusterStatus:
@@ -151,6 +173,14 @@ class ClusterStatus:
 
     def registered_count(self) -> int:
         return sum(1 for n in self.nodes if n.registered)
+
+    def dledger_group(self, n: NodeStatus) -> list[NodeStatus]:
+        """The DLedger nodes of n's brokerName (n included)."""
+        return [o for o in self.nodes if o.is_dledger and o.spec.get("brokerName") == n.spec.get("brokerName")]
+
+    def dledger_leader(self, n: NodeStatus) -> NodeStatus | None:
+        """The node of n's group that the name server names master (brokerId 0), if any."""
+        return next((o for o in self.dledger_group(n) if o.registered_id == 0), None)
 
 
 def collect(state: dict, backend: Backend | None = None, *, with_namesrv: bool = True,
@@ -185,7 +215,13 @@ def collect(state: dict, backend: Backend | None = None, *, with_namesrv: bool =
     if cs.namesrv_up:
         reg = registered_addrs(cs.namesrv_info)
         for n in nodes:
-            n.registered = (n.spec["brokerName"], int(n.spec["brokerId"])) in reg
+            if n.is_dledger:  # registered under whichever id its role gives it (0 leader, selfId + 1)
+                ids = sorted(bid for (bname, bid), addr in reg.items()
+                             if bname == n.spec["brokerName"] and addr == n.spec.get("addr"))
+                n.registered_id = ids[0] if ids else None
+                n.registered = bool(ids)
+            else:
+                n.registered = (n.spec["brokerName"], int(n.spec["brokerId"])) in reg
     return cs
 
 
@@ -211,6 +247,15 @@ def node_json(cs: ClusterStatus, n: NodeStatus) -> dict:
         "registered": n.registered,
         "error": n.error if not n.up else None,
     }
+    if n.is_dledger:
+        d = n.dledger
+        out["registeredId"] = n.registered_id
+        out["dledger"] = {k: d.get(k) for k in ("role", "term", "leaderId", "selfId", "committedIndex",
+                                                 "endIndex", "dispatchedIndex")}
+        leader = cs.dledger_leader(n)
+        lc, mc = leader.dledger.get("committedIndex") if leader else None, d.get("committedIndex")
+        out["dledger"]["lagEntries"] = lc - mc if lc is not None and mc is not None else None
+        return out
     if n.is_master:
         ha = s.get("ha") or {}
         out["push2SlaveMaxOffset"] = ha.get("push2SlaveMaxOffset")
@@ -247,6 +292,13 @@ def _replication(cs: ClusterStatus, n: NodeStatus) -> str:
     j = node_json(cs, n)
     if not n.up:
         return ""
+    if n.is_dledger:
+        d = j["dledger"]
+        text = (f"DLedger {d['role']} term {d['term']} committed {d['committedIndex']} end {d['endIndex']}"
+                + (f" leader {d['leaderId']}" if d["leaderId"] and d["role"] != "LEADER" else ""))
+        if d["lagEntries"] and d["role"] != "LEADER":
+            text += f" lag {d['lagEntries']}"
+        return text
     if n.is_master:
         slaves = j["slaves"]
         if not slaves:

@@ -11,6 +11,12 @@ wait_ready waits until a cluster is ready, showing progress live. Ready means:
   - every master counts as many validated HA connections as the topology gives it slaves;
   - every slave's HA client is CONNECTED and its reported offset equals its master's maxPhyOffset.
 
+A DLedger group (enableDLegerCommitLog=true, topology `dledger`) has no HA client and no planned
+master: it is ready when exactly one of its nodes is master (brokerId 0 in the name server's cluster
+info, SYNC_MASTER and DLedger LEADER on /status), every other node is a SLAVE registered under its own
+id (dLegerSelfId's number + 1, the id its /status shows), and every follower's committed index is
+within DLEDGER_MAX_LAG entries of the leader's (0: equal). Registration is always required there.
+
 registration: "required", "optional", or "auto" (the default): required when this checkout has
 rmqha/broker/registration.py or when any broker of the cluster is already registered, optional otherwise
 (registration is being written; until it lands no broker registers and waiting for it would hang).
@@ -31,6 +37,7 @@ from .status import ClusterStatus, NodeStatus, collect
 REGISTRATION_MODES = ("auto", "required", "optional")
 LOG_TAIL_LINES = 20
 SPINNER = "|/-\\"
+DLEDGER_MAX_LAG = 0  # entries a follower's committedIndex may trail the leader's when `up` returns
 
 
 def registration_required(mode: str, cs: ClusterStatus) -> bool:
@@ -52,6 +59,8 @@ class Check:
 def check_node(cs: ClusterStatus, n: NodeStatus, need_registration: bool) -> Check:
     if not n.up:
         return Check(False, "starting: no answer on /status yet")
+    if n.is_dledger:
+        return check_dledger_node(cs, n)
     if need_registration and not n.registered:
         if not cs.namesrv_up:
             return Check(False, "waiting for the name server to answer")
@@ -77,6 +86,45 @@ def check_node(cs: ClusterStatus, n: NodeStatus, need_registration: bool) -> Che
     if reported != mo:
         return Check(False, f"catching up: reported {reported} of master's {mo}")
     return Check(True, f"CONNECTED, in sync with {m.name} at {mo}")
+
+
+def check_dledger_node(cs: ClusterStatus, n: NodeStatus, max_lag: int | None = None) -> Check:
+    """One node of a DLedger group (see the module docstring)."""
+    max_lag = DLEDGER_MAX_LAG if max_lag is None else max_lag
+    s, d = n.status or {}, n.dledger
+    if not d:
+        return Check(False, "up, but /status shows no DLedger state (is enableDLegerCommitLog=true?)")
+    role, term, ci = d.get("role"), d.get("term"), d.get("committedIndex")
+    here = f"DLedger {role} term {term} committed {ci}"
+    if not cs.namesrv_up:
+        return Check(False, f"{here}; waiting for the name server to answer")
+    group = cs.dledger_group(n)
+    masters = [o for o in group if o.up and o.role != "SLAVE"]
+    if n.registered_id is None:
+        return Check(False, f"{here}; not registered with the name server {cs.namesrv_endpoint} yet")
+    if n.registered_id != n.broker_id:
+        return Check(False, f"{here}; registered as brokerId {n.registered_id}, /status says {n.broker_id}")
+    leader = cs.dledger_leader(n)
+    if leader is None:
+        return Check(False, f"{here}; no master (brokerId 0) in the name server yet")
+    if len(masters) != 1:
+        return Check(False, f"{here}; {len(masters)} nodes of {n.spec.get('brokerName')} claim a master role: "
+                     + ", ".join(o.name for o in masters))
+    if n is leader:
+        if (s.get("role"), role) != ("SYNC_MASTER", "LEADER") or n.broker_id != 0:
+            return Check(False, f"{here}; the name server's master, but /status says {s.get('role')} "
+                         f"brokerId {n.broker_id}")
+        return Check(True, f"master (brokerId 0), {here}")
+    if s.get("role") != "SLAVE":
+        return Check(False, f"{here}; {s.get('role')} brokerId {n.broker_id}, not a slave yet")
+    self_id = d.get("selfId") or ""
+    want = int(self_id[1:]) + 1 if self_id[1:].isdigit() else None
+    if want is not None and n.broker_id != want:
+        return Check(False, f"{here}; SLAVE with brokerId {n.broker_id}, expected {want} ({self_id})")
+    lc = leader.dledger.get("committedIndex")
+    if lc is None or ci is None or lc - ci > max_lag:
+        return Check(False, f"{here}; catching up: leader {leader.name} committed {lc}")
+    return Check(True, f"slave (brokerId {n.broker_id}), {here}, in sync with {leader.name}")
 
 
 def check_namesrv(cs: ClusterStatus) -> Check:

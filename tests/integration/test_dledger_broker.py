@@ -24,7 +24,7 @@ from rmqha.cluster.ports import free_cluster_base
 from rmqha.cluster.requests import props, send_v1
 from rmqha.cluster.standalone import rpc
 from rmqha.cluster.topology import load_topology
-from rmqha.cluster.wait import ProcessExited, wait_until
+from rmqha.cluster.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -108,22 +108,19 @@ def test_dledger_group_elects_a_master_replicates_and_fails_over(tmp_path):
     env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
     env.pop("CLUSTER_BASE_PORT", None)
     up = cli(env, "up", "--topology", "dledger", "--backend", "local", "--name", "dl", "--base-port", str(base),
-             "--no-wait", "--set", f"mappedFileSizeCommitLog={DATA_FILE}")
+             "--set", f"mappedFileSizeCommitLog={DATA_FILE}")
     try:
         assert up.returncode == 0, up.stderr + up.stdout
+        assert "is ready" in up.stdout + up.stderr, up.stderr + up.stdout
         state = json.loads((tmp_path / "run" / "dl" / "state.json").read_text())
         namesrv = state["namesrv"]["addr"]
         nodes = {n["name"]: n for n in state["nodes"]}
         by_addr = {n["addr"]: n for n in nodes.values()}
 
-        # 1. one master (id 0), the others slaves with id = selfId number + 1
-        def elected():
-            for n in state["nodes"]:
-                if not process.is_running(n["process"]):
-                    raise ProcessExited(f"{n['name']} exited: " + Path(n["log"]).read_text()[-2000:])
-            a = addrs(namesrv)
-            return a if 0 in a and len(a) == 3 else None
-        table = wait_until(elected, 40, "a master and two slaves registered")
+        # 1. `up` waited for readiness (rmqha/cluster/wait.py): one master (id 0), the others slaves with
+        # id = selfId number + 1, every follower's committed index equal to the leader's
+        table = addrs(namesrv)
+        assert 0 in table and len(table) == 3, table
         leader = by_addr[table[0]]
         self_num = {n: int(n[-1]) for n in nodes}
         assert sorted(table) == sorted([0] + [self_num[n["name"]] + 1 for n in nodes.values() if n is not leader])
