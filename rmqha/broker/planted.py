@@ -129,7 +129,7 @@ PLANTED_BUGS.update({
                       "offset again (caught by: delivery.duplicate)",
     "offset-regression": "a master moves a committed consumer offset back: the first commit to a queue whose "
                          "stored offset is past 40 stores 20 below it, and that queue's commits are ignored for 2 s (caught by: delivery.offset-regression, no fault)",
-    "phantom-pull": "every 25th pull answer with messages ends with a message nobody sent (new KEYS, UNIQ_KEY "
+    "phantom-pull": "every 10th pull answer with messages ends with a message nobody sent (new KEYS, UNIQ_KEY "
                     "and body at the last message's queue offset; that message is served again next pull) "
                     "(caught by: delivery.unexpected, nothing received that was never sent)",
 })
@@ -141,7 +141,7 @@ DUPLICATE_BACK = 2
 REGRESS_PAST = 40
 REGRESS_BY = 20
 REGRESS_HOLD_S = 2.0
-PHANTOM_EVERY = 25
+PHANTOM_EVERY = 10
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "RMQ_SYS_", "SCHEDULE_TOPIC", "TBW102", "rmq_sys_")
 _QUEUE_OFFSET = slice(20, 28)   # QUEUEOFFSET in a stored record (rmqha/broker/store/record.py)
 

@@ -48,6 +48,7 @@ def test_without_the_bugs_pulls_are_exact(make):
     got, nxt = served(b, 0)
     assert got == [(i, f"m{i}") for i in range(30)] and nxt == 30
     assert not isinstance(b.server.pull.store, planted.PlantedServing)
+    assert b.server.offsets.commit.__name__ == "commit"
 
 
 def test_reorder_swaps_n_and_n_plus_1_with_their_offsets(make):
@@ -96,7 +97,7 @@ def test_duplicate_serves_two_earlier_messages_again_every_10th_pull(make):
     assert seen == [*range(9), 7, 8, 9]
 
 
-def test_phantom_replaces_the_last_message_of_every_25th_answer_and_serves_it_next(make):
+def test_phantom_replaces_the_last_message_of_every_10th_answer_and_serves_it_next(make):
     b = make("phantom-pull")
     send(b, 30)
     bodies, keys = [], []
@@ -107,10 +108,10 @@ def test_phantom_replaces_the_last_message_of_every_25th_answer_and_serves_it_ne
         bodies.append((m.queue_offset, m.body[:9]))
         keys.append(m.keys)
         off = int(resp.ext_fields["nextBeginOffset"])
-    assert bodies[23:] == [(23, b"m23"), (24, b"planted-p"), (24, b"m24")]
-    assert keys[24] == "planted-phantom-broker-a-0-1"
-    assert keys[24] not in {m.keys for m in decode_records(b"".join(
-        b.store.get_messages(TOPIC, 0, 0, 32).records))}
+    n = planted.PHANTOM_EVERY - 1
+    assert bodies[n - 1:] == [(n - 1, f"m{n - 1}".encode()), (n, b"planted-p"), (n, f"m{n}".encode())]
+    assert keys[n] == "planted-phantom-broker-a-0-1"
+    assert keys[n] not in {m.keys for m in decode_records(b"".join(b.store.get_messages(TOPIC, 0, 0, 32).records))}
 
 
 def update_offset(b, offset, queue_id=0, group="CG"):
