@@ -1,5 +1,7 @@
 """Fixtures shared by the integration tests.
 
+`nemesis` is the fault table's Nemesis on the `cluster` fixture of the module that asks for it.
+
 `rc` is the Rust client (rust_client.py's RustClient: the built binary, or fail/skip saying how to build
 it), one per module.
 
@@ -11,6 +13,7 @@ affected; the docker tests skip, saying why, when there is no Docker engine or n
 from __future__ import annotations
 
 import os
+import uuid
 
 import pytest
 
@@ -55,6 +58,19 @@ class DockerClusterPool:
 def rc():
     from .rust_client import RustClient
     return RustClient.get()
+
+
+@pytest.fixture
+def nemesis(cluster):
+    """rmqha.chaos.nemesis.Nemesis on the module's `cluster` handle (either backend), logging to a fault
+    log of its own under the run's faults/; at teardown every fault it injected must heal."""
+    from rmqha.chaos.faultlog import FaultLog
+    from rmqha.chaos.nemesis import Nemesis
+    log = FaultLog(cluster.run_dir / "faults" / f"it-{uuid.uuid4().hex[:6]}.jsonl")
+    nem = Nemesis(cluster, fault_log=log)
+    yield nem
+    assert nem.heal_all() == []
+    log.close()
 
 
 @pytest.fixture(scope="session")

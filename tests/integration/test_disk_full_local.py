@@ -14,12 +14,9 @@ import pytest
 
 from rmqha.chaos.faultlog import FaultLog, read_faults
 from rmqha.chaos.nemesis import Fault, Nemesis
-from rmqha.cluster.handle import Cluster
-from rmqha.cluster.runfolder import using_run_root
-from rmqha.cluster.topology import load_topology
+from rmqha.rmqkit.cluster import RocketMQCluster
 
 from .docker_cluster import SEND_OK, consume, produce, random_bodies
-from .test_local_cluster import free_base_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 pytest.importorskip("rocketmq.client")
@@ -34,11 +31,12 @@ SETS = {"syncFlushTimeout": "1500", "haSendHeartbeatInterval": "1000", "haHousek
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with using_run_root(tmp_path_factory.mktemp("diskfull-run")):
-        c = Cluster.up("diskfull", "2m-2s-sync", "local", base_port=free_base_port(load_topology("2m-2s-sync")),
-                       sets=SETS, timeout=60)
-    yield c
-    c.down()
+    # rmqkit's RocketMQCluster rather than the plugin's rocketmq_cluster: the check after `down` below has
+    # no place in the plugin's fixtures (it stops the cluster after every fixture of the module is gone)
+    with RocketMQCluster("2m-2s-sync", "local", sets=SETS, run_root=tmp_path_factory.mktemp("diskfull-run"),
+                         timeout=60) as kit:
+        c = kit.handle
+        yield c
     assert not c.disk_limited("broker-a")
 
 

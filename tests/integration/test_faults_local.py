@@ -11,39 +11,25 @@ import uuid
 
 import pytest
 
-from rmqha.chaos.faultlog import FaultLog, read_faults
-from rmqha.chaos.nemesis import Fault, Nemesis
-from rmqha.cluster.handle import Cluster
-from rmqha.cluster.runfolder import using_run_root
-from rmqha.cluster.topology import load_topology
+from rmqha.chaos.faultlog import read_faults
+from rmqha.chaos.nemesis import Fault
 
 from .docker_cluster import SEND_OK, SLAVE_NOT_AVAILABLE, produce
-from .test_local_cluster import free_base_port
-
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-pytest.importorskip("rocketmq.client")
 
 SETS = {"syncFlushTimeout": "1500", "haSendHeartbeatInterval": "1000", "haHousekeepingInterval": "4000",
         "mappedFileSizeCommitLog": str(4 << 20), "broker-a-s:flushIntervalCommitLog": "60000",
         "broker-b:flushIntervalCommitLog": "60000", "broker-b-s:flushIntervalCommitLog": "60000"}
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with using_run_root(tmp_path_factory.mktemp("faults-run")):
-        c = Cluster.up("faults", "2m-2s-sync", "local", base_port=free_base_port(load_topology("2m-2s-sync")),
-                       sets=SETS, timeout=60)
-    yield c
-    c.down()
+# One cluster for the module, from the project's pytest plugin (rmqha/rmqkit/pytest_plugin.py).
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240),
+              pytest.mark.rocketmq(topology="2m-2s-sync", backend="local", scope="module", sets=SETS)]
+pytest.importorskip("rocketmq.client")
 
 
 @pytest.fixture
-def nemesis(cluster):
-    log = FaultLog(cluster.run_dir / "faults" / f"it-{uuid.uuid4().hex[:6]}.jsonl")
-    nem = Nemesis(cluster, fault_log=log)
-    yield nem
-    assert nem.heal_all() == []
-    log.close()
+def cluster(rocketmq_cluster):
+    """The cluster handle (rmqha/cluster/handle.py) of the module's plugin cluster."""
+    return rocketmq_cluster.handle
 
 
 def send(cluster, master, n=5):
