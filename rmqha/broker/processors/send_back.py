@@ -19,7 +19,8 @@ As RocketMQ 4.9.8's asyncConsumerSendMsgBack, in its order:
 * the new record is not waited for (WAIT=false), as in the reference.
 
 Ours, safer than 4.9: the retry queue is picked among min(retryQueueNums, the retry topic's
-writeQueueNums). 4.9 picks among retryQueueNums even when the topic already exists with fewer queues
+readQueueNums and writeQueueNums), and a retry topic with none answers SYSTEM_ERROR (the client keeps
+the message and consumes it again). 4.9 picks among retryQueueNums even when the topic already exists with fewer queues
 (a group whose retryQueueNums was raised after its retry topic was made), and the retries it stores in
 a queue outside the topic's route are never consumed.
 
@@ -88,7 +89,11 @@ class SendBackProcessor:
                                              sys_flag)
         if not is_writeable(tc.perm):
             return req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-        queue_id = self.random.randrange(retry_queue_choices(retry_queue_nums, tc.write_queue_nums))
+        choices = retry_queue_choices(retry_queue_nums, tc.read_queue_nums, tc.write_queue_nums)
+        if choices <= 0:  # stored there, a retry would sit where no consumer reads: the client retries locally
+            return req.make_response(ResponseCode.SYSTEM_ERROR,
+                                     f"the topic[{topic}] has no queue that is both readable and writable")
+        queue_id = self.random.randrange(choices)
         if req.version >= V3_4_9 or self.groups is None:
             max_times = req.get_int("maxReconsumeTimes", max_times)
         found = queries.record_at(self.controller.store, phys)
@@ -98,7 +103,9 @@ class SendBackProcessor:
         props = dict(orig.properties)
         props.setdefault("RETRY_TOPIC", orig.topic)
         props.pop("WAIT", None)
-        origin_id = props.get("ORIGIN_MESSAGE_ID") or req.get_str("originMsgId", "") or orig.msg_id
+        # as 4.9.8: the stored message's own ORIGIN_MESSAGE_ID, else its id; the header's originMsgId is
+        # the client's word (4.9 hands it to the consume hook only) and is never stored
+        origin_id = props.get("ORIGIN_MESSAGE_ID") or orig.msg_id
         props["ORIGIN_MESSAGE_ID"] = origin_id
         if orig.reconsume_times >= max_times or delay_level < 0:
             topic = dlq_topic(group)
@@ -110,7 +117,7 @@ class SendBackProcessor:
         msg = record.Message(topic=topic, body=orig.body, queue_id=queue_id, flag=orig.flag,
                              sys_flag=orig.sys_flag & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
                              born_timestamp=orig.born_timestamp, born_host=orig.born_host,
-                             reconsume_times=orig.reconsume_times + 1, properties=props)
+                             reconsume_times=int32(orig.reconsume_times + 1), properties=props)
         d = defer.maybeDeferred(self.controller.put_message, msg, False)
 
         def done(res):
@@ -124,9 +131,13 @@ class SendBackProcessor:
         return d.addCallback(done)
 
 
-def retry_queue_choices(retry_queue_nums: int, write_queue_nums: int) -> int:
-    """How many retry queues a send-back picks among: the group's retryQueueNums, but no more than the
-    retry topic's write queues (ours; 4.9 would store past them, where no consumer reads)."""
-    if write_queue_nums <= 0:  # a topic with no write queue: as 4.9, the group's number
-        return retry_queue_nums
-    return min(retry_queue_nums, write_queue_nums)
+def retry_queue_choices(retry_queue_nums: int, read_queue_nums: int, write_queue_nums: int) -> int:
+    """How many retry queues a send-back picks among: the group's retryQueueNums, but none the route
+    does not show as both readable and writable (ours; 4.9 picks among retryQueueNums and can store
+    where no consumer reads: a group whose retryQueueNums was raised after its retry topic was made)."""
+    return max(0, min(retry_queue_nums, read_queue_nums, write_queue_nums))
+
+
+def int32(n: int) -> int:
+    """n as a Java int: a producer may send reconsumeTimes = 2^31 - 1, and 4.9's + 1 wraps."""
+    return (n + (1 << 31)) % (1 << 32) - (1 << 31)

@@ -189,3 +189,52 @@ def test_the_name_servers_route_shows_the_retry_queues(broker):
     finally:
         reg.stop()
         broker.clock.advance(0)
+
+
+def test_retries_never_go_to_a_queue_no_consumer_reads(broker):
+    # a retry topic whose route shows 1 read queue but 3 write queues (an operator's updateTopic): a
+    # retry in queue 1 or 2 would be stored and never consumed, so every pick stays in queue 0
+    update_group(broker, groupName="READ1", retryQueueNums=3)
+    phys = stored(broker)
+    assert send_back(broker, phys, "READ1").code == ResponseCode.SUCCESS  # creates the topic, 3 queues
+    before = deliver_all(broker, "%RETRY%READ1", 3, 1)
+    broker.server.topics.get("%RETRY%READ1").read_queue_nums = 1
+    for _ in range(11):
+        assert send_back(broker, phys, "READ1").code == ResponseCode.SUCCESS
+    after = deliver_all(broker, "%RETRY%READ1", 3, 12)
+    assert [a - b for a, b in zip(after, before)] == [11, 0, 0], (before, after)
+
+
+def test_a_retry_topic_with_no_usable_queue_is_an_error_not_a_silent_loss(broker):
+    update_group(broker, groupName="NOWRITE", retryQueueNums=3)
+    phys = stored(broker)
+    assert send_back(broker, phys, "NOWRITE").code == ResponseCode.SUCCESS
+    broker.server.topics.get("%RETRY%NOWRITE").write_queue_nums = 0
+    r = send_back(broker, phys, "NOWRITE")
+    assert r.code == ResponseCode.SYSTEM_ERROR and "no queue that is both readable and writable" in r.remark
+
+
+def test_the_header_cannot_forge_the_origin_message_id(broker):
+    phys = stored(broker)
+    r = broker.call(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "offset": str(phys), "group": "G", "delayLevel": "-1", "originMsgId": "FORGED", "originTopic": TOPIC,
+        "unitMode": "false", "maxReconsumeTimes": "16"}, version=409))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    m = dead_letter(broker, "G")
+    assert m.properties["ORIGIN_MESSAGE_ID"] != "FORGED"
+    assert record.parse_offset_msg_id(m.properties["ORIGIN_MESSAGE_ID"])[1] == phys  # the original's own id
+
+
+def test_reconsume_times_at_the_int32_limit_wraps_as_java_does(broker):
+    r = broker.call(send_v1(body=b"old", properties=props(UNIQ_KEY="U9"), reconsumeTimes=2**31 - 1))
+    assert r.code == ResponseCode.SUCCESS
+    phys = record.parse_offset_msg_id(r.ext_fields["msgId"])[1]
+    r = send_back(broker, phys, "G")
+    assert r.code == ResponseCode.SUCCESS, r.remark  # over maxReconsumeTimes: to the DLQ, stored
+    assert dead_letter(broker, "G").reconsume_times == -(2**31)
+
+
+def dead_letter(broker, group):
+    got = broker.store.get_messages(f"%DLQ%{group}", 0, 0, 1)
+    (raw,) = got.records
+    return record.scan(raw).message
