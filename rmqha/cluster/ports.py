@@ -77,14 +77,20 @@ def free_cluster_base(topology, *, low: int = CLUSTER_LOW, high: int = CLUSTER_H
     Under pytest-xdist the search stays in this worker's slice of [low, high); slot/slots interleave
     the candidates between parallel users inside one process (the chaos matrix's lanes)."""
     from .topology import CLUSTER_PORT_SPAN, PortPlan
-    low, high = worker_slice(low, high, stride)
-    for k in range((high - low) // stride):
+    # the worker's slice of the fixed cluster range, whatever low/high a caller passes, so two callers
+    # with different bounds in two workers cannot meet; and every port of the block (the VIP channel
+    # is base - 2) inside it, so a block never reaches into the single-port range or a neighbour's slice
+    w_low, w_high = worker_slice(CLUSTER_LOW, CLUSTER_HIGH, stride)
+    low, high = max(low, w_low), min(high, w_high)
+    for k in range(max(0, high - low) // stride):
         base = low + stride * (k * slots + slot)
         if base + CLUSTER_PORT_SPAN > high:
             break
         if base == exclude:
             continue
         ports = [p for _, _, p in PortPlan.make(base).all_ports(topology)] + [base + o for o in extra_offsets]
+        if min(ports) < low or max(ports) >= high:
+            continue
         if not any(port_in_use(p) for p in ports):
             return base
     return None

@@ -6,7 +6,7 @@ import socket
 import pytest
 
 from rmqha.cluster import ports
-from rmqha.cluster.topology import load_topology
+from rmqha.cluster.topology import PortPlan, load_topology
 
 
 def as_worker(monkeypatch, index, count):
@@ -40,7 +40,7 @@ def test_single_ports_and_cluster_blocks_never_overlap_between_workers(monkeypat
         monkeypatch.setattr(ports, "_next", [0])
         singles = {ports.free_block(5) + k for _ in range(20) for k in range(5)}
         base = ports.free_cluster_base(topo)
-        block = set(range(base, base + 50))
+        block = {p for _, _, p in PortPlan.make(base).all_ports(topo)} | {base + 48}  # + Toxiproxy's API
         for other, used in taken.items():
             assert not used & (singles | block), f"worker {i} shares ports with worker {other}"
         assert not singles & block
@@ -62,3 +62,18 @@ def test_too_many_workers_is_a_clear_error(monkeypatch):
     as_worker(monkeypatch, 0, 500)
     with pytest.raises(RuntimeError, match="cannot be split between 500 test workers"):
         ports.worker_slice(20000, 32000, 100)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_every_port_of_a_cluster_block_stays_in_its_workers_slice(monkeypatch, count):
+    topo = load_topology("2m-2s-sync")
+    for i in range(count):
+        as_worker(monkeypatch, i, count)
+        lo, hi = ports.worker_slice(ports.CLUSTER_LOW, ports.CLUSTER_HIGH, 100)
+        for low in (ports.CLUSTER_LOW, 21000, 22000):  # callers pass their own bounds
+            base = ports.free_cluster_base(topo, low=low)
+            if base is None:
+                continue
+            used = [p for _, _, p in PortPlan.make(base).all_ports(topo)]
+            assert lo <= min(used) and max(used) < hi, (i, low, base, min(used), max(used))
+            assert min(used) >= ports.HIGH  # never in the single-port range (the VIP channel is base - 2)
