@@ -120,6 +120,36 @@ class DockerCluster(Cluster):
         return cluster_info(self.namesrv)
 
 
+# ---- the fixtures a docker test module declares ----------------------------------------------------
+
+def pooled_cluster(topology: str, sets: dict[str, str] | None = None):
+    """A module's `cluster` fixture: this worker's pooled cluster (conftest.py's docker_cluster_pool) of
+    this topology and settings, for the whole module:  cluster = pooled_cluster("2m-2s-sync", SETS)"""
+    import pytest
+
+    @pytest.fixture(scope="module", name="cluster")
+    def cluster(docker_cluster_pool):
+        return docker_cluster_pool.get(topology, sets)
+    return cluster
+
+
+def topic_on_master(prefix: str, master: str):
+    """A fixture (named as the module attribute it is assigned to): a new topic on `master` alone, so
+    sends go to that group; its slave's HA link is restored after the test.
+    topic_a = topic_on_master("SyncA", "broker-a")"""
+    import uuid
+
+    import pytest
+
+    @pytest.fixture
+    def topic(cluster):
+        t = f"{prefix}{uuid.uuid4().hex[:8]}"
+        cluster.create_topic(t, [master])
+        yield t
+        cluster.toxics.restore(f"{master}-s-ha")
+    return topic
+
+
 def docker_unavailable_reason() -> str | None:
     try:
         import docker

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from .docker_cluster import pooled_cluster
 from .test_docker_sync import SETS
 from .test_official_client import consume, produce
 
@@ -17,9 +18,7 @@ pytest.importorskip("rocketmq.client")
 TOLERANCE_S = 1.5  # same bound as the local test; containers add a proxy hop
 
 
-@pytest.fixture(scope="module")
-def cluster(docker_cluster_pool):
-    return docker_cluster_pool.get("2m-2s-sync", SETS)
+cluster = pooled_cluster("2m-2s-sync", SETS)
 
 
 def test_delayed_messages_arrive_after_their_delay_and_replicate(cluster):

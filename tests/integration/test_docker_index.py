@@ -13,6 +13,7 @@ import pytest
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.store import record
 
+from .docker_cluster import pooled_cluster
 from .test_docker_sync import SETS
 
 pytestmark = pytest.mark.integration
@@ -24,9 +25,7 @@ from .test_official_client import produce  # noqa: E402
 INDEX_FILE_SIZE = 40 + 50_000 * 4 + 200_000 * 20
 
 
-@pytest.fixture(scope="module")
-def cluster(docker_cluster_pool):
-    return docker_cluster_pool.get("2m-2s-sync", SETS)
+cluster = pooled_cluster("2m-2s-sync", SETS)
 
 
 def test_query_by_key_and_view_by_id_on_containers(cluster):

@@ -5,15 +5,13 @@ import uuid
 
 import pytest
 
-from .docker_cluster import SEND_OK, consume, produce
+from .docker_cluster import SEND_OK, consume, pooled_cluster, produce
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
 
 
-@pytest.fixture(scope="module")
-def cluster(docker_cluster_pool):
-    return docker_cluster_pool.get("2m-noslave")
+cluster = pooled_cluster("2m-noslave")
 
 
 def test_no_ha_connection_and_no_ha_proxy(cluster):

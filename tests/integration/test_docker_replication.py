@@ -17,7 +17,7 @@ import pytest
 
 from rmqha.cluster.wait import wait_until
 
-from .docker_cluster import SEND_OK, produce, random_bodies
+from .docker_cluster import SEND_OK, pooled_cluster, produce, random_bodies, topic_on_master
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
@@ -26,17 +26,8 @@ SETS = {"haSendHeartbeatInterval": "1000", "haHousekeepingInterval": "4000"}
 CONNECTED = re.compile(r"slave \S+ connected: slaveRequestOffset=(-?\d+)")
 
 
-@pytest.fixture(scope="module")
-def cluster(docker_cluster_pool):
-    return docker_cluster_pool.get("2m-2s-async", SETS)
-
-
-@pytest.fixture
-def topic_a(cluster):
-    t = f"ReplA{uuid.uuid4().hex[:8]}"
-    cluster.create_topic(t, ["broker-a"])
-    yield t
-    cluster.toxics.restore("broker-a-s-ha")
+cluster = pooled_cluster("2m-2s-async", SETS)
+topic_a = topic_on_master("ReplA", "broker-a")
 
 
 def send_ok(cluster, topic, bodies):

@@ -6,29 +6,24 @@ consumers. The settings are test_docker_sync.py's, so one xdist worker reuses it
 """
 from __future__ import annotations
 
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from rmqha.cluster.wait import wait_until
 
-from .rust_client import RustClient
+from .docker_cluster import pooled_cluster, topic_on_master
 from .test_docker_sync import SETS, SYNC_WAIT_MS
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def cluster(docker_cluster_pool):
-    return docker_cluster_pool.get("2m-2s-sync", SETS)
+cluster = pooled_cluster("2m-2s-sync", SETS)
+topic = topic_on_master("RustDock", "broker-a")
 
 
-def test_rust_client_sends_every_sync_master_outcome_and_reads_back_through_the_proxies(cluster):
-    rc = RustClient.get()
+def test_rust_client_sends_every_sync_master_outcome_and_reads_back_through_the_proxies(cluster, rc, topic):
     ns = cluster.namesrv
-    topic = f"RustDock{uuid.uuid4().hex[:8]}"
-    cluster.create_topic(topic, ["broker-a"])
     one = dict(mode="sync", count=1, timeout_ms=8000, retries=0)
     try:
         ok = rc.send(ns, topic, mode="sync", count=5, prefix="dock", timeout_ms=8000)

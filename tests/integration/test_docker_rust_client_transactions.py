@@ -7,27 +7,22 @@ reference's default), so it is tested on the local backend (test_rust_client_tra
 """
 from __future__ import annotations
 
-import uuid
 
 import pytest
 
-from .rust_client import RustClient
+from .docker_cluster import pooled_cluster, topic_on_master
 from .test_docker_sync import SETS
 from .test_rust_client_transactions import nothing_found
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def cluster(docker_cluster_pool):
-    return docker_cluster_pool.get("2m-2s-sync", SETS)
+cluster = pooled_cluster("2m-2s-sync", SETS)
+topic = topic_on_master("RustTxD", "broker-a")
 
 
-def test_rust_client_commits_rolls_back_and_queries_through_the_proxies(cluster):
-    rc = RustClient.get()
+def test_rust_client_commits_rolls_back_and_queries_through_the_proxies(cluster, rc, topic):
     ns = cluster.namesrv
-    topic = f"RustTxD{uuid.uuid4().hex[:8]}"
-    cluster.create_topic(topic, ["broker-a"])
     sent, checks, done = rc.tx_send(ns, topic, group=f"PG-rtxd-{topic}", wait_s=5, linger_ms=300, timeout_ms=8000,
                                     messages=[{"body": "commit-me", "keys": "dk-commit", "tx": "commit"},
                                               {"body": "roll-me-back", "keys": "dk-roll", "tx": "rollback"}])

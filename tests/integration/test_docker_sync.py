@@ -14,15 +14,14 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from rmqha.cluster.wait import wait_until
 
-from .docker_cluster import (FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, produce, produce_status,
-                             random_bodies)
+from .docker_cluster import (FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, pooled_cluster, produce,
+                             produce_status, random_bodies, topic_on_master)
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
@@ -33,25 +32,9 @@ SETS = {"syncFlushTimeout": str(SYNC_WAIT_MS), "haSendHeartbeatInterval": "1000"
         "haHousekeepingInterval": "6000", "broker-b:haSlaveFallbehindMax": str(FALLBEHIND_MAX)}
 
 
-@pytest.fixture(scope="module")
-def cluster(docker_cluster_pool):
-    return docker_cluster_pool.get("2m-2s-sync", SETS)
-
-
-@pytest.fixture
-def topic_a(cluster):
-    t = f"SyncA{uuid.uuid4().hex[:8]}"
-    cluster.create_topic(t, ["broker-a"])
-    yield t
-    cluster.toxics.restore("broker-a-s-ha")
-
-
-@pytest.fixture
-def topic_b(cluster):
-    t = f"SyncB{uuid.uuid4().hex[:8]}"
-    cluster.create_topic(t, ["broker-b"])
-    yield t
-    cluster.toxics.restore("broker-b-s-ha")
+cluster = pooled_cluster("2m-2s-sync", SETS)
+topic_a = topic_on_master("SyncA", "broker-a")
+topic_b = topic_on_master("SyncB", "broker-b")
 
 
 def test_a_host_client_gets_send_ok_through_the_proxies(cluster, topic_a):

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from .docker_cluster import pooled_cluster
 from .test_docker_sync import SETS
 from .test_official_client import consume
 from .tx_producer import COMMIT, ROLLBACK, TxProducer
@@ -17,9 +18,7 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
 
 
-@pytest.fixture(scope="module")
-def cluster(docker_cluster_pool):
-    return docker_cluster_pool.get("2m-2s-sync", SETS)
+cluster = pooled_cluster("2m-2s-sync", SETS)
 
 
 def test_commit_and_rollback_replicate(cluster):

@@ -8,28 +8,17 @@ import uuid
 
 import pytest
 
-from rmqha.chaos.faultlog import FaultLog, read_faults
-from rmqha.chaos.nemesis import Fault, Nemesis
+from rmqha.chaos.faultlog import read_faults
+from rmqha.chaos.nemesis import Fault
 
-from .docker_cluster import SEND_OK, produce, produce_status
+from .docker_cluster import SEND_OK, pooled_cluster, produce, produce_status
 from .test_docker_sync import SETS
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
 
 
-@pytest.fixture(scope="module")
-def cluster(docker_cluster_pool):
-    return docker_cluster_pool.get("2m-2s-sync", SETS)
-
-
-@pytest.fixture
-def nemesis(cluster):
-    log = FaultLog(cluster.run_dir / "faults" / f"it-{uuid.uuid4().hex[:6]}.jsonl")
-    nem = Nemesis(cluster, fault_log=log)
-    yield nem
-    assert nem.heal_all() == []
-    log.close()
+cluster = pooled_cluster("2m-2s-sync", SETS)
 
 
 def topic_on(cluster, master):
