@@ -8,7 +8,9 @@ import random
 import pytest
 
 from rmqha.broker.remoting.codes import RequestCode
-from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
+from rmqha.cluster.standalone import rpc
+
+from .processes import broker_on_namesrv
 
 pytestmark = pytest.mark.integration
 
@@ -20,10 +22,7 @@ FIELDS = [{}, {"topic": "", "consumerGroup": "%%%", "queueId": "-5", "timestamp"
 
 
 def test_every_code_with_bad_input_is_answered_and_nothing_falls_over(tmp_path):
-    ns = NameServerProcess(tmp_path).start()
-    broker = None
-    try:
-        broker = BrokerProcess(tmp_path, "broker-x", ns.addr).start()
+    with broker_on_namesrv(tmp_path, "broker-x") as (ns, broker):
         bodies = BODIES + [random.Random(7).randbytes(300)]
         unanswered = []
         for addr, who in ((broker.addr, "broker"), (ns.addr, "namesrv")):
@@ -40,7 +39,3 @@ def test_every_code_with_bad_input_is_answered_and_nothing_falls_over(tmp_path):
         assert unanswered == []
         assert rpc(broker.addr, RequestCode.GET_BROKER_RUNTIME_INFO).code == 0
         assert rpc(ns.addr, RequestCode.GET_BROKER_CLUSTER_INFO).code == 0
-    finally:
-        if broker is not None:
-            broker.stop()
-        ns.stop()
