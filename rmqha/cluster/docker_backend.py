@@ -20,6 +20,10 @@ Addressing. Node i gets the local backend's port plan: listenPort P = base + 10*
     toxiproxy:<master's P+1>. brokerIP2 (the address a master registers for HA) is its service name;
   - metrics and /status (P+2) are published directly (127.0.0.1:P+2), so observing never crosses a
     proxy that a test has broken;
+  - DLedger (topology `dledger`): node B listens on 0.0.0.0:<B's P+3> in its container; node A's
+    dLegerPeers names B as toxiproxy:<B's P + 4 + A's index>, proxy `<A>-dl-<B>` (kind "dledger",
+    upstream B:<B's P+3>). One proxy per direction of each peer link, none published: cutting
+    `<A>-dl-<B>` and `<B>-dl-<A>` partitions the pair (an RPC's answer rides its request's connection);
   - Toxiproxy's API: 8474 for the default cluster (base 10911), base+48 otherwise.
 
 Stores: RUN_DIR/nodes/<node>/store is bind-mounted at /var/lib/rocketmq/store, and the containers run
@@ -53,8 +57,8 @@ from . import acl
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions
 from .local_backend import check_ports
-from .topology import (COMPOSE_DIR, DEFAULT_BASE_PORT, PortPlan, Topology, effective_config, node_overrides,
-                       set_args)
+from .topology import (COMPOSE_DIR, DEFAULT_BASE_PORT, DLEDGER_PORT_OFFSET, PortPlan, Topology, effective_config,
+                       is_dledger, node_overrides, set_args)
 
 BROKER_IMAGE = os.environ.get("RMQHA_BROKER_IMAGE") or "rmqha/broker:latest"
 TOXIPROXY_IMAGE = os.environ.get("RMQHA_TOXIPROXY_IMAGE") or "rmqha/toxiproxy:latest"
@@ -123,6 +127,39 @@ def check_images(client, images: list[str]) -> None:
                            "(images/build.sh; no registry is needed), then `up` again")
 
 
+def dledger_link_port(plan: PortPlan, topology: Topology, src: str, dst: str) -> int:
+    """Where toxiproxy listens for src's DLedger connections to dst: dst's P + 4 + src's index, inside
+    dst's port stride (P+3 is dst's own DLedger port; P+8 is the next node's VIP channel)."""
+    return (plan.node_ports(topology.node(dst))["listenPort"] + DLEDGER_PORT_OFFSET + 1
+            + topology.node(src).index)
+
+
+def dledger_links(topology: Topology, plan: PortPlan, overrides: dict[str, dict[str, str]]) -> list[dict]:
+    """The proxies of every DLedger peer link, one per direction, and each DLedger node's own
+    dLegerPeers (in `overrides`): itself on 0.0.0.0:P+3, every other member through its proxy."""
+    groups: dict[str, list] = {}
+    for n in topology.nodes:
+        if is_dledger(n.props):
+            groups.setdefault(n.props.get("dLegerGroup", "").strip(), []).append(n)
+    proxies = []
+    for members in groups.values():
+        for a in members:
+            peers = []
+            for b in members:
+                b_id = b.props["dLegerSelfId"].strip()
+                b_port = plan.node_ports(b)["listenPort"] + DLEDGER_PORT_OFFSET
+                if a is b:
+                    peers.append(f"{b_id}-0.0.0.0:{b_port}")
+                    continue
+                port = dledger_link_port(plan, topology, a.name, b.name)
+                peers.append(f"{b_id}-toxiproxy:{port}")
+                proxies.append({"name": f"{a.name}-dl-{b.name}", "kind": "dledger", "node": a.name,
+                                "peer": b.name, "listen": f"0.0.0.0:{port}", "upstream": f"{b.name}:{b_port}",
+                                "hostEndpoint": None})
+            overrides[a.name]["dLegerPeers"] = ";".join(peers)
+    return proxies
+
+
 def toxiproxy_proxies(state: dict) -> list[dict]:
     """The proxy list (Toxiproxy -config format) for a cluster's state."""
     return [{"name": p["name"], "listen": p["listen"], "upstream": p["upstream"], "enabled": True}
@@ -188,6 +225,7 @@ class DockerBackend(Backend):
                             "upstream": f"{n.name}:{c.fast_listen_port}",
                             "hostEndpoint": f"{host}:{c.fast_listen_port}"})
             used_listen.update((c.listenPort, c.fast_listen_port))
+        proxies += dledger_links(topology, plan, overrides)
         for n in topology.slaves:
             m = topology.master_of(n)
             mc = configs[m.name]

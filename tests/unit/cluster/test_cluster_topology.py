@@ -203,3 +203,23 @@ def test_a_base_port_in_the_ephemeral_range_is_refused_with_advice(monkeypatch):
     with pytest.raises(ClusterError, match="name server 40000"):
         PortPlan.make(20000, 40000)
     assert PortPlan.make(32768 - 50).base_port == 32718
+
+
+def test_docker_dledger_peer_links_go_through_one_proxy_per_direction():
+    from rmqha.cluster.docker_backend import dledger_links
+    topo = load_topology("dledger")
+    plan = PortPlan.make(20100)
+    overrides = {n.name: {} for n in topo.nodes}
+    proxies = dledger_links(topo, plan, overrides)
+    assert sorted(p["name"] for p in proxies) == sorted(
+        f"broker-n{a}-dl-broker-n{b}" for a in range(3) for b in range(3) if a != b)
+    p = next(p for p in proxies if p["name"] == "broker-n0-dl-broker-n2")
+    # toxiproxy listens in broker-n2's stride (P+4+index of broker-n0), upstream is broker-n2's own P+3
+    assert (p["kind"], p["node"], p["peer"], p["listen"], p["upstream"]) == (
+        "dledger", "broker-n0", "broker-n2", "0.0.0.0:20124", "broker-n2:20123")
+    assert overrides["broker-n0"]["dLegerPeers"] == "n0-0.0.0.0:20103;n1-toxiproxy:20114;n2-toxiproxy:20124"
+    assert overrides["broker-n2"]["dLegerPeers"] == "n0-toxiproxy:20106;n1-toxiproxy:20116;n2-0.0.0.0:20123"
+    listens = [int(p["listen"].rpartition(":")[2]) for p in proxies]
+    assert len(set(listens)) == len(listens)
+    taken = {port for _, _, port in plan.all_ports(topo)}
+    assert not taken & set(listens)  # no clash with a client, VIP, metrics or DLedger port
