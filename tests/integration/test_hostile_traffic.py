@@ -249,17 +249,23 @@ class Attack:
         return time.monotonic() < self.deadline
 
     # -- client port ------------------------------------------------------------------------------
+    def garbage_connection(self, what: str, port: int, rng: random.Random, max_bytes: int,
+                           timeout: float = 2.0) -> None:
+        """One connection that sends 1..max_bytes random bytes and is reset: "<what> connections" or
+        "<what> refused" in the stats."""
+        try:
+            s = connect(port, timeout=timeout)
+            s.sendall(rng.randbytes(rng.randint(1, max_bytes)))
+            abort(s)
+            self.count(f"{what} connections")
+        except OSError:
+            self.count(f"{what} refused")
+            time.sleep(0.05)
+
     def garbage(self, node: str, port: int) -> None:
         rng = random.Random(f"garbage-{node}")
         while self.live():
-            try:
-                s = connect(port)
-                s.sendall(rng.randbytes(rng.randint(1, 4096)))
-                abort(s)
-                self.count(f"{node} garbage connections")
-            except OSError:
-                self.count(f"{node} garbage refused")
-                time.sleep(0.05)
+            self.garbage_connection(f"{node} garbage", port, rng, 4096)
 
     def malformed(self, node: str, port: int) -> None:
         rng = random.Random(f"malformed-{node}")
@@ -351,14 +357,7 @@ class Attack:
                 except OSError as e:
                     self.reply(f"{node} HA: report {offset}", type(e).__name__)
                     time.sleep(0.05)
-            try:
-                s = connect(port, timeout=1.0)
-                s.sendall(rng.randbytes(rng.randint(1, 1000)))
-                abort(s)
-                self.count(f"{node} HA garbage connections")
-            except OSError:
-                self.count(f"{node} HA garbage refused")
-                time.sleep(0.05)
+            self.garbage_connection(f"{node} HA garbage", port, rng, 1000, timeout=1.0)
 
     def ha_non_reader(self, node: str, port: int) -> None:
         """A fake slave that asks for the log from 0 (valid) and never reads what the master pushes."""
