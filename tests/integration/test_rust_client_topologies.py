@@ -1,7 +1,6 @@
 """The Rust client (crates.io rocketmq-client-rust, unmodified) on each classic topology through the
-cluster handle: 2m-2s-sync, 2m-2s-async and 2m-noslave on the local backend, and in containers
-2m-2s-async and 2m-noslave (sharing the clusters of test_docker_replication.py and test_docker_noslave.py;
-test_docker_rust_client.py covers docker 2m-2s-sync). Each: sync and batch sends to both masters
+cluster handle: 2m-2s-sync, 2m-2s-async and 2m-noslave on the local backend and in containers (sharing the clusters
+of test_docker_sync.py, test_docker_replication.py and test_docker_noslave.py when a worker has them). Each: sync and batch sends to both masters
 come back SEND_OK and are read back by a push and a lite-pull consumer; then the crate's admin API
 (clients/rust admin, DefaultMQAdminExt; the whole admin plane is test_rust_admin.py) sees the
 topology's brokers with their runtime info, the topic's route, and the push group's consume stats
@@ -20,6 +19,7 @@ from rmqha.cluster.wait import wait_until
 
 from .rust_client import RustClient
 from .test_docker_replication import SETS as ASYNC_SETS
+from .test_docker_sync import SETS as SYNC_SETS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -70,7 +70,8 @@ def test_local_topology(topology):
         c.down()
 
 
-@pytest.mark.parametrize("topology,sets", [("2m-2s-async", ASYNC_SETS), ("2m-noslave", None)])
+@pytest.mark.parametrize("topology,sets", [("2m-2s-sync", SYNC_SETS), ("2m-2s-async", ASYNC_SETS),
+                                           ("2m-noslave", None)])
 def test_docker_topology(docker_cluster_pool, topology, sets):
     rc = RustClient.get()
     c = docker_cluster_pool.get(topology, sets)
