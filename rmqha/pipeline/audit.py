@@ -109,17 +109,20 @@ def _fold_pairs(rows):
 
 def node_integrity(df, nodes: list[Node]) -> list[NodeIntegrity]:
     from pyspark.sql import functions as F
+    # one job: per node its counts and its (few) unreadable spans, sorted by offset
+    bad_row = F.when(F.col("status").isin("invalid", "torn"),
+                     F.struct("physical_offset", "size", "reason", "status"))
     stats = {r["node"]: r for r in df.groupBy("node").agg(
         F.sum(F.when(F.col("status") == "ok", 1).otherwise(0)).alias("records"),
         F.min(F.when(F.col("status").isin("ok", "blank"), F.col("physical_offset"))).alias("start"),
         F.max(F.when(F.col("status").isin("ok", "blank"),
-                     F.col("physical_offset") + F.col("size"))).alias("end")).collect()}
+                     F.col("physical_offset") + F.col("size"))).alias("end"),
+        F.sort_array(F.collect_list(bad_row)).alias("bad")).collect()}
     bad: dict[str, dict[str, list]] = {}
-    for r in (df.filter(F.col("status").isin("invalid", "torn"))
-              .select("node", "status", "physical_offset", "size", "reason")
-              .orderBy("node", "physical_offset").collect()):
-        bad.setdefault(r["node"], {"invalid": [], "torn": []})[r["status"]].append(
-            (r["physical_offset"], r["size"], r["reason"]))
+    for node, r in stats.items():
+        for b in r["bad"] or []:
+            bad.setdefault(node, {"invalid": [], "torn": []})[b["status"]].append(
+                (b["physical_offset"], b["size"], b["reason"]))
     out = []
     for n in nodes:
         s = stats.get(n.name)
@@ -131,8 +134,9 @@ def node_integrity(df, nodes: list[Node]) -> list[NodeIntegrity]:
     return out
 
 
-def audit_pairs(spark, df, nodes: list[Node]) -> list[PairAudit]:
-    """Compare every slave with its master. df: the decoded rows (rmqha.pipeline.decode)."""
+def audit_pairs(spark, df, nodes: list[Node], integrity: list[NodeIntegrity] | None = None) -> list[PairAudit]:
+    """Compare every slave with its master. df: the decoded rows (rmqha.pipeline.decode); integrity:
+    node_integrity's result on the same rows, when known (its log ends save a Spark job)."""
     from pyspark.sql import functions as F
 
     pairs = []
@@ -144,18 +148,24 @@ def audit_pairs(spark, df, nodes: list[Node]) -> list[PairAudit]:
                           s.start_offset, max(master.start_offset, s.start_offset)))
     if not pairs:
         return []
-    pdf = spark.createDataFrame(pairs, "pair string, broker_name string, master string, slave string, "
-                                       "master_role string, slave_start long, compare_start long")
     rec = df.filter(F.col("status") != "torn").select(
         "node", "physical_offset", "size", "status", "record_crc")
-    m = (rec.join(F.broadcast(pdf.select("pair", F.col("master").alias("node"), "compare_start")), "node")
-         .filter(F.col("physical_offset") >= F.col("compare_start"))
-         .select("pair", "physical_offset", F.col("size").alias("m_size"),
-                 F.col("status").alias("m_status"), F.col("record_crc").alias("m_crc")))
-    s = (rec.join(F.broadcast(pdf.select("pair", F.col("slave").alias("node"), "compare_start")), "node")
-         .filter(F.col("physical_offset") >= F.col("compare_start"))
-         .select("pair", "physical_offset", F.col("size").alias("s_size"),
-                 F.col("status").alias("s_status"), F.col("record_crc").alias("s_crc")))
+
+    def side(role: int):
+        """rec's rows of each pair's master (role 2) or slave (3) from the pair's compare start: a literal
+        map node -> [(pair, compare start)] exploded, not a join (a join with a local table costs a job)."""
+        by_node: dict[str, list] = {}
+        for p in pairs:
+            by_node.setdefault(p[role], []).append(F.struct(F.lit(p[0]).alias("pair"),
+                                                            F.lit(p[6]).cast("long").alias("compare_start")))
+        lookup = F.create_map(*[x for node, ps in by_node.items() for x in (F.lit(node), F.array(*ps))])
+        return (rec.select("*", F.explode(lookup[F.col("node")]).alias("p"))
+                .filter(F.col("physical_offset") >= F.col("p.compare_start"))
+                .withColumn("pair", F.col("p.pair")))
+    m = side(2).select("pair", "physical_offset", F.col("size").alias("m_size"),
+                       F.col("status").alias("m_status"), F.col("record_crc").alias("m_crc"))
+    s = side(3).select("pair", "physical_offset", F.col("size").alias("s_size"),
+                       F.col("status").alias("s_status"), F.col("record_crc").alias("s_crc"))
     j = m.join(s, ["pair", "physical_offset"], "full_outer")
     good = ("ok", "blank")
     j = j.withColumn("kind", F.when(F.col("m_status").isNull(), "slave_only")
@@ -179,9 +189,12 @@ def audit_pairs(spark, df, nodes: list[Node]) -> list[PairAudit]:
                  .groupBy("pair").agg(
         F.max("physical_offset").alias("last")).collect()}
     ends = {}
-    for r in df.filter(F.col("status").isin(*good)).groupBy("node").agg(
-            F.max(F.col("physical_offset") + F.col("size")).alias("end")).collect():
-        ends[r["node"]] = r["end"]
+    if integrity is not None:  # a node with no ok/blank record has end 0 there, and no end here
+        ends = {ni.node: ni.end for ni in integrity if ni.end}
+    else:
+        for r in df.filter(F.col("status").isin(*good)).groupBy("node").agg(
+                F.max(F.col("physical_offset") + F.col("size")).alias("end")).collect():
+            ends[r["node"]] = r["end"]
 
     out = []
     for pair, name, master, slave, role, slave_start, cstart in pairs:

@@ -65,6 +65,7 @@ AT_RISK_MS = 5000  # acknowledged this long before a fault: still at stake when 
 DETAIL_FILE = "delivery.jsonl"
 # A record the broker dispatches to a consume queue: not a transaction's prepared or rollback record.
 TRAN_TYPE_MASK, TRAN_PREPARED, TRAN_ROLLBACK = 0xC, 0x4, 0xC
+REASONS = ("backlog", "queued", "unqueued", "nowhere")  # why a lost send is lost (the module's doc)
 
 
 @dataclass
@@ -164,7 +165,8 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     h = _history(hist)
     node_rows = [(n.name, n.broker_name, bool(n.is_master)) for n in nodes]
     ndf = spark.createDataFrame(node_rows or [("", "", False)], "node string, broker_name string, is_master boolean")
-    cq = spark.createDataFrame(queue_rows(nodes) or [("", "", -1, -1, -1, -1)],
+    qrows = queue_rows(nodes)
+    cq = spark.createDataFrame(qrows or [("", "", -1, -1, -1, -1)],
                                "node string, topic string, queue_id int, queue_offset long, cq_phys long, "
                                "cq_size int").filter(F.col("node") != "")
 
@@ -226,29 +228,40 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     # 4. what each group is owed: the sends to a topic it subscribed to (or received from), within its
     # window: from its subscribe (FROM_NOW) or from the first send (FROM_FIRST, or no subscribe line), to
     # the last unsubscribe once every consumer of the group has shut down (open while one still runs)
+    # one job: per (group, topic) whether it subscribed or received (and orderly), and the parts of the
+    # group's window, summed over its topics below
     subs: dict[str, set] = {}
     ordered_groups = set()
-    for r in (h.filter(F.col("op").isin("subscribe", "receive")).groupBy("grp", "topic")
-              .agg(F.max(F.coalesce(F.col("ordered"), F.lit(False)).cast("int")).alias("o")).collect()):
-        if r["topic"] is None:
-            continue
-        subs.setdefault(r["grp"], set()).add(r["topic"])
-        if r["o"]:
-            ordered_groups.add(r["grp"])
+    win: dict[str, list] = {}
+    op = F.col("op")
+    for r in (h.filter(op.isin("subscribe", "receive", "unsubscribe")).groupBy("grp", "topic").agg(
+            F.max(op.isin("subscribe", "receive").cast("int")).alias("sr"),
+            F.max(F.when(op.isin("subscribe", "receive"), F.coalesce(F.col("ordered"), F.lit(False)).cast("int")))
+            .alias("o"),
+            F.sum((op == "subscribe").cast("int")).alias("subs"),
+            F.sum((op == "unsubscribe").cast("int")).alias("unsubs"),
+            F.min(F.when((op == "subscribe") & (F.coalesce(F.col("status"), F.lit("")) != FROM_NOW), F.lit(1))).alias("first"),
+            F.min(F.when(op == "subscribe", F.col("start_ms"))).alias("since"),
+            F.max(F.when(op == "unsubscribe", F.col("start_ms"))).alias("until")).collect()):
+        if r["topic"] is not None and r["sr"]:
+            subs.setdefault(r["grp"], set()).add(r["topic"])
+            if r["o"]:
+                ordered_groups.add(r["grp"])
+        w = win.setdefault(r["grp"], [0, 0, None, None, None])
+        w[0] += r["subs"] or 0
+        w[1] += r["unsubs"] or 0
+        for i, v, pick in ((2, r["first"], min), (3, r["since"], min), (4, r["until"], max)):
+            if v is not None:
+                w[i] = v if w[i] is None else pick(w[i], v)
     if not subs:
         for d in (sends, recv):
             d.unpersist()
         return f
     windows = {}
-    for r in (h.filter(F.col("op").isin("subscribe", "unsubscribe")).groupBy("grp").agg(
-            F.sum((F.col("op") == "subscribe").cast("int")).alias("subs"),
-            F.sum((F.col("op") == "unsubscribe").cast("int")).alias("unsubs"),
-            F.min(F.when((F.col("op") == "subscribe") & (F.coalesce(F.col("status"), F.lit("")) != FROM_NOW), F.lit(1))).alias("first"),
-            F.min(F.when(F.col("op") == "subscribe", F.col("start_ms"))).alias("since"),
-            F.max(F.when(F.col("op") == "unsubscribe", F.col("start_ms"))).alias("until")).collect()):
-        start = None if r["first"] or not r["subs"] else r["since"]
-        end = r["until"] if r["subs"] and r["unsubs"] >= r["subs"] else None
-        windows[r["grp"]] = (start, end)
+    for g, (n_subs, n_unsubs, first, since, until) in win.items():
+        start = None if first or not n_subs else since
+        end = until if n_subs and n_unsubs >= n_subs else None
+        windows[g] = (start, end)
     sub_rows = [(g, t, *windows.get(g, (None, None))) for g, ts in subs.items() for t in sorted(ts)]
     sdf = spark.createDataFrame(sub_rows, "grp string, s_topic string, w_start long, w_end long")
     at = F.coalesce(F.col("ack_ms"), F.col("first_ms"))
@@ -273,27 +286,37 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
              .when((F.col("on_master") == 0) & (F.col("parked") == 1), "parked")
              .when((F.col("on_master") == 0) & (F.col("on_slave") == 1), "stranded")
              .otherwise("lost"))
-    reason = (F.when((F.col("servable") == 1) & (F.col("mq.queue_offset") >= F.col("committed")), "backlog")
+    reason = (F.when((F.col("servable") == 1) & (F.col("mq.queue_offset") >= F.col("committed")), REASONS[0])
               .when(F.col("servable") == 1, "queued").when(F.col("on_master") == 1, "unqueued")
               .otherwise("nowhere"))
     owed = (owed.withColumn("state", state)
             .withColumn("reason", F.when(F.col("state") == "lost", reason))
             .withColumn("gone_after", got & (F.col("on_master") == 0) & (F.col("parked") == 0))).cache()
 
-    agg = {r["grp"]: r for r in owed.groupBy("grp").agg(
+    # one job: the owed sends' states and lost reasons per group, beside its receives
+    owed_by_grp = owed.groupBy("grp").agg(
         *[F.sum((F.col("state") == s).cast("int")).alias(s) for s in
           ("delivered", "stranded", "parked", "lost", "unconfirmed", "indeterminate")],
+        *[F.sum(((F.col("state") == "lost") & (F.col("reason") == x)).cast("int")).alias("r_" + x) for x in REASONS],
         F.sum(((F.col("state0") == "acked")).cast("int")).alias("acknowledged"),
         F.sum(((F.col("state0") == "acked") & F.col("gone_after")).cast("int")).alias("after"),
         F.sum(((F.col("state0") == "unconfirmed") & F.col("gone_after")).cast("int")).alias("u_after"),
         F.sum(((F.col("state0") == "unconfirmed") & got).cast("int")).alias("u_got"),
         F.sum(((F.col("state0") == "indeterminate") & got).cast("int")).alias("i_got"),
-        F.sum(F.greatest(F.col("n") - 1, F.lit(0))).alias("dups")).collect()}
-    reasons: dict[str, dict] = {}
-    for r in owed.filter(F.col("state") == "lost").groupBy("grp", "reason").count().collect():
-        reasons.setdefault(r["grp"], {})[r["reason"]] = r["count"]
-    rcount = {r["grp"]: r["count"] for r in recv.groupBy("grp").count().collect()}
-    unexpected = {r["grp"]: r["count"] for r in recv.filter(F.col("sid").isNull()).groupBy("grp").count().collect()}
+        F.sum(F.greatest(F.col("n") - 1, F.lit(0))).alias("dups"), F.lit(1).alias("is_owed"))
+    recv_by_grp = recv.groupBy("grp").agg(F.count("*").alias("receives"),
+                                          F.sum(F.col("sid").isNull().cast("int")).alias("unexpected"))
+    agg, reasons, rcount, unexpected = {}, {}, {}, {}
+    for r in owed_by_grp.join(recv_by_grp, "grp", "full_outer").collect():
+        if r["is_owed"]:
+            agg[r["grp"]] = r
+            lost_by = {x: r["r_" + x] for x in REASONS if r["r_" + x]}
+            if lost_by:
+                reasons[r["grp"]] = lost_by
+        if r["receives"]:
+            rcount[r["grp"]] = r["receives"]
+            if r["unexpected"]:
+                unexpected[r["grp"]] = r["unexpected"]
 
     # 5. order per sharding key, for groups with an orderly consumer: first receives of one producer's
     # key must follow the order of its acknowledgements
@@ -387,7 +410,7 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
             fh.close()
 
     f.by_fault = {label: {k: len(v) for k, v in kinds.items()} for label, kinds in seen_by_fault.items()}
-    f.queues = queue_consistency(spark, decoded, cq, nodes)
+    f.queues = queue_consistency(spark, decoded, cq, nodes, {r[0] for r in qrows})
     for d in (sends, recv, owed):
         d.unpersist()
     return f
@@ -409,12 +432,14 @@ def _example(g: GroupDelivery, kind: str, text: str) -> None:
         xs.append(text)
 
 
-def queue_consistency(spark, decoded, cq, nodes: list[Node]) -> list[QueueConsistency]:
+def queue_consistency(spark, decoded, cq, nodes: list[Node], have: set | None = None) -> list[QueueConsistency]:
     """Per node: every dispatchable record of its log has the consume-queue unit at its queue offset
     pointing at it, and every unit points at a record of the log (a record with no unit can never be
-    pulled: the broker serves pulls from the queue, not from the log)."""
+    pulled: the broker serves pulls from the queue, not from the log). have: the nodes cq has units of
+    (looked up in cq when not given)."""
     from pyspark.sql import functions as F
-    have = {r["node"] for r in cq.select("node").distinct().collect()}
+    if have is None:
+        have = {r["node"] for r in cq.select("node").distinct().collect()}
     recs = (decoded.filter((F.col("status") == "ok") & F.col("node").isin(list(have) or [""]))
             .filter(~(F.col("sys_flag").bitwiseAND(TRAN_TYPE_MASK).isin(TRAN_PREPARED, TRAN_ROLLBACK)))
             .select("node", "topic", "queue_id", "queue_offset", "physical_offset"))
@@ -433,6 +458,8 @@ def queue_consistency(spark, decoded, cq, nodes: list[Node]) -> list[QueueConsis
             q.unqueued += r["count"]
         if r["k"] in ("dangling", "mismatch"):
             q.dangling += r["count"]
+    if not any(q.unqueued or q.dangling for q in counts.values()):
+        return [counts[k] for k in sorted(counts)]  # nothing to list (saves a Spark job)
     for r in (kinds.filter(F.col("k") != "ok").orderBy("node", "topic", "queue_id", "queue_offset")
               .select("node", "topic", "queue_id", "queue_offset", "physical_offset", "cq_phys", "k")
               .limit(MAX_LISTED * max(1, len(counts))).collect()):

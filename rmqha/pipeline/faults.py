@@ -111,13 +111,14 @@ class Attribution:
 
 
 def attribute(faults: list[FaultInterval], non_ok_sends, lost, pairs, groups_of_pair=None) -> Attribution:
-    """non_ok_sends: (status, start_ms, end_ms); lost: (uniq_key, send_id, client, topic, end_ms);
-    pairs: rmqha.pipeline.audit pairs (master, slave, first_divergent_offset)."""
+    """non_ok_sends: (status, start_ms, end_ms[, sends]) (sends: how many sends had these, 1 when absent);
+    lost: (uniq_key, send_id, client, topic, end_ms); pairs: rmqha.pipeline.audit pairs (master, slave,
+    first_divergent_offset)."""
     a = Attribution()
-    for status, start, end in non_ok_sends:
+    for status, start, end, *n in non_ok_sends:
         for label in blame(faults, start, end):
             d = a.non_ok.setdefault(label, {})
-            d[status] = d.get(status, 0) + 1
+            d[status] = d.get(status, 0) + (n[0] if n else 1)
     for uniq, _send, _client, _topic, end in lost:
         # a power cut destroys bytes acknowledged before it: every later power loss is a suspect too
         # (the history does not say which group stored the message)

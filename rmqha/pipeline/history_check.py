@@ -18,6 +18,7 @@ SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_", 
 # not committed); it reaches its topic as a new record with the same UNIQ_KEY.
 PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 MAX_LISTED = 10
+LISTED = 1000  # phantoms and order violations listed in the findings (their counts are exact)
 UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")  # stored on the master
 
 HISTORY_SCHEMA = ("client string, seq long, op string, group string, shard string, topic string, send_id string, attempt int, "
@@ -61,15 +62,23 @@ def load_histories(spark, paths: list[str]):
                          .otherwise(F.col("status")))
 
 
+def _pct_cols(col, prefix: str) -> list:
+    """Aggregate columns for _pcts_of: percentiles, max and count of col (nulls skipped)."""
+    from pyspark.sql import functions as F
+    return [F.percentile_approx(col, [0.5, 0.9, 0.99, 0.999], 10000).alias(prefix + "p"),
+            F.max(col).alias(prefix + "max"), F.count(col).alias(prefix + "n")]
+
+
+def _pcts_of(r, prefix: str) -> dict:
+    if not r or not r[prefix + "n"]:
+        return {}
+    p = r[prefix + "p"]
+    return {"p50": p[0], "p90": p[1], "p99": p[2], "p99.9": p[3], "max": r[prefix + "max"], "n": r[prefix + "n"]}
+
+
 def _pcts(df, col: str) -> dict:
     from pyspark.sql import functions as F
-    qs = [0.5, 0.9, 0.99, 0.999]
-    r = df.select(F.percentile_approx(col, qs, 10000).alias("p"), F.max(col).alias("max"),
-                  F.count(col).alias("n")).first()
-    if not r or not r["n"]:
-        return {}
-    return {"p50": r["p"][0], "p90": r["p"][1], "p99": r["p"][2], "p99.9": r["p"][3], "max": r["max"],
-            "n": r["n"]}
+    return _pcts_of(df.select(*_pct_cols(F.col(col), "")).first(), "")
 
 
 def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = None) -> HistoryFindings:
@@ -90,10 +99,16 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
               .join(F.broadcast(ndf.select("node", "is_master", "node_start")), "node")).cache()
     sends = hist.filter(F.col("op") == "send").cache()
     recvs = hist.filter(F.col("op") == "receive").cache()
-    for r in hist.groupBy("op", "status").count().collect():
+    # counts per op and status, and (6.) the SEND_OK sends' call latency, in one job
+    send_ok = (F.col("op") == "send") & (F.col("status") == "SEND_OK")
+    for r in hist.groupBy("op", "status").agg(
+            F.count("*").alias("count"),
+            *_pct_cols(F.when(send_ok, F.col("end_ms") - F.col("start_ms")), "lat_")).collect():
         if r["op"] == "send":
             f.sends += r["count"]
             f.statuses[r["status"]] = r["count"]
+            if r["status"] == "SEND_OK":
+                f.send_latency = _pcts_of(r, "lat_")
         elif r["op"] == "receive":
             f.receives += r["count"]
     acked = sends.filter(F.col("status") == "SEND_OK").filter(F.col("uniq_key").isNotNull())
@@ -122,9 +137,10 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     # master did store them (only flush or replication is unconfirmed), so each should be somewhere.
     unconf = (sends.filter(F.col("status").isin(*UNCONFIRMED)).filter(F.col("uniq_key").isNotNull()))
     f.unconfirmed = sum(f.statuses.get(st, 0) for st in UNCONFIRMED)
-    gone = unconf.join(copies.select("uniq_key").distinct(), "uniq_key", "left_anti")
-    f.unconfirmed_missing = [(r["uniq_key"], r["send_id"], r["status"])
-                             for r in gone.orderBy("end_ms").collect()]
+    if f.unconfirmed:  # none answered so: nothing to look for (saves a Spark job)
+        gone = unconf.join(copies.select("uniq_key").distinct(), "uniq_key", "left_anti")
+        f.unconfirmed_missing = [(r["uniq_key"], r["send_id"], r["status"])
+                                 for r in gone.orderBy("end_ms").collect()]
 
     # 2. acknowledged sends missing on a node of their group that should hold them. For a slave: it
     # must hold every acked message at or after its start when the master is SYNC_MASTER (ASYNC: counted only).
@@ -147,7 +163,6 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
            .agg(F.count("*").alias("copies"),
                 F.collect_list(F.concat_ws("@", "broker_name", F.col("physical_offset").cast("string")))
                 .alias("where")).filter(F.col("copies") > 1))
-    f.dup_uniq = [(r["uniq_key"], r["copies"], sorted(r["where"])) for r in dup.orderBy("uniq_key").collect()]
 
     # 3b. several stored copies of one logical send (send_id in KEYS)
     send_ids = sends.select("send_id").distinct()
@@ -158,8 +173,14 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
               .groupBy("send_id").agg(F.countDistinct("broker_name", "physical_offset").alias("copies"),
                                       F.collect_set("uniq_key").alias("uniq_keys"))
               .filter(F.col("copies") > 1))
-    f.dup_logical = [(r["send_id"], r["copies"], sorted(r["uniq_keys"]))
-                     for r in by_key.orderBy("send_id").collect()]
+    # 3a and 3b in one job (sorted here: Python's str order is Spark's UTF-8 byte order)
+    both = (dup.select(F.lit("uniq").alias("kind"), F.col("uniq_key").alias("key"), F.col("copies").cast("long"),
+                       F.col("where").alias("xs"))
+            .unionByName(by_key.select(F.lit("logical").alias("kind"), F.col("send_id").alias("key"),
+                                       F.col("copies").cast("long"), F.col("uniq_keys").alias("xs"))))
+    rows = sorted(both.collect(), key=lambda r: r["key"])
+    f.dup_uniq = [(r["key"], r["copies"], sorted(r["xs"])) for r in rows if r["kind"] == "uniq"]
+    f.dup_logical = [(r["key"], r["copies"], sorted(r["xs"])) for r in rows if r["kind"] == "logical"]
 
     # 4. received but never sent: neither its UNIQ_KEY nor its send_id (KEYS) is in any history
     sent_topics = sends.select("topic").distinct()
@@ -168,8 +189,9 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     phantom = (r_topics.join(sent_keys, "uniq_key", "left_anti")
                .join(send_ids, "send_id", "left_anti"))
     f.phantoms = [(r["client"], r["topic"], r["uniq_key"], r["send_id"], r["queue_id"], r["queue_offset"])
-                  for r in phantom.limit(1000).collect()]  # listed; counted exactly below
-    f.phantom_count = phantom.count()
+                  for r in phantom.limit(LISTED).collect()]
+    # exact: the list is all of them unless it is full, and only then is a count needed
+    f.phantom_count = len(f.phantoms) if len(f.phantoms) < LISTED else phantom.count()
 
     # 5. per-queue order among received messages, per consumer client. The queue is (broker, topic,
     # queue id); the broker comes from the stored copy when the history does not name it.
@@ -185,13 +207,14 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     rq = rq.withColumn("viol", is_viol).cache()
     agg = rq.agg(F.sum((F.col("nth") > 1).cast("int")).alias("redeliveries"),
                  F.sum((F.col("viol") & F.coalesce(F.col("ordered"), F.lit(False))).cast("int"))
-                 .alias("ordered")).first()
+                 .alias("ordered"), F.sum(F.col("viol").cast("int")).alias("viol")).first()
     f.redeliveries = int(agg["redeliveries"] or 0)
     f.order_violations_ordered = int(agg["ordered"] or 0)
-    f.order_violations = [(r["client"], r["broker"], r["topic"], r["queue_id"], r["queue_offset"],
-                           r["prev_max"], bool(r["ordered"]))
-                          for r in rq.filter("viol").orderBy("client", "seq").limit(1000).collect()]
-    f.order_violation_count = rq.filter("viol").count()
+    f.order_violation_count = int(agg["viol"] or 0)
+    if f.order_violation_count:  # listed only when there are some (saves a Spark job on a clean run)
+        f.order_violations = [(r["client"], r["broker"], r["topic"], r["queue_id"], r["queue_offset"],
+                               r["prev_max"], bool(r["ordered"]))
+                              for r in rq.filter("viol").orderBy("client", "seq").limit(LISTED).collect()]
 
     # 5b. which node served each receive (its group's node whose served pull covers its queue offset)
     if served_rows is not None:
@@ -203,18 +226,20 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
             f.served_by[r["served_by"]] = f.served_by.get(r["served_by"], 0) + r["count"]
     rq.unpersist()
 
-    # 6. latency: send call (end - start), and end to end (first try of the logical send -> first receive)
-    f.send_latency = _pcts(sends.filter(F.col("status") == "SEND_OK")
-                           .withColumn("lat", F.col("end_ms") - F.col("start_ms")), "lat")
-    first_send = sends.groupBy("send_id").agg(F.min("start_ms").alias("sent_ms"))
+    # 6. latency end to end (first try of the logical send -> first receive; the send call's latency is
+    # above), and the acknowledged logical sends never received, in one job
+    first_send = sends.groupBy("send_id").agg(
+        F.min("start_ms").alias("sent_ms"),
+        F.max(((F.col("status") == "SEND_OK") & F.col("uniq_key").isNotNull()).cast("int")).alias("acked"))
     first_recv = (recvs.filter(F.col("send_id").isNotNull()).groupBy("send_id")
                   .agg(F.min("start_ms").alias("recv_ms")))
-    e2e = first_send.join(first_recv, "send_id").withColumn("lat", F.col("recv_ms") - F.col("sent_ms"))
-    f.e2e_latency = _pcts(e2e, "lat")
+    e2e = (first_send.join(first_recv, "send_id", "left")
+           .withColumn("lat", F.col("recv_ms") - F.col("sent_ms")))
+    r = e2e.agg(*_pct_cols(F.col("lat"), ""),
+                F.sum(((F.col("acked") == 1) & F.col("recv_ms").isNull()).cast("int")).alias("unreceived")).first()
+    f.e2e_latency = _pcts_of(r, "")
     if f.receives:
-        received_ids = recvs.select("send_id").distinct()
-        f.acked_not_received = (acked.select("send_id").distinct()
-                                .join(received_ids, "send_id", "left_anti").count())
+        f.acked_not_received = int(r["unreceived"] or 0)
     for d in (stored, sends, recvs, copies):
         d.unpersist()
     return f

@@ -14,6 +14,7 @@ class Report:
     verdicts: list[Verdict]
     plots: list[str] = field(default_factory=list)
     path: str = ""
+    pairs: list = field(default_factory=list)   # the replica audit's PairAudit per master/slave pair
 
     @property
     def failed(self) -> bool:
@@ -140,16 +141,18 @@ def plot_lag(out_dir, series, pairs, master_curve, fault_list=()) -> str:
     return path
 
 
-def plot_latency(out_dir, latencies: list[int], over_time=(), fault_list=()) -> str:
-    """A histogram of SEND_OK latencies and, when the sends' times are known, every send's latency over
-    time by status, with the faults shaded."""
+def plot_latency(out_dir, latencies: list[tuple[int, int]], over_time=(), fault_list=()) -> str:
+    """A histogram of SEND_OK latencies ((latency ms, sends) pairs) and, when the sends' times are known,
+    every send's latency over time by status ((end ms, latency, status), Series.over_time), with the
+    faults shaded."""
     plt = _plt()
     if over_time:
         fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 7))
     else:
         fig, ax = plt.subplots(figsize=(9, 4))
     if latencies:
-        ax.hist(latencies, bins=min(100, max(10, len(set(latencies)))), log=True)
+        values = [v for v, _ in latencies]
+        ax.hist(values, weights=[n for _, n in latencies], bins=min(100, max(10, len(set(values)))), log=True)
     else:
         ax.text(0.5, 0.5, "no SEND_OK sends in the histories", ha="center", transform=ax.transAxes)
     ax.set_title("send latency (SEND_OK, ms)"); ax.set_xlabel("ms"); ax.set_ylabel("sends")
@@ -192,7 +195,6 @@ def plot_throughput(out_dir, stored: dict, sent: list[tuple[int, int]], fault_li
 # -- the run --------------------------------------------------------------------------------------
 
 def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Report:
-    from pyspark.sql import functions as F
 
     os.makedirs(out_dir, exist_ok=True)
     nodes = runfolder.load_nodes(run_dir)
@@ -200,44 +202,30 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     samples = load_metrics(runfolder.metrics_files(run_dir))
 
     integrity = audit.node_integrity(df, nodes)
-    pairs = audit.audit_pairs(spark, df, nodes)
+    pairs = audit.audit_pairs(spark, df, nodes, integrity)
     fault_list = faults.load(run_dir)
     verdicts = audit.verdicts(pairs, integrity, nodes, final_acks(samples, nodes),
                               faults.forks_allowed(fault_list))
 
     hpaths = runfolder.history_files(run_dir)
     served_rows, served_dropped = served.load(run_dir)
-    latencies: list[int] = []
-    over_time: list[tuple[int, int, str]] = []
-    sent_per_s: list[tuple[int, int]] = []
     findings = history_check.HistoryFindings()
     delivered = delivery.DeliveryFindings()
-    non_ok: list[tuple[str, int, int]] = []
+    masters = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
+    hist = None
     if hpaths:
         hist = history_check.load_histories(spark, hpaths).cache()
         delivered = delivery.check(spark, df, hist, nodes, fault_list, out_dir, run_dir)
         verdicts += delivery.verdicts(delivered)
         findings = history_check.check(spark, df, hist, nodes, served_rows)
-        verdicts += history_check.verdicts(findings)
-        sends = hist.filter(F.col("op") == "send")
-        non_ok = [(r["status"], r["start_ms"] or 0, r["end_ms"] or 0)
-                  for r in sends.filter(F.col("status") != "SEND_OK").select("status", "start_ms", "end_ms")
-                  .limit(200000).collect()]
-        over_time = [(r["end_ms"], r["l"], r["status"]) for r in sends.filter(F.col("end_ms").isNotNull())
-                     .select("end_ms", (F.col("end_ms") - F.col("start_ms")).alias("l"), "status")
-                     .limit(200000).collect()]
-        ok = hist.filter((F.col("op") == "send") & (F.col("status") == "SEND_OK"))
-        latencies = [r[0] for r in ok.select((F.col("end_ms") - F.col("start_ms")).alias("l"))
-                     .limit(200000).collect()]
-        sent_per_s = [(r["s"], r["n"]) for r in ok.groupBy((F.col("end_ms") / 1000).cast("long").alias("s"))
-                      .agg(F.count("*").alias("n")).orderBy("s").collect()]
+    verdicts += history_check.verdicts(findings)
+    series = _series(df, hist, masters)
+    if hist is not None:
         hist.unpersist()
-    else:
-        verdicts += history_check.verdicts(findings)
     verdicts += offsets.verdicts(offsets.regressions(samples, fault_list),
                                  any(r.get("consumerOffsets") for r in samples))
     group_of = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
-    attribution = faults.attribute(fault_list, non_ok, findings.lost, pairs, group_of)
+    attribution = faults.attribute(fault_list, series.non_ok, findings.lost, pairs, group_of)
     verdicts += faults.verdicts(fault_list, attribution)
     outage_list = served.outages(fault_list, findings.served_buckets)
     if findings.receives:
@@ -246,36 +234,96 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
             {k: v for k, v in findings.served_by.items() if k != served.UNATTRIBUTED}, unattributed,
             served_dropped, bool(served.served_files(run_dir)), outage_list)))
 
-    masters = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
     trace_summary = _trace(df, nodes, masters, out_dir)
     if trace_summary is not None:
-        t = trace_summary
-        p, q = t["produceToStoreMs"], t["storeToConsumeMs"]
-        verdicts.append(Verdict("message trace", INFO,
-                                f"{t['records']} trace records in {', '.join(t['topics'])} ({t['pub']} sends, {t['sub']} "
-                                f"consumes); {t['matched']} traced sends found stored, send -> store ms p50 "
-                                f"{p['p50']}, p99 {p['p99']}, max {p['max']}; {t['consumed']} consumed, store -> "
-                                f"consume ms p50 {q['p50']}, p99 {q['p99']}, max {q['max']}; {t['failedSends']} "
-                                f"traced sends failed; per message: {trace.DETAIL_FILE}", id="trace.summary"))
-    stored: dict[str, list] = {}
-    curve: dict[str, list] = {}
-    mdf = (df.filter((F.col("status") == "ok") & F.col("node").isin(list(masters)))
-           .groupBy("node", (F.col("store_timestamp") / 1000).cast("long").alias("s"))
-           .agg(F.count("*").alias("n"), F.max(F.col("physical_offset") + F.col("size")).alias("end"))
-           .orderBy("node", "s"))
-    for r in mdf.collect():
-        stored.setdefault(masters[r["node"]], []).append((r["s"], r["n"]))
-        curve.setdefault(masters[r["node"]], []).append((r["s"] * 1000, r["end"]))
+        verdicts.append(trace_verdict(trace_summary))
     df.unpersist()
 
-    plots = [plot_lag(out_dir, lag_series(samples, nodes), pairs, curve, fault_list),
-             plot_latency(out_dir, latencies, over_time, fault_list),
-             plot_throughput(out_dir, stored, sent_per_s, fault_list)]
-    rep = Report(verdicts, plots)
+    plots = [plot_lag(out_dir, lag_series(samples, nodes), pairs, series.curve, fault_list),
+             plot_latency(out_dir, series.latencies, series.over_time, fault_list),
+             plot_throughput(out_dir, series.stored, series.sent_per_s, fault_list)]
+    rep = Report(verdicts, plots, pairs=pairs)
     rep.path = write_markdown(out_dir, run_dir, nodes, rep, pairs, bool(samples),
                               faults.markdown(fault_list, attribution))
     write_summary(out_dir, rep, fault_list, attribution, findings, pairs, outage_list, delivered, trace_summary)
     return rep
+
+
+def trace_verdict(t: dict) -> Verdict:
+    """The "message trace" INFO verdict from _trace's summary."""
+    p, q = t["produceToStoreMs"], t["storeToConsumeMs"]
+    return Verdict("message trace", INFO,
+                   f"{t['records']} trace records in {', '.join(t['topics'])} ({t['pub']} sends, {t['sub']} "
+                   f"consumes); {t['matched']} traced sends found stored, send -> store ms p50 "
+                   f"{p['p50']}, p99 {p['p99']}, max {p['max']}; {t['consumed']} consumed, store -> "
+                   f"consume ms p50 {q['p50']}, p99 {q['p99']}, max {q['max']}; {t['failedSends']} "
+                   f"traced sends failed; per message: {trace.DETAIL_FILE}", id="trace.summary")
+
+
+# The latency-over-time plot draws every send's latency at its end time rounded down to this many ms:
+# one point per (status, time step, latency) whatever the number of sends.
+OVER_TIME_STEP_MS = 100
+
+
+@dataclass
+class Series:
+    """What the plots and the fault attribution need from the histories and the masters' logs: every send
+    counted (aggregated in Spark, nothing capped)."""
+    non_ok: list = field(default_factory=list)      # (status, start_ms, end_ms, sends): faults.attribute
+    latencies: list = field(default_factory=list)   # (SEND_OK latency ms, sends)
+    over_time: list = field(default_factory=list)   # (end ms rounded to OVER_TIME_STEP_MS, latency, status)
+    sent_per_s: list = field(default_factory=list)  # (second, SEND_OK sends)
+    stored: dict = field(default_factory=dict)      # broker -> [(second, records stored by its master)]
+    curve: dict = field(default_factory=dict)       # broker -> [(ms, master log end)]
+
+
+def _series(df, hist, masters: dict) -> Series:
+    """One Spark job: the aggregates behind the plots and the non-OK sends' attribution, as one union."""
+    from pyspark.sql import functions as F
+    cols = ["kind", "key", "a", "b", "n"]
+
+    def shape(d, kind, key, a, b, n):
+        return d.select(F.lit(kind).alias("kind"), key.cast("string").alias("key"), a.cast("long").alias("a"),
+                        b.cast("long").alias("b"), n.cast("long").alias("n")).select(*cols)
+    none = F.lit(None)
+    parts = [shape(df.filter((F.col("status") == "ok") & F.col("node").isin(list(masters) or [""]))
+                   .groupBy("node", (F.col("store_timestamp") / 1000).cast("long").alias("s"))
+                   .agg(F.count("*").alias("n"), F.max(F.col("physical_offset") + F.col("size")).alias("end")),
+                   "stored", F.col("node"), F.col("s"), F.col("end"), F.col("n"))]
+    if hist is not None:
+        sends = hist.filter(F.col("op") == "send")
+        ok = sends.filter(F.col("status") == "SEND_OK")
+        lat = F.col("end_ms") - F.col("start_ms")
+        step = (F.col("end_ms") / OVER_TIME_STEP_MS).cast("long") * OVER_TIME_STEP_MS
+        parts += [
+            shape(sends.filter(F.col("status") != "SEND_OK").groupBy("status", "start_ms", "end_ms").count(),
+                  "non_ok", F.col("status"), F.col("start_ms"), F.col("end_ms"), F.col("count")),
+            shape(ok.groupBy(lat.alias("l")).count(), "latency", none, F.col("l"), none, F.col("count")),
+            shape(ok.groupBy((F.col("end_ms") / 1000).cast("long").alias("s")).count(),
+                  "rate", none, F.col("s"), none, F.col("count")),
+            shape(sends.filter(F.col("end_ms").isNotNull()).groupBy("status", step.alias("t"), lat.alias("l")).count(),
+                  "point", F.col("status"), F.col("t"), F.col("l"), F.col("count"))]
+    u = parts[0]
+    for p in parts[1:]:
+        u = u.unionByName(p)
+    out = Series()
+
+    def order(r):
+        return (r["key"] is not None, r["key"] or "", r["a"] is not None, r["a"] or 0, r["b"] is not None, r["b"] or 0)
+    for r in sorted(u.collect(), key=order):
+        k = r["kind"]
+        if k == "stored":
+            out.stored.setdefault(masters[r["key"]], []).append((r["a"], r["n"]))
+            out.curve.setdefault(masters[r["key"]], []).append((r["a"] * 1000, r["b"]))
+        elif k == "non_ok":
+            out.non_ok.append((r["key"], r["a"] or 0, r["b"] or 0, r["n"]))
+        elif k == "latency":
+            out.latencies.append((r["a"], r["n"]))
+        elif k == "rate":
+            out.sent_per_s.append((r["a"], r["n"]))
+        else:
+            out.over_time.append((r["a"], r["b"], r["key"]))
+    return out
 
 
 def _trace(df, nodes, masters: dict, out_dir: str | None = None) -> dict | None:

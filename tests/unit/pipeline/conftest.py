@@ -110,3 +110,38 @@ def flip_byte(path, pos):
 @pytest.fixture
 def run_builder(tmp_path):
     return RunBuilder(tmp_path / "run")
+
+
+VERDICT_DUMP_ENV = "RMQHA_VERDICT_DUMP"
+
+
+@pytest.fixture(autouse=True)
+def _dump_verdicts(request, monkeypatch):
+    """With $RMQHA_VERDICT_DUMP set to a directory: every verdict line each test's audits produce, per
+    producer (report.run and each module's verdicts()), one file per test: a golden record to compare
+    the audit's output before and after a change to the pipeline."""
+    out = os.environ.get(VERDICT_DUMP_ENV)
+    if not out:
+        yield
+        return
+    from rmqha.pipeline import audit, delivery, faults, history_check, offsets, report
+    lines = []
+
+    def wrap(mod, name, pick):
+        f = getattr(mod, name)
+
+        def g(*a, **k):
+            r = f(*a, **k)
+            lines.extend(f"{mod.__name__.rsplit('.', 1)[-1]}.{name}: {v.line()}" for v in pick(r))
+            return r
+        monkeypatch.setattr(mod, name, g)
+
+    for mod in (audit, delivery, faults, history_check, offsets):
+        wrap(mod, "verdicts", lambda r: r)
+    wrap(report, "run", lambda r: r.verdicts)
+    yield
+    if lines:
+        os.makedirs(out, exist_ok=True)
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in request.node.nodeid)
+        with open(os.path.join(out, name + ".txt"), "a") as fh:
+            fh.write("\n".join(lines) + "\n")
