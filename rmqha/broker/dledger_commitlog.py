@@ -60,6 +60,13 @@ _I8 = struct.Struct(">q")
 LEADER_POLL_S = 0.1  # RCH polls every 100 ms until the new leader may be master
 LEARN_MASTER_S = 1.0  # a slave that does not know its master registers again this often (ours)
 
+def _code_name(code: Any) -> str:
+    try:
+        return DLCode(code).name
+    except ValueError:
+        return str(code)
+
+
 # AppendEntryResponse codes -> the PutStatus 4.9's DLedgerCommitLog.putMessage answers
 _OUTCOME = {
     DLCode.WAIT_QUORUM_ACK_TIMEOUT: PutStatus.OS_PAGECACHE_BUSY,
@@ -335,6 +342,66 @@ class DLedgerMessageStore(MessageStore):
             self.queue_offsets[key] = queue_offset + 1  # at once, as 4.9 (even if the append fails later)
         d2 = defer.Deferred()
         d.addCallback(lambda _r: d2.callback(self._outcome(done[0], rec.size, queue_offset, msg.store_timestamp)))
+        return d2
+
+    def put_batch_async(self, msgs: list[record.Message]) -> list[PutResult] | defer.Deferred:
+        """4.9.8's DLedgerCommitLog.asyncPutMessages: one DLedger entry per message (a
+        BatchAppendEntryRequest), consecutive queue offsets from the queue's next one, one wait on the
+        last entry's quorum; the batch is all SEND_OK or all failed. A PutResult per message (a list of
+        one when nothing was appended), or a Deferred firing with that list."""
+        if self.closed:
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="store is shut down")]
+        if any(m.sys_flag & record.TRANSACTION_MASK != record.TRANSACTION_NOT_TYPE for m in msgs):
+            return [PutResult(PutStatus.MESSAGE_ILLEGAL, remark="a batch cannot hold transactional messages")]
+        try:
+            delayed = any(delay.delay_level_of(m.properties) > 0 for m in msgs)
+        except ValueError as e:
+            return [PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))]
+        if delayed:
+            return [PutResult(PutStatus.MESSAGE_ILLEGAL, remark="a batch cannot have a delay level")]
+        now = self.now_ms()
+        key = (msgs[0].topic, msgs[0].queue_id)
+        if validation.topic_problem(key[0]):
+            return [PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"topic {key[0]!r} is not valid")]
+        first = self.queue_offsets.get(key)
+        if first is None:
+            first = self.queue(*key).max_index
+        bodies, sizes = [], []
+        for i, msg in enumerate(msgs):
+            msg.store_timestamp, msg.store_host, msg.queue_offset = now, self.store_host, first + i
+            try:
+                rec = record.encode(msg)
+            except record.RecordError as e:
+                status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e) else PutStatus.MESSAGE_ILLEGAL
+                return [PutResult(status, remark=str(e))]
+            if rec.size + BODY_OFFSET + 8 > self.fs.data.file_size:
+                return [PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"a {rec.size}-byte message does not fit a "
+                                  f"{self.fs.data.file_size}-byte data file")]
+            bodies.append(bytes(rec.finish(first + i, 0)))
+            sizes.append(rec.size)
+        done: list[Any] = []
+        d = defer.Deferred()
+        d.addCallback(done.append)
+        try:
+            positions = self.service.append_batch(bodies, d)
+        except StoreError as e:
+            log.error("DLedger batch append failed: %s", e)
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=f"DLedger store error: {e}")]
+        if not positions:  # refused at once (not the leader, transferring, pending full)
+            code = done[0].code if done else None
+            return [PutResult(PutStatus.OS_PAGECACHE_BUSY, remark=f"{BUSY} (DLedger {_code_name(code)})")]
+        self.queue_offsets[key] = first + len(msgs)  # at once, as 4.9 (even if the wait fails later)
+
+        def results(resp: Any) -> list[PutResult]:
+            if resp.code != DLCode.SUCCESS:
+                return [self._outcome(resp, 0, first, now)]
+            return [PutResult(PutStatus.PUT_OK, pos + BODY_OFFSET, size, first + i,
+                              record.offset_msg_id(self.store_host, pos + BODY_OFFSET), now)
+                    for i, (pos, size) in enumerate(zip(positions, sizes))]
+        if done:  # a one-node group: decided already
+            return results(done[0])
+        d2: defer.Deferred = defer.Deferred()
+        d.addCallback(lambda _r: d2.callback(results(done[0])))
         return d2
 
     def _outcome(self, resp: Any, size: int, queue_offset: int, store_timestamp: int) -> PutResult:

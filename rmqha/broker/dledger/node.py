@@ -81,6 +81,17 @@ class DLedgerNode:
                 group=self.ms.group, code=e.code, term=self.ms.term, leaderId=self.ms.leader_id)))
         return self._work(now)
 
+    def append_batch(self, bodies: list[bytes], token, now: float) -> tuple[list[int], list]:
+        """A batch of entries waited for as one (DLedgerServer.handleAppend of a BatchAppendEntryRequest):
+        (their positions, effects); no positions when refused at once (an AppendDone says why)."""
+        try:
+            positions = self.pusher.append_batch(bodies, token, now)
+        except DLedgerError as e:
+            positions = []
+            self.ms.effects.append(AppendDone(token, AppendEntryResponse(
+                group=self.ms.group, code=e.code, term=self.ms.term, leaderId=self.ms.leader_id)))
+        return positions, self._work(now)
+
     def handle_request(self, request: RequestOrResponse, now: float) -> list:
         ms = self.ms
         try:

@@ -226,6 +226,32 @@ class EntryPusher:
         pending[entry.index] = _PendingAppend(to, reply, now + self.config.maxWaitAckTimeMs, entry.pos)
         self.work(now)
 
+    def append_batch(self, bodies: list[bytes], to, now: float) -> list[int]:
+        """DLedgerServer.handleAppend of a BatchAppendEntryRequest (what 4.9's DLedgerCommitLog sends for a
+        batch of messages): one entry per body, one pending ack, on the last entry ("only wait last entry
+        ack"); the entries' positions, or [] when it was refused at once (an AppendDone to `to`)."""
+        ms, effects = self.ms, self.ms.effects
+        if ms.role != LEADER:
+            raise DLedgerError(ResponseCode.NOT_LEADER)
+        if ms.transferee is not None:
+            raise DLedgerError(ResponseCode.LEADER_TRANSFERRING)
+        if not bodies:
+            raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "BatchAppendEntryRequest with empty bodys")
+        term = ms.term
+        pending = self.pending_acks.setdefault(term, {})
+        if len(pending) > self.config.maxPendingRequestsNum:
+            effects.append(AppendDone(to, AppendEntryResponse(group=ms.group, code=ResponseCode.LEADER_PENDING_FULL,
+                                                              term=term, leaderId=ms.self_id)))
+            return []
+        positions = []
+        for body in bodies:
+            entry = self.log.append_as_leader(body, term)
+            positions.append(entry.pos)
+        self.update_watermark(term, ms.self_id, entry.index)
+        pending[entry.index] = _PendingAppend(to, False, now + self.config.maxWaitAckTimeMs, entry.pos)
+        self.work(now)
+        return positions
+
     def _complete(self, p: _PendingAppend, resp: AppendEntryResponse) -> None:
         self.ms.effects.append(Reply(p.to, resp) if p.reply else AppendDone(p.to, resp))
 

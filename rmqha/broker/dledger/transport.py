@@ -152,6 +152,13 @@ class DLedgerService:
         """A local append (the broker's): token.callback(AppendEntryResponse) once it is decided."""
         self.run(self.node.append(body, token, self.now()))
 
+    def append_batch(self, bodies: list[bytes], token: Any) -> list[int]:
+        """Entries appended as one batch (4.9's DLedgerCommitLog.asyncPutMessages): their positions, and
+        token.callback(AppendEntryResponse) once the last has a quorum; [] when refused at once."""
+        positions, effects = self.node.append_batch(bodies, token, self.now())
+        self.run(effects)
+        return positions
+
     # --- requests out -----------------------------------------------------------------------------
     def send(self, peer: str, request: Any) -> None:
         self.next_opaque += 1

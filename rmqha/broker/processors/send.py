@@ -427,6 +427,11 @@ class SendProcessor:
 
     def _store(self, req, msgs, wait_store_ok, queue_id):
         results: list[PutResult] = []
+        if len(msgs) > 1 and self.config.enableDLegerCommitLog:  # one DLedger entry each, one quorum wait
+            def respond(rs, topic=msgs[0].topic):
+                return self._respond(req, rs[:-1], rs[-1], queue_id, topic)
+            rs = self.controller.store.put_batch_async(msgs)
+            return respond(rs) if isinstance(rs, list) else rs.addCallback(lambda rs: self._count(respond(rs)))
         put = self.controller.put
         for i, m in enumerate(msgs):
             last = i == len(msgs) - 1
@@ -467,6 +472,8 @@ class SendProcessor:
             remark = f"the broker's disk is full, nothing stored: {res.remark}"
         elif status == PutStatus.SERVICE_NOT_AVAILABLE:
             remark = f"service not available now: {res.remark}"
+        elif status == PutStatus.OS_PAGECACHE_BUSY:  # exactly 4.9.8's SendMessageProcessor remark
+            remark = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
         else:
             remark = f"{status.value}: {res.remark}" if res.remark else status.value
         return req.make_response(code, remark)

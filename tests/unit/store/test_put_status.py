@@ -16,6 +16,8 @@ EXPECTED = {
     "PROPERTIES_SIZE_EXCEEDED": (ResponseCode.MESSAGE_ILLEGAL, False),
     "SERVICE_NOT_AVAILABLE": (ResponseCode.SERVICE_NOT_AVAILABLE, False),
     "DISK_FULL": (ResponseCode.SYSTEM_ERROR, False),
+    "OS_PAGECACHE_BUSY": (ResponseCode.SYSTEM_ERROR, False),  # SendMessageProcessor.java:512-515 (DLedger)
+    "UNKNOWN_ERROR": (ResponseCode.SYSTEM_ERROR, False),  # :520-523
 }
 
 
