@@ -4,7 +4,8 @@ broker name, three nodes, a name server), with 0.3.1.2's default timers.
 One broker registers as brokerId 0; sends to it are SEND_OK and the three data files hold the same bytes
 (PHYSICALOFFSET = pos + 48 in every entry); a follower refuses a send with 14; after the leader is killed
 another node is master (id 0 in the name server and on /status) within a bound, every acknowledged
-message is pulled from it with its queue offset, and new sends continue the queue offsets."""
+message is pulled from it with its queue offset, and new sends continue the queue offsets; a batch is
+stored as one entry per message."""
 import json
 import os
 import struct
@@ -99,6 +100,12 @@ def entries(store: str, self_id: str) -> list[bytes]:
         out.append(data[pos:pos + size])
         pos += size
     return out
+
+
+def _batch_item(body: bytes, properties: dict) -> bytes:
+    """One message of a batch body (MessageDecoder.encodeMessage)."""
+    pb = record.encode_properties(properties).encode()
+    return struct.pack(">iiiii", 20 + len(body) + 2 + len(pb), 0, 0, 0, len(body)) + body + struct.pack(">h", len(pb)) + pb
 
 
 def test_dledger_group_elects_a_master_replicates_and_fails_over(tmp_path):
@@ -199,6 +206,18 @@ def test_dledger_group_elects_a_master_replicates_and_fails_over(tmp_path):
         for q, o in got.values():
             per_queue.setdefault(q, []).append(o)
         assert {q: sorted(v) for q, v in per_queue.items()} == {q: list(range(12)) for q in range(QUEUES)}
+
+        # 6. a batch (SEND_BATCH_MESSAGE): one entry per message, consecutive queue offsets, SEND_OK on quorum
+        items = [(f"batch-{i}".encode(), {"UNIQ_KEY": f"B{i:05d}", "KEYS": f"b{i}"}) for i in range(3)]
+        body = b"".join(_batch_item(b, p) for b, p in items)
+        fields = dict(send_v1(TOPIC, b"", 1, props(WAIT="true")).ext_fields, batch="true")
+        end_before = status(master)["dledger"]["endIndex"]
+        r = rpc(master["addr"], RequestCode.SEND_BATCH_MESSAGE, fields, body=body, timeout=10)
+        assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+        assert len(r.ext_fields["msgId"].split(",")) == 3 and r.ext_fields["queueOffset"] == "12"
+        assert status(master)["dledger"]["endIndex"] == end_before + 3
+        got = pull_all(master["addr"])
+        assert {k: got[k] for k in ("B00000", "B00001", "B00002")} == {f"B{i:05d}": (1, 12 + i) for i in range(3)}
     finally:
         down = cli(env, "down", "--name", "dl", timeout=60)
         assert down.returncode == 0, down.stderr
