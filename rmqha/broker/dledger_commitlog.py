@@ -7,7 +7,8 @@ same bytes, and a message's commit-log offset (consume-queue unit, msgId) is pos
 entries are dispatched to the consume queues and the index (a `Committed` effect), on the leader and on
 followers alike. A send is answered once a quorum has the entry (SEND_OK), after maxWaitAckTimeMs with
 OS_PAGECACHE_BUSY (SYSTEM_ERROR "[PC_SYNCHRONIZED]..."), at once with OS_PAGECACHE_BUSY when this node
-is not the DLedger leader, and with SERVICE_NOT_AVAILABLE (14) by a SLAVE (a follower).
+is not the DLedger leader, and with SERVICE_NOT_AVAILABLE (14) by a SLAVE (a follower). A batch is one
+entry per message with one wait on the last one's quorum (put_batch_async, 4.9's asyncPutMessages).
 
 Roles (RCH = DLedgerRoleChangeHandler): FOLLOWER, and CANDIDATE when not already a slave, make the broker
 a SLAVE with brokerId = dLegerSelfId's number + 1; LEADER makes it the master (brokerId 0, SYNC_MASTER)
@@ -17,8 +18,8 @@ at once. A new leader whose log has entries it cannot count as committed yet (th
 only an entry of its own term commits the ones before it) appends a no-op entry first: see
 docs/dledger.md "The new leader's no-op".
 
-Left out (see docs/dledger.md): batch sends, the upgrade from a classic commit log, clean-space,
-leadership transfer to preferredLeaderId, slave sync of topics and offsets after a role change.
+Left out (see docs/dledger.md): the upgrade from a classic commit log, clean-space, leadership transfer
+to preferredLeaderId.
 """
 from __future__ import annotations
 

@@ -51,17 +51,23 @@ tests/integration/test_dledger_processes.py runs three node processes through el
 a leader kill (a new leader in ~2.6 s with the timers halved, ~5.4 s with 0.3.1.2's defaults), the old
 leader's return and a follower's catch-up after losing its tail.
 
+The broker on it (rmqha/broker/dledger_commitlog.py, docs/dledger.md): enableDLegerCommitLog and the
+dLeger* keys, DLedgerCommitLog (one classic record per entry, PHYSICALOFFSET = pos + 48 through the file
+store's append hook, dispatch of committed entries only, batch sends as one entry per message with one
+quorum wait: EntryPusher.append_batch), the role switch (leader -> master id 0 after its no-op commits,
+follower -> slave selfId + 1), the `dledger` topology on the local and docker backends (peer links
+through Toxiproxy, one proxy per direction), `cluster up` readiness and the status table's DLedger
+columns.
+
 What is next, in order:
 
-1. The broker's role switch (DLedgerCommitLog, DLedgerRoleChangeHandler): enableDLegerCommitLog,
-   dLegerGroup, dLegerPeers, dLegerSelfId; the leader is brokerId 0 once its committed index
-   reaches its end (4.9.8 waits for that; with the Raft commit rule a new leader must first commit
-   an entry of its own term, so the broker appends one, or the rule is switched back), followers
-   are slaves; re-registration on a role change; the smooth upgrade from a classic commit log. The
-   store's append hook (4.9.8 patches the message's commit-log offset, pos + 48, into the body) and
-   the entry's consume-queue dispatch belong here.
-2. The `dledger` topology (three nodes, one broker name) on both backends, the status table,
-   the pytest plugin, and the kit's DLedger faults and matrix rows.
+1. The kit: DLedger faults in rmqha/chaos (leader kill/pause, the `<src>-dl-<dst>` proxies for
+   partitions that isolate the leader with a minority, power loss on a minority), the delivery
+   checker's and the guarantee matrix's DLedger rows, the audit's decoding of `dledger-*/data`, and
+   the pytest plugin's `dledger` topology.
+2. The smooth upgrade from a classic commit log (dividedCommitlogOffset), leadership transfer to
+   preferredLeaderId, storePathDLedgerCommitLog.
 3. Left out of the file store so far: the clean-space service (file deletion by age and disk ratio,
-   and so a begin index above 0 that survives a restart), multi-path data dirs, batch push.
+   and so a begin index above 0 that survives a restart), multi-path data dirs, batch push, and
+   BatchAppendEntryRequest over RPC (answered UNSUPPORTED; the broker's batches are local appends).
 """
