@@ -26,7 +26,7 @@ from .store.flush import FlushService
 from .store.index import IndexSettings
 from .store.message_store import MessageStore, PutResult, PutStatus
 
-log = logging.getLogger("broker")
+log = logging.getLogger("rmqha.broker")
 
 DISPATCH_SLICE = 1 << 20  # bytes of replicated log turned into consume-queue units per reactor turn
 DISPATCH_SLICE_STREAMING = 256 << 10  # ... while the master is streaming a backlog

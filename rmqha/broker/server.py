@@ -44,7 +44,7 @@ from .slave_sync import SlaveSynchronize
 from .store.mapped_file import StoreError
 from .transaction.service import TransactionService
 
-log = logging.getLogger("broker")
+log = logging.getLogger("rmqha.broker")
 
 
 class VipChannelError(OSError):

@@ -32,7 +32,7 @@ from .file_store import FileStore
 from .node import DLedgerNode
 from .protocol import ProtocolError, RequestCode, ResponseCode, decode_request, decode_response, request_code
 
-log = logging.getLogger("dledger")
+log = logging.getLogger("rmqha.broker.dledger")
 
 
 def split_address(address: str) -> tuple[str, int]:
