@@ -8,7 +8,10 @@ a chaos run and asserts the verdict it must turn to FAIL.
 """
 from __future__ import annotations
 
+import logging
 import zlib
+
+log = logging.getLogger("rmqha.broker.planted")
 
 PLANTED_BUGS: dict[str, str] = {
     "ack-before-replication": "a SYNC_MASTER answers SEND_OK without waiting for a slave "
@@ -125,23 +128,26 @@ PLANTED_BUGS.update({
                     "and their queue offsets, so a client that sorts by offset still gets them swapped; a "
                     "fresh n with no n+1 yet is held back until n+1 is stored (caught by: delivery.reordered "
                     "for an orderly consumer)",
-    "duplicate-pull": "every 10th pull of a queue that finds messages serves the 2 messages before the asked "
-                      "offset again (caught by: delivery.duplicate)",
+    "duplicate-pull": "every 10th message of a queue (offset n, n % 10 == 0) is served twice: in its pull answer "
+                      "and again in front of the next one (caught by: delivery.duplicate)",
     "offset-regression": "a master moves a committed consumer offset back: the first commit to a queue whose "
                          "stored offset is past 40 stores 20 below it, and that queue's commits are ignored for 2 s (caught by: delivery.offset-regression, no fault)",
-    "phantom-pull": "every 10th pull answer with messages ends with a message nobody sent (new KEYS, UNIQ_KEY "
-                    "and body at the last message's queue offset; that message is served again next pull) "
+    "phantom-pull": "in front of every 10th message of a queue (offset n, n % 10 == 9) a pull answer serves a message "
+                    "nobody sent at offset n (new KEYS, UNIQ_KEY and body) and ends there; the real n is served "
+                    "0.5 s later "
                     "(caught by: delivery.unexpected, nothing received that was never sent)",
 })
 
 REORDER_EVERY = 10
 REORDER_HOLD_MS = 3000      # hold back a fresh n for its n+1 only this long (the run's last n is served alone)
 DUPLICATE_EVERY = 10
-DUPLICATE_BACK = 2
 REGRESS_PAST = 40
 REGRESS_BY = 20
 REGRESS_HOLD_S = 2.0
 PHANTOM_EVERY = 10
+PHANTOM_WAIT_MS = 500       # the real message behind a phantom is served this long after it: a consumer that
+                            # keys what it pulled by queue offset (the C++ orderly one) must not replace the
+                            # phantom with it before handing it on
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "RMQ_SYS_", "SCHEDULE_TOPIC", "TBW102", "rmq_sys_")
 _QUEUE_OFFSET = slice(20, 28)   # QUEUEOFFSET in a stored record (rmqha/broker/store/record.py)
 
@@ -182,9 +188,9 @@ class PlantedServing:
         self._node = node
         self._bugs = frozenset(bugs)
         self._now_ms = now_ms
-        self._pulls: dict = {}   # (topic, queue) -> pulls that found messages
-        self._found = 0          # pulls that found messages, every user queue
+        self._again: dict = {}   # (topic, queue) -> offsets duplicate-pull serves again with the next answer
         self._phantoms = 0
+        self._phantom_at: dict = {}  # (topic, queue, offset) of a phantom served -> when its real message is due
 
     def __getattr__(self, name):
         return getattr(self._store, name)
@@ -195,14 +201,20 @@ class PlantedServing:
         if res.status != GetStatus.FOUND or not _user_topic(topic) or tag_codes is not None:
             return res
         key = (topic, queue_id)
-        n = self._pulls[key] = self._pulls.get(key, 0) + 1
-        self._found += 1
+        if self._now_ms() < self._phantom_at.get((topic, queue_id, offset), 0):
+            # the real message behind a phantom just served: not yet
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, offset, res.min_offset, res.max_offset, [])
         records = list(res.records)
         nxt = res.next_begin_offset
-        if "duplicate-pull" in self._bugs and n % DUPLICATE_EVERY == 0 and offset >= DUPLICATE_BACK:
-            again = self._store.get_messages(topic, queue_id, offset - DUPLICATE_BACK, DUPLICATE_BACK, None)
-            if again.status == GetStatus.FOUND:
-                records = [r for r in again.records if record_queue_offset(r) < offset] + records
+        if "duplicate-pull" in self._bugs:
+            # what an earlier answer served, served again in front of this one; then what this one serves of
+            # every 10th message is due again
+            again = []
+            for o in sorted(self._again.pop(key, ())):
+                r = self._store.get_messages(topic, queue_id, o, 1, None)
+                again += r.records if o < offset and r.status == GetStatus.FOUND else []
+            self._again[key] = {o for o in map(record_queue_offset, records) if o % DUPLICATE_EVERY == 0}
+            records = again + records
         if "reorder-pull" in self._bugs:
             offs = [record_queue_offset(r) for r in records]
             for i, o in enumerate(offs):
@@ -215,12 +227,16 @@ class PlantedServing:
                         # only o to serve: answer "nothing yet" (the pull is held until o + 1 is stored)
                         return GetResult(GetStatus.OFFSET_FOUND_NULL, offset, res.min_offset, res.max_offset, [])
                     records, nxt = records[:i], o
-        if "phantom-pull" in self._bugs and self._found % PHANTOM_EVERY == 0:
-            last = records[-1]
-            if record_queue_offset(last) >= offset:
+        if "phantom-pull" in self._bugs:
+            for i, r in enumerate(records):
+                o = record_queue_offset(r)
+                if o % PHANTOM_EVERY != PHANTOM_EVERY - 1 or o < offset or (topic, queue_id, o) in self._phantom_at:
+                    continue
                 self._phantoms += 1
-                records[-1] = phantom_of(last, self._phantoms, self._node)
-                nxt = record_queue_offset(last)   # the real message comes with the next pull
+                records, nxt = records[:i] + [phantom_of(r, self._phantoms, self._node)], o
+                self._phantom_at[(topic, queue_id, o)] = self._now_ms() + PHANTOM_WAIT_MS
+                log.info("planted phantom %d served at %s q%d@%d", self._phantoms, topic, queue_id, o)
+                break
         return GetResult(res.status, nxt, res.min_offset, res.max_offset, records)
 
     def _fresh(self, rec) -> bool:

@@ -21,8 +21,7 @@ runs on every node of a 2m-noslave cluster, 9 s at 100 msg/s plus the workload's
 sends a second over 8 sharding keys, read by an orderly consumer group), no fault, and must turn its delivery
 verdict: reorder-pull -> delivery.reordered FAIL (this one is in `make test`, the rest in `make
 test-checkers`), duplicate-pull -> delivery.duplicate WARN with a count (at-least-once allows duplicates:
-the checker counts them and never fails on them, so the run passes; in the runs so far the C++ orderly
-consumer dropped what was below its consumed offset, so only the concurrent group saw them), offset-regression -> delivery.offset-regression FAIL,
+the checker counts them and never fails on them, so the run passes), offset-regression -> delivery.offset-regression FAIL,
 phantom-pull -> delivery.unexpected FAIL. The same run without a bug (test_serving_control_passes) passes
 every one of them.
 """

@@ -87,31 +87,35 @@ def test_reorder_serves_a_stale_n_alone(make):
     assert got == [(9, "m9")] and nxt == 10
 
 
-def test_duplicate_serves_two_earlier_messages_again_every_10th_pull(make):
+def test_duplicate_serves_every_10th_message_again_with_the_next_answer(make):
     b = make("duplicate-pull")
-    send(b, 20)
-    seen = []
-    for off in range(planted.DUPLICATE_EVERY):
-        got, nxt = served(b, off, max_msgs=1)
-        seen.extend(o for o, _ in got)
-    assert seen == [*range(9), 7, 8, 9]
+    send(b, 25)
+    got, nxt = served(b, 0, max_msgs=12)
+    assert [o for o, _ in got] == list(range(12)) and nxt == 12
+    got, nxt = served(b, 12)
+    assert [o for o, _ in got] == [0, 10, *range(12, 25)] and nxt == 25
+    send(b, 1, start=25)
+    got, nxt = served(b, 25)
+    assert [o for o, _ in got] == [20, 25]
+    got, nxt = served(b, 26)
+    assert got == []
 
 
-def test_phantom_replaces_the_last_message_of_every_10th_answer_and_serves_it_next(make):
+def test_phantom_takes_the_place_of_every_10th_message_once_and_the_real_one_follows(make):
     b = make("phantom-pull")
-    send(b, 30)
-    bodies, keys = [], []
-    off = 0
-    for _ in range(planted.PHANTOM_EVERY + 1):
-        resp = b.call(pull(offset=off, max_msgs=1, sys_flag=0x4))
-        m = decode_records(resp.body)[0]
-        bodies.append((m.queue_offset, m.body[:9]))
-        keys.append(m.keys)
-        off = int(resp.ext_fields["nextBeginOffset"])
-    n = planted.PHANTOM_EVERY - 1
-    assert bodies[n - 1:] == [(n - 1, f"m{n - 1}".encode()), (n, b"planted-p"), (n, f"m{n}".encode())]
-    assert keys[n] == "planted-phantom-broker-a-0-1"
-    assert keys[n] not in {m.keys for m in decode_records(b"".join(b.store.get_messages(TOPIC, 0, 0, 32).records))}
+    send(b, 25)
+    resp = b.call(pull(offset=0, sys_flag=0x4))
+    got = decode_records(resp.body)
+    assert [(m.queue_offset, m.body[:1]) for m in got] == [(i, b"m") for i in range(9)] + [(9, b"p")]
+    assert got[-1].keys == "planted-phantom-broker-a-0-1" and resp.ext_fields["nextBeginOffset"] == "9"
+    # the real message 9: not before PHANTOM_WAIT_MS, then with the next phantom at 19
+    assert b.call(pull(offset=9, sys_flag=0x4)).code == ResponseCode.PULL_NOT_FOUND
+    b.clock.advance(planted.PHANTOM_WAIT_MS / 1000)
+    got, nxt = served(b, 9)
+    assert got[0] == (9, "m9") and [o for o, _ in got] == list(range(9, 20)) and nxt == 19
+    assert got[-1][1].startswith("planted-phantom-broker-a-0-2")
+    # the store is untouched
+    assert all(m.keys.startswith("k") for m in decode_records(b"".join(b.store.get_messages(TOPIC, 0, 0, 32).records)))
 
 
 def update_offset(b, offset, queue_id=0, group="CG"):
