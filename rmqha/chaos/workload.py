@@ -302,6 +302,7 @@ def main(argv=None) -> int:
         late["consumer"] = rec.push_consumer(f"ChaosLateCG{rid}", args.topic, namesrv=args.namesrv,
                                              on_message=counting("received_late", counters.late_ids))
         counters.groups.add(f"ChaosLateCG{rid}")
+        counters.group_topics[f"ChaosLateCG{rid}"] = args.topic
 
     phase[0] = "sending"
     start = time.monotonic()
