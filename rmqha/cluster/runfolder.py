@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import ClusterError
-from .topology import REPO_ROOT
+from .topology import IS_CHECKOUT, REPO_ROOT
 
 NODE_JSON_KEYS = ("name", "brokerName", "brokerId", "role", "clusterName", "addr", "haAddr",
                   "metricsUrl", "backend")
@@ -55,7 +55,10 @@ def using_run_root(path) -> None:
 
 
 def run_root() -> Path:
-    return Path(os.environ.get("CLUSTER_RUN_ROOT") or REPO_ROOT / "run")
+    """CLUSTER_RUN_ROOT, else run/ in the checkout, else (an installed package) run/ where it is used."""
+    if os.environ.get("CLUSTER_RUN_ROOT"):
+        return Path(os.environ["CLUSTER_RUN_ROOT"])
+    return (REPO_ROOT if IS_CHECKOUT else Path.cwd()) / "run"
 
 
 def check_name(name: str) -> str:

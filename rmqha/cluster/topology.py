@@ -26,7 +26,20 @@ from rmqha.broker.config import BrokerConfig, ConfigError, parse_properties
 from . import ClusterError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-COMPOSE_DIR = REPO_ROOT / "compose"
+# In a checkout the topologies are the repository's compose/; an installed package (pip install, not
+# -e: a user of the pytest plugin) carries a copy as package data (setup.py's build step), and
+# RMQHA_COMPOSE_DIR points anywhere else.
+BUNDLED_COMPOSE_DIR = Path(__file__).resolve().parent / "compose"
+IS_CHECKOUT = (REPO_ROOT / "compose").is_dir() and (REPO_ROOT / "pyproject.toml").is_file()
+
+
+def compose_dir() -> Path:
+    if os.environ.get("RMQHA_COMPOSE_DIR"):
+        return Path(os.environ["RMQHA_COMPOSE_DIR"])
+    return REPO_ROOT / "compose" if IS_CHECKOUT else BUNDLED_COMPOSE_DIR
+
+
+COMPOSE_DIR = compose_dir()
 TOPOLOGIES = ("2m-2s-async", "2m-2s-sync", "2m-noslave", "dledger")
 
 DEFAULT_BASE_PORT = 10911

@@ -223,3 +223,21 @@ def test_docker_dledger_peer_links_go_through_one_proxy_per_direction():
     assert len(set(listens)) == len(listens)
     taken = {port for _, _, port in plan.all_ports(topo)}
     assert not taken & set(listens)  # no clash with a client, VIP, metrics or DLedger port
+
+
+def test_topologies_and_run_root_when_installed_rather_than_cloned(monkeypatch, tmp_path):
+    """A wheel carries compose/ as rmqha/cluster/compose (setup.py), and an installed package keeps its
+    runs in ./run, not in site-packages; RMQHA_COMPOSE_DIR and CLUSTER_RUN_ROOT still win."""
+    from rmqha.cluster import runfolder, topology
+    assert topology.IS_CHECKOUT and topology.compose_dir() == topology.REPO_ROOT / "compose"
+    monkeypatch.setattr(topology, "IS_CHECKOUT", False)
+    monkeypatch.setattr(runfolder, "IS_CHECKOUT", False)
+    monkeypatch.delenv("RMQHA_COMPOSE_DIR", raising=False)
+    monkeypatch.delenv("CLUSTER_RUN_ROOT", raising=False)
+    assert topology.compose_dir() == topology.BUNDLED_COMPOSE_DIR
+    monkeypatch.chdir(tmp_path)
+    assert runfolder.run_root() == tmp_path / "run"
+    monkeypatch.setenv("RMQHA_COMPOSE_DIR", str(tmp_path / "mine"))
+    assert topology.compose_dir() == tmp_path / "mine"
+    monkeypatch.setenv("CLUSTER_RUN_ROOT", str(tmp_path / "elsewhere"))
+    assert runfolder.run_root() == tmp_path / "elsewhere"
