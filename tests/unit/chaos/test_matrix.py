@@ -361,28 +361,37 @@ def test_a_group_the_samples_show_forked_before_a_fault_does_not_exercise_it(tmp
 TOPIC, CG = "TopicChaos", "CG1"
 
 
-def fabricate(rd, sends, receives=(), unsubscribe_at=None, producer_tail=""):
+def fabricate(rd, sends, receives=(), unsubscribe_at=None, producer_tail="", extra_copies=()):
     """sends: [(send_id, stored on this broker group or None, [(status or None, start_ms, end_ms), ...])]: one
     invoke line per try and, unless its status is None (never answered), its answer; every answered try of
     a send with a group is stored on its group's master with KEYS = send_id. receives: [(send_id or None, uniq_key or
-    None, at_ms)]. The consumer group subscribes FROM_FIRST at 0 and unsubscribes at unsubscribe_at."""
+    None, at_ms)]. The consumer group subscribes FROM_FIRST at 0 and unsubscribes at unsubscribe_at.
+    A try may carry a 4th item, {"group": stored on this group instead, "uniq": its UNIQ_KEY, "line": more
+    fields of its answer line}. extra_copies: [(group, send_id, uniq_key, topic)] more copies on a master
+    (a client's internal retry, a delayed message parked in SCHEDULE_TOPIC_XXXX). A copy's queue offset
+    is its place in its group's commit log, from 0."""
     import json
 
     from rmqha.broker.store import record
     lines, seq, stored = [], 0, {}
     for sid, group, tries in sends:
-        for attempt, (status, t0, t1) in enumerate(tries, 1):
+        for attempt, (status, t0, t1, *more) in enumerate(tries, 1):
+            opts = more[0] if more else {}
             base = {"client": "p1", "group": "PG", "topic": TOPIC, "send_id": sid, "attempt": attempt}
             lines.append(base | {"seq": seq, "op": "invoke", "start_ms": t0, "end_ms": t0})
             seq += 1
             if status is None:
                 continue
-            uniq = f"U-{sid}-{attempt}" if status != "ERROR" else None
+            uniq = opts.get("uniq") or (f"U-{sid}-{attempt}" if status != "ERROR" else None)
             lines.append(base | {"seq": seq, "op": "send", "status": status, "uniq_key": uniq, "start_ms": t0,
-                                 "end_ms": t1, "error": "ProducerSendAsyncFailed: b''" if status == "ERROR" else None})
+                                 "end_ms": t1, "error": "ProducerSendAsyncFailed: b''" if status == "ERROR" else None}
+                         | opts.get("line", {}))
             seq += 1
-            if group:   # an ERROR try stored anyway: the client timed out on a send the broker kept
-                stored.setdefault(group, []).append((sid, uniq or f"U-{sid}-{attempt}-unseen"))
+            at = opts.get("group", group)
+            if at:   # an ERROR try stored anyway: the client timed out on a send the broker kept
+                stored.setdefault(at, []).append((sid, uniq or f"U-{sid}-{attempt}-unseen", TOPIC))
+    for group, sid, uniq, topic in extra_copies:
+        stored.setdefault(group, []).append((sid, uniq, topic))
     (rd / "history").mkdir(parents=True, exist_ok=True)
     (rd / "history" / "producer-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + producer_tail)
     cons = [{"client": "c1", "seq": 0, "op": "subscribe", "group": CG, "topic": TOPIC, "status": "FROM_FIRST",
@@ -400,18 +409,20 @@ def fabricate(rd, sends, receives=(), unsubscribe_at=None, producer_tail=""):
             (nd / "store" / "commitlog").mkdir(parents=True, exist_ok=True)
             (nd / "node.json").write_text(json.dumps({"name": node, "brokerName": group, "brokerId": broker_id}))
             buf, off = bytearray(), 0
-            for i, (sid, uniq) in enumerate(stored.get(group, []) if broker_id == 0 else []):
-                enc = record.encode(record.Message(topic=TOPIC, body=b"x", properties={"KEYS": sid, "UNIQ_KEY": uniq}))
+            for i, (sid, uniq, topic) in enumerate(stored.get(group, []) if broker_id == 0 else []):
+                enc = record.encode(record.Message(topic=topic, body=b"x", properties={"KEYS": sid, "UNIQ_KEY": uniq}))
                 buf += enc.finish(i, off)
                 off += enc.size
             (nd / "store" / "commitlog" / ("0" * 20)).write_bytes(bytes(buf) + bytes(256))
 
 
-def audited_summary(faults, acked_on_group, acknowledged, **extra):
+def audited_summary(faults, acked_on_group, acknowledged, delivered=None, parked=0, **extra):
     """summary.json as the audit writes it: acked_on_group {fault label: n}; acknowledged: what the
-    delivery checker owed CG."""
+    delivery checker owed CG, delivered (default: all of it but the parked) and parked of those; the rest lost."""
+    delivered = acknowledged - parked if delivered is None else delivered
     return summary_of(faults, failed=False, verdicts=[], ackedOnGroupByFault=acked_on_group,
-                      delivery={CG: {"acknowledged": acknowledged, "delivered": acknowledged}}) | extra
+                      delivery={CG: {"acknowledged": acknowledged, "delivered": delivered, "parked": parked,
+                                     "stranded": 0, "lost": acknowledged - delivered - parked}}) | extra
 
 
 def test_delivered_counts_the_faulted_groups_acknowledged_sends_some_consumer_received(tmp_path):
@@ -427,7 +438,7 @@ def test_delivered_counts_the_faulted_groups_acknowledged_sends_some_consumer_re
                         ("a4", None, 10600),
                         ("b1", None, 15000), ("a0", None, 15000), ("e1", None, 15000), ("a5", None, 15000)])
     f = [fault(1, "kill-master", start=10000, end=11000)]
-    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 5}, 8))[1]
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 5}, 8, 7))[1]
     # acknowledged by broker-a from 5 s before the fault to its heal: a1 a2 a3 a4 e1; a3 never received
     assert (got["acked_recounted"], got["delivered"]) == (5, 4)
     assert got["excluded"] == {} and got["not_audited"] is None
@@ -436,7 +447,7 @@ def test_delivered_counts_the_faulted_groups_acknowledged_sends_some_consumer_re
     assert (cell["delivered"], cell["acked_during"]) == (8, 10)
     # a cluster-wide fault counts every group's acknowledged sends
     f = [fault(1, "cluster-power-loss", start=10000, end=11000, group=None)]
-    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 cluster-power-loss broker-a": 6}, 8))[1]
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 cluster-power-loss broker-a": 6}, 8, 7))[1]
     assert (got["acked_recounted"], got["delivered"]) == (6, 5)
 
 
@@ -467,7 +478,7 @@ def test_availability_per_group_is_the_share_each_group_accepted_and_the_time_it
     sends.append(("e1", None, [("ERROR", 2500, 2600)]))
     fabricate(tmp_path, sends)
     f = [fault(1, "kill-slave", role="slave", start=1000, end=6000)]
-    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-slave broker-a-s": 30}, 80))[1]
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-slave broker-a-s": 30}, 80, 0))[1]
     ga = got["group_availability"]
     assert ga["broker-a"] | {"unwritable_s": None} == {
         "answered": 50, "accepted": 30, "share": 0.6, "not_accepted": {"SLAVE_NOT_AVAILABLE": 20}, "unwritable_s": None}
@@ -530,8 +541,8 @@ def test_records_the_audit_excluded_are_counted_named_and_fail_the_cell_unless_e
     # the audit's counts must be the histories': a fault's acknowledged sends, a consumer group's
     fabricate(tmp_path, sends, recv)
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 3}, 2))[1]
-    assert got["excluded"] == {"acknowledged the audit counted 3, the histories and stores 2": 1}
-    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 2}, 5))[1]
+    assert got["excluded"] == {"acknowledged the audit counted 3, the histories and stores allow 2": 1}
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 2}, 5, 2))[1]
     assert got["excluded"] == {f"{CG}: the audit owed 5 acknowledged, the histories 2": 3}
     assert "3 CG1: the audit owed 5" in judge(p, [got])[1]
 
@@ -564,3 +575,183 @@ def test_a_cell_without_delivery_figures_says_not_audited_and_fails_the_matrix(t
     assert row.count("| not audited |") == 2 and "**not audited**" in row and "| 1/1 |" in row
     # a losing cell stays FAIL: not audited never hides a loss
     assert judge(p, [got | {"stranded": 2}])[0] == "FAIL"
+
+
+# ---- review 1 (M1, M2, L4-L6): a cell never passes on figures that do not add up
+
+def write_consumer(rd, name, group, receives):
+    """One more consumer group's history: subscribes FROM_FIRST at 0 and receives [(send_id, at_ms)]."""
+    import json
+    rows = [{"client": name, "seq": 0, "op": "subscribe", "group": group, "topic": TOPIC, "status": "FROM_FIRST",
+             "start_ms": 0, "end_ms": 0}]
+    rows += [{"client": name, "seq": i, "op": "receive", "group": group, "topic": TOPIC, "send_id": sid,
+              "status": "RECEIVED", "start_ms": at, "end_ms": at} for i, (sid, at) in enumerate(receives, 1)]
+    (rd / "history" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_an_acknowledged_send_no_consumer_received_never_passes_unnoticed(tmp_path):
+    """review-1 M1: 3 acknowledged by broker-a during a kill-master, a3 received by nobody, and an audit
+    summary that (wrongly) says every owed send was delivered and blames nothing: the cell read PASS."""
+    ok = [("SEND_OK", 1500, 1510)]
+    fabricate(tmp_path, [("a1", "broker-a", ok), ("a2", "broker-a", ok), ("a3", "broker-a", ok)],
+              receives=[("a1", None, 3000), ("a2", None, 3000)])
+    f = [fault(1, "kill-master", start=1000, end=2000)]
+    p = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 3}, 3))[1]
+    assert (got["acked_recounted"], got["delivered"]) == (3, 2)
+    assert got["excluded"] == {f"{CG}: the audit counted 3 delivered, the histories 2": 1}
+    verdict, note = judge(p, [got])
+    assert verdict == "FAIL" and "the audit counted 3 delivered, the histories 2" in note
+    # an audit whose per-group figures do not add up (acknowledged = delivered + lost + stranded + parked)
+    s = audited_summary(f, {"#1 kill-master broker-a": 3}, 3, 2)
+    s["delivery"][CG]["lost"] = 0
+    got = cell_samples_by_id(tmp_path, s)[1]
+    assert got["excluded"] == {f"{CG}: the audit's 3 acknowledged are not 2 delivered + 0 lost + 0 stranded "
+                               "+ 0 parked": 1}
+    # the audit agrees (a3 lost) but blames a later power loss of the group: the kill's cell says where it went
+    f2 = f + [fault(2, "power-loss", start=4000, end=5000)]
+    s = audited_summary(f2, {"#1 kill-master broker-a": 3, "#2 power-loss broker-a": 3}, 3, 2,
+                        lostByFault={"#2 power-loss broker-a": 1},
+                        deliveryByFault={"#2 power-loss broker-a": {"delivery.lost": 1}})
+    got = cell_samples_by_id(tmp_path, s)
+    assert got[1]["excluded"] == {} and got[1]["not_delivered"] == 1
+    verdict, note = judge(p, [got[1]])
+    assert verdict == "PASS" and "1 acknowledged during the fault not delivered: the audit blames them on " \
+                                 "another fault of the run" in note
+
+
+def test_delivered_means_every_consumer_group_owed_the_send_received_it(tmp_path):
+    """review-1 M1: a send received by CG1 but owed to CG2 as well is not delivered."""
+    ok = [("SEND_OK", 1500, 1510)]
+    fabricate(tmp_path, [("a1", "broker-a", ok), ("a2", "broker-a", ok)],
+              receives=[("a1", None, 3000), ("a2", None, 3000)])
+    write_consumer(tmp_path, "c2", "CG2", [("a1", 3000)])
+    f = [fault(1, "kill-master", start=1000, end=2000)]
+    s = audited_summary(f, {"#1 kill-master broker-a": 2}, 2)
+    s["delivery"]["CG2"] = {"acknowledged": 2, "delivered": 1, "lost": 1, "stranded": 0, "parked": 0}
+    got = cell_samples_by_id(tmp_path, s)[1]
+    assert (got["acked_recounted"], got["delivered"], got["excluded"]) == (2, 1, {})
+
+
+def test_an_ack_counted_on_two_faults_says_so(tmp_path):
+    """review-1 M1: the sweep's gap (4-5 s) is shorter than the 5 s look-back, so one acknowledged send is
+    at stake in two faults; both cells count it (as the audit does) and say with which fault they share it."""
+    ok = [("SEND_OK", 1500, 1510)]
+    fabricate(tmp_path, [("a1", "broker-a", ok), ("a2", "broker-a", [("SEND_OK", 4500, 4510)])],
+              receives=[("a1", None, 9000), ("a2", None, 9000)])
+    f = [fault(1, "kill-master", start=1000, end=2000), fault(2, "kill-slave", role="slave", start=6000, end=7000)]
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1,
+                                                          "#2 kill-slave broker-a-s": 2}, 2))
+    assert got[2]["acked_recounted"] == 2 and got[2]["shared_acks"] == {"#1 kill-master broker-a": 1}
+    assert got[1]["shared_acks"] == {"#2 kill-slave broker-a-s": 1}
+    note = judge(promise("2m-2s-sync", "ASYNC_FLUSH", "kill-slave", "slave"), [got[2]])[1]
+    assert "1 acknowledged send(s) also counted on #1 kill-master broker-a" in note
+
+
+def test_a_send_belongs_to_the_group_that_acknowledged_it(tmp_path):
+    """review-1 M2: the first try timed out on broker-a, which stored it anyway; the retry was acknowledged
+    by broker-b. The send, its availability and its fault are broker-b's, whatever copy the audit picked."""
+    ok = [("SEND_OK", 500, 510)]
+    # our own retry: a new UNIQ_KEY per try
+    fabricate(tmp_path, [("a0", "broker-a", ok),
+                         ("x1", None, [("ERROR", 10100, 10200, {"group": "broker-a"}),
+                                       ("SEND_OK", 10300, 10310, {"group": "broker-b"})])],
+              receives=[("a0", None, 3000), ("x1", None, 13000)])
+    facts = matrix.run_facts(tmp_path)
+    assert facts.group("x1") == "broker-b"
+    f = [fault(1, "kill-master", start=10000, end=11000)]
+    # the audit took the broker-a copy (an arbitrary stored copy of any try): a count the stores allow
+    for audit_says in (1, 0):
+        got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": audit_says}, 2))[1]
+        assert got["acked_recounted"] == 0 and got["excluded"] == {}
+        assert got["audit_group_ambiguous"] == 1
+    assert got["group_availability"]["broker-b"]["accepted"] == 1
+    # the client's internal retry: one try in the history, one UNIQ_KEY, a copy in each group; the answer's
+    # queue offset is that of broker-b's copy (its first message; broker-a's copy is its second)
+    fabricate(tmp_path, [("a0", "broker-a", ok),
+                         ("x1", "broker-b", [("SEND_OK", 10300, 10310, {"uniq": "U-x1", "line": {"queue_offset": 0}})])],
+              receives=[("a0", None, 3000), ("x1", None, 13000)], extra_copies=[("broker-a", "x1", "U-x1", TOPIC)])
+    facts = matrix.run_facts(tmp_path)
+    assert facts.group("x1") == "broker-b"
+    ga = matrix.group_availability(facts, 10000, 11000)
+    assert ga["broker-b"]["accepted"] == 1 and ga["broker-a"]["answered"] == 0
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 2))[1]
+    assert got["acked_recounted"] == 0 and got["excluded"] == {}
+    # the Rust client's answer names its broker: that decides
+    fabricate(tmp_path, [("x1", "broker-b", [("SEND_OK", 10300, 10310, {"uniq": "U-x1", "line": {
+        "broker_name": "broker-a", "queue_offset": 0}})])], receives=[("x1", None, 13000)],
+              extra_copies=[("broker-a", "x1", "U-x1", TOPIC)])
+    assert matrix.run_facts(tmp_path).group("x1") == "broker-a"
+    # nothing tells the copies apart (both first in their log): no group is picked, and the cell says why
+    fabricate(tmp_path, [("x1", "broker-b", [("SEND_OK", 10300, 10310, {"uniq": "U-x1"})])],
+              receives=[("x1", None, 13000)], extra_copies=[("broker-a", "x1", "U-x1", TOPIC)])
+    facts = matrix.run_facts(tmp_path)
+    assert facts.group("x1") is None
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
+    assert got["excluded"] == {"acknowledged, stored in two groups, the answer names neither (broker-a, broker-b)": 1}
+
+
+def test_a_consumer_group_name_cannot_explain_away_a_mismatch(tmp_path):
+    """review-1 L5: excluded records are explained by their kind, not by the text they start with."""
+    ok = [("SEND_OK", 1500, 1510)]
+    evil = "torn last history line"
+    fabricate(tmp_path, [("a1", "broker-a", ok)], receives=[("a1", None, 3000)])
+    f = [fault(1, "kill-master", start=1000, end=2000)]
+    s = audited_summary(f, {"#1 kill-master broker-a": 1}, 1)
+    s["delivery"][evil] = {"acknowledged": 7, "delivered": 7, "lost": 0, "stranded": 0, "parked": 0}
+    got = cell_samples_by_id(tmp_path, s)[1]
+    assert any(k.startswith(evil) for k in got["excluded"])
+    assert judge(promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master"), [got])[0] == "FAIL"
+
+
+def test_a_torn_send_answer_that_could_hide_a_loss_fails_the_cell(tmp_path):
+    """review-1 L6: a3 was invoked, its answer line is torn, and no consumer received it: a SEND_OK could
+    be what was torn, so a lost acknowledged send could hide there."""
+    import json
+    ok = [("SEND_OK", 1500, 1510)]
+    p = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
+    f = [fault(1, "kill-master", start=1000, end=2000)]
+    invoke = json.dumps({"client": "p1", "seq": 9, "op": "invoke", "group": "PG", "topic": TOPIC, "send_id": "a3",
+                         "attempt": 1, "start_ms": 1600, "end_ms": 1600}) + "\n"
+    fabricate(tmp_path, [("a1", "broker-a", ok)], receives=[("a1", None, 3000)],
+              producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "send", "send_id": "a3", "sta')
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
+    assert got["excluded"] == {"torn last history line, the answer of a3, which no consumer group received "
+                               "(a lost acknowledged send could hide there)": 1}
+    assert judge(p, [got])[0] == "FAIL"
+    # received after all: the torn answer hides nothing
+    fabricate(tmp_path, [("a1", "broker-a", ok)], receives=[("a1", None, 3000), ("a3", None, 3000)],
+              producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "send", "send_id": "a3", "sta')
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
+    assert got["excluded"] == {"torn last history line": 1} and judge(p, [got])[0] == "PASS"
+    # torn before its send_id: every unanswered send of that file is a candidate
+    fabricate(tmp_path, [("a1", "broker-a", ok)], receives=[("a1", None, 3000)],
+              producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "se')
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
+    assert judge(p, [got])[0] == "FAIL"
+
+
+def test_a_cluster_fault_counts_an_acknowledged_send_parked_on_a_master_and_stays_weak(tmp_path):
+    """review-1 L4: cluster-power-loss with ASYNC_FLUSH may lose acknowledged sends (WEAK). a3 is a delayed
+    message whose only copy is parked in SCHEDULE_TOPIC_XXXX: acknowledged and stored, not due, not owed
+    (the audit's "parked"). The audit counts it on the cluster-wide fault; so must the matrix, or the
+    mismatch turns the allowed WEAK into FAIL."""
+    ok = [("SEND_OK", 1500, 1510)]
+    fabricate(tmp_path, [("a1", "broker-a", ok), ("a2", "broker-b", ok), ("a3", None, ok), ("a4", "broker-a", ok)],
+              receives=[("a1", None, 3000), ("a2", None, 3000)],
+              extra_copies=[("broker-a", "a3", "U-a3-1", "SCHEDULE_TOPIC_XXXX")])
+    f = [fault(1, "cluster-power-loss", start=1000, end=2000, group=None)]
+    label = "#1 cluster-power-loss broker-a"
+    s = audited_summary(f, {label: 4}, 4, 2, parked=1, lostByFault={label: 1},
+                        deliveryByFault={label: {"delivery.lost": 1}})
+    got = cell_samples_by_id(tmp_path, s)[1]
+    assert (got["acked_recounted"], got["delivered"], got["parked"], got["excluded"]) == (4, 2, 1, {})
+    verdict, note = judge(promise("2m-2s-sync", "ASYNC_FLUSH", "cluster-power-loss", "master"), [got])
+    assert verdict == "WEAK" and "1 parked" in note
+    # a group fault counts it on the group that parked it (its acknowledged try's copy); the audit gives a
+    # parked-only send no group and counts it on cluster-wide faults only
+    f = [fault(1, "kill-master", start=1000, end=2000)]
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 2}, 4, 2, parked=1))[1]
+    assert got["acked_recounted"] == 3 and got["excluded"] == {}
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 3}, 4, 2, parked=1))[1]
+    assert got["excluded"] == {"acknowledged the audit counted 3, the histories and stores allow 2": 1}
