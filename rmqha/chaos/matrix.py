@@ -4,7 +4,7 @@ For each configuration (2m-2s-sync and 2m-2s-async, each with ASYNC_FLUSH and SY
 chaos run (`rmqha.chaos.run --sweep`) injects every fault kind once per role it can hit, one at a time, then
 audits the run. Each fault's interval is one cell sample: the sends that started while it was active
 (availability = SEND_OK / all), the faulted group's acknowledged sends (from 5 s before it to its heal) and
-how many of them some consumer received (delivered), the sends no broker answered (indeterminate: neither
+how many of them every consumer group owed them received (delivered), the sends no broker answered (indeterminate: neither
 lost nor delivered), each group's share of answered sends it accepted and the time it accepted none
 (availability per group), the records the audit left out (excluded: unexplained ones fail the cell), the
 acknowledged losses and divergences the audit blames on it, and the
@@ -1226,7 +1226,7 @@ def build(results: list[dict]) -> list[dict]:
                     "availability": round(sum(s["ok"] for s in ss) / n_sends, 3) if n_sends else None,
                     "acked_during": sum(s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]
                                         for s in ss),
-                    # of those, received by some consumer; sends no broker answered (None: not audited)
+                    # of those, received by every consumer group owed them; sends no broker answered (None: not audited)
                     "delivered": _sum_or_none(ss, "delivered"), "indeterminate": _sum_or_none(ss, "indeterminate"),
                     "group_availability": merge_groups(ss),
                     "excluded": excluded_text(ss),
