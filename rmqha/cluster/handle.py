@@ -14,6 +14,12 @@ cgroup freezer in docker), and on docker isolate/rejoin (the container cut from 
 else is here, the same for both: power loss, disk fill, the links, topics, catch-up, waiting. The
 backends are the only writers of state.json (a restarted local process records its new pid there).
 
+A DLedger group (topology dledger) has no planned master: masters(), slaves(), master_of() and
+slaves_of() ask /status who leads now (dledger_leader()); caught_up() wants every member at the
+leader's committed and end index, all committed and dispatched; lags() gives a follower's lag in
+entries (dledger_lag(), as `cluster-status` shows it), a classic slave's in bytes. power_loss() refuses
+a DLedger node (its durable position in dledger-*/data is not reported).
+
 What the local backend cannot do: it has no proxies, so no link operation (latency, cut, slicer,
 bandwidth on the HA or client links) and no partition (processes on one loopback cannot be separated
 without root network namespaces); fill_disk/free_disk need a store on a size-limited filesystem, which
@@ -33,7 +39,7 @@ from pathlib import Path
 from . import ClusterError
 from . import runfolder as rf
 from .backend import attach as attach_backend
-from .status import NamesrvError, collect, fetch_status, namesrv_request
+from .status import NamesrvError, collect, fetch_status, is_dledger_spec, namesrv_request
 from .wait import ProcessExited, WaitTimeout, wait_until
 
 CHECKPOINT_DURABLE = struct.Struct(">q")   # rmqha/broker/store/message_store.py: bytes 24..32 of store/checkpoint
@@ -149,16 +155,70 @@ class Cluster:
         raise ClusterError(f"cluster {self.name!r} has no broker {name!r}; brokers: {', '.join(self.nodes)}")
 
     def masters(self) -> list[str]:
-        return [n["name"] for n in self.state.get("nodes", []) if not n.get("master")]
+        """Classic masters (from state.json), then each DLedger group's current leader (from /status; a
+        group with no node answering as leader has none here)."""
+        leaders = self._dledger_leaders()
+        return [n["name"] for n in self.state.get("nodes", []) if not n.get("master") and not is_dledger_spec(n)] \
+            + [m for _, m in sorted(leaders.items()) if m]
 
     def slaves(self) -> list[str]:
-        return [n["name"] for n in self.state.get("nodes", []) if n.get("master")]
+        """Classic slaves, then every DLedger node that is not its group's current leader."""
+        leaders = self._dledger_leaders()
+        return [n["name"] for n in self.state.get("nodes", []) if n.get("master") and not is_dledger_spec(n)] \
+            + [n for g, members in sorted(self.dledger_groups().items()) for n in members if n != leaders.get(g)]
 
     def master_of(self, node: str) -> str | None:
-        return self.node(node).get("master")
+        """A classic slave's master; a DLedger follower's current leader (None for the leader itself, and
+        while no member answers as leader)."""
+        spec = self.node(node)
+        if not is_dledger_spec(spec):
+            return spec.get("master")
+        leader = self.dledger_leader(spec["brokerName"])
+        return leader if leader != node else None
 
     def slaves_of(self, master: str) -> list[str]:
+        spec = self.node(master)
+        if is_dledger_spec(spec):
+            group = spec["brokerName"]
+            if self.dledger_leader(group) != master:
+                return []
+            return [n for n in self.dledger_groups()[group] if n != master]
         return [n["name"] for n in self.state.get("nodes", []) if n.get("master") == master]
+
+    # -- DLedger groups (topology dledger): roles come from elections, so from /status ------------
+    def is_dledger(self, node: str) -> bool:
+        """A node of a DLedger group (enableDLegerCommitLog=true)."""
+        return is_dledger_spec(self.node(node))
+
+    def dledger_groups(self) -> dict[str, list[str]]:
+        """brokerName -> its DLedger nodes, in state.json's order ({} for classic topologies)."""
+        out: dict[str, list[str]] = {}
+        for n in self.state.get("nodes", []):
+            if is_dledger_spec(n):
+                out.setdefault(n["brokerName"], []).append(n["name"])
+        return out
+
+    def dledger_leader(self, group: str, statuses: dict[str, dict | None] | None = None) -> str | None:
+        """The node of the DLedger group whose /status says DLedger LEADER (of the highest term, should a
+        deposed leader not have heard of the newer term yet); None while no member answers as leader (an
+        election is under way, or the leader is down or paused). statuses: a statuses() already taken."""
+        members = self.dledger_groups().get(group, [])
+        if statuses is None:
+            statuses = {n: self.status(n) for n in members}
+        best, best_term = None, -1
+        for n in members:
+            d = (statuses.get(n) or {}).get("dledger") or {}
+            if d.get("role") == "LEADER" and int(d.get("term") or 0) > best_term:
+                best, best_term = n, int(d.get("term") or 0)
+        return best
+
+    def _dledger_leaders(self, statuses: dict[str, dict | None] | None = None) -> dict[str, str | None]:
+        groups = self.dledger_groups()
+        if not groups:
+            return {}
+        if statuses is None:
+            statuses = self.statuses()
+        return {g: self.dledger_leader(g, statuses) for g in groups}
 
     def addr(self, node: str) -> str:
         """The broker's client address as it registers it (and as a host client reaches it)."""
@@ -224,9 +284,22 @@ class Cluster:
 
     def caught_up(self, masters: list[str] | None = None) -> bool:
         """Every slave (of `masters`, default all) up, holding exactly its master's log, and acknowledged
-        as such by its master."""
+        as such by its master. A DLedger group (named in `masters` by any of its nodes) is caught up when
+        one member answers as leader, and every member answers with the leader's committedIndex and
+        endIndex, all of it committed (committed == end) and dispatched to the consume queues
+        (dispatchedIndex == committedIndex): dledger_lag() is 0 for each follower."""
         st = self.statuses()
-        for m in masters if masters is not None else self.masters():
+        groups = self.dledger_groups()
+        in_group = {n: g for g, members in groups.items() for n in members}
+        if masters is None:
+            classic, dl = self.masters_in_state(), sorted(groups)
+        else:
+            classic = [m for m in masters if m not in in_group]
+            dl = sorted({in_group[m] for m in masters if m in in_group})
+        for g in dl:
+            if not self._dledger_in_sync(g, st):
+                return False
+        for m in classic:
             ms = st.get(m)
             slaves = self.slaves_of(m)
             if not slaves:
@@ -240,6 +313,37 @@ class Cluster:
                 return False
         return True
 
+    def masters_in_state(self) -> list[str]:
+        """The classic masters as planned (state.json); DLedger nodes are never planned masters."""
+        return [n["name"] for n in self.state.get("nodes", []) if not n.get("master") and not is_dledger_spec(n)]
+
+    def _dledger_in_sync(self, group: str, st: dict[str, dict | None]) -> bool:
+        leader = self.dledger_leader(group, st)
+        if leader is None:
+            return False
+        ld = (st.get(leader) or {}).get("dledger") or {}
+        if ld.get("committedIndex") != ld.get("endIndex") or ld.get("dispatchedIndex") != ld.get("committedIndex"):
+            return False
+        for n in self.dledger_groups()[group]:
+            d = (st.get(n) or {}).get("dledger") or {}
+            if any(d.get(k) != ld.get("committedIndex") for k in ("committedIndex", "endIndex", "dispatchedIndex")):
+                return False
+        return True
+
+    def dledger_lag(self, node: str, statuses: dict[str, dict | None] | None = None) -> int | None:
+        """A DLedger follower's lag in entries: its group leader's committedIndex minus its own, as
+        `cluster-status` shows it (lagEntries); 0 for the leader; None when it or the leader does not
+        answer (or no member is leader). Entries, not bytes: both sides count committed entries, and a
+        follower's committedIndex is what the leader told it, so this is what it could dispatch now."""
+        spec = self.node(node)
+        st = statuses if statuses is not None else self.statuses()
+        leader = self.dledger_leader(spec["brokerName"], st)
+        if leader is None:
+            return None
+        lc = ((st.get(leader) or {}).get("dledger") or {}).get("committedIndex")
+        mc = ((st.get(node) or {}).get("dledger") or {}).get("committedIndex")
+        return lc - mc if lc is not None and mc is not None else None
+
     def slaves_ahead(self) -> dict[str, list[dict]]:
         """master -> its HA sessions in SLAVE_AHEAD (the master came back behind its slave: the slave holds
         bytes the master lost; nothing is replicated until an operator acts, see docs/ha-protocol.md)."""
@@ -251,18 +355,34 @@ class Cluster:
         return out
 
     def lags(self) -> dict[str, int | None]:
-        """slave -> its master's maxPhyOffset minus its own (None when either does not answer)."""
+        """slave -> how far it is behind its master, None when either does not answer. A classic slave: its
+        master's maxPhyOffset minus its own, in bytes. A DLedger follower (every member but the leader;
+        all of them while none is leader): dledger_lag(), in entries (lag_unit() says which)."""
         st = self.statuses()
-        out = {}
-        for s in self.slaves():
-            m, sl = (st.get(self.master_of(s)) or {}).get("maxPhyOffset"), (st.get(s) or {}).get("maxPhyOffset")
+        leaders = self._dledger_leaders(st)
+        out: dict[str, int | None] = {}
+        for s in self.slaves_in_state():
+            m, sl = (st.get(self.node(s)["master"]) or {}).get("maxPhyOffset"), (st.get(s) or {}).get("maxPhyOffset")
             out[s] = (m - sl) if m is not None and sl is not None else None
+        for g, members in sorted(self.dledger_groups().items()):
+            for n in members:
+                if n != leaders.get(g):
+                    out[n] = self.dledger_lag(n, st)
         return out
+
+    def slaves_in_state(self) -> list[str]:
+        """The classic slaves as planned (state.json)."""
+        return [n["name"] for n in self.state.get("nodes", []) if n.get("master") and not is_dledger_spec(n)]
+
+    def lag_unit(self, node: str) -> str:
+        """What lags()[node] counts: "bytes" (classic slave) or "entries" (DLedger follower)."""
+        return "entries" if self.is_dledger(node) else "bytes"
 
     def wait_caught_up(self, timeout: float = 60.0, masters: list[str] | None = None) -> float:
         """Until caught_up(); returns the seconds it took."""
         t0 = time.monotonic()
-        self.wait_until(lambda: self.caught_up(masters), timeout, "every slave holds its master's log",
+        self.wait_until(lambda: self.caught_up(masters), timeout,
+                        "every slave holds its master's log (DLedger: every member the leader's, committed)",
                         interval=0.2)
         return time.monotonic() - t0
 
@@ -312,7 +432,14 @@ class Cluster:
         store's checkpoint file (the broker writes it there after each fdatasync, before answering any
         send that waited for it); the larger one is used: nothing acknowledged as flushed is dropped,
         and nothing that was not fsynced is kept. The node is left stopped; start() brings it back
-        (it then recovers as after a crash). Returns what was done, for the history."""
+        (it then recovers as after a crash). Returns what was done, for the history.
+
+        Not on a DLedger node (Unsupported): its log is dledger-<selfId>/data, whose durable position
+        /status does not report, so cutting `commitlog/` would leave the log whole: a plain kill in disguise."""
+        if self.is_dledger(node):
+            raise Unsupported(f"{node} is a DLedger node: a power loss would have to cut its dledger-*/data "
+                              "files at a durable position the broker does not report yet; use kill-leader or "
+                              "kill-follower (SIGKILL) instead")
         st = self.status(node)
         if st is None or st.get("durableOffset") is None:
             raise ClusterError(f"{node} does not answer /status with a durableOffset: cannot simulate a power "
@@ -450,6 +577,14 @@ class Cluster:
         the topic to exactly them: an auto-created topic would live only where the first send went."""
         from rmqha.broker.remoting import json_body
         from rmqha.broker.remoting.codes import RequestCode
+        if masters is None and self.dledger_groups():
+            # a DLedger group's master is whoever leads now: wait for one in every group (an election)
+            def leaders():
+                got = self._dledger_leaders()
+                if all(got.values()):
+                    return got
+                raise RuntimeError("no leader in " + ", ".join(g for g, m in sorted(got.items()) if not m))
+            self.wait_until(leaders, timeout, "every DLedger group has a leader", interval=0.2)
         masters = masters if masters is not None else self.masters()
         fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
                   "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"}
