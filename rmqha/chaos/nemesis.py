@@ -31,6 +31,27 @@ was broken when.
   client-latency  master        docker         latency on the host clients' proxy of the master -> removed
   client-cut      master        docker         the clients' proxy cut (timeout or disabled) -> restored
 
+The faults above are classic (modes ("classic",)): they are not applicable to a DLedger group, which
+has no planned master or slave (a kill-slave there would hit whichever node the schedule named,
+leader or not). A DLedger group (topology dledger) has its own, each resolving its target when it is
+injected (the schedule's target is only who led when it was drawn; the fault log's is the real one,
+and info.plannedTarget says when they differ):
+
+  kind                targets   backends  start -> stop
+  kill-leader         leader    both      SIGKILL whoever leads now -> started
+                                          (leader faults are held >= LEADER_FAILOVER_HOLD_S, 8 s: see there)
+  pause-leader        leader    both      the leader frozen (SIGSTOP / docker pause) -> resumed
+  partition-leader    leader    docker    every <leader>-dl-<peer> and <peer>-dl-<leader> proxy cut (timeout
+                                          or disabled): the leader alone, a minority; clients and the name
+                                          server still reach it -> restored. The local backend has no
+                                          proxies: pause-leader is the nearest (it also stops clients)
+  kill-follower       follower  both      SIGKILL a node that is not the leader now -> started
+  pause-follower      follower  both      frozen -> resumed
+  partition-follower  follower  docker    its -dl- proxies cut both ways -> restored
+
+A leader fault counts as role "master", a follower fault as "slave" (the broker's roles). Not yet for
+DLedger: power loss (Cluster.power_loss refuses a DLedger node), disk-full, link latency.
+
 Schedules: one fault at a time by default; with overlap=True a master fault may start while a slave
 fault of another group is active (never two faults on one group, so each heal is unambiguous).
 """
@@ -66,6 +87,15 @@ class Fault:
         return asdict(self)
 
 
+CLASSIC, DLEDGER = "classic", "dledger"   # a group's replication: master/slave HA, or a DLedger (Raft) group
+LEADER_WAIT_S = 30.0  # a DLedger fault waits this long for its group to have a leader (an election: ~5 s)
+# A DLedger leader fault is held at least this long. DLedger 0.3.1.2's followers count a silent leader
+# alive for maxHeartBeatLeak (3) x heartBeatTimeIntervalMs (2 s), and the first election after that took
+# 5.2-5.5 s here (docs/dledger.md); a leader back sooner is elected again in its own term (the followers
+# voted for it in that term), so a 2-4 s hold would never make another node leader.
+LEADER_FAILOVER_HOLD_S = 8.0
+
+
 @dataclass(frozen=True)
 class FaultKind:
     name: str
@@ -76,6 +106,8 @@ class FaultKind:
     params: Callable = lambda rng, sync_wait_ms: {}
     link: Callable | None = None      # (cluster, fault) -> proxy name, for link faults
     doc: str = ""
+    modes: tuple[str, ...] = (CLASSIC,)  # the group replications it applies to
+    min_hold: float = 0.0             # a drawn hold shorter than this is raised to it (schedules, sweeps)
 
 
 def _restart(c, f):
@@ -140,6 +172,80 @@ def _heal_link(c, f):
     c.heal_link(f.link)
 
 
+def group_mode(cluster, group: str) -> str:
+    """DLEDGER when the group's nodes are DLedger nodes (state.json), else CLASSIC."""
+    from rmqha.cluster.status import is_dledger_spec
+    return DLEDGER if any(is_dledger_spec(n) for n in cluster.state.get("nodes", [])
+                          if n.get("brokerName") == group) else CLASSIC
+
+
+def topology_mode(topology: str | None) -> str | None:
+    """The replication of a topology's groups (None: unknown, every mode passes)."""
+    if topology is None:
+        return None
+    return DLEDGER if topology == "dledger" else CLASSIC
+
+
+# ---- DLedger: targets resolved when the fault is injected ----------------------------------------
+
+def _dledger_members(c, group: str) -> list[str]:
+    return [n["name"] for n in c.state.get("nodes", []) if n.get("brokerName") == group]
+
+
+def _current_leader(c, f) -> str:
+    """The group's leader now; waits up to LEADER_WAIT_S for one (an election may be under way)."""
+    return c.wait_until(lambda: c.dledger_leader(f.group), LEADER_WAIT_S,
+                        f"a DLedger leader in {f.group} to fault", node=_dledger_members(c, f.group), interval=0.2)
+
+
+def _resolve(c, f, leader_fault: bool) -> dict:
+    """Point f at the leader now (leader_fault) or at a follower now: the planned target when it still is
+    one, else the first other follower. Returns the log's info (plannedTarget when it moved)."""
+    planned = f.target
+    leader = _current_leader(c, f)
+    if leader_fault:
+        f.target = leader
+    elif planned == leader or planned not in _dledger_members(c, f.group):
+        f.target = next(n for n in _dledger_members(c, f.group) if n != leader)
+    info = {"leader": leader}
+    if f.target != planned:
+        info["plannedTarget"] = planned
+    return info
+
+
+def _dledger_links(c, node: str) -> list[str]:
+    """The node's DLedger peer proxies, both directions (docker: `<src>-dl-<dst>`, kind "dledger")."""
+    return [p["name"] for p in c.links() if p.get("kind") == "dledger" and node in (p.get("node"), p.get("peer"))]
+
+
+def _node_op(op: str, leader_fault: bool):
+    def start(c, f):
+        info = _resolve(c, f, leader_fault)
+        getattr(c, op)(f.target)
+        return info
+    start.__name__ = f"_{op}_{'leader' if leader_fault else 'follower'}"
+    return start
+
+
+def _partition_dledger(leader_fault: bool):
+    def start(c, f):
+        info = _resolve(c, f, leader_fault)
+        links = _dledger_links(c, f.target)
+        if not links:
+            raise ClusterError(f"{f.target} has no DLedger peer proxies (a docker dledger cluster has "
+                               f"<node>-dl-<peer> for every pair)")
+        f.params["links"] = links
+        for link in links:
+            c.cut_link(link, f.params["mode"])
+        return dict(info, links=links)
+    return start
+
+
+def _heal_dledger_partition(c, f):
+    for link in f.params.get("links") or []:
+        c.heal_link(link)
+
+
 BOTH, DOCKER = ("local", "docker"), ("docker",)
 
 FAULTS: dict[str, FaultKind] = {k.name: k for k in [
@@ -183,6 +289,19 @@ FAULTS: dict[str, FaultKind] = {k.name: k for k in [
     FaultKind("client-cut", "master", DOCKER,
               lambda c, f: c.cut_link(f.link, f.params["mode"]), _heal_link,
               lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])}, lambda c, f: c.client_link(f.target)),
+    # DLedger groups: the target is whoever leads (or follows) when the fault starts
+    FaultKind("kill-leader", "master", BOTH, _node_op("kill", True), _restart, modes=(DLEDGER,),
+              min_hold=LEADER_FAILOVER_HOLD_S, doc="SIGKILL the DLedger leader of the moment -> started (a follower by then)"),
+    FaultKind("pause-leader", "master", BOTH, _node_op("pause", True), _resume, modes=(DLEDGER,),
+              min_hold=LEADER_FAILOVER_HOLD_S, doc="the DLedger leader frozen: it keeps its connections and, resumed, its stale term"),
+    FaultKind("partition-leader", "master", DOCKER, _partition_dledger(True), _heal_dledger_partition,
+              lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])}, modes=(DLEDGER,),
+              min_hold=LEADER_FAILOVER_HOLD_S, doc="the leader's DLedger proxies cut both ways: a minority of one that clients still reach"),
+    FaultKind("kill-follower", "slave", BOTH, _node_op("kill", False), _restart, modes=(DLEDGER,),
+              doc="SIGKILL a DLedger follower -> started"),
+    FaultKind("pause-follower", "slave", BOTH, _node_op("pause", False), _resume, modes=(DLEDGER,)),
+    FaultKind("partition-follower", "slave", DOCKER, _partition_dledger(False), _heal_dledger_partition,
+              lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])}, modes=(DLEDGER,)),
 ]}
 ALL_FAULTS = tuple(FAULTS)
 DEFAULT_FAULTS = ("latency", "cut", "pause-slave", "restart-slave", "slicer")
@@ -190,28 +309,57 @@ MASTER_FAULTS = tuple(k for k, v in FAULTS.items() if v.targets in ("master", "n
 CLUSTER_WIDE = ("cluster-power-loss",)  # faults on every group (rmqha/pipeline/faults.py gives them no group)
 
 
-def applicable_faults(faults: list[str], backend: str) -> tuple[list[str], list[str]]:
-    """(usable, dropped) for a backend."""
-    return ([f for f in faults if backend in FAULTS[f].backends],
-            [f for f in faults if backend not in FAULTS[f].backends])
+def applicable_faults(faults: list[str], backend: str, topology: str | None = None) -> tuple[list[str], list[str]]:
+    """(usable, dropped) for a backend and, when given, a topology (a classic fault is dropped on
+    dledger, a DLedger fault on the classic topologies)."""
+    mode = topology_mode(topology)
+
+    def ok(f):
+        return backend in FAULTS[f].backends and (mode is None or mode in FAULTS[f].modes)
+    return [f for f in faults if ok(f)], [f for f in faults if not ok(f)]
+
+
+def why_not_applicable(fault: str, backend: str, topology: str | None = None) -> str | None:
+    """Why applicable_faults drops a fault (None: it does not)."""
+    k = FAULTS[fault]
+    if backend not in k.backends:
+        return f"{fault} needs the {'/'.join(k.backends)} backend"
+    mode = topology_mode(topology)
+    if mode is not None and mode not in k.modes:
+        return (f"{fault} is a {'/'.join(k.modes)} fault; topology {topology} has "
+                f"{'DLedger groups (use kill-leader, kill-follower, ...)' if mode == DLEDGER else 'classic groups'}")
+    return None
 
 
 def groups_of(cluster) -> dict[str, dict]:
-    """broker name -> {"master": node, "slaves": [nodes]}."""
+    """broker name -> {"master": node, "slaves": [nodes]}. A DLedger group's master is its leader now
+    (/status), its slaves the other members, and it has "dledger": True; with no leader now its first
+    node stands in (a DLedger fault finds the real leader when it is injected)."""
+    from rmqha.cluster.status import is_dledger_spec
     out: dict[str, dict] = {}
     for n in cluster.state.get("nodes", []):
         g = out.setdefault(n["brokerName"], {"master": None, "slaves": []})
-        if n.get("master"):
+        if is_dledger_spec(n):
+            g["dledger"] = True
+            g.setdefault("members", []).append(n["name"])
+        elif n.get("master"):
             g["slaves"].append(n["name"])
         else:
             g["master"] = n["name"]
+    for name, g in out.items():
+        if g.get("dledger"):
+            members = g.pop("members")
+            leader = cluster.dledger_leader(name) or members[0]
+            g["master"], g["slaves"] = leader, [m for m in members if m != leader]
     return out
 
 
 def _candidates(kind: FaultKind, groups: dict[str, dict]) -> list[tuple[str, str, str]]:
-    """(group, node, role) this kind can hit."""
+    """(group, node, role) this kind can hit: only groups of a replication mode the kind applies to."""
     out = []
     for g, members in sorted(groups.items()):
+        if (DLEDGER if members.get("dledger") else CLASSIC) not in kind.modes:
+            continue
         if kind.targets in ("master", "node") and members["master"]:
             # a master fault only where its loss matters to replication: groups with a slave
             if members["slaves"] or kind.targets == "node":
@@ -239,6 +387,10 @@ def make_schedule(rng: random.Random, faults: list[str], cluster, duration: floa
         if t + hold > duration - quiet:
             break
         kind = FAULTS[rng.choice(usable)]
+        if hold < kind.min_hold:
+            hold = kind.min_hold
+            if t + hold > duration - quiet:
+                break
         group, target, role = rng.choice(_candidates(kind, groups))
         f = Fault(round(t, 1), hold, kind.name, group, target, kind.params(rng, sync_wait_ms), role,
                   id=len(out) + 1)
@@ -253,7 +405,7 @@ def make_schedule(rng: random.Random, faults: list[str], cluster, duration: floa
                 c2 = [(g, n, r) for g, n, r in _candidates(k2, groups) if g != group and r != role]
                 g2, n2, r2 = rng.choice(c2)
                 at2 = round(t + rng.uniform(0.3, hold * 0.6), 1)
-                hold2 = round(rng.uniform(1.5, 3.0), 1)
+                hold2 = max(round(rng.uniform(1.5, 3.0), 1), k2.min_hold)
                 if at2 + hold2 <= duration - quiet:
                     f2 = Fault(at2, hold2, k2.name, g2, n2, k2.params(rng, sync_wait_ms), r2, id=len(out) + 1)
                     if k2.link:
@@ -294,7 +446,7 @@ def make_sweep(rng: random.Random, faults: list[str], cluster, sync_wait_ms: int
         group, target, r = rng.choice(choices)
         if (kind_name, role) in LAST_IN_SWEEP:
             forking.add(group)
-        h = round(rng.uniform(*hold), 1)
+        h = max(round(rng.uniform(*hold), 1), kind.min_hold)
         f = Fault(round(t, 1), h, kind.name, group, target, kind.params(rng, sync_wait_ms), r, id=len(out) + 1)
         if kind.link:
             f.link = kind.link(cluster, f)
@@ -341,6 +493,12 @@ class Nemesis:
             raise ValueError(f"unknown fault {f.kind!r}; known: {', '.join(ALL_FAULTS)}")
         if self.cluster.kind not in kind.backends:
             raise ValueError(f"{f.kind} needs the {'/'.join(kind.backends)} backend")
+        mode = group_mode(self.cluster, f.group)
+        if mode not in kind.modes:
+            raise ValueError(f"{f.kind} does not apply to group {f.group}: it is a {'/'.join(kind.modes)} fault, "
+                             f"and {f.group} is a {mode} group"
+                             + (" (DLedger faults: " + ", ".join(k for k, v in FAULTS.items() if DLEDGER in v.modes)
+                                + ")" if mode == DLEDGER else ""))
         if not f.id:
             self._ids += 1
             f.id = self._ids

@@ -78,20 +78,24 @@ def fault(kind, target, params=None, role=None, **kw):
 
 
 def test_the_table_is_the_documented_one():
-    assert set(TABLE) == set(FAULTS) and ALL_FAULTS == tuple(FAULTS)
+    # the classic faults; the DLedger ones: tests/unit/chaos/test_dledger_faults.py
+    assert set(TABLE) == {k for k, v in FAULTS.items() if v.modes == (nemesis.CLASSIC,)} and ALL_FAULTS == tuple(FAULTS)
     for name, (targets, backends, *_rest) in TABLE.items():
         k = FAULTS[name]
         assert (k.name, k.targets, k.backends) == (name, targets, {"both": ("local", "docker"),
                                                                    "docker": ("docker",)}[backends])
         assert (k.link is not None) == (name in LINKS)
     assert nemesis.DEFAULT_FAULTS == ("latency", "cut", "pause-slave", "restart-slave", "slicer")
-    assert set(nemesis.MASTER_FAULTS) == {n for n, row in TABLE.items() if row[0] in ("master", "node")}
+    assert set(nemesis.MASTER_FAULTS) == {n for n, row in TABLE.items() if row[0] in ("master", "node")} | {
+        "kill-leader", "pause-leader", "partition-leader"}
 
 
 def test_applicable_faults_splits_by_backend_keeping_the_order():
     kinds = ["partition", "kill-master", "latency", "power-loss"]
     assert applicable_faults(kinds, "local") == (["kill-master", "power-loss"], ["partition", "latency"])
     assert applicable_faults(kinds, "docker") == (kinds, [])
+    assert applicable_faults(kinds, "docker", "2m-2s-sync") == (kinds, [])
+    assert applicable_faults(kinds, "docker", "dledger") == ([], kinds)
 
 
 @pytest.mark.parametrize("kind", sorted(TABLE))

@@ -56,7 +56,7 @@ def test_every_fault_is_a_start_stop_pair_with_backends():
     for name, k in FAULTS.items():
         assert k.name == name and callable(k.start) and callable(k.stop)
         assert set(k.backends) <= {"local", "docker"} and k.targets in ("slave", "master", "node")
-    usable, dropped = applicable_faults(list(ALL_FAULTS), "local")
+    usable, dropped = applicable_faults(list(ALL_FAULTS), "local", "2m-2s-sync")
     assert set(usable) == {"pause-slave", "restart-slave", "kill-slave", "pause-master", "restart-master",
                            "kill-master", "power-loss", "group-power-loss", "slave-then-master-power-loss",
                            "cluster-power-loss", "disk-full"}
