@@ -42,6 +42,7 @@ from rmqha.cluster.history import FROM_NOW
 from . import consume_queues, runfolder
 from .faults import NO_FAULT, POWER_LOSSES, FaultInterval, blame
 from .runfolder import Node
+from .spark import lit_map
 from .verdict import FAIL, INFO, PASS, WARN, Verdict
 
 ID_LOST = "delivery.lost"
@@ -163,8 +164,9 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
 
     f = DeliveryFindings()
     h = _history(hist)
-    node_rows = [(n.name, n.broker_name, bool(n.is_master)) for n in nodes]
-    ndf = spark.createDataFrame(node_rows or [("", "", False)], "node string, broker_name string, is_master boolean")
+    # the nodes as literal maps, not a joined table (each join of one costs a Spark job)
+    broker_of = lit_map({n.name: n.broker_name for n in nodes})
+    masters = [n.name for n in nodes if n.is_master]
     qrows = queue_rows(nodes)
     cq = spark.createDataFrame(qrows or [("", "", -1, -1, -1, -1)],
                                "node string, topic string, queue_id int, queue_offset long, cq_phys long, "
@@ -197,7 +199,8 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
                .join(known, "k_sid").withColumnRenamed("k_sid", "send_id"))
     by_uniq = st.join(uniq_map, "uniq_key").withColumn("send_id", F.col("u_sid")).drop("u_sid")
     copies = (by_keys.unionByName(by_uniq).dropDuplicates(["send_id", "node", "physical_offset"])
-              .join(F.broadcast(ndf), "node")
+              .filter(F.col("node").isin([n.name for n in nodes]))
+              .withColumn("broker_name", broker_of[F.col("node")]).withColumn("is_master", F.col("node").isin(masters))
               .join(cq, ["node", "topic", "queue_id", "queue_offset"], "left")
               .withColumn("queued", F.coalesce(F.col("cq_phys") == F.col("physical_offset"), F.lit(False))))
     sc = copies.join(sends.select("send_id", "s_topic"), "send_id")
@@ -263,9 +266,13 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
         end = until if n_subs and n_unsubs >= n_subs else None
         windows[g] = (start, end)
     sub_rows = [(g, t, *windows.get(g, (None, None))) for g, ts in subs.items() for t in sorted(ts)]
-    sdf = spark.createDataFrame(sub_rows, "grp string, s_topic string, w_start long, w_end long")
+    by_topic: dict[str, list] = {}
+    for g, t, w_start, w_end in sub_rows:
+        by_topic.setdefault(t, []).append(F.struct(F.lit(g).alias("grp"), F.lit(w_start).cast("long").alias("w_start"),
+                                                   F.lit(w_end).cast("long").alias("w_end")))
+    subscribed = lit_map({t: F.array(*gs) for t, gs in by_topic.items()})
     at = F.coalesce(F.col("ack_ms"), F.col("first_ms"))
-    owed = (sdf.join(sends, "s_topic")
+    owed = (sends.select("*", F.explode(subscribed[F.col("s_topic")]).alias("sub")).select("*", "sub.*").drop("sub")
             .filter((F.col("w_start").isNull() | (at >= F.col("w_start")))
                     & (F.col("w_end").isNull() | (at <= F.col("w_end"))))
             .join(facts, "send_id", "left")
@@ -276,10 +283,9 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     # (the group never got that far: a stalled or stopped consumer), before it the consumer passed it by
     committed = [(g, m, q, c) for g, per in (runfolder.drain_committed(run_dir) if run_dir else {}).items()
                  for m, qs in per.items() for q, c in qs.items()]
-    cdf = spark.createDataFrame(committed or [("", "", -1, 0)],
-                                "grp string, c_node string, c_qid int, committed long")
-    owed = (owed.join(F.broadcast(cdf), (owed["grp"] == cdf["grp"]) & (F.col("mq.node") == F.col("c_node"))
-                      & (F.col("mq.queue_id") == F.col("c_qid")), "left").drop(cdf["grp"]))
+    at_queue = F.concat_ws("\u0001", "grp", "mq.node", F.col("mq.queue_id").cast("string"))
+    owed = owed.withColumn("committed", lit_map({f"{g}\u0001{m}\u0001{q}": c for g, m, q, c in committed},
+                                                "long")[at_queue])
     got = F.col("n") > 0
     state = (F.when(F.col("state0") != "acked", F.col("state0"))
              .when(got, "delivered")

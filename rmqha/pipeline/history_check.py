@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from . import served
 from .audit import groups
 from .runfolder import Node
+from .spark import lit_map
 from .verdict import FAIL, INFO, PASS, WARN, Verdict
 
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_", "TRANS_")
@@ -86,17 +87,22 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     from pyspark.sql import functions as F
 
     f = HistoryFindings()
-    node_rows = [(n.name, n.broker_name, n.role, n.is_master, n.start_offset) for n in nodes]
-    ndf = spark.createDataFrame(node_rows, "node string, broker_name string, node_role string, "
-                                           "is_master boolean, node_start long")
-    gmap = groups(nodes)
-    group_rows = [(name, m.role if m else "UNKNOWN") for name, (m, _) in gmap.items()]
-    gdf = spark.createDataFrame(group_rows, "broker_name string, master_role string")
+    # the nodes and groups as literal maps, not joined tables (each join of one costs a Spark job)
+    node_start = lit_map({n.name: n.start_offset for n in nodes}, "long")
+    masters = [n.name for n in nodes if n.is_master]
+    members: dict[str, list] = {}
+    for n in nodes:
+        members.setdefault(n.broker_name, []).append(F.struct(
+            F.lit(n.name).alias("node"), F.lit(bool(n.is_master)).alias("is_master"),
+            F.lit(n.start_offset).cast("long").alias("node_start")))
+    group_members = lit_map({b: F.array(*ms) for b, ms in members.items()})
+    master_role = lit_map({name: m.role if m else "UNKNOWN" for name, (m, _) in groups(nodes).items()})
 
-    stored = (decoded.filter(F.col("status") == "ok")
+    stored = (decoded.filter((F.col("status") == "ok") & F.col("node").isin([n.name for n in nodes]))
               .select("node", "broker_name", "physical_offset", "topic", "queue_id", "queue_offset",
-                      "uniq_key", "keys", "store_timestamp")
-              .join(F.broadcast(ndf.select("node", "is_master", "node_start")), "node")).cache()
+                      "uniq_key", "keys", "store_timestamp",
+                      F.col("node").isin(masters).alias("is_master"), node_start[F.col("node")].alias("node_start"))
+              ).cache()
     sends = hist.filter(F.col("op") == "send").cache()
     recvs = hist.filter(F.col("op") == "receive").cache()
     # counts per op and status, and (6.) the SEND_OK sends' call latency, in one job
@@ -127,11 +133,14 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     in_topic = copies.filter(~parked_topic).select("uniq_key").distinct()
     parked_keys = copies.filter(parked_topic).select("uniq_key").distinct()
     not_in_topic = acked.join(in_topic, "uniq_key", "left_anti")
-    lost = not_in_topic.join(parked_keys, "uniq_key", "left_anti")
-    f.lost = [(r["uniq_key"], r["send_id"], r["client"], r["topic"], r["end_ms"])
-              for r in lost.orderBy("end_ms").collect()]  # every one: counts and attribution are exact
-    f.parked = [(r["uniq_key"], r["send_id"], r["topic"])
-                for r in not_in_topic.join(parked_keys, "uniq_key", "left_semi").orderBy("end_ms").collect()]
+    # lost (not parked either) and parked in one job; every one: counts and attribution are exact
+    for r in (not_in_topic.join(parked_keys.withColumn("is_parked", F.lit(True)), "uniq_key", "left")
+              .select("uniq_key", "send_id", "client", "topic", "end_ms", "is_parked")
+              .orderBy("end_ms", "uniq_key", "send_id").collect()):
+        if r["is_parked"]:
+            f.parked.append((r["uniq_key"], r["send_id"], r["topic"]))
+        else:
+            f.lost.append((r["uniq_key"], r["send_id"], r["client"], r["topic"], r["end_ms"]))
 
     # 1b. sends the broker answered FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: the
     # master did store them (only flush or replication is unconfirmed), so each should be somewhere.
@@ -140,15 +149,16 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     if f.unconfirmed:  # none answered so: nothing to look for (saves a Spark job)
         gone = unconf.join(copies.select("uniq_key").distinct(), "uniq_key", "left_anti")
         f.unconfirmed_missing = [(r["uniq_key"], r["send_id"], r["status"])
-                                 for r in gone.orderBy("end_ms").collect()]
+                                 for r in gone.orderBy("end_ms", "uniq_key").collect()]
 
     # 2. acknowledged sends missing on a node of their group that should hold them. For a slave: it
     # must hold every acked message at or after its start when the master is SYNC_MASTER (ASYNC: counted only).
     acked_copies = acked.select("uniq_key").distinct().join(copies, "uniq_key")
-    expected = (acked_copies.join(F.broadcast(ndf), "broker_name")
+    expected = (acked_copies.select("*", F.explode(group_members[F.col("broker_name")]).alias("m"))
+                .select("*", "m.*").drop("m")
                 .filter(F.col("physical_offset") >= F.col("node_start"))
                 .filter(~F.array_contains("holders", F.col("node")))
-                .join(F.broadcast(gdf), "broker_name"))
+                .withColumn("master_role", master_role[F.col("broker_name")]))
     for r in expected.orderBy("physical_offset").collect():
         if r["is_master"]:
             f.missing_on_master.append((r["uniq_key"], r["broker_name"], r["node"], r["physical_offset"]))

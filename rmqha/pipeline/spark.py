@@ -101,3 +101,17 @@ def ship_code(spark) -> str:
                         zf.write(full, os.path.relpath(full, _ROOT))
     spark.sparkContext.addPyFile(path)
     return path
+
+
+def lit_map(d: dict, value_type: str | None = None):
+    """A literal map column {key: value}: look a small driver-side table up with `lit_map(d)[col]` (null
+    when absent) instead of joining a DataFrame made of it; the join costs a Spark job to broadcast the
+    table, on every action that plans it. Values may be Columns (structs, arrays)."""
+    from pyspark.sql import functions as F
+
+    def lit(v):
+        c = v if isinstance(v, F.Column) else F.lit(v)
+        return c.cast(value_type) if value_type else c
+    if not d:
+        return F.create_map().cast(f"map<string,{value_type or 'string'}>")
+    return F.create_map(*[x for k, v in d.items() for x in (F.lit(k), lit(v))])

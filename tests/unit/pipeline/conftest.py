@@ -112,6 +112,48 @@ def run_builder(tmp_path):
     return RunBuilder(tmp_path / "run")
 
 
+def audit_only(spark, run_root, allowed_forks=None, final_ack=None):
+    """The replica audit alone (decode, node_integrity, audit_pairs, verdicts): verdicts by name, and the
+    pairs by slave name."""
+    from rmqha.pipeline import audit, decode
+    nodes = runfolder.load_nodes(run_root)
+    df = decode.decode(spark, nodes, 16384).cache()
+    integrity = audit.node_integrity(df, nodes)
+    pairs = audit.audit_pairs(spark, df, nodes, integrity)
+    df.unpersist()
+    vs = audit.verdicts(pairs, integrity, nodes, final_ack, allowed_forks)
+    return {v.name: v for v in vs}, {p.slave: p for p in pairs}
+
+
+class Slaves:
+    """One master of 300 messages over two files and three slaves, each a case of its own, audited once
+    (each verdict is per node or per master/slave pair: the cases do not see each other):
+    broker-a-1  a byte copy with one body byte flipped at the 151st message (flipped, below)
+    broker-a-2  a copy of the master's last file only (a new slave that starts there)
+    broker-a-3  a byte copy with the FLAG header field of the 41st message flipped (header)"""
+
+    def __init__(self, spark, root):
+        rb = self.rb = RunBuilder(root)
+        rb.master(n=300)
+        rb.close()
+        d = rb.slave(name="broker-a-1")
+        self.flipped = rb.sent[150][2]
+        f = sorted(os.listdir(d))[self.flipped.wrote_offset // FILE_SIZE]
+        flip_byte(os.path.join(d, f), self.flipped.wrote_offset % FILE_SIZE + 120)  # inside the body
+        rb.slave(name="broker-a-2", from_file=1)
+        d = rb.slave(name="broker-a-3")
+        self.header = rb.sent[40][2]
+        f = sorted(os.listdir(d))[self.header.wrote_offset // FILE_SIZE]
+        flip_byte(os.path.join(d, f), self.header.wrote_offset % FILE_SIZE + 16)  # FLAG field
+        self.verdicts, self.pairs = audit_only(spark, rb.root)
+
+
+@pytest.fixture(scope="session")
+def slaves(spark, tmp_path_factory):
+    """Slaves, built and audited once per test worker; tests only read it."""
+    return Slaves(spark, tmp_path_factory.mktemp("slaves") / "run")
+
+
 VERDICT_DUMP_ENV = "RMQHA_VERDICT_DUMP"
 
 
@@ -139,6 +181,9 @@ def _dump_verdicts(request, monkeypatch):
     for mod in (audit, delivery, faults, history_check, offsets):
         wrap(mod, "verdicts", lambda r: r)
     wrap(report, "run", lambda r: r.verdicts)
+    wrap(report, "trace_verdict", lambda r: [r])
+    if "slaves" in request.fixturenames:  # audited once, before this fixture: its verdicts are the test's
+        lines.extend(f"audit.verdicts: {v.line()}" for v in request.getfixturevalue("slaves").verdicts.values())
     yield
     if lines:
         os.makedirs(out, exist_ok=True)

@@ -8,32 +8,38 @@ import pytest
 
 from rmqha.broker.store.record import Message
 from rmqha.pipeline import audit, decode, history_check, report, runfolder
-from rmqha.pipeline.verdict import FAIL, PASS, WARN
+from rmqha.pipeline.verdict import FAIL, PASS, WARN, failed
 
 from .conftest import flip_byte
 
 
 def _audit(spark, run_root, **kw):
+    """The whole audit (report.run)."""
     out = os.path.join(os.path.dirname(run_root), "out")
     rep = report.run(spark, run_root, out, range_bytes=16384)
     return {v.name: v for v in rep.verdicts}, rep
 
 
-def _audit_only(spark, run_root):
+def _storage(spark, run_root):
+    """What report.run judges from the logs and the histories' sends and receives (the replica audit with
+    the metrics' final acks, and history_check), without delivery, trace, plots or report files: verdicts
+    by name, and all of them."""
     nodes = runfolder.load_nodes(run_root)
     df = decode.decode(spark, nodes, 16384).cache()
-    pairs = audit.audit_pairs(spark, df, nodes)
-    vs = audit.verdicts(pairs, audit.node_integrity(df, nodes), nodes)
+    integrity = audit.node_integrity(df, nodes)
+    pairs = audit.audit_pairs(spark, df, nodes, integrity)
+    samples = report.load_metrics(runfolder.metrics_files(run_root))
+    vs = audit.verdicts(pairs, integrity, nodes, report.final_acks(samples, nodes))
+    hpaths = runfolder.history_files(run_root)
+    if hpaths:
+        hist = history_check.load_histories(spark, hpaths)
+        vs += history_check.verdicts(history_check.check(spark, df, hist, nodes))
     df.unpersist()
-    return {v.name: v for v in vs}, pairs
-
-
-def _pairs(spark, run_root):
-    nodes = runfolder.load_nodes(run_root)
-    return audit.audit_pairs(spark, decode.decode(spark, nodes, 16384), nodes)
+    return {v.name: v for v in vs}, vs
 
 
 def test_identical_replicas_pass_and_report_is_written(spark, run_builder):
+    """The one full report.run of this file: every verdict, report.md and the plots."""
     run_builder.master(n=300)
     run_builder.close()
     run_builder.slave()
@@ -44,19 +50,13 @@ def test_identical_replicas_pass_and_report_is_written(spark, run_builder):
     assert v["no acknowledged send lost"].status == PASS
     assert os.path.exists(rep.path) and all(os.path.getsize(p) > 0 for p in rep.plots)
     assert "| replica broker-a: broker-a-0 vs broker-a-1 | **PASS** |" in open(rep.path).read()
-    (p,) = _pairs(spark, run_builder.root)
+    (p,) = rep.pairs
     assert p.first_divergent_offset is None and p.crc_mismatches == 0 and p.missing_ranges == []
     assert p.common_prefix_bytes == p.master_end == p.slave_end
 
 
-def test_flipped_bytes_are_a_crc_mismatch_at_that_record(spark, run_builder):
-    run_builder.master(n=300)
-    run_builder.close()
-    d = run_builder.slave()
-    victim = run_builder.sent[150][2]
-    f = sorted(os.listdir(d))[victim.wrote_offset // (64 << 10)]
-    flip_byte(os.path.join(d, f), victim.wrote_offset % (64 << 10) + 120)  # inside the body
-    v, (p,) = _audit_only(spark, run_builder.root)
+def test_flipped_bytes_are_a_crc_mismatch_at_that_record(slaves):
+    v, p, victim = slaves.verdicts, slaves.pairs["broker-a-1"], slaves.flipped
     assert p.first_divergent_offset == victim.wrote_offset
     assert p.crc_mismatch_offsets == [victim.wrote_offset]
     assert p.common_prefix_bytes == victim.wrote_offset
@@ -65,15 +65,9 @@ def test_flipped_bytes_are_a_crc_mismatch_at_that_record(spark, run_builder):
     assert v["log integrity broker-a-1"].status == FAIL
 
 
-def test_header_flip_not_covered_by_body_crc_is_still_caught(spark, run_builder):
-    run_builder.master(n=100)
-    run_builder.close()
-    d = run_builder.slave()
-    victim = run_builder.sent[40][2]
-    f = sorted(os.listdir(d))[victim.wrote_offset // (64 << 10)]
-    flip_byte(os.path.join(d, f), victim.wrote_offset % (64 << 10) + 16)  # FLAG field
-    (p,) = _pairs(spark, run_builder.root)
-    assert p.crc_mismatch_offsets == [victim.wrote_offset]
+def test_header_flip_not_covered_by_body_crc_is_still_caught(slaves):
+    p = slaves.pairs["broker-a-3"]
+    assert p.crc_mismatch_offsets == [slaves.header.wrote_offset]
 
 
 def test_truncated_sync_slave_loses_acknowledged_messages(spark, run_builder):
@@ -83,8 +77,8 @@ def test_truncated_sync_slave_loses_acknowledged_messages(spark, run_builder):
     last = sorted(os.listdir(d))[-1]
     os.truncate(os.path.join(d, last), 1000)   # cut the last file short, mid-record
     run_builder.history()
-    v, rep = _audit(spark, run_builder.root)
-    assert rep.failed
+    v, vs = _storage(spark, run_builder.root)
+    assert failed(vs)
     pair = v["replica broker-a: broker-a-0 vs broker-a-1"]
     assert pair.status == WARN and "slave behind by" in pair.detail
     assert v["log integrity broker-a-1"].status == WARN and "torn tail" in v["log integrity broker-a-1"].detail
@@ -104,7 +98,7 @@ def test_metrics_ack_beyond_slave_end_fails_the_replica(spark, run_builder):
         for i, ack in enumerate((end // 2, end)):
             fh.write(json.dumps({"ts": 1_700_000_000_000 + i * 1000, "node": "broker-a-0",
                                  "maxPhyOffset": end, "slaves": {"broker-a-1:10911": ack}}) + "\n")
-    v, rep = _audit(spark, run_builder.root)
+    v, _ = _storage(spark, run_builder.root)
     assert v["replica broker-a: broker-a-0 vs broker-a-1"].status == FAIL
     assert "lost acknowledged bytes" in v["replica broker-a: broker-a-0 vs broker-a-1"].detail
 
@@ -125,8 +119,8 @@ def test_lost_acknowledged_message_and_duplicate_are_named(spark, run_builder):
          "status": "FLUSH_SLAVE_TIMEOUT", "start_ms": 1, "end_ms": 2},
         {"op": "send", "topic": "T", "send_id": "gone-1", "attempt": 1, "uniq_key": "GONE-UK-1",
          "status": "SLAVE_NOT_AVAILABLE", "start_ms": 1, "end_ms": 2}])
-    v, rep = _audit(spark, run_builder.root)
-    assert rep.failed
+    v, vs = _storage(spark, run_builder.root)
+    assert failed(vs)
     assert v["no acknowledged send lost"].status == FAIL and "LOST-UK-1" in v["no acknowledged send lost"].detail
     assert v["no UNIQ_KEY stored twice"].status == FAIL and "broker-a-U00007 x2" in v["no UNIQ_KEY stored twice"].detail
     assert v["one stored copy per logical send"].status == WARN
@@ -139,13 +133,10 @@ def test_lost_acknowledged_message_and_duplicate_are_named(spark, run_builder):
     assert "broker-a-U00003" not in unconfirmed.detail
 
 
-def test_slave_starting_at_the_masters_last_file_passes(spark, run_builder):
-    run_builder.master(n=300)
-    run_builder.close()
-    run_builder.slave(from_file=1)   # a new slave starts at the master's last file (of 2)
-    v, (p,) = _audit_only(spark, run_builder.root)
-    assert v["replica broker-a: broker-a-0 vs broker-a-1"].status == PASS
-    assert len(runfolder.load_node(run_builder.node_dir("broker-a-0")).files) == 2
+def test_slave_starting_at_the_masters_last_file_passes(slaves):
+    v, p = slaves.verdicts, slaves.pairs["broker-a-2"]  # a new slave starts at the master's last file (of 2)
+    assert v["replica broker-a: broker-a-0 vs broker-a-2"].status == PASS
+    assert len(runfolder.load_node(slaves.rb.node_dir("broker-a-0")).files) == 2
     assert p.slave_start == 64 << 10 == p.compare_start
     assert p.first_divergent_offset is None and p.missing_ranges == []
 
@@ -227,7 +218,7 @@ def test_delayed_messages_count_when_they_reach_their_topic(spark, run_builder):
     store.shutdown()
     run_builder.slave()
     run_builder.history()
-    v, _rep = _audit(spark, run_builder.root)
+    v, _ = _storage(spark, run_builder.root)
     assert v["no acknowledged send lost"].status == PASS
     assert v["no UNIQ_KEY stored twice"].status == PASS  # the parked copy is not a duplicate
     parked_v = v["acknowledged sends delivered to their topic"]
@@ -274,8 +265,8 @@ def test_trace_records_on_a_master_are_reported_send_to_store(spark, run_builder
                               properties={"UNIQ_KEY": "TRACE-1", "KEYS": " ".join(keys)}))
     store.dispatch_pending()
     run_builder.close()
-    run_builder.slave()
-    run_builder.history()
-    v, _ = _audit(spark, run_builder.root)
-    t = v["message trace"]
+    nodes = runfolder.load_nodes(run_builder.root)
+    df = decode.decode(spark, nodes, 16384)
+    masters = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
+    t = report.trace_verdict(report._trace(df, nodes, masters))   # what report.run adds to its verdicts
     assert f"5 trace records in {topic} " in t.detail and "5 traced sends found stored" in t.detail, t.detail

@@ -7,7 +7,7 @@ import shutil
 from rmqha.broker.store.consume_queue import FILLER, UNIT_SIZE
 from rmqha.broker.store.record import Message
 from rmqha.cluster.history import HistoryWriter
-from rmqha.pipeline import decode, delivery, history_check, report, runfolder
+from rmqha.pipeline import decode, delivery, faults, history_check, report, runfolder
 from rmqha.pipeline.verdict import FAIL, PASS
 
 GROUP = "CG1"
@@ -25,16 +25,18 @@ def _audit(spark, run_root):
 
 
 def _deliver(spark, run_root):
-    """The delivery checker alone (decode + delivery.check): as _audit, at a third of the Spark jobs."""
+    """The delivery checker alone (decode + delivery.check, with the run's faults as report.run passes
+    them): as _audit, at a third of the Spark jobs; the summary holds summary.json's delivery blocks."""
     out = os.path.join(os.path.dirname(run_root), "out")
     nodes = runfolder.load_nodes(run_root)
     df = decode.decode(spark, nodes, 16384).cache()
     hist = history_check.load_histories(spark, runfolder.history_files(run_root))
-    f = delivery.check(spark, df, hist, nodes, [], out, run_root)
+    f = delivery.check(spark, df, hist, nodes, faults.load(run_root), out, run_root)
     df.unpersist()
     vs = delivery.verdicts(f)
     rep = report.Report(vs)
-    return {(v.id, v.subject): v for v in vs}, rep, {"delivery": f.summary()}, out
+    return {(v.id, v.subject): v for v in vs}, rep, {"delivery": f.summary(), "deliveryByFault": f.by_fault,
+                                                    "ackedOnGroupByFault": f.acked_on_group}, out
 
 
 def _histories(rb, received, *, twice=(), extra_sends=(), extra_receives=(), subscribe=True, shard=None,
@@ -86,7 +88,7 @@ def test_a_clean_run_passes_with_exact_counts(spark, run_builder):
     run_builder.close()
     run_builder.slave()
     _histories(run_builder, range(120))
-    v, rep, summary, _ = _audit(spark, run_builder.root)
+    v, rep, summary, _ = _deliver(spark, run_builder.root)
     assert not rep.failed, [x.line() for x in rep.verdicts if x.status == FAIL]
     for vid in (delivery.ID_LOST, delivery.ID_STRANDED, delivery.ID_LOST_AFTER, delivery.ID_UNEXPECTED,
                 delivery.ID_DUPLICATE):
@@ -130,6 +132,7 @@ def _forked_run(run_builder, faults):
 
 
 def test_a_message_held_only_by_a_slave_is_stranded_not_stored(spark, run_builder):
+    """This file's full report.run: the faults, delivery and history checks together, and summary.json."""
     _forked_run(run_builder, [(1, "power-loss", T0 + 50, T0 + 60)])
     v, rep, summary, out = _audit(spark, run_builder.root)
     stranded = v[(delivery.ID_STRANDED, GROUP)]
@@ -182,7 +185,7 @@ def test_a_stranding_goes_to_the_power_cut_not_to_a_kill_beside_it(spark, run_bu
     group is also a suspect, the matrix's cells count the stranding against the power cut only (a sweep's
     kill-master cell used to FAIL for what the later power loss stranded); both stay named per message."""
     _forked_run(run_builder, [(2, "kill-master", T0 + 30, T0 + 40), (1, "power-loss", T0 + 50, T0 + 60)])
-    v, rep, summary, out = _audit(spark, run_builder.root)
+    v, rep, summary, out = _deliver(spark, run_builder.root)
     with open(os.path.join(out, delivery.DETAIL_FILE)) as fh:
         items = [json.loads(x) for x in fh]
     assert len(items) == 20 and all(set(x["faults"]) == {"#1 power-loss broker-a-0", "#2 kill-master broker-a-0"}
