@@ -133,8 +133,8 @@ PLANTED_BUGS.update({
     "offset-regression": "a master moves a committed consumer offset back: the first commit to a queue whose "
                          "stored offset is past 40 stores 20 below it, and that queue's commits are ignored for 2 s (caught by: delivery.offset-regression, no fault)",
     "phantom-pull": "in front of every 10th message of a queue (offset n, n % 10 == 9) a pull answer serves a message "
-                    "nobody sent at offset n (new KEYS, UNIQ_KEY and body) and ends there; the real n is served "
-                    "0.5 s later "
+                    "nobody sent at offset n (new KEYS, UNIQ_KEY and body) and ends there, while n is fresh (stored "
+                    "in the last 3 s); the real n is served 0.5 s later "
                     "(caught by: delivery.unexpected, nothing received that was never sent)",
 })
 
@@ -230,7 +230,10 @@ class PlantedServing:
         if "phantom-pull" in self._bugs:
             for i, r in enumerate(records):
                 o = record_queue_offset(r)
-                if o % PHANTOM_EVERY != PHANTOM_EVERY - 1 or o < offset or (topic, queue_id, o) in self._phantom_at:
+                if (o % PHANTOM_EVERY != PHANTOM_EVERY - 1 or o < offset or (topic, queue_id, o) in self._phantom_at
+                        or not self._fresh(r)):
+                    # fresh only: the pull that waits for the real message is woken by the next message stored
+                    # (a queue no longer written would hold it for the client's whole long-poll timeout)
                     continue
                 self._phantoms += 1
                 records, nxt = records[:i] + [phantom_of(r, self._phantoms, self._node)], o

@@ -262,8 +262,13 @@ def test_a_broker_that_moves_a_committed_offset_back_fails_offset_regression(tmp
 def test_a_broker_that_serves_a_phantom_fails_unexpected(tmp_path):
     rc, out, by_id, groups = serving_run(tmp_path, "phantom-pull")
     assert rc == 1, out
+    g, d = groups["main"]
+    assert d["unexpected"] > 0 and status(by_id, delivery.ID_UNEXPECTED, g) == "FAIL", (d, out)
+    # the orderly group gets phantoms only in front of messages it pulls while they are fresh (the C++
+    # orderly consumer starts seconds late: 8 in a run on a loaded machine); whatever it got is counted
+    og, od = groups["orderly"]
+    assert status(by_id, delivery.ID_UNEXPECTED, og) == ("FAIL" if od["unexpected"] else "PASS"), (od, out)
     for kind, (g, d) in groups.items():
-        assert d["unexpected"] > 0 and status(by_id, delivery.ID_UNEXPECTED, g) == "FAIL", (kind, d, out)
         # the real message behind each phantom is served next: nothing lost
         assert status(by_id, delivery.ID_LOST, g) == "PASS", (kind, out)
     assert verdicts(out)["nothing received that was never sent"] == "FAIL", out

@@ -118,6 +118,14 @@ def test_phantom_takes_the_place_of_every_10th_message_once_and_the_real_one_fol
     assert all(m.keys.startswith("k") for m in decode_records(b"".join(b.store.get_messages(TOPIC, 0, 0, 32).records)))
 
 
+def test_phantom_only_in_front_of_a_fresh_message(make):
+    b = make("phantom-pull")
+    send(b, 12)
+    b.clock.advance(planted.REORDER_HOLD_MS / 1000 + 1)
+    got, nxt = served(b, 0)
+    assert got == [(i, f"m{i}") for i in range(12)] and nxt == 12
+
+
 def update_offset(b, offset, queue_id=0, group="CG"):
     return b.call(RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
         "consumerGroup": group, "topic": TOPIC, "queueId": queue_id, "commitOffset": offset}))
