@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml setup.py rmqha/broker/fastpath/_fastsend.c rmqha/broker
 	@touch $@
 
 # --- the cluster ------------------------------------------------------------------------------
-cluster-up: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave) on BACKEND (docker|local) and wait until it replicates (ACL=1: aclEnable)
+cluster-up: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave|dledger) on BACKEND (docker|local) and wait until it replicates (ACL=1: aclEnable)
 	$(PY) -m rmqha.cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(filter 1 true yes,$(ACL)),--acl) $(foreach s,$(SET),--set $(s))
 
 cluster-status: $(STAMP) ## print every node's role, offsets and replication (FORMAT=json for JSON lines)
@@ -96,7 +96,7 @@ audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exi
 	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
 	$(PY) -m rmqha.pipeline "$(RUN)" $(if $(OUT),--out "$(OUT)")
 
-chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust DURATION= RATE= SEED= NEMESIS= SWEEP=1 REPAIR=1 RECOVERY=1 ACL=1 LATE_CONSUMER=<s> SET="k=v ..." OUT=)
+chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust DURATION= RATE= SEED= NEMESIS= (dledger: kill-leader,kill-follower,...) SWEEP=1 REPAIR=1 RECOVERY=1 ACL=1 LATE_CONSUMER=<s> SET="k=v ..." OUT=)
 	$(PY) -m rmqha.chaos.run --prewarm-audit $(if $(LATE_CONSUMER),--late-consumer-at $(LATE_CONSUMER)) --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(SWEEP),--sweep) $(if $(filter 1 yes true,$(REPAIR)),--repair) $(if $(filter 1 yes true,$(RECOVERY)),--set haRecoveryEnable=true) $(if $(filter 1 yes true,$(ACL)),--acl) $(foreach s,$(SET),--set $(s)) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
 
 repair: $(STAMP) ## repair a forked broker group (SLAVE_AHEAD): make repair GROUP=broker-a [NAME=]; re-sends the slave's stranded messages, then resyncs it

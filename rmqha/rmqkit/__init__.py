@@ -6,6 +6,8 @@
         c.faults.inject("kill-master", "broker-a")      # rmqha/chaos/nemesis.py's fault table, logged
         c.faults.heal_all()
         result = c.audit()                              # the Spark audit of the run folder
+    with RocketMQCluster("dledger", backend="local") as c:   # one DLedger group of three nodes
+        c.faults.inject("kill-leader")                  # whoever leads when it is injected
 
 pytest users get the same as fixtures (rmqha/rmqkit/pytest_plugin.py, registered as a pytest11 entry point):
 `rocketmq_cluster`, `rocketmq_faults`, `rocketmq_history` and the marker

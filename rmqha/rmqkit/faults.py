@@ -4,6 +4,7 @@
     fault = f.inject("latency", "broker-a-s", ms=3000)  # the HA link of broker-a-s slowed (docker)
     f.heal(fault)
     f.inject("kill-master")                              # target: the first master the kind can hit
+    f.inject("kill-leader")                              # topology dledger: the leader when injected
     errors = f.heal_all()                                # [] when everything came back
 
 Every inject and heal goes through the cluster handle (rmqha.chaos.nemesis.Nemesis) and is one line of

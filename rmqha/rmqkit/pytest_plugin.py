@@ -15,7 +15,8 @@ Fixtures (all function-scoped views of a cluster that lives as long as its scope
                      producer(group), push_consumer(group, topic, callback); RUN/history/<test>.jsonl
 
 Marker keywords (the closest marker wins per keyword; options give the defaults):
-  topology  2m-2s-sync | 2m-2s-async | 2m-noslave          --rocketmq-topology (2m-2s-sync)
+  topology  2m-2s-sync | 2m-2s-async | 2m-noslave | dledger --rocketmq-topology (2m-2s-sync)
+            (dledger: one DLedger group of three nodes; its faults are kill-leader, kill-follower, ...)
   backend   docker | local                                --rocketmq-backend (docker)
   scope     session | module | function: how long a cluster is reused; tests asking for the same
             topology, backend and sets share it           --rocketmq-scope (session)
@@ -50,7 +51,7 @@ def pytest_addoption(parser):
                 help="where clusters run: docker containers with Toxiproxy links (default), or local processes "
                      "(node faults only); a test's @pytest.mark.rocketmq(backend=...) wins")
     g.addoption("--rocketmq-topology", default=os.environ.get("RMQKIT_TOPOLOGY") or "2m-2s-sync",
-                help="default topology: 2m-2s-sync, 2m-2s-async or 2m-noslave")
+                help="default topology: 2m-2s-sync, 2m-2s-async, 2m-noslave or dledger")
     g.addoption("--rocketmq-scope", choices=SCOPES, default="session",
                 help="default reuse of a cluster: session (default), module or function")
     g.addoption("--rocketmq-audit", action="store_true", default=False,
