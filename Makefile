@@ -63,8 +63,8 @@ test: $(STAMP) lint images rust-client ## lint first, then the fast tier (make t
 	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers and not fast" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
 
-test-checkers: $(STAMP) ## the long chaos runs: every planted bug (rmqha/broker/planted.py), the same run without bugs (repaired), the unrepaired fork the delivery checker fails, a consumer reading from the slave through a master outage, and a run with ACL on
-	$(PY) -m pytest tests/integration/test_planted_bugs.py tests/integration/test_chaos_failover_consumer.py tests/integration/test_delivery_verdicts.py tests/integration/test_acl.py -m checkers -n 3 --durations=5
+test-checkers: $(STAMP) rust-client ## the long chaos runs: every planted bug (rmqha/broker/planted.py), the same run without bugs (repaired), the unrepaired fork the delivery checker fails, a consumer reading from the slave through a master outage, a run with ACL on, and a Rust-client run with its trace dispatcher on
+	$(PY) -m pytest tests/integration/test_planted_bugs.py tests/integration/test_chaos_failover_consumer.py tests/integration/test_delivery_verdicts.py tests/integration/test_acl.py tests/integration/test_chaos_rust_trace.py -m checkers -n 3 --durations=5
 
 test-examples: $(STAMP) images ## the example application (examples/orders) through the pytest plugin's fixtures (ROCKETMQ_BACKEND=docker|local)
 	$(PY) -m pytest examples $(if $(ROCKETMQ_BACKEND),--rocketmq-backend $(ROCKETMQ_BACKEND)) --durations=5
@@ -96,7 +96,7 @@ audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exi
 	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
 	$(PY) -m rmqha.pipeline "$(RUN)" $(if $(OUT),--out "$(OUT)")
 
-chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust DURATION= RATE= SEED= NEMESIS= (dledger: kill-leader,kill-follower,...) SWEEP=1 REPAIR=1 RECOVERY=1 ACL=1 LATE_CONSUMER=<s> SET="k=v ..." OUT=)
+chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust TRACE=1 (rust: trace records) DURATION= RATE= SEED= NEMESIS= (dledger: kill-leader,kill-follower,...) SWEEP=1 REPAIR=1 RECOVERY=1 ACL=1 LATE_CONSUMER=<s> SET="k=v ..." OUT=)
 	$(PY) -m rmqha.chaos.run --prewarm-audit $(if $(LATE_CONSUMER),--late-consumer-at $(LATE_CONSUMER)) --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(SWEEP),--sweep) $(if $(filter 1 yes true,$(REPAIR)),--repair) $(if $(filter 1 yes true,$(RECOVERY)),--set haRecoveryEnable=true) $(if $(filter 1 yes true,$(ACL)),--acl) $(foreach s,$(SET),--set $(s)) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
 
 repair: $(STAMP) ## repair a forked broker group (SLAVE_AHEAD): make repair GROUP=broker-a [NAME=]; re-sends the slave's stranded messages, then resyncs it

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from rmqha.chaos.faultlog import FaultLog
 from rmqha.chaos.nemesis import (ALL_FAULTS, DEFAULT_FAULTS, FAULTS, Fault, Nemesis, applicable_faults, groups_of,
+                                 why_not_applicable,
                            make_schedule, make_sweep)
 from rmqha.cluster import ClusterError
 from rmqha.cluster import runfolder as rf
@@ -190,8 +191,9 @@ def schedule_from_json(items: list[dict], cluster) -> list[Fault]:
         kind = FAULTS.get(item["kind"])
         if kind is None:
             raise ValueError(f"fault {i}: unknown kind {item['kind']!r}; known: {', '.join(ALL_FAULTS)}")
-        if cluster.kind not in kind.backends:
-            raise ValueError(f"fault {i}: {kind.name} needs the {'/'.join(kind.backends)} backend")
+        why = why_not_applicable(kind.name, cluster.kind, cluster.state.get("topology"))
+        if why:
+            raise ValueError(f"fault {i}: {why}")
         if item["target"] not in where:
             raise ValueError(f"fault {i}: no broker node {item['target']!r}; nodes: {', '.join(sorted(where))}")
         group, role = where[item["target"]]
@@ -294,6 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--base-port", type=int, default=None, help="passed to `cluster up` when it starts one")
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of workload (default 60)")
     ap.add_argument("--rate", type=float, default=200.0, help="sends per second (default 200)")
+    ap.add_argument("--trace", action="store_true", default=os.environ.get("TRACE") in ("1", "yes", "true"),
+                    help="with --client rust: the client's trace dispatcher records every send and consume in "
+                         "RMQ_SYS_TRACE_TOPIC (brokers get traceTopicEnable=true); the audit checks them")
     ap.add_argument("--client", choices=("python", "rust"), default=os.environ.get("CLIENT") or "python",
                     help="the workload's client: python (official, default) or rust (rocketmq-client-rust)")
     ap.add_argument("--seed", type=int, default=None, help="nemesis seed (default: random, printed)")
@@ -354,8 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.set = dict(item.split("=", 1) for item in args.set)
-    if args.late_consumer_at is not None and args.client != "python":
-        say("error: --late-consumer-at needs --client python")
+    if (args.late_consumer_at is not None or args.late_consumer_after_heal) and args.client != "python":
+        say("error: the late consumer (--late-consumer-at, --late-consumer-after-heal) needs --client python")
+        return 2
+    if args.trace and args.client != "rust":
+        say("error: --trace needs --client rust (the C++ 1.0.1 client in PyPI rocketmq has no trace dispatcher)")
         return 2
     faults = [] if args.nemesis.strip() in ("", "none") else [f.strip() for f in args.nemesis.split(",") if f.strip()]
     unknown = [f for f in faults if f not in ALL_FAULTS]
@@ -382,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
             # small files, so a full disk bites at the next file within seconds (commit-log files are
             # preallocated: a full disk fails only when the next one is reserved), and queues that fit
             sets.update(DISK_FULL_SETS)
+        if args.trace:
+            sets["traceTopicEnable"] = "true"  # the brokers create RMQ_SYS_TRACE_TOPIC for the clients
         sets.update(args.set)
         say(f"starting cluster {name}: {args.topology} on {args.backend}, "
             + ", ".join(f"{k}={v}" for k, v in sets.items()))
@@ -399,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = cluster.kind
     namesrv = cluster.namesrv
 
-    usable, dropped = applicable_faults(faults, backend)
+    usable, dropped = applicable_faults(faults, backend, state.get("topology"))
     if "disk-full" in usable:
         # every store at once: each node is stopped, copied and started again on its own
         t_limit = time.monotonic()
@@ -422,8 +432,13 @@ def main(argv: list[str] | None = None) -> int:
         cluster.wait_caught_up(60)
         say(f"disk-full: every broker's store on its own {args.disk_limit_mb} MiB tmpfs "
             f"({time.monotonic() - t_limit:.0f} s)")
-    if dropped:
-        say(f"note: {', '.join(dropped)} need the docker backend (Toxiproxy, networks); not used on {backend}")
+    for f in dropped:
+        say(f"note: {f} not used: {why_not_applicable(f, backend, state.get('topology'))}")
+    if faults and dropped and not usable:
+        say(f"error: none of the faults asked for ({', '.join(faults)}) applies to topology "
+            f"{state.get('topology')} on {backend}")
+        cluster.down(keep_data=True)
+        return 2
     if faults and not cluster.slaves():
         say(f"note: topology {state.get('topology')} has no slaves: replication faults do not apply")
     if args.schedule:
@@ -494,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         workload = subprocess.Popen(py("-m", "rmqha.chaos.workload", str(rd), namesrv, "--rate", str(args.rate),
                                        "--duration", str(args.duration), "--run-id", run_id,
                                        "--topic", TOPIC, "--client", args.client,
-                                       *(["--drain-signal", str(drain_signal)] if args.client == "python" else []),
+                                       "--drain-signal", str(drain_signal),
+                                       *(["--trace"] if args.trace else []),
                                        *(["--planted-drop-every", str(args.planted_drop_every)]
                                          if args.planted_drop_every else []),
                                        *(["--late-consumer-after-heal"] if args.late_consumer_after_heal else []),

@@ -110,7 +110,9 @@ def exec_rust_workload(args) -> int:
     argv = [binary, "--namesrv", args.namesrv, "workload", "--run-dir", args.run_dir, "--rate", str(args.rate),
             "--duration", str(args.duration), "--run-id", args.run_id, "--topic", args.topic,
             "--body-size", str(args.body_size), "--timeout-ms", str(args.timeout_ms),
-            "--max-inflight", str(args.max_inflight), "--drain", str(args.drain)]
+            "--max-inflight", str(args.max_inflight), "--drain", str(args.drain),
+            *(["--drain-signal", args.drain_signal] if args.drain_signal else []),
+            *(["--trace"] if args.trace else [])]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(binary, argv)
@@ -184,12 +186,16 @@ def main(argv=None) -> int:
     ap.add_argument("--orderly-topic", default="TopicChaosOrderly")
     ap.add_argument("--orderly-shards", type=int, default=8,
                     help="sharding keys of the orderly lane (at most the topic's queues: a queue per key)")
+    ap.add_argument("--trace", action="store_true",
+                    help="with --client rust: the client's trace dispatcher (a trace record per send and consume)")
     ap.add_argument("--client", choices=("python", "rust"), default=os.environ.get("CLIENT") or "python",
                     help="python: the official client (PyPI rocketmq); rust: clients/rust (rocketmq-client-rust)")
     args = ap.parse_args(argv)
+    if args.trace and args.client != "rust":
+        ap.error("--trace needs --client rust (the C++ 1.0.1 client in PyPI rocketmq has no trace dispatcher)")
     if args.client == "rust":
-        if args.late_consumer_at is not None:
-            ap.error("--late-consumer-at needs --client python")
+        if args.late_consumer_at is not None or args.late_consumer_after_heal:
+            ap.error("the late consumer (--late-consumer-at, --late-consumer-after-heal) needs --client python")
         if args.orderly_rate:
             ap.error("--orderly-rate needs --client python")
         return exec_rust_workload(args)
