@@ -165,10 +165,18 @@ class StatusLine:
             self.width = 0
 
 
-def status_text(elapsed: float, duration: float, prog: dict | None, fault: str, lags: dict) -> str:
+def fmt_lag(n: int | None, unit: str = "bytes") -> str:
+    """A lag as cluster.lags() counts it: bytes for a classic slave, entries for a DLedger follower."""
+    if n is None or unit == "bytes":
+        return fmt_bytes(n)
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def status_text(elapsed: float, duration: float, prog: dict | None, fault: str, lags: dict,
+                unit: str = "bytes") -> str:
     p = prog or {}
     known = [v for v in lags.values() if v is not None]
-    lag = fmt_bytes(max(known)) if known else "?"
+    lag = fmt_lag(max(known), unit) if known else "?"
     if lags and len(known) < len(lags):
         lag += f" ({len(lags) - len(known)} slave down)"
     return (f"[{min(elapsed, duration):5.1f}/{duration:g}s] {p.get('phase', 'starting')}: "
@@ -228,7 +236,7 @@ def wait_catch_up(cluster, timeout: float) -> dict:
             elif v == 0:
                 result[s] = "caught up"
             else:
-                result[s] = f"lag {fmt_bytes(v)}" if v is not None else "not answering"
+                result[s] = f"lag {fmt_lag(v, cluster.lag_unit(s))}" if v is not None else "not answering"
         if all(r == "caught up" or r.startswith("forked") for r in result.values()):
             break
         if time.monotonic() > deadline:
@@ -543,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
                 break
             if line.tty or now - last_plain >= 5.0:
                 lags = slave_lags(last_sample_round(samples))
-                line.show(status_text(now - t0, args.duration, prog, nemesis.describe_active(), lags))
+                line.show(status_text(now - t0, args.duration, prog, nemesis.describe_active(), lags,
+                                      cluster.lag_unit(next(iter(lags))) if lags else "bytes"))
                 last_plain = now
             time.sleep(0.5 if line.tty else 0.25)
         stop.set()

@@ -47,3 +47,10 @@ def test_trace_needs_the_rust_client(tmp_path):
     with pytest.raises(SystemExit) as e:
         workload.main([str(tmp_path / "run"), "127.0.0.1:9876", "--trace"])
     assert e.value.code == 2
+
+
+def test_the_live_status_counts_a_dledger_lag_in_entries():
+    from rmqha.chaos.run import fmt_lag, status_text
+    assert fmt_lag(3, "entries") == "3 entries" and fmt_lag(1, "entries") == "1 entry"
+    assert "max slave lag 12 entries" in status_text(1, 10, {}, "none", {"n1": 12, "n2": 0}, "entries")
+    assert "max slave lag 2.0KiB" in status_text(1, 10, {}, "none", {"a-s": 2048})
