@@ -155,3 +155,16 @@ def test_the_command_line_is_checked_before_any_phase(monkeypatch, capsys):
     assert run.main(["--trace", "--client", "python"]) == 2
     out = capsys.readouterr().out
     assert "error: unknown fault(s) no-such-fault" in out and "error: --trace needs --client rust" in out, out
+
+
+@pytest.mark.parametrize("flag, said, downs", [
+    ("--no-audit", "audit left to the caller (--no-audit): python -m rmqha.pipeline ", [True]),
+    ("--keep-running", "cluster t4 left running (--keep-running): audit skipped", []),
+])
+def test_no_audit_and_keep_running_end_after_the_stop(world, monkeypatch, capsys, flag, said, downs):
+    monkeypatch.setattr(run, "LIVE_PHASES", (run.heal, run.catch_up))
+    assert run.main(["--backend", "local", "--name", "t4", "--nemesis", "none", flag]) == 0
+    out = capsys.readouterr().out
+    assert said in out and "$ python -m rmqha.pipeline" not in out, out
+    assert FakeCluster.downs == downs
+    assert world["ctx"].workload.calls[0] == "terminate" and world["sampler"].calls[0] == "terminate"
