@@ -63,14 +63,14 @@ class BrokerRegistration:
         self.stopped = False
         topics.listeners.append(self.register_soon)
 
-    def _signed(self, fields: dict, body: bytes | None) -> dict:
+    def _signed(self, code: int, fields: dict, body: bytes | None) -> dict:
         """The ext fields signed timed with the cluster secret (clusterSecretFile), for a name server that
         requires it: a time strictly after the last this broker signed, and a nonce. One signature for
         every name server, so a copy taken on the way to one is a replay at the others."""
         if self.secret is None or self._sign_clock is None:
             return fields
         from .namesrv.guard import sign_cluster_timed
-        return sign_cluster_timed(fields, body, self.secret, self._sign_clock.next_ms())
+        return sign_cluster_timed(fields, body, self.secret, self._sign_clock.next_ms(), code=code)
 
     def start(self) -> None:
         if not self.addresses:
@@ -107,7 +107,7 @@ class BrokerRegistration:
             return defer.succeed(None)
         c = self.config
         body = self.body()
-        fields = self._signed({
+        fields = self._signed(RequestCode.REGISTER_BROKER, {
             "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
             "haServerAddr": c.ha_server_addr, "brokerId": c.brokerId, "compressed": False,
             "bodyCrc32": body_crc32(body),
@@ -180,8 +180,9 @@ class BrokerRegistration:
         if self._soon is not None and self._soon.active():
             self._soon.cancel()
         c = self.config
-        fields = self._signed({"brokerName": c.brokerName, "brokerAddr": c.broker_addr,
-                               "clusterName": c.brokerClusterName, "brokerId": c.brokerId}, None)
+        fields = self._signed(RequestCode.UNREGISTER_BROKER, {
+            "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
+            "brokerId": c.brokerId}, None)
         ds = []
         for addr in self.addresses:
             req = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, dict(fields))

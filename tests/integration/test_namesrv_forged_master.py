@@ -139,7 +139,7 @@ def test_a_forged_master_never_reaches_the_slave_and_a_captured_registration_doe
         body = RegisterBrokerBody({"TopicTest": TopicConfig("TopicTest", 4, 4, 6)}).encode()
         plain = forged_master_fields(fake_broker.addr, fake_ha.addr, body)
         now_ms = int(time.time() * 1000)
-        forgeries = [plain, guard.sign_cluster_timed(plain, body, WRONG, now_ms), guard.sign_cluster(plain, body, WRONG)]
+        forgeries = [plain, guard.sign_cluster_timed(plain, body, WRONG, now_ms, code=RequestCode.REGISTER_BROKER), guard.sign_cluster(plain, body, WRONG)]
         codes: list[int] = []
 
         def forge_and_check(done):

@@ -39,7 +39,7 @@ from rmqha.broker import validation
 from rmqha.broker.acl import ACCESS_KEY, SIGNATURE, AclError, request_content, sign, signature
 from rmqha.broker.errors import BadRequest
 from rmqha.broker.namesrv import route_info
-from rmqha.broker.remoting.codes import RequestCode
+from rmqha.broker.remoting.codes import VERSION_V4_9_8, RequestCode
 from rmqha.broker.remoting.command import stringify_fields
 
 CLUSTER_KEY = "rmqha-cluster"  # the AccessKey of signed cluster requests
@@ -92,7 +92,8 @@ class Busy(Unsigned):
     """More timed requests within the window than ReplayGuard remembers (only holders of the secret)."""
 
 
-def check_signed(code: int, ext_fields: dict, body: bytes | None, secret: str | None) -> None:
+def check_signed(code: int, ext_fields: dict, body: bytes | None, secret: str | None,
+                 version: int = VERSION_V4_9_8) -> None:
     """Raises Unsigned unless the request needs no signature or carries a valid one (the signature only:
     freshness is ReplayGuard's)."""
     if secret is None or code not in SIGNED_CODES:
@@ -101,7 +102,7 @@ def check_signed(code: int, ext_fields: dict, body: bytes | None, secret: str | 
         raise Unsigned(f"request code {code} changes the name server's routes or config and must be signed "
                        "with the cluster secret (this name server runs with --cluster-secret-file)")
     if SIGN_TIME in ext_fields:
-        if not _timed_signature_ok(ext_fields, body, secret):
+        if not _timed_signature_ok(code, version, ext_fields, body, secret):
             raise Unsigned(f"request code {code}: signature of the timed request does not match (not signed "
                            "with this name server's cluster secret)")
         return
@@ -122,10 +123,15 @@ def sign_cluster(ext_fields: dict, body: bytes | None, secret: str) -> dict:
     return sign(ext_fields, body, CLUSTER_KEY, secret)
 
 
-def timed_content(ext_fields: dict, body: bytes | None) -> bytes:
-    """What a timed signature covers: every ext field but Signature, as key and value each prefixed with
-    its length in bytes, in key order, then the body."""
-    out = bytearray()
+TIMED_FORMAT = b"rmqha-timed/2"  # the first bytes of what a timed signature covers (/1 covered no code)
+
+
+def timed_content(code: int, version: int, ext_fields: dict, body: bytes | None) -> bytes:
+    """What a timed signature covers: a format tag, the request code and the header version (the code says
+    what the request does: a REGISTER_BROKER re-sent as UNREGISTER_BROKER carries every field an unregister
+    needs; the version picks how a register body is decoded), then every ext field but Signature, as key and
+    value each prefixed with its length in bytes, in key order, then the body."""
+    out = bytearray(b"%s|%d|%d|" % (TIMED_FORMAT, int(code), int(version)))
     for k in sorted(ext_fields):
         if k == SIGNATURE:
             continue
@@ -138,21 +144,21 @@ def _timed_signature(content: bytes, secret: str) -> str:
     return base64.b64encode(hmac.new(secret.encode("utf-8"), content, hashlib.sha256).digest()).decode("ascii")
 
 
-def _timed_signature_ok(ext_fields: dict, body: bytes | None, secret: str) -> bool:
-    expected = _timed_signature(timed_content(ext_fields, body), secret)
+def _timed_signature_ok(code: int, version: int, ext_fields: dict, body: bytes | None, secret: str) -> bool:
+    expected = _timed_signature(timed_content(code, version, ext_fields, body), secret)
     return hmac.compare_digest(expected, str(ext_fields.get(SIGNATURE, "")))
 
 
 def sign_cluster_timed(ext_fields: dict, body: bytes | None, secret: str, at_ms: int,
-                       nonce: str | None = None) -> dict:
+                       nonce: str | None = None, *, code: int, version: int = VERSION_V4_9_8) -> dict:
     """ext_fields (stringified as they go on the wire) signed with the time `at_ms` (the caller keeps it
-    strictly increasing) and a nonce."""
+    strictly increasing) and a nonce, for a request of `code` sent with header `version`."""
     out = stringify_fields(ext_fields)
     out[ACCESS_KEY] = CLUSTER_KEY
     out[SIGN_TIME] = str(int(at_ms))
     out[SIGN_NONCE] = nonce if nonce is not None else os.urandom(8).hex()
     out.pop(SIGNATURE, None)
-    out[SIGNATURE] = _timed_signature(timed_content(out, body), secret)
+    out[SIGNATURE] = _timed_signature(timed_content(code, version, out, body), secret)
     return out
 
 
@@ -284,12 +290,12 @@ def check_filter_servers(addrs: list[str]) -> None:
         check_addr(addr, "filter server")
 
 
-def is_signed(ext_fields: dict, body: bytes | None, secret: str) -> bool:
+def is_signed(code: int, version: int, ext_fields: dict, body: bytes | None, secret: str) -> bool:
     """True when the request carries a valid signature with the cluster secret (any code; timed or not)."""
     if ext_fields.get(ACCESS_KEY) != CLUSTER_KEY:
         return False
     if SIGN_TIME in ext_fields:
-        return _timed_signature_ok(ext_fields, body, secret)
+        return _timed_signature_ok(code, version, ext_fields, body, secret)
     expected = signature(request_content(ext_fields, body), secret)
     return hmac.compare_digest(expected, str(ext_fields.get(SIGNATURE, "")))
 

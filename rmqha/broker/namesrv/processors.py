@@ -75,7 +75,7 @@ class NameServerProcessors:
             return None
         fields = req.ext_fields or {}
         try:
-            guard.check_signed(req.code, fields, req.body, self.cluster_secret)
+            guard.check_signed(req.code, fields, req.body, self.cluster_secret, req.version)
         except guard.Unsigned as e:
             self.refused_unsigned += 1
             self.log_limit.log(logging.WARNING, ("unsigned", req.code),
@@ -176,7 +176,8 @@ class NameServerProcessors:
         if live is not None and live.channel is ctx:
             return True
         fields = req.ext_fields or {}
-        if guard.SIGN_TIME not in fields or not guard.is_signed(fields, req.body, self.cluster_secret):
+        if guard.SIGN_TIME not in fields or not guard.is_signed(req.code, req.version, fields, req.body,
+                                                                  self.cluster_secret):
             return False
         return self._fresh(req, ctx.peer_address) is None
 

@@ -119,7 +119,8 @@ def test_with_a_cluster_secret_only_signed_writes_change_routes_and_config():
     untimed = guard.sign_cluster(fields, body, SECRET)  # brokers sign timed: untimed would replay for ever
     assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, untimed, body)).code == \
         ResponseCode.NO_PERMISSION
-    signed = guard.sign_cluster_timed(fields, body, SECRET, int(clock_ns.clock.seconds() * 1000))
+    signed = guard.sign_cluster_timed(fields, body, SECRET, int(clock_ns.clock.seconds() * 1000),
+                                      code=RequestCode.REGISTER_BROKER)
     assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, signed, body)).code == ResponseCode.SUCCESS
     tampered = dict(signed, haServerAddr="6.6.6.6:10912")
     assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, tampered, body)).code == \

@@ -27,7 +27,7 @@ def register_body(conn, body: RegisterBrokerBody, name="broker-a", addr=M, compr
               "brokerId": "0", "compressed": str(compressed).lower(),
               "bodyCrc32": str(body_crc32(data) if crc is None else crc)}
     if secret:
-        fields = guard.sign_cluster_timed(fields, data, secret, at_ms)
+        fields = guard.sign_cluster_timed(fields, data, secret, at_ms, code=RequestCode.REGISTER_BROKER)
     return conn.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data))
 
 
@@ -202,7 +202,7 @@ def query_data_version(conn, addr=M, secret=None, at_ms=0):
     body = json.dumps({"counter": 0, "timestamp": 0}).encode()
     fields = {"brokerAddr": addr, "brokerName": "broker-a", "clusterName": "C", "brokerId": "0"}
     if secret:
-        fields = guard.sign_cluster_timed(fields, body, secret, at_ms)
+        fields = guard.sign_cluster_timed(fields, body, secret, at_ms, code=RequestCode.QUERY_DATA_VERSION)
     return conn.call(RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, fields, body))
 
 

@@ -44,7 +44,8 @@ def body(*names):
 
 def signed_register(at_s, addr=A, broker_id=0, nonce=None):
     data = body()
-    fields = guard.sign_cluster_timed(reg_fields(addr, broker_id, data), data, SECRET, int(at_s * 1000), nonce)
+    fields = guard.sign_cluster_timed(reg_fields(addr, broker_id, data), data, SECRET, int(at_s * 1000), nonce,
+                                      code=RequestCode.REGISTER_BROKER)
     return RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data)
 
 
@@ -73,7 +74,8 @@ def test_the_stale_master_replay_is_refused():
     assert a.call(captured).code == ResponseCode.SUCCESS and master_of(ns) == A
     clock.advance(1)
     unreg = guard.sign_cluster_timed({"brokerName": "broker-a", "brokerAddr": A, "clusterName": "C", "brokerId": 0},
-                                     None, SECRET, int(clock.seconds() * 1000))
+                                     None, SECRET, int(clock.seconds() * 1000),
+                                     code=RequestCode.UNREGISTER_BROKER)
     assert a.call(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, unreg)).code == ResponseCode.SUCCESS
     a.close()
     clock.advance(2)
@@ -133,7 +135,7 @@ def test_moving_characters_between_fields_breaks_a_timed_signature():
     acl_sig = guard.sign_cluster(fields, b"", SECRET)["Signature"]
     assert guard.sign_cluster(moved, b"", SECRET)["Signature"] == acl_sig  # the ambiguity, shown
     ns, clock = name_server()
-    signed = guard.sign_cluster_timed(fields, b"", SECRET, int(clock.seconds() * 1000))
+    signed = guard.sign_cluster_timed(fields, b"", SECRET, int(clock.seconds() * 1000), code=RequestCode.REGISTER_BROKER)
     forged = dict(signed, brokerAddr=moved["brokerAddr"], brokerId=moved["brokerId"])
     r = Conn(ns, 1).call(RemotingCommand.request(RequestCode.REGISTER_BROKER, forged))
     assert r.code == ResponseCode.NO_PERMISSION and "signature of the timed request does not match" in r.remark
@@ -149,7 +151,7 @@ def test_a_malformed_time_or_nonce_is_refused_even_when_signed(change, why):
     data = body()
     fields = {**{k: str(v) for k, v in reg_fields(body=data).items()}, "AccessKey": guard.CLUSTER_KEY,
               guard.SIGN_TIME: str(int(T0 * 1000)), guard.SIGN_NONCE: "0123456789abcdef", **change}
-    fields["Signature"] = guard._timed_signature(guard.timed_content(fields, data), SECRET)
+    fields["Signature"] = guard._timed_signature(guard.timed_content(RequestCode.REGISTER_BROKER, 409, fields, data), SECRET)
     r = Conn(ns, 1).call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data))
     assert r.code == ResponseCode.NO_PERMISSION and why in r.remark, r.remark
     assert ns.routes.broker_live_table == {}
@@ -205,7 +207,7 @@ def test_admin_writes_take_mqadmin_s_untimed_signature_or_a_timed_one_checked_al
     kv = {"namespace": "NS", "key": "k", "value": "v"}
     untimed = guard.sign_cluster(kv, b"", SECRET)
     assert [c.call(RemotingCommand.request(RequestCode.PUT_KV_CONFIG, untimed)).code for _ in range(2)] == [0, 0]
-    timed = guard.sign_cluster_timed(kv, b"", SECRET, int(clock.seconds() * 1000))
+    timed = guard.sign_cluster_timed(kv, b"", SECRET, int(clock.seconds() * 1000), code=RequestCode.PUT_KV_CONFIG)
     assert [c.call(RemotingCommand.request(RequestCode.PUT_KV_CONFIG, timed)).code for _ in range(2)] == \
         [0, ResponseCode.NO_PERMISSION]
 
@@ -216,7 +218,8 @@ def test_a_signed_query_keeps_a_broker_alive_only_when_fresh():
     assert Conn(ns, 1).call(signed_register(clock.seconds())).code == 0
     data = b'{"counter":0,"timestamp":0}'
     q = {"brokerAddr": A, "brokerName": "broker-a", "clusterName": "C", "brokerId": "0"}
-    captured = guard.sign_cluster_timed(q, data, SECRET, int(clock.seconds() * 1000) + 1)
+    captured = guard.sign_cluster_timed(q, data, SECRET, int(clock.seconds() * 1000) + 1,
+                                        code=RequestCode.QUERY_DATA_VERSION)
     for _ in range(3):  # a captured query, delivered once and then replayed every 50 s by a stranger
         clock.advance(50)
         assert Conn(ns, 9).call(RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, captured, data)).code == 0
