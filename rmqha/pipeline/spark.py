@@ -18,7 +18,10 @@ DEFAULT_MASTER = "local[*]"
 # A driver JVM that lives for one small audit spends about half of its CPU compiling with C2 and
 # collecting with parallel GC threads that never pay back: with C1 only and the serial collector, the
 # audit of a one-minute chaos run took 39-42 s of CPU instead of 76-82 s on this project's 2-core machine.
-QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# C1 alone gets a 48 MB code cache by default: Spark compiles generated code for every query, and after
+# 5-8 small audits in one JVM (a test worker, `python -m rmqha.pipeline` over several runs) the cache was
+# full, the JVM logged "CodeCache is full. Compiler has been disabled" and ran everything interpreted.
+QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
 # Above this much commit log on disk (files are preallocated: four nodes of one 1 GiB file each is a small
 # run), C2's faster code is worth its compile time.
 QUICK_JVM_MAX_BYTES = 4 << 30
