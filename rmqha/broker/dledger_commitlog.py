@@ -60,6 +60,7 @@ PHYS_AT = 28  # PHYSICALOFFSET in a record (MessageDecoder.PHY_POS_POSITION)
 _I8 = struct.Struct(">q")
 LEADER_POLL_S = 0.1  # RCH polls every 100 ms until the new leader may be master
 LEARN_MASTER_S = 1.0  # a slave that does not know its master registers again this often (ours)
+DISPATCH_RETRY_S = 1.0  # a failed dispatch (disk error) is tried again this much later (ours)
 
 def _code_name(code: Any) -> str:
     try:
@@ -162,6 +163,16 @@ class DLedgerMessageStore(MessageStore):
         self.next_dispatch_index = 0  # the first committed entry not yet in the consume queues
         self.role_listeners: list[Callable[[RoleChanged], object]] = []
         self.noops = 0
+        # The term in which change_to_master completed (RCH sets it, change_to_slave clears it): a leader
+        # takes no send before, whatever brokerRole its file says (review 2, A1: its consume queues may be
+        # behind its log, so a queue offset taken then can be one an older entry holds).
+        self.master_term: int | None = None
+        self.not_master_refusals = 0
+        self.dispatch_failures = 0
+        self._retry_call: Any = None
+        # phys offset -> queue offset of committed records their consume queue could not place (the
+        # offset held another record): the send they belong to is answered with an error, not SEND_OK
+        self.misplaced_positions: dict[int, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self):
@@ -224,6 +235,8 @@ class DLedgerMessageStore(MessageStore):
     def shutdown(self) -> None:
         if self.closed:
             return
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
         self.service.stop()  # flush, checkpoint, close the DLedger files
         super().shutdown()
 
@@ -241,42 +254,71 @@ class DLedgerMessageStore(MessageStore):
         return self.next_dispatch_index > self.fs.committed_index
 
     def dispatch_committed(self) -> int:
+        """Committed entries into the consume queues and the index. next_dispatch_index moves only once
+        their writes are done (review 2, A5): a disk error leaves the entries to the next Committed
+        effect or the retry DISPATCH_RETRY_S later (a consume queue skips units it holds already)."""
         fs = self.fs
         if fs.begin_index >= 0:
             self.next_dispatch_index = max(self.next_dispatch_index, fs.begin_index)
         batches: dict[ConsumeQueue, list[tuple[int, int, int, int]]] = {}
         keyed = []
         n = 0
-        while self.next_dispatch_index <= fs.committed_index:
-            entry = fs.get(self.next_dispatch_index)
-            self.next_dispatch_index += 1
-            self.commitlog.committed_pos = entry.pos + entry.size  # type: ignore[attr-defined]
-            phys = entry.pos + BODY_OFFSET
-            kind, size, info, reason = record.scan_index(entry.body, 0, False)
-            if kind != Scan.MESSAGE or info is None:
-                if not self.dispatch_error:
-                    self.dispatch_error = f"entry {entry.index} at {entry.pos} is not a message: {kind} {reason}"
-                    log.error("dispatch: %s (skipped)", self.dispatch_error)
-                continue
-            if info.topic == NOOP_TOPIC:
-                continue
-            n += 1
-            self.last_store_timestamp = info.store_timestamp
-            keyed.append((info.topic, info.sys_flag, info.store_timestamp, info.index_keys(), None, phys))
-            if info.gets_queue_entry:
-                cq = self._queue_for_record(info.topic, info.queue_id, phys)
-                if cq is not None:
-                    batches.setdefault(cq, []).append((info.queue_offset, phys, size,
-                                                       self._unit_tags_code(info, phys)))
-        if keyed:
-            self.index.build_records(keyed)
-        for cq, units in batches.items():
-            cq.put_many(units)
+        idx = self.next_dispatch_index
+        committed_pos = None
+        last_ts = None
+        try:
+            while idx <= fs.committed_index:
+                entry = fs.get(idx)
+                idx += 1
+                committed_pos = entry.pos + entry.size
+                phys = entry.pos + BODY_OFFSET
+                kind, size, info, reason = record.scan_index(entry.body, 0, False)
+                if kind != Scan.MESSAGE or info is None:
+                    if not self.dispatch_error:
+                        self.dispatch_error = f"entry {entry.index} at {entry.pos} is not a message: {kind} {reason}"
+                        log.error("dispatch: %s (skipped)", self.dispatch_error)
+                    continue
+                if info.topic == NOOP_TOPIC:
+                    continue
+                n += 1
+                last_ts = info.store_timestamp
+                keyed.append((info.topic, info.sys_flag, info.store_timestamp, info.index_keys(), None, phys))
+                if info.gets_queue_entry:
+                    cq = self._queue_for_record(info.topic, info.queue_id, phys)
+                    if cq is not None:
+                        batches.setdefault(cq, []).append((info.queue_offset, phys, size,
+                                                           self._unit_tags_code(info, phys)))
+            misplaced: list[tuple[int, int, int, int]] = []
+            for cq, units in batches.items():
+                cq.put_many(units, misplaced)
+            if keyed:
+                self.index.build_records(keyed)
+        except Exception as e:  # noqa: BLE001 (a disk error or a bug: neither may lose these dispatches)
+            self.dispatch_failures += 1
+            log.exception("dispatch of entries %d..%d failed (%s); retried in %.1f s", self.next_dispatch_index,
+                          idx - 1, e, DISPATCH_RETRY_S)
+            if self._retry_call is None or not self._retry_call.active():
+                self._retry_call = self._clock.callLater(DISPATCH_RETRY_S, self._retry_dispatch)
+            return 0
+        self.next_dispatch_index = idx
+        if committed_pos is not None:
+            self.commitlog.committed_pos = committed_pos  # type: ignore[attr-defined]
+        if last_ts is not None:
+            self.last_store_timestamp = last_ts
+        for u in misplaced:
+            self.misplaced_positions[u[1]] = u[0]
+        while len(self.misplaced_positions) > 4096:  # only the leader's pending answers read them
+            del self.misplaced_positions[next(iter(self.misplaced_positions))]
         self.reput_offset = self.commitlog.max_offset
         for cq in batches:
             for cb in self.dispatch_listeners:
                 cb(cq.topic, cq.queue_id)
         return n
+
+    def _retry_dispatch(self) -> None:
+        self._retry_call = None
+        if not self.closed and not self.dispatched_all:
+            self.dispatch_committed()
 
     def dispatch_pending(self) -> int:
         return 0  # nothing is dispatched at append time: only committed entries are
@@ -295,11 +337,28 @@ class DLedgerMessageStore(MessageStore):
         """4.9's recoverTopicQueueTable: the next queue offsets come from the consume queues again."""
         self.queue_offsets.clear()
 
+    @property
+    def writable(self) -> bool:
+        """Sends are taken: this node leads and change_to_master completed in its current term."""
+        node = self.node
+        return node.role == "LEADER" and self.master_term == node.term
+
+    def _not_master_yet(self) -> PutResult | None:
+        """A leader that is not master yet (catching up, or a node restarted with its file's brokerRole)
+        answers as a node that is not the leader does: OS_PAGECACHE_BUSY, at once, nothing appended."""
+        if self.node.role != "LEADER" or self.writable:
+            return None  # a follower or candidate: the core answers NOT_LEADER
+        self.not_master_refusals += 1
+        return PutResult(PutStatus.OS_PAGECACHE_BUSY, remark=f"{BUSY} (DLedger leader, not master yet)")
+
     def put_async(self, msg: record.Message) -> PutResult | defer.Deferred:
         """DLedgerCommitLog.putMessage: a PutResult at once when nothing was appended, else a Deferred
         firing with one once DLedger decided (quorum, ack timeout, ...)."""
         if self.closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="store is shut down")
+        refused = self._not_master_yet()
+        if refused is not None:
+            return refused
         msg.store_timestamp = self.now_ms()
         msg.store_host = self.store_host
         try:
@@ -360,6 +419,9 @@ class DLedgerMessageStore(MessageStore):
             return [PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))]
         if delayed:
             return [PutResult(PutStatus.MESSAGE_ILLEGAL, remark="a batch cannot have a delay level")]
+        refused = self._not_master_yet()
+        if refused is not None:
+            return [refused]
         now = self.now_ms()
         key = (msgs[0].topic, msgs[0].queue_id)
         if validation.topic_problem(key[0]):
@@ -396,6 +458,11 @@ class DLedgerMessageStore(MessageStore):
         def results(resp: Any) -> list[PutResult]:
             if resp.code != DLCode.SUCCESS:
                 return [self._outcome(resp, 0, first, now)]
+            bad = [pos + BODY_OFFSET for pos in positions if pos + BODY_OFFSET in self.misplaced_positions]
+            if bad:
+                for off in bad[1:]:
+                    self.misplaced_positions.pop(off, None)
+                return [self._misplaced_result(bad[0])]
             return [PutResult(PutStatus.PUT_OK, pos + BODY_OFFSET, size, first + i,
                               record.offset_msg_id(self.store_host, pos + BODY_OFFSET), now)
                     for i, (pos, size) in enumerate(zip(positions, sizes))]
@@ -408,6 +475,8 @@ class DLedgerMessageStore(MessageStore):
     def _outcome(self, resp: Any, size: int, queue_offset: int, store_timestamp: int) -> PutResult:
         if resp.code == DLCode.SUCCESS:
             offset = resp.pos + BODY_OFFSET
+            if offset in self.misplaced_positions:
+                return self._misplaced_result(offset)
             return PutResult(PutStatus.PUT_OK, offset, size, queue_offset,
                              record.offset_msg_id(self.store_host, offset), store_timestamp)
         try:
@@ -418,6 +487,12 @@ class DLedgerMessageStore(MessageStore):
         remark = BUSY if status is PutStatus.OS_PAGECACHE_BUSY else ""
         return PutResult(status, remark=f"{remark} (DLedger {name})".strip())
 
+    def _misplaced_result(self, offset: int) -> PutResult:
+        queue_offset = self.misplaced_positions.pop(offset)
+        return PutResult(PutStatus.UNKNOWN_ERROR,
+                         remark=f"stored at {offset}, but its queue offset {queue_offset} holds another message: "
+                                "it is in no consume queue, send it again")
+
     def append_noop(self) -> None:
         """The new leader's entry of its own term (docs/dledger.md "The new leader's no-op")."""
         self.noops += 1
@@ -427,6 +502,10 @@ class DLedgerMessageStore(MessageStore):
         s = self.service.status()
         s["dispatchedIndex"] = self.next_dispatch_index - 1
         s["noops"] = self.noops
+        s["writable"] = self.writable
+        s["notMasterRefusals"] = self.not_master_refusals
+        s["dispatchFailures"] = self.dispatch_failures
+        s["misplacedUnits"] = sum(cq.misplaced for cq in self.queues.values())
         return s
 
 
@@ -482,6 +561,7 @@ class DLedgerRoleChangeHandler:
                 srv.schedule.stop()
             if srv.transactions is not None:
                 srv.transactions.stop()
+        self.store.master_term = None
         c.brokerId, c.brokerRole = slave_id, "SLAVE"
         self._start_slave_sync()
         self._changed()
@@ -501,6 +581,7 @@ class DLedgerRoleChangeHandler:
             if srv.registration is not None:
                 srv.registration.slave_sync = None
         c.brokerId, c.brokerRole = 0, "SYNC_MASTER"
+        self.store.master_term = self.store.node.term  # writable from here on, in this term only
         self._changed()
 
     def _start_slave_sync(self) -> None:

@@ -35,6 +35,7 @@ class ConsumeQueue:
         self.files = MappedFileQueue(os.path.join(root, topic, str(queue_id)), file_size, use_mmap=True)
         self.min_index = 0  # first non-filler unit
         self.max_phys_end = 0  # end of the last record this queue points at
+        self.misplaced = 0  # units put_many could not place: their queue offset held another record
 
     def load(self) -> None:
         self.files.load()
@@ -106,16 +107,45 @@ class ConsumeQueue:
         self.max_phys_end = phys + size
         return True
 
-    def put_many(self, units: list[tuple[int, int, int, int]]) -> int:
-        """put() for a run of (queue_offset, phys, size, tags_code) in order; one write per file."""
+    def put_many(self, units: list[tuple[int, int, int, int]],
+                 misplaced: list[tuple[int, int, int, int]] | None = None) -> int:
+        """put() for a run of (queue_offset, phys, size, tags_code) in order; one write per file.
+
+        A unit below max_index is a repeat when the slot holds the same record (or, where the slot
+        cannot be read, when the record ends within what this queue already covers: 4.9's
+        putMessagePositionInfo "build consume queue repeatedly" rule), and is skipped quietly. Any other
+        unit below max_index is a different record claiming a taken queue offset: it cannot be placed
+        without moving the one there, so it is not written, but never silently: it is logged, counted
+        in `misplaced`, and appended to the `misplaced` list when one is given, for the caller to fail
+        the send it belongs to (4.9 logs it as a repeat and drops it)."""
         current = self.max_index
-        units = [u for u in units if u[0] >= current]
+        if units and units[0][0] < current:
+            fresh = []
+            for u in units:
+                if u[0] >= current:
+                    fresh.append(u)
+                elif not self._is_repeat(*u):
+                    self.misplaced += 1
+                    log.error("consume queue %s-%d: queue offset %d is taken (by %s), record at %d (size %d) "
+                              "not placed", self.topic, self.queue_id, u[0], self.get(u[0]), u[1], u[2])
+                    if misplaced is not None:
+                        misplaced.append(u)
+            units = fresh
         if not units:
             return 0
         written = 0
         i = 0
         while i < len(units):
             index = units[i][0]
+            if index < self.max_index:  # out of order within the run: placed as above
+                if not self._is_repeat(*units[i]):
+                    self.misplaced += 1
+                    log.error("consume queue %s-%d: queue offset %d is taken, record at %d not placed",
+                              self.topic, self.queue_id, index, units[i][1])
+                    if misplaced is not None:
+                        misplaced.append(units[i])
+                i += 1
+                continue
             if index != self.max_index:
                 self.put(*units[i])  # a gap: put() pads and logs it
                 i += 1
@@ -132,6 +162,12 @@ class ConsumeQueue:
             i += len(run)
             written += len(run)
         return written
+
+    def _is_repeat(self, index: int, phys: int, size: int, _tags_code: int) -> bool:
+        unit = self.get(index)
+        if unit is None:  # its file is gone (deleted or never copied): 4.9's maxPhysicOffset rule
+            return phys + size <= self.max_phys_end
+        return unit[0] == phys
 
     def _pad(self, current: int, index: int) -> None:
         fq = self.files

@@ -1,0 +1,132 @@
+"""Review 2's DLedger findings (/tmp/helpers/review-2.md A1-A5), each as a regression test on task.Clock and
+the in-memory network of test_dledger_commitlog.py."""
+import os
+import random
+from types import SimpleNamespace
+
+import pytest
+from twisted.internet import task
+
+from rmqha.broker.dledger.config import DLedgerConfig
+from rmqha.broker.dledger_commitlog import DLedgerMessageStore, DLedgerRoleChangeHandler
+from rmqha.broker.store.message_store import PutStatus
+
+from .test_dledger_commitlog import IDS, PEERS, FakeSync, Net, advance, broker_config, elect, put
+
+
+class Group:
+    def __init__(self, tmp_path):
+        self.tmp_path = tmp_path
+        self.clock = task.Clock()
+        self.net = Net(self.clock)
+        self.nodes = {}
+        self.roles = {}
+        for i in IDS:
+            self.boot(i, broker_config(tmp_path, i))
+
+    def boot(self, i, c):
+        k = IDS.index(i)
+        clock = self.clock
+        s = DLedgerMessageStore(c.storePathRootDir, cq_file_size=20 * 100, store_host=("127.0.0.1", 30911 + 10 * k),
+                                now_ms=lambda: int(clock.seconds() * 1000))
+        s.configure(c, reactor=None, clock=clock, rng=random.Random(k),
+                    dledger=DLedgerConfig(group=c.dLegerGroup, selfId=i, peers=PEERS))
+        s.start()
+        self.net.attach(s)
+        s.start_service(listen=False)
+        server = SimpleNamespace(config=c, controller=SimpleNamespace(store=s), clock=clock, schedule=None,
+                                 transactions=None, registration=None, slave_sync=FakeSync())
+        roles = DLedgerRoleChangeHandler(server)
+        roles._start_slave_sync = lambda: None
+        roles.start()
+        self.nodes[i] = (s, c)
+        self.roles[i] = roles
+        return s
+
+    def kill(self, i):
+        """kill -9: no shutdown, no flush of anything but what is on disk already."""
+        s = self.nodes[i][0]
+        for loop in s.service.loops:
+            loop.stop()
+        s.closed = True
+        s.fs.release()
+        os.close(s._lock_fd)
+        for q in s.queues.values():
+            q.close()
+        del self.net.stores[i]
+        self.net.cut.add(i)
+
+    def close(self):
+        for s, _c in self.nodes.values():
+            if not s.closed:
+                s.shutdown()
+
+
+@pytest.fixture
+def grp(tmp_path):
+    g = Group(tmp_path)
+    yield g
+    g.close()
+
+
+def bodies(store, topic="T", queue_id=0):
+    from rmqha.broker.store import record
+    cq = store.queues[(topic, queue_id)]
+    out = []
+    for q in range(cq.max_index):
+        recs = store.get_messages(topic, queue_id, q, 1).records
+        out.append(record.scan(recs[0], 0, check_crc=False).message.body if recs else None)
+    return out
+
+
+# --- A1: a restarted leader takes no send before change_to_master -----------------------------------------
+
+def test_a_restarted_leader_refuses_sends_until_it_is_master_and_no_acked_message_is_lost(grp):
+    lead = elect(grp)
+    s, c = grp.nodes[lead]
+    first = [put(s, n) for n in range(2)]
+    advance(grp.clock, 0.2)
+    assert [r[0].queue_offset for r in first] == [0, 1]
+    [put(s, n) for n in (2, 3)]  # on the followers, the leader dies before the commit spreads
+    grp.clock.advance(0.0015)
+    grp.kill(lead)
+    advance(grp.clock, 0.5)
+    grp.net.cut.discard(lead)
+    c.brokerRole, c.brokerId = "ASYNC_MASTER", -1  # a fresh process: the file's role
+    s = grp.boot(lead, c)
+    assert s.max_queue_offset("T", 0) < s.fs.end_index + 1  # its consume queue is behind its log
+    refused = None
+    for _ in range(3000):
+        grp.clock.advance(0.0005)
+        if s.node.role == "LEADER":
+            refused = put(s, 99)
+            break
+    assert refused is not None, "the restarted node did not lead again (the scenario needs it to)"
+    [res] = refused
+    assert res.status == PutStatus.OS_PAGECACHE_BUSY, res  # not writable until change_to_master
+    assert "not master yet" in res.remark
+    advance(grp.clock, 2)
+    assert c.brokerId == 0 and c.brokerRole == "SYNC_MASTER"
+    acked = put(s, 100)
+    advance(grp.clock, 2)
+    assert acked[0].status == PutStatus.PUT_OK and acked[0].queue_offset == 4
+    for st, _c in grp.nodes.values():
+        assert bodies(st) == [b"m0", b"m1", b"m2", b"m3", b"m100"]
+        assert st.queues[("T", 0)].misplaced == 0
+
+
+def test_a_committed_record_whose_queue_offset_is_taken_fails_its_send_instead_of_vanishing(grp):
+    lead = elect(grp)
+    advance(grp.clock, 0.5)
+    s = grp.nodes[lead][0]
+    first = put(s, 0)
+    advance(grp.clock, 0.2)
+    assert first[0].status == PutStatus.PUT_OK
+    # the next queue offset is held already (what A1's window did): the consume queue cannot place it
+    s.queue_offsets[("T", 0)] = 0
+    out = put(s, 1)
+    advance(grp.clock, 0.5)
+    [res] = out
+    assert res.status == PutStatus.UNKNOWN_ERROR and "holds another message" in res.remark
+    assert s.queues[("T", 0)].misplaced == 1 and s.status()["misplacedUnits"] == 1
+    assert bodies(s) == [b"m0"]
