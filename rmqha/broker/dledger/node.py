@@ -21,6 +21,12 @@ from .protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntry
                        PullEntriesRequest, REQUEST_TYPES, request_code)
 from .replication import EntryHandler, EntryPusher, Rules
 
+# The largest term a request or an answer may carry (ours; review 2, A2). Far beyond any real group's
+# (a term is one election round, a few a second at most) and far below 2**63 - 1, so that a node can
+# always count up from it and write it into an entry's signed 64-bit field. One heartbeat with a term
+# past it would otherwise be adopted and persisted by every member, and the group could never write again.
+MAX_TERM = 1 << 62
+
 
 class DLedgerNode:
     def __init__(self, config: DLedgerConfig, log, *, rng: random.Random, term: int = 0,
@@ -99,6 +105,9 @@ class DLedgerNode:
                 raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"{request.remoteId} != {ms.self_id}")
             if request.group != ms.group:
                 raise DLedgerError(ResponseCode.UNKNOWN_GROUP, f"{request.group} != {ms.group}")
+            if request.term > MAX_TERM:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                                   f"term {request.term} from {request.localId} is past {MAX_TERM}: refused")
             response = self._route(request, now)
         except DLedgerError as e:
             cls = REQUEST_TYPES[request_code(request)][1]
@@ -132,6 +141,8 @@ class DLedgerNode:
 
     def on_response(self, peer: str, request: RequestOrResponse, response: RequestOrResponse,
                     now: float) -> list:
+        if response.term > MAX_TERM:  # an answer no member can give: as if it never came
+            response = self.network_error(request)
         if isinstance(request, VoteRequest):
             self.elector.on_vote_response(peer, request, response, now)
         elif isinstance(request, HeartBeatRequest):

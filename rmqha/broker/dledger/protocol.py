@@ -141,11 +141,21 @@ def _enum(cls, value, name):
     raise ProtocolError(f"{name}: bad {cls.__name__} {value!r}")
 
 
+# Java's ranges (DLedger's fields are int or long; fastjson refuses a value that does not fit)
+INT32 = (-(1 << 31), (1 << 31) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+# the int (32-bit) fields of DLedger's requests, responses and entries; every other integer is a long
+_INT32_FIELDS = frozenset({"code", "magic", "channel", "chainCrc", "bodyCrc", "size", "count", "maxSize"})
+
+
 def _int(value, name, nullable=False):
     if value is None and nullable:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise ProtocolError(f"{name}: integer expected, got {value!r}")
+    lo, hi = INT32 if name.rsplit(".", 1)[-1] in _INT32_FIELDS else INT64
+    if not lo <= value <= hi:
+        raise ProtocolError(f"{name}: {value} is out of range [{lo}, {hi}]")
     return value
 
 

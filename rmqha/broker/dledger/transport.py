@@ -95,7 +95,8 @@ class DLedgerService:
         self.next_opaque = 0
         self.listener: Any = None
         self.loops: list[LoopingCall] = []
-        self.stats = {"sent": 0, "timeouts": 0, "network_errors": 0, "committed": store.committed_index}
+        self.stats = {"sent": 0, "timeouts": 0, "network_errors": 0, "committed": store.committed_index,
+                      "effect_errors": 0, "loop_errors": 0, "request_errors": 0}
 
     def now(self) -> float:
         return self.clock.seconds() * 1000.0
@@ -107,7 +108,7 @@ class DLedgerService:
             self.listener = self.reactor.listenTCP(port, _ServerFactory(self), interface=host)
         for fn, ms in ((self.tick, self.tick_ms), (self.flush, self.flush_ms),
                        (self.store.persist_checkpoint, self.checkpoint_ms)):
-            loop = LoopingCall(fn)
+            loop = LoopingCall(self._guarded(fn))
             loop.clock = self.clock
             loop.start(ms / 1000.0, now=False)
             self.loops.append(loop)
@@ -124,22 +125,43 @@ class DLedgerService:
 
     # --- effects ----------------------------------------------------------------------------------
     def run(self, effects: list) -> None:
+        """Carry out effects in order, each on its own: one that raises is logged and counted, and the
+        ones after it still run (an AppendDone behind a failing Committed is still answered)."""
         for eff in effects:
-            if isinstance(eff, PersistTerm):
-                self.store.persist_term(eff.term, eff.vote_for)
-            elif isinstance(eff, Send):
-                self.send(eff.peer, eff.request)
-            elif isinstance(eff, Reply):
-                self._answer(eff.to, eff.response)
-            elif isinstance(eff, AppendDone):
-                if hasattr(eff.token, "callback"):
-                    eff.token.callback(eff.response)
-            elif isinstance(eff, RoleChanged):
-                log.info("%s is %s in term %d", self.node.self_id, eff.role, eff.term)
-            elif isinstance(eff, Committed):
-                self.stats["committed"] = eff.new
-            if self.on_effect is not None:
-                self.on_effect(eff)
+            try:
+                self._run_one(eff)
+            except Exception:  # noqa: BLE001 (one bad effect must not freeze the node)
+                self.stats["effect_errors"] += 1
+                log.exception("%s: effect %s failed; going on", self.node.self_id, type(eff).__name__)
+
+    def _run_one(self, eff: object) -> None:
+        if isinstance(eff, PersistTerm):
+            self.store.persist_term(eff.term, eff.vote_for)
+        elif isinstance(eff, Send):
+            self.send(eff.peer, eff.request)
+        elif isinstance(eff, Reply):
+            self._answer(eff.to, eff.response)
+        elif isinstance(eff, AppendDone):
+            if hasattr(eff.token, "callback"):
+                eff.token.callback(eff.response)
+        elif isinstance(eff, RoleChanged):
+            log.info("%s is %s in term %d", self.node.self_id, eff.role, eff.term)
+        elif isinstance(eff, Committed):
+            self.stats["committed"] = eff.new
+        if self.on_effect is not None:
+            self.on_effect(eff)
+
+    def _guarded(self, fn: Callable[[], object]) -> Callable[[], None]:
+        """A LoopingCall body that logs an exception and keeps the loop running (a LoopingCall whose
+        function raises stops for good: the node would never tick again)."""
+        def call() -> None:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001
+                self.stats["loop_errors"] += 1
+                log.exception("%s: %s failed; the loop goes on", self.node.self_id,
+                              getattr(fn, "__name__", fn))
+        return call
 
     def tick(self) -> None:
         self.run(self.node.tick(self.now()))
@@ -238,11 +260,20 @@ class DLedgerService:
             return
         try:
             request = decode_request(cmd.code, cmd.body)
-        except ProtocolError as e:
-            conn.send(cmd.make_response(RemotingCode.SYSTEM_ERROR, str(e)))
+        except (ProtocolError, RecursionError) as e:
+            self.stats["request_errors"] += 1
+            conn.send(cmd.make_response(RemotingCode.SYSTEM_ERROR, f"bad DLedger request: {e}"[:500]))
             return
         request._dledger_reply_to = (conn, cmd)  # type: ignore[attr-defined]
-        self.run(self.node.handle_request(request, self.now()))
+        try:
+            effects = self.node.handle_request(request, self.now())
+        except Exception as e:  # noqa: BLE001 (a request the core cannot take must not drop the node)
+            self.stats["request_errors"] += 1
+            log.exception("%s: %s from %s failed", self.node.self_id, type(request).__name__,
+                          getattr(request, "localId", None))
+            conn.send(cmd.make_response(RemotingCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}"[:500]))
+            return
+        self.run(effects)
 
     def _answer(self, to: Any, response: Any) -> None:
         where = getattr(to, "_dledger_reply_to", None)

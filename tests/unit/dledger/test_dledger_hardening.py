@@ -1,5 +1,6 @@
 """Review 2's DLedger findings (/tmp/helpers/review-2.md A1-A5), each as a regression test on task.Clock and
 the in-memory network of test_dledger_commitlog.py."""
+import json
 import os
 import random
 from types import SimpleNamespace
@@ -130,3 +131,63 @@ def test_a_committed_record_whose_queue_offset_is_taken_fails_its_send_instead_o
     assert res.status == PutStatus.UNKNOWN_ERROR and "holds another message" in res.remark
     assert s.queues[("T", 0)].misplaced == 1 and s.status()["misplacedUnits"] == 1
     assert bodies(s) == [b"m0"]
+
+
+# --- A2: integers in Java's ranges, no absurd term, one bad message never freezes a node -------------------
+
+def test_integers_past_java_long_or_int_are_refused_by_the_decoder():
+    from rmqha.broker.dledger.protocol import HeartBeatRequest, ProtocolError, PushEntryRequest, decode_request
+    base = {"group": "g", "remoteId": "n1", "localId": "n0", "leaderId": "n0"}
+    assert HeartBeatRequest.from_json({**base, "term": 2**63 - 1}).term == 2**63 - 1
+    for bad in ({**base, "term": 2**63}, {**base, "term": -(2**63) - 1}, {**base, "code": 2**31}):
+        with pytest.raises(ProtocolError, match="out of range"):
+            HeartBeatRequest.from_json(bad)
+    entry = {"index": 0, "term": 1, "pos": 0, "size": 2**31, "magic": 1, "body": ""}
+    with pytest.raises(ProtocolError, match="entry.size"):
+        decode_request(51004, json.dumps(PushEntryRequest(**base, term=1).to_json() | {"entry": entry}))
+
+
+def test_a_heartbeat_with_an_absurd_term_is_refused_and_the_group_keeps_writing(grp):
+    from rmqha.broker.dledger.protocol import HeartBeatRequest, ResponseCode
+    MAX_TERM = 1 << 62  # node.MAX_TERM
+    lead = elect(grp)
+    advance(grp.clock, 0.5)
+    victim = next(i for i in IDS if i != lead)
+    s = grp.nodes[victim][0]
+    answers = []
+    s.service._answer = lambda to, r: answers.append(r)
+    for term in (MAX_TERM + 1, 2**63 - 1):
+        hb = HeartBeatRequest(group="RaftNode00", remoteId=victim, localId=lead, leaderId=lead, term=term)
+        s.service.run(s.node.handle_request(hb, s.service.now()))
+    assert [a.code for a in answers] == [ResponseCode.UNEXPECTED_ARGUMENT] * 2
+    advance(grp.clock, 5)
+    terms = {st.node.term for st, _c in grp.nodes.values()}
+    assert max(terms) < 10, terms
+    leader = grp.nodes[lead][0]
+    out = put(leader, 7)
+    advance(grp.clock, 0.5)
+    assert out[0].status == PutStatus.PUT_OK
+
+
+def test_a_failing_effect_does_not_drop_the_effects_after_it_nor_stop_the_tick(grp):
+    from rmqha.broker.dledger.effects import AppendDone, Committed
+    lead = elect(grp)
+    s = grp.nodes[lead][0]
+    svc = s.service
+    answered = []
+    token = SimpleNamespace(callback=answered.append)
+
+    def boom(_eff):
+        raise OSError(28, "No space left on device")
+    svc.on_effect = boom
+    svc.run([Committed(0, 1), AppendDone(token, "resp")])
+    assert answered == ["resp"] and svc.stats["effect_errors"] == 2
+    ticks = []
+
+    def bad_tick(now):
+        ticks.append(now)
+        raise RuntimeError("a bug in the core")
+    s.node.tick = bad_tick
+    advance(grp.clock, 0.1)
+    assert len(ticks) >= 5 and all(loop.running for loop in svc.loops)
+    assert svc.stats["loop_errors"] >= 5
