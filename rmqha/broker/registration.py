@@ -7,6 +7,11 @@ configs; when the broker permission lacks READ or WRITE, every topic is announce
 permission instead (Java does the same). A slave reads masterAddr and haServerAddr from the reply:
 haServerAddr goes to the HA client when haMasterAddress is not configured, masterAddr to the slave
 synchronizer. On a clean stop, UNREGISTER_BROKER goes to every name server.
+
+With clusterSecretFile, each name server gets its own copy, signed timed (namesrv/guard.py) for that name
+server's instance (clusterSignAudience, which it says in every reply): a copy taken on the way to one is
+refused at another, and at the same one after it restarted. A broker that does not know the instance yet
+(first contact, or the name server restarted) is refused once with the instance named, and signs again.
 """
 from __future__ import annotations
 
@@ -55,6 +60,7 @@ class BrokerRegistration:
         self.master_ha_addr: str | None = None
         self.registrations = 0  # successful REGISTER_BROKER replies
         self.last_error: dict[str, str] = {}
+        self.audience: dict[str, str] = {}  # name server address -> its clusterSignAudience, as it said
         self._loop = PeriodicService("registration", self.register_all, config.registerNameServerPeriod / 1000.0,
                                      self.clock, metrics, logger=log)
         self._soon = None
@@ -63,14 +69,28 @@ class BrokerRegistration:
         self.stopped = False
         topics.listeners.append(self.register_soon)
 
-    def _signed(self, code: int, fields: dict, body: bytes | None) -> dict:
-        """The ext fields signed timed with the cluster secret (clusterSecretFile), for a name server that
-        requires it: a time strictly after the last this broker signed, and a nonce. One signature for
-        every name server, so a copy taken on the way to one is a replay at the others."""
+    def _signed(self, code: int, fields: dict, body: bytes | None, addr: str) -> dict:
+        """The ext fields signed timed with the cluster secret (clusterSecretFile), for the name server at
+        addr: a time strictly after the last this broker signed, a nonce, and that name server's instance
+        ("" until it said one). Without a secret, the fields as they are."""
         if self.secret is None or self._sign_clock is None:
-            return fields
+            return dict(fields)
         from .namesrv.guard import sign_cluster_timed
-        return sign_cluster_timed(fields, body, self.secret, self._sign_clock.next_ms(), code=code)
+        return sign_cluster_timed(fields, body, self.secret, self._sign_clock.next_ms(), code=code,
+                                  audience=self.audience.get(addr, ""))
+
+    def _heard_audience(self, response: RemotingCommand, addr: str, used: str | None) -> bool:
+        """Notes the instance a name server says it is; True when it refused a copy signed for another."""
+        from .namesrv.guard import SIGN_AUDIENCE
+        said = (response.ext_fields or {}).get(SIGN_AUDIENCE)
+        if self.secret is None or not isinstance(said, str) or not 0 < len(said) <= 64:
+            return False
+        if self.audience.get(addr) != said:
+            if addr in self.audience:
+                log.info("name server %s is a new instance (%s, was %s): it restarted", addr, said,
+                         self.audience[addr])
+            self.audience[addr] = said
+        return response.code != ResponseCode.SUCCESS and said != used
 
     def start(self) -> None:
         if not self.addresses:
@@ -107,15 +127,14 @@ class BrokerRegistration:
             return defer.succeed(None)
         c = self.config
         body = self.body()
-        fields = self._signed(RequestCode.REGISTER_BROKER, {
+        fields = {
             "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
             "haServerAddr": c.ha_server_addr, "brokerId": c.brokerId, "compressed": False,
             "bodyCrc32": body_crc32(body),
-        }, body)
+        }
         ds = []
         for addr in self.addresses:
-            req = RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(fields), body=body)
-            d = self.client.invoke(addr, req, REGISTER_TIMEOUT_S)
+            d = self._register_with(addr, fields, body, again=True)
             d.addCallbacks(self._registered, self._failed, callbackArgs=(addr,), errbackArgs=(addr,))
             ds.append(d)
         d = defer.DeferredList(ds, consumeErrors=True).addCallback(self._first_error)
@@ -124,6 +143,20 @@ class BrokerRegistration:
         if not ended:
             self._in_flight = d
         return d
+
+    def _register_with(self, addr: str, fields: dict, body: bytes, again: bool) -> defer.Deferred:
+        """REGISTER_BROKER to one name server, signed for it; refused because it is another instance than
+        the one signed for (first contact, or it restarted), once more for the instance it named."""
+        req = RemotingCommand.request(RequestCode.REGISTER_BROKER,
+                                      self._signed(RequestCode.REGISTER_BROKER, fields, body, addr), body=body)
+        used = self.audience.get(addr, "") if self.secret is not None else None
+        d = self.client.invoke(addr, req, REGISTER_TIMEOUT_S)
+
+        def heard(response: RemotingCommand):
+            if again and self._heard_audience(response, addr, used) and not self.stopped:
+                return self._register_with(addr, fields, body, again=False)
+            return response
+        return d.addCallback(heard)
 
     @staticmethod
     def _first_error(results):
@@ -180,12 +213,12 @@ class BrokerRegistration:
         if self._soon is not None and self._soon.active():
             self._soon.cancel()
         c = self.config
-        fields = self._signed(RequestCode.UNREGISTER_BROKER, {
-            "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
-            "brokerId": c.brokerId}, None)
+        fields = {"brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
+                  "brokerId": c.brokerId}
         ds = []
-        for addr in self.addresses:
-            req = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, dict(fields))
+        for addr in self.addresses:  # signed for the instance last heard (a restarted one refuses: expiry)
+            req = RemotingCommand.request(RequestCode.UNREGISTER_BROKER,
+                                          self._signed(RequestCode.UNREGISTER_BROKER, fields, None, addr))
             d = self.client.invoke(addr, req, UNREGISTER_TIMEOUT_S)
             d.addErrback(lambda f, a=addr: log.info("unregister from %s failed: %s", a, f.getErrorMessage()))
             ds.append(d)

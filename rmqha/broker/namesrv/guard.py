@@ -14,17 +14,20 @@ limits below.
 
 Replay. The ACL signature covers no time, so a captured signed request can be sent again later: a master's
 REGISTER_BROKER replayed after that master moved or died points its slaves at a stale address. Brokers
-therefore sign REGISTER_BROKER and UNREGISTER_BROKER "timed" (`sign_cluster_timed`): two more signed
+therefore sign REGISTER_BROKER and UNREGISTER_BROKER "timed" (`sign_cluster_timed`): three more signed
 fields, clusterSignTime (ms since the epoch on the signer's clock, strictly increasing per signer, so it is
-also the per-broker counter) and clusterSignNonce (64 random bits), and an unambiguous content (each key
-and value length-prefixed: the ACL's bare concatenation of values lets characters move between adjacent
-fields, brokerAddr "h:10911" + brokerId "0" signs as "h:1091" + "10"). `ReplayGuard` refuses a timed
-request whose time is more than the window (--signed-request-window-seconds, default 120) from the name
-server's clock either way, whose nonce it already took, or whose time is not after the last one it took
-from the same brokerAddr. For these two codes an untimed signature is refused. The other signed codes
-take a timed signature (checked the same way) or the ACL's untimed one, since mqadmin's signing hook cannot
-add fields; those untimed admin writes stay replayable (a replay sets again what a holder of the secret
-once set).
+also the per-broker counter), clusterSignNonce (64 random bits) and clusterSignAudience (the name-server
+instance the copy is for: each name server draws one at start and says it in its replies), over an
+unambiguous content: a format tag, the request code and header version (a REGISTER_BROKER re-sent as
+UNREGISTER_BROKER must not verify), then each key and value length-prefixed (the ACL's bare concatenation
+of values lets characters move between adjacent fields, brokerAddr "h:10911" + brokerId "0" signs as
+"h:1091" + "10"), then the body. `ReplayGuard` refuses a timed request signed for another instance (a copy
+relayed from the path to another name server, or one signed before this name server restarted), one whose
+time is more than the window (--signed-request-window-seconds, default 120) from the name server's clock
+either way, or whose time is not after the last one it took from the same brokerAddr. For these two codes
+an untimed signature is refused. The other signed codes take a timed signature (checked the same way) or
+the ACL's untimed one, since mqadmin's signing hook cannot add fields; those untimed admin writes stay
+replayable (a replay sets again what a holder of the secret once set).
 """
 from __future__ import annotations
 
@@ -50,6 +53,10 @@ SIGNED_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BR
 
 SIGN_TIME = "clusterSignTime"    # ms since the epoch on the signer's clock, strictly increasing per signer
 SIGN_NONCE = "clusterSignNonce"  # 16 hex digits, random per signed request
+# The name-server instance a timed request is for: 16 random hex digits each name server draws at start and
+# puts in its replies to REGISTER/UNREGISTER_BROKER (and in a refusal for a wrong or unknown one). A copy
+# taken on the way to one name server is refused at another, and at the same one once it restarted.
+SIGN_AUDIENCE = "clusterSignAudience"
 # Codes only brokers send (ours sign them timed): an untimed signature is refused for them.
 TIMED_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER})
 # How far a timed request's clusterSignTime may be from the name server's clock, either way. 120 s is
@@ -60,7 +67,8 @@ TIMED_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BRO
 # Replays inside the window are refused by nonce and per-broker time, not by the window.
 SIGNED_WINDOW_S = 120
 MAX_SIGNED_WINDOW_S = 3600
-MAX_REMEMBERED_NONCES = 100_000  # timed requests taken within 2 x window; only holders of the secret add
+MAX_REMEMBERED_NONCES = 100_000  # timed requests without a brokerAddr (admin writes) taken within 2 x window
+MAX_REMEMBERED_BROKERS = 4096    # brokerAddrs whose latest signing time is kept (4 x --max-brokers)
 
 MAX_TOPICS_PER_BROKER = 65_536      # topic configs one registration may carry
 MAX_BROKERS = 1024                  # broker addresses the name server keeps alive at once
@@ -86,6 +94,15 @@ class Stale(Unsigned):
 
 class Replayed(Unsigned):
     """A timed request whose nonce was taken already, or whose time is not after the sender's last."""
+
+
+class Duplicate(Replayed):
+    """The very request last taken from that brokerAddr (its time and nonce), delivered once more."""
+
+
+class WrongAudience(Unsigned):
+    """A timed request signed for another name-server instance (another name server, or this one before
+    a restart), or for none."""
 
 
 class Busy(Unsigned):
@@ -150,13 +167,15 @@ def _timed_signature_ok(code: int, version: int, ext_fields: dict, body: bytes |
 
 
 def sign_cluster_timed(ext_fields: dict, body: bytes | None, secret: str, at_ms: int,
-                       nonce: str | None = None, *, code: int, version: int = VERSION_V4_9_8) -> dict:
+                       nonce: str | None = None, *, code: int, audience: str, version: int = VERSION_V4_9_8) -> dict:
     """ext_fields (stringified as they go on the wire) signed with the time `at_ms` (the caller keeps it
-    strictly increasing) and a nonce, for a request of `code` sent with header `version`."""
+    strictly increasing), a nonce and the name-server instance `audience` ("" when not known yet: refused,
+    and the refusal says the instance), for a request of `code` sent with header `version`."""
     out = stringify_fields(ext_fields)
     out[ACCESS_KEY] = CLUSTER_KEY
     out[SIGN_TIME] = str(int(at_ms))
     out[SIGN_NONCE] = nonce if nonce is not None else os.urandom(8).hex()
+    out[SIGN_AUDIENCE] = audience
     out.pop(SIGNATURE, None)
     out[SIGNATURE] = _timed_signature(timed_content(code, version, out, body), secret)
     return out
@@ -175,27 +194,47 @@ class SignClock:
         return self.last
 
 
-class ReplayGuard:
-    """The name server's memory of timed requests (IO-free): refuses one signed more than the window from
-    now either way, one whose nonce it took, and one whose time is not after the last it took from the
-    same brokerAddr. It remembers a nonce or a broker's time only while a request with that time could
-    still pass the window, so at most about 2 x window of legitimate traffic."""
+def new_audience() -> str:
+    """A name-server instance's audience: 64 random bits, drawn at every start."""
+    return os.urandom(8).hex()
 
-    def __init__(self, window_s: float = SIGNED_WINDOW_S, max_nonces: int = MAX_REMEMBERED_NONCES):
+
+class ReplayGuard:
+    """The name server's memory of timed requests (IO-free). It refuses one signed for another audience
+    (another name-server instance), one signed more than the window from now either way, and one whose
+    time is not after the last it took from the same brokerAddr. Times per brokerAddr strictly increase
+    (SignClock), so that last time is all it keeps per broker: an exact replay, or one held back, is not
+    after it. So one broker re-registering fast (a client auto-creating topics) keeps one entry and denies
+    no other broker; the brokerAddrs kept are bounded by max_brokers (a new one past it is Busy). Timed
+    requests without a brokerAddr (admin writes signed timed) are told apart by nonce, in a bounded
+    memory of their own. Everything is forgotten once a request carrying it would fail the window; a
+    restart forgets everything, and the new audience refuses whatever was signed before it."""
+
+    def __init__(self, window_s: float = SIGNED_WINDOW_S, max_nonces: int = MAX_REMEMBERED_NONCES,
+                 max_brokers: int = MAX_REMEMBERED_BROKERS, audience: str | None = None):
         self.window_ms = int(window_s * 1000)
         self.max_nonces = max_nonces
-        self.nonces: dict[str, int] = {}
-        self.last_by_broker: dict[str, int] = {}
-        self._nonce_times: list[tuple[int, str]] = []   # heaps of (time, nonce) and (time, brokerAddr),
-        self._broker_times: list[tuple[int, str]] = []  # for pruning in O(log n)
+        self.max_brokers = max_brokers
+        self.audience = audience if audience is not None else new_audience()
+        self.nonces: dict[str, int] = {}                       # requests without a brokerAddr
+        self.last_by_broker: dict[str, tuple[int, str]] = {}   # brokerAddr -> (time, nonce) last taken
+        self._nonce_times: list[tuple[int, str]] = []   # heaps of (time, nonce) and (time, brokerAddr: one
+        self._broker_times: list[tuple[int, str]] = []  # each, maybe older than its last), for pruning
 
     def check(self, code: int, ext_fields: dict, now_ms: int) -> None:
-        """Raises Stale, Replayed or Unsigned (malformed time or nonce); else takes the request."""
+        """Raises WrongAudience, Stale, Replayed (Duplicate), Busy or Unsigned (malformed time or nonce);
+        else takes the request."""
         raw, nonce = str(ext_fields.get(SIGN_TIME, "")), str(ext_fields.get(SIGN_NONCE, ""))
         if not (raw.isascii() and raw.isdigit()) or len(raw) > 15:
             raise Unsigned(f"request code {code}: {SIGN_TIME} {validation.shown(raw)!r} is not ms since the epoch")
         if not 8 <= len(nonce) <= 64:
             raise Unsigned(f"request code {code}: {SIGN_NONCE} must be 8..64 characters")
+        audience = str(ext_fields.get(SIGN_AUDIENCE, ""))
+        if audience != self.audience:
+            raise WrongAudience(f"request code {code} was signed for name server instance "
+                                f"{validation.shown(audience) or '(none)'!r}, this one is {self.audience} (a copy "
+                                "meant for another name server, or for this one before it restarted; a broker "
+                                "signs again for the instance in this reply)")
         at = int(raw)
         skew = at - now_ms
         if abs(skew) > self.window_ms:
@@ -204,22 +243,33 @@ class ReplayGuard:
                         f"clock, outside its window of {self.window_ms / 1000:.0f} s (a replay, or clocks out of "
                         "sync: check NTP on both hosts)")
         self._prune(now_ms)
+        broker = str(ext_fields.get("brokerAddr", ""))
+        if not broker:
+            self._take_nonce(code, nonce, at)
+            return
+        last = self.last_by_broker.get(broker)
+        if last is not None and at <= last[0]:
+            if (at, nonce) == last:
+                raise Duplicate(f"request code {code}: {SIGN_TIME} {at} and nonce {validation.shown(nonce)} from "
+                                f"brokerAddr {validation.shown(broker)} were taken already (a replayed request)")
+            raise Replayed(f"request code {code}: {SIGN_TIME} {at} from brokerAddr {validation.shown(broker)} is "
+                           f"not after the last taken ({last[0]}): a replayed or reordered request, or that "
+                           "broker's clock went back across a restart")
+        if last is None and len(self.last_by_broker) >= self.max_brokers:
+            raise Busy(f"request code {code}: signed requests from {self.max_brokers} brokerAddrs taken within "
+                       f"the window already; brokerAddr {validation.shown(broker)} is new: try again later")
+        self.last_by_broker[broker] = (at, nonce)
+        if last is None:  # one heap entry per broker, moved on when pruned (a fast broker does not grow it)
+            heapq.heappush(self._broker_times, (at, broker))
+
+    def _take_nonce(self, code: int, nonce: str, at: int) -> None:
         if nonce in self.nonces:
             raise Replayed(f"request code {code}: nonce {validation.shown(nonce)} was taken already (a replayed request)")
-        broker = str(ext_fields.get("brokerAddr", ""))
-        last = self.last_by_broker.get(broker) if broker else None
-        if last is not None and at <= last:
-            raise Replayed(f"request code {code}: {SIGN_TIME} {at} from brokerAddr {validation.shown(broker)} is "
-                           f"not after the last taken ({last}): a replayed or reordered request, or that "
-                           "broker's clock went back across a restart")
         if len(self.nonces) >= self.max_nonces:
-            raise Busy(f"request code {code}: {self.max_nonces} signed requests taken within the window "
-                       "already; try again later")
+            raise Busy(f"request code {code}: {self.max_nonces} signed requests without a brokerAddr taken "
+                       "within the window already; try again later")
         self.nonces[nonce] = at
         heapq.heappush(self._nonce_times, (at, nonce))
-        if broker:
-            self.last_by_broker[broker] = at
-            heapq.heappush(self._broker_times, (at, broker))
 
     def _prune(self, now_ms: int) -> None:
         """Forget what no request can match any more: a time below now - window fails the window check."""
@@ -228,9 +278,14 @@ class ReplayGuard:
             _, nonce = heapq.heappop(self._nonce_times)
             self.nonces.pop(nonce, None)
         while self._broker_times and self._broker_times[0][0] < floor:
-            at, broker = heapq.heappop(self._broker_times)
-            if self.last_by_broker.get(broker) == at:
+            _, broker = heapq.heappop(self._broker_times)
+            last = self.last_by_broker.get(broker)
+            if last is None:
+                continue
+            if last[0] < floor:
                 del self.last_by_broker[broker]
+            else:
+                heapq.heappush(self._broker_times, (last[0], broker))
 
 
 def check_name(value: str, what: str) -> str:

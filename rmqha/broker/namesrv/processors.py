@@ -12,18 +12,20 @@ from rmqha.broker.namesrv.namesrv_config import ConfigRefused, NamesrvSettings
 from rmqha.broker.namesrv.register_body import RegisterBrokerBody, body_crc32
 from rmqha.broker.namesrv.route_info import TOPIC_FLAG_UNIT, TOPIC_FLAG_UNIT_SUB, RouteInfoManager
 from rmqha.broker.remoting import json_body
-from rmqha.broker.remoting.codes import VERSION_V3_0_11, RequestCode, ResponseCode
+from rmqha.broker.remoting.codes import MASTER_ID, VERSION_V3_0_11, RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.remoting.protocol import ConnectionContext, ProcessorRegistry
 
 log = logging.getLogger(__name__)
+
+MAX_HOLDERS = 4  # connections kept per broker that presented its latest registration (the broker's, and races)
 
 
 class NameServerProcessors:
     def __init__(self, routes: RouteInfoManager, kv: KVConfigManager, clock: IReactorTime, *,
                  cluster_secret: str | None = None, max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER,
                  settings: NamesrvSettings | None = None, on_settings_changed=None,
-                 signed_window_s: float = guard.SIGNED_WINDOW_S):
+                 signed_window_s: float = guard.SIGNED_WINDOW_S, signed_audience: str | None = None):
         self.routes = routes
         self.settings = settings if settings is not None else NamesrvSettings()
         self.on_settings_changed = on_settings_changed  # callable(changed keys -> values), or None
@@ -34,9 +36,22 @@ class NameServerProcessors:
         self.refused_unsigned = 0
         self.refused_stale = 0     # timed requests outside the window
         self.refused_replayed = 0  # timed requests whose nonce or broker time was taken already
-        self.replay_guard = guard.ReplayGuard(signed_window_s)
+        self.refused_audience = 0  # timed requests signed for another name-server instance (or none)
+        self.replay_guard = guard.ReplayGuard(signed_window_s, max_brokers=4 * routes.max_brokers,
+                                              audience=signed_audience)
+        # brokerAddr -> (nonce of its latest REGISTER_BROKER taken, the open connections that presented it):
+        # the first, and those that delivered the very same request again (the broker's own copy, when an
+        # observer of its path raced it in first). Its live entry moves to another of them when the one it
+        # is bound to closes, so an observer's close does not drop the broker. At most MAX_HOLDERS each.
+        self.holders: dict[str, tuple[str, list[ConnectionContext]]] = {}
+        self._duplicate: RemotingCommand | None = None  # marked by the ACL hook for register_broker
         # a stranger repeats a refused request as often as it likes: one line a minute per kind
         self.log_limit = LogLimiter(log, now=clock.seconds)
+
+    @property
+    def audience(self) -> str:
+        """This instance's clusterSignAudience (new at every start)."""
+        return self.replay_guard.audience
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
@@ -80,45 +95,90 @@ class NameServerProcessors:
             self.refused_unsigned += 1
             self.log_limit.log(logging.WARNING, ("unsigned", req.code),
                                "refused request code %d from %s: %s", req.code, peer, e)
-            return req.make_response(ResponseCode.NO_PERMISSION, str(e))
+            return self._refusal(req, ResponseCode.NO_PERMISSION, str(e))
         if guard.SIGN_TIME in fields:
-            refused = self._fresh(req, peer)
-            if refused is not None:
-                return req.make_response(*refused)
+            return self._fresh(req, peer)
         return None
 
-    def _fresh(self, req: RemotingCommand, peer: str) -> tuple[int, str] | None:
-        """ReplayGuard's verdict on a timed request with a valid signature: None when taken, else the
-        response code and remark of the refusal (counted, and logged at most once a minute per kind)."""
+    def _audience_fields(self, req: RemotingCommand) -> dict[str, object]:
+        """With a secret, every answer to REGISTER/UNREGISTER_BROKER says this instance's audience (a broker
+        signs its next copies for it)."""
+        if self.cluster_secret is not None and req.code in guard.TIMED_CODES:
+            return {guard.SIGN_AUDIENCE: self.audience}
+        return {}
+
+    def _refusal(self, req: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+        return req.make_response(code, remark, ext_fields=self._audience_fields(req) or None)
+
+    def _fresh(self, req: RemotingCommand, peer: str) -> RemotingCommand | None:
+        """ReplayGuard's verdict on a timed request with a valid signature: None when taken (or when it is
+        a REGISTER_BROKER identical to the broker's latest one, still live: marked for register_broker to
+        answer without applying), else the refusal (counted, and logged at most once a minute per kind)."""
+        fields = req.ext_fields or {}
         try:
-            self.replay_guard.check(req.code, req.ext_fields or {}, self.now_ms())
+            self.replay_guard.check(req.code, fields, self.now_ms())
         except guard.Busy as e:
             self.log_limit.log(logging.WARNING, ("signed busy", req.code),
                                "refused request code %d from %s: %s", req.code, peer, e)
-            return ResponseCode.SYSTEM_BUSY, str(e)
+            return self._refusal(req, ResponseCode.SYSTEM_BUSY, str(e))
         except guard.Stale as e:
             self.refused_stale += 1
             self.log_limit.log(logging.WARNING, ("stale", req.code),
                                "refused request code %d from %s: %s", req.code, peer, e)
-            return ResponseCode.NO_PERMISSION, str(e)
+            return self._refusal(req, ResponseCode.NO_PERMISSION, str(e))
+        except guard.WrongAudience as e:  # routine once per broker after a restart: INFO
+            self.refused_audience += 1
+            self.log_limit.log(logging.INFO, ("audience", req.code),
+                               "refused request code %d from %s: %s", req.code, peer, e)
+            return self._refusal(req, ResponseCode.NO_PERMISSION, str(e))
         except guard.Unsigned as e:  # Replayed, or a malformed time or nonce
+            if isinstance(e, guard.Duplicate) and self._is_latest_live(req):
+                self._duplicate = req
+                return None
             self.refused_replayed += 1
             self.log_limit.log(logging.WARNING, ("replayed", req.code),
                                "refused request code %d from %s: %s", req.code, peer, e)
-            return ResponseCode.NO_PERMISSION, str(e)
+            return self._refusal(req, ResponseCode.NO_PERMISSION, str(e))
         return None
 
+    def _is_latest_live(self, req: RemotingCommand) -> bool:
+        """A REGISTER_BROKER whose nonce is that of the latest registration taken from its brokerAddr, which
+        is still live here."""
+        if req.code != RequestCode.REGISTER_BROKER:
+            return False
+        fields = req.ext_fields or {}
+        addr = str(fields.get("brokerAddr", ""))
+        held = self.holders.get(addr)
+        return (held is not None and held[0] == str(fields.get(guard.SIGN_NONCE, ""))
+                and addr in self.routes.broker_live_table)
+
     def channel_closed(self, ctx: ConnectionContext) -> None:
+        """A broker whose live entry is bound to ctx stays when another open connection presented its latest
+        registration (then bound to that one); every other broker of ctx goes, as 4.9."""
+        for addr, (_, chans) in list(self.holders.items()):
+            if ctx not in chans:
+                continue
+            chans.remove(ctx)
+            live = self.routes.broker_live_table.get(addr)
+            if live is None or not chans:
+                del self.holders[addr]
+            elif live.channel is ctx:
+                live.channel = chans[0]
         self.routes.on_channel_closed(ctx)
 
     def scan_not_active_brokers(self) -> None:
         for channel in self.routes.scan_not_active_brokers(self.now_ms()):
             if isinstance(channel, ConnectionContext):
                 channel.close()
+        for addr in [a for a in self.holders if a not in self.routes.broker_live_table]:
+            del self.holders[addr]
 
     # ---- brokers --------------------------------------------------------------------------------
 
     def register_broker(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        if self._duplicate is req:
+            self._duplicate = None
+            return self._answer_duplicate(req, ctx)
         broker_name = guard.check_name(req.get_str("brokerName"), "brokerName")
         broker_addr = guard.check_addr(req.get_str("brokerAddr"), "brokerAddr")
         cluster_name = guard.check_name(req.get_str("clusterName"), "clusterName")
@@ -144,16 +204,40 @@ class NameServerProcessors:
 
         result = self.routes.register_broker(cluster_name, broker_addr, broker_name, broker_id,
                                              ha_server_addr, body, ctx, self.now_ms())
+        nonce = (req.ext_fields or {}).get(guard.SIGN_NONCE)
+        if self.cluster_secret is not None and nonce is not None:
+            self.holders[broker_addr] = (str(nonce), [ctx])
+        return self._register_reply(req, result.ha_server_addr, result.master_addr)
+
+    def _register_reply(self, req: RemotingCommand, ha_server_addr, master_addr) -> RemotingCommand:
         order_conf = self.kv.namespace(ORDER_TOPIC_CONFIG)
         return req.make_response(
-            ext_fields={"haServerAddr": result.ha_server_addr, "masterAddr": result.master_addr},
+            ext_fields={"haServerAddr": ha_server_addr, "masterAddr": master_addr, **self._audience_fields(req)},
             body=json_body.dumps({"table": order_conf}) if order_conf else b"",
         )
+
+    def _answer_duplicate(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        """The broker's latest registration delivered once more (by the broker, or by an observer of its path
+        that raced it): answered as the registration was, nothing applied again (another broker may have
+        taken its id since), and ctx noted as a connection the live entry may move to."""
+        addr = req.get_str("brokerAddr")
+        chans = self.holders[addr][1]
+        if ctx not in chans and len(chans) < MAX_HOLDERS:
+            chans.append(ctx)
+        ha_addr = master_addr = None
+        if req.get_long("brokerId") != MASTER_ID:
+            data = self.routes.broker_addr_table.get(req.get_str("brokerName"))
+            master = data.broker_addrs.get(MASTER_ID) if data is not None else None
+            live = self.routes.broker_live_table.get(master) if master else None
+            if live is not None:
+                ha_addr, master_addr = live.ha_server_addr, master
+        return self._register_reply(req, ha_addr, master_addr)
 
     def unregister_broker(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         self.routes.unregister_broker(req.get_str("clusterName"), req.get_str("brokerAddr"),
                                       req.get_str("brokerName"), req.get_long("brokerId"))
-        return req.make_response()
+        self.holders.pop(req.get_str("brokerAddr"), None)
+        return req.make_response(ext_fields=self._audience_fields(req) or None)
 
     def query_data_version(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         broker_addr = req.get_str("brokerAddr")

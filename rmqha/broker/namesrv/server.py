@@ -23,7 +23,8 @@ class NameServer:
                  scan_interval: float = SCAN_INTERVAL_SECONDS, expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS, *,
                  cluster_secret: str | None = None, max_brokers: int = guard.MAX_BROKERS,
                  max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER,
-                 max_topic_routes: int = guard.MAX_TOPIC_ROUTES, signed_window_s: float = guard.SIGNED_WINDOW_S):
+                 max_topic_routes: int = guard.MAX_TOPIC_ROUTES, signed_window_s: float = guard.SIGNED_WINDOW_S,
+                 signed_audience: str | None = None):
         self.reactor = reactor
         self.clock = clock if clock is not None else reactor
         self.routes = RouteInfoManager(expiry_ms, max_brokers=max_brokers, max_topic_routes=max_topic_routes)
@@ -32,7 +33,8 @@ class NameServer:
         self.processors = NameServerProcessors(self.routes, self.kv, self.clock, cluster_secret=cluster_secret,
                                                max_topics_per_broker=max_topics_per_broker, settings=self.settings,
                                                on_settings_changed=self.apply_settings,
-                                               signed_window_s=signed_window_s)
+                                               signed_window_s=signed_window_s,
+                                               signed_audience=signed_audience)  # None: drawn now (tests fix it)
         # Java's name server uses the same NettyServerConfig as the broker: idle channels close
         # after 120 s (brokers register every 30 s, clients poll routes every 30 s).
         idle = float(self.settings.get("serverChannelMaxIdleTimeSeconds"))

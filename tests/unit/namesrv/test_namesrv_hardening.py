@@ -120,7 +120,7 @@ def test_with_a_cluster_secret_only_signed_writes_change_routes_and_config():
     assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, untimed, body)).code == \
         ResponseCode.NO_PERMISSION
     signed = guard.sign_cluster_timed(fields, body, SECRET, int(clock_ns.clock.seconds() * 1000),
-                                      code=RequestCode.REGISTER_BROKER)
+                                      code=RequestCode.REGISTER_BROKER, audience=ns.processors.audience)
     assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, signed, body)).code == ResponseCode.SUCCESS
     tampered = dict(signed, haServerAddr="6.6.6.6:10912")
     assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, tampered, body)).code == \

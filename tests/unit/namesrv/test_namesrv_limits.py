@@ -18,6 +18,7 @@ from rmqha.broker.remoting.command import RemotingCommand
 from test_namesrv_processors import M, Conn, make_ns, register, route
 
 SECRET = "0123456789abcdef-secret"
+AUDIENCE = "00000000000000aa"  # the name servers' clusterSignAudience here
 
 
 def register_body(conn, body: RegisterBrokerBody, name="broker-a", addr=M, compressed=False, crc=None,
@@ -27,7 +28,8 @@ def register_body(conn, body: RegisterBrokerBody, name="broker-a", addr=M, compr
               "brokerId": "0", "compressed": str(compressed).lower(),
               "bodyCrc32": str(body_crc32(data) if crc is None else crc)}
     if secret:
-        fields = guard.sign_cluster_timed(fields, data, secret, at_ms, code=RequestCode.REGISTER_BROKER)
+        fields = guard.sign_cluster_timed(fields, data, secret, at_ms, code=RequestCode.REGISTER_BROKER,
+                                          audience=AUDIENCE)
     return conn.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data))
 
 
@@ -202,14 +204,15 @@ def query_data_version(conn, addr=M, secret=None, at_ms=0):
     body = json.dumps({"counter": 0, "timestamp": 0}).encode()
     fields = {"brokerAddr": addr, "brokerName": "broker-a", "clusterName": "C", "brokerId": "0"}
     if secret:
-        fields = guard.sign_cluster_timed(fields, body, secret, at_ms, code=RequestCode.QUERY_DATA_VERSION)
+        fields = guard.sign_cluster_timed(fields, body, secret, at_ms, code=RequestCode.QUERY_DATA_VERSION,
+                                          audience=AUDIENCE)
     return conn.call(RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, fields, body))
 
 
 @pytest.mark.parametrize("who, stays", [("stranger", False), ("own channel", True), ("signed", True)])
 def test_with_a_secret_only_the_broker_keeps_itself_alive(who, stays):
     clock_ns, clock = make_ns()
-    ns = NameServer(reactor=None, clock=clock, cluster_secret=SECRET)
+    ns = NameServer(reactor=None, clock=clock, cluster_secret=SECRET, signed_audience=AUDIENCE)
     ns.start_scanning()
     broker = Conn(ns, 1)
     body = RegisterBrokerBody(topics("T"), {"counter": 0, "timestamp": 0})

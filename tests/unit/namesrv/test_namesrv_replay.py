@@ -23,13 +23,15 @@ from test_namesrv_processors import Conn, route
 SECRET = "0123456789abcdef-secret"
 A, B = "10.0.0.1:10911", "10.0.0.2:10911"  # the old master of broker-a, and the one that took over
 T0 = 1_700_000_000
+AUD = "00000000000000aa"  # the name server's clusterSignAudience in these tests (drawn at start otherwise)
 
 
-def name_server(window_s=guard.SIGNED_WINDOW_S, secret=SECRET, clock=None):
+def name_server(window_s=guard.SIGNED_WINDOW_S, secret=SECRET, clock=None, audience=AUD):
     clock = clock or Clock()
     if clock.seconds() == 0:
         clock.advance(T0)
-    return NameServer(reactor=None, clock=clock, cluster_secret=secret, signed_window_s=window_s), clock
+    return NameServer(reactor=None, clock=clock, cluster_secret=secret, signed_window_s=window_s,
+                      signed_audience=audience), clock
 
 
 def reg_fields(addr=A, broker_id=0, body=b""):
@@ -42,10 +44,10 @@ def body(*names):
     return RegisterBrokerBody({n: TopicConfig(n, 4, 4, 6) for n in names or ("T",)}).encode()
 
 
-def signed_register(at_s, addr=A, broker_id=0, nonce=None):
+def signed_register(at_s, addr=A, broker_id=0, nonce=None, audience=AUD):
     data = body()
     fields = guard.sign_cluster_timed(reg_fields(addr, broker_id, data), data, SECRET, int(at_s * 1000), nonce,
-                                      code=RequestCode.REGISTER_BROKER)
+                                      code=RequestCode.REGISTER_BROKER, audience=audience)
     return RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data)
 
 
@@ -55,14 +57,18 @@ def master_of(ns):
 
 
 def test_an_exact_replay_is_refused_and_the_route_stays():
+    """Once the broker registered anew (or left): the exact replay of its latest registration while it is
+    live is answered and applies nothing (test_namesrv_replay_bound.py)."""
     ns, clock = name_server()
     c = Conn(ns, 1)
     captured = signed_register(clock.seconds())
     assert c.call(captured).code == ResponseCode.SUCCESS
+    c.close()
     clock.advance(5)
     r = Conn(ns, 2).call(captured)
-    assert r.code == ResponseCode.NO_PERMISSION and "was taken already (a replayed request)" in r.remark, r.remark
+    assert r.code == ResponseCode.NO_PERMISSION and "were taken already (a replayed request)" in r.remark, r.remark
     assert ns.processors.refused_replayed == 1 and ns.processors.refused_unsigned == 0
+    assert master_of(ns) is None
 
 
 def test_the_stale_master_replay_is_refused():
@@ -75,7 +81,7 @@ def test_the_stale_master_replay_is_refused():
     clock.advance(1)
     unreg = guard.sign_cluster_timed({"brokerName": "broker-a", "brokerAddr": A, "clusterName": "C", "brokerId": 0},
                                      None, SECRET, int(clock.seconds() * 1000),
-                                     code=RequestCode.UNREGISTER_BROKER)
+                                     code=RequestCode.UNREGISTER_BROKER, audience=AUD)
     assert a.call(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, unreg)).code == ResponseCode.SUCCESS
     a.close()
     clock.advance(2)
@@ -135,7 +141,8 @@ def test_moving_characters_between_fields_breaks_a_timed_signature():
     acl_sig = guard.sign_cluster(fields, b"", SECRET)["Signature"]
     assert guard.sign_cluster(moved, b"", SECRET)["Signature"] == acl_sig  # the ambiguity, shown
     ns, clock = name_server()
-    signed = guard.sign_cluster_timed(fields, b"", SECRET, int(clock.seconds() * 1000), code=RequestCode.REGISTER_BROKER)
+    signed = guard.sign_cluster_timed(fields, b"", SECRET, int(clock.seconds() * 1000), code=RequestCode.REGISTER_BROKER,
+                                      audience=AUD)
     forged = dict(signed, brokerAddr=moved["brokerAddr"], brokerId=moved["brokerId"])
     r = Conn(ns, 1).call(RemotingCommand.request(RequestCode.REGISTER_BROKER, forged))
     assert r.code == ResponseCode.NO_PERMISSION and "signature of the timed request does not match" in r.remark
@@ -150,7 +157,8 @@ def test_a_malformed_time_or_nonce_is_refused_even_when_signed(change, why):
     ns, clock = name_server()
     data = body()
     fields = {**{k: str(v) for k, v in reg_fields(body=data).items()}, "AccessKey": guard.CLUSTER_KEY,
-              guard.SIGN_TIME: str(int(T0 * 1000)), guard.SIGN_NONCE: "0123456789abcdef", **change}
+              guard.SIGN_TIME: str(int(T0 * 1000)), guard.SIGN_NONCE: "0123456789abcdef",
+              guard.SIGN_AUDIENCE: AUD, **change}
     fields["Signature"] = guard._timed_signature(guard.timed_content(RequestCode.REGISTER_BROKER, 409, fields, data), SECRET)
     r = Conn(ns, 1).call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data))
     assert r.code == ResponseCode.NO_PERMISSION and why in r.remark, r.remark
@@ -160,7 +168,9 @@ def test_a_malformed_time_or_nonce_is_refused_even_when_signed(change, why):
 def test_refusals_are_logged_once_a_minute_per_kind_and_all_counted(caplog):
     ns, clock = name_server()
     captured = signed_register(clock.seconds())
-    assert Conn(ns, 1).call(captured).code == ResponseCode.SUCCESS
+    broker = Conn(ns, 1)
+    assert broker.call(captured).code == ResponseCode.SUCCESS
+    broker.close()  # else an exact copy of its latest registration is answered (and applies nothing)
     with caplog.at_level(logging.WARNING, logger="rmqha.broker.namesrv.processors"):
         for _ in range(50):
             Conn(ns, 2).call(captured)
@@ -176,18 +186,19 @@ def test_refusals_are_logged_once_a_minute_per_kind_and_all_counted(caplog):
 
 
 def test_what_is_remembered_is_bounded_by_the_window():
-    """Nonces and broker times are forgotten once no request carrying them can pass the window; a full
-    memory refuses with SYSTEM_BUSY instead of growing (only holders of the secret fill it)."""
+    """Broker times (and the nonces of timed requests without a brokerAddr) are forgotten once no request
+    carrying them can pass the window; a full memory refuses with SYSTEM_BUSY instead of growing (only
+    holders of the secret fill it)."""
     ns, clock = name_server()
     g = ns.processors.replay_guard
     for i in range(100):
         assert Conn(ns, 1).call(signed_register(clock.seconds(), f"10.0.2.{i}:10911")).code == 0
         clock.advance(1)
-    assert len(g.nonces) == 100 and len(g.last_by_broker) == 100
+    assert len(g.last_by_broker) == 100 and len(g._broker_times) == 100 and g.nonces == {}
     clock.advance(200)
     assert Conn(ns, 1).call(signed_register(clock.seconds())).code == 0
-    assert len(g.nonces) == 1 and len(g.last_by_broker) == 1
-    g.max_nonces = 1
+    assert len(g.last_by_broker) == 1 and len(g._broker_times) == 1
+    g.max_brokers = 1
     r = Conn(ns, 1).call(signed_register(clock.seconds(), B))
     assert r.code == ResponseCode.SYSTEM_BUSY and "try again later" in r.remark
 
@@ -207,7 +218,8 @@ def test_admin_writes_take_mqadmin_s_untimed_signature_or_a_timed_one_checked_al
     kv = {"namespace": "NS", "key": "k", "value": "v"}
     untimed = guard.sign_cluster(kv, b"", SECRET)
     assert [c.call(RemotingCommand.request(RequestCode.PUT_KV_CONFIG, untimed)).code for _ in range(2)] == [0, 0]
-    timed = guard.sign_cluster_timed(kv, b"", SECRET, int(clock.seconds() * 1000), code=RequestCode.PUT_KV_CONFIG)
+    timed = guard.sign_cluster_timed(kv, b"", SECRET, int(clock.seconds() * 1000), code=RequestCode.PUT_KV_CONFIG,
+                                   audience=AUD)
     assert [c.call(RemotingCommand.request(RequestCode.PUT_KV_CONFIG, timed)).code for _ in range(2)] == \
         [0, ResponseCode.NO_PERMISSION]
 
@@ -219,7 +231,7 @@ def test_a_signed_query_keeps_a_broker_alive_only_when_fresh():
     data = b'{"counter":0,"timestamp":0}'
     q = {"brokerAddr": A, "brokerName": "broker-a", "clusterName": "C", "brokerId": "0"}
     captured = guard.sign_cluster_timed(q, data, SECRET, int(clock.seconds() * 1000) + 1,
-                                        code=RequestCode.QUERY_DATA_VERSION)
+                                        code=RequestCode.QUERY_DATA_VERSION, audience=AUD)
     for _ in range(3):  # a captured query, delivered once and then replayed every 50 s by a stranger
         clock.advance(50)
         assert Conn(ns, 9).call(RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, captured, data)).code == 0
@@ -242,12 +254,14 @@ class InMemoryClient:
         pass
 
 
-def test_a_broker_signs_timed_once_for_all_name_servers_so_a_copy_is_a_replay_elsewhere(tmp_path):
+def test_a_broker_signs_each_name_server_s_copy_for_that_instance_and_follows_a_restart(tmp_path):
+    """Its own time, nonce and audience per name server: a copy taken on the way to ns2 is refused at ns1.
+    First contact costs one refused round trip per name server (it names its instance); so does a restart."""
     clock = Clock()
     clock.advance(T0)
     (tmp_path / "secret").write_text(SECRET)
-    ns1, _ = name_server(clock=clock)
-    ns2, _ = name_server(clock=clock)
+    ns1, _ = name_server(clock=clock, audience="00000000000000a1")
+    ns2, _ = name_server(clock=clock, audience="00000000000000a2")
     cfg = BrokerConfig.from_properties({
         "brokerClusterName": "C", "brokerName": "broker-a", "brokerId": "0", "brokerRole": "ASYNC_MASTER",
         "storePathRootDir": str(tmp_path), "brokerIP1": "10.0.0.1", "listenPort": "10911",
@@ -256,16 +270,28 @@ def test_a_broker_signs_timed_once_for_all_name_servers_so_a_copy_is_a_replay_el
     client = InMemoryClient({"ns1:9876": Conn(ns1, 1), "ns2:9876": Conn(ns2, 1)})
     reg = BrokerRegistration(cfg, TopicConfigManager(cfg, clock), clock, clock, client=client)
     reg.start()
+    assert reg.registrations == 2 and reg.last_error == {}
+    assert reg.audience == {"ns1:9876": "00000000000000a1", "ns2:9876": "00000000000000a2"}
+    assert [cmd.ext_fields[guard.SIGN_AUDIENCE] for _, cmd in client.seen] == \
+        ["", "00000000000000a1", "", "00000000000000a2"]  # (ns1 answered before ns2 was asked)
+    assert ns1.processors.refused_audience == ns2.processors.refused_audience == 1
     clock.advance(10)
-    assert reg.registrations == 4 and reg.last_error == {}
-    times = [int(cmd.ext_fields[guard.SIGN_TIME]) for _, cmd in client.seen]
-    assert times[0] == times[1] < times[2] == times[3]  # one signature per round, for both name servers
-    copy = client.seen[3][1]  # taken on the way to ns2
-    r = Conn(ns1, 7).call(copy)
-    assert r.code == ResponseCode.NO_PERMISSION and "replayed" in r.remark
+    assert reg.registrations == 4 and len(client.seen) == 6
+    (a1, c1), (a2, c2) = client.seen[-2:]
+    assert (a1, a2) == ("ns1:9876", "ns2:9876")
+    assert int(c1.ext_fields[guard.SIGN_TIME]) < int(c2.ext_fields[guard.SIGN_TIME])
+    assert c1.ext_fields[guard.SIGN_NONCE] != c2.ext_fields[guard.SIGN_NONCE]
+    r = Conn(ns1, 7).call(c2)  # the copy taken on the way to ns2
+    assert r.code == ResponseCode.NO_PERMISSION and "signed for name server instance" in r.remark, r.remark
+
+    ns2b, _ = name_server(clock=clock, audience="00000000000000b2")  # ns2 restarts
+    client.conns["ns2:9876"] = Conn(ns2b, 1)
+    clock.advance(10)
+    assert reg.registrations == 6 and reg.last_error == {} and reg.audience["ns2:9876"] == "00000000000000b2"
+    assert ns2b.routes.broker_live_table.keys() == {A}
     reg.stop()
     assert [cmd.code for _, cmd in client.seen[-2:]] == [RequestCode.UNREGISTER_BROKER] * 2
-    assert all(ns.routes.broker_live_table == {} for ns in (ns1, ns2))
+    assert all(ns.routes.broker_live_table == {} for ns in (ns1, ns2b))
 
 
 def test_a_broker_s_sign_time_never_goes_back():
