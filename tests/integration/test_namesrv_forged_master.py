@@ -3,8 +3,8 @@ server (no haMasterAddress, as 4.9's sample configs) and an attacker without the
 registering a fake master for the slave's group. Without a secret (4.9's behaviour, the control) the slave
 connects to the fake master; with one, every forgery is refused, the route stays the real master's and
 the fake master never sees a connection. A captured signed registration of the real master (taken by a
-second "name server" in its namesrvAddr, which sees the same signed request) is refused when replayed,
-before and after that master stops."""
+second "name server" in its namesrvAddr, which gets its own copy signed for its own instance) is refused
+when replayed, before and after that master stops."""
 from __future__ import annotations
 
 import socket
@@ -139,7 +139,8 @@ def test_a_forged_master_never_reaches_the_slave_and_a_captured_registration_doe
         body = RegisterBrokerBody({"TopicTest": TopicConfig("TopicTest", 4, 4, 6)}).encode()
         plain = forged_master_fields(fake_broker.addr, fake_ha.addr, body)
         now_ms = int(time.time() * 1000)
-        forgeries = [plain, guard.sign_cluster_timed(plain, body, WRONG, now_ms, code=RequestCode.REGISTER_BROKER), guard.sign_cluster(plain, body, WRONG)]
+        forgeries = [plain, guard.sign_cluster_timed(plain, body, WRONG, now_ms, code=RequestCode.REGISTER_BROKER,
+                                                       audience=""), guard.sign_cluster(plain, body, WRONG)]
         codes: list[int] = []
 
         def forge_and_check(done):
@@ -168,14 +169,15 @@ def test_a_forged_master_never_reaches_the_slave_and_a_captured_registration_doe
         captured = wait_until(lambda: [c for c in capture.requests if c.code == RequestCode.REGISTER_BROKER], 20,
                               "a registration of the master at the capturing name server")[0]
         assert guard.SIGN_TIME in captured.ext_fields  # timed, so the name server can tell
+        # it was signed for the capturing name server's instance (it named none), not this one's
         r = attacker.call(RequestCode.REGISTER_BROKER, captured.ext_fields, captured.body)
-        assert r.code == ResponseCode.NO_PERMISSION and "replayed" in r.remark, r.remark
+        assert r.code == ResponseCode.NO_PERMISSION and "signed for name server instance" in r.remark, r.remark
         master.stop()  # the master goes (signed UNREGISTER): replaying its registration would bring it back
         wait_until(lambda: 0 not in ns.broker_addrs("broker-a"), 15, "the master's UNREGISTER")
         latest = [c for c in capture.requests if c.code == RequestCode.REGISTER_BROKER][-1]
         for cmd in (captured, latest):
             r = attacker.call(RequestCode.REGISTER_BROKER, cmd.ext_fields, cmd.body)
-            assert r.code == ResponseCode.NO_PERMISSION and "replayed" in r.remark, r.remark
+            assert r.code == ResponseCode.NO_PERMISSION and "signed for name server instance" in r.remark, r.remark
         assert ns.broker_addrs("broker-a") == {1: slave.addr}
         print(f"forgeries refused: {len(codes)}; slave registrations meanwhile: "
               f"{slave_registrations(slave) - start}; replays refused: 3")
