@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def make_config(args: argparse.Namespace) -> DLedgerConfig:
-    c = DLedgerConfig(group=args.group, selfId=args.self_id, peers=args.peers)
+    c = DLedgerConfig(group=args.group, selfId=args.self_id, peers=args.peers, acceptRemoteAppend=True)
     if args.self_id not in c.peer_map():
         raise SystemExit(f"--self-id {args.self_id} is not in --peers {args.peers}")
     if args.timer_scale != 1.0:

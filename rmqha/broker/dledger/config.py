@@ -25,6 +25,10 @@ class DLedgerConfig:
     leadershipTransferWaitTimeout: int = 1000
     isEnableBatchPush: bool = False  # batch push is not modelled yet: the core pushes one entry a request
     maxBatchPushSize: int = 4 * 1024
+    # Ours: a remote AppendEntryRequest (code 50001) is refused with UNSUPPORTED unless this is on. A
+    # RocketMQ broker only appends locally, so on its DLedger port a remote append could only be someone
+    # injecting records (review 2, A3); the standalone server (python -m rmqha.broker.dledger) turns it on.
+    acceptRemoteAppend: bool = False
     # Not DLedger settings, the blocking waits its threads make, here as deadlines:
     rpcTimeoutMs: int = 3000  # the remoting invokeAsync timeout; also how long COMPARE/TRUNCATE wait
     voteWaitBaseMs: int = 2000  # a vote round waits 2000 + random(maxVoteIntervalMs) for its latch

@@ -105,6 +105,7 @@ class DLedgerNode:
                 raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"{request.remoteId} != {ms.self_id}")
             if request.group != ms.group:
                 raise DLedgerError(ResponseCode.UNKNOWN_GROUP, f"{request.group} != {ms.group}")
+            self._check_origin(request)
             if request.term > MAX_TERM:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
                                    f"term {request.term} from {request.localId} is past {MAX_TERM}: refused")
@@ -117,6 +118,25 @@ class DLedgerNode:
         if response is not None:
             ms.effects.append(Reply(request, response))
         return self._work(now)
+
+    def _check_origin(self, request: RequestOrResponse) -> None:
+        """Peer traffic (vote, heartbeat, push) only from the configured peers, each in its own name; a
+        remote append only when the config allows it (review 2, A3). Not an authentication: a host that
+        can reach this port can still claim a configured id (docs/dledger.md "The DLedger port")."""
+        ms = self.ms
+        if isinstance(request, AppendEntryRequest):
+            if not self.config.acceptRemoteAppend:
+                raise DLedgerError(ResponseCode.UNSUPPORTED,
+                                   "remote append refused: a broker's DLedger group appends only locally")
+            return
+        if isinstance(request, (VoteRequest, HeartBeatRequest, PushEntryRequest)):
+            if request.localId != request.leaderId:  # a candidate or a leader speaks only for itself
+                raise DLedgerError(ResponseCode.UNKNOWN_MEMBER,
+                                   f"{request.localId!r} speaks for {request.leaderId!r}")
+            # a vote from an unknown id is the elector's REJECT_UNKNOWN_LEADER; itself: UNEXPECTED_MEMBER
+            if not isinstance(request, VoteRequest) and not ms.is_peer_member(request.localId):
+                raise DLedgerError(ResponseCode.UNKNOWN_MEMBER,
+                                   f"{request.localId!r} is not a configured peer of {ms.self_id}")
 
     def _route(self, request, now):
         if isinstance(request, VoteRequest):

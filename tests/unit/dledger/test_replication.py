@@ -30,7 +30,7 @@ def leader(term=1, **kw):
 
 def follower(self_id="n1", leader_id="n0", term=1, **kw):
     node = make(self_id, term=term, **kw)
-    req = HeartBeatRequest(group="g", remoteId=self_id, leaderId=leader_id, term=term)
+    req = HeartBeatRequest(group="g", remoteId=self_id, localId=leader_id, leaderId=leader_id, term=term)
     node.handle_request(req, 0)
     assert node.role == "FOLLOWER"
     return node
@@ -221,10 +221,25 @@ def test_appends_are_refused_off_the_leader_and_while_transferring():
     node = make(term=1)
     done = [e for e in node.append(b"a", "t", 0) if isinstance(e, AppendDone)]
     assert done[0].response.code == ResponseCode.NOT_LEADER
-    node = leader(term=1)
+    node = leader(term=1, acceptRemoteAppend=True)  # the standalone server's setting
     node.ms.transferee = "n1"
     req = AppendEntryRequest(group="g", remoteId="n0", body=b"a")
     assert replies(node.handle_request(req, 0))[0].code == ResponseCode.LEADER_TRANSFERRING
+
+
+def test_a_remote_append_is_refused_by_default_and_forged_peer_traffic_too():
+    """Review 2, A3: a broker's group never appends remotely; peer traffic only from configured peers."""
+    node = leader(term=1)
+    [resp] = replies(node.handle_request(AppendEntryRequest(group="g", remoteId="n0", body=b"evil"), 0))
+    assert resp.code == ResponseCode.UNSUPPORTED and node.log.end_index == -1
+    f = follower()
+    for req in (HeartBeatRequest(group="g", remoteId="n1", localId="n9", leaderId="n9", term=5),
+                HeartBeatRequest(group="g", remoteId="n1", localId="n2", leaderId="n0", term=5),
+                PushEntryRequest(group="g", remoteId="n1", localId="evil", leaderId="n0", term=1,
+                                 type=PushType.COMMIT, commitIndex=7)):
+        [resp] = replies(f.handle_request(req, 0))
+        assert resp.code == ResponseCode.UNKNOWN_MEMBER
+    assert (f.term, f.ms.leader_id, f.role) == (1, "n0", "FOLLOWER")
 
 
 # --- follower --------------------------------------------------------------------------------------
