@@ -127,6 +127,9 @@ def node_record(name: str, c, host: str, backend: str) -> dict:
         "metricsUrl": f"http://{host}:{c.metrics_port}/metrics", "backend": backend,
         "commitlogFileSize": c.mappedFileSizeCommitLog,
         "msgTraceTopicName": c.msgTraceTopicName,  # where the audit reads trace records
+        # a DLedger node's log is store/dledger-<selfId>/data, not store/commitlog (rmqha/pipeline/dledger_log.py)
+        **({"commitLog": "dledger", "dLegerSelfId": c.dLegerSelfId, "dLegerGroup": c.dLegerGroup}
+           if c.enableDLegerCommitLog else {}),
     }
 
 

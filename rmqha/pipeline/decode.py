@@ -99,6 +99,10 @@ def plan(nodes: list[Node], range_bytes: int = DEFAULT_RANGE_BYTES) -> list[tupl
     for node in nodes:
         meta = (node.name, node.broker_name, node.broker_id, node.role)
         for f in node.files:
+            if node.dledger is not None:  # one task per DLedger data file, with the committed index
+                tasks.append((meta, f.path, f.base, f.length, f.mapped_size, 0, f.length,
+                              node.dledger.committed_index))
+                continue
             for start in range(0, max(f.length, 1), range_bytes):
                 tasks.append((meta, f.path, f.base, f.length, f.mapped_size,
                               start, min(start + range_bytes, f.length)))
@@ -304,6 +308,10 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS, compiled: bool = False):
     a summary_columns.Columns); other: full rows (COLUMNS) of blanks and unreadable spans. Several
     chunks for a long range, each about chunk_rows messages.
     """
+    if len(task) > 7:  # a DLedger data file (plan())
+        from . import dledger_log
+        yield from dledger_log.decode_chunks(task, chunk_rows, compiled)
+        return
     meta, path, base, length, mapped_size, start, end = task
     fname = os.path.basename(path)
     summary = record.scan_summary
@@ -538,6 +546,9 @@ def arrow_batches(task, chunk_rows: int = CHUNK_ROWS, compiled: bool | None = No
 def decode_file(node: Node, f, range_bytes: int | None = None) -> list[tuple]:
     """Decode a whole file (or its ranges in turn) in this process: for tests and small tools."""
     meta = (node.name, node.broker_name, node.broker_id, node.role)
+    if node.dledger is not None:
+        return decode_range((meta, f.path, f.base, f.length, f.mapped_size, 0, f.length,
+                             node.dledger.committed_index))
     size = range_bytes or max(f.length, 1)
     rows = []
     for start in range(0, max(f.length, 1), size):

@@ -3,6 +3,7 @@
     RUN/
       nodes/<node>/node.json           who the node was (schema below)
       nodes/<node>/store/commitlog/    the node's commit log: <20-digit start offset> files
+      nodes/<node>/store/dledger-<selfId>/  instead, on a DLedger node (dledger_log.py)
       history/*.jsonl                  client histories (rmqha/chaos/history.py format)
       metrics/*.jsonl                  optional periodic metric samples (schema in README.md)
 
@@ -24,6 +25,8 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
+
+from . import dledger_log
 
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 DEFAULT_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"  # 4.9's msgTraceTopicName default
@@ -51,6 +54,8 @@ class Node:
     commitlog_file_size: int | None = None
     trace_topic: str = DEFAULT_TRACE_TOPIC  # the broker's msgTraceTopicName, where the audit reads traces
     files: list[CommitLogFile] = field(default_factory=list)
+    # a DLedger node (its log is dledger-<selfId>/data, `files` are those data files): dledger_log.py
+    dledger: dledger_log.DLedgerLog | None = None
 
     @property
     def is_master(self) -> bool:
@@ -104,7 +109,14 @@ def load_node(node_dir: str) -> Node:
                 commitlog_file_size=meta.get("commitlogFileSize"),
                 trace_topic=meta.get("msgTraceTopicName") or _property(node_dir, "msgTraceTopicName")
                 or DEFAULT_TRACE_TOPIC)
-    node.files = list_commitlog(os.path.join(store_dir, "commitlog"), node.commitlog_file_size)
+    # node.json's "commitLog": "dledger" (rmqha.cluster's node_record), else a dledger-*/ directory and no
+    # commit log (runs from before that field)
+    if meta.get("commitLog") == dledger_log.DLEDGER or not os.path.isdir(os.path.join(store_dir, "commitlog")):
+        node.dledger = dledger_log.load(store_dir, meta.get("dLegerSelfId"))
+    if node.dledger is not None:
+        node.files = list_commitlog(node.dledger.data_dir, node.commitlog_file_size)
+    else:
+        node.files = list_commitlog(os.path.join(store_dir, "commitlog"), node.commitlog_file_size)
     return node
 
 
@@ -134,8 +146,11 @@ def load_nodes(run_dir: str) -> list[Node]:
     if not os.path.isdir(nodes_dir):
         raise FileNotFoundError(f"{run_dir} is not a run folder: it has no nodes/ directory "
                                 "(see rmqha/pipeline/README.md for the layout)")
-    return [load_node(os.path.join(nodes_dir, d)) for d in sorted(os.listdir(nodes_dir))
-            if os.path.isdir(os.path.join(nodes_dir, d))]
+    nodes = [load_node(os.path.join(nodes_dir, d)) for d in sorted(os.listdir(nodes_dir))
+             if os.path.isdir(os.path.join(nodes_dir, d))]
+    # a DLedger group's master is whoever led at the end (no node.json knows it): dledger_log.assign_roles
+    dledger_log.assign_roles(nodes, metrics_files(run_dir))
+    return nodes
 
 
 def history_files(run_dir: str) -> list[str]:
