@@ -191,3 +191,27 @@ def test_a_failing_effect_does_not_drop_the_effects_after_it_nor_stop_the_tick(g
     advance(grp.clock, 0.1)
     assert len(ticks) >= 5 and all(loop.running for loop in svc.loops)
     assert svc.stats["loop_errors"] >= 5
+
+
+# --- A5: dispatch advances only after its writes -----------------------------------------------------------
+
+def test_a_disk_error_in_dispatch_loses_nothing_and_the_send_is_answered(grp, monkeypatch):
+    from rmqha.broker.store import consume_queue
+    lead = elect(grp)
+    advance(grp.clock, 0.5)
+    s = grp.nodes[lead][0]
+    real = consume_queue.ConsumeQueue.put_many
+    failures = []
+
+    def flaky(self, units, misplaced=None):
+        if not failures:
+            failures.append(units)
+            raise OSError(28, "No space left on device")
+        return real(self, units, misplaced)
+    monkeypatch.setattr(consume_queue.ConsumeQueue, "put_many", flaky)
+    out = put(s, 0)
+    advance(grp.clock, 0.05)
+    assert failures and out and out[0].status == PutStatus.PUT_OK  # answered: the entry is committed
+    assert s.max_queue_offset("T", 0) == 0 and not s.dispatched_all  # not marked dispatched
+    advance(grp.clock, 1.5)  # the retry
+    assert s.dispatched_all and bodies(s) == [b"m0"] and s.status()["dispatchFailures"] == 1
