@@ -30,6 +30,7 @@ Zeros after the last record of a file (the unwritten, preallocated tail) produce
 from __future__ import annotations
 
 import errno
+import functools
 import operator
 import os
 import zlib
@@ -388,7 +389,8 @@ def _arrow_types():
     return {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
 
 
-def arrow_schema():
+@functools.lru_cache(maxsize=None)  # per range task otherwise: a task of a small range paid more for it than
+def arrow_schema():                 # for its records (pyarrow schemas are immutable)
     import pyarrow as pa
     kinds = _arrow_types()
     return pa.schema([pa.field(n, kinds[k]) for n, k in COLUMNS])
@@ -410,12 +412,14 @@ def spark_wire_schema():
                          for name, kind in WIRE_COLUMNS])
 
 
+@functools.lru_cache(maxsize=None)
 def wire_schema():
     import pyarrow as pa
     kinds = _arrow_types()
     return pa.schema([pa.field(n, kinds[k]) for n, k in WIRE_COLUMNS])
 
 
+@functools.lru_cache(maxsize=None)
 def _summary_struct(pa):
     """record.SUMMARY_FIELDS as an Arrow struct (each field typed as the column of that name): pyarrow
     converts the scan_summary tuples itself."""

@@ -170,7 +170,10 @@ def test_cli_master_from_pyspark_submit_args_and_exit_code(run_builder, tmp_path
     run_builder.slave()
     flip_byte(os.path.join(run_builder.node_dir("broker-a-1"), "store", "commitlog", "0" * 20), 300)
     # spark-submit's --master (here through PYSPARK_SUBMIT_ARGS) wins over $SPARK_MASTER
-    env = dict(os.environ, PYSPARK_SUBMIT_ARGS="--master local[1] --conf spark.ui.enabled=false pyspark-shell",
+    env = dict(os.environ, PYSPARK_SUBMIT_ARGS="--master local[1] --conf spark.ui.enabled=false "
+               # few rows: generated code costs more to compile than it saves (conftest.py)
+               "--conf spark.sql.codegen.wholeStage=false --conf spark.sql.codegen.factoryMode=NO_CODEGEN "
+               "--conf spark.sql.shuffle.partitions=1 pyspark-shell",
                SPARK_MASTER="local[2]")
     p = subprocess.run([sys.executable, "-m", "rmqha.pipeline", run_builder.root, "--out", str(tmp_path / "o"),
                         "--range-mb", "1"], env=env, capture_output=True, text=True, timeout=180,
