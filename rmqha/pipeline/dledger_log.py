@@ -8,12 +8,15 @@ msgIds and the served log use; so a body decodes into the same row (rmqha.pipeli
 classic log's record at that offset would, and every verdict reads it unchanged.
 
 What is read:
-* entries up to the node's committed index (`committedIndex=` in dledger-<selfId>/checkpoint): a later
-  entry may be uncommitted and be truncated when a new leader's log replaces it; it is not acknowledged
-  state (a follower's uncommitted tail is no divergence). How many there were is counted from the index
-  files on the driver (`DLedgerLog.uncommitted`; `verdicts()` states it). The checkpoint is written
-  periodically, so the committed index may trail: then a node's last committed entries count as
-  uncommitted (a lag, never a divergence).
+* entries up to the node's committed index: a later entry may be uncommitted and be truncated when a new
+  leader's log replaces it; it is not acknowledged state (a follower's uncommitted tail is no divergence).
+  How many there were is counted from the index files on the driver (`DLedgerLog.uncommitted`;
+  `verdicts()` states it). The committed index is `committedIndex=` in dledger-<selfId>/checkpoint, which
+  DLedger writes periodically, so it may trail (a killed node's does): raised by Raft's log matching
+  (settle_committed()): the group's highest checkpointed committed index C is committed on the node that
+  wrote it, and a member's entry i <= C with the same term as that node's entry i is the same entry, as
+  are all before it. So a member's committed index is the highest such i (or its own checkpoint's, if
+  higher); a follower's stale entries from an old term (not yet truncated) stay unread.
 * the new leader's no-op (topic NOOP_TOPIC, empty, rollback-flagged) is not a message: no row.
 * an entry header that does not decode, or whose pos is not its position, ends the file's walk with a
   `torn` row (DLedger's recovery would cut the log there); a body that is not a valid record at pos + 48
@@ -50,10 +53,16 @@ _FILE_NAME = re.compile(r"^\d{20}$")
 class DLedgerLog:
     self_id: str
     path: str                 # <store>/dledger-<selfId>
-    committed_index: int      # the checkpoint's committedIndex; -1: none
+    committed_index: int      # what the audit reads up to: the checkpoint's, raised by settle_committed()
     end_index: int            # the last entry the index files hold; -1: none
     term: int = 0             # currterm's currTerm
     vote_leader: str = ""     # currterm's voteLeader (whom this node voted for in `term`)
+    checkpoint_index: int = -1  # the checkpoint's committedIndex as written; -1: none
+
+    def term_at(self, i: int) -> int | None:
+        """The term of entry i from the index files, None when the slot is empty or missing."""
+        e = _slot(self.path, i)
+        return e.term if e is not None else None
 
     @property
     def data_dir(self) -> str:
@@ -93,39 +102,42 @@ def find_dir(store_dir: str, self_id: str | None = None) -> str | None:
     return os.path.join(store_dir, found[0]) if found else None
 
 
-def _index_slot(index_dir: str, files: list[tuple[int, str, int]], i: int) -> bytes | None:
-    """The 32 bytes of index entry i, or None past the files."""
+def _slot(path: str, i: int):
+    """Index entry i of the DLedger log at `path` (entry.IndexEntry), or None: past the files, never
+    written, or not entry i. One pread (index files are read-only here, never opened by FileStore)."""
+    if i < 0:
+        return None
+    index_dir = os.path.join(path, "index")
     off = i * INDEX_UNIT_SIZE
-    for base, path, length in reversed(files):
+    try:
+        names = sorted((int(n), n) for n in os.listdir(index_dir) if _FILE_NAME.match(n))
+    except OSError:
+        return None
+    for base, name in reversed(names):
         if base <= off:
-            if off + INDEX_UNIT_SIZE > base + length:
+            try:
+                with open(os.path.join(index_dir, name), "rb") as fh:
+                    fh.seek(off - base)
+                    raw = fh.read(INDEX_UNIT_SIZE)
+            except OSError:
                 return None
-            with open(path, "rb") as fh:
-                fh.seek(off - base)
-                return fh.read(INDEX_UNIT_SIZE)
+            if len(raw) < INDEX_UNIT_SIZE or raw == bytes(INDEX_UNIT_SIZE):
+                return None
+            try:
+                e = decode_index(raw)
+            except EntryFormatError:
+                return None
+            return e if e.index == i else None
     return None
 
 
 def end_index(path: str, committed: int) -> int:
     """The last entry index the index files hold, walking slots from committed + 1 until one was never
     written (the uncommitted tail is short: a few reads)."""
-    index_dir = os.path.join(path, "index")
-    try:
-        files = sorted((int(n), os.path.join(index_dir, n)) for n in os.listdir(index_dir) if _FILE_NAME.match(n))
-    except OSError:
-        return committed
-    files_l = [(b, p, os.path.getsize(p)) for b, p in files]
     i = max(committed + 1, 0)
-    while True:
-        raw = _index_slot(index_dir, files_l, i)
-        if raw is None or len(raw) < INDEX_UNIT_SIZE or raw == bytes(INDEX_UNIT_SIZE):
-            return i - 1 if i - 1 > committed else committed
-        try:
-            if decode_index(raw).index != i:
-                return i - 1 if i - 1 > committed else committed
-        except EntryFormatError:
-            return i - 1 if i - 1 > committed else committed
+    while _slot(path, i) is not None:
         i += 1
+    return max(i - 1, committed)
 
 
 def load(store_dir: str, self_id: str | None = None) -> DLedgerLog | None:
@@ -137,7 +149,29 @@ def load(store_dir: str, self_id: str | None = None) -> DLedgerLog | None:
     committed = _int(_read_properties(os.path.join(path, CHECK_POINT_FILE)).get("committedIndex"), -1)
     term = _read_properties(os.path.join(path, TERM_PERSIST_FILE))
     return DLedgerLog(sid, path, committed, end_index(path, committed), _int(term.get("currTerm"), 0),
-                      term.get("voteLeader", "") or "")
+                      term.get("voteLeader", "") or "", committed)
+
+
+def settle_committed(members: list) -> None:
+    """Raise each member's committed_index by log matching (module docstring): C, the highest checkpointed
+    committed index of the group, is committed on the member R that wrote it; a member's entry i <= C with
+    R's term at i is R's entry i (Raft), and so are all entries before it. A few index reads per member
+    (from min(its end, C) down to the first term that matches)."""
+    logs = [m.dledger for m in members if m.dledger is not None]
+    if not logs:
+        return
+    ref = max(logs, key=lambda d: d.checkpoint_index)
+    top = ref.checkpoint_index
+    for d in logs:
+        if d is ref:
+            continue
+        i = min(d.end_index, top)
+        while i > d.committed_index:
+            t = d.term_at(i)
+            if t is not None and t == ref.term_at(i):
+                d.committed_index = i
+                break
+            i -= 1
 
 
 # -- roles ----------------------------------------------------------------------------------------
@@ -201,6 +235,7 @@ def assign_roles(nodes: list, metrics_paths: list[str] = ()) -> dict[str, str]:
     how = {}
     for group in sorted({n.broker_name for n in nodes if n.dledger is not None}):
         members = [n for n in nodes if n.broker_name == group and n.dledger is not None]
+        settle_committed(members)
         leader, why = end_leader(members, metrics_paths)
         for m in members:
             if m is leader:
@@ -217,8 +252,9 @@ def verdicts(nodes: list) -> list:
     dl = [n for n in nodes if n.dledger is not None]
     if not dl:
         return []
-    parts = [f"{n.name} ({n.role}, selfId {n.dledger.self_id}): committed index {n.dledger.committed_index}, "
-             f"{n.dledger.uncommitted} uncommitted entries not read" for n in dl]
+    parts = [f"{n.name} ({n.role}, selfId {n.dledger.self_id}): committed index {n.dledger.committed_index} "
+             f"(checkpoint {n.dledger.checkpoint_index}), {n.dledger.uncommitted} uncommitted entries not read"
+             for n in dl]
     return [Verdict("DLedger logs read up to the committed index", INFO, "; ".join(parts), id="dledger.uncommitted")]
 
 
