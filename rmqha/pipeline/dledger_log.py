@@ -152,6 +152,12 @@ def load(store_dir: str, self_id: str | None = None) -> DLedgerLog | None:
                       term.get("voteLeader", "") or "", committed)
 
 
+def missing(store_dir: str, self_id: str | None) -> DLedgerLog:
+    """A DLedger node (node.json says so) whose log is not in its store (not kept, deleted): no entries, but
+    still a member of its group, so it is never taken for the group's master by its node.json brokerId."""
+    return DLedgerLog(self_id or "", os.path.join(store_dir, f"dledger-{self_id}"), -1, -1)
+
+
 def settle_committed(members: list) -> None:
     """Raise each member's committed_index by log matching (module docstring): C, the highest checkpointed
     committed index of the group, is committed on the member R that wrote it; a member's entry i <= C with

@@ -113,6 +113,8 @@ def load_node(node_dir: str) -> Node:
     # commit log (runs from before that field)
     if meta.get("commitLog") == dledger_log.DLEDGER or not os.path.isdir(os.path.join(store_dir, "commitlog")):
         node.dledger = dledger_log.load(store_dir, meta.get("dLegerSelfId"))
+        if node.dledger is None and meta.get("commitLog") == dledger_log.DLEDGER:
+            node.dledger = dledger_log.missing(store_dir, meta.get("dLegerSelfId"))
     if node.dledger is not None:
         node.files = list_commitlog(node.dledger.data_dir, node.commitlog_file_size)
     else:

@@ -159,6 +159,16 @@ def test_nodes_roles_and_committed_indexes(dl_run):
                                 "uncommitted entries not read" in v.detail
 
 
+def test_a_member_without_its_log_is_still_a_follower(dl_run, tmp_path):
+    root = str(tmp_path / "run")
+    shutil.copytree(dl_run.root, root)
+    shutil.rmtree(os.path.join(root, "nodes", "broker-n0", "store", "dledger-n0"))
+    nodes = _by_name(runfolder.load_nodes(root))
+    n0 = nodes["broker-n0"]
+    assert (n0.role, n0.broker_id, n0.files, n0.dledger.committed_index) == ("SLAVE", 1, [], -1)
+    assert audit.groups(list(nodes.values()))[GROUP][0].name == "broker-n1"
+
+
 def test_decoded_rows_are_the_committed_messages_at_pos_plus_48(dl_run):
     nodes = _by_name(runfolder.load_nodes(dl_run.root))
     for name, committed in (("broker-n1", 301), ("broker-n2", 301), ("broker-n0", 150)):
