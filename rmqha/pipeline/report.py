@@ -5,7 +5,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from . import audit, decode, delivery, faults, history_check, offsets, runfolder, served, trace
+from . import audit, decode, delivery, dledger_log, faults, history_check, offsets, runfolder, served, trace
 from .verdict import FAIL, INFO, Verdict, failed
 
 
@@ -206,6 +206,7 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
     fault_list = faults.load(run_dir)
     verdicts = audit.verdicts(pairs, integrity, nodes, final_acks(samples, nodes),
                               faults.forks_allowed(fault_list))
+    verdicts += dledger_log.verdicts(nodes)  # DLedger nodes: committed index, uncommitted entries not read
 
     hpaths = runfolder.history_files(run_dir)
     served_rows, served_dropped = served.load(run_dir)
