@@ -1066,9 +1066,9 @@ def free_base(topology: str, backend: str, lane: int, lanes: int = 2) -> int | N
 
 
 def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mode: str = "ours", *,
-          name: str | None = None, sets: dict[str, str] | None = None) -> dict:
+          name: str | None = None, sets: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> dict:
     """One rmqha.chaos.run --sweep --no-audit (the audit is the Auditor's); what it left, and how long it took.
-    name and sets: the planted control's own run name and broker settings."""
+    name, sets and extra: a planted control's own run name, broker settings and rmqha.chaos.run options."""
     name = name or run_name(topology, flush, backend, seed, mode, faults)
     base = free_base(topology, backend, lane, getattr(args, "lane_count", 2))
     cmd = [sys.executable, "-m", "rmqha.chaos.run", "--topology", topology, "--backend", backend, "--name", name,
@@ -1080,6 +1080,7 @@ def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mo
         cmd += ["--set", kv]
     if base is not None:
         cmd += ["--base-port", str(base)]
+    cmd += list(extra)
     t0 = time.monotonic()
     log = out / f"{name}.log"
     with open(log, "w") as fh:
@@ -1087,23 +1088,53 @@ def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mo
     return {"name": name, "rc": rc, "took_s": round(time.monotonic() - t0), "log": str(log)}
 
 
-# --planted: one more run with two broker bugs no storage verdict sees (rmqha/broker/planted.py); the matrix
-# fails unless the audit turns each verdict below FAIL. A matrix whose checkers went blind (a masked FAIL)
-# then cannot pass.
-PLANTED_NAME = "mx-planted"
-PLANTED_SETS = {"broker-b:plantBug": "skip-queue-entry", "broker-a:plantBug": "ack-then-truncate"}
-PLANTED_EXPECT = [("queues.consistent", "broker-b"), ("replica.consistent", "broker-a-s")]
+# --planted: more runs with broker bugs no storage verdict sees (rmqha/broker/planted.py); the matrix fails
+# unless each run's audit gives every verdict it expects. A matrix whose checkers went blind (a masked FAIL)
+# then cannot pass. One run per set of bugs whose verdicts no other bug of the run can give: offset-regression
+# redelivers (duplicates), phantom-pull moves committed offsets back one step, reorder-pull and phantom-pull
+# both act at offsets n % 10 == 9; so the four serving bugs take three runs, each with the orderly lane
+# (delivery.reordered judges only an orderly group). An expected subject ending in "*" is a prefix (the
+# consumer groups' names carry the run id); the status is FAIL except for duplicate-pull, whose verdict only
+# WARNs (at-least-once allows duplicates): a WARN there shows the duplicates were counted.
+ORDERLY_LANE = ("--orderly-rate", "40")
+PLANTED_RUNS: list[dict] = [
+    {"name": "mx-planted", "bugs": "skip-queue-entry (broker-b), ack-then-truncate (broker-a)",
+     "sets": {"broker-b:plantBug": "skip-queue-entry", "broker-a:plantBug": "ack-then-truncate"}, "extra": (),
+     "expect": [("queues.consistent", "broker-b", "FAIL"), ("replica.consistent", "broker-a-s", "FAIL")]},
+    {"name": "mx-planted-order", "bugs": "reorder-pull (broker-a), duplicate-pull (broker-b)",
+     "sets": {"broker-a:plantBug": "reorder-pull", "broker-b:plantBug": "duplicate-pull"}, "extra": ORDERLY_LANE,
+     "expect": [("delivery.reordered", "ChaosOrderlyCG*", "FAIL"), ("delivery.duplicate", "ChaosCG*", "WARN")]},
+    {"name": "mx-planted-phantom", "bugs": "phantom-pull (both masters)",
+     "sets": {"broker-a:plantBug": "phantom-pull", "broker-b:plantBug": "phantom-pull"}, "extra": ORDERLY_LANE,
+     "expect": [("delivery.unexpected", "ChaosCG*", "FAIL")]},
+    {"name": "mx-planted-offset", "bugs": "offset-regression (both masters)",
+     "sets": {"broker-a:plantBug": "offset-regression", "broker-b:plantBug": "offset-regression"},
+     "extra": ORDERLY_LANE,
+     "expect": [("delivery.offset-regression", "ChaosCG*", "FAIL"),
+                ("delivery.offset-regression", "ChaosOrderlyCG*", "FAIL")]},
+]
+PLANTED_NAME = PLANTED_RUNS[0]["name"]
+PLANTED_SETS = PLANTED_RUNS[0]["sets"]
+PLANTED_EXPECT = [(i, subj) for i, subj, _st in PLANTED_RUNS[0]["expect"]]
 
 
-def planted_missed(summary: dict) -> list[str]:
-    """The expected FAIL verdicts (id, subject) the planted run's audit did not give."""
-    failed = {(v.get("id"), v.get("subject")) for v in summary.get("verdicts", []) if v.get("status") == "FAIL"}
-    return [f"{i} {subj}" for i, subj in PLANTED_EXPECT if (i, subj) not in failed]
+def planted_missed(summary: dict, expect=None) -> list[str]:
+    """The expected verdicts (id, subject[, status]) the planted run's audit did not give (default: the first
+    run's, status FAIL); a subject ending in "*" matches every subject it starts."""
+    given = [(v.get("id"), v.get("subject") or "", v.get("status")) for v in summary.get("verdicts", [])]
+    missed = []
+    for e in (PLANTED_RUNS[0]["expect"] if expect is None else expect):
+        i, subj, st = (*e, "FAIL") if len(e) == 2 else e
+        if not any(gi == i and gst == st and (gs.startswith(subj[:-1]) if subj.endswith("*") else gs == subj)
+                   for gi, gs, gst in given):
+            missed.append(f"{i} {subj}" + ("" if st == "FAIL" else f" {st}"))
+    return missed
 
 
-def planted_run(args, out: Path, lane: int) -> dict:
+def planted_run(args, out: Path, lane: int, spec: dict | None = None) -> dict:
+    spec = spec or PLANTED_RUNS[0]
     return sweep("2m-2s-sync", "ASYNC_FLUSH", "local", ["kill-slave"], 1, args, out, lane,
-                 name=PLANTED_NAME, sets=PLANTED_SETS)
+                 name=spec["name"], sets=spec["sets"], extra=tuple(spec["extra"]))
 
 
 AUDIT_COMMAND = [sys.executable, "-m", "rmqha.pipeline", "--serve"]
@@ -1355,8 +1386,9 @@ def main(argv=None) -> int:
                     help=f"also a sweep of {', '.join(LONG_FAULTS)} held {LONG_HOLD_S:g} s each (past housekeeping, "
                          "route refresh and name-server expiry): about 7 minutes per configuration and mode")
     ap.add_argument("--planted", action="store_true",
-                    help="also a run with two planted broker bugs (skip-queue-entry, ack-then-truncate): the "
-                         "matrix fails unless the audit catches both (its checkers can still fail)")
+                    help="also runs with planted broker bugs (PLANTED_RUNS: skip-queue-entry, ack-then-truncate and "
+                         "the four serving bugs): the matrix fails unless the audit catches each (its "
+                         "checkers can still fail)")
     ap.add_argument("--lanes", type=int, default=1,
                     help="local clusters run at once (each on its own ports); 2 fits a 2-core machine at --rate 200")
     ap.add_argument("--serial", action="store_true", help="one backend's runs after the other (default: at once)")
@@ -1436,12 +1468,12 @@ def main(argv=None) -> int:
                 t.start()
             for t in threads:
                 t.join()
-        if args.planted:
-            say("planted control: a run with skip-queue-entry (broker-b) and ack-then-truncate (broker-a)")
-            planted = planted_run(args, out, 0)
+        for spec in (PLANTED_RUNS if args.planted else []):
+            say(f"planted control: a run with {spec['bugs']}")
+            planted = planted_run(args, out, 0, spec)
             say(f"    {planted['name']}: sweep {planted['took_s']} s, exit {planted['rc']}; log {planted['log']}")
             if planted["rc"] == 0:
-                auditor.submit(PLANTED_NAME)
+                auditor.submit(spec["name"])
         say("every sweep done; waiting for the last audits")
         auditor.close()
         for r in results:
@@ -1469,14 +1501,15 @@ def main(argv=None) -> int:
     for name, fails in unexplained.items():
         print(f"{name}: audit FAIL no cell accounts for: {'; '.join(fails)}")
     blind = []
-    if args.planted:
+    for spec in (PLANTED_RUNS if args.planted else []):
         try:
-            summary = json.loads((rf.run_dir(PLANTED_NAME) / "report" / "summary.json").read_text())
-            blind = planted_missed(summary)
+            summary = json.loads((rf.run_dir(spec["name"]) / "report" / "summary.json").read_text())
+            blind += planted_missed(summary, spec["expect"])
         except (OSError, ValueError) as e:
-            blind = [f"the planted run was not audited ({e})"]
+            blind += [f"the planted run {spec['name']} was not audited ({e})"]
+    if args.planted:
         print("planted control: " + (f"MISSED {', '.join(blind)}: the checkers are blind, the matrix fails"
-                                     if blind else "every planted bug turned its verdict FAIL"))
+                                     if blind else "every planted bug gave its verdict (FAIL; duplicate-pull: WARN)"))
     return 1 if broken or unexplained or blind or any(c["verdict"] in FAILING for c in cells) else 0
 
 
