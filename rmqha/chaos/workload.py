@@ -18,6 +18,18 @@ that fails in the client (exception callback: the 1.0.1 client's occasional tran
 timeout) is recorded as ERROR and tried again with the same send_id (attempt 2, 3); the history ties
 the tries together through KEYS.
 
+A try records no `broker_name` (the guarantee matrix shows failed tries as "group unknown"): rocketmq 0.4.4
+cannot say where a send went. Its SendResult is (status, msgId, offset); the exception callback's CMQException
+is (error, line, file, msg, type), and msg is empty for these failures (all 22,443 async ERRORs in the run
+folders on this machine on 2026-11-27 read `ProducerSendAsyncFailed: b''`); the binding exposes no message
+queue anywhere. A MessageQueueSelector does not help: the C callback it becomes gets only the number of
+queues (mq_size, msg, arg), not the queues, so a selector knows an index into the client's private route table, whose broker order
+the workload cannot see and which changes during exactly the faults in question (a master that leaves the
+route takes its queues out); it would also replace the client's own queue choice with ours and, through
+send_orderly, make the sends synchronous. (The .so exports SendMessageOrderlyAsync, unwrapped by the binding,
+with the same count-only selector.) Answered tries are placed by their stored copy (uniq_key); a failed try
+stays "group unknown" (the Rust client names the broker only of answered tries: its failed tries lack it too).
+
 --orderly-rate R adds an orderly lane beside it: R sends a second, one at a time (`send_orderly`, sync: the
 next send of a key waits for the previous one's answer, as an orderly producer must), to --orderly-topic,
 the sharding key cycling over --orderly-shards keys; the queue selector is the binding's

@@ -30,7 +30,12 @@ A history file is `RUN/history/<client>.jsonl` (any *.jsonl under RUN/history is
     error            str|null    exception text when status is ERROR
     offset_msg_id    str|null    the broker's offsetMsgId, when the client exposes it (PyPI rocketmq
                                  0.4.4 does not; the pipeline finds the stored copy by uniq_key)
-    broker_name      str|null    when known (the pipeline resolves it from the stored copy otherwise)
+    broker_name      str|null    the broker group the try went to, when the client says so (the Rust client, for
+                                 answered tries); the pipeline resolves an answered try from its stored copy
+                                 otherwise. The official client (rocketmq 0.4.4) never says so: its send result has only
+                                 status, msg id and offset, its async error only code/file/line/text (the
+                                 text is empty), and a queue selector is given only the number of queues,
+                                 not which broker each is; so a failed try of it has none
     queue_id         int|null    receive: the queue; send: the queue when known
     queue_offset     int|null    send: SendResult.offset; receive: the message's queue offset
     commit_log_offset int|null   receive: the message's physical offset
