@@ -14,7 +14,9 @@ Roles (RCH = DLedgerRoleChangeHandler): FOLLOWER, and CANDIDATE when not already
 a SLAVE with brokerId = dLegerSelfId's number + 1; LEADER makes it the master (brokerId 0, SYNC_MASTER)
 once its committed index reaches its log's end and the consume queues caught up (polled every 100 ms),
 after rebuilding the queue offsets from the consume queues. Each change registers with the name servers
-at once. A new leader whose log has entries it cannot count as committed yet (the Raft commit rule:
+at once. A registration as master (brokerId 0) is sent only while the DLedger leader lease holds
+(master_lease_valid; review 2, A4): a stopped and resumed old leader skips it and registers under its
+own id once it steps down. A new leader whose log has entries it cannot count as committed yet (the Raft commit rule:
 only an entry of its own term commits the ones before it) appends a no-op entry first: see
 docs/dledger.md "The new leader's no-op".
 
@@ -343,6 +345,15 @@ class DLedgerMessageStore(MessageStore):
         node = self.node
         return node.role == "LEADER" and self.master_term == node.term
 
+    def master_lease_valid(self) -> bool:
+        """May register as master (brokerId 0): writable, and the DLedger leader lease holds (a quorum
+        acknowledged this leader within maxHeartBeatLeak x heartBeatTimeIntervalMs, 6 s by default).
+        A leader that was stopped (SIGSTOP) or cut off longer than that is likely replaced already: its
+        registration as 0 would overwrite the new master's, and its step-down registration under its own
+        id would then delete the id-0 entry (4.9's registerBroker drops an address's other ids), leaving
+        the name server without a master until the new one's next periodic registration (review 2, A4)."""
+        return self.writable and self.node.lease_valid(self._clock.seconds() * 1000.0)
+
     def _not_master_yet(self) -> PutResult | None:
         """A leader that is not master yet (catching up, or a node restarted with its file's brokerRole)
         answers as a node that is not the leader does: OS_PAGECACHE_BUSY, at once, nothing appended."""
@@ -503,6 +514,7 @@ class DLedgerMessageStore(MessageStore):
         s["dispatchedIndex"] = self.next_dispatch_index - 1
         s["noops"] = self.noops
         s["writable"] = self.writable
+        s["leaseValid"] = self.node.lease_valid(self._clock.seconds() * 1000.0)
         s["notMasterRefusals"] = self.not_master_refusals
         s["dispatchFailures"] = self.dispatch_failures
         s["misplacedUnits"] = sum(cq.misplaced for cq in self.queues.values())
@@ -524,10 +536,14 @@ class DLedgerRoleChangeHandler:
 
     def start(self) -> None:
         self.store.role_listeners.append(self.on_role)
+        if self.server.registration is not None:  # brokerId 0 only under the leader lease (review 2, A4)
+            self.server.registration.master_lease = self.store.master_lease_valid
 
     def stop(self) -> None:
         if self.on_role in self.store.role_listeners:
             self.store.role_listeners.remove(self.on_role)
+        if self.server.registration is not None:
+            self.server.registration.master_lease = None
         for call in (self._poll_call, self._learn_call):
             if call is not None and call.active():
                 call.cancel()

@@ -12,6 +12,10 @@ With clusterSecretFile, each name server gets its own copy, signed timed (namesr
 server's instance (clusterSignAudience, which it says in every reply): a copy taken on the way to one is
 refused at another, and at the same one after it restarted. A broker that does not know the instance yet
 (first contact, or the name server restarted) is refused once with the instance named, and signs again.
+
+On DLedger (`master_lease`, set by dledger_commitlog's role handler) a registration as brokerId 0 is sent
+only while the leader lease holds; otherwise that round is skipped (`leaseSkips`) and tried again
+LEASE_RETRY_S later: a role change re-registers at once anyway (review 2, A4).
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ log = logging.getLogger("rmqha.broker.registration")
 
 REGISTER_TIMEOUT_S = 6.0
 UNREGISTER_TIMEOUT_S = 2.0
+LEASE_RETRY_S = 1.0  # a master registration skipped for want of a lease is tried again this much later
 
 
 def namesrv_addresses(value: str | None) -> list[str]:
@@ -67,6 +72,10 @@ class BrokerRegistration:
         self._in_flight: defer.Deferred | None = None
         self._again = False  # asked to register while a registration was in flight
         self.stopped = False
+        # DLedger: may this broker register as master now? (None: always, as a classic broker)
+        self.master_lease = None
+        self.lease_skips = 0
+        self._lease_retry = None
         topics.listeners.append(self.register_soon)
 
     def _signed(self, code: int, fields: dict, body: bytes | None, addr: str) -> dict:
@@ -126,6 +135,9 @@ class BrokerRegistration:
             self._again = True
             return defer.succeed(None)
         c = self.config
+        if c.brokerId == 0 and self.master_lease is not None and not self.master_lease():
+            self._skip_for_lease()
+            return defer.succeed(None)
         body = self.body()
         fields = {
             "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
@@ -143,6 +155,17 @@ class BrokerRegistration:
         if not ended:
             self._in_flight = d
         return d
+
+    def _skip_for_lease(self) -> None:
+        """brokerId 0 without a current DLedger leader lease: a node that was stopped or cut off may have
+        been replaced, and its registration would overwrite the new master's (then its step-down
+        registration would delete the id-0 entry). Not sent; tried again LEASE_RETRY_S later (by then it
+        has either renewed its lease or stepped down and registered under its own id)."""
+        self.lease_skips += 1
+        log.warning("not registering as master (brokerId 0): the DLedger leader lease has lapsed (%d skipped)",
+                    self.lease_skips)
+        if self._lease_retry is None or not self._lease_retry.active():
+            self._lease_retry = self.clock.callLater(LEASE_RETRY_S, self.register_soon)
 
     def _register_with(self, addr: str, fields: dict, body: bytes, again: bool) -> defer.Deferred:
         """REGISTER_BROKER to one name server, signed for it; refused because it is another instance than
@@ -210,13 +233,19 @@ class BrokerRegistration:
         """Stop re-registering and send UNREGISTER_BROKER everywhere (bounded wait)."""
         self.stopped = True
         self._loop.stop()
-        if self._soon is not None and self._soon.active():
-            self._soon.cancel()
+        for call in (self._soon, self._lease_retry):
+            if call is not None and call.active():
+                call.cancel()
         c = self.config
         fields = {"brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
                   "brokerId": c.brokerId}
         ds = []
-        for addr in self.addresses:  # signed for the instance last heard (a restarted one refuses: expiry)
+        # The name server removes an UNREGISTER's brokerId whatever address holds it (as 4.9): id 0 without
+        # the lease may be another node's by now. Closing the connection drops only this address's entries.
+        lapsed = c.brokerId == 0 and self.master_lease is not None and not self.master_lease()
+        if lapsed:
+            log.warning("not unregistering brokerId 0: the DLedger leader lease has lapsed")
+        for addr in [] if lapsed else self.addresses:  # signed for the instance last heard (a restarted one refuses: expiry)
             req = RemotingCommand.request(RequestCode.UNREGISTER_BROKER,
                                           self._signed(RequestCode.UNREGISTER_BROKER, fields, None, addr))
             d = self.client.invoke(addr, req, UNREGISTER_TIMEOUT_S)
@@ -229,4 +258,4 @@ class BrokerRegistration:
     def status(self) -> dict:
         return {"nameServers": self.addresses, "registrations": self.registrations,
                 "errors": dict(self.last_error), "masterAddr": self.master_addr,
-                "masterHaAddr": self.master_ha_addr}
+                "masterHaAddr": self.master_ha_addr, "leaseSkips": self.lease_skips}

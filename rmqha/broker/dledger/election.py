@@ -19,6 +19,14 @@ Roles CANDIDATE (the initial one), FOLLOWER and LEADER. What is DLedger's own, n
   quorum has not answered SUCCESS for maxHeartBeatLeak intervals, or a peer shows a larger term or
   another leader.
 
+Ours, not DLedger's: the leader lease (`lease_start`, `lease_valid`). `lease_start` is when a majority
+last acknowledged this leader in its term, taken conservatively as the *send* time of the latest
+heartbeat round a quorum answered SUCCESS (or the start of the vote round that made it leader), never
+the time the answers were read: answers that sat in a socket buffer while the process was stopped do
+not renew it. The lease holds while `now - lease_start <= maxHeartBeatLeak * heartBeatTimeIntervalMs`
+(6 s with the defaults), DLedger's own bound for a leader to step down and for a follower to stop
+waiting for heartbeats. The broker registers as master only while it holds (review 2, A4).
+
 The Java elector's thread blocks while it waits for a round of votes or heartbeats; here a round is
 an object with a deadline, completed by responses (`on_vote_response`, `on_heartbeat_response`) or by
 `tick(now)`. Time is milliseconds, passed in; randomness comes from the random.Random passed in.
@@ -139,6 +147,7 @@ class Elector:
         self.last_leader_heartbeat = NEVER
         self.last_send_heartbeat = NEVER
         self.last_succ_heartbeat = NEVER
+        self.lease_start = NEVER  # when a quorum last acknowledged this leader (its round's send time)
         self.next_time_to_request_vote = NEVER
         self.need_increase_term_immediately = False
         self.last_parse_result = ParseResult.WAIT_TO_REVOTE
@@ -157,22 +166,37 @@ class Elector:
         self._check_take_leadership(term, role)
         self.ms.effects.append(RoleChanged(term, role))
 
-    def change_role_to_leader(self, term: int) -> None:
+    def change_role_to_leader(self, term: int, lease_from: float = NEVER) -> None:
+        """lease_from: when the vote round that won began (a quorum granted its votes after it)."""
         if self.ms.term == term:
             self.ms.change_to_leader(term)
             self.last_send_heartbeat = NEVER
+            self.lease_start = lease_from
             self._handle_role_change(term, LEADER)
 
     def change_role_to_candidate(self, term: int) -> None:
         if term >= self.ms.term:
             self.ms.change_to_candidate(term)
+            self.lease_start = NEVER
             self._handle_role_change(term, CANDIDATE)
 
     def change_role_to_follower(self, term: int, leader_id: str, now: float) -> None:
         self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        self.lease_start = NEVER
         self.ms.change_to_follower(term, leader_id)
         self.last_leader_heartbeat = now
         self._handle_role_change(term, FOLLOWER)
+
+    @property
+    def lease_ms(self) -> int:
+        """DLedger's step-down bound: maxHeartBeatLeak heartbeat intervals without a quorum."""
+        return self.config.maxHeartBeatLeak * self.config.heartBeatTimeIntervalMs
+
+    def lease_valid(self, now: float) -> bool:
+        """This node leads and a quorum acknowledged it (a heartbeat round sent, or the vote round
+        begun) at most lease_ms ago. A leader that was stopped for longer, or cut from its peers, does
+        not hold it, whatever role it still believes it has."""
+        return self.ms.role == LEADER and now - self.lease_start <= self.lease_ms
 
     def is_taking_leadership(self) -> bool:
         return (bool(self.config.preferredLeaderIds) and self.ms.term_to_take_leadership == self.ms.term
@@ -391,7 +415,7 @@ class Elector:
         self.last_parse_result = result
         self.last_round = (term, result, rnd.accepted, rnd.not_ready, rnd.bigger_ledger)
         if result == ParseResult.PASSED:
-            self.change_role_to_leader(term)
+            self.change_role_to_leader(term, lease_from=rnd.started)
         elif result == ParseResult.REVOTE_IMMEDIATELY:
             pass  # next_time_to_request_vote is unchanged, so the next pass votes again at once
 
@@ -401,6 +425,7 @@ class Elector:
         requests = {p: HeartBeatRequest(group=ms.group, localId=ms.self_id, remoteId=p, leaderId=leader_id,
                                         term=term) for p in ms.other_peers()}
         rnd = _Round(term, now + self.config.heartBeatTimeIntervalMs, requests)
+        rnd.started = now
         rnd.all, rnd.succ, rnd.not_ready, rnd.max_term, rnd.inconsistent_leader = 1, 1, 0, -1, False
         self.heartbeat_round = rnd
         for peer, req in requests.items():
@@ -441,6 +466,8 @@ class Elector:
             self.change_role_to_candidate(rnd.max_term)  # 0.3.2 (#247), before counting successes
         elif q(rnd.succ):
             self.last_succ_heartbeat = now
+            if self.ms.role == LEADER and self.ms.term == rnd.term:
+                self.lease_start = max(self.lease_start, rnd.started)
         elif q(rnd.succ + rnd.not_ready):
             self.last_send_heartbeat = NEVER
         elif rnd.max_term > rnd.term:

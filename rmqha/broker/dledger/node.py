@@ -52,6 +52,11 @@ class DLedgerNode:
     def term(self) -> int:
         return self.ms.term
 
+    def lease_valid(self, now: float) -> bool:
+        """Leader with a quorum's acknowledgement within maxHeartBeatLeak heartbeat intervals
+        (election.py, "the leader lease"): what the broker asks before it registers as master."""
+        return self.elector.lease_valid(now)
+
     def _drain(self) -> list:
         out, self.ms.effects = self.ms.effects, []
         return out
