@@ -308,3 +308,15 @@ def test_a_paused_old_leader_never_takes_id_0_from_its_successor(grp):
                                         **{int(i[1:]) + 1: grp.addr(i) for i in IDS if i not in (old, new)}}
     assert L.reg.master_addr == grp.addr(new)  # the old leader now follows the new master
     assert set(seen) == {grp.addr(new)}
+
+
+def test_a_leader_without_the_lease_does_not_unregister_id_0_on_stop(grp):
+    # UNREGISTER_BROKER removes its brokerId whatever address holds it (4.9): id 0 may be another's by now
+    lead = elected(grp)
+    n = grp.nodes[lead]
+    n.store.node.elector.lease_start = NEVER
+    n.reg.stop()
+    assert grp.ids_in_name_server()[0] == grp.addr(lead)
+    other = next(grp.nodes[i] for i in IDS if i != lead)
+    other.reg.stop()  # a slave (or a master under its lease) unregisters as before
+    assert other.config.brokerId not in grp.ids_in_name_server()
