@@ -55,6 +55,7 @@ ID_INDETERMINATE = "delivery.indeterminate"
 ID_DELIVERED = "delivery.delivered"
 ID_QUEUES = "queues.consistent"
 ID_NO_GROUP = "delivery.groups"
+ID_AMBIGUOUS = "delivery.ambiguous-group"
 
 PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
@@ -90,6 +91,7 @@ class GroupDelivery:
     duplicates: int = 0
     unexpected: int = 0
     reordered: int = 0
+    ambiguous: int = 0      # acknowledged, owed, in no broker group: copies in two, the answer names neither
     examples: dict = field(default_factory=dict)   # verdict id -> [short text] (at most MAX_LISTED)
 
     def summary(self) -> dict:
@@ -100,7 +102,7 @@ class GroupDelivery:
                 "indeterminate": self.indeterminate, "indeterminateDelivered": self.indeterminate_delivered,
                 "unconfirmed": self.unconfirmed, "unconfirmedDelivered": self.unconfirmed_delivered,
                 "unexpected": self.unexpected, "reordered": self.reordered, "receives": self.receives,
-                "topics": self.topics, "ordered": self.ordered}
+                "ambiguousGroup": self.ambiguous, "topics": self.topics, "ordered": self.ordered}
 
 
 @dataclass
@@ -184,9 +186,16 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
         F.max((answer & F.col("status").isin(*UNCONFIRMED)).cast("int")).alias("unconf"),
         F.min(F.when(ok, F.col("end_ms"))).alias("ack_ms"),
         F.min(F.when(ok, F.col("seq"))).alias("ack_seq"),
+        # the acknowledged try (the first SEND_OK by seq): the copy it names is the send's place
+        F.min(F.when(ok, F.struct("seq", "uniq_key", "queue_id", "queue_offset", "offset_msg_id", "broker_name")))
+        .alias("okt"),
         F.min("start_ms").alias("first_ms"))
         .withColumn("state0", F.when(F.col("acked") == 1, "acked")
-                    .when(F.col("unconf") == 1, "unconfirmed").otherwise("indeterminate"))).cache()
+                    .when(F.col("unconf") == 1, "unconfirmed").otherwise("indeterminate"))
+        .select("*", F.col("okt.uniq_key").alias("ok_uniq"), F.col("okt.queue_id").alias("ok_qid"),
+                F.col("okt.queue_offset").alias("ok_qoff"), _offset_of(F.col("okt.offset_msg_id")).alias("ok_phys"),
+                F.when(F.col("okt.broker_name") != "", F.col("okt.broker_name")).alias("ok_broker"))
+        .drop("okt")).cache()
     uniq_map = (tries.filter(F.col("uniq_key").isNotNull()).select("uniq_key", F.col("send_id").alias("u_sid"))
                 .dropDuplicates(["uniq_key"]))
     known = sends.select(F.col("send_id").alias("k_sid"))
@@ -203,9 +212,19 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
               .withColumn("broker_name", broker_of[F.col("node")]).withColumn("is_master", F.col("node").isin(masters))
               .join(cq, ["node", "topic", "queue_id", "queue_offset"], "left")
               .withColumn("queued", F.coalesce(F.col("cq_phys") == F.col("physical_offset"), F.lit(False))))
-    sc = copies.join(sends.select("send_id", "s_topic"), "send_id")
+    sc = copies.join(sends.select("send_id", "s_topic", "ok_uniq", "ok_qid", "ok_qoff", "ok_phys"), "send_id")
     in_topic = F.col("topic") == F.col("s_topic")
     parked_copy = F.col("topic").isin(*PARKED_TOPICS)
+    # the acknowledged try's copies (its UNIQ_KEY): in the topic, else parked on a master (not due yet); and
+    # those its answer names (queue id, queue offset, the commit-log offset of its offsetMsgId)
+    ok_top = in_topic & (F.col("uniq_key") == F.col("ok_uniq"))
+    ok_park = parked_copy & F.col("is_master") & (F.col("uniq_key") == F.col("ok_uniq"))
+    named = F.lit(True)
+    for have, col in (("ok_phys", "physical_offset"), ("ok_qoff", "queue_offset"), ("ok_qid", "queue_id")):
+        named = named & (F.col(have).isNull() | (F.col(col) == F.col(have)))
+
+    def groups_of(cond):
+        return F.array_sort(F.collect_set(F.when(cond, F.col("broker_name"))))
     facts = sc.groupBy("send_id").agg(
         F.max((in_topic & F.col("is_master")).cast("int")).alias("on_master"),
         F.max((in_topic & F.col("is_master") & F.col("queued")).cast("int")).alias("servable"),
@@ -215,10 +234,23 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
         F.max((parked_copy & F.col("is_master")).cast("int")).alias("parked"),
         F.sort_array(F.collect_set(F.concat_ws("@", "node", F.col("physical_offset").cast("string"))))
         .alias("where"),
-        F.first(F.when(in_topic, F.col("broker_name")), ignorenulls=True).alias("broker"),
-        # the master copy's place in its queue (where a consumer would find it)
-        F.first(F.when(in_topic & F.col("is_master"), F.struct("node", "queue_id", "queue_offset")),
-                ignorenulls=True).alias("mq"))
+        groups_of(ok_top).alias("g_top"), groups_of(ok_top & named).alias("n_top"),
+        groups_of(ok_park).alias("g_park"), groups_of(ok_park & named).alias("n_park"),
+        groups_of(in_topic).alias("g_any"),
+        F.max(F.col("ok_phys").isNotNull() | F.col("ok_qoff").isNotNull()).alias("has_name"),
+        # the master copies' places in their queues (where a consumer would find it), the acknowledged
+        # try's named copy first: mq below takes the one in the send's group
+        F.collect_list(F.when(in_topic & F.col("is_master"), F.struct(
+            F.col("broker_name").alias("b"), F.when(ok_top & named, 0).when(ok_top, 1).otherwise(2).alias("prio"),
+            "node", "queue_id", "queue_offset"))).alias("mqs"))
+    cands = F.when(F.size("g_top") > 0, F.col("g_top")).otherwise(F.col("g_park"))
+    told = F.when(~F.col("has_name"), cands).when(F.size("g_top") > 0, F.col("n_top")).otherwise(F.col("n_park"))
+    facts = (facts.withColumn("c_broker", F.when(F.size(cands) == 1, cands[0])
+                              .when((F.size(cands) > 1) & (F.size(told) == 1), told[0])
+                              .when((F.size(cands) == 0) & (F.size("g_any") == 1), F.col("g_any")[0]))
+             .withColumn("c_ambiguous", F.when(F.col("c_broker").isNull() & (F.size(cands) > 1), cands)
+                         .when(F.col("c_broker").isNull() & (F.size(cands) == 0) & (F.size("g_any") > 1), F.col("g_any")))
+             .drop("g_top", "n_top", "g_park", "n_park", "g_any", "has_name"))
 
     # 3. receives, tied to a logical send the same two ways
     recv = (h.filter(F.col("op") == "receive")
@@ -276,6 +308,7 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
             .filter((F.col("w_start").isNull() | (at >= F.col("w_start")))
                     & (F.col("w_end").isNull() | (at <= F.col("w_end"))))
             .join(facts, "send_id", "left")
+            .transform(_placed)
             .join(per.withColumnRenamed("sid", "send_id"), ["grp", "send_id"], "left")
             .withColumn("n", F.coalesce("n", F.lit(0)))
             .fillna(0, ["on_master", "servable", "on_slave", "parked"]))
@@ -309,7 +342,12 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
         F.sum(((F.col("state0") == "unconfirmed") & F.col("gone_after")).cast("int")).alias("u_after"),
         F.sum(((F.col("state0") == "unconfirmed") & got).cast("int")).alias("u_got"),
         F.sum(((F.col("state0") == "indeterminate") & got).cast("int")).alias("i_got"),
-        F.sum(F.greatest(F.col("n") - 1, F.lit(0))).alias("dups"), F.lit(1).alias("is_owed"))
+        F.sum(F.greatest(F.col("n") - 1, F.lit(0))).alias("dups"),
+        F.sum(((F.col("state0") == "acked") & F.col("ambiguous").isNotNull()).cast("int")).alias("amb"),
+        F.slice(F.array_sort(F.collect_set(F.when((F.col("state0") == "acked") & F.col("ambiguous").isNotNull(),
+                                                  F.concat("send_id", F.lit(" ("), F.array_join("ambiguous", ", "),
+                                                           F.lit(")"))))), 1, MAX_LISTED).alias("amb_ex"),
+        F.lit(1).alias("is_owed"))
     recv_by_grp = recv.groupBy("grp").agg(F.count("*").alias("receives"),
                                           F.sum(F.col("sid").isNull().cast("int")).alias("unexpected"))
     agg, reasons, rcount, unexpected = {}, {}, {}, {}
@@ -346,19 +384,28 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
             gd.lost_after_delivery = int(a["after"])
             gd.unconfirmed_lost_after_delivery = int(a["u_after"])
             gd.duplicates = int(a["dups"] or 0)
+            gd.ambiguous = int(a["amb"] or 0)
+            if gd.ambiguous:
+                gd.examples[ID_AMBIGUOUS] = list(a["amb_ex"])
         gd.lost_by_reason = dict(sorted(reasons.get(g, {}).items()))
         gd.receives = int(rcount.get(g, 0))
         gd.unexpected = int(unexpected.get(g, 0))
         gd.reordered = int(reordered.get(g, 0))
         f.groups.append(gd)
 
-    # 5b. per fault: acknowledged sends its own group stored while it was active
+    # 5b. per fault: acknowledged sends its own group stored while it was active (the group that acknowledged
+    # each: _placed); a send stored in two groups that its answer does not tell apart counts on no group's
     if fault_list:
         fdf = spark.createDataFrame([(x.label, x.group, x.start_ms, x.end_ms) for x in fault_list],
                                     "label string, f_group string, f_start long, f_end long")
-        hit = (sends.filter(F.col("acked") == 1).join(facts.select("send_id", "broker"), "send_id")
+        hit = (sends.filter(F.col("acked") == 1)
+               .join(facts.select("send_id", "c_broker", F.lit(True).alias("copied")), "send_id", "left")
+               .withColumn("broker", F.coalesce("ok_broker", "c_broker"))
                # a fault on every group (cluster-power-loss: its group is None) counts every group's acks
-               .join(F.broadcast(fdf), ((F.col("broker") == F.col("f_group")) | F.col("f_group").isNull())
+               # that some node stores or whose answer names its group
+               .join(F.broadcast(fdf), ((F.col("broker") == F.col("f_group"))
+                                        | (F.col("f_group").isNull() & (F.col("broker").isNotNull()
+                                                                        | F.col("copied").isNotNull())))
                      & (F.col("ack_ms") >= F.col("f_start") - AT_RISK_MS)
                      & (F.col("f_end").isNull() | (F.col("ack_ms") <= F.col("f_end"))))
                .groupBy("label").count().collect())
@@ -420,6 +467,28 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     for d in (sends, recv, owed):
         d.unpersist()
     return f
+
+
+def _offset_of(col):
+    """The commit-log offset an offsetMsgId names (its last 16 hex digits, after the store host: 32 or 56 hex
+    digits, rmqha/broker/store/record.py parse_offset_msg_id); null when the column is not one."""
+    from pyspark.sql import functions as F
+    return F.when(col.rlike("^([0-9A-Fa-f]{24})?[0-9A-Fa-f]{32}$"),
+                  F.conv(F.substring(col, -16, 16), 16, 10).cast("long"))
+
+
+def _placed(df):
+    """A send's broker group and its master copy's queue place, on sends joined with check()'s facts:
+    the group that acknowledged it (the answer's broker_name when its recorder wrote one; else the copies'
+    choice, c_broker: the acknowledged try's copy, narrowed by what its answer names), `ambiguous` (the
+    groups, when that choice found copies in several and the answer tells none apart), and `mq`: the master
+    copy in that group, the acknowledged try's named copy first (any group's when there is no group)."""
+    from pyspark.sql import functions as F
+    broker = F.col("broker")
+    return (df.withColumn("broker", F.coalesce("ok_broker", "c_broker"))
+            .withColumn("ambiguous", F.when(F.col("ok_broker").isNull(), F.col("c_ambiguous")))
+            .withColumn("mq", F.array_min(F.when(broker.isNull(), F.col("mqs"))
+                                          .otherwise(F.filter("mqs", lambda x: x["b"] == broker)))))
 
 
 def _suspects(faults, ack_ms, broker) -> list[str]:
@@ -527,6 +596,13 @@ def verdicts(f: DeliveryFindings, have_history: bool = True) -> list[Verdict]:
                                f"{g.reordered} message(s) received before an earlier-acknowledged message of "
                                "their producer's sharding key" if g.reordered else
                                "every sharding key received in its acknowledgement order", ID_REORDERED, s))
+        if g.ambiguous:
+            out.append(Verdict(f"broker group of acknowledged sends to {s}", WARN,
+                               f"{g.ambiguous} acknowledged send(s) stored in several broker groups, their answer "
+                               "names none of the copies: counted on no group's fault, blamed on every group's: "
+                               + "; ".join(ex.get(ID_AMBIGUOUS, []))
+                               + (f"; and {g.ambiguous - MAX_LISTED} more" if g.ambiguous > MAX_LISTED else ""),
+                               ID_AMBIGUOUS, s))
         if g.indeterminate:
             out.append(Verdict(f"indeterminate sends to {s}", INFO,
                                f"{g.indeterminate} send(s) never answered by the broker ({g.indeterminate_delivered} "

@@ -1,0 +1,101 @@
+"""A send's broker group is the group that acknowledged it: its SEND_OK try's copy, not an arbitrary stored
+copy of any try. A first try that timed out on broker-a, which stored it anyway, and a retry acknowledged
+by broker-b make the send broker-b's: its loss and its place in ackedOnGroupByFault go to broker-b's faults.
+Copies of one UNIQ_KEY in two groups (a client's internal retry) are told apart by the queue offset or the
+offsetMsgId of the answer; when nothing tells them apart the send has no group and the verdicts name it."""
+import json
+import os
+
+from rmqha.broker.store.record import Message
+from rmqha.cluster.history import HistoryWriter
+from rmqha.pipeline import delivery
+from rmqha.pipeline.verdict import FAIL, WARN
+
+from .test_delivery import GROUP, T0, _deliver
+
+A_FAULT, B_FAULT = "#1 power-loss broker-a-0", "#2 kill-master broker-b-0"
+
+
+def _msg_id(phys: int) -> str:
+    """An offsetMsgId (store host 127.0.0.1:10911, then the commit-log offset)."""
+    return f"7F000001{10911:08X}{phys:016X}"
+
+
+def _two_groups(rb):
+    """broker-a-0 and broker-b-0 (10 and 6 plain sends), the extra copies the cases need, the histories and
+    two faults (one per group) after every acknowledgement; every send received but x1.
+    x1  try 1 stored on broker-a, answered ERROR (a timeout); try 2 (a new UNIQ_KEY) SEND_OK on broker-b
+    y1  one try, one UNIQ_KEY stored in both groups, the answer names no copy: ambiguous
+    z1  as y1, the answer's queue offset is broker-b's copy's
+    w1  as y1, the answer's offsetMsgId is broker-b's copy's (no queue offset)
+    d1  a delayed send acknowledged by broker-b, parked there only (not due): broker-b's"""
+    placed = {}
+    for broker, n, extra in (("broker-a", 10, [("x1", "X1-1", 0), ("y1", "Y1", 0), ("z1", "Z1", 0), ("w1", "W1", 1)]),
+                             ("broker-b", 6, [("x1", "X1-2", 0), ("y1", "Y1", 0), ("z1", "Z1", 0), ("w1", "W1", 1)])):
+        rb.master(name=f"{broker}-0", broker=broker, n=n)
+        for sid, uk, qid in extra:
+            placed[(broker, sid)] = rb.put("T", uk, sid, 100, qid)
+            rb.sent.pop()
+        if broker == "broker-b":
+            m = Message(topic="T", body=os.urandom(100), properties={"UNIQ_KEY": "D1", "KEYS": "d1", "DELAY": "3"})
+            assert rb.store.put_message(m).status == "PUT_OK" and m.topic == "SCHEDULE_TOPIC_XXXX"
+        rb.close()
+    # the cases rely on these places: z1's queue offsets differ, w1's do not matter
+    assert placed[("broker-a", "z1")].queue_offset != placed[("broker-b", "z1")].queue_offset
+    p = HistoryWriter(os.path.join(rb.root, "history", "producer.jsonl"))
+    t = T0
+
+    def send(sid, *answers):
+        nonlocal t
+        for attempt, ans in enumerate(answers, 1):
+            base = {"client": "producer", "group": "PG", "topic": "T", "send_id": sid, "attempt": attempt,
+                    "start_ms": t}
+            p.append(base | {"op": "invoke", "end_ms": t})
+            p.append(base | {"op": "send", "end_ms": t + 2} | ans)
+            t += 3
+
+    for uk, sid, r in rb.sent:
+        send(sid, {"uniq_key": uk, "status": "SEND_OK", "queue_offset": r.queue_offset})
+    send("x1", {"status": "ERROR", "error": "RemotingTimeoutException"},
+         {"uniq_key": "X1-2", "status": "SEND_OK", "queue_offset": placed[("broker-b", "x1")].queue_offset})
+    send("y1", {"uniq_key": "Y1", "status": "SEND_OK"})
+    send("z1", {"uniq_key": "Z1", "status": "SEND_OK", "queue_offset": placed[("broker-b", "z1")].queue_offset})
+    send("w1", {"uniq_key": "W1", "status": "SEND_OK",
+                "offset_msg_id": _msg_id(placed[("broker-b", "w1")].wrote_offset)})
+    send("d1", {"uniq_key": "D1", "status": "SEND_OK"})
+    p.close()
+    c = HistoryWriter(os.path.join(rb.root, "history", "consumer.jsonl"))
+    c.append({"client": "consumer", "op": "subscribe", "group": GROUP, "topic": "T", "start_ms": T0, "end_ms": T0})
+    got = [(uk, sid) for uk, sid, _ in rb.sent] + [("Y1", "y1"), ("Z1", "z1"), ("W1", "w1")]
+    for uk, sid in got:
+        t += 1
+        c.append({"client": "consumer", "op": "receive", "group": GROUP, "topic": "T", "send_id": sid,
+                  "uniq_key": uk, "status": "RECEIVED", "start_ms": t, "end_ms": t})
+    c.close()
+    os.makedirs(os.path.join(rb.root, "faults"))
+    with open(os.path.join(rb.root, "faults", "f.jsonl"), "w") as fh:
+        for fid, kind, node, group in ((1, "power-loss", "broker-a-0", "broker-a"),
+                                       (2, "kill-master", "broker-b-0", "broker-b")):
+            for op, ts in (("inject", t + 100), ("heal", t + 200)):
+                fh.write(json.dumps({"op": op, "id": fid, "kind": kind, "target": node, "group": group,
+                                     "role": "master", "link": None, "start_ms": ts, "ts_ms": ts}) + "\n")
+
+
+def test_a_send_is_the_group_that_acknowledged_it_and_an_ambiguous_one_is_named(spark, run_builder):
+    _two_groups(run_builder)
+    v, rep, summary, out = _deliver(spark, run_builder.root)
+    d = summary["delivery"][GROUP]
+    # 16 plain + x1, y1, z1, w1 + d1 (parked); x1 never received
+    assert (d["acknowledged"], d["delivered"], d["lost"], d["parked"], d["ambiguousGroup"]) == (21, 19, 1, 1, 1), d
+    # broker-a acknowledged its 10 plain sends only: x1 (its first try's copy is there) is broker-b's, with
+    # z1 and w1 (their answers name broker-b's copy) and d1 (parked there); y1 is in neither
+    assert summary["ackedOnGroupByFault"] == {A_FAULT: 10, B_FAULT: 6 + 4}
+    # x1's loss goes to broker-b's fault; broker-a's power loss is blamed for nothing
+    assert summary["deliveryByFault"] == {B_FAULT: {delivery.ID_LOST: 1}}
+    with open(os.path.join(out, delivery.DETAIL_FILE)) as fh:
+        items = [json.loads(x) for x in fh]
+    assert [(x["send_id"], x["faults"]) for x in items] == [("x1", [B_FAULT])]
+    assert v[(delivery.ID_LOST, GROUP)].status == FAIL
+    amb = v[(delivery.ID_AMBIGUOUS, GROUP)]
+    assert amb.status == WARN and amb.detail.startswith("1 acknowledged send(s)")
+    assert "y1 (broker-a, broker-b)" in amb.detail and "z1" not in amb.detail and "w1" not in amb.detail
