@@ -190,7 +190,8 @@ class RunFacts:
 
     def group(self, send_id: str) -> str | None:
         """The broker group that acknowledged a send: its SEND_OK try's (try_group); when that try's copy is
-        on no node, the group of the send's other in-topic copies (KEYS), if they are in one group."""
+        on no node, the group of the send's other in-topic copies (by KEYS or by any try's UNIQ_KEY, as
+        rmqha/pipeline/delivery.py), if they are in one group."""
         if send_id in self._groups:
             return self._groups[send_id]
         s = self.sends.get(send_id) or {}
@@ -198,23 +199,19 @@ class RunFacts:
         if g is None and not amb and s.get("uniq"):
             g = self.group_of_uniq.get(s["uniq"])
         if g is None and not amb:
-            groups = sorted({c[0] for c in self.copies.get(send_id, []) if c[2] == s.get("topic")})
+            copies = [c for k in (send_id, *sorted(s.get("uniqs", ()))) for c in self.copies.get(k, [])]
+            groups = sorted({c[0] for c in copies if c[2] == s.get("topic")})
             g = groups[0] if len(groups) == 1 else None
         if amb:
             self.ambiguous[send_id] = amb
         self._groups[send_id] = g
         return g
 
-    def audit_groups(self, send_id: str) -> tuple[set, bool]:
-        """What the audit can take as a send's group (rmqha/pipeline/delivery.py: `broker` is the group of
-        an arbitrary in-topic copy of any try, by KEYS or by a try's UNIQ_KEY), and whether it has a copy
-        at all (a send with none is in no ackedOnGroupByFault; one with parked copies only has no group
-        and counts on cluster-wide faults)."""
+    def stored(self, send_id: str) -> bool:
+        """Whether some node holds a copy of any try of a send (by KEYS or by a try's UNIQ_KEY), in any
+        topic: a cluster-wide fault counts it (rmqha/pipeline/delivery.py's ackedOnGroupByFault)."""
         s = self.sends.get(send_id) or {}
-        copies = list(self.copies.get(send_id, []))
-        for u in s.get("uniqs", ()):
-            copies += self.copies.get(u, [])
-        return {c[0] for c in copies if c[2] == s.get("topic")}, bool(copies)
+        return bool(self.copies.get(send_id)) or any(self.copies.get(u) for u in s.get("uniqs", ()))
 
     def owed_to(self, send_id: str) -> list[str]:
         """The consumer groups owed an acknowledged send (its topic, within their audited window)."""
@@ -496,21 +493,14 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
     lo_at, hi_at = start - AT_RISK_MS, end
     acked_ids: set[str] = set()
     delivered, indeterminate, parked = 0, 0, 0
-    audit_lo, audit_hi = 0, 0   # what the audit's ackedOnGroupByFault may count for this fault
     for sid, s in facts.sends.items():
         if s["state"] == "acked" and lo_at <= (s["acked_ms"] or 0) <= hi_at:
             g = facts.group(sid)
-            stored_in, has_copy = facts.audit_groups(sid)
             # a cluster-wide fault: every acknowledged send some node stores (parked ones too, as the audit)
-            if (mine is None and (g is not None or has_copy)) or (mine is not None and g in mine):
+            if (mine is None and (g is not None or facts.stored(sid))) or (mine is not None and g in mine):
                 acked_ids.add(sid)
                 delivered += facts.delivered(sid)
                 parked += not facts.delivered(sid) and facts.parked(sid)
-            if mine is None:
-                audit_lo, audit_hi = audit_lo + has_copy, audit_hi + has_copy
-            else:
-                audit_lo += stored_in == set(mine)
-                audit_hi += bool(stored_in & set(mine))
         # not answered by any broker: counted here when it may be this group's (stored on it, or nowhere)
         g = facts.group(sid) if s["state"] == "indeterminate" else None
         if s["state"] == "indeterminate" and start <= (s["first_ms"] or 0) <= end and (mine is None or g in (None, *mine)):
@@ -526,18 +516,16 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
             where.setdefault(reason, place)
             if _explained(kind):
                 explained.add(reason)
-    # the audit and the histories must count the same acknowledged sends for this fault; the audit takes
-    # an arbitrary stored copy's group, so a send stored in two groups may count on either
+    # the audit and the histories must count the same acknowledged sends for this fault: both give a send
+    # the group that acknowledged it (RunFacts.group; rmqha/pipeline/delivery.py _placed) and count one in
+    # no group's fault when its copies cannot be told apart
     audit_acked = summary["ackedOnGroupByFault"][label]
-    if not audit_lo <= audit_acked <= audit_hi:
-        allow = str(audit_lo) if audit_lo == audit_hi else f"{audit_lo}..{audit_hi}"
-        excluded[f"acknowledged the audit counted {audit_acked}, the histories and stores allow {allow}"] = \
-            min(abs(audit_acked - audit_lo), abs(audit_acked - audit_hi))
+    if audit_acked != len(acked_ids):
+        excluded[f"acknowledged the audit counted {audit_acked}, the histories and stores {len(acked_ids)}"] = \
+            abs(audit_acked - len(acked_ids))
     return {"delivered": delivered, "indeterminate": indeterminate, "acked_recounted": len(acked_ids),
             # acknowledged, not delivered: parked (not due, owed to nobody yet) or a loss the audit blames
             "not_delivered": len(acked_ids) - delivered, "parked": parked,
-            # acknowledged sends stored in two groups, that the audit may count on this fault or another
-            "audit_group_ambiguous": audit_hi - audit_lo,
             # a fault never healed: its window runs to the last try
             "group_availability": group_availability(facts, start, end if end != float("inf") else max(
                 (t[0] for t in facts.tries), default=start)),
