@@ -135,6 +135,11 @@ class BrokerRegistration:
             self._again = True
             return defer.succeed(None)
         c = self.config
+        if c.brokerId < 0:
+            # DLedger before its first role change (brokerId -1, as 4.9 sets it): nothing a name server
+            # could route; ours refuses the id anyway. The role handler registers as soon as there is a role.
+            log.debug("not registering yet: brokerId %d (DLedger role not decided)", c.brokerId)
+            return defer.succeed(None)
         if c.brokerId == 0 and self.master_lease is not None and not self.master_lease():
             self._skip_for_lease()
             return defer.succeed(None)

@@ -158,3 +158,19 @@ def test_slave_copies_topics_and_offsets_from_its_master(tmp_path):
     finally:
         master.stop()
         slave.stop()
+
+
+def test_a_broker_with_no_id_yet_does_not_register(tmp_path):
+    """A DLedger broker is brokerId -1 until its first role change: registering it would only be refused
+    ("out of range") by the name server, every period; the role handler registers once it has a role."""
+    clock = MemoryReactorClock()
+    cfg = make_config(tmp_path, namesrvAddr="127.0.0.1:1", registerNameServerPeriod=10000)
+    client = FakeClient(ok)
+    reg = BrokerRegistration(cfg, TopicConfigManager(cfg, clock), clock, clock, client=client)
+    cfg.brokerId = -1
+    reg.register_all()
+    clock.advance(30)
+    assert client.calls == [] and reg.registrations == 0
+    cfg.brokerId = 1  # the role handler gave it a role
+    reg.register_all()
+    assert [str(c.ext_fields["brokerId"]) for _, c in client.calls] == ["1"]
