@@ -50,7 +50,7 @@ from collections.abc import Callable
 from .entry import (BLANK_MAGIC_CODE, BODY_OFFSET, CURRENT_MAGIC, HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_1,
                     MIN_BLANK_LEN, DLedgerEntry, EntryFormatError, decode_entry, decode_index, encode_entry,
                     encode_index)
-from .protocol import DLedgerError, ResponseCode
+from .protocol import DLedgerError, ResponseCode, check_index
 
 DEFAULT_DATA_FILE_SIZE = 1024 * 1024 * 1024
 DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
@@ -262,13 +262,7 @@ class FileStore:
 
     # --- the log interface ----------------------------------------------------------------------
     def _pos_size(self, index: int) -> tuple[int, int]:
-        if index < 0:
-            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"{index} should gt 0")
-        if index < self.begin_index:
-            raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"{index} < {self.begin_index}")
-        if index > self.end_index:
-            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
-                               f"{index} should between {self.begin_index}-{self.end_index}")
+        check_index(index, self.begin_index, self.end_index)
         raw = self.index.read(index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
         if raw is None:
             raise StoreError(f"Get null index for {index}")

@@ -112,6 +112,17 @@ class DLedgerError(Exception):
         self.code = code
 
 
+def check_index(index: int, begin_index: int, end_index: int) -> None:
+    """DLedger's bounds check for reading entry `index` of a log holding [begin_index, end_index], with
+    its response codes and messages (both log implementations use it)."""
+    if index < 0:
+        raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"{index} should gt 0")
+    if index < begin_index:
+        raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"{index} < {begin_index}")
+    if index > end_index:
+        raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"{index} should between {begin_index}-{end_index}")
+
+
 # --- JSON helpers -------------------------------------------------------------------------------
 
 def _b64(data) -> str:

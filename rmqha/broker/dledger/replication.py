@@ -43,7 +43,7 @@ from .config import DLedgerConfig, Rules
 from .effects import AppendDone, Committed, Reply, Send
 from .election import FOLLOWER, LEADER, NEVER, MemberState
 from .entry import CURRENT_MAGIC, DLedgerEntry
-from .protocol import (AppendEntryResponse, DLedgerError, PushEntryRequest, PushEntryResponse, PushType,
+from .protocol import (AppendEntryResponse, DLedgerError, check_index, PushEntryRequest, PushEntryResponse, PushType,
                        ResponseCode)
 
 
@@ -79,13 +79,7 @@ class MemoryLog:
         return [e.copy() for e in self._entries]
 
     def get(self, index: int) -> DLedgerEntry:
-        if index < 0:
-            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"{index} should gt 0")
-        if index < self.begin_index:
-            raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"{index} < {self.begin_index}")
-        if index > self.end_index:
-            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
-                               f"{index} should between {self.begin_index}-{self.end_index}")
+        check_index(index, self.begin_index, self.end_index)
         return self._entries[index - self.begin_index].copy()
 
     def append_as_leader(self, body: bytes, term: int) -> DLedgerEntry:
