@@ -44,7 +44,7 @@ from .dledger.file_store import DEFAULT_INDEX_FILE_SIZE, FileStore
 from .dledger.node import DLedgerNode
 from .dledger.protocol import ResponseCode as DLCode
 from .dledger.transport import DLedgerService
-from .store import record
+from .store import commitlog, record
 from .store.consume_queue import ConsumeQueue
 from .store.mapped_file import StoreError
 from .store.message_store import MessageStore, PutResult, PutStatus
@@ -126,12 +126,7 @@ class DLedgerLog:
         return self.fs.data.read(offset, size) or b""
 
     def message_at(self, offset: int, size: int | None = None) -> record.Message | None:
-        if size is None:
-            size = record.message_size(self.read(offset, record.HEAD_SIZE))
-            if size <= 0:
-                return None
-        r = record.scan(self.read_record(offset, size), 0, check_crc=False)
-        return r.message if r.kind == Scan.MESSAGE else None
+        return commitlog.message_at(self, offset, size)
 
     def last_file_start(self) -> int:
         m = self.max_offset
@@ -370,12 +365,9 @@ class DLedgerMessageStore(MessageStore):
         refused = self._not_master_yet()
         if refused is not None:
             return refused
-        msg.store_timestamp = self.now_ms()
-        msg.store_host = self.store_host
-        try:
-            delay.to_schedule_topic(msg, self.delay_levels_ms)
-        except ValueError as e:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))
+        refused = self._stamp(msg)
+        if refused is not None:
+            return refused
         key = (msg.topic, msg.queue_id)
         if msg.gets_queue_entry:
             if validation.topic_problem(msg.topic):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal, overload
+from typing import Literal, Protocol, overload
 
 from . import record
 from .mapped_file import MappedFile, MappedFileQueue, StoreError
@@ -37,6 +37,23 @@ class RecoveryReport:
     discarded_bytes: int
     reason: str  # why the walk stopped ("" = clean end)
     start_offset: int
+
+
+class RecordReader(Protocol):
+    def read(self, offset: int, max_bytes: int) -> bytes: ...
+
+    def read_record(self, offset: int, size: int) -> bytes: ...
+
+
+def message_at(log: RecordReader, offset: int, size: int | None = None) -> record.Message | None:
+    """The message at a commit-log offset (its size read from its head when not given), or None, for any
+    log with read(offset, n) and read_record(offset, size): this one and the DLedger one."""
+    if size is None:
+        size = record.message_size(log.read(offset, record.HEAD_SIZE))
+        if size <= 0:
+            return None
+    r = record.scan(log.read_record(offset, size), 0, check_crc=False)
+    return r.message if r.kind == Scan.MESSAGE else None
 
 
 class CommitLog:
@@ -143,12 +160,7 @@ class CommitLog:
         return f.read(offset - f.base, size)
 
     def message_at(self, offset: int, size: int | None = None) -> record.Message | None:
-        if size is None:
-            size = record.message_size(self.read(offset, record.HEAD_SIZE))
-            if size <= 0:
-                return None
-        r = record.scan(self.read_record(offset, size), 0, check_crc=False)
-        return r.message if r.kind == Scan.MESSAGE else None
+        return message_at(self, offset, size)
 
     @overload
     def walk(self, start: int, end: int | None = None, check_crc: bool = True, full: Literal[False] = False,

@@ -318,17 +318,25 @@ class MessageStore:
         return self.commitlog.min_offset
 
     # -- master: writing --------------------------------------------------------------------------
-    def put_message(self, msg: record.Message) -> PutResult:
-        """Append a message to the commit log, with its queue offset; its consume-queue unit and index
-        keys follow at the next dispatch_pending(). Synchronous; flush and HA waits come after."""
-        if self.closed:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="store is shut down")
+    def _stamp(self, msg: record.Message) -> PutResult | None:
+        """Store time and host on a message about to be written, and a delayed one moved to the schedule
+        topic; a refusal when its delay level is not valid."""
         msg.store_timestamp = self.now_ms()
         msg.store_host = self.store_host
         try:
             delay.to_schedule_topic(msg, self.delay_levels_ms)
         except ValueError as e:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(e))
+        return None
+
+    def put_message(self, msg: record.Message) -> PutResult:
+        """Append a message to the commit log, with its queue offset; its consume-queue unit and index
+        keys follow at the next dispatch_pending(). Synchronous; flush and HA waits come after."""
+        if self.closed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="store is shut down")
+        refused = self._stamp(msg)
+        if refused is not None:
+            return refused
         if msg.sys_flag & record.TRANSACTION_MASK in _QUEUED_TYPES:  # msg.gets_queue_entry
             key = (msg.topic, msg.queue_id)
             queue_offset = self.queue_offsets.get(key)
