@@ -217,10 +217,13 @@ def test_a_broker_that_reorders_pulls_fails_order_per_key(tmp_path):
     assert rc == 1, out
     assert d["reordered"] > 0 and status(by_id, delivery.ID_REORDERED, g) == "FAIL", (d, out)
     # nothing else is wrong: every message delivered once, none unexpected; per queue the offsets the
-    # client saw are in order (the broker swapped the offsets too): only the per-key check can see it
+    # ordered consumer saw are in order (the broker swapped the offsets too): only the per-key check can
+    # see it. The concurrent consumer's callback threads may report a receive out of offset order (seen
+    # once in CI: a WARN "... (0 by ordered consumers)"), which the verdict allows as a WARN.
     for vid in (delivery.ID_LOST, delivery.ID_UNEXPECTED, delivery.ID_DUPLICATE):
         assert status(by_id, vid, g) == "PASS", (vid, out)
-    assert verdicts(out)["per-queue receive order"] == "PASS", out
+    per_queue = verdicts(out)["per-queue receive order"]
+    assert per_queue == "PASS" or (per_queue == "WARN" and "(0 by ordered consumers)" in out), out
 
 
 @pytest.mark.checkers
