@@ -45,9 +45,10 @@ outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_T
 	$(PY) -m rmqha.chaos.outcomes $(if $(NAME),--name $(NAME))
 
 # --- tests ------------------------------------------------------------------------------------
-lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- cluster <- chaos|pipeline <- rmqkit, nothing imports tests/), ruff's check, mypy --strict on the HA core and the store (all three configured in pyproject.toml) and c-warnings
+lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- cluster <- chaos|pipeline <- rmqkit, nothing imports tests/), ruff's check and format check, mypy --strict on the HA core and the store (all three configured in pyproject.toml) and c-warnings
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
+	$(VENV)/bin/ruff format --check --no-cache .
 	$(VENV)/bin/mypy
 	@$(MAKE) --no-print-directory c-warnings
 

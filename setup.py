@@ -8,6 +8,7 @@ Everything else about the package is in pyproject.toml.
 Both build with every warning an error (WARNINGS). Since a failed build only falls back to Python,
 `make lint` compiles both the same way and fails loudly on a warning.
 """
+
 import shutil
 from pathlib import Path
 
@@ -28,10 +29,24 @@ class BuildWithTopologies(build_py):
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(HERE / "compose", target)
 
+
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
 
-setup(cmdclass={"build_py": BuildWithTopologies},
-      ext_modules=[Extension("rmqha.broker.fastpath._fastsend", ["rmqha/broker/fastpath/_fastsend.c"],
-                             libraries=["z"], extra_compile_args=["-O2", *WARNINGS], optional=True),
-                   Extension("rmqha.broker.ha._frames", ["rmqha/broker/ha/_frames.c"], extra_compile_args=["-O2", *WARNINGS],
-                             optional=True)])
+setup(
+    cmdclass={"build_py": BuildWithTopologies},
+    ext_modules=[
+        Extension(
+            "rmqha.broker.fastpath._fastsend",
+            ["rmqha/broker/fastpath/_fastsend.c"],
+            libraries=["z"],
+            extra_compile_args=["-O2", *WARNINGS],
+            optional=True,
+        ),
+        Extension(
+            "rmqha.broker.ha._frames",
+            ["rmqha/broker/ha/_frames.c"],
+            extra_compile_args=["-O2", *WARNINGS],
+            optional=True,
+        ),
+    ],
+)

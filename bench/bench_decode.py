@@ -18,6 +18,7 @@ loads the compiled decoder (numba's cache) and warms the JVM's JIT: the figures 
 --decoder picks rmqha.pipeline.decode's record walk (compiled: numba; python: the reference, record.scan_summary
 per record), through RMQHA_AUDIT_DECODER.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,15 +54,22 @@ def generate(data_dir: str, gib: int, body_size: int = 1000) -> str:
     i = 0
     try:
         while store.max_offset < gib * GIB:
-            store.put_message(Message(topic="BenchTopic", body=body, queue_id=i % 8,
-                                      born_timestamp=int(time.time() * 1000),
-                                      born_host=("10.0.0.1", 40000),
-                                      properties={"UNIQ_KEY": f"7F000001{i:024X}", "KEYS": f"send-{i}",
-                                                  "TAGS": "bench"}))
+            store.put_message(
+                Message(
+                    topic="BenchTopic",
+                    body=body,
+                    queue_id=i % 8,
+                    born_timestamp=int(time.time() * 1000),
+                    born_host=("10.0.0.1", 40000),
+                    properties={"UNIQ_KEY": f"7F000001{i:024X}", "KEYS": f"send-{i}", "TAGS": "bench"},
+                )
+            )
             i += 1
             if i % 200000 == 0:
-                print(f"  generated {store.max_offset / GIB:.2f} GiB ({i} messages, "
-                      f"{time.perf_counter() - t0:.0f}s)", flush=True)
+                print(
+                    f"  generated {store.max_offset / GIB:.2f} GiB ({i} messages, {time.perf_counter() - t0:.0f}s)",
+                    flush=True,
+                )
     finally:
         store.shutdown()
     with open(done, "w") as fh:
@@ -99,6 +107,7 @@ def load() -> str:
 def decoder_alone(node, range_bytes: int) -> tuple[int, float]:
     """(rows, seconds) of rmqha.pipeline.decode's per-task work (walk + Arrow batches) here, one core."""
     from rmqha.pipeline import decode
+
     rows, t0 = 0, time.perf_counter()
     for k, task in enumerate(decode.plan([node], range_bytes)):
         for batch in decode.arrow_batches(task, file_index=0):
@@ -112,6 +121,7 @@ def spark_floor(spark, node, range_bytes: int, rows: int):
     query's seconds."""
     from pyspark.sql import functions as F
     from rmqha.pipeline import decode
+
     tasks = decode.plan([node], range_bytes)
     sample = next(decode.arrow_batches(tasks[0], file_index=0))
     n = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * decode.TASKS_PER_CORE))
@@ -125,10 +135,18 @@ def spark_floor(spark, node, range_bytes: int, rows: int):
                 while left > 0:
                     yield sample.slice(0, min(left, sample.num_rows))
                     left -= min(left, sample.num_rows)
-    df = spark.range(0, len(tasks), 1, n).mapInArrow(run, decode.spark_wire_schema()).withColumn("valid", F.col("status") == "ok")
+
+    df = (
+        spark.range(0, len(tasks), 1, n)
+        .mapInArrow(run, decode.spark_wire_schema())
+        .withColumn("valid", F.col("status") == "ok")
+    )
     t0 = time.perf_counter()
-    r = df.agg(F.count("*").alias("n"), F.sum("size").alias("bytes"),
-               F.sum(F.col("status").isin("invalid", "torn").cast("int")).alias("bad")).first()
+    r = df.agg(
+        F.count("*").alias("n"),
+        F.sum("size").alias("bytes"),
+        F.sum(F.col("status").isin("invalid", "torn").cast("int")).alias("bad"),
+    ).first()
     assert r["n"] == rows, (r["n"], rows)
     return time.perf_counter() - t0
 
@@ -157,20 +175,25 @@ def main() -> int:
     size = sum(f.length for f in node.files)
     print(f"==> {len(paths)} files, {size / GIB:.2f} GiB")
 
-    spark = get_spark("bench-decode", args.master, {"spark.ui.enabled": "false",
-                                                    "spark.driver.memory": "2g"})
+    spark = get_spark("bench-decode", args.master, {"spark.ui.enabled": "false", "spark.driver.memory": "2g"})
     if args.decoder == "compiled" and not decode.use_compiled():
         print("error: the compiled decoder is not available here (numba missing?)", file=sys.stderr)
         return 1
     if args.decoder == "compiled":
         t0 = time.perf_counter()
         from rmqha.broker.store import summary_columns  # compiles once, or loads numba's cache; workers then load it
+
         summary_columns.Columns(1).walk(bytes(128), 0, 1, 0)
         print(f"==> compiled decoder ready in {time.perf_counter() - t0:.1f}s")
     print(f"==> decoder: {args.decoder}")
     spark.range(10).count()  # start the executors and Python workers before timing
-    warmup = runfolder.Node(node.name, node.broker_name, node.broker_id, node.role, files=[
-        runfolder.CommitLogFile(f.path, f.base, f.length // 4, f.mapped_size) for f in node.files[:1]])
+    warmup = runfolder.Node(
+        node.name,
+        node.broker_name,
+        node.broker_id,
+        node.role,
+        files=[runfolder.CommitLogFile(f.path, f.base, f.length // 4, f.mapped_size) for f in node.files[:1]],
+    )
     t0 = time.perf_counter()
     df = decode.decode(spark, [warmup], args.range_mb << 20)
     df.agg(F.count("*"), F.sum("size"), F.sum(F.col("status").isin("invalid", "torn").cast("int"))).first()
@@ -186,34 +209,48 @@ def main() -> int:
             drop_cache(paths)
         nbytes, dt = raw_read(paths)
         raw = nbytes / dt / 1e6
-        print(f"[{cache}] raw read : {nbytes / 1e6:9.1f} MB in {dt:6.2f}s = {raw:8.1f} MB/s (plain Python readinto)"
-              f"{load()}")
+        print(
+            f"[{cache}] raw read : {nbytes / 1e6:9.1f} MB in {dt:6.2f}s = {raw:8.1f} MB/s (plain Python readinto)"
+            f"{load()}"
+        )
         for run in range(args.runs):
             if cache == "cold":
                 drop_cache(paths)
             df = decode.decode(spark, [node], args.range_mb << 20)
             t0 = time.perf_counter()
-            r = df.agg(F.count("*").alias("n"), F.sum("size").alias("bytes"),
-                       F.sum(F.col("status").isin("invalid", "torn").cast("int")).alias("bad")).first()
+            r = df.agg(
+                F.count("*").alias("n"),
+                F.sum("size").alias("bytes"),
+                F.sum(F.col("status").isin("invalid", "torn").cast("int")).alias("bad"),
+            ).first()
             dt = time.perf_counter() - t0
             spk = size / dt / 1e6
-            print(f"[{cache}] spark    : {r['n']} rows ({r['bad']} invalid/torn), {r['bytes'] / 1e6:.1f} MB of "
-                  f"records, {ntasks} tasks on {spark.sparkContext.master} in {dt:6.2f}s = {spk:8.1f} MB/s{load()}")
+            print(
+                f"[{cache}] spark    : {r['n']} rows ({r['bad']} invalid/torn), {r['bytes'] / 1e6:.1f} MB of "
+                f"records, {ntasks} tasks on {spark.sparkContext.master} in {dt:6.2f}s = {spk:8.1f} MB/s{load()}"
+            )
             ratio = spk / raw
-            print(f"[{cache}] ratio    : {ratio:.1%} of raw read (target >= 25%: "
-                  f"{'met' if ratio >= 0.25 else 'MISSED'})", flush=True)
+            print(
+                f"[{cache}] ratio    : {ratio:.1%} of raw read (target >= 25%: {'met' if ratio >= 0.25 else 'MISSED'})",
+                flush=True,
+            )
             results[cache] = (raw, spk, ratio)
         if cache == "warm":
             nrows, dt = decoder_alone(node, args.range_mb << 20)
             alone = size / dt / 1e6
-            print(f"[warm] decoder alone: {nrows} rows in {dt:6.2f}s = {alone:8.1f} MB/s on one core, no Spark "
-                  f"({alone / raw:.1%} of raw read per core){load()}")
+            print(
+                f"[warm] decoder alone: {nrows} rows in {dt:6.2f}s = {alone:8.1f} MB/s on one core, no Spark "
+                f"({alone / raw:.1%} of raw read per core){load()}"
+            )
             # the best of three (the first also warms the JIT for this plan): a floor, so the lowest
             dt = min(spark_floor(spark, node, args.range_mb << 20, nrows) for _ in range(3))
             floor = size / dt / 1e6
-            print(f"[warm] spark floor  : the same rows from pre-built batches, nothing decoded, in {dt:6.2f}s = "
-                  f"{floor:8.1f} MB/s = {floor / raw:.1%} of raw read: the most any decoder feeding Spark "
-                  f"through mapInArrow reaches here{load()}", flush=True)
+            print(
+                f"[warm] spark floor  : the same rows from pre-built batches, nothing decoded, in {dt:6.2f}s = "
+                f"{floor:8.1f} MB/s = {floor / raw:.1%} of raw read: the most any decoder feeding Spark "
+                f"through mapInArrow reaches here{load()}",
+                flush=True,
+            )
     spark.stop()
     return 0
 

@@ -14,6 +14,7 @@ with the range beside it (on this machine one run's limit and rate each move by 
 
 The master's backlog is generated once and cached under build/bench-data/ha-master.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,12 +60,14 @@ def make_backlog(path: str, gib: float, msg_size: int) -> int:
     target = int(gib * (1 << 30))
     t0, n = time.monotonic(), 0
     while s.max_offset < target:
-        s.put_message(Message(topic="BenchTopic", body=body, queue_id=n % 8,
-                              properties={"UNIQ_KEY": f"{n:016X}"}))
+        s.put_message(Message(topic="BenchTopic", body=body, queue_id=n % 8, properties={"UNIQ_KEY": f"{n:016X}"}))
         n += 1
         if n % 20000 == 0 and sys.stdout.isatty():
-            print(f"\r  generating backlog: {s.max_offset / (1 << 20):7.0f} / {target / (1 << 20):.0f} MiB",
-                  end="", flush=True)
+            print(
+                f"\r  generating backlog: {s.max_offset / (1 << 20):7.0f} / {target / (1 << 20):.0f} MiB",
+                end="",
+                flush=True,
+            )
     end = s.max_offset
     s.shutdown()
     print(f"\r  generated {n} messages, {end / (1 << 20):.0f} MiB in {time.monotonic() - t0:.1f}s" + " " * 20)
@@ -116,7 +119,7 @@ def raw_disk_write(total: int, directory: str) -> float:
         t0 = time.monotonic()
         pos = 0
         while pos < total:
-            pos += os.pwrite(fd, chunk[:min(len(chunk), total - pos)], pos)
+            pos += os.pwrite(fd, chunk[: min(len(chunk), total - pos)], pos)
         return total / (time.monotonic() - t0)
     finally:
         os.close(fd)
@@ -136,14 +139,18 @@ def start_broker(workdir, name, props, log):
     with open(conf, "w") as fh:
         fh.write("\n".join(f"{k}={v}" for k, v in props.items()))
     prof = os.environ.get("BENCH_PROFILE_DIR")
-    cmd = process.broker_command(conf, python_args=["-m", "cProfile", "-o", os.path.join(prof, f"{name}.prof")]
-                                 if prof else None, extra_args=["--log-level", "WARNING"])
+    cmd = process.broker_command(
+        conf,
+        python_args=["-m", "cProfile", "-o", os.path.join(prof, f"{name}.prof")] if prof else None,
+        extra_args=["--log-level", "WARNING"],
+    )
     rec = process.spawn(cmd, log, process.child_env())
 
     def up():
         if not process.is_running(rec):
             raise ProcessExited(f"{name} exited; see {log}")
         return status(props["listenPort"])
+
     wait_until(up, 60, f"{name} answers /status (log {log})", interval=0.05)
     return rec
 
@@ -155,25 +162,48 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int,
-               zero_copy: bool = True, extra: dict | None = None) -> tuple[float, float, dict]:
+def ha_catchup(
+    master_dir: str, end: int, socket_buffer: int, batch: int, zero_copy: bool = True, extra: dict | None = None
+) -> tuple[float, float, dict]:
     work = tempfile.mkdtemp(prefix="bench-ha-")
     mport, sport = free_base_port(), free_base_port()
-    common = dict(brokerClusterName="BenchCluster", brokerName="broker-a", mappedFileSizeCommitLog=FILE_SIZE,
-                  brokerIP1="127.0.0.1", haSocketBufferSize=socket_buffer, haTransferBatchSize=batch,
-                  **(extra or {}))
+    common = dict(
+        brokerClusterName="BenchCluster",
+        brokerName="broker-a",
+        mappedFileSizeCommitLog=FILE_SIZE,
+        brokerIP1="127.0.0.1",
+        haSocketBufferSize=socket_buffer,
+        haTransferBatchSize=batch,
+        **(extra or {}),
+    )
     procs = []
     try:
-        procs.append(start_broker(work, "master", dict(common, brokerId=0, brokerRole="ASYNC_MASTER",
-                                                       listenPort=mport, storePathRootDir=master_dir),
-                                  os.path.join(work, "master.log")))
+        procs.append(
+            start_broker(
+                work,
+                "master",
+                dict(common, brokerId=0, brokerRole="ASYNC_MASTER", listenPort=mport, storePathRootDir=master_dir),
+                os.path.join(work, "master.log"),
+            )
+        )
         cpu0 = proc_cpu_s(procs[0]["pid"])
         t0 = time.monotonic()
-        procs.append(start_broker(work, "slave", dict(common, brokerId=1, brokerRole="SLAVE", listenPort=sport,
-                                                      storePathRootDir=os.path.join(work, "slave"),
-                                                      haSlaveZeroCopy=str(zero_copy).lower(),
-                                                      haMasterAddress=f"127.0.0.1:{mport + 1}"),
-                                  os.path.join(work, "slave.log")))
+        procs.append(
+            start_broker(
+                work,
+                "slave",
+                dict(
+                    common,
+                    brokerId=1,
+                    brokerRole="SLAVE",
+                    listenPort=sport,
+                    storePathRootDir=os.path.join(work, "slave"),
+                    haSlaveZeroCopy=str(zero_copy).lower(),
+                    haMasterAddress=f"127.0.0.1:{mport + 1}",
+                ),
+                os.path.join(work, "slave.log"),
+            )
+        )
         first, shown = None, 0.0
         while True:
             # The master's view of the slave's ack (its stored max offset): polling the slave's
@@ -194,8 +224,10 @@ def ha_catchup(master_dir: str, end: int, socket_buffer: int, batch: int,
                 raise SystemExit("slave did not catch up within 10 minutes")
             time.sleep(0.02)
         t1 = time.monotonic()
-        cpu = {"master": proc_cpu_s(procs[0]["pid"]) - (master_cpu0 if first else cpu0),
-               "slave": proc_cpu_s(procs[1]["pid"]) - (slave_cpu0 if first else 0.0)}
+        cpu = {
+            "master": proc_cpu_s(procs[0]["pid"]) - (master_cpu0 if first else cpu0),
+            "slave": proc_cpu_s(procs[1]["pid"]) - (slave_cpu0 if first else 0.0),
+        }
         # How far the slave's consume-queue building got meanwhile (it yields to the stream): work
         # that shares the slave's core with the catch-up, so a run's CPU figures depend on it.
         cpu["dispatched"] = ((status(sport) or {}).get("dispatchOffset") or 0) / max(1, end)
@@ -212,58 +244,96 @@ def one_run(data: str, end: int, args) -> dict:
     """The two limits and the catch-up, measured back to back (the machine drifts between runs)."""
     raw = raw_loopback(end)
     disk = raw_disk_write(end, tempfile.gettempdir())
-    rate, rate_streaming, cpu = ha_catchup(data, end, args.socket_buffer, args.batch, zero_copy=not args.slave_copy,
-                                           extra=dict(kv.split("=", 1) for kv in args.broker_set))
+    rate, rate_streaming, cpu = ha_catchup(
+        data,
+        end,
+        args.socket_buffer,
+        args.batch,
+        zero_copy=not args.slave_copy,
+        extra=dict(kv.split("=", 1) for kv in args.broker_set),
+    )
     limit = min(raw, disk)
-    return {"raw": raw, "disk": disk, "rate": rate, "streaming": rate_streaming, "cpu": cpu,
-            "of_limit": rate_streaming / limit, "of_loopback": rate_streaming / raw}
+    return {
+        "raw": raw,
+        "disk": disk,
+        "rate": rate,
+        "streaming": rate_streaming,
+        "cpu": cpu,
+        "of_limit": rate_streaming / limit,
+        "of_loopback": rate_streaming / raw,
+    }
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gib", type=float, default=1.1)
     ap.add_argument("--msg-size", type=int, default=4096)
-    ap.add_argument("--socket-buffer", type=int, default=65536,
-                    help="haSocketBufferSize for the run (65536 is the reference's; 0 = OS autotuning)")
+    ap.add_argument(
+        "--socket-buffer",
+        type=int,
+        default=65536,
+        help="haSocketBufferSize for the run (65536 is the reference's; 0 = OS autotuning)",
+    )
     ap.add_argument("--batch", type=int, default=32768, help="haTransferBatchSize (reference default 32768)")
-    ap.add_argument("--slave-copy", action="store_true",
-                    help="haSlaveZeroCopy=false: the slave reads into Python and pwrites (the path before splice)")
-    ap.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a broker config property for both brokers (e.g. haSlaveCompiledFrames=false)")
-    ap.add_argument("--runs", type=int, default=3,
-                    help="runs of (loopback, disk write, catch-up); the headline is the median run's ratio, "
-                         "because both the rate and the limits move by up to 2x between runs here")
+    ap.add_argument(
+        "--slave-copy",
+        action="store_true",
+        help="haSlaveZeroCopy=false: the slave reads into Python and pwrites (the path before splice)",
+    )
+    ap.add_argument(
+        "--broker-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker config property for both brokers (e.g. haSlaveCompiledFrames=false)",
+    )
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="runs of (loopback, disk write, catch-up); the headline is the median run's ratio, "
+        "because both the rate and the limits move by up to 2x between runs here",
+    )
     args = ap.parse_args()
     data = os.path.join(REPO, "build", "bench-data", f"ha-master-{args.gib}g-{args.msg_size}")
-    print(f"HA catch-up benchmark: {args.gib} GiB backlog, {args.msg_size}-byte messages, "
-          f"haTransferBatchSize={args.batch}, haSocketBufferSize={args.socket_buffer}, "
-          f"haSlaveZeroCopy={str(not args.slave_copy).lower()}, {args.runs} run(s), {os.cpu_count()} cores"
-          + "".join(f", {kv}" for kv in args.broker_set))
+    print(
+        f"HA catch-up benchmark: {args.gib} GiB backlog, {args.msg_size}-byte messages, "
+        f"haTransferBatchSize={args.batch}, haSocketBufferSize={args.socket_buffer}, "
+        f"haSlaveZeroCopy={str(not args.slave_copy).lower()}, {args.runs} run(s), {os.cpu_count()} cores"
+        + "".join(f", {kv}" for kv in args.broker_set)
+    )
     end = make_backlog(data, args.gib, args.msg_size)
     mib, gib = 1 << 20, end / (1 << 30)
     runs = []
     for i in range(max(1, args.runs)):
         r = one_run(data, end, args)
         runs.append(r)
-        print(f"  run {i + 1}: loopback {r['raw'] / mib:7.1f} MiB/s, disk write {r['disk'] / mib:7.1f} MiB/s, "
-              f"catch-up {r['streaming'] / mib:6.1f} MiB/s = {r['of_limit'] * 100:5.1f} % of min, "
-              f"{r['of_loopback'] * 100:5.1f} % of loopback; CPU s/GiB master {r['cpu']['master'] / gib:4.2f}, "
-              f"slave {r['cpu']['slave'] / gib:4.2f} (wall {end / r['streaming'] / gib:4.2f}); "
-              f"slave dispatched {r['cpu']['dispatched'] * 100:.0f} % meanwhile", flush=True)
+        print(
+            f"  run {i + 1}: loopback {r['raw'] / mib:7.1f} MiB/s, disk write {r['disk'] / mib:7.1f} MiB/s, "
+            f"catch-up {r['streaming'] / mib:6.1f} MiB/s = {r['of_limit'] * 100:5.1f} % of min, "
+            f"{r['of_loopback'] * 100:5.1f} % of loopback; CPU s/GiB master {r['cpu']['master'] / gib:4.2f}, "
+            f"slave {r['cpu']['slave'] / gib:4.2f} (wall {end / r['streaming'] / gib:4.2f}); "
+            f"slave dispatched {r['cpu']['dispatched'] * 100:.0f} % meanwhile",
+            flush=True,
+        )
     runs.sort(key=lambda r: r["of_limit"])
     mid = runs[(len(runs) - 1) // 2]  # the median run (the lower middle one for an even count)
     spread = f"{runs[0]['of_limit'] * 100:.1f}-{runs[-1]['of_limit'] * 100:.1f} %"
-    print(f"  HEADLINE: catch-up / min(loopback, disk write) = {mid['of_limit'] * 100:5.1f} % (median of "
-          f"{len(runs)}, range {spread}; target >= 90 %); catch-up / loopback alone = "
-          f"{mid['of_loopback'] * 100:5.1f} %")
+    print(
+        f"  HEADLINE: catch-up / min(loopback, disk write) = {mid['of_limit'] * 100:5.1f} % (median of "
+        f"{len(runs)}, range {spread}; target >= 90 %); catch-up / loopback alone = "
+        f"{mid['of_loopback'] * 100:5.1f} %"
+    )
     print(f"  median run: raw loopback TCP (2 processes, 1 MiB writes): {mid['raw'] / mib:8.1f} MiB/s")
     print(f"  median run: raw disk write (1 MiB pwrite, new file):      {mid['disk'] / mib:8.1f} MiB/s")
     print(f"  median run: HA catch-up, first byte -> caught up:         {mid['streaming'] / mib:8.1f} MiB/s")
     print(f"  median run: HA catch-up, slave process start -> caught up:{mid['rate'] / mib:8.1f} MiB/s")
     print(f"  ratio catch-up / min(loopback, disk write):     {mid['of_limit'] * 100:8.1f} %  (target >= 90 %)")
     print(f"  ratio catch-up / raw loopback:                  {mid['of_loopback'] * 100:8.1f} %")
-    print(f"  CPU during catch-up (median run): master {mid['cpu']['master'] / gib:5.2f} s/GiB, "
-          f"slave {mid['cpu']['slave'] / gib:5.2f} s/GiB (wall {end / mid['streaming'] / gib:5.2f} s/GiB)")
+    print(
+        f"  CPU during catch-up (median run): master {mid['cpu']['master'] / gib:5.2f} s/GiB, "
+        f"slave {mid['cpu']['slave'] / gib:5.2f} s/GiB (wall {end / mid['streaming'] / gib:5.2f} s/GiB)"
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ BENCH_PROFILE_DIR=<dir> runs the brokers under cProfile (<dir>/<target>-<node>.p
 master's hottest functions. Client and brokers share this machine's cores (see the printed count).
 The latency CDF goes to build/bench/send-latency.png, the figures to build/bench/send.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,15 +47,22 @@ OUT_DIR = os.path.join(REPO, "build", "bench")
 
 # ---- percentiles ------------------------------------------------------------------------------
 
+
 def summary(lat_us) -> dict:
     """p50/p99/p999/max in milliseconds of latencies given in microseconds."""
     import numpy as np
+
     a = np.asarray(lat_us, dtype=np.float64)
     if not len(a):
         return {"n": 0}
     p50, p99, p999 = np.percentile(a, [50, 99, 99.9])
-    return {"n": int(len(a)), "p50_ms": p50 / 1e3, "p99_ms": p99 / 1e3, "p999_ms": p999 / 1e3,
-            "max_ms": float(a.max()) / 1e3}
+    return {
+        "n": int(len(a)),
+        "p50_ms": p50 / 1e3,
+        "p99_ms": p99 / 1e3,
+        "p999_ms": p999 / 1e3,
+        "max_ms": float(a.max()) / 1e3,
+    }
 
 
 # ---- raw loopback: a minimal echo of ~1 KiB frames between two processes ------------------------
@@ -100,7 +108,7 @@ def raw_echo(size: int, round_trips: int, pipelined_s: float, window: int) -> di
             def read_frames(k: int) -> None:
                 need = k * flen
                 while need:
-                    need -= c.recv_into(view[:min(need, len(buf))])
+                    need -= c.recv_into(view[: min(need, len(buf))])
 
             for _ in range(1000):  # warm up
                 c.sendall(frame)
@@ -127,7 +135,7 @@ def raw_echo(size: int, round_trips: int, pipelined_s: float, window: int) -> di
             rate = done / (time.perf_counter() - t0)
             left = (sent - done) * flen - rest
             while left > 0:
-                left -= c.recv_into(view[:min(left, len(buf))])
+                left -= c.recv_into(view[: min(left, len(buf))])
         out = summary(lat)
         out["sequential_rps"] = round_trips / (sum(lat) / 1e6)
         out["pipelined_rps"] = rate
@@ -139,6 +147,7 @@ def raw_echo(size: int, round_trips: int, pipelined_s: float, window: int) -> di
 
 
 # ---- the stub broker: answers SEND_MESSAGE at once (rmqha/broker/remoting), with its own name server ---
+
 
 def serve_stub(ns_port: int, broker_port: int) -> None:
     from twisted.internet import reactor, task
@@ -155,8 +164,9 @@ def serve_stub(ns_port: int, broker_port: int) -> None:
     body = RegisterBrokerBody(topic_configs={TOPIC: TopicConfig(TOPIC, 4, 4)})
 
     def register():
-        ns.routes.register_broker("StubCluster", addr, "stub", 0, "127.0.0.1:0", body, "stub-channel",
-                                  int(time.time() * 1000))
+        ns.routes.register_broker(
+            "StubCluster", addr, "stub", 0, "127.0.0.1:0", body, "stub-channel", int(time.time() * 1000)
+        )
 
     task.LoopingCall(register).start(10.0)
     store_host = ("127.0.0.1", broker_port)
@@ -164,9 +174,17 @@ def serve_stub(ns_port: int, broker_port: int) -> None:
 
     def send(req, ctx):
         n = next(offsets)
-        return req.make_response(ResponseCode.SUCCESS, None, {
-            "msgId": record.offset_msg_id(store_host, n * 1200), "queueId": req.ext_fields.get("queueId", "0"),
-            "queueOffset": n, "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+        return req.make_response(
+            ResponseCode.SUCCESS,
+            None,
+            {
+                "msgId": record.offset_msg_id(store_host, n * 1200),
+                "queueId": req.ext_fields.get("queueId", "0"),
+                "queueOffset": n,
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+        )
 
     def ok(req, ctx):
         return req.make_response(ResponseCode.SUCCESS)
@@ -180,6 +198,7 @@ def serve_stub(ns_port: int, broker_port: int) -> None:
     prof = os.environ.get("BENCH_STUB_PROFILE")
     if prof:
         import cProfile
+
         p = cProfile.Profile()
         p.enable()
         reactor.addSystemEventTrigger("after", "shutdown", lambda: (p.disable(), p.dump_stats(prof)))
@@ -188,6 +207,7 @@ def serve_stub(ns_port: int, broker_port: int) -> None:
 
 
 # ---- the producer worker (its own process: the official client) -------------------------------
+
 
 def make_body(size: int) -> bytes:
     # The client's SetMessageBody takes a C string, so the body must hold no NUL byte.
@@ -307,13 +327,25 @@ def worker(job: dict) -> None:
         dur = time.perf_counter() - t_start
     cpu1 = os.times()
     np.save(job["lat_file"], np.asarray(lat, dtype=np.float64))
-    print(json.dumps({"cpu_s": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system), "done": done, "duration": dur, "errors": errors[0], "statuses": statuses,
-                      "late": late if job["mode"] == "paced" else 0}), flush=True)
+    print(
+        json.dumps(
+            {
+                "cpu_s": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
+                "done": done,
+                "duration": dur,
+                "errors": errors[0],
+                "statuses": statuses,
+                "late": late if job["mode"] == "paced" else 0,
+            }
+        ),
+        flush=True,
+    )
     sys.stdout.flush()
     os._exit(0)  # the native client's teardown can hang; everything is written
 
 
 # ---- the raw-protocol producer (its own process): pre-encoded SEND_MESSAGE_V2, pipelined ----------
+
 
 def raw_frames(job: dict, count: int = 4096) -> list[bytes]:
     """`count` distinct SEND_MESSAGE_V2 (310) requests, encoded once: the load generator then only
@@ -321,14 +353,30 @@ def raw_frames(job: dict, count: int = 4096) -> list[bytes]:
     from rmqha.broker.remoting import codec
     from rmqha.broker.remoting.codes import RequestCode
     from rmqha.broker.remoting.command import RemotingCommand
+
     body = make_body(job["size"])
     out = []
     for i in range(count):
         props = f"KEYS\x01k\x02UNIQ_KEY\x01{job['tag']}{i:024X}\x02WAIT\x01true\x02"
-        fields = {"a": job["group"], "b": job["topic"], "c": "TBW102", "d": "4", "e": str(i % 4), "f": "0",
-                  "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}
-        out.append(codec.encode(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body=body,
-                                                        language="PYTHON", opaque=i)))
+        fields = {
+            "a": job["group"],
+            "b": job["topic"],
+            "c": "TBW102",
+            "d": "4",
+            "e": str(i % 4),
+            "f": "0",
+            "g": str(int(time.time() * 1000)),
+            "h": "0",
+            "i": props,
+            "j": "0",
+            "k": "false",
+            "m": "false",
+        }
+        out.append(
+            codec.encode(
+                RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body=body, language="PYTHON", opaque=i)
+            )
+        )
     return out
 
 
@@ -336,6 +384,7 @@ def raw_worker(job: dict) -> None:
     """Keep job["inflight"] requests in flight on each of job["connections"] sockets until the end
     time; count replies (and their response codes) that came back inside the window."""
     import selectors
+
     frames = raw_frames(job)
     host, port = job["broker"].rsplit(":", 1)
     socks = []
@@ -403,14 +452,15 @@ def raw_worker(job: dict) -> None:
 def _take_replies(buf: bytearray, data: bytes, codes) -> int:
     """Append data; drop every complete reply frame from buf and count it (and its code)."""
     from rmqha.broker.remoting import codec
+
     buf += data
     pos, got, n = 0, 0, len(buf)
     while n - pos >= 4:
-        length = int.from_bytes(buf[pos:pos + 4], "big")
+        length = int.from_bytes(buf[pos : pos + 4], "big")
         if n - pos - 4 < length:
             break
         if codes is not None and got % 64 == 0:  # sample the codes: decoding every reply costs the client
-            code = codec.decode_frame(bytes(buf[pos + 4:pos + 4 + length])).code
+            code = codec.decode_frame(bytes(buf[pos + 4 : pos + 4 + length])).code
             codes[code] = codes.get(code, 0) + 1
         pos += 4 + length
         got += 1
@@ -440,11 +490,24 @@ def run_raw(broker: str, n: int, args, tag: str, servers: dict) -> dict:
     sampler.start()
     procs = []
     for i in range(n):
-        job = {"broker": broker, "group": f"BenchRaw-{tag}-{i}", "topic": TOPIC, "size": args.size,
-               "tag": f"{tag[:3]}{i}", "start_at": start_at, "duration": args.duration,
-               "inflight": args.raw_inflight, "connections": args.raw_connections}
-        procs.append(subprocess.Popen([sys.executable, __file__, "--raw-worker", json.dumps(job)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        job = {
+            "broker": broker,
+            "group": f"BenchRaw-{tag}-{i}",
+            "topic": TOPIC,
+            "size": args.size,
+            "tag": f"{tag[:3]}{i}",
+            "start_at": start_at,
+            "duration": args.duration,
+            "inflight": args.raw_inflight,
+            "connections": args.raw_connections,
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, __file__, "--raw-worker", json.dumps(job)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
     results = []
     for pr in procs:
         out, err = pr.communicate(timeout=args.duration + 60)
@@ -458,10 +521,14 @@ def run_raw(broker: str, n: int, args, tag: str, servers: dict) -> dict:
     for r in results:
         for k, v in r["codes"].items():
             codes[k] = codes.get(k, 0) + v
-    return {"tps": done / args.duration, "n": done, "codes_sampled": codes,
-            "client_cpu_s": sum(r["cpu_s"] for r in results),
-            "server_cpu": {k: v / args.duration for k, v in server_cpu.items()},
-            "server_cpu_us_per_msg": {k: v * 1e6 / max(1, done) for k, v in server_cpu.items()}}
+    return {
+        "tps": done / args.duration,
+        "n": done,
+        "codes_sampled": codes,
+        "client_cpu_s": sum(r["cpu_s"] for r in results),
+        "server_cpu": {k: v / args.duration for k, v in server_cpu.items()},
+        "server_cpu_us_per_msg": {k: v * 1e6 / max(1, done) for k, v in server_cpu.items()},
+    }
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -473,6 +540,7 @@ def proc_cpu_s(pid: int) -> float:
 
 def run_workers(namesrv: str, mode: str, n: int, args, tag: str, tmp: str, servers: dict) -> dict:
     import numpy as np
+
     start_at = time.time() + args.warmup
     dur = args.duration if mode == "load" else args.paced_seconds
     server_cpu: dict[str, float] = {}
@@ -487,13 +555,30 @@ def run_workers(namesrv: str, mode: str, n: int, args, tag: str, tmp: str, serve
     sampler.start()
     procs = []
     for i in range(n):
-        job = {"namesrv": namesrv, "group": f"BenchPG-{tag}-{mode}-{i}", "topic": TOPIC, "size": args.size,
-               "mode": mode, "start_at": start_at,
-               "duration": args.duration if mode == "load" else args.paced_seconds,
-               "inflight": args.inflight, "rate": args.paced_rate / n, "fix_binding": not args.binding_as_is,
-               "lat_file": os.path.join(tmp, f"{tag}-{mode}-{i}.npy")}
-        procs.append((job, subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(job)],
-                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp)))
+        job = {
+            "namesrv": namesrv,
+            "group": f"BenchPG-{tag}-{mode}-{i}",
+            "topic": TOPIC,
+            "size": args.size,
+            "mode": mode,
+            "start_at": start_at,
+            "duration": args.duration if mode == "load" else args.paced_seconds,
+            "inflight": args.inflight,
+            "rate": args.paced_rate / n,
+            "fix_binding": not args.binding_as_is,
+            "lat_file": os.path.join(tmp, f"{tag}-{mode}-{i}.npy"),
+        }
+        procs.append(
+            (
+                job,
+                subprocess.Popen(
+                    [sys.executable, __file__, "--worker", json.dumps(job)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    cwd=tmp,
+                ),
+            )
+        )
     results, lat = [], []
     for job, pr in procs:
         out, _ = pr.communicate(timeout=args.warmup + job["duration"] + 90)
@@ -528,15 +613,21 @@ def run_workers(namesrv: str, mode: str, n: int, args, tag: str, tmp: str, serve
 
 # ---- targets ----------------------------------------------------------------------------------
 
+
 def start_stub(tmp: str):
     from rmqha.cluster.standalone import free_ports
+
     ns_port, b_port = free_ports(1), free_ports(1)
     env = dict(os.environ)
     prof = os.environ.get("BENCH_PROFILE_DIR")
     if prof:
         env["BENCH_STUB_PROFILE"] = os.path.join(prof, "stub.prof")
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-stub", str(ns_port), str(b_port)],
-                            stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "stub.log"), "w"), env=env)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve-stub", str(ns_port), str(b_port)],
+        stdout=subprocess.PIPE,
+        stderr=open(os.path.join(tmp, "stub.log"), "w"),
+        env=env,
+    )
     if proc.stdout.readline().strip() != b"ready":
         raise SystemExit("the stub broker did not start; see " + os.path.join(tmp, "stub.log"))
     return f"127.0.0.1:{ns_port}", [proc], {"stub+namesrv": proc.pid}, f"127.0.0.1:{b_port}"
@@ -555,8 +646,12 @@ def start_cluster(tmp: str, tag: str, sync: bool, file_size: int, settings: dict
 
     work = os.path.join(tmp, tag)
     ns = NameServerProcess(work).start()
-    extra = {"mappedFileSizeCommitLog": str(file_size), "registerNameServerPeriod": "30000",
-             "syncFlushTimeout": "5000", **(settings or {})}
+    extra = {
+        "mappedFileSizeCommitLog": str(file_size),
+        "registerNameServerPeriod": "30000",
+        "syncFlushTimeout": "5000",
+        **(settings or {}),
+    }
     nodes = [ns]
     master = Broker(work, "broker-a", ns.addr, role="SYNC_MASTER" if sync else "ASYNC_MASTER", extra=extra)
     nodes.append(master.start())
@@ -592,20 +687,36 @@ def start_peer(tmp: str, exe: str, file_size: int):
     Java broker's `-c <properties> -n <name server>` (rocketmq-rust's rocketmq-broker-rust does), fed by
     the same raw producer; its process CPU per message is what is compared."""
     from rmqha.cluster.standalone import NameServerProcess, free_ports
+
     work = os.path.join(tmp, "peer")
     os.makedirs(work, exist_ok=True)
     ns = NameServerProcess(work).start()
     port = free_ports(5) + 2  # the Java layout it follows: fast listener at listenPort-2, HA at listenPort+1
     cfg = os.path.join(work, "broker.properties")
     with open(cfg, "w") as fh:
-        fh.write("\n".join(f"{k}={v}" for k, v in {
-            "brokerClusterName": "DefaultCluster", "brokerName": "peer-a", "brokerId": 0,
-            "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH", "listenPort": port,
-            "brokerIP1": "127.0.0.1", "namesrvAddr": ns.addr, "autoCreateTopicEnable": "true",
-            "storePathRootDir": os.path.join(work, "store"), "mappedFileSizeCommitLog": file_size}.items()) + "\n")
+        fh.write(
+            "\n".join(
+                f"{k}={v}"
+                for k, v in {
+                    "brokerClusterName": "DefaultCluster",
+                    "brokerName": "peer-a",
+                    "brokerId": 0,
+                    "brokerRole": "ASYNC_MASTER",
+                    "flushDiskType": "ASYNC_FLUSH",
+                    "listenPort": port,
+                    "brokerIP1": "127.0.0.1",
+                    "namesrvAddr": ns.addr,
+                    "autoCreateTopicEnable": "true",
+                    "storePathRootDir": os.path.join(work, "store"),
+                    "mappedFileSizeCommitLog": file_size,
+                }.items()
+            )
+            + "\n"
+        )
     log = open(os.path.join(work, "peer.log"), "w")
-    proc = subprocess.Popen([exe, "-c", cfg, "-n", ns.addr], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [exe, "-c", cfg, "-n", ns.addr], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.time() + 60
     while True:
         try:
@@ -617,8 +728,10 @@ def start_peer(tmp: str, exe: str, file_size: int):
                 log.close()
                 lines = re.sub(r"\x1b\[[0-9;]*m", "", open(log.name, errors="replace").read()).splitlines()
                 tail = "\n".join(([ln for ln in lines if " ERROR " in ln or " WARN " in ln] + lines[-1:])[-12:])
-                raise SystemExit(f"the peer broker {exe} did not listen on {port} (exit code {proc.poll()}); "
-                                 f"its warnings and errors:\n{tail}") from None
+                raise SystemExit(
+                    f"the peer broker {exe} did not listen on {port} (exit code {proc.poll()}); "
+                    f"its warnings and errors:\n{tail}"
+                ) from None
             time.sleep(0.2)
     return ns.addr, [ns, proc], {"master": proc.pid}, f"127.0.0.1:{port}"
 
@@ -638,6 +751,7 @@ def stop_nodes(nodes) -> None:
 
 def print_profile(path: str, top: int) -> None:
     import pstats
+
     if not os.path.exists(path):
         print(f"  (no profile at {path})")
         return
@@ -648,15 +762,21 @@ def print_profile(path: str, top: int) -> None:
 
 # ---- plot -------------------------------------------------------------------------------------
 
+
 def plot(results: dict, path: str, paced_rate: float) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
-    styles = {"raw echo": ("0.4", "round trip, 1 in flight"), "stub": ("tab:green", "stub broker"),
-              "async": ("tab:blue", "ASYNC_MASTER"), "sync": ("tab:red", "SYNC_MASTER + slave")}
+    styles = {
+        "raw echo": ("0.4", "round trip, 1 in flight"),
+        "stub": ("tab:green", "stub broker"),
+        "async": ("tab:blue", "ASYNC_MASTER"),
+        "sync": ("tab:red", "SYNC_MASTER + slave"),
+    }
     for name, (color, label) in styles.items():
         r = results.get(name)
         if not r or (name != "raw echo" and "paced" not in r):
@@ -686,8 +806,12 @@ def plot(results: dict, path: str, paced_rate: float) -> None:
     ax2.legend(loc="lower left", fontsize=8)
     tps = [(k, results[k]["load"]["tps"]) for k in ("stub", "async", "sync") if "load" in (results.get(k) or {})]
     if tps:
-        fig.suptitle("loaded TPS: " + ", ".join(f"{k} {v / 1000:.1f}k msg/s" for k, v in tps)
-                     + f"   ({os.cpu_count()} cores shared by client and broker)", fontsize=10)
+        fig.suptitle(
+            "loaded TPS: "
+            + ", ".join(f"{k} {v / 1000:.1f}k msg/s" for k, v in tps)
+            + f"   ({os.cpu_count()} cores shared by client and broker)",
+            fontsize=10,
+        )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -695,9 +819,9 @@ def plot(results: dict, path: str, paced_rate: float) -> None:
 
 # ---- main -------------------------------------------------------------------------------------
 
+
 def fmt(r: dict) -> str:
-    return (f"{r.get('p50_ms', 0):7.2f} {r.get('p99_ms', 0):7.2f} {r.get('p999_ms', 0):7.2f} "
-            f"{r.get('max_ms', 0):7.2f}")
+    return f"{r.get('p50_ms', 0):7.2f} {r.get('p99_ms', 0):7.2f} {r.get('p999_ms', 0):7.2f} {r.get('max_ms', 0):7.2f}"
 
 
 def main() -> None:
@@ -711,20 +835,35 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=4.0, help="seconds the producers get to connect")
     ap.add_argument("--only", default="raw,stub,async,sync,peer", help="comma list of raw,stub,async,sync,peer")
     ap.add_argument("--file-size", type=int, default=256 << 20, help="mappedFileSizeCommitLog")
-    ap.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a broker property for our brokers (repeatable), e.g. sendFastPath=false for the Python path")
-    ap.add_argument("--binding-as-is", action="store_true",
-                    help="keep the binding's O(n) send_async callback list (see _CallbackRefs)")
+    ap.add_argument(
+        "--broker-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker property for our brokers (repeatable), e.g. sendFastPath=false for the Python path",
+    )
+    ap.add_argument(
+        "--binding-as-is",
+        action="store_true",
+        help="keep the binding's O(n) send_async callback list (see _CallbackRefs)",
+    )
     ap.add_argument("--profile-top", type=int, default=30)
-    ap.add_argument("--load", choices=("raw", "client", "both"), default="both",
-                    help="load generator: the raw pipelined producer, the official client, or both")
+    ap.add_argument(
+        "--load",
+        choices=("raw", "client", "both"),
+        default="both",
+        help="load generator: the raw pipelined producer, the official client, or both",
+    )
     ap.add_argument("--raw-producers", type=int, default=1, help="raw producer processes")
     ap.add_argument("--raw-connections", type=int, default=2, help="connections per raw producer")
     ap.add_argument("--raw-inflight", type=int, default=256, help="requests in flight per raw connection")
-    ap.add_argument("--peer-broker", default=find_peer(),
-                    help=f"another broker to measure beside ours with the raw producer, as an ASYNC_MASTER: an "
-                         f"executable taking `-c <properties> -n <namesrv>` (default: {PEER_BINARY} on PATH or from "
-                         f"`make peer-broker`, i.e. rocketmq-rust's broker; without one the peer line says so)")
+    ap.add_argument(
+        "--peer-broker",
+        default=find_peer(),
+        help=f"another broker to measure beside ours with the raw producer, as an ASYNC_MASTER: an "
+        f"executable taking `-c <properties> -n <namesrv>` (default: {PEER_BINARY} on PATH or from "
+        f"`make peer-broker`, i.e. rocketmq-rust's broker; without one the peer line says so)",
+    )
     ap.add_argument("--raw-worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--serve-stub", nargs=2, type=int, help=argparse.SUPPRESS)
@@ -743,11 +882,14 @@ def main() -> None:
         os.makedirs(prof, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="bench-send-")
     cores = os.cpu_count()
-    print(f"send benchmark: {args.size}-byte messages, official client rocketmq 0.4.4 (C++ 1.0.1); "
-          f"load: {args.producers} producer processes x {args.inflight} send_async in flight, "
-          f"{args.duration:.0f}s; latency: send_sync paced at {args.paced_rate:.0f} msg/s for "
-          f"{args.paced_seconds:.0f}s; {cores} cores shared by client and broker"
-          + ("; brokers under cProfile" if prof else ""), flush=True)
+    print(
+        f"send benchmark: {args.size}-byte messages, official client rocketmq 0.4.4 (C++ 1.0.1); "
+        f"load: {args.producers} producer processes x {args.inflight} send_async in flight, "
+        f"{args.duration:.0f}s; latency: send_sync paced at {args.paced_rate:.0f} msg/s for "
+        f"{args.paced_seconds:.0f}s; {cores} cores shared by client and broker"
+        + ("; brokers under cProfile" if prof else ""),
+        flush=True,
+    )
     results: dict = {}
     try:
         if "raw" in only:
@@ -757,8 +899,11 @@ def main() -> None:
             if tag not in only:
                 continue
             if tag == "peer" and not args.peer_broker:
-                print(f"  peer: no {PEER_BINARY} on PATH or in {PEER_CACHE} and no --peer-broker: no peer figure "
-                      "(`make peer-broker` builds rocketmq-rust's, about 35 min on 2 cores)", flush=True)
+                print(
+                    f"  peer: no {PEER_BINARY} on PATH or in {PEER_CACHE} and no --peer-broker: no peer figure "
+                    "(`make peer-broker` builds rocketmq-rust's, about 35 min on 2 cores)",
+                    flush=True,
+                )
                 continue
             if tag == "stub":
                 namesrv, nodes, servers, broker = start_stub(tmp)
@@ -767,8 +912,9 @@ def main() -> None:
                 if args.load == "client":
                     print("  peer: measured with the raw producer only", flush=True)
             else:
-                namesrv, nodes, servers, broker = start_cluster(tmp, tag, tag == "sync", args.file_size,
-                                                                 dict(kv.split("=", 1) for kv in args.broker_set))
+                namesrv, nodes, servers, broker = start_cluster(
+                    tmp, tag, tag == "sync", args.file_size, dict(kv.split("=", 1) for kv in args.broker_set)
+                )
             results[tag] = {}
             try:
                 if args.load in ("raw", "both") or tag == "peer":
@@ -788,36 +934,50 @@ def main() -> None:
     if raw:
         print(f"  {'raw echo, 1 in flight':34} {raw['sequential_rps']:9.0f}   {fmt(raw)}")
         print(f"  {'raw echo, pipelined (64 in flight)':34} {raw['pipelined_rps']:9.0f}")
-    labels = (("stub", "stub broker (client ceiling)"), ("async", "ASYNC_MASTER"), ("sync", "SYNC_MASTER + slave"),
-              ("peer", f"peer {os.path.basename(args.peer_broker or PEER_BINARY)}"))
+    labels = (
+        ("stub", "stub broker (client ceiling)"),
+        ("async", "ASYNC_MASTER"),
+        ("sync", "SYNC_MASTER + slave"),
+        ("peer", f"peer {os.path.basename(args.peer_broker or PEER_BINARY)}"),
+    )
     for tag, label in labels:
         r = results.get(tag) or {}
         rw = r.get("raw")
         if rw:
             per = ", ".join(f"{k} {v:.1f} us" for k, v in rw["server_cpu_us_per_msg"].items())
-            print(f"  {label + ', raw producer':34} {rw['tps']:9.0f}   broker CPU per message: {per}; "
-                  f"producer cores busy {rw['client_cpu_s'] / args.duration:.2f}; reply codes (sampled) "
-                  f"{rw['codes_sampled']}")
+            print(
+                f"  {label + ', raw producer':34} {rw['tps']:9.0f}   broker CPU per message: {per}; "
+                f"producer cores busy {rw['client_cpu_s'] / args.duration:.2f}; reply codes (sampled) "
+                f"{rw['codes_sampled']}"
+            )
         if "load" not in r:
             continue
         ld, pc = r["load"], r["paced"]
         cpu = ", ".join(f"{k} {v:.2f}" for k, v in ld["server_cpu"].items())
-        print(f"  {label + ', official client':34} {ld['tps']:9.0f}   {fmt(ld)}  errors={ld['errors']} "
-              f"statuses={ld['statuses']}")
+        print(
+            f"  {label + ', official client':34} {ld['tps']:9.0f}   {fmt(ld)}  errors={ld['errors']} "
+            f"statuses={ld['statuses']}"
+        )
         server = next(iter(ld["server_cpu"].values()), 0.0)
-        print(f"  {'':34} cores busy: producers {ld['client_cpu_s'] / args.duration:.2f}, {cpu}; CPU per "
-              f"message: client {ld['client_cpu_s'] / max(1, ld['n']) * 1e6:.0f} us, "
-              f"{next(iter(ld['server_cpu']), '?')} {server * 1e6 / max(1.0, ld['tps']):.0f} us "
-              f"(= {ld['tps'] / max(server, 1e-9):.0f} msg/s per core)")
-        print(f"  {label + f', send_sync @{args.paced_rate:.0f}/s':34} {pc['tps']:9.0f}   {fmt(pc)}  "
-              f"errors={pc['errors']} late={pc['late']}")
+        print(
+            f"  {'':34} cores busy: producers {ld['client_cpu_s'] / args.duration:.2f}, {cpu}; CPU per "
+            f"message: client {ld['client_cpu_s'] / max(1, ld['n']) * 1e6:.0f} us, "
+            f"{next(iter(ld['server_cpu']), '?')} {server * 1e6 / max(1.0, ld['tps']):.0f} us "
+            f"(= {ld['tps'] / max(server, 1e-9):.0f} msg/s per core)"
+        )
+        print(
+            f"  {label + f', send_sync @{args.paced_rate:.0f}/s':34} {pc['tps']:9.0f}   {fmt(pc)}  "
+            f"errors={pc['errors']} late={pc['late']}"
+        )
     print()
     for tag, limit in (("async", 25.0), ("sync", 40.0)):
         rw = (results.get(tag) or {}).get("raw")
         if rw:
             us = rw["server_cpu_us_per_msg"].get("master", 0.0)
-            print(f"  target broker CPU per message, {tag:5} <= {limit:.0f} us (raw producer): {us:6.1f} us  "
-                  f"{'MET' if us <= limit else 'MISSED'}")
+            print(
+                f"  target broker CPU per message, {tag:5} <= {limit:.0f} us (raw producer): {us:6.1f} us  "
+                f"{'MET' if us <= limit else 'MISSED'}"
+            )
     peer, ours = ((results.get(k) or {}).get("raw") for k in ("peer", "async"))
     if peer:
         pus = peer["server_cpu_us_per_msg"].get("master", 0.0)
@@ -825,13 +985,18 @@ def main() -> None:
         if ours:
             us = ours["server_cpu_us_per_msg"].get("master", 0.0)
             ratio = us / max(pus, 1e-9)
-            line += (f"; ours {us:.1f} us = {ratio:.1f}x the peer's" if ratio >= 1 else
-                     f"; ours {us:.1f} us, the peer's {1 / max(ratio, 1e-9):.1f}x ours")
+            line += (
+                f"; ours {us:.1f} us = {ratio:.1f}x the peer's"
+                if ratio >= 1
+                else f"; ours {us:.1f} us, the peer's {1 / max(ratio, 1e-9):.1f}x ours"
+            )
         print(line)
     a, s, st = (results.get(k) or {} for k in ("async", "sync", "stub"))
     if "load" in a:
-        print(f"  target async >= 20000 msg/s (official client): {a['load']['tps']:8.0f}  "
-              f"{'MET' if a['load']['tps'] >= 20000 else 'MISSED'}")
+        print(
+            f"  target async >= 20000 msg/s (official client): {a['load']['tps']:8.0f}  "
+            f"{'MET' if a['load']['tps'] >= 20000 else 'MISSED'}"
+        )
     if "load" in a and "load" in s:
         ratio = s["load"]["tps"] / a["load"]["tps"] * 100
         print(f"  target sync >= 60 % of async:     {ratio:7.1f} %  {'MET' if ratio >= 60 else 'MISSED'}")
@@ -851,10 +1016,18 @@ def main() -> None:
         if isinstance(o, dict):
             return {k: strip(v) for k, v in o.items() if k != "lat_us"}
         return o
+
     with open(os.path.join(OUT_DIR, "send.json"), "w") as fh:
-        json.dump({"cores": cores, "args": {k: v for k, v in vars(args).items()
-                                            if k not in ("worker", "serve_stub", "raw_worker")},
-                   "results": strip(results)}, fh, indent=1, default=float)
+        json.dump(
+            {
+                "cores": cores,
+                "args": {k: v for k, v in vars(args).items() if k not in ("worker", "serve_stub", "raw_worker")},
+                "results": strip(results),
+            },
+            fh,
+            indent=1,
+            default=float,
+        )
     if prof:
         for tag in ("async", "sync"):
             if tag in results:

@@ -14,6 +14,7 @@ Input: a mode byte, a few parameters, cut points, then the bytes the peer sends:
 Contract: the documented outcomes only -- a value, or ProtocolError / OffsetMismatch / StoreError,
 after which the connection is closed (the harness stops feeding) -- and offsets that stay in range.
 """
+
 from __future__ import annotations
 
 import os
@@ -154,7 +155,7 @@ class _FakeFile:
 
     def write_at(self, pos: int, data) -> None:
         assert 0 <= pos and pos + len(data) <= self.size, (pos, len(data), self.size)
-        self.data[pos:pos + len(data)] = data
+        self.data[pos : pos + len(data)] = data
 
 
 class FakeFiles:
@@ -187,7 +188,7 @@ class FakeFiles:
 
     def replica_written(self, offset: int, size: int) -> None:
         f, pos = self.replica_target(offset, size)
-        self.content += f.data[pos:pos + size]
+        self.content += f.data[pos : pos + size]
         self.max_offset = offset + size
 
     def append_replicated(self, offset: int, buffers) -> None:
@@ -209,14 +210,14 @@ class _Source:
         return len(self.data) - self.pos
 
     def take(self, n: int) -> bytes:
-        out = self.data[self.pos:self.pos + min(n, self.available)]
+        out = self.data[self.pos : self.pos + min(n, self.available)]
         self.pos += len(out)
         return out
 
     def store(self, file, pos: int, n: int) -> int:
         n = min(n, self.available, self.step)
         assert n > 0
-        file.write_at(pos, self.data[self.pos:self.pos + n])
+        file.write_at(pos, self.data[self.pos : self.pos + n])
         self.pos += n
         return n
 
@@ -324,7 +325,7 @@ def compiled_slave(inp: Input) -> None:
         try:
             for chunk in pieces(stream, cuts):
                 for at in range(0, len(chunk), pipe.capacity):
-                    part = chunk[at:at + pipe.capacity]
+                    part = chunk[at : at + pipe.capacity]
                     os.write(pipe.w, part)
                     pipe.available += len(part)
                     try:
@@ -337,8 +338,17 @@ def compiled_slave(inp: Input) -> None:
                     assert report is None or REPORT.unpack(report)[0] == store.max_offset
                 if error:
                     break
-            return (error, store.max_offset, bytes(store.content), s.bytes_received, s.had_data, s.master_behind,
-                    store.counted, s._next, s._body_left)
+            return (
+                error,
+                store.max_offset,
+                bytes(store.content),
+                s.bytes_received,
+                s.had_data,
+                s.master_behind,
+                store.counted,
+                s._next,
+                s._body_left,
+            )
         finally:
             pipe.close()
             store.close()

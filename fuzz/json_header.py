@@ -4,6 +4,7 @@ The header text comes from fuzz.jsongen (real field names with hostile values: l
 huge numbers, nesting thousands deep, non-string ext values, repeated keys, non-JSON bytes). Contract:
 FrameError or a command that passes remoting_frame.check_command (well typed, re-encodes, decodes back).
 """
+
 from __future__ import annotations
 
 import struct

@@ -4,21 +4,82 @@ Mostly valid JSON with the values that hurt: lone UTF-16 surrogates as escapes (
 past every integer width and past Python's 4300-digit limit, 1e999, nesting thousands deep, keys that
 repeat, non-string values where strings belong, and now and then raw bytes that are not JSON at all.
 """
+
 from __future__ import annotations
 
 from fuzz.provider import Input
 
 # String bodies as they appear between the quotes in JSON source.
 NASTY_STRINGS = (
-    r"G\ud800", r"\ud800", r"\udfff", r"\udc00\ud800", r"\ud83d\ude00", r"\u0000", r"a\u0000b",
-    "hostile/../../../x", "..", "/", r"\\..\\x", "%RETRY%G", "", " ", r"\"", r"\\", "é", "日本",
-    r"\x", "TopicTest", "DefaultCluster", "12", "-1", " 7", "true", "TRUE", "1", "0",
-    "9223372036854775808", "-9223372036854775809", "2147483648", "1" * 5000, "A" * 300,
+    r"G\ud800",
+    r"\ud800",
+    r"\udfff",
+    r"\udc00\ud800",
+    r"\ud83d\ude00",
+    r"\u0000",
+    r"a\u0000b",
+    "hostile/../../../x",
+    "..",
+    "/",
+    r"\\..\\x",
+    "%RETRY%G",
+    "",
+    " ",
+    r"\"",
+    r"\\",
+    "é",
+    "日本",
+    r"\x",
+    "TopicTest",
+    "DefaultCluster",
+    "12",
+    "-1",
+    " 7",
+    "true",
+    "TRUE",
+    "1",
+    "0",
+    "9223372036854775808",
+    "-9223372036854775809",
+    "2147483648",
+    "1" * 5000,
+    "A" * 300,
 )
-FLOATS = ("1.5", "-0.0", "1e999", "-1e999", "1E-400", "0.1e1", "12345678901234567890.5", "NaN",
-          "Infinity", "-Infinity", "1e309", "4.9e-324")
-INTS = (0, 1, -1, 10, 11, 15, 34, 36, 310, 320, 2**15, 2**31 - 1, 2**31, -(2**31) - 1, 2**63 - 1, 2**63,
-        -(2**63) - 1, 2**64, 10**30)
+FLOATS = (
+    "1.5",
+    "-0.0",
+    "1e999",
+    "-1e999",
+    "1E-400",
+    "0.1e1",
+    "12345678901234567890.5",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e309",
+    "4.9e-324",
+)
+INTS = (
+    0,
+    1,
+    -1,
+    10,
+    11,
+    15,
+    34,
+    36,
+    310,
+    320,
+    2**15,
+    2**31 - 1,
+    2**31,
+    -(2**31) - 1,
+    2**63 - 1,
+    2**63,
+    -(2**63) - 1,
+    2**64,
+    10**30,
+)
 MAX_DEPTH = 12  # ordinary recursion; the deep-nesting kind below goes far deeper without recursion
 
 
@@ -81,10 +142,24 @@ def obj(inp: Input, depth: int = 0, keys=None) -> bytes:
     return b"{" + b",".join(members) + b"}"
 
 
-HEADER_FIELDS = ("code", "flag", "opaque", "language", "version", "remark", "extFields",
-                 "serializeTypeCurrentRPC")
-EXT_KEYS = ("topic", "group", "consumerGroup", "producerGroup", "queueId", "commitOffset", "offset",
-            "brokerName", "clientID", "a", "b", "bornTimestamp", "properties", "batch", "compressed")
+HEADER_FIELDS = ("code", "flag", "opaque", "language", "version", "remark", "extFields", "serializeTypeCurrentRPC")
+EXT_KEYS = (
+    "topic",
+    "group",
+    "consumerGroup",
+    "producerGroup",
+    "queueId",
+    "commitOffset",
+    "offset",
+    "brokerName",
+    "clientID",
+    "a",
+    "b",
+    "bornTimestamp",
+    "properties",
+    "batch",
+    "compressed",
+)
 
 
 def typical(inp: Input, name: str) -> bytes:

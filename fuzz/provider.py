@@ -1,5 +1,6 @@
 """Reads fuzz input as a sequence of choices. Past the end every read returns zeros, so any input,
 however short, is a complete test case (the same idea as atheris.FuzzedDataProvider, without it)."""
+
 from __future__ import annotations
 
 
@@ -37,7 +38,7 @@ class Input:
         return options[self.below(len(options))]
 
     def take(self, n: int) -> bytes:
-        out = self.data[self.pos:self.pos + max(n, 0)]
+        out = self.data[self.pos : self.pos + max(n, 0)]
         self.pos += len(out)
         return out
 

@@ -9,6 +9,7 @@ MESSAGE has a size that fits between the position and the buffer's end and is at
 BLANK at least 8; PARTIAL only when the record does not fit; the three scanners agree on kind and size;
 a walk (iter_records) makes progress and stops at the first non-message.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -29,9 +30,16 @@ def build(inp: Input) -> bytearray:
         props = {}
         for key in ("TAGS", "KEYS", "UNIQ_KEY", "x")[: inp.byte() % 5]:
             props[key] = inp.take(inp.byte() % 6).decode("utf-8", "replace")
-        msg = Message(topic=topic[:40], body=inp.take(inp.byte() % 64), queue_id=inp.byte(), flag=inp.uint(2),
-                      sys_flag=inp.byte() & 0x0F, born_host=inp.pick(HOSTS), store_host=inp.pick(HOSTS),
-                      properties={k: v for k, v in props.items()})
+        msg = Message(
+            topic=topic[:40],
+            body=inp.take(inp.byte() % 64),
+            queue_id=inp.byte(),
+            flag=inp.uint(2),
+            sys_flag=inp.byte() & 0x0F,
+            born_host=inp.pick(HOSTS),
+            store_host=inp.pick(HOSTS),
+            properties={k: v for k, v in props.items()},
+        )
         try:
             rec = record.encode(msg)
         except record.RecordError:
@@ -43,7 +51,7 @@ def build(inp: Input) -> bytearray:
         if out:
             out[inp.uint(2) % len(out)] = inp.byte()
     if inp.flag() and out:
-        del out[inp.uint(2) % len(out):]
+        del out[inp.uint(2) % len(out) :]
     return out
 
 
@@ -51,14 +59,14 @@ def fix_crc(buf: bytearray, pos: int) -> None:
     """Write the right body CRC into the record at pos, if its layout can be followed that far."""
     if len(buf) - pos < 40:
         return
-    sys_flag = int.from_bytes(buf[pos + 36:pos + 40], "big")
+    sys_flag = int.from_bytes(buf[pos + 36 : pos + 40], "big")
     p = pos + 48 + (20 if sys_flag & record.FLAG_BORNHOST_V6 else 8) + 8
     p += (20 if sys_flag & record.FLAG_STOREHOST_V6 else 8) + 12
     if p + 4 > len(buf):
         return
-    body_len = int.from_bytes(buf[p:p + 4], "big", signed=True)
+    body_len = int.from_bytes(buf[p : p + 4], "big", signed=True)
     if 0 <= body_len <= len(buf) - p - 4:
-        buf[pos + 8:pos + 12] = (zlib.crc32(bytes(buf[p + 4:p + 4 + body_len])) & 0x7FFFFFFF).to_bytes(4, "big")
+        buf[pos + 8 : pos + 12] = (zlib.crc32(bytes(buf[p + 4 : p + 4 + body_len])) & 0x7FFFFFFF).to_bytes(4, "big")
 
 
 def check_verdict(what: str, kind: str, size: int, pos: int, n: int) -> None:
@@ -80,7 +88,7 @@ def TestOneInput(data: bytes) -> None:
     raw = build(inp) if flags & 4 else bytearray(inp.rest())
     pos = pos_raw % (len(raw) + 1)
     if flags & 0x20 and len(raw) - pos >= 8:
-        raw[pos:pos + 4] = min(len(raw) - pos, 0x7FFFFFFF).to_bytes(4, "big")  # the record ends at the buffer's end
+        raw[pos : pos + 4] = min(len(raw) - pos, 0x7FFFFFFF).to_bytes(4, "big")  # the record ends at the buffer's end
     if flags & 2:
         fix_crc(raw, pos)
     buf = (bytes(raw), raw, memoryview(raw))[((flags >> 3) & 3) % 3]
@@ -107,7 +115,8 @@ def TestOneInput(data: bytes) -> None:
         p += size
     last = None
     for offset, res in record.iter_records(buf[pos:], base_offset=pos, check_crc=check_crc):
-        assert last is None or (last[1].kind == Scan.MESSAGE and offset == last[0] + last[1].size), \
+        assert last is None or (last[1].kind == Scan.MESSAGE and offset == last[0] + last[1].size), (
             "iter_records went on after a non-message or skipped bytes"
+        )
         check_verdict("iter_records", res.kind, res.size, offset, n)
         last = (offset, res)

@@ -7,6 +7,7 @@ Input: a mode byte, then
      hostile names and values)
 Contract: RegisterBodyError (a ValueError) or a well-typed RegisterBrokerBody, nothing else.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -16,8 +17,7 @@ from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
 from fuzz import jsongen
 from fuzz.provider import Input
 
-TOPIC_KEYS = ("topicName", "readQueueNums", "writeQueueNums", "perm", "topicFilterType", "topicSysFlag",
-              "order")
+TOPIC_KEYS = ("topicName", "readQueueNums", "writeQueueNums", "perm", "topicFilterType", "topicSysFlag", "order")
 
 
 def shaped_json(inp: Input) -> bytes:

@@ -8,6 +8,7 @@ then the byte stream. Contract:
 * every decoded command has the field types RemotingCommand declares (ext fields str -> str), and
   codec.encode of it does not raise and decodes back with the same code, opaque, flag and ext fields.
 """
+
 from __future__ import annotations
 
 from rmqha.broker.remoting import codec
@@ -30,7 +31,8 @@ def check_command(cmd) -> None:
     back = codec.decode(frame)
     assert (back.code, back.opaque, back.flag) == (cmd.code, cmd.opaque, cmd.flag), (
         f"re-encoded command came back as code={back.code} opaque={back.opaque} flag={back.flag}, "
-        f"was code={cmd.code} opaque={cmd.opaque} flag={cmd.flag}")
+        f"was code={cmd.code} opaque={cmd.opaque} flag={cmd.flag}"
+    )
     assert back.ext_fields == cmd.ext_fields, f"ext fields {cmd.ext_fields!r} came back as {back.ext_fields!r}"
 
 
@@ -44,8 +46,17 @@ def feed_all(chunks: list[bytes], max_length: int) -> list:
             for cmd in dec.feed(chunk):
                 assert not failed, "a FrameDecoder yielded a command after a FrameError"
                 check_command(cmd)
-                out.append((cmd.code, cmd.opaque, cmd.flag, cmd.serialize_type, cmd.remark,
-                            tuple(cmd.ext_fields.items()), cmd.body))
+                out.append(
+                    (
+                        cmd.code,
+                        cmd.opaque,
+                        cmd.flag,
+                        cmd.serialize_type,
+                        cmd.remark,
+                        tuple(cmd.ext_fields.items()),
+                        cmd.body,
+                    )
+                )
         except FrameError:
             if not failed:
                 out.append("error")

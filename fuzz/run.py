@@ -10,6 +10,7 @@ that crash's signature (exception type and innermost line of our code) marked as
 that hit it again are passed over and the fuzzer goes on to the next distinct crash. Exit status 1
 when anything crashed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,6 +60,7 @@ class TargetResult:
 
 # ---- the child: one libFuzzer run ---------------------------------------------------------------
 
+
 def _ours(filename: str) -> bool:
     return filename.startswith(str(ROOT) + os.sep) and f"{os.sep}.venv{os.sep}" not in filename
 
@@ -99,6 +101,7 @@ def child(target: str, libfuzzer_args: list[str]) -> None:
 
 # ---- the parent -----------------------------------------------------------------------------------
 
+
 class Status:
     """One line, rewritten in place on a terminal, printed every 10 s otherwise."""
 
@@ -134,12 +137,26 @@ def run_target(target: str, seconds: float, status: Status) -> TargetResult:
             if left < 2 or (res.runs and left < 5):
                 break
             res.runs += 1
-            args = [sys.executable, "-m", "fuzz.run", "--child", target, "--", str(corpus), str(SEEDS / target),
-                    f"-max_total_time={left}", f"-artifact_prefix={artifacts}/", f"-max_len={MAX_LEN}",
-                    "-timeout=20", "-rss_limit_mb=2048", "-print_final_stats=1"]
+            args = [
+                sys.executable,
+                "-m",
+                "fuzz.run",
+                "--child",
+                target,
+                "--",
+                str(corpus),
+                str(SEEDS / target),
+                f"-max_total_time={left}",
+                f"-artifact_prefix={artifacts}/",
+                f"-max_len={MAX_LEN}",
+                "-timeout=20",
+                "-rss_limit_mb=2048",
+                "-print_final_stats=1",
+            ]
             env = dict(os.environ, PYTHONPATH=str(ROOT), **{KNOWN_ENV: "\n".join(known)})
-            proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    errors="replace", env=env)
+            proc = subprocess.Popen(
+                args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env
+            )
             sig = ""
             tb: list[str] | None = None
             crash_tb: list[str] = []
@@ -147,7 +164,7 @@ def run_target(target: str, seconds: float, status: Status) -> TargetResult:
             for line in proc.stdout:
                 log.write(line)
                 if line.startswith(_SIGNATURE):
-                    sig = line[len(_SIGNATURE):].strip()
+                    sig = line[len(_SIGNATURE) :].strip()
                     continue
                 if "Uncaught Python exception" in line:
                     tb = []
@@ -162,9 +179,11 @@ def run_target(target: str, seconds: float, status: Status) -> TargetResult:
                 if m:
                     res.execs = execs_before + int(m.group(1))
                     res.cov, res.ft, res.corpus = int(m.group(3)), int(m.group(4)), int(m.group(5))
-                    status.show(f"[{target}] {time.monotonic() - start:4.0f}/{seconds:.0f} s  "
-                                f"execs {res.execs:,} ({m.group(7)}/s)  cov {res.cov}  ft {res.ft}  "
-                                f"corpus {res.corpus}  crashes {len(res.crashes)}")
+                    status.show(
+                        f"[{target}] {time.monotonic() - start:4.0f}/{seconds:.0f} s  "
+                        f"execs {res.execs:,} ({m.group(7)}/s)  cov {res.cov}  ft {res.ft}  "
+                        f"corpus {res.corpus}  crashes {len(res.crashes)}"
+                    )
                 m = _EXECUTED.search(line)
                 if m:
                     res.execs = execs_before + int(m.group(1))
@@ -186,8 +205,11 @@ def run_target(target: str, seconds: float, status: Status) -> TargetResult:
                 res.crashes.append(Crash(str(work / "log.txt"), f"libFuzzer exited {proc.returncode}; see the log", []))
                 break
     res.seconds = time.monotonic() - start
-    status.show(f"[{target}] done in {res.seconds:.0f} s: execs {res.execs:,}  cov {res.cov}  ft {res.ft}  "
-                f"corpus {res.corpus}  crashes {len(res.crashes)}", force=True)
+    status.show(
+        f"[{target}] done in {res.seconds:.0f} s: execs {res.execs:,}  cov {res.cov}  ft {res.ft}  "
+        f"corpus {res.corpus}  crashes {len(res.crashes)}",
+        force=True,
+    )
     status.end()
     return res
 
@@ -196,13 +218,17 @@ def report(results: list[TargetResult], wall: float) -> int:
     print(f"\n{'TARGET':<16}{'SECONDS':>8}{'EXECS':>12}{'EXEC/S':>8}{'COV':>7}{'FT':>8}{'CORPUS':>8}{'CRASHES':>9}")
     for r in results:
         rate = r.execs / r.seconds if r.seconds else 0
-        print(f"{r.name:<16}{r.seconds:>8.0f}{r.execs:>12,}{rate:>8.0f}{r.cov:>7}{r.ft:>8}{r.corpus:>8}"
-              f"{len(r.crashes):>9}")
+        print(
+            f"{r.name:<16}{r.seconds:>8.0f}{r.execs:>12,}{rate:>8.0f}{r.cov:>7}{r.ft:>8}{r.corpus:>8}"
+            f"{len(r.crashes):>9}"
+        )
     print(f"total wall time {wall:.0f} s")
     crashed = [(r, c) for r in results for c in r.crashes]
     for r, c in crashed:
-        print(f"\nCRASH in {r.name}: {c.signature}\n  input: {c.path}\n"
-              f"  reproduce: .venv/bin/python -m fuzz.run --repro {r.name} {c.path}")
+        print(
+            f"\nCRASH in {r.name}: {c.signature}\n  input: {c.path}\n"
+            f"  reproduce: .venv/bin/python -m fuzz.run --repro {r.name} {c.path}"
+        )
         for line in c.traceback[-8:]:
             print(f"    {line}")
     return 1 if crashed else 0
@@ -228,12 +254,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--child"]:
         sep = argv.index("--")
-        child(argv[1], argv[sep + 1:])
+        child(argv[1], argv[sep + 1 :])
         return 0
-    ap = argparse.ArgumentParser(prog="python -m fuzz.run", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=float(os.environ.get("FUZZ_SECONDS", 60)),
-                    help="fuzzing time per target (default 60, or $FUZZ_SECONDS)")
+    ap = argparse.ArgumentParser(
+        prog="python -m fuzz.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--seconds",
+        type=float,
+        default=float(os.environ.get("FUZZ_SECONDS", 60)),
+        help="fuzzing time per target (default 60, or $FUZZ_SECONDS)",
+    )
     ap.add_argument("--repro", metavar="TARGET", help="replay FILEs through TARGET's harness without atheris")
     ap.add_argument("names", nargs="*", help=f"targets (default all: {', '.join(TARGETS)}); with --repro, files")
     args = ap.parse_args(argv)

@@ -5,6 +5,7 @@
 Each seed is a harness input: the harness's control bytes (mode, cut points...) followed by frames,
 bodies or records that our encoders produce, so the fuzzer starts from the valid shapes and mutates.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,27 +25,76 @@ CORPUS = Path(__file__).with_name("corpus")
 
 
 def _commands() -> list[RemotingCommand]:
-    heartbeat = json.dumps({"clientID": "127.0.0.1@1", "consumerDataSet": [
-        {"groupName": "G", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-         "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [
-             {"topic": "T", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1}]}],
-        "producerDataSet": [{"groupName": "PG"}]}).encode()
-    send = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {
-        "a": "PG", "b": "TopicTest", "c": "TBW102", "d": 4, "e": 1, "f": 0, "g": 1700000000000, "h": 0,
-        "i": "UNIQ_KEY\x01ABC\x02TAGS\x01TagA", "j": 0, "k": False, "m": False}, body=b"hello")
+    heartbeat = json.dumps(
+        {
+            "clientID": "127.0.0.1@1",
+            "consumerDataSet": [
+                {
+                    "groupName": "G",
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "subscriptionDataSet": [
+                        {"topic": "T", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1}
+                    ],
+                }
+            ],
+            "producerDataSet": [{"groupName": "PG"}],
+        }
+    ).encode()
+    send = RemotingCommand.request(
+        RequestCode.SEND_MESSAGE_V2,
+        {
+            "a": "PG",
+            "b": "TopicTest",
+            "c": "TBW102",
+            "d": 4,
+            "e": 1,
+            "f": 0,
+            "g": 1700000000000,
+            "h": 0,
+            "i": "UNIQ_KEY\x01ABC\x02TAGS\x01TagA",
+            "j": 0,
+            "k": False,
+            "m": False,
+        },
+        body=b"hello",
+    )
     send.opaque = 7
-    pull = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": "G", "topic": "T", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 2,
-        "commitOffset": 0, "suspendTimeoutMillis": 15000, "subscription": "*", "subVersion": 1})
-    offset = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
-        "consumerGroup": "G", "topic": "T", "queueId": 1, "commitOffset": 5})
+    pull = RemotingCommand.request(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "G",
+            "topic": "T",
+            "queueId": 0,
+            "queueOffset": 0,
+            "maxMsgNums": 32,
+            "sysFlag": 2,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": 15000,
+            "subscription": "*",
+            "subVersion": 1,
+        },
+    )
+    offset = RemotingCommand.request(
+        RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "T", "queueId": 1, "commitOffset": 5}
+    )
     offset.mark_oneway()
-    binary = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": 3}, opaque=9,
-                                     serialize_type=SerializeType.ROCKETMQ)
-    reply = send.make_response(ResponseCode.SUCCESS, "ok", {"msgId": "7F00000100002A9F0000000000000000",
-                                                            "queueId": 1, "queueOffset": 0})
-    return [RemotingCommand.request(RequestCode.HEART_BEAT, body=heartbeat), send, pull, offset, binary, reply,
-            RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG)]
+    binary = RemotingCommand.request(
+        RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": 3}, opaque=9, serialize_type=SerializeType.ROCKETMQ
+    )
+    reply = send.make_response(
+        ResponseCode.SUCCESS, "ok", {"msgId": "7F00000100002A9F0000000000000000", "queueId": 1, "queueOffset": 0}
+    )
+    return [
+        RemotingCommand.request(RequestCode.HEART_BEAT, body=heartbeat),
+        send,
+        pull,
+        offset,
+        binary,
+        reply,
+        RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG),
+    ]
 
 
 def remoting_frame() -> dict[str, bytes]:
@@ -67,22 +117,33 @@ def json_header() -> dict[str, bytes]:
 
 
 def register_body() -> dict[str, bytes]:
-    body = RegisterBrokerBody({"TopicTest": TopicConfig("TopicTest", 4, 4, 6),
-                               "%RETRY%G": TopicConfig("%RETRY%G", 1, 1, 6, "MULTI_TAG", 0, True)},
-                              {"counter": 3, "timestamp": 1700000000123}, ["10.0.0.1:1"])
-    return {"plain": b"\0" + body.encode(False), "compressed": b"\x01" + body.encode(True),
-            "inner": b"\x02" + zlib.decompress(body.encode(True)), "shaped": b"\x03" + bytes(range(64))}
+    body = RegisterBrokerBody(
+        {
+            "TopicTest": TopicConfig("TopicTest", 4, 4, 6),
+            "%RETRY%G": TopicConfig("%RETRY%G", 1, 1, 6, "MULTI_TAG", 0, True),
+        },
+        {"counter": 3, "timestamp": 1700000000123},
+        ["10.0.0.1:1"],
+    )
+    return {
+        "plain": b"\0" + body.encode(False),
+        "compressed": b"\x01" + body.encode(True),
+        "inner": b"\x02" + zlib.decompress(body.encode(True)),
+        "shaped": b"\x03" + bytes(range(64)),
+    }
 
 
 def ha_wire() -> dict[str, bytes]:
     reports = b"".join(wire.encode_report(o) for o in (0, 4096, 1 << 33))
-    frames = (wire.encode_header(1024, 5) + b"hello" + wire.encode_header(1029, 0)
-              + wire.encode_header(1029, 3) + b"abc")
-    frames_at_file = (wire.encode_header(4096, 5) + b"hello" + wire.encode_header(4101, 0)
-                      + wire.encode_header(4101, 3) + b"abc")
+    frames = wire.encode_header(1024, 5) + b"hello" + wire.encode_header(1029, 0) + wire.encode_header(1029, 3) + b"abc"
+    frames_at_file = (
+        wire.encode_header(4096, 5) + b"hello" + wire.encode_header(4101, 0) + wire.encode_header(4101, 3) + b"abc"
+    )
     # bodies across 64-byte files: 40 + 24 fill the first, then 10, a heartbeat, 5 in the next
-    files_of_64 = b"".join(wire.encode_header(o, n) + bytes([65 + k]) * n
-                           for k, (o, n) in enumerate(((0, 40), (40, 24), (64, 10), (74, 0), (74, 5))))
+    files_of_64 = b"".join(
+        wire.encode_header(o, n) + bytes([65 + k]) * n
+        for k, (o, n) in enumerate(((0, 40), (40, 24), (64, 10), (74, 0), (74, 5)))
+    )
     master_params = b"\x01" + (1 << 20).to_bytes(5, "big") + (0).to_bytes(5, "big") + (32768).to_bytes(2, "big")
     return {
         "reports": b"\0\x02\0\x05\0\x0b" + reports,
@@ -95,38 +156,66 @@ def ha_wire() -> dict[str, bytes]:
         "zero-copy-resume": b"\x04\x01" + (4096).to_bytes(3, "big") + b"\x01\x02\0\x07\x01\0\x14" + frames_at_file,
         "compiled-empty": b"\x05\0\x01\0\x02\0\x05\0\x0e" + frames_at_file,
         "compiled-resume": b"\x05\x01" + (4096).to_bytes(8, "big") + b"\0\x01\0\x01\0\x14" + frames_at_file,
-        "compiled-top": b"\x05\x01" + ((1 << 63) - 4096).to_bytes(8, "big") + b"\0\x01\0\0"
-                        + wire.encode_header((1 << 63) - 4096, 3) + b"abc" + wire.encode_header((1 << 63) - 4093, 2) + b"de",
+        "compiled-top": b"\x05\x01"
+        + ((1 << 63) - 4096).to_bytes(8, "big")
+        + b"\0\x01\0\0"
+        + wire.encode_header((1 << 63) - 4096, 3)
+        + b"abc"
+        + wire.encode_header((1 << 63) - 4093, 2)
+        + b"de",
         "compiled-files": b"\x05\0\0\0\0" + files_of_64,
     }
 
 
 def record_scan() -> dict[str, bytes]:
-    msgs = [Message(topic="TopicTest", body=b"hello", queue_id=1, properties={"TAGS": "TagA", "UNIQ_KEY": "U1"}),
-            Message(topic="T", body=b"", born_host=("::1", 1), properties={"KEYS": "k"}),
-            Message(topic="%RETRY%G", body=bytes(100), store_host=("fe80::1", 10911), sys_flag=record.TRANSACTION_PREPARED)]
+    msgs = [
+        Message(topic="TopicTest", body=b"hello", queue_id=1, properties={"TAGS": "TagA", "UNIQ_KEY": "U1"}),
+        Message(topic="T", body=b"", born_host=("::1", 1), properties={"KEYS": "k"}),
+        Message(topic="%RETRY%G", body=bytes(100), store_host=("fe80::1", 10911), sys_flag=record.TRANSACTION_PREPARED),
+    ]
     buf = bytearray()
     for m in msgs:
         buf += record.encode(m).finish(0, len(buf))
     blank = bytes(buf) + record.blank(64) + bytes(56)
-    return {"records": b"\x01\0\0" + bytes(buf), "records-nocrc": b"\0\0\0" + bytes(buf),
-            "blank": b"\x01\0\0" + blank, "second": b"\x03" + struct.pack(">H", len(record.encode(msgs[0]).buf)) + bytes(buf),
-            "built": b"\x05\0\0\x02" + bytes(range(1, 80))}
+    return {
+        "records": b"\x01\0\0" + bytes(buf),
+        "records-nocrc": b"\0\0\0" + bytes(buf),
+        "blank": b"\x01\0\0" + blank,
+        "second": b"\x03" + struct.pack(">H", len(record.encode(msgs[0]).buf)) + bytes(buf),
+        "built": b"\x05\0\0\x02" + bytes(range(1, 80)),
+    }
 
 
 def send_fastpath() -> dict[str, bytes]:
     # mode 0: the rest of the input is the stream itself: client frames, one after another.
     from rmqha.cluster.requests import props, send_v1, send_v2
-    frames = [codec.encode(c) for c in (send_v2(), send_v1(), send_v2(properties=props(WAIT="false", KEYS="a b")),
-                                         send_v2(topic="%RETRY%G", body=b""))]
-    return {"v2": b"\0" + frames[0], "v1": b"\0" + frames[1], "run": b"\0" + b"".join(frames),
-            "cut": b"\0" + b"".join(frames)[:-7]}
+
+    frames = [
+        codec.encode(c)
+        for c in (
+            send_v2(),
+            send_v1(),
+            send_v2(properties=props(WAIT="false", KEYS="a b")),
+            send_v2(topic="%RETRY%G", body=b""),
+        )
+    ]
+    return {
+        "v2": b"\0" + frames[0],
+        "v1": b"\0" + frames[1],
+        "run": b"\0" + b"".join(frames),
+        "cut": b"\0" + b"".join(frames)[:-7],
+    }
 
 
 def main() -> None:
-    for target, make in (("remoting_frame", remoting_frame), ("json_header", json_header),
-                         ("register_body", register_body), ("ha_wire", ha_wire), ("record_scan", record_scan),
-                         ("send_fastpath", send_fastpath)):
+    for target, make in (
+        ("remoting_frame", remoting_frame),
+        ("json_header", json_header),
+        ("register_body", register_body),
+        ("ha_wire", ha_wire),
+        ("record_scan", record_scan),
+        ("send_fastpath", send_fastpath),
+    ):
         folder = CORPUS / target
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.iterdir():

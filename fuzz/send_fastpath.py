@@ -7,6 +7,7 @@ previous one ended and is read by the Python path (codec.decode_frame + send.hea
 processor's property rules) exactly as the scan read it; and encode_records writes, for what it took,
 the bytes record.encode writes for the same message.
 """
+
 from __future__ import annotations
 
 import struct
@@ -27,10 +28,37 @@ BUFFER = bytearray
 MAX_FRAME = 1 << 16
 MAX_HEADER = 1 << 14
 
-PROP_NAMES = ("TAGS", "KEYS", "UNIQ_KEY", "WAIT", "DELAY", "TRAN_MSG", "CLUSTER", "MAX_RECONSUME_TIMES", "a", "",
-              "é", "K\\u0001", "W\\u0002")
-PROP_VALUES = ("v", "", "true", "TRUE", "false", "1", "k1 k2", "\\u0001", "\\u0002", "é", "\\ud800", "\\u0000",
-               "x\\\"y", "\\\\")
+PROP_NAMES = (
+    "TAGS",
+    "KEYS",
+    "UNIQ_KEY",
+    "WAIT",
+    "DELAY",
+    "TRAN_MSG",
+    "CLUSTER",
+    "MAX_RECONSUME_TIMES",
+    "a",
+    "",
+    "é",
+    "K\\u0001",
+    "W\\u0002",
+)
+PROP_VALUES = (
+    "v",
+    "",
+    "true",
+    "TRUE",
+    "false",
+    "1",
+    "k1 k2",
+    "\\u0001",
+    "\\u0002",
+    "é",
+    "\\ud800",
+    "\\u0000",
+    'x\\"y',
+    "\\\\",
+)
 
 
 def python_reading(frame: bytes, cluster: str = CLUSTER) -> dict | None:
@@ -56,25 +84,37 @@ def python_reading(frame: bytes, cluster: str = CLUSTER) -> dict | None:
     wait = p.pop("WAIT", None)
     p["CLUSTER"] = cluster
     dqn, qid, sys_flag, born, flag, reconsume, max_reconsume = numbers
-    return {"topic": topic, "default_topic": fields.get(k_default), "default_topic_queue_nums": dqn,
-            "queue_id": qid, "sys_flag": sys_flag, "born_timestamp": born, "flag": flag,
-            "reconsume_times": reconsume, "max_reconsume_times": max_reconsume, "opaque": cmd.opaque,
-            "wait_store_ok": wait is None or wait.lower() == "true",
-            "properties": record.encode_properties(p).encode(), "tags": p.get("TAGS"), "keys": p.get("KEYS"),
-            "uniq_key": p.get("UNIQ_KEY"), "body": cmd.body,
-            "key_hashes": index.key_hashes(topic, p.get("UNIQ_KEY") or None, p.get("KEYS")),
-            "oneway": cmd.flag == FLAG_ONEWAY}
+    return {
+        "topic": topic,
+        "default_topic": fields.get(k_default),
+        "default_topic_queue_nums": dqn,
+        "queue_id": qid,
+        "sys_flag": sys_flag,
+        "born_timestamp": born,
+        "flag": flag,
+        "reconsume_times": reconsume,
+        "max_reconsume_times": max_reconsume,
+        "opaque": cmd.opaque,
+        "wait_store_ok": wait is None or wait.lower() == "true",
+        "properties": record.encode_properties(p).encode(),
+        "tags": p.get("TAGS"),
+        "keys": p.get("KEYS"),
+        "uniq_key": p.get("UNIQ_KEY"),
+        "body": cmd.body,
+        "key_hashes": index.key_hashes(topic, p.get("UNIQ_KEY") or None, p.get("KEYS")),
+        "oneway": cmd.flag == FLAG_ONEWAY,
+    }
 
 
 def scan_reading(data: bytes, t: tuple) -> dict:
     out = dict(zip(fastpath.FIELDS, t))
-    out["body"] = bytes(data[out.pop("body"):out["end"]])
+    out["body"] = bytes(data[out.pop("body") : out["end"]])
     del out["start"], out["end"]
     return out
 
 
 def check_send(data: bytes, t: tuple) -> None:
-    frame = bytes(data[t[fastpath.START]:t[fastpath.END]])
+    frame = bytes(data[t[fastpath.START] : t[fastpath.END]])
     py = python_reading(frame)
     if py is None:
         raise AssertionError(f"the scan took a frame the Python path does not store as a plain send: {frame[:300]!r}")
@@ -91,19 +131,37 @@ def check_records(data, sends: list, store_host=("10.0.0.9", 10911), born_host=(
         return
     qoffs = list(range(5, 5 + len(sends)))
     out, n, sizes, needed = fastpath.native.encode_records(
-        data, sends, 0, len(sends), qoffs, 1000, 1 << 40, 1700000000000, record.encode_host(born_host),
-        record.encode_host(store_host))
+        data,
+        sends,
+        0,
+        len(sends),
+        qoffs,
+        1000,
+        1 << 40,
+        1700000000000,
+        record.encode_host(born_host),
+        record.encode_host(store_host),
+    )
     assert n == len(sends) and needed == 0 and sum(sizes) == len(out)
     pos, phys = 0, 1000
     for s, qo, size in zip(sends, qoffs, sizes):
         r = scan_reading(data, s)
         props = record.decode_properties(r["properties"])
-        msg = record.Message(topic=r["topic"], body=r["body"], queue_id=r["queue_id"], flag=r["flag"],
-                             sys_flag=r["sys_flag"] & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
-                             born_timestamp=r["born_timestamp"], born_host=born_host, store_timestamp=1700000000000,
-                             store_host=store_host, reconsume_times=r["reconsume_times"], properties=props)
+        msg = record.Message(
+            topic=r["topic"],
+            body=r["body"],
+            queue_id=r["queue_id"],
+            flag=r["flag"],
+            sys_flag=r["sys_flag"] & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
+            born_timestamp=r["born_timestamp"],
+            born_host=born_host,
+            store_timestamp=1700000000000,
+            store_host=store_host,
+            reconsume_times=r["reconsume_times"],
+            properties=props,
+        )
         want = bytes(record.encode(msg).finish(qo, phys))
-        if bytes(out[pos:pos + size]) != want:
+        if bytes(out[pos : pos + size]) != want:
             raise AssertionError(f"encode_records wrote a different record for {r!r}")
         pos += size
         phys += size
@@ -133,8 +191,12 @@ def send_header(inp: Input) -> bytes:
         if n in ("b", "topic", "e", "queueId") or inp.byte() % 3:
             ext.append(b'"' + n.encode() + b'":' + _ext_value(inp, n))
     for _ in range(inp.byte() % 4):  # names a send does not read (the C++ client's ACL fields)
-        ext.append(b'"' + inp.pick(("AccessKey", "Signature", "OnsChannel", "b", "topic", "z")).encode() + b'":'
-                   + _ext_value(inp, "x"))
+        ext.append(
+            b'"'
+            + inp.pick(("AccessKey", "Signature", "OnsChannel", "b", "topic", "z")).encode()
+            + b'":'
+            + _ext_value(inp, "x")
+        )
     if inp.byte() % 8 == 0 and ext:
         ext.append(inp.pick(ext))  # a repeated key
     members = [b'"code":' + str(code).encode(), b'"extFields":{' + b",".join(ext) + b"}"]
@@ -156,7 +218,7 @@ def stream(inp: Input) -> bytes:
         if inp.byte() % 4 == 0:
             # A header cut short, its lengths still consistent, and no body: a parser that reads past
             # the header's end (an escape, a number, a keyword at the cut) reads past the stream's.
-            head, body = head[:inp.uint(2) % (len(head) + 1)], b""
+            head, body = head[: inp.uint(2) % (len(head) + 1)], b""
         serialize = 0 if inp.byte() % 16 else 1
         out += struct.pack(">II", 4 + len(head) + len(body), serialize << 24 | len(head)) + head + body
     return bytes(out)

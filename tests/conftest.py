@@ -12,6 +12,7 @@ it alone (measured), far past the budget. Its Spark session stays session-scoped
 (stopped when a worker moved on) paid the JVM start and Spark's warm-up once per file, and the whole run
 took 21.5 min against 11.8 min before (measured on fresh clones; more tests too, so not all of it).
 """
+
 from __future__ import annotations
 
 import json
@@ -128,7 +129,8 @@ def pytest_sessionfinish(session, exitstatus):
         merged = load_durations()
         merged.update({k: round(v, 1) for k, v in _seconds.items()})
         MEASURED.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n")
-        CPU_MEASURED.write_text(json.dumps({k: round(v, 1) for k, v in sorted(_cpu.items(), key=lambda kv: -kv[1])},
-                                           indent=0) + "\n")
+        CPU_MEASURED.write_text(
+            json.dumps({k: round(v, 1) for k, v in sorted(_cpu.items(), key=lambda kv: -kv[1])}, indent=0) + "\n"
+        )
     except OSError:
         pass  # a read-only checkout still runs its tests

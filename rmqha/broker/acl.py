@@ -37,6 +37,7 @@ plain_acl.yml:
 Address patterns: "*" (any), an exact IPv4 or IPv6 address, "a.b.c.*" (any in a segment), "a.b.c.1-100"
 (a range), "a.b.c.{1,2,3}" (a list in the last segment), several patterns comma-separated.
 """
+
 from __future__ import annotations
 
 import base64
@@ -67,13 +68,31 @@ FRAME_PARSE = "org.apache.rocketmq.acl.plain.PlainAccessValidator.parse(PlainAcc
 
 # 4.9.8's Permission.ADMIN_CODE, and the ACL admin requests (50-53), which 4.9.8 leaves to any signed
 # account: there a non-admin key can make itself admin or rewrite the white list.
-ADMIN_CODES = frozenset({RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG,
-                         RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                         RequestCode.DELETE_SUBSCRIPTIONGROUP, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
-                         RequestCode.DELETE_ACL_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
-                         RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG})
-ACCOUNT_KEYS = frozenset({"accessKey", "secretKey", "whiteRemoteAddress", "admin", "defaultTopicPerm",
-                          "defaultGroupPerm", "topicPerms", "groupPerms"})
+ADMIN_CODES = frozenset(
+    {
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        RequestCode.UPDATE_BROKER_CONFIG,
+        RequestCode.DELETE_TOPIC_IN_BROKER,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+        RequestCode.DELETE_ACL_CONFIG,
+        RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
+        RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+    }
+)
+ACCOUNT_KEYS = frozenset(
+    {
+        "accessKey",
+        "secretKey",
+        "whiteRemoteAddress",
+        "admin",
+        "defaultTopicPerm",
+        "defaultGroupPerm",
+        "topicPerms",
+        "groupPerms",
+    }
+)
 MAX_ACCOUNTS = 10_000
 
 
@@ -91,7 +110,7 @@ class AclConfigError(ConfigError):
 
 def parse_perm(text) -> int:
     """4.9's Permission.parsePermFromString: anything else (unset included) is DENY."""
-    t = (str(text).strip().upper() if text is not None else "")
+    t = str(text).strip().upper() if text is not None else ""
     return {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}.get(t, DENY)
 
 
@@ -110,8 +129,7 @@ def signature(content: bytes, secret_key: str) -> str:
 def request_content(ext_fields: dict, body: bytes | None) -> bytes:
     """What is signed: the ext fields' values in key order (Signature and the unique-key flag left out),
     then the body."""
-    text = "".join(str(ext_fields[k]) for k in sorted(ext_fields)
-                   if k not in (SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
+    text = "".join(str(ext_fields[k]) for k in sorted(ext_fields) if k not in (SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
     return text.encode("utf-8") + (body or b"")
 
 
@@ -153,8 +171,9 @@ class AddressMatcher:
                 pass
             segs = part.split(".")
             if len(segs) != 4 or not all(_SEGMENT.match(s) for s in segs):
-                raise AclConfigError(f"address pattern {part!r}: expected *, an IP address, a.b.c.*, "
-                                     f"a.b.c.1-100 or a.b.c.{{1,2}}")
+                raise AclConfigError(
+                    f"address pattern {part!r}: expected *, an IP address, a.b.c.*, a.b.c.1-100 or a.b.c.{{1,2}}"
+                )
             self._ipv4.append([_segment(s, part) for s in segs])
 
     def match(self, ip: str) -> bool:
@@ -202,6 +221,7 @@ def _segment(s: str, part: str) -> set[int] | None:
 
 # -- the configuration -----------------------------------------------------------------------------
 
+
 @dataclass
 class Account:
     access_key: str
@@ -221,6 +241,7 @@ class AclConfig:
     @classmethod
     def from_yaml(cls, text: str, where: str = "plain_acl.yml") -> "AclConfig":
         import yaml
+
         try:
             doc = yaml.safe_load(text) or {}
         except yaml.YAMLError as e:
@@ -233,8 +254,10 @@ class AclConfig:
             raise AclConfigError(f"{where}: expected a mapping with globalWhiteRemoteAddresses and accounts")
         unknown = set(doc) - {"globalWhiteRemoteAddresses", "accounts", "dataVersion"}
         if unknown:
-            raise AclConfigError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; known: "
-                                 "globalWhiteRemoteAddresses, accounts")
+            raise AclConfigError(
+                f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; known: "
+                "globalWhiteRemoteAddresses, accounts"
+            )
         cfg = cls()
         for a in _list(doc.get("globalWhiteRemoteAddresses"), f"{where}: globalWhiteRemoteAddresses"):
             cfg.global_white.append(AddressMatcher(str(a)))
@@ -247,8 +270,10 @@ class AclConfig:
                 raise AclConfigError(f"{what} is not a mapping")
             bad = set(a) - ACCOUNT_KEYS
             if bad:
-                raise AclConfigError(f"{what}: unknown key(s) {', '.join(sorted(map(str, bad)))}; known: "
-                                     f"{', '.join(sorted(ACCOUNT_KEYS))}")
+                raise AclConfigError(
+                    f"{what}: unknown key(s) {', '.join(sorted(map(str, bad)))}; known: "
+                    f"{', '.join(sorted(ACCOUNT_KEYS))}"
+                )
             ak, sk = a.get("accessKey"), a.get("secretKey")
             if not ak or not sk:
                 raise AclConfigError(f"{what}: accessKey and secretKey are required")
@@ -257,9 +282,13 @@ class AclConfig:
                 raise AclConfigError(f"{what} ({ak}): secretKey is shorter than 6 characters")
             if ak in cfg.accounts:
                 raise AclConfigError(f"{what}: accessKey {ak!r} appears twice")
-            acc = Account(ak, sk, admin=bool(a.get("admin")),
-                          default_topic_perm=parse_perm(a.get("defaultTopicPerm")),
-                          default_group_perm=parse_perm(a.get("defaultGroupPerm")))
+            acc = Account(
+                ak,
+                sk,
+                admin=bool(a.get("admin")),
+                default_topic_perm=parse_perm(a.get("defaultTopicPerm")),
+                default_group_perm=parse_perm(a.get("defaultGroupPerm")),
+            )
             white = a.get("whiteRemoteAddress")
             if white not in (None, ""):
                 acc.white = AddressMatcher(str(white))
@@ -289,8 +318,7 @@ class AclConfig:
         if not hmac.compare_digest(expected, str(ext_fields.get(SIGNATURE, ""))):
             raise AclError(f"Check signature failed for accessKey={ak}", FRAME_SIGNATURE)
         if code in ADMIN_CODES and not acc.admin:
-            raise AclError(f"Need admin permission for request code={code}, but accessKey={ak} is not",
-                           FRAME_ADMIN)
+            raise AclError(f"Need admin permission for request code={code}, but accessKey={ak} is not", FRAME_ADMIN)
         needed = resources(code, ext_fields, body)
         if needed.get(TRACE_TOPIC) == PUB:  # 4.9.8: trace records are not perm-checked
             return
@@ -302,9 +330,10 @@ class AclConfig:
             if owned is None:
                 owned = acc.default_group_perm if group else acc.default_topic_perm
             if not check_perm(perm, owned):
-                what = f"group:{resource[len(RETRY_PREFIX):]}" if group else f"topic:{resource}"
-                raise AclError(f"No default permission for {what}",
-                               FRAME_OWN_PERM if resource in acc.perms else FRAME_DEFAULT_PERM)
+                what = f"group:{resource[len(RETRY_PREFIX) :]}" if group else f"topic:{resource}"
+                raise AclError(
+                    f"No default permission for {what}", FRAME_OWN_PERM if resource in acc.perms else FRAME_DEFAULT_PERM
+                )
 
 
 def _list(value, what: str) -> list:
@@ -356,6 +385,7 @@ def resources(code: int, f: dict, body: bytes | None) -> dict[str, int]:
         add(f.get("topic"), SUB)
     elif code == RequestCode.HEART_BEAT:
         from .remoting import json_body
+
         try:
             data = json_body.loads(body or b"{}")
         except (UnicodeDecodeError, ValueError):

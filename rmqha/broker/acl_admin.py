@@ -18,6 +18,7 @@ What 4.9.8 does and this follows:
 Stricter than 4.9.8 (it writes these and fails at the next load, or silently reads DENY): a default perm
 that is not one of the five, and an address pattern rmqha/broker/acl.py cannot read, are refused here.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,6 +37,7 @@ class AclAdminError(Exception):
 @dataclass
 class AccessUpdate:
     """CreateAccessConfigRequestHeader's fields, None where the request leaves one out."""
+
     access_key: str | None
     secret_key: str | None
     white_remote_address: str | None = None
@@ -60,17 +62,22 @@ def check_update(u: AccessUpdate) -> None:
     ak, sk = u.access_key, u.secret_key
     if not ak or not sk or len(ak) <= KEY_MIN_LENGTH or len(sk) <= KEY_MIN_LENGTH:
         shown = "null" if sk is None else f"<{len(sk)} characters>"
-        raise AclAdminError(f"The accessKey={ak} and secretKey={shown} cannot be null and length should "
-                            f"longer than {KEY_MIN_LENGTH}")
+        raise AclAdminError(
+            f"The accessKey={ak} and secretKey={shown} cannot be null and length should longer than {KEY_MIN_LENGTH}"
+        )
     for items in (u.topic_perms, u.group_perms):
         for item in items or ():
             parts = [p for p in item.split("=") if p]  # StringUtils.split: adjacent separators are one
             if len(parts) != 2:
-                raise AclAdminError(f"Parse Resource format error for {item}.\n"
-                                    "The expected resource format is 'Res=Perm'. For example: topicA=SUB")
+                raise AclAdminError(
+                    f"Parse Resource format error for {item}.\n"
+                    "The expected resource format is 'Res=Perm'. For example: topicA=SUB"
+                )
             if parts[1].strip() not in PERMS:
-                raise AclAdminError(f"Parse resource permission error for {item}.\n"
-                                    "The expected permissions are 'SUB' or 'PUB' or 'SUB|PUB' or 'PUB|SUB'.")
+                raise AclAdminError(
+                    f"Parse resource permission error for {item}.\n"
+                    "The expected permissions are 'SUB' or 'PUB' or 'SUB|PUB' or 'PUB|SUB'."
+                )
     for name, perm in (("defaultTopicPerm", u.default_topic_perm), ("defaultGroupPerm", u.default_group_perm)):
         if perm and perm.strip() not in PERMS:
             raise AclAdminError(f"{name}={perm} is not one of {', '.join(PERMS)}")
@@ -140,6 +147,7 @@ def set_global_white(doc: dict, patterns: list[str]) -> dict:
 
 # -- dataVersion -----------------------------------------------------------------------------------
 
+
 def data_version(doc: dict) -> dict | None:
     """The file's dataVersion (the first element of its list, as 4.9.8 reads it), or None."""
     versions = doc.get("dataVersion") if isinstance(doc, dict) else None
@@ -164,6 +172,7 @@ def next_version(doc: dict, now_ms: int) -> tuple[dict, dict]:
 def load_doc(text: str, where: str) -> dict:
     """plain_acl.yml's document (an empty file is an empty one), or AclConfigError."""
     import yaml
+
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -179,4 +188,5 @@ def dump(doc: dict) -> bytes:
     """Block-style YAML as 4.9.8's SnakeYAML dumpAsMap writes it (the file's comments are not kept,
     as there)."""
     import yaml
+
     return yaml.safe_dump(doc, default_flow_style=False, sort_keys=False, allow_unicode=True).encode("utf-8")

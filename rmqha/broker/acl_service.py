@@ -4,6 +4,7 @@ As 4.9's PlainPermissionManager: the file is read at start (a broken file stops 
 reason), then checked every 500 ms by content hash; a changed file that parses replaces the rules at
 once, one that does not is logged and the rules in force stay.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,12 @@ class AclService:
         self.reloads = 0
         self.refused = 0
         self._ticker: PeriodicService | None = None
-        log.info("ACL on: %d account(s), %d global white address pattern(s) from %s", len(self.config.accounts),
-                 len(self.config.global_white), path)
+        log.info(
+            "ACL on: %d account(s), %d global white address pattern(s) from %s",
+            len(self.config.accounts),
+            len(self.config.global_white),
+            path,
+        )
         if metrics is not None:
             metrics.gauge("acl_refused", "requests the ACL refused (aclEnable)", lambda: self.refused)
             metrics.gauge("acl_reloads", "times plain_acl.yml was reloaded after a change", lambda: self.reloads)
@@ -52,8 +57,10 @@ class AclService:
             with open(self.path, "rb") as fh:
                 raw = fh.read(MAX_FILE_BYTES + 1)
         except OSError as e:
-            raise AclConfigError(f"aclEnable=true but the ACL file {self.path} cannot be read ({e.strerror}); "
-                                 "write one (see the README's ACL section) or set aclConfigFile") from None
+            raise AclConfigError(
+                f"aclEnable=true but the ACL file {self.path} cannot be read ({e.strerror}); "
+                "write one (see the README's ACL section) or set aclConfigFile"
+            ) from None
         if len(raw) > MAX_FILE_BYTES:
             raise AclConfigError(f"{self.path} is larger than {MAX_FILE_BYTES} bytes")
         return raw
@@ -71,12 +78,17 @@ class AclService:
         at once, and the file's hash taken so the reload does not read them again."""
         self.digest = hashlib.md5(raw).hexdigest()
         self.config, self.version = config, version
-        log.info("ACL changed by an admin request: %d account(s), %d global white address pattern(s), "
-                 "dataVersion %d", len(config.accounts), len(config.global_white), version["counter"])
+        log.info(
+            "ACL changed by an admin request: %d account(s), %d global white address pattern(s), dataVersion %d",
+            len(config.accounts),
+            len(config.global_white),
+            version["counter"],
+        )
 
     def start(self) -> None:
-        self._ticker = PeriodicService("acl_reload", self.reload_if_changed, RELOAD_INTERVAL_S, self.clock,
-                                       self.metrics, logger=log)
+        self._ticker = PeriodicService(
+            "acl_reload", self.reload_if_changed, RELOAD_INTERVAL_S, self.clock, self.metrics, logger=log
+        )
         self._ticker.start()
 
     def stop(self) -> None:
@@ -109,7 +121,13 @@ class AclService:
         except AclError as e:
             self.refused += 1
             # once a minute per address and kind of refusal (the reason's first words)
-            self.limiter.log(logging.WARNING, ("acl refused", ip, str(e)[:24]), "ACL refused request code %d from %s: %s",
-                             request.code, peer, e)
+            self.limiter.log(
+                logging.WARNING,
+                ("acl refused", ip, str(e)[:24]),
+                "ACL refused request code %d from %s: %s",
+                request.code,
+                peer,
+                e,
+            )
             return refusal(request, e)
         return None

@@ -4,6 +4,7 @@ A reactor and twisted.internet.task.Clock (the tests') both fit. Twisted types t
 interfaces (IReactorTime, IDelayedCall), which mypy cannot check without the mypy-zope plugin, so the
 IO-free modules name what they call instead.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -25,5 +26,4 @@ class Clock(Protocol):
 
     # Any: Twisted declares the result as the zope interface IDelayedCall, which mypy reads as a class
     # whose methods take no self; the caller keeps it as a DelayedCall.
-    def callLater(self, delay: float, callable: Callable[..., object], /, *args: object,
-                  **kw: object) -> Any: ...
+    def callLater(self, delay: float, callable: Callable[..., object], /, *args: object, **kw: object) -> Any: ...

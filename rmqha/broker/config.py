@@ -6,6 +6,7 @@ and says what is allowed. An unknown or misspelt key is a `ConfigError` at start
 mean" hint (aclEnable was once silently ignored); 4.9 keys this broker does not use (IGNORED_KEYS) are
 accepted, so official files read as-is, and named in one WARNING at start.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -78,7 +79,7 @@ def _unescape(s: str) -> str:
             nxt = s[i + 1]
             if nxt == "u" and i + 6 <= len(s):
                 try:
-                    out.append(chr(int(s[i + 2:i + 6], 16)))
+                    out.append(chr(int(s[i + 2 : i + 6], 16)))
                     i += 6
                     continue
                 except ValueError:
@@ -100,8 +101,12 @@ def _default_ip() -> str:
 
 
 def _prop(name: str, default, *, kind=None, doc: str = "", minimum=None, maximum=None, choices=None):
-    return field(default=default, metadata=dict(name=name, kind=kind or type(default), doc=doc,
-                                                minimum=minimum, maximum=maximum, choices=choices))
+    return field(
+        default=default,
+        metadata=dict(
+            name=name, kind=kind or type(default), doc=doc, minimum=minimum, maximum=maximum, choices=choices
+        ),
+    )
 
 
 @dataclass
@@ -134,128 +139,230 @@ class BrokerConfig:
     autoCreateTopicEnable: bool = _prop("autoCreateTopicEnable", True)
     autoCreateSubscriptionGroup: bool = _prop("autoCreateSubscriptionGroup", True)
     notifyConsumerIdsChangedEnable: bool = _prop(
-        "notifyConsumerIdsChangedEnable", True,
-        doc="4.9: tell a group's consumers to rebalance when a member joins or leaves (the group's own flag too)")
+        "notifyConsumerIdsChangedEnable",
+        True,
+        doc="4.9: tell a group's consumers to rebalance when a member joins or leaves (the group's own flag too)",
+    )
     defaultTopicQueueNums: int = _prop("defaultTopicQueueNums", 8, minimum=1, maximum=1024)
     brokerPermission: int = _prop("brokerPermission", 6, minimum=0, maximum=15)
     registerNameServerPeriod: int = _prop("registerNameServerPeriod", 30000, minimum=10000, maximum=60000)
     # ours
     metricsPort: int = _prop("metricsPort", 0, minimum=0, maximum=65535, doc="ours; 0 means listenPort + 2")
-    haSocketBufferSize: int = _prop("haSocketBufferSize", 64 * 1024, minimum=0,
-                                    doc="ours; SO_SNDBUF/SO_RCVBUF on HA sockets (reference: 64 KiB), 0 = OS default")
-    haReconnectMaxDelay: int = _prop("haReconnectMaxDelay", 1000, minimum=10,
-                                     doc="ours; the slave retries its master with backoff up to this many ms")
-    haSlaveZeroCopy: bool = _prop("haSlaveZeroCopy", True,
-                                  doc="ours; the slave splices replicated bytes socket -> pipe -> commit log "
-                                      "(Linux) instead of reading them into Python (false: recv_into + pwrite)")
-    haSlaveCompiledFrames: bool = _prop("haSlaveCompiledFrames", True,
-                                        doc="ours; with haSlaveZeroCopy, the frame loop (read a header, splice "
-                                            "its body) runs in C (rmqha/broker/ha/_frames.c) when it is built")
-    haCompat49: bool = _prop("haCompat49", False,
-                             doc="ours, for comparisons only (the guarantee matrix's 4.9 column): the master "
-                                 "behaves as Apache RocketMQ 4.9 does where this broker deliberately differs: "
-                                 "a connection's first report is taken unchecked (it raises push2SlaveMaxOffset "
-                                 "and streaming starts there, even past the log), every connection counts as a "
-                                 "slave, and the sync wait is slaveTimeout, 3000 ms when unset, as in 4.9.3+; "
-                                 "never in production")
-    haRecoveryEnable: bool = _prop("haRecoveryEnable", False,
-                                   doc="ours (README \"Recovery without stranding\"): a master that starts after an "
-                                       "unclean shutdown holds writes and fetches what its slaves "
-                                       "(haRecoveryPeers) hold past its log, verified record by record, before "
-                                       "it takes a write; a slave serves its log on its HA port for that")
-    haRecoveryPeers: str = _prop("haRecoveryPeers", "",
-                                 doc="ours; the HA ports (host:port, comma-separated) of the slaves a "
-                                     "recovering master fetches from, in order; required on a master with "
-                                     "haRecoveryEnable; an IP not proven a replica (store/haPeers.json) is "
-                                     "skipped with an ERROR")
-    haRecoveryWaitMs: int = _prop("haRecoveryWaitMs", 30000, minimum=0,
-                                  doc="ours; the longest a recovering master holds writes for its slaves to "
-                                      "answer; then it takes writes as without recovery")
-    aclEnable: bool = _prop("aclEnable", False,
-                            doc="4.9's ACL (README \"ACL\"): every request checked against plain_acl.yml "
-                                "(accounts, signatures, topic and group permissions), reloaded when it changes")
-    aclConfigFile: str = _prop("aclConfigFile", "",
-                               doc="ours; the ACL file (default: $ROCKETMQ_HOME/conf/plain_acl.yml, as 4.9)")
-    clusterSecretFile: str = _prop("clusterSecretFile", "",
-                                   doc="ours; a file holding the cluster secret: REGISTER_BROKER and "
-                                       "UNREGISTER_BROKER are signed with it, for a name server started with "
-                                       "--cluster-secret-file (README \"ACL\")")
-    traceTopicEnable: bool = _prop("traceTopicEnable", False,
-                                   doc="4.9: the broker creates the message-trace topic (msgTraceTopicName, one "
-                                       "queue) at start, where clients with trace on send their trace records")
+    haSocketBufferSize: int = _prop(
+        "haSocketBufferSize",
+        64 * 1024,
+        minimum=0,
+        doc="ours; SO_SNDBUF/SO_RCVBUF on HA sockets (reference: 64 KiB), 0 = OS default",
+    )
+    haReconnectMaxDelay: int = _prop(
+        "haReconnectMaxDelay",
+        1000,
+        minimum=10,
+        doc="ours; the slave retries its master with backoff up to this many ms",
+    )
+    haSlaveZeroCopy: bool = _prop(
+        "haSlaveZeroCopy",
+        True,
+        doc="ours; the slave splices replicated bytes socket -> pipe -> commit log "
+        "(Linux) instead of reading them into Python (false: recv_into + pwrite)",
+    )
+    haSlaveCompiledFrames: bool = _prop(
+        "haSlaveCompiledFrames",
+        True,
+        doc="ours; with haSlaveZeroCopy, the frame loop (read a header, splice "
+        "its body) runs in C (rmqha/broker/ha/_frames.c) when it is built",
+    )
+    haCompat49: bool = _prop(
+        "haCompat49",
+        False,
+        doc="ours, for comparisons only (the guarantee matrix's 4.9 column): the master "
+        "behaves as Apache RocketMQ 4.9 does where this broker deliberately differs: "
+        "a connection's first report is taken unchecked (it raises push2SlaveMaxOffset "
+        "and streaming starts there, even past the log), every connection counts as a "
+        "slave, and the sync wait is slaveTimeout, 3000 ms when unset, as in 4.9.3+; "
+        "never in production",
+    )
+    haRecoveryEnable: bool = _prop(
+        "haRecoveryEnable",
+        False,
+        doc='ours (README "Recovery without stranding"): a master that starts after an '
+        "unclean shutdown holds writes and fetches what its slaves "
+        "(haRecoveryPeers) hold past its log, verified record by record, before "
+        "it takes a write; a slave serves its log on its HA port for that",
+    )
+    haRecoveryPeers: str = _prop(
+        "haRecoveryPeers",
+        "",
+        doc="ours; the HA ports (host:port, comma-separated) of the slaves a "
+        "recovering master fetches from, in order; required on a master with "
+        "haRecoveryEnable; an IP not proven a replica (store/haPeers.json) is "
+        "skipped with an ERROR",
+    )
+    haRecoveryWaitMs: int = _prop(
+        "haRecoveryWaitMs",
+        30000,
+        minimum=0,
+        doc="ours; the longest a recovering master holds writes for its slaves to "
+        "answer; then it takes writes as without recovery",
+    )
+    aclEnable: bool = _prop(
+        "aclEnable",
+        False,
+        doc='4.9\'s ACL (README "ACL"): every request checked against plain_acl.yml '
+        "(accounts, signatures, topic and group permissions), reloaded when it changes",
+    )
+    aclConfigFile: str = _prop(
+        "aclConfigFile", "", doc="ours; the ACL file (default: $ROCKETMQ_HOME/conf/plain_acl.yml, as 4.9)"
+    )
+    clusterSecretFile: str = _prop(
+        "clusterSecretFile",
+        "",
+        doc="ours; a file holding the cluster secret: REGISTER_BROKER and "
+        "UNREGISTER_BROKER are signed with it, for a name server started with "
+        '--cluster-secret-file (README "ACL")',
+    )
+    traceTopicEnable: bool = _prop(
+        "traceTopicEnable",
+        False,
+        doc="4.9: the broker creates the message-trace topic (msgTraceTopicName, one "
+        "queue) at start, where clients with trace on send their trace records",
+    )
     msgTraceTopicName: str = _prop("msgTraceTopicName", "RMQ_SYS_TRACE_TOPIC")
-    metricsBindAddress: str = _prop("metricsBindAddress", "127.0.0.1",
-                                    doc="ours; the interface /metrics and /status listen on: loopback by default "
-                                        "(they are unauthenticated); 0.0.0.0 to scrape from elsewhere")
-    haAllowedAddresses: str = _prop("haAllowedAddresses", "",
-                                    doc="ours; IP addresses (comma-separated) allowed to connect to the HA port "
-                                        "(a master's slaves; a slave's recovering master); empty: anyone, as 4.9")
-    maxHeldFrameBytes: int = _prop("maxHeldFrameBytes", 256 * 1024 * 1024, minimum=0,
-                                   doc="ours; bytes all client connections together may hold in frames not yet "
-                                       "complete or served; the connection that passes it is closed (0: no cap)")
-    aclClientAccessKey: str = _prop("aclClientAccessKey", "",
-                                    doc="ours; the account a slave signs its requests to its master with (topic, "
-                                        "offset and delay-offset sync) when the master has aclEnable; 4.9 leaves "
-                                        "them unsigned and relies on globalWhiteRemoteAddresses")
+    metricsBindAddress: str = _prop(
+        "metricsBindAddress",
+        "127.0.0.1",
+        doc="ours; the interface /metrics and /status listen on: loopback by default "
+        "(they are unauthenticated); 0.0.0.0 to scrape from elsewhere",
+    )
+    haAllowedAddresses: str = _prop(
+        "haAllowedAddresses",
+        "",
+        doc="ours; IP addresses (comma-separated) allowed to connect to the HA port "
+        "(a master's slaves; a slave's recovering master); empty: anyone, as 4.9",
+    )
+    maxHeldFrameBytes: int = _prop(
+        "maxHeldFrameBytes",
+        256 * 1024 * 1024,
+        minimum=0,
+        doc="ours; bytes all client connections together may hold in frames not yet "
+        "complete or served; the connection that passes it is closed (0: no cap)",
+    )
+    aclClientAccessKey: str = _prop(
+        "aclClientAccessKey",
+        "",
+        doc="ours; the account a slave signs its requests to its master with (topic, "
+        "offset and delay-offset sync) when the master has aclEnable; 4.9 leaves "
+        "them unsigned and relies on globalWhiteRemoteAddresses",
+    )
     aclClientSecretKey: str = _prop("aclClientSecretKey", "")
     maxMessageSize: int = _prop("maxMessageSize", 4 * 1024 * 1024, minimum=1)
-    sendFastPath: bool = _prop("sendFastPath", True,
-                               doc="ours; plain sends are read and encoded by the compiled accelerator "
-                                   "(rmqha/broker/fastpath) when it is built; false: the Python path for every send")
-    plantBug: str = _prop("plantBug", "", doc="ours, tests only: comma-separated deliberate defects "
-                                              "(rmqha/broker/planted.py) that show the audit's checkers can fail")
+    sendFastPath: bool = _prop(
+        "sendFastPath",
+        True,
+        doc="ours; plain sends are read and encoded by the compiled accelerator "
+        "(rmqha/broker/fastpath) when it is built; false: the Python path for every send",
+    )
+    plantBug: str = _prop(
+        "plantBug",
+        "",
+        doc="ours, tests only: comma-separated deliberate defects "
+        "(rmqha/broker/planted.py) that show the audit's checkers can fail",
+    )
     # Transactional messages (BrokerConfig 4.9.8; README "Transactional messages").
-    transactionTimeOut: int = _prop("transactionTimeOut", 6000, minimum=0,
-                                    doc="ms after its birth before a half message is checked")
-    transactionCheckMax: int = _prop("transactionCheckMax", 15, minimum=0,
-                                     doc="checks of one half message before it is moved to TRANS_CHECK_MAX_TIME_TOPIC")
-    transactionCheckInterval: int = _prop("transactionCheckInterval", 60000, minimum=1,
-                                          doc="ms between two runs of the transaction check (masters only)")
-    rejectTransactionMessage: bool = _prop("rejectTransactionMessage", False,
-                                           doc="refuse half messages with NO_PERMISSION")
-    messageDelayLevel: str = _prop("messageDelayLevel", DEFAULT_DELAY_LEVELS,
-                                   doc="the delay of each level, 1 first: whole numbers with s, m, h or d")
-    flushDelayOffsetInterval: int = _prop("flushDelayOffsetInterval", 10000, minimum=1,
-                                          doc="ms between writes of config/delayOffset.json")
+    transactionTimeOut: int = _prop(
+        "transactionTimeOut", 6000, minimum=0, doc="ms after its birth before a half message is checked"
+    )
+    transactionCheckMax: int = _prop(
+        "transactionCheckMax",
+        15,
+        minimum=0,
+        doc="checks of one half message before it is moved to TRANS_CHECK_MAX_TIME_TOPIC",
+    )
+    transactionCheckInterval: int = _prop(
+        "transactionCheckInterval", 60000, minimum=1, doc="ms between two runs of the transaction check (masters only)"
+    )
+    rejectTransactionMessage: bool = _prop(
+        "rejectTransactionMessage", False, doc="refuse half messages with NO_PERMISSION"
+    )
+    messageDelayLevel: str = _prop(
+        "messageDelayLevel",
+        DEFAULT_DELAY_LEVELS,
+        doc="the delay of each level, 1 first: whole numbers with s, m, h or d",
+    )
+    flushDelayOffsetInterval: int = _prop(
+        "flushDelayOffsetInterval", 10000, minimum=1, doc="ms between writes of config/delayOffset.json"
+    )
     # Bounds on what one peer can make the broker hold or do (README "Limits").
     serverChannelMaxIdleTimeSeconds: int = _prop(
-        "serverChannelMaxIdleTimeSeconds", 120, minimum=0,
+        "serverChannelMaxIdleTimeSeconds",
+        120,
+        minimum=0,
         doc="a client connection with nothing read or written for this long is closed (Java's "
-            "NettyServerConfig); 0 = never")
-    maxFrameLength: int = _prop("maxFrameLength", 16 * 1024 * 1024, minimum=1024, maximum=(1 << 31) - 1,
-                                doc="ours (Java: -Dcom.rocketmq.remoting.frameMaxLength); a longer frame "
-                                    "closes the connection")
-    maxHeaderLength: int = _prop("maxHeaderLength", 1024 * 1024, minimum=1024, maximum=(1 << 24) - 1,
-                                 doc="ours; a longer remoting header closes the connection")
-    maxClientConnections: int = _prop("maxClientConnections", 4096, minimum=1,
-                                      doc="ours; connections beyond this on listenPort are closed at once")
-    maxBatchMessages: int = _prop("maxBatchMessages", 10000, minimum=1,
-                                  doc="ours; messages in one SEND_BATCH_MESSAGE (the batch's bytes are "
-                                      "bounded by maxMessageSize as in the reference)")
-    maxTopicCount: int = _prop("maxTopicCount", 10000, minimum=16,
-                               doc="ours; topics this broker holds (each is a persisted entry, a registration "
-                                   "with the name servers and consume-queue files); creating more is refused")
-    maxHeldPullRequests: int = _prop("maxHeldPullRequests", 10000, minimum=0,
-                                     doc="ours; long-polling pulls held at once; beyond it a pull with "
-                                         "nothing to read is answered PULL_NOT_FOUND at once")
+        "NettyServerConfig); 0 = never",
+    )
+    maxFrameLength: int = _prop(
+        "maxFrameLength",
+        16 * 1024 * 1024,
+        minimum=1024,
+        maximum=(1 << 31) - 1,
+        doc="ours (Java: -Dcom.rocketmq.remoting.frameMaxLength); a longer frame closes the connection",
+    )
+    maxHeaderLength: int = _prop(
+        "maxHeaderLength",
+        1024 * 1024,
+        minimum=1024,
+        maximum=(1 << 24) - 1,
+        doc="ours; a longer remoting header closes the connection",
+    )
+    maxClientConnections: int = _prop(
+        "maxClientConnections", 4096, minimum=1, doc="ours; connections beyond this on listenPort are closed at once"
+    )
+    maxBatchMessages: int = _prop(
+        "maxBatchMessages",
+        10000,
+        minimum=1,
+        doc="ours; messages in one SEND_BATCH_MESSAGE (the batch's bytes are "
+        "bounded by maxMessageSize as in the reference)",
+    )
+    maxTopicCount: int = _prop(
+        "maxTopicCount",
+        10000,
+        minimum=16,
+        doc="ours; topics this broker holds (each is a persisted entry, a registration "
+        "with the name servers and consume-queue files); creating more is refused",
+    )
+    maxHeldPullRequests: int = _prop(
+        "maxHeldPullRequests",
+        10000,
+        minimum=0,
+        doc="ours; long-polling pulls held at once; beyond it a pull with "
+        "nothing to read is answered PULL_NOT_FOUND at once",
+    )
     slaveSyncMasterAddress: str | None = _prop(
-        "slaveSyncMasterAddress", None, kind=str,
+        "slaveSyncMasterAddress",
+        None,
+        kind=str,
         doc="ours; host:port a slave uses to copy topic config and consumer offsets from its master, "
-            "instead of the master's registered address (for containers, where that address is the host's)")
-    commitLogPreallocate: bool = _prop("commitLogPreallocate", True,
-                                       doc="ours; reserve each commit-log file's blocks when it is created")
+        "instead of the master's registered address (for containers, where that address is the host's)",
+    )
+    commitLogPreallocate: bool = _prop(
+        "commitLogPreallocate", True, doc="ours; reserve each commit-log file's blocks when it is created"
+    )
     # The message index (MessageStoreConfig 4.9.8; README "The message index"): each index file is
     # 40 + maxHashSlotNum*4 + maxIndexNum*20 bytes, created sparse (420 MB with these defaults).
-    messageIndexEnable: bool = _prop("messageIndexEnable", True,
-                                     doc="index each stored message's UNIQ_KEY and KEYS (store/index/)")
+    messageIndexEnable: bool = _prop(
+        "messageIndexEnable", True, doc="index each stored message's UNIQ_KEY and KEYS (store/index/)"
+    )
     maxHashSlotNum: int = _prop("maxHashSlotNum", 5000000, minimum=1, doc="hash slots of one index file")
-    maxIndexNum: int = _prop("maxIndexNum", 5000000 * 4, minimum=2,
-                             doc="index items of one index file (item 0 is never used)")
+    maxIndexNum: int = _prop(
+        "maxIndexNum", 5000000 * 4, minimum=2, doc="index items of one index file (item 0 is never used)"
+    )
 
     # DLedger mode (4.9's MessageStoreConfig; rmqha/broker/dledger_commitlog.py, docs/dledger.md): the commit
     # log is replicated by a DLedger (Raft) group; brokerId/brokerRole come from the elected role.
-    enableDLegerCommitLog: bool = _prop("enableDLegerCommitLog", False,
-                                        doc="store the commit log in DLedger; the leader is the master")
+    enableDLegerCommitLog: bool = _prop(
+        "enableDLegerCommitLog", False, doc="store the commit log in DLedger; the leader is the master"
+    )
     dLegerGroup: str = _prop("dLegerGroup", "", doc="DLedger group (4.9 advises the brokerName)")
     dLegerPeers: str = _prop("dLegerPeers", "", doc="n0-host:port;n1-host:port;... (DLedger's own ports)")
     dLegerSelfId: str = _prop("dLegerSelfId", "", doc="this node's id in dLegerPeers: a letter and a number")
@@ -348,13 +455,16 @@ class BrokerConfig:
         if unknown:
             # a misspelt key would otherwise be a setting silently not applied (aclEnable once was)
             import difflib
+
             known = sorted(set(by_name) | IGNORED_KEYS)
             hints = []
             for k in sorted(unknown):
                 close = difflib.get_close_matches(k, known, n=1)
                 hints.append(f"{k} (did you mean {close[0]}?)" if close else k)
-            raise ConfigError(f"unknown config key(s): {', '.join(hints)}; every key this broker reads is "
-                              "listed by `python -m rmqha.broker -c FILE --check` and in the README's Configuration")
+            raise ConfigError(
+                f"unknown config key(s): {', '.join(hints)}; every key this broker reads is "
+                "listed by `python -m rmqha.broker -c FILE --check` and in the README's Configuration"
+            )
         cfg = cls(**values)
         cfg.ignored_keys = sorted(k for k in props if k in IGNORED_KEYS)
         cfg.validate()
@@ -380,19 +490,25 @@ class BrokerConfig:
         if self.enableDLegerCommitLog:
             self._validate_dledger()
         elif self.brokerRole == "SLAVE" and self.brokerId == 0:
-            raise ConfigError("brokerId=0 is the master's id; a SLAVE needs brokerId >= 1 "
-                              "(set brokerId=1, or brokerRole=ASYNC_MASTER/SYNC_MASTER)")
+            raise ConfigError(
+                "brokerId=0 is the master's id; a SLAVE needs brokerId >= 1 "
+                "(set brokerId=1, or brokerRole=ASYNC_MASTER/SYNC_MASTER)"
+            )
         if self.brokerRole != "SLAVE" and self.brokerId != 0 and not self.enableDLegerCommitLog:
-            raise ConfigError(f"brokerRole={self.brokerRole} needs brokerId=0 (got {self.brokerId}); "
-                              "slaves use brokerId >= 1 with brokerRole=SLAVE")
+            raise ConfigError(
+                f"brokerRole={self.brokerRole} needs brokerId=0 (got {self.brokerId}); "
+                "slaves use brokerId >= 1 with brokerRole=SLAVE"
+            )
         for key in ("haMasterAddress", "slaveSyncMasterAddress"):
             if getattr(self, key):
                 _check_addr(key, getattr(self, key))
         try:
             parse_delay_levels(self.messageDelayLevel)
         except ValueError as e:
-            raise ConfigError(f"messageDelayLevel={self.messageDelayLevel!r}: {e}; for example "
-                              f"messageDelayLevel={DEFAULT_DELAY_LEVELS}") from None
+            raise ConfigError(
+                f"messageDelayLevel={self.messageDelayLevel!r}: {e}; for example "
+                f"messageDelayLevel={DEFAULT_DELAY_LEVELS}"
+            ) from None
         try:
             planted.parse(self.plantBug)
         except ValueError as e:
@@ -403,17 +519,22 @@ class BrokerConfig:
                     _check_addr("namesrvAddr", a.strip())
         index_file = 40 + self.maxHashSlotNum * 4 + self.maxIndexNum * 20
         if index_file > (1 << 31) - 1:
-            raise ConfigError(f"maxHashSlotNum={self.maxHashSlotNum} and maxIndexNum={self.maxIndexNum} make "
-                              f"index files of {index_file} bytes; 40 + maxHashSlotNum*4 + maxIndexNum*20 must "
-                              f"stay below 2 GiB (the defaults are 5000000 and 20000000)")
+            raise ConfigError(
+                f"maxHashSlotNum={self.maxHashSlotNum} and maxIndexNum={self.maxIndexNum} make "
+                f"index files of {index_file} bytes; 40 + maxHashSlotNum*4 + maxIndexNum*20 must "
+                f"stay below 2 GiB (the defaults are 5000000 and 20000000)"
+            )
         for a in self.recovery_peers:
             _check_addr("haRecoveryPeers", a)
         if self.haRecoveryEnable and self.is_master and not self.recovery_peers:
-            raise ConfigError("haRecoveryEnable=true on a master needs haRecoveryPeers (its slaves' HA ports, "
-                              "host:port): without a source a recovering master would fetch nothing")
+            raise ConfigError(
+                "haRecoveryEnable=true on a master needs haRecoveryPeers (its slaves' HA ports, "
+                "host:port): without a source a recovering master would fetch nothing"
+            )
         if bool(self.aclClientAccessKey) != bool(self.aclClientSecretKey):
             raise ConfigError("aclClientAccessKey and aclClientSecretKey go together")
         import ipaddress
+
         for a in self.ha_allowed or ():
             try:
                 ipaddress.ip_address(a)
@@ -422,13 +543,20 @@ class BrokerConfig:
         try:
             ipaddress.ip_address(self.metricsBindAddress)
         except ValueError:
-            raise ConfigError(f"metricsBindAddress: {self.metricsBindAddress!r} is not an IP address "
-                              "(127.0.0.1 for this machine only, 0.0.0.0 for every interface)") from None
+            raise ConfigError(
+                f"metricsBindAddress: {self.metricsBindAddress!r} is not an IP address "
+                "(127.0.0.1 for this machine only, 0.0.0.0 for every interface)"
+            ) from None
         if self.fast_listen_port < 1:
-            raise ConfigError(f"listenPort={self.listenPort}: must be at least 3, as the VIP channel listens on "
-                              "listenPort - 2")
-        ports = {"listenPort": self.listenPort, "haListenPort": self.ha_port, "metricsPort": self.metrics_port,
-                 "fastListenPort (listenPort - 2)": self.fast_listen_port}
+            raise ConfigError(
+                f"listenPort={self.listenPort}: must be at least 3, as the VIP channel listens on listenPort - 2"
+            )
+        ports = {
+            "listenPort": self.listenPort,
+            "haListenPort": self.ha_port,
+            "metricsPort": self.metrics_port,
+            "fastListenPort (listenPort - 2)": self.fast_listen_port,
+        }
         if len(set(ports.values())) != len(ports):
             raise ConfigError(f"ports must differ: {ports}")
 
@@ -437,11 +565,15 @@ class BrokerConfig:
         slave id is dLegerSelfId's number + 1, so the id is a letter and an integer (n0, n1, ...)."""
         peers = dledger_peers(self.dLegerPeers)
         if not self.dLegerGroup:
-            raise ConfigError("dLegerGroup is empty: enableDLegerCommitLog=true needs the DLedger group "
-                              "(4.9 advises dLegerGroup = brokerName)")
+            raise ConfigError(
+                "dLegerGroup is empty: enableDLegerCommitLog=true needs the DLedger group "
+                "(4.9 advises dLegerGroup = brokerName)"
+            )
         if dledger_slave_id(self.dLegerSelfId) is None:
-            raise ConfigError(f"dLegerSelfId={self.dLegerSelfId!r}: expected one letter and an integer "
-                              "(n0, n1, ...): 4.9 takes the broker id of a follower from the number")
+            raise ConfigError(
+                f"dLegerSelfId={self.dLegerSelfId!r}: expected one letter and an integer "
+                "(n0, n1, ...): 4.9 takes the broker id of a follower from the number"
+            )
         if self.dLegerSelfId not in peers:
             raise ConfigError(f"dLegerSelfId={self.dLegerSelfId!r} is not in dLegerPeers ({', '.join(peers)})")
         for pid in filter(None, self.preferredLeaderId.split(";")):
@@ -449,8 +581,10 @@ class BrokerConfig:
                 raise ConfigError(f"preferredLeaderId: {pid!r} is not in dLegerPeers ({', '.join(peers)})")
         own = int(peers[self.dLegerSelfId].rpartition(":")[2])
         if own in (self.listenPort, self.ha_port, self.metrics_port, self.fast_listen_port):
-            raise ConfigError(f"dLegerPeers: {self.dLegerSelfId}'s port {own} is one of this broker's other "
-                              "ports (listenPort, haListenPort, metricsPort, listenPort - 2)")
+            raise ConfigError(
+                f"dLegerPeers: {self.dLegerSelfId}'s port {own} is one of this broker's other "
+                "ports (listenPort, haListenPort, metricsPort, listenPort - 2)"
+            )
         self.brokerId = -1
 
 
@@ -466,8 +600,10 @@ def dledger_peers(value: str) -> dict[str, str]:
             raise ConfigError(f"dLegerPeers: {pid!r} appears twice")
         out[pid] = addr
     if not out:
-        raise ConfigError("dLegerPeers is empty: enableDLegerCommitLog=true needs the group's members, "
-                          "for example dLegerPeers=n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913")
+        raise ConfigError(
+            "dLegerPeers is empty: enableDLegerCommitLog=true needs the group's members, "
+            "for example dLegerPeers=n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
+        )
     return out
 
 
@@ -479,7 +615,8 @@ def dledger_slave_id(self_id: str) -> int | None:
     return int(rest) + 1
 
 
-IGNORED_KEYS = frozenset("""
+IGNORED_KEYS = frozenset(
+    """
 deleteWhen fileReservedTime storePathIndex storeCheckpoint abortFile
 sendMessageThreadPoolNums pullMessageThreadPoolNums maxTransferBytesOnMessageInMemory
 maxTransferCountOnMessageInMemory transientStorePoolEnable enablePropertyFilter
@@ -487,7 +624,8 @@ fetchNamesrvAddrByAddressServer
 useReentrantLockWhenPutMessage waitTimeMillsInSendQueue diskMaxUsedSpaceRatio brokerFastFailureEnable
 slaveReadEnable offsetCheckInSlave duplicationEnable serverWorkerThreads serverSelectorThreads
 clientWorkerThreads flushConsumeQueueLeastPages flushCommitLogLeastPages
-""".split())
+""".split()
+)
 
 
 def _convert(key: str, raw: str, meta: dict):

@@ -11,6 +11,7 @@ from what the broker does, or corrupts the store at the next start. Here every k
 Keys not in the table (4.9 keys this broker does not use, typos) are refused too. 4.9's own black list
 (configBlackList, brokerConfigPath) keeps 4.9's answer, NO_PERMISSION.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,12 +20,15 @@ from .config import IGNORED_KEYS, BrokerConfig, ConfigError, _convert, parse_pro
 
 LIVE, RESTART, REFUSED = "live", "restart", "refused"
 
-LIVE_KEYS = frozenset("""
+LIVE_KEYS = frozenset(
+    """
 brokerPermission autoCreateTopicEnable autoCreateSubscriptionGroup notifyConsumerIdsChangedEnable defaultTopicQueueNums maxMessageSize maxBatchMessages maxTopicCount
 rejectTransactionMessage transactionTimeOut transactionCheckMax
-""".split())
+""".split()
+)
 
-RESTART_KEYS = frozenset("""
+RESTART_KEYS = frozenset(
+    """
 namesrvAddr registerNameServerPeriod haMasterAddress slaveSyncMasterAddress flushIntervalCommitLog
 syncFlushTimeout slaveTimeout haSendHeartbeatInterval haHousekeepingInterval haTransferBatchSize
 haSlaveFallbehindMax haSocketBufferSize haReconnectMaxDelay haSlaveZeroCopy haSlaveCompiledFrames
@@ -32,24 +36,40 @@ haRecoveryEnable haRecoveryPeers haRecoveryWaitMs transactionCheckInterval flush
 serverChannelMaxIdleTimeSeconds maxFrameLength maxHeaderLength maxClientConnections maxHeldPullRequests
 maxHeldFrameBytes sendFastPath checkCRCOnRecover commitLogPreallocate traceTopicEnable msgTraceTopicName
 messageIndexEnable enableDLegerCommitLog dLegerGroup dLegerPeers dLegerSelfId preferredLeaderId
-""".split())
+""".split()
+)
 
 _STORE = "the store on disk was written with it; a different value at the next start misreads or loses data"
-_IDENTITY = ("it is this broker's identity in the cluster (name servers, clients and its master or slaves "
-             "know it by it)")
+_IDENTITY = "it is this broker's identity in the cluster (name servers, clients and its master or slaves know it by it)"
 _PORT = "a listening address; changing it remotely can cut off the clients, slaves and admins using it"
 _SECURITY = "a security setting; change it only in the config file, on the host"
 REFUSED_WHY = {
-    "storePathRootDir": _STORE, "storePathCommitLog": _STORE, "mappedFileSizeCommitLog": _STORE,
-    "mappedFileSizeConsumeQueue": _STORE, "maxHashSlotNum": _STORE, "maxIndexNum": _STORE,
+    "storePathRootDir": _STORE,
+    "storePathCommitLog": _STORE,
+    "mappedFileSizeCommitLog": _STORE,
+    "mappedFileSizeConsumeQueue": _STORE,
+    "maxHashSlotNum": _STORE,
+    "maxIndexNum": _STORE,
     "messageDelayLevel": "delayed messages already stored wait on the current levels' queues",
-    "brokerClusterName": _IDENTITY, "brokerName": _IDENTITY, "brokerId": _IDENTITY,
-    "brokerRole": ("a role change needs a restart of the whole master/slave pair in order (README "
-                   "\"Failover\"); changed here it would break replication"),
+    "brokerClusterName": _IDENTITY,
+    "brokerName": _IDENTITY,
+    "brokerId": _IDENTITY,
+    "brokerRole": (
+        "a role change needs a restart of the whole master/slave pair in order (README "
+        '"Failover"); changed here it would break replication'
+    ),
     "flushDiskType": "it is the durability promise of every send already acknowledged",
-    "brokerIP1": _PORT, "brokerIP2": _PORT, "listenPort": _PORT, "haListenPort": _PORT, "metricsPort": _PORT,
-    "metricsBindAddress": _SECURITY, "haAllowedAddresses": _SECURITY, "aclEnable": _SECURITY,
-    "aclConfigFile": _SECURITY, "aclClientAccessKey": _SECURITY, "aclClientSecretKey": _SECURITY,
+    "brokerIP1": _PORT,
+    "brokerIP2": _PORT,
+    "listenPort": _PORT,
+    "haListenPort": _PORT,
+    "metricsPort": _PORT,
+    "metricsBindAddress": _SECURITY,
+    "haAllowedAddresses": _SECURITY,
+    "aclEnable": _SECURITY,
+    "aclConfigFile": _SECURITY,
+    "aclClientAccessKey": _SECURITY,
+    "aclClientSecretKey": _SECURITY,
     "clusterSecretFile": _SECURITY,
     "plantBug": "deliberate defects for tests of the audit, only from the command line",
     "haCompat49": "the 4.9 comparison mode of the guarantee matrix, only from the command line",
@@ -83,7 +103,7 @@ class UpdateRefused(Exception):
 @dataclasses.dataclass
 class UpdatePlan:
     values: dict[str, object]  # dataclass attribute -> new value (converted and validated)
-    text: dict[str, str]       # config key -> its new text, as it goes into the file
+    text: dict[str, str]  # config key -> its new text, as it goes into the file
     live: list[str]
     restart: list[str]
 
@@ -108,8 +128,9 @@ def plan_update(config: BrokerConfig, props: dict[str, str]) -> UpdatePlan:
         trial.validate()
     except ConfigError as e:
         raise UpdateRefused(str(e)) from None
-    return UpdatePlan(values, text, sorted(k for k in props if policy(k) == LIVE),
-                      sorted(k for k in props if policy(k) == RESTART))
+    return UpdatePlan(
+        values, text, sorted(k for k in props if policy(k) == LIVE), sorted(k for k in props if policy(k) == RESTART)
+    )
 
 
 def parse_update_body(body: bytes) -> dict[str, str]:

@@ -3,6 +3,7 @@
 The client-facing remoting server plugs in through `put_message()` and the store; this module does
 not know the client protocol.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,9 @@ def _wait_outcome(result, res: PutResult, what: str, failed_as: PutStatus) -> Pu
     """A flush or replication wait's answer as a PutStatus. An errback, or anything that is not the
     outcome of a stored message, counts as that wait failing (failed_as): never as PUT_OK."""
     if isinstance(result, Failure):
-        log.error("%s wait for offset %d failed, answering %s: %s", what, res.next_offset, failed_as,
-                  result.getTraceback())
+        log.error(
+            "%s wait for offset %d failed, answering %s: %s", what, res.next_offset, failed_as, result.getTraceback()
+        )
         res.remark = f"{what} wait failed: {result.getErrorMessage()}"
         return failed_as
     try:
@@ -58,8 +60,13 @@ def _wait_outcome(result, res: PutResult, what: str, failed_as: PutStatus) -> Pu
     except (ValueError, TypeError):
         status = None
     if status is None or not status.stored:
-        log.error("%s wait for offset %d answered %r, not a stored outcome; answering %s", what,
-                  res.next_offset, result, failed_as)
+        log.error(
+            "%s wait for offset %d answered %r, not a stored outcome; answering %s",
+            what,
+            res.next_offset,
+            result,
+            failed_as,
+        )
         return failed_as
     return status
 
@@ -77,8 +84,10 @@ def _by_topic(sends: list, stored: list) -> dict[str, list[int]]:
     return out
 
 
-RECOVERING = ("master recovering after an unclean shutdown: fetching what its slaves hold past its log "
-              "(haRecoveryEnable); retry in a moment")
+RECOVERING = (
+    "master recovering after an unclean shutdown: fetching what its slaves hold past its log "
+    "(haRecoveryEnable); retry in a moment"
+)
 
 
 class BrokerController:
@@ -88,6 +97,7 @@ class BrokerController:
         self.clock = clock or reactor
         if run_in_thread is None:
             from twisted.internet.threads import deferToThread
+
             run_in_thread = deferToThread
         self.run_in_thread = run_in_thread
         self.metrics = Registry()
@@ -114,41 +124,60 @@ class BrokerController:
     def start(self, listen: bool = True) -> None:
         c = self.config
         if c.ignored_keys:
-            log.warning("4.9 config keys accepted and not used by this broker (their 4.9 behaviour does not "
-                        "exist here): %s", ", ".join(c.ignored_keys))
+            log.warning(
+                "4.9 config keys accepted and not used by this broker (their 4.9 behaviour does not exist here): %s",
+                ", ".join(c.ignored_keys),
+            )
         store_class = MessageStore
         if c.enableDLegerCommitLog:  # the commit log on DLedger (rmqha/broker/dledger_commitlog.py)
             from .dledger_commitlog import DLedgerMessageStore
+
             store_class = DLedgerMessageStore
         self.store = store_class(
-            c.storePathRootDir, c.commitlog_dir, commitlog_file_size=c.mappedFileSizeCommitLog,
-            cq_file_size=c.mappedFileSizeConsumeQueue, check_crc_on_recover=c.checkCRCOnRecover,
-            store_host=record.host_of(c.broker_addr), preallocate=c.commitLogPreallocate,
+            c.storePathRootDir,
+            c.commitlog_dir,
+            commitlog_file_size=c.mappedFileSizeCommitLog,
+            cq_file_size=c.mappedFileSizeConsumeQueue,
+            check_crc_on_recover=c.checkCRCOnRecover,
+            store_host=record.host_of(c.broker_addr),
+            preallocate=c.commitLogPreallocate,
             # store times and deliver times of delayed messages on the reactor's clock (the same
             # wall clock on a live broker; the fake one in tests)
             now_ms=lambda: int(self.clock.seconds() * 1000),
-            index=IndexSettings(c.messageIndexEnable, c.maxHashSlotNum, c.maxIndexNum))
+            index=IndexSettings(c.messageIndexEnable, c.maxHashSlotNum, c.maxIndexNum),
+        )
         self.store.delay_levels_ms = c.delay_levels_ms
         if c.enableDLegerCommitLog:
             self.store.configure(c, self.reactor, self.clock)  # type: ignore[attr-defined]
         if "lose-tail-on-restart" in c.planted_bugs and c.is_master:
-            log.error("PLANTED BUG lose-tail-on-restart: dropped the last %d bytes of the commit log before "
-                      "recovery", planted.cut_tail(c.commitlog_dir))
+            log.error(
+                "PLANTED BUG lose-tail-on-restart: dropped the last %d bytes of the commit log before recovery",
+                planted.cut_tail(c.commitlog_dir),
+            )
         self.store.start()
         self._store_metrics()
         self.stats.start()
         self.bugs = c.planted_bugs
         if self.bugs:
-            log.error("PLANTED BUGS ON (plantBug=%s): this broker breaks its guarantees on purpose, for a "
-                      "test of the audit; never run it for anything else: %s", c.plantBug,
-                      "; ".join(planted.PLANTED_BUGS[b] for b in sorted(self.bugs)))
+            log.error(
+                "PLANTED BUGS ON (plantBug=%s): this broker breaks its guarantees on purpose, for a "
+                "test of the audit; never run it for anything else: %s",
+                c.plantBug,
+                "; ".join(planted.PLANTED_BUGS[b] for b in sorted(self.bugs)),
+            )
         if "skip-queue-entry" in self.bugs and c.is_master:
             self.store.skip_unit_every = planted.SKIP_UNIT_EVERY
-        self._puts_until_truncate = (planted.TRUNCATE_AFTER_PUTS if "ack-then-truncate" in self.bugs
-                                     and c.is_master else 0)
-        self.flusher = FlushService(self.store, clock=self.clock, run_in_thread=self.run_in_thread,
-                                    sync=c.flushDiskType == "SYNC_FLUSH",
-                                    interval_ms=c.flushIntervalCommitLog, timeout_ms=c.syncFlushTimeout)
+        self._puts_until_truncate = (
+            planted.TRUNCATE_AFTER_PUTS if "ack-then-truncate" in self.bugs and c.is_master else 0
+        )
+        self.flusher = FlushService(
+            self.store,
+            clock=self.clock,
+            run_in_thread=self.run_in_thread,
+            sync=c.flushDiskType == "SYNC_FLUSH",
+            interval_ms=c.flushIntervalCommitLog,
+            timeout_ms=c.syncFlushTimeout,
+        )
         if "skip-flush" not in self.bugs:
             self.flusher.start(self.metrics)
         if c.enableDLegerCommitLog:  # no HA service, no HA listener (4.9: haService = null)
@@ -158,28 +187,40 @@ class BrokerController:
             # Consume-queue units and index keys of the records a reactor turn appended are built in one
             # batch on the next turn (MessageStore.dispatch_pending).
             self.store.dispatch_soon = self._reput_soon
-            sources, limit = (self._recovery_sources() if c.haRecoveryEnable and not self.store.was_clean_shutdown
-                              else ([], None))
+            sources, limit = (
+                self._recovery_sources() if c.haRecoveryEnable and not self.store.was_clean_shutdown else ([], None)
+            )
             if sources:
                 # writes and the HA port wait until the slaves said what they hold past this log
                 self.recovery = RecoveryFetcher(
-                    self.store, sources, self.clock, self.reactor, c.haRecoveryWaitMs / 1000.0,
-                    record.host_of(c.broker_addr), c.maxMessageSize + (64 << 10),
+                    self.store,
+                    sources,
+                    self.clock,
+                    self.reactor,
+                    c.haRecoveryWaitMs / 1000.0,
+                    record.host_of(c.broker_addr),
+                    c.maxMessageSize + (64 << 10),
                     on_done=lambda _state: self._start_ha_service(listen),
-                    limit=limit)
+                    limit=limit,
+                )
                 self.recovery.start()
             else:
                 self._start_ha_service(listen)
         else:
-            replica_store = (planted.CorruptingStore(self.store) if "corrupt-replication" in self.bugs
-                             else self.store)
-            self.ha_client = HAClient(replica_store, c.haMasterAddress, clock=self.clock, reactor=self.reactor,
-                                      heartbeat_ms=c.haSendHeartbeatInterval,
-                                      housekeeping_ms=c.haHousekeepingInterval,
-                                      socket_buffer=c.haSocketBufferSize,
-                                      reconnect_max_ms=c.haReconnectMaxDelay, zero_copy=c.haSlaveZeroCopy,
-                                      compiled_frames=c.haSlaveCompiledFrames,
-                                      metrics=self.metrics)
+            replica_store = planted.CorruptingStore(self.store) if "corrupt-replication" in self.bugs else self.store
+            self.ha_client = HAClient(
+                replica_store,
+                c.haMasterAddress,
+                clock=self.clock,
+                reactor=self.reactor,
+                heartbeat_ms=c.haSendHeartbeatInterval,
+                housekeeping_ms=c.haHousekeepingInterval,
+                socket_buffer=c.haSocketBufferSize,
+                reconnect_max_ms=c.haReconnectMaxDelay,
+                zero_copy=c.haSlaveZeroCopy,
+                compiled_frames=c.haSlaveCompiledFrames,
+                metrics=self.metrics,
+            )
             self.store.append_listeners.append(lambda _offset: self._dispatch_soon())
             self.schedule_dispatch()
             self.ha_client.start()
@@ -190,11 +231,21 @@ class BrokerController:
             site = metrics_site(self.metrics, lambda: self.status(), served=self.served)
             self.ports.append(self.reactor.listenTCP(c.metrics_port, site, interface=c.metricsBindAddress))
         self.started = True
-        log.info("broker %s started: cluster=%s brokerName=%s brokerId=%d role=%s flush=%s addr=%s "
-                 "haPort=%d metrics=http://%s:%d/metrics maxPhyOffset=%d",
-                 c.brokerName, c.brokerClusterName, c.brokerName, c.brokerId, c.brokerRole,
-                 c.flushDiskType, c.broker_addr, c.ha_port, c.broker_ip, c.metrics_port,
-                 self.store.max_offset)
+        log.info(
+            "broker %s started: cluster=%s brokerName=%s brokerId=%d role=%s flush=%s addr=%s "
+            "haPort=%d metrics=http://%s:%d/metrics maxPhyOffset=%d",
+            c.brokerName,
+            c.brokerClusterName,
+            c.brokerName,
+            c.brokerId,
+            c.brokerRole,
+            c.flushDiskType,
+            c.broker_addr,
+            c.ha_port,
+            c.broker_ip,
+            c.metrics_port,
+            self.store.max_offset,
+        )
 
     def _recovery_sources(self) -> tuple[list[str], int | None]:
         """haRecoveryPeers that were proven replicas of this master (rmqha/broker/ha/recovery.py proven_sources);
@@ -204,18 +255,28 @@ class BrokerController:
         for why in dropped:
             log.error("recovery: not fetching from %s", why)
         if not kept:
-            log.error("recovery: haRecoveryEnable=true after an unclean shutdown, but no source is usable: this "
-                      "start takes writes at once; a slave holding more than this master will be SLAVE_AHEAD "
-                      "(its tail stranded; see `python -m rmqha.cluster repair`)")
+            log.error(
+                "recovery: haRecoveryEnable=true after an unclean shutdown, but no source is usable: this "
+                "start takes writes at once; a slave holding more than this master will be SLAVE_AHEAD "
+                "(its tail stranded; see `python -m rmqha.cluster repair`)"
+            )
         return kept, limit
 
     def _start_ha_service(self, listen: bool) -> None:
         c = self.config
-        self.ha = HAService(self.store, clock=self.clock, batch_size=c.haTransferBatchSize,
-                            heartbeat_ms=c.haSendHeartbeatInterval, housekeeping_ms=c.haHousekeepingInterval,
-                            fallbehind_max=c.haSlaveFallbehindMax, sync_wait_ms=c.sync_wait_ms,
-                            socket_buffer=c.haSocketBufferSize, metrics=self.metrics,
-                            compat49=c.haCompat49, allowed=c.ha_allowed)
+        self.ha = HAService(
+            self.store,
+            clock=self.clock,
+            batch_size=c.haTransferBatchSize,
+            heartbeat_ms=c.haSendHeartbeatInterval,
+            housekeeping_ms=c.haHousekeepingInterval,
+            fallbehind_max=c.haSlaveFallbehindMax,
+            sync_wait_ms=c.sync_wait_ms,
+            socket_buffer=c.haSocketBufferSize,
+            metrics=self.metrics,
+            compat49=c.haCompat49,
+            allowed=c.ha_allowed,
+        )
         if listen:
             self.ports.append(self.ha.listen(self.reactor, c.ha_port))
         else:
@@ -289,8 +350,13 @@ class BrokerController:
         if self._puts_until_truncate:
             self._puts_until_truncate -= 1
             if not self._puts_until_truncate:  # after this put is answered: acknowledged, then cut
-                self.clock.callLater(0, lambda: log.error("PLANTED BUG ack-then-truncate: cut %d bytes of "
-                                                          "acknowledged log", planted.truncate_live(self.store)))
+                self.clock.callLater(
+                    0,
+                    lambda: log.error(
+                        "PLANTED BUG ack-then-truncate: cut %d bytes of acknowledged log",
+                        planted.truncate_live(self.store),
+                    ),
+                )
 
     def put_sends(self, buf, sends: list, born_host: bytes):
         """put() for a run of plain sends read by the compiled scan (rmqha/broker/fastpath), each asking to
@@ -333,8 +399,10 @@ class BrokerController:
             wait, what, failed_as = kinds[0]
             return defer.maybeDeferred(wait, res.next_offset).addBoth(_one_outcome, res, what, failed_as)
         # each fires with a stored PutStatus; a wait that fails counts as its timeout
-        waits = [defer.maybeDeferred(wait, res.next_offset).addBoth(_wait_outcome, res, what, failed_as)
-                 for wait, what, failed_as in kinds]
+        waits = [
+            defer.maybeDeferred(wait, res.next_offset).addBoth(_wait_outcome, res, what, failed_as)
+            for wait, what, failed_as in kinds
+        ]
 
         def combine(statuses):
             # As in RocketMQ 4.9: a replication failure (the last wait) wins over a flush failure.
@@ -388,34 +456,61 @@ class BrokerController:
     # -- observability ----------------------------------------------------------------------------
     def _store_metrics(self):
         reg, s = self.metrics, self.store
-        info = {"cluster": self.config.brokerClusterName, "broker_name": self.config.brokerName,
-                "broker_id": self.config.brokerId, "role": self.config.brokerRole}
+        info = {
+            "cluster": self.config.brokerClusterName,
+            "broker_name": self.config.brokerName,
+            "broker_id": self.config.brokerId,
+            "role": self.config.brokerRole,
+        }
         reg.gauge("broker_info", "constant 1, labelled with who this broker is", lambda: [(info, 1)])
         reg.gauge("commitlog_max_offset", "commit-log max physical offset (maxPhyOffset)", lambda: s.max_offset)
         reg.gauge("commitlog_min_offset", "commit-log min physical offset", lambda: s.min_offset)
-        reg.gauge("dispatch_offset", "commit-log offset up to which consume queues are built",
-                  lambda: s.reput_offset)
-        reg.gauge("dispatch_lag_bytes", "commit-log bytes not yet in consume queues",
-                  lambda: s.max_offset - s.reput_offset)
-        reg.gauge("store_recovery_discarded_bytes", "stale bytes wiped after the valid end at the last start",
-                  lambda: s.recovery.discarded_bytes if s.recovery else 0)
-        reg.gauge("ha_recovery_holding", "1 while a master recovering after an unclean shutdown holds writes "
-                  "(haRecoveryEnable)", lambda: int(self.writes_held))
-        reg.gauge("ha_recovery_fetched_bytes", "bytes a recovering master fetched from its slaves at this start",
-                  lambda: (self.recovery.store.max_offset - self.recovery.start_offset) if self.recovery else 0)
+        reg.gauge("dispatch_offset", "commit-log offset up to which consume queues are built", lambda: s.reput_offset)
+        reg.gauge(
+            "dispatch_lag_bytes", "commit-log bytes not yet in consume queues", lambda: s.max_offset - s.reput_offset
+        )
+        reg.gauge(
+            "store_recovery_discarded_bytes",
+            "stale bytes wiped after the valid end at the last start",
+            lambda: s.recovery.discarded_bytes if s.recovery else 0,
+        )
+        reg.gauge(
+            "ha_recovery_holding",
+            "1 while a master recovering after an unclean shutdown holds writes (haRecoveryEnable)",
+            lambda: int(self.writes_held),
+        )
+        reg.gauge(
+            "ha_recovery_fetched_bytes",
+            "bytes a recovering master fetched from its slaves at this start",
+            lambda: (self.recovery.store.max_offset - self.recovery.start_offset) if self.recovery else 0,
+        )
         reg.gauge("store_flush_errors", "disk flushes that failed", lambda: self.flusher.errors if self.flusher else 0)
-        reg.gauge("store_flush_failed", "1 once an fdatasync failed: restart the broker",
-                  lambda: int(bool(self.flusher and self.flusher.poisoned)))
-        reg.gauge("store_durable_offset", "commit-log offset up to which fdatasync confirmed the bytes on disk",
-                  lambda: self.flusher.durable_offset if self.flusher else 0)
+        reg.gauge(
+            "store_flush_failed",
+            "1 once an fdatasync failed: restart the broker",
+            lambda: int(bool(self.flusher and self.flusher.poisoned)),
+        )
+        reg.gauge(
+            "store_durable_offset",
+            "commit-log offset up to which fdatasync confirmed the bytes on disk",
+            lambda: self.flusher.durable_offset if self.flusher else 0,
+        )
 
     def status(self) -> dict:
         c, s = self.config, self.store
         out = {
-            "clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerId": c.brokerId,
-            "role": c.brokerRole, "flushDiskType": c.flushDiskType, "addr": c.broker_addr,
-            "haAddr": c.ha_server_addr, "metricsPort": c.metrics_port, "pid": os.getpid(),
-            "maxPhyOffset": s.max_offset, "minPhyOffset": s.min_offset, "dispatchOffset": s.reput_offset,
+            "clusterName": c.brokerClusterName,
+            "brokerName": c.brokerName,
+            "brokerId": c.brokerId,
+            "role": c.brokerRole,
+            "flushDiskType": c.flushDiskType,
+            "addr": c.broker_addr,
+            "haAddr": c.ha_server_addr,
+            "metricsPort": c.metrics_port,
+            "pid": os.getpid(),
+            "maxPhyOffset": s.max_offset,
+            "minPhyOffset": s.min_offset,
+            "dispatchOffset": s.reput_offset,
             "durableOffset": self.flusher.durable_offset if self.flusher else None,
             # an fdatasync failed since start: nothing more becomes durable until a restart
             "flushFailed": (self.flusher.last_error or True) if self.flusher and self.flusher.poisoned else None,

@@ -23,6 +23,7 @@ docs/dledger.md "The new leader's no-op".
 Left out (see docs/dledger.md): the upgrade from a classic commit log, clean-space, leadership transfer
 to preferredLeaderId.
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,6 +64,7 @@ _I8 = struct.Struct(">q")
 LEADER_POLL_S = 0.1  # RCH polls every 100 ms until the new leader may be master
 LEARN_MASTER_S = 1.0  # a slave that does not know its master registers again this often (ours)
 DISPATCH_RETRY_S = 1.0  # a failed dispatch (disk error) is tried again this much later (ours)
+
 
 def _code_name(code: Any) -> str:
     try:
@@ -147,16 +149,25 @@ class DLedgerMessageStore(MessageStore):
     node: DLedgerNode
     fs: FileStore
 
-    def configure(self, config: BrokerConfig, reactor: Any, clock: Any, rng: random.Random | None = None,
-                  dledger: DLedgerConfig | None = None) -> None:
+    def configure(
+        self,
+        config: BrokerConfig,
+        reactor: Any,
+        clock: Any,
+        rng: random.Random | None = None,
+        dledger: DLedgerConfig | None = None,
+    ) -> None:
         """Called before start(): the broker config, the reactor and clock the DLedger service runs on;
         `dledger` replaces the DLedger config built from the broker's keys (tests shorten timers)."""
         self.dledger_config = config
         self._reactor, self._clock = reactor, clock
         self._rng = rng or random.Random()
-        self._dl_config = dledger or DLedgerConfig(group=config.dLegerGroup, selfId=config.dLegerSelfId,
-                                                   peers=config.dLegerPeers,
-                                                   preferredLeaderIds=config.preferredLeaderId or None)
+        self._dl_config = dledger or DLedgerConfig(
+            group=config.dLegerGroup,
+            selfId=config.dLegerSelfId,
+            peers=config.dLegerPeers,
+            preferredLeaderIds=config.preferredLeaderId or None,
+        )
         self.next_dispatch_index = 0  # the first committed entry not yet in the consume queues
         self.role_listeners: list[Callable[[RoleChanged], object]] = []
         self.noops = 0
@@ -179,8 +190,9 @@ class DLedgerMessageStore(MessageStore):
         abort = os.path.join(self.root, "abort")
         self.was_clean_shutdown = not os.path.exists(abort)
         # storeBaseDir = storePathRootDir: <root>/dledger-<selfId>/{data,index,checkpoint,currterm}
-        self.fs = FileStore(self.root, c.dLegerSelfId, data_file_size=c.mappedFileSizeCommitLog,
-                            index_file_size=DEFAULT_INDEX_FILE_SIZE)
+        self.fs = FileStore(
+            self.root, c.dLegerSelfId, data_file_size=c.mappedFileSizeCommitLog, index_file_size=DEFAULT_INDEX_FILE_SIZE
+        )
         self.fs.append_hook = patch_physical_offset
         self.commitlog = DLedgerLog(self.fs)  # type: ignore[assignment]
         self._load_queues()
@@ -199,11 +211,19 @@ class DLedgerMessageStore(MessageStore):
             pass
         term, vote_for = self.fs.load_term()
         self.node = DLedgerNode(self._dl_config, self.fs, rng=self._rng, term=term, vote_for=vote_for)
-        self.service = DLedgerService(self.node, self.fs, reactor=self._reactor, clock=self._clock,
-                                      on_effect=self._on_effect)
-        log.info("DLedger store %s: entries %d..%d (term %d), committed %d, dispatched up to %d, currTerm %d",
-                 self.fs.path, self.fs.begin_index, self.fs.end_index, self.fs.end_term, self.fs.committed_index,
-                 self.next_dispatch_index - 1, term)
+        self.service = DLedgerService(
+            self.node, self.fs, reactor=self._reactor, clock=self._clock, on_effect=self._on_effect
+        )
+        log.info(
+            "DLedger store %s: entries %d..%d (term %d), committed %d, dispatched up to %d, currTerm %d",
+            self.fs.path,
+            self.fs.begin_index,
+            self.fs.end_index,
+            self.fs.end_term,
+            self.fs.committed_index,
+            self.next_dispatch_index - 1,
+            term,
+        )
         self.recovery = None
         return None
 
@@ -283,8 +303,9 @@ class DLedgerMessageStore(MessageStore):
                 if info.gets_queue_entry:
                     cq = self._queue_for_record(info.topic, info.queue_id, phys)
                     if cq is not None:
-                        batches.setdefault(cq, []).append((info.queue_offset, phys, size,
-                                                           self._unit_tags_code(info, phys)))
+                        batches.setdefault(cq, []).append(
+                            (info.queue_offset, phys, size, self._unit_tags_code(info, phys))
+                        )
             misplaced: list[tuple[int, int, int, int]] = []
             for cq, units in batches.items():
                 cq.put_many(units, misplaced)
@@ -292,8 +313,13 @@ class DLedgerMessageStore(MessageStore):
                 self.index.build_records(keyed)
         except Exception as e:  # noqa: BLE001 (a disk error or a bug: neither may lose these dispatches)
             self.dispatch_failures += 1
-            log.exception("dispatch of entries %d..%d failed (%s); retried in %.1f s", self.next_dispatch_index,
-                          idx - 1, e, DISPATCH_RETRY_S)
+            log.exception(
+                "dispatch of entries %d..%d failed (%s); retried in %.1f s",
+                self.next_dispatch_index,
+                idx - 1,
+                e,
+                DISPATCH_RETRY_S,
+            )
             if self._retry_call is None or not self._retry_call.active():
                 self._retry_call = self._clock.callLater(DISPATCH_RETRY_S, self._retry_dispatch)
             return 0
@@ -384,8 +410,10 @@ class DLedgerMessageStore(MessageStore):
             status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e) else PutStatus.MESSAGE_ILLEGAL
             return PutResult(status, remark=str(e))
         if rec.size + BODY_OFFSET + 8 > self.fs.data.file_size:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL,
-                             remark=f"a {rec.size}-byte message does not fit a {self.fs.data.file_size}-byte data file")
+            return PutResult(
+                PutStatus.MESSAGE_ILLEGAL,
+                remark=f"a {rec.size}-byte message does not fit a {self.fs.data.file_size}-byte data file",
+            )
         done: list[Any] = []
         d = defer.Deferred()
         d.addCallback(done.append)
@@ -441,8 +469,12 @@ class DLedgerMessageStore(MessageStore):
                 status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e) else PutStatus.MESSAGE_ILLEGAL
                 return [PutResult(status, remark=str(e))]
             if rec.size + BODY_OFFSET + 8 > self.fs.data.file_size:
-                return [PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"a {rec.size}-byte message does not fit a "
-                                  f"{self.fs.data.file_size}-byte data file")]
+                return [
+                    PutResult(
+                        PutStatus.MESSAGE_ILLEGAL,
+                        remark=f"a {rec.size}-byte message does not fit a {self.fs.data.file_size}-byte data file",
+                    )
+                ]
             bodies.append(bytes(rec.finish(first + i, 0)))
             sizes.append(rec.size)
         done: list[Any] = []
@@ -466,9 +498,18 @@ class DLedgerMessageStore(MessageStore):
                 for off in bad[1:]:
                     self.misplaced_positions.pop(off, None)
                 return [self._misplaced_result(bad[0])]
-            return [PutResult(PutStatus.PUT_OK, pos + BODY_OFFSET, size, first + i,
-                              record.offset_msg_id(self.store_host, pos + BODY_OFFSET), now)
-                    for i, (pos, size) in enumerate(zip(positions, sizes))]
+            return [
+                PutResult(
+                    PutStatus.PUT_OK,
+                    pos + BODY_OFFSET,
+                    size,
+                    first + i,
+                    record.offset_msg_id(self.store_host, pos + BODY_OFFSET),
+                    now,
+                )
+                for i, (pos, size) in enumerate(zip(positions, sizes))
+            ]
+
         if done:  # a one-node group: decided already
             return results(done[0])
         d2: defer.Deferred = defer.Deferred()
@@ -480,8 +521,14 @@ class DLedgerMessageStore(MessageStore):
             offset = resp.pos + BODY_OFFSET
             if offset in self.misplaced_positions:
                 return self._misplaced_result(offset)
-            return PutResult(PutStatus.PUT_OK, offset, size, queue_offset,
-                             record.offset_msg_id(self.store_host, offset), store_timestamp)
+            return PutResult(
+                PutStatus.PUT_OK,
+                offset,
+                size,
+                queue_offset,
+                record.offset_msg_id(self.store_host, offset),
+                store_timestamp,
+            )
         try:
             name = DLCode(resp.code).name
         except ValueError:
@@ -492,9 +539,11 @@ class DLedgerMessageStore(MessageStore):
 
     def _misplaced_result(self, offset: int) -> PutResult:
         queue_offset = self.misplaced_positions.pop(offset)
-        return PutResult(PutStatus.UNKNOWN_ERROR,
-                         remark=f"stored at {offset}, but its queue offset {queue_offset} holds another message: "
-                                "it is in no consume queue, send it again")
+        return PutResult(
+            PutStatus.UNKNOWN_ERROR,
+            remark=f"stored at {offset}, but its queue offset {queue_offset} holds another message: "
+            "it is in no consume queue, send it again",
+        )
 
     def append_noop(self) -> None:
         """The new leader's entry of its own term (docs/dledger.md "The new leader's no-op")."""
@@ -596,14 +645,22 @@ class DLedgerRoleChangeHandler:
         """4.9's changeToSlave: the slave sync (topics, offsets, delay offsets, groups) from a master
         address reset to none, learned again from the name server's answer to a registration."""
         from .slave_sync import SlaveSynchronize
+
         srv, c = self.server, self.config
         reg = srv.registration
         if reg is not None:
             reg.master_addr = None
         if srv.slave_sync is None:
-            srv.slave_sync = SlaveSynchronize(srv.topics, srv.offsets, srv.reactor, self.clock,
-                                              metrics=srv.controller.metrics, schedule=srv.schedule,
-                                              credentials=c.acl_client_credentials, groups=srv.groups)
+            srv.slave_sync = SlaveSynchronize(
+                srv.topics,
+                srv.offsets,
+                srv.reactor,
+                self.clock,
+                metrics=srv.controller.metrics,
+                schedule=srv.schedule,
+                credentials=c.acl_client_credentials,
+                groups=srv.groups,
+            )
             srv.slave_sync.start()
         else:
             srv.slave_sync.set_master_address(None)
@@ -629,11 +686,20 @@ class DLedgerRoleChangeHandler:
         c = self.config
         self.changes.append((self.clock.seconds(), c.brokerRole, c.brokerId))
         del self.changes[:-20]
-        log.info("DLedger role change: %s is now %s, brokerId %d (term %d)", c.dLegerSelfId, c.brokerRole,
-                 c.brokerId, self.store.node.term)
+        log.info(
+            "DLedger role change: %s is now %s, brokerId %d (term %d)",
+            c.dLegerSelfId,
+            c.brokerRole,
+            c.brokerId,
+            self.store.node.term,
+        )
         if self.server.registration is not None:
             self.server.registration.register_soon()
 
     def status(self) -> dict:
-        return {"dledger": {**self.store.status(),
-                            "roleChanges": [{"at": t, "role": r, "brokerId": i} for t, r, i in self.changes]}}
+        return {
+            "dledger": {
+                **self.store.status(),
+                "roleChanges": [{"at": t, "role": r, "brokerId": i} for t, r, i in self.changes],
+            }
+        }

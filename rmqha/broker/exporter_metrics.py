@@ -21,6 +21,7 @@ offsets), each broker describing itself:
 Only what this broker measures: the exporter's client-side metrics (consume RT, failed messages) come
 from the clients and are not here.
 """
+
 from __future__ import annotations
 
 from . import stats as st
@@ -66,11 +67,23 @@ RUNTIME_GAUGES = {
     "put_latency_999": "putLatency999",
 }
 # rocketmq_brokeruntime_<name><window> -> the StoreStats sample series
-TPS_GAUGES = {"put_tps": "put", "getfound_tps": "found", "getmiss_tps": "miss",
-              "gettransfered_tps": "transferred"}
+TPS_GAUGES = {"put_tps": "put", "getfound_tps": "found", "getmiss_tps": "miss", "gettransfered_tps": "transferred"}
 # rocketmq_brokeruntime_pmdt_<name>, in putMessageDistributeTime's order
-PMDT_NAMES = ("0ms", "0to10ms", "10to50ms", "50to100ms", "100to200ms", "200to500ms", "500to1s", "1to2s",
-              "2to3s", "3to4s", "4to5s", "5to10s", "10stomore")
+PMDT_NAMES = (
+    "0ms",
+    "0to10ms",
+    "10to50ms",
+    "50to100ms",
+    "100to200ms",
+    "200to500ms",
+    "500to1s",
+    "1to2s",
+    "2to3s",
+    "3to4s",
+    "4to5s",
+    "5to10s",
+    "10stomore",
+)
 
 
 class ExporterMetrics:
@@ -94,9 +107,14 @@ class ExporterMetrics:
         return table
 
     def _runtime_labels(self, table) -> dict:
-        return {"cluster": self.config.brokerClusterName, "brokerIP": self.config.broker_addr, "brokerHost": "",
-                "des": table.get("brokerVersionDesc", ""), "boottime": table.get("bootTimestamp", ""),
-                "broker_version": str(BROKER_VERSION)}
+        return {
+            "cluster": self.config.brokerClusterName,
+            "brokerIP": self.config.broker_addr,
+            "brokerHost": "",
+            "des": table.get("brokerVersionDesc", ""),
+            "boottime": table.get("bootTimestamp", ""),
+            "broker_version": str(BROKER_VERSION),
+        }
 
     def _runtime_value(self, key: str):
         table = self._table()
@@ -121,6 +139,7 @@ class ExporterMetrics:
 
     def _capacity(self, which: str):
         import os
+
         try:
             s = os.statvfs(self.config.storePathRootDir)
         except OSError:
@@ -156,8 +175,13 @@ class ExporterMetrics:
         if ha is None:
             return []
         top = self.controller.store.max_offset
-        return [({"cluster": c.brokerClusterName, "brokerIP": conn.peer, "broker": c.brokerName},
-                 top - max(conn.session.slave_ack_offset, 0)) for conn in ha._reported()]
+        return [
+            (
+                {"cluster": c.brokerClusterName, "brokerIP": conn.peer, "broker": c.brokerName},
+                top - max(conn.session.slave_ack_offset, 0),
+            )
+            for conn in ha._reported()
+        ]
 
     def _group_diff(self, retry: bool):
         if self.offsets is None:
@@ -173,55 +197,107 @@ class ExporterMetrics:
                 continue  # the exporter reports clustering groups only
             online = len(info.channels) if info is not None else 0
             diff = sum(max(0, store.max_queue_offset(topic, q) - o) for q, o in queues.items())
-            rows.append(({"group": group, "topic": topic, "countOfOnlineConsumers": str(online),
-                          "msgModel": CLUSTERING}, diff))
+            rows.append(
+                ({"group": group, "topic": topic, "countOfOnlineConsumers": str(online), "msgModel": CLUSTERING}, diff)
+            )
         return rows
 
     # -- registration -------------------------------------------------------------------------------
     def install(self, reg) -> None:
         for name, key in RUNTIME_GAUGES.items():
-            reg.gauge(f"brokeruntime_{name}", f"GET_BROKER_RUNTIME_INFO {key} (rocketmq-exporter name)",
-                      lambda key=key: self._runtime_value(key))
+            reg.gauge(
+                f"brokeruntime_{name}",
+                f"GET_BROKER_RUNTIME_INFO {key} (rocketmq-exporter name)",
+                lambda key=key: self._runtime_value(key),
+            )
         for name, series in TPS_GAUGES.items():
             for seconds in st.TPS_WINDOWS_S:
-                reg.gauge(f"brokeruntime_{name}{seconds}", f"{series} per second over {seconds} s "
-                          "(rocketmq-exporter name)", lambda series=series, seconds=seconds: self._tps(series, seconds))
+                reg.gauge(
+                    f"brokeruntime_{name}{seconds}",
+                    f"{series} per second over {seconds} s (rocketmq-exporter name)",
+                    lambda series=series, seconds=seconds: self._tps(series, seconds),
+                )
         for seconds in st.TPS_WINDOWS_S:
-            reg.gauge(f"brokeruntime_gettotal_tps{seconds}", f"found + missed reads per second over {seconds} s "
-                      "(rocketmq-exporter name)", lambda seconds=seconds: self._total_tps(seconds))
+            reg.gauge(
+                f"brokeruntime_gettotal_tps{seconds}",
+                f"found + missed reads per second over {seconds} s (rocketmq-exporter name)",
+                lambda seconds=seconds: self._total_tps(seconds),
+            )
         for i, name in enumerate(PMDT_NAMES):
-            reg.gauge(f"brokeruntime_pmdt_{name}", f"puts of the last full minute that took {name} "
-                      "(putMessageDistributeTime; rocketmq-exporter name)", lambda i=i: self._pmdt(i))
-        reg.gauge("brokeruntime_commitlogdir_capacity_total", "bytes of the store's file system (rocketmq-exporter "
-                  "name)", lambda: self._capacity("total"))
-        reg.gauge("brokeruntime_commitlogdir_capacity_free", "bytes free for the broker on the store's file system "
-                  "(rocketmq-exporter name)", lambda: self._capacity("free"))
-        reg.gauge("brokeruntime_remain_howmanydata_toflush", "commit-log bytes not yet confirmed on disk "
-                  "(rocketmq-exporter name)", self._to_flush)
-        reg.gauge("broker_tps", "messages put per second over the last minute (BROKER_PUT_NUMS; rocketmq-exporter "
-                  "name)", lambda: self._broker_nums(st.BROKER_PUT_NUMS))
-        reg.gauge("broker_qps", "messages pulled per second over the last minute (BROKER_GET_NUMS; "
-                  "rocketmq-exporter name)", lambda: self._broker_nums(st.BROKER_GET_NUMS))
-        reg.gauge("broker_commitlog_diff", "master max offset minus each slave's acknowledged offset, by the "
-                  "slave's HA connection (rocketmq-exporter name)", self._commitlog_diff)
-        per_topic = lambda name, field: lambda: self._stats_rows(name, self._topic_labels,
-                                                                  lambda w: round(w[field], 2))
-        per_group = lambda name, field: lambda: self._stats_rows(name, self._group_labels,
-                                                                  lambda w: round(w[field], 2))
-        reg.gauge("producer_tps", "messages put per second over the last minute, by topic (TOPIC_PUT_NUMS; "
-                  "rocketmq-exporter name)", per_topic(st.TOPIC_PUT_NUMS, "tps"))
-        reg.gauge("producer_message_size", "bytes put per second over the last minute, by topic (TOPIC_PUT_SIZE; "
-                  "rocketmq-exporter name)", per_topic(st.TOPIC_PUT_SIZE, "tps"))
-        reg.gauge("consumer_tps", "messages pulled per second over the last minute, by topic and group "
-                  "(GROUP_GET_NUMS; rocketmq-exporter name)", per_group(st.GROUP_GET_NUMS, "tps"))
-        reg.gauge("consumer_message_size", "bytes pulled per second over the last minute, by topic and group "
-                  "(GROUP_GET_SIZE; rocketmq-exporter name)", per_group(st.GROUP_GET_SIZE, "tps"))
-        reg.gauge("send_back_nums", "messages sent back in the last minute, by topic and group (SNDBCK_PUT_NUMS; "
-                  "rocketmq-exporter name)", per_group(st.SNDBCK_PUT_NUMS, "sum"))
-        reg.gauge("group_diff", "messages not yet consumed in this broker's queues, by group and topic "
-                  "(rocketmq-exporter name)", lambda: self._group_diff(retry=False))
-        reg.gauge("group_retrydiff", "the same for the groups' retry topics (rocketmq-exporter name)",
-                  lambda: self._group_diff(retry=True))
+            reg.gauge(
+                f"brokeruntime_pmdt_{name}",
+                f"puts of the last full minute that took {name} (putMessageDistributeTime; rocketmq-exporter name)",
+                lambda i=i: self._pmdt(i),
+            )
+        reg.gauge(
+            "brokeruntime_commitlogdir_capacity_total",
+            "bytes of the store's file system (rocketmq-exporter name)",
+            lambda: self._capacity("total"),
+        )
+        reg.gauge(
+            "brokeruntime_commitlogdir_capacity_free",
+            "bytes free for the broker on the store's file system (rocketmq-exporter name)",
+            lambda: self._capacity("free"),
+        )
+        reg.gauge(
+            "brokeruntime_remain_howmanydata_toflush",
+            "commit-log bytes not yet confirmed on disk (rocketmq-exporter name)",
+            self._to_flush,
+        )
+        reg.gauge(
+            "broker_tps",
+            "messages put per second over the last minute (BROKER_PUT_NUMS; rocketmq-exporter name)",
+            lambda: self._broker_nums(st.BROKER_PUT_NUMS),
+        )
+        reg.gauge(
+            "broker_qps",
+            "messages pulled per second over the last minute (BROKER_GET_NUMS; rocketmq-exporter name)",
+            lambda: self._broker_nums(st.BROKER_GET_NUMS),
+        )
+        reg.gauge(
+            "broker_commitlog_diff",
+            "master max offset minus each slave's acknowledged offset, by the "
+            "slave's HA connection (rocketmq-exporter name)",
+            self._commitlog_diff,
+        )
+        per_topic = lambda name, field: lambda: self._stats_rows(name, self._topic_labels, lambda w: round(w[field], 2))
+        per_group = lambda name, field: lambda: self._stats_rows(name, self._group_labels, lambda w: round(w[field], 2))
+        reg.gauge(
+            "producer_tps",
+            "messages put per second over the last minute, by topic (TOPIC_PUT_NUMS; rocketmq-exporter name)",
+            per_topic(st.TOPIC_PUT_NUMS, "tps"),
+        )
+        reg.gauge(
+            "producer_message_size",
+            "bytes put per second over the last minute, by topic (TOPIC_PUT_SIZE; rocketmq-exporter name)",
+            per_topic(st.TOPIC_PUT_SIZE, "tps"),
+        )
+        reg.gauge(
+            "consumer_tps",
+            "messages pulled per second over the last minute, by topic and group "
+            "(GROUP_GET_NUMS; rocketmq-exporter name)",
+            per_group(st.GROUP_GET_NUMS, "tps"),
+        )
+        reg.gauge(
+            "consumer_message_size",
+            "bytes pulled per second over the last minute, by topic and group (GROUP_GET_SIZE; rocketmq-exporter name)",
+            per_group(st.GROUP_GET_SIZE, "tps"),
+        )
+        reg.gauge(
+            "send_back_nums",
+            "messages sent back in the last minute, by topic and group (SNDBCK_PUT_NUMS; rocketmq-exporter name)",
+            per_group(st.SNDBCK_PUT_NUMS, "sum"),
+        )
+        reg.gauge(
+            "group_diff",
+            "messages not yet consumed in this broker's queues, by group and topic (rocketmq-exporter name)",
+            lambda: self._group_diff(retry=False),
+        )
+        reg.gauge(
+            "group_retrydiff",
+            "the same for the groups' retry topics (rocketmq-exporter name)",
+            lambda: self._group_diff(retry=True),
+        )
 
     def _to_flush(self):
         flusher, store = self.controller.flusher, self.controller.store

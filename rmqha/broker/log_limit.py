@@ -4,6 +4,7 @@ A hostile or buggy client can repeat the same mistake thousands of times a secon
 event (a key such as ("bad request", code)) is logged the first time, then at most once per
 ``interval`` seconds with how many were left out since. Counts are kept for /metrics.
 """
+
 from __future__ import annotations
 
 import logging
@@ -14,8 +15,7 @@ MAX_KEYS = 1024  # distinct keys remembered; beyond it the oldest half is forgot
 
 
 class LogLimiter:
-    def __init__(self, logger: logging.Logger, interval: float = 60.0,
-                 now: Callable[[], float] = time.monotonic):
+    def __init__(self, logger: logging.Logger, interval: float = 60.0, now: Callable[[], float] = time.monotonic):
         self.logger = logger
         self.interval = interval
         self.now = now

@@ -3,6 +3,7 @@
 Gauges are read from callbacks at scrape time, so there is no bookkeeping on the hot path; counters
 and histograms are plain in-process numbers.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -137,6 +138,7 @@ class _Text(resource.Resource):
 
 class _Served(resource.Resource):
     """GET /served?after=N&limit=M: the pulls answered since entry N (rmqha/broker/served.py)."""
+
     isLeaf = True
 
     def __init__(self, served):
@@ -159,8 +161,7 @@ def metrics_site(registry: Registry, status_fn, served=None) -> server.Site:
     if served is not None:
         root.putChild(b"served", _Served(served))
     root.putChild(b"metrics", _Text(registry.render, b"text/plain; version=0.0.4; charset=utf-8"))
-    root.putChild(b"status", _Text(lambda: json.dumps(status_fn(), indent=1, sort_keys=True),
-                                   b"application/json"))
+    root.putChild(b"status", _Text(lambda: json.dumps(status_fn(), indent=1, sort_keys=True), b"application/json"))
     site = server.Site(root)
     site.noisy = False
     site.log = lambda request: None  # scrapes are not news

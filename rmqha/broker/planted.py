@@ -6,6 +6,7 @@ broker.properties switches them on (never set it outside such a test: the broker
 start and shows `plantedBugs` in /status). tests/integration/test_planted_bugs.py runs each one through
 a chaos run and asserts the verdict it must turn to FAIL.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,23 +16,22 @@ log = logging.getLogger("rmqha.broker.planted")
 
 PLANTED_BUGS: dict[str, str] = {
     "ack-before-replication": "a SYNC_MASTER answers SEND_OK without waiting for a slave "
-                              "(caught by: no acknowledged send lost, after a master power loss)",
+    "(caught by: no acknowledged send lost, after a master power loss)",
     "skip-flush": "SYNC_FLUSH answers SEND_OK at once and nothing is ever fdatasync'ed "
-                  "(caught by: no acknowledged send lost, after a power loss)",
-    "duplicate-store": "every message is appended to the commit log twice "
-                       "(caught by: no UNIQ_KEY stored twice)",
+    "(caught by: no acknowledged send lost, after a power loss)",
+    "duplicate-store": "every message is appended to the commit log twice (caught by: no UNIQ_KEY stored twice)",
     "corrupt-replication": "the slave flips one byte of each replicated chunk before storing it "
-                           "(caught by: the replica comparison and the slave's log integrity)",
+    "(caught by: the replica comparison and the slave's log integrity)",
     "lose-tail-on-restart": "a master drops the last 16 KiB of its commit log every time it starts, as a broken "
-                            "recovery would: a fork without any power loss (caught by: the replica comparison, "
-                            "a fork no fault allows, and the delivery verdicts lost-after-delivery / stranded)",
+    "recovery would: a fork without any power loss (caught by: the replica comparison, "
+    "a fork no fault allows, and the delivery verdicts lost-after-delivery / stranded)",
     "skip-queue-entry": "a master never writes the consume-queue unit of every 50th message of a queue: the "
-                        "record is stored, acknowledged and replicated, and no consumer can pull it (caught by: "
-                        "queues.consistent on the master, delivery.lost with reason unqueued)",
+    "record is stored, acknowledged and replicated, and no consumer can pull it (caught by: "
+    "queues.consistent on the master, delivery.lost with reason unqueued)",
     "ack-then-truncate": "a master running normally cuts the last 16 KiB of its commit log once, after its 300th "
-                         "stored message, and goes on writing at the cut: messages acknowledged, perhaps "
-                         "consumed and replicated, then gone from it (caught by: the replica comparison, "
-                         "lost-after-delivery / stranded, lost)",
+    "stored message, and goes on writing at the cut: messages acknowledged, perhaps "
+    "consumed and replicated, then gone from it (caught by: the replica comparison, "
+    "lost-after-delivery / stranded, lost)",
 }
 
 LOST_TAIL_BYTES = 16 << 10
@@ -64,6 +64,7 @@ def cut_tail(commitlog_dir: str, nbytes: int = LOST_TAIL_BYTES) -> int:
     import os
 
     from rmqha.broker.store.mapped_file import list_files
+
     for _base, path in reversed(list_files(commitlog_dir)):
         with open(path, "r+b") as fh:
             data = fh.read()
@@ -123,33 +124,35 @@ class CorruptingStore:
 # the consume queues stay correct, so only the delivery verdicts can see them.
 
 SERVING_BUGS = ("reorder-pull", "duplicate-pull", "offset-regression", "phantom-pull")
-PLANTED_BUGS.update({
-    "reorder-pull": "a pull answer swaps two consecutive messages of a queue (offsets n, n+1 with n % 10 == 9) "
-                    "and their queue offsets, so a client that sorts by offset still gets them swapped; a "
-                    "fresh n with no n+1 yet is held back until n+1 is stored (caught by: delivery.reordered "
-                    "for an orderly consumer)",
-    "duplicate-pull": "every 10th message of a queue (offset n, n % 10 == 0) is served twice: in its pull answer "
-                      "and again in front of the next one (caught by: delivery.duplicate)",
-    "offset-regression": "a master moves a committed consumer offset back: the first commit to a queue whose "
-                         "stored offset is past 40 stores 20 below it, and that queue's commits are ignored for 2 s (caught by: delivery.offset-regression, no fault)",
-    "phantom-pull": "in front of every 10th message of a queue (offset n, n % 10 == 9) a pull answer serves a message "
-                    "nobody sent at offset n (new KEYS, UNIQ_KEY and body) and ends there, while n is fresh (stored "
-                    "in the last 3 s); the real n is served 0.5 s later "
-                    "(caught by: delivery.unexpected, nothing received that was never sent)",
-})
+PLANTED_BUGS.update(
+    {
+        "reorder-pull": "a pull answer swaps two consecutive messages of a queue (offsets n, n+1 with n % 10 == 9) "
+        "and their queue offsets, so a client that sorts by offset still gets them swapped; a "
+        "fresh n with no n+1 yet is held back until n+1 is stored (caught by: delivery.reordered "
+        "for an orderly consumer)",
+        "duplicate-pull": "every 10th message of a queue (offset n, n % 10 == 0) is served twice: in its pull answer "
+        "and again in front of the next one (caught by: delivery.duplicate)",
+        "offset-regression": "a master moves a committed consumer offset back: the first commit to a queue whose "
+        "stored offset is past 40 stores 20 below it, and that queue's commits are ignored for 2 s (caught by: delivery.offset-regression, no fault)",
+        "phantom-pull": "in front of every 10th message of a queue (offset n, n % 10 == 9) a pull answer serves a message "
+        "nobody sent at offset n (new KEYS, UNIQ_KEY and body) and ends there, while n is fresh (stored "
+        "in the last 3 s); the real n is served 0.5 s later "
+        "(caught by: delivery.unexpected, nothing received that was never sent)",
+    }
+)
 
 REORDER_EVERY = 10
-REORDER_HOLD_MS = 3000      # hold back a fresh n for its n+1 only this long (the run's last n is served alone)
+REORDER_HOLD_MS = 3000  # hold back a fresh n for its n+1 only this long (the run's last n is served alone)
 DUPLICATE_EVERY = 10
 REGRESS_PAST = 40
 REGRESS_BY = 20
 REGRESS_HOLD_S = 2.0
 PHANTOM_EVERY = 10
-PHANTOM_WAIT_MS = 500       # the real message behind a phantom is served this long after it: a consumer that
-                            # keys what it pulled by queue offset (the C++ orderly one) must not replace the
-                            # phantom with it before handing it on
+PHANTOM_WAIT_MS = 500  # the real message behind a phantom is served this long after it: a consumer that
+# keys what it pulled by queue offset (the C++ orderly one) must not replace the
+# phantom with it before handing it on
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "RMQ_SYS_", "SCHEDULE_TOPIC", "TBW102", "rmq_sys_")
-_QUEUE_OFFSET = slice(20, 28)   # QUEUEOFFSET in a stored record (rmqha/broker/store/record.py)
+_QUEUE_OFFSET = slice(20, 28)  # QUEUEOFFSET in a stored record (rmqha/broker/store/record.py)
 
 
 def _user_topic(topic: str) -> bool:
@@ -170,9 +173,10 @@ def relabel(rec, queue_offset: int) -> bytes:
 def phantom_of(rec, n: int, node: str = "") -> bytes:
     """A message nobody sent, in the place of `rec`: same topic, queue and offsets, new KEYS, UNIQ_KEY, body."""
     from rmqha.broker.store import record
+
     msg = record.scan(rec, check_crc=False).message
     msg.properties = {k: v for k, v in msg.properties.items() if k not in ("KEYS", "UNIQ_KEY")}
-    salt = zlib.crc32(node.encode())   # two nodes' phantoms never share a key
+    salt = zlib.crc32(node.encode())  # two nodes' phantoms never share a key
     msg.properties["KEYS"] = f"planted-phantom-{node}-{n}"
     msg.properties["UNIQ_KEY"] = f"FFFFFFFF{salt:08X}{n:016X}"
     msg.body = f"planted-phantom-{node}-{n} ".encode() + b"p" * 32
@@ -188,7 +192,7 @@ class PlantedServing:
         self._node = node
         self._bugs = frozenset(bugs)
         self._now_ms = now_ms
-        self._again: dict = {}   # (topic, queue) -> offsets duplicate-pull serves again with the next answer
+        self._again: dict = {}  # (topic, queue) -> offsets duplicate-pull serves again with the next answer
         self._phantoms = 0
         self._phantom_at: dict = {}  # (topic, queue, offset) of a phantom served -> when its real message is due
 
@@ -197,6 +201,7 @@ class PlantedServing:
 
     def get_messages(self, topic, queue_id, offset, max_msgs, tag_codes=None, **kw):
         from rmqha.broker.store.message_store import GetResult, GetStatus
+
         res = self._store.get_messages(topic, queue_id, offset, max_msgs, tag_codes, **kw)
         if res.status != GetStatus.FOUND or not _user_topic(topic) or tag_codes is not None:
             return res
@@ -230,8 +235,12 @@ class PlantedServing:
         if "phantom-pull" in self._bugs:
             for i, r in enumerate(records):
                 o = record_queue_offset(r)
-                if (o % PHANTOM_EVERY != PHANTOM_EVERY - 1 or o < offset or (topic, queue_id, o) in self._phantom_at
-                        or not self._fresh(r)):
+                if (
+                    o % PHANTOM_EVERY != PHANTOM_EVERY - 1
+                    or o < offset
+                    or (topic, queue_id, o) in self._phantom_at
+                    or not self._fresh(r)
+                ):
                     # fresh only: the pull that waits for the real message is woken by the next message stored
                     # (a queue no longer written would hold it for the client's whole long-poll timeout)
                     continue
@@ -244,6 +253,7 @@ class PlantedServing:
 
     def _fresh(self, rec) -> bool:
         from rmqha.broker.store import record
+
         ts = record.store_timestamp(rec)
         return ts is not None and ts > self._now_ms() - REORDER_HOLD_MS
 
@@ -253,7 +263,7 @@ def regressing_commit(offsets, clock):
     offset is past REGRESS_PAST gets a commit, stores REGRESS_BY below the stored offset instead, and ignores
     that queue's commits for REGRESS_HOLD_S (every sample in between sees the lower offset)."""
     commit = offsets.commit
-    done: dict = {}   # (group, topic, queue) -> when the regression was made
+    done: dict = {}  # (group, topic, queue) -> when the regression was made
 
     def planted_commit(group, topic, queue_id, offset):
         k = (group, topic, queue_id)
@@ -267,6 +277,7 @@ def regressing_commit(offsets, clock):
             done[k] = clock.seconds()
             return commit(group, topic, queue_id, min(stored, offset) - REGRESS_BY)
         return commit(group, topic, queue_id, offset)
+
     return planted_commit
 
 

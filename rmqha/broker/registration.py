@@ -17,6 +17,7 @@ On DLedger (`master_lease`, set by dledger_commitlog's role handler) a registrat
 only while the leader lease holds; otherwise that round is skipped (`leaseSkips`) and tried again
 LEASE_RETRY_S later: a role change re-registers at once anyway (review 2, A4).
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,8 +42,17 @@ def namesrv_addresses(value: str | None) -> list[str]:
 
 
 class BrokerRegistration:
-    def __init__(self, config, topics, reactor, clock=None, ha_client=None, slave_sync=None,
-                 client: RemotingClient | None = None, metrics=None):
+    def __init__(
+        self,
+        config,
+        topics,
+        reactor,
+        clock=None,
+        ha_client=None,
+        slave_sync=None,
+        client: RemotingClient | None = None,
+        metrics=None,
+    ):
         self.config = config
         self.topics = topics
         self.clock = clock or reactor
@@ -55,19 +65,22 @@ class BrokerRegistration:
         if config.clusterSecretFile:
             from .config import ConfigError
             from .namesrv.guard import read_secret
+
             try:
                 self.secret = read_secret(config.clusterSecretFile)
             except ValueError as e:
                 raise ConfigError(f"clusterSecretFile: {e}") from None
             from .namesrv.guard import SignClock
+
             self._sign_clock = SignClock(self.clock.seconds)
         self.master_addr: str | None = None
         self.master_ha_addr: str | None = None
         self.registrations = 0  # successful REGISTER_BROKER replies
         self.last_error: dict[str, str] = {}
         self.audience: dict[str, str] = {}  # name server address -> its clusterSignAudience, as it said
-        self._loop = PeriodicService("registration", self.register_all, config.registerNameServerPeriod / 1000.0,
-                                     self.clock, metrics, logger=log)
+        self._loop = PeriodicService(
+            "registration", self.register_all, config.registerNameServerPeriod / 1000.0, self.clock, metrics, logger=log
+        )
         self._soon = None
         self._in_flight: defer.Deferred | None = None
         self._again = False  # asked to register while a registration was in flight
@@ -85,19 +98,21 @@ class BrokerRegistration:
         if self.secret is None or self._sign_clock is None:
             return dict(fields)
         from .namesrv.guard import sign_cluster_timed
-        return sign_cluster_timed(fields, body, self.secret, self._sign_clock.next_ms(), code=code,
-                                  audience=self.audience.get(addr, ""))
+
+        return sign_cluster_timed(
+            fields, body, self.secret, self._sign_clock.next_ms(), code=code, audience=self.audience.get(addr, "")
+        )
 
     def _heard_audience(self, response: RemotingCommand, addr: str, used: str | None) -> bool:
         """Notes the instance a name server says it is; True when it refused a copy signed for another."""
         from .namesrv.guard import SIGN_AUDIENCE
+
         said = (response.ext_fields or {}).get(SIGN_AUDIENCE)
         if self.secret is None or not isinstance(said, str) or not 0 < len(said) <= 64:
             return False
         if self.audience.get(addr) != said:
             if addr in self.audience:
-                log.info("name server %s is a new instance (%s, was %s): it restarted", addr, said,
-                         self.audience[addr])
+                log.info("name server %s is a new instance (%s, was %s): it restarted", addr, said, self.audience[addr])
             self.audience[addr] = said
         return response.code != ResponseCode.SUCCESS and said != used
 
@@ -119,9 +134,18 @@ class BrokerRegistration:
         c = self.config
         configs = self.topics.table
         if not (c.brokerPermission & PERM_READ and c.brokerPermission & PERM_WRITE):
-            configs = {n: TopicConfig(t.topic_name, t.read_queue_nums, t.write_queue_nums, c.brokerPermission,
-                                      t.topic_filter_type, t.topic_sys_flag, t.order)
-                       for n, t in configs.items()}
+            configs = {
+                n: TopicConfig(
+                    t.topic_name,
+                    t.read_queue_nums,
+                    t.write_queue_nums,
+                    c.brokerPermission,
+                    t.topic_filter_type,
+                    t.topic_sys_flag,
+                    t.order,
+                )
+                for n, t in configs.items()
+            }
         return RegisterBrokerBody(dict(configs), dict(self.topics.data_version)).encode()
 
     def register_all(self) -> defer.Deferred:
@@ -145,8 +169,12 @@ class BrokerRegistration:
             return defer.succeed(None)
         body = self.body()
         fields = {
-            "brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
-            "haServerAddr": c.ha_server_addr, "brokerId": c.brokerId, "compressed": False,
+            "brokerName": c.brokerName,
+            "brokerAddr": c.broker_addr,
+            "clusterName": c.brokerClusterName,
+            "haServerAddr": c.ha_server_addr,
+            "brokerId": c.brokerId,
+            "compressed": False,
             "bodyCrc32": body_crc32(body),
         }
         ds = []
@@ -167,16 +195,18 @@ class BrokerRegistration:
         registration would delete the id-0 entry). Not sent; tried again LEASE_RETRY_S later (by then it
         has either renewed its lease or stepped down and registered under its own id)."""
         self.lease_skips += 1
-        log.warning("not registering as master (brokerId 0): the DLedger leader lease has lapsed (%d skipped)",
-                    self.lease_skips)
+        log.warning(
+            "not registering as master (brokerId 0): the DLedger leader lease has lapsed (%d skipped)", self.lease_skips
+        )
         if self._lease_retry is None or not self._lease_retry.active():
             self._lease_retry = self.clock.callLater(LEASE_RETRY_S, self.register_soon)
 
     def _register_with(self, addr: str, fields: dict, body: bytes, again: bool) -> defer.Deferred:
         """REGISTER_BROKER to one name server, signed for it; refused because it is another instance than
         the one signed for (first contact, or it restarted), once more for the instance it named."""
-        req = RemotingCommand.request(RequestCode.REGISTER_BROKER,
-                                      self._signed(RequestCode.REGISTER_BROKER, fields, body, addr), body=body)
+        req = RemotingCommand.request(
+            RequestCode.REGISTER_BROKER, self._signed(RequestCode.REGISTER_BROKER, fields, body, addr), body=body
+        )
         used = self.audience.get(addr, "") if self.secret is not None else None
         d = self.client.invoke(addr, req, REGISTER_TIMEOUT_S)
 
@@ -184,6 +214,7 @@ class BrokerRegistration:
             if again and self._heard_audience(response, addr, used) and not self.stopped:
                 return self._register_with(addr, fields, body, again=False)
             return response
+
         return d.addCallback(heard)
 
     @staticmethod
@@ -242,17 +273,24 @@ class BrokerRegistration:
             if call is not None and call.active():
                 call.cancel()
         c = self.config
-        fields = {"brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
-                  "brokerId": c.brokerId}
+        fields = {
+            "brokerName": c.brokerName,
+            "brokerAddr": c.broker_addr,
+            "clusterName": c.brokerClusterName,
+            "brokerId": c.brokerId,
+        }
         ds = []
         # The name server removes an UNREGISTER's brokerId whatever address holds it (as 4.9): id 0 without
         # the lease may be another node's by now. Closing the connection drops only this address's entries.
         lapsed = c.brokerId == 0 and self.master_lease is not None and not self.master_lease()
         if lapsed:
             log.warning("not unregistering brokerId 0: the DLedger leader lease has lapsed")
-        for addr in [] if lapsed else self.addresses:  # signed for the instance last heard (a restarted one refuses: expiry)
-            req = RemotingCommand.request(RequestCode.UNREGISTER_BROKER,
-                                          self._signed(RequestCode.UNREGISTER_BROKER, fields, None, addr))
+        for addr in (
+            [] if lapsed else self.addresses
+        ):  # signed for the instance last heard (a restarted one refuses: expiry)
+            req = RemotingCommand.request(
+                RequestCode.UNREGISTER_BROKER, self._signed(RequestCode.UNREGISTER_BROKER, fields, None, addr)
+            )
             d = self.client.invoke(addr, req, UNREGISTER_TIMEOUT_S)
             d.addErrback(lambda f, a=addr: log.info("unregister from %s failed: %s", a, f.getErrorMessage()))
             ds.append(d)
@@ -261,6 +299,11 @@ class BrokerRegistration:
         return d
 
     def status(self) -> dict:
-        return {"nameServers": self.addresses, "registrations": self.registrations,
-                "errors": dict(self.last_error), "masterAddr": self.master_addr,
-                "masterHaAddr": self.master_ha_addr, "leaseSkips": self.lease_skips}
+        return {
+            "nameServers": self.addresses,
+            "registrations": self.registrations,
+            "errors": dict(self.last_error),
+            "masterAddr": self.master_addr,
+            "masterHaAddr": self.master_ha_addr,
+            "leaseSkips": self.lease_skips,
+        }

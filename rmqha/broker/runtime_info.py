@@ -7,6 +7,7 @@ broker does not have, the value says so truthfully: requests are served on the r
 thread-pool queues, so those queues are empty (their capacities are 4.9's defaults), and there is no
 page-cache lock to be held (pageCacheLockTimeMills 0) nor transient store pool (4.9's "disabled" value).
 """
+
 from __future__ import annotations
 
 import os
@@ -41,13 +42,12 @@ def disk_used_ratio(path: str) -> float:
 
 
 def dir_capacity(path: str) -> str | None:
-    """"Total : 100.0 GiB, Free : 42.3 GiB." (Java's getTotalSpace and getUsableSpace), None if absent."""
+    """ "Total : 100.0 GiB, Free : 42.3 GiB." (Java's getTotalSpace and getUsableSpace), None if absent."""
     try:
         st = os.statvfs(path)
     except OSError:
         return None
-    return (f"Total : {human_bytes(st.f_blocks * st.f_frsize)}, "
-            f"Free : {human_bytes(st.f_bavail * st.f_frsize)}.")
+    return f"Total : {human_bytes(st.f_blocks * st.f_frsize)}, Free : {human_bytes(st.f_bavail * st.f_frsize)}."
 
 
 def earliest_message_time(store) -> int:
@@ -77,9 +77,12 @@ def broker_part(config, store, flusher) -> dict[str, str]:
     """AdminBrokerProcessor.prepareRuntimeInfo's keys besides the version and the day totals."""
     durable = flusher.durable_offset if flusher is not None else store.max_offset
     out = {
-        "sendThreadPoolQueueSize": "0", "sendThreadPoolQueueCapacity": str(SEND_QUEUE_CAPACITY),
-        "pullThreadPoolQueueSize": "0", "pullThreadPoolQueueCapacity": str(PULL_QUEUE_CAPACITY),
-        "queryThreadPoolQueueSize": "0", "queryThreadPoolQueueCapacity": str(QUERY_QUEUE_CAPACITY),
+        "sendThreadPoolQueueSize": "0",
+        "sendThreadPoolQueueCapacity": str(SEND_QUEUE_CAPACITY),
+        "pullThreadPoolQueueSize": "0",
+        "pullThreadPoolQueueCapacity": str(PULL_QUEUE_CAPACITY),
+        "queryThreadPoolQueueSize": "0",
+        "queryThreadPoolQueueCapacity": str(QUERY_QUEUE_CAPACITY),
         "EndTransactionQueueSize": "0",
         "EndTransactionThreadPoolQueueCapacity": str(END_TRANSACTION_QUEUE_CAPACITY),
         "dispatchBehindBytes": str(store.max_offset - store.reput_offset),

@@ -18,6 +18,7 @@ One timer per level for the head unit's deliver time, woken early when a unit is
 queue, instead of the reference's 100 ms poll of every level. A deliver time further away than the
 level's delay (the clock went back) is taken as now, as the reference does.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,8 +40,16 @@ FILLER_SIZE = 0x7FFFFFFF  # a consume-queue filler unit's size
 
 
 class ScheduleMessageService:
-    def __init__(self, store, put_message, clock, root_dir: str, levels_ms: tuple[int, ...],
-                 flush_interval_s: float = 10.0, metrics=None):
+    def __init__(
+        self,
+        store,
+        put_message,
+        clock,
+        root_dir: str,
+        levels_ms: tuple[int, ...],
+        flush_interval_s: float = 10.0,
+        metrics=None,
+    ):
         self.store = store
         self.put_message = put_message  # controller.put_message(msg, wait_store_ok) -> Deferred[PutResult]
         self.clock = clock
@@ -57,10 +66,14 @@ class ScheduleMessageService:
         self._metrics = metrics
         self._persist: PeriodicService | None = None  # made by start(): only a master delivers and flushes
         if metrics is not None:
-            metrics.gauge("schedule_delivered_total", "delayed messages delivered to their real topic",
-                          lambda: self.delivered)
-            metrics.gauge("schedule_backlog", "delayed messages not yet delivered, by level",
-                          lambda: [({"level": lv}, self.backlog(lv)) for lv in range(1, len(self.levels_ms) + 1)])
+            metrics.gauge(
+                "schedule_delivered_total", "delayed messages delivered to their real topic", lambda: self.delivered
+            )
+            metrics.gauge(
+                "schedule_backlog",
+                "delayed messages not yet delivered, by level",
+                lambda: [({"level": lv}, self.backlog(lv)) for lv in range(1, len(self.levels_ms) + 1)],
+            )
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def load(self) -> None:
@@ -72,8 +85,14 @@ class ScheduleMessageService:
             cq = self.store.queues.get((SCHEDULE_TOPIC, level - 1))
             if cq is not None and not cq.min_index <= offset <= cq.max_index:
                 fixed = min(max(offset, cq.min_index), cq.max_index)
-                log.error("delay offset of level %d was %d, outside its queue [%d, %d]: using %d",
-                          level, offset, cq.min_index, cq.max_index, fixed)
+                log.error(
+                    "delay offset of level %d was %d, outside its queue [%d, %d]: using %d",
+                    level,
+                    offset,
+                    cq.min_index,
+                    cq.max_index,
+                    fixed,
+                )
                 self.offsets[level] = fixed
 
     def start(self) -> None:
@@ -83,8 +102,14 @@ class ScheduleMessageService:
         for level in range(1, len(self.levels_ms) + 1):
             self._arm(level, FIRST_DELAY_S)
         if self._persist is None:
-            self._persist = PeriodicService("delay_offset_flush", self.persist_if_dirty, self._flush_interval_s,
-                                            self.clock, self._metrics, logger=log)
+            self._persist = PeriodicService(
+                "delay_offset_flush",
+                self.persist_if_dirty,
+                self._flush_interval_s,
+                self.clock,
+                self._metrics,
+                logger=log,
+            )
         self._persist.start()
 
     def stop(self) -> None:
@@ -103,7 +128,7 @@ class ScheduleMessageService:
     def parse_table(raw) -> dict[int, int]:
         """{level: offset} from a delayOffset.json table (keys quoted or fastjson's bare ints)."""
         out = {}
-        for k, v in (raw.items() if isinstance(raw, dict) else ()):
+        for k, v in raw.items() if isinstance(raw, dict) else ():
             try:
                 level, offset = int(k), int(v)
             except (TypeError, ValueError):
@@ -171,8 +196,13 @@ class ScheduleMessageService:
             msg = self._due_message(phys, size)
             if msg is None:
                 self.dropped += 1
-                log.error("delay level %d offset %d: no deliverable record at %d (%d bytes); skipped",
-                          level, offset + n, phys, size)
+                log.error(
+                    "delay level %d offset %d: no deliverable record at %d (%d bytes); skipped",
+                    level,
+                    offset + n,
+                    phys,
+                    size,
+                )
                 self._advance(level, offset + n + 1)
                 continue
             d = self.put_message(msg, False)
@@ -180,8 +210,13 @@ class ScheduleMessageService:
             d.addBoth(result.append)
             if not result or getattr(result[0], "status", None) != PutStatus.PUT_OK:
                 why = result[0] if result else "no answer"
-                log.warning("delay level %d: delivering offset %d failed (%s); retrying in %.1f s",
-                            level, offset + n, getattr(why, "status", why), RETRY_S)
+                log.warning(
+                    "delay level %d: delivering offset %d failed (%s); retrying in %.1f s",
+                    level,
+                    offset + n,
+                    getattr(why, "status", why),
+                    RETRY_S,
+                )
                 self._arm(level, RETRY_S)
                 return
             self.delivered += 1

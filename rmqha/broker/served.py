@@ -16,6 +16,7 @@ than `capacity` pulls arrive, or it is told how many it missed). `fromOffset` is
 consumer asked for and `nextOffset` the one it was told to ask for next, so every message returned
 lies in [fromOffset, nextOffset) (a tag filter may skip some of them).
 """
+
 from __future__ import annotations
 
 import collections
@@ -33,8 +34,9 @@ class ServedLog:
         self.last = 0
         self._ring: collections.deque = collections.deque(maxlen=capacity)
 
-    def record(self, ts_ms: int, group: str, topic: str, queue_id: int, from_offset: int,
-               next_offset: int, messages: int) -> None:
+    def record(
+        self, ts_ms: int, group: str, topic: str, queue_id: int, from_offset: int, next_offset: int, messages: int
+    ) -> None:
         self.last += 1
         self._ring.append((self.last, ts_ms, group, topic, queue_id, from_offset, next_offset, messages))
 
@@ -50,4 +52,3 @@ class ServedLog:
         skip = max(0, after + 1 - self.first)
         ranges = [list(e) for e in itertools.islice(self._ring, skip, skip + max(0, limit))]
         return {"incarnation": self.incarnation, "last": self.last, "dropped": dropped, "ranges": ranges}
-

@@ -9,6 +9,7 @@ processors, listen, register with the name servers, start the slave synchronizer
 stop(): the reverse: unregister, stop listening and close client connections (held long polls are
 answered first), write consumer offsets, stop the controller.
 """
+
 from __future__ import annotations
 
 import logging
@@ -68,9 +69,14 @@ class BrokerServer:
         self.topics.retry_queue_nums = lambda group: getattr(self.groups.get(group), "retryQueueNums", 1)
         self.registry = ProcessorRegistry(reply_to_unknown=True)
         self.factory = RemotingServerFactory(
-            self.registry, clock=self.clock, max_frame_length=config.maxFrameLength,
-            idle_timeout=config.serverChannelMaxIdleTimeSeconds, max_connections=config.maxClientConnections,
-            max_header_length=config.maxHeaderLength, max_held_bytes=config.maxHeldFrameBytes)
+            self.registry,
+            clock=self.clock,
+            max_frame_length=config.maxFrameLength,
+            idle_timeout=config.serverChannelMaxIdleTimeSeconds,
+            max_connections=config.maxClientConnections,
+            max_header_length=config.maxHeaderLength,
+            max_held_bytes=config.maxHeldFrameBytes,
+        )
         self.send: SendProcessor | None = None
         self.pull: PullProcessor | None = None
         self.admin: AdminProcessors | None = None
@@ -95,44 +101,76 @@ class BrokerServer:
         self.controller.start(listen=listen)
         store = self.controller.store
         self.send = SendProcessor(c, self.controller, self.topics)
-        self.pull = PullProcessor(c, store, self.topics, self.offsets, self.clients, self.clock,
-                                  served=self.controller.served, stats=self.controller.stats, groups=self.groups)
+        self.pull = PullProcessor(
+            c,
+            store,
+            self.topics,
+            self.offsets,
+            self.clients,
+            self.clock,
+            served=self.controller.served,
+            stats=self.controller.stats,
+            groups=self.groups,
+        )
         self.pull.install_metrics(self.controller.metrics)
         if self.controller.bugs:  # tests of the audit only (rmqha/broker/planted.py)
             planted.install_serving(self, self.controller.bugs)
         # Every broker keeps the delay offsets (a slave copies its master's and serves them); only a
         # master delivers delayed messages.
-        self.schedule = ScheduleMessageService(store, self.controller.put_message, self.clock, c.storePathRootDir,
-                                               c.delay_levels_ms, c.flushDelayOffsetInterval / 1000.0,
-                                               self.controller.metrics)
+        self.schedule = ScheduleMessageService(
+            store,
+            self.controller.put_message,
+            self.clock,
+            c.storePathRootDir,
+            c.delay_levels_ms,
+            c.flushDelayOffsetInterval / 1000.0,
+            self.controller.metrics,
+        )
         self.schedule.load()
         self.send_back = SendBackProcessor(c, self.controller, self.topics)
         self.send_back.groups = self.groups
-        self.admin = AdminProcessors(c, self.controller, self.topics, self.offsets, self.clients, self.pull,
-                                     self.schedule)
-        for part in (self.send, self.pull, self.admin, self.clients, TopicProcessors(self.topics),
-                     ConsumerOffsetProcessors(self.offsets, store), OffsetQueryProcessors(store),
-                     QueryMessageProcessor(store),
-                     self.send_back):
+        self.admin = AdminProcessors(
+            c, self.controller, self.topics, self.offsets, self.clients, self.pull, self.schedule
+        )
+        for part in (
+            self.send,
+            self.pull,
+            self.admin,
+            self.clients,
+            TopicProcessors(self.topics),
+            ConsumerOffsetProcessors(self.offsets, store),
+            OffsetQueryProcessors(store),
+            QueryMessageProcessor(store),
+            self.send_back,
+        ):
             part.register(self.registry)
         # topics, subscription groups and consumption, as the admin tools see them (issue 24)
-        for part in (SubscriptionGroupProcessors(self.groups, self.offsets),
-                     TopicAdminProcessors(c, self.topics, store, self.controller.stats),
-                     ConsumeStatsProcessors(c, self.topics, self.offsets, store, self.clients, self.groups,
-                                            self.controller.stats, self.clock)):
+        for part in (
+            SubscriptionGroupProcessors(self.groups, self.offsets),
+            TopicAdminProcessors(c, self.topics, store, self.controller.stats),
+            ConsumeStatsProcessors(
+                c, self.topics, self.offsets, store, self.clients, self.groups, self.controller.stats, self.clock
+            ),
+        ):
             part.register(self.registry)
         # clients as the admin tools see them, and requests the broker forwards to a client (issue 24)
-        for part in (ProducerProcessors(self.clients), ClientCallProcessors(c, self.clients, self.topics, self.offsets,
-                                                                          store)):
+        for part in (
+            ProducerProcessors(self.clients),
+            ClientCallProcessors(c, self.clients, self.topics, self.offsets, store),
+        ):
             part.register(self.registry)
         # the admin plane: settings, statistics and replication state (issue 24)
-        for part in (BrokerConfigProcessors(c, self.clock, self.topics), BrokerStatsProcessor(self.controller.stats),
-                     HAStatusProcessor(c, self.controller)):
+        for part in (
+            BrokerConfigProcessors(c, self.clock, self.topics),
+            BrokerStatsProcessor(self.controller.stats),
+            HAStatusProcessor(c, self.controller),
+        ):
             part.register(self.registry)
         if c.enableDLegerCommitLog:
             self.registry.fast_sends = None  # the compiled path appends to a classic commit log
         if c.aclEnable:
             from .acl_service import AclService, default_path
+
             self.acl = AclService(c.aclConfigFile or default_path(), self.clock, self.controller.metrics)
             self.registry.acl = self.acl.check
             self.registry.fast_sends = None  # every send is checked: the compiled path does not sign
@@ -140,8 +178,16 @@ class BrokerServer:
         # mqadmin's updateAclConfig, deleteAclConfig, clusterAclConfigVersion, updateGlobalWhiteAddr
         AclAdminProcessors(c, self.acl, self.clock).register(self.registry)
         # END_TRANSACTION is served everywhere (a slave refuses it); only a master checks half messages.
-        self.transactions = TransactionService(c, store, self.controller.put_message, self.offsets, self.topics,
-                                               self.clients, self.clock, self.controller.metrics)
+        self.transactions = TransactionService(
+            c,
+            store,
+            self.controller.put_message,
+            self.offsets,
+            self.topics,
+            self.clients,
+            self.clock,
+            self.controller.metrics,
+        )
         EndTransactionProcessor(c, self.transactions).register(self.registry)
         # DLedger mode: a master's services start on the role change to master (4.9: changeToMaster)
         if c.is_master and not c.enableDLegerCommitLog:
@@ -156,19 +202,33 @@ class BrokerServer:
             self._listen_vip_channel()
             log.info("remoting server listening on port %d, VIP channel on %d", c.listenPort, c.fast_listen_port)
         if not c.is_master:
-            self.slave_sync = SlaveSynchronize(self.topics, self.offsets, self.reactor, self.clock,
-                                               metrics=self.controller.metrics, schedule=self.schedule,
-                                               credentials=c.acl_client_credentials, groups=self.groups)
+            self.slave_sync = SlaveSynchronize(
+                self.topics,
+                self.offsets,
+                self.reactor,
+                self.clock,
+                metrics=self.controller.metrics,
+                schedule=self.schedule,
+                credentials=c.acl_client_credentials,
+                groups=self.groups,
+            )
             self.slave_sync.start()
             if self.config.slaveSyncMasterAddress:
                 self.slave_sync.set_master_address(self.config.slaveSyncMasterAddress)
         if listen:
-            self.registration = BrokerRegistration(c, self.topics, self.reactor, self.clock,
-                                                   ha_client=self.controller.ha_client,
-                                                   slave_sync=self.slave_sync, metrics=self.controller.metrics)
+            self.registration = BrokerRegistration(
+                c,
+                self.topics,
+                self.reactor,
+                self.clock,
+                ha_client=self.controller.ha_client,
+                slave_sync=self.slave_sync,
+                metrics=self.controller.metrics,
+            )
             self.registration.start()
         if c.enableDLegerCommitLog:  # role changes: leader -> master, follower -> slave
             from .dledger_commitlog import DLedgerRoleChangeHandler
+
             self.dledger_roles = DLedgerRoleChangeHandler(self)
             self.dledger_roles.start()
             self.controller.status_extra.append(self.dledger_roles.status)
@@ -209,29 +269,44 @@ class BrokerServer:
         slave fetches its master's topic config there, and clients with vipChannelEnabled send there.
         The same factory, so the same processors, ACL, frame limits and one connection limit for both."""
         from twisted.internet.error import CannotListenError
+
         port = self.config.fast_listen_port
         try:
             self.fast_port = self.reactor.listenTCP(port, self.factory)
         except CannotListenError as e:
             self.port.stopListening()
             self.port = None
-            raise VipChannelError(f"the VIP channel cannot listen on port {port} (listenPort {self.config.listenPort} "
-                                  f"- 2, as 4.9's fastListenPort): {e.socketError}; free that port or pick "
-                                  "another listenPort") from None
+            raise VipChannelError(
+                f"the VIP channel cannot listen on port {port} (listenPort {self.config.listenPort} "
+                f"- 2, as 4.9's fastListenPort): {e.socketError}; free that port or pick "
+                "another listenPort"
+            ) from None
 
     # -- observability -------------------------------------------------------------------------------
     def _install_metrics(self) -> None:
         reg = self.controller.metrics
         reg.gauge("client_connections", "remoting connections from clients", lambda: len(self.factory.connections))
-        reg.gauge("consumer_groups", "consumer groups with at least one live connection",
-                  lambda: len(self.clients.consumer_groups))
+        reg.gauge(
+            "consumer_groups",
+            "consumer groups with at least one live connection",
+            lambda: len(self.clients.consumer_groups),
+        )
         reg.gauge("topics", "topic configs held", lambda: len(self.topics.table))
-        reg.gauge("client_connections_refused", "connections closed at once: maxClientConnections open",
-                  lambda: self.factory.refused)
-        reg.gauge("requests_unsupported", "requests with a code this broker does not serve, by code",
-                  lambda: [({"code": c}, n) for c, n in sorted(self.registry.unsupported.items())])
-        reg.gauge("remoting_events", "refused requests, malformed frames and processing failures, by kind",
-                  lambda: [({"kind": k}, n) for k, n in sorted(self.registry.limiter.total.items())])
+        reg.gauge(
+            "client_connections_refused",
+            "connections closed at once: maxClientConnections open",
+            lambda: self.factory.refused,
+        )
+        reg.gauge(
+            "requests_unsupported",
+            "requests with a code this broker does not serve, by code",
+            lambda: [({"code": c}, n) for c, n in sorted(self.registry.unsupported.items())],
+        )
+        reg.gauge(
+            "remoting_events",
+            "refused requests, malformed frames and processing failures, by kind",
+            lambda: [({"kind": k}, n) for k, n in sorted(self.registry.limiter.total.items())],
+        )
         # the rocketmq-exporter's names, for the community Grafana dashboards (rmqha/broker/exporter_metrics.py)
         ExporterMetrics(self.config, self.controller, self.admin.runtime_info, self.offsets, self.clients).install(reg)
 

@@ -6,6 +6,7 @@ learned or changes, the slave asks its master for GET_ALL_TOPIC_CONFIG, GET_ALL_
 GET_ALL_DELAY_OFFSET and GET_ALL_SUBSCRIPTIONGROUP_CONFIG and replaces its own tables with the answers (the offset files are then written). When the master
 cannot be reached the slave keeps what it has, so consumers reading from it go on.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,9 +27,20 @@ TIMEOUT_S = 3.0
 
 
 class SlaveSynchronize:
-    def __init__(self, topics, offsets, reactor, clock=None, master_addr: str | None = None,
-                 interval: float = SYNC_INTERVAL_S, client: RemotingClient | None = None, metrics=None,
-                 schedule=None, credentials: tuple[str, str] | None = None, groups=None):
+    def __init__(
+        self,
+        topics,
+        offsets,
+        reactor,
+        clock=None,
+        master_addr: str | None = None,
+        interval: float = SYNC_INTERVAL_S,
+        client: RemotingClient | None = None,
+        metrics=None,
+        schedule=None,
+        credentials: tuple[str, str] | None = None,
+        groups=None,
+    ):
         self.groups = groups  # the SubscriptionGroupManager (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), when given
         self.schedule = schedule  # the delay offsets (GET_ALL_DELAY_OFFSET), when given
         self.credentials = credentials  # (accessKey, secretKey): aclClientAccessKey/SecretKey
@@ -91,6 +103,7 @@ class SlaveSynchronize:
         req = RemotingCommand.request(code)
         if self.credentials is not None:  # a master with aclEnable refuses unsigned requests
             from .acl import sign_request
+
             sign_request(req, *self.credentials)
         d = self.client.invoke(addr, req, TIMEOUT_S)
 
@@ -153,5 +166,9 @@ class SlaveSynchronize:
         self.last_error = why
 
     def status(self) -> dict:
-        return {"masterAddr": self.master_addr, "syncs": self.syncs, "failures": self.failures,
-                "lastError": self.last_error}
+        return {
+            "masterAddr": self.master_addr,
+            "syncs": self.syncs,
+            "failures": self.failures,
+            "lastError": self.last_error,
+        }

@@ -9,6 +9,7 @@
 
 `StatsClock.tick(now_ms)` runs every sampling that is due; rmqha.broker.stats_service drives it once a second.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -25,16 +26,23 @@ GROUP_GET_SIZE = "GROUP_GET_SIZE"
 SNDBCK_PUT_NUMS = "SNDBCK_PUT_NUMS"
 BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
 BROKER_GET_NUMS = "BROKER_GET_NUMS"
-STATS_NAMES = (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, GROUP_GET_NUMS, GROUP_GET_SIZE, SNDBCK_PUT_NUMS,
-               BROKER_PUT_NUMS, BROKER_GET_NUMS)
+STATS_NAMES = (
+    TOPIC_PUT_NUMS,
+    TOPIC_PUT_SIZE,
+    GROUP_GET_NUMS,
+    GROUP_GET_SIZE,
+    SNDBCK_PUT_NUMS,
+    BROKER_PUT_NUMS,
+    BROKER_GET_NUMS,
+)
 
 # Keys come from peers (topic and group names): a bound on what they can make the broker hold. Names are
 # validated before they get here; past the bound new keys are not counted (existing ones still are).
 MAX_KEYS_PER_STATS = 20000
 
-MINUTE_STEP_MS, MINUTE_KEEP = 10_000, 7        # 6 intervals of 10 s: the last minute
-HOUR_STEP_MS, HOUR_KEEP = 600_000, 7           # 6 intervals of 10 min: the last hour
-DAY_STEP_MS, DAY_KEEP = 3_600_000, 25          # 24 intervals of 1 h: the last day
+MINUTE_STEP_MS, MINUTE_KEEP = 10_000, 7  # 6 intervals of 10 s: the last minute
+HOUR_STEP_MS, HOUR_KEEP = 600_000, 7  # 6 intervals of 10 min: the last hour
+DAY_STEP_MS, DAY_KEEP = 3_600_000, 25  # 24 intervals of 1 h: the last day
 
 
 class StatsItem:
@@ -46,8 +54,11 @@ class StatsItem:
         self.value = 0
         self.times = 0
         # window -> deque of (timestamp ms, times, value)
-        self.windows = {"minute": deque(maxlen=MINUTE_KEEP), "hour": deque(maxlen=HOUR_KEEP),
-                        "day": deque(maxlen=DAY_KEEP)}
+        self.windows = {
+            "minute": deque(maxlen=MINUTE_KEEP),
+            "hour": deque(maxlen=HOUR_KEEP),
+            "day": deque(maxlen=DAY_KEEP),
+        }
 
     def add(self, value: int, times: int = 1) -> None:
         self.value += value
@@ -124,8 +135,21 @@ TPS_WINDOWS_S = (10, 60, 600)
 DISTRIBUTION_PERIOD_MS = 60_000  # 4.9 reports the put-latency distribution of the last full minute
 # putMessageDistributeTime: 4.9's buckets (<= 0 ms, then below each bound in ms, then the rest).
 DISTRIBUTION_BOUNDS = (10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000)
-DISTRIBUTION_LABELS = ("[<=0ms]", "[0~10ms]", "[10~50ms]", "[50~100ms]", "[100~200ms]", "[200~500ms]",
-                       "[500ms~1s]", "[1~2s]", "[2~3s]", "[3~4s]", "[4~5s]", "[5~10s]", "[10s~]")
+DISTRIBUTION_LABELS = (
+    "[<=0ms]",
+    "[0~10ms]",
+    "[10~50ms]",
+    "[50~100ms]",
+    "[100~200ms]",
+    "[200~500ms]",
+    "[500ms~1s]",
+    "[1~2s]",
+    "[2~3s]",
+    "[3~4s]",
+    "[4~5s]",
+    "[5~10s]",
+    "[10s~]",
+)
 # The finer buckets of putLatency99/999 (4.9: steps of 1 ms to 20, 2 to 50, 5 to 100, 10 to 200, 50 to
 # 500, 100 to 1000, 1000 to 10000, then the rest).
 _PX_BOUNDS: list[int] = []
@@ -191,8 +215,12 @@ class StoreStats:
 
     # -- sampling ------------------------------------------------------------------------------------
     def sample(self, now_ms: int) -> None:
-        for key, total in (("put", self.put_times_total), ("found", self.get_found), ("miss", self.get_miss),
-                           ("transferred", self.get_transferred)):
+        for key, total in (
+            ("put", self.put_times_total),
+            ("found", self.get_found),
+            ("miss", self.get_miss),
+            ("transferred", self.get_transferred),
+        ):
             self.samples[key].append((now_ms, total))
 
     def roll_distribution(self) -> None:
@@ -220,15 +248,16 @@ class StoreStats:
         return " ".join("" if v is None else java_double(v) for v in (self.tps(key, s) for s in TPS_WINDOWS_S))
 
     def total_tps_text(self) -> str:
-        return " ".join(java_double((self.tps("found", s) or 0.0) + (self.tps("miss", s) or 0.0))
-                        for s in TPS_WINDOWS_S)
+        return " ".join(
+            java_double((self.tps("found", s) or 0.0) + (self.tps("miss", s) or 0.0)) for s in TPS_WINDOWS_S
+        )
 
     def latency_px(self, px: float) -> float:
         """4.9's findPutMessageEntireTimePX over the last full minute: interpolated within a bucket."""
         counts = self.last_px
         index = int(sum(counts) * px)
         passed = 0
-        bounds = _PX_BOUNDS + [2 ** 63 - 1]
+        bounds = _PX_BOUNDS + [2**63 - 1]
         for i, n in enumerate(counts):
             if index <= passed + n:
                 rel = index - passed
@@ -279,8 +308,14 @@ class StatsClock:
 
     def __init__(self, table: StatsTable, store: StoreStats, now_ms: int, tz=None):
         self.table, self.store, self.tz = table, store, tz
-        self.due = {"second": now_ms, "minute": now_ms, "hour": now_ms, "day": now_ms,
-                    "distribution": now_ms + DISTRIBUTION_PERIOD_MS, "midnight": self._next_midnight(now_ms)}
+        self.due = {
+            "second": now_ms,
+            "minute": now_ms,
+            "hour": now_ms,
+            "day": now_ms,
+            "distribution": now_ms + DISTRIBUTION_PERIOD_MS,
+            "midnight": self._next_midnight(now_ms),
+        }
 
     def _next_midnight(self, now_ms: int) -> int:
         now = datetime.datetime.fromtimestamp(now_ms / 1000.0, tz=self.tz)
@@ -347,4 +382,4 @@ def human_bytes(n: int) -> str:
     if n < 1024:
         return f"{n} B"
     exp = min(int(math.log(n) / math.log(1024)), 6)
-    return f"{n / 1024 ** exp:.1f} {'KMGTPE'[exp - 1]}iB"
+    return f"{n / 1024**exp:.1f} {'KMGTPE'[exp - 1]}iB"

@@ -1,5 +1,6 @@
 """BrokerStats: the broker's 4.9-style statistics (rmqha/broker/stats.py) and the once-a-second tick that
 samples them, supervised like every periodic service."""
+
 from __future__ import annotations
 
 import logging

@@ -29,6 +29,7 @@ ServiceBoard (services(registry)): gauges service_up, service_consecutive_failur
 service_last_success_seconds and service_last_failure_seconds, the counter service_failures_total,
 and status() for the "services" key of /status.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,16 +48,27 @@ class ServiceBoard:
 
     def __init__(self, registry):
         self.services: dict[str, PeriodicService] = {}
-        self.failures = registry.counter("service_failures_total",
-                                         "failures of a periodic service (each one restarts it after a back-off)")
-        registry.gauge("service_up", "1 while a periodic service's loop is running",
-                       self._each(lambda s: int(s.running)))
-        registry.gauge("service_consecutive_failures", "failures of a periodic service since its last success",
-                       self._each(lambda s: s.consecutive_failures))
-        registry.gauge("service_last_success_seconds", "clock time of a periodic service's last good run; "
-                       "-1 if none", self._each(lambda s: -1.0 if s.last_success is None else s.last_success))
-        registry.gauge("service_last_failure_seconds", "clock time of a periodic service's last failure; "
-                       "-1 if none", self._each(lambda s: -1.0 if s.last_failure is None else s.last_failure))
+        self.failures = registry.counter(
+            "service_failures_total", "failures of a periodic service (each one restarts it after a back-off)"
+        )
+        registry.gauge(
+            "service_up", "1 while a periodic service's loop is running", self._each(lambda s: int(s.running))
+        )
+        registry.gauge(
+            "service_consecutive_failures",
+            "failures of a periodic service since its last success",
+            self._each(lambda s: s.consecutive_failures),
+        )
+        registry.gauge(
+            "service_last_success_seconds",
+            "clock time of a periodic service's last good run; -1 if none",
+            self._each(lambda s: -1.0 if s.last_success is None else s.last_success),
+        )
+        registry.gauge(
+            "service_last_failure_seconds",
+            "clock time of a periodic service's last failure; -1 if none",
+            self._each(lambda s: -1.0 if s.last_failure is None else s.last_failure),
+        )
 
     def _each(self, value):
         return lambda: [({"service": name}, value(s)) for name, s in sorted(self.services.items())]
@@ -85,8 +97,18 @@ def services(registry) -> ServiceBoard:
 class PeriodicService:
     """Runs fn() every `interval` seconds on `clock`, and keeps running it when it fails (see above)."""
 
-    def __init__(self, name: str, fn, interval: float, clock, metrics=None, *, max_backoff: float = MAX_BACKOFF_S,
-                 on_fatal=None, logger: logging.Logger | None = None):
+    def __init__(
+        self,
+        name: str,
+        fn,
+        interval: float,
+        clock,
+        metrics=None,
+        *,
+        max_backoff: float = MAX_BACKOFF_S,
+        on_fatal=None,
+        logger: logging.Logger | None = None,
+    ):
         self.name = name
         self.fn = fn
         self.interval = interval
@@ -163,8 +185,9 @@ class PeriodicService:
             self._log(failure, "the service was stopping")
             return
         if self.on_fatal is not None:
-            self.log.critical("%s failed and cannot recover: %s\n%s", self.name, self.last_error,
-                              failure.getTraceback())
+            self.log.critical(
+                "%s failed and cannot recover: %s\n%s", self.name, self.last_error, failure.getTraceback()
+            )
             self.started = False
             self.on_fatal(failure)
             return
@@ -196,12 +219,23 @@ class PeriodicService:
             self._traced[failure.type] = now
             self.log.error("%s failed: %s; %s\n%s", self.name, self.last_error, what, failure.getTraceback())
         elif now - self._last_logged >= LOG_EVERY_S:
-            self.log.warning("%s failed: %s (%d consecutive failure(s), %d not logged since the last line); %s",
-                             self.name, self.last_error, self.consecutive_failures, self._not_logged, what)
+            self.log.warning(
+                "%s failed: %s (%d consecutive failure(s), %d not logged since the last line); %s",
+                self.name,
+                self.last_error,
+                self.consecutive_failures,
+                self._not_logged,
+                what,
+            )
         else:
             self._not_logged += 1
-            self.log.debug("%s failed again: %s (%d consecutive failure(s)); %s", self.name, self.last_error,
-                           self.consecutive_failures, what)
+            self.log.debug(
+                "%s failed again: %s (%d consecutive failure(s)); %s",
+                self.name,
+                self.last_error,
+                self.consecutive_failures,
+                what,
+            )
             return
         self._last_logged = now
         self._not_logged = 0

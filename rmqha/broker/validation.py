@@ -12,6 +12,7 @@ The character set is ASCII only, so a name that passes is also a safe path compo
 "..", no NUL, no newline) and encodes to UTF-8 and JSON without surprises. The check is an explicit
 character loop over a set, not a regex: ``$`` in a regex matches before a final newline.
 """
+
 from __future__ import annotations
 
 from rmqha.broker.errors import BadRequest
@@ -45,8 +46,7 @@ def topic_problem(topic: str) -> str | None:
         return "The specified topic is blank."
     if has_illegal_chars(topic):
         return f"The specified topic[{shown(topic)}] contains illegal characters, allowing only {ALLOWED}"
-    limit = (RETRY_OR_DLQ_TOPIC_MAX_LENGTH if topic.startswith(("%RETRY%", "%DLQ%"))
-             else TOPIC_MAX_LENGTH)
+    limit = RETRY_OR_DLQ_TOPIC_MAX_LENGTH if topic.startswith(("%RETRY%", "%DLQ%")) else TOPIC_MAX_LENGTH
     if len(topic) > limit:
         return f"The specified topic[{shown(topic)}] is longer than topic max length {limit}."
     return None

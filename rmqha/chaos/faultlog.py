@@ -20,6 +20,7 @@
 The pipeline (rmqha/pipeline/faults.py) pairs each inject with its heal by id: the fault was active from the
 inject's start_ms to the heal's ts_ms (to the end of the run when no heal was written).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,10 +42,21 @@ class FaultLog:
         self._lock = threading.Lock()
 
     def write(self, op: str, fault, start_ms: int, error: str | None = None, info: dict | None = None) -> dict:
-        rec = {"ts_ms": now_ms(), "start_ms": start_ms, "op": op, "id": fault.id, "kind": fault.kind,
-               "target": fault.target, "link": fault.link, "group": fault.group, "role": fault.role,
-               "params": fault.params, "result": "error" if error else "ok", "error": error,
-               "info": info or {}}
+        rec = {
+            "ts_ms": now_ms(),
+            "start_ms": start_ms,
+            "op": op,
+            "id": fault.id,
+            "kind": fault.kind,
+            "target": fault.target,
+            "link": fault.link,
+            "group": fault.group,
+            "role": fault.role,
+            "params": fault.params,
+            "result": "error" if error else "ok",
+            "error": error,
+            "info": info or {},
+        }
         with self._lock:
             self._fh.write(json.dumps(rec) + "\n")
             self._fh.flush()

@@ -2,14 +2,27 @@
 and subscription of a workload, written in the history format of rmqha/cluster/history.py (its one owner:
 field table, writer, reader).
 """
+
 from __future__ import annotations
 
 import itertools
 import os
 import uuid
 
-from rmqha.cluster.history import (ERROR, FROM_FIRST, FROM_NOW, INVOKE, OFFICIAL_LIBRARY, RECEIVE, RECEIVED, SEND,
-                             SUBSCRIBE, UNSUBSCRIBE, HistoryWriter, now_ms)
+from rmqha.cluster.history import (
+    ERROR,
+    FROM_FIRST,
+    FROM_NOW,
+    INVOKE,
+    OFFICIAL_LIBRARY,
+    RECEIVE,
+    RECEIVED,
+    SEND,
+    SUBSCRIBE,
+    UNSUBSCRIBE,
+    HistoryWriter,
+    now_ms,
+)
 
 
 def status_name(status) -> str:
@@ -18,10 +31,13 @@ def status_name(status) -> str:
     if isinstance(status, int):  # SendStatus is an IntEnum
         return names.get(int(status), f"UNKNOWN_{int(status)}")
     text = str(status).rsplit(".", 1)[-1].upper()
-    text = {"OK": "SEND_OK", "SEND_FLUSH_DISK_TIMEOUT": "FLUSH_DISK_TIMEOUT",
-            "SEND_FLUSH_SLAVE_TIMEOUT": "FLUSH_SLAVE_TIMEOUT",
-            "SEND_SLAVE_NOT_AVAILABLE": "SLAVE_NOT_AVAILABLE",
-            "SLAVE_NOT_AVAILABE": "SLAVE_NOT_AVAILABLE"}.get(text, text)
+    text = {
+        "OK": "SEND_OK",
+        "SEND_FLUSH_DISK_TIMEOUT": "FLUSH_DISK_TIMEOUT",
+        "SEND_FLUSH_SLAVE_TIMEOUT": "FLUSH_SLAVE_TIMEOUT",
+        "SEND_SLAVE_NOT_AVAILABLE": "SLAVE_NOT_AVAILABLE",
+        "SLAVE_NOT_AVAILABE": "SLAVE_NOT_AVAILABLE",
+    }.get(text, text)
     return text
 
 
@@ -51,6 +67,7 @@ class HistoryRecorder:
     # -- building clients -------------------------------------------------------------------------
     def producer(self, group: str, namesrv: str, timeout_ms: int | None = None):
         from rocketmq.client import Producer
+
         self.producer_group = group
         p = Producer(group, timeout=timeout_ms)
         p.set_namesrv_addr(namesrv)
@@ -58,13 +75,23 @@ class HistoryRecorder:
         p.start()
         return p
 
-    def push_consumer(self, group: str, topic: str, namesrv: str, ordered: bool = False,
-                      expression: str = "*", threads: int | None = None, on_message=None, drop_every: int = 0):
+    def push_consumer(
+        self,
+        group: str,
+        topic: str,
+        namesrv: str,
+        ordered: bool = False,
+        expression: str = "*",
+        threads: int | None = None,
+        on_message=None,
+        drop_every: int = 0,
+    ):
         """A started PushConsumer whose callback records each message (then calls on_message).
 
         drop_every=N > 0 plants a consumer bug for the checkers' own tests: every Nth message is
         acknowledged to the broker but never recorded nor handed on, as an application that swallows it."""
         from rocketmq.client import PushConsumer
+
         c = PushConsumer(group, orderly=ordered)
         c.set_namesrv_addr(namesrv)
         _sign(c)
@@ -78,6 +105,7 @@ class HistoryRecorder:
     # -- sending ----------------------------------------------------------------------------------
     def _message(self, topic: str, body: bytes, send_id: str, tags: str | None, properties: dict | None):
         from rocketmq.client import Message
+
         msg = Message(topic)
         msg.set_keys(send_id)
         if tags:
@@ -87,20 +115,39 @@ class HistoryRecorder:
         msg.set_body(body)
         return msg
 
-    def send_record(self, topic: str, send_id: str, attempt: int, body_len: int, shard=None,
-                    queue_id: int | None = None) -> dict:
+    def send_record(
+        self, topic: str, send_id: str, attempt: int, body_len: int, shard=None, queue_id: int | None = None
+    ) -> dict:
         """The fields every record of one send try shares; invoked() writes its "invoke" line."""
-        return {"client": self.client, "op": SEND, "group": self.producer_group, "topic": topic,
-                "send_id": send_id, "attempt": attempt, "queue_id": queue_id, "body_len": body_len,
-                "shard": None if shard is None else str(shard)}
+        return {
+            "client": self.client,
+            "op": SEND,
+            "group": self.producer_group,
+            "topic": topic,
+            "send_id": send_id,
+            "attempt": attempt,
+            "queue_id": queue_id,
+            "body_len": body_len,
+            "shard": None if shard is None else str(shard),
+        }
 
     def invoked(self, rec: dict) -> None:
         """Write the "invoke" line of a try about to be handed to the client, and stamp its start."""
         rec["start_ms"] = now_ms()
         self.writer.append(rec | {"op": INVOKE, "end_ms": rec["start_ms"]})
 
-    def _record_send(self, call, topic: str, body: bytes, send_id: str | None, attempt: int,
-                     queue_id: int | None, tags, properties, shard=None):
+    def _record_send(
+        self,
+        call,
+        topic: str,
+        body: bytes,
+        send_id: str | None,
+        attempt: int,
+        queue_id: int | None,
+        tags,
+        properties,
+        shard=None,
+    ):
         send_id = send_id or self.new_send_id()
         rec = self.send_record(topic, send_id, attempt, len(body), shard, queue_id)
         msg = self._message(topic, body, send_id, tags, properties)
@@ -112,24 +159,43 @@ class HistoryRecorder:
             self.writer.append(rec)
             raise
         uniq = res.msg_id.decode() if isinstance(res.msg_id, bytes) else res.msg_id
-        rec.update(end_ms=now_ms(), status=status_name(res.status), uniq_key=uniq or None,
-                   queue_offset=res.offset)
+        rec.update(end_ms=now_ms(), status=status_name(res.status), uniq_key=uniq or None, queue_offset=res.offset)
         self.writer.append(rec)
         return res
 
-    def send(self, producer, topic: str, body: bytes, send_id: str | None = None, attempt: int = 1,
-             tags: str | None = None, properties: dict | None = None):
+    def send(
+        self,
+        producer,
+        topic: str,
+        body: bytes,
+        send_id: str | None = None,
+        attempt: int = 1,
+        tags: str | None = None,
+        properties: dict | None = None,
+    ):
         """producer.send_sync, recorded. Raises what the client raises (after recording it)."""
         return self._record_send(producer.send_sync, topic, body, send_id, attempt, None, tags, properties)
 
-    def send_orderly(self, producer, topic: str, body: bytes, shard: int, send_id: str | None = None,
-                     attempt: int = 1, tags: str | None = None, properties: dict | None = None,
-                     retry_times: int = 0, selector=None):
+    def send_orderly(
+        self,
+        producer,
+        topic: str,
+        body: bytes,
+        shard: int,
+        send_id: str | None = None,
+        attempt: int = 1,
+        tags: str | None = None,
+        properties: dict | None = None,
+        retry_times: int = 0,
+        selector=None,
+    ):
         """producer.send_orderly with a queue selector (default: shard % number of queues)."""
+
         def call(msg):
             if selector is None:
                 return producer.send_orderly(msg, shard, retry_times=retry_times)
             return producer.send_orderly(msg, shard, retry_times=retry_times, queue_selector=selector)
+
         return self._record_send(call, topic, body, send_id, attempt, None, tags, properties, shard=shard)
 
     # -- receiving --------------------------------------------------------------------------------
@@ -139,16 +205,26 @@ class HistoryRecorder:
         their start, as a 4.9 broker lets it while the messages are in memory). The delivery checker
         judges the group even if it received nothing."""
         t = now_ms()
-        return self.writer.append({"client": self.client, "op": SUBSCRIBE, "group": group, "topic": topic,
-                                   "ordered": ordered, "status": FROM_FIRST if from_first else FROM_NOW,
-                                   "start_ms": t, "end_ms": t})
+        return self.writer.append(
+            {
+                "client": self.client,
+                "op": SUBSCRIBE,
+                "group": group,
+                "topic": topic,
+                "ordered": ordered,
+                "status": FROM_FIRST if from_first else FROM_NOW,
+                "start_ms": t,
+                "end_ms": t,
+            }
+        )
 
     def unsubscribed(self, group: str) -> dict:
         """A consumer of the group shut down for good: once every consumer of a group that subscribed has,
         sends acknowledged after the last one are no longer owed to it."""
         t = now_ms()
-        return self.writer.append({"client": self.client, "op": UNSUBSCRIBE, "group": group, "start_ms": t,
-                                   "end_ms": t})
+        return self.writer.append(
+            {"client": self.client, "op": UNSUBSCRIBE, "group": group, "start_ms": t, "end_ms": t}
+        )
 
     def record_receive(self, msg, ordered: bool = False, group: str | None = None) -> dict:
         """Record one received message (a rocketmq.client.RecvMessage or anything with its attributes)."""
@@ -161,16 +237,29 @@ class HistoryRecorder:
                 return None
             # rocketmq 0.4.4's RecvMessage returns bytes for its text fields.
             return value.decode("utf-8", "replace") if isinstance(value, bytes) and attr != "body" else value
-        body = get("body")
-        return self.writer.append({
-            "client": self.client, "op": RECEIVE, "group": group, "topic": get("topic"), "send_id": get("keys") or None,
-            "uniq_key": get("id") or None, "status": RECEIVED, "queue_id": get("queue_id"),
-            "queue_offset": get("queue_offset"), "commit_log_offset": get("commit_log_offset"),
-            "store_timestamp": get("store_timestamp"), "ordered": ordered, "start_ms": t, "end_ms": t,
-            "body_len": len(body) if body is not None else None})
 
-    def consumer_callback(self, ordered: bool = False, on_message=None, group: str | None = None,
-                          drop_every: int = 0):
+        body = get("body")
+        return self.writer.append(
+            {
+                "client": self.client,
+                "op": RECEIVE,
+                "group": group,
+                "topic": get("topic"),
+                "send_id": get("keys") or None,
+                "uniq_key": get("id") or None,
+                "status": RECEIVED,
+                "queue_id": get("queue_id"),
+                "queue_offset": get("queue_offset"),
+                "commit_log_offset": get("commit_log_offset"),
+                "store_timestamp": get("store_timestamp"),
+                "ordered": ordered,
+                "start_ms": t,
+                "end_ms": t,
+                "body_len": len(body) if body is not None else None,
+            }
+        )
+
+    def consumer_callback(self, ordered: bool = False, on_message=None, group: str | None = None, drop_every: int = 0):
         seen = itertools.count(1)
 
         def callback(msg):
@@ -179,6 +268,7 @@ class HistoryRecorder:
             self.record_receive(msg, ordered, group)
             if on_message is not None:
                 on_message(msg)
+
         return callback
 
     def close(self) -> None:
@@ -188,6 +278,7 @@ class HistoryRecorder:
 def _sign(client) -> None:
     """Under ACL the kit hands its clients the cluster's credentials in the environment (rmqha/cluster/acl.py)."""
     from rmqha.cluster.acl import credentials_from_env
+
     creds = credentials_from_env()
     if creds:
         client.set_session_credentials(creds[0], creds[1], "")

@@ -35,6 +35,7 @@ did not happen or was not audited ("not run" / "not audited", counted in the tab
 
 Writes OUT/matrix.md (the table), OUT/matrix.json and OUT/matrix.png (a heatmap of the verdicts).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,10 +51,25 @@ from rmqha.cluster import runfolder as rf
 
 from .nemesis import FAULTS
 
-CONFIGS = [("2m-2s-sync", "ASYNC_FLUSH"), ("2m-2s-sync", "SYNC_FLUSH"),
-           ("2m-2s-async", "ASYNC_FLUSH"), ("2m-2s-async", "SYNC_FLUSH")]
-LOCAL_FAULTS = ["kill-master", "restart-master", "pause-master", "power-loss", "kill-slave", "restart-slave",
-                "pause-slave", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss", "disk-full"]
+CONFIGS = [
+    ("2m-2s-sync", "ASYNC_FLUSH"),
+    ("2m-2s-sync", "SYNC_FLUSH"),
+    ("2m-2s-async", "ASYNC_FLUSH"),
+    ("2m-2s-async", "SYNC_FLUSH"),
+]
+LOCAL_FAULTS = [
+    "kill-master",
+    "restart-master",
+    "pause-master",
+    "power-loss",
+    "kill-slave",
+    "restart-slave",
+    "pause-slave",
+    "group-power-loss",
+    "slave-then-master-power-loss",
+    "cluster-power-loss",
+    "disk-full",
+]
 # disk-full needs every store on a size-limited tmpfs, where fsync does nothing: it gets a sweep of its own,
 # so the process faults (power loss above all) run on the real filesystem
 DISK_FAULTS = ["disk-full"]
@@ -80,7 +96,8 @@ def promise(topology: str, flush: str, kind: str, role: str) -> dict:
     # master's flush in every configuration): the logs fork if the master then takes writes (SLAVE_AHEAD).
     diverge = master_power
     why = ("SEND_OK means a slave holds it" if sync else "SEND_OK means the master stored it") + (
-        "; fsynced on the master" if flush == "SYNC_FLUSH" else "")
+        "; fsynced on the master" if flush == "SYNC_FLUSH" else ""
+    )
     if loss and group_power:
         why += "; the power cut of every node holding it drops its unsynced tail everywhere"
     elif loss:
@@ -102,8 +119,11 @@ def read_jsonl(path: Path):
 def sends(run: Path) -> list[tuple[int, int, str]]:
     out = []
     for p in sorted((run / "history").glob("producer-*.jsonl")):
-        out += [(r["start_ms"], r.get("end_ms") or r["start_ms"], r["status"]) for r in read_jsonl(p)
-                if r.get("op") == "send" and r.get("start_ms")]
+        out += [
+            (r["start_ms"], r.get("end_ms") or r["start_ms"], r["status"])
+            for r in read_jsonl(p)
+            if r.get("op") == "send" and r.get("start_ms")
+        ]
     return out
 
 
@@ -116,7 +136,7 @@ def sends(run: Path) -> list[tuple[int, int, str]]:
 # format) and the nodes' commit logs (the only place a send's broker group is written: the recorder leaves
 # the history's broker_name empty, and a failed try's error names no broker).
 
-AT_RISK_MS = 5000       # rmqha/pipeline/delivery.py AT_RISK_MS: "acked during fault" starts this long before it
+AT_RISK_MS = 5000  # rmqha/pipeline/delivery.py AT_RISK_MS: "acked during fault" starts this long before it
 UNWRITABLE_GAP_MS = 1000  # a group that accepted no send for longer than this while sends were tried was unwritable
 NOT_ACCEPTED = ("SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT", "FLUSH_DISK_TIMEOUT")
 PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")  # rmqha/pipeline/delivery.py: not due yet
@@ -125,7 +145,7 @@ PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")  # rmqha/pip
 TORN = "torn"
 EXPLAINED = {
     TORN: "the recorder was stopped mid-line on a line that is not a send's answer, or on the answer of a send "
-          "every consumer group owed it received: nothing acknowledged can be lost behind it",
+    "every consumer group owed it received: nothing acknowledged can be lost behind it",
 }
 
 
@@ -162,12 +182,12 @@ class RunFacts:
         self.windows: dict[str, tuple[set, int | None, int | None]] = {}
         self.excluded: list[tuple[str, str, str, int | None]] = []
         self.copies: dict[str, list[tuple]] = {}
-        self.group_of_uniq: dict[str, str] = {}   # a UNIQ_KEY stored in one group only (tests may set it)
+        self.group_of_uniq: dict[str, str] = {}  # a UNIQ_KEY stored in one group only (tests may set it)
         self.torn: list[tuple[str, int, str]] = []
         self.stores = False
         self._groups: dict[str, str | None] = {}
         self.ambiguous: dict[str, list[str]] = {}
-        self.checked: list | None = None   # run_checks(), once per run
+        self.checked: list | None = None  # run_checks(), once per run
 
     def try_group(self, rec: dict, topic: str | None) -> tuple[str | None, list[str]]:
         """(the broker group that answered this try, the groups it could not tell apart): the answer's
@@ -183,8 +203,15 @@ class RunFacts:
         if len(groups) <= 1:
             return (groups[0] if groups else None), []
         phys, qoff, qid = _offset_of(rec.get("offset_msg_id")), rec.get("queue_offset"), rec.get("queue_id")
-        named = [c for c in cands if (phys is None or c[3] == phys) and (qoff is None or c[5] == qoff)
-                 and (qid is None or c[4] == qid)] if (phys, qoff) != (None, None) else cands
+        named = (
+            [
+                c
+                for c in cands
+                if (phys is None or c[3] == phys) and (qoff is None or c[5] == qoff) and (qid is None or c[4] == qid)
+            ]
+            if (phys, qoff) != (None, None)
+            else cands
+        )
         named_groups = sorted({c[0] for c in named})
         return (named_groups[0], []) if len(named_groups) == 1 else (None, groups)
 
@@ -217,8 +244,11 @@ class RunFacts:
         """The consumer groups owed an acknowledged send (its topic, within their audited window)."""
         s = self.sends.get(send_id) or {}
         at = s.get("acked_ms") or s.get("first_ms") or 0
-        return [g for g, (topics, start, end) in self.windows.items() if s.get("topic") in topics
-                and (start is None or at >= start) and (end is None or at <= end)]
+        return [
+            g
+            for g, (topics, start, end) in self.windows.items()
+            if s.get("topic") in topics and (start is None or at >= start) and (end is None or at <= end)
+        ]
 
     def delivered(self, send_id: str) -> bool:
         """Received by every consumer group it is owed to (by none when it is owed to none)."""
@@ -232,7 +262,8 @@ class RunFacts:
         for u in s.get("uniqs", ()):
             copies += self.copies.get(u, [])
         return not any(c[1] and c[2] == s.get("topic") for c in copies) and any(
-            c[1] and c[2] in PARKED_TOPICS for c in copies)
+            c[1] and c[2] in PARKED_TOPICS for c in copies
+        )
 
 
 def history_paths(run: Path) -> list[Path]:
@@ -244,6 +275,7 @@ def read_histories(run: Path, facts: RunFacts) -> list[dict]:
     object with a known op is excluded, and named; a torn last line is kept in facts.torn to be judged
     once the sends are known (run_facts)."""
     from rmqha.cluster import history as h
+
     ops = (h.INVOKE, h.SEND, h.RECEIVE, h.SUBSCRIBE, h.UNSUBSCRIBE)
     out = []
     for p in history_paths(run):
@@ -252,7 +284,7 @@ def read_histories(run: Path, facts: RunFacts) -> list[dict]:
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
-            torn = i == len(lines) - 1   # the file does not end with a newline: its writer stopped mid-line
+            torn = i == len(lines) - 1  # the file does not end with a newline: its writer stopped mid-line
             try:
                 r = json.loads(line)
             except ValueError:
@@ -267,7 +299,7 @@ def read_histories(run: Path, facts: RunFacts) -> list[dict]:
             if r["op"] in (h.INVOKE, h.SEND) and not r.get("send_id"):
                 facts.excluded.append(("no-send-id", "send without a send_id", f"{p.name}:{i + 1}", r.get("start_ms")))
                 continue
-            if r.get("status") == "SLAVE_NOT_AVAILABE":   # 4.9's own spelling, as the audit reads it
+            if r.get("status") == "SLAVE_NOT_AVAILABE":  # 4.9's own spelling, as the audit reads it
                 r["status"] = "SLAVE_NOT_AVAILABLE"
             r["_file"] = p.name
             out.append(r)
@@ -281,13 +313,15 @@ def read_store_groups(run: Path, facts: RunFacts, topics: set[str]) -> None:
 
     from rmqha.broker.store.mapped_file import list_files
     from rmqha.broker.store.record import Scan, iter_records
+
     nodes = []
     for nj in sorted((run / "nodes").glob("*/node.json")) if (run / "nodes").is_dir() else []:
         try:
             meta = json.loads(nj.read_text())
         except ValueError:
-            facts.excluded.append(("node-json", "unreadable node.json (its commit log is not read)", nj.parent.name,
-                                   None))
+            facts.excluded.append(
+                ("node-json", "unreadable node.json (its commit log is not read)", nj.parent.name, None)
+            )
             continue
         nodes.append((meta.get("brokerId", 0) != 0, meta.get("brokerName") or nj.parent.name, nj.parent))
     for slave, group, nd in sorted(nodes):
@@ -296,7 +330,7 @@ def read_store_groups(run: Path, facts: RunFacts, topics: set[str]) -> None:
             with open(path, "rb") as fh:
                 try:
                     buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                except ValueError:   # an empty file
+                except ValueError:  # an empty file
                     continue
                 try:
                     for _off, r in iter_records(buf, 0, check_crc=False):
@@ -332,13 +366,20 @@ def judge_torn(facts: RunFacts, pending: dict[str, int], files: dict[str, str]) 
             continue
         # the send it names; else every send of its file with a try still unanswered
         cands = [sid.group(1)] if sid else [x for x, f in files.items() if f == name and pending.get(x)]
-        hidden = [x for x in cands if x in facts.sends and facts.sends[x]["state"] != "acked"
-                  and not facts.delivered(x)]
+        hidden = [
+            x for x in cands if x in facts.sends and facts.sends[x]["state"] != "acked" and not facts.delivered(x)
+        ]
         if hidden:
-            facts.excluded.append(("torn-answer", f"torn last history line, the answer of {', '.join(hidden[:3])}"
-                                   + (f" and {len(hidden) - 3} more" if len(hidden) > 3 else "")
-                                   + ", which no consumer group received (a lost acknowledged send could hide there)",
-                                   where, None))
+            facts.excluded.append(
+                (
+                    "torn-answer",
+                    f"torn last history line, the answer of {', '.join(hidden[:3])}"
+                    + (f" and {len(hidden) - 3} more" if len(hidden) > 3 else "")
+                    + ", which no consumer group received (a lost acknowledged send could hide there)",
+                    where,
+                    None,
+                )
+            )
         else:
             facts.excluded.append((TORN, "torn last history line", where, None))
 
@@ -346,6 +387,7 @@ def judge_torn(facts: RunFacts, pending: dict[str, int], files: dict[str, str]) 
 def run_facts(run: Path) -> RunFacts | None:
     """The run's sends, tries, receives and groups; None when it has no history (nothing can be counted)."""
     from rmqha.cluster import history as h
+
     if not history_paths(run):
         return None
     facts = RunFacts()
@@ -354,13 +396,23 @@ def run_facts(run: Path) -> RunFacts | None:
     subs: dict[str, dict] = {}
     receives = []
     answers = []
-    pending: dict[str, int] = {}   # send_id -> its tries without an answer line
+    pending: dict[str, int] = {}  # send_id -> its tries without an answer line
     files: dict[str, str] = {}
     for r in sorted(rows, key=lambda r: (r.get("start_ms") or 0, r.get("seq") or 0)):
         op, sid = r["op"], r.get("send_id")
         if op in (h.INVOKE, h.SEND):
-            s = facts.sends.setdefault(sid, {"topic": r.get("topic"), "first_ms": r.get("start_ms"), "acked_ms": None,
-                                             "state": "indeterminate", "uniq": None, "ok": None, "uniqs": set()})
+            s = facts.sends.setdefault(
+                sid,
+                {
+                    "topic": r.get("topic"),
+                    "first_ms": r.get("start_ms"),
+                    "acked_ms": None,
+                    "state": "indeterminate",
+                    "uniq": None,
+                    "ok": None,
+                    "uniqs": set(),
+                },
+            )
             files.setdefault(sid, r["_file"])
             if r.get("uniq_key"):
                 uniq_to_send.setdefault(r["uniq_key"], sid)
@@ -377,9 +429,11 @@ def run_facts(run: Path) -> RunFacts | None:
                     s["state"] = "unconfirmed"
         elif op == h.RECEIVE:
             receives.append(r)
-        else:   # subscribe / unsubscribe: the consumer group's audited window (rmqha/pipeline/delivery.py)
-            g = subs.setdefault(r.get("group") or r.get("client") or "?",
-                                {"topics": set(), "subs": 0, "unsubs": 0, "first": False, "since": None, "until": None})
+        else:  # subscribe / unsubscribe: the consumer group's audited window (rmqha/pipeline/delivery.py)
+            g = subs.setdefault(
+                r.get("group") or r.get("client") or "?",
+                {"topics": set(), "subs": 0, "unsubs": 0, "first": False, "since": None, "until": None},
+            )
             if op == h.SUBSCRIBE:
                 g["subs"] += 1
                 g["topics"].add(r.get("topic"))
@@ -400,22 +454,36 @@ def run_facts(run: Path) -> RunFacts | None:
         end = g["until"] if g["subs"] and g["unsubs"] >= g["subs"] else None
         facts.windows[name] = (g["topics"], start, end)
     read_store_groups(run, facts, {s["topic"] for s in facts.sends.values() if s["topic"]})
-    for r in answers:   # every try with an outcome, with the group that answered it when one is known
+    for r in answers:  # every try with an outcome, with the group that answered it when one is known
         status = r["status"] if r.get("status") in h.SEND_STATUSES else h.ERROR
         g = facts.try_group(r, facts.sends[r["send_id"]]["topic"])[0] if status != h.ERROR else r.get("broker_name")
-        facts.tries.append((r.get("start_ms") or 0, r.get("end_ms") or r.get("start_ms") or 0, status,
-                            r.get("uniq_key") if status != h.ERROR else None, g))
+        facts.tries.append(
+            (
+                r.get("start_ms") or 0,
+                r.get("end_ms") or r.get("start_ms") or 0,
+                status,
+                r.get("uniq_key") if status != h.ERROR else None,
+                g,
+            )
+        )
     judge_torn(facts, pending, files)
     for sid, s in facts.sends.items():
         at = s["acked_ms"] or s["first_ms"] or 0
         if s["state"] != "acked":
             continue
         if not facts.owed_to(sid):
-            facts.excluded.append(("owed-to-none", "acknowledged, owed to no consumer group (outside every audited "
-                                   "window)", sid, at))
+            facts.excluded.append(
+                ("owed-to-none", "acknowledged, owed to no consumer group (outside every audited window)", sid, at)
+            )
         if facts.group(sid) is None and sid in facts.ambiguous:
-            facts.excluded.append(("ambiguous-group", "acknowledged, stored in two groups, the answer names neither "
-                                   f"({', '.join(facts.ambiguous[sid])})", sid, at))
+            facts.excluded.append(
+                (
+                    "ambiguous-group",
+                    f"acknowledged, stored in two groups, the answer names neither ({', '.join(facts.ambiguous[sid])})",
+                    sid,
+                    at,
+                )
+            )
     return facts
 
 
@@ -487,8 +555,13 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
     if label not in (summary.get("ackedOnGroupByFault") or {}):
         missing.append(f"summary.json has no ackedOnGroupByFault for {label}")
     if missing:
-        return {"delivered": None, "indeterminate": None, "group_availability": {},
-                "not_audited": "; ".join(missing), "excluded": {}}
+        return {
+            "delivered": None,
+            "indeterminate": None,
+            "group_availability": {},
+            "not_audited": "; ".join(missing),
+            "excluded": {},
+        }
     mine = [f["group"]] if f.get("group") else None
     lo_at, hi_at = start - AT_RISK_MS, end
     acked_ids: set[str] = set()
@@ -503,7 +576,11 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
                 parked += not facts.delivered(sid) and facts.parked(sid)
         # not answered by any broker: counted here when it may be this group's (stored on it, or nowhere)
         g = facts.group(sid) if s["state"] == "indeterminate" else None
-        if s["state"] == "indeterminate" and start <= (s["first_ms"] or 0) <= end and (mine is None or g in (None, *mine)):
+        if (
+            s["state"] == "indeterminate"
+            and start <= (s["first_ms"] or 0) <= end
+            and (mine is None or g in (None, *mine))
+        ):
             indeterminate += 1
     excluded: dict[str, int] = {}
     where: dict[str, str] = {}
@@ -521,16 +598,26 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
     # no group's fault when its copies cannot be told apart
     audit_acked = summary["ackedOnGroupByFault"][label]
     if audit_acked != len(acked_ids):
-        excluded[f"acknowledged the audit counted {audit_acked}, the histories and stores {len(acked_ids)}"] = \
-            abs(audit_acked - len(acked_ids))
-    return {"delivered": delivered, "indeterminate": indeterminate, "acked_recounted": len(acked_ids),
-            # acknowledged, not delivered: parked (not due, owed to nobody yet) or a loss the audit blames
-            "not_delivered": len(acked_ids) - delivered, "parked": parked,
-            # a fault never healed: its window runs to the last try
-            "group_availability": group_availability(facts, start, end if end != float("inf") else max(
-                (t[0] for t in facts.tries), default=start)),
-            "not_audited": None, "excluded": excluded, "excluded_where": where, "explained": sorted(explained),
-            "_acked_ids": acked_ids}
+        excluded[f"acknowledged the audit counted {audit_acked}, the histories and stores {len(acked_ids)}"] = abs(
+            audit_acked - len(acked_ids)
+        )
+    return {
+        "delivered": delivered,
+        "indeterminate": indeterminate,
+        "acked_recounted": len(acked_ids),
+        # acknowledged, not delivered: parked (not due, owed to nobody yet) or a loss the audit blames
+        "not_delivered": len(acked_ids) - delivered,
+        "parked": parked,
+        # a fault never healed: its window runs to the last try
+        "group_availability": group_availability(
+            facts, start, end if end != float("inf") else max((t[0] for t in facts.tries), default=start)
+        ),
+        "not_audited": None,
+        "excluded": excluded,
+        "excluded_where": where,
+        "explained": sorted(explained),
+        "_acked_ids": acked_ids,
+    }
 
 
 def run_checks(facts: RunFacts, summary: dict) -> list[tuple[str, str, str, None, int]]:
@@ -542,16 +629,37 @@ def run_checks(facts: RunFacts, summary: dict) -> list[tuple[str, str, str, None
         owed = [sid for sid, s in facts.sends.items() if s["state"] == "acked" and grp in facts.owed_to(sid)]
         got = sum(1 for sid in owed if sid in facts.received.get(grp, ()))
         if d.get("acknowledged") != len(owed):
-            out.append(("audit-owed", f"{grp}: the audit owed {d.get('acknowledged')} acknowledged, the histories "
-                        f"{len(owed)}", grp, None, abs((d.get("acknowledged") or 0) - len(owed))))
+            out.append(
+                (
+                    "audit-owed",
+                    f"{grp}: the audit owed {d.get('acknowledged')} acknowledged, the histories {len(owed)}",
+                    grp,
+                    None,
+                    abs((d.get("acknowledged") or 0) - len(owed)),
+                )
+            )
         if d.get("delivered") != got:
-            out.append(("audit-delivered", f"{grp}: the audit counted {d.get('delivered')} delivered, the "
-                        f"histories {got}", grp, None, abs((d.get("delivered") or 0) - got)))
+            out.append(
+                (
+                    "audit-delivered",
+                    f"{grp}: the audit counted {d.get('delivered')} delivered, the histories {got}",
+                    grp,
+                    None,
+                    abs((d.get("delivered") or 0) - got),
+                )
+            )
         parts = [d.get(k) or 0 for k in ("delivered", "lost", "stranded", "parked")]
         if (d.get("acknowledged") or 0) != sum(parts):
-            out.append(("audit-partition", f"{grp}: the audit's {d.get('acknowledged')} acknowledged are not "
-                        "{} delivered + {} lost + {} stranded + {} parked".format(*parts), grp, None,
-                        abs((d.get("acknowledged") or 0) - sum(parts))))
+            out.append(
+                (
+                    "audit-partition",
+                    f"{grp}: the audit's {d.get('acknowledged')} acknowledged are not "
+                    "{} delivered + {} lost + {} stranded + {} parked".format(*parts),
+                    grp,
+                    None,
+                    abs((d.get("acknowledged") or 0) - sum(parts)),
+                )
+            )
     return out
 
 
@@ -578,8 +686,13 @@ def replication_rounds(run: Path) -> list[tuple[float, dict[str, int]]]:
                 continue
             g = r.get("brokerName") or r.get("master") or "?"
             m = nodes.get(r.get("master") or "")
-            if (not r.get("up") or not m or not m.get("up") or r.get("maxPhyOffset") is None
-                    or m.get("maxPhyOffset") is None):
+            if (
+                not r.get("up")
+                or not m
+                or not m.get("up")
+                or r.get("maxPhyOffset") is None
+                or m.get("maxPhyOffset") is None
+            ):
                 groups[g] = -1
             elif groups.get(g, 0) >= 0:
                 groups[g] = max(groups.get(g, 0), abs(m["maxPhyOffset"] - r["maxPhyOffset"]))
@@ -617,6 +730,7 @@ def unequal_at_end(run: Path, summary: dict) -> dict[str, tuple[bool, str]]:
         g = groups.get(node)
         if g is not None and not (g in out and out[g][0]):
             out[g] = (forked, why)
+
     for v in summary.get("verdicts", []):
         if v.get("id") == "replica.consistent" and v.get("status") != "PASS" and v.get("subject"):
             detail = v.get("detail") or ""
@@ -639,9 +753,19 @@ def unequal_at_end(run: Path, summary: dict) -> dict[str, tuple[bool, str]]:
 
 # Faults that take a node away: the samples must have seen it not answering while the fault was active,
 # or the fault had no effect anyone could see ("not exercised": a nemesis that silently did nothing)
-NODE_DOWN_FAULTS = ("kill-master", "kill-slave", "restart-master", "restart-slave", "power-loss", "group-power-loss",
-                    "slave-then-master-power-loss", "cluster-power-loss",
-                    "pause-master", "pause-slave", "partition")
+NODE_DOWN_FAULTS = (
+    "kill-master",
+    "kill-slave",
+    "restart-master",
+    "restart-slave",
+    "power-loss",
+    "group-power-loss",
+    "slave-then-master-power-loss",
+    "cluster-power-loss",
+    "pause-master",
+    "pause-slave",
+    "partition",
+)
 
 
 def down_seen(run: Path) -> dict[str, list[float]]:
@@ -684,8 +808,9 @@ def _behind(offsets: dict, slave: str, start: float, end: float) -> bool:
     return any(a in behind and b in behind for a, b in zip(rounds, rounds[1:]))
 
 
-def no_effect(f: dict, down: dict[str, list[float]], sampled: bool, non_ok: int = 0,
-              offsets: dict | None = None) -> str | None:
+def no_effect(
+    f: dict, down: dict[str, list[float]], sampled: bool, non_ok: int = 0, offsets: dict | None = None
+) -> str | None:
     """Why a fault showed no effect, or None. Node faults: a sample must have seen the node stop answering.
     disk-full: a full master must have refused a send; a full slave must have stopped storing while its
     master's log grew. Only checked with samples."""
@@ -694,8 +819,11 @@ def no_effect(f: dict, down: dict[str, list[float]], sampled: bool, non_ok: int 
     end = f["end_ms"] if f["end_ms"] is not None else float("inf")
     if f["kind"] == "disk-full":
         if f.get("role") == "master":
-            return None if non_ok else (f"no send was refused while {f['target']}'s disk was full: the fault had "
-                                        "no visible effect")
+            return (
+                None
+                if non_ok
+                else (f"no send was refused while {f['target']}'s disk was full: the fault had no visible effect")
+            )
         series = (offsets or {}).get(f["target"], [])
         master = next((m for _t, _o, m in series if m), None)
         slave_grew = _grew(series, f["start_ms"] + 1000, end)
@@ -708,8 +836,10 @@ def no_effect(f: dict, down: dict[str, list[float]], sampled: bool, non_ok: int 
         # slave fell behind its master in two sample rounds in a row
         if non_ok or _behind(offsets or {}, f["target"], f["start_ms"], end):
             return None
-        return f"{f['target']} never fell behind its master and no send failed while its link was {f['kind']}: " \
-               "the fault had no visible effect"
+        return (
+            f"{f['target']} never fell behind its master and no send failed while its link was {f['kind']}: "
+            "the fault had no visible effect"
+        )
     if f["kind"] == "client-cut":
         return None if non_ok else f"every send succeeded while the clients' link to {f['target']} was cut"
     if f["kind"] not in NODE_DOWN_FAULTS:
@@ -755,8 +885,12 @@ def stuck_groups(run: Path, at_ms: float) -> dict[str, str]:
     for ts in sorted(rounds):
         for r in rounds[ts].values():
             m = rounds[ts].get(r.get("master") or "")
-            if r.get("role") == "SLAVE" and m and r.get("maxPhyOffset") is not None \
-                    and m.get("maxPhyOffset") is not None:
+            if (
+                r.get("role") == "SLAVE"
+                and m
+                and r.get("maxPhyOffset") is not None
+                and m.get("maxPhyOffset") is not None
+            ):
                 key = (r.get("brokerName") or m["node"], r["node"])
                 series.setdefault(key, []).append((ts, m["maxPhyOffset"], r["maxPhyOffset"]))
     out = {}
@@ -766,13 +900,16 @@ def stuck_groups(run: Path, at_ms: float) -> dict[str, str]:
         if all(sl > ms for _t, ms, sl in xs):
             out[g] = f"group {g} cannot replicate: {slave} was ahead of its master before the fault (a fork)"
         elif len({sl for _t, _m, sl in xs}) == 1 and all(b[1] > a[1] for a, b in zip(xs, xs[1:])):
-            out[g] = (f"group {g} cannot replicate: {slave} stored nothing while its master's log grew before "
-                      "the fault (a fork)")
+            out[g] = (
+                f"group {g} cannot replicate: {slave} stored nothing while its master's log grew before "
+                "the fault (a fork)"
+            )
     return out
 
 
-def _recovery(f: dict, rounds: list[tuple[float, dict[str, int]]], unequal: dict[str, tuple[bool, str]],
-              faults: list[dict]) -> tuple[float | None, bool]:
+def _recovery(
+    f: dict, rounds: list[tuple[float, dict[str, int]]], unequal: dict[str, tuple[bool, str]], faults: list[dict]
+) -> tuple[float | None, bool]:
     """(seconds from heal to every slave of the fault's group at its master's offset, never: it did not
     happen). A slave ahead of its master or not answering is not caught up; nor is any round after the first
     master power loss of a group that did not end byte-equal (a fork: equal offsets, different bytes), nor
@@ -869,24 +1006,37 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
                     info["notExercised"] = "; ".join(info["notExercisedGroups"][g] for g in sorted(every))
             elif mine:
                 info["notExercised"] = stuck[mine[0]]
-        out.append({"label": label, "kind": f["kind"], "role": f["role"], "target": f["target"],
-                    "sends": len(during), "ok": ok,
-                    "lost": lost, "divergent": divergent, "recovery_s": recovery, "recovery_never": never,
-                    # delivery (rmqha/pipeline/delivery.py): acknowledged messages this fault is a suspect of that no
-                    # consumer group got, those only a slave holds, and those received then gone
-                    "undelivered": by_fault.get("delivery.lost", 0),
-                    "stranded": by_fault.get("delivery.stranded", 0),
-                    "lost_after_delivery": by_fault.get("delivery.lost-after-delivery", 0),
-                    # acknowledged sends stored by the faulted group itself while the fault was active
-                    # (None for summaries older than the delivery checker: then `ok`, the whole cluster's)
-                    "acked_on_group": acked_on_group,
-                    "not_exercised": info.get("notExercised") or no_effect(
-                        f, down, sampled, sum((summary.get("nonOkByFault") or {}).get(label, {}).values()), offsets),
-                    # a fault on every group: the groups it could not exercise (nemesis.py)
-                    "groups_not_exercised": sorted(info.get("notExercisedGroups") or {}),
-                    "error": f.get("inject_error") or f.get("heal_error"),
-                    # delivered / indeterminate / per-group availability / excluded records (fault_figures)
-                    **fault_figures(facts, f, summary, label)})
+        out.append(
+            {
+                "label": label,
+                "kind": f["kind"],
+                "role": f["role"],
+                "target": f["target"],
+                "sends": len(during),
+                "ok": ok,
+                "lost": lost,
+                "divergent": divergent,
+                "recovery_s": recovery,
+                "recovery_never": never,
+                # delivery (rmqha/pipeline/delivery.py): acknowledged messages this fault is a suspect of that no
+                # consumer group got, those only a slave holds, and those received then gone
+                "undelivered": by_fault.get("delivery.lost", 0),
+                "stranded": by_fault.get("delivery.stranded", 0),
+                "lost_after_delivery": by_fault.get("delivery.lost-after-delivery", 0),
+                # acknowledged sends stored by the faulted group itself while the fault was active
+                # (None for summaries older than the delivery checker: then `ok`, the whole cluster's)
+                "acked_on_group": acked_on_group,
+                "not_exercised": info.get("notExercised")
+                or no_effect(
+                    f, down, sampled, sum((summary.get("nonOkByFault") or {}).get(label, {}).values()), offsets
+                ),
+                # a fault on every group: the groups it could not exercise (nemesis.py)
+                "groups_not_exercised": sorted(info.get("notExercisedGroups") or {}),
+                "error": f.get("inject_error") or f.get("heal_error"),
+                # delivered / indeterminate / per-group availability / excluded records (fault_figures)
+                **fault_figures(facts, f, summary, label),
+            }
+        )
     # the at-risk look-back (AT_RISK_MS, as the audit's) is longer than the sweep's gap between two faults:
     # an acknowledged send at stake in two faults counts in both cells, and each says with which fault
     ids = [s.pop("_acked_ids", set()) for s in out]
@@ -910,23 +1060,30 @@ def excluded_text(samples: list[dict], explained: bool | None = None) -> str:
                 total[k] = total.get(k, 0) + n
                 if (s.get("excluded_where") or {}).get(k):
                     where.setdefault(k, s["excluded_where"][k])
-    return "; ".join(f"{n} {k}" + (f" (first: {where[k]})" if k in where else "")
-                     + (" (explained)" if k in why else "") for k, n in sorted(total.items()))
+    return "; ".join(
+        f"{n} {k}" + (f" (first: {where[k]})" if k in where else "") + (" (explained)" if k in why else "")
+        for k, n in sorted(total.items())
+    )
 
 
 def group_availability_text(groups: dict[str, dict]) -> str:
-    """"broker-a 62 % (31/50), unwritable 3.1 s [SLAVE_NOT_AVAILABLE 19]; ?: 40 errors" for a cell."""
+    """ "broker-a 62 % (31/50), unwritable 3.1 s [SLAVE_NOT_AVAILABLE 19]; ?: 40 errors" for a cell."""
     parts = []
     for g in sorted(k for k in groups if k != "?"):
         c = groups[g]
-        share = f"{c['accepted'] / c['answered'] * 100:.0f} % ({c['accepted']}/{c['answered']})" if c["answered"] \
+        share = (
+            f"{c['accepted'] / c['answered'] * 100:.0f} % ({c['accepted']}/{c['answered']})"
+            if c["answered"]
             else "no answer"
+        )
         why = ", ".join(f"{k} {v}" for k, v in sorted(c["not_accepted"].items()))
         parts.append(f"{g} {share}, unwritable {c['unwritable_s']} s" + (f" [{why}]" if why else ""))
     if "?" in groups:
         u = groups["?"]
-        parts.append(f"group unknown: {u['errors']} failed tries (timeouts, errors, refusals)"
-                     + (f", {u['unknown']} answers stored nowhere" if u["unknown"] else ""))
+        parts.append(
+            f"group unknown: {u['errors']} failed tries (timeouts, errors, refusals)"
+            + (f", {u['unknown']} answers stored nowhere" if u["unknown"] else "")
+        )
     return "; ".join(parts) or "-"
 
 
@@ -961,8 +1118,11 @@ def _sum_or_none(samples: list[dict], key: str) -> int | None:
 def exercised(samples: list[dict]) -> list[dict]:
     """The samples that count as coverage: the fault had its effect, on a group that could replicate, and
     the group acknowledged a send while it was active."""
-    return [s for s in samples if not s.get("not_exercised")
-            and (s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]) > 0]
+    return [
+        s
+        for s in samples
+        if not s.get("not_exercised") and (s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]) > 0
+    ]
 
 
 def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
@@ -977,8 +1137,11 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
     div = sum(s["divergent"] for s in mine)
     errors = [s["error"] for s in samples if s["error"]]
     # blamed on a fault that was not exercised, and no earlier fault of its group explains it
-    orphan = [(s.get("unattributed") or {k: s.get(k, 0) for k in LOSS_FIELDS if s.get(k)})
-              for s in samples if s.get("not_exercised")]
+    orphan = [
+        (s.get("unattributed") or {k: s.get(k, 0) for k in LOSS_FIELDS if s.get(k)})
+        for s in samples
+        if s.get("not_exercised")
+    ]
     orphan_n = sum(sum(o.values()) for o in orphan)
     done = exercised(samples)
     users_lost = max(lost, undelivered) + stranded
@@ -988,32 +1151,57 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
     if unexplained:
         return "FAIL", f"records excluded from the audit, unexplained: {unexplained}"
     if orphan_n:
-        return "FAIL", (f"{orphan_n} loss(es)/divergence(s) blamed on a fault that was not exercised, and no earlier "
-                        "exercised fault of its group explains them")
-    what = (f"{lost} acknowledged on no node, {undelivered} undelivered, {stranded} stranded on a slave, "
-            f"{div} divergent pair(s)")
+        return "FAIL", (
+            f"{orphan_n} loss(es)/divergence(s) blamed on a fault that was not exercised, and no earlier "
+            "exercised fault of its group explains them"
+        )
+    what = (
+        f"{lost} acknowledged on no node, {undelivered} undelivered, {stranded} stranded on a slave, "
+        f"{div} divergent pair(s)"
+    )
     if (users_lost and not p["loss_allowed"]) or (div and not p["divergence_allowed"]):
         return "FAIL", f"{what}: the promise excludes it"
-    missing = [s.get("not_audited") or "no delivered/indeterminate figures" for s in samples
-               if s.get("not_audited") or s.get("delivered") is None or s.get("indeterminate") is None]
+    missing = [
+        s.get("not_audited") or "no delivered/indeterminate figures"
+        for s in samples
+        if s.get("not_audited") or s.get("delivered") is None or s.get("indeterminate") is None
+    ]
     if missing:
         return "not audited", f"{len(missing)} of {len(samples)} runs: {missing[0]}"
     # what the cell's own figures show beside its verdict: acknowledged sends not delivered that the audit
     # blames on another fault (each owed group's delivered count agrees with the audit's: run_checks), the
     # parked ones, and the sends the at-risk look-back also counts on another fault
-    gap = sum(max(0, (s.get("not_delivered") or 0) - (s.get("parked") or 0)
-                  - max(s["lost"], s.get("undelivered", 0) + s.get("lost_after_delivery", 0))
-                  - s.get("stranded", 0)) for s in mine)
+    gap = sum(
+        max(
+            0,
+            (s.get("not_delivered") or 0)
+            - (s.get("parked") or 0)
+            - max(s["lost"], s.get("undelivered", 0) + s.get("lost_after_delivery", 0))
+            - s.get("stranded", 0),
+        )
+        for s in mine
+    )
     parked = sum(s.get("parked") or 0 for s in mine)
     shared: dict[str, int] = {}
     for s in mine:
         for k, n in (s.get("shared_acks") or {}).items():
             shared[k] = shared.get(k, 0) + n
-    extra = ([f"{gap} acknowledged during the fault not delivered: the audit blames them on another fault of the "
-              "run"] if gap else []) + (
-        [f"{parked} parked (delayed or half messages not due: owed to no group yet)"] if parked else []) + (
-        [f"{sum(shared.values())} acknowledged send(s) also counted on {', '.join(sorted(shared))} (the "
-         f"{AT_RISK_MS // 1000} s at-risk look-back is longer than the gap between the faults)"] if shared else [])
+    extra = (
+        (
+            [f"{gap} acknowledged during the fault not delivered: the audit blames them on another fault of the run"]
+            if gap
+            else []
+        )
+        + ([f"{parked} parked (delayed or half messages not due: owed to no group yet)"] if parked else [])
+        + (
+            [
+                f"{sum(shared.values())} acknowledged send(s) also counted on {', '.join(sorted(shared))} (the "
+                f"{AT_RISK_MS // 1000} s at-risk look-back is longer than the gap between the faults)"
+            ]
+            if shared
+            else []
+        )
+    )
     if users_lost or div:
         return "WEAK", "; ".join([f"allowed: {what}"] + extra)
     if not done:
@@ -1024,9 +1212,12 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
     tail = "".join(f"; {x}" for x in extra)
     if len(done) < len(samples):
         idle = next((s["not_exercised"] for s in samples if s.get("not_exercised")), None)
-        return "PASS", (f"only {len(done)} of {len(samples)} runs exercised"
-                        + (f" ({idle})" if idle else " (the others: no send acknowledged by the faulted group)")
-                        + also + tail)
+        return "PASS", (
+            f"only {len(done)} of {len(samples)} runs exercised"
+            + (f" ({idle})" if idle else " (the others: no send acknowledged by the faulted group)")
+            + also
+            + tail
+        )
     return "PASS", (also + tail)[2:]
 
 
@@ -1038,30 +1229,75 @@ MODE_SUFFIX = {"ours": "", "4.9": "-49", "recovery": "-rc"}
 
 
 def run_name(topology: str, flush: str, backend: str, seed: int, mode: str = "ours", faults=()) -> str:
-    return (f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
-            + ("-df" if list(faults) == DISK_FAULTS else "") + ("-lh" if list(faults) == LONG_FAULTS else "")
-            + MODE_SUFFIX[mode])
+    return (
+        f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
+        + ("-df" if list(faults) == DISK_FAULTS else "")
+        + ("-lh" if list(faults) == LONG_FAULTS else "")
+        + MODE_SUFFIX[mode]
+    )
 
 
 def free_base(topology: str, backend: str, lane: int, lanes: int = 2) -> int | None:
     """A free port block for one lane (lanes run at once: each takes its own interleaved candidates)."""
     from rmqha.cluster.ports import free_cluster_base
     from rmqha.cluster.topology import load_topology
+
     # below the usual ephemeral range (32768.. on Linux): outgoing connections take ports from it, and the
     # port planner refuses a base there
-    return free_cluster_base(load_topology(topology), low=21000, high=32000, slot=lane, slots=max(2, lanes),
-                             extra_offsets=(48,) if backend == "docker" else ())
+    return free_cluster_base(
+        load_topology(topology),
+        low=21000,
+        high=32000,
+        slot=lane,
+        slots=max(2, lanes),
+        extra_offsets=(48,) if backend == "docker" else (),
+    )
 
 
-def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mode: str = "ours", *,
-          name: str | None = None, sets: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> dict:
+def sweep(
+    topology,
+    flush,
+    backend,
+    faults,
+    seed,
+    args,
+    out: Path,
+    lane: int,
+    mode: str = "ours",
+    *,
+    name: str | None = None,
+    sets: dict[str, str] | None = None,
+    extra: tuple[str, ...] = (),
+) -> dict:
     """One rmqha.chaos.run --sweep --no-audit (the audit is the Auditor's); what it left, and how long it took.
     name, sets and extra: a planted control's own run name, broker settings and rmqha.chaos.run options."""
     name = name or run_name(topology, flush, backend, seed, mode, faults)
     base = free_base(topology, backend, lane, getattr(args, "lane_count", 2))
-    cmd = [sys.executable, "-m", "rmqha.chaos.run", "--topology", topology, "--backend", backend, "--name", name,
-           "--sweep", "--nemesis", ",".join(faults), "--duration", str(args.duration), "--rate", str(args.rate),
-           "--seed", str(seed), "--set", f"flushDiskType={flush}", "--catchup-timeout", "30", "--no-audit"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rmqha.chaos.run",
+        "--topology",
+        topology,
+        "--backend",
+        backend,
+        "--name",
+        name,
+        "--sweep",
+        "--nemesis",
+        ",".join(faults),
+        "--duration",
+        str(args.duration),
+        "--rate",
+        str(args.rate),
+        "--seed",
+        str(seed),
+        "--set",
+        f"flushDiskType={flush}",
+        "--catchup-timeout",
+        "30",
+        "--no-audit",
+    ]
     if list(faults) == LONG_FAULTS:
         cmd += ["--sweep-hold", str(LONG_HOLD_S)]
     for kv in MODE_SETS[mode] + [f"{k}={v}" for k, v in (sets or {}).items()]:
@@ -1086,20 +1322,37 @@ def sweep(topology, flush, backend, faults, seed, args, out: Path, lane: int, mo
 # WARNs (at-least-once allows duplicates): a WARN there shows the duplicates were counted.
 ORDERLY_LANE = ("--orderly-rate", "40")
 PLANTED_RUNS: list[dict] = [
-    {"name": "mx-planted", "bugs": "skip-queue-entry (broker-b), ack-then-truncate (broker-a)",
-     "sets": {"broker-b:plantBug": "skip-queue-entry", "broker-a:plantBug": "ack-then-truncate"}, "extra": (),
-     "expect": [("queues.consistent", "broker-b", "FAIL"), ("replica.consistent", "broker-a-s", "FAIL")]},
-    {"name": "mx-planted-order", "bugs": "reorder-pull (broker-a), duplicate-pull (broker-b)",
-     "sets": {"broker-a:plantBug": "reorder-pull", "broker-b:plantBug": "duplicate-pull"}, "extra": ORDERLY_LANE,
-     "expect": [("delivery.reordered", "ChaosOrderlyCG*", "FAIL"), ("delivery.duplicate", "ChaosCG*", "WARN")]},
-    {"name": "mx-planted-phantom", "bugs": "phantom-pull (both masters)",
-     "sets": {"broker-a:plantBug": "phantom-pull", "broker-b:plantBug": "phantom-pull"}, "extra": ORDERLY_LANE,
-     "expect": [("delivery.unexpected", "ChaosCG*", "FAIL")]},
-    {"name": "mx-planted-offset", "bugs": "offset-regression (both masters)",
-     "sets": {"broker-a:plantBug": "offset-regression", "broker-b:plantBug": "offset-regression"},
-     "extra": ORDERLY_LANE,
-     "expect": [("delivery.offset-regression", "ChaosCG*", "FAIL"),
-                ("delivery.offset-regression", "ChaosOrderlyCG*", "FAIL")]},
+    {
+        "name": "mx-planted",
+        "bugs": "skip-queue-entry (broker-b), ack-then-truncate (broker-a)",
+        "sets": {"broker-b:plantBug": "skip-queue-entry", "broker-a:plantBug": "ack-then-truncate"},
+        "extra": (),
+        "expect": [("queues.consistent", "broker-b", "FAIL"), ("replica.consistent", "broker-a-s", "FAIL")],
+    },
+    {
+        "name": "mx-planted-order",
+        "bugs": "reorder-pull (broker-a), duplicate-pull (broker-b)",
+        "sets": {"broker-a:plantBug": "reorder-pull", "broker-b:plantBug": "duplicate-pull"},
+        "extra": ORDERLY_LANE,
+        "expect": [("delivery.reordered", "ChaosOrderlyCG*", "FAIL"), ("delivery.duplicate", "ChaosCG*", "WARN")],
+    },
+    {
+        "name": "mx-planted-phantom",
+        "bugs": "phantom-pull (both masters)",
+        "sets": {"broker-a:plantBug": "phantom-pull", "broker-b:plantBug": "phantom-pull"},
+        "extra": ORDERLY_LANE,
+        "expect": [("delivery.unexpected", "ChaosCG*", "FAIL")],
+    },
+    {
+        "name": "mx-planted-offset",
+        "bugs": "offset-regression (both masters)",
+        "sets": {"broker-a:plantBug": "offset-regression", "broker-b:plantBug": "offset-regression"},
+        "extra": ORDERLY_LANE,
+        "expect": [
+            ("delivery.offset-regression", "ChaosCG*", "FAIL"),
+            ("delivery.offset-regression", "ChaosOrderlyCG*", "FAIL"),
+        ],
+    },
 ]
 PLANTED_NAME = PLANTED_RUNS[0]["name"]
 PLANTED_SETS = PLANTED_RUNS[0]["sets"]
@@ -1111,18 +1364,31 @@ def planted_missed(summary: dict, expect=None) -> list[str]:
     run's, status FAIL); a subject ending in "*" matches every subject it starts."""
     given = [(v.get("id"), v.get("subject") or "", v.get("status")) for v in summary.get("verdicts", [])]
     missed = []
-    for e in (PLANTED_RUNS[0]["expect"] if expect is None else expect):
+    for e in PLANTED_RUNS[0]["expect"] if expect is None else expect:
         i, subj, st = (*e, "FAIL") if len(e) == 2 else e
-        if not any(gi == i and gst == st and (gs.startswith(subj[:-1]) if subj.endswith("*") else gs == subj)
-                   for gi, gs, gst in given):
+        if not any(
+            gi == i and gst == st and (gs.startswith(subj[:-1]) if subj.endswith("*") else gs == subj)
+            for gi, gs, gst in given
+        ):
             missed.append(f"{i} {subj}" + ("" if st == "FAIL" else f" {st}"))
     return missed
 
 
 def planted_run(args, out: Path, lane: int, spec: dict | None = None) -> dict:
     spec = spec or PLANTED_RUNS[0]
-    return sweep("2m-2s-sync", "ASYNC_FLUSH", "local", ["kill-slave"], 1, args, out, lane,
-                 name=spec["name"], sets=spec["sets"], extra=tuple(spec["extra"]))
+    return sweep(
+        "2m-2s-sync",
+        "ASYNC_FLUSH",
+        "local",
+        ["kill-slave"],
+        1,
+        args,
+        out,
+        lane,
+        name=spec["name"],
+        sets=spec["sets"],
+        extra=tuple(spec["extra"]),
+    )
 
 
 AUDIT_COMMAND = [sys.executable, "-m", "rmqha.pipeline", "--serve"]
@@ -1137,6 +1403,7 @@ class Auditor:
 
     def __init__(self, out: Path, say, command: list[str] | None = None):
         import queue
+
         self.out, self.say = out, say
         self.command = command or AUDIT_COMMAND
         self.q: "queue.Queue" = queue.Queue()
@@ -1157,7 +1424,7 @@ class Auditor:
         proc.stdin.flush()
         for line in proc.stdout:
             if line.startswith(AUDITED):
-                return json.loads(line[len(AUDITED):])
+                return json.loads(line[len(AUDITED) :])
         raise RuntimeError(f"the audit process ended (exit code {proc.wait()}) before answering")
 
     def _loop(self) -> None:
@@ -1170,14 +1437,17 @@ class Auditor:
             t0 = time.monotonic()
             try:
                 if proc is None or proc.poll() is not None:
-                    proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                            bufsize=1)
+                    proc = subprocess.Popen(
+                        self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+                    )
                 answer = self._ask(proc, rd)
                 if "error" in answer:
                     raise RuntimeError(answer["error"])
                 (self.out / f"{name}.audit.txt").write_text("\n".join(answer["verdicts"]) + "\n")
                 self.done[name] = {"audit_s": round(time.monotonic() - t0), "audit_failed": answer["failed"]}
-                self.say(f"    audited {name} in {time.monotonic() - t0:.0f} s: {'FAIL' if answer['failed'] else 'pass'}")
+                self.say(
+                    f"    audited {name} in {time.monotonic() - t0:.0f} s: {'FAIL' if answer['failed'] else 'pass'}"
+                )
             except Exception as e:  # the run is reported as not audited, the matrix goes on
                 self.done[name] = {"audit_s": round(time.monotonic() - t0), "audit_error": f"{type(e).__name__}: {e}"}
                 self.say(f"    audit of {name} failed: {type(e).__name__}: {e}")
@@ -1202,8 +1472,12 @@ def unexplained_failures(summary: dict) -> list[str]:
         vid = v.get("id") or ""
         if vid in CELL_VERDICTS and summary.get("faults") and not no_fault.get(vid):
             continue
-        if not vid and v["name"] == "no acknowledged send lost" and summary.get("lostByFault") \
-                and "no fault" not in summary["lostByFault"]:
+        if (
+            not vid
+            and v["name"] == "no acknowledged send lost"
+            and summary.get("lostByFault")
+            and "no fault" not in summary["lostByFault"]
+        ):
             continue
         out.append(f"{v['name']} ({vid or 'no id'})")
     return out
@@ -1216,8 +1490,7 @@ def collect(name: str, topology: str, flush: str) -> tuple[list[dict], bool | No
     if not summary_path.exists():
         return [], None, []
     summary = json.loads(summary_path.read_text())
-    return (cell_samples(rf.run_dir(name), summary, topology, flush), summary["failed"],
-            unexplained_failures(summary))
+    return (cell_samples(rf.run_dir(name), summary, topology, flush), summary["failed"], unexplained_failures(summary))
 
 
 def build(results: list[dict]) -> list[dict]:
@@ -1226,36 +1499,56 @@ def build(results: list[dict]) -> list[dict]:
         for s in r["samples"]:
             mode = r.get("mode", "ours")
             key = (mode, r["topology"], r["flush"], s["kind"], s["role"])
-            c = cells.setdefault(key, {"mode": mode, "topology": r["topology"], "flush": r["flush"],
-                                       "kind": s["kind"], "role": s["role"], "backend": r["backend"], "samples": []})
+            c = cells.setdefault(
+                key,
+                {
+                    "mode": mode,
+                    "topology": r["topology"],
+                    "flush": r["flush"],
+                    "kind": s["kind"],
+                    "role": s["role"],
+                    "backend": r["backend"],
+                    "samples": [],
+                },
+            )
             c["samples"].append(s)
     out = []
     for key, c in sorted(cells.items()):
         p = promise(*key[1:])
         ss = c["samples"]
         verdict, note = judge(p, ss)
-        mine = [s for s in ss if not s.get("not_exercised")]   # a not-exercised sample's losses are elsewhere
+        mine = [s for s in ss if not s.get("not_exercised")]  # a not-exercised sample's losses are elsewhere
         n_sends = sum(s["sends"] for s in ss)
         rec = [s["recovery_s"] for s in ss if s["recovery_s"] is not None]
-        out.append({**{k: v for k, v in c.items() if k != "samples"}, "runs": len(ss),
-                    "exercised": len(exercised(ss)),
-                    "lost": sum(s["lost"] for s in mine), "divergent": sum(s["divergent"] for s in mine),
-                    "undelivered": sum(s.get("undelivered", 0) + s.get("lost_after_delivery", 0) for s in mine),
-                    "stranded": sum(s.get("stranded", 0) for s in mine),
-                    "availability": round(sum(s["ok"] for s in ss) / n_sends, 3) if n_sends else None,
-                    "acked_during": sum(s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"]
-                                        for s in ss),
-                    # of those, received by every consumer group owed them; sends no broker answered (None: not audited)
-                    "delivered": _sum_or_none(ss, "delivered"), "indeterminate": _sum_or_none(ss, "indeterminate"),
-                    "group_availability": merge_groups(ss),
-                    "excluded": excluded_text(ss),
-                    # the slowest recovery, and how many samples never recovered (a slave ahead, a fork)
-                    "recovery_s": max(rec) if rec else None,
-                    "recovery_never": sum(1 for s in ss if s.get("recovery_never")),
-                    # losses moved here from later faults that were not exercised, and moved away from here
-                    "inherited_from": [x for s in ss for x in s.get("inherited_from", [])],
-                    "blamed_on": [s["blamed_on"] for s in ss if s.get("blamed_on")],
-                    "verdict": verdict, "note": note, "promise": p["why"]})
+        out.append(
+            {
+                **{k: v for k, v in c.items() if k != "samples"},
+                "runs": len(ss),
+                "exercised": len(exercised(ss)),
+                "lost": sum(s["lost"] for s in mine),
+                "divergent": sum(s["divergent"] for s in mine),
+                "undelivered": sum(s.get("undelivered", 0) + s.get("lost_after_delivery", 0) for s in mine),
+                "stranded": sum(s.get("stranded", 0) for s in mine),
+                "availability": round(sum(s["ok"] for s in ss) / n_sends, 3) if n_sends else None,
+                "acked_during": sum(
+                    s["acked_on_group"] if s.get("acked_on_group") is not None else s["ok"] for s in ss
+                ),
+                # of those, received by every consumer group owed them; sends no broker answered (None: not audited)
+                "delivered": _sum_or_none(ss, "delivered"),
+                "indeterminate": _sum_or_none(ss, "indeterminate"),
+                "group_availability": merge_groups(ss),
+                "excluded": excluded_text(ss),
+                # the slowest recovery, and how many samples never recovered (a slave ahead, a fork)
+                "recovery_s": max(rec) if rec else None,
+                "recovery_never": sum(1 for s in ss if s.get("recovery_never")),
+                # losses moved here from later faults that were not exercised, and moved away from here
+                "inherited_from": [x for s in ss for x in s.get("inherited_from", [])],
+                "blamed_on": [s["blamed_on"] for s in ss if s.get("blamed_on")],
+                "verdict": verdict,
+                "note": note,
+                "promise": p["why"],
+            }
+        )
     return out
 
 
@@ -1282,7 +1575,9 @@ def run_state(r: dict) -> str:
 def recovery_text(c: dict) -> str:
     rec = c["recovery_s"] if c["recovery_s"] is not None else "-"
     never = c.get("recovery_never") or 0
-    return f"never ({never}/{c['runs']}), else {rec}" if never and never < c["runs"] else ("never" if never else str(rec))
+    return (
+        f"never ({never}/{c['runs']}), else {rec}" if never and never < c["runs"] else ("never" if never else str(rec))
+    )
 
 
 def _or_not_audited(n: int | None) -> str:
@@ -1298,30 +1593,44 @@ def write(out: Path, cells: list[dict], results: list[dict], command: str) -> No
     judged = sum(st in JUDGED for st in states)
     not_run = sum(st.startswith("not run") for st in states)
     not_audited = sum(st.startswith("not audited") for st in states)
-    lines = [f"Command: `{command}`", "",
-             f"Runs: {len(results)} planned, {judged} audited and judged, {not_run} not run, {not_audited} not "
-             "audited" + (" (the matrix fails: its cells miss those runs)" if not_run or not_audited else ""), "",
-             "| broker | configuration | fault | backend | runs exercised | acked during fault | delivered "
-             "| acknowledged lost | undelivered | stranded | indeterminate | divergent pairs | availability "
-             "| availability per group | recovery (s, max) | excluded records | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Command: `{command}`",
+        "",
+        f"Runs: {len(results)} planned, {judged} audited and judged, {not_run} not run, {not_audited} not "
+        "audited" + (" (the matrix fails: its cells miss those runs)" if not_run or not_audited else ""),
+        "",
+        "| broker | configuration | fault | backend | runs exercised | acked during fault | delivered "
+        "| acknowledged lost | undelivered | stranded | indeterminate | divergent pairs | availability "
+        "| availability per group | recovery (s, max) | excluded records | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in cells:
         av = f"{c['availability'] * 100:.0f} %" if c["availability"] is not None else "-"
-        moved = "; ".join(f"{b['fault']} blamed for a later not-exercised fault's losses" for b in c.get("blamed_on", []))
+        moved = "; ".join(
+            f"{b['fault']} blamed for a later not-exercised fault's losses" for b in c.get("blamed_on", [])
+        )
         note = "; ".join(x for x in (c["note"], moved) if x)
-        lines.append(f"| {c.get('mode', 'ours')} | {c['topology']} {c['flush']} | {c['kind']} ({c['role']}) | {c['backend']} "
-                     f"| {c.get('exercised', c['runs'])}/{c['runs']} "
-                     f"| {c['acked_during']} | {_or_not_audited(c.get('delivered'))} "
-                     f"| {c['lost']} | {c.get('undelivered', 0)} | {c.get('stranded', 0)} "
-                     f"| {_or_not_audited(c.get('indeterminate'))} "
-                     f"| {c['divergent']} | {av} | {group_availability_text(c.get('group_availability') or {})} "
-                     f"| {recovery_text(c)} | {c.get('excluded') or 0} | **{c['verdict']}**"
-                     f"{': ' + note if note else ''} |")
+        lines.append(
+            f"| {c.get('mode', 'ours')} | {c['topology']} {c['flush']} | {c['kind']} ({c['role']}) | {c['backend']} "
+            f"| {c.get('exercised', c['runs'])}/{c['runs']} "
+            f"| {c['acked_during']} | {_or_not_audited(c.get('delivered'))} "
+            f"| {c['lost']} | {c.get('undelivered', 0)} | {c.get('stranded', 0)} "
+            f"| {_or_not_audited(c.get('indeterminate'))} "
+            f"| {c['divergent']} | {av} | {group_availability_text(c.get('group_availability') or {})} "
+            f"| {recovery_text(c)} | {c.get('excluded') or 0} | **{c['verdict']}**"
+            f"{': ' + note if note else ''} |"
+        )
     for r in results:
         if r.get("unexplained"):
             lines.append(f"\n**{r['name']}: audit FAIL no cell accounts for**: {'; '.join(r['unexplained'])}")
-    lines += ["", "Runs: " + ", ".join(f"{r['name']} {r['took_s'] if r.get('took_s') is not None else '?'} s ({st})"
-                                        for r, st in zip(results, states))]
+    lines += [
+        "",
+        "Runs: "
+        + ", ".join(
+            f"{r['name']} {r['took_s'] if r.get('took_s') is not None else '?'} s ({st})"
+            for r, st in zip(results, states)
+        ),
+    ]
     (out / "matrix.md").write_text("\n".join(lines) + "\n")
     heatmap(out / "matrix.png", cells)
 
@@ -1330,9 +1639,11 @@ def heatmap(path: Path, cells: list[dict]) -> None:
     if not cells:
         return
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
+
     rows = sorted({(c.get("mode", "ours"), c["topology"], c["flush"]) for c in cells})
     cols = sorted({(c["kind"], c["role"]) for c in cells})
     code = {"PASS": 0, "WEAK": 1, "not exercised": 2, "FAIL": 3, "not audited": 3}
@@ -1343,9 +1654,11 @@ def heatmap(path: Path, cells: list[dict]) -> None:
         grid[i][j] = code[c["verdict"]]
         av = f"{c['availability'] * 100:.0f}%" if c["availability"] is not None else "-"
         short = {"not exercised": "n/e", "not audited": "n/a"}.get(c["verdict"], c["verdict"])
-        text[i][j] = f"{short}\n{av}" + (
-            f"\nlost {c['lost']}" if c["lost"] else "") + (
-            f"\nstranded {c['stranded']}" if c.get("stranded") else "")
+        text[i][j] = (
+            f"{short}\n{av}"
+            + (f"\nlost {c['lost']}" if c["lost"] else "")
+            + (f"\nstranded {c['stranded']}" if c.get("stranded") else "")
+        )
     fig, ax = plt.subplots(figsize=(1.1 * len(cols) + 2, 0.9 * len(rows) + 1.5))
     ax.imshow(grid, cmap=ListedColormap(["#4dac26", "#f1b6da", "#bababa", "#d01c8b"]), vmin=0, vmax=3)
     ax.set_xticks(range(len(cols)), [f"{k}\n({r})" for k, r in cols], rotation=45, ha="right", fontsize=8)
@@ -1353,8 +1666,10 @@ def heatmap(path: Path, cells: list[dict]) -> None:
     for i in range(len(rows)):
         for j in range(len(cols)):
             ax.text(j, i, text[i][j], ha="center", va="center", fontsize=6)
-    ax.set_title("guarantee matrix: PASS green, WEAK (allowed) pink, not exercised grey, FAIL or not audited (n/a) "
-                 "magenta", fontsize=9)
+    ax.set_title(
+        "guarantee matrix: PASS green, WEAK (allowed) pink, not exercised grey, FAIL or not audited (n/a) magenta",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -1364,25 +1679,41 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rmqha.chaos.matrix", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--first-seed", type=int, default=1)
-    ap.add_argument("--backends", default="local", help="local, docker or local,docker (docker: the faults only it can do)")
+    ap.add_argument(
+        "--backends", default="local", help="local, docker or local,docker (docker: the faults only it can do)"
+    )
     ap.add_argument("--duration", type=float, default=10.0, help="minimum workload seconds (the sweep stretches it)")
     ap.add_argument("--rate", type=float, default=200.0)
     ap.add_argument("--configs", default="all", help="e.g. 2m-2s-sync/ASYNC_FLUSH,2m-2s-async/SYNC_FLUSH")
     ap.add_argument("--out", default="build/chaos-matrix")
     ap.add_argument("--from-runs", action="store_true", help="do not run: judge the run folders of an earlier run")
-    ap.add_argument("--long-holds", action="store_true",
-                    help=f"also a sweep of {', '.join(LONG_FAULTS)} held {LONG_HOLD_S:g} s each (past housekeeping, "
-                         "route refresh and name-server expiry): about 7 minutes per configuration and mode")
-    ap.add_argument("--planted", action="store_true",
-                    help="also runs with planted broker bugs (PLANTED_RUNS: skip-queue-entry, ack-then-truncate and "
-                         "the four serving bugs): the matrix fails unless the audit catches each (its "
-                         "checkers can still fail)")
-    ap.add_argument("--lanes", type=int, default=1,
-                    help="local clusters run at once (each on its own ports); 2 fits a 2-core machine at --rate 200")
+    ap.add_argument(
+        "--long-holds",
+        action="store_true",
+        help=f"also a sweep of {', '.join(LONG_FAULTS)} held {LONG_HOLD_S:g} s each (past housekeeping, "
+        "route refresh and name-server expiry): about 7 minutes per configuration and mode",
+    )
+    ap.add_argument(
+        "--planted",
+        action="store_true",
+        help="also runs with planted broker bugs (PLANTED_RUNS: skip-queue-entry, ack-then-truncate and "
+        "the four serving bugs): the matrix fails unless the audit catches each (its "
+        "checkers can still fail)",
+    )
+    ap.add_argument(
+        "--lanes",
+        type=int,
+        default=1,
+        help="local clusters run at once (each on its own ports); 2 fits a 2-core machine at --rate 200",
+    )
     ap.add_argument("--serial", action="store_true", help="one backend's runs after the other (default: at once)")
-    ap.add_argument("--modes", default="ours", help="comma-separated, side by side in the table: ours (this "
-                    "broker), 4.9 (haCompat49=true: Apache RocketMQ 4.9's HA behaviour), recovery "
-                    "(haRecoveryEnable=true: a master back behind its slave fetches the slave's tail first)")
+    ap.add_argument(
+        "--modes",
+        default="ours",
+        help="comma-separated, side by side in the table: ours (this "
+        "broker), 4.9 (haCompat49=true: Apache RocketMQ 4.9's HA behaviour), recovery "
+        "(haRecoveryEnable=true: a master back behind its slave fetches the slave's tail first)",
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -1415,9 +1746,20 @@ def main(argv=None) -> int:
             name = run_name(topology, flush, backend, seed, mode, faults)
             old = before.get(name, {})
             # the earlier run's exit code and time: a run that did not happen stays "not run"
-            results.append({"name": name, "rc": old.get("rc", 0), "took_s": old.get("took_s"), "log": old.get("log", ""),
-                            "audit_s": old.get("audit_s"), "topology": topology, "flush": flush,
-                            "backend": backend, "seed": seed, "mode": mode})
+            results.append(
+                {
+                    "name": name,
+                    "rc": old.get("rc", 0),
+                    "took_s": old.get("took_s"),
+                    "log": old.get("log", ""),
+                    "audit_s": old.get("audit_s"),
+                    "topology": topology,
+                    "flush": flush,
+                    "backend": backend,
+                    "seed": seed,
+                    "mode": mode,
+                }
+            )
     else:
         auditor = Auditor(out, say)
         lanes = {}
@@ -1431,13 +1773,19 @@ def main(argv=None) -> int:
 
         def lane(index: int, items) -> None:
             for topology, flush, backend, faults, seed, mode in items:
-                say(f"[{next(counter)}/{len(plan)}] {mode}: {topology} {flush} on {backend}, seed {seed}: "
-                    f"{', '.join(faults)}")
+                say(
+                    f"[{next(counter)}/{len(plan)}] {mode}: {topology} {flush} on {backend}, seed {seed}: "
+                    f"{', '.join(faults)}"
+                )
                 try:
                     r = sweep(topology, flush, backend, faults, seed, args, out, index, mode)
                 except Exception as e:  # one run that cannot start must not end the lane silently
-                    r = {"name": run_name(topology, flush, backend, seed, mode, faults), "rc": 3, "took_s": 0,
-                         "log": f"{type(e).__name__}: {e}"}
+                    r = {
+                        "name": run_name(topology, flush, backend, seed, mode, faults),
+                        "rc": 3,
+                        "took_s": 0,
+                        "log": f"{type(e).__name__}: {e}",
+                    }
                     say(f"    could not run: {type(e).__name__}: {e}")
                 r.update(topology=topology, flush=flush, backend=backend, seed=seed, mode=mode)
                 say(f"    {r['name']}: sweep {r['took_s']} s, exit {r['rc']}; log {r['log']}")
@@ -1445,6 +1793,7 @@ def main(argv=None) -> int:
                     results.append(r)
                 if r["rc"] == 0:
                     auditor.submit(r["name"])
+
         # one lane per backend (--lanes for local), at once: the clusters share the machine (each at --rate)
         threads = [threading.Thread(target=lane, args=(i, items)) for i, items in enumerate(lanes.values())]
         if args.serial:
@@ -1456,7 +1805,7 @@ def main(argv=None) -> int:
                 t.start()
             for t in threads:
                 t.join()
-        for spec in (PLANTED_RUNS if args.planted else []):
+        for spec in PLANTED_RUNS if args.planted else []:
             say(f"planted control: a run with {spec['bugs']}")
             planted = planted_run(args, out, 0, spec)
             say(f"    {planted['name']}: sweep {planted['took_s']} s, exit {planted['rc']}; log {planted['log']}")
@@ -1480,8 +1829,10 @@ def main(argv=None) -> int:
     write(out, cells, results, command)
     print((out / "matrix.md").read_text())
     samples = sum(len(r["samples"]) for r in results)
-    print(f"matrix: {out / 'matrix.md'}, {out / 'matrix.png'}; {len(plan)} runs, {samples} fault injections judged, "
-          f"in {time.monotonic() - t0:.0f} s")
+    print(
+        f"matrix: {out / 'matrix.md'}, {out / 'matrix.png'}; {len(plan)} runs, {samples} fault injections judged, "
+        f"in {time.monotonic() - t0:.0f} s"
+    )
     broken = [f"{r['name']} ({r['state']})" for r in results if r["state"] not in JUDGED]
     if broken:
         print(f"runs that could not be done or audited (see their logs): {', '.join(broken)}")
@@ -1489,15 +1840,21 @@ def main(argv=None) -> int:
     for name, fails in unexplained.items():
         print(f"{name}: audit FAIL no cell accounts for: {'; '.join(fails)}")
     blind = []
-    for spec in (PLANTED_RUNS if args.planted else []):
+    for spec in PLANTED_RUNS if args.planted else []:
         try:
             summary = json.loads((rf.run_dir(spec["name"]) / "report" / "summary.json").read_text())
             blind += planted_missed(summary, spec["expect"])
         except (OSError, ValueError) as e:
             blind += [f"the planted run {spec['name']} was not audited ({e})"]
     if args.planted:
-        print("planted control: " + (f"MISSED {', '.join(blind)}: the checkers are blind, the matrix fails"
-                                     if blind else "every planted bug gave its verdict (FAIL; duplicate-pull: WARN)"))
+        print(
+            "planted control: "
+            + (
+                f"MISSED {', '.join(blind)}: the checkers are blind, the matrix fails"
+                if blind
+                else "every planted bug gave its verdict (FAIL; duplicate-pull: WARN)"
+            )
+        )
     return 1 if broken or unexplained or blind or any(c["verdict"] in FAILING for c in cells) else 0
 
 

@@ -55,6 +55,7 @@ DLedger: power loss (Cluster.power_loss refuses a DLedger node), disk-full, link
 Schedules: one fault at a time by default; with overlap=True a master fault may start while a slave
 fault of another group is active (never two faults on one group, so each heal is unambiguous).
 """
+
 from __future__ import annotations
 
 import random
@@ -68,11 +69,11 @@ from rmqha.cluster import ClusterError
 
 @dataclass
 class Fault:
-    at: float            # seconds after the start of the workload
-    hold: float          # seconds until healed
+    at: float  # seconds after the start of the workload
+    hold: float  # seconds until healed
     kind: str
-    group: str           # broker name
-    target: str          # the node
+    group: str  # broker name
+    target: str  # the node
     params: dict = field(default_factory=dict)
     role: str = "slave"  # of the target
     link: str | None = None
@@ -87,7 +88,7 @@ class Fault:
         return asdict(self)
 
 
-CLASSIC, DLEDGER = "classic", "dledger"   # a group's replication: master/slave HA, or a DLedger (Raft) group
+CLASSIC, DLEDGER = "classic", "dledger"  # a group's replication: master/slave HA, or a DLedger (Raft) group
 LEADER_WAIT_S = 30.0  # a DLedger fault waits this long for its group to have a leader (an election: ~5 s)
 # A DLedger leader fault is held at least this long. DLedger 0.3.1.2's followers count a silent leader
 # alive for maxHeartBeatLeak (3) x heartBeatTimeIntervalMs (2 s), and the first election after that took
@@ -99,15 +100,15 @@ LEADER_FAILOVER_HOLD_S = 8.0
 @dataclass(frozen=True)
 class FaultKind:
     name: str
-    targets: str                      # "slave", "master", "node" (master or slave)
+    targets: str  # "slave", "master", "node" (master or slave)
     backends: tuple[str, ...]
-    start: Callable                   # (cluster, fault) -> dict | None (info for the log)
-    stop: Callable                    # (cluster, fault) -> dict | None
+    start: Callable  # (cluster, fault) -> dict | None (info for the log)
+    stop: Callable  # (cluster, fault) -> dict | None
     params: Callable = lambda rng, sync_wait_ms: {}
-    link: Callable | None = None      # (cluster, fault) -> proxy name, for link faults
+    link: Callable | None = None  # (cluster, fault) -> proxy name, for link faults
     doc: str = ""
     modes: tuple[str, ...] = (CLASSIC,)  # the group replications it applies to
-    min_hold: float = 0.0             # a drawn hold shorter than this is raised to it (schedules, sweeps)
+    min_hold: float = 0.0  # a drawn hold shorter than this is raised to it (schedules, sweeps)
 
 
 def _restart(c, f):
@@ -137,8 +138,9 @@ def _group_restart(c, f):
 def _cluster_nodes(c) -> list[str]:
     """Every broker: the masters first."""
     groups = groups_of(c)
-    return [g["master"] for _, g in sorted(groups.items())] + [s for _, g in sorted(groups.items())
-                                                              for s in g["slaves"]]
+    return [g["master"] for _, g in sorted(groups.items())] + [
+        s for _, g in sorted(groups.items()) for s in g["slaves"]
+    ]
 
 
 def _cluster_power_loss(c, f):
@@ -175,8 +177,12 @@ def _heal_link(c, f):
 def group_mode(cluster, group: str) -> str:
     """DLEDGER when the group's nodes are DLedger nodes (state.json), else CLASSIC."""
     from rmqha.cluster.status import is_dledger_spec
-    return DLEDGER if any(is_dledger_spec(n) for n in cluster.state.get("nodes", [])
-                          if n.get("brokerName") == group) else CLASSIC
+
+    return (
+        DLEDGER
+        if any(is_dledger_spec(n) for n in cluster.state.get("nodes", []) if n.get("brokerName") == group)
+        else CLASSIC
+    )
 
 
 def topology_mode(topology: str | None) -> str | None:
@@ -188,14 +194,20 @@ def topology_mode(topology: str | None) -> str | None:
 
 # ---- DLedger: targets resolved when the fault is injected ----------------------------------------
 
+
 def _dledger_members(c, group: str) -> list[str]:
     return [n["name"] for n in c.state.get("nodes", []) if n.get("brokerName") == group]
 
 
 def _current_leader(c, f) -> str:
     """The group's leader now; waits up to LEADER_WAIT_S for one (an election may be under way)."""
-    return c.wait_until(lambda: c.dledger_leader(f.group), LEADER_WAIT_S,
-                        f"a DLedger leader in {f.group} to fault", node=_dledger_members(c, f.group), interval=0.2)
+    return c.wait_until(
+        lambda: c.dledger_leader(f.group),
+        LEADER_WAIT_S,
+        f"a DLedger leader in {f.group} to fault",
+        node=_dledger_members(c, f.group),
+        interval=0.2,
+    )
 
 
 def _resolve(c, f, leader_fault: bool) -> dict:
@@ -223,6 +235,7 @@ def _node_op(op: str, leader_fault: bool):
         info = _resolve(c, f, leader_fault)
         getattr(c, op)(f.target)
         return info
+
     start.__name__ = f"_{op}_{'leader' if leader_fault else 'follower'}"
     return start
 
@@ -232,12 +245,14 @@ def _partition_dledger(leader_fault: bool):
         info = _resolve(c, f, leader_fault)
         links = _dledger_links(c, f.target)
         if not links:
-            raise ClusterError(f"{f.target} has no DLedger peer proxies (a docker dledger cluster has "
-                               f"<node>-dl-<peer> for every pair)")
+            raise ClusterError(
+                f"{f.target} has no DLedger peer proxies (a docker dledger cluster has <node>-dl-<peer> for every pair)"
+            )
         f.params["links"] = links
         for link in links:
             c.cut_link(link, f.params["mode"])
         return dict(info, links=links)
+
     return start
 
 
@@ -248,61 +263,164 @@ def _heal_dledger_partition(c, f):
 
 BOTH, DOCKER = ("local", "docker"), ("docker",)
 
-FAULTS: dict[str, FaultKind] = {k.name: k for k in [
-    FaultKind("latency", "slave", DOCKER,
-              lambda c, f: c.slow_link(f.link, f.params["ms"]), _heal_link,
-              lambda rng, w: {"ms": w + 1000}, lambda c, f: c.ha_link(f.target),
-              "master -> slave delayed above the sync wait: FLUSH_SLAVE_TIMEOUT"),
-    FaultKind("cut", "slave", DOCKER,
-              lambda c, f: c.cut_link(f.link, f.params["mode"]), _heal_link,
-              lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])}, lambda c, f: c.ha_link(f.target),
-              "the HA link cut: SLAVE_NOT_AVAILABLE once the master drops it"),
-    FaultKind("slicer", "slave", DOCKER,
-              lambda c, f: c.slice_link(f.link, f.params["average_size"], f.params["size_variation"],
-                                        f.params["delay_us"]), _heal_link,
-              lambda rng, w: {"average_size": 7, "size_variation": 3, "delay_us": 10},
-              lambda c, f: c.ha_link(f.target), "frames cut into tiny pieces"),
-    FaultKind("pause-slave", "slave", BOTH, lambda c, f: c.pause(f.target), _resume),
-    FaultKind("restart-slave", "slave", BOTH, lambda c, f: c.stop(f.target), _restart),
-    FaultKind("kill-slave", "slave", BOTH, lambda c, f: c.kill(f.target), _restart),
-    FaultKind("pause-master", "master", BOTH, lambda c, f: c.pause(f.target), _resume),
-    FaultKind("restart-master", "master", BOTH, lambda c, f: c.stop(f.target), _restart),
-    FaultKind("kill-master", "master", BOTH, lambda c, f: c.kill(f.target), _restart),
-    FaultKind("power-loss", "node", BOTH, lambda c, f: c.power_loss(f.target), _restart,
-              doc="SIGKILL, then the commit log cut to the durable (fdatasync'ed) offset"),
-    FaultKind("group-power-loss", "master", BOTH, _group_power_loss, _group_restart,
-              doc="master and slaves of one group lose power together: each SIGKILLed and cut to its durable "
-                  "offset -> all started together"),
-    FaultKind("slave-then-master-power-loss", "master", BOTH, _slave_then_master_power_loss, _group_restart,
-              lambda rng, w: {"gap_s": round(rng.uniform(0.5, 1.5), 1)},
-              doc="the group's slaves lose power, gap_s later its master -> all started together"),
-    FaultKind("cluster-power-loss", "master", BOTH, _cluster_power_loss, _cluster_restart,
-              doc="every broker loses power (masters first) -> all started together"),
-    FaultKind("disk-full", "node", BOTH, lambda c, f: c.fill_disk(f.target), lambda c, f: c.free_disk(f.target),
-              doc="the store's filesystem (a tmpfs of its own: Cluster.limit_disk) filled to the last byte; sends "
-                  "fail once the next commit-log file cannot be reserved -> the filler removed"),
-    FaultKind("partition", "node", DOCKER, lambda c, f: c.partition(f.target),
-              lambda c, f: c.heal_partition(f.target)),
-    FaultKind("client-latency", "master", DOCKER,
-              lambda c, f: c.slow_link(f.link, f.params["ms"]), _heal_link,
-              lambda rng, w: {"ms": rng.choice([200, 1000, 3000])}, lambda c, f: c.client_link(f.target)),
-    FaultKind("client-cut", "master", DOCKER,
-              lambda c, f: c.cut_link(f.link, f.params["mode"]), _heal_link,
-              lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])}, lambda c, f: c.client_link(f.target)),
-    # DLedger groups: the target is whoever leads (or follows) when the fault starts
-    FaultKind("kill-leader", "master", BOTH, _node_op("kill", True), _restart, modes=(DLEDGER,),
-              min_hold=LEADER_FAILOVER_HOLD_S, doc="SIGKILL the DLedger leader of the moment -> started (a follower by then)"),
-    FaultKind("pause-leader", "master", BOTH, _node_op("pause", True), _resume, modes=(DLEDGER,),
-              min_hold=LEADER_FAILOVER_HOLD_S, doc="the DLedger leader frozen: it keeps its connections and, resumed, its stale term"),
-    FaultKind("partition-leader", "master", DOCKER, _partition_dledger(True), _heal_dledger_partition,
-              lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])}, modes=(DLEDGER,),
-              min_hold=LEADER_FAILOVER_HOLD_S, doc="the leader's DLedger proxies cut both ways: a minority of one that clients still reach"),
-    FaultKind("kill-follower", "slave", BOTH, _node_op("kill", False), _restart, modes=(DLEDGER,),
-              doc="SIGKILL a DLedger follower -> started"),
-    FaultKind("pause-follower", "slave", BOTH, _node_op("pause", False), _resume, modes=(DLEDGER,)),
-    FaultKind("partition-follower", "slave", DOCKER, _partition_dledger(False), _heal_dledger_partition,
-              lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])}, modes=(DLEDGER,)),
-]}
+FAULTS: dict[str, FaultKind] = {
+    k.name: k
+    for k in [
+        FaultKind(
+            "latency",
+            "slave",
+            DOCKER,
+            lambda c, f: c.slow_link(f.link, f.params["ms"]),
+            _heal_link,
+            lambda rng, w: {"ms": w + 1000},
+            lambda c, f: c.ha_link(f.target),
+            "master -> slave delayed above the sync wait: FLUSH_SLAVE_TIMEOUT",
+        ),
+        FaultKind(
+            "cut",
+            "slave",
+            DOCKER,
+            lambda c, f: c.cut_link(f.link, f.params["mode"]),
+            _heal_link,
+            lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])},
+            lambda c, f: c.ha_link(f.target),
+            "the HA link cut: SLAVE_NOT_AVAILABLE once the master drops it",
+        ),
+        FaultKind(
+            "slicer",
+            "slave",
+            DOCKER,
+            lambda c, f: c.slice_link(
+                f.link, f.params["average_size"], f.params["size_variation"], f.params["delay_us"]
+            ),
+            _heal_link,
+            lambda rng, w: {"average_size": 7, "size_variation": 3, "delay_us": 10},
+            lambda c, f: c.ha_link(f.target),
+            "frames cut into tiny pieces",
+        ),
+        FaultKind("pause-slave", "slave", BOTH, lambda c, f: c.pause(f.target), _resume),
+        FaultKind("restart-slave", "slave", BOTH, lambda c, f: c.stop(f.target), _restart),
+        FaultKind("kill-slave", "slave", BOTH, lambda c, f: c.kill(f.target), _restart),
+        FaultKind("pause-master", "master", BOTH, lambda c, f: c.pause(f.target), _resume),
+        FaultKind("restart-master", "master", BOTH, lambda c, f: c.stop(f.target), _restart),
+        FaultKind("kill-master", "master", BOTH, lambda c, f: c.kill(f.target), _restart),
+        FaultKind(
+            "power-loss",
+            "node",
+            BOTH,
+            lambda c, f: c.power_loss(f.target),
+            _restart,
+            doc="SIGKILL, then the commit log cut to the durable (fdatasync'ed) offset",
+        ),
+        FaultKind(
+            "group-power-loss",
+            "master",
+            BOTH,
+            _group_power_loss,
+            _group_restart,
+            doc="master and slaves of one group lose power together: each SIGKILLed and cut to its durable "
+            "offset -> all started together",
+        ),
+        FaultKind(
+            "slave-then-master-power-loss",
+            "master",
+            BOTH,
+            _slave_then_master_power_loss,
+            _group_restart,
+            lambda rng, w: {"gap_s": round(rng.uniform(0.5, 1.5), 1)},
+            doc="the group's slaves lose power, gap_s later its master -> all started together",
+        ),
+        FaultKind(
+            "cluster-power-loss",
+            "master",
+            BOTH,
+            _cluster_power_loss,
+            _cluster_restart,
+            doc="every broker loses power (masters first) -> all started together",
+        ),
+        FaultKind(
+            "disk-full",
+            "node",
+            BOTH,
+            lambda c, f: c.fill_disk(f.target),
+            lambda c, f: c.free_disk(f.target),
+            doc="the store's filesystem (a tmpfs of its own: Cluster.limit_disk) filled to the last byte; sends "
+            "fail once the next commit-log file cannot be reserved -> the filler removed",
+        ),
+        FaultKind(
+            "partition", "node", DOCKER, lambda c, f: c.partition(f.target), lambda c, f: c.heal_partition(f.target)
+        ),
+        FaultKind(
+            "client-latency",
+            "master",
+            DOCKER,
+            lambda c, f: c.slow_link(f.link, f.params["ms"]),
+            _heal_link,
+            lambda rng, w: {"ms": rng.choice([200, 1000, 3000])},
+            lambda c, f: c.client_link(f.target),
+        ),
+        FaultKind(
+            "client-cut",
+            "master",
+            DOCKER,
+            lambda c, f: c.cut_link(f.link, f.params["mode"]),
+            _heal_link,
+            lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])},
+            lambda c, f: c.client_link(f.target),
+        ),
+        # DLedger groups: the target is whoever leads (or follows) when the fault starts
+        FaultKind(
+            "kill-leader",
+            "master",
+            BOTH,
+            _node_op("kill", True),
+            _restart,
+            modes=(DLEDGER,),
+            min_hold=LEADER_FAILOVER_HOLD_S,
+            doc="SIGKILL the DLedger leader of the moment -> started (a follower by then)",
+        ),
+        FaultKind(
+            "pause-leader",
+            "master",
+            BOTH,
+            _node_op("pause", True),
+            _resume,
+            modes=(DLEDGER,),
+            min_hold=LEADER_FAILOVER_HOLD_S,
+            doc="the DLedger leader frozen: it keeps its connections and, resumed, its stale term",
+        ),
+        FaultKind(
+            "partition-leader",
+            "master",
+            DOCKER,
+            _partition_dledger(True),
+            _heal_dledger_partition,
+            lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])},
+            modes=(DLEDGER,),
+            min_hold=LEADER_FAILOVER_HOLD_S,
+            doc="the leader's DLedger proxies cut both ways: a minority of one that clients still reach",
+        ),
+        FaultKind(
+            "kill-follower",
+            "slave",
+            BOTH,
+            _node_op("kill", False),
+            _restart,
+            modes=(DLEDGER,),
+            doc="SIGKILL a DLedger follower -> started",
+        ),
+        FaultKind("pause-follower", "slave", BOTH, _node_op("pause", False), _resume, modes=(DLEDGER,)),
+        FaultKind(
+            "partition-follower",
+            "slave",
+            DOCKER,
+            _partition_dledger(False),
+            _heal_dledger_partition,
+            lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])},
+            modes=(DLEDGER,),
+        ),
+    ]
+}
 ALL_FAULTS = tuple(FAULTS)
 DEFAULT_FAULTS = ("latency", "cut", "pause-slave", "restart-slave", "slicer")
 MASTER_FAULTS = tuple(k for k, v in FAULTS.items() if v.targets in ("master", "node"))
@@ -316,6 +434,7 @@ def applicable_faults(faults: list[str], backend: str, topology: str | None = No
 
     def ok(f):
         return backend in FAULTS[f].backends and (mode is None or mode in FAULTS[f].modes)
+
     return [f for f in faults if ok(f)], [f for f in faults if not ok(f)]
 
 
@@ -326,8 +445,10 @@ def why_not_applicable(fault: str, backend: str, topology: str | None = None) ->
         return f"{fault} needs the {'/'.join(k.backends)} backend"
     mode = topology_mode(topology)
     if mode is not None and mode not in k.modes:
-        return (f"{fault} is a {'/'.join(k.modes)} fault; topology {topology} has "
-                f"{'DLedger groups (use kill-leader, kill-follower, ...)' if mode == DLEDGER else 'classic groups'}")
+        return (
+            f"{fault} is a {'/'.join(k.modes)} fault; topology {topology} has "
+            f"{'DLedger groups (use kill-leader, kill-follower, ...)' if mode == DLEDGER else 'classic groups'}"
+        )
     return None
 
 
@@ -336,6 +457,7 @@ def groups_of(cluster) -> dict[str, dict]:
     (/status), its slaves the other members, and it has "dledger": True; with no leader now its first
     node stands in (a DLedger fault finds the real leader when it is injected)."""
     from rmqha.cluster.status import is_dledger_spec
+
     out: dict[str, dict] = {}
     for n in cluster.state.get("nodes", []):
         g = out.setdefault(n["brokerName"], {"master": None, "slaves": []})
@@ -369,9 +491,17 @@ def _candidates(kind: FaultKind, groups: dict[str, dict]) -> list[tuple[str, str
     return out
 
 
-def make_schedule(rng: random.Random, faults: list[str], cluster, duration: float, sync_wait_ms: int = 1500,
-                  max_faults: int | None = None, warmup: float | None = None, quiet: float | None = None,
-                  overlap: bool = False) -> list[Fault]:
+def make_schedule(
+    rng: random.Random,
+    faults: list[str],
+    cluster,
+    duration: float,
+    sync_wait_ms: int = 1500,
+    max_faults: int | None = None,
+    warmup: float | None = None,
+    quiet: float | None = None,
+    overlap: bool = False,
+) -> list[Fault]:
     """Faults every few seconds from `warmup` until `duration - quiet`. One at a time, or (overlap) a
     second one on another group while the first is active. Deterministic for a seed and a topology."""
     groups = groups_of(cluster)
@@ -392,8 +522,7 @@ def make_schedule(rng: random.Random, faults: list[str], cluster, duration: floa
             if t + hold > duration - quiet:
                 break
         group, target, role = rng.choice(_candidates(kind, groups))
-        f = Fault(round(t, 1), hold, kind.name, group, target, kind.params(rng, sync_wait_ms), role,
-                  id=len(out) + 1)
+        f = Fault(round(t, 1), hold, kind.name, group, target, kind.params(rng, sync_wait_ms), role, id=len(out) + 1)
         if kind.link:
             f.link = kind.link(cluster, f)
         out.append(f)
@@ -417,19 +546,34 @@ def make_schedule(rng: random.Random, faults: list[str], cluster, duration: floa
 
 
 # may leave their group SLAVE_AHEAD: nothing after them on that group (a group power loss last of all)
-LAST_IN_SWEEP = (("power-loss", "master"), ("slave-then-master-power-loss", "master"), ("group-power-loss", "master"),
-                 ("cluster-power-loss", "master"))
+LAST_IN_SWEEP = (
+    ("power-loss", "master"),
+    ("slave-then-master-power-loss", "master"),
+    ("group-power-loss", "master"),
+    ("cluster-power-loss", "master"),
+)
 
 
 def sweep_cells(faults: list[str], cluster) -> list[tuple[str, str]]:
     """(kind, role) for every fault and every role it can hit: the cells of a guarantee matrix."""
     groups = groups_of(cluster)
-    return [(k, r) for k in faults for r in ("master", "slave")
-            if any(role == r for _, _, role in _candidates(FAULTS[k], groups))]
+    return [
+        (k, r)
+        for k in faults
+        for r in ("master", "slave")
+        if any(role == r for _, _, role in _candidates(FAULTS[k], groups))
+    ]
 
 
-def make_sweep(rng: random.Random, faults: list[str], cluster, sync_wait_ms: int = 1500, warmup: float = 3.0,
-               hold: tuple[float, float] = (2.5, 3.5), gap: tuple[float, float] = (4.0, 5.0)) -> list[Fault]:
+def make_sweep(
+    rng: random.Random,
+    faults: list[str],
+    cluster,
+    sync_wait_ms: int = 1500,
+    warmup: float = 3.0,
+    hold: tuple[float, float] = (2.5, 3.5),
+    gap: tuple[float, float] = (4.0, 5.0),
+) -> list[Fault]:
     """Every (kind, role) of `faults` once, one at a time, in a seeded order with a master power loss
     last; targets drawn from the groups. The schedule's end is the last fault's heal."""
     groups = groups_of(cluster)
@@ -473,7 +617,7 @@ class Nemesis:
         self.log = log or (lambda line: None)
         self.fault_log = fault_log
         self.active: dict[int, Fault] = {}
-        self.done: list[tuple[Fault, str | None]] = []   # (fault, error)
+        self.done: list[tuple[Fault, str | None]] = []  # (fault, error)
         self._lock = threading.Lock()
         self._ids = 1000  # faults injected outside a schedule
 
@@ -495,10 +639,15 @@ class Nemesis:
             raise ValueError(f"{f.kind} needs the {'/'.join(kind.backends)} backend")
         mode = group_mode(self.cluster, f.group)
         if mode not in kind.modes:
-            raise ValueError(f"{f.kind} does not apply to group {f.group}: it is a {'/'.join(kind.modes)} fault, "
-                             f"and {f.group} is a {mode} group"
-                             + (" (DLedger faults: " + ", ".join(k for k, v in FAULTS.items() if DLEDGER in v.modes)
-                                + ")" if mode == DLEDGER else ""))
+            raise ValueError(
+                f"{f.kind} does not apply to group {f.group}: it is a {'/'.join(kind.modes)} fault, "
+                f"and {f.group} is a {mode} group"
+                + (
+                    " (DLedger faults: " + ", ".join(k for k, v in FAULTS.items() if DLEDGER in v.modes) + ")"
+                    if mode == DLEDGER
+                    else ""
+                )
+            )
         if not f.id:
             self._ids += 1
             f.id = self._ids
@@ -526,8 +675,10 @@ class Nemesis:
             master = masters.get(g)
             if master in ahead:
                 a = ahead[master][0]
-                idle[g] = (f"group {g} cannot replicate: {master} holds a slave SLAVE_AHEAD "
-                           f"(at {a.get('slaveAckOffset')}), left by an earlier fault")
+                idle[g] = (
+                    f"group {g} cannot replicate: {master} holds a slave SLAVE_AHEAD "
+                    f"(at {a.get('slaveAckOffset')}), left by an earlier fault"
+                )
         if not idle:
             return None
         out: dict = {"notExercisedGroups": idle} if f.kind in CLUSTER_WIDE else {}
@@ -544,6 +695,7 @@ class Nemesis:
 
     def _op(self, op: str, fn, f: Fault, note: dict | None = None) -> dict | None:
         from rmqha.chaos.faultlog import now_ms
+
         start = now_ms()
         try:
             info = fn(self.cluster, f)
@@ -591,8 +743,9 @@ class Nemesis:
         """Inject and heal each fault at its time (t0: time.monotonic() of the start); stop ends early.
         Faults may overlap: events are taken in time order, a heal before an inject at the same instant
         (_event_order). A failing inject or heal is logged and kept in `done`, not raised."""
-        events = sorted([(f.at, False, f) for f in schedule] + [(f.at + f.hold, True, f) for f in schedule],
-                        key=_event_order)
+        events = sorted(
+            [(f.at, False, f) for f in schedule] + [(f.at + f.hold, True, f) for f in schedule], key=_event_order
+        )
         errors: dict[int, str] = {}
         for at, is_heal, f in events:
             if stop.wait(max(0.0, t0 + at - time.monotonic())):
@@ -611,7 +764,8 @@ class Nemesis:
                     self.heal(f)
                     self.log(f"t={time.monotonic() - t0:5.1f}s healed {f.describe()}")
                 except Exception as e:
-                    errors[f.id] = (errors.get(f.id, "") + "; " if f.id in errors else "") + \
-                        f"heal: {type(e).__name__}: {e}"
+                    errors[f.id] = (
+                        errors.get(f.id, "") + "; " if f.id in errors else ""
+                    ) + f"heal: {type(e).__name__}: {e}"
                     self.log(f"  healing {f.describe()}: {errors[f.id]}")
                 self.done.append((f, errors.get(f.id)))

@@ -21,6 +21,7 @@ until every slave holds its master's log again. Every send is recorded in RUN/hi
 Exit status: 0 when every outcome was the expected one, 1 when one was not, 3 when the cluster is
 unfit (none running, no SYNC_MASTER with a slave).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,12 @@ from rmqha.cluster import ClusterError
 from rmqha.cluster.history import ERROR, now_ms
 from rmqha.cluster.handle import Cluster
 
-PHASES = {"ok": "SEND_OK", "flush-slave-timeout": "FLUSH_SLAVE_TIMEOUT",
-          "slave-not-available": "SLAVE_NOT_AVAILABLE", "ok-again": "SEND_OK"}
+PHASES = {
+    "ok": "SEND_OK",
+    "flush-slave-timeout": "FLUSH_SLAVE_TIMEOUT",
+    "slave-not-available": "SLAVE_NOT_AVAILABLE",
+    "ok-again": "SEND_OK",
+}
 EXIT_UNFIT = 3
 
 
@@ -51,8 +56,11 @@ def say(msg: str) -> None:
 def sync_groups(cluster: Cluster) -> dict[str, list[str]]:
     """SYNC_MASTER node -> its slave nodes, from the running cluster's /status."""
     st = cluster.statuses()
-    return {m: cluster.slaves_of(m) for m in cluster.masters()
-            if (st.get(m) or {}).get("role") == "SYNC_MASTER" and cluster.slaves_of(m)}
+    return {
+        m: cluster.slaves_of(m)
+        for m in cluster.masters()
+        if (st.get(m) or {}).get("role") == "SYNC_MASTER" and cluster.slaves_of(m)
+    }
 
 
 def send_reporting(rec: HistoryRecorder, producer, topic: str, label: str, timeout_s: float) -> dict:
@@ -60,20 +68,32 @@ def send_reporting(rec: HistoryRecorder, producer, topic: str, label: str, timeo
     body = f"outcomes {label} {now_ms()}".encode()
     send_id = rec.new_send_id()
     msg = rec._message(topic, body, send_id, label, None)
-    base = {"client": rec.client, "op": "send", "topic": topic, "send_id": send_id, "attempt": 1,
-            "body_len": len(body)}
+    base = {"client": rec.client, "op": "send", "topic": topic, "send_id": send_id, "attempt": 1, "body_len": len(body)}
     done = threading.Event()
     out: dict = {}
 
     def on_ok(res):
         uniq = res.msg_id.decode() if isinstance(res.msg_id, bytes) else res.msg_id
-        out.update(rec.writer.append(base | {"start_ms": start, "end_ms": now_ms(), "status": status_name(res.status),
-                                             "uniq_key": uniq or None, "queue_offset": res.offset}))
+        out.update(
+            rec.writer.append(
+                base
+                | {
+                    "start_ms": start,
+                    "end_ms": now_ms(),
+                    "status": status_name(res.status),
+                    "uniq_key": uniq or None,
+                    "queue_offset": res.offset,
+                }
+            )
+        )
         done.set()
 
     def on_err(exc):
-        out.update(rec.writer.append(base | {"start_ms": start, "end_ms": now_ms(), "status": ERROR,
-                                             "error": f"{type(exc).__name__}: {exc}"}))
+        out.update(
+            rec.writer.append(
+                base | {"start_ms": start, "end_ms": now_ms(), "status": ERROR, "error": f"{type(exc).__name__}: {exc}"}
+            )
+        )
         done.set()
 
     start = now_ms()
@@ -82,21 +102,38 @@ def send_reporting(rec: HistoryRecorder, producer, topic: str, label: str, timeo
     except Exception as e:  # refused before it left the client
         on_err(e)
     if not done.wait(timeout_s):
-        out.update(rec.writer.append(base | {"start_ms": start, "end_ms": now_ms(), "status": ERROR,
-                                             "error": f"no callback within {timeout_s:g} s"}))
+        out.update(
+            rec.writer.append(
+                base
+                | {
+                    "start_ms": start,
+                    "end_ms": now_ms(),
+                    "status": ERROR,
+                    "error": f"no callback within {timeout_s:g} s",
+                }
+            )
+        )
     return out
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m rmqha.chaos.outcomes", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap = argparse.ArgumentParser(
+        prog="python -m rmqha.chaos.outcomes",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     ap.add_argument("--name", help="the cluster (default: the current one, run/current)")
     ap.add_argument("--topic", default="TopicOutcomes")
-    ap.add_argument("--only", default=",".join(PHASES),
-                    help=f"phases to run, in order (default all: {','.join(PHASES)})")
-    ap.add_argument("--deadline", type=float, default=60.0,
-                    help="seconds to wait for each heal / catch-up / connection drop (default 60)")
+    ap.add_argument(
+        "--only", default=",".join(PHASES), help=f"phases to run, in order (default all: {','.join(PHASES)})"
+    )
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        default=60.0,
+        help="seconds to wait for each heal / catch-up / connection drop (default 60)",
+    )
     return ap
 
 
@@ -112,8 +149,10 @@ def main(argv=None) -> int:
         name, rd = cluster.name, cluster.run_dir
         groups = sync_groups(cluster)
         if not groups:
-            raise Unfit(f"cluster {name} ({cluster.state.get('topology')}) has no running SYNC_MASTER with a "
-                        "slave; start one with `make cluster-up TOPOLOGY=2m-2s-sync`")
+            raise Unfit(
+                f"cluster {name} ({cluster.state.get('topology')}) has no running SYNC_MASTER with a "
+                "slave; start one with `make cluster-up TOPOLOGY=2m-2s-sync`"
+            )
     except (ClusterError, Unfit) as e:
         say(f"error: {e}")
         return EXIT_UNFIT
@@ -122,8 +161,10 @@ def main(argv=None) -> int:
     wait_ms = max(int((st.get(m) or {}).get("syncWaitMs") or 5000) for m in groups)
     timeout_ms = wait_ms + 4000  # above the broker's wait, so the broker's answer reaches the client
     described = "; ".join(f"{m} with {' '.join(s)}" for m, s in groups.items())
-    say(f"cluster {name}: SYNC_MASTERs {described}; "
-        f"sync wait {wait_ms} ms, client send timeout {timeout_ms} ms, topic {args.topic}")
+    say(
+        f"cluster {name}: SYNC_MASTERs {described}; "
+        f"sync wait {wait_ms} ms, client send timeout {timeout_ms} ms, topic {args.topic}"
+    )
 
     cluster.create_topic(args.topic, list(groups))
     stamp = now_ms()
@@ -165,6 +206,7 @@ def run_phase(phase, groups, nemesis, cluster, rec, producer, args, timeout_ms) 
 
     def group(s):
         return cluster.node(slave_to_group[s])["brokerName"]
+
     faults = []
     if phase == "flush-slave-timeout":
         faults = [Fault(0, 0, "pause-slave", group(s), s) for s in slaves]
@@ -175,12 +217,14 @@ def run_phase(phase, groups, nemesis, cluster, rec, producer, args, timeout_ms) 
         nemesis.inject(f)
     try:
         if phase == "slave-not-available":
-            cluster.wait_until(lambda: all(((cluster.status(m) or {}).get("ha") or {}).get("connectionCount") == 0
-                                           for m in groups),
-                               args.deadline, "every SYNC_MASTER dropped its slaves' HA connections",
-                               node=list(groups))
+            cluster.wait_until(
+                lambda: all(((cluster.status(m) or {}).get("ha") or {}).get("connectionCount") == 0 for m in groups),
+                args.deadline,
+                "every SYNC_MASTER dropped its slaves' HA connections",
+                node=list(groups),
+            )
         r = send_reporting(rec, producer, args.topic, phase, timeout_ms / 1000 + 5)
-        took = (r["end_ms"] - r["start_ms"])
+        took = r["end_ms"] - r["start_ms"]
         got = r["status"]
         after = {m: cluster.max_offset(m) for m in groups}
         grew = [m for m in groups if (after[m] or 0) > (before[m] or 0)]

@@ -27,6 +27,7 @@ pause/restart/kill act on the slave processes.
 
 Metrics: the sampler writes RUN/metrics/samples.jsonl, which the pipeline reads for its lag plot.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,18 @@ from pathlib import Path
 from typing import Any
 
 from rmqha.chaos.faultlog import FaultLog
-from rmqha.chaos.nemesis import (ALL_FAULTS, DEFAULT_FAULTS, FAULTS, Fault, Nemesis, applicable_faults, groups_of,
-                                 why_not_applicable,
-                           make_schedule, make_sweep)
+from rmqha.chaos.nemesis import (
+    ALL_FAULTS,
+    DEFAULT_FAULTS,
+    FAULTS,
+    Fault,
+    Nemesis,
+    applicable_faults,
+    groups_of,
+    why_not_applicable,
+    make_schedule,
+    make_sweep,
+)
 from rmqha.cluster import ClusterError
 from rmqha.cluster import runfolder as rf
 from rmqha.cluster.handle import Cluster
@@ -56,8 +66,11 @@ TOPIC = "TopicChaos"
 ORDERLY_TOPIC = "TopicChaosOrderly"  # --orderly-rate: the workload's orderly lane
 
 
-DISK_FULL_SETS = {"mappedFileSizeCommitLog": str(64 << 10), "mappedFileSizeConsumeQueue": str(20 * 3000),
-                  "messageIndexEnable": "false"}
+DISK_FULL_SETS = {
+    "mappedFileSizeCommitLog": str(64 << 10),
+    "mappedFileSizeConsumeQueue": str(20 * 3000),
+    "messageIndexEnable": "false",
+}
 
 
 def say(msg: str) -> None:
@@ -86,6 +99,7 @@ def cluster_running(name: str) -> Cluster | None:
 
 
 # ---- observation -------------------------------------------------------------------------------
+
 
 def read_json(path: Path) -> dict | None:
     try:
@@ -174,17 +188,18 @@ def fmt_lag(n: int | None, unit: str = "bytes") -> str:
     return f"{n} entr{'y' if n == 1 else 'ies'}"
 
 
-def status_text(elapsed: float, duration: float, prog: dict | None, fault: str, lags: dict,
-                unit: str = "bytes") -> str:
+def status_text(elapsed: float, duration: float, prog: dict | None, fault: str, lags: dict, unit: str = "bytes") -> str:
     p = prog or {}
     known = [v for v in lags.values() if v is not None]
     lag = fmt_lag(max(known), unit) if known else "?"
     if lags and len(known) < len(lags):
         lag += f" ({len(lags) - len(known)} slave down)"
-    return (f"[{min(elapsed, duration):5.1f}/{duration:g}s] {p.get('phase', 'starting')}: "
-            f"sends ok={p.get('ok', 0)} timeout={p.get('timeouts', 0)} not-avail={p.get('not_available', 0)} "
-            f"err={p.get('errors', 0)} inflight={p.get('inflight', 0)} | recv={p.get('received', 0)} | "
-            f"fault: {fault} | max slave lag {lag}")
+    return (
+        f"[{min(elapsed, duration):5.1f}/{duration:g}s] {p.get('phase', 'starting')}: "
+        f"sends ok={p.get('ok', 0)} timeout={p.get('timeouts', 0)} not-avail={p.get('not_available', 0)} "
+        f"err={p.get('errors', 0)} inflight={p.get('inflight', 0)} | recv={p.get('received', 0)} | "
+        f"fault: {fault} | max slave lag {lag}"
+    )
 
 
 def schedule_from_json(items: list[dict], cluster) -> list[Fault]:
@@ -209,8 +224,16 @@ def schedule_from_json(items: list[dict], cluster) -> list[Fault]:
         group, role = where[item["target"]]
         if kind.targets not in (role, "node"):
             raise ValueError(f"fault {i}: {kind.name} hits a {kind.targets}, {item['target']} is a {role}")
-        f = Fault(float(item["at"]), float(item["hold"]), kind.name, group, item["target"],
-                  dict(item.get("params") or {}), role, id=i)
+        f = Fault(
+            float(item["at"]),
+            float(item["hold"]),
+            kind.name,
+            group,
+            item["target"],
+            dict(item.get("params") or {}),
+            role,
+            id=i,
+        )
         if kind.link:
             f.link = kind.link(cluster, f)
         out.append(f)
@@ -218,6 +241,7 @@ def schedule_from_json(items: list[dict], cluster) -> list[Fault]:
 
 
 # ---- the end of a run ----------------------------------------------------------------------------
+
 
 def wait_catch_up(cluster, timeout: float) -> dict:
     """Until every slave holds exactly its master's log, or it is clear why one cannot: a slave AHEAD of
@@ -233,8 +257,10 @@ def wait_catch_up(cluster, timeout: float) -> dict:
         for s, v in sorted(lags.items()):
             if s in forked:
                 a = ahead[cluster.master_of(s)][0]
-                result[s] = (f"forked: SLAVE_AHEAD, holds up to {a.get('slaveAckOffset')} of a history its master "
-                             f"lost (master at {(cluster.status(cluster.master_of(s)) or {}).get('maxPhyOffset')})")
+                result[s] = (
+                    f"forked: SLAVE_AHEAD, holds up to {a.get('slaveAckOffset')} of a history its master "
+                    f"lost (master at {(cluster.status(cluster.master_of(s)) or {}).get('maxPhyOffset')})"
+                )
             elif v == 0:
                 result[s] = "caught up"
             else:
@@ -252,9 +278,11 @@ def wait_catch_up(cluster, timeout: float) -> dict:
 def repair_forks(cluster, catch_up: dict) -> list[dict]:
     """rmqha/cluster/repair.py on every group with a forked slave; returns what each repair did."""
     from rmqha.cluster.repair import repair_group
+
     done = []
-    for group in sorted({cluster.node(cluster.master_of(s)).get("brokerName") for s, r in catch_up.items()
-                         if r.startswith("forked")}):
+    for group in sorted(
+        {cluster.node(cluster.master_of(s)).get("brokerName") for s, r in catch_up.items() if r.startswith("forked")}
+    ):
         say(f"repairing forked group {group}")
         try:
             done += [r.to_json() for r in repair_group(cluster, group, say=lambda m: say("  " + m))]
@@ -272,8 +300,13 @@ def drain_groups(cluster, groups: list[str], topic: str, timeout: float) -> dict
         say(f"draining {len(groups)} consumer group(s) to the end of every queue (up to {timeout:g}s)")
     while True:
         offsets = {g: cluster.group_offsets(g, topic) for g in groups}
-        backlog = {g: {m: {q: (None if o is None else max(0, o["max"] - o["committed"])) for q, o in qs.items()}
-                       for m, qs in per.items()} for g, per in offsets.items()}
+        backlog = {
+            g: {
+                m: {q: (None if o is None else max(0, o["max"] - o["committed"])) for q, o in qs.items()}
+                for m, qs in per.items()
+            }
+            for g, per in offsets.items()
+        }
         left = {g: {m: {q: n for q, n in qs.items() if n != 0} for m, qs in b.items()} for g, b in backlog.items()}
         left = {g: {m: qs for m, qs in b.items() if qs} for g, b in left.items()}
         if not any(left.values()) or time.monotonic() >= deadline:
@@ -283,13 +316,19 @@ def drain_groups(cluster, groups: list[str], topic: str, timeout: float) -> dict
     for g in groups:
         # committed: where the group's consumers stopped, per master and queue; the audit calls an
         # acknowledged message at or past it "backlog" (still queued: the consumer stalled), not "queued"
-        out[g] = {"drained": not left[g], "backlog": left[g],
-                  "committed": {m: {q: (o or {}).get("committed") for q, o in qs.items()}
-                                for m, qs in offsets[g].items()}}
+        out[g] = {
+            "drained": not left[g],
+            "backlog": left[g],
+            "committed": {m: {q: (o or {}).get("committed") for q, o in qs.items()} for m, qs in offsets[g].items()},
+        }
         if left[g]:
-            say(f"  warning: group {g} not drained: " + "; ".join(
-                f"{m} " + ", ".join(f"q{q}: {'no answer' if n is None else f'{n} left'}" for q, n in qs.items())
-                for m, qs in left[g].items()))
+            say(
+                f"  warning: group {g} not drained: "
+                + "; ".join(
+                    f"{m} " + ", ".join(f"q{q}: {'no answer' if n is None else f'{n} left'}" for q, n in qs.items())
+                    for m, qs in left[g].items()
+                )
+            )
         else:
             say(f"  group {g}: every queue consumed to its end")
     return out
@@ -297,71 +336,142 @@ def drain_groups(cluster, groups: list[str], topic: str, timeout: float) -> dict
 
 # ---- the run -----------------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m rmqha.chaos.run", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m rmqha.chaos.run",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--topology", default=os.environ.get("TOPOLOGY") or "2m-2s-sync")
     ap.add_argument("--backend", default=os.environ.get("BACKEND") or "docker", choices=("docker", "local"))
     ap.add_argument("--name", default="chaos", help="cluster name, run folder run/<name> (default chaos)")
     ap.add_argument("--base-port", type=int, default=None, help="passed to `cluster up` when it starts one")
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of workload (default 60)")
     ap.add_argument("--rate", type=float, default=200.0, help="sends per second (default 200)")
-    ap.add_argument("--trace", action="store_true", default=os.environ.get("TRACE") in ("1", "yes", "true"),
-                    help="with --client rust: the client's trace dispatcher records every send and consume in "
-                         "RMQ_SYS_TRACE_TOPIC (brokers get traceTopicEnable=true); the audit checks them")
-    ap.add_argument("--client", choices=("python", "rust"), default=os.environ.get("CLIENT") or "python",
-                    help="the workload's client: python (official, default) or rust (rocketmq-client-rust)")
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        default=os.environ.get("TRACE") in ("1", "yes", "true"),
+        help="with --client rust: the client's trace dispatcher records every send and consume in "
+        "RMQ_SYS_TRACE_TOPIC (brokers get traceTopicEnable=true); the audit checks them",
+    )
+    ap.add_argument(
+        "--client",
+        choices=("python", "rust"),
+        default=os.environ.get("CLIENT") or "python",
+        help="the workload's client: python (official, default) or rust (rocketmq-client-rust)",
+    )
     ap.add_argument("--seed", type=int, default=None, help="nemesis seed (default: random, printed)")
-    ap.add_argument("--nemesis", default=",".join(DEFAULT_FAULTS),
-                    help=f"comma-separated faults from {', '.join(ALL_FAULTS)}; 'none' for no faults")
+    ap.add_argument(
+        "--nemesis",
+        default=",".join(DEFAULT_FAULTS),
+        help=f"comma-separated faults from {', '.join(ALL_FAULTS)}; 'none' for no faults",
+    )
     ap.add_argument("--max-faults", type=int, default=None, help="at most this many faults")
-    ap.add_argument("--sweep", action="store_true",
-                    help="every fault of --nemesis once per role it can hit, one at a time (a guarantee-matrix "
-                         "run); --duration is stretched to cover them")
-    ap.add_argument("--sweep-hold", type=float, default=None, metavar="S",
-                    help="with --sweep: hold each fault about this long (default 2.5-3.5 s); e.g. 125 outlasts the "
-                         "20 s HA housekeeping, the 30 s client route refresh and the 120 s name-server expiry")
-    ap.add_argument("--schedule", default=None, metavar="FILE",
-                    help="an explicit schedule instead of a seeded one: a JSON list of {at, hold, kind, target "
-                         "(node), params?} (faults may overlap, even on one group); --nemesis is then ignored")
-    ap.add_argument("--overlap", action="store_true",
-                    help="let a second fault (other group, other role) start while one is active")
-    ap.add_argument("--set", action="append", default=[], metavar="[NODE:]KEY=VALUE",
-                    help="extra broker config when the run starts the cluster (e.g. flushDiskType=SYNC_FLUSH)")
-    ap.add_argument("--disk-limit-mb", type=int, default=64,
-                    help="with disk-full: each broker's store on a tmpfs of this size (root; default 64)")
+    ap.add_argument(
+        "--sweep",
+        action="store_true",
+        help="every fault of --nemesis once per role it can hit, one at a time (a guarantee-matrix "
+        "run); --duration is stretched to cover them",
+    )
+    ap.add_argument(
+        "--sweep-hold",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --sweep: hold each fault about this long (default 2.5-3.5 s); e.g. 125 outlasts the "
+        "20 s HA housekeeping, the 30 s client route refresh and the 120 s name-server expiry",
+    )
+    ap.add_argument(
+        "--schedule",
+        default=None,
+        metavar="FILE",
+        help="an explicit schedule instead of a seeded one: a JSON list of {at, hold, kind, target "
+        "(node), params?} (faults may overlap, even on one group); --nemesis is then ignored",
+    )
+    ap.add_argument(
+        "--overlap", action="store_true", help="let a second fault (other group, other role) start while one is active"
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="[NODE:]KEY=VALUE",
+        help="extra broker config when the run starts the cluster (e.g. flushDiskType=SYNC_FLUSH)",
+    )
+    ap.add_argument(
+        "--disk-limit-mb",
+        type=int,
+        default=64,
+        help="with disk-full: each broker's store on a tmpfs of this size (root; default 64)",
+    )
     ap.add_argument("--catchup-timeout", type=float, default=60.0, help="seconds for slaves to catch up")
-    ap.add_argument("--drain-timeout", type=float, default=60.0,
-                    help="after the heal and the catch-up, seconds for every consumer group to consume every queue "
-                         "to its end before the consumers stop (python client; default 60)")
-    ap.add_argument("--late-consumer-after-heal", action="store_true",
-                    help="the workload starts a second consumer group, reading every queue from its start, once the "
-                         "cluster is healed (and repaired): what it cannot get is lost to any new group (python client)")
-    ap.add_argument("--acl", action="store_true",
-                    help="a new cluster runs with aclEnable (rmqha/cluster/acl.py); the workload, sampler and every "
-                         "check sign their requests (an attached cluster started with --acl is signed for too)")
-    ap.add_argument("--repair", action="store_true",
-                    help="after the heal, repair every forked group (python -m rmqha.cluster repair: the slave's stranded "
-                         "messages re-sent to the master, the slave cut at the fork and resynced) before the drain")
-    ap.add_argument("--planted-drop-every", type=int, default=0, metavar="N",
-                    help="a planted consumer bug: the workload's consumer swallows every Nth message (the delivery "
-                         "checker must fail the run)")
-    ap.add_argument("--orderly-rate", type=float, default=0.0, metavar="R",
-                    help=f"the workload also sends R orderly messages a second (send_orderly per sharding key) to "
-                         f"{ORDERLY_TOPIC}, read by an orderly consumer group: the audit judges order per key "
-                         "(python client only)")
+    ap.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=60.0,
+        help="after the heal and the catch-up, seconds for every consumer group to consume every queue "
+        "to its end before the consumers stop (python client; default 60)",
+    )
+    ap.add_argument(
+        "--late-consumer-after-heal",
+        action="store_true",
+        help="the workload starts a second consumer group, reading every queue from its start, once the "
+        "cluster is healed (and repaired): what it cannot get is lost to any new group (python client)",
+    )
+    ap.add_argument(
+        "--acl",
+        action="store_true",
+        help="a new cluster runs with aclEnable (rmqha/cluster/acl.py); the workload, sampler and every "
+        "check sign their requests (an attached cluster started with --acl is signed for too)",
+    )
+    ap.add_argument(
+        "--repair",
+        action="store_true",
+        help="after the heal, repair every forked group (python -m rmqha.cluster repair: the slave's stranded "
+        "messages re-sent to the master, the slave cut at the fork and resynced) before the drain",
+    )
+    ap.add_argument(
+        "--planted-drop-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a planted consumer bug: the workload's consumer swallows every Nth message (the delivery "
+        "checker must fail the run)",
+    )
+    ap.add_argument(
+        "--orderly-rate",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help=f"the workload also sends R orderly messages a second (send_orderly per sharding key) to "
+        f"{ORDERLY_TOPIC}, read by an orderly consumer group: the audit judges order per key "
+        "(python client only)",
+    )
     ap.add_argument("--keep-running", action="store_true", help="do not stop the cluster (audit skipped)")
-    ap.add_argument("--prewarm-audit", action="store_true",
-                    help="start the audit with the run and warm it up on a tiny run of its own while the workload "
-                         "runs (make chaos does: the audit then takes ~19 s instead of ~42 s on a quiet machine, "
-                         "but the warm-up competes with the cluster for the cores meanwhile)")
-    ap.add_argument("--no-audit", action="store_true",
-                    help="stop the cluster (stores kept) but leave the audit to the caller (rmqha.chaos.matrix audits "
-                         "its runs in one Spark session of its own)")
-    ap.add_argument("--late-consumer-at", type=float, default=None, metavar="SECONDS",
-                    help="the workload starts a second consumer group this many seconds in, reading from the "
-                         "queues' start: subscribed during a master outage, it reads that group from the slave, "
-                         "which the audit's 'receives by serving node' shows (python client only)")
+    ap.add_argument(
+        "--prewarm-audit",
+        action="store_true",
+        help="start the audit with the run and warm it up on a tiny run of its own while the workload "
+        "runs (make chaos does: the audit then takes ~19 s instead of ~42 s on a quiet machine, "
+        "but the warm-up competes with the cluster for the cores meanwhile)",
+    )
+    ap.add_argument(
+        "--no-audit",
+        action="store_true",
+        help="stop the cluster (stores kept) but leave the audit to the caller (rmqha.chaos.matrix audits "
+        "its runs in one Spark session of its own)",
+    )
+    ap.add_argument(
+        "--late-consumer-at",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the workload starts a second consumer group this many seconds in, reading from the "
+        "queues' start: subscribed during a master outage, it reads that group from the slave, "
+        "which the audit's 'receives by serving node' shows (python client only)",
+    )
     ap.add_argument("--out", default=None, help="report folder (default RUN/report)")
     return ap
 
@@ -373,31 +483,33 @@ def build_parser() -> argparse.ArgumentParser:
 # fault and stops the workload on any exception or Ctrl-C; stop_cluster then stops the sampler and the
 # cluster (stores kept) whatever happened, and audit() runs the pipeline.
 
+
 @dataclass
 class RunContext:
     """What the phases of one run share."""
+
     args: argparse.Namespace
-    faults: list[str]                       # --nemesis, as asked (before applicable_faults)
+    faults: list[str]  # --nemesis, as asked (before applicable_faults)
     seed: int
-    name: str                               # the cluster's name
-    rd: Path                                # its run folder
+    name: str  # the cluster's name
+    rd: Path  # its run folder
     run_id: str
-    cluster: Cluster | None = None          # start_cluster; attached again after the heal (new pids)
-    usable: list[str] = field(default_factory=list)     # prepare_faults: the faults this cluster can take
+    cluster: Cluster | None = None  # start_cluster; attached again after the heal (new pids)
+    usable: list[str] = field(default_factory=list)  # prepare_faults: the faults this cluster can take
     schedule: list[Fault] = field(default_factory=list)  # plan_schedule
-    env: dict[str, str] = field(default_factory=dict)    # prepare_run: the child processes' environment
-    repo: str = ""                                       # their working directory (the repository)
+    env: dict[str, str] = field(default_factory=dict)  # prepare_run: the child processes' environment
+    repo: str = ""  # their working directory (the repository)
     line: StatusLine | None = None
     fault_log: FaultLog | None = None
     nemesis: Nemesis | None = None
     stop: threading.Event = field(default_factory=threading.Event)  # tells the nemesis to stop
-    procs: list[subprocess.Popen] = field(default_factory=list)     # sampler, workload: stopped by stop_cluster
+    procs: list[subprocess.Popen] = field(default_factory=list)  # sampler, workload: stopped by stop_cluster
     workload: subprocess.Popen | None = None
-    wl_log: Any = None                      # the workload's stderr file
-    t0: float = 0.0                         # when the workload started sending: the nemesis clock
+    wl_log: Any = None  # the workload's stderr file
+    t0: float = 0.0  # when the workload started sending: the nemesis clock
     nem_thread: threading.Thread | None = None
     ending: dict = field(default_factory=dict)  # RUN/chaos/ending-<id>.json: healed, catchUp, repairs, drain
-    rc_run: int = 0                         # EXIT_RUN_FAILED, 130, or 0
+    rc_run: int = 0  # EXIT_RUN_FAILED, 130, or 0
     audit_proc: subprocess.Popen | None = None  # --prewarm-audit: the audit, started early, waiting for audit_go
     procs_audit: list[subprocess.Popen] = field(default_factory=list)
 
@@ -451,8 +563,10 @@ def start_cluster(ctx: RunContext) -> int | None:
     args, name, rd = ctx.args, ctx.name, ctx.rd
     ctx.cluster = cluster_running(name)
     if ctx.cluster is not None:
-        say(f"using cluster {name}, already running ({ctx.cluster.state.get('topology')} on {ctx.cluster.kind}); "
-            f"run folder {rd}")
+        say(
+            f"using cluster {name}, already running ({ctx.cluster.state.get('topology')} on {ctx.cluster.kind}); "
+            f"run folder {rd}"
+        )
         if ctx.cluster.kind != args.backend:
             say(f"  note: --backend {args.backend} ignored: the running cluster is {ctx.cluster.kind}")
     else:
@@ -466,11 +580,21 @@ def start_cluster(ctx: RunContext) -> int | None:
         if args.trace:
             sets["traceTopicEnable"] = "true"  # the brokers create RMQ_SYS_TRACE_TOPIC for the clients
         sets.update(args.set)
-        say(f"starting cluster {name}: {args.topology} on {args.backend}, "
-            + ", ".join(f"{k}={v}" for k, v in sets.items()))
+        say(
+            f"starting cluster {name}: {args.topology} on {args.backend}, "
+            + ", ".join(f"{k}={v}" for k, v in sets.items())
+        )
         try:
-            ctx.cluster = Cluster.up(name, args.topology, args.backend, base_port=args.base_port,
-                                     sets=sets, fresh=True, timeout=90, acl=args.acl)
+            ctx.cluster = Cluster.up(
+                name,
+                args.topology,
+                args.backend,
+                base_port=args.base_port,
+                sets=sets,
+                fresh=True,
+                timeout=90,
+                acl=args.acl,
+            )
         except ClusterError as e:
             say(f"error: the cluster did not start: {e}")
             return EXIT_RUN_FAILED
@@ -491,8 +615,9 @@ def prepare_faults(ctx: RunContext) -> int | None:
     for f in dropped:
         say(f"note: {f} not used: {why_not_applicable(f, backend, topology)}")
     if ctx.faults and dropped and not ctx.usable:
-        say(f"error: none of the faults asked for ({', '.join(ctx.faults)}) applies to topology "
-            f"{topology} on {backend}")
+        say(
+            f"error: none of the faults asked for ({', '.join(ctx.faults)}) applies to topology {topology} on {backend}"
+        )
         cluster.down(keep_data=True)
         return 2
     if ctx.faults and not cluster.slaves():
@@ -511,6 +636,7 @@ def limit_disks(cluster, limit_mb: int) -> list[str]:
             cluster.limit_disk(node, limit_mb)
         except Exception as e:  # reported below; the run cannot inject disk-full without it
             errors.append(f"{node}: {type(e).__name__}: {e}")
+
     threads = [threading.Thread(target=limit, args=(n,)) for n in cluster.nodes if not cluster.disk_limited(n)]
     for t in threads:
         t.start()
@@ -520,8 +646,7 @@ def limit_disks(cluster, limit_mb: int) -> list[str]:
         say("error: could not put the stores on a size-limited tmpfs: " + "; ".join(errors))
         return errors
     cluster.wait_caught_up(60)
-    say(f"disk-full: every broker's store on its own {limit_mb} MiB tmpfs "
-        f"({time.monotonic() - t_limit:.0f} s)")
+    say(f"disk-full: every broker's store on its own {limit_mb} MiB tmpfs ({time.monotonic() - t_limit:.0f} s)")
     return []
 
 
@@ -540,19 +665,31 @@ def plan_schedule(ctx: RunContext) -> int | None:
         schedule = make_sweep(random.Random(seed), ctx.usable, cluster, SYNC_WAIT_MS, hold=hold)
         args.duration = max(args.duration, max((f.at + f.hold for f in schedule), default=0.0) + 5.0)
     else:
-        schedule = make_schedule(random.Random(seed), ctx.usable, cluster, args.duration, SYNC_WAIT_MS,
-                                 args.max_faults, overlap=args.overlap)
+        schedule = make_schedule(
+            random.Random(seed), ctx.usable, cluster, args.duration, SYNC_WAIT_MS, args.max_faults, overlap=args.overlap
+        )
     ctx.schedule = schedule
-    say(f"chaos run {ctx.run_id}: cluster {ctx.name} ({cluster.state.get('topology')}, {cluster.kind}), "
-        f"{args.duration:g}s at {args.rate:g} msg/s, seed {seed}")
+    say(
+        f"chaos run {ctx.run_id}: cluster {ctx.name} ({cluster.state.get('topology')}, {cluster.kind}), "
+        f"{args.duration:g}s at {args.rate:g} msg/s, seed {seed}"
+    )
     say(f"nemesis schedule ({len(schedule)} faults; reproduce with --seed {seed}):")
     for f in schedule:
         say(f"  t={f.at:5.1f}s  {f.describe():<52} healed at t={f.at + f.hold:5.1f}s")
     quiet_from = max((f.at + f.hold for f in schedule), default=0.0)
     say(f"  then quiet from t={quiet_from:.1f}s to the end ({args.duration:g}s)")
-    (ctx.rd / "chaos" / f"schedule-{ctx.run_id}.json").write_text(json.dumps(
-        {"seed": seed, "duration": args.duration, "rate": args.rate, "backend": cluster.kind,
-         "faults": [f.to_json() for f in schedule]}, indent=1))
+    (ctx.rd / "chaos" / f"schedule-{ctx.run_id}.json").write_text(
+        json.dumps(
+            {
+                "seed": seed,
+                "duration": args.duration,
+                "rate": args.rate,
+                "backend": cluster.kind,
+                "faults": [f.to_json() for f in schedule],
+            },
+            indent=1,
+        )
+    )
     return None
 
 
@@ -562,7 +699,8 @@ def prepare_run(ctx: RunContext) -> int | None:
     ctx.env = dict(os.environ, PYTHONUNBUFFERED="1", **ctx.cluster.client_env())
     ctx.repo = str(Path(__file__).resolve().parents[2])
     ctx.env["PYTHONPATH"] = os.pathsep.join(
-        [ctx.repo] + [p for p in ctx.env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        [ctx.repo] + [p for p in ctx.env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     ctx.line = StatusLine(sys.stdout.isatty())
     ctx.fault_log = FaultLog(ctx.rd / "faults" / f"faults-{ctx.run_id}.jsonl")
     ctx.nemesis = Nemesis(ctx.cluster, log=ctx.line.log, fault_log=ctx.fault_log)
@@ -577,7 +715,12 @@ def prewarm_audit(ctx: RunContext) -> int | None:
         ctx.audit_go.unlink(missing_ok=True)
         ctx.audit_proc = subprocess.Popen(
             py("-m", "rmqha.pipeline", str(ctx.rd), "--out", str(ctx.out_dir), "--wait-for", str(ctx.audit_go)),
-            stdout=subprocess.PIPE, stderr=open(ctx.audit_log, "w"), text=True, env=ctx.env, cwd=ctx.repo)
+            stdout=subprocess.PIPE,
+            stderr=open(ctx.audit_log, "w"),
+            text=True,
+            env=ctx.env,
+            cwd=ctx.repo,
+        )
         ctx.procs_audit = [ctx.audit_proc]
     return None
 
@@ -592,10 +735,25 @@ def start_sampler(ctx: RunContext) -> None:
     """2. Replication offsets every 500 ms into RUN/metrics/samples.jsonl (`python -m rmqha.cluster sample`)."""
     args = ctx.args
     sampler_log = open(ctx.rd / "chaos" / "sampler.log", "w")
-    sampler = subprocess.Popen(py("-m", "rmqha.cluster", "sample", "--name", ctx.name, "--interval-ms", "500",
-                                  "--duration", str(args.duration + args.catchup_timeout + 60),
-                                  "--out", str(ctx.samples)),
-                               stdout=sampler_log, stderr=subprocess.STDOUT, env=ctx.env, cwd=ctx.repo)
+    sampler = subprocess.Popen(
+        py(
+            "-m",
+            "rmqha.cluster",
+            "sample",
+            "--name",
+            ctx.name,
+            "--interval-ms",
+            "500",
+            "--duration",
+            str(args.duration + args.catchup_timeout + 60),
+            "--out",
+            str(ctx.samples),
+        ),
+        stdout=sampler_log,
+        stderr=subprocess.STDOUT,
+        env=ctx.env,
+        cwd=ctx.repo,
+    )
     ctx.procs.append(sampler)
 
 
@@ -605,17 +763,39 @@ def start_workload(ctx: RunContext) -> None:
     ctx.wl_log = open(ctx.rd / "chaos" / f"workload-{ctx.run_id}.log", "w")
     ctx.drain_signal.unlink(missing_ok=True)
     ctx.workload = subprocess.Popen(
-        py("-m", "rmqha.chaos.workload", str(ctx.rd), ctx.cluster.namesrv, "--rate", str(args.rate),
-           "--duration", str(args.duration), "--run-id", ctx.run_id,
-           "--topic", TOPIC, "--client", args.client,
-           "--drain-signal", str(ctx.drain_signal),
-           *(["--trace"] if args.trace else []),
-           *(["--planted-drop-every", str(args.planted_drop_every)] if args.planted_drop_every else []),
-           *(["--late-consumer-after-heal"] if args.late_consumer_after_heal else []),
-           *(["--orderly-rate", str(args.orderly_rate), "--orderly-topic", ORDERLY_TOPIC]
-             if args.orderly_rate else []),
-           *(["--late-consumer-at", str(args.late_consumer_at)] if args.late_consumer_at is not None else [])),
-        stdout=subprocess.PIPE, stderr=ctx.wl_log, text=True, env=ctx.env, cwd=ctx.repo)
+        py(
+            "-m",
+            "rmqha.chaos.workload",
+            str(ctx.rd),
+            ctx.cluster.namesrv,
+            "--rate",
+            str(args.rate),
+            "--duration",
+            str(args.duration),
+            "--run-id",
+            ctx.run_id,
+            "--topic",
+            TOPIC,
+            "--client",
+            args.client,
+            "--drain-signal",
+            str(ctx.drain_signal),
+            *(["--trace"] if args.trace else []),
+            *(["--planted-drop-every", str(args.planted_drop_every)] if args.planted_drop_every else []),
+            *(["--late-consumer-after-heal"] if args.late_consumer_after_heal else []),
+            *(
+                ["--orderly-rate", str(args.orderly_rate), "--orderly-topic", ORDERLY_TOPIC]
+                if args.orderly_rate
+                else []
+            ),
+            *(["--late-consumer-at", str(args.late_consumer_at)] if args.late_consumer_at is not None else []),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=ctx.wl_log,
+        text=True,
+        env=ctx.env,
+        cwd=ctx.repo,
+    )
     ctx.procs.append(ctx.workload)
     # the nemesis clock starts when the workload starts sending
     deadline = time.monotonic() + 60
@@ -645,8 +825,16 @@ def live_status(ctx: RunContext) -> None:
             break
         if line.tty or now - last_plain >= 5.0:
             lags = slave_lags(last_sample_round(ctx.samples))
-            line.show(status_text(now - ctx.t0, ctx.args.duration, prog, ctx.nemesis.describe_active(), lags,
-                                  ctx.cluster.lag_unit(next(iter(lags))) if lags else "bytes"))
+            line.show(
+                status_text(
+                    now - ctx.t0,
+                    ctx.args.duration,
+                    prog,
+                    ctx.nemesis.describe_active(),
+                    lags,
+                    ctx.cluster.lag_unit(next(iter(lags))) if lags else "bytes",
+                )
+            )
             last_plain = now
         time.sleep(0.5 if line.tty else 0.25)
     ctx.stop.set()
@@ -656,6 +844,7 @@ def live_status(ctx: RunContext) -> None:
 
 # 6. the honest end: heal everything, let every slave catch up (or say why it cannot), drain every
 # consumer group to the end of every queue, and only then stop the consumers and audit
+
 
 def heal(ctx: RunContext) -> None:
     """Every fault undone (ending["healed"]); the cluster attached again: restarted nodes have new pids."""
@@ -688,16 +877,23 @@ def drain(ctx: RunContext) -> None:
     if ctx.args.late_consumer_after_heal and workload.poll() is None:
         late_group = f"ChaosLateCG{run_id}"
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and late_group not in ((read_json(ctx.progress_path) or {}).get("groups")
-                                                                  or []):
+        while time.monotonic() < deadline and late_group not in (
+            (read_json(ctx.progress_path) or {}).get("groups") or []
+        ):
             time.sleep(0.2)
     prog = read_json(ctx.progress_path) or {}
     groups = prog.get("groups") or [f"ChaosCG{run_id}"]
     topic_of = prog.get("groupTopics") or {}
     ctx.ending["drain"] = {}
     for topic in sorted({topic_of.get(g, TOPIC) for g in groups}):
-        ctx.ending["drain"].update(drain_groups(ctx.cluster, [g for g in groups if topic_of.get(g, TOPIC) == topic],
-                                                topic, ctx.args.drain_timeout if workload.poll() is None else 0.0))
+        ctx.ending["drain"].update(
+            drain_groups(
+                ctx.cluster,
+                [g for g in groups if topic_of.get(g, TOPIC) == topic],
+                topic,
+                ctx.args.drain_timeout if workload.poll() is None else 0.0,
+            )
+        )
     ctx.drain_signal.write_text("stop")
 
 
@@ -721,17 +917,29 @@ def end_run(ctx: RunContext) -> None:
         say(f"error: the workload failed (exit {workload.returncode}); see {ctx.rd / 'chaos' / ctx.wl_log.name}")
         ctx.rc_run = EXIT_RUN_FAILED
     else:
-        say(f"workload ({ctx.args.client} client): {final['attempts']} send attempts: ok={final['ok']} "
+        say(
+            f"workload ({ctx.args.client} client): {final['attempts']} send attempts: ok={final['ok']} "
             f"timeout={final['timeouts']} not-available={final['not_available']} error={final['errors']} "
             f"(gave up {final['gave_up']}); received {final['received']} ({final['received_unique']} distinct of "
-            f"{final['stored_unique']} stored sends)")
+            f"{final['stored_unique']} stored sends)"
+        )
     for f, err in ctx.nemesis.done:
         if err:
             say(f"  nemesis: {f.describe()}: {err}")
 
 
-LIVE_PHASES = (create_topics, start_sampler, start_workload, start_nemesis, live_status,
-               heal, catch_up, repair, drain, end_run)
+LIVE_PHASES = (
+    create_topics,
+    start_sampler,
+    start_workload,
+    start_nemesis,
+    live_status,
+    heal,
+    catch_up,
+    repair,
+    drain,
+    end_run,
+)
 
 
 def run_live(ctx: RunContext) -> None:
@@ -816,12 +1024,19 @@ def audit(ctx: RunContext) -> int:
         rc_audit = ctx.audit_proc.returncode
     else:
         with open(audit_log, "w") as log:
-            run = subprocess.run(py("-m", "rmqha.pipeline", str(rd), "--out", str(out_dir)), stdout=subprocess.PIPE,
-                                 stderr=log, text=True, env=ctx.env, cwd=ctx.repo)
+            run = subprocess.run(
+                py("-m", "rmqha.pipeline", str(rd), "--out", str(out_dir)),
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=ctx.env,
+                cwd=ctx.repo,
+            )
         audit_out, rc_audit = run.stdout, run.returncode
     sys.stdout.write(audit_out)
     verdict = {0: "PASS: every guarantee held", 1: "FAIL: a guarantee failed"}.get(
-        rc_audit, f"the audit did not run (exit {rc_audit}; log {audit_log})")
+        rc_audit, f"the audit did not run (exit {rc_audit}; log {audit_log})"
+    )
     say(f"audit: {verdict}")
     say(f"report: {out_dir / 'report.md'}")
     return rc_audit
@@ -834,11 +1049,11 @@ def main(argv: list[str] | None = None) -> int:
     ctx = parse_run(argv)
     if isinstance(ctx, int):
         return ctx
-    for phase in SETUP_PHASES:           # 1. the cluster, the faults it can take, the schedule
+    for phase in SETUP_PHASES:  # 1. the cluster, the faults it can take, the schedule
         if (rc := phase(ctx)) is not None:
             return rc
-    run_live(ctx)                        # 2-6. sampler, workload, nemesis, status, heal, catch-up, drain
-    if (rc := stop_cluster(ctx)) is not None:   # 7. stop (stores kept) whatever happened, then audit
+    run_live(ctx)  # 2-6. sampler, workload, nemesis, status, heal, catch-up, drain
+    if (rc := stop_cluster(ctx)) is not None:  # 7. stop (stores kept) whatever happened, then audit
         return rc
     return audit(ctx)
 

@@ -39,6 +39,7 @@ its own. Every try is recorded with its key (`shard`), and an orderly push consu
 records each receive with `ordered`, its queue id and queue offset: the delivery checker's `reordered`
 (per sharding key, in acknowledgement order) and the per-queue order check judge it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,12 +73,12 @@ class Counters:
         self.lock = threading.Lock()
         self.c = collections.Counter()
         self.received_ids: set[str] = set()
-        self.late_ids: set[str] = set()     # received by the late consumer group (--late-consumer-at)
+        self.late_ids: set[str] = set()  # received by the late consumer group (--late-consumer-at)
         self.orderly_ids: set[str] = set()  # received by the orderly consumer group (--orderly-rate)
         self.orderly_stored: set[str] = set()  # orderly send_ids the broker stored
         self.group_topics: dict[str, str] = {}  # consumer group -> its topic (rmqha.chaos.run drains each)
-        self.stored_ids: set[str] = set()   # send_ids the broker stored (any non-ERROR status)
-        self.groups: set[str] = set()       # consumer groups started (rmqha.chaos.run drains each)
+        self.stored_ids: set[str] = set()  # send_ids the broker stored (any non-ERROR status)
+        self.groups: set[str] = set()  # consumer groups started (rmqha.chaos.run drains each)
 
     def add(self, key: str, n: int = 1) -> None:
         with self.lock:
@@ -85,15 +86,25 @@ class Counters:
 
     def snapshot(self, phase: str) -> dict:
         with self.lock:
-            return {"phase": phase, "groups": sorted(self.groups), "attempts": self.c["attempts"], "ok": self.c["SEND_OK"],
-                    "timeouts": self.c["FLUSH_SLAVE_TIMEOUT"] + self.c["FLUSH_DISK_TIMEOUT"],
-                    "not_available": self.c["SLAVE_NOT_AVAILABLE"], "errors": self.c[ERROR],
-                    "gave_up": self.c["gave_up"], "inflight": self.c["inflight"],
-                    "received": self.c["received"], "received_unique": len(self.received_ids),
-                    "stored_unique": len(self.stored_ids), "received_late": self.c["received_late"],
-                    "groupTopics": dict(self.group_topics), "orderly_ok": self.c["orderly_SEND_OK"],
-                    "received_orderly": self.c["received_orderly"],
-                    "ts": time.time()}
+            return {
+                "phase": phase,
+                "groups": sorted(self.groups),
+                "attempts": self.c["attempts"],
+                "ok": self.c["SEND_OK"],
+                "timeouts": self.c["FLUSH_SLAVE_TIMEOUT"] + self.c["FLUSH_DISK_TIMEOUT"],
+                "not_available": self.c["SLAVE_NOT_AVAILABLE"],
+                "errors": self.c[ERROR],
+                "gave_up": self.c["gave_up"],
+                "inflight": self.c["inflight"],
+                "received": self.c["received"],
+                "received_unique": len(self.received_ids),
+                "stored_unique": len(self.stored_ids),
+                "received_late": self.c["received_late"],
+                "groupTopics": dict(self.group_topics),
+                "orderly_ok": self.c["orderly_SEND_OK"],
+                "received_orderly": self.c["received_orderly"],
+                "ts": time.time(),
+            }
 
 
 def write_json_atomic(path: str, obj) -> None:
@@ -106,11 +117,17 @@ def write_json_atomic(path: str, obj) -> None:
 def make_body(send_id: str, size: int) -> bytes:
     # The client's SetMessageBody takes a C string: no NUL bytes.
     head = (send_id + " ").encode()
-    return (head + b"x" * max(0, size - len(head)))[:max(size, len(head))]
+    return (head + b"x" * max(0, size - len(head)))[: max(size, len(head))]
 
 
-RUST_BIN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "clients", "rust", "target", "release", "rmq-rust-client")
+RUST_BIN = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "clients",
+    "rust",
+    "target",
+    "release",
+    "rmq-rust-client",
+)
 
 
 def exec_rust_workload(args) -> int:
@@ -119,12 +136,32 @@ def exec_rust_workload(args) -> int:
     if not os.access(binary, os.X_OK):
         sys.stderr.write(f"error: {binary} is not built: run `make rust-client`\n")
         return 3
-    argv = [binary, "--namesrv", args.namesrv, "workload", "--run-dir", args.run_dir, "--rate", str(args.rate),
-            "--duration", str(args.duration), "--run-id", args.run_id, "--topic", args.topic,
-            "--body-size", str(args.body_size), "--timeout-ms", str(args.timeout_ms),
-            "--max-inflight", str(args.max_inflight), "--drain", str(args.drain),
-            *(["--drain-signal", args.drain_signal] if args.drain_signal else []),
-            *(["--trace"] if args.trace else [])]
+    argv = [
+        binary,
+        "--namesrv",
+        args.namesrv,
+        "workload",
+        "--run-dir",
+        args.run_dir,
+        "--rate",
+        str(args.rate),
+        "--duration",
+        str(args.duration),
+        "--run-id",
+        args.run_id,
+        "--topic",
+        args.topic,
+        "--body-size",
+        str(args.body_size),
+        "--timeout-ms",
+        str(args.timeout_ms),
+        "--max-inflight",
+        str(args.max_inflight),
+        "--drain",
+        str(args.drain),
+        *(["--drain-signal", args.drain_signal] if args.drain_signal else []),
+        *(["--trace"] if args.trace else []),
+    ]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(binary, argv)
@@ -177,31 +214,64 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout-ms", type=int, default=10000, help="client send timeout (above the sync wait)")
     ap.add_argument("--max-inflight", type=int, default=4000)
     ap.add_argument("--drain", type=float, default=20.0, help="seconds to wait for the consumer at the end")
-    ap.add_argument("--planted-drop-every", type=int, default=0, metavar="N",
-                    help="a planted consumer bug (the delivery checker's own test): the consumer swallows every "
-                         "Nth message it gets, acknowledged to the broker and never recorded")
-    ap.add_argument("--late-consumer-after-heal", action="store_true",
-                    help="with --drain-signal: start the late consumer group (reading every queue from its start) "
-                         "once rmqha.chaos.run has healed the cluster (it writes FILE.healed), before the drain")
-    ap.add_argument("--drain-signal", default=None, metavar="FILE",
-                    help="after the sends, keep the consumers running (phase 'awaiting drain') until FILE exists: "
-                         "rmqha.chaos.run heals the cluster, waits for the slaves and for every group to consume each "
-                         "queue to its end, then writes it (--drain is then the wait for FILE, x30)")
-    ap.add_argument("--late-consumer-at", type=float, default=None, metavar="SECONDS",
-                    help="start a second consumer group this many seconds into the sending, reading every "
-                         "queue from its start: one that subscribes during a master outage gets a route "
-                         "without the master and reads that group's queues from its slave (python client only)")
-    ap.add_argument("--orderly-rate", type=float, default=0.0, metavar="R",
-                    help="also R orderly sends a second (send_orderly, one at a time, sharding key = send number "
-                         "modulo --orderly-shards) to --orderly-topic, consumed by an orderly push consumer group "
-                         "(python client only; 0: none)")
+    ap.add_argument(
+        "--planted-drop-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a planted consumer bug (the delivery checker's own test): the consumer swallows every "
+        "Nth message it gets, acknowledged to the broker and never recorded",
+    )
+    ap.add_argument(
+        "--late-consumer-after-heal",
+        action="store_true",
+        help="with --drain-signal: start the late consumer group (reading every queue from its start) "
+        "once rmqha.chaos.run has healed the cluster (it writes FILE.healed), before the drain",
+    )
+    ap.add_argument(
+        "--drain-signal",
+        default=None,
+        metavar="FILE",
+        help="after the sends, keep the consumers running (phase 'awaiting drain') until FILE exists: "
+        "rmqha.chaos.run heals the cluster, waits for the slaves and for every group to consume each "
+        "queue to its end, then writes it (--drain is then the wait for FILE, x30)",
+    )
+    ap.add_argument(
+        "--late-consumer-at",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="start a second consumer group this many seconds into the sending, reading every "
+        "queue from its start: one that subscribes during a master outage gets a route "
+        "without the master and reads that group's queues from its slave (python client only)",
+    )
+    ap.add_argument(
+        "--orderly-rate",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="also R orderly sends a second (send_orderly, one at a time, sharding key = send number "
+        "modulo --orderly-shards) to --orderly-topic, consumed by an orderly push consumer group "
+        "(python client only; 0: none)",
+    )
     ap.add_argument("--orderly-topic", default="TopicChaosOrderly")
-    ap.add_argument("--orderly-shards", type=int, default=8,
-                    help="sharding keys of the orderly lane (at most the topic's queues: a queue per key)")
-    ap.add_argument("--trace", action="store_true",
-                    help="with --client rust: the client's trace dispatcher (a trace record per send and consume)")
-    ap.add_argument("--client", choices=("python", "rust"), default=os.environ.get("CLIENT") or "python",
-                    help="python: the official client (PyPI rocketmq); rust: clients/rust (rocketmq-client-rust)")
+    ap.add_argument(
+        "--orderly-shards",
+        type=int,
+        default=8,
+        help="sharding keys of the orderly lane (at most the topic's queues: a queue per key)",
+    )
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="with --client rust: the client's trace dispatcher (a trace record per send and consume)",
+    )
+    ap.add_argument(
+        "--client",
+        choices=("python", "rust"),
+        default=os.environ.get("CLIENT") or "python",
+        help="python: the official client (PyPI rocketmq); rust: clients/rust (rocketmq-client-rust)",
+    )
     args = ap.parse_args(argv)
     if args.trace and args.client != "rust":
         ap.error("--trace needs --client rust (the C++ 1.0.1 client in PyPI rocketmq has no trace dispatcher)")
@@ -231,6 +301,7 @@ def main(argv=None) -> int:
     def progress_loop():
         while not stop_progress.wait(0.5):
             write_json_atomic(progress_path, counters.snapshot(phase[0]))
+
     threading.Thread(target=progress_loop, daemon=True).start()
 
     # A first send_sync creates the topic (autoCreateTopicEnable) before the consumer subscribes.
@@ -250,16 +321,23 @@ def main(argv=None) -> int:
 
     def counting(counter: str, ids: set):
         """A consumer callback: counts the receive and remembers its send_id (KEYS)."""
+
         def on_message(msg):
             counters.add(counter)
             k = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
             if k:
                 with counters.lock:
                     ids.add(k)
+
         return on_message
-    consumer = cons.push_consumer(f"ChaosCG{rid}", args.topic, namesrv=args.namesrv,
-                                  on_message=counting("received", counters.received_ids),
-                                  drop_every=args.planted_drop_every)
+
+    consumer = cons.push_consumer(
+        f"ChaosCG{rid}",
+        args.topic,
+        namesrv=args.namesrv,
+        on_message=counting("received", counters.received_ids),
+        drop_every=args.planted_drop_every,
+    )
     counters.groups.add(f"ChaosCG{rid}")
     counters.group_topics[f"ChaosCG{rid}"] = args.topic
 
@@ -270,13 +348,17 @@ def main(argv=None) -> int:
         orderly_send(prod, p, args, counters, prod.new_send_id(), shard=0)
         orec = HistoryRecorder(os.path.join(hist, f"consumer-orderly-{rid}.jsonl"), client=f"consumer-orderly-{rid}")
         orderly["recorder"] = orec
-        orderly["consumer"] = orec.push_consumer(f"ChaosOrderlyCG{rid}", args.orderly_topic, namesrv=args.namesrv,
-                                                 ordered=True,
-                                                 on_message=counting("received_orderly", counters.orderly_ids))
+        orderly["consumer"] = orec.push_consumer(
+            f"ChaosOrderlyCG{rid}",
+            args.orderly_topic,
+            namesrv=args.namesrv,
+            ordered=True,
+            on_message=counting("received_orderly", counters.orderly_ids),
+        )
         counters.groups.add(f"ChaosOrderlyCG{rid}")
         counters.group_topics[f"ChaosOrderlyCG{rid}"] = args.orderly_topic
 
-    retries: collections.deque = collections.deque()   # (send_id, attempt)
+    retries: collections.deque = collections.deque()  # (send_id, attempt)
 
     def send_async(send_id: str, attempt: int) -> None:
         body = make_body(send_id, args.body_size)
@@ -286,8 +368,9 @@ def main(argv=None) -> int:
         def on_ok(res):
             uniq = res.msg_id.decode() if isinstance(res.msg_id, bytes) else res.msg_id
             st = status_name(res.status)
-            prod.writer.append(rec | {"end_ms": now_ms(), "status": st, "uniq_key": uniq or None,
-                                      "queue_offset": res.offset})
+            prod.writer.append(
+                rec | {"end_ms": now_ms(), "status": st, "uniq_key": uniq or None, "queue_offset": res.offset}
+            )
             with counters.lock:
                 counters.c[st] += 1
                 counters.c["inflight"] -= 1
@@ -317,8 +400,12 @@ def main(argv=None) -> int:
     def start_late_consumer():
         rec = HistoryRecorder(os.path.join(hist, f"consumer-late-{rid}.jsonl"), client=f"consumer-late-{rid}")
         late["recorder"] = rec
-        late["consumer"] = rec.push_consumer(f"ChaosLateCG{rid}", args.topic, namesrv=args.namesrv,
-                                             on_message=counting("received_late", counters.late_ids))
+        late["consumer"] = rec.push_consumer(
+            f"ChaosLateCG{rid}",
+            args.topic,
+            namesrv=args.namesrv,
+            on_message=counting("received_late", counters.late_ids),
+        )
         counters.groups.add(f"ChaosLateCG{rid}")
         counters.group_topics[f"ChaosLateCG{rid}"] = args.topic
 
@@ -326,8 +413,9 @@ def main(argv=None) -> int:
     start = time.monotonic()
     end = start + args.duration
     if orderly:
-        orderly["thread"] = threading.Thread(target=orderly_lane, args=(prod, p, args, counters, start, end),
-                                             daemon=True)
+        orderly["thread"] = threading.Thread(
+            target=orderly_lane, args=(prod, p, args, counters, start, end), daemon=True
+        )
         orderly["thread"].start()
     i = 0
     while True:
@@ -370,15 +458,19 @@ def main(argv=None) -> int:
         deadline = time.monotonic() + args.drain
         while time.monotonic() < deadline:
             with counters.lock:
-                if (counters.stored_ids <= counters.received_ids
-                        and (not late or counters.stored_ids <= counters.late_ids)
-                        and counters.orderly_stored <= counters.orderly_ids):
+                if (
+                    counters.stored_ids <= counters.received_ids
+                    and (not late or counters.stored_ids <= counters.late_ids)
+                    and counters.orderly_stored <= counters.orderly_ids
+                ):
                     break
             time.sleep(0.1)
     snap = counters.snapshot("done")
-    for c, rec, group in ((consumer, cons, f"ChaosCG{rid}"),
-                          (late.get("consumer"), late.get("recorder"), f"ChaosLateCG{rid}"),
-                          (orderly.get("consumer"), orderly.get("recorder"), f"ChaosOrderlyCG{rid}")):
+    for c, rec, group in (
+        (consumer, cons, f"ChaosCG{rid}"),
+        (late.get("consumer"), late.get("recorder"), f"ChaosLateCG{rid}"),
+        (orderly.get("consumer"), orderly.get("recorder"), f"ChaosOrderlyCG{rid}"),
+    ):
         try:
             if c is not None:
                 c.shutdown()

@@ -1,4 +1,5 @@
 """python -m rmqha.cluster {up,status,wait,logs,sample,down,ls}: see `python -m rmqha.cluster -h`."""
+
 from __future__ import annotations
 
 import argparse
@@ -32,37 +33,71 @@ def _add_name(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m rmqha.cluster", description="Start, watch and stop a RocketMQ HA "
-                                 "reference cluster.", epilog=EPILOG,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m rmqha.cluster",
+        description="Start, watch and stop a RocketMQ HA reference cluster.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     up = sub.add_parser("up", help="start a cluster and wait until it is ready")
-    up.add_argument("--topology", default=os.environ.get("TOPOLOGY") or "2m-2s-sync",
-                    help=f"one of {', '.join(TOPOLOGIES)} (a folder under compose/; default 2m-2s-sync)")
-    up.add_argument("--backend", default=os.environ.get("BACKEND") or "docker", choices=sorted(BACKENDS),
-                    help="docker (default: a compose project with Toxiproxy) or local (processes on loopback)")
-    up.add_argument("--name", default=os.environ.get("CLUSTER_NAME") or rf.DEFAULT_NAME,
-                    help="cluster name, also its run folder run/<name> (default: default)")
-    up.add_argument("--base-port", type=int, default=None,
-                    help="first port of the cluster's 50-port block (default $CLUSTER_BASE_PORT or 10911; "
-                         "the name server is then 9876, else base+49)")
+    up.add_argument(
+        "--topology",
+        default=os.environ.get("TOPOLOGY") or "2m-2s-sync",
+        help=f"one of {', '.join(TOPOLOGIES)} (a folder under compose/; default 2m-2s-sync)",
+    )
+    up.add_argument(
+        "--backend",
+        default=os.environ.get("BACKEND") or "docker",
+        choices=sorted(BACKENDS),
+        help="docker (default: a compose project with Toxiproxy) or local (processes on loopback)",
+    )
+    up.add_argument(
+        "--name",
+        default=os.environ.get("CLUSTER_NAME") or rf.DEFAULT_NAME,
+        help="cluster name, also its run folder run/<name> (default: default)",
+    )
+    up.add_argument(
+        "--base-port",
+        type=int,
+        default=None,
+        help="first port of the cluster's 50-port block (default $CLUSTER_BASE_PORT or 10911; "
+        "the name server is then 9876, else base+49)",
+    )
     up.add_argument("--namesrv-port", type=int, default=None, help="name server port (default: see --base-port)")
-    up.add_argument("--set", action="append", default=[], metavar="[NODE:]KEY=VALUE",
-                    help="extra broker config for every broker, or for one node (repeatable)")
+    up.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="[NODE:]KEY=VALUE",
+        help="extra broker config for every broker, or for one node (repeatable)",
+    )
     up.add_argument("--fresh", action="store_true", help="wipe stores kept by an earlier `down --keep-data`")
-    up.add_argument("--acl", action="store_true", default=os.environ.get("ACL") in ("1", "true", "yes"),
-                    help="aclEnable on every broker with a plain_acl.yml the kit writes (one admin account, "
-                         "its secret in state.json); the kit signs its own requests")
+    up.add_argument(
+        "--acl",
+        action="store_true",
+        default=os.environ.get("ACL") in ("1", "true", "yes"),
+        help="aclEnable on every broker with a plain_acl.yml the kit writes (one admin account, "
+        "its secret in state.json); the kit signs its own requests",
+    )
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)")
     up.add_argument("--no-wait", action="store_true", help="return as soon as the processes are started")
-    up.add_argument("--registration", choices=REGISTRATION_MODES, default="auto",
-                    help="whether readiness needs name-server registration (default auto: see rmqha/cluster/wait.py)")
+    up.add_argument(
+        "--registration",
+        choices=REGISTRATION_MODES,
+        default="auto",
+        help="whether readiness needs name-server registration (default auto: see rmqha/cluster/wait.py)",
+    )
 
     st = sub.add_parser("status", help="show every node: role, offsets, replication")
     _add_name(st)
-    st.add_argument("--format", choices=("table", "json"), default=os.environ.get("FORMAT") or "table",
-                    help="table (default) or json: one JSON object per node per line")
+    st.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default=os.environ.get("FORMAT") or "table",
+        help="table (default) or json: one JSON object per node per line",
+    )
 
     wt = sub.add_parser("wait", help="wait until the cluster is ready")
     _add_name(wt)
@@ -72,8 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     lg = sub.add_parser("logs", help="show the logs of one node (or all)")
     _add_name(lg)
     lg.add_argument("node", nargs="?", help="broker-a, broker-a-s, ..., or namesrv (default: all)")
-    lg.add_argument("-n", "--lines", type=int, default=None, help="lines per log (default 100 for one node, "
-                    "20 each for all)")
+    lg.add_argument(
+        "-n", "--lines", type=int, default=None, help="lines per log (default 100 for one node, 20 each for all)"
+    )
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C to stop)")
 
     sp = sub.add_parser("sample", help="append replication offsets to RUN_DIR/metrics/samples.jsonl")
@@ -85,24 +121,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     dn = sub.add_parser("down", help="stop the cluster; remove its stores unless --keep-data")
     _add_name(dn)
-    dn.add_argument("--keep-data", action="store_true", default=os.environ.get("KEEP_DATA") in ("1", "true", "yes"),
-                    help="keep nodes/*/store (for the audit, or to restart with the data); env KEEP_DATA=1")
+    dn.add_argument(
+        "--keep-data",
+        action="store_true",
+        default=os.environ.get("KEEP_DATA") in ("1", "true", "yes"),
+        help="keep nodes/*/store (for the audit, or to restart with the data); env KEEP_DATA=1",
+    )
     dn.add_argument("--timeout", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
 
-    rp = sub.add_parser("repair", help="a forked broker group (SLAVE_AHEAD): re-send the slave's stranded "
-                        "messages to the master, cut the slave at the fork, resync it (see rmqha/cluster/repair.py)")
+    rp = sub.add_parser(
+        "repair",
+        help="a forked broker group (SLAVE_AHEAD): re-send the slave's stranded "
+        "messages to the master, cut the slave at the fork, resync it (see rmqha/cluster/repair.py)",
+    )
     _add_name(rp)
     rp.add_argument("group", help="the broker group (brokerName), e.g. broker-a")
     rp.add_argument("--timeout", type=float, default=120.0, help="seconds for the slave to catch up afterwards")
-    rp.add_argument("--accept-loss", action="append", default=[], metavar="TOPIC",
-                    help="stranded records of this topic no client may send to (TRANS_CHECK_MAX_TIME_TOPIC, "
-                         "SELF_TEST_TOPIC, OFFSET_MOVED_EVENT) may be cut without being put back; repeatable")
+    rp.add_argument(
+        "--accept-loss",
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        help="stranded records of this topic no client may send to (TRANS_CHECK_MAX_TIME_TOPIC, "
+        "SELF_TEST_TOPIC, OFFSET_MOVED_EVENT) may be cut without being put back; repeatable",
+    )
 
     sub.add_parser("ls", help="list the clusters under run/")
     return ap
 
 
 # ---- commands ----------------------------------------------------------------------------------
+
 
 def cmd_up(args) -> int:
     name = rf.check_name(args.name)
@@ -112,13 +161,19 @@ def cmd_up(args) -> int:
     cls = backend_class(args.backend)
     rd = rf.run_dir(name)
     t0 = time.monotonic()
-    backend = cls.start(name, rd, topology, plan,
-                        UpOptions(fresh=args.fresh, extra=extra, extra_per_node=per_node,
-                                  registration=args.registration, acl=args.acl))
+    backend = cls.start(
+        name,
+        rd,
+        topology,
+        plan,
+        UpOptions(fresh=args.fresh, extra=extra, extra_per_node=per_node, registration=args.registration, acl=args.acl),
+    )
     state = backend.state
     err = sys.stderr
-    err.write(f"started cluster {name}: {topology.name} on the {cls.name} backend, "
-              f"name server {state['namesrv']['addr']}, run folder {rd}\n")
+    err.write(
+        f"started cluster {name}: {topology.name} on the {cls.name} backend, "
+        f"name server {state['namesrv']['addr']}, run folder {rd}\n"
+    )
     if state.get("keptStores"):
         err.write(f"  reusing kept stores of {', '.join(state['keptStores'])} (--fresh wipes them)\n")
     if args.no_wait:
@@ -127,16 +182,22 @@ def cmd_up(args) -> int:
         wait_ready(state, backend, timeout=args.timeout, registration=args.registration, out=err)
     except ProcessExited as e:
         backend.stop(keep_data=True)
-        raise ClusterError(f"{e}, then run `up` again; the rest of cluster {name} was stopped "
-                           "(stores and logs are kept; add --fresh to start from empty stores)") from None
+        raise ClusterError(
+            f"{e}, then run `up` again; the rest of cluster {name} was stopped "
+            "(stores and logs are kept; add --fresh to start from empty stores)"
+        ) from None
     elapsed = time.monotonic() - t0
     err.write(f"cluster {name} is ready in {elapsed:.1f}s\n")
     if state.get("acl"):
-        err.write(f"ACL on: clients sign with access key {state['acl']['accessKey']} and the secret key in "
-                  f"{rd / 'state.json'} (\"acl\"); the official client: set_session_credentials(ak, sk, \"\")\n")
+        err.write(
+            f"ACL on: clients sign with access key {state['acl']['accessKey']} and the secret key in "
+            f'{rd / "state.json"} ("acl"); the official client: set_session_credentials(ak, sk, "")\n'
+        )
     sys.stdout.write(render_table(collect(state, backend)) + render_proxies(backend))
-    err.write("next: python -m rmqha.cluster status | logs [NODE] | down [--keep-data]"
-              + (f"   (this cluster: --name {name})\n" if name != rf.get_current() else "\n"))
+    err.write(
+        "next: python -m rmqha.cluster status | logs [NODE] | down [--keep-data]"
+        + (f"   (this cluster: --name {name})\n" if name != rf.get_current() else "\n")
+    )
     return 0
 
 
@@ -157,21 +218,27 @@ def render_proxies(backend) -> str:
     if not proxies:
         return ""
     from .status import format_table
+
     rows = []
     for p in proxies:
         state = "?" if p["enabled"] is None else ("enabled" if p["enabled"] else "DISABLED")
-        toxics = ", ".join(f"{t['name']}({t['type']} {t['stream']} "
-                           + " ".join(f"{k}={v}" for k, v in sorted((t.get("attributes") or {}).items())) + ")"
-                           for t in p["toxics"]) or ("-" if not p.get("error") else p["error"])
+        toxics = ", ".join(
+            f"{t['name']}({t['type']} {t['stream']} "
+            + " ".join(f"{k}={v}" for k, v in sorted((t.get("attributes") or {}).items()))
+            + ")"
+            for t in p["toxics"]
+        ) or ("-" if not p.get("error") else p["error"])
         rows.append((p["name"], p["kind"], p.get("hostEndpoint") or "-", p["listen"], p["upstream"], state, toxics))
     api = (backend.state.get("toxiproxy") or {}).get("api", "?")
-    return (f"proxies (Toxiproxy API {api}):\n"
-            + format_table(("PROXY", "LINK", "HOST ENDPOINT", "LISTEN", "UPSTREAM", "STATE", "TOXICS"), rows))
+    return f"proxies (Toxiproxy API {api}):\n" + format_table(
+        ("PROXY", "LINK", "HOST ENDPOINT", "LISTEN", "UPSTREAM", "STATE", "TOXICS"), rows
+    )
 
 
 def with_proxies_json(lines: str, backend) -> str:
     """Adds "proxies" (each node's proxies with their live state) to the JSON lines of a backend that has them."""
     import json
+
     proxies = backend.proxies()
     if not proxies:
         return lines
@@ -189,8 +256,7 @@ def cmd_wait(args) -> int:
         raise ClusterError(f"cluster {name} is stopped; start it with `python -m rmqha.cluster up --name {name} ...`")
     backend = attach(name, rd, state)
     try:
-        elapsed, _ = wait_ready(state, backend, timeout=args.timeout, registration=args.registration,
-                                out=sys.stderr)
+        elapsed, _ = wait_ready(state, backend, timeout=args.timeout, registration=args.registration, out=sys.stderr)
     except ProcessExited as e:
         raise ClusterError(f"{e}; `python -m rmqha.cluster down --name {name}` stops the rest") from None
     sys.stderr.write(f"cluster {name} is ready ({elapsed:.1f}s)\n")
@@ -224,17 +290,27 @@ def cmd_sample(args) -> int:
     from pathlib import Path
 
     from .sample import run_sampler
+
     name, rd, state = rf.resolve(args.name)
     path = Path(args.out) if args.out else rd / "metrics" / "samples.jsonl"
     sys.stderr.write(f"sampling cluster {name} every {args.interval_ms} ms into {path} (Ctrl-C stops)\n")
-    run_sampler(state, None, path, interval_ms=args.interval_ms, duration=args.duration, count=args.count,
-                out=sys.stderr, served_path=rd / "served" / "pulls.jsonl")
+    run_sampler(
+        state,
+        None,
+        path,
+        interval_ms=args.interval_ms,
+        duration=args.duration,
+        count=args.count,
+        out=sys.stderr,
+        served_path=rd / "served" / "pulls.jsonl",
+    )
     return 0
 
 
 def cmd_down(args) -> int:
     name, rd, state = rf.resolve(args.name)
     from .handle import Cluster
+
     # through the handle: it also heals the proxies and takes the stores off their size-limited tmpfs
     notes = Cluster(attach(name, rd, state)).down(keep_data=args.keep_data, timeout=args.timeout)
     for note in notes:
@@ -256,14 +332,26 @@ def cmd_ls(args) -> int:
         try:
             b = attach(n, rf.run_dir(n), st)
             alive = sum(b.process_state(x).running for x in ["namesrv"] + b.node_names())
-            state = f"running {alive}/{1 + len(b.node_names())}" if alive else (
-                "stopped" if st.get("stoppedAt") else "exited")
+            state = (
+                f"running {alive}/{1 + len(b.node_names())}"
+                if alive
+                else ("stopped" if st.get("stoppedAt") else "exited")
+            )
         except ClusterError:
             state = "?"
-        rows.append(("*" if n == current else "", n, st.get("topology", "?"), st.get("backend", "?"),
-                     state, str(st.get("basePort", "?")),
-                     (st.get("namesrv") or {}).get("endpoint") or (st.get("namesrv") or {}).get("addr", "?")))
+        rows.append(
+            (
+                "*" if n == current else "",
+                n,
+                st.get("topology", "?"),
+                st.get("backend", "?"),
+                state,
+                str(st.get("basePort", "?")),
+                (st.get("namesrv") or {}).get("endpoint") or (st.get("namesrv") or {}).get("addr", "?"),
+            )
+        )
     from .status import format_table
+
     sys.stdout.write(format_table(("", "NAME", "TOPOLOGY", "BACKEND", "STATE", "BASE PORT", "NAME SERVER"), rows))
     return 0
 
@@ -273,16 +361,30 @@ def cmd_repair(args) -> int:
 
     from .handle import Cluster
     from .repair import repair_group
+
     c = Cluster.attach(args.name)
-    results = repair_group(c, args.group, say=lambda m: sys.stderr.write(m + "\n"), catchup_timeout=args.timeout,
-                           accept_loss=frozenset(args.accept_loss))
+    results = repair_group(
+        c,
+        args.group,
+        say=lambda m: sys.stderr.write(m + "\n"),
+        catchup_timeout=args.timeout,
+        accept_loss=frozenset(args.accept_loss),
+    )
     for r in results:
         sys.stdout.write(json.dumps(r.to_json()) + "\n")
     return 0
 
 
-COMMANDS = {"up": cmd_up, "status": cmd_status, "wait": cmd_wait, "logs": cmd_logs, "sample": cmd_sample,
-            "down": cmd_down, "ls": cmd_ls, "repair": cmd_repair}
+COMMANDS = {
+    "up": cmd_up,
+    "status": cmd_status,
+    "wait": cmd_wait,
+    "logs": cmd_logs,
+    "sample": cmd_sample,
+    "down": cmd_down,
+    "ls": cmd_ls,
+    "repair": cmd_repair,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,8 +398,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        sys.stderr.write("\ninterrupted; processes already started keep running "
-                         "(`python -m rmqha.cluster status` / `python -m rmqha.cluster down`)\n")
+        sys.stderr.write(
+            "\ninterrupted; processes already started keep running "
+            "(`python -m rmqha.cluster status` / `python -m rmqha.cluster down`)\n"
+        )
         return 130
 
 

@@ -6,6 +6,7 @@ its other config) has one admin account for the kit and the workloads, its secre
 kept in state.json ("acl"). Clients started by the kit get the credentials in the environment
 (RMQHA_ACCESS_KEY, RMQHA_SECRET_KEY), never in their argv.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,10 +28,11 @@ def acl_yaml(creds: dict) -> str:
         "globalWhiteRemoteAddresses: []\n"
         "accounts:\n"
         f"  - accessKey: {creds['accessKey']}\n"
-        f"    secretKey: \"{creds['secretKey']}\"\n"
+        f'    secretKey: "{creds["secretKey"]}"\n'
         "    admin: true\n"
         "    defaultTopicPerm: PUB|SUB\n"
-        "    defaultGroupPerm: PUB|SUB\n")
+        "    defaultGroupPerm: PUB|SUB\n"
+    )
 
 
 def write_file(store_dir: Path, creds: dict) -> Path:
@@ -46,8 +48,12 @@ def write_file(store_dir: Path, creds: dict) -> Path:
 def broker_sets(store_in_broker: str, creds: dict) -> dict[str, str]:
     """The --set keys of one broker whose store is at store_in_broker (as the broker sees it); a slave
     signs its sync requests to its master with the same account."""
-    return {"aclEnable": "true", "aclConfigFile": f"{store_in_broker.rstrip('/')}/{FILE_IN_STORE}",
-            "aclClientAccessKey": creds["accessKey"], "aclClientSecretKey": creds["secretKey"]}
+    return {
+        "aclEnable": "true",
+        "aclConfigFile": f"{store_in_broker.rstrip('/')}/{FILE_IN_STORE}",
+        "aclClientAccessKey": creds["accessKey"],
+        "aclClientSecretKey": creds["secretKey"],
+    }
 
 
 def env_of(state: dict) -> dict[str, str]:

@@ -17,6 +17,7 @@ container address). A backend adds its own keys (pids, container ids, ...) besid
 The docker backend is rmqha/cluster/docker_backend.py (`DockerBackend`); the CLI imports a backend only
 when it is asked for, so the local backend works without the docker SDK.
 """
+
 from __future__ import annotations
 
 import abc
@@ -35,17 +36,17 @@ from .topology import PortPlan, Topology
 @dataclass
 class ProcessState:
     running: bool
-    detail: str          # "running", "exited with code 1", "not started", "gone", ...
+    detail: str  # "running", "exited with code 1", "not started", "gone", ...
 
 
 @dataclass
 class UpOptions:
     host: str = "127.0.0.1"
-    fresh: bool = False                      # wipe stores kept by an earlier `down --keep-data`
-    extra: dict | None = None                # --set KEY=VALUE for every broker
-    extra_per_node: dict | None = None       # --set NODE:KEY=VALUE
+    fresh: bool = False  # wipe stores kept by an earlier `down --keep-data`
+    extra: dict | None = None  # --set KEY=VALUE for every broker
+    extra_per_node: dict | None = None  # --set NODE:KEY=VALUE
     registration: str = "auto"
-    acl: bool = False                        # aclEnable with a kit-written plain_acl.yml (rmqha/cluster/acl.py)
+    acl: bool = False  # aclEnable with a kit-written plain_acl.yml (rmqha/cluster/acl.py)
 
 
 class Backend(abc.ABC):
@@ -59,8 +60,7 @@ class Backend(abc.ABC):
     # -- lifecycle ----------------------------------------------------------------------------
     @classmethod
     @abc.abstractmethod
-    def start(cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan,
-              options: UpOptions) -> "Backend":
+    def start(cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan, options: UpOptions) -> "Backend":
         """Start the name server and every broker; write state.json and node.json. Do not wait."""
 
     @abc.abstractmethod
@@ -87,6 +87,7 @@ class Backend(abc.ABC):
     def follow_logs(self, nodes: list[str], lines: int = 10, out=None, poll: float = 0.3) -> None:
         """Print the last lines of each log, then new lines as they come, until interrupted."""
         import sys
+
         out = out or sys.stdout
         paths = {n: self.log_path(n) for n in nodes}
         positions = {}
@@ -160,8 +161,10 @@ def backend_class(name: str) -> type[Backend]:
     except ModuleNotFoundError as e:
         if e.name != module:
             raise
-        raise ClusterError(f"the {name} backend is not available in this checkout ({module.replace('.', '/')}.py "
-                           "does not exist yet); use --backend local") from None
+        raise ClusterError(
+            f"the {name} backend is not available in this checkout ({module.replace('.', '/')}.py "
+            "does not exist yet); use --backend local"
+        ) from None
     return getattr(mod, cls)
 
 

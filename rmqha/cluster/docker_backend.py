@@ -39,6 +39,7 @@ RUN_DIR/toxiproxy/toxiproxy.log before removing the containers.
 Compose: the standalone `docker-compose` (1.x) or the `docker compose` plugin, whichever is installed
 (COMPOSE="..." overrides). Container state and logs come from the docker SDK.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,8 +58,17 @@ from . import acl
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions
 from .local_backend import check_ports
-from .topology import (COMPOSE_DIR, DEFAULT_BASE_PORT, DLEDGER_PORT_OFFSET, PortPlan, Topology, effective_config,
-                       is_dledger, node_overrides, set_args)
+from .topology import (
+    COMPOSE_DIR,
+    DEFAULT_BASE_PORT,
+    DLEDGER_PORT_OFFSET,
+    PortPlan,
+    Topology,
+    effective_config,
+    is_dledger,
+    node_overrides,
+    set_args,
+)
 
 BROKER_IMAGE = os.environ.get("RMQHA_BROKER_IMAGE") or "rmqha/broker:latest"
 TOXIPROXY_IMAGE = os.environ.get("RMQHA_TOXIPROXY_IMAGE") or "rmqha/toxiproxy:latest"
@@ -95,27 +105,32 @@ def compose_command() -> list[str]:
         return ["docker-compose"]
     if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         return ["docker", "compose"]
-    raise ClusterError("neither `docker-compose` nor the `docker compose` plugin is installed: "
-                       "apt-get install docker-compose (or set COMPOSE=...), or use --backend local")
+    raise ClusterError(
+        "neither `docker-compose` nor the `docker compose` plugin is installed: "
+        "apt-get install docker-compose (or set COMPOSE=...), or use --backend local"
+    )
 
 
 def docker_client():
     try:
         import docker
     except ImportError as e:
-        raise ClusterError("the docker backend needs the docker SDK: pip install docker "
-                           "(it is in the dev dependencies: make venv)") from e
+        raise ClusterError(
+            "the docker backend needs the docker SDK: pip install docker (it is in the dev dependencies: make venv)"
+        ) from e
     try:
         client = docker.from_env(timeout=30)
         client.ping()
     except Exception as e:  # docker.errors.DockerException and connection errors
-        raise ClusterError(f"the Docker engine does not answer ({e}): start it and check `docker info`, "
-                           "or use --backend local") from None
+        raise ClusterError(
+            f"the Docker engine does not answer ({e}): start it and check `docker info`, or use --backend local"
+        ) from None
     return client
 
 
 def check_images(client, images: list[str]) -> None:
     import docker
+
     missing = []
     for image in images:
         try:
@@ -123,15 +138,16 @@ def check_images(client, images: list[str]) -> None:
         except docker.errors.ImageNotFound:
             missing.append(image)
     if missing:
-        raise ClusterError(f"image(s) {', '.join(missing)} not built yet: run `make images` "
-                           "(images/build.sh; no registry is needed), then `up` again")
+        raise ClusterError(
+            f"image(s) {', '.join(missing)} not built yet: run `make images` "
+            "(images/build.sh; no registry is needed), then `up` again"
+        )
 
 
 def dledger_link_port(plan: PortPlan, topology: Topology, src: str, dst: str) -> int:
     """Where toxiproxy listens for src's DLedger connections to dst: dst's P + 4 + src's index, inside
     dst's port stride (P+3 is dst's own DLedger port; P+8 is the next node's VIP channel)."""
-    return (plan.node_ports(topology.node(dst))["listenPort"] + DLEDGER_PORT_OFFSET + 1
-            + topology.node(src).index)
+    return plan.node_ports(topology.node(dst))["listenPort"] + DLEDGER_PORT_OFFSET + 1 + topology.node(src).index
 
 
 def dledger_links(topology: Topology, plan: PortPlan, overrides: dict[str, dict[str, str]]) -> list[dict]:
@@ -153,17 +169,26 @@ def dledger_links(topology: Topology, plan: PortPlan, overrides: dict[str, dict[
                     continue
                 port = dledger_link_port(plan, topology, a.name, b.name)
                 peers.append(f"{b_id}-toxiproxy:{port}")
-                proxies.append({"name": f"{a.name}-dl-{b.name}", "kind": "dledger", "node": a.name,
-                                "peer": b.name, "listen": f"0.0.0.0:{port}", "upstream": f"{b.name}:{b_port}",
-                                "hostEndpoint": None})
+                proxies.append(
+                    {
+                        "name": f"{a.name}-dl-{b.name}",
+                        "kind": "dledger",
+                        "node": a.name,
+                        "peer": b.name,
+                        "listen": f"0.0.0.0:{port}",
+                        "upstream": f"{b.name}:{b_port}",
+                        "hostEndpoint": None,
+                    }
+                )
             overrides[a.name]["dLegerPeers"] = ";".join(peers)
     return proxies
 
 
 def toxiproxy_proxies(state: dict) -> list[dict]:
     """The proxy list (Toxiproxy -config format) for a cluster's state."""
-    return [{"name": p["name"], "listen": p["listen"], "upstream": p["upstream"], "enabled": True}
-            for p in state["proxies"]]
+    return [
+        {"name": p["name"], "listen": p["listen"], "upstream": p["upstream"], "enabled": True} for p in state["proxies"]
+    ]
 
 
 class DockerBackend(Backend):
@@ -171,8 +196,9 @@ class DockerBackend(Backend):
 
     # -- lifecycle --------------------------------------------------------------------------------
     @classmethod
-    def start(cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan,
-              options: UpOptions) -> "DockerBackend":
+    def start(
+        cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan, options: UpOptions
+    ) -> "DockerBackend":
         cfile = compose_file(topology.name)
         if not cfile.is_file():
             raise ClusterError(f"no compose file for topology {topology.name}: {cfile} does not exist")
@@ -183,14 +209,18 @@ class DockerBackend(Backend):
         old = rf.read_state(run_dir)
         running = _project_containers(client, project)
         if running:
-            raise ClusterError(f"cluster {cluster!r} is already running (compose project {project}: "
-                               f"{', '.join(sorted(c.name for c in running))}): `python -m rmqha.cluster down --name "
-                               f"{cluster}` first, or start another with --name NAME --base-port N")
+            raise ClusterError(
+                f"cluster {cluster!r} is already running (compose project {project}: "
+                f"{', '.join(sorted(c.name for c in running))}): `python -m rmqha.cluster down --name "
+                f"{cluster}` first, or start another with --name NAME --base-port N"
+            )
         check_ports(cluster, topology, plan)
         api_port = toxiproxy_api_port(plan)
         if _port_busy(api_port):
-            raise ClusterError(f"cannot start cluster {cluster!r}: the Toxiproxy API port {api_port} is in use; "
-                               "pick another --base-port")
+            raise ClusterError(
+                f"cannot start cluster {cluster!r}: the Toxiproxy API port {api_port} is in use; "
+                "pick another --base-port"
+            )
 
         host = options.host
         # The per-deployment keys first (our addressing), the user's --set last, as the local backend.
@@ -217,13 +247,26 @@ class DockerBackend(Backend):
             configs[n.name] = effective_config(n, o)
         for n in topology.nodes:
             c = configs[n.name]
-            proxies.append({"name": n.name, "kind": "client", "node": n.name,
-                            "listen": f"0.0.0.0:{c.listenPort}", "upstream": f"{n.name}:{c.listenPort}",
-                            "hostEndpoint": f"{host}:{c.listenPort}"})
-            proxies.append({"name": f"{n.name}-vip", "kind": "vip", "node": n.name,
-                            "listen": f"0.0.0.0:{c.fast_listen_port}",
-                            "upstream": f"{n.name}:{c.fast_listen_port}",
-                            "hostEndpoint": f"{host}:{c.fast_listen_port}"})
+            proxies.append(
+                {
+                    "name": n.name,
+                    "kind": "client",
+                    "node": n.name,
+                    "listen": f"0.0.0.0:{c.listenPort}",
+                    "upstream": f"{n.name}:{c.listenPort}",
+                    "hostEndpoint": f"{host}:{c.listenPort}",
+                }
+            )
+            proxies.append(
+                {
+                    "name": f"{n.name}-vip",
+                    "kind": "vip",
+                    "node": n.name,
+                    "listen": f"0.0.0.0:{c.fast_listen_port}",
+                    "upstream": f"{n.name}:{c.fast_listen_port}",
+                    "hostEndpoint": f"{host}:{c.fast_listen_port}",
+                }
+            )
             used_listen.update((c.listenPort, c.fast_listen_port))
         proxies += dledger_links(topology, plan, overrides)
         for n in topology.slaves:
@@ -233,17 +276,26 @@ class DockerBackend(Backend):
             if port in used_listen:  # a second slave of the same master: its own port
                 port = configs[n.name].ha_port
             used_listen.add(port)
-            proxies.append({"name": f"{n.name}-ha", "kind": "ha", "node": n.name, "master": m.name,
-                            "listen": f"0.0.0.0:{port}", "upstream": f"{m.name}:{mc.ha_port}",
-                            "hostEndpoint": None})
+            proxies.append(
+                {
+                    "name": f"{n.name}-ha",
+                    "kind": "ha",
+                    "node": n.name,
+                    "master": m.name,
+                    "listen": f"0.0.0.0:{port}",
+                    "upstream": f"{m.name}:{mc.ha_port}",
+                    "hostEndpoint": None,
+                }
+            )
             overrides[n.name]["haMasterAddress"] = f"toxiproxy:{port}"
             # Topic config and consumer offsets come straight from the master's container: the
             # address it registers (127.0.0.1:P, for host clients) is this container itself.
             overrides[n.name]["slaveSyncMasterAddress"] = f"{m.name}:{mc.listenPort}"
             # A recovering master (haRecoveryEnable) fetches from its slave's HA port, container to
             # container: a partition (network disconnect) cuts it, a fault on the `-ha` proxy does not.
-            sources = [a for a in overrides[m.name].get("haRecoveryPeers", "").split(",")
-                       if a and not a.startswith(host + ":")]
+            sources = [
+                a for a in overrides[m.name].get("haRecoveryPeers", "").split(",") if a and not a.startswith(host + ":")
+            ]
             overrides[m.name]["haRecoveryPeers"] = ",".join(sources + [f"{n.name}:{configs[n.name].ha_port}"])
         for n in topology.nodes:
             overrides[n.name].update(extra)
@@ -251,8 +303,10 @@ class DockerBackend(Backend):
             configs[n.name] = effective_config(n, overrides[n.name])
             c = configs[n.name]
             if c.storePathRootDir != CONTAINER_STORE:
-                raise ClusterError(f"{n.name}: storePathRootDir is {CONTAINER_STORE} in containers (the host "
-                                   f"folder {rf.store_dir(run_dir, n.name)} is mounted there); do not --set it")
+                raise ClusterError(
+                    f"{n.name}: storePathRootDir is {CONTAINER_STORE} in containers (the host "
+                    f"folder {rf.store_dir(run_dir, n.name)} is mounted there); do not --set it"
+                )
 
         rf.prepare(run_dir, [n.name for n in topology.nodes], topology.name, old, options.fresh)
         (run_dir / "namesrv").mkdir(exist_ok=True)
@@ -273,10 +327,17 @@ class DockerBackend(Backend):
                 old_log.unlink()  # the log of an earlier run: saved again at `down`
 
         nodes = []
-        env = {"RMQHA_CLUSTER": cluster, "RMQHA_RUN_DIR": str(run_dir.resolve()), "RMQHA_HOST": host,
-               "RMQHA_UID": str(os.getuid()), "RMQHA_GID": str(os.getgid()),
-               "RMQHA_BROKER_IMAGE": BROKER_IMAGE, "RMQHA_TOXIPROXY_IMAGE": TOXIPROXY_IMAGE,
-               "RMQHA_NAMESRV_PORT": str(plan.namesrv_port), "RMQHA_TOXIPROXY_PORT": str(api_port)}
+        env = {
+            "RMQHA_CLUSTER": cluster,
+            "RMQHA_RUN_DIR": str(run_dir.resolve()),
+            "RMQHA_HOST": host,
+            "RMQHA_UID": str(os.getuid()),
+            "RMQHA_GID": str(os.getgid()),
+            "RMQHA_BROKER_IMAGE": BROKER_IMAGE,
+            "RMQHA_TOXIPROXY_IMAGE": TOXIPROXY_IMAGE,
+            "RMQHA_NAMESRV_PORT": str(plan.namesrv_port),
+            "RMQHA_TOXIPROXY_PORT": str(api_port),
+        }
         for n in topology.nodes:
             c = configs[n.name]
             master = None if n.is_master else topology.master_of(n).name
@@ -287,24 +348,47 @@ class DockerBackend(Backend):
             env[f"{v}_VIP_PORT"] = str(c.fast_listen_port)
             env[f"{v}_METRICS"] = str(c.metrics_port)
             env[f"{v}_SETS"] = shlex.join(set_args(overrides[n.name]))
-            nodes.append({**node, "statusUrl": f"http://{host}:{c.metrics_port}/status", "master": master,
-                          "conf": str(n.conf_file), "overrides": overrides[n.name], "service": n.name,
-                          "store": str(rf.store_dir(run_dir, n.name)),
-                          "containerStore": CONTAINER_STORE,
-                          "haMasterAddress": c.haMasterAddress,
-                          "proxies": [p["name"] for p in proxies if p["node"] == n.name]})
+            nodes.append(
+                {
+                    **node,
+                    "statusUrl": f"http://{host}:{c.metrics_port}/status",
+                    "master": master,
+                    "conf": str(n.conf_file),
+                    "overrides": overrides[n.name],
+                    "service": n.name,
+                    "store": str(rf.store_dir(run_dir, n.name)),
+                    "containerStore": CONTAINER_STORE,
+                    "haMasterAddress": c.haMasterAddress,
+                    "proxies": [p["name"] for p in proxies if p["node"] == n.name],
+                }
+            )
 
         state = {
-            "name": cluster, "topology": topology.name, "backend": cls.name, "runDir": str(run_dir),
-            "basePort": plan.base_port, "host": host, "registration": options.registration,
-            "startedAt": time.time(), "stoppedAt": None, "keptStores": kept,
+            "name": cluster,
+            "topology": topology.name,
+            "backend": cls.name,
+            "runDir": str(run_dir),
+            "basePort": plan.base_port,
+            "host": host,
+            "registration": options.registration,
+            "startedAt": time.time(),
+            "stoppedAt": None,
+            "keptStores": kept,
             "ports": [list(p) for p in plan.all_ports(topology)] + [["toxiproxy", "API port", api_port]],
-            "namesrv": {"addr": f"namesrv:{NAMESRV_CONTAINER_PORT}", "endpoint": f"{host}:{plan.namesrv_port}",
-                        "service": "namesrv", "log": str(rf.namesrv_log(run_dir))},
+            "namesrv": {
+                "addr": f"namesrv:{NAMESRV_CONTAINER_PORT}",
+                "endpoint": f"{host}:{plan.namesrv_port}",
+                "service": "namesrv",
+                "log": str(rf.namesrv_log(run_dir)),
+            },
             "toxiproxy": {"api": f"http://{host}:{api_port}", "service": "toxiproxy"},
             "proxies": proxies,
-            "compose": {"project": project, "file": str(cfile), "command": compose,
-                        "envFile": str(run_dir / "compose.env")},
+            "compose": {
+                "project": project,
+                "file": str(cfile),
+                "command": compose,
+                "envFile": str(run_dir / "compose.env"),
+            },
             "env": env,
             "nodes": nodes,
         }
@@ -329,8 +413,9 @@ class DockerBackend(Backend):
         except ClusterError as e:
             notes.append(f"logs not saved: {e}")
         try:
-            self.compose("down", "--volumes", "--remove-orphans", "-t", str(int(timeout)), capture=True,
-                         timeout=timeout * 3 + 60)
+            self.compose(
+                "down", "--volumes", "--remove-orphans", "-t", str(int(timeout)), capture=True, timeout=timeout * 3 + 60
+            )
         except ClusterError as e:
             notes.append(str(e))
         return notes + self._release_stores(keep_data)
@@ -345,14 +430,17 @@ class DockerBackend(Backend):
         cmd = [*c["command"], "-p", c["project"], "-f", c["file"], *args]
         env = {**os.environ, **self.state.get("env", {})}
         try:
-            proc = subprocess.run(cmd, env=env, cwd=Path(c["file"]).parent, timeout=timeout, text=True,
-                                  capture_output=capture)
+            proc = subprocess.run(
+                cmd, env=env, cwd=Path(c["file"]).parent, timeout=timeout, text=True, capture_output=capture
+            )
         except subprocess.TimeoutExpired:
             raise ClusterError(f"`{shlex.join(cmd)}` did not finish in {timeout:.0f}s") from None
         if proc.returncode != 0:
             detail = (proc.stderr or "").strip().splitlines()[-15:] if capture else []
-            raise ClusterError(f"`{shlex.join(cmd)}` failed (exit {proc.returncode})"
-                               + (":\n    " + "\n    ".join(detail) if detail else ""))
+            raise ClusterError(
+                f"`{shlex.join(cmd)}` failed (exit {proc.returncode})"
+                + (":\n    " + "\n    ".join(detail) if detail else "")
+            )
         return proc
 
     # -- containers -------------------------------------------------------------------------------
@@ -376,8 +464,10 @@ class DockerBackend(Backend):
 
     def _check_node(self, node: str) -> None:
         if node not in ("namesrv", "toxiproxy") and node not in self.node_names():
-            raise ClusterError(f"cluster {self.cluster!r} has no node {node!r}; nodes: "
-                               + ", ".join(["namesrv", "toxiproxy"] + self.node_names()))
+            raise ClusterError(
+                f"cluster {self.cluster!r} has no node {node!r}; nodes: "
+                + ", ".join(["namesrv", "toxiproxy"] + self.node_names())
+            )
 
     def process_state(self, node: str) -> ProcessState:
         try:
@@ -411,8 +501,7 @@ class DockerBackend(Backend):
             if c.status in wanted:
                 return c.status
             if time.monotonic() > deadline:
-                raise ClusterError(f"{self.project}/{node} is {c.status}, not {'/'.join(wanted)}, "
-                                   f"after {timeout:.0f}s")
+                raise ClusterError(f"{self.project}/{node} is {c.status}, not {'/'.join(wanted)}, after {timeout:.0f}s")
             time.sleep(0.05)
 
     def container_status(self, node: str) -> str:
@@ -505,7 +594,7 @@ class DockerBackend(Backend):
     def follow_logs(self, nodes: list[str], lines: int = 10, out=None, poll: float = 0.3) -> None:
         out = out or sys.stdout
         out.flush()
-        self.compose("logs", "-f", "--tail", str(lines), *nodes, timeout=10 ** 9)
+        self.compose("logs", "-f", "--tail", str(lines), *nodes, timeout=10**9)
 
     def save_logs(self) -> None:
         """Write every container's log into the run folder (called by stop, before the containers go)."""
@@ -541,16 +630,32 @@ class DockerBackend(Backend):
         out = []
         for p in self.state.get("proxies", []):
             lp = live.get(p["name"])
-            out.append({"name": p["name"], "kind": p["kind"], "node": p["node"], "listen": p["listen"],
-                        "upstream": p["upstream"], "hostEndpoint": p.get("hostEndpoint"),
-                        "enabled": lp.get("enabled") if lp else None,
-                        "toxics": [{"name": t.get("name"), "type": t.get("type"), "stream": t.get("stream"),
-                                    "attributes": t.get("attributes")} for t in (lp or {}).get("toxics") or []],
-                        "error": None if lp else (error or "not on the Toxiproxy server")})
+            out.append(
+                {
+                    "name": p["name"],
+                    "kind": p["kind"],
+                    "node": p["node"],
+                    "listen": p["listen"],
+                    "upstream": p["upstream"],
+                    "hostEndpoint": p.get("hostEndpoint"),
+                    "enabled": lp.get("enabled") if lp else None,
+                    "toxics": [
+                        {
+                            "name": t.get("name"),
+                            "type": t.get("type"),
+                            "stream": t.get("stream"),
+                            "attributes": t.get("attributes"),
+                        }
+                        for t in (lp or {}).get("toxics") or []
+                    ],
+                    "error": None if lp else (error or "not on the Toxiproxy server"),
+                }
+            )
         return out
 
 
 # ---- helpers -----------------------------------------------------------------------------------
+
 
 def _project_containers(client, project: str, service: str | None = None) -> list:
     labels = [f"com.docker.compose.project={project}"]
@@ -561,12 +666,15 @@ def _project_containers(client, project: str, service: str | None = None) -> lis
 
 def _port_busy(port: int) -> bool:
     from .local_backend import port_in_use
+
     return port_in_use(port)
 
 
 def _write_env_file(path: Path, env: dict[str, str]) -> None:
-    lines = ["# compose variables of this cluster, written by `python -m rmqha.cluster up` (rmqha/cluster/docker_backend.py).",
-             "# docker-compose -p <project> -f compose/docker-compose.<topology>.yml --env-file THIS-FILE ..."]
+    lines = [
+        "# compose variables of this cluster, written by `python -m rmqha.cluster up` (rmqha/cluster/docker_backend.py).",
+        "# docker-compose -p <project> -f compose/docker-compose.<topology>.yml --env-file THIS-FILE ...",
+    ]
     for k, v in env.items():
         lines.append(f"{k}={v}")
     path.write_text("\n".join(lines) + "\n")

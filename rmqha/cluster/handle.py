@@ -25,6 +25,7 @@ bandwidth on the HA or client links) and no partition (processes on one loopback
 without root network namespaces); fill_disk/free_disk need a store on a size-limited filesystem, which
 only the docker backend's disk-limited stores have. Those raise Unsupported, saying so.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -42,7 +43,7 @@ from .backend import attach as attach_backend
 from .status import NamesrvError, collect, fetch_status, is_dledger_spec, namesrv_request
 from .wait import ProcessExited, WaitTimeout, wait_until
 
-CHECKPOINT_DURABLE = struct.Struct(">q")   # rmqha/broker/store/message_store.py: bytes 24..32 of store/checkpoint
+CHECKPOINT_DURABLE = struct.Struct(">q")  # rmqha/broker/store/message_store.py: bytes 24..32 of store/checkpoint
 CHECKPOINT_DURABLE_AT = 24
 LOG_TAIL_LINES = 30
 
@@ -64,9 +65,19 @@ class Cluster:
         return cls(attach_backend(cname, rd, state))
 
     @classmethod
-    def up(cls, name: str, topology: str = "2m-2s-sync", backend: str = "local", *, base_port: int | None = None,
-           sets: dict[str, str] | None = None, fresh: bool = True, timeout: float = 90.0, out=None,
-           acl: bool = False) -> "Cluster":
+    def up(
+        cls,
+        name: str,
+        topology: str = "2m-2s-sync",
+        backend: str = "local",
+        *,
+        base_port: int | None = None,
+        sets: dict[str, str] | None = None,
+        fresh: bool = True,
+        timeout: float = 90.0,
+        out=None,
+        acl: bool = False,
+    ) -> "Cluster":
         """Start a cluster (as `python -m rmqha.cluster up`) and wait until it is ready. sets: {"key": v} for
         every broker, {"node:key": v} for one. acl: aclEnable with a kit-written plain_acl.yml (the
         handle signs its own requests; client_env() is what a client needs)."""
@@ -75,6 +86,7 @@ class Cluster:
         from .backend import UpOptions, backend_class
         from .topology import PortPlan, load_topology
         from .wait import wait_ready
+
         topo = load_topology(topology)
         extra, per_node = {}, {}
         for k, v in (sets or {}).items():
@@ -83,8 +95,13 @@ class Cluster:
                 per_node.setdefault(node, {})[key] = str(v)
             else:
                 extra[key] = str(v)
-        b = backend_class(backend).start(rf.check_name(name), rf.run_dir(name), topo, PortPlan.make(base_port),
-                                         UpOptions(fresh=fresh, extra=extra, extra_per_node=per_node, acl=acl))
+        b = backend_class(backend).start(
+            rf.check_name(name),
+            rf.run_dir(name),
+            topo,
+            PortPlan.make(base_port),
+            UpOptions(fresh=fresh, extra=extra, extra_per_node=per_node, acl=acl),
+        )
         c = cls(b)
         progress = out if out is not None else io.StringIO()
         try:
@@ -139,6 +156,7 @@ class Cluster:
         """Environment variables a client process of this cluster needs (RMQHA_ACCESS_KEY/SECRET_KEY under
         ACL: the kit's workloads sign with them; empty otherwise)."""
         from .acl import env_of
+
         return env_of(self.state)
 
     @property
@@ -158,14 +176,16 @@ class Cluster:
         """Classic masters (from state.json), then each DLedger group's current leader (from /status; a
         group with no node answering as leader has none here)."""
         leaders = self._dledger_leaders()
-        return [n["name"] for n in self.state.get("nodes", []) if not n.get("master") and not is_dledger_spec(n)] \
-            + [m for _, m in sorted(leaders.items()) if m]
+        return [n["name"] for n in self.state.get("nodes", []) if not n.get("master") and not is_dledger_spec(n)] + [
+            m for _, m in sorted(leaders.items()) if m
+        ]
 
     def slaves(self) -> list[str]:
         """Classic slaves, then every DLedger node that is not its group's current leader."""
         leaders = self._dledger_leaders()
-        return [n["name"] for n in self.state.get("nodes", []) if n.get("master") and not is_dledger_spec(n)] \
-            + [n for g, members in sorted(self.dledger_groups().items()) for n in members if n != leaders.get(g)]
+        return [n["name"] for n in self.state.get("nodes", []) if n.get("master") and not is_dledger_spec(n)] + [
+            n for g, members in sorted(self.dledger_groups().items()) for n in members if n != leaders.get(g)
+        ]
 
     def master_of(self, node: str) -> str | None:
         """A classic slave's master; a DLedger follower's current leader (None for the leader itself, and
@@ -259,15 +279,19 @@ class Cluster:
         return self.backend.store_path(node)
 
     # -- waiting ----------------------------------------------------------------------------------
-    def wait_until(self, predicate, timeout: float, what: str, *, node: str | list[str] | None = None,
-                   interval: float = 0.1):
+    def wait_until(
+        self, predicate, timeout: float, what: str, *, node: str | list[str] | None = None, interval: float = 0.1
+    ):
         """Poll predicate until it returns something true; return that. On timeout raise WaitTimeout
         naming `what`, the last error, and the last lines of the log of `node` (default: every node)."""
         nodes = [node] if isinstance(node, str) else (node or self.all_nodes())
 
         def tails() -> str:
-            return "\n".join(f"--- last {LOG_TAIL_LINES} lines of {n} ({self.backend.log_location(n)}) ---\n"
-                             + "\n".join(self.log_tail(n)) for n in nodes)
+            return "\n".join(
+                f"--- last {LOG_TAIL_LINES} lines of {n} ({self.backend.log_location(n)}) ---\n"
+                + "\n".join(self.log_tail(n))
+                for n in nodes
+            )
 
         return wait_until(predicate, timeout, what, interval=interval, on_timeout=tails)
 
@@ -276,6 +300,7 @@ class Cluster:
         import io
 
         from .wait import wait_ready
+
         progress = io.StringIO()
         try:
             wait_ready(self.state, self.backend, timeout=timeout, out=progress)
@@ -381,18 +406,23 @@ class Cluster:
     def wait_caught_up(self, timeout: float = 60.0, masters: list[str] | None = None) -> float:
         """Until caught_up(); returns the seconds it took."""
         t0 = time.monotonic()
-        self.wait_until(lambda: self.caught_up(masters), timeout,
-                        "every slave holds its master's log (DLedger: every member the leader's, committed)",
-                        interval=0.2)
+        self.wait_until(
+            lambda: self.caught_up(masters),
+            timeout,
+            "every slave holds its master's log (DLedger: every member the leader's, committed)",
+            interval=0.2,
+        )
         return time.monotonic() - t0
 
     def wait_up(self, node: str, timeout: float = 30.0) -> dict:
         """Until the node's process runs and its /status answers; returns the status."""
+
         def up():
             ps = self.backend.process_state(node)
             if not ps.running and ps.detail not in ("unknown",):
                 raise ProcessExited(f"{node} {ps.detail}")
             return self.status(node)
+
         return self.wait_until(up, timeout, f"{node} answers /status", node=node)
 
     # -- node operations --------------------------------------------------------------------------
@@ -437,13 +467,17 @@ class Cluster:
         Not on a DLedger node (Unsupported): its log is dledger-<selfId>/data, whose durable position
         /status does not report, so cutting `commitlog/` would leave the log whole: a plain kill in disguise."""
         if self.is_dledger(node):
-            raise Unsupported(f"{node} is a DLedger node: a power loss would have to cut its dledger-*/data "
-                              "files at a durable position the broker does not report yet; use kill-leader or "
-                              "kill-follower (SIGKILL) instead")
+            raise Unsupported(
+                f"{node} is a DLedger node: a power loss would have to cut its dledger-*/data "
+                "files at a durable position the broker does not report yet; use kill-leader or "
+                "kill-follower (SIGKILL) instead"
+            )
         st = self.status(node)
         if st is None or st.get("durableOffset") is None:
-            raise ClusterError(f"{node} does not answer /status with a durableOffset: cannot simulate a power "
-                               "loss without knowing what is on disk")
+            raise ClusterError(
+                f"{node} does not answer /status with a durableOffset: cannot simulate a power "
+                "loss without knowing what is on disk"
+            )
         polled, max_before = int(st["durableOffset"]), st.get("maxPhyOffset")
         self.kill(node)
         store = self.store_path(node)
@@ -451,8 +485,13 @@ class Cluster:
         durable = max(polled, ckpt or 0)
         size = int(self.node(node).get("commitlogFileSize") or 0)
         dropped = drop_after(store / "commitlog", durable, size)
-        return {"durableOffset": durable, "polledDurableOffset": polled, "checkpointDurableOffset": ckpt,
-                "maxPhyOffsetBefore": max_before, "droppedBytes": dropped}
+        return {
+            "durableOffset": durable,
+            "polledDurableOffset": polled,
+            "checkpointDurableOffset": ckpt,
+            "maxPhyOffsetBefore": max_before,
+            "droppedBytes": dropped,
+        }
 
     # -- docker-only node operations ----------------------------------------------------------------
     def _need(self, op: str, why: str):
@@ -472,8 +511,10 @@ class Cluster:
         """Fill the filesystem of the node's store until `leave_bytes` are free (a filler file)."""
         store = self.store_path(node)
         if not _is_size_limited(store):
-            raise Unsupported(f"{node}'s store {store} is not on its own size-limited filesystem "
-                              "(Cluster.limit_disk(node, mb) puts it on a tmpfs; rmqha.chaos.run does it for disk-full)")
+            raise Unsupported(
+                f"{node}'s store {store} is not on its own size-limited filesystem "
+                "(Cluster.limit_disk(node, mb) puts it on a tmpfs; rmqha.chaos.run does it for disk-full)"
+            )
         return fill_filesystem(store, leave_bytes)
 
     def free_disk(self, node: str) -> dict:
@@ -501,8 +542,12 @@ class Cluster:
         store.rename(aside)
         store.mkdir()
         try:
-            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size_mb)}m,mode=0755", "tmpfs", str(store)],
-                           check=True, capture_output=True, text=True)
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={int(size_mb)}m,mode=0755", "tmpfs", str(store)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
         except subprocess.CalledProcessError as e:
             store.rmdir()
             aside.rename(store)
@@ -532,10 +577,13 @@ class Cluster:
     def toxics(self):
         """The Toxiproxy client of a docker cluster (rmqha/cluster/toxics.py)."""
         if self.kind != "docker":
-            raise Unsupported("the local backend has no proxies: links cannot be delayed, sliced or cut "
-                              "(faults there are node faults: pause, stop, kill, power loss)")
+            raise Unsupported(
+                "the local backend has no proxies: links cannot be delayed, sliced or cut "
+                "(faults there are node faults: pause, stop, kill, power loss)"
+            )
         if getattr(self, "_toxics", None) is None:
             from .toxics import Toxics
+
             self._toxics = Toxics(self.state["toxiproxy"]["api"])
         return self._toxics
 
@@ -555,8 +603,9 @@ class Cluster:
     def cut_link(self, link: str, mode: str = "disabled") -> None:
         self.toxics.cut(link, mode)
 
-    def slice_link(self, link: str, average_size: int, size_variation: int = 0, delay_us: int = 0,
-                   stream: str = "downstream") -> None:
+    def slice_link(
+        self, link: str, average_size: int, size_variation: int = 0, delay_us: int = 0, stream: str = "downstream"
+    ) -> None:
         self.toxics.slicer(link, average_size, size_variation, delay_us, stream=stream)
 
     def throttle_link(self, link: str, rate_kb: int, stream: str = "downstream") -> None:
@@ -571,12 +620,14 @@ class Cluster:
             self.toxics.reset()
 
     # -- admin ------------------------------------------------------------------------------------
-    def create_topic(self, topic: str, masters: list[str] | None = None, queues: int = 4,
-                     timeout: float = 30.0) -> None:
+    def create_topic(
+        self, topic: str, masters: list[str] | None = None, queues: int = 4, timeout: float = 30.0
+    ) -> None:
         """UPDATE_AND_CREATE_TOPIC on these masters (default all), then wait until the name server routes
         the topic to exactly them: an auto-created topic would live only where the first send went."""
         from rmqha.broker.remoting import json_body
         from rmqha.broker.remoting.codes import RequestCode
+
         if masters is None and self.dledger_groups():
             # a DLedger group's master is whoever leads now: wait for one in every group (an election)
             def leaders():
@@ -584,54 +635,87 @@ class Cluster:
                 if all(got.values()):
                     return got
                 raise RuntimeError("no leader in " + ", ".join(g for g, m in sorted(got.items()) if not m))
+
             self.wait_until(leaders, timeout, "every DLedger group has a leader", interval=0.2)
         masters = masters if masters is not None else self.masters()
-        fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
-                  "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"}
+        fields = {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": queues,
+            "writeQueueNums": queues,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": "false",
+        }
         for m in masters:
+
             def created(m=m):
                 try:
-                    r = namesrv_request(self.addr(m), RequestCode.UPDATE_AND_CREATE_TOPIC, fields, timeout=3.0,
-                                        credentials=self.credentials)
+                    r = namesrv_request(
+                        self.addr(m),
+                        RequestCode.UPDATE_AND_CREATE_TOPIC,
+                        fields,
+                        timeout=3.0,
+                        credentials=self.credentials,
+                    )
                 except NamesrvError as e:
                     raise RuntimeError(str(e)) from None
                 if r.code != 0:
                     raise RuntimeError(f"code {r.code} {r.remark}")
                 return True
+
             self.wait_until(created, timeout, f"topic {topic} created on {m}", node=m, interval=0.5)
         want = {self.node(m)["brokerName"] for m in masters}
 
         def routed():
             r = namesrv_request(self.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-            got = {q["brokerName"] for q in json_body.loads(r.body).get("queueDatas") or []} \
-                if r.code == 0 and r.body else set()
+            got = (
+                {q["brokerName"] for q in json_body.loads(r.body).get("queueDatas") or []}
+                if r.code == 0 and r.body
+                else set()
+            )
             if got == want:
                 return True
             raise RuntimeError(f"routed to {sorted(got)}")
-        self.wait_until(routed, timeout, f"the name server routes {topic} to {sorted(want)}", node="namesrv",
-                        interval=0.2)
+
+        self.wait_until(
+            routed, timeout, f"the name server routes {topic} to {sorted(want)}", node="namesrv", interval=0.2
+        )
 
     def group_backlog(self, group: str, topic: str, queues: int = 4) -> dict[str, dict[int, int | None]]:
         """master -> {queue id: messages the consumer group has not committed yet (max offset minus its
         committed offset; None when the master does not answer)}. Zero everywhere: the group has
         consumed every queue of the topic to its end."""
-        return {m: {q: None if o is None else max(0, o["max"] - o["committed"]) for q, o in per.items()}
-                for m, per in self.group_offsets(group, topic, queues).items()}
+        return {
+            m: {q: None if o is None else max(0, o["max"] - o["committed"]) for q, o in per.items()}
+            for m, per in self.group_offsets(group, topic, queues).items()
+        }
 
     def group_offsets(self, group: str, topic: str, queues: int = 4) -> dict[str, dict[int, dict | None]]:
         """master -> {queue id: {"max": queue max offset, "committed": the group's committed offset (0 when
         it has none)}, or None when the master does not answer}."""
         from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+
         out: dict[str, dict[int, dict | None]] = {}
         for m in self.masters():
             per: dict[int, dict | None] = {}
             for q in range(queues):
                 try:
-                    mx = namesrv_request(self.addr(m), RequestCode.GET_MAX_OFFSET,
-                                         {"topic": topic, "queueId": q}, timeout=2.0, credentials=self.credentials)
-                    co = namesrv_request(self.addr(m), RequestCode.QUERY_CONSUMER_OFFSET,
-                                         {"consumerGroup": group, "topic": topic, "queueId": q}, timeout=2.0,
-                                         credentials=self.credentials)
+                    mx = namesrv_request(
+                        self.addr(m),
+                        RequestCode.GET_MAX_OFFSET,
+                        {"topic": topic, "queueId": q},
+                        timeout=2.0,
+                        credentials=self.credentials,
+                    )
+                    co = namesrv_request(
+                        self.addr(m),
+                        RequestCode.QUERY_CONSUMER_OFFSET,
+                        {"consumerGroup": group, "topic": topic, "queueId": q},
+                        timeout=2.0,
+                        credentials=self.credentials,
+                    )
                 except NamesrvError:
                     per[q] = None
                     continue
@@ -639,14 +723,18 @@ class Cluster:
                     per[q] = None
                     continue
                 end = int((mx.ext_fields or {}).get("offset", 0))
-                done = int((co.ext_fields or {}).get("offset", 0)) if co.code == 0 else \
-                    (0 if co.code == ResponseCode.QUERY_NOT_FOUND else None)
+                done = (
+                    int((co.ext_fields or {}).get("offset", 0))
+                    if co.code == 0
+                    else (0 if co.code == ResponseCode.QUERY_NOT_FOUND else None)
+                )
                 per[q] = None if done is None else {"max": end, "committed": done}
             out[m] = per
         return out
 
 
 # ---- the store, seen from outside ----------------------------------------------------------------
+
 
 def read_checkpoint_durable(store: Path) -> int | None:
     """The durable commit-log offset the broker last wrote into store/checkpoint (None: not there)."""
@@ -677,6 +765,7 @@ def drop_after(commitlog_dir: Path, durable: int, file_size: int = 0) -> int:
     the file holding `durable` keeps its size (files are preallocated) with zeros from there on; later
     files are removed. Returns how many non-zero bytes were dropped."""
     from rmqha.broker.store.mapped_file import list_files
+
     dropped = 0
     for base, path in list_files(str(commitlog_dir)):
         size = os.path.getsize(path)
@@ -694,7 +783,7 @@ def drop_after(commitlog_dir: Path, durable: int, file_size: int = 0) -> int:
                 zeros = bytes(1 << 20)
                 pos = start
                 while pos < size:
-                    pos += os.pwrite(fd, zeros[:min(len(zeros), size - pos)], pos)
+                    pos += os.pwrite(fd, zeros[: min(len(zeros), size - pos)], pos)
         finally:
             os.close(fd)
     return dropped
@@ -746,7 +835,7 @@ def fill_filesystem(path: Path, leave_bytes: int = 0) -> dict:
         block = bytes(1 << 20)
         try:
             while written < want:
-                n = fh.write(block[:min(len(block), want - written)])
+                n = fh.write(block[: min(len(block), want - written)])
                 if not n:
                     break
                 written += n
@@ -762,4 +851,3 @@ def free_filesystem(path: Path) -> dict:
     filler.unlink(missing_ok=True)
     st = os.statvfs(path)
     return {"freed": size, "freeBytes": st.f_bavail * st.f_frsize}
-

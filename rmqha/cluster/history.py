@@ -51,6 +51,7 @@ A history file is `RUN/history/<client>.jsonl` (any *.jsonl under RUN/history is
 The "acknowledged" sends are those with status SEND_OK. The other three statuses mean "stored on the
 master, replication/flush not confirmed". ERROR means the client does not know.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -64,9 +65,30 @@ ERROR = "ERROR"
 RECEIVED = "RECEIVED"
 INVOKE, SEND, RECEIVE, SUBSCRIBE, UNSUBSCRIBE = "invoke", "send", "receive", "subscribe", "unsubscribe"
 FROM_FIRST, FROM_NOW = "FROM_FIRST", "FROM_NOW"  # a subscribe line's status: which sends the group is owed
-FIELDS = ("client", "seq", "op", "group", "shard", "topic", "send_id", "attempt", "uniq_key", "status", "error",
-          "offset_msg_id", "broker_name", "queue_id", "queue_offset", "commit_log_offset",
-          "store_timestamp", "ordered", "start_ms", "end_ms", "body_len", "library")
+FIELDS = (
+    "client",
+    "seq",
+    "op",
+    "group",
+    "shard",
+    "topic",
+    "send_id",
+    "attempt",
+    "uniq_key",
+    "status",
+    "error",
+    "offset_msg_id",
+    "broker_name",
+    "queue_id",
+    "queue_offset",
+    "commit_log_offset",
+    "store_timestamp",
+    "ordered",
+    "start_ms",
+    "end_ms",
+    "body_len",
+    "library",
+)
 OFFICIAL_LIBRARY = "rocketmq 0.4.4 (C++ 1.0.1)"
 
 

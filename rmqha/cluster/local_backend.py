@@ -4,6 +4,7 @@ Each process runs in its own session (start_new_session), so it outlives the CLI
 terminal does not reach it; its pid is also its process-group id. state.json records the pid with
 the process's start time from /proc, so `down` never signals a recycled pid.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -21,12 +22,21 @@ from .topology import CLUSTER_PORT_SPAN, PortPlan, Topology, effective_config, n
 _STATE_LOCK = threading.Lock()
 
 
-
 # The launcher and the port planner live in rmqha/cluster/process.py and rmqha/cluster/ports.py; these names are
 # kept here for the callers that imported them from this module.
 from .ports import free_cluster_base, port_in_use  # noqa: E402,F401
-from .process import (_reap, broker_command, child_env, is_running, is_stopped, namesrv_command,  # noqa: E402,F401
-                      proc_stat, record, send_signal, spawn)
+from .process import (  # noqa: E402,F401
+    _reap,
+    broker_command,
+    child_env,
+    is_running,
+    is_stopped,
+    namesrv_command,
+    proc_stat,
+    record,
+    send_signal,
+    spawn,
+)
 from .process import kill as kill_process  # noqa: E402
 from .process import stop as stop_process  # noqa: E402
 
@@ -34,6 +44,7 @@ _signal = send_signal
 
 
 # ---- ports -------------------------------------------------------------------------------------
+
 
 def suggest_base_port(topology: Topology, exclude_base: int | None = None) -> int | None:
     """A base port below the ephemeral range whose whole block is free."""
@@ -64,36 +75,46 @@ def check_ports(cluster: str, topology: Topology, plan: PortPlan) -> None:
     if len(lines) > 6:
         lines[5:] = [f"  ... and {len(lines) - 5} more"]
     free = suggest_base_port(topology, plan.base_port)
-    hint = (f"pick another port block with --base-port {free} (or CLUSTER_BASE_PORT={free}); "
-            f"a cluster uses {CLUSTER_PORT_SPAN} ports from its base"
-            if free else "free the ports or pick another --base-port")
+    hint = (
+        f"pick another port block with --base-port {free} (or CLUSTER_BASE_PORT={free}); "
+        f"a cluster uses {CLUSTER_PORT_SPAN} ports from its base"
+        if free
+        else "free the ports or pick another --base-port"
+    )
     if owners:
-        stop = "; ".join(f"`python -m rmqha.cluster down --name {o.split()[-1].strip(chr(39))}`" for o in sorted(owners))
+        stop = "; ".join(
+            f"`python -m rmqha.cluster down --name {o.split()[-1].strip(chr(39))}`" for o in sorted(owners)
+        )
         cause = f"{', '.join(sorted(owners))} holds them: stop it with {stop}"
     else:
-        cause = ("another process holds them (a cluster started from another checkout or run root? "
-                 "see `ss -ltnp`)")
+        cause = "another process holds them (a cluster started from another checkout or run root? see `ss -ltnp`)"
     if all(owner == "namesrv" for owner, _, _ in busy):
         hint += ", or keep the brokers' ports and move only the name server with --namesrv-port N"
-    raise ClusterError("cannot start cluster %r: %d of its ports are taken:\n%s\n%s; or %s"
-                       % (cluster, len(busy), "\n".join(lines), cause, hint))
+    raise ClusterError(
+        "cannot start cluster %r: %d of its ports are taken:\n%s\n%s; or %s"
+        % (cluster, len(busy), "\n".join(lines), cause, hint)
+    )
 
 
 # ---- the backend -------------------------------------------------------------------------------
+
 
 class LocalBackend(Backend):
     name = "local"
 
     @classmethod
-    def start(cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan,
-              options: UpOptions) -> "LocalBackend":
+    def start(
+        cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan, options: UpOptions
+    ) -> "LocalBackend":
         old = rf.read_state(run_dir)
         if old and not old.get("stoppedAt"):
             running = [n for n, rec in _records(old) if is_running(rec)]
             if running:
-                raise ClusterError(f"cluster {cluster!r} is already running ({', '.join(running)}; "
-                                   f"run folder {run_dir}): `python -m rmqha.cluster down --name {cluster}` first, "
-                                   "or start another with --name NAME --base-port N")
+                raise ClusterError(
+                    f"cluster {cluster!r} is already running ({', '.join(running)}; "
+                    f"run folder {run_dir}): `python -m rmqha.cluster down --name {cluster}` first, "
+                    "or start another with --name NAME --base-port N"
+                )
         check_ports(cluster, topology, plan)
 
         host = options.host
@@ -102,9 +123,14 @@ class LocalBackend(Backend):
         if creds:
             for n in topology.nodes:
                 per_node[n.name] = {**acl.broker_sets(str(rf.store_dir(run_dir, n.name)), creds), **per_node[n.name]}
-        overrides = node_overrides(topology, plan, host=host,
-                                   store_dir_of=lambda n: rf.store_dir(run_dir, n),
-                                   extra=options.extra, extra_per_node=per_node)
+        overrides = node_overrides(
+            topology,
+            plan,
+            host=host,
+            store_dir_of=lambda n: rf.store_dir(run_dir, n),
+            extra=options.extra,
+            extra_per_node=per_node,
+        )
         for n in topology.nodes:
             # The HA ports listen on every interface, and the kit's slaves and recovering masters all
             # connect from `host`: nobody else may (docs/ha-protocol.md, "Who can do what on the HA port").
@@ -132,17 +158,35 @@ class LocalBackend(Backend):
             master = None if n.is_master else topology.master_of(n).name
             node = rf.node_record(n.name, c, host, cls.name)
             rf.write_node_json(run_dir, node)
-            nodes.append({**node, "statusUrl": f"http://{host}:{c.metrics_port}/status", "master": master,
-                          "conf": str(n.conf_file), "overrides": overrides[n.name],
-                          "log": str(rf.broker_log(run_dir, n.name)), "store": c.storePathRootDir})
+            nodes.append(
+                {
+                    **node,
+                    "statusUrl": f"http://{host}:{c.metrics_port}/status",
+                    "master": master,
+                    "conf": str(n.conf_file),
+                    "overrides": overrides[n.name],
+                    "log": str(rf.broker_log(run_dir, n.name)),
+                    "store": c.storePathRootDir,
+                }
+            )
 
         state = {
-            "name": cluster, "topology": topology.name, "backend": cls.name, "runDir": str(run_dir),
-            "basePort": plan.base_port, "host": host, "registration": options.registration,
-            "startedAt": time.time(), "stoppedAt": None, "keptStores": kept,
+            "name": cluster,
+            "topology": topology.name,
+            "backend": cls.name,
+            "runDir": str(run_dir),
+            "basePort": plan.base_port,
+            "host": host,
+            "registration": options.registration,
+            "startedAt": time.time(),
+            "stoppedAt": None,
+            "keptStores": kept,
             "ports": [list(p) for p in plan.all_ports(topology)],
-            "namesrv": {"addr": f"{host}:{plan.namesrv_port}", "endpoint": f"{host}:{plan.namesrv_port}",
-                        "log": str(rf.namesrv_log(run_dir))},
+            "namesrv": {
+                "addr": f"{host}:{plan.namesrv_port}",
+                "endpoint": f"{host}:{plan.namesrv_port}",
+                "log": str(rf.namesrv_log(run_dir)),
+            },
             "nodes": nodes,
         }
         if creds:
@@ -152,12 +196,12 @@ class LocalBackend(Backend):
         backend = cls(cluster, run_dir, state)
         env = child_env()
         try:
-            state["namesrv"]["process"] = record(spawn(namesrv_command(plan.namesrv_port, host),
-                                                       rf.namesrv_log(run_dir), env))
+            state["namesrv"]["process"] = record(
+                spawn(namesrv_command(plan.namesrv_port, host), rf.namesrv_log(run_dir), env)
+            )
             rf.write_state(run_dir, state)
             for node in nodes:  # masters come before their slaves in the node list
-                node["process"] = record(spawn(broker_command(node["conf"], node["overrides"]),
-                                               Path(node["log"]), env))
+                node["process"] = record(spawn(broker_command(node["conf"], node["overrides"]), Path(node["log"]), env))
                 rf.write_state(run_dir, state)
         except BaseException:
             backend.stop(keep_data=True, timeout=5)
@@ -201,8 +245,9 @@ class LocalBackend(Backend):
                 return n
         if node == "namesrv":
             return self.state["namesrv"]
-        raise ClusterError(f"cluster {self.cluster!r} has no node {node!r}; nodes: "
-                           + ", ".join(["namesrv"] + self.node_names()))
+        raise ClusterError(
+            f"cluster {self.cluster!r} has no node {node!r}; nodes: " + ", ".join(["namesrv"] + self.node_names())
+        )
 
     def start_node(self, node: str) -> None:
         """Start the node again exactly as `up` did (no-op when it runs); its new pid goes to state.json."""
@@ -262,8 +307,9 @@ class LocalBackend(Backend):
         for n in self.state.get("nodes", []):
             if n["name"] == node:
                 return n.get("process")
-        raise ClusterError(f"cluster {self.cluster!r} has no node {node!r}; nodes: "
-                           + ", ".join(["namesrv"] + self.node_names()))
+        raise ClusterError(
+            f"cluster {self.cluster!r} has no node {node!r}; nodes: " + ", ".join(["namesrv"] + self.node_names())
+        )
 
     def process_state(self, node: str) -> ProcessState:
         rec = self._record(node)
@@ -288,6 +334,7 @@ def _records(state: dict):
 
 def _is_ip(host: str) -> bool:
     import ipaddress
+
     try:
         return not ipaddress.ip_address(host).is_unspecified
     except ValueError:

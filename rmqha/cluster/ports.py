@@ -9,12 +9,13 @@ the process binding it. Single ports come from [12000, 20000) and cluster blocks
 under pytest-xdist each worker owns one contiguous slice of each: a check-then-bind race between two
 workers (CI saw a name server lose its port to another worker's cluster) cannot happen by construction.
 """
+
 from __future__ import annotations
 
 import os
 import socket
 
-LOW, HIGH = 12000, 20000            # single ports and small blocks
+LOW, HIGH = 12000, 20000  # single ports and small blocks
 CLUSTER_LOW, CLUSTER_HIGH = 20000, 32000  # 50-port cluster blocks
 _next = [0]
 
@@ -69,14 +70,23 @@ def free_broker_port() -> int:
     return free_block(5) + 2
 
 
-def free_cluster_base(topology, *, low: int = CLUSTER_LOW, high: int = CLUSTER_HIGH, stride: int = 100,
-                      slot: int = 0, slots: int = 1, extra_offsets: tuple[int, ...] = (),
-                      exclude: int | None = None) -> int | None:
+def free_cluster_base(
+    topology,
+    *,
+    low: int = CLUSTER_LOW,
+    high: int = CLUSTER_HIGH,
+    stride: int = 100,
+    slot: int = 0,
+    slots: int = 1,
+    extra_offsets: tuple[int, ...] = (),
+    exclude: int | None = None,
+) -> int | None:
     """A cluster base port whose whole block (and base+offset for each extra offset) is free.
 
     Under pytest-xdist the search stays in this worker's slice of [low, high); slot/slots interleave
     the candidates between parallel users inside one process (the chaos matrix's lanes)."""
     from .topology import CLUSTER_PORT_SPAN, PortPlan
+
     # the worker's slice of the fixed cluster range, whatever low/high a caller passes, so two callers
     # with different bounds in two workers cannot meet; and every port of the block (the VIP channel
     # is base - 2) inside it, so a block never reaches into the single-port range or a neighbour's slice

@@ -8,6 +8,7 @@ terminal does not reach it; its pid is also its process-group id. A record carri
 process's start time from /proc, so a recycled pid is never signalled. The local backend, the
 integration tests' single brokers and the benchmarks all start processes through `spawn`.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -23,11 +24,19 @@ from . import ClusterError
 from .topology import REPO_ROOT, set_args
 
 
-def broker_command(conf: str | Path, overrides: dict | None = None, *, python_args: list[str] | None = None,
-                   extra_args: list[str] | None = None) -> list[str]:
+def broker_command(
+    conf: str | Path,
+    overrides: dict | None = None,
+    *,
+    python_args: list[str] | None = None,
+    extra_args: list[str] | None = None,
+) -> list[str]:
     """`python -m rmqha.broker -c CONF --set k=v ...` (python_args go before -m, e.g. cProfile)."""
-    return ([sys.executable, *(python_args or []), "-m", "rmqha.broker", "-c", str(conf)]
-            + set_args({k: str(v) for k, v in (overrides or {}).items()}) + list(extra_args or []))
+    return (
+        [sys.executable, *(python_args or []), "-m", "rmqha.broker", "-c", str(conf)]
+        + set_args({k: str(v) for k, v in (overrides or {}).items()})
+        + list(extra_args or [])
+    )
 
 
 def namesrv_command(port: int, host: str = "127.0.0.1") -> list[str]:
@@ -41,7 +50,7 @@ def proc_stat(pid: int) -> tuple[str, int] | None:
             data = fh.read()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    fields = data[data.rindex(")") + 2:].split()
+    fields = data[data.rindex(")") + 2 :].split()
     return fields[0], int(fields[19])
 
 
@@ -74,7 +83,7 @@ def send_signal(rec: dict, sig: int) -> None:
     pid = rec["pid"]
     try:
         if rec.get("pgid") == pid and os.getpgid(pid) == pid:
-            os.killpg(pid, sig)   # the session we created: the process and anything it forked
+            os.killpg(pid, sig)  # the session we created: the process and anything it forked
         else:
             os.kill(pid, sig)
     except ProcessLookupError:
@@ -123,14 +132,20 @@ def spawn(cmd: list[str], log_path: Path, env: dict | None = None) -> dict:
         log.write(f"==== {stamp} cluster: starting {shlex.join(cmd)}\n".encode())
         log.flush()
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=REPO_ROOT, env=env if env is not None else child_env(),
-                                    start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT,
+                env=env if env is not None else child_env(),
+                start_new_session=True,
+                close_fds=True,
+            )
         except OSError as e:
             raise ClusterError(f"cannot start {cmd[0]}: {e}") from e
     st = proc_stat(proc.pid)
-    return {"pid": proc.pid, "pgid": proc.pid, "startTime": st[1] if st else None,
-            "cmd": cmd, "log": str(log_path)}
+    return {"pid": proc.pid, "pgid": proc.pid, "startTime": st[1] if st else None, "cmd": cmd, "log": str(log_path)}
 
 
 def record(rec: dict) -> dict:

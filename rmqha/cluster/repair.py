@@ -26,6 +26,7 @@ see docs/ha-protocol.md §9). This is the operator's tool:
 Transaction op records and prepared / rolled-back records are not re-sent (nothing reads them as
 messages); they are counted in the result. Running it twice re-sends nothing the master already holds.
 """
+
 from __future__ import annotations
 
 import socket
@@ -46,13 +47,13 @@ class RepairResult:
     group: str
     master: str
     slave: str
-    fork: int | None = None          # None: the logs do not fork, nothing to do
+    fork: int | None = None  # None: the logs do not fork, nothing to do
     slave_end: int = 0
-    stranded: int = 0                # messages the slave holds from the fork on: resent + already_on_master
+    stranded: int = 0  # messages the slave holds from the fork on: resent + already_on_master
     resent: int = 0
     resent_by_kind: dict = field(default_factory=dict)  # message / retry / delayed / half -> count
     already_on_master: int = 0
-    skipped: dict = field(default_factory=dict)   # not re-sent, nothing lost: why -> count
+    skipped: dict = field(default_factory=dict)  # not re-sent, nothing lost: why -> count
     truncated_bytes: int = 0
     caught_up_s: float | None = None
 
@@ -62,6 +63,7 @@ class RepairResult:
 
 # -- reading a commit log (the record layout is rmqha/broker/store/record.py's) ---------------------------
 
+
 def records(commitlog: Path, start: int = 0):
     """(offset, Message, raw bytes) of every message from `start` on, file after file (mapped, not read
     whole); stops at the written end. The files may be growing (the master runs): what is there is read."""
@@ -69,6 +71,7 @@ def records(commitlog: Path, start: int = 0):
 
     from rmqha.broker.store.mapped_file import list_files
     from rmqha.broker.store.record import Scan, scan
+
     for base, path in list_files(str(commitlog)):
         with open(path, "rb") as fh:
             size = fh.seek(0, 2)
@@ -80,7 +83,7 @@ def records(commitlog: Path, start: int = 0):
                     r = scan(data, pos)
                     if r.kind == Scan.MESSAGE:
                         if base + pos >= start:
-                            yield base + pos, r.message, data[pos:pos + r.size]
+                            yield base + pos, r.message, data[pos : pos + r.size]
                         pos += r.size
                     elif r.kind == Scan.BLANK:
                         break
@@ -107,6 +110,7 @@ def find_fork(master_log: Path, slave_log: Path) -> tuple[int | None, int]:
 
 # -- one blocking producer connection -------------------------------------------------------------
 
+
 class Sender:
     def __init__(self, addr: str, timeout: float = 10.0, credentials: dict | None = None):
         host, _, port = addr.rpartition(":")
@@ -122,15 +126,27 @@ class Sender:
         from rmqha.broker.remoting.codes import RequestCode
         from rmqha.broker.remoting.command import RemotingCommand
         from rmqha.broker.store.record import encode_properties
+
         props = dict(m.properties) | (extra_props or {})
-        fields = {"producerGroup": producer_group, "topic": m.topic, "defaultTopic": "TBW102",
-                  "defaultTopicQueueNums": 4, "queueId": m.queue_id, "sysFlag": m.sys_flag,
-                  "bornTimestamp": m.born_timestamp, "flag": m.flag, "properties": encode_properties(props),
-                  "reconsumeTimes": m.reconsume_times, "unitMode": "false", "batch": "false"}
+        fields = {
+            "producerGroup": producer_group,
+            "topic": m.topic,
+            "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": 4,
+            "queueId": m.queue_id,
+            "sysFlag": m.sys_flag,
+            "bornTimestamp": m.born_timestamp,
+            "flag": m.flag,
+            "properties": encode_properties(props),
+            "reconsumeTimes": m.reconsume_times,
+            "unitMode": "false",
+            "batch": "false",
+        }
         self.opaque += 1
         req = RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, body=m.body, opaque=self.opaque)
         if self.credentials:
             from rmqha.broker.acl import sign_request
+
             sign_request(req, self.credentials["accessKey"], self.credentials["secretKey"])
         self.sock.sendall(encode(req))
         (length,) = struct.unpack(">I", self._exact(4))
@@ -150,22 +166,34 @@ class Sender:
 
 # -- the repair -----------------------------------------------------------------------------------
 
-def repair_group(cluster, group: str, say=print, catchup_timeout: float = 120.0,
-                 accept_loss: frozenset[str] = frozenset()) -> list[RepairResult]:
+
+def repair_group(
+    cluster, group: str, say=print, catchup_timeout: float = 120.0, accept_loss: frozenset[str] = frozenset()
+) -> list[RepairResult]:
     """Repair every slave of broker group `group` whose log forks from its master's."""
     master = next((m for m in cluster.masters() if cluster.node(m).get("brokerName") == group), None)
     if master is None:
-        raise ClusterError(f"no broker group {group!r}; groups: "
-                           + ", ".join(sorted(cluster.node(m).get("brokerName") for m in cluster.masters())))
+        raise ClusterError(
+            f"no broker group {group!r}; groups: "
+            + ", ".join(sorted(cluster.node(m).get("brokerName") for m in cluster.masters()))
+        )
     out = []
     for slave in cluster.slaves_of(master):
         out.append(repair_slave(cluster, group, master, slave, say, catchup_timeout, accept_loss))
     return out
 
 
-def repair_slave(cluster, group: str, master: str, slave: str, say=print,
-                 catchup_timeout: float = 120.0, accept_loss: frozenset[str] = frozenset()) -> RepairResult:
+def repair_slave(
+    cluster,
+    group: str,
+    master: str,
+    slave: str,
+    say=print,
+    catchup_timeout: float = 120.0,
+    accept_loss: frozenset[str] = frozenset(),
+) -> RepairResult:
     from .handle import drop_after
+
     res = RepairResult(group, master, slave)
     mlog, slog = cluster.store_path(master) / "commitlog", cluster.store_path(slave) / "commitlog"
     if not cluster.running(master):
@@ -186,20 +214,25 @@ def repair_slave(cluster, group: str, master: str, slave: str, say=print,
     res.stranded = len(p.resend) + p.already_on_master
     if p.blocked:
         cluster.start(slave)
-        raise ClusterError(f"{len(p.blocked)} stranded record(s) on {slave} cannot be put back on {master}, so "
-                           f"nothing was sent or truncated ({slave} is running again, still forked):\n  "
-                           + "\n  ".join(p.blocked[:20]) + ("\n  ..." if len(p.blocked) > 20 else "")
-                           + "\nRead them from its store first if they matter, then run the repair with "
-                           "--accept-loss TOPIC for each of those topics")
+        raise ClusterError(
+            f"{len(p.blocked)} stranded record(s) on {slave} cannot be put back on {master}, so "
+            f"nothing was sent or truncated ({slave} is running again, still forked):\n  "
+            + "\n  ".join(p.blocked[:20])
+            + ("\n  ..." if len(p.blocked) > 20 else "")
+            + "\nRead them from its store first if they matter, then run the repair with "
+            "--accept-loss TOPIC for each of those topics"
+        )
     sender = Sender(cluster.addr(master), credentials=cluster.credentials)
     try:
         for i, r in enumerate(p.resend, 1):
             code = sender.send(r.message, producer_group=r.producer_group)
             if code not in STORED:
                 m = r.message
-                raise ClusterError(f"{master} refused the stranded {r.kind} at {slave}@{r.offset} (topic {m.topic}, "
-                                   f"UNIQ_KEY {m.uniq_key}) with response code {code}; nothing was truncated: "
-                                   f"fix the cause and run the repair again (it re-sends only what is missing)")
+                raise ClusterError(
+                    f"{master} refused the stranded {r.kind} at {slave}@{r.offset} (topic {m.topic}, "
+                    f"UNIQ_KEY {m.uniq_key}) with response code {code}; nothing was truncated: "
+                    f"fix the cause and run the repair again (it re-sends only what is missing)"
+                )
             res.resent += 1
             res.resent_by_kind[r.kind] = res.resent_by_kind.get(r.kind, 0) + 1
             if i % 500 == 0:
@@ -208,13 +241,17 @@ def repair_slave(cluster, group: str, master: str, slave: str, say=print,
         sender.close()
     gone = missing(p.resend, (m for _o, m, _r in records(mlog, res.fork)))
     if gone:
-        raise ClusterError(f"{len(gone)} re-sent message(s) are not in {master}'s log (first: the {gone[0].kind} "
-                           f"{gone[0].tag}, topic {gone[0].message.topic}); {slave} was NOT truncated and is "
-                           f"left stopped")
+        raise ClusterError(
+            f"{len(gone)} re-sent message(s) are not in {master}'s log (first: the {gone[0].kind} "
+            f"{gone[0].tag}, topic {gone[0].message.topic}); {slave} was NOT truncated and is "
+            f"left stopped"
+        )
     res.truncated_bytes = drop_after(slog, res.fork, int(cluster.node(slave).get("commitlogFileSize") or 0))
-    say(f"{slave}: {res.resent} stranded message(s) re-sent to {master} {res.resent_by_kind} "
+    say(
+        f"{slave}: {res.resent} stranded message(s) re-sent to {master} {res.resent_by_kind} "
         f"({res.already_on_master} were there already; not re-sent: {res.skipped or 'none'}), "
-        f"log cut at {res.fork} ({res.truncated_bytes} bytes); starting it")
+        f"log cut at {res.fork} ({res.truncated_bytes} bytes); starting it"
+    )
     cluster.start(slave)
     t0 = time.monotonic()
     cluster.wait_caught_up(catchup_timeout, masters=[master])

@@ -27,6 +27,7 @@ Every re-sent message carries REPAIR_OF=<slave>@<offset>; a message is on the ma
 there carries that tag with the same body CRC, KEYS and (real) topic, or, for a message with a
 UNIQ_KEY, the same UNIQ_KEY, real topic and reconsume count: a second run re-sends nothing twice.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,13 @@ from dataclasses import dataclass, field
 from rmqha.broker.processors.topics import NOT_ALLOWED_SEND_TOPICS
 from rmqha.broker.store import record
 from rmqha.broker.store.delay import PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC
-from rmqha.broker.transaction.messages import (HALF_TOPIC, OP_TOPIC, PROPERTY_PRODUCER_GROUP,
-                                         PROPERTY_TRANSACTION_PREPARED, op_half_offset)
+from rmqha.broker.transaction.messages import (
+    HALF_TOPIC,
+    OP_TOPIC,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
+    op_half_offset,
+)
 
 REPAIR_PROPERTY = "REPAIR_OF"
 PRODUCER_GROUP = "RMQ_REPAIR_PRODUCER"
@@ -67,11 +73,11 @@ def content(m: record.Message) -> tuple:
 
 @dataclass(frozen=True)
 class Resend:
-    offset: int                  # on the slave
-    kind: str                    # message | retry | delayed | half
-    message: record.Message      # what to send: topic, queue id, sysflag, properties (REPAIR_OF included)
+    offset: int  # on the slave
+    kind: str  # message | retry | delayed | half
+    message: record.Message  # what to send: topic, queue id, sysflag, properties (REPAIR_OF included)
     producer_group: str
-    topics: frozenset[str]       # where the master may store it (a retry past its max goes to %DLQ%)
+    topics: frozenset[str]  # where the master may store it (a retry past its max goes to %DLQ%)
 
     @property
     def tag(self) -> str:
@@ -82,8 +88,8 @@ class Resend:
 class Plan:
     resend: list[Resend] = field(default_factory=list)
     already_on_master: int = 0
-    skipped: Counter = field(default_factory=Counter)       # not re-sent, nothing lost: why -> count
-    blocked: list[str] = field(default_factory=list)        # cannot be put back: one line each
+    skipped: Counter = field(default_factory=Counter)  # not re-sent, nothing lost: why -> count
+    blocked: list[str] = field(default_factory=list)  # cannot be put back: one line each
 
 
 def _kind(m: record.Message) -> str:
@@ -116,8 +122,12 @@ def _describe(off: int, m: record.Message, why: str) -> str:
     return f"offset {off} topic {m.topic} UNIQ_KEY {m.uniq_key or '-'} KEYS {m.keys or '-'}: {why}"
 
 
-def plan(stranded: list[tuple[int, record.Message]], on_master: Iterable[record.Message], slave: str,
-         accept_loss: frozenset[str] = frozenset()) -> Plan:
+def plan(
+    stranded: list[tuple[int, record.Message]],
+    on_master: Iterable[record.Message],
+    slave: str,
+    accept_loss: frozenset[str] = frozenset(),
+) -> Plan:
     """Decide, for every record the slave holds from the fork on, how it gets back on the master."""
     master_ids, master_tags = set(), set()
     for m in on_master:
@@ -177,7 +187,7 @@ def plan(stranded: list[tuple[int, record.Message]], on_master: Iterable[record.
             continue
         topics = {out.topic}
         if out.topic.startswith(RETRY_PREFIX):
-            topics.add(DLQ_PREFIX + out.topic[len(RETRY_PREFIX):])
+            topics.add(DLQ_PREFIX + out.topic[len(RETRY_PREFIX) :])
         p.resend.append(Resend(off, kind, out, group, frozenset(topics)))
     return p
 
@@ -185,5 +195,4 @@ def plan(stranded: list[tuple[int, record.Message]], on_master: Iterable[record.
 def missing(resent: list[Resend], on_master: Iterable[record.Message]) -> list[Resend]:
     """The re-sent messages the master's log does not hold: tag, body CRC, KEYS and (real) topic."""
     held = {content(m) + (real_topic(m),) for m in on_master if REPAIR_PROPERTY in m.properties}
-    return [r for r in resent
-            if not any(content(r.message) + (t,) in held for t in r.topics)]
+    return [r for r in resent if not any(content(r.message) + (t,) in held for t in r.topics)]

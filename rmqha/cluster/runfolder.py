@@ -1,17 +1,18 @@
 """The run folder of a cluster, shared with the audit pipeline (rmqha/pipeline/runfolder.py reads it).
 
-    run/                              CLUSTER_RUN_ROOT, default <repo>/run (git-ignored)
-      current                         the name of the cluster that status/logs/down act on
-      <name>/                         RUN_DIR
-        state.json                    what the backend started: topology, ports, pids, commands
-        namesrv/namesrv.log           the name server's log (not under nodes/: the pipeline treats
-                                      every folder under nodes/ as a broker)
-        nodes/<node>/node.json        who the node is (schema: NODE_JSON_KEYS)
-        nodes/<node>/broker.log       the broker's stdout and stderr
-        nodes/<node>/store/           the broker's storePathRootDir (commitlog/, consumequeue/, ...)
-        metrics/                      samples.jsonl from `python -m rmqha.cluster sample`
-        history/                      client histories, written by the chaos kit
+run/                              CLUSTER_RUN_ROOT, default <repo>/run (git-ignored)
+  current                         the name of the cluster that status/logs/down act on
+  <name>/                         RUN_DIR
+    state.json                    what the backend started: topology, ports, pids, commands
+    namesrv/namesrv.log           the name server's log (not under nodes/: the pipeline treats
+                                  every folder under nodes/ as a broker)
+    nodes/<node>/node.json        who the node is (schema: NODE_JSON_KEYS)
+    nodes/<node>/broker.log       the broker's stdout and stderr
+    nodes/<node>/store/           the broker's storePathRootDir (commitlog/, consumequeue/, ...)
+    metrics/                      samples.jsonl from `python -m rmqha.cluster sample`
+    history/                      client histories, written by the chaos kit
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,7 @@ from pathlib import Path
 from . import ClusterError
 from .topology import IS_CHECKOUT, REPO_ROOT
 
-NODE_JSON_KEYS = ("name", "brokerName", "brokerId", "role", "clusterName", "addr", "haAddr",
-                  "metricsUrl", "backend")
+NODE_JSON_KEYS = ("name", "brokerName", "brokerId", "role", "clusterName", "addr", "haAddr", "metricsUrl", "backend")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 DEFAULT_NAME = "default"
 
@@ -63,8 +63,9 @@ def run_root() -> Path:
 
 def check_name(name: str) -> str:
     if not _NAME.match(name or ""):
-        raise ClusterError(f"bad cluster name {name!r}: use letters, digits, '.', '_' or '-' "
-                           "(it becomes a folder under run/)")
+        raise ClusterError(
+            f"bad cluster name {name!r}: use letters, digits, '.', '_' or '-' (it becomes a folder under run/)"
+        )
     return name
 
 
@@ -122,14 +123,23 @@ def write_state(rd: Path, state: dict) -> None:
 def node_record(name: str, c, host: str, backend: str) -> dict:
     """node.json's content for one broker, from its BrokerConfig `c` (both backends write it this way)."""
     return {
-        "name": name, "brokerName": c.brokerName, "brokerId": c.brokerId, "role": c.brokerRole,
-        "clusterName": c.brokerClusterName, "addr": c.broker_addr, "haAddr": c.ha_server_addr,
-        "metricsUrl": f"http://{host}:{c.metrics_port}/metrics", "backend": backend,
+        "name": name,
+        "brokerName": c.brokerName,
+        "brokerId": c.brokerId,
+        "role": c.brokerRole,
+        "clusterName": c.brokerClusterName,
+        "addr": c.broker_addr,
+        "haAddr": c.ha_server_addr,
+        "metricsUrl": f"http://{host}:{c.metrics_port}/metrics",
+        "backend": backend,
         "commitlogFileSize": c.mappedFileSizeCommitLog,
         "msgTraceTopicName": c.msgTraceTopicName,  # where the audit reads trace records
         # a DLedger node's log is store/dledger-<selfId>/data, not store/commitlog (rmqha/pipeline/dledger_log.py)
-        **({"commitLog": "dledger", "dLegerSelfId": c.dLegerSelfId, "dLegerGroup": c.dLegerGroup}
-           if c.enableDLegerCommitLog else {}),
+        **(
+            {"commitLog": "dledger", "dLegerSelfId": c.dLegerSelfId, "dLegerGroup": c.dLegerGroup}
+            if c.enableDLegerCommitLog
+            else {}
+        ),
     }
 
 
@@ -163,15 +173,21 @@ def resolve(name: str | None) -> tuple[str, Path, dict]:
     if name is None:
         name = get_current()
         if name is None:
-            raise ClusterError(f"no current cluster ({run_root() / 'current'} does not exist): start one with "
-                               "`python -m rmqha.cluster up --topology 2m-2s-sync --backend local`, or pass --name")
+            raise ClusterError(
+                f"no current cluster ({run_root() / 'current'} does not exist): start one with "
+                "`python -m rmqha.cluster up --topology 2m-2s-sync --backend local`, or pass --name"
+            )
     rd = run_dir(name)
     state = read_state(rd)
     if state is None:
         known = list_clusters()
-        raise ClusterError(f"cluster {name!r} has no state in {rd}"
-                           + (f" (known: {', '.join(known)})" if known else "")
-                           + "; start it with `python -m rmqha.cluster up --name " + name + " ...`")
+        raise ClusterError(
+            f"cluster {name!r} has no state in {rd}"
+            + (f" (known: {', '.join(known)})" if known else "")
+            + "; start it with `python -m rmqha.cluster up --name "
+            + name
+            + " ...`"
+        )
     return name, rd, state
 
 
@@ -200,13 +216,18 @@ def prepare(rd: Path, node_names: list[str], topology: str, old_state: dict | No
     """Create the run folder for a topology. Node folders of another topology would be read by the
     audit as part of this run: refuse them, or remove them with fresh."""
     nodes_dir = rd / "nodes"
-    stale = sorted(d.name for d in nodes_dir.iterdir()
-                   if d.is_dir() and d.name not in set(node_names)) if nodes_dir.is_dir() else []
+    stale = (
+        sorted(d.name for d in nodes_dir.iterdir() if d.is_dir() and d.name not in set(node_names))
+        if nodes_dir.is_dir()
+        else []
+    )
     if stale and not fresh:
         earlier = old_state.get("topology") if old_state else "another topology"
-        raise ClusterError(f"{nodes_dir} holds {', '.join(stale)}, which topology {topology} does not "
-                           f"have (left by an earlier run of {earlier}); "
-                           "add --fresh to remove them and every kept store, or use another --name")
+        raise ClusterError(
+            f"{nodes_dir} holds {', '.join(stale)}, which topology {topology} does not "
+            f"have (left by an earlier run of {earlier}); "
+            "add --fresh to remove them and every kept store, or use another --name"
+        )
     for d in stale:
         shutil.rmtree(nodes_dir / d)
     rd.mkdir(parents=True, exist_ok=True)

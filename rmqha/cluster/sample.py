@@ -19,6 +19,7 @@ and {"node": ..., "incarnation": ..., "dropped": N} when N entries left a node's
 node answered after the last round before it died are not in the file. A SIGTERM ends the sampler
 after one last round, so a caller that stops it while the nodes are still up loses nothing.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,22 +38,34 @@ def sample_rows(state: dict, ts: float) -> list[dict]:
     rows = []
     for n in cs.nodes:
         s = n.status or {}
-        row = {"ts": round(ts, 3), "node": n.name, "brokerName": n.spec.get("brokerName"),
-               "brokerId": n.spec.get("brokerId"), "role": n.role, "up": n.up, "maxPhyOffset": n.max_offset}
+        row = {
+            "ts": round(ts, 3),
+            "node": n.name,
+            "brokerName": n.spec.get("brokerName"),
+            "brokerId": n.spec.get("brokerId"),
+            "role": n.role,
+            "up": n.up,
+            "maxPhyOffset": n.max_offset,
+        }
         if n.is_master:
-            row["slaves"] = [{"addr": sl.get("addr"), "ackOffset": sl.get("slaveAckOffset")}
-                             for sl in (s.get("ha") or {}).get("slaves") or []]
+            row["slaves"] = [
+                {"addr": sl.get("addr"), "ackOffset": sl.get("slaveAckOffset")}
+                for sl in (s.get("ha") or {}).get("slaves") or []
+            ]
             if n.up and n.spec.get("addr"):
                 row["consumerOffsets"] = consumer_offsets(n.spec["addr"], credentials=state.get("acl"))
         else:
             hc = s.get("haClient") or {}
-            row.update(reportedOffset=hc.get("currentReportedOffset"), haState=hc.get("state"),
-                       master=n.spec.get("master"))
+            row.update(
+                reportedOffset=hc.get("currentReportedOffset"), haState=hc.get("state"), master=n.spec.get("master")
+            )
         rows.append(row)
     return rows
 
 
-def consumer_offsets(addr: str, timeout: float = 0.5, credentials: dict | None = None) -> dict[str, dict[str, int]] | None:
+def consumer_offsets(
+    addr: str, timeout: float = 0.5, credentials: dict | None = None
+) -> dict[str, dict[str, int]] | None:
     """The master's committed consumer offsets, {"topic@group": {"queue id": offset}}, by
     GET_ALL_CONSUMER_OFFSET (what 4.9 slaves copy); None when it does not answer. The audit looks for a
     group's committed offset moving back (rmqha/pipeline/offsets.py)."""
@@ -60,6 +73,7 @@ def consumer_offsets(addr: str, timeout: float = 0.5, credentials: dict | None =
     from rmqha.broker.remoting.codes import RequestCode
 
     from .status import NamesrvError, namesrv_request
+
     try:
         r = namesrv_request(addr, RequestCode.GET_ALL_CONSUMER_OFFSET, timeout=timeout, credentials=credentials)
         table = json_body.loads(r.body).get("offsetTable") if r.code == 0 and r.body else None
@@ -80,7 +94,7 @@ class ServedReader:
 
     def __init__(self, state: dict):
         self.specs = state.get("nodes", [])
-        self.at: dict[str, tuple[int, int]] = {}   # node -> (incarnation, last seq read)
+        self.at: dict[str, tuple[int, int]] = {}  # node -> (incarnation, last seq read)
 
     def rows(self, timeout: float = 0.5) -> list[dict]:
         rows = []
@@ -96,13 +110,28 @@ class ServedReader:
                         inc, last = got.get("incarnation"), 0
                         continue  # a restarted node: read its new log from the start
                     inc = got.get("incarnation")
-                base = {"node": name, "brokerName": spec.get("brokerName"), "brokerId": spec.get("brokerId"),
-                        "incarnation": inc}
+                base = {
+                    "node": name,
+                    "brokerName": spec.get("brokerName"),
+                    "brokerId": spec.get("brokerId"),
+                    "incarnation": inc,
+                }
                 if got.get("dropped"):
                     rows.append(base | {"dropped": got["dropped"]})
                 for seq, ts_ms, group, topic, qid, frm, nxt, n in got.get("ranges") or []:
-                    rows.append(base | {"seq": seq, "ts_ms": ts_ms, "group": group, "topic": topic, "queueId": qid,
-                                        "from": frm, "next": nxt, "messages": n})
+                    rows.append(
+                        base
+                        | {
+                            "seq": seq,
+                            "ts_ms": ts_ms,
+                            "group": group,
+                            "topic": topic,
+                            "queueId": qid,
+                            "from": frm,
+                            "next": nxt,
+                            "messages": n,
+                        }
+                    )
                     last = seq
                 if last >= int(got.get("last") or 0):
                     break
@@ -118,9 +147,17 @@ def _stop(_signum, _frame):
     raise _Stopped()
 
 
-def run_sampler(state: dict, backend: Backend | None, path: Path, *, interval_ms: int = 1000,
-                duration: float | None = None, count: int | None = None, out=None,
-                served_path: Path | None = None) -> int:
+def run_sampler(
+    state: dict,
+    backend: Backend | None,
+    path: Path,
+    *,
+    interval_ms: int = 1000,
+    duration: float | None = None,
+    count: int | None = None,
+    out=None,
+    served_path: Path | None = None,
+) -> int:
     """Append samples (and, with served_path, the nodes' served pulls) until duration/count is reached,
     Ctrl-C or SIGTERM. Returns the number of rounds."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,6 +205,7 @@ def run_sampler(state: dict, backend: Backend | None, path: Path, *, interval_ms
         if served_fh is not None:
             served_fh.close()
     if out is not None:
-        out.write(f"{rounds} rounds written to {path}" + (f", served pulls to {served_path}" if served_path else "")
-                  + "\n")
+        out.write(
+            f"{rounds} rounds written to {path}" + (f", served pulls to {served_path}" if served_path else "") + "\n"
+        )
     return rounds

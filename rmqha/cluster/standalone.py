@@ -12,6 +12,7 @@ Readiness is polled, never slept for: a name server is ready when it answers GET
 a broker when its metrics endpoint (listenPort + 2) serves /status and the name server lists its
 address under its brokerName and brokerId.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -88,6 +89,7 @@ class _Process:
 
     def _spawn(self, args: list[str]) -> None:
         import sys
+
         self.rec = process.spawn([sys.executable, *args], self.log_path, process.child_env())
 
     def log_tail(self, lines: int = 40) -> str:
@@ -146,6 +148,7 @@ class NameServerProcess(_Process):
 
     def cluster_info(self) -> dict:
         from rmqha.broker.remoting import json_body
+
         resp = rpc(self.addr, RequestCode.GET_BROKER_CLUSTER_INFO)
         return json_body.loads(resp.body) if resp.body else {}
 
@@ -155,9 +158,18 @@ class NameServerProcess(_Process):
 
 
 class BrokerProcess(_Process):
-    def __init__(self, workdir: Path, broker_name: str, namesrv_addr: str, *, role: str = "ASYNC_MASTER",
-                 broker_id: int | None = None, cluster: str = "DefaultCluster", port: int | None = None,
-                 extra: dict | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        broker_name: str,
+        namesrv_addr: str,
+        *,
+        role: str = "ASYNC_MASTER",
+        broker_id: int | None = None,
+        cluster: str = "DefaultCluster",
+        port: int | None = None,
+        extra: dict | None = None,
+    ):
         self.name = f"{broker_name}-{broker_id if broker_id is not None else (0 if role != 'SLAVE' else 1)}"
         super().__init__(workdir)
         self.broker_name = broker_name
@@ -167,8 +179,13 @@ class BrokerProcess(_Process):
         self.cluster = cluster
         self.port = port or free_broker_port()  # listenPort - 2 .. listenPort + 2 free
         self.store_dir = self.workdir / f"store-{self.name}"
-        self.extra = {"mappedFileSizeCommitLog": str(8 * 1024 * 1024), "registerNameServerPeriod": "10000",
-                      "syncFlushTimeout": "1500", **CLUSTER_INDEX_SIZES, **(extra or {})}
+        self.extra = {
+            "mappedFileSizeCommitLog": str(8 * 1024 * 1024),
+            "registerNameServerPeriod": "10000",
+            "syncFlushTimeout": "1500",
+            **CLUSTER_INDEX_SIZES,
+            **(extra or {}),
+        }
         self.conf = self.workdir / f"{self.name}.properties"
 
     @property
@@ -182,9 +199,15 @@ class BrokerProcess(_Process):
     def start(self) -> "BrokerProcess":
         self.conf.write_text(
             f"brokerClusterName={self.cluster}\nbrokerName={self.broker_name}\nbrokerId={self.broker_id}\n"
-            f"brokerRole={self.role}\nflushDiskType=ASYNC_FLUSH\n")
-        sets = {"listenPort": self.port, "storePathRootDir": self.store_dir, "namesrvAddr": self.namesrv_addr,
-                "brokerIP1": "127.0.0.1", **self.extra}
+            f"brokerRole={self.role}\nflushDiskType=ASYNC_FLUSH\n"
+        )
+        sets = {
+            "listenPort": self.port,
+            "storePathRootDir": self.store_dir,
+            "namesrvAddr": self.namesrv_addr,
+            "brokerIP1": "127.0.0.1",
+            **self.extra,
+        }
         args = ["-m", "rmqha.broker", "-c", str(self.conf)]
         for k, v in sets.items():
             args += ["--set", f"{k}={v}"]
@@ -209,8 +232,7 @@ class BrokerProcess(_Process):
             self._check_alive()
             return ns.broker_addrs(self.broker_name).get(self.broker_id) == self.addr
 
-        wait_until(registered, deadline_s, f"{self.name} registered with {self.namesrv_addr}",
-                   on_timeout=self.log_tail)
+        wait_until(registered, deadline_s, f"{self.name} registered with {self.namesrv_addr}", on_timeout=self.log_tail)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         resp = rpc(self.addr, RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
@@ -249,8 +271,12 @@ def sync_groups(tmp: Path, groups: tuple[str, ...] = ("broker-a", "broker-b"), e
             nodes[g] = BrokerProcess(tmp, g, ns.addr, role="SYNC_MASTER", extra=extra).start()
             nodes[g + "-s"] = BrokerProcess(tmp, g, ns.addr, role="SLAVE", extra=extra).start()
         for g in groups:
-            wait_until(lambda m=nodes[g]: m.status()["ha"]["connectionCount"] == 1, 20,
-                       f"{g}'s slave connected", on_timeout=nodes[g].log_tail)
+            wait_until(
+                lambda m=nodes[g]: m.status()["ha"]["connectionCount"] == 1,
+                20,
+                f"{g}'s slave connected",
+                on_timeout=nodes[g].log_tail,
+            )
         yield ns, nodes
     finally:
         for node in nodes.values():

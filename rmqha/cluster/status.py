@@ -3,6 +3,7 @@
 `collect()` returns a ClusterStatus; `node_json()` is the per-node JSON object of
 `python -m rmqha.cluster status --format json` (one object per line); `render_table()` is the table.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,12 +27,18 @@ NAMESRV_TIMEOUT = 1.0
 
 # ---- the name server: a blocking one-request client --------------------------------------------
 
+
 class NamesrvError(Exception):
     pass
 
 
-def namesrv_request(endpoint: str, code: int, ext_fields: dict | None = None,
-                    timeout: float = NAMESRV_TIMEOUT, credentials: dict | None = None) -> RemotingCommand:
+def namesrv_request(
+    endpoint: str,
+    code: int,
+    ext_fields: dict | None = None,
+    timeout: float = NAMESRV_TIMEOUT,
+    credentials: dict | None = None,
+) -> RemotingCommand:
     """One request, one reply, on a fresh connection (name server or broker). credentials: a cluster's
     "acl" entry of state.json ({"accessKey", "secretKey"}): the request is signed as a client's ACL
     hook signs it (a cluster started with --acl refuses the kit's requests otherwise)."""
@@ -39,6 +46,7 @@ def namesrv_request(endpoint: str, code: int, ext_fields: dict | None = None,
     req = RemotingCommand.request(code, ext_fields, opaque=1)
     if credentials:
         from rmqha.broker.acl import sign_request
+
         sign_request(req, credentials["accessKey"], credentials["secretKey"])
     try:
         with socket.create_connection((host, int(port)), timeout=timeout) as s:
@@ -90,6 +98,7 @@ def registered_addrs(info: dict) -> dict[tuple[str, int], str]:
 
 # ---- one node ----------------------------------------------------------------------------------
 
+
 def fetch_status(url: str, timeout: float = HTTP_TIMEOUT) -> tuple[dict | None, str | None]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -105,13 +114,13 @@ def fetch_status(url: str, timeout: float = HTTP_TIMEOUT) -> tuple[dict | None, 
 
 @dataclass
 class NodeStatus:
-    spec: dict                         # the node's entry in state.json
-    process: str = "unknown"           # running / exited / stopped / not started
+    spec: dict  # the node's entry in state.json
+    process: str = "unknown"  # running / exited / stopped / not started
     running: bool = False
-    status: dict | None = None         # the broker's /status, when it answered
-    error: str | None = None           # why /status did not answer
-    registered: bool | None = None     # None: the name server did not answer
-    registered_id: int | None = None   # a DLedger node: the brokerId the name server has its address under
+    status: dict | None = None  # the broker's /status, when it answered
+    error: str | None = None  # why /status did not answer
+    registered: bool | None = None  # None: the name server did not answer
+    registered_id: int | None = None  # a DLedger node: the brokerId the name server has its address under
 
     @property
     def name(self) -> str:
@@ -183,8 +192,9 @@ class ClusterStatus:
         return next((o for o in self.dledger_group(n) if o.registered_id == 0), None)
 
 
-def collect(state: dict, backend: Backend | None = None, *, with_namesrv: bool = True,
-            timeout: float = HTTP_TIMEOUT) -> ClusterStatus:
+def collect(
+    state: dict, backend: Backend | None = None, *, with_namesrv: bool = True, timeout: float = HTTP_TIMEOUT
+) -> ClusterStatus:
     """One round of observation: /status of every node (in parallel), processes, the name server."""
     specs = state.get("nodes", [])
     nodes = [NodeStatus(spec=s) for s in specs]
@@ -216,8 +226,11 @@ def collect(state: dict, backend: Backend | None = None, *, with_namesrv: bool =
         reg = registered_addrs(cs.namesrv_info)
         for n in nodes:
             if n.is_dledger:  # registered under whichever id its role gives it (0 leader, selfId + 1)
-                ids = sorted(bid for (bname, bid), addr in reg.items()
-                             if bname == n.spec["brokerName"] and addr == n.spec.get("addr"))
+                ids = sorted(
+                    bid
+                    for (bname, bid), addr in reg.items()
+                    if bname == n.spec["brokerName"] and addr == n.spec.get("addr")
+                )
                 n.registered_id = ids[0] if ids else None
                 n.registered = bool(ids)
             else:
@@ -226,6 +239,7 @@ def collect(state: dict, backend: Backend | None = None, *, with_namesrv: bool =
 
 
 # ---- JSON --------------------------------------------------------------------------------------
+
 
 def node_json(cs: ClusterStatus, n: NodeStatus) -> dict:
     s = n.status or {}
@@ -250,8 +264,9 @@ def node_json(cs: ClusterStatus, n: NodeStatus) -> dict:
     if n.is_dledger:
         d = n.dledger
         out["registeredId"] = n.registered_id
-        out["dledger"] = {k: d.get(k) for k in ("role", "term", "leaderId", "selfId", "committedIndex",
-                                                 "endIndex", "dispatchedIndex")}
+        out["dledger"] = {
+            k: d.get(k) for k in ("role", "term", "leaderId", "selfId", "committedIndex", "endIndex", "dispatchedIndex")
+        }
         leader = cs.dledger_leader(n)
         lc, mc = leader.dledger.get("committedIndex") if leader else None, d.get("committedIndex")
         out["dledger"]["lagEntries"] = lc - mc if lc is not None and mc is not None else None
@@ -260,16 +275,26 @@ def node_json(cs: ClusterStatus, n: NodeStatus) -> dict:
         ha = s.get("ha") or {}
         out["push2SlaveMaxOffset"] = ha.get("push2SlaveMaxOffset")
         out["connectionCount"] = ha.get("connectionCount")
-        out["slaves"] = [{"addr": sl.get("addr"), "ackOffset": sl.get("slaveAckOffset"),
-                          "lagBytes": sl.get("lagBytes"), "state": sl.get("state"),
-                          "problem": sl.get("problem")} for sl in ha.get("slaves") or []]
+        out["slaves"] = [
+            {
+                "addr": sl.get("addr"),
+                "ackOffset": sl.get("slaveAckOffset"),
+                "lagBytes": sl.get("lagBytes"),
+                "state": sl.get("state"),
+                "problem": sl.get("problem"),
+            }
+            for sl in ha.get("slaves") or []
+        ]
     else:
         hc = s.get("haClient") or {}
         m = cs.master_of(n)
         reported = hc.get("currentReportedOffset")
         out["master"] = spec.get("master")
-        out["haClient"] = {"state": hc.get("state"), "haMasterAddress": hc.get("haMasterAddress"),
-                           "reportedOffset": reported}
+        out["haClient"] = {
+            "state": hc.get("state"),
+            "haMasterAddress": hc.get("haMasterAddress"),
+            "reportedOffset": reported,
+        }
         mo = m.max_offset if m else None
         out["lagBytes"] = mo - reported if mo is not None and reported is not None and reported >= 0 else None
     return out
@@ -294,22 +319,29 @@ def _replication(cs: ClusterStatus, n: NodeStatus) -> str:
         return ""
     if n.is_dledger:
         d = j["dledger"]
-        text = (f"DLedger {d['role']} term {d['term']} committed {d['committedIndex']} end {d['endIndex']}"
-                + (f" leader {d['leaderId']}" if d["leaderId"] and d["role"] != "LEADER" else ""))
+        text = f"DLedger {d['role']} term {d['term']} committed {d['committedIndex']} end {d['endIndex']}" + (
+            f" leader {d['leaderId']}" if d["leaderId"] and d["role"] != "LEADER" else ""
+        )
         if d["lagEntries"] and d["role"] != "LEADER":
             text += f" lag {d['lagEntries']}"
         return text
     if n.is_master:
         slaves = j["slaves"]
         if not slaves:
-            return "no slave connected" if cs.state and any(
-                s.get("master") == n.name for s in cs.state.get("nodes", [])) else "-"
+            return (
+                "no slave connected"
+                if cs.state and any(s.get("master") == n.name for s in cs.state.get("nodes", []))
+                else "-"
+            )
         parts = []
         for sl in slaves:
             ack = sl["ackOffset"]
             lag = (n.max_offset - ack) if (ack is not None and ack >= 0 and n.max_offset is not None) else None
-            parts.append(f"{sl['addr']} ack {ack}" + (f" lag {lag}" if lag is not None else "")
-                         + (f" [{sl['problem']}]" if sl.get("problem") else ""))
+            parts.append(
+                f"{sl['addr']} ack {ack}"
+                + (f" lag {lag}" if lag is not None else "")
+                + (f" [{sl['problem']}]" if sl.get("problem") else "")
+            )
         return "; ".join(parts)
     hc = j["haClient"]
     text = f"{hc['state']} reported {hc['reportedOffset']}"
@@ -323,9 +355,20 @@ def table_rows(cs: ClusterStatus) -> list[tuple[str, ...]]:
     for n in cs.nodes:
         j = node_json(cs, n)
         state = "up" if n.up else ("unreachable" if n.running else n.process)
-        rows.append((n.name, j["role"] or "?", str(j["brokerId"]), j["addr"] or "", j["haAddr"] or "",
-                     str(j["pid"] or "-"), state, _reg(n.registered),
-                     "-" if n.max_offset is None else str(n.max_offset), _replication(cs, n)))
+        rows.append(
+            (
+                n.name,
+                j["role"] or "?",
+                str(j["brokerId"]),
+                j["addr"] or "",
+                j["haAddr"] or "",
+                str(j["pid"] or "-"),
+                state,
+                _reg(n.registered),
+                "-" if n.max_offset is None else str(n.max_offset),
+                _replication(cs, n),
+            )
+        )
     return rows
 
 
@@ -339,16 +382,17 @@ def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 def render_table(cs: ClusterStatus) -> str:
     st = cs.state
-    head = (f"cluster {st.get('name')}  topology {st.get('topology')}  backend {st.get('backend')}  "
-            f"run {st.get('runDir')}")
+    head = (
+        f"cluster {st.get('name')}  topology {st.get('topology')}  backend {st.get('backend')}  run {st.get('runDir')}"
+    )
     if st.get("stoppedAt"):
         head += "  (stopped)"
     if cs.namesrv_up:
-        ns = (f"name server {cs.namesrv_endpoint}: up, {cs.registered_count()}/{len(cs.nodes)} brokers "
-              "registered")
+        ns = f"name server {cs.namesrv_endpoint}: up, {cs.registered_count()}/{len(cs.nodes)} brokers registered"
     else:
         ns = f"name server {cs.namesrv_endpoint}: {cs.namesrv_process}" + (
-            f", not answering ({cs.namesrv_error})" if cs.namesrv_error else "")
+            f", not answering ({cs.namesrv_error})" if cs.namesrv_error else ""
+        )
     out = head + "\n" + ns + "\n" + format_table(COLUMNS, table_rows(cs))
     for n in cs.nodes:
         if not n.up and n.error and n.running:

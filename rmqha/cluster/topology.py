@@ -15,6 +15,7 @@ name server listens on base + NAMESRV_OFFSET, except for the default base port
 (10911, RocketMQ's own), where it is RocketMQ's 9876. So the default cluster looks like a stock
 install, and `--base-port 20000`, `--base-port 20100`, ... run side by side.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,16 @@ CLUSTER_PORT_SPAN = 50
 MAX_NODES = NAMESRV_OFFSET // NODE_PORT_STRIDE  # 4 nodes fit before the name server's port
 
 # Keys the tooling sets itself; a conf file must not pin them (the official ones do not).
-DEPLOYMENT_KEYS = ("listenPort", "haListenPort", "metricsPort", "brokerIP1", "namesrvAddr",
-                   "haMasterAddress", "storePathRootDir", "dLegerPeers")
+DEPLOYMENT_KEYS = (
+    "listenPort",
+    "haListenPort",
+    "metricsPort",
+    "brokerIP1",
+    "namesrvAddr",
+    "haMasterAddress",
+    "storePathRootDir",
+    "dLegerPeers",
+)
 # A DLedger node's own port (dLegerPeers), free in every node's stride: listenPort + 3.
 DLEDGER_PORT_OFFSET = 3
 
@@ -59,6 +68,7 @@ DLEDGER_PORT_OFFSET = 3
 def is_dledger(props: dict) -> bool:
     """A conf file of a DLedger node (enableDLegerCommitLog=true, 4.9's conf/dledger)."""
     return str(props.get("enableDLegerCommitLog", "")).strip().lower() == "true"
+
 
 # The message index of every broker the tooling starts (both backends). RocketMQ's defaults
 # (maxHashSlotNum=5000000, maxIndexNum=20000000) make each index file 420 MB (sparse); a test cluster
@@ -79,14 +89,14 @@ def ephemeral_range() -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    name: str               # broker-a, broker-a-s, ...
+    name: str  # broker-a, broker-a-s, ...
     conf_file: Path
     props: dict = field(compare=False, repr=False)
     cluster_name: str
     broker_name: str
     broker_id: int
     role: str
-    index: int              # position in the node list; picks the node's port range
+    index: int  # position in the node list; picks the node's port range
 
     @property
     def is_master(self) -> bool:
@@ -103,15 +113,17 @@ class Topology:
         for n in self.nodes:
             if n.name == name:
                 return n
-        raise ClusterError(f"topology {self.name} has no node {name!r}; nodes: "
-                           + ", ".join(n.name for n in self.nodes))
+        raise ClusterError(
+            f"topology {self.name} has no node {name!r}; nodes: " + ", ".join(n.name for n in self.nodes)
+        )
 
     def master_of(self, node: NodeSpec) -> NodeSpec:
         for n in self.nodes:
             if n.broker_name == node.broker_name and n.broker_id == 0:
                 return n
-        raise ClusterError(f"{node.name}: broker group {node.broker_name} has no master (brokerId=0) "
-                           f"in {self.directory}")
+        raise ClusterError(
+            f"{node.name}: broker group {node.broker_name} has no master (brokerId=0) in {self.directory}"
+        )
 
     @property
     def masters(self) -> list[NodeSpec]:
@@ -125,8 +137,7 @@ class Topology:
 def available_topologies(compose_dir: Path = COMPOSE_DIR) -> list[str]:
     if not compose_dir.is_dir():
         return []
-    return sorted(d.name for d in compose_dir.iterdir()
-                  if d.is_dir() and any(d.glob("broker-*.properties")))
+    return sorted(d.name for d in compose_dir.iterdir() if d.is_dir() and any(d.glob("broker-*.properties")))
 
 
 def load_topology(name: str, compose_dir: Path | str = COMPOSE_DIR) -> Topology:
@@ -136,8 +147,7 @@ def load_topology(name: str, compose_dir: Path | str = COMPOSE_DIR) -> Topology:
     files = sorted(directory.glob("broker-*.properties")) if directory.is_dir() else []
     if not files:
         known = ", ".join(available_topologies(compose_dir)) or "none"
-        raise ClusterError(f"unknown topology {name!r}: no broker-*.properties in {directory} "
-                           f"(available: {known})")
+        raise ClusterError(f"unknown topology {name!r}: no broker-*.properties in {directory} (available: {known})")
     raw = []
     for path in files:
         try:
@@ -146,11 +156,15 @@ def load_topology(name: str, compose_dir: Path | str = COMPOSE_DIR) -> Topology:
             raise ClusterError(f"cannot read {path}: {e}") from e
         pinned = [k for k in DEPLOYMENT_KEYS if k in props]
         if pinned:
-            raise ClusterError(f"{path} sets {', '.join(pinned)}; these are per-deployment and set by the "
-                               "cluster tooling: remove them from the file (pass extra keys with --set)")
+            raise ClusterError(
+                f"{path} sets {', '.join(pinned)}; these are per-deployment and set by the "
+                "cluster tooling: remove them from the file (pass extra keys with --set)"
+            )
         try:
             # a DLedger node's peers are per deployment (node_overrides): validated with a stand-in here
-            stand_in = {"dLegerPeers": f"{props.get('dLegerSelfId', '').strip()}-127.0.0.1:1"} if is_dledger(props) else {}
+            stand_in = (
+                {"dLegerPeers": f"{props.get('dLegerSelfId', '').strip()}-127.0.0.1:1"} if is_dledger(props) else {}
+            )
             cfg = BrokerConfig.from_properties({**props, **stand_in})
         except ConfigError as e:
             raise ClusterError(f"{path}: {e}") from e
@@ -161,23 +175,34 @@ def load_topology(name: str, compose_dir: Path | str = COMPOSE_DIR) -> Topology:
     raw.sort(key=lambda t: (t[2].brokerName, t[2].brokerId, t[0].name))
     if len(raw) > MAX_NODES:
         raise ClusterError(f"topology {name} has {len(raw)} brokers; the port plan fits {MAX_NODES}")
-    nodes = tuple(NodeSpec(name=path.name[: -len(".properties")], conf_file=path, props=props,
-                           cluster_name=cfg.brokerClusterName, broker_name=cfg.brokerName,
-                           broker_id=cfg.brokerId, role=cfg.brokerRole, index=i)
-                  for i, (path, props, cfg) in enumerate(raw))
+    nodes = tuple(
+        NodeSpec(
+            name=path.name[: -len(".properties")],
+            conf_file=path,
+            props=props,
+            cluster_name=cfg.brokerClusterName,
+            broker_name=cfg.brokerName,
+            broker_id=cfg.brokerId,
+            role=cfg.brokerRole,
+            index=i,
+        )
+        for i, (path, props, cfg) in enumerate(raw)
+    )
     topo = Topology(name=name, directory=directory, nodes=nodes)
     seen = {}
     for n in nodes:
         key = (n.broker_name, n.props.get("dLegerSelfId", "").strip() if is_dledger(n.props) else n.broker_id)
         if key in seen:
-            raise ClusterError(f"{n.conf_file} and {seen[key].conf_file} are both "
-                               f"brokerName={n.broker_name} brokerId={n.broker_id}")
+            raise ClusterError(
+                f"{n.conf_file} and {seen[key].conf_file} are both brokerName={n.broker_name} brokerId={n.broker_id}"
+            )
         seen[key] = n
         if not n.is_master:
             topo.master_of(n)
     if len({n.cluster_name for n in nodes}) != 1:
-        raise ClusterError(f"{directory}: brokers disagree on brokerClusterName: "
-                           + ", ".join(sorted({n.cluster_name for n in nodes})))
+        raise ClusterError(
+            f"{directory}: brokers disagree on brokerClusterName: " + ", ".join(sorted({n.cluster_name for n in nodes}))
+        )
     return topo
 
 
@@ -191,8 +216,10 @@ class PortPlan:
         if base_port is None:
             base_port = int(os.environ.get("CLUSTER_BASE_PORT") or DEFAULT_BASE_PORT)
         if not 1024 <= base_port <= 65535 - CLUSTER_PORT_SPAN:
-            raise ClusterError(f"base port {base_port} is out of range: pick one in "
-                               f"1024..{65535 - CLUSTER_PORT_SPAN} (a cluster uses {CLUSTER_PORT_SPAN} ports)")
+            raise ClusterError(
+                f"base port {base_port} is out of range: pick one in "
+                f"1024..{65535 - CLUSTER_PORT_SPAN} (a cluster uses {CLUSTER_PORT_SPAN} ports)"
+            )
         if namesrv_port is None:
             namesrv_port = DEFAULT_NAMESRV_PORT if base_port == DEFAULT_BASE_PORT else base_port + NAMESRV_OFFSET
         if not 1 <= namesrv_port <= 65535:
@@ -201,11 +228,13 @@ class PortPlan:
         if base_port <= hi and base_port + CLUSTER_PORT_SPAN > lo or lo <= namesrv_port <= hi:
             # a node restarted by a fault must bind its port again, and an outgoing connection may hold
             # it by then: the restart fails with "Address already in use"
-            raise ClusterError(f"base port {base_port} (ports {base_port}..{base_port + CLUSTER_PORT_SPAN - 1}, "
-                               f"name server {namesrv_port}) overlaps this machine's ephemeral port range "
-                               f"{lo}..{hi} (/proc/sys/net/ipv4/ip_local_port_range), which outgoing "
-                               f"connections take ports from: pick a base port below {lo - CLUSTER_PORT_SPAN}, "
-                               "e.g. 20000")
+            raise ClusterError(
+                f"base port {base_port} (ports {base_port}..{base_port + CLUSTER_PORT_SPAN - 1}, "
+                f"name server {namesrv_port}) overlaps this machine's ephemeral port range "
+                f"{lo}..{hi} (/proc/sys/net/ipv4/ip_local_port_range), which outgoing "
+                f"connections take ports from: pick a base port below {lo - CLUSTER_PORT_SPAN}, "
+                "e.g. 20000"
+            )
         return cls(base_port, namesrv_port)
 
     def node_ports(self, node: NodeSpec) -> dict[str, int]:
@@ -224,8 +253,10 @@ class PortPlan:
                 out.append((n.name, "DLedger port (listenPort + 3)", ports["listenPort"] + DLEDGER_PORT_OFFSET))
         ports = [p for _, _, p in out]
         if len(set(ports)) != len(ports):
-            raise ClusterError(f"port plan collides (base {self.base_port}, name server {self.namesrv_port}); "
-                               f"choose a name server port outside {self.base_port}..{self.base_port + 39}")
+            raise ClusterError(
+                f"port plan collides (base {self.base_port}, name server {self.namesrv_port}); "
+                f"choose a name server port outside {self.base_port}..{self.base_port + 39}"
+            )
         return out
 
 
@@ -241,17 +272,24 @@ def parse_sets(items: list[str], topology: Topology) -> tuple[dict[str, str], di
         node, colon, key = lhs.strip().rpartition(":")
         if colon:
             if node not in names:
-                raise ClusterError(f"--set {item!r}: no node {node!r} in topology {topology.name} "
-                                   f"(nodes: {', '.join(sorted(names))})")
+                raise ClusterError(
+                    f"--set {item!r}: no node {node!r} in topology {topology.name} (nodes: {', '.join(sorted(names))})"
+                )
             per_node.setdefault(node, {})[key.strip()] = value.strip()
         else:
             common[key.strip()] = value.strip()
     return common, per_node
 
 
-def node_overrides(topology: Topology, plan: PortPlan, *, host: str, store_dir_of,
-                   extra: dict[str, str] | None = None,
-                   extra_per_node: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, str]]:
+def node_overrides(
+    topology: Topology,
+    plan: PortPlan,
+    *,
+    host: str,
+    store_dir_of,
+    extra: dict[str, str] | None = None,
+    extra_per_node: dict[str, dict[str, str]] | None = None,
+) -> dict[str, dict[str, str]]:
     """The `--set` keys for every node: ports, addresses, store path, the slave's master address.
 
     store_dir_of(node_name) gives the node's storePathRootDir. `extra` and `extra_per_node`
@@ -272,8 +310,10 @@ def node_overrides(topology: Topology, plan: PortPlan, *, host: str, store_dir_o
         if is_dledger(n.props):
             groups.setdefault(n.props.get("dLegerGroup", "").strip(), []).append(n)
     for members in groups.values():  # each DLedger node's dLegerPeers: the group's nodes at listenPort + 3
-        peers = ";".join(f"{m.props['dLegerSelfId'].strip()}-{host}:"
-                         f"{plan.node_ports(m)['listenPort'] + DLEDGER_PORT_OFFSET}" for m in members)
+        peers = ";".join(
+            f"{m.props['dLegerSelfId'].strip()}-{host}:{plan.node_ports(m)['listenPort'] + DLEDGER_PORT_OFFSET}"
+            for m in members
+        )
         for m in members:
             out[m.name]["dLegerPeers"] = peers
     for n in topology.slaves:
@@ -291,7 +331,9 @@ def node_overrides(topology: Topology, plan: PortPlan, *, host: str, store_dir_o
         s_ha = s_ha.strip() if s_ha.strip() not in ("", "0") else (str(int(listen) + 1) if listen.isdigit() else "")
         if s_ha.isdigit():
             peers = out[m.name].get("haRecoveryPeers")
-            out[m.name]["haRecoveryPeers"] = ",".join(filter(None, [peers, f"{s_over.get('brokerIP1') or host}:{s_ha}"]))
+            out[m.name]["haRecoveryPeers"] = ",".join(
+                filter(None, [peers, f"{s_over.get('brokerIP1') or host}:{s_ha}"])
+            )
     for n in topology.nodes:
         out[n.name].update(extra or {})
         out[n.name].update((extra_per_node or {}).get(n.name, {}))
@@ -302,8 +344,11 @@ def _config_or_error(node: NodeSpec, overrides: dict[str, str]) -> BrokerConfig:
     try:
         return BrokerConfig.from_properties({**node.props, **overrides})
     except ConfigError as e:
-        raise ClusterError(f"{node.name} ({node.conf_file}) with overrides "
-                           + " ".join(f"{k}={v}" for k, v in sorted(overrides.items())) + f": {e}") from e
+        raise ClusterError(
+            f"{node.name} ({node.conf_file}) with overrides "
+            + " ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+            + f": {e}"
+        ) from e
 
 
 def effective_config(node: NodeSpec, overrides: dict[str, str]) -> BrokerConfig:

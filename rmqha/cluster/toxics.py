@@ -15,6 +15,7 @@ toxiproxy-python keeps its server address in a class attribute (one server per p
 here points it at this object's server first, so several clusters can be driven from one process
 (not from several threads at once).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -69,14 +70,20 @@ class Toxics:
         return [t["name"] for t in self.get(name).get("toxics") or []]
 
     # -- toxics -----------------------------------------------------------------------------------
-    def add(self, proxy: str, type: str, stream: str = "downstream", name: str | None = None,
-            toxicity: float = 1.0, **attributes) -> str:
+    def add(
+        self,
+        proxy: str,
+        type: str,
+        stream: str = "downstream",
+        name: str | None = None,
+        toxicity: float = 1.0,
+        **attributes,
+    ) -> str:
         """Add a toxic; returns its name (default `<type>_<stream>`)."""
         if stream not in STREAMS:
             raise ToxicsError(f"stream must be one of {STREAMS}, got {stream!r}")
         name = name or f"{type}_{stream}"
-        self.proxy(proxy).add_toxic(type=type, stream=stream, name=name, toxicity=toxicity,
-                                    attributes=attributes)
+        self.proxy(proxy).add_toxic(type=type, stream=stream, name=name, toxicity=toxicity, attributes=attributes)
         return name
 
     def remove(self, proxy: str, name: str) -> None:
@@ -95,8 +102,15 @@ class Toxics:
                 pass
 
     @contextlib.contextmanager
-    def toxic(self, proxy: str, type: str, stream: str = "downstream", name: str | None = None,
-              toxicity: float = 1.0, **attributes):
+    def toxic(
+        self,
+        proxy: str,
+        type: str,
+        stream: str = "downstream",
+        name: str | None = None,
+        toxicity: float = 1.0,
+        **attributes,
+    ):
         n = self.add(proxy, type, stream, name, toxicity, **attributes)
         try:
             yield n
@@ -110,10 +124,12 @@ class Toxics:
     def bandwidth(self, proxy: str, rate_kb: int, stream: str = "downstream") -> str:
         return self.add(proxy, "bandwidth", stream, rate=rate_kb)
 
-    def slicer(self, proxy: str, average_size: int, size_variation: int = 0, delay_us: int = 0,
-               stream: str = "downstream") -> str:
-        return self.add(proxy, "slicer", stream, average_size=average_size, size_variation=size_variation,
-                        delay=delay_us)
+    def slicer(
+        self, proxy: str, average_size: int, size_variation: int = 0, delay_us: int = 0, stream: str = "downstream"
+    ) -> str:
+        return self.add(
+            proxy, "slicer", stream, average_size=average_size, size_variation=size_variation, delay=delay_us
+        )
 
     # -- the whole link ---------------------------------------------------------------------------
     def disable(self, proxy: str) -> None:

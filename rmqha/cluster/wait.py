@@ -23,6 +23,7 @@ rmqha/broker/registration.py or when any broker of the cluster is already regist
 
 A process that exits while we wait fails at once, with the last lines of its log.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -108,12 +109,16 @@ def check_dledger_node(cs: ClusterStatus, n: NodeStatus, max_lag: int | None = N
     if leader is None:
         return Check(False, f"{here}; no master (brokerId 0) in the name server yet")
     if len(masters) != 1:
-        return Check(False, f"{here}; {len(masters)} nodes of {n.spec.get('brokerName')} claim a master role: "
-                     + ", ".join(o.name for o in masters))
+        return Check(
+            False,
+            f"{here}; {len(masters)} nodes of {n.spec.get('brokerName')} claim a master role: "
+            + ", ".join(o.name for o in masters),
+        )
     if n is leader:
         if (s.get("role"), role) != ("SYNC_MASTER", "LEADER") or n.broker_id != 0:
-            return Check(False, f"{here}; the name server's master, but /status says {s.get('role')} "
-                         f"brokerId {n.broker_id}")
+            return Check(
+                False, f"{here}; the name server's master, but /status says {s.get('role')} brokerId {n.broker_id}"
+            )
         return Check(True, f"master (brokerId 0), {here}")
     if s.get("role") != "SLAVE":
         return Check(False, f"{here}; {s.get('role')} brokerId {n.broker_id}, not a slave yet")
@@ -178,7 +183,8 @@ def _exited_error(backend: Backend, name: str, cluster: str, detail: str) -> Clu
     body = "\n".join("    " + line for line in lines) if lines else "    (the log is empty)"
     return ProcessExited(
         f"{name} {detail} while the cluster was starting. Last {len(lines)} lines of {where}:\n{body}\n"
-        f"next: fix the cause above (`python -m rmqha.cluster logs {name}` shows the whole log)")
+        f"next: fix the cause above (`python -m rmqha.cluster logs {name}` shows the whole log)"
+    )
 
 
 class Progress:
@@ -193,8 +199,9 @@ class Progress:
         self.width = max(len(n) for n in names) if names else 8
 
     def update(self, elapsed: float, header: str, checks: dict[str, Check]) -> None:
-        lines = [header] + [f"  [{'ok' if c.ready else '..'}] {name:<{self.width}}  {c.text}"
-                            for name, c in checks.items()]
+        lines = [header] + [
+            f"  [{'ok' if c.ready else '..'}] {name:<{self.width}}  {c.text}" for name, c in checks.items()
+        ]
         if self.tty:
             buf = f"\x1b[{self.drawn}F" if self.drawn else ""
             buf += "".join(f"\x1b[2K{line}\n" for line in lines)
@@ -209,8 +216,15 @@ class Progress:
         self.out.flush()
 
 
-def wait_ready(state: dict, backend: Backend, *, timeout: float = 60.0, registration: str | None = None,
-               out=None, poll: float = 0.2) -> tuple[float, ClusterStatus]:
+def wait_ready(
+    state: dict,
+    backend: Backend,
+    *,
+    timeout: float = 60.0,
+    registration: str | None = None,
+    out=None,
+    poll: float = 0.2,
+) -> tuple[float, ClusterStatus]:
     """Block until the cluster is ready; return (seconds waited, last status). ClusterError otherwise."""
     out = out or sys.stderr
     mode = registration or state.get("registration") or "auto"
@@ -237,13 +251,18 @@ def wait_ready(state: dict, backend: Backend, *, timeout: float = 60.0, registra
         elapsed = now - start
         ready = all(c.ready for c in checks.values())
         mark = "ready" if ready else SPINNER[tick % len(SPINNER)]
-        progress.update(elapsed, f"{elapsed:5.1f}s {mark} waiting for cluster {cluster} "
-                        f"({state.get('topology')}, timeout {timeout:.0f}s)", checks)
+        progress.update(
+            elapsed,
+            f"{elapsed:5.1f}s {mark} waiting for cluster {cluster} ({state.get('topology')}, timeout {timeout:.0f}s)",
+            checks,
+        )
         tick += 1
         if ready:
             if not need_reg:
-                out.write("  note: broker registration with the name server was not required "
-                          f"(registration={mode}; rmqha/broker/registration.py is not in this checkout yet)\n")
+                out.write(
+                    "  note: broker registration with the name server was not required "
+                    f"(registration={mode}; rmqha/broker/registration.py is not in this checkout yet)\n"
+                )
             return elapsed, cs
         if now >= deadline:
             raise _timeout_error(state, backend, checks, timeout)
@@ -258,10 +277,12 @@ def _timeout_error(state: dict, backend: Backend, checks: dict[str, Check], time
         if not c.ready:
             first = first or name
             lines.append(f"  {name}: {c.text}  (log: {backend.log_location(name)})")
-    lines.append(f"next: `python -m rmqha.cluster status --name {cluster}` for details, "
-                 f"`python -m rmqha.cluster logs {first}` for the log, "
-                 f"`python -m rmqha.cluster wait --name {cluster} --timeout {int(timeout * 2)}` to wait longer, "
-                 f"or `python -m rmqha.cluster down --name {cluster}` to stop it")
+    lines.append(
+        f"next: `python -m rmqha.cluster status --name {cluster}` for details, "
+        f"`python -m rmqha.cluster logs {first}` for the log, "
+        f"`python -m rmqha.cluster wait --name {cluster} --timeout {int(timeout * 2)}` to wait longer, "
+        f"or `python -m rmqha.cluster down --name {cluster}` to stop it"
+    )
     if any("registered" in c.text for c in checks.values() if not c.ready):
         lines.append("if brokers do not register with the name server yet, pass --registration optional")
     return ClusterError("\n".join(lines))

@@ -9,6 +9,7 @@ lines on standard input and answers each with one line `audited {json}` on stand
 JSON {"run", "out", "failed", "verdicts": [line, ...]} or {"run", "error"}; it ends at end of input.
 rmqha.chaos.matrix audits its runs so, each as its sweep ends, with one JVM start for the whole matrix.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,15 +26,24 @@ def main(argv=None) -> int:
     ap.add_argument("run", nargs="?", help="run folder (nodes/, history/, metrics/)")
     ap.add_argument("--out", help="output directory (default RUN/report)")
     ap.add_argument("--master", help="Spark master URL (default: spark-submit's, else $SPARK_MASTER, else local[*])")
-    ap.add_argument("--range-mb", type=int, default=None,
-                    help="bytes of commit log per decode task, MiB (default: about 4 tasks per core, "
-                         "64 to 1024 MiB each)")
-    ap.add_argument("--wait-for", metavar="FILE",
-                    help="start Spark, then wait until FILE exists before reading the run folder (rmqha.chaos.run "
-                         "starts the audit with the run, so the JVM start overlaps the workload); a FILE that "
-                         "says 'cancel' ends it with exit 2")
-    ap.add_argument("--serve", action="store_true",
-                    help="audit the run folders named on standard input, one Spark session for all (see above)")
+    ap.add_argument(
+        "--range-mb",
+        type=int,
+        default=None,
+        help="bytes of commit log per decode task, MiB (default: about 4 tasks per core, 64 to 1024 MiB each)",
+    )
+    ap.add_argument(
+        "--wait-for",
+        metavar="FILE",
+        help="start Spark, then wait until FILE exists before reading the run folder (rmqha.chaos.run "
+        "starts the audit with the run, so the JVM start overlaps the workload); a FILE that "
+        "says 'cancel' ends it with exit 2",
+    )
+    ap.add_argument(
+        "--serve",
+        action="store_true",
+        help="audit the run folders named on standard input, one Spark session for all (see above)",
+    )
     args = ap.parse_args(argv)
     if args.serve:
         return serve(args.master, args.range_mb << 20 if args.range_mb else None)
@@ -47,8 +57,10 @@ def main(argv=None) -> int:
     if args.wait_for:
         import time
         from rmqha.pipeline.spark import get_spark
+
         spark = get_spark("rocketmq-audit", args.master, quick_jvm=True)  # a chaos run's audit: small
         from rmqha.pipeline.warmup import warm_up
+
         warm_up(spark)  # a tiny audit while the run goes on: the real one then runs warm
         parent = os.getppid()
         while not os.path.exists(args.wait_for):
@@ -61,13 +73,16 @@ def main(argv=None) -> int:
                 spark.stop()
                 return 2
     if not os.path.isdir(os.path.join(args.run, "nodes")):
-        print(f"error: {args.run} is not a run folder (no nodes/ directory); see rmqha/pipeline/README.md",
-              file=sys.stderr)
+        print(
+            f"error: {args.run} is not a run folder (no nodes/ directory); see rmqha/pipeline/README.md",
+            file=sys.stderr,
+        )
         return 2
     out = args.out or os.path.join(args.run, "report")
 
     from rmqha.pipeline import report, runfolder
     from rmqha.pipeline.spark import QUICK_JVM_MAX_BYTES, get_spark
+
     if spark is None:
         data = sum(f.length for n in runfolder.load_nodes(args.run) for f in n.files)
         spark = get_spark("rocketmq-audit", args.master, quick_jvm=data < QUICK_JVM_MAX_BYTES)
@@ -90,6 +105,7 @@ def serve(master: str | None = None, range_bytes: int | None = None, lines=None,
     first; one `audited {json}` line on `out` (standard output) per run, flushed at once."""
     from rmqha.pipeline import report
     from rmqha.pipeline.spark import get_spark
+
     lines = sys.stdin if lines is None else lines
     out = sys.stdout if out is None else out
     spark = None
@@ -106,8 +122,12 @@ def serve(master: str | None = None, range_bytes: int | None = None, lines=None,
                 if spark is None:
                     spark = get_spark("rocketmq-audit-serve", master)
                 rep = report.run(spark, run, report_dir, range_bytes)
-                answer = {"run": run, "out": report_dir, "failed": rep.failed,
-                          "verdicts": [v.line() for v in rep.verdicts]}
+                answer = {
+                    "run": run,
+                    "out": report_dir,
+                    "failed": rep.failed,
+                    "verdicts": [v.line() for v in rep.verdicts],
+                }
             except Exception as e:  # this run's audit failed; the next one may not
                 answer = {"run": run, "error": f"{type(e).__name__}: {e}"}
             print(RESULT + json.dumps(answer), file=out, flush=True)

@@ -5,6 +5,7 @@ first file on, so the same offset must hold the same bytes (same size and same C
 record; the body CRC alone does not cover the header and properties). Everything is one Spark plan over
 the decoded rows; only the per-pair summaries and the (merged) ranges come back to the driver.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,18 +23,18 @@ class PairAudit:
     master: str
     slave: str
     master_role: str
-    slave_start: int              # the slave's first file base (it may start at the master's last file)
-    compare_start: int            # max(master start, slave start)
-    master_end: int               # end of the master's last ok/blank record
+    slave_start: int  # the slave's first file base (it may start at the master's last file)
+    compare_start: int  # max(master start, slave start)
+    master_end: int  # end of the master's last ok/blank record
     slave_end: int
-    common_prefix_bytes: int      # identical bytes from compare_start
-    first_divergent_offset: int | None   # first offset where both hold something and it differs,
-                                          # or one side has a hole inside the other's extent
+    common_prefix_bytes: int  # identical bytes from compare_start
+    first_divergent_offset: int | None  # first offset where both hold something and it differs,
+    # or one side has a hole inside the other's extent
     crc_mismatches: int
     crc_mismatch_offsets: list[int] = field(default_factory=list)
-    missing_ranges: list[tuple[int, int]] = field(default_factory=list)   # on master, not on slave
+    missing_ranges: list[tuple[int, int]] = field(default_factory=list)  # on master, not on slave
     missing_bytes: int = 0
-    interior_missing_bytes: int = 0   # missing below slave_end (a hole, not lag)
+    interior_missing_bytes: int = 0  # missing below slave_end (a hole, not lag)
     slave_only_records: int = 0
     slave_only_ranges: list[tuple[int, int]] = field(default_factory=list)
     # The logs fork: from this offset on, where both hold records, none is the same (a master that
@@ -49,7 +50,7 @@ class PairAudit:
 class NodeIntegrity:
     node: str
     records: int
-    invalid: list[tuple[int, int, str]]   # (offset, size, reason)
+    invalid: list[tuple[int, int, str]]  # (offset, size, reason)
     torn: list[tuple[int, int, str]]
     short_files: list[tuple[str, int, int]]  # (file, length, mapped size)
     start: int
@@ -109,28 +110,41 @@ def _fold_pairs(rows):
 
 def node_integrity(df, nodes: list[Node]) -> list[NodeIntegrity]:
     from pyspark.sql import functions as F
+
     # one job: per node its counts and its (few) unreadable spans, sorted by offset
-    bad_row = F.when(F.col("status").isin("invalid", "torn"),
-                     F.struct("physical_offset", "size", "reason", "status"))
-    stats = {r["node"]: r for r in df.groupBy("node").agg(
-        F.sum(F.when(F.col("status") == "ok", 1).otherwise(0)).alias("records"),
-        F.min(F.when(F.col("status").isin("ok", "blank"), F.col("physical_offset"))).alias("start"),
-        F.max(F.when(F.col("status").isin("ok", "blank"),
-                     F.col("physical_offset") + F.col("size"))).alias("end"),
-        F.sort_array(F.collect_list(bad_row)).alias("bad")).collect()}
+    bad_row = F.when(F.col("status").isin("invalid", "torn"), F.struct("physical_offset", "size", "reason", "status"))
+    stats = {
+        r["node"]: r
+        for r in df.groupBy("node")
+        .agg(
+            F.sum(F.when(F.col("status") == "ok", 1).otherwise(0)).alias("records"),
+            F.min(F.when(F.col("status").isin("ok", "blank"), F.col("physical_offset"))).alias("start"),
+            F.max(F.when(F.col("status").isin("ok", "blank"), F.col("physical_offset") + F.col("size"))).alias("end"),
+            F.sort_array(F.collect_list(bad_row)).alias("bad"),
+        )
+        .collect()
+    }
     bad: dict[str, dict[str, list]] = {}
     for node, r in stats.items():
         for b in r["bad"] or []:
             bad.setdefault(node, {"invalid": [], "torn": []})[b["status"]].append(
-                (b["physical_offset"], b["size"], b["reason"]))
+                (b["physical_offset"], b["size"], b["reason"])
+            )
     out = []
     for n in nodes:
         s = stats.get(n.name)
         b = bad.get(n.name, {"invalid": [], "torn": []})
-        out.append(NodeIntegrity(n.name, int(s["records"]) if s else 0, b["invalid"], b["torn"],
-                                 [(f.path, f.length, f.mapped_size) for f in n.files if f.length != f.mapped_size],
-                                 int(s["start"] or n.start_offset) if s else n.start_offset,
-                                 int(s["end"] or 0) if s else 0))
+        out.append(
+            NodeIntegrity(
+                n.name,
+                int(s["records"]) if s else 0,
+                b["invalid"],
+                b["torn"],
+                [(f.path, f.length, f.mapped_size) for f in n.files if f.length != f.mapped_size],
+                int(s["start"] or n.start_offset) if s else n.start_offset,
+                int(s["end"] or 0) if s else 0,
+            )
+        )
     return out
 
 
@@ -144,56 +158,100 @@ def audit_pairs(spark, df, nodes: list[Node], integrity: list[NodeIntegrity] | N
         if master is None:
             continue
         for s in slaves:
-            pairs.append((f"{name}|{s.name}", name, master.name, s.name, master.role,
-                          s.start_offset, max(master.start_offset, s.start_offset)))
+            pairs.append(
+                (
+                    f"{name}|{s.name}",
+                    name,
+                    master.name,
+                    s.name,
+                    master.role,
+                    s.start_offset,
+                    max(master.start_offset, s.start_offset),
+                )
+            )
     if not pairs:
         return []
-    rec = df.filter(F.col("status") != "torn").select(
-        "node", "physical_offset", "size", "status", "record_crc")
+    rec = df.filter(F.col("status") != "torn").select("node", "physical_offset", "size", "status", "record_crc")
 
     def side(role: int):
         """rec's rows of each pair's master (role 2) or slave (3) from the pair's compare start: a literal
         map node -> [(pair, compare start)] exploded, not a join (a join with a local table costs a job)."""
         by_node: dict[str, list] = {}
         for p in pairs:
-            by_node.setdefault(p[role], []).append(F.struct(F.lit(p[0]).alias("pair"),
-                                                            F.lit(p[6]).cast("long").alias("compare_start")))
+            by_node.setdefault(p[role], []).append(
+                F.struct(F.lit(p[0]).alias("pair"), F.lit(p[6]).cast("long").alias("compare_start"))
+            )
         lookup = F.create_map(*[x for node, ps in by_node.items() for x in (F.lit(node), F.array(*ps))])
-        return (rec.select("*", F.explode(lookup[F.col("node")]).alias("p"))
-                .filter(F.col("physical_offset") >= F.col("p.compare_start"))
-                .withColumn("pair", F.col("p.pair")))
-    m = side(2).select("pair", "physical_offset", F.col("size").alias("m_size"),
-                       F.col("status").alias("m_status"), F.col("record_crc").alias("m_crc"))
-    s = side(3).select("pair", "physical_offset", F.col("size").alias("s_size"),
-                       F.col("status").alias("s_status"), F.col("record_crc").alias("s_crc"))
+        return (
+            rec.select("*", F.explode(lookup[F.col("node")]).alias("p"))
+            .filter(F.col("physical_offset") >= F.col("p.compare_start"))
+            .withColumn("pair", F.col("p.pair"))
+        )
+
+    m = side(2).select(
+        "pair",
+        "physical_offset",
+        F.col("size").alias("m_size"),
+        F.col("status").alias("m_status"),
+        F.col("record_crc").alias("m_crc"),
+    )
+    s = side(3).select(
+        "pair",
+        "physical_offset",
+        F.col("size").alias("s_size"),
+        F.col("status").alias("s_status"),
+        F.col("record_crc").alias("s_crc"),
+    )
     j = m.join(s, ["pair", "physical_offset"], "full_outer")
     good = ("ok", "blank")
-    j = j.withColumn("kind", F.when(F.col("m_status").isNull(), "slave_only")
-                     .when(F.col("s_status").isNull(), "master_only")
-                     .when((F.col("m_size") == F.col("s_size")) & (F.col("m_status") == F.col("s_status"))
-                           & (F.col("m_crc") == F.col("s_crc")) & F.col("m_status").isin(*good), "same")
-                     .otherwise("differ"))
+    j = j.withColumn(
+        "kind",
+        F.when(F.col("m_status").isNull(), "slave_only")
+        .when(F.col("s_status").isNull(), "master_only")
+        .when(
+            (F.col("m_size") == F.col("s_size"))
+            & (F.col("m_status") == F.col("s_status"))
+            & (F.col("m_crc") == F.col("s_crc"))
+            & F.col("m_status").isin(*good),
+            "same",
+        )
+        .otherwise("differ"),
+    )
     j = j.withColumn("size", F.coalesce("m_size", "s_size"))
 
     # One job: only the offsets that are not identical travel, sorted per pair, and are folded into
     # ranges on the executors; the driver gets one small summary per pair.
-    found = {r[0]: r[1] for r in (
-        j.filter(F.col("kind") != "same")
-        .select("pair", "physical_offset", "size", "kind", "s_status")
-        .repartition("pair").sortWithinPartitions("pair", "physical_offset")
-        .rdd.mapPartitions(_fold_pairs).collect())}
+    found = {
+        r[0]: r[1]
+        for r in (
+            j.filter(F.col("kind") != "same")
+            .select("pair", "physical_offset", "size", "kind", "s_status")
+            .repartition("pair")
+            .sortWithinPartitions("pair", "physical_offset")
+            .rdd.mapPartitions(_fold_pairs)
+            .collect()
+        )
+    }
     # The last identical message of each pair: nothing identical after the first divergence is a fork.
     # End-of-file blanks do not count: with messages of one size the master's new records land at the
     # slave's old offsets, and so does the blank that ends the file, identical on both sides.
-    last_same = {r["pair"]: r["last"] for r in j.filter((F.col("kind") == "same") & (F.col("m_status") == "ok"))
-                 .groupBy("pair").agg(
-        F.max("physical_offset").alias("last")).collect()}
+    last_same = {
+        r["pair"]: r["last"]
+        for r in j.filter((F.col("kind") == "same") & (F.col("m_status") == "ok"))
+        .groupBy("pair")
+        .agg(F.max("physical_offset").alias("last"))
+        .collect()
+    }
     ends = {}
     if integrity is not None:  # a node with no ok/blank record has end 0 there, and no end here
         ends = {ni.node: ni.end for ni in integrity if ni.end}
     else:
-        for r in df.filter(F.col("status").isin(*good)).groupBy("node").agg(
-                F.max(F.col("physical_offset") + F.col("size")).alias("end")).collect():
+        for r in (
+            df.filter(F.col("status").isin(*good))
+            .groupBy("node")
+            .agg(F.max(F.col("physical_offset") + F.col("size")).alias("end"))
+            .collect()
+        ):
             ends[r["node"]] = r["end"]
 
     out = []
@@ -210,20 +268,35 @@ def audit_pairs(spark, df, nodes: list[Node], integrity: list[NodeIntegrity] | N
             divergent = None
         interior = sum(max(0, min(e, s_end) - b) for b, e in miss)
         same_after = last_same.get(pair)
-        fork = (divergent if divergent is not None and divergent < min(m_end, s_end)
-                and (same_after is None or same_after < divergent) else None)
-        out.append(PairAudit(
-            broker_name=name, master=master, slave=slave, master_role=role, slave_start=slave_start,
-            compare_start=cstart, master_end=m_end, slave_end=s_end,
-            common_prefix_bytes=max(0, min(prefix_end, m_end, s_end) - cstart),
-            first_divergent_offset=divergent,
-            crc_mismatches=fd.differ,
-            crc_mismatch_offsets=fd.differ_offsets,
-            missing_ranges=miss, missing_bytes=sum(e - b for b, e in miss),
-            interior_missing_bytes=interior,
-            slave_only_records=fd.slave_only_records,
-            slave_only_ranges=fd.ranges["slave_only"],
-            fork_offset=fork))
+        fork = (
+            divergent
+            if divergent is not None
+            and divergent < min(m_end, s_end)
+            and (same_after is None or same_after < divergent)
+            else None
+        )
+        out.append(
+            PairAudit(
+                broker_name=name,
+                master=master,
+                slave=slave,
+                master_role=role,
+                slave_start=slave_start,
+                compare_start=cstart,
+                master_end=m_end,
+                slave_end=s_end,
+                common_prefix_bytes=max(0, min(prefix_end, m_end, s_end) - cstart),
+                first_divergent_offset=divergent,
+                crc_mismatches=fd.differ,
+                crc_mismatch_offsets=fd.differ_offsets,
+                missing_ranges=miss,
+                missing_bytes=sum(e - b for b, e in miss),
+                interior_missing_bytes=interior,
+                slave_only_records=fd.slave_only_records,
+                slave_only_ranges=fd.ranges["slave_only"],
+                fork_offset=fork,
+            )
+        )
     return out
 
 
@@ -232,8 +305,13 @@ def _fmt_ranges(rs, limit=5) -> str:
     return txt + (f" and {len(rs) - limit} more" if len(rs) > limit else "")
 
 
-def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list[Node],
-             final_ack: dict[str, int] | None = None, allowed_forks: dict[str, str] | None = None) -> list[Verdict]:
+def verdicts(
+    pairs: list[PairAudit],
+    integrity: list[NodeIntegrity],
+    nodes: list[Node],
+    final_ack: dict[str, int] | None = None,
+    allowed_forks: dict[str, str] | None = None,
+) -> list[Verdict]:
     """final_ack: slave node -> the last ackOffset its master reported for it (from metrics).
     allowed_forks: broker name -> the fault that explains a fork of its logs (a power loss of its master:
     the master lost an unsynced tail its slave holds, which every configuration allows). Such a fork is
@@ -242,31 +320,44 @@ def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list
     for ni in integrity:
         name = f"log integrity {ni.node}"
         if ni.invalid:
-            out.append(Verdict(name, FAIL, f"{len(ni.invalid)} unreadable span(s) inside the log, first at "
-                               f"{ni.invalid[0][0]} ({ni.invalid[0][2]}): "
-                               + _fmt_ranges([(o, o + s) for o, s, _ in ni.invalid]), ID_INTEGRITY, ni.node))
+            out.append(
+                Verdict(
+                    name,
+                    FAIL,
+                    f"{len(ni.invalid)} unreadable span(s) inside the log, first at "
+                    f"{ni.invalid[0][0]} ({ni.invalid[0][2]}): " + _fmt_ranges([(o, o + s) for o, s, _ in ni.invalid]),
+                    ID_INTEGRITY,
+                    ni.node,
+                )
+            )
         elif ni.torn or ni.short_files:
             parts = []
             if ni.torn:
                 parts.append(f"torn tail at {ni.torn[0][0]} ({ni.torn[0][1]} bytes: {ni.torn[0][2]})")
             if ni.short_files:
-                parts.append("files shorter than the mapped size (RocketMQ would not load them): "
-                             + ", ".join(f"{p.rsplit('/', 1)[-1]} {ln}/{ms}" for p, ln, ms in ni.short_files))
+                parts.append(
+                    "files shorter than the mapped size (RocketMQ would not load them): "
+                    + ", ".join(f"{p.rsplit('/', 1)[-1]} {ln}/{ms}" for p, ln, ms in ni.short_files)
+                )
             out.append(Verdict(name, WARN, "; ".join(parts), ID_INTEGRITY, ni.node))
         else:
             out.append(Verdict(name, PASS, f"{ni.records} records in [{ni.start}, {ni.end})", ID_INTEGRITY, ni.node))
     for name, (master, slaves) in groups(nodes).items():
         if master is None:
-            out.append(Verdict(f"replicas {name}", WARN, "no master node in this group (role/brokerId); "
-                               "slaves not compared"))
+            out.append(
+                Verdict(f"replicas {name}", WARN, "no master node in this group (role/brokerId); slaves not compared")
+            )
     for p in pairs:
         name = f"replica {p.broker_name}: {p.master} vs {p.slave}"
-        facts = (f"slave starts at {p.slave_start}, common prefix {p.common_prefix_bytes} bytes from "
-                 f"{p.compare_start}, master end {p.master_end}, slave end {p.slave_end}")
+        facts = (
+            f"slave starts at {p.slave_start}, common prefix {p.common_prefix_bytes} bytes from "
+            f"{p.compare_start}, master end {p.master_end}, slave end {p.slave_end}"
+        )
         problems = []
         fork = p.fork_offset
-        allowed = ((allowed_forks or {}).get(p.broker_name) or (allowed_forks or {}).get("*")
-                   if fork is not None else None)
+        allowed = (
+            (allowed_forks or {}).get(p.broker_name) or (allowed_forks or {}).get("*") if fork is not None else None
+        )
         if allowed:
             # what follows the fork is the fork; only damage before it (or a lost ack) still fails
             before = [o for o in p.crc_mismatch_offsets if o < fork]
@@ -274,11 +365,19 @@ def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list
             only = [r for r in p.slave_only_ranges if r[0] < min(p.master_end, fork)]
             ack = (final_ack or {}).get(p.slave)
             if not (before or holes or only or (ack is not None and ack > p.slave_end)):
-                out.append(Verdict(name, WARN, f"an allowed fork at offset {fork}, after {allowed}: the master came "
-                                   "back behind its slave (it lost an unsynced tail the slave holds) and wrote "
-                                   f"new data at [{fork}, {min(p.master_end, p.slave_end)}); the slave's "
-                                   f"{p.slave_end - fork} bytes from {fork} are a history the master lost "
-                                   f"(SLAVE_AHEAD; the README's guarantee matrix) ({facts})", ID_REPLICA, p.slave))
+                out.append(
+                    Verdict(
+                        name,
+                        WARN,
+                        f"an allowed fork at offset {fork}, after {allowed}: the master came "
+                        "back behind its slave (it lost an unsynced tail the slave holds) and wrote "
+                        f"new data at [{fork}, {min(p.master_end, p.slave_end)}); the slave's "
+                        f"{p.slave_end - fork} bytes from {fork} are a history the master lost "
+                        f"(SLAVE_AHEAD; the README's guarantee matrix) ({facts})",
+                        ID_REPLICA,
+                        p.slave,
+                    )
+                )
                 continue
         if p.fork_offset is not None:
             problems.append(
@@ -286,32 +385,49 @@ def verdicts(pairs: list[PairAudit], integrity: list[NodeIntegrity], nodes: list
                 f"[{p.fork_offset}, {min(p.master_end, p.slave_end)}) where the slave already held other records, "
                 f"and nothing is the same after it; the slave's {p.slave_end - p.fork_offset} bytes from "
                 f"{p.fork_offset} are a history the master lost (a master that came back behind its slave, "
-                "SLAVE_AHEAD, and took writes; see the README)")
+                "SLAVE_AHEAD, and took writes; see the README)"
+            )
         if p.crc_mismatches:
-            problems.append(f"{p.crc_mismatches} record(s) differ at the same offset (CRC mismatch), first at "
-                            + ", ".join(map(str, p.crc_mismatch_offsets[:5])))
+            problems.append(
+                f"{p.crc_mismatches} record(s) differ at the same offset (CRC mismatch), first at "
+                + ", ".join(map(str, p.crc_mismatch_offsets[:5]))
+            )
         if p.interior_missing_bytes:
-            problems.append(f"{p.interior_missing_bytes} bytes missing inside the slave's extent: "
-                            + _fmt_ranges([r for r in p.missing_ranges if r[0] < p.slave_end]))
+            problems.append(
+                f"{p.interior_missing_bytes} bytes missing inside the slave's extent: "
+                + _fmt_ranges([r for r in p.missing_ranges if r[0] < p.slave_end])
+            )
         inside = [r for r in p.slave_only_ranges if r[0] < p.master_end]
         if inside:
             problems.append(f"records only on the slave inside the master's extent: {_fmt_ranges(inside)}")
         ack = (final_ack or {}).get(p.slave)
         if ack is not None and ack > p.slave_end:
-            problems.append(f"the master last saw ackOffset {ack} from this slave but its log ends at "
-                            f"{p.slave_end}: the slave lost acknowledged bytes")
+            problems.append(
+                f"the master last saw ackOffset {ack} from this slave but its log ends at "
+                f"{p.slave_end}: the slave lost acknowledged bytes"
+            )
         if problems:
-            out.append(Verdict(name, FAIL, f"first divergent offset {p.first_divergent_offset}; "
-                               + "; ".join(problems) + f" ({facts})", ID_REPLICA, p.slave))
+            out.append(
+                Verdict(
+                    name,
+                    FAIL,
+                    f"first divergent offset {p.first_divergent_offset}; " + "; ".join(problems) + f" ({facts})",
+                    ID_REPLICA,
+                    p.slave,
+                )
+            )
             continue
         notes = []
         if p.lag_bytes:
-            notes.append(f"slave behind by {p.lag_bytes} bytes: missing "
-                         + _fmt_ranges([r for r in p.missing_ranges if r[0] >= p.slave_end]))
+            notes.append(
+                f"slave behind by {p.lag_bytes} bytes: missing "
+                + _fmt_ranges([r for r in p.missing_ranges if r[0] >= p.slave_end])
+            )
         beyond = [r for r in p.slave_only_ranges if r[0] >= p.master_end]
         if beyond:
-            notes.append(f"the slave holds records past the master's end (master lost its tail?): "
-                         f"{_fmt_ranges(beyond)}")
+            notes.append(
+                f"the slave holds records past the master's end (master lost its tail?): {_fmt_ranges(beyond)}"
+            )
         if notes:
             out.append(Verdict(name, WARN, "; ".join(notes) + f" ({facts})", ID_REPLICA, p.slave))
         else:

@@ -4,6 +4,7 @@
 
 read_node_queues(store_dir) yields (topic, queue_id, queue_offset, physical_offset, size) per real unit.
 """
+
 from __future__ import annotations
 
 import os

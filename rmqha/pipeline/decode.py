@@ -27,6 +27,7 @@ Row statuses:
            a truncated copy; size = bytes up to the end of the file's data
 Zeros after the last record of a file (the unwritten, preallocated tail) produce no row.
 """
+
 from __future__ import annotations
 
 import errno
@@ -40,23 +41,39 @@ from rmqha.broker.store.record import Scan
 
 from .runfolder import Node
 
-DEFAULT_RANGE_BYTES = 64 << 20   # the smallest range auto_range_bytes picks
+DEFAULT_RANGE_BYTES = 64 << 20  # the smallest range auto_range_bytes picks
 MAX_AUTO_RANGE_BYTES = 1 << 30
 TASKS_PER_CORE = 4
-WINDOW = 8 << 20              # bytes read per pread
-_FIRST_SEARCH = 64 << 10      # bytes the sync-point search reads first
-MAX_RECORD = 32 << 20         # a larger TOTALSIZE is garbage (RocketMQ's maxMessageSize is 4 MiB)
-_HEAD = record.HEAD_SIZE        # bytes that tell a message, a blank and garbage apart
-_MAGIC_AT = record.MAGIC_AT     # where a record's magic sits, for the sync-point search
+WINDOW = 8 << 20  # bytes read per pread
+_FIRST_SEARCH = 64 << 10  # bytes the sync-point search reads first
+MAX_RECORD = 32 << 20  # a larger TOTALSIZE is garbage (RocketMQ's maxMessageSize is 4 MiB)
+_HEAD = record.HEAD_SIZE  # bytes that tell a message, a blank and garbage apart
+_MAGIC_AT = record.MAGIC_AT  # where a record's magic sits, for the sync-point search
 _MAGICS = (record.MESSAGE_MAGIC_BYTES, record.BLANK_MAGIC_BYTES)
 
 COLUMNS = [
-    ("node", "string"), ("broker_name", "string"), ("broker_id", "int"), ("role", "string"),
-    ("file", "string"), ("physical_offset", "long"), ("size", "long"), ("status", "string"),
-    ("valid", "boolean"), ("reason", "string"), ("topic", "string"), ("queue_id", "int"),
-    ("queue_offset", "long"), ("sys_flag", "int"), ("born_timestamp", "long"),
-    ("store_timestamp", "long"), ("body_crc", "int"), ("record_crc", "long"), ("msg_id", "string"),
-    ("uniq_key", "string"), ("keys", "string"), ("tags", "string"),
+    ("node", "string"),
+    ("broker_name", "string"),
+    ("broker_id", "int"),
+    ("role", "string"),
+    ("file", "string"),
+    ("physical_offset", "long"),
+    ("size", "long"),
+    ("status", "string"),
+    ("valid", "boolean"),
+    ("reason", "string"),
+    ("topic", "string"),
+    ("queue_id", "int"),
+    ("queue_offset", "long"),
+    ("sys_flag", "int"),
+    ("born_timestamp", "long"),
+    ("store_timestamp", "long"),
+    ("body_crc", "int"),
+    ("record_crc", "long"),
+    ("msg_id", "string"),
+    ("uniq_key", "string"),
+    ("keys", "string"),
+    ("tags", "string"),
 ]
 
 
@@ -65,8 +82,16 @@ COLUMNS = [
 # in COLUMNS order: physical_offset, size, the status columns, _MIDDLE_COLUMNS, msg_id, _PROPERTY_COLUMNS.
 _AT = {name: k for k, name in enumerate(record.SUMMARY_FIELDS)}
 _PHYS, _SIZE, _STORE_HOST = _AT["physical_offset"], _AT["size"], _AT["store_host_raw"]
-_MIDDLE_COLUMNS = ("topic", "queue_id", "queue_offset", "sys_flag", "born_timestamp", "store_timestamp", "body_crc",
-                   "record_crc")
+_MIDDLE_COLUMNS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "sys_flag",
+    "born_timestamp",
+    "store_timestamp",
+    "body_crc",
+    "record_crc",
+)
 _PROPERTY_COLUMNS = ("uniq_key", "keys", "tags")
 _middle = operator.itemgetter(*(_AT[n] for n in _MIDDLE_COLUMNS))
 _props = operator.itemgetter(*(_AT[n] for n in _PROPERTY_COLUMNS))
@@ -74,12 +99,13 @@ _props = operator.itemgetter(*(_AT[n] for n in _PROPERTY_COLUMNS))
 
 def schema():
     from pyspark.sql import types as T
-    kinds = {"string": T.StringType(), "int": T.IntegerType(), "long": T.LongType(),
-             "boolean": T.BooleanType()}
+
+    kinds = {"string": T.StringType(), "int": T.IntegerType(), "long": T.LongType(), "boolean": T.BooleanType()}
     return T.StructType([T.StructField(n, kinds[k], True) for n, k in COLUMNS])
 
 
 # -- planning (driver) ------------------------------------------------------------------------
+
 
 def auto_range_bytes(nodes: list[Node], parallelism: int) -> int:
     """A range size that gives about TASKS_PER_CORE tasks per core over all files, within
@@ -101,12 +127,10 @@ def plan(nodes: list[Node], range_bytes: int = DEFAULT_RANGE_BYTES) -> list[tupl
         meta = (node.name, node.broker_name, node.broker_id, node.role)
         for f in node.files:
             if node.dledger is not None:  # one task per DLedger data file, with the committed index
-                tasks.append((meta, f.path, f.base, f.length, f.mapped_size, 0, f.length,
-                              node.dledger.committed_index))
+                tasks.append((meta, f.path, f.base, f.length, f.mapped_size, 0, f.length, node.dledger.committed_index))
                 continue
             for start in range(0, max(f.length, 1), range_bytes):
-                tasks.append((meta, f.path, f.base, f.length, f.mapped_size,
-                              start, min(start + range_bytes, f.length)))
+                tasks.append((meta, f.path, f.base, f.length, f.mapped_size, start, min(start + range_bytes, f.length)))
     return tasks
 
 
@@ -154,8 +178,7 @@ class _RangeReader:
     def scan(self, pos: int):
         buf, i = self.window(pos, _HEAD)
         r = record.scan(buf, i, True, False)
-        if (r.kind == Scan.PARTIAL and self.buf_start + len(buf) < self.length
-                and r.size <= MAX_RECORD):
+        if r.kind == Scan.PARTIAL and self.buf_start + len(buf) < self.length and r.size <= MAX_RECORD:
             buf, i = self.window(pos, min(max(r.size, _HEAD), self.length - pos))
             r = record.scan(buf, i, True, False)
         return r, buf, i
@@ -218,13 +241,32 @@ class _RangeReader:
         return None
 
 
-CHUNK_ROWS = 65536            # valid-message rows per Arrow batch (about; a window's worth more at most)
+CHUNK_ROWS = 65536  # valid-message rows per Arrow batch (about; a window's worth more at most)
 
 
 def _other_row(meta, fname, phys, size, status, reason="", rcrc=None):
     """A row that is not a valid message: blank, invalid or torn."""
-    return (*meta, fname, phys, size, status, False, reason or None,
-            None, None, None, None, None, None, None, rcrc, None, None, None, None)
+    return (
+        *meta,
+        fname,
+        phys,
+        size,
+        status,
+        False,
+        reason or None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        rcrc,
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 def _msg_id(f) -> str:
@@ -278,6 +320,7 @@ class _CompiledSummaries:
 
     def __init__(self, rows: int):
         from rmqha.broker.store import summary_columns
+
         self.sc, self.rows = summary_columns, rows
         self.cols = self._new()
 
@@ -311,6 +354,7 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS, compiled: bool = False):
     """
     if len(task) > 7:  # a DLedger data file (plan())
         from . import dledger_log
+
         yield from dledger_log.decode_chunks(task, chunk_rows, compiled)
         return
     meta, path, base, length, mapped_size, start, end = task
@@ -337,8 +381,12 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS, compiled: bool = False):
             if p >= length:
                 break
             r, buf, i = rd.scan(p)
-            good = (r.kind == Scan.MESSAGE and r.message.physical_offset == base + p
-                    or r.kind == Scan.BLANK and r.size == mapped_size - p)
+            good = (
+                r.kind == Scan.MESSAGE
+                and r.message.physical_offset == base + p
+                or r.kind == Scan.BLANK
+                and r.size == mapped_size - p
+            )
             if good and p >= end:
                 break  # the next range starts here (it is a sync point)
             if r.kind == Scan.MESSAGE and r.message.physical_offset == base + p:
@@ -346,8 +394,9 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS, compiled: bool = False):
                 p += r.size
                 continue
             if r.kind == Scan.BLANK and good:
-                other.append(_other_row(meta, fname, base + p, r.size, "blank",
-                                        rcrc=zlib.crc32(memoryview(buf)[i:i + _HEAD])))
+                other.append(
+                    _other_row(meta, fname, base + p, r.size, "blank", rcrc=zlib.crc32(memoryview(buf)[i : i + _HEAD]))
+                )
                 break
             if r.kind == Scan.MESSAGE:
                 reason = f"PHYSICALOFFSET {r.message.physical_offset} != position {base + p}"
@@ -360,8 +409,7 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS, compiled: bool = False):
             q = rd.find_sync(p + 1, length)
             if q is None:
                 if reason != "zeros":
-                    other.append(_other_row(meta, fname, base + p, max(rd.data_end(p), p + 1) - p, "torn",
-                                            reason))
+                    other.append(_other_row(meta, fname, base + p, max(rd.data_end(p), p + 1) - p, "torn", reason))
                 break
             other.append(_other_row(meta, fname, base + p, q - p, "invalid", reason))
             p = q
@@ -384,14 +432,17 @@ def decode_range(task) -> list[tuple]:
 
 # -- Arrow batches (executor) -------------------------------------------------------------------
 
+
 def _arrow_types():
     import pyarrow as pa
+
     return {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
 
 
 @functools.lru_cache(maxsize=None)  # per range task otherwise: a task of a small range paid more for it than
-def arrow_schema():                 # for its records (pyarrow schemas are immutable)
+def arrow_schema():  # for its records (pyarrow schemas are immutable)
     import pyarrow as pa
+
     kinds = _arrow_types()
     return pa.schema([pa.field(n, kinds[k]) for n, k in COLUMNS])
 
@@ -407,14 +458,17 @@ WIRE_COLUMNS = [("file_index", "int")] + [c for c in COLUMNS if c[0] not in _PER
 def spark_wire_schema():
     """wire_schema() as the Spark StructType mapInArrow is given."""
     from pyspark.sql import types as T
+
     kinds = {f.name: f.dataType for f in schema().fields}
-    return T.StructType([T.StructField(name, T.IntegerType() if kind == "int" else kinds[name], True)
-                         for name, kind in WIRE_COLUMNS])
+    return T.StructType(
+        [T.StructField(name, T.IntegerType() if kind == "int" else kinds[name], True) for name, kind in WIRE_COLUMNS]
+    )
 
 
 @functools.lru_cache(maxsize=None)
 def wire_schema():
     import pyarrow as pa
+
     kinds = _arrow_types()
     return pa.schema([pa.field(n, kinds[k]) for n, k in WIRE_COLUMNS])
 
@@ -435,26 +489,36 @@ def _msg_ids(pa, hosts, phys, ok):
     """The offsetMsgId column: store host hex + physical offset as 16 hex digits, built with numpy when
     the batch has one store host (the usual case: a node's log holds its master's host)."""
     import pyarrow.compute as pc
+
     if len(pc.unique(hosts)) != 1:
         return pa.array([_msg_id(f) for f in ok], pa.string())
     import numpy as np
+
     n = len(phys)
     prefix = record.msg_id_prefix(hosts[0].as_py()).encode()
     width = len(prefix) + 16
     raw = phys.to_numpy().astype(">u8").view(np.uint8).reshape(n, 8)
     out = np.empty((n, width), np.uint8)
-    out[:, :len(prefix)] = np.frombuffer(prefix, np.uint8)
+    out[:, : len(prefix)] = np.frombuffer(prefix, np.uint8)
     digits = np.frombuffer(_HEX, np.uint8)
-    out[:, len(prefix)::2] = digits[raw >> 4]
-    out[:, len(prefix) + 1::2] = digits[raw & 15]
+    out[:, len(prefix) :: 2] = digits[raw >> 4]
+    out[:, len(prefix) + 1 :: 2] = digits[raw & 15]
     offsets = np.arange(0, n * width + 1, width, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
 
 
 def _constants(meta, fname, file_index=None) -> dict:
     """The columns that are the same for every valid-message row of a file."""
-    return {"node": meta[0], "broker_name": meta[1], "broker_id": meta[2], "role": meta[3], "file": fname,
-            "status": "ok", "valid": True, "file_index": file_index}
+    return {
+        "node": meta[0],
+        "broker_name": meta[1],
+        "broker_id": meta[2],
+        "role": meta[3],
+        "file": fname,
+        "status": "ok",
+        "valid": True,
+        "file_index": file_index,
+    }
 
 
 def _ok_batch(pa, schema, struct, const, ok):
@@ -478,6 +542,7 @@ def _columns_batch(pa, schema, const, cols):
     """One RecordBatch of valid-message rows from a summary_columns.Columns (no Python per row)."""
     import numpy as np
     from rmqha.broker.store import summary_columns as sc
+
     n = cols.n
     ints, strs = set(sc.INT_FIELDS), set(sc.STR_FIELDS)
     arrays = []
@@ -530,6 +595,7 @@ def arrow_batches(task, chunk_rows: int = CHUNK_ROWS, compiled: bool | None = No
     (None: use_compiled()'s choice) or the reference (scan_summary tuples); the rows are the same.
     With file_index: wire_schema() batches (what decode() sends), the file's columns as that index."""
     import pyarrow as pa
+
     full = arrow_schema()
     schema, struct = (full if file_index is None else wire_schema()), _summary_struct(pa)
     meta, fname = task[0], os.path.basename(task[1])
@@ -551,22 +617,22 @@ def decode_file(node: Node, f, range_bytes: int | None = None) -> list[tuple]:
     """Decode a whole file (or its ranges in turn) in this process: for tests and small tools."""
     meta = (node.name, node.broker_name, node.broker_id, node.role)
     if node.dledger is not None:
-        return decode_range((meta, f.path, f.base, f.length, f.mapped_size, 0, f.length,
-                             node.dledger.committed_index))
+        return decode_range((meta, f.path, f.base, f.length, f.mapped_size, 0, f.length, node.dledger.committed_index))
     size = range_bytes or max(f.length, 1)
     rows = []
     for start in range(0, max(f.length, 1), size):
-        rows += decode_range((meta, f.path, f.base, f.length, f.mapped_size, start,
-                              min(start + size, f.length)))
+        rows += decode_range((meta, f.path, f.base, f.length, f.mapped_size, start, min(start + size, f.length)))
     return rows
 
 
 # -- the DataFrame ----------------------------------------------------------------------------
 
+
 def _have_pyarrow() -> bool:
     try:
         import pyarrow  # noqa: F401
         from pyspark.sql.pandas.utils import require_minimum_pyarrow_version
+
         require_minimum_pyarrow_version()
     except ImportError:
         return False
@@ -583,6 +649,7 @@ def _lazy_zip_invalidation():
     changed since this process last read it."""
     import sys
     import zipimport
+
     cls = zipimport.zipimporter
     if sys.version_info >= (3, 12) or getattr(cls.invalidate_caches, "_lazy", False):
         return
@@ -604,8 +671,13 @@ def _lazy_zip_invalidation():
     cls.invalidate_caches = invalidate_caches
 
 
-def decode(spark, nodes: list[Node], range_bytes: int | None = None, use_arrow: bool | None = None,
-           compiled: bool | None = None):
+def decode(
+    spark,
+    nodes: list[Node],
+    range_bytes: int | None = None,
+    use_arrow: bool | None = None,
+    compiled: bool | None = None,
+):
     """A DataFrame of every record of every node (COLUMNS). Lazy: nothing is read until an action.
 
     At most TASKS_PER_CORE partitions per core, each decoding one or more tasks: a store of many small
@@ -623,6 +695,7 @@ def decode(spark, nodes: list[Node], range_bytes: int | None = None, use_arrow: 
         use_arrow = _have_pyarrow()
     if use_arrow:
         from pyspark.sql import functions as F
+
         files = {}  # (node meta, file name) -> file_index
         index = [files.setdefault((t[0], os.path.basename(t[1])), len(files)) for t in tasks]
 
@@ -644,6 +717,7 @@ def decode(spark, nodes: list[Node], range_bytes: int | None = None, use_arrow: 
             if name == "valid":
                 return (F.col("status") == "ok").alias(name)
             return F.col(name)
+
         # spark.range over the task ids in n slices: each partition decodes the tasks whose ids it holds
         return spark.range(0, len(tasks), 1, n).mapInArrow(run, wire).select(*[column(c) for c, _ in COLUMNS])
     rdd = spark.sparkContext.parallelize(tasks, n).flatMap(decode_range)

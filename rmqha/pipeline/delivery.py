@@ -31,6 +31,7 @@ Every count is exact (Spark aggregates, nothing capped) and every message behind
 OUT/delivery.jsonl with the faults active when it was acknowledged or later able to destroy it.
 Verdicts carry stable ids (ID_* below) and the group as their subject.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,15 @@ ID_AMBIGUOUS = "delivery.ambiguous-group"
 PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 # Faults that can take bytes a master had already stored (its tail) or leave it behind its slave.
-DESTRUCTIVE = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss",
-               "kill-master", "restart-master", "partition")
+DESTRUCTIVE = (
+    "power-loss",
+    "group-power-loss",
+    "slave-then-master-power-loss",
+    "cluster-power-loss",
+    "kill-master",
+    "restart-master",
+    "partition",
+)
 MAX_LISTED = 10
 AT_RISK_MS = 5000  # acknowledged this long before a fault: still at stake when it hits (unflushed, in flight)
 DETAIL_FILE = "delivery.jsonl"
@@ -91,27 +99,40 @@ class GroupDelivery:
     duplicates: int = 0
     unexpected: int = 0
     reordered: int = 0
-    ambiguous: int = 0      # acknowledged, owed, in no broker group: copies in two, the answer names neither
-    examples: dict = field(default_factory=dict)   # verdict id -> [short text] (at most MAX_LISTED)
+    ambiguous: int = 0  # acknowledged, owed, in no broker group: copies in two, the answer names neither
+    examples: dict = field(default_factory=dict)  # verdict id -> [short text] (at most MAX_LISTED)
 
     def summary(self) -> dict:
         """summary.json's per-group `delivery` block."""
-        return {"acknowledged": self.acknowledged, "delivered": self.delivered, "lost": self.lost,
-                "lostByReason": self.lost_by_reason, "stranded": self.stranded, "parked": self.parked,
-                "lostAfterDelivery": self.lost_after_delivery, "duplicates": self.duplicates,
-                "indeterminate": self.indeterminate, "indeterminateDelivered": self.indeterminate_delivered,
-                "unconfirmed": self.unconfirmed, "unconfirmedDelivered": self.unconfirmed_delivered,
-                "unexpected": self.unexpected, "reordered": self.reordered, "receives": self.receives,
-                "ambiguousGroup": self.ambiguous, "topics": self.topics, "ordered": self.ordered}
+        return {
+            "acknowledged": self.acknowledged,
+            "delivered": self.delivered,
+            "lost": self.lost,
+            "lostByReason": self.lost_by_reason,
+            "stranded": self.stranded,
+            "parked": self.parked,
+            "lostAfterDelivery": self.lost_after_delivery,
+            "duplicates": self.duplicates,
+            "indeterminate": self.indeterminate,
+            "indeterminateDelivered": self.indeterminate_delivered,
+            "unconfirmed": self.unconfirmed,
+            "unconfirmedDelivered": self.unconfirmed_delivered,
+            "unexpected": self.unexpected,
+            "reordered": self.reordered,
+            "receives": self.receives,
+            "ambiguousGroup": self.ambiguous,
+            "topics": self.topics,
+            "ordered": self.ordered,
+        }
 
 
 @dataclass
 class QueueConsistency:
     node: str
-    records: int = 0          # dispatchable records of the node's log
-    entries: int = 0          # consume-queue units read
-    unqueued: int = 0         # records with no unit at their queue offset pointing at them
-    dangling: int = 0         # units pointing at no record of the node's log
+    records: int = 0  # dispatchable records of the node's log
+    entries: int = 0  # consume-queue units read
+    unqueued: int = 0  # records with no unit at their queue offset pointing at them
+    dangling: int = 0  # units pointing at no record of the node's log
     examples: list = field(default_factory=list)
 
 
@@ -135,6 +156,7 @@ class DeliveryFindings:
 
 # -- inputs ---------------------------------------------------------------------------------------
 
+
 def queue_rows(nodes: list[Node]) -> list[tuple]:
     """(node, topic, queue_id, queue_offset, cq_phys, cq_size) for every consume-queue unit of every node."""
     out = []
@@ -149,6 +171,7 @@ def queue_rows(nodes: list[Node]) -> list[tuple]:
 def _history(hist):
     """The histories with a consumer/producer group on every line (the client's name when absent)."""
     from pyspark.sql import functions as F
+
     cols = hist.columns
     group = F.coalesce(F.col("group"), F.col("client")) if "group" in cols else F.col("client")
     h = hist.withColumn("grp", group)
@@ -159,8 +182,16 @@ def _history(hist):
 
 # -- the check ------------------------------------------------------------------------------------
 
-def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterval] = (),
-          out_dir: str | None = None, run_dir: str | None = None) -> DeliveryFindings:
+
+def check(
+    spark,
+    decoded,
+    hist,
+    nodes: list[Node],
+    fault_list: list[FaultInterval] = (),
+    out_dir: str | None = None,
+    run_dir: str | None = None,
+) -> DeliveryFindings:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -170,48 +201,71 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     broker_of = lit_map({n.name: n.broker_name for n in nodes})
     masters = [n.name for n in nodes if n.is_master]
     qrows = queue_rows(nodes)
-    cq = spark.createDataFrame(qrows or [("", "", -1, -1, -1, -1)],
-                               "node string, topic string, queue_id int, queue_offset long, cq_phys long, "
-                               "cq_size int").filter(F.col("node") != "")
+    cq = spark.createDataFrame(
+        qrows or [("", "", -1, -1, -1, -1)],
+        "node string, topic string, queue_id int, queue_offset long, cq_phys long, cq_size int",
+    ).filter(F.col("node") != "")
 
     # 1. logical sends: every try of a send_id, invoked or answered
     tries = h.filter(F.col("op").isin("invoke", "send") & F.col("send_id").isNotNull())
-    answer = (F.col("op") == "send")
+    answer = F.col("op") == "send"
     ok = answer & (F.col("status") == "SEND_OK")
-    sends = (tries.groupBy("send_id").agg(
-        F.first("topic", ignorenulls=True).alias("s_topic"),
-        F.first("client", ignorenulls=True).alias("producer"),
-        F.first("shard", ignorenulls=True).alias("shard"),
-        F.max(ok.cast("int")).alias("acked"),
-        F.max((answer & F.col("status").isin(*UNCONFIRMED)).cast("int")).alias("unconf"),
-        F.min(F.when(ok, F.col("end_ms"))).alias("ack_ms"),
-        F.min(F.when(ok, F.col("seq"))).alias("ack_seq"),
-        # the acknowledged try (the first SEND_OK by seq): the copy it names is the send's place
-        F.min(F.when(ok, F.struct("seq", "uniq_key", "queue_id", "queue_offset", "offset_msg_id", "broker_name")))
-        .alias("okt"),
-        F.min("start_ms").alias("first_ms"))
-        .withColumn("state0", F.when(F.col("acked") == 1, "acked")
-                    .when(F.col("unconf") == 1, "unconfirmed").otherwise("indeterminate"))
-        .select("*", F.col("okt.uniq_key").alias("ok_uniq"), F.col("okt.queue_id").alias("ok_qid"),
-                F.col("okt.queue_offset").alias("ok_qoff"), _offset_of(F.col("okt.offset_msg_id")).alias("ok_phys"),
-                F.when(F.col("okt.broker_name") != "", F.col("okt.broker_name")).alias("ok_broker"))
-        .drop("okt")).cache()
-    uniq_map = (tries.filter(F.col("uniq_key").isNotNull()).select("uniq_key", F.col("send_id").alias("u_sid"))
-                .dropDuplicates(["uniq_key"]))
+    sends = (
+        tries.groupBy("send_id")
+        .agg(
+            F.first("topic", ignorenulls=True).alias("s_topic"),
+            F.first("client", ignorenulls=True).alias("producer"),
+            F.first("shard", ignorenulls=True).alias("shard"),
+            F.max(ok.cast("int")).alias("acked"),
+            F.max((answer & F.col("status").isin(*UNCONFIRMED)).cast("int")).alias("unconf"),
+            F.min(F.when(ok, F.col("end_ms"))).alias("ack_ms"),
+            F.min(F.when(ok, F.col("seq"))).alias("ack_seq"),
+            # the acknowledged try (the first SEND_OK by seq): the copy it names is the send's place
+            F.min(
+                F.when(ok, F.struct("seq", "uniq_key", "queue_id", "queue_offset", "offset_msg_id", "broker_name"))
+            ).alias("okt"),
+            F.min("start_ms").alias("first_ms"),
+        )
+        .withColumn(
+            "state0",
+            F.when(F.col("acked") == 1, "acked").when(F.col("unconf") == 1, "unconfirmed").otherwise("indeterminate"),
+        )
+        .select(
+            "*",
+            F.col("okt.uniq_key").alias("ok_uniq"),
+            F.col("okt.queue_id").alias("ok_qid"),
+            F.col("okt.queue_offset").alias("ok_qoff"),
+            _offset_of(F.col("okt.offset_msg_id")).alias("ok_phys"),
+            F.when(F.col("okt.broker_name") != "", F.col("okt.broker_name")).alias("ok_broker"),
+        )
+        .drop("okt")
+    ).cache()
+    uniq_map = (
+        tries.filter(F.col("uniq_key").isNotNull())
+        .select("uniq_key", F.col("send_id").alias("u_sid"))
+        .dropDuplicates(["uniq_key"])
+    )
     known = sends.select(F.col("send_id").alias("k_sid"))
 
     # 2. stored copies, tied to a logical send by KEYS (the recorder's send_id) or by UNIQ_KEY
-    st = (decoded.filter(F.col("status") == "ok")
-          .select("node", "physical_offset", "size", "topic", "queue_id", "queue_offset", "uniq_key", "keys",
-                  "sys_flag"))
-    by_keys = (st.withColumn("k_sid", F.explode(F.split(F.coalesce("keys", F.lit("")), " ")))
-               .join(known, "k_sid").withColumnRenamed("k_sid", "send_id"))
+    st = decoded.filter(F.col("status") == "ok").select(
+        "node", "physical_offset", "size", "topic", "queue_id", "queue_offset", "uniq_key", "keys", "sys_flag"
+    )
+    by_keys = (
+        st.withColumn("k_sid", F.explode(F.split(F.coalesce("keys", F.lit("")), " ")))
+        .join(known, "k_sid")
+        .withColumnRenamed("k_sid", "send_id")
+    )
     by_uniq = st.join(uniq_map, "uniq_key").withColumn("send_id", F.col("u_sid")).drop("u_sid")
-    copies = (by_keys.unionByName(by_uniq).dropDuplicates(["send_id", "node", "physical_offset"])
-              .filter(F.col("node").isin([n.name for n in nodes]))
-              .withColumn("broker_name", broker_of[F.col("node")]).withColumn("is_master", F.col("node").isin(masters))
-              .join(cq, ["node", "topic", "queue_id", "queue_offset"], "left")
-              .withColumn("queued", F.coalesce(F.col("cq_phys") == F.col("physical_offset"), F.lit(False))))
+    copies = (
+        by_keys.unionByName(by_uniq)
+        .dropDuplicates(["send_id", "node", "physical_offset"])
+        .filter(F.col("node").isin([n.name for n in nodes]))
+        .withColumn("broker_name", broker_of[F.col("node")])
+        .withColumn("is_master", F.col("node").isin(masters))
+        .join(cq, ["node", "topic", "queue_id", "queue_offset"], "left")
+        .withColumn("queued", F.coalesce(F.col("cq_phys") == F.col("physical_offset"), F.lit(False)))
+    )
     sc = copies.join(sends.select("send_id", "s_topic", "ok_uniq", "ok_qid", "ok_qoff", "ok_phys"), "send_id")
     in_topic = F.col("topic") == F.col("s_topic")
     parked_copy = F.col("topic").isin(*PARKED_TOPICS)
@@ -225,6 +279,7 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
 
     def groups_of(cond):
         return F.array_sort(F.collect_set(F.when(cond, F.col("broker_name"))))
+
     facts = sc.groupBy("send_id").agg(
         F.max((in_topic & F.col("is_master")).cast("int")).alias("on_master"),
         F.max((in_topic & F.col("is_master") & F.col("queued")).cast("int")).alias("servable"),
@@ -232,33 +287,58 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
         # parked means parked where the group is served from: on a master
         F.max(((in_topic | parked_copy) & ~F.col("is_master")).cast("int")).alias("on_slave"),
         F.max((parked_copy & F.col("is_master")).cast("int")).alias("parked"),
-        F.sort_array(F.collect_set(F.concat_ws("@", "node", F.col("physical_offset").cast("string"))))
-        .alias("where"),
-        groups_of(ok_top).alias("g_top"), groups_of(ok_top & named).alias("n_top"),
-        groups_of(ok_park).alias("g_park"), groups_of(ok_park & named).alias("n_park"),
+        F.sort_array(F.collect_set(F.concat_ws("@", "node", F.col("physical_offset").cast("string")))).alias("where"),
+        groups_of(ok_top).alias("g_top"),
+        groups_of(ok_top & named).alias("n_top"),
+        groups_of(ok_park).alias("g_park"),
+        groups_of(ok_park & named).alias("n_park"),
         groups_of(in_topic).alias("g_any"),
         F.max(F.col("ok_phys").isNotNull() | F.col("ok_qoff").isNotNull()).alias("has_name"),
         # the master copies' places in their queues (where a consumer would find it), the acknowledged
         # try's named copy first: mq below takes the one in the send's group
-        F.collect_list(F.when(in_topic & F.col("is_master"), F.struct(
-            F.col("broker_name").alias("b"), F.when(ok_top & named, 0).when(ok_top, 1).otherwise(2).alias("prio"),
-            "node", "queue_id", "queue_offset"))).alias("mqs"))
+        F.collect_list(
+            F.when(
+                in_topic & F.col("is_master"),
+                F.struct(
+                    F.col("broker_name").alias("b"),
+                    F.when(ok_top & named, 0).when(ok_top, 1).otherwise(2).alias("prio"),
+                    "node",
+                    "queue_id",
+                    "queue_offset",
+                ),
+            )
+        ).alias("mqs"),
+    )
     cands = F.when(F.size("g_top") > 0, F.col("g_top")).otherwise(F.col("g_park"))
     told = F.when(~F.col("has_name"), cands).when(F.size("g_top") > 0, F.col("n_top")).otherwise(F.col("n_park"))
-    facts = (facts.withColumn("c_broker", F.when(F.size(cands) == 1, cands[0])
-                              .when((F.size(cands) > 1) & (F.size(told) == 1), told[0])
-                              .when((F.size(cands) == 0) & (F.size("g_any") == 1), F.col("g_any")[0]))
-             .withColumn("c_ambiguous", F.when(F.col("c_broker").isNull() & (F.size(cands) > 1), cands)
-                         .when(F.col("c_broker").isNull() & (F.size(cands) == 0) & (F.size("g_any") > 1), F.col("g_any")))
-             .drop("g_top", "n_top", "g_park", "n_park", "g_any", "has_name"))
+    facts = (
+        facts.withColumn(
+            "c_broker",
+            F.when(F.size(cands) == 1, cands[0])
+            .when((F.size(cands) > 1) & (F.size(told) == 1), told[0])
+            .when((F.size(cands) == 0) & (F.size("g_any") == 1), F.col("g_any")[0]),
+        )
+        .withColumn(
+            "c_ambiguous",
+            F.when(F.col("c_broker").isNull() & (F.size(cands) > 1), cands).when(
+                F.col("c_broker").isNull() & (F.size(cands) == 0) & (F.size("g_any") > 1), F.col("g_any")
+            ),
+        )
+        .drop("g_top", "n_top", "g_park", "n_park", "g_any", "has_name")
+    )
 
     # 3. receives, tied to a logical send the same two ways
-    recv = (h.filter(F.col("op") == "receive")
-            .join(known, F.col("send_id") == F.col("k_sid"), "left")
-            .join(uniq_map, "uniq_key", "left")
-            .withColumn("sid", F.coalesce("k_sid", "u_sid"))).cache()
-    per = (recv.filter(F.col("sid").isNotNull()).groupBy("grp", "sid")
-           .agg(F.count("*").alias("n"), F.min(F.struct("start_ms", "client", "seq")).alias("first")))
+    recv = (
+        h.filter(F.col("op") == "receive")
+        .join(known, F.col("send_id") == F.col("k_sid"), "left")
+        .join(uniq_map, "uniq_key", "left")
+        .withColumn("sid", F.coalesce("k_sid", "u_sid"))
+    ).cache()
+    per = (
+        recv.filter(F.col("sid").isNotNull())
+        .groupBy("grp", "sid")
+        .agg(F.count("*").alias("n"), F.min(F.struct("start_ms", "client", "seq")).alias("first"))
+    )
 
     # 4. what each group is owed: the sends to a topic it subscribed to (or received from), within its
     # window: from its subscribe (FROM_NOW) or from the first send (FROM_FIRST, or no subscribe line), to
@@ -269,15 +349,24 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     ordered_groups = set()
     win: dict[str, list] = {}
     op = F.col("op")
-    for r in (h.filter(op.isin("subscribe", "receive", "unsubscribe")).groupBy("grp", "topic").agg(
+    for r in (
+        h.filter(op.isin("subscribe", "receive", "unsubscribe"))
+        .groupBy("grp", "topic")
+        .agg(
             F.max(op.isin("subscribe", "receive").cast("int")).alias("sr"),
-            F.max(F.when(op.isin("subscribe", "receive"), F.coalesce(F.col("ordered"), F.lit(False)).cast("int")))
-            .alias("o"),
+            F.max(
+                F.when(op.isin("subscribe", "receive"), F.coalesce(F.col("ordered"), F.lit(False)).cast("int"))
+            ).alias("o"),
             F.sum((op == "subscribe").cast("int")).alias("subs"),
             F.sum((op == "unsubscribe").cast("int")).alias("unsubs"),
-            F.min(F.when((op == "subscribe") & (F.coalesce(F.col("status"), F.lit("")) != FROM_NOW), F.lit(1))).alias("first"),
+            F.min(F.when((op == "subscribe") & (F.coalesce(F.col("status"), F.lit("")) != FROM_NOW), F.lit(1))).alias(
+                "first"
+            ),
             F.min(F.when(op == "subscribe", F.col("start_ms"))).alias("since"),
-            F.max(F.when(op == "unsubscribe", F.col("start_ms"))).alias("until")).collect()):
+            F.max(F.when(op == "unsubscribe", F.col("start_ms"))).alias("until"),
+        )
+        .collect()
+    ):
         if r["topic"] is not None and r["sr"]:
             subs.setdefault(r["grp"], set()).add(r["topic"])
             if r["o"]:
@@ -300,56 +389,91 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     sub_rows = [(g, t, *windows.get(g, (None, None))) for g, ts in subs.items() for t in sorted(ts)]
     by_topic: dict[str, list] = {}
     for g, t, w_start, w_end in sub_rows:
-        by_topic.setdefault(t, []).append(F.struct(F.lit(g).alias("grp"), F.lit(w_start).cast("long").alias("w_start"),
-                                                   F.lit(w_end).cast("long").alias("w_end")))
+        by_topic.setdefault(t, []).append(
+            F.struct(
+                F.lit(g).alias("grp"),
+                F.lit(w_start).cast("long").alias("w_start"),
+                F.lit(w_end).cast("long").alias("w_end"),
+            )
+        )
     subscribed = lit_map({t: F.array(*gs) for t, gs in by_topic.items()})
     at = F.coalesce(F.col("ack_ms"), F.col("first_ms"))
-    owed = (sends.select("*", F.explode(subscribed[F.col("s_topic")]).alias("sub")).select("*", "sub.*").drop("sub")
-            .filter((F.col("w_start").isNull() | (at >= F.col("w_start")))
-                    & (F.col("w_end").isNull() | (at <= F.col("w_end"))))
-            .join(facts, "send_id", "left")
-            .transform(_placed)
-            .join(per.withColumnRenamed("sid", "send_id"), ["grp", "send_id"], "left")
-            .withColumn("n", F.coalesce("n", F.lit(0)))
-            .fillna(0, ["on_master", "servable", "on_slave", "parked"]))
+    owed = (
+        sends.select("*", F.explode(subscribed[F.col("s_topic")]).alias("sub"))
+        .select("*", "sub.*")
+        .drop("sub")
+        .filter(
+            (F.col("w_start").isNull() | (at >= F.col("w_start"))) & (F.col("w_end").isNull() | (at <= F.col("w_end")))
+        )
+        .join(facts, "send_id", "left")
+        .transform(_placed)
+        .join(per.withColumnRenamed("sid", "send_id"), ["grp", "send_id"], "left")
+        .withColumn("n", F.coalesce("n", F.lit(0)))
+        .fillna(0, ["on_master", "servable", "on_slave", "parked"])
+    )
     # where each group's consumers stopped (rmqha.chaos.run's drain): a queued message at or past it is backlog
     # (the group never got that far: a stalled or stopped consumer), before it the consumer passed it by
-    committed = [(g, m, q, c) for g, per in (runfolder.drain_committed(run_dir) if run_dir else {}).items()
-                 for m, qs in per.items() for q, c in qs.items()]
+    committed = [
+        (g, m, q, c)
+        for g, per in (runfolder.drain_committed(run_dir) if run_dir else {}).items()
+        for m, qs in per.items()
+        for q, c in qs.items()
+    ]
     at_queue = F.concat_ws("\u0001", "grp", "mq.node", F.col("mq.queue_id").cast("string"))
-    owed = owed.withColumn("committed", lit_map({f"{g}\u0001{m}\u0001{q}": c for g, m, q, c in committed},
-                                                "long")[at_queue])
+    owed = owed.withColumn(
+        "committed", lit_map({f"{g}\u0001{m}\u0001{q}": c for g, m, q, c in committed}, "long")[at_queue]
+    )
     got = F.col("n") > 0
-    state = (F.when(F.col("state0") != "acked", F.col("state0"))
-             .when(got, "delivered")
-             .when((F.col("on_master") == 0) & (F.col("parked") == 1), "parked")
-             .when((F.col("on_master") == 0) & (F.col("on_slave") == 1), "stranded")
-             .otherwise("lost"))
-    reason = (F.when((F.col("servable") == 1) & (F.col("mq.queue_offset") >= F.col("committed")), REASONS[0])
-              .when(F.col("servable") == 1, "queued").when(F.col("on_master") == 1, "unqueued")
-              .otherwise("nowhere"))
-    owed = (owed.withColumn("state", state)
-            .withColumn("reason", F.when(F.col("state") == "lost", reason))
-            .withColumn("gone_after", got & (F.col("on_master") == 0) & (F.col("parked") == 0))).cache()
+    state = (
+        F.when(F.col("state0") != "acked", F.col("state0"))
+        .when(got, "delivered")
+        .when((F.col("on_master") == 0) & (F.col("parked") == 1), "parked")
+        .when((F.col("on_master") == 0) & (F.col("on_slave") == 1), "stranded")
+        .otherwise("lost")
+    )
+    reason = (
+        F.when((F.col("servable") == 1) & (F.col("mq.queue_offset") >= F.col("committed")), REASONS[0])
+        .when(F.col("servable") == 1, "queued")
+        .when(F.col("on_master") == 1, "unqueued")
+        .otherwise("nowhere")
+    )
+    owed = (
+        owed.withColumn("state", state)
+        .withColumn("reason", F.when(F.col("state") == "lost", reason))
+        .withColumn("gone_after", got & (F.col("on_master") == 0) & (F.col("parked") == 0))
+    ).cache()
 
     # one job: the owed sends' states and lost reasons per group, beside its receives
     owed_by_grp = owed.groupBy("grp").agg(
-        *[F.sum((F.col("state") == s).cast("int")).alias(s) for s in
-          ("delivered", "stranded", "parked", "lost", "unconfirmed", "indeterminate")],
+        *[
+            F.sum((F.col("state") == s).cast("int")).alias(s)
+            for s in ("delivered", "stranded", "parked", "lost", "unconfirmed", "indeterminate")
+        ],
         *[F.sum(((F.col("state") == "lost") & (F.col("reason") == x)).cast("int")).alias("r_" + x) for x in REASONS],
-        F.sum(((F.col("state0") == "acked")).cast("int")).alias("acknowledged"),
+        F.sum((F.col("state0") == "acked").cast("int")).alias("acknowledged"),
         F.sum(((F.col("state0") == "acked") & F.col("gone_after")).cast("int")).alias("after"),
         F.sum(((F.col("state0") == "unconfirmed") & F.col("gone_after")).cast("int")).alias("u_after"),
         F.sum(((F.col("state0") == "unconfirmed") & got).cast("int")).alias("u_got"),
         F.sum(((F.col("state0") == "indeterminate") & got).cast("int")).alias("i_got"),
         F.sum(F.greatest(F.col("n") - 1, F.lit(0))).alias("dups"),
         F.sum(((F.col("state0") == "acked") & F.col("ambiguous").isNotNull()).cast("int")).alias("amb"),
-        F.slice(F.array_sort(F.collect_set(F.when((F.col("state0") == "acked") & F.col("ambiguous").isNotNull(),
-                                                  F.concat("send_id", F.lit(" ("), F.array_join("ambiguous", ", "),
-                                                           F.lit(")"))))), 1, MAX_LISTED).alias("amb_ex"),
-        F.lit(1).alias("is_owed"))
-    recv_by_grp = recv.groupBy("grp").agg(F.count("*").alias("receives"),
-                                          F.sum(F.col("sid").isNull().cast("int")).alias("unexpected"))
+        F.slice(
+            F.array_sort(
+                F.collect_set(
+                    F.when(
+                        (F.col("state0") == "acked") & F.col("ambiguous").isNotNull(),
+                        F.concat("send_id", F.lit(" ("), F.array_join("ambiguous", ", "), F.lit(")")),
+                    )
+                )
+            ),
+            1,
+            MAX_LISTED,
+        ).alias("amb_ex"),
+        F.lit(1).alias("is_owed"),
+    )
+    recv_by_grp = recv.groupBy("grp").agg(
+        F.count("*").alias("receives"), F.sum(F.col("sid").isNull().cast("int")).alias("unexpected")
+    )
     agg, reasons, rcount, unexpected = {}, {}, {}, {}
     for r in owed_by_grp.join(recv_by_grp, "grp", "full_outer").collect():
         if r["is_owed"]:
@@ -367,10 +491,13 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     reordered: dict[str, int] = {}
     if ordered_groups:
         w = Window.partitionBy("grp", "producer", "shard").orderBy("first")
-        ordv = (owed.filter(F.col("grp").isin(*ordered_groups) & got & F.col("shard").isNotNull()
-                            & F.col("ack_seq").isNotNull())
-                .withColumn("prev", F.max("ack_seq").over(w.rowsBetween(Window.unboundedPreceding, -1)))
-                .filter(F.col("ack_seq") < F.col("prev")))
+        ordv = (
+            owed.filter(
+                F.col("grp").isin(*ordered_groups) & got & F.col("shard").isNotNull() & F.col("ack_seq").isNotNull()
+            )
+            .withColumn("prev", F.max("ack_seq").over(w.rowsBetween(Window.unboundedPreceding, -1)))
+            .filter(F.col("ack_seq") < F.col("prev"))
+        )
         reordered = {r["grp"]: r["count"] for r in ordv.groupBy("grp").count().collect()}
 
     for g in sorted(subs):
@@ -396,23 +523,35 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     # 5b. per fault: acknowledged sends its own group stored while it was active (the group that acknowledged
     # each: _placed); a send stored in two groups that its answer does not tell apart counts on no group's
     if fault_list:
-        fdf = spark.createDataFrame([(x.label, x.group, x.start_ms, x.end_ms) for x in fault_list],
-                                    "label string, f_group string, f_start long, f_end long")
-        hit = (sends.filter(F.col("acked") == 1)
-               .join(facts.select("send_id", "c_broker", F.lit(True).alias("copied")), "send_id", "left")
-               .withColumn("broker", F.coalesce("ok_broker", "c_broker"))
-               # a fault on every group (cluster-power-loss: its group is None) counts every group's acks
-               # that some node stores or whose answer names its group
-               .join(F.broadcast(fdf), ((F.col("broker") == F.col("f_group"))
-                                        | (F.col("f_group").isNull() & (F.col("broker").isNotNull()
-                                                                        | F.col("copied").isNotNull())))
-                     & (F.col("ack_ms") >= F.col("f_start") - AT_RISK_MS)
-                     & (F.col("f_end").isNull() | (F.col("ack_ms") <= F.col("f_end"))))
-               .groupBy("label").count().collect())
+        fdf = spark.createDataFrame(
+            [(x.label, x.group, x.start_ms, x.end_ms) for x in fault_list],
+            "label string, f_group string, f_start long, f_end long",
+        )
+        hit = (
+            sends.filter(F.col("acked") == 1)
+            .join(facts.select("send_id", "c_broker", F.lit(True).alias("copied")), "send_id", "left")
+            .withColumn("broker", F.coalesce("ok_broker", "c_broker"))
+            # a fault on every group (cluster-power-loss: its group is None) counts every group's acks
+            # that some node stores or whose answer names its group
+            .join(
+                F.broadcast(fdf),
+                (
+                    (F.col("broker") == F.col("f_group"))
+                    | (F.col("f_group").isNull() & (F.col("broker").isNotNull() | F.col("copied").isNotNull()))
+                )
+                & (F.col("ack_ms") >= F.col("f_start") - AT_RISK_MS)
+                & (F.col("f_end").isNull() | (F.col("ack_ms") <= F.col("f_end"))),
+            )
+            .groupBy("label")
+            .count()
+            .collect()
+        )
         f.acked_on_group = {x.label: 0 for x in fault_list} | {r["label"]: r["count"] for r in hit}
 
     # 6. every message behind a FAIL, with its faults, to delivery.jsonl (streamed: no cap)
-    problems = owed.filter((F.col("state").isin("lost", "stranded")) | ((F.col("state0") == "acked") & F.col("gone_after")))
+    problems = owed.filter(
+        (F.col("state").isin("lost", "stranded")) | ((F.col("state0") == "acked") & F.col("gone_after"))
+    )
     strange = recv.filter(F.col("sid").isNull())
     by_group = {g.group: g for g in f.groups}
     if out_dir:
@@ -422,9 +561,16 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
     seen_by_fault: dict[str, dict[str, set]] = {}
     kind_of = {x.label: x.kind for x in fault_list}
     try:
-        for r in problems.select("grp", "send_id", "s_topic", "producer", "state", "reason", "gone_after", "ack_ms",
-                                 "where", "broker").orderBy("grp", "ack_ms").toLocalIterator():
-            kind = ID_LOST_AFTER if r["state"] == "delivered" else (ID_STRANDED if r["state"] == "stranded" else ID_LOST)
+        for r in (
+            problems.select(
+                "grp", "send_id", "s_topic", "producer", "state", "reason", "gone_after", "ack_ms", "where", "broker"
+            )
+            .orderBy("grp", "ack_ms")
+            .toLocalIterator()
+        ):
+            kind = (
+                ID_LOST_AFTER if r["state"] == "delivered" else (ID_STRANDED if r["state"] == "stranded" else ID_LOST)
+            )
             labels = _suspects(fault_list, r["ack_ms"], r["broker"])
             # the matrix's cells: a loss counts against the faults that can destroy or strand a stored
             # message (not a pause that merely happened when it was acknowledged), unless none is a suspect
@@ -435,29 +581,59 @@ def check(spark, decoded, hist, nodes: list[Node], fault_list: list[FaultInterva
             able = [x for x in able if kind_of.get(x) in POWER_LOSSES] or able
             for label in able:
                 seen_by_fault.setdefault(label, {}).setdefault(kind, set()).add(r["send_id"])
-            item = {"verdict": kind, "group": r["grp"], "send_id": r["send_id"], "topic": r["s_topic"],
-                    "producer": r["producer"], "reason": r["reason"], "acked_ms": r["ack_ms"],
-                    "where": list(r["where"] or []), "faults": labels}
-            _example(by_group[r["grp"]], kind, f"{r['send_id']}"
-                     + (f" ({r['reason']})" if r["reason"] else "")
-                     + (f" at {', '.join(item['where'][:2])}" if item["where"] else "")
-                     + f" [{', '.join(labels)}]")
+            item = {
+                "verdict": kind,
+                "group": r["grp"],
+                "send_id": r["send_id"],
+                "topic": r["s_topic"],
+                "producer": r["producer"],
+                "reason": r["reason"],
+                "acked_ms": r["ack_ms"],
+                "where": list(r["where"] or []),
+                "faults": labels,
+            }
+            _example(
+                by_group[r["grp"]],
+                kind,
+                f"{r['send_id']}"
+                + (f" ({r['reason']})" if r["reason"] else "")
+                + (f" at {', '.join(item['where'][:2])}" if item["where"] else "")
+                + f" [{', '.join(labels)}]",
+            )
             f.detail_lines += 1
             if fh:
                 fh.write(json.dumps(item) + "\n")
-        for r in strange.select("grp", "client", "topic", "uniq_key", "send_id", "queue_id", "queue_offset",
-                                "start_ms").orderBy("grp", "start_ms").toLocalIterator():
+        for r in (
+            strange.select("grp", "client", "topic", "uniq_key", "send_id", "queue_id", "queue_offset", "start_ms")
+            .orderBy("grp", "start_ms")
+            .toLocalIterator()
+        ):
             if r["grp"] not in by_group:
                 continue
-            _example(by_group[r["grp"]], ID_UNEXPECTED,
-                     f"{r['uniq_key']} (keys {r['send_id']}) on {r['topic']} q{r['queue_id']}@{r['queue_offset']}"
-                     f" by {r['client']}")
+            _example(
+                by_group[r["grp"]],
+                ID_UNEXPECTED,
+                f"{r['uniq_key']} (keys {r['send_id']}) on {r['topic']} q{r['queue_id']}@{r['queue_offset']}"
+                f" by {r['client']}",
+            )
             f.detail_lines += 1
             if fh:
-                fh.write(json.dumps({"verdict": ID_UNEXPECTED, "group": r["grp"], "client": r["client"],
-                                     "topic": r["topic"], "uniq_key": r["uniq_key"], "keys": r["send_id"],
-                                     "queue_id": r["queue_id"], "queue_offset": r["queue_offset"],
-                                     "received_ms": r["start_ms"]}) + "\n")
+                fh.write(
+                    json.dumps(
+                        {
+                            "verdict": ID_UNEXPECTED,
+                            "group": r["grp"],
+                            "client": r["client"],
+                            "topic": r["topic"],
+                            "uniq_key": r["uniq_key"],
+                            "keys": r["send_id"],
+                            "queue_id": r["queue_id"],
+                            "queue_offset": r["queue_offset"],
+                            "received_ms": r["start_ms"],
+                        }
+                    )
+                    + "\n"
+                )
     finally:
         if fh:
             fh.close()
@@ -473,8 +649,10 @@ def _offset_of(col):
     """The commit-log offset an offsetMsgId names (its last 16 hex digits, after the store host: 32 or 56 hex
     digits, rmqha/broker/store/record.py parse_offset_msg_id); null when the column is not one."""
     from pyspark.sql import functions as F
-    return F.when(col.rlike("^([0-9A-Fa-f]{24})?[0-9A-Fa-f]{32}$"),
-                  F.conv(F.substring(col, -16, 16), 16, 10).cast("long"))
+
+    return F.when(
+        col.rlike("^([0-9A-Fa-f]{24})?[0-9A-Fa-f]{32}$"), F.conv(F.substring(col, -16, 16), 16, 10).cast("long")
+    )
 
 
 def _placed(df):
@@ -484,19 +662,27 @@ def _placed(df):
     groups, when that choice found copies in several and the answer tells none apart), and `mq`: the master
     copy in that group, the acknowledged try's named copy first (any group's when there is no group)."""
     from pyspark.sql import functions as F
+
     broker = F.col("broker")
-    return (df.withColumn("broker", F.coalesce("ok_broker", "c_broker"))
-            .withColumn("ambiguous", F.when(F.col("ok_broker").isNull(), F.col("c_ambiguous")))
-            .withColumn("mq", F.array_min(F.when(broker.isNull(), F.col("mqs"))
-                                          .otherwise(F.filter("mqs", lambda x: x["b"] == broker)))))
+    return (
+        df.withColumn("broker", F.coalesce("ok_broker", "c_broker"))
+        .withColumn("ambiguous", F.when(F.col("ok_broker").isNull(), F.col("c_ambiguous")))
+        .withColumn(
+            "mq",
+            F.array_min(F.when(broker.isNull(), F.col("mqs")).otherwise(F.filter("mqs", lambda x: x["b"] == broker))),
+        )
+    )
 
 
 def _suspects(faults, ack_ms, broker) -> list[str]:
     """The faults active when a message was acknowledged, and every later fault that could destroy or
     strand it (on its broker group when the group is known)."""
     t = ack_ms or 0
-    later = [x.label for x in faults if x.kind in DESTRUCTIVE and x.start_ms >= t
-             and (broker is None or x.group in (None, broker))]
+    later = [
+        x.label
+        for x in faults
+        if x.kind in DESTRUCTIVE and x.start_ms >= t and (broker is None or x.group in (None, broker))
+    ]
     labels = [x for x in blame(faults, t) if x != NO_FAULT or not later] + later
     return list(dict.fromkeys(labels))
 
@@ -513,15 +699,22 @@ def queue_consistency(spark, decoded, cq, nodes: list[Node], have: set | None = 
     pulled: the broker serves pulls from the queue, not from the log). have: the nodes cq has units of
     (looked up in cq when not given)."""
     from pyspark.sql import functions as F
+
     if have is None:
         have = {r["node"] for r in cq.select("node").distinct().collect()}
-    recs = (decoded.filter((F.col("status") == "ok") & F.col("node").isin(list(have) or [""]))
-            .filter(~(F.col("sys_flag").bitwiseAND(TRAN_TYPE_MASK).isin(TRAN_PREPARED, TRAN_ROLLBACK)))
-            .select("node", "topic", "queue_id", "queue_offset", "physical_offset"))
+    recs = (
+        decoded.filter((F.col("status") == "ok") & F.col("node").isin(list(have) or [""]))
+        .filter(~(F.col("sys_flag").bitwiseAND(TRAN_TYPE_MASK).isin(TRAN_PREPARED, TRAN_ROLLBACK)))
+        .select("node", "topic", "queue_id", "queue_offset", "physical_offset")
+    )
     j = recs.join(cq, ["node", "topic", "queue_id", "queue_offset"], "full_outer")
-    kinds = (j.withColumn("k", F.when(F.col("cq_phys").isNull(), "unqueued")
-                          .when(F.col("physical_offset").isNull(), "dangling")
-                          .when(F.col("cq_phys") != F.col("physical_offset"), "mismatch").otherwise("ok")))
+    kinds = j.withColumn(
+        "k",
+        F.when(F.col("cq_phys").isNull(), "unqueued")
+        .when(F.col("physical_offset").isNull(), "dangling")
+        .when(F.col("cq_phys") != F.col("physical_offset"), "mismatch")
+        .otherwise("ok"),
+    )
     counts: dict[str, QueueConsistency] = {n.name: QueueConsistency(n.name) for n in nodes if n.name in have}
     for r in kinds.groupBy("node", "k").count().collect():
         q = counts[r["node"]]
@@ -535,17 +728,24 @@ def queue_consistency(spark, decoded, cq, nodes: list[Node], have: set | None = 
             q.dangling += r["count"]
     if not any(q.unqueued or q.dangling for q in counts.values()):
         return [counts[k] for k in sorted(counts)]  # nothing to list (saves a Spark job)
-    for r in (kinds.filter(F.col("k") != "ok").orderBy("node", "topic", "queue_id", "queue_offset")
-              .select("node", "topic", "queue_id", "queue_offset", "physical_offset", "cq_phys", "k")
-              .limit(MAX_LISTED * max(1, len(counts))).collect()):
+    for r in (
+        kinds.filter(F.col("k") != "ok")
+        .orderBy("node", "topic", "queue_id", "queue_offset")
+        .select("node", "topic", "queue_id", "queue_offset", "physical_offset", "cq_phys", "k")
+        .limit(MAX_LISTED * max(1, len(counts)))
+        .collect()
+    ):
         q = counts[r["node"]]
         if len(q.examples) < MAX_LISTED:
-            q.examples.append(f"{r['topic']} q{r['queue_id']}@{r['queue_offset']}: {r['k']} (record at "
-                              f"{r['physical_offset']}, unit -> {r['cq_phys']})")
+            q.examples.append(
+                f"{r['topic']} q{r['queue_id']}@{r['queue_offset']}: {r['k']} (record at "
+                f"{r['physical_offset']}, unit -> {r['cq_phys']})"
+            )
     return [counts[k] for k in sorted(counts)]
 
 
 # -- verdicts -------------------------------------------------------------------------------------
+
 
 def _few(xs: list[str], total: int) -> str:
     more = total - len(xs)
@@ -556,63 +756,146 @@ def verdicts(f: DeliveryFindings, have_history: bool = True) -> list[Verdict]:
     out: list[Verdict] = []
     if not f.groups:
         if have_history:
-            out.append(Verdict("delivery", WARN, "no consumer group in the histories (no subscribe or receive "
-                               "lines): delivery not judged, only storage", ID_NO_GROUP))
+            out.append(
+                Verdict(
+                    "delivery",
+                    WARN,
+                    "no consumer group in the histories (no subscribe or receive "
+                    "lines): delivery not judged, only storage",
+                    ID_NO_GROUP,
+                )
+            )
     for g in f.groups:
         s = g.group
         owed = g.acknowledged - g.parked
         ex = g.examples
-        out.append(Verdict(f"delivered {s}", INFO,
-                           f"delivered {g.delivered} of {g.acknowledged} acknowledged on {', '.join(g.topics)} "
-                           f"({g.lost} lost, {g.stranded} stranded, {g.parked} parked); {g.receives} receives; "
-                           f"not owed: {g.unconfirmed} unconfirmed ({g.unconfirmed_delivered} received), "
-                           f"{g.indeterminate} indeterminate ({g.indeterminate_delivered} received)",
-                           ID_DELIVERED, s))
+        out.append(
+            Verdict(
+                f"delivered {s}",
+                INFO,
+                f"delivered {g.delivered} of {g.acknowledged} acknowledged on {', '.join(g.topics)} "
+                f"({g.lost} lost, {g.stranded} stranded, {g.parked} parked); {g.receives} receives; "
+                f"not owed: {g.unconfirmed} unconfirmed ({g.unconfirmed_delivered} received), "
+                f"{g.indeterminate} indeterminate ({g.indeterminate_delivered} received)",
+                ID_DELIVERED,
+                s,
+            )
+        )
         lost_txt = ", ".join(f"{k} {v}" for k, v in g.lost_by_reason.items())
-        out.append(Verdict(f"acknowledged sends delivered to {s}", FAIL if g.lost else PASS,
-                           f"{g.lost} of {owed} acknowledged send(s) never received ({lost_txt}): "
-                           + _few(ex.get(ID_LOST, []), g.lost) if g.lost
-                           else f"all {g.delivered} owed acknowledged sends received", ID_LOST, s))
-        out.append(Verdict(f"nothing acknowledged stranded for {s}", FAIL if g.stranded else PASS,
-                           f"{g.stranded} acknowledged send(s) stored only on a slave the group is not served "
-                           "from (the master came back without them): " + _few(ex.get(ID_STRANDED, []), g.stranded)
-                           if g.stranded else "no acknowledged send held only by a slave", ID_STRANDED, s))
-        out.append(Verdict(f"nothing lost after delivery to {s}", FAIL if g.lost_after_delivery else PASS,
-                           f"{g.lost_after_delivery} acknowledged send(s) received, then gone from the group's "
-                           "master (a reset offset or a new group cannot get them): "
-                           + _few(ex.get(ID_LOST_AFTER, []), g.lost_after_delivery) if g.lost_after_delivery
-                           else "every received acknowledged send is still on its master"
-                           + (f" ({g.unconfirmed_lost_after_delivery} unconfirmed sends received then gone)"
-                              if g.unconfirmed_lost_after_delivery else ""), ID_LOST_AFTER, s))
-        out.append(Verdict(f"nothing unexpected received by {s}", FAIL if g.unexpected else PASS,
-                           f"{g.unexpected} receive(s) match no send: " + _few(ex.get(ID_UNEXPECTED, []), g.unexpected)
-                           if g.unexpected else f"{g.receives} receives all match a send", ID_UNEXPECTED, s))
+        out.append(
+            Verdict(
+                f"acknowledged sends delivered to {s}",
+                FAIL if g.lost else PASS,
+                f"{g.lost} of {owed} acknowledged send(s) never received ({lost_txt}): "
+                + _few(ex.get(ID_LOST, []), g.lost)
+                if g.lost
+                else f"all {g.delivered} owed acknowledged sends received",
+                ID_LOST,
+                s,
+            )
+        )
+        out.append(
+            Verdict(
+                f"nothing acknowledged stranded for {s}",
+                FAIL if g.stranded else PASS,
+                f"{g.stranded} acknowledged send(s) stored only on a slave the group is not served "
+                "from (the master came back without them): " + _few(ex.get(ID_STRANDED, []), g.stranded)
+                if g.stranded
+                else "no acknowledged send held only by a slave",
+                ID_STRANDED,
+                s,
+            )
+        )
+        out.append(
+            Verdict(
+                f"nothing lost after delivery to {s}",
+                FAIL if g.lost_after_delivery else PASS,
+                f"{g.lost_after_delivery} acknowledged send(s) received, then gone from the group's "
+                "master (a reset offset or a new group cannot get them): "
+                + _few(ex.get(ID_LOST_AFTER, []), g.lost_after_delivery)
+                if g.lost_after_delivery
+                else "every received acknowledged send is still on its master"
+                + (
+                    f" ({g.unconfirmed_lost_after_delivery} unconfirmed sends received then gone)"
+                    if g.unconfirmed_lost_after_delivery
+                    else ""
+                ),
+                ID_LOST_AFTER,
+                s,
+            )
+        )
+        out.append(
+            Verdict(
+                f"nothing unexpected received by {s}",
+                FAIL if g.unexpected else PASS,
+                f"{g.unexpected} receive(s) match no send: " + _few(ex.get(ID_UNEXPECTED, []), g.unexpected)
+                if g.unexpected
+                else f"{g.receives} receives all match a send",
+                ID_UNEXPECTED,
+                s,
+            )
+        )
         rate = g.duplicates / g.receives if g.receives else 0.0
-        out.append(Verdict(f"duplicates received by {s}", WARN if g.duplicates else PASS,
-                           f"{g.duplicates} duplicate receive(s), {rate:.2%} of {g.receives} (at-least-once "
-                           "allows them)", ID_DUPLICATE, s))
+        out.append(
+            Verdict(
+                f"duplicates received by {s}",
+                WARN if g.duplicates else PASS,
+                f"{g.duplicates} duplicate receive(s), {rate:.2%} of {g.receives} (at-least-once allows them)",
+                ID_DUPLICATE,
+                s,
+            )
+        )
         if g.ordered:
-            out.append(Verdict(f"order per sharding key for {s}", FAIL if g.reordered else PASS,
-                               f"{g.reordered} message(s) received before an earlier-acknowledged message of "
-                               "their producer's sharding key" if g.reordered else
-                               "every sharding key received in its acknowledgement order", ID_REORDERED, s))
+            out.append(
+                Verdict(
+                    f"order per sharding key for {s}",
+                    FAIL if g.reordered else PASS,
+                    f"{g.reordered} message(s) received before an earlier-acknowledged message of "
+                    "their producer's sharding key"
+                    if g.reordered
+                    else "every sharding key received in its acknowledgement order",
+                    ID_REORDERED,
+                    s,
+                )
+            )
         if g.ambiguous:
-            out.append(Verdict(f"broker group of acknowledged sends to {s}", WARN,
-                               f"{g.ambiguous} acknowledged send(s) stored in several broker groups, their answer "
-                               "names none of the copies: counted on no group's fault, blamed on every group's: "
-                               + "; ".join(ex.get(ID_AMBIGUOUS, []))
-                               + (f"; and {g.ambiguous - MAX_LISTED} more" if g.ambiguous > MAX_LISTED else ""),
-                               ID_AMBIGUOUS, s))
+            out.append(
+                Verdict(
+                    f"broker group of acknowledged sends to {s}",
+                    WARN,
+                    f"{g.ambiguous} acknowledged send(s) stored in several broker groups, their answer "
+                    "names none of the copies: counted on no group's fault, blamed on every group's: "
+                    + "; ".join(ex.get(ID_AMBIGUOUS, []))
+                    + (f"; and {g.ambiguous - MAX_LISTED} more" if g.ambiguous > MAX_LISTED else ""),
+                    ID_AMBIGUOUS,
+                    s,
+                )
+            )
         if g.indeterminate:
-            out.append(Verdict(f"indeterminate sends to {s}", INFO,
-                               f"{g.indeterminate} send(s) never answered by the broker ({g.indeterminate_delivered} "
-                               "received anyway): neither lost nor unexpected", ID_INDETERMINATE, s))
+            out.append(
+                Verdict(
+                    f"indeterminate sends to {s}",
+                    INFO,
+                    f"{g.indeterminate} send(s) never answered by the broker ({g.indeterminate_delivered} "
+                    "received anyway): neither lost nor unexpected",
+                    ID_INDETERMINATE,
+                    s,
+                )
+            )
     for q in f.queues:
         bad = q.unqueued + q.dangling
-        out.append(Verdict(f"consume queues match the log on {q.node}", FAIL if bad else PASS,
-                           f"{q.unqueued} record(s) without their queue unit (undeliverable), {q.dangling} unit(s) "
-                           f"pointing at no record: " + "; ".join(q.examples) if bad else
-                           f"{q.records} records, each with its queue unit", ID_QUEUES, q.node))
+        out.append(
+            Verdict(
+                f"consume queues match the log on {q.node}",
+                FAIL if bad else PASS,
+                f"{q.unqueued} record(s) without their queue unit (undeliverable), {q.dangling} unit(s) "
+                f"pointing at no record: " + "; ".join(q.examples)
+                if bad
+                else f"{q.records} records, each with its queue unit",
+                ID_QUEUES,
+                q.node,
+            )
+        )
     return out
 
 

@@ -31,6 +31,7 @@ ASYNC_MASTER (a DLedger ack means a majority holds the entry, not every follower
 "SYNC_MASTER SEND_OK is on the slave" FAIL would be wrong); the others are SLAVE with 4.9's follower
 brokerId (selfId's number + 1).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,13 +39,19 @@ import os
 import re
 from dataclasses import dataclass
 
-from rmqha.broker.dledger.entry import (BODY_OFFSET, INDEX_UNIT_SIZE, EntryFormatError, decode_entry, decode_index,
-                                        is_blank)
+from rmqha.broker.dledger.entry import (
+    BODY_OFFSET,
+    INDEX_UNIT_SIZE,
+    EntryFormatError,
+    decode_entry,
+    decode_index,
+    is_blank,
+)
 from rmqha.broker.dledger.file_store import CHECK_POINT_FILE, TERM_PERSIST_FILE
 from rmqha.broker.dledger.file_store import _properties as java_properties
 
 NOOP_TOPIC = "RMQ_SYS_DLEDGER_NOOP"  # rmqha.broker.dledger_commitlog.NOOP_TOPIC (not imported: it pulls Twisted)
-DLEDGER = "dledger"                  # node.json's "commitLog" for a DLedger node
+DLEDGER = "dledger"  # node.json's "commitLog" for a DLedger node
 _DIR = re.compile(r"^dledger-(.+)$")
 _FILE_NAME = re.compile(r"^\d{20}$")
 
@@ -52,11 +59,11 @@ _FILE_NAME = re.compile(r"^\d{20}$")
 @dataclass
 class DLedgerLog:
     self_id: str
-    path: str                 # <store>/dledger-<selfId>
-    committed_index: int      # what the audit reads up to: the checkpoint's, raised by settle_committed()
-    end_index: int            # the last entry the index files hold; -1: none
-    term: int = 0             # currterm's currTerm
-    vote_leader: str = ""     # currterm's voteLeader (whom this node voted for in `term`)
+    path: str  # <store>/dledger-<selfId>
+    committed_index: int  # what the audit reads up to: the checkpoint's, raised by settle_committed()
+    end_index: int  # the last entry the index files hold; -1: none
+    term: int = 0  # currterm's currTerm
+    vote_leader: str = ""  # currterm's voteLeader (whom this node voted for in `term`)
     checkpoint_index: int = -1  # the checkpoint's committedIndex as written; -1: none
 
     def term_at(self, i: int) -> int | None:
@@ -95,8 +102,7 @@ def find_dir(store_dir: str, self_id: str | None = None) -> str | None:
         p = os.path.join(store_dir, f"dledger-{self_id}")
         return p if os.path.isdir(p) else None
     try:
-        found = sorted(d for d in os.listdir(store_dir)
-                       if _DIR.match(d) and os.path.isdir(os.path.join(store_dir, d)))
+        found = sorted(d for d in os.listdir(store_dir) if _DIR.match(d) and os.path.isdir(os.path.join(store_dir, d)))
     except OSError:
         return None
     return os.path.join(store_dir, found[0]) if found else None
@@ -148,8 +154,15 @@ def load(store_dir: str, self_id: str | None = None) -> DLedgerLog | None:
     sid = _DIR.match(os.path.basename(path)).group(1)
     committed = _int(_read_properties(os.path.join(path, CHECK_POINT_FILE)).get("committedIndex"), -1)
     term = _read_properties(os.path.join(path, TERM_PERSIST_FILE))
-    return DLedgerLog(sid, path, committed, end_index(path, committed), _int(term.get("currTerm"), 0),
-                      term.get("voteLeader", "") or "", committed)
+    return DLedgerLog(
+        sid,
+        path,
+        committed,
+        end_index(path, committed),
+        _int(term.get("currTerm"), 0),
+        term.get("voteLeader", "") or "",
+        committed,
+    )
 
 
 def missing(store_dir: str, self_id: str | None) -> DLedgerLog:
@@ -181,6 +194,7 @@ def settle_committed(members: list) -> None:
 
 
 # -- roles ----------------------------------------------------------------------------------------
+
 
 def _metrics_leaders(metrics_paths: list[str]) -> dict[str, tuple[float, bool]]:
     """node -> (ts, was a master) of its last metric sample."""
@@ -255,16 +269,20 @@ def assign_roles(nodes: list, metrics_paths: list[str] = ()) -> dict[str, str]:
 def verdicts(nodes: list) -> list:
     """INFO: per DLedger node, the committed index read and the entries past it that were not."""
     from .verdict import INFO, Verdict
+
     dl = [n for n in nodes if n.dledger is not None]
     if not dl:
         return []
-    parts = [f"{n.name} ({n.role}, selfId {n.dledger.self_id}): committed index {n.dledger.committed_index} "
-             f"(checkpoint {n.dledger.checkpoint_index}), {n.dledger.uncommitted} uncommitted entries not read"
-             for n in dl]
+    parts = [
+        f"{n.name} ({n.role}, selfId {n.dledger.self_id}): committed index {n.dledger.committed_index} "
+        f"(checkpoint {n.dledger.checkpoint_index}), {n.dledger.uncommitted} uncommitted entries not read"
+        for n in dl
+    ]
     return [Verdict("DLedger logs read up to the committed index", INFO, "; ".join(parts), id="dledger.uncommitted")]
 
 
 # -- decoding (executor) ----------------------------------------------------------------------------
+
 
 def _first_entry(rd, base: int) -> int | None:
     """Where the first entry of a data file starts: 0, or (a follower's log rebuilt inside a new file, as
@@ -272,7 +290,7 @@ def _first_entry(rd, base: int) -> int | None:
     p = rd.next_data(0)
     while p is not None and p < rd.length:
         buf, i = rd.window(p, 1 << 16)
-        chunk = bytes(buf[i:i + (1 << 16)])
+        chunk = bytes(buf[i : i + (1 << 16)])
         stripped = chunk.lstrip(b"\0")
         if stripped:
             nz = p + len(chunk) - len(stripped)
@@ -295,6 +313,7 @@ def decode_chunks(task, chunk_rows: int, compiled: bool):
     from rmqha.broker.store.record import Scan
 
     from . import decode as dec
+
     meta, path, base, length, mapped_size, _start, _end, committed = task
     fname = os.path.basename(path)
     summary, phys_at, topic_at = record.scan_summary, dec._PHYS, dec._AT["topic"]
@@ -307,7 +326,7 @@ def decode_chunks(task, chunk_rows: int, compiled: bool):
             buf, i = rd.window(p, BODY_OFFSET)
             if len(buf) - i >= 4 and is_blank(buf, i):
                 break  # the file's padded end
-            head = bytes(buf[i:i + BODY_OFFSET])
+            head = bytes(buf[i : i + BODY_OFFSET])
             if head == bytes(BODY_OFFSET):
                 break  # the unwritten tail
             try:

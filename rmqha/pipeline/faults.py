@@ -11,6 +11,7 @@ every power loss that started after it, which may have destroyed it), and
 every diverging replica pair (a divergence has no time: it is attributed to the faults on its broker
 group that can rewrite a log: power loss, kill, restart, partition of the master).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,16 @@ from .verdict import INFO, WARN, Verdict
 
 GRACE_MS = 5000
 NO_FAULT = "no fault"
-LOG_REWRITING = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss",
-                 "kill-master", "restart-master", "partition", "pause-master")
+LOG_REWRITING = (
+    "power-loss",
+    "group-power-loss",
+    "slave-then-master-power-loss",
+    "cluster-power-loss",
+    "kill-master",
+    "restart-master",
+    "partition",
+    "pause-master",
+)
 
 
 @dataclass
@@ -35,7 +44,7 @@ class FaultInterval:
     link: str | None
     params: dict
     start_ms: int
-    end_ms: int | None            # None: never healed
+    end_ms: int | None  # None: never healed
     inject_error: str | None = None
     heal_error: str | None = None
     info: dict = field(default_factory=dict)
@@ -68,9 +77,20 @@ def load(run_dir: str) -> list[FaultInterval]:
                 fid = r.get("id")
                 if r.get("op") == "inject":
                     group = None if r.get("kind") in CLUSTER_WIDE else r.get("group")
-                    fi = FaultInterval(fid, r.get("kind", "?"), r.get("target", "?"), group, r.get("role"),
-                                       r.get("link"), r.get("params") or {}, int(r.get("start_ms") or r["ts_ms"]),
-                                       None, r.get("error"), None, r.get("info") or {})
+                    fi = FaultInterval(
+                        fid,
+                        r.get("kind", "?"),
+                        r.get("target", "?"),
+                        group,
+                        r.get("role"),
+                        r.get("link"),
+                        r.get("params") or {},
+                        int(r.get("start_ms") or r["ts_ms"]),
+                        None,
+                        r.get("error"),
+                        None,
+                        r.get("info") or {},
+                    )
                     by_id[fid] = fi
                     out.append(fi)
                 elif r.get("op") == "heal" and fid in by_id:
@@ -105,9 +125,9 @@ def blame(faults: list[FaultInterval], start_ms: int, end_ms: int | None = None)
 
 @dataclass
 class Attribution:
-    non_ok: dict = field(default_factory=dict)       # fault label -> {status: count}
-    lost: dict = field(default_factory=dict)         # fault label -> [uniq_key]
-    divergent: dict = field(default_factory=dict)    # fault label -> ["master/slave at offset"]
+    non_ok: dict = field(default_factory=dict)  # fault label -> {status: count}
+    lost: dict = field(default_factory=dict)  # fault label -> [uniq_key]
+    divergent: dict = field(default_factory=dict)  # fault label -> ["master/slave at offset"]
 
 
 def attribute(faults: list[FaultInterval], non_ok_sends, lost, pairs, groups_of_pair=None) -> Attribution:
@@ -146,25 +166,61 @@ def verdicts(faults: list[FaultInterval], a: Attribution) -> list[Verdict]:
     failed = [f for f in faults if f.inject_error or f.heal_error]
     never = [f for f in faults if f.end_ms is None]
     idle = [f for f in faults if f.info.get("notExercised")]
-    out.append(Verdict("faults injected", INFO, f"{len(faults)} ({', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))})"
-                       + (f"; {len(failed)} with an inject/heal error: "
-                          + "; ".join(f"{f.label}: {f.inject_error or f.heal_error}" for f in failed[:5])
-                          if failed else "") + (f"; {len(never)} never healed" if never else "")))
+    out.append(
+        Verdict(
+            "faults injected",
+            INFO,
+            f"{len(faults)} ({', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))})"
+            + (
+                f"; {len(failed)} with an inject/heal error: "
+                + "; ".join(f"{f.label}: {f.inject_error or f.heal_error}" for f in failed[:5])
+                if failed
+                else ""
+            )
+            + (f"; {len(never)} never healed" if never else ""),
+        )
+    )
     if idle:
-        out.append(Verdict("faults not exercised", WARN, f"{len(idle)} fault(s) hit a group that could no longer "
-                           "replicate, so they show nothing about replication: " + "; ".join(
-                               f"{f.label}: {f.info['notExercised']}" for f in idle[:5]), "faults.not-exercised"))
+        out.append(
+            Verdict(
+                "faults not exercised",
+                WARN,
+                f"{len(idle)} fault(s) hit a group that could no longer "
+                "replicate, so they show nothing about replication: "
+                + "; ".join(f"{f.label}: {f.info['notExercised']}" for f in idle[:5]),
+                "faults.not-exercised",
+            )
+        )
     if a.non_ok:
-        out.append(Verdict("non-OK sends by fault", INFO, "; ".join(
-            f"{label}: " + ", ".join(f"{s} {n}" for s, n in sorted(st.items()))
-            for label, st in sorted(a.non_ok.items(), key=lambda kv: (kv[0] == NO_FAULT, kv[0])))))
+        out.append(
+            Verdict(
+                "non-OK sends by fault",
+                INFO,
+                "; ".join(
+                    f"{label}: " + ", ".join(f"{s} {n}" for s, n in sorted(st.items()))
+                    for label, st in sorted(a.non_ok.items(), key=lambda kv: (kv[0] == NO_FAULT, kv[0]))
+                ),
+            )
+        )
     if a.lost:
-        out.append(Verdict("acknowledged losses by fault", INFO, "; ".join(
-            f"{label}: {len(keys)} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
-            for label, keys in sorted(a.lost.items()))))
+        out.append(
+            Verdict(
+                "acknowledged losses by fault",
+                INFO,
+                "; ".join(
+                    f"{label}: {len(keys)} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+                    for label, keys in sorted(a.lost.items())
+                ),
+            )
+        )
     if a.divergent:
-        out.append(Verdict("divergences by fault", INFO, "; ".join(
-            f"{label}: {', '.join(v)}" for label, v in sorted(a.divergent.items()))))
+        out.append(
+            Verdict(
+                "divergences by fault",
+                INFO,
+                "; ".join(f"{label}: {', '.join(v)}" for label, v in sorted(a.divergent.items())),
+            )
+        )
     return out
 
 
@@ -176,8 +232,14 @@ def shade(ax, faults: list[FaultInterval], t0_ms: float, scale_ms: float = 1000.
         c = colors.setdefault(f.kind, palette[len(colors) % len(palette)])
         end = f.end_ms if f.end_ms is not None else (end_ms or f.start_ms + 1000)
         first = f.kind not in {k for k, v in colors.items() if v == c and k in getattr(ax, "_shaded", set())}
-        ax.axvspan((f.start_ms - t0_ms) / scale_ms, (end - t0_ms) / scale_ms, color=c, alpha=0.35,
-                   label=f"fault: {f.kind}" if first else None, zorder=0)
+        ax.axvspan(
+            (f.start_ms - t0_ms) / scale_ms,
+            (end - t0_ms) / scale_ms,
+            color=c,
+            alpha=0.35,
+            label=f"fault: {f.kind}" if first else None,
+            zorder=0,
+        )
         ax._shaded = getattr(ax, "_shaded", set()) | {f.kind}
 
 
@@ -185,23 +247,37 @@ def markdown(faults: list[FaultInterval], a: Attribution, t0_ms: int | None = No
     if not faults:
         return []
     t0 = t0_ms if t0_ms is not None else faults[0].start_ms
-    lines = ["", "## Faults", "",
-             "Every inject and heal of the nemesis (`faults/*.jsonl`). Times are seconds from the first fault.",
-             "", "| fault | kind | target | group | from (s) | to (s) | params | result | info |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "## Faults",
+        "",
+        "Every inject and heal of the nemesis (`faults/*.jsonl`). Times are seconds from the first fault.",
+        "",
+        "| fault | kind | target | group | from (s) | to (s) | params | result | info |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for f in faults:
         to = f"{(f.end_ms - t0) / 1000:.1f}" if f.end_ms is not None else "never healed"
         res = f.inject_error or f.heal_error or "ok"
-        lines.append(f"| {f.id} | {f.kind} | {f.link or f.target} | {f.group or '-'} | {(f.start_ms - t0) / 1000:.1f} "
-                     f"| {to} | {_kv(f.params)} | {res} | {_kv(f.info)} |")
+        lines.append(
+            f"| {f.id} | {f.kind} | {f.link or f.target} | {f.group or '-'} | {(f.start_ms - t0) / 1000:.1f} "
+            f"| {to} | {_kv(f.params)} | {res} | {_kv(f.info)} |"
+        )
     rows = []
     for label in sorted(set(a.non_ok) | set(a.lost) | set(a.divergent), key=lambda s: (s == NO_FAULT, s)):
-        rows.append(f"| {label} | {', '.join(f'{s} {n}' for s, n in sorted(a.non_ok.get(label, {}).items())) or '-'} "
-                    f"| {len(a.lost.get(label, []))} | {', '.join(a.divergent.get(label, [])) or '-'} |")
+        rows.append(
+            f"| {label} | {', '.join(f'{s} {n}' for s, n in sorted(a.non_ok.get(label, {}).items())) or '-'} "
+            f"| {len(a.lost.get(label, []))} | {', '.join(a.divergent.get(label, [])) or '-'} |"
+        )
     if rows:
-        lines += ["", f"Attribution (an event is blamed on every fault active during it or healed at most "
-                      f"{GRACE_MS / 1000:g} s before it):", "",
-                  "| fault | non-OK sends | acknowledged losses | divergences |", "|---|---|---|---|"] + rows
+        lines += [
+            "",
+            f"Attribution (an event is blamed on every fault active during it or healed at most "
+            f"{GRACE_MS / 1000:g} s before it):",
+            "",
+            "| fault | non-OK sends | acknowledged losses | divergences |",
+            "|---|---|---|---|",
+        ] + rows
     return lines
 
 

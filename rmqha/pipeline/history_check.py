@@ -4,6 +4,7 @@ Stored copies are found by UNIQ_KEY. A logical send (send_id) is tied to its sto
 message KEYS, which the recorder sets to the send_id: that also catches copies left by retries inside
 the C++ client, whose UNIQ_KEYs never reach the history.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,10 +23,12 @@ MAX_LISTED = 10
 LISTED = 1000  # phantoms and order violations listed in the findings (their counts are exact)
 UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")  # stored on the master
 
-HISTORY_SCHEMA = ("client string, seq long, op string, group string, shard string, topic string, send_id string, attempt int, "
-                  "uniq_key string, status string, error string, offset_msg_id string, "
-                  "broker_name string, queue_id int, queue_offset long, commit_log_offset long, "
-                  "store_timestamp long, ordered boolean, start_ms long, end_ms long, body_len long")
+HISTORY_SCHEMA = (
+    "client string, seq long, op string, group string, shard string, topic string, send_id string, attempt int, "
+    "uniq_key string, status string, error string, offset_msg_id string, "
+    "broker_name string, queue_id int, queue_offset long, commit_log_offset long, "
+    "store_timestamp long, ordered boolean, start_ms long, end_ms long, body_len long"
+)
 
 
 @dataclass
@@ -33,41 +36,47 @@ class HistoryFindings:
     sends: int = 0
     acked: int = 0
     receives: int = 0
-    lost: list = field(default_factory=list)                 # acked, on no node
-    parked: list = field(default_factory=list)               # acked, only in SCHEDULE/HALF topics
-    missing_on_slave: list = field(default_factory=list)     # (uniq_key, broker, slave, phys) SYNC_MASTER
+    lost: list = field(default_factory=list)  # acked, on no node
+    parked: list = field(default_factory=list)  # acked, only in SCHEDULE/HALF topics
+    missing_on_slave: list = field(default_factory=list)  # (uniq_key, broker, slave, phys) SYNC_MASTER
     missing_on_slave_async: int = 0
-    missing_on_master: list = field(default_factory=list)    # acked, on a slave only
-    unconfirmed: int = 0                                      # FLUSH_*_TIMEOUT / SLAVE_NOT_AVAILABLE sends
+    missing_on_master: list = field(default_factory=list)  # acked, on a slave only
+    unconfirmed: int = 0  # FLUSH_*_TIMEOUT / SLAVE_NOT_AVAILABLE sends
     unconfirmed_missing: list = field(default_factory=list)  # of those, on no node: (uniq_key, send_id, status)
-    dup_uniq: list = field(default_factory=list)             # (uniq_key, copies)
-    dup_logical: list = field(default_factory=list)          # (send_id, copies)
-    phantoms: list = field(default_factory=list)             # received, never sent
-    order_violations: list = field(default_factory=list)     # (client, broker, topic, qid, offset, prev max)
+    dup_uniq: list = field(default_factory=list)  # (uniq_key, copies)
+    dup_logical: list = field(default_factory=list)  # (send_id, copies)
+    phantoms: list = field(default_factory=list)  # received, never sent
+    order_violations: list = field(default_factory=list)  # (client, broker, topic, qid, offset, prev max)
     order_violations_ordered: int = 0
-    order_violation_count: int = 0                           # exact (order_violations lists the first 1000)
-    phantom_count: int = 0                                   # exact (phantoms lists the first 1000)
+    order_violation_count: int = 0  # exact (order_violations lists the first 1000)
+    phantom_count: int = 0  # exact (phantoms lists the first 1000)
     redeliveries: int = 0
     acked_not_received: int = 0
-    send_latency: dict = field(default_factory=dict)         # percentile -> ms
+    send_latency: dict = field(default_factory=dict)  # percentile -> ms
     e2e_latency: dict = field(default_factory=dict)
     statuses: dict = field(default_factory=dict)
-    served_by: dict = field(default_factory=dict)            # serving node -> receives (rmqha/pipeline/served.py)
-    served_buckets: list = field(default_factory=list)       # (broker, node, bucket start ms, receives)
+    served_by: dict = field(default_factory=dict)  # serving node -> receives (rmqha/pipeline/served.py)
+    served_buckets: list = field(default_factory=list)  # (broker, node, bucket start ms, receives)
 
 
 def load_histories(spark, paths: list[str]):
     from pyspark.sql import functions as F
+
     df = spark.read.schema(HISTORY_SCHEMA).json(paths)
-    return df.withColumn("status", F.when(F.col("status") == "SLAVE_NOT_AVAILABE", "SLAVE_NOT_AVAILABLE")
-                         .otherwise(F.col("status")))
+    return df.withColumn(
+        "status", F.when(F.col("status") == "SLAVE_NOT_AVAILABE", "SLAVE_NOT_AVAILABLE").otherwise(F.col("status"))
+    )
 
 
 def _pct_cols(col, prefix: str) -> list:
     """Aggregate columns for _pcts_of: percentiles, max and count of col (nulls skipped)."""
     from pyspark.sql import functions as F
-    return [F.percentile_approx(col, [0.5, 0.9, 0.99, 0.999], 10000).alias(prefix + "p"),
-            F.max(col).alias(prefix + "max"), F.count(col).alias(prefix + "n")]
+
+    return [
+        F.percentile_approx(col, [0.5, 0.9, 0.99, 0.999], 10000).alias(prefix + "p"),
+        F.max(col).alias(prefix + "max"),
+        F.count(col).alias(prefix + "n"),
+    ]
 
 
 def _pcts_of(r, prefix: str) -> dict:
@@ -79,6 +88,7 @@ def _pcts_of(r, prefix: str) -> dict:
 
 def _pcts(df, col: str) -> dict:
     from pyspark.sql import functions as F
+
     return _pcts_of(df.select(*_pct_cols(F.col(col), "")).first(), "")
 
 
@@ -92,24 +102,40 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     masters = [n.name for n in nodes if n.is_master]
     members: dict[str, list] = {}
     for n in nodes:
-        members.setdefault(n.broker_name, []).append(F.struct(
-            F.lit(n.name).alias("node"), F.lit(bool(n.is_master)).alias("is_master"),
-            F.lit(n.start_offset).cast("long").alias("node_start")))
+        members.setdefault(n.broker_name, []).append(
+            F.struct(
+                F.lit(n.name).alias("node"),
+                F.lit(bool(n.is_master)).alias("is_master"),
+                F.lit(n.start_offset).cast("long").alias("node_start"),
+            )
+        )
     group_members = lit_map({b: F.array(*ms) for b, ms in members.items()})
     master_role = lit_map({name: m.role if m else "UNKNOWN" for name, (m, _) in groups(nodes).items()})
 
-    stored = (decoded.filter((F.col("status") == "ok") & F.col("node").isin([n.name for n in nodes]))
-              .select("node", "broker_name", "physical_offset", "topic", "queue_id", "queue_offset",
-                      "uniq_key", "keys", "store_timestamp",
-                      F.col("node").isin(masters).alias("is_master"), node_start[F.col("node")].alias("node_start"))
-              ).cache()
+    stored = (
+        decoded.filter((F.col("status") == "ok") & F.col("node").isin([n.name for n in nodes])).select(
+            "node",
+            "broker_name",
+            "physical_offset",
+            "topic",
+            "queue_id",
+            "queue_offset",
+            "uniq_key",
+            "keys",
+            "store_timestamp",
+            F.col("node").isin(masters).alias("is_master"),
+            node_start[F.col("node")].alias("node_start"),
+        )
+    ).cache()
     sends = hist.filter(F.col("op") == "send").cache()
     recvs = hist.filter(F.col("op") == "receive").cache()
     # counts per op and status, and (6.) the SEND_OK sends' call latency, in one job
     send_ok = (F.col("op") == "send") & (F.col("status") == "SEND_OK")
-    for r in hist.groupBy("op", "status").agg(
-            F.count("*").alias("count"),
-            *_pct_cols(F.when(send_ok, F.col("end_ms") - F.col("start_ms")), "lat_")).collect():
+    for r in (
+        hist.groupBy("op", "status")
+        .agg(F.count("*").alias("count"), *_pct_cols(F.when(send_ok, F.col("end_ms") - F.col("start_ms")), "lat_"))
+        .collect()
+    ):
         if r["op"] == "send":
             f.sends += r["count"]
             f.statuses[r["status"]] = r["count"]
@@ -121,10 +147,11 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     f.acked = f.statuses.get("SEND_OK", 0)
 
     # Where each UNIQ_KEY is stored: one row per distinct stored copy (broker group, offset).
-    copies = (stored.filter(F.col("uniq_key").isNotNull())
-              .groupBy("uniq_key", "broker_name", "physical_offset", "topic")
-              .agg(F.collect_set("node").alias("holders"),
-                   F.max(F.col("is_master").cast("int")).alias("on_master"))).cache()
+    copies = (
+        stored.filter(F.col("uniq_key").isNotNull())
+        .groupBy("uniq_key", "broker_name", "physical_offset", "topic")
+        .agg(F.collect_set("node").alias("holders"), F.max(F.col("is_master").cast("int")).alias("on_master"))
+    ).cache()
 
     # 1. acknowledged sends on no node at all. A copy parked in SCHEDULE_TOPIC_XXXX (a delayed message
     # not yet delivered) or RMQ_SYS_TRANS_HALF_TOPIC (a half message not committed) is not in its topic:
@@ -134,9 +161,12 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     parked_keys = copies.filter(parked_topic).select("uniq_key").distinct()
     not_in_topic = acked.join(in_topic, "uniq_key", "left_anti")
     # lost (not parked either) and parked in one job; every one: counts and attribution are exact
-    for r in (not_in_topic.join(parked_keys.withColumn("is_parked", F.lit(True)), "uniq_key", "left")
-              .select("uniq_key", "send_id", "client", "topic", "end_ms", "is_parked")
-              .orderBy("end_ms", "uniq_key", "send_id").collect()):
+    for r in (
+        not_in_topic.join(parked_keys.withColumn("is_parked", F.lit(True)), "uniq_key", "left")
+        .select("uniq_key", "send_id", "client", "topic", "end_ms", "is_parked")
+        .orderBy("end_ms", "uniq_key", "send_id")
+        .collect()
+    ):
         if r["is_parked"]:
             f.parked.append((r["uniq_key"], r["send_id"], r["topic"]))
         else:
@@ -144,21 +174,25 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
 
     # 1b. sends the broker answered FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: the
     # master did store them (only flush or replication is unconfirmed), so each should be somewhere.
-    unconf = (sends.filter(F.col("status").isin(*UNCONFIRMED)).filter(F.col("uniq_key").isNotNull()))
+    unconf = sends.filter(F.col("status").isin(*UNCONFIRMED)).filter(F.col("uniq_key").isNotNull())
     f.unconfirmed = sum(f.statuses.get(st, 0) for st in UNCONFIRMED)
     if f.unconfirmed:  # none answered so: nothing to look for (saves a Spark job)
         gone = unconf.join(copies.select("uniq_key").distinct(), "uniq_key", "left_anti")
-        f.unconfirmed_missing = [(r["uniq_key"], r["send_id"], r["status"])
-                                 for r in gone.orderBy("end_ms", "uniq_key").collect()]
+        f.unconfirmed_missing = [
+            (r["uniq_key"], r["send_id"], r["status"]) for r in gone.orderBy("end_ms", "uniq_key").collect()
+        ]
 
     # 2. acknowledged sends missing on a node of their group that should hold them. For a slave: it
     # must hold every acked message at or after its start when the master is SYNC_MASTER (ASYNC: counted only).
     acked_copies = acked.select("uniq_key").distinct().join(copies, "uniq_key")
-    expected = (acked_copies.select("*", F.explode(group_members[F.col("broker_name")]).alias("m"))
-                .select("*", "m.*").drop("m")
-                .filter(F.col("physical_offset") >= F.col("node_start"))
-                .filter(~F.array_contains("holders", F.col("node")))
-                .withColumn("master_role", master_role[F.col("broker_name")]))
+    expected = (
+        acked_copies.select("*", F.explode(group_members[F.col("broker_name")]).alias("m"))
+        .select("*", "m.*")
+        .drop("m")
+        .filter(F.col("physical_offset") >= F.col("node_start"))
+        .filter(~F.array_contains("holders", F.col("node")))
+        .withColumn("master_role", master_role[F.col("broker_name")])
+    )
     for r in expected.orderBy("physical_offset").collect():
         if r["is_master"]:
             f.missing_on_master.append((r["uniq_key"], r["broker_name"], r["node"], r["physical_offset"]))
@@ -169,25 +203,43 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
 
     # 3a. the same UNIQ_KEY stored at two places (user topics only: retry/DLQ/schedule copies keep it)
     user_topic = ~F.col("topic").rlike("^(" + "|".join(SYSTEM_TOPIC_PREFIXES) + ")")
-    dup = (copies.filter(user_topic).groupBy("uniq_key", "topic")
-           .agg(F.count("*").alias("copies"),
-                F.collect_list(F.concat_ws("@", "broker_name", F.col("physical_offset").cast("string")))
-                .alias("where")).filter(F.col("copies") > 1))
+    dup = (
+        copies.filter(user_topic)
+        .groupBy("uniq_key", "topic")
+        .agg(
+            F.count("*").alias("copies"),
+            F.collect_list(F.concat_ws("@", "broker_name", F.col("physical_offset").cast("string"))).alias("where"),
+        )
+        .filter(F.col("copies") > 1)
+    )
 
     # 3b. several stored copies of one logical send (send_id in KEYS)
     send_ids = sends.select("send_id").distinct()
-    by_key = (stored.filter(user_topic & F.col("keys").isNotNull())
-              .select("broker_name", "physical_offset", "uniq_key",
-                      F.explode(F.split("keys", " ")).alias("send_id"))
-              .join(send_ids, "send_id")
-              .groupBy("send_id").agg(F.countDistinct("broker_name", "physical_offset").alias("copies"),
-                                      F.collect_set("uniq_key").alias("uniq_keys"))
-              .filter(F.col("copies") > 1))
+    by_key = (
+        stored.filter(user_topic & F.col("keys").isNotNull())
+        .select("broker_name", "physical_offset", "uniq_key", F.explode(F.split("keys", " ")).alias("send_id"))
+        .join(send_ids, "send_id")
+        .groupBy("send_id")
+        .agg(
+            F.countDistinct("broker_name", "physical_offset").alias("copies"),
+            F.collect_set("uniq_key").alias("uniq_keys"),
+        )
+        .filter(F.col("copies") > 1)
+    )
     # 3a and 3b in one job (sorted here: Python's str order is Spark's UTF-8 byte order)
-    both = (dup.select(F.lit("uniq").alias("kind"), F.col("uniq_key").alias("key"), F.col("copies").cast("long"),
-                       F.col("where").alias("xs"))
-            .unionByName(by_key.select(F.lit("logical").alias("kind"), F.col("send_id").alias("key"),
-                                       F.col("copies").cast("long"), F.col("uniq_keys").alias("xs"))))
+    both = dup.select(
+        F.lit("uniq").alias("kind"),
+        F.col("uniq_key").alias("key"),
+        F.col("copies").cast("long"),
+        F.col("where").alias("xs"),
+    ).unionByName(
+        by_key.select(
+            F.lit("logical").alias("kind"),
+            F.col("send_id").alias("key"),
+            F.col("copies").cast("long"),
+            F.col("uniq_keys").alias("xs"),
+        )
+    )
     rows = sorted(both.collect(), key=lambda r: r["key"])
     f.dup_uniq = [(r["key"], r["copies"], sorted(r["xs"])) for r in rows if r["kind"] == "uniq"]
     f.dup_logical = [(r["key"], r["copies"], sorted(r["xs"])) for r in rows if r["kind"] == "logical"]
@@ -196,40 +248,48 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     sent_topics = sends.select("topic").distinct()
     sent_keys = sends.filter(F.col("uniq_key").isNotNull()).select("uniq_key").distinct()
     r_topics = recvs.join(sent_topics, "topic", "left_semi")
-    phantom = (r_topics.join(sent_keys, "uniq_key", "left_anti")
-               .join(send_ids, "send_id", "left_anti"))
-    f.phantoms = [(r["client"], r["topic"], r["uniq_key"], r["send_id"], r["queue_id"], r["queue_offset"])
-                  for r in phantom.limit(LISTED).collect()]
+    phantom = r_topics.join(sent_keys, "uniq_key", "left_anti").join(send_ids, "send_id", "left_anti")
+    f.phantoms = [
+        (r["client"], r["topic"], r["uniq_key"], r["send_id"], r["queue_id"], r["queue_offset"])
+        for r in phantom.limit(LISTED).collect()
+    ]
     # exact: the list is all of them unless it is full, and only then is a count needed
     f.phantom_count = len(f.phantoms) if len(f.phantoms) < LISTED else phantom.count()
 
     # 5. per-queue order among received messages, per consumer client. The queue is (broker, topic,
     # queue id); the broker comes from the stored copy when the history does not name it.
     where = copies.filter(F.col("on_master") == 1).groupBy("uniq_key").agg(F.first("broker_name").alias("b"))
-    rq = (recvs.join(where, "uniq_key", "left")
-          .withColumn("broker", F.coalesce("broker_name", "b", F.lit("?")))
-          .filter(F.col("queue_offset").isNotNull()))
+    rq = (
+        recvs.join(where, "uniq_key", "left")
+        .withColumn("broker", F.coalesce("broker_name", "b", F.lit("?")))
+        .filter(F.col("queue_offset").isNotNull())
+    )
     wq = Window.partitionBy("client", "broker", "topic", "queue_id").orderBy("seq")
     seen = Window.partitionBy("client", "broker", "topic", "queue_id", "queue_offset").orderBy("seq")
-    rq = (rq.withColumn("prev_max", F.max("queue_offset").over(wq.rowsBetween(Window.unboundedPreceding, -1)))
-          .withColumn("nth", F.row_number().over(seen)))
+    rq = rq.withColumn(
+        "prev_max", F.max("queue_offset").over(wq.rowsBetween(Window.unboundedPreceding, -1))
+    ).withColumn("nth", F.row_number().over(seen))
     is_viol = (F.col("nth") == 1) & (F.col("queue_offset") < F.col("prev_max"))
     rq = rq.withColumn("viol", is_viol).cache()
-    agg = rq.agg(F.sum((F.col("nth") > 1).cast("int")).alias("redeliveries"),
-                 F.sum((F.col("viol") & F.coalesce(F.col("ordered"), F.lit(False))).cast("int"))
-                 .alias("ordered"), F.sum(F.col("viol").cast("int")).alias("viol")).first()
+    agg = rq.agg(
+        F.sum((F.col("nth") > 1).cast("int")).alias("redeliveries"),
+        F.sum((F.col("viol") & F.coalesce(F.col("ordered"), F.lit(False))).cast("int")).alias("ordered"),
+        F.sum(F.col("viol").cast("int")).alias("viol"),
+    ).first()
     f.redeliveries = int(agg["redeliveries"] or 0)
     f.order_violations_ordered = int(agg["ordered"] or 0)
     f.order_violation_count = int(agg["viol"] or 0)
     if f.order_violation_count:  # listed only when there are some (saves a Spark job on a clean run)
-        f.order_violations = [(r["client"], r["broker"], r["topic"], r["queue_id"], r["queue_offset"],
-                               r["prev_max"], bool(r["ordered"]))
-                              for r in rq.filter("viol").orderBy("client", "seq").limit(LISTED).collect()]
+        f.order_violations = [
+            (r["client"], r["broker"], r["topic"], r["queue_id"], r["queue_offset"], r["prev_max"], bool(r["ordered"]))
+            for r in rq.filter("viol").orderBy("client", "seq").limit(LISTED).collect()
+        ]
 
     # 5b. which node served each receive (its group's node whose served pull covers its queue offset)
     if served_rows is not None:
-        by = served.attribute(spark, rq.select("client", "seq", "broker", "topic", "queue_id", "queue_offset",
-                                               "start_ms"), served_rows)
+        by = served.attribute(
+            spark, rq.select("client", "seq", "broker", "topic", "queue_id", "queue_offset", "start_ms"), served_rows
+        )
         bucket = (F.col("start_ms") / served.BUCKET_MS).cast("long") * served.BUCKET_MS
         for r in by.groupBy("broker", "served_by", bucket.alias("t")).count().collect():
             f.served_buckets.append((r["broker"], r["served_by"], r["t"], r["count"]))
@@ -240,13 +300,14 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     # above), and the acknowledged logical sends never received, in one job
     first_send = sends.groupBy("send_id").agg(
         F.min("start_ms").alias("sent_ms"),
-        F.max(((F.col("status") == "SEND_OK") & F.col("uniq_key").isNotNull()).cast("int")).alias("acked"))
-    first_recv = (recvs.filter(F.col("send_id").isNotNull()).groupBy("send_id")
-                  .agg(F.min("start_ms").alias("recv_ms")))
-    e2e = (first_send.join(first_recv, "send_id", "left")
-           .withColumn("lat", F.col("recv_ms") - F.col("sent_ms")))
-    r = e2e.agg(*_pct_cols(F.col("lat"), ""),
-                F.sum(((F.col("acked") == 1) & F.col("recv_ms").isNull()).cast("int")).alias("unreceived")).first()
+        F.max(((F.col("status") == "SEND_OK") & F.col("uniq_key").isNotNull()).cast("int")).alias("acked"),
+    )
+    first_recv = recvs.filter(F.col("send_id").isNotNull()).groupBy("send_id").agg(F.min("start_ms").alias("recv_ms"))
+    e2e = first_send.join(first_recv, "send_id", "left").withColumn("lat", F.col("recv_ms") - F.col("sent_ms"))
+    r = e2e.agg(
+        *_pct_cols(F.col("lat"), ""),
+        F.sum(((F.col("acked") == 1) & F.col("recv_ms").isNull()).cast("int")).alias("unreceived"),
+    ).first()
     f.e2e_latency = _pcts_of(r, "")
     if f.receives:
         f.acked_not_received = int(r["unreceived"] or 0)
@@ -264,61 +325,128 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
     out = []
     if not f.sends and not f.receives:
         return [Verdict("histories", WARN, "no history records: client-side guarantees not checked")]
-    out.append(Verdict("history", INFO, f"{f.sends} sends ({', '.join(f'{k} {v}' for k, v in sorted(f.statuses.items()))}), "
-                                        f"{f.receives} receives"))
-    out.append(Verdict("no acknowledged send lost", FAIL if f.lost else PASS,
-                       f"{len(f.lost)} SEND_OK message(s) on no node: "
-                       + _few(f.lost, lambda x: f"{x[0]} (send {x[1]} by {x[2]})") if f.lost
-                       else f"all {f.acked} SEND_OK messages are stored"))
+    out.append(
+        Verdict(
+            "history",
+            INFO,
+            f"{f.sends} sends ({', '.join(f'{k} {v}' for k, v in sorted(f.statuses.items()))}), {f.receives} receives",
+        )
+    )
+    out.append(
+        Verdict(
+            "no acknowledged send lost",
+            FAIL if f.lost else PASS,
+            f"{len(f.lost)} SEND_OK message(s) on no node: " + _few(f.lost, lambda x: f"{x[0]} (send {x[1]} by {x[2]})")
+            if f.lost
+            else f"all {f.acked} SEND_OK messages are stored",
+        )
+    )
     if f.parked:
-        out.append(Verdict("acknowledged sends delivered to their topic", WARN,
-                           f"{len(f.parked)} SEND_OK message(s) are stored but only parked (a delay level "
-                           "not due by the end of the run, or a transaction never committed): "
-                           + _few(f.parked, lambda x: f"{x[0]} (send {x[1]} to {x[2]})")))
-    out.append(Verdict("SYNC_MASTER SEND_OK is on the slave", FAIL if f.missing_on_slave else PASS,
-                       f"{len(f.missing_on_slave)} acknowledged message(s) missing on a slave: "
-                       + _few(f.missing_on_slave, lambda x: f"{x[0]} at {x[3]} of {x[1]} missing on {x[2]}")
-                       if f.missing_on_slave else "every SEND_OK of a SYNC_MASTER group is on its slaves"
-                       + (f" ({f.missing_on_slave_async} ASYNC_MASTER messages not yet on a slave)"
-                          if f.missing_on_slave_async else "")))
+        out.append(
+            Verdict(
+                "acknowledged sends delivered to their topic",
+                WARN,
+                f"{len(f.parked)} SEND_OK message(s) are stored but only parked (a delay level "
+                "not due by the end of the run, or a transaction never committed): "
+                + _few(f.parked, lambda x: f"{x[0]} (send {x[1]} to {x[2]})"),
+            )
+        )
+    out.append(
+        Verdict(
+            "SYNC_MASTER SEND_OK is on the slave",
+            FAIL if f.missing_on_slave else PASS,
+            f"{len(f.missing_on_slave)} acknowledged message(s) missing on a slave: "
+            + _few(f.missing_on_slave, lambda x: f"{x[0]} at {x[3]} of {x[1]} missing on {x[2]}")
+            if f.missing_on_slave
+            else "every SEND_OK of a SYNC_MASTER group is on its slaves"
+            + (
+                f" ({f.missing_on_slave_async} ASYNC_MASTER messages not yet on a slave)"
+                if f.missing_on_slave_async
+                else ""
+            ),
+        )
+    )
     if f.unconfirmed:
-        out.append(Verdict("unconfirmed sends stored on the master", WARN if f.unconfirmed_missing else PASS,
-                           f"{len(f.unconfirmed_missing)} of {f.unconfirmed} send(s) answered "
-                           f"{'/'.join(UNCONFIRMED)} are on no node (the broker had stored them; the client "
-                           "contract allows losing them, a broker should not): "
-                           + _few(f.unconfirmed_missing, lambda x: f"{x[0]} ({x[2]}, send {x[1]})")
-                           if f.unconfirmed_missing else
-                           f"all {f.unconfirmed} are stored (flush or replication was unconfirmed, not the write)"))
+        out.append(
+            Verdict(
+                "unconfirmed sends stored on the master",
+                WARN if f.unconfirmed_missing else PASS,
+                f"{len(f.unconfirmed_missing)} of {f.unconfirmed} send(s) answered "
+                f"{'/'.join(UNCONFIRMED)} are on no node (the broker had stored them; the client "
+                "contract allows losing them, a broker should not): "
+                + _few(f.unconfirmed_missing, lambda x: f"{x[0]} ({x[2]}, send {x[1]})")
+                if f.unconfirmed_missing
+                else f"all {f.unconfirmed} are stored (flush or replication was unconfirmed, not the write)",
+            )
+        )
     if f.missing_on_master:
-        out.append(Verdict("acknowledged sends kept by the master", WARN,
-                           f"{len(f.missing_on_master)} SEND_OK message(s) only on a slave: "
-                           + _few(f.missing_on_master, lambda x: f"{x[0]} at {x[3]} missing on {x[2]}")))
-    out.append(Verdict("no UNIQ_KEY stored twice", FAIL if f.dup_uniq else PASS,
-                       f"{len(f.dup_uniq)} duplicate(s): " + _few(f.dup_uniq, lambda x: f"{x[0]} x{x[1]} at {', '.join(x[2])}")
-                       if f.dup_uniq else "each stored UNIQ_KEY is stored once"))
-    out.append(Verdict("one stored copy per logical send", WARN if f.dup_logical else PASS,
-                       f"{len(f.dup_logical)} logical send(s) stored more than once (retries; at-least-once "
-                       "allows it): " + _few(f.dup_logical, lambda x: f"{x[0]} x{x[1]}")
-                       if f.dup_logical else "no logical send stored twice"))
-    out.append(Verdict("nothing received that was never sent", FAIL if f.phantoms else PASS,
-                       f"{max(f.phantom_count, len(f.phantoms))} phantom(s): " + _few(f.phantoms, lambda x: f"{x[2]} on {x[1]} q{x[4]}@{x[5]} by {x[0]}")
-                       if f.phantoms else f"{f.receives} receives all match a send"))
+        out.append(
+            Verdict(
+                "acknowledged sends kept by the master",
+                WARN,
+                f"{len(f.missing_on_master)} SEND_OK message(s) only on a slave: "
+                + _few(f.missing_on_master, lambda x: f"{x[0]} at {x[3]} missing on {x[2]}"),
+            )
+        )
+    out.append(
+        Verdict(
+            "no UNIQ_KEY stored twice",
+            FAIL if f.dup_uniq else PASS,
+            f"{len(f.dup_uniq)} duplicate(s): " + _few(f.dup_uniq, lambda x: f"{x[0]} x{x[1]} at {', '.join(x[2])}")
+            if f.dup_uniq
+            else "each stored UNIQ_KEY is stored once",
+        )
+    )
+    out.append(
+        Verdict(
+            "one stored copy per logical send",
+            WARN if f.dup_logical else PASS,
+            f"{len(f.dup_logical)} logical send(s) stored more than once (retries; at-least-once "
+            "allows it): " + _few(f.dup_logical, lambda x: f"{x[0]} x{x[1]}")
+            if f.dup_logical
+            else "no logical send stored twice",
+        )
+    )
+    out.append(
+        Verdict(
+            "nothing received that was never sent",
+            FAIL if f.phantoms else PASS,
+            f"{max(f.phantom_count, len(f.phantoms))} phantom(s): "
+            + _few(f.phantoms, lambda x: f"{x[2]} on {x[1]} q{x[4]}@{x[5]} by {x[0]}")
+            if f.phantoms
+            else f"{f.receives} receives all match a send",
+        )
+    )
     if f.order_violations:
         st = FAIL if f.order_violations_ordered else WARN
-        out.append(Verdict("per-queue receive order", st,
-                           f"{max(f.order_violation_count, len(f.order_violations))} message(s) received after a "
-                           "later offset of their queue "
-                           f"({f.order_violations_ordered} by ordered consumers): "
-                           + _few(f.order_violations, lambda x: f"{x[0]} {x[1]}/{x[2]}/q{x[3]} offset {x[4]} after {x[5]}")))
+        out.append(
+            Verdict(
+                "per-queue receive order",
+                st,
+                f"{max(f.order_violation_count, len(f.order_violations))} message(s) received after a "
+                "later offset of their queue "
+                f"({f.order_violations_ordered} by ordered consumers): "
+                + _few(f.order_violations, lambda x: f"{x[0]} {x[1]}/{x[2]}/q{x[3]} offset {x[4]} after {x[5]}"),
+            )
+        )
     else:
-        out.append(Verdict("per-queue receive order", PASS,
-                           f"in order ({f.redeliveries} redeliveries of an already received offset)"))
+        out.append(
+            Verdict(
+                "per-queue receive order",
+                PASS,
+                f"in order ({f.redeliveries} redeliveries of an already received offset)",
+            )
+        )
     if f.receives:
-        out.append(Verdict("acknowledged sends received", INFO, f"{f.acked_not_received} SEND_OK logical "
-                                                                "send(s) never received"))
+        out.append(
+            Verdict(
+                "acknowledged sends received", INFO, f"{f.acked_not_received} SEND_OK logical send(s) never received"
+            )
+        )
 
     def lat(d):
         return ", ".join(f"{k} {v}" for k, v in d.items()) if d else "no data"
+
     out.append(Verdict("send latency (ms)", INFO, lat(f.send_latency)))
     out.append(Verdict("end-to-end latency send->receive (ms)", INFO, lat(f.e2e_latency)))
     return out

@@ -7,6 +7,7 @@ at worst (a reset past messages) skip them. In 4.9 a master persists consumer of
 group's offsets back by up to that much: such a regression is explained by the fault (WARN). One that
 no fault on that master explains is a FAIL: the broker lost or rewrote what a consumer committed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,8 +16,14 @@ from .faults import FaultInterval
 from .verdict import FAIL, PASS, WARN, Verdict
 
 ID_REGRESSION = "delivery.offset-regression"
-RESTARTING = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss",
-              "kill-master", "restart-master")
+RESTARTING = (
+    "power-loss",
+    "group-power-loss",
+    "slave-then-master-power-loss",
+    "cluster-power-loss",
+    "kill-master",
+    "restart-master",
+)
 EXPLAIN_MS = 30_000
 MAX_LISTED = 5
 
@@ -49,9 +56,14 @@ def regressions(samples: list[dict], faults: list[FaultInterval] = ()) -> list[R
                 k = (node, key, qid)
                 last = prev.get(k)
                 if last is not None and off < last[0]:
-                    why = [f.label for f in faults if f.kind in RESTARTING and (f.target == node or f.kind == "cluster-power-loss")
-                           and last[1] - EXPLAIN_MS <= f.start_ms <= ts
-                           and (f.end_ms is None or ts <= f.end_ms + EXPLAIN_MS)]
+                    why = [
+                        f.label
+                        for f in faults
+                        if f.kind in RESTARTING
+                        and (f.target == node or f.kind == "cluster-power-loss")
+                        and last[1] - EXPLAIN_MS <= f.start_ms <= ts
+                        and (f.end_ms is None or ts <= f.end_ms + EXPLAIN_MS)
+                    ]
                     out.append(Regression(group, topic, node, qid, last[0], off, ts, why))
                 prev[k] = (off, ts)
     return out
@@ -66,19 +78,41 @@ def verdicts(regs: list[Regression], sampled: bool) -> list[Verdict]:
     out = []
     for group, rs in sorted(by_group.items()):
         bad = [r for r in rs if not r.faults]
-        text = "; ".join(f"{r.node} {r.topic} q{r.queue_id}: {r.before} -> {r.after}"
-                         + (f" ({', '.join(r.faults)})" if r.faults else " (no fault)") for r in (bad or rs)[:MAX_LISTED])
+        text = "; ".join(
+            f"{r.node} {r.topic} q{r.queue_id}: {r.before} -> {r.after}"
+            + (f" ({', '.join(r.faults)})" if r.faults else " (no fault)")
+            for r in (bad or rs)[:MAX_LISTED]
+        )
         more = len(bad or rs) - MAX_LISTED
         text += f"; and {more} more" if more > 0 else ""
         if bad:
-            out.append(Verdict(f"committed offsets of {group} never move back", FAIL,
-                               f"{len(bad)} regression(s) no restart of the master explains: {text}",
-                               ID_REGRESSION, group))
+            out.append(
+                Verdict(
+                    f"committed offsets of {group} never move back",
+                    FAIL,
+                    f"{len(bad)} regression(s) no restart of the master explains: {text}",
+                    ID_REGRESSION,
+                    group,
+                )
+            )
         else:
-            out.append(Verdict(f"committed offsets of {group} never move back", WARN,
-                               f"{len(rs)} regression(s), each after its master restarted (offsets are persisted "
-                               f"every 5 s: redelivery follows): {text}", ID_REGRESSION, group))
+            out.append(
+                Verdict(
+                    f"committed offsets of {group} never move back",
+                    WARN,
+                    f"{len(rs)} regression(s), each after its master restarted (offsets are persisted "
+                    f"every 5 s: redelivery follows): {text}",
+                    ID_REGRESSION,
+                    group,
+                )
+            )
     if not by_group:
-        out.append(Verdict("committed offsets never move back", PASS,
-                           "no consumer group's committed offset moved back in the samples", ID_REGRESSION))
+        out.append(
+            Verdict(
+                "committed offsets never move back",
+                PASS,
+                "no consumer group's committed offset moved back in the samples",
+                ID_REGRESSION,
+            )
+        )
     return out

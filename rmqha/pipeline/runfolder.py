@@ -18,6 +18,7 @@ A node directory without node.json is still read: its name is the directory name
 the directory name with a trailing "-<digits>" removed, and the role is unknown (the audit then
 cannot tell master from slave, and says so).
 """
+
 from __future__ import annotations
 
 import glob
@@ -37,9 +38,9 @@ _PROPERTY = re.compile(r"([^=:\s]+)\s*[=:\s]\s*(.*)")
 @dataclass
 class CommitLogFile:
     path: str
-    base: int            # global offset of the file's first byte (its name)
-    length: int          # bytes on disk now (smaller than mapped_size for a truncated file)
-    mapped_size: int     # the configured mappedFileSizeCommitLog
+    base: int  # global offset of the file's first byte (its name)
+    length: int  # bytes on disk now (smaller than mapped_size for a truncated file)
+    mapped_size: int  # the configured mappedFileSizeCommitLog
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Node:
     name: str
     broker_name: str
     broker_id: int
-    role: str            # ASYNC_MASTER / SYNC_MASTER / SLAVE / UNKNOWN
+    role: str  # ASYNC_MASTER / SYNC_MASTER / SLAVE / UNKNOWN
     cluster_name: str = ""
     addr: str = ""
     store_dir: str = ""
@@ -75,8 +76,7 @@ def list_commitlog(commitlog_dir: str, file_size: int | None = None) -> list[Com
     """The commit-log files of one store, oldest first. Only os.stat; nothing is read."""
     if not os.path.isdir(commitlog_dir):
         return []
-    entries = sorted((int(n), os.path.join(commitlog_dir, n))
-                     for n in os.listdir(commitlog_dir) if _FILE_NAME.match(n))
+    entries = sorted((int(n), os.path.join(commitlog_dir, n)) for n in os.listdir(commitlog_dir) if _FILE_NAME.match(n))
     if not entries:
         return []
     lengths = [os.stat(p).st_size for _, p in entries]
@@ -99,16 +99,17 @@ def load_node(node_dir: str) -> Node:
         with open(meta_path) as fh:
             meta = json.load(fh)
     store_dir = os.path.join(node_dir, meta.get("storeDir", "store"))  # absolute storeDir wins
-    node = Node(name=meta.get("name", name),
-                broker_name=meta.get("brokerName", _default_broker_name(name)),
-                broker_id=int(meta.get("brokerId", 0)),
-                role=meta.get("role", "UNKNOWN"),
-                cluster_name=meta.get("clusterName", ""),
-                addr=meta.get("addr", ""),
-                store_dir=store_dir,
-                commitlog_file_size=meta.get("commitlogFileSize"),
-                trace_topic=meta.get("msgTraceTopicName") or _property(node_dir, "msgTraceTopicName")
-                or DEFAULT_TRACE_TOPIC)
+    node = Node(
+        name=meta.get("name", name),
+        broker_name=meta.get("brokerName", _default_broker_name(name)),
+        broker_id=int(meta.get("brokerId", 0)),
+        role=meta.get("role", "UNKNOWN"),
+        cluster_name=meta.get("clusterName", ""),
+        addr=meta.get("addr", ""),
+        store_dir=store_dir,
+        commitlog_file_size=meta.get("commitlogFileSize"),
+        trace_topic=meta.get("msgTraceTopicName") or _property(node_dir, "msgTraceTopicName") or DEFAULT_TRACE_TOPIC,
+    )
     # node.json's "commitLog": "dledger" (rmqha.cluster's node_record), else a dledger-*/ directory and no
     # commit log (runs from before that field)
     if meta.get("commitLog") == dledger_log.DLEDGER or not os.path.isdir(os.path.join(store_dir, "commitlog")):
@@ -146,10 +147,14 @@ def load_nodes(run_dir: str) -> list[Node]:
     run_dir = os.path.abspath(run_dir)
     nodes_dir = os.path.join(run_dir, "nodes")
     if not os.path.isdir(nodes_dir):
-        raise FileNotFoundError(f"{run_dir} is not a run folder: it has no nodes/ directory "
-                                "(see rmqha/pipeline/README.md for the layout)")
-    nodes = [load_node(os.path.join(nodes_dir, d)) for d in sorted(os.listdir(nodes_dir))
-             if os.path.isdir(os.path.join(nodes_dir, d))]
+        raise FileNotFoundError(
+            f"{run_dir} is not a run folder: it has no nodes/ directory (see rmqha/pipeline/README.md for the layout)"
+        )
+    nodes = [
+        load_node(os.path.join(nodes_dir, d))
+        for d in sorted(os.listdir(nodes_dir))
+        if os.path.isdir(os.path.join(nodes_dir, d))
+    ]
     # a DLedger group's master is whoever led at the end (no node.json knows it): dledger_log.assign_roles
     dledger_log.assign_roles(nodes, metrics_files(run_dir))
     return nodes
@@ -176,20 +181,41 @@ def drain_committed(run_dir: str) -> dict[str, dict[str, dict[int, int]]]:
         except (OSError, ValueError):
             continue
         for group, d in drain.items():
-            per = {m: {int(q): int(c) for q, c in (qs or {}).items() if c is not None}
-                   for m, qs in ((d or {}).get("committed") or {}).items()}
+            per = {
+                m: {int(q): int(c) for q, c in (qs or {}).items() if c is not None}
+                for m, qs in ((d or {}).get("committed") or {}).items()
+            }
             out[group] = per
     return out
 
 
-def write_node_json(node_dir: str, name: str, broker_name: str, broker_id: int, role: str,
-                    cluster_name: str = "DefaultCluster", addr: str = "", **extra) -> str:
+def write_node_json(
+    node_dir: str,
+    name: str,
+    broker_name: str,
+    broker_id: int,
+    role: str,
+    cluster_name: str = "DefaultCluster",
+    addr: str = "",
+    **extra,
+) -> str:
     """What the cluster tooling writes for each node (also used by the tests)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     os.makedirs(node_dir, exist_ok=True)
     path = os.path.join(node_dir, "node.json")
     with open(path, "w") as fh:
-        json.dump({"name": name, "brokerName": broker_name, "brokerId": broker_id, "role": role,
-                   "clusterName": cluster_name, "addr": addr, **extra}, fh, indent=1)
+        json.dump(
+            {
+                "name": name,
+                "brokerName": broker_name,
+                "brokerId": broker_id,
+                "role": role,
+                "clusterName": cluster_name,
+                "addr": addr,
+                **extra,
+            },
+            fh,
+            indent=1,
+        )
     return path

@@ -13,6 +13,7 @@ While a master is out (killed, powered off, restarting, paused or partitioned), 
 can only receive from a slave, and only once their route stops naming the master (the 4.x clients
 refresh routes every 30 s); `outages()` counts, per such fault, the group's receives by serving node.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,15 @@ from dataclasses import dataclass, field
 
 SKEW_MS = 2000
 BUCKET_MS = 100
-MASTER_OUT = ("kill-master", "restart-master", "pause-master", "partition", "power-loss", "group-power-loss",
-              "slave-then-master-power-loss")
+MASTER_OUT = (
+    "kill-master",
+    "restart-master",
+    "pause-master",
+    "partition",
+    "power-loss",
+    "group-power-loss",
+    "slave-then-master-power-loss",
+)
 UNATTRIBUTED = "unattributed"
 
 
@@ -50,15 +58,26 @@ def load(run_dir: str) -> tuple[list[tuple], int]:
                     continue  # a sampler restarted on the same run reads a node's log again
                 seen.add(key)
                 try:
-                    rows.append((r["node"], r["brokerName"], r["topic"], int(r["queueId"]), int(r["from"]),
-                                 int(r["next"]), int(r["ts_ms"])))
+                    rows.append(
+                        (
+                            r["node"],
+                            r["brokerName"],
+                            r["topic"],
+                            int(r["queueId"]),
+                            int(r["from"]),
+                            int(r["next"]),
+                            int(r["ts_ms"]),
+                        )
+                    )
                 except (KeyError, TypeError, ValueError):
                     continue
     return rows, dropped
 
 
-SCHEMA = "served_node string, served_broker string, served_topic string, served_qid int, " \
-         "served_from long, served_next long, served_ts long"
+SCHEMA = (
+    "served_node string, served_broker string, served_topic string, served_qid int, "
+    "served_from long, served_next long, served_ts long"
+)
 
 
 def attribute(spark, receives, served_rows: list[tuple]):
@@ -66,26 +85,37 @@ def attribute(spark, receives, served_rows: list[tuple]):
     Returns it with a `served_by` column (a node name, or UNATTRIBUTED)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
     if not served_rows:
         return receives.withColumn("served_by", F.lit(UNATTRIBUTED))
     sdf = spark.createDataFrame(served_rows, SCHEMA)
-    cond = ((F.col("broker") == F.col("served_broker")) & (F.col("topic") == F.col("served_topic"))
-            & (F.col("queue_id") == F.col("served_qid")) & (F.col("queue_offset") >= F.col("served_from"))
-            & (F.col("queue_offset") < F.col("served_next")) & (F.col("served_ts") <= F.col("start_ms") + SKEW_MS))
+    cond = (
+        (F.col("broker") == F.col("served_broker"))
+        & (F.col("topic") == F.col("served_topic"))
+        & (F.col("queue_id") == F.col("served_qid"))
+        & (F.col("queue_offset") >= F.col("served_from"))
+        & (F.col("queue_offset") < F.col("served_next"))
+        & (F.col("served_ts") <= F.col("start_ms") + SKEW_MS)
+    )
     latest = Window.partitionBy("client", "seq").orderBy(F.col("served_ts").desc())
-    matched = (receives.join(F.broadcast(sdf) if len(served_rows) < 200000 else sdf, cond, "left")
-               .withColumn("_n", F.row_number().over(latest)).filter(F.col("_n") == 1).drop("_n"))
-    return (matched.withColumn("served_by", F.coalesce("served_node", F.lit(UNATTRIBUTED)))
-            .drop(*[c.split()[0] for c in SCHEMA.split(", ")]))
+    matched = (
+        receives.join(F.broadcast(sdf) if len(served_rows) < 200000 else sdf, cond, "left")
+        .withColumn("_n", F.row_number().over(latest))
+        .filter(F.col("_n") == 1)
+        .drop("_n")
+    )
+    return matched.withColumn("served_by", F.coalesce("served_node", F.lit(UNATTRIBUTED))).drop(
+        *[c.split()[0] for c in SCHEMA.split(", ")]
+    )
 
 
 @dataclass
 class Outage:
-    label: str                 # the fault, as rmqha.pipeline.faults labels it
+    label: str  # the fault, as rmqha.pipeline.faults labels it
     group: str
     start_ms: int
     end_ms: int | None
-    by_node: dict = field(default_factory=dict)   # serving node -> receives of the group during the fault
+    by_node: dict = field(default_factory=dict)  # serving node -> receives of the group during the fault
 
 
 def outages(faults, buckets: list[tuple[str, str, int, int]]) -> list[Outage]:
@@ -103,11 +133,14 @@ def outages(faults, buckets: list[tuple[str, str, int, int]]) -> list[Outage]:
     return out
 
 
-def describe(by_node: dict[str, int], unattributed: int, dropped: int, have_log: bool,
-             outage_list: list[Outage]) -> str:
+def describe(
+    by_node: dict[str, int], unattributed: int, dropped: int, have_log: bool, outage_list: list[Outage]
+) -> str:
     if not have_log:
-        return ("no served-pull log in the run folder (RUN/served/*.jsonl, written by `python -m rmqha.cluster "
-                "sample`): which node served each receive is unknown")
+        return (
+            "no served-pull log in the run folder (RUN/served/*.jsonl, written by `python -m rmqha.cluster "
+            "sample`): which node served each receive is unknown"
+        )
     parts = [", ".join(f"{k} {v}" for k, v in sorted(by_node.items())) or "no receives"]
     if unattributed:
         parts.append(f"{unattributed} unattributed")

@@ -7,6 +7,7 @@ Master, first match wins:
   3. the SPARK_MASTER environment variable;
   4. local[*].
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,9 @@ def resolve_master(explicit: str | None = None) -> str:
     if explicit:
         return explicit
     from pyspark import SparkConf, SparkContext
+
     SparkContext._ensure_initialized()  # starts the JVM (via spark-submit) so its conf is visible
-    conf = SparkConf()                  # loads spark.* system properties from that JVM
+    conf = SparkConf()  # loads spark.* system properties from that JVM
     submitted = conf.get("spark.master") if conf.contains("spark.master") else None
     return pick_master(None, submitted, os.environ)
 
@@ -47,19 +49,23 @@ def launch_quick_jvm() -> bool:
     """Start the driver JVM with QUICK_JVM_OPTIONS, unless a JVM is already there (spark-submit, an earlier
     session) or the user set driver options. Returns whether it did."""
     from pyspark import SparkConf, SparkContext
+
     if SparkContext._gateway is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
         return False
     if "driver-java-options" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
         return False
-    SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).set(
-        "spark.driver.extraJavaOptions", QUICK_JVM_OPTIONS))
+    SparkContext._ensure_initialized(
+        conf=SparkConf(loadDefaults=False).set("spark.driver.extraJavaOptions", QUICK_JVM_OPTIONS)
+    )
     return True
 
 
-def get_spark(app_name: str = "rocketmq-audit", master: str | None = None, conf: dict | None = None,
-              quick_jvm: bool = False):
+def get_spark(
+    app_name: str = "rocketmq-audit", master: str | None = None, conf: dict | None = None, quick_jvm: bool = False
+):
     """quick_jvm: the session is for a small, short job (a test, one chaos run's audit): see QUICK_JVM_OPTIONS."""
     from pyspark.sql import SparkSession
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if quick_jvm:
@@ -77,6 +83,7 @@ def get_spark(app_name: str = "rocketmq-audit", master: str | None = None, conf:
             # adaptive execution re-plans every shuffle: ~10 % of a small audit's CPU, for nothing to re-plan
             defaults["spark.sql.adaptive.enabled"] = "false"
     from pyspark import SparkConf
+
     submitted = SparkConf()  # spark-submit --conf / spark-defaults.conf win over our defaults
     defaults = {k: v for k, v in defaults.items() if not submitted.contains(k)}
     # pyspark's launcher marks every driver a shell (showConsoleProgress=true): progress bars would
@@ -115,6 +122,7 @@ def lit_map(d: dict, value_type: str | None = None):
     def lit(v):
         c = v if isinstance(v, F.Column) else F.lit(v)
         return c.cast(value_type) if value_type else c
+
     if not d:
         return F.create_map().cast(f"map<string,{value_type or 'string'}>")
     return F.create_map(*[x for k, v in d.items() for x in (F.lit(k), lit(v))])

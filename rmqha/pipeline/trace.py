@@ -10,6 +10,7 @@ The audit reads them from the trace topic's consume queue (no walk of the whole 
 traced message, the client's send, the broker's store and the first consume time (REPORT/trace.jsonl),
 with their percentiles in the report.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,11 +26,11 @@ UNIT = struct.Struct(">qiq")  # consume-queue unit: commit-log offset, size, tag
 
 @dataclass
 class TraceRecord:
-    kind: str                 # Pub, SubBefore, SubAfter, ...
-    timestamp_ms: int = 0     # when the client began the operation (Pub, SubBefore)
+    kind: str  # Pub, SubBefore, SubAfter, ...
+    timestamp_ms: int = 0  # when the client began the operation (Pub, SubBefore)
     group: str = ""
     topic: str = ""
-    msg_id: str = ""          # the client's message id (UNIQ_KEY)
+    msg_id: str = ""  # the client's message id (UNIQ_KEY)
     keys: str = ""
     store_host: str = ""
     cost_ms: int = 0
@@ -70,6 +71,7 @@ def _int(text: str) -> int:
 def read_store(store_dir: str | Path, end: int | None = None, topic: str = TRACE_TOPIC) -> list[TraceRecord]:
     """The trace records a store holds, found through the trace topic's consume queues."""
     from rmqha.broker.store import record
+
     store = Path(store_dir)
     cq_root = store / "consumequeue" / topic
     log_files = sorted((store / "commitlog").glob("[0-9]" * 20)) if (store / "commitlog").is_dir() else []
@@ -112,9 +114,17 @@ def per_message(records: list[TraceRecord], store_ms: dict[str, int]) -> list[di
     rows = []
     for r in records:
         if r.kind == "Pub" and r.msg_id:
-            rows.append({"msgId": r.msg_id, "topic": r.topic, "group": r.group, "success": r.success,
-                         "producedMs": r.timestamp_ms or None, "storedMs": store_ms.get(r.msg_id),
-                         "consumedMs": consumed.get(r.msg_id)})
+            rows.append(
+                {
+                    "msgId": r.msg_id,
+                    "topic": r.topic,
+                    "group": r.group,
+                    "success": r.success,
+                    "producedMs": r.timestamp_ms or None,
+                    "storedMs": store_ms.get(r.msg_id),
+                    "consumedMs": consumed.get(r.msg_id),
+                }
+            )
     return rows
 
 
@@ -129,11 +139,19 @@ def summary(records: list[TraceRecord], store_ms: dict[str, int]) -> dict:
     def pcts(lat):
         def pct(q: float):
             return lat[min(len(lat) - 1, int(q * len(lat)))] if lat else None
+
         return {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None}
-    return {"records": len(records), "pub": len(pubs), "sub": sum(1 for r in records if r.kind.startswith("Sub")),
-            "matched": len(send_store), "consumed": len(store_consume),
-            "failedSends": sum(1 for r in pubs if not r.success),
-            "produceToStoreMs": pcts(send_store), "storeToConsumeMs": pcts(store_consume)}
+
+    return {
+        "records": len(records),
+        "pub": len(pubs),
+        "sub": sum(1 for r in records if r.kind.startswith("Sub")),
+        "matched": len(send_store),
+        "consumed": len(store_consume),
+        "failedSends": sum(1 for r in pubs if not r.success),
+        "produceToStoreMs": pcts(send_store),
+        "storeToConsumeMs": pcts(store_consume),
+    }
 
 
 def exists(store_dir: str | Path, topic: str = TRACE_TOPIC) -> bool:

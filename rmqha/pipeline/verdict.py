@@ -1,4 +1,5 @@
 """A verdict: one named guarantee, PASS / WARN / FAIL, and the evidence in one line."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

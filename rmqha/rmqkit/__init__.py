@@ -17,6 +17,7 @@ Modules: cluster (RocketMQCluster, per-worker names and ports, leftover sweep), 
 through the cluster handle), history (the official client, recorded), audit (the pipeline as a
 subprocess), pytest_plugin.
 """
+
 from __future__ import annotations
 
 from rmqha.cluster import ClusterError as KitError
@@ -27,8 +28,10 @@ __all__ = ["RocketMQCluster", "KitError", "AuditFailed", "AuditResult"]
 def __getattr__(name):  # keep `import rmqkit` (and pytest's plugin loading) cheap
     if name == "RocketMQCluster":
         from .cluster import RocketMQCluster
+
         return RocketMQCluster
     if name in ("AuditFailed", "AuditResult"):
         from . import audit
+
         return getattr(audit, name)
     raise AttributeError(name)

@@ -5,6 +5,7 @@ and costs the same ~30 s as `make audit`. The result carries every verdict line;
 AuditFailed (an AssertionError, so pytest shows it as a test failure) on a FAIL verdict or when the
 audit could not run, naming the report and what to do.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,7 @@ class AuditResult:
     returncode: int
     output: str
     seconds: float
-    verdicts: list[str] = field(default_factory=list)   # "FAIL  name: detail" lines
+    verdicts: list[str] = field(default_factory=list)  # "FAIL  name: detail" lines
 
     @property
     def failed(self) -> bool:
@@ -44,11 +45,14 @@ class AuditResult:
 
     def check(self) -> "AuditResult":
         if self.returncode == 1:
-            raise AuditFailed(f"the audit of {self.run_dir} found a broken guarantee (report: {self.report}):\n  "
-                              + "\n  ".join(self.failures or self.verdicts))
+            raise AuditFailed(
+                f"the audit of {self.run_dir} found a broken guarantee (report: {self.report}):\n  "
+                + "\n  ".join(self.failures or self.verdicts)
+            )
         if self.returncode != 0:
-            raise AuditFailed(f"the audit of {self.run_dir} did not run (exit {self.returncode}):\n"
-                              + self.output[-3000:])
+            raise AuditFailed(
+                f"the audit of {self.run_dir} did not run (exit {self.returncode}):\n" + self.output[-3000:]
+            )
         return self
 
 
@@ -59,12 +63,15 @@ def java_missing() -> str | None:
         return None
     if shutil.which("java"):
         return None
-    return ("the audit runs Spark, which needs Java 17 and finds none (no `java` on PATH, no JAVA_HOME): "
-            "apt-get install openjdk-17-jre-headless, or set JAVA_HOME; or drop audit=True from the test")
+    return (
+        "the audit runs Spark, which needs Java 17 and finds none (no `java` on PATH, no JAVA_HOME): "
+        "apt-get install openjdk-17-jre-headless, or set JAVA_HOME; or drop audit=True from the test"
+    )
 
 
-def run_audit(run_dir: str | Path, out: str | Path | None = None, master: str | None = None,
-              timeout: float = 600.0) -> AuditResult:
+def run_audit(
+    run_dir: str | Path, out: str | Path | None = None, master: str | None = None, timeout: float = 600.0
+) -> AuditResult:
     run_dir = Path(run_dir).resolve()
     report = Path(out).resolve() if out else run_dir / "report"
     why = java_missing()

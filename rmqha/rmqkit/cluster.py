@@ -16,6 +16,7 @@ CLUSTER_RUN_ROOT of the caller, else run/). A cluster left behind by a process t
 gone) is removed the next time a RocketMQCluster starts on docker, which is what testcontainers' Ryuk
 reaper would do.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,18 +41,22 @@ def free_base_port(topology: str) -> int:
     """A free 50-port block (plus the Toxiproxy API port, base+48) in this xdist worker's slice."""
     from rmqha.cluster.ports import free_cluster_base, xdist_worker
     from rmqha.cluster.topology import load_topology
+
     base = free_cluster_base(load_topology(topology), low=PORT_LOW, high=PORT_HIGH, extra_offsets=(48,))
     if base is None:
         slot, slots = xdist_worker()
-        raise ClusterError(f"no free block of 50 ports between {PORT_LOW} and {PORT_HIGH} for this worker "
-                           f"(slot {slot} of {slots}): stop clusters you no longer need "
-                           "(`python -m rmqha.cluster down --name NAME`, `docker ps`), or pass base_port=N")
+        raise ClusterError(
+            f"no free block of 50 ports between {PORT_LOW} and {PORT_HIGH} for this worker "
+            f"(slot {slot} of {slots}): stop clusters you no longer need "
+            "(`python -m rmqha.cluster down --name NAME`, `docker ps`), or pass base_port=N"
+        )
     return base
 
 
 def sweep_leftovers() -> list[str]:
     """Remove the containers and networks of kit clusters whose process is gone (docker)."""
     from rmqha.cluster.docker_backend import docker_client, sweep_dead_projects
+
     return sweep_dead_projects(docker_client(), PROJECT_RE)
     return True
 
@@ -68,6 +73,7 @@ def unavailable_reason(backend: str) -> str | None:
     if backend != "docker":
         return f"unknown backend {backend!r}: use docker or local"
     from rmqha.cluster.docker_backend import BROKER_IMAGE, TOXIPROXY_IMAGE, check_images, compose_command, docker_client
+
     try:
         compose_command()
         check_images(docker_client(), [BROKER_IMAGE, TOXIPROXY_IMAGE])
@@ -79,10 +85,21 @@ def unavailable_reason(backend: str) -> str | None:
 class RocketMQCluster:
     """An HA RocketMQ cluster for the duration of a `with` block (or start() ... stop())."""
 
-    def __init__(self, topology: str = "2m-2s-sync", backend: str = "docker", *, name: str | None = None,
-                 base_port: int | None = None, sets: dict | None = None, run_root: str | Path | None = None,
-                 keep_data: bool = False, timeout: float = 90.0, acl: bool = False):
+    def __init__(
+        self,
+        topology: str = "2m-2s-sync",
+        backend: str = "docker",
+        *,
+        name: str | None = None,
+        base_port: int | None = None,
+        sets: dict | None = None,
+        run_root: str | Path | None = None,
+        keep_data: bool = False,
+        timeout: float = 90.0,
+        acl: bool = False,
+    ):
         from rmqha.cluster.topology import TOPOLOGIES
+
         if topology not in TOPOLOGIES:
             raise ClusterError(f"unknown topology {topology!r}: choose one of {', '.join(TOPOLOGIES)}")
         if backend not in ("docker", "local"):
@@ -102,6 +119,7 @@ class RocketMQCluster:
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> "RocketMQCluster":
         from rmqha.cluster.handle import Cluster
+
         if self.handle is not None:
             return self
         reason = unavailable_reason(self.backend)
@@ -115,8 +133,16 @@ class RocketMQCluster:
                 self.name = f"{NAME_PREFIX}{os.getpid()}-{_seq[0]}"
         base = self.base_port or free_base_port(self.topology)
         with _run_root(self.run_root):
-            self.handle = Cluster.up(self.name, self.topology, self.backend, base_port=base, sets=self.sets,
-                                     fresh=True, timeout=self.timeout, acl=self.acl)
+            self.handle = Cluster.up(
+                self.name,
+                self.topology,
+                self.backend,
+                base_port=base,
+                sets=self.sets,
+                fresh=True,
+                timeout=self.timeout,
+                acl=self.acl,
+            )
         return self
 
     def stop(self, keep_data: bool | None = None) -> list[str]:
@@ -181,6 +207,7 @@ class RocketMQCluster:
         """rmqha.rmqkit.faults.Faults on this cluster (one fault log per cluster, RUN/faults/kit-<pid>.jsonl)."""
         if self._faults is None:
             from .faults import Faults
+
             self._faults = Faults(self._need(), self.run_dir / "faults" / f"kit-{os.getpid()}.jsonl")
         return self._faults
 
@@ -200,8 +227,10 @@ class RocketMQCluster:
         """rmqha.rmqkit.history.Recorder writing RUN/history/<client>.jsonl: Producer and PushConsumer classes
         that behave as rocketmq.client's and record every send and receive."""
         from .history import Recorder
-        r = Recorder(self.run_dir / "history" / f"{client}.jsonl", client, self.namesrv_addr,
-                     credentials=self.credentials)
+
+        r = Recorder(
+            self.run_dir / "history" / f"{client}.jsonl", client, self.namesrv_addr, credentials=self.credentials
+        )
         self._recorders.append(r)
         return r
 
@@ -209,6 +238,7 @@ class RocketMQCluster:
         """The pipeline over the run folder (the cluster quiet and caught up first). Returns an
         rmqha.rmqkit.audit.AuditResult; raises AuditFailed on a FAIL verdict when check is true."""
         from .audit import run_audit
+
         h = self._need()
         for r in self._recorders:
             r.flush()

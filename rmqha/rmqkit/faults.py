@@ -12,6 +12,7 @@ RUN/faults/*.jsonl, so the audit attributes non-OK sends and losses to it. heal_
 a test did to the handle directly (a killed, stopped or paused node, a toxic, a partition) and returns
 the errors of anything that did not come back: the pytest plugin fails the test on them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,6 +24,7 @@ class Faults:
     def __init__(self, cluster, log_path: str | Path):
         from rmqha.chaos.faultlog import FaultLog
         from rmqha.chaos.nemesis import Nemesis
+
         self.cluster = cluster
         self.log_path = Path(log_path)
         self._log = FaultLog(self.log_path)
@@ -31,6 +33,7 @@ class Faults:
     @staticmethod
     def kinds() -> list[str]:
         from rmqha.chaos.nemesis import FAULTS
+
         return list(FAULTS)
 
     def _target(self, kind, target: str | None) -> tuple[str, str, str]:
@@ -40,8 +43,9 @@ class Faults:
             masters, slaves = c.masters(), c.slaves()
             pool = {"master": masters, "slave": slaves, "node": masters + slaves}[kind.targets]
             if not pool:
-                raise ClusterError(f"fault {kind.name} needs a {kind.targets}, and topology "
-                                   f"{c.state.get('topology')} has none")
+                raise ClusterError(
+                    f"fault {kind.name} needs a {kind.targets}, and topology {c.state.get('topology')} has none"
+                )
             target = pool[0]
         role = "slave" if c.master_of(target) else "master"
         if kind.targets in ("master", "slave") and role != kind.targets:
@@ -54,12 +58,15 @@ class Faults:
         import random
 
         from rmqha.chaos.nemesis import FAULTS, Fault
+
         k = FAULTS.get(kind)
         if k is None:
             raise ClusterError(f"unknown fault {kind!r}; known: {', '.join(FAULTS)}")
         if self.cluster.kind not in k.backends:
-            raise ClusterError(f"fault {kind} needs the {'/'.join(k.backends)} backend; this cluster is "
-                               f"{self.cluster.kind} (start it with backend='docker')")
+            raise ClusterError(
+                f"fault {kind} needs the {'/'.join(k.backends)} backend; this cluster is "
+                f"{self.cluster.kind} (start it with backend='docker')"
+            )
         node, role, group = self._target(k, target)
         drawn = k.params(random.Random(0), self._sync_wait_ms())
         f = Fault(at=0.0, hold=0.0, kind=kind, group=group, target=node, params={**drawn, **params}, role=role)

@@ -14,6 +14,7 @@ fresh id that is put into KEYS, as rmqha/chaos/history.py's recorder does. To kn
 after it was built, rocketmq.client.Message's constructor and setters are wrapped once to remember
 them on the object (nothing else changes).
 """
+
 from __future__ import annotations
 
 import threading
@@ -29,6 +30,7 @@ def remember_message_fields() -> None:
         if _patched[0]:
             return
         from rocketmq.client import Message
+
         init, set_keys, set_tags, set_body = Message.__init__, Message.set_keys, Message.set_tags, Message.set_body
 
         def __init__(self, topic):
@@ -39,23 +41,24 @@ def remember_message_fields() -> None:
             def wrapper(self, value):
                 fn(self, value)
                 getattr(self, "_rmqkit", {})[key] = conv(value)
+
             wrapper.__name__ = fn.__name__
             return wrapper
-        text = (lambda v: v.decode() if isinstance(v, bytes) else str(v))
+
+        text = lambda v: v.decode() if isinstance(v, bytes) else str(v)
         Message.__init__ = __init__
         Message.set_keys = remember(set_keys, "keys", text)
         Message.set_tags = remember(set_tags, "tags", text)
-        Message.set_body = remember(set_body, "body_len",
-                                    lambda v: len(v.encode() if isinstance(v, str) else v))
+        Message.set_body = remember(set_body, "body_len", lambda v: len(v.encode() if isinstance(v, str) else v))
         _patched[0] = True
 
 
 class Recorder:
     """One history file and the recorded client classes that write it."""
 
-    def __init__(self, path: str | Path, client: str, namesrv: str | None = None,
-                 credentials: dict | None = None):
+    def __init__(self, path: str | Path, client: str, namesrv: str | None = None, credentials: dict | None = None):
         from rmqha.chaos.history import HistoryRecorder
+
         # a cluster started with acl=True: {"accessKey", "secretKey"}; clients that set none of their own
         # sign with these (set_session_credentials) when they start
         self.credentials = credentials
@@ -94,6 +97,7 @@ class Recorder:
 
     def records(self) -> list[dict]:
         from rmqha.cluster.history import read_history
+
         return read_history(str(self.path)) if self.path.exists() else []
 
     # -- recording --------------------------------------------------------------------------------
@@ -109,22 +113,35 @@ class Recorder:
         if not send_id:
             send_id = self.history.new_send_id()
             msg.set_keys(send_id)
-        return {"client": self.client, "op": "send", "topic": f.get("topic"), "send_id": send_id,
-                "attempt": 1, "body_len": f.get("body_len")}
+        return {
+            "client": self.client,
+            "op": "send",
+            "topic": f.get("topic"),
+            "send_id": send_id,
+            "attempt": 1,
+            "body_len": f.get("body_len"),
+        }
 
     def result(self, rec: dict, res) -> dict:
         from rmqha.chaos.history import status_name
         from rmqha.cluster.history import now_ms
+
         uniq = res.msg_id.decode() if isinstance(res.msg_id, bytes) else res.msg_id
-        return rec | {"end_ms": now_ms(), "status": status_name(res.status), "uniq_key": uniq or None,
-                      "queue_offset": res.offset}
+        return rec | {
+            "end_ms": now_ms(),
+            "status": status_name(res.status),
+            "uniq_key": uniq or None,
+            "queue_offset": res.offset,
+        }
 
     def error(self, rec: dict, exc) -> dict:
         from rmqha.cluster.history import ERROR, now_ms
+
         return rec | {"end_ms": now_ms(), "status": ERROR, "error": f"{type(exc).__name__}: {exc}"}
 
     def sent(self, call, msg):
         from rmqha.cluster.history import now_ms
+
         rec = self.send_record(msg)
         rec["start_ms"] = now_ms()
         self._append(rec | {"op": "invoke", "end_ms": rec["start_ms"]})  # a try never answered stays visible
@@ -203,6 +220,7 @@ def _producer_class(rec: Recorder):
 
         def send_async(self, msg, success_callback, exception_callback):
             from rmqha.cluster.history import now_ms
+
             r = rec.send_record(msg)
 
             def ok(res):
@@ -214,6 +232,7 @@ def _producer_class(rec: Recorder):
                 rec._append(rec.error(r, exc))
                 if exception_callback is not None:
                     exception_callback(exc)
+
             r["start_ms"] = now_ms()
             rec._append(r | {"op": "invoke", "end_ms": r["start_ms"]})
             try:
@@ -239,12 +258,16 @@ def _consumer_class(rec: Recorder):
             ordered = bool(getattr(self, "_orderly", False))
             group = self._rmqkit_group
             # owed from now on: a test's group is judged on what was sent while it listened
-            rec._append_direct(lambda h: h.subscribed(group, topic.decode() if isinstance(topic, bytes) else topic,
-                                                      ordered, from_first=False))
+            rec._append_direct(
+                lambda h: h.subscribed(
+                    group, topic.decode() if isinstance(topic, bytes) else topic, ordered, from_first=False
+                )
+            )
 
             def recorded(msg):
                 rec.received(msg, ordered, group)
                 return callback(msg)
+
             return super().subscribe(topic, recorded, expression)
 
         def shutdown(self):

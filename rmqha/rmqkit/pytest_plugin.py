@@ -34,6 +34,7 @@ backend or sets replaces it. When the cluster cannot start (no Docker engine, no
 images, ports taken, no Java for the audit) the test fails saying what to do, or is skipped with
 --rocketmq-if-unavailable=skip.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,51 +48,78 @@ KEYWORDS = ("topology", "backend", "scope", "sets", "audit", "acl")
 
 def pytest_addoption(parser):
     g = parser.getgroup("rocketmq", "RocketMQ HA clusters (rmqkit)")
-    g.addoption("--rocketmq-backend", choices=("docker", "local"), default=os.environ.get("RMQKIT_BACKEND") or "docker",
-                help="where clusters run: docker containers with Toxiproxy links (default), or local processes "
-                     "(node faults only); a test's @pytest.mark.rocketmq(backend=...) wins")
-    g.addoption("--rocketmq-topology", default=os.environ.get("RMQKIT_TOPOLOGY") or "2m-2s-sync",
-                help="default topology: 2m-2s-sync, 2m-2s-async, 2m-noslave or dledger")
-    g.addoption("--rocketmq-scope", choices=SCOPES, default="session",
-                help="default reuse of a cluster: session (default), module or function")
-    g.addoption("--rocketmq-audit", action="store_true", default=False,
-                help="audit the run folder after every test that uses a cluster (Spark, ~30 s each)")
-    g.addoption("--rocketmq-if-unavailable", choices=("fail", "skip"), default="fail",
-                help="when a cluster cannot start here (no Docker engine, no images, ...): fail (default) or skip")
+    g.addoption(
+        "--rocketmq-backend",
+        choices=("docker", "local"),
+        default=os.environ.get("RMQKIT_BACKEND") or "docker",
+        help="where clusters run: docker containers with Toxiproxy links (default), or local processes "
+        "(node faults only); a test's @pytest.mark.rocketmq(backend=...) wins",
+    )
+    g.addoption(
+        "--rocketmq-topology",
+        default=os.environ.get("RMQKIT_TOPOLOGY") or "2m-2s-sync",
+        help="default topology: 2m-2s-sync, 2m-2s-async, 2m-noslave or dledger",
+    )
+    g.addoption(
+        "--rocketmq-scope",
+        choices=SCOPES,
+        default="session",
+        help="default reuse of a cluster: session (default), module or function",
+    )
+    g.addoption(
+        "--rocketmq-audit",
+        action="store_true",
+        default=False,
+        help="audit the run folder after every test that uses a cluster (Spark, ~30 s each)",
+    )
+    g.addoption(
+        "--rocketmq-if-unavailable",
+        choices=("fail", "skip"),
+        default="fail",
+        help="when a cluster cannot start here (no Docker engine, no images, ...): fail (default) or skip",
+    )
 
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "rocketmq(topology=None, backend=None, scope=None, sets=None, audit=False, acl=False): the RocketMQ "
-                   "cluster the rocketmq_* fixtures give this test (rmqkit)")
+        "markers",
+        "rocketmq(topology=None, backend=None, scope=None, sets=None, audit=False, acl=False): the RocketMQ "
+        "cluster the rocketmq_* fixtures give this test (rmqkit)",
+    )
 
 
 def _settings(request) -> dict:
     opt = request.config.getoption
     got: dict = {}
-    for m in request.node.iter_markers("rocketmq"):   # closest first
+    for m in request.node.iter_markers("rocketmq"):  # closest first
         if m.args:
-            raise pytest.UsageError(f"{request.node.nodeid}: @pytest.mark.rocketmq takes keywords only "
-                                    f"({', '.join(KEYWORDS)})")
+            raise pytest.UsageError(
+                f"{request.node.nodeid}: @pytest.mark.rocketmq takes keywords only ({', '.join(KEYWORDS)})"
+            )
         for k, v in m.kwargs.items():
             if k not in KEYWORDS:
-                raise pytest.UsageError(f"{request.node.nodeid}: unknown @pytest.mark.rocketmq keyword {k!r}; "
-                                        f"known: {', '.join(KEYWORDS)}")
+                raise pytest.UsageError(
+                    f"{request.node.nodeid}: unknown @pytest.mark.rocketmq keyword {k!r}; known: {', '.join(KEYWORDS)}"
+                )
             got.setdefault(k, v)
-    s = {"topology": got.get("topology") or opt("--rocketmq-topology"),
-         "backend": got.get("backend") or opt("--rocketmq-backend"),
-         "scope": got.get("scope") or opt("--rocketmq-scope"),
-         "sets": {k: str(v) for k, v in (got.get("sets") or {}).items()},
-         "audit": bool(got.get("audit")) or opt("--rocketmq-audit"),
-         "acl": bool(got.get("acl"))}
+    s = {
+        "topology": got.get("topology") or opt("--rocketmq-topology"),
+        "backend": got.get("backend") or opt("--rocketmq-backend"),
+        "scope": got.get("scope") or opt("--rocketmq-scope"),
+        "sets": {k: str(v) for k, v in (got.get("sets") or {}).items()},
+        "audit": bool(got.get("audit")) or opt("--rocketmq-audit"),
+        "acl": bool(got.get("acl")),
+    }
     if s["scope"] not in SCOPES:
         raise pytest.UsageError(f"{request.node.nodeid}: rocketmq scope {s['scope']!r}: use one of {', '.join(SCOPES)}")
     return s
 
 
 def _unavailable(request, message: str):
-    hint = ("\n(rmqkit: pick the backend with --rocketmq-backend=local|docker or @pytest.mark.rocketmq(backend=...); "
-            "--rocketmq-if-unavailable=skip skips these tests instead)")
+    hint = (
+        "\n(rmqkit: pick the backend with --rocketmq-backend=local|docker or @pytest.mark.rocketmq(backend=...); "
+        "--rocketmq-if-unavailable=skip skips these tests instead)"
+    )
     if request.config.getoption("--rocketmq-if-unavailable") == "skip":
         pytest.skip(f"RocketMQ cluster unavailable: {message}")
     pytest.fail(f"RocketMQ cluster unavailable: {message}{hint}", pytrace=False)
@@ -102,27 +130,31 @@ class ClusterPool:
 
     def __init__(self, run_root):
         self.run_root = run_root
-        self.current = None     # (key, owner, RocketMQCluster)
+        self.current = None  # (key, owner, RocketMQCluster)
 
     def get(self, s: dict, owner: str):
         from rmqha.cluster import ClusterError
 
         from .cluster import RocketMQCluster
+
         key = (s["topology"], s["backend"], tuple(sorted(s["sets"].items())), s.get("acl", False))
         if self.current is not None:
             k, o, c = self.current
             if k == key and o == owner and self._healthy(c):
                 return c
             self.release()
-        c = RocketMQCluster(s["topology"], s["backend"], sets=s["sets"], run_root=self.run_root, acl=s.get("acl", False))
+        c = RocketMQCluster(
+            s["topology"], s["backend"], sets=s["sets"], run_root=self.run_root, acl=s.get("acl", False)
+        )
         try:
             c.start()
         except ClusterError as e:
             if "ports are taken" not in str(e) and "is in use" not in str(e):
                 raise
-            c = RocketMQCluster(s["topology"], s["backend"], sets=s["sets"], run_root=self.run_root,
-                                acl=s.get("acl", False))
-            c.start()   # another process took the block between the check and the bind: once more
+            c = RocketMQCluster(
+                s["topology"], s["backend"], sets=s["sets"], run_root=self.run_root, acl=s.get("acl", False)
+            )
+            c.start()  # another process took the block between the check and the bind: once more
         self.current = (key, owner, c)
         return c
 
@@ -160,11 +192,16 @@ def _rocketmq_module(request, rocketmq_cluster_pool):
 def rocketmq_cluster(request, rocketmq_cluster_pool, _rocketmq_module):
     """The test's cluster (rmqkit.RocketMQCluster), chosen by @pytest.mark.rocketmq and the options."""
     from rmqha.cluster import ClusterError
+
     s = _settings(request)
-    owner = {"session": "session", "module": f"module:{_rocketmq_module}",
-             "function": f"function:{request.node.nodeid}"}[s["scope"]]
+    owner = {
+        "session": "session",
+        "module": f"module:{_rocketmq_module}",
+        "function": f"function:{request.node.nodeid}",
+    }[s["scope"]]
     if s["audit"]:
         from .audit import java_missing
+
         why = java_missing()
         if why:
             _unavailable(request, why)
@@ -177,12 +214,13 @@ def rocketmq_cluster(request, rocketmq_cluster_pool, _rocketmq_module):
     errors = c.heal_all()
     if errors:
         rocketmq_cluster_pool.release()
-        pytest.fail("faults that could not be healed (the cluster was replaced):\n  " + "\n  ".join(errors),
-                    pytrace=False)
+        pytest.fail(
+            "faults that could not be healed (the cluster was replaced):\n  " + "\n  ".join(errors), pytrace=False
+        )
     if s["audit"]:
         result = c.audit(check=False)
         if result.failed:
-            rocketmq_cluster_pool.release(keep_data=True)   # the stores stay for a second look
+            rocketmq_cluster_pool.release(keep_data=True)  # the stores stay for a second look
             try:
                 result.check()
             except AssertionError as e:

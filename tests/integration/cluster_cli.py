@@ -4,6 +4,7 @@ end: a free port block in this xdist worker's slice and a run root of the test's
     c = cli_cluster(tmp_path, "2m-2s-async", "it")   # c.topo, c.base, c.env, c.run_dir (RUN_ROOT/it)
     up = cli(c.env, "up", "--topology", "2m-2s-async", "--name", "it", "--base-port", str(c.base))
 """
+
 from __future__ import annotations
 
 import os
@@ -26,15 +27,21 @@ def free_base_port(topology) -> int:
 
 
 def cli(env, *args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "rmqha.cluster", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "rmqha.cluster", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 class CliCluster(NamedTuple):
-    topo: object     # rmqha.cluster.topology's Topology
-    base: int        # the port block: --base-port
-    env: dict        # CLUSTER_RUN_ROOT=tmp_path/run, no CLUSTER_BASE_PORT
-    run_dir: Path    # tmp_path/run/<name>
+    topo: object  # rmqha.cluster.topology's Topology
+    base: int  # the port block: --base-port
+    env: dict  # CLUSTER_RUN_ROOT=tmp_path/run, no CLUSTER_BASE_PORT
+    run_dir: Path  # tmp_path/run/<name>
 
 
 def cli_cluster(tmp_path: Path, topology: str, name: str) -> CliCluster:

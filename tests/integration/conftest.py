@@ -10,6 +10,7 @@ holds at most one docker-backend cluster and replaces it when a module asks for 
 other settings. Nothing here is autouse, so the other integration tests (local processes) are not
 affected; the docker tests skip, saying why, when there is no Docker engine or no images.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,6 +30,7 @@ class DockerClusterPool:
 
     def get(self, topology: str, sets: dict[str, str] | None = None):
         from .docker_cluster import DockerCluster
+
         key = (topology, tuple(sorted((sets or {}).items())))
         if self.current is not None:
             if self.current.key == key and self._healthy(self.current):
@@ -43,8 +45,10 @@ class DockerClusterPool:
     @staticmethod
     def _healthy(c) -> bool:
         try:
-            return all(c.backend.process_state(n).detail == "running"
-                       for n in ["namesrv", "toxiproxy"] + c.backend.node_names())
+            return all(
+                c.backend.process_state(n).detail == "running"
+                for n in ["namesrv", "toxiproxy"] + c.backend.node_names()
+            )
         except Exception:
             return False
 
@@ -57,6 +61,7 @@ class DockerClusterPool:
 @pytest.fixture(scope="module")
 def rc():
     from .rust_client import RustClient
+
     return RustClient.get()
 
 
@@ -66,6 +71,7 @@ def nemesis(cluster):
     log of its own under the run's faults/; at teardown every fault it injected must heal."""
     from rmqha.chaos.faultlog import FaultLog
     from rmqha.chaos.nemesis import Nemesis
+
     log = FaultLog(cluster.run_dir / "faults" / f"it-{uuid.uuid4().hex[:6]}.jsonl")
     nem = Nemesis(cluster, fault_log=log)
     yield nem
@@ -76,10 +82,12 @@ def nemesis(cluster):
 @pytest.fixture(scope="session")
 def docker_cluster_pool(tmp_path_factory):
     from .docker_cluster import docker_unavailable_reason, sweep_leftovers
+
     reason = docker_unavailable_reason()
     if reason:
         pytest.skip(f"docker integration tests: {reason}")
     import docker
+
     sweep_leftovers(docker.from_env())
     pool = DockerClusterPool(tmp_path_factory.mktemp("docker-runs"))
     try:

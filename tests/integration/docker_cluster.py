@@ -11,6 +11,7 @@ registry), so the clusters are driven by rmqha/cluster/docker_backend.py (docker
 and cleaned up here: each cluster at the end of the session, and at start-up any cluster left by a
 test process that no longer runs (what Ryuk would have done).
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,15 @@ class DockerCluster(Cluster):
     def up(cls, run_root: Path, seq: int, topology: str, sets: dict[str, str], key) -> "DockerCluster":
         name = f"{NAME_PREFIX}{os.getpid()}-{seq}"
         with using_run_root(run_root):  # run/current of the developer stays as it is
-            c = Cluster.up(name, topology, "docker", base_port=free_base_port(load_topology(topology)),
-                           sets=sets, fresh=True, timeout=90)
+            c = Cluster.up(
+                name,
+                topology,
+                "docker",
+                base_port=free_base_port(load_topology(topology)),
+                sets=sets,
+                fresh=True,
+                timeout=90,
+            )
         return cls(c.backend, key)
 
     def down(self, keep_data: bool = False) -> None:
@@ -81,12 +89,14 @@ class DockerCluster(Cluster):
 
         def synced():
             s, m = self.status(slave), self.status(master)
-            ok = (s["haClient"]["state"] == "CONNECTED" and s["maxPhyOffset"] == m["maxPhyOffset"]
-                  and m["ha"]["connectionCount"] >= 1)
+            ok = (
+                s["haClient"]["state"] == "CONNECTED"
+                and s["maxPhyOffset"] == m["maxPhyOffset"]
+                and m["ha"]["connectionCount"] >= 1
+            )
             return m["maxPhyOffset"] if ok else None
 
-        return self.wait_until(synced, deadline_s, f"{slave} in sync with {master}", node=[slave, master],
-                               interval=0.2)
+        return self.wait_until(synced, deadline_s, f"{slave} in sync with {master}", node=[slave, master], interval=0.2)
 
     def wait_all_in_sync(self, deadline_s: float = 60) -> None:
         for n in self.slaves():
@@ -122,6 +132,7 @@ class DockerCluster(Cluster):
 
 # ---- the fixtures a docker test module declares ----------------------------------------------------
 
+
 def pooled_cluster(topology: str, sets: dict[str, str] | None = None):
     """A module's `cluster` fixture: this worker's pooled cluster (conftest.py's docker_cluster_pool) of
     this topology and settings, for the whole module:  cluster = pooled_cluster("2m-2s-sync", SETS)"""
@@ -130,6 +141,7 @@ def pooled_cluster(topology: str, sets: dict[str, str] | None = None):
     @pytest.fixture(scope="module", name="cluster")
     def cluster(docker_cluster_pool):
         return docker_cluster_pool.get(topology, sets)
+
     return cluster
 
 
@@ -147,19 +159,23 @@ def topic_on_master(prefix: str, master: str):
         cluster.create_topic(t, [master])
         yield t
         cluster.toxics.restore(f"{master}-s-ha")
+
     return topic
 
 
 def docker_unavailable_reason() -> str | None:
     try:
         import docker
+
         client = docker.from_env(timeout=10)
         client.ping()
     except Exception as e:
         return f"no Docker engine ({e})"
     import shutil
+
     if not shutil.which("docker-compose"):
         import subprocess
+
         if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0:
             return "neither docker-compose nor the docker compose plugin is installed"
     missing = []
@@ -186,22 +202,37 @@ SEND_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE = 0, 2, 3
 def run_worker(kind: str, job: dict, timeout: float = 120) -> list[dict]:
     import subprocess
     import sys
-    proc = subprocess.run([sys.executable, str(WORKER), kind, json.dumps(job)], capture_output=True,
-                          timeout=timeout, text=True)
+
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), kind, json.dumps(job)], capture_output=True, timeout=timeout, text=True
+    )
     lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
     assert lines, f"worker {kind} printed nothing (rc={proc.returncode})\nstderr:\n{proc.stderr[-3000:]}"
     return lines
 
 
-def produce(namesrv: str, topic: str, bodies: list[str], mode: str = "sync", retries: int = 3,
-            timeout_ms: int = 8000, group: str = "PG") -> list[dict]:
+def produce(
+    namesrv: str,
+    topic: str,
+    bodies: list[str],
+    mode: str = "sync",
+    retries: int = 3,
+    timeout_ms: int = 8000,
+    group: str = "PG",
+) -> list[dict]:
     """Send each body with the official producer; one result per body ({"status", "offset", ...} or
     {"error"}). mode "async" is the one that reports FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE (the
     client's send_sync retries those); `retries` re-sends a send that raised before reaching a broker
     (the 1.0.1 client's "GetTransport timed_mutex" race), 0 for the status tests."""
-    job = {"namesrv": namesrv, "group": group, "timeout_ms": timeout_ms, "retries": retries,
-           "sends": [{"mode": mode, "topic": topic, "messages": [{"body": b, "keys": f"k{i}"}
-                                                                 for i, b in enumerate(bodies)]}]}
+    job = {
+        "namesrv": namesrv,
+        "group": group,
+        "timeout_ms": timeout_ms,
+        "retries": retries,
+        "sends": [
+            {"mode": mode, "topic": topic, "messages": [{"body": b, "keys": f"k{i}"} for i, b in enumerate(bodies)]}
+        ],
+    }
     return run_worker("produce", job)[-1]["results"]
 
 
@@ -216,12 +247,16 @@ def produce_status(namesrv: str, topic: str, body: str, attempts: int = 3) -> di
 
 
 def consume(namesrv: str, topic: str, group: str, expect: int, deadline_s: float = 40) -> list[dict]:
-    lines = run_worker("consume", {"namesrv": namesrv, "topic": topic, "group": group, "expect": expect,
-                                   "deadline_s": deadline_s}, deadline_s + 30)
+    lines = run_worker(
+        "consume",
+        {"namesrv": namesrv, "topic": topic, "group": group, "expect": expect, "deadline_s": deadline_s},
+        deadline_s + 30,
+    )
     return [l for l in lines if "body" in l]
 
 
 def random_bodies(prefix: str, n: int, size: int) -> list[str]:
     """Bodies that do not compress (the client compresses bodies over 4 KiB)."""
     import base64
+
     return [f"{prefix}-{i}-" + base64.b64encode(os.urandom(size * 3 // 4)).decode()[:size] for i in range(n)]

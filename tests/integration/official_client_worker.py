@@ -11,6 +11,7 @@ consume job: namesrv, group, topic, expect (stop after that many, optional), dea
   (stop when it exists, optional), instance (instance name, optional).
 Both: credentials ([access key, secret key], optional): the client signs every request (ACL).
 """
+
 import json
 import os
 import sys
@@ -49,8 +50,9 @@ def send_one(p, mode, msg, s, job):
             return result_of(p.send_orderly(msg, s.get("arg", 0), retry_times=s.get("retry", 3)))
         if mode == "async":
             ev, box = threading.Event(), []
-            p.send_async(msg, lambda r: (box.append(result_of(r)), ev.set()),
-                         lambda e: (box.append({"error": str(e)}), ev.set()))
+            p.send_async(
+                msg, lambda r: (box.append(result_of(r)), ev.set()), lambda e: (box.append({"error": str(e)}), ev.set())
+            )
             ev.wait(job.get("timeout_ms", 8000) / 1000.0 + 5)
             return box[0] if box else {"error": "async callback never came"}
         return {"error": f"unknown mode {mode}"}
@@ -102,12 +104,20 @@ def consume(job):
     got = [0]
 
     def on_message(msg):
-        rec = {"id": msg.id, "topic": msg.topic, "tags": (msg.tags or b"").decode(),
-               "keys": (msg.keys or b"").decode(), "body": msg.body.decode("utf-8", "replace"),
-               "queue_id": msg.queue_id, "queue_offset": msg.queue_offset,
-               "reconsume_times": msg.reconsume_times, "received_ms": int(time.time() * 1000),
-               "born_ms": msg.born_timestamp, "store_ms": msg.store_timestamp,
-               "props": {k: (msg.get_property(k) or b"").decode() for k in job.get("props", [])}}
+        rec = {
+            "id": msg.id,
+            "topic": msg.topic,
+            "tags": (msg.tags or b"").decode(),
+            "keys": (msg.keys or b"").decode(),
+            "body": msg.body.decode("utf-8", "replace"),
+            "queue_id": msg.queue_id,
+            "queue_offset": msg.queue_offset,
+            "reconsume_times": msg.reconsume_times,
+            "received_ms": int(time.time() * 1000),
+            "born_ms": msg.born_timestamp,
+            "store_ms": msg.store_timestamp,
+            "props": {k: (msg.get_property(k) or b"").decode() for k in job.get("props", [])},
+        }
         with lock:
             got[0] += 1
             print(json.dumps(rec), flush=True)

@@ -7,6 +7,7 @@
 (SYNC_MASTER groups with slaves, the topology most tests of the Rust client use, are
 rmqha.cluster.standalone.sync_groups.)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,8 +38,15 @@ def broker_on_namesrv(tmp: Path, broker_name: str = "broker-a", extra: dict | No
 
 
 @contextlib.contextmanager
-def master_and_slave(tmp: Path, broker_name: str, *, role: str = "ASYNC_MASTER", extra: dict | None = None,
-                     slave_extra: dict | None = None, wait_connected: bool = False):
+def master_and_slave(
+    tmp: Path,
+    broker_name: str,
+    *,
+    role: str = "ASYNC_MASTER",
+    extra: dict | None = None,
+    slave_extra: dict | None = None,
+    wait_connected: bool = False,
+):
     """A name server, a master of this role and its slave: yields (ns, master, slave). `extra` is the
     master's settings, `slave_extra` the slave's; wait_connected waits for the slave's HA connection."""
     ns = NameServerProcess(tmp).start()
@@ -47,8 +55,12 @@ def master_and_slave(tmp: Path, broker_name: str, *, role: str = "ASYNC_MASTER",
         master = BrokerProcess(tmp, broker_name, ns.addr, role=role, extra=extra).start()
         slave = BrokerProcess(tmp, broker_name, ns.addr, role="SLAVE", extra=slave_extra).start()
         if wait_connected:
-            wait_until(lambda: master.status()["ha"]["connectionCount"] == 1, 20,
-                       "slave connected to the master's HA port", on_timeout=master.log_tail)
+            wait_until(
+                lambda: master.status()["ha"]["connectionCount"] == 1,
+                20,
+                "slave connected to the master's HA port",
+                on_timeout=master.log_tail,
+            )
         yield ns, master, slave
     finally:
         for p in (slave, master):

@@ -6,6 +6,7 @@ process of their own (a Twisted reactor cannot be restarted inside pytest).
 job: {"requests": [{"addr": "127.0.0.1:P", "code": 12, "fields": {...}}, ...]}, sent one after another.
 Each reply: {"code", "remark", "ext": {...}, "body": hex}, or {"error": "..."}.
 """
+
 import json
 import sys
 
@@ -22,8 +23,14 @@ def main(reactor, job):
     for r in job["requests"]:
         try:
             resp = yield client.invoke(r["addr"], RemotingCommand.request(r["code"], r.get("fields")), timeout=10)
-            out.append({"code": resp.code, "remark": resp.remark, "ext": dict(resp.ext_fields or {}),
-                        "body": bytes(resp.body or b"").hex()})
+            out.append(
+                {
+                    "code": resp.code,
+                    "remark": resp.remark,
+                    "ext": dict(resp.ext_fields or {}),
+                    "body": bytes(resp.body or b"").hex(),
+                }
+            )
         except Exception as e:  # a refused connection, a timeout: reported, the rest still sent
             out.append({"error": f"{type(e).__name__}: {e}"})
     client.close()

@@ -16,6 +16,7 @@ Each call runs one process with a deadline and parses its JSON lines (the client
 process that exits non-zero, prints a {"fatal": ...} line or outlives its deadline raises
 RustClientError carrying the command line and the tail of its stderr.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,16 +49,25 @@ class RustClient:
         return cls(binary)
 
     # -- running ----------------------------------------------------------------------------------
-    def run(self, namesrv: str, command: str, *args: str, stdin: str | None = None,
-            timeout: float = 60.0, check: bool = True) -> list[dict]:
+    def run(
+        self,
+        namesrv: str,
+        command: str,
+        *args: str,
+        stdin: str | None = None,
+        timeout: float = 60.0,
+        check: bool = True,
+    ) -> list[dict]:
         argv = [str(self.binary), "--namesrv", namesrv, command, *[str(a) for a in args]]
         env = dict(os.environ)
         env.setdefault("RMQ_CLIENT_LOG", "warn")
         try:
             p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired as e:
-            raise RustClientError(f"{' '.join(argv)}: no exit within {timeout:g} s\nstdout:\n"
-                                  f"{_tail(e.stdout)}\nstderr:\n{_tail(e.stderr)}") from None
+            raise RustClientError(
+                f"{' '.join(argv)}: no exit within {timeout:g} s\nstdout:\n"
+                f"{_tail(e.stdout)}\nstderr:\n{_tail(e.stderr)}"
+            ) from None
         lines = []
         for line in p.stdout.splitlines():
             if line.startswith("{"):
@@ -72,10 +82,24 @@ class RustClient:
         return lines
 
     # -- commands ---------------------------------------------------------------------------------
-    def send(self, namesrv: str, topic: str, *, mode: str = "sync", count: int = 1, prefix: str = "rust",
-             tags: str | None = None, size: int = 0, messages: list[dict] | None = None,
-             queue: int | None = None, broker: str | None = None, timeout_ms: int = 3000,
-             retries: int | None = None, group: str | None = None, timeout: float = 60.0) -> list[dict]:
+    def send(
+        self,
+        namesrv: str,
+        topic: str,
+        *,
+        mode: str = "sync",
+        count: int = 1,
+        prefix: str = "rust",
+        tags: str | None = None,
+        size: int = 0,
+        messages: list[dict] | None = None,
+        queue: int | None = None,
+        broker: str | None = None,
+        timeout_ms: int = 3000,
+        retries: int | None = None,
+        group: str | None = None,
+        timeout: float = 60.0,
+    ) -> list[dict]:
         """One result dict per message (one for a batch): status name or error, msgId, queue, offset, ms.
         `messages` ([{body, tags, keys, props}]) replaces count/prefix/tags/size."""
         args = ["--topic", topic, "--mode", mode, "--timeout-ms", timeout_ms]
@@ -92,13 +116,35 @@ class RustClient:
                 args += [flag, val]
         return [l for l in self.run(namesrv, "send", *args, stdin=stdin, timeout=timeout) if "mode" in l]
 
-    def consume(self, namesrv: str, topic: str, group: str, *, mode: str = "push", expect: int | None = None,
-                timeout_s: float = 30.0, expr: str = "*", reconsume_later: bool = False,
-                linger_ms: int = 500) -> tuple[list[dict], dict]:
+    def consume(
+        self,
+        namesrv: str,
+        topic: str,
+        group: str,
+        *,
+        mode: str = "push",
+        expect: int | None = None,
+        timeout_s: float = 30.0,
+        expr: str = "*",
+        reconsume_later: bool = False,
+        linger_ms: int = 500,
+    ) -> tuple[list[dict], dict]:
         """(every delivery, the final {"done": true, ...} line). Deliveries answered RECONSUME_LATER
         carry "action": "RECONSUME_LATER"; the others "CONSUME_SUCCESS"."""
-        args = ["--topic", topic, "--group", group, "--mode", mode, "--timeout-s", timeout_s,
-                "--expr", expr, "--linger-ms", linger_ms]
+        args = [
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--mode",
+            mode,
+            "--timeout-s",
+            timeout_s,
+            "--expr",
+            expr,
+            "--linger-ms",
+            linger_ms,
+        ]
         if expect is not None:
             args += ["--expect", expect]
         if reconsume_later:
@@ -112,17 +158,43 @@ class RustClient:
         args = ["--topic", topic] + (["--group", group] if group else [])
         return self.run(namesrv, "offsets", *args, timeout=60)
 
-    def tx_send(self, namesrv: str, topic: str, *, tx: str = "commit", count: int = 1, prefix: str = "tx",
-                messages: list[dict] | None = None, unknown_checks: int = 0, expect_checks: int = 0,
-                wait_s: float = 30.0, linger_ms: int = 500, group: str | None = None,
-                timeout_ms: int = 3000) -> tuple[list[dict], list[dict], dict]:
+    def tx_send(
+        self,
+        namesrv: str,
+        topic: str,
+        *,
+        tx: str = "commit",
+        count: int = 1,
+        prefix: str = "tx",
+        messages: list[dict] | None = None,
+        unknown_checks: int = 0,
+        expect_checks: int = 0,
+        wait_s: float = 30.0,
+        linger_ms: int = 500,
+        group: str | None = None,
+        timeout_ms: int = 3000,
+    ) -> tuple[list[dict], list[dict], dict]:
         """Transactional sends (src/tx.rs): (one result per message, every check-back the listener answered,
         the final {"done": true, ...} line). `tx` is a comma-separated list of modes (commit, rollback,
         check-commit, check-rollback, unknown) cycled over the messages; `messages` ([{body, tags, keys,
         props, tx}]) replaces count/prefix, and a line's "tx" overrides `tx`. A check is answered UNKNOW
         `unknown_checks` times first."""
-        args = ["--topic", topic, "--tx", tx, "--unknown-checks", unknown_checks, "--expect-checks", expect_checks,
-                "--wait-s", wait_s, "--linger-ms", linger_ms, "--timeout-ms", timeout_ms]
+        args = [
+            "--topic",
+            topic,
+            "--tx",
+            tx,
+            "--unknown-checks",
+            unknown_checks,
+            "--expect-checks",
+            expect_checks,
+            "--wait-s",
+            wait_s,
+            "--linger-ms",
+            linger_ms,
+            "--timeout-ms",
+            timeout_ms,
+        ]
         stdin = None
         if messages is not None:
             args.append("--stdin")
@@ -135,9 +207,17 @@ class RustClient:
         done = next((l for l in lines if l.get("done")), {})
         return [l for l in lines if "tx" in l and "check" not in l], [l for l in lines if "check" in l], done
 
-    def query(self, namesrv: str, topic: str, *, key: str | None = None, msg_id: str | None = None,
-              begin_ms: int | None = None, end_ms: int | None = None, max_num: int | None = None
-              ) -> tuple[list[dict], dict]:
+    def query(
+        self,
+        namesrv: str,
+        topic: str,
+        *,
+        key: str | None = None,
+        msg_id: str | None = None,
+        begin_ms: int | None = None,
+        end_ms: int | None = None,
+        max_num: int | None = None,
+    ) -> tuple[list[dict], dict]:
         """The message index (src/query.rs): by key (QUERY_MESSAGE within [begin_ms, end_ms]) or by an
         offsetMsgId (VIEW_MESSAGE_BY_ID). (the messages found, the final {"done": true, "found": N, ...}
         line; it carries the client's "error" when nothing was found)."""

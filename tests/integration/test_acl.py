@@ -2,6 +2,7 @@
 session credentials) against a real broker process: signed right it is served; a wrong secret, an
 unknown key, no credentials or a denied topic are refused with 4.9's reasons; the file is reloaded
 while the broker runs; raw requests check the admin-only codes and the refusal's exact shape."""
+
 from __future__ import annotations
 
 import time
@@ -47,6 +48,7 @@ def acl_cluster(tmp_path_factory):
 
 def refused(broker) -> float:
     import urllib.request
+
     with urllib.request.urlopen(f"{broker.metrics_url}/metrics", timeout=2) as r:
         return metric(r.read().decode(), "rocketmq_acl_refused") or 0.0
 
@@ -54,8 +56,18 @@ def refused(broker) -> float:
 def one(ns, topic, credentials, body="m"):
     job = [{"mode": "sync", "topic": topic, "messages": [{"body": body}]}]
     from .test_official_client import run_worker
-    out = run_worker("produce", {"namesrv": ns.addr, "group": "PG", "timeout_ms": 4000, "sends": job,
-                                 "retries": 0, **({"credentials": credentials} if credentials else {})})
+
+    out = run_worker(
+        "produce",
+        {
+            "namesrv": ns.addr,
+            "group": "PG",
+            "timeout_ms": 4000,
+            "sends": job,
+            "retries": 0,
+            **({"credentials": credentials} if credentials else {}),
+        },
+    )
     return out[-1]["results"][0]
 
 
@@ -64,18 +76,32 @@ def test_the_official_client_signed_right_is_served_and_its_consumer_reads(acl_c
     results = [one(ns, "TopicAcl", GOOD, f"acl-{i}") for i in range(5)]
     assert all(r.get("status") == 0 for r in results), results
     from .test_official_client import run_worker
-    lines = run_worker("consume", {"namesrv": ns.addr, "topic": "TopicAcl", "group": "GroupAcl", "expect": 5,
-                                   "deadline_s": 40, "credentials": GOOD}, 70)
+
+    lines = run_worker(
+        "consume",
+        {
+            "namesrv": ns.addr,
+            "topic": "TopicAcl",
+            "group": "GroupAcl",
+            "expect": 5,
+            "deadline_s": 40,
+            "credentials": GOOD,
+        },
+        70,
+    )
     assert {l["body"] for l in lines if "body" in l} >= {f"acl-{i}" for i in range(5)}
     assert broker.status()["addr"] == broker.addr
 
 
-@pytest.mark.parametrize("credentials, reason", [
-    (["rocketmq2", "wrong-secret"], "Check signature failed for accessKey=rocketmq2"),
-    (["nobody", "12345678"], "No acl config for nobody"),
-    # without credentials the 1.0.1 client still signs, with an empty key: as on 4.9, "No acl config for "
-    (None, "No acl config for \n"),
-])
+@pytest.mark.parametrize(
+    "credentials, reason",
+    [
+        (["rocketmq2", "wrong-secret"], "Check signature failed for accessKey=rocketmq2"),
+        (["nobody", "12345678"], "No acl config for nobody"),
+        # without credentials the 1.0.1 client still signs, with an empty key: as on 4.9, "No acl config for "
+        (None, "No acl config for \n"),
+    ],
+)
 def test_wrong_credentials_are_refused_with_4_9_reasons(acl_cluster, credentials, reason):
     ns, broker, _ = acl_cluster
     before = refused(broker)
@@ -97,21 +123,32 @@ def test_a_denied_topic_is_refused(acl_cluster):
 def test_an_unsigned_request_has_no_access_key(acl_cluster):
     _, broker, _ = acl_cluster
     r = rpc(broker.addr, RequestCode.GET_MAX_OFFSET, {"topic": "TopicAcl", "queueId": "0"})
-    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR,
-                                  "org.apache.rocketmq.acl.common.AclException: No accessKey is configured, "
-                                  "org.apache.rocketmq.acl.plain.PlainPermissionManager.validate"
-                                  "(PlainPermissionManager.java:664)")
+    assert (r.code, r.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "org.apache.rocketmq.acl.common.AclException: No accessKey is configured, "
+        "org.apache.rocketmq.acl.plain.PlainPermissionManager.validate"
+        "(PlainPermissionManager.java:664)",
+    )
 
 
 def test_admin_codes_need_an_admin_and_the_refusal_is_4_9s_shape(acl_cluster):
     _, broker, _ = acl_cluster
-    fields = {"topic": "TopicNew", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
-              "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}
+    fields = {
+        "topic": "TopicNew",
+        "readQueueNums": "4",
+        "writeQueueNums": "4",
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": "0",
+        "order": "false",
+    }
     r = rpc(broker.addr, RequestCode.UPDATE_AND_CREATE_TOPIC, acl.sign(fields, b"", *GOOD))
     assert r.code == ResponseCode.SYSTEM_ERROR
-    assert r.remark == ("org.apache.rocketmq.acl.common.AclException: Need admin permission for request "
-                        "code=17, but accessKey=rocketmq2 is not, org.apache.rocketmq.acl.plain."
-                        "PlainPermissionManager.checkPerm(PlainPermissionManager.java:581)")
+    assert r.remark == (
+        "org.apache.rocketmq.acl.common.AclException: Need admin permission for request "
+        "code=17, but accessKey=rocketmq2 is not, org.apache.rocketmq.acl.plain."
+        "PlainPermissionManager.checkPerm(PlainPermissionManager.java:581)"
+    )
     r = rpc(broker.addr, RequestCode.UPDATE_AND_CREATE_TOPIC, acl.sign(fields, b"", "RocketMQ", "87654321"))
     assert r.code == ResponseCode.SUCCESS, r.remark
 
@@ -122,8 +159,11 @@ def test_the_file_is_reloaded_while_the_broker_runs(acl_cluster):
     signed = acl.sign(fields, b"", "late", "late-secret")
     assert "No acl config for late" in rpc(broker.addr, RequestCode.GET_MAX_OFFSET, signed).remark
     path.write_text(ACL_FILE + '  - accessKey: late\n    secretKey: "late-secret"\n    defaultTopicPerm: SUB\n')
-    wait_until(lambda: rpc(broker.addr, RequestCode.GET_MAX_OFFSET, signed).code == ResponseCode.SUCCESS, 10,
-               "the new account is in force")
+    wait_until(
+        lambda: rpc(broker.addr, RequestCode.GET_MAX_OFFSET, signed).code == ResponseCode.SUCCESS,
+        10,
+        "the new account is in force",
+    )
     path.write_text("accounts: [ this is not yaml")  # a broken edit: the rules in force stay
     time.sleep(1.2)
     assert rpc(broker.addr, RequestCode.GET_MAX_OFFSET, signed).code == ResponseCode.SUCCESS
@@ -137,13 +177,32 @@ REFUSED_BY_BROKER = "broker.operation.failed: Broker operation failed"  # the Ru
 
 
 def rust_send(rc, ns, topic, ak, sk, count=3):
-    args = ["--topic", topic, "--mode", "sync", "--count", count, "--prefix", f"rust-{ak}", "--size", 0,
-            "--timeout-ms", 3000, "--retries", 0, "--access-key", ak, "--secret-key", sk]
+    args = [
+        "--topic",
+        topic,
+        "--mode",
+        "sync",
+        "--count",
+        count,
+        "--prefix",
+        f"rust-{ak}",
+        "--size",
+        0,
+        "--timeout-ms",
+        3000,
+        "--retries",
+        0,
+        "--access-key",
+        ak,
+        "--secret-key",
+        sk,
+    ]
     return [l for l in rc.run(ns.addr, "send", *args, timeout=60) if "mode" in l]
 
 
 def test_the_rust_clients_acl_hook_is_served_signed_right_and_refused_signed_wrong(acl_cluster):
     from .rust_client import RustClient
+
     rc = RustClient.get()
     ns, broker, _ = acl_cluster
     ok = rust_send(rc, ns, "TopicAcl", *GOOD)
@@ -161,8 +220,24 @@ def test_the_rust_clients_acl_hook_is_served_signed_right_and_refused_signed_wro
     denied = rust_send(rc, ns, "TopicDenied", *GOOD, count=1)
     assert denied[0].get("error") == REFUSED_BY_BROKER, denied
     assert "No default permission for topic:TopicDenied" in broker.log_tail(300), broker.log_tail(30)
-    lines = rc.run(ns.addr, "consume", "--topic", "TopicAcl", "--group", "GroupAcl", "--mode", "push",
-                   "--expect", 3, "--timeout-s", 30, "--access-key", GOOD[0], "--secret-key", GOOD[1])
+    lines = rc.run(
+        ns.addr,
+        "consume",
+        "--topic",
+        "TopicAcl",
+        "--group",
+        "GroupAcl",
+        "--mode",
+        "push",
+        "--expect",
+        3,
+        "--timeout-s",
+        30,
+        "--access-key",
+        GOOD[0],
+        "--secret-key",
+        GOOD[1],
+    )
     bodies = {l.get("body") for l in lines if "body" in l}
     assert any(b and b.startswith("rust-rocketmq2") for b in bodies), lines[-3:]
 
@@ -171,19 +246,43 @@ def test_trace_records_need_no_pub_on_the_trace_topic(acl_cluster):
     """4.9.8 skips the perm check for PUB on RMQ_SYS_TRACE_TOPIC: a traced client whose account has no
     perm on the trace topic (rocketmq2: defaultTopicPerm DENY) still gets its trace records stored."""
     from .rust_client import RustClient
+
     rc = RustClient.get()
     ns, broker, _ = acl_cluster
     admin = ("RocketMQ", "87654321")
 
     def trace_offset():
-        r = rpc(broker.addr, RequestCode.GET_MAX_OFFSET,
-                acl.sign({"topic": "RMQ_SYS_TRACE_TOPIC", "queueId": "0"}, b"", *admin))
+        r = rpc(
+            broker.addr,
+            RequestCode.GET_MAX_OFFSET,
+            acl.sign({"topic": "RMQ_SYS_TRACE_TOPIC", "queueId": "0"}, b"", *admin),
+        )
         return int(r.ext_fields.get("offset", 0)) if r.code == ResponseCode.SUCCESS else -1
+
     before = trace_offset()
     assert before >= 0
-    sent = [l for l in rc.run(ns.addr, "send", "--topic", "TopicAcl", "--count", 3, "--prefix", "traced-acl",
-                              "--size", 0, "--trace", "--access-key", GOOD[0], "--secret-key", GOOD[1],
-                              timeout=60) if "mode" in l]
+    sent = [
+        l
+        for l in rc.run(
+            ns.addr,
+            "send",
+            "--topic",
+            "TopicAcl",
+            "--count",
+            3,
+            "--prefix",
+            "traced-acl",
+            "--size",
+            0,
+            "--trace",
+            "--access-key",
+            GOOD[0],
+            "--secret-key",
+            GOOD[1],
+            timeout=60,
+        )
+        if "mode" in l
+    ]
     assert [s.get("status") for s in sent] == ["SEND_OK"] * 3, sent
     wait_until(lambda: trace_offset() > before, 20, "the traced sends' records in RMQ_SYS_TRACE_TOPIC")
     assert "topic:RMQ_SYS_TRACE_TOPIC" not in broker.log_tail(300)
@@ -197,6 +296,7 @@ def test_a_chaos_run_with_acl_on_delivers_everything(tmp_path):
     import json
 
     from .test_planted_bugs import chaos_run
+
     schedule = [{"at": 3, "hold": 1.5, "kind": "kill-master", "target": "broker-a"}]
     rc, out, run_dir = chaos_run(tmp_path, "acl-run", "2m-2s-sync", schedule, {}, ["--acl"])
     assert rc == 0, out

@@ -2,6 +2,7 @@
 updateGlobalWhiteAddr) against a real broker process with aclEnable: an account created through 50 is
 served signed, deleted through 51 it is refused, 53's global white list lets unsigned requests in and
 out again, 52 reports the file's dataVersion; a non-admin account is refused all four."""
+
 from __future__ import annotations
 
 import json
@@ -39,6 +40,8 @@ def reason(reply) -> str:
     text, sep, frame = reply.remark.partition(", org.apache.rocketmq.acl.")
     assert sep and frame.endswith(")"), reply.remark
     return text
+
+
 QUERY = {"topic": "TopicAdmin", "queueId": "0"}  # GET_MAX_OFFSET: signed, no topic perm needed
 
 
@@ -63,17 +66,27 @@ def version(broker) -> int:
 
 def test_the_acl_admin_requests_end_to_end(acl_broker):
     broker, path = acl_broker
-    create = {"accessKey": NEW[0], "secretKey": NEW[1], "admin": "false", "defaultTopicPerm": "SUB",
-              "topicPerms": "TopicAdmin=PUB|SUB", "groupPerms": "GroupAdmin=SUB"}
+    create = {
+        "accessKey": NEW[0],
+        "secretKey": NEW[1],
+        "admin": "false",
+        "defaultTopicPerm": "SUB",
+        "topicPerms": "TopicAdmin=PUB|SUB",
+        "groupPerms": "GroupAdmin=SUB",
+    }
     # a non-admin account may not touch the ACL (4.9.8 would let it)
-    for code, fields in ((R.UPDATE_AND_CREATE_ACL_CONFIG, create), (R.DELETE_ACL_CONFIG, {"accessKey": "RocketMQ"}),
-                         (R.GET_BROKER_CLUSTER_ACL_INFO, {}), (R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
-                                                               {"globalWhiteAddrs": "*"})):
+    for code, fields in (
+        (R.UPDATE_AND_CREATE_ACL_CONFIG, create),
+        (R.DELETE_ACL_CONFIG, {"accessKey": "RocketMQ"}),
+        (R.GET_BROKER_CLUSTER_ACL_INFO, {}),
+        (R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "*"}),
+    ):
         r = signed(broker, code, fields, ("rocketmq2", "12345678"))
         # 4.9.8's remark, with the ", <frame>" suffix its AclException carries (rmqha/broker/acl.py)
         assert r.code == C.SYSTEM_ERROR and r.remark.startswith(
             f"{acl.EXCEPTION}: Need admin permission for request code={int(code)}, but accessKey=rocketmq2 is not, "
-            "org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm("), r.remark
+            "org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm("
+        ), r.remark
     assert path.read_text() == ACL_FILE
     info = signed(broker, R.GET_BROKER_CLUSTER_ACL_INFO, {}, ADMIN).ext_fields
     assert (info["brokerName"], info["brokerAddr"]) == ("broker-a", broker.addr)
@@ -109,8 +122,11 @@ def test_the_acl_admin_requests_end_to_end(acl_broker):
     r = signed(broker, R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "10.10.103.*,127.0.0.1"}, ADMIN)
     assert r.code == C.SUCCESS, r.remark
     assert rpc(broker.addr, R.GET_MAX_OFFSET, QUERY).code == C.SUCCESS
-    r = rpc(broker.addr, R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "10.10.103.*",
-                                                               "aclFileFullPath": str(path)})
+    r = rpc(
+        broker.addr,
+        R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+        {"globalWhiteAddrs": "10.10.103.*", "aclFileFullPath": str(path)},
+    )
     assert r.code == C.SUCCESS, r.remark
     assert reason(rpc(broker.addr, R.GET_MAX_OFFSET, QUERY)) == f"{acl.EXCEPTION}: No accessKey is configured"
     assert yaml.safe_load(path.read_text())["globalWhiteRemoteAddresses"] == ["10.10.103.*"]

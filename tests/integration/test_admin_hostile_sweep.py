@@ -1,6 +1,7 @@
 """Every request code, with malformed headers and bodies, to a real broker and name server: each gets an
 answer (never silence), and both still serve afterwards. The admin plane added dozens of parsers of
 JSON and properties bodies; this sweep is the cheap guard that none of them drops or kills a connection."""
+
 from __future__ import annotations
 
 import random
@@ -15,10 +16,28 @@ from .processes import broker_on_namesrv
 pytestmark = pytest.mark.integration
 
 BODIES = [b"", b"{", b"\xff" * 64, b'{"groupName":null}', b"a=b\nlistenPort=1", b'{"table":[1,2]}']
-FIELDS = [{}, {"topic": "", "consumerGroup": "%%%", "queueId": "-5", "timestamp": "x", "statsName": "zz",
-               "statsKey": "", "brokerName": "nope", "clientId": "c", "msgId": "zz", "cluster": "", "key": "k",
-               "namespace": "n", "srcGroup": "a", "destGroup": "b", "groupName": "TOOLS_CONSUMER",
-               "index": "-1", "count": "999999999"}]
+FIELDS = [
+    {},
+    {
+        "topic": "",
+        "consumerGroup": "%%%",
+        "queueId": "-5",
+        "timestamp": "x",
+        "statsName": "zz",
+        "statsKey": "",
+        "brokerName": "nope",
+        "clientId": "c",
+        "msgId": "zz",
+        "cluster": "",
+        "key": "k",
+        "namespace": "n",
+        "srcGroup": "a",
+        "destGroup": "b",
+        "groupName": "TOOLS_CONSUMER",
+        "index": "-1",
+        "count": "999999999",
+    },
+]
 
 
 def test_every_code_with_bad_input_is_answered_and_nothing_falls_over(tmp_path):

@@ -1,6 +1,7 @@
 """Issue 24 against real processes: a broker answers on its VIP channel (listenPort - 2, where a 4.9
 slave fetches its master's topic config), and the name server answers each admin request it gained
 (write perms, topic lists, its config) as 4.9.8 does."""
+
 from __future__ import annotations
 
 import json
@@ -22,12 +23,24 @@ TOPIC = "VipTopic"
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("admin")
     with broker_on_namesrv(tmp, "broker-a") as (ns, broker):
-        created = rpc(broker.addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
-                      {"topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4,
-                       "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+        created = rpc(
+            broker.addr,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": TOPIC,
+                "defaultTopic": "TBW102",
+                "readQueueNums": 4,
+                "writeQueueNums": 4,
+                "perm": 6,
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0,
+                "order": "false",
+            },
+        )
         assert created.code == ResponseCode.SUCCESS, created.remark
-        wait_until(lambda: rpc(ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                               {"topic": TOPIC}).code == 0, 20, f"{TOPIC} routed")
+        wait_until(
+            lambda: rpc(ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}).code == 0, 20, f"{TOPIC} routed"
+        )
         yield ns, broker
 
 
@@ -60,8 +73,11 @@ def test_the_name_server_answers_each_admin_request(cluster):
     assert TOPIC in by_cluster["topicList"]
     system = json.loads(rpc(ns.addr, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).body)
     assert system == {"topicList": ["DefaultCluster", "broker-a"], "brokerAddr": broker.addr}
-    for code in (RequestCode.GET_UNIT_TOPIC_LIST, RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST,
-                 RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST):
+    for code in (
+        RequestCode.GET_UNIT_TOPIC_LIST,
+        RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST,
+        RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
+    ):
         assert json.loads(rpc(ns.addr, code).body) == {"topicList": []}
 
     def config() -> dict:

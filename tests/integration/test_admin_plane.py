@@ -1,6 +1,7 @@
 """The broker admin plane over real sockets, on a live SYNC_MASTER and its SLAVE (issue 24): HA status as
 5.x's haStatus reads it, the runtime table, a config update written into the -c file, and the
 rocketmq-exporter's commit-log diff on /metrics."""
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,9 @@ def test_ha_status_runtime_info_and_exporter_diff(pair):
     with urllib.request.urlopen(f"{master.metrics_url}/metrics", timeout=2) as resp:
         text = resp.read().decode()
     [diff] = [line for line in text.splitlines() if line.startswith("rocketmq_broker_commitlog_diff{")]
-    assert diff == (f'rocketmq_broker_commitlog_diff{{cluster="DefaultCluster",brokerIP="{conn["addr"]}",'
-                    f'broker="broker-adm"}} 0')
+    assert diff == (
+        f'rocketmq_broker_commitlog_diff{{cluster="DefaultCluster",brokerIP="{conn["addr"]}",broker="broker-adm"}} 0'
+    )
 
 
 def test_update_broker_config_is_written_into_the_config_file(pair):

@@ -1,5 +1,6 @@
 """The audit pipeline on a real cluster run: a local 2m-2s-sync cluster, the official client recording
 its history, `make audit`'s job on what the run left behind; then a damaged replica is caught."""
+
 import subprocess
 import sys
 import textwrap
@@ -45,21 +46,48 @@ WORKLOAD = textwrap.dedent("""
 
 def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
     _, base, env, run_dir = cli_cluster(tmp_path, "2m-2s-sync", "audit")
-    up = cli(env, "up", "--topology", "2m-2s-sync", "--backend", "local", "--name", "audit",
-             "--base-port", str(base), "--timeout", "40", "--set", "syncFlushTimeout=1500",
-             # 64 MiB commit-log files, as chaos runs use: the audit reads preallocated files whole
-             "--set", f"mappedFileSizeCommitLog={64 << 20}")
+    up = cli(
+        env,
+        "up",
+        "--topology",
+        "2m-2s-sync",
+        "--backend",
+        "local",
+        "--name",
+        "audit",
+        "--base-port",
+        str(base),
+        "--timeout",
+        "40",
+        "--set",
+        "syncFlushTimeout=1500",
+        # 64 MiB commit-log files, as chaos runs use: the audit reads preallocated files whole
+        "--set",
+        f"mappedFileSizeCommitLog={64 << 20}",
+    )
     assert up.returncode == 0, up.stderr + up.stdout
     try:
         # The three outcomes on demand first: their FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE sends are in
         # the history too, and the audit must not count them as acknowledged.
-        outcomes = subprocess.run([sys.executable, "-m", "rmqha.chaos.outcomes", "--name", "audit"], cwd=REPO,
-                                  env=env, capture_output=True, text=True, timeout=180)
+        outcomes = subprocess.run(
+            [sys.executable, "-m", "rmqha.chaos.outcomes", "--name", "audit"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert outcomes.returncode == 0, outcomes.stdout + outcomes.stderr[-3000:]
         assert "every outcome as expected" in outcomes.stdout
         namesrv = f"127.0.0.1:{base + 49}"
-        work = subprocess.run([sys.executable, "-c", WORKLOAD, str(run_dir), namesrv, "40"], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=180)
+        work = subprocess.run(
+            [sys.executable, "-c", WORKLOAD, str(run_dir), namesrv, "40"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert work.returncode == 0, work.stderr[-3000:]
         assert "received 40" in work.stdout, work.stdout + work.stderr[-2000:]
         # Every slave holds what its master holds before the run is closed.
@@ -72,8 +100,15 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
     # serve loop on a real run (the single-run command is tests/unit/pipeline/test_audit.py's CLI test).
     out = tmp_path / "report"
     log = open(tmp_path / "auditor.log", "w")  # Spark's log: a file, never a pipe nobody reads
-    auditor = subprocess.Popen([sys.executable, "-m", "rmqha.pipeline", "--serve"], cwd=REPO, env=env, text=True,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+    auditor = subprocess.Popen(
+        [sys.executable, "-m", "rmqha.pipeline", "--serve"],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+    )
     try:
         not_a_run = tmp_path / "empty"
         not_a_run.mkdir()
@@ -109,10 +144,11 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
         log.close()
     # ... and it names it: the slave's node and the offset of the record that holds byte 200
     from rmqha.broker.store import record
+
     pos = 0
-    while pos + record.message_size(data[pos:pos + 8]) <= 200:
-        assert record.message_size(data[pos:pos + 8]) > 0, "byte 200 should be inside a record"
-        pos += record.message_size(data[pos:pos + 8])
+    while pos + record.message_size(data[pos : pos + 8]) <= 200:
+        assert record.message_size(data[pos : pos + 8]) > 0, "byte 200 should be inside a record"
+        pos += record.message_size(data[pos : pos + 8])
     damaged, node = int(slave_log.name) + pos, slave_log.parents[2].name
     fails = [line for line in answer["verdicts"] if line.startswith("FAIL ")]
     assert any(node in line and str(damaged) in line for line in fails), answer["verdicts"]
@@ -124,6 +160,7 @@ def ask(auditor, line: str, timeout: float = 300) -> dict:
     import json
     import queue
     import threading
+
     auditor.stdin.write(line)
     auditor.stdin.flush()
     answers: queue.Queue = queue.Queue()
@@ -131,9 +168,10 @@ def ask(auditor, line: str, timeout: float = 300) -> dict:
     def read():
         for out in auditor.stdout:
             if out.startswith("audited "):
-                answers.put(json.loads(out[len("audited "):]))
+                answers.put(json.loads(out[len("audited ") :]))
                 return
         answers.put(None)
+
     threading.Thread(target=read, daemon=True).start()
     try:
         answer = answers.get(timeout=timeout)

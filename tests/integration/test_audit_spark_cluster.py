@@ -5,6 +5,7 @@ working directory than the executors' (theirs is the worker's work dir): its ver
 run's, line for line. The run folder is built as the pipeline unit tests build theirs (the real
 MessageStore): a master, a byte-identical slave, and a history with one acknowledged send that is on
 no node, so both runs must also agree on a FAIL."""
+
 from __future__ import annotations
 
 import json
@@ -55,21 +56,51 @@ def spark_cluster(tmp_path):
     port, ui = free_block(1), free_block(2)
     env = spark_env()
     url = f"spark://127.0.0.1:{port}"
-    master = spawn([str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                    "--port", str(port), "--webui-port", str(ui)], tmp_path / "spark-master.log", env)
+    master = spawn(
+        [
+            str(spark_class),
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(ui),
+        ],
+        tmp_path / "spark-master.log",
+        env,
+    )
     worker = None
     try:
-        worker = spawn([str(spark_class), "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                        "--cores", "1", "--memory", "1g", "--webui-port", str(ui + 1),
-                        "--work-dir", str(tmp_path / "spark-work")], tmp_path / "spark-worker.log", env)
+        worker = spawn(
+            [
+                str(spark_class),
+                "org.apache.spark.deploy.worker.Worker",
+                url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(ui + 1),
+                "--work-dir",
+                str(tmp_path / "spark-work"),
+            ],
+            tmp_path / "spark-worker.log",
+            env,
+        )
 
         def alive_workers():
             with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
                 return sum(1 for w in json.loads(r.read())["workers"] if w["state"] == "ALIVE")
 
         def logs():
-            return "\n".join(f"--- {p.name} ---\n" + p.read_text(errors="replace")[-2000:]
-                             for p in tmp_path.glob("spark-*.log"))
+            return "\n".join(
+                f"--- {p.name} ---\n" + p.read_text(errors="replace")[-2000:] for p in tmp_path.glob("spark-*.log")
+            )
+
         wait_until(alive_workers, 120, f"a Spark worker registered with {url}", interval=0.5, on_timeout=logs)
         yield url
     finally:
@@ -89,18 +120,49 @@ def test_audit_on_a_standalone_spark_cluster_matches_the_local_run(tmp_path, spa
     pipeline_main = str(ROOT / "rmqha" / "pipeline" / "__main__.py")
 
     cluster_run = subprocess.run(
-        [str(VENV_BIN / "spark-submit"), "--master", spark_cluster, "--conf", "spark.executor.memory=512m",
-         "--conf", "spark.driver.memory=512m",
-         # Spark's 200 shuffle partitions are 200 tasks per shuffle on one worker core (the pipeline
-         # lowers them only for local masters): minutes instead of seconds here.
-         "--conf", "spark.sql.shuffle.partitions=4", pipeline_main, "run", "--out", "report-cluster"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        [
+            str(VENV_BIN / "spark-submit"),
+            "--master",
+            spark_cluster,
+            "--conf",
+            "spark.executor.memory=512m",
+            "--conf",
+            "spark.driver.memory=512m",
+            # Spark's 200 shuffle partitions are 200 tasks per shuffle on one worker core (the pipeline
+            # lowers them only for local masters): minutes instead of seconds here.
+            "--conf",
+            "spark.sql.shuffle.partitions=4",
+            pipeline_main,
+            "run",
+            "--out",
+            "report-cluster",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert cluster_run.returncode in (0, 1), cluster_run.stdout + cluster_run.stderr[-5000:]
     assert f"spark master: {spark_cluster}" in cluster_run.stdout
 
-    local_run = subprocess.run([sys.executable, "-m", "rmqha.pipeline", str(tmp_path / "run"), "--master", "local[1]",
-                                "--out", str(tmp_path / "report-local")],
-                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    local_run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rmqha.pipeline",
+            str(tmp_path / "run"),
+            "--master",
+            "local[1]",
+            "--out",
+            str(tmp_path / "report-local"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert local_run.returncode in (0, 1), local_run.stdout + local_run.stderr[-5000:]
 
     on_cluster, local = verdict_lines(cluster_run.stdout), verdict_lines(local_run.stdout)

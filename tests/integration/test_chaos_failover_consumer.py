@@ -9,6 +9,7 @@ A long run (about 2 min), so `make test-checkers` runs it; `make test` has the s
 (tests/unit/test_served_log.py, tests/unit/pipeline/test_served.py, and the slave-consumer case of
 test_official_client.py, which checks the slave's served log).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,7 @@ SCHEDULE = [{"at": 3, "hold": 40, "kind": "kill-master", "target": "broker-a"}]
 
 
 def test_a_consumer_that_subscribes_during_a_master_outage_reads_from_the_slave(tmp_path):
-    rc, out, run_dir = chaos_run(tmp_path, "failover", "2m-2s-sync", SCHEDULE, {},
-                                 extra=["--late-consumer-at", "8"])
+    rc, out, run_dir = chaos_run(tmp_path, "failover", "2m-2s-sync", SCHEDULE, {}, extra=["--late-consumer-at", "8"])
     assert rc == 0, out
     v = verdicts(out)
     assert v.get("no acknowledged send lost") == "PASS" and v.get("nothing received that was never sent") == "PASS", out

@@ -1,4 +1,5 @@
 """`python -m rmqha.chaos.run` end to end: a tiny chaos run on a docker cluster (2 faults, 15 s), then its audit."""
+
 import json
 import os
 import subprocess
@@ -23,15 +24,40 @@ def test_tiny_chaos_run_passes_its_audit(tmp_path):
     base = free_base_port(load_topology("2m-2s-sync"))
     env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
     run_dir = tmp_path / "run" / "chaos-it"
-    cmd = [sys.executable, "-m", "rmqha.chaos.run", "--backend", "docker", "--name", "chaos-it", "--base-port", str(base),
-           "--duration", "15", "--rate", "100", "--seed", "7", "--max-faults", "2",
-           "--nemesis", "cut,pause-slave", "--catchup-timeout", "30"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rmqha.chaos.run",
+        "--backend",
+        "docker",
+        "--name",
+        "chaos-it",
+        "--base-port",
+        str(base),
+        "--duration",
+        "15",
+        "--rate",
+        "100",
+        "--seed",
+        "7",
+        "--max-faults",
+        "2",
+        "--nemesis",
+        "cut,pause-slave",
+        "--catchup-timeout",
+        "30",
+    ]
     try:
         r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=360)
     finally:
         if (run_dir / "state.json").exists():  # a run that died half-way must not leave containers
-            subprocess.run([sys.executable, "-m", "rmqha.cluster", "down", "--name", "chaos-it", "--keep-data"],
-                           cwd=REPO, env=env, capture_output=True, timeout=60)
+            subprocess.run(
+                [sys.executable, "-m", "rmqha.cluster", "down", "--name", "chaos-it", "--keep-data"],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                timeout=60,
+            )
     out = r.stdout + r.stderr[-3000:]
     assert "nemesis schedule (2 faults" in r.stdout, out
     assert r.returncode == 0, out

@@ -3,6 +3,7 @@ workload waits for the run's drain signal like the Python one (its consumer stay
 at the end of every queue), and the audit checks the trace records against the real sends (the Rust 1.0 push consumer writes no
 consume records).
 A long run (make test-checkers)."""
+
 import json
 import os
 import subprocess
@@ -17,18 +18,47 @@ pytestmark = [pytest.mark.integration, pytest.mark.checkers, pytest.mark.timeout
 
 def test_rust_chaos_run_drains_and_its_trace_is_audited(tmp_path):
     from rmqha.cluster.topology import load_topology
+
     base = free_base_port(load_topology("2m-2s-sync"))
     env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
     run_dir = tmp_path / "run" / "rust-trace"
-    cmd = [sys.executable, "-m", "rmqha.chaos.run", "--backend", "local", "--name", "rust-trace",
-           "--base-port", str(base), "--client", "rust", "--trace", "--duration", "20", "--rate", "50",
-           "--seed", "3", "--nemesis", "kill-slave", "--max-faults", "1", "--catchup-timeout", "30"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rmqha.chaos.run",
+        "--backend",
+        "local",
+        "--name",
+        "rust-trace",
+        "--base-port",
+        str(base),
+        "--client",
+        "rust",
+        "--trace",
+        "--duration",
+        "20",
+        "--rate",
+        "50",
+        "--seed",
+        "3",
+        "--nemesis",
+        "kill-slave",
+        "--max-faults",
+        "1",
+        "--catchup-timeout",
+        "30",
+    ]
     try:
         r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=360)
     finally:
         if (run_dir / "state.json").exists():
-            subprocess.run([sys.executable, "-m", "rmqha.cluster", "down", "--name", "rust-trace", "--keep-data"],
-                           cwd=REPO, env=env, capture_output=True, timeout=60)
+            subprocess.run(
+                [sys.executable, "-m", "rmqha.cluster", "down", "--name", "rust-trace", "--keep-data"],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                timeout=60,
+            )
     out = r.stdout + r.stderr[-3000:]
     assert r.returncode == 0, out
     progress = [json.loads(p.read_text()) for p in (run_dir / "chaos").glob("progress-*.json")]
@@ -39,8 +69,9 @@ def test_rust_chaos_run_drains_and_its_trace_is_audited(tmp_path):
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     t = summary["trace"]
     assert t is not None, "the audit saw no trace records"
-    sends = [json.loads(line) for p in (run_dir / "history").glob("producer-*.jsonl")
-             for line in p.read_text().splitlines()]
+    sends = [
+        json.loads(line) for p in (run_dir / "history").glob("producer-*.jsonl") for line in p.read_text().splitlines()
+    ]
     answered = [x for x in sends if x.get("op") == "send" and x.get("status")]
     oks = sum(x["status"] == "SEND_OK" for x in answered)
     # one Pub record per answered send, each found stored; the failed ones (SLAVE_NOT_AVAILABLE while the

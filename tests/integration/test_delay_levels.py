@@ -6,6 +6,7 @@ the slave holds the master's commit log byte for byte (the parked and the delive
 of its delay offsets; with the master killed, a consumer reading the slave gets every delivered
 message once.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,11 @@ def pair(tmp_path):
 def test_delay_levels_are_honoured_and_replicated(pair):
     ns, master, slave = pair
     topic = unique_name("Delay")
-    sends = [{"body": f"L{level}-{i}", "keys": f"k{level}-{i}", "tags": "t", "delay": level}
-             for level in (1, 2, 3) for i in range(3)] + [{"body": "L0-0", "keys": "k0", "tags": "t"}]
+    sends = [
+        {"body": f"L{level}-{i}", "keys": f"k{level}-{i}", "tags": "t", "delay": level}
+        for level in (1, 2, 3)
+        for i in range(3)
+    ] + [{"body": "L0-0", "keys": "k0", "tags": "t"}]
     results = produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": sends}])
     assert all(r["status"] == 0 for r in results), results
     got = consume(ns.addr, topic, "G-delay", expect=len(sends), deadline_s=40)
@@ -60,10 +64,21 @@ def test_delay_levels_are_honoured_and_replicated(pair):
     # ... and a copy of the master's delay offsets (SlaveSynchronize, every 10 s).
     master_offsets = master.store_dir / "config" / "delayOffset.json"
     slave_offsets = slave.store_dir / "config" / "delayOffset.json"
-    wait_until(lambda: master_offsets.exists() and json.loads(master_offsets.read_text())["offsetTable"]
-               == {"1": 3, "2": 3, "3": 3}, 15, "the master wrote its delay offsets")
-    wait_until(lambda: slave_offsets.exists() and json.loads(slave_offsets.read_text()) ==
-               json.loads(master_offsets.read_text()), 25, "the slave copied the delay offsets")
+    wait_until(
+        lambda: (
+            master_offsets.exists()
+            and json.loads(master_offsets.read_text())["offsetTable"] == {"1": 3, "2": 3, "3": 3}
+        ),
+        15,
+        "the master wrote its delay offsets",
+    )
+    wait_until(
+        lambda: (
+            slave_offsets.exists() and json.loads(slave_offsets.read_text()) == json.loads(master_offsets.read_text())
+        ),
+        25,
+        "the slave copied the delay offsets",
+    )
 
     # The master dies: a consumer on the slave gets each delivered message once, nothing parked twice.
     master.kill()

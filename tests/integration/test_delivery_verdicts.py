@@ -13,6 +13,7 @@ One short run carries two, each in another consumer group:
 The run must also end honestly: the fork is reported (not waited for, never "caught up"), and every
 group is drained to the end of every queue before the consumers stop.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,14 @@ SETS = {"broker-a:flushIntervalCommitLog": "60000"}
 
 @pytest.mark.checkers
 def test_consumer_drops_and_a_fork_fail_delivery_not_storage(tmp_path):
-    rc, out, run_dir = chaos_run(tmp_path, "delivery-it", "2m-2s-sync", SCHEDULE, SETS,
-                                 ["--planted-drop-every", "25", "--late-consumer-after-heal"])
+    rc, out, run_dir = chaos_run(
+        tmp_path,
+        "delivery-it",
+        "2m-2s-sync",
+        SCHEDULE,
+        SETS,
+        ["--planted-drop-every", "25", "--late-consumer-after-heal"],
+    )
     assert rc == 1, out
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     by_id = {(v["id"], v["subject"]): v for v in summary["verdicts"] if v.get("id")}
@@ -74,8 +81,14 @@ def test_repair_puts_every_stranded_message_back_and_a_dropping_consumer_still_f
     `delivery.lost` (reason "queued"), and nothing else fails. The run `make test` has (one cluster, ~70 s
     alone); the unrepaired fork above is in `make test-checkers`, its verdicts planted in data in
     tests/unit/pipeline/test_delivery.py."""
-    rc, out, run_dir = chaos_run(tmp_path, "repair-it", "2m-2s-sync", SCHEDULE, SETS,
-                                 ["--late-consumer-after-heal", "--repair", "--planted-drop-every", "25"])
+    rc, out, run_dir = chaos_run(
+        tmp_path,
+        "repair-it",
+        "2m-2s-sync",
+        SCHEDULE,
+        SETS,
+        ["--late-consumer-after-heal", "--repair", "--planted-drop-every", "25"],
+    )
     ending = json.loads(next((run_dir / "chaos").glob("ending-*.json")).read_text())
     repairs = ending.get("repairs") or []
     assert [r["slave"] for r in repairs] == ["broker-a-s"], (ending, out)
@@ -101,4 +114,3 @@ def test_repair_puts_every_stranded_message_back_and_a_dropping_consumer_still_f
     failed = {(v["id"], v["subject"]) for v in summary["verdicts"] if v["status"] == "FAIL"}
     assert failed == {(delivery.ID_LOST, main)}, failed
     assert rc == 1, out
-

@@ -1,6 +1,7 @@
 """disk-full on a 2m-2s-sync cluster in containers: the same round as test_disk_full_local.py (a full
 store refuses sends clearly, loses nothing, recovers by itself), with the master's store a tmpfs on the
 host that its container bind-mounts (Cluster.limit_disk restarts the container onto it)."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@ master's store on its own tmpfs (Cluster.limit_disk, root), filled to the last b
 are preallocated, so sends go on until the current 64 KiB file is full; then every send is answered with
 a clear error and nothing stored; nothing stored before is lost; when the filler is removed the same
 process takes sends again, by itself."""
+
 from __future__ import annotations
 
 import os
@@ -24,17 +25,23 @@ if os.geteuid() != 0:
     pytest.skip("a size-limited store is a tmpfs mount: needs root", allow_module_level=True)
 
 FILE = 64 << 10  # the job goes to the client worker on its command line: at most 128 KiB of bodies
-SETS = {"syncFlushTimeout": "1500", "haSendHeartbeatInterval": "1000", "haHousekeepingInterval": "4000",
-        "mappedFileSizeCommitLog": str(FILE), "mappedFileSizeConsumeQueue": "20000",
-        "messageIndexEnable": "false"}
+SETS = {
+    "syncFlushTimeout": "1500",
+    "haSendHeartbeatInterval": "1000",
+    "haHousekeepingInterval": "4000",
+    "mappedFileSizeCommitLog": str(FILE),
+    "mappedFileSizeConsumeQueue": "20000",
+    "messageIndexEnable": "false",
+}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     # rmqkit's RocketMQCluster rather than the plugin's rocketmq_cluster: the check after `down` below has
     # no place in the plugin's fixtures (it stops the cluster after every fixture of the module is gone)
-    with RocketMQCluster("2m-2s-sync", "local", sets=SETS, run_root=tmp_path_factory.mktemp("diskfull-run"),
-                         timeout=60) as kit:
+    with RocketMQCluster(
+        "2m-2s-sync", "local", sets=SETS, run_root=tmp_path_factory.mktemp("diskfull-run"), timeout=60
+    ) as kit:
         c = kit.handle
         yield c
     assert not c.disk_limited("broker-a")
@@ -47,8 +54,10 @@ def test_a_full_disk_refuses_sends_clearly_loses_nothing_and_recovers_by_itself(
 def send_replies(cluster) -> dict[int, int]:
     """broker-a's SEND_MESSAGE replies so far, by response code (rocketmq_send_responses_total)."""
     text = urllib.request.urlopen(cluster.node("broker-a")["metricsUrl"], timeout=5).read().decode()
-    return {int(m.group(1)): int(float(m.group(2)))
-            for m in re.finditer(r'^rocketmq_send_responses_total\{code="(-?\d+)"\} (\S+)$', text, re.M)}
+    return {
+        int(m.group(1)): int(float(m.group(2)))
+        for m in re.finditer(r'^rocketmq_send_responses_total\{code="(-?\d+)"\} (\S+)$', text, re.M)
+    }
 
 
 def disk_full_round(cluster):
@@ -74,8 +83,11 @@ def disk_full_round(cluster):
     bodies = random_bodies("full", 25, 4000)
     replies_before = send_replies(cluster)
     during = produce(cluster.namesrv, topic, bodies, mode="async", retries=0)
-    replies = {code: n - replies_before.get(code, 0) for code, n in send_replies(cluster).items()
-               if n != replies_before.get(code, 0)}
+    replies = {
+        code: n - replies_before.get(code, 0)
+        for code, n in send_replies(cluster).items()
+        if n != replies_before.get(code, 0)
+    }
     # The 1.0.1 client's known race: its first async sends can fail before they reach the broker (an
     # "error", and no reply on the broker's side). Those are passed over, and only when the broker's
     # reply count says exactly that many never arrived; everything after them is judged.
@@ -89,7 +101,9 @@ def disk_full_round(cluster):
     assert ok and refused, seen
     assert all("error" in r for r in refused), seen  # the 1.0.1 client's async error text is empty, so:
     assert replies == {0: len(ok), 1: len(refused)}, seen  # SUCCESS for the stored, SYSTEM_ERROR for the rest
-    assert any("No space left on device" in line and "nothing stored" in line for line in cluster.log_tail("broker-a", 100))
+    assert any(
+        "No space left on device" in line and "nothing stored" in line for line in cluster.log_tail("broker-a", 100)
+    )
     assert during.index(refused[0]) == len(ok), "once full, every later send is refused"
     st = cluster.status("broker-a")
     # the same process, alive (this `and ... or` once made the pid check optional: issue 27), and its

@@ -6,6 +6,7 @@ One broker registers as brokerId 0; sends to it are SEND_OK and the three data f
 another node is master (id 0 in the name server and on /status) within a bound, every acknowledged
 message is pulled from it with its queue offset, and new sends continue the queue offsets; a batch is
 stored as one entry per message."""
+
 import json
 import os
 import struct
@@ -40,8 +41,14 @@ FAILOVER_BOUND_S = (3 + 1) * 2.0 + 1.0 + 3.0 + 0.5 + 2.0
 
 
 def cli(env, *args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "rmqha.cluster", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "rmqha.cluster", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def status(node) -> dict:
@@ -65,8 +72,13 @@ def addrs(namesrv: str) -> dict[int, str]:
 
 def send(addr: str, i: int):
     p = props(TAGS="t", KEYS=f"k{i}", UNIQ_KEY=f"U{i:05d}", WAIT="true")
-    return rpc(addr, RequestCode.SEND_MESSAGE, send_v1(TOPIC, f"body-{i}".encode(), i % QUEUES, p).ext_fields,
-               body=f"body-{i}".encode(), timeout=10)
+    return rpc(
+        addr,
+        RequestCode.SEND_MESSAGE,
+        send_v1(TOPIC, f"body-{i}".encode(), i % QUEUES, p).ext_fields,
+        body=f"body-{i}".encode(),
+        timeout=10,
+    )
 
 
 def pull_all(addr: str) -> dict[str, tuple[int, int]]:
@@ -75,10 +87,22 @@ def pull_all(addr: str) -> dict[str, tuple[int, int]]:
     for q in range(QUEUES):
         offset = 0
         while True:
-            resp = rpc(addr, RequestCode.PULL_MESSAGE, {
-                "consumerGroup": "dl-check", "topic": TOPIC, "queueId": q, "queueOffset": offset,
-                "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
-                "subscription": "*", "subVersion": 0})
+            resp = rpc(
+                addr,
+                RequestCode.PULL_MESSAGE,
+                {
+                    "consumerGroup": "dl-check",
+                    "topic": TOPIC,
+                    "queueId": q,
+                    "queueOffset": offset,
+                    "maxMsgNums": 32,
+                    "sysFlag": 4,
+                    "commitOffset": 0,
+                    "suspendTimeoutMillis": 0,
+                    "subscription": "*",
+                    "subVersion": 0,
+                },
+            )
             if resp.code != ResponseCode.SUCCESS:
                 break
             for _, r in record.iter_records(resp.body, 0, check_crc=True):
@@ -97,7 +121,7 @@ def entries(store: str, self_id: str) -> list[bytes]:
         magic, size = struct.unpack_from(">ii", data, pos)
         if magic != 1:
             break
-        out.append(data[pos:pos + size])
+        out.append(data[pos : pos + size])
         pos += size
     return out
 
@@ -105,7 +129,9 @@ def entries(store: str, self_id: str) -> list[bytes]:
 def _batch_item(body: bytes, properties: dict) -> bytes:
     """One message of a batch body (MessageDecoder.encodeMessage)."""
     pb = record.encode_properties(properties).encode()
-    return struct.pack(">iiiii", 20 + len(body) + 2 + len(pb), 0, 0, 0, len(body)) + body + struct.pack(">h", len(pb)) + pb
+    return (
+        struct.pack(">iiiii", 20 + len(body) + 2 + len(pb), 0, 0, 0, len(body)) + body + struct.pack(">h", len(pb)) + pb
+    )
 
 
 def test_dledger_group_elects_a_master_replicates_and_fails_over(tmp_path):
@@ -114,8 +140,20 @@ def test_dledger_group_elects_a_master_replicates_and_fails_over(tmp_path):
     assert base is not None, "no free 50-port block in this worker's slice"
     env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
     env.pop("CLUSTER_BASE_PORT", None)
-    up = cli(env, "up", "--topology", "dledger", "--backend", "local", "--name", "dl", "--base-port", str(base),
-             "--set", f"mappedFileSizeCommitLog={DATA_FILE}")
+    up = cli(
+        env,
+        "up",
+        "--topology",
+        "dledger",
+        "--backend",
+        "local",
+        "--name",
+        "dl",
+        "--base-port",
+        str(base),
+        "--set",
+        f"mappedFileSizeCommitLog={DATA_FILE}",
+    )
     try:
         assert up.returncode == 0, up.stderr + up.stdout
         assert "is ready" in up.stdout + up.stderr, up.stderr + up.stdout
@@ -140,13 +178,27 @@ def test_dledger_group_elects_a_master_replicates_and_fails_over(tmp_path):
             assert "ha" not in fs and "haClient" not in fs  # no classic HA in DLedger mode
 
         # the topic is created on the master; the slaves copy it (slave sync from the learned master)
-        r = rpc(leader["addr"], RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": QUEUES, "writeQueueNums": QUEUES,
-            "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+        r = rpc(
+            leader["addr"],
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": TOPIC,
+                "defaultTopic": "TBW102",
+                "readQueueNums": QUEUES,
+                "writeQueueNums": QUEUES,
+                "perm": 6,
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0,
+                "order": "false",
+            },
+        )
         assert r.code == ResponseCode.SUCCESS, r.remark
         topics = status(leader)["topics"]
-        wait_until(lambda: all((try_status(f) or {}).get("topics") == topics for f in followers), 20,
-                   "the followers' copy of the master's topics")
+        wait_until(
+            lambda: all((try_status(f) or {}).get("topics") == topics for f in followers),
+            20,
+            "the followers' copy of the master's topics",
+        )
 
         # 2. sends to the master: SEND_OK, byte-identical entries on all three, offset = pos + 48
         acked = {}
@@ -160,6 +212,7 @@ def test_dledger_group_elects_a_master_replicates_and_fails_over(tmp_path):
         def replicated():
             ends = [(try_status(n) or {}).get("dledger", {}).get("committedIndex") for n in nodes.values()]
             return len(set(ends)) == 1 and ends[0] is not None and ends[0] >= 39
+
         wait_until(replicated, 15, "every node committed the 40 entries")
         copies = {n["name"]: entries(n["store"], "n" + n["name"][-1]) for n in nodes.values()}
         first = copies[leader["name"]]
@@ -187,10 +240,13 @@ def test_dledger_group_elects_a_master_replicates_and_fails_over(tmp_path):
                 return None
             st = try_status(node)
             return node if st and st["brokerId"] == 0 and st["role"] == "SYNC_MASTER" else None
+
         master = wait_until(new_master, FAILOVER_BOUND_S + 5, "a new master after the leader's kill")
         failover_s = time.monotonic() - killed_at
-        print(f"failover: new master {master['name']} {failover_s:.2f} s after the kill "
-              f"(bound {FAILOVER_BOUND_S:.1f} s, default timers)")
+        print(
+            f"failover: new master {master['name']} {failover_s:.2f} s after the kill "
+            f"(bound {FAILOVER_BOUND_S:.1f} s, default timers)"
+        )
         assert failover_s <= FAILOVER_BOUND_S
 
         # 5. every acknowledged message is delivered by the new master, at its queue offset, no gaps

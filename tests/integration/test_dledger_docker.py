@@ -5,6 +5,7 @@ DLedger peer link through Toxiproxy (one proxy per direction).
 master are SEND_OK. Cutting the master's four peer proxies elects another master (so the peer links do
 run through Toxiproxy, and chaos faults on them partition the group); after healing, killing the new
 leader's container elects a third, which delivers every acknowledged message at its queue offset."""
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,15 @@ def cluster(tmp_path_factory):
     assert base is not None, "no free 50-port block"
     # it-<pid>-: the prefix tests/integration/docker_cluster.py sweeps when a killed test leaves it
     with using_run_root(tmp_path_factory.mktemp("dledger-docker")):
-        c = Cluster.up(f"it-{os.getpid()}-dl", "dledger", "docker", base_port=base, fresh=True, timeout=60,
-                       sets={"mappedFileSizeCommitLog": str(4 << 20)})
+        c = Cluster.up(
+            f"it-{os.getpid()}-dl",
+            "dledger",
+            "docker",
+            base_port=base,
+            fresh=True,
+            timeout=60,
+            sets={"mappedFileSizeCommitLog": str(4 << 20)},
+        )
     try:
         yield c
     finally:
@@ -65,8 +73,13 @@ def master(c: Cluster) -> str | None:
 
 def send(c: Cluster, node: str, i: int):
     p = props(TAGS="t", KEYS=f"k{i}", UNIQ_KEY=f"U{i:05d}", WAIT="true")
-    return rpc(c.addr(node), RequestCode.SEND_MESSAGE, send_v1(TOPIC, f"body-{i}".encode(), i % QUEUES, p).ext_fields,
-               body=f"body-{i}".encode(), timeout=10)
+    return rpc(
+        c.addr(node),
+        RequestCode.SEND_MESSAGE,
+        send_v1(TOPIC, f"body-{i}".encode(), i % QUEUES, p).ext_fields,
+        body=f"body-{i}".encode(),
+        timeout=10,
+    )
 
 
 def pull_all(c: Cluster, node: str) -> dict[str, tuple[int, int]]:
@@ -74,10 +87,23 @@ def pull_all(c: Cluster, node: str) -> dict[str, tuple[int, int]]:
     for q in range(QUEUES):
         offset = 0
         while True:
-            resp = rpc(c.addr(node), RequestCode.PULL_MESSAGE, {
-                "consumerGroup": "dl-check", "topic": TOPIC, "queueId": q, "queueOffset": offset,
-                "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
-                "subscription": "*", "subVersion": 0}, timeout=5)
+            resp = rpc(
+                c.addr(node),
+                RequestCode.PULL_MESSAGE,
+                {
+                    "consumerGroup": "dl-check",
+                    "topic": TOPIC,
+                    "queueId": q,
+                    "queueOffset": offset,
+                    "maxMsgNums": 32,
+                    "sysFlag": 4,
+                    "commitOffset": 0,
+                    "suspendTimeoutMillis": 0,
+                    "subscription": "*",
+                    "subVersion": 0,
+                },
+                timeout=5,
+            )
             if resp.code != ResponseCode.SUCCESS:
                 break
             for _, r in record.iter_records(resp.body, 0, check_crc=True):
@@ -123,8 +149,11 @@ def test_dledger_in_containers_partition_and_leader_kill(cluster):
     for name in cut:
         c.heal_link(name)
     # the old master hears the higher term and follows again
-    c.wait_until(lambda: (c.status(first, timeout=1.0) or {}).get("role") == "SLAVE", 20,
-                 f"{first} a slave again after the partition heals")
+    c.wait_until(
+        lambda: (c.status(first, timeout=1.0) or {}).get("role") == "SLAVE",
+        20,
+        f"{first} a slave again after the partition heals",
+    )
 
     for i in range(20, 30):
         r = send(c, second, i)

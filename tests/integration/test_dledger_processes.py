@@ -1,6 +1,7 @@
 """Three DLedger nodes as real processes (python -m rmqha.broker.dledger) on loopback: election, appends
 committed on a quorum and byte-identical on every node, a leader kill and a new election within a
 bound from the config, the old leader rejoining, and a follower whose tail was cut catching up."""
+
 import json
 import signal
 import sys
@@ -38,8 +39,13 @@ def election_bound_s() -> float:
     vote comes within maxVoteIntervalMs; allow one lost round (voteWaitBaseMs + maxVoteIntervalMs) and
     a second of scheduling slack on a shared machine."""
     c = scaled()
-    ms = ((c.maxHeartBeatLeak + 1) * c.heartBeatTimeIntervalMs + c.maxVoteIntervalMs
-          + c.voteWaitBaseMs + c.maxVoteIntervalMs + 1000)
+    ms = (
+        (c.maxHeartBeatLeak + 1) * c.heartBeatTimeIntervalMs
+        + c.maxVoteIntervalMs
+        + c.voteWaitBaseMs
+        + c.maxVoteIntervalMs
+        + 1000
+    )
     return ms / 1000
 
 
@@ -54,10 +60,27 @@ class Group:
         self.recs: dict[str, dict] = {}
 
     def start(self, node):
-        cmd = [sys.executable, "-m", "rmqha.broker.dledger",
-               "--group", GROUP, "--peers", self.peers, "--self-id", node, "--store-dir", str(self.dir),
-               "--status-port", str(self.status_port[node]), "--data-file-size", str(DATA_FILE),
-               "--index-file-size", str(INDEX_FILE), "--timer-scale", str(SCALE)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rmqha.broker.dledger",
+            "--group",
+            GROUP,
+            "--peers",
+            self.peers,
+            "--self-id",
+            node,
+            "--store-dir",
+            str(self.dir),
+            "--status-port",
+            str(self.status_port[node]),
+            "--data-file-size",
+            str(DATA_FILE),
+            "--index-file-size",
+            str(INDEX_FILE),
+            "--timer-scale",
+            str(SCALE),
+        ]
         self.recs[node] = process.spawn(cmd, self.dir / f"{node}.log", process.child_env())
         wait_until(lambda: self.status(node), 20, f"{node} to serve /status", interval=0.05)
 
@@ -140,8 +163,13 @@ def test_three_processes_elect_replicate_fail_over_and_catch_up(group):
     old, old_term = lead, g.status(lead)["term"]
     process.kill(g.recs[old])
     killed = time.monotonic()
-    new = wait_until(lambda: g.leader([i for i in IDS if i != old]), election_bound_s(),
-                     "a new leader after the kill", interval=0.05, on_timeout=g.log_tail)
+    new = wait_until(
+        lambda: g.leader([i for i in IDS if i != old]),
+        election_bound_s(),
+        "a new leader after the kill",
+        interval=0.05,
+        on_timeout=g.log_tail,
+    )
     elected_after = time.monotonic() - killed
     assert new["selfId"] != old and new["term"] > old_term
     lead = new["selfId"]
@@ -152,8 +180,12 @@ def test_three_processes_elect_replicate_fail_over_and_catch_up(group):
 
     # the old leader restarts, follows, and its log matches
     g.start(old)
-    wait_until(lambda: same_files(g, IDS, 139) and g.leader(), 15, "the old leader to rejoin as follower",
-               on_timeout=g.log_tail)
+    wait_until(
+        lambda: same_files(g, IDS, 139) and g.leader(),
+        15,
+        "the old leader to rejoin as follower",
+        on_timeout=g.log_tail,
+    )
     assert g.status(old)["role"] == "FOLLOWER"
 
     # a follower's tail is lost (its last 15 index slots zeroed while stopped: recovery cuts them)
@@ -161,12 +193,14 @@ def test_three_processes_elect_replicate_fail_over_and_catch_up(group):
     process.stop(g.recs[lagging], 5, signal.SIGTERM)
     index = g.dir / f"dledger-{lagging}" / "index" / f"{0:020d}"
     raw = bytearray(index.read_bytes())
-    raw[125 * 32:140 * 32] = bytes(15 * 32)
+    raw[125 * 32 : 140 * 32] = bytes(15 * 32)
     index.write_bytes(bytes(raw))
     g.start(lagging)
     assert g.status(lagging)["endIndex"] == 124
     for k in range(140, 150):
         g.append(lead, b"m%03d-" % k + bytes(500))
     wait_until(lambda: same_files(g, IDS, 149), 15, "the cut follower to catch up", on_timeout=g.log_tail)
-    print(f"\nelection after leader kill: {elected_after:.2f}s (bound {election_bound_s():.1f}s); "
-          f"sequential appends: {rate:.0f}/s")
+    print(
+        f"\nelection after leader kill: {elected_after:.2f}s (bound {election_bound_s():.1f}s); "
+        f"sequential appends: {rate:.0f}/s"
+    )

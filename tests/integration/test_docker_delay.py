@@ -2,6 +2,7 @@
 and 2 (1 s, 5 s) to one broker group; each message arrives after its delay, and the slave holds
 the master's log (the parked and the delivered copies) once it caught up. The local-backend test
 (test_delay_levels.py) covers slaves' delay offsets and failover in detail."""
+
 from __future__ import annotations
 
 import uuid

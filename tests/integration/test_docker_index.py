@@ -3,6 +3,7 @@ messages to one broker group; QUERY_MESSAGE by key and by UNIQ_KEY through the c
 on the master and on its slave (same answers), VIEW_MESSAGE_BY_ID serves the found record on both, and
 the containers' index files have the sizes the tooling sets (maxHashSlotNum=50000, maxIndexNum=200000).
 The local-backend test (test_message_index.py) covers both groups."""
+
 from __future__ import annotations
 
 import os
@@ -35,12 +36,18 @@ def test_query_by_key_and_view_by_id_on_containers(cluster):
     results = produce(cluster.namesrv, [{"mode": "sync", "topic": topic, "messages": sends}])
     assert all(r["status"] == 0 for r in results), results
     cluster.wait_caught_up(30, masters=["broker-a"])
-    cluster.wait_until(lambda: cluster.status("broker-a-s")["dispatchOffset"]
-                       == cluster.status("broker-a")["maxPhyOffset"], 20, "the slave dispatched everything",
-                       node="broker-a-s")
+    cluster.wait_until(
+        lambda: cluster.status("broker-a-s")["dispatchOffset"] == cluster.status("broker-a")["maxPhyOffset"],
+        20,
+        "the slave dispatched everything",
+        node="broker-a-s",
+    )
     nodes = ("broker-a", "broker-a-s")
-    asks = [query(cluster.addr(n), topic, k, unique=u) for n in nodes
-            for k, u in (("dk-2", False), ("dall", False), (results[4]["msg_id"], True))]
+    asks = [
+        query(cluster.addr(n), topic, k, unique=u)
+        for n in nodes
+        for k, u in (("dk-2", False), ("dall", False), (results[4]["msg_id"], True))
+    ]
     replies = remoting(asks)
     assert replies[:3] == replies[3:]  # the slave answers as its master
     assert [m.body for _, m in records(replies[0])] == [b"d-2"]
@@ -49,8 +56,9 @@ def test_query_by_key_and_view_by_id_on_containers(cluster):
     assert msg.body == b"d-4"
     (host, port), phys = record.parse_offset_msg_id(record.offset_msg_id(msg.store_host, msg.physical_offset))
     assert f"{host}:{port}" == cluster.addr("broker-a")
-    views = remoting([{"addr": cluster.addr(n), "code": RequestCode.VIEW_MESSAGE_BY_ID, "fields": {"offset": phys}}
-                      for n in nodes])
+    views = remoting(
+        [{"addr": cluster.addr(n), "code": RequestCode.VIEW_MESSAGE_BY_ID, "fields": {"offset": phys}} for n in nodes]
+    )
     assert all(v["code"] == ResponseCode.SUCCESS and bytes.fromhex(v["body"]) == raw for v in views)
     for n in nodes:
         d = cluster.store_path(n) / "index"

@@ -1,4 +1,5 @@
 """2m-noslave in containers: no HA link at all, and both masters take writes from a host client."""
+
 from __future__ import annotations
 
 import uuid

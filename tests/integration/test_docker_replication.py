@@ -7,6 +7,7 @@ files are compared on the host (the stores are bind-mounted under the cluster's 
 Settings: haSendHeartbeatInterval=1000, haHousekeepingInterval=4000 (a silent HA connection is
 dropped after 4 s).
 """
+
 from __future__ import annotations
 
 import re
@@ -50,8 +51,13 @@ def test_a_cut_ha_link_resumes_from_the_slaves_offset(cluster, topic_a, mode):
     connects = cluster.status("broker-a-s")["haClient"]["connects"]
     t_cut = time.time()
     cluster.toxics.cut("broker-a-s-ha", mode)
-    wait_until(lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0, 30, "the master lost its slave",
-               interval=0.2, on_timeout=lambda: str(cluster.status("broker-a")))
+    wait_until(
+        lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0,
+        30,
+        "the master lost its slave",
+        interval=0.2,
+        on_timeout=lambda: str(cluster.status("broker-a")),
+    )
     # writes go on at the master while the slave is cut off
     send_ok(cluster, topic_a, random_bodies(f"during-{mode}", 30, 600))
     master_max = cluster.max_offset("broker-a")
@@ -85,8 +91,9 @@ def test_a_restarted_slave_container_resumes_from_its_own_max_offset(cluster, to
     pid_before = cluster.status("broker-a-s")["pid"]
     t_stop = time.time()
     cluster.stop("broker-a-s", timeout=10)
-    wait_until(lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0, 20, "the master lost its slave",
-               interval=0.2)
+    wait_until(
+        lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0, 20, "the master lost its slave", interval=0.2
+    )
     send_ok(cluster, topic_a, random_bodies("while-down", 15, 800))
     cluster.start("broker-a-s")  # returns once /status answers
     s = cluster.status("broker-a-s")

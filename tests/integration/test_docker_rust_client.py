@@ -4,6 +4,7 @@ SEND_OK, FLUSH_SLAVE_TIMEOUT under a latency toxic on the HA link, SLAVE_NOT_AVA
 link made the master drop its slave, SEND_OK again, and every message read back by push and lite-pull
 consumers. The settings are test_docker_sync.py's, so one xdist worker reuses its cluster.
 """
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -38,8 +39,13 @@ def test_rust_client_sends_every_sync_master_outcome_and_reads_back_through_the_
         cluster.wait_in_sync("broker-a-s")
 
         cluster.toxics.cut("broker-a-s-ha", "timeout")  # silent link: dropped after haHousekeepingInterval
-        wait_until(lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0, 30, "the master dropped its slave",
-                   interval=0.2, on_timeout=lambda: str(cluster.status("broker-a")))
+        wait_until(
+            lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0,
+            30,
+            "the master dropped its slave",
+            interval=0.2,
+            on_timeout=lambda: str(cluster.status("broker-a")),
+        )
         gone = rc.send(ns, topic, prefix="gone", **one)
         assert [r.get("status") for r in gone] == ["SLAVE_NOT_AVAILABLE"], gone
         cluster.toxics.restore("broker-a-s-ha")
@@ -51,9 +57,12 @@ def test_rust_client_sends_every_sync_master_outcome_and_reads_back_through_the_
 
     want = {f"dock-{i}" for i in range(5)} | {"late-0", "gone-0", "back-0"}
     with ThreadPoolExecutor(2) as pool:
-        futs = {mode: pool.submit(rc.consume, ns, topic, f"GR-dock-{mode}-{topic}", mode=mode, expect=len(want),
-                                  timeout_s=30)
-                for mode in ("push", "lite")}
+        futs = {
+            mode: pool.submit(
+                rc.consume, ns, topic, f"GR-dock-{mode}-{topic}", mode=mode, expect=len(want), timeout_s=30
+            )
+            for mode in ("push", "lite")
+        }
         got = {mode: f.result() for mode, f in futs.items()}
     for mode, (msgs, done) in got.items():
         bodies = {m["body"] for m in msgs}

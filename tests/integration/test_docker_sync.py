@@ -8,6 +8,7 @@ Settings: syncFlushTimeout=1500 (the sync wait), haSendHeartbeatInterval=1000 an
 haHousekeepingInterval=6000 (a silent HA connection is dropped after 6 s), and for broker-b only
 haSlaveFallbehindMax=32768 (a slave 32 KiB behind counts as not available).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,16 +21,28 @@ import pytest
 
 from rmqha.cluster.wait import wait_until
 
-from .docker_cluster import (FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, pooled_cluster, produce,
-                             produce_status, random_bodies, topic_on_master)
+from .docker_cluster import (
+    FLUSH_SLAVE_TIMEOUT,
+    SEND_OK,
+    SLAVE_NOT_AVAILABLE,
+    pooled_cluster,
+    produce,
+    produce_status,
+    random_bodies,
+    topic_on_master,
+)
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
 
 SYNC_WAIT_MS = 1500
 FALLBEHIND_MAX = 32768
-SETS = {"syncFlushTimeout": str(SYNC_WAIT_MS), "haSendHeartbeatInterval": "1000",
-        "haHousekeepingInterval": "6000", "broker-b:haSlaveFallbehindMax": str(FALLBEHIND_MAX)}
+SETS = {
+    "syncFlushTimeout": str(SYNC_WAIT_MS),
+    "haSendHeartbeatInterval": "1000",
+    "haHousekeepingInterval": "6000",
+    "broker-b:haSlaveFallbehindMax": str(FALLBEHIND_MAX),
+}
 
 
 cluster = pooled_cluster("2m-2s-sync", SETS)
@@ -72,8 +85,13 @@ def test_ha_link_cut_until_the_master_drops_it_gives_slave_not_available(cluster
     cluster.wait_in_sync("broker-a-s")
     # data swallowed both ways: the master hears nothing and drops the slave (haHousekeepingInterval)
     cluster.toxics.cut("broker-a-s-ha", "timeout")
-    wait_until(lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0, 30, "the master dropped its slave",
-               interval=0.2, on_timeout=lambda: str(cluster.status("broker-a")))
+    wait_until(
+        lambda: cluster.status("broker-a")["ha"]["connectionCount"] == 0,
+        30,
+        "the master dropped its slave",
+        interval=0.2,
+        on_timeout=lambda: str(cluster.status("broker-a")),
+    )
     before = cluster.max_offset("broker-a")
     r = produce_status(cluster.namesrv, topic_a, "nobody-listens")
     assert r.get("status") == SLAVE_NOT_AVAILABLE, r
@@ -124,14 +142,22 @@ def test_the_outcomes_tool_shows_every_outcome_on_demand(cluster):
     frozen), SLAVE_NOT_AVAILABLE (slaves stopped), SEND_OK again, each stored on a master."""
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, CLUSTER_RUN_ROOT=str(cluster.run_dir.parent), PYTHONPATH=str(repo))
-    p = subprocess.run([sys.executable, "-m", "rmqha.chaos.outcomes", "--name", cluster.name], cwd=repo, env=env,
-                       capture_output=True, text=True, timeout=240)
+    p = subprocess.run(
+        [sys.executable, "-m", "rmqha.chaos.outcomes", "--name", cluster.name],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
     assert "every outcome as expected" in p.stdout
-    for line in ("ok                    SEND_OK               SEND_OK",
-                 "flush-slave-timeout   FLUSH_SLAVE_TIMEOUT   FLUSH_SLAVE_TIMEOUT",
-                 "slave-not-available   SLAVE_NOT_AVAILABLE   SLAVE_NOT_AVAILABLE",
-                 "ok-again              SEND_OK               SEND_OK"):
+    for line in (
+        "ok                    SEND_OK               SEND_OK",
+        "flush-slave-timeout   FLUSH_SLAVE_TIMEOUT   FLUSH_SLAVE_TIMEOUT",
+        "slave-not-available   SLAVE_NOT_AVAILABLE   SLAVE_NOT_AVAILABLE",
+        "ok-again              SEND_OK               SEND_OK",
+    ):
         assert line in p.stdout, p.stdout
     for slave in ("broker-a-s", "broker-b-s"):
         cluster.assert_replica_identical(slave)

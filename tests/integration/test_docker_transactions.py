@@ -3,6 +3,7 @@
 broker-a; the official consumer gets the committed one only, and broker-a-s holds broker-a's log byte
 for byte. The check-back (60 s apart with the reference's defaults, which this shared cluster keeps) and
 the slave's copy of the check's progress are covered by the local-backend test (test_transactions.py)."""
+
 from __future__ import annotations
 
 import uuid

@@ -1,6 +1,7 @@
 """The nemesis' docker-only faults on a 2m-2s-sync cluster in containers, through the fault table and the
 cluster handle: a partitioned master (off its network: no name server, no slave, no client), a cut and a
 slowed client link, and kill-master / power-loss as the local tests do them, on containers."""
+
 from __future__ import annotations
 
 import time
@@ -29,8 +30,16 @@ def topic_on(cluster, master):
 
 def fault(kind, cluster, target, **params):
     # A unique id: the pooled cluster's fault log is shared by every test that used the cluster.
-    return Fault(0, 0, kind, cluster.node(target)["brokerName"], target, params,
-                 role="slave" if cluster.master_of(target) else "master", id=uuid.uuid4().int % (1 << 31))
+    return Fault(
+        0,
+        0,
+        kind,
+        cluster.node(target)["brokerName"],
+        target,
+        params,
+        role="slave" if cluster.master_of(target) else "master",
+        id=uuid.uuid4().int % (1 << 31),
+    )
 
 
 def test_a_partitioned_master_is_cut_from_everyone_and_rejoins(cluster, nemesis):
@@ -38,9 +47,13 @@ def test_a_partitioned_master_is_cut_from_everyone_and_rejoins(cluster, nemesis)
     assert produce_status(cluster.namesrv, t, "before")["status"] == SEND_OK
     f = fault("partition", cluster, "broker-a")
     nemesis.inject(f)
-    assert cluster.running("broker-a")                          # the process runs ...
-    cluster.wait_until(lambda: (cluster.status("broker-a-s") or {}).get("haClient", {}).get("state") != "CONNECTED",
-                       20, "the slave lost its master", node="broker-a-s")   # ... but nobody reaches it
+    assert cluster.running("broker-a")  # the process runs ...
+    cluster.wait_until(
+        lambda: (cluster.status("broker-a-s") or {}).get("haClient", {}).get("state") != "CONNECTED",
+        20,
+        "the slave lost its master",
+        node="broker-a-s",
+    )  # ... but nobody reaches it
     r = produce(cluster.namesrv, t, ["during"], mode="async", retries=0, timeout_ms=3000)[0]
     assert r.get("status") != SEND_OK, r
     nemesis.heal(f)

@@ -4,6 +4,7 @@ slave and on a master. (Link, partition and client faults need Toxiproxy: test_f
 
 broker-*-s flush every 60 s and broker-b every 60 s (flushIntervalCommitLog), so a power loss always
 has unsynced bytes to drop; broker-a flushes as usual."""
+
 from __future__ import annotations
 
 import time
@@ -16,13 +17,22 @@ from rmqha.chaos.nemesis import Fault
 
 from .docker_cluster import SEND_OK, SLAVE_NOT_AVAILABLE, produce
 
-SETS = {"syncFlushTimeout": "1500", "haSendHeartbeatInterval": "1000", "haHousekeepingInterval": "4000",
-        "mappedFileSizeCommitLog": str(4 << 20), "broker-a-s:flushIntervalCommitLog": "60000",
-        "broker-b:flushIntervalCommitLog": "60000", "broker-b-s:flushIntervalCommitLog": "60000"}
+SETS = {
+    "syncFlushTimeout": "1500",
+    "haSendHeartbeatInterval": "1000",
+    "haHousekeepingInterval": "4000",
+    "mappedFileSizeCommitLog": str(4 << 20),
+    "broker-a-s:flushIntervalCommitLog": "60000",
+    "broker-b:flushIntervalCommitLog": "60000",
+    "broker-b-s:flushIntervalCommitLog": "60000",
+}
 
 # One cluster for the module, from the project's pytest plugin (rmqha/rmqkit/pytest_plugin.py).
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240),
-              pytest.mark.rocketmq(topology="2m-2s-sync", backend="local", scope="module", sets=SETS)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(240),
+    pytest.mark.rocketmq(topology="2m-2s-sync", backend="local", scope="module", sets=SETS),
+]
 pytest.importorskip("rocketmq.client")
 
 
@@ -41,8 +51,9 @@ def send(cluster, master, n=5):
 
 
 def fault(kind, cluster, target):
-    return Fault(0, 0, kind, cluster.node(target)["brokerName"], target,
-                 role="slave" if cluster.master_of(target) else "master")
+    return Fault(
+        0, 0, kind, cluster.node(target)["brokerName"], target, role="slave" if cluster.master_of(target) else "master"
+    )
 
 
 @pytest.mark.parametrize("kind", ["kill-master", "restart-master", "pause-master"])
@@ -75,7 +86,7 @@ def test_power_loss_on_a_slave_drops_its_unsynced_tail_and_it_refetches_it(clust
     f = fault("power-loss", cluster, "broker-a-s")
     info = nemesis.inject(f)
     assert info["maxPhyOffsetBefore"] == end
-    assert info["durableOffset"] < end and info["droppedBytes"] > 0, info   # it flushes every 60 s
+    assert info["durableOffset"] < end and info["droppedBytes"] > 0, info  # it flushes every 60 s
     assert info["durableOffset"] >= info["polledDurableOffset"]
     nemesis.heal(f)
     cluster.wait_caught_up(30)
@@ -99,11 +110,16 @@ def test_power_loss_on_a_master_leaves_it_at_its_durable_offset(cluster, nemesis
     start = st["maxPhyOffset"]
     assert start <= info["durableOffset"] < cluster.max_offset("broker-b-s") == end
     # SLAVE_AHEAD on the master, MASTER_BEHIND on the slave, both with both offsets; no loop
-    ahead = cluster.wait_until(lambda: cluster.slaves_ahead().get("broker-b"), 15, "broker-b sees SLAVE_AHEAD",
-                               node="broker-b")
+    ahead = cluster.wait_until(
+        lambda: cluster.slaves_ahead().get("broker-b"), 15, "broker-b sees SLAVE_AHEAD", node="broker-b"
+    )
     assert ahead[0]["slaveAckOffset"] == end and cluster.status("broker-b")["ha"]["masterStartOffset"] == start
-    hc = cluster.wait_until(lambda: (cluster.status("broker-b-s") or {}).get("haClient", {}).get("masterBehind"),
-                            15, "broker-b-s reports MASTER_BEHIND", node="broker-b-s")
+    hc = cluster.wait_until(
+        lambda: (cluster.status("broker-b-s") or {}).get("haClient", {}).get("masterBehind"),
+        15,
+        "broker-b-s reports MASTER_BEHIND",
+        node="broker-b-s",
+    )
     assert hc == {"slave": end, "master": start}
     connects = cluster.status("broker-b-s")["haClient"]["connects"]
     topic = f"F{uuid.uuid4().hex[:8]}"

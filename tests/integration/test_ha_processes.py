@@ -1,4 +1,5 @@
 """A master and a slave as two real processes, started from two .properties files."""
+
 import filecmp
 import json
 import os
@@ -46,8 +47,12 @@ class Broker:
 
     def start(self):
         self.rec = process.spawn(process.broker_command(self.conf), self.log, process.child_env())
-        wait_until(lambda: self.status() is not None, 20, f"broker {self.conf.name} did not start; see {self.log}",
-                   interval=0.05)
+        wait_until(
+            lambda: self.status() is not None,
+            20,
+            f"broker {self.conf.name} did not start; see {self.log}",
+            interval=0.05,
+        )
 
     def status(self):
         try:
@@ -71,8 +76,14 @@ def append_offline(store_dir, n, start):
     s = MessageStore(str(store_dir), commitlog_file_size=FILE_SIZE)
     s.start()
     for i in range(start, start + n):
-        s.put_message(Message(topic="TopicTest", body=os.urandom(700), queue_id=i % 4,
-                              properties={"UNIQ_KEY": f"K{i}", "TAGS": "TagA"}))
+        s.put_message(
+            Message(
+                topic="TopicTest",
+                body=os.urandom(700),
+                queue_id=i % 4,
+                properties={"UNIQ_KEY": f"K{i}", "TAGS": "TagA"},
+            )
+        )
     end = s.max_offset
     s.shutdown()
     return end
@@ -88,14 +99,32 @@ def pair(tmp_path, request):
     """A master and its slave; the slave stores with splice (the default) or recv_into + pwrite."""
     mport, sport = free_port_block(), free_port_block()
     master_store, slave_store = tmp_path / "master", tmp_path / "slave"
-    common = dict(brokerClusterName="DefaultCluster", brokerName="broker-a", flushDiskType="ASYNC_FLUSH",
-                  mappedFileSizeCommitLog=FILE_SIZE, brokerIP1="127.0.0.1", haSendHeartbeatInterval=1000,
-                  haSlaveZeroCopy=str(request.param).lower())
-    mconf = write_conf(tmp_path / "broker-a.properties", brokerId=0, brokerRole="SYNC_MASTER",
-                       listenPort=mport, storePathRootDir=master_store, **common)
-    sconf = write_conf(tmp_path / "broker-a-s.properties", brokerId=1, brokerRole="SLAVE",
-                       listenPort=sport, storePathRootDir=slave_store,
-                       haMasterAddress=f"127.0.0.1:{mport + 1}", **common)
+    common = dict(
+        brokerClusterName="DefaultCluster",
+        brokerName="broker-a",
+        flushDiskType="ASYNC_FLUSH",
+        mappedFileSizeCommitLog=FILE_SIZE,
+        brokerIP1="127.0.0.1",
+        haSendHeartbeatInterval=1000,
+        haSlaveZeroCopy=str(request.param).lower(),
+    )
+    mconf = write_conf(
+        tmp_path / "broker-a.properties",
+        brokerId=0,
+        brokerRole="SYNC_MASTER",
+        listenPort=mport,
+        storePathRootDir=master_store,
+        **common,
+    )
+    sconf = write_conf(
+        tmp_path / "broker-a-s.properties",
+        brokerId=1,
+        brokerRole="SLAVE",
+        listenPort=sport,
+        storePathRootDir=slave_store,
+        haMasterAddress=f"127.0.0.1:{mport + 1}",
+        **common,
+    )
     m, s = Broker(mconf, tmp_path / "master.log"), Broker(sconf, tmp_path / "slave.log")
     yield m, s, master_store, slave_store, request.param
     m.stop()
@@ -104,8 +133,13 @@ def pair(tmp_path, request):
 
 def caught_up(m, s):
     ms, ss = m.status(), s.status()
-    return ms and ss and ss["maxPhyOffset"] == ms["maxPhyOffset"] and ms["ha"]["slaves"] and \
-        ms["ha"]["slaves"][0]["slaveAckOffset"] == ms["maxPhyOffset"]
+    return (
+        ms
+        and ss
+        and ss["maxPhyOffset"] == ms["maxPhyOffset"]
+        and ms["ha"]["slaves"]
+        and ms["ha"]["slaves"][0]["slaveAckOffset"] == ms["maxPhyOffset"]
+    )
 
 
 def test_two_processes_replicate_and_resume_after_either_restarts(pair):
@@ -163,13 +197,22 @@ def rss_kib(pid):
 def test_probes_are_reaped_and_memory_stays_flat(tmp_path):
     """#8875: TCP health probes on the HA port must not pile up connection objects."""
     port = free_port_block()
-    conf = write_conf(tmp_path / "m.properties", brokerName="broker-a", brokerId=0, brokerRole="SYNC_MASTER",
-                      listenPort=port, storePathRootDir=tmp_path / "store", brokerIP1="127.0.0.1",
-                      mappedFileSizeCommitLog=FILE_SIZE, haHousekeepingInterval=2000,
-                      haSendHeartbeatInterval=500)
+    conf = write_conf(
+        tmp_path / "m.properties",
+        brokerName="broker-a",
+        brokerId=0,
+        brokerRole="SYNC_MASTER",
+        listenPort=port,
+        storePathRootDir=tmp_path / "store",
+        brokerIP1="127.0.0.1",
+        mappedFileSizeCommitLog=FILE_SIZE,
+        haHousekeepingInterval=2000,
+        haSendHeartbeatInterval=500,
+    )
     m = Broker(conf, tmp_path / "m.log")
     m.start()
     try:
+
         def probe_round(n, batch=100):
             # Connect and close at once, as a load balancer's health check does. Half close with a
             # reset (SO_LINGER 0): 10,000 graceful closes would leave this client's ephemeral ports in
@@ -180,9 +223,14 @@ def test_probes_are_reaped_and_memory_stays_flat(tmp_path):
                     if i % 2:
                         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     s.close()
+
         probe_round(1000)
-        wait_until(lambda: metric(m.metrics(), "rocketmq_ha_connections_unvalidated") == 0, 20, "probes not reaped",
-                   interval=0.05)
+        wait_until(
+            lambda: metric(m.metrics(), "rocketmq_ha_connections_unvalidated") == 0,
+            20,
+            "probes not reaped",
+            interval=0.05,
+        )
         before = rss_kib(m.proc.pid)
         probe_round(10_000)
         # Some probes stay open and silent (half-open peers): never slaves, and reaped by housekeeping.
@@ -195,8 +243,12 @@ def test_probes_are_reaped_and_memory_stays_flat(tmp_path):
             except ConnectionResetError:
                 pass
             s.close()
-        wait_until(lambda: metric(m.metrics(), "rocketmq_ha_connections_unvalidated") == 0, 20,
-                   "idle probes not reaped by housekeeping", interval=0.05)
+        wait_until(
+            lambda: metric(m.metrics(), "rocketmq_ha_connections_unvalidated") == 0,
+            20,
+            "idle probes not reaped by housekeeping",
+            interval=0.05,
+        )
         after = rss_kib(m.proc.pid)
         assert metric(m.metrics(), "rocketmq_ha_connections_accepted_total") >= 11_200
         assert after - before < 8 * 1024, f"RSS grew from {before} KiB to {after} KiB over 10,000 probes"

@@ -1,6 +1,7 @@
 """Recovery without stranding (haRecoveryEnable, rmqha/broker/ha/recovery.py) in a real chaos run: the power
 loss of tests/integration/test_delivery_verdicts.py, which forks broker-a's group without recovery,
 leaves nothing stranded with it. Its own file so pytest-xdist runs it beside the repair run."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,14 @@ def test_recovery_mode_fetches_the_tail_so_nothing_is_stranded(tmp_path):
     slave, holds writes, fetches the slave's tail over the HA wire (roles reversed), verifies it and only
     then takes writes. No fork: the slave catches up as usual, a group started after the heal gets every
     acknowledged message, and the group that read them before the power loss finds them again."""
-    rc, out, run_dir = chaos_run(tmp_path, "recovery-it", "2m-2s-sync", SCHEDULE,
-                                 {**SETS, "haRecoveryEnable": "true"}, ["--late-consumer-after-heal"])
+    rc, out, run_dir = chaos_run(
+        tmp_path,
+        "recovery-it",
+        "2m-2s-sync",
+        SCHEDULE,
+        {**SETS, "haRecoveryEnable": "true"},
+        ["--late-consumer-after-heal"],
+    )
     log = (run_dir / "nodes" / "broker-a" / "broker.log").read_text(errors="replace")
     assert "recovery: unclean shutdown; holding writes" in log, out
     fetched = [line for line in log.splitlines() if "recovery DONE after" in line]

@@ -19,6 +19,7 @@ Then every check runs and ALL failures are reported together:
 measures a master's RSS around 200 connections that each send a 15 MiB frame and close, and around
 one idle connection whose last request was 15 MiB (figures for the issue, not a pass/fail check).
 """
+
 from __future__ import annotations
 
 import json
@@ -66,6 +67,7 @@ NON_READER_MAX_REQUESTS = 60_000
 
 # ---- frames -------------------------------------------------------------------------------------
 
+
 def encoded(code: int, ext: dict | None = None, body: bytes = b"", opaque: int = 1) -> bytes:
     """A well-formed request from our own codec."""
     return codec.encode(RemotingCommand.request(code, ext or {}, body=body, opaque=opaque))
@@ -74,8 +76,10 @@ def encoded(code: int, ext: dict | None = None, body: bytes = b"", opaque: int =
 def escaped(code: int, ext: dict, body: bytes = b"", opaque: int = 1) -> bytes:
     """A request whose JSON header is written with ASCII escapes, so a lone surrogate in a name goes
     on the wire as the six characters \\ud800 (our codec cannot write one: no UTF-8 has it)."""
-    header = json.dumps({"code": code, "extFields": ext, "flag": 0, "language": "JAVA", "opaque": opaque,
-                         "version": 409}, ensure_ascii=True).encode()
+    header = json.dumps(
+        {"code": code, "extFields": ext, "flag": 0, "language": "JAVA", "opaque": opaque, "version": 409},
+        ensure_ascii=True,
+    ).encode()
     return struct.pack(">II", 4 + len(header) + len(body), len(header)) + header + body
 
 
@@ -84,23 +88,66 @@ def raw_header_frame(header: bytes, body: bytes = b"", type_byte: int = 0) -> by
 
 
 def heartbeat_body(client: str, group: str, topic: str, producer: str) -> bytes:
-    return json.dumps({"clientID": client, "producerDataSet": [{"groupName": producer}], "consumerDataSet": [{
-        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False, "subscriptionDataSet": [{
-            "topic": topic, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
-            "classFilterMode": False, "expressionType": "TAG"}]}]}, ensure_ascii=True).encode()
+    return json.dumps(
+        {
+            "clientID": client,
+            "producerDataSet": [{"groupName": producer}],
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "unitMode": False,
+                    "subscriptionDataSet": [
+                        {
+                            "topic": topic,
+                            "subString": "*",
+                            "tagsSet": [],
+                            "codeSet": [],
+                            "subVersion": 1,
+                            "classFilterMode": False,
+                            "expressionType": "TAG",
+                        }
+                    ],
+                }
+            ],
+        },
+        ensure_ascii=True,
+    ).encode()
 
 
 def send_fields(topic: str, group: str = "PG") -> dict:
-    return {"a": group, "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": int(time.time() * 1000), "h": 0,
-            "i": "", "j": 0, "k": False, "m": False}
+    return {
+        "a": group,
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": 0,
+        "f": 0,
+        "g": int(time.time() * 1000),
+        "h": 0,
+        "i": "",
+        "j": 0,
+        "k": False,
+        "m": False,
+    }
 
 
 def pull_fields(group: str, topic: str, queue_id: int = 0, offset: int = 0, max_msgs: int = 32) -> dict:
     # sysFlag 4: the subscription is in the request (no heartbeat needed); no commit, no suspension.
-    return {"consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
-            "maxMsgNums": max_msgs, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
-            "subscription": "*", "subVersion": 0}
+    return {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": queue_id,
+        "queueOffset": offset,
+        "maxMsgNums": max_msgs,
+        "sysFlag": 4,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 0,
+        "subscription": "*",
+        "subVersion": 0,
+    }
 
 
 def nested(depth: int, opener: bytes = b"[", closer: bytes = b"]", inner: bytes = b"0") -> bytes:
@@ -118,33 +165,69 @@ def hostile_requests(topic: str, marker: str) -> list[tuple[str, bytes]]:
     lone = "G\ud800"
     up = [f"hostile/../../../{marker}", f"hostile/../../../../{marker}"]  # store dir / its parent
     out = [
-        ("heartbeat lone surrogate", encoded(RequestCode.HEART_BEAT,
-                                             body=heartbeat_body("c\ud800", lone, "T\ud800", "P\ud800"))),
-        ("update offset lone surrogate group", escaped(RequestCode.UPDATE_CONSUMER_OFFSET, {
-            "consumerGroup": lone, "topic": topic, "queueId": "0", "commitOffset": "1"})),
-        ("update offset lone surrogate topic", escaped(RequestCode.UPDATE_CONSUMER_OFFSET, {
-            "consumerGroup": "G", "topic": "T\ud800", "queueId": "0", "commitOffset": "1"})),
-        ("send lone surrogate topic", escaped(RequestCode.SEND_MESSAGE_V2,
-                                              {k: str(v) for k, v in send_fields("T\ud800", lone).items()}, b"x")),
-        ("pull lone surrogate", escaped(RequestCode.PULL_MESSAGE,
-                                        {k: str(v) for k, v in pull_fields(lone, "T\ud800").items()})),
+        (
+            "heartbeat lone surrogate",
+            encoded(RequestCode.HEART_BEAT, body=heartbeat_body("c\ud800", lone, "T\ud800", "P\ud800")),
+        ),
+        (
+            "update offset lone surrogate group",
+            escaped(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {"consumerGroup": lone, "topic": topic, "queueId": "0", "commitOffset": "1"},
+            ),
+        ),
+        (
+            "update offset lone surrogate topic",
+            escaped(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {"consumerGroup": "G", "topic": "T\ud800", "queueId": "0", "commitOffset": "1"},
+            ),
+        ),
+        (
+            "send lone surrogate topic",
+            escaped(RequestCode.SEND_MESSAGE_V2, {k: str(v) for k, v in send_fields("T\ud800", lone).items()}, b"x"),
+        ),
+        (
+            "pull lone surrogate",
+            escaped(RequestCode.PULL_MESSAGE, {k: str(v) for k, v in pull_fields(lone, "T\ud800").items()}),
+        ),
         ("nested JSON header", raw_header_frame(b'{"code":34,"extFields":{"a":' + nested(5000) + b"}}")),
-        ("nested JSON header object", raw_header_frame(b'{"code":34,"version":' + nested(5000, b'{"a":', b"}")
-                                                       + b"}")),
+        ("nested JSON header object", raw_header_frame(b'{"code":34,"version":' + nested(5000, b'{"a":', b"}") + b"}")),
         ("nested heartbeat body", encoded(RequestCode.HEART_BEAT, body=nested(5000))),
-        ("nested heartbeat body with a surrogate", encoded(RequestCode.HEART_BEAT,
-                                                           body=nested(600, inner=b'"G\\ud800"'))),
+        (
+            "nested heartbeat body with a surrogate",
+            encoded(RequestCode.HEART_BEAT, body=nested(600, inner=b'"G\\ud800"')),
+        ),
         ("huge numbers", raw_header_frame(b'{"code":34,"opaque":' + b"9" * 5000 + b',"flag":1e999}')),
     ]
     for name in up:
         out += [
-            (f"send-back group {name}", encoded(RequestCode.CONSUMER_SEND_MSG_BACK, {
-                "group": name, "offset": 0, "delayLevel": 0, "originMsgId": "x", "originTopic": topic,
-                "maxReconsumeTimes": 16, "unitMode": False})),
-            (f"heartbeat group {name}", encoded(RequestCode.HEART_BEAT, body=heartbeat_body(
-                "hostile@1", name, f"%RETRY%{name}", name))),
-            (f"update offset group {name}", encoded(RequestCode.UPDATE_CONSUMER_OFFSET, {
-                "consumerGroup": name, "topic": topic, "queueId": 0, "commitOffset": 1})),
+            (
+                f"send-back group {name}",
+                encoded(
+                    RequestCode.CONSUMER_SEND_MSG_BACK,
+                    {
+                        "group": name,
+                        "offset": 0,
+                        "delayLevel": 0,
+                        "originMsgId": "x",
+                        "originTopic": topic,
+                        "maxReconsumeTimes": 16,
+                        "unitMode": False,
+                    },
+                ),
+            ),
+            (
+                f"heartbeat group {name}",
+                encoded(RequestCode.HEART_BEAT, body=heartbeat_body("hostile@1", name, f"%RETRY%{name}", name)),
+            ),
+            (
+                f"update offset group {name}",
+                encoded(
+                    RequestCode.UPDATE_CONSUMER_OFFSET,
+                    {"consumerGroup": name, "topic": topic, "queueId": 0, "commitOffset": 1},
+                ),
+            ),
             (f"send topic {name}", encoded(RequestCode.SEND_MESSAGE_V2, send_fields(name + "-t"), b"x")),
             (f"pull topic {name}", encoded(RequestCode.PULL_MESSAGE, pull_fields("G", name + "-t"))),
         ]
@@ -168,6 +251,7 @@ MALFORMED = [
 
 
 # ---- sockets --------------------------------------------------------------------------------------
+
 
 def connect(port: int, timeout: float = 2.0, rcvbuf: int | None = None) -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -199,8 +283,11 @@ def read_reply(s: socket.socket, timeout: float = 2.0) -> str:
                 return "closed"
             for cmd in dec.feed(data):
                 if cmd.is_response:
-                    return ResponseCode(cmd.code).name if cmd.code in ResponseCode._value2member_map_ \
+                    return (
+                        ResponseCode(cmd.code).name
+                        if cmd.code in ResponseCode._value2member_map_
                         else f"code {cmd.code}"
+                    )
     except (socket.timeout, TimeoutError):
         return "no answer"
     except ConnectionResetError:
@@ -218,6 +305,7 @@ def rss_kib(pid: int) -> int:
 
 
 # ---- the attack -------------------------------------------------------------------------------------
+
 
 class Attack:
     """Runs every attack kind against every target until the deadline; keeps what it must hold open."""
@@ -249,8 +337,9 @@ class Attack:
         return time.monotonic() < self.deadline
 
     # -- client port ------------------------------------------------------------------------------
-    def garbage_connection(self, what: str, port: int, rng: random.Random, max_bytes: int,
-                           timeout: float = 2.0) -> None:
+    def garbage_connection(
+        self, what: str, port: int, rng: random.Random, max_bytes: int, timeout: float = 2.0
+    ) -> None:
         """One connection that sends 1..max_bytes random bytes and is reset: "<what> connections" or
         "<what> refused" in the stats."""
         try:
@@ -269,8 +358,10 @@ class Attack:
 
     def malformed(self, node: str, port: int) -> None:
         rng = random.Random(f"malformed-{node}")
-        frames = MALFORMED + [(f"truncated {w}", f[: rng.randint(1, len(f) - 1)])
-                              for w, f in hostile_requests(self.topic, self.marker)[:6]]
+        frames = MALFORMED + [
+            (f"truncated {w}", f[: rng.randint(1, len(f) - 1)])
+            for w, f in hostile_requests(self.topic, self.marker)[:6]
+        ]
         while self.live():
             for what, frame in frames:
                 try:
@@ -373,11 +464,17 @@ class Attack:
         threads = []
         for node, b in self.nodes.items():
             client, ha = b.port, b.port + 1
-            for fn, args in ((self.garbage, (node, client)), (self.malformed, (node, client)),
-                             (self.named, (node, client)), (self.batch, (node, client)),
-                             (self.idle_and_half, (node, client, False)), (self.non_reader, (node, client)),
-                             (self.fake_slaves, (node, ha)), (self.idle_and_half, (node, ha, True)),
-                             (self.ha_non_reader, (node, ha))):
+            for fn, args in (
+                (self.garbage, (node, client)),
+                (self.malformed, (node, client)),
+                (self.named, (node, client)),
+                (self.batch, (node, client)),
+                (self.idle_and_half, (node, client, False)),
+                (self.non_reader, (node, client)),
+                (self.fake_slaves, (node, ha)),
+                (self.idle_and_half, (node, ha, True)),
+                (self.ha_non_reader, (node, ha)),
+            ):
                 threads.append(threading.Thread(target=self._guard, args=(fn, args), daemon=True))
         for t in threads:
             t.start()
@@ -416,6 +513,7 @@ def read_until_closed(s: socket.socket, timeout: float) -> str:
 
 # ---- checks -------------------------------------------------------------------------------------
 
+
 def pulled(addr: str, topic: str, queues: int) -> dict[str, bytes]:
     """UNIQ_KEY -> body of every message in the topic, read with PULL_MESSAGE."""
     out = {}
@@ -444,9 +542,11 @@ def tree(root: Path, skip: set[Path]) -> set[str]:
 
 def persisted(store: Path) -> tuple[list[str], list[str]]:
     """Topic names in config/topics.json and topic@group keys in config/consumerOffset.json."""
+
     def table(name: str, key: str) -> list[str]:
         path = store / "config" / name
         return list(json.loads(path.read_text()).get(key, {})) if path.exists() else []
+
     return table("topics.json", "topicConfigTable"), table("consumerOffset.json", "offsetTable")
 
 
@@ -468,6 +568,7 @@ def illegal_names(store: Path) -> list[str]:
 
 # ---- the test ------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def sync_pair(tmp_path):
     with master_and_slave(tmp_path, "broker-h", role="SYNC_MASTER", wait_connected=True) as (ns, master, slave):
@@ -477,6 +578,7 @@ def sync_pair(tmp_path):
 def test_hostile_traffic_leaves_both_brokers_serving_and_consistent(sync_pair):
     from .processes import unique_name
     from .test_official_client import SEND_OK, msgs, produce
+
     ns, master, slave, tmp = sync_pair
     topic = unique_name("Hostile")
     marker = f"pwned-{uuid.uuid4().hex[:8]}"
@@ -488,8 +590,11 @@ def test_hostile_traffic_leaves_both_brokers_serving_and_consistent(sync_pair):
     sent_bodies = {f"before-{i}-small" for i in range(16)}
     # A legitimate offset commit: after the attack it must still be in the master's persisted table
     # (a table that could not be written at all would hide any illegal name in it).
-    commit = rpc(master.addr, RequestCode.UPDATE_CONSUMER_OFFSET,
-                 {"consumerGroup": "HostileCheckGroup", "topic": topic, "queueId": 0, "commitOffset": 1})
+    commit = rpc(
+        master.addr,
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": "HostileCheckGroup", "topic": topic, "queueId": 0, "commitOffset": 1},
+    )
     assert commit.code == ResponseCode.SUCCESS, commit
 
     stores = {master.store_dir, slave.store_dir}
@@ -532,23 +637,29 @@ def test_hostile_traffic_leaves_both_brokers_serving_and_consistent(sync_pair):
 
         # Every acknowledged message readable on both; the slave's log byte-identical to the master's.
         try:
-            wait_until(lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 30,
-                       "the slave caught up with the master")
+            wait_until(
+                lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"],
+                30,
+                "the slave caught up with the master",
+            )
         except AssertionError as e:
             problems.append(str(e).splitlines()[0])
         end = master.status()["maxPhyOffset"]
         m_log, s_log = master.commitlog_bytes(end), slave.commitlog_bytes(end)
         if m_log != s_log:
             diff = next((i for i, (a, b) in enumerate(zip(m_log, s_log)) if a != b), min(len(m_log), len(s_log)))
-            problems.append(f"slave commit log differs from the master's at byte {diff} (master max offset {end}, "
-                            f"slave has {len(s_log)} bytes of it)")
+            problems.append(
+                f"slave commit log differs from the master's at byte {diff} (master max offset {end}, "
+                f"slave has {len(s_log)} bytes of it)"
+            )
         queues = 8
         for n, b in (("master", master), ("slave", slave)):
             got = pulled(b.addr, topic, queues)
             missing = acked - set(got)
             if missing:
-                problems.append(f"{n}: {len(missing)} of {len(acked)} acknowledged messages not readable: "
-                                f"{sorted(missing)[:5]}")
+                problems.append(
+                    f"{n}: {len(missing)} of {len(acked)} acknowledged messages not readable: {sorted(missing)[:5]}"
+                )
             wrong = {k for k in acked & set(got) if got[k].decode(errors="replace") not in sent_bodies}
             if wrong:
                 problems.append(f"{n}: acknowledged messages with bodies we did not send: {sorted(wrong)[:5]}")
@@ -562,15 +673,21 @@ def test_hostile_traffic_leaves_both_brokers_serving_and_consistent(sync_pair):
     if strays:
         problems.append(f"files created outside the store directories under {tmp}: {strays[:10]}")
     # The traversal names climb 3 and 4 levels from a store subfolder: into tmp and its parent.
-    found = [p for root in (tmp, tmp.parent) for p in root.glob(f"**/{marker}*")
-             if not any(store in p.parents for store in stores)]
+    found = [
+        p
+        for root in (tmp, tmp.parent)
+        for p in root.glob(f"**/{marker}*")
+        if not any(store in p.parents for store in stores)
+    ]
     if found:
         problems.append(f"path traversal: created {sorted(set(map(str, found)))[:6]}")
     topics, offset_keys = persisted(master.store_dir)
     if topic not in topics or f"{topic}@HostileCheckGroup" not in offset_keys:
-        problems.append(f"master: the legitimate topic or offset is not in config/topics.json / "
-                        f"consumerOffset.json after a clean stop (a table that failed to persist?): "
-                        f"topic listed: {topic in topics}, offset listed: {f'{topic}@HostileCheckGroup' in offset_keys}")
+        problems.append(
+            f"master: the legitimate topic or offset is not in config/topics.json / "
+            f"consumerOffset.json after a clean stop (a table that failed to persist?): "
+            f"topic listed: {topic in topics}, offset listed: {f'{topic}@HostileCheckGroup' in offset_keys}"
+        )
     for n, store in (("master", master.store_dir), ("slave", slave.store_dir)):
         bad = illegal_names(store)
         if bad:
@@ -581,18 +698,23 @@ def test_hostile_traffic_leaves_both_brokers_serving_and_consistent(sync_pair):
         grew_peak = rss_peak[n] - rss_before[n]
         grew_after = rss_after.get(n, rss_before[n]) - rss_before[n]
         if grew_peak > bound or grew_after > bound:
-            problems.append(f"{n}: RSS {rss_before[n] // 1024} MiB before the attack, peak "
-                            f"{rss_peak[n] // 1024} MiB, {rss_after.get(n, 0) // 1024} MiB after: more than "
-                            f"{RSS_BOUND_MIB} MiB over")
+            problems.append(
+                f"{n}: RSS {rss_before[n] // 1024} MiB before the attack, peak "
+                f"{rss_peak[n] // 1024} MiB, {rss_after.get(n, 0) // 1024} MiB after: more than "
+                f"{RSS_BOUND_MIB} MiB over"
+            )
 
-    summary = (f"attack {attack_s:.1f} s; RSS KiB before {rss_before} peak {rss_peak} after {rss_after}\n"
-               f"counts: {dict(sorted(attack.stats.items()))}\n"
-               + "\n".join(f"  {what}: {dict(c)}" for what, c in sorted(attack.replies.items())))
+    summary = (
+        f"attack {attack_s:.1f} s; RSS KiB before {rss_before} peak {rss_peak} after {rss_after}\n"
+        f"counts: {dict(sorted(attack.stats.items()))}\n"
+        + "\n".join(f"  {what}: {dict(c)}" for what, c in sorted(attack.replies.items()))
+    )
     print(summary)
     assert not problems, "\n".join(problems) + "\n--- what the attack saw ---\n" + summary
 
 
 # ---- memory figures for large frames (run by hand) ------------------------------------------------
+
 
 def measure_large_frames(workdir: Path, connections: int = 200, concurrent: int = 20) -> dict:
     """RSS of a master around big frames, each part on a fresh master: (a) `connections` connections

@@ -1,4 +1,5 @@
 """A real local 2m-2s-async cluster through the CLI: up, wait, status, down. No messages are produced."""
+
 import json
 import time
 
@@ -17,8 +18,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 def test_local_2m_2s_async_cluster(tmp_path):
     topo, base, env, run_dir = cli_cluster(tmp_path, "2m-2s-async", "it")
     t0 = time.monotonic()
-    up = cli(env, "up", "--topology", "2m-2s-async", "--backend", "local", "--name", "it",
-             "--base-port", str(base), "--timeout", "40")
+    up = cli(
+        env,
+        "up",
+        "--topology",
+        "2m-2s-async",
+        "--backend",
+        "local",
+        "--name",
+        "it",
+        "--base-port",
+        str(base),
+        "--timeout",
+        "40",
+    )
     try:
         assert up.returncode == 0, up.stderr + up.stdout
         assert time.monotonic() - t0 < 45
@@ -49,6 +62,7 @@ def test_local_2m_2s_async_cluster(tmp_path):
 
         # The run folder the audit pipeline reads.
         from rmqha.pipeline.runfolder import load_nodes
+
         audit_nodes = {n.name: n for n in load_nodes(str(run_dir))}
         assert sorted(audit_nodes) == sorted(nodes)
         assert audit_nodes["broker-b-s"].role == "SLAVE" and not audit_nodes["broker-b-s"].is_master

@@ -5,6 +5,7 @@ VIEW_MESSAGE_BY_ID with the offsetMsgId of a found record returns it, from the m
 The official client has no query API (rocketmq.client 0.4.4 offers producers and a push consumer), so
 the queries go through the project's own remoting client (remoting_query_worker.py, its own process).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,13 @@ FAR = 2**62
 
 
 def remoting(requests: list[dict]) -> list[dict]:
-    proc = subprocess.run([sys.executable, "-m", "tests.integration.remoting_query_worker",
-                           json.dumps({"requests": requests})], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.integration.remoting_query_worker", json.dumps({"requests": requests})],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
     assert lines, f"remoting worker printed nothing (rc={proc.returncode})\n{proc.stderr[-3000:]}"
     replies = lines[-1]["replies"]
@@ -53,7 +59,7 @@ def records(reply: dict) -> list[tuple[bytes, record.Message]]:
     while pos < len(body):
         r = record.scan(body, pos)
         assert r.kind == record.Scan.MESSAGE, r.reason
-        out.append((body[pos:pos + r.size], r.message))
+        out.append((body[pos : pos + r.size], r.message))
         pos += r.size
     return out
 
@@ -74,16 +80,22 @@ def test_query_by_key_and_view_by_id_on_masters_and_slaves(cluster):
     uniq = [r["msg_id"] for r in results]  # the C++ client's msgId is the UNIQ_KEY it set
     for g in ("broker-a", "broker-b"):
         m, s = nodes[g], nodes[g + "-s"]
-        wait_until(lambda s=s, m=m: s.status()["dispatchOffset"] == m.status()["maxPhyOffset"], 20,
-                   f"{g}-s dispatched what {g} holds")
+        wait_until(
+            lambda s=s, m=m: s.status()["dispatchOffset"] == m.status()["maxPhyOffset"],
+            20,
+            f"{g}-s dispatched what {g} holds",
+        )
         assert m.status()["index"]["error"] is None and s.status()["index"]["items"] == m.status()["index"]["items"]
 
     order = ["broker-a", "broker-a-s", "broker-b", "broker-b-s"]
-    asks = [query(nodes[n].addr, topic, k, unique=u) for n in order
-            for k, u in (("order-3", False), ("batch-1", False), (uniq[7], True))]
+    asks = [
+        query(nodes[n].addr, topic, k, unique=u)
+        for n in order
+        for k, u in (("order-3", False), ("batch-1", False), (uniq[7], True))
+    ]
     asks += [query(nodes[n].addr, topic, "order-3", begin=t_sent + 3_600_000) for n in order]
     replies = remoting(asks)
-    by_node = {n: replies[3 * i:3 * i + 3] for i, n in enumerate(order)}
+    by_node = {n: replies[3 * i : 3 * i + 3] for i, n in enumerate(order)}
     for n in order:  # a slave answers exactly as its master
         if n.endswith("-s"):
             assert by_node[n] == by_node[n[:-2]], n
@@ -111,8 +123,12 @@ def test_query_by_key_and_view_by_id_on_masters_and_slaves(cluster):
     (host, port), phys = record.parse_offset_msg_id(offset_msg_id)
     assert f"{host}:{port}" == nodes[node].addr
     slave = nodes[node + "-s"].addr
-    views = remoting([{"addr": a, "code": RequestCode.VIEW_MESSAGE_BY_ID, "fields": {"offset": o}}
-                      for a, o in ((f"{host}:{port}", phys), (slave, phys), (slave, phys + 1))])
+    views = remoting(
+        [
+            {"addr": a, "code": RequestCode.VIEW_MESSAGE_BY_ID, "fields": {"offset": o}}
+            for a, o in ((f"{host}:{port}", phys), (slave, phys), (slave, phys + 1))
+        ]
+    )
     assert views[0]["code"] == views[1]["code"] == ResponseCode.SUCCESS
     assert bytes.fromhex(views[0]["body"]) == bytes.fromhex(views[1]["body"]) == raw
     assert views[2]["code"] == ResponseCode.SYSTEM_ERROR

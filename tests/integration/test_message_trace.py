@@ -2,6 +2,7 @@
 dispatcher writes a trace record per send into it, and the records replicate to the slave like any
 message. rmqha/pipeline/trace.py decodes them: produce, store (and, from a consumer's records, consume) times
 per message."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,15 +28,27 @@ def test_trace_records_land_in_the_trace_topic_and_replicate(tmp_path):
     master = slave = None
     try:
         master = BrokerProcess(tmp_path, "broker-a", ns.addr, extra={"traceTopicEnable": "true"}).start()
-        slave = BrokerProcess(tmp_path, "broker-a", ns.addr, role="SLAVE",
-                              extra={"traceTopicEnable": "true", "haMasterAddress": f"127.0.0.1:{master.port + 1}"}
-                              ).start()
-        sent = [l for l in rc.run(ns.addr, "send", "--topic", "TopicTraced", "--count", 5, "--prefix", "traced",
-                                  "--size", 0, "--trace") if "mode" in l]
+        slave = BrokerProcess(
+            tmp_path,
+            "broker-a",
+            ns.addr,
+            role="SLAVE",
+            extra={"traceTopicEnable": "true", "haMasterAddress": f"127.0.0.1:{master.port + 1}"},
+        ).start()
+        sent = [
+            l
+            for l in rc.run(
+                ns.addr, "send", "--topic", "TopicTraced", "--count", 5, "--prefix", "traced", "--size", 0, "--trace"
+            )
+            if "mode" in l
+        ]
         assert [s.get("status") for s in sent] == ["SEND_OK"] * 5, sent
         wait_until(lambda: max_offset(master, "RMQ_SYS_TRACE_TOPIC") > 0, 20, "trace records in RMQ_SYS_TRACE_TOPIC")
-        wait_until(lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 20,
-                   "the slave holds the master's log")
+        wait_until(
+            lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"],
+            20,
+            "the slave holds the master's log",
+        )
         assert max_offset(slave, "RMQ_SYS_TRACE_TOPIC") == max_offset(master, "RMQ_SYS_TRACE_TOPIC")
         # the records name the traced messages with their produce and store times
         records = trace.read_store(master.store_dir, master.status()["maxPhyOffset"])

@@ -5,6 +5,7 @@ connects to the fake master; with one, every forgery is refused, the route stays
 the fake master never sees a connection. A captured signed registration of the real master (taken by a
 second "name server" in its namesrvAddr, which gets its own copy signed for its own instance) is refused
 when replayed, before and after that master stops."""
+
 from __future__ import annotations
 
 import socket
@@ -102,8 +103,15 @@ class Attacker:
 
 
 def forged_master_fields(broker_addr: str, ha_addr: str, body: bytes) -> dict:
-    return {"brokerName": "broker-a", "brokerAddr": broker_addr, "clusterName": "DefaultCluster",
-            "haServerAddr": ha_addr, "brokerId": "0", "compressed": "false", "bodyCrc32": str(body_crc32(body))}
+    return {
+        "brokerName": "broker-a",
+        "brokerAddr": broker_addr,
+        "clusterName": "DefaultCluster",
+        "haServerAddr": ha_addr,
+        "brokerId": "0",
+        "compressed": "false",
+        "bodyCrc32": str(body_crc32(body)),
+    }
 
 
 def slave_registrations(slave: BrokerProcess) -> int:
@@ -115,7 +123,10 @@ def test_a_forged_master_never_reaches_the_slave_and_a_captured_registration_doe
     args, extra = [], {}
     if secured:
         (tmp_path / "secret").write_text(SECRET + "\n")
-        args, extra = ["--cluster-secret-file", str(tmp_path / "secret")], {"clusterSecretFile": str(tmp_path / "secret")}
+        args, extra = (
+            ["--cluster-secret-file", str(tmp_path / "secret")],
+            {"clusterSecretFile": str(tmp_path / "secret")},
+        )
     base = free_block(3)
     fake_broker, fake_ha = Listener(base), Listener(base + 1)
     # a second name server in the master's namesrvAddr: it sees every signed request the real one sees
@@ -124,13 +135,22 @@ def test_a_forged_master_never_reaches_the_slave_and_a_captured_registration_doe
     nodes: list[BrokerProcess] = []
     attacker = None
     try:
-        master = BrokerProcess(tmp_path, "broker-a", ns.addr, role="SYNC_MASTER",
-                               extra={**extra, "namesrvAddr": f"{ns.addr};{capture.addr}"})
+        master = BrokerProcess(
+            tmp_path,
+            "broker-a",
+            ns.addr,
+            role="SYNC_MASTER",
+            extra={**extra, "namesrvAddr": f"{ns.addr};{capture.addr}"},
+        )
         nodes.append(master.start())
         slave = BrokerProcess(tmp_path, "broker-a", ns.addr, role="SLAVE", extra=extra)  # no haMasterAddress
         nodes.append(slave.start())
-        wait_until(lambda: master.status()["ha"]["connectionCount"] == 1, 20, "the slave connected to its master",
-                   on_timeout=master.log_tail)
+        wait_until(
+            lambda: master.status()["ha"]["connectionCount"] == 1,
+            20,
+            "the slave connected to its master",
+            on_timeout=master.log_tail,
+        )
         assert slave.status()["registration"]["masterHaAddr"] != fake_ha.addr
 
         # the attacker keeps registering a fake master for broker-a over one open connection: unsigned,
@@ -139,8 +159,11 @@ def test_a_forged_master_never_reaches_the_slave_and_a_captured_registration_doe
         body = RegisterBrokerBody({"TopicTest": TopicConfig("TopicTest", 4, 4, 6)}).encode()
         plain = forged_master_fields(fake_broker.addr, fake_ha.addr, body)
         now_ms = int(time.time() * 1000)
-        forgeries = [plain, guard.sign_cluster_timed(plain, body, WRONG, now_ms, code=RequestCode.REGISTER_BROKER,
-                                                       audience=""), guard.sign_cluster(plain, body, WRONG)]
+        forgeries = [
+            plain,
+            guard.sign_cluster_timed(plain, body, WRONG, now_ms, code=RequestCode.REGISTER_BROKER, audience=""),
+            guard.sign_cluster(plain, body, WRONG),
+        ]
         codes: list[int] = []
 
         def forge_and_check(done):
@@ -149,16 +172,25 @@ def test_a_forged_master_never_reaches_the_slave_and_a_captured_registration_doe
             return done()
 
         if not secured:  # the control: the finding, reproduced, so the secured run can fail
-            wait_until(lambda: forge_and_check(lambda: fake_ha.accepted > 0), 30,
-                       "the slave following the forged master to the fake HA port", interval=0.2,
-                       on_timeout=slave.log_tail)
+            wait_until(
+                lambda: forge_and_check(lambda: fake_ha.accepted > 0),
+                30,
+                "the slave following the forged master to the fake HA port",
+                interval=0.2,
+                on_timeout=slave.log_tail,
+            )
             assert set(codes) == {ResponseCode.SUCCESS}
             return
 
         start = slave_registrations(slave)
         # two more registrations of the slave (every 10 s), each answered while the forgeries go on
-        wait_until(lambda: forge_and_check(lambda: slave_registrations(slave) >= start + 2), 40,
-                   "two registrations of the slave under attack", interval=0.2, on_timeout=slave.log_tail)
+        wait_until(
+            lambda: forge_and_check(lambda: slave_registrations(slave) >= start + 2),
+            40,
+            "two registrations of the slave under attack",
+            interval=0.2,
+            on_timeout=slave.log_tail,
+        )
         assert set(codes) == {ResponseCode.NO_PERMISSION}, codes
         assert ns.broker_addrs("broker-a") == {0: master.addr, 1: slave.addr}
         assert (fake_broker.accepted, fake_ha.accepted) == (0, 0)
@@ -166,8 +198,11 @@ def test_a_forged_master_never_reaches_the_slave_and_a_captured_registration_doe
         assert master.status()["ha"]["connectionCount"] == 1
 
         # replay: the master's signed registration as the second name server received it
-        captured = wait_until(lambda: [c for c in capture.requests if c.code == RequestCode.REGISTER_BROKER], 20,
-                              "a registration of the master at the capturing name server")[0]
+        captured = wait_until(
+            lambda: [c for c in capture.requests if c.code == RequestCode.REGISTER_BROKER],
+            20,
+            "a registration of the master at the capturing name server",
+        )[0]
         assert guard.SIGN_TIME in captured.ext_fields  # timed, so the name server can tell
         # it was signed for the capturing name server's instance (it named none), not this one's
         r = attacker.call(RequestCode.REGISTER_BROKER, captured.ext_fields, captured.body)
@@ -179,8 +214,10 @@ def test_a_forged_master_never_reaches_the_slave_and_a_captured_registration_doe
             r = attacker.call(RequestCode.REGISTER_BROKER, cmd.ext_fields, cmd.body)
             assert r.code == ResponseCode.NO_PERMISSION and "signed for name server instance" in r.remark, r.remark
         assert ns.broker_addrs("broker-a") == {1: slave.addr}
-        print(f"forgeries refused: {len(codes)}; slave registrations meanwhile: "
-              f"{slave_registrations(slave) - start}; replays refused: 3")
+        print(
+            f"forgeries refused: {len(codes)}; slave registrations meanwhile: "
+            f"{slave_registrations(slave) - start}; replays refused: 3"
+        )
     finally:
         if attacker is not None:
             attacker.close()

@@ -13,6 +13,7 @@ Client facts these tests rely on (verified by capturing frames from this client)
   status tests use send_async;
 * rocketmq.client 0.4.4 has no ConsumeStatus: a callback that returns normally is CONSUME_SUCCESS.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,27 +43,39 @@ LAST_CONSUMER_PID = [0]
 
 
 def run_worker(kind: str, job: dict, timeout: float = WORKER_DEADLINE_S) -> list[dict]:
-    proc = subprocess.run([sys.executable, str(WORKER), kind, json.dumps(job)], capture_output=True,
-                          timeout=timeout, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), kind, json.dumps(job)], capture_output=True, timeout=timeout, text=True
+    )
     lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
     assert lines, f"worker {kind} printed nothing (rc={proc.returncode})\nstderr:\n{proc.stderr[-3000:]}"
     return lines
 
 
-def produce(namesrv: str, sends: list[dict], group: str = "PG", timeout_ms: int = 8000,
-            retries: int = 3) -> list[dict]:
+def produce(namesrv: str, sends: list[dict], group: str = "PG", timeout_ms: int = 8000, retries: int = 3) -> list[dict]:
     """Send with the official producer. `retries` re-sends a message whose send raised (see the
     worker: the 1.0.1 client can fail a request before it reaches any broker); 0 for status tests."""
-    out = run_worker("produce", {"namesrv": namesrv, "group": group, "timeout_ms": timeout_ms, "sends": sends,
-                                 "retries": retries})
+    out = run_worker(
+        "produce", {"namesrv": namesrv, "group": group, "timeout_ms": timeout_ms, "sends": sends, "retries": retries}
+    )
     return out[-1]["results"]
 
 
-def consume(namesrv: str, topic: str, group: str, expect: int, deadline_s: float = 60,
-            linger_s: float = 0.5) -> list[dict]:
-    lines = run_worker("consume", {"namesrv": namesrv, "topic": topic, "group": group, "expect": expect,
-                                   "deadline_s": deadline_s, "props": USER_PROPS, "linger_s": linger_s},
-                       deadline_s + 30)
+def consume(
+    namesrv: str, topic: str, group: str, expect: int, deadline_s: float = 60, linger_s: float = 0.5
+) -> list[dict]:
+    lines = run_worker(
+        "consume",
+        {
+            "namesrv": namesrv,
+            "topic": topic,
+            "group": group,
+            "expect": expect,
+            "deadline_s": deadline_s,
+            "props": USER_PROPS,
+            "linger_s": linger_s,
+        },
+        deadline_s + 30,
+    )
     LAST_CONSUMER_PID[0] = next((l["pid"] for l in lines if "pid" in l), 0)
     return [l for l in lines if "body" in l]
 
@@ -75,8 +88,9 @@ def native_log(pid: int, lines: int = 60) -> str:
     return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:])
 
 
-def consume_all(namesrv: str, topic: str, group: str, bodies: set[str], rounds: int = 3,
-                round_s: float = 20, linger_s: float = 0.5) -> tuple[list[dict], int]:
+def consume_all(
+    namesrv: str, topic: str, group: str, bodies: set[str], rounds: int = 3, round_s: float = 20, linger_s: float = 0.5
+) -> tuple[list[dict], int]:
     """Consume until every body in `bodies` was seen, restarting the consumer process (same group, so
     it resumes at its committed offsets) when a round ends short. The 1.0.1 client can lose an
     async pull whose first connection attempt hit its transport-lock race; the queue then stalls
@@ -97,11 +111,22 @@ class BackgroundConsumer:
     def __init__(self, tmp: Path, namesrv: str, topic: str, group: str, name: str):
         self.stop_file = tmp / f"stop-{name}"
         self.out = tmp / f"consumer-{name}.out"
-        job = {"namesrv": namesrv, "topic": topic, "group": group, "deadline_s": 120,
-               "stop_file": str(self.stop_file), "instance": name, "props": USER_PROPS}
+        job = {
+            "namesrv": namesrv,
+            "topic": topic,
+            "group": group,
+            "deadline_s": 120,
+            "stop_file": str(self.stop_file),
+            "instance": name,
+            "props": USER_PROPS,
+        }
         self.fh = open(self.out, "w")
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), "consume", json.dumps(job)], stdout=self.fh,
-                                     stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER), "consume", json.dumps(job)],
+            stdout=self.fh,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
 
     def messages(self) -> list[dict]:
         lines = []
@@ -128,8 +153,9 @@ def msgs(prefix: str, n: int, big_every: int = 0, tags: str = "tagA") -> list[di
     out = []
     for i in range(n):
         body = f"{prefix}-{i}-" + ("B" * 6000 if big_every and i % big_every == 0 else "small")
-        out.append({"body": body, "tags": tags, "keys": f"{prefix}-key-{i}", "props": {"up": f"v{i}", "seq": str(i)},
-                    "arg": i})
+        out.append(
+            {"body": body, "tags": tags, "keys": f"{prefix}-key-{i}", "props": {"up": f"v{i}", "seq": str(i)}, "arg": i}
+        )
     return out
 
 
@@ -139,6 +165,7 @@ def metric_value(url: str, name: str) -> float:
 
 
 # -- the 2m-2s cluster ----------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
@@ -152,19 +179,22 @@ def test_every_send_mode_and_a_push_consumer_sees_messages_exactly_as_sent(clust
     topic = unique_name("Modes")
     sync, asyn, oneway = msgs("sync", 6, big_every=3), msgs("async", 4, big_every=2), msgs("oneway", 3)
     orderly, batch = [dict(m, arg=7) for m in msgs("orderly", 5)], msgs("batch", 4)  # one sharding argument
-    results = produce(ns.addr, [
-        {"mode": "sync", "topic": topic, "messages": sync},
-        {"mode": "async", "topic": topic, "messages": asyn},
-        {"mode": "oneway", "topic": topic, "messages": oneway},
-        {"mode": "orderly", "topic": topic, "messages": orderly},
-        {"mode": "batch", "topic": topic, "messages": batch},
-    ])
+    results = produce(
+        ns.addr,
+        [
+            {"mode": "sync", "topic": topic, "messages": sync},
+            {"mode": "async", "topic": topic, "messages": asyn},
+            {"mode": "oneway", "topic": topic, "messages": oneway},
+            {"mode": "orderly", "topic": topic, "messages": orderly},
+            {"mode": "batch", "topic": topic, "messages": batch},
+        ],
+    )
     sent = sync + asyn + oneway + orderly + batch
     assert len(results) == len(sent) - len(batch) + 1
     for r in results:
         assert "error" not in r and r["status"] in (SEND_OK, None), r
     # send_orderly with the same argument lands in the same queue, in order
-    ordered = results[len(sync) + len(asyn) + len(oneway):][:len(orderly)]
+    ordered = results[len(sync) + len(asyn) + len(oneway) :][: len(orderly)]
     offsets = [r["offset"] for r in ordered]
     assert offsets == list(range(offsets[0], offsets[0] + len(orderly))), str(offsets)
 
@@ -185,8 +215,10 @@ def test_every_send_mode_and_a_push_consumer_sees_messages_exactly_as_sent(clust
     # and the client's plain sends (all but each master's first, which creates the topic) took the
     # compiled fast path where it is built: the unmodified client's frames are what it reads
     if nodes["broker-a"].status()["sendPath"] == "compiled":
-        fast = sum(metric_value(b.metrics_url, "rocketmq_send_fastpath_messages_total")
-                   for b in (nodes["broker-a"], nodes["broker-b"]))
+        fast = sum(
+            metric_value(b.metrics_url, "rocketmq_send_fastpath_messages_total")
+            for b in (nodes["broker-a"], nodes["broker-b"])
+        )
         assert fast >= len(sync) + len(asyn) - 2, fast
 
 
@@ -240,8 +272,14 @@ def queue_table(nodes, topic: str, group: str, queues: int = 4) -> list[tuple]:
     for name in ("broker-a", "broker-b"):
         for q in range(queues):
             r = rpc(nodes[name].addr, 14, {"consumerGroup": group, "topic": topic, "queueId": str(q)})
-            rows.append((name, q, int(r.ext_fields["offset"]) if r.code == 0 else f"code {r.code}",
-                         nodes[name].max_offset(topic, q)))
+            rows.append(
+                (
+                    name,
+                    q,
+                    int(r.ext_fields["offset"]) if r.code == 0 else f"code {r.code}",
+                    nodes[name].max_offset(topic, q),
+                )
+            )
     return rows
 
 
@@ -253,8 +291,9 @@ def test_offsets_survive_a_consumer_restart(cluster):
     got, _ = consume_all(ns.addr, topic, "G-restart", {m["body"] for m in before}, linger_s=0)
     assert {m["body"] for m in before} <= {m["body"] for m in got}
     # no fixed wait: the consumer commits its offsets as it shuts down; poll the brokers for them
-    wait_until(lambda: committed_offsets(nodes, topic, "G-restart")
-               >= len(before), 20, "the consumer's offsets are committed")
+    wait_until(
+        lambda: committed_offsets(nodes, topic, "G-restart") >= len(before), 20, "the consumer's offsets are committed"
+    )
     after = msgs("after", 7)
     results = produce(ns.addr, [{"mode": "sync", "topic": topic, "messages": after}])
     assert [r.get("status") for r in results] == [SEND_OK] * len(after), results
@@ -265,7 +304,8 @@ def test_offsets_survive_a_consumer_restart(cluster):
         f"sends: {results}\nphase 1 got {sorted((m['queue_id'], m['queue_offset']) for m in got)}\n"
         f"phase 2 got {sorted((m['queue_id'], m['queue_offset'], m['body']) for m in got2)}\n"
         f"queues (broker, queue, committed, max): {queue_table(nodes, topic, 'G-restart')}\n"
-        f"{native_log(LAST_CONSUMER_PID[0], 150)}")
+        f"{native_log(LAST_CONSUMER_PID[0], 150)}"
+    )
 
 
 def test_consumers_read_from_the_slave_when_the_master_is_stopped(cluster):
@@ -276,22 +316,40 @@ def test_consumers_read_from_the_slave_when_the_master_is_stopped(cluster):
     master, slave = nodes["broker-a"], nodes["broker-a-s"]
     on_a = master.total_messages(topic, 4)
     assert on_a > 0
-    wait_until(lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"]
-               and slave.status()["dispatchOffset"] == slave.status()["maxPhyOffset"], 20, "slave caught up")
+    wait_until(
+        lambda: (
+            slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"]
+            and slave.status()["dispatchOffset"] == slave.status()["maxPhyOffset"]
+        ),
+        20,
+        "slave caught up",
+    )
     master.stop()
     wait_until(lambda: 0 not in ns.broker_addrs("broker-a"), 20, "the name server dropped the master")
     try:
         got, _ = consume_all(ns.addr, topic, "G-failover", {m["body"] for m in sent})
         missing = {m["body"] for m in sent} - {m["body"] for m in got}
-        assert not missing, (f"missing {sorted(missing)}; slave queues "
-                             f"{[slave.max_offset(topic, q) for q in range(4)]}; got "
-                             f"{sorted((m['queue_id'], m['queue_offset']) for m in got)}\n"
-                             f"{native_log(LAST_CONSUMER_PID[0], 150)}")
+        assert not missing, (
+            f"missing {sorted(missing)}; slave queues "
+            f"{[slave.max_offset(topic, q) for q in range(4)]}; got "
+            f"{sorted((m['queue_id'], m['queue_offset']) for m in got)}\n"
+            f"{native_log(LAST_CONSUMER_PID[0], 150)}"
+        )
         assert slave.total_messages(topic, 4) == on_a
         # the slave's served-pull log (rmqha/broker/served.py) names every receive of broker-a's queues, as the
         # sampler reads it: this is how a chaos run's audit knows which node served each receive
-        reader = ServedReader({"nodes": [{"name": "broker-a-s", "brokerName": "broker-a", "brokerId": 1,
-                                          "statusUrl": f"{slave.metrics_url}/status"}]})
+        reader = ServedReader(
+            {
+                "nodes": [
+                    {
+                        "name": "broker-a-s",
+                        "brokerName": "broker-a",
+                        "brokerId": 1,
+                        "statusUrl": f"{slave.metrics_url}/status",
+                    }
+                ]
+            }
+        )
         ranges = [r for r in reader.rows(timeout=2.0) if r.get("group") == "G-failover" and r["topic"] == topic]
         assert ranges and all(r["node"] == "broker-a-s" for r in ranges)
         on_slave = {(q, o) for q in range(4) for o in range(slave.max_offset(topic, q))}
@@ -304,6 +362,7 @@ def test_consumers_read_from_the_slave_when_the_master_is_stopped(cluster):
 
 
 # -- SYNC_MASTER statuses -------------------------------------------------------------------------
+
 
 @pytest.fixture
 def sync_pair(tmp_path):
@@ -349,10 +408,14 @@ def test_sync_master_reports_flush_slave_timeout_and_slave_not_available(sync_pa
     assert master.status()["maxPhyOffset"] > before
 
     # The sync path never shows the status: it retries and raises although the broker stored it.
-    retried = produce(ns.addr, [{"mode": "orderly", "topic": topic, "messages": [{**msgs("ord", 1)[0], "retry": 1}]}],
-                      retries=0)
+    retried = produce(
+        ns.addr, [{"mode": "orderly", "topic": topic, "messages": [{**msgs("ord", 1)[0], "retry": 1}]}], retries=0
+    )
     assert "error" in retried[0], retried
     # Polled: under a loaded make test the client can give up (its timeout) before the broker has
     # stored the attempt it is still processing (seen once at 7 minutes into a full run).
-    wait_until(lambda: master.total_messages(topic, 4) >= 4, 15,
-               f"the orderly send's attempts stored on the master (client said {retried[0]})")
+    wait_until(
+        lambda: master.total_messages(topic, 4) >= 4,
+        15,
+        f"the orderly send's attempts stored on the master (client said {retried[0]})",
+    )

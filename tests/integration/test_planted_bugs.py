@@ -25,6 +25,7 @@ the checker counts them and never fails on them, so the run passes), offset-regr
 phantom-pull -> delivery.unexpected FAIL. The same run without a bug (test_serving_control_passes) passes
 every one of them.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,21 +49,45 @@ pytest.importorskip("rocketmq.client")
 
 # broker-a-s killed at t=2 for 5 s; broker-a loses power at t=4 (back at t=5.5): between t=2 and t=4 a
 # correct SYNC_MASTER answers SLAVE_NOT_AVAILABLE, so nothing it acknowledged can be lost.
-SCHEDULE = [{"at": 2, "hold": 5, "kind": "kill-slave", "target": "broker-a-s"},
-            {"at": 4, "hold": 1.5, "kind": "power-loss", "target": "broker-a"}]
+SCHEDULE = [
+    {"at": 2, "hold": 5, "kind": "kill-slave", "target": "broker-a-s"},
+    {"at": 4, "hold": 1.5, "kind": "power-loss", "target": "broker-a"},
+]
 SLOW_FLUSH = {"broker-a:flushIntervalCommitLog": "60000"}
-BUGS = {"broker-a:plantBug": "ack-before-replication", "broker-b:plantBug": "duplicate-store",
-        "broker-b-s:plantBug": "corrupt-replication"}
+BUGS = {
+    "broker-a:plantBug": "ack-before-replication",
+    "broker-b:plantBug": "duplicate-store",
+    "broker-b-s:plantBug": "corrupt-replication",
+}
 
 
-def chaos_run(tmp_path: Path, name: str, topology: str, schedule: list[dict], sets: dict[str, str],
-              extra: list[str] = ()):
+def chaos_run(
+    tmp_path: Path, name: str, topology: str, schedule: list[dict], sets: dict[str, str], extra: list[str] = ()
+):
     """python -m rmqha.chaos.run on the local backend with an explicit schedule; (exit code, stdout, run folder)."""
     (tmp_path / "schedule.json").write_text(json.dumps(schedule))
     env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "rmqha.chaos.run", "--backend", "local", "--topology", topology, "--name", name,
-           "--base-port", str(free_base_port(load_topology(topology))), "--duration", "9", "--rate", "100",
-           "--schedule", str(tmp_path / "schedule.json"), "--catchup-timeout", "15"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rmqha.chaos.run",
+        "--backend",
+        "local",
+        "--topology",
+        topology,
+        "--name",
+        name,
+        "--base-port",
+        str(free_base_port(load_topology(topology))),
+        "--duration",
+        "9",
+        "--rate",
+        "100",
+        "--schedule",
+        str(tmp_path / "schedule.json"),
+        "--catchup-timeout",
+        "15",
+    ]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
     cmd += list(extra)
@@ -71,8 +96,13 @@ def chaos_run(tmp_path: Path, name: str, topology: str, schedule: list[dict], se
         r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
     finally:
         if (run_dir / "state.json").exists():  # a run that died half-way must not leave processes
-            subprocess.run([sys.executable, "-m", "rmqha.cluster", "down", "--name", name, "--keep-data"],
-                           cwd=REPO, env=env, capture_output=True, timeout=60)
+            subprocess.run(
+                [sys.executable, "-m", "rmqha.cluster", "down", "--name", name, "--keep-data"],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                timeout=60,
+            )
     return r.returncode, r.stdout + r.stderr[-3000:], run_dir
 
 
@@ -83,7 +113,7 @@ def verdicts(out: str) -> dict[str, str]:
         status, _, rest = line.partition("  ")
         if status in ("PASS", "WARN", "FAIL", "INFO") and ": " in rest:
             name = rest.split(": ", 1)[0]
-            if name.startswith("replica ") and ": " in rest[len(name) + 2:]:
+            if name.startswith("replica ") and ": " in rest[len(name) + 2 :]:
                 name = ": ".join(rest.split(": ", 2)[:2])  # "replica broker-b: broker-b vs broker-b-s"
             found[name] = status
     return found
@@ -92,8 +122,10 @@ def verdicts(out: str) -> dict[str, str]:
 def matrix_cells(run_dir: Path, topology: str, flush: str) -> dict[tuple[str, str], tuple[str, str]]:
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     samples = matrix.cell_samples(run_dir, summary, topology, flush)
-    return {(s["kind"], s["role"]): matrix.judge(matrix.promise(topology, flush, s["kind"], s["role"]), [s])
-            for s in samples}
+    return {
+        (s["kind"], s["role"]): matrix.judge(matrix.promise(topology, flush, s["kind"], s["role"]), [s])
+        for s in samples
+    }
 
 
 @pytest.mark.checkers
@@ -124,9 +156,14 @@ def test_the_same_schedule_without_bugs_passes(tmp_path):
     # to the master, the slave resyncs, and everything holds.
     rc, out, run_dir = chaos_run(tmp_path, "control", "2m-2s-sync", SCHEDULE, SLOW_FLUSH, ["--repair"])
     v = verdicts(out)
-    for name in ("no acknowledged send lost", "no UNIQ_KEY stored twice", "log integrity broker-b-s",
-                 "replica broker-b: broker-b vs broker-b-s", "nothing received that was never sent",
-                 "replica broker-a: broker-a vs broker-a-s"):
+    for name in (
+        "no acknowledged send lost",
+        "no UNIQ_KEY stored twice",
+        "log integrity broker-b-s",
+        "replica broker-b: broker-b vs broker-b-s",
+        "nothing received that was never sent",
+        "replica broker-a: broker-a vs broker-a-s",
+    ):
         assert v[name] == "PASS", (name, out)
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     for group, d in summary["delivery"].items():
@@ -140,8 +177,13 @@ def test_the_same_schedule_without_bugs_passes(tmp_path):
 @pytest.mark.checkers
 def test_skip_flush_loses_what_sync_flush_acknowledged(tmp_path):
     schedule = [{"at": 3, "hold": 1.5, "kind": "power-loss", "target": "broker-a"}]
-    rc, out, run_dir = chaos_run(tmp_path, "skipflush", "2m-noslave", schedule,
-                                 {"flushDiskType": "SYNC_FLUSH", "broker-a:plantBug": "skip-flush"})
+    rc, out, run_dir = chaos_run(
+        tmp_path,
+        "skipflush",
+        "2m-noslave",
+        schedule,
+        {"flushDiskType": "SYNC_FLUSH", "broker-a:plantBug": "skip-flush"},
+    )
     assert rc == 1, out
     v = verdicts(out)
     assert v["no acknowledged send lost"] == "FAIL", out
@@ -155,8 +197,14 @@ def test_a_master_that_forks_without_a_power_loss_fails_replicas_and_delivery(tm
     comes back behind its slave: a fork no fault allows (replica FAIL, not the allowed-fork WARN), and what
     it acknowledged in that tail is stranded for a group that subscribes after the heal."""
     schedule = [{"at": 3, "hold": 1.5, "kind": "kill-master", "target": "broker-a"}]
-    rc, out, run_dir = chaos_run(tmp_path, "losetail", "2m-2s-sync", schedule,
-                                 {"broker-a:plantBug": "lose-tail-on-restart"}, ["--late-consumer-after-heal"])
+    rc, out, run_dir = chaos_run(
+        tmp_path,
+        "losetail",
+        "2m-2s-sync",
+        schedule,
+        {"broker-a:plantBug": "lose-tail-on-restart"},
+        ["--late-consumer-after-heal"],
+    )
     assert rc == 1, out
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     by_id = {(v["id"], v["subject"]): v for v in summary["verdicts"] if v.get("id")}
@@ -172,9 +220,14 @@ def test_a_missing_queue_entry_and_an_ack_then_truncate_fail_their_verdicts(tmp_
     """skip-queue-entry on broker-b (every 50th message of a queue stored and acknowledged, no queue unit:
     nobody can pull it) and ack-then-truncate on broker-a (after its 300th message it cuts 16 KiB of
     acknowledged log and writes on at the cut). No fault at all: only the verdicts can see them."""
-    rc, out, run_dir = chaos_run(tmp_path, "queuecut", "2m-2s-sync", [],
-                                 {"broker-b:plantBug": "skip-queue-entry", "broker-a:plantBug": "ack-then-truncate"},
-                                 ["--late-consumer-after-heal"])
+    rc, out, run_dir = chaos_run(
+        tmp_path,
+        "queuecut",
+        "2m-2s-sync",
+        [],
+        {"broker-b:plantBug": "skip-queue-entry", "broker-a:plantBug": "ack-then-truncate"},
+        ["--late-consumer-after-heal"],
+    )
     assert rc == 1, out
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     by_id = {(v["id"], v["subject"]): v for v in summary["verdicts"] if v.get("id")}
@@ -197,8 +250,9 @@ ORDERLY = ["--orderly-rate", "40"]
 def serving_run(tmp_path, bug: str | None):
     """A no-fault 2m-noslave run with the orderly lane, `bug` planted on every node; (rc, out, summary,
     {(verdict id, subject): verdict}, {group kind: summary.json's delivery block})."""
-    rc, out, run_dir = chaos_run(tmp_path, (bug or "serving-control").split("-")[0], "2m-noslave", [],
-                                 {"plantBug": bug} if bug else {}, ORDERLY)
+    rc, out, run_dir = chaos_run(
+        tmp_path, (bug or "serving-control").split("-")[0], "2m-noslave", [], {"plantBug": bug} if bug else {}, ORDERLY
+    )
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     by_id = {(v["id"], v.get("subject")): v for v in summary["verdicts"] if v.get("id")}
     groups = {("orderly" if g.startswith("ChaosOrderlyCG") else "main"): (g, d) for g, d in summary["delivery"].items()}
@@ -283,13 +337,17 @@ def test_a_fault_with_no_visible_effect_is_not_exercised(tmp_path):
     every send acknowledged: the fault did nothing anyone could see, as a nemesis that silently does nothing)
     is "not exercised", never PASS; the same fault held 3 s is seen (its node stops answering) and judged.
     A nemesis that really does nothing cannot be planted from here: it would live in rmqha/chaos/nemesis.py."""
-    schedule = [{"at": 2, "hold": 0.05, "kind": "pause-master", "target": "broker-a"},
-                {"at": 4, "hold": 3, "kind": "pause-master", "target": "broker-b"}]
+    schedule = [
+        {"at": 2, "hold": 0.05, "kind": "pause-master", "target": "broker-a"},
+        {"at": 4, "hold": 3, "kind": "pause-master", "target": "broker-b"},
+    ]
     rc, out, run_dir = chaos_run(tmp_path, "noop", "2m-noslave", schedule, {})
     assert rc == 0, out
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     samples = {s["target"]: s for s in matrix.cell_samples(run_dir, summary, "2m-noslave", "ASYNC_FLUSH")}
-    judged = {t: matrix.judge(matrix.promise("2m-noslave", "ASYNC_FLUSH", s["kind"], s["role"]), [s])[0]
-              for t, s in samples.items()}
+    judged = {
+        t: matrix.judge(matrix.promise("2m-noslave", "ASYNC_FLUSH", s["kind"], s["role"]), [s])[0]
+        for t, s in samples.items()
+    }
     assert "no visible effect" in (samples["broker-a"]["not_exercised"] or ""), samples
     assert judged == {"broker-a": "not exercised", "broker-b": "PASS"}, (judged, samples)

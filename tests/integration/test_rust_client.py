@@ -12,6 +12,7 @@ and with a master stopped its slave serves the consumers.
 Layout: name server, broker-a and broker-b (SYNC_MASTER, syncFlushTimeout=1500) each with a slave.
 The status test uses a topic on broker-a alone, the failover test one on broker-b alone.
 """
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -45,9 +46,20 @@ def cluster(tmp_path_factory, rc):
 def create_topic(ns: NameServerProcess, masters: list[BrokerProcess], topic: str, queues: int = 4) -> None:
     """The topic on these masters only; wait until the name server routes it to exactly them."""
     for m in masters:
-        resp = rpc(m.addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
-                   {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
-                    "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+        resp = rpc(
+            m.addr,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": topic,
+                "defaultTopic": "TBW102",
+                "readQueueNums": queues,
+                "writeQueueNums": queues,
+                "perm": 6,
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0,
+                "order": "false",
+            },
+        )
         assert resp.code == 0, f"create {topic} on {m.name}: {resp.code} {resp.remark}"
     want = {m.broker_name for m in masters}
 
@@ -70,6 +82,7 @@ def assert_all_ok(results: list[dict], n: int) -> None:
 
 # -- sends and reads ------------------------------------------------------------------------------
 
+
 def test_every_send_mode_read_back_by_push_pull_and_lite_pull(cluster, rc):
     ns, nodes = cluster
     topic = unique_name("RustModes")
@@ -84,8 +97,12 @@ def test_every_send_mode_read_back_by_push_pull_and_lite_pull(cluster, rc):
     assert len(oneway) == 3 and all("error" not in r for r in oneway), oneway
     batch = rc.send(ns.addr, topic, mode="batch", count=4, prefix="batch", tags="TagB")
     assert_all_ok(batch, 1)
-    big = rc.send(ns.addr, topic, mode="sync", messages=[
-        {"body": "big-" + "B" * 6000, "tags": "TagL", "keys": "big-key", "props": {"up": "v1", "seq": "7"}}])
+    big = rc.send(
+        ns.addr,
+        topic,
+        mode="sync",
+        messages=[{"body": "big-" + "B" * 6000, "tags": "TagL", "keys": "big-key", "props": {"up": "v1", "seq": "7"}}],
+    )
     assert_all_ok(big, 1)
 
     sent = {f"{p}-{i}" for p, n in (("sync", 6), ("async", 5), ("oneway", 3), ("batch", 4)) for i in range(n)}
@@ -95,9 +112,12 @@ def test_every_send_mode_read_back_by_push_pull_and_lite_pull(cluster, rc):
     assert nodes["broker-a"].total_messages(topic, 4) + nodes["broker-b"].total_messages(topic, 4) == len(sent)
 
     with ThreadPoolExecutor(3) as pool:
-        futs = {mode: pool.submit(rc.consume, ns.addr, topic, f"GR-{mode}-{topic}", mode=mode, expect=len(sent),
-                                  timeout_s=30)
-                for mode in ("push", "pull", "lite")}
+        futs = {
+            mode: pool.submit(
+                rc.consume, ns.addr, topic, f"GR-{mode}-{topic}", mode=mode, expect=len(sent), timeout_s=30
+            )
+            for mode in ("push", "pull", "lite")
+        }
         got = {mode: f.result() for mode, f in futs.items()}
     for mode, (msgs, done) in got.items():
         missing = sent - bodies_of(msgs)
@@ -141,8 +161,9 @@ def test_reconsume_later_brings_each_message_back(cluster, rc):
     assert_all_ok(sent, 3)
     # The broker parks the sent-back message at delay level 3 + reconsumeTimes (here 2 s), then
     # delivers it through %RETRY%<group>.
-    msgs, done = rc.consume(ns.addr, topic, f"GR-retry-{topic}", mode="push", expect=3, timeout_s=90,
-                            reconsume_later=True)
+    msgs, done = rc.consume(
+        ns.addr, topic, f"GR-retry-{topic}", mode="push", expect=3, timeout_s=90, reconsume_later=True
+    )
     later = {m["body"]: m for m in msgs if m["action"] == "RECONSUME_LATER"}
     ok = [m for m in msgs if m["action"] == "CONSUME_SUCCESS"]
     assert set(later) == {f"retry-{i}" for i in range(3)}, msgs
@@ -176,6 +197,7 @@ def test_offset_queries(cluster, rc):
 
 # -- SYNC_MASTER outcomes and failover ------------------------------------------------------------
 
+
 def test_sync_master_send_ok_flush_slave_timeout_and_slave_not_available(cluster, rc):
     ns, nodes = cluster
     master, slave = nodes["broker-a"], nodes["broker-a-s"]
@@ -208,8 +230,14 @@ def test_sync_master_send_ok_flush_slave_timeout_and_slave_not_available(cluster
         assert master.total_messages(topic, 4) == stored + 4
     finally:
         slave.start()
-    wait_until(lambda: master.status()["ha"]["connectionCount"] == 1
-               and slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"], 30, "slave back and caught up")
+    wait_until(
+        lambda: (
+            master.status()["ha"]["connectionCount"] == 1
+            and slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"]
+        ),
+        30,
+        "slave back and caught up",
+    )
     again = rc.send(ns.addr, topic, prefix="again", **send)
     assert [r.get("status") for r in again] == ["SEND_OK"], again
 
@@ -221,16 +249,25 @@ def test_consumers_read_from_the_slave_while_the_master_is_down(cluster, rc):
     create_topic(ns, [master], topic)
     sent = rc.send(ns.addr, topic, mode="sync", count=10, prefix="fo")
     assert_all_ok(sent, 10)
-    wait_until(lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"]
-               and slave.status()["dispatchOffset"] == slave.status()["maxPhyOffset"], 20, "slave caught up")
+    wait_until(
+        lambda: (
+            slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"]
+            and slave.status()["dispatchOffset"] == slave.status()["maxPhyOffset"]
+        ),
+        20,
+        "slave caught up",
+    )
     master.stop()
     try:
         wait_until(lambda: 0 not in ns.broker_addrs("broker-b"), 20, "the name server dropped the master")
         want = {f"fo-{i}" for i in range(10)}
         with ThreadPoolExecutor(2) as pool:
-            futs = {mode: pool.submit(rc.consume, ns.addr, topic, f"GR-fo-{mode}-{topic}", mode=mode, expect=10,
-                                      timeout_s=30)
-                    for mode in ("push", "pull")}
+            futs = {
+                mode: pool.submit(
+                    rc.consume, ns.addr, topic, f"GR-fo-{mode}-{topic}", mode=mode, expect=10, timeout_s=30
+                )
+                for mode in ("push", "pull")
+            }
             got = {mode: f.result() for mode, f in futs.items()}
         for mode, (msgs, done) in got.items():
             assert want <= bodies_of(msgs), (mode, sorted(want - bodies_of(msgs)), done)
@@ -242,6 +279,7 @@ def test_consumers_read_from_the_slave_while_the_master_is_down(cluster, rc):
 
 # -- the chaos workload with this client (CLIENT=rust) ---------------------------------------------
 
+
 def test_chaos_workload_runs_with_the_rust_client_and_its_history_says_so(cluster, tmp_path, rc):
     import json
     import os
@@ -250,14 +288,38 @@ def test_chaos_workload_runs_with_the_rust_client_and_its_history_says_so(cluste
     from pathlib import Path
 
     from rmqha.cluster.history import FIELDS, read_history
+
     ns, nodes = cluster
     topic = unique_name("RustChaos")
     create_topic(ns, [nodes["broker-a"], nodes["broker-b"]], topic)  # as rmqha.chaos.run does before its workload
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(repo), RUST_CLIENT_BIN=str(rc.binary))
-    p = subprocess.run([sys.executable, "-m", "rmqha.chaos.workload", str(tmp_path), ns.addr, "--rate", "50",
-                        "--duration", "2", "--run-id", "rw", "--topic", topic, "--drain", "15",
-                        "--client", "rust"], cwd=repo, env=env, capture_output=True, text=True, timeout=90)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rmqha.chaos.workload",
+            str(tmp_path),
+            ns.addr,
+            "--rate",
+            "50",
+            "--duration",
+            "2",
+            "--run-id",
+            "rw",
+            "--topic",
+            topic,
+            "--drain",
+            "15",
+            "--client",
+            "rust",
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     final = json.loads(p.stdout.strip().splitlines()[-1])
     assert final["attempts"] >= 90 and final["ok"] == final["attempts"] and final["errors"] == 0, final

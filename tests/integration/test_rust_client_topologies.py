@@ -5,6 +5,7 @@ come back SEND_OK and are read back by a push and a lite-pull consumer; then the
 (clients/rust admin, DefaultMQAdminExt; the whole admin plane is test_rust_admin.py) sees the
 topology's brokers with their runtime info, the topic's route, and the push group's consume stats
 with nothing left to consume."""
+
 from __future__ import annotations
 
 import os
@@ -49,11 +50,13 @@ def admin_sees(rc: RustClient, namesrv: str, topic: str, group: str, topology: s
     assert set(out["runtime"]) == addrs and not any("error" in rt for rt in out["runtime"].values()), out
     route = rc.admin(namesrv, "topic", "route", topic=topic)["route"]
     assert {q["brokerName"] for q in route["queueDatas"]} == set(expected), route
+
     # the push consumer committed what it read (it persists offsets every 5 s: wait for it)
     def drained():
         stats = rc.admin(namesrv, "consume-stats", group=group, topic=topic, check=False)
         table = stats.get("stats", {}).get("offsetTable", {})
         return stats if table and all(v["brokerOffset"] == v["consumerOffset"] for v in table.values()) else None
+
     wait_until(drained, 30, f"consume stats of {group} with nothing left to consume")
 
 
@@ -70,8 +73,9 @@ def test_local_topology(topology):
         c.down()
 
 
-@pytest.mark.parametrize("topology,sets", [("2m-2s-sync", SYNC_SETS), ("2m-2s-async", ASYNC_SETS),
-                                           ("2m-noslave", None)])
+@pytest.mark.parametrize(
+    "topology,sets", [("2m-2s-sync", SYNC_SETS), ("2m-2s-async", ASYNC_SETS), ("2m-noslave", None)]
+)
 def test_docker_topology(docker_cluster_pool, topology, sets):
     rc = RustClient.get()
     c = docker_cluster_pool.get(topology, sets)

@@ -20,6 +20,7 @@ API (test_transactions.py and test_message_index.py speak the protocol themselve
 Broker settings: transactionTimeOut=2000, transactionCheckInterval=1000 (a check-back within ~3 s),
 transactionCheckMax=3.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,10 +45,14 @@ NO_MESSAGE_CODE, NO_MESSAGE = 208, "query message by key finished, but no messag
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, rc):
-    extra = {"transactionTimeOut": str(TIMEOUT_MS), "transactionCheckInterval": str(INTERVAL_MS),
-             "transactionCheckMax": str(CHECK_MAX)}
-    with master_and_slave(tmp_path_factory.mktemp("rust-tx-cluster"), "broker-rtx", extra=extra, slave_extra=extra,
-                          wait_connected=True) as pair:
+    extra = {
+        "transactionTimeOut": str(TIMEOUT_MS),
+        "transactionCheckInterval": str(INTERVAL_MS),
+        "transactionCheckMax": str(CHECK_MAX),
+    }
+    with master_and_slave(
+        tmp_path_factory.mktemp("rust-tx-cluster"), "broker-rtx", extra=extra, slave_extra=extra, wait_connected=True
+    ) as pair:
         yield pair
 
 
@@ -64,8 +69,11 @@ def dispatched(broker: BrokerProcess) -> bool:
 
 def nothing_found(found: list[dict], end: dict) -> bool:
     """The client's answer to a query that found nothing: its NO_MESSAGE (208) error."""
-    return found == [] and end["found"] == 0 and (end.get("errorCode"), end.get("errorMessage")) == \
-        (NO_MESSAGE_CODE, NO_MESSAGE)
+    return (
+        found == []
+        and end["found"] == 0
+        and (end.get("errorCode"), end.get("errorMessage")) == (NO_MESSAGE_CODE, NO_MESSAGE)
+    )
 
 
 def by_body(results: list[dict]) -> dict[str, dict]:
@@ -77,10 +85,20 @@ def test_commit_rollback_and_check_back(cluster, rc):
     topic = unique_name("RustTx")
     create_topic(ns, [master], topic)
     group = f"PG-rtx-{topic}"
-    plan = {"commit-me": "commit", "roll-me-back": "rollback", "ask-then-commit": "check-commit",
-            "ask-then-roll-back": "check-rollback"}
-    sent, checks, done = rc.tx_send(ns.addr, topic, group=group, unknown_checks=1, wait_s=20, messages=[
-        {"body": b, "keys": f"key-{b}", "tags": "tx", "tx": mode} for b, mode in plan.items()])
+    plan = {
+        "commit-me": "commit",
+        "roll-me-back": "rollback",
+        "ask-then-commit": "check-commit",
+        "ask-then-roll-back": "check-rollback",
+    }
+    sent, checks, done = rc.tx_send(
+        ns.addr,
+        topic,
+        group=group,
+        unknown_checks=1,
+        wait_s=20,
+        messages=[{"body": b, "keys": f"key-{b}", "tags": "tx", "tx": mode} for b, mode in plan.items()],
+    )
     sent = by_body(sent)
     assert set(sent) == set(plan), sent
     for body, mode in plan.items():
@@ -105,8 +123,7 @@ def test_commit_rollback_and_check_back(cluster, rc):
 
     committed = {"commit-me", "ask-then-commit"}
     wait_until(lambda: master.total_messages(topic, 4) == 2, 15, "the committed messages in their topic")
-    msgs, final = rc.consume(ns.addr, topic, f"GR-rtx-{topic}", mode="push", expect=2, timeout_s=20,
-                             linger_ms=1500)
+    msgs, final = rc.consume(ns.addr, topic, f"GR-rtx-{topic}", mode="push", expect=2, timeout_s=20, linger_ms=1500)
     assert sorted(m["body"] for m in msgs) == sorted(committed), (msgs, final)
     for m in msgs:  # the committed copy keeps the producer's msgId (UNIQ_KEY) and the half's properties
         assert m["msgId"] == sent[m["body"]]["msgId"], m
@@ -114,8 +131,9 @@ def test_commit_rollback_and_check_back(cluster, rc):
 
     # The check walked past every half: nothing is left that could still be committed.
     halves = master.max_offset(HALF, 0)
-    wait_until(lambda: cid_offsets(master).get(f"{HALF}@{CID}") == {"0": halves}, 15,
-               "the check walked past every half")
+    wait_until(
+        lambda: cid_offsets(master).get(f"{HALF}@{CID}") == {"0": halves}, 15, "the check walked past every half"
+    )
     assert master.total_messages(topic, 4) == 2
 
     # The index: a committed message is found by its key under its topic, a rolled-back one is not.
@@ -137,11 +155,20 @@ def test_unknown_forever_is_asked_check_max_times_then_discarded(cluster, rc):
     create_topic(ns, [master], topic)
     discarded = master.total_messages(DISCARDED, 1)
     # the command waits for CHECK_MAX checks, then 2.5 check intervals more in which no other may come
-    sent, checks, done = rc.tx_send(ns.addr, topic, group=f"PG-rtxmax-{topic}", tx="unknown", prefix="never",
-                                    expect_checks=CHECK_MAX, wait_s=20, linger_ms=int(2.5 * INTERVAL_MS))
+    sent, checks, done = rc.tx_send(
+        ns.addr,
+        topic,
+        group=f"PG-rtxmax-{topic}",
+        tx="unknown",
+        prefix="never",
+        expect_checks=CHECK_MAX,
+        wait_s=20,
+        linger_ms=int(2.5 * INTERVAL_MS),
+    )
     assert [(r["status"], r["localState"]) for r in sent] == [("SEND_OK", "UNKNOW")], sent
-    assert [(c["check"], c["checkTimes"], c["answer"], c["msgId"]) for c in checks] == \
-        [(n, str(n), "UNKNOW", sent[0]["msgId"]) for n in range(1, CHECK_MAX + 1)], checks
+    assert [(c["check"], c["checkTimes"], c["answer"], c["msgId"]) for c in checks] == [
+        (n, str(n), "UNKNOW", sent[0]["msgId"]) for n in range(1, CHECK_MAX + 1)
+    ], checks
     wait_until(lambda: master.total_messages(DISCARDED, 1) == discarded + 1, 10, f"the half moved to {DISCARDED}")
     assert master.total_messages(topic, 4) == 0
 
@@ -152,8 +179,9 @@ def test_query_by_key_in_a_time_range_and_view_by_id(cluster, rc):
     create_topic(ns, [master], topic)
     create_topic(ns, [master], other)
     t0 = int(time.time() * 1000)
-    sent = rc.send(ns.addr, topic, messages=[{"body": f"indexed-{i}", "keys": f"order-{i} batch-{i % 2}"}
-                                             for i in range(6)])
+    sent = rc.send(
+        ns.addr, topic, messages=[{"body": f"indexed-{i}", "keys": f"order-{i} batch-{i % 2}"} for i in range(6)]
+    )
     t1 = int(time.time() * 1000)
     assert [r.get("status") for r in sent] == ["SEND_OK"] * 6, sent
     noise = rc.send(ns.addr, other, messages=[{"body": "other-topic", "keys": "order-3 batch-1"}])
@@ -161,8 +189,9 @@ def test_query_by_key_in_a_time_range_and_view_by_id(cluster, rc):
     wait_until(lambda: dispatched(master), 10, "the index holds everything stored")
 
     found, end = rc.query(ns.addr, topic, key="order-3")
-    assert [(f["body"], f["msgId"], f["offsetMsgId"]) for f in found] == \
-        [("indexed-3", sent[3]["msgId"], sent[3]["offsetMsgId"])], (found, end)
+    assert [(f["body"], f["msgId"], f["offsetMsgId"]) for f in found] == [
+        ("indexed-3", sent[3]["msgId"], sent[3]["offsetMsgId"])
+    ], (found, end)
     assert end["indexLastUpdateTimestamp"] >= t0, end
     found, _ = rc.query(ns.addr, topic, key="batch-1")  # not batch-0's, nor the other topic's
     assert sorted(f["body"] for f in found) == ["indexed-1", "indexed-3", "indexed-5"], found
@@ -177,8 +206,12 @@ def test_query_by_key_in_a_time_range_and_view_by_id(cluster, rc):
 
     for i in (0, 5):
         (view,), end = rc.query(ns.addr, topic, msg_id=sent[i]["offsetMsgId"])
-        assert (view["body"], view["msgId"], view["keys"], view["topic"]) == \
-            (f"indexed-{i}", sent[i]["msgId"], f"order-{i} batch-{i % 2}", topic), view
+        assert (view["body"], view["msgId"], view["keys"], view["topic"]) == (
+            f"indexed-{i}",
+            sent[i]["msgId"],
+            f"order-{i} batch-{i % 2}",
+            topic,
+        ), view
         assert end["host"] == master.addr and view["storeHost"] == master.addr, (view, end)
     (host, port), phys = record.parse_offset_msg_id(sent[5]["offsetMsgId"])
     _, end = rc.query(ns.addr, topic, msg_id=record.offset_msg_id((host, port), phys + 1))  # not a record start
@@ -189,32 +222,46 @@ def test_slave_serves_the_committed_message_and_the_index_with_the_master_down(c
     ns, master, slave = cluster
     topic = unique_name("RustTxHA")
     create_topic(ns, [master], topic)
-    sent, checks, done = rc.tx_send(ns.addr, topic, group=f"PG-rtxha-{topic}", wait_s=5, linger_ms=300,
-                                    messages=[{"body": "kept", "keys": "ha-kept", "tx": "commit"},
-                                              {"body": "dropped", "keys": "ha-dropped", "tx": "rollback"}])
+    sent, checks, done = rc.tx_send(
+        ns.addr,
+        topic,
+        group=f"PG-rtxha-{topic}",
+        wait_s=5,
+        linger_ms=300,
+        messages=[
+            {"body": "kept", "keys": "ha-kept", "tx": "commit"},
+            {"body": "dropped", "keys": "ha-dropped", "tx": "rollback"},
+        ],
+    )
     assert [(r["body"], r["status"]) for r in sent] == [("kept", "SEND_OK"), ("dropped", "SEND_OK")], sent
     assert checks == [], checks
-    wait_until(lambda: master.total_messages(topic, 4) == 1
-               and dispatched(master), 10, "the commit in its topic and the index")
+    wait_until(
+        lambda: master.total_messages(topic, 4) == 1 and dispatched(master), 10, "the commit in its topic and the index"
+    )
     (kept,), _ = rc.query(ns.addr, topic, key="ha-kept")
 
-    wait_until(lambda: slave.status()["maxPhyOffset"]
-               == master.status()["maxPhyOffset"] and dispatched(slave), 20, "the slave caught up and dispatched")
+    wait_until(
+        lambda: slave.status()["maxPhyOffset"] == master.status()["maxPhyOffset"] and dispatched(slave),
+        20,
+        "the slave caught up and dispatched",
+    )
     end = master.status()["maxPhyOffset"]
     assert slave.commitlog_bytes(end) == master.commitlog_bytes(end)
     master.stop()
     try:
         wait_until(lambda: 0 not in ns.broker_addrs("broker-rtx"), 20, "the name server dropped the master")
         found, qend = rc.query(ns.addr, topic, key="ha-kept")  # the route now names the slave alone
-        assert [(f["body"], f["msgId"], f["commitLogOffset"]) for f in found] == \
-            [("kept", kept["msgId"], kept["commitLogOffset"])], (found, qend)
+        assert [(f["body"], f["msgId"], f["commitLogOffset"]) for f in found] == [
+            ("kept", kept["msgId"], kept["commitLogOffset"])
+        ], (found, qend)
         found, qend = rc.query(ns.addr, topic, key="ha-dropped")
         assert nothing_found(found, qend), qend
         at_slave = record.offset_msg_id(("127.0.0.1", slave.port), kept["commitLogOffset"])
         (view,), vend = rc.query(ns.addr, topic, msg_id=at_slave)
         assert vend["host"] == slave.addr and (view["body"], view["msgId"]) == ("kept", kept["msgId"]), view
-        msgs, cdone = rc.consume(ns.addr, topic, f"GR-rtxha-{topic}", mode="pull", expect=1, timeout_s=15,
-                                 linger_ms=1000)
+        msgs, cdone = rc.consume(
+            ns.addr, topic, f"GR-rtxha-{topic}", mode="pull", expect=1, timeout_s=15, linger_ms=1000
+        )
         assert [m["body"] for m in msgs] == ["kept"], (msgs, cdone)
     finally:
         master.start()

@@ -1,6 +1,7 @@
 """Subscription groups and topic administration on real processes (issue 24): a group made on the master
 is copied by its slave (as 4.9's SlaveSynchronize.syncSubscriptionGroupConfig), so consumeEnable=false
 holds on the slave too; the slave refuses changes; a deleted topic is gone from config and queues."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,11 @@ def test_slave_copies_groups_and_refuses_changes(tmp_path):
     master = slave = None
     try:
         master = BrokerProcess(tmp_path, "broker-grp", ns.addr, role="ASYNC_MASTER").start()
-        r = rpc(master.addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                body=b'{"groupName":"FROZEN","consumeEnable":false}')
+        r = rpc(
+            master.addr,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            body=b'{"groupName":"FROZEN","consumeEnable":false}',
+        )
         assert r.code == ResponseCode.SUCCESS
         req = send_v1(topic=TOPIC, body=b"one")
         assert rpc(master.addr, req.code, req.ext_fields, req.body).code == ResponseCode.SUCCESS
@@ -40,8 +44,14 @@ def test_slave_copies_groups_and_refuses_changes(tmp_path):
         # the first sync runs as soon as the slave learns its master's address
         wait_until(lambda: "FROZEN" in groups_of(slave.addr), 15, "the slave copies the master's groups")
         assert groups_of(slave.addr) == groups_of(master.addr)
-        wait_until(lambda: rpc(slave.addr, RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"})
-                   .ext_fields.get("offset") == "1", 15, "the slave holds the message")
+        wait_until(
+            lambda: (
+                rpc(slave.addr, RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"}).ext_fields.get("offset")
+                == "1"
+            ),
+            15,
+            "the slave holds the message",
+        )
         p = pull(topic=TOPIC, group="FROZEN", suspend_ms=0)
         r = rpc(slave.addr, p.code, p.ext_fields)
         assert (r.code, r.remark) == (ResponseCode.NO_PERMISSION, "subscription group no permission, FROZEN")

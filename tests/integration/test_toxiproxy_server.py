@@ -140,9 +140,9 @@ def round_trip(port: int, payload: bytes = b"ping", timeout: float = 5.0) -> flo
 
 
 def docker_ok() -> bool:
-    return shutil.which("docker") is not None and subprocess.run(
-        ["docker", "info"], capture_output=True
-    ).returncode == 0
+    return (
+        shutil.which("docker") is not None and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -162,9 +162,25 @@ def api_port():
         name = f"rmqha-toxiproxy-test-{uuid.uuid4().hex[:8]}"
         # Host networking: the proxy listens on, and connects to, 127.0.0.1 only.
         subprocess.run(
-            ["docker", "run", "-d", "--rm", "--name", name, "--network", "host",
-             "--label", "rmqha.test=toxiproxy-server", IMAGE, "-host", LOCAL, "-port", str(port)],
-            check=True, capture_output=True,
+            [
+                "docker",
+                "run",
+                "-d",
+                "--rm",
+                "--name",
+                name,
+                "--network",
+                "host",
+                "--label",
+                "rmqha.test=toxiproxy-server",
+                IMAGE,
+                "-host",
+                LOCAL,
+                "-port",
+                str(port),
+            ],
+            check=True,
+            capture_output=True,
         )
 
         def stop():
@@ -238,7 +254,9 @@ def test_toxic_listing_round_trips(proxy):
 def test_populate_endpoint(api_port, echo):
     base = f"http://{LOCAL}:{api_port}"
     ports = [free_port(), free_port()]
-    body = [{"name": f"pop{i}", "listen": f"{LOCAL}:{p}", "upstream": f"{LOCAL}:{echo.port}"} for i, p in enumerate(ports)]
+    body = [
+        {"name": f"pop{i}", "listen": f"{LOCAL}:{p}", "upstream": f"{LOCAL}:{echo.port}"} for i, p in enumerate(ports)
+    ]
     r = requests.post(f"{base}/populate", json=body, timeout=5)
     assert r.status_code == 201, r.text
     assert sorted(p["name"] for p in r.json()["proxies"]) == ["pop0", "pop1"]

@@ -11,6 +11,7 @@ committed messages once each and never the rolled-back one; the slave's commit l
 for byte (half, op and committed records alike), it holds the check's progress (CID_RMQ_SYS_TRANS
 offsets) copied from the master, and it refuses END_TRANSACTION.
 """
+
 from __future__ import annotations
 
 import json
@@ -71,9 +72,11 @@ def test_commit_rollback_and_check_back_across_ha(pair):
         producer.end(*rolled_back, ROLLBACK)
         # No END_TRANSACTION for "ask-me": after transactionTimeOut the broker asks the producer.
         answers = {asked[0]: COMMIT}
-        producer.serve_checks(lambda m: answers.get(m.properties.get("UNIQ_KEY"), UNKNOW),
-                              until=lambda: any(c.ext_fields.get("msgId") == asked[0] for c in producer.checks),
-                              deadline_s=15)
+        producer.serve_checks(
+            lambda m: answers.get(m.properties.get("UNIQ_KEY"), UNKNOW),
+            until=lambda: any(c.ext_fields.get("msgId") == asked[0] for c in producer.checks),
+            deadline_s=15,
+        )
     finally:
         producer.close()
     # One check, or more if a run came before the answer (the broker then only marks the copy done).
@@ -84,9 +87,19 @@ def test_commit_rollback_and_check_back_across_ha(pair):
     # The committed and rolled-back halves were never asked about.
     assert {c.ext_fields.get("msgId") for c in producer.checks} == {asked[0]}
 
-    lines = run_worker("consume", {"namesrv": ns.addr, "topic": topic, "group": "G-tx", "expect": 2,
-                                   "deadline_s": 40, "linger_s": 3,
-                                   "props": ["TRAN_MSG", "REAL_TOPIC", "PGROUP", "UNIQ_KEY"]}, 70)
+    lines = run_worker(
+        "consume",
+        {
+            "namesrv": ns.addr,
+            "topic": topic,
+            "group": "G-tx",
+            "expect": 2,
+            "deadline_s": 40,
+            "linger_s": 3,
+            "props": ["TRAN_MSG", "REAL_TOPIC", "PGROUP", "UNIQ_KEY"],
+        },
+        70,
+    )
     got = [line for line in lines if "body" in line]
     assert sorted(m["body"] for m in got) == ["ask-me", "commit-me"], got
     for m in got:  # 4.9.8's committed record keeps the half's properties
@@ -108,12 +121,23 @@ def test_commit_rollback_and_check_back_across_ha(pair):
     assert slave.total_messages(topic, 4) == 2
     # The check's progress, copied by the slave with the other consumer offsets (every 10 s).
     halves = master.max_offset(HALF, 0)
-    wait_until(lambda: cid_offsets(master).get(f"{HALF}@{CID}") == {"0": halves}, 15,
-               "the master's check walked past every half")
+    wait_until(
+        lambda: cid_offsets(master).get(f"{HALF}@{CID}") == {"0": halves},
+        15,
+        "the master's check walked past every half",
+    )
     wait_until(lambda: cid_offsets(slave) == cid_offsets(master), 25, "the slave copied CID_RMQ_SYS_TRANS's offsets")
     # A slave refuses END_TRANSACTION.
     _host, offset = record.parse_offset_msg_id(asked[1].ext_fields["msgId"])
-    reply = rpc(slave.addr, RequestCode.END_TRANSACTION, {
-        "producerGroup": "PG-tx", "tranStateTableOffset": "2", "commitLogOffset": str(offset),
-        "commitOrRollback": str(COMMIT), "msgId": asked[0]})
+    reply = rpc(
+        slave.addr,
+        RequestCode.END_TRANSACTION,
+        {
+            "producerGroup": "PG-tx",
+            "tranStateTableOffset": "2",
+            "commitLogOffset": str(offset),
+            "commitOrRollback": str(COMMIT),
+            "msgId": asked[0],
+        },
+    )
     assert reply.code == ResponseCode.SLAVE_NOT_AVAILABLE

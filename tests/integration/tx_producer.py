@@ -16,6 +16,7 @@ speaks the protocol itself, the way RocketMQ 4.9.8's Java TransactionMQProducer 
 
 Blocking, one connection, no threads: the test calls serve_checks() while it waits.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,31 +79,55 @@ class TxProducer:
 
     # -- the producer ----------------------------------------------------------------------------
     def heartbeat(self) -> None:
-        body = {"clientID": self.client_id, "producerDataSet": [{"groupName": self.group}],
-                "consumerDataSet": []}
+        body = {"clientID": self.client_id, "producerDataSet": [{"groupName": self.group}], "consumerDataSet": []}
         reply = self._call(RemotingCommand.request(RequestCode.HEART_BEAT, body=json.dumps(body).encode()))
         assert reply.code == 0, reply
 
     def send_half(self, topic: str, body: str, tags: str = "tx", keys: str = "") -> tuple[str, RemotingCommand]:
         """(UNIQ_KEY, the broker's reply) for one half message."""
         uniq = uuid.uuid4().hex.upper()
-        props = {"TAGS": tags, "KEYS": keys or uniq, "UNIQ_KEY": uniq, "WAIT": "true", "TRAN_MSG": "true",
-                 "PGROUP": self.group}
-        fields = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
-                  "defaultTopicQueueNums": 4, "queueId": 0, "sysFlag": record.TRANSACTION_PREPARED,
-                  "bornTimestamp": int(time.time() * 1000), "flag": 0,
-                  "properties": record.encode_properties(props), "reconsumeTimes": 0, "unitMode": "false",
-                  "batch": "false"}
+        props = {
+            "TAGS": tags,
+            "KEYS": keys or uniq,
+            "UNIQ_KEY": uniq,
+            "WAIT": "true",
+            "TRAN_MSG": "true",
+            "PGROUP": self.group,
+        }
+        fields = {
+            "producerGroup": self.group,
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": 4,
+            "queueId": 0,
+            "sysFlag": record.TRANSACTION_PREPARED,
+            "bornTimestamp": int(time.time() * 1000),
+            "flag": 0,
+            "properties": record.encode_properties(props),
+            "reconsumeTimes": 0,
+            "unitMode": "false",
+            "batch": "false",
+        }
         reply = self._call(RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, body=body.encode()))
         return uniq, reply
 
     def end(self, uniq: str, reply: RemotingCommand, state: int) -> None:
         """END_TRANSACTION after the local transaction, oneway (DefaultMQProducerImpl.endTransaction)."""
         _host, commit_log_offset = record.parse_offset_msg_id(reply.ext_fields["msgId"])
-        self._send(RemotingCommand.request(RequestCode.END_TRANSACTION, {
-            "producerGroup": self.group, "tranStateTableOffset": reply.ext_fields["queueOffset"],
-            "commitLogOffset": commit_log_offset, "commitOrRollback": state, "fromTransactionCheck": "false",
-            "msgId": uniq}), oneway=True)
+        self._send(
+            RemotingCommand.request(
+                RequestCode.END_TRANSACTION,
+                {
+                    "producerGroup": self.group,
+                    "tranStateTableOffset": reply.ext_fields["queueOffset"],
+                    "commitLogOffset": commit_log_offset,
+                    "commitOrRollback": state,
+                    "fromTransactionCheck": "false",
+                    "msgId": uniq,
+                },
+            ),
+            oneway=True,
+        )
 
     def serve_checks(self, check, until, deadline_s: float) -> None:
         """Answer CHECK_TRANSACTION_STATE with check(message) until until() is true or the deadline."""
@@ -119,8 +144,18 @@ class TxProducer:
     def _answer(self, request: RemotingCommand, state: int) -> None:
         f = request.ext_fields
         message = record.scan(request.body).message
-        self._send(RemotingCommand.request(RequestCode.END_TRANSACTION, {
-            "producerGroup": self.group, "tranStateTableOffset": f["tranStateTableOffset"],
-            "commitLogOffset": f["commitLogOffset"], "commitOrRollback": state, "fromTransactionCheck": "true",
-            "msgId": message.properties.get("UNIQ_KEY", f.get("offsetMsgId", "")),
-            "transactionId": f.get("transactionId", "")}), oneway=True)
+        self._send(
+            RemotingCommand.request(
+                RequestCode.END_TRANSACTION,
+                {
+                    "producerGroup": self.group,
+                    "tranStateTableOffset": f["tranStateTableOffset"],
+                    "commitLogOffset": f["commitLogOffset"],
+                    "commitOrRollback": state,
+                    "fromTransactionCheck": "true",
+                    "msgId": message.properties.get("UNIQ_KEY", f.get("offsetMsgId", "")),
+                    "transactionId": f.get("transactionId", ""),
+                },
+            ),
+            oneway=True,
+        )

@@ -1,5 +1,6 @@
 """rmqha/broker/acl.py: 4.9's PlainAccessValidator rules, IO-free (the official client against a real broker is
 tests/integration/test_acl.py)."""
+
 import pytest
 
 from rmqha.broker import acl
@@ -9,11 +10,18 @@ from rmqha.broker.remoting.codes import RequestCode as R
 CFG = {
     "globalWhiteRemoteAddresses": ["10.10.103.*"],
     "accounts": [
-        {"accessKey": "user", "secretKey": "12345678", "whiteRemoteAddress": "192.168.1.{1,2}",
-         "defaultTopicPerm": "DENY", "defaultGroupPerm": "SUB",
-         "topicPerms": ["topicA=DENY", "topicB=PUB|SUB", "topicC=SUB"], "groupPerms": ["groupA=DENY"]},
+        {
+            "accessKey": "user",
+            "secretKey": "12345678",
+            "whiteRemoteAddress": "192.168.1.{1,2}",
+            "defaultTopicPerm": "DENY",
+            "defaultGroupPerm": "SUB",
+            "topicPerms": ["topicA=DENY", "topicB=PUB|SUB", "topicC=SUB"],
+            "groupPerms": ["groupA=DENY"],
+        },
         {"accessKey": "admin", "secretKey": "87654321", "admin": True},
-    ]}
+    ],
+}
 
 
 def check(cfg, code, fields, body=b"", ip="127.0.0.1", ak="user", sk="12345678", signed=True):
@@ -27,8 +35,15 @@ def cfg():
 
 
 def test_perm_strings_and_checks_are_4_9s():
-    assert [acl.parse_perm(x) for x in ("PUB", "sub", "PUB|SUB", "SUB|PUB", "DENY", None, "bogus")] == \
-        [PUB, SUB, PUB | SUB, PUB | SUB, DENY, DENY, DENY]
+    assert [acl.parse_perm(x) for x in ("PUB", "sub", "PUB|SUB", "SUB|PUB", "DENY", None, "bogus")] == [
+        PUB,
+        SUB,
+        PUB | SUB,
+        PUB | SUB,
+        DENY,
+        DENY,
+        DENY,
+    ]
     assert acl.check_perm(PUB, PUB | SUB) and not acl.check_perm(PUB, SUB) and not acl.check_perm(SUB, DENY | SUB)
     assert acl.check_perm(acl.ANY, SUB) and not acl.check_perm(acl.ANY, DENY)
 
@@ -41,19 +56,22 @@ def test_the_signature_is_hmac_sha1_of_sorted_values_then_body():
     assert acl.signature(b"abxBODY", "12345678") == "lxBCXoK5tFMn/DUlW9PEYrf5Q14="
 
 
-@pytest.mark.parametrize("code, fields, ok", [
-    (R.SEND_MESSAGE, {"topic": "topicB"}, True),
-    (R.SEND_MESSAGE, {"topic": "topicC"}, False),            # SUB only
-    (R.SEND_MESSAGE, {"topic": "topicA"}, False),            # DENY
-    (R.SEND_MESSAGE, {"topic": "other"}, False),             # defaultTopicPerm DENY
-    (R.SEND_MESSAGE_V2, {"b": "topicB"}, True),
-    (R.PULL_MESSAGE, {"topic": "topicC", "consumerGroup": "g"}, True),   # group by defaultGroupPerm SUB
-    (R.PULL_MESSAGE, {"topic": "topicC", "consumerGroup": "groupA"}, False),
-    (R.UPDATE_CONSUMER_OFFSET, {"topic": "topicB", "consumerGroup": "g"}, True),
-    (R.CONSUMER_SEND_MSG_BACK, {"originTopic": "topicB", "group": "g"}, True),
-    (R.GET_MAX_OFFSET, {"topic": "topicA"}, True),           # a code 4.9 maps to no resource: signature only
-    (R.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}, False),      # admin only
-])
+@pytest.mark.parametrize(
+    "code, fields, ok",
+    [
+        (R.SEND_MESSAGE, {"topic": "topicB"}, True),
+        (R.SEND_MESSAGE, {"topic": "topicC"}, False),  # SUB only
+        (R.SEND_MESSAGE, {"topic": "topicA"}, False),  # DENY
+        (R.SEND_MESSAGE, {"topic": "other"}, False),  # defaultTopicPerm DENY
+        (R.SEND_MESSAGE_V2, {"b": "topicB"}, True),
+        (R.PULL_MESSAGE, {"topic": "topicC", "consumerGroup": "g"}, True),  # group by defaultGroupPerm SUB
+        (R.PULL_MESSAGE, {"topic": "topicC", "consumerGroup": "groupA"}, False),
+        (R.UPDATE_CONSUMER_OFFSET, {"topic": "topicB", "consumerGroup": "g"}, True),
+        (R.CONSUMER_SEND_MSG_BACK, {"originTopic": "topicB", "group": "g"}, True),
+        (R.GET_MAX_OFFSET, {"topic": "topicA"}, True),  # a code 4.9 maps to no resource: signature only
+        (R.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}, False),  # admin only
+    ],
+)
 def test_resources_and_perms(cfg, code, fields, ok):
     if ok:
         check(cfg, code, fields)
@@ -67,25 +85,33 @@ def test_resources_and_perms(cfg, code, fields, ok):
 # sender's group (V2: "a"; v1: a "group" field its header lacks, so nothing); a trace record (PUB on
 # RMQ_SYS_TRACE_TOPIC) skips the perm check, a named trace topic does not. The account "consumer" has
 # no PUB anywhere, so each True below needs 4.9's mapping.
-CONSUMER = {"accessKey": "consumer", "secretKey": "12345678", "defaultTopicPerm": "SUB",
-            "defaultGroupPerm": "SUB", "topicPerms": ["topicS=SUB", "MyTrace=SUB"],
-            "groupPerms": ["groupD=DENY"]}
+CONSUMER = {
+    "accessKey": "consumer",
+    "secretKey": "12345678",
+    "defaultTopicPerm": "SUB",
+    "defaultGroupPerm": "SUB",
+    "topicPerms": ["topicS=SUB", "MyTrace=SUB"],
+    "groupPerms": ["groupD=DENY"],
+}
 
 
-@pytest.mark.parametrize("code, fields, ok", [
-    (R.CONSUMER_SEND_MSG_BACK, {"originTopic": "topicS", "group": "g", "offset": "0"}, True),
-    (R.CONSUMER_SEND_MSG_BACK, {"originTopic": "topicS", "group": "groupD", "offset": "0"}, False),
-    (R.SEND_MESSAGE_V2, {"a": "g", "b": "%RETRY%g"}, True),
-    (R.SEND_MESSAGE_V2, {"a": "groupD", "b": "%RETRY%groupD"}, False),
-    (R.SEND_BATCH_MESSAGE, {"a": "g", "b": "%RETRY%g"}, True),
-    (R.SEND_MESSAGE, {"producerGroup": "groupD", "topic": "%RETRY%groupD"}, True),  # no "group": unchecked
-    (R.SEND_MESSAGE, {"group": "groupD", "topic": "%RETRY%groupD"}, False),
-    (R.SEND_MESSAGE, {"group": "g", "topic": "%RETRY%g"}, True),
-    (R.SEND_MESSAGE_V2, {"a": "g", "b": "topicS"}, False),               # an ordinary send still needs PUB
-    (R.SEND_MESSAGE_V2, {"a": "g", "b": "RMQ_SYS_TRACE_TOPIC"}, True),   # trace records: not checked
-    (R.SEND_MESSAGE, {"producerGroup": "g", "topic": "RMQ_SYS_TRACE_TOPIC"}, True),
-    (R.SEND_MESSAGE_V2, {"a": "g", "b": "MyTrace"}, False),              # only 4.9's default name skips
-])
+@pytest.mark.parametrize(
+    "code, fields, ok",
+    [
+        (R.CONSUMER_SEND_MSG_BACK, {"originTopic": "topicS", "group": "g", "offset": "0"}, True),
+        (R.CONSUMER_SEND_MSG_BACK, {"originTopic": "topicS", "group": "groupD", "offset": "0"}, False),
+        (R.SEND_MESSAGE_V2, {"a": "g", "b": "%RETRY%g"}, True),
+        (R.SEND_MESSAGE_V2, {"a": "groupD", "b": "%RETRY%groupD"}, False),
+        (R.SEND_BATCH_MESSAGE, {"a": "g", "b": "%RETRY%g"}, True),
+        (R.SEND_MESSAGE, {"producerGroup": "groupD", "topic": "%RETRY%groupD"}, True),  # no "group": unchecked
+        (R.SEND_MESSAGE, {"group": "groupD", "topic": "%RETRY%groupD"}, False),
+        (R.SEND_MESSAGE, {"group": "g", "topic": "%RETRY%g"}, True),
+        (R.SEND_MESSAGE_V2, {"a": "g", "b": "topicS"}, False),  # an ordinary send still needs PUB
+        (R.SEND_MESSAGE_V2, {"a": "g", "b": "RMQ_SYS_TRACE_TOPIC"}, True),  # trace records: not checked
+        (R.SEND_MESSAGE, {"producerGroup": "g", "topic": "RMQ_SYS_TRACE_TOPIC"}, True),
+        (R.SEND_MESSAGE_V2, {"a": "g", "b": "MyTrace"}, False),  # only 4.9's default name skips
+    ],
+)
 def test_send_back_retry_and_trace_sends_map_as_4_9_8(code, fields, ok):
     cfg = AclConfig.from_dict({"accounts": [CONSUMER]})
     if ok:
@@ -126,27 +152,56 @@ def test_refusal_order_and_reasons(cfg):
     check(cfg, R.SEND_MESSAGE, {"topic": "anything"}, ak="admin", sk="87654321")
 
 
-@pytest.mark.parametrize("code, fields, ak, sk, remark", [
-    # 4.9.8: "No default permission for" in both branches (PlainAccessResource.printStr: "topic:T",
-    # "group:G"), then RemotingHelper.exceptionSimpleDesc's ", <first stack frame>"
-    (R.SEND_MESSAGE, {"topic": "other"}, "user", "12345678",
-     "No default permission for topic:other, org.apache.rocketmq.acl.plain.PlainPermissionManager"
-     ".checkPerm(PlainPermissionManager.java:606)"),
-    (R.SEND_MESSAGE, {"topic": "topicA"}, "user", "12345678",
-     "No default permission for topic:topicA, org.apache.rocketmq.acl.plain.PlainPermissionManager"
-     ".checkPerm(PlainPermissionManager.java:611)"),
-    (R.PULL_MESSAGE, {"topic": "topicC", "consumerGroup": "groupA"}, "user", "12345678",
-     "No default permission for group:groupA, org.apache.rocketmq.acl.plain.PlainPermissionManager"
-     ".checkPerm(PlainPermissionManager.java:611)"),
-    (R.SEND_MESSAGE, {"topic": "topicB"}, "user", "wrong-key",
-     "Check signature failed for accessKey=user, org.apache.rocketmq.acl.plain.PlainPermissionManager"
-     ".validate(PlainPermissionManager.java:684)"),
-    (R.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}, "user", "12345678",
-     "Need admin permission for request code=17, but accessKey=user is not, "
-     "org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm(PlainPermissionManager.java:581)"),
-])
+@pytest.mark.parametrize(
+    "code, fields, ak, sk, remark",
+    [
+        # 4.9.8: "No default permission for" in both branches (PlainAccessResource.printStr: "topic:T",
+        # "group:G"), then RemotingHelper.exceptionSimpleDesc's ", <first stack frame>"
+        (
+            R.SEND_MESSAGE,
+            {"topic": "other"},
+            "user",
+            "12345678",
+            "No default permission for topic:other, org.apache.rocketmq.acl.plain.PlainPermissionManager"
+            ".checkPerm(PlainPermissionManager.java:606)",
+        ),
+        (
+            R.SEND_MESSAGE,
+            {"topic": "topicA"},
+            "user",
+            "12345678",
+            "No default permission for topic:topicA, org.apache.rocketmq.acl.plain.PlainPermissionManager"
+            ".checkPerm(PlainPermissionManager.java:611)",
+        ),
+        (
+            R.PULL_MESSAGE,
+            {"topic": "topicC", "consumerGroup": "groupA"},
+            "user",
+            "12345678",
+            "No default permission for group:groupA, org.apache.rocketmq.acl.plain.PlainPermissionManager"
+            ".checkPerm(PlainPermissionManager.java:611)",
+        ),
+        (
+            R.SEND_MESSAGE,
+            {"topic": "topicB"},
+            "user",
+            "wrong-key",
+            "Check signature failed for accessKey=user, org.apache.rocketmq.acl.plain.PlainPermissionManager"
+            ".validate(PlainPermissionManager.java:684)",
+        ),
+        (
+            R.UPDATE_AND_CREATE_TOPIC,
+            {"topic": "x"},
+            "user",
+            "12345678",
+            "Need admin permission for request code=17, but accessKey=user is not, "
+            "org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm(PlainPermissionManager.java:581)",
+        ),
+    ],
+)
 def test_the_refusal_remark_is_4_9_8s_text(cfg, code, fields, ak, sk, remark):
     from rmqha.broker.remoting.command import RemotingCommand
+
     ext = acl.sign(fields, b"", ak, sk)
     with pytest.raises(AclError) as e:
         cfg.validate(code, ext, b"", "127.0.0.1")
@@ -161,29 +216,37 @@ def test_white_addresses_skip_the_signature(cfg):
         cfg.validate(R.SEND_MESSAGE, {"topic": "topicA", "AccessKey": "user"}, b"", "192.168.1.3")
 
 
-@pytest.mark.parametrize("pattern, yes, no", [
-    ("*", ["1.2.3.4", "::1"], []),
-    ("192.168.0.*", ["192.168.0.9"], ["192.168.1.9"]),
-    ("192.168.1.1-10", ["192.168.1.1", "192.168.1.10"], ["192.168.1.11"]),
-    ("192.168.1.{3,5}", ["192.168.1.5"], ["192.168.1.4"]),
-    ("10.0.0.1,10.0.0.2", ["10.0.0.2"], ["10.0.0.3"]),
-    ("::1", ["::1"], ["127.0.0.1"]),
-])
+@pytest.mark.parametrize(
+    "pattern, yes, no",
+    [
+        ("*", ["1.2.3.4", "::1"], []),
+        ("192.168.0.*", ["192.168.0.9"], ["192.168.1.9"]),
+        ("192.168.1.1-10", ["192.168.1.1", "192.168.1.10"], ["192.168.1.11"]),
+        ("192.168.1.{3,5}", ["192.168.1.5"], ["192.168.1.4"]),
+        ("10.0.0.1,10.0.0.2", ["10.0.0.2"], ["10.0.0.3"]),
+        ("::1", ["::1"], ["127.0.0.1"]),
+    ],
+)
 def test_address_patterns(pattern, yes, no):
     m = AddressMatcher(pattern)
     assert all(m.match(ip) for ip in yes) and not any(m.match(ip) for ip in no)
 
 
-@pytest.mark.parametrize("doc, why", [
-    ({"accounts": [{"accessKey": "a"}]}, "accessKey and secretKey are required"),
-    ({"accounts": [{"accessKey": "a", "secretKey": "12345"}]}, "shorter than 6"),
-    ({"accounts": [{"accessKey": "a", "secretKey": "123456", "admn": True}]}, "unknown key.*admn"),
-    ({"acounts": []}, "unknown key.*acounts"),
-    ({"accounts": [{"accessKey": "a", "secretKey": "123456", "topicPerms": ["t=RW"]}]}, "is not DENY, PUB"),
-    ({"globalWhiteRemoteAddresses": ["300.1.1.1"]}, "not a byte"),
-    ({"accounts": [{"accessKey": "a", "secretKey": "123456"}, {"accessKey": "a", "secretKey": "123456"}]},
-     "appears twice"),
-])
+@pytest.mark.parametrize(
+    "doc, why",
+    [
+        ({"accounts": [{"accessKey": "a"}]}, "accessKey and secretKey are required"),
+        ({"accounts": [{"accessKey": "a", "secretKey": "12345"}]}, "shorter than 6"),
+        ({"accounts": [{"accessKey": "a", "secretKey": "123456", "admn": True}]}, "unknown key.*admn"),
+        ({"acounts": []}, "unknown key.*acounts"),
+        ({"accounts": [{"accessKey": "a", "secretKey": "123456", "topicPerms": ["t=RW"]}]}, "is not DENY, PUB"),
+        ({"globalWhiteRemoteAddresses": ["300.1.1.1"]}, "not a byte"),
+        (
+            {"accounts": [{"accessKey": "a", "secretKey": "123456"}, {"accessKey": "a", "secretKey": "123456"}]},
+            "appears twice",
+        ),
+    ],
+)
 def test_a_bad_file_is_refused_naming_what_is_wrong(doc, why):
     with pytest.raises(AclConfigError, match=why):
         AclConfig.from_dict(doc)

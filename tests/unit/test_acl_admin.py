@@ -1,5 +1,6 @@
 """The ACL admin requests (50-53): the IO-free edits of plain_acl.yml (rmqha/broker/acl_admin.py), and the
 processors on an in-process broker with aclEnable (rmqha/broker/processors/acl_admin.py)."""
+
 from __future__ import annotations
 
 import json
@@ -41,11 +42,17 @@ def update(**kw) -> AccessUpdate:
 
 # -- the IO-free edits -----------------------------------------------------------------------------
 
+
 def test_a_new_account_is_appended_with_only_the_fields_sent():
     original = doc()
     out = acl_admin.upsert_account(original, update(topic_perms=["t1=PUB"], default_group_perm="SUB"))
-    assert out["accounts"][-1] == {"accessKey": "newuser1", "secretKey": "newsecret1", "admin": False,
-                                   "defaultGroupPerm": "SUB", "topicPerms": ["t1=PUB"]}
+    assert out["accounts"][-1] == {
+        "accessKey": "newuser1",
+        "secretKey": "newsecret1",
+        "admin": False,
+        "defaultGroupPerm": "SUB",
+        "topicPerms": ["t1=PUB"],
+    }
     assert len(out["accounts"]) == 3 and original == doc()  # the input is not changed
     assert "newuser1" in AclConfig.from_dict(out).accounts
 
@@ -53,27 +60,36 @@ def test_a_new_account_is_appended_with_only_the_fields_sent():
 def test_an_update_merges_keeping_what_the_request_leaves_out():
     out = acl_admin.upsert_account(doc(), update(access_key="rocketmq2", secret_key="changed-secret", admin=True))
     acc = next(a for a in out["accounts"] if a["accessKey"] == "rocketmq2")
-    assert acc == {"accessKey": "rocketmq2", "secretKey": "changed-secret", "admin": True,
-                   "defaultTopicPerm": "DENY", "topicPerms": ["topicA=PUB|SUB"]}
+    assert acc == {
+        "accessKey": "rocketmq2",
+        "secretKey": "changed-secret",
+        "admin": True,
+        "defaultTopicPerm": "DENY",
+        "topicPerms": ["topicA=PUB|SUB"],
+    }
     assert len(out["accounts"]) == 2
     # an empty list clears (mqadmin without -t sends none, so it keeps)
-    out = acl_admin.upsert_account(out, update(access_key="rocketmq2", secret_key="changed-secret",
-                                               topic_perms=acl_admin.split_list("")))
+    out = acl_admin.upsert_account(
+        out, update(access_key="rocketmq2", secret_key="changed-secret", topic_perms=acl_admin.split_list(""))
+    )
     assert next(a for a in out["accounts"] if a["accessKey"] == "rocketmq2")["topicPerms"] == []
 
 
-@pytest.mark.parametrize("kw, says", [
-    ({"access_key": "short6"}, "The accessKey=short6 and secretKey=<10 characters> cannot be null"),
-    ({"secret_key": "123456"}, "secretKey=<6 characters> cannot be null and length should longer than 6"),
-    ({"secret_key": None}, "secretKey=null cannot be null"),
-    ({"access_key": ""}, "The accessKey= and"),
-    ({"topic_perms": ["topicA"]}, "Parse Resource format error for topicA."),
-    ({"topic_perms": ["a=SUB=PUB"]}, "Parse Resource format error for a=SUB=PUB."),
-    ({"group_perms": ["g=READ"]}, "Parse resource permission error for g=READ."),
-    ({"group_perms": ["g=pub"]}, "Parse resource permission error for g=pub."),  # 4.9: case matters
-    ({"default_topic_perm": "ALL"}, "defaultTopicPerm=ALL is not one of DENY, PUB, SUB, PUB|SUB, SUB|PUB"),
-    ({"white_remote_address": "10.1.1.300"}, "whiteRemoteAddress: address pattern '10.1.1.300'"),
-])
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        ({"access_key": "short6"}, "The accessKey=short6 and secretKey=<10 characters> cannot be null"),
+        ({"secret_key": "123456"}, "secretKey=<6 characters> cannot be null and length should longer than 6"),
+        ({"secret_key": None}, "secretKey=null cannot be null"),
+        ({"access_key": ""}, "The accessKey= and"),
+        ({"topic_perms": ["topicA"]}, "Parse Resource format error for topicA."),
+        ({"topic_perms": ["a=SUB=PUB"]}, "Parse Resource format error for a=SUB=PUB."),
+        ({"group_perms": ["g=READ"]}, "Parse resource permission error for g=READ."),
+        ({"group_perms": ["g=pub"]}, "Parse resource permission error for g=pub."),  # 4.9: case matters
+        ({"default_topic_perm": "ALL"}, "defaultTopicPerm=ALL is not one of DENY, PUB, SUB, PUB|SUB, SUB|PUB"),
+        ({"white_remote_address": "10.1.1.300"}, "whiteRemoteAddress: address pattern '10.1.1.300'"),
+    ],
+)
 def test_bad_fields_are_refused_with_a_reason_and_no_secret(kw, says):
     with pytest.raises(AclAdminError) as e:
         acl_admin.upsert_account(doc(), update(**kw))
@@ -115,15 +131,21 @@ def test_the_dump_reads_back_the_same_and_keys_stay_strings():
 
 def test_the_acl_admin_requests_need_an_admin_account():
     cfg = AclConfig.from_yaml(FILE)
-    for code in (R.UPDATE_AND_CREATE_ACL_CONFIG, R.DELETE_ACL_CONFIG, R.GET_BROKER_CLUSTER_ACL_INFO,
-                 R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG):
-        with pytest.raises(AclError, match=f"Need admin permission for request code={int(code)}, but "
-                                           "accessKey=rocketmq2 is not"):
+    for code in (
+        R.UPDATE_AND_CREATE_ACL_CONFIG,
+        R.DELETE_ACL_CONFIG,
+        R.GET_BROKER_CLUSTER_ACL_INFO,
+        R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+    ):
+        with pytest.raises(
+            AclError, match=f"Need admin permission for request code={int(code)}, but accessKey=rocketmq2 is not"
+        ):
             cfg.validate(code, acl.sign({"accessKey": "x"}, b"", "rocketmq2", "12345678"), b"", "127.0.0.1")
         cfg.validate(code, acl.sign({"accessKey": "x"}, b"", "RocketMQ", "87654321"), b"", "127.0.0.1")
 
 
 # -- the processors, on an in-process broker -------------------------------------------------------
+
 
 @pytest.fixture
 def broker(tmp_path):
@@ -144,8 +166,11 @@ def on_disk(b):
 
 
 def test_create_writes_the_file_and_is_in_force_at_once(broker):
-    r = call(broker, R.UPDATE_AND_CREATE_ACL_CONFIG, {"accessKey": "newuser1", "secretKey": "newsecret1",
-                                                      "admin": "false", "topicPerms": "t1=PUB,t2=SUB"})
+    r = call(
+        broker,
+        R.UPDATE_AND_CREATE_ACL_CONFIG,
+        {"accessKey": "newuser1", "secretKey": "newsecret1", "admin": "false", "topicPerms": "t1=PUB,t2=SUB"},
+    )
     assert (r.code, r.remark) == (C.SUCCESS, None)
     d = on_disk(broker)
     assert d["accounts"][-1]["topicPerms"] == ["t1=PUB", "t2=SUB"]
@@ -178,8 +203,10 @@ def test_delete_and_its_4_9_remark_for_an_unknown_key(broker):
     assert "rocketmq2" not in broker.server.acl.config.accounts
     assert [a["accessKey"] for a in on_disk(broker)["accounts"]] == ["RocketMQ"]
     r = call(broker, R.DELETE_ACL_CONFIG, {"accessKey": "rocketmq2"})
-    assert (r.code, r.remark) == (C.DELETE_ACL_CONFIG_FAILED,
-                                  "The accesskey[rocketmq2] corresponding to accessConfig has been deleted failed.")
+    assert (r.code, r.remark) == (
+        C.DELETE_ACL_CONFIG_FAILED,
+        "The accesskey[rocketmq2] corresponding to accessConfig has been deleted failed.",
+    )
 
 
 def test_global_white_addresses_and_the_file_path(broker):
@@ -187,11 +214,13 @@ def test_global_white_addresses_and_the_file_path(broker):
     assert r.code == C.SUCCESS, r.remark
     assert on_disk(broker)["globalWhiteRemoteAddresses"] == ["192.168.0.*", "10.1.1.1"]
     assert broker.server.acl.config.global_white[1].match("10.1.1.1")
-    r = call(broker, R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "1.2.3.4",
-                                                          "aclFileFullPath": str(broker.path)})
+    r = call(
+        broker, R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "1.2.3.4", "aclFileFullPath": str(broker.path)}
+    )
     assert r.code == C.SUCCESS, r.remark
-    r = call(broker, R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "1.2.3.4",
-                                                          "aclFileFullPath": "/etc/other.yml"})
+    r = call(
+        broker, R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "1.2.3.4", "aclFileFullPath": "/etc/other.yml"}
+    )
     assert r.code == C.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED and "is not the ACL file" in r.remark
     r = call(broker, R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "1.2.3.999"})
     assert r.code == C.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED and "1.2.3.999" in r.remark
@@ -213,10 +242,12 @@ def test_acl_info_answers_4_9s_header(broker):
 def test_with_acl_off_each_is_answered_saying_so(tmp_path):
     b = Broker(tmp_path)
     try:
-        for code, fields in ((R.UPDATE_AND_CREATE_ACL_CONFIG, {"accessKey": "newuser1", "secretKey": "x" * 8}),
-                             (R.DELETE_ACL_CONFIG, {"accessKey": "newuser1"}),
-                             (R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "*"}),
-                             (R.GET_BROKER_CLUSTER_ACL_INFO, {})):
+        for code, fields in (
+            (R.UPDATE_AND_CREATE_ACL_CONFIG, {"accessKey": "newuser1", "secretKey": "x" * 8}),
+            (R.DELETE_ACL_CONFIG, {"accessKey": "newuser1"}),
+            (R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "*"}),
+            (R.GET_BROKER_CLUSTER_ACL_INFO, {}),
+        ):
             r = call(b, code, fields)
             assert r.code != C.SUCCESS and "aclEnable=false" in r.remark
     finally:

@@ -1,4 +1,5 @@
 """rmqha/broker/config_policy.py: which settings UPDATE_BROKER_CONFIG may change, and the config file rewrite."""
+
 import dataclasses
 
 import pytest
@@ -18,8 +19,20 @@ def test_every_setting_is_in_exactly_one_class():
     assert cp.LIVE_KEYS | cp.RESTART_KEYS | refused == ALL_KEYS
 
 
-@pytest.mark.parametrize("key", ["storePathRootDir", "brokerRole", "brokerName", "brokerId", "brokerClusterName",
-                                 "listenPort", "mappedFileSizeCommitLog", "flushDiskType", "aclEnable"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "storePathRootDir",
+        "brokerRole",
+        "brokerName",
+        "brokerId",
+        "brokerClusterName",
+        "listenPort",
+        "mappedFileSizeCommitLog",
+        "flushDiskType",
+        "aclEnable",
+    ],
+)
 def test_dangerous_keys_are_refused_by_name(tmp_path, key):
     with pytest.raises(cp.UpdateRefused) as e:
         cp.plan_update(make_config(tmp_path), {"maxMessageSize": "1024", key: "x"})
@@ -62,21 +75,25 @@ def test_properties_text_is_every_set_value_sorted_without_secrets(tmp_path):
 
 
 def test_rewrite_keeps_comments_and_order():
-    text = ("# broker-a\n"
-            "brokerName = broker-a\n"
-            "! a note\n"
-            "maxMessageSize=1024\n"
-            "namesrvAddr=a:1;\\\n"
-            "    b:2\n"
-            "listenPort=10911\n")
+    text = (
+        "# broker-a\n"
+        "brokerName = broker-a\n"
+        "! a note\n"
+        "maxMessageSize=1024\n"
+        "namesrvAddr=a:1;\\\n"
+        "    b:2\n"
+        "listenPort=10911\n"
+    )
     out = cp.rewrite_properties(text, {"maxMessageSize": "2048", "namesrvAddr": "c:3", "brokerPermission": "4"})
-    assert out == ("# broker-a\n"
-                   "brokerName = broker-a\n"
-                   "! a note\n"
-                   "maxMessageSize=2048\n"
-                   "namesrvAddr=c:3\n"
-                   "listenPort=10911\n"
-                   "brokerPermission=4\n")
+    assert out == (
+        "# broker-a\n"
+        "brokerName = broker-a\n"
+        "! a note\n"
+        "maxMessageSize=2048\n"
+        "namesrvAddr=c:3\n"
+        "listenPort=10911\n"
+        "brokerPermission=4\n"
+    )
     assert parse_properties(out)["namesrvAddr"] == "c:3"
     assert cp.rewrite_properties("", {"a": "x\\y"}) == "a=x\\\\y\n"
     assert parse_properties(cp.rewrite_properties("", {"a": "x\\y"})) == {"a": "x\\y"}

@@ -1,6 +1,7 @@
 """The documentation holds together: every relative link in README.md and docs/ resolves (the file, and the
 heading when the link names one), the paths docs/architecture.md names exist, and the README stays a manual
 of at most 300 lines. Pure file reads: no imports from the project, well under a second."""
+
 import re
 from pathlib import Path
 
@@ -9,9 +10,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 300
 # The pages whose links are checked: the manual, docs/, and the READMEs the docs link to.
-PAGES = sorted({ROOT / "README.md", *ROOT.glob("docs/*.md"), ROOT / "rmqha" / "pipeline" / "README.md",
-                ROOT / "images" / "README.md", ROOT / "compose" / "README.md",
-                ROOT / "tools" / "mutation" / "README.md"})
+PAGES = sorted(
+    {
+        ROOT / "README.md",
+        *ROOT.glob("docs/*.md"),
+        ROOT / "rmqha" / "pipeline" / "README.md",
+        ROOT / "images" / "README.md",
+        ROOT / "compose" / "README.md",
+        ROOT / "tools" / "mutation" / "README.md",
+    }
+)
 PAGES = [p for p in PAGES if p.exists()]
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -114,6 +122,8 @@ def test_the_checker_finds_what_it_must(tmp_path):
     assert slug("ACL, and what 4.9 leaves open") == "acl-and-what-49-leaves-open"
     (tmp_path / "b.md").write_text("# B\n\n## Real heading\n\n## Real heading\n")
     page = tmp_path / "a.md"
-    page.write_text("[gone](gone.md), [bad](b.md#no-such-heading), [ok](b.md#real-heading),\n"
-                    "[dup](b.md#real-heading-1), [self](#a), `[code](gone.md)`\n\n# A\n\n```\n[fenced](gone.md)\n```\n")
+    page.write_text(
+        "[gone](gone.md), [bad](b.md#no-such-heading), [ok](b.md#real-heading),\n"
+        "[dup](b.md#real-heading-1), [self](#a), `[code](gone.md)`\n\n# A\n\n```\n[fenced](gone.md)\n```\n"
+    )
     assert [p.split(": ")[1] for p in broken_links(page, tmp_path)] == ["gone.md", "b.md#no-such-heading"]

@@ -1,6 +1,7 @@
 """The fuzz harnesses (fuzz/, `make fuzz`) in a few seconds, without atheris: each target's seed corpus,
 then seeded random inputs (random bytes, and seeds with bytes flipped, inserted, cut and spliced).
 A failure names the input; `python -m fuzz.run --repro TARGET FILE` replays one saved to a file."""
+
 import importlib
 import random
 from pathlib import Path
@@ -23,7 +24,7 @@ def mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
         elif op == 1:
             data[at:at] = rng.randbytes(rng.randint(1, 8))
         elif op == 2:
-            del data[at:at + rng.randint(1, 16)]
+            del data[at : at + rng.randint(1, 16)]
         elif op == 3:
             other = rng.choice(seeds)
             cut = rng.randint(0, len(other))

@@ -1,4 +1,5 @@
 """rmqha/broker/log_limit.py: one line per key per interval, exact at the interval, with the count left out."""
+
 import logging
 
 from rmqha.broker import log_limit
@@ -36,7 +37,8 @@ def test_once_per_interval_exactly_with_the_count_left_out(caplog):
     assert lines(caplog) == [
         (logging.WARNING, "bad request a"),
         (logging.WARNING, "bad request d (2 more like this in the last 60 s not logged)"),
-        (logging.WARNING, "bad request e")]
+        (logging.WARNING, "bad request e"),
+    ]
     assert lim.total == {"bad": 5}
 
 

@@ -1,10 +1,18 @@
 """rmqha/broker/validation.py at its exact limits: 127/255-character topics, 120-character groups, the
 character set, blank names, and how a bad name is shown in a remark."""
+
 import pytest
 
 from rmqha.broker.errors import BadRequest
-from rmqha.broker.validation import (InvalidName, check_group, check_topic, group_problem, has_illegal_chars,
-                               shown, topic_problem)
+from rmqha.broker.validation import (
+    InvalidName,
+    check_group,
+    check_topic,
+    group_problem,
+    has_illegal_chars,
+    shown,
+    topic_problem,
+)
 
 ALL_ALLOWED = "%|_-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -18,8 +26,9 @@ def test_every_allowed_character_and_nothing_else():
 
 def test_topic_length_limits_are_exact():
     assert topic_problem("t" * 127) is None
-    assert topic_problem("t" * 128) == ("The specified topic[" + "t" * 80 + "...(128 chars)] is longer than "
-                                        "topic max length 127.")
+    assert topic_problem("t" * 128) == (
+        "The specified topic[" + "t" * 80 + "...(128 chars)] is longer than topic max length 127."
+    )
     for prefix in ("%RETRY%", "%DLQ%"):
         assert topic_problem(prefix + "g" * (255 - len(prefix))) is None
         assert "longer than topic max length 255." in topic_problem(prefix + "g" * (256 - len(prefix)))
@@ -28,8 +37,9 @@ def test_topic_length_limits_are_exact():
 
 def test_group_length_limit_is_exact():
     assert group_problem("g" * 120) is None
-    assert group_problem("g" * 121) == ("The specified group[" + "g" * 80 + "...(121 chars)] is longer than "
-                                        "group max length 120.")
+    assert group_problem("g" * 121) == (
+        "The specified group[" + "g" * 80 + "...(121 chars)] is longer than group max length 120."
+    )
 
 
 @pytest.mark.parametrize("name", ["", " ", "   ", "\t"])
@@ -39,10 +49,12 @@ def test_blank_names(name):
 
 
 def test_illegal_characters_are_named_in_the_remark():
-    assert topic_problem("a/b") == ("The specified topic[a/b] contains illegal characters, allowing only "
-                                    "^[%|a-zA-Z0-9_-]+$")
-    assert group_problem("g\n1") == ("The specified group[g\\n1] contains illegal characters, allowing only "
-                                     "^[%|a-zA-Z0-9_-]+$")
+    assert topic_problem("a/b") == (
+        "The specified topic[a/b] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    )
+    assert group_problem("g\n1") == (
+        "The specified group[g\\n1] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    )
 
 
 def test_shown_is_bounded_escaped_ascii():

@@ -1,4 +1,5 @@
 """rmqkit's pieces that need no cluster: marker and option resolution, the message recorder, audit results."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -10,8 +11,13 @@ from rmqha.rmqkit.audit import AuditFailed, AuditResult
 class FakeRequest:
     def __init__(self, markers, **options):
         self.node = SimpleNamespace(nodeid="t.py::test", iter_markers=lambda name: iter(markers))
-        opts = {"--rocketmq-topology": "2m-2s-sync", "--rocketmq-backend": "docker", "--rocketmq-scope": "session",
-                "--rocketmq-audit": False, **options}
+        opts = {
+            "--rocketmq-topology": "2m-2s-sync",
+            "--rocketmq-backend": "docker",
+            "--rocketmq-scope": "session",
+            "--rocketmq-audit": False,
+            **options,
+        }
         self.config = SimpleNamespace(getoption=opts.__getitem__)
 
 
@@ -20,10 +26,18 @@ def mark(**kw):
 
 
 def test_closest_marker_wins_per_keyword_and_options_fill_the_rest():
-    req = FakeRequest([mark(backend="local"), mark(topology="2m-noslave", backend="docker", audit=True)],
-                      **{"--rocketmq-scope": "module"})
-    assert pytest_plugin._settings(req) == {"topology": "2m-noslave", "backend": "local", "scope": "module",
-                                            "sets": {}, "audit": True, "acl": False}
+    req = FakeRequest(
+        [mark(backend="local"), mark(topology="2m-noslave", backend="docker", audit=True)],
+        **{"--rocketmq-scope": "module"},
+    )
+    assert pytest_plugin._settings(req) == {
+        "topology": "2m-noslave",
+        "backend": "local",
+        "scope": "module",
+        "sets": {},
+        "audit": True,
+        "acl": False,
+    }
 
 
 def test_sets_become_strings_and_the_audit_option_applies_to_every_test():
@@ -32,9 +46,14 @@ def test_sets_become_strings_and_the_audit_option_applies_to_every_test():
     assert s["sets"] == {"syncFlushTimeout": "1500"} and s["audit"] is True
 
 
-@pytest.mark.parametrize("m, words", [(mark(topolgy="x"), "unknown @pytest.mark.rocketmq keyword 'topolgy'"),
-                                      (pytest.mark.rocketmq("2m-2s-sync").mark, "keywords only"),
-                                      (mark(scope="class"), "use one of session, module, function")])
+@pytest.mark.parametrize(
+    "m, words",
+    [
+        (mark(topolgy="x"), "unknown @pytest.mark.rocketmq keyword 'topolgy'"),
+        (pytest.mark.rocketmq("2m-2s-sync").mark, "keywords only"),
+        (mark(scope="class"), "use one of session, module, function"),
+    ],
+)
 def test_a_bad_marker_is_a_usage_error_naming_it(m, words):
     with pytest.raises(pytest.UsageError, match=words):
         pytest_plugin._settings(FakeRequest([m]))
@@ -54,18 +73,19 @@ def test_the_pool_reuses_a_cluster_only_for_the_same_key_and_owner(monkeypatch):
         def stop(self, keep_data=False):
             stopped.append(self.args)
             return []
+
     monkeypatch.setattr("rmqha.rmqkit.cluster.RocketMQCluster", FakeCluster)
     monkeypatch.setattr(pytest_plugin.ClusterPool, "_healthy", staticmethod(lambda c: True))
     pool = pytest_plugin.ClusterPool("/tmp/x")
     s = {"topology": "2m-2s-sync", "backend": "docker", "sets": {}}
     a = pool.get(s, "session")
     assert pool.get(dict(s), "session") is a and len(started) == 1
-    b = pool.get({**s, "topology": "2m-noslave"}, "session")          # another topology replaces it
+    b = pool.get({**s, "topology": "2m-noslave"}, "session")  # another topology replaces it
     assert b is not a and stopped == [a.args]
     c = pool.get({**s, "topology": "2m-noslave", "acl": True}, "session")  # so does ACL on the same topology
     assert c is not b and c.args[-1] is True and stopped == [a.args, b.args]
     b = c
-    pool.release(owner="module:other.py")                             # not its owner: kept
+    pool.release(owner="module:other.py")  # not its owner: kept
     assert pool.current[2] is b
     pool.release()
     assert stopped[-1] == c.args and pool.current is None
@@ -76,6 +96,7 @@ def test_messages_remember_topic_and_keys_and_a_send_without_keys_gets_a_send_id
     from rocketmq.client import Message
 
     from rmqha.rmqkit.history import Recorder
+
     rec = Recorder(tmp_path / "h.jsonl", "c1", "127.0.0.1:1")
     m = Message("Orders")
     m.set_keys("order-1")
@@ -89,10 +110,14 @@ def test_messages_remember_topic_and_keys_and_a_send_without_keys_gets_a_send_id
     res = SimpleNamespace(msg_id=b"UNIQ1", status=0, offset=7)
     rec._append(rec.result(r, res))
     rec.close()
-    rec._append(rec.result(r2, res))                                  # after close: dropped, no error
+    rec._append(rec.result(r2, res))  # after close: dropped, no error
     (line,) = rec.records()
-    assert (line["status"], line["uniq_key"], line["queue_offset"], line["send_id"]) == ("SEND_OK", "UNIQ1", 7,
-                                                                                          "order-1")
+    assert (line["status"], line["uniq_key"], line["queue_offset"], line["send_id"]) == (
+        "SEND_OK",
+        "UNIQ1",
+        7,
+        "order-1",
+    )
 
 
 def test_an_audit_result_fails_on_a_fail_verdict_and_on_a_run_that_did_not_run(tmp_path):

@@ -1,5 +1,6 @@
 """RustClient.admin (tests/integration/rust_client.py) against a stand-in binary: how options become the
 CLI's arguments, and how an admin call's one JSON object (or its failure, exit 3) comes back."""
+
 import json
 import stat
 
@@ -27,10 +28,36 @@ def rc(tmp_path):
 
 def test_options_become_cli_arguments(rc, monkeypatch):
     monkeypatch.delenv("FAKE_OUT", raising=False)
-    out = rc.admin("ns:9876", "sub-group", "create", cluster="C", group="G", config={"retryMaxTimes": 5},
-                   remove_offset=True, order=False, broker_addr=None, timeout_ms=3000)
-    assert out == {"argv": ["--namesrv", "ns:9876", "admin", "sub-group", "create", "--cluster", "C", "--group", "G",
-                            "--config", '{"retryMaxTimes": 5}', "--remove-offset", "--timeout-ms", "3000"]}
+    out = rc.admin(
+        "ns:9876",
+        "sub-group",
+        "create",
+        cluster="C",
+        group="G",
+        config={"retryMaxTimes": 5},
+        remove_offset=True,
+        order=False,
+        broker_addr=None,
+        timeout_ms=3000,
+    )
+    assert out == {
+        "argv": [
+            "--namesrv",
+            "ns:9876",
+            "admin",
+            "sub-group",
+            "create",
+            "--cluster",
+            "C",
+            "--group",
+            "G",
+            "--config",
+            '{"retryMaxTimes": 5}',
+            "--remove-offset",
+            "--timeout-ms",
+            "3000",
+        ]
+    }
 
 
 def test_the_last_object_is_the_result(rc, monkeypatch):
@@ -39,8 +66,12 @@ def test_the_last_object_is_the_result(rc, monkeypatch):
 
 
 def test_a_failed_call_raises_or_comes_back_with_its_error(rc, monkeypatch):
-    failure = {"error": "core.argument.invalid: Argument is invalid", "errorCode": 22,
-               "errorMessage": "No config item, Namespace: N", "causes": []}
+    failure = {
+        "error": "core.argument.invalid: Argument is invalid",
+        "errorCode": 22,
+        "errorMessage": "No config item, Namespace: N",
+        "causes": [],
+    }
     monkeypatch.setenv("FAKE_OUT", json.dumps(failure))
     monkeypatch.setenv("FAKE_RC", "3")
     with pytest.raises(RustClientError, match="No config item, Namespace: N"):

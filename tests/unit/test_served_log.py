@@ -1,4 +1,5 @@
 """The broker's served-pull log (rmqha/broker/served.py), its HTTP view and the sampler's reader."""
+
 import json
 
 import pytest
@@ -55,16 +56,18 @@ def test_the_sampler_reads_each_entry_once_and_starts_again_after_a_restart(monk
 
     def fake_fetch(url, timeout):
         after = int(url.rsplit("after=", 1)[1])
-        return logs["n1"].since(after, limit=2), None   # pages of 2: the reader asks again
+        return logs["n1"].since(after, limit=2), None  # pages of 2: the reader asks again
+
     monkeypatch.setattr(sample, "fetch_status", fake_fetch)
-    reader = sample.ServedReader({"nodes": [{"name": "n1", "brokerName": "b", "brokerId": 0,
-                                             "statusUrl": "http://h:1/status"}]})
+    reader = sample.ServedReader(
+        {"nodes": [{"name": "n1", "brokerName": "b", "brokerId": 0, "statusUrl": "http://h:1/status"}]}
+    )
     for i in range(5):
         logs["n1"].record(i, "G", "T", 0, i, i + 1, 1)
     rows = reader.rows()
     assert [r["seq"] for r in rows] == [1, 2, 3, 4, 5] and rows[0]["node"] == "n1" and rows[0]["incarnation"] == 1
     assert reader.rows() == []
-    logs["n1"] = ServedLog(incarnation_ms=2)      # the node restarted: a new log numbered from 1
+    logs["n1"] = ServedLog(incarnation_ms=2)  # the node restarted: a new log numbered from 1
     logs["n1"].record(9, "G", "T", 1, 0, 2, 2)
     rows = reader.rows()
     assert [(r["seq"], r["incarnation"], r["from"]) for r in rows] == [(1, 2, 0)]

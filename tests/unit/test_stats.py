@@ -1,4 +1,5 @@
 """rmqha/broker/stats.py: 4.9's BrokerStatsManager windows, StoreStatsService samples and Java's value formats."""
+
 import datetime
 
 import pytest
@@ -11,7 +12,7 @@ def test_stats_item_windows_sum_tps_and_avgpt():
     assert item.window("minute") == {"sum": 0, "tps": 0.0, "avgpt": 0.0}  # never sampled
     item.sample("minute", 0, st.MINUTE_STEP_MS)  # first sample: paired with a zero one 10 s before
     assert list(item.windows["minute"]) == [(-10_000, 0, 0), (0, 0, 0)]
-    item.add(30, 2)   # e.g. a batch of 30 messages in one send, then 10 in another... (times = additions)
+    item.add(30, 2)  # e.g. a batch of 30 messages in one send, then 10 in another... (times = additions)
     item.add(10, 1)
     item.sample("minute", 10_000, st.MINUTE_STEP_MS)
     # from the zero sample at -10 s to now: 40 over 20 s, 3 additions
@@ -66,7 +67,8 @@ def test_put_distribution_is_the_last_full_minute_in_4_9s_format():
     s.roll_distribution()
     assert s.distribution_text() == (
         "[<=0ms]:1 [0~10ms]:2 [10~50ms]:2 [50~100ms]:1 [100~200ms]:0 [200~500ms]:0 [500ms~1s]:1 [1~2s]:1 "
-        "[2~3s]:0 [3~4s]:0 [4~5s]:0 [5~10s]:0 [10s~]:2 ")
+        "[2~3s]:0 [3~4s]:0 [4~5s]:0 [5~10s]:0 [10s~]:2 "
+    )
     assert s.put_time_max == 99_999
     s.on_put("T", 1, 100, 7)  # the new minute is not reported until it is over
     assert s.distribution_text().startswith("[<=0ms]:1 [0~10ms]:2 ")
@@ -91,8 +93,13 @@ def test_runtime_info_values_are_4_9s_strings():
     s.on_put("T", 2, 300, 0)
     s.on_put_failed()
     info = s.runtime_info(2_000)
-    assert (info["putMessageTimesTotal"], info["putMessageSizeTotal"], info["putMessageAverageSize"],
-            info["putMessageFailedTimes"], info["msgPutTotalTodayNow"]) == ("2", "300", "150.0", "1", "2")
+    assert (
+        info["putMessageTimesTotal"],
+        info["putMessageSizeTotal"],
+        info["putMessageAverageSize"],
+        info["putMessageFailedTimes"],
+        info["msgPutTotalTodayNow"],
+    ) == ("2", "300", "150.0", "1", "2")
 
 
 def test_clock_samples_on_schedule_and_records_mornings():
@@ -116,13 +123,30 @@ def test_clock_samples_on_schedule_and_records_mornings():
     assert (store.put_today_morning, store.put_yesterday_morning) == (7, 7)
 
 
-@pytest.mark.parametrize("x,text", [(0.0, "0.0"), (1.0, "1.0"), (12.5, "12.5"), (0.001, "0.001"),
-                                    (0.0005, "5.0E-4"), (1e7, "1.0E7"), (123456789.0, "1.23456789E8"),
-                                    (-2.5e8, "-2.5E8"), (9999999.0, "9999999.0"), (1 / 3, "0.3333333333333333")])
+@pytest.mark.parametrize(
+    "x,text",
+    [
+        (0.0, "0.0"),
+        (1.0, "1.0"),
+        (12.5, "12.5"),
+        (0.001, "0.001"),
+        (0.0005, "5.0E-4"),
+        (1e7, "1.0E7"),
+        (123456789.0, "1.23456789E8"),
+        (-2.5e8, "-2.5E8"),
+        (9999999.0, "9999999.0"),
+        (1 / 3, "0.3333333333333333"),
+    ],
+)
 def test_java_double(x, text):
     assert st.java_double(x) == text
 
 
 def test_human_bytes_is_mixall_humanreadablebytecount():
-    assert [st.human_bytes(n) for n in (0, 1023, 1024, 1536, 3 * 1024 ** 3)] == [
-        "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "3.0 GiB"]
+    assert [st.human_bytes(n) for n in (0, 1023, 1024, 1536, 3 * 1024**3)] == [
+        "0 B",
+        "1023 B",
+        "1.0 KiB",
+        "1.5 KiB",
+        "3.0 GiB",
+    ]

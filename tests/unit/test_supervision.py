@@ -1,4 +1,5 @@
 """PeriodicService: a LoopingCall that keeps running when its function fails, on a fake clock."""
+
 import json
 import logging
 

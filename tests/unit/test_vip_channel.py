@@ -1,6 +1,7 @@
 """The broker's VIP channel (4.9's fastRemotingServer): listenPort - 2, the same factory as listenPort
 (so the same processors, ACL, frame and connection limits), in /status, closed on stop, and a clear
 start-up error when the port is taken."""
+
 import pytest
 from twisted.internet.error import CannotListenError
 from twisted.internet.testing import MemoryReactorClock
@@ -53,17 +54,22 @@ def test_a_taken_vip_port_is_a_start_up_error_that_names_it(tmp_path):
     with pytest.raises(VipChannelError) as e:
         start(tmp_path, reactor)
     assert reactor.stopped == [10911]  # the main port is not left open behind the error
-    assert str(e.value) == ("the VIP channel cannot listen on port 10909 (listenPort 10911 - 2, as 4.9's "
-                            "fastListenPort): [Errno 98] Address already in use; free that port or pick another "
-                            "listenPort")
+    assert str(e.value) == (
+        "the VIP channel cannot listen on port 10909 (listenPort 10911 - 2, as 4.9's "
+        "fastListenPort): [Errno 98] Address already in use; free that port or pick another "
+        "listenPort"
+    )
     assert isinstance(e.value, OSError)  # rmqha/broker/__main__ answers it as a port problem: exit status 3
 
 
-@pytest.mark.parametrize("props, why", [
-    ({"listenPort": "2"}, "listenPort=2: must be at least 3, as the VIP channel listens on listenPort - 2"),
-    ({"listenPort": "10911", "metricsPort": "10909"}, "ports must differ"),
-    ({"listenPort": "10911", "haListenPort": "10909"}, "ports must differ"),
-])
+@pytest.mark.parametrize(
+    "props, why",
+    [
+        ({"listenPort": "2"}, "listenPort=2: must be at least 3, as the VIP channel listens on listenPort - 2"),
+        ({"listenPort": "10911", "metricsPort": "10909"}, "ports must differ"),
+        ({"listenPort": "10911", "haListenPort": "10909"}, "ports must differ"),
+    ],
+)
 def test_config_refuses_a_listen_port_whose_vip_port_is_impossible_or_taken(props, why):
     with pytest.raises(ConfigError, match=why):
         BrokerConfig.from_properties({"brokerName": "b", **props})

@@ -6,6 +6,7 @@ Score = killed / (killed + survived), timeouts counting as killed, with the muta
 tools/mutation/equivalent.toml left out. Exit status 1 when a module is below the target (config.toml),
 2 when a module ran out of its time budget before every mutant was tried.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,13 @@ def mark_equivalents(mutants: list[engine.Mutant], entries: list[dict]) -> list[
     for e in entries:
         hit = False
         for m in mutants:
-            if (m.module == e["module"] and m.function == e["function"] and m.line == e["line"].strip()
-                    and m.mutation == e["mutation"] and e.get("occurrence", m.occurrence) == m.occurrence):
+            if (
+                m.module == e["module"]
+                and m.function == e["function"]
+                and m.line == e["line"].strip()
+                and m.mutation == e["mutation"]
+                and e.get("occurrence", m.occurrence) == m.occurrence
+            ):
                 m.equivalent = e["reason"]
                 hit = True
         if not hit:
@@ -64,15 +70,19 @@ def mark_equivalents(mutants: list[engine.Mutant], entries: list[dict]) -> list[
     return unused
 
 
-def run_module(spec: dict, cfg: dict, entries: list[dict], *, budget: float | None, check_equivalents: bool,
-               out=sys.stdout) -> engine.ModuleReport:
+def run_module(
+    spec: dict, cfg: dict, entries: list[dict], *, budget: float | None, check_equivalents: bool, out=sys.stdout
+) -> engine.ModuleReport:
     name = spec["name"]
     mutants, source = engine.find_mutants(name, ROOT)
     report = engine.ModuleReport(name, os.path.relpath(engine.module_path(name, ROOT), ROOT))
     mine = [e for e in entries if e["module"] == name]
     for e in mark_equivalents(mutants, mine):
-        print(f"  warning: equivalent.toml entry matches no mutant (stale?): {e['function']}: "
-              f"{e['mutation']} | {e['line']}", file=out)
+        print(
+            f"  warning: equivalent.toml entry matches no mutant (stale?): {e['function']}: "
+            f"{e['mutation']} | {e['line']}",
+            file=out,
+        )
     tests = test_files(spec["tests"])
     started = time.monotonic()
     outcome, report.baseline_s = engine.run_child(name, None, tests, ROOT, timeout=600)
@@ -107,19 +117,27 @@ def print_report(r: engine.ModuleReport, target: float, out=sys.stdout, verbose=
             print(f"  {x.outcome:9} {x.mutant.describe()}", file=out)
     status = "ok" if r.score >= target and not r.not_run else "BELOW TARGET" if r.score < target else "INCOMPLETE"
     extra = f", {len(r.not_run)} not run (budget)" if r.not_run else ""
-    print(f"{r.path:32} score {r.score:5.1f} %  killed {r.detected}/{r.scored} "
-          f"(timeouts {r.count('timeout')}), equivalent {len(r.equivalent)}{extra}, "
-          f"{r.seconds:.0f} s  [{status}]", file=out, flush=True)
+    print(
+        f"{r.path:32} score {r.score:5.1f} %  killed {r.detected}/{r.scored} "
+        f"(timeouts {r.count('timeout')}), equivalent {len(r.equivalent)}{extra}, "
+        f"{r.seconds:.0f} s  [{status}]",
+        file=out,
+        flush=True,
+    )
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.mutation", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m tools.mutation", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("modules", nargs="*", help="dotted module names (default: every module in config.toml)")
     ap.add_argument("--budget", type=float, help="seconds per module (default: config.toml)")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
-    ap.add_argument("--check-equivalents", action="store_true",
-                    help="also run the mutants marked equivalent and report any that a test kills")
+    ap.add_argument(
+        "--check-equivalents",
+        action="store_true",
+        help="also run the mutants marked equivalent and report any that a test kills",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, ROOT)
     os.chdir(ROOT)
@@ -142,13 +160,16 @@ def main(argv=None) -> int:
     target = cfg.get("target", 95.0)
     reports, started = [], time.monotonic()
     for s in specs:  # one module at a time, one mutant at a time: one core
-        print(f"== {s['name']} against {', '.join(os.path.relpath(t, ROOT) for t in test_files(s['tests']))}",
-              flush=True)
+        print(
+            f"== {s['name']} against {', '.join(os.path.relpath(t, ROOT) for t in test_files(s['tests']))}", flush=True
+        )
         r = run_module(s, cfg, entries, budget=args.budget, check_equivalents=args.check_equivalents)
         print_report(r, target)
         reports.append(r)
-    print(f"\nmutation scores (target {target:.0f} %, equivalent mutants excluded; "
-          f"{time.monotonic() - started:.0f} s in all):")
+    print(
+        f"\nmutation scores (target {target:.0f} %, equivalent mutants excluded; "
+        f"{time.monotonic() - started:.0f} s in all):"
+    )
     for r in reports:
         print_report(r, target, verbose=False)
     if any(r.not_run for r in reports):

@@ -19,6 +19,7 @@ assignments (`NAME = <numbers and operators>`). Not mutated: strings (messages a
 layout tests pin the formats byte for byte), class bodies other than methods, annotations, docstrings,
 and logging calls (`log.warning(...)` etc.), whose effect is a log line.
 """
+
 from __future__ import annotations
 
 import ast
@@ -35,27 +36,70 @@ from dataclasses import dataclass, field
 LOG_NAMES = {"log", "logger", "logging"}
 LOG_METHODS = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
 
-_CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
-             ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
-_BIN_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
-             ast.Mod: ast.Div, ast.Pow: ast.Mult, ast.LShift: ast.RShift, ast.RShift: ast.LShift,
-             ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd, ast.BitXor: ast.BitAnd}
-_SYM = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.In: "in",
-        ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not", ast.Add: "+", ast.Sub: "-", ast.Mult: "*",
-        ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>",
-        ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.And: "and", ast.Or: "or"}
+_CMP_SWAP = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
+_BIN_SWAP = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+    ast.Mod: ast.Div,
+    ast.Pow: ast.Mult,
+    ast.LShift: ast.RShift,
+    ast.RShift: ast.LShift,
+    ast.BitAnd: ast.BitOr,
+    ast.BitOr: ast.BitAnd,
+    ast.BitXor: ast.BitAnd,
+}
+_SYM = {
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.Pow: "**",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
+    ast.And: "and",
+    ast.Or: "or",
+}
 
 
 @dataclass
 class Mutant:
-    module: str        # dotted module name
-    path: str          # source path relative to the project root
-    index: int         # position in the module's mutant list (stable for a given source)
+    module: str  # dotted module name
+    path: str  # source path relative to the project root
+    index: int  # position in the module's mutant list (stable for a given source)
     lineno: int
     col: int
-    function: str      # qualified name of the enclosing function, or "<module>"
-    line: str          # the source line, stripped
-    mutation: str      # what changes, e.g. "< -> <=", "127 -> 128", "stmt -> pass"
+    function: str  # qualified name of the enclosing function, or "<module>"
+    line: str  # the source line, stripped
+    mutation: str  # what changes, e.g. "< -> <=", "127 -> 128", "stmt -> pass"
     occurrence: int = 1  # 1 unless the same mutation appears more than once on the line
     equivalent: str = ""  # the reviewed reason, when marked equivalent
 
@@ -71,11 +115,12 @@ class Mutant:
 @dataclass
 class Result:
     mutant: Mutant
-    outcome: str       # killed | timeout | survived | incompatible | skipped
+    outcome: str  # killed | timeout | survived | incompatible | skipped
     seconds: float = 0.0
 
 
 # -- finding and applying mutations -----------------------------------------------------------------
+
 
 class _Mutator(ast.NodeTransformer):
     """Walks a module in a fixed order, numbering mutation points. With target=i it applies the i-th."""
@@ -123,8 +168,10 @@ class _Mutator(ast.NodeTransformer):
 
     def visit_ClassDef(self, node):
         self._scope.append(node.name)
-        node.body = [self.visit(s) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else s
-                     for s in node.body]
+        node.body = [
+            self.visit(s) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else s
+            for s in node.body
+        ]
         self._scope.pop()
         return node
 
@@ -224,8 +271,11 @@ class _Mutator(ast.NodeTransformer):
         return node
 
     def visit_Assign(self, node):
-        if self._active and self._in_function and any(isinstance(t, (ast.Attribute, ast.Subscript))
-                                                       for t in node.targets):
+        if (
+            self._active
+            and self._in_function
+            and any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in node.targets)
+        ):
             if self._point(node, "stmt -> pass"):
                 return ast.copy_location(ast.Pass(), node)
         node.value = self.visit(node.value)
@@ -241,8 +291,11 @@ class _Mutator(ast.NodeTransformer):
         return node
 
     def visit_Return(self, node):
-        if self._active and node.value is not None and not (isinstance(node.value, ast.Constant)
-                                                            and node.value.value is None):
+        if (
+            self._active
+            and node.value is not None
+            and not (isinstance(node.value, ast.Constant) and node.value.value is None)
+        ):
             if self._point(node, "return x -> return None"):
                 node.value = ast.Constant(value=None)
                 return node
@@ -264,7 +317,7 @@ class _Mutator(ast.NodeTransformer):
     def visit_Call(self, node):
         if _is_log_call(node):
             return node
-        if (self._active and isinstance(node.func, ast.Name) and node.func.id in ("min", "max")):
+        if self._active and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
             other = "max" if node.func.id == "min" else "min"
             if self._point(node, f"{node.func.id}() -> {other}()"):
                 node.func = ast.copy_location(ast.Name(id=other, ctx=ast.Load()), node.func)
@@ -340,7 +393,7 @@ def _is_log_call(node) -> bool:
 
 
 def _is_string_format(node: ast.BinOp) -> bool:
-    """"..." % args and "a" + "b": message text, not behaviour."""
+    """ "..." % args and "a" + "b": message text, not behaviour."""
     return isinstance(node.left, ast.Constant) and isinstance(node.left.value, (str, bytes))
 
 
@@ -389,6 +442,7 @@ def module_path(module: str, root: str) -> str:
 
 # -- putting a mutant into the live module (in the child) ----------------------------------------------
 
+
 class Incompatible(Exception):
     """The mutated function cannot replace the live one in place (its closure changed)."""
 
@@ -398,8 +452,11 @@ _MISSING = object()
 
 
 def _patch_function(old, new, owner=None, name=None) -> int:
-    if old.__code__ == new.__code__ and old.__defaults__ == new.__defaults__ \
-            and old.__kwdefaults__ == new.__kwdefaults__:
+    if (
+        old.__code__ == new.__code__
+        and old.__defaults__ == new.__defaults__
+        and old.__kwdefaults__ == new.__kwdefaults__
+    ):
         return 0
     if old.__code__.co_freevars != new.__code__.co_freevars:
         # e.g. a method whose super() call was removed: no __class__ cell any more. A method is found
@@ -425,8 +482,11 @@ def _patch_member(old, new, seen, owner=None, name=None) -> int:
         old.cache_clear()
         return n
     if isinstance(old, property) and isinstance(new, property):
-        return sum(_patch_member(a, b, seen) for a, b in ((old.fget, new.fget), (old.fset, new.fset),
-                                                          (old.fdel, new.fdel)) if a is not None and b is not None)
+        return sum(
+            _patch_member(a, b, seen)
+            for a, b in ((old.fget, new.fget), (old.fset, new.fset), (old.fdel, new.fdel))
+            if a is not None and b is not None
+        )
     if isinstance(old, (staticmethod, classmethod)) and isinstance(new, type(old)):
         return _patch_member(old.__func__, new.__func__, seen)
     if isinstance(old, type) and isinstance(new, type):
@@ -442,8 +502,7 @@ def _patch_member(old, new, seen, owner=None, name=None) -> int:
 def apply(mod, tree: ast.Module) -> int:
     """Execute the mutated module beside the live one and copy what differs into it. Returns how many
     functions and values were replaced."""
-    ns = {"__name__": mod.__name__, "__package__": mod.__package__, "__file__": mod.__file__,
-          "__builtins__": builtins}
+    ns = {"__name__": mod.__name__, "__package__": mod.__package__, "__file__": mod.__file__, "__builtins__": builtins}
     exec(compile(tree, mod.__file__, "exec"), ns)
     changed, seen = 0, set()
     for name, new in ns.items():
@@ -470,8 +529,26 @@ EXIT_NOT_APPLIED = 98
 
 
 def pytest_args(tests: list[str], root: str) -> list[str]:
-    return ["-x", "-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:timeout",
-            "-p", "no:randomly", "--rootdir", root, "-o", "addopts=", "-W", "ignore", *tests]
+    return [
+        "-x",
+        "-q",
+        "--no-header",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-p",
+        "no:timeout",
+        "-p",
+        "no:randomly",
+        "--rootdir",
+        root,
+        "-o",
+        "addopts=",
+        "-W",
+        "ignore",
+        *tests,
+    ]
 
 
 def run_child(module: str, tree: ast.Module | None, tests: list[str], root: str, timeout: float) -> tuple[str, float]:
@@ -496,11 +573,13 @@ def run_child(module: str, tree: ast.Module | None, tests: list[str], root: str,
                 except Incompatible:
                     os._exit(EXIT_INCOMPATIBLE)
             import pytest
+
             code = int(pytest.main(pytest_args(tests, root)))
         except BaseException:  # the mutated module does not even load: every test would fail
             code = 1
             if os.environ.get("MUTATION_DEBUG"):
                 import traceback
+
                 with open(os.environ["MUTATION_DEBUG"], "a") as f:
                     traceback.print_exc(file=f)
         finally:
@@ -575,8 +654,11 @@ def copy_tree(tree):
 
 def select(mutants: list[Mutant], function: str, line: str, mutation: str, occurrence: int = 1) -> Mutant:
     """The one mutant in `function` whose source line contains `line` and whose mutation is `mutation`."""
-    hits = [m for m in mutants if m.function == function and line in m.line and m.mutation == mutation
-            and m.occurrence == occurrence]
+    hits = [
+        m
+        for m in mutants
+        if m.function == function and line in m.line and m.mutation == mutation and m.occurrence == occurrence
+    ]
     if len(hits) != 1:
         raise LookupError(f"{len(hits)} mutants match {function}: {mutation} | {line}")
     return hits[0]

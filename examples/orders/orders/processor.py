@@ -1,4 +1,5 @@
 """The consumer service: handles each order once, however often it is delivered."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ class OrderProcessor:
         self.consumer = consumer_cls(group)
         self.consumer.set_namesrv_addr(namesrv)
         self.consumer.subscribe(topic, self._on_message)
-        self.totals: dict[str, int] = {}      # order id -> amount, each order once
+        self.totals: dict[str, int] = {}  # order id -> amount, each order once
         self.deliveries = 0
         self._cond = threading.Condition()
 

@@ -1,4 +1,5 @@
 """The producer service: one message per order on topic Orders, KEYS = the order id."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,9 @@ class OrderRejected(Exception):
 
 
 class OrderPublisher:
-    def __init__(self, namesrv: str, topic: str = "Orders", group: str = "OrderPublisher", producer_cls=None,
-                 attempts: int = 3):
+    def __init__(
+        self, namesrv: str, topic: str = "Orders", group: str = "OrderPublisher", producer_cls=None, attempts: int = 3
+    ):
         if producer_cls is None:
             from rocketmq.client import Producer as producer_cls
         self.topic = topic
@@ -34,6 +36,7 @@ class OrderPublisher:
         """Publish the order; returns the broker's status name (SEND_OK, ...). A client error is tried
         again with the same order id (the processor handles each order once)."""
         from rocketmq.client import Message
+
         last = None
         for _ in range(self.attempts):
             msg = Message(self.topic)
@@ -42,6 +45,6 @@ class OrderPublisher:
             msg.set_body(json.dumps({"id": order_id, "amount": amount}))
             try:
                 return status_name(self.producer.send_sync(msg).status)
-            except Exception as e:   # the C++ client raises on "no route", timeouts, ...
+            except Exception as e:  # the C++ client raises on "no route", timeouts, ...
                 last = e
         raise OrderRejected(f"order {order_id} not confirmed: {last}")

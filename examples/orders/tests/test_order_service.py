@@ -3,6 +3,7 @@
 The cluster (2m-2s-sync on docker unless --rocketmq-backend says otherwise) is shared by every test of
 the session that asks for the same topology; each test uses its own consumer group.
 """
+
 import pytest
 
 from orders import OrderProcessor, OrderPublisher
@@ -22,7 +23,7 @@ def test_an_order_is_published_and_processed_once(rocketmq_cluster, rocketmq_his
     assert processor.wait_for(ids, timeout=60) == set()
     assert sum(processor.totals[i] for i in ids) == 50
     sends = [r for r in rocketmq_history.records() if r["op"] == "send"]
-    assert {r["send_id"] for r in sends} == set(ids)       # the recorder used the order ids as send ids
+    assert {r["send_id"] for r in sends} == set(ids)  # the recorder used the order ids as send ids
 
 
 @pytest.mark.rocketmq(audit=True)
@@ -47,6 +48,7 @@ def test_orders_on_a_cluster_with_acl(rocketmq_cluster, rocketmq_history):
     cluster's account, so the service works unchanged; a client without credentials is refused."""
     from rocketmq.client import Message, Producer
     from rocketmq.exceptions import RocketMQException
+
     assert rocketmq_cluster.credentials["accessKey"] == "rmqha-admin"
     publisher, processor = start_services(rocketmq_cluster, rocketmq_history, "OrdersAcl")
     ids = [f"acl-{i}" for i in range(5)]

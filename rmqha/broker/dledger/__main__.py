@@ -4,6 +4,7 @@
 Serves DLedger's RPC on its own address from --peers, logs role changes, and (with --status-port)
 answers GET /status with the node's JSON status. Timers may be scaled for tests (--timer-scale 0.5).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,9 +19,19 @@ from .file_store import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileSto
 from .node import DLedgerNode
 from .transport import DLedgerService
 
-TIMERS = ("heartBeatTimeIntervalMs", "minVoteIntervalMs", "maxVoteIntervalMs", "maxWaitAckTimeMs",
-          "maxPushTimeOutMs", "rpcTimeoutMs", "voteWaitBaseMs", "commitPushIntervalMs", "leakCheckIntervalMs",
-          "pushFutureTimeoutMs", "errorBackoffMs")
+TIMERS = (
+    "heartBeatTimeIntervalMs",
+    "minVoteIntervalMs",
+    "maxVoteIntervalMs",
+    "maxWaitAckTimeMs",
+    "maxPushTimeOutMs",
+    "rpcTimeoutMs",
+    "voteWaitBaseMs",
+    "commitPushIntervalMs",
+    "leakCheckIntervalMs",
+    "pushFutureTimeoutMs",
+    "errorBackoffMs",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,20 +66,34 @@ def main(argv: list[str] | None = None) -> None:
     from twisted.web import resource, server
 
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
-                        format=f"%(asctime)s {args.self_id} %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stdout, format=f"%(asctime)s {args.self_id} %(levelname)s %(message)s"
+    )
     config = make_config(args)
-    store = FileStore(args.store_dir, args.self_id, data_file_size=args.data_file_size,
-                      index_file_size=args.index_file_size, sync_every_append=args.sync_every_append)
+    store = FileStore(
+        args.store_dir,
+        args.self_id,
+        data_file_size=args.data_file_size,
+        index_file_size=args.index_file_size,
+        sync_every_append=args.sync_every_append,
+    )
     term, vote_for = store.load_term()
-    logging.info("recovered %s: entries %d..%d (term %d), committed %d, currTerm %d, voteLeader %s",
-                 store.path, store.begin_index, store.end_index, store.end_term, store.committed_index,
-                 term, vote_for)
+    logging.info(
+        "recovered %s: entries %d..%d (term %d), committed %d, currTerm %d, voteLeader %s",
+        store.path,
+        store.begin_index,
+        store.end_index,
+        store.end_term,
+        store.committed_index,
+        term,
+        vote_for,
+    )
     node = DLedgerNode(config, store, rng=random.Random(args.seed), term=term, vote_for=vote_for)
     service = DLedgerService(node, store, reactor=reactor)
     service.start()
 
     if args.status_port:
+
         class Status(resource.Resource):
             isLeaf = True
 

@@ -1,4 +1,5 @@
 """A small blocking DLedger client (tests and tools): one request, one answer, over RocketMQ remoting."""
+
 from __future__ import annotations
 
 import itertools
@@ -7,8 +8,14 @@ import socket
 from rmqha.broker.remoting.codec import FrameDecoder, encode
 from rmqha.broker.remoting.command import RemotingCommand
 
-from .protocol import (AppendEntryRequest, AppendEntryResponse, RequestOrResponse, ResponseCode, decode_response,
-                       request_code)
+from .protocol import (
+    AppendEntryRequest,
+    AppendEntryResponse,
+    RequestOrResponse,
+    ResponseCode,
+    decode_response,
+    request_code,
+)
 from .transport import split_address
 
 _opaques = itertools.count(1)

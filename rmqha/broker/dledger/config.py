@@ -1,4 +1,5 @@
 """DLedgerConfig's defaults that the IO-free core uses (dledger 0.3.1.2 DLedgerConfig.java); times in ms."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ class DLedgerConfig:
         out = {}
         for info in self.peers.split(";"):
             peer_id = info.split("-")[0]
-            out[peer_id] = info[len(peer_id) + 1:]
+            out[peer_id] = info[len(peer_id) + 1 :]
         return out
 
     def preferred_leaders(self) -> list[str]:
@@ -57,6 +58,7 @@ class Rules:
     0.3.1.2 a follower that raised its term while cut off and is behind stays a candidate for as
     long as that leader lives: openmessaging/dledger issue #325, seen with RocketMQ 4.9.3).
     """
+
     commit_rule: str = "raft"  # or "dledger"
     follower_compare_checks_term: bool = True
     follower_commit_needs_term: bool = True

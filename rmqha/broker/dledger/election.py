@@ -31,15 +31,25 @@ The Java elector's thread blocks while it waits for a round of votes or heartbea
 an object with a deadline, completed by responses (`on_vote_response`, `on_heartbeat_response`) or by
 `tick(now)`. Time is milliseconds, passed in; randomness comes from the random.Random passed in.
 """
+
 from __future__ import annotations
 
 import random
 
 from .config import DLedgerConfig, Rules
 from .effects import PersistTerm, Reply, RoleChanged, Send
-from .protocol import (DLedgerError, HeartBeatRequest, HeartBeatResponse, LeadershipTransferRequest,
-                       LeadershipTransferResponse, ParseResult, ResponseCode, VoteRequest, VoteResponse,
-                       VoteResult)
+from .protocol import (
+    DLedgerError,
+    HeartBeatRequest,
+    HeartBeatResponse,
+    LeadershipTransferRequest,
+    LeadershipTransferResponse,
+    ParseResult,
+    ResponseCode,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
+)
 
 CANDIDATE, FOLLOWER, LEADER = "CANDIDATE", "FOLLOWER", "LEADER"
 NEVER = float("-inf")  # Java's -1 timestamps: "long ago" against currentTimeMillis
@@ -199,14 +209,20 @@ class Elector:
         return self.ms.role == LEADER and now - self.lease_start <= self.lease_ms
 
     def is_taking_leadership(self) -> bool:
-        return (bool(self.config.preferredLeaderIds) and self.ms.term_to_take_leadership == self.ms.term
-                and self.ms.self_id in self.config.preferred_leaders())
+        return (
+            bool(self.config.preferredLeaderIds)
+            and self.ms.term_to_take_leadership == self.ms.term
+            and self.ms.self_id in self.config.preferred_leaders()
+        )
 
     def _next_time_to_request_vote(self, now: float) -> float:
         c = self.config
         if self.is_taking_leadership():
-            return now + c.minTakeLeadershipVoteIntervalMs + self.rng.randrange(
-                c.maxTakeLeadershipVoteIntervalMs - c.minTakeLeadershipVoteIntervalMs)
+            return (
+                now
+                + c.minTakeLeadershipVoteIntervalMs
+                + self.rng.randrange(c.maxTakeLeadershipVoteIntervalMs - c.minTakeLeadershipVoteIntervalMs)
+            )
         return now + c.minVoteIntervalMs + self.rng.randrange(c.maxVoteIntervalMs - c.minVoteIntervalMs)
 
     # --- heartbeats (handleHeartBeat) -------------------------------------------------------------
@@ -267,8 +283,12 @@ class Elector:
             return answer(VoteResult.REJECT_TERM_NOT_READY)
         if request.term < ms.ledger_end_term:
             return answer(VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, ms.ledger_end_term)
-        if (not self_vote and self.is_taking_leadership() and request.ledgerEndTerm == ms.ledger_end_term
-                and ms.ledger_end_index >= request.ledgerEndIndex):
+        if (
+            not self_vote
+            and self.is_taking_leadership()
+            and request.ledgerEndTerm == ms.ledger_end_term
+            and ms.ledger_end_index >= request.ledgerEndIndex
+        ):
             return answer(VoteResult.REJECT_TAKING_LEADERSHIP)
         self.grant_vote(request.leaderId)
         return answer(VoteResult.ACCEPT)
@@ -341,8 +361,15 @@ class Elector:
     # --- a round of votes ------------------------------------------------------------------------
     def _vote_request(self, peer: str, term: int, end_term: int, end_index: int) -> VoteRequest:
         ms = self.ms
-        return VoteRequest(group=ms.group, ledgerEndIndex=end_index, ledgerEndTerm=end_term,
-                           leaderId=ms.self_id, term=term, remoteId=peer, localId=ms.self_id)
+        return VoteRequest(
+            group=ms.group,
+            ledgerEndIndex=end_index,
+            ledgerEndTerm=end_term,
+            leaderId=ms.self_id,
+            term=term,
+            remoteId=peer,
+            localId=ms.self_id,
+        )
 
     def _start_vote_round(self, term, end_term, end_index, now) -> None:
         ms = self.ms
@@ -383,8 +410,12 @@ class Elector:
             rnd.not_ready += 1
         rnd.all += 1
         q = self.ms.is_quorum
-        if (rnd.already_has_leader or q(rnd.accepted) or q(rnd.accepted + rnd.not_ready)
-                or rnd.all == self.ms.peer_size()):
+        if (
+            rnd.already_has_leader
+            or q(rnd.accepted)
+            or q(rnd.accepted + rnd.not_ready)
+            or rnd.all == self.ms.peer_size()
+        ):
             self._finish_vote_round(now)
 
     def _finish_vote_round(self, now: float) -> None:
@@ -397,8 +428,9 @@ class Elector:
             self.change_role_to_candidate(rnd.known_max_term)
         elif rnd.already_has_leader:
             result = ParseResult.WAIT_TO_REVOTE
-            self.next_time_to_request_vote = (self._next_time_to_request_vote(now)
-                                              + c.heartBeatTimeIntervalMs * c.maxHeartBeatLeak)
+            self.next_time_to_request_vote = (
+                self._next_time_to_request_vote(now) + c.heartBeatTimeIntervalMs * c.maxHeartBeatLeak
+            )
         elif not q(rnd.valid):
             result = ParseResult.WAIT_TO_REVOTE
             self.next_time_to_request_vote = self._next_time_to_request_vote(now)
@@ -422,8 +454,10 @@ class Elector:
     # --- a round of heartbeats (sendHeartbeats) ---------------------------------------------------
     def _send_heartbeats(self, term: int, leader_id: str, now: float) -> None:
         ms = self.ms
-        requests = {p: HeartBeatRequest(group=ms.group, localId=ms.self_id, remoteId=p, leaderId=leader_id,
-                                        term=term) for p in ms.other_peers()}
+        requests = {
+            p: HeartBeatRequest(group=ms.group, localId=ms.self_id, remoteId=p, leaderId=leader_id, term=term)
+            for p in ms.other_peers()
+        }
         rnd = _Round(term, now + self.config.heartBeatTimeIntervalMs, requests)
         rnd.started = now
         rnd.all, rnd.succ, rnd.not_ready, rnd.max_term, rnd.inconsistent_leader = 1, 1, 0, -1, False
@@ -433,14 +467,21 @@ class Elector:
         if rnd.all == ms.peer_size():
             self._finish_heartbeat_round(now)
 
-    def on_heartbeat_response(self, peer: str, request: HeartBeatRequest, response: HeartBeatResponse,
-                              now: float) -> None:
+    def on_heartbeat_response(
+        self, peer: str, request: HeartBeatRequest, response: HeartBeatResponse, now: float
+    ) -> None:
         rnd = self.heartbeat_round
         if rnd is None or rnd.requests.get(peer) is not request or peer in rnd.answered:
             late = self.last_heartbeat_round
-            if (self.rules.leader_steps_down_on_larger_term and late is not None
-                    and late.requests.get(peer) is request and response.code == ResponseCode.EXPIRED_TERM
-                    and response.term > late.term and self.ms.role == LEADER and self.ms.term == late.term):
+            if (
+                self.rules.leader_steps_down_on_larger_term
+                and late is not None
+                and late.requests.get(peer) is request
+                and response.code == ResponseCode.EXPIRED_TERM
+                and response.term > late.term
+                and self.ms.role == LEADER
+                and self.ms.term == late.term
+            ):
                 self.change_role_to_candidate(response.term)  # 0.3.2 (#247): a larger term exists
             return
         rnd.answered.add(peer)
@@ -489,16 +530,23 @@ class Elector:
         if ms.transferee is not None:
             return LeadershipTransferResponse(code=ResponseCode.LEADER_TRANSFERRING, term=ms.term)
         ms.set_transferee(request.transfereeId)
-        take = LeadershipTransferRequest(group=ms.group, leaderId=ms.leader_id, localId=ms.self_id,
-                                         remoteId=request.transfereeId, term=request.term,
-                                         takeLeadershipLedgerIndex=ms.ledger_end_index,
-                                         transferId=ms.self_id, transfereeId=request.transfereeId)
+        take = LeadershipTransferRequest(
+            group=ms.group,
+            leaderId=ms.leader_id,
+            localId=ms.self_id,
+            remoteId=request.transfereeId,
+            term=request.term,
+            takeLeadershipLedgerIndex=ms.ledger_end_index,
+            transferId=ms.self_id,
+            transfereeId=request.transfereeId,
+        )
         self.transfer_from = request
         ms.effects.append(Send(request.transfereeId, take))
         return None
 
-    def on_take_leadership_response(self, request: LeadershipTransferRequest,
-                                    response: LeadershipTransferResponse) -> None:
+    def on_take_leadership_response(
+        self, request: LeadershipTransferRequest, response: LeadershipTransferResponse
+    ) -> None:
         admin, self.transfer_from = self.transfer_from, None
         ms = self.ms
         if response.code != ResponseCode.SUCCESS or (ms.term == request.term and ms.transferee is not None):

@@ -22,6 +22,7 @@ A data file's unused tail is a blank: magic -1, then the int length of the tail 
 BLANK_MAGIC_CODE, MIN_BLANK_LEN = 8). Equality (`==`) follows DLedgerEntry.equals: size, magic,
 index, term, channel, pos and body; the two CRCs are not compared.
 """
+
 from __future__ import annotations
 
 import struct
@@ -75,15 +76,30 @@ class DLedgerEntry:
     def __eq__(self, other) -> bool:  # DLedgerEntry.equals: no CRCs
         if not isinstance(other, DLedgerEntry):
             return NotImplemented
-        return (self.size == other.size and self.magic == other.magic and self.index == other.index
-                and self.term == other.term and self.channel == other.channel and self.pos == other.pos
-                and bytes(self.body) == bytes(other.body))
+        return (
+            self.size == other.size
+            and self.magic == other.magic
+            and self.index == other.index
+            and self.term == other.term
+            and self.channel == other.channel
+            and self.pos == other.pos
+            and bytes(self.body) == bytes(other.body)
+        )
 
     __hash__ = None  # mutable, like the Java object's fields
 
     def copy(self) -> "DLedgerEntry":
-        return DLedgerEntry(bytes(self.body), self.index, self.term, self.pos, self.magic, self.channel,
-                            self.chain_crc, self.body_crc, self.size)
+        return DLedgerEntry(
+            bytes(self.body),
+            self.index,
+            self.term,
+            self.pos,
+            self.magic,
+            self.channel,
+            self.chain_crc,
+            self.body_crc,
+            self.size,
+        )
 
 
 def encode_entry(entry: DLedgerEntry) -> bytes:
@@ -97,8 +113,20 @@ def encode_entry(entry: DLedgerEntry) -> bytes:
         _check(name, getattr(entry, name), _I32)
     for name in ("index", "term", "pos"):
         _check(name, getattr(entry, name), _I64)
-    return _HEADER.pack(entry.magic, size, entry.index, entry.term, entry.pos, entry.channel,
-                        entry.chain_crc, entry.body_crc, len(body)) + body
+    return (
+        _HEADER.pack(
+            entry.magic,
+            size,
+            entry.index,
+            entry.term,
+            entry.pos,
+            entry.channel,
+            entry.chain_crc,
+            entry.body_crc,
+            len(body),
+        )
+        + body
+    )
 
 
 def decode_entry(buf, offset: int = 0, *, read_body: bool = True, strict: bool = True) -> DLedgerEntry:
@@ -110,8 +138,7 @@ def decode_entry(buf, offset: int = 0, *, read_body: bool = True, strict: bool =
     """
     view = memoryview(buf)
     if offset < 0 or len(view) - offset < BODY_OFFSET:
-        raise EntryFormatError(f"need {BODY_OFFSET} header bytes at offset {offset}, "
-                               f"have {max(0, len(view) - offset)}")
+        raise EntryFormatError(f"need {BODY_OFFSET} header bytes at offset {offset}, have {max(0, len(view) - offset)}")
     magic, size, index, term, pos, channel, chain_crc, body_crc, body_size = _HEADER.unpack_from(view, offset)
     if strict:
         if magic == BLANK_MAGIC_CODE:
@@ -131,7 +158,7 @@ def decode_entry(buf, offset: int = 0, *, read_body: bool = True, strict: bool =
         start = offset + BODY_OFFSET
         if len(view) - start < body_size:
             raise EntryFormatError(f"body of {body_size} bytes truncated to {len(view) - start}")
-        entry.body = bytes(view[start:start + body_size])
+        entry.body = bytes(view[start : start + body_size])
     return entry
 
 
@@ -175,8 +202,9 @@ def encode_index(pos: int, size: int, magic: int, index: int, term: int) -> byte
 
 def decode_index(buf, offset: int = 0) -> IndexEntry:
     if offset < 0 or len(buf) - offset < INDEX_UNIT_SIZE:
-        raise EntryFormatError(f"need {INDEX_UNIT_SIZE} index bytes at offset {offset}, "
-                               f"have {max(0, len(buf) - offset)}")
+        raise EntryFormatError(
+            f"need {INDEX_UNIT_SIZE} index bytes at offset {offset}, have {max(0, len(buf) - offset)}"
+        )
     return IndexEntry(*_INDEX.unpack_from(buf, offset))
 
 

@@ -42,14 +42,27 @@ cuts (0.3.1.2 only moves the write position, so a later recovery can read a cut 
 entries happen to line up with the old), an unwritten index slot ends recovery instead of being
 rebuilt from possibly torn data, and `currterm` is fsynced.
 """
+
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 
-from .entry import (BLANK_MAGIC_CODE, BODY_OFFSET, CURRENT_MAGIC, HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_1,
-                    MIN_BLANK_LEN, DLedgerEntry, EntryFormatError, decode_entry, decode_index, encode_entry,
-                    encode_index)
+from .entry import (
+    BLANK_MAGIC_CODE,
+    BODY_OFFSET,
+    CURRENT_MAGIC,
+    HEADER_SIZE,
+    INDEX_UNIT_SIZE,
+    MAGIC_1,
+    MIN_BLANK_LEN,
+    DLedgerEntry,
+    EntryFormatError,
+    decode_entry,
+    decode_index,
+    encode_entry,
+    encode_index,
+)
 from .protocol import DLedgerError, ResponseCode, check_index
 
 DEFAULT_DATA_FILE_SIZE = 1024 * 1024 * 1024
@@ -131,8 +144,7 @@ class FileList:
             if not use_blank:
                 raise StoreError(f"{length} bytes do not fit the {last.size - last.wrote} left in {last.path}")
             tail = last.size - last.wrote
-            os.pwrite(last.fd, BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True) + tail.to_bytes(4, "big"),
-                      last.wrote)
+            os.pwrite(last.fd, BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True) + tail.to_bytes(4, "big"), last.wrote)
             last.wrote = last.size
             last = self._new_file(last.start + self.file_size)
             if length + blank > last.size:
@@ -215,7 +227,7 @@ def _properties(text: str) -> dict[str, str]:
         if not line or line[0] in "#!":
             continue
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        key, value = (line[:sep], line[sep + 1:]) if sep >= 0 else (line, "")
+        key, value = (line[:sep], line[sep + 1 :]) if sep >= 0 else (line, "")
         out[key.strip()] = value.strip()
     return out
 
@@ -238,8 +250,15 @@ class FileStore:
     """DLedgerMmapFileStore with MemoryLog's interface (begin_index, end_index, end_term,
     committed_index, get, append_as_leader, append_as_follower, truncate, set_committed_index)."""
 
-    def __init__(self, store_base_dir: str, self_id: str, *, data_file_size: int = DEFAULT_DATA_FILE_SIZE,
-                 index_file_size: int = DEFAULT_INDEX_FILE_SIZE, sync_every_append: bool = False):
+    def __init__(
+        self,
+        store_base_dir: str,
+        self_id: str,
+        *,
+        data_file_size: int = DEFAULT_DATA_FILE_SIZE,
+        index_file_size: int = DEFAULT_INDEX_FILE_SIZE,
+        sync_every_append: bool = False,
+    ):
         if index_file_size % INDEX_UNIT_SIZE:
             raise ValueError(f"index file size {index_file_size} is not a multiple of {INDEX_UNIT_SIZE}")
         self.path = os.path.join(store_base_dir, f"dledger-{self_id}")
@@ -283,8 +302,9 @@ class FileStore:
         return [self.get(i) for i in range(self.begin_index, self.end_index + 1)] if self.end_index >= 0 else []
 
     def _write(self, entry: DLedgerEntry, data: bytes) -> None:
-        index_pos = self.index.append(encode_index(entry.pos, len(data), entry.magic, entry.index, entry.term),
-                                      use_blank=False)
+        index_pos = self.index.append(
+            encode_index(entry.pos, len(data), entry.magic, entry.index, entry.term), use_blank=False
+        )
         if index_pos != entry.index * INDEX_UNIT_SIZE:
             raise StoreError(f"index {entry.index} written at {index_pos}")
         self.dirty = True
@@ -362,12 +382,16 @@ class FileStore:
         return int(props.get("currTerm", "0")), vote
 
     def persist_term(self, term: int, vote_for: str | None) -> None:
-        _write_file(os.path.join(self.path, TERM_PERSIST_FILE),
-                    f"voteLeader={vote_for or ''}\ncurrTerm={term}\n", sync=True)
+        _write_file(
+            os.path.join(self.path, TERM_PERSIST_FILE), f"voteLeader={vote_for or ''}\ncurrTerm={term}\n", sync=True
+        )
 
     def persist_checkpoint(self) -> None:
-        _write_file(os.path.join(self.path, CHECK_POINT_FILE),
-                    f"committedIndex={self.committed_index}\nendIndex={self.end_index}\n", sync=False)
+        _write_file(
+            os.path.join(self.path, CHECK_POINT_FILE),
+            f"committedIndex={self.committed_index}\nendIndex={self.end_index}\n",
+            sync=False,
+        )
 
     def flush(self) -> None:
         """FlushDataService's work (every flushFileInterval, 10 ms)."""
@@ -435,10 +459,15 @@ class FileStore:
                 break
             if e.size == 0:
                 break
-            if (e.pos != offset or e.size <= HEADER_SIZE or rel + e.size > f.size
-                    or not MAGIC_1 <= e.magic <= CURRENT_MAGIC
-                    or (last_index != -1 and e.index != last_index + 1) or e.term < last_term
-                    or int.from_bytes(head[44:48], "big", signed=True) + BODY_OFFSET != e.size):
+            if (
+                e.pos != offset
+                or e.size <= HEADER_SIZE
+                or rel + e.size > f.size
+                or not MAGIC_1 <= e.magic <= CURRENT_MAGIC
+                or (last_index != -1 and e.index != last_index + 1)
+                or e.term < last_term
+                or int.from_bytes(head[44:48], "big", signed=True) + BODY_OFFSET != e.size
+            ):
                 break
             if not rewrite_index:
                 raw = self._index_slot(e.index)
@@ -446,7 +475,12 @@ class FileStore:
                     break  # the index entry was never written: a torn tail, never acknowledged
                 ie = decode_index(raw) if raw is not None else None
                 if ie is None or (ie.magic, ie.pos, ie.size, ie.index, ie.term) != (
-                        e.magic, e.pos, e.size, e.index, e.term):
+                    e.magic,
+                    e.pos,
+                    e.size,
+                    e.index,
+                    e.term,
+                ):
                     self._cut_index(e.index * INDEX_UNIT_SIZE)
                     rewrite_index = True
             if rewrite_index:

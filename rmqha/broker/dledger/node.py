@@ -7,6 +7,7 @@ returns the effects (rmqha.broker.dledger.effects) to carry out, in order: a Per
 before a Send or Reply that follows it. `next_deadline(now)` says when tick() next has work; ask it
 again after every input, which can bring it forward.
 """
+
 from __future__ import annotations
 
 import random
@@ -14,11 +15,26 @@ import random
 from .config import DLedgerConfig
 from .effects import AppendDone, Reply
 from .election import Elector, MemberState
-from .protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest, DLedgerError,
-                       HeartBeatRequest, HeartBeatResponse, LeadershipTransferRequest,
-                       LeadershipTransferResponse, MetadataRequest, PushEntryRequest,
-                       RequestOrResponse, ResponseCode, VoteRequest, VoteResponse, GetEntriesRequest,
-                       PullEntriesRequest, REQUEST_TYPES, request_code)
+from .protocol import (
+    AppendEntryRequest,
+    AppendEntryResponse,
+    BatchAppendEntryRequest,
+    DLedgerError,
+    HeartBeatRequest,
+    HeartBeatResponse,
+    LeadershipTransferRequest,
+    LeadershipTransferResponse,
+    MetadataRequest,
+    PushEntryRequest,
+    RequestOrResponse,
+    ResponseCode,
+    VoteRequest,
+    VoteResponse,
+    GetEntriesRequest,
+    PullEntriesRequest,
+    REQUEST_TYPES,
+    request_code,
+)
 from .replication import EntryHandler, EntryPusher, Rules
 
 # The largest term a request or an answer may carry (ours; review 2, A2). Far beyond any real group's
@@ -29,8 +45,17 @@ MAX_TERM = 1 << 62
 
 
 class DLedgerNode:
-    def __init__(self, config: DLedgerConfig, log, *, rng: random.Random, term: int = 0,
-                 vote_for: str | None = None, rules: Rules | None = None, elector_class=Elector):
+    def __init__(
+        self,
+        config: DLedgerConfig,
+        log,
+        *,
+        rng: random.Random,
+        term: int = 0,
+        vote_for: str | None = None,
+        rules: Rules | None = None,
+        elector_class=Elector,
+    ):
         self.config = config
         self.log = log
         self.rules = rules or Rules()
@@ -88,8 +113,14 @@ class DLedgerNode:
         try:
             self.pusher.append(body, token, False, now)
         except DLedgerError as e:
-            self.ms.effects.append(AppendDone(token, AppendEntryResponse(
-                group=self.ms.group, code=e.code, term=self.ms.term, leaderId=self.ms.leader_id)))
+            self.ms.effects.append(
+                AppendDone(
+                    token,
+                    AppendEntryResponse(
+                        group=self.ms.group, code=e.code, term=self.ms.term, leaderId=self.ms.leader_id
+                    ),
+                )
+            )
         return self._work(now)
 
     def append_batch(self, bodies: list[bytes], token, now: float) -> tuple[list[int], list]:
@@ -99,8 +130,14 @@ class DLedgerNode:
             positions = self.pusher.append_batch(bodies, token, now)
         except DLedgerError as e:
             positions = []
-            self.ms.effects.append(AppendDone(token, AppendEntryResponse(
-                group=self.ms.group, code=e.code, term=self.ms.term, leaderId=self.ms.leader_id)))
+            self.ms.effects.append(
+                AppendDone(
+                    token,
+                    AppendEntryResponse(
+                        group=self.ms.group, code=e.code, term=self.ms.term, leaderId=self.ms.leader_id
+                    ),
+                )
+            )
         return positions, self._work(now)
 
     def handle_request(self, request: RequestOrResponse, now: float) -> list:
@@ -112,8 +149,10 @@ class DLedgerNode:
                 raise DLedgerError(ResponseCode.UNKNOWN_GROUP, f"{request.group} != {ms.group}")
             self._check_origin(request)
             if request.term > MAX_TERM:
-                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                                   f"term {request.term} from {request.localId} is past {MAX_TERM}: refused")
+                raise DLedgerError(
+                    ResponseCode.UNEXPECTED_ARGUMENT,
+                    f"term {request.term} from {request.localId} is past {MAX_TERM}: refused",
+                )
             response = self._route(request, now)
         except DLedgerError as e:
             cls = REQUEST_TYPES[request_code(request)][1]
@@ -131,17 +170,18 @@ class DLedgerNode:
         ms = self.ms
         if isinstance(request, AppendEntryRequest):
             if not self.config.acceptRemoteAppend:
-                raise DLedgerError(ResponseCode.UNSUPPORTED,
-                                   "remote append refused: a broker's DLedger group appends only locally")
+                raise DLedgerError(
+                    ResponseCode.UNSUPPORTED, "remote append refused: a broker's DLedger group appends only locally"
+                )
             return
         if isinstance(request, (VoteRequest, HeartBeatRequest, PushEntryRequest)):
             if request.localId != request.leaderId:  # a candidate or a leader speaks only for itself
-                raise DLedgerError(ResponseCode.UNKNOWN_MEMBER,
-                                   f"{request.localId!r} speaks for {request.leaderId!r}")
+                raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"{request.localId!r} speaks for {request.leaderId!r}")
             # a vote from an unknown id is the elector's REJECT_UNKNOWN_LEADER; itself: UNEXPECTED_MEMBER
             if not isinstance(request, VoteRequest) and not ms.is_peer_member(request.localId):
-                raise DLedgerError(ResponseCode.UNKNOWN_MEMBER,
-                                   f"{request.localId!r} is not a configured peer of {ms.self_id}")
+                raise DLedgerError(
+                    ResponseCode.UNKNOWN_MEMBER, f"{request.localId!r} is not a configured peer of {ms.self_id}"
+                )
 
     def _route(self, request, now):
         if isinstance(request, VoteRequest):
@@ -164,8 +204,7 @@ class DLedgerNode:
             raise DLedgerError(ResponseCode.UNSUPPORTED)
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, type(request).__name__)
 
-    def on_response(self, peer: str, request: RequestOrResponse, response: RequestOrResponse,
-                    now: float) -> list:
+    def on_response(self, peer: str, request: RequestOrResponse, response: RequestOrResponse, now: float) -> list:
         if response.term > MAX_TERM:  # an answer no member can give: as if it never came
             response = self.network_error(request)
         if isinstance(request, VoteRequest):

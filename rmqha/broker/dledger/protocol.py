@@ -10,6 +10,7 @@ out, byte[] is a base64 string, enums are their names, and derived getters appea
 (PushEntryRequest's batch, count, firstEntryIndex, lastEntryIndex, totalSize). On the way in,
 unknown keys are ignored (fastjson has no setter for them) and enums may be names or ordinals.
 """
+
 from __future__ import annotations
 
 import base64
@@ -125,6 +126,7 @@ def check_index(index: int, begin_index: int, end_index: int) -> None:
 
 # --- JSON helpers -------------------------------------------------------------------------------
 
+
 def _b64(data) -> str:
     return base64.b64encode(bytes(data)).decode("ascii")
 
@@ -185,8 +187,16 @@ def _str_map(value, name):
 
 
 def entry_to_json(e: DLedgerEntry) -> dict:
-    d = {"bodyCrc": e.body_crc, "chainCrc": e.chain_crc, "channel": e.channel, "index": e.index,
-         "magic": e.magic, "pos": e.pos, "size": e.size, "term": e.term}
+    d = {
+        "bodyCrc": e.body_crc,
+        "chainCrc": e.chain_crc,
+        "channel": e.channel,
+        "index": e.index,
+        "magic": e.magic,
+        "pos": e.pos,
+        "size": e.size,
+        "term": e.term,
+    }
     if e.body is not None:
         d["body"] = _b64(e.body)
     return d
@@ -198,12 +208,21 @@ def entry_from_json(d, name="entry") -> DLedgerEntry | None:
     if not isinstance(d, dict):
         raise ProtocolError(f"{name}: object expected")
     g = lambda k: _int(d.get(k, 0), f"{name}.{k}")  # noqa: E731  (Java int/long defaults are 0)
-    return DLedgerEntry(body=_unb64(d.get("body"), f"{name}.body"), index=g("index"), term=g("term"),
-                        pos=g("pos"), magic=g("magic"), channel=g("channel"), chain_crc=g("chainCrc"),
-                        body_crc=g("bodyCrc"), size=g("size"))
+    return DLedgerEntry(
+        body=_unb64(d.get("body"), f"{name}.body"),
+        index=g("index"),
+        term=g("term"),
+        pos=g("pos"),
+        magic=g("magic"),
+        channel=g("channel"),
+        chain_crc=g("chainCrc"),
+        body_crc=g("bodyCrc"),
+        size=g("size"),
+    )
 
 
 # --- the bodies ---------------------------------------------------------------------------------
+
 
 @dataclass
 class RequestOrResponse:
@@ -270,8 +289,10 @@ class RequestOrResponse:
         return self
 
     def base_info(self) -> str:
-        return (f"info[group={self.group},term={self.term},code={int(self.code)},local={self.localId},"
-                f"remote={self.remoteId},leader={self.leaderId}]")
+        return (
+            f"info[group={self.group},term={self.term},code={int(self.code)},local={self.localId},"
+            f"remote={self.remoteId},leader={self.leaderId}]"
+        )
 
 
 @dataclass
@@ -358,8 +379,13 @@ class PushEntryRequest(RequestOrResponse):
         return sum(e.size for e in self.batchEntry)
 
     def _derived(self) -> dict:
-        return {"batch": self.is_batch, "count": self.count, "firstEntryIndex": self.first_entry_index,
-                "lastEntryIndex": self.last_entry_index, "totalSize": self.total_size}
+        return {
+            "batch": self.is_batch,
+            "count": self.count,
+            "firstEntryIndex": self.first_entry_index,
+            "lastEntryIndex": self.last_entry_index,
+            "totalSize": self.total_size,
+        }
 
 
 @dataclass
@@ -379,9 +405,10 @@ class AppendEntryRequest(RequestOrResponse):
 @dataclass
 class BatchAppendEntryRequest(AppendEntryRequest):
     batchMsgs: list | None = None
-    _special = {"body": (_b64, _unb64),
-                "batchMsgs": (lambda v: [_b64(b) for b in v],
-                              lambda v, n: None if v is None else [_unb64(b, n) for b in v])}
+    _special = {
+        "body": (_b64, _unb64),
+        "batchMsgs": (lambda v: [_b64(b) for b in v], lambda v, n: None if v is None else [_unb64(b, n) for b in v]),
+    }
 
 
 @dataclass

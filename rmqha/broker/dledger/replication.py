@@ -35,6 +35,7 @@ catching each):
   keeps the compareIndex a dispatcher had reached when it lost an earlier leadership in COMPARE
   state; a SUCCESS there then TRUNCATEs the follower after it, committed entries included).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,8 +44,15 @@ from .config import DLedgerConfig, Rules
 from .effects import AppendDone, Committed, Reply, Send
 from .election import FOLLOWER, LEADER, NEVER, MemberState
 from .entry import CURRENT_MAGIC, DLedgerEntry
-from .protocol import (AppendEntryResponse, DLedgerError, check_index, PushEntryRequest, PushEntryResponse, PushType,
-                       ResponseCode)
+from .protocol import (
+    AppendEntryResponse,
+    DLedgerError,
+    check_index,
+    PushEntryRequest,
+    PushEntryResponse,
+    PushType,
+    ResponseCode,
+)
 
 
 class MemoryLog:
@@ -83,8 +91,9 @@ class MemoryLog:
         return self._entries[index - self.begin_index].copy()
 
     def append_as_leader(self, body: bytes, term: int) -> DLedgerEntry:
-        entry = DLedgerEntry(body=bytes(body), index=self.end_index + 1, term=term, pos=self._next_pos(),
-                             magic=CURRENT_MAGIC)
+        entry = DLedgerEntry(
+            body=bytes(body), index=self.end_index + 1, term=term, pos=self._next_pos(), magic=CURRENT_MAGIC
+        )
         entry.compute_size()
         self._store(entry)
         return entry.copy()
@@ -114,7 +123,7 @@ class MemoryLog:
             existed = False
         keep = entry.index + 1 if existed else entry.index
         if self._entries:
-            del self._entries[max(0, keep - self.begin_index):]
+            del self._entries[max(0, keep - self.begin_index) :]
         if not existed:
             if self._entries and entry.index != self.end_index + 1:
                 self._entries.clear()  # no overlap: the log restarts at the leader's entry
@@ -130,8 +139,9 @@ class MemoryLog:
         self.committed_index = index
 
 
-def update_committed_index(ms: MemberState, log, term: int, new: int, rules: Rules, effects: list,
-                           *, as_leader: bool) -> None:
+def update_committed_index(
+    ms: MemberState, log, term: int, new: int, rules: Rules, effects: list, *, as_leader: bool
+) -> None:
     """DLedgerMmapFileStore.updateCommittedIndex, with the Raft commit rule for a leader."""
     if new == -1 or log.end_index == -1 or term < ms.term or new == log.committed_index:
         return
@@ -211,8 +221,9 @@ class EntryPusher:
         term = ms.term
         pending = self.pending_acks.setdefault(term, {})
         if len(pending) > self.config.maxPendingRequestsNum:
-            resp = AppendEntryResponse(group=ms.group, code=ResponseCode.LEADER_PENDING_FULL, term=term,
-                                       leaderId=ms.self_id)
+            resp = AppendEntryResponse(
+                group=ms.group, code=ResponseCode.LEADER_PENDING_FULL, term=term, leaderId=ms.self_id
+            )
             effects.append(Reply(to, resp) if reply else AppendDone(to, resp))
             return
         entry = self.log.append_as_leader(body, term)
@@ -234,8 +245,14 @@ class EntryPusher:
         term = ms.term
         pending = self.pending_acks.setdefault(term, {})
         if len(pending) > self.config.maxPendingRequestsNum:
-            effects.append(AppendDone(to, AppendEntryResponse(group=ms.group, code=ResponseCode.LEADER_PENDING_FULL,
-                                                              term=term, leaderId=ms.self_id)))
+            effects.append(
+                AppendDone(
+                    to,
+                    AppendEntryResponse(
+                        group=ms.group, code=ResponseCode.LEADER_PENDING_FULL, term=term, leaderId=ms.self_id
+                    ),
+                )
+            )
             return []
         positions = []
         for body in bodies:
@@ -257,8 +274,12 @@ class EntryPusher:
         term = ms.term
         for t in [t for t in self.pending_acks if t != term]:
             for index, p in sorted(self.pending_acks.pop(t).items()):
-                self._complete(p, AppendEntryResponse(group=ms.group, index=index, code=ResponseCode.TERM_CHANGED,
-                                                      leaderId=ms.leader_id))
+                self._complete(
+                    p,
+                    AppendEntryResponse(
+                        group=ms.group, index=index, code=ResponseCode.TERM_CHANGED, leaderId=ms.leader_id
+                    ),
+                )
         for t in [t for t in self.watermarks if t != term]:
             del self.watermarks[t]
         if now - self.last_check_leak > self.config.leakCheckIntervalMs:
@@ -274,12 +295,21 @@ class EntryPusher:
             p = pending[index]
             if index <= quorum_index:
                 del pending[index]
-                self._complete(p, AppendEntryResponse(group=ms.group, term=term, index=index,
-                                                      leaderId=ms.self_id, pos=p.pos))
+                self._complete(
+                    p, AppendEntryResponse(group=ms.group, term=term, index=index, leaderId=ms.self_id, pos=p.pos)
+                )
             elif now >= p.deadline:
                 del pending[index]
-                self._complete(p, AppendEntryResponse(group=ms.group, code=ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
-                                                      term=term, index=index, leaderId=ms.self_id))
+                self._complete(
+                    p,
+                    AppendEntryResponse(
+                        group=ms.group,
+                        code=ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
+                        term=term,
+                        index=index,
+                        leaderId=ms.self_id,
+                    ),
+                )
             else:
                 break
 
@@ -315,8 +345,16 @@ class EntryPusher:
 
     def _push(self, d: _Dispatcher, entry, type_: PushType) -> PushEntryRequest:
         ms = self.ms
-        req = PushEntryRequest(group=ms.group, remoteId=d.peer, leaderId=d.leader_id, localId=ms.self_id,
-                               term=d.term, entry=entry, type=type_, commitIndex=self.log.committed_index)
+        req = PushEntryRequest(
+            group=ms.group,
+            remoteId=d.peer,
+            leaderId=d.leader_id,
+            localId=ms.self_id,
+            term=d.term,
+            entry=entry,
+            type=type_,
+            commitIndex=self.log.committed_index,
+        )
         ms.effects.append(Send(d.peer, req))
         return req
 
@@ -397,8 +435,7 @@ class EntryPusher:
         d.inflight = self._push(d, log.get(d.compare_index), PushType.COMPARE)
         d.inflight_deadline = now + self.config.rpcTimeoutMs
 
-    def on_push_response(self, peer: str, request: PushEntryRequest, response: PushEntryResponse,
-                         now: float) -> None:
+    def on_push_response(self, peer: str, request: PushEntryRequest, response: PushEntryResponse, now: float) -> None:
         d = self.dispatchers.get(peer)
         if d is None:
             return
@@ -479,8 +516,9 @@ class EntryHandler:
 
     def _reply(self, request: PushEntryRequest, code: ResponseCode) -> None:
         log = self.log
-        resp = PushEntryResponse(group=request.group, code=code, term=request.term,
-                                 beginIndex=log.begin_index, endIndex=log.end_index)
+        resp = PushEntryResponse(
+            group=request.group, code=code, term=request.term, beginIndex=log.begin_index, endIndex=log.end_index
+        )
         if request.type != PushType.COMMIT:
             resp.index = request.first_entry_index
             resp.count = request.count
@@ -543,8 +581,9 @@ class EntryHandler:
         if self.rules.follower_commit_needs_term:
             if request.term != self.ms.term or request.leaderId != self.ms.leader_id:
                 return
-        update_committed_index(self.ms, self.log, request.term, request.commitIndex, self.rules,
-                               self.ms.effects, as_leader=False)
+        update_committed_index(
+            self.ms, self.log, request.term, request.commitIndex, self.rules, self.ms.effects, as_leader=False
+        )
 
     def _do_append(self, buffered: _Buffered) -> None:
         request = buffered.request

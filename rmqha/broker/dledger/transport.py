@@ -13,6 +13,7 @@ on an injectable clock, carries out the effects in order (PersistTerm is written
 the Sends and Replies after it), fsyncs the store every flushFileInterval when it wrote, and writes
 the checkpoint every checkPointInterval.
 """
+
 from __future__ import annotations
 
 import logging
@@ -80,9 +81,18 @@ class _ServerFactory(protocol.ServerFactory):
 
 
 class DLedgerService:
-    def __init__(self, node: DLedgerNode, store: FileStore, *, reactor: Any, clock: IReactorTime | None = None,
-                 tick_ms: float = 10, flush_ms: float = 10, checkpoint_ms: float = 3000,
-                 on_effect: Callable[[object], None] | None = None):
+    def __init__(
+        self,
+        node: DLedgerNode,
+        store: FileStore,
+        *,
+        reactor: Any,
+        clock: IReactorTime | None = None,
+        tick_ms: float = 10,
+        flush_ms: float = 10,
+        checkpoint_ms: float = 3000,
+        on_effect: Callable[[object], None] | None = None,
+    ):
         self.node, self.store, self.reactor = node, store, reactor
         self.clock: IReactorTime = clock or reactor
         self.config = node.config
@@ -95,8 +105,15 @@ class DLedgerService:
         self.next_opaque = 0
         self.listener: Any = None
         self.loops: list[LoopingCall] = []
-        self.stats = {"sent": 0, "timeouts": 0, "network_errors": 0, "committed": store.committed_index,
-                      "effect_errors": 0, "loop_errors": 0, "request_errors": 0}
+        self.stats = {
+            "sent": 0,
+            "timeouts": 0,
+            "network_errors": 0,
+            "committed": store.committed_index,
+            "effect_errors": 0,
+            "loop_errors": 0,
+            "request_errors": 0,
+        }
 
     def now(self) -> float:
         return self.clock.seconds() * 1000.0
@@ -106,8 +123,11 @@ class DLedgerService:
         if listen:
             host, port = split_address(self.peers[self.node.self_id])
             self.listener = self.reactor.listenTCP(port, _ServerFactory(self), interface=host)
-        for fn, ms in ((self.tick, self.tick_ms), (self.flush, self.flush_ms),
-                       (self.store.persist_checkpoint, self.checkpoint_ms)):
+        for fn, ms in (
+            (self.tick, self.tick_ms),
+            (self.flush, self.flush_ms),
+            (self.store.persist_checkpoint, self.checkpoint_ms),
+        ):
             loop = LoopingCall(self._guarded(fn))
             loop.clock = self.clock
             loop.start(ms / 1000.0, now=False)
@@ -154,13 +174,14 @@ class DLedgerService:
     def _guarded(self, fn: Callable[[], object]) -> Callable[[], None]:
         """A LoopingCall body that logs an exception and keeps the loop running (a LoopingCall whose
         function raises stops for good: the node would never tick again)."""
+
         def call() -> None:
             try:
                 fn()
             except Exception:  # noqa: BLE001
                 self.stats["loop_errors"] += 1
-                log.exception("%s: %s failed; the loop goes on", self.node.self_id,
-                              getattr(fn, "__name__", fn))
+                log.exception("%s: %s failed; the loop goes on", self.node.self_id, getattr(fn, "__name__", fn))
+
         return call
 
     def tick(self) -> None:
@@ -255,8 +276,9 @@ class DLedgerService:
         try:
             RequestCode(cmd.code)
         except ValueError:
-            conn.send(cmd.make_response(RemotingCode.REQUEST_CODE_NOT_SUPPORTED,
-                                        f" request type {cmd.code} not supported"))
+            conn.send(
+                cmd.make_response(RemotingCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+            )
             return
         try:
             request = decode_request(cmd.code, cmd.body)
@@ -269,8 +291,9 @@ class DLedgerService:
             effects = self.node.handle_request(request, self.now())
         except Exception as e:  # noqa: BLE001 (a request the core cannot take must not drop the node)
             self.stats["request_errors"] += 1
-            log.exception("%s: %s from %s failed", self.node.self_id, type(request).__name__,
-                          getattr(request, "localId", None))
+            log.exception(
+                "%s: %s from %s failed", self.node.self_id, type(request).__name__, getattr(request, "localId", None)
+            )
             conn.send(cmd.make_response(RemotingCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}"[:500]))
             return
         self.run(effects)
@@ -282,14 +305,28 @@ class DLedgerService:
         conn, cmd = where
         if conn.transport is None or not getattr(conn.transport, "connected", True):
             return
-        reply = RemotingCommand(code=ResponseCode.SUCCESS, opaque=cmd.opaque, flag=FLAG_RESPONSE,
-                                body=response.to_json_bytes(), serialize_type=cmd.serialize_type)
+        reply = RemotingCommand(
+            code=ResponseCode.SUCCESS,
+            opaque=cmd.opaque,
+            flag=FLAG_RESPONSE,
+            body=response.to_json_bytes(),
+            serialize_type=cmd.serialize_type,
+        )
         conn.send(reply)
 
     # --- status -----------------------------------------------------------------------------------
     def status(self) -> dict:
         n, s = self.node, self.store
-        return {"group": n.ms.group, "selfId": n.self_id, "role": n.role, "term": n.term,
-                "leaderId": n.ms.leader_id, "beginIndex": s.begin_index, "endIndex": s.end_index,
-                "endTerm": s.end_term, "committedIndex": s.committed_index, "dataDir": s.data.path,
-                **{k: v for k, v in self.stats.items() if k != "committed"}}
+        return {
+            "group": n.ms.group,
+            "selfId": n.self_id,
+            "role": n.role,
+            "term": n.term,
+            "leaderId": n.ms.leader_id,
+            "beginIndex": s.begin_index,
+            "endIndex": s.end_index,
+            "endTerm": s.end_term,
+            "committedIndex": s.committed_index,
+            "dataDir": s.data.path,
+            **{k: v for k, v in self.stats.items() if k != "committed"},
+        }

@@ -13,14 +13,54 @@ byte for byte (tests/unit/fastpath) and `make fuzz` compares them on mutated fra
 `sendFastPath=false` in the broker's config turns it off; without a C compiler at install time the
 module is simply absent (setup.py builds it as optional) and every send takes the Python path.
 """
+
 from __future__ import annotations
 
 # The tuple scan_sends() returns for each request (positions are in the buffer it scanned).
-FIELDS = ("start", "end", "body", "topic", "default_topic", "max_reconsume_times", "opaque",
-          "default_topic_queue_nums", "queue_id", "sys_flag", "born_timestamp", "flag", "reconsume_times",
-          "wait_store_ok", "properties", "tags", "keys", "uniq_key", "key_hashes", "oneway")
-(START, END, BODY, TOPIC, DEFAULT_TOPIC, MAX_RECONSUME, OPAQUE, DEFAULT_QUEUES, QUEUE_ID, SYS_FLAG, BORN_TS,
- FLAG, RECONSUME, WAIT, PROPERTIES, TAGS, KEYS, UNIQ, KEY_HASHES, ONEWAY) = range(len(FIELDS))
+FIELDS = (
+    "start",
+    "end",
+    "body",
+    "topic",
+    "default_topic",
+    "max_reconsume_times",
+    "opaque",
+    "default_topic_queue_nums",
+    "queue_id",
+    "sys_flag",
+    "born_timestamp",
+    "flag",
+    "reconsume_times",
+    "wait_store_ok",
+    "properties",
+    "tags",
+    "keys",
+    "uniq_key",
+    "key_hashes",
+    "oneway",
+)
+(
+    START,
+    END,
+    BODY,
+    TOPIC,
+    DEFAULT_TOPIC,
+    MAX_RECONSUME,
+    OPAQUE,
+    DEFAULT_QUEUES,
+    QUEUE_ID,
+    SYS_FLAG,
+    BORN_TS,
+    FLAG,
+    RECONSUME,
+    WAIT,
+    PROPERTIES,
+    TAGS,
+    KEYS,
+    UNIQ,
+    KEY_HASHES,
+    ONEWAY,
+) = range(len(FIELDS))
 
 # Requests one scan takes at most: bounds how long one connection holds the reactor.
 SCAN_LIMIT = 256

@@ -6,6 +6,7 @@ that it woke a fixed 5 times and could time out with the data already on the sla
 Waiters are queued in append order, so both their offsets and their deadlines increase along the
 queue: one timer, for the head, is enough.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -21,8 +22,7 @@ _Waiter = tuple[int, float, float, "defer.Deferred[PutStatus]"]
 
 
 class GroupTransfer:
-    def __init__(self, clock: Clock, timeout_s: float,
-                 on_outcome: Callable[[PutStatus, float], object] | None = None):
+    def __init__(self, clock: Clock, timeout_s: float, on_outcome: Callable[[PutStatus, float], object] | None = None):
         self.clock = clock
         self.timeout_s = timeout_s
         self.on_outcome = on_outcome  # (outcome, waited_seconds) for metrics

@@ -6,6 +6,7 @@ order, before the next (the reference's "finish the last frame first"). On a rea
 transport is rmqha/broker/ha/transport.py's FileFrameServer: frame bodies go from the commit-log file to the
 socket with os.sendfile, and the transport resumes the writer once a partly sent batch has gone out.
 """
+
 from __future__ import annotations
 
 import json
@@ -88,9 +89,15 @@ class MasterHAProtocol(protocol.Protocol):
         p = self.link.getPeer()
         self.peer = f"{getattr(p, 'host', '?')}:{getattr(p, 'port', id(self))}"
         tune_socket(self.transport, svc.socket_buffer)
-        self.session = MasterSession(svc.store.commitlog, self.peer, batch_size=svc.batch_size,
-                                     heartbeat_s=svc.heartbeat_s, housekeeping_s=svc.housekeeping_s,
-                                     now=svc.clock.seconds(), incarnation=svc.incarnation)
+        self.session = MasterSession(
+            svc.store.commitlog,
+            self.peer,
+            batch_size=svc.batch_size,
+            heartbeat_s=svc.heartbeat_s,
+            housekeeping_s=svc.housekeeping_s,
+            now=svc.clock.seconds(),
+            incarnation=svc.incarnation,
+        )
         self.link.registerProducer(self, True)
         svc.connection_made(self)
 
@@ -163,8 +170,12 @@ class MasterHAProtocol(protocol.Protocol):
     def tick(self, now: float) -> None:
         s = self.live_session
         if s.expired(now):
-            log.warning("closing HA connection from %s: nothing read for %.1fs (haHousekeepingInterval); "
-                        "slaveAckOffset=%d", self.peer, now - s.last_read, s.slave_ack_offset)
+            log.warning(
+                "closing HA connection from %s: nothing read for %.1fs (haHousekeepingInterval); slaveAckOffset=%d",
+                self.peer,
+                now - s.last_read,
+                s.slave_ack_offset,
+            )
             self.service.housekeeping_closes.inc()
             self.close()
             return
@@ -229,10 +240,21 @@ def save_fence(path: str, fence: tuple[int, int] | None) -> None:
 class HAService(protocol.Factory):
     """Listens on haListenPort; tracks push2SlaveMaxOffset and the sync waiters."""
 
-    def __init__(self, store: MessageStore, *, clock: Clock, batch_size: int = 32768, heartbeat_ms: int = 5000,
-                 housekeeping_ms: int = 20000, fallbehind_max: int = 256 * 1024 * 1024, sync_wait_ms: int = 5000,
-                 socket_buffer: int = 65536, metrics: Any = None, compat49: bool = False,
-                 allowed: frozenset[str] | None = None):
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        clock: Clock,
+        batch_size: int = 32768,
+        heartbeat_ms: int = 5000,
+        housekeeping_ms: int = 20000,
+        fallbehind_max: int = 256 * 1024 * 1024,
+        sync_wait_ms: int = 5000,
+        socket_buffer: int = 65536,
+        metrics: Any = None,
+        compat49: bool = False,
+        allowed: frozenset[str] | None = None,
+    ):
         self.store = store
         self.allowed = allowed  # haAllowedAddresses: the only peers accepted (None: anyone, as 4.9)
         self.clock = clock
@@ -248,18 +270,24 @@ class HAService(protocol.Factory):
         self.fence_path = os.path.join(store.root, FENCE_FILE)
         self.peers_path = os.path.join(store.root, PEERS_FILE)
         self.peers = ProvenPeers.from_record(load_record(self.peers_path), on_proven=self._save_peers)
-        self.incarnation = Incarnation(store.commitlog.max_offset, fence=load_fence(self.fence_path),
-                                       on_fence=self._save_fence, peers=self.peers)
+        self.incarnation = Incarnation(
+            store.commitlog.max_offset, fence=load_fence(self.fence_path), on_fence=self._save_fence, peers=self.peers
+        )
         if self.incarnation.fence is not None:
-            log.error("a fork is remembered in %s: a slave holding offsets past %d has a history this master "
-                      "lost and stays SLAVE_AHEAD until it is truncated or rebuilt (see the README)",
-                      self.fence_path, self.incarnation.fence[0])
+            log.error(
+                "a fork is remembered in %s: a slave holding offsets past %d has a history this master "
+                "lost and stays SLAVE_AHEAD until it is truncated or rebuilt (see the README)",
+                self.fence_path,
+                self.incarnation.fence[0],
+            )
         self.compat49 = compat49
         if compat49:
             self.incarnation.compat49 = True
-            log.warning("haCompat49=true: this master reproduces Apache RocketMQ 4.9's HA behaviour where this "
-                        "broker differs (unchecked first reports, false SEND_OK, any socket a slave): for "
-                        "comparisons only")
+            log.warning(
+                "haCompat49=true: this master reproduces Apache RocketMQ 4.9's HA behaviour where this "
+                "broker differs (unchecked first reports, false SEND_OK, any socket a slave): for "
+                "comparisons only"
+            )
         self.group_transfer = GroupTransfer(clock, sync_wait_ms / 1000.0, self._sync_outcome)
         self._ticker: PeriodicService | None = None
         self._pump_all_scheduled: DelayedCall | None = None
@@ -271,59 +299,100 @@ class HAService(protocol.Factory):
         try:
             save_peers(self.peers_path, peers)
         except OSError as e:  # proven in this life still; the next one may refuse this slave if it is ahead
-            log.error("cannot write %s (%s): the proven HA peers are known until this master stops, not after",
-                      self.peers_path, e)
+            log.error(
+                "cannot write %s (%s): the proven HA peers are known until this master stops, not after",
+                self.peers_path,
+                e,
+            )
 
     def _save_fence(self, fence: tuple[int, int] | None) -> None:
         try:
             save_fence(self.fence_path, fence)
         except OSError as e:  # the fork is still enforced in this life; say the next one may miss it
-            log.error("cannot write %s (%s): the fork %s is enforced until this master stops, not after",
-                      self.fence_path, e, fence)
+            log.error(
+                "cannot write %s (%s): the fork %s is enforced until this master stops, not after",
+                self.fence_path,
+                e,
+                fence,
+            )
 
     # -- metrics ----------------------------------------------------------------------------------
     def _install_metrics(self, reg: Any) -> None:  # a rmqha.broker.metrics Registry, or None: a private one
         from ..metrics import Registry
+
         reg = reg or Registry()
         self.metrics = reg
-        self.protocol_errors = reg.counter("ha_protocol_errors_total",
-                                           "HA connections closed for a malformed or rogue report")
-        self.housekeeping_closes = reg.counter("ha_housekeeping_closes_total",
-                                               "HA connections closed after haHousekeepingInterval of silence")
+        self.protocol_errors = reg.counter(
+            "ha_protocol_errors_total", "HA connections closed for a malformed or rogue report"
+        )
+        self.housekeeping_closes = reg.counter(
+            "ha_housekeeping_closes_total", "HA connections closed after haHousekeepingInterval of silence"
+        )
         self.accepted = reg.counter("ha_connections_accepted_total", "TCP connections accepted on the HA port")
-        self.refused_peers = reg.counter("ha_connections_refused_total",
-                                         "HA connections closed at once: the peer is not in haAllowedAddresses")
-        self.sync_outcomes = reg.counter("sync_wait_outcomes_total",
-                                         "SYNC_MASTER replication waits by outcome")
-        self.sync_latency = reg.histogram("sync_wait_seconds", "time a SYNC_MASTER send waited for a slave ack",
-                                          [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                           1, 2, 3, 5, 10])
-        reg.gauge("ha_connections", "HA connections that sent a valid report (connectionCount)",
-                  lambda: self.connection_count)
-        reg.gauge("ha_connections_unvalidated", "HA connections with no valid report yet (probes, slow slaves)",
-                  lambda: len(self.connections) - self.connection_count)
-        reg.gauge("ha_push2slave_max_offset", "push2SlaveMaxOffset: the highest offset any slave acknowledged",
-                  lambda: self.push2slave_max_offset)
+        self.refused_peers = reg.counter(
+            "ha_connections_refused_total", "HA connections closed at once: the peer is not in haAllowedAddresses"
+        )
+        self.sync_outcomes = reg.counter("sync_wait_outcomes_total", "SYNC_MASTER replication waits by outcome")
+        self.sync_latency = reg.histogram(
+            "sync_wait_seconds",
+            "time a SYNC_MASTER send waited for a slave ack",
+            [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10],
+        )
+        reg.gauge(
+            "ha_connections", "HA connections that sent a valid report (connectionCount)", lambda: self.connection_count
+        )
+        reg.gauge(
+            "ha_connections_unvalidated",
+            "HA connections with no valid report yet (probes, slow slaves)",
+            lambda: len(self.connections) - self.connection_count,
+        )
+        reg.gauge(
+            "ha_push2slave_max_offset",
+            "push2SlaveMaxOffset: the highest offset any slave acknowledged",
+            lambda: self.push2slave_max_offset,
+        )
         reg.gauge("sync_waiters", "SYNC_MASTER sends waiting for a slave ack", lambda: len(self.group_transfer))
+
         def per_slave(attr: str) -> Callable[[], list[tuple[dict[str, str], int]]]:
             return lambda: [({"slave": c.peer}, getattr(c.session, attr)) for c in self._reported()]
-        reg.gauge("ha_slave_request_offset", "slaveRequestOffset: the offset the slave asked for on connect",
-                  per_slave("slave_request_offset"))
-        reg.gauge("ha_slave_ack_offset", "slaveAckOffset: the slave's last reported max offset",
-                  per_slave("slave_ack_offset"))
-        reg.gauge("ha_slave_next_transfer_offset", "nextTransferFromWhere for each slave",
-                  per_slave("next_transfer_from"))
-        reg.gauge("ha_slave_lag_bytes", "master max offset minus the slave's ack offset",
-                  lambda: [({"slave": c.peer}, c.live_session.lag()) for c in self._reported()])
-        reg.gauge("ha_slave_offset_unavailable", "1 when a slave asks for data the master no longer has",
-                  lambda: [({"slave": c.peer}, int(c.live_session.state == SessionState.OFFSET_UNAVAILABLE))
-                           for c in self._reported()])
-        reg.gauge("ha_slave_ahead", "1 when a slave holds offsets this master lost (SLAVE_AHEAD: not replicated "
-                  "to, not counted for sync acks; see slaveAckOffset and ha_master_start_offset)",
-                  lambda: [({"slave": c.peer}, int(c.live_session.state == SessionState.SLAVE_AHEAD))
-                           for c in self._reported()])
-        reg.gauge("ha_master_start_offset", "the commit log's max offset when this master started",
-                  lambda: self.incarnation.start_offset)
+
+        reg.gauge(
+            "ha_slave_request_offset",
+            "slaveRequestOffset: the offset the slave asked for on connect",
+            per_slave("slave_request_offset"),
+        )
+        reg.gauge(
+            "ha_slave_ack_offset", "slaveAckOffset: the slave's last reported max offset", per_slave("slave_ack_offset")
+        )
+        reg.gauge(
+            "ha_slave_next_transfer_offset", "nextTransferFromWhere for each slave", per_slave("next_transfer_from")
+        )
+        reg.gauge(
+            "ha_slave_lag_bytes",
+            "master max offset minus the slave's ack offset",
+            lambda: [({"slave": c.peer}, c.live_session.lag()) for c in self._reported()],
+        )
+        reg.gauge(
+            "ha_slave_offset_unavailable",
+            "1 when a slave asks for data the master no longer has",
+            lambda: [
+                ({"slave": c.peer}, int(c.live_session.state == SessionState.OFFSET_UNAVAILABLE))
+                for c in self._reported()
+            ],
+        )
+        reg.gauge(
+            "ha_slave_ahead",
+            "1 when a slave holds offsets this master lost (SLAVE_AHEAD: not replicated "
+            "to, not counted for sync acks; see slaveAckOffset and ha_master_start_offset)",
+            lambda: [
+                ({"slave": c.peer}, int(c.live_session.state == SessionState.SLAVE_AHEAD)) for c in self._reported()
+            ],
+        )
+        reg.gauge(
+            "ha_master_start_offset",
+            "the commit log's max offset when this master started",
+            lambda: self.incarnation.start_offset,
+        )
 
     def _sync_outcome(self, outcome: PutStatus, waited: float) -> None:
         self.sync_outcomes.inc(outcome=outcome)
@@ -341,8 +410,9 @@ class HAService(protocol.Factory):
         interval = max(0.01, min(1.0, self.heartbeat_s / 5, self.housekeeping_s / 5))
         # Supervised: a failed tick is logged and counted and ticking resumes within a second, instead of
         # heartbeats and housekeeping stopping for every slave until a restart.
-        self._ticker = PeriodicService("ha_master", self.tick, interval, self.clock, self.metrics,
-                                       max_backoff=1.0, logger=log)
+        self._ticker = PeriodicService(
+            "ha_master", self.tick, interval, self.clock, self.metrics, max_backoff=1.0, logger=log
+        )
         self._ticker.start()
 
     def stop(self) -> Any:  # the port's stopListening() Deferred, if listening
@@ -379,8 +449,11 @@ class HAService(protocol.Factory):
 
     def _reported(self) -> list[MasterHAProtocol]:
         """Connections that sent a valid report: the slaves, and those in SLAVE_AHEAD."""
-        return [c for c in self.connections if c.session is not None
-                and (c.session.is_slave or c.session.state == SessionState.SLAVE_AHEAD)]
+        return [
+            c
+            for c in self.connections
+            if c.session is not None and (c.session.is_slave or c.session.state == SessionState.SLAVE_AHEAD)
+        ]
 
     def slaves_ahead(self) -> list[MasterHAProtocol]:
         return [c for c in self._reported() if c.live_session.state == SessionState.SLAVE_AHEAD]
@@ -388,8 +461,7 @@ class HAService(protocol.Factory):
     @property
     def connection_count(self) -> int:
         if self.compat49:  # 4.9: every accepted socket is an HAConnection, reported or not (#3015)
-            return sum(1 for c in self.connections if c.session is not None
-                       and c.session.state != SessionState.CLOSED)
+            return sum(1 for c in self.connections if c.session is not None and c.session.state != SessionState.CLOSED)
         return sum(1 for c in self.connections if c.session is not None and c.session.is_slave)
 
     def on_ack(self, conn: MasterHAProtocol, ack: Ack) -> None:
@@ -402,8 +474,7 @@ class HAService(protocol.Factory):
             self.group_transfer.notify_transfer(offset)
 
     def is_slave_ok(self, master_put_where: int) -> bool:
-        return (self.connection_count > 0
-                and master_put_where - self.push2slave_max_offset < self.fallbehind_max)
+        return self.connection_count > 0 and master_put_where - self.push2slave_max_offset < self.fallbehind_max
 
     def wait_for_slave(self, next_offset: int) -> defer.Deferred[PutStatus]:
         """Fires with PutStatus PUT_OK, FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (HA-PROTOCOL §5)."""
@@ -453,15 +524,19 @@ class HAService(protocol.Factory):
             "provenPeers": self.peers.to_json()["peers"],
             "streamLimit": self.peers.stream_limit,
             "slavesAhead": len(self.slaves_ahead()),
-            "slaves": [{
-                "addr": c.peer,
-                "state": s.state,
-                "slaveRequestOffset": s.slave_request_offset,
-                "slaveAckOffset": s.slave_ack_offset,
-                "nextTransferFromWhere": s.next_transfer_from,
-                "lagBytes": s.lag(),
-                "problem": s.problem,
-            } for c in self._reported() for s in (c.live_session,)],
+            "slaves": [
+                {
+                    "addr": c.peer,
+                    "state": s.state,
+                    "slaveRequestOffset": s.slave_request_offset,
+                    "slaveAckOffset": s.slave_ack_offset,
+                    "nextTransferFromWhere": s.next_transfer_from,
+                    "lagBytes": s.lag(),
+                    "problem": s.problem,
+                }
+                for c in self._reported()
+                for s in (c.live_session,)
+            ],
         }
 
 

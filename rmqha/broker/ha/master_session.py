@@ -3,6 +3,7 @@
 The reader half turns reports into acks; the writer half decides what to send next. Time is passed
 in (seconds, from the reactor), so tests drive it with task.Clock.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,6 +60,7 @@ class Incarnation:
     A first report past both comes from a slave that holds bytes this master does not have (it lost
     them, e.g. in a power loss); if the master has written since, its bytes there are different ones.
     """
+
     start_offset: int
     sent_max: int = -1
     # A fork remembered across restarts: (from, to) when a slave was once found holding [from, to), a
@@ -107,8 +109,10 @@ class Incarnation:
         if self.peers is None:
             return ""
         if host in self.served:
-            return (f"a session from {host} was served this life's log, so a report from {host} cannot "
-                    "hold a history this life lost")
+            return (
+                f"a session from {host} was served this life's log, so a report from {host} cannot "
+                "hold a history this life lost"
+            )
         return self.peers.history_refused(host, offset)
 
     def saw_report(self, offset: int, host: str) -> None:
@@ -117,13 +121,25 @@ class Incarnation:
         if self.fence is None or offset > self.fence[0]:
             return
         if self.peers is not None and (host not in self.peers.earlier or self.ahead_live.get(host, 0)):
-            log.warning("%s reported offset %d, at or below the fork at %d, but the fence [%d, %d) stays: %s",
-                        host, offset, self.fence[0], *self.fence,
-                        f"a session from {host} is still SLAVE_AHEAD" if host in self.peers.earlier else
-                        f"{host} was not proven a replica of this master in an earlier life")
+            log.warning(
+                "%s reported offset %d, at or below the fork at %d, but the fence [%d, %d) stays: %s",
+                host,
+                offset,
+                self.fence[0],
+                *self.fence,
+                f"a session from {host} is still SLAVE_AHEAD"
+                if host in self.peers.earlier
+                else f"{host} was not proven a replica of this master in an earlier life",
+            )
             return
-        log.warning("slave %s reported offset %d, at or below the fork at %d: the fork [%d, %d) is no longer "
-                    "held by a slave; forgetting it", host, offset, self.fence[0], *self.fence)
+        log.warning(
+            "slave %s reported offset %d, at or below the fork at %d: the fork [%d, %d) is no longer "
+            "held by a slave; forgetting it",
+            host,
+            offset,
+            self.fence[0],
+            *self.fence,
+        )
         self.fence = None
         if callable(self.on_fence):
             self.on_fence(None)
@@ -143,8 +159,17 @@ class Ack:
 
 
 class MasterSession:
-    def __init__(self, commitlog: LogSource, peer: str, *, batch_size: int, heartbeat_s: float,
-                 housekeeping_s: float, now: float, incarnation: Incarnation | None = None):
+    def __init__(
+        self,
+        commitlog: LogSource,
+        peer: str,
+        *,
+        batch_size: int,
+        heartbeat_s: float,
+        housekeeping_s: float,
+        now: float,
+        incarnation: Incarnation | None = None,
+    ):
         self.log = commitlog
         self.incarnation = incarnation or Incarnation(commitlog.max_offset)
         self.peer = peer
@@ -187,8 +212,13 @@ class MasterSession:
             self.slave_request_offset = self.slave_ack_offset = offset
             self._choose_start(offset)
             if offset > max_offset:
-                log.warning("haCompat49: slave %s's first report %d is past this master's log (%d), taken "
-                            "unchecked as 4.9 does: push2SlaveMaxOffset rises to it", self.peer, offset, max_offset)
+                log.warning(
+                    "haCompat49: slave %s's first report %d is past this master's log (%d), taken "
+                    "unchecked as 4.9 does: push2SlaveMaxOffset rises to it",
+                    self.peer,
+                    offset,
+                    max_offset,
+                )
             return Ack(offset, True)
         if self.slave_request_offset < 0 and self._ahead(offset):
             why = self.incarnation.history_refused(self.host, offset)
@@ -197,13 +227,16 @@ class MasterSession:
                 raise ProtocolError(
                     f"{self.peer} reported offset {offset}, past what this master holds ({max_offset}) and "
                     f"sent, refused: {why}. A real slave whose master lost data is known from an earlier "
-                    "life (store/haPeers.json); see rmqha/broker/ha/peers.py")
+                    "life (store/haPeers.json); see rmqha/broker/ha/peers.py"
+                )
             self._enter_slave_ahead(offset, now)
             return None
         if offset > max_offset:
-            raise ProtocolError(f"slave {self.peer} reported offset {offset} beyond the master's max "
-                                f"offset {max_offset}: a rogue peer, or a slave whose log has data this "
-                                "master does not (the slave must be truncated or rebuilt)")
+            raise ProtocolError(
+                f"slave {self.peer} reported offset {offset} beyond the master's max "
+                f"offset {max_offset}: a rogue peer, or a slave whose log has data this "
+                "master does not (the slave must be truncated or rebuilt)"
+            )
         first = self.slave_request_offset < 0
         if first:
             self.incarnation.saw_report(offset, self.host)
@@ -211,11 +244,17 @@ class MasterSession:
             self.slave_request_offset = offset
             self._choose_start(offset)
         elif offset < self.slave_ack_offset:
-            log.warning("slave %s ack went backwards: slaveAckOffset %d -> %d", self.peer,
-                        self.slave_ack_offset, offset)
+            log.warning(
+                "slave %s ack went backwards: slaveAckOffset %d -> %d", self.peer, self.slave_ack_offset, offset
+            )
         self.slave_ack_offset = offset
-        if (not first and self.incarnation.peers is not None and offset > self.slave_request_offset
-                and self.state == SessionState.STREAMING and offset <= self.next_transfer_from):
+        if (
+            not first
+            and self.incarnation.peers is not None
+            and offset > self.slave_request_offset
+            and self.state == SessionState.STREAMING
+            and offset <= self.next_transfer_from
+        ):
             # it stored bytes we streamed to it: a replica of this log
             self.incarnation.peers.prove(self.host, offset, int(now * 1000))
         return Ack(offset, first)
@@ -230,13 +269,15 @@ class MasterSession:
         self.ahead_master_offset = self.log.max_offset
         start = self.incarnation.fork_from
         self.incarnation.remember_fork(offset)
-        self.problem = (f"SLAVE_AHEAD: slave {self.peer} holds the commit log up to {offset} but this master's "
-                        f"history parts from it at {start} (the master came back behind its slave, e.g. after a "
-                        f"power loss; it holds {self.ahead_master_offset}): the slave's bytes from {start} are "
-                        "not this master's. The slave is not "
-                        "replicated to and not counted for SYNC_MASTER acks (sends get SLAVE_NOT_AVAILABLE); "
-                        "an operator must either rebuild the slave from the master (its data past "
-                        f"{start} is then lost) or restore the master from the slave (see README)")
+        self.problem = (
+            f"SLAVE_AHEAD: slave {self.peer} holds the commit log up to {offset} but this master's "
+            f"history parts from it at {start} (the master came back behind its slave, e.g. after a "
+            f"power loss; it holds {self.ahead_master_offset}): the slave's bytes from {start} are "
+            "not this master's. The slave is not "
+            "replicated to and not counted for SYNC_MASTER acks (sends get SLAVE_NOT_AVAILABLE); "
+            "an operator must either rebuild the slave from the master (its data past "
+            f"{start} is then lost) or restore the master from the slave (see README)"
+        )
         self.last_write = now - self.heartbeat_s  # announce it to the slave at the next tick
         log.error("%s", self.problem)
 
@@ -245,22 +286,34 @@ class MasterSession:
             # The reference's rule: an empty slave starts at the master's LAST mapped file.
             start = self.log.last_file_start()
             if start > self.log.min_offset:
-                log.warning("slave %s is empty: replication starts at the master's last file, offset %d; "
-                            "the master's data in [%d, %d) will NOT be on this slave (RocketMQ does the "
-                            "same; copy the older files by hand if the slave needs them)",
-                            self.peer, start, self.log.min_offset, start)
+                log.warning(
+                    "slave %s is empty: replication starts at the master's last file, offset %d; "
+                    "the master's data in [%d, %d) will NOT be on this slave (RocketMQ does the "
+                    "same; copy the older files by hand if the slave needs them)",
+                    self.peer,
+                    start,
+                    self.log.min_offset,
+                    start,
+                )
         else:
             start = request
         self.next_transfer_from = start
         if request and request < self.log.min_offset:
             self.state = SessionState.OFFSET_UNAVAILABLE
-            self.problem = (f"slave {self.peer} asks for offset {request} but the master's commit log "
-                            f"starts at {self.log.min_offset}: the data it needs is gone; rebuild the slave")
+            self.problem = (
+                f"slave {self.peer} asks for offset {request} but the master's commit log "
+                f"starts at {self.log.min_offset}: the data it needs is gone; rebuild the slave"
+            )
             log.error("%s", self.problem)
         else:
             self.state = SessionState.STREAMING
-        log.info("slave %s connected: slaveRequestOffset=%d nextTransferFromWhere=%d masterMaxOffset=%d",
-                 self.peer, request, start, self.log.max_offset)
+        log.info(
+            "slave %s connected: slaveRequestOffset=%d nextTransferFromWhere=%d masterMaxOffset=%d",
+            self.peer,
+            request,
+            start,
+            self.log.max_offset,
+        )
 
     # -- writer -----------------------------------------------------------------------------------
     def next_frame(self, now: float) -> tuple[Chunk, Chunk] | None:
@@ -288,7 +341,7 @@ class MasterSession:
         while pos < n:
             size = min(batch, n - pos)
             out.append(encode_header(start + pos, size))
-            out.append(view[pos:pos + size])
+            out.append(view[pos : pos + size])
             pos += size
         self._sent(start + n, n, len(out) // 2, now)
         return out
@@ -338,8 +391,12 @@ class MasterSession:
         if now - self.last_write < self.heartbeat_s:
             return None
         self.last_write = now
-        log.error("%s (still connected, heartbeats only; slave at %d, master at %d)", self.problem,
-                  self.slave_ack_offset, self.log.max_offset)
+        log.error(
+            "%s (still connected, heartbeats only; slave at %d, master at %d)",
+            self.problem,
+            self.slave_ack_offset,
+            self.log.max_offset,
+        )
         return encode_header(self.incarnation.fork_from, 0)
 
     def close(self) -> None:

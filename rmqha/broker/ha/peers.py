@@ -34,6 +34,7 @@ is refused like a stranger; an operator who knows it is a replica adds its addre
 above) and restarts the master. Unknown keys are ignored; an unreadable file is logged and treated as
 empty, and a file without streamLimit (written before it existed) vouches for no history.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,6 +62,7 @@ class ProvenPeers:
 
     earlier / earlier_limit: the hosts and the streamLimit as loaded at start (earlier lives); the only
     ones that vouch for a history. peers / stream_limit: the record the next life will load."""
+
     peers: dict[str, dict[str, int]] = field(default_factory=dict)
     on_proven: Callable[[ProvenPeers], object] | None = None
     stream_limit: int | None = None
@@ -68,8 +70,11 @@ class ProvenPeers:
     earlier_limit: int | None = None
 
     @classmethod
-    def from_record(cls, record: tuple[dict[str, dict[str, int]], int | None],
-                    on_proven: Callable[[ProvenPeers], object] | None = None) -> ProvenPeers:
+    def from_record(
+        cls,
+        record: tuple[dict[str, dict[str, int]], int | None],
+        on_proven: Callable[[ProvenPeers], object] | None = None,
+    ) -> ProvenPeers:
         peers, limit = record
         return cls(peers, on_proven, limit, frozenset(peers), limit)
 
@@ -87,8 +92,12 @@ class ProvenPeers:
             oldest = min(self.peers, key=lambda h: self.peers[h].get("provenAtMs", 0))
             del self.peers[oldest]
         self.peers[host] = {"ack": ack, "provenAtMs": now_ms}
-        log.info("HA peer %s proven a replica of this master (acknowledged %d bytes it streamed); it vouches "
-                 "for a history from this master's next life on", host, ack)
+        log.info(
+            "HA peer %s proven a replica of this master (acknowledged %d bytes it streamed); it vouches "
+            "for a history from this master's next life on",
+            host,
+            ack,
+        )
         self._changed()
         return True
 
@@ -101,8 +110,10 @@ class ProvenPeers:
     def history_refused(self, host: str, offset: int) -> str:
         """Why a report at `offset` from `host` may not claim a history this master lost ('' if it may)."""
         if host not in self.earlier:
-            return (f"{host} was not proven a replica of this master in an earlier life (store/haPeers.json "
-                    "as loaded at start)")
+            return (
+                f"{host} was not proven a replica of this master in an earlier life (store/haPeers.json "
+                "as loaded at start)"
+            )
         if self.earlier_limit is None:
             return "store/haPeers.json records no streamLimit, so no history can be vouched for"
         if offset > self.earlier_limit:
@@ -128,15 +139,21 @@ def load_record(path: str) -> tuple[dict[str, dict[str, int]], int | None]:
         raw = d["peers"]
         if not isinstance(raw, dict):
             raise TypeError("peers is not an object")
-        peers = {str(h): {"ack": int((v or {}).get("ack", 0)), "provenAtMs": int((v or {}).get("provenAtMs", 0))}
-                 for h, v in list(raw.items())[:MAX_PEERS]}
+        peers = {
+            str(h): {"ack": int((v or {}).get("ack", 0)), "provenAtMs": int((v or {}).get("provenAtMs", 0))}
+            for h, v in list(raw.items())[:MAX_PEERS]
+        }
         limit = d.get("streamLimit")
         return peers, (int(limit) if limit is not None else None)
     except FileNotFoundError:
         return {}, None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        log.error("ignoring unreadable %s (%s): no HA peer is known as a replica, so a slave ahead of this "
-                  "master is refused until it has been streamed to again (see rmqha/broker/ha/peers.py)", path, e)
+        log.error(
+            "ignoring unreadable %s (%s): no HA peer is known as a replica, so a slave ahead of this "
+            "master is refused until it has been streamed to again (see rmqha/broker/ha/peers.py)",
+            path,
+            e,
+        )
         return {}, None
 
 

@@ -28,6 +28,7 @@ and /status, and the master goes on as without recovery (its slave may then be S
 IO-free parts: RecordVerifier and FetchSession (master side), SourceSession (the source side).
 The Twisted wrappers: RecoveryFetcher and RecoverySourceService.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -68,10 +69,12 @@ class _Link(Protocol):
 class RecoveryRefused(ProtocolError):
     """Bytes a source sent that this master will not store: the fetch from it ends there. `records`:
     the whole records verified before them in the same feed, which are kept."""
+
     records: Sequence[bytes] = ()
 
 
 # -- master side, IO-free --------------------------------------------------------------------------
+
 
 class RecordVerifier:
     """Takes a contiguous byte stream from `start` and hands back whole records that passed every check.
@@ -79,8 +82,9 @@ class RecordVerifier:
     file_size: mappedFileSizeCommitLog; store_host: this master's (ip, port), as its records carry it.
     """
 
-    def __init__(self, start: int, file_size: int, store_host: tuple[str, int], max_record: int,
-                 limit: int | None = None):
+    def __init__(
+        self, start: int, file_size: int, store_host: tuple[str, int], max_record: int, limit: int | None = None
+    ):
         self.end = start  # the verified records end here
         # streamLimit (rmqha/broker/ha/peers.py): no replica holds more of this log than was ever streamed
         self.limit = limit
@@ -119,18 +123,22 @@ class RecordVerifier:
             r = record.scan(self._buf, pos, check_crc=True)
             if r.kind == Scan.PARTIAL:
                 if r.size > in_file or r.size > self.max_record or len(self._buf) - pos > self.max_record:
-                    raise RecoveryRefused(f"record at {at} of {r.size or len(self._buf) - pos} bytes does not "
-                                          f"fit in its commit-log file ({in_file} bytes left) or the size limit")
+                    raise RecoveryRefused(
+                        f"record at {at} of {r.size or len(self._buf) - pos} bytes does not "
+                        f"fit in its commit-log file ({in_file} bytes left) or the size limit"
+                    )
                 break
             if r.kind == Scan.INVALID:
                 raise RecoveryRefused(f"invalid record at {at}: {r.reason}")
             if r.kind == Scan.BLANK:
                 if r.size != in_file:
-                    raise RecoveryRefused(f"end-of-file record at {at} spans {r.size} bytes; its file has {in_file} "
-                                          "left (do master and slave use the same mappedFileSizeCommitLog?)")
+                    raise RecoveryRefused(
+                        f"end-of-file record at {at} spans {r.size} bytes; its file has {in_file} "
+                        "left (do master and slave use the same mappedFileSizeCommitLog?)"
+                    )
                 if len(self._buf) - pos < r.size:
                     break  # the blank's tail (zeros) is still arriving
-                if any(self._buf[pos + 8:pos + r.size]):
+                if any(self._buf[pos + 8 : pos + r.size]):
                     raise RecoveryRefused(f"end-of-file record at {at} is not followed by zeros")
             else:
                 m = r.message
@@ -138,16 +146,22 @@ class RecordVerifier:
                 if r.size > in_file:
                     raise RecoveryRefused(f"record at {at} of {r.size} bytes crosses its commit-log file's end")
                 if m.physical_offset != at:
-                    raise RecoveryRefused(f"record at {at} says it is at {m.physical_offset}: the source's log "
-                                          "and this master's part before it")
+                    raise RecoveryRefused(
+                        f"record at {at} says it is at {m.physical_offset}: the source's log "
+                        "and this master's part before it"
+                    )
                 if (m.store_host[0], int(m.store_host[1])) != self.store_host:
-                    raise RecoveryRefused(f"record at {at} was stored by {m.store_host[0]}:{m.store_host[1]}, "
-                                          f"not by this master ({self.store_host[0]}:{self.store_host[1]})")
+                    raise RecoveryRefused(
+                        f"record at {at} was stored by {m.store_host[0]}:{m.store_host[1]}, "
+                        f"not by this master ({self.store_host[0]}:{self.store_host[1]})"
+                    )
                 self.records += 1
             if self.limit is not None and at + r.size > self.limit:
-                raise RecoveryRefused(f"record at {at} ends at {at + r.size}, past the most this master ever "
-                                      f"streamed ({self.limit}, streamLimit): no replica of it holds that")
-            out.append(bytes(self._buf[pos:pos + r.size]))
+                raise RecoveryRefused(
+                    f"record at {at} ends at {at + r.size}, past the most this master ever "
+                    f"streamed ({self.limit}, streamLimit): no replica of it holds that"
+                )
+            out.append(bytes(self._buf[pos : pos + r.size]))
             pos += r.size
             self.end += r.size
             del self._buf[:pos]  # (a refusal then leaves the buffer at the bad record)
@@ -156,9 +170,9 @@ class RecordVerifier:
 
 class FetchOutcome:
     FETCHING = "FETCHING"
-    COMPLETE = "COMPLETE"            # the source sent everything it holds past us (maybe nothing)
+    COMPLETE = "COMPLETE"  # the source sent everything it holds past us (maybe nothing)
     SOURCE_BEHIND = "SOURCE_BEHIND"  # the source holds less than this master: nothing to fetch
-    REFUSED = "REFUSED"              # it sent something no conforming source sends, or a bad record
+    REFUSED = "REFUSED"  # it sent something no conforming source sends, or a bad record
 
 
 class FetchSession:
@@ -204,8 +218,11 @@ class FetchSession:
         if frame.offset == expected:
             if self.verifier.partial:
                 # the source's log ends inside a record: it holds no more of it; what is whole is kept
-                log.warning("recovery source's log ends inside a record at %d (%d bytes of it): not kept",
-                            self.verifier.end, self.verifier.partial)
+                log.warning(
+                    "recovery source's log ends inside a record at %d (%d bytes of it): not kept",
+                    self.verifier.end,
+                    self.verifier.partial,
+                )
             self.outcome, self.source_end = FetchOutcome.COMPLETE, frame.offset
             return True
         if frame.offset < expected and not self.had_data:
@@ -217,6 +234,7 @@ class FetchSession:
 
 
 # -- source side, IO-free --------------------------------------------------------------------------
+
 
 class SourceSession:
     """A source's side: read the fetching master's report, stream from there to this log's end, then a
@@ -259,6 +277,7 @@ class SourceSession:
 
 # -- Twisted: the source ---------------------------------------------------------------------------
 
+
 @implementer(IPushProducer)
 class _SourceProtocol(protocol.Protocol):
     def __init__(self, service: "RecoverySourceService"):
@@ -286,8 +305,12 @@ class _SourceProtocol(protocol.Protocol):
             self.link.abortConnection()
             return
         if first and self.session.next is not None:
-            log.warning("recovery source: %s fetches this log from %d (it ends at %d)", self.peer,
-                        self.session.next, self.service.store.commitlog.max_offset)
+            log.warning(
+                "recovery source: %s fetches this log from %d (it ends at %d)",
+                self.peer,
+                self.session.next,
+                self.service.store.commitlog.max_offset,
+            )
             self.resumeProducing()
 
     def resumeProducing(self) -> None:
@@ -320,44 +343,59 @@ class RecoverySourceService(protocol.Factory):
     def buildProtocol(self, addr: IAddress | None) -> _SourceProtocol | None:
         if self.allowed is not None and getattr(addr, "host", None) not in self.allowed:
             self.refused += 1
-            log.warning("recovery source: connection from %s refused: not in haAllowedAddresses",
-                        getattr(addr, "host", "?"))
+            log.warning(
+                "recovery source: connection from %s refused: not in haAllowedAddresses", getattr(addr, "host", "?")
+            )
             return None
         return _SourceProtocol(self)
 
     def listen(self, reactor: Any, port: int, interface: str = "") -> Any:
         from .transport import listen_tcp
+
         self.port = listen_tcp(reactor, port, self, backlog=16, interface=interface)
-        log.info("recovery source listening on %s:%d (a restarting master may fetch this log)",
-                 interface or "0.0.0.0", self.port.getHost().port)
+        log.info(
+            "recovery source listening on %s:%d (a restarting master may fetch this log)",
+            interface or "0.0.0.0",
+            self.port.getHost().port,
+        )
         return self.port
 
     def status(self) -> dict[str, Any]:
-        return {"port": self.port.getHost().port if self.port is not None else None, "connections": self.served,
-                "refused": self.refused}
+        return {
+            "port": self.port.getHost().port if self.port is not None else None,
+            "connections": self.served,
+            "refused": self.refused,
+        }
 
 
 # -- Twisted: the fetcher --------------------------------------------------------------------------
 
+
 class RecoveryState:
-    HOLDING = "HOLDING"          # writes refused; fetching from the sources
-    DONE = "DONE"                # every source answered
-    TIMED_OUT = "TIMED_OUT"      # haRecoveryWaitMs ended first
+    HOLDING = "HOLDING"  # writes refused; fetching from the sources
+    DONE = "DONE"  # every source answered
+    TIMED_OUT = "TIMED_OUT"  # haRecoveryWaitMs ended first
     OFF = "OFF"
 
 
 @dataclass
 class SourceStatus:
     address: str
-    state: str = "PENDING"       # PENDING, CONNECTING, FETCHING, COMPLETE, SOURCE_BEHIND, REFUSED, UNREACHABLE
+    state: str = "PENDING"  # PENDING, CONNECTING, FETCHING, COMPLETE, SOURCE_BEHIND, REFUSED, UNREACHABLE
     fetched_bytes: int = 0
     records: int = 0
     attempts: int = 0
     error: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"address": self.address, "state": self.state, "fetchedBytes": self.fetched_bytes,
-                "records": self.records, "attempts": self.attempts, "error": self.error}
+        return {
+            "address": self.address,
+            "state": self.state,
+            "fetchedBytes": self.fetched_bytes,
+            "records": self.records,
+            "attempts": self.attempts,
+            "error": self.error,
+        }
 
 
 class _FetchProtocol(protocol.Protocol):
@@ -433,14 +471,16 @@ def proven_sources(sources: Sequence[str], proven: Collection[str], limit: int |
         if host in proven:
             kept.append(a)
         else:
-            dropped.append(f"{a}: {host} was never proven a replica of this master (proven: "
-                           f"{', '.join(sorted(proven))})")
+            dropped.append(
+                f"{a}: {host} was never proven a replica of this master (proven: {', '.join(sorted(proven))})"
+            )
     return kept, dropped
 
 
 @dataclass
 class RecoveryFetcher:
     """Holds this master's writes while it fetches from each source in turn; on_done() when it ends."""
+
     store: MessageStore
     sources: list[str]
     clock: Clock
@@ -462,8 +502,13 @@ class RecoveryFetcher:
         self.started_at = self.clock.seconds()
         self.start_offset = self.store.max_offset
         self.status_sources = [SourceStatus(a) for a in self.sources]
-        log.warning("recovery: unclean shutdown; holding writes until %s say what they hold past %d "
-                    "(at most %.1fs, haRecoveryWaitMs)", ", ".join(self.sources), self.start_offset, self.wait_s)
+        log.warning(
+            "recovery: unclean shutdown; holding writes until %s say what they hold past %d "
+            "(at most %.1fs, haRecoveryWaitMs)",
+            ", ".join(self.sources),
+            self.start_offset,
+            self.wait_s,
+        )
         self._deadline = self.clock.callLater(self.wait_s, self._timed_out)
         self._pending = list(self.status_sources)
         self._next()
@@ -495,11 +540,21 @@ class RecoveryFetcher:
     def source_done(self, source: SourceStatus, state: str, error: str) -> None:
         source.state, source.error = state, error
         if state == "REFUSED":
-            log.error("recovery: refused what %s sent past %d: %s; its copy stays as it is (SLAVE_AHEAD if it "
-                      "holds more)", source.address, self.store.max_offset, error)
+            log.error(
+                "recovery: refused what %s sent past %d: %s; its copy stays as it is (SLAVE_AHEAD if it holds more)",
+                source.address,
+                self.store.max_offset,
+                error,
+            )
         else:
-            log.warning("recovery: %s %s: fetched %d bytes (%d records); this log now ends at %d", source.address,
-                        state, source.fetched_bytes, source.records, self.store.max_offset)
+            log.warning(
+                "recovery: %s %s: fetched %d bytes (%d records); this log now ends at %d",
+                source.address,
+                state,
+                source.fetched_bytes,
+                source.records,
+                self.store.max_offset,
+            )
         if source in self._pending:
             self._pending.remove(source)
         self.clock.callLater(0, self._next)
@@ -518,9 +573,13 @@ class RecoveryFetcher:
 
     def _timed_out(self) -> None:
         missing = [s.address for s in self.status_sources if s.state not in ("COMPLETE", "SOURCE_BEHIND", "REFUSED")]
-        log.error("recovery: haRecoveryWaitMs (%.1fs) ended before %s answered; taking writes now: a slave that "
-                  "holds more than this master will be SLAVE_AHEAD (its tail stranded; see `python -m rmqha.cluster "
-                  "repair`)", self.wait_s, ", ".join(missing) or "every source")
+        log.error(
+            "recovery: haRecoveryWaitMs (%.1fs) ended before %s answered; taking writes now: a slave that "
+            "holds more than this master will be SLAVE_AHEAD (its tail stranded; see `python -m rmqha.cluster "
+            "repair`)",
+            self.wait_s,
+            ", ".join(missing) or "every source",
+        )
         self._end(RecoveryState.TIMED_OUT)
 
     def _end(self, state: str) -> None:
@@ -535,8 +594,13 @@ class RecoveryFetcher:
         while self.store.dispatch():
             pass
         self.store.flush()
-        log.warning("recovery %s after %.2fs: fetched %d bytes; the log ends at %d; taking writes", state,
-                    self.ended_at - self.started_at, self.store.max_offset - self.start_offset, self.store.max_offset)
+        log.warning(
+            "recovery %s after %.2fs: fetched %d bytes; the log ends at %d; taking writes",
+            state,
+            self.ended_at - self.started_at,
+            self.store.max_offset - self.start_offset,
+            self.store.max_offset,
+        )
         self.on_done(state)
 
     @property
@@ -545,7 +609,11 @@ class RecoveryFetcher:
 
     def status(self) -> dict[str, Any]:
         now = self.ended_at if self.ended_at is not None else self.clock.seconds()
-        return {"state": self.state, "heldSeconds": round(now - self.started_at, 3),
-                "startOffset": self.start_offset, "endOffset": self.store.max_offset,
-                "fetchedBytes": self.store.max_offset - self.start_offset,
-                "sources": [s.to_json() for s in self.status_sources]}
+        return {
+            "state": self.state,
+            "heldSeconds": round(now - self.started_at, 3),
+            "startOffset": self.start_offset,
+            "endOffset": self.store.max_offset,
+            "fetchedBytes": self.store.max_offset - self.start_offset,
+            "sources": [s.to_json() for s in self.status_sources],
+        }

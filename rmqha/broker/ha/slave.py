@@ -3,6 +3,7 @@
 Reconnects with a short backoff (100 ms doubling up to haReconnectMaxDelay, 1 s by default) instead
 of the reference's fixed 5 s, so a slave is back within about a second of its master's return.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,6 +37,7 @@ _S = TypeVar("_S")
 
 class _Link(Protocol):
     """What the protocol uses of its transport (transport.RecvIntoClient/SpliceClient, or a test's)."""
+
     bufferSize: int
 
     def write(self, data: bytes) -> None: ...
@@ -46,7 +48,7 @@ class _Link(Protocol):
 
 
 class ClientState:
-    NO_MASTER = "NO_MASTER"          # no haMasterAddress yet: waiting, not an error
+    NO_MASTER = "NO_MASTER"  # no haMasterAddress yet: waiting, not an error
     CONNECTING = "CONNECTING"
     CONNECTED = "CONNECTED"
     STOPPED = "STOPPED"
@@ -74,8 +76,9 @@ class SlaveHAProtocol(protocol.Protocol):
         # Read in big chunks, as the reference's 4 MiB buffer does.
         self.link.bufferSize = 1 << 20
         self.link.registerProducer(self, True)
-        self.session = SlaveSession(c.store, heartbeat_s=c.heartbeat_s, housekeeping_s=c.housekeeping_s,
-                                    now=c.clock.seconds())
+        self.session = SlaveSession(
+            c.store, heartbeat_s=c.heartbeat_s, housekeeping_s=c.housekeeping_s, now=c.clock.seconds()
+        )
         c.connected(self)
         self.link.write(self.session.start(c.clock.seconds()))
 
@@ -107,8 +110,7 @@ class SlaveHAProtocol(protocol.Protocol):
             return
         except StoreError as e:
             c.store_errors.inc()
-            log.error("closing HA connection to master %s: cannot store replicated bytes: %s",
-                      c.master_address, e)
+            log.error("closing HA connection to master %s: cannot store replicated bytes: %s", c.master_address, e)
             self._abort()
             return
         behind = self._live().master_behind
@@ -139,8 +141,11 @@ class SlaveHAProtocol(protocol.Protocol):
         if s is None:
             return
         if s.expired(now):
-            log.warning("closing HA connection to master %s: nothing read for %.1fs (haHousekeepingInterval)",
-                        self.client.master_address, now - s.last_read)
+            log.warning(
+                "closing HA connection to master %s: nothing read for %.1fs (haHousekeepingInterval)",
+                self.client.master_address,
+                now - s.last_read,
+            )
             self.client.housekeeping_closes.inc()
             self.link.abortConnection()
             return
@@ -164,10 +169,21 @@ class _Factory(protocol.ClientFactory):
 
 
 class HAClient:
-    def __init__(self, store: ReplicaStore, master_address: str | None, *, clock: Clock, reactor: Any,
-                 heartbeat_ms: int = 5000, housekeeping_ms: int = 20000, socket_buffer: int = 65536,
-                 reconnect_max_ms: int = 1000, zero_copy: bool = True, compiled_frames: bool = True,
-                 metrics: Any = None):
+    def __init__(
+        self,
+        store: ReplicaStore,
+        master_address: str | None,
+        *,
+        clock: Clock,
+        reactor: Any,
+        heartbeat_ms: int = 5000,
+        housekeeping_ms: int = 20000,
+        socket_buffer: int = 65536,
+        reconnect_max_ms: int = 1000,
+        zero_copy: bool = True,
+        compiled_frames: bool = True,
+        metrics: Any = None,
+    ):
         self.store = store
         self.master_address = master_address or None
         self.clock = clock
@@ -191,30 +207,45 @@ class HAClient:
 
     def _install_metrics(self, reg: Any) -> None:  # a rmqha.broker.metrics Registry, or None: a private one
         from ..metrics import Registry
+
         reg = reg or Registry()
         self.metrics = reg
         self.reconnects = reg.counter("ha_slave_connects_total", "HA connections the slave made to its master")
-        self.mismatches = reg.counter("ha_slave_offset_mismatch_total",
-                                      "frames whose fromPhyOffset differed from the slave's max offset")
+        self.mismatches = reg.counter(
+            "ha_slave_offset_mismatch_total", "frames whose fromPhyOffset differed from the slave's max offset"
+        )
         self.protocol_errors = reg.counter("ha_slave_protocol_errors_total", "malformed frames from the master")
         self.store_errors = reg.counter("ha_slave_store_errors_total", "replicated bytes that could not be stored")
-        self.housekeeping_closes = reg.counter("ha_slave_housekeeping_closes_total",
-                                               "connections closed after haHousekeepingInterval of silence")
+        self.housekeeping_closes = reg.counter(
+            "ha_slave_housekeeping_closes_total", "connections closed after haHousekeepingInterval of silence"
+        )
         reg.gauge("ha_slave_connected", "1 while connected to the master", lambda: int(self.proto is not None))
-        reg.gauge("ha_slave_reported_offset", "currentReportedOffset: the last offset reported to the master",
-                  lambda: self.proto.session.reported if self.proto and self.proto.session else -1)
-        reg.gauge("ha_slave_master_behind", "1 while the master says it holds less than this slave "
-                  "(MASTER_BEHIND: nothing replicated, nothing truncated; an operator decides)",
-                  lambda: int(self.behind is not None and self.proto is not None))
-        reg.gauge("ha_slave_last_mismatch_offset", "the last offset mismatch seen (side=slave|master); -1 if none",
-                  lambda: [({"side": "slave"}, self.last_mismatch[0] if self.last_mismatch else -1),
-                           ({"side": "master"}, self.last_mismatch[1] if self.last_mismatch else -1)])
+        reg.gauge(
+            "ha_slave_reported_offset",
+            "currentReportedOffset: the last offset reported to the master",
+            lambda: self.proto.session.reported if self.proto and self.proto.session else -1,
+        )
+        reg.gauge(
+            "ha_slave_master_behind",
+            "1 while the master says it holds less than this slave "
+            "(MASTER_BEHIND: nothing replicated, nothing truncated; an operator decides)",
+            lambda: int(self.behind is not None and self.proto is not None),
+        )
+        reg.gauge(
+            "ha_slave_last_mismatch_offset",
+            "the last offset mismatch seen (side=slave|master); -1 if none",
+            lambda: [
+                ({"side": "slave"}, self.last_mismatch[0] if self.last_mismatch else -1),
+                ({"side": "master"}, self.last_mismatch[1] if self.last_mismatch else -1),
+            ],
+        )
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
         interval = max(0.01, min(1.0, self.heartbeat_s / 5, self.housekeeping_s / 5))
-        self._ticker = PeriodicService("ha_client", self.tick, interval, self.clock, self.metrics,
-                                       max_backoff=1.0, logger=log)
+        self._ticker = PeriodicService(
+            "ha_client", self.tick, interval, self.clock, self.metrics, max_backoff=1.0, logger=log
+        )
         self._ticker.start()
         if self.master_address:
             self.connect()
@@ -249,8 +280,15 @@ class HAClient:
             return
         host, _, port = self.master_address.rpartition(":")
         self.state = ClientState.CONNECTING
-        self.connector = connect_tcp(self.reactor, host, int(port), _Factory(self), timeout=3,
-                                     zero_copy=self.zero_copy, compiled_frames=self.compiled_frames)
+        self.connector = connect_tcp(
+            self.reactor,
+            host,
+            int(port),
+            _Factory(self),
+            timeout=3,
+            zero_copy=self.zero_copy,
+            compiled_frames=self.compiled_frames,
+        )
 
     def _schedule_reconnect(self) -> None:
         if self.state == ClientState.STOPPED:
@@ -274,8 +312,9 @@ class HAClient:
         if self.proto is proto:
             self.proto = None
         if self.state != ClientState.STOPPED:
-            log.info("HA connection to master %s closed: %s; reconnecting", self.master_address,
-                     reason.getErrorMessage())
+            log.info(
+                "HA connection to master %s closed: %s; reconnecting", self.master_address, reason.getErrorMessage()
+            )
             self._schedule_reconnect()
 
     def connect_failed(self, reason: Failure) -> None:
@@ -284,12 +323,18 @@ class HAClient:
 
     def master_behind(self, offsets: tuple[int, int]) -> None:
         if offsets != self.behind:
-            log.error("MASTER_BEHIND: the master at %s is behind this slave, SLAVE: %d MASTER: %d (it restarted "
-                      "without the bytes in [%d, %d), e.g. after a power loss). This slave keeps its data, "
-                      "stays connected and receives nothing; the master does not count it for sync sends. "
-                      "An operator must rebuild this slave from the master or restore the master from it "
-                      "(README: a master that comes back behind its slave)",
-                      self.master_address, offsets[0], offsets[1], offsets[1], offsets[0])
+            log.error(
+                "MASTER_BEHIND: the master at %s is behind this slave, SLAVE: %d MASTER: %d (it restarted "
+                "without the bytes in [%d, %d), e.g. after a power loss). This slave keeps its data, "
+                "stays connected and receives nothing; the master does not count it for sync sends. "
+                "An operator must rebuild this slave from the master or restore the master from it "
+                "(README: a master that comes back behind its slave)",
+                self.master_address,
+                offsets[0],
+                offsets[1],
+                offsets[1],
+                offsets[0],
+            )
         self.behind = offsets
 
     def offset_mismatch(self, e: OffsetMismatch) -> None:
@@ -308,8 +353,9 @@ class HAClient:
         milliseconds does not make a catch-up look finished (consume-queue building would then run
         at full speed between every two reads of the stream)."""
         s = self.proto.session if self.proto is not None else None
-        return (s is not None and s.last_data is not None and now - s.last_data < window
-                and s.recent_rate >= CATCH_UP_RATE)
+        return (
+            s is not None and s.last_data is not None and now - s.last_data < window and s.recent_rate >= CATCH_UP_RATE
+        )
 
     def tick(self) -> None:
         if self.proto is not None:
@@ -336,6 +382,7 @@ class HAClient:
             "connects": int(self.reconnects.get()),
             "offsetMismatches": int(self.mismatches.get()),
             "storesWith": self._stores_with(),
-            "lastMismatch": ({"slave": self.last_mismatch[0], "master": self.last_mismatch[1]}
-                             if self.last_mismatch else None),
+            "lastMismatch": (
+                {"slave": self.last_mismatch[0], "master": self.last_mismatch[1]} if self.last_mismatch else None
+            ),
         }

@@ -8,6 +8,7 @@ Two ways in, one set of decisions (`_check`): `on_data` takes bytes that are alr
 `drain` takes a source of frame bytes (the zero-copy transport's pipe) from which it reads only the
 12-byte headers and has each body moved into its commit-log file by the source itself.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,15 +50,17 @@ class FrameSource(Protocol):
 
 class OffsetMismatch(Exception):
     def __init__(self, slave_offset: int, master_offset: int):
-        super().__init__(f"master pushed offset not equal the max phy offset in slave, "
-                         f"SLAVE: {slave_offset} MASTER: {master_offset}")
+        super().__init__(
+            f"master pushed offset not equal the max phy offset in slave, SLAVE: {slave_offset} MASTER: {master_offset}"
+        )
         self.slave_offset = slave_offset
         self.master_offset = master_offset
 
 
 class SlaveSession:
-    def __init__(self, store: ReplicaStore, *, heartbeat_s: float, housekeeping_s: float, now: float,
-                 max_body: int | None = None):
+    def __init__(
+        self, store: ReplicaStore, *, heartbeat_s: float, housekeeping_s: float, now: float, max_body: int | None = None
+    ):
         self.store = store
         self.max_body = max_body or MAX_FRAME_BODY
         self.frames = FrameReader(self.max_body)
@@ -133,14 +136,35 @@ class SlaveSession:
         try:
             while source.available:
                 header: bytes | None = None
-                if (frames is not None and self._file is not None and not self._header
-                        and (self._body_left or self._next == (start + count if count else store.max_offset))):
+                if (
+                    frames is not None
+                    and self._file is not None
+                    and not self._header
+                    and (self._body_left or self._next == (start + count if count else store.max_offset))
+                ):
                     # The common case in C: bodies that continue the log in this file. It stops at any
                     # other header and hands it back, to be judged below as if it had been read here. (The
                     # last file below 2^63 ends past an int64: the clamp only hands its last frame back.)
-                    (_, self._pos, self._body_left, self._body_size, self._next, consumed, completed,
-                     first, header, err) = frames(self._file, self._pos, self._body_left, self._body_size,
-                                                  self._next, min(self._file_end, MAX_OFFSET), self.max_body)
+                    (
+                        _,
+                        self._pos,
+                        self._body_left,
+                        self._body_size,
+                        self._next,
+                        consumed,
+                        completed,
+                        first,
+                        header,
+                        err,
+                    ) = frames(
+                        self._file,
+                        self._pos,
+                        self._body_left,
+                        self._body_size,
+                        self._next,
+                        min(self._file_end, MAX_OFFSET),
+                        self.max_body,
+                    )
                     self.bytes_received += consumed  # (had_data is already set: _file came from a judged body)
                     if completed:
                         if not count:

@@ -22,6 +22,7 @@ every other header back to SlaveSession.drain, which stays the one place that de
 Both are used only on a real POSIX reactor; test reactors keep Twisted's own transports, and the
 wire is the same either way.
 """
+
 from __future__ import annotations
 
 import errno
@@ -76,7 +77,7 @@ class _FileFrames:
             header, pos, size = frames[self.index]
             try:
                 while self.header_sent < len(header):
-                    self.header_sent += sock.send(header[self.header_sent:], HEADER_FLAGS if size else 0)
+                    self.header_sent += sock.send(header[self.header_sent :], HEADER_FLAGS if size else 0)
                 while self.body_sent < size:
                     in_fd = self.file.fd
                     if in_fd < 0:
@@ -202,8 +203,12 @@ class RecvIntoClient(tcp.Client):
         return result
 
     def write(self, data: bytes) -> None:
-        if (self.connected and not self._writeDisconnected and not self.disconnecting
-                and len(self.dataBuffer) - self.offset + self._tempDataLen == 0):
+        if (
+            self.connected
+            and not self._writeDisconnected
+            and not self.disconnecting
+            and len(self.dataBuffer) - self.offset + self._tempDataLen == 0
+        ):
             try:
                 n = self.socket.send(data)
             except (BlockingIOError, InterruptedError):
@@ -235,8 +240,7 @@ class SplicePipe:
     def fill(self, sock_fd: int) -> int:
         """Move what the socket holds (up to the pipe's room) into the pipe; 0 at end of stream.
         Raises BlockingIOError when the socket holds nothing."""
-        n = os.splice(sock_fd, self.w, self.capacity - self.available,
-                      flags=os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK)
+        n = os.splice(sock_fd, self.w, self.capacity - self.available, flags=os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK)
         self.available += n
         return n
 
@@ -250,14 +254,16 @@ class SplicePipe:
         self.available -= moved
         return moved
 
-    def store_frames(self, file: MappedFile, pos: int, body_left: int, body_size: int, next_offset: int,
-                     file_end: int, max_body: int) -> tuple[Any, ...]:
+    def store_frames(
+        self, file: MappedFile, pos: int, body_left: int, body_size: int, next_offset: int, file_end: int, max_body: int
+    ) -> tuple[Any, ...]:
         """Run _frames.splice_frames over what the pipe holds (see its doc); the pipe's count follows.
         A failed system call is raised as the Python loop raises it, once the state it returns is applied
         by the caller: the error comes back as `err` in the tuple. A closed file (fd -1) fails in the
         splice with EBADF, as splice_in does, and only if a body is to go into it."""
-        out: tuple[Any, ...] = _frames.splice_frames(self.r, self.available, file.fd, pos, body_left, body_size,
-                                                     next_offset, file_end, max_body)
+        out: tuple[Any, ...] = _frames.splice_frames(
+            self.r, self.available, file.fd, pos, body_left, body_size, next_offset, file_end, max_body
+        )
         self.available = out[0]
         return out
 
@@ -328,8 +334,15 @@ def listen_tcp(reactor: Any, port: int, factory: Any, backlog: int = 50, interfa
     return p
 
 
-def connect_tcp(reactor: Any, host: str, port: int, factory: Any, timeout: float = 30, zero_copy: bool = True,
-                compiled_frames: bool = True) -> Any:
+def connect_tcp(
+    reactor: Any,
+    host: str,
+    port: int,
+    factory: Any,
+    timeout: float = 30,
+    zero_copy: bool = True,
+    compiled_frames: bool = True,
+) -> Any:
     """zero_copy: the slave's stream goes socket -> pipe -> commit log with splice (where there is one);
     compiled_frames: its frame loop in C (where _frames is built)."""
     if not _real(reactor):

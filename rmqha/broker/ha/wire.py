@@ -3,6 +3,7 @@
 slave -> master: an 8-byte big-endian long, the slave's commit-log max offset. Nothing else.
 master -> slave: fromPhyOffset (i8) + size (i4) + size bytes of raw commit log; size 0 = heartbeat.
 """
+
 from __future__ import annotations
 
 import struct
@@ -33,14 +34,15 @@ def encode_header(offset: int, size: int) -> bytes:
 def check_header(offset: int, size: int, max_body: int = MAX_FRAME_BODY) -> tuple[int, int]:
     """A frame header's (fromPhyOffset, size), or ProtocolError if no conforming master sends it."""
     if size < 0 or size > max_body:
-        raise ProtocolError(f"frame at fromPhyOffset={offset} declares body size {size}; "
-                            f"allowed 0..{max_body}")
+        raise ProtocolError(f"frame at fromPhyOffset={offset} declares body size {size}; allowed 0..{max_body}")
     if offset < 0:
         raise ProtocolError(f"frame declares negative fromPhyOffset={offset}")
     if offset + size > MAX_OFFSET:
         # The log would end past what a long holds: the slave could not even report that offset.
-        raise ProtocolError(f"frame at fromPhyOffset={offset} with {size} bytes ends past the largest "
-                            f"offset a report can carry ({MAX_OFFSET})")
+        raise ProtocolError(
+            f"frame at fromPhyOffset={offset} with {size} bytes ends past the largest "
+            f"offset a report can carry ({MAX_OFFSET})"
+        )
     return offset, size
 
 
@@ -105,7 +107,7 @@ class FrameReader:
             offset, size = self._check(*HEADER.unpack_from(src, pos))
             if end - pos < HEADER_SIZE + size:
                 break
-            frames.append(Frame(offset, src[pos + HEADER_SIZE:pos + HEADER_SIZE + size]))
+            frames.append(Frame(offset, src[pos + HEADER_SIZE : pos + HEADER_SIZE + size]))
             pos += HEADER_SIZE + size
         if pos < end:
             self._buf += src[pos:]

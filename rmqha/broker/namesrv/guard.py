@@ -29,6 +29,7 @@ an untimed signature is refused. The other signed codes take a timed signature (
 the ACL's untimed one, since mqadmin's signing hook cannot add fields; those untimed admin writes stay
 replayable (a replay sets again what a holder of the secret once set).
 """
+
 from __future__ import annotations
 
 import base64
@@ -46,12 +47,20 @@ from rmqha.broker.remoting.codes import VERSION_V4_9_8, RequestCode
 from rmqha.broker.remoting.command import stringify_fields
 
 CLUSTER_KEY = "rmqha-cluster"  # the AccessKey of signed cluster requests
-SIGNED_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.PUT_KV_CONFIG,
-                          RequestCode.DELETE_KV_CONFIG, RequestCode.DELETE_TOPIC_IN_NAMESRV,
-                          RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER,
-                          RequestCode.UPDATE_NAMESRV_CONFIG})
+SIGNED_CODES = frozenset(
+    {
+        RequestCode.REGISTER_BROKER,
+        RequestCode.UNREGISTER_BROKER,
+        RequestCode.PUT_KV_CONFIG,
+        RequestCode.DELETE_KV_CONFIG,
+        RequestCode.DELETE_TOPIC_IN_NAMESRV,
+        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+        RequestCode.ADD_WRITE_PERM_OF_BROKER,
+        RequestCode.UPDATE_NAMESRV_CONFIG,
+    }
+)
 
-SIGN_TIME = "clusterSignTime"    # ms since the epoch on the signer's clock, strictly increasing per signer
+SIGN_TIME = "clusterSignTime"  # ms since the epoch on the signer's clock, strictly increasing per signer
 SIGN_NONCE = "clusterSignNonce"  # 16 hex digits, random per signed request
 # The name-server instance a timed request is for: 16 random hex digits each name server draws at start and
 # puts in its replies to REGISTER/UNREGISTER_BROKER (and in a refusal for a wrong or unknown one). A copy
@@ -68,19 +77,19 @@ TIMED_CODES = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BRO
 SIGNED_WINDOW_S = 120
 MAX_SIGNED_WINDOW_S = 3600
 MAX_REMEMBERED_NONCES = 100_000  # timed requests without a brokerAddr (admin writes) taken within 2 x window
-MAX_REMEMBERED_BROKERS = 4096    # brokerAddrs whose latest signing time is kept (4 x --max-brokers)
+MAX_REMEMBERED_BROKERS = 4096  # brokerAddrs whose latest signing time is kept (4 x --max-brokers)
 
-MAX_TOPICS_PER_BROKER = 65_536      # topic configs one registration may carry
-MAX_BROKERS = 1024                  # broker addresses the name server keeps alive at once
+MAX_TOPICS_PER_BROKER = 65_536  # topic configs one registration may carry
+MAX_BROKERS = 1024  # broker addresses the name server keeps alive at once
 MAX_BROKER_ID = 1024
-NAME_MAX_BYTES = 127                # cluster and broker names
+NAME_MAX_BYTES = 127  # cluster and broker names
 # Filter-server addresses one registration may carry. A 4.9 broker reports one per filter-server process
 # it starts (filterServerNums, default 0; the filtersrv module left the distribution in 4.3), so real
 # brokers send none or a few. Each address goes into every route of the broker's topics: 16,000 of 1 KB
 # from three fake brokers once made a route reply of 48 MB, past the 16 MiB frame.
 MAX_FILTER_SERVERS = 8
-MAX_QUEUE_NUMS = 1024               # read/write queue numbers of a topic config (the broker's own bound)
-MAX_PERM = 7                        # PERM_PRIORITY | PERM_READ | PERM_WRITE (PERM_INHERIT is 1)
+MAX_QUEUE_NUMS = 1024  # read/write queue numbers of a topic config (the broker's own bound)
+MAX_PERM = 7  # PERM_PRIORITY | PERM_READ | PERM_WRITE (PERM_INHERIT is 1)
 MAX_TOPIC_ROUTES = route_info.MAX_TOPIC_ROUTES  # --max-topic-routes
 
 
@@ -109,24 +118,32 @@ class Busy(Unsigned):
     """More timed requests within the window than ReplayGuard remembers (only holders of the secret)."""
 
 
-def check_signed(code: int, ext_fields: dict, body: bytes | None, secret: str | None,
-                 version: int = VERSION_V4_9_8) -> None:
+def check_signed(
+    code: int, ext_fields: dict, body: bytes | None, secret: str | None, version: int = VERSION_V4_9_8
+) -> None:
     """Raises Unsigned unless the request needs no signature or carries a valid one (the signature only:
     freshness is ReplayGuard's)."""
     if secret is None or code not in SIGNED_CODES:
         return
     if ext_fields.get(ACCESS_KEY) != CLUSTER_KEY:
-        raise Unsigned(f"request code {code} changes the name server's routes or config and must be signed "
-                       "with the cluster secret (this name server runs with --cluster-secret-file)")
+        raise Unsigned(
+            f"request code {code} changes the name server's routes or config and must be signed "
+            "with the cluster secret (this name server runs with --cluster-secret-file)"
+        )
     if SIGN_TIME in ext_fields:
         if not _timed_signature_ok(code, version, ext_fields, body, secret):
-            raise Unsigned(f"request code {code}: signature of the timed request does not match (not signed "
-                           "with this name server's cluster secret)")
+            raise Unsigned(
+                f"request code {code}: signature of the timed request does not match (not signed "
+                "with this name server's cluster secret)"
+            )
         return
     if code in TIMED_CODES:
-        raise Unsigned(f"request code {code} must be signed with {SIGN_TIME} and {SIGN_NONCE} (a broker of "
-                       "this version signs so; an untimed signature could be replayed)")
+        raise Unsigned(
+            f"request code {code} must be signed with {SIGN_TIME} and {SIGN_NONCE} (a broker of "
+            "this version signs so; an untimed signature could be replayed)"
+        )
     from rmqha.broker.acl import AclConfig, Account
+
     cfg = AclConfig(accounts={CLUSTER_KEY: Account(CLUSTER_KEY, secret, admin=True)})
     try:
         cfg.validate(code, ext_fields, body, "")
@@ -166,8 +183,17 @@ def _timed_signature_ok(code: int, version: int, ext_fields: dict, body: bytes |
     return hmac.compare_digest(expected, str(ext_fields.get(SIGNATURE, "")))
 
 
-def sign_cluster_timed(ext_fields: dict, body: bytes | None, secret: str, at_ms: int,
-                       nonce: str | None = None, *, code: int, audience: str, version: int = VERSION_V4_9_8) -> dict:
+def sign_cluster_timed(
+    ext_fields: dict,
+    body: bytes | None,
+    secret: str,
+    at_ms: int,
+    nonce: str | None = None,
+    *,
+    code: int,
+    audience: str,
+    version: int = VERSION_V4_9_8,
+) -> dict:
     """ext_fields (stringified as they go on the wire) signed with the time `at_ms` (the caller keeps it
     strictly increasing), a nonce and the name-server instance `audience` ("" when not known yet: refused,
     and the refusal says the instance), for a request of `code` sent with header `version`."""
@@ -210,15 +236,20 @@ class ReplayGuard:
     memory of their own. Everything is forgotten once a request carrying it would fail the window; a
     restart forgets everything, and the new audience refuses whatever was signed before it."""
 
-    def __init__(self, window_s: float = SIGNED_WINDOW_S, max_nonces: int = MAX_REMEMBERED_NONCES,
-                 max_brokers: int = MAX_REMEMBERED_BROKERS, audience: str | None = None):
+    def __init__(
+        self,
+        window_s: float = SIGNED_WINDOW_S,
+        max_nonces: int = MAX_REMEMBERED_NONCES,
+        max_brokers: int = MAX_REMEMBERED_BROKERS,
+        audience: str | None = None,
+    ):
         self.window_ms = int(window_s * 1000)
         self.max_nonces = max_nonces
         self.max_brokers = max_brokers
         self.audience = audience if audience is not None else new_audience()
-        self.nonces: dict[str, int] = {}                       # requests without a brokerAddr
-        self.last_by_broker: dict[str, tuple[int, str]] = {}   # brokerAddr -> (time, nonce) last taken
-        self._nonce_times: list[tuple[int, str]] = []   # heaps of (time, nonce) and (time, brokerAddr: one
+        self.nonces: dict[str, int] = {}  # requests without a brokerAddr
+        self.last_by_broker: dict[str, tuple[int, str]] = {}  # brokerAddr -> (time, nonce) last taken
+        self._nonce_times: list[tuple[int, str]] = []  # heaps of (time, nonce) and (time, brokerAddr: one
         self._broker_times: list[tuple[int, str]] = []  # each, maybe older than its last), for pruning
 
     def check(self, code: int, ext_fields: dict, now_ms: int) -> None:
@@ -231,17 +262,21 @@ class ReplayGuard:
             raise Unsigned(f"request code {code}: {SIGN_NONCE} must be 8..64 characters")
         audience = str(ext_fields.get(SIGN_AUDIENCE, ""))
         if audience != self.audience:
-            raise WrongAudience(f"request code {code} was signed for name server instance "
-                                f"{validation.shown(audience) or '(none)'!r}, this one is {self.audience} (a copy "
-                                "meant for another name server, or for this one before it restarted; a broker "
-                                "signs again for the instance in this reply)")
+            raise WrongAudience(
+                f"request code {code} was signed for name server instance "
+                f"{validation.shown(audience) or '(none)'!r}, this one is {self.audience} (a copy "
+                "meant for another name server, or for this one before it restarted; a broker "
+                "signs again for the instance in this reply)"
+            )
         at = int(raw)
         skew = at - now_ms
         if abs(skew) > self.window_ms:
             where = "ahead of" if skew > 0 else "behind"
-            raise Stale(f"request code {code} was signed {abs(skew) / 1000:.1f} s {where} this name server's "
-                        f"clock, outside its window of {self.window_ms / 1000:.0f} s (a replay, or clocks out of "
-                        "sync: check NTP on both hosts)")
+            raise Stale(
+                f"request code {code} was signed {abs(skew) / 1000:.1f} s {where} this name server's "
+                f"clock, outside its window of {self.window_ms / 1000:.0f} s (a replay, or clocks out of "
+                "sync: check NTP on both hosts)"
+            )
         self._prune(now_ms)
         broker = str(ext_fields.get("brokerAddr", ""))
         if not broker:
@@ -250,24 +285,34 @@ class ReplayGuard:
         last = self.last_by_broker.get(broker)
         if last is not None and at <= last[0]:
             if (at, nonce) == last:
-                raise Duplicate(f"request code {code}: {SIGN_TIME} {at} and nonce {validation.shown(nonce)} from "
-                                f"brokerAddr {validation.shown(broker)} were taken already (a replayed request)")
-            raise Replayed(f"request code {code}: {SIGN_TIME} {at} from brokerAddr {validation.shown(broker)} is "
-                           f"not after the last taken ({last[0]}): a replayed or reordered request, or that "
-                           "broker's clock went back across a restart")
+                raise Duplicate(
+                    f"request code {code}: {SIGN_TIME} {at} and nonce {validation.shown(nonce)} from "
+                    f"brokerAddr {validation.shown(broker)} were taken already (a replayed request)"
+                )
+            raise Replayed(
+                f"request code {code}: {SIGN_TIME} {at} from brokerAddr {validation.shown(broker)} is "
+                f"not after the last taken ({last[0]}): a replayed or reordered request, or that "
+                "broker's clock went back across a restart"
+            )
         if last is None and len(self.last_by_broker) >= self.max_brokers:
-            raise Busy(f"request code {code}: signed requests from {self.max_brokers} brokerAddrs taken within "
-                       f"the window already; brokerAddr {validation.shown(broker)} is new: try again later")
+            raise Busy(
+                f"request code {code}: signed requests from {self.max_brokers} brokerAddrs taken within "
+                f"the window already; brokerAddr {validation.shown(broker)} is new: try again later"
+            )
         self.last_by_broker[broker] = (at, nonce)
         if last is None:  # one heap entry per broker, moved on when pruned (a fast broker does not grow it)
             heapq.heappush(self._broker_times, (at, broker))
 
     def _take_nonce(self, code: int, nonce: str, at: int) -> None:
         if nonce in self.nonces:
-            raise Replayed(f"request code {code}: nonce {validation.shown(nonce)} was taken already (a replayed request)")
+            raise Replayed(
+                f"request code {code}: nonce {validation.shown(nonce)} was taken already (a replayed request)"
+            )
         if len(self.nonces) >= self.max_nonces:
-            raise Busy(f"request code {code}: {self.max_nonces} signed requests without a brokerAddr taken "
-                       "within the window already; try again later")
+            raise Busy(
+                f"request code {code}: {self.max_nonces} signed requests without a brokerAddr taken "
+                "within the window already; try again later"
+            )
         self.nonces[nonce] = at
         heapq.heappush(self._nonce_times, (at, nonce))
 
@@ -290,8 +335,9 @@ class ReplayGuard:
 
 def check_name(value: str, what: str) -> str:
     if not value or len(value.encode("utf-8")) > NAME_MAX_BYTES or validation.has_illegal_chars(value):
-        raise BadRequest(f"{what} {validation.shown(value or '')!r} is not a name (1..{NAME_MAX_BYTES} of "
-                         f"{validation.ALLOWED})")
+        raise BadRequest(
+            f"{what} {validation.shown(value or '')!r} is not a name (1..{NAME_MAX_BYTES} of {validation.ALLOWED})"
+        )
     return value
 
 
@@ -306,8 +352,7 @@ def check_addr(value: str, what: str, allow_empty: bool = False) -> str:
         try:
             ipaddress.ip_address(host)
         except ValueError:
-            ok = all(p and len(p) <= 63 and p.replace("-", "").isalnum() and p.isascii()
-                     for p in host.split("."))
+            ok = all(p and len(p) <= 63 and p.replace("-", "").isalnum() and p.isascii() for p in host.split("."))
     if not ok:
         raise BadRequest(f"{what} {validation.shown(value or '')!r} is not host:port")
     return value
@@ -323,24 +368,31 @@ def check_topics(configs: dict, max_topics: int) -> None:
     """The topic configs of a register body (name -> TopicConfig): count, names, queue numbers, perm."""
     n = len(configs)
     if n > max_topics:
-        raise BadRequest(f"the register body carries {n} topic configs; this name server takes at most "
-                         f"{max_topics} per broker (--max-topics-per-broker)")
+        raise BadRequest(
+            f"the register body carries {n} topic configs; this name server takes at most "
+            f"{max_topics} per broker (--max-topics-per-broker)"
+        )
     for name, tc in configs.items():
         why = validation.topic_problem(name)
         if why:
             raise BadRequest(f"the register body names an invalid topic: {why}")
-        for field, value, top in (("readQueueNums", tc.read_queue_nums, MAX_QUEUE_NUMS),
-                                  ("writeQueueNums", tc.write_queue_nums, MAX_QUEUE_NUMS),
-                                  ("perm", tc.perm, MAX_PERM)):
+        for field, value, top in (
+            ("readQueueNums", tc.read_queue_nums, MAX_QUEUE_NUMS),
+            ("writeQueueNums", tc.write_queue_nums, MAX_QUEUE_NUMS),
+            ("perm", tc.perm, MAX_PERM),
+        ):
             if not 0 <= value <= top:
-                raise BadRequest(f"topic {validation.shown(name)!r} of the register body: {field} {value} "
-                                 f"is out of range 0..{top}")
+                raise BadRequest(
+                    f"topic {validation.shown(name)!r} of the register body: {field} {value} is out of range 0..{top}"
+                )
 
 
 def check_filter_servers(addrs: list[str]) -> None:
     if len(addrs) > MAX_FILTER_SERVERS:
-        raise BadRequest(f"the register body lists {len(addrs)} filter servers; a broker runs at most "
-                         f"{MAX_FILTER_SERVERS} (filterServerNums)")
+        raise BadRequest(
+            f"the register body lists {len(addrs)} filter servers; a broker runs at most "
+            f"{MAX_FILTER_SERVERS} (filterServerNums)"
+        )
     for addr in addrs:
         check_addr(addr, "filter server")
 

@@ -3,6 +3,7 @@
 In memory only: Java persists them to kvConfig.json, which this reference cluster does not need.
 The namespace ORDER_TOPIC_CONFIG holds "brokerName:queueNum;..." per ordered topic.
 """
+
 from __future__ import annotations
 
 from rmqha.broker.errors import BadRequest
@@ -34,8 +35,9 @@ class KVConfigManager:
         old = ns.get(key) if ns is not None else None
         grow = _n(value) - (_n(old) if old is not None else -_n(key)) + (_n(namespace) if ns is None else 0)
         if self.size + grow > self.max_bytes:
-            raise BadRequest(f"the KV config holds {self.size} bytes; this entry would pass the "
-                             f"{self.max_bytes}-byte limit")
+            raise BadRequest(
+                f"the KV config holds {self.size} bytes; this entry would pass the {self.max_bytes}-byte limit"
+            )
         self.table.setdefault(namespace, {})[key] = value
         self.size += grow
 

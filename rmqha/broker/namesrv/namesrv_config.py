@@ -13,6 +13,7 @@ at start-up, an unknown key or a malformed value refused with a remark that name
 at once. In memory only: 4.9 also writes namesrv.properties (configStorePath), which nothing here reads
 back, so kvConfigPath and configStorePath are shown with 4.9's default values but never written.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,8 +55,8 @@ def _text(text: str) -> str:
 
 # key -> parser, for the keys that change at run time (what each does: NameServer.apply_settings)
 LIVE_KEYS = {
-    "orderMessageEnable": _bool,             # GET_ROUTEINFO_BY_TOPIC adds orderTopicConf from the KV config
-    "productEnvName": _text,                 # shown only (4.9 reads it in cluster-test mode alone)
+    "orderMessageEnable": _bool,  # GET_ROUTEINFO_BY_TOPIC adds orderTopicConf from the KV config
+    "productEnvName": _text,  # shown only (4.9 reads it in cluster-test mode alone)
     "serverChannelMaxIdleTimeSeconds": _seconds,  # connections opened from now on
 }
 
@@ -113,14 +114,17 @@ class NamesrvSettings:
             raise ConfigRefused(ResponseCode.NO_PERMISSION, BLACK_LIST_REMARK)
         unknown = sorted(k for k in props if k not in self.values)
         if unknown:
-            raise ConfigRefused(ResponseCode.SYSTEM_ERROR,
-                                f"unknown name server config key(s): {', '.join(unknown)} (GET_NAMESRV_CONFIG "
-                                "lists the keys)")
+            raise ConfigRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"unknown name server config key(s): {', '.join(unknown)} (GET_NAMESRV_CONFIG lists the keys)",
+            )
         fixed = sorted(k for k in props if k not in LIVE_KEYS)
         if fixed:
-            raise ConfigRefused(ResponseCode.NO_PERMISSION,
-                                f"{', '.join(fixed)}: read only at start-up, not changed at run time; keys that "
-                                f"change at run time: {', '.join(sorted(LIVE_KEYS))}")
+            raise ConfigRefused(
+                ResponseCode.NO_PERMISSION,
+                f"{', '.join(fixed)}: read only at start-up, not changed at run time; keys that "
+                f"change at run time: {', '.join(sorted(LIVE_KEYS))}",
+            )
         parsed = {}
         for key, raw in props.items():
             try:

@@ -1,4 +1,5 @@
 """Name server request processors: header/body parsing around RouteInfoManager and KVConfigManager."""
+
 from __future__ import annotations
 
 import logging
@@ -22,10 +23,19 @@ MAX_HOLDERS = 4  # connections kept per broker that presented its latest registr
 
 
 class NameServerProcessors:
-    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager, clock: IReactorTime, *,
-                 cluster_secret: str | None = None, max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER,
-                 settings: NamesrvSettings | None = None, on_settings_changed=None,
-                 signed_window_s: float = guard.SIGNED_WINDOW_S, signed_audience: str | None = None):
+    def __init__(
+        self,
+        routes: RouteInfoManager,
+        kv: KVConfigManager,
+        clock: IReactorTime,
+        *,
+        cluster_secret: str | None = None,
+        max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER,
+        settings: NamesrvSettings | None = None,
+        on_settings_changed=None,
+        signed_window_s: float = guard.SIGNED_WINDOW_S,
+        signed_audience: str | None = None,
+    ):
         self.routes = routes
         self.settings = settings if settings is not None else NamesrvSettings()
         self.on_settings_changed = on_settings_changed  # callable(changed keys -> values), or None
@@ -34,11 +44,12 @@ class NameServerProcessors:
         self.cluster_secret = cluster_secret
         self.max_topics_per_broker = max_topics_per_broker
         self.refused_unsigned = 0
-        self.refused_stale = 0     # timed requests outside the window
+        self.refused_stale = 0  # timed requests outside the window
         self.refused_replayed = 0  # timed requests whose nonce or broker time was taken already
         self.refused_audience = 0  # timed requests signed for another name-server instance (or none)
-        self.replay_guard = guard.ReplayGuard(signed_window_s, max_brokers=4 * routes.max_brokers,
-                                              audience=signed_audience)
+        self.replay_guard = guard.ReplayGuard(
+            signed_window_s, max_brokers=4 * routes.max_brokers, audience=signed_audience
+        )
         # brokerAddr -> (nonce of its latest REGISTER_BROKER taken, the open connections that presented it):
         # the first, and those that delivered the very same request again (the broker's own copy, when an
         # observer of its path raced it in first). Its live entry moves to another of them when the one it
@@ -93,8 +104,9 @@ class NameServerProcessors:
             guard.check_signed(req.code, fields, req.body, self.cluster_secret, req.version)
         except guard.Unsigned as e:
             self.refused_unsigned += 1
-            self.log_limit.log(logging.WARNING, ("unsigned", req.code),
-                               "refused request code %d from %s: %s", req.code, peer, e)
+            self.log_limit.log(
+                logging.WARNING, ("unsigned", req.code), "refused request code %d from %s: %s", req.code, peer, e
+            )
             return self._refusal(req, ResponseCode.NO_PERMISSION, str(e))
         if guard.SIGN_TIME in fields:
             return self._fresh(req, peer)
@@ -118,26 +130,30 @@ class NameServerProcessors:
         try:
             self.replay_guard.check(req.code, fields, self.now_ms())
         except guard.Busy as e:
-            self.log_limit.log(logging.WARNING, ("signed busy", req.code),
-                               "refused request code %d from %s: %s", req.code, peer, e)
+            self.log_limit.log(
+                logging.WARNING, ("signed busy", req.code), "refused request code %d from %s: %s", req.code, peer, e
+            )
             return self._refusal(req, ResponseCode.SYSTEM_BUSY, str(e))
         except guard.Stale as e:
             self.refused_stale += 1
-            self.log_limit.log(logging.WARNING, ("stale", req.code),
-                               "refused request code %d from %s: %s", req.code, peer, e)
+            self.log_limit.log(
+                logging.WARNING, ("stale", req.code), "refused request code %d from %s: %s", req.code, peer, e
+            )
             return self._refusal(req, ResponseCode.NO_PERMISSION, str(e))
         except guard.WrongAudience as e:  # routine once per broker after a restart: INFO
             self.refused_audience += 1
-            self.log_limit.log(logging.INFO, ("audience", req.code),
-                               "refused request code %d from %s: %s", req.code, peer, e)
+            self.log_limit.log(
+                logging.INFO, ("audience", req.code), "refused request code %d from %s: %s", req.code, peer, e
+            )
             return self._refusal(req, ResponseCode.NO_PERMISSION, str(e))
         except guard.Unsigned as e:  # Replayed, or a malformed time or nonce
             if isinstance(e, guard.Duplicate) and self._is_latest_live(req):
                 self._duplicate = req
                 return None
             self.refused_replayed += 1
-            self.log_limit.log(logging.WARNING, ("replayed", req.code),
-                               "refused request code %d from %s: %s", req.code, peer, e)
+            self.log_limit.log(
+                logging.WARNING, ("replayed", req.code), "refused request code %d from %s: %s", req.code, peer, e
+            )
             return self._refusal(req, ResponseCode.NO_PERMISSION, str(e))
         return None
 
@@ -149,8 +165,11 @@ class NameServerProcessors:
         fields = req.ext_fields or {}
         addr = str(fields.get("brokerAddr", ""))
         held = self.holders.get(addr)
-        return (held is not None and held[0] == str(fields.get(guard.SIGN_NONCE, ""))
-                and addr in self.routes.broker_live_table)
+        return (
+            held is not None
+            and held[0] == str(fields.get(guard.SIGN_NONCE, ""))
+            and addr in self.routes.broker_live_table
+        )
 
     def channel_closed(self, ctx: ConnectionContext) -> None:
         """A broker whose live entry is bound to ctx stays when another open connection presented its latest
@@ -187,9 +206,15 @@ class NameServerProcessors:
         compressed = req.get_bool("compressed", False)
         crc = req.get_int("bodyCrc32", 0)
         if crc != 0 and body_crc32(req.body) != crc:
-            self.log_limit.log(logging.WARNING, ("crc mismatch",),
-                               "register from %s (%s): body crc32 %d does not match header %d",
-                               broker_addr, ctx.peer_address, body_crc32(req.body), crc)
+            self.log_limit.log(
+                logging.WARNING,
+                ("crc mismatch",),
+                "register from %s (%s): body crc32 %d does not match header %d",
+                broker_addr,
+                ctx.peer_address,
+                body_crc32(req.body),
+                crc,
+            )
             return req.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
 
         if not req.body:
@@ -197,13 +222,15 @@ class NameServerProcessors:
         elif req.version >= VERSION_V3_0_11:
             body = RegisterBrokerBody.decode(req.body, compressed, self.max_topics_per_broker)
         else:
-            body = RegisterBrokerBody.from_wrapper_json(json_body.loads_request(req.body, "REGISTER_BROKER"),
-                                                        self.max_topics_per_broker)
+            body = RegisterBrokerBody.from_wrapper_json(
+                json_body.loads_request(req.body, "REGISTER_BROKER"), self.max_topics_per_broker
+            )
         guard.check_topics(body.topic_configs, self.max_topics_per_broker)
         guard.check_filter_servers(body.filter_servers)
 
-        result = self.routes.register_broker(cluster_name, broker_addr, broker_name, broker_id,
-                                             ha_server_addr, body, ctx, self.now_ms())
+        result = self.routes.register_broker(
+            cluster_name, broker_addr, broker_name, broker_id, ha_server_addr, body, ctx, self.now_ms()
+        )
         nonce = (req.ext_fields or {}).get(guard.SIGN_NONCE)
         if self.cluster_secret is not None and nonce is not None:
             self.holders[broker_addr] = (str(nonce), [ctx])
@@ -234,8 +261,9 @@ class NameServerProcessors:
         return self._register_reply(req, ha_addr, master_addr)
 
     def unregister_broker(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
-        self.routes.unregister_broker(req.get_str("clusterName"), req.get_str("brokerAddr"),
-                                      req.get_str("brokerName"), req.get_long("brokerId"))
+        self.routes.unregister_broker(
+            req.get_str("clusterName"), req.get_str("brokerAddr"), req.get_str("brokerName"), req.get_long("brokerId")
+        )
         self.holders.pop(req.get_str("brokerAddr"), None)
         return req.make_response(ext_fields=self._audience_fields(req) or None)
 
@@ -246,8 +274,9 @@ class NameServerProcessors:
         if not changed and self._may_refresh(broker_addr, req, ctx):
             self.routes.touch_broker(broker_addr, self.now_ms())
         ours = self.routes.query_broker_data_version(broker_addr)
-        return req.make_response(ext_fields={"changed": changed},
-                                 body=json_body.dumps(ours) if ours is not None else b"")
+        return req.make_response(
+            ext_fields={"changed": changed}, body=json_body.dumps(ours) if ours is not None else b""
+        )
 
     def _may_refresh(self, broker_addr: str, req: RemotingCommand, ctx: ConnectionContext) -> bool:
         """Whether this QUERY_DATA_VERSION keeps the broker alive. As 4.9, anyone's does without a cluster
@@ -260,8 +289,9 @@ class NameServerProcessors:
         if live is not None and live.channel is ctx:
             return True
         fields = req.ext_fields or {}
-        if guard.SIGN_TIME not in fields or not guard.is_signed(req.code, req.version, fields, req.body,
-                                                                  self.cluster_secret):
+        if guard.SIGN_TIME not in fields or not guard.is_signed(
+            req.code, req.version, fields, req.body, self.cluster_secret
+        ):
             return False
         return self._fresh(req, ctx.peer_address) is None
 
@@ -271,8 +301,9 @@ class NameServerProcessors:
         topic = req.get_str("topic")
         route = self.routes.pickup_topic_route(topic)
         if route is None:
-            return req.make_response(ResponseCode.TOPIC_NOT_EXIST,
-                                     f"No topic route info in name server for the topic: {topic}")
+            return req.make_response(
+                ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}"
+            )
         if self.settings.get("orderMessageEnable"):  # 4.9: off by default, then no orderTopicConf
             order_conf = self.kv.get(ORDER_TOPIC_CONFIG, topic)
             if order_conf:
@@ -318,8 +349,9 @@ class NameServerProcessors:
         return _topic_list(req, self.routes.topics_by_sys_flag(lambda f: bool(f & TOPIC_FLAG_UNIT_SUB)))
 
     def get_has_unit_sub_ununit_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
-        return _topic_list(req, self.routes.topics_by_sys_flag(
-            lambda f: not f & TOPIC_FLAG_UNIT and bool(f & TOPIC_FLAG_UNIT_SUB)))
+        return _topic_list(
+            req, self.routes.topics_by_sys_flag(lambda f: not f & TOPIC_FLAG_UNIT and bool(f & TOPIC_FLAG_UNIT_SUB))
+        )
 
     # ---- name server config (mqadmin getNamesrvConfig / updateNamesrvConfig) -------------------------
 
@@ -340,8 +372,11 @@ class NameServerProcessors:
             log.warning("config update from %s refused: %s", ctx.peer_address, e.remark)
             return req.make_response(e.code, e.remark)
         if changed:
-            log.info("name server config changed by %s: %s", ctx.peer_address,
-                     ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
+            log.info(
+                "name server config changed by %s: %s",
+                ctx.peer_address,
+                ", ".join(f"{k}={v}" for k, v in sorted(changed.items())),
+            )
             if self.on_settings_changed is not None:
                 self.on_settings_changed(changed)
         return req.make_response()
@@ -356,8 +391,7 @@ class NameServerProcessors:
         namespace, key = req.get_str("namespace"), req.get_str("key")
         value = self.kv.get(namespace, key)
         if value is None:
-            return req.make_response(ResponseCode.QUERY_NOT_FOUND,
-                                     f"No config item, Namespace: {namespace} Key: {key}")
+            return req.make_response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}")
         return req.make_response(ext_fields={"value": value})
 
     def delete_kv_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:

@@ -3,6 +3,7 @@
 Two encodings: plain JSON, and (header ``compressed=true``) a zlib stream of length-prefixed
 parts with each topic config as the text "<name> <readQ> <writeQ> <perm> <filterType>".
 """
+
 from __future__ import annotations
 
 import json
@@ -78,8 +79,7 @@ class TopicConfig:
         }
 
     def encode_text(self) -> str:
-        return (f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} "
-                f"{self.perm} {self.topic_filter_type}")
+        return f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} {self.perm} {self.topic_filter_type}"
 
     @classmethod
     def decode_text(cls, text: str) -> TopicConfig:
@@ -162,8 +162,9 @@ class RegisterBrokerBody:
         pos += 4
         configs = {}
         if count < 0 or count > (len(raw) - pos) // 8:  # each config takes 4 bytes of length and more
-            raise RegisterBodyError(f"compressed register body declares {count} topic configs for "
-                                    f"{len(raw) - pos} bytes")
+            raise RegisterBodyError(
+                f"compressed register body declares {count} topic configs for {len(raw) - pos} bytes"
+            )
         _check_count(count, max_topics)
         for _ in range(count):
             try:
@@ -203,8 +204,10 @@ class RegisterBrokerBody:
 
 def _check_count(count: int, max_topics: int | None) -> None:
     if max_topics is not None and count > max_topics:
-        raise TooManyTopics(f"the register body carries {count} topic configs; this name server takes at most "
-                            f"{max_topics} per broker (--max-topics-per-broker)")
+        raise TooManyTopics(
+            f"the register body carries {count} topic configs; this name server takes at most "
+            f"{max_topics} per broker (--max-topics-per-broker)"
+        )
 
 
 def body_crc32(body: bytes) -> int:

@@ -4,6 +4,7 @@ Mirrors Java 4.9's RouteInfoManager: brokers register every 30 s; an entry not r
 120 s expires; a closed channel drops its broker at once; only masters (brokerId 0) feed the
 per-topic queue data, slaves only add their address to the broker group.
 """
+
 from __future__ import annotations
 
 import json
@@ -86,8 +87,13 @@ def same_version(a: dict | None, b: dict | None) -> bool:
 
 
 class RouteInfoManager:
-    def __init__(self, expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS, max_brokers: int = 1024,
-                 max_topic_routes: int = MAX_TOPIC_ROUTES, max_route_bytes: int = MAX_ROUTE_BYTES):
+    def __init__(
+        self,
+        expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS,
+        max_brokers: int = 1024,
+        max_topic_routes: int = MAX_TOPIC_ROUTES,
+        max_route_bytes: int = MAX_ROUTE_BYTES,
+    ):
         self.expiry_ms = expiry_ms
         self.max_brokers = max_brokers
         self.max_topic_routes = max_topic_routes
@@ -105,25 +111,40 @@ class RouteInfoManager:
 
     # ---- registration ---------------------------------------------------------------------------
 
-    def register_broker(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
-                        ha_server_addr: str, body: RegisterBrokerBody | None, channel: Hashable,
-                        now_ms: int) -> RegisterResult:
+    def register_broker(
+        self,
+        cluster_name: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        body: RegisterBrokerBody | None,
+        channel: Hashable,
+        now_ms: int,
+    ) -> RegisterResult:
         if broker_addr not in self.broker_live_table and len(self.broker_live_table) >= self.max_brokers:
-            raise BadRequest(f"this name server keeps at most {self.max_brokers} live brokers (--max-brokers); "
-                             f"{broker_addr} is refused until one leaves")
+            raise BadRequest(
+                f"this name server keeps at most {self.max_brokers} live brokers (--max-brokers); "
+                f"{broker_addr} is refused until one leaves"
+            )
         known = self.broker_addr_table.get(broker_name)
         register_first = known is None or known.broker_addrs.get(broker_id) is None
         data_version = body.data_version if body is not None else {"counter": 0, "timestamp": 0}
-        apply_topics = body is not None and broker_id == MASTER_ID and (
-            register_first or self.is_broker_topic_config_changed(broker_addr, data_version))
+        apply_topics = (
+            body is not None
+            and broker_id == MASTER_ID
+            and (register_first or self.is_broker_topic_config_changed(broker_addr, data_version))
+        )
         if apply_topics:  # refused before anything changes
             assert body is not None
             own = self.broker_topics.get(broker_name, ())
             new_entries = sum(1 for name in body.topic_configs if name not in own)
             if self.route_entries + new_entries > self.max_topic_routes:
-                raise BadRequest(f"this name server keeps at most {self.max_topic_routes} topic routes in all "
-                                 f"(--max-topic-routes) and holds {self.route_entries}; the {new_entries} new "
-                                 f"ones of {broker_name} are refused")
+                raise BadRequest(
+                    f"this name server keeps at most {self.max_topic_routes} topic routes in all "
+                    f"(--max-topic-routes) and holds {self.route_entries}; the {new_entries} new "
+                    f"ones of {broker_name} are refused"
+                )
         self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
 
         broker_data = self.broker_addr_table.get(broker_name)
@@ -144,14 +165,25 @@ class RouteInfoManager:
                 new += outcome == "new"
                 changed += outcome == "changed"
             if new or changed:  # one line per registration, however many topics it carries
-                log.info("topic routes of %s: %d new, %d changed (of %d in its registration)",
-                         broker_name, new, changed, len(body.topic_configs))
+                log.info(
+                    "topic routes of %s: %d new, %d changed (of %d in its registration)",
+                    broker_name,
+                    new,
+                    changed,
+                    len(body.topic_configs),
+                )
 
         previous = self.broker_live_table.get(broker_addr)
         self.broker_live_table[broker_addr] = BrokerLiveInfo(now_ms, data_version, channel, ha_server_addr)
         if previous is None:
-            log.info("new broker registered, %s %s (id %d, cluster %s, HA %s)",
-                     broker_name, broker_addr, broker_id, cluster_name, ha_server_addr)
+            log.info(
+                "new broker registered, %s %s (id %d, cluster %s, HA %s)",
+                broker_name,
+                broker_addr,
+                broker_id,
+                cluster_name,
+                ha_server_addr,
+            )
 
         filters = body.filter_servers if body is not None else []
         if filters:
@@ -169,8 +201,7 @@ class RouteInfoManager:
         return result
 
     def _create_and_update_queue_data(self, broker_name: str, tc: TopicConfig) -> str | None:
-        queue_data = QueueData(broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
-                               tc.topic_sys_flag)
+        queue_data = QueueData(broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag)
         by_broker = self.topic_queue_table.setdefault(tc.topic_name, {})
         old = by_broker.get(broker_name)
         if old != queue_data:
@@ -178,8 +209,9 @@ class RouteInfoManager:
             if old is None:
                 self.broker_topics.setdefault(broker_name, set()).add(tc.topic_name)
                 self.route_entries += 1
-            log.debug("topic route %s on %s: %s", tc.topic_name, broker_name,
-                      "new" if old is None else f"changed from {old}")
+            log.debug(
+                "topic route %s on %s: %s", tc.topic_name, broker_name, "new" if old is None else f"changed from {old}"
+            )
             return "new" if old is None else "changed"
         return None
 
@@ -196,8 +228,7 @@ class RouteInfoManager:
         if live is not None:
             live.last_update_ms = now_ms
 
-    def unregister_broker(self, cluster_name: str, broker_addr: str, broker_name: str,
-                          broker_id: int) -> None:
+    def unregister_broker(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int) -> None:
         self.broker_live_table.pop(broker_addr, None)
         self.filter_server_table.pop(broker_addr, None)
         log.info("unregister broker %s %s (id %d)", broker_name, broker_addr, broker_id)
@@ -212,11 +243,13 @@ class RouteInfoManager:
 
     def scan_not_active_brokers(self, now_ms: int) -> list[Hashable]:
         """Drop brokers not heard from for expiry_ms; returns their channels for the caller to close."""
-        expired = [(addr, live) for addr, live in self.broker_live_table.items()
-                   if live.last_update_ms + self.expiry_ms < now_ms]
+        expired = [
+            (addr, live)
+            for addr, live in self.broker_live_table.items()
+            if live.last_update_ms + self.expiry_ms < now_ms
+        ]
         for addr, live in expired:
-            log.warning("broker channel expired, %s, %d ms since last registration",
-                        addr, now_ms - live.last_update_ms)
+            log.warning("broker channel expired, %s, %d ms since last registration", addr, now_ms - live.last_update_ms)
             self.broker_live_table.pop(addr, None)
             self._on_broker_gone(addr)
         return [live.channel for _, live in expired]
@@ -293,10 +326,16 @@ class RouteInfoManager:
                     budget -= size
                     filter_servers[addr] = servers
         if dropped_groups or dropped_filters:
-            self.route_log.log(logging.WARNING, ("route too big", topic),
-                               "the route of topic %s would pass %d bytes: left out %d broker groups and the "
-                               "filter servers of %d brokers", topic, self.max_route_bytes, dropped_groups,
-                               dropped_filters)
+            self.route_log.log(
+                logging.WARNING,
+                ("route too big", topic),
+                "the route of topic %s would pass %d bytes: left out %d broker groups and the "
+                "filter servers of %d brokers",
+                topic,
+                self.max_route_bytes,
+                dropped_groups,
+                dropped_filters,
+            )
         if not broker_datas:
             return None
         return {
@@ -336,8 +375,11 @@ class RouteInfoManager:
     def topics_by_sys_flag(self, pick) -> list[str]:
         """Topics whose first queue data's topicSysFlag satisfies pick(flag); 4.9 looks at one queue
         data per topic (they agree unless brokers were configured apart)."""
-        return sorted(t for t, by_broker in self.topic_queue_table.items()
-                      if by_broker and pick(next(iter(by_broker.values())).topic_sys_flag))
+        return sorted(
+            t
+            for t, by_broker in self.topic_queue_table.items()
+            if by_broker and pick(next(iter(by_broker.values())).topic_sys_flag)
+        )
 
     # ---- write permission (mqadmin wipeWritePerm / addWritePerm) ------------------------------------
 

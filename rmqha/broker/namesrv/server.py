@@ -1,4 +1,5 @@
 """Wires the name server together: processors, listening port, and the expiry scan."""
+
 from __future__ import annotations
 
 import logging
@@ -19,27 +20,46 @@ SCAN_INTERVAL_SECONDS = 10.0
 
 
 class NameServer:
-    def __init__(self, reactor, clock: IReactorTime | None = None,
-                 scan_interval: float = SCAN_INTERVAL_SECONDS, expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS, *,
-                 cluster_secret: str | None = None, max_brokers: int = guard.MAX_BROKERS,
-                 max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER,
-                 max_topic_routes: int = guard.MAX_TOPIC_ROUTES, signed_window_s: float = guard.SIGNED_WINDOW_S,
-                 signed_audience: str | None = None):
+    def __init__(
+        self,
+        reactor,
+        clock: IReactorTime | None = None,
+        scan_interval: float = SCAN_INTERVAL_SECONDS,
+        expiry_ms: int = BROKER_CHANNEL_EXPIRED_MS,
+        *,
+        cluster_secret: str | None = None,
+        max_brokers: int = guard.MAX_BROKERS,
+        max_topics_per_broker: int = guard.MAX_TOPICS_PER_BROKER,
+        max_topic_routes: int = guard.MAX_TOPIC_ROUTES,
+        signed_window_s: float = guard.SIGNED_WINDOW_S,
+        signed_audience: str | None = None,
+    ):
         self.reactor = reactor
         self.clock = clock if clock is not None else reactor
         self.routes = RouteInfoManager(expiry_ms, max_brokers=max_brokers, max_topic_routes=max_topic_routes)
         self.kv = KVConfigManager()
         self.settings = NamesrvSettings()
-        self.processors = NameServerProcessors(self.routes, self.kv, self.clock, cluster_secret=cluster_secret,
-                                               max_topics_per_broker=max_topics_per_broker, settings=self.settings,
-                                               on_settings_changed=self.apply_settings,
-                                               signed_window_s=signed_window_s,
-                                               signed_audience=signed_audience)  # None: drawn now (tests fix it)
+        self.processors = NameServerProcessors(
+            self.routes,
+            self.kv,
+            self.clock,
+            cluster_secret=cluster_secret,
+            max_topics_per_broker=max_topics_per_broker,
+            settings=self.settings,
+            on_settings_changed=self.apply_settings,
+            signed_window_s=signed_window_s,
+            signed_audience=signed_audience,
+        )  # None: drawn now (tests fix it)
         # Java's name server uses the same NettyServerConfig as the broker: idle channels close
         # after 120 s (brokers register every 30 s, clients poll routes every 30 s).
         idle = float(self.settings.get("serverChannelMaxIdleTimeSeconds"))
-        self.factory = RemotingServerFactory(self.processors.registry(), clock=self.clock, idle_timeout=idle,
-                                             max_connections=4096, max_held_bytes=128 * 1024 * 1024)
+        self.factory = RemotingServerFactory(
+            self.processors.registry(),
+            clock=self.clock,
+            idle_timeout=idle,
+            max_connections=4096,
+            max_held_bytes=128 * 1024 * 1024,
+        )
         self.factory.add_close_listener(self.processors.channel_closed)
         self.scan_interval = scan_interval
         # Supervised: a scan that raises is logged (one traceback, then a line a minute) and scanning

@@ -4,6 +4,7 @@ Each module holds the state it needs (topic configs, consumer offsets, client ch
 ``register(registry)`` that installs its processors into a remoting ``ProcessorRegistry``.
 `rmqha.broker.server.BrokerServer` builds them all and wires them to one listening port.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,6 +41,7 @@ def read_json_file(path: str):
     silently start with empty offsets or topics because its config file is damaged.
     """
     from rmqha.broker.remoting import json_body
+
     try:
         with open(path, "rb") as fh:
             data = fh.read()

@@ -14,6 +14,7 @@ saying ACL is off. 53's aclFileFullPath may be left out (4.9.8 needs it although
 optional) and must otherwise name the one file this broker reads (4.9.8 writes any .yml under
 ROCKETMQ_HOME).
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,8 +32,10 @@ from rmqha.broker.remoting.command import RemotingCommand
 
 log = logging.getLogger("rmqha.broker.acl")
 
-ACL_OFF = ("ACL is off on this broker (aclEnable=false), so there is no plain_acl.yml to read or change; "
-           "set aclEnable=true (and aclConfigFile) and restart it")
+ACL_OFF = (
+    "ACL is off on this broker (aclEnable=false), so there is no plain_acl.yml to read or change; "
+    "set aclEnable=true (and aclConfigFile) and restart it"
+)
 
 
 class AclAdminProcessors:
@@ -51,20 +54,37 @@ class AclAdminProcessors:
     # -- the requests --------------------------------------------------------------------------------
     def update_and_create(self, req: RemotingCommand, ctx) -> RemotingCommand:
         f = req.ext_fields
-        u = AccessUpdate(access_key=req.get_str("accessKey"), secret_key=f.get("secretKey"),
-                         white_remote_address=f.get("whiteRemoteAddress"), admin=req.get_bool("admin", False),
-                         default_topic_perm=f.get("defaultTopicPerm"), default_group_perm=f.get("defaultGroupPerm"),
-                         topic_perms=acl_admin.split_list(f.get("topicPerms")),
-                         group_perms=acl_admin.split_list(f.get("groupPerms")))
+        u = AccessUpdate(
+            access_key=req.get_str("accessKey"),
+            secret_key=f.get("secretKey"),
+            white_remote_address=f.get("whiteRemoteAddress"),
+            admin=req.get_bool("admin", False),
+            default_topic_perm=f.get("defaultTopicPerm"),
+            default_group_perm=f.get("defaultGroupPerm"),
+            topic_perms=acl_admin.split_list(f.get("topicPerms")),
+            group_perms=acl_admin.split_list(f.get("groupPerms")),
+        )
         failed = f"The accesskey[{u.access_key}] corresponding to accessConfig has been updated failed."
-        return self._edit(req, ctx, ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED, failed,
-                          lambda doc: acl_admin.upsert_account(doc, u), f"account {u.access_key} created/updated")
+        return self._edit(
+            req,
+            ctx,
+            ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED,
+            failed,
+            lambda doc: acl_admin.upsert_account(doc, u),
+            f"account {u.access_key} created/updated",
+        )
 
     def delete(self, req: RemotingCommand, ctx) -> RemotingCommand:
         ak = req.get_str("accessKey")
         failed = f"The accesskey[{ak}] corresponding to accessConfig has been deleted failed."
-        return self._edit(req, ctx, ResponseCode.DELETE_ACL_CONFIG_FAILED, failed,
-                          lambda doc: acl_admin.delete_account(doc, ak), f"account {ak} deleted")
+        return self._edit(
+            req,
+            ctx,
+            ResponseCode.DELETE_ACL_CONFIG_FAILED,
+            failed,
+            lambda doc: acl_admin.delete_account(doc, ak),
+            f"account {ak} deleted",
+        )
 
     def update_global_white(self, req: RemotingCommand, ctx) -> RemotingCommand:
         addrs = req.get_str("globalWhiteAddrs")
@@ -72,11 +92,20 @@ class AclAdminProcessors:
         code = ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
         target = req.ext_fields.get("aclFileFullPath")
         if self.acl is not None and target and not _same_file(target, self.acl.path):
-            return req.make_response(code, f"aclFileFullPath {target} is not the ACL file of this broker; it "
-                                           f"reads one file, {os.path.abspath(self.acl.path)} (aclConfigFile)")
+            return req.make_response(
+                code,
+                f"aclFileFullPath {target} is not the ACL file of this broker; it "
+                f"reads one file, {os.path.abspath(self.acl.path)} (aclConfigFile)",
+            )
         failed = f"The globalWhiteAddresses[{addrs}] has been updated failed."
-        return self._edit(req, ctx, code, failed, lambda doc: acl_admin.set_global_white(doc, patterns),
-                          f"globalWhiteRemoteAddresses set to {patterns}")
+        return self._edit(
+            req,
+            ctx,
+            code,
+            failed,
+            lambda doc: acl_admin.set_global_white(doc, patterns),
+            f"globalWhiteRemoteAddresses set to {patterns}",
+        )
 
     def get_acl_info(self, req: RemotingCommand, ctx) -> RemotingCommand:
         if self.acl is None:
@@ -84,13 +113,26 @@ class AclAdminProcessors:
         version = json_body.dumps(self.acl.version).decode()
         every = json_body.dumps({os.path.abspath(self.acl.path): self.acl.version}).decode()
         c = self.config
-        return req.make_response(ext_fields={"version": version, "allAclFileVersion": every,
-                                             "brokerName": c.brokerName, "brokerAddr": c.broker_addr,
-                                             "clusterName": c.brokerClusterName})
+        return req.make_response(
+            ext_fields={
+                "version": version,
+                "allAclFileVersion": every,
+                "brokerName": c.brokerName,
+                "brokerAddr": c.broker_addr,
+                "clusterName": c.brokerClusterName,
+            }
+        )
 
     # -- one edit of plain_acl.yml -------------------------------------------------------------------
-    def _edit(self, req: RemotingCommand, ctx, failed_code: int, not_found: str,
-              edit: Callable[[dict], dict | None], what: str) -> RemotingCommand:
+    def _edit(
+        self,
+        req: RemotingCommand,
+        ctx,
+        failed_code: int,
+        not_found: str,
+        edit: Callable[[dict], dict | None],
+        what: str,
+    ) -> RemotingCommand:
         if self.acl is None:
             return req.make_response(failed_code, ACL_OFF)
         path = self.acl.path
@@ -117,8 +159,14 @@ class AclAdminProcessors:
         return req.make_response()
 
     def _refuse(self, req: RemotingCommand, ctx, code: int, remark: str) -> RemotingCommand:
-        self.limiter.log(logging.WARNING, ("acl admin", req.code), "ACL admin request %d from %s refused: %s",
-                         req.code, ctx.peer_address, remark)
+        self.limiter.log(
+            logging.WARNING,
+            ("acl admin", req.code),
+            "ACL admin request %d from %s refused: %s",
+            req.code,
+            ctx.peer_address,
+            remark,
+        )
         return req.make_response(code, remark)
 
 

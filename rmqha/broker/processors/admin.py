@@ -5,6 +5,7 @@ Bodies as WIRE-FACTS §2.4 gives them: the TopicConfigSerializeWrapper, {"offset
 offsets, and delayOffset.json's content for the delay levels) and a KVTable {"table":{...}} of
 strings. A slave copies the first three from its master (slave_sync).
 """
+
 from __future__ import annotations
 
 from rmqha.broker import runtime_info as runtime_table

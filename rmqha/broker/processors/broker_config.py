@@ -7,6 +7,7 @@ whether it applies at once, at the next start, or not at all. An update is all o
 file is rewritten first (atomically, comments kept), then the live keys are set and the DataVersion
 moves on. ACL: UPDATE_BROKER_CONFIG is an admin request (rmqha/broker/acl.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,13 +64,19 @@ class BrokerConfigProcessors:
             self._persist(plan.text)
         except OSError as e:
             log.error("UPDATE_BROKER_CONFIG from %s: cannot write %s: %s", ctx.peer_address, self.path, e)
-            return req.make_response(ResponseCode.SYSTEM_ERROR,
-                                     f"cannot write {self.path} ({e.strerror}); nothing was changed")
+            return req.make_response(
+                ResponseCode.SYSTEM_ERROR, f"cannot write {self.path} ({e.strerror}); nothing was changed"
+            )
         for key in plan.live:
             setattr(self.config, key, plan.values[key])
         self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": self._now_ms()}
-        log.info("UPDATE_BROKER_CONFIG from %s: %s (applied now: %s; at the next start: %s)", ctx.peer_address,
-                 plan.text, plan.live or "-", plan.restart or "-")
+        log.info(
+            "UPDATE_BROKER_CONFIG from %s: %s (applied now: %s; at the next start: %s)",
+            ctx.peer_address,
+            plan.text,
+            plan.live or "-",
+            plan.restart or "-",
+        )
         if "brokerPermission" in plan.live and self.topics is not None:
             self.topics._changed()  # 4.9: a new topic DataVersion and a registration with the name servers
         remark = None

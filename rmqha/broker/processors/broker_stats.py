@@ -5,6 +5,7 @@ Header: statsName (TOPIC_PUT_NUMS, GROUP_GET_NUMS, ...) and statsKey (a topic, "
 cluster name for BROKER_PUT_NUMS / BROKER_GET_NUMS). Body: BrokerStatsData, {"statsDay", "statsHour",
 "statsMinute"} each {"avgpt", "sum", "tps"}. A counter never added to: SYSTEM_ERROR, 4.9's remark.
 """
+
 from __future__ import annotations
 
 from rmqha.broker.remoting import json_body
@@ -25,6 +26,5 @@ class BrokerStatsProcessor:
         item = self.stats.table.item(name, key)
         if item is None:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
-        body = {"statsDay": item.window("day"), "statsHour": item.window("hour"),
-                "statsMinute": item.window("minute")}
+        body = {"statsDay": item.window("day"), "statsHour": item.window("hour"), "statsMinute": item.window("minute")}
         return req.make_response(body=json_body.dumps(body))

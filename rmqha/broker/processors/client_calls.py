@@ -16,6 +16,7 @@ Ours: the calls of 223 run side by side (4.9 waits for each client in turn); a r
 client in the list form it parses (ResetOffsetBodyForC) whatever language the admin tool speaks (4.9
 picks the form by the admin tool's language, so a Java mqadmin's reset never reaches a C++ consumer).
 """
+
 from __future__ import annotations
 
 import json
@@ -76,7 +77,8 @@ class ClientCallProcessors:
             return req.make_response(
                 ResponseCode.SYSTEM_ERROR,
                 f"The Consumer <{client_id}> Version <{client_info.version_desc(channel.version)}> too low to "
-                f"finish, please upgrade it to V3_1_8_SNAPSHOT")
+                f"finish, please upgrade it to V3_1_8_SNAPSHOT",
+            )
         call = RemotingCommand.request(req.code, dict(req.ext_fields), body=body)
         d = channel.ctx.send_request(call, CALL_TIMEOUT_S)
 
@@ -85,10 +87,14 @@ class ClientCallProcessors:
 
         def failed(failure) -> RemotingCommand:
             if failure.check(RemotingTimeoutError):
-                return req.make_response(ResponseCode.CONSUME_MSG_TIMEOUT,
-                                         f"consumer <{group}> <{client_id}> Timeout: {failure.getErrorMessage()}")
-            return req.make_response(ResponseCode.SYSTEM_ERROR,
-                                     f"invoke consumer <{group}> <{client_id}> Exception: {failure.getErrorMessage()}")
+                return req.make_response(
+                    ResponseCode.CONSUME_MSG_TIMEOUT,
+                    f"consumer <{group}> <{client_id}> Timeout: {failure.getErrorMessage()}",
+                )
+            return req.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"invoke consumer <{group}> <{client_id}> Exception: {failure.getErrorMessage()}",
+            )
 
         return d.addCallbacks(answered, failed)
 
@@ -96,12 +102,19 @@ class ClientCallProcessors:
     def reset_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
         topic, group = req.get_str("topic"), req.get_str("group")
         timestamp, force = req.get_long("timestamp"), req.get_bool("isForce")
-        log.info("[reset-offset] reset offset started by %s. topic=%s, group=%s, timestamp=%d, isForce=%s",
-                 ctx.peer_address, topic, group, timestamp, force)
+        log.info(
+            "[reset-offset] reset offset started by %s. topic=%s, group=%s, timestamp=%d, isForce=%s",
+            ctx.peer_address,
+            topic,
+            group,
+            timestamp,
+            force,
+        )
         tc = self.topics.get(topic)
         if tc is None:
-            return req.make_response(ResponseCode.SYSTEM_ERROR,
-                                     f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
+            return req.make_response(
+                ResponseCode.SYSTEM_ERROR, f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}"
+            )
         table = []  # ((topic, queueId), offset) in queue order
         for queue_id in range(tc.write_queue_nums):
             committed = self.offsets.query(group, topic, queue_id)
@@ -112,20 +125,28 @@ class ClientCallProcessors:
         if info is None or not info.channels:
             return req.make_response(
                 ResponseCode.CONSUMER_NOT_ONLINE,
-                f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} Timestamp: {timestamp}")
+                f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} Timestamp: {timestamp}",
+            )
         broker = self.config.brokerName
         header = {"topic": topic, "group": group, "timestamp": timestamp, "isForce": False}
         for channel in list(info.channels.values()):
             if channel.version < client_info.V3_0_7_SNAPSHOT:
-                return req.make_response(ResponseCode.SYSTEM_ERROR, "the client does not support this feature. "
-                                         f"version={client_info.version_desc(channel.version)}")
+                return req.make_response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"the client does not support this feature. version={client_info.version_desc(channel.version)}",
+                )
             for_c = req.language == "CPP" or channel.language == "CPP"
             body = reset_body_for_c(topic, broker, table) if for_c else reset_body(topic, broker, table)
             try:
-                channel.ctx.send_oneway(RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header,
-                                                                body=body))
-                log.info("[reset-offset] reset offset success. topic=%s, group=%s, clientId=%s",
-                         topic, group, channel.client_id)
+                channel.ctx.send_oneway(
+                    RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, body=body)
+                )
+                log.info(
+                    "[reset-offset] reset offset success. topic=%s, group=%s, clientId=%s",
+                    topic,
+                    group,
+                    channel.client_id,
+                )
             except Exception as e:  # a closing connection: its close hook removes it
                 log.error("[reset-offset] reset offset exception. topic=%s, group=%s ,error=%s", topic, group, e)
         return req.make_response(body=reset_body(topic, broker, table))
@@ -136,20 +157,25 @@ class ClientCallProcessors:
         origin = req.get_str("clientAddr", "").strip()
         info = self.clients.consumer_groups.get(group)
         if info is None or not info.channels:
-            return req.make_response(ResponseCode.SYSTEM_ERROR,
-                                     f"No Any Consumer online in the consumer group: [{group}]")
+            return req.make_response(
+                ResponseCode.SYSTEM_ERROR, f"No Any Consumer online in the consumer group: [{group}]"
+            )
         targets = []
         for channel in list(info.channels.values()):
             if channel.version < client_info.V3_0_7_SNAPSHOT:
-                return req.make_response(ResponseCode.SYSTEM_ERROR, "the client does not support this feature. "
-                                         f"version={client_info.version_desc(channel.version)}")
+                return req.make_response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"the client does not support this feature. version={client_info.version_desc(channel.version)}",
+                )
             if not origin or origin == channel.client_id:
                 targets.append(channel)
                 if origin:
                     break
         calls = []
         for channel in targets:
-            call = RemotingCommand.request(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, {"topic": topic, "group": group})
+            call = RemotingCommand.request(
+                RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, {"topic": topic, "group": group}
+            )
             d = channel.ctx.send_request(call, STATUS_TIMEOUT_S)
             d.addCallback(_status_table)
             d.addErrback(_status_failed, topic, group, channel.client_id)
@@ -157,8 +183,9 @@ class ClientCallProcessors:
 
         def answer(results) -> RemotingCommand:
             consumers = {cid: ObjectKeyed(table) for ok, (cid, table) in results if ok and table is not None}
-            return req.make_response(body=object_keys.dumps({"consumerTable": consumers,
-                                                             "messageQueueTable": ObjectKeyed([])}))
+            return req.make_response(
+                body=object_keys.dumps({"consumerTable": consumers, "messageQueueTable": ObjectKeyed([])})
+            )
 
         return defer.DeferredList(calls, consumeErrors=True).addCallback(answer)
 
@@ -176,14 +203,21 @@ def reset_target(store, topic: str, queue_id: int, timestamp: int, committed: in
 
 def reset_body(topic: str, broker: str, table) -> bytes:
     """ResetOffsetBody {offsetTable: {MessageQueue: offset}} (fastjson's object keys)."""
-    return object_keys.dumps({"offsetTable": ObjectKeyed(
-        (message_queue(topic, broker, queue_id), offset) for queue_id, offset in table)})
+    return object_keys.dumps(
+        {"offsetTable": ObjectKeyed((message_queue(topic, broker, queue_id), offset) for queue_id, offset in table)}
+    )
 
 
 def reset_body_for_c(topic: str, broker: str, table) -> bytes:
     """ResetOffsetBodyForC {offsetTable: [MessageQueueForC]}: what the C++ client's ResetOffsetBody parses."""
-    return object_keys.dumps({"offsetTable": [
-        {"brokerName": broker, "offset": offset, "queueId": queue_id, "topic": topic} for queue_id, offset in table]})
+    return object_keys.dumps(
+        {
+            "offsetTable": [
+                {"brokerName": broker, "offset": offset, "queueId": queue_id, "topic": topic}
+                for queue_id, offset in table
+            ]
+        }
+    )
 
 
 def _status_table(resp: RemotingCommand):
@@ -199,6 +233,11 @@ def _status_table(resp: RemotingCommand):
 
 
 def _status_failed(failure, topic: str, group: str, client_id: str):
-    log.error("[get-consumer-status] get consumer status exception. topic=%s, group=%s, client=%s, error=%s",
-              topic, group, client_id, failure.getErrorMessage())
+    log.error(
+        "[get-consumer-status] get consumer status exception. topic=%s, group=%s, client=%s, error=%s",
+        topic,
+        group,
+        client_id,
+        failure.getErrorMessage(),
+    )
     return None

@@ -6,21 +6,42 @@ names; the C++ client sends subVersion as a string). 4.9 parses them into Java o
 back in one form; these functions do the same, so admin tools see 4.9's shapes whoever the client is.
 No I/O.
 """
+
 from __future__ import annotations
 
 # Java's enums in ordinal order (common/.../heartbeat/ConsumeType, MessageModel; consumer/ConsumeFromWhere)
 CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
 MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
-CONSUME_FROM_WHERE = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
-                      "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
-                      "CONSUME_FROM_TIMESTAMP")
+CONSUME_FROM_WHERE = (
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+)
 
 # MQVersion.Version ordinals the broker checks before calling a client
 V3_0_7_SNAPSHOT = 28  # RESET_CONSUMER_CLIENT_OFFSET, GET_CONSUMER_STATUS_FROM_CLIENT
 V3_1_8_SNAPSHOT = 62  # GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY
-_V3_0_0 = ("V3_0_0_SNAPSHOT", "V3_0_0_ALPHA1", "V3_0_0_BETA1", "V3_0_0_BETA2", "V3_0_0_BETA3", "V3_0_0_BETA4",
-           "V3_0_0_BETA5", "V3_0_0_BETA6_SNAPSHOT", "V3_0_0_BETA6", "V3_0_0_BETA7_SNAPSHOT", "V3_0_0_BETA7",
-           "V3_0_0_BETA8_SNAPSHOT", "V3_0_0_BETA8", "V3_0_0_BETA9_SNAPSHOT", "V3_0_0_BETA9", "V3_0_0_FINAL")
+_V3_0_0 = (
+    "V3_0_0_SNAPSHOT",
+    "V3_0_0_ALPHA1",
+    "V3_0_0_BETA1",
+    "V3_0_0_BETA2",
+    "V3_0_0_BETA3",
+    "V3_0_0_BETA4",
+    "V3_0_0_BETA5",
+    "V3_0_0_BETA6_SNAPSHOT",
+    "V3_0_0_BETA6",
+    "V3_0_0_BETA7_SNAPSHOT",
+    "V3_0_0_BETA7",
+    "V3_0_0_BETA8_SNAPSHOT",
+    "V3_0_0_BETA8",
+    "V3_0_0_BETA9_SNAPSHOT",
+    "V3_0_0_BETA9",
+    "V3_0_0_FINAL",
+)
 
 
 def enum_name(value, names: tuple[str, ...]):
@@ -51,19 +72,25 @@ def version_desc(version: int) -> str:
 def connection_json(channel) -> dict:
     """Connection: clientId, clientAddr (RemotingHelper.parseChannelRemoteAddr: ip:port), language,
     version."""
-    return {"clientAddr": channel.ctx.peer_address, "clientId": channel.client_id,
-            "language": channel.language, "version": channel.version}
+    return {
+        "clientAddr": channel.ctx.peer_address,
+        "clientId": channel.client_id,
+        "language": channel.language,
+        "version": channel.version,
+    }
 
 
 def subscription_json(sub: dict, now_ms: int) -> dict:
     """SubscriptionData as 4.9 writes it back (filterClassSource is never serialized); a field the
     client left out takes Java's field default (subVersion: the current time)."""
-    out = {"classFilterMode": sub.get("classFilterMode") is True,
-           "codeSet": [c for c in _list(sub.get("codeSet")) if type(c) is int],
-           "expressionType": str(sub.get("expressionType") or "TAG"),
-           "subVersion": _long(sub.get("subVersion"), now_ms),
-           "tagsSet": [str(t) for t in _list(sub.get("tagsSet"))],
-           "topic": str(sub.get("topic", ""))}
+    out = {
+        "classFilterMode": sub.get("classFilterMode") is True,
+        "codeSet": [c for c in _list(sub.get("codeSet")) if type(c) is int],
+        "expressionType": str(sub.get("expressionType") or "TAG"),
+        "subVersion": _long(sub.get("subVersion"), now_ms),
+        "tagsSet": [str(t) for t in _list(sub.get("tagsSet"))],
+        "topic": str(sub.get("topic", "")),
+    }
     if sub.get("subString") is not None:  # fastjson leaves nulls out
         out["subString"] = str(sub["subString"])
     return out

@@ -14,6 +14,7 @@ As RocketMQ's ConsumerManager / ProducerManager / RebalanceLockManager:
 
 Enum fields may come as ordinals (C++) or names (Java); both are kept as sent.
 """
+
 from __future__ import annotations
 
 import logging
@@ -71,8 +72,9 @@ class ClientManager:
         self.producer_groups: dict[str, dict] = {}  # group -> {ctx: ClientChannel}
         self.locks: dict[str, dict[tuple, tuple[str, float]]] = {}  # group -> mq -> (clientId, time)
         self._watched: set = set()
-        self._scan = PeriodicService("client_scan", self.scan_not_active_channels, SCAN_INTERVAL_S, clock, metrics,
-                                     logger=log)
+        self._scan = PeriodicService(
+            "client_scan", self.scan_not_active_channels, SCAN_INTERVAL_S, clock, metrics, logger=log
+        )
         self.notifications_sent = 0
 
     def start(self) -> None:
@@ -105,8 +107,10 @@ class ClientManager:
         return next((ch for ch in info.channels.values() if ch.client_id == client_id), None)
 
     def client_count(self) -> int:
-        return len({ch.ctx for g in self.consumer_groups.values() for ch in g.channels.values()}
-                   | {ctx for g in self.producer_groups.values() for ctx in g})
+        return len(
+            {ch.ctx for g in self.consumer_groups.values() for ch in g.channels.values()}
+            | {ctx for g in self.producer_groups.values() for ctx in g}
+        )
 
     # -- heartbeat ----------------------------------------------------------------------------------
     def heart_beat(self, req: RemotingCommand, ctx) -> RemotingCommand:
@@ -114,8 +118,10 @@ class ClientManager:
         producers = [(validation.check_group(g), pd) for g, pd in _groups(data, "producerDataSet")]
         consumers = [(validation.check_group(g), cd) for g, cd in _groups(data, "consumerDataSet")]
         if len(producers) + len(consumers) > MAX_GROUPS_PER_HEARTBEAT:
-            raise BadRequest(f"a heartbeat may name at most {MAX_GROUPS_PER_HEARTBEAT} groups, "
-                             f"this one names {len(producers) + len(consumers)}")
+            raise BadRequest(
+                f"a heartbeat may name at most {MAX_GROUPS_PER_HEARTBEAT} groups, "
+                f"this one names {len(producers) + len(consumers)}"
+            )
         for _group, cd in consumers:
             for sub in _list(cd, "subscriptionDataSet"):
                 validation.check_topic(str(sub.get("topic", "")) if isinstance(sub, dict) else "")
@@ -144,16 +150,23 @@ class ClientManager:
         old = info.channels.get(channel.ctx)
         new_channel = old is None
         if old is not None and old.client_id != channel.client_id:
-            log.warning("consumer group %s: connection %s changed client id %s -> %s", group,
-                        channel.ctx.peer_address, old.client_id, channel.client_id)
+            log.warning(
+                "consumer group %s: connection %s changed client id %s -> %s",
+                group,
+                channel.ctx.peer_address,
+                old.client_id,
+                channel.client_id,
+            )
         info.channels[channel.ctx] = channel
         subs = {str(s.get("topic")): s for s in _list(cd, "subscriptionDataSet")}
         changed = {t: s.get("subString") for t, s in subs.items()} != {
-            t: s.get("subString") for t, s in info.subscriptions.items()}
+            t: s.get("subString") for t, s in info.subscriptions.items()
+        }
         info.subscriptions = subs
         if new_channel:
-            log.info("new consumer connected, group: %s clientId: %s %s", group, channel.client_id,
-                     channel.ctx.peer_address)
+            log.info(
+                "new consumer connected, group: %s clientId: %s %s", group, channel.client_id, channel.ctx.peer_address
+            )
         if (new_channel or changed) and self._group_notifies(group):
             self._notify(info)
 
@@ -208,8 +221,11 @@ class ClientManager:
         error = None
         for ctx in stale:  # one connection's error does not keep the others open; the first is raised
             try:
-                log.warning("client %s sent no heartbeat for %.0f s: closing its connection",
-                            ctx.peer_address, CHANNEL_EXPIRED_S)
+                log.warning(
+                    "client %s sent no heartbeat for %.0f s: closing its connection",
+                    ctx.peer_address,
+                    CHANNEL_EXPIRED_S,
+                )
                 self.channel_closed(ctx)
                 ctx.close()
             except Exception:
@@ -231,8 +247,7 @@ class ClientManager:
         for ctx in list(info.channels):
             if ctx.closed:
                 continue
-            cmd = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                          {"consumerGroup": info.group})
+            cmd = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": info.group})
             try:
                 ctx.send_oneway(cmd)
                 self.notifications_sent += 1
@@ -256,12 +271,17 @@ class ClientManager:
         if info is None:
             return req.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         now_ms = int(self.clock.seconds() * 1000)
-        body = {"connectionSet": [client_info.connection_json(ch) for ch in info.channels.values()],
-                "consumeFromWhere": client_info.enum_name(info.consume_from_where, client_info.CONSUME_FROM_WHERE),
-                "consumeType": client_info.enum_name(info.consume_type, client_info.CONSUME_TYPES),
-                "messageModel": client_info.enum_name(info.message_model, client_info.MESSAGE_MODELS),
-                "subscriptionTable": {t: client_info.subscription_json(s, now_ms)
-                                      for t, s in info.subscriptions.items() if isinstance(s, dict)}}
+        body = {
+            "connectionSet": [client_info.connection_json(ch) for ch in info.channels.values()],
+            "consumeFromWhere": client_info.enum_name(info.consume_from_where, client_info.CONSUME_FROM_WHERE),
+            "consumeType": client_info.enum_name(info.consume_type, client_info.CONSUME_TYPES),
+            "messageModel": client_info.enum_name(info.message_model, client_info.MESSAGE_MODELS),
+            "subscriptionTable": {
+                t: client_info.subscription_json(s, now_ms)
+                for t, s in info.subscriptions.items()
+                if isinstance(s, dict)
+            },
+        }
         return req.make_response(body=json_body.dumps({k: v for k, v in body.items() if v is not None}))
 
     # -- orderly consumers' queue locks -------------------------------------------------------------
@@ -271,7 +291,9 @@ class ClientManager:
             raise BadRequest(f"a message queue in mqSet is a JSON {type(mq).__name__}, not an object")
         queue_id = mq.get("queueId", 0)
         if type(queue_id) is not int:
-            raise BadRequest(f"queueId of a message queue in mqSet is not an integer: {validation.shown(str(queue_id))}")
+            raise BadRequest(
+                f"queueId of a message queue in mqSet is not an integer: {validation.shown(str(queue_id))}"
+            )
         return (validation.check_topic(str(mq.get("topic", ""))), str(mq.get("brokerName")), queue_id)
 
     @staticmethod

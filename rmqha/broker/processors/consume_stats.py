@@ -7,6 +7,7 @@ topic is there once a retry was consumed). A topic is left out of a group's stat
 online with subscriptions and none of them is that topic. Maps keyed by MessageQueue go out in
 fastjson's object-key form (rmqha/broker/remoting/object_keys.py).
 """
+
 from __future__ import annotations
 
 from rmqha.broker import validation
@@ -65,8 +66,12 @@ class ConsumeStatsProcessors:
             consumer_offset = max(self.offsets.query(group, topic, queue_id), 0)
             # pullOffset is 5.x's (max of the consumer's and the pull offset; this broker keeps no separate
             # pull offset); 4.9's tools ignore it, clients modelled on 5.x require it
-            wrapper = {"brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lastTimestamp": 0,
-                       "pullOffset": consumer_offset}
+            wrapper = {
+                "brokerOffset": broker_offset,
+                "consumerOffset": consumer_offset,
+                "lastTimestamp": 0,
+                "pullOffset": consumer_offset,
+            }
             if consumer_offset > 0:
                 last = store_time(self.store, topic, queue_id, consumer_offset - 1)
                 if last > 0:
@@ -106,8 +111,12 @@ class ConsumeStatsProcessors:
                 total_diff += diff
             stats_list.append({group: per_topic})
         # totalInflightDiff is 5.x's (pullOffset - consumerOffset summed: 0 here, see _consume_stats)
-        body = {"brokerAddr": self.config.broker_addr, "consumeStatsList": stats_list, "totalDiff": total_diff,
-                "totalInflightDiff": 0}
+        body = {
+            "brokerAddr": self.config.broker_addr,
+            "consumeStatsList": stats_list,
+            "totalDiff": total_diff,
+            "totalInflightDiff": 0,
+        }
         return req.make_response(body=object_keys.dumps(body))
 
     # -- QUERY_TOPIC_CONSUME_BY_WHO -----------------------------------------------------------------
@@ -133,12 +142,15 @@ class ConsumeStatsProcessors:
             min_time = -1 if earliest is None else earliest
             max_offset = self.store.max_queue_offset(topic, queue_id)
             consumer_offset = self.offsets.query(group, topic, queue_id)
-            span = {"messageQueue": message_queue(topic, self.config.brokerName, queue_id),
-                    "minTimeStamp": min_time,
-                    "maxTimeStamp": store_time(self.store, topic, queue_id, max_offset - 1),
-                    "consumeTimeStamp": (store_time(self.store, topic, queue_id, consumer_offset - 1)
-                                         if consumer_offset > 0 else min_time),
-                    "delayTime": 0}
+            span = {
+                "messageQueue": message_queue(topic, self.config.brokerName, queue_id),
+                "minTimeStamp": min_time,
+                "maxTimeStamp": store_time(self.store, topic, queue_id, max_offset - 1),
+                "consumeTimeStamp": (
+                    store_time(self.store, topic, queue_id, consumer_offset - 1) if consumer_offset > 0 else min_time
+                ),
+                "delayTime": 0,
+            }
             if consumer_offset < max_offset:
                 span["delayTime"] = now_ms - store_time(self.store, topic, queue_id, consumer_offset)
             spans.append(span)
@@ -166,8 +178,9 @@ class ConsumeStatsProcessors:
         if not cq.min_index <= index < cq.max_index:
             return req.make_response(remark=f"Index {index} of {queue_id}@{topic} is not exist!")
         units = cq.units(index, min(max(count, 0), MAX_QUEUE_UNITS))
-        body["queueData"] = [{"eval": False, "physicOffset": phys, "physicSize": size, "tagsCode": tags}
-                             for phys, size, tags in units]
+        body["queueData"] = [
+            {"eval": False, "physicOffset": phys, "physicSize": size, "tagsCode": tags} for phys, size, tags in units
+        ]
         return req.make_response(body=json_body.dumps(body))
 
     # -- CLONE_GROUP_OFFSET -------------------------------------------------------------------------

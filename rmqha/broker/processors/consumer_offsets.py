@@ -6,6 +6,7 @@ The table is RocketMQ's: "<topic>@<group>" -> {queueId: next offset to consume}.
 too). It is written atomically (temp file + fsync + rename) every `flush_interval` seconds when
 something changed, as the Java broker does every flushConsumerOffsetInterval (5 s), and on stop.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,7 +49,7 @@ class ConsumerOffsetManager:
         """The offset table from a file or the master; entries that are not topic@group -> {int: int}
         with valid names are left out (logged), so one bad entry cannot stop the rest."""
         out: dict[str, dict[int, int]] = {}
-        for key, queues in (raw.items() if isinstance(raw, dict) else ()):
+        for key, queues in raw.items() if isinstance(raw, dict) else ():
             topic, _, group = str(key).partition(TOPIC_GROUP_SEPARATOR)
             why = validation.topic_problem(topic) or validation.group_problem(group)
             try:
@@ -64,8 +65,9 @@ class ConsumerOffsetManager:
     def start(self) -> None:
         # Supervised: a write that fails is counted, shows in /status, and is retried after a back-off
         # (the table stays dirty until a write succeeds).
-        self._loop = PeriodicService("consumer_offsets_flush", self._persist_dirty, self.flush_interval, self.clock,
-                                     self._metrics, logger=log)
+        self._loop = PeriodicService(
+            "consumer_offsets_flush", self._persist_dirty, self.flush_interval, self.clock, self._metrics, logger=log
+        )
         self._loop.start()
 
     def stop(self) -> None:
@@ -166,8 +168,9 @@ class ConsumerOffsetProcessors:
         # in the reference's terms) answers 0, so a new group reads from the beginning.
         if self.store.min_queue_offset(topic, queue_id) <= 0:
             return req.make_response(ext_fields={"offset": 0})
-        return req.make_response(ResponseCode.QUERY_NOT_FOUND,
-                                 "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+        return req.make_response(
+            ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+        )
 
     def update_consumer_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
         group, topic, queue_id = _group_topic_queue(req)
@@ -177,5 +180,8 @@ class ConsumerOffsetProcessors:
 
 def _group_topic_queue(req: RemotingCommand) -> tuple[str, str, int]:
     """The request's group, topic and queue id, validated: they become keys of a persisted table."""
-    return (validation.check_group(req.get_str("consumerGroup")), validation.check_topic(req.get_str("topic")),
-            req.get_int("queueId"))
+    return (
+        validation.check_group(req.get_str("consumerGroup")),
+        validation.check_topic(req.get_str("topic")),
+        req.get_int("queueId"),
+    )

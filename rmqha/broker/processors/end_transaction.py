@@ -16,6 +16,7 @@ Header (EndTransactionRequestHeader): producerGroup, tranStateTableOffset (Long)
 Clients send it oneway (the Java client with the oneway flag, so nothing is answered; the C++ client's
 flag never reaches the wire, so it gets an answer and drops it).
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,19 +53,32 @@ class EndTransactionProcessor:
         validation.check_group(group)
         if not self.config.is_master:
             log.warning("END_TRANSACTION from %s refused: this broker is a slave", ctx.peer_address)
-            return req.make_response(ResponseCode.SLAVE_NOT_AVAILABLE,
-                                     "this broker is a SLAVE: end the transaction on its master")
+            return req.make_response(
+                ResponseCode.SLAVE_NOT_AVAILABLE, "this broker is a SLAVE: end the transaction on its master"
+            )
         if kind == service.NOT_TYPE:
-            _limiter.log(logging.INFO, ("unknown state", group),
-                         "producer %s of group %s does not know the state of the transaction at half queue "
-                         "offset %d yet (%s); the check will ask again", ctx.peer_address,
-                         validation.shown(group), tran_state_offset,
-                         "answering a check" if from_check else "after sending")
+            _limiter.log(
+                logging.INFO,
+                ("unknown state", group),
+                "producer %s of group %s does not know the state of the transaction at half queue "
+                "offset %d yet (%s); the check will ask again",
+                ctx.peer_address,
+                validation.shown(group),
+                tran_state_offset,
+                "answering a check" if from_check else "after sending",
+            )
             return None
         code, remark = self.transactions.end_transaction(kind, group, tran_state_offset, commit_log_offset)
         if code != ResponseCode.SUCCESS:
-            _limiter.log(logging.WARNING, ("end transaction failed", group),
-                         "END_TRANSACTION %s from %s (group %s, queue offset %d, commit-log offset %d): %s",
-                         service.KIND_NAMES[kind], ctx.peer_address, validation.shown(group), tran_state_offset,
-                         commit_log_offset, remark)
+            _limiter.log(
+                logging.WARNING,
+                ("end transaction failed", group),
+                "END_TRANSACTION %s from %s (group %s, queue offset %d, commit-log offset %d): %s",
+                service.KIND_NAMES[kind],
+                ctx.peer_address,
+                validation.shown(group),
+                tran_state_offset,
+                commit_log_offset,
+                remark,
+            )
         return req.make_response(code, remark)

@@ -9,6 +9,7 @@ connection that reported as a slave. A slave: {"master": false, "haClientRuntime
 haSlaveFallbehindMax (5.x: haMaxGapNotInSync, the same 256 MiB) behind. transferredByteInSecond: the
 bytes of the last full second, sampled by the broker's stats tick.
 """
+
 from __future__ import annotations
 
 from rmqha.broker.remoting import json_body
@@ -64,8 +65,13 @@ class HAStatusProcessor:
     def runtime_info(self) -> dict:
         c = self.controller
         store = c.store
-        info = {"master": self.config.is_master, "masterCommitLogMaxOffset": 0, "inSyncSlaveNums": 0,
-                "haConnectionInfo": [], "haClientRuntimeInfo": _client_info()}
+        info = {
+            "master": self.config.is_master,
+            "masterCommitLogMaxOffset": 0,
+            "inSyncSlaveNums": 0,
+            "haConnectionInfo": [],
+            "haClientRuntimeInfo": _client_info(),
+        }
         if self.config.is_master:
             put_where = store.max_offset
             info["masterCommitLogMaxOffset"] = put_where
@@ -75,9 +81,16 @@ class HAStatusProcessor:
                     diff = put_where - s.slave_ack_offset
                     in_sync = s.is_slave and diff < self.config.haSlaveFallbehindMax
                     info["inSyncSlaveNums"] += int(in_sync)
-                    info["haConnectionInfo"].append({
-                        "addr": conn.peer, "slaveAckOffset": s.slave_ack_offset, "diff": diff, "inSync": in_sync,
-                        "transferredByteInSecond": self.rates.of(s), "transferFromWhere": s.next_transfer_from})
+                    info["haConnectionInfo"].append(
+                        {
+                            "addr": conn.peer,
+                            "slaveAckOffset": s.slave_ack_offset,
+                            "diff": diff,
+                            "inSync": in_sync,
+                            "transferredByteInSecond": self.rates.of(s),
+                            "transferFromWhere": s.next_transfer_from,
+                        }
+                    )
             return info
         client = c.ha_client
         ci = info["haClientRuntimeInfo"]
@@ -99,4 +112,11 @@ class HAStatusProcessor:
 
 def _client_info() -> dict:
     # masterFlushOffset: 5.x's controller mode only; 0 as 5.x answers without it
-    return {"activated": False, "lastReadTimestamp": 0, "lastWriteTimestamp": 0, "masterFlushOffset": 0, "maxOffset": 0, "transferredByteInSecond": 0}
+    return {
+        "activated": False,
+        "lastReadTimestamp": 0,
+        "lastWriteTimestamp": 0,
+        "masterFlushOffset": 0,
+        "maxOffset": 0,
+        "transferredByteInSecond": 0,
+    }

@@ -3,6 +3,7 @@ GET_EARLIEST_MSG_STORETIME and VIEW_MESSAGE_BY_ID (WIRE-FACTS §2.4).
 
 All response header values go out as strings (the C++ client ignores JSON numbers).
 """
+
 from __future__ import annotations
 
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
@@ -30,8 +31,9 @@ class OffsetQueryProcessors:
         return req.make_response(ext_fields={"offset": offset})
 
     def search_offset_by_timestamp(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        offset = queries.search_offset_by_timestamp(self.store, req.get_str("topic"), req.get_int("queueId"),
-                                                    req.get_long("timestamp"))
+        offset = queries.search_offset_by_timestamp(
+            self.store, req.get_str("topic"), req.get_int("queueId"), req.get_long("timestamp")
+        )
         return req.make_response(ext_fields={"offset": offset})
 
     def get_earliest_msg_storetime(self, req: RemotingCommand, ctx) -> RemotingCommand:

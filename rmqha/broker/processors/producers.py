@@ -6,6 +6,7 @@ the connection, UNREGISTER_CLIENT, its close or 120 s without a heartbeat remove
 group whose last connection closed is gone at once (4.9 keeps it, empty, until an unregister), so
 "not exist" means what it says.
 """
+
 from __future__ import annotations
 
 from rmqha.broker.remoting import json_body
@@ -35,12 +36,19 @@ class ProducerProcessors:
     def get_all_producer_info(self, req: RemotingCommand, ctx) -> RemotingCommand:
         """ProducerTableInfo {data: {group: [ProducerInfo]}}; remoteIP is Java's
         InetSocketAddress.toString() ("/ip:port"), lastUpdateTimestamp the last heartbeat in ms."""
-        data = {group: [producer_info(ch) for ch in members.values()]
-                for group, members in self.clients.producer_groups.items() if members}
+        data = {
+            group: [producer_info(ch) for ch in members.values()]
+            for group, members in self.clients.producer_groups.items()
+            if members
+        }
         return req.make_response(body=json_body.dumps({"data": data}))
 
 
 def producer_info(channel) -> dict:
-    return {"clientId": channel.client_id, "language": channel.language,
-            "lastUpdateTimestamp": int(channel.last_update * 1000),
-            "remoteIP": "/" + channel.ctx.peer_address, "version": channel.version}
+    return {
+        "clientId": channel.client_id,
+        "language": channel.language,
+        "lastUpdateTimestamp": int(channel.last_update * 1000),
+        "remoteIP": "/" + channel.ctx.peer_address,
+        "version": channel.version,
+    }

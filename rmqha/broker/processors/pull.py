@@ -23,6 +23,7 @@
   than the request's -> SUBSCRIPTION_NOT_LATEST, a broadcasting group where consumeBroadcastEnable
   is false -> NO_PERMISSION.
 """
+
 from __future__ import annotations
 
 import logging
@@ -173,14 +174,18 @@ class PullProcessor:
         self.offsets = offsets
         self.consumers = consumers
         self.clock = clock
-        self.hold_service = PullRequestHoldService(clock, store, self._answer_after_hold,
-                                                   max_held=config.maxHeldPullRequests)
+        self.hold_service = PullRequestHoldService(
+            clock, store, self._answer_after_hold, max_held=config.maxHeldPullRequests
+        )
 
     def install_metrics(self, reg) -> None:
         self.responses = reg.counter("pull_responses_total", "PULL_MESSAGE replies by response code")
         reg.gauge("pull_requests_held", "long-polling pulls waiting for a message", lambda: len(self.hold_service))
-        reg.gauge("pull_requests_not_held", "long polls answered at once: maxHeldPullRequests were held",
-                  lambda: self.hold_service.refused)
+        reg.gauge(
+            "pull_requests_not_held",
+            "long polls answered at once: maxHeldPullRequests were held",
+            lambda: self.hold_service.refused,
+        )
 
     responses = None
 
@@ -208,29 +213,34 @@ class PullProcessor:
         """(subscription expression, None) from the group's heartbeat, or (None, refusal) as 4.9.8."""
         info = self.consumers.consumer_groups.get(group) if self.consumers is not None else None
         if info is None:
-            return None, req.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                                           "the consumer's group info not exist" + FAQ)
+            return None, req.make_response(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's group info not exist" + FAQ
+            )
         if sg is not None and not sg.consumeBroadcastEnable and info.message_model in BROADCASTING:
-            return None, req.make_response(ResponseCode.NO_PERMISSION,
-                                           f"the consumer group[{group}] can not consume by broadcast way")
+            return None, req.make_response(
+                ResponseCode.NO_PERMISSION, f"the consumer group[{group}] can not consume by broadcast way"
+            )
         data = info.subscriptions.get(topic)
         if data is None:
-            return None, req.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                                           "the consumer's subscription not exist" + FAQ)
+            return None, req.make_response(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist" + FAQ
+            )
         try:
             registered_version = int(data.get("subVersion", 0))
         except (TypeError, ValueError):
             registered_version = 0
         if registered_version < req.get_long("subVersion", 0):
-            return None, req.make_response(ResponseCode.SUBSCRIPTION_NOT_LATEST,
-                                           "the consumer's subscription not latest")
+            return None, req.make_response(
+                ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"
+            )
         return str(data.get("subString", "*")), None
 
     def _process(self, req: RemotingCommand, ctx, allow_suspend: bool):
         c = self.config
         if not c.brokerPermission & PERM_READ:
-            return req.make_response(ResponseCode.NO_PERMISSION,
-                                     f"the broker[{c.broker_ip}] pulling message is forbidden")
+            return req.make_response(
+                ResponseCode.NO_PERMISSION, f"the broker[{c.broker_ip}] pulling message is forbidden"
+            )
         group = validation.check_group(req.get_str("consumerGroup"))
         topic = validation.check_topic(req.get_str("topic"))
         queue_id = req.get_int("queueId")
@@ -244,25 +254,26 @@ class PullProcessor:
         if self.groups is not None:
             sg = self.groups.find_or_create(group)
             if sg is None:
-                return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                         f"subscription group [{group}] does not exist, {FAQ}")
+                return req.make_response(
+                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist, {FAQ}"
+                )
             if not sg.consumeEnable:
                 return req.make_response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
 
         tc = self.topics.get(topic)
         if tc is None:
             if (topic, queue_id) not in self.store.queues:
-                return req.make_response(ResponseCode.TOPIC_NOT_EXIST,
-                                         f"topic[{topic}] not exist, apply first please!")
+                return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         else:
             if not tc.perm & PERM_READ:
-                return req.make_response(ResponseCode.NO_PERMISSION,
-                                         f"the topic[{topic}] pulling message is forbidden")
+                return req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
             if queue_id < 0 or queue_id >= tc.read_queue_nums:
-                return req.make_response(ResponseCode.SYSTEM_ERROR,
-                                         f"queueId[{queue_id}] is illegal, topic:[{topic}] "
-                                         f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
-                                         f"consumer:[{ctx.peer_address}]")
+                return req.make_response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                    f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
+                    f"consumer:[{ctx.peer_address}]",
+                )
 
         if sys_flag & FLAG_SUBSCRIPTION:
             sub = req.get_str("subscription", "*")
@@ -275,8 +286,12 @@ class PullProcessor:
         res = self.store.get_messages(topic, queue_id, offset, max_msgs, tag_codes)
         if self.stats is not None:
             self.stats.store.on_get(len(res.records) if res.status == GetStatus.FOUND else 0)
-        ext = {"suggestWhichBrokerId": 0, "nextBeginOffset": res.next_begin_offset,
-               "minOffset": res.min_offset, "maxOffset": res.max_offset}
+        ext = {
+            "suggestWhichBrokerId": 0,
+            "nextBeginOffset": res.next_begin_offset,
+            "minOffset": res.min_offset,
+            "maxOffset": res.max_offset,
+        }
         status = res.status
         if status == GetStatus.FOUND:
             code = ResponseCode.SUCCESS
@@ -306,6 +321,13 @@ class PullProcessor:
             if self.stats is not None:
                 self.stats.table.on_get(group, topic, len(res.records), len(body))
             if self.served is not None:
-                self.served.record(int(self.clock.seconds() * 1000), group, topic, queue_id, offset,
-                                   res.next_begin_offset, len(res.records))
+                self.served.record(
+                    int(self.clock.seconds() * 1000),
+                    group,
+                    topic,
+                    queue_id,
+                    offset,
+                    res.next_begin_offset,
+                    len(res.records),
+                )
         return req.make_response(code, status, ext_fields=ext, body=body)

@@ -14,6 +14,7 @@ MAX_REPLY_BODY (Java clients refuse frames over 16 MiB).
 
 VIEW_MESSAGE_BY_ID (33), the same Java processor's other code, is served by offset_queries.py.
 """
+
 from __future__ import annotations
 
 from rmqha.broker import validation
@@ -46,8 +47,10 @@ class QueryMessageProcessor:
         if req.ext_fields.get(UNIQUE_MSG_QUERY_FLAG) == "true":
             max_num = index.DEFAULT_QUERY_MAX_NUM
         found = queries.query_message(self.store, topic, key, max_num, begin, end, MAX_REPLY_BODY)
-        ext = {"indexLastUpdateTimestamp": found.index_last_update_timestamp,
-               "indexLastUpdatePhyoffset": found.index_last_update_phyoffset}
+        ext = {
+            "indexLastUpdateTimestamp": found.index_last_update_timestamp,
+            "indexLastUpdatePhyoffset": found.index_last_update_phyoffset,
+        }
         if found.records:
             return req.make_response(ext_fields=ext, body=b"".join(found.records))
         return req.make_response(ResponseCode.QUERY_NOT_FOUND, NOT_FOUND_REMARK, ext_fields=ext)

@@ -24,6 +24,7 @@
   (all with msgId/queueId/queueOffset: the message is stored), MESSAGE_ILLEGAL and
   PROPERTIES_SIZE_EXCEEDED 13, SERVICE_NOT_AVAILABLE 14, DISK_FULL -> SYSTEM_ERROR 1 saying so.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,22 +37,48 @@ from twisted.internet import defer
 from rmqha.broker import fastpath
 from rmqha.broker.remoting.codec import encode
 from rmqha.broker.remoting.codes import FLAG_RESPONSE, PERM_WRITE, VERSION_V4_9_8, RequestCode, ResponseCode
-from rmqha.broker.remoting.command import (DEFAULT_LANGUAGE, INT32, INT64, REQUIRED, HeaderFieldError, RemotingCommand,
-                                     java_parse_int, lenient_parse_boolean, read_numbers)
+from rmqha.broker.remoting.command import (
+    DEFAULT_LANGUAGE,
+    INT32,
+    INT64,
+    REQUIRED,
+    HeaderFieldError,
+    RemotingCommand,
+    java_parse_int,
+    lenient_parse_boolean,
+    read_numbers,
+)
 from rmqha.broker.store import record
 from rmqha.broker.store.message_store import PutResult, PutStatus
 from rmqha.broker.transaction import messages as transaction
 
-from .topics import (AUTO_CREATE_TOPIC_KEY, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, dlq_topic,
-                     is_writeable, validate_topic)
+from .topics import (
+    AUTO_CREATE_TOPIC_KEY,
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    dlq_topic,
+    is_writeable,
+    validate_topic,
+)
 
 log = logging.getLogger("rmqha.broker.send")
 
 # SendMessageRequestHeaderV2's one-letter names (WIRE-FACTS §2.3).
 V2_NAMES = {
-    "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
-    "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
-    "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName",
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
 }
 
 _LONG_NAMES = frozenset(V2_NAMES.values())
@@ -87,13 +114,13 @@ def decode_batch(body: bytes, max_items: int | None = None) -> list[tuple[int, b
         p = pos + _BATCH_ITEM_HEAD.size
         if body_len < 0 or p + body_len + 2 > n:
             raise BatchFormatError(f"batch item at byte {pos}: body length {body_len} does not fit")
-        item_body = bytes(body[p:p + body_len])
+        item_body = bytes(body[p : p + body_len])
         p += body_len
         (props_len,) = struct.unpack_from(">h", body, p)
         p += 2
         if props_len < 0 or p + props_len > n:
             raise BatchFormatError(f"batch item at byte {pos}: properties length {props_len} does not fit")
-        props = record.decode_properties(bytes(body[p:p + props_len]))
+        props = record.decode_properties(bytes(body[p : p + props_len]))
         p += props_len
         if total != p - pos:
             raise BatchFormatError(f"batch item at byte {pos}: TOTALSIZE {total} but {p - pos} bytes parsed")
@@ -123,15 +150,29 @@ def normalize_header(req: RemotingCommand) -> RemotingCommand:
     """The request with long header names, whichever code it came with."""
     if req.code == RequestCode.SEND_MESSAGE:
         return req
-    return RemotingCommand(code=req.code, language=req.language, version=req.version, opaque=req.opaque,
-                           flag=req.flag, remark=req.remark, ext_fields=header_fields(req), body=req.body,
-                           serialize_type=req.serialize_type)
+    return RemotingCommand(
+        code=req.code,
+        language=req.language,
+        version=req.version,
+        opaque=req.opaque,
+        flag=req.flag,
+        remark=req.remark,
+        ext_fields=header_fields(req),
+        body=req.body,
+        serialize_type=req.serialize_type,
+    )
 
 
 # The numeric header fields a send reads: name, default (REQUIRED: none), 32 or 64 bits.
-_NUMBERS = (("defaultTopicQueueNums", 4, INT32), ("queueId", REQUIRED, INT32), ("sysFlag", 0, INT32),
-            ("bornTimestamp", 0, INT64), ("flag", 0, INT32), ("reconsumeTimes", 0, INT32),
-            ("maxReconsumeTimes", None, INT32))
+_NUMBERS = (
+    ("defaultTopicQueueNums", 4, INT32),
+    ("queueId", REQUIRED, INT32),
+    ("sysFlag", 0, INT32),
+    ("bornTimestamp", 0, INT64),
+    ("flag", 0, INT32),
+    ("reconsumeTimes", 0, INT32),
+    ("maxReconsumeTimes", None, INT32),
+)
 _SHORT_OF = {long: short for short, long in V2_NAMES.items()}
 
 
@@ -139,8 +180,13 @@ def _names(short: bool) -> tuple:
     """The keys a send reads its header with: topic, defaultTopic, properties, batch, then the numbers'
     specs for read_numbers (key, default, bounds, long name for errors)."""
     key = _SHORT_OF.get if short else (lambda name: name)
-    return (key("topic"), key("defaultTopic"), key("properties"), key("batch"),
-            tuple((key(name), default, bounds, name) for name, default, bounds in _NUMBERS))
+    return (
+        key("topic"),
+        key("defaultTopic"),
+        key("properties"),
+        key("batch"),
+        tuple((key(name), default, bounds, name) for name, default, bounds in _NUMBERS),
+    )
 
 
 _LONG_KEYS, _SHORT_KEYS = _names(False), _names(True)
@@ -164,8 +210,9 @@ class SendProcessor:
         reg = controller.metrics
         self.responses = reg.counter("send_responses_total", "SEND_MESSAGE replies by response code")
         self.messages = reg.counter("send_messages_stored_total", "messages stored by the send path")
-        self.fast_messages = reg.counter("send_fastpath_messages_total",
-                                         "messages stored through the compiled fast path (rmqha/broker/fastpath)")
+        self.fast_messages = reg.counter(
+            "send_fastpath_messages_total", "messages stored through the compiled fast path (rmqha/broker/fastpath)"
+        )
         self._plain_names: dict[str, bool] = {}  # topic -> whether its name lets a send take the fast path
 
     def register(self, registry) -> None:
@@ -181,8 +228,11 @@ class SendProcessor:
         if it had come alone. The same checks, records and replies as process(); tests/unit/fastpath
         compares them."""
         c = self.config
-        if (not (c.is_master and is_writeable(c.brokerPermission)) or self.controller.bugs
-                or self.controller.writes_held):
+        if (
+            not (c.is_master and is_writeable(c.brokerPermission))
+            or self.controller.bugs
+            or self.controller.writes_held
+        ):
             for s in sends:  # refusals, and the planted bugs' own behaviour, are the Python path's
                 proto.handle_frame(buf, s[fastpath.START], s[fastpath.END])
             return
@@ -196,9 +246,12 @@ class SendProcessor:
         for s in sends:
             tc = plain(s[fastpath.TOPIC])
             qid = s[fastpath.QUEUE_ID]
-            if (tc is None or not 0 <= qid < max(tc.write_queue_nums, tc.read_queue_nums)
-                    or s[fastpath.SYS_FLAG] & record.TRANSACTION_MASK != record.TRANSACTION_NOT_TYPE
-                    or s[fastpath.END] - s[fastpath.BODY] > max_body):
+            if (
+                tc is None
+                or not 0 <= qid < max(tc.write_queue_nums, tc.read_queue_nums)
+                or s[fastpath.SYS_FLAG] & record.TRANSACTION_MASK != record.TRANSACTION_NOT_TYPE
+                or s[fastpath.END] - s[fastpath.BODY] > max_body
+            ):
                 if run:
                     self._store_run(proto, buf, run, born)
                     run = []
@@ -216,8 +269,11 @@ class SendProcessor:
             if len(self._plain_names) > 4096:
                 self._plain_names.clear()
             ok = self._plain_names[topic] = (
-                validate_topic(topic) is None and topic != AUTO_CREATE_TOPIC_KEY
-                and topic not in NOT_ALLOWED_SEND_TOPICS and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
+                validate_topic(topic) is None
+                and topic != AUTO_CREATE_TOPIC_KEY
+                and topic not in NOT_ALLOWED_SEND_TOPICS
+                and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+            )
         if not ok:
             return None
         tc = self.topics.get(topic)
@@ -267,9 +323,17 @@ class SendProcessor:
             code = st.response_code
             remark = f"{st.value}: {res.remark}" if res.remark else st.value
             self.responses.inc(code=int(code))
-            parts.append(encode(RemotingCommand(
-                code=int(code), opaque=s[fastpath.OPAQUE], flag=FLAG_RESPONSE, remark=remark,
-                ext_fields=_stored_fields(host + format(offset, "016X"), s[fastpath.QUEUE_ID], qo))))
+            parts.append(
+                encode(
+                    RemotingCommand(
+                        code=int(code),
+                        opaque=s[fastpath.OPAQUE],
+                        flag=FLAG_RESPONSE,
+                        remark=remark,
+                        ext_fields=_stored_fields(host + format(offset, "016X"), s[fastpath.QUEUE_ID], qo),
+                    )
+                )
+            )
         if ok:
             self.responses.inc(ok, code=int(ResponseCode.SUCCESS))
         if parts:
@@ -278,17 +342,23 @@ class SendProcessor:
     def _answer_failed(self, failure, proto, run, stored) -> None:
         """Cannot happen (the waits turn their failures into statuses); answered as process() would."""
         log.error("the waits of %d stored sends failed:\n%s", len(stored), failure.getTraceback())
-        self._system_errors(proto, [s for s in run[:len(stored)] if s[fastpath.WAIT]],
-                            "the broker failed to process request code 310 (wait failed); see the broker's log")
+        self._system_errors(
+            proto,
+            [s for s in run[: len(stored)] if s[fastpath.WAIT]],
+            "the broker failed to process request code 310 (wait failed); see the broker's log",
+        )
 
     def _system_errors(self, proto, sends, text: str) -> None:
         """SYSTEM_ERROR with `text` to each of these sends that expects a reply (not oneway)."""
         code = int(ResponseCode.SYSTEM_ERROR)
         answered = [s for s in sends if not s[fastpath.ONEWAY]]
         self.responses.inc(len(answered), code=code)
-        proto.write_replies(b"".join(
-            encode(RemotingCommand(code=code, opaque=s[fastpath.OPAQUE], flag=FLAG_RESPONSE, remark=text))
-            for s in answered))
+        proto.write_replies(
+            b"".join(
+                encode(RemotingCommand(code=code, opaque=s[fastpath.OPAQUE], flag=FLAG_RESPONSE, remark=text))
+                for s in answered
+            )
+        )
 
     def _host_hex(self) -> str:
         return record.offset_msg_id(self.controller.store.store_host, 0)[:-16]
@@ -311,9 +381,10 @@ class SendProcessor:
     def _process(self, request: RemotingCommand, ctx):
         c = self.config
         if not c.is_master:
-            return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE,
-                                         f"broker is a slave ({c.brokerName} brokerId={c.brokerId}); "
-                                         "send to its master")
+            return request.make_response(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"broker is a slave ({c.brokerName} brokerId={c.brokerId}); send to its master",
+            )
         req = request  # answered with its opaque and serialize type
         fields, (k_topic, k_default_topic, k_properties, k_batch, k_numbers) = header_view(request)
         try:
@@ -321,8 +392,9 @@ class SendProcessor:
             if topic is None:
                 raise HeaderFieldError("the custom field <topic> is null")
             default_topic = fields.get(k_default_topic, AUTO_CREATE_TOPIC_KEY)
-            (default_queue_nums, queue_id, sys_flag, born_ts, flag, reconsume_times,
-             max_reconsume) = read_numbers(fields, k_numbers)
+            (default_queue_nums, queue_id, sys_flag, born_ts, flag, reconsume_times, max_reconsume) = read_numbers(
+                fields, k_numbers
+            )
         except HeaderFieldError as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
         batch = req.code == RequestCode.SEND_BATCH_MESSAGE or lenient_parse_boolean(fields.get(k_batch, ""))
@@ -330,14 +402,16 @@ class SendProcessor:
 
         # -- msgCheck --------------------------------------------------------------------------
         if not is_writeable(c.brokerPermission):
-            return req.make_response(ResponseCode.NO_PERMISSION,
-                                     f"the broker[{c.broker_ip}] sending message is forbidden")
+            return req.make_response(
+                ResponseCode.NO_PERMISSION, f"the broker[{c.broker_ip}] sending message is forbidden"
+            )
         why = validate_topic(topic)
         if why:
             return req.make_response(ResponseCode.SYSTEM_ERROR, why)
         if topic == AUTO_CREATE_TOPIC_KEY:
-            return req.make_response(ResponseCode.SYSTEM_ERROR,
-                                     f"the topic[{topic}] is conflict with system reserved words.")
+            return req.make_response(
+                ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words."
+            )
         if topic in NOT_ALLOWED_SEND_TOPICS:
             return req.make_response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         tc = self.topics.get(topic)
@@ -347,23 +421,24 @@ class SendProcessor:
             else:
                 tc = self.topics.create_in_send(topic, default_topic, default_queue_nums)
         if tc is None:
-            return req.make_response(ResponseCode.TOPIC_NOT_EXIST,
-                                     f"topic[{topic}] not exist, apply first please!")
+            return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not tc.perm & PERM_WRITE:
-            return req.make_response(ResponseCode.NO_PERMISSION,
-                                     f"the topic[{topic}] sending message is forbidden")
+            return req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         limit = max(tc.write_queue_nums, tc.read_queue_nums)
         if queue_id >= limit:
-            return req.make_response(ResponseCode.SYSTEM_ERROR,
-                                     f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
-                                     f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
-                                     f"readQueueNums:[{tc.read_queue_nums}] producer:[{ctx.peer_address}]")
+            return req.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
+                f"readQueueNums:[{tc.read_queue_nums}] producer:[{ctx.peer_address}]",
+            )
         if queue_id < 0:
             queue_id = self.randrange(max(1, tc.write_queue_nums))
         half = transaction.is_half(props)  # the reference's test: Boolean.parseBoolean(TRAN_MSG)
         if half and c.rejectTransactionMessage:
-            return req.make_response(ResponseCode.NO_PERMISSION,
-                                     f"the broker[{c.broker_ip}] sending transaction message is forbidden")
+            return req.make_response(
+                ResponseCode.NO_PERMISSION, f"the broker[{c.broker_ip}] sending transaction message is forbidden"
+            )
         if batch and (half or sys_flag & record.TRANSACTION_MASK != record.TRANSACTION_NOT_TYPE):
             # CommitLog.putMessages refuses a batch with a transaction type.
             return req.make_response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold transactional messages")
@@ -373,13 +448,15 @@ class SendProcessor:
             limit_times = max_reconsume
             if limit_times is None:
                 try:
-                    limit_times = java_parse_int(props.get(PROPERTY_MAX_RECONSUME_TIMES,
-                                                           str(DEFAULT_MAX_RECONSUME_TIMES)))
+                    limit_times = java_parse_int(
+                        props.get(PROPERTY_MAX_RECONSUME_TIMES, str(DEFAULT_MAX_RECONSUME_TIMES))
+                    )
                 except ValueError as e:
-                    return req.make_response(ResponseCode.MESSAGE_ILLEGAL,
-                                             f"the property {PROPERTY_MAX_RECONSUME_TIMES} {e}")
+                    return req.make_response(
+                        ResponseCode.MESSAGE_ILLEGAL, f"the property {PROPERTY_MAX_RECONSUME_TIMES} {e}"
+                    )
             if reconsume_times >= limit_times:
-                topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+                topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
                 self.topics.create_in_send_back(topic, 1, 6)  # DLQ: read and write, as 4.9.8 creates it
                 queue_id = 0
                 props.pop(PROPERTY_DELAY, None)  # the reference's msg.setDelayTimeLevel(0)
@@ -396,8 +473,10 @@ class SendProcessor:
             # The reference encodes a whole batch into one maxMessageSize buffer, so the batch as a
             # whole is bounded as one message is; the item count bounds the reactor's work.
             if len(req.body) > c.maxMessageSize:
-                return req.make_response(ResponseCode.MESSAGE_ILLEGAL,
-                                         f"batch body size {len(req.body)} exceeds maxMessageSize {c.maxMessageSize}")
+                return req.make_response(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"batch body size {len(req.body)} exceeds maxMessageSize {c.maxMessageSize}",
+                )
             try:
                 items = decode_batch(req.body, c.maxBatchMessages)
             except (BatchFormatError, struct.error) as e:
@@ -407,8 +486,10 @@ class SendProcessor:
         msgs = []
         for item_flag, body, item_props in items:
             if len(body) > c.maxMessageSize:
-                return req.make_response(ResponseCode.MESSAGE_ILLEGAL,
-                                         f"message body size {len(body)} exceeds maxMessageSize {c.maxMessageSize}")
+                return req.make_response(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"message body size {len(body)} exceeds maxMessageSize {c.maxMessageSize}",
+                )
             if batch:
                 merged = dict(item_props)
                 merged.pop(PROPERTY_WAIT, None)
@@ -417,10 +498,19 @@ class SendProcessor:
                 merged[PROPERTY_CLUSTER] = c.brokerClusterName
             else:
                 merged = props  # one message: the header's properties are its own
-            msgs.append(record.Message(topic=topic, body=body, queue_id=queue_id, flag=item_flag,
-                                       sys_flag=sys_flag & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
-                                       born_timestamp=born_ts, born_host=born_host,
-                                       reconsume_times=reconsume_times, properties=merged))
+            msgs.append(
+                record.Message(
+                    topic=topic,
+                    body=body,
+                    queue_id=queue_id,
+                    flag=item_flag,
+                    sys_flag=sys_flag & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
+                    born_timestamp=born_ts,
+                    born_host=born_host,
+                    reconsume_times=reconsume_times,
+                    properties=merged,
+                )
+            )
         if half:  # stored in RMQ_SYS_TRANS_HALF_TOPIC; the reply names the half (rmqha/broker/transaction)
             msgs = [transaction.to_half(msgs[0], wait)]
         return self._store(req, msgs, wait_store_ok, queue_id)
@@ -428,8 +518,10 @@ class SendProcessor:
     def _store(self, req, msgs, wait_store_ok, queue_id):
         results: list[PutResult] = []
         if len(msgs) > 1 and self.config.enableDLegerCommitLog:  # one DLedger entry each, one quorum wait
+
             def respond(rs, topic=msgs[0].topic):
                 return self._respond(req, rs[:-1], rs[-1], queue_id, topic)
+
             rs = self.controller.store.put_batch_async(msgs)
             return respond(rs) if isinstance(rs, list) else rs.addCallback(lambda rs: self._count(respond(rs)))
         put = self.controller.put
@@ -446,11 +538,13 @@ class SendProcessor:
                 # Nothing to wait for: answer without a Deferred.
                 return self._respond(req, results, res, queue_id, m.topic)
             else:
-                return res.addCallback(lambda res, topic=m.topic: self._count(
-                    self._respond(req, results, res, queue_id, topic)))
+                return res.addCallback(
+                    lambda res, topic=m.topic: self._count(self._respond(req, results, res, queue_id, topic))
+                )
 
-    def _respond(self, req, earlier: list[PutResult], res: PutResult, queue_id: int,
-                 topic: str = "") -> RemotingCommand:
+    def _respond(
+        self, req, earlier: list[PutResult], res: PutResult, queue_id: int, topic: str = ""
+    ) -> RemotingCommand:
         status = res.status
         if type(status) is not PutStatus:
             status = PutStatus(status)  # its response code and whether it is stored are in its table
@@ -460,11 +554,15 @@ class SendProcessor:
             self.messages.inc(len(stored))
             # 4.9's BrokerStatsManager: one addition per request, of its messages and bytes
             self.controller.stats.table.on_put(topic, len(stored), sum(r.wrote_bytes for r in stored))
-            remark = None if code == ResponseCode.SUCCESS else (
-                f"{status.value}: {res.remark}" if res.remark else status.value)
+            remark = (
+                None
+                if code == ResponseCode.SUCCESS
+                else (f"{status.value}: {res.remark}" if res.remark else status.value)
+            )
             response = req.make_response(code, remark)
             response.ext_fields = _stored_fields(  # strings already, as the C++ client needs them
-                ",".join([r.msg_id for r in stored]) if earlier else res.msg_id, queue_id, stored[0].queue_offset)
+                ",".join([r.msg_id for r in stored]) if earlier else res.msg_id, queue_id, stored[0].queue_offset
+            )
             return response
         if earlier:
             log.error("batch stopped after %d stored items: %s %s", len(earlier), status, res.remark)
@@ -481,16 +579,22 @@ class SendProcessor:
 
 def _stored_fields(msg_id: str, queue_id: int, queue_offset: int) -> dict[str, str]:
     """The header of a reply for a stored message."""
-    return {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset), "MSG_REGION": MSG_REGION,
-            "TRACE_ON": "true"}
+    return {
+        "msgId": msg_id,
+        "queueId": str(queue_id),
+        "queueOffset": str(queue_offset),
+        "MSG_REGION": MSG_REGION,
+        "TRACE_ON": "true",
+    }
 
 
 _BORN_HOST = "send.born_host"  # the connection's packed address, for the fast path's records
 _REPLY_HEAD = struct.Struct(">II")
-_SUCCESS_HEADER = ('{"code":0,"extFields":{"MSG_REGION":"%s","TRACE_ON":"true","msgId":"%%s%%016X",'
-                   '"queueId":"%%d","queueOffset":"%%d"},"flag":%d,"language":"%s","opaque":%%d,'
-                   '"serializeTypeCurrentRPC":"JSON","version":%d}'
-                   % (MSG_REGION, FLAG_RESPONSE, DEFAULT_LANGUAGE, VERSION_V4_9_8))
+_SUCCESS_HEADER = (
+    '{"code":0,"extFields":{"MSG_REGION":"%s","TRACE_ON":"true","msgId":"%%s%%016X",'
+    '"queueId":"%%d","queueOffset":"%%d"},"flag":%d,"language":"%s","opaque":%%d,'
+    '"serializeTypeCurrentRPC":"JSON","version":%d}' % (MSG_REGION, FLAG_RESPONSE, DEFAULT_LANGUAGE, VERSION_V4_9_8)
+)
 
 
 def success_reply(opaque: int, host_hex: str, offset: int, queue_id: int, queue_offset: int) -> bytes:

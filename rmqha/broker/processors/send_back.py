@@ -26,6 +26,7 @@ a queue outside the topic's route are never consumed.
 
 Reply: SUCCESS, or SYSTEM_ERROR when the original message is not in the store or storing failed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,8 +64,9 @@ class SendBackProcessor:
 
     def process(self, req: RemotingCommand, ctx):
         if not self.config.is_master:
-            return req.make_response(ResponseCode.SERVICE_NOT_AVAILABLE,
-                                     "broker is a slave; send the message back to its master")
+            return req.make_response(
+                ResponseCode.SERVICE_NOT_AVAILABLE, "broker is a slave; send the message back to its master"
+            )
         group = validation.check_group(req.get_str("group"))
         phys = req.get_long("offset")
         delay_level = req.get_int("delayLevel", 0)
@@ -73,26 +75,30 @@ class SendBackProcessor:
         if self.groups is not None:
             sg = self.groups.find_or_create(group)
             if sg is None:
-                return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                         f"subscription group not exist, {group} {FAQ}")
+                return req.make_response(
+                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group} {FAQ}"
+                )
             max_times = sg.retryMaxTimes
             retry_queue_nums = sg.retryQueueNums
         if not is_writeable(self.config.brokerPermission):
-            return req.make_response(ResponseCode.NO_PERMISSION,
-                                     f"the broker[{self.config.brokerIP1}] sending message is forbidden")
+            return req.make_response(
+                ResponseCode.NO_PERMISSION, f"the broker[{self.config.brokerIP1}] sending message is forbidden"
+            )
         if retry_queue_nums <= 0:  # 4.9: the group wants no retries; the message is dropped
             log.info("group %s has retryQueueNums %d: message at %d not sent back", group, retry_queue_nums, phys)
             return req.make_response()
         sys_flag = TOPIC_FLAG_UNIT_SUB if req.get_bool("unitMode", False) else 0
         topic = retry_topic(group)
-        tc = self.topics.create_in_send_back(topic, min(retry_queue_nums, MAX_QUEUE_NUMS), PERM_READ | PERM_WRITE,
-                                             sys_flag)
+        tc = self.topics.create_in_send_back(
+            topic, min(retry_queue_nums, MAX_QUEUE_NUMS), PERM_READ | PERM_WRITE, sys_flag
+        )
         if not is_writeable(tc.perm):
             return req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         choices = retry_queue_choices(retry_queue_nums, tc.read_queue_nums, tc.write_queue_nums)
         if choices <= 0:  # stored there, a retry would sit where no consumer reads: the client retries locally
-            return req.make_response(ResponseCode.SYSTEM_ERROR,
-                                     f"the topic[{topic}] has no queue that is both readable and writable")
+            return req.make_response(
+                ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] has no queue that is both readable and writable"
+            )
         queue_id = self.random.randrange(choices)
         if req.version >= V3_4_9 or self.groups is None:
             max_times = req.get_int("maxReconsumeTimes", max_times)
@@ -114,17 +120,30 @@ class SendBackProcessor:
             props.pop("DELAY", None)
         else:
             props["DELAY"] = str(delay_level if delay_level > 0 else 3 + orig.reconsume_times)
-        msg = record.Message(topic=topic, body=orig.body, queue_id=queue_id, flag=orig.flag,
-                             sys_flag=orig.sys_flag & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
-                             born_timestamp=orig.born_timestamp, born_host=orig.born_host,
-                             reconsume_times=int32(orig.reconsume_times + 1), properties=props)
+        msg = record.Message(
+            topic=topic,
+            body=orig.body,
+            queue_id=queue_id,
+            flag=orig.flag,
+            sys_flag=orig.sys_flag & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
+            born_timestamp=orig.born_timestamp,
+            born_host=orig.born_host,
+            reconsume_times=int32(orig.reconsume_times + 1),
+            properties=props,
+        )
         d = defer.maybeDeferred(self.controller.put_message, msg, False)
 
         def done(res):
             if res.status == PutStatus.PUT_OK:
                 self.controller.stats.table.on_send_back(group, props["RETRY_TOPIC"])
-                log.info("message %s of group %s sent back to %s queue %d (reconsumeTimes %d)",
-                         origin_id, group, topic, queue_id, msg.reconsume_times)
+                log.info(
+                    "message %s of group %s sent back to %s queue %d (reconsumeTimes %d)",
+                    origin_id,
+                    group,
+                    topic,
+                    queue_id,
+                    msg.reconsume_times,
+                )
                 return req.make_response()
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"{res.status}: {res.remark}")
 

@@ -12,6 +12,7 @@ As 4.9.8's SubscriptionGroupManager:
 * every change bumps the data version and is written at once; a slave refuses changes and copies
   its master's table (slave_sync).
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,8 +37,15 @@ ONS_HTTP_PROXY_GROUP = "CID_ONS-HTTP-PROXY"
 CID_ONSAPI_PULL_GROUP = "CID_ONSAPI_PULL"
 CID_ONSAPI_PERMISSION_GROUP = "CID_ONSAPI_PERMISSION"
 CID_ONSAPI_OWNER_GROUP = "CID_ONSAPI_OWNER"
-BUILT_IN_GROUPS = (TOOLS_CONSUMER_GROUP, FILTERSRV_CONSUMER_GROUP, SELF_TEST_CONSUMER_GROUP, ONS_HTTP_PROXY_GROUP,
-                   CID_ONSAPI_PULL_GROUP, CID_ONSAPI_PERMISSION_GROUP, CID_ONSAPI_OWNER_GROUP)
+BUILT_IN_GROUPS = (
+    TOOLS_CONSUMER_GROUP,
+    FILTERSRV_CONSUMER_GROUP,
+    SELF_TEST_CONSUMER_GROUP,
+    ONS_HTTP_PROXY_GROUP,
+    CID_ONSAPI_PULL_GROUP,
+    CID_ONSAPI_PERMISSION_GROUP,
+    CID_ONSAPI_OWNER_GROUP,
+)
 CID_RMQ_SYS_PREFIX = "CID_RMQ_SYS_"  # MixAll.isSysConsumerGroup: always auto-created
 # ours: every group is an entry of a file rewritten whenever a group is created (a pull with a new group
 # name creates one) and, on heartbeat, a %RETRY% topic; the reference has no bound. As maxTopicCount.
@@ -47,6 +55,7 @@ MAX_GROUPS = 10_000
 @dataclass
 class SubscriptionGroupConfig:
     """4.9.8's SubscriptionGroupConfig, with its defaults."""
+
     groupName: str
     consumeEnable: bool = True
     consumeFromMinEnable: bool = True
@@ -86,8 +95,10 @@ def _typed(name: str, value, kind: str):
             return value
         if isinstance(value, str) and value.lstrip("-").isdigit():
             return int(value)
-    raise BadRequest(f"subscription group field {name} must be a{'n' if kind == 'int' else ''} {kind}, "
-                     f"not {validation.shown(str(value))}")
+    raise BadRequest(
+        f"subscription group field {name} must be a{'n' if kind == 'int' else ''} {kind}, "
+        f"not {validation.shown(str(value))}"
+    )
 
 
 class SubscriptionGroupManager:
@@ -115,10 +126,9 @@ class SubscriptionGroupManager:
     def _parse_table(raw, source: str) -> dict[str, SubscriptionGroupConfig]:
         """Entries that do not parse are left out (logged): one bad entry cannot hide the rest."""
         out = {}
-        for name, cfg in (raw.items() if isinstance(raw, dict) else ()):
+        for name, cfg in raw.items() if isinstance(raw, dict) else ():
             try:
-                sg = SubscriptionGroupConfig.from_json({"groupName": name, **cfg}
-                                                       if isinstance(cfg, dict) else cfg)
+                sg = SubscriptionGroupConfig.from_json({"groupName": name, **cfg} if isinstance(cfg, dict) else cfg)
             except BadRequest as e:
                 log.warning("ignoring subscription group %s from %s: %s", validation.shown(str(name)), source, e)
                 continue
@@ -127,8 +137,10 @@ class SubscriptionGroupManager:
 
     def to_json(self) -> dict:
         """The file's content, as 4.9 writes it."""
-        return {"dataVersion": dict(self.data_version),
-                "subscriptionGroupTable": {g: sg.to_json() for g, sg in sorted(self.table.items())}}
+        return {
+            "dataVersion": dict(self.data_version),
+            "subscriptionGroupTable": {g: sg.to_json() for g, sg in sorted(self.table.items())},
+        }
 
     def encode(self) -> bytes:
         return json_body.dumps(self.to_json())
@@ -225,7 +237,9 @@ class SubscriptionGroupProcessors:
             return refused
         # 4.9 decodes the body with fastjson; an empty body is a null config and changes nothing.
         if req.body:
-            self.groups.update(SubscriptionGroupConfig.from_json(json_body.loads_request(req.body, "subscription group")))
+            self.groups.update(
+                SubscriptionGroupConfig.from_json(json_body.loads_request(req.body, "subscription group"))
+            )
         return req.make_response()
 
     def get_all(self, req: RemotingCommand, ctx) -> RemotingCommand:

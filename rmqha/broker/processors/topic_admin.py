@@ -7,6 +7,7 @@ Deleting a topic removes its config and then, as 4.9's cleanUnusedTopic, the con
 topic that has no config (SCHEDULE_TOPIC_XXXX and RMQ_SYS_TRANS_OP_HALF_TOPIC excepted). The commit log
 keeps the records until its files go; consumer offsets are kept, as 4.9.8 keeps them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -116,8 +117,12 @@ class TopicAdminProcessors:
             low = max(self.store.min_queue_offset(topic, queue_id), 0)
             high = max(self.store.max_queue_offset(topic, queue_id), 0)
             last = store_time(self.store, topic, queue_id, high - 1) if high > 0 else 0
-            pairs.append((message_queue(topic, self.config.brokerName, queue_id),
-                          {"lastUpdateTimestamp": last, "maxOffset": high, "minOffset": low}))
+            pairs.append(
+                (
+                    message_queue(topic, self.config.brokerName, queue_id),
+                    {"lastUpdateTimestamp": last, "maxOffset": high, "minOffset": low},
+                )
+            )
         # topicPutTps is 5.x's (4.9's tools ignore it, clients modelled on 5.x require it)
         body = {"offsetTable": ObjectKeyed(pairs), "topicPutTps": self._put_tps(topic)}
         return req.make_response(body=object_keys.dumps(body))
@@ -143,8 +148,9 @@ class TopicAdminProcessors:
         topic = req.get_str("topic")
         tc = self.topics.get(topic)
         if tc is None:
-            return req.make_response(ResponseCode.TOPIC_NOT_EXIST,
-                                     f"No topic in this broker. topic: {validation.shown(topic)}")
+            return req.make_response(
+                ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {validation.shown(topic)}"
+            )
         return req.make_response(body=json_body.dumps(tc.to_json()))
 
     def clean_unused_topic(self, req: RemotingCommand, ctx) -> RemotingCommand:
@@ -158,6 +164,7 @@ class TopicAdminProcessors:
     def delete_expired_commit_log(self, req: RemotingCommand, ctx) -> RemotingCommand:
         # 4.9 asks its CleanCommitLogService to delete files past fileReservedTime. This broker keeps
         # every commit-log file (no retention service), so nothing would be deleted: say so.
-        return req.make_response(ResponseCode.SYSTEM_ERROR,
-                                 "this broker does not delete commit-log files (it has no fileReservedTime "
-                                 "retention); nothing was deleted")
+        return req.make_response(
+            ResponseCode.SYSTEM_ERROR,
+            "this broker does not delete commit-log files (it has no fileReservedTime retention); nothing was deleted",
+        )

@@ -13,6 +13,7 @@ Follows RocketMQ 4.x's TopicConfigManager:
 * every change bumps the data version {counter, timestamp}, is written at once (atomically), and is
   announced to listeners (registration re-registers with the name servers).
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,20 +36,37 @@ OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SCHEDULE_TOPIC_QUEUE_NUM = 18
 # Topics a client may not send to (4.9.8 TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET): NO_PERMISSION.
-NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                                     "TRANS_CHECK_MAX_TIME_TOPIC", SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 # 4.9's TopicValidator.SYSTEM_TOPIC_SET (and its prefix): a client may not create or redefine them (a
 # redefined TBW102 breaks topic auto-creation); the cluster's and broker's names and the trace topic are
 # added per broker, as 4.9 does at start.
-SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY, SCHEDULE_TOPIC, "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
-                           TRACE_TOPIC, "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-                           SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+SYSTEM_TOPICS = frozenset(
+    {
+        AUTO_CREATE_TOPIC_KEY,
+        SCHEDULE_TOPIC,
+        "BenchmarkTest",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        TRACE_TOPIC,
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 SLAVE_REFUSES = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
-
 
 
 def retry_topic(group: str) -> str:
@@ -92,7 +110,8 @@ class TopicConfigManager:
         rw = PERM_READ | PERM_WRITE
         if c.autoCreateTopicEnable:
             self.table[AUTO_CREATE_TOPIC_KEY] = TopicConfig(
-                AUTO_CREATE_TOPIC_KEY, c.defaultTopicQueueNums, c.defaultTopicQueueNums, rw | PERM_INHERIT)
+                AUTO_CREATE_TOPIC_KEY, c.defaultTopicQueueNums, c.defaultTopicQueueNums, rw | PERM_INHERIT
+            )
         self.table[SELF_TEST_TOPIC] = TopicConfig(SELF_TEST_TOPIC, 1, 1, rw)
         # One queue per delay level (the reference's SCHEDULE_TOPIC_QUEUE_NUM).
         self.table[SCHEDULE_TOPIC] = TopicConfig(SCHEDULE_TOPIC, SCHEDULE_TOPIC_QUEUE_NUM, SCHEDULE_TOPIC_QUEUE_NUM, rw)
@@ -106,9 +125,12 @@ class TopicConfigManager:
 
     def is_system_topic(self, topic: str) -> bool:
         c = self.config
-        return (topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
-                or topic in (c.brokerClusterName, c.brokerName)
-                or (c.traceTopicEnable and topic == c.msgTraceTopicName))
+        return (
+            topic in SYSTEM_TOPICS
+            or topic.startswith(SYSTEM_TOPIC_PREFIX)
+            or topic in (c.brokerClusterName, c.brokerName)
+            or (c.traceTopicEnable and topic == c.msgTraceTopicName)
+        )
 
     # -- persistence ------------------------------------------------------------------------------
     def load(self) -> None:
@@ -126,8 +148,10 @@ class TopicConfigManager:
         log.info("loaded %d topic configs from %s", len(self.table), self.path)
 
     def to_json(self) -> dict:
-        return {"dataVersion": dict(self.data_version),
-                "topicConfigTable": {n: tc.to_json() for n, tc in sorted(self.table.items())}}
+        return {
+            "dataVersion": dict(self.data_version),
+            "topicConfigTable": {n: tc.to_json() for n, tc in sorted(self.table.items())},
+        }
 
     def encode(self) -> bytes:
         """GET_ALL_TOPIC_CONFIG's body, and the topics.json content (TopicConfigSerializeWrapper)."""
@@ -163,13 +187,16 @@ class TopicConfigManager:
         for tc in tcs:
             validation.check_topic(tc.topic_name)
             if not 0 <= tc.read_queue_nums <= MAX_QUEUE_NUMS or not 0 <= tc.write_queue_nums <= MAX_QUEUE_NUMS:
-                raise BadRequest(f"topic {tc.topic_name}: queue numbers must be 0..{MAX_QUEUE_NUMS} "
-                                 f"(read {tc.read_queue_nums}, write {tc.write_queue_nums})")
+                raise BadRequest(
+                    f"topic {tc.topic_name}: queue numbers must be 0..{MAX_QUEUE_NUMS} "
+                    f"(read {tc.read_queue_nums}, write {tc.write_queue_nums})"
+                )
         new = {tc.topic_name for tc in tcs} - self.table.keys()
         limit = self.config.maxTopicCount
         if new and len(self.table) + len(new) > limit:
-            raise BadRequest(f"the broker holds {len(self.table)} topics; creating {len(new)} more would pass "
-                             f"maxTopicCount={limit}")
+            raise BadRequest(
+                f"the broker holds {len(self.table)} topics; creating {len(new)} more would pass maxTopicCount={limit}"
+            )
         for tc in tcs:
             old = self.table.get(tc.topic_name)
             self.table[tc.topic_name] = tc
@@ -200,24 +227,31 @@ class TopicConfigManager:
             return tc
         default = self.table.get(default_topic)
         if default is None:
-            log.warning("send to unknown topic %s: default topic %s does not exist, not creating it",
-                        topic, default_topic)
+            log.warning(
+                "send to unknown topic %s: default topic %s does not exist, not creating it", topic, default_topic
+            )
             return None
         perm = default.perm
         if default_topic == AUTO_CREATE_TOPIC_KEY and not self.config.autoCreateTopicEnable:
             perm = PERM_READ | PERM_WRITE
         if not perm & PERM_INHERIT:
-            log.warning("send to unknown topic %s: default topic %s has no inherit permission (perm %d)",
-                        topic, default_topic, perm)
+            log.warning(
+                "send to unknown topic %s: default topic %s has no inherit permission (perm %d)",
+                topic,
+                default_topic,
+                perm,
+            )
             return None
         queue_nums = max(0, min(client_queue_nums, default.write_queue_nums))
-        tc = TopicConfig(topic, queue_nums, queue_nums, perm & ~PERM_INHERIT,
-                         default.topic_filter_type, default.topic_sys_flag)
+        tc = TopicConfig(
+            topic, queue_nums, queue_nums, perm & ~PERM_INHERIT, default.topic_filter_type, default.topic_sys_flag
+        )
         self.update(tc)
         return tc
 
-    def create_in_send_back(self, topic: str, queue_nums: int = 1,
-                            perm: int = PERM_READ | PERM_WRITE, sys_flag: int = 0) -> TopicConfig:
+    def create_in_send_back(
+        self, topic: str, queue_nums: int = 1, perm: int = PERM_READ | PERM_WRITE, sys_flag: int = 0
+    ) -> TopicConfig:
         """4.9's createTopicInSendMessageBackMethod: the topic as it is, or new with queue_nums read and
         write queues (a %RETRY% topic: its group's retryQueueNums; a %DLQ% topic: 1)."""
         tc = self.table.get(topic)
@@ -228,12 +262,14 @@ class TopicConfigManager:
 
     def replace_all(self, table: dict[str, TopicConfig], data_version: dict) -> bool:
         """Slave sync: take the master's table as is. Returns True if anything changed."""
-        same = ({n: t.to_json() for n, t in table.items()} == {n: t.to_json() for n, t in self.table.items()})
+        same = {n: t.to_json() for n, t in table.items()} == {n: t.to_json() for n, t in self.table.items()}
         if same and data_version == self.data_version:
             return False
         self.table = {n: t for n, t in table.items() if _usable(n, "the master's topic table")}
-        self.data_version = {"counter": int(data_version.get("counter", 0)),
-                             "timestamp": int(data_version.get("timestamp", 0))}
+        self.data_version = {
+            "counter": int(data_version.get("counter", 0)),
+            "timestamp": int(data_version.get("timestamp", 0)),
+        }
         try:
             self.persist()
         except OSError as e:
@@ -278,8 +314,14 @@ class TopicProcessors:
         filter_type = req.get_str("topicFilterType", "SINGLE_TAG")
         if filter_type not in ("SINGLE_TAG", "MULTI_TAG"):
             filter_type = "SINGLE_TAG"
-        tc = TopicConfig(topic, req.get_int("readQueueNums"), req.get_int("writeQueueNums"),
-                         req.get_int("perm"), filter_type, req.get_int("topicSysFlag", 0),
-                         req.get_lenient_bool("order", False))
+        tc = TopicConfig(
+            topic,
+            req.get_int("readQueueNums"),
+            req.get_int("writeQueueNums"),
+            req.get_int("perm"),
+            filter_type,
+            req.get_int("topicSysFlag", 0),
+            req.get_lenient_bool("order", False),
+        )
         self.topics.update(tc)
         return req.make_response()

@@ -3,14 +3,21 @@
 Frame: 4-byte length L (bytes after itself), 4-byte word (serialize type << 24 | header length H),
 H header bytes (JSON or ROCKETMQ binary), then the body. All integers big-endian.
 """
+
 from __future__ import annotations
 
 import json
 import struct
 from collections.abc import Iterator
 
-from rmqha.broker.remoting.codes import (DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, LanguageCode,
-                                   RequestCode, ResponseCode, SerializeType)
+from rmqha.broker.remoting.codes import (
+    DEFAULT_MAX_FRAME_LENGTH,
+    DEFAULT_MAX_HEADER_LENGTH,
+    LanguageCode,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
 from rmqha.broker.remoting.command import RemotingCommand, java_string
 from rmqha.broker.remoting.json_body import _SURROGATE_ESCAPE, encode_utf8, scrub_surrogates
 
@@ -53,10 +60,22 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
     """What _encode_json_header_generic writes, built directly for the usual header (int fields,
     str language and remark, str extFields): the same bytes, in a fraction of the time."""
-    code, flag, opaque, version, language, remark = (cmd.code, cmd.flag, cmd.opaque, cmd.version,
-                                                    cmd.language, cmd.remark)
-    if not (type(code) in _INT_TYPES and type(flag) is int and type(opaque) is int and type(version) is int
-            and type(language) is str and (remark is None or type(remark) is str)):
+    code, flag, opaque, version, language, remark = (
+        cmd.code,
+        cmd.flag,
+        cmd.opaque,
+        cmd.version,
+        cmd.language,
+        cmd.remark,
+    )
+    if not (
+        type(code) in _INT_TYPES
+        and type(flag) is int
+        and type(opaque) is int
+        and type(version) is int
+        and type(language) is str
+        and (remark is None or type(remark) is str)
+    ):
         return _encode_json_header_generic(cmd)
     ext = cmd.ext_fields
     esc = _json_string
@@ -91,8 +110,7 @@ def _encode_json_header_generic(cmd: RemotingCommand) -> bytes:
     ext = cmd.ext_fields
     if ext:
         # The C++ client reads reply header values only when they are JSON strings.
-        obj["extFields"] = ext if _all_str(ext) else {
-            str(k): java_string(v) for k, v in ext.items() if v is not None}
+        obj["extFields"] = ext if _all_str(ext) else {str(k): java_string(v) for k, v in ext.items() if v is not None}
     return encode_utf8(_JSON_HEADER_ENCODER.encode(obj))
 
 
@@ -197,7 +215,8 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
         remark=None if remark is None else java_string(remark),
         # Java decodes into HashMap<String,String>: numbers and booleans become their text.
         ext_fields=(ext if _all_str(ext) else {str(k): java_string(v) for k, v in ext.items() if v is not None})
-        if ext else {},
+        if ext
+        else {},
     )
 
 
@@ -296,8 +315,9 @@ class FrameDecoder:
     every later feed raises the same error.
     """
 
-    def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
-                 max_header_length: int = DEFAULT_MAX_HEADER_LENGTH):
+    def __init__(
+        self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, max_header_length: int = DEFAULT_MAX_HEADER_LENGTH
+    ):
         # Counts the 4-byte length field too, as Netty's LengthFieldBasedFrameDecoder does.
         self.max_frame_length = max_frame_length
         self.max_header_length = max_header_length

@@ -1,4 +1,5 @@
 """RemotingCommand: one request or response of the RocketMQ remoting protocol (WIRE-FACTS §1)."""
+
 from __future__ import annotations
 
 import json
@@ -43,13 +44,19 @@ class RemotingCommand:
     # ---- construction ---------------------------------------------------------------------------
 
     @classmethod
-    def request(cls, code: int, ext_fields: dict[str, object] | None = None, body: bytes = b"",
-                **kwargs) -> RemotingCommand:
+    def request(
+        cls, code: int, ext_fields: dict[str, object] | None = None, body: bytes = b"", **kwargs
+    ) -> RemotingCommand:
         """A request; ext field values are stringified the way Java would send them."""
         return cls(code=int(code), ext_fields=stringify_fields(ext_fields), body=body, **kwargs)
 
-    def make_response(self, code: int = ResponseCode.SUCCESS, remark: str | None = None,
-                      ext_fields: dict[str, object] | None = None, body: bytes = b"") -> RemotingCommand:
+    def make_response(
+        self,
+        code: int = ResponseCode.SUCCESS,
+        remark: str | None = None,
+        ext_fields: dict[str, object] | None = None,
+        body: bytes = b"",
+    ) -> RemotingCommand:
         """The reply to this request: same opaque and serialize type, response bit set."""
         return RemotingCommand(
             code=int(code),

@@ -5,6 +5,7 @@ Java peers serialize bodies with fastjson, which writes integer map keys unquote
 JSON, so ``loads`` quotes such keys before parsing. ``dumps`` always writes standard JSON, which
 both fastjson and the C++ client (jsoncpp with allowNumericKeys) accept.
 """
+
 from __future__ import annotations
 
 import json

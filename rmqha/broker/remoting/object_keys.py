@@ -7,6 +7,7 @@ here by hand: `ObjectKeyed` holds (key object, value) pairs and `dumps` writes e
 json_body does (sorted keys, compact). `loads` reads such a body back (tests, peers) by turning
 each object key into a string holding its JSON.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,7 @@ def _encode(obj) -> str:
     if isinstance(obj, ObjectKeyed):
         return "{" + ",".join(f"{_encode(k)}:{_encode(v)}" for k, v in obj.pairs) + "}"
     if isinstance(obj, dict):
-        return "{" + ",".join(f"{json.dumps(str(k), ensure_ascii=False)}:{_encode(obj[k])}"
-                              for k in sorted(obj)) + "}"
+        return "{" + ",".join(f"{json.dumps(str(k), ensure_ascii=False)}:{_encode(obj[k])}" for k in sorted(obj)) + "}"
     if isinstance(obj, (list, tuple)):
         return "[" + ",".join(_encode(v) for v in obj) + "]"
     return json.dumps(obj, ensure_ascii=False)

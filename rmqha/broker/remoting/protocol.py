@@ -4,6 +4,7 @@ Either end can send requests (matched to responses by opaque, with a timeout on 
 and serve requests through a ProcessorRegistry. The broker and name server listen with
 RemotingServerFactory; brokers reach the name server and slaves reach the master with RemotingClient.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -23,8 +24,13 @@ from twisted.internet.interfaces import IPushProducer
 from rmqha.broker.log_limit import LogLimiter
 from rmqha.broker import fastpath
 from rmqha.broker.remoting.codec import FrameDecoder, FrameError, decode_frame, encode
-from rmqha.broker.remoting.codes import (DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, FLAG_ONEWAY,
-                                   FLAG_RESPONSE, ResponseCode)
+from rmqha.broker.remoting.codes import (
+    DEFAULT_MAX_FRAME_LENGTH,
+    DEFAULT_MAX_HEADER_LENGTH,
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    ResponseCode,
+)
 from rmqha.broker.remoting.command import BadRequest, RemotingCommand
 
 log = logging.getLogger(__name__)
@@ -173,8 +179,12 @@ class RemotingProtocol(Protocol):
             return
         idle_for = self.clock.seconds() - self._last_active
         if idle_for >= self.idle_timeout:
-            log.info("closing connection from %s: idle for %.0f s (serverChannelMaxIdleTimeSeconds=%.0f)",
-                     self.peer, idle_for, self.idle_timeout)
+            log.info(
+                "closing connection from %s: idle for %.0f s (serverChannelMaxIdleTimeSeconds=%.0f)",
+                self.peer,
+                idle_for,
+                self.idle_timeout,
+            )
             self.close()
             return
         self._idle_timer = self.clock.callLater(self.idle_timeout - idle_for, self._check_idle)
@@ -206,8 +216,9 @@ class RemotingProtocol(Protocol):
         for opaque, (d, timer) in pending.items():
             if timer.active():
                 timer.cancel()
-            d.errback(RemotingConnectionError(f"connection to {self.peer} closed before response "
-                                              f"to opaque {opaque}: {why}"))
+            d.errback(
+                RemotingConnectionError(f"connection to {self.peer} closed before response to opaque {opaque}: {why}")
+            )
         if self.context is not None:
             self.context._run_close_hooks()
             for listener in list(self._close_listeners):
@@ -243,8 +254,13 @@ class RemotingProtocol(Protocol):
                 if self._paused:
                     return  # the rest waits in the decoder until the peer reads our replies
         except FrameError as e:
-            self.registry.limiter.log(logging.WARNING, ("malformed frame", self.peer),
-                                      "closing connection from %s: malformed frame: %s", self.peer, e)
+            self.registry.limiter.log(
+                logging.WARNING,
+                ("malformed frame", self.peer),
+                "closing connection from %s: malformed frame: %s",
+                self.peer,
+                e,
+            )
             self.closed = True  # stop sending and dispatching at once; connectionLost follows
             self.decoder.release()
             self.transport.abortConnection()
@@ -265,7 +281,7 @@ class RemotingProtocol(Protocol):
     def handle_frame(self, buf, start: int, end: int) -> None:
         """A frame the fast path took but leaves to the Python path: decoded and served as any other
         (a malformed one cannot get here: the scan only takes frames the codec accepts)."""
-        view = memoryview(buf)[start + 4:end]
+        view = memoryview(buf)[start + 4 : end]
         try:
             cmd = decode_frame(view, self.decoder.max_header_length)
         finally:
@@ -330,26 +346,42 @@ class RemotingProtocol(Protocol):
         seen[request.code] = seen.get(request.code, 0) + 1
         if self.registry.reply_to_unknown:
             if first:
-                log.info("request code %d (first from %s) is not supported: answered "
-                         "REQUEST_CODE_NOT_SUPPORTED; further ones are only counted", request.code, self.peer)
-            self._reply(request, request.make_response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"))
+                log.info(
+                    "request code %d (first from %s) is not supported: answered "
+                    "REQUEST_CODE_NOT_SUPPORTED; further ones are only counted",
+                    request.code,
+                    self.peer,
+                )
+            self._reply(
+                request,
+                request.make_response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+                ),
+            )
         elif first:
-            log.warning("request code %d (first from %s) is not supported; no reply sent (as the Java "
-                        "name server does); further ones are only counted", request.code, self.peer)
+            log.warning(
+                "request code %d (first from %s) is not supported; no reply sent (as the Java "
+                "name server does); further ones are only counted",
+                request.code,
+                self.peer,
+            )
 
     def _log_reply_failure(self, failure: Failure, request: RemotingCommand) -> None:
-        self.registry.limiter.log(logging.ERROR, ("reply failed", request.code),
-                                  "replying to request code %d from %s failed: %s",
-                                  request.code, self.peer, failure.getTraceback())
+        self.registry.limiter.log(
+            logging.ERROR,
+            ("reply failed", request.code),
+            "replying to request code %d from %s failed: %s",
+            request.code,
+            self.peer,
+            failure.getTraceback(),
+        )
 
     def _reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None or request.is_oneway or self.closed:
             return
         if not isinstance(response, RemotingCommand):
             log.error("processor for code %d returned %r, not a RemotingCommand", request.code, response)
-            response = request.make_response(
-                ResponseCode.SYSTEM_ERROR, f"processor returned {type(response).__name__}")
+            response = request.make_response(ResponseCode.SYSTEM_ERROR, f"processor returned {type(response).__name__}")
         # Whatever the processor built, the reply must match the request (C++ needs type 0 JSON,
         # and it only ever sends JSON, so copying the request's type is always right).
         response.opaque = request.opaque
@@ -362,15 +394,27 @@ class RemotingProtocol(Protocol):
         as one line; our own failure is logged with its traceback and answered without Python text."""
         e = failure.value
         if isinstance(e, BadRequest):
-            self.registry.limiter.log(logging.WARNING, ("bad request", request.code),
-                                      "request code %d from %s refused: %s", request.code, self.peer, e)
+            self.registry.limiter.log(
+                logging.WARNING,
+                ("bad request", request.code),
+                "request code %d from %s refused: %s",
+                request.code,
+                self.peer,
+                e,
+            )
             text = str(e)
         else:
-            self.registry.limiter.log(logging.ERROR, ("internal error", request.code, type(e).__name__),
-                                      "processing request code %d from %s failed:\n%s",
-                                      request.code, self.peer, failure.getTraceback())
-            text = (f"the broker failed to process request code {request.code} "
-                    f"({type(e).__name__}); see the broker's log")
+            self.registry.limiter.log(
+                logging.ERROR,
+                ("internal error", request.code, type(e).__name__),
+                "processing request code %d from %s failed:\n%s",
+                request.code,
+                self.peer,
+                failure.getTraceback(),
+            )
+            text = (
+                f"the broker failed to process request code {request.code} ({type(e).__name__}); see the broker's log"
+            )
         self._reply(request, request.make_response(ResponseCode.SYSTEM_ERROR, text))
 
     # ---- outbound ------------------------------------------------------------------------------
@@ -397,8 +441,11 @@ class RemotingProtocol(Protocol):
     def _time_out(self, opaque: int, code: int, timeout: float) -> None:
         entry = self._pending.pop(opaque, None)
         if entry is not None:
-            entry[0].errback(RemotingTimeoutError(
-                f"no response from {self.peer} within {timeout}s to request code {code} opaque {opaque}"))
+            entry[0].errback(
+                RemotingTimeoutError(
+                    f"no response from {self.peer} within {timeout}s to request code {code} opaque {opaque}"
+                )
+            )
 
     def send_oneway(self, cmd: RemotingCommand) -> None:
         if self.closed or self.transport is None:
@@ -415,10 +462,17 @@ class RemotingServerFactory(Factory):
     uses this to drop a broker whose channel went away).
     """
 
-    def __init__(self, registry: ProcessorRegistry, clock: IReactorTime | None = None,
-                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, *, idle_timeout: float = 0.0,
-                 max_connections: int | None = None, max_header_length: int = DEFAULT_MAX_HEADER_LENGTH,
-                 max_held_bytes: int = 0):
+    def __init__(
+        self,
+        registry: ProcessorRegistry,
+        clock: IReactorTime | None = None,
+        max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+        *,
+        idle_timeout: float = 0.0,
+        max_connections: int | None = None,
+        max_header_length: int = DEFAULT_MAX_HEADER_LENGTH,
+        max_held_bytes: int = 0,
+    ):
         self.registry = registry
         # bytes held in partial (and not yet served) frames by all connections together, and the cap
         # (0: none); a connection that pushes the total past it is closed
@@ -437,12 +491,23 @@ class RemotingServerFactory(Factory):
     def buildProtocol(self, addr) -> RemotingProtocol | None:
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
             self.refused += 1
-            self.registry.limiter.log(logging.WARNING, ("connection refused",),
-                                      "refusing connection from %s: %d connections open (the limit)",
-                                      _format_address(addr), len(self.connections))
+            self.registry.limiter.log(
+                logging.WARNING,
+                ("connection refused",),
+                "refusing connection from %s: %d connections open (the limit)",
+                _format_address(addr),
+                len(self.connections),
+            )
             return None  # Twisted closes the socket
-        proto = _TrackedProtocol(self, self.registry, self.clock, self.max_frame_length,
-                                 self.close_listeners, self.idle_timeout, self.max_header_length)
+        proto = _TrackedProtocol(
+            self,
+            self.registry,
+            self.clock,
+            self.max_frame_length,
+            self.close_listeners,
+            self.idle_timeout,
+            self.max_header_length,
+        )
         proto.factory = self
         return proto
 
@@ -473,10 +538,16 @@ class _TrackedProtocol(RemotingProtocol):
             # Many peers each holding a frame just under the limit would otherwise add up without bound:
             # the connection that pushed the total past the cap goes, the others are untouched.
             owner.held_refused += 1
-            self.registry.limiter.log(logging.WARNING, ("held bytes",),
-                                      "closing connection from %s: partial frames of all connections hold "
-                                      "%d bytes, over the %d-byte cap (this one %d)", self.peer,
-                                      owner.held_bytes, owner.max_held_bytes, now)
+            self.registry.limiter.log(
+                logging.WARNING,
+                ("held bytes",),
+                "closing connection from %s: partial frames of all connections hold "
+                "%d bytes, over the %d-byte cap (this one %d)",
+                self.peer,
+                owner.held_bytes,
+                owner.max_held_bytes,
+                now,
+            )
             self.closed = True
             self.decoder.release()
             self.transport.abortConnection()
@@ -490,16 +561,22 @@ class _TrackedProtocol(RemotingProtocol):
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """"ip:port" (or "[v6]:port") -> (host, port)."""
+    """ "ip:port" (or "[v6]:port") -> (host, port)."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"not an ip:port address: {address!r}")
     return host.strip("[]"), int(port)
 
 
-def connect(reactor, address: str, *, registry: ProcessorRegistry | None = None,
-            clock: IReactorTime | None = None, connect_timeout: float = DEFAULT_TIMEOUT,
-            max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> defer.Deferred:
+def connect(
+    reactor,
+    address: str,
+    *,
+    registry: ProcessorRegistry | None = None,
+    clock: IReactorTime | None = None,
+    connect_timeout: float = DEFAULT_TIMEOUT,
+    max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+) -> defer.Deferred:
     """Open one connection; fires with the connected RemotingProtocol."""
     host, port = parse_address(address)
     proto = RemotingProtocol(registry, clock if clock is not None else reactor, max_frame_length)
@@ -517,8 +594,13 @@ class RemotingClient:
     """Requests to any number of peers over one cached connection per address (like Java's
     NettyRemotingClient). A lost connection is reopened by the next request."""
 
-    def __init__(self, reactor, clock: IReactorTime | None = None,
-                 connect_timeout: float = DEFAULT_TIMEOUT, registry: ProcessorRegistry | None = None):
+    def __init__(
+        self,
+        reactor,
+        clock: IReactorTime | None = None,
+        connect_timeout: float = DEFAULT_TIMEOUT,
+        registry: ProcessorRegistry | None = None,
+    ):
         self.reactor = reactor
         self.clock = clock if clock is not None else reactor
         self.connect_timeout = connect_timeout
@@ -547,8 +629,9 @@ class RemotingClient:
             self._connecting[address].append(waiter)
             return waiter
         self._connecting[address] = [waiter]
-        d = connect(self.reactor, address, registry=self.registry, clock=self.clock,
-                    connect_timeout=self.connect_timeout)
+        d = connect(
+            self.reactor, address, registry=self.registry, clock=self.clock, connect_timeout=self.connect_timeout
+        )
         d.addBoth(self._connected, address)
         return waiter
 

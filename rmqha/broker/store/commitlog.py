@@ -3,6 +3,7 @@
 A record never spans two files: when one does not fit (with room for the 8-byte end marker), the rest
 of the file is closed with a blank record and the record goes to the next file (WIRE-FACTS §6.3).
 """
+
 from __future__ import annotations
 
 import logging
@@ -125,12 +126,16 @@ class CommitLog:
             raise StoreError(f"replicated bytes at {offset} do not continue the commit log at {self.max_offset}")
         f = self.queue.writable_file(at=offset)
         if f.base + f.wrote != offset:
-            raise StoreError(f"replicated bytes at {offset} cannot start a log whose files are "
-                             f"{self.file_size} bytes (file starts at {f.base})")
+            raise StoreError(
+                f"replicated bytes at {offset} cannot start a log whose files are "
+                f"{self.file_size} bytes (file starts at {f.base})"
+            )
         if size > f.free:
-            raise StoreError(f"replicated batch of {size} bytes at {offset} crosses the end "
-                             f"of a {self.file_size}-byte file: do master and slave use the same "
-                             "mappedFileSizeCommitLog?")
+            raise StoreError(
+                f"replicated batch of {size} bytes at {offset} crosses the end "
+                f"of a {self.file_size}-byte file: do master and slave use the same "
+                "mappedFileSizeCommitLog?"
+            )
         return f
 
     # -- reading ----------------------------------------------------------------------------------
@@ -163,15 +168,34 @@ class CommitLog:
         return message_at(self, offset, size)
 
     @overload
-    def walk(self, start: int, end: int | None = None, check_crc: bool = True, full: Literal[False] = False,
-             read_size: int = READ_CHUNK) -> Iterator[Walked]: ...
+    def walk(
+        self,
+        start: int,
+        end: int | None = None,
+        check_crc: bool = True,
+        full: Literal[False] = False,
+        read_size: int = READ_CHUNK,
+    ) -> Iterator[Walked]: ...
 
     @overload
-    def walk(self, start: int, end: int | None = None, check_crc: bool = True, *, full: Literal[True],
-             read_size: int = READ_CHUNK) -> Iterator[WalkedFull]: ...
+    def walk(
+        self,
+        start: int,
+        end: int | None = None,
+        check_crc: bool = True,
+        *,
+        full: Literal[True],
+        read_size: int = READ_CHUNK,
+    ) -> Iterator[WalkedFull]: ...
 
-    def walk(self, start: int, end: int | None = None, check_crc: bool = True, full: bool = False,
-             read_size: int = READ_CHUNK) -> Iterator[tuple[int, str, int, _Info, str]]:
+    def walk(
+        self,
+        start: int,
+        end: int | None = None,
+        check_crc: bool = True,
+        full: bool = False,
+        read_size: int = READ_CHUNK,
+    ) -> Iterator[tuple[int, str, int, _Info, str]]:
         """Yield (offset, kind, size, info, reason) for records from start (a record boundary) on.
 
         info is a record.IndexInfo, or a full record.Message with full=True. Ends after a blank at
@@ -216,8 +240,9 @@ class CommitLog:
             offset += p
 
     # -- recovery ---------------------------------------------------------------------------------
-    def recover(self, check_crc: bool,
-                on_record: Callable[[int, record.IndexInfo], object] | None = None) -> RecoveryReport:
+    def recover(
+        self, check_crc: bool, on_record: Callable[[int, record.IndexInfo], object] | None = None
+    ) -> RecoveryReport:
         """Find the end of valid data, walking from the third-last file (as RocketMQ does).
 
         Each file is assumed full of data up to its end (files are preallocated; nothing tells where
@@ -246,8 +271,14 @@ class CommitLog:
                 break
         deleted, wiped = self.queue.truncate(end)
         if reason or wiped or deleted:
-            log.warning("commitlog recovery: valid data ends at %d (%s); wiped %d stale bytes after "
-                        "it and deleted %d later files", end, reason or "torn tail", wiped, deleted)
+            log.warning(
+                "commitlog recovery: valid data ends at %d (%s); wiped %d stale bytes after "
+                "it and deleted %d later files",
+                end,
+                reason or "torn tail",
+                wiped,
+                deleted,
+            )
         return RecoveryReport(end, count, wiped, reason, start)
 
     def truncate(self, offset: int) -> tuple[int, int]:

@@ -4,6 +4,7 @@ Unit i sits at byte i*20 and is the message with queue offset i (WIRE-FACTS §6.
 starts at a non-zero index (a slave that copied only the master's last file) is padded at the front
 with filler units (offset 0, size 0x7FFFFFFF), as RocketMQ does.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,10 @@ class ConsumeQueue:
         # master's replicated record), nothing outside <root>/<valid topic>/<queue id> is created.
         why = validation.topic_problem(topic)
         if why or not 0 <= queue_id <= 0x7FFFFFFF:
-            raise StoreError(f"no consume queue for topic {validation.shown(topic)} queue {queue_id}: "
-                             f"{why or 'queue id out of range'}")
+            raise StoreError(
+                f"no consume queue for topic {validation.shown(topic)} queue {queue_id}: "
+                f"{why or 'queue id out of range'}"
+            )
         self.topic = topic
         self.queue_id = queue_id
         file_size -= file_size % UNIT_SIZE
@@ -83,7 +86,7 @@ class ConsumeQueue:
         # Fillers only ever sit at the front of the first file.
         data = first.read(0, first.wrote)
         i = 0
-        while i + UNIT_SIZE <= len(data) and data[i:i + UNIT_SIZE] == FILLER:
+        while i + UNIT_SIZE <= len(data) and data[i : i + UNIT_SIZE] == FILLER:
             i += UNIT_SIZE
         return (first.base + i) // UNIT_SIZE
 
@@ -99,16 +102,22 @@ class ConsumeQueue:
             return False
         if index > current:
             if current > 0 or self.files.files:
-                log.error("consume queue %s-%d: gap, expected offset %d got %d; padding with fillers",
-                          self.topic, self.queue_id, current, index)
+                log.error(
+                    "consume queue %s-%d: gap, expected offset %d got %d; padding with fillers",
+                    self.topic,
+                    self.queue_id,
+                    current,
+                    index,
+                )
             self._pad(current, index)
         f = self.files.writable_file(at=index * UNIT_SIZE)
         f.append(UNIT.pack(phys, size, tags_code))
         self.max_phys_end = phys + size
         return True
 
-    def put_many(self, units: list[tuple[int, int, int, int]],
-                 misplaced: list[tuple[int, int, int, int]] | None = None) -> int:
+    def put_many(
+        self, units: list[tuple[int, int, int, int]], misplaced: list[tuple[int, int, int, int]] | None = None
+    ) -> int:
         """put() for a run of (queue_offset, phys, size, tags_code) in order; one write per file.
 
         A unit below max_index is a repeat when the slot holds the same record (or, where the slot
@@ -126,8 +135,15 @@ class ConsumeQueue:
                     fresh.append(u)
                 elif not self._is_repeat(*u):
                     self.misplaced += 1
-                    log.error("consume queue %s-%d: queue offset %d is taken (by %s), record at %d (size %d) "
-                              "not placed", self.topic, self.queue_id, u[0], self.get(u[0]), u[1], u[2])
+                    log.error(
+                        "consume queue %s-%d: queue offset %d is taken (by %s), record at %d (size %d) not placed",
+                        self.topic,
+                        self.queue_id,
+                        u[0],
+                        self.get(u[0]),
+                        u[1],
+                        u[2],
+                    )
                     if misplaced is not None:
                         misplaced.append(u)
             units = fresh
@@ -140,8 +156,13 @@ class ConsumeQueue:
             if index < self.max_index:  # out of order within the run: placed as above
                 if not self._is_repeat(*units[i]):
                     self.misplaced += 1
-                    log.error("consume queue %s-%d: queue offset %d is taken, record at %d not placed",
-                              self.topic, self.queue_id, index, units[i][1])
+                    log.error(
+                        "consume queue %s-%d: queue offset %d is taken, record at %d not placed",
+                        self.topic,
+                        self.queue_id,
+                        index,
+                        units[i][1],
+                    )
                     if misplaced is not None:
                         misplaced.append(units[i])
                 i += 1

@@ -2,6 +2,7 @@
 message with a DELAY property is stored, the deliver time its consume-queue unit carries, and the
 message it becomes when due. Pure functions; rmqha/broker/schedule.py does the delivering.
 """
+
 from __future__ import annotations
 
 from . import record
@@ -15,7 +16,7 @@ _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """"1s 5s 10m 1h 2d" -> delays in ms for levels 1..n; ValueError naming the bad item."""
+    """ "1s 5s 10m 1h 2d" -> delays in ms for levels 1..n; ValueError naming the bad item."""
     out = []
     for item in text.split():
         unit, number = item[-1:], item[:-1]
@@ -75,8 +76,13 @@ def time_up(stored: record.Message) -> record.Message:
     props = dict(stored.properties)
     props.pop(PROPERTY_DELAY, None)
     return record.Message(
-        topic=props.get(PROPERTY_REAL_TOPIC, ""), body=stored.body,
-        queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, "0")), flag=stored.flag,
+        topic=props.get(PROPERTY_REAL_TOPIC, ""),
+        body=stored.body,
+        queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, "0")),
+        flag=stored.flag,
         sys_flag=stored.sys_flag & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
-        born_timestamp=stored.born_timestamp, born_host=stored.born_host,
-        reconsume_times=stored.reconsume_times, properties=props)
+        born_timestamp=stored.born_timestamp,
+        born_host=stored.born_host,
+        reconsume_times=stored.reconsume_times,
+        properties=props,
+    )

@@ -13,6 +13,7 @@ mark them clean, so a later fdatasync that succeeds proves nothing about the ear
 failure the durable offset never moves again and every SYNC_FLUSH send is answered
 FLUSH_DISK_TIMEOUT until the broker is restarted (recovery then re-reads what is really there).
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,9 +33,16 @@ log = logging.getLogger("rmqha.broker.store.flush")
 
 
 class FlushService:
-    def __init__(self, store: MessageStore, *, clock: Clock,
-                 run_in_thread: Callable[[Callable[[], int]], defer.Deferred[int]], sync: bool, interval_ms: int = 500,
-                 timeout_ms: int = 5000):
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        clock: Clock,
+        run_in_thread: Callable[[Callable[[], int]], defer.Deferred[int]],
+        sync: bool,
+        interval_ms: int = 500,
+        timeout_ms: int = 5000,
+    ):
         self.store = store
         self.clock = clock
         self.run_in_thread = run_in_thread  # callable(fn) -> Deferred; deferToThread on a live broker
@@ -57,8 +65,7 @@ class FlushService:
         self.poisoned = False  # an fdatasync failed since start: nothing is durable any more
 
     def start(self, metrics: Any = None) -> None:  # metrics: a rmqha.broker.metrics Registry
-        self._loop = PeriodicService("commitlog_flush", self._tick, self.interval_s, self.clock, metrics,
-                                     logger=log)
+        self._loop = PeriodicService("commitlog_flush", self._tick, self.interval_s, self.clock, metrics, logger=log)
         self._loop.start()
 
     def stop(self) -> defer.Deferred[None]:
@@ -109,10 +116,14 @@ class FlushService:
     def _done(self, offset: int) -> None:
         self._running = False
         if self.failing:
-            log.warning("disk flush works again after %d failed attempt(s) (last: %s), but bytes written "
-                        "before the failure may be lost: the durable offset stays %d and SYNC_FLUSH sends "
-                        "are answered FLUSH_DISK_TIMEOUT until the broker is restarted",
-                        self.failing, self.last_error, self.durable_offset)
+            log.warning(
+                "disk flush works again after %d failed attempt(s) (last: %s), but bytes written "
+                "before the failure may be lost: the durable offset stays %d and SYNC_FLUSH sends "
+                "are answered FLUSH_DISK_TIMEOUT until the broker is restarted",
+                self.failing,
+                self.last_error,
+                self.durable_offset,
+            )
             self.failing = 0
         if self.poisoned:
             self._answer_all(PutStatus.FLUSH_DISK_TIMEOUT)
@@ -136,10 +147,16 @@ class FlushService:
         self.poisoned = self.poisoned or (failure.type is not None and issubclass(failure.type, OSError))
         self.last_error = failure.getErrorMessage()  # an OSError's reads "[Errno 5] Input/output error"
         if self.failing == 1:  # once per failing streak; the recovery is logged by _done
-            log.error("disk flush failed: %s: %s. The %d send(s) waiting for the disk, and any until a "
-                      "flush succeeds, are answered FLUSH_DISK_TIMEOUT; durable offset stays %d; "
-                      "retrying every %.0f ms", getattr(failure.type, "__name__", "?"), self.last_error,
-                      len(self._waiters), self.durable_offset, self.interval_s * 1000)
+            log.error(
+                "disk flush failed: %s: %s. The %d send(s) waiting for the disk, and any until a "
+                "flush succeeds, are answered FLUSH_DISK_TIMEOUT; durable offset stays %d; "
+                "retrying every %.0f ms",
+                getattr(failure.type, "__name__", "?"),
+                self.last_error,
+                len(self._waiters),
+                self.durable_offset,
+                self.interval_s * 1000,
+            )
         self._answer_all(PutStatus.FLUSH_DISK_TIMEOUT)
         self._went_idle()
 

@@ -39,6 +39,7 @@ Writes go through os.pwrite (a full disk is an error to answer, never a SIGBUS);
 read-only shared mapping of the same file. The core (IndexFile) only sees a `view` to read and a
 `write(pos, data)`, so tests can run it on memory.
 """
+
 from __future__ import annotations
 
 import logging
@@ -86,6 +87,7 @@ MAX_KEYS_PER_RECORD = record.MAX_PROPERTIES_BYTES // 2 + 1
 @dataclass(frozen=True)
 class IndexSettings:
     """messageIndexEnable, maxHashSlotNum, maxIndexNum (MessageStoreConfig names and defaults)."""
+
     enable: bool = True
     max_hash_slot_num: int = DEFAULT_MAX_HASH_SLOT_NUM
     max_index_num: int = DEFAULT_MAX_INDEX_NUM
@@ -101,9 +103,11 @@ class IndexSettings:
         if self.max_index_num < 2:
             return f"maxIndexNum={self.max_index_num}: must be at least 2 (item 0 is never used)"
         if self.file_size > MAX_FILE_SIZE:
-            return (f"maxHashSlotNum={self.max_hash_slot_num} and maxIndexNum={self.max_index_num} make "
-                    f"index files of {self.file_size} bytes, over {MAX_FILE_SIZE}: "
-                    "40 + maxHashSlotNum*4 + maxIndexNum*20 must fit in a Java int")
+            return (
+                f"maxHashSlotNum={self.max_hash_slot_num} and maxIndexNum={self.max_index_num} make "
+                f"index files of {self.file_size} bytes, over {MAX_FILE_SIZE}: "
+                "40 + maxHashSlotNum*4 + maxIndexNum*20 must fit in a Java int"
+            )
         return None
 
 
@@ -111,6 +115,7 @@ DEFAULT_INDEX_SETTINGS = IndexSettings()  # frozen: one shared default is safe
 
 
 # -- the reference's pure rules ---------------------------------------------------------------------
+
 
 def key_hash(key: str) -> int:
     """IndexFile.indexKeyHashMethod: Math.abs(key.hashCode()), and 0 when that is still negative."""
@@ -171,8 +176,7 @@ def indexed(sys_flag: int) -> bool:
 def file_name(ms: int) -> str:
     """UtilAll.timeMillisToHumanString: yyyyMMddHHmmssSSS in local time."""
     t = time.localtime(ms // 1000)
-    return (f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}"
-            f"{ms % 1000:03d}")
+    return f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}{ms % 1000:03d}"
 
 
 def time_diff(store_ts: int, begin_ts: int) -> int:
@@ -192,6 +196,7 @@ class QueryOffsetResult:
 
 
 # -- one file ---------------------------------------------------------------------------------------
+
 
 class Backing(Protocol):
     """Where an IndexFile's bytes live: a view to read, write(pos, data) to write."""
@@ -217,7 +222,7 @@ class MemoryBacking:
         self.writes = 0
 
     def write(self, pos: int, data: bytes) -> None:
-        self.view[pos:pos + len(data)] = data
+        self.view[pos : pos + len(data)] = data
         self.writes += 1
 
     def flush(self) -> None:
@@ -242,7 +247,8 @@ class FileBacking:
                     raise StoreError(
                         f"{path} is {actual} bytes, but maxHashSlotNum and maxIndexNum make index files of "
                         f"{size} bytes: set the values it was written with, or delete the index directory "
-                        "to have it rebuilt from the commit log")
+                        "to have it rebuilt from the commit log"
+                    )
             self.view = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
         except BaseException:
             os.close(self.fd)
@@ -271,6 +277,7 @@ class FileBacking:
 
 class _Batch:
     """The writes put_keys() collected for one file since IndexFile.begin()."""
+
     __slots__ = ("first", "items", "slots", "saved")
 
     def __init__(self, first: int, saved: tuple[int, int, int, int, int, int]):
@@ -305,14 +312,16 @@ class IndexFile(Generic[B]):
         self.backing.write(0, HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, 0, 0))
 
     def load(self) -> None:
-        (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
-         self.count) = HEADER.unpack_from(self.backing.view, 0)
+        (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count) = HEADER.unpack_from(
+            self.backing.view, 0
+        )
         if self.count <= 0:
             self.count = 1
 
     def _write_header(self) -> None:
-        self.backing.write(0, HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
-                                          self.slot_count, self.count))
+        self.backing.write(
+            0, HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count)
+        )
 
     @property
     def full(self) -> bool:
@@ -383,8 +392,9 @@ class IndexFile(Generic[B]):
 
     def begin(self) -> _Batch:
         """Start collecting the writes of put_keys() until commit()."""
-        self._batch = _Batch(self.count, (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
-                                          self.slot_count, self.count))
+        self._batch = _Batch(
+            self.count, (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count)
+        )
         return self._batch
 
     def commit(self) -> None:
@@ -398,19 +408,19 @@ class IndexFile(Generic[B]):
             write(self.items_at + batch.first * ITEM_SIZE, bytes(batch.items))
             for pos, value in batch.slots.items():
                 write(pos, SLOT.pack(value))
-            write(0, HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
-                                 self.count))
+            write(0, HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count))
         except BaseException:
-            (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
-             self.count) = batch.saved
+            (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count) = batch.saved
             raise
 
     # reading
     def time_matched(self, begin: int, end: int) -> bool:
         """IndexFile.isTimeMatched."""
-        return ((begin < self.begin_ts and end > self.end_ts)
-                or self.begin_ts <= begin <= self.end_ts
-                or self.begin_ts <= end <= self.end_ts)
+        return (
+            (begin < self.begin_ts and end > self.end_ts)
+            or self.begin_ts <= begin <= self.end_ts
+            or self.begin_ts <= end <= self.end_ts
+        )
 
     def select(self, h: int, max_num: int, begin: int, end: int, out: list[int], budget: list[int]) -> None:
         """IndexFile.selectPhyOffset: follow the slot's chain, newest first, adding the offsets of items
@@ -521,21 +531,23 @@ class IndexFile(Generic[B]):
 # (UNIQ_KEY, KEYS), or their key_hashes, or None to read them from the stored bytes (then given).
 IndexRecord = tuple[str, int, int, "tuple[str | None, str | None] | list[int] | None", "record.BytesLike | None", int]
 
+
 @dataclass
 class IndexRecovery:
-    repaired: int = 0           # slots put back from a record half put when the process stopped
-    undone: int = 0             # items pointing at or past the commit log's end, undone
+    repaired: int = 0  # slots put back from a record half put when the process stopped
+    undone: int = 0  # items pointing at or past the commit log's end, undone
     deleted: list[str] = field(default_factory=list)  # files left with no item, deleted
-    start: int = -1             # commit-log offset the rebuild walked from (-1: none)
-    records: int = 0            # records walked by the rebuild
-    keys: int = 0               # keys put by the rebuild
+    start: int = -1  # commit-log offset the rebuild walked from (-1: none)
+    records: int = 0  # records walked by the rebuild
+    keys: int = 0  # keys put by the rebuild
 
 
 class IndexService:
     """The index files of a store and the reference's build and query rules over them."""
 
-    def __init__(self, directory: str, settings: IndexSettings = IndexSettings(),
-                 now_ms: Callable[[], int] | None = None):
+    def __init__(
+        self, directory: str, settings: IndexSettings = IndexSettings(), now_ms: Callable[[], int] | None = None
+    ):
         why = settings.problem()
         if why:
             raise StoreError(f"message index: {why}")
@@ -618,8 +630,13 @@ class IndexService:
             return 0
         if msg is not None and record.properties_round_trip(msg.properties):
             props = msg.properties
-            return self._build(phy, msg.topic, msg.sys_flag, msg.store_timestamp,
-                               keys_of(msg.topic, props.get("UNIQ_KEY") or None, props.get("KEYS")))
+            return self._build(
+                phy,
+                msg.topic,
+                msg.sys_flag,
+                msg.store_timestamp,
+                keys_of(msg.topic, props.get("UNIQ_KEY") or None, props.get("KEYS")),
+            )
         kind, _size, info, reason = record.scan_index(buf, 0, False)
         if kind != record.Scan.MESSAGE or info is None:  # cannot happen for a record just encoded; never fail the put
             self.error = f"index build stopped at commit-log offset {phy}: not a record ({reason})"
@@ -718,8 +735,12 @@ class IndexService:
         if self.files:
             rec.repaired = self.files[-1].repair()
             if rec.repaired:
-                log.warning("index: undid a record half put after item %d of %s (%d slots put back)",
-                            self.files[-1].items, self.files[-1].name, rec.repaired)
+                log.warning(
+                    "index: undid a record half put after item %d of %s (%d slots put back)",
+                    self.files[-1].items,
+                    self.files[-1].name,
+                    rec.repaired,
+                )
 
         def ts_at(phy: int) -> int | None:
             return record.store_timestamp(commitlog.read(phy, record.STORE_TIMESTAMP_PEEK))
@@ -734,8 +755,12 @@ class IndexService:
             rec.deleted.append(f.name)
             self._delete(f)
         if rec.undone:
-            log.warning("index: undid %d items pointing at or past the commit log's end %d%s", rec.undone, end,
-                        f" and deleted {', '.join(rec.deleted)}" if rec.deleted else "")
+            log.warning(
+                "index: undid %d items pointing at or past the commit log's end %d%s",
+                rec.undone,
+                end,
+                f" and deleted {', '.join(rec.deleted)}" if rec.deleted else "",
+            )
         if self.settings.enable:
             self._rebuild(commitlog, low, end, rec)
         self.checkpoint_timestamp = max((f.end_ts for f in self.files if f.full), default=0)
@@ -761,8 +786,7 @@ class IndexService:
                 log.error("index rebuild stopped at %d: %s", at, reason)
                 break
         if rec.records > 1 or rec.keys:
-            log.info("index: re-indexed %d records (%d keys) of commit log [%d, %d)", rec.records, rec.keys,
-                     start, end)
+            log.info("index: re-indexed %d records (%d keys) of commit log [%d, %d)", rec.records, rec.keys, start, end)
 
     def _keys_present_at(self, phy: int) -> int:
         """How many keys of the record at `phy` are in the index: the newest items pointing at it, which
@@ -812,6 +836,10 @@ class IndexService:
 
     def status(self) -> dict[str, int | str | None]:
         last = self.files[-1] if self.files else None
-        return {"files": len(self.files), "items": last.items if last else 0,
-                "endPhyOffset": last.end_phy if last else 0, "endTimestamp": last.end_ts if last else 0,
-                "error": self.error or None}
+        return {
+            "files": len(self.files),
+            "items": last.items if last else 0,
+            "endPhyOffset": last.end_phy if last else 0,
+            "endTimestamp": last.end_ts if last else 0,
+            "error": self.error or None,
+        }

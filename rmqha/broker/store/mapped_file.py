@@ -5,6 +5,7 @@ page kills the process with SIGBUS, while pwrite fails with ENOSPC, which we can
 without losing anything already stored. Files are still created at their full configured size, so
 a RocketMQ tool reading the directory sees the layout it expects.
 """
+
 from __future__ import annotations
 
 import errno
@@ -53,8 +54,15 @@ def list_files(directory: str) -> list[tuple[int, str]]:
 class MappedFile:
     """One store file. `wrote` is the end of valid data within it, as a file position."""
 
-    def __init__(self, directory: str, base: int, size: int, create: bool = False, use_mmap: bool = False,
-                 preallocate: bool = False):
+    def __init__(
+        self,
+        directory: str,
+        base: int,
+        size: int,
+        create: bool = False,
+        use_mmap: bool = False,
+        preallocate: bool = False,
+    ):
         """use_mmap: for small, hot files (consume queues). Their blocks are reserved with
         posix_fallocate first, so a full disk shows up here as DiskFullError, never as SIGBUS.
         preallocate: reserve a new file's blocks too (writes into a sparse file are ~15x slower
@@ -76,7 +84,8 @@ class MappedFile:
                 raise StoreError(
                     f"{self.path} is {actual} bytes but the configured file size is {size}: "
                     "was this store written with another mappedFileSize? Set the same value again "
-                    "(RocketMQ refuses to load such a store too).")
+                    "(RocketMQ refuses to load such a store too)."
+                )
             elif use_mmap:
                 _reserve(self.fd, size)
             if use_mmap:
@@ -105,7 +114,7 @@ class MappedFile:
     def write_at(self, pos: int, data: BytesLike) -> None:
         """Write all of data at file position pos, or raise DiskFullError and leave `wrote` as it was."""
         if self.mm is not None:
-            self.mm[pos:pos + len(data)] = data
+            self.mm[pos : pos + len(data)] = data
             return
         try:
             if os.pwritev(self.fd, [data], pos) == len(data):  # the usual case: all of it in one call
@@ -173,13 +182,14 @@ class MappedFile:
         """A failed write on a full disk or quota is a DiskFullError (nothing moved `wrote`: the caller
         can answer cleanly); any other OSError is the caller's to re-raise."""
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            raise DiskFullError(f"{self.path}: {os.strerror(e.errno)} writing {nbytes} bytes "
-                                f"at {self.base + pos}") from e
+            raise DiskFullError(
+                f"{self.path}: {os.strerror(e.errno)} writing {nbytes} bytes at {self.base + pos}"
+            ) from e
 
     def read(self, pos: int, n: int) -> bytes:
         n = max(0, min(n, self.size - pos))
         if self.mm is not None:
-            return self.mm[pos:pos + n]
+            return self.mm[pos : pos + n]
         return os.pread(self.fd, n, pos)
 
     def flush(self) -> int:
@@ -203,10 +213,10 @@ class MappedFile:
         Uses SEEK_DATA/SEEK_HOLE to skip the sparse (never written) regions. Returns bytes zeroed.
         """
         if self.mm is not None:
-            tail = self.mm[pos:self.size]
+            tail = self.mm[pos : self.size]
             zeroed = len(tail) - tail.count(0)
             if zeroed:
-                self.mm[pos:self.size] = bytes(self.size - pos)
+                self.mm[pos : self.size] = bytes(self.size - pos)
             return zeroed
         zeroed = 0
         cur = pos
@@ -221,7 +231,7 @@ class MappedFile:
             while start < stop:
                 chunk = os.pread(self.fd, min(len(ZERO_CHUNK), stop - start), start)
                 if chunk.count(0) != len(chunk):
-                    self.write_at(start, ZERO_CHUNK[:len(chunk)])
+                    self.write_at(start, ZERO_CHUNK[: len(chunk)])
                     zeroed += len(chunk)
                 start += len(chunk) or (stop - start)
             cur = stop
@@ -253,8 +263,10 @@ class MappedFileQueue:
     def load(self) -> None:
         for base, _path in list_files(self.directory):
             if base % self.file_size:
-                raise StoreError(f"{_path}: start offset {base} is not a multiple of the file size "
-                                 f"{self.file_size}; was mappedFileSize changed?")
+                raise StoreError(
+                    f"{_path}: start offset {base} is not a multiple of the file size "
+                    f"{self.file_size}; was mappedFileSize changed?"
+                )
             self.files.append(MappedFile(self.directory, base, self.file_size, use_mmap=self.use_mmap))
         for a, b in zip(self.files, self.files[1:]):
             if b.base != a.end:
@@ -274,8 +286,9 @@ class MappedFileQueue:
 
     def new_file(self, base: int) -> MappedFile:
         os.makedirs(self.directory, exist_ok=True)
-        f = MappedFile(self.directory, base, self.file_size, create=True, use_mmap=self.use_mmap,
-                       preallocate=self.preallocate)
+        f = MappedFile(
+            self.directory, base, self.file_size, create=True, use_mmap=self.use_mmap, preallocate=self.preallocate
+        )
         self.files.append(f)
         return f
 

@@ -11,6 +11,7 @@ whatever was not dispatched.
 Slave path: append_replicated() stores raw bytes from the master; a dispatcher then parses the
 records that are complete and builds the consume queues from them, so the slave serves reads.
 """
+
 from __future__ import annotations
 
 import enum
@@ -58,8 +59,18 @@ Unit = tuple[int, int, int, int]
 # consume queue or None, queue offset, the unit's tagsCode or TAGS, then for the index: topic, sysflag,
 # store time, (UNIQ_KEY, KEYS) or the list of their index hashes (put_sends) or None to read them from the
 # stored bytes, those bytes).
-_Pending = tuple[int, int, "ConsumeQueue | None", int, "int | str | None", str, int, int,
-                 "tuple[str | None, str | None] | list[int] | None", "bytearray | None"]
+_Pending = tuple[
+    int,
+    int,
+    "ConsumeQueue | None",
+    int,
+    "int | str | None",
+    str,
+    int,
+    int,
+    "tuple[str | None, str | None] | list[int] | None",
+    "bytearray | None",
+]
 
 
 class PutStatus(enum.StrEnum):
@@ -75,8 +86,9 @@ class PutStatus(enum.StrEnum):
 
     # Called with a member's (name, code, stored) below; PutStatus(value) is a lookup (EnumMeta.__call__)
     # that never calls it: the defaults only let a type checker read that call.
-    def __new__(cls, value: str, response_code: ResponseCode = ResponseCode.SYSTEM_ERROR,
-                stored: bool = False) -> PutStatus:
+    def __new__(
+        cls, value: str, response_code: ResponseCode = ResponseCode.SYSTEM_ERROR, stored: bool = False
+    ) -> PutStatus:
         member = str.__new__(cls, value)
         member._value_ = value
         member.response_code = response_code
@@ -145,14 +157,21 @@ DISPATCH_READ_MARGIN = 64 << 10  # read past a dispatch slice's end, for the rec
 
 
 class MessageStore:
-    def __init__(self, root: str, commitlog_dir: str | None = None, *,
-                 commitlog_file_size: int = 1 << 30, cq_file_size: int = 300000 * 20,
-                 check_crc_on_recover: bool = True, store_host: tuple[str, int] = ("127.0.0.1", 10911),
-                 preallocate: bool = True, now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 index: IndexSettings = DEFAULT_INDEX_SETTINGS):
+    def __init__(
+        self,
+        root: str,
+        commitlog_dir: str | None = None,
+        *,
+        commitlog_file_size: int = 1 << 30,
+        cq_file_size: int = 300000 * 20,
+        check_crc_on_recover: bool = True,
+        store_host: tuple[str, int] = ("127.0.0.1", 10911),
+        preallocate: bool = True,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        index: IndexSettings = DEFAULT_INDEX_SETTINGS,
+    ):
         self.root = root
-        self.commitlog = CommitLog(commitlog_dir or os.path.join(root, "commitlog"), commitlog_file_size,
-                                   preallocate)
+        self.commitlog = CommitLog(commitlog_dir or os.path.join(root, "commitlog"), commitlog_file_size, preallocate)
         self.cq_root = os.path.join(root, "consumequeue")
         self.cq_file_size = cq_file_size
         self.check_crc = check_crc_on_recover
@@ -211,8 +230,10 @@ class MessageStore:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(self._lock_fd)
-            raise StoreError(f"another broker is using the store at {self.root} (it holds {path}); "
-                             "stop it, or give this broker its own storePathRootDir") from None
+            raise StoreError(
+                f"another broker is using the store at {self.root} (it holds {path}); "
+                "stop it, or give this broker its own storePathRootDir"
+            ) from None
 
     def _load_queues(self) -> None:
         if not os.path.isdir(self.cq_root):
@@ -239,11 +260,18 @@ class MessageStore:
         for cq in self.queues.values():
             dropped += cq.truncate_beyond(end)
         if dropped:
-            log.warning("recovery: dropped %d consume-queue units that pointed past the commit log end %d",
-                        dropped, end)
+            log.warning(
+                "recovery: dropped %d consume-queue units that pointed past the commit log end %d", dropped, end
+            )
         self.reput_offset = end
-        log.info("store recovered: clean_shutdown=%s commitlog=[%d, %d) records_walked=%d queues=%d",
-                 self.was_clean_shutdown, self.commitlog.min_offset, end, report.records, len(self.queues))
+        log.info(
+            "store recovered: clean_shutdown=%s commitlog=[%d, %d) records_walked=%d queues=%d",
+            self.was_clean_shutdown,
+            self.commitlog.min_offset,
+            end,
+            report.records,
+            len(self.queues),
+        )
         return report
 
     def _redispatch(self, offset: int, info: record.IndexInfo) -> None:
@@ -259,8 +287,13 @@ class MessageStore:
         if info.topic != delay.SCHEDULE_TOPIC:
             return info.tags_code
         msg = self.commitlog.message_at(offset, info.size)
-        at = None if msg is None else delay.deliver_time(self.delay_levels_ms, msg.properties.get(delay.PROPERTY_DELAY),
-                                                          info.store_timestamp)
+        at = (
+            None
+            if msg is None
+            else delay.deliver_time(
+                self.delay_levels_ms, msg.properties.get(delay.PROPERTY_DELAY), info.store_timestamp
+            )
+        )
         return info.tags_code if at is None else at
 
     def _queue_for_record(self, topic: str, queue_id: int, offset: int) -> ConsumeQueue | None:
@@ -270,8 +303,13 @@ class MessageStore:
             return self.queue(topic, queue_id)
         except StoreError as e:
             self.unqueueable_records += 1
-            _limiter.log(logging.WARNING, ("unqueueable record",),
-                         "record at commit-log offset %d gets no consume-queue unit: %s", offset, e)
+            _limiter.log(
+                logging.WARNING,
+                ("unqueueable record",),
+                "record at commit-log offset %d gets no consume-queue unit: %s",
+                offset,
+                e,
+            )
             return None
 
     def shutdown(self) -> None:
@@ -349,8 +387,7 @@ class MessageStore:
         try:
             rec = record.encode(msg)
         except record.RecordError as e:
-            status = (PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e)
-                      else PutStatus.MESSAGE_ILLEGAL)
+            status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e) else PutStatus.MESSAGE_ILLEGAL
             return PutResult(status, remark=str(e))
         try:
             res = self.commitlog.append_record(rec, queue_offset)
@@ -372,23 +409,40 @@ class MessageStore:
         if cq is None:
             unit_tags = None
         elif msg.topic == delay.SCHEDULE_TOPIC:  # the unit's tagsCode is the deliver time
-            unit_tags = delay.deliver_time(self.delay_levels_ms, props.get(delay.PROPERTY_DELAY),
-                                           msg.store_timestamp)
+            unit_tags = delay.deliver_time(self.delay_levels_ms, props.get(delay.PROPERTY_DELAY), msg.store_timestamp)
             if unit_tags is None:
                 unit_tags = props.get("TAGS")
         else:
             unit_tags = props.get("TAGS")
         keys = (props.get("UNIQ_KEY") or None, props.get("KEYS")) if rec.plain_properties else None
-        pending.append((offset, res.wrote_bytes, cq, queue_offset, unit_tags, msg.topic, msg.sys_flag,
-                        msg.store_timestamp, keys, rec.buf))
+        pending.append(
+            (
+                offset,
+                res.wrote_bytes,
+                cq,
+                queue_offset,
+                unit_tags,
+                msg.topic,
+                msg.sys_flag,
+                msg.store_timestamp,
+                keys,
+                rec.buf,
+            )
+        )
         self.last_store_timestamp = msg.store_timestamp
         self._notify_append()
         if self.dispatch_soon is None or rolled or len(pending) >= MAX_PENDING_RECORDS:
             self.dispatch_pending()
         elif len(pending) == 1:
             self.dispatch_soon()
-        return PutResult(PutStatus.PUT_OK, offset, res.wrote_bytes, queue_offset,
-                         record.offset_msg_id(self.store_host, offset), msg.store_timestamp)
+        return PutResult(
+            PutStatus.PUT_OK,
+            offset,
+            res.wrote_bytes,
+            queue_offset,
+            record.offset_msg_id(self.store_host, offset),
+            msg.store_timestamp,
+        )
 
     def put_sends(self, buf: BytesLike, sends: list[tuple[Any, ...]], born_host: bytes) -> list[tuple[int, int, int]]:
         """put_message() for a run of plain sends read by the compiled scan (rmqha/broker/fastpath): their
@@ -430,8 +484,9 @@ class MessageStore:
             try:
                 f = cl.queue.writable_file()  # a new file when the last is full: where a disk fills up
                 base = f.base + f.wrote
-                data, m, sizes, needed = encode(buf, sends, i, n, qoffs[i:] if i else qoffs, base, f.free, now,
-                                                born_host, store_host)
+                data, m, sizes, needed = encode(
+                    buf, sends, i, n, qoffs[i:] if i else qoffs, base, f.free, now, born_host, store_host
+                )
                 if m == 0:
                     if needed + record.END_FILE_MIN_BLANK_LENGTH > cl.file_size:
                         break  # larger than a file: put_message refuses it
@@ -453,9 +508,20 @@ class MessageStore:
                 qo = qoffs[k]
                 topic = s[fastpath.TOPIC]
                 self.queue_offsets[(topic, s[fastpath.QUEUE_ID])] = qo + 1
-                pending.append((offset, size, cqs[k], qo, s[fastpath.TAGS], topic,
-                                s[fastpath.SYS_FLAG] & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
-                                now, s[fastpath.KEY_HASHES], None))
+                pending.append(
+                    (
+                        offset,
+                        size,
+                        cqs[k],
+                        qo,
+                        s[fastpath.TAGS],
+                        topic,
+                        s[fastpath.SYS_FLAG] & ~(record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
+                        now,
+                        s[fastpath.KEY_HASHES],
+                        None,
+                    )
+                )
                 stored.append((offset, size, qo))
                 offset += size
             i += m
@@ -505,9 +571,16 @@ class MessageStore:
                 # the next dispatch (recovery would rebuild them too).
                 left = [u for u in units if u[0] >= cq.max_index]
                 self._unwritten_units[cq] = left
-                _limiter.log(logging.ERROR, ("consume queue unit not written",),
-                             "%d consume-queue unit(s) of %s-%d not written yet (retried at the next "
-                             "dispatch, rebuilt on restart): %s", len(left), cq.topic, cq.queue_id, e)
+                _limiter.log(
+                    logging.ERROR,
+                    ("consume queue unit not written",),
+                    "%d consume-queue unit(s) of %s-%d not written yet (retried at the next "
+                    "dispatch, rebuilt on restart): %s",
+                    len(left),
+                    cq.topic,
+                    cq.queue_id,
+                    e,
+                )
             if cq.max_index > before:
                 grew.append(cq)
         if pending:
@@ -564,8 +637,9 @@ class MessageStore:
         offset = start
         # Read about one slice, not the walk's default 4 MiB: a 256 KiB slice every 20 ms of a catch-up
         # otherwise copies 16x what it parses (a record left over is read again from its start).
-        for at, kind, size, info, reason in self.commitlog.walk(start, self.commitlog.max_offset, check_crc=False,
-                                                                read_size=max_bytes + DISPATCH_READ_MARGIN):
+        for at, kind, size, info, reason in self.commitlog.walk(
+            start, self.commitlog.max_offset, check_crc=False, read_size=max_bytes + DISPATCH_READ_MARGIN
+        ):
             if at >= stop and at > start:
                 break
             if kind == Scan.MESSAGE:
@@ -574,7 +648,8 @@ class MessageStore:
                 keyed.append((info.topic, info.sys_flag, info.store_timestamp, info.index_keys(), None, at))
                 if info.gets_queue_entry:
                     batches.setdefault((info.topic, info.queue_id), []).append(
-                        (info.queue_offset, at, size, self._unit_tags_code(info, at)))
+                        (info.queue_offset, at, size, self._unit_tags_code(info, at))
+                    )
                 offset = at + size
             elif kind == Scan.BLANK:
                 blank_in = self.commitlog.queue.find(at)
@@ -601,8 +676,15 @@ class MessageStore:
         return offset - start
 
     # -- reading ----------------------------------------------------------------------------------
-    def get_messages(self, topic: str, queue_id: int, offset: int, max_msgs: int,
-                     tag_codes: set[int] | None = None, max_bytes: int = 256 * 1024) -> GetResult:
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        tag_codes: set[int] | None = None,
+        max_bytes: int = 256 * 1024,
+    ) -> GetResult:
         """Read for PULL_MESSAGE (WIRE-FACTS §5). tag_codes None means no filter ('*')."""
         cq = self.queues.get((topic, queue_id))
         if cq is None:
@@ -662,8 +744,10 @@ class MessageStore:
         path = os.path.join(self.root, "checkpoint")
         ts = self.last_store_timestamp
         # bytes 16..23: the reference's indexMsgTimestamp (end time of the last full index file)
-        data = (CHECKPOINT.pack(ts, ts, self.index.checkpoint_timestamp)
-                + CHECKPOINT_DURABLE.pack(getattr(self, "_durable_offset", 0))).ljust(CHECKPOINT_FILE_SIZE, b"\0")
+        data = (
+            CHECKPOINT.pack(ts, ts, self.index.checkpoint_timestamp)
+            + CHECKPOINT_DURABLE.pack(getattr(self, "_durable_offset", 0))
+        ).ljust(CHECKPOINT_FILE_SIZE, b"\0")
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.pwrite(fd, data, 0)

@@ -4,6 +4,7 @@ Everything here reads consume-queue units and, where a store time is needed, the
 STORETIMESTAMP from the head of the record in the commit log (record.store_timestamp: record.py owns
 the layout). Nothing here writes.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -122,8 +123,9 @@ class QueryMessageResult:
         self.size = 0
 
 
-def query_message(store: MessageStore, topic: str, key: str, max_num: int, begin: int, end: int,
-                  max_bytes: int | None = None) -> QueryMessageResult:
+def query_message(
+    store: MessageStore, topic: str, key: str, max_num: int, begin: int, end: int, max_bytes: int | None = None
+) -> QueryMessageResult:
     """QUERY_MESSAGE, as DefaultMessageStore.queryMessage answers it: up to three rounds of the index
     query, each one's offsets sorted ascending; the records still stored are returned raw. A round
     that found offsets but no readable record retries with the end time moved back to the store time

@@ -10,6 +10,7 @@ Record layout, IPv4 hosts (offsets in bytes):
     STORETIMESTAMP i8 | STOREHOST 4+4 (or 16+4) | RECONSUMETIMES i4 | PREPARED_TX_OFFSET i8
     BODYLEN i4 + body | TOPICLEN i1 + topic | PROPLEN i2 + properties
 """
+
 from __future__ import annotations
 
 import array
@@ -103,6 +104,7 @@ def tags_code(tags: str | None) -> int:
 
 # -- properties (§6.2) -------------------------------------------------------------------------
 
+
 def decode_properties(text: str | bytes | None) -> dict[str, str]:
     """Parse name\\x01value\\x02... the Java way: skip segments with an empty name or value."""
     if not text:
@@ -134,6 +136,7 @@ def _separators_match(text: str, n: int) -> bool:
 
 
 # -- hosts ----------------------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=1024)
 def _packed_ip(ip: str) -> bytes:
@@ -169,9 +172,11 @@ def parse_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
 
 # -- the record ---------------------------------------------------------------------------------
 
+
 @dataclass
 class Message:
     """A message as stored in the commit log. Fields the broker assigns default to 0."""
+
     topic: str
     body: bytes
     queue_id: int = 0
@@ -231,6 +236,7 @@ class EncodedRecord:
     plain_properties: the stored properties text decodes back to the message's properties (no
     separator inside a name or value; properties_round_trip), so a reader of the message's dict sees
     what a reader of the bytes sees."""
+
     __slots__ = ("buf", "size", "crc", "plain_properties")
 
     def __init__(self, buf: bytearray, crc: int, plain_properties: bool = False):
@@ -246,8 +252,7 @@ class EncodedRecord:
 
 
 # TOTALSIZE .. BODYLEN in one pack, indexed by (born host IPv6) | (store host IPv6) << 1.
-_ENCODE_LAYOUTS = tuple(struct.Struct(f">iIiiiqqiq{16 if v & 1 else 4}siq{16 if v & 2 else 4}siiqi")
-                        for v in range(4))
+_ENCODE_LAYOUTS = tuple(struct.Struct(f">iIiiiqqiq{16 if v & 1 else 4}siq{16 if v & 2 else 4}siiqi") for v in range(4))
 
 
 def encode(msg: Message) -> EncodedRecord:
@@ -271,17 +276,35 @@ def encode(msg: Message) -> EncodedRecord:
     size = encoded_size(len(body), len(topic), len(props), sys_flag)
     buf = bytearray(size)
     head = _ENCODE_LAYOUTS[v6]
-    head.pack_into(buf, 0, size, MESSAGE_MAGIC, crc, msg.queue_id, msg.flag, msg.queue_offset,
-                   msg.physical_offset, sys_flag, msg.born_timestamp, born_ip, born_port, msg.store_timestamp,
-                   store_ip, store_port, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
+    head.pack_into(
+        buf,
+        0,
+        size,
+        MESSAGE_MAGIC,
+        crc,
+        msg.queue_id,
+        msg.flag,
+        msg.queue_offset,
+        msg.physical_offset,
+        sys_flag,
+        msg.born_timestamp,
+        born_ip,
+        born_port,
+        msg.store_timestamp,
+        store_ip,
+        store_port,
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        len(body),
+    )
     p = head.size
-    buf[p:p + len(body)] = body
+    buf[p : p + len(body)] = body
     p += len(body)
     buf[p] = len(topic)
-    buf[p + 1:p + 1 + len(topic)] = topic
+    buf[p + 1 : p + 1 + len(topic)] = topic
     p += 1 + len(topic)
     _I2.pack_into(buf, p, len(props))
-    buf[p + 2:] = props
+    buf[p + 2 :] = props
     assert len(buf) == size
     return EncodedRecord(buf, crc, plain)
 
@@ -293,12 +316,14 @@ def blank(length: int) -> bytes:
 
 # -- decoding -----------------------------------------------------------------------------------
 
+
 class Scan:
     """What sits at a position in the commit log."""
+
     MESSAGE = "message"
-    BLANK = "blank"        # end-of-file marker: skip to the next file
-    PARTIAL = "partial"    # a record header or body not all here yet (only meaningful at the tail)
-    INVALID = "invalid"    # zeros, garbage, a CRC or length mismatch: valid data ends here
+    BLANK = "blank"  # end-of-file marker: skip to the next file
+    PARTIAL = "partial"  # a record header or body not all here yet (only meaningful at the tail)
+    INVALID = "invalid"  # zeros, garbage, a CRC or length mismatch: valid data ends here
 
 
 @dataclass
@@ -343,34 +368,58 @@ def _decode_fields(buf: BytesLike, pos: int, total: int, check_crc: bool, decode
     (_, _, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(buf, pos)
     p = pos + _HEAD.size
     born_len = 20 if sys_flag & FLAG_BORNHOST_V6 else 8
-    born_host = decode_host(buf[p:p + born_len]); p += born_len
-    store_ts = _I8.unpack_from(buf, p)[0]; p += 8
+    born_host = decode_host(buf[p : p + born_len])
+    p += born_len
+    store_ts = _I8.unpack_from(buf, p)[0]
+    p += 8
     store_len = 20 if sys_flag & FLAG_STOREHOST_V6 else 8
-    store_host = decode_host(buf[p:p + store_len]); p += store_len
-    reconsume = _I4.unpack_from(buf, p)[0]; p += 4
-    prepared = _I8.unpack_from(buf, p)[0]; p += 8
-    body_len = _I4.unpack_from(buf, p)[0]; p += 4
+    store_host = decode_host(buf[p : p + store_len])
+    p += store_len
+    reconsume = _I4.unpack_from(buf, p)[0]
+    p += 4
+    prepared = _I8.unpack_from(buf, p)[0]
+    p += 8
+    body_len = _I4.unpack_from(buf, p)[0]
+    p += 4
     if body_len < 0 or p + body_len > pos + total:
         raise _Mismatch(f"body length {body_len} does not fit in TOTALSIZE {total}")
-    body = bytes(buf[p:p + body_len]); p += body_len
+    body = bytes(buf[p : p + body_len])
+    p += body_len
     if check_crc and body_crc(body) != crc:
         raise _Mismatch(f"body CRC {body_crc(body)} != stored {crc}")
-    topic_len = buf[p]; p += 1
+    topic_len = buf[p]
+    p += 1
     if topic_len > MAX_TOPIC_BYTES:
         raise _Mismatch(f"topic length {topic_len}")
-    topic = bytes(buf[p:p + topic_len]).decode("utf-8"); p += topic_len
-    props_len = _I2.unpack_from(buf, p)[0]; p += 2
+    topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+    p += topic_len
+    props_len = _I2.unpack_from(buf, p)[0]
+    p += 2
     if props_len < 0:
         raise _Mismatch(f"properties length {props_len}")
-    props_raw = bytes(buf[p:p + props_len]); p += props_len
+    props_raw = bytes(buf[p : p + props_len])
+    p += props_len
     expected = encoded_size(body_len, topic_len, props_len, sys_flag)
     if expected != total or p != pos + total:
         raise _Mismatch(f"TOTALSIZE {total} != size computed from the fields {expected}")
-    return Message(topic=topic, body=body if decode_body else b"", queue_id=queue_id, flag=flag,
-                   sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host,
-                   store_timestamp=store_ts, store_host=store_host, reconsume_times=reconsume,
-                   prepared_transaction_offset=prepared, properties=decode_properties(props_raw),
-                   queue_offset=queue_offset, physical_offset=phys, total_size=total, body_crc=crc)
+    return Message(
+        topic=topic,
+        body=body if decode_body else b"",
+        queue_id=queue_id,
+        flag=flag,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=born_host,
+        store_timestamp=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        properties=decode_properties(props_raw),
+        queue_offset=queue_offset,
+        physical_offset=phys,
+        total_size=total,
+        body_crc=crc,
+    )
 
 
 def iter_records(buf: BytesLike, base_offset: int = 0, check_crc: bool = True) -> Iterator[tuple[int, ScanResult]]:
@@ -430,11 +479,31 @@ _KEYS_BYTES = b"KEYS" + NAME_VALUE_SEPARATOR.encode()
 
 class IndexInfo:
     """The fields of a record a consume-queue unit, the message index and recovery need."""
-    __slots__ = ("size", "topic", "queue_id", "queue_offset", "physical_offset", "sys_flag",
-                 "store_timestamp", "tags_code", "props")
 
-    def __init__(self, size: int, topic: str, queue_id: int, queue_offset: int, physical_offset: int,
-                 sys_flag: int, store_timestamp: int, tags_code: int, props: bytes = b""):
+    __slots__ = (
+        "size",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "physical_offset",
+        "sys_flag",
+        "store_timestamp",
+        "tags_code",
+        "props",
+    )
+
+    def __init__(
+        self,
+        size: int,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        physical_offset: int,
+        sys_flag: int,
+        store_timestamp: int,
+        tags_code: int,
+        props: bytes = b"",
+    ):
         self.size = size
         self.topic = topic
         self.queue_id = queue_id
@@ -507,14 +576,14 @@ def scan_index(buf: BytesLike, pos: int = 0, check_crc: bool = True) -> tuple[st
     if body_len < 0 or p + body_len + 3 > end:
         return Scan.INVALID, 0, None, f"body length {body_len} does not fit in TOTALSIZE {total}"
     if check_crc:
-        actual = zlib.crc32(memoryview(buf)[p:p + body_len]) & 0x7FFFFFFF
+        actual = zlib.crc32(memoryview(buf)[p : p + body_len]) & 0x7FFFFFFF
         if actual != crc:
             return Scan.INVALID, 0, None, f"body CRC {actual} != stored {crc}"
     p += body_len
     topic_len = buf[p]
     if topic_len > MAX_TOPIC_BYTES or p + 1 + topic_len + 2 > end:
         return Scan.INVALID, 0, None, f"topic length {topic_len}"
-    topic_raw = bytes(buf[p + 1:p + 1 + topic_len])
+    topic_raw = bytes(buf[p + 1 : p + 1 + topic_len])
     p += 1 + topic_len
     props_len = _I2.unpack_from(buf, p)[0]
     p += 2
@@ -526,8 +595,12 @@ def scan_index(buf: BytesLike, pos: int = 0, check_crc: bool = True) -> tuple[st
         return Scan.INVALID, 0, None, "topic is not UTF-8"
     props = bytes(buf[p:end]) if props_len else b""
     tags = _tags_code_from_props(props) if props_len else 0
-    return Scan.MESSAGE, total, IndexInfo(total, topic, queue_id, queue_offset, phys, sys_flag, store_ts,
-                                          tags, props), ""
+    return (
+        Scan.MESSAGE,
+        total,
+        IndexInfo(total, topic, queue_id, queue_offset, phys, sys_flag, store_ts, tags, props),
+        "",
+    )
 
 
 # -- the summary fast path: a record's main fields as a plain tuple, for bulk readers -------------------
@@ -537,13 +610,26 @@ def scan_index(buf: BytesLike, pos: int = 0, check_crc: bool = True) -> tuple[st
 # as stored, TOPIC), then the UNIQ_KEY, KEYS and TAGS properties (None when absent), then the CRC32 of the
 # whole record's bytes (BODYCRC covers the body only). A reader picks positions by these names; its own
 # columns and their order are its business (the audit's live in rmqha/pipeline/decode.py).
-SUMMARY_FIELDS = ("size", "body_crc", "queue_id", "queue_offset", "physical_offset", "sys_flag", "born_timestamp",
-                  "store_timestamp", "store_host_raw", "topic", "uniq_key", "keys", "tags", "record_crc")
+SUMMARY_FIELDS = (
+    "size",
+    "body_crc",
+    "queue_id",
+    "queue_offset",
+    "physical_offset",
+    "sys_flag",
+    "born_timestamp",
+    "store_timestamp",
+    "store_host_raw",
+    "topic",
+    "uniq_key",
+    "keys",
+    "tags",
+    "record_crc",
+)
 
 # TOTALSIZE .. BODYLEN in one unpack, indexed by SYSFLAG's host bits >> 4 (bit 0: born host IPv6, bit 1:
 # store host IPv6). The host bytes are skipped except STOREHOST, kept raw; FLAG is skipped.
-_SUMMARY_LAYOUTS = tuple(struct.Struct(f">iIii4xqqiq{20 if v & 1 else 8}xq{20 if v & 2 else 8}s12xi")
-                     for v in range(4))
+_SUMMARY_LAYOUTS = tuple(struct.Struct(f">iIii4xqqiq{20 if v & 1 else 8}xq{20 if v & 2 else 8}s12xi") for v in range(4))
 _UNIQ_NEEDLE = PROPERTY_SEPARATOR + "UNIQ_KEY" + NAME_VALUE_SEPARATOR
 _KEYS_NEEDLE = PROPERTY_SEPARATOR + "KEYS" + NAME_VALUE_SEPARATOR
 _TAGS_NEEDLE = PROPERTY_SEPARATOR + "TAGS" + NAME_VALUE_SEPARATOR
@@ -567,9 +653,22 @@ Summary: TypeAlias = tuple[int, int, int, int, int, int, int, int, bytes, str, s
 
 def _summary_of(msg: Message, store_host_raw: bytes, record_crc: int) -> Summary:
     props = msg.properties
-    return (msg.total_size, msg.body_crc, msg.queue_id, msg.queue_offset, msg.physical_offset, msg.sys_flag,
-            msg.born_timestamp, msg.store_timestamp, store_host_raw, msg.topic, props.get("UNIQ_KEY"),
-            props.get("KEYS"), props.get("TAGS"), record_crc)
+    return (
+        msg.total_size,
+        msg.body_crc,
+        msg.queue_id,
+        msg.queue_offset,
+        msg.physical_offset,
+        msg.sys_flag,
+        msg.born_timestamp,
+        msg.store_timestamp,
+        store_host_raw,
+        msg.topic,
+        props.get("UNIQ_KEY"),
+        props.get("KEYS"),
+        props.get("TAGS"),
+        record_crc,
+    )
 
 
 def _scan_summary_slow(buf: BytesLike, pos: int, check_crc: bool) -> tuple[str, int, Summary | None, str]:
@@ -583,7 +682,7 @@ def _scan_summary_slow(buf: BytesLike, pos: int, check_crc: bool) -> tuple[str, 
     m = r.message
     assert m is not None  # a MESSAGE scan carries its message
     raw = encode_host(m.store_host)
-    return Scan.MESSAGE, r.size, _summary_of(m, raw, zlib.crc32(memoryview(buf)[pos:pos + r.size])), ""
+    return Scan.MESSAGE, r.size, _summary_of(m, raw, zlib.crc32(memoryview(buf)[pos : pos + r.size])), ""
 
 
 def scan_summary(buf: BytesLike, pos: int = 0, check_crc: bool = True) -> tuple[str, int, Summary | None, str]:
@@ -602,36 +701,62 @@ def scan_summary(buf: BytesLike, pos: int = 0, check_crc: bool = True) -> tuple[
     p = pos + layout.size  # where the body starts
     if p > len(buf):
         return _scan_summary_slow(buf, pos, check_crc)
-    (total, magic, crc, queue_id, queue_offset, phys, sys_flag, born_ts, store_ts, host,
-     body_len) = layout.unpack_from(buf, pos)
+    (total, magic, crc, queue_id, queue_offset, phys, sys_flag, born_ts, store_ts, host, body_len) = layout.unpack_from(
+        buf, pos
+    )
     end = pos + total
     q = p + body_len  # the topic length byte
-    if (magic != MESSAGE_MAGIC or total < FIXED_SIZE_IPV4 or total > avail or body_len < 0
-            or q + 3 > end or (check_crc and zlib.crc32(buf[p:q]) & 0x7FFFFFFF != crc)):
+    if (
+        magic != MESSAGE_MAGIC
+        or total < FIXED_SIZE_IPV4
+        or total > avail
+        or body_len < 0
+        or q + 3 > end
+        or (check_crc and zlib.crc32(buf[p:q]) & 0x7FFFFFFF != crc)
+    ):
         return _scan_summary_slow(buf, pos, check_crc)
     r = q + 1 + buf[q]  # PROPLEN
     if buf[q] > MAX_TOPIC_BYTES or r + 2 > end or r + 2 + ((buf[r] << 8) | buf[r + 1]) != end:
         # (a PROPLEN over 32767 is negative as Java reads it and fails TOTALSIZE in scan() too)
         return _scan_summary_slow(buf, pos, check_crc)
     try:
-        topic = str(buf[q + 1:r], "utf-8")
+        topic = str(buf[q + 1 : r], "utf-8")
     except UnicodeDecodeError:
         return _scan_summary_slow(buf, pos, check_crc)
     uniq = keys = tags = None
     if r + 2 < end:
-        s = f"\x02{str(buf[r + 2:end], 'utf-8', 'replace')}\x02"
+        s = f"\x02{str(buf[r + 2 : end], 'utf-8', 'replace')}\x02"
         i = s.rfind(_UNIQ_NEEDLE)
         if i >= 0:
-            uniq = s[i + 10:s.find("\x02", i + 10)]
+            uniq = s[i + 10 : s.find("\x02", i + 10)]
         i = s.rfind(_KEYS_NEEDLE)
         if i >= 0:
-            keys = s[i + 6:s.find("\x02", i + 6)]
+            keys = s[i + 6 : s.find("\x02", i + 6)]
         i = s.rfind(_TAGS_NEEDLE)
         if i >= 0:
-            tags = s[i + 6:s.find("\x02", i + 6)]
+            tags = s[i + 6 : s.find("\x02", i + 6)]
         if uniq == "" or keys == "" or tags == "":
             # The last segment of that name has an empty value; Java skips it: the full parse decides.
-            props = decode_properties(bytes(buf[r + 2:end]))
+            props = decode_properties(bytes(buf[r + 2 : end]))
             uniq, keys, tags = props.get("UNIQ_KEY"), props.get("KEYS"), props.get("TAGS")
-    return Scan.MESSAGE, total, (total, crc, queue_id, queue_offset, phys, sys_flag, born_ts, store_ts, host,
-                                 topic, uniq, keys, tags, zlib.crc32(buf[pos:end])), ""
+    return (
+        Scan.MESSAGE,
+        total,
+        (
+            total,
+            crc,
+            queue_id,
+            queue_offset,
+            phys,
+            sys_flag,
+            born_ts,
+            store_ts,
+            host,
+            topic,
+            uniq,
+            keys,
+            tags,
+            zlib.crc32(buf[pos:end]),
+        ),
+        "",
+    )

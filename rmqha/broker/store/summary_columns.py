@@ -23,6 +23,7 @@ Python source: numba compiles it on first use and caches the machine code next t
 
 Importing this module needs numba (rmqha.pipeline.decode falls back to scan_summary() alone without it).
 """
+
 from __future__ import annotations
 
 import os
@@ -40,16 +41,25 @@ from . import record
 _CACHE = os.path.isfile(__file__)
 
 # Integer columns, rows of COLUMNS.ints (int64 each): SUMMARY_FIELDS' numbers, in this order.
-INT_FIELDS = ("size", "body_crc", "queue_id", "queue_offset", "physical_offset", "sys_flag", "born_timestamp",
-              "store_timestamp", "record_crc")
+INT_FIELDS = (
+    "size",
+    "body_crc",
+    "queue_id",
+    "queue_offset",
+    "physical_offset",
+    "sys_flag",
+    "born_timestamp",
+    "store_timestamp",
+    "record_crc",
+)
 # String columns: SUMMARY_FIELDS' texts plus msg_id, the offsetMsgId (record.offset_msg_id(): store host
 # bytes as stored, then PHYSICALOFFSET as 16 hex digits, uppercase), which stands in for store_host_raw.
 STR_FIELDS = ("topic", "uniq_key", "keys", "tags", "msg_id")
 
 # Why walk() stopped.
-DONE = 0        # reached `lim` (the next record starts at or past it)
-HANDBACK = 1    # the record at the returned position is not one the walk takes: ask scan_summary()
-FULL = 2        # no room for another row, or for its strings: take() or grow, then walk again
+DONE = 0  # reached `lim` (the next record starts at or past it)
+HANDBACK = 1  # the record at the returned position is not one the walk takes: ask scan_summary()
+FULL = 2  # no room for another row, or for its strings: take() or grow, then walk again
 
 _POLY = 0xEDB88320  # CRC-32 (IEEE 802.3), bit-reflected
 
@@ -119,8 +129,10 @@ def _have_pclmul() -> bool:
         return False
     try:
         import platform
-        return (platform.machine().lower() in ("x86_64", "amd64")
-                and "+pclmul" in binding.get_host_cpu_features().flatten())
+
+        return (
+            platform.machine().lower() in ("x86_64", "amd64") and "+pclmul" in binding.get_host_cpu_features().flatten()
+        )
     except Exception:
         return False
 
@@ -134,7 +146,9 @@ def _load_le64(typingctx, arr, idx):
         a = context.make_array(signature.args[0])(context, builder, value=args[0])
         p = builder.bitcast(builder.gep(a.data, [args[1]]), ir.IntType(64).as_pointer())
         return builder.load(p, align=1)
+
     return sig, codegen
+
 
 @intrinsic
 def _pclmul(typingctx, a, b):
@@ -144,15 +158,19 @@ def _pclmul(typingctx, a, b):
     def codegen(context, builder, signature, args):
         i64, i32 = ir.IntType(64), ir.IntType(32)
         vt = ir.VectorType(i64, 2)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, ir.IntType(8)]),
-                                            "llvm.x86.pclmulqdq")
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vt, [vt, vt, ir.IntType(8)]), "llvm.x86.pclmulqdq"
+        )
         zero = ir.Constant(vt, [ir.Constant(i64, 0), ir.Constant(i64, 0)])
         va = builder.insert_element(zero, args[0], ir.Constant(i32, 0))
         vb = builder.insert_element(zero, args[1], ir.Constant(i32, 0))
         r = builder.call(fn, [va, vb, ir.Constant(ir.IntType(8), 0)])
-        return context.make_tuple(builder, signature.return_type,
-                                  [builder.extract_element(r, ir.Constant(i32, 0)),
-                                   builder.extract_element(r, ir.Constant(i32, 1))])
+        return context.make_tuple(
+            builder,
+            signature.return_type,
+            [builder.extract_element(r, ir.Constant(i32, 0)), builder.extract_element(r, ir.Constant(i32, 1))],
+        )
+
     return sig, codegen
 
 
@@ -167,18 +185,20 @@ def _ctz64(typingctx, x):
 
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]),
-                                            "llvm.cttz.i64")
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]), "llvm.cttz.i64")
         return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 1)])
+
     return sig, codegen
 
 
 HAVE_PCLMUL = _have_pclmul()
 if HAVE_PCLMUL:
+
     @overload(_clmul)
     def _clmul_hw(a, b):
         return lambda a, b: _pclmul(a, b)
 else:
+
     @overload(_clmul)
     def _clmul_sw(a, b):
         def soft(a, b):
@@ -190,6 +210,7 @@ else:
                     if k:
                         hi ^= a >> np.uint64(64 - k)
             return lo, hi
+
         return soft
 
 
@@ -202,17 +223,29 @@ def _fold(lo, hi, ka, kb):
     b0, b1 = _clmul(hi, kb)
     return a0 ^ b0, a1 ^ b1
 
+
 @njit
 def _table16(t, lo, hi):
     """The register after the 16 bytes lo, hi starting from register 0."""
-    return (t[15 * 256 + (lo & _U8)] ^ t[14 * 256 + ((lo >> np.uint64(8)) & _U8)]
-            ^ t[13 * 256 + ((lo >> np.uint64(16)) & _U8)] ^ t[12 * 256 + ((lo >> np.uint64(24)) & _U8)]
-            ^ t[11 * 256 + ((lo >> np.uint64(32)) & _U8)] ^ t[10 * 256 + ((lo >> np.uint64(40)) & _U8)]
-            ^ t[9 * 256 + ((lo >> np.uint64(48)) & _U8)] ^ t[8 * 256 + (lo >> np.uint64(56))]
-            ^ t[7 * 256 + (hi & _U8)] ^ t[6 * 256 + ((hi >> np.uint64(8)) & _U8)]
-            ^ t[5 * 256 + ((hi >> np.uint64(16)) & _U8)] ^ t[4 * 256 + ((hi >> np.uint64(24)) & _U8)]
-            ^ t[3 * 256 + ((hi >> np.uint64(32)) & _U8)] ^ t[2 * 256 + ((hi >> np.uint64(40)) & _U8)]
-            ^ t[256 + ((hi >> np.uint64(48)) & _U8)] ^ t[hi >> np.uint64(56)])
+    return (
+        t[15 * 256 + (lo & _U8)]
+        ^ t[14 * 256 + ((lo >> np.uint64(8)) & _U8)]
+        ^ t[13 * 256 + ((lo >> np.uint64(16)) & _U8)]
+        ^ t[12 * 256 + ((lo >> np.uint64(24)) & _U8)]
+        ^ t[11 * 256 + ((lo >> np.uint64(32)) & _U8)]
+        ^ t[10 * 256 + ((lo >> np.uint64(40)) & _U8)]
+        ^ t[9 * 256 + ((lo >> np.uint64(48)) & _U8)]
+        ^ t[8 * 256 + (lo >> np.uint64(56))]
+        ^ t[7 * 256 + (hi & _U8)]
+        ^ t[6 * 256 + ((hi >> np.uint64(8)) & _U8)]
+        ^ t[5 * 256 + ((hi >> np.uint64(16)) & _U8)]
+        ^ t[4 * 256 + ((hi >> np.uint64(24)) & _U8)]
+        ^ t[3 * 256 + ((hi >> np.uint64(32)) & _U8)]
+        ^ t[2 * 256 + ((hi >> np.uint64(40)) & _U8)]
+        ^ t[256 + ((hi >> np.uint64(48)) & _U8)]
+        ^ t[hi >> np.uint64(56)]
+    )
+
 
 @njit(boundscheck=False, cache=_CACHE)
 def crc32(b, i, j, crc, t, k):
@@ -262,6 +295,7 @@ def crc32(b, i, j, crc, t, k):
         i += 1
     return c ^ np.uint32(0xFFFFFFFF)
 
+
 @njit
 def _mulmod_nb(a, b):
     p = 0
@@ -276,6 +310,7 @@ def _mulmod_nb(a, b):
         m >>= 1
     return p
 
+
 @njit
 def _mulmod_fast(a, b, t):
     """_mulmod_nb(a, b) for 32-bit reflected values by one carry-less multiply: the 63-bit product,
@@ -287,6 +322,7 @@ def _mulmod_fast(a, b, t):
     for _ in range(4):
         r = (r >> np.uint32(8)) ^ t[r & _FF]
     return np.int64(np.uint32(p >> np.uint64(32)) ^ r)
+
 
 @njit
 def _x8n(n, x2n):
@@ -301,18 +337,22 @@ def _x8n(n, x2n):
         k += 1
     return r
 
+
 @njit
 def _be32(b, i):
     return (np.int64(b[i]) << 24) | (np.int64(b[i + 1]) << 16) | (np.int64(b[i + 2]) << 8) | np.int64(b[i + 3])
+
 
 @njit
 def _be32s(b, i):
     v = _be32(b, i)
     return v - (1 << 32) if v >= (1 << 31) else v
 
+
 @njit
 def _be64s(b, i):
     return np.int64((np.uint64(_be32(b, i)) << np.uint64(32)) | np.uint64(_be32(b, i + 4)))
+
 
 @njit
 def _utf8_ok(b, i, j):
@@ -353,6 +393,7 @@ def _utf8_ok(b, i, j):
         i += n + 1
     return True
 
+
 _ONES, _HIGHS, _TWOS = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080), np.uint64(0x0202020202020202)
 
 
@@ -371,13 +412,24 @@ def _find2(b, s, end):
         s += 1
     return s
 
+
 @njit
 def _named(b, s, end):
     """Whether the segment at s starts with one of the names (plus \\x01) and where: 1 UNIQ_KEY, 2 KEYS,
     3 TAGS, 0 none. Returns (which, value start)."""
     n = end - s
-    if n >= 9 and b[s] == 85 and b[s + 1] == 78 and b[s + 2] == 73 and b[s + 3] == 81 and b[s + 4] == 95 \
-            and b[s + 5] == 75 and b[s + 6] == 69 and b[s + 7] == 89 and b[s + 8] == 1:  # UNIQ_KEY\x01
+    if (
+        n >= 9
+        and b[s] == 85
+        and b[s + 1] == 78
+        and b[s + 2] == 73
+        and b[s + 3] == 81
+        and b[s + 4] == 95
+        and b[s + 5] == 75
+        and b[s + 6] == 69
+        and b[s + 7] == 89
+        and b[s + 8] == 1
+    ):  # UNIQ_KEY\x01
         return 1, s + 9
     if n >= 5 and b[s + 4] == 1:
         if b[s] == 75 and b[s + 1] == 69 and b[s + 2] == 89 and b[s + 3] == 83:  # KEYS
@@ -398,7 +450,7 @@ def _put_text(b, s, e, d, col, n, fill, offs, valid):
     """Row n of string column col: b[s:e] appended to its data d, or null when s < 0."""
     if s >= 0:
         f = fill[col]
-        d[f:f + e - s] = b[s:e]
+        d[f : f + e - s] = b[s:e]
         fill[col] = f + e - s
     offs[col, n + 1] = fill[col]
     valid[col, n] = s >= 0
@@ -468,9 +520,14 @@ def walk(b, i, lim, at, t, k, x2n, ints, offs, valid, d0, d1, d2, d3, d4, fill, 
             if ue == us and us >= 0 or ke == ks and ks >= 0 or ge == gs and gs >= 0:
                 return i, n, HANDBACK  # an empty value: Java skips it; scan_summary parses it all
         idlen = store * 2 + 16  # store host hex + 16 digits
-        if (n >= rows or fill[0] + tl > d0.shape[0] or fill[1] + max(ue - us, 0) > d1.shape[0]
-                or fill[2] + max(ke - ks, 0) > d2.shape[0] or fill[3] + max(ge - gs, 0) > d3.shape[0]
-                or fill[4] + idlen > d4.shape[0]):
+        if (
+            n >= rows
+            or fill[0] + tl > d0.shape[0]
+            or fill[1] + max(ue - us, 0) > d1.shape[0]
+            or fill[2] + max(ke - ks, 0) > d2.shape[0]
+            or fill[3] + max(ge - gs, 0) > d3.shape[0]
+            or fill[4] + idlen > d4.shape[0]
+        ):
             return i, n, FULL
         # The whole record's CRC: prefix, then the body's (already known), then the rest.
         c = np.int64(crc32(b, i, p, 0, t, k))
@@ -507,7 +564,6 @@ def walk(b, i, lim, at, t, k, x2n, ints, offs, valid, d0, d1, d2, d3, d4, fill, 
         n += 1
         i = end
     return i, n, DONE
-
 
 
 # -- the Python side ------------------------------------------------------------------------------
@@ -557,8 +613,25 @@ class Columns:
             b.flags.writeable = False
         while True:
             d = self.data
-            i, self.n, why = walk(b, i, lim, at, _TABLES, _FOLDS, _X2N, self.ints, self.offs, self.valid,
-                                  d[0], d[1], d[2], d[3], d[4], self.fill, self.n)
+            i, self.n, why = walk(
+                b,
+                i,
+                lim,
+                at,
+                _TABLES,
+                _FOLDS,
+                _X2N,
+                self.ints,
+                self.offs,
+                self.valid,
+                d[0],
+                d[1],
+                d[2],
+                d[3],
+                d[4],
+                self.fill,
+                self.n,
+            )
             if why != FULL or self.full:
                 return i, why
             self._grow()
@@ -567,7 +640,7 @@ class Columns:
         """Double every string buffer (a record's strings are never longer than the record)."""
         for k, d in enumerate(self.data):
             bigger = np.empty(2 * len(d), np.uint8)
-            bigger[:self.fill[k]] = d[:self.fill[k]]
+            bigger[: self.fill[k]] = d[: self.fill[k]]
             self.data[k] = bigger
 
     def append(self, f: tuple) -> None:
@@ -585,7 +658,7 @@ class Columns:
             while self.fill[k] + len(raw) > len(self.data[k]):
                 self._grow()
             start = self.fill[k]
-            self.data[k][start:start + len(raw)] = np.frombuffer(raw, np.uint8)
+            self.data[k][start : start + len(raw)] = np.frombuffer(raw, np.uint8)
             self.fill[k] = start + len(raw)
             self.offs[k, n + 1] = self.fill[k]
             self.valid[k, n] = text is not None
@@ -594,11 +667,11 @@ class Columns:
     def strings(self, name: str):
         """(offsets int32[n + 1], data uint8, valid bool[n]) of a string column, views of the first n rows."""
         k = STR_FIELDS.index(name)
-        return self.offs[k, :self.n + 1], self.data[k][:self.fill[k]], self.valid[k, :self.n].view(bool)
+        return self.offs[k, : self.n + 1], self.data[k][: self.fill[k]], self.valid[k, : self.n].view(bool)
 
     def ints_of(self, name: str):
         """The first n values of an integer column (int64)."""
-        return self.ints[INT_FIELDS.index(name), :self.n]
+        return self.ints[INT_FIELDS.index(name), : self.n]
 
     def rows_as_summaries(self) -> list[tuple]:
         """The rows as (scan_summary()-like) tuples with msg_id for store_host_raw: for tests."""
@@ -606,7 +679,7 @@ class Columns:
         for name in STR_FIELDS:
             offs, data, valid = self.strings(name)
             raw = data.tobytes()
-            cols[name] = [raw[offs[r]:offs[r + 1]].decode("utf-8") if valid[r] else None for r in range(self.n)]
+            cols[name] = [raw[offs[r] : offs[r + 1]].decode("utf-8") if valid[r] else None for r in range(self.n)]
         names = [("msg_id" if name == "store_host_raw" else name) for name in record.SUMMARY_FIELDS]
         return list(zip(*(cols[name] for name in names)))
 

@@ -3,6 +3,7 @@ TransactionalMessageBridge): half and op messages by queue offset, a half by com
 check's progress as consumer offsets of CID_RMQ_SYS_TRANS, and puts that never wait for a flush or a
 slave (the reference sets waitStoreMsgOK=false on every record it writes here).
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,8 +51,11 @@ class Bridge:
                     found.append(r.message)
             return "FOUND", res.next_begin_offset, found
         # A queue that does not exist yet is empty (the reference's getMessage makes it on first use).
-        if res.status in (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE,
-                          GetStatus.NO_MATCHED_LOGIC_QUEUE):
+        if res.status in (
+            GetStatus.NO_MESSAGE_IN_QUEUE,
+            GetStatus.OFFSET_OVERFLOW_ONE,
+            GetStatus.NO_MATCHED_LOGIC_QUEUE,
+        ):
             return "NO_NEW_MSG", res.next_begin_offset, []
         if res.status == GetStatus.NO_MATCHED_MESSAGE:
             return "NO_MATCHED_MSG", res.next_begin_offset, []
@@ -99,6 +103,7 @@ class Bridge:
         """putOpMessage(REMOVETAG): the op message resolving `half`."""
         res = self.put(messages.op_message(half, now_ms, self.store.store_host))
         if not PutStatus(res.status).stored:
-            log.error("op message for half queue offset %d not stored: %s %s", half.queue_offset, res.status,
-                      res.remark)
+            log.error(
+                "op message for half queue offset %d not stored: %s %s", half.queue_offset, res.status, res.remark
+            )
         return res

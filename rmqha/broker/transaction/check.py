@@ -25,6 +25,7 @@ offset another op message already named, or that is not a "d" op, counts as done
 it holds the op offset back for good); a half whose transaction (UNIQ_KEY) an END_TRANSACTION already
 resolved since this broker started gets an op message instead of another check (`Listener.resolved`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -60,6 +61,7 @@ class Listener:
 @dataclass
 class Ops:
     """The op messages read so far: half offset -> op offset, op offsets done, and the last read."""
+
     resolved: dict[int, int] = field(default_factory=dict)
     done: list[int] = field(default_factory=list)
     found: bool = False  # the last read returned op messages (so there may be more)
@@ -82,8 +84,9 @@ def read_ops(bridge, queue_id: int, offset: int, min_half_offset: int, ops: Ops)
     for op in found:
         half_offset = messages.op_half_offset(op)
         if half_offset is None:
-            log.error("op queue %d offset %d is not a \"d\" op message with a number; skipping it",
-                      queue_id, op.queue_offset)
+            log.error(
+                'op queue %d offset %d is not a "d" op message with a number; skipping it', queue_id, op.queue_offset
+            )
             ops.done.append(op.queue_offset)
         elif half_offset < min_half_offset:
             ops.done.append(op.queue_offset)
@@ -128,8 +131,9 @@ def immunity_ms(text: str, timeout_ms: int) -> int:
     return timeout_ms if value == -1 else value * 1000
 
 
-def check_queue(bridge, queue_id: int, now_ms, timeout_ms: int, check_max: int, listener: Listener,
-                stopping=lambda: False):
+def check_queue(
+    bridge, queue_id: int, now_ms, timeout_ms: int, check_max: int, listener: Listener, stopping=lambda: False
+):
     """Walk half queue `queue_id` once; a generator (yields None between half messages)."""
     half_topic, op_topic = messages.HALF_TOPIC, messages.OP_TOPIC
     start = now_ms()
@@ -144,8 +148,9 @@ def check_queue(bridge, queue_id: int, now_ms, timeout_ms: int, check_max: int, 
     i = new_offset = half_offset
     while not stopping():
         if now_ms() - start > MAX_PROCESS_TIME_MS:
-            log.info("half queue %d: the check ran %d ms; the rest waits for the next run", queue_id,
-                     MAX_PROCESS_TIME_MS)
+            log.info(
+                "half queue %d: the check ran %d ms; the rest waits for the next run", queue_id, MAX_PROCESS_TIME_MS
+            )
             break
         if i in ops.resolved:
             ops.done.append(ops.resolved.pop(i))
@@ -193,8 +198,14 @@ def check_queue(bridge, queue_id: int, now_ms, timeout_ms: int, check_max: int, 
             break
         copy = bridge.put(messages.renewed(half))
         if not PutStatus(copy.status).stored:
-            log.error("half queue %d offset %d: its copy for a check was not stored (%s %s); the walk stops "
-                      "here until the next run", queue_id, i, copy.status, copy.remark)
+            log.error(
+                "half queue %d offset %d: its copy for a check was not stored (%s %s); the walk stops "
+                "here until the next run",
+                queue_id,
+                i,
+                copy.status,
+                copy.remark,
+            )
             break
         listener.check(half, copy)
         i = new_offset = i + 1

@@ -6,6 +6,7 @@ EndTransactionProcessor.endMessageTransaction, DefaultTransactionalMessageCheckL
 .toMessageExtBrokerInner, AbstractTransactionalMessageCheckListener.sendCheckMessage,
 Broker2Client.checkProducerTransactionState, MessageDecoder.encode, TopicValidator, MixAll, MessageConst.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,13 +59,19 @@ def to_half(msg: record.Message, wait: str | None = None) -> record.Message:
         props[PROPERTY_WAIT] = wait
     props[PROPERTY_REAL_TOPIC] = msg.topic
     props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
-    return dataclasses.replace(msg, topic=HALF_TOPIC, queue_id=0, properties=props,
-                               sys_flag=_with_transaction_type(msg.sys_flag, record.TRANSACTION_NOT_TYPE))
+    return dataclasses.replace(
+        msg,
+        topic=HALF_TOPIC,
+        queue_id=0,
+        properties=props,
+        sys_flag=_with_transaction_type(msg.sys_flag, record.TRANSACTION_NOT_TYPE),
+    )
 
 
 def real_destination(half: record.Message) -> tuple[str, int]:
     """(REAL_TOPIC, REAL_QID) of a half message, or HalfError."""
     from rmqha.broker import validation
+
     topic = half.properties.get(PROPERTY_REAL_TOPIC, "")
     why = validation.topic_problem(topic)
     if why:
@@ -88,12 +95,18 @@ def committed(half: record.Message) -> record.Message:
     so the committed record still carries them.
     """
     topic, queue_id = real_destination(half)
-    return record.Message(topic=topic, body=half.body, queue_id=queue_id, flag=half.flag,
-                          sys_flag=_with_transaction_type(half.sys_flag, record.TRANSACTION_COMMIT),
-                          born_timestamp=half.born_timestamp, born_host=half.born_host,
-                          reconsume_times=half.reconsume_times,
-                          prepared_transaction_offset=half.physical_offset,
-                          properties=dict(half.properties))
+    return record.Message(
+        topic=topic,
+        body=half.body,
+        queue_id=queue_id,
+        flag=half.flag,
+        sys_flag=_with_transaction_type(half.sys_flag, record.TRANSACTION_COMMIT),
+        born_timestamp=half.born_timestamp,
+        born_host=half.born_host,
+        reconsume_times=half.reconsume_times,
+        prepared_transaction_offset=half.physical_offset,
+        properties=dict(half.properties),
+    )
 
 
 def op_message(half: record.Message, now_ms: int, broker_host: tuple[str, int]) -> record.Message:
@@ -102,9 +115,14 @@ def op_message(half: record.Message, now_ms: int, broker_host: tuple[str, int]) 
     new Message(OP_TOPIC, "d", body) puts TAGS=d and WAIT=true into a HashMap, whose order (bucket 13
     for WAIT, 14 for TAGS) is the stored order; the UNIQ_KEY set afterwards never reaches the record.
     """
-    return record.Message(topic=OP_TOPIC, body=str(half.queue_offset).encode("utf-8"), queue_id=half.queue_id,
-                          born_timestamp=now_ms, born_host=broker_host,
-                          properties={PROPERTY_WAIT: "true", PROPERTY_TAGS: REMOVE_TAG})
+    return record.Message(
+        topic=OP_TOPIC,
+        body=str(half.queue_offset).encode("utf-8"),
+        queue_id=half.queue_id,
+        born_timestamp=now_ms,
+        born_host=broker_host,
+        properties={PROPERTY_WAIT: "true", PROPERTY_TAGS: REMOVE_TAG},
+    )
 
 
 def op_half_offset(op: record.Message) -> int | None:
@@ -135,9 +153,15 @@ def renewed(half: record.Message) -> record.Message:
     Topic, body, queue id, sysflag, properties (with the check count the caller put in), born time and
     host; the reference copies neither the flag nor the reconsume times, so the copy has 0 for both.
     """
-    return record.Message(topic=half.topic, body=half.body, queue_id=half.queue_id, sys_flag=half.sys_flag,
-                          born_timestamp=half.born_timestamp, born_host=half.born_host,
-                          properties=dict(half.properties))
+    return record.Message(
+        topic=half.topic,
+        body=half.body,
+        queue_id=half.queue_id,
+        sys_flag=half.sys_flag,
+        born_timestamp=half.born_timestamp,
+        born_host=half.born_host,
+        properties=dict(half.properties),
+    )
 
 
 def immunity_renewed(half: record.Message) -> record.Message:
@@ -151,13 +175,22 @@ def immunity_renewed(half: record.Message) -> record.Message:
 def discarded(half: record.Message) -> record.Message:
     """DefaultTransactionalMessageCheckListener.toMessageExtBrokerInner: a half checked too often, as
     stored in TRANS_CHECK_MAX_TIME_TOPIC (one queue)."""
-    return record.Message(topic=CHECK_MAX_TIME_TOPIC, body=half.body, queue_id=0, flag=half.flag,
-                          sys_flag=half.sys_flag, born_timestamp=half.born_timestamp, born_host=half.born_host,
-                          reconsume_times=half.reconsume_times, properties=dict(half.properties))
+    return record.Message(
+        topic=CHECK_MAX_TIME_TOPIC,
+        body=half.body,
+        queue_id=0,
+        flag=half.flag,
+        sys_flag=half.sys_flag,
+        born_timestamp=half.born_timestamp,
+        born_host=half.born_host,
+        reconsume_times=half.reconsume_times,
+        properties=dict(half.properties),
+    )
 
 
-def check_request(half: record.Message, queue_offset: int, commit_log_offset: int, offset_msg_id: str
-                  ) -> RemotingCommand:
+def check_request(
+    half: record.Message, queue_offset: int, commit_log_offset: int, offset_msg_id: str
+) -> RemotingCommand:
     """CHECK_TRANSACTION_STATE (39) for a half just stored again at (queue_offset, commit_log_offset).
 
     Header (CheckTransactionStateRequestHeader; null fields left out, as Java does): tranStateTableOffset,
@@ -166,8 +199,7 @@ def check_request(half: record.Message, queue_offset: int, commit_log_offset: in
     REAL_TOPIC / REAL_QID as topic and queue id and the properties with the new check count.
     """
     topic, queue_id = real_destination(half)
-    fields = {"tranStateTableOffset": queue_offset, "commitLogOffset": commit_log_offset,
-              "offsetMsgId": offset_msg_id}
+    fields = {"tranStateTableOffset": queue_offset, "commitLogOffset": commit_log_offset, "offsetMsgId": offset_msg_id}
     uniq = half.properties.get(PROPERTY_UNIQ_KEY)
     if uniq is not None:
         fields["msgId"] = uniq

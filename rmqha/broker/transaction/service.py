@@ -19,6 +19,7 @@ producer group, which every copy of it keeps) is remembered (the last RESOLVED_M
 so not across a restart): a later END_TRANSACTION for it, and the check meeting a copy of it, only
 store the op message that marks that copy done.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,8 +52,15 @@ def transaction_key(half: record.Message) -> bytes:
     """What every copy of one half send shares (and two sends of one reused client message do not): its
     UNIQ_KEY, producer group, born time and born host, as a 16-byte digest (a UNIQ_KEY may be 32 KiB)."""
     p = half.properties
-    text = "\x00".join((p.get(messages.PROPERTY_UNIQ_KEY, ""), p.get(messages.PROPERTY_PRODUCER_GROUP, ""),
-                        str(half.born_timestamp), half.born_host[0], str(half.born_host[1])))
+    text = "\x00".join(
+        (
+            p.get(messages.PROPERTY_UNIQ_KEY, ""),
+            p.get(messages.PROPERTY_PRODUCER_GROUP, ""),
+            str(half.born_timestamp),
+            half.born_host[0],
+            str(half.born_host[1]),
+        )
+    )
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
@@ -85,7 +93,8 @@ def final_result(res: PutResult, max_message_size: int) -> tuple[ResponseCode, s
     if status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
         return ResponseCode.MESSAGE_ILLEGAL, (
             "The message is illegal, maybe msg body or properties length not matched. msg body length limit "
-            f"{max_message_size}B, msg properties length limit 32KB.")
+            f"{max_message_size}B, msg properties length limit 32KB."
+        )
     if status == PutStatus.SERVICE_NOT_AVAILABLE:
         return ResponseCode.SERVICE_NOT_AVAILABLE, "Service not available now."
     return ResponseCode.SYSTEM_ERROR, f"{status.value}: {res.remark}" if res.remark else status.value
@@ -106,16 +115,20 @@ class TransactionService(check.Listener):
         self._cooperator = task.Cooperator(scheduler=lambda work: clock.callLater(0, work))
         self.ends = self.checks = self.discards = None
         if metrics is not None:
-            self.ends = metrics.counter("end_transaction_total",
-                                        "END_TRANSACTION requests on this master by action and response code")
-            self.checks = metrics.counter("transaction_checks_total",
-                                          "half messages checked: CHECK_TRANSACTION_STATE sent, or no producer "
-                                          "connection of the group to send it to")
-            self.discards = metrics.counter("transaction_discarded_total",
-                                            "half messages moved to TRANS_CHECK_MAX_TIME_TOPIC after "
-                                            "transactionCheckMax checks (or older than 72 h)")
-            metrics.gauge("transaction_half_backlog", "half messages the check has not walked past yet",
-                          self.backlog)
+            self.ends = metrics.counter(
+                "end_transaction_total", "END_TRANSACTION requests on this master by action and response code"
+            )
+            self.checks = metrics.counter(
+                "transaction_checks_total",
+                "half messages checked: CHECK_TRANSACTION_STATE sent, or no producer "
+                "connection of the group to send it to",
+            )
+            self.discards = metrics.counter(
+                "transaction_discarded_total",
+                "half messages moved to TRANS_CHECK_MAX_TIME_TOPIC after "
+                "transactionCheckMax checks (or older than 72 h)",
+            )
+            metrics.gauge("transaction_half_backlog", "half messages the check has not walked past yet", self.backlog)
 
     def now_ms(self) -> int:
         """The store's clock: the one its store timestamps come from (the reactor's)."""
@@ -123,12 +136,12 @@ class TransactionService(check.Listener):
 
     def backlog(self) -> int:
         b = self.bridge
-        return max(0, b.store.max_queue_offset(messages.HALF_TOPIC, 0)
-                   - b.consume_offset(messages.HALF_TOPIC, 0))
+        return max(0, b.store.max_queue_offset(messages.HALF_TOPIC, 0) - b.consume_offset(messages.HALF_TOPIC, 0))
 
     # -- END_TRANSACTION (a master) --------------------------------------------------------------------
-    def end_transaction(self, kind: int, group: str, tran_state_offset: int, commit_log_offset: int
-                        ) -> tuple[ResponseCode, str | None]:
+    def end_transaction(
+        self, kind: int, group: str, tran_state_offset: int, commit_log_offset: int
+    ) -> tuple[ResponseCode, str | None]:
         """COMMIT or ROLLBACK the half at commit_log_offset: (response code, remark)."""
         code, remark = self._end(kind, group, tran_state_offset, commit_log_offset)
         if self.ends is not None:
@@ -149,10 +162,16 @@ class TransactionService(check.Listener):
         earlier = self.resolutions.get(key)
         if earlier is not None:
             level = logging.INFO if earlier == kind else logging.WARNING
-            log.log(level, "transaction %s of group %s was already %s; the %s of its half at queue offset %d "
-                    "only marks that half done",
-                    validation.shown(half.properties.get(messages.PROPERTY_UNIQ_KEY, "")), validation.shown(group),
-                    PAST[earlier], KIND_NAMES[kind], half.queue_offset)
+            log.log(
+                level,
+                "transaction %s of group %s was already %s; the %s of its half at queue offset %d "
+                "only marks that half done",
+                validation.shown(half.properties.get(messages.PROPERTY_UNIQ_KEY, "")),
+                validation.shown(group),
+                PAST[earlier],
+                KIND_NAMES[kind],
+                half.queue_offset,
+            )
             self.bridge.put_op(half, self.now_ms())
             return ResponseCode.SUCCESS, None
         if kind == COMMIT:
@@ -171,8 +190,14 @@ class TransactionService(check.Listener):
     def start(self) -> None:
         c = self.config
         self._stopping = False
-        self._loop = PeriodicService("transaction_check", self.check_all, c.transactionCheckInterval / 1000.0,
-                                     self.clock, self.metrics, logger=log)
+        self._loop = PeriodicService(
+            "transaction_check",
+            self.check_all,
+            c.transactionCheckInterval / 1000.0,
+            self.clock,
+            self.metrics,
+            logger=log,
+        )
         self._loop.start()
 
     def stop(self) -> None:
@@ -188,8 +213,15 @@ class TransactionService(check.Listener):
 
         def walk():
             for queue_id in range(tc.read_queue_nums):
-                yield from check.check_queue(self.bridge, queue_id, self.now_ms, c.transactionTimeOut,
-                                             c.transactionCheckMax, self, lambda: self._stopping)
+                yield from check.check_queue(
+                    self.bridge,
+                    queue_id,
+                    self.now_ms,
+                    c.transactionTimeOut,
+                    c.transactionCheckMax,
+                    self,
+                    lambda: self._stopping,
+                )
 
         return self._cooperator.coiterate(walk())
 
@@ -199,15 +231,21 @@ class TransactionService(check.Listener):
 
     def discard(self, half: record.Message) -> None:
         """resolveDiscardMsg: into TRANS_CHECK_MAX_TIME_TOPIC (made with one queue, READ|WRITE)."""
-        self.topics.create_in_send_back(messages.CHECK_MAX_TIME_TOPIC, messages.CHECK_MAX_TIME_QUEUE_NUMS,
-                                        PERM_READ | PERM_WRITE)
+        self.topics.create_in_send_back(
+            messages.CHECK_MAX_TIME_TOPIC, messages.CHECK_MAX_TIME_QUEUE_NUMS, PERM_READ | PERM_WRITE
+        )
         res = self.bridge.put(messages.discarded(half))
         if self.discards is not None:
             self.discards.inc()
-        log.error("half message at queue offset %d (UNIQ_KEY %s, real topic %s) was checked %s times: moved "
-                  "to %s (%s)", half.queue_offset, validation.shown(half.properties.get(messages.PROPERTY_UNIQ_KEY, "")),
-                  validation.shown(half.properties.get(messages.PROPERTY_REAL_TOPIC, "")),
-                  half.properties.get(messages.PROPERTY_CHECK_TIMES), messages.CHECK_MAX_TIME_TOPIC, res.status)
+        log.error(
+            "half message at queue offset %d (UNIQ_KEY %s, real topic %s) was checked %s times: moved to %s (%s)",
+            half.queue_offset,
+            validation.shown(half.properties.get(messages.PROPERTY_UNIQ_KEY, "")),
+            validation.shown(half.properties.get(messages.PROPERTY_REAL_TOPIC, "")),
+            half.properties.get(messages.PROPERTY_CHECK_TIMES),
+            messages.CHECK_MAX_TIME_TOPIC,
+            res.status,
+        )
 
     def check(self, half: record.Message, copy: PutResult) -> None:
         """sendCheckMessage: CHECK_TRANSACTION_STATE about the copy just stored, to one producer of PGROUP."""
@@ -215,17 +253,27 @@ class TransactionService(check.Listener):
         ctx = self.producer_connection(group)
         if ctx is None:
             self._count_check("no_producer")
-            _limiter.log(logging.WARNING, ("no producer", group),
-                         "cannot check a transaction: no producer of group %s is connected (half queue offset %d)",
-                         validation.shown(group), copy.queue_offset)
+            _limiter.log(
+                logging.WARNING,
+                ("no producer", group),
+                "cannot check a transaction: no producer of group %s is connected (half queue offset %d)",
+                validation.shown(group),
+                copy.queue_offset,
+            )
             return
         try:
             request = messages.check_request(half, copy.queue_offset, copy.wrote_offset, copy.msg_id)
             ctx.send_oneway(request)
         except Exception as e:  # a bad REAL_QID, or a connection closing under us: this check is lost
             self._count_check("failed")
-            _limiter.log(logging.WARNING, ("check failed", group), "check of group %s to %s failed: %s",
-                         validation.shown(group), ctx.peer_address, e)
+            _limiter.log(
+                logging.WARNING,
+                ("check failed", group),
+                "check of group %s to %s failed: %s",
+                validation.shown(group),
+                ctx.peer_address,
+                e,
+            )
             return
         self._count_check("sent")
 

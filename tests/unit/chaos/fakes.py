@@ -8,6 +8,7 @@ the real handle would refuse (a wrong name, a missing or unknown argument) fails
 reads ("start", {"node": "broker-a", "wait": True, "timeout": 60}) whether the nemesis passed the
 timeout by position or by name.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -25,7 +26,7 @@ def topology(*groups: tuple[str, int]) -> list[dict]:
     return out
 
 
-TWO_BY_TWO = topology(("broker-a", 1), ("broker-b", 1))      # 2m-2s: two groups, a slave each
+TWO_BY_TWO = topology(("broker-a", 1), ("broker-b", 1))  # 2m-2s: two groups, a slave each
 
 
 class Clock:
@@ -67,8 +68,24 @@ class FakeHandle:
     value by name. Node state follows the operations: kill, stop and power_loss leave a node stopped,
     start runs it; `limited` are the nodes whose store is on a size-limited filesystem."""
 
-    OPS = ("start", "stop", "kill", "pause", "resume", "power_loss", "partition", "heal_partition",
-           "fill_disk", "free_disk", "slow_link", "cut_link", "slice_link", "heal_link", "heal_links", "wait_up")
+    OPS = (
+        "start",
+        "stop",
+        "kill",
+        "pause",
+        "resume",
+        "power_loss",
+        "partition",
+        "heal_partition",
+        "fill_disk",
+        "free_disk",
+        "slow_link",
+        "cut_link",
+        "slice_link",
+        "heal_link",
+        "heal_links",
+        "wait_up",
+    )
 
     # the handle's own naming and bookkeeping, not faked: the kind of backend, the nodes, the proxies' names
     kind = Cluster.kind
@@ -120,6 +137,7 @@ def _recording(name: str):
         bound = sig.bind(self, *args, **kwargs)
         bound.apply_defaults()
         return self._record(name, {k: v for k, v in bound.arguments.items() if k != "self"})
+
     op.__name__ = name
     return op
 

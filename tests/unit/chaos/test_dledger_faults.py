@@ -2,6 +2,7 @@
 leads: each fault's start and stop (the target resolved when it is injected, not when it was drawn), the
 fault log, the partition's proxies, what happens with no leader, and the mode rules: a classic fault is not
 applicable to a DLedger group (refused before anything is done) and the other way round."""
+
 from __future__ import annotations
 
 import inspect
@@ -11,8 +12,18 @@ import pytest
 
 from rmqha.chaos import nemesis
 from rmqha.chaos.faultlog import FaultLog, read_faults
-from rmqha.chaos.nemesis import (CLASSIC, DLEDGER, FAULTS, Fault, Nemesis, applicable_faults, groups_of,
-                                 make_schedule, make_sweep, why_not_applicable)
+from rmqha.chaos.nemesis import (
+    CLASSIC,
+    DLEDGER,
+    FAULTS,
+    Fault,
+    Nemesis,
+    applicable_faults,
+    groups_of,
+    make_schedule,
+    make_sweep,
+    why_not_applicable,
+)
 from rmqha.cluster.handle import Cluster
 from rmqha.cluster.wait import WaitTimeout
 
@@ -20,11 +31,17 @@ from .fakes import FakeHandle, topology
 
 N0, N1, N2 = "broker-n0", "broker-n1", "broker-n2"
 G = "RaftNode00"
-DL_NODES = [{"name": n, "brokerName": G, "master": None, "overrides": {"dLegerPeers": "n0-h:1;n1-h:2;n2-h:3"}}
-            for n in (N0, N1, N2)]
+DL_NODES = [
+    {"name": n, "brokerName": G, "master": None, "overrides": {"dLegerPeers": "n0-h:1;n1-h:2;n2-h:3"}}
+    for n in (N0, N1, N2)
+]
 # docker: one proxy per direction of each peer link, <src>-dl-<dst>
-PROXIES = [{"name": f"{a}-dl-{b}", "kind": "dledger", "node": a, "peer": b} for a in (N0, N1, N2)
-           for b in (N0, N1, N2) if a != b] + [{"name": n, "kind": "client", "node": n} for n in (N0, N1, N2)]
+PROXIES = [
+    {"name": f"{a}-dl-{b}", "kind": "dledger", "node": a, "peer": b}
+    for a in (N0, N1, N2)
+    for b in (N0, N1, N2)
+    if a != b
+] + [{"name": n, "kind": "client", "node": n} for n in (N0, N1, N2)]
 DL_KINDS = ("kill-leader", "pause-leader", "partition-leader", "kill-follower", "pause-follower", "partition-follower")
 
 
@@ -78,16 +95,30 @@ def started(node):
 TABLE = {
     "kill-leader": ("master", "both", N0, {}, N1, N1, [("kill", {"node": N1})], [started(N1)]),
     "pause-leader": ("master", "both", N0, {}, N2, N2, [("pause", {"node": N2})], [("resume", {"node": N2})]),
-    "partition-leader": ("master", "docker", N0, {"mode": "timeout"}, N1, N1,
-                         [("cut_link", {"link": link, "mode": "timeout"}) for link in dl_links(N1)],
-                         [("heal_link", {"link": link}) for link in dl_links(N1)]),
+    "partition-leader": (
+        "master",
+        "docker",
+        N0,
+        {"mode": "timeout"},
+        N1,
+        N1,
+        [("cut_link", {"link": link, "mode": "timeout"}) for link in dl_links(N1)],
+        [("heal_link", {"link": link}) for link in dl_links(N1)],
+    ),
     # the planned follower is the leader now: the first other follower instead
     "kill-follower": ("slave", "both", N1, {}, N1, N0, [("kill", {"node": N0})], [started(N0)]),
     # the planned follower still follows: kept
     "pause-follower": ("slave", "both", N2, {}, N0, N2, [("pause", {"node": N2})], [("resume", {"node": N2})]),
-    "partition-follower": ("slave", "docker", N2, {"mode": "disabled"}, N0, N2,
-                           [("cut_link", {"link": link, "mode": "disabled"}) for link in dl_links(N2)],
-                           [("heal_link", {"link": link}) for link in dl_links(N2)]),
+    "partition-follower": (
+        "slave",
+        "docker",
+        N2,
+        {"mode": "disabled"},
+        N0,
+        N2,
+        [("cut_link", {"link": link, "mode": "disabled"}) for link in dl_links(N2)],
+        [("heal_link", {"link": link}) for link in dl_links(N2)],
+    ),
 }
 
 
@@ -96,7 +127,11 @@ def test_the_dledger_rows_of_the_table():
     for name, (targets, backends, *_rest) in TABLE.items():
         k = FAULTS[name]
         assert (k.targets, k.backends, k.modes, k.link) == (
-            targets, {"both": ("local", "docker"), "docker": ("docker",)}[backends], (DLEDGER,), None)
+            targets,
+            {"both": ("local", "docker"), "docker": ("docker",)}[backends],
+            (DLEDGER,),
+            None,
+        )
     # every fault of the table is one mode's or the other's, never both
     assert all(v.modes in ((CLASSIC,), (DLEDGER,)) for v in FAULTS.values())
     for kind in ("partition-leader", "partition-follower"):
@@ -115,7 +150,8 @@ def test_every_dledger_fault_hits_who_leads_or_follows_when_injected(kind, tmp_p
     assert h.calls == start_ops + stop_ops and nem.active == {}
     recs = read_faults(tmp_path)
     assert [(r["op"], r["kind"], r["target"], r["group"], r["role"], r["result"]) for r in recs] == [
-        (op, kind, target, G, f.role, "ok") for op in ("inject", "heal")]
+        (op, kind, target, G, f.role, "ok") for op in ("inject", "heal")
+    ]
     want = {"leader": leader}
     if target != planned:
         want["plannedTarget"] = planned
@@ -180,7 +216,9 @@ def test_a_classic_fault_is_refused_on_a_dledger_group_before_anything_is_done(k
     h = DLHandle("docker")
     nem = Nemesis(h, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
     f = Fault(0.0, 1.0, kind, G, N1, {}, "slave" if FAULTS[kind].targets == "slave" else "master")
-    with pytest.raises(ValueError, match=f"{kind} does not apply to group RaftNode00: it is a classic fault.*kill-leader"):
+    with pytest.raises(
+        ValueError, match=f"{kind} does not apply to group RaftNode00: it is a classic fault.*kill-leader"
+    ):
         nem.inject(f)
     assert h.calls == [] and h.asked == 0 and nem.active == {} and read_faults(tmp_path) == []
     assert applicable_faults([kind], "docker", "dledger") == ([], [kind])
@@ -198,10 +236,14 @@ def test_a_dledger_fault_is_refused_on_a_classic_group(kind):
 
 def test_applicable_faults_on_dledger_keeps_the_order_and_the_backend_rule():
     kinds = ["kill-master", "partition-leader", "kill-leader", "kill-slave", "kill-follower"]
-    assert applicable_faults(kinds, "local", "dledger") == (["kill-leader", "kill-follower"],
-                                                          ["kill-master", "partition-leader", "kill-slave"])
-    assert applicable_faults(kinds, "docker", "dledger") == (["partition-leader", "kill-leader", "kill-follower"],
-                                                           ["kill-master", "kill-slave"])
+    assert applicable_faults(kinds, "local", "dledger") == (
+        ["kill-leader", "kill-follower"],
+        ["kill-master", "partition-leader", "kill-slave"],
+    )
+    assert applicable_faults(kinds, "docker", "dledger") == (
+        ["partition-leader", "kill-leader", "kill-follower"],
+        ["kill-master", "kill-slave"],
+    )
     assert why_not_applicable("kill-leader", "local", "dledger") is None
 
 
@@ -233,8 +275,10 @@ def test_a_schedule_on_dledger_uses_only_dledger_faults_and_is_reproducible():
 def test_a_sweep_on_dledger_has_one_cell_per_dledger_kind_and_role():
     sw = make_sweep(random.Random(3), ["kill-leader", "kill-follower", "kill-master"], DLHandle(leaders=[N0]))
     assert sorted((f.kind, f.role) for f in sw) == [("kill-follower", "slave"), ("kill-leader", "master")]
-    assert {f.kind: f.hold >= nemesis.LEADER_FAILOVER_HOLD_S for f in sw} == {"kill-leader": True,
-                                                                             "kill-follower": False}
+    assert {f.kind: f.hold >= nemesis.LEADER_FAILOVER_HOLD_S for f in sw} == {
+        "kill-leader": True,
+        "kill-follower": False,
+    }
 
 
 def test_a_leader_fault_that_cannot_be_held_long_enough_before_the_quiet_end_is_not_scheduled():

@@ -1,6 +1,7 @@
 """rmqha/chaos/nemesis.py's schedules: who each fault kind can hit, make_schedule (warm-up, quiet end, holds and
 gaps at the limits of their ranges, max_faults, the overlap rules) and make_sweep, with an RNG whose
 draws the test places (fakes.DrawAt) and with seeded Randoms for the properties that hold for any seed."""
+
 from __future__ import annotations
 
 import random
@@ -21,11 +22,15 @@ def rows(schedule):
 
 
 def test_groups_of_the_cluster():
-    assert groups_of(FakeHandle()) == {"broker-a": {"master": A, "slaves": [AS]},
-                                       "broker-b": {"master": B, "slaves": [BS]}}
+    assert groups_of(FakeHandle()) == {
+        "broker-a": {"master": A, "slaves": [AS]},
+        "broker-b": {"master": B, "slaves": [BS]},
+    }
     assert groups_of(FakeHandle(state_nodes=MIXED)) == {
-        "broker-a": {"master": A, "slaves": [AS]}, "broker-b": {"master": B, "slaves": []},
-        "broker-c": {"master": "broker-c", "slaves": ["broker-c-s", "broker-c-s2"]}}
+        "broker-a": {"master": A, "slaves": [AS]},
+        "broker-b": {"master": B, "slaves": []},
+        "broker-c": {"master": "broker-c", "slaves": ["broker-c-s", "broker-c-s2"]},
+    }
     assert groups_of(FakeHandle(state_nodes=[])) == {}
 
 
@@ -40,7 +45,7 @@ def targets_hit(kind, state_nodes):
 
 
 def test_each_kind_hits_its_role_and_a_master_fault_only_a_group_with_a_slave():
-    assert targets_hit("kill-master", MIXED) == {A, "broker-c"}      # broker-b has nothing to fail over to
+    assert targets_hit("kill-master", MIXED) == {A, "broker-c"}  # broker-b has nothing to fail over to
     assert targets_hit("client-cut", MIXED) == {A, "broker-c"}
     assert targets_hit("pause-slave", MIXED) == {AS, "broker-c-s", "broker-c-s2"}
     assert targets_hit("power-loss", MIXED) == {A, AS, B, "broker-c", "broker-c-s", "broker-c-s2"}
@@ -50,13 +55,19 @@ def test_each_kind_hits_its_role_and_a_master_fault_only_a_group_with_a_slave():
 def test_sweep_cells_are_the_roles_each_kind_can_hit():
     kinds = ["kill-master", "pause-slave", "power-loss", "latency"]
     assert sweep_cells(kinds, FakeHandle(state_nodes=MIXED)) == [
-        ("kill-master", "master"), ("pause-slave", "slave"), ("power-loss", "master"), ("power-loss", "slave"),
-        ("latency", "slave")]
+        ("kill-master", "master"),
+        ("pause-slave", "slave"),
+        ("power-loss", "master"),
+        ("power-loss", "slave"),
+        ("latency", "slave"),
+    ]
     assert sweep_cells(kinds, FakeHandle(state_nodes=topology(("broker-a", 0), ("broker-b", 0)))) == [
-        ("power-loss", "master")]
+        ("power-loss", "master")
+    ]
 
 
 # -- make_schedule ------------------------------------------------------------------------------------
+
 
 def test_nothing_to_hit_is_an_empty_schedule():
     masters_only = FakeHandle(state_nodes=topology(("broker-a", 0), ("broker-b", 0)))
@@ -64,10 +75,13 @@ def test_nothing_to_hit_is_an_empty_schedule():
     assert make_sweep(random.Random(1), ["pause-slave", "kill-master"], masters_only) == []
 
 
-@pytest.mark.parametrize("fraction, at, hold", [
-    (0.0, [3.0 + 3 * i for i in range(16)], 2.0),   # holds of 2 s, gaps of 1 s: the last ends at 50 s exactly
-    (1.0, [3.0 + 7 * i for i in range(7)], 4.0),    # holds of 4 s, gaps of 3 s
-])
+@pytest.mark.parametrize(
+    "fraction, at, hold",
+    [
+        (0.0, [3.0 + 3 * i for i in range(16)], 2.0),  # holds of 2 s, gaps of 1 s: the last ends at 50 s exactly
+        (1.0, [3.0 + 7 * i for i in range(7)], 4.0),  # holds of 4 s, gaps of 3 s
+    ],
+)
 def test_a_minute_runs_from_a_3s_warmup_to_a_10s_quiet_end(fraction, at, hold):
     sched = make_schedule(DrawAt(fraction), ["kill-master", "pause-slave"], FakeHandle(), 60)
     assert [(f.at, f.hold) for f in sched] == [(t, hold) for t in at]
@@ -81,8 +95,7 @@ def test_short_runs_warm_up_for_15_percent_and_stay_quiet_for_at_least_3s():
     # 11 s: warm-up 1.65 s; times are printed and kept in tenths of a second
     assert [(f.at, f.hold) for f in make_schedule(DrawAt(0.0), ["kill-master"], h, 11)] == [(1.6, 2.0), (4.7, 2.0)]
     # 30 s: warm-up 3 s, quiet 6 s: faults while t + hold <= 24
-    assert [f.at for f in make_schedule(DrawAt(0.0), ["kill-master"], h, 30)] == [3.0, 6.0, 9.0, 12.0, 15.0, 18.0,
-                                                                                   21.0]
+    assert [f.at for f in make_schedule(DrawAt(0.0), ["kill-master"], h, 30)] == [3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0]
 
 
 def test_explicit_warmup_and_quiet_and_draws_in_tenths():
@@ -118,32 +131,48 @@ def test_without_overlap_one_fault_at_a_time_even_when_the_coin_says_overlap():
 def test_a_schedule_is_reproducible_from_its_seed():
     h = FakeHandle()
     kinds = ["kill-master", "power-loss", "pause-slave", "latency"]
-    runs = {seed: [f.to_json() for f in make_schedule(random.Random(seed), kinds, h, 60, overlap=True)]
-            for seed in range(5)}
-    assert all(runs[s] == [f.to_json() for f in make_schedule(random.Random(s), kinds, h, 60, overlap=True)]
-               for s in runs)
+    runs = {
+        seed: [f.to_json() for f in make_schedule(random.Random(seed), kinds, h, 60, overlap=True)] for seed in range(5)
+    }
+    assert all(
+        runs[s] == [f.to_json() for f in make_schedule(random.Random(s), kinds, h, 60, overlap=True)] for s in runs
+    )
     assert len({str(r) for r in runs.values()}) == 5
 
 
 # -- overlap ----------------------------------------------------------------------------------------
 
+
 def overlap_schedule(fractions, max_faults=3, kinds=("kill-master", "latency"), picks=(), coin=0.0, **kw):
     kw.setdefault("duration", 20)
     kw.setdefault("quiet", 5.0)
-    return make_schedule(DrawAt(0.0, fractions=fractions, picks=picks, coin=coin), list(kinds), FakeHandle(),
-                         kw.pop("duration"), warmup=3.0, max_faults=max_faults, overlap=True, **kw)
+    return make_schedule(
+        DrawAt(0.0, fractions=fractions, picks=picks, coin=coin),
+        list(kinds),
+        FakeHandle(),
+        kw.pop("duration"),
+        warmup=3.0,
+        max_faults=max_faults,
+        overlap=True,
+        **kw,
+    )
 
 
 def test_an_overlapping_fault_is_on_another_group_and_role_inside_the_first_ones_hold():
     # hold 2 s; the second at the latest (0.6 of the hold: 4.2 s) for the longest (3 s); gap 1 s
     sched = overlap_schedule([0.0, 1.0, 1.0, 0.0])
-    assert rows(sched) == [(3.0, 2.0, "kill-master", A, "master", 1), (4.2, 3.0, "latency", BS, "slave", 2),
-                           (8.2, 2.0, "kill-master", A, "master", 3)]  # the next after both are healed, + 1 s
+    assert rows(sched) == [
+        (3.0, 2.0, "kill-master", A, "master", 1),
+        (4.2, 3.0, "latency", BS, "slave", 2),
+        (8.2, 2.0, "kill-master", A, "master", 3),
+    ]  # the next after both are healed, + 1 s
     assert (sched[1].group, sched[1].link, sched[1].params) == (B, "broker-b-s-ha", {"ms": 2500})
     # the earliest (0.3 s in) for the shortest (1.5 s): the next one after the first's heal
     assert rows(overlap_schedule([0.0, 0.0, 0.0, 0.0])) == [
-        (3.0, 2.0, "kill-master", A, "master", 1), (3.3, 1.5, "latency", BS, "slave", 2),
-        (6.0, 2.0, "kill-master", A, "master", 3)]
+        (3.0, 2.0, "kill-master", A, "master", 1),
+        (3.3, 1.5, "latency", BS, "slave", 2),
+        (6.0, 2.0, "kill-master", A, "master", 3),
+    ]
 
 
 def test_a_slave_fault_first_then_a_master_fault_of_another_group():
@@ -155,8 +184,16 @@ def test_a_slave_fault_first_then_a_master_fault_of_another_group():
 def test_a_fault_on_a_group_without_a_slave_overlaps_with_another_groups_slave():
     h = FakeHandle(state_nodes=topology(("broker-a", 1), ("broker-b", 0)))
     # power loss of broker-b (candidates: broker-a, broker-a-s, broker-b), then the second kind pause-slave
-    sched = make_schedule(DrawAt(0.0, picks=[0, 2, 1], coin=0.0), ["power-loss", "pause-slave"], h, 20, warmup=3.0,
-                          quiet=5.0, max_faults=2, overlap=True)
+    sched = make_schedule(
+        DrawAt(0.0, picks=[0, 2, 1], coin=0.0),
+        ["power-loss", "pause-slave"],
+        h,
+        20,
+        warmup=3.0,
+        quiet=5.0,
+        max_faults=2,
+        overlap=True,
+    )
     assert rows(sched) == [(3.0, 2.0, "power-loss", B, "master", 1), (3.3, 1.5, "pause-slave", AS, "slave", 2)]
 
 
@@ -165,7 +202,8 @@ def test_an_overlap_must_end_before_the_quiet_end():
     fits = overlap_schedule([0.0, 1.0, 13 / 15, 0.0], duration=10, quiet=3.0)
     assert rows(fits) == [(3.0, 2.0, "kill-master", A, "master", 1), (4.2, 2.8, "latency", BS, "slave", 2)]
     assert rows(overlap_schedule([0.0, 1.0, 14 / 15, 0.0], duration=10, quiet=3.0)) == [
-        (3.0, 2.0, "kill-master", A, "master", 1)]
+        (3.0, 2.0, "kill-master", A, "master", 1)
+    ]
 
 
 @pytest.mark.parametrize("coin, overlaps", [(0.0, True), (0.4999, True), (0.5, False), (0.9, False)])
@@ -201,14 +239,19 @@ def test_overlapping_schedules_for_any_seed():
 
 # -- make_sweep -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fraction, at, hold", [(0.0, [3.0, 9.5, 16.0], 2.5), (1.0, [3.0, 11.5, 20.0], 3.5),
-                                                (0.06, [3.0, 9.7, 16.4], 2.6)])  # 2.56 -> 2.6, 4.06 -> 4.1
+
+@pytest.mark.parametrize(
+    "fraction, at, hold", [(0.0, [3.0, 9.5, 16.0], 2.5), (1.0, [3.0, 11.5, 20.0], 3.5), (0.06, [3.0, 9.7, 16.4], 2.6)]
+)  # 2.56 -> 2.6, 4.06 -> 4.1
 def test_a_sweep_holds_each_fault_2_5_to_3_5s_with_4_to_5s_between(fraction, at, hold):
     sched = make_sweep(DrawAt(fraction), ["kill-master", "pause-slave", "latency"], FakeHandle())
     assert [(f.at, f.hold) for f in sched] == [(t, hold) for t in at]
     assert [f.id for f in sched] == [1, 2, 3]
-    assert sorted((f.kind, f.role, f.target) for f in sched) == [("kill-master", "master", A),
-                                                                  ("latency", "slave", AS), ("pause-slave", "slave", AS)]
+    assert sorted((f.kind, f.role, f.target) for f in sched) == [
+        ("kill-master", "master", A),
+        ("latency", "slave", AS),
+        ("pause-slave", "slave", AS),
+    ]
     lat = next(f for f in sched if f.kind == "latency")
     assert (lat.link, lat.params) == ("broker-a-s-ha", {"ms": 2500})
     assert all(f.link is None for f in sched if f.kind != "latency")

@@ -1,6 +1,7 @@
 """rmqha/chaos/nemesis.py's fault table and its Nemesis, against a recording fake of the cluster handle
 (tests/unit/chaos/fakes.py): every fault's start and stop (exact operations, targets and parameters),
 the fault log each writes, failing operations, heal_all, and Nemesis.run on a fake clock."""
+
 from __future__ import annotations
 
 import random
@@ -28,16 +29,41 @@ def node_op(op, node):
 
 # kind -> (targets, backends, target, params, [start operations], [stop operations])
 TABLE = {
-    "latency": ("slave", "docker", AS, {"ms": 2500},
-                [("slow_link", {"link": "broker-a-s-ha", "ms": 2500, "stream": "downstream"})],
-                [("heal_link", {"link": "broker-a-s-ha"})]),
-    "cut": ("slave", "docker", AS, {"mode": "timeout"},
-            [("cut_link", {"link": "broker-a-s-ha", "mode": "timeout"})],
-            [("heal_link", {"link": "broker-a-s-ha"})]),
-    "slicer": ("slave", "docker", AS, {"average_size": 7, "size_variation": 3, "delay_us": 10},
-               [("slice_link", {"link": "broker-a-s-ha", "average_size": 7, "size_variation": 3, "delay_us": 10,
-                                "stream": "downstream"})],
-               [("heal_link", {"link": "broker-a-s-ha"})]),
+    "latency": (
+        "slave",
+        "docker",
+        AS,
+        {"ms": 2500},
+        [("slow_link", {"link": "broker-a-s-ha", "ms": 2500, "stream": "downstream"})],
+        [("heal_link", {"link": "broker-a-s-ha"})],
+    ),
+    "cut": (
+        "slave",
+        "docker",
+        AS,
+        {"mode": "timeout"},
+        [("cut_link", {"link": "broker-a-s-ha", "mode": "timeout"})],
+        [("heal_link", {"link": "broker-a-s-ha"})],
+    ),
+    "slicer": (
+        "slave",
+        "docker",
+        AS,
+        {"average_size": 7, "size_variation": 3, "delay_us": 10},
+        [
+            (
+                "slice_link",
+                {
+                    "link": "broker-a-s-ha",
+                    "average_size": 7,
+                    "size_variation": 3,
+                    "delay_us": 10,
+                    "stream": "downstream",
+                },
+            )
+        ],
+        [("heal_link", {"link": "broker-a-s-ha"})],
+    ),
     "pause-slave": ("slave", "both", AS, {}, [node_op("pause", AS)], [node_op("resume", AS)]),
     "restart-slave": ("slave", "both", AS, {}, [("stop", {"node": AS, "timeout": 10.0})], [started(AS)]),
     "kill-slave": ("slave", "both", AS, {}, [node_op("kill", AS)], [started(AS)]),
@@ -46,35 +72,83 @@ TABLE = {
     "kill-master": ("master", "both", A, {}, [node_op("kill", A)], [started(A)]),
     "power-loss": ("node", "both", A, {}, [node_op("power_loss", A)], [started(A)]),
     # the whole group: master first, then its slave; back on together, then each waited for
-    "group-power-loss": ("master", "both", A, {}, [node_op("power_loss", A), node_op("power_loss", AS)],
-                         [("start", {"node": A, "wait": False, "timeout": 30.0}),
-                          ("start", {"node": AS, "wait": False, "timeout": 30.0}),
-                          ("wait_up", {"node": A, "timeout": 60}), ("wait_up", {"node": AS, "timeout": 60})]),
+    "group-power-loss": (
+        "master",
+        "both",
+        A,
+        {},
+        [node_op("power_loss", A), node_op("power_loss", AS)],
+        [
+            ("start", {"node": A, "wait": False, "timeout": 30.0}),
+            ("start", {"node": AS, "wait": False, "timeout": 30.0}),
+            ("wait_up", {"node": A, "timeout": 60}),
+            ("wait_up", {"node": AS, "timeout": 60}),
+        ],
+    ),
     # slaves first, gap_s later the master (a gap of 0 here: no sleeping in a unit test)
-    "slave-then-master-power-loss": ("master", "both", A, {"gap_s": 0}, [node_op("power_loss", AS),
-                                                                        node_op("power_loss", A)],
-                                     [("start", {"node": A, "wait": False, "timeout": 30.0}),
-                                      ("start", {"node": AS, "wait": False, "timeout": 30.0}),
-                                      ("wait_up", {"node": A, "timeout": 60}), ("wait_up", {"node": AS, "timeout": 60})]),
+    "slave-then-master-power-loss": (
+        "master",
+        "both",
+        A,
+        {"gap_s": 0},
+        [node_op("power_loss", AS), node_op("power_loss", A)],
+        [
+            ("start", {"node": A, "wait": False, "timeout": 30.0}),
+            ("start", {"node": AS, "wait": False, "timeout": 30.0}),
+            ("wait_up", {"node": A, "timeout": 60}),
+            ("wait_up", {"node": AS, "timeout": 60}),
+        ],
+    ),
     # every broker, masters first
-    "cluster-power-loss": ("master", "both", A, {}, [node_op("power_loss", n) for n in (A, B, AS, BS)],
-                           [("start", {"node": n, "wait": False, "timeout": 30.0}) for n in (A, B, AS, BS)]
-                           + [("wait_up", {"node": n, "timeout": 60}) for n in (A, B, AS, BS)]),
+    "cluster-power-loss": (
+        "master",
+        "both",
+        A,
+        {},
+        [node_op("power_loss", n) for n in (A, B, AS, BS)],
+        [("start", {"node": n, "wait": False, "timeout": 30.0}) for n in (A, B, AS, BS)]
+        + [("wait_up", {"node": n, "timeout": 60}) for n in (A, B, AS, BS)],
+    ),
     "disk-full": ("node", "both", AS, {}, [("fill_disk", {"node": AS, "leave_bytes": 0})], [node_op("free_disk", AS)]),
     "partition": ("node", "docker", B, {}, [node_op("partition", B)], [node_op("heal_partition", B)]),
-    "client-latency": ("master", "docker", B, {"ms": 3000},
-                       [("slow_link", {"link": B, "ms": 3000, "stream": "downstream"})], [("heal_link", {"link": B})]),
-    "client-cut": ("master", "docker", A, {"mode": "disabled"},
-                   [("cut_link", {"link": A, "mode": "disabled"})], [("heal_link", {"link": A})]),
+    "client-latency": (
+        "master",
+        "docker",
+        B,
+        {"ms": 3000},
+        [("slow_link", {"link": B, "ms": 3000, "stream": "downstream"})],
+        [("heal_link", {"link": B})],
+    ),
+    "client-cut": (
+        "master",
+        "docker",
+        A,
+        {"mode": "disabled"},
+        [("cut_link", {"link": A, "mode": "disabled"})],
+        [("heal_link", {"link": A})],
+    ),
 }
-LINKS = {"latency": "broker-a-s-ha", "cut": "broker-a-s-ha", "slicer": "broker-a-s-ha", "client-latency": B,
-         "client-cut": A}
+LINKS = {
+    "latency": "broker-a-s-ha",
+    "cut": "broker-a-s-ha",
+    "slicer": "broker-a-s-ha",
+    "client-latency": B,
+    "client-cut": A,
+}
 
 
 def fault(kind, target, params=None, role=None, **kw):
     group = target.removesuffix("-s")
-    return Fault(kw.pop("at", 0.0), kw.pop("hold", 1.0), kind, group, target, dict(params or {}),
-                 role or ("slave" if target.endswith("-s") else "master"), **kw)
+    return Fault(
+        kw.pop("at", 0.0),
+        kw.pop("hold", 1.0),
+        kind,
+        group,
+        target,
+        dict(params or {}),
+        role or ("slave" if target.endswith("-s") else "master"),
+        **kw,
+    )
 
 
 def test_the_table_is_the_documented_one():
@@ -82,12 +156,18 @@ def test_the_table_is_the_documented_one():
     assert set(TABLE) == {k for k, v in FAULTS.items() if v.modes == (nemesis.CLASSIC,)} and ALL_FAULTS == tuple(FAULTS)
     for name, (targets, backends, *_rest) in TABLE.items():
         k = FAULTS[name]
-        assert (k.name, k.targets, k.backends) == (name, targets, {"both": ("local", "docker"),
-                                                                   "docker": ("docker",)}[backends])
+        assert (k.name, k.targets, k.backends) == (
+            name,
+            targets,
+            {"both": ("local", "docker"), "docker": ("docker",)}[backends],
+        )
         assert (k.link is not None) == (name in LINKS)
     assert nemesis.DEFAULT_FAULTS == ("latency", "cut", "pause-slave", "restart-slave", "slicer")
     assert set(nemesis.MASTER_FAULTS) == {n for n, row in TABLE.items() if row[0] in ("master", "node")} | {
-        "kill-leader", "pause-leader", "partition-leader"}
+        "kill-leader",
+        "pause-leader",
+        "partition-leader",
+    }
 
 
 def test_applicable_faults_splits_by_backend_keeping_the_order():
@@ -111,9 +191,10 @@ def test_every_fault_starts_and_stops_through_the_handle(kind, tmp_path):
     assert h.calls == start_ops + stop_ops
     assert nem.current is None and nem.active == {}
     recs = read_faults(tmp_path)
-    assert [(r["op"], r["id"], r["kind"], r["target"], r["link"], r["group"], r["role"], r["params"], r["result"])
-            for r in recs] == [(op, 1001, kind, target, LINKS.get(kind), f.group, f.role, params, "ok")
-                               for op in ("inject", "heal")]
+    assert [
+        (r["op"], r["id"], r["kind"], r["target"], r["link"], r["group"], r["role"], r["params"], r["result"])
+        for r in recs
+    ] == [(op, 1001, kind, target, LINKS.get(kind), f.group, f.role, params, "ok") for op in ("inject", "heal")]
 
 
 @pytest.mark.parametrize("kind", sorted(k for k, row in TABLE.items() if row[1] == "both"))
@@ -146,13 +227,23 @@ def test_an_unknown_fault_is_refused():
 def test_parameters_drawn_for_each_kind():
     def drawn(kind, seeds=range(40), w=1500):
         return [FAULTS[kind].params(random.Random(s), w) for s in seeds]
+
     assert drawn("latency", [0], 1500) == [{"ms": 2500}] and drawn("latency", [0], 4000) == [{"ms": 5000}]
     for kind in ("cut", "client-cut"):
         assert {p["mode"] for p in drawn(kind)} == {"timeout", "disabled"}
     assert {p["ms"] for p in drawn("client-latency")} == {200, 1000, 3000}
     assert drawn("slicer", [0]) == [{"average_size": 7, "size_variation": 3, "delay_us": 10}]
-    for kind in ("pause-slave", "restart-slave", "kill-slave", "pause-master", "restart-master", "kill-master",
-                 "power-loss", "disk-full", "partition"):
+    for kind in (
+        "pause-slave",
+        "restart-slave",
+        "kill-slave",
+        "pause-master",
+        "restart-master",
+        "kill-master",
+        "power-loss",
+        "disk-full",
+        "partition",
+    ):
         assert drawn(kind, [0]) == [{}]
 
 
@@ -160,13 +251,25 @@ def test_describe_and_to_json():
     f = fault("latency", AS, {"ms": 2500}, link="broker-a-s-ha", id=3)
     assert f.describe() == "latency broker-a-s-ha (ms=2500)"
     assert fault("kill-master", A).describe() == "kill-master broker-a"
-    assert fault("slicer", AS, {"average_size": 7, "delay_us": 10}).describe() == \
-        "slicer broker-a-s (average_size=7 delay_us=10)"
-    assert f.to_json() == {"at": 0.0, "hold": 1.0, "kind": "latency", "group": A, "target": AS,
-                           "params": {"ms": 2500}, "role": "slave", "link": "broker-a-s-ha", "id": 3}
+    assert (
+        fault("slicer", AS, {"average_size": 7, "delay_us": 10}).describe()
+        == "slicer broker-a-s (average_size=7 delay_us=10)"
+    )
+    assert f.to_json() == {
+        "at": 0.0,
+        "hold": 1.0,
+        "kind": "latency",
+        "group": A,
+        "target": AS,
+        "params": {"ms": 2500},
+        "role": "slave",
+        "link": "broker-a-s-ha",
+        "id": 3,
+    }
 
 
 # -- ids, links, what inject and heal return ------------------------------------------------------
+
 
 def test_faults_outside_a_schedule_are_numbered_from_1001_and_scheduled_ids_are_kept():
     nem = Nemesis(FakeHandle())
@@ -202,6 +305,7 @@ def test_inject_and_heal_return_what_the_operation_measured_and_the_fault_log_ke
     def timed(name, args):  # each operation takes its time on the clock
         clock.now += took.get(name, 0.0)
         return orig(name, args)
+
     h._record = timed
     loss = {"durableOffset": 4096, "droppedBytes": 100}
     h.returns = {"power_loss": loss, "stop": "SIGTERM", "free_disk": {"freedBytes": 1 << 20}}
@@ -215,12 +319,20 @@ def test_inject_and_heal_return_what_the_operation_measured_and_the_fault_log_ke
     assert nem.heal(df) == {"freedBytes": 1 << 20}
     recs = read_faults(tmp_path)
     assert [(r["op"], r["kind"], r["info"], r["error"]) for r in recs] == [
-        ("inject", "power-loss", loss, None), ("heal", "power-loss", {}, None),
-        ("inject", "restart-slave", {}, None), ("heal", "restart-slave", {}, None),
-        ("inject", "disk-full", {}, None), ("heal", "disk-full", {"freedBytes": 1 << 20}, None)]
+        ("inject", "power-loss", loss, None),
+        ("heal", "power-loss", {}, None),
+        ("inject", "restart-slave", {}, None),
+        ("heal", "restart-slave", {}, None),
+        ("inject", "disk-full", {}, None),
+        ("heal", "disk-full", {"freedBytes": 1 << 20}, None),
+    ]
     t0 = 1_700_000_000_000
-    assert [(r["start_ms"] - t0, r["ts_ms"] - t0) for r in recs[:4]] == [(0, 120), (120, 2620), (2620, 2920),
-                                                                        (2920, 5420)]
+    assert [(r["start_ms"] - t0, r["ts_ms"] - t0) for r in recs[:4]] == [
+        (0, 120),
+        (120, 2620),
+        (2620, 2920),
+        (2920, 5420),
+    ]
 
 
 def test_a_failing_start_is_written_to_the_log_raised_and_left_active_for_heal_all(tmp_path):
@@ -232,8 +344,12 @@ def test_a_failing_start_is_written_to_the_log_raised_and_left_active_for_heal_a
         nem.inject(f)
     assert nem.current is f  # half done, perhaps: heal_all undoes it
     (rec,) = read_faults(tmp_path)
-    assert (rec["op"], rec["result"], rec["error"], rec["info"]) == \
-        ("inject", "error", "ClusterError: broker-a does not answer /status", {})
+    assert (rec["op"], rec["result"], rec["error"], rec["info"]) == (
+        "inject",
+        "error",
+        "ClusterError: broker-a does not answer /status",
+        {},
+    )
 
 
 def test_a_failing_stop_is_written_to_the_log_raised_and_no_longer_active(tmp_path):
@@ -246,7 +362,9 @@ def test_a_failing_stop_is_written_to_the_log_raised_and_no_longer_active(tmp_pa
         nem.heal(f)
     assert nem.active == {}
     assert [(r["op"], r["result"], r["error"]) for r in read_faults(tmp_path)] == [
-        ("inject", "ok", None), ("heal", "error", "OSError: toxiproxy down")]
+        ("inject", "ok", None),
+        ("heal", "error", "OSError: toxiproxy down"),
+    ]
 
 
 def test_without_a_fault_log_the_handles_own_error_is_raised():
@@ -261,24 +379,39 @@ def test_without_a_fault_log_the_handles_own_error_is_raised():
 
 # -- heal_all ---------------------------------------------------------------------------------------
 
+
 def test_heal_all_undoes_the_active_faults_then_every_link_and_node(tmp_path):
     h = FakeHandle("docker")
     nem = Nemesis(h, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
     km, lat = fault("kill-master", A), fault("latency", BS, {"ms": 2500})
     nem.inject(km)
     nem.inject(lat)
-    h.kill(BS)       # what a test did to the handle directly: a killed slave, a full disk
+    h.kill(BS)  # what a test did to the handle directly: a killed slave, a full disk
     h.limited.add(B)
     del h.calls[:]
     assert nem.heal_all() == []
-    assert h.calls == [started(A), ("heal_link", {"link": "broker-b-s-ha"}), ("heal_links", {}),
-                       node_op("heal_partition", A), node_op("resume", A),
-                       node_op("heal_partition", AS), node_op("resume", AS),
-                       node_op("heal_partition", B), node_op("resume", B), node_op("free_disk", B),
-                       node_op("heal_partition", BS), node_op("resume", BS), started(BS)]
+    assert h.calls == [
+        started(A),
+        ("heal_link", {"link": "broker-b-s-ha"}),
+        ("heal_links", {}),
+        node_op("heal_partition", A),
+        node_op("resume", A),
+        node_op("heal_partition", AS),
+        node_op("resume", AS),
+        node_op("heal_partition", B),
+        node_op("resume", B),
+        node_op("free_disk", B),
+        node_op("heal_partition", BS),
+        node_op("resume", BS),
+        started(BS),
+    ]
     assert nem.active == {}
     assert [(r["op"], r["kind"]) for r in read_faults(tmp_path)] == [
-        ("inject", "kill-master"), ("inject", "latency"), ("heal", "kill-master"), ("heal", "latency")]
+        ("inject", "kill-master"),
+        ("inject", "latency"),
+        ("heal", "kill-master"),
+        ("heal", "latency"),
+    ]
 
 
 def test_heal_all_on_the_local_backend_has_no_partitions_to_heal():
@@ -304,16 +437,27 @@ def test_heal_all_returns_every_error_and_still_heals_the_rest():
         "healing kill-master broker-a: ClusterError: broker-a did not answer /status in 60 s",
         "Toxiproxy reset: ConnectionError: refused",
         "bringing broker-a back: ClusterError: broker-a did not answer /status in 60 s",
-        "bringing broker-b back: RuntimeError: docker: no such container"]
+        "bringing broker-b back: RuntimeError: docker: no such container",
+    ]
     assert nem.active == {}
-    assert h.calls == [started(A), node_op("resume", BS), ("heal_links", {}),
-                       node_op("heal_partition", A), node_op("resume", A), started(A),
-                       node_op("heal_partition", AS), node_op("resume", AS),
-                       node_op("heal_partition", B), node_op("resume", B),
-                       node_op("heal_partition", BS), node_op("resume", BS)]
+    assert h.calls == [
+        started(A),
+        node_op("resume", BS),
+        ("heal_links", {}),
+        node_op("heal_partition", A),
+        node_op("resume", A),
+        started(A),
+        node_op("heal_partition", AS),
+        node_op("resume", AS),
+        node_op("heal_partition", B),
+        node_op("resume", B),
+        node_op("heal_partition", BS),
+        node_op("resume", BS),
+    ]
 
 
 # -- the schedule on a fake clock -------------------------------------------------------------------
+
 
 @pytest.fixture
 def clock(monkeypatch):
@@ -333,16 +477,24 @@ def test_run_injects_and_heals_each_fault_at_its_time_and_says_so(clock):
     h.returns["power_loss"] = {"durableOffset": 4096, "droppedBytes": 100}
     lines = []
     nem = Nemesis(h, log=lines.append)
-    sched = [fault("power-loss", A, at=3.0, hold=2.0, id=1), fault("latency", BS, {"ms": 2500}, at=5.5, hold=1.5,
-                                                                    link="broker-b-s-ha", id=2)]
+    sched = [
+        fault("power-loss", A, at=3.0, hold=2.0, id=1),
+        fault("latency", BS, {"ms": 2500}, at=5.5, hold=1.5, link="broker-b-s-ha", id=2),
+    ]
     run(nem, sched, clock)
-    assert h.timeline() == [(103.0, "power_loss", A), (105.0, "start", A), (105.5, "slow_link", "broker-b-s-ha"),
-                            (107.0, "heal_link", "broker-b-s-ha")]
-    assert lines == ["t=  3.0s inject power-loss broker-a on broker-a for 2s",
-                     "  durableOffset=4096 droppedBytes=100",
-                     "t=  5.0s healed power-loss broker-a",
-                     "t=  5.5s inject latency broker-b-s-ha (ms=2500) on broker-b for 1.5s",
-                     "t=  7.0s healed latency broker-b-s-ha (ms=2500)"]
+    assert h.timeline() == [
+        (103.0, "power_loss", A),
+        (105.0, "start", A),
+        (105.5, "slow_link", "broker-b-s-ha"),
+        (107.0, "heal_link", "broker-b-s-ha"),
+    ]
+    assert lines == [
+        "t=  3.0s inject power-loss broker-a on broker-a for 2s",
+        "  durableOffset=4096 droppedBytes=100",
+        "t=  5.0s healed power-loss broker-a",
+        "t=  5.5s inject latency broker-b-s-ha (ms=2500) on broker-b for 1.5s",
+        "t=  7.0s healed latency broker-b-s-ha (ms=2500)",
+    ]
     assert nem.done == [(sched[0], None), (sched[1], None)] and nem.active == {}
 
 
@@ -351,8 +503,9 @@ def test_run_started_late_catches_up_without_waiting(clock):
     t0 = clock.now - 10.0  # the workload began 10 s ago: both faults are due
     nem = Nemesis(h)
     stop = FakeStop(clock)
-    nem.run([fault("kill-slave", AS, at=2.0, hold=3.0, id=1), fault("pause-master", B, at=6.0, hold=5.0, id=2)],
-            t0, stop)
+    nem.run(
+        [fault("kill-slave", AS, at=2.0, hold=3.0, id=1), fault("pause-master", B, at=6.0, hold=5.0, id=2)], t0, stop
+    )
     assert h.timeline() == [(100.0, "kill", AS), (100.0, "start", AS), (100.0, "pause", B), (101.0, "resume", B)]
     assert stop.waits[:3] == [0.0, 0.0, 0.0]
 
@@ -366,8 +519,11 @@ def test_run_without_a_log(clock):
 def test_run_stops_early_and_leaves_the_rest_to_heal_all(clock):
     h = FakeHandle(clock=clock)
     nem = Nemesis(h)
-    sched = [fault("kill-master", A, at=1.0, hold=2.0, id=1), fault("kill-master", B, at=4.0, hold=2.0, id=2),
-             fault("pause-slave", AS, at=9.0, hold=1.0, id=3)]
+    sched = [
+        fault("kill-master", A, at=1.0, hold=2.0, id=1),
+        fault("kill-master", B, at=4.0, hold=2.0, id=2),
+        fault("pause-slave", AS, at=9.0, hold=1.0, id=3),
+    ]
     run(nem, sched, clock, stop_at=5.0)
     assert h.timeline() == [(101.0, "kill", A), (103.0, "start", A), (104.0, "kill", B)]
     assert list(nem.active) == [2] and nem.done == [(sched[0], None)] and clock.now == 105.0
@@ -380,17 +536,29 @@ def test_a_failing_inject_or_heal_in_a_run_is_recorded_not_raised(clock, tmp_pat
     h.fail[("resume", BS)] = ClusterError("not paused")
     lines = []
     nem = Nemesis(h, log=lines.append, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
-    sched = [fault("kill-master", A, at=1.0, hold=2.0, id=1), fault("pause-slave", BS, at=4.0, hold=1.0, id=2),
-             fault("disk-full", AS, at=6.0, hold=1.0, id=3)]
+    sched = [
+        fault("kill-master", A, at=1.0, hold=2.0, id=1),
+        fault("pause-slave", BS, at=4.0, hold=1.0, id=2),
+        fault("disk-full", AS, at=6.0, hold=1.0, id=3),
+    ]
     run(nem, sched, clock)
     # the failed inject's heal is still tried (the fault may be half done); every fault runs
-    assert h.timeline() == [(101.0, "kill", A), (103.0, "start", A), (104.0, "pause", BS), (105.0, "resume", BS),
-                            (106.0, "fill_disk", AS), (107.0, "free_disk", AS)]
+    assert h.timeline() == [
+        (101.0, "kill", A),
+        (103.0, "start", A),
+        (104.0, "pause", BS),
+        (105.0, "resume", BS),
+        (106.0, "fill_disk", AS),
+        (107.0, "free_disk", AS),
+    ]
     assert nem.done == [
-        (sched[0], "inject: ClusterError: kill: no such process; "
-                   "heal: ClusterError: broker-a did not answer /status in 60 s"),
+        (
+            sched[0],
+            "inject: ClusterError: kill: no such process; heal: ClusterError: broker-a did not answer /status in 60 s",
+        ),
         (sched[1], "heal: ClusterError: not paused"),
-        (sched[2], None)]
+        (sched[2], None),
+    ]
     assert lines == [
         "t=  1.0s inject kill-master broker-a on broker-a for 2s",
         "  kill-master broker-a: inject: ClusterError: kill: no such process",
@@ -399,18 +567,37 @@ def test_a_failing_inject_or_heal_in_a_run_is_recorded_not_raised(clock, tmp_pat
         "t=  4.0s inject pause-slave broker-b-s on broker-b for 1s",
         "  healing pause-slave broker-b-s: heal: ClusterError: not paused",
         "t=  6.0s inject disk-full broker-a-s on broker-a for 1s",
-        "t=  7.0s healed disk-full broker-a-s"]
+        "t=  7.0s healed disk-full broker-a-s",
+    ]
     assert [(r["op"], r["id"], r["result"]) for r in read_faults(tmp_path)] == [
-        ("inject", 1, "error"), ("heal", 1, "error"), ("inject", 2, "ok"), ("heal", 2, "error"),
-        ("inject", 3, "ok"), ("heal", 3, "ok")]
+        ("inject", 1, "error"),
+        ("heal", 1, "error"),
+        ("inject", 2, "ok"),
+        ("heal", 2, "error"),
+        ("inject", 3, "ok"),
+        ("heal", 3, "ok"),
+    ]
 
 
 def test_overlapping_faults_are_taken_in_time_order(clock):
     h = FakeHandle(clock=clock)
-    run(Nemesis(h), [fault("kill-master", A, at=1.0, hold=4.0, id=1), fault("pause-slave", BS, at=2.0, hold=1.0, id=2),
-                     fault("kill-slave", AS, at=2.5, hold=3.0, id=3)], clock)
-    assert h.timeline() == [(101.0, "kill", A), (102.0, "pause", BS), (102.5, "kill", AS), (103.0, "resume", BS),
-                            (105.0, "start", A), (105.5, "start", AS)]
+    run(
+        Nemesis(h),
+        [
+            fault("kill-master", A, at=1.0, hold=4.0, id=1),
+            fault("pause-slave", BS, at=2.0, hold=1.0, id=2),
+            fault("kill-slave", AS, at=2.5, hold=3.0, id=3),
+        ],
+        clock,
+    )
+    assert h.timeline() == [
+        (101.0, "kill", A),
+        (102.0, "pause", BS),
+        (102.5, "kill", AS),
+        (103.0, "resume", BS),
+        (105.0, "start", A),
+        (105.5, "start", AS),
+    ]
 
 
 @pytest.mark.parametrize("first_at, first_hold, next_at", [(0.0, 5.0, 5.0), (3.1, 2.2, 5.3), (0.0, 5.0004, 5.0)])
@@ -419,16 +606,30 @@ def test_a_fault_ending_as_the_next_begins_is_healed_first(clock, first_at, firs
     sum says) the heal comes first, so the master is back before its slave is killed."""
     h = FakeHandle(clock=clock)
     nem = Nemesis(h)
-    sched = [fault("kill-slave", AS, at=next_at, hold=1.0, id=2), fault("kill-master", A, at=first_at,
-                                                                          hold=first_hold, id=1)]
+    sched = [
+        fault("kill-slave", AS, at=next_at, hold=1.0, id=2),
+        fault("kill-master", A, at=first_at, hold=first_hold, id=1),
+    ]
     run(nem, sched, clock)
-    assert [(name, node) for _, name, node in h.timeline()] == [("kill", A), ("start", A), ("kill", AS),
-                                                                 ("start", AS)]
+    assert [(name, node) for _, name, node in h.timeline()] == [("kill", A), ("start", A), ("kill", AS), ("start", AS)]
 
 
 def test_a_fault_held_for_no_time_is_healed_right_after_its_inject(clock):
     h = FakeHandle(clock=clock)
-    run(Nemesis(h), [fault("pause-slave", AS, at=2.0, hold=0.0, id=1), fault("kill-master", B, at=1.0, hold=1.0, id=2),
-                     fault("pause-master", A, at=2.0, hold=0.0, id=3)], clock)
-    assert h.timeline() == [(101.0, "kill", B), (102.0, "start", B), (102.0, "pause", AS), (102.0, "pause", A),
-                            (102.0, "resume", AS), (102.0, "resume", A)]
+    run(
+        Nemesis(h),
+        [
+            fault("pause-slave", AS, at=2.0, hold=0.0, id=1),
+            fault("kill-master", B, at=1.0, hold=1.0, id=2),
+            fault("pause-master", A, at=2.0, hold=0.0, id=3),
+        ],
+        clock,
+    )
+    assert h.timeline() == [
+        (101.0, "kill", B),
+        (102.0, "start", B),
+        (102.0, "pause", AS),
+        (102.0, "pause", A),
+        (102.0, "resume", AS),
+        (102.0, "resume", A),
+    ]

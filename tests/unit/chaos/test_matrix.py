@@ -1,5 +1,6 @@
 """The guarantee matrix without processes: the sweep's schedule, the promises, and the cell verdicts
 (FAIL only for what the promise excludes, WEAK with its size, never PASS without an acknowledged send)."""
+
 import random
 
 import pytest
@@ -15,9 +16,20 @@ def test_a_sweep_hits_every_kind_once_per_role_with_the_master_power_loss_last()
     c, _ = fake_cluster()
     kinds = ["kill-master", "power-loss", "pause-slave", "disk-full"]
     sched = make_sweep(random.Random(7), kinds, c)
-    assert sorted((f.kind, f.role) for f in sched) == sorted(sweep_cells(kinds, c)) == sorted(
-        [("kill-master", "master"), ("power-loss", "master"), ("power-loss", "slave"), ("pause-slave", "slave"),
-         ("disk-full", "master"), ("disk-full", "slave")])
+    assert (
+        sorted((f.kind, f.role) for f in sched)
+        == sorted(sweep_cells(kinds, c))
+        == sorted(
+            [
+                ("kill-master", "master"),
+                ("power-loss", "master"),
+                ("power-loss", "slave"),
+                ("pause-slave", "slave"),
+                ("disk-full", "master"),
+                ("disk-full", "slave"),
+            ]
+        )
+    )
     assert (sched[-1].kind, sched[-1].role) == ("power-loss", "master")
     assert all(b.at >= a.at + a.hold + 4.0 for a, b in zip(sched, sched[1:]))  # one at a time, with a gap
     assert [f.to_json() for f in sched] == [f.to_json() for f in make_sweep(random.Random(7), kinds, c)]
@@ -26,8 +38,11 @@ def test_a_sweep_hits_every_kind_once_per_role_with_the_master_power_loss_last()
 def test_only_an_async_master_with_async_flush_may_lose_acknowledged_sends_in_a_power_loss():
     allowed = {(t, fl) for t, fl in matrix.CONFIGS if promise(t, fl, "power-loss", "master")["loss_allowed"]}
     assert allowed == {("2m-2s-async", "ASYNC_FLUSH")}
-    assert not any(promise(t, fl, k, r)["loss_allowed"] for t, fl in matrix.CONFIGS
-                   for k, r in [("kill-master", "master"), ("power-loss", "slave"), ("disk-full", "master")])
+    assert not any(
+        promise(t, fl, k, r)["loss_allowed"]
+        for t, fl in matrix.CONFIGS
+        for k, r in [("kill-master", "master"), ("power-loss", "slave"), ("disk-full", "master")]
+    )
     assert promise("2m-2s-sync", "SYNC_FLUSH", "power-loss", "master")["divergence_allowed"]
     assert not promise("2m-2s-sync", "SYNC_FLUSH", "kill-master", "master")["divergence_allowed"]
 
@@ -48,26 +63,45 @@ def test_cell_verdicts():
     assert judge(sync, [sample(divergent=1)])[0] == "FAIL"
     assert judge(sync, [sample(ok=0)])[0] == "not exercised"
     assert judge(sync, [])[0] == "not exercised"
-    assert judge(weak, [sample(lost=3)]) == ("WEAK", "allowed: 3 acknowledged on no node, 0 undelivered, "
-                                                     "0 stranded on a slave, 0 divergent pair(s)")
+    assert judge(weak, [sample(lost=3)]) == (
+        "WEAK",
+        "allowed: 3 acknowledged on no node, 0 undelivered, 0 stranded on a slave, 0 divergent pair(s)",
+    )
     assert judge(weak, [sample(ok=0, lost=3)])[0] == "WEAK"  # a loss is a result even with no ack in the window
     assert judge(sync, [sample(error="boom")])[0] == "FAIL"
 
 
 def test_a_divergence_goes_to_its_groups_master_power_loss_not_to_a_slave_fault(tmp_path):
     from rmqha.chaos.matrix import cell_samples
+
     (tmp_path / "history").mkdir()
     (tmp_path / "history" / "producer-1.jsonl").write_text(
-        '{"op": "send", "start_ms": 1500, "end_ms": 1510, "status": "SEND_OK"}\n')
+        '{"op": "send", "start_ms": 1500, "end_ms": 1510, "status": "SEND_OK"}\n'
+    )
 
     def fault(id_, kind, target, role, start):
-        return {"id": id_, "kind": kind, "target": target, "group": "broker-a", "role": role, "link": None,
-                "start_ms": start, "end_ms": start + 1000}
-    faults = [fault(1, "kill-master", "broker-a", "master", 1000), fault(2, "power-loss", "broker-a-s", "slave", 3000),
-              fault(3, "power-loss", "broker-a", "master", 5000)]
+        return {
+            "id": id_,
+            "kind": kind,
+            "target": target,
+            "group": "broker-a",
+            "role": role,
+            "link": None,
+            "start_ms": start,
+            "end_ms": start + 1000,
+        }
+
+    faults = [
+        fault(1, "kill-master", "broker-a", "master", 1000),
+        fault(2, "power-loss", "broker-a-s", "slave", 3000),
+        fault(3, "power-loss", "broker-a", "master", 5000),
+    ]
     blamed = ["broker-a/broker-a-s at 777"]
-    summary = {"faults": faults, "lostByFault": {},
-               "divergentByFault": {f"#{f['id']} {f['kind']} {f['target']}": blamed for f in faults}}
+    summary = {
+        "faults": faults,
+        "lostByFault": {},
+        "divergentByFault": {f"#{f['id']} {f['kind']} {f['target']}": blamed for f in faults},
+    }
     got = {(s["kind"], s["role"]): s["divergent"] for s in cell_samples(tmp_path, summary, "2m-2s-sync", "ASYNC_FLUSH")}
     assert got == {("kill-master", "master"): 0, ("power-loss", "slave"): 0, ("power-loss", "master"): 1}
     # with no master power loss in the group, the slave power loss and the kill carry it
@@ -94,47 +128,71 @@ def test_cells_judge_delivery_and_the_faulted_groups_own_acks():
 def test_audit_failures_no_cell_accounts_for_fail_the_matrix():
     faults = [{"id": 1, "kind": "power-loss", "target": "broker-a"}]
     fail = {"status": "FAIL", "name": "x", "detail": ""}
-    base = {"faults": faults, "lostByFault": {}, "deliveryByFault": {"#1 power-loss broker-a": {"delivery.stranded": 3}}}
+    base = {
+        "faults": faults,
+        "lostByFault": {},
+        "deliveryByFault": {"#1 power-loss broker-a": {"delivery.stranded": 3}},
+    }
     assert matrix.unexplained_failures(base | {"verdicts": [fail | {"id": "delivery.stranded"}]}) == []
-    assert matrix.unexplained_failures(base | {"verdicts": [fail | {"id": "delivery.unexpected", "name": "u"}]}) \
-        == ["u (delivery.unexpected)"]
+    assert matrix.unexplained_failures(base | {"verdicts": [fail | {"id": "delivery.unexpected", "name": "u"}]}) == [
+        "u (delivery.unexpected)"
+    ]
     nf = base | {"deliveryByFault": {"no fault": {"delivery.lost": 1}}}
-    assert matrix.unexplained_failures(nf | {"verdicts": [fail | {"id": "delivery.lost", "name": "l"}]}) \
-        == ["l (delivery.lost)"]
-    assert matrix.unexplained_failures(base | {"verdicts": [fail | {"name": "log integrity broker-a"}]}) \
-        == ["log integrity broker-a (no id)"]
+    assert matrix.unexplained_failures(nf | {"verdicts": [fail | {"id": "delivery.lost", "name": "l"}]}) == [
+        "l (delivery.lost)"
+    ]
+    assert matrix.unexplained_failures(base | {"verdicts": [fail | {"name": "log integrity broker-a"}]}) == [
+        "log integrity broker-a (no id)"
+    ]
 
 
 def test_a_node_fault_no_sample_saw_is_not_exercised(tmp_path):
     """A nemesis that silently does nothing (the node never went away) must not count as coverage."""
     import json
+
     (tmp_path / "history").mkdir()
     (tmp_path / "history" / "producer-1.jsonl").write_text(
-        "".join(json.dumps({"op": "send", "start_ms": t, "end_ms": t + 5, "status": "SEND_OK"}) + "\n"
-                for t in range(1000, 9000, 100)))
+        "".join(
+            json.dumps({"op": "send", "start_ms": t, "end_ms": t + 5, "status": "SEND_OK"}) + "\n"
+            for t in range(1000, 9000, 100)
+        )
+    )
     (tmp_path / "metrics").mkdir()
     rows = []
     for ts in range(1, 10):
         for node, role, master in (("broker-a", "SYNC_MASTER", None), ("broker-a-s", "SLAVE", "broker-a")):
-            up = not (node == "broker-a" and 2 <= ts <= 3)   # the kill at 2 s took broker-a away
+            up = not (node == "broker-a" and 2 <= ts <= 3)  # the kill at 2 s took broker-a away
             rows.append({"ts": ts, "node": node, "role": role, "master": master, "up": up, "maxPhyOffset": 10})
     (tmp_path / "metrics" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     def fault(id_, kind, target, start):
-        return {"id": id_, "kind": kind, "target": target, "group": "broker-a", "role": "master", "link": None,
-                "start_ms": start, "end_ms": start + 1500}
-    summary = {"faults": [fault(1, "kill-master", "broker-a", 1900), fault(2, "kill-master", "broker-a", 6000)],
-               "lostByFault": {}, "divergentByFault": {}}
+        return {
+            "id": id_,
+            "kind": kind,
+            "target": target,
+            "group": "broker-a",
+            "role": "master",
+            "link": None,
+            "start_ms": start,
+            "end_ms": start + 1500,
+        }
+
+    summary = {
+        "faults": [fault(1, "kill-master", "broker-a", 1900), fault(2, "kill-master", "broker-a", 6000)],
+        "lostByFault": {},
+        "divergentByFault": {},
+    }
     got = cell_samples_by_id(tmp_path, summary)
     assert got[1]["not_exercised"] is None
-    assert "no sample saw broker-a down" in got[2]["not_exercised"]   # the second kill did nothing visible
+    assert "no sample saw broker-a down" in got[2]["not_exercised"]  # the second kill did nothing visible
     p = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
     assert judge(p, [got[2] | AUDITED])[0] == "not exercised" and judge(p, [got[1] | AUDITED])[0] == "PASS"
-    assert judge(p, [got[1]])[0] == "not audited"   # this summary has no delivery figures
+    assert judge(p, [got[1]])[0] == "not audited"  # this summary has no delivery figures
 
 
 def cell_samples_by_id(run, summary):
     from rmqha.chaos.matrix import cell_samples
+
     return dict(zip((f["id"] for f in summary["faults"]), cell_samples(run, summary, "2m-2s-sync", "ASYNC_FLUSH")))
 
 
@@ -148,6 +206,7 @@ def test_a_power_cut_of_every_copy_may_lose_what_no_node_fsynced_in_either_topol
 
 def test_a_disk_full_fault_must_show_its_effect():
     from rmqha.chaos.matrix import no_effect
+
     f = {"kind": "disk-full", "role": "master", "target": "broker-a", "start_ms": 1000, "end_ms": 5000}
     assert "no send was refused" in no_effect(f, {}, True, non_ok=0)
     assert no_effect(f, {}, True, non_ok=3) is None
@@ -162,11 +221,20 @@ def test_a_disk_full_fault_must_show_its_effect():
 
 def test_the_planted_control_fails_the_matrix_when_the_checkers_miss_a_bug():
     from rmqha.chaos.matrix import planted_missed
-    caught = {"verdicts": [{"id": "queues.consistent", "subject": "broker-b", "status": "FAIL"},
-                           {"id": "replica.consistent", "subject": "broker-a-s", "status": "FAIL"}]}
+
+    caught = {
+        "verdicts": [
+            {"id": "queues.consistent", "subject": "broker-b", "status": "FAIL"},
+            {"id": "replica.consistent", "subject": "broker-a-s", "status": "FAIL"},
+        ]
+    }
     assert planted_missed(caught) == []
-    masked = {"verdicts": [{"id": "queues.consistent", "subject": "broker-b", "status": "FAIL"},
-                           {"id": "replica.consistent", "subject": "broker-a-s", "status": "PASS"}]}
+    masked = {
+        "verdicts": [
+            {"id": "queues.consistent", "subject": "broker-b", "status": "FAIL"},
+            {"id": "replica.consistent", "subject": "broker-a-s", "status": "PASS"},
+        ]
+    }
     assert planted_missed(masked) == ["replica.consistent broker-a-s"]
     assert len(planted_missed({})) == 2
 
@@ -174,6 +242,7 @@ def test_the_planted_control_fails_the_matrix_when_the_checkers_miss_a_bug():
 def test_the_planted_runs_cover_every_serving_bug_each_with_its_own_verdict():
     from rmqha.broker.planted import PLANTED_BUGS, SERVING_BUGS
     from rmqha.chaos.matrix import ORDERLY_LANE, PLANTED_RUNS
+
     planted = {}  # bug -> the runs it is planted in
     for spec in PLANTED_RUNS:
         for key, bugs in spec["sets"].items():
@@ -185,8 +254,12 @@ def test_the_planted_runs_cover_every_serving_bug_each_with_its_own_verdict():
             assert tuple(spec["extra"]) == ORDERLY_LANE, spec  # only an orderly group is judged for order
     assert set(SERVING_BUGS) <= set(planted), set(SERVING_BUGS) - set(planted)
     expected = {spec["name"]: {i for i, _s, _st in spec["expect"]} for spec in PLANTED_RUNS}
-    want = {"reorder-pull": "delivery.reordered", "duplicate-pull": "delivery.duplicate",
-            "phantom-pull": "delivery.unexpected", "offset-regression": "delivery.offset-regression"}
+    want = {
+        "reorder-pull": "delivery.reordered",
+        "duplicate-pull": "delivery.duplicate",
+        "phantom-pull": "delivery.unexpected",
+        "offset-regression": "delivery.offset-regression",
+    }
     for bug, verdict in want.items():
         (run,) = planted[bug]
         assert verdict in expected[run], (bug, run)
@@ -199,35 +272,52 @@ def test_the_planted_runs_cover_every_serving_bug_each_with_its_own_verdict():
 
 def test_a_serving_planted_run_is_caught_by_group_prefix_and_duplicates_by_a_warn():
     from rmqha.chaos.matrix import PLANTED_RUNS, planted_missed
+
     order = next(s for s in PLANTED_RUNS if s["name"] == "mx-planted-order")
-    caught = {"verdicts": [{"id": "delivery.reordered", "subject": "ChaosOrderlyCG20261127-1", "status": "FAIL"},
-                           {"id": "delivery.duplicate", "subject": "ChaosCG20261127-1", "status": "WARN"},
-                           {"id": "delivery.duplicate", "subject": "ChaosOrderlyCG20261127-1", "status": "WARN"}]}
+    caught = {
+        "verdicts": [
+            {"id": "delivery.reordered", "subject": "ChaosOrderlyCG20261127-1", "status": "FAIL"},
+            {"id": "delivery.duplicate", "subject": "ChaosCG20261127-1", "status": "WARN"},
+            {"id": "delivery.duplicate", "subject": "ChaosOrderlyCG20261127-1", "status": "WARN"},
+        ]
+    }
     assert planted_missed(caught, order["expect"]) == []
-    no_dups = {"verdicts": [caught["verdicts"][0],
-                            {"id": "delivery.duplicate", "subject": "ChaosCG20261127-1", "status": "PASS"}]}
+    no_dups = {
+        "verdicts": [
+            caught["verdicts"][0],
+            {"id": "delivery.duplicate", "subject": "ChaosCG20261127-1", "status": "PASS"},
+        ]
+    }
     assert planted_missed(no_dups, order["expect"]) == ["delivery.duplicate ChaosCG* WARN"]
-    wrong_group = {"verdicts": [{"id": "delivery.reordered", "subject": "ChaosCG20261127-1", "status": "FAIL"},
-                                caught["verdicts"][1]]}
+    wrong_group = {
+        "verdicts": [
+            {"id": "delivery.reordered", "subject": "ChaosCG20261127-1", "status": "FAIL"},
+            caught["verdicts"][1],
+        ]
+    }
     assert planted_missed(wrong_group, order["expect"]) == ["delivery.reordered ChaosOrderlyCG*"]
 
 
 def test_a_planted_run_passes_its_bugs_and_the_orderly_lane_to_the_sweep(monkeypatch, tmp_path):
     from rmqha.chaos import matrix
+
     calls = []
     monkeypatch.setattr(matrix, "sweep", lambda *a, **kw: calls.append((a, kw)) or {"name": kw["name"]})
     for spec in matrix.PLANTED_RUNS:
         matrix.planted_run(object(), tmp_path, 0, spec)
     assert [kw["name"] for _a, kw in calls] == [s["name"] for s in matrix.PLANTED_RUNS]
     by_name = {kw["name"]: kw for _a, kw in calls}
-    assert by_name["mx-planted-order"]["sets"] == {"broker-a:plantBug": "reorder-pull",
-                                                   "broker-b:plantBug": "duplicate-pull"}
+    assert by_name["mx-planted-order"]["sets"] == {
+        "broker-a:plantBug": "reorder-pull",
+        "broker-b:plantBug": "duplicate-pull",
+    }
     assert by_name["mx-planted-order"]["extra"] == ("--orderly-rate", "40")
     assert by_name["mx-planted"]["extra"] == ()
 
 
 def test_a_link_fault_must_show_its_effect():
     from rmqha.chaos.matrix import no_effect
+
     f = {"kind": "cut", "role": "slave", "target": "broker-a-s", "start_ms": 1000, "end_ms": 5000}
     master = [(t, t, None) for t in range(0, 6000, 500)]
     lagging = [(t, min(t, 1000), "broker-a") for t in range(0, 6000, 500)]
@@ -242,22 +332,50 @@ def test_a_link_fault_must_show_its_effect():
 # ---- issue 23 (deliverable 3): recovery never counts "ahead" as caught up; losses follow the fault that
 # caused them; a run that did not happen or was not audited is never "ok"
 
+
 def write_samples(run, rounds):
     """rounds: [(ts s, master offset, slave offset)] for group broker-a (None: did not answer)."""
     import json
+
     (run / "metrics").mkdir(parents=True, exist_ok=True)
     rows = []
     for ts, m, s in rounds:
-        rows.append({"ts": ts, "node": "broker-a", "brokerName": "broker-a", "role": "SYNC_MASTER",
-                     "up": m is not None, "maxPhyOffset": m})
-        rows.append({"ts": ts, "node": "broker-a-s", "brokerName": "broker-a", "role": "SLAVE", "master": "broker-a",
-                     "up": s is not None, "maxPhyOffset": s})
+        rows.append(
+            {
+                "ts": ts,
+                "node": "broker-a",
+                "brokerName": "broker-a",
+                "role": "SYNC_MASTER",
+                "up": m is not None,
+                "maxPhyOffset": m,
+            }
+        )
+        rows.append(
+            {
+                "ts": ts,
+                "node": "broker-a-s",
+                "brokerName": "broker-a",
+                "role": "SLAVE",
+                "master": "broker-a",
+                "up": s is not None,
+                "maxPhyOffset": s,
+            }
+        )
     (run / "metrics" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def fault(id_, kind, role="master", start=1000, end=2000, group="broker-a", target=None, info=None):
-    return {"id": id_, "kind": kind, "target": target or ("broker-a" if role == "master" else "broker-a-s"),
-            "group": group, "role": role, "link": None, "start_ms": start, "end_ms": end, "info": info or {}}
+    return {
+        "id": id_,
+        "kind": kind,
+        "target": target or ("broker-a" if role == "master" else "broker-a-s"),
+        "group": group,
+        "role": role,
+        "link": None,
+        "start_ms": start,
+        "end_ms": end,
+        "info": info or {},
+    }
 
 
 def summary_of(faults, **extra):
@@ -272,7 +390,11 @@ def test_a_slave_ahead_of_its_master_or_with_an_unknown_offset_never_recovers(tm
     assert got["recovery_s"] is None and got["recovery_never"]
     # a slave that answers but whose offset is unknown is not caught up either
     write_samples(tmp_path, [(3.0, 500, 500)])
-    rows = (tmp_path / "metrics" / "samples.jsonl").read_text().replace('"maxPhyOffset": 500}\n', '"maxPhyOffset": null}\n', 1)
+    rows = (
+        (tmp_path / "metrics" / "samples.jsonl")
+        .read_text()
+        .replace('"maxPhyOffset": 500}\n', '"maxPhyOffset": null}\n', 1)
+    )
     (tmp_path / "metrics" / "samples.jsonl").write_text(rows)
     assert cell_samples_by_id(tmp_path, summary_of([fault(1, "power-loss")]))[1]["recovery_never"]
     # equal offsets after the heal are a recovery, unless the audit says the bytes differ (a fork the
@@ -280,36 +402,72 @@ def test_a_slave_ahead_of_its_master_or_with_an_unknown_offset_never_recovers(tm
     write_samples(tmp_path, [(1.0, 900, 900), (3.0, 500, 900), (4.0, 900, 900), (5.0, 950, 950)])
     got = cell_samples_by_id(tmp_path, summary_of([fault(1, "power-loss")]))[1]
     assert (got["recovery_s"], got["recovery_never"]) == (2.0, False)
-    forked = summary_of([fault(1, "power-loss")], verdicts=[
-        {"id": "replica.consistent", "subject": "broker-a-s", "status": "WARN", "name": "replica broker-a",
-         "detail": "an allowed fork at offset 500"}])
+    forked = summary_of(
+        [fault(1, "power-loss")],
+        verdicts=[
+            {
+                "id": "replica.consistent",
+                "subject": "broker-a-s",
+                "status": "WARN",
+                "name": "replica broker-a",
+                "detail": "an allowed fork at offset 500",
+            }
+        ],
+    )
     got = cell_samples_by_id(tmp_path, forked)[1]
     assert got["recovery_s"] is None and got["recovery_never"]
     # the run's ending says so too (rmqha/chaos/run.py wait_catch_up)
     (tmp_path / "chaos").mkdir()
     (tmp_path / "chaos" / "ending-1.json").write_text('{"catchUp": {"broker-a-s": "forked: SLAVE_AHEAD"}}')
     assert cell_samples_by_id(tmp_path, summary_of([fault(1, "power-loss")]))[1]["recovery_never"]
-    cell = matrix.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local",
-                          "samples": [got, got | {"recovery_s": 1.5, "recovery_never": False}]}])[0]
+    cell = matrix.build(
+        [
+            {
+                "topology": "2m-2s-sync",
+                "flush": "ASYNC_FLUSH",
+                "backend": "local",
+                "samples": [got, got | {"recovery_s": 1.5, "recovery_never": False}],
+            }
+        ]
+    )[0]
     assert (cell["recovery_s"], cell["recovery_never"], matrix.recovery_text(cell)) == (1.5, 1, "never (1/2), else 1.5")
 
 
 def test_losses_blamed_on_a_fault_that_was_not_exercised_go_to_the_fault_that_caused_them(tmp_path):
     """The published case: ours sync ASYNC_FLUSH cluster-power-loss read WEAK with 0 acknowledged in 3 runs,
     its losses those of an earlier fork of the group."""
-    faults = [fault(1, "power-loss", start=1000, end=2000),
-              fault(2, "kill-slave", role="slave", start=3000, end=4000),
-              fault(3, "cluster-power-loss", start=5000, end=6000, group=None,
-                    info={"notExercised": "group broker-a cannot replicate"})]
-    summary = summary_of(faults, deliveryByFault={"#1 power-loss broker-a": {"delivery.stranded": 5},
-                                                  "#3 cluster-power-loss broker-a": {"delivery.stranded": 88,
-                                                                                     "delivery.lost": 117}},
-                         ackedOnGroupByFault={"#1 power-loss broker-a": 40, "#2 kill-slave broker-a-s": 30,
-                                              "#3 cluster-power-loss broker-a": 0})
+    faults = [
+        fault(1, "power-loss", start=1000, end=2000),
+        fault(2, "kill-slave", role="slave", start=3000, end=4000),
+        fault(
+            3,
+            "cluster-power-loss",
+            start=5000,
+            end=6000,
+            group=None,
+            info={"notExercised": "group broker-a cannot replicate"},
+        ),
+    ]
+    summary = summary_of(
+        faults,
+        deliveryByFault={
+            "#1 power-loss broker-a": {"delivery.stranded": 5},
+            "#3 cluster-power-loss broker-a": {"delivery.stranded": 88, "delivery.lost": 117},
+        },
+        ackedOnGroupByFault={
+            "#1 power-loss broker-a": 40,
+            "#2 kill-slave broker-a-s": 30,
+            "#3 cluster-power-loss broker-a": 0,
+        },
+    )
     got = cell_samples_by_id(tmp_path, summary)
     assert (got[3]["stranded"], got[3]["undelivered"]) == (0, 0)
     assert got[3]["blamed_on"] == {"fault": "#1 power-loss broker-a", "stranded": 88, "undelivered": 117}
-    assert (got[1]["stranded"], got[1]["undelivered"], got[1]["inherited_from"]) == (88, 117, ["#3 cluster-power-loss broker-a"])
+    assert (got[1]["stranded"], got[1]["undelivered"], got[1]["inherited_from"]) == (
+        88,
+        117,
+        ["#3 cluster-power-loss broker-a"],
+    )
     assert got[2]["stranded"] == 0  # a slave kill between them is not the cause
     sync = ("2m-2s-sync", "ASYNC_FLUSH")
     assert judge(promise(*sync, "cluster-power-loss", "master"), [got[3] | AUDITED])[0] == "not exercised"
@@ -330,18 +488,30 @@ def test_a_cell_says_how_many_of_its_runs_were_exercised():
     idle = sample() | {"acked_on_group": 9, "not_exercised": "group broker-a cannot replicate"}
     verdict, note = judge(p, [sample(), idle, idle])
     assert verdict == "PASS" and note.startswith("only 1 of 3 runs exercised")
-    cell = matrix.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local",
-                          "samples": [s | {"kind": "kill-master", "role": "master", "recovery_s": None}
-                                      for s in (sample(), idle, idle)]}])[0]
+    cell = matrix.build(
+        [
+            {
+                "topology": "2m-2s-sync",
+                "flush": "ASYNC_FLUSH",
+                "backend": "local",
+                "samples": [
+                    s | {"kind": "kill-master", "role": "master", "recovery_s": None} for s in (sample(), idle, idle)
+                ],
+            }
+        ]
+    )[0]
     assert (cell["exercised"], cell["runs"]) == (1, 3)
     # a cluster-wide fault that could not exercise one group says which
     part = sample() | {"groups_not_exercised": ["broker-b"]}
     assert judge(promise("2m-2s-sync", "ASYNC_FLUSH", "cluster-power-loss", "master"), [part]) == (
-        "PASS", "not exercised on broker-b (that group could not replicate)")
+        "PASS",
+        "not exercised on broker-b (that group could not replicate)",
+    )
 
 
 def test_a_run_that_did_not_happen_or_was_not_audited_is_never_ok(tmp_path, monkeypatch):
     import json
+
     # --from-runs over two run folders that both hold a passing summary: one of them is an earlier run's
     # leftover (the matrix recorded its sweep as 1 s): it is not judged, and the matrix fails
     monkeypatch.setattr(matrix.rf, "run_dir", lambda name: tmp_path / "runs" / name)
@@ -351,12 +521,17 @@ def test_a_run_that_did_not_happen_or_was_not_audited_is_never_ok(tmp_path, monk
     f1 = fault(1, "kill-slave", role="slave")
     for name in plan:
         (tmp_path / "runs" / name / "report").mkdir(parents=True)
-        fabricate(tmp_path / "runs" / name, [(f"a{k}", "broker-a", [("SEND_OK", 1500, 1510)]) for k in range(5)],
-                  [(f"a{k}", None, 3000) for k in range(5)])
-        (tmp_path / "runs" / name / "report" / "summary.json").write_text(json.dumps(audited_summary(
-            [f1], {"#1 kill-slave broker-a-s": 5}, 5)))
-    (out / "matrix.json").write_text(json.dumps({"runs": [{"name": plan[0], "took_s": 400, "rc": 0},
-                                                          {"name": plan[1], "took_s": 1, "rc": 0}]}))
+        fabricate(
+            tmp_path / "runs" / name,
+            [(f"a{k}", "broker-a", [("SEND_OK", 1500, 1510)]) for k in range(5)],
+            [(f"a{k}", None, 3000) for k in range(5)],
+        )
+        (tmp_path / "runs" / name / "report" / "summary.json").write_text(
+            json.dumps(audited_summary([f1], {"#1 kill-slave broker-a-s": 5}, 5))
+        )
+    (out / "matrix.json").write_text(
+        json.dumps({"runs": [{"name": plan[0], "took_s": 400, "rc": 0}, {"name": plan[1], "took_s": 1, "rc": 0}]})
+    )
     argv = ["--from-runs", "--seeds", "1", "--configs", "2m-2s-sync/ASYNC_FLUSH", "--out", str(out)]
     assert matrix.main(argv) == 1
     md = (out / "matrix.md").read_text()
@@ -385,27 +560,42 @@ def test_a_group_the_samples_show_forked_before_a_fault_does_not_exercise_it(tmp
     """Runs the nemesis did not judge (recorded before it judged per group): the samples tell a group that
     no longer replicates, a slave ahead of its master or storing nothing while its master grows."""
     import json
+
     (tmp_path / "metrics").mkdir()
     rows = []
-    for k in range(20):                       # rounds every 500 ms from 0 to 9.5 s
+    for k in range(20):  # rounds every 500 ms from 0 to 9.5 s
         ts = k * 0.5
-        for g, m, s in (("broker-a", 1000 + 100 * k, 900),          # forked: the slave is stuck
-                        ("broker-b", 1000 + 100 * k, 1000 + 100 * k - 50),   # replicating
-                        ("broker-c", 500, 900)):                    # the master came back behind its slave
+        for g, m, s in (
+            ("broker-a", 1000 + 100 * k, 900),  # forked: the slave is stuck
+            ("broker-b", 1000 + 100 * k, 1000 + 100 * k - 50),  # replicating
+            ("broker-c", 500, 900),
+        ):  # the master came back behind its slave
             rows.append({"ts": ts, "node": g, "brokerName": g, "role": "SYNC_MASTER", "up": True, "maxPhyOffset": m})
-            rows.append({"ts": ts, "node": g + "-s", "brokerName": g, "role": "SLAVE", "master": g, "up": True,
-                         "maxPhyOffset": s})
+            rows.append(
+                {
+                    "ts": ts,
+                    "node": g + "-s",
+                    "brokerName": g,
+                    "role": "SLAVE",
+                    "master": g,
+                    "up": True,
+                    "maxPhyOffset": s,
+                }
+            )
     (tmp_path / "metrics" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert matrix.stuck_groups(tmp_path, 5000) == {
         "broker-a": "group broker-a cannot replicate: broker-a-s stored nothing while its master's log grew "
-                    "before the fault (a fork)",
-        "broker-c": "group broker-c cannot replicate: broker-c-s was ahead of its master before the fault (a fork)"}
-    faults = [fault(1, "kill-master", start=5000, end=6000), fault(2, "kill-master", start=5000, end=6000,
-                                                                    group="broker-b", target="broker-b"),
-              fault(3, "cluster-power-loss", start=5000, end=6000, group=None)]
+        "before the fault (a fork)",
+        "broker-c": "group broker-c cannot replicate: broker-c-s was ahead of its master before the fault (a fork)",
+    }
+    faults = [
+        fault(1, "kill-master", start=5000, end=6000),
+        fault(2, "kill-master", start=5000, end=6000, group="broker-b", target="broker-b"),
+        fault(3, "cluster-power-loss", start=5000, end=6000, group=None),
+    ]
     got = cell_samples_by_id(tmp_path, summary_of(faults))
     assert "broker-a-s stored nothing" in got[1]["not_exercised"]
-    assert "no sample saw broker-b down" in got[2]["not_exercised"]   # replicating: only its own effect is missing
+    assert "no sample saw broker-b down" in got[2]["not_exercised"]  # replicating: only its own effect is missing
     assert got[3]["groups_not_exercised"] == ["broker-a", "broker-c"]
 
 
@@ -428,6 +618,7 @@ def fabricate(rd, sends, receives=(), unsubscribe_at=None, producer_tail="", ext
     import json
 
     from rmqha.broker.store import record
+
     lines, seq, stored = [], 0, {}
     for sid, group, tries in sends:
         for attempt, (status, t0, t1, *more) in enumerate(tries, 1):
@@ -438,25 +629,65 @@ def fabricate(rd, sends, receives=(), unsubscribe_at=None, producer_tail="", ext
             if status is None:
                 continue
             uniq = opts.get("uniq") or (f"U-{sid}-{attempt}" if status != "ERROR" else None)
-            lines.append(base | {"seq": seq, "op": "send", "status": status, "uniq_key": uniq, "start_ms": t0,
-                                 "end_ms": t1, "error": "ProducerSendAsyncFailed: b''" if status == "ERROR" else None}
-                         | opts.get("line", {}))
+            lines.append(
+                base
+                | {
+                    "seq": seq,
+                    "op": "send",
+                    "status": status,
+                    "uniq_key": uniq,
+                    "start_ms": t0,
+                    "end_ms": t1,
+                    "error": "ProducerSendAsyncFailed: b''" if status == "ERROR" else None,
+                }
+                | opts.get("line", {})
+            )
             seq += 1
             at = opts.get("group", group)
-            if at:   # an ERROR try stored anyway: the client timed out on a send the broker kept
+            if at:  # an ERROR try stored anyway: the client timed out on a send the broker kept
                 stored.setdefault(at, []).append((sid, uniq or f"U-{sid}-{attempt}-unseen", TOPIC))
     for group, sid, uniq, topic in extra_copies:
         stored.setdefault(group, []).append((sid, uniq, topic))
     (rd / "history").mkdir(parents=True, exist_ok=True)
     (rd / "history" / "producer-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + producer_tail)
-    cons = [{"client": "c1", "seq": 0, "op": "subscribe", "group": CG, "topic": TOPIC, "status": "FROM_FIRST",
-             "start_ms": 0, "end_ms": 0}]
+    cons = [
+        {
+            "client": "c1",
+            "seq": 0,
+            "op": "subscribe",
+            "group": CG,
+            "topic": TOPIC,
+            "status": "FROM_FIRST",
+            "start_ms": 0,
+            "end_ms": 0,
+        }
+    ]
     for i, (sid, uniq, at) in enumerate(receives, 1):
-        cons.append({"client": "c1", "seq": i, "op": "receive", "group": CG, "topic": TOPIC, "send_id": sid,
-                     "uniq_key": uniq, "status": "RECEIVED", "start_ms": at, "end_ms": at})
+        cons.append(
+            {
+                "client": "c1",
+                "seq": i,
+                "op": "receive",
+                "group": CG,
+                "topic": TOPIC,
+                "send_id": sid,
+                "uniq_key": uniq,
+                "status": "RECEIVED",
+                "start_ms": at,
+                "end_ms": at,
+            }
+        )
     if unsubscribe_at is not None:
-        cons.append({"client": "c1", "seq": len(cons), "op": "unsubscribe", "group": CG, "start_ms": unsubscribe_at,
-                     "end_ms": unsubscribe_at})
+        cons.append(
+            {
+                "client": "c1",
+                "seq": len(cons),
+                "op": "unsubscribe",
+                "group": CG,
+                "start_ms": unsubscribe_at,
+                "end_ms": unsubscribe_at,
+            }
+        )
     (rd / "history" / "consumer-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in cons))
     for group in ("broker-a", "broker-b"):
         for node, broker_id in ((group, 0), (group + "-s", 1)):
@@ -475,30 +706,59 @@ def audited_summary(faults, acked_on_group, acknowledged, delivered=None, parked
     """summary.json as the audit writes it: acked_on_group {fault label: n}; acknowledged: what the
     delivery checker owed CG, delivered (default: all of it but the parked) and parked of those; the rest lost."""
     delivered = acknowledged - parked if delivered is None else delivered
-    return summary_of(faults, failed=False, verdicts=[], ackedOnGroupByFault=acked_on_group,
-                      delivery={CG: {"acknowledged": acknowledged, "delivered": delivered, "parked": parked,
-                                     "stranded": 0, "lost": acknowledged - delivered - parked}}) | extra
+    return (
+        summary_of(
+            faults,
+            failed=False,
+            verdicts=[],
+            ackedOnGroupByFault=acked_on_group,
+            delivery={
+                CG: {
+                    "acknowledged": acknowledged,
+                    "delivered": delivered,
+                    "parked": parked,
+                    "stranded": 0,
+                    "lost": acknowledged - delivered - parked,
+                }
+            },
+        )
+        | extra
+    )
 
 
 def test_delivered_counts_the_faulted_groups_acknowledged_sends_some_consumer_received(tmp_path):
     ok = [("SEND_OK", 10500, 10510)]
-    fabricate(tmp_path, [("a1", "broker-a", ok), ("a2", "broker-a", ok), ("a3", "broker-a", ok),
-                         ("a4", "broker-a", [("ERROR", 10200, 10300), ("SEND_OK", 10600, 10620)]),  # on its retry
-                         ("b1", "broker-b", ok),                                     # the other group's
-                         ("a0", "broker-a", [("SEND_OK", 3900, 4000)]),              # 6 s before the fault
-                         ("e1", "broker-a", [("SEND_OK", 6900, 7000)]),              # 3 s before it: at stake
-                         ("a5", "broker-a", [("SEND_OK", 11900, 12000)])],           # after its heal
-              receives=[("a1", None, 15000), (None, "U-a2-1", 15000),               # by KEYS, by UNIQ_KEY only
-                        # recorded in the same ms as its try's invoke, before it in time order
-                        ("a4", None, 10600),
-                        ("b1", None, 15000), ("a0", None, 15000), ("e1", None, 15000), ("a5", None, 15000)])
+    fabricate(
+        tmp_path,
+        [
+            ("a1", "broker-a", ok),
+            ("a2", "broker-a", ok),
+            ("a3", "broker-a", ok),
+            ("a4", "broker-a", [("ERROR", 10200, 10300), ("SEND_OK", 10600, 10620)]),  # on its retry
+            ("b1", "broker-b", ok),  # the other group's
+            ("a0", "broker-a", [("SEND_OK", 3900, 4000)]),  # 6 s before the fault
+            ("e1", "broker-a", [("SEND_OK", 6900, 7000)]),  # 3 s before it: at stake
+            ("a5", "broker-a", [("SEND_OK", 11900, 12000)]),
+        ],  # after its heal
+        receives=[
+            ("a1", None, 15000),
+            (None, "U-a2-1", 15000),  # by KEYS, by UNIQ_KEY only
+            # recorded in the same ms as its try's invoke, before it in time order
+            ("a4", None, 10600),
+            ("b1", None, 15000),
+            ("a0", None, 15000),
+            ("e1", None, 15000),
+            ("a5", None, 15000),
+        ],
+    )
     f = [fault(1, "kill-master", start=10000, end=11000)]
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 5}, 8, 7))[1]
     # acknowledged by broker-a from 5 s before the fault to its heal: a1 a2 a3 a4 e1; a3 never received
     assert (got["acked_recounted"], got["delivered"]) == (5, 4)
     assert got["excluded"] == {} and got["not_audited"] is None
-    cell = matrix.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local",
-                          "samples": [got, got]}])[0]
+    cell = matrix.build(
+        [{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got, got]}]
+    )[0]
     assert (cell["delivered"], cell["acked_during"]) == (8, 10)
     # a cluster-wide fault counts every group's acknowledged sends
     f = [fault(1, "cluster-power-loss", start=10000, end=11000, group=None)]
@@ -507,25 +767,30 @@ def test_delivered_counts_the_faulted_groups_acknowledged_sends_some_consumer_re
 
 
 def test_indeterminate_counts_the_sends_no_broker_answered_and_judges_them_neither_lost_nor_delivered(tmp_path):
-    fabricate(tmp_path, [("i1", None, [("ERROR", 1100, 1200)]),                        # a client error
-                         ("i2", None, [(None, 1300, None)]),                            # never answered at all
-                         ("i3", None, [("ERROR", 1400, 1500), ("ERROR", 1600, 1700)]),  # every try failed
-                         ("k1", "broker-a", [("ERROR", 1100, 1200), ("SEND_OK", 1300, 1310)]),  # acked on a retry
-                         ("u1", "broker-a", [("SLAVE_NOT_AVAILABLE", 1100, 1200)]),    # answered: unconfirmed
-                         ("o1", None, [("ERROR", 500, 600)]),                           # before the fault
-                         ("x1", "broker-b", [("ERROR", 1100, 1200), (None, 1300, None)])],
-              receives=[("k1", None, 5000)])
+    fabricate(
+        tmp_path,
+        [
+            ("i1", None, [("ERROR", 1100, 1200)]),  # a client error
+            ("i2", None, [(None, 1300, None)]),  # never answered at all
+            ("i3", None, [("ERROR", 1400, 1500), ("ERROR", 1600, 1700)]),  # every try failed
+            ("k1", "broker-a", [("ERROR", 1100, 1200), ("SEND_OK", 1300, 1310)]),  # acked on a retry
+            ("u1", "broker-a", [("SLAVE_NOT_AVAILABLE", 1100, 1200)]),  # answered: unconfirmed
+            ("o1", None, [("ERROR", 500, 600)]),  # before the fault
+            ("x1", "broker-b", [("ERROR", 1100, 1200), (None, 1300, None)]),
+        ],
+        receives=[("k1", None, 5000)],
+    )
     # x1: the client timed out, but broker-b stored it: another group's, not this fault's
     f = [fault(1, "kill-master", start=1000, end=2000)]
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
-    assert got["indeterminate"] == 3                                  # i1, i2, i3 (their group is unknown)
+    assert got["indeterminate"] == 3  # i1, i2, i3 (their group is unknown)
     assert got["delivered"] == 1 and got["lost"] == 0 and got["undelivered"] == 0
     assert judge(promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master"), [got]) == ("PASS", "")
 
 
 def test_availability_per_group_is_the_share_each_group_accepted_and_the_time_it_accepted_none(tmp_path):
     sends = []
-    for k, t in enumerate(range(1000, 6000, 100)):   # one send per 100 ms to each group
+    for k, t in enumerate(range(1000, 6000, 100)):  # one send per 100 ms to each group
         sends.append((f"b{k}", "broker-b", [("SEND_OK", t, t + 5)]))
         # broker-a refuses from 2000 to 4000 (its slave is gone: SLAVE_NOT_AVAILABLE), accepts otherwise
         status = "SLAVE_NOT_AVAILABLE" if 2000 <= t < 4000 else "SEND_OK"
@@ -536,31 +801,56 @@ def test_availability_per_group_is_the_share_each_group_accepted_and_the_time_it
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-slave broker-a-s": 30}, 80, 0))[1]
     ga = got["group_availability"]
     assert ga["broker-a"] | {"unwritable_s": None} == {
-        "answered": 50, "accepted": 30, "share": 0.6, "not_accepted": {"SLAVE_NOT_AVAILABLE": 20}, "unwritable_s": None}
+        "answered": 50,
+        "accepted": 30,
+        "share": 0.6,
+        "not_accepted": {"SLAVE_NOT_AVAILABLE": 20},
+        "unwritable_s": None,
+    }
     # refused from the try at 2000 to the next accepted answer at 4005 (1905 -> 2000: nobody asked)
     assert ga["broker-a"]["unwritable_s"] == 2.0
     assert ga["broker-b"]["share"] == 1.0 and ga["broker-b"]["unwritable_s"] == 0.0
     assert ga["?"] == {"errors": 1, "unknown": 0}
     assert matrix.group_availability_text(ga) == (
         "broker-a 60 % (30/50), unwritable 2.0 s [SLAVE_NOT_AVAILABLE 20]; broker-b 100 % (50/50), unwritable 0.0 s; "
-        "group unknown: 1 failed tries (timeouts, errors, refusals)")
+        "group unknown: 1 failed tries (timeouts, errors, refusals)"
+    )
     # a cell over two runs: answers summed, the longest unwritable time
-    merged = matrix.merge_groups([got, got | {"group_availability": {"broker-a": {
-        "answered": 10, "accepted": 10, "not_accepted": {}, "unwritable_s": 5.0}}}])
-    assert (merged["broker-a"]["accepted"], merged["broker-a"]["answered"], merged["broker-a"]["unwritable_s"],
-            merged["broker-a"]["share"]) == (40, 60, 5.0, 0.667)
+    merged = matrix.merge_groups(
+        [
+            got,
+            got
+            | {
+                "group_availability": {
+                    "broker-a": {"answered": 10, "accepted": 10, "not_accepted": {}, "unwritable_s": 5.0}
+                }
+            },
+        ]
+    )
+    assert (
+        merged["broker-a"]["accepted"],
+        merged["broker-a"]["answered"],
+        merged["broker-a"]["unwritable_s"],
+        merged["broker-a"]["share"],
+    ) == (40, 60, 5.0, 0.667)
     # no try at all in a gap is not unwritable: nobody asked
-    quiet = matrix.RunFacts()   # accepted at 1005, then no try until 4600, answered at 5100: 0.5 s, not a gap
+    quiet = matrix.RunFacts()  # accepted at 1005, then no try until 4600, answered at 5100: 0.5 s, not a gap
     quiet.tries = [(1000, 1005, "SEND_OK", "u1", None), (4600, 5100, "SEND_OK", "u2", None)]
     quiet.group_of_uniq = {"u1": "broker-a", "u2": "broker-a"}
     assert matrix.group_availability(quiet, 1000, 6000)["broker-a"]["unwritable_s"] == 0.0
     # a recorder that knows the broker of a failed try (the history's broker_name): it counts against that group
     # and an answer whose copy is on no node (a power cut took it) has no group either
-    quiet.tries += [(2000, 2100, "ERROR", None, "broker-a"), (2000, 2100, "ERROR", None, None),
-                    (2000, 2100, "SLAVE_NOT_AVAILABLE", "u-gone", None)]
+    quiet.tries += [
+        (2000, 2100, "ERROR", None, "broker-a"),
+        (2000, 2100, "ERROR", None, None),
+        (2000, 2100, "SLAVE_NOT_AVAILABLE", "u-gone", None),
+    ]
     got = matrix.group_availability(quiet, 1000, 6000)
     assert (got["broker-a"]["answered"], got["broker-a"]["accepted"], got["broker-a"]["not_accepted"]) == (
-        3, 2, {"ERROR": 1})
+        3,
+        2,
+        {"ERROR": 1},
+    )
     assert got["?"] == {"errors": 1, "unknown": 1}
 
 
@@ -577,15 +867,19 @@ def test_records_the_audit_excluded_are_counted_named_and_fail_the_cell_unless_e
     fabricate(tmp_path, sends, recv, producer_tail='{"op": "send", "send_id": "a3", "sta\n')
     got = cell_samples_by_id(tmp_path, clean)[1]
     assert got["excluded"] == {"unparsable history line": 1}
-    assert judge(p, [got]) == ("FAIL", "records excluded from the audit, unexplained: 1 unparsable history line "
-                                       "(first: producer-1.jsonl:5)")
+    assert judge(p, [got]) == (
+        "FAIL",
+        "records excluded from the audit, unexplained: 1 unparsable history line (first: producer-1.jsonl:5)",
+    )
     # the same line torn at the end of its file (the recorder stopped mid-line) is explained: named, not failed
     fabricate(tmp_path, sends, recv, producer_tail='{"op": "send", "send_id": "a3", "sta')
     got = cell_samples_by_id(tmp_path, clean)[1]
     assert got["excluded"] == {"torn last history line": 1} and judge(p, [got])[0] == "PASS"
     assert matrix.excluded_text([got]) == "1 torn last history line (first: producer-1.jsonl:5) (explained)"
     # a line with no known op, and a send without a send_id
-    fabricate(tmp_path, sends, recv, producer_tail='{"op": "sned"}\n{"op": "send", "status": "SEND_OK", "start_ms": 1500}\n')
+    fabricate(
+        tmp_path, sends, recv, producer_tail='{"op": "sned"}\n{"op": "send", "status": "SEND_OK", "start_ms": 1500}\n'
+    )
     got = cell_samples_by_id(tmp_path, clean)[1]
     assert got["excluded"] == {"history line with no known op": 1, "send without a send_id": 1}
     # an acknowledged send owed to no consumer group: its group shut down before it was acknowledged
@@ -610,18 +904,20 @@ def test_a_cell_without_delivery_figures_says_not_audited_and_fails_the_matrix(t
     got = cell_samples_by_id(tmp_path, summary_of(f, ackedOnGroupByFault={"#1 kill-master broker-a": 1}))[1]
     assert got["delivered"] is None and got["indeterminate"] is None
     assert "no delivery block" in got["not_audited"]
-    assert judge(p, [got]) == ("not audited", "1 of 1 runs: summary.json has no delivery block (no consumer group "
-                                              "was audited)")
+    assert judge(p, [got]) == (
+        "not audited",
+        "1 of 1 runs: summary.json has no delivery block (no consumer group was audited)",
+    )
     assert judge(p, [got | AUDITED])[0] == "PASS"
     # one run of a cell without them: the cell is not audited, whatever the others say
     assert judge(p, [got | AUDITED, got])[0] == "not audited"
     # no commit log: no send has a group
     import shutil
+
     shutil.rmtree(tmp_path / "nodes")
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
     assert "no commit log" in got["not_audited"] and judge(p, [got])[0] == "not audited"
-    cell = matrix.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local",
-                          "samples": [got]}])[0]
+    cell = matrix.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got]}])[0]
     assert (cell["delivered"], cell["indeterminate"], cell["verdict"]) == (None, None, "not audited")
     out = tmp_path / "out"
     out.mkdir()
@@ -634,13 +930,37 @@ def test_a_cell_without_delivery_figures_says_not_audited_and_fails_the_matrix(t
 
 # ---- review 1 (M1, M2, L4-L6): a cell never passes on figures that do not add up
 
+
 def write_consumer(rd, name, group, receives):
     """One more consumer group's history: subscribes FROM_FIRST at 0 and receives [(send_id, at_ms)]."""
     import json
-    rows = [{"client": name, "seq": 0, "op": "subscribe", "group": group, "topic": TOPIC, "status": "FROM_FIRST",
-             "start_ms": 0, "end_ms": 0}]
-    rows += [{"client": name, "seq": i, "op": "receive", "group": group, "topic": TOPIC, "send_id": sid,
-              "status": "RECEIVED", "start_ms": at, "end_ms": at} for i, (sid, at) in enumerate(receives, 1)]
+
+    rows = [
+        {
+            "client": name,
+            "seq": 0,
+            "op": "subscribe",
+            "group": group,
+            "topic": TOPIC,
+            "status": "FROM_FIRST",
+            "start_ms": 0,
+            "end_ms": 0,
+        }
+    ]
+    rows += [
+        {
+            "client": name,
+            "seq": i,
+            "op": "receive",
+            "group": group,
+            "topic": TOPIC,
+            "send_id": sid,
+            "status": "RECEIVED",
+            "start_ms": at,
+            "end_ms": at,
+        }
+        for i, (sid, at) in enumerate(receives, 1)
+    ]
     (rd / "history" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -648,8 +968,11 @@ def test_an_acknowledged_send_no_consumer_received_never_passes_unnoticed(tmp_pa
     """review-1 M1: 3 acknowledged by broker-a during a kill-master, a3 received by nobody, and an audit
     summary that (wrongly) says every owed send was delivered and blames nothing: the cell read PASS."""
     ok = [("SEND_OK", 1500, 1510)]
-    fabricate(tmp_path, [("a1", "broker-a", ok), ("a2", "broker-a", ok), ("a3", "broker-a", ok)],
-              receives=[("a1", None, 3000), ("a2", None, 3000)])
+    fabricate(
+        tmp_path,
+        [("a1", "broker-a", ok), ("a2", "broker-a", ok), ("a3", "broker-a", ok)],
+        receives=[("a1", None, 3000), ("a2", None, 3000)],
+    )
     f = [fault(1, "kill-master", start=1000, end=2000)]
     p = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 3}, 3))[1]
@@ -661,25 +984,34 @@ def test_an_acknowledged_send_no_consumer_received_never_passes_unnoticed(tmp_pa
     s = audited_summary(f, {"#1 kill-master broker-a": 3}, 3, 2)
     s["delivery"][CG]["lost"] = 0
     got = cell_samples_by_id(tmp_path, s)[1]
-    assert got["excluded"] == {f"{CG}: the audit's 3 acknowledged are not 2 delivered + 0 lost + 0 stranded "
-                               "+ 0 parked": 1}
+    assert got["excluded"] == {
+        f"{CG}: the audit's 3 acknowledged are not 2 delivered + 0 lost + 0 stranded + 0 parked": 1
+    }
     # the audit agrees (a3 lost) but blames a later power loss of the group: the kill's cell says where it went
     f2 = f + [fault(2, "power-loss", start=4000, end=5000)]
-    s = audited_summary(f2, {"#1 kill-master broker-a": 3, "#2 power-loss broker-a": 3}, 3, 2,
-                        lostByFault={"#2 power-loss broker-a": 1},
-                        deliveryByFault={"#2 power-loss broker-a": {"delivery.lost": 1}})
+    s = audited_summary(
+        f2,
+        {"#1 kill-master broker-a": 3, "#2 power-loss broker-a": 3},
+        3,
+        2,
+        lostByFault={"#2 power-loss broker-a": 1},
+        deliveryByFault={"#2 power-loss broker-a": {"delivery.lost": 1}},
+    )
     got = cell_samples_by_id(tmp_path, s)
     assert got[1]["excluded"] == {} and got[1]["not_delivered"] == 1
     verdict, note = judge(p, [got[1]])
-    assert verdict == "PASS" and "1 acknowledged during the fault not delivered: the audit blames them on " \
-                                 "another fault of the run" in note
+    assert (
+        verdict == "PASS"
+        and "1 acknowledged during the fault not delivered: the audit blames them on another fault of the run" in note
+    )
 
 
 def test_delivered_means_every_consumer_group_owed_the_send_received_it(tmp_path):
     """review-1 M1: a send received by CG1 but owed to CG2 as well is not delivered."""
     ok = [("SEND_OK", 1500, 1510)]
-    fabricate(tmp_path, [("a1", "broker-a", ok), ("a2", "broker-a", ok)],
-              receives=[("a1", None, 3000), ("a2", None, 3000)])
+    fabricate(
+        tmp_path, [("a1", "broker-a", ok), ("a2", "broker-a", ok)], receives=[("a1", None, 3000), ("a2", None, 3000)]
+    )
     write_consumer(tmp_path, "c2", "CG2", [("a1", 3000)])
     f = [fault(1, "kill-master", start=1000, end=2000)]
     s = audited_summary(f, {"#1 kill-master broker-a": 2}, 2)
@@ -692,11 +1024,15 @@ def test_an_ack_counted_on_two_faults_says_so(tmp_path):
     """review-1 M1: the sweep's gap (4-5 s) is shorter than the 5 s look-back, so one acknowledged send is
     at stake in two faults; both cells count it (as the audit does) and say with which fault they share it."""
     ok = [("SEND_OK", 1500, 1510)]
-    fabricate(tmp_path, [("a1", "broker-a", ok), ("a2", "broker-a", [("SEND_OK", 4500, 4510)])],
-              receives=[("a1", None, 9000), ("a2", None, 9000)])
+    fabricate(
+        tmp_path,
+        [("a1", "broker-a", ok), ("a2", "broker-a", [("SEND_OK", 4500, 4510)])],
+        receives=[("a1", None, 9000), ("a2", None, 9000)],
+    )
     f = [fault(1, "kill-master", start=1000, end=2000), fault(2, "kill-slave", role="slave", start=6000, end=7000)]
-    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1,
-                                                          "#2 kill-slave broker-a-s": 2}, 2))
+    got = cell_samples_by_id(
+        tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1, "#2 kill-slave broker-a-s": 2}, 2)
+    )
     assert got[2]["acked_recounted"] == 2 and got[2]["shared_acks"] == {"#1 kill-master broker-a": 1}
     assert got[1]["shared_acks"] == {"#2 kill-slave broker-a-s": 1}
     note = judge(promise("2m-2s-sync", "ASYNC_FLUSH", "kill-slave", "slave"), [got[2]])[1]
@@ -708,10 +1044,18 @@ def test_a_send_belongs_to_the_group_that_acknowledged_it(tmp_path):
     by broker-b. The send, its availability and its fault are broker-b's, whatever copy the audit picked."""
     ok = [("SEND_OK", 500, 510)]
     # our own retry: a new UNIQ_KEY per try
-    fabricate(tmp_path, [("a0", "broker-a", ok),
-                         ("x1", None, [("ERROR", 10100, 10200, {"group": "broker-a"}),
-                                       ("SEND_OK", 10300, 10310, {"group": "broker-b"})])],
-              receives=[("a0", None, 3000), ("x1", None, 13000)])
+    fabricate(
+        tmp_path,
+        [
+            ("a0", "broker-a", ok),
+            (
+                "x1",
+                None,
+                [("ERROR", 10100, 10200, {"group": "broker-a"}), ("SEND_OK", 10300, 10310, {"group": "broker-b"})],
+            ),
+        ],
+        receives=[("a0", None, 3000), ("x1", None, 13000)],
+    )
     facts = matrix.run_facts(tmp_path)
     assert facts.group("x1") == "broker-b"
     f = [fault(1, "kill-master", start=10000, end=11000)]
@@ -724,9 +1068,15 @@ def test_a_send_belongs_to_the_group_that_acknowledged_it(tmp_path):
     assert got["group_availability"]["broker-b"]["accepted"] == 1
     # the client's internal retry: one try in the history, one UNIQ_KEY, a copy in each group; the answer's
     # queue offset is that of broker-b's copy (its first message; broker-a's copy is its second)
-    fabricate(tmp_path, [("a0", "broker-a", ok),
-                         ("x1", "broker-b", [("SEND_OK", 10300, 10310, {"uniq": "U-x1", "line": {"queue_offset": 0}})])],
-              receives=[("a0", None, 3000), ("x1", None, 13000)], extra_copies=[("broker-a", "x1", "U-x1", TOPIC)])
+    fabricate(
+        tmp_path,
+        [
+            ("a0", "broker-a", ok),
+            ("x1", "broker-b", [("SEND_OK", 10300, 10310, {"uniq": "U-x1", "line": {"queue_offset": 0}})]),
+        ],
+        receives=[("a0", None, 3000), ("x1", None, 13000)],
+        extra_copies=[("broker-a", "x1", "U-x1", TOPIC)],
+    )
     facts = matrix.run_facts(tmp_path)
     assert facts.group("x1") == "broker-b"
     ga = matrix.group_availability(facts, 10000, 11000)
@@ -734,13 +1084,26 @@ def test_a_send_belongs_to_the_group_that_acknowledged_it(tmp_path):
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 0}, 2))[1]
     assert got["acked_recounted"] == 0 and got["excluded"] == {}
     # the Rust client's answer names its broker: that decides
-    fabricate(tmp_path, [("x1", "broker-b", [("SEND_OK", 10300, 10310, {"uniq": "U-x1", "line": {
-        "broker_name": "broker-a", "queue_offset": 0}})])], receives=[("x1", None, 13000)],
-              extra_copies=[("broker-a", "x1", "U-x1", TOPIC)])
+    fabricate(
+        tmp_path,
+        [
+            (
+                "x1",
+                "broker-b",
+                [("SEND_OK", 10300, 10310, {"uniq": "U-x1", "line": {"broker_name": "broker-a", "queue_offset": 0}})],
+            )
+        ],
+        receives=[("x1", None, 13000)],
+        extra_copies=[("broker-a", "x1", "U-x1", TOPIC)],
+    )
     assert matrix.run_facts(tmp_path).group("x1") == "broker-a"
     # nothing tells the copies apart (both first in their log): no group is picked, and the cell says why
-    fabricate(tmp_path, [("x1", "broker-b", [("SEND_OK", 10300, 10310, {"uniq": "U-x1"})])],
-              receives=[("x1", None, 13000)], extra_copies=[("broker-a", "x1", "U-x1", TOPIC)])
+    fabricate(
+        tmp_path,
+        [("x1", "broker-b", [("SEND_OK", 10300, 10310, {"uniq": "U-x1"})])],
+        receives=[("x1", None, 13000)],
+        extra_copies=[("broker-a", "x1", "U-x1", TOPIC)],
+    )
     facts = matrix.run_facts(tmp_path)
     assert facts.group("x1") is None
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 0}, 1))[1]
@@ -764,25 +1127,54 @@ def test_a_torn_send_answer_that_could_hide_a_loss_fails_the_cell(tmp_path):
     """review-1 L6: a3 was invoked, its answer line is torn, and no consumer received it: a SEND_OK could
     be what was torn, so a lost acknowledged send could hide there."""
     import json
+
     ok = [("SEND_OK", 1500, 1510)]
     p = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
     f = [fault(1, "kill-master", start=1000, end=2000)]
-    invoke = json.dumps({"client": "p1", "seq": 9, "op": "invoke", "group": "PG", "topic": TOPIC, "send_id": "a3",
-                         "attempt": 1, "start_ms": 1600, "end_ms": 1600}) + "\n"
-    fabricate(tmp_path, [("a1", "broker-a", ok)], receives=[("a1", None, 3000)],
-              producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "send", "send_id": "a3", "sta')
+    invoke = (
+        json.dumps(
+            {
+                "client": "p1",
+                "seq": 9,
+                "op": "invoke",
+                "group": "PG",
+                "topic": TOPIC,
+                "send_id": "a3",
+                "attempt": 1,
+                "start_ms": 1600,
+                "end_ms": 1600,
+            }
+        )
+        + "\n"
+    )
+    fabricate(
+        tmp_path,
+        [("a1", "broker-a", ok)],
+        receives=[("a1", None, 3000)],
+        producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "send", "send_id": "a3", "sta',
+    )
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
-    assert got["excluded"] == {"torn last history line, the answer of a3, which no consumer group received "
-                               "(a lost acknowledged send could hide there)": 1}
+    assert got["excluded"] == {
+        "torn last history line, the answer of a3, which no consumer group received "
+        "(a lost acknowledged send could hide there)": 1
+    }
     assert judge(p, [got])[0] == "FAIL"
     # received after all: the torn answer hides nothing
-    fabricate(tmp_path, [("a1", "broker-a", ok)], receives=[("a1", None, 3000), ("a3", None, 3000)],
-              producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "send", "send_id": "a3", "sta')
+    fabricate(
+        tmp_path,
+        [("a1", "broker-a", ok)],
+        receives=[("a1", None, 3000), ("a3", None, 3000)],
+        producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "send", "send_id": "a3", "sta',
+    )
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
     assert got["excluded"] == {"torn last history line": 1} and judge(p, [got])[0] == "PASS"
     # torn before its send_id: every unanswered send of that file is a candidate
-    fabricate(tmp_path, [("a1", "broker-a", ok)], receives=[("a1", None, 3000)],
-              producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "se')
+    fabricate(
+        tmp_path,
+        [("a1", "broker-a", ok)],
+        receives=[("a1", None, 3000)],
+        producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "se',
+    )
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
     assert judge(p, [got])[0] == "FAIL"
 
@@ -793,13 +1185,17 @@ def test_a_cluster_fault_counts_an_acknowledged_send_parked_on_a_master_and_stay
     (the audit's "parked"). The audit counts it on the cluster-wide fault; so must the matrix, or the
     mismatch turns the allowed WEAK into FAIL."""
     ok = [("SEND_OK", 1500, 1510)]
-    fabricate(tmp_path, [("a1", "broker-a", ok), ("a2", "broker-b", ok), ("a3", None, ok), ("a4", "broker-a", ok)],
-              receives=[("a1", None, 3000), ("a2", None, 3000)],
-              extra_copies=[("broker-a", "a3", "U-a3-1", "SCHEDULE_TOPIC_XXXX")])
+    fabricate(
+        tmp_path,
+        [("a1", "broker-a", ok), ("a2", "broker-b", ok), ("a3", None, ok), ("a4", "broker-a", ok)],
+        receives=[("a1", None, 3000), ("a2", None, 3000)],
+        extra_copies=[("broker-a", "a3", "U-a3-1", "SCHEDULE_TOPIC_XXXX")],
+    )
     f = [fault(1, "cluster-power-loss", start=1000, end=2000, group=None)]
     label = "#1 cluster-power-loss broker-a"
-    s = audited_summary(f, {label: 4}, 4, 2, parked=1, lostByFault={label: 1},
-                        deliveryByFault={label: {"delivery.lost": 1}})
+    s = audited_summary(
+        f, {label: 4}, 4, 2, parked=1, lostByFault={label: 1}, deliveryByFault={label: {"delivery.lost": 1}}
+    )
     got = cell_samples_by_id(tmp_path, s)[1]
     assert (got["acked_recounted"], got["delivered"], got["parked"], got["excluded"]) == (4, 2, 1, {})
     verdict, note = judge(promise("2m-2s-sync", "ASYNC_FLUSH", "cluster-power-loss", "master"), [got])
@@ -819,21 +1215,34 @@ def test_the_audits_count_of_a_faults_acknowledged_sends_must_be_exact(tmp_path)
     holds it: broker-b's, and a cluster-wide fault's too. y1's copies in both groups cannot be told apart:
     no group's (an excluded record), a cluster-wide fault's."""
     ok = [("SEND_OK", 10500, 10510)]
-    fabricate(tmp_path, [("a1", "broker-a", ok), ("b1", "broker-b", ok),
-                         ("x1", None, [("ERROR", 10100, 10200, {"group": "broker-a"}),
-                                       ("SEND_OK", 10300, 10310, {"group": "broker-b"})]),
-                         ("r1", None, [("SEND_OK", 10400, 10410, {"line": {"broker_name": "broker-b"}})]),
-                         ("y1", "broker-b", [("SEND_OK", 10600, 10610, {"uniq": "U-y1"})])],
-              receives=[(sid, None, 13000) for sid in ("a1", "b1", "x1", "r1", "y1")],
-              extra_copies=[("broker-a", "y1", "U-y1", TOPIC)])
+    fabricate(
+        tmp_path,
+        [
+            ("a1", "broker-a", ok),
+            ("b1", "broker-b", ok),
+            (
+                "x1",
+                None,
+                [("ERROR", 10100, 10200, {"group": "broker-a"}), ("SEND_OK", 10300, 10310, {"group": "broker-b"})],
+            ),
+            ("r1", None, [("SEND_OK", 10400, 10410, {"line": {"broker_name": "broker-b"}})]),
+            ("y1", "broker-b", [("SEND_OK", 10600, 10610, {"uniq": "U-y1"})]),
+        ],
+        receives=[(sid, None, 13000) for sid in ("a1", "b1", "x1", "r1", "y1")],
+        extra_copies=[("broker-a", "y1", "U-y1", TOPIC)],
+    )
     amb = "acknowledged, stored in two groups, the answer names neither (broker-a, broker-b)"
-    for kind, group, right in (("kill-master", "broker-a", 1), ("kill-master", "broker-b", 3),
-                               ("cluster-power-loss", None, 5)):
+    for kind, group, right in (
+        ("kill-master", "broker-a", 1),
+        ("kill-master", "broker-b", 3),
+        ("cluster-power-loss", None, 5),
+    ):
         f = [fault(1, kind, start=10000, end=11000, group=group, target=group)]
         label = f"#1 {kind} {group or 'broker-a'}"
         for said in (right - 1, right, right + 1):
             got = cell_samples_by_id(tmp_path, audited_summary(f, {label: said}, 5))[1]
             assert got["acked_recounted"] == right
-            off = {} if said == right else {
-                f"acknowledged the audit counted {said}, the histories and stores {right}": 1}
+            off = (
+                {} if said == right else {f"acknowledged the audit counted {said}, the histories and stores {right}": 1}
+            )
             assert got["excluded"] == {amb: 1} | off, (kind, said)

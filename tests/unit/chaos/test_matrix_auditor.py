@@ -1,11 +1,12 @@
 """The matrix's auditor (rmqha.chaos.matrix.Auditor) against a stand-in for `python -m rmqha.pipeline --serve`: each
 run folder handed to the child, each answer line read back (other output skipped), a failed audit or a
 dead child reported for that run only, and the child started again for the next."""
+
 import sys
 
 from rmqha.chaos.matrix import Auditor
 
-FAKE_SERVE = r'''
+FAKE_SERVE = r"""
 import json, os, sys
 for line in sys.stdin:
     run, _, out = line.rstrip("\n").partition("\t")
@@ -18,7 +19,7 @@ for line in sys.stdin:
     else:
         answer = {"run": run, "out": out, "failed": name == "bad", "verdicts": [f"PASS {name} -> {out}"]}
     print("audited " + json.dumps(answer), flush=True)
-'''
+"""
 
 
 def test_each_run_is_audited_by_the_child_and_a_dead_child_is_replaced(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """The fault table, seeded schedules, the fault log, the power-loss truncation and the audit's fault
 attribution: no processes, no Spark."""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,12 @@ from rmqha.pipeline import faults as pf
 
 
 def fake_cluster(kind="local", topology="2m-2s-sync"):
-    nodes = [{"name": "broker-a", "brokerName": "broker-a", "master": None},
-             {"name": "broker-a-s", "brokerName": "broker-a", "master": "broker-a"},
-             {"name": "broker-b", "brokerName": "broker-b", "master": None},
-             {"name": "broker-b-s", "brokerName": "broker-b", "master": "broker-b"}]
+    nodes = [
+        {"name": "broker-a", "brokerName": "broker-a", "master": None},
+        {"name": "broker-a-s", "brokerName": "broker-a", "master": "broker-a"},
+        {"name": "broker-b", "brokerName": "broker-b", "master": None},
+        {"name": "broker-b-s", "brokerName": "broker-b", "master": "broker-b"},
+    ]
     calls = []
 
     class C:
@@ -46,6 +49,7 @@ def fake_cluster(kind="local", topology="2m-2s-sync"):
 
         def node(self, name):
             return next(n for n in nodes if n["name"] == name)
+
     c = C()
     c.kind = kind
     c.nodes = [n["name"] for n in nodes]
@@ -57,9 +61,19 @@ def test_every_fault_is_a_start_stop_pair_with_backends():
         assert k.name == name and callable(k.start) and callable(k.stop)
         assert set(k.backends) <= {"local", "docker"} and k.targets in ("slave", "master", "node")
     usable, dropped = applicable_faults(list(ALL_FAULTS), "local", "2m-2s-sync")
-    assert set(usable) == {"pause-slave", "restart-slave", "kill-slave", "pause-master", "restart-master",
-                           "kill-master", "power-loss", "group-power-loss", "slave-then-master-power-loss",
-                           "cluster-power-loss", "disk-full"}
+    assert set(usable) == {
+        "pause-slave",
+        "restart-slave",
+        "kill-slave",
+        "pause-master",
+        "restart-master",
+        "kill-master",
+        "power-loss",
+        "group-power-loss",
+        "slave-then-master-power-loss",
+        "cluster-power-loss",
+        "disk-full",
+    }
     assert {"latency", "cut", "partition", "client-cut"} <= set(dropped)
 
 
@@ -80,8 +94,7 @@ def test_a_schedule_is_reproducible_from_its_seed_and_targets_the_right_roles():
 def test_overlapping_schedules_never_put_two_faults_on_one_group():
     c, _ = fake_cluster("docker")
     sched = make_schedule(random.Random(3), ["kill-master", "pause-slave", "latency"], c, 120, overlap=True)
-    overl = [(f, g) for f in sched for g in sched
-             if f.id < g.id and f.at < g.at + g.hold and g.at < f.at + f.hold]
+    overl = [(f, g) for f in sched for g in sched if f.id < g.id and f.at < g.at + g.hold and g.at < f.at + f.hold]
     assert overl, "seed 3 over 120 s overlaps at least once"
     assert all(f.group != g.group for f, g in overl)
 
@@ -125,6 +138,7 @@ def test_power_loss_keeps_exactly_the_durable_bytes(tmp_path):
 def test_the_store_writes_its_durable_offset_into_the_checkpoint(tmp_path):
     from rmqha.broker.store.message_store import MessageStore
     from rmqha.broker.store.record import Message
+
     s = MessageStore(str(tmp_path), commitlog_file_size=1 << 20)
     s.start()
     s.put_message(Message(topic="T", body=b"x" * 100, queue_id=0, properties={"UNIQ_KEY": "k"}))
@@ -143,39 +157,72 @@ def write_faults(tmp_path, recs):
 
 
 def test_the_audit_pairs_faults_and_blames_each_event_on_what_was_active(tmp_path):
-    write_faults(tmp_path, [
-        {"op": "inject", "id": 1, "kind": "latency", "target": "broker-a-s", "link": "broker-a-s-ha",
-         "group": "broker-a", "role": "slave", "params": {"ms": 2500}, "start_ms": 10_000, "ts_ms": 10_050},
-        {"op": "heal", "id": 1, "kind": "latency", "target": "broker-a-s", "start_ms": 13_000, "ts_ms": 13_010},
-        {"op": "inject", "id": 2, "kind": "power-loss", "target": "broker-b", "group": "broker-b",
-         "role": "master", "params": {}, "start_ms": 30_000, "ts_ms": 30_100, "info": {"droppedBytes": 4096}},
-    ])
+    write_faults(
+        tmp_path,
+        [
+            {
+                "op": "inject",
+                "id": 1,
+                "kind": "latency",
+                "target": "broker-a-s",
+                "link": "broker-a-s-ha",
+                "group": "broker-a",
+                "role": "slave",
+                "params": {"ms": 2500},
+                "start_ms": 10_000,
+                "ts_ms": 10_050,
+            },
+            {"op": "heal", "id": 1, "kind": "latency", "target": "broker-a-s", "start_ms": 13_000, "ts_ms": 13_010},
+            {
+                "op": "inject",
+                "id": 2,
+                "kind": "power-loss",
+                "target": "broker-b",
+                "group": "broker-b",
+                "role": "master",
+                "params": {},
+                "start_ms": 30_000,
+                "ts_ms": 30_100,
+                "info": {"droppedBytes": 4096},
+            },
+        ],
+    )
     fl = pf.load(str(tmp_path))
     assert [(f.id, f.start_ms, f.end_ms) for f in fl] == [(1, 10_000, 13_010), (2, 30_000, None)]
     assert pf.blame(fl, 12_000, 13_500) == ["#1 latency broker-a-s-ha"]
     assert pf.blame(fl, 17_000, 17_100) == ["#1 latency broker-a-s-ha"]  # within the grace after the heal
     assert pf.blame(fl, 19_000, 19_100) == [pf.NO_FAULT]
     assert pf.blame(fl, 90_000) == ["#2 power-loss broker-b"]  # never healed: active to the end
-    pairs = [SimpleNamespace(master="broker-b", slave="broker-b-s", first_divergent_offset=777),
-             SimpleNamespace(master="broker-a", slave="broker-a-s", first_divergent_offset=None)]
-    a = pf.attribute(fl, [("FLUSH_SLAVE_TIMEOUT", 11_000, 12_500), ("ERROR", 20_000, 20_001)],
-                     [("U1", "s1", "c", "T", 31_000)], pairs, {"broker-b": "broker-b", "broker-a": "broker-a"})
+    pairs = [
+        SimpleNamespace(master="broker-b", slave="broker-b-s", first_divergent_offset=777),
+        SimpleNamespace(master="broker-a", slave="broker-a-s", first_divergent_offset=None),
+    ]
+    a = pf.attribute(
+        fl,
+        [("FLUSH_SLAVE_TIMEOUT", 11_000, 12_500), ("ERROR", 20_000, 20_001)],
+        [("U1", "s1", "c", "T", 31_000)],
+        pairs,
+        {"broker-b": "broker-b", "broker-a": "broker-a"},
+    )
     assert a.non_ok == {"#1 latency broker-a-s-ha": {"FLUSH_SLAVE_TIMEOUT": 1}, pf.NO_FAULT: {"ERROR": 1}}
     assert a.lost == {"#2 power-loss broker-b": ["U1"]}
     assert a.divergent == {"#2 power-loss broker-b": ["broker-b/broker-b-s at 777"]}
     names = [v.name for v in pf.verdicts(fl, a)]
-    assert names == ["faults injected", "non-OK sends by fault", "acknowledged losses by fault",
-                     "divergences by fault"]
+    assert names == ["faults injected", "non-OK sends by fault", "acknowledged losses by fault", "divergences by fault"]
     md = "\n".join(pf.markdown(fl, a))
     assert "never healed" in md and "| #1 latency broker-a-s-ha | FLUSH_SLAVE_TIMEOUT 1 | 0 | - |" in md
 
 
 def test_fault_shading_draws_one_span_per_fault(tmp_path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fl = [pf.FaultInterval(1, "kill-master", "broker-a", "broker-a", "master", None, {}, 1000, 3000),
-          pf.FaultInterval(2, "kill-master", "broker-b", "broker-b", "master", None, {}, 5000, None)]
+
+    fl = [
+        pf.FaultInterval(1, "kill-master", "broker-a", "broker-a", "master", None, {}, 1000, 3000),
+        pf.FaultInterval(2, "kill-master", "broker-b", "broker-b", "master", None, {}, 5000, None),
+    ]
     fig, ax = plt.subplots()
     pf.shade(ax, fl, 0, 1000.0, end_ms=9000)
     assert len(ax.patches) == 2
@@ -196,6 +243,7 @@ def test_a_fault_on_a_group_that_cannot_replicate_is_logged_not_exercised(tmp_pa
     assert "notExercised" not in recs[0]["info"]
     assert "broker-a cannot replicate" in recs[1]["info"]["notExercised"]
     from rmqha.pipeline import faults as pf
+
     vs = pf.verdicts(pf.load(str(tmp_path)), pf.Attribution())
     assert [v.status for v in vs if v.id == "faults.not-exercised"] == ["WARN"]
 

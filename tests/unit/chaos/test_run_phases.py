@@ -2,6 +2,7 @@
 the faults are healed, the fault log closed, the workload and the sampler stopped and the cluster stopped
 with its stores kept, and the exit code says which (0, EXIT_RUN_FAILED, 130). Every process and the
 cluster handle are fakes recording what was done to them; the real run is tests/integration's."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,6 +52,7 @@ class FakeFaultLog:
 
 class FakeCluster:
     """What stop_cluster and wait_catch_up ask of the handle (rmqha/cluster/handle.py's Cluster)."""
+
     downs: list[bool] = []
 
     @classmethod
@@ -85,6 +87,7 @@ def world(monkeypatch, tmp_path):
         ctx.procs = [sampler, ctx.workload]
         ctx.procs_audit = [ctx.audit_proc]
         made.update(ctx=ctx, sampler=sampler)
+
     monkeypatch.setattr(run, "SETUP_PHASES", (fake_setup,))
     return made
 
@@ -95,13 +98,16 @@ def cleaned_up(world) -> None:
     assert ctx.nemesis.heals == 1 and ctx.fault_log.closed
     assert ctx.workload.calls[0] == "terminate" and world["sampler"].calls[0] == "terminate"
     assert FakeCluster.downs == [True]  # cluster down --keep-data
-    assert "catchUp" in ctx.ending      # where the slaves are, said even after a broken run
+    assert "catchUp" in ctx.ending  # where the slaves are, said even after a broken run
 
 
-@pytest.mark.parametrize("raised, rc, said", [
-    (RuntimeError("boom"), run.EXIT_RUN_FAILED, "error: RuntimeError: boom"),
-    (KeyboardInterrupt(), 130, "interrupted: healing, then stopping the cluster"),
-])
+@pytest.mark.parametrize(
+    "raised, rc, said",
+    [
+        (RuntimeError("boom"), run.EXIT_RUN_FAILED, "error: RuntimeError: boom"),
+        (KeyboardInterrupt(), 130, "interrupted: healing, then stopping the cluster"),
+    ],
+)
 def test_a_live_phase_that_raises_still_heals_and_stops_everything(world, monkeypatch, capsys, raised, rc, said):
     ran = []
 
@@ -113,6 +119,7 @@ def test_a_live_phase_that_raises_still_heals_and_stops_everything(world, monkey
 
     def never(ctx):
         ran.append("after the break")
+
     monkeypatch.setattr(run, "LIVE_PHASES", (sampler_started, breaks, never))
     assert run.main(["--backend", "local", "--name", "t1", "--nemesis", "none"]) == rc
     out = capsys.readouterr().out
@@ -133,6 +140,7 @@ def test_a_run_that_ends_normally_heals_once_and_audits(world, monkeypatch, caps
 
     def audit_answers(ctx):
         ctx.audit_proc.communicate = communicate
+
     monkeypatch.setattr(run, "SETUP_PHASES", run.SETUP_PHASES + (audit_answers,))
     rc = run.main(["--backend", "local", "--name", "t2", "--nemesis", "none"])
     out = capsys.readouterr().out
@@ -157,10 +165,13 @@ def test_the_command_line_is_checked_before_any_phase(monkeypatch, capsys):
     assert "error: unknown fault(s) no-such-fault" in out and "error: --trace needs --client rust" in out, out
 
 
-@pytest.mark.parametrize("flag, said, downs", [
-    ("--no-audit", "audit left to the caller (--no-audit): python -m rmqha.pipeline ", [True]),
-    ("--keep-running", "cluster t4 left running (--keep-running): audit skipped", []),
-])
+@pytest.mark.parametrize(
+    "flag, said, downs",
+    [
+        ("--no-audit", "audit left to the caller (--no-audit): python -m rmqha.pipeline ", [True]),
+        ("--keep-running", "cluster t4 left running (--keep-running): audit skipped", []),
+    ],
+)
 def test_no_audit_and_keep_running_end_after_the_stop(world, monkeypatch, capsys, flag, said, downs):
     monkeypatch.setattr(run, "LIVE_PHASES", (run.heal, run.catch_up))
     assert run.main(["--backend", "local", "--name", "t4", "--nemesis", "none", flag]) == 0

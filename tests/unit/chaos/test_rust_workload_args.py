@@ -1,6 +1,7 @@
 """The chaos workload hands the Rust client the same contract as the Python one: the run's drain signal
 (the consumer stays until every group is drained) and --trace; options only the Python workload has are
 refused, not dropped."""
+
 import os
 
 import pytest
@@ -18,6 +19,7 @@ def rust_argv(monkeypatch, tmp_path, *extra):
     def fake_execv(path, argv):
         seen["argv"] = argv
         raise SystemExit(0)
+
     monkeypatch.setattr(os, "execv", fake_execv)
     with pytest.raises(SystemExit):
         workload.main([str(tmp_path / "run"), "127.0.0.1:9876", "--client", "rust", "--run-id", "r1", *extra])
@@ -27,8 +29,10 @@ def rust_argv(monkeypatch, tmp_path, *extra):
 def test_the_drain_signal_and_trace_reach_the_rust_client(monkeypatch, tmp_path):
     argv = rust_argv(monkeypatch, tmp_path, "--drain-signal", str(tmp_path / "drain"), "--trace")
     assert argv[argv.index("--drain-signal") + 1] == str(tmp_path / "drain")
-    assert "--trace" in argv and argv[argv.index("workload") - 2:argv.index("workload")] == ["--namesrv",
-                                                                                             "127.0.0.1:9876"]
+    assert "--trace" in argv and argv[argv.index("workload") - 2 : argv.index("workload")] == [
+        "--namesrv",
+        "127.0.0.1:9876",
+    ]
 
 
 def test_without_them_nothing_extra_is_passed(monkeypatch, tmp_path):
@@ -51,6 +55,7 @@ def test_trace_needs_the_rust_client(tmp_path):
 
 def test_the_live_status_counts_a_dledger_lag_in_entries():
     from rmqha.chaos.run import fmt_lag, status_text
+
     assert fmt_lag(3, "entries") == "3 entries" and fmt_lag(1, "entries") == "1 entry"
     assert "max slave lag 12 entries" in status_text(1, 10, {}, "none", {"n1": 12, "n2": 0}, "entries")
     assert "max slave lag 2.0KiB" in status_text(1, 10, {}, "none", {"a-s": 2048})

@@ -1,4 +1,5 @@
 """Readiness and the status table of a DLedger group (rmqha/cluster/wait.py, status.py), from canned data."""
+
 from rmqha.cluster.status import ClusterStatus, NodeStatus, collect, node_json, render_table
 from rmqha.cluster.wait import check_dledger_node, check_node
 
@@ -7,17 +8,38 @@ PEERS = "n0-127.0.0.1:20003;n1-127.0.0.1:20013;n2-127.0.0.1:20023"
 
 def spec(i):
     base = 20000 + 10 * i
-    return {"name": f"broker-n{i}", "brokerName": "RaftNode00", "brokerId": -1, "role": "ASYNC_MASTER",
-            "clusterName": "RaftCluster", "addr": f"127.0.0.1:{base}", "haAddr": f"127.0.0.1:{base + 1}",
-            "statusUrl": f"http://127.0.0.1:{base + 2}/status", "master": None,
-            "overrides": {"dLegerPeers": PEERS}}
+    return {
+        "name": f"broker-n{i}",
+        "brokerName": "RaftNode00",
+        "brokerId": -1,
+        "role": "ASYNC_MASTER",
+        "clusterName": "RaftCluster",
+        "addr": f"127.0.0.1:{base}",
+        "haAddr": f"127.0.0.1:{base + 1}",
+        "statusUrl": f"http://127.0.0.1:{base + 2}/status",
+        "master": None,
+        "overrides": {"dLegerPeers": PEERS},
+    }
 
 
 def status(i, role, bid, dl_role, committed, term=2, leader="n1"):
     s = spec(i)
-    return {"brokerName": "RaftNode00", "brokerId": bid, "role": role, "addr": s["addr"], "maxPhyOffset": 0,
-            "dledger": {"role": dl_role, "term": term, "leaderId": leader, "selfId": f"n{i}",
-                        "committedIndex": committed, "endIndex": committed, "dispatchedIndex": committed}}
+    return {
+        "brokerName": "RaftNode00",
+        "brokerId": bid,
+        "role": role,
+        "addr": s["addr"],
+        "maxPhyOffset": 0,
+        "dledger": {
+            "role": dl_role,
+            "term": term,
+            "leaderId": leader,
+            "selfId": f"n{i}",
+            "committedIndex": committed,
+            "endIndex": committed,
+            "dispatchedIndex": committed,
+        },
+    }
 
 
 def group(statuses, table):
@@ -37,8 +59,11 @@ def ready(cs):
 
 
 def healthy(c0=7, c1=7, c2=7):
-    return [status(0, "SLAVE", 1, "FOLLOWER", c0), status(1, "SYNC_MASTER", 0, "LEADER", c1),
-            status(2, "SLAVE", 3, "FOLLOWER", c2)]
+    return [
+        status(0, "SLAVE", 1, "FOLLOWER", c0),
+        status(1, "SYNC_MASTER", 0, "LEADER", c1),
+        status(2, "SLAVE", 3, "FOLLOWER", c2),
+    ]
 
 
 def test_a_group_with_one_master_and_followers_in_sync_is_ready():
@@ -94,8 +119,16 @@ def test_json_and_table_show_the_dledger_role_term_and_committed_index():
     cs = group(healthy(c0=5), {0: 1, 1: 0, 3: 2})
     j = node_json(cs, cs.nodes[0])
     assert j["registeredId"] == 1 and j["brokerId"] == 1 and j["role"] == "SLAVE"
-    assert j["dledger"] == {"role": "FOLLOWER", "term": 2, "leaderId": "n1", "selfId": "n0", "committedIndex": 5,
-                            "endIndex": 5, "dispatchedIndex": 5, "lagEntries": 2}
+    assert j["dledger"] == {
+        "role": "FOLLOWER",
+        "term": 2,
+        "leaderId": "n1",
+        "selfId": "n0",
+        "committedIndex": 5,
+        "endIndex": 5,
+        "dispatchedIndex": 5,
+        "lagEntries": 2,
+    }
     assert "haClient" not in j
     table = render_table(cs)
     assert "DLedger LEADER term 2 committed 7 end 7" in table
@@ -104,13 +137,19 @@ def test_json_and_table_show_the_dledger_role_term_and_committed_index():
 
 def test_collect_reads_a_dledger_nodes_id_from_the_name_server(monkeypatch):
     from rmqha.cluster import status as st
+
     statuses = {spec(i)["statusUrl"]: s for i, s in enumerate(healthy())}
     monkeypatch.setattr(st, "fetch_status", lambda url, timeout: (statuses[url], None))
-    info = {"brokerAddrTable": {"RaftNode00": {"brokerName": "RaftNode00", "brokerAddrs": {
-        "0": "127.0.0.1:20010", "1": "127.0.0.1:20000", "3": "127.0.0.1:20020"}}}}
+    info = {
+        "brokerAddrTable": {
+            "RaftNode00": {
+                "brokerName": "RaftNode00",
+                "brokerAddrs": {"0": "127.0.0.1:20010", "1": "127.0.0.1:20000", "3": "127.0.0.1:20020"},
+            }
+        }
+    }
     monkeypatch.setattr(st, "cluster_info", lambda ep, timeout: info)
-    state = {"name": "dl", "nodes": [spec(i) for i in range(3)],
-             "namesrv": {"endpoint": "127.0.0.1:20049"}}
+    state = {"name": "dl", "nodes": [spec(i) for i in range(3)], "namesrv": {"endpoint": "127.0.0.1:20049"}}
     cs = collect(state)
     assert [n.registered_id for n in cs.nodes] == [1, 0, 3]
     assert all(n.registered for n in cs.nodes)

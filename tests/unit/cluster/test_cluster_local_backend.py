@@ -1,4 +1,5 @@
 """The local backend's process and run-folder handling, with stand-in processes (no brokers)."""
+
 import json
 import socket
 import sys
@@ -14,9 +15,12 @@ from rmqha.cluster.topology import PortPlan, load_topology
 from rmqha.cluster.wait import wait_until
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
-STUBBORN = [sys.executable, "-c",
-            "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ready', flush=True); time.sleep(60)"]
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(60)",
+]
 
 
 @pytest.fixture
@@ -27,9 +31,14 @@ def run_root(tmp_path, monkeypatch):
 
 def backend_with(run_root, procs: dict) -> LocalBackend:
     rd = rf.run_dir("t")
-    state = {"name": "t", "backend": "local", "runDir": str(rd), "stoppedAt": None,
-             "namesrv": {"process": procs.pop("namesrv", None)},
-             "nodes": [{"name": n, "process": rec, "store": str(rf.store_dir(rd, n))} for n, rec in procs.items()]}
+    state = {
+        "name": "t",
+        "backend": "local",
+        "runDir": str(rd),
+        "stoppedAt": None,
+        "namesrv": {"process": procs.pop("namesrv", None)},
+        "nodes": [{"name": n, "process": rec, "store": str(rf.store_dir(rd, n))} for n, rec in procs.items()],
+    }
     rf.write_state(rd, state)
     return LocalBackend("t", rd, state)
 
@@ -52,8 +61,9 @@ def test_spawn_detaches_and_stop_terminates(run_root):
 
 def test_stop_escalates_to_sigkill_and_keeps_data(run_root):
     rec = spawn(STUBBORN, run_root / "s.log", child_env())
-    wait_until(lambda: "ready" in (run_root / "s.log").read_text().splitlines(), 10, "the child's ready line",
-               interval=0.05)
+    wait_until(
+        lambda: "ready" in (run_root / "s.log").read_text().splitlines(), 10, "the child's ready line", interval=0.05
+    )
     b = backend_with(run_root, {"namesrv": rec})
     store = rf.store_dir(b.run_dir, "broker-a")
     b.state["nodes"] = [{"name": "broker-a", "process": None, "store": str(store)}]
@@ -108,9 +118,17 @@ def test_current_and_resolve(run_root):
 
 def test_node_json_schema(run_root):
     rd = rf.run_dir("t")
-    node = {"name": "broker-a", "brokerName": "broker-a", "brokerId": 0, "role": "SYNC_MASTER",
-            "clusterName": "DefaultCluster", "addr": "127.0.0.1:1", "haAddr": "127.0.0.1:2",
-            "metricsUrl": "http://127.0.0.1:3/metrics", "backend": "local"}
+    node = {
+        "name": "broker-a",
+        "brokerName": "broker-a",
+        "brokerId": 0,
+        "role": "SYNC_MASTER",
+        "clusterName": "DefaultCluster",
+        "addr": "127.0.0.1:1",
+        "haAddr": "127.0.0.1:2",
+        "metricsUrl": "http://127.0.0.1:3/metrics",
+        "backend": "local",
+    }
     path = rf.write_node_json(rd, node)
     assert json.loads(path.read_text()) == node
     with pytest.raises(ValueError, match="haAddr"):
@@ -127,6 +145,7 @@ def test_tail(tmp_path):
 def test_backends_by_name():
     from rmqha.cluster.backend import backend_class
     from rmqha.cluster.docker_backend import DockerBackend
+
     assert backend_class("local") is LocalBackend
     assert backend_class("docker") is DockerBackend
     with pytest.raises(ClusterError, match="unknown backend"):

@@ -1,4 +1,5 @@
 """Status JSON, the table, readiness checks and the name-server client, from canned data."""
+
 import io
 import json
 import socket
@@ -9,39 +10,91 @@ import pytest
 
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codec import decode_frame, encode
-from rmqha.cluster.status import (ClusterStatus, NamesrvError, NodeStatus, cluster_info, node_json, registered_addrs,
-                            render_json, render_table)
+from rmqha.cluster.status import (
+    ClusterStatus,
+    NamesrvError,
+    NodeStatus,
+    cluster_info,
+    node_json,
+    registered_addrs,
+    render_json,
+    render_table,
+)
 from rmqha.cluster.wait import Progress, check_namesrv, check_node, registration_required
 
 
 def spec(name, bname, bid, role, base, master=None):
-    return {"name": name, "brokerName": bname, "brokerId": bid, "role": role, "clusterName": "DefaultCluster",
-            "addr": f"127.0.0.1:{base}", "haAddr": f"127.0.0.1:{base + 1}",
-            "metricsUrl": f"http://127.0.0.1:{base + 2}/metrics", "statusUrl": f"http://127.0.0.1:{base + 2}/status",
-            "master": master, "process": {"pid": 4000 + base % 100}}
+    return {
+        "name": name,
+        "brokerName": bname,
+        "brokerId": bid,
+        "role": role,
+        "clusterName": "DefaultCluster",
+        "addr": f"127.0.0.1:{base}",
+        "haAddr": f"127.0.0.1:{base + 1}",
+        "metricsUrl": f"http://127.0.0.1:{base + 2}/metrics",
+        "statusUrl": f"http://127.0.0.1:{base + 2}/status",
+        "master": master,
+        "process": {"pid": 4000 + base % 100},
+    }
 
 
 def master_status(s, max_offset, acks):
-    return {"clusterName": "DefaultCluster", "brokerName": s["brokerName"], "brokerId": 0, "role": s["role"],
-            "addr": s["addr"], "haAddr": s["haAddr"], "maxPhyOffset": max_offset, "pid": 111,
-            "ha": {"push2SlaveMaxOffset": max(acks, default=0), "connectionCount": len(acks),
-                   "slaves": [{"addr": f"127.0.0.1:5000{i}", "slaveAckOffset": a, "lagBytes": max_offset - a,
-                               "state": "STREAMING", "problem": ""} for i, a in enumerate(acks)]}}
+    return {
+        "clusterName": "DefaultCluster",
+        "brokerName": s["brokerName"],
+        "brokerId": 0,
+        "role": s["role"],
+        "addr": s["addr"],
+        "haAddr": s["haAddr"],
+        "maxPhyOffset": max_offset,
+        "pid": 111,
+        "ha": {
+            "push2SlaveMaxOffset": max(acks, default=0),
+            "connectionCount": len(acks),
+            "slaves": [
+                {
+                    "addr": f"127.0.0.1:5000{i}",
+                    "slaveAckOffset": a,
+                    "lagBytes": max_offset - a,
+                    "state": "STREAMING",
+                    "problem": "",
+                }
+                for i, a in enumerate(acks)
+            ],
+        },
+    }
 
 
 def slave_status(s, max_offset, state, reported, master_ha):
-    return {"clusterName": "DefaultCluster", "brokerName": s["brokerName"], "brokerId": 1, "role": "SLAVE",
-            "addr": s["addr"], "haAddr": s["haAddr"], "maxPhyOffset": max_offset, "pid": 222,
-            "haClient": {"state": state, "haMasterAddress": master_ha, "currentReportedOffset": reported}}
+    return {
+        "clusterName": "DefaultCluster",
+        "brokerName": s["brokerName"],
+        "brokerId": 1,
+        "role": "SLAVE",
+        "addr": s["addr"],
+        "haAddr": s["haAddr"],
+        "maxPhyOffset": max_offset,
+        "pid": 222,
+        "haClient": {"state": state, "haMasterAddress": master_ha, "currentReportedOffset": reported},
+    }
 
 
 def make_cluster(a_max=1000, a_acks=(1000,), as_state="CONNECTED", as_reported=1000, b_up=True):
-    specs = [spec("broker-a", "broker-a", 0, "SYNC_MASTER", 20000),
-             spec("broker-a-s", "broker-a", 1, "SLAVE", 20010, master="broker-a"),
-             spec("broker-b", "broker-b", 0, "SYNC_MASTER", 20020),
-             spec("broker-b-s", "broker-b", 1, "SLAVE", 20030, master="broker-b")]
-    state = {"name": "t", "topology": "2m-2s-sync", "backend": "local", "runDir": "/tmp/run/t",
-             "namesrv": {"addr": "127.0.0.1:20049", "endpoint": "127.0.0.1:20049"}, "nodes": specs}
+    specs = [
+        spec("broker-a", "broker-a", 0, "SYNC_MASTER", 20000),
+        spec("broker-a-s", "broker-a", 1, "SLAVE", 20010, master="broker-a"),
+        spec("broker-b", "broker-b", 0, "SYNC_MASTER", 20020),
+        spec("broker-b-s", "broker-b", 1, "SLAVE", 20030, master="broker-b"),
+    ]
+    state = {
+        "name": "t",
+        "topology": "2m-2s-sync",
+        "backend": "local",
+        "runDir": "/tmp/run/t",
+        "namesrv": {"addr": "127.0.0.1:20049", "endpoint": "127.0.0.1:20049"},
+        "nodes": specs,
+    }
     nodes = [NodeStatus(spec=s, process="running", running=True) for s in specs]
     nodes[0].status = master_status(specs[0], a_max, list(a_acks))
     nodes[1].status = slave_status(specs[1], as_reported, as_state, as_reported, "127.0.0.1:20001")
@@ -53,8 +106,9 @@ def make_cluster(a_max=1000, a_acks=(1000,), as_state="CONNECTED", as_reported=1
         nodes[3].status = slave_status(specs[3], 0, "CONNECTING", -1, "127.0.0.1:20021")
     for n in nodes:
         n.registered = n.up
-    return ClusterStatus(state=state, nodes=nodes, namesrv_endpoint="127.0.0.1:20049", namesrv_process="running",
-                         namesrv_up=True)
+    return ClusterStatus(
+        state=state, nodes=nodes, namesrv_endpoint="127.0.0.1:20049", namesrv_process="running", namesrv_up=True
+    )
 
 
 def test_json_has_one_object_per_node_with_the_required_keys():
@@ -93,7 +147,7 @@ def test_table():
     assert "CONNECTED reported 1024 lag 1024" in lines[4]
     # Columns line up: every row starts its ROLE column at the same place.
     col = lines[2].index("ROLE")
-    assert all(line[col - 2:col] == "  " and line[col] != " " for line in lines[3:7])
+    assert all(line[col - 2 : col] == "  " and line[col] != " " for line in lines[3:7])
 
 
 def test_table_of_a_partly_down_cluster():
@@ -140,9 +194,16 @@ def test_progress_without_a_terminal_prints_changes_only():
 
 
 def test_registered_addrs():
-    info = {"brokerAddrTable": {"broker-a": {"brokerName": "broker-a", "cluster": "DefaultCluster",
-                                             "brokerAddrs": {"0": "127.0.0.1:1", "1": "127.0.0.1:2"}}},
-            "clusterAddrTable": {"DefaultCluster": ["broker-a"]}}
+    info = {
+        "brokerAddrTable": {
+            "broker-a": {
+                "brokerName": "broker-a",
+                "cluster": "DefaultCluster",
+                "brokerAddrs": {"0": "127.0.0.1:1", "1": "127.0.0.1:2"},
+            }
+        },
+        "clusterAddrTable": {"DefaultCluster": ["broker-a"]},
+    }
     assert registered_addrs(info) == {("broker-a", 0): "127.0.0.1:1", ("broker-a", 1): "127.0.0.1:2"}
     assert registered_addrs({}) == {}
 
@@ -171,9 +232,14 @@ def _one_shot_server(reply_body: bytes, code: int = 0):
 
 
 def test_cluster_info_client_speaks_the_remoting_protocol():
-    body = json_body.dumps({"brokerAddrTable": {"broker-a": {"brokerName": "broker-a", "cluster": "C",
-                                                             "brokerAddrs": {"0": "127.0.0.1:10911"}}},
-                            "clusterAddrTable": {"C": ["broker-a"]}})
+    body = json_body.dumps(
+        {
+            "brokerAddrTable": {
+                "broker-a": {"brokerName": "broker-a", "cluster": "C", "brokerAddrs": {"0": "127.0.0.1:10911"}}
+            },
+            "clusterAddrTable": {"C": ["broker-a"]},
+        }
+    )
     endpoint, seen, t = _one_shot_server(body)
     info = cluster_info(endpoint)
     t.join(5)

@@ -1,19 +1,44 @@
 """Topology parsing, the port plan and per-node overrides (no processes)."""
+
 import pytest
 
 from rmqha.broker.config import BrokerConfig, parse_properties
 from rmqha.cluster import ClusterError
-from rmqha.cluster.topology import (COMPOSE_DIR, DEFAULT_NAMESRV_PORT, TOPOLOGIES, PortPlan, effective_config,
-                              load_topology, node_overrides, parse_sets, set_args)
+from rmqha.cluster.topology import (
+    COMPOSE_DIR,
+    DEFAULT_NAMESRV_PORT,
+    TOPOLOGIES,
+    PortPlan,
+    effective_config,
+    load_topology,
+    node_overrides,
+    parse_sets,
+    set_args,
+)
 
-OFFICIAL_KEYS = {"brokerClusterName", "brokerName", "brokerId", "deleteWhen", "fileReservedTime",
-                 "brokerRole", "flushDiskType"}
+OFFICIAL_KEYS = {
+    "brokerClusterName",
+    "brokerName",
+    "brokerId",
+    "deleteWhen",
+    "fileReservedTime",
+    "brokerRole",
+    "flushDiskType",
+}
 
 EXPECTED = {
-    "2m-2s-async": [("broker-a", "broker-a", 0, "ASYNC_MASTER"), ("broker-a-s", "broker-a", 1, "SLAVE"),
-                    ("broker-b", "broker-b", 0, "ASYNC_MASTER"), ("broker-b-s", "broker-b", 1, "SLAVE")],
-    "2m-2s-sync": [("broker-a", "broker-a", 0, "SYNC_MASTER"), ("broker-a-s", "broker-a", 1, "SLAVE"),
-                   ("broker-b", "broker-b", 0, "SYNC_MASTER"), ("broker-b-s", "broker-b", 1, "SLAVE")],
+    "2m-2s-async": [
+        ("broker-a", "broker-a", 0, "ASYNC_MASTER"),
+        ("broker-a-s", "broker-a", 1, "SLAVE"),
+        ("broker-b", "broker-b", 0, "ASYNC_MASTER"),
+        ("broker-b-s", "broker-b", 1, "SLAVE"),
+    ],
+    "2m-2s-sync": [
+        ("broker-a", "broker-a", 0, "SYNC_MASTER"),
+        ("broker-a-s", "broker-a", 1, "SLAVE"),
+        ("broker-b", "broker-b", 0, "SYNC_MASTER"),
+        ("broker-b-s", "broker-b", 1, "SLAVE"),
+    ],
     "2m-noslave": [("broker-a", "broker-a", 0, "ASYNC_MASTER"), ("broker-b", "broker-b", 0, "ASYNC_MASTER")],
 }
 
@@ -25,7 +50,10 @@ def test_the_dledger_topology_is_4_9s_conf_dledger(tmp_path):
     topo = load_topology("dledger")
     # brokerId -1 until elected (4.9's BrokerStartup); one broker name, three DLedger nodes
     assert [(n.name, n.broker_name, n.broker_id) for n in topo.nodes] == [
-        ("broker-n0", "RaftNode00", -1), ("broker-n1", "RaftNode00", -1), ("broker-n2", "RaftNode00", -1)]
+        ("broker-n0", "RaftNode00", -1),
+        ("broker-n1", "RaftNode00", -1),
+        ("broker-n2", "RaftNode00", -1),
+    ]
     plan = PortPlan.make(20000)
     over = node_overrides(topo, plan, host="127.0.0.1", store_dir_of=lambda n: tmp_path / n)
     peers = "n0-127.0.0.1:20003;n1-127.0.0.1:20013;n2-127.0.0.1:20023"
@@ -92,8 +120,7 @@ def test_port_plan_default_and_custom(monkeypatch):
     topo = load_topology("2m-2s-sync")
     plan = PortPlan.make()
     assert (plan.base_port, plan.namesrv_port) == (10911, DEFAULT_NAMESRV_PORT)
-    assert plan.node_ports(topo.node("broker-a")) == {"listenPort": 10911, "haListenPort": 10912,
-                                                      "metricsPort": 10913}
+    assert plan.node_ports(topo.node("broker-a")) == {"listenPort": 10911, "haListenPort": 10912, "metricsPort": 10913}
     assert plan.node_ports(topo.node("broker-b-s"))["listenPort"] == 10941
     custom = PortPlan.make(20000)
     assert custom.namesrv_port == 20049
@@ -125,15 +152,20 @@ def test_port_plan_rejects_bad_values():
 
 def test_overrides(tmp_path):
     topo = load_topology("2m-2s-sync")
-    over = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1",
-                          store_dir_of=lambda n: tmp_path / n / "store")
-    assert over["broker-a"] == {"listenPort": "20000", "haListenPort": "20001", "metricsPort": "20002",
-                                "brokerIP1": "127.0.0.1", "metricsBindAddress": "127.0.0.1",
-                                "namesrvAddr": "127.0.0.1:20049",
-                                "storePathRootDir": str(tmp_path / "broker-a" / "store"),
-                                "maxHashSlotNum": "50000", "maxIndexNum": "200000",
-                                # its slave's HA port, where it fetches from when it recovers (haRecoveryEnable)
-                                "haRecoveryPeers": "127.0.0.1:20011"}
+    over = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1", store_dir_of=lambda n: tmp_path / n / "store")
+    assert over["broker-a"] == {
+        "listenPort": "20000",
+        "haListenPort": "20001",
+        "metricsPort": "20002",
+        "brokerIP1": "127.0.0.1",
+        "metricsBindAddress": "127.0.0.1",
+        "namesrvAddr": "127.0.0.1:20049",
+        "storePathRootDir": str(tmp_path / "broker-a" / "store"),
+        "maxHashSlotNum": "50000",
+        "maxIndexNum": "200000",
+        # its slave's HA port, where it fetches from when it recovers (haRecoveryEnable)
+        "haRecoveryPeers": "127.0.0.1:20011",
+    }
     assert over["broker-a-s"]["haMasterAddress"] == "127.0.0.1:20001"
     assert over["broker-b-s"]["haMasterAddress"] == "127.0.0.1:20021"
     assert "haMasterAddress" not in over["broker-b"]
@@ -145,8 +177,13 @@ def test_overrides(tmp_path):
         assert c.broker_addr == f"127.0.0.1:{over[n.name]['listenPort']}"
     assert len(set(ports)) == len(ports)
     # with recovery on, every master's config is valid: it gets its sources (a master without is a ConfigError)
-    rec = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1", store_dir_of=lambda n: tmp_path / n,
-                         extra={"haRecoveryEnable": "true"})
+    rec = node_overrides(
+        topo,
+        PortPlan.make(20000),
+        host="127.0.0.1",
+        store_dir_of=lambda n: tmp_path / n,
+        extra={"haRecoveryEnable": "true"},
+    )
     assert all(effective_config(n, rec[n.name]).haRecoveryEnable for n in topo.nodes)
 
 
@@ -155,8 +192,14 @@ def test_extra_sets_apply_last_and_slaves_follow_their_master(tmp_path):
     extra, per_node = parse_sets(["mappedFileSizeCommitLog=1048576", "broker-a:haListenPort=29999"], topo)
     assert extra == {"mappedFileSizeCommitLog": "1048576"}
     assert per_node == {"broker-a": {"haListenPort": "29999"}}
-    over = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1", store_dir_of=lambda n: tmp_path / n,
-                          extra=extra, extra_per_node=per_node)
+    over = node_overrides(
+        topo,
+        PortPlan.make(20000),
+        host="127.0.0.1",
+        store_dir_of=lambda n: tmp_path / n,
+        extra=extra,
+        extra_per_node=per_node,
+    )
     assert over["broker-a"]["haListenPort"] == "29999"
     assert over["broker-a-s"]["haMasterAddress"] == "127.0.0.1:29999"
     assert all(o["mappedFileSizeCommitLog"] == "1048576" for o in over.values())
@@ -172,14 +215,20 @@ def test_parse_sets_errors():
 
 def test_invalid_override_is_reported_with_the_node(tmp_path):
     topo = load_topology("2m-2s-sync")
-    over = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1", store_dir_of=lambda n: tmp_path / n,
-                          extra_per_node={"broker-a-s": {"brokerId": "0"}})
+    over = node_overrides(
+        topo,
+        PortPlan.make(20000),
+        host="127.0.0.1",
+        store_dir_of=lambda n: tmp_path / n,
+        extra_per_node={"broker-a-s": {"brokerId": "0"}},
+    )
     with pytest.raises(ClusterError, match="broker-a-s.*brokerId=0"):
         effective_config(topo.node("broker-a-s"), over["broker-a-s"])
 
 
 def test_set_args_round_trip_through_the_broker_parser(tmp_path):
     from rmqha.broker.__main__ import main
+
     topo = load_topology("2m-2s-sync")
     over = node_overrides(topo, PortPlan.make(20000), host="127.0.0.1", store_dir_of=lambda n: tmp_path / n)
     args = ["-c", str(topo.node("broker-b-s").conf_file), "--check"] + set_args(over["broker-b-s"])
@@ -196,6 +245,7 @@ def test_compose_files_are_plain_properties():
 def test_a_base_port_in_the_ephemeral_range_is_refused_with_advice(monkeypatch):
     # a restarted node must bind its port again; an outgoing connection may have taken it meanwhile
     from rmqha.cluster import topology
+
     monkeypatch.setattr(topology, "ephemeral_range", lambda: (32768, 60999))
     for base in (47000, 32768 - 49, 60999):
         with pytest.raises(ClusterError, match="ephemeral port range 32768..60999.*below 32718"):
@@ -207,16 +257,23 @@ def test_a_base_port_in_the_ephemeral_range_is_refused_with_advice(monkeypatch):
 
 def test_docker_dledger_peer_links_go_through_one_proxy_per_direction():
     from rmqha.cluster.docker_backend import dledger_links
+
     topo = load_topology("dledger")
     plan = PortPlan.make(20100)
     overrides = {n.name: {} for n in topo.nodes}
     proxies = dledger_links(topo, plan, overrides)
     assert sorted(p["name"] for p in proxies) == sorted(
-        f"broker-n{a}-dl-broker-n{b}" for a in range(3) for b in range(3) if a != b)
+        f"broker-n{a}-dl-broker-n{b}" for a in range(3) for b in range(3) if a != b
+    )
     p = next(p for p in proxies if p["name"] == "broker-n0-dl-broker-n2")
     # toxiproxy listens in broker-n2's stride (P+4+index of broker-n0), upstream is broker-n2's own P+3
     assert (p["kind"], p["node"], p["peer"], p["listen"], p["upstream"]) == (
-        "dledger", "broker-n0", "broker-n2", "0.0.0.0:20124", "broker-n2:20123")
+        "dledger",
+        "broker-n0",
+        "broker-n2",
+        "0.0.0.0:20124",
+        "broker-n2:20123",
+    )
     assert overrides["broker-n0"]["dLegerPeers"] == "n0-0.0.0.0:20103;n1-toxiproxy:20114;n2-toxiproxy:20124"
     assert overrides["broker-n2"]["dLegerPeers"] == "n0-toxiproxy:20106;n1-toxiproxy:20116;n2-0.0.0.0:20123"
     listens = [int(p["listen"].rpartition(":")[2]) for p in proxies]
@@ -229,6 +286,7 @@ def test_topologies_and_run_root_when_installed_rather_than_cloned(monkeypatch, 
     """A wheel carries compose/ as rmqha/cluster/compose (setup.py), and an installed package keeps its
     runs in ./run, not in site-packages; RMQHA_COMPOSE_DIR and CLUSTER_RUN_ROOT still win."""
     from rmqha.cluster import runfolder, topology
+
     assert topology.IS_CHECKOUT and topology.compose_dir() == topology.REPO_ROOT / "compose"
     monkeypatch.setattr(topology, "IS_CHECKOUT", False)
     monkeypatch.setattr(runfolder, "IS_CHECKOUT", False)

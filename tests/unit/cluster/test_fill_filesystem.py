@@ -1,6 +1,7 @@
 """fill_filesystem writes until the filesystem refuses, and returns what it wrote: the refusal must not
 escape when the filler file is closed (a buffered file still holding bytes raised there, and the
 nemesis reported a disk-full fault as failed)."""
+
 import os
 import resource
 import signal

@@ -1,6 +1,7 @@
 """rmqha/cluster/handle.py on a DLedger group, from canned /status answers: who leads (masters, slaves,
 master_of, slaves_of), caught_up, lags and dledger_lag (entries, as cluster-status's lagEntries), and
 power_loss refusing a DLedger node. Classic groups beside it keep their state.json roles."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,20 +14,36 @@ PEERS = "n0-127.0.0.1:20003;n1-127.0.0.1:20013;n2-127.0.0.1:20023"
 
 
 def dl_spec(i):
-    return {"name": f"broker-n{i}", "brokerName": "RaftNode00", "brokerId": -1, "master": None,
-            "addr": f"127.0.0.1:{20000 + 10 * i}", "statusUrl": f"http://127.0.0.1:{20002 + 10 * i}/status",
-            "overrides": {"dLegerPeers": PEERS}}
+    return {
+        "name": f"broker-n{i}",
+        "brokerName": "RaftNode00",
+        "brokerId": -1,
+        "master": None,
+        "addr": f"127.0.0.1:{20000 + 10 * i}",
+        "statusUrl": f"http://127.0.0.1:{20002 + 10 * i}/status",
+        "overrides": {"dLegerPeers": PEERS},
+    }
 
 
-CLASSIC = [{"name": "broker-a", "brokerName": "broker-a", "brokerId": 0, "master": None},
-           {"name": "broker-a-s", "brokerName": "broker-a", "brokerId": 1, "master": "broker-a"}]
+CLASSIC = [
+    {"name": "broker-a", "brokerName": "broker-a", "brokerId": 0, "master": None},
+    {"name": "broker-a-s", "brokerName": "broker-a", "brokerId": 1, "master": "broker-a"},
+]
 
 
 def dl(role, committed, end=None, dispatched=None, term=2, broker_role=None, max_phy=0):
     end = committed if end is None else end
-    return {"role": broker_role or ("SYNC_MASTER" if role == "LEADER" else "SLAVE"), "maxPhyOffset": max_phy,
-            "dledger": {"role": role, "term": term, "committedIndex": committed, "endIndex": end,
-                        "dispatchedIndex": committed if dispatched is None else dispatched}}
+    return {
+        "role": broker_role or ("SYNC_MASTER" if role == "LEADER" else "SLAVE"),
+        "maxPhyOffset": max_phy,
+        "dledger": {
+            "role": role,
+            "term": term,
+            "committedIndex": committed,
+            "endIndex": end,
+            "dispatchedIndex": committed if dispatched is None else dispatched,
+        },
+    }
 
 
 class Backend:
@@ -76,12 +93,14 @@ def test_no_leader_no_master_every_member_a_slave_and_never_caught_up():
 
 def test_caught_up_when_every_member_holds_the_leaders_log_committed_and_dispatched():
     assert Canned(healthy()).caught_up() and Canned(healthy()).lags() == {N0: 0, N2: 0}
-    for n, behind in [(N0, dl("FOLLOWER", 39)),                       # committed behind
-                      (N2, dl("FOLLOWER", 41, end=40)),               # log shorter than the leader's
-                      (N2, dl("FOLLOWER", 41, end=43)),               # stale entries past it (to be truncated)
-                      (N0, dl("FOLLOWER", 41, dispatched=40)),        # not dispatched to the consume queues
-                      (N1, dl("LEADER", 41, end=42)),                 # the leader's last entry not committed
-                      (N2, None)]:                                    # a member down
+    for n, behind in [
+        (N0, dl("FOLLOWER", 39)),  # committed behind
+        (N2, dl("FOLLOWER", 41, end=40)),  # log shorter than the leader's
+        (N2, dl("FOLLOWER", 41, end=43)),  # stale entries past it (to be truncated)
+        (N0, dl("FOLLOWER", 41, dispatched=40)),  # not dispatched to the consume queues
+        (N1, dl("LEADER", 41, end=42)),  # the leader's last entry not committed
+        (N2, None),
+    ]:  # a member down
         c = Canned({**healthy(), n: behind})
         assert not c.caught_up(), (n, behind)
         assert not c.caught_up([N0]) and c.caught_up([])  # named by any member; an empty list asks nothing
@@ -93,16 +112,20 @@ def test_lag_is_in_entries_as_cluster_status_shows_it():
     assert c.lags() == {N0: 5, N2: 0} and c.asked == 1  # one round of /status for the whole group
     assert c.dledger_lag(N1) == 0  # the leader
     # cluster-status's lagEntries for the same answers (its leader: the name server's brokerId 0)
-    nodes = [NodeStatus(spec=dl_spec(i), status=answers[n], registered=True, registered_id=[1, 0, 3][i])
-             for i, n in enumerate((N0, N1, N2))]
+    nodes = [
+        NodeStatus(spec=dl_spec(i), status=answers[n], registered=True, registered_id=[1, 0, 3][i])
+        for i, n in enumerate((N0, N1, N2))
+    ]
     cs = ClusterStatus(state={"nodes": [dl_spec(i) for i in range(3)]}, nodes=nodes, namesrv_up=True)
     assert {n.name: node_json(cs, n)["dledger"]["lagEntries"] for n in nodes if n.name != N1} == c.lags()
 
 
 def test_classic_groups_beside_a_dledger_group_keep_their_planned_roles():
-    answers = {**healthy(), "broker-a": {"role": "SYNC_MASTER", "maxPhyOffset": 500,
-                                         "ha": {"slaves": [{"slaveAckOffset": 500}]}},
-               "broker-a-s": {"role": "SLAVE", "maxPhyOffset": 300}}
+    answers = {
+        **healthy(),
+        "broker-a": {"role": "SYNC_MASTER", "maxPhyOffset": 500, "ha": {"slaves": [{"slaveAckOffset": 500}]}},
+        "broker-a-s": {"role": "SLAVE", "maxPhyOffset": 300},
+    }
     c = Canned(answers, nodes=CLASSIC + [dl_spec(i) for i in range(3)])
     assert c.masters() == ["broker-a", N1] and c.slaves() == ["broker-a-s", N0, N2]
     assert c.master_of("broker-a-s") == "broker-a" and c.lag_unit("broker-a-s") == "bytes"

@@ -1,4 +1,5 @@
 """rmqha/cluster/ports.py: each pytest-xdist worker owns its own ports, so workers never race for one."""
+
 from __future__ import annotations
 
 import socket

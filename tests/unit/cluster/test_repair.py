@@ -1,6 +1,7 @@
 """rmqha/cluster/repair.py and repair_plan.py: every stranded record is put back the way 4.9 would serve it
 (delayed to its real topic with its level, retry to its retry topic, an unresolved half as a half), or
 the cut is refused; every re-sent message, UNIQ_KEY or not, is on the master before the cut."""
+
 import dataclasses
 import shutil
 
@@ -25,6 +26,7 @@ def msg(topic="T", body=b"b", qid=1, **props):
 def parked(m, level=2):
     m = dataclasses.replace(m, properties=dict(m.properties) | {"DELAY": str(level)})
     from rmqha.broker.store.delay import to_schedule_topic
+
     to_schedule_topic(m, LEVELS)
     return m
 
@@ -49,6 +51,7 @@ def test_a_parked_delayed_message_goes_back_to_its_real_topic_with_its_level_and
     assert on_master[0].topic == SCHEDULE_TOPIC and missing(p.resend, on_master) == []
     # ... or already delivered there by its schedule (time_up keeps the properties)
     from rmqha.broker.store.delay import time_up
+
     assert missing(p.resend, [time_up(on_master[0])]) == []
     again = plan(slave, on_master, "s")
     assert again.resend == [] and again.already_on_master == 1
@@ -56,6 +59,7 @@ def test_a_parked_delayed_message_goes_back_to_its_real_topic_with_its_level_and
 
 def test_a_parked_message_whose_delivered_copy_is_stranded_too_is_sent_once():
     from rmqha.broker.store.delay import time_up
+
     d = parked(msg("Orders", b"x", UNIQ_KEY="D2"))
     p = plan([(100, d), (300, time_up(d))], [], "s")
     assert [(r.kind, r.offset, r.message.topic) for r in p.resend] == [("message", 300, "Orders")]
@@ -88,10 +92,12 @@ def test_a_retry_message_goes_to_its_retry_topic_and_may_land_in_the_dlq():
 
 
 def test_transactions_unresolved_half_goes_back_as_a_half_resolved_ones_and_committed_copies_do_not():
-    open_half = dataclasses.replace(tx.to_half(msg("Pay", b"h1", 2, UNIQ_KEY="H1", PGROUP="PG", TRAN_MSG="true")),
-                                    queue_offset=5)
-    done_half = dataclasses.replace(tx.to_half(msg("Pay", b"h2", 2, UNIQ_KEY="H2", PGROUP="PG", TRAN_MSG="true")),
-                                    queue_offset=6)
+    open_half = dataclasses.replace(
+        tx.to_half(msg("Pay", b"h1", 2, UNIQ_KEY="H1", PGROUP="PG", TRAN_MSG="true")), queue_offset=5
+    )
+    done_half = dataclasses.replace(
+        tx.to_half(msg("Pay", b"h2", 2, UNIQ_KEY="H2", PGROUP="PG", TRAN_MSG="true")), queue_offset=6
+    )
     op = tx.op_message(done_half, 0, ("127.0.0.1", 1))
     copy = tx.committed(done_half)
     assert copy.properties["TRAN_MSG"] == "true"  # 4.9.8 stores it so
@@ -178,8 +184,9 @@ def two_logs(tmp_path, stranded):
 
 
 def test_repair_puts_a_parked_and_a_no_uniq_key_message_back_before_it_cuts(tmp_path, monkeypatch):
-    master = two_logs(tmp_path, [msg("Orders", b"later", 0, UNIQ_KEY="D1", DELAY="2"),
-                                 msg("T", b"no-uniq", KEYS="order-7")])
+    master = two_logs(
+        tmp_path, [msg("Orders", b"later", 0, UNIQ_KEY="D1", DELAY="2"), msg("T", b"no-uniq", KEYS="order-7")]
+    )
     sent = []
 
     class Sender:
@@ -202,8 +209,10 @@ def test_repair_puts_a_parked_and_a_no_uniq_key_message_back_before_it_cuts(tmp_
     assert res.resent == res.stranded == 2 and res.resent_by_kind == {"delayed": 1, "message": 1}
     assert [(m.topic, m.properties.get("DELAY")) for m in sent] == [("Orders", "2"), ("T", None)]
     on_master = [m for _o, m, _r in records(tmp_path / "m" / "commitlog", fork)]
-    assert {(m.topic, m.properties.get("REAL_TOPIC")) for m in on_master if REPAIR_PROPERTY in m.properties} \
-        == {(SCHEDULE_TOPIC, "Orders"), ("T", None)}
+    assert {(m.topic, m.properties.get("REAL_TOPIC")) for m in on_master if REPAIR_PROPERTY in m.properties} == {
+        (SCHEDULE_TOPIC, "Orders"),
+        ("T", None),
+    }
     assert res.truncated_bytes > 0 and c.caught_up and c.up["s"]
     assert find_fork(tmp_path / "m" / "commitlog", tmp_path / "s" / "commitlog")[0] is None
     master.shutdown()

@@ -6,6 +6,7 @@ safety properties that runs as the schedule goes.
 Everything random comes from one random.Random(seed): a seed is a schedule, and a failing one
 replays exactly (`Cluster(seed=...)`).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -16,8 +17,13 @@ from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger.effects import AppendDone, Committed, PersistTerm, Reply, RoleChanged, Send
 from rmqha.broker.dledger.election import LEADER
 from rmqha.broker.dledger.node import DLedgerNode
-from rmqha.broker.dledger.protocol import (LeadershipTransferRequest, ResponseCode, decode_request, decode_response,
-                                     request_code)
+from rmqha.broker.dledger.protocol import (
+    LeadershipTransferRequest,
+    ResponseCode,
+    decode_request,
+    decode_response,
+    request_code,
+)
 from rmqha.broker.dledger.file_store import FileStore
 from rmqha.broker.dledger.replication import MemoryLog, Rules
 
@@ -39,6 +45,7 @@ class NetworkFaults:
 @dataclass
 class Box:
     """What survives a crash (log, persisted term/vote) and the running node, if any."""
+
     node_id: str
     log: MemoryLog
     term: int = 0
@@ -80,8 +87,10 @@ class Checker:
                 except Exception:
                     self.fail(f"leader completeness: {node_id} leads term {term} without committed index {index}")
                 if (mine.term, mine.body) != (eterm, body):
-                    self.fail(f"leader completeness: {node_id} leads term {term} with ({mine.term}, {mine.body!r}) "
-                              f"at {index}, committed ({eterm}, {body!r})")
+                    self.fail(
+                        f"leader completeness: {node_id} leads term {term} with ({mine.term}, {mine.body!r}) "
+                        f"at {index}, committed ({eterm}, {body!r})"
+                    )
 
     def on_commit(self, node_id: str, term: int, log: MemoryLog, old: int, new: int) -> None:
         for index in range(old + 1, new + 1):
@@ -101,7 +110,7 @@ class Checker:
         """Log matching: one (index, term) names one entry, and the same predecessor term."""
         for node_id, log in logs.items():
             prev_term = None
-            for e in (log._entries if isinstance(log, MemoryLog) else log.entries()):  # no copies: hot
+            for e in log._entries if isinstance(log, MemoryLog) else log.entries():  # no copies: hot
                 key = (e.index, e.term)
                 value = (e.body, prev_term)
                 had = self.seen.setdefault(key, value)
@@ -113,9 +122,20 @@ class Checker:
 
 
 class Cluster:
-    def __init__(self, seed: int, n: int = 3, *, faults: NetworkFaults | None = None, rules: Rules | None = None,
-                 config_overrides: dict | None = None, elector_classes: dict | None = None, wire: bool = False,
-                 check_every: int = 25, on_start=None, store_dir: str | None = None):
+    def __init__(
+        self,
+        seed: int,
+        n: int = 3,
+        *,
+        faults: NetworkFaults | None = None,
+        rules: Rules | None = None,
+        config_overrides: dict | None = None,
+        elector_classes: dict | None = None,
+        wire: bool = False,
+        check_every: int = 25,
+        on_start=None,
+        store_dir: str | None = None,
+    ):
         self.rng = random.Random(seed)
         self.seed = seed
         self.ids = [f"n{i}" for i in range(n)]
@@ -162,8 +182,15 @@ class Cluster:
         box.incarnation += 1
         cls = self.elector_classes.get(node_id)
         kwargs = {"elector_class": cls} if cls else {}
-        box.node = DLedgerNode(self.config(node_id), box.log, rng=random.Random(self.rng.random()),
-                               term=box.term, vote_for=box.vote_for, rules=self.rules, **kwargs)
+        box.node = DLedgerNode(
+            self.config(node_id),
+            box.log,
+            rng=random.Random(self.rng.random()),
+            term=box.term,
+            vote_for=box.vote_for,
+            rules=self.rules,
+            **kwargs,
+        )
         if self.on_start is not None:
             self.on_start(box.node)
         box.next_tick = self.now
@@ -218,8 +245,7 @@ class Cluster:
                 if eff.response.code == ResponseCode.SUCCESS:
                     e = box.log.get(eff.response.index)
                     self.acked[e.index] = (e.term, e.body)
-                    self.checker.on_commit(node_id, node.term, box.log, eff.response.index - 1,
-                                           eff.response.index)
+                    self.checker.on_commit(node_id, node.term, box.log, eff.response.index - 1, eff.response.index)
 
     def _link_ok(self, src: str, dst: str) -> bool:
         return (src, dst) not in self.blocked
@@ -291,8 +317,10 @@ class Cluster:
                 box = self.boxes[src]
                 entry[3] = True
                 if box.node is not None and box.incarnation == inc:
-                    self._apply(src, box.node.on_response(_peer_of(request), request,
-                                                          DLedgerNode.network_error(request), self.now))
+                    self._apply(
+                        src,
+                        box.node.on_response(_peer_of(request), request, DLedgerNode.network_error(request), self.now),
+                    )
             self.inflight.pop(payload, None)
         elif kind == "call":
             payload()
@@ -359,10 +387,22 @@ def _peer_of(request) -> str:
     return request.remoteId
 
 
-TIMERS = ("heartBeatTimeIntervalMs", "minVoteIntervalMs", "maxVoteIntervalMs", "maxWaitAckTimeMs",
-          "maxPushTimeOutMs", "minTakeLeadershipVoteIntervalMs", "maxTakeLeadershipVoteIntervalMs",
-          "leadershipTransferWaitTimeout", "rpcTimeoutMs", "voteWaitBaseMs", "commitPushIntervalMs",
-          "leakCheckIntervalMs", "pushFutureTimeoutMs", "errorBackoffMs")
+TIMERS = (
+    "heartBeatTimeIntervalMs",
+    "minVoteIntervalMs",
+    "maxVoteIntervalMs",
+    "maxWaitAckTimeMs",
+    "maxPushTimeOutMs",
+    "minTakeLeadershipVoteIntervalMs",
+    "maxTakeLeadershipVoteIntervalMs",
+    "leadershipTransferWaitTimeout",
+    "rpcTimeoutMs",
+    "voteWaitBaseMs",
+    "commitPushIntervalMs",
+    "leakCheckIntervalMs",
+    "pushFutureTimeoutMs",
+    "errorBackoffMs",
+)
 
 
 def scaled_timers(scale: float) -> dict:
@@ -373,16 +413,37 @@ def scaled_timers(scale: float) -> dict:
     return {name: max(1, int(getattr(base, name) * scale)) for name in TIMERS}
 
 
-def random_schedule(seed: int, n: int = 3, *, duration: float = 10000.0, rules: Rules | None = None,
-                    elector_classes: dict | None = None, wire: bool = False, on_start=None,
-                    store_dir: str | None = None) -> Cluster:
+def random_schedule(
+    seed: int,
+    n: int = 3,
+    *,
+    duration: float = 10000.0,
+    rules: Rules | None = None,
+    elector_classes: dict | None = None,
+    wire: bool = False,
+    on_start=None,
+    store_dir: str | None = None,
+) -> Cluster:
     """One seeded chaotic schedule: lossy, reordering network; partitions; crashes and restarts; appends."""
     rng = random.Random(seed * 7919 + n)
-    faults = NetworkFaults(drop=rng.choice([0.0, 0.05, 0.2]), duplicate=rng.choice([0.0, 0.1]),
-                           max_delay=rng.choice([10.0, 100.0, 400.0]), slow=rng.choice([0.0, 0.02]))
+    faults = NetworkFaults(
+        drop=rng.choice([0.0, 0.05, 0.2]),
+        duplicate=rng.choice([0.0, 0.1]),
+        max_delay=rng.choice([10.0, 100.0, 400.0]),
+        slow=rng.choice([0.0, 0.02]),
+    )
     scale = rng.choice([1.0, 0.15, 0.15])  # 0.15: every DLedger timer scaled down, many more elections
-    c = Cluster(seed, n, faults=faults, rules=rules, elector_classes=elector_classes, wire=wire,
-                config_overrides=scaled_timers(scale), on_start=on_start, store_dir=store_dir)
+    c = Cluster(
+        seed,
+        n,
+        faults=faults,
+        rules=rules,
+        elector_classes=elector_classes,
+        wire=wire,
+        config_overrides=scaled_timers(scale),
+        on_start=on_start,
+        store_dir=store_dir,
+    )
     t = 0.0
     while True:
         t += rng.uniform(50, 600)
@@ -397,12 +458,14 @@ def random_schedule(seed: int, n: int = 3, *, duration: float = 10000.0, rules: 
             def crash(v=victim):
                 if c.boxes[v].node is not None and len(c.alive()) > 1:
                     c.crash(v)
+
             c.at(t, crash)
             back = t + rng.uniform(100, 3000)
 
             def restart(v=victim):
                 if c.boxes[v].node is None:
                     c.start(v)
+
             c.at(back, restart)
         elif r < 0.82:
             ids = list(c.ids)
@@ -418,9 +481,16 @@ def random_schedule(seed: int, n: int = 3, *, duration: float = 10000.0, rules: 
                     return
                 node = c.boxes[leader].node
                 others = [i for i in c.ids if i != leader]
-                req = LeadershipTransferRequest(group="g", remoteId=leader, localId="admin", term=node.term,
-                                                transferId=leader, transfereeId=rng.choice(others))
+                req = LeadershipTransferRequest(
+                    group="g",
+                    remoteId=leader,
+                    localId="admin",
+                    term=node.term,
+                    transferId=leader,
+                    transfereeId=rng.choice(others),
+                )
                 c._apply(leader, node.handle_request(req, c.now))
+
             c.at(t, transfer)
     c.run_until(duration)
     c.check()

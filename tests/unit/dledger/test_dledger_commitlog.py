@@ -1,5 +1,6 @@
 """rmqha/broker/dledger_commitlog.py: the broker's commit log on DLedger, three stores on one task.Clock
 with an in-memory network (requests and answers go through their JSON, as on the wire)."""
+
 import random
 import struct
 from types import SimpleNamespace
@@ -60,10 +61,18 @@ class Net:
 
 
 def broker_config(tmp_path, self_id):
-    return BrokerConfig.from_properties({
-        "brokerName": "RaftNode00", "enableDLegerCommitLog": "true", "dLegerGroup": "RaftNode00",
-        "dLegerPeers": PEERS, "dLegerSelfId": self_id, "storePathRootDir": str(tmp_path / self_id),
-        "mappedFileSizeCommitLog": str(1 << 16), "listenPort": str(30911 + 10 * IDS.index(self_id))})
+    return BrokerConfig.from_properties(
+        {
+            "brokerName": "RaftNode00",
+            "enableDLegerCommitLog": "true",
+            "dLegerGroup": "RaftNode00",
+            "dLegerPeers": PEERS,
+            "dLegerSelfId": self_id,
+            "storePathRootDir": str(tmp_path / self_id),
+            "mappedFileSizeCommitLog": str(1 << 16),
+            "listenPort": str(30911 + 10 * IDS.index(self_id)),
+        }
+    )
 
 
 class FakeSync:
@@ -81,15 +90,31 @@ def group(tmp_path):
     nodes = {}
     for k, i in enumerate(IDS):
         c = broker_config(tmp_path, i)
-        s = DLedgerMessageStore(c.storePathRootDir, cq_file_size=20 * 100, store_host=("127.0.0.1", 30911 + 10 * k),
-                                now_ms=lambda: int(clock.seconds() * 1000))
-        s.configure(c, reactor=None, clock=clock, rng=random.Random(k),
-                    dledger=DLedgerConfig(group=c.dLegerGroup, selfId=i, peers=PEERS))
+        s = DLedgerMessageStore(
+            c.storePathRootDir,
+            cq_file_size=20 * 100,
+            store_host=("127.0.0.1", 30911 + 10 * k),
+            now_ms=lambda: int(clock.seconds() * 1000),
+        )
+        s.configure(
+            c,
+            reactor=None,
+            clock=clock,
+            rng=random.Random(k),
+            dledger=DLedgerConfig(group=c.dLegerGroup, selfId=i, peers=PEERS),
+        )
         s.start()
         net.attach(s)
         s.start_service(listen=False)
-        server = SimpleNamespace(config=c, controller=SimpleNamespace(store=s), clock=clock, schedule=None,
-                                 transactions=None, registration=None, slave_sync=FakeSync())
+        server = SimpleNamespace(
+            config=c,
+            controller=SimpleNamespace(store=s),
+            clock=clock,
+            schedule=None,
+            transactions=None,
+            registration=None,
+            slave_sync=FakeSync(),
+        )
         roles = DLedgerRoleChangeHandler(server)
         roles.start()
         nodes[i] = (s, c)
@@ -117,8 +142,9 @@ def elect(g, within=15.0):
 
 
 def put(store, i, queue_id=0):
-    res = store.put_async(record.Message(topic="T", body=f"m{i}".encode(), queue_id=queue_id,
-                                         properties={"UNIQ_KEY": f"U{i}"}))
+    res = store.put_async(
+        record.Message(topic="T", body=f"m{i}".encode(), queue_id=queue_id, properties={"UNIQ_KEY": f"U{i}"})
+    )
     if isinstance(res, PutResult):
         return [res]
     out = []

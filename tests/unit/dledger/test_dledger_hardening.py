@@ -1,5 +1,6 @@
 """Review 2's DLedger findings (/tmp/helpers/review-2.md A1-A5), each as a regression test on task.Clock and
 the in-memory network of test_dledger_commitlog.py."""
+
 import json
 import os
 import random
@@ -28,15 +29,31 @@ class Group:
     def boot(self, i, c):
         k = IDS.index(i)
         clock = self.clock
-        s = DLedgerMessageStore(c.storePathRootDir, cq_file_size=20 * 100, store_host=("127.0.0.1", 30911 + 10 * k),
-                                now_ms=lambda: int(clock.seconds() * 1000))
-        s.configure(c, reactor=None, clock=clock, rng=random.Random(k),
-                    dledger=DLedgerConfig(group=c.dLegerGroup, selfId=i, peers=PEERS))
+        s = DLedgerMessageStore(
+            c.storePathRootDir,
+            cq_file_size=20 * 100,
+            store_host=("127.0.0.1", 30911 + 10 * k),
+            now_ms=lambda: int(clock.seconds() * 1000),
+        )
+        s.configure(
+            c,
+            reactor=None,
+            clock=clock,
+            rng=random.Random(k),
+            dledger=DLedgerConfig(group=c.dLegerGroup, selfId=i, peers=PEERS),
+        )
         s.start()
         self.net.attach(s)
         s.start_service(listen=False)
-        server = SimpleNamespace(config=c, controller=SimpleNamespace(store=s), clock=clock, schedule=None,
-                                 transactions=None, registration=None, slave_sync=FakeSync())
+        server = SimpleNamespace(
+            config=c,
+            controller=SimpleNamespace(store=s),
+            clock=clock,
+            schedule=None,
+            transactions=None,
+            registration=None,
+            slave_sync=FakeSync(),
+        )
         roles = DLedgerRoleChangeHandler(server)
         roles._start_slave_sync = lambda: None
         roles.start()
@@ -72,6 +89,7 @@ def grp(tmp_path):
 
 def bodies(store, topic="T", queue_id=0):
     from rmqha.broker.store import record
+
     cq = store.queues[(topic, queue_id)]
     out = []
     for q in range(cq.max_index):
@@ -81,6 +99,7 @@ def bodies(store, topic="T", queue_id=0):
 
 
 # --- A1: a restarted leader takes no send before change_to_master -----------------------------------------
+
 
 def test_a_restarted_leader_refuses_sends_until_it_is_master_and_no_acked_message_is_lost(grp):
     lead = elect(grp)
@@ -135,8 +154,10 @@ def test_a_committed_record_whose_queue_offset_is_taken_fails_its_send_instead_o
 
 # --- A2: integers in Java's ranges, no absurd term, one bad message never freezes a node -------------------
 
+
 def test_integers_past_java_long_or_int_are_refused_by_the_decoder():
     from rmqha.broker.dledger.protocol import HeartBeatRequest, ProtocolError, PushEntryRequest, decode_request
+
     base = {"group": "g", "remoteId": "n1", "localId": "n0", "leaderId": "n0"}
     assert HeartBeatRequest.from_json({**base, "term": 2**63 - 1}).term == 2**63 - 1
     for bad in ({**base, "term": 2**63}, {**base, "term": -(2**63) - 1}, {**base, "code": 2**31}):
@@ -149,6 +170,7 @@ def test_integers_past_java_long_or_int_are_refused_by_the_decoder():
 
 def test_a_heartbeat_with_an_absurd_term_is_refused_and_the_group_keeps_writing(grp):
     from rmqha.broker.dledger.protocol import HeartBeatRequest, ResponseCode
+
     MAX_TERM = 1 << 62  # node.MAX_TERM
     lead = elect(grp)
     advance(grp.clock, 0.5)
@@ -171,6 +193,7 @@ def test_a_heartbeat_with_an_absurd_term_is_refused_and_the_group_keeps_writing(
 
 def test_a_failing_effect_does_not_drop_the_effects_after_it_nor_stop_the_tick(grp):
     from rmqha.broker.dledger.effects import AppendDone, Committed
+
     lead = elect(grp)
     s = grp.nodes[lead][0]
     svc = s.service
@@ -179,6 +202,7 @@ def test_a_failing_effect_does_not_drop_the_effects_after_it_nor_stop_the_tick(g
 
     def boom(_eff):
         raise OSError(28, "No space left on device")
+
     svc.on_effect = boom
     svc.run([Committed(0, 1), AppendDone(token, "resp")])
     assert answered == ["resp"] and svc.stats["effect_errors"] == 2
@@ -187,6 +211,7 @@ def test_a_failing_effect_does_not_drop_the_effects_after_it_nor_stop_the_tick(g
     def bad_tick(now):
         ticks.append(now)
         raise RuntimeError("a bug in the core")
+
     s.node.tick = bad_tick
     advance(grp.clock, 0.1)
     assert len(ticks) >= 5 and all(loop.running for loop in svc.loops)
@@ -195,8 +220,10 @@ def test_a_failing_effect_does_not_drop_the_effects_after_it_nor_stop_the_tick(g
 
 # --- A5: dispatch advances only after its writes -----------------------------------------------------------
 
+
 def test_a_disk_error_in_dispatch_loses_nothing_and_the_send_is_answered(grp, monkeypatch):
     from rmqha.broker.store import consume_queue
+
     lead = elect(grp)
     advance(grp.clock, 0.5)
     s = grp.nodes[lead][0]
@@ -208,6 +235,7 @@ def test_a_disk_error_in_dispatch_loses_nothing_and_the_send_is_answered(grp, mo
             failures.append(units)
             raise OSError(28, "No space left on device")
         return real(self, units, misplaced)
+
     monkeypatch.setattr(consume_queue.ConsumeQueue, "put_many", flaky)
     out = put(s, 0)
     advance(grp.clock, 0.05)

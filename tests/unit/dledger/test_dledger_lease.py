@@ -11,6 +11,7 @@ task.Clock so that one can be stopped: while paused its clock does not move and 
 waits; on resume its clock jumps to the others' time and its overdue timers run, then the waiting
 messages arrive, as after SIGCONT. The brokers register with an in-process name server.
 """
+
 from __future__ import annotations
 
 import random
@@ -37,6 +38,7 @@ LEASE_S = 6.0  # maxHeartBeatLeak 3 x heartBeatTimeIntervalMs 2000
 
 
 # --- the lease in the IO-free elector ----------------------------------------------------------------
+
 
 def won(term_start=1000):
     """n0 leader in term 1 by a vote round started at term_start (ms)."""
@@ -81,6 +83,7 @@ def test_no_lease_without_leadership():
 
 # --- three brokers, a name server, pausable clocks --------------------------------------------------
 
+
 class PausableNet(Net):
     """Net whose deliveries to a paused node wait for its resume."""
 
@@ -118,11 +121,19 @@ class NameServerClient:
 
 def config_of(tmp_path, self_id):
     k = IDS.index(self_id)
-    return BrokerConfig.from_properties({
-        "brokerName": GROUP, "enableDLegerCommitLog": "true", "dLegerGroup": GROUP, "dLegerPeers": PEERS,
-        "dLegerSelfId": self_id, "storePathRootDir": str(tmp_path / self_id),
-        "mappedFileSizeCommitLog": str(1 << 16), "listenPort": str(30911 + 10 * k),
-        "namesrvAddr": "127.0.0.1:9876"})
+    return BrokerConfig.from_properties(
+        {
+            "brokerName": GROUP,
+            "enableDLegerCommitLog": "true",
+            "dLegerGroup": GROUP,
+            "dLegerPeers": PEERS,
+            "dLegerSelfId": self_id,
+            "storePathRootDir": str(tmp_path / self_id),
+            "mappedFileSizeCommitLog": str(1 << 16),
+            "listenPort": str(30911 + 10 * k),
+            "namesrvAddr": "127.0.0.1:9876",
+        }
+    )
 
 
 class Server(SimpleNamespace):
@@ -146,18 +157,37 @@ class Group:
         for k, i in enumerate(IDS):
             clock = task.Clock()
             c = config_of(tmp_path, i)
-            s = DLedgerMessageStore(c.storePathRootDir, cq_file_size=20 * 100,
-                                    store_host=("127.0.0.1", 30911 + 10 * k),
-                                    now_ms=lambda clock=clock: int(clock.seconds() * 1000))
-            s.configure(c, reactor=None, clock=clock, rng=random.Random(k),
-                        dledger=DLedgerConfig(group=GROUP, selfId=i, peers=PEERS))
+            s = DLedgerMessageStore(
+                c.storePathRootDir,
+                cq_file_size=20 * 100,
+                store_host=("127.0.0.1", 30911 + 10 * k),
+                now_ms=lambda clock=clock: int(clock.seconds() * 1000),
+            )
+            s.configure(
+                c,
+                reactor=None,
+                clock=clock,
+                rng=random.Random(k),
+                dledger=DLedgerConfig(group=GROUP, selfId=i, peers=PEERS),
+            )
             s.start()
             self.net.attach(s)
             s.start_service(listen=False)
-            reg = BrokerRegistration(c, TopicConfigManager(c, clock), clock, clock,
-                                     client=NameServerClient(self.ns, f"127.0.0.1:{50000 + k}"))
-            server = Server(config=c, controller=SimpleNamespace(store=s), clock=clock, schedule=None,
-                            transactions=None, registration=reg)
+            reg = BrokerRegistration(
+                c,
+                TopicConfigManager(c, clock),
+                clock,
+                clock,
+                client=NameServerClient(self.ns, f"127.0.0.1:{50000 + k}"),
+            )
+            server = Server(
+                config=c,
+                controller=SimpleNamespace(store=s),
+                clock=clock,
+                schedule=None,
+                transactions=None,
+                registration=reg,
+            )
             roles = DLedgerRoleChangeHandler(server)
             reg.start()
             roles.start()
@@ -213,8 +243,11 @@ def grp(tmp_path):
 
 
 def elected(g):
-    g.run_until(lambda: g.master() is not None and g.ids_in_name_server().get(0) == g.addr(g.master()),
-                15, "a master registered")
+    g.run_until(
+        lambda: g.master() is not None and g.ids_in_name_server().get(0) == g.addr(g.master()),
+        15,
+        "a master registered",
+    )
     return g.master()
 
 
@@ -268,8 +301,10 @@ def test_a_paused_old_leader_never_takes_id_0_from_its_successor(grp):
     # stop it between heartbeat rounds (none in flight), just after a registration of its own
     grp.run_until(lambda: L.store.node.elector.heartbeat_round is None, 1, "no heartbeat round in flight")
     grp.pause(old)
+
     def successor():
         return next((i for i in IDS if i != old and grp.nodes[i].config.brokerId == 0), None)
+
     grp.run_until(lambda: successor() is not None, 20, "a successor")
     new = successor()
     grp.run_until(lambda: grp.ids_in_name_server().get(0) == grp.addr(new), 2, "the successor registered")
@@ -304,8 +339,11 @@ def test_a_paused_old_leader_never_takes_id_0_from_its_successor(grp):
     for _ in range(int(5 / 0.01)):
         grp.step()
         check()
-    assert grp.ids_in_name_server() == {0: grp.addr(new), slave_id: grp.addr(old),
-                                        **{int(i[1:]) + 1: grp.addr(i) for i in IDS if i not in (old, new)}}
+    assert grp.ids_in_name_server() == {
+        0: grp.addr(new),
+        slave_id: grp.addr(old),
+        **{int(i[1:]) + 1: grp.addr(i) for i in IDS if i not in (old, new)},
+    }
     assert L.reg.master_addr == grp.addr(new)  # the old leader now follows the new master
     assert set(seen) == {grp.addr(new)}
 

@@ -2,6 +2,7 @@
 busy remark is exactly 4.9.8's, and a batch (SEND_BATCH_MESSAGE) is stored as 4.9.8's
 DLedgerCommitLog.asyncPutMessages stores it: one DLedger entry per message, consecutive queue offsets,
 one wait on the last entry's quorum, all SEND_OK or all failed."""
+
 import struct
 from types import SimpleNamespace
 
@@ -26,9 +27,13 @@ class Ctx:
 def processor(store, config):
     topics = SimpleNamespace(get=lambda _t: SimpleNamespace(perm=6, write_queue_nums=4, read_queue_nums=4))
     controller = SimpleNamespace(
-        metrics=Registry(), store=store, bugs=None, writes_held=False,
+        metrics=Registry(),
+        store=store,
+        bugs=None,
+        writes_held=False,
         put=lambda m, wait_store_ok=True: store.put_async(m),
-        stats=SimpleNamespace(table=SimpleNamespace(on_put=lambda *a: None)))
+        stats=SimpleNamespace(table=SimpleNamespace(on_put=lambda *a: None)),
+    )
     return SendProcessor(config, controller, topics)
 
 
@@ -113,6 +118,7 @@ def test_a_batch_without_a_quorum_fails_whole_and_its_offsets_stay_taken(group):
 
 def test_a_batch_with_a_transaction_type_or_delay_is_illegal_as_4_9():
     from rmqha.broker.dledger_commitlog import DLedgerMessageStore
+
     s = DLedgerMessageStore.__new__(DLedgerMessageStore)
     s.closed = False
     prepared = record.Message(topic="T", body=b"p", sys_flag=record.TRANSACTION_PREPARED)

@@ -1,4 +1,5 @@
 """The elector's rules one at a time (DLedgerLeaderElector / MemberState, dledger 0.3.1.2)."""
+
 import random
 
 import pytest
@@ -7,8 +8,16 @@ from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger.effects import PersistTerm, Reply, RoleChanged, Send
 from rmqha.broker.dledger.election import CANDIDATE, FOLLOWER, LEADER, NEVER
 from rmqha.broker.dledger.node import DLedgerNode
-from rmqha.broker.dledger.protocol import (HeartBeatRequest, HeartBeatResponse, LeadershipTransferRequest, ParseResult,
-                                     ResponseCode, VoteRequest, VoteResponse, VoteResult)
+from rmqha.broker.dledger.protocol import (
+    HeartBeatRequest,
+    HeartBeatResponse,
+    LeadershipTransferRequest,
+    ParseResult,
+    ResponseCode,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
+)
 from rmqha.broker.dledger.replication import MemoryLog
 
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
@@ -20,8 +29,15 @@ def make(self_id="n0", *, term=0, vote_for=None, log=None, seed=1, **overrides):
 
 
 def vote(node, candidate="n1", term=1, end_index=-1, end_term=-1, now=0):
-    req = VoteRequest(group="g", remoteId=node.self_id, localId=candidate, leaderId=candidate, term=term,
-                      ledgerEndIndex=end_index, ledgerEndTerm=end_term)
+    req = VoteRequest(
+        group="g",
+        remoteId=node.self_id,
+        localId=candidate,
+        leaderId=candidate,
+        term=term,
+        ledgerEndIndex=end_index,
+        ledgerEndTerm=end_term,
+    )
     effects = node.handle_request(req, now)
     replies = [e for e in effects if isinstance(e, Reply)]
     assert len(replies) == 1
@@ -55,6 +71,7 @@ def answer_votes(node, effects, result, now, term=None):
 
 # --- handleVote ------------------------------------------------------------------------------------
 
+
 def test_accept_is_persisted_before_the_answer():
     node = make(term=1)
     resp, effects = vote(node, "n1", term=1)
@@ -65,16 +82,23 @@ def test_accept_is_persisted_before_the_answer():
     assert vote(node, "n1", term=1)[0].voteResult == VoteResult.ACCEPT  # asking again is fine
 
 
-@pytest.mark.parametrize("kwargs, state, expected", [
-    ({"candidate": "n9"}, {}, VoteResult.REJECT_UNKNOWN_LEADER),
-    ({"candidate": "n0"}, {}, VoteResult.REJECT_UNEXPECTED_LEADER),
-    ({"end_term": 1, "end_index": 5}, {"log": (2,)}, VoteResult.REJECT_EXPIRED_LEDGER_TERM),
-    ({"end_term": 2, "end_index": 0}, {"log": (2, 2)}, VoteResult.REJECT_SMALL_LEDGER_END_INDEX),
-    ({"term": 1}, {"term": 2}, VoteResult.REJECT_EXPIRED_VOTE_TERM),
-    ({"term": 2}, {"term": 2, "vote_for": "n2"}, VoteResult.REJECT_ALREADY_VOTED),
-    ({"term": 3}, {"term": 2}, VoteResult.REJECT_TERM_NOT_READY),
-    ({"term": 2, "end_term": 5, "end_index": 0}, {"term": 2, "log": (5,)}, VoteResult.REJECT_TERM_SMALL_THAN_LEDGER),
-])
+@pytest.mark.parametrize(
+    "kwargs, state, expected",
+    [
+        ({"candidate": "n9"}, {}, VoteResult.REJECT_UNKNOWN_LEADER),
+        ({"candidate": "n0"}, {}, VoteResult.REJECT_UNEXPECTED_LEADER),
+        ({"end_term": 1, "end_index": 5}, {"log": (2,)}, VoteResult.REJECT_EXPIRED_LEDGER_TERM),
+        ({"end_term": 2, "end_index": 0}, {"log": (2, 2)}, VoteResult.REJECT_SMALL_LEDGER_END_INDEX),
+        ({"term": 1}, {"term": 2}, VoteResult.REJECT_EXPIRED_VOTE_TERM),
+        ({"term": 2}, {"term": 2, "vote_for": "n2"}, VoteResult.REJECT_ALREADY_VOTED),
+        ({"term": 3}, {"term": 2}, VoteResult.REJECT_TERM_NOT_READY),
+        (
+            {"term": 2, "end_term": 5, "end_index": 0},
+            {"term": 2, "log": (5,)},
+            VoteResult.REJECT_TERM_SMALL_THAN_LEDGER,
+        ),
+    ],
+)
 def test_vote_rejections(kwargs, state, expected):
     log = log_with(*state.pop("log", ()))
     node = make(log=log, **state)
@@ -116,6 +140,7 @@ def test_taking_leadership_rejects_an_equal_ledger():
 
 # --- handleHeartBeat -------------------------------------------------------------------------------
 
+
 def test_heartbeat_rules():
     node = make(term=3)
     assert heartbeat(node, "n9", term=3).code == ResponseCode.UNKNOWN_MEMBER
@@ -132,11 +157,13 @@ def test_heartbeat_rules():
 def test_heartbeat_for_another_member_or_group_is_refused():
     node = make(term=1)
     wrong = HeartBeatRequest(group="g", remoteId="n1", leaderId="n1", term=1)
-    assert [e for e in node.handle_request(wrong, 0) if isinstance(e, Reply)][0].response.code == \
-        ResponseCode.UNKNOWN_MEMBER
+    assert [e for e in node.handle_request(wrong, 0) if isinstance(e, Reply)][
+        0
+    ].response.code == ResponseCode.UNKNOWN_MEMBER
     other = HeartBeatRequest(group="h", remoteId="n0", leaderId="n1", term=1)
-    assert [e for e in node.handle_request(other, 0) if isinstance(e, Reply)][0].response.code == \
-        ResponseCode.UNKNOWN_GROUP
+    assert [e for e in node.handle_request(other, 0) if isinstance(e, Reply)][
+        0
+    ].response.code == ResponseCode.UNKNOWN_GROUP
 
 
 def test_follower_turns_candidate_after_max_heartbeat_leak():
@@ -150,6 +177,7 @@ def test_follower_turns_candidate_after_max_heartbeat_leak():
 
 
 # --- a candidate's rounds --------------------------------------------------------------------------
+
 
 def test_first_round_at_the_persisted_term_then_leader_on_a_quorum():
     node = make(term=4)
@@ -234,12 +262,14 @@ def test_vote_intervals_are_random_within_bounds_and_seeded():
             out.append(node.elector.next_time_to_request_vote - (now + 1))
             now = node.elector.next_time_to_request_vote
         return out
+
     a = waits(1)
     assert all(300 <= w < 1000 for w in a) and len(set(a)) > 10
     assert waits(1) == a and waits(2) != a
 
 
 # --- a leader's heartbeats -------------------------------------------------------------------------
+
 
 def leader(term=2, **kw):
     node = make(term=term, **kw)
@@ -296,13 +326,16 @@ def test_term_not_ready_answers_resend_heartbeats_at_once():
 
 # --- leadership transfer ---------------------------------------------------------------------------
 
+
 def test_transfer_refusals():
     node = leader(term=3)
+
     def ask(**kw):
         req = LeadershipTransferRequest(group="g", remoteId="n0", transferId="n0", term=3, transfereeId="n1")
         for k, v in kw.items():
             setattr(req, k, v)
         return [e for e in node.handle_request(req, 0) if isinstance(e, Reply)]
+
     assert ask(term=2)[0].response.code == ResponseCode.INCONSISTENT_TERM
     assert ask(transfereeId="n7")[0].response.code == ResponseCode.UNKNOWN_MEMBER
     assert ask() == []  # under way
@@ -311,5 +344,6 @@ def test_transfer_refusals():
     follower = make("n2", term=3)
     heartbeat(follower, "n1", term=3)
     req = LeadershipTransferRequest(group="g", remoteId="n2", transferId="n0", term=3, transfereeId="n2")
-    assert [e for e in follower.handle_request(req, 0) if isinstance(e, Reply)][0].response.code == \
-        ResponseCode.INCONSISTENT_LEADER
+    assert [e for e in follower.handle_request(req, 0) if isinstance(e, Reply)][
+        0
+    ].response.code == ResponseCode.INCONSISTENT_LEADER

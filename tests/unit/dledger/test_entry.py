@@ -1,4 +1,5 @@
 """The DLedger entry and index layouts, against bytes worked out by hand from DLedgerEntryCoder (0.3.1.2)."""
+
 import pytest
 
 from rmqha.broker.dledger import entry as E
@@ -11,14 +12,17 @@ def hexbytes(s: str) -> bytes:
 
 
 # magic=1, size=48+5, index=7, term=3, pos=1024, channel=0, chainCrc=0, bodyCrc=0, bodySize=5, "hello"
-HELLO = hexbytes("""
+HELLO = (
+    hexbytes("""
     00000001 00000035
     0000000000000007
     0000000000000003
     0000000000000400
     00000000 00000000 00000000
     00000005
-""") + b"hello"
+""")
+    + b"hello"
+)
 
 
 def test_the_layout_constants_are_dledgers():
@@ -34,8 +38,17 @@ def test_encode_matches_the_hand_computed_bytes_and_sets_size():
 
 def test_decode_reads_every_field():
     e = E.decode_entry(HELLO)
-    assert (e.magic, e.size, e.index, e.term, e.pos, e.channel, e.chain_crc, e.body_crc, e.body) == \
-        (1, 53, 7, 3, 1024, 0, 0, 0, b"hello")
+    assert (e.magic, e.size, e.index, e.term, e.pos, e.channel, e.chain_crc, e.body_crc, e.body) == (
+        1,
+        53,
+        7,
+        3,
+        1024,
+        0,
+        0,
+        0,
+        b"hello",
+    )
 
 
 def test_signed_fields_and_crcs_round_trip():
@@ -43,7 +56,13 @@ def test_signed_fields_and_crcs_round_trip():
     raw = E.encode_entry(e)
     assert raw[36:44] == hexbytes("80000000 7fffffff")
     back = E.decode_entry(raw)
-    assert (back.index, back.pos, back.channel, back.chain_crc, back.body_crc) == (2**63 - 1, -1, -5, -(2**31), 2**31 - 1)
+    assert (back.index, back.pos, back.channel, back.chain_crc, back.body_crc) == (
+        2**63 - 1,
+        -1,
+        -5,
+        -(2**31),
+        2**31 - 1,
+    )
 
 
 def test_decode_at_an_offset_inside_a_file():
@@ -88,13 +107,16 @@ def test_blank():
         E.decode_entry(E.encode_blank(64))
 
 
-@pytest.mark.parametrize("raw, message", [
-    (HELLO[:47], "need 48 header bytes"),
-    (HELLO[:50], "truncated"),
-    (hexbytes("00000002") + HELLO[4:], "unknown magic=2"),
-    (HELLO[:4] + hexbytes("00000036") + HELLO[8:], "size 54 != 5 \\+ 48"),
-    (HELLO[:4] + hexbytes("0000002c") + HELLO[8:], "should > 44"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (HELLO[:47], "need 48 header bytes"),
+        (HELLO[:50], "truncated"),
+        (hexbytes("00000002") + HELLO[4:], "unknown magic=2"),
+        (HELLO[:4] + hexbytes("00000036") + HELLO[8:], "size 54 != 5 \\+ 48"),
+        (HELLO[:4] + hexbytes("0000002c") + HELLO[8:], "should > 44"),
+    ],
+)
 def test_decode_rejects_bad_bytes_clearly(raw, message):
     with pytest.raises(EntryFormatError, match=message):
         E.decode_entry(raw)
@@ -105,8 +127,9 @@ def test_decode_index_rejects_short_input():
         E.decode_index(b"\x00" * 31)
 
 
-@pytest.mark.parametrize("field, value", [("index", 2**63), ("term", -(2**63) - 1), ("pos", 1.5),
-                                          ("magic", 2**31), ("channel", True)])
+@pytest.mark.parametrize(
+    "field, value", [("index", 2**63), ("term", -(2**63) - 1), ("pos", 1.5), ("magic", 2**31), ("channel", True)]
+)
 def test_encode_rejects_values_java_cannot_hold(field, value):
     e = DLedgerEntry(body=b"x", index=0, term=0, pos=0)
     setattr(e, field, value)
@@ -128,6 +151,9 @@ def test_a_rocketmq_message_as_the_body_sits_at_pos_plus_body_offset():
     assert len(raw) == E.BODY_OFFSET + len(raw_msg)
     found = record.scan(raw, E.BODY_OFFSET)
     assert found.kind == record.Scan.MESSAGE
-    assert (found.message.topic, found.message.body, found.message.physical_offset) == \
-        ("TopicTest", b"payload", pos + E.BODY_OFFSET)
+    assert (found.message.topic, found.message.body, found.message.physical_offset) == (
+        "TopicTest",
+        b"payload",
+        pos + E.BODY_OFFSET,
+    )
     assert E.decode_entry(raw).body == raw_msg

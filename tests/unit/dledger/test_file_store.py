@@ -2,6 +2,7 @@
 
 The oracles are packed by hand with struct from DLedgerEntryCoder's field order, not with entry.py.
 """
+
 import os
 import shutil
 import struct
@@ -137,7 +138,7 @@ def test_a_half_written_entry_is_cut(tmp_path):
     write_three(tmp_path)
     path = tmp_path / "dledger-n0" / "data" / f"{0:020d}"
     raw = bytearray(path.read_bytes())
-    raw[102 + 8:102 + 53] = bytes(45)  # the header's index..bodySize never reached the disk
+    raw[102 + 8 : 102 + 53] = bytes(45)  # the header's index..bodySize never reached the disk
     path.write_bytes(bytes(raw))
     r = store(tmp_path)
     assert r.end_index == 1 and [e.body for e in r.entries()] == [b"one", b"two"]
@@ -158,7 +159,7 @@ def test_a_differing_index_entry_is_rewritten_from_the_data(tmp_path):
     before = index_file(tmp_path, 0)
     path = tmp_path / "dledger-n0" / "index" / f"{0:020d}"
     raw = bytearray(path.read_bytes())
-    raw[32 + 12:32 + 16] = struct.pack(">i", 99)  # entry 1's size
+    raw[32 + 12 : 32 + 16] = struct.pack(">i", 99)  # entry 1's size
     path.write_bytes(bytes(raw))
     assert store(tmp_path).end_index == 2 and index_file(tmp_path, 0) == before
 
@@ -234,9 +235,14 @@ def run_file_seeds(tmp_path, n, seeds):
     return totals
 
 
-@pytest.mark.parametrize("n, seeds", [(3, range(40_000, 40_000 + 100 * SCALE)),
-                                      (3, range(40_000 + 100 * SCALE, 40_000 + 200 * SCALE)),
-                                      (5, range(41_000, 41_000 + 40 * SCALE))])
+@pytest.mark.parametrize(
+    "n, seeds",
+    [
+        (3, range(40_000, 40_000 + 100 * SCALE)),
+        (3, range(40_000 + 100 * SCALE, 40_000 + 200 * SCALE)),
+        (5, range(41_000, 41_000 + 40 * SCALE)),
+    ],
+)
 def test_raft_safety_with_file_stores_reopened_after_every_crash(tmp_path, n, seeds):
     t = run_file_seeds(tmp_path, n, seeds)
     assert t["elections"] > len(seeds) // 2 and t["commits"] > 2 * len(seeds) and t["crashes"] > len(seeds) // 3, t
@@ -253,6 +259,7 @@ class ForgetsItsTail(FileStore):
 
 def test_a_store_that_loses_acknowledged_entries_on_restart_is_caught(tmp_path, monkeypatch):
     from tests.unit.dledger import sim
+
     monkeypatch.setattr(sim, "FileStore", ForgetsItsTail)
     base = fast_dir(tmp_path)
     try:

@@ -8,6 +8,7 @@ makes of the places where dledger 0.3.1.2 itself is unsafe (replication.Rules).
 
 DLEDGER_SCHEDULES=10 multiplies the seeded schedules (a longer run than the unit suite's).
 """
+
 import os
 
 import pytest
@@ -55,12 +56,17 @@ def test_safety_with_every_message_through_its_json():
 
 # --- the checker can fail ----------------------------------------------------------------------------
 
+
 class DoubleVote(Elector):
     """Planted: grants a second vote in a term it has already voted in."""
 
     def handle_vote(self, request, now, self_vote=False):
-        if (not self_vote and request.term == self.ms.term and self.ms.vote_for not in (None, request.leaderId)
-                and request.ledgerEndTerm >= self.ms.ledger_end_term):
+        if (
+            not self_vote
+            and request.term == self.ms.term
+            and self.ms.vote_for not in (None, request.leaderId)
+            and request.ledgerEndTerm >= self.ms.ledger_end_term
+        ):
             self.grant_vote(request.leaderId)
             return VoteResponse.for_request(request, self.ms.term, VoteResult.ACCEPT)
         return super().handle_vote(request, now, self_vote)
@@ -82,9 +88,9 @@ def eager_commit(node):
     def check_quorum(now):
         ms = node.ms
         if ms.role == LEADER:
-            update_committed_index(ms, node.log, ms.term, node.log.end_index, pusher.rules, ms.effects,
-                                   as_leader=True)
+            update_committed_index(ms, node.log, ms.term, node.log.end_index, pusher.rules, ms.effects, as_leader=True)
         check(now)
+
     pusher.check_quorum = check_quorum
 
 
@@ -97,11 +103,14 @@ def first_violation(n, seeds, **kw):
     return None, None
 
 
-@pytest.mark.parametrize("plant, property_", [
-    ({"elector_classes": {"n2": DoubleVote}}, "election safety"),
-    ({"elector_classes": {"n1": IgnoresLedger, "n2": IgnoresLedger}}, "leader completeness"),
-    ({"on_start": eager_commit}, "leader completeness"),
-])
+@pytest.mark.parametrize(
+    "plant, property_",
+    [
+        ({"elector_classes": {"n2": DoubleVote}}, "election safety"),
+        ({"elector_classes": {"n1": IgnoresLedger, "n2": IgnoresLedger}}, "leader completeness"),
+        ({"on_start": eager_commit}, "leader completeness"),
+    ],
+)
 def test_planted_bugs_are_caught(plant, property_):
     seed, message = first_violation(3, range(300), **plant)
     assert seed is not None, "the planted bug went unnoticed for 300 schedules"
@@ -115,6 +124,7 @@ def test_a_double_vote_is_caught_in_5_node_groups_too():
 
 
 # --- where dledger 0.3.1.2 is unsafe -----------------------------------------------------------------
+
 
 def wait_for(c, pred, limit, what):
     end = c.now + limit
@@ -163,8 +173,8 @@ def test_figure8_the_raft_rule_waits_for_an_entry_of_its_own_term():
 
 # --- liveness and leadership transfer ----------------------------------------------------------------
 
-@pytest.mark.parametrize("n, seeds", [(3, range(30_000, 30_000 + 60 * SCALE)),
-                                      (5, range(31_000, 31_000 + 20 * SCALE))])
+
+@pytest.mark.parametrize("n, seeds", [(3, range(30_000, 30_000 + 60 * SCALE)), (5, range(31_000, 31_000 + 20 * SCALE))])
 def test_a_healed_group_elects_and_commits_within_bounded_time(n, seeds):
     """After a chaotic run, restart the dead and heal the network: within a bounded time one leader is
     followed by all, and a client that retries once a second gets an entry acknowledged and committed
@@ -182,6 +192,7 @@ def test_a_healed_group_elects_and_commits_within_bounded_time(n, seeds):
         def one_leader(c=c):
             leader = c.leader()
             return leader is not None and all(c.boxes[i].node.ms.leader_id == leader for i in c.ids)
+
         wait_for(c, one_leader, 20_000, f"seed {seed}: one leader")
         worst_leader = max(worst_leader, c.now - healed)
         acked_before = set(c.acked)
@@ -197,8 +208,10 @@ def test_a_healed_group_elects_and_commits_within_bounded_time(n, seeds):
             c.run_until(c.now + 20)
         worst_commit = max(worst_commit, c.now - healed)
         c.check()
-    print(f"\n{n} nodes, worst after healing: one leader {worst_leader:.0f} ms, "
-          f"an entry committed everywhere {worst_commit:.0f} ms")
+    print(
+        f"\n{n} nodes, worst after healing: one leader {worst_leader:.0f} ms, "
+        f"an entry committed everywhere {worst_commit:.0f} ms"
+    )
 
 
 @pytest.mark.parametrize("rules, stuck", [(Rules(leader_steps_down_on_larger_term=False), True), (Rules(), False)])
@@ -228,14 +241,16 @@ def test_leadership_transfer_hands_over_within_one_term():
     c.run_until(c.now + 500)
     target = next(i for i in c.ids if i != old)
     term = node.term
-    req = LeadershipTransferRequest(group="g", remoteId=old, localId="admin", term=term, transferId=old,
-                                    transfereeId=target)
+    req = LeadershipTransferRequest(
+        group="g", remoteId=old, localId="admin", term=term, transferId=old, transfereeId=target
+    )
     answers = []
     real_apply = c._apply
 
     def apply(node_id, effects):
         answers.extend(e.response for e in effects if getattr(e, "to", None) is req)
         real_apply(node_id, effects)
+
     c._apply = apply
     c._apply(old, node.handle_request(req, c.now))
     assert node.ms.transferee == target

@@ -1,4 +1,5 @@
 """Push, compare, truncate, commit (DLedgerEntryPusher, dledger 0.3.1.2) and the in-memory log."""
+
 import random
 
 import pytest
@@ -7,8 +8,15 @@ from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger.effects import AppendDone, Committed, Reply, Send
 from rmqha.broker.dledger.entry import BODY_OFFSET, DLedgerEntry
 from rmqha.broker.dledger.node import DLedgerNode
-from rmqha.broker.dledger.protocol import (AppendEntryRequest, DLedgerError, HeartBeatRequest, PushEntryRequest,
-                                     PushEntryResponse, PushType, ResponseCode)
+from rmqha.broker.dledger.protocol import (
+    AppendEntryRequest,
+    DLedgerError,
+    HeartBeatRequest,
+    PushEntryRequest,
+    PushEntryResponse,
+    PushType,
+    ResponseCode,
+)
 from rmqha.broker.dledger.replication import MemoryLog, Rules
 
 PEERS3 = "n0-h:1;n1-h:2;n2-h:3"
@@ -17,8 +25,7 @@ PEERS5 = "n0-h:1;n1-h:2;n2-h:3;n3-h:4;n4-h:5"
 
 def make(self_id="n0", peers=PEERS3, *, term=1, log=None, rules=None, **overrides):
     config = DLedgerConfig(group="g", selfId=self_id, peers=peers, **overrides)
-    return DLedgerNode(config, log if log is not None else MemoryLog(), rng=random.Random(0), term=term,
-                       rules=rules)
+    return DLedgerNode(config, log if log is not None else MemoryLog(), rng=random.Random(0), term=term, rules=rules)
 
 
 def leader(term=1, **kw):
@@ -37,8 +44,14 @@ def follower(self_id="n1", leader_id="n0", term=1, **kw):
 
 
 def pushes(effects, peer=None, type_=None):
-    return [e for e in effects if isinstance(e, Send) and isinstance(e.request, PushEntryRequest)
-            and (peer is None or e.peer == peer) and (type_ is None or e.request.type == type_)]
+    return [
+        e
+        for e in effects
+        if isinstance(e, Send)
+        and isinstance(e.request, PushEntryRequest)
+        and (peer is None or e.peer == peer)
+        and (type_ is None or e.request.type == type_)
+    ]
 
 
 def replies(effects):
@@ -46,8 +59,15 @@ def replies(effects):
 
 
 def answer(req, code=ResponseCode.SUCCESS, begin=0, end=-1):
-    return PushEntryResponse(group="g", code=code, term=req.term, index=req.first_entry_index, count=req.count,
-                             beginIndex=begin, endIndex=end)
+    return PushEntryResponse(
+        group="g",
+        code=code,
+        term=req.term,
+        index=req.first_entry_index,
+        count=req.count,
+        beginIndex=begin,
+        endIndex=end,
+    )
 
 
 def log_of(*terms, bodies=None):
@@ -58,6 +78,7 @@ def log_of(*terms, bodies=None):
 
 
 # --- the in-memory log -----------------------------------------------------------------------------
+
 
 def test_memory_log_assigns_index_term_and_pos():
     log = MemoryLog(base_pos=4096)
@@ -92,6 +113,7 @@ def test_memory_log_truncate_keeps_an_equal_entry_and_replaces_a_different_one()
 
 
 # --- leader: compare, truncate, append, commit -----------------------------------------------------
+
 
 def test_new_leader_compares_at_its_end_then_appends():
     node = leader(term=2, log=log_of(1, 1))
@@ -233,10 +255,13 @@ def test_a_remote_append_is_refused_by_default_and_forged_peer_traffic_too():
     [resp] = replies(node.handle_request(AppendEntryRequest(group="g", remoteId="n0", body=b"evil"), 0))
     assert resp.code == ResponseCode.UNSUPPORTED and node.log.end_index == -1
     f = follower()
-    for req in (HeartBeatRequest(group="g", remoteId="n1", localId="n9", leaderId="n9", term=5),
-                HeartBeatRequest(group="g", remoteId="n1", localId="n2", leaderId="n0", term=5),
-                PushEntryRequest(group="g", remoteId="n1", localId="evil", leaderId="n0", term=1,
-                                 type=PushType.COMMIT, commitIndex=7)):
+    for req in (
+        HeartBeatRequest(group="g", remoteId="n1", localId="n9", leaderId="n9", term=5),
+        HeartBeatRequest(group="g", remoteId="n1", localId="n2", leaderId="n0", term=5),
+        PushEntryRequest(
+            group="g", remoteId="n1", localId="evil", leaderId="n0", term=1, type=PushType.COMMIT, commitIndex=7
+        ),
+    ):
         [resp] = replies(f.handle_request(req, 0))
         assert resp.code == ResponseCode.UNKNOWN_MEMBER
     assert (f.term, f.ms.leader_id, f.role) == (1, "n0", "FOLLOWER")
@@ -244,9 +269,18 @@ def test_a_remote_append_is_refused_by_default_and_forged_peer_traffic_too():
 
 # --- follower --------------------------------------------------------------------------------------
 
+
 def push(node, type_, entry=None, term=1, leader_id="n0", commit=-1, now=0):
-    req = PushEntryRequest(group="g", remoteId=node.self_id, localId=leader_id, leaderId=leader_id, term=term,
-                           type=type_, entry=entry, commitIndex=commit)
+    req = PushEntryRequest(
+        group="g",
+        remoteId=node.self_id,
+        localId=leader_id,
+        leaderId=leader_id,
+        term=term,
+        type=type_,
+        entry=entry,
+        commitIndex=commit,
+    )
     return req, node.handle_request(req, now)
 
 
@@ -312,8 +346,9 @@ def test_a_stale_truncate_does_not_cut_the_leaders_own_entries(rules, kept):
     assert replies(out)[0].code == (ResponseCode.INCONSISTENT_STATE if kept == 3 else ResponseCode.SUCCESS)
 
 
-@pytest.mark.parametrize("rules, code", [(Rules(), ResponseCode.INCONSISTENT_TERM),
-                                         (Rules.dledger_0312(), ResponseCode.SUCCESS)])
+@pytest.mark.parametrize(
+    "rules, code", [(Rules(), ResponseCode.INCONSISTENT_TERM), (Rules.dledger_0312(), ResponseCode.SUCCESS)]
+)
 def test_compare_from_another_term(rules, code):
     node = follower(term=2, log=log_of(1), rules=rules)
     _, out = push(node, PushType.COMPARE, log_of(1).get(0), term=3, leader_id="n2")

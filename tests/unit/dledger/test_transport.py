@@ -1,5 +1,6 @@
 """rmqha/broker/dledger/transport.py on a memory reactor and task-style clock: framing, answers, NETWORK_ERROR
 on timeout and on a failed connection, PersistTerm before what follows, the tick loop."""
+
 import json
 import random
 
@@ -11,8 +12,14 @@ from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger.effects import PersistTerm, Reply, Send
 from rmqha.broker.dledger.file_store import FileStore
 from rmqha.broker.dledger.node import DLedgerNode
-from rmqha.broker.dledger.protocol import (HeartBeatRequest, HeartBeatResponse, ResponseCode, VoteRequest, VoteResponse,
-                                     VoteResult)
+from rmqha.broker.dledger.protocol import (
+    HeartBeatRequest,
+    HeartBeatResponse,
+    ResponseCode,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
+)
 from rmqha.broker.dledger.transport import DLedgerService
 from rmqha.broker.remoting.codec import FrameDecoder, encode
 from rmqha.broker.remoting.codes import ResponseCode as RemotingCode
@@ -85,8 +92,9 @@ def frames(transport):
 
 
 def vote(term=3):
-    return VoteRequest(group="g", remoteId="n1", localId="n0", leaderId="n0", term=term, ledgerEndIndex=-1,
-                       ledgerEndTerm=-1)
+    return VoteRequest(
+        group="g", remoteId="n1", localId="n0", leaderId="n0", term=term, ledgerEndIndex=-1, ledgerEndTerm=-1
+    )
 
 
 def test_a_request_goes_out_as_a_remoting_command_and_its_answer_comes_back():
@@ -164,13 +172,19 @@ def test_requests_in_are_answered_with_their_opaque_or_refused():
     def handle(request, now):
         node.requests.append(request)
         return [Reply(request, answer)]
+
     node.handle_request = handle
-    proto.dataReceived(encode(RemotingCommand.request(51001, body=req.to_json_bytes(), opaque=77))
-                       + encode(RemotingCommand.request(12345, opaque=78))
-                       + encode(RemotingCommand.request(51001, body=b"{not json", opaque=79)))
+    proto.dataReceived(
+        encode(RemotingCommand.request(51001, body=req.to_json_bytes(), opaque=77))
+        + encode(RemotingCommand.request(12345, opaque=78))
+        + encode(RemotingCommand.request(51001, body=b"{not json", opaque=79))
+    )
     got = frames(transport)
     assert [(c.opaque, c.code, c.is_response) for c in got] == [
-        (77, 200, True), (78, RemotingCode.REQUEST_CODE_NOT_SUPPORTED, True), (79, RemotingCode.SYSTEM_ERROR, True)]
+        (77, 200, True),
+        (78, RemotingCode.REQUEST_CODE_NOT_SUPPORTED, True),
+        (79, RemotingCode.SYSTEM_ERROR, True),
+    ]
     assert json.loads(got[0].body)["voteResult"] == answer.to_json()["voteResult"]
     assert node.requests[0].term == 3
     svc.stop()

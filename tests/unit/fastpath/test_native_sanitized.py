@@ -1,6 +1,7 @@
 """The short version of `make fuzz-native`: the C accelerator rebuilt with AddressSanitizer and UBSan,
 fed the send_fastpath harness's corpus and a few thousand mutated and structured streams, each ending
 at an unreadable page. A sanitizer report or a fault fails the test with the report."""
+
 import pytest
 
 from fuzz import native

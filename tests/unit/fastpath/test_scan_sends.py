@@ -4,6 +4,7 @@ Whatever scan_sends takes, the Python path must read the same way: the same numb
 properties and body. Whatever it does not take it must leave in the buffer untouched, and it must take
 what real clients send (else the fast path is dead code that passes every test).
 """
+
 from __future__ import annotations
 
 import random
@@ -56,7 +57,7 @@ CLIENT_FRAMES = [
     send_v2(properties=""),
     send_v2(properties=props(WAIT="false")),
     send_v2(properties=props(WAIT="TRUE", KEYS="a b c")),
-    send_v2(properties=props(UNIQ_KEY="é\u4e2d\U0001F600", KEYS="k\"e\\y/\n")),
+    send_v2(properties=props(UNIQ_KEY="é\u4e2d\U0001f600", KEYS='k"e\\y/\n')),
     send_v2(properties="\x02\x02a\x01b\x02\x01x\x02y\x01\x02c\x01d"),  # empty segments, as Java skips them
     send_v2(properties=props(MAX_RECONSUME_TIMES="3")),
     send_v2(bornTimestamp=-1, sysFlag=3, flag=-7, reconsumeTimes=2, maxReconsumeTimes=9),
@@ -84,13 +85,18 @@ def test_takes_what_clients_send_and_reads_it_as_the_python_path(cmd):
 def test_the_raw_producers_frames_are_taken():
     """bench/bench_send.py's pre-encoded frames: the benchmark measures the fast path."""
     from bench.bench_send import raw_frames
+
     frames = raw_frames({"size": 1024, "group": "PG", "topic": "BenchSend", "tag": "AB"}, count=8)
     data = b"".join(frames)
     sends, pos = scan(data)
     assert len(sends) == 8 and pos == len(data)
     for f, t in zip(frames, sends):
-        assert_same_reading(f, fastpath.native.scan_sends(bytearray(f), 0, len(f), DEFAULT_MAX_FRAME_LENGTH,
-                                                           DEFAULT_MAX_HEADER_LENGTH, CLUSTER, 1)[0][0])
+        assert_same_reading(
+            f,
+            fastpath.native.scan_sends(
+                bytearray(f), 0, len(f), DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, CLUSTER, 1
+            )[0][0],
+        )
 
 
 NOT_PLAIN = {
@@ -106,8 +112,8 @@ NOT_PLAIN = {
     "no topic": send_v2(topic=None),
     "no queue id": RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "T"}),
     "queue id not a number": send_v2(queueId="x"),
-    "queue id out of range": send_v2(queueId=str(2 ** 31)),
-    "born timestamp out of range": send_v2(bornTimestamp=str(2 ** 63)),
+    "queue id out of range": send_v2(queueId=str(2**31)),
+    "born timestamp out of range": send_v2(bornTimestamp=str(2**63)),
     "long names on V2": RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"topic": "T", "queueId": "0"}),
     "short names on V1": RemotingCommand.request(RequestCode.SEND_MESSAGE, {"b": "T", "e": "0"}),
     "a long name among the short ones on V2": v2_with(producerGroup="PG2"),
@@ -138,8 +144,10 @@ def test_oneway_sends_are_taken_responses_are_not():
 
 HEADER_CASES = {
     # (header text, taken?)
-    "integers in extFields": (b'{"code":310,"extFields":{"b":"T","e":0,"f":-3,"g":9223372036854775807},"flag":0}',
-                              True),
+    "integers in extFields": (
+        b'{"code":310,"extFields":{"b":"T","e":0,"f":-3,"g":9223372036854775807},"flag":0}',
+        True,
+    ),
     "minus zero in extFields": (b'{"code":310,"extFields":{"b":-0,"e":-0},"flag":0}', True),
     "a float in extFields": (b'{"code":310,"extFields":{"b":"T","e":0.0},"flag":0}', False),
     "20 digits in extFields": (b'{"code":310,"extFields":{"b":"T","e":"0","g":10000000000000000000}}', False),
@@ -153,7 +161,9 @@ HEADER_CASES = {
         b'"producerGroup":"PG","properties":"KEYS\\u0001s-key-5\\u0002TAGS\\u0001tagA\\u0002UNIQ_KEY\\u0001'
         b'0100007F0000A33B00009EF242780600\\u0002WAIT\\u0001true\\u0002seq\\u00015\\u0002up\\u0001v5\\u0002",'
         b'"queueId":1,"reconsumeTimes":"0","sysFlag":0,"topic":"X39b43f35","unitMode":"0"},"flag":0,'
-        b'"language":"CPP","opaque":8,"remark":"","version":63}\n', True),
+        b'"language":"CPP","opaque":8,"remark":"","version":63}\n',
+        True,
+    ),
     "float code": (b'{"code":310.0,"extFields":{"b":"T","e":"0"},"flag":0}', False),
     "exponent opaque": (b'{"code":310,"opaque":1e3,"extFields":{"b":"T","e":"0"},"flag":0}', False),
     "leading zero opaque": (b'{"code":310,"opaque":01,"extFields":{"b":"T","e":"0"},"flag":0}', False),
@@ -174,8 +184,11 @@ HEADER_CASES = {
     "minimal": (b'{"code":310,"extFields":{"b":"T","e":"0"}}', True),
     "whitespace and newline": (b' {\n "code" : 310 ,\t"extFields" : { "b" : "T" , "e" : "0" } }\n', True),
     "escaped key and values": (b'{"\\u0063ode":310,"extFields":{"\\u0062":"\\u00e9T\\/","e":"0"}}', True),
-    "null remark, strings kept out": (b'{"code":310,"remark":null,"language":"JAVA","version":1,'
-                                      b'"serializeTypeCurrentRPC":"JSON","extFields":{"b":"T","e":"0"}}', True),
+    "null remark, strings kept out": (
+        b'{"code":310,"remark":null,"language":"JAVA","version":1,'
+        b'"serializeTypeCurrentRPC":"JSON","extFields":{"b":"T","e":"0"}}',
+        True,
+    ),
     "negative opaque": (b'{"code":310,"opaque":-2147483648,"extFields":{"b":"T","e":"0"}}', True),
 }
 
@@ -215,8 +228,9 @@ def test_runs_stop_before_the_first_frame_not_taken_and_respect_the_limit():
     data = a + b + other + a
     sends, pos = scan(data)
     assert [s[fastpath.TOPIC] for s in sends] == ["A", "B"] and pos == len(a) + len(b)
-    sends, pos = fastpath.native.scan_sends(bytearray(data), pos + len(other), len(data), DEFAULT_MAX_FRAME_LENGTH,
-                                            DEFAULT_MAX_HEADER_LENGTH, CLUSTER, 10)
+    sends, pos = fastpath.native.scan_sends(
+        bytearray(data), pos + len(other), len(data), DEFAULT_MAX_FRAME_LENGTH, DEFAULT_MAX_HEADER_LENGTH, CLUSTER, 10
+    )
     assert len(sends) == 1 and pos == len(data) and sends[0][fastpath.START] == len(a) + len(b) + len(other)
     sends, pos = scan(a * 5, limit=3)
     assert len(sends) == 3 and pos == 3 * len(a)
@@ -239,8 +253,9 @@ def test_mutated_frames_are_never_read_differently():
             op = rng.random()
             i = rng.randrange(8, len(frame))
             if op < 0.6:
-                frame[i] = rng.choice([rng.randrange(256), ord('"'), ord("\\"), ord("{"), ord(","), 0x01, 0x02,
-                                       ord("0"), ord("-")])
+                frame[i] = rng.choice(
+                    [rng.randrange(256), ord('"'), ord("\\"), ord("{"), ord(","), 0x01, 0x02, ord("0"), ord("-")]
+                )
             elif op < 0.8:
                 frame.insert(i, rng.randrange(256))
             else:
@@ -275,9 +290,9 @@ def test_encode_records_reads_only_exact_ints_in_range():
     with pytest.raises(TypeError):
         fastpath.native.encode_records(src, sends, 0, 2, [Evil(0), 0], 0, 1 << 40, 0, host, host)
     with pytest.raises(ValueError):
-        fastpath.native.encode_records(src, [sent], 0, 1, [2 ** 63], 0, 1 << 40, 0, host, host)
+        fastpath.native.encode_records(src, [sent], 0, 1, [2**63], 0, 1 << 40, 0, host, host)
     bad = list(sent)
-    bad[fastpath.QUEUE_ID] = 2 ** 32 + 1
+    bad[fastpath.QUEUE_ID] = 2**32 + 1
     with pytest.raises(ValueError):
         fastpath.native.encode_records(src, [tuple(bad)], 0, 1, [0], 0, 1 << 40, 0, host, host)
     bad = list(sent)
@@ -295,9 +310,11 @@ def test_encode_records_stops_where_the_file_ends():
     host = record.encode_host(("127.0.0.1", 1))
     size = fastpath.native.encode_records(bytearray(frame), [sent], 0, 1, [0], 0, 1 << 40, 0, host, host)[2][0]
     # room for two records and the 8-byte end-of-file blank, not three
-    out, n, sizes, needed = fastpath.native.encode_records(bytearray(frame), [sent] * 3, 0, 3, [0, 1, 2], 0,
-                                                           2 * size + 8, 0, host, host)
+    out, n, sizes, needed = fastpath.native.encode_records(
+        bytearray(frame), [sent] * 3, 0, 3, [0, 1, 2], 0, 2 * size + 8, 0, host, host
+    )
     assert (n, needed, sizes) == (2, size, [size, size])
-    out, n, _, needed = fastpath.native.encode_records(bytearray(frame), [sent] * 3, 0, 3, [0, 1, 2], 0,
-                                                       2 * size + 7, 0, host, host)
+    out, n, _, needed = fastpath.native.encode_records(
+        bytearray(frame), [sent] * 3, 0, 3, [0, 1, 2], 0, 2 * size + 7, 0, host, host
+    )
     assert (n, needed) == (1, size)

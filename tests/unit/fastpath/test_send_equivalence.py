@@ -6,6 +6,7 @@ path (new topics, retries into a DLQ, delays, half messages, batches, refusals, 
 cut into reads of any size, across commit-log files, on an ASYNC_MASTER and a SYNC_MASTER, and with a
 disk that fills up part way.
 """
+
 from __future__ import annotations
 
 import os
@@ -72,7 +73,7 @@ def chunks_of(data: bytes, rng: random.Random | None) -> list[bytes]:
     out, i = [], 0
     while i < len(data):
         n = rng.randint(1, 9000)
-        out.append(data[i:i + n])
+        out.append(data[i : i + n])
         i += n
     return out
 
@@ -92,8 +93,12 @@ def store_files(root: str) -> dict[str, bytes]:
         for name in files:
             path = os.path.join(dirpath, name)
             rel = os.path.relpath(path, root)
-            if rel.split(os.sep)[0] in ("commitlog", "consumequeue", "index") or "commitlog" in rel \
-                    or "consumequeue" in rel or os.sep + "index" + os.sep in os.sep + rel:
+            if (
+                rel.split(os.sep)[0] in ("commitlog", "consumequeue", "index")
+                or "commitlog" in rel
+                or "consumequeue" in rel
+                or os.sep + "index" + os.sep in os.sep + rel
+            ):
                 with open(path, "rb") as fh:
                     out[rel] = fh.read().rstrip(b"\0")
     assert out, f"no store files under {root} ({store})"

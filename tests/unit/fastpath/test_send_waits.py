@@ -1,6 +1,7 @@
 """On a SYNC_MASTER the fast path waits once per run, for the offset of the run's last send that asked
 to wait: those that did not ask are answered at once, those that did with the wait's outcome, exactly
 as the Python path answers each of them for the same outcome."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,12 @@ WAITS = [True, False, True, True, False, False]  # WAIT of each send in the run;
 def frames() -> bytes:
     out = []
     for i, wait in enumerate(WAITS):
-        cmd = send_v2(topic="TopicTest", queue_id=i % 2, body=b"m%d" % i,
-                      properties=props(KEYS=f"k{i}", WAIT="true" if wait else "false"))
+        cmd = send_v2(
+            topic="TopicTest",
+            queue_id=i % 2,
+            body=b"m%d" % i,
+            properties=props(KEYS=f"k{i}", WAIT="true" if wait else "false"),
+        )
         cmd.opaque = 100 + i
         out.append(encode(cmd))
     return b"".join(out)
@@ -61,8 +66,11 @@ def serve(tmp_path, fast: bool):
     return b, early, asked, release
 
 
-@pytest.mark.parametrize("outcome", [PutStatus.PUT_OK, PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE,
-                                     RuntimeError("the wait broke")], ids=["ok", "timeout", "na", "errback"])
+@pytest.mark.parametrize(
+    "outcome",
+    [PutStatus.PUT_OK, PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE, RuntimeError("the wait broke")],
+    ids=["ok", "timeout", "na", "errback"],
+)
 def test_one_wait_per_run_and_the_same_answers_as_the_python_path(tmp_path, outcome):
     b, early, asked, release = serve(tmp_path / "fast", True)
     assert b.server.send.fast_messages.get() == len(WAITS), "the run did not take the fast path"
@@ -81,9 +89,13 @@ def test_one_wait_per_run_and_the_same_answers_as_the_python_path(tmp_path, outc
     slow.stop()
     assert fast_replies == slow_replies
     waited = [fast_replies[100 + i] for i, w in enumerate(WAITS) if w]
-    expected = (ResponseCode.SUCCESS if outcome is PutStatus.PUT_OK
-                else PutStatus.SLAVE_NOT_AVAILABLE.response_code if outcome is PutStatus.SLAVE_NOT_AVAILABLE
-                else PutStatus.FLUSH_SLAVE_TIMEOUT.response_code)
+    expected = (
+        ResponseCode.SUCCESS
+        if outcome is PutStatus.PUT_OK
+        else PutStatus.SLAVE_NOT_AVAILABLE.response_code
+        if outcome is PutStatus.SLAVE_NOT_AVAILABLE
+        else PutStatus.FLUSH_SLAVE_TIMEOUT.response_code
+    )
     assert {r.code for r in waited} == {expected}
     assert all(r.ext_fields.get("msgId") for r in fast_replies.values())  # stored: every reply names it
 

@@ -1,4 +1,5 @@
 """Master and slave HA roles wired through Twisted's in-memory transports, on one fake clock."""
+
 from __future__ import annotations
 
 import filecmp
@@ -28,35 +29,56 @@ def remember_replica(tmp_path, host="?", stream_limit=1 << 30):
     in-memory connections have host "?"), and the streamLimit that life reached."""
     d = tmp_path / "master"
     d.mkdir(parents=True, exist_ok=True)
-    (d / "haPeers.json").write_text(json.dumps({"peers": {host: {"ack": 1, "provenAtMs": 0}},
-                                                "streamLimit": stream_limit}))
+    (d / "haPeers.json").write_text(
+        json.dumps({"peers": {host: {"ack": 1, "provenAtMs": 0}}, "streamLimit": stream_limit})
+    )
 
 
 def put(store, n, size=500, start=0, topic="T"):
     out = []
     for i in range(start, start + n):
         body = (f"{i}:".encode() * size)[:size]
-        out.append(store.put_message(Message(topic=topic, body=body, queue_id=i % 4,
-                                             properties={"UNIQ_KEY": f"U{i}"})))
+        out.append(store.put_message(Message(topic=topic, body=body, queue_id=i % 4, properties={"UNIQ_KEY": f"U{i}"})))
     return out
 
 
 class Cluster:
     """One master store and one slave store, an HA service and an HA client, and the link between."""
 
-    def __init__(self, tmp_path, *, batch_size=32768, heartbeat_ms=5000, housekeeping_ms=20000,
-                 fallbehind_max=256 << 20, sync_wait_ms=5000, file_size=FILE_SIZE):
+    def __init__(
+        self,
+        tmp_path,
+        *,
+        batch_size=32768,
+        heartbeat_ms=5000,
+        housekeeping_ms=20000,
+        fallbehind_max=256 << 20,
+        sync_wait_ms=5000,
+        file_size=FILE_SIZE,
+    ):
         self.tmp = tmp_path
         self.reactor = MemoryReactorClock()
         self.master = make_store(tmp_path / "master", file_size)
         self.slave = make_store(tmp_path / "slave", file_size)
         self.file_size = file_size
-        self.ha = HAService(self.master, clock=self.reactor, batch_size=batch_size, heartbeat_ms=heartbeat_ms,
-                            housekeeping_ms=housekeeping_ms, fallbehind_max=fallbehind_max,
-                            sync_wait_ms=sync_wait_ms)
+        self.ha = HAService(
+            self.master,
+            clock=self.reactor,
+            batch_size=batch_size,
+            heartbeat_ms=heartbeat_ms,
+            housekeeping_ms=housekeeping_ms,
+            fallbehind_max=fallbehind_max,
+            sync_wait_ms=sync_wait_ms,
+        )
         self.ha.listen(self.reactor, HA_PORT)
-        self.client = HAClient(self.slave, f"127.0.0.1:{HA_PORT}", clock=self.reactor, reactor=self.reactor,
-                               heartbeat_ms=heartbeat_ms, housekeeping_ms=housekeeping_ms)
+        self.client = HAClient(
+            self.slave,
+            f"127.0.0.1:{HA_PORT}",
+            clock=self.reactor,
+            reactor=self.reactor,
+            heartbeat_ms=heartbeat_ms,
+            housekeeping_ms=housekeeping_ms,
+        )
         self.completer = ConnectionCompleter(self.reactor)
         self.pump = None
 

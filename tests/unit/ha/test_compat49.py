@@ -1,5 +1,6 @@
 """haCompat49: the master as Apache RocketMQ 4.9 behaves where this broker deliberately differs, so the
 guarantee matrix can show both (docs/ha-protocol.md §9). Each 4.9 behaviour next to ours."""
+
 import struct
 
 from twisted.internet.address import IPv4Address
@@ -29,6 +30,7 @@ def service(tmp_path, compat49, clock):
 
 def test_a_first_report_past_the_log_is_a_false_ack_in_49_and_refused_here(tmp_path):
     from twisted.internet.task import Clock
+
     for compat49 in (True, False):
         clock = Clock()
         store, ha = service(tmp_path, compat49, clock)
@@ -51,6 +53,7 @@ def test_any_socket_is_a_slave_in_49():
     from twisted.internet.task import Clock
     import tempfile
     from pathlib import Path
+
     tmp = Path(tempfile.mkdtemp())
     for compat49, count in ((True, 1), (False, 0)):
         clock = Clock()
@@ -67,12 +70,14 @@ def test_a_sync_wait_ends_at_its_deadline_in_49_as_here_and_the_49_deadline_is_s
     from twisted.internet.task import Clock
 
     from rmqha.broker.config import BrokerConfig
+
     conf = {"syncFlushTimeout": "1500"}
     assert BrokerConfig.from_properties(conf).sync_wait_ms == 1500
     assert BrokerConfig.from_properties({**conf, "haCompat49": "true"}).sync_wait_ms == 3000
     assert BrokerConfig.from_properties({**conf, "haCompat49": "true", "slaveTimeout": "700"}).sync_wait_ms == 700
     import tempfile
     from pathlib import Path
+
     tmp = Path(tempfile.mkdtemp())
     for compat49 in (True, False):
         clock = Clock()

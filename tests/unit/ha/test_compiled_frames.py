@@ -4,6 +4,7 @@ pipe into a real store, cut at random, must give the same bytes on disk, the sam
 the same session state and the same error, whatever the stream holds (heartbeats, gaps, frames for the
 next file, bad sizes, a master behind us).
 """
+
 from __future__ import annotations
 
 import errno
@@ -20,8 +21,10 @@ from rmqha.broker.ha.transport import SplicePipe
 from rmqha.broker.store.mapped_file import DiskFullError, MappedFile
 from rmqha.broker.store.message_store import MessageStore
 
-pytestmark = [pytest.mark.skipif(not hasattr(os, "splice"), reason="splice(2) is Linux-only"),
-              pytest.mark.skipif(transport._frames is None, reason="rmqha/broker/ha/_frames.c is not built here")]
+pytestmark = [
+    pytest.mark.skipif(not hasattr(os, "splice"), reason="splice(2) is Linux-only"),
+    pytest.mark.skipif(transport._frames is None, reason="rmqha/broker/ha/_frames.c is not built here"),
+]
 
 FILE = 4096
 
@@ -65,7 +68,7 @@ def run(tmp_path, name, stream, compiled, seed, preload=b"", max_body=None):
         sent = 0
         while sent < len(stream) and error is None:
             n = rnd.choice([1, 5, 11, 12, 13, 100, 4096, 20000, 70000])
-            a.sendall(stream[sent:sent + n])
+            a.sendall(stream[sent : sent + n])
             sent += n
             while error is None:
                 try:
@@ -78,8 +81,17 @@ def run(tmp_path, name, stream, compiled, seed, preload=b"", max_body=None):
                     error = (type(e).__name__, str(e))
         files = [(f.base, f.wrote) for f in store.commitlog.queue.files]
         data = store.commitlog.read(store.min_offset, store.max_offset - store.min_offset) if files else b""
-        state = (s.bytes_received, s.had_data, s.last_data, s.master_behind, s._header, s._body_left,
-                 s._body_size, s._next, s._pos)
+        state = (
+            s.bytes_received,
+            s.had_data,
+            s.last_data,
+            s.master_behind,
+            s._header,
+            s._body_left,
+            s._body_size,
+            s._next,
+            s._pos,
+        )
         return error, data, counting.counted, state, s.report_if_moved(1.0), files, store.max_offset
     finally:
         pipe.close()
@@ -133,12 +145,15 @@ def test_a_gap_is_the_same_offset_mismatch_after_the_same_stored_prefix(tmp_path
     assert error[0] == "OffsetMismatch" and len(data) == at
 
 
-@pytest.mark.parametrize("bad", [
-    frame(2500, b"", size=-1),            # a negative size
-    frame(2500, b"z" * 300, size=300),    # above max_body (256 here)
-    frame(-5, b"z" * 3),                  # a negative offset
-    frame(2500, b"z" * 1700),             # would cross the file's end (4096)
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        frame(2500, b"", size=-1),  # a negative size
+        frame(2500, b"z" * 300, size=300),  # above max_body (256 here)
+        frame(-5, b"z" * 3),  # a negative offset
+        frame(2500, b"z" * 1700),  # would cross the file's end (4096)
+    ],
+)
 def test_bad_or_foreign_frames_are_judged_by_the_python_rules(tmp_path, bad):
     rnd = random.Random(3)
     good, at = stream_of(rnd, 0, [250, 250, 250, 250, 250, 250, 250, 250, 250, 250])
@@ -226,6 +241,7 @@ assert fast == slow, (fast, slow)
 """
     import subprocess
     import sys
+
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "File too large writing 1010 bytes at 1000" in out.stdout
@@ -279,6 +295,7 @@ def test_splice_errors_are_raised_as_splice_in_raises(tmp_path):
 def test_the_broker_config_switches_the_compiled_loop(tmp_path):
     """haSlaveCompiledFrames=false reaches the pipe: the Python loop, for before/after measurements."""
     from rmqha.broker.config import BrokerConfig
+
     assert BrokerConfig.from_properties({}).haSlaveCompiledFrames is True
     assert BrokerConfig.from_properties({"haSlaveCompiledFrames": "false"}).haSlaveCompiledFrames is False
     c = transport.HAConnector("127.0.0.1", 1, None, 1, None, None)

@@ -1,4 +1,5 @@
 """GroupTransfer's deadlines on a fake clock: exact limits, waits that start after t=0, shutdown."""
+
 from twisted.internet.task import Clock
 
 from rmqha.broker.ha.group_transfer import GroupTransfer

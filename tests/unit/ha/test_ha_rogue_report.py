@@ -6,6 +6,7 @@ store/haFence.json, after which the real slave was refused for good, across rest
 host proven in an EARLIER life, reporting within what this master ever streamed, and not served this
 life's log, can be SLAVE_AHEAD, set or clear the fence (rmqha/broker/ha/peers.py); anybody else's such report
 closes that connection and writes nothing."""
+
 import json
 import random
 import struct
@@ -210,11 +211,19 @@ def test_the_stream_limit_is_written_before_the_bytes_go_out():
     from rmqha.broker.ha.master_session import Incarnation, MasterSession
 
     from .test_master_session import FakeLog
+
     saved = []
     peers = ProvenPeers(on_proven=lambda p: saved.append(p.stream_limit))
     log = FakeLog(1000)
-    s = MasterSession(log, "10.0.0.2:1", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0,
-                      incarnation=Incarnation(1000, peers=peers))
+    s = MasterSession(
+        log,
+        "10.0.0.2:1",
+        batch_size=300,
+        heartbeat_s=5.0,
+        housekeeping_s=20.0,
+        now=0.0,
+        incarnation=Incarnation(1000, peers=peers),
+    )
     s.on_data(struct.pack(">q", 100), 1.0)
     assert s.next_frames(1.0, 10_000) and saved and saved[-1] >= s.next_transfer_from
     n = len(saved)
@@ -257,6 +266,7 @@ def test_ha_allowed_addresses_refuses_every_other_peer_before_it_can_send_a_byte
     from rmqha.broker.ha.recovery import RecoverySourceService
 
     from .harness import make_store
+
     store = make_store(tmp_path / "m")
     ha = HAService(store, clock=MemoryReactorClock(), allowed=frozenset({"10.0.0.2"}))
     assert ha.buildProtocol(IPv4Address("TCP", "10.0.0.9", 5)) is None

@@ -1,6 +1,7 @@
 """The HA timing claims (docs/ha-protocol.md), on the fake clock: heartbeats counted interval by interval, the
 slave's reconnect back-off (100 ms doubling to haReconnectMaxDelay, 1 s), the sync wait taken from
 slaveTimeout when set, the master's lagBytes, and ticking that survives a first tick that raises."""
+
 import struct
 
 import pytest
@@ -103,6 +104,7 @@ def test_reconnect_backs_off_from_100_ms_doubling_to_1_s_and_resets_after_a_conn
 
 def test_reconnect_cap_is_ha_reconnect_max_delay(tmp_path):
     from rmqha.broker.ha.slave import HAClient
+
     c = Cluster(tmp_path)
     c.client = HAClient(c.slave, "127.0.0.1:10912", clock=c.reactor, reactor=c.reactor, reconnect_max_ms=300)
     try:
@@ -156,8 +158,11 @@ def test_a_first_service_tick_that_raises_does_not_stop_the_heartbeats(cluster):
 def test_sync_wait_is_slave_timeout_when_set_else_sync_flush_timeout(tmp_path):
     from tests.unit.processors.harness import Broker, send_v1
     from rmqha.broker.remoting.codes import ResponseCode
-    for overrides, wait in (({"syncFlushTimeout": "5000", "slaveTimeout": "2000"}, 2.0),
-                            ({"syncFlushTimeout": "1500"}, 1.5)):
+
+    for overrides, wait in (
+        ({"syncFlushTimeout": "5000", "slaveTimeout": "2000"}, 2.0),
+        ({"syncFlushTimeout": "1500"}, 1.5),
+    ):
         b = Broker(tmp_path / str(wait), brokerRole="SYNC_MASTER", **overrides)
         try:
             ha = b.server.controller.ha

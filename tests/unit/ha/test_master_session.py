@@ -2,6 +2,7 @@
 
 The commit log is a fake with the three things the session reads (min/max offset, the last file's
 start, reads that stop at a file boundary); frames are checked against hand-built headers."""
+
 import struct
 
 import pytest
@@ -47,8 +48,9 @@ def header(offset, size):
 
 
 def session(log, now=100.0, batch=300, heartbeat=5.0, housekeeping=20.0):
-    return MasterSession(log, "10.0.0.2:40000", batch_size=batch, heartbeat_s=heartbeat,
-                         housekeeping_s=housekeeping, now=now)
+    return MasterSession(
+        log, "10.0.0.2:40000", batch_size=batch, heartbeat_s=heartbeat, housekeeping_s=housekeeping, now=now
+    )
 
 
 def test_state_before_any_report():
@@ -68,7 +70,12 @@ def test_the_first_report_sets_the_request_offset_and_later_ones_only_the_ack():
     assert s.on_data(report(1200)[:5], 101.0) is None and s.last_read == 101.0
     assert s.on_data(report(1200)[5:], 102.0) == Ack(1200, True)
     assert (s.state, s.is_slave, s.slave_request_offset, s.slave_ack_offset, s.next_transfer_from) == (
-        SessionState.STREAMING, True, 1200, 1200, 1200)
+        SessionState.STREAMING,
+        True,
+        1200,
+        1200,
+        1200,
+    )
     assert s.lag() == 1300
     assert s.on_data(report(1500), 103.0) == Ack(1500, False)
     assert (s.slave_request_offset, s.slave_ack_offset, s.next_transfer_from) == (1200, 1500, 1200)
@@ -133,7 +140,7 @@ def test_frames_are_cut_at_the_batch_size_and_the_file_boundary():
     assert log.reads == [(100, 10_000)]
     sizes = [300, 300, 300]
     assert out[0::2] == [header(100 + 300 * i, n) for i, n in enumerate(sizes)]
-    assert [bytes(b) for b in out[1::2]] == [log.data[100 + 300 * i:100 + 300 * i + n] for i, n in enumerate(sizes)]
+    assert [bytes(b) for b in out[1::2]] == [log.data[100 + 300 * i : 100 + 300 * i + n] for i, n in enumerate(sizes)]
     assert (s.next_transfer_from, s.bytes_sent, s.last_write) == (1000, 900 + 3 * 12, 102.0)
     out = s.next_frames(103.0, 10_000)  # the next file, to the end of the log
     assert out[0::2] == [header(1000, 300), header(1300, 300), header(1600, 300), header(1900, 100)]
@@ -211,8 +218,11 @@ def test_file_frames_are_cut_like_frames_and_name_positions_in_the_file():
     s.on_data(report(1100), 101.0)
     f, frames = s.next_file_frames(102.0, 10_000)
     assert log.reads == [(1100, 10_000)]
-    assert f == "file@1000" and frames == [(header(1100, 300), 100, 300), (header(1400, 300), 400, 300),
-                                            (header(1700, 300), 700, 300)]
+    assert f == "file@1000" and frames == [
+        (header(1100, 300), 100, 300),
+        (header(1400, 300), 400, 300),
+        (header(1700, 300), 700, 300),
+    ]
     assert (s.next_transfer_from, s.bytes_sent, s.last_write, s.incarnation.sent_max) == (2000, 900 + 36, 102.0, 2500)
     f, frames = s.next_file_frames(103.0, 10)  # at least one batch, however little was asked
     assert (f, frames) == ("file@2000", [(header(2000, 300), 0, 300)]) and log.reads[-1] == (2000, 300)
@@ -223,6 +233,7 @@ def test_file_frames_are_cut_like_frames_and_name_positions_in_the_file():
 
 def test_sent_max_is_the_highest_offset_any_session_sent():
     from rmqha.broker.ha.master_session import Incarnation
+
     log = FakeLog(2500, file_size=10_000)
     inc = Incarnation(1000)
     assert inc.sent_max == 1000
@@ -247,19 +258,26 @@ def test_a_region_that_is_not_there_sends_nothing():
 
 def test_slave_ahead_records_both_offsets_and_keeps_the_slaves_latest():
     from rmqha.broker.ha.master_session import Incarnation
+
     log = FakeLog(1200)
-    s = MasterSession(log, "p", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0,
-                      incarnation=Incarnation(1000))
+    s = MasterSession(
+        log, "p", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0, incarnation=Incarnation(1000)
+    )
     assert s.ahead_master_offset == -1
     assert s.on_data(report(1500), 1.0) is None
     assert (s.state, s.ahead_master_offset, s.slave_request_offset, s.slave_ack_offset) == (
-        SessionState.SLAVE_AHEAD, 1200, 1500, 1500)
+        SessionState.SLAVE_AHEAD,
+        1200,
+        1500,
+        1500,
+    )
     assert s.on_data(report(1600), 2.0) is None  # later reports: shown, never acks
     assert (s.slave_request_offset, s.slave_ack_offset, s.ahead_master_offset) == (1500, 1600, 1200)
 
 
 def test_a_slave_that_comes_back_with_exactly_what_was_sent_is_not_ahead():
     from rmqha.broker.ha.master_session import Incarnation
+
     log = FakeLog(2000, file_size=10_000)
     inc = Incarnation(1000)
     first = MasterSession(log, "a", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=0.0, incarnation=inc)

@@ -3,6 +3,7 @@ haCompat49 first report, the proof a slave gives by acknowledging streamed bytes
 a slave that started empty next to a fork fence, and the live SLAVE_AHEAD count per host.
 
 IO-free: the commit log is test_master_session's FakeLog, time is passed in as the reactor would."""
+
 import pytest
 
 from rmqha.broker.ha.master_session import Ack, Incarnation, MasterSession, SessionState
@@ -15,11 +16,13 @@ HOST = "10.0.0.2"
 
 
 def session(log, inc, now=100.0):
-    return MasterSession(log, f"{HOST}:40000", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0,
-                         now=now, incarnation=inc)
+    return MasterSession(
+        log, f"{HOST}:40000", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=now, incarnation=inc
+    )
 
 
 # -- haCompat49: 4.9's HAConnection takes a connection's first report unchecked ----------------------
+
 
 def test_compat49_a_first_report_past_the_log_is_a_first_ack_and_streaming_starts_there():
     # 4.9 ReadSocketService: slaveRequestOffset = the report, then notifyTransferSome (the false SEND_OK
@@ -28,7 +31,12 @@ def test_compat49_a_first_report_past_the_log_is_a_first_ack_and_streaming_start
     s = session(log, Incarnation(2500, compat49=True))
     assert s.on_data(report(1 << 30), 101.0) == Ack(1 << 30, True)
     assert (s.state, s.is_slave, s.slave_request_offset, s.slave_ack_offset, s.next_transfer_from) == (
-        SessionState.STREAMING, True, 1 << 30, 1 << 30, 1 << 30)
+        SessionState.STREAMING,
+        True,
+        1 << 30,
+        1 << 30,
+        1 << 30,
+    )
     assert s.next_frames(102.0, 10_000) == [] and log.reads == []  # nothing there to stream yet
     # within the log: the same, a first ack at exactly the master's max offset
     at_max = session(log, Incarnation(2500, compat49=True))
@@ -51,6 +59,7 @@ def test_compat49_sets_the_request_offset_once_even_for_an_empty_slave():
 
 # -- a slave that started empty, next to a fence it cannot clear -------------------------------------
 
+
 def test_a_slave_rebuilt_elsewhere_is_acked_as_it_streams_past_a_fence_it_cannot_clear():
     # A fork fence from an earlier life (the forked slave was rebuilt at a new address, docs §10: that does
     # not end the fence). The new, empty slave reports 0: its request is 0, known, so none of its later
@@ -61,13 +70,18 @@ def test_a_slave_rebuilt_elsewhere_is_acked_as_it_streams_past_a_fence_it_cannot
     s = session(log, inc)
     assert s.on_data(report(0), 101.0) == Ack(0, True)
     assert (s.state, s.slave_request_offset, s.next_transfer_from, inc.fence) == (
-        SessionState.STREAMING, 0, 0, (500, 800))  # not proven earlier: the fence stays
+        SessionState.STREAMING,
+        0,
+        0,
+        (500, 800),
+    )  # not proven earlier: the fence stays
     assert len(s.next_frames(102.0, 1000)) == 8 and s.next_transfer_from == 1000
     assert s.on_data(report(1000), 103.0) == Ack(1000, False)
     assert (s.state, s.slave_request_offset, s.slave_ack_offset) == (SessionState.STREAMING, 0, 1000)
 
 
 # -- the proof: a host that acknowledged bytes this master streamed to it ----------------------------
+
 
 def test_a_host_is_proven_only_by_acking_past_its_request_with_the_time_in_ms():
     peers = ProvenPeers()
@@ -87,6 +101,7 @@ def test_a_host_is_proven_only_by_acking_past_its_request_with_the_time_in_ms():
 
 
 # -- the live SLAVE_AHEAD count per host, which keeps a fence from being cleared ---------------------
+
 
 def _proven_earlier():
     return ProvenPeers.from_record(({HOST: {"ack": 1500, "provenAtMs": 1}}, 64 << 20))

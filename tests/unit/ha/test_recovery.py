@@ -2,6 +2,7 @@
 unclean start fetches the slave's tail over the 4.x HA wire, roles reversed, and stores only records
 that pass every check. The IO-free sessions first, then both sides on in-memory transports and a fake
 clock, then the controller's hold."""
+
 import random
 import struct
 
@@ -9,8 +10,16 @@ import pytest
 from twisted.internet.testing import MemoryReactorClock
 from twisted.test.iosim import ConnectionCompleter
 
-from rmqha.broker.ha.recovery import (FetchOutcome, FetchSession, RecordVerifier, RecoveryFetcher, RecoveryRefused,
-                                RecoverySourceService, RecoveryState, SourceSession)
+from rmqha.broker.ha.recovery import (
+    FetchOutcome,
+    FetchSession,
+    RecordVerifier,
+    RecoveryFetcher,
+    RecoveryRefused,
+    RecoverySourceService,
+    RecoveryState,
+    SourceSession,
+)
 from rmqha.broker.store.message_store import MessageStore
 from rmqha.broker.store.record import Message
 
@@ -27,8 +36,9 @@ def store(path, host=HOST):
 def put(s, n, start=0, size=700):
     for i in range(start, start + n):
         body = (f"{i}:".encode() * size)[:size]
-        assert s.put_message(Message(topic="T", body=body, queue_id=i % 4,
-                                     properties={"UNIQ_KEY": f"U{i}"})).status.stored
+        assert s.put_message(
+            Message(topic="T", body=body, queue_id=i % 4, properties={"UNIQ_KEY": f"U{i}"})
+        ).status.stored
     s.dispatch_pending()
 
 
@@ -71,7 +81,7 @@ def shuttle(source: SourceSession, fetch: FetchSession, dst, rng):
     pos = 0
     while fetch.outcome == FetchOutcome.FETCHING and pos < len(stream):
         n = rng.randint(1, 5000)
-        records, _report = fetch.on_data(stream[pos:pos + n])
+        records, _report = fetch.on_data(stream[pos : pos + n])
         if records:
             dst.append_replicated(dst.max_offset, records)
         pos += n
@@ -146,10 +156,13 @@ def test_a_good_prefix_is_kept_and_a_corrupt_record_after_it_refused(tmp_path):
     assert master.max_offset == good_end and log_bytes(master) == log_bytes(slave)[:good_end]
 
 
-@pytest.mark.parametrize("frame,why", [
-    (struct.pack(">qi", 5, 4) + b"abcd", "not contiguous"),
-    (struct.pack(">qi", 10 ** 9, 0), "past the fetched end"),
-])
+@pytest.mark.parametrize(
+    "frame,why",
+    [
+        (struct.pack(">qi", 5, 4) + b"abcd", "not contiguous"),
+        (struct.pack(">qi", 10**9, 0), "past the fetched end"),
+    ],
+)
 def test_frames_no_source_sends_are_refused(tmp_path, frame, why):
     master = store(tmp_path / "master")
     put(master, 3)
@@ -166,6 +179,7 @@ def test_a_record_that_claims_another_offset_is_refused():
 
 # -- both sides on in-memory transports ----------------------------------------------------------
 
+
 class Pair:
     def __init__(self, tmp_path, slave_records=200, master_cut=0.4, wait_s=30.0):
         self.reactor = MemoryReactorClock()
@@ -176,8 +190,16 @@ class Pair:
         self.source = RecoverySourceService(self.slave, self.reactor)
         self.source.listen(self.reactor, 20912)
         self.done = []
-        self.fetcher = RecoveryFetcher(self.master, ["127.0.0.1:20912"], self.reactor, self.reactor, wait_s,
-                                       HOST, 1 << 20, on_done=self.done.append)
+        self.fetcher = RecoveryFetcher(
+            self.master,
+            ["127.0.0.1:20912"],
+            self.reactor,
+            self.reactor,
+            wait_s,
+            HOST,
+            1 << 20,
+            on_done=self.done.append,
+        )
         self.completer = ConnectionCompleter(self.reactor)
 
     def run(self, seconds=2.0):
@@ -240,17 +262,29 @@ def test_the_controller_refuses_writes_while_it_holds_and_serves_them_after(tmp_
     from rmqha.broker.store.message_store import PutStatus
 
     root = tmp_path / "m"
-    cfg = BrokerConfig.from_properties({
-        "brokerName": "b", "brokerRole": "SYNC_MASTER", "storePathRootDir": str(root), "listenPort": "30911",
-        "brokerIP1": "127.0.0.1", "haRecoveryEnable": "true", "haRecoveryPeers": "127.0.0.1:1",
-        "haRecoveryWaitMs": "2000", "mappedFileSizeCommitLog": str(FILE)})
+    cfg = BrokerConfig.from_properties(
+        {
+            "brokerName": "b",
+            "brokerRole": "SYNC_MASTER",
+            "storePathRootDir": str(root),
+            "listenPort": "30911",
+            "brokerIP1": "127.0.0.1",
+            "haRecoveryEnable": "true",
+            "haRecoveryPeers": "127.0.0.1:1",
+            "haRecoveryWaitMs": "2000",
+            "mappedFileSizeCommitLog": str(FILE),
+        }
+    )
     root.mkdir()
     (root / "abort").write_text("")  # the last life did not shut down cleanly
     # it streamed to its slave in that life (rmqha/broker/ha/peers.py): the slave's host may be fetched from
     (root / "haPeers.json").write_text('{"peers": {"127.0.0.1": {"ack": 1}}, "streamLimit": 1073741824}')
     reactor = MemoryReactorClock()
-    c = BrokerController(cfg, reactor, run_in_thread=lambda f, *a: __import__("twisted.internet.defer",
-                                                                              fromlist=["x"]).maybeDeferred(f, *a))
+    c = BrokerController(
+        cfg,
+        reactor,
+        run_in_thread=lambda f, *a: __import__("twisted.internet.defer", fromlist=["x"]).maybeDeferred(f, *a),
+    )
     c.start(listen=False)
     try:
         assert c.writes_held and c.ha is None
@@ -267,13 +301,22 @@ def test_the_controller_refuses_writes_while_it_holds_and_serves_them_after(tmp_
 def test_an_unclean_start_with_no_proven_slave_on_record_says_so_and_does_not_hold(tmp_path, caplog):
     from rmqha.broker.config import BrokerConfig
     from rmqha.broker.controller import BrokerController
+
     root = tmp_path / "m"
     root.mkdir()
     (root / "abort").write_text("")
-    cfg = BrokerConfig.from_properties({
-        "brokerName": "b", "brokerRole": "SYNC_MASTER", "storePathRootDir": str(root), "listenPort": "30911",
-        "brokerIP1": "127.0.0.1", "haRecoveryEnable": "true", "haRecoveryPeers": "127.0.0.1:1",
-        "mappedFileSizeCommitLog": str(FILE)})
+    cfg = BrokerConfig.from_properties(
+        {
+            "brokerName": "b",
+            "brokerRole": "SYNC_MASTER",
+            "storePathRootDir": str(root),
+            "listenPort": "30911",
+            "brokerIP1": "127.0.0.1",
+            "haRecoveryEnable": "true",
+            "haRecoveryPeers": "127.0.0.1:1",
+            "mappedFileSizeCommitLog": str(FILE),
+        }
+    )
     c = BrokerController(cfg, MemoryReactorClock())
     c.start(listen=False)
     try:
@@ -285,6 +328,7 @@ def test_an_unclean_start_with_no_proven_slave_on_record_says_so_and_does_not_ho
 
 def test_recovery_sources_are_the_proven_replicas_only():
     from rmqha.broker.ha.recovery import proven_sources
+
     srcs = ["10.0.0.2:10912", "10.0.0.3:10912", "broker-a-s:10912"]
     assert proven_sources(srcs, {}, 1 << 30)[0] == []  # nobody proven: nothing fetched
     assert proven_sources(srcs, {"10.0.0.2": {}}, None)[0] == []  # no streamLimit on record: the same
@@ -306,20 +350,37 @@ def test_the_verifier_takes_nothing_past_the_stream_limit(tmp_path):
 
 def test_recovery_on_a_master_without_sources_is_a_config_error():
     from rmqha.broker.config import BrokerConfig, ConfigError
+
     with pytest.raises(ConfigError, match="haRecoveryPeers"):
         BrokerConfig.from_properties({"brokerName": "b", "brokerRole": "SYNC_MASTER", "haRecoveryEnable": "true"})
     # a slave only serves its log: no sources needed
-    BrokerConfig.from_properties({"brokerName": "b", "brokerRole": "SLAVE", "brokerId": "1",
-                                  "haRecoveryEnable": "true", "haMasterAddress": "127.0.0.1:10912"})
+    BrokerConfig.from_properties(
+        {
+            "brokerName": "b",
+            "brokerRole": "SLAVE",
+            "brokerId": "1",
+            "haRecoveryEnable": "true",
+            "haMasterAddress": "127.0.0.1:10912",
+        }
+    )
 
 
 def test_a_clean_start_does_not_hold(tmp_path):
     from rmqha.broker.config import BrokerConfig
     from rmqha.broker.controller import BrokerController
-    cfg = BrokerConfig.from_properties({
-        "brokerName": "b", "brokerRole": "ASYNC_MASTER", "storePathRootDir": str(tmp_path / "m"),
-        "listenPort": "30911", "brokerIP1": "127.0.0.1", "haRecoveryEnable": "true",
-        "haRecoveryPeers": "127.0.0.1:1", "mappedFileSizeCommitLog": str(FILE)})
+
+    cfg = BrokerConfig.from_properties(
+        {
+            "brokerName": "b",
+            "brokerRole": "ASYNC_MASTER",
+            "storePathRootDir": str(tmp_path / "m"),
+            "listenPort": "30911",
+            "brokerIP1": "127.0.0.1",
+            "haRecoveryEnable": "true",
+            "haRecoveryPeers": "127.0.0.1:1",
+            "mappedFileSizeCommitLog": str(FILE),
+        }
+    )
     c = BrokerController(cfg, MemoryReactorClock())
     c.start(listen=False)
     try:
@@ -329,6 +390,7 @@ def test_a_clean_start_does_not_hold(tmp_path):
 
 
 # -- the edges of each IO-free part (what mutation testing found unchecked) --------------------------
+
 
 def test_the_verifier_counts_records_and_refuses_what_cannot_fit(tmp_path):
     slave = store(tmp_path / "slave")
@@ -344,10 +406,11 @@ def test_the_verifier_counts_records_and_refuses_what_cannot_fit(tmp_path):
 
 def test_a_blank_must_be_followed_by_zeros_and_may_arrive_in_pieces():
     from rmqha.broker.store import record
+
     blank = record.blank(FILE) + bytes(FILE - 8)
     v = RecordVerifier(0, FILE, HOST, 1 << 20)
-    assert v.feed(blank[:FILE // 2]) == [] and v.partial == FILE // 2  # its zeros still arriving
-    assert v.feed(blank[FILE // 2:]) == [blank] and v.end == FILE
+    assert v.feed(blank[: FILE // 2]) == [] and v.partial == FILE // 2  # its zeros still arriving
+    assert v.feed(blank[FILE // 2 :]) == [blank] and v.end == FILE
     dirty = bytearray(blank)
     dirty[9] = 1
     with pytest.raises(RecoveryRefused, match="not followed by zeros"):
@@ -377,13 +440,13 @@ def test_a_source_ending_inside_a_record_completes_without_it(tmp_path):
     put(slave, 2)
     data = log_bytes(slave)
     fetch = FetchSession(RecordVerifier(0, FILE, HOST, 1 << 20))
-    records, _ = fetch.on_data(struct.pack(">qi", 0, len(data) - 5) + data[:-5]
-                               + struct.pack(">qi", len(data) - 5, 0))
+    records, _ = fetch.on_data(struct.pack(">qi", 0, len(data) - 5) + data[:-5] + struct.pack(">qi", len(data) - 5, 0))
     assert len(records) == 1 and fetch.outcome == FetchOutcome.COMPLETE and fetch.source_end == len(data) - 5
 
 
 def test_the_source_streams_within_max_bytes_and_checks_the_report(tmp_path):
     from rmqha.broker.ha.wire import ProtocolError
+
     slave = store(tmp_path / "slave")
     put(slave, 20)
     end = slave.max_offset

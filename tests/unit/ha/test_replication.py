@@ -1,4 +1,5 @@
 """Master and slave roles end to end over in-memory transports, with a fake clock for all time."""
+
 import pytest
 
 from rmqha.broker.ha.master_session import Incarnation, SessionState
@@ -65,6 +66,7 @@ def test_batches_respect_size_and_file_boundaries(tmp_path):
             break
         frames.append(f)
     import struct
+
     pos = 0
     for header, body in frames:
         off, size = struct.unpack(">qi", header)
@@ -164,6 +166,7 @@ def test_master_works_with_a_slave_that_waits_before_reporting(cluster):
     put(cluster.master, 20)
     proto = cluster.ha.buildProtocol(None)
     from twisted.internet.testing import StringTransport
+
     t = StringTransport()
     proto.makeConnection(t)
     cluster.reactor.advance(4.9)
@@ -182,6 +185,7 @@ def test_rogue_report_beyond_max_never_acks(tmp_path):
     put(c.master, 5)
     proto = c.ha.buildProtocol(None)
     from twisted.internet.testing import StringTransport
+
     t = StringTransport()
     proto.makeConnection(t)
     res = c.master.put_message(put.__globals__["Message"](topic="T", body=b"x"))
@@ -208,10 +212,11 @@ def test_offset_no_longer_on_master_is_loud(cluster, caplog):
     cluster.ha.incarnation = Incarnation(cluster.master.max_offset)  # as if the master started with this log
     proto = cluster.ha.buildProtocol(None)
     from twisted.internet.testing import StringTransport
+
     t = StringTransport()
     proto.makeConnection(t)
     proto.dataReceived(encode_report(1000))
     assert proto.session.state == SessionState.OFFSET_UNAVAILABLE
     assert "data it needs is gone" in caplog.text
-    assert 'ha_slave_offset_unavailable{slave=' in cluster.ha.metrics.render()
+    assert "ha_slave_offset_unavailable{slave=" in cluster.ha.metrics.render()
     assert cluster.ha.status()["slaves"][0]["problem"]

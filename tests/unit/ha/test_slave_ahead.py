@@ -6,6 +6,7 @@ connection on every report and the slave loops; once the master has written past
 it streams from there, into the middle of the slave's own tail. Here: the master calls that slave
 SLAVE_AHEAD (not replicated to, not counted for sync acks), the slave MASTER_BEHIND (keeps its data,
 stays connected), both with both offsets, until an operator decides."""
+
 import struct
 
 from rmqha.broker.ha.master_session import Incarnation, MasterSession, SessionState
@@ -23,8 +24,9 @@ def header(offset, size):
 
 
 def session(log, inc, now=100.0):
-    return MasterSession(log, "10.0.0.2:40000", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0,
-                         now=now, incarnation=inc)
+    return MasterSession(
+        log, "10.0.0.2:40000", batch_size=300, heartbeat_s=5.0, housekeeping_s=20.0, now=now, incarnation=inc
+    )
 
 
 def test_a_first_report_past_the_masters_start_that_it_never_sent_is_slave_ahead():
@@ -33,7 +35,11 @@ def test_a_first_report_past_the_masters_start_that_it_never_sent_is_slave_ahead
     s = session(log, inc)
     assert s.on_data(report(1500), 101.0) is None  # no Ack: never raises push2SlaveMaxOffset
     assert (s.state, s.is_slave, s.slave_request_offset, s.slave_ack_offset) == (
-        SessionState.SLAVE_AHEAD, False, 1500, 1500)
+        SessionState.SLAVE_AHEAD,
+        False,
+        1500,
+        1500,
+    )
     assert "holds the commit log up to 1500" in s.problem and "parts from it at 1000" in s.problem
     assert s.next_frames(101.0, 10_000) == [] and log.reads == []
     # announced at once, then every heartbeat interval, with the master's start offset (below the slave's)
@@ -133,6 +139,7 @@ def test_a_reconnect_after_the_master_wrote_past_the_slave_is_still_slave_ahead(
 # back, wrote past its slave's offset and was killed; in its next life it started above the slave's
 # offset and streamed into the middle of the slave's lost history) ------------------------------------
 
+
 def test_the_fence_keeps_a_slave_past_the_fork_ahead_until_one_reports_at_or_below_it():
     saved = []
     inc = Incarnation(5000, fence=(1000, 1500), on_fence=saved.append)
@@ -160,6 +167,7 @@ def test_a_first_slave_ahead_remembers_the_fork_from_this_lifes_start():
 
 def test_fence_file_round_trip_and_bad_contents(tmp_path):
     from rmqha.broker.ha.master import load_fence, save_fence
+
     p = str(tmp_path / "haFence.json")
     assert load_fence(p) is None
     save_fence(p, (10, 20))
@@ -167,7 +175,7 @@ def test_fence_file_round_trip_and_bad_contents(tmp_path):
     save_fence(p, None)
     assert load_fence(p) is None and not (tmp_path / "haFence.json").exists()
     save_fence(p, None)  # removing what is not there is fine
-    for bad in ("{", '{"from": 1}', '{"from": 30, "to": 20}', '{"from": -1, "to": 2}', '[1, 2]'):
+    for bad in ("{", '{"from": 1}', '{"from": 30, "to": 20}', '{"from": -1, "to": 2}', "[1, 2]"):
         (tmp_path / "haFence.json").write_text(bad)
         assert load_fence(p) is None, bad
 

@@ -1,4 +1,5 @@
 """SlaveSession alone (docs/ha-protocol.md §4): frames in, appends and reports out, time passed in."""
+
 import struct
 
 import pytest
@@ -64,8 +65,7 @@ def test_a_mismatch_keeps_what_matched_before_it_in_the_same_read():
     with pytest.raises(OffsetMismatch) as e:
         s.on_data(frame(100, b"ok") + frame(150, b"bad"), 1.0)
     assert (e.value.slave_offset, e.value.master_offset) == (102, 150)
-    assert str(e.value) == ("master pushed offset not equal the max phy offset in slave, "
-                            "SLAVE: 102 MASTER: 150")
+    assert str(e.value) == ("master pushed offset not equal the max phy offset in slave, SLAVE: 102 MASTER: 150")
     assert store.appends == [(100, b"ok")] and s.last_data == 1.0
 
 
@@ -117,8 +117,13 @@ def test_heartbeats_count_over_several_intervals_each_at_its_deadline():
         hb = s.heartbeat(t)
         if hb is not None:
             sent.append((t, hb))
-    assert sent == [(105.0, report(10)), (110.0, report(10)), (117.0, report(11)), (122.0, report(11)),
-                    (127.0, report(11))]
+    assert sent == [
+        (105.0, report(10)),
+        (110.0, report(10)),
+        (117.0, report(11)),
+        (122.0, report(11)),
+        (127.0, report(11)),
+    ]
 
 
 def test_housekeeping_deadline_is_exact_and_restarts_on_each_read():

@@ -3,6 +3,7 @@
 drain() must make exactly the decisions on_data makes (offsets, MASTER_BEHIND, limits, one report
 per read), whatever way the stream is cut; SplicePipe must move the real bytes socket -> pipe -> file.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,7 +38,7 @@ class FakeFile:
         self.size = len(self.data)
 
     def write_at(self, pos, data):
-        self.data[pos:pos + len(data)] = data
+        self.data[pos : pos + len(data)] = data
 
 
 class FakeStore:
@@ -61,7 +62,7 @@ class FakeStore:
         self.max_offset = offset + size
 
     def stored(self):
-        return bytes(self.file.data[:self.max_offset - self.base])
+        return bytes(self.file.data[: self.max_offset - self.base])
 
     def append_replicated(self, offset, chunks):  # on_data's way in, with the same rules
         for c in chunks:
@@ -82,13 +83,13 @@ class BytesSource:
         return len(self.data) - self.pos
 
     def take(self, n):
-        out = self.data[self.pos:self.pos + min(n, self.available)]
+        out = self.data[self.pos : self.pos + min(n, self.available)]
         self.pos += len(out)
         return out
 
     def store(self, file, pos, n):
         n = min(n, self.available, self.step)
-        file.write_at(pos, self.data[self.pos:self.pos + n])
+        file.write_at(pos, self.data[self.pos : self.pos + n])
         self.pos += n
         return n
 
@@ -135,7 +136,7 @@ def test_any_cut_of_the_stream_stores_the_same_bytes(seed):
     pos = 0
     while pos < len(stream):
         n = rnd.randrange(1, 5000)
-        s.drain(BytesSource(stream[pos:pos + n], step=rnd.randrange(1, 4000)), 1.0)
+        s.drain(BytesSource(stream[pos : pos + n], step=rnd.randrange(1, 4000)), 1.0)
         pos += n
     assert store.stored() == b"".join(bodies) and store.max_offset == at
     assert sum(size for _, size in store.counted) == at - 4096
@@ -186,6 +187,7 @@ def test_frame_limits_and_store_refusals_are_errors():
     class Refusing(FakeStore):
         def replica_target(self, offset, size):
             raise StoreError("disk full")
+
     with pytest.raises(StoreError):
         session(Refusing(100)).drain(BytesSource(frame(100, b"a")), 1.0)
 
@@ -200,7 +202,7 @@ def test_the_pipe_moves_socket_bytes_into_the_commit_log(tmp_path):
     stream, pos = b"", 0
     while pos < len(body):
         n = min(32768, len(body) - pos)
-        stream += frame(pos, body[pos:pos + n]) + frame(pos + n)  # a heartbeat after each frame
+        stream += frame(pos, body[pos : pos + n]) + frame(pos + n)  # a heartbeat after each frame
         pos += n
     a, b = socket.socketpair()
     b.setblocking(False)
@@ -209,7 +211,7 @@ def test_the_pipe_moves_socket_bytes_into_the_commit_log(tmp_path):
         sent = 0
         while sent < len(stream):
             n = rnd.randrange(1, 70_000)
-            a.sendall(stream[sent:sent + n])
+            a.sendall(stream[sent : sent + n])
             sent += n
             while True:
                 try:
@@ -321,6 +323,7 @@ assert f.wrote == 0 and p.available == 100   # nothing counted, the bytes are st
 """
     import subprocess
     import sys
+
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "full:" in out.stdout and "File too large" in out.stdout and "at 16384" in out.stdout

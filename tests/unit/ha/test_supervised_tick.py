@@ -1,4 +1,5 @@
 """The HA master's and slave's tickers survive a failing tick (rmqha.broker.supervision), on the fake clock."""
+
 import pytest
 
 from .harness import Cluster, put
@@ -16,9 +17,12 @@ def failures(service, name):
 
 
 def link_stayed_up(cluster):
-    return (cluster.ha.connection_count == 1 and cluster.client.proto is not None
-            and cluster.client.reconnects.get() == 1
-            and cluster.ha.housekeeping_closes.get() == 0 == cluster.client.housekeeping_closes.get())
+    return (
+        cluster.ha.connection_count == 1
+        and cluster.client.proto is not None
+        and cluster.client.reconnects.get() == 1
+        and cluster.ha.housekeeping_closes.get() == 0 == cluster.client.housekeeping_closes.get()
+    )
 
 
 def test_master_tick_raising_once_keeps_heartbeats_going(cluster):
@@ -48,6 +52,7 @@ def test_master_tick_raising_once_keeps_heartbeats_going(cluster):
 
 class BrokenConnection:
     """A connection whose every tick raises (a transport that fails each write)."""
+
     session = None
     peer = "broken"
 

@@ -1,4 +1,5 @@
 """SYNC_MASTER outcomes (docs/ha-protocol.md §5) on a fake clock: PUT_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE."""
+
 from twisted.internet.task import Clock
 
 from rmqha.broker.ha.group_transfer import GroupTransfer

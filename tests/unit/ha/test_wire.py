@@ -29,11 +29,11 @@ def test_frames_split_at_every_byte_boundary():
 def test_frames_one_byte_at_a_time_and_coalesced():
     bodies, data = frames_bytes()
     expected = [(1000 + i, b) for i, b in enumerate(bodies)]
-    assert collect(FrameReader(), [data[i:i + 1] for i in range(len(data))]) == expected
+    assert collect(FrameReader(), [data[i : i + 1] for i in range(len(data))]) == expected
     assert collect(FrameReader(), [data + data]) == expected + expected
 
 
-@pytest.mark.parametrize("size", [-1, -(2 ** 31), 4 * 1024 * 1024 + 1, 2 ** 31 - 1])
+@pytest.mark.parametrize("size", [-1, -(2**31), 4 * 1024 * 1024 + 1, 2**31 - 1])
 def test_bad_sizes_are_protocol_errors(size):
     with pytest.raises(ProtocolError, match="body size"):
         FrameReader().feed(encode_header(0, size))

@@ -1,4 +1,5 @@
 """HA wire decoders at their exact limits (docs/ha-protocol.md §2), checked against hand-built bytes."""
+
 import struct
 
 import pytest

@@ -1,4 +1,5 @@
 """The zero-copy frame sender (rmqha/broker/ha/transport.py): whole frames, in order, across partial writes."""
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """The name server's admin requests (issue 24): write permission, topic lists, its config, and a reply
 to every request code (4.9.8's DefaultRequestProcessor for the ones it serves, REQUEST_CODE_NOT_SUPPORTED
 for the rest)."""
+
 import json
 
 import pytest
@@ -18,18 +19,34 @@ B = "10.0.0.3:10911"  # broker-b's master
 
 # the codes 4.9.8's DefaultRequestProcessor.processRequest switches on (it returns null for any other)
 SERVED_BY_49 = {
-    RequestCode.PUT_KV_CONFIG, RequestCode.GET_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,
-    RequestCode.QUERY_DATA_VERSION, RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
-    RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO, RequestCode.WIPE_WRITE_PERM_OF_BROKER,
-    RequestCode.ADD_WRITE_PERM_OF_BROKER, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
-    RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.GET_KVLIST_BY_NAMESPACE, RequestCode.GET_TOPICS_BY_CLUSTER,
-    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, RequestCode.GET_UNIT_TOPIC_LIST,
-    RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
-    RequestCode.UPDATE_NAMESRV_CONFIG, RequestCode.GET_NAMESRV_CONFIG,
+    RequestCode.PUT_KV_CONFIG,
+    RequestCode.GET_KV_CONFIG,
+    RequestCode.DELETE_KV_CONFIG,
+    RequestCode.QUERY_DATA_VERSION,
+    RequestCode.REGISTER_BROKER,
+    RequestCode.UNREGISTER_BROKER,
+    RequestCode.GET_ROUTEINFO_BY_TOPIC,
+    RequestCode.GET_BROKER_CLUSTER_INFO,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER,
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+    RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    RequestCode.GET_KVLIST_BY_NAMESPACE,
+    RequestCode.GET_TOPICS_BY_CLUSTER,
+    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS,
+    RequestCode.GET_UNIT_TOPIC_LIST,
+    RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST,
+    RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
+    RequestCode.UPDATE_NAMESRV_CONFIG,
+    RequestCode.GET_NAMESRV_CONFIG,
 }
 
-TOPICS = (TopicConfig("TopicTest", 4, 4, 6), TopicConfig("Unit", 4, 4, 6, topic_sys_flag=1),
-          TopicConfig("UnitSub", 4, 4, 6, topic_sys_flag=3), TopicConfig("SubOnly", 4, 4, 6, topic_sys_flag=2))
+TOPICS = (
+    TopicConfig("TopicTest", 4, 4, 6),
+    TopicConfig("Unit", 4, 4, 6, topic_sys_flag=1),
+    TopicConfig("UnitSub", 4, 4, 6, topic_sys_flag=3),
+    TopicConfig("SubOnly", 4, 4, 6, topic_sys_flag=2),
+)
 
 
 def call(c, code, fields=None, body=b""):
@@ -48,18 +65,29 @@ def two_groups():
     assert register(a, topics=TOPICS).code == 0
     body_b = (TopicConfig("TopicTest", 8, 8, 6), TopicConfig("OnlyB", 2, 2, 6))
     assert register_as(b, "broker-b", B, body_b).code == 0
-    assert register_as(Conn(ns, 3), "broker-c", "10.0.0.5:10911", (TopicConfig("OnlyC", 1, 1, 6),),
-                       cluster="OtherCluster").code == 0
+    assert (
+        register_as(
+            Conn(ns, 3), "broker-c", "10.0.0.5:10911", (TopicConfig("OnlyC", 1, 1, 6),), cluster="OtherCluster"
+        ).code
+        == 0
+    )
     return ns, clock, a, b
 
 
 def register_as(conn, name, addr, topics, cluster="DefaultCluster", counter=1):
     from rmqha.broker.namesrv.register_body import RegisterBrokerBody, body_crc32
+
     body = RegisterBrokerBody({t.topic_name: t for t in topics}, {"counter": counter, "timestamp": 7}).encode()
-    fields = {"brokerName": name, "brokerAddr": addr, "clusterName": cluster, "haServerAddr": "",
-              "brokerId": 0, "compressed": False, "bodyCrc32": body_crc32(body)}
-    return conn.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, body, language="JAVA",
-                                             version=409))
+    fields = {
+        "brokerName": name,
+        "brokerAddr": addr,
+        "clusterName": cluster,
+        "haServerAddr": "",
+        "brokerId": 0,
+        "compressed": False,
+        "bodyCrc32": body_crc32(body),
+    }
+    return conn.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, body, language="JAVA", version=409))
 
 
 def test_wipe_and_add_write_perm_count_topics_of_that_broker_only():
@@ -69,21 +97,24 @@ def test_wipe_and_add_write_perm_count_topics_of_that_broker_only():
     assert perms(a) == {"broker-a": 4, "broker-b": 6}
     assert perms(a, "Unit") == {"broker-a": 4}
     # 4.9 counts every topic of the broker again, wiped already or not
-    assert call(a, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}).ext_fields == \
-        {"wipeTopicCount": "4"}
+    assert call(a, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}).ext_fields == {
+        "wipeTopicCount": "4"
+    }
     added = call(a, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
     assert (added.code, added.ext_fields) == (ResponseCode.SUCCESS, {"addTopicCount": "4"})
     assert perms(a) == {"broker-a": 6, "broker-b": 6}
-    assert call(a, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "nobody"}).ext_fields == \
-        {"wipeTopicCount": "0"}
+    assert call(a, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "nobody"}).ext_fields == {
+        "wipeTopicCount": "0"
+    }
 
 
 def test_add_write_perm_sets_read_write_whatever_the_perm_was():
     ns, _ = make_ns()
     c = Conn(ns, 1)
     register(c, topics=(TopicConfig("ReadOnly", 4, 4, 4), TopicConfig("Inherit", 4, 4, 7)))
-    assert call(c, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}).ext_fields == \
-        {"addTopicCount": "2"}
+    assert call(c, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}).ext_fields == {
+        "addTopicCount": "2"
+    }
     assert (perms(c, "ReadOnly"), perms(c, "Inherit")) == ({"broker-a": 6}, {"broker-a": 6})
 
 
@@ -123,7 +154,9 @@ def topic_list(resp):
 def test_topics_by_cluster():
     ns, _, a, _ = two_groups()
     assert topic_list(call(a, RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "DefaultCluster"})) == (
-        ["OnlyB", "SubOnly", "TopicTest", "Unit", "UnitSub"], None)
+        ["OnlyB", "SubOnly", "TopicTest", "Unit", "UnitSub"],
+        None,
+    )
     assert topic_list(call(a, RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "OtherCluster"})) == (["OnlyC"], None)
     # an unknown cluster: 4.9 answers an empty list (its NullPointerException is caught)
     r = call(a, RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "Nope"})
@@ -161,16 +194,37 @@ def test_get_config_has_the_keys_of_namesrv_config_and_netty_server_config(monke
     monkeypatch.delenv("ROCKETMQ_HOME", raising=False)
     ns, _ = make_ns()
     props = config_props(Conn(ns, 1))
-    assert sorted(props) == sorted([
-        "kvConfigPath", "configStorePath", "productEnvName", "clusterTest", "orderMessageEnable",
-        "configBlackList", "listenPort", "serverWorkerThreads", "serverCallbackExecutorThreads",
-        "serverSelectorThreads", "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
-        "serverChannelMaxIdleTimeSeconds", "serverSocketSndBufSize", "serverSocketRcvBufSize",
-        "writeBufferHighWaterMark", "writeBufferLowWaterMark", "serverSocketBacklog",
-        "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector"])  # rocketmqHome: null, left out
-    assert (props["listenPort"], props["orderMessageEnable"], props["productEnvName"],
-            props["serverChannelMaxIdleTimeSeconds"], props["configBlackList"]) == (
-        "9876", "false", "center", "120", "configBlackList;configStorePath;kvConfigPath")
+    assert sorted(props) == sorted(
+        [
+            "kvConfigPath",
+            "configStorePath",
+            "productEnvName",
+            "clusterTest",
+            "orderMessageEnable",
+            "configBlackList",
+            "listenPort",
+            "serverWorkerThreads",
+            "serverCallbackExecutorThreads",
+            "serverSelectorThreads",
+            "serverOnewaySemaphoreValue",
+            "serverAsyncSemaphoreValue",
+            "serverChannelMaxIdleTimeSeconds",
+            "serverSocketSndBufSize",
+            "serverSocketRcvBufSize",
+            "writeBufferHighWaterMark",
+            "writeBufferLowWaterMark",
+            "serverSocketBacklog",
+            "serverPooledByteBufAllocatorEnable",
+            "useEpollNativeSelector",
+        ]
+    )  # rocketmqHome: null, left out
+    assert (
+        props["listenPort"],
+        props["orderMessageEnable"],
+        props["productEnvName"],
+        props["serverChannelMaxIdleTimeSeconds"],
+        props["configBlackList"],
+    ) == ("9876", "false", "center", "120", "configBlackList;configStorePath;kvConfigPath")
     assert props["kvConfigPath"].endswith("/namesrv/kvConfig.json")
 
 
@@ -181,7 +235,10 @@ def test_update_config_applies_live_keys_at_once():
     assert call(c, RequestCode.UPDATE_NAMESRV_CONFIG, body=body).code == ResponseCode.SUCCESS
     props = config_props(c)
     assert (props["orderMessageEnable"], props["productEnvName"], props["serverChannelMaxIdleTimeSeconds"]) == (
-        "true", "test", "30")
+        "true",
+        "test",
+        "30",
+    )
     assert ns.factory.idle_timeout == 30.0
     # a connection opened after the change closes after 30 idle seconds; the one before keeps 120
     late = Conn(ns, 2)
@@ -190,22 +247,37 @@ def test_update_config_applies_live_keys_at_once():
     assert call(c, RequestCode.UPDATE_NAMESRV_CONFIG).code == ResponseCode.SUCCESS  # no body: nothing to do
 
 
-@pytest.mark.parametrize("body, code, remark", [
-    (b"kvConfigPath=/tmp/x\n", ResponseCode.NO_PERMISSION, "Can not update config in black list."),
-    (b"configStorePath=/tmp/x\norderMessageEnable=true\n", ResponseCode.NO_PERMISSION,
-     "Can not update config in black list."),
-    (b"rocketmqHome=/x\n", ResponseCode.NO_PERMISSION, "Can not update config in black list."),
-    (b"configBlackList=\n", ResponseCode.NO_PERMISSION, "Can not update config in black list."),
-    (b"listenPort=9877\norderMessageEnable=true\n", ResponseCode.NO_PERMISSION,
-     "listenPort: read only at start-up, not changed at run time; keys that change at run time: "
-     "orderMessageEnable, productEnvName, serverChannelMaxIdleTimeSeconds"),
-    (b"noSuchKey=1\norderMessageEnable=true\n", ResponseCode.SYSTEM_ERROR,
-     "unknown name server config key(s): noSuchKey (GET_NAMESRV_CONFIG lists the keys)"),
-    (b"orderMessageEnable=yes\n", ResponseCode.SYSTEM_ERROR, "orderMessageEnable='yes': expected true or false"),
-    (b"serverChannelMaxIdleTimeSeconds=-5\n", ResponseCode.SYSTEM_ERROR,
-     "serverChannelMaxIdleTimeSeconds='-5': expected a whole number of seconds"),
-    (b"\xff\xfe=1", ResponseCode.SYSTEM_ERROR, "the config body is not UTF-8 properties text"),
-])
+@pytest.mark.parametrize(
+    "body, code, remark",
+    [
+        (b"kvConfigPath=/tmp/x\n", ResponseCode.NO_PERMISSION, "Can not update config in black list."),
+        (
+            b"configStorePath=/tmp/x\norderMessageEnable=true\n",
+            ResponseCode.NO_PERMISSION,
+            "Can not update config in black list.",
+        ),
+        (b"rocketmqHome=/x\n", ResponseCode.NO_PERMISSION, "Can not update config in black list."),
+        (b"configBlackList=\n", ResponseCode.NO_PERMISSION, "Can not update config in black list."),
+        (
+            b"listenPort=9877\norderMessageEnable=true\n",
+            ResponseCode.NO_PERMISSION,
+            "listenPort: read only at start-up, not changed at run time; keys that change at run time: "
+            "orderMessageEnable, productEnvName, serverChannelMaxIdleTimeSeconds",
+        ),
+        (
+            b"noSuchKey=1\norderMessageEnable=true\n",
+            ResponseCode.SYSTEM_ERROR,
+            "unknown name server config key(s): noSuchKey (GET_NAMESRV_CONFIG lists the keys)",
+        ),
+        (b"orderMessageEnable=yes\n", ResponseCode.SYSTEM_ERROR, "orderMessageEnable='yes': expected true or false"),
+        (
+            b"serverChannelMaxIdleTimeSeconds=-5\n",
+            ResponseCode.SYSTEM_ERROR,
+            "serverChannelMaxIdleTimeSeconds='-5': expected a whole number of seconds",
+        ),
+        (b"\xff\xfe=1", ResponseCode.SYSTEM_ERROR, "the config body is not UTF-8 properties text"),
+    ],
+)
 def test_update_config_is_refused_whole_with_what_is_wrong(body, code, remark):
     ns, _ = make_ns()
     c = Conn(ns, 1)
@@ -219,16 +291,22 @@ def test_with_a_cluster_secret_perm_and_config_writes_must_be_signed_and_reads_s
     clock_ns, _ = make_ns()
     ns = NameServer(reactor=None, clock=clock_ns.clock, cluster_secret=SECRET)
     c = Conn(ns, 1)
-    for code, fields, body in [(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}, b""),
-                               (RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}, b""),
-                               (RequestCode.UPDATE_NAMESRV_CONFIG, {}, b"orderMessageEnable=true\n")]:
+    for code, fields, body in [
+        (RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}, b""),
+        (RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}, b""),
+        (RequestCode.UPDATE_NAMESRV_CONFIG, {}, b"orderMessageEnable=true\n"),
+    ]:
         r = call(c, code, fields, body)
         assert r.code == ResponseCode.NO_PERMISSION and "cluster secret" in r.remark
         signed = call(c, code, guard.sign_cluster(fields, body, SECRET), body)
         assert signed.code == ResponseCode.SUCCESS
     assert config_props(c)["orderMessageEnable"] == "true"
-    for code, fields in [(RequestCode.GET_NAMESRV_CONFIG, {}), (RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "x"}),
-                         (RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, {}), (RequestCode.GET_UNIT_TOPIC_LIST, {})]:
+    for code, fields in [
+        (RequestCode.GET_NAMESRV_CONFIG, {}),
+        (RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "x"}),
+        (RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, {}),
+        (RequestCode.GET_UNIT_TOPIC_LIST, {}),
+    ]:
         assert call(c, code, fields).code == ResponseCode.SUCCESS
     assert ns.processors.refused_unsigned == 3
 
@@ -251,11 +329,22 @@ def test_every_request_code_is_answered_and_only_4_9_s_are_served():
 
 def test_delete_topic_with_a_cluster_name_drops_only_that_cluster_s_routes():
     ns, _, a, _ = two_groups()
-    assert register_as(Conn(ns, 4), "broker-c", "10.0.0.5:10911", (TopicConfig("OnlyC", 1, 1, 6),
-                       TopicConfig("TopicTest", 2, 2, 6)), cluster="OtherCluster", counter=2).code == 0
+    assert (
+        register_as(
+            Conn(ns, 4),
+            "broker-c",
+            "10.0.0.5:10911",
+            (TopicConfig("OnlyC", 1, 1, 6), TopicConfig("TopicTest", 2, 2, 6)),
+            cluster="OtherCluster",
+            counter=2,
+        ).code
+        == 0
+    )
     assert call(a, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "TopicTest", "clusterName": "OtherCluster"}).code == 0
     assert perms(a) == {"broker-a": 6, "broker-b": 6}
-    assert call(a, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "TopicTest", "clusterName": "DefaultCluster"}).code == 0
+    assert (
+        call(a, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "TopicTest", "clusterName": "DefaultCluster"}).code == 0
+    )
     assert route(a).code == ResponseCode.TOPIC_NOT_EXIST
     assert call(a, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "Unit"}).code == 0  # no cluster: every route
     assert route(a, "Unit").code == ResponseCode.TOPIC_NOT_EXIST and route(a, "OnlyC").code == 0

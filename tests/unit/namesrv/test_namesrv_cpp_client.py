@@ -5,6 +5,7 @@ a child process so a crash in native code cannot take pytest down, must fetch th
 name server, connect to the fake broker's address and send the message (code 10 or 310). The fake broker
 answers SUCCESS, so send_sync returning SEND_OK also shows the client accepts our reply frames.
 """
+
 import importlib.util
 import json
 import os
@@ -59,8 +60,9 @@ class _Collect(protocol.ProcessProtocol):
 def run_producer(ns_address: str, topic: str) -> defer.Deferred:
     """Run the C++ producer in a child; fires with (exit code, stdout, stderr); killed at the deadline."""
     proc = _Collect()
-    transport = reactor.spawnProcess(proc, sys.executable, [sys.executable, "-c", PRODUCER_SCRIPT, ns_address, topic],
-                                     env=dict(os.environ))
+    transport = reactor.spawnProcess(
+        proc, sys.executable, [sys.executable, "-c", PRODUCER_SCRIPT, ns_address, topic], env=dict(os.environ)
+    )
     killer = reactor.callLater(PRODUCER_TIMEOUT_S, transport.signalProcess, "KILL")
 
     def finished(code):
@@ -92,8 +94,12 @@ class CppClientTest(unittest.TestCase):
 
         self.broker_requests = []
         broker_registry = ProcessorRegistry()
-        for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.SEND_MESSAGE,
-                     RequestCode.SEND_MESSAGE_V2):
+        for code in (
+            RequestCode.HEART_BEAT,
+            RequestCode.UNREGISTER_CLIENT,
+            RequestCode.SEND_MESSAGE,
+            RequestCode.SEND_MESSAGE_V2,
+        ):
             broker_registry.register(code, self.fake_broker)
         self.broker_factory = RemotingServerFactory(broker_registry)
         self.broker_port = reactor.listenTCP(0, self.broker_factory, interface="127.0.0.1")
@@ -115,20 +121,37 @@ class CppClientTest(unittest.TestCase):
         queue_id = req.get_str("e" if req.code == RequestCode.SEND_MESSAGE_V2 else "queueId")
         port = self.broker_port.getHost().port
         offset_msg_id = f"7F000001{port:08X}{1234:016X}"  # store ip, port, commitlog offset
-        return req.make_response(ResponseCode.SUCCESS, ext_fields={
-            "msgId": offset_msg_id, "queueId": queue_id, "queueOffset": "42",
-            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",
-        })
+        return req.make_response(
+            ResponseCode.SUCCESS,
+            ext_fields={
+                "msgId": offset_msg_id,
+                "queueId": queue_id,
+                "queueOffset": "42",
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+        )
 
     @defer.inlineCallbacks
     def register_fake_broker(self):
-        body = RegisterBrokerBody({TOPIC: TopicConfig(TOPIC, 4, 4, 6)},
-                                  {"counter": 1, "timestamp": 1}).encode()
-        resp = yield self.client.invoke(self.ns_address, RemotingCommand.request(
-            RequestCode.REGISTER_BROKER,
-            {"brokerName": "fake-broker-a", "brokerAddr": self.broker_address, "clusterName": "DefaultCluster",
-             "haServerAddr": "127.0.0.1:1", "brokerId": 0, "compressed": False, "bodyCrc32": body_crc32(body)},
-            body, language="JAVA"))
+        body = RegisterBrokerBody({TOPIC: TopicConfig(TOPIC, 4, 4, 6)}, {"counter": 1, "timestamp": 1}).encode()
+        resp = yield self.client.invoke(
+            self.ns_address,
+            RemotingCommand.request(
+                RequestCode.REGISTER_BROKER,
+                {
+                    "brokerName": "fake-broker-a",
+                    "brokerAddr": self.broker_address,
+                    "clusterName": "DefaultCluster",
+                    "haServerAddr": "127.0.0.1:1",
+                    "brokerId": 0,
+                    "compressed": False,
+                    "bodyCrc32": body_crc32(body),
+                },
+                body,
+                language="JAVA",
+            ),
+        )
         self.assertEqual(resp.code, ResponseCode.SUCCESS)
 
     @defer.inlineCallbacks
@@ -146,8 +169,7 @@ class CppClientTest(unittest.TestCase):
         # 2. ...because it then connected to the broker address registered there and sent the message.
         # The C++ 2.x client sends SEND_MESSAGE_V2 (310, short keys); the 1.0.1 build bundled in
         # PyPI rocketmq 0.4.4 sends SEND_MESSAGE (10, long keys). Either proves the route was used.
-        sends = [r for r in self.broker_requests
-                 if r.code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)]
+        sends = [r for r in self.broker_requests if r.code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)]
         self.assertTrue(sends, details)
         send = sends[0]
         v2 = send.code == RequestCode.SEND_MESSAGE_V2

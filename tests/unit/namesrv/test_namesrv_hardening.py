@@ -1,6 +1,7 @@
 """The name server against strangers (issue 25): KV config bounded in bytes, registrations validated
 and bounded, brokers gone with their connection, one log line per registration, and (opt-in) signed
 registration. Each test here failed before its fix."""
+
 import logging
 import struct
 import zlib
@@ -38,19 +39,30 @@ def test_kv_config_is_counted_in_bytes_so_replies_stay_far_below_a_frame():
     assert reply.code == ResponseCode.SUCCESS and len(reply.body) < 2 * MAX_KV_BYTES  # the REGISTER reply
 
 
-@pytest.mark.parametrize("field, value, why", [
-    ("brokerName", "a/b", "brokerName"),
-    ("brokerAddr", "not-an-address", "brokerAddr"),
-    ("brokerAddr", "10.0.0.1:0", "brokerAddr"),
-    ("brokerId", "-1", "brokerId -1"),
-    ("haServerAddr", "x" * 300 + ":1", "haServerAddr"),
-])
+@pytest.mark.parametrize(
+    "field, value, why",
+    [
+        ("brokerName", "a/b", "brokerName"),
+        ("brokerAddr", "not-an-address", "brokerAddr"),
+        ("brokerAddr", "10.0.0.1:0", "brokerAddr"),
+        ("brokerId", "-1", "brokerId -1"),
+        ("haServerAddr", "x" * 300 + ":1", "haServerAddr"),
+    ],
+)
 def test_registrations_are_validated(field, value, why):
     ns, _ = make_ns()
     c = Conn(ns, 1)
     body = RegisterBrokerBody({"T": TopicConfig("T", 4, 4, 6)}).encode()
-    fields = {"brokerName": "broker-a", "brokerAddr": M, "clusterName": "C", "haServerAddr": "10.0.0.1:10912",
-              "brokerId": "0", "compressed": "false", "bodyCrc32": str(body_crc32(body)), field: value}
+    fields = {
+        "brokerName": "broker-a",
+        "brokerAddr": M,
+        "clusterName": "C",
+        "haServerAddr": "10.0.0.1:10912",
+        "brokerId": "0",
+        "compressed": "false",
+        "bodyCrc32": str(body_crc32(body)),
+        field: value,
+    }
     r = c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, body))
     assert r.code == ResponseCode.SYSTEM_ERROR and why in r.remark, r.remark
     assert ns.routes.broker_live_table == {}
@@ -66,9 +78,16 @@ def test_an_invalid_topic_in_a_register_body_is_refused():
 def test_a_malformed_body_is_answered_with_what_is_wrong_not_an_exception_name():
     ns, _ = make_ns()
     c = Conn(ns, 1)
-    fields = {"brokerName": "broker-a", "brokerAddr": M, "clusterName": "C", "haServerAddr": "10.0.0.1:10912",
-              "brokerId": "0", "compressed": "true", "bodyCrc32": "0"}
-    raw = zlib.compress(struct.pack(">i", 2) + b"{}" + struct.pack(">i", 10 ** 8))
+    fields = {
+        "brokerName": "broker-a",
+        "brokerAddr": M,
+        "clusterName": "C",
+        "haServerAddr": "10.0.0.1:10912",
+        "brokerId": "0",
+        "compressed": "true",
+        "bodyCrc32": "0",
+    }
+    raw = zlib.compress(struct.pack(">i", 2) + b"{}" + struct.pack(">i", 10**8))
     r = c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, raw))
     assert r.code == ResponseCode.SYSTEM_ERROR and "declares 100000000 topic configs" in r.remark
     assert "Error" not in r.remark and "see the broker's log" not in r.remark
@@ -114,16 +133,31 @@ def test_with_a_cluster_secret_only_signed_writes_change_routes_and_config():
     assert put_kv(c, "NS", "k", "v", sign="a-wrong-secret-of-16+").code == ResponseCode.NO_PERMISSION
     assert put_kv(c, "NS", "k", "v", sign=SECRET).code == ResponseCode.SUCCESS
     body = RegisterBrokerBody({"T": TopicConfig("T", 4, 4, 6)}).encode()
-    fields = {"brokerName": "broker-a", "brokerAddr": M, "clusterName": "C", "haServerAddr": "10.0.0.1:10912",
-              "brokerId": "0", "compressed": "false", "bodyCrc32": str(body_crc32(body))}
+    fields = {
+        "brokerName": "broker-a",
+        "brokerAddr": M,
+        "clusterName": "C",
+        "haServerAddr": "10.0.0.1:10912",
+        "brokerId": "0",
+        "compressed": "false",
+        "bodyCrc32": str(body_crc32(body)),
+    }
     untimed = guard.sign_cluster(fields, body, SECRET)  # brokers sign timed: untimed would replay for ever
-    assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, untimed, body)).code == \
-        ResponseCode.NO_PERMISSION
-    signed = guard.sign_cluster_timed(fields, body, SECRET, int(clock_ns.clock.seconds() * 1000),
-                                      code=RequestCode.REGISTER_BROKER, audience=ns.processors.audience)
+    assert (
+        c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, untimed, body)).code == ResponseCode.NO_PERMISSION
+    )
+    signed = guard.sign_cluster_timed(
+        fields,
+        body,
+        SECRET,
+        int(clock_ns.clock.seconds() * 1000),
+        code=RequestCode.REGISTER_BROKER,
+        audience=ns.processors.audience,
+    )
     assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, signed, body)).code == ResponseCode.SUCCESS
     tampered = dict(signed, haServerAddr="6.6.6.6:10912")
-    assert c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, tampered, body)).code == \
-        ResponseCode.NO_PERMISSION
+    assert (
+        c.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, tampered, body)).code == ResponseCode.NO_PERMISSION
+    )
     assert route(c, "T").code == ResponseCode.SUCCESS  # reads stay open, as in 4.9
     assert ns.processors.refused_unsigned == 5

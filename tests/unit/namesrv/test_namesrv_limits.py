@@ -3,6 +3,7 @@ servers capped and validated, a route reply bounded below the frame, a process-w
 routes, removal of a broker in its own topics' work, topic configs validated, refusals logged at a
 rate, and liveness refreshed only by the broker itself. Each test failed before its fix; they count
 bytes, entries and lines, never wall time."""
+
 import json
 import logging
 
@@ -21,15 +22,23 @@ SECRET = "0123456789abcdef-secret"
 AUDIENCE = "00000000000000aa"  # the name servers' clusterSignAudience here
 
 
-def register_body(conn, body: RegisterBrokerBody, name="broker-a", addr=M, compressed=False, crc=None,
-                  secret=None, at_ms=0):
+def register_body(
+    conn, body: RegisterBrokerBody, name="broker-a", addr=M, compressed=False, crc=None, secret=None, at_ms=0
+):
     data = body.encode(compressed)
-    fields = {"brokerName": name, "brokerAddr": addr, "clusterName": "C", "haServerAddr": "",
-              "brokerId": "0", "compressed": str(compressed).lower(),
-              "bodyCrc32": str(body_crc32(data) if crc is None else crc)}
+    fields = {
+        "brokerName": name,
+        "brokerAddr": addr,
+        "clusterName": "C",
+        "haServerAddr": "",
+        "brokerId": "0",
+        "compressed": str(compressed).lower(),
+        "bodyCrc32": str(body_crc32(data) if crc is None else crc),
+    }
     if secret:
-        fields = guard.sign_cluster_timed(fields, data, secret, at_ms, code=RequestCode.REGISTER_BROKER,
-                                          audience=AUDIENCE)
+        fields = guard.sign_cluster_timed(
+            fields, data, secret, at_ms, code=RequestCode.REGISTER_BROKER, audience=AUDIENCE
+        )
     return conn.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data))
 
 
@@ -38,6 +47,7 @@ def topics(*names, rq=4, wq=4, perm=6):
 
 
 # ---- G1: filter servers -------------------------------------------------------------------------------
+
 
 def test_the_filter_server_bomb_is_refused_and_the_route_stays_small():
     """The audit's probe: three fake brokers naming a real topic with 16,000 filter servers of 1 KB each
@@ -54,11 +64,14 @@ def test_the_filter_server_bomb_is_refused_and_the_route_stays_small():
     assert [b["brokerName"] for b in json.loads(reply.body)["brokerDatas"]] == ["broker-a"]
 
 
-@pytest.mark.parametrize("servers, why", [
-    ([f"10.0.0.{i}:7000" for i in range(9)], "9 filter servers"),  # guard.MAX_FILTER_SERVERS + 1
-    (["not an address\n<script>"], "is not host:port"),
-    (["10.0.0.1:0"], "is not host:port"),
-])
+@pytest.mark.parametrize(
+    "servers, why",
+    [
+        ([f"10.0.0.{i}:7000" for i in range(9)], "9 filter servers"),  # guard.MAX_FILTER_SERVERS + 1
+        (["not an address\n<script>"], "is not host:port"),
+        (["10.0.0.1:0"], "is not host:port"),
+    ],
+)
 def test_filter_servers_are_capped_and_validated(servers, why):
     ns, _ = make_ns()
     r = register_body(Conn(ns, 1), RegisterBrokerBody(topics("T"), filter_servers=servers))
@@ -94,13 +107,15 @@ def test_a_route_reply_never_grows_past_its_bound_and_says_so_once(caplog):
 
 # ---- G2: topic routes in all, and removal in a broker's own work ------------------------------------
 
+
 def test_topic_routes_are_bounded_in_all():
     clock_ns, _ = make_ns()
     ns = NameServer(reactor=None, clock=clock_ns.clock, max_topic_routes=10)
     a, b = Conn(ns, 1), Conn(ns, 2)
     assert register_body(a, RegisterBrokerBody(topics(*(f"A{i}" for i in range(6))))).code == 0
-    r = register_body(b, RegisterBrokerBody(topics(*(f"B{i}" for i in range(5)))), name="broker-b",
-                      addr="10.0.0.2:10911")
+    r = register_body(
+        b, RegisterBrokerBody(topics(*(f"B{i}" for i in range(5)))), name="broker-b", addr="10.0.0.2:10911"
+    )
     assert r.code == ResponseCode.SYSTEM_ERROR and "at most 10 topic routes" in r.remark, r.remark
     assert "--max-topic-routes" in r.remark and "broker-b" not in ns.routes.broker_addr_table
     # the same topics again with a new data version add nothing: accepted
@@ -108,12 +123,17 @@ def test_topic_routes_are_bounded_in_all():
     assert register_body(a, again).code == 0 and ns.routes.route_entries == 6
     a.close()  # broker-a leaves: its routes go, and broker-b fits
     assert ns.routes.route_entries == 0
-    assert register_body(b, RegisterBrokerBody(topics(*(f"B{i}" for i in range(5)))), name="broker-b",
-                         addr="10.0.0.2:10911").code == 0
+    assert (
+        register_body(
+            b, RegisterBrokerBody(topics(*(f"B{i}" for i in range(5)))), name="broker-b", addr="10.0.0.2:10911"
+        ).code
+        == 0
+    )
 
 
 class CountingDict(dict):
     """A dict that counts the keys a caller reads or walks over."""
+
     touched = 0
 
     def __iter__(self):
@@ -144,8 +164,10 @@ def test_removing_a_broker_touches_only_its_own_topics():
     ns, _ = make_ns()
     big, small = Conn(ns, 1), Conn(ns, 2)
     assert register_body(big, RegisterBrokerBody(topics(*(f"T{i}" for i in range(2000))))).code == 0
-    assert register_body(small, RegisterBrokerBody(topics("S0", "S1", "T7")), name="broker-b",
-                         addr="10.0.0.2:10911").code == 0
+    assert (
+        register_body(small, RegisterBrokerBody(topics("S0", "S1", "T7")), name="broker-b", addr="10.0.0.2:10911").code
+        == 0
+    )
     routes = ns.routes
     routes.topic_queue_table = CountingDict(routes.topic_queue_table)
     CountingDict.touched = 0
@@ -163,12 +185,16 @@ def test_removing_a_broker_touches_only_its_own_topics():
 
 # ---- G5: queue numbers and perm ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field, cfg", [
-    ("readQueueNums -5", dict(rq=-5)),
-    ("writeQueueNums 100000", dict(wq=100_000)),
-    ("perm 999", dict(perm=999)),
-    ("perm -1", dict(perm=-1)),
-])
+
+@pytest.mark.parametrize(
+    "field, cfg",
+    [
+        ("readQueueNums -5", dict(rq=-5)),
+        ("writeQueueNums 100000", dict(wq=100_000)),
+        ("perm 999", dict(perm=999)),
+        ("perm -1", dict(perm=-1)),
+    ],
+)
 def test_queue_numbers_and_perm_of_topic_configs_are_validated(field, cfg):
     ns, _ = make_ns()
     for compressed in (False, True):
@@ -179,6 +205,7 @@ def test_queue_numbers_and_perm_of_topic_configs_are_validated(field, cfg):
 
 
 # ---- G7: refusals logged at a rate ---------------------------------------------------------------------
+
 
 def test_unsigned_refusals_and_crc_mismatches_are_logged_at_a_rate(caplog):
     clock_ns, clock = make_ns()
@@ -200,12 +227,14 @@ def test_unsigned_refusals_and_crc_mismatches_are_logged_at_a_rate(caplog):
 
 # ---- G11: liveness only from the broker itself, with a secret -----------------------------------------
 
+
 def query_data_version(conn, addr=M, secret=None, at_ms=0):
     body = json.dumps({"counter": 0, "timestamp": 0}).encode()
     fields = {"brokerAddr": addr, "brokerName": "broker-a", "clusterName": "C", "brokerId": "0"}
     if secret:
-        fields = guard.sign_cluster_timed(fields, body, secret, at_ms, code=RequestCode.QUERY_DATA_VERSION,
-                                          audience=AUDIENCE)
+        fields = guard.sign_cluster_timed(
+            fields, body, secret, at_ms, code=RequestCode.QUERY_DATA_VERSION, audience=AUDIENCE
+        )
     return conn.call(RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, fields, body))
 
 
@@ -220,8 +249,10 @@ def test_with_a_secret_only_the_broker_keeps_itself_alive(who, stays):
     for _ in range(3):  # a partitioned broker: only the query keeps it, every 50 s
         clock.advance(50)
         conn = broker if who == "own channel" else Conn(ns, 9)
-        assert query_data_version(conn, secret=SECRET if who == "signed" else None,
-                                  at_ms=int(clock.seconds() * 1000)).code == ResponseCode.SUCCESS
+        assert (
+            query_data_version(conn, secret=SECRET if who == "signed" else None, at_ms=int(clock.seconds() * 1000)).code
+            == ResponseCode.SUCCESS
+        )
     clock.advance(30)  # 180 s since the registration, 30 s since the last query
     assert (M in ns.routes.broker_live_table) is stays
     assert (route(Conn(ns, 3), "T").code == ResponseCode.SUCCESS) is stays

@@ -1,4 +1,5 @@
 """`python -m rmqha.broker.namesrv` as a real process: startup line, NAMESRV_PORT, answers on the socket."""
+
 import os
 import socket
 import struct
@@ -32,8 +33,14 @@ def test_port_defaults(monkeypatch):
 def test_entry_point_serves_requests():
     port = free_port()
     env = dict(os.environ, NAMESRV_PORT=str(port), PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "rmqha.broker.namesrv", "--host", "127.0.0.1"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqha.broker.namesrv", "--host", "127.0.0.1"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()  # blocks until the startup line (or exit)
         assert "boot success" in line and f"127.0.0.1:{port}" in line, line

@@ -1,4 +1,5 @@
 """The name server's request handling end to end over in-memory transports and a fake clock."""
+
 import json
 import logging
 import struct
@@ -57,15 +58,21 @@ def make_ns():
 TOPIC_TEST = TopicConfig("TopicTest", 4, 4, 6)
 
 
-def register(conn, addr=M, broker_id=0, topics=(TOPIC_TEST,), compressed=False,
-             counter=1, crc=True, version=409):
+def register(conn, addr=M, broker_id=0, topics=(TOPIC_TEST,), compressed=False, counter=1, crc=True, version=409):
     body = RegisterBrokerBody({t.topic_name: t for t in topics}, {"counter": counter, "timestamp": 7})
     data = body.encode(compressed)
-    fields = {"brokerName": "broker-a", "brokerAddr": addr, "clusterName": "DefaultCluster",
-              "haServerAddr": addr.replace("10911", "10912"), "brokerId": broker_id,
-              "compressed": compressed, "bodyCrc32": body_crc32(data) if crc else 0}
-    return conn.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data,
-                                             language="JAVA", version=version))
+    fields = {
+        "brokerName": "broker-a",
+        "brokerAddr": addr,
+        "clusterName": "DefaultCluster",
+        "haServerAddr": addr.replace("10911", "10912"),
+        "brokerId": broker_id,
+        "compressed": compressed,
+        "bodyCrc32": body_crc32(data) if crc else 0,
+    }
+    return conn.call(
+        RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data, language="JAVA", version=version)
+    )
 
 
 def route(conn, topic="TopicTest"):
@@ -84,8 +91,9 @@ def test_register_then_cpp_route_request():
     raw = encode(resp)
     assert raw[4] == 0  # JSON type byte: the C++ client does not mask it
     data = json.loads(resp.body)  # standard JSON, quoted keys
-    assert data["brokerDatas"] == [{"brokerAddrs": {"0": M}, "brokerName": "broker-a", "cluster": "DefaultCluster",
-                                   "enableActingMaster": False}]
+    assert data["brokerDatas"] == [
+        {"brokerAddrs": {"0": M}, "brokerName": "broker-a", "cluster": "DefaultCluster", "enableActingMaster": False}
+    ]
     assert data["queueDatas"][0]["writeQueueNums"] == 4 and "topicSysFlag" in data["queueDatas"][0]
     assert "orderTopicConf" not in data
 
@@ -104,9 +112,20 @@ def test_crc_mismatch_is_rejected():
     ns, _ = make_ns()
     c = Conn(ns, 1)
     body = RegisterBrokerBody({"T": TopicConfig("T")}).encode()
-    resp = c.call(RemotingCommand.request(103, {
-        "brokerName": "b", "brokerAddr": M, "clusterName": "c", "haServerAddr": "x:1", "brokerId": 0,
-        "bodyCrc32": (body_crc32(body) + 1) & 0x7FFFFFFF}, body))
+    resp = c.call(
+        RemotingCommand.request(
+            103,
+            {
+                "brokerName": "b",
+                "brokerAddr": M,
+                "clusterName": "c",
+                "haServerAddr": "x:1",
+                "brokerId": 0,
+                "bodyCrc32": (body_crc32(body) + 1) & 0x7FFFFFFF,
+            },
+            body,
+        )
+    )
     assert (resp.code, resp.remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
     assert ns.routes.pickup_topic_route("T") is None
 
@@ -114,9 +133,14 @@ def test_crc_mismatch_is_rejected():
 def test_old_version_broker_sends_bare_wrapper():
     ns, _ = make_ns()
     wrapper = RegisterBrokerBody({"T": TopicConfig("T", 2, 2, 6)}).to_json()["topicConfigSerializeWrapper"]
-    resp = Conn(ns, 1).call(RemotingCommand.request(103, {
-        "brokerName": "b", "brokerAddr": M, "clusterName": "c", "haServerAddr": "x:1", "brokerId": 0},
-        json.dumps(wrapper).encode(), version=30))
+    resp = Conn(ns, 1).call(
+        RemotingCommand.request(
+            103,
+            {"brokerName": "b", "brokerAddr": M, "clusterName": "c", "haServerAddr": "x:1", "brokerId": 0},
+            json.dumps(wrapper).encode(),
+            version=30,
+        )
+    )
     assert resp.code == 0 and ns.routes.pickup_topic_route("T") is not None
 
 
@@ -141,8 +165,11 @@ def test_unregister():
     ns, _ = make_ns()
     c = Conn(ns, 1)
     register(c)
-    resp = c.call(RemotingCommand.request(104, {"brokerName": "broker-a", "brokerAddr": M,
-                                                "clusterName": "DefaultCluster", "brokerId": 0}))
+    resp = c.call(
+        RemotingCommand.request(
+            104, {"brokerName": "broker-a", "brokerAddr": M, "clusterName": "DefaultCluster", "brokerId": 0}
+        )
+    )
     assert resp.code == 0
     assert route(c).code == ResponseCode.TOPIC_NOT_EXIST
 
@@ -238,6 +265,7 @@ def test_missing_header_field_is_system_error():
 def test_kv_config_is_bounded_and_accounts_deletes():
     from rmqha.broker.errors import BadRequest
     from rmqha.broker.namesrv.kv_config import KVConfigManager
+
     kv = KVConfigManager(max_bytes=100)
     kv.put("NS", "k", "v" * 50)
     kv.put("NS", "k", "v" * 60)  # a replacement counts its new size only

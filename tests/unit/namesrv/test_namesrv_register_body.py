@@ -34,9 +34,11 @@ def test_decode_java_plain_json():
 
 
 def test_decode_java_compressed_form():
-    data = java_compressed(b'{"counter":7,"timestamp":42}',
-                           ["TopicTest 8 8 6 SINGLE_TAG", 'T5 2 2 4 MULTI_TAG {"a":"b"}'],
-                           b'["10.0.0.1:9999"]')
+    data = java_compressed(
+        b'{"counter":7,"timestamp":42}',
+        ["TopicTest 8 8 6 SINGLE_TAG", 'T5 2 2 4 MULTI_TAG {"a":"b"}'],
+        b'["10.0.0.1:9999"]',
+    )
     body = RegisterBrokerBody.decode(data, compressed=True)
     assert body.data_version == {"counter": 7, "timestamp": 42}
     assert body.topic_configs["TopicTest"] == TopicConfig("TopicTest", 8, 8, 6, "SINGLE_TAG")
@@ -46,8 +48,9 @@ def test_decode_java_compressed_form():
 
 @pytest.mark.parametrize("compressed", [False, True])
 def test_round_trip(compressed):
-    body = RegisterBrokerBody({"A": TopicConfig("A", 4, 2, 6), "B": TopicConfig("B", 1, 1, 4)},
-                              {"counter": 9, "timestamp": 5}, ["x:1"])
+    body = RegisterBrokerBody(
+        {"A": TopicConfig("A", 4, 2, 6), "B": TopicConfig("B", 1, 1, 4)}, {"counter": 9, "timestamp": 5}, ["x:1"]
+    )
     back = RegisterBrokerBody.decode(body.encode(compressed), compressed)
     assert back == body
 
@@ -64,32 +67,41 @@ def test_crc_is_31_bits():
 
 
 def _inner(data_version: bytes, count: int = 0, filters: bytes = b"[]") -> bytes:
-    return struct.pack(">i", len(data_version)) + data_version + struct.pack(">i", count) + \
-        struct.pack(">i", len(filters)) + filters
+    return (
+        struct.pack(">i", len(data_version))
+        + data_version
+        + struct.pack(">i", count)
+        + struct.pack(">i", len(filters))
+        + filters
+    )
 
 
-@pytest.mark.parametrize("data, compressed", [
-    # Found by `make fuzz` (register_body): each raised something other than a ValueError (the
-    # comment says what), or returned a body with a non-dict data_version.
-    (b"\x01\x02not zlib", True),                                            # zlib.error
-    (zlib.compress(b"x" * 100)[:-4], True),                                 # a zlib stream cut short
-    (b"[1, 2]", False),                                                     # AttributeError
-    (b'{"topicConfigSerializeWrapper": [1]}', False),                      # AttributeError
-    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": [1]}}', False),  # AttributeError
-    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": 5}}}', False),  # TypeError
-    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": {"perm": null}}}}', False),  # TypeError
-    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": {"perm": [6]}}}}', False),  # TypeError
-    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": {"readQueueNums": 1e999}}}}', False),  # Overflow
-    (b'{"topicConfigSerializeWrapper": {"dataVersion": 7}}', False),       # TypeError
-    (b'{"filterServerList": 3}', False),                                    # TypeError
-    (b"[" * 5000 + b"]" * 5000, False),                                    # RecursionError
-    (zlib.compress(_inner(b"[1]")), True),                                  # data_version came back a list
-    (zlib.compress(_inner(b"{}", filters=b"7")), True),                    # TypeError
-    (zlib.compress(_inner(b"{}", filters=b"[" * 5000)), True),             # RecursionError
-    (zlib.compress(_inner(b"{}", count=1) + b"\xff\xfe"), True),           # a ValueError already; the same error type now
-])
+@pytest.mark.parametrize(
+    "data, compressed",
+    [
+        # Found by `make fuzz` (register_body): each raised something other than a ValueError (the
+        # comment says what), or returned a body with a non-dict data_version.
+        (b"\x01\x02not zlib", True),  # zlib.error
+        (zlib.compress(b"x" * 100)[:-4], True),  # a zlib stream cut short
+        (b"[1, 2]", False),  # AttributeError
+        (b'{"topicConfigSerializeWrapper": [1]}', False),  # AttributeError
+        (b'{"topicConfigSerializeWrapper": {"topicConfigTable": [1]}}', False),  # AttributeError
+        (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": 5}}}', False),  # TypeError
+        (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": {"perm": null}}}}', False),  # TypeError
+        (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": {"perm": [6]}}}}', False),  # TypeError
+        (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": {"readQueueNums": 1e999}}}}', False),  # Overflow
+        (b'{"topicConfigSerializeWrapper": {"dataVersion": 7}}', False),  # TypeError
+        (b'{"filterServerList": 3}', False),  # TypeError
+        (b"[" * 5000 + b"]" * 5000, False),  # RecursionError
+        (zlib.compress(_inner(b"[1]")), True),  # data_version came back a list
+        (zlib.compress(_inner(b"{}", filters=b"7")), True),  # TypeError
+        (zlib.compress(_inner(b"{}", filters=b"[" * 5000)), True),  # RecursionError
+        (zlib.compress(_inner(b"{}", count=1) + b"\xff\xfe"), True),  # a ValueError already; the same error type now
+    ],
+)
 def test_hostile_bodies_raise_register_body_error(data, compressed):
     from rmqha.broker.namesrv.register_body import RegisterBodyError
+
     with pytest.raises(RegisterBodyError):
         RegisterBrokerBody.decode(data, compressed)
     assert issubclass(RegisterBodyError, ValueError)
@@ -97,6 +109,7 @@ def test_hostile_bodies_raise_register_body_error(data, compressed):
 
 def test_compressed_body_inflating_past_the_limit_is_refused():
     from rmqha.broker.namesrv.register_body import MAX_INFLATED_BYTES, RegisterBodyError
+
     bomb = zlib.compress(bytes(MAX_INFLATED_BYTES + 1), 9)  # about 64 KiB on the wire
     assert len(bomb) < 100_000
     with pytest.raises(RegisterBodyError, match="inflates past"):

@@ -2,6 +2,7 @@
 UNREGISTER_BROKER are signed with a time and a nonce; the name server refuses one signed outside its
 window, one whose nonce it took, and one whose time is not after the last from the same brokerAddr.
 Every clock here is a twisted task.Clock; no test sleeps."""
+
 import logging
 
 import pytest
@@ -30,14 +31,21 @@ def name_server(window_s=guard.SIGNED_WINDOW_S, secret=SECRET, clock=None, audie
     clock = clock or Clock()
     if clock.seconds() == 0:
         clock.advance(T0)
-    return NameServer(reactor=None, clock=clock, cluster_secret=secret, signed_window_s=window_s,
-                      signed_audience=audience), clock
+    return NameServer(
+        reactor=None, clock=clock, cluster_secret=secret, signed_window_s=window_s, signed_audience=audience
+    ), clock
 
 
 def reg_fields(addr=A, broker_id=0, body=b""):
-    return {"brokerName": "broker-a", "brokerAddr": addr, "clusterName": "C",
-            "haServerAddr": addr.replace("10911", "10912"), "brokerId": broker_id, "compressed": False,
-            "bodyCrc32": body_crc32(body)}
+    return {
+        "brokerName": "broker-a",
+        "brokerAddr": addr,
+        "clusterName": "C",
+        "haServerAddr": addr.replace("10911", "10912"),
+        "brokerId": broker_id,
+        "compressed": False,
+        "bodyCrc32": body_crc32(body),
+    }
 
 
 def body(*names):
@@ -46,8 +54,15 @@ def body(*names):
 
 def signed_register(at_s, addr=A, broker_id=0, nonce=None, audience=AUD):
     data = body()
-    fields = guard.sign_cluster_timed(reg_fields(addr, broker_id, data), data, SECRET, int(at_s * 1000), nonce,
-                                      code=RequestCode.REGISTER_BROKER, audience=audience)
+    fields = guard.sign_cluster_timed(
+        reg_fields(addr, broker_id, data),
+        data,
+        SECRET,
+        int(at_s * 1000),
+        nonce,
+        code=RequestCode.REGISTER_BROKER,
+        audience=audience,
+    )
     return RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data)
 
 
@@ -79,9 +94,14 @@ def test_the_stale_master_replay_is_refused():
     captured = signed_register(clock.seconds(), A)
     assert a.call(captured).code == ResponseCode.SUCCESS and master_of(ns) == A
     clock.advance(1)
-    unreg = guard.sign_cluster_timed({"brokerName": "broker-a", "brokerAddr": A, "clusterName": "C", "brokerId": 0},
-                                     None, SECRET, int(clock.seconds() * 1000),
-                                     code=RequestCode.UNREGISTER_BROKER, audience=AUD)
+    unreg = guard.sign_cluster_timed(
+        {"brokerName": "broker-a", "brokerAddr": A, "clusterName": "C", "brokerId": 0},
+        None,
+        SECRET,
+        int(clock.seconds() * 1000),
+        code=RequestCode.UNREGISTER_BROKER,
+        audience=AUD,
+    )
     assert a.call(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, unreg)).code == ResponseCode.SUCCESS
     a.close()
     clock.advance(2)
@@ -105,8 +125,9 @@ def test_a_reordered_request_from_the_same_broker_is_refused():
     assert c.call(signed_register(clock.seconds() + 0.002)).code == ResponseCode.SUCCESS
 
 
-@pytest.mark.parametrize("skew_s, taken", [(0, True), (119.9, True), (-119.9, True), (120.001, False),
-                                           (-120.001, False), (-3600, False)])
+@pytest.mark.parametrize(
+    "skew_s, taken", [(0, True), (119.9, True), (-119.9, True), (120.001, False), (-120.001, False), (-3600, False)]
+)
 def test_the_window_is_the_same_either_way_of_the_name_server_clock(skew_s, taken):
     """Hosts whose clocks differ by less than the window register; beyond it every registration is refused
     with how far off the signer was (an operator fixes NTP; nothing is taken meanwhile)."""
@@ -115,8 +136,10 @@ def test_the_window_is_the_same_either_way_of_the_name_server_clock(skew_s, take
     assert (r.code == ResponseCode.SUCCESS) is taken, r.remark
     if not taken:
         where = "ahead of" if skew_s > 0 else "behind"
-        assert r.code == ResponseCode.NO_PERMISSION and f"s {where} this name server's clock, outside its window " \
-            "of 120 s" in r.remark, r.remark
+        assert (
+            r.code == ResponseCode.NO_PERMISSION
+            and f"s {where} this name server's clock, outside its window of 120 s" in r.remark
+        ), r.remark
         assert ns.processors.refused_stale == 1 and master_of(ns) is None
 
 
@@ -141,25 +164,36 @@ def test_moving_characters_between_fields_breaks_a_timed_signature():
     acl_sig = guard.sign_cluster(fields, b"", SECRET)["Signature"]
     assert guard.sign_cluster(moved, b"", SECRET)["Signature"] == acl_sig  # the ambiguity, shown
     ns, clock = name_server()
-    signed = guard.sign_cluster_timed(fields, b"", SECRET, int(clock.seconds() * 1000), code=RequestCode.REGISTER_BROKER,
-                                      audience=AUD)
+    signed = guard.sign_cluster_timed(
+        fields, b"", SECRET, int(clock.seconds() * 1000), code=RequestCode.REGISTER_BROKER, audience=AUD
+    )
     forged = dict(signed, brokerAddr=moved["brokerAddr"], brokerId=moved["brokerId"])
     r = Conn(ns, 1).call(RemotingCommand.request(RequestCode.REGISTER_BROKER, forged))
     assert r.code == ResponseCode.NO_PERMISSION and "signature of the timed request does not match" in r.remark
     assert ns.routes.broker_live_table == {}
 
 
-@pytest.mark.parametrize("change, why", [
-    ({guard.SIGN_TIME: "soon"}, "is not ms since the epoch"),
-    ({guard.SIGN_NONCE: "x"}, "must be 8..64 characters"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({guard.SIGN_TIME: "soon"}, "is not ms since the epoch"),
+        ({guard.SIGN_NONCE: "x"}, "must be 8..64 characters"),
+    ],
+)
 def test_a_malformed_time_or_nonce_is_refused_even_when_signed(change, why):
     ns, clock = name_server()
     data = body()
-    fields = {**{k: str(v) for k, v in reg_fields(body=data).items()}, "AccessKey": guard.CLUSTER_KEY,
-              guard.SIGN_TIME: str(int(T0 * 1000)), guard.SIGN_NONCE: "0123456789abcdef",
-              guard.SIGN_AUDIENCE: AUD, **change}
-    fields["Signature"] = guard._timed_signature(guard.timed_content(RequestCode.REGISTER_BROKER, 409, fields, data), SECRET)
+    fields = {
+        **{k: str(v) for k, v in reg_fields(body=data).items()},
+        "AccessKey": guard.CLUSTER_KEY,
+        guard.SIGN_TIME: str(int(T0 * 1000)),
+        guard.SIGN_NONCE: "0123456789abcdef",
+        guard.SIGN_AUDIENCE: AUD,
+        **change,
+    }
+    fields["Signature"] = guard._timed_signature(
+        guard.timed_content(RequestCode.REGISTER_BROKER, 409, fields, data), SECRET
+    )
     r = Conn(ns, 1).call(RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, data))
     assert r.code == ResponseCode.NO_PERMISSION and why in r.remark, r.remark
     assert ns.routes.broker_live_table == {}
@@ -218,10 +252,13 @@ def test_admin_writes_take_mqadmin_s_untimed_signature_or_a_timed_one_checked_al
     kv = {"namespace": "NS", "key": "k", "value": "v"}
     untimed = guard.sign_cluster(kv, b"", SECRET)
     assert [c.call(RemotingCommand.request(RequestCode.PUT_KV_CONFIG, untimed)).code for _ in range(2)] == [0, 0]
-    timed = guard.sign_cluster_timed(kv, b"", SECRET, int(clock.seconds() * 1000), code=RequestCode.PUT_KV_CONFIG,
-                                   audience=AUD)
-    assert [c.call(RemotingCommand.request(RequestCode.PUT_KV_CONFIG, timed)).code for _ in range(2)] == \
-        [0, ResponseCode.NO_PERMISSION]
+    timed = guard.sign_cluster_timed(
+        kv, b"", SECRET, int(clock.seconds() * 1000), code=RequestCode.PUT_KV_CONFIG, audience=AUD
+    )
+    assert [c.call(RemotingCommand.request(RequestCode.PUT_KV_CONFIG, timed)).code for _ in range(2)] == [
+        0,
+        ResponseCode.NO_PERMISSION,
+    ]
 
 
 def test_a_signed_query_keeps_a_broker_alive_only_when_fresh():
@@ -230,8 +267,9 @@ def test_a_signed_query_keeps_a_broker_alive_only_when_fresh():
     assert Conn(ns, 1).call(signed_register(clock.seconds())).code == 0
     data = b'{"counter":0,"timestamp":0}'
     q = {"brokerAddr": A, "brokerName": "broker-a", "clusterName": "C", "brokerId": "0"}
-    captured = guard.sign_cluster_timed(q, data, SECRET, int(clock.seconds() * 1000) + 1,
-                                        code=RequestCode.QUERY_DATA_VERSION, audience=AUD)
+    captured = guard.sign_cluster_timed(
+        q, data, SECRET, int(clock.seconds() * 1000) + 1, code=RequestCode.QUERY_DATA_VERSION, audience=AUD
+    )
     for _ in range(3):  # a captured query, delivered once and then replayed every 50 s by a stranger
         clock.advance(50)
         assert Conn(ns, 9).call(RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, captured, data)).code == 0
@@ -262,18 +300,31 @@ def test_a_broker_signs_each_name_server_s_copy_for_that_instance_and_follows_a_
     (tmp_path / "secret").write_text(SECRET)
     ns1, _ = name_server(clock=clock, audience="00000000000000a1")
     ns2, _ = name_server(clock=clock, audience="00000000000000a2")
-    cfg = BrokerConfig.from_properties({
-        "brokerClusterName": "C", "brokerName": "broker-a", "brokerId": "0", "brokerRole": "ASYNC_MASTER",
-        "storePathRootDir": str(tmp_path), "brokerIP1": "10.0.0.1", "listenPort": "10911",
-        "namesrvAddr": "ns1:9876;ns2:9876", "registerNameServerPeriod": "10000",
-        "clusterSecretFile": str(tmp_path / "secret")})
+    cfg = BrokerConfig.from_properties(
+        {
+            "brokerClusterName": "C",
+            "brokerName": "broker-a",
+            "brokerId": "0",
+            "brokerRole": "ASYNC_MASTER",
+            "storePathRootDir": str(tmp_path),
+            "brokerIP1": "10.0.0.1",
+            "listenPort": "10911",
+            "namesrvAddr": "ns1:9876;ns2:9876",
+            "registerNameServerPeriod": "10000",
+            "clusterSecretFile": str(tmp_path / "secret"),
+        }
+    )
     client = InMemoryClient({"ns1:9876": Conn(ns1, 1), "ns2:9876": Conn(ns2, 1)})
     reg = BrokerRegistration(cfg, TopicConfigManager(cfg, clock), clock, clock, client=client)
     reg.start()
     assert reg.registrations == 2 and reg.last_error == {}
     assert reg.audience == {"ns1:9876": "00000000000000a1", "ns2:9876": "00000000000000a2"}
-    assert [cmd.ext_fields[guard.SIGN_AUDIENCE] for _, cmd in client.seen] == \
-        ["", "00000000000000a1", "", "00000000000000a2"]  # (ns1 answered before ns2 was asked)
+    assert [cmd.ext_fields[guard.SIGN_AUDIENCE] for _, cmd in client.seen] == [
+        "",
+        "00000000000000a1",
+        "",
+        "00000000000000a2",
+    ]  # (ns1 answered before ns2 was asked)
     assert ns1.processors.refused_audience == ns2.processors.refused_audience == 1
     clock.advance(10)
     assert reg.registrations == 4 and len(client.seen) == 6

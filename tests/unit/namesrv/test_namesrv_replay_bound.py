@@ -2,6 +2,7 @@
 name-server instance it was signed for (so a copy relayed to another name server, or replayed to a restarted
 one, is refused), a relayed duplicate cannot unbind the broker's live entry from the broker's own channel, and
 one broker's registration rate cannot deny the others. Every clock is a twisted task.Clock; no test sleeps."""
+
 from rmqha.broker.namesrv import guard
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
@@ -22,8 +23,11 @@ def audience_of(ns):
 
 def signed(ns, clock, code=RequestCode.REGISTER_BROKER, addr=A, at_s=None, version=None, broker_id=0):
     data = body() if code == RequestCode.REGISTER_BROKER else b""
-    fields = reg_fields(addr, broker_id, data) if data else {"brokerName": "broker-a", "brokerAddr": addr,
-                                                             "clusterName": "C", "brokerId": broker_id}
+    fields = (
+        reg_fields(addr, broker_id, data)
+        if data
+        else {"brokerName": "broker-a", "brokerAddr": addr, "clusterName": "C", "brokerId": broker_id}
+    )
     at_ms = int((clock.seconds() if at_s is None else at_s) * 1000)
     kw = {"code": code}
     if audience_of(ns) is not None:
@@ -61,6 +65,7 @@ def test_the_header_version_is_signed_too():
 
 
 # ---- B2: each name server's copy is its own ----------------------------------------------------------
+
 
 def test_a_copy_relayed_to_another_name_server_is_refused_and_the_broker_s_own_copy_passes():
     """The reviewer's attack: an observer of broker -> NS1 relays that copy to NS2 ahead of the broker's own,
@@ -124,6 +129,7 @@ def test_a_duplicate_of_a_broker_no_longer_live_is_a_replay():
 
 # ---- B3: a restart forgets nothing that matters ------------------------------------------------------
 
+
 def test_a_restarted_name_server_refuses_what_was_signed_for_its_previous_run():
     """The reviewer's restart case: A's registration captured, failover to B, the name server restarts (its
     memory lost); the capture was signed for the previous instance and is refused."""
@@ -141,6 +147,7 @@ def test_a_restarted_name_server_refuses_what_was_signed_for_its_previous_run():
 
 
 # ---- B4: one broker's rate denies no other -----------------------------------------------------------
+
 
 def test_a_flood_of_registrations_from_one_broker_denies_no_other():
     """A client auto-creating topics makes broker X re-register at round-trip rate. What the guard keeps is

@@ -22,11 +22,13 @@ def test_master_registration_builds_route():
     res = master(r)
     assert res.master_addr is None and res.ha_server_addr is None
     assert r.pickup_topic_route("T") == {
-        "brokerDatas": [{"brokerAddrs": {"0": M}, "brokerName": "broker-a", "cluster": "c1",
-                         "enableActingMaster": False}],
+        "brokerDatas": [
+            {"brokerAddrs": {"0": M}, "brokerName": "broker-a", "cluster": "c1", "enableActingMaster": False}
+        ],
         "filterServerTable": {},
-        "queueDatas": [{"brokerName": "broker-a", "perm": 6, "readQueueNums": 4,
-                        "topicSysFlag": 0, "writeQueueNums": 4}],
+        "queueDatas": [
+            {"brokerName": "broker-a", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0, "writeQueueNums": 4}
+        ],
     }
     assert r.pickup_topic_route("nope") is None
 
@@ -115,8 +117,16 @@ def test_slave_promoted_to_master_at_same_address():
 def test_two_groups_and_cluster_info():
     r = RouteInfoManager()
     master(r)
-    r.register_broker("c1", "10.0.0.3:10911", "broker-b", 0, "10.0.0.3:10912",
-                      body(TopicConfig("T", 2, 2, 6), TopicConfig("U", 1, 1, 6)), "ch-b", 0)
+    r.register_broker(
+        "c1",
+        "10.0.0.3:10911",
+        "broker-b",
+        0,
+        "10.0.0.3:10912",
+        body(TopicConfig("T", 2, 2, 6), TopicConfig("U", 1, 1, 6)),
+        "ch-b",
+        0,
+    )
     route = r.pickup_topic_route("T")
     assert [q["brokerName"] for q in route["queueDatas"]] == ["broker-a", "broker-b"]
     assert [b["brokerName"] for b in route["brokerDatas"]] == ["broker-a", "broker-b"]

@@ -1,4 +1,5 @@
 """The name server's expiry scan is a supervised periodic service: a failing scan is logged and retried."""
+
 import logging
 
 from test_namesrv_processors import Conn, make_ns, register

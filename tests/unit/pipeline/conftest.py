@@ -1,6 +1,7 @@
 """Run folders made with the real MessageStore, and one small Spark session per pytest-xdist worker, kept
 warm for the worker's life: a package-scoped session (stopped when the worker moved on) paid Spark's JVM
 start and JIT warm-up again for every file, measured slower overall (tests/conftest.py)."""
+
 import os
 import shutil
 
@@ -18,16 +19,27 @@ FILE_SIZE = 64 << 10
 def spark():
     pytest.importorskip("pyspark")
     from rmqha.pipeline.spark import get_spark
+
     # One shuffle partition and no automatic broadcast joins: on these few hundred rows a second task per
     # stage and a broadcast job per join cost more than they parallelise. No generated code: compiling it
     # (Janino, then the JIT) costs far more than it saves on so few rows. Alternating configurations in one
     # JVM, CPU per 300-message report.run: 8.2 s with 2 partitions and broadcasts, 7.4 s with 1 and none,
     # 5.8 s with no generated code either (wall 9.3 -> 6.2 s).
-    s = get_spark("pipeline-unit-tests", "local[2]", {
-        "spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "1", "spark.sql.adaptive.enabled": "false",
-        "spark.sql.autoBroadcastJoinThreshold": "-1", "spark.sql.codegen.wholeStage": "false",
-        "spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.ui.enabled": "false", "spark.driver.memory": "1g",
-    }, quick_jvm=True)
+    s = get_spark(
+        "pipeline-unit-tests",
+        "local[2]",
+        {
+            "spark.sql.shuffle.partitions": "1",
+            "spark.default.parallelism": "1",
+            "spark.sql.adaptive.enabled": "false",
+            "spark.sql.autoBroadcastJoinThreshold": "-1",
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+            "spark.ui.enabled": "false",
+            "spark.driver.memory": "1g",
+        },
+        quick_jvm=True,
+    )
     yield s
     s.stop()
 
@@ -43,11 +55,16 @@ class RunBuilder:
     def node_dir(self, name):
         return os.path.join(self.root, "nodes", name)
 
-    def master(self, name="broker-a-0", broker="broker-a", role="SYNC_MASTER", n=300, body=200, topic="T",
-               file_size=FILE_SIZE):
+    def master(
+        self, name="broker-a-0", broker="broker-a", role="SYNC_MASTER", n=300, body=200, topic="T", file_size=FILE_SIZE
+    ):
         runfolder.write_node_json(self.node_dir(name), name, broker, 0, role, addr=f"{name}:10911")
-        store = MessageStore(os.path.join(self.node_dir(name), "store"), commitlog_file_size=file_size,
-                             cq_file_size=20 * 1000, now_ms=self._tick)
+        store = MessageStore(
+            os.path.join(self.node_dir(name), "store"),
+            commitlog_file_size=file_size,
+            cq_file_size=20 * 1000,
+            now_ms=self._tick,
+        )
         store.start()
         self.store = store
         for i in range(n):
@@ -59,8 +76,13 @@ class RunBuilder:
         return self.clock
 
     def put(self, topic, uniq_key, send_id, body=200, queue_id=0):
-        m = Message(topic=topic, body=os.urandom(body), queue_id=queue_id, born_timestamp=self.clock,
-                    properties={"UNIQ_KEY": uniq_key, "KEYS": send_id, "TAGS": "tg"})
+        m = Message(
+            topic=topic,
+            body=os.urandom(body),
+            queue_id=queue_id,
+            born_timestamp=self.clock,
+            properties={"UNIQ_KEY": uniq_key, "KEYS": send_id, "TAGS": "tg"},
+        )
         r = self.store.put_message(m)
         assert r.status == "PUT_OK"
         r.queue_id = queue_id
@@ -86,21 +108,55 @@ class RunBuilder:
         w = HistoryWriter(os.path.join(self.root, "history", f"{client}.jsonl"))
         t = 1_700_000_000_000
         for uk, sid, r in self.sent:
-            w.append({"client": client, "op": "send", "topic": "T", "send_id": sid, "attempt": 1,
-                      "uniq_key": uk, "status": "SEND_OK", "queue_offset": r.queue_offset,
-                      "start_ms": t, "end_ms": t + 2})
+            w.append(
+                {
+                    "client": client,
+                    "op": "send",
+                    "topic": "T",
+                    "send_id": sid,
+                    "attempt": 1,
+                    "uniq_key": uk,
+                    "status": "SEND_OK",
+                    "queue_offset": r.queue_offset,
+                    "start_ms": t,
+                    "end_ms": t + 2,
+                }
+            )
             t += 1
         for uk, sid in lost:
-            w.append({"client": client, "op": "send", "topic": "T", "send_id": sid, "attempt": 1,
-                      "uniq_key": uk, "status": "SEND_OK", "start_ms": t, "end_ms": t + 5})
+            w.append(
+                {
+                    "client": client,
+                    "op": "send",
+                    "topic": "T",
+                    "send_id": sid,
+                    "attempt": 1,
+                    "uniq_key": uk,
+                    "status": "SEND_OK",
+                    "start_ms": t,
+                    "end_ms": t + 5,
+                }
+            )
         for rec in extra:
             w.append({"client": client, **rec})
         w.close()
         c = HistoryWriter(os.path.join(self.root, "history", f"{client}-consumer.jsonl"))
         for uk, sid, r in self.sent:
-            c.append({"client": f"{client}-consumer", "op": "receive", "topic": "T", "send_id": sid,
-                      "uniq_key": uk, "status": "RECEIVED", "queue_id": r.queue_id,
-                      "queue_offset": r.queue_offset, "ordered": True, "start_ms": t + 10, "end_ms": t + 10})
+            c.append(
+                {
+                    "client": f"{client}-consumer",
+                    "op": "receive",
+                    "topic": "T",
+                    "send_id": sid,
+                    "uniq_key": uk,
+                    "status": "RECEIVED",
+                    "queue_id": r.queue_id,
+                    "queue_offset": r.queue_offset,
+                    "ordered": True,
+                    "start_ms": t + 10,
+                    "end_ms": t + 10,
+                }
+            )
             t += 1
         c.close()
 
@@ -122,6 +178,7 @@ def audit_only(spark, run_root, allowed_forks=None, final_ack=None):
     """The replica audit alone (decode, node_integrity, audit_pairs, verdicts): verdicts by name, and the
     pairs by slave name."""
     from rmqha.pipeline import audit, decode
+
     nodes = runfolder.load_nodes(run_root)
     df = decode.decode(spark, nodes, 16384).cache()
     integrity = audit.node_integrity(df, nodes)
@@ -173,6 +230,7 @@ def _dump_verdicts(request, monkeypatch):
         yield
         return
     from rmqha.pipeline import audit, delivery, faults, history_check, offsets, report
+
     lines = []
 
     def wrap(mod, name, pick):
@@ -182,6 +240,7 @@ def _dump_verdicts(request, monkeypatch):
             r = f(*a, **k)
             lines.extend(f"{mod.__name__.rsplit('.', 1)[-1]}.{name}: {v.line()}" for v in pick(r))
             return r
+
         monkeypatch.setattr(mod, name, g)
 
     for mod in (audit, delivery, faults, history_check, offsets):

@@ -1,4 +1,5 @@
 """Replica audit and history checks on run folders made with MessageStore; one Spark session."""
+
 import json
 import os
 import subprocess
@@ -75,7 +76,7 @@ def test_truncated_sync_slave_loses_acknowledged_messages(spark, run_builder):
     run_builder.close()
     d = run_builder.slave()
     last = sorted(os.listdir(d))[-1]
-    os.truncate(os.path.join(d, last), 1000)   # cut the last file short, mid-record
+    os.truncate(os.path.join(d, last), 1000)  # cut the last file short, mid-record
     run_builder.history()
     v, vs = _storage(spark, run_builder.root)
     assert failed(vs)
@@ -84,7 +85,7 @@ def test_truncated_sync_slave_loses_acknowledged_messages(spark, run_builder):
     assert v["log integrity broker-a-1"].status == WARN and "torn tail" in v["log integrity broker-a-1"].detail
     sync = v["SYNC_MASTER SEND_OK is on the slave"]
     assert sync.status == FAIL and "missing on broker-a-1" in sync.detail
-    assert v["no acknowledged send lost"].status == PASS   # still on the master
+    assert v["no acknowledged send lost"].status == PASS  # still on the master
 
 
 def test_metrics_ack_beyond_slave_end_fails_the_replica(spark, run_builder):
@@ -96,8 +97,17 @@ def test_metrics_ack_beyond_slave_end_fails_the_replica(spark, run_builder):
     end = run_builder.sent[-1][2].next_offset
     with open(os.path.join(run_builder.root, "metrics", "broker-a-0.jsonl"), "w") as fh:
         for i, ack in enumerate((end // 2, end)):
-            fh.write(json.dumps({"ts": 1_700_000_000_000 + i * 1000, "node": "broker-a-0",
-                                 "maxPhyOffset": end, "slaves": {"broker-a-1:10911": ack}}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "ts": 1_700_000_000_000 + i * 1000,
+                        "node": "broker-a-0",
+                        "maxPhyOffset": end,
+                        "slaves": {"broker-a-1:10911": ack},
+                    }
+                )
+                + "\n"
+            )
     v, _ = _storage(spark, run_builder.root)
     assert v["replica broker-a: broker-a-0 vs broker-a-1"].status == FAIL
     assert "lost acknowledged bytes" in v["replica broker-a: broker-a-0 vs broker-a-1"].detail
@@ -105,20 +115,49 @@ def test_metrics_ack_beyond_slave_end_fails_the_replica(spark, run_builder):
 
 def test_lost_acknowledged_message_and_duplicate_are_named(spark, run_builder):
     store = run_builder.master(n=50)
-    dup = run_builder.put("T", "broker-a-U00007", "broker-a-S00007")     # same UNIQ_KEY stored again
-    retry = run_builder.put("T", "retry-uk-2", "broker-a-S00009")        # a retry of send S00009
+    dup = run_builder.put("T", "broker-a-U00007", "broker-a-S00007")  # same UNIQ_KEY stored again
+    retry = run_builder.put("T", "retry-uk-2", "broker-a-S00009")  # a retry of send S00009
     run_builder.sent.remove(("broker-a-U00007", "broker-a-S00007", dup))
     run_builder.sent.remove(("retry-uk-2", "broker-a-S00009", retry))
     store.shutdown()
     run_builder.slave()
-    run_builder.history(lost=[("LOST-UK-1", "lost-send-1")], extra=[
-        {"op": "receive", "topic": "T", "send_id": "nobody", "uniq_key": "PHANTOM-1", "status": "RECEIVED",
-         "queue_id": 0, "queue_offset": 999, "start_ms": 1, "end_ms": 1},
-        # the broker said "stored, not replicated" for both; only the first is really stored
-        {"op": "send", "topic": "T", "send_id": "broker-a-S00003", "attempt": 2, "uniq_key": "broker-a-U00003",
-         "status": "FLUSH_SLAVE_TIMEOUT", "start_ms": 1, "end_ms": 2},
-        {"op": "send", "topic": "T", "send_id": "gone-1", "attempt": 1, "uniq_key": "GONE-UK-1",
-         "status": "SLAVE_NOT_AVAILABLE", "start_ms": 1, "end_ms": 2}])
+    run_builder.history(
+        lost=[("LOST-UK-1", "lost-send-1")],
+        extra=[
+            {
+                "op": "receive",
+                "topic": "T",
+                "send_id": "nobody",
+                "uniq_key": "PHANTOM-1",
+                "status": "RECEIVED",
+                "queue_id": 0,
+                "queue_offset": 999,
+                "start_ms": 1,
+                "end_ms": 1,
+            },
+            # the broker said "stored, not replicated" for both; only the first is really stored
+            {
+                "op": "send",
+                "topic": "T",
+                "send_id": "broker-a-S00003",
+                "attempt": 2,
+                "uniq_key": "broker-a-U00003",
+                "status": "FLUSH_SLAVE_TIMEOUT",
+                "start_ms": 1,
+                "end_ms": 2,
+            },
+            {
+                "op": "send",
+                "topic": "T",
+                "send_id": "gone-1",
+                "attempt": 1,
+                "uniq_key": "GONE-UK-1",
+                "status": "SLAVE_NOT_AVAILABLE",
+                "start_ms": 1,
+                "end_ms": 2,
+            },
+        ],
+    )
     v, vs = _storage(spark, run_builder.root)
     assert failed(vs)
     assert v["no acknowledged send lost"].status == FAIL and "LOST-UK-1" in v["no acknowledged send lost"].detail
@@ -149,17 +188,22 @@ def test_received_out_of_queue_order(spark, run_builder, tmp_path):
     hist = os.path.join(run_builder.root, "history", "p1-consumer.jsonl")
     recs = [json.loads(x) for x in open(hist).read().splitlines()]
     q0 = [i for i, r in enumerate(recs) if r["queue_id"] == 0]
-    a, b = q0[3], q0[4]                           # swap two receives of queue 0
+    a, b = q0[3], q0[4]  # swap two receives of queue 0
     recs[a]["seq"], recs[b]["seq"] = recs[b]["seq"], recs[a]["seq"]
     with open(hist, "w") as fh:
         fh.write("\n".join(json.dumps(r) for r in recs) + "\n")
     nodes = runfolder.load_nodes(run_builder.root)
-    f = history_check.check(spark, decode.decode(spark, nodes, 1 << 20),
-                            history_check.load_histories(spark, runfolder.history_files(run_builder.root)), nodes)
+    f = history_check.check(
+        spark,
+        decode.decode(spark, nodes, 1 << 20),
+        history_check.load_histories(spark, runfolder.history_files(run_builder.root)),
+        nodes,
+    )
     v = {x.name: x for x in history_check.verdicts(f)}
     assert v["per-queue receive order"].status == FAIL
-    assert f.order_violations == [("p1-consumer", "broker-a", "T", 0, recs[a]["queue_offset"],
-                                   recs[b]["queue_offset"], True)]
+    assert f.order_violations == [
+        ("p1-consumer", "broker-a", "T", 0, recs[a]["queue_offset"], recs[b]["queue_offset"], True)
+    ]
     assert not f.lost and not f.missing_on_slave and f.e2e_latency["n"] == 40
 
 
@@ -170,14 +214,22 @@ def test_cli_master_from_pyspark_submit_args_and_exit_code(run_builder, tmp_path
     run_builder.slave()
     flip_byte(os.path.join(run_builder.node_dir("broker-a-1"), "store", "commitlog", "0" * 20), 300)
     # spark-submit's --master (here through PYSPARK_SUBMIT_ARGS) wins over $SPARK_MASTER
-    env = dict(os.environ, PYSPARK_SUBMIT_ARGS="--master local[1] --conf spark.ui.enabled=false "
-               # few rows: generated code costs more to compile than it saves (conftest.py)
-               "--conf spark.sql.codegen.wholeStage=false --conf spark.sql.codegen.factoryMode=NO_CODEGEN "
-               "--conf spark.sql.shuffle.partitions=1 pyspark-shell",
-               SPARK_MASTER="local[2]")
-    p = subprocess.run([sys.executable, "-m", "rmqha.pipeline", run_builder.root, "--out", str(tmp_path / "o"),
-                        "--range-mb", "1"], env=env, capture_output=True, text=True, timeout=180,
-                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    env = dict(
+        os.environ,
+        PYSPARK_SUBMIT_ARGS="--master local[1] --conf spark.ui.enabled=false "
+        # few rows: generated code costs more to compile than it saves (conftest.py)
+        "--conf spark.sql.codegen.wholeStage=false --conf spark.sql.codegen.factoryMode=NO_CODEGEN "
+        "--conf spark.sql.shuffle.partitions=1 pyspark-shell",
+        SPARK_MASTER="local[2]",
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "rmqha.pipeline", run_builder.root, "--out", str(tmp_path / "o"), "--range-mb", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))),
+    )
     assert "spark master: local[1]" in p.stdout, p.stdout + p.stderr
     assert p.returncode == 1, p.stdout + p.stderr
     assert "FAIL  replica broker-a: broker-a-0 vs broker-a-1" in p.stdout
@@ -186,6 +238,7 @@ def test_cli_master_from_pyspark_submit_args_and_exit_code(run_builder, tmp_path
 
 def test_master_precedence_cli_then_submit_then_env_then_local(spark):
     from rmqha.pipeline.spark import pick_master
+
     env = {"SPARK_MASTER": "spark://env:7077"}
     assert pick_master("spark://cli:7077", "local[1]", env) == "spark://cli:7077"
     assert pick_master(None, "local[1]", env) == "local[1]"
@@ -196,6 +249,7 @@ def test_master_precedence_cli_then_submit_then_env_then_local(spark):
 
 def test_history_status_names():
     from rmqha.chaos.history import status_name
+
     assert status_name(0) == "SEND_OK" and status_name(2) == "FLUSH_SLAVE_TIMEOUT"
     assert status_name("SendStatus.SLAVE_NOT_AVAILABLE") == "SLAVE_NOT_AVAILABLE"
     assert status_name("SLAVE_NOT_AVAILABE") == "SLAVE_NOT_AVAILABLE"
@@ -235,17 +289,24 @@ def test_loss_counts_are_not_capped(spark, run_builder):
     run_builder.slave()
     run_builder.history(lost=[(f"LOST-UK-{i}", f"lost-send-{i}") for i in range(1500)])
     nodes = runfolder.load_nodes(run_builder.root)
-    f = history_check.check(spark, decode.decode(spark, nodes, 1 << 20),
-                            history_check.load_histories(spark, runfolder.history_files(run_builder.root)), nodes)
+    f = history_check.check(
+        spark,
+        decode.decode(spark, nodes, 1 << 20),
+        history_check.load_histories(spark, runfolder.history_files(run_builder.root)),
+        nodes,
+    )
     assert len(f.lost) == 1500
     v = {x.name: x for x in history_check.verdicts(f)}
     assert v["no acknowledged send lost"].detail.startswith("1500 SEND_OK message(s) on no node")
 
 
-@pytest.mark.parametrize("topic, where", [
-    ("RMQ_SYS_TRACE_TOPIC", None),          # 4.9's default: nothing to configure
-    ("MyTraceTopic", "broker.properties"),  # a named msgTraceTopicName, as the node's properties file says it
-])  # node.json's msgTraceTopicName (the cluster tooling's) is read by the same load_nodes: test_runfolder.py
+@pytest.mark.parametrize(
+    "topic, where",
+    [
+        ("RMQ_SYS_TRACE_TOPIC", None),  # 4.9's default: nothing to configure
+        ("MyTraceTopic", "broker.properties"),  # a named msgTraceTopicName, as the node's properties file says it
+    ],
+)  # node.json's msgTraceTopicName (the cluster tooling's) is read by the same load_nodes: test_runfolder.py
 def test_trace_records_on_a_master_are_reported_send_to_store(spark, run_builder, topic, where):
     """A client's trace records in the node's trace topic (rmqha/pipeline/trace.py) are matched to the messages
     they trace: the audit reports send -> store times (issue 25). A named trace topic is read where the
@@ -254,22 +315,32 @@ def test_trace_records_on_a_master_are_reported_send_to_store(spark, run_builder
     node_dir = run_builder.node_dir("broker-a-0")
     if where == "node.json":
         meta = json.load(open(os.path.join(node_dir, "node.json")))
-        runfolder.write_node_json(node_dir, **{k: meta[k] for k in ("name", "role", "addr")},
-                                  broker_name=meta["brokerName"], broker_id=meta["brokerId"],
-                                  msgTraceTopicName=topic)
+        runfolder.write_node_json(
+            node_dir,
+            **{k: meta[k] for k in ("name", "role", "addr")},
+            broker_name=meta["brokerName"],
+            broker_id=meta["brokerId"],
+            msgTraceTopicName=topic,
+        )
     elif where == "broker.properties":
         with open(os.path.join(node_dir, "broker.properties"), "w") as fh:
             fh.write(f"# a named trace topic\ntraceTopicEnable=true\nmsgTraceTopicName = {topic}\n")
     c, f = "\x01", "\x02"
     keys = [uk for uk, _sid, _r in run_builder.sent]
-    body = "".join(c.join(["Pub", str(run_builder.clock - 3), "R", "PG", "T", uk, "tg", "k", "h:1", "200", "1", "0",
-                           "oid", "true"]) + f for uk in keys)
-    store.put_message(Message(topic=topic, body=body.encode(), queue_id=0,
-                              properties={"UNIQ_KEY": "TRACE-1", "KEYS": " ".join(keys)}))
+    body = "".join(
+        c.join(
+            ["Pub", str(run_builder.clock - 3), "R", "PG", "T", uk, "tg", "k", "h:1", "200", "1", "0", "oid", "true"]
+        )
+        + f
+        for uk in keys
+    )
+    store.put_message(
+        Message(topic=topic, body=body.encode(), queue_id=0, properties={"UNIQ_KEY": "TRACE-1", "KEYS": " ".join(keys)})
+    )
     store.dispatch_pending()
     run_builder.close()
     nodes = runfolder.load_nodes(run_builder.root)
     df = decode.decode(spark, nodes, 16384)
     masters = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
-    t = report.trace_verdict(report._trace(df, nodes, masters))   # what report.run adds to its verdicts
+    t = report.trace_verdict(report._trace(df, nodes, masters))  # what report.run adds to its verdicts
     assert f"5 trace records in {topic} " in t.detail and "5 traced sends found stored" in t.detail, t.detail

@@ -1,5 +1,6 @@
 """The audit names the divergence that follows a master coming back behind its slave (SLAVE_AHEAD):
 the master lost its tail in a power loss, then wrote new records at offsets its slave already held."""
+
 import os
 import shutil
 from pathlib import Path
@@ -20,12 +21,16 @@ DAMAGED = "replica broker-a: broker-a-0 vs broker-a-2"
 def _power_loss_then(run_builder, new_writes, same_size=False):
     run_builder.master(n=200)
     run_builder.close()
-    run_builder.slave()                            # the slave got all 200
-    cut = run_builder.sent[150][2].wrote_offset    # the master had fsynced 150 of them
+    run_builder.slave()  # the slave got all 200
+    cut = run_builder.sent[150][2].wrote_offset  # the master had fsynced 150 of them
     log_dir = Path(run_builder.node_dir("broker-a-0")) / "store" / "commitlog"
     assert drop_after(log_dir, cut, FILE_SIZE) > 0
-    store = MessageStore(os.path.join(run_builder.node_dir("broker-a-0"), "store"), commitlog_file_size=FILE_SIZE,
-                         cq_file_size=20 * 1000, now_ms=run_builder._tick)
+    store = MessageStore(
+        os.path.join(run_builder.node_dir("broker-a-0"), "store"),
+        commitlog_file_size=FILE_SIZE,
+        cq_file_size=20 * 1000,
+        now_ms=run_builder._tick,
+    )
     store.start()
     assert store.max_offset == cut
     run_builder.store = store
@@ -89,7 +94,7 @@ def test_a_master_that_only_lost_its_tail_is_not_a_fork(spark, run_builder):
 
 
 def test_one_flipped_record_is_not_a_fork(slaves):
-    v, p = slaves.verdicts, slaves.pairs["broker-a-1"]   # one body byte flipped (conftest.Slaves)
+    v, p = slaves.verdicts, slaves.pairs["broker-a-1"]  # one body byte flipped (conftest.Slaves)
     assert p.fork_offset is None and p.crc_mismatches == 1 and "fork" not in v[PAIR].detail
 
 
@@ -110,11 +115,14 @@ def test_a_fork_with_damage_before_it_still_fails(forked):
 
 def test_forks_allowed_are_master_power_losses_that_were_injected():
     from rmqha.pipeline import faults as pf
-    fl = [pf.FaultInterval(1, "power-loss", "broker-a-s", "broker-a", "slave", None, {}, 0, 1),
-          pf.FaultInterval(2, "kill-master", "broker-b", "broker-b", "master", None, {}, 0, 1),
-          pf.FaultInterval(3, "power-loss", "broker-c", "broker-c", "master", None, {}, 0, 1, inject_error="x"),
-          pf.FaultInterval(4, "power-loss", "broker-d", "broker-d", "master", None, {}, 0, 1),
-          pf.FaultInterval(5, "power-loss", "broker-d", "broker-d", "master", None, {}, 5, 6)]
+
+    fl = [
+        pf.FaultInterval(1, "power-loss", "broker-a-s", "broker-a", "slave", None, {}, 0, 1),
+        pf.FaultInterval(2, "kill-master", "broker-b", "broker-b", "master", None, {}, 0, 1),
+        pf.FaultInterval(3, "power-loss", "broker-c", "broker-c", "master", None, {}, 0, 1, inject_error="x"),
+        pf.FaultInterval(4, "power-loss", "broker-d", "broker-d", "master", None, {}, 0, 1),
+        pf.FaultInterval(5, "power-loss", "broker-d", "broker-d", "master", None, {}, 5, 6),
+    ]
     assert pf.forks_allowed(fl) == {"broker-d": "power loss #4 power-loss broker-d"}
 
 
@@ -125,7 +133,7 @@ def test_a_fork_of_same_size_records_across_a_file_end_is_still_a_fork(spark, ru
     first = run_builder.sent[200][2]
     assert first.wrote_offset == cut  # the new records start exactly where the lost ones did
     assert cut < FILE_SIZE < run_builder.sent[199][2].next_offset  # the slave's copy crosses the file end...
-    assert FILE_SIZE < run_builder.sent[-1][2].next_offset          # ...and so do the master's new records
+    assert FILE_SIZE < run_builder.sent[-1][2].next_offset  # ...and so do the master's new records
     v, pairs = audit_only(spark, run_builder.root)
     p = pairs["broker-a-1"]
     assert p.fork_offset == cut, (p, v[PAIR].detail)

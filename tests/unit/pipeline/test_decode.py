@@ -17,11 +17,11 @@ def _damaged(run_builder):
     run_builder.close()
     d = run_builder.slave()
     files = sorted(os.listdir(d))
-    flip_byte(os.path.join(d, files[1]), 5000)                    # header/properties or body byte
-    with open(os.path.join(d, files[1]), "r+b") as fh:           # a zeroed hole inside a record
+    flip_byte(os.path.join(d, files[1]), 5000)  # header/properties or body byte
+    with open(os.path.join(d, files[1]), "r+b") as fh:  # a zeroed hole inside a record
         fh.seek(20000)
         fh.write(bytes(40))
-    os.truncate(os.path.join(d, files[-1]), 3000)                # torn tail, short file
+    os.truncate(os.path.join(d, files[-1]), 3000)  # torn tail, short file
     return runfolder.load_node(run_builder.node_dir("broker-a-1"))
 
 
@@ -53,8 +53,9 @@ def test_spark_decode_matches_local_decode_and_spreads_over_tasks(spark, run_bui
     node = _damaged(run_builder)
     assert len(decode.plan([node], 8192)) > len(node.files)
     df = decode.decode(spark, [node], 8192)
-    assert df.rdd.getNumPartitions() == min(len(decode.plan([node], 8192)),
-                                            spark.sparkContext.defaultParallelism * decode.TASKS_PER_CORE)
+    assert df.rdd.getNumPartitions() == min(
+        len(decode.plan([node], 8192)), spark.sparkContext.defaultParallelism * decode.TASKS_PER_CORE
+    )
     assert sorted(tuple(r) for r in df.collect()) == _rows(node)
     assert df.columns == [c for c, _ in decode.COLUMNS]
 
@@ -66,8 +67,9 @@ def test_slave_starting_at_a_later_file_and_sparse_tail(run_builder):
     node = runfolder.load_node(run_builder.node_dir("broker-a-1"))
     master = runfolder.load_node(run_builder.node_dir("broker-a-0"))
     assert node.start_offset == 2 * (64 << 10)
-    assert _rows(node) == [r[:4] and (node.name, "broker-a", 1, "SLAVE") + r[4:]
-                           for r in _rows(master) if r[5] >= node.start_offset]
+    assert _rows(node) == [
+        r[:4] and (node.name, "broker-a", 1, "SLAVE") + r[4:] for r in _rows(master) if r[5] >= node.start_offset
+    ]
 
 
 def test_arrow_batches_give_the_rows_of_decode_range_in_any_chunking(run_builder):
@@ -88,8 +90,9 @@ def test_arrow_batches_give_the_rows_of_decode_range_in_any_chunking(run_builder
 def test_row_fallback_without_arrow_gives_the_same_dataframe(spark, run_builder):
     node = _damaged(run_builder)
     df = decode.decode(spark, [node], 8192, use_arrow=False)
-    assert df.rdd.getNumPartitions() == min(len(decode.plan([node], 8192)),
-                                            spark.sparkContext.defaultParallelism * decode.TASKS_PER_CORE)
+    assert df.rdd.getNumPartitions() == min(
+        len(decode.plan([node], 8192)), spark.sparkContext.defaultParallelism * decode.TASKS_PER_CORE
+    )
     assert sorted(tuple(r) for r in df.collect()) == _rows(node)
 
 
@@ -98,17 +101,46 @@ def test_lag_series_reads_the_cluster_samplers_own_format(tmp_path):
     reads that file as it is."""
     import json
     from rmqha.pipeline import report, runfolder
-    nodes = [runfolder.Node(name="broker-a", broker_name="broker-a", broker_id=0, role="SYNC_MASTER",
-                            cluster_name="C", addr="127.0.0.1:10911", store_dir=str(tmp_path)),
-             runfolder.Node(name="broker-a-s", broker_name="broker-a", broker_id=1, role="SLAVE",
-                            cluster_name="C", addr="127.0.0.1:10921", store_dir=str(tmp_path))]
+
+    nodes = [
+        runfolder.Node(
+            name="broker-a",
+            broker_name="broker-a",
+            broker_id=0,
+            role="SYNC_MASTER",
+            cluster_name="C",
+            addr="127.0.0.1:10911",
+            store_dir=str(tmp_path),
+        ),
+        runfolder.Node(
+            name="broker-a-s",
+            broker_name="broker-a",
+            broker_id=1,
+            role="SLAVE",
+            cluster_name="C",
+            addr="127.0.0.1:10921",
+            store_dir=str(tmp_path),
+        ),
+    ]
     rows = [
-        {"ts": 1763770000.0, "node": "broker-a", "role": "SYNC_MASTER", "up": True, "maxPhyOffset": 500,
-         "slaves": [{"addr": "192.168.1.5:40000", "ackOffset": 300}]},
+        {
+            "ts": 1763770000.0,
+            "node": "broker-a",
+            "role": "SYNC_MASTER",
+            "up": True,
+            "maxPhyOffset": 500,
+            "slaves": [{"addr": "192.168.1.5:40000", "ackOffset": 300}],
+        },
         {"ts": 1763770000.0, "node": "broker-a-s", "role": "SLAVE", "up": True, "maxPhyOffset": 300},
         {"ts": 1763770000.5, "node": "broker-a", "role": "SYNC_MASTER", "up": False, "maxPhyOffset": None},
-        {"ts": 1763770001.0, "node": "broker-a", "role": "SYNC_MASTER", "up": True, "maxPhyOffset": 900,
-         "slaves": [{"addr": "192.168.1.5:40000", "ackOffset": 900}]},
+        {
+            "ts": 1763770001.0,
+            "node": "broker-a",
+            "role": "SYNC_MASTER",
+            "up": True,
+            "maxPhyOffset": 900,
+            "slaves": [{"addr": "192.168.1.5:40000", "ackOffset": 900}],
+        },
     ]
     path = tmp_path / "samples.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -120,8 +152,11 @@ def test_lag_series_reads_the_cluster_samplers_own_format(tmp_path):
 
 def test_auto_range_size_gives_a_few_tasks_per_core_within_bounds():
     def nodes(*lengths):
-        return [runfolder.Node(f"n{i}", "b", i, "SLAVE", files=[runfolder.CommitLogFile("p", 0, n, n)])
-                for i, n in enumerate(lengths)]
+        return [
+            runfolder.Node(f"n{i}", "b", i, "SLAVE", files=[runfolder.CommitLogFile("p", 0, n, n)])
+            for i, n in enumerate(lengths)
+        ]
+
     gib = 1 << 30
     # 2 GiB on 2 cores: 8 tasks of 256 MiB, not 32 of 64 MiB
     assert decode.auto_range_bytes(nodes(gib, gib), 2) == 256 << 20

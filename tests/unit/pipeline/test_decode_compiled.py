@@ -2,6 +2,7 @@
 the rows of the pure-Python reference (decode_range: record.scan_summary per record) over the same files:
 damaged logs (flipped bytes, zeroed holes, torn tails, blanks), odd properties, topics and keys that are
 not ASCII, IPv6 hosts, several files, any split into ranges and any batch size."""
+
 import os
 import random
 
@@ -48,27 +49,37 @@ def _assert_same(node, range_bytes=None, chunk_rows=decode.CHUNK_ROWS, want=None
 
 def _odd_message(rnd, k):
     v6 = rnd.randrange(4)
-    props = rnd.choice([
-        {"UNIQ_KEY": f"U{k}", "KEYS": f"k{k} \u00e9t\u00e9", "TAGS": "t"},
-        {"KEYS": "\u4e2d\u6587 key", "TAGS": "\U0001F600", "a\u0001b": "c"},
-        {"UNIQ_KEY": "", "TAGS": ""},
-        {"TAGS": "x\u0001y", "KEYS": "a\u0002KEYS\u0001b"},
-        {},
-        {"XTAGS": "no", "TAGSX": "no", "UNIQ_KEY": "u" * 3000},
-    ])
+    props = rnd.choice(
+        [
+            {"UNIQ_KEY": f"U{k}", "KEYS": f"k{k} \u00e9t\u00e9", "TAGS": "t"},
+            {"KEYS": "\u4e2d\u6587 key", "TAGS": "\U0001f600", "a\u0001b": "c"},
+            {"UNIQ_KEY": "", "TAGS": ""},
+            {"TAGS": "x\u0001y", "KEYS": "a\u0002KEYS\u0001b"},
+            {},
+            {"XTAGS": "no", "TAGSX": "no", "UNIQ_KEY": "u" * 3000},
+        ]
+    )
     return record.Message(
-        topic=rnd.choice(["T", "T\u00f6pic", "\u4e3b\u9898", "x" * 40]), body=rnd.randbytes(rnd.randrange(0, 2000)),
-        queue_id=rnd.randrange(8), sys_flag=rnd.choice([0, 4, 8, 12]), born_timestamp=rnd.randrange(1 << 42),
-        store_timestamp=rnd.randrange(1 << 42), born_host=("::1" if v6 & 1 else "10.0.0.1", 1),
-        store_host=("fe80::7" if v6 & 2 else "10.0.0.2", 10911), properties=props, queue_offset=k)
+        topic=rnd.choice(["T", "T\u00f6pic", "\u4e3b\u9898", "x" * 40]),
+        body=rnd.randbytes(rnd.randrange(0, 2000)),
+        queue_id=rnd.randrange(8),
+        sys_flag=rnd.choice([0, 4, 8, 12]),
+        born_timestamp=rnd.randrange(1 << 42),
+        store_timestamp=rnd.randrange(1 << 42),
+        born_host=("::1" if v6 & 1 else "10.0.0.1", 1),
+        store_host=("fe80::7" if v6 & 2 else "10.0.0.2", 10911),
+        properties=props,
+        queue_offset=k,
+    )
 
 
 def _write_log(root, name, messages, file_size=FILE, tail_bytes=None):
     """A node whose commit log holds these records back to back, a blank at each file end."""
     d = os.path.join(root, "nodes", name, "store", "commitlog")
     os.makedirs(d)
-    runfolder.write_node_json(os.path.join(root, "nodes", name), name, "broker-a", 0, "SYNC_MASTER",
-                              addr="127.0.0.1:10911")
+    runfolder.write_node_json(
+        os.path.join(root, "nodes", name), name, "broker-a", 0, "SYNC_MASTER", addr="127.0.0.1:10911"
+    )
     files, cur, base = {}, bytearray(), 0
     for k, m in enumerate(messages):
         enc = record.encode(m)

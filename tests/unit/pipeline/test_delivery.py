@@ -1,5 +1,6 @@
 """The delivery checker on run folders made with the real MessageStore: each verdict turned FAIL by the
 bug it looks for, with exact counts, and PASS on a clean run."""
+
 import json
 import os
 import shutil
@@ -35,39 +36,82 @@ def _deliver(spark, run_root):
     df.unpersist()
     vs = delivery.verdicts(f)
     rep = report.Report(vs)
-    return {(v.id, v.subject): v for v in vs}, rep, {"delivery": f.summary(), "deliveryByFault": f.by_fault,
-                                                    "ackedOnGroupByFault": f.acked_on_group}, out
+    return (
+        {(v.id, v.subject): v for v in vs},
+        rep,
+        {"delivery": f.summary(), "deliveryByFault": f.by_fault, "ackedOnGroupByFault": f.acked_on_group},
+        out,
+    )
 
 
-def _histories(rb, received, *, twice=(), extra_sends=(), extra_receives=(), subscribe=True, shard=None,
-               ordered=False):
+def _histories(rb, received, *, twice=(), extra_sends=(), extra_receives=(), subscribe=True, shard=None, ordered=False):
     """SEND_OK for every stored message (invoke line first), a subscribe line for GROUP, and a receive
     of each index in `received`, in that order (twice: those received a second time)."""
     p = HistoryWriter(os.path.join(rb.root, "history", "producer.jsonl"))
     t = T0
     for i, (uk, sid, r) in enumerate(rb.sent):
-        base = {"client": "producer", "group": "PG", "topic": "T", "send_id": sid, "attempt": 1,
-                "shard": None if shard is None else str(shard(i)), "start_ms": t}
+        base = {
+            "client": "producer",
+            "group": "PG",
+            "topic": "T",
+            "send_id": sid,
+            "attempt": 1,
+            "shard": None if shard is None else str(shard(i)),
+            "start_ms": t,
+        }
         p.append(base | {"op": "invoke", "end_ms": t})
-        p.append(base | {"op": "send", "uniq_key": uk, "status": "SEND_OK", "queue_offset": r.queue_offset,
-                         "end_ms": t + 2})
+        p.append(
+            base | {"op": "send", "uniq_key": uk, "status": "SEND_OK", "queue_offset": r.queue_offset, "end_ms": t + 2}
+        )
         t += 1
     for rec in extra_sends:
         p.append({"client": "producer", "group": "PG", "topic": "T", "start_ms": t, "end_ms": t} | rec)
     p.close()
     c = HistoryWriter(os.path.join(rb.root, "history", "consumer.jsonl"))
     if subscribe:
-        c.append({"client": "consumer", "op": "subscribe", "group": GROUP, "topic": "T", "ordered": ordered,
-                  "start_ms": T0, "end_ms": T0})
+        c.append(
+            {
+                "client": "consumer",
+                "op": "subscribe",
+                "group": GROUP,
+                "topic": "T",
+                "ordered": ordered,
+                "start_ms": T0,
+                "end_ms": T0,
+            }
+        )
     for i in list(received) + list(twice):
         uk, sid, r = rb.sent[i]
         t += 1
-        c.append({"client": "consumer", "op": "receive", "group": GROUP, "topic": "T", "send_id": sid,
-                  "uniq_key": uk, "status": "RECEIVED", "queue_id": r.queue_id, "queue_offset": r.queue_offset,
-                  "ordered": ordered, "start_ms": t, "end_ms": t})
+        c.append(
+            {
+                "client": "consumer",
+                "op": "receive",
+                "group": GROUP,
+                "topic": "T",
+                "send_id": sid,
+                "uniq_key": uk,
+                "status": "RECEIVED",
+                "queue_id": r.queue_id,
+                "queue_offset": r.queue_offset,
+                "ordered": ordered,
+                "start_ms": t,
+                "end_ms": t,
+            }
+        )
     for rec in extra_receives:
-        c.append({"client": "consumer", "op": "receive", "group": GROUP, "topic": "T", "status": "RECEIVED",
-                  "start_ms": t, "end_ms": t} | rec)
+        c.append(
+            {
+                "client": "consumer",
+                "op": "receive",
+                "group": GROUP,
+                "topic": "T",
+                "status": "RECEIVED",
+                "start_ms": t,
+                "end_ms": t,
+            }
+            | rec
+        )
     c.close()
 
 
@@ -90,13 +134,25 @@ def test_a_clean_run_passes_with_exact_counts(spark, run_builder):
     _histories(run_builder, range(120))
     v, rep, summary, _ = _deliver(spark, run_builder.root)
     assert not rep.failed, [x.line() for x in rep.verdicts if x.status == FAIL]
-    for vid in (delivery.ID_LOST, delivery.ID_STRANDED, delivery.ID_LOST_AFTER, delivery.ID_UNEXPECTED,
-                delivery.ID_DUPLICATE):
+    for vid in (
+        delivery.ID_LOST,
+        delivery.ID_STRANDED,
+        delivery.ID_LOST_AFTER,
+        delivery.ID_UNEXPECTED,
+        delivery.ID_DUPLICATE,
+    ):
         assert v[(vid, GROUP)].status == PASS, v[(vid, GROUP)].line()
     assert v[(delivery.ID_QUEUES, "broker-a-0")].status == PASS
     d = summary["delivery"][GROUP]
-    assert (d["acknowledged"], d["delivered"], d["lost"], d["stranded"], d["lostAfterDelivery"],
-            d["duplicates"], d["indeterminate"]) == (120, 120, 0, 0, 0, 0, 0)
+    assert (
+        d["acknowledged"],
+        d["delivered"],
+        d["lost"],
+        d["stranded"],
+        d["lostAfterDelivery"],
+        d["duplicates"],
+        d["indeterminate"],
+    ) == (120, 120, 0, 0, 0, 0, 0)
 
 
 def test_a_consumer_that_drops_every_tenth_message_fails_lost(spark, run_builder):
@@ -127,8 +183,22 @@ def _forked_run(run_builder, faults):
     with open(os.path.join(run_builder.root, "faults", "f.jsonl"), "w") as fh:
         for fid, kind, start, end in faults:
             for op, ts in (("inject", start), ("heal", end)):
-                fh.write(json.dumps({"op": op, "id": fid, "kind": kind, "target": "broker-a-0", "group": "broker-a",
-                                     "role": "master", "link": None, "start_ms": ts, "ts_ms": ts}) + "\n")
+                fh.write(
+                    json.dumps(
+                        {
+                            "op": op,
+                            "id": fid,
+                            "kind": kind,
+                            "target": "broker-a-0",
+                            "group": "broker-a",
+                            "role": "master",
+                            "link": None,
+                            "start_ms": ts,
+                            "ts_ms": ts,
+                        }
+                    )
+                    + "\n"
+                )
 
 
 def test_a_message_held_only_by_a_slave_is_stranded_not_stored(spark, run_builder):
@@ -188,8 +258,9 @@ def test_a_stranding_goes_to_the_power_cut_not_to_a_kill_beside_it(spark, run_bu
     v, rep, summary, out = _deliver(spark, run_builder.root)
     with open(os.path.join(out, delivery.DETAIL_FILE)) as fh:
         items = [json.loads(x) for x in fh]
-    assert len(items) == 20 and all(set(x["faults"]) == {"#1 power-loss broker-a-0", "#2 kill-master broker-a-0"}
-                                    for x in items)
+    assert len(items) == 20 and all(
+        set(x["faults"]) == {"#1 power-loss broker-a-0", "#2 kill-master broker-a-0"} for x in items
+    )
     assert summary["deliveryByFault"] == {"#1 power-loss broker-a-0": {delivery.ID_STRANDED: 20}}
 
 
@@ -199,8 +270,12 @@ def test_a_delayed_message_parked_only_on_a_forked_slave_is_stranded_not_parked(
     parked, so a repair that cut them away lost them unseen. The 5 its master still holds stay parked."""
     store = run_builder.master(n=75)
     for i in range(25):
-        m = Message(topic="T", body=os.urandom(100), queue_id=i % 4,
-                    properties={"UNIQ_KEY": f"D{i}", "KEYS": f"DS{i}", "DELAY": "3"})
+        m = Message(
+            topic="T",
+            body=os.urandom(100),
+            queue_id=i % 4,
+            properties={"UNIQ_KEY": f"D{i}", "KEYS": f"DS{i}", "DELAY": "3"},
+        )
         r = store.put_message(m)
         assert r.status == "PUT_OK" and m.topic == "SCHEDULE_TOPIC_XXXX"
         run_builder.sent.append((f"D{i}", f"DS{i}", r))

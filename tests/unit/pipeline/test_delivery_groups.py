@@ -3,6 +3,7 @@ copy of any try. A first try that timed out on broker-a, which stored it anyway,
 by broker-b make the send broker-b's: its loss and its place in ackedOnGroupByFault go to broker-b's faults.
 Copies of one UNIQ_KEY in two groups (a client's internal retry) are told apart by the queue offset or the
 offsetMsgId of the answer; when nothing tells them apart the send has no group and the verdicts name it."""
+
 import json
 import os
 
@@ -30,8 +31,10 @@ def _two_groups(rb):
     w1  as y1, the answer's offsetMsgId is broker-b's copy's (no queue offset)
     d1  a delayed send acknowledged by broker-b, parked there only (not due): broker-b's"""
     placed = {}
-    for broker, n, extra in (("broker-a", 10, [("x1", "X1-1", 0), ("y1", "Y1", 0), ("z1", "Z1", 0), ("w1", "W1", 1)]),
-                             ("broker-b", 6, [("x1", "X1-2", 0), ("y1", "Y1", 0), ("z1", "Z1", 0), ("w1", "W1", 1)])):
+    for broker, n, extra in (
+        ("broker-a", 10, [("x1", "X1-1", 0), ("y1", "Y1", 0), ("z1", "Z1", 0), ("w1", "W1", 1)]),
+        ("broker-b", 6, [("x1", "X1-2", 0), ("y1", "Y1", 0), ("z1", "Z1", 0), ("w1", "W1", 1)]),
+    ):
         rb.master(name=f"{broker}-0", broker=broker, n=n)
         for sid, uk, qid in extra:
             placed[(broker, sid)] = rb.put("T", uk, sid, 100, qid)
@@ -48,20 +51,30 @@ def _two_groups(rb):
     def send(sid, *answers):
         nonlocal t
         for attempt, ans in enumerate(answers, 1):
-            base = {"client": "producer", "group": "PG", "topic": "T", "send_id": sid, "attempt": attempt,
-                    "start_ms": t}
+            base = {
+                "client": "producer",
+                "group": "PG",
+                "topic": "T",
+                "send_id": sid,
+                "attempt": attempt,
+                "start_ms": t,
+            }
             p.append(base | {"op": "invoke", "end_ms": t})
             p.append(base | {"op": "send", "end_ms": t + 2} | ans)
             t += 3
 
     for uk, sid, r in rb.sent:
         send(sid, {"uniq_key": uk, "status": "SEND_OK", "queue_offset": r.queue_offset})
-    send("x1", {"status": "ERROR", "error": "RemotingTimeoutException"},
-         {"uniq_key": "X1-2", "status": "SEND_OK", "queue_offset": placed[("broker-b", "x1")].queue_offset})
+    send(
+        "x1",
+        {"status": "ERROR", "error": "RemotingTimeoutException"},
+        {"uniq_key": "X1-2", "status": "SEND_OK", "queue_offset": placed[("broker-b", "x1")].queue_offset},
+    )
     send("y1", {"uniq_key": "Y1", "status": "SEND_OK"})
     send("z1", {"uniq_key": "Z1", "status": "SEND_OK", "queue_offset": placed[("broker-b", "z1")].queue_offset})
-    send("w1", {"uniq_key": "W1", "status": "SEND_OK",
-                "offset_msg_id": _msg_id(placed[("broker-b", "w1")].wrote_offset)})
+    send(
+        "w1", {"uniq_key": "W1", "status": "SEND_OK", "offset_msg_id": _msg_id(placed[("broker-b", "w1")].wrote_offset)}
+    )
     send("d1", {"uniq_key": "D1", "status": "SEND_OK"})
     p.close()
     c = HistoryWriter(os.path.join(rb.root, "history", "consumer.jsonl"))
@@ -69,16 +82,43 @@ def _two_groups(rb):
     got = [(uk, sid) for uk, sid, _ in rb.sent] + [("Y1", "y1"), ("Z1", "z1"), ("W1", "w1")]
     for uk, sid in got:
         t += 1
-        c.append({"client": "consumer", "op": "receive", "group": GROUP, "topic": "T", "send_id": sid,
-                  "uniq_key": uk, "status": "RECEIVED", "start_ms": t, "end_ms": t})
+        c.append(
+            {
+                "client": "consumer",
+                "op": "receive",
+                "group": GROUP,
+                "topic": "T",
+                "send_id": sid,
+                "uniq_key": uk,
+                "status": "RECEIVED",
+                "start_ms": t,
+                "end_ms": t,
+            }
+        )
     c.close()
     os.makedirs(os.path.join(rb.root, "faults"))
     with open(os.path.join(rb.root, "faults", "f.jsonl"), "w") as fh:
-        for fid, kind, node, group in ((1, "power-loss", "broker-a-0", "broker-a"),
-                                       (2, "kill-master", "broker-b-0", "broker-b")):
+        for fid, kind, node, group in (
+            (1, "power-loss", "broker-a-0", "broker-a"),
+            (2, "kill-master", "broker-b-0", "broker-b"),
+        ):
             for op, ts in (("inject", t + 100), ("heal", t + 200)):
-                fh.write(json.dumps({"op": op, "id": fid, "kind": kind, "target": node, "group": group,
-                                     "role": "master", "link": None, "start_ms": ts, "ts_ms": ts}) + "\n")
+                fh.write(
+                    json.dumps(
+                        {
+                            "op": op,
+                            "id": fid,
+                            "kind": kind,
+                            "target": node,
+                            "group": group,
+                            "role": "master",
+                            "link": None,
+                            "start_ms": ts,
+                            "ts_ms": ts,
+                        }
+                    )
+                    + "\n"
+                )
 
 
 def test_a_send_is_the_group_that_acknowledged_it_and_an_ambiguous_one_is_named(spark, run_builder):

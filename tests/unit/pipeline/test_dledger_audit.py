@@ -10,6 +10,7 @@ The group RaftNode00 (64 KiB data files, 4 KiB index files: records cross data f
   broker-n0  a follower cut off in term 1: 0..150, then three stale term-1 entries at 151..153, checkpoint 150
 The histories acknowledge every committed message and the leader's uncommitted entry 302.
 """
+
 import os
 import shutil
 from types import SimpleNamespace
@@ -34,9 +35,15 @@ COMMITTED = 301
 
 
 def _message(uk: str, send_id: str, queue_id: int, queue_offset: int, ts: int) -> bytes:
-    m = Message(topic="T", body=(uk * 20).encode()[:200], queue_id=queue_id, born_timestamp=ts,
-                store_timestamp=ts + 1, store_host=("127.0.0.1", 10911),
-                properties={"UNIQ_KEY": uk, "KEYS": send_id, "TAGS": "tg"})
+    m = Message(
+        topic="T",
+        body=(uk * 20).encode()[:200],
+        queue_id=queue_id,
+        born_timestamp=ts,
+        store_timestamp=ts + 1,
+        store_host=("127.0.0.1", 10911),
+        properties={"UNIQ_KEY": uk, "KEYS": send_id, "TAGS": "tg"},
+    )
     return bytes(record.encode(m).finish(queue_offset, 0))
 
 
@@ -110,9 +117,19 @@ class DLedgerRun:
     def _node(self, name, sid, dispatched):
         """node.json as rmqha.cluster writes it for a DLedger broker, and the classic consume queues of the
         messages it dispatched (entries up to `dispatched`)."""
-        runfolder.write_node_json(self.rb.node_dir(name), name, GROUP, -1, "ASYNC_MASTER", "RaftCluster",
-                                  f"{name}:10911", commitLog="dledger", dLegerSelfId=sid, dLegerGroup=GROUP,
-                                  commitlogFileSize=DATA_FILE)
+        runfolder.write_node_json(
+            self.rb.node_dir(name),
+            name,
+            GROUP,
+            -1,
+            "ASYNC_MASTER",
+            "RaftCluster",
+            f"{name}:10911",
+            commitLog="dledger",
+            dLegerSelfId=sid,
+            dLegerGroup=GROUP,
+            commitlogFileSize=DATA_FILE,
+        )
         cqs = {}
         for i, e in sorted(self.entries.items()):
             if i > dispatched or i not in self.keys:
@@ -148,15 +165,23 @@ def test_nodes_roles_and_committed_indexes(dl_run):
     assert n1.is_master and not n0.is_master and not n2.is_master
     # (checkpoint, read up to, end, uncommitted): n2's trailing checkpoint is raised by log matching; n0's
     # stale term-1 entries are not the leader's, so they stay unread
-    got = {n.name: (n.dledger.checkpoint_index, n.dledger.committed_index, n.dledger.end_index, n.dledger.uncommitted)
-           for n in (n0, n1, n2)}
+    got = {
+        n.name: (n.dledger.checkpoint_index, n.dledger.committed_index, n.dledger.end_index, n.dledger.uncommitted)
+        for n in (n0, n1, n2)
+    }
     assert got == {"broker-n0": (150, 150, 153, 3), "broker-n1": (301, 301, 303, 2), "broker-n2": (296, 301, 302, 1)}
     assert all(len(n.files) == len(n1.files) >= 2 for n in (n1, n2))  # records cross data files
-    assert all(f.path.startswith(os.path.join(n.store_dir, f"dledger-{n.dledger.self_id}", "data"))
-               for n in (n0, n1, n2) for f in n.files)
+    assert all(
+        f.path.startswith(os.path.join(n.store_dir, f"dledger-{n.dledger.self_id}", "data"))
+        for n in (n0, n1, n2)
+        for f in n.files
+    )
     (v,) = dledger_log.verdicts(list(nodes.values()))
-    assert v.status == INFO and "broker-n1 (ASYNC_MASTER, selfId n1): committed index 301 (checkpoint 301), 2 " \
-                                "uncommitted entries not read" in v.detail
+    assert (
+        v.status == INFO
+        and "broker-n1 (ASYNC_MASTER, selfId n1): committed index 301 (checkpoint 301), 2 uncommitted entries not read"
+        in v.detail
+    )
 
 
 def test_a_member_without_its_log_is_still_a_follower(dl_run, tmp_path):
@@ -174,8 +199,11 @@ def test_decoded_rows_are_the_committed_messages_at_pos_plus_48(dl_run):
     for name, committed in (("broker-n1", 301), ("broker-n2", 301), ("broker-n0", 150)):
         n = nodes[name]
         rows = [r for f in n.files for r in decode.decode_file(n, f)]
-        want = [(e.pos + BODY_OFFSET, dl_run.keys[i][0]) for i, e in sorted(dl_run.entries.items())
-                if i <= committed and i in dl_run.keys]
+        want = [
+            (e.pos + BODY_OFFSET, dl_run.keys[i][0])
+            for i, e in sorted(dl_run.entries.items())
+            if i <= committed and i in dl_run.keys
+        ]
         assert {r[7] for r in rows} == {"ok"}, name
         assert [(r[5], r[19]) for r in rows] == want, name
         assert all(r[6] == len(dl_run.entries[i].body) for r, i in zip(rows, sorted(dl_run.keys)))
@@ -192,8 +220,14 @@ def test_decoded_rows_are_the_committed_messages_at_pos_plus_48(dl_run):
 def test_node_json_written_by_the_cluster_tool_marks_dledger():
     from rmqha.broker.config import BrokerConfig
     from rmqha.cluster.runfolder import node_record
-    c = BrokerConfig(brokerName=GROUP, enableDLegerCommitLog=True, dLegerGroup=GROUP, dLegerSelfId="n2",
-                     dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3")
+
+    c = BrokerConfig(
+        brokerName=GROUP,
+        enableDLegerCommitLog=True,
+        dLegerGroup=GROUP,
+        dLegerSelfId="n2",
+        dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3",
+    )
     rec = node_record("broker-n2", c, "127.0.0.1", "local")
     assert (rec["commitLog"], rec["dLegerSelfId"], rec["dLegerGroup"]) == ("dledger", "n2", GROUP)
     assert "commitLog" not in node_record("broker-a-0", BrokerConfig(brokerName="broker-a"), "127.0.0.1", "local")

@@ -1,16 +1,28 @@
 """Who is blamed for an acknowledged loss: the faults active when it was acknowledged, and every power
 loss after it (a power cut destroys bytes acknowledged before it; the history does not name the group)."""
+
 from rmqha.pipeline import faults as pf
 
 
 def interval(id_, kind, target, start, end):
-    return pf.FaultInterval(id_, kind, target, target.removesuffix("-s"), "slave" if target.endswith("-s") else "master",
-                            None, {}, start, end)
+    return pf.FaultInterval(
+        id_,
+        kind,
+        target,
+        target.removesuffix("-s"),
+        "slave" if target.endswith("-s") else "master",
+        None,
+        {},
+        start,
+        end,
+    )
 
 
-FAULTS = [interval(1, "kill-slave", "broker-a-s", 2_000, 7_000),
-          interval(2, "power-loss", "broker-a", 4_000, 5_500),
-          interval(3, "pause-slave", "broker-b-s", 40_000, 42_000)]
+FAULTS = [
+    interval(1, "kill-slave", "broker-a-s", 2_000, 7_000),
+    interval(2, "power-loss", "broker-a", 4_000, 5_500),
+    interval(3, "pause-slave", "broker-b-s", 40_000, 42_000),
+]
 
 
 def test_a_loss_acknowledged_during_a_fault_is_blamed_on_it_and_on_the_later_power_loss():

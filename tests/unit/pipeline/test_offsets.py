@@ -1,4 +1,5 @@
 """Committed offsets that move back: explained by a restart of their master (WARN), or not (FAIL)."""
+
 from rmqha.pipeline.faults import FaultInterval
 from rmqha.pipeline.offsets import ID_REGRESSION, regressions, verdicts
 

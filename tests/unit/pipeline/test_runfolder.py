@@ -1,6 +1,7 @@
 """Where a run folder says each node's trace topic is (rmqha/pipeline/runfolder.py), without Spark: node.json's
 msgTraceTopicName (what the cluster tooling writes) first, then the node's broker.properties, else 4.9's
 default. The audit of the records themselves is tests/unit/pipeline/test_audit.py's trace test."""
+
 import os
 
 from rmqha.pipeline import runfolder

@@ -1,4 +1,5 @@
 """Which node served each receive: the served-pull log matched to the histories (rmqha/pipeline/served.py)."""
+
 import json
 import os
 
@@ -12,18 +13,40 @@ def write_served(run_root, rows, name="pulls.jsonl", extra_lines=()):
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, name), "a") as fh:
         for node, broker, qid, frm, nxt, ts, seq in rows:
-            fh.write(json.dumps({"node": node, "brokerName": broker, "brokerId": 0 if node == "broker-a-0" else 1,
-                                 "incarnation": 1, "seq": seq, "ts_ms": ts, "group": "G", "topic": "T",
-                                 "queueId": qid, "from": frm, "next": nxt, "messages": nxt - frm}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "node": node,
+                        "brokerName": broker,
+                        "brokerId": 0 if node == "broker-a-0" else 1,
+                        "incarnation": 1,
+                        "seq": seq,
+                        "ts_ms": ts,
+                        "group": "G",
+                        "topic": "T",
+                        "queueId": qid,
+                        "from": frm,
+                        "next": nxt,
+                        "messages": nxt - frm,
+                    }
+                )
+                + "\n"
+            )
         for line in extra_lines:
             fh.write(line + "\n")
 
 
 def test_load_skips_rows_read_twice_counts_drops_and_survives_a_cut_line(tmp_path):
-    write_served(tmp_path, [("broker-a-0", "broker-a", 0, 0, 4, T0, 1)],
-                 extra_lines=[json.dumps({"node": "broker-a-0", "incarnation": 1, "dropped": 3}), '{"node": "bro'])
-    write_served(tmp_path, [("broker-a-0", "broker-a", 0, 0, 4, T0, 1), ("broker-a-1", "broker-a", 1, 0, 2, T0, 1)],
-                 name="again.jsonl")
+    write_served(
+        tmp_path,
+        [("broker-a-0", "broker-a", 0, 0, 4, T0, 1)],
+        extra_lines=[json.dumps({"node": "broker-a-0", "incarnation": 1, "dropped": 3}), '{"node": "bro'],
+    )
+    write_served(
+        tmp_path,
+        [("broker-a-0", "broker-a", 0, 0, 4, T0, 1), ("broker-a-1", "broker-a", 1, 0, 2, T0, 1)],
+        name="again.jsonl",
+    )
     rows, dropped = served.load(str(tmp_path))
     assert dropped == 3
     assert sorted(rows) == [("broker-a-0", "broker-a", "T", 0, 0, 4, T0), ("broker-a-1", "broker-a", "T", 1, 0, 2, T0)]
@@ -35,17 +58,21 @@ def test_each_receive_goes_to_the_node_whose_pull_covered_it(spark, run_builder)
     rb.master(n=40)  # queues 0-3, offsets 0-9 each
     rb.close()
     rb.slave()
-    rb.history()     # receives of all 40, in send order, at T0 + 50 ... T0 + 89
-    write_served(rb.root, [
-        ("broker-a-0", "broker-a", 0, 0, 10, T0, 1),        # q0: all from the master
-        ("broker-a-0", "broker-a", 1, 0, 5, T0, 2),         # q1: first half from the master ...
-        ("broker-a-1", "broker-a", 1, 5, 10, T0 + 1, 1),    # ... second half from the slave
-        ("broker-a-1", "broker-a", 2, 0, 10, T0 + 1, 2),    # q2: the slave
-        ("broker-a-0", "broker-a", 2, 0, 10, T0 + 60_000, 3),  # a later pull of q2: after every receive
-        ("broker-b-1", "broker-b", 3, 0, 10, T0, 1),        # another group's queue 3: not broker-a's
-    ])
+    rb.history()  # receives of all 40, in send order, at T0 + 50 ... T0 + 89
+    write_served(
+        rb.root,
+        [
+            ("broker-a-0", "broker-a", 0, 0, 10, T0, 1),  # q0: all from the master
+            ("broker-a-0", "broker-a", 1, 0, 5, T0, 2),  # q1: first half from the master ...
+            ("broker-a-1", "broker-a", 1, 5, 10, T0 + 1, 1),  # ... second half from the slave
+            ("broker-a-1", "broker-a", 2, 0, 10, T0 + 1, 2),  # q2: the slave
+            ("broker-a-0", "broker-a", 2, 0, 10, T0 + 60_000, 3),  # a later pull of q2: after every receive
+            ("broker-b-1", "broker-b", 3, 0, 10, T0, 1),  # another group's queue 3: not broker-a's
+        ],
+    )
     nodes = runfolder.load_nodes(rb.root)
     from rmqha.pipeline import decode
+
     df = decode.decode(spark, nodes).cache()
     hist = history_check.load_histories(spark, runfolder.history_files(rb.root))
     rows, _ = served.load(rb.root)
@@ -68,12 +95,17 @@ def test_without_a_log_the_verdict_says_why():
 
 
 def test_outages_count_only_master_faults_of_the_group():
-    b = [("broker-a", "broker-a-1", 1000, 5), ("broker-a", "broker-a-0", 900, 2), ("broker-b", "broker-b-0", 1000, 7),
-         ("broker-a", "broker-a-1", 5000, 1)]
+    b = [
+        ("broker-a", "broker-a-1", 1000, 5),
+        ("broker-a", "broker-a-0", 900, 2),
+        ("broker-b", "broker-b-0", 1000, 7),
+        ("broker-a", "broker-a-1", 5000, 1),
+    ]
     f = faults.FaultInterval(3, "power-loss", "broker-a-0", "broker-a", "master", None, {}, 950, 2000)
     never_healed = faults.FaultInterval(4, "pause-master", "broker-a-0", "broker-a", "master", None, {}, 4000, None)
-    failed = faults.FaultInterval(5, "kill-master", "broker-a-0", "broker-a", "master", None, {}, 0, 9000,
-                                  inject_error="no such node")
+    failed = faults.FaultInterval(
+        5, "kill-master", "broker-a-0", "broker-a", "master", None, {}, 0, 9000, inject_error="no such node"
+    )
     link = faults.FaultInterval(6, "client-link", "broker-a-0", "broker-a", "master", None, {}, 0, 9000)
     o1, o2 = served.outages([f, never_healed, failed, link], b)
     assert o1.by_node == {"broker-a-1": 5, "broker-a-0": 2}  # the 900 ms bucket reaches into the fault

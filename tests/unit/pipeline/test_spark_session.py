@@ -1,4 +1,5 @@
 """The session the tests and small audits get: a driver JVM started for short work (rmqha/pipeline/spark.py)."""
+
 from rmqha.pipeline.spark import QUICK_JVM_OPTIONS, launch_quick_jvm
 
 

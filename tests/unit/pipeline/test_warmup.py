@@ -1,6 +1,7 @@
 """The audit's warm-up run (rmqha/pipeline/warmup.py): a valid run folder, checked with the project's own
 record scanner rather than a Spark audit (that costs a Spark session's first audit, ~20-90 s here), and
 a warm-up that never fails the real audit."""
+
 import os
 
 
@@ -34,6 +35,7 @@ def test_a_failing_warm_up_is_a_note_not_an_error(tmp_path, monkeypatch, capsys)
     def boom(spark, run_dir, out_dir):
         seen.append(os.path.isdir(os.path.join(run_dir, "nodes")))
         raise RuntimeError("no JVM")
+
     monkeypatch.setattr(report, "run", boom)
     warm_up(object())
     assert seen == [True]

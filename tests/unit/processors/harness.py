@@ -1,4 +1,5 @@
 """An in-process BrokerServer on a fake clock (no sockets), and helpers to call its processors."""
+
 from __future__ import annotations
 
 import os
@@ -13,17 +14,36 @@ from rmqha.broker.server import BrokerServer
 from rmqha.broker.store import record
 from rmqha.cluster.requests import props, send_v1, send_v2
 
-__all__ = ["TOPIC", "Broker", "FakeContext", "batch_body", "decode_records", "file_exists", "make_config",
-           "now_thread", "props", "pull", "send_v1", "send_v2"]  # props and send_*: rmqha/cluster/requests.py
+__all__ = [
+    "TOPIC",
+    "Broker",
+    "FakeContext",
+    "batch_body",
+    "decode_records",
+    "file_exists",
+    "make_config",
+    "now_thread",
+    "props",
+    "pull",
+    "send_v1",
+    "send_v2",
+]  # props and send_*: rmqha/cluster/requests.py
 
 TOPIC = "TopicTest"
 
 
 def make_config(root, **overrides) -> BrokerConfig:
-    settings = {"brokerClusterName": "DefaultCluster", "brokerName": "broker-a", "brokerId": "0",
-             "brokerRole": "ASYNC_MASTER", "storePathRootDir": str(root), "brokerIP1": "127.0.0.1",
-             "listenPort": "10911", "mappedFileSizeCommitLog": str(1 << 20),
-             "mappedFileSizeConsumeQueue": str(20 * 1000)}
+    settings = {
+        "brokerClusterName": "DefaultCluster",
+        "brokerName": "broker-a",
+        "brokerId": "0",
+        "brokerRole": "ASYNC_MASTER",
+        "storePathRootDir": str(root),
+        "brokerIP1": "127.0.0.1",
+        "listenPort": "10911",
+        "mappedFileSizeCommitLog": str(1 << 20),
+        "mappedFileSizeConsumeQueue": str(20 * 1000),
+    }
     if overrides.get("brokerRole") == "SLAVE":
         settings["brokerId"] = "1"
     settings.update({k: str(v) for k, v in overrides.items()})
@@ -110,12 +130,32 @@ class FakeContext:
         return id(self)
 
 
-def pull(topic=TOPIC, queue_id=0, offset=0, sys_flag=0x2 | 0x4, subscription="*", group="CG",
-         commit_offset=0, suspend_ms=15000, max_msgs=32) -> RemotingCommand:
-    return RemotingCommand.request(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
-        "maxMsgNums": max_msgs, "sysFlag": sys_flag, "commitOffset": commit_offset,
-        "suspendTimeoutMillis": suspend_ms, "subscription": subscription, "subVersion": 1})
+def pull(
+    topic=TOPIC,
+    queue_id=0,
+    offset=0,
+    sys_flag=0x2 | 0x4,
+    subscription="*",
+    group="CG",
+    commit_offset=0,
+    suspend_ms=15000,
+    max_msgs=32,
+) -> RemotingCommand:
+    return RemotingCommand.request(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": queue_id,
+            "queueOffset": offset,
+            "maxMsgNums": max_msgs,
+            "sysFlag": sys_flag,
+            "commitOffset": commit_offset,
+            "suspendTimeoutMillis": suspend_ms,
+            "subscription": subscription,
+            "subVersion": 1,
+        },
+    )
 
 
 def decode_records(body: bytes) -> list[record.Message]:
@@ -131,6 +171,7 @@ def decode_records(body: bytes) -> list[record.Message]:
 def batch_body(items) -> bytes:
     """docs/formats.md §6.8 batch encoding of (body, properties dict) items."""
     import struct
+
     out = bytearray()
     for body, p in items:
         pb = record.encode_properties(p).encode()

@@ -1,6 +1,7 @@
 """The admin plane RocketMQ's own tools read (issue 24): GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26),
 UPDATE_BROKER_CONFIG (25), VIEW_BROKER_STATS_DATA (315), GET_BROKER_HA_STATUS (907), and the
 rocketmq-exporter names on /metrics with the Grafana dashboard that reads them."""
+
 import json
 import re
 from pathlib import Path
@@ -23,18 +24,53 @@ REPO = Path(__file__).resolve().parents[3]
 # (StoreStatsService.getRuntimeInfo, DefaultMessageStore.getRuntimeInfo, AdminBrokerProcessor.prepareRuntimeInfo),
 # besides commitLogDiskRatio_<path> and scheduleMessageOffset_<level>.
 KEYS_4_9_8 = {
-    "bootTimestamp", "runtime", "putMessageEntireTimeMax", "putMessageTimesTotal", "putMessageFailedTimes",
-    "putMessageSizeTotal", "putMessageDistributeTime", "putMessageAverageSize", "dispatchMaxBuffer",
-    "getMessageEntireTimeMax", "putTps", "getFoundTps", "getMissTps", "getTotalTps", "getTransferedTps",
-    "putLatency99", "putLatency999", "commitLogDiskRatio", "consumeQueueDiskRatio", "commitLogMinOffset",
-    "commitLogMaxOffset", "brokerVersionDesc", "brokerVersion", "msgPutTotalYesterdayMorning",
-    "msgPutTotalTodayMorning", "msgPutTotalTodayNow", "msgGetTotalYesterdayMorning", "msgGetTotalTodayMorning",
-    "msgGetTotalTodayNow", "sendThreadPoolQueueSize", "sendThreadPoolQueueCapacity", "pullThreadPoolQueueSize",
-    "pullThreadPoolQueueCapacity", "queryThreadPoolQueueSize", "queryThreadPoolQueueCapacity",
-    "EndTransactionQueueSize", "EndTransactionThreadPoolQueueCapacity", "dispatchBehindBytes",
-    "pageCacheLockTimeMills", "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueHeadWaitTimeMills",
-    "queryThreadPoolQueueHeadWaitTimeMills", "earliestMessageTimeStamp", "startAcceptSendRequestTimeStamp",
-    "remainTransientStoreBufferNumbs", "remainHowManyDataToFlush", "commitLogDirCapacity",
+    "bootTimestamp",
+    "runtime",
+    "putMessageEntireTimeMax",
+    "putMessageTimesTotal",
+    "putMessageFailedTimes",
+    "putMessageSizeTotal",
+    "putMessageDistributeTime",
+    "putMessageAverageSize",
+    "dispatchMaxBuffer",
+    "getMessageEntireTimeMax",
+    "putTps",
+    "getFoundTps",
+    "getMissTps",
+    "getTotalTps",
+    "getTransferedTps",
+    "putLatency99",
+    "putLatency999",
+    "commitLogDiskRatio",
+    "consumeQueueDiskRatio",
+    "commitLogMinOffset",
+    "commitLogMaxOffset",
+    "brokerVersionDesc",
+    "brokerVersion",
+    "msgPutTotalYesterdayMorning",
+    "msgPutTotalTodayMorning",
+    "msgPutTotalTodayNow",
+    "msgGetTotalYesterdayMorning",
+    "msgGetTotalTodayMorning",
+    "msgGetTotalTodayNow",
+    "sendThreadPoolQueueSize",
+    "sendThreadPoolQueueCapacity",
+    "pullThreadPoolQueueSize",
+    "pullThreadPoolQueueCapacity",
+    "queryThreadPoolQueueSize",
+    "queryThreadPoolQueueCapacity",
+    "EndTransactionQueueSize",
+    "EndTransactionThreadPoolQueueCapacity",
+    "dispatchBehindBytes",
+    "pageCacheLockTimeMills",
+    "sendThreadPoolQueueHeadWaitTimeMills",
+    "pullThreadPoolQueueHeadWaitTimeMills",
+    "queryThreadPoolQueueHeadWaitTimeMills",
+    "earliestMessageTimeStamp",
+    "startAcceptSendRequestTimeStamp",
+    "remainTransientStoreBufferNumbs",
+    "remainHowManyDataToFlush",
+    "commitLogDirCapacity",
 }
 
 
@@ -84,9 +120,24 @@ def test_runtime_info_has_every_4_9_8_key_with_real_values(broker):
     assert t["runtime"] == "[ 0 days, 0 hours, 16 minutes, 40 seconds ]"
     assert t["putTps"] == "  "  # two samples (0 s and 1000 s): no window is full yet, as 4.9 says it
     # the puts came after the last full minute ended: not in its distribution yet
-    assert t["putMessageDistributeTime"] == "".join(f"{label}:0 " for label in (
-        "[<=0ms]", "[0~10ms]", "[10~50ms]", "[50~100ms]", "[100~200ms]", "[200~500ms]", "[500ms~1s]", "[1~2s]",
-        "[2~3s]", "[3~4s]", "[4~5s]", "[5~10s]", "[10s~]"))
+    assert t["putMessageDistributeTime"] == "".join(
+        f"{label}:0 "
+        for label in (
+            "[<=0ms]",
+            "[0~10ms]",
+            "[10~50ms]",
+            "[50~100ms]",
+            "[100~200ms]",
+            "[200~500ms]",
+            "[500ms~1s]",
+            "[1~2s]",
+            "[2~3s]",
+            "[3~4s]",
+            "[4~5s]",
+            "[5~10s]",
+            "[10s~]",
+        )
+    )
     assert {k for k in t if k.startswith("scheduleMessageOffset_")} == set()  # nothing delayed yet
 
 
@@ -104,8 +155,21 @@ def test_put_tps_is_what_mqadmin_cluster_list_parses(broker):
     seconds(b, 60)
     t = runtime(b)
     dist = dict(part.split(":") for part in t["putMessageDistributeTime"].split())
-    assert list(dist) == ["[<=0ms]", "[0~10ms]", "[10~50ms]", "[50~100ms]", "[100~200ms]", "[200~500ms]",
-                          "[500ms~1s]", "[1~2s]", "[2~3s]", "[3~4s]", "[4~5s]", "[5~10s]", "[10s~]"]
+    assert list(dist) == [
+        "[<=0ms]",
+        "[0~10ms]",
+        "[10~50ms]",
+        "[50~100ms]",
+        "[100~200ms]",
+        "[200~500ms]",
+        "[500ms~1s]",
+        "[1~2s]",
+        "[2~3s]",
+        "[3~4s]",
+        "[4~5s]",
+        "[5~10s]",
+        "[10s~]",
+    ]
     assert sum(map(int, dist.values())) == 24  # every put of the first minute in a bucket
 
 
@@ -232,10 +296,20 @@ def test_ha_status_of_a_master_and_a_slave(tmp_path):
     try:
         m.call(send_v1())
         info = json.loads(m.call(q(RequestCode.GET_BROKER_HA_STATUS)).body)
-        assert info == {"master": True, "masterCommitLogMaxOffset": m.store.max_offset, "inSyncSlaveNums": 0,
-                        "haConnectionInfo": [], "haClientRuntimeInfo": {
-                            "activated": False, "lastReadTimestamp": 0, "lastWriteTimestamp": 0,
-                            "masterFlushOffset": 0, "maxOffset": 0, "transferredByteInSecond": 0}}
+        assert info == {
+            "master": True,
+            "masterCommitLogMaxOffset": m.store.max_offset,
+            "inSyncSlaveNums": 0,
+            "haConnectionInfo": [],
+            "haClientRuntimeInfo": {
+                "activated": False,
+                "lastReadTimestamp": 0,
+                "lastWriteTimestamp": 0,
+                "masterFlushOffset": 0,
+                "maxOffset": 0,
+                "transferredByteInSecond": 0,
+            },
+        }
         info = json.loads(s.call(q(RequestCode.GET_BROKER_HA_STATUS)).body)
         assert info["master"] is False and info["haConnectionInfo"] == []
         assert info["haClientRuntimeInfo"]["masterAddr"] == "127.0.0.1:10912"
@@ -271,21 +345,29 @@ def test_exporter_names_and_labels(broker):
     b.call(pull(group="CG", offset=0))
     b.server.offsets.commit("CG", TOPIC, 0, 2)
     seconds(b, 10)
-    labels = ('cluster="DefaultCluster",brokerIP="127.0.0.1:10911",brokerHost="",des="V4_9_8",boottime="0",'
-              'broker_version="409"')
+    labels = (
+        'cluster="DefaultCluster",brokerIP="127.0.0.1:10911",brokerHost="",des="V4_9_8",boottime="0",'
+        'broker_version="409"'
+    )
     assert metric_lines(b, "rocketmq_brokeruntime_msg_put_total_today_now") == [
-        f"rocketmq_brokeruntime_msg_put_total_today_now{{{labels}}} 6.0"]
+        f"rocketmq_brokeruntime_msg_put_total_today_now{{{labels}}} 6.0"
+    ]
     assert metric_lines(b, "rocketmq_brokeruntime_dispatch_behind_bytes") == [
-        f"rocketmq_brokeruntime_dispatch_behind_bytes{{{labels}}} 0.0"]
+        f"rocketmq_brokeruntime_dispatch_behind_bytes{{{labels}}} 0.0"
+    ]
     assert metric_lines(b, "rocketmq_broker_tps") == [
-        'rocketmq_broker_tps{cluster="DefaultCluster",brokerIP="127.0.0.1:10911",broker="broker-a"} 0.6']
+        'rocketmq_broker_tps{cluster="DefaultCluster",brokerIP="127.0.0.1:10911",broker="broker-a"} 0.6'
+    ]
     assert metric_lines(b, "rocketmq_producer_tps") == [
-        f'rocketmq_producer_tps{{cluster="DefaultCluster",broker="broker-a",topic="{TOPIC}"}} 0.6']
+        f'rocketmq_producer_tps{{cluster="DefaultCluster",broker="broker-a",topic="{TOPIC}"}} 0.6'
+    ]
     assert metric_lines(b, "rocketmq_consumer_tps") == [
-        f'rocketmq_consumer_tps{{cluster="DefaultCluster",broker="broker-a",topic="{TOPIC}",group="CG"}} 0.6']
+        f'rocketmq_consumer_tps{{cluster="DefaultCluster",broker="broker-a",topic="{TOPIC}",group="CG"}} 0.6'
+    ]
     # queue 0 holds 6 messages, CG committed 2
     assert metric_lines(b, "rocketmq_group_diff") == [
-        f'rocketmq_group_diff{{group="CG",topic="{TOPIC}",countOfOnlineConsumers="0",msgModel="1"}} 4']
+        f'rocketmq_group_diff{{group="CG",topic="{TOPIC}",countOfOnlineConsumers="0",msgModel="1"}} 4'
+    ]
     assert metric_lines(b, "rocketmq_broker_commitlog_diff") == []  # no slaves
 
 
@@ -304,12 +386,15 @@ def test_grafana_dashboard_reads_only_metrics_the_brokers_export(tmp_path):
     used = set()
     for e in exprs + [v["query"] for v in dash["templating"]["list"]]:
         for name in re.findall(r"\brocketmq_[a-z0-9_]+", e):
-            used.add(re.sub(r"_(bucket|sum|count)$", "", name) if name.endswith(("_bucket", "_count"))
-                     else name)
+            used.add(re.sub(r"_(bucket|sum|count)$", "", name) if name.endswith(("_bucket", "_count")) else name)
     assert used - exported == set()
     # the panels the issue asks for
-    for needed in ("rocketmq_ha_slave_lag_bytes", "rocketmq_sync_wait_outcomes_total", "rocketmq_broker_tps",
-                   "rocketmq_send_responses_total"):
+    for needed in (
+        "rocketmq_ha_slave_lag_bytes",
+        "rocketmq_sync_wait_outcomes_total",
+        "rocketmq_broker_tps",
+        "rocketmq_send_responses_total",
+    ):
         assert needed in used
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))

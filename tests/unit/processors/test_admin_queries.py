@@ -42,8 +42,11 @@ def test_search_offset_by_timestamp(broker):
         send_at(broker, ts)
 
     def search(ts):
-        return int(broker.call(q(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic=TOPIC, queueId=0,
-                                 timestamp=ts)).ext_fields["offset"])
+        return int(
+            broker.call(q(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic=TOPIC, queueId=0, timestamp=ts)).ext_fields[
+                "offset"
+            ]
+        )
 
     assert [search(t) for t in (50, 100, 150, 200, 250, 300, 400, 401)] == [0, 0, 1, 1, 3, 3, 4, 5]
     assert queries.search_offset_by_timestamp(broker.store, "None", 0, 1) == 0
@@ -76,8 +79,16 @@ def test_unknown_code_is_not_in_the_registry(broker):
 
 
 def send_back(phys, group="CG", delay=0, max_times=16):
-    return q(RequestCode.CONSUMER_SEND_MSG_BACK, offset=phys, group=group, delayLevel=delay,
-             originMsgId="", originTopic=TOPIC, unitMode="0", maxReconsumeTimes=max_times)
+    return q(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        offset=phys,
+        group=group,
+        delayLevel=delay,
+        originMsgId="",
+        originTopic=TOPIC,
+        unitMode="0",
+        maxReconsumeTimes=max_times,
+    )
 
 
 def test_send_back_goes_to_retry_then_dlq(broker):
@@ -97,4 +108,4 @@ def test_send_back_goes_to_retry_then_dlq(broker):
     assert m.properties["REAL_TOPIC"] == "%RETRY%CG" and m.properties["REAL_QID"] == "0"
     assert broker.call(send_back(m.physical_offset, max_times=1)).code == ResponseCode.SUCCESS
     assert broker.store.max_queue_offset("%DLQ%CG", 0) == 1
-    assert broker.call(send_back(10 ** 9)).code == ResponseCode.SYSTEM_ERROR
+    assert broker.call(send_back(10**9)).code == ResponseCode.SYSTEM_ERROR

@@ -2,6 +2,7 @@
 CONSUME_MESSAGE_DIRECTLY (309), INVOKE_BROKER_TO_RESET_OFFSET (222), INVOKE_BROKER_TO_GET_CONSUMER_STATUS
 (223). The consumer is a real RemotingProtocol on an in-memory transport and the broker's fake clock, so
 the 10 s and 5 s timeouts are the protocol's own."""
+
 import json
 
 import pytest
@@ -27,16 +28,26 @@ class Consumer:
     def __init__(self, broker: Broker, client_id: str, port: int, language="JAVA", version=409, group="CG"):
         self.broker = broker
         self.proto = RemotingProtocol(clock=broker.clock)
-        self.transport = StringTransport(hostAddress=IPv4Address("TCP", "127.0.0.1", 10911),
-                                         peerAddress=IPv4Address("TCP", "10.0.0.9", port))
+        self.transport = StringTransport(
+            hostAddress=IPv4Address("TCP", "127.0.0.1", 10911), peerAddress=IPv4Address("TCP", "10.0.0.9", port)
+        )
         self.proto.makeConnection(self.transport)
         self._decoder = FrameDecoder()
-        body = {"clientID": client_id, "consumerDataSet": [
-            {"groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-             "subscriptionDataSet": [{"topic": TOPIC, "subString": "*", "subVersion": 1}]}]}
-        hb = RemotingCommand.request(RequestCode.HEART_BEAT, body=json.dumps(body).encode(), language=language,
-                                     version=version)
+        body = {
+            "clientID": client_id,
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                    "subscriptionDataSet": [{"topic": TOPIC, "subString": "*", "subVersion": 1}],
+                }
+            ],
+        }
+        hb = RemotingCommand.request(
+            RequestCode.HEART_BEAT, body=json.dumps(body).encode(), language=language, version=version
+        )
         assert broker.call(hb, self.proto.context).code == ResponseCode.SUCCESS
 
     def received(self, code=None) -> list[RemotingCommand]:
@@ -64,8 +75,12 @@ def result(d):
 
 
 def running_info(b, client_id="ip@1", group="CG"):
-    return b.call(admin(RequestCode.GET_CONSUMER_RUNNING_INFO,
-                        {"consumerGroup": group, "clientId": client_id, "jstackEnable": False}))
+    return b.call(
+        admin(
+            RequestCode.GET_CONSUMER_RUNNING_INFO,
+            {"consumerGroup": group, "clientId": client_id, "jstackEnable": False},
+        )
+    )
 
 
 @pytest.fixture
@@ -93,8 +108,10 @@ def test_running_info_refusals_timeout_and_lost_connection(broker):
     assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "The Consumer <CG> <ghost> not online")
     Consumer(broker, "old@1", 5002, version=61)
     r = running_info(broker, "old@1")
-    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "The Consumer <old@1> Version <V3_1_7> too low to finish, "
-                                                             "please upgrade it to V3_1_8_SNAPSHOT")
+    assert (r.code, r.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "The Consumer <old@1> Version <V3_1_7> too low to finish, please upgrade it to V3_1_8_SNAPSHOT",
+    )
     silent = Consumer(broker, "ip@1", 5003)
     d = running_info(broker)
     broker.clock.advance(9.9)
@@ -116,8 +133,9 @@ def test_consume_message_directly_sends_the_stored_record_and_this_brokers_name(
     assert put.code == ResponseCode.SUCCESS
     msg_id = put.ext_fields["msgId"]
     c = Consumer(broker, "ip@1", 5004)
-    d = broker.call(admin(RequestCode.CONSUME_MESSAGE_DIRECTLY,
-                          {"consumerGroup": "CG", "clientId": "ip@1", "msgId": msg_id}))
+    d = broker.call(
+        admin(RequestCode.CONSUME_MESSAGE_DIRECTLY, {"consumerGroup": "CG", "clientId": "ip@1", "msgId": msg_id})
+    )
     [asked] = c.received(RequestCode.CONSUME_MESSAGE_DIRECTLY)
     assert asked.ext_fields == {"consumerGroup": "CG", "clientId": "ip@1", "msgId": msg_id, "brokerName": "broker-a"}
     scanned = record.scan(asked.body, 0)
@@ -126,11 +144,16 @@ def test_consume_message_directly_sends_the_stored_record_and_this_brokers_name(
     c.reply(asked, body=b'{"consumeResult":"CR_SUCCESS","order":false,"autoCommit":true,"spentTimeMills":3}')
     assert json.loads(result(d).body)["consumeResult"] == "CR_SUCCESS"
     # an id that names nothing, or is not an offsetMsgId
-    gone = broker.call(admin(RequestCode.CONSUME_MESSAGE_DIRECTLY,
-                             {"consumerGroup": "CG", "clientId": "ip@1", "msgId": "7F00000100002A9F0000000000FFFFFF"}))
+    gone = broker.call(
+        admin(
+            RequestCode.CONSUME_MESSAGE_DIRECTLY,
+            {"consumerGroup": "CG", "clientId": "ip@1", "msgId": "7F00000100002A9F0000000000FFFFFF"},
+        )
+    )
     assert gone.code == ResponseCode.SYSTEM_ERROR and "no message stored here" in gone.remark
-    bad = broker.call(admin(RequestCode.CONSUME_MESSAGE_DIRECTLY,
-                            {"consumerGroup": "CG", "clientId": "ip@1", "msgId": "zz"}))
+    bad = broker.call(
+        admin(RequestCode.CONSUME_MESSAGE_DIRECTLY, {"consumerGroup": "CG", "clientId": "ip@1", "msgId": "zz"})
+    )
     assert bad.code == ResponseCode.SYSTEM_ERROR and "not an offsetMsgId" in bad.remark
     with pytest.raises(HeaderFieldError):
         broker.call(admin(RequestCode.CONSUME_MESSAGE_DIRECTLY, {"consumerGroup": "CG"}))
@@ -146,13 +169,20 @@ def store_times(broker, n):
 
 
 def reset(broker, timestamp, force=True, language="JAVA", group="CG"):
-    return broker.call(admin(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                             {"topic": TOPIC, "group": group, "timestamp": timestamp, "isForce": force}, language))
+    return broker.call(
+        admin(
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+            {"topic": TOPIC, "group": group, "timestamp": timestamp, "isForce": force},
+            language,
+        )
+    )
 
 
 def commit(broker, queue_id, offset, group="CG"):
-    req = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET,
-                                  {"consumerGroup": group, "topic": TOPIC, "queueId": queue_id, "commitOffset": offset})
+    req = RemotingCommand.request(
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": group, "topic": TOPIC, "queueId": queue_id, "commitOffset": offset},
+    )
     assert broker.call(req).code == ResponseCode.SUCCESS
 
 
@@ -173,8 +203,12 @@ def test_reset_offset_by_time_tells_every_client_in_its_own_form(broker):
         assert sent.flag & FLAG_ONEWAY
         assert sent.ext_fields == {"topic": TOPIC, "group": "CG", "timestamp": str(times[2]), "isForce": "false"}
     assert object_keys.loads(to_java.body) == {"offsetTable": expected}
-    assert json.loads(to_cpp.body) == {"offsetTable": [
-        {"brokerName": "broker-a", "offset": 2 if q == 0 else 0, "queueId": q, "topic": TOPIC} for q in range(queues)]}
+    assert json.loads(to_cpp.body) == {
+        "offsetTable": [
+            {"brokerName": "broker-a", "offset": 2 if q == 0 else 0, "queueId": q, "topic": TOPIC}
+            for q in range(queues)
+        ]
+    }
     # as 4.9: the broker's committed offsets are the clients' to change
     assert broker.server.offsets.query("CG", TOPIC, 0) == 5
 
@@ -195,22 +229,29 @@ def test_reset_offset_without_force_never_moves_forward_and_minus_one_is_the_end
 
 
 def test_reset_offset_refusals_as_4_9(broker):
-    r = broker.call(admin(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                          {"topic": "NoSuchTopic", "group": "CG", "timestamp": 0, "isForce": True}))
-    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR,
-                                  "[reset-offset] reset offset failed, no topic in this broker. topic=NoSuchTopic")
+    r = broker.call(
+        admin(
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+            {"topic": "NoSuchTopic", "group": "CG", "timestamp": 0, "isForce": True},
+        )
+    )
+    assert (r.code, r.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "[reset-offset] reset offset failed, no topic in this broker. topic=NoSuchTopic",
+    )
     store_times(broker, 1)
     r = reset(broker, 0)
     assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "THe consumer group <CG> not exist")
     for q in range(broker.server.topics.get(TOPIC).write_queue_nums):
         commit(broker, q, 0)
     r = reset(broker, 7)
-    assert (r.code, r.remark) == (ResponseCode.CONSUMER_NOT_ONLINE,
-                                  "Consumer not online, so can not reset offset, Group: CG Topic: TopicTest Timestamp: 7")
+    assert (r.code, r.remark) == (
+        ResponseCode.CONSUMER_NOT_ONLINE,
+        "Consumer not online, so can not reset offset, Group: CG Topic: TopicTest Timestamp: 7",
+    )
     Consumer(broker, "old@1", 5008, version=27)
     r = reset(broker, 7)
-    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR,
-                                  "the client does not support this feature. version=V3_0_6")
+    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "the client does not support this feature. version=V3_0_6")
     with pytest.raises(HeaderFieldError):
         broker.call(admin(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {"topic": TOPIC, "group": "CG"}))
 
@@ -222,8 +263,19 @@ def test_consumer_status_asks_every_client_side_by_side_and_skips_the_silent(bro
     d = broker.call(admin(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, {"topic": TOPIC, "group": "CG"}))
     [qa], [qb], [qc] = (x.received(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT) for x in (a, b, c))
     assert qa.ext_fields == {"topic": TOPIC, "group": "CG"}
-    a.reply(qa, body=object_keys.dumps({"messageQueueTable": object_keys.ObjectKeyed(
-        [(object_keys.message_queue(TOPIC, "broker-a", 0), 12), (object_keys.message_queue(TOPIC, "broker-a", 1), 3)])}))
+    a.reply(
+        qa,
+        body=object_keys.dumps(
+            {
+                "messageQueueTable": object_keys.ObjectKeyed(
+                    [
+                        (object_keys.message_queue(TOPIC, "broker-a", 0), 12),
+                        (object_keys.message_queue(TOPIC, "broker-a", 1), 3),
+                    ]
+                )
+            }
+        ),
+    )
     b.reply(qb, code=ResponseCode.SYSTEM_ERROR, remark="no")
     assert not d.called  # c is silent
     broker.clock.advance(5.1)
@@ -231,8 +283,9 @@ def test_consumer_status_asks_every_client_side_by_side_and_skips_the_silent(bro
     assert r.code == ResponseCode.SUCCESS
     assert object_keys.loads(r.body) == {"consumerTable": {"c@0": {MQ(0): 12, MQ(1): 3}}, "messageQueueTable": {}}
     # clientAddr names one client: only it is asked
-    d = broker.call(admin(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
-                          {"topic": TOPIC, "group": "CG", "clientAddr": "c@1"}))
+    d = broker.call(
+        admin(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, {"topic": TOPIC, "group": "CG", "clientAddr": "c@1"})
+    )
     assert [len(x.received(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT)) for x in (a, b, c)] == [0, 1, 0]
     b.proto.connectionLost(None)
     assert object_keys.loads(result(d).body) == {"consumerTable": {}, "messageQueueTable": {}}

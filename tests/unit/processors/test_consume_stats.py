@@ -1,5 +1,6 @@
 """GET_CONSUME_STATS, GET_BROKER_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO, QUERY_CONSUME_TIME_SPAN,
 QUERY_CONSUME_QUEUE and CLONE_GROUP_OFFSET, as 4.9.8 answers them."""
+
 from __future__ import annotations
 
 import json
@@ -39,9 +40,18 @@ def mq(topic, queue_id):
 
 
 def heartbeat(broker, group, topic, ctx=None):
-    hb = {"clientID": "c1", "consumerDataSet": [{"groupName": group, "consumeType": "CONSUME_PASSIVELY",
-          "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-          "subscriptionDataSet": [{"topic": topic, "subString": "*", "subVersion": 1}]}]}
+    hb = {
+        "clientID": "c1",
+        "consumerDataSet": [
+            {
+                "groupName": group,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": [{"topic": topic, "subString": "*", "subVersion": 1}],
+            }
+        ],
+    }
     broker.call(RemotingCommand.request(RequestCode.HEART_BEAT, body=json.dumps(hb).encode()), ctx or FakeContext())
 
 
@@ -84,7 +94,9 @@ def test_broker_consume_stats(broker):
     by_group = {g: stats for entry in body["consumeStatsList"] for g, stats in entry.items()}
     assert "TOOLS_CONSUMER" in by_group and by_group["TOOLS_CONSUMER"] == []
     assert [sorted(s["offsetTable"]) for s in by_group["CG"]] == [
-        sorted([mq("%RETRY%CG", 0)]), sorted(mq(TOPIC, q) for q in range(4))]
+        sorted([mq("%RETRY%CG", 0)]),
+        sorted(mq(TOPIC, q) for q in range(4)),
+    ]
     r = broker.call(req(RequestCode.GET_BROKER_CONSUME_STATS, isOrder="true"))
     assert object_keys.loads(r.body)["totalDiff"] == 0  # no orderly topic
 
@@ -100,9 +112,13 @@ def test_consume_time_span(broker):
     spans = json.loads(r.body)["consumeTimeSpanSet"]
     assert len(spans) == 4
     t0, t1, t2 = (queries.queue_store_time(broker.store, TOPIC, 0, i) for i in range(3))
-    assert spans[0] == {"messageQueue": {"brokerName": "broker-a", "queueId": 0, "topic": TOPIC},
-                        "minTimeStamp": t0, "maxTimeStamp": t2, "consumeTimeStamp": t0,
-                        "delayTime": NOW_S * 1000 - t1}
+    assert spans[0] == {
+        "messageQueue": {"brokerName": "broker-a", "queueId": 0, "topic": TOPIC},
+        "minTimeStamp": t0,
+        "maxTimeStamp": t2,
+        "consumeTimeStamp": t0,
+        "delayTime": NOW_S * 1000 - t1,
+    }
     # an empty queue without an offset: 4.9 computes now - getMessageStoreTimeStamp(-1) = now - (-1)
     assert spans[1]["minTimeStamp"] == -1 and spans[1]["delayTime"] == NOW_S * 1000 + 1
     r = broker.call(req(RequestCode.QUERY_CONSUME_TIME_SPAN, topic="Nope", group="CG"))
@@ -110,13 +126,13 @@ def test_consume_time_span(broker):
 
 
 def test_query_consume_queue(broker):
-    r = broker.call(req(RequestCode.QUERY_CONSUME_QUEUE, topic=TOPIC, queueId=0, index=1, count=5,
-                        consumerGroup="CG"))
+    r = broker.call(req(RequestCode.QUERY_CONSUME_QUEUE, topic=TOPIC, queueId=0, index=1, count=5, consumerGroup="CG"))
     body = json.loads(r.body)
     assert (body["minQueueIndex"], body["maxQueueIndex"], body["filterData"]) == (0, 3, "CG@TopicTest is not online!")
     units = [broker.store.queues[(TOPIC, 0)].get(i) for i in (1, 2)]
-    assert body["queueData"] == [{"eval": False, "physicOffset": p, "physicSize": s, "tagsCode": t}
-                                 for p, s, t in units]
+    assert body["queueData"] == [
+        {"eval": False, "physicOffset": p, "physicSize": s, "tagsCode": t} for p, s, t in units
+    ]
     r = broker.call(req(RequestCode.QUERY_CONSUME_QUEUE, topic=TOPIC, queueId=0, index=7, count=1))
     assert (r.code, r.remark, r.body) == (ResponseCode.SUCCESS, "Index 7 of 0@TopicTest is not exist!", b"")
     r = broker.call(req(RequestCode.QUERY_CONSUME_QUEUE, topic=TOPIC, queueId=9, index=0, count=1))
@@ -124,8 +140,7 @@ def test_query_consume_queue(broker):
 
 
 def test_clone_group_offset(broker):
-    r = broker.call(req(RequestCode.CLONE_GROUP_OFFSET, srcGroup="CG", destGroup="COPY", topic=TOPIC,
-                        offline="false"))
+    r = broker.call(req(RequestCode.CLONE_GROUP_OFFSET, srcGroup="CG", destGroup="COPY", topic=TOPIC, offline="false"))
     assert r.code == ResponseCode.SUCCESS
     assert broker.server.offsets.query("COPY", TOPIC, 0) == 1
     assert broker.server.offsets.query("COPY", "%RETRY%CG", 0) == -1

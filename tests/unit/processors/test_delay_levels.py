@@ -1,5 +1,6 @@
 """Delay levels (ScheduleMessageService) on a fake clock: where a delayed message is stored, when it
 is delivered, what it looks like then, and what a slave holds (issue 13)."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ def broker(tmp_path):
 
 
 def delayed(level, body=b"later", **kw) -> RemotingCommand:
-    return send_v1(body=body, queue_id=1, properties=props(TAGS="tagA", KEYS="k1", UNIQ_KEY="U1",
-                                                            DELAY=str(level)), **kw)
+    return send_v1(
+        body=body, queue_id=1, properties=props(TAGS="tagA", KEYS="k1", UNIQ_KEY="U1", DELAY=str(level)), **kw
+    )
 
 
 def in_topic(b, topic=TOPIC, queue=1) -> list[record.Message]:
@@ -145,6 +147,7 @@ def test_recovery_rebuilds_deliver_times(tmp_path):
     b.stop()
     # Lose the consume queues: recovery rebuilds them from the commit log, deliver times included.
     import shutil
+
     shutil.rmtree(tmp_path / "m" / "consumequeue")
     b2 = Broker(tmp_path / "m")
     try:
@@ -170,8 +173,9 @@ def test_pure_rules_match_the_reference():
     to_schedule_topic(msg, LEVELS)
     assert (msg.topic, msg.queue_id) == (SCHEDULE, 3)
     assert msg.properties == {"DELAY": "4", "REAL_TOPIC": TOPIC, "REAL_QID": "3"}
-    prepared = record.Message(topic=TOPIC, body=b"", queue_id=0, sys_flag=record.TRANSACTION_PREPARED,
-                              properties={"DELAY": "4"})
+    prepared = record.Message(
+        topic=TOPIC, body=b"", queue_id=0, sys_flag=record.TRANSACTION_PREPARED, properties={"DELAY": "4"}
+    )
     to_schedule_topic(prepared, LEVELS)
     assert prepared.topic == TOPIC  # half messages are not delayed
     assert deliver_time(LEVELS, "4", 1000) == 31000 and deliver_time(LEVELS, "0", 1000) is None

@@ -1,5 +1,6 @@
 """Hostile requests through the whole remoting path (frame -> protocol -> processor -> reply) of an
 in-process broker: each test is one finding of issue 11, and failed before its fix."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,9 @@ class Wire:
 
     def __init__(self, broker: Broker):
         self.broker = broker
-        self.transport = StringTransport(hostAddress=IPv4Address("TCP", "127.0.0.1", 10911),
-                                         peerAddress=IPv4Address("TCP", "10.9.9.9", 50000))
+        self.transport = StringTransport(
+            hostAddress=IPv4Address("TCP", "127.0.0.1", 10911), peerAddress=IPv4Address("TCP", "10.9.9.9", 50000)
+        )
         self.proto = broker.server.factory.buildProtocol(None)
         self.proto.makeConnection(self.transport)
         self._decoder = FrameDecoder()
@@ -49,8 +51,10 @@ class Wire:
     def json_request(self, code: int, ext_json: str, body: bytes = b"") -> RemotingCommand:
         """A JSON-header request whose extFields are given as JSON text (escapes kept verbatim)."""
         self._opaque += 1
-        header = ('{"code":%d,"flag":0,"language":"JAVA","opaque":%d,"version":409,"extFields":%s}'
-                  % (code, self._opaque, ext_json)).encode()
+        header = (
+            '{"code":%d,"flag":0,"language":"JAVA","opaque":%d,"version":409,"extFields":%s}'
+            % (code, self._opaque, ext_json)
+        ).encode()
         frame = struct.pack(">II", 4 + len(header) + len(body), len(header)) + header + body
         [reply] = [c for c in self.raw(frame) if c.is_response]
         assert reply.opaque == self._opaque
@@ -72,9 +76,11 @@ def broker(tmp_path):
 
 def heartbeat_body(group: str) -> bytes:
     # group is JSON text inside quotes, so escapes such as \ud800 reach the broker as escapes
-    return ('{"clientID":"c1","producerDataSet":[],"consumerDataSet":[{"groupName":"%s","consumeType":1,'
-            '"messageModel":1,"consumeFromWhere":0,"subscriptionDataSet":[{"topic":"%s","subString":"*"}]}]}'
-            % (group, TOPIC)).encode()
+    return (
+        '{"clientID":"c1","producerDataSet":[],"consumerDataSet":[{"groupName":"%s","consumeType":1,'
+        '"messageModel":1,"consumeFromWhere":0,"subscriptionDataSet":[{"topic":"%s","subString":"*"}]}]}'
+        % (group, TOPIC)
+    ).encode()
 
 
 def files_under(path) -> set[str]:
@@ -82,6 +88,7 @@ def files_under(path) -> set[str]:
 
 
 # ---- 1. poisoned names ----------------------------------------------------------------------------
+
 
 def test_lone_surrogate_group_in_heartbeat_is_refused_and_poisons_nothing(broker):
     w = Wire(broker)
@@ -99,8 +106,10 @@ def test_lone_surrogate_group_in_offset_commit_is_refused_and_flush_keeps_workin
     ext = '{"consumerGroup":"G%s","topic":"%s","queueId":"0","commitOffset":"5"}' % (LONE, TOPIC)
     r = w.json_request(RequestCode.UPDATE_CONSUMER_OFFSET, ext)
     assert r.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in r.remark
-    ok = w.json_request(RequestCode.UPDATE_CONSUMER_OFFSET,
-                        '{"consumerGroup":"CG","topic":"%s","queueId":"0","commitOffset":"5"}' % TOPIC)
+    ok = w.json_request(
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        '{"consumerGroup":"CG","topic":"%s","queueId":"0","commitOffset":"5"}' % TOPIC,
+    )
     assert ok.code == ResponseCode.SUCCESS
     broker.server.offsets.persist_if_dirty()
     with open(broker.server.offsets.path) as fh:
@@ -110,10 +119,21 @@ def test_lone_surrogate_group_in_offset_commit_is_refused_and_flush_keeps_workin
 @pytest.mark.parametrize("code", [RequestCode.SEND_MESSAGE, RequestCode.PULL_MESSAGE])
 def test_lone_surrogate_topic_gets_a_reply(broker, code):
     w = Wire(broker)
-    ext = {"producerGroup": "PG", "consumerGroup": "CG", "queueId": "0", "queueOffset": "0",
-           "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": "", "maxMsgNums": "1",
-           "commitOffset": "0", "suspendTimeoutMillis": "0", "defaultTopic": "TBW102",
-           "defaultTopicQueueNums": "4"}
+    ext = {
+        "producerGroup": "PG",
+        "consumerGroup": "CG",
+        "queueId": "0",
+        "queueOffset": "0",
+        "sysFlag": "0",
+        "bornTimestamp": "0",
+        "flag": "0",
+        "properties": "",
+        "maxMsgNums": "1",
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "0",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+    }
     text = json.dumps(ext)[:-1] + ',"topic":"X%s"}' % LONE
     r = w.json_request(code, text)
     assert r.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in r.remark
@@ -122,7 +142,7 @@ def test_lone_surrogate_topic_gets_a_reply(broker, code):
 def test_surrogates_in_header_values_become_question_marks_as_java_writes_them():
     header = b'{"code":10,"opaque":1,"flag":0,"extFields":{"k":"a\\ud800b","ok":"\\ud83d\\ude00"},"remark":"\\udfff"}'
     cmd = codec.decode_frame(struct.pack(">I", len(header)) + header)
-    assert cmd.ext_fields == {"k": "a?b", "ok": "\U0001F600"}  # a valid pair is kept
+    assert cmd.ext_fields == {"k": "a?b", "ok": "\U0001f600"}  # a valid pair is kept
     assert cmd.remark == "?"
     cmd.ext_fields["raw"] = "\udc80"  # whatever a processor builds, encode never fails
     assert codec.decode(encode(cmd)).ext_fields["raw"] == "?"
@@ -130,15 +150,25 @@ def test_surrogates_in_header_values_become_question_marks_as_java_writes_them()
 
 # ---- 2. path traversal ----------------------------------------------------------------------------
 
+
 def test_send_back_with_traversal_group_is_refused_and_creates_no_file(broker, tmp_path):
     w = Wire(broker)
     sent = w.request(send_v1())
     assert sent.code == ResponseCode.SUCCESS
     phys = record.parse_offset_msg_id(sent.ext_fields["msgId"])[1]
     before = files_under(tmp_path)
-    back = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-        "group": "hostile/../../../x", "offset": phys, "delayLevel": 0, "originMsgId": "", "originTopic": TOPIC,
-        "unitMode": "false", "maxReconsumeTimes": 16})
+    back = RemotingCommand.request(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {
+            "group": "hostile/../../../x",
+            "offset": phys,
+            "delayLevel": 0,
+            "originMsgId": "",
+            "originTopic": TOPIC,
+            "unitMode": "false",
+            "maxReconsumeTimes": 16,
+        },
+    )
     r = w.request(back)
     assert r.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in r.remark
     assert files_under(tmp_path) == before
@@ -192,6 +222,7 @@ def test_replicated_record_with_a_bad_topic_is_stored_but_gets_no_queue(tmp_path
 
 # ---- 3. unbounded work ----------------------------------------------------------------------------
 
+
 def test_a_batch_over_max_message_size_is_refused_before_it_is_parsed(broker):
     w = Wire(broker)
     body = batch_body([(b"", {})] * 200_000)  # 4.4 MB of empty items
@@ -205,8 +236,9 @@ def test_a_batch_with_more_items_than_allowed_is_refused_and_stores_nothing(tmp_
     b = Broker(tmp_path / "s", maxBatchMessages=100)
     try:
         w = Wire(b)
-        cmd = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, send_v1().ext_fields,
-                                      body=batch_body([(b"m", {})] * 101))
+        cmd = RemotingCommand.request(
+            RequestCode.SEND_BATCH_MESSAGE, send_v1().ext_fields, body=batch_body([(b"m", {})] * 101)
+        )
         r = w.request(cmd)
         assert r.code == ResponseCode.MESSAGE_ILLEGAL and "maxBatchMessages=100" in r.remark
         assert b.store.max_offset == 0
@@ -244,6 +276,7 @@ def test_huge_numbers_in_header_fields_are_malformed_frames(broker):
 
 
 # ---- 4. memory and connections ----------------------------------------------------------------------
+
 
 def test_decoder_keeps_no_memory_after_a_large_frame():
     d = FrameDecoder()
@@ -289,8 +322,7 @@ def test_connections_beyond_the_limit_are_refused(tmp_path):
 
 def test_a_peer_that_does_not_read_its_replies_stops_being_read(broker):
     w = Wire(broker)
-    frames = b"".join(encode(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, opaque=i))
-                      for i in range(10))
+    frames = b"".join(encode(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, opaque=i)) for i in range(10))
     w.proto.pauseProducing = _record_pause(w.proto)  # what the transport does past its high-water mark
     w.proto.dataReceived(frames)
     assert len(w.replies()) == 1 and w.transport.producerState == "paused"
@@ -333,6 +365,7 @@ def test_held_pulls_are_bounded_and_one_close_hook_per_connection(tmp_path):
 
 # ---- 5. errors and logs ---------------------------------------------------------------------------
 
+
 def test_unsupported_codes_are_logged_once_per_code(broker, caplog):
     w = Wire(broker)
     with caplog.at_level(logging.INFO, logger="rmqha.broker.remoting.protocol"):
@@ -346,8 +379,10 @@ def test_client_mistakes_are_one_warning_line_without_traceback_and_rate_limited
     w = Wire(broker)
     with caplog.at_level(logging.INFO):
         for _ in range(100):
-            r = w.json_request(RequestCode.UPDATE_CONSUMER_OFFSET,
-                               '{"consumerGroup":"CG","topic":"T","queueId":"abc","commitOffset":"1"}')
+            r = w.json_request(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                '{"consumerGroup":"CG","topic":"T","queueId":"abc","commitOffset":"1"}',
+            )
             assert r.code == ResponseCode.SYSTEM_ERROR
     assert r.remark == "the custom field <queueId> is not a number: 'abc'"
     refused = [x for x in caplog.records if "refused" in x.getMessage()]
@@ -391,8 +426,10 @@ def test_topic_count_and_queue_numbers_are_bounded(tmp_path):
         assert codes.count(ResponseCode.SUCCESS) == 20 - n and len(b.server.topics.table) == 20
         r = w.request(send_v1(topic="T29"))
         assert r.code == ResponseCode.SYSTEM_ERROR and "maxTopicCount=20" in r.remark
-        create = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": "T0", "readQueueNums": 100000, "writeQueueNums": 100000, "perm": 6})
+        create = RemotingCommand.request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": "T0", "readQueueNums": 100000, "writeQueueNums": 100000, "perm": 6},
+        )
         r = w.request(create)
         assert r.code == ResponseCode.SYSTEM_ERROR and "0..1024" in r.remark
         assert b.server.topics.get("T0").write_queue_nums != 100000

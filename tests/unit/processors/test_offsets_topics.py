@@ -12,13 +12,16 @@ from .harness import TOPIC, Broker, send_v1
 
 
 def update_offset(group, topic, qid, offset):
-    return RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
-        "consumerGroup": group, "topic": topic, "queueId": qid, "commitOffset": offset})
+    return RemotingCommand.request(
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": group, "topic": topic, "queueId": qid, "commitOffset": offset},
+    )
 
 
 def query_offset(group, topic, qid):
-    return RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
-        "consumerGroup": group, "topic": topic, "queueId": qid})
+    return RemotingCommand.request(
+        RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": qid}
+    )
 
 
 def test_offsets_update_query_and_survive_a_restart(tmp_path):
@@ -89,9 +92,18 @@ def test_topics_auto_created_are_persisted_and_reloaded(tmp_path):
 def test_update_and_create_topic(tmp_path):
     b = Broker(tmp_path / "a")
     try:
-        req = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": "Made", "defaultTopic": "TBW102", "readQueueNums": 2, "writeQueueNums": 3, "perm": 6,
-            "topicFilterType": "\x00", "order": "0"})
+        req = RemotingCommand.request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": "Made",
+                "defaultTopic": "TBW102",
+                "readQueueNums": 2,
+                "writeQueueNums": 3,
+                "perm": 6,
+                "topicFilterType": "\x00",
+                "order": "0",
+            },
+        )
         assert b.call(req).code == ResponseCode.SUCCESS
         tc = b.server.topics.get("Made")
         assert (tc.read_queue_nums, tc.write_queue_nums, tc.topic_filter_type) == (2, 3, "SINGLE_TAG")
@@ -104,8 +116,12 @@ def test_update_and_create_topic(tmp_path):
 
 
 def test_heartbeat_creates_retry_topic_on_master_only(tmp_path):
-    hb = {"clientID": "c1", "consumerDataSet": [{"groupName": "CG", "consumeType": 1, "messageModel": 1,
-                                                 "consumeFromWhere": 0, "subscriptionDataSet": []}]}
+    hb = {
+        "clientID": "c1",
+        "consumerDataSet": [
+            {"groupName": "CG", "consumeType": 1, "messageModel": 1, "consumeFromWhere": 0, "subscriptionDataSet": []}
+        ],
+    }
     req = RemotingCommand.request(RequestCode.HEART_BEAT, body=json.dumps(hb).encode())
     b = Broker(tmp_path / "a")
     s = Broker(tmp_path / "s", brokerRole="SLAVE")
@@ -122,6 +138,7 @@ def test_heartbeat_creates_retry_topic_on_master_only(tmp_path):
 
 def test_corrupt_topics_file_refuses_to_start(tmp_path):
     from rmqha.broker.store.mapped_file import StoreError
+
     os.makedirs(tmp_path / "a" / "config")
     (tmp_path / "a" / "config" / "topics.json").write_text("{not json")
     with pytest.raises(StoreError, match="topics.json"):
@@ -129,12 +146,27 @@ def test_corrupt_topics_file_refuses_to_start(tmp_path):
 
 
 def _create(b, topic):
-    return b.call(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6, "topicFilterType": "SINGLE_TAG"}))
+    return b.call(
+        RemotingCommand.request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6, "topicFilterType": "SINGLE_TAG"},
+        )
+    )
 
 
-@pytest.mark.parametrize("topic", ["TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
-                                   "rmq_sys_anything", "DefaultCluster", "broker-a", "SELF_TEST_TOPIC"])
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "rmq_sys_anything",
+        "DefaultCluster",
+        "broker-a",
+        "SELF_TEST_TOPIC",
+    ],
+)
 def test_system_topics_cannot_be_created_or_redefined(tmp_path, topic):
     b = Broker(tmp_path / "b")
     try:

@@ -1,5 +1,6 @@
 """Each planted bug (rmqha/broker/planted.py) does what it says and nothing without plantBug; the audit-side
 proof that each is caught is tests/integration/test_planted_bugs.py."""
+
 import pytest
 
 from rmqha.broker import planted
@@ -13,8 +14,10 @@ from .test_send import stored
 def test_unknown_bugs_are_a_config_error_naming_the_known_ones(tmp_path):
     with pytest.raises(ConfigError, match="unknown planted bug.*nope.*known: ack-before-replication"):
         make_config(tmp_path, plantBug="skip-flush,nope")
-    assert make_config(tmp_path, plantBug=" skip-flush , duplicate-store").planted_bugs == \
-        {"skip-flush", "duplicate-store"}
+    assert make_config(tmp_path, plantBug=" skip-flush , duplicate-store").planted_bugs == {
+        "skip-flush",
+        "duplicate-store",
+    }
     assert make_config(tmp_path).planted_bugs == frozenset()
 
 
@@ -95,8 +98,11 @@ def test_lose_tail_on_restart_forks_a_master_without_a_power_loss(tmp_path):
 
 
 def _records(b):
-    return [info for _at, kind, _size, info, _r in b.store.commitlog.walk(0, b.store.max_offset, full=True)
-            if kind == "message"]
+    return [
+        info
+        for _at, kind, _size, info, _r in b.store.commitlog.walk(0, b.store.max_offset, full=True)
+        if kind == "message"
+    ]
 
 
 def test_skip_queue_entry_stores_every_message_and_queues_48_of_50(tmp_path):

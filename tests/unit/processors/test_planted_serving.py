@@ -1,6 +1,7 @@
 """The planted bugs of the serving path (rmqha/broker/planted.py: reorder-pull, duplicate-pull, phantom-pull,
 offset-regression) do what they say in PULL_MESSAGE answers and the offset table, store nothing wrong, and
 do nothing without plantBug. tests/integration/test_planted_delivery.py shows the audit catches each."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,9 @@ from .harness import TOPIC, Broker, decode_records, props, pull, send_v1
 
 def send(b, n, start=0, queue_id=0):
     for i in range(start, start + n):
-        r = b.call(send_v1(queue_id=queue_id, body=f"m{i}".encode(),
-                           properties=props(KEYS=f"k{i}", UNIQ_KEY=f"U{i:04d}")))
+        r = b.call(
+            send_v1(queue_id=queue_id, body=f"m{i}".encode(), properties=props(KEYS=f"k{i}", UNIQ_KEY=f"U{i:04d}"))
+        )
         assert r.code == ResponseCode.SUCCESS
     b.clock.advance(0)
 
@@ -25,8 +27,10 @@ def served(b, offset, max_msgs=32):
     resp = b.call(pull(offset=offset, max_msgs=max_msgs, sys_flag=0x4))
     if not isinstance(resp, RemotingCommand) or resp.code != ResponseCode.SUCCESS:
         return [], resp
-    return ([(m.queue_offset, m.body.decode()) for m in decode_records(resp.body)],
-            int(resp.ext_fields["nextBeginOffset"]))
+    return (
+        [(m.queue_offset, m.body.decode()) for m in decode_records(resp.body)],
+        int(resp.ext_fields["nextBeginOffset"]),
+    )
 
 
 @pytest.fixture
@@ -37,6 +41,7 @@ def make(tmp_path):
         b = Broker(tmp_path / f"b{len(made)}", **({"plantBug": bugs} if bugs else {}))
         made.append(b)
         return b
+
     yield _make
     for b in made:
         b.stop()
@@ -58,19 +63,20 @@ def test_reorder_swaps_n_and_n_plus_1_with_their_offsets(make):
     # 9 and 19 (n % 10 == 9) swap places with 10 and 20, and take each other's queue offset: a client that
     # sorts by queue offset still hands m10 before m9
     order = [int(body[1:]) for _o, body in got]
-    assert order == [*range(9), 10, 9, *range(11, 19), 20, 19, *range(21, 25)][:len(order)]
+    assert order == [*range(9), 10, 9, *range(11, 19), 20, 19, *range(21, 25)][: len(order)]
     assert [o for o, _ in got] == list(range(len(got))) and nxt == len(got)
     # the store is untouched
-    assert [m.body for m in decode_records(b"".join(b.store.get_messages(TOPIC, 0, 0, 32).records))] == \
-        [f"m{i}".encode() for i in range(25)]
+    assert [m.body for m in decode_records(b"".join(b.store.get_messages(TOPIC, 0, 0, 32).records))] == [
+        f"m{i}".encode() for i in range(25)
+    ]
 
 
 def test_reorder_holds_a_fresh_n_back_until_n_plus_1_is_stored(make):
     b = make("reorder-pull")
-    send(b, 10)                         # offsets 0..9; 9 has no 10 yet
+    send(b, 10)  # offsets 0..9; 9 has no 10 yet
     got, nxt = served(b, 0)
     assert [o for o, _ in got] == list(range(9)) and nxt == 9
-    resp = b.call(pull(offset=9, sys_flag=0x2 | 0x4))   # suspend: held until offset 10 is stored
+    resp = b.call(pull(offset=9, sys_flag=0x2 | 0x4))  # suspend: held until offset 10 is stored
     assert not isinstance(resp, RemotingCommand)
     out = []
     resp.addCallback(out.append)
@@ -127,8 +133,12 @@ def test_phantom_only_in_front_of_a_fresh_message(make):
 
 
 def update_offset(b, offset, queue_id=0, group="CG"):
-    return b.call(RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
-        "consumerGroup": group, "topic": TOPIC, "queueId": queue_id, "commitOffset": offset}))
+    return b.call(
+        RemotingCommand.request(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": group, "topic": TOPIC, "queueId": queue_id, "commitOffset": offset},
+        )
+    )
 
 
 def test_offset_regression_moves_a_committed_offset_back_once_and_holds_it(make):
@@ -136,13 +146,13 @@ def test_offset_regression_moves_a_committed_offset_back_once_and_holds_it(make)
     off = b.server.offsets
     update_offset(b, 30)
     update_offset(b, 45)
-    assert off.query("CG", TOPIC, 0) == 45          # not past 40 before this commit: stored as is
+    assert off.query("CG", TOPIC, 0) == 45  # not past 40 before this commit: stored as is
     update_offset(b, 50)
     assert off.query("CG", TOPIC, 0) == 45 - planted.REGRESS_BY
     update_offset(b, 55)
-    assert off.query("CG", TOPIC, 0) == 45 - planted.REGRESS_BY   # commits ignored while held
+    assert off.query("CG", TOPIC, 0) == 45 - planted.REGRESS_BY  # commits ignored while held
     b.clock.advance(planted.REGRESS_HOLD_S + 0.1)
     update_offset(b, 60)
     update_offset(b, 61)
-    assert off.query("CG", TOPIC, 0) == 61           # once per queue
-    update_offset(b, 50, group="%RETRY%CG")          # never a system topic's
+    assert off.query("CG", TOPIC, 0) == 61  # once per queue
+    update_offset(b, 50, group="%RETRY%CG")  # never a system topic's

@@ -17,8 +17,7 @@ def broker(tmp_path):
 
 def send(b, n=1, queue_id=0, tags="tagA", start=0):
     for i in range(start, start + n):
-        r = b.call(send_v1(queue_id=queue_id, body=f"m{i}".encode(),
-                           properties=props(TAGS=tags, UNIQ_KEY=f"U{i}")))
+        r = b.call(send_v1(queue_id=queue_id, body=f"m{i}".encode(), properties=props(TAGS=tags, UNIQ_KEY=f"U{i}")))
         assert r.code == ResponseCode.SUCCESS
 
 
@@ -146,6 +145,7 @@ def test_slave_long_poll_wakes_on_replicated_data(tmp_path):
     b = Broker(tmp_path / "s2", brokerRole="SLAVE")
     try:
         from rmqha.broker.namesrv.register_body import TopicConfig
+
         b.server.topics.update(TopicConfig(TOPIC, 4, 4))  # as slave sync would copy it
         d = b.call(pull(offset=0))
         got = []
@@ -164,8 +164,19 @@ def test_registered_subscription_used_without_subscription_flag(broker):
     import json
     from rmqha.broker.remoting.codes import RequestCode
     from rmqha.broker.remoting.command import RemotingCommand
-    hb = {"clientID": "c1", "consumerDataSet": [{"groupName": "G", "consumeType": 1, "messageModel": 1,
-          "consumeFromWhere": 0, "subscriptionDataSet": [{"topic": TOPIC, "subString": "tagB", "subVersion": 1}]}]}
+
+    hb = {
+        "clientID": "c1",
+        "consumerDataSet": [
+            {
+                "groupName": "G",
+                "consumeType": 1,
+                "messageModel": 1,
+                "consumeFromWhere": 0,
+                "subscriptionDataSet": [{"topic": TOPIC, "subString": "tagB", "subVersion": 1}],
+            }
+        ],
+    }
     broker.call(RemotingCommand.request(RequestCode.HEART_BEAT, body=json.dumps(hb).encode()))
     send(broker, 1, tags="tagA")
     send(broker, 1, tags="tagB", start=1)

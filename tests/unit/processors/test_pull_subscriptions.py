@@ -1,5 +1,6 @@
 """A pull without the SUBSCRIPTION bit is answered as 4.9.8's PullMessageProcessor does; and %DLQ% topics
 are created readable, as 4.9.8 creates them."""
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,18 @@ def broker(tmp_path):
 
 
 def heartbeat(broker, group, topic=TOPIC, model="CLUSTERING", sub_version=5):
-    hb = {"clientID": "c1", "consumerDataSet": [{"groupName": group, "consumeType": "CONSUME_PASSIVELY",
-          "messageModel": model, "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-          "subscriptionDataSet": [{"topic": topic, "subString": "*", "subVersion": sub_version}]}]}
+    hb = {
+        "clientID": "c1",
+        "consumerDataSet": [
+            {
+                "groupName": group,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": model,
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": [{"topic": topic, "subString": "*", "subVersion": sub_version}],
+            }
+        ],
+    }
     assert broker.call(RemotingCommand.request(RequestCode.HEART_BEAT, body=json.dumps(hb).encode())).code == 0
 
 
@@ -37,8 +47,11 @@ def plain_pull(group, sub_version=5):
 
 def test_no_heartbeat_no_subscription_flag_is_subscription_not_exist(broker):
     r = broker.call(plain_pull("NEVER_SEEN"))
-    assert (r.code, r.remark, r.body) == (ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                                          "the consumer's group info not exist" + FAQ, b"")
+    assert (r.code, r.remark, r.body) == (
+        ResponseCode.SUBSCRIPTION_NOT_EXIST,
+        "the consumer's group info not exist" + FAQ,
+        b"",
+    )
 
 
 def test_online_group_without_this_topic_is_subscription_not_exist(broker):
@@ -83,11 +96,21 @@ def test_dlq_is_created_readable_and_can_be_pulled(broker):
 
 def test_send_back_past_max_times_creates_a_readable_dlq(broker):
     from rmqha.broker.store import record
+
     r = broker.call(send_v1(body=b"fail me", properties=props(UNIQ_KEY="U7")))
     _host, phys = record.parse_offset_msg_id(r.ext_fields["msgId"])
-    back = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-        "offset": str(phys), "group": "SB", "delayLevel": "-1", "originMsgId": r.ext_fields["msgId"],
-        "originTopic": TOPIC, "unitMode": "false", "maxReconsumeTimes": "16"})
+    back = RemotingCommand.request(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {
+            "offset": str(phys),
+            "group": "SB",
+            "delayLevel": "-1",
+            "originMsgId": r.ext_fields["msgId"],
+            "originTopic": TOPIC,
+            "unitMode": "false",
+            "maxReconsumeTimes": "16",
+        },
+    )
     assert broker.call(back).code == ResponseCode.SUCCESS
     assert broker.server.topics.get("%DLQ%SB").perm == PERM_READ | PERM_WRITE
     r = broker.call(pull(topic="%DLQ%SB", group="DLQ_READER"))
@@ -96,20 +119,32 @@ def test_send_back_past_max_times_creates_a_readable_dlq(broker):
 
 def test_send_back_needs_the_group_and_old_clients_get_its_retry_max_times(tmp_path):
     from rmqha.broker.store import record
+
     b = Broker(tmp_path / "b", autoCreateSubscriptionGroup="false")
     try:
         r = b.call(send_v1(body=b"x", properties=props(UNIQ_KEY="U1")))
         _host, phys = record.parse_offset_msg_id(r.ext_fields["msgId"])
 
         def back(group, version):
-            req = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-                "offset": str(phys), "group": group, "delayLevel": "0", "originMsgId": "", "originTopic": TOPIC,
-                "maxReconsumeTimes": "16"}, version=version)
+            req = RemotingCommand.request(
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {
+                    "offset": str(phys),
+                    "group": group,
+                    "delayLevel": "0",
+                    "originMsgId": "",
+                    "originTopic": TOPIC,
+                    "maxReconsumeTimes": "16",
+                },
+                version=version,
+            )
             return b.call(req)
 
         r = back("UNKNOWN", 409)
-        assert (r.code, r.remark) == (ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                      "subscription group not exist, UNKNOWN " + FAQ)
+        assert (r.code, r.remark) == (
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            "subscription group not exist, UNKNOWN " + FAQ,
+        )
         body = json.dumps({"groupName": "ONCE", "retryMaxTimes": 0}).encode()
         b.call(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body))
         assert back("ONCE", 409).code == ResponseCode.SUCCESS  # header's 16: to %RETRY%ONCE via a delay

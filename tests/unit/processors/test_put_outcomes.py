@@ -1,5 +1,6 @@
 """BrokerController.put_message: how the flush and replication waits combine into one PutStatus,
 and how stop() and /status treat the disk flush. Fake clock, no sockets, no threads."""
+
 from __future__ import annotations
 
 import pytest
@@ -43,8 +44,9 @@ def make(tmp_path):
 
     def factory(run_in_thread=now_thread, **overrides):
         clock = MemoryReactorClock()
-        c = BrokerController(make_config(tmp_path / f"b{len(made)}", **overrides), clock, clock=clock,
-                             run_in_thread=run_in_thread)
+        c = BrokerController(
+            make_config(tmp_path / f"b{len(made)}", **overrides), clock, clock=clock, run_in_thread=run_in_thread
+        )
         c.start(listen=False)
         made.append(c)
         return c
@@ -91,16 +93,19 @@ def test_a_wait_answering_no_stored_outcome_counts_as_failed(make, stray):
     assert put(c).status is SLAVE
 
 
-@pytest.mark.parametrize("flush,ha,expected", [
-    (OK, OK, OK),
-    (DISK, OK, DISK),
-    (OK, SLAVE, SLAVE),
-    (DISK, SLAVE, SLAVE),  # RocketMQ 4.9: the replication failure wins over the flush failure
-    (DISK, NA, NA),
-    (BOOM, OK, DISK),
-    (OK, BOOM, SLAVE),
-    (BOOM, BOOM, SLAVE),
-])
+@pytest.mark.parametrize(
+    "flush,ha,expected",
+    [
+        (OK, OK, OK),
+        (DISK, OK, DISK),
+        (OK, SLAVE, SLAVE),
+        (DISK, SLAVE, SLAVE),  # RocketMQ 4.9: the replication failure wins over the flush failure
+        (DISK, NA, NA),
+        (BOOM, OK, DISK),
+        (OK, BOOM, SLAVE),
+        (BOOM, BOOM, SLAVE),
+    ],
+)
 def test_flush_and_replication_outcomes_combine(make, flush, ha, expected):
     c = make(brokerRole="SYNC_MASTER", flushDiskType="SYNC_FLUSH")
     c.flusher.wait = answer(flush)

@@ -1,5 +1,6 @@
 """QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33) through the broker's processors, on a master and on a
 slave fed replicated bytes (the reference's QueryMessageProcessor; rmqha/broker/processors/query_message.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,15 +27,25 @@ def broker(tmp_path):
 
 def send(b, i, keys, ts, topic=TOPIC):
     b.store.now_ms = lambda: ts
-    r = b.call(send_v1(topic=topic, body=f"body-{i}".encode(), queue_id=i % 4,
-                       properties=props(KEYS=keys, UNIQ_KEY=f"UNIQ{i:04d}", TAGS="t")))
+    r = b.call(
+        send_v1(
+            topic=topic,
+            body=f"body-{i}".encode(),
+            queue_id=i % 4,
+            properties=props(KEYS=keys, UNIQ_KEY=f"UNIQ{i:04d}", TAGS="t"),
+        )
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     return r
 
 
 def query(b, key, max_num=32, begin=0, end=FAR, topic=TOPIC, **extra):
-    return b.call(RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
-        "topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin, "endTimestamp": end, **extra}))
+    return b.call(
+        RemotingCommand.request(
+            RequestCode.QUERY_MESSAGE,
+            {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin, "endTimestamp": end, **extra},
+        )
+    )
 
 
 def view(b, offset):
@@ -60,8 +71,12 @@ def test_query_by_key_answers_the_raw_records_oldest_first(broker):
 
 def test_nothing_found_is_query_not_found_with_the_index_end_at_zero(broker):
     send(broker, 0, "k", T0)
-    for r in (query(broker, "other"), query(broker, "k", topic="OtherTopic"), query(broker, "k", begin=T0 + 1),
-              query(broker, "k", max_num=0)):
+    for r in (
+        query(broker, "other"),
+        query(broker, "k", topic="OtherTopic"),
+        query(broker, "k", begin=T0 + 1),
+        query(broker, "k", max_num=0),
+    ):
         assert r.code == ResponseCode.QUERY_NOT_FOUND == 22
         assert r.remark == "can not find message, maybe time range not correct"
         assert r.ext_fields["indexLastUpdateTimestamp"] == "0" and r.ext_fields["indexLastUpdatePhyoffset"] == "0"
@@ -101,15 +116,26 @@ def test_bad_query_requests_are_refused(broker):
     with pytest.raises(BadRequest, match="endTimestamp"):
         query(broker, "k", end="tomorrow")
     with pytest.raises(BadRequest, match="<key> is null"):
-        broker.call(RemotingCommand.request(RequestCode.QUERY_MESSAGE, {"topic": TOPIC, "maxNum": 1,
-                                                                         "beginTimestamp": 0, "endTimestamp": 1}))
+        broker.call(
+            RemotingCommand.request(
+                RequestCode.QUERY_MESSAGE, {"topic": TOPIC, "maxNum": 1, "beginTimestamp": 0, "endTimestamp": 1}
+            )
+        )
     # through the remoting server: a SYSTEM_ERROR reply saying why, the connection kept
     w = Wire(broker)
-    r = w.request(RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
-        "topic": "a\nb", "key": "k", "maxNum": 1, "beginTimestamp": 0, "endTimestamp": 1}))
+    r = w.request(
+        RemotingCommand.request(
+            RequestCode.QUERY_MESSAGE,
+            {"topic": "a\nb", "key": "k", "maxNum": 1, "beginTimestamp": 0, "endTimestamp": 1},
+        )
+    )
     assert r.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in r.remark
-    r = w.request(RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
-        "topic": TOPIC, "key": "k", "maxNum": 1, "beginTimestamp": 0, "endTimestamp": FAR}))
+    r = w.request(
+        RemotingCommand.request(
+            RequestCode.QUERY_MESSAGE,
+            {"topic": TOPIC, "key": "k", "maxNum": 1, "beginTimestamp": 0, "endTimestamp": FAR},
+        )
+    )
     assert r.code == ResponseCode.SUCCESS
 
 
@@ -120,7 +146,15 @@ def test_view_message_by_id_and_hostile_offsets(broker):
     r = view(broker, phys)
     assert r.code == ResponseCode.SUCCESS and decode_records(r.body)[0].body == b"body-0"
     end = broker.store.max_offset
-    for bad in (-1, phys + 1, end, end + 1, 2**63 - 1, -2**63, record.parse_offset_msg_id(b.ext_fields["msgId"])[1] - 3):
+    for bad in (
+        -1,
+        phys + 1,
+        end,
+        end + 1,
+        2**63 - 1,
+        -(2**63),
+        record.parse_offset_msg_id(b.ext_fields["msgId"])[1] - 3,
+    ):
         r = view(broker, bad)
         assert r.code == ResponseCode.SYSTEM_ERROR and r.remark == f"can not find message by the offset, {bad}"
     for bad in ("x", str(2**63), "", " 1"):

@@ -55,7 +55,12 @@ def test_registers_with_every_name_server_at_start_and_periodically(tmp_path):
     assert cmd.code == RequestCode.REGISTER_BROKER
     f = cmd.ext_fields
     assert (f["brokerName"], f["brokerAddr"], f["clusterName"], f["brokerId"], f["haServerAddr"]) == (
-        "broker-a", "127.0.0.1:10911", "DefaultCluster", "0", "127.0.0.1:10912")
+        "broker-a",
+        "127.0.0.1:10911",
+        "DefaultCluster",
+        "0",
+        "127.0.0.1:10912",
+    )
     assert f["bodyCrc32"] == str(body_crc32(cmd.body)) and f["compressed"] == "false"
     body = RegisterBrokerBody.decode(cmd.body, False)
     assert "TBW102" in body.topic_configs
@@ -95,16 +100,17 @@ def test_slave_learns_its_master_from_the_reply(tmp_path):
             self.addrs.append(a)
 
     sync = Sync()
-    reg = BrokerRegistration(cfg, TopicConfigManager(cfg, clock), clock, clock, ha_client=ha,
-                             slave_sync=sync, client=FakeClient(reply))
+    reg = BrokerRegistration(
+        cfg, TopicConfigManager(cfg, clock), clock, clock, ha_client=ha, slave_sync=sync, client=FakeClient(reply)
+    )
     reg.start()
     assert ha.addresses == ["127.0.0.1:10912"] and sync.addrs == ["127.0.0.1:10911"]
     # configured haMasterAddress wins over the name server's answer
-    cfg2 = make_config(tmp_path / "2", namesrvAddr="127.0.0.1:1", brokerRole="SLAVE",
-                       haMasterAddress="10.0.0.9:10912")
+    cfg2 = make_config(tmp_path / "2", namesrvAddr="127.0.0.1:1", brokerRole="SLAVE", haMasterAddress="10.0.0.9:10912")
     ha2 = FakeHAClient()
-    BrokerRegistration(cfg2, TopicConfigManager(cfg2, clock), clock, clock, ha_client=ha2,
-                       client=FakeClient(reply)).start()
+    BrokerRegistration(
+        cfg2, TopicConfigManager(cfg2, clock), clock, clock, ha_client=ha2, client=FakeClient(reply)
+    ).start()
     assert ha2.addresses == []
 
 

@@ -111,20 +111,27 @@ def test_transaction_messages_are_refused_with_reject_transaction_message(tmp_pa
         b.stop()
 
 
-@pytest.mark.parametrize("status,code,filled", [
-    (PutStatus.PUT_OK, ResponseCode.SUCCESS, True),
-    (PutStatus.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_DISK_TIMEOUT, True),
-    (PutStatus.SLAVE_NOT_AVAILABLE, ResponseCode.SLAVE_NOT_AVAILABLE, True),
-    (PutStatus.FLUSH_SLAVE_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT, True),
-    (PutStatus.MESSAGE_ILLEGAL, ResponseCode.MESSAGE_ILLEGAL, False),
-    (PutStatus.PROPERTIES_SIZE_EXCEEDED, ResponseCode.MESSAGE_ILLEGAL, False),
-    (PutStatus.SERVICE_NOT_AVAILABLE, ResponseCode.SERVICE_NOT_AVAILABLE, False),
-    (PutStatus.DISK_FULL, ResponseCode.SYSTEM_ERROR, False),
-])
+@pytest.mark.parametrize(
+    "status,code,filled",
+    [
+        (PutStatus.PUT_OK, ResponseCode.SUCCESS, True),
+        (PutStatus.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_DISK_TIMEOUT, True),
+        (PutStatus.SLAVE_NOT_AVAILABLE, ResponseCode.SLAVE_NOT_AVAILABLE, True),
+        (PutStatus.FLUSH_SLAVE_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT, True),
+        (PutStatus.MESSAGE_ILLEGAL, ResponseCode.MESSAGE_ILLEGAL, False),
+        (PutStatus.PROPERTIES_SIZE_EXCEEDED, ResponseCode.MESSAGE_ILLEGAL, False),
+        (PutStatus.SERVICE_NOT_AVAILABLE, ResponseCode.SERVICE_NOT_AVAILABLE, False),
+        (PutStatus.DISK_FULL, ResponseCode.SYSTEM_ERROR, False),
+    ],
+)
 def test_each_put_status_maps_to_its_response_code(broker, status, code, filled):
     def fake_put(msg, wait_store_ok=True):
-        if status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE,
-                      PutStatus.FLUSH_SLAVE_TIMEOUT):
+        if status in (
+            PutStatus.PUT_OK,
+            PutStatus.FLUSH_DISK_TIMEOUT,
+            PutStatus.SLAVE_NOT_AVAILABLE,
+            PutStatus.FLUSH_SLAVE_TIMEOUT,
+        ):
             return defer.succeed(PutResult(status, 4096, 200, 7, "ABC", 1))
         return defer.succeed(PutResult(status, remark="because"))
 
@@ -182,8 +189,9 @@ def test_sync_master_with_slave_connected_waits_then_times_out(tmp_path):
 
 @pytest.mark.parametrize("flag_field", [{"batch": "1"}, {"batch": "true"}])
 def test_batch_is_stored_as_one_record_per_item(broker, flag_field):
-    body = batch_body([(b"one", {"KEYS": "k1", "UNIQ_KEY": "A"}), (b"two", {"KEYS": "k2", "UNIQ_KEY": "B",
-                                                                          "WAIT": "true"})])
+    body = batch_body(
+        [(b"one", {"KEYS": "k1", "UNIQ_KEY": "A"}), (b"two", {"KEYS": "k2", "UNIQ_KEY": "B", "WAIT": "true"})]
+    )
     resp = broker.call(send_v1(body=body, properties=props(WAIT="true", TAGS="bt"), **flag_field))
     assert resp.code == ResponseCode.SUCCESS
     ids = resp.ext_fields["msgId"].split(",")
@@ -207,6 +215,7 @@ def test_code_320_is_a_batch_and_a_bad_batch_is_illegal(broker):
 
 def test_compressed_body_is_stored_as_sent(broker):
     import zlib
+
     raw = zlib.compress(b"z" * 5000, 5)
     assert broker.call(send_v1(body=raw, sysFlag=1)).code == ResponseCode.SUCCESS
     [m] = stored(broker)
@@ -231,9 +240,11 @@ def test_metrics_count_responses(broker):
 @pytest.mark.parametrize("status", list(PutStatus))
 def test_reply_for_every_put_status_comes_from_its_table(broker, status):
     """Every PutStatus member, including any added later: its code, and msgId only when stored."""
+
     def fake_put(msg, wait_store_ok=True):
-        return defer.succeed(PutResult(status, 4096, 200, 7, "ABC", 1) if status.stored
-                             else PutResult(status, remark="because"))
+        return defer.succeed(
+            PutResult(status, 4096, 200, 7, "ABC", 1) if status.stored else PutResult(status, remark="because")
+        )
 
     broker.server.controller.put = fake_put  # what the send path calls (put_message wraps it)
     resp = broker.call(send_v1(queue_id=1))

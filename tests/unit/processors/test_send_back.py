@@ -1,6 +1,7 @@
 """CONSUMER_SEND_MSG_BACK (36) and the group's retry queues, as 4.9.8's asyncConsumerSendMsgBack: the retry
 topic has the group's retryQueueNums queues and each send-back goes to one of them at random; the DLQ has
 one queue; the name server's route shows the retry topic's queues."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,9 @@ def broker(tmp_path):
 
 
 def update_group(broker, **cfg):
-    r = broker.call(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                                            body=json.dumps(cfg).encode()))
+    r = broker.call(
+        RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(cfg).encode())
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
 
 
@@ -46,9 +48,21 @@ def stored(broker, body=b"fail me") -> int:
 
 
 def send_back(broker, phys, group, delay=0, max_times=16, unit_mode="false"):
-    return broker.call(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-        "offset": str(phys), "group": group, "delayLevel": str(delay), "originMsgId": "", "originTopic": TOPIC,
-        "unitMode": unit_mode, "maxReconsumeTimes": str(max_times)}, version=409))
+    return broker.call(
+        RemotingCommand.request(
+            RequestCode.CONSUMER_SEND_MSG_BACK,
+            {
+                "offset": str(phys),
+                "group": group,
+                "delayLevel": str(delay),
+                "originMsgId": "",
+                "originTopic": TOPIC,
+                "unitMode": unit_mode,
+                "maxReconsumeTimes": str(max_times),
+            },
+            version=409,
+        )
+    )
 
 
 def per_queue(broker, topic, queues) -> list[int]:
@@ -174,8 +188,9 @@ class NameServerClient:
 
 def test_the_name_servers_route_shows_the_retry_queues(broker):
     ns = NameServer(reactor=None, clock=Clock())
-    reg = BrokerRegistration(broker.config, broker.server.topics, broker.clock, broker.clock,
-                             client=NameServerClient(ns))
+    reg = BrokerRegistration(
+        broker.config, broker.server.topics, broker.clock, broker.clock, client=NameServerClient(ns)
+    )
     reg.start()
     try:
         update_group(broker, groupName="WIDE", retryQueueNums=3)
@@ -216,9 +231,21 @@ def test_a_retry_topic_with_no_usable_queue_is_an_error_not_a_silent_loss(broker
 
 def test_the_header_cannot_forge_the_origin_message_id(broker):
     phys = stored(broker)
-    r = broker.call(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-        "offset": str(phys), "group": "G", "delayLevel": "-1", "originMsgId": "FORGED", "originTopic": TOPIC,
-        "unitMode": "false", "maxReconsumeTimes": "16"}, version=409))
+    r = broker.call(
+        RemotingCommand.request(
+            RequestCode.CONSUMER_SEND_MSG_BACK,
+            {
+                "offset": str(phys),
+                "group": "G",
+                "delayLevel": "-1",
+                "originMsgId": "FORGED",
+                "originTopic": TOPIC,
+                "unitMode": "false",
+                "maxReconsumeTimes": "16",
+            },
+            version=409,
+        )
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     m = dead_letter(broker, "G")
     assert m.properties["ORIGIN_MESSAGE_ID"] != "FORGED"

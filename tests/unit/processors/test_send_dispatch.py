@@ -1,6 +1,7 @@
 """A master's send path with dispatch after the append: SEND_OK answers at once with the queue offset
 the consume queue will hold; the unit, and a pull's view of it, come on the next reactor turn, which
 also wakes the pulls held for that queue."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,9 @@ def call_now(b, req, ctx=None):
 
 
 def send(b, i, queue_id=0):
-    return call_now(b, send_v1(queue_id=queue_id, body=f"m{i}".encode(),
-                               properties=props(TAGS="t", KEYS=f"k{i}", UNIQ_KEY=f"U{i}")))
+    return call_now(
+        b, send_v1(queue_id=queue_id, body=f"m{i}".encode(), properties=props(TAGS="t", KEYS=f"k{i}", UNIQ_KEY=f"U{i}"))
+    )
 
 
 def test_a_pull_before_the_dispatch_finds_nothing_and_one_after_finds_it(broker):
@@ -65,6 +67,7 @@ def test_a_turns_sends_get_the_queue_offsets_their_units_hold(broker):
         assert r.code == ResponseCode.SUCCESS
         offset = int(r.ext_fields["queueOffset"])
         from rmqha.broker.store.record import parse_offset_msg_id
+
         _host, phys = parse_offset_msg_id(r.ext_fields["msgId"])
         assert store.queue(TOPIC, qid).get(offset)[0] == phys
     assert [store.max_queue_offset(TOPIC, q) for q in range(3)] == [10, 10, 10]

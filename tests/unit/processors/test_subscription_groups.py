@@ -1,4 +1,5 @@
 """Subscription groups (200, 201, 207, 352), their file, auto-creation, and consumeEnable on pulls."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,16 @@ from rmqha.broker.remoting.command import RemotingCommand
 from .harness import TOPIC, Broker, props, pull, send_v1
 from .test_hostile_requests import Wire
 
-DEFAULTS = {"brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable": True, "consumeFromMinEnable": True,
-            "notifyConsumerIdsChangedEnable": True, "retryMaxTimes": 16, "retryQueueNums": 1,
-            "whichBrokerWhenConsumeSlowly": 1}
+DEFAULTS = {
+    "brokerId": 0,
+    "consumeBroadcastEnable": True,
+    "consumeEnable": True,
+    "consumeFromMinEnable": True,
+    "notifyConsumerIdsChangedEnable": True,
+    "retryMaxTimes": 16,
+    "retryQueueNums": 1,
+    "whichBrokerWhenConsumeSlowly": 1,
+}
 
 
 @pytest.fixture
@@ -26,8 +34,9 @@ def broker(tmp_path):
 
 
 def update(broker, **cfg):
-    return broker.call(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                                               body=json.dumps(cfg).encode()))
+    return broker.call(
+        RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(cfg).encode())
+    )
 
 
 def all_groups(broker) -> dict:
@@ -37,9 +46,18 @@ def all_groups(broker) -> dict:
 
 
 def heartbeat(broker, group, topic=TOPIC, model="CLUSTERING", sub_version=1):
-    hb = {"clientID": "c1", "consumerDataSet": [{"groupName": group, "consumeType": "CONSUME_PASSIVELY",
-          "messageModel": model, "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-          "subscriptionDataSet": [{"topic": topic, "subString": "*", "subVersion": sub_version}]}]}
+    hb = {
+        "clientID": "c1",
+        "consumerDataSet": [
+            {
+                "groupName": group,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": model,
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": [{"topic": topic, "subString": "*", "subVersion": sub_version}],
+            }
+        ],
+    }
     return broker.call(RemotingCommand.request(RequestCode.HEART_BEAT, body=json.dumps(hb).encode()))
 
 
@@ -61,8 +79,12 @@ def test_update_persists_as_4_9_writes_it_and_survives_a_restart(tmp_path):
     counter = all_groups(b)["dataVersion"]["counter"]
     with open(tmp_path / "a" / "config" / "subscriptionGroup.json", "rb") as fh:
         on_disk = json.loads(fh.read())
-    assert on_disk["subscriptionGroupTable"]["GA"] == {**DEFAULTS, "groupName": "GA", "consumeEnable": False,
-                                                       "retryMaxTimes": 3}
+    assert on_disk["subscriptionGroupTable"]["GA"] == {
+        **DEFAULTS,
+        "groupName": "GA",
+        "consumeEnable": False,
+        "retryMaxTimes": 3,
+    }
     assert on_disk["dataVersion"]["counter"] == counter >= 1
     assert sorted(on_disk) == ["dataVersion", "subscriptionGroupTable"]  # the file exactly as 4.9 writes it
     assert sorted(on_disk["dataVersion"]) == ["counter", "timestamp"]
@@ -77,8 +99,11 @@ def test_update_persists_as_4_9_writes_it_and_survives_a_restart(tmp_path):
 
 def test_a_bad_field_type_is_refused_with_its_name(broker):
     wire = Wire(broker)
-    r = wire.request(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                                             body=b'{"groupName":"GB","retryQueueNums":"many"}'))
+    r = wire.request(
+        RemotingCommand.request(
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"groupName":"GB","retryQueueNums":"many"}'
+        )
+    )
     assert r.code == ResponseCode.SYSTEM_ERROR and "retryQueueNums" in r.remark
     assert broker.server.groups.get("GB") is None
 
@@ -90,8 +115,9 @@ def test_delete_with_and_without_remove_offset(broker):
     assert r.code == ResponseCode.SUCCESS
     assert "GD" not in all_groups(broker)["subscriptionGroupTable"]
     assert broker.server.offsets.query("GD", TOPIC, 0) == 5
-    broker.call(RemotingCommand.request(RequestCode.DELETE_SUBSCRIPTIONGROUP,
-                                        {"groupName": "GD", "removeOffset": "true"}))
+    broker.call(
+        RemotingCommand.request(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "GD", "removeOffset": "true"})
+    )
     assert broker.server.offsets.query("GD", TOPIC, 0) == -1
 
 
@@ -141,8 +167,10 @@ def test_consume_enable_false_refuses_pulls(broker):
 def test_a_slave_refuses_changes(tmp_path):
     b = Broker(tmp_path / "s", brokerRole="SLAVE")
     try:
-        for req in (RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"groupName":"G"}'),
-                    RemotingCommand.request(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "TOOLS_CONSUMER"})):
+        for req in (
+            RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"groupName":"G"}'),
+            RemotingCommand.request(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "TOOLS_CONSUMER"}),
+        ):
             r = b.call(req)
             assert r.code == ResponseCode.SYSTEM_ERROR and r.remark.startswith("Can't modify topic or subscription")
         assert b.server.groups.get("G") is None and b.server.groups.get("TOOLS_CONSUMER") is not None
@@ -152,6 +180,7 @@ def test_a_slave_refuses_changes(tmp_path):
 
 def test_slave_sync_copies_the_masters_groups(tmp_path):
     from rmqha.broker.slave_sync import SlaveSynchronize
+
     master = Broker(tmp_path / "m")
     slave = Broker(tmp_path / "s", brokerRole="SLAVE")
     try:
@@ -161,6 +190,7 @@ def test_slave_sync_copies_the_masters_groups(tmp_path):
         class FakeClient:
             def invoke(self, addr, req, timeout):
                 from twisted.internet import defer
+
                 if req.code == RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG:
                     return defer.succeed(req.make_response(body=body))
                 return defer.fail(RuntimeError("only groups here"))
@@ -179,13 +209,18 @@ def test_slave_sync_copies_the_masters_groups(tmp_path):
 
 def test_auto_creation_stops_at_the_limit(broker, monkeypatch):
     from rmqha.broker.processors import subscription_groups
+
     monkeypatch.setattr(subscription_groups, "MAX_GROUPS", len(broker.server.groups.table) + 1)
     assert broker.call(pull(group="FITS", sys_flag=0x4)).code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
     r = broker.call(pull(group="ONE_TOO_MANY", sys_flag=0x4))
     assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
-    r = Wire(broker).request(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                                                     body=b'{"groupName":"ADMIN_TOO"}'))
-    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "the broker holds 8 subscription groups, the most it keeps")
+    r = Wire(broker).request(
+        RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"groupName":"ADMIN_TOO"}')
+    )
+    assert (r.code, r.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "the broker holds 8 subscription groups, the most it keeps",
+    )
 
 
 def test_heartbeat_creates_the_retry_topic_with_the_groups_retry_queue_nums(broker):

@@ -1,4 +1,5 @@
 """The broker's periodic services keep running when a run fails, and show their health (rmqha.broker.supervision)."""
+
 import json
 
 from twisted.internet import defer
@@ -24,10 +25,23 @@ def test_status_and_metrics_show_every_periodic_service(tmp_path):
     m = Broker(tmp_path / "m")
     s = Broker(tmp_path / "s", brokerRole="SLAVE")
     try:
-        assert set(m.server.status()["services"]) == {"client_scan", "commitlog_flush", "consumer_offsets_flush",
-                                                      "delay_offset_flush", "ha_master", "stats", "transaction_check"}
-        assert set(s.server.status()["services"]) == {"client_scan", "commitlog_flush", "consumer_offsets_flush",
-                                                      "ha_client", "slave_sync", "stats"}
+        assert set(m.server.status()["services"]) == {
+            "client_scan",
+            "commitlog_flush",
+            "consumer_offsets_flush",
+            "delay_offset_flush",
+            "ha_master",
+            "stats",
+            "transaction_check",
+        }
+        assert set(s.server.status()["services"]) == {
+            "client_scan",
+            "commitlog_flush",
+            "consumer_offsets_flush",
+            "ha_client",
+            "slave_sync",
+            "stats",
+        }
         health = m.server.status()["services"]["client_scan"]
         assert health["running"] and health["consecutiveFailures"] == 0 and health["lastError"] is None
         json.dumps(m.server.status())
@@ -105,8 +119,9 @@ def test_registration_reply_handling_error_is_counted_and_registration_goes_on(t
 
     client = FakeClient(reply)
     reg = Registry()
-    r = BrokerRegistration(cfg, TopicConfigManager(cfg, clock), clock, clock, slave_sync=BrokenSync(), client=client,
-                           metrics=reg)
+    r = BrokerRegistration(
+        cfg, TopicConfigManager(cfg, clock), clock, clock, slave_sync=BrokenSync(), client=client, metrics=reg
+    )
     r.start()
     assert failures(reg, "registration") == 1
     clock.pump([10])

@@ -1,5 +1,6 @@
 """DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO, GET_SYSTEM_TOPIC_LIST_FROM_BROKER, GET_TOPIC_CONFIG and
 the store clean-ups, as 4.9.8 answers them."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,14 @@ def broker(tmp_path):
 
 def send(b, n, queue_id=0, topic=TOPIC):
     for i in range(n):
-        assert b.call(send_v1(topic=topic, queue_id=queue_id, body=b"m%d" % i,
-                              properties=props(UNIQ_KEY=f"U{topic}{queue_id}{i}"))).code == 0
+        assert (
+            b.call(
+                send_v1(
+                    topic=topic, queue_id=queue_id, body=b"m%d" % i, properties=props(UNIQ_KEY=f"U{topic}{queue_id}{i}")
+                )
+            ).code
+            == 0
+        )
 
 
 def req(code, **fields):
@@ -40,8 +47,10 @@ def test_topic_stats_body_is_fastjson_with_message_queue_keys(broker):
     assert r.code == ResponseCode.SUCCESS
     text = r.body.decode()
     # the key is an object, as fastjson writes a HashMap<MessageQueue, TopicOffset>
-    assert text.startswith('{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"TopicTest"}:'
-                           '{"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0},')
+    assert text.startswith(
+        '{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"TopicTest"}:'
+        '{"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0},'
+    )
     table = object_keys.loads(r.body)["offsetTable"]
     assert len(table) == 4  # writeQueueNums of the auto-created topic
     key = json.dumps({"brokerName": "broker-a", "queueId": 1, "topic": TOPIC}, separators=(",", ":"))
@@ -94,8 +103,14 @@ def test_delete_without_topic_is_a_system_error(broker):
 def test_system_topic_list(broker):
     r = broker.call(req(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER))
     topics = json.loads(r.body)["topicList"]
-    assert {"TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "OFFSET_MOVED_EVENT", "broker-a",
-            "DefaultCluster"} <= set(topics)
+    assert {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "broker-a",
+        "DefaultCluster",
+    } <= set(topics)
     assert TOPIC not in topics
 
 

@@ -5,6 +5,7 @@ Expected layouts are RocketMQ 4.9.8's (TransactionalMessageBridge, EndTransactio
 TransactionalMessageServiceImpl, AbstractTransactionalMessageCheckListener, Broker2Client), written out
 by hand here rather than through the code under test.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,15 +31,22 @@ STORE_HOST = ("127.0.0.1", 10911)
 
 # ---- helpers -------------------------------------------------------------------------------------
 
+
 def now_ms(b: Broker) -> int:
     return int(b.clock.seconds() * 1000)
 
 
 def half_request(b: Broker, uniq="U1", queue_id=1, body=b"tx", group=GROUP, **extra_props) -> RemotingCommand:
     """A transactional send as TransactionMQProducer makes it: TRAN_MSG=true, PGROUP, the PREPARED sysflag."""
-    return send_v1(body=body, queue_id=queue_id, sysFlag=record.TRANSACTION_PREPARED, bornTimestamp=now_ms(b),
-                   properties=props(TAGS="tagA", KEYS="k1", UNIQ_KEY=uniq, WAIT="true", TRAN_MSG="true",
-                                    PGROUP=group, **extra_props))
+    return send_v1(
+        body=body,
+        queue_id=queue_id,
+        sysFlag=record.TRANSACTION_PREPARED,
+        bornTimestamp=now_ms(b),
+        properties=props(
+            TAGS="tagA", KEYS="k1", UNIQ_KEY=uniq, WAIT="true", TRAN_MSG="true", PGROUP=group, **extra_props
+        ),
+    )
 
 
 def send_half(b: Broker, **kw) -> RemotingCommand:
@@ -47,10 +55,17 @@ def send_half(b: Broker, **kw) -> RemotingCommand:
     return resp
 
 
-def end_request(queue_offset, commit_log_offset, kind, group=GROUP, uniq="U1", from_check="false",
-                **override) -> RemotingCommand:
-    fields = {"producerGroup": group, "tranStateTableOffset": queue_offset, "commitLogOffset": commit_log_offset,
-              "commitOrRollback": kind, "fromTransactionCheck": from_check, "msgId": uniq}
+def end_request(
+    queue_offset, commit_log_offset, kind, group=GROUP, uniq="U1", from_check="false", **override
+) -> RemotingCommand:
+    fields = {
+        "producerGroup": group,
+        "tranStateTableOffset": queue_offset,
+        "commitLogOffset": commit_log_offset,
+        "commitOrRollback": kind,
+        "fromTransactionCheck": from_check,
+        "msgId": uniq,
+    }
     fields.update(override)
     return RemotingCommand.request(RequestCode.END_TRANSACTION, {k: v for k, v in fields.items() if v is not None})
 
@@ -118,17 +133,26 @@ def fast(tmp_path):
 
 # ---- configuration -------------------------------------------------------------------------------
 
+
 def test_config_names_and_defaults_are_the_references(tmp_path):
     c = make_config(tmp_path)
     assert (c.transactionTimeOut, c.transactionCheckMax, c.transactionCheckInterval) == (6000, 15, 60000)
     assert c.rejectTransactionMessage is False
-    c = BrokerConfig.from_properties({"brokerName": "b", "transactionTimeOut": "1000", "transactionCheckMax": "3",
-                                      "transactionCheckInterval": "5000", "rejectTransactionMessage": "true"})
+    c = BrokerConfig.from_properties(
+        {
+            "brokerName": "b",
+            "transactionTimeOut": "1000",
+            "transactionCheckMax": "3",
+            "transactionCheckInterval": "5000",
+            "rejectTransactionMessage": "true",
+        }
+    )
     assert (c.transactionTimeOut, c.transactionCheckMax, c.transactionCheckInterval) == (1000, 3, 5000)
     assert c.rejectTransactionMessage is True and c.ignored_keys == []
 
 
 # ---- half messages -------------------------------------------------------------------------------
+
 
 def test_half_message_goes_to_the_half_topic_and_not_to_its_own(broker):
     resp = send_half(broker, queue_id=1)
@@ -145,8 +169,17 @@ def test_half_message_goes_to_the_half_topic_and_not_to_its_own(broker):
     assert half.body == b"tx" and half.born_timestamp == 0 and half.born_host == ("127.0.0.1", 50001)
     # The client's properties (WAIT kept: the reference serializes again after putting it back), CLUSTER,
     # and where the message was going.
-    assert half.properties == {"TAGS": "tagA", "KEYS": "k1", "UNIQ_KEY": "U1", "WAIT": "true", "TRAN_MSG": "true",
-                               "PGROUP": GROUP, "CLUSTER": "DefaultCluster", "REAL_TOPIC": TOPIC, "REAL_QID": "1"}
+    assert half.properties == {
+        "TAGS": "tagA",
+        "KEYS": "k1",
+        "UNIQ_KEY": "U1",
+        "WAIT": "true",
+        "TRAN_MSG": "true",
+        "PGROUP": GROUP,
+        "CLUSTER": "DefaultCluster",
+        "REAL_TOPIC": TOPIC,
+        "REAL_QID": "1",
+    }
 
 
 def test_only_tran_msg_makes_a_half_message(broker):
@@ -167,6 +200,7 @@ def test_transactional_batch_is_refused(broker):
 
 # ---- commit and rollback -------------------------------------------------------------------------
 
+
 def test_commit_puts_the_message_in_its_topic_once_with_the_references_fields(broker):
     resp = send_half(broker, queue_id=1)
     [half] = messages_in(broker, HALF, 0)
@@ -178,7 +212,12 @@ def test_commit_puts_the_message_in_its_topic_once_with_the_references_fields(br
     assert m.transaction_type == record.TRANSACTION_COMMIT
     assert m.prepared_transaction_offset == half.physical_offset == 0
     assert (m.body, m.flag, m.born_timestamp, m.born_host, m.reconsume_times) == (
-        half.body, half.flag, half.born_timestamp, half.born_host, half.reconsume_times)
+        half.body,
+        half.flag,
+        half.born_timestamp,
+        half.born_host,
+        half.reconsume_times,
+    )
     assert m.store_timestamp == 2000  # stored now
     # 4.9.8 clears REAL_TOPIC, REAL_QID and TRAN_MSG only from the property map, after serializing it:
     # the committed record carries the half's properties as they are.
@@ -227,6 +266,7 @@ def test_two_transactions_of_one_reused_message_are_two(broker):
 
 def test_resolutions_are_bounded():
     from rmqha.broker.transaction.service import Resolutions
+
     r = Resolutions(limit=2)
     for key in (b"a", b"b", b"c"):
         r.add(key, COMMIT)
@@ -241,6 +281,7 @@ def test_unknown_state_is_not_answered_and_stores_nothing(broker):
 
 
 # ---- check-back ----------------------------------------------------------------------------------
+
 
 def test_check_back_after_the_timeout_with_the_references_header_and_body(tmp_path):
     b = Broker(tmp_path / "c")  # the reference's defaults: a check every 60 s, half messages older than 6 s
@@ -261,11 +302,19 @@ def test_check_back_after_the_timeout_with_the_references_header_and_body(tmp_pa
         assert copy.queue_offset == 1 and copy.properties["TRANSACTION_CHECK_TIMES"] == "1"
         assert {k: v for k, v in copy.properties.items() if k != "TRANSACTION_CHECK_TIMES"} == original.properties
         assert (copy.body, copy.born_timestamp, copy.born_host, copy.sys_flag) == (
-            original.body, original.born_timestamp, original.born_host, original.sys_flag)
+            original.body,
+            original.born_timestamp,
+            original.born_host,
+            original.sys_flag,
+        )
         # CheckTransactionStateRequestHeader: about the copy; msgId = transactionId = UNIQ_KEY.
-        assert check.ext_fields == {"tranStateTableOffset": "1", "commitLogOffset": str(copy.physical_offset),
-                                    "offsetMsgId": record.offset_msg_id(STORE_HOST, copy.physical_offset),
-                                    "msgId": "U1", "transactionId": "U1"}
+        assert check.ext_fields == {
+            "tranStateTableOffset": "1",
+            "commitLogOffset": str(copy.physical_offset),
+            "offsetMsgId": record.offset_msg_id(STORE_HOST, copy.physical_offset),
+            "msgId": "U1",
+            "transactionId": "U1",
+        }
         # The body: MessageDecoder.encode of the half as read, with the real topic and queue, the copy's
         # offsets, and the new check count.
         r = record.scan(check.body)
@@ -433,6 +482,7 @@ def test_the_check_service_is_supervised(fast, monkeypatch):
 
 # ---- roles ---------------------------------------------------------------------------------------
 
+
 def test_slave_refuses_end_transaction_and_never_checks(tmp_path):
     s = Broker(tmp_path / "s", brokerRole="SLAVE", transactionCheckInterval="1000")
     try:
@@ -462,7 +512,8 @@ def test_replicated_records_give_the_slave_the_same_queues(tmp_path):
         assert s.store.commitlog.read(0, end) == m.store.commitlog.read(0, end)
         for topic, q in ((HALF, 0), (OP, 0), (TOPIC, 1)):
             assert [x.physical_offset for x in messages_in(s, topic, q)] == [
-                x.physical_offset for x in messages_in(m, topic, q)], topic
+                x.physical_offset for x in messages_in(m, topic, q)
+            ], topic
         assert [x.body for x in visible(s)] == [b"tx"]
     finally:
         m.stop()
@@ -470,6 +521,7 @@ def test_replicated_records_give_the_slave_the_same_queues(tmp_path):
 
 
 # ---- hostile END_TRANSACTION ---------------------------------------------------------------------
+
 
 def test_hostile_end_transaction_requests_are_answered_cleanly(broker):
     b = broker
@@ -479,11 +531,17 @@ def test_hostile_end_transaction_requests_are_answered_cleanly(broker):
     w = Wire(b)
 
     def ask(**fields):
-        base = {"producerGroup": GROUP, "tranStateTableOffset": "0", "commitLogOffset": "0",
-                "commitOrRollback": str(COMMIT), "msgId": "U1"}
+        base = {
+            "producerGroup": GROUP,
+            "tranStateTableOffset": "0",
+            "commitLogOffset": "0",
+            "commitOrRollback": str(COMMIT),
+            "msgId": "U1",
+        }
         base.update(fields)
-        return w.request(RemotingCommand.request(RequestCode.END_TRANSACTION,
-                                                 {k: v for k, v in base.items() if v is not None}))
+        return w.request(
+            RemotingCommand.request(RequestCode.END_TRANSACTION, {k: v for k, v in base.items() if v is not None})
+        )
 
     def refused(reply, text):
         assert reply.code == ResponseCode.SYSTEM_ERROR and text in reply.remark, reply
@@ -503,17 +561,27 @@ def test_hostile_end_transaction_requests_are_answered_cleanly(broker):
     refused(ask(producerGroup="OTHER"), "The producer group wrong")
     refused(ask(tranStateTableOffset="7"), "The transaction state table offset wrong")
     refused(ask(producerGroup="bad/../group"), "illegal characters")
-    refused(w.json_request(RequestCode.END_TRANSACTION,
-                           '{"producerGroup":"G%s","tranStateTableOffset":"0","commitLogOffset":"0",'
-                           '"commitOrRollback":"8","msgId":"U1"}' % LONE), "illegal characters")
+    refused(
+        w.json_request(
+            RequestCode.END_TRANSACTION,
+            '{"producerGroup":"G%s","tranStateTableOffset":"0","commitLogOffset":"0",'
+            '"commitOrRollback":"8","msgId":"U1"}' % LONE,
+        ),
+        "illegal characters",
+    )
     assert [m.body for m in visible(b)] == [b"plain"]  # nothing committed
 
     # A half forged inside another message's body: a well-formed half record (right CRC, PGROUP,
     # REAL_TOPIC, PHYSICALOFFSET = where it will land) sent as the body of an ordinary message.
     start = b.store.max_offset
     body_at = start + 88  # TOTALSIZE .. BODYLEN of an IPv4 record come first
-    forged = record.Message(topic=HALF, body=b"evil", born_host=("127.0.0.1", 1), store_host=STORE_HOST,
-                            properties={"PGROUP": GROUP, "REAL_TOPIC": TOPIC, "REAL_QID": "0", "UNIQ_KEY": "F"})
+    forged = record.Message(
+        topic=HALF,
+        body=b"evil",
+        born_host=("127.0.0.1", 1),
+        store_host=STORE_HOST,
+        properties={"PGROUP": GROUP, "REAL_TOPIC": TOPIC, "REAL_QID": "0", "UNIQ_KEY": "F"},
+    )
     forged_bytes = bytes(record.encode(forged).finish(0, body_at))
     carrier = b.call(send_v1(body=forged_bytes))
     assert record.parse_offset_msg_id(carrier.ext_fields["msgId"])[1] == start

@@ -55,20 +55,51 @@ def test_cpp_route_request_worked_example():
 
 
 def test_cpp_mixed_ext_field_types_become_java_strings():
-    header = json.dumps({
-        "code": 310, "flag": 0, "language": "CPP", "opaque": 5, "remark": "", "version": 333,
-        "extFields": {"a": "g", "d": 4, "e": 0, "f": -1, "g": "1700000000000", "k": "0",
-                      "big": 12345678901234, "t": True, "n": None, "x": 1.5},
-    }).encode() + b"\n"
+    header = (
+        json.dumps(
+            {
+                "code": 310,
+                "flag": 0,
+                "language": "CPP",
+                "opaque": 5,
+                "remark": "",
+                "version": 333,
+                "extFields": {
+                    "a": "g",
+                    "d": 4,
+                    "e": 0,
+                    "f": -1,
+                    "g": "1700000000000",
+                    "k": "0",
+                    "big": 12345678901234,
+                    "t": True,
+                    "n": None,
+                    "x": 1.5,
+                },
+            }
+        ).encode()
+        + b"\n"
+    )
     cmd = decode(frame(header))
-    assert cmd.ext_fields == {"a": "g", "d": "4", "e": "0", "f": "-1", "g": "1700000000000", "k": "0",
-                              "big": "12345678901234", "t": "true", "x": "1.5"}
+    assert cmd.ext_fields == {
+        "a": "g",
+        "d": "4",
+        "e": "0",
+        "f": "-1",
+        "g": "1700000000000",
+        "k": "0",
+        "big": "12345678901234",
+        "t": "true",
+        "x": "1.5",
+    }
     assert cmd.get_int("d") == 4
     assert cmd.get_long("g") == 1700000000000
 
 
 def test_escaped_control_characters_in_header():
-    header = b'{"code":310,"extFields":{"i":"TAGS\\u0001t\\u0002"},"flag":0,"language":"CPP","opaque":1,"version":333}\n'
+    header = (
+        b'{"code":310,"extFields":{"i":"TAGS\\u0001t\\u0002"},"flag":0,"language":"CPP","opaque":1,"version":333}\n'
+    )
     assert decode(frame(header)).ext_fields["i"] == "TAGS\x01t\x02"
 
 
@@ -95,14 +126,22 @@ def test_binary_header_negative_code_and_empty_remark():
 
 
 def test_json_encoding_is_compact_sorted_strings_only():
-    cmd = RemotingCommand(code=0, flag=FLAG_RESPONSE, opaque=9, language="JAVA", version=409,
-                          ext_fields={"queueOffset": 12, "queueId": 3, "msgId": "AB", "flag": True})
+    cmd = RemotingCommand(
+        code=0,
+        flag=FLAG_RESPONSE,
+        opaque=9,
+        language="JAVA",
+        version=409,
+        ext_fields={"queueOffset": 12, "queueId": 3, "msgId": "AB", "flag": True},
+    )
     data = encode(cmd)
     (length, word) = struct.unpack(">II", data[:8])
     assert word >> 24 == 0
     header = data[8 : 8 + word]
-    assert header == (b'{"code":0,"extFields":{"flag":"true","msgId":"AB","queueId":"3","queueOffset":"12"},'
-                      b'"flag":1,"language":"JAVA","opaque":9,"serializeTypeCurrentRPC":"JSON","version":409}')
+    assert header == (
+        b'{"code":0,"extFields":{"flag":"true","msgId":"AB","queueId":"3","queueOffset":"12"},'
+        b'"flag":1,"language":"JAVA","opaque":9,"serializeTypeCurrentRPC":"JSON","version":409}'
+    )
     assert length == len(data) - 4
 
 
@@ -217,8 +256,7 @@ def test_unknown_serialize_type():
 
 @pytest.mark.parametrize("cut", [0, 5, 12, 16, 17, 20, 22])
 def test_binary_header_truncated(cut):
-    full = encode(RemotingCommand(code=1, remark="abc", ext_fields={"k": "v"},
-                                  serialize_type=SerializeType.ROCKETMQ))
+    full = encode(RemotingCommand(code=1, remark="abc", ext_fields={"k": "v"}, serialize_type=SerializeType.ROCKETMQ))
     header = full[8:]
     with pytest.raises(FrameError, match="binary header truncated"):
         feed_all(frame(header[:cut], type_byte=1))
@@ -253,13 +291,16 @@ def test_good_frames_before_a_bad_one_are_delivered_and_error_sticks():
         list(dec.feed(encode(sample())))
 
 
-@pytest.mark.parametrize("header", [
-    # Found by `make fuzz` (json_header): a lone surrogate escape decodes to a str that encode() could
-    # not turn into UTF-8 (UnicodeEncodeError when the reply or a forwarded request was encoded).
-    b'{"code":34,"opaque":5,"flag":0,"language":"G\\ud800"}',
-    b'{"code":34,"opaque":5,"flag":0,"remark":"\\udc00x"}',
-    b'{"code":34,"opaque":5,"flag":0,"extFields":{"consumerGroup":"G\\ud800","k\\udfff":"v"}}',
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        # Found by `make fuzz` (json_header): a lone surrogate escape decodes to a str that encode() could
+        # not turn into UTF-8 (UnicodeEncodeError when the reply or a forwarded request was encoded).
+        b'{"code":34,"opaque":5,"flag":0,"language":"G\\ud800"}',
+        b'{"code":34,"opaque":5,"flag":0,"remark":"\\udc00x"}',
+        b'{"code":34,"opaque":5,"flag":0,"extFields":{"consumerGroup":"G\\ud800","k\\udfff":"v"}}',
+    ],
+)
 @pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
 def test_lone_surrogates_in_a_json_header_survive_re_encoding(header, serialize_type):
     cmd = decode(frame(header))
@@ -269,13 +310,16 @@ def test_lone_surrogates_in_a_json_header_survive_re_encoding(header, serialize_
     assert back.ext_fields == cmd.ext_fields
 
 
-@pytest.mark.parametrize("header", [
-    # Found by `make fuzz` (json_header): nesting past the interpreter's recursion limit raised
-    # RecursionError out of decode_frame instead of FrameError.
-    b'{"code":10,"extFields":{"a":' + b"[" * 5000 + b"]" * 5000 + b"}}",
-    b'{"code":10,"version":' + b'{"a":' * 5000 + b"0" + b"}" * 5000 + b"}",
-    b"[" * 100_000,
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        # Found by `make fuzz` (json_header): nesting past the interpreter's recursion limit raised
+        # RecursionError out of decode_frame instead of FrameError.
+        b'{"code":10,"extFields":{"a":' + b"[" * 5000 + b"]" * 5000 + b"}}",
+        b'{"code":10,"version":' + b'{"a":' * 5000 + b"0" + b"}" * 5000 + b"}",
+        b"[" * 100_000,
+    ],
+)
 def test_deeply_nested_json_header_is_a_frame_error(header):
     with pytest.raises(FrameError):
         decode_frame(frame(header)[4:])

@@ -72,14 +72,17 @@ def test_json_body_dumps_sorted_compact():
     assert json_body.dumps({"b": 1, "a": {"0": "x"}}) == b'{"a":{"0":"x"},"b":1}'
 
 
-@pytest.mark.parametrize("text", [
-    # Found by `make fuzz` (register_body, through json_body.loads): nesting within json.loads's limit
-    # but with a lone surrogate somewhere: scrubbing the surrogates recursed past the limit and
-    # RecursionError escaped, where loads() promises ValueError for JSON nested too deeply.
-    "[" * 600 + '"G\\ud800"' + "]" * 600,
-    '{"a":' * 600 + '"\\udfff"' + "}" * 600,
-    "[" * 5000 + "]" * 5000,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Found by `make fuzz` (register_body, through json_body.loads): nesting within json.loads's limit
+        # but with a lone surrogate somewhere: scrubbing the surrogates recursed past the limit and
+        # RecursionError escaped, where loads() promises ValueError for JSON nested too deeply.
+        "[" * 600 + '"G\\ud800"' + "]" * 600,
+        '{"a":' * 600 + '"\\udfff"' + "}" * 600,
+        "[" * 5000 + "]" * 5000,
+    ],
+)
 def test_json_body_loads_raises_value_error_for_deep_nesting(text):
     # (this test used to pass when nothing was raised at all: issue 27)
     with pytest.raises(ValueError, match="JSON nested too deeply"):

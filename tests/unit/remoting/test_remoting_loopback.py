@@ -1,4 +1,5 @@
 """Server and client protocols over real loopback sockets (trial TestCase: it runs the reactor)."""
+
 import socket
 
 from twisted.internet import defer, reactor, task
@@ -33,8 +34,9 @@ def wait_until(predicate, timeout=5.0, interval=0.01):
 class LoopbackTest(unittest.TestCase):
     def setUp(self):
         self.registry = ProcessorRegistry()
-        self.registry.register(105, lambda r, c: r.make_response(ext_fields={"peer": c.peer_address},
-                                                                 body=r.body[::-1]))
+        self.registry.register(
+            105, lambda r, c: r.make_response(ext_fields={"peer": c.peer_address}, body=r.body[::-1])
+        )
         self.registry.register(11, lambda r, c: task.deferLater(reactor, 0.05, r.make_response, 19))
         self.registry.register(1, lambda r, c: None)  # never answers
         self.factory = RemotingServerFactory(self.registry)
@@ -59,10 +61,12 @@ class LoopbackTest(unittest.TestCase):
 
     @defer.inlineCallbacks
     def test_concurrent_requests_share_one_connection(self):
-        results = yield defer.gatherResults([
-            self.client.invoke(self.address, RemotingCommand.request(105 if i % 2 else 11, body=b"%d" % i))
-            for i in range(20)
-        ])
+        results = yield defer.gatherResults(
+            [
+                self.client.invoke(self.address, RemotingCommand.request(105 if i % 2 else 11, body=b"%d" % i))
+                for i in range(20)
+            ]
+        )
         self.assertEqual([r.code for r in results], [19 if i % 2 == 0 else 0 for i in range(20)])
         self.assertEqual(len(self.factory.connections), 1)
 

@@ -1,4 +1,5 @@
 """RemotingProtocol driven through an in-memory transport and a fake clock."""
+
 import logging
 
 import pytest

@@ -16,8 +16,13 @@ def msg(i, topic="T", queue_id=0, size=100, tags=None):
     props = {"UNIQ_KEY": f"K{i:06d}"}
     if tags:
         props["TAGS"] = tags
-    return Message(topic=topic, body=(f"m{i}:".encode() * size)[:size], queue_id=queue_id,
-                   born_timestamp=1000 + i, properties=props)
+    return Message(
+        topic=topic,
+        body=(f"m{i}:".encode() * size)[:size],
+        queue_id=queue_id,
+        born_timestamp=1000 + i,
+        properties=props,
+    )
 
 
 @pytest.fixture

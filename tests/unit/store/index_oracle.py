@@ -5,6 +5,7 @@ Layout (big-endian): a 40-byte header (beginTimestamp q, endTimestamp q, beginPh
 hashSlotCount i, indexCount i), `slots` 4-byte slots, `items` 20-byte items (keyHash i, phyOffset q,
 timeDiff i, prevIndex i). Item numbers start at 1.
 """
+
 from __future__ import annotations
 
 import errno
@@ -31,7 +32,7 @@ def java_hash(s: str) -> int:
 def abs_hash(s: str) -> int:
     """Math.abs(hashCode), with Integer.MIN_VALUE (whose abs stays negative) taken as 0."""
     h = java_hash(s)
-    return 0 if h == -2**31 else abs(h)
+    return 0 if h == -(2**31) else abs(h)
 
 
 def name_at(ms: int) -> str:
@@ -43,13 +44,13 @@ def key_with_min_value_hash(prefix: str) -> str:
     """A string starting with `prefix` whose String.hashCode() is Integer.MIN_VALUE: prefix + 5 chars
     c1..c5 with sum(c_i * 31^(5-i)) = MIN_VALUE - hash(prefix) * 31^5 (mod 2^32), every char >= '!'."""
     weights = [31**4, 31**3, 31**2, 31, 1]
-    target = (-2**31 - java_hash(prefix) * 31**5 - 0x21 * sum(weights)) % 2**32
+    target = (-(2**31) - java_hash(prefix) * 31**5 - 0x21 * sum(weights)) % 2**32
     digits = []
     for w in weights:
         digits.append(target // w)
         target -= digits[-1] * w
     s = prefix + "".join(chr(0x21 + d) for d in digits)
-    assert java_hash(s) == -2**31 and max(digits) < 0xD800 - 0x21
+    assert java_hash(s) == -(2**31) and max(digits) < 0xD800 - 0x21
     return s
 
 
@@ -91,8 +92,11 @@ class OracleFile:
         return True
 
     def bytes(self) -> bytes:
-        out = bytearray(struct.pack(">qqqqii", self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
-                                    self.slot_count, self.count_on_disk))
+        out = bytearray(
+            struct.pack(
+                ">qqqqii", self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count_on_disk
+            )
+        )
         for v in self.slots:
             out += struct.pack(">i", v)
         for i in range(self.nitems):
@@ -145,14 +149,20 @@ class Clock:
 
 
 def open_store(root, clock, slots=16, items=8, enable=True, file_size=1 << 20) -> MessageStore:
-    s = MessageStore(str(root), commitlog_file_size=file_size, cq_file_size=20 * 1000, now_ms=clock,
-                     index=IndexSettings(enable, slots, items))
+    s = MessageStore(
+        str(root),
+        commitlog_file_size=file_size,
+        cq_file_size=20 * 1000,
+        now_ms=clock,
+        index=IndexSettings(enable, slots, items),
+    )
     s.start()
     return s
 
 
-def message(i: int, topic: str = "T", keys: str | None = None, uniq: bool = True, size: int = 40,
-            sys_flag: int = 0) -> Message:
+def message(
+    i: int, topic: str = "T", keys: str | None = None, uniq: bool = True, size: int = 40, sys_flag: int = 0
+) -> Message:
     props = {}
     if uniq:
         props["UNIQ_KEY"] = f"U{i:05d}"
@@ -169,6 +179,7 @@ def index_files(root) -> dict[str, bytes]:
 def crash(store) -> None:
     """Stop as a killed process would: no flush, no checkpoint, no header rewrite, the abort file stays."""
     import os
+
     store.commitlog.close()
     for cq in store.queues.values():
         cq.close()
@@ -180,6 +191,7 @@ def crash(store) -> None:
 def fail_index_write(monkeypatch, nth_write: int):
     """Make the index's (nth_write + 1)-th file write fail with ENOSPC; returns a function that heals it."""
     from rmqha.broker.store import index
+
     real_write = index.FileBacking.write
     writes = [0]
 

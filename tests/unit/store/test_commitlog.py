@@ -82,6 +82,7 @@ def test_second_broker_on_same_store_is_refused(store_factory, tmp_path):
 def test_full_disk_fails_cleanly_and_loses_nothing(store_factory, monkeypatch):
     import errno
     from rmqha.broker.store import mapped_file
+
     s = store_factory()
     good = [s.put_message(msg(i)) for i in range(5)]
     end = s.max_offset
@@ -145,8 +146,10 @@ def test_dispatch_reads_about_one_slice_at_a_time(store_factory, monkeypatch):
     s.reput_offset = 0  # as a slave that has everything still to dispatch
     reads = []
     real = type(s.commitlog.queue.files[0]).read
-    monkeypatch.setattr(type(s.commitlog.queue.files[0]), "read",
-                        lambda self, pos, n: reads.append(n) or real(self, pos, n))
+    monkeypatch.setattr(
+        type(s.commitlog.queue.files[0]), "read", lambda self, pos, n: reads.append(n) or real(self, pos, n)
+    )
     s.dispatch(max_bytes=4096)
     from rmqha.broker.store.message_store import DISPATCH_READ_MARGIN
+
     assert reads and max(reads) <= 4096 + DISPATCH_READ_MARGIN

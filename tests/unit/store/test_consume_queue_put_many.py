@@ -1,6 +1,7 @@
 """ConsumeQueue.put_many never drops a unit silently (review 2, A1): a repeat of a unit already there is
 skipped, as 4.9's putMessagePositionInfo skips a queue built repeatedly; a different record claiming a
 taken queue offset is reported (logged, counted, handed back) rather than discarded."""
+
 import logging
 
 from rmqha.broker.store.consume_queue import ConsumeQueue

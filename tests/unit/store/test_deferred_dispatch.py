@@ -4,6 +4,7 @@ consume-queue units and index keys of everything appended since the last dispatc
 batch. Before it a message is not visible to reads; after it, the queues and the index hold exactly what
 building them one record at a time gives (the same bytes), at the queue offsets the puts answered; a
 crash in between is rebuilt from the commit log."""
+
 from __future__ import annotations
 
 import random
@@ -80,8 +81,10 @@ def test_a_message_is_not_visible_before_its_dispatch(tmp_path):
     assert s.dispatch_pending() == 2
     assert woken == [("T", 0)]  # once per queue that grew
     got = s.get_messages("T", 0, 0, 32)
-    assert got.status == GetStatus.FOUND and [record.scan(r).message.body for r in got.records] == \
-        [message(0).body, message(1).body]
+    assert got.status == GetStatus.FOUND and [record.scan(r).message.body for r in got.records] == [
+        message(0).body,
+        message(1).body,
+    ]
     assert s.index.query("T", "k", 32, 0, FAR).phy_offsets == [res2.wrote_offset, res.wrote_offset]
     assert s.reput_offset == s.max_offset
     s.shutdown()
@@ -99,14 +102,20 @@ def test_batches_give_the_bytes_and_queue_offsets_of_one_by_one(tmp_path, how):
     clock = Clock(T0)
     s = open_store(tmp_path / "s", clock, slots=11, items=23)
     deferred(s)
-    got = put_all(s, clock, messages, dispatch_every=7 if how == "every-7" else None,
-                  rnd=random.Random(3) if how == "random" else None)
+    got = put_all(
+        s,
+        clock,
+        messages,
+        dispatch_every=7 if how == "every-7" else None,
+        rnd=random.Random(3) if how == "random" else None,
+    )
     s.dispatch_pending()
     assert [(r.wrote_offset, r.queue_offset) for r in got] == [(r.wrote_offset, r.queue_offset) for r in want]
     for m, r in zip(messages, got):
         assert s.queue("T", m.queue_id).get(r.queue_offset)[:2] == (r.wrote_offset, r.wrote_bytes)
-        assert record.scan(s.commitlog.read_record(r.wrote_offset, r.wrote_bytes)).message.queue_offset == \
-            r.queue_offset
+        assert (
+            record.scan(s.commitlog.read_record(r.wrote_offset, r.wrote_bytes)).message.queue_offset == r.queue_offset
+        )
     s.shutdown()
     assert queue_bytes(tmp_path / "s") == queue_bytes(tmp_path / "ref")
     assert list(index_files(tmp_path / "s").values()) == list(index_files(tmp_path / "ref").values())
@@ -158,8 +167,12 @@ def test_transaction_halves_and_rollbacks_take_no_queue_offset(tmp_path):
     assert s.max_queue_offset("T", 0) == 2
     assert [u[0] for u in s.queue("T", 0).units(0, 10)] == [a.wrote_offset, commit.wrote_offset]
     # The index takes prepared messages, not rollbacks (the reference's buildIndex).
-    assert [s.index.query("T", f"U{i:05d}", 8, 0, FAR).phy_offsets for i in range(4)] == \
-        [[a.wrote_offset], [half.wrote_offset], [], [commit.wrote_offset]]
+    assert [s.index.query("T", f"U{i:05d}", 8, 0, FAR).phy_offsets for i in range(4)] == [
+        [a.wrote_offset],
+        [half.wrote_offset],
+        [],
+        [commit.wrote_offset],
+    ]
     s.shutdown()
 
 
@@ -246,14 +259,18 @@ def test_an_index_batch_stopped_part_way_is_undone_and_rebuilt(tmp_path, monkeyp
 def test_key_hashes_are_the_hashes_of_the_built_keys():
     """index.key_hashes (the batch's way) gives key_hash of every "topic#key" keys_of builds."""
     from .index_oracle import key_with_min_value_hash
+
     rnd = random.Random(11)
-    alphabet = "abcXYZ019-_#é中\U0001F600 "
+    alphabet = "abcXYZ019-_#é中\U0001f600 "
     for i in range(500):
         topic = rnd.choice(["T", "BenchSend", "%RETRY%g", "tópico", "x" * 127])
         uniq = rnd.choice([None, "", "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(40)))])
         keys = rnd.choice([None, "", "  ", "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(60)))])
-        assert index.key_hashes(topic, uniq, keys) == \
-            [index.key_hash(k) for k in index.keys_of(topic, uniq, keys)], (topic, uniq, keys)
+        assert index.key_hashes(topic, uniq, keys) == [index.key_hash(k) for k in index.keys_of(topic, uniq, keys)], (
+            topic,
+            uniq,
+            keys,
+        )
     special = key_with_min_value_hash("T#")[2:]  # "T#" + it hashes to Integer.MIN_VALUE: slot 0
     assert index.key_hashes("T", special, None) == [0] == [index.key_hash("T#" + special)]
     long_key = "k" * 5000

@@ -4,6 +4,7 @@ The worker thread is played by ManualThread: the flush starts (reads the store's
 service asks for it, and "finishes" (its Deferred fires) only when the test says so, so the test can
 append, wait, fail or stop while a flush is in flight, deterministically.
 """
+
 from __future__ import annotations
 
 import errno
@@ -71,8 +72,9 @@ def results(d):
 def service(store, sync=True, timeout_ms=5000, interval_ms=500, clock=None):
     clock = clock or Clock()
     thread = ManualThread()
-    fs = FlushService(store, clock=clock, run_in_thread=thread, sync=sync, interval_ms=interval_ms,
-                      timeout_ms=timeout_ms)
+    fs = FlushService(
+        store, clock=clock, run_in_thread=thread, sync=sync, interval_ms=interval_ms, timeout_ms=timeout_ms
+    )
     fs.start()
     return fs, thread, clock
 

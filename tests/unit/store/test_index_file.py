@@ -1,5 +1,6 @@
 """The message index's files, byte for byte, against a hand-built oracle of RocketMQ 4.9's layout; its hash,
 chains, rollover and time-range rules (rmqha/broker/store/index.py)."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,18 @@ from rmqha.broker.store import index, record
 from rmqha.broker.store.index import IndexFile, IndexService, IndexSettings, MemoryBacking
 from rmqha.broker.store.mapped_file import StoreError
 
-from .index_oracle import (Clock, OracleIndex, abs_hash, crash, index_files, java_hash, key_with_min_value_hash,
-                           message, name_at, open_store)
+from .index_oracle import (
+    Clock,
+    OracleIndex,
+    abs_hash,
+    crash,
+    index_files,
+    java_hash,
+    key_with_min_value_hash,
+    message,
+    name_at,
+    open_store,
+)
 
 FAR = 2**62
 
@@ -31,16 +42,27 @@ def put_all(store, clock, msgs, step_ms=1000, oracle=None):
 
 # -- the hash ---------------------------------------------------------------------------------------
 
+
 def test_test_oracle_hash_matches_known_java_values():
     # Values Java gives: "hello".hashCode(), the classic Integer.MIN_VALUE string, a classic collision.
     assert java_hash("hello") == 99162322
-    assert java_hash("polygenelubricants") == -2**31
+    assert java_hash("polygenelubricants") == -(2**31)
     assert java_hash("Aa") == java_hash("BB") == 2112
-    assert java_hash("\U0001F600") == 0xD83D * 31 + 0xDE00  # a surrogate pair is two code units
+    assert java_hash("\U0001f600") == 0xD83D * 31 + 0xDE00  # a surrogate pair is two code units
 
 
-@pytest.mark.parametrize("key", ["T#k", "TopicTest#ORDER-1", "T#ключ", "T#\U0001F600", "polygenelubricants",
-                                 "x" * 300, key_with_min_value_hash("T#")])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "T#k",
+        "TopicTest#ORDER-1",
+        "T#ключ",
+        "T#\U0001f600",
+        "polygenelubricants",
+        "x" * 300,
+        key_with_min_value_hash("T#"),
+    ],
+)
 def test_key_hash_is_abs_of_java_hash_with_min_value_as_zero(key):
     assert index.key_hash(key) == abs_hash(key)
     assert 0 <= index.key_hash(key) <= 2**31 - 1
@@ -57,6 +79,7 @@ def test_keys_of_a_record_in_the_references_order():
 
 # -- exact bytes ------------------------------------------------------------------------------------
 
+
 def test_file_bytes_follow_the_layout_literally(tmp_path):
     """Three keys, written out by hand from the layout: 4 slots, 4 items."""
     clock = Clock(1_700_000_000_000)
@@ -68,7 +91,7 @@ def test_file_bytes_follow_the_layout_literally(tmp_path):
     clock.t = t0 + 61_000
     r3 = s.put_message(message(3, uniq=False, keys="x"))
     s.shutdown()
-    (name, data), = index_files(tmp_path).items()
+    ((name, data),) = index_files(tmp_path).items()
     assert name == name_at(t0)
     assert len(data) == 40 + 4 * 4 + 4 * 20
     h = abs_hash("T#Aa")  # "Aa" and "BB" collide: same hash, same slot
@@ -79,10 +102,12 @@ def test_file_bytes_follow_the_layout_literally(tmp_path):
     slots = [0, 0, 0, 0]
     slots[h % 4] = 2
     slots[hx % 4] = 3
-    items = [bytes(20),
-             struct.pack(">iqii", h, r1.wrote_offset, 0, 0),        # first item: timeDiff 0, no predecessor
-             struct.pack(">iqii", h, r2.wrote_offset, 1, 1),        # 1.5 s after begin: 1; chained to item 1
-             struct.pack(">iqii", hx, r3.wrote_offset, 61, 2 if same_slot else 0)]
+    items = [
+        bytes(20),
+        struct.pack(">iqii", h, r1.wrote_offset, 0, 0),  # first item: timeDiff 0, no predecessor
+        struct.pack(">iqii", h, r2.wrote_offset, 1, 1),  # 1.5 s after begin: 1; chained to item 1
+        struct.pack(">iqii", hx, r3.wrote_offset, 61, 2 if same_slot else 0),
+    ]
     assert data == header + b"".join(struct.pack(">i", v) for v in slots) + b"".join(items)
 
 
@@ -144,6 +169,7 @@ def test_min_value_hash_is_stored_as_zero_in_slot_zero(tmp_path):
 
 def test_the_core_on_memory_agrees_with_the_oracle():
     from .index_oracle import OracleFile
+
     f = IndexFile("x", MemoryBacking(40 + 4 * 3 + 20 * 6), 3, 6)
     f.start(0, 0)
     o = OracleFile("x", 3, 6)
@@ -155,15 +181,24 @@ def test_the_core_on_memory_agrees_with_the_oracle():
 
 # -- chains, collisions, time ranges -----------------------------------------------------------------
 
+
 def test_collisions_are_chained_through_prev_index(tmp_path):
     """With one slot every key shares one chain; a query walks it newest first and keeps the items whose
     full hash matches: a different key in the same slot is skipped, a key with the same hash is not
     (the reference's broker returns hash matches; clients compare keys)."""
     clock = Clock()
     s = open_store(tmp_path, clock, slots=1, items=20)
-    res = put_all(s, clock, [message(0, uniq=False, keys="x"), message(1, uniq=False, keys="Aa"),
-                             message(2, uniq=False, keys="y"), message(3, uniq=False, keys="BB"),
-                             message(4, uniq=False, keys="x")])
+    res = put_all(
+        s,
+        clock,
+        [
+            message(0, uniq=False, keys="x"),
+            message(1, uniq=False, keys="Aa"),
+            message(2, uniq=False, keys="y"),
+            message(3, uniq=False, keys="BB"),
+            message(4, uniq=False, keys="x"),
+        ],
+    )
     f = s.index.files[-1]
     assert [f.item(i)[3] for i in range(1, 6)] == [0, 1, 2, 3, 4]  # each item points to the one before
     assert f.slot(0) == 5 and f.slot_count == 1
@@ -235,6 +270,7 @@ def test_a_damaged_chain_cannot_loop(tmp_path):
 
 # -- what gets indexed ------------------------------------------------------------------------------
 
+
 def test_rollback_records_are_skipped_prepared_ones_indexed(tmp_path):
     """IndexService.buildIndex returns early for TRANSACTION_ROLLBACK_TYPE only (4.9.8)."""
     clock = Clock()
@@ -268,8 +304,9 @@ def test_a_file_of_another_size_is_refused_with_the_fix(tmp_path):
         open_store(tmp_path, clock, slots=32, items=8)
 
 
-@pytest.mark.parametrize("slots,items,what", [(0, 8, "maxHashSlotNum"), (4, 1, "maxIndexNum"),
-                                              (5_000_000, 200_000_000, "2147483647")])
+@pytest.mark.parametrize(
+    "slots,items,what", [(0, 8, "maxHashSlotNum"), (4, 1, "maxIndexNum"), (5_000_000, 200_000_000, "2147483647")]
+)
 def test_settings_that_cannot_be_laid_out_are_refused(tmp_path, slots, items, what):
     with pytest.raises(StoreError, match=what):
         IndexService(str(tmp_path), IndexSettings(True, slots, items))
@@ -330,11 +367,14 @@ def test_repair_of_a_record_at_offset_zero_whose_first_key_hashes_to_zero():
     assert bytes(backing.view) == fresh
 
 
-@pytest.mark.parametrize("props", [
-    {"UNIQ_KEY": "U1", "A": "x\x02UNIQ_KEY\x01smuggled", "KEYS": "k"},   # a value holding a separator
-    {"KEYS\x01x": "y", "UNIQ_KEY": ""},                                  # a name holding one; an empty value
-    {"UNIQ_KEY": "U2", "KEYS": "a b"},                                   # the usual case
-])
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"UNIQ_KEY": "U1", "A": "x\x02UNIQ_KEY\x01smuggled", "KEYS": "k"},  # a value holding a separator
+        {"KEYS\x01x": "y", "UNIQ_KEY": ""},  # a name holding one; an empty value
+        {"UNIQ_KEY": "U2", "KEYS": "a b"},  # the usual case
+    ],
+)
 def test_master_and_slave_index_the_keys_the_stored_text_holds(tmp_path, props):
     """The master takes the keys from the message it stored unless its text would read back otherwise;
     either way it indexes what a slave reads from the replicated bytes."""
@@ -352,16 +392,19 @@ def test_master_and_slave_index_the_keys_the_stored_text_holds(tmp_path, props):
     expect = index.keys_of("T", stored.properties.get("UNIQ_KEY"), stored.properties.get("KEYS"))
     (data,) = index_files(tmp_path / "m").values()
     assert [struct.unpack_from(">iqii", data, 40 + 16 * 4 + 20 * i)[0] for i in range(1, 1 + len(expect))] == [
-        index.key_hash(k) for k in expect]
+        index.key_hash(k) for k in expect
+    ]
 
 
 def test_config_keys_and_their_limits():
     from rmqha.broker.config import BrokerConfig, ConfigError
+
     base = {"brokerName": "b", "storePathRootDir": "/tmp/x"}
     c = BrokerConfig.from_properties(base)
     assert (c.messageIndexEnable, c.maxHashSlotNum, c.maxIndexNum) == (True, 5_000_000, 20_000_000)
-    c = BrokerConfig.from_properties({**base, "messageIndexEnable": "false", "maxHashSlotNum": "50000",
-                                      "maxIndexNum": "200000"})
+    c = BrokerConfig.from_properties(
+        {**base, "messageIndexEnable": "false", "maxHashSlotNum": "50000", "maxIndexNum": "200000"}
+    )
     assert (c.messageIndexEnable, c.maxHashSlotNum, c.maxIndexNum) == (False, 50_000, 200_000)
     assert c.ignored_keys == []
     with pytest.raises(ConfigError, match="maxHashSlotNum=5000000 and maxIndexNum=200000000"):

@@ -1,6 +1,7 @@
 """The message index after a restart: it ends exactly where the recovered commit log ends, and a rebuild
 gives the bytes an uninterrupted build gives (file names aside: a file made by the rebuild is named by
 the time it was made, as in the reference)."""
+
 from __future__ import annotations
 
 import shutil
@@ -63,7 +64,7 @@ def test_index_behind_the_log_is_rebuilt_to_the_same_bytes(tmp_path):
     s.shutdown()
     assert list(index_files(root).values()) == want
     saved = sorted(p.name for p in (tmp_path / "saved").iterdir())
-    assert list(index_files(root))[:len(saved)] == saved  # the files it had are kept, under their names
+    assert list(index_files(root))[: len(saved)] == saved  # the files it had are kept, under their names
 
 
 @pytest.mark.parametrize("at_record", range(4))

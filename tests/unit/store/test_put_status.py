@@ -1,4 +1,5 @@
 """PutStatus: one enum for a send's outcome, with its wire code and "stored" in one table."""
+
 import json
 
 import pytest

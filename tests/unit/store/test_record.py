@@ -8,9 +8,15 @@ from rmqha.broker.store.record import Message, Scan
 
 
 def make(topic="TopicTest", body=b"hello", **kw):
-    fields = dict(queue_id=3, flag=7, born_timestamp=1700000000000, born_host=("10.0.0.5", 53211),
-                  store_timestamp=1700000000123, store_host=("10.0.0.9", 10911),
-                  properties={"TAGS": "TagA", "KEYS": "k1", "UNIQ_KEY": "ABC"})
+    fields = dict(
+        queue_id=3,
+        flag=7,
+        born_timestamp=1700000000000,
+        born_host=("10.0.0.5", 53211),
+        store_timestamp=1700000000123,
+        store_host=("10.0.0.9", 10911),
+        properties={"TAGS": "TagA", "KEYS": "k1", "UNIQ_KEY": "ABC"},
+    )
     fields.update(kw)
     return Message(topic=topic, body=body, **fields)
 
@@ -23,7 +29,15 @@ def test_layout_matches_wire_facts_byte_for_byte():
     assert len(buf) == 91 + 5 + len("TopicTest") + len(props)
     total, magic, crc, qid, flag, qoff, phys, sysflag, born = struct.unpack_from(">iIiiiqqiq", buf)
     assert (total, magic, qid, flag, qoff, phys, sysflag, born) == (
-        len(buf), 0xDAA320A7, 3, 7, 42, 1 << 33, 0, 1700000000000)
+        len(buf),
+        0xDAA320A7,
+        3,
+        7,
+        42,
+        1 << 33,
+        0,
+        1700000000000,
+    )
     assert crc == zlib.crc32(b"hello") & 0x7FFFFFFF
     assert buf[48:56] == bytes([10, 0, 0, 5]) + struct.pack(">i", 53211)
     assert struct.unpack_from(">q", buf, 56)[0] == 1700000000123
@@ -49,15 +63,18 @@ def test_round_trip_and_ipv6_hosts():
 
 def test_scan_rejects_corruption():
     buf = bytearray(record.encode(make()).finish(0, 0))
-    bad = bytearray(buf); bad[90] ^= 0xFF
+    bad = bytearray(buf)
+    bad[90] ^= 0xFF
     assert record.scan(bad).kind == Scan.INVALID and "CRC" in record.scan(bad).reason
     assert record.scan(bad, check_crc=False).kind == Scan.MESSAGE
-    bad = bytearray(buf); struct.pack_into(">i", bad, 0, len(buf) + 4); bad += b"\0\0\0\0"
+    bad = bytearray(buf)
+    struct.pack_into(">i", bad, 0, len(buf) + 4)
+    bad += b"\0\0\0\0"
     assert record.scan(bad).kind == Scan.INVALID
     assert record.scan(bytes(200)).kind == Scan.INVALID
     assert record.scan(buf[:50]).kind == Scan.PARTIAL
     assert record.scan(buf[:5]).kind == Scan.PARTIAL
-    assert record.scan(b"\x00\x00\x01\x00\xCB\xD4\x31\x94").kind == Scan.BLANK
+    assert record.scan(b"\x00\x00\x01\x00\xcb\xd4\x31\x94").kind == Scan.BLANK
     assert record.scan(b"garbage!" * 20).kind == Scan.INVALID
 
 
@@ -80,7 +97,7 @@ def test_java_hash_code():
     assert record.java_string_hash("") == 0
     assert record.java_string_hash("polygenelubricants") == -2147483648
     assert record.java_string_hash("\u00e9t\u00e9") == 227742
-    assert record.java_string_hash("\U0001F600") == 1772899  # a surrogate pair: two UTF-16 units
+    assert record.java_string_hash("\U0001f600") == 1772899  # a surrogate pair: two UTF-16 units
     assert record.tags_code(None) == 0
 
 
@@ -92,19 +109,37 @@ def test_offset_msg_id():
 
 
 def test_scan_index_agrees_with_scan():
-    cases = [make(), make(properties={}), make(properties={"KEYS": "a", "TAGS": "\u00e9t\u00e9"}),
-             make(born_host=("::1", 5), store_host=("fe80::1", 10911), body=b"x" * 5000),
-             make(properties={"TAGS": ""}), make(sys_flag=record.TRANSACTION_PREPARED)]
+    cases = [
+        make(),
+        make(properties={}),
+        make(properties={"KEYS": "a", "TAGS": "\u00e9t\u00e9"}),
+        make(born_host=("::1", 5), store_host=("fe80::1", 10911), body=b"x" * 5000),
+        make(properties={"TAGS": ""}),
+        make(sys_flag=record.TRANSACTION_PREPARED),
+    ]
     for m in cases:
         buf = bytes(record.encode(m).finish(9, 1234))
         full = record.scan(buf)
         kind, size, info, _ = record.scan_index(buf)
         assert kind == full.kind == Scan.MESSAGE and size == full.size
         fm = full.message
-        assert (info.topic, info.queue_id, info.queue_offset, info.physical_offset, info.store_timestamp,
-                info.tags_code, info.gets_queue_entry) == (
-            fm.topic, fm.queue_id, fm.queue_offset, fm.physical_offset, fm.store_timestamp,
-            record.tags_code(fm.tags), fm.gets_queue_entry)
+        assert (
+            info.topic,
+            info.queue_id,
+            info.queue_offset,
+            info.physical_offset,
+            info.store_timestamp,
+            info.tags_code,
+            info.gets_queue_entry,
+        ) == (
+            fm.topic,
+            fm.queue_id,
+            fm.queue_offset,
+            fm.physical_offset,
+            fm.store_timestamp,
+            record.tags_code(fm.tags),
+            fm.gets_queue_entry,
+        )
     buf = bytearray(record.encode(make()).finish(0, 0))
     buf[90] ^= 1
     assert record.scan_index(buf)[0] == Scan.INVALID
@@ -117,11 +152,22 @@ def _summary_expected(buf, pos=0):
     """scan_summary()'s tuple computed the slow way, from scan()'s Message, as a dict by field name."""
     r = record.scan(buf, pos)
     m = r.message
-    return {"size": r.size, "body_crc": m.body_crc, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
-            "physical_offset": m.physical_offset, "sys_flag": m.sys_flag, "born_timestamp": m.born_timestamp,
-            "store_timestamp": m.store_timestamp, "store_host_raw": record.encode_host(m.store_host),
-            "topic": m.topic, "uniq_key": m.uniq_key, "keys": m.keys, "tags": m.tags,
-            "record_crc": zlib.crc32(bytes(buf[pos:pos + r.size]))}
+    return {
+        "size": r.size,
+        "body_crc": m.body_crc,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "physical_offset": m.physical_offset,
+        "sys_flag": m.sys_flag,
+        "born_timestamp": m.born_timestamp,
+        "store_timestamp": m.store_timestamp,
+        "store_host_raw": record.encode_host(m.store_host),
+        "topic": m.topic,
+        "uniq_key": m.uniq_key,
+        "keys": m.keys,
+        "tags": m.tags,
+        "record_crc": zlib.crc32(bytes(buf[pos : pos + r.size])),
+    }
 
 
 def _named(fields):
@@ -132,7 +178,7 @@ def _named(fields):
 SUMMARY_CASES = [
     make(),
     make(properties={}),
-    make(properties={"KEYS": "a b", "TAGS": "\u00e9t\u00e9 \U0001F600"}, topic="T\u00f6pic"),
+    make(properties={"KEYS": "a b", "TAGS": "\u00e9t\u00e9 \U0001f600"}, topic="T\u00f6pic"),
     make(born_host=("::1", 5), store_host=("fe80::1", 10911), body=b"x" * 5000),
     make(store_host=("2001:db8::7", 1)),
     make(born_host=("::ffff:10.0.0.1", 5)),
@@ -163,18 +209,21 @@ def _raw_props(props: bytes, body=b"hello"):
     buf = bytearray(record.encode(m).finish(0, 0))
     plen = struct.unpack_from(">h", buf, len(buf) - len(props) - 2)[0]
     assert plen == len(props)
-    buf[len(buf) - len(props):] = props
+    buf[len(buf) - len(props) :] = props
     return bytes(buf)
 
 
-@pytest.mark.parametrize("props", [
-    b"TAGS\x01a\x02TAGS\x01b",                     # the last one wins
-    b"TAGS\x01a\x02TAGS\x01",                       # ... unless its value is empty (skipped)
-    b"KEYS\x01\x02UNIQ_KEY\x01\x02TAGS\x01\x02xyz",  # all empty
-    b"\x02\x01\x02UNIQ_KEY\x01u\x02",               # empty segments, trailing separator
-    b"XTAGS\x01no\x02TAGSX\x01no\x02KEYS\x01k",     # names that only contain the key
-    b"TAGS\x01\xe9\xff!\x02KEYS\x01\xc3",          # invalid UTF-8: replaced, as scan() does
-])
+@pytest.mark.parametrize(
+    "props",
+    [
+        b"TAGS\x01a\x02TAGS\x01b",  # the last one wins
+        b"TAGS\x01a\x02TAGS\x01",  # ... unless its value is empty (skipped)
+        b"KEYS\x01\x02UNIQ_KEY\x01\x02TAGS\x01\x02xyz",  # all empty
+        b"\x02\x01\x02UNIQ_KEY\x01u\x02",  # empty segments, trailing separator
+        b"XTAGS\x01no\x02TAGSX\x01no\x02KEYS\x01k",  # names that only contain the key
+        b"TAGS\x01\xe9\xff!\x02KEYS\x01\xc3",  # invalid UTF-8: replaced, as scan() does
+    ],
+)
 def test_scan_summary_properties_follow_scan(props):
     buf = _raw_props(props)
     kind, size, fields, _ = record.scan_summary(buf)
@@ -185,24 +234,53 @@ def test_scan_summary_rejects_what_scan_rejects_with_the_same_reason():
     good = bytes(record.encode(make()).finish(0, 0))
     v6 = bytes(record.encode(make(born_host=("::1", 5), store_host=("fe80::1", 1))).finish(0, 0))
     cases = []
-    bad = bytearray(good); bad[90] ^= 0xFF; cases.append(bytes(bad))                 # body CRC
-    bad = bytearray(good); struct.pack_into(">i", bad, 0, len(good) + 4); cases.append(bytes(bad) + bytes(4))
-    bad = bytearray(good); struct.pack_into(">i", bad, 84, 10 ** 6); cases.append(bytes(bad))  # body length
-    bad = bytearray(good); struct.pack_into(">i", bad, 84, -1); cases.append(bytes(bad))
-    bad = bytearray(good); bad[93] = 200; cases.append(bytes(bad))                   # topic length
-    bad = bytearray(good); bad[94] = 0xFF; cases.append(bytes(bad))                  # topic not UTF-8
-    bad = bytearray(good); struct.pack_into(">h", bad, 103, -5); cases.append(bytes(bad))
-    bad = bytearray(good); struct.pack_into(">h", bad, 103, 3); cases.append(bytes(bad))
-    bad = bytearray(v6); struct.pack_into(">i", bad, 0, 95); cases.append(bytes(bad))  # v6 head > TOTALSIZE
-    bad = bytearray(v6); struct.pack_into(">i", bad, 0, 95); cases.append(bytes(bad[:95]))
-    cases += [bytes(200), b"garbage!" * 20, good[:50], good[:5], b"", b"\x00\x00\x01\x00\xCB\xD4\x31\x94",
-              b"\x00\x00\x00\x04\xCB\xD4\x31\x94", struct.pack(">iI", 60, record.MESSAGE_MAGIC) + bytes(60)]
+    bad = bytearray(good)
+    bad[90] ^= 0xFF
+    cases.append(bytes(bad))  # body CRC
+    bad = bytearray(good)
+    struct.pack_into(">i", bad, 0, len(good) + 4)
+    cases.append(bytes(bad) + bytes(4))
+    bad = bytearray(good)
+    struct.pack_into(">i", bad, 84, 10**6)
+    cases.append(bytes(bad))  # body length
+    bad = bytearray(good)
+    struct.pack_into(">i", bad, 84, -1)
+    cases.append(bytes(bad))
+    bad = bytearray(good)
+    bad[93] = 200
+    cases.append(bytes(bad))  # topic length
+    bad = bytearray(good)
+    bad[94] = 0xFF
+    cases.append(bytes(bad))  # topic not UTF-8
+    bad = bytearray(good)
+    struct.pack_into(">h", bad, 103, -5)
+    cases.append(bytes(bad))
+    bad = bytearray(good)
+    struct.pack_into(">h", bad, 103, 3)
+    cases.append(bytes(bad))
+    bad = bytearray(v6)
+    struct.pack_into(">i", bad, 0, 95)
+    cases.append(bytes(bad))  # v6 head > TOTALSIZE
+    bad = bytearray(v6)
+    struct.pack_into(">i", bad, 0, 95)
+    cases.append(bytes(bad[:95]))
+    cases += [
+        bytes(200),
+        b"garbage!" * 20,
+        good[:50],
+        good[:5],
+        b"",
+        b"\x00\x00\x01\x00\xcb\xd4\x31\x94",
+        b"\x00\x00\x00\x04\xcb\xd4\x31\x94",
+        struct.pack(">iI", 60, record.MESSAGE_MAGIC) + bytes(60),
+    ]
     for buf in cases:
         full = record.scan(buf, 0, True, False)
         kind, size, fields, reason = record.scan_summary(buf)
         assert (kind, size, reason) == (full.kind, full.size, full.reason), buf[:16]
         assert fields is None
-    bad = bytearray(good); bad[90] ^= 0xFF
+    bad = bytearray(good)
+    bad[90] ^= 0xFF
     kind, _, fields, _ = record.scan_summary(bytes(bad), check_crc=False)
     assert kind == Scan.MESSAGE and _named(fields)["tags"] == "TagA"
 
@@ -240,10 +318,17 @@ def test_scanners_never_raise_on_records_whose_fields_run_past_the_buffer():
             assert [res.kind for _, res in record.iter_records(buf, 0, check_crc)] == [Scan.INVALID]
 
 
-@pytest.mark.parametrize("props,plain", [
-    ({}, True), ({"KEYS": "k"}, True), ({"KEYS": "a b", "UNIQ_KEY": "U1", "TAGS": "t"}, True),
-    ({"KEYS": "a\x01b"}, False), ({"KEYS": "a\x02b", "TAGS": "t"}, False), ({"K\x02": "v"}, False),
-])
+@pytest.mark.parametrize(
+    "props,plain",
+    [
+        ({}, True),
+        ({"KEYS": "k"}, True),
+        ({"KEYS": "a b", "UNIQ_KEY": "U1", "TAGS": "t"}, True),
+        ({"KEYS": "a\x01b"}, False),
+        ({"KEYS": "a\x02b", "TAGS": "t"}, False),
+        ({"K\x02": "v"}, False),
+    ],
+)
 def test_encode_says_whether_the_stored_properties_read_back_the_same(props, plain):
     m = Message(topic="T", body=b"x", queue_id=0, born_timestamp=1, born_host=("10.0.0.1", 1), properties=props)
     assert record.encode(m).plain_properties is plain

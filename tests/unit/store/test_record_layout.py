@@ -1,5 +1,6 @@
 """record.py is the one module that knows the record layout: the head peeks other modules use, and the
 fast parsers agreeing with the full decoder (last TAGS wins)."""
+
 import pytest
 
 from rmqha.broker.store import queries, record
@@ -9,15 +10,18 @@ from .conftest import open_store
 from .test_record import _raw_props, make
 
 
-@pytest.mark.parametrize("props", [
-    b"TAGS\x01first\x02TAGS\x01last",                      # the last one wins, as in a Java HashMap
-    b"TAGS\x01first\x02KEYS\x01k\x02TAGS\x01last\x02",      # ... with a trailing separator
-    b"TAGS\x01kept\x02TAGS\x01",                            # an empty last value is skipped: the earlier counts
-    b"TAGS\x01a\x02X\x01TAGS\x01not-a-segment\x02XTAGS\x01no",  # only a segment named TAGS counts
-    b"TAGS\x01a\x01b\x02TAGS\x01c\x01d",                   # a value may hold \x01
-    b"\x01TAGS\x01x\x02TAGS\x01\xe9t\xe9",                  # invalid UTF-8, replaced as decode_properties does
-    b"TAGS\x01\x02TAGS\x01",                               # no value at all: tagsCode 0
-])
+@pytest.mark.parametrize(
+    "props",
+    [
+        b"TAGS\x01first\x02TAGS\x01last",  # the last one wins, as in a Java HashMap
+        b"TAGS\x01first\x02KEYS\x01k\x02TAGS\x01last\x02",  # ... with a trailing separator
+        b"TAGS\x01kept\x02TAGS\x01",  # an empty last value is skipped: the earlier counts
+        b"TAGS\x01a\x02X\x01TAGS\x01not-a-segment\x02XTAGS\x01no",  # only a segment named TAGS counts
+        b"TAGS\x01a\x01b\x02TAGS\x01c\x01d",  # a value may hold \x01
+        b"\x01TAGS\x01x\x02TAGS\x01\xe9t\xe9",  # invalid UTF-8, replaced as decode_properties does
+        b"TAGS\x01\x02TAGS\x01",  # no value at all: tagsCode 0
+    ],
+)
 def test_scan_index_tags_code_is_the_full_decoders_last_tags(props):
     buf = _raw_props(props)
     want = record.tags_code(record.decode_properties(props).get("TAGS"))
@@ -36,13 +40,13 @@ def test_the_last_of_two_tags_decides_the_tags_code():
 @pytest.mark.parametrize("born", [("10.0.0.5", 1), ("::1", 5)])
 def test_head_peeks(born):
     buf = bytes(record.encode(make(born_host=born, store_timestamp=1700000000123)).finish(1, 2))
-    assert record.message_size(buf[:record.HEAD_SIZE]) == len(buf)
-    assert record.store_timestamp(buf[:record.STORE_TIMESTAMP_PEEK]) == 1700000000123
+    assert record.message_size(buf[: record.HEAD_SIZE]) == len(buf)
+    assert record.store_timestamp(buf[: record.STORE_TIMESTAMP_PEEK]) == 1700000000123
     assert record.store_timestamp(buf[:50]) is None
-    assert buf[record.MAGIC_AT:record.MAGIC_AT + 4] == record.MESSAGE_MAGIC_BYTES
+    assert buf[record.MAGIC_AT : record.MAGIC_AT + 4] == record.MESSAGE_MAGIC_BYTES
     blank = record.blank(100)
     assert record.message_size(blank) == 0 and record.store_timestamp(blank + bytes(92)) is None
-    assert blank[record.MAGIC_AT:] == record.BLANK_MAGIC_BYTES
+    assert blank[record.MAGIC_AT :] == record.BLANK_MAGIC_BYTES
     assert record.message_size(bytes(8)) == 0 and record.message_size(buf[:5]) == 0
 
 

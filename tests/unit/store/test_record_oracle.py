@@ -4,6 +4,7 @@ docs/formats.md §6.1 (big-endian; TOTALSIZE = 91 + body + topic + properties wi
 (reconsume times, prepared transaction offset, total size, sysflag bits), the exact limits (127-byte
 topic, 32767-byte properties, empty body), positions other than 0, and the scanners' never-raise
 contract with CRC checking on and off."""
+
 import ipaddress
 import random
 import struct
@@ -22,42 +23,96 @@ def ip(addr):
     return ipaddress.ip_address(addr).packed
 
 
-def hand(*, topic=b"T", body=b"", props=b"", queue_id=0, flag=0, queue_offset=0, phys=0, sysflag=0,
-         born_ts=0, born=("127.0.0.1", 0), store_ts=0, store=("127.0.0.1", 0), reconsume=0, prepared=0,
-         crc=None, total=None, magic=MAGIC):
+def hand(
+    *,
+    topic=b"T",
+    body=b"",
+    props=b"",
+    queue_id=0,
+    flag=0,
+    queue_offset=0,
+    phys=0,
+    sysflag=0,
+    born_ts=0,
+    born=("127.0.0.1", 0),
+    store_ts=0,
+    store=("127.0.0.1", 0),
+    reconsume=0,
+    prepared=0,
+    crc=None,
+    total=None,
+    magic=MAGIC,
+):
     """One commit-log record, byte by byte as docs/formats.md §6.1 lays it out."""
     crc = zlib.crc32(body) & 0x7FFFFFFF if crc is None else crc
-    rest = b"".join([
-        struct.pack(">I", magic), struct.pack(">i", crc), struct.pack(">i", queue_id), struct.pack(">i", flag),
-        struct.pack(">q", queue_offset), struct.pack(">q", phys), struct.pack(">i", sysflag),
-        struct.pack(">q", born_ts), ip(born[0]), struct.pack(">i", born[1]),
-        struct.pack(">q", store_ts), ip(store[0]), struct.pack(">i", store[1]),
-        struct.pack(">i", reconsume), struct.pack(">q", prepared),
-        struct.pack(">i", len(body)), body,
-        bytes([len(topic)]), topic,
-        struct.pack(">h", len(props)), props,
-    ])
+    rest = b"".join(
+        [
+            struct.pack(">I", magic),
+            struct.pack(">i", crc),
+            struct.pack(">i", queue_id),
+            struct.pack(">i", flag),
+            struct.pack(">q", queue_offset),
+            struct.pack(">q", phys),
+            struct.pack(">i", sysflag),
+            struct.pack(">q", born_ts),
+            ip(born[0]),
+            struct.pack(">i", born[1]),
+            struct.pack(">q", store_ts),
+            ip(store[0]),
+            struct.pack(">i", store[1]),
+            struct.pack(">i", reconsume),
+            struct.pack(">q", prepared),
+            struct.pack(">i", len(body)),
+            body,
+            bytes([len(topic)]),
+            topic,
+            struct.pack(">h", len(props)),
+            props,
+        ]
+    )
     size = 4 + len(rest) if total is None else total
     return struct.pack(">i", size) + rest
 
 
-FULL = dict(topic=b"TopicTest", body=b"\x00body\xff", props=b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01ABC",
-            queue_id=3, flag=0x7B, queue_offset=42, phys=(1 << 33) + 5,
-            sysflag=record.TRANSACTION_PREPARED | record.FLAG_COMPRESSED | record.FLAG_MULTI_TAGS,
-            born_ts=1700000000000, born=("10.0.0.5", 53211), store_ts=1700000000123, store=("10.0.0.9", 10911),
-            reconsume=3, prepared=123456789)
+FULL = dict(
+    topic=b"TopicTest",
+    body=b"\x00body\xff",
+    props=b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01ABC",
+    queue_id=3,
+    flag=0x7B,
+    queue_offset=42,
+    phys=(1 << 33) + 5,
+    sysflag=record.TRANSACTION_PREPARED | record.FLAG_COMPRESSED | record.FLAG_MULTI_TAGS,
+    born_ts=1700000000000,
+    born=("10.0.0.5", 53211),
+    store_ts=1700000000123,
+    store=("10.0.0.9", 10911),
+    reconsume=3,
+    prepared=123456789,
+)
 
 
 def full_message(**kw):
-    f = dict(topic="TopicTest", body=b"\x00body\xff", queue_id=3, flag=0x7B, sys_flag=FULL["sysflag"],
-             born_timestamp=1700000000000, born_host=("10.0.0.5", 53211), store_timestamp=1700000000123,
-             store_host=("10.0.0.9", 10911), reconsume_times=3, prepared_transaction_offset=123456789,
-             properties={"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ABC"})
+    f = dict(
+        topic="TopicTest",
+        body=b"\x00body\xff",
+        queue_id=3,
+        flag=0x7B,
+        sys_flag=FULL["sysflag"],
+        born_timestamp=1700000000000,
+        born_host=("10.0.0.5", 53211),
+        store_timestamp=1700000000123,
+        store_host=("10.0.0.9", 10911),
+        reconsume_times=3,
+        prepared_transaction_offset=123456789,
+        properties={"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ABC"},
+    )
     f.update(kw)
     return Message(**f)
 
 
 # -- encode: every field where the layout says -----------------------------------------------------
+
 
 def test_encode_writes_every_field_where_the_layout_says():
     rec = record.encode(full_message())
@@ -66,11 +121,14 @@ def test_encode_writes_every_field_where_the_layout_says():
     assert bytes(rec.finish(42, (1 << 33) + 5)) == hand(**FULL)
 
 
-@pytest.mark.parametrize("born,store,bits", [
-    (("::1", 5), ("10.0.0.9", 10911), record.FLAG_BORNHOST_V6),
-    (("10.0.0.5", 5), ("fe80::1", 10911), record.FLAG_STOREHOST_V6),
-    (("::1", 5), ("2001:db8::7", 1), record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
-])
+@pytest.mark.parametrize(
+    "born,store,bits",
+    [
+        (("::1", 5), ("10.0.0.9", 10911), record.FLAG_BORNHOST_V6),
+        (("10.0.0.5", 5), ("fe80::1", 10911), record.FLAG_STOREHOST_V6),
+        (("::1", 5), ("2001:db8::7", 1), record.FLAG_BORNHOST_V6 | record.FLAG_STOREHOST_V6),
+    ],
+)
 def test_ipv6_hosts_set_their_sysflag_bits_and_add_12_bytes_each(born, store, bits):
     msg = full_message(born_host=born, store_host=store, sys_flag=FULL["sysflag"] | 0x30)  # stale bits dropped
     buf = bytes(record.encode(msg).finish(42, (1 << 33) + 5))
@@ -145,6 +203,7 @@ def test_a_properties_length_read_as_negative_is_invalid():
 
 # -- decode: every field, from hand-built bytes ----------------------------------------------------
 
+
 def test_scan_reads_every_field_of_a_hand_built_record():
     buf = hand(**FULL)
     r = record.scan(buf)
@@ -152,7 +211,11 @@ def test_scan_reads_every_field_of_a_hand_built_record():
     m = r.message
     assert (m.topic, m.body, m.queue_id, m.flag, m.sys_flag) == ("TopicTest", b"\x00body\xff", 3, 0x7B, 0x07)
     assert (m.queue_offset, m.physical_offset, m.born_timestamp, m.store_timestamp) == (
-        42, (1 << 33) + 5, 1700000000000, 1700000000123)
+        42,
+        (1 << 33) + 5,
+        1700000000000,
+        1700000000123,
+    )
     assert (m.born_host, m.store_host) == (("10.0.0.5", 53211), ("10.0.0.9", 10911))
     assert (m.reconsume_times, m.prepared_transaction_offset) == (3, 123456789)
     assert (m.total_size, m.body_crc) == (len(buf), zlib.crc32(b"\x00body\xff") & 0x7FFFFFFF)
@@ -167,7 +230,12 @@ def test_scan_reads_ipv6_hosts_by_their_sysflag_bits():
     buf = hand(**dict(FULL, born=("::1", 5), store=("2001:db8::7", 1), sysflag=0x30 | 0x8))
     m = record.scan(buf).message
     assert (m.born_host, m.store_host, m.store_timestamp, m.reconsume_times, m.prepared_transaction_offset) == (
-        ("::1", 5), ("2001:db8::7", 1), 1700000000123, 3, 123456789)
+        ("::1", 5),
+        ("2001:db8::7", 1),
+        1700000000123,
+        3,
+        123456789,
+    )
     assert m.transaction_type == record.TRANSACTION_COMMIT and m.gets_queue_entry
     kind, size, info, _ = record.scan_index(buf)
     assert (kind, size, info.store_timestamp, info.sys_flag) == (Scan.MESSAGE, len(buf), 1700000000123, 0x38)
@@ -189,8 +257,15 @@ def test_scan_index_reads_what_a_consume_queue_needs():
     buf = hand(**FULL)
     kind, size, info, reason = record.scan_index(buf)
     assert (kind, size, reason) == (Scan.MESSAGE, len(buf), "")
-    assert (info.size, info.topic, info.queue_id, info.queue_offset, info.physical_offset, info.sys_flag,
-            info.store_timestamp) == (len(buf), "TopicTest", 3, 42, (1 << 33) + 5, 0x07, 1700000000123)
+    assert (
+        info.size,
+        info.topic,
+        info.queue_id,
+        info.queue_offset,
+        info.physical_offset,
+        info.sys_flag,
+        info.store_timestamp,
+    ) == (len(buf), "TopicTest", 3, 42, (1 << 33) + 5, 0x07, 1700000000123)
     assert info.tags_code == 2598919  # Java's "TagA".hashCode()
 
 
@@ -199,10 +274,21 @@ def test_scan_summary_reads_every_listed_field():
     kind, size, fields, reason = record.scan_summary(buf)
     assert (kind, size, reason) == (Scan.MESSAGE, len(buf), "")
     assert dict(zip(record.SUMMARY_FIELDS, fields)) == {
-        "size": len(buf), "body_crc": zlib.crc32(b"\x00body\xff") & 0x7FFFFFFF, "queue_id": 3, "queue_offset": 42,
-        "physical_offset": (1 << 33) + 5, "sys_flag": 0x07, "born_timestamp": 1700000000000,
-        "store_timestamp": 1700000000123, "store_host_raw": bytes([10, 0, 0, 9]) + struct.pack(">i", 10911),
-        "topic": "TopicTest", "uniq_key": "ABC", "keys": "k1 k2", "tags": "TagA", "record_crc": zlib.crc32(buf)}
+        "size": len(buf),
+        "body_crc": zlib.crc32(b"\x00body\xff") & 0x7FFFFFFF,
+        "queue_id": 3,
+        "queue_offset": 42,
+        "physical_offset": (1 << 33) + 5,
+        "sys_flag": 0x07,
+        "born_timestamp": 1700000000000,
+        "store_timestamp": 1700000000123,
+        "store_host_raw": bytes([10, 0, 0, 9]) + struct.pack(">i", 10911),
+        "topic": "TopicTest",
+        "uniq_key": "ABC",
+        "keys": "k1 k2",
+        "tags": "TagA",
+        "record_crc": zlib.crc32(buf),
+    }
 
 
 def test_an_empty_body_in_every_scanner():
@@ -246,6 +332,7 @@ def test_body_crc_is_checked_only_when_asked():
 
 # -- positions other than 0 ------------------------------------------------------------------------
 
+
 def test_every_scanner_reads_at_a_non_zero_position():
     a = hand(**FULL)
     b = hand(topic=b"Second", body=b"zz", props=b"UNIQ_KEY\x01U2", queue_offset=7, phys=len(a) + 13)
@@ -258,13 +345,16 @@ def test_every_scanner_reads_at_a_non_zero_position():
         assert (kind, size, info.topic) == (Scan.MESSAGE, len(want), r.message.topic)
         kind, size, fields, _ = record.scan_summary(memoryview(buf), pos)
         assert (kind, size, fields) == record.scan_summary(want)[:3]
-    cut = buf[:13 + len(a) - 1]  # the record at 13 lacks its last byte
+    cut = buf[: 13 + len(a) - 1]  # the record at 13 lacks its last byte
     assert record.scan(cut, 13).kind == Scan.PARTIAL and record.scan(cut[:20], 13).kind == Scan.PARTIAL
     assert record.scan_index(cut, 13)[:2] == (Scan.PARTIAL, len(a))
     assert record.scan_summary(cut, 13)[:2] == (Scan.PARTIAL, len(a))
     walked = list(record.iter_records(buf[13:], base_offset=1000))
-    assert [(off, r.kind) for off, r in walked] == [(1000, Scan.MESSAGE), (1000 + len(a), Scan.MESSAGE),
-                                                     (1000 + len(a) + len(b), Scan.INVALID)]
+    assert [(off, r.kind) for off, r in walked] == [
+        (1000, Scan.MESSAGE),
+        (1000 + len(a), Scan.MESSAGE),
+        (1000 + len(a) + len(b), Scan.INVALID),
+    ]
     assert walked[2][1].reason == "zeros"
 
 
@@ -287,6 +377,7 @@ def test_partial_records_report_what_is_missing():
 
 
 # -- blanks and heads ------------------------------------------------------------------------------
+
 
 def test_blank_marker_bytes_and_its_minimum_length():
     assert record.blank(4096) == struct.pack(">iI", 4096, BLANK)
@@ -330,18 +421,22 @@ def test_message_size_and_store_timestamp_peeks_at_their_exact_lengths():
 
 # -- properties, tags, keys ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("props,uniq,keys,tags", [
-    (b"KEYS\x01a\x02KEYS\x01b", None, "b", None),                       # duplicate: the last wins
-    (b"KEYS\x01a\x02KEYS\x01", None, "a", None),                        # an empty last one is skipped
-    (b"KEYS\x01\x02UNIQ_KEY\x01", None, None, None),                    # empty segments only
-    (b"UNIQ_KEY\x01u1\x02UNIQ_KEY\x01u2\x02", "u2", None, None),        # trailing separator
-    (b"UNIQ_KEY\x01u1\x02UNIQ_KEY\x01\x02TAGS\x01t", "u1", None, "t"),
-    (b"TAGS\x01\x02TAGS\x01t1\x02TAGS\x01", None, None, "t1"),
-    (b"\x02\x02KEYS\x01k\x02\x02", None, "k", None),                    # empty segments around it
-    (b"XKEYS\x01no\x02KEYSX\x01no\x02UNIQ_KEYS\x01no", None, None, None),  # other names
-    (b"A\x01KEYS\x01no", None, None, None),                             # "KEYS\x01" inside a value
-    (b"KEYS\x01a\x01b", None, "a\x01b", None),                          # a value may hold \x01
-])
+
+@pytest.mark.parametrize(
+    "props,uniq,keys,tags",
+    [
+        (b"KEYS\x01a\x02KEYS\x01b", None, "b", None),  # duplicate: the last wins
+        (b"KEYS\x01a\x02KEYS\x01", None, "a", None),  # an empty last one is skipped
+        (b"KEYS\x01\x02UNIQ_KEY\x01", None, None, None),  # empty segments only
+        (b"UNIQ_KEY\x01u1\x02UNIQ_KEY\x01u2\x02", "u2", None, None),  # trailing separator
+        (b"UNIQ_KEY\x01u1\x02UNIQ_KEY\x01\x02TAGS\x01t", "u1", None, "t"),
+        (b"TAGS\x01\x02TAGS\x01t1\x02TAGS\x01", None, None, "t1"),
+        (b"\x02\x02KEYS\x01k\x02\x02", None, "k", None),  # empty segments around it
+        (b"XKEYS\x01no\x02KEYSX\x01no\x02UNIQ_KEYS\x01no", None, None, None),  # other names
+        (b"A\x01KEYS\x01no", None, None, None),  # "KEYS\x01" inside a value
+        (b"KEYS\x01a\x01b", None, "a\x01b", None),  # a value may hold \x01
+    ],
+)
 def test_duplicate_and_empty_keys_uniq_key_and_tags_segments(props, uniq, keys, tags):
     buf = hand(props=props)
     f = dict(zip(record.SUMMARY_FIELDS, record.scan_summary(buf)[2]))
@@ -367,6 +462,7 @@ def test_tags_code_is_zero_without_tags():
 
 # -- hosts and ids ---------------------------------------------------------------------------------
 
+
 def test_hosts_and_offset_msg_ids():
     assert record.encode_host(("10.0.0.9", 10911)) == bytes([10, 0, 0, 9, 0, 0, 0x2A, 0x9F])
     assert record.decode_host(bytes([10, 0, 0, 9, 0, 0, 0x2A, 0x9F])) == ("10.0.0.9", 10911)
@@ -388,8 +484,12 @@ def test_host_of_parses_and_resolves():
 
 # -- never raises ------------------------------------------------------------------------------------
 
-SAMPLES = [hand(**FULL), hand(**dict(FULL, born=("::1", 5), store=("fe80::1", 1), sysflag=0x30)),
-           hand(topic=b"E"), hand(body=b"x" * 300, props=b"TAGS\x01t\x02KEYS\x01k\x02UNIQ_KEY\x01u")]
+SAMPLES = [
+    hand(**FULL),
+    hand(**dict(FULL, born=("::1", 5), store=("fe80::1", 1), sysflag=0x30)),
+    hand(topic=b"E"),
+    hand(body=b"x" * 300, props=b"TAGS\x01t\x02KEYS\x01k\x02UNIQ_KEY\x01u"),
+]
 
 
 def _all_scanners(buf, pos, check):
@@ -402,16 +502,55 @@ def _all_scanners(buf, pos, check):
     assert (s[0], s[1], s[3]) == (r.kind, r.size, r.reason), (r, s)
     if r.kind == Scan.MESSAGE:
         m = r.message
-        assert (i[2].topic, i[2].queue_id, i[2].queue_offset, i[2].physical_offset, i[2].sys_flag,
-                i[2].store_timestamp, i[2].tags_code) == (m.topic, m.queue_id, m.queue_offset, m.physical_offset,
-                                                          m.sys_flag, m.store_timestamp, record.tags_code(m.tags))
+        assert (
+            i[2].topic,
+            i[2].queue_id,
+            i[2].queue_offset,
+            i[2].physical_offset,
+            i[2].sys_flag,
+            i[2].store_timestamp,
+            i[2].tags_code,
+        ) == (
+            m.topic,
+            m.queue_id,
+            m.queue_offset,
+            m.physical_offset,
+            m.sys_flag,
+            m.store_timestamp,
+            record.tags_code(m.tags),
+        )
         f = dict(zip(record.SUMMARY_FIELDS, s[2]))
-        assert (f["size"], f["body_crc"], f["queue_id"], f["queue_offset"], f["physical_offset"], f["sys_flag"],
-                f["born_timestamp"], f["store_timestamp"], f["store_host_raw"], f["topic"], f["uniq_key"],
-                f["keys"], f["tags"], f["record_crc"]) == (
-            m.total_size, m.body_crc, m.queue_id, m.queue_offset, m.physical_offset, m.sys_flag, m.born_timestamp,
-            m.store_timestamp, record.encode_host(m.store_host), m.topic, m.uniq_key, m.keys, m.tags,
-            zlib.crc32(bytes(buf[pos:pos + r.size])))
+        assert (
+            f["size"],
+            f["body_crc"],
+            f["queue_id"],
+            f["queue_offset"],
+            f["physical_offset"],
+            f["sys_flag"],
+            f["born_timestamp"],
+            f["store_timestamp"],
+            f["store_host_raw"],
+            f["topic"],
+            f["uniq_key"],
+            f["keys"],
+            f["tags"],
+            f["record_crc"],
+        ) == (
+            m.total_size,
+            m.body_crc,
+            m.queue_id,
+            m.queue_offset,
+            m.physical_offset,
+            m.sys_flag,
+            m.born_timestamp,
+            m.store_timestamp,
+            record.encode_host(m.store_host),
+            m.topic,
+            m.uniq_key,
+            m.keys,
+            m.tags,
+            zlib.crc32(bytes(buf[pos : pos + r.size])),
+        )
     else:
         assert i[2] is None and s[2] is None
     list(record.iter_records(buf[pos:], 0, check))  # never raises either
@@ -448,13 +587,26 @@ def test_a_valid_record_is_valid_for_every_scanner_with_either_crc_setting():
 
 # -- exact boundaries and reasons, and damage the fast paths must not accept ------------------------------
 
+
 def test_the_layout_constants_are_wire_facts():
     assert (record.MESSAGE_MAGIC, record.BLANK_MAGIC, record.END_FILE_MIN_BLANK_LENGTH) == (MAGIC, BLANK, 8)
     assert (record.FIXED_SIZE_IPV4, record.IPV6_EXTRA, record.MAX_TOPIC_BYTES, record.MAX_PROPERTIES_BYTES) == (
-        91, 12, 127, 32767)
-    assert (record.FLAG_COMPRESSED, record.FLAG_MULTI_TAGS, record.TRANSACTION_MASK, record.TRANSACTION_NOT_TYPE,
-            record.TRANSACTION_PREPARED, record.TRANSACTION_COMMIT, record.TRANSACTION_ROLLBACK,
-            record.FLAG_BORNHOST_V6, record.FLAG_STOREHOST_V6) == (0x1, 0x2, 0xC, 0x0, 0x4, 0x8, 0xC, 0x10, 0x20)
+        91,
+        12,
+        127,
+        32767,
+    )
+    assert (
+        record.FLAG_COMPRESSED,
+        record.FLAG_MULTI_TAGS,
+        record.TRANSACTION_MASK,
+        record.TRANSACTION_NOT_TYPE,
+        record.TRANSACTION_PREPARED,
+        record.TRANSACTION_COMMIT,
+        record.TRANSACTION_ROLLBACK,
+        record.FLAG_BORNHOST_V6,
+        record.FLAG_STOREHOST_V6,
+    ) == (0x1, 0x2, 0xC, 0x0, 0x4, 0x8, 0xC, 0x10, 0x20)
     assert (record.NAME_VALUE_SEPARATOR, record.PROPERTY_SEPARATOR) == ("\x01", "\x02")
 
 
@@ -478,7 +630,7 @@ def test_which_check_ends_a_bad_record_scan():
     good = hand(topic=b"T", body=b"abc", props=b"k\x01v")  # 98 bytes: BODYLEN at 84, TOPICLEN at 91
     assert len(good) == 98
     assert record.scan(_with_int(good, 84, -1)).reason == "body length -1 does not fit in TOTALSIZE 98"
-    assert record.scan(_with_int(good, 84, 10 ** 6)).reason == "body length 1000000 does not fit in TOTALSIZE 98"
+    assert record.scan(_with_int(good, 84, 10**6)).reason == "body length 1000000 does not fit in TOTALSIZE 98"
     assert record.scan(_with_int(good, 84, 11)).reason == "body length 11 does not fit in TOTALSIZE 98"
     # a body that ends exactly at the record's end leaves no TOPICLEN byte: read past the record
     r = record.scan(_with_int(good, 84, 10) + b"\x00\x00\x00", check_crc=False)
@@ -488,8 +640,10 @@ def test_which_check_ends_a_bad_record_scan():
 
 def test_which_check_ends_a_bad_record_scan_index():
     good = hand(topic=b"T", body=b"abc", props=b"k\x01v")
-    assert record.scan_index(_with_int(good, 0, 0x12345678, ">I")[:4] + struct.pack(">I", 0x12345678) + good[8:]
-                             )[3] == "magic 0x12345678"
+    assert (
+        record.scan_index(_with_int(good, 0, 0x12345678, ">I")[:4] + struct.pack(">I", 0x12345678) + good[8:])[3]
+        == "magic 0x12345678"
+    )
     assert record.scan_index(struct.pack(">iI", 0, 0x12345678) + bytes(92))[3] == "magic 0x12345678"
     assert record.scan_index(struct.pack(">iI", 7, 0) + bytes(92))[3] == "magic 0x00000000"
     assert record.scan_index(_with_int(good, 84, 11))[3] == "body length 11 does not fit in TOTALSIZE 98"
@@ -519,10 +673,15 @@ def test_scan_summary_never_reads_past_a_record_at_the_end_of_the_buffer():
             _all_scanners(buf, 0, check)
 
 
-@pytest.mark.parametrize("props,field", [
-    (b"k\x01v", 3 + 4), (b"k\x01v", 3 - 1), (b"k\x01v", 3 + 1),
-    (b"p\x01" + b"x" * 510, 256),                  # 512 bytes, the field says 256
-])
+@pytest.mark.parametrize(
+    "props,field",
+    [
+        (b"k\x01v", 3 + 4),
+        (b"k\x01v", 3 - 1),
+        (b"k\x01v", 3 + 1),
+        (b"p\x01" + b"x" * 510, 256),  # 512 bytes, the field says 256
+    ],
+)
 def test_a_properties_length_that_lies_is_invalid_for_every_scanner(props, field):
     buf = bytearray(hand(topic=b"T", props=props))
     struct.pack_into(">H", buf, len(buf) - len(props) - 2, field)
@@ -550,11 +709,14 @@ def test_topic_and_properties_split_where_topiclen_says_even_when_bytes_look_lik
     assert record.scan_summary(b)[2][10] == "u" * 310
 
 
-@pytest.mark.parametrize("props,keys,tags", [
-    (b"KEYS\x01\x02TAGS\x01t", None, "t"),
-    (b"TAGS\x01\x02KEYS\x01k", "k", None),
-    (b"UNIQ_KEY\x01\x02KEYS\x01k", "k", None),
-])
+@pytest.mark.parametrize(
+    "props,keys,tags",
+    [
+        (b"KEYS\x01\x02TAGS\x01t", None, "t"),
+        (b"TAGS\x01\x02KEYS\x01k", "k", None),
+        (b"UNIQ_KEY\x01\x02KEYS\x01k", "k", None),
+    ],
+)
 def test_an_empty_value_followed_by_another_segment(props, keys, tags):
     f = dict(zip(record.SUMMARY_FIELDS, record.scan_summary(hand(props=props))[2]))
     assert (f["uniq_key"], f["keys"], f["tags"]) == (None, keys, tags)
@@ -568,43 +730,68 @@ def test_iter_records_defaults_start_at_offset_0_and_check_crc():
     assert [r.kind for _, r in record.iter_records(a + bad, 0, False)] == [Scan.MESSAGE, Scan.MESSAGE]
 
 
-
 # -- hashes, properties round trip, index keys --------------------------------------------------------
+
 
 def java_hash_oracle(s):
     """Java's String.hashCode(), the textbook loop over UTF-16 code units, signed 32-bit."""
     data, h = s.encode("utf-16-be"), 0
     for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) % (1 << 32)
+        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) % (1 << 32)
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-@pytest.mark.parametrize("text", [
-    "", "a", "TagA", "polygenelubricants", "x" * 4096, "y" * 4097, "TagA" * 3000,
-    "\u00e9t\u00e9", "\U0001F600", "\u00e9" * 4096, "\u00e9" * 4097, ("k\u00e9y-" * 1000) + "\U0001F600" * 900,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "a",
+        "TagA",
+        "polygenelubricants",
+        "x" * 4096,
+        "y" * 4097,
+        "TagA" * 3000,
+        "\u00e9t\u00e9",
+        "\U0001f600",
+        "\u00e9" * 4096,
+        "\u00e9" * 4097,
+        ("k\u00e9y-" * 1000) + "\U0001f600" * 900,
+    ],
+)
 def test_java_string_hash_matches_the_textbook_loop_on_every_path(text):
     assert record.java_string_hash(text) == java_hash_oracle(text)
 
 
-@pytest.mark.parametrize("props,ok", [
-    ({}, True), ({"a": "b"}, True), ({"a": "b", "c": "d"}, True), ({"a": "b", "c": "d", "e": "f"}, True),
-    ({"a\x01": "b"}, False), ({"a": "b\x01"}, False), ({"a": "b\x02c"}, False), ({"a\x02": "b", "c": "d"}, False),
-])
+@pytest.mark.parametrize(
+    "props,ok",
+    [
+        ({}, True),
+        ({"a": "b"}, True),
+        ({"a": "b", "c": "d"}, True),
+        ({"a": "b", "c": "d", "e": "f"}, True),
+        ({"a\x01": "b"}, False),
+        ({"a": "b\x01"}, False),
+        ({"a": "b\x02c"}, False),
+        ({"a\x02": "b", "c": "d"}, False),
+    ],
+)
 def test_properties_round_trip(props, ok):
     assert record.properties_round_trip(props) is ok
     if ok:
         assert record.decode_properties(record.encode_properties(props)) == props
 
 
-@pytest.mark.parametrize("props,keys", [
-    (b"UNIQ_KEY\x01U1\x02KEYS\x01k1 k2", ("U1", "k1 k2")),
-    (b"KEYS\x01k", (None, "k")),
-    (b"UNIQ_KEY\x01U", ("U", None)),
-    (b"TAGS\x01t", (None, None)),
-    (b"", (None, None)),
-    (b"KEYS\x01\x02UNIQ_KEY\x01", (None, None)),
-])
+@pytest.mark.parametrize(
+    "props,keys",
+    [
+        (b"UNIQ_KEY\x01U1\x02KEYS\x01k1 k2", ("U1", "k1 k2")),
+        (b"KEYS\x01k", (None, "k")),
+        (b"UNIQ_KEY\x01U", ("U", None)),
+        (b"TAGS\x01t", (None, None)),
+        (b"", (None, None)),
+        (b"KEYS\x01\x02UNIQ_KEY\x01", (None, None)),
+    ],
+)
 def test_index_info_carries_the_raw_properties_and_their_keys(props, keys):
     buf = hand(topic=b"T", props=props)
     info = record.scan_index(buf)[2]

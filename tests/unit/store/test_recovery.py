@@ -1,4 +1,5 @@
 """Restart after a crash: the commit log keeps every complete record and nothing after it."""
+
 import os
 import struct
 
@@ -60,7 +61,7 @@ def test_torn_tail_is_truncated_and_wiped(tmp_path):
     assert s.recovery.reason.startswith("invalid record at") and "CRC" in s.recovery.reason
     assert s.max_queue_offset("T", 0) == 9, "the unit of the torn record is dropped"
     data = open(log_file(tmp_path), "rb").read()
-    assert data[last.wrote_offset:] == bytes(FILE_SIZE - last.wrote_offset), "stale bytes wiped"
+    assert data[last.wrote_offset :] == bytes(FILE_SIZE - last.wrote_offset), "stale bytes wiped"
     r = s.put_message(msg(77))
     assert r.status == PutStatus.PUT_OK and r.wrote_offset == last.wrote_offset and r.queue_offset == 9
     assert len(bodies(s)) == 10
@@ -116,6 +117,7 @@ def test_consume_queue_lost_entirely(tmp_path):
     fill(s, 12, queue_id=2)
     crash(s)
     import shutil
+
     shutil.rmtree(tmp_path / "consumequeue")
     s = open_store(tmp_path)
     assert s.max_queue_offset("T", 2) == 12 and len(bodies(s, qid=2)) == 12

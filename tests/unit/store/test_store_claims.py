@@ -1,5 +1,6 @@
 """The store claims (docs/broker.md), each checked: checkCRCOnRecover, recovery from the third-last file, a full
 disk at file creation, and the flush interval and group commit (SYNC_FLUSH) as the broker wires them."""
+
 import errno
 import os
 
@@ -118,6 +119,7 @@ def test_a_full_disk_at_file_creation_is_disk_full_and_loses_nothing(tmp_path, m
 
 def test_the_broker_wires_flush_interval_sync_flush_and_its_timeout(tmp_path):
     from tests.unit.processors.harness import Broker
+
     b = Broker(tmp_path / "sync", flushDiskType="SYNC_FLUSH", flushIntervalCommitLog="200", syncFlushTimeout="1500")
     try:
         f = b.server.controller.flusher
@@ -145,8 +147,7 @@ def test_async_flush_runs_every_interval_exactly():
             return self.max_offset
 
     flushes, clock, store = [], Clock(), Store()
-    fs = FlushService(store, clock=clock, run_in_thread=lambda fn: defer.maybeDeferred(fn), sync=False,
-                      interval_ms=250)
+    fs = FlushService(store, clock=clock, run_in_thread=lambda fn: defer.maybeDeferred(fn), sync=False, interval_ms=250)
     fs.start()
     for i in range(1, 11):  # new bytes before every tick
         store.max_offset = 100 * i

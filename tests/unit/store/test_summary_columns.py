@@ -2,6 +2,7 @@
 over the same bytes, the rows it takes are exactly the rows scan_summary gives, and it never takes a
 record scan_summary would not (damaged, partial, misplaced, odd UTF-8, empty property values...). Records
 are built by hand (test_record_oracle.hand), damaged at random with fixed seeds."""
+
 import os
 import random
 import struct
@@ -69,18 +70,44 @@ def _log(specs, at=0):
 
 
 def _plain(n, rnd):
-    return [dict(topic=b"TopicTest", body=rnd.randbytes(rnd.choice([0, 1, 15, 16, 63, 64, 65, 200, 1000, 4100])),
-                 props=b"UNIQ_KEY\x01U%05d\x02KEYS\x01k%d\x02TAGS\x01tg" % (k, k), queue_id=k % 4, queue_offset=k,
-                 born_ts=1700000000000 + k, store_ts=1700000000100 + k, store=("10.0.0.9", 10911))
-            for k in range(n)]
+    return [
+        dict(
+            topic=b"TopicTest",
+            body=rnd.randbytes(rnd.choice([0, 1, 15, 16, 63, 64, 65, 200, 1000, 4100])),
+            props=b"UNIQ_KEY\x01U%05d\x02KEYS\x01k%d\x02TAGS\x01tg" % (k, k),
+            queue_id=k % 4,
+            queue_offset=k,
+            born_ts=1700000000000 + k,
+            store_ts=1700000000100 + k,
+            store=("10.0.0.9", 10911),
+        )
+        for k in range(n)
+    ]
 
 
 ODD_PROPS = [
-    b"", b"TAGS\x01", b"TAGS\x01\x02TAGS\x01x", b"TAGS\x01x\x02TAGS\x01", b"XTAGS\x01no", b"TAGS\x01a\x01b",
-    b"KEYS\x01k1 k2\x02KEYS\x01k3", b"UNIQ_KEY\x01\xe4\xb8\xad\xe6\x96\x87", b"KEYS\x01\xff\xfe",
-    b"TAGS\x01t\x02\x02\x02", b"\x02\x02", b"TAGS", b"KEYS\x01\xed\xa0\x80", b"TAGS\x01\xf0\x9f\x98\x80",
-    b"UNIQ_KEY\x01u\x02KEYS\x01\x02TAGS\x01t", b"a\x01b\x02c\x01d", b"TAGS\x01x" * 3, b"\x00TAGS\x01z",
-    b"TAGS\x01\xc3\xa9t\xc3\xa9", b"KEYS\x01\xc0\xaf", b"KEYS\x01\xf4\x90\x80\x80", b"KEYS\x01\xe0\x80\x80",
+    b"",
+    b"TAGS\x01",
+    b"TAGS\x01\x02TAGS\x01x",
+    b"TAGS\x01x\x02TAGS\x01",
+    b"XTAGS\x01no",
+    b"TAGS\x01a\x01b",
+    b"KEYS\x01k1 k2\x02KEYS\x01k3",
+    b"UNIQ_KEY\x01\xe4\xb8\xad\xe6\x96\x87",
+    b"KEYS\x01\xff\xfe",
+    b"TAGS\x01t\x02\x02\x02",
+    b"\x02\x02",
+    b"TAGS",
+    b"KEYS\x01\xed\xa0\x80",
+    b"TAGS\x01\xf0\x9f\x98\x80",
+    b"UNIQ_KEY\x01u\x02KEYS\x01\x02TAGS\x01t",
+    b"a\x01b\x02c\x01d",
+    b"TAGS\x01x" * 3,
+    b"\x00TAGS\x01z",
+    b"TAGS\x01\xc3\xa9t\xc3\xa9",
+    b"KEYS\x01\xc0\xaf",
+    b"KEYS\x01\xf4\x90\x80\x80",
+    b"KEYS\x01\xe0\x80\x80",
 ]
 ODD_TOPICS = [b"T", b"T\xc3\xb6pic", b"\xe4\xb8\xbb\xe9\xa2\x98", b"x" * 127, b"a\x00b", b"\xf0\x9f\x98\x80"]
 BAD_TOPICS = [b"bad\xff", b"\xed\xbf\xbf", b"\xc3"]  # not UTF-8: scan() calls the record invalid
@@ -90,13 +117,20 @@ def _odd(rnd, n=200, topics=ODD_TOPICS):
     specs = []
     for k in range(n):
         v6 = rnd.randrange(4)
-        specs.append(dict(
-            topic=rnd.choice(topics), body=rnd.randbytes(rnd.randrange(0, 300)), props=rnd.choice(ODD_PROPS),
-            sysflag=(v6 << 4) | rnd.choice([0, 1, 2, 4, 8, 12]), queue_id=rnd.randrange(-5, 1 << 31),
-            queue_offset=rnd.randrange(-(1 << 40), 1 << 62), born_ts=rnd.randrange(-1, 1 << 45),
-            store_ts=rnd.randrange(-1, 1 << 45),
-            born=("::1" if v6 & 1 else "10.1.2.3", rnd.randrange(65536)),
-            store=("fe80::1:2" if v6 & 2 else "192.168.0.%d" % rnd.randrange(256), rnd.randrange(-5, 65536))))
+        specs.append(
+            dict(
+                topic=rnd.choice(topics),
+                body=rnd.randbytes(rnd.randrange(0, 300)),
+                props=rnd.choice(ODD_PROPS),
+                sysflag=(v6 << 4) | rnd.choice([0, 1, 2, 4, 8, 12]),
+                queue_id=rnd.randrange(-5, 1 << 31),
+                queue_offset=rnd.randrange(-(1 << 40), 1 << 62),
+                born_ts=rnd.randrange(-1, 1 << 45),
+                store_ts=rnd.randrange(-1, 1 << 45),
+                born=("::1" if v6 & 1 else "10.1.2.3", rnd.randrange(65536)),
+                store=("fe80::1:2" if v6 & 2 else "192.168.0.%d" % rnd.randrange(256), rnd.randrange(-5, 65536)),
+            )
+        )
     return specs
 
 
@@ -116,6 +150,7 @@ def test_the_fast_multiply_mod_p_is_the_bitwise_one():
     @njit
     def fast(a, b):
         return sc._mulmod_fast(a, b, sc._TABLES)
+
     rnd = random.Random(5)
     edges = [0, 1, 2, 1 << 31, (1 << 31) | 1, 0xFFFFFFFF, 0x80000001]
     pairs = [(a, b) for a in edges for b in edges] + [(rnd.getrandbits(32), rnd.getrandbits(32)) for _ in range(5000)]
@@ -132,6 +167,7 @@ def test_the_separator_search_finds_the_first_2_in_every_window():
     @njit
     def find(b, s, e):
         return sc._find2(b, s, e)
+
     rnd = random.Random(6)
     for _ in range(20000):
         data = bytes(rnd.choice([0, 1, 2, 3, 0x82, 0xFE, 0xFF, 65]) for _ in range(rnd.randrange(0, 40)))
@@ -147,7 +183,7 @@ def test_plain_records_are_all_taken_in_one_walk_with_scan_summarys_fields():
     got, stop, handed = compiled(buf, len(buf))
     assert (got, stop) == (want, end) and end == len(buf) and len(got) == 300
     assert handed == 0  # nothing plain goes back to Python
-    assert got[0][record.SUMMARY_FIELDS.index("record_crc")] == zlib.crc32(buf[:got[0][0]])
+    assert got[0][record.SUMMARY_FIELDS.index("record_crc")] == zlib.crc32(buf[: got[0][0]])
 
 
 def test_odd_properties_topics_and_hosts_give_the_reference_rows():
@@ -180,15 +216,17 @@ def test_damaged_logs_stop_where_the_reference_stops_with_the_same_rows(seed):
         kind = trial % 6
         pos = rnd.randrange(len(buf))
         if kind == 0:
-            buf[pos] ^= 1 << rnd.randrange(8)                          # a flipped bit anywhere
+            buf[pos] ^= 1 << rnd.randrange(8)  # a flipped bit anywhere
         elif kind == 1:
-            buf[pos:pos + rnd.randrange(1, 64)] = bytes(len(buf[pos:pos + 64]))[:len(buf[pos:pos + 63]) + 1]  # zeros
+            buf[pos : pos + rnd.randrange(1, 64)] = bytes(len(buf[pos : pos + 64]))[
+                : len(buf[pos : pos + 63]) + 1
+            ]  # zeros
         elif kind == 2:
-            del buf[pos:]                                               # a torn tail
+            del buf[pos:]  # a torn tail
         elif kind == 3:
-            buf[pos:pos + 8] = struct.pack(">iI", len(buf) - pos, BLANK)[:len(buf) - pos]  # a blank
+            buf[pos : pos + 8] = struct.pack(">iI", len(buf) - pos, BLANK)[: len(buf) - pos]  # a blank
         elif kind == 4:
-            buf[pos] = rnd.randrange(256)                               # any byte
+            buf[pos] = rnd.randrange(256)  # any byte
         else:
             for _ in range(5):
                 buf[rnd.randrange(len(buf))] ^= 0xFF
@@ -238,10 +276,10 @@ def test_the_window_limit_and_a_record_past_the_buffer():
     sizes = [r[0] for r in reference(buf, len(buf))[0]]
     third = sum(sizes[:3])
     cols = sc.Columns(100)
-    assert cols.walk(buf, 0, third, 0) == (third, sc.DONE) and cols.n == 3       # stops at lim
-    assert cols.walk(buf, 0, third + 1, 0) == (third + sizes[3], sc.DONE)        # a record starting before lim
-    cut = buf[:third + 10]
-    assert sc.Columns(100).walk(cut, 0, len(cut), 0) == (third, sc.HANDBACK)   # partial: Python decides
+    assert cols.walk(buf, 0, third, 0) == (third, sc.DONE) and cols.n == 3  # stops at lim
+    assert cols.walk(buf, 0, third + 1, 0) == (third + sizes[3], sc.DONE)  # a record starting before lim
+    cut = buf[: third + 10]
+    assert sc.Columns(100).walk(cut, 0, len(cut), 0) == (third, sc.HANDBACK)  # partial: Python decides
 
 
 def test_utf8_rules_are_pythons():
@@ -265,11 +303,18 @@ def test_utf8_rules_are_pythons():
 
 def test_a_real_store_file(tmp_path):
     from rmqha.broker.store.message_store import MessageStore
+
     store = MessageStore(str(tmp_path / "store"), commitlog_file_size=1 << 20)
     store.start()
     for k in range(500):
-        store.put_message(record.Message(topic="T", body=os.urandom(k % 300), queue_id=k % 3,
-                                         properties={"UNIQ_KEY": f"U{k}", "KEYS": f"k{k} x", "TAGS": "t"}))
+        store.put_message(
+            record.Message(
+                topic="T",
+                body=os.urandom(k % 300),
+                queue_id=k % 3,
+                properties={"UNIQ_KEY": f"U{k}", "KEYS": f"k{k} x", "TAGS": "t"},
+            )
+        )
     store.shutdown()
     d = tmp_path / "store" / "commitlog"
     (name,) = os.listdir(d)
