@@ -202,18 +202,8 @@ def orderly_lane(prod, p, args, counters, start: float, end: float) -> None:
             time.sleep(0.005)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rmqha.chaos.workload")
-    ap.add_argument("run_dir")
-    ap.add_argument("namesrv")
-    ap.add_argument("--rate", type=float, default=200.0, help="logical sends per second")
-    ap.add_argument("--duration", type=float, default=60.0, help="seconds of sending")
-    ap.add_argument("--run-id", default=str(int(time.time())))
-    ap.add_argument("--topic", default="TopicChaos")
-    ap.add_argument("--body-size", type=int, default=256)
-    ap.add_argument("--timeout-ms", type=int, default=10000, help="client send timeout (above the sync wait)")
-    ap.add_argument("--max-inflight", type=int, default=4000)
-    ap.add_argument("--drain", type=float, default=20.0, help="seconds to wait for the consumer at the end")
+def add_lane_options(ap: argparse.ArgumentParser) -> None:
+    """The consumer groups and send lanes beside the main one, and the end of the run they wait for."""
     ap.add_argument(
         "--planted-drop-every",
         type=int,
@@ -261,6 +251,21 @@ def main(argv=None) -> int:
         default=8,
         help="sharding keys of the orderly lane (at most the topic's queues: a queue per key)",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m rmqha.chaos.workload")
+    ap.add_argument("run_dir")
+    ap.add_argument("namesrv")
+    ap.add_argument("--rate", type=float, default=200.0, help="logical sends per second")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds of sending")
+    ap.add_argument("--run-id", default=str(int(time.time())))
+    ap.add_argument("--topic", default="TopicChaos")
+    ap.add_argument("--body-size", type=int, default=256)
+    ap.add_argument("--timeout-ms", type=int, default=10000, help="client send timeout (above the sync wait)")
+    ap.add_argument("--max-inflight", type=int, default=4000)
+    ap.add_argument("--drain", type=float, default=20.0, help="seconds to wait for the consumer at the end")
+    add_lane_options(ap)
     ap.add_argument(
         "--trace",
         action="store_true",
@@ -272,55 +277,61 @@ def main(argv=None) -> int:
         default=os.environ.get("CLIENT") or "python",
         help="python: the official client (PyPI rocketmq); rust: clients/rust (rocketmq-client-rust)",
     )
-    args = ap.parse_args(argv)
-    if args.trace and args.client != "rust":
-        ap.error("--trace needs --client rust (the C++ 1.0.1 client in PyPI rocketmq has no trace dispatcher)")
-    if args.client == "rust":
-        if args.late_consumer_at is not None or args.late_consumer_after_heal:
-            ap.error("the late consumer (--late-consumer-at, --late-consumer-after-heal) needs --client python")
-        if args.orderly_rate:
-            ap.error("--orderly-rate needs --client python")
-        return exec_rust_workload(args)
+    return ap
 
-    rid = args.run_id
-    hist = os.path.join(args.run_dir, "history")
-    chaos_dir = os.path.join(args.run_dir, "chaos")
-    os.makedirs(chaos_dir, exist_ok=True)
-    progress_path = os.path.join(chaos_dir, f"progress-{rid}.json")
-    counters = Counters()
-    phase = ["starting"]
 
-    prod = HistoryRecorder(os.path.join(hist, f"producer-{rid}.jsonl"), client=f"producer-{rid}")
-    cons = HistoryRecorder(os.path.join(hist, f"consumer-{rid}.jsonl"), client=f"consumer-{rid}")
-    p = prod.producer(f"ChaosPG{rid}", namesrv=args.namesrv, timeout_ms=args.timeout_ms)
-    p._callback_refs = _CallbackRefs()
-    gc.set_threshold(50000, 20, 20)  # each send_async leaves ctypes closure cycles behind
+class Workload:
+    """One python-client run, in the order main calls its steps; the progress thread reads `phase`."""
 
-    stop_progress = threading.Event()
+    def __init__(self, args) -> None:
+        self.args = args
+        self.rid = rid = args.run_id
+        self.hist = os.path.join(args.run_dir, "history")
+        chaos_dir = os.path.join(args.run_dir, "chaos")
+        os.makedirs(chaos_dir, exist_ok=True)
+        self.progress_path = os.path.join(chaos_dir, f"progress-{rid}.json")
+        self.counters = Counters()
+        self.phase = "starting"
+        self.prod = HistoryRecorder(os.path.join(self.hist, f"producer-{rid}.jsonl"), client=f"producer-{rid}")
+        self.cons = HistoryRecorder(os.path.join(self.hist, f"consumer-{rid}.jsonl"), client=f"consumer-{rid}")
+        self.p = self.prod.producer(f"ChaosPG{rid}", namesrv=args.namesrv, timeout_ms=args.timeout_ms)
+        self.p._callback_refs = _CallbackRefs()
+        gc.set_threshold(50000, 20, 20)  # each send_async leaves ctypes closure cycles behind
+        self.stop_progress = threading.Event()
+        self.consumer = None
+        self.orderly: dict = {}  # the orderly lane, with --orderly-rate: its recorder, consumer and sender thread
+        self.late: dict = {}  # the late consumer group, once started: its recorder and consumer
+        self.retries: collections.deque = collections.deque()  # (send_id, attempt)
 
-    def progress_loop():
-        while not stop_progress.wait(0.5):
-            write_json_atomic(progress_path, counters.snapshot(phase[0]))
+    def start_progress(self) -> None:
+        def progress_loop():
+            while not self.stop_progress.wait(0.5):
+                write_json_atomic(self.progress_path, self.counters.snapshot(self.phase))
 
-    threading.Thread(target=progress_loop, daemon=True).start()
+        threading.Thread(target=progress_loop, daemon=True).start()
 
-    # A first send_sync creates the topic (autoCreateTopicEnable) before the consumer subscribes.
-    first_id = prod.new_send_id()
-    for attempt in range(1, 6):
-        counters.add("attempts")
-        try:
-            r = prod.send(p, args.topic, make_body(first_id, args.body_size), send_id=first_id, attempt=attempt)
-            st = status_name(r.status)
-            counters.add(st)
-            if st != ERROR:
-                counters.stored_ids.add(first_id)
-            break
-        except Exception:
-            counters.add(ERROR)
-            time.sleep(0.5)
+    def create_topic(self) -> None:
+        """A first send_sync creates the topic (autoCreateTopicEnable) before the consumer subscribes."""
+        args, prod, counters = self.args, self.prod, self.counters
+        first_id = prod.new_send_id()
+        for attempt in range(1, 6):
+            counters.add("attempts")
+            try:
+                r = prod.send(
+                    self.p, args.topic, make_body(first_id, args.body_size), send_id=first_id, attempt=attempt
+                )
+                st = status_name(r.status)
+                counters.add(st)
+                if st != ERROR:
+                    counters.stored_ids.add(first_id)
+                break
+            except Exception:
+                counters.add(ERROR)
+                time.sleep(0.5)
 
-    def counting(counter: str, ids: set):
+    def counting(self, counter: str, ids: set):
         """A consumer callback: counts the receive and remembers its send_id (KEYS)."""
+        counters = self.counters
 
         def on_message(msg):
             counters.add(counter)
@@ -331,36 +342,39 @@ def main(argv=None) -> int:
 
         return on_message
 
-    consumer = cons.push_consumer(
-        f"ChaosCG{rid}",
-        args.topic,
-        namesrv=args.namesrv,
-        on_message=counting("received", counters.received_ids),
-        drop_every=args.planted_drop_every,
-    )
-    counters.groups.add(f"ChaosCG{rid}")
-    counters.group_topics[f"ChaosCG{rid}"] = args.topic
+    def start_consumer(self) -> None:
+        args, rid, counters = self.args, self.rid, self.counters
+        self.consumer = self.cons.push_consumer(
+            f"ChaosCG{rid}",
+            args.topic,
+            namesrv=args.namesrv,
+            on_message=self.counting("received", counters.received_ids),
+            drop_every=args.planted_drop_every,
+        )
+        counters.groups.add(f"ChaosCG{rid}")
+        counters.group_topics[f"ChaosCG{rid}"] = args.topic
 
-    orderly = {}  # the orderly lane, with --orderly-rate: its recorder, consumer and sender thread
-    if args.orderly_rate > 0:
+    def start_orderly_consumer(self) -> None:
+        args, rid, counters = self.args, self.rid, self.counters
         # the topic exists before the orderly group subscribes (rmqha.chaos.run creates it on every master;
         # run alone, this first send auto-creates it)
-        orderly_send(prod, p, args, counters, prod.new_send_id(), shard=0)
-        orec = HistoryRecorder(os.path.join(hist, f"consumer-orderly-{rid}.jsonl"), client=f"consumer-orderly-{rid}")
-        orderly["recorder"] = orec
-        orderly["consumer"] = orec.push_consumer(
+        orderly_send(self.prod, self.p, args, counters, self.prod.new_send_id(), shard=0)
+        orec = HistoryRecorder(
+            os.path.join(self.hist, f"consumer-orderly-{rid}.jsonl"), client=f"consumer-orderly-{rid}"
+        )
+        self.orderly["recorder"] = orec
+        self.orderly["consumer"] = orec.push_consumer(
             f"ChaosOrderlyCG{rid}",
             args.orderly_topic,
             namesrv=args.namesrv,
             ordered=True,
-            on_message=counting("received_orderly", counters.orderly_ids),
+            on_message=self.counting("received_orderly", counters.orderly_ids),
         )
         counters.groups.add(f"ChaosOrderlyCG{rid}")
         counters.group_topics[f"ChaosOrderlyCG{rid}"] = args.orderly_topic
 
-    retries: collections.deque = collections.deque()  # (send_id, attempt)
-
-    def send_async(send_id: str, attempt: int) -> None:
+    def send_async(self, send_id: str, attempt: int) -> None:
+        args, prod, counters = self.args, self.prod, self.counters
         body = make_body(send_id, args.body_size)
         rec = prod.send_record(args.topic, send_id, attempt, len(body))
         msg = prod._message(args.topic, body, send_id, None, None)
@@ -382,7 +396,7 @@ def main(argv=None) -> int:
                 counters.c[ERROR] += 1
                 counters.c["inflight"] -= 1
                 if attempt < MAX_ATTEMPTS:
-                    retries.append((send_id, attempt + 1))
+                    self.retries.append((send_id, attempt + 1))
                 else:
                     counters.c["gave_up"] += 1
 
@@ -391,104 +405,144 @@ def main(argv=None) -> int:
             counters.c["inflight"] += 1
         prod.invoked(rec)
         try:
-            p.send_async(msg, on_ok, on_err)
+            self.p.send_async(msg, on_ok, on_err)
         except Exception as e:  # refused before it left the client
             on_err(e)
 
-    late = {}  # the late consumer group, once started: its recorder and consumer
-
-    def start_late_consumer():
-        rec = HistoryRecorder(os.path.join(hist, f"consumer-late-{rid}.jsonl"), client=f"consumer-late-{rid}")
-        late["recorder"] = rec
-        late["consumer"] = rec.push_consumer(
+    def start_late_consumer(self) -> None:
+        args, rid, counters = self.args, self.rid, self.counters
+        rec = HistoryRecorder(os.path.join(self.hist, f"consumer-late-{rid}.jsonl"), client=f"consumer-late-{rid}")
+        self.late["recorder"] = rec
+        self.late["consumer"] = rec.push_consumer(
             f"ChaosLateCG{rid}",
             args.topic,
             namesrv=args.namesrv,
-            on_message=counting("received_late", counters.late_ids),
+            on_message=self.counting("received_late", counters.late_ids),
         )
         counters.groups.add(f"ChaosLateCG{rid}")
         counters.group_topics[f"ChaosLateCG{rid}"] = args.topic
 
-    phase[0] = "sending"
-    start = time.monotonic()
-    end = start + args.duration
-    if orderly:
-        orderly["thread"] = threading.Thread(
-            target=orderly_lane, args=(prod, p, args, counters, start, end), daemon=True
-        )
-        orderly["thread"].start()
-    i = 0
-    while True:
-        now = time.monotonic()
-        if now >= end:
-            break
-        if args.late_consumer_at is not None and not late and now - start >= args.late_consumer_at:
-            start_late_consumer()
-        while retries:
-            send_async(*retries.popleft())
-        due = int((now - start) * args.rate)
-        while i < due and counters.c["inflight"] < args.max_inflight:
-            send_async(prod.new_send_id(), 1)
-            i += 1
-        time.sleep(min(0.01, max(0.0, end - time.monotonic())))
+    def send_for_duration(self) -> None:
+        """--rate sends a second for --duration, at most --max-inflight unanswered; retries go first."""
+        args, counters = self.args, self.counters
+        self.phase = "sending"
+        start = time.monotonic()
+        end = start + args.duration
+        if self.orderly:
+            self.orderly["thread"] = threading.Thread(
+                target=orderly_lane, args=(self.prod, self.p, args, counters, start, end), daemon=True
+            )
+            self.orderly["thread"].start()
+        i = 0
+        while True:
+            now = time.monotonic()
+            if now >= end:
+                break
+            if args.late_consumer_at is not None and not self.late and now - start >= args.late_consumer_at:
+                self.start_late_consumer()
+            while self.retries:
+                self.send_async(*self.retries.popleft())
+            due = int((now - start) * args.rate)
+            while i < due and counters.c["inflight"] < args.max_inflight:
+                self.send_async(self.prod.new_send_id(), 1)
+                i += 1
+            time.sleep(min(0.01, max(0.0, end - time.monotonic())))
 
-    # Let every send finish (statuses come back; client errors get their retries).
-    phase[0] = "draining sends"
-    deadline = time.monotonic() + 3 * args.timeout_ms / 1000.0 + 5
-    if orderly:
-        orderly["thread"].join(timeout=MAX_ATTEMPTS * args.timeout_ms / 1000.0 + 5)
-    while time.monotonic() < deadline:
-        while retries:
-            send_async(*retries.popleft())
-        if counters.c["inflight"] <= 0 and not retries:
-            break
-        time.sleep(0.05)
+    def drain_sends(self) -> None:
+        """Let every send finish (statuses come back; client errors get their retries)."""
+        args = self.args
+        self.phase = "draining sends"
+        deadline = time.monotonic() + 3 * args.timeout_ms / 1000.0 + 5
+        if self.orderly:
+            self.orderly["thread"].join(timeout=MAX_ATTEMPTS * args.timeout_ms / 1000.0 + 5)
+        while time.monotonic() < deadline:
+            while self.retries:
+                self.send_async(*self.retries.popleft())
+            if self.counters.c["inflight"] <= 0 and not self.retries:
+                break
+            time.sleep(0.05)
 
-    if args.drain_signal:
-        # The run, not this process, knows when the cluster is healed and every group is at the end of
-        # every queue: consumers keep consuming until it says so (or it is gone for too long).
-        phase[0] = "awaiting drain"
+    def await_drain_signal(self) -> None:
+        """The run, not this process, knows when the cluster is healed and every group is at the end of
+        every queue: consumers keep consuming until it says so (or it is gone for too long)."""
+        args = self.args
+        self.phase = "awaiting drain"
         deadline = time.monotonic() + 30 * args.drain
         while time.monotonic() < deadline and not os.path.exists(args.drain_signal):
-            if args.late_consumer_after_heal and not late and os.path.exists(args.drain_signal + ".healed"):
-                start_late_consumer()
+            if args.late_consumer_after_heal and not self.late and os.path.exists(args.drain_signal + ".healed"):
+                self.start_late_consumer()
             time.sleep(0.1)
-    else:
-        phase[0] = "draining receives"
-        deadline = time.monotonic() + args.drain
+
+    def drain_receives(self) -> None:
+        """Wait up to --drain for every group to have received every stored send."""
+        counters = self.counters
+        self.phase = "draining receives"
+        deadline = time.monotonic() + self.args.drain
         while time.monotonic() < deadline:
             with counters.lock:
                 if (
                     counters.stored_ids <= counters.received_ids
-                    and (not late or counters.stored_ids <= counters.late_ids)
+                    and (not self.late or counters.stored_ids <= counters.late_ids)
                     and counters.orderly_stored <= counters.orderly_ids
                 ):
                     break
             time.sleep(0.1)
-    snap = counters.snapshot("done")
-    for c, rec, group in (
-        (consumer, cons, f"ChaosCG{rid}"),
-        (late.get("consumer"), late.get("recorder"), f"ChaosLateCG{rid}"),
-        (orderly.get("consumer"), orderly.get("recorder"), f"ChaosOrderlyCG{rid}"),
-    ):
+
+    def shutdown(self) -> dict:
+        """Stop the consumers and the producer, write the final counters; returns them."""
+        rid = self.rid
+        snap = self.counters.snapshot("done")
+        for c, rec, group in (
+            (self.consumer, self.cons, f"ChaosCG{rid}"),
+            (self.late.get("consumer"), self.late.get("recorder"), f"ChaosLateCG{rid}"),
+            (self.orderly.get("consumer"), self.orderly.get("recorder"), f"ChaosOrderlyCG{rid}"),
+        ):
+            try:
+                if c is not None:
+                    c.shutdown()
+                    rec.unsubscribed(group)
+            except Exception:
+                pass
+        if self.late:
+            self.late["recorder"].close()
+        if self.orderly:
+            self.orderly["recorder"].close()
         try:
-            if c is not None:
-                c.shutdown()
-                rec.unsubscribed(group)
+            self.p.shutdown()
         except Exception:
             pass
-    if late:
-        late["recorder"].close()
-    if orderly:
-        orderly["recorder"].close()
-    try:
-        p.shutdown()
-    except Exception:
-        pass
-    stop_progress.set()
-    write_json_atomic(progress_path, snap)
-    prod.close()
-    cons.close()
+        self.stop_progress.set()
+        write_json_atomic(self.progress_path, snap)
+        self.prod.close()
+        self.cons.close()
+        return snap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.trace and args.client != "rust":
+        ap.error("--trace needs --client rust (the C++ 1.0.1 client in PyPI rocketmq has no trace dispatcher)")
+    if args.client == "rust":
+        if args.late_consumer_at is not None or args.late_consumer_after_heal:
+            ap.error("the late consumer (--late-consumer-at, --late-consumer-after-heal) needs --client python")
+        if args.orderly_rate:
+            ap.error("--orderly-rate needs --client python")
+        return exec_rust_workload(args)
+
+    w = Workload(args)
+    w.start_progress()
+    w.create_topic()
+    w.start_consumer()
+    if args.orderly_rate > 0:
+        w.start_orderly_consumer()
+    w.send_for_duration()
+    w.drain_sends()
+    if args.drain_signal:
+        w.await_drain_signal()
+    else:
+        w.drain_receives()
+    snap = w.shutdown()
     sys.stdout.write(json.dumps(snap) + "\n")
     sys.stdout.flush()
     return 0
