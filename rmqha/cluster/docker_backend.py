@@ -191,6 +191,220 @@ def toxiproxy_proxies(state: dict) -> list[dict]:
     ]
 
 
+def _preflight(cluster: str, topology: Topology, plan: PortPlan) -> tuple[Path, list[str], str, int]:
+    """Refuse to start what cannot start: (compose file, compose command, project, Toxiproxy API port)."""
+    cfile = compose_file(topology.name)
+    if not cfile.is_file():
+        raise ClusterError(f"no compose file for topology {topology.name}: {cfile} does not exist")
+    compose = compose_command()
+    client = docker_client()
+    check_images(client, [BROKER_IMAGE, TOXIPROXY_IMAGE])
+    project = project_name(cluster)
+    running = _project_containers(client, project)
+    if running:
+        raise ClusterError(
+            f"cluster {cluster!r} is already running (compose project {project}: "
+            f"{', '.join(sorted(c.name for c in running))}): `python -m rmqha.cluster down --name "
+            f"{cluster}` first, or start another with --name NAME --base-port N"
+        )
+    check_ports(cluster, topology, plan)
+    api_port = toxiproxy_api_port(plan)
+    if _port_busy(api_port):
+        raise ClusterError(
+            f"cannot start cluster {cluster!r}: the Toxiproxy API port {api_port} is in use; pick another --base-port"
+        )
+    return cfile, compose, project, api_port
+
+
+def _container_overrides(topology: Topology, plan: PortPlan, host: str) -> dict[str, dict[str, str]]:
+    """Each node's per-deployment keys, addressed for containers (the HA links are set later)."""
+    base = node_overrides(topology, plan, host=host, store_dir_of=lambda n: CONTAINER_STORE)
+    overrides: dict[str, dict[str, str]] = {}
+    for n in topology.nodes:
+        o = dict(base[n.name])
+        o["namesrvAddr"] = f"namesrv:{NAMESRV_CONTAINER_PORT}"
+        o["brokerIP2"] = n.name
+        o["metricsBindAddress"] = "0.0.0.0"  # inside its container; compose publishes it on the host only
+        o["mappedFileSizeCommitLog"] = DEFAULT_COMMITLOG_FILE
+        o.pop("haMasterAddress", None)
+        overrides[n.name] = o
+    return overrides
+
+
+def _client_proxies(topology: Topology, configs: dict, host: str) -> tuple[list[dict], set[int]]:
+    """Each node's client and VIP proxies, and the ports they listen on in the toxiproxy container."""
+    proxies, used_listen = [], set()
+    for n in topology.nodes:
+        c = configs[n.name]
+        proxies.append(
+            {
+                "name": n.name,
+                "kind": "client",
+                "node": n.name,
+                "listen": f"0.0.0.0:{c.listenPort}",
+                "upstream": f"{n.name}:{c.listenPort}",
+                "hostEndpoint": f"{host}:{c.listenPort}",
+            }
+        )
+        proxies.append(
+            {
+                "name": f"{n.name}-vip",
+                "kind": "vip",
+                "node": n.name,
+                "listen": f"0.0.0.0:{c.fast_listen_port}",
+                "upstream": f"{n.name}:{c.fast_listen_port}",
+                "hostEndpoint": f"{host}:{c.fast_listen_port}",
+            }
+        )
+        used_listen.update((c.listenPort, c.fast_listen_port))
+    return proxies, used_listen
+
+
+def _ha_proxies(
+    topology: Topology, configs: dict, overrides: dict[str, dict[str, str]], host: str, used_listen: set[int]
+) -> list[dict]:
+    """The HA link of each slave: a proxy listening on toxiproxy:<master's HA port>; sets the slave's
+    master addresses and its master's recovery peers in `overrides`."""
+    proxies = []
+    for n in topology.slaves:
+        m = topology.master_of(n)
+        mc = configs[m.name]
+        port = mc.ha_port
+        if port in used_listen:  # a second slave of the same master: its own port
+            port = configs[n.name].ha_port
+        used_listen.add(port)
+        proxies.append(
+            {
+                "name": f"{n.name}-ha",
+                "kind": "ha",
+                "node": n.name,
+                "master": m.name,
+                "listen": f"0.0.0.0:{port}",
+                "upstream": f"{m.name}:{mc.ha_port}",
+                "hostEndpoint": None,
+            }
+        )
+        overrides[n.name]["haMasterAddress"] = f"toxiproxy:{port}"
+        # Topic config and consumer offsets come straight from the master's container: the
+        # address it registers (127.0.0.1:P, for host clients) is this container itself.
+        overrides[n.name]["slaveSyncMasterAddress"] = f"{m.name}:{mc.listenPort}"
+        # A recovering master (haRecoveryEnable) fetches from its slave's HA port, container to
+        # container: a partition (network disconnect) cuts it, a fault on the `-ha` proxy does not.
+        sources = [
+            a for a in overrides[m.name].get("haRecoveryPeers", "").split(",") if a and not a.startswith(host + ":")
+        ]
+        overrides[m.name]["haRecoveryPeers"] = ",".join(sources + [f"{n.name}:{configs[n.name].ha_port}"])
+    return proxies
+
+
+def _proxies_and_configs(
+    run_dir: Path,
+    topology: Topology,
+    plan: PortPlan,
+    host: str,
+    overrides: dict[str, dict[str, str]],
+    extra: dict,
+    per_node: dict,
+) -> tuple[list[dict], dict]:
+    """Every proxy, and each node's final config: our addressing, then the user's --set (as the local
+    backend). Completes `overrides` in place."""
+    configs = {}
+    for n in topology.nodes:  # masters first
+        o = {**overrides[n.name], **extra, **per_node.get(n.name, {})}
+        configs[n.name] = effective_config(n, o)
+    proxies, used_listen = _client_proxies(topology, configs, host)
+    proxies += dledger_links(topology, plan, overrides)
+    proxies += _ha_proxies(topology, configs, overrides, host, used_listen)
+    for n in topology.nodes:
+        overrides[n.name].update(extra)
+        overrides[n.name].update(per_node.get(n.name, {}))
+        configs[n.name] = effective_config(n, overrides[n.name])
+        c = configs[n.name]
+        if c.storePathRootDir != CONTAINER_STORE:
+            raise ClusterError(
+                f"{n.name}: storePathRootDir is {CONTAINER_STORE} in containers (the host "
+                f"folder {rf.store_dir(run_dir, n.name)} is mounted there); do not --set it"
+            )
+    return proxies, configs
+
+
+def _prepare_run_dir(run_dir: Path, topology: Topology, old, options: UpOptions, creds) -> list[str]:
+    """The run folder and each node's store folder (emptied with --fresh); returns the nodes whose store
+    was kept."""
+    rf.prepare(run_dir, [n.name for n in topology.nodes], topology.name, old, options.fresh)
+    (run_dir / "namesrv").mkdir(exist_ok=True)
+    (run_dir / "toxiproxy").mkdir(exist_ok=True)
+    kept = []
+    for n in topology.nodes:
+        sd = rf.store_dir(run_dir, n.name)
+        if sd.exists() and any(sd.iterdir()):
+            if options.fresh:
+                shutil.rmtree(sd)
+            else:
+                kept.append(n.name)
+        sd.mkdir(parents=True, exist_ok=True)
+        if creds:
+            acl.write_file(sd, creds)
+        old_log = rf.broker_log(run_dir, n.name)
+        if old_log.exists():
+            old_log.unlink()  # the log of an earlier run: saved again at `down`
+    return kept
+
+
+def _compose_env(cluster: str, run_dir: Path, plan: PortPlan, host: str, api_port: int) -> dict[str, str]:
+    """The compose variables every service reads (each node's own are added by _node_records)."""
+    return {
+        "RMQHA_CLUSTER": cluster,
+        "RMQHA_RUN_DIR": str(run_dir.resolve()),
+        "RMQHA_HOST": host,
+        "RMQHA_UID": str(os.getuid()),
+        "RMQHA_GID": str(os.getgid()),
+        "RMQHA_BROKER_IMAGE": BROKER_IMAGE,
+        "RMQHA_TOXIPROXY_IMAGE": TOXIPROXY_IMAGE,
+        "RMQHA_NAMESRV_PORT": str(plan.namesrv_port),
+        "RMQHA_TOXIPROXY_PORT": str(api_port),
+    }
+
+
+def _node_records(
+    run_dir: Path,
+    topology: Topology,
+    host: str,
+    configs: dict,
+    overrides: dict[str, dict[str, str]],
+    proxies: list[dict],
+    env: dict[str, str],
+    backend: str,
+) -> list[dict]:
+    """Each node's record in the state (its node.json written too), and its compose variables in `env`."""
+    nodes = []
+    for n in topology.nodes:
+        c = configs[n.name]
+        master = None if n.is_master else topology.master_of(n).name
+        node = rf.node_record(n.name, c, host, backend)
+        rf.write_node_json(run_dir, node)
+        v = env_var(n.name)
+        env[f"{v}_PORT"] = str(c.listenPort)
+        env[f"{v}_VIP_PORT"] = str(c.fast_listen_port)
+        env[f"{v}_METRICS"] = str(c.metrics_port)
+        env[f"{v}_SETS"] = shlex.join(set_args(overrides[n.name]))
+        nodes.append(
+            {
+                **node,
+                "statusUrl": f"http://{host}:{c.metrics_port}/status",
+                "master": master,
+                "conf": str(n.conf_file),
+                "overrides": overrides[n.name],
+                "service": n.name,
+                "store": str(rf.store_dir(run_dir, n.name)),
+                "containerStore": CONTAINER_STORE,
+                "haMasterAddress": c.haMasterAddress,
+                "proxies": [p["name"] for p in proxies if p["node"] == n.name],
+            }
+        )
+    return nodes
+
+
 class DockerBackend(Backend):
     name = "docker"
 
@@ -199,170 +413,19 @@ class DockerBackend(Backend):
     def start(
         cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan, options: UpOptions
     ) -> "DockerBackend":
-        cfile = compose_file(topology.name)
-        if not cfile.is_file():
-            raise ClusterError(f"no compose file for topology {topology.name}: {cfile} does not exist")
-        compose = compose_command()
-        client = docker_client()
-        check_images(client, [BROKER_IMAGE, TOXIPROXY_IMAGE])
-        project = project_name(cluster)
+        cfile, compose, project, api_port = _preflight(cluster, topology, plan)
         old = rf.read_state(run_dir)
-        running = _project_containers(client, project)
-        if running:
-            raise ClusterError(
-                f"cluster {cluster!r} is already running (compose project {project}: "
-                f"{', '.join(sorted(c.name for c in running))}): `python -m rmqha.cluster down --name "
-                f"{cluster}` first, or start another with --name NAME --base-port N"
-            )
-        check_ports(cluster, topology, plan)
-        api_port = toxiproxy_api_port(plan)
-        if _port_busy(api_port):
-            raise ClusterError(
-                f"cannot start cluster {cluster!r}: the Toxiproxy API port {api_port} is in use; "
-                "pick another --base-port"
-            )
-
         host = options.host
-        # The per-deployment keys first (our addressing), the user's --set last, as the local backend.
-        base = node_overrides(topology, plan, host=host, store_dir_of=lambda n: CONTAINER_STORE)
+        overrides = _container_overrides(topology, plan, host)
         extra, per_node = options.extra or {}, dict(options.extra_per_node or {})
         creds = acl.new_credentials() if options.acl else None
         if creds:
             for n in topology.nodes:
                 per_node[n.name] = {**acl.broker_sets(CONTAINER_STORE, creds), **per_node.get(n.name, {})}
-        overrides: dict[str, dict[str, str]] = {}
-        for n in topology.nodes:
-            o = dict(base[n.name])
-            o["namesrvAddr"] = f"namesrv:{NAMESRV_CONTAINER_PORT}"
-            o["brokerIP2"] = n.name
-            o["metricsBindAddress"] = "0.0.0.0"  # inside its container; compose publishes it on the host only
-            o["mappedFileSizeCommitLog"] = DEFAULT_COMMITLOG_FILE
-            o.pop("haMasterAddress", None)
-            overrides[n.name] = o
-        # The HA link of each slave: a proxy listening on toxiproxy:<master's HA port>.
-        proxies, used_listen = [], set()
-        configs = {}
-        for n in topology.nodes:  # masters first
-            o = {**overrides[n.name], **extra, **per_node.get(n.name, {})}
-            configs[n.name] = effective_config(n, o)
-        for n in topology.nodes:
-            c = configs[n.name]
-            proxies.append(
-                {
-                    "name": n.name,
-                    "kind": "client",
-                    "node": n.name,
-                    "listen": f"0.0.0.0:{c.listenPort}",
-                    "upstream": f"{n.name}:{c.listenPort}",
-                    "hostEndpoint": f"{host}:{c.listenPort}",
-                }
-            )
-            proxies.append(
-                {
-                    "name": f"{n.name}-vip",
-                    "kind": "vip",
-                    "node": n.name,
-                    "listen": f"0.0.0.0:{c.fast_listen_port}",
-                    "upstream": f"{n.name}:{c.fast_listen_port}",
-                    "hostEndpoint": f"{host}:{c.fast_listen_port}",
-                }
-            )
-            used_listen.update((c.listenPort, c.fast_listen_port))
-        proxies += dledger_links(topology, plan, overrides)
-        for n in topology.slaves:
-            m = topology.master_of(n)
-            mc = configs[m.name]
-            port = mc.ha_port
-            if port in used_listen:  # a second slave of the same master: its own port
-                port = configs[n.name].ha_port
-            used_listen.add(port)
-            proxies.append(
-                {
-                    "name": f"{n.name}-ha",
-                    "kind": "ha",
-                    "node": n.name,
-                    "master": m.name,
-                    "listen": f"0.0.0.0:{port}",
-                    "upstream": f"{m.name}:{mc.ha_port}",
-                    "hostEndpoint": None,
-                }
-            )
-            overrides[n.name]["haMasterAddress"] = f"toxiproxy:{port}"
-            # Topic config and consumer offsets come straight from the master's container: the
-            # address it registers (127.0.0.1:P, for host clients) is this container itself.
-            overrides[n.name]["slaveSyncMasterAddress"] = f"{m.name}:{mc.listenPort}"
-            # A recovering master (haRecoveryEnable) fetches from its slave's HA port, container to
-            # container: a partition (network disconnect) cuts it, a fault on the `-ha` proxy does not.
-            sources = [
-                a for a in overrides[m.name].get("haRecoveryPeers", "").split(",") if a and not a.startswith(host + ":")
-            ]
-            overrides[m.name]["haRecoveryPeers"] = ",".join(sources + [f"{n.name}:{configs[n.name].ha_port}"])
-        for n in topology.nodes:
-            overrides[n.name].update(extra)
-            overrides[n.name].update(per_node.get(n.name, {}))
-            configs[n.name] = effective_config(n, overrides[n.name])
-            c = configs[n.name]
-            if c.storePathRootDir != CONTAINER_STORE:
-                raise ClusterError(
-                    f"{n.name}: storePathRootDir is {CONTAINER_STORE} in containers (the host "
-                    f"folder {rf.store_dir(run_dir, n.name)} is mounted there); do not --set it"
-                )
-
-        rf.prepare(run_dir, [n.name for n in topology.nodes], topology.name, old, options.fresh)
-        (run_dir / "namesrv").mkdir(exist_ok=True)
-        (run_dir / "toxiproxy").mkdir(exist_ok=True)
-        kept = []
-        for n in topology.nodes:
-            sd = rf.store_dir(run_dir, n.name)
-            if sd.exists() and any(sd.iterdir()):
-                if options.fresh:
-                    shutil.rmtree(sd)
-                else:
-                    kept.append(n.name)
-            sd.mkdir(parents=True, exist_ok=True)
-            if creds:
-                acl.write_file(sd, creds)
-            old_log = rf.broker_log(run_dir, n.name)
-            if old_log.exists():
-                old_log.unlink()  # the log of an earlier run: saved again at `down`
-
-        nodes = []
-        env = {
-            "RMQHA_CLUSTER": cluster,
-            "RMQHA_RUN_DIR": str(run_dir.resolve()),
-            "RMQHA_HOST": host,
-            "RMQHA_UID": str(os.getuid()),
-            "RMQHA_GID": str(os.getgid()),
-            "RMQHA_BROKER_IMAGE": BROKER_IMAGE,
-            "RMQHA_TOXIPROXY_IMAGE": TOXIPROXY_IMAGE,
-            "RMQHA_NAMESRV_PORT": str(plan.namesrv_port),
-            "RMQHA_TOXIPROXY_PORT": str(api_port),
-        }
-        for n in topology.nodes:
-            c = configs[n.name]
-            master = None if n.is_master else topology.master_of(n).name
-            node = rf.node_record(n.name, c, host, cls.name)
-            rf.write_node_json(run_dir, node)
-            v = env_var(n.name)
-            env[f"{v}_PORT"] = str(c.listenPort)
-            env[f"{v}_VIP_PORT"] = str(c.fast_listen_port)
-            env[f"{v}_METRICS"] = str(c.metrics_port)
-            env[f"{v}_SETS"] = shlex.join(set_args(overrides[n.name]))
-            nodes.append(
-                {
-                    **node,
-                    "statusUrl": f"http://{host}:{c.metrics_port}/status",
-                    "master": master,
-                    "conf": str(n.conf_file),
-                    "overrides": overrides[n.name],
-                    "service": n.name,
-                    "store": str(rf.store_dir(run_dir, n.name)),
-                    "containerStore": CONTAINER_STORE,
-                    "haMasterAddress": c.haMasterAddress,
-                    "proxies": [p["name"] for p in proxies if p["node"] == n.name],
-                }
-            )
-
+        proxies, configs = _proxies_and_configs(run_dir, topology, plan, host, overrides, extra, per_node)
+        kept = _prepare_run_dir(run_dir, topology, old, options, creds)
+        env = _compose_env(cluster, run_dir, plan, host, api_port)
+        nodes = _node_records(run_dir, topology, host, configs, overrides, proxies, env, cls.name)
         state = {
             "name": cluster,
             "topology": topology.name,
@@ -394,8 +457,13 @@ class DockerBackend(Backend):
         }
         if creds:
             state["acl"] = creds
+        return cls._write_and_up(cluster, run_dir, state)
+
+    @classmethod
+    def _write_and_up(cls, cluster: str, run_dir: Path, state: dict) -> "DockerBackend":
+        """Write the proxy list, compose.env and the state, then `compose up`; stopped again if that fails."""
         rf.write_json_atomic(run_dir / "toxiproxy.json", toxiproxy_proxies(state))
-        _write_env_file(run_dir / "compose.env", env)
+        _write_env_file(run_dir / "compose.env", state["env"])
         rf.write_state(run_dir, state)
         rf.set_current(cluster)
         backend = cls(cluster, run_dir, state)
