@@ -47,15 +47,16 @@ from rmqha.chaos.faultlog import FaultLog
 from rmqha.chaos.nemesis import (
     ALL_FAULTS,
     DEFAULT_FAULTS,
-    FAULTS,
     Fault,
     Nemesis,
     applicable_faults,
-    groups_of,
     why_not_applicable,
     make_schedule,
     make_sweep,
 )
+from rmqha.chaos.run_ending import drain_groups, repair_forks, wait_catch_up
+from rmqha.chaos.run_setup import cluster_running, limit_disks, schedule_from_json
+from rmqha.chaos.run_status import StatusLine, last_sample_round, read_json, say, slave_lags, status_text
 from rmqha.cluster import ClusterError
 from rmqha.cluster import runfolder as rf
 from rmqha.cluster.handle import Cluster
@@ -73,268 +74,11 @@ DISK_FULL_SETS = {
 }
 
 
-def say(msg: str) -> None:
-    sys.stdout.write(msg + "\n")
-    sys.stdout.flush()
-
-
 def py(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def cluster_running(name: str) -> Cluster | None:
-    """The handle of cluster `name` when every node of it runs, else None."""
-    try:
-        c = Cluster.attach(name)
-    except ClusterError:
-        return None
-    if c.state.get("stoppedAt"):
-        return None
-    try:
-        if all(c.running(n) for n in c.all_nodes()):
-            return c
-    except Exception:
-        return None
-    return None
-
-
-# ---- observation -------------------------------------------------------------------------------
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def last_sample_round(path: Path) -> list[dict]:
-    """The rows of the last complete round in the sampler's file (read from its tail)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 32768))
-            lines = fh.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return []
-    rows = []
-    for line in lines[1:] if len(lines) > 1 else lines:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            pass
-    if not rows:
-        return []
-    last_ts = rows[-1].get("ts")
-    return [r for r in rows if r.get("ts") == last_ts]
-
-
-def slave_lags(rows: list[dict]) -> dict[str, int | None]:
-    """slave node -> master maxPhyOffset - slave maxPhyOffset (None when either did not answer)."""
-    masters = {r["node"]: r.get("maxPhyOffset") for r in rows if r.get("role") != "SLAVE"}
-    out = {}
-    for r in rows:
-        if r.get("role") == "SLAVE":
-            m, s = masters.get(r.get("master")), r.get("maxPhyOffset")
-            out[r["node"]] = (m - s) if (m is not None and s is not None) else None
-    return out
-
-
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024
-    return str(n)
-
-
-class StatusLine:
-    def __init__(self, tty: bool):
-        self.tty = tty
-        self.width = 0
-
-    def show(self, text: str) -> None:
-        if self.tty:
-            cols = shutil.get_terminal_size((160, 20)).columns - 1
-            text = text[:cols]
-            sys.stdout.write("\r" + text + " " * max(0, self.width - len(text)))
-            self.width = len(text)
-        else:
-            sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-
-    def log(self, text: str) -> None:
-        """A line above the status line."""
-        if self.tty and self.width:
-            sys.stdout.write("\r" + " " * self.width + "\r")
-            self.width = 0
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-
-    def end(self) -> None:
-        if self.tty and self.width:
-            sys.stdout.write("\n")
-            sys.stdout.flush()
-            self.width = 0
-
-
-def fmt_lag(n: int | None, unit: str = "bytes") -> str:
-    """A lag as cluster.lags() counts it: bytes for a classic slave, entries for a DLedger follower."""
-    if n is None or unit == "bytes":
-        return fmt_bytes(n)
-    return f"{n} entr{'y' if n == 1 else 'ies'}"
-
-
-def status_text(elapsed: float, duration: float, prog: dict | None, fault: str, lags: dict, unit: str = "bytes") -> str:
-    p = prog or {}
-    known = [v for v in lags.values() if v is not None]
-    lag = fmt_lag(max(known), unit) if known else "?"
-    if lags and len(known) < len(lags):
-        lag += f" ({len(lags) - len(known)} slave down)"
-    return (
-        f"[{min(elapsed, duration):5.1f}/{duration:g}s] {p.get('phase', 'starting')}: "
-        f"sends ok={p.get('ok', 0)} timeout={p.get('timeouts', 0)} not-avail={p.get('not_available', 0)} "
-        f"err={p.get('errors', 0)} inflight={p.get('inflight', 0)} | recv={p.get('received', 0)} | "
-        f"fault: {fault} | max slave lag {lag}"
-    )
-
-
-def schedule_from_json(items: list[dict], cluster) -> list[Fault]:
-    """An explicit schedule: [{"at": s, "hold": s, "kind": k, "target": node, "params": {...}}, ...].
-    The group and role come from the cluster; ValueError names what is wrong."""
-    groups = groups_of(cluster)
-    where = {}
-    for g, members in groups.items():
-        if members["master"]:
-            where[members["master"]] = (g, "master")
-        where.update({s: (g, "slave") for s in members["slaves"]})
-    out = []
-    for i, item in enumerate(items, 1):
-        kind = FAULTS.get(item["kind"])
-        if kind is None:
-            raise ValueError(f"fault {i}: unknown kind {item['kind']!r}; known: {', '.join(ALL_FAULTS)}")
-        why = why_not_applicable(kind.name, cluster.kind, cluster.state.get("topology"))
-        if why:
-            raise ValueError(f"fault {i}: {why}")
-        if item["target"] not in where:
-            raise ValueError(f"fault {i}: no broker node {item['target']!r}; nodes: {', '.join(sorted(where))}")
-        group, role = where[item["target"]]
-        if kind.targets not in (role, "node"):
-            raise ValueError(f"fault {i}: {kind.name} hits a {kind.targets}, {item['target']} is a {role}")
-        f = Fault(
-            float(item["at"]),
-            float(item["hold"]),
-            kind.name,
-            group,
-            item["target"],
-            dict(item.get("params") or {}),
-            role,
-            id=i,
-        )
-        if kind.link:
-            f.link = kind.link(cluster, f)
-        out.append(f)
-    return sorted(out, key=lambda f: f.at)
-
-
-# ---- the end of a run ----------------------------------------------------------------------------
-
-
-def wait_catch_up(cluster, timeout: float) -> dict:
-    """Until every slave holds exactly its master's log, or it is clear why one cannot: a slave AHEAD of
-    its master (the master came back behind it: a fork, replication is off for that group until an
-    operator acts) is never counted as caught up. Returns {slave: "caught up" | reason}."""
-    say(f"waiting up to {timeout:g}s for every slave to catch up")
-    deadline = time.monotonic() + timeout
-    while True:
-        lags = cluster.lags()
-        ahead = cluster.slaves_ahead()
-        forked = {s for m in ahead for s in cluster.slaves_of(m)}
-        result = {}
-        for s, v in sorted(lags.items()):
-            if s in forked:
-                a = ahead[cluster.master_of(s)][0]
-                result[s] = (
-                    f"forked: SLAVE_AHEAD, holds up to {a.get('slaveAckOffset')} of a history its master "
-                    f"lost (master at {(cluster.status(cluster.master_of(s)) or {}).get('maxPhyOffset')})"
-                )
-            elif v == 0:
-                result[s] = "caught up"
-            else:
-                result[s] = f"lag {fmt_lag(v, cluster.lag_unit(s))}" if v is not None else "not answering"
-        if all(r == "caught up" or r.startswith("forked") for r in result.values()):
-            break
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    for s, r in result.items():
-        say(f"  {s}: {r}" if r == "caught up" else f"  warning: {s} did not catch up: {r}")
-    return result
-
-
-def repair_forks(cluster, catch_up: dict) -> list[dict]:
-    """rmqha/cluster/repair.py on every group with a forked slave; returns what each repair did."""
-    from rmqha.cluster.repair import repair_group
-
-    done = []
-    for group in sorted(
-        {cluster.node(cluster.master_of(s)).get("brokerName") for s, r in catch_up.items() if r.startswith("forked")}
-    ):
-        say(f"repairing forked group {group}")
-        try:
-            done += [r.to_json() for r in repair_group(cluster, group, say=lambda m: say("  " + m))]
-        except ClusterError as e:
-            say(f"  error: the repair of {group} failed: {e}")
-            done.append({"group": group, "error": str(e)})
-    return done
-
-
-def drain_groups(cluster, groups: list[str], topic: str, timeout: float) -> dict:
-    """Until every consumer group has committed every queue of the topic on every master to its end.
-    Returns {group: {"drained": bool, "backlog": {master: {queue: n}}}} and says what is left."""
-    deadline = time.monotonic() + timeout
-    if timeout > 0:
-        say(f"draining {len(groups)} consumer group(s) to the end of every queue (up to {timeout:g}s)")
-    while True:
-        offsets = {g: cluster.group_offsets(g, topic) for g in groups}
-        backlog = {
-            g: {
-                m: {q: (None if o is None else max(0, o["max"] - o["committed"])) for q, o in qs.items()}
-                for m, qs in per.items()
-            }
-            for g, per in offsets.items()
-        }
-        left = {g: {m: {q: n for q, n in qs.items() if n != 0} for m, qs in b.items()} for g, b in backlog.items()}
-        left = {g: {m: qs for m, qs in b.items() if qs} for g, b in left.items()}
-        if not any(left.values()) or time.monotonic() >= deadline:
-            break
-        time.sleep(0.5)
-    out = {}
-    for g in groups:
-        # committed: where the group's consumers stopped, per master and queue; the audit calls an
-        # acknowledged message at or past it "backlog" (still queued: the consumer stalled), not "queued"
-        out[g] = {
-            "drained": not left[g],
-            "backlog": left[g],
-            "committed": {m: {q: (o or {}).get("committed") for q, o in qs.items()} for m, qs in offsets[g].items()},
-        }
-        if left[g]:
-            say(
-                f"  warning: group {g} not drained: "
-                + "; ".join(
-                    f"{m} " + ", ".join(f"q{q}: {'no answer' if n is None else f'{n} left'}" for q, n in qs.items())
-                    for m, qs in left[g].items()
-                )
-            )
-        else:
-            say(f"  group {g}: every queue consumed to its end")
-    return out
-
-
-# ---- the run -----------------------------------------------------------------------------------
+# ---- the command line ----------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -343,10 +87,36 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_cluster_options(ap)
+    _add_workload_options(ap)
+    _add_nemesis_options(ap)
+    _add_ending_options(ap)
+    return ap
+
+
+def _add_cluster_options(ap: argparse.ArgumentParser) -> None:
+    """The cluster the run uses, or starts."""
     ap.add_argument("--topology", default=os.environ.get("TOPOLOGY") or "2m-2s-sync")
     ap.add_argument("--backend", default=os.environ.get("BACKEND") or "docker", choices=("docker", "local"))
     ap.add_argument("--name", default="chaos", help="cluster name, run folder run/<name> (default chaos)")
     ap.add_argument("--base-port", type=int, default=None, help="passed to `cluster up` when it starts one")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="[NODE:]KEY=VALUE",
+        help="extra broker config when the run starts the cluster (e.g. flushDiskType=SYNC_FLUSH)",
+    )
+    ap.add_argument(
+        "--acl",
+        action="store_true",
+        help="a new cluster runs with aclEnable (rmqha/cluster/acl.py); the workload, sampler and every "
+        "check sign their requests (an attached cluster started with --acl is signed for too)",
+    )
+
+
+def _add_workload_options(ap: argparse.ArgumentParser) -> None:
+    """The workload: its rate and length, its client, and the extra consumer groups and lanes."""
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of workload (default 60)")
     ap.add_argument("--rate", type=float, default=200.0, help="sends per second (default 200)")
     ap.add_argument(
@@ -362,6 +132,42 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("CLIENT") or "python",
         help="the workload's client: python (official, default) or rust (rocketmq-client-rust)",
     )
+    ap.add_argument(
+        "--planted-drop-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a planted consumer bug: the workload's consumer swallows every Nth message (the delivery "
+        "checker must fail the run)",
+    )
+    ap.add_argument(
+        "--orderly-rate",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help=f"the workload also sends R orderly messages a second (send_orderly per sharding key) to "
+        f"{ORDERLY_TOPIC}, read by an orderly consumer group: the audit judges order per key "
+        "(python client only)",
+    )
+    ap.add_argument(
+        "--late-consumer-at",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the workload starts a second consumer group this many seconds in, reading from the "
+        "queues' start: subscribed during a master outage, it reads that group from the slave, "
+        "which the audit's 'receives by serving node' shows (python client only)",
+    )
+    ap.add_argument(
+        "--late-consumer-after-heal",
+        action="store_true",
+        help="the workload starts a second consumer group, reading every queue from its start, once the "
+        "cluster is healed (and repaired): what it cannot get is lost to any new group (python client)",
+    )
+
+
+def _add_nemesis_options(ap: argparse.ArgumentParser) -> None:
+    """The faults: which, when (seeded, a sweep or an explicit schedule), how many at once."""
     ap.add_argument("--seed", type=int, default=None, help="nemesis seed (default: random, printed)")
     ap.add_argument(
         "--nemesis",
@@ -394,18 +200,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--overlap", action="store_true", help="let a second fault (other group, other role) start while one is active"
     )
     ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="[NODE:]KEY=VALUE",
-        help="extra broker config when the run starts the cluster (e.g. flushDiskType=SYNC_FLUSH)",
-    )
-    ap.add_argument(
         "--disk-limit-mb",
         type=int,
         default=64,
         help="with disk-full: each broker's store on a tmpfs of this size (root; default 64)",
     )
+
+
+def _add_ending_options(ap: argparse.ArgumentParser) -> None:
+    """The end of the run (catch-up, repair, drain) and the audit after it."""
     ap.add_argument("--catchup-timeout", type=float, default=60.0, help="seconds for slaves to catch up")
     ap.add_argument(
         "--drain-timeout",
@@ -415,39 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
         "to its end before the consumers stop (python client; default 60)",
     )
     ap.add_argument(
-        "--late-consumer-after-heal",
-        action="store_true",
-        help="the workload starts a second consumer group, reading every queue from its start, once the "
-        "cluster is healed (and repaired): what it cannot get is lost to any new group (python client)",
-    )
-    ap.add_argument(
-        "--acl",
-        action="store_true",
-        help="a new cluster runs with aclEnable (rmqha/cluster/acl.py); the workload, sampler and every "
-        "check sign their requests (an attached cluster started with --acl is signed for too)",
-    )
-    ap.add_argument(
         "--repair",
         action="store_true",
         help="after the heal, repair every forked group (python -m rmqha.cluster repair: the slave's stranded "
         "messages re-sent to the master, the slave cut at the fork and resynced) before the drain",
-    )
-    ap.add_argument(
-        "--planted-drop-every",
-        type=int,
-        default=0,
-        metavar="N",
-        help="a planted consumer bug: the workload's consumer swallows every Nth message (the delivery "
-        "checker must fail the run)",
-    )
-    ap.add_argument(
-        "--orderly-rate",
-        type=float,
-        default=0.0,
-        metavar="R",
-        help=f"the workload also sends R orderly messages a second (send_orderly per sharding key) to "
-        f"{ORDERLY_TOPIC}, read by an orderly consumer group: the audit judges order per key "
-        "(python client only)",
     )
     ap.add_argument("--keep-running", action="store_true", help="do not stop the cluster (audit skipped)")
     ap.add_argument(
@@ -463,17 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop the cluster (stores kept) but leave the audit to the caller (rmqha.chaos.matrix audits "
         "its runs in one Spark session of its own)",
     )
-    ap.add_argument(
-        "--late-consumer-at",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="the workload starts a second consumer group this many seconds in, reading from the "
-        "queues' start: subscribed during a master outage, it reads that group from the slave, "
-        "which the audit's 'receives by serving node' shows (python client only)",
-    )
     ap.add_argument("--out", default=None, help="report folder (default RUN/report)")
-    return ap
 
 
 # ---- the phases of a run -------------------------------------------------------------------------
@@ -623,31 +387,6 @@ def prepare_faults(ctx: RunContext) -> int | None:
     if ctx.faults and not cluster.slaves():
         say(f"note: topology {topology} has no slaves: replication faults do not apply")
     return None
-
-
-def limit_disks(cluster, limit_mb: int) -> list[str]:
-    """Every store on a tmpfs of limit_mb at once (each node is stopped, copied and started again on its
-    own); the errors, said (the run cannot inject disk-full without them)."""
-    t_limit = time.monotonic()
-    errors: list[str] = []
-
-    def limit(node):
-        try:
-            cluster.limit_disk(node, limit_mb)
-        except Exception as e:  # reported below; the run cannot inject disk-full without it
-            errors.append(f"{node}: {type(e).__name__}: {e}")
-
-    threads = [threading.Thread(target=limit, args=(n,)) for n in cluster.nodes if not cluster.disk_limited(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        say("error: could not put the stores on a size-limited tmpfs: " + "; ".join(errors))
-        return errors
-    cluster.wait_caught_up(60)
-    say(f"disk-full: every broker's store on its own {limit_mb} MiB tmpfs ({time.monotonic() - t_limit:.0f} s)")
-    return []
 
 
 def plan_schedule(ctx: RunContext) -> int | None:

@@ -54,7 +54,7 @@ def test_trace_needs_the_rust_client(tmp_path):
 
 
 def test_the_live_status_counts_a_dledger_lag_in_entries():
-    from rmqha.chaos.run import fmt_lag, status_text
+    from rmqha.chaos.run_status import fmt_lag, status_text
 
     assert fmt_lag(3, "entries") == "3 entries" and fmt_lag(1, "entries") == "1 entry"
     assert "max slave lag 12 entries" in status_text(1, 10, {}, "none", {"n1": 12, "n2": 0}, "entries")

@@ -1,0 +1,92 @@
+"""What the setup phases of a chaos run (rmqha/chaos/run.py) lean on: whether the named cluster already
+runs, every store on a size-limited tmpfs (disk-full), and an explicit fault schedule read from JSON
+(--schedule)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from rmqha.chaos.nemesis import ALL_FAULTS, FAULTS, Fault, groups_of, why_not_applicable
+from rmqha.chaos.run_status import say
+from rmqha.cluster import ClusterError
+from rmqha.cluster.handle import Cluster
+
+
+def cluster_running(name: str) -> Cluster | None:
+    """The handle of cluster `name` when every node of it runs, else None."""
+    try:
+        c = Cluster.attach(name)
+    except ClusterError:
+        return None
+    if c.state.get("stoppedAt"):
+        return None
+    try:
+        if all(c.running(n) for n in c.all_nodes()):
+            return c
+    except Exception:
+        return None
+    return None
+
+
+def limit_disks(cluster, limit_mb: int) -> list[str]:
+    """Every store on a tmpfs of limit_mb at once (each node is stopped, copied and started again on its
+    own); the errors, said (the run cannot inject disk-full without them)."""
+    t_limit = time.monotonic()
+    errors: list[str] = []
+
+    def limit(node):
+        try:
+            cluster.limit_disk(node, limit_mb)
+        except Exception as e:  # reported below; the run cannot inject disk-full without it
+            errors.append(f"{node}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=limit, args=(n,)) for n in cluster.nodes if not cluster.disk_limited(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        say("error: could not put the stores on a size-limited tmpfs: " + "; ".join(errors))
+        return errors
+    cluster.wait_caught_up(60)
+    say(f"disk-full: every broker's store on its own {limit_mb} MiB tmpfs ({time.monotonic() - t_limit:.0f} s)")
+    return []
+
+
+def schedule_from_json(items: list[dict], cluster) -> list[Fault]:
+    """An explicit schedule: [{"at": s, "hold": s, "kind": k, "target": node, "params": {...}}, ...].
+    The group and role come from the cluster; ValueError names what is wrong."""
+    groups = groups_of(cluster)
+    where = {}
+    for g, members in groups.items():
+        if members["master"]:
+            where[members["master"]] = (g, "master")
+        where.update({s: (g, "slave") for s in members["slaves"]})
+    out = []
+    for i, item in enumerate(items, 1):
+        kind = FAULTS.get(item["kind"])
+        if kind is None:
+            raise ValueError(f"fault {i}: unknown kind {item['kind']!r}; known: {', '.join(ALL_FAULTS)}")
+        why = why_not_applicable(kind.name, cluster.kind, cluster.state.get("topology"))
+        if why:
+            raise ValueError(f"fault {i}: {why}")
+        if item["target"] not in where:
+            raise ValueError(f"fault {i}: no broker node {item['target']!r}; nodes: {', '.join(sorted(where))}")
+        group, role = where[item["target"]]
+        if kind.targets not in (role, "node"):
+            raise ValueError(f"fault {i}: {kind.name} hits a {kind.targets}, {item['target']} is a {role}")
+        f = Fault(
+            float(item["at"]),
+            float(item["hold"]),
+            kind.name,
+            group,
+            item["target"],
+            dict(item.get("params") or {}),
+            role,
+            id=i,
+        )
+        if kind.link:
+            f.link = kind.link(cluster, f)
+        out.append(f)
+    return sorted(out, key=lambda f: f.at)
