@@ -32,15 +32,8 @@ def _add_name(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default=None, help="cluster name (default: the current cluster, run/current)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="python -m rmqha.cluster",
-        description="Start, watch and stop a RocketMQ HA reference cluster.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_up(sub) -> None:
+    """`up`: the topology, backend, name, ports and broker config of a new cluster; the readiness wait."""
     up = sub.add_parser("up", help="start a cluster and wait until it is ready")
     up.add_argument(
         "--topology",
@@ -90,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="whether readiness needs name-server registration (default auto: see rmqha/cluster/wait.py)",
     )
 
+
+def _add_status(sub) -> None:
+    """`status`: every node, as a table or JSON lines."""
     st = sub.add_parser("status", help="show every node: role, offsets, replication")
     _add_name(st)
     st.add_argument(
@@ -99,11 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="table (default) or json: one JSON object per node per line",
     )
 
+
+def _add_wait(sub) -> None:
+    """`wait`: until the cluster is ready."""
     wt = sub.add_parser("wait", help="wait until the cluster is ready")
     _add_name(wt)
     wt.add_argument("--timeout", type=float, default=60.0)
     wt.add_argument("--registration", choices=REGISTRATION_MODES, default=None)
 
+
+def _add_logs(sub) -> None:
+    """`logs`: one node's log or all of them, optionally followed."""
     lg = sub.add_parser("logs", help="show the logs of one node (or all)")
     _add_name(lg)
     lg.add_argument("node", nargs="?", help="broker-a, broker-a-s, ..., or namesrv (default: all)")
@@ -112,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C to stop)")
 
+
+def _add_sample(sub) -> None:
+    """`sample`: replication offsets, every interval, to a JSON-lines file."""
     sp = sub.add_parser("sample", help="append replication offsets to RUN_DIR/metrics/samples.jsonl")
     _add_name(sp)
     sp.add_argument("--interval-ms", type=int, default=1000)
@@ -119,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--count", type=int, default=None, help="rounds (default: until Ctrl-C)")
     sp.add_argument("--out", default=None, help="file (default RUN_DIR/metrics/samples.jsonl)")
 
+
+def _add_down(sub) -> None:
+    """`down`: stop the cluster, its stores kept or removed."""
     dn = sub.add_parser("down", help="stop the cluster; remove its stores unless --keep-data")
     _add_name(dn)
     dn.add_argument(
@@ -129,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dn.add_argument("--timeout", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
 
+
+def _add_repair(sub) -> None:
+    """`repair`: a forked broker group."""
     rp = sub.add_parser(
         "repair",
         help="a forked broker group (SLAVE_AHEAD): re-send the slave's stranded "
@@ -146,6 +157,23 @@ def build_parser() -> argparse.ArgumentParser:
         "SELF_TEST_TOPIC, OFFSET_MOVED_EVENT) may be cut without being put back; repeatable",
     )
 
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m rmqha.cluster",
+        description="Start, watch and stop a RocketMQ HA reference cluster.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _add_up(sub)
+    _add_status(sub)
+    _add_wait(sub)
+    _add_logs(sub)
+    _add_sample(sub)
+    _add_down(sub)
+    _add_repair(sub)
     sub.add_parser("ls", help="list the clusters under run/")
     return ap
 
