@@ -99,6 +99,87 @@ def check_ports(cluster: str, topology: Topology, plan: PortPlan) -> None:
 # ---- the backend -------------------------------------------------------------------------------
 
 
+def _refuse_if_running(cluster: str, run_dir: Path, old: dict | None) -> None:
+    if old and not old.get("stoppedAt"):
+        running = [n for n, rec in _records(old) if is_running(rec)]
+        if running:
+            raise ClusterError(
+                f"cluster {cluster!r} is already running ({', '.join(running)}; "
+                f"run folder {run_dir}): `python -m rmqha.cluster down --name {cluster}` first, "
+                "or start another with --name NAME --base-port N"
+            )
+
+
+def _local_overrides(
+    run_dir: Path, topology: Topology, plan: PortPlan, options: UpOptions, creds: dict | None
+) -> dict[str, dict[str, str]]:
+    """Each node's per-deployment keys (stores in the run folder), ACL's and the user's --set on top."""
+    host = options.host
+    per_node = {n.name: dict((options.extra_per_node or {}).get(n.name, {})) for n in topology.nodes}
+    if creds:
+        for n in topology.nodes:
+            per_node[n.name] = {**acl.broker_sets(str(rf.store_dir(run_dir, n.name)), creds), **per_node[n.name]}
+    overrides = node_overrides(
+        topology,
+        plan,
+        host=host,
+        store_dir_of=lambda n: rf.store_dir(run_dir, n),
+        extra=options.extra,
+        extra_per_node=per_node,
+    )
+    for n in topology.nodes:
+        # The HA ports listen on every interface, and the kit's slaves and recovering masters all
+        # connect from `host`: nobody else may (docs/ha-protocol.md, "Who can do what on the HA port").
+        if _is_ip(host):
+            overrides[n.name].setdefault("haAllowedAddresses", host)
+    return overrides
+
+
+def _prepare_stores(
+    run_dir: Path, topology: Topology, configs: dict, old: dict | None, options: UpOptions, creds: dict | None
+) -> list[str]:
+    """The run folder and each node's folder (stores emptied with --fresh); returns the nodes whose store
+    was kept."""
+    # Node folders of another topology would be read by the audit as part of this run.
+    rf.prepare(run_dir, [n.name for n in topology.nodes], topology.name, old, options.fresh)
+    kept = []
+    for n in topology.nodes:
+        sd = Path(configs[n.name].storePathRootDir)
+        if sd.exists() and any(sd.iterdir()):
+            if options.fresh:
+                shutil.rmtree(sd)
+            else:
+                kept.append(n.name)
+        rf.node_dir(run_dir, n.name).mkdir(parents=True, exist_ok=True)
+        if creds:
+            acl.write_file(sd, creds)
+    return kept
+
+
+def _node_records(
+    run_dir: Path, topology: Topology, configs: dict, overrides: dict, host: str, backend: str
+) -> list[dict]:
+    """Each node's record in the state (its node.json written too)."""
+    nodes = []
+    for n in topology.nodes:
+        c = configs[n.name]
+        master = None if n.is_master else topology.master_of(n).name
+        node = rf.node_record(n.name, c, host, backend)
+        rf.write_node_json(run_dir, node)
+        nodes.append(
+            {
+                **node,
+                "statusUrl": f"http://{host}:{c.metrics_port}/status",
+                "master": master,
+                "conf": str(n.conf_file),
+                "overrides": overrides[n.name],
+                "log": str(rf.broker_log(run_dir, n.name)),
+                "store": c.storePathRootDir,
+            }
+        )
+    return nodes
+
+
 class LocalBackend(Backend):
     name = "local"
 
@@ -107,69 +188,14 @@ class LocalBackend(Backend):
         cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan, options: UpOptions
     ) -> "LocalBackend":
         old = rf.read_state(run_dir)
-        if old and not old.get("stoppedAt"):
-            running = [n for n, rec in _records(old) if is_running(rec)]
-            if running:
-                raise ClusterError(
-                    f"cluster {cluster!r} is already running ({', '.join(running)}; "
-                    f"run folder {run_dir}): `python -m rmqha.cluster down --name {cluster}` first, "
-                    "or start another with --name NAME --base-port N"
-                )
+        _refuse_if_running(cluster, run_dir, old)
         check_ports(cluster, topology, plan)
-
         host = options.host
         creds = acl.new_credentials() if options.acl else None
-        per_node = {n.name: dict((options.extra_per_node or {}).get(n.name, {})) for n in topology.nodes}
-        if creds:
-            for n in topology.nodes:
-                per_node[n.name] = {**acl.broker_sets(str(rf.store_dir(run_dir, n.name)), creds), **per_node[n.name]}
-        overrides = node_overrides(
-            topology,
-            plan,
-            host=host,
-            store_dir_of=lambda n: rf.store_dir(run_dir, n),
-            extra=options.extra,
-            extra_per_node=per_node,
-        )
-        for n in topology.nodes:
-            # The HA ports listen on every interface, and the kit's slaves and recovering masters all
-            # connect from `host`: nobody else may (docs/ha-protocol.md, "Who can do what on the HA port").
-            if _is_ip(host):
-                overrides[n.name].setdefault("haAllowedAddresses", host)
+        overrides = _local_overrides(run_dir, topology, plan, options, creds)
         configs = {n.name: effective_config(n, overrides[n.name]) for n in topology.nodes}
-
-        # Node folders of another topology would be read by the audit as part of this run.
-        rf.prepare(run_dir, [n.name for n in topology.nodes], topology.name, old, options.fresh)
-        kept = []
-        for n in topology.nodes:
-            sd = Path(configs[n.name].storePathRootDir)
-            if sd.exists() and any(sd.iterdir()):
-                if options.fresh:
-                    shutil.rmtree(sd)
-                else:
-                    kept.append(n.name)
-            rf.node_dir(run_dir, n.name).mkdir(parents=True, exist_ok=True)
-            if creds:
-                acl.write_file(sd, creds)
-
-        nodes = []
-        for n in topology.nodes:
-            c = configs[n.name]
-            master = None if n.is_master else topology.master_of(n).name
-            node = rf.node_record(n.name, c, host, cls.name)
-            rf.write_node_json(run_dir, node)
-            nodes.append(
-                {
-                    **node,
-                    "statusUrl": f"http://{host}:{c.metrics_port}/status",
-                    "master": master,
-                    "conf": str(n.conf_file),
-                    "overrides": overrides[n.name],
-                    "log": str(rf.broker_log(run_dir, n.name)),
-                    "store": c.storePathRootDir,
-                }
-            )
-
+        kept = _prepare_stores(run_dir, topology, configs, old, options, creds)
+        nodes = _node_records(run_dir, topology, configs, overrides, host, cls.name)
         state = {
             "name": cluster,
             "topology": topology.name,
@@ -193,6 +219,12 @@ class LocalBackend(Backend):
             state["acl"] = creds
         rf.write_state(run_dir, state)
         rf.set_current(cluster)
+        return cls._spawn_all(cluster, run_dir, state, plan, host)
+
+    @classmethod
+    def _spawn_all(cls, cluster: str, run_dir: Path, state: dict, plan: PortPlan, host: str) -> "LocalBackend":
+        """The name server, then every broker, each recorded in state.json as it starts; everything stopped
+        again if one fails."""
         backend = cls(cluster, run_dir, state)
         env = child_env()
         try:
@@ -200,7 +232,7 @@ class LocalBackend(Backend):
                 spawn(namesrv_command(plan.namesrv_port, host), rf.namesrv_log(run_dir), env)
             )
             rf.write_state(run_dir, state)
-            for node in nodes:  # masters come before their slaves in the node list
+            for node in state["nodes"]:  # masters come before their slaves in the node list
                 node["process"] = record(spawn(broker_command(node["conf"], node["overrides"]), Path(node["log"]), env))
                 rf.write_state(run_dir, state)
         except BaseException:
