@@ -73,6 +73,9 @@ class MemberState:
         self.known_max_term = -1
         self.transferee: str | None = None
         self.term_to_take_leadership = -1
+        # peersLiveTable: what the last answer to each heartbeat said (a made-up NETWORK_ERROR: not
+        # live), cleared when this node becomes leader; the automatic transfer only picks a live peer
+        self.peers_live: dict[str, bool] = {}
         self.effects: list = []
 
     # --- the ledger end, from the log ------------------------------------------------------------
@@ -118,6 +121,7 @@ class MemberState:
         if self.term != term:
             raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE, f"{self.term} != {term}")
         self.role, self.leader_id = LEADER, self.self_id
+        self.peers_live.clear()
 
     def change_to_follower(self, term: int, leader_id: str) -> None:
         if self.term != term:
@@ -164,8 +168,9 @@ class Elector:
         self.vote_round: _Round | None = None
         self.heartbeat_round: _Round | None = None
         self.last_heartbeat_round: _Round | None = None  # for answers that come after it ended
-        # leadership transfer: the admin request a leader is working on, and the transferee's own
-        self.transfer_from: LeadershipTransferRequest | None = None
+        # leadership transfer: the take-leadership requests this leader sent, by id, each with the
+        # request that asked for it (answered once the transferee answers), and the transferee's own
+        self.transfers: dict[int, tuple[LeadershipTransferRequest, LeadershipTransferRequest]] = {}
         self.take_leadership: LeadershipTransferRequest | None = None
 
     # --- helpers ---------------------------------------------------------------------------------
@@ -470,6 +475,8 @@ class Elector:
     def on_heartbeat_response(
         self, peer: str, request: HeartBeatRequest, response: HeartBeatResponse, now: float
     ) -> None:
+        # every answer counts for liveness, late ones too (sendHeartbeats' whenComplete)
+        self.ms.peers_live[peer] = response.code != ResponseCode.NETWORK_ERROR
         rnd = self.heartbeat_round
         if rnd is None or rnd.requests.get(peer) is not request or peer in rnd.answered:
             late = self.last_heartbeat_round
@@ -540,20 +547,22 @@ class Elector:
             transferId=ms.self_id,
             transfereeId=request.transfereeId,
         )
-        self.transfer_from = request
+        self.transfers[id(take)] = (take, request)
         ms.effects.append(Send(request.transfereeId, take))
         return None
 
     def on_take_leadership_response(
         self, request: LeadershipTransferRequest, response: LeadershipTransferResponse
     ) -> None:
-        admin, self.transfer_from = self.transfer_from, None
+        sent = self.transfers.pop(id(request), None)
+        if sent is None or sent[0] is not request:
+            return  # not one this node sent (or answered already)
+        admin = sent[1]
         ms = self.ms
         if response.code != ResponseCode.SUCCESS or (ms.term == request.term and ms.transferee is not None):
             if ms.role == LEADER:
                 ms.set_transferee(None)
-        if admin is not None:
-            ms.effects.append(Reply(admin, response))
+        ms.effects.append(Reply(admin, response))
 
     def handle_take_leadership(self, request: LeadershipTransferRequest, now: float):
         """On the transferee, once caught up: stand for term + 1. The answer comes with the role change."""

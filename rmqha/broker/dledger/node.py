@@ -43,6 +43,10 @@ from .replication import EntryHandler, EntryPusher, Rules
 # past it would otherwise be adopted and persisted by every member, and the group could never write again.
 MAX_TERM = 1 << 62
 
+# DLedgerServer.startup schedules checkPreferredLeader at a fixed rate of 1 s, the first 1 s after start,
+# on a single thread that blocks on the transfer it starts (dledger 0.3.1.2 DLedgerServer.java:147).
+PREFERRED_CHECK_MS = 1000
+
 
 class DLedgerNode:
     def __init__(
@@ -64,6 +68,9 @@ class DLedgerNode:
         self.pusher = EntryPusher(config, self.ms, log, self.rules)
         self.handler = EntryHandler(config, self.ms, log, self.rules)
         self.waiting_transfer: tuple[LeadershipTransferRequest, float] | None = None
+        self.next_preferred_check: float | None = None  # set on the first tick
+        self.auto_transfer: LeadershipTransferRequest | None = None  # the preferred-leader one under way
+        self.auto_transfers = 0  # started by checkPreferredLeader
 
     @property
     def self_id(self) -> str:
@@ -88,6 +95,7 @@ class DLedgerNode:
 
     def _work(self, now: float) -> list:
         self._check_waiting_transfer(now)
+        self._check_preferred_leader(now)
         self.handler.work(now)
         self.pusher.work(now)
         return self._drain()
@@ -107,6 +115,8 @@ class DLedgerNode:
             at = min(at, self.handler.last_check_fast_forward + c.leakCheckIntervalMs + 1)
         if self.waiting_transfer is not None:
             at = min(at, self.waiting_transfer[1] + 1)
+        if self.ms.role == "LEADER" and self.next_preferred_check is not None and not self._auto_transfer_pending():
+            at = min(at, self.next_preferred_check)
         return max(at, now)
 
     def append(self, body: bytes, token, now: float) -> list:
@@ -239,6 +249,8 @@ class DLedgerNode:
                 raise DLedgerError(ResponseCode.INCONSISTENT_TERM, f"{ms.term} != {request.term}")
             if ms.role != "LEADER":
                 raise DLedgerError(ResponseCode.NOT_LEADER)
+            if request.transfereeId == ms.self_id:  # ours: 0.3.1.2 would ask itself and step down
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"transferee {ms.self_id} already leads")
             behind = self.log.end_index - self.pusher.watermark(request.term, request.transfereeId)
             if behind >= self.config.maxLeadershipTransferWaitIndex:
                 raise DLedgerError(ResponseCode.FALL_BEHIND_TOO_MUCH, f"diff={behind}")
@@ -246,12 +258,82 @@ class DLedgerNode:
         if ms.self_id == request.transfereeId:
             if request.transferId != ms.leader_id:
                 raise DLedgerError(ResponseCode.INCONSISTENT_LEADER, f"transfer={request.transferId}")
+            if request.localId != request.transferId or request.leaderId != request.transferId:
+                # ours: only the leader itself asks a peer to take over (0.3.1.2's leader names itself in
+                # all three; an admin tool talks only to the leader)
+                raise DLedgerError(
+                    ResponseCode.INCONSISTENT_LEADER,
+                    f"take-leadership from {request.localId!r} for leader {request.leaderId!r}, not from {ms.leader_id}",
+                )
             if request.takeLeadershipLedgerIndex - ms.ledger_end_index > 0:
                 # the Java handler sleeps until caught up, at most leadershipTransferWaitTimeout
                 self.waiting_transfer = (request, now + self.config.leadershipTransferWaitTimeout)
                 return None
             return self.elector.handle_take_leadership(request, now)
         return LeadershipTransferResponse(code=ResponseCode.UNEXPECTED_ARGUMENT, term=ms.term)
+
+    # --- the automatic transfer to a preferred leader (DLedgerServer.checkPreferredLeader) ---------
+    def _auto_transfer_pending(self) -> bool:
+        """The transfer checkPreferredLeader started is still waiting for the transferee's answer (or the
+        RPC's timeout): Java's check thread is blocked on it, so no check runs meanwhile."""
+        if self.auto_transfer is None:
+            return False
+        if any(origin is self.auto_transfer for _take, origin in self.elector.transfers.values()):
+            return True
+        self.auto_transfer = None
+        return False
+
+    def _check_preferred_leader(self, now: float) -> None:
+        if not self.config.preferredLeaderIds:
+            return
+        if self.next_preferred_check is None:
+            self.next_preferred_check = now + PREFERRED_CHECK_MS
+            return
+        if now < self.next_preferred_check or self._auto_transfer_pending():
+            return
+        # fixed rate: the next run is the schedule's next slot after now (runs missed while blocked
+        # collapse into this one: the ones after it would find the transfer it starts under way)
+        slots = (now - self.next_preferred_check) // PREFERRED_CHECK_MS + 1
+        self.next_preferred_check += slots * PREFERRED_CHECK_MS
+        chosen = self.preferred_transferee()
+        if chosen is None:
+            return
+        ms = self.ms
+        # Java's request carries only the term and the transferee; ours names this node too, and has
+        # no one to answer (the Reply finds no connection)
+        request = LeadershipTransferRequest(
+            group=ms.group,
+            localId=ms.self_id,
+            remoteId=ms.self_id,
+            term=ms.term,
+            transferId=ms.self_id,
+            transfereeId=chosen[0],
+        )
+        response = self.elector.handle_leadership_transfer(request, now)
+        if response is None:
+            self.auto_transfer = request
+            self.auto_transfers += 1
+
+    def preferred_transferee(self) -> tuple[str, int] | None:
+        """(peer, entries behind) checkPreferredLeader would hand leadership to now, or None: only a
+        leader that is not itself preferred and is not transferring already; only a preferred peer that
+        is a member and answered the last heartbeat (peersLiveTable); the one least behind (this
+        leader's end index minus its watermark in this term; the first listed on a tie), if less than
+        maxLeadershipTransferWaitIndex behind."""
+        ms = self.ms
+        preferred = self.config.preferred_leaders()
+        if ms.role != "LEADER" or ms.transferee is not None or not preferred or ms.self_id in preferred:
+            return None
+        best: tuple[str, int] | None = None
+        for peer in preferred:
+            if not ms.is_peer_member(peer) or not ms.peers_live.get(peer):
+                continue
+            behind = self.log.end_index - self.pusher.watermark(ms.term, peer)
+            if best is None or behind < best[1]:
+                best = (peer, behind)
+        if best is None or best[1] >= self.config.maxLeadershipTransferWaitIndex:
+            return None
+        return best
 
     def _check_waiting_transfer(self, now: float) -> None:
         if self.waiting_transfer is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger.effects import AppendDone, Committed, PersistTerm, Reply, RoleChanged, Send
@@ -413,6 +414,9 @@ def scaled_timers(scale: float) -> dict:
     return {name: max(1, int(getattr(base, name) * scale)) for name in TIMERS}
 
 
+RANDOM: Any = object()  # random_schedule's default preferred leader: drawn per seed
+
+
 def random_schedule(
     seed: int,
     n: int = 3,
@@ -423,9 +427,14 @@ def random_schedule(
     wire: bool = False,
     on_start=None,
     store_dir: str | None = None,
+    preferred: str | None = RANDOM,
 ) -> Cluster:
-    """One seeded chaotic schedule: lossy, reordering network; partitions; crashes and restarts; appends."""
+    """One seeded chaotic schedule: lossy, reordering network; partitions; crashes and restarts; appends.
+    preferred: preferredLeaderIds for every node (by default drawn per seed: none in about half of them,
+    from an rng of its own so that those schedules stay what they were)."""
     rng = random.Random(seed * 7919 + n)
+    if preferred is RANDOM:
+        preferred = random.Random(seed * 104_729 + n).choice([None, None, "n1", f"n0;n{n - 1}"])
     faults = NetworkFaults(
         drop=rng.choice([0.0, 0.05, 0.2]),
         duplicate=rng.choice([0.0, 0.1]),
@@ -440,7 +449,7 @@ def random_schedule(
         rules=rules,
         elector_classes=elector_classes,
         wire=wire,
-        config_overrides=scaled_timers(scale),
+        config_overrides={**scaled_timers(scale), **({"preferredLeaderIds": preferred} if preferred else {})},
         on_start=on_start,
         store_dir=store_dir,
     )

@@ -220,7 +220,7 @@ def test_a_follower_that_raised_its_term_while_cut_off_rejoins(rules, stuck):
     and ignores n2's EXPIRED_TERM; n2's votes are refused for its short log and it never raises its term
     again: a candidate for as long as the leader lives (dledger issue #325). 0.3.2's fix (#247) lets
     the leader step down, and n2 follows the next term's leader."""
-    c = random_schedule(30019, 3, duration=8000, rules=rules)
+    c = random_schedule(30019, 3, duration=8000, rules=rules, preferred=None)
     for i in c.ids:
         if c.boxes[i].node is None:
             c.start(i)
