@@ -92,13 +92,39 @@ class BrokerServer:
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self, listen: bool = True) -> None:
         c = self.config
+        self._load_configs()
+        self.controller.start(listen=listen)
+        self._make_client_processors()
+        self._register_processors()
+        self._start_acl()
+        self._start_transactions()
+        self._install_metrics()
+        if c.is_master and not c.enableDLegerCommitLog:
+            self.schedule.start()
+        self.offsets.start()
+        self.clients.start()
+        if listen:
+            self._listen()
+        if not c.is_master:
+            self._start_slave_sync()
+        if listen:
+            self._start_registration()
+        if c.enableDLegerCommitLog:
+            self._start_dledger_roles()
+        self.started = True
+
+    def _load_configs(self) -> None:
+        """config/topics.json, consumerOffset.json and subscriptionGroup.json; a broken one is a StoreError."""
         try:
             self.topics.load()
             self.offsets.load()
             self.groups.load()
         except ValueError as e:
             raise StoreError(str(e)) from None
-        self.controller.start(listen=listen)
+
+    def _make_client_processors(self) -> None:
+        """Send, pull (and the planted serving bugs), the delay-level service, send-back and admin."""
+        c = self.config
         store = self.controller.store
         self.send = SendProcessor(c, self.controller, self.topics)
         self.pull = PullProcessor(
@@ -132,6 +158,10 @@ class BrokerServer:
         self.admin = AdminProcessors(
             c, self.controller, self.topics, self.offsets, self.clients, self.pull, self.schedule
         )
+
+    def _register_processors(self) -> None:
+        """Every request code's processor, in the registry the remoting server dispatches with."""
+        c, store = self.config, self.controller.store
         for part in (
             self.send,
             self.pull,
@@ -166,6 +196,10 @@ class BrokerServer:
             HAStatusProcessor(c, self.controller),
         ):
             part.register(self.registry)
+
+    def _start_acl(self) -> None:
+        """aclEnable: every request checked (the compiled send path off); the ACL admin codes either way."""
+        c = self.config
         if c.enableDLegerCommitLog:
             self.registry.fast_sends = None  # the compiled path appends to a classic commit log
         if c.aclEnable:
@@ -177,6 +211,9 @@ class BrokerServer:
             self.acl.start()
         # mqadmin's updateAclConfig, deleteAclConfig, clusterAclConfigVersion, updateGlobalWhiteAddr
         AclAdminProcessors(c, self.acl, self.clock).register(self.registry)
+
+    def _start_transactions(self) -> None:
+        c, store = self.config, self.controller.store
         # END_TRANSACTION is served everywhere (a slave refuses it); only a master checks half messages.
         self.transactions = TransactionService(
             c,
@@ -192,47 +229,50 @@ class BrokerServer:
         # DLedger mode: a master's services start on the role change to master (4.9: changeToMaster)
         if c.is_master and not c.enableDLegerCommitLog:
             self.transactions.start()
-        self._install_metrics()
-        if c.is_master and not c.enableDLegerCommitLog:
-            self.schedule.start()
-        self.offsets.start()
-        self.clients.start()
-        if listen:
-            self.port = self.reactor.listenTCP(c.listenPort, self.factory)
-            self._listen_vip_channel()
-            log.info("remoting server listening on port %d, VIP channel on %d", c.listenPort, c.fast_listen_port)
-        if not c.is_master:
-            self.slave_sync = SlaveSynchronize(
-                self.topics,
-                self.offsets,
-                self.reactor,
-                self.clock,
-                metrics=self.controller.metrics,
-                schedule=self.schedule,
-                credentials=c.acl_client_credentials,
-                groups=self.groups,
-            )
-            self.slave_sync.start()
-            if self.config.slaveSyncMasterAddress:
-                self.slave_sync.set_master_address(self.config.slaveSyncMasterAddress)
-        if listen:
-            self.registration = BrokerRegistration(
-                c,
-                self.topics,
-                self.reactor,
-                self.clock,
-                ha_client=self.controller.ha_client,
-                slave_sync=self.slave_sync,
-                metrics=self.controller.metrics,
-            )
-            self.registration.start()
-        if c.enableDLegerCommitLog:  # role changes: leader -> master, follower -> slave
-            from .dledger_commitlog import DLedgerRoleChangeHandler
 
-            self.dledger_roles = DLedgerRoleChangeHandler(self)
-            self.dledger_roles.start()
-            self.controller.status_extra.append(self.dledger_roles.status)
-        self.started = True
+    def _listen(self) -> None:
+        c = self.config
+        self.port = self.reactor.listenTCP(c.listenPort, self.factory)
+        self._listen_vip_channel()
+        log.info("remoting server listening on port %d, VIP channel on %d", c.listenPort, c.fast_listen_port)
+
+    def _start_slave_sync(self) -> None:
+        """A slave's copy of its master's topics, offsets, delay offsets and groups."""
+        c = self.config
+        self.slave_sync = SlaveSynchronize(
+            self.topics,
+            self.offsets,
+            self.reactor,
+            self.clock,
+            metrics=self.controller.metrics,
+            schedule=self.schedule,
+            credentials=c.acl_client_credentials,
+            groups=self.groups,
+        )
+        self.slave_sync.start()
+        if self.config.slaveSyncMasterAddress:
+            self.slave_sync.set_master_address(self.config.slaveSyncMasterAddress)
+
+    def _start_registration(self) -> None:
+        c = self.config
+        self.registration = BrokerRegistration(
+            c,
+            self.topics,
+            self.reactor,
+            self.clock,
+            ha_client=self.controller.ha_client,
+            slave_sync=self.slave_sync,
+            metrics=self.controller.metrics,
+        )
+        self.registration.start()
+
+    def _start_dledger_roles(self) -> None:
+        """Role changes: leader -> master, follower -> slave."""
+        from .dledger_commitlog import DLedgerRoleChangeHandler
+
+        self.dledger_roles = DLedgerRoleChangeHandler(self)
+        self.dledger_roles.start()
+        self.controller.status_extra.append(self.dledger_roles.status)
 
     def stop(self) -> defer.Deferred:
         d = self.registration.stop() if self.registration is not None else defer.succeed(None)
