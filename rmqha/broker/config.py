@@ -367,6 +367,11 @@ class BrokerConfig:
     dLegerPeers: str = _prop("dLegerPeers", "", doc="n0-host:port;n1-host:port;... (DLedger's own ports)")
     dLegerSelfId: str = _prop("dLegerSelfId", "", doc="this node's id in dLegerPeers: a letter and a number")
     preferredLeaderId: str = _prop("preferredLeaderId", "", doc="DLedger preferredLeaderIds (;-list)")
+    storePathDLedgerCommitLog: str = _prop(
+        "storePathDLedgerCommitLog",
+        "",
+        doc="DLedger's data directory; empty: <storePathRootDir>/dledger-<selfId>/data, as 4.9",
+    )
 
     # Set by from_properties: 4.9 keys present in the file that this broker accepts and does not use.
     ignored_keys: list[str] = field(default_factory=list, metadata=dict(name=None))
@@ -579,6 +584,7 @@ class BrokerConfig:
         for pid in filter(None, self.preferredLeaderId.split(";")):
             if pid not in peers:
                 raise ConfigError(f"preferredLeaderId: {pid!r} is not in dLegerPeers ({', '.join(peers)})")
+        self._validate_dledger_data_dir()
         own = int(peers[self.dLegerSelfId].rpartition(":")[2])
         if own in (self.listenPort, self.ha_port, self.metrics_port, self.fast_listen_port):
             raise ConfigError(
@@ -586,6 +592,43 @@ class BrokerConfig:
                 "ports (listenPort, haListenPort, metricsPort, listenPort - 2)"
             )
         self.brokerId = -1
+
+    def _validate_dledger_data_dir(self) -> None:
+        """storePathDLedgerCommitLog: one directory of its own. 4.9 takes a `,`-list as DLedger's
+        multi-path data store, which this broker does not have."""
+        value = self.storePathDLedgerCommitLog
+        if not value:
+            return
+        if "," in value:
+            raise ConfigError(
+                f"storePathDLedgerCommitLog={value!r}: several paths (DLedger's multi-path data store) "
+                "are not supported; give one directory"
+            )
+        if value != value.strip() or "\0" in value:
+            raise ConfigError(f"storePathDLedgerCommitLog={value!r}: not a usable path")
+        data = os.path.realpath(value)
+        base = os.path.realpath(os.path.join(self.storePathRootDir, f"dledger-{self.dLegerSelfId}"))
+        taken = {
+            os.path.realpath(self.commitlog_dir): "the classic commit log (storePathCommitLog)",
+            os.path.realpath(self.storePathRootDir): "storePathRootDir itself",
+            os.path.join(base, "index"): "DLedger's index directory",
+            base: "DLedger's own directory (data goes in a directory of its own)",
+        }
+        for name in ("consumequeue", "index", "config"):
+            taken[os.path.realpath(os.path.join(self.storePathRootDir, name))] = f"the store's {name}/"
+        if data in taken:
+            raise ConfigError(
+                f"storePathDLedgerCommitLog={value!r} is {taken[data]}; give DLedger a directory of its own"
+            )
+        if os.path.exists(data) and not os.path.isdir(data):
+            raise ConfigError(f"storePathDLedgerCommitLog={value!r} exists and is not a directory")
+
+    @property
+    def dledger_data_dir(self) -> str:
+        """DLedgerConfig.getDataStorePath: storePathDLedgerCommitLog, else <root>/dledger-<selfId>/data."""
+        return self.storePathDLedgerCommitLog or os.path.join(
+            self.storePathRootDir, f"dledger-{self.dLegerSelfId}", "data"
+        )
 
 
 def dledger_peers(value: str) -> dict[str, str]:

@@ -46,6 +46,7 @@ _SECURITY = "a security setting; change it only in the config file, on the host"
 REFUSED_WHY = {
     "storePathRootDir": _STORE,
     "storePathCommitLog": _STORE,
+    "storePathDLedgerCommitLog": _STORE,
     "mappedFileSizeCommitLog": _STORE,
     "mappedFileSizeConsumeQueue": _STORE,
     "maxHashSlotNum": _STORE,

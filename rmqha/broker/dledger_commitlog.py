@@ -20,8 +20,11 @@ own id once it steps down. A new leader whose log has entries it cannot count as
 only an entry of its own term commits the ones before it) appends a no-op entry first: see
 docs/dledger.md "The new leader's no-op".
 
-Left out (see docs/dledger.md): the upgrade from a classic commit log, clean-space, leadership transfer
-to preferredLeaderId.
+Upgrade from a classic commit log (4.9's dividedCommitlogOffset): the classic files in storePathCommitLog
+stay readable below the divide, DLedger's files start at it (DLedgerMessageStore._divide, docs/dledger.md
+"Upgrade from a classic commit log").
+
+Left out (see docs/dledger.md): clean-space, leadership transfer to preferredLeaderId.
 """
 
 from __future__ import annotations
@@ -98,25 +101,38 @@ def noop_body() -> bytes:
 
 class DLedgerLog:
     """CommitLog's read side over the DLedger data files: offsets are entry positions + 48 (a message's
-    start); max_offset is the end of the last dispatched committed entry (4.9's committedPos)."""
+    start); max_offset is the end of the last dispatched committed entry (4.9's committedPos).
 
-    def __init__(self, fs: FileStore):
+    After an upgrade from a classic commit log (docs/dledger.md "Upgrade from a classic commit log"),
+    offsets below `divided` (4.9's dividedCommitlogOffset) are read from the old log `old`, as 4.9's
+    getData does; the DLedger files start at `divided`."""
+
+    def __init__(self, fs: FileStore, old: commitlog.CommitLog | None = None, divided: int = -1):
         self.fs = fs
         self.file_size = fs.data.file_size
         self.committed_pos = 0
+        self.old = old
+        self.divided = divided
+
+    def _below(self, offset: int) -> bool:
+        return offset < self.divided and self.old is not None
 
     @property
     def min_offset(self) -> int:
+        if self.old is not None and self.old.queue.files:  # 4.9's getMinOffset: the old files first
+            return self.old.min_offset
         return self.fs.data.min_offset
 
     @property
     def max_offset(self) -> int:
-        return self.committed_pos or self.min_offset
+        return self.committed_pos or self.fs.data.min_offset  # 4.9's getMaxOffset
 
     def load(self) -> None:
         pass
 
     def read(self, offset: int, max_bytes: int) -> bytes:
+        if self._below(offset):
+            return self.old.read(offset, max_bytes)  # type: ignore[union-attr]
         f = self.fs.data._file_at(offset)
         if f is None:
             return b""
@@ -125,6 +141,8 @@ class DLedgerLog:
         return os.pread(f.fd, n, rel) if n > 0 else b""
 
     def read_record(self, offset: int, size: int) -> bytes:
+        if self._below(offset):
+            return self.old.read_record(offset, size)  # type: ignore[union-attr]
         return self.fs.data.read(offset, size) or b""
 
     def message_at(self, offset: int, size: int | None = None) -> record.Message | None:
@@ -138,7 +156,9 @@ class DLedgerLog:
         return self.max_offset  # DLedgerService fsyncs the data and index files every 10 ms
 
     def close(self) -> None:
-        pass  # DLedgerMessageStore.shutdown stops the service, which closes the files
+        # DLedgerMessageStore.shutdown stops the service, which closes the DLedger files
+        if self.old is not None:
+            self.old.close()
 
 
 class DLedgerMessageStore(MessageStore):
@@ -177,6 +197,9 @@ class DLedgerMessageStore(MessageStore):
         self.master_term: int | None = None
         self.not_master_refusals = 0
         self.dispatch_failures = 0
+        self.divided = -1  # 4.9's dividedCommitlogOffset: set by start() (_divide)
+        self.upgraded = False
+        self.entries_below_divide = 0
         self._retry_call: Any = None
         # phys offset -> queue offset of committed records their consume queue could not place (the
         # offset held another record): the send they belong to is answered with an error, not SEND_OK
@@ -189,13 +212,30 @@ class DLedgerMessageStore(MessageStore):
         self._take_lock()
         abort = os.path.join(self.root, "abort")
         self.was_clean_shutdown = not os.path.exists(abort)
-        # storeBaseDir = storePathRootDir: <root>/dledger-<selfId>/{data,index,checkpoint,currterm}
+        # storeBaseDir = storePathRootDir: <root>/dledger-<selfId>/{data,index,checkpoint,currterm}; data
+        # in storePathDLedgerCommitLog when set (DLedgerConfig.dataStorePath)
+        old = self.commitlog  # the classic commit log's directory (storePathCommitLog): 4.9 keeps reading it
+        old.load()
         self.fs = FileStore(
-            self.root, c.dLegerSelfId, data_file_size=c.mappedFileSizeCommitLog, index_file_size=DEFAULT_INDEX_FILE_SIZE
+            self.root,
+            c.dLegerSelfId,
+            data_file_size=c.mappedFileSizeCommitLog,
+            index_file_size=DEFAULT_INDEX_FILE_SIZE,
+            data_path=c.storePathDLedgerCommitLog or None,
         )
         self.fs.append_hook = patch_physical_offset
-        self.commitlog = DLedgerLog(self.fs)  # type: ignore[assignment]
         self._load_queues()
+        self.upgraded = False  # set by _divide on the first start after an upgrade
+        try:
+            self.divided = self._divide(old)
+        except StoreError:
+            self.fs.release()
+            old.close()
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            self.closed = True
+            raise
+        self.commitlog = DLedgerLog(self.fs, old if old.queue.files else None, self.divided)  # type: ignore[assignment]
         # Units past the log's end (lost data files) are dropped, as 4.9's truncateDirtyLogicFiles does.
         end = self.fs.data.max_wrote
         dropped = sum(cq.truncate_beyond(end) for cq in self.queues.values())
@@ -206,6 +246,8 @@ class DLedgerMessageStore(MessageStore):
             prev = self.fs.get(self.next_dispatch_index - 1)
             self.commitlog.committed_pos = prev.pos + prev.size
         self.index.load()
+        if self.upgraded:  # the index ends where the classic log does, as a classic start leaves it
+            self.index.recover(old)
         self.dispatch_committed()
         with open(abort, "w"):
             pass
@@ -224,8 +266,66 @@ class DLedgerMessageStore(MessageStore):
             self.next_dispatch_index - 1,
             term,
         )
-        self.recovery = None
+        if not self.upgraded:
+            self.recovery = None
         return None
+
+    def _divide(self, old: commitlog.CommitLog) -> int:
+        """4.9's DLedgerCommitLog.recover: where the classic commit log ends and the DLedger log begins
+        (dividedCommitlogOffset), -1 when there is no classic log.
+
+        DLedger files present: the divide is the first one's start, and the classic files are read as
+        they are (4.9 loads them as full files). None yet but classic files (the first start after the
+        upgrade): the classic log is recovered as a classic store recovers it, its last file is closed
+        with a blank record from the end of its data, and the first DLedger file is created at that
+        file's end, which is the divide; the first DLedger entry's pos is the divide, its message at
+        divide + 48."""
+        if self.fs.data.files:
+            if not old.queue.files:
+                return self.fs.data.files[0].start
+            for f in old.queue.files:
+                f.wrote = f.size
+            divided = self.fs.data.files[0].start
+            if divided < old.queue.files[-1].end:
+                # 4.9 would read [divided, old end) from the old files and serve the wrong bytes for the
+                # DLedger entries there (a member whose DLedger log was rebuilt below its old log's end,
+                # from a leader whose old log was shorter): refuse instead
+                raise StoreError(
+                    f"the DLedger log in {self.fs.data.path} starts at {divided}, inside the classic commit log "
+                    f"in {old.queue.directory} (it ends at {old.queue.files[-1].end}): this member's old log and "
+                    "the group's DLedger log overlap; every member of an upgraded group needs the same classic "
+                    'commit log (docs/dledger.md "Upgrade from a classic commit log")'
+                )
+            return divided
+        if not old.queue.files:
+            return -1
+        report = old.recover(self.check_crc, on_record=self._redispatch)
+        dropped = sum(cq.truncate_beyond(report.end_offset) for cq in self.queues.values())
+        if dropped:
+            log.warning(
+                "upgrade: dropped %d consume-queue units past the classic log's end %d", dropped, report.end_offset
+            )
+        self.recovery = report
+        self.upgraded = True
+        last = old.queue.last
+        if last is None:  # recovery found no data at all: a pure DLedger log from 0
+            return -1
+        if last.wrote < last.size:
+            # the end marker 4.9 writes (BLANK_MAGIC_CODE and the rest's length) unless one is there
+            last.write_at(last.wrote, record.blank(last.size - last.wrote))
+            last.wrote = last.size
+            last.flush()
+        divided = last.end
+        self.fs.data._new_file(divided)  # 4.9: dLedgerFileList.getLastMappedFile(dividedCommitlogOffset)
+        log.warning(
+            "upgrade from a classic commit log: %d records in %s up to %d are read from there; "
+            "DLedger entries start at %d (dividedCommitlogOffset)",
+            report.records,
+            old.queue.directory,
+            report.end_offset,
+            divided,
+        )
+        return divided
 
     def _first_undispatched(self) -> int:
         """The first entry whose message no consume queue holds: entries are dispatched in order, so it
@@ -289,6 +389,15 @@ class DLedgerMessageStore(MessageStore):
                 idx += 1
                 committed_pos = entry.pos + entry.size
                 phys = entry.pos + BODY_OFFSET
+                if entry.pos < self.divided:
+                    # reads below the divide go to the classic log, so this entry could only be served
+                    # as the old bytes there: the DLedger log was rebuilt below this member's old log
+                    # (docs/dledger.md "Upgrade from a classic commit log"); never dispatched
+                    self.entries_below_divide += 1
+                    if not self.dispatch_error:
+                        self.dispatch_error = f"entry {entry.index} at {entry.pos} is below the divide {self.divided}"
+                        log.error("dispatch: %s (skipped)", self.dispatch_error)
+                    continue
                 kind, size, info, reason = record.scan_index(entry.body, 0, False)
                 if kind != Scan.MESSAGE or info is None:
                     if not self.dispatch_error:
@@ -559,6 +668,8 @@ class DLedgerMessageStore(MessageStore):
         s["notMasterRefusals"] = self.not_master_refusals
         s["dispatchFailures"] = self.dispatch_failures
         s["misplacedUnits"] = sum(cq.misplaced for cq in self.queues.values())
+        s["dividedCommitlogOffset"] = self.divided
+        s["entriesBelowDivide"] = self.entries_below_divide
         return s
 
 

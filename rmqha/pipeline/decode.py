@@ -126,7 +126,7 @@ def plan(nodes: list[Node], range_bytes: int = DEFAULT_RANGE_BYTES) -> list[tupl
     for node in nodes:
         meta = (node.name, node.broker_name, node.broker_id, node.role)
         for f in node.files:
-            if node.dledger is not None:  # one task per DLedger data file, with the committed index
+            if node.is_dledger_file(f):  # one task per DLedger data file, with the committed index
                 tasks.append((meta, f.path, f.base, f.length, f.mapped_size, 0, f.length, node.dledger.committed_index))
                 continue
             for start in range(0, max(f.length, 1), range_bytes):
@@ -616,7 +616,7 @@ def arrow_batches(task, chunk_rows: int = CHUNK_ROWS, compiled: bool | None = No
 def decode_file(node: Node, f, range_bytes: int | None = None) -> list[tuple]:
     """Decode a whole file (or its ranges in turn) in this process: for tests and small tools."""
     meta = (node.name, node.broker_name, node.broker_id, node.role)
-    if node.dledger is not None:
+    if node.is_dledger_file(f):
         return decode_range((meta, f.path, f.base, f.length, f.mapped_size, 0, f.length, node.dledger.committed_index))
     size = range_bytes or max(f.length, 1)
     rows = []

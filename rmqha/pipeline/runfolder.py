@@ -58,6 +58,10 @@ class Node:
     # a DLedger node (its log is dledger-<selfId>/data, `files` are those data files): dledger_log.py
     dledger: dledger_log.DLedgerLog | None = None
 
+    def is_dledger_file(self, f: CommitLogFile) -> bool:
+        """A DLedger data file (entries), not a classic commit-log file (records)."""
+        return self.dledger is not None and os.path.dirname(f.path) == self.dledger.data_dir
+
     @property
     def is_master(self) -> bool:
         return self.role in ("ASYNC_MASTER", "SYNC_MASTER") or (self.role == "UNKNOWN" and self.broker_id == 0)
@@ -118,6 +122,11 @@ def load_node(node_dir: str) -> Node:
             node.dledger = dledger_log.missing(store_dir, meta.get("dLegerSelfId"))
     if node.dledger is not None:
         node.files = list_commitlog(node.dledger.data_dir, node.commitlog_file_size)
+        # a member upgraded from a classic commit log (docs/dledger.md "Upgrade from a classic commit
+        # log") still serves the old records below the DLedger log's first file: they are audited too
+        first = node.files[0].base if node.files else None
+        old = list_commitlog(os.path.join(store_dir, "commitlog"), node.commitlog_file_size)
+        node.files = [f for f in old if first is None or f.base < first] + node.files
     else:
         node.files = list_commitlog(os.path.join(store_dir, "commitlog"), node.commitlog_file_size)
     return node

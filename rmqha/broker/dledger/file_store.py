@@ -258,11 +258,12 @@ class FileStore:
         data_file_size: int = DEFAULT_DATA_FILE_SIZE,
         index_file_size: int = DEFAULT_INDEX_FILE_SIZE,
         sync_every_append: bool = False,
+        data_path: str | None = None,  # storePathDLedgerCommitLog (DLedgerConfig.dataStorePath)
     ):
         if index_file_size % INDEX_UNIT_SIZE:
             raise ValueError(f"index file size {index_file_size} is not a multiple of {INDEX_UNIT_SIZE}")
         self.path = os.path.join(store_base_dir, f"dledger-{self_id}")
-        self.data = FileList(os.path.join(self.path, "data"), data_file_size)
+        self.data = FileList(data_path or os.path.join(self.path, "data"), data_file_size)
         self.index = FileList(os.path.join(self.path, "index"), index_file_size)
         self.sync_every_append = sync_every_append
         self.begin_index = -1
