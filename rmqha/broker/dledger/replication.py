@@ -270,6 +270,7 @@ class EntryPusher:
     def check_quorum(self, now: float) -> None:
         ms = self.ms
         if ms.role != LEADER:
+            self._expire(now)
             return
         term = ms.term
         for t in [t for t in self.pending_acks if t != term]:
@@ -312,6 +313,23 @@ class EntryPusher:
                 )
             else:
                 break
+
+    def _expire(self, now: float) -> None:
+        """Ours: a leader that stepped down still times out its appends at their deadline (0.3.1.2 checks
+        them only as leader, so they wait for its next leadership, and a broker's put for ever)."""
+        for t, pending in self.pending_acks.items():
+            for index in [i for i, p in sorted(pending.items()) if now >= p.deadline]:
+                p = pending.pop(index)
+                self._complete(
+                    p,
+                    AppendEntryResponse(
+                        group=self.ms.group,
+                        code=ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
+                        term=t,
+                        index=index,
+                        leaderId=self.ms.leader_id,
+                    ),
+                )
 
     # --- EntryDispatcher -------------------------------------------------------------------------
     def work(self, now: float) -> None:
@@ -526,6 +544,10 @@ class EntryHandler:
 
     def handle_push(self, request: PushEntryRequest, now: float) -> None:
         t = request.type
+        for e in [request.entry, *request.batchEntry]:
+            # ours: entries the store could not read back (recovery stops at an unknown magic)
+            if e is not None and (e.body is None or e.magic != CURRENT_MAGIC):
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{t.name}: entry {e.index} has no body or magic")
         if t == PushType.APPEND:
             if request.entry is None and not request.batchEntry:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "APPEND without an entry")
