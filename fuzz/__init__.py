@@ -10,4 +10,12 @@ FuzzedDataProvider, so `tests/unit/test_fuzz_smoke.py` runs them without atheris
     python -m fuzz.seeds                                 # rewrite fuzz/corpus/ from our encoders
 """
 
-TARGETS = ("remoting_frame", "json_header", "register_body", "ha_wire", "record_scan", "send_fastpath")
+TARGETS = (
+    "remoting_frame",
+    "json_header",
+    "register_body",
+    "ha_wire",
+    "record_scan",
+    "send_fastpath",
+    "dledger_rpc",
+)

@@ -1,6 +1,6 @@
 """Writes the seed corpora (fuzz/corpus/<target>/) from the project's own encoders.
 
-    python -m fuzz.seeds
+    python -m fuzz.seeds [target ...]
 
 Each seed is a harness input: the harness's control bytes (mode, cut points...) followed by frames,
 bodies or records that our encoders produce, so the fuzzer starts from the valid shapes and mutates.
@@ -207,7 +207,81 @@ def send_fastpath() -> dict[str, bytes]:
     }
 
 
-def main() -> None:
+def _dledger_frame(request, opaque: int, response: bool = False) -> bytes:
+    from rmqha.broker.dledger.protocol import request_code
+    from rmqha.broker.remoting.codes import FLAG_RESPONSE
+
+    code = 200 if response else int(request_code(request))
+    cmd = RemotingCommand.request(code, body=request.to_json_bytes(), opaque=opaque)
+    if response:
+        cmd.flag |= FLAG_RESPONSE
+    frame = codec.encode(cmd)
+    return b"\0" + struct.pack(">H", len(frame)) + frame  # no clock step, the length, the frame
+
+
+def dledger_rpc() -> dict[str, bytes]:
+    # node n0 of group g, term 3, entries 0-2 (terms 2, 2, 3; bodies e0-e2 at pos 0, 50, 100), committed 1
+    from rmqha.broker.dledger import protocol as p
+    from rmqha.broker.dledger.entry import DLedgerEntry
+
+    def head(role: int, flags: int = 0) -> bytes:
+        return bytes([role, flags, 3, 3, 2])
+
+    def base(cls, frm="n1", term=3, **kw):
+        return cls(group="g", remoteId="n0", localId=frm, leaderId=frm, term=term, **kw)
+
+    def entry(index, term, pos, body):
+        e = DLedgerEntry(body=body, index=index, term=term, pos=pos)
+        e.compute_size()
+        return e
+
+    def push(type_, e=None, commit=2):
+        return base(p.PushEntryRequest, type=type_, entry=e, commitIndex=commit)
+
+    candidate, follower, leader = 0, 1, 2
+    vote = base(p.VoteRequest, term=4, ledgerEndIndex=2, ledgerEndTerm=3)
+    beat = base(p.HeartBeatRequest)
+    append = push(p.PushType.APPEND, entry(3, 3, 150, b"x"))
+    append_next = push(p.PushType.APPEND, entry(4, 3, 199, b"yy"), commit=3)
+    commit = push(p.PushType.COMMIT, commit=3)
+    compare = push(p.PushType.COMPARE, entry(2, 3, 100, b"e2"))
+    truncate = push(p.PushType.TRUNCATE, entry(1, 2, 50, b"e1"))
+    transfer = base(p.LeadershipTransferRequest, frm="n2", transferId="n0", transfereeId="n1")
+    take = base(p.LeadershipTransferRequest, transferId="n1", transfereeId="n0", takeLeadershipLedgerIndex=2)
+    take_later = base(p.LeadershipTransferRequest, transferId="n1", transfereeId="n0", takeLeadershipLedgerIndex=9)
+    client = dict(group="g", remoteId="n0", localId="c1")
+    f = _dledger_frame
+    return {
+        "vote": head(candidate) + f(vote, 1),
+        "vote-then-beat": head(candidate) + f(vote, 1) + f(base(p.HeartBeatRequest, term=4), 2),
+        "beat": head(candidate) + f(beat, 1),
+        "push-append": head(follower) + f(append, 1) + f(append_next, 2) + f(commit, 3),
+        "push-gap": head(follower) + f(append_next, 1) + b"\x40" + f(append, 2),
+        "push-compare-truncate": head(follower) + f(compare, 1) + f(truncate, 2) + f(append, 3),
+        "push-files": head(follower, 1) + f(truncate, 1) + f(append, 2) + f(compare, 3) + f(commit, 4),
+        "push-not-follower": head(leader) + f(append, 1) + f(compare, 2),
+        "transfer-leader": head(leader) + f(transfer, 1),
+        "transfer-take": head(follower) + f(take, 1),
+        "transfer-take-later": head(follower, 1) + f(take_later, 1) + f(take, 2),
+        "metadata-pull-get": head(follower)
+        + f(p.MetadataRequest(**client), 1)
+        + f(p.PullEntriesRequest(nodeId="n1", beginIndex=0, **client), 2)
+        + f(p.GetEntriesRequest(beginIndex=0, maxSize=4, **client), 3),
+        "append": head(leader, 2) + f(p.AppendEntryRequest(body=b"hello", **client), 1),
+        "append-refused": head(leader) + f(p.AppendEntryRequest(body=b"hello", **client), 1),
+        "batch-append": head(leader, 2) + f(p.BatchAppendEntryRequest(batchMsgs=[b"a", b"b"], **client), 1),
+        "append-file": head(leader, 3) + f(p.AppendEntryRequest(body=b"hello", **client), 1),
+        "response-on-server": head(candidate, 8)
+        + b"\xff\0\0"
+        + f(p.VoteResponse(group="g", term=3, voteResult=p.VoteResult.ACCEPT), 1, response=True),
+        "old-rules": head(follower, 9) + f(compare, 1) + f(truncate, 2) + f(append, 3) + f(commit, 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    only = set(sys.argv[1:] if argv is None else argv)  # target names: rewrite just those
     for target, make in (
         ("remoting_frame", remoting_frame),
         ("json_header", json_header),
@@ -215,7 +289,10 @@ def main() -> None:
         ("ha_wire", ha_wire),
         ("record_scan", record_scan),
         ("send_fastpath", send_fastpath),
+        ("dledger_rpc", dledger_rpc),
     ):
+        if only and target not in only:
+            continue
         folder = CORPUS / target
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.iterdir():

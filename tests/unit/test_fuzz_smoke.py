@@ -34,10 +34,10 @@ def mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
     return bytes(data)
 
 
-def inputs(target: str, seeds: list[bytes]):
+def inputs(target: str, seeds: list[bytes], count: int = RANDOM_INPUTS):
     rng = random.Random(target)
     yield from seeds
-    for i in range(RANDOM_INPUTS):
+    for i in range(count):
         yield rng.randbytes(rng.randint(0, 300)) if i % 3 == 0 else mutate(rng, seeds)
 
 
@@ -46,7 +46,7 @@ def test_harness_holds_on_seeds_and_random_inputs(target):
     module = importlib.import_module(f"fuzz.{target}")
     seeds = [p.read_bytes() for p in sorted((CORPUS / target).iterdir())]
     assert seeds, f"no seed corpus in {CORPUS / target}: run python -m fuzz.seeds"
-    for data in inputs(target, seeds):
+    for data in inputs(target, seeds, getattr(module, "SMOKE_INPUTS", RANDOM_INPUTS)):  # fewer for slow ones
         try:
             module.TestOneInput(data)
         except Exception as e:
