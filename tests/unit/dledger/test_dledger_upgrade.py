@@ -329,6 +329,28 @@ def test_followers_without_the_old_log_hold_only_the_new_messages(tmp_path):
         close_all(stores)
 
 
+def test_a_leader_without_the_old_log_puts_its_entries_below_the_others_divide(tmp_path):
+    """The hazard of 4.9's upgrade when the first leader has no old log: its entries start at 0, and a
+    member with the old log rebuilds its DLedger log there, inside its old log. 4.9 would serve the old
+    bytes at those offsets; here the entries are not dispatched, and that member's next start is refused."""
+    clock, stores = group(tmp_path, ("n1",))
+    try:
+        r = put(clock, stores["n0"], 0)
+        assert r.status == PutStatus.PUT_OK and (r.wrote_offset, r.queue_offset) == (48, 0)
+        up = stores["n1"]
+        until(clock, lambda: up.fs.committed_index >= 0 and up.dispatched_all)
+        assert up.divided > 0 and up.fs.data.min_offset == 0
+        assert up.entries_below_divide >= 1 and "below the divide" in up.dispatch_error
+        msgs, _ = pulled(up, 0)
+        assert [m.properties["UNIQ_KEY"] for m in msgs] == [f"U{i}" for i in range(150) if i % 3 != 2]
+    finally:
+        close_all(stores)
+    clock2 = task.Clock()
+    again, _c = dledger_store(tmp_path / "n1", clock2, self_id="n1", ids=("n0", "n1", "n2"))
+    with pytest.raises(StoreError, match="overlap"):
+        again.start()
+
+
 # -- storePathDLedgerCommitLog -------------------------------------------------------------------
 
 
