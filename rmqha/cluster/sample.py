@@ -7,6 +7,8 @@ One line per node per round:
      "consumerOffsets": {"TopicChaos@ChaosCG1": {"0": 120, "1": 118}}}      (masters)
     {..., "role": "SLAVE", "maxPhyOffset": 4096, "reportedOffset": 4096,
      "haState": "CONNECTED", "master": "broker-a"}                            (slaves)
+    {..., "dledger": {"role": "LEADER", "term": 2, "selfId": "n1", "leaderId": "n1", "committedIndex": 812,
+     "endIndex": 812}}                                                    (DLedger nodes, besides the above)
 ts is the Unix time (seconds, float) when the round started; a node that did not answer has
 "up": false and null offsets.
 
@@ -47,6 +49,10 @@ def sample_rows(state: dict, ts: float) -> list[dict]:
             "up": n.up,
             "maxPhyOffset": n.max_offset,
         }
+        if n.is_dledger and n.up:  # who leads, and each member's committed index (the matrix's failover, recovery)
+            row["dledger"] = {
+                k: n.dledger.get(k) for k in ("role", "term", "selfId", "leaderId", "committedIndex", "endIndex")
+            }
         if n.is_master:
             row["slaves"] = [
                 {"addr": sl.get("addr"), "ackOffset": sl.get("slaveAckOffset")}
