@@ -1,6 +1,6 @@
 """`python -m rmqha.chaos.matrix` (`make chaos-matrix [SEEDS=N]`): the guarantee matrix.
 
-For each configuration (2m-2s-sync and 2m-2s-async, each with ASYNC_FLUSH and SYNC_FLUSH) and seed, one
+For each configuration (2m-2s-sync and 2m-2s-async, each with ASYNC_FLUSH and SYNC_FLUSH; dledger) and seed, one
 chaos run (`rmqha.chaos.run --sweep`) injects every fault kind once per role it can hit, one at a time, then
 audits the run. Each fault's interval is one cell sample: the sends that started while it was active
 (availability = SEND_OK / all), the faulted group's acknowledged sends (from 5 s before it to its heal) and
@@ -33,6 +33,15 @@ An audit FAIL that no cell accounts for (a phantom, a duplicate UNIQ_KEY, a dama
 entry, a loss no fault explains) fails the matrix too, and is listed under the table; so does a run that
 did not happen or was not audited ("not run" / "not audited", counted in the table's header).
 
+DLedger rows (configuration dledger: one Raft group of three, in the default plan; `--configs dledger`):
+one sweep of the nemesis's DLedger faults (kill/pause a leader or a follower; on docker, partitions), each
+a minority failure, so the promise allows no acknowledged loss and no divergence (a loss FAILS the cell).
+From the status samples' "dledger" block: failover (fault start -> another node leads, as the members
+say; "n/a" for follower faults and classic rows; a leader fault with none is "not exercised") and
+recovery (heal -> every member answers with the leader's committed index: ahead or behind is not caught
+up). Every row also shows the longest time its group accepted no send while sends were tried
+(unavailable) and the receives beyond a consumer group's first of the sends at stake (duplicates).
+
 Writes OUT/matrix.md (the table), OUT/matrix.json and OUT/matrix.png (a heatmap of the verdicts).
 """
 
@@ -49,6 +58,7 @@ from pathlib import Path
 
 from rmqha.cluster import runfolder as rf
 
+from .nemesis import DLEDGER as DLEDGER_MODE
 from .nemesis import FAULTS
 
 CONFIGS = [
@@ -80,9 +90,59 @@ LONG_FAULTS = ["pause-master", "pause-slave", "kill-master"]
 LONG_HOLD_S = 135.0  # the expiry scan runs every 10 s: past 120 s plus one scan
 DOCKER_FAULTS = ["partition", "cut", "latency", "client-cut"]
 
+# A DLedger (Raft) group of three: one configuration, in mode "ours" only (haCompat49 and haRecoveryEnable
+# are classic HA settings). compose/dledger sets no flushDiskType, so the broker's default: the sweep sets
+# none either, and the row names the default. Its faults are the nemesis's DLedger faults, found by their
+# modes: every one the local backend can do, and on docker the ones only docker can (partitions).
+DLEDGER = ("dledger", "ASYNC_FLUSH")
+DLEDGER_LOCAL_FAULTS = [k for k, v in FAULTS.items() if DLEDGER_MODE in v.modes and "local" in v.backends]
+DLEDGER_DOCKER_FAULTS = [k for k, v in FAULTS.items() if DLEDGER_MODE in v.modes and "local" not in v.backends]
+# `--configs all` (the default): the classic four, and dledger (one sweep of about 2 minutes per seed)
+ALL_CONFIGS = CONFIGS + [DLEDGER]
+
+
+def is_dledger(topology: str) -> bool:
+    return topology == DLEDGER[0]
+
+
+def parse_configs(text: str) -> list[tuple[str, str]]:
+    """--configs: "all", or comma-separated TOPOLOGY/FLUSH (2m-2s-sync/ASYNC_FLUSH) or "dledger" (its flush
+    is the topology's own; dledger/ASYNC_FLUSH is the same). ValueError names an unknown one."""
+    if text == "all":
+        return list(ALL_CONFIGS)
+    out = []
+    for item in (c.strip() for c in text.split(",") if c.strip()):
+        if item in (DLEDGER[0], "/".join(DLEDGER)):
+            out.append(DLEDGER)
+            continue
+        pair = tuple(item.split("/"))
+        if pair not in CONFIGS:
+            known = ", ".join(["/".join(c) for c in CONFIGS] + [DLEDGER[0]])
+            raise ValueError(f"--configs: {item!r}; known: {known}")
+        out.append(pair)
+    return out
+
+
+def sweeps_for(topology: str, backend: str, long_holds: bool = False) -> list[list[str]]:
+    """The fault sweeps of one configuration on one backend (each sweep is one run per seed)."""
+    if is_dledger(topology):
+        return [DLEDGER_LOCAL_FAULTS if backend == "local" else DLEDGER_DOCKER_FAULTS]
+    if backend != "local":
+        return [DOCKER_FAULTS]
+    return LOCAL_SWEEPS + ([LONG_FAULTS] if long_holds else [])
+
 
 def promise(topology: str, flush: str, kind: str, role: str) -> dict:
     """What RocketMQ 4.9 promises for one cell: may acknowledged sends be lost, may the replicas diverge."""
+    if is_dledger(topology):
+        # every DLedger fault of the kit takes one node of three (killed, paused or cut off): a minority
+        return {
+            "loss_allowed": False,
+            "divergence_allowed": False,
+            "why": "SEND_OK means a majority (2 of 3) appended it and it is committed; with one node down, "
+            "frozen or cut off the other two still hold every committed entry, and only a node holding them "
+            "all can be elected (Raft): nothing acknowledged is lost, the committed prefix never diverges",
+        }
     sync = topology == "2m-2s-sync"
     group_power = kind in ("group-power-loss", "slave-then-master-power-loss", "cluster-power-loss")
     master_power = (kind == "power-loss" and role == "master") or group_power
@@ -179,6 +239,7 @@ class RunFacts:
         self.sends: dict[str, dict] = {}
         self.tries: list[tuple[int, int, str, str | None, str | None]] = []
         self.received: dict[str, set] = {}
+        self.receive_counts: dict[str, dict[str, int]] = {}  # consumer group -> send_id -> receives
         self.windows: dict[str, tuple[set, int | None, int | None]] = {}
         self.excluded: list[tuple[str, str, str, int | None]] = []
         self.copies: dict[str, list[tuple]] = {}
@@ -323,8 +384,15 @@ def read_store_groups(run: Path, facts: RunFacts, topics: set[str]) -> None:
                 ("node-json", "unreadable node.json (its commit log is not read)", nj.parent.name, None)
             )
             continue
-        nodes.append((meta.get("brokerId", 0) != 0, meta.get("brokerName") or nj.parent.name, nj.parent))
+        # every member of a DLedger group serves its committed entries once it leads: none is a slave
+        dl = meta.get("commitLog") == "dledger" or bool(dledger_data_files(nj.parent / "store"))
+        nodes.append((not dl and meta.get("brokerId", 0) != 0, meta.get("brokerName") or nj.parent.name, nj.parent))
     for slave, group, nd in sorted(nodes):
+        for m in dledger_messages(nd / "store"):
+            facts.stores = True
+            copy = (group, not slave, m.topic, m.physical_offset, m.queue_id, m.queue_offset)
+            for k in {k for k in (m.keys or "").split(" ") if k} | ({m.uniq_key} if m.uniq_key else set()):
+                facts.copies.setdefault(k, []).append(copy)
         for _base, path in list_files(str(nd / "store" / "commitlog")):
             facts.stores = True
             with open(path, "rb") as fh:
@@ -346,6 +414,42 @@ def read_store_groups(run: Path, facts: RunFacts, topics: set[str]) -> None:
         groups = {c[0] for c in cs if c[2] in topics}
         if len(groups) == 1:
             facts.group_of_uniq[u] = groups.pop()
+
+
+def dledger_data_files(store: Path) -> list[Path]:
+    """A DLedger node's data files (<store>/dledger-<selfId>/data/<20-digit start position>), in order."""
+    return sorted(p for p in store.glob("dledger-*/data/*") if re.fullmatch(r"\d{20}", p.name))
+
+
+def dledger_messages(store: Path):
+    """The messages of a DLedger node's entries (each body one classic record), the uncommitted tail too:
+    what the node stores, as read_store_groups needs it (which group holds a copy). The audit reads only
+    the committed prefix (rmqha/pipeline/dledger_log.py); a walk stops at a blank (the file's end) or at
+    bytes that are not an entry."""
+    import mmap
+
+    from rmqha.broker.dledger.entry import BODY_OFFSET, EntryFormatError, decode_entry, is_blank
+    from rmqha.broker.store.record import Scan, scan
+
+    for path in dledger_data_files(store):
+        with open(path, "rb") as fh:
+            try:
+                buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError:  # an empty file
+                continue
+            try:
+                off = 0
+                while off + BODY_OFFSET <= len(buf) and not is_blank(buf, off):
+                    try:
+                        e = decode_entry(buf, off)
+                    except EntryFormatError:
+                        break
+                    r = scan(e.body or b"", 0, check_crc=False)
+                    if r.kind == Scan.MESSAGE and r.message is not None:
+                        yield r.message
+                    off += e.size
+            finally:
+                buf.close()
 
 
 TORN_OP = re.compile(r'"op":\s*"(\w*)"')
@@ -448,7 +552,10 @@ def run_facts(run: Path) -> RunFacts | None:
         keys = [k for k in (r.get("send_id") or "").split(" ") if k]
         got = next((k for k in keys if k in facts.sends), None) or uniq_to_send.get(r.get("uniq_key") or "")
         if got:
-            facts.received.setdefault(r.get("group") or r.get("client") or "?", set()).add(got)
+            grp = r.get("group") or r.get("client") or "?"
+            facts.received.setdefault(grp, set()).add(got)
+            counts = facts.receive_counts.setdefault(grp, {})
+            counts[got] = counts.get(got, 0) + 1
     for name, g in subs.items():
         start = None if g["first"] or not g["subs"] else g["since"]
         end = g["until"] if g["subs"] and g["unsubs"] >= g["subs"] else None
@@ -536,6 +643,7 @@ def group_availability(facts: RunFacts, start: float, end: float) -> dict[str, d
             if first is not None and b - max(a, first) > UNWRITABLE_GAP_MS:
                 gaps.append((max(a, first), b))
         c["unwritable_s"] = round(_union(gaps) / 1000, 1)
+        c["longest_gap_s"] = round(max((b - a for a, b in gaps), default=0) / 1000, 1)
     if unknown["errors"] or unknown["unknown"]:
         out["?"] = unknown
     return out
@@ -558,6 +666,7 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
         return {
             "delivered": None,
             "indeterminate": None,
+            "duplicates": None,
             "group_availability": {},
             "not_audited": "; ".join(missing),
             "excluded": {},
@@ -582,6 +691,14 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
             and (mine is None or g in (None, *mine))
         ):
             indeterminate += 1
+    # receives beyond a consumer group's first of the sends at stake here: the acknowledged ones above and
+    # those first tried while the fault was active (a retry after a try the old leader stored is two copies)
+    stake = acked_ids | {
+        sid
+        for sid, s in facts.sends.items()
+        if start <= (s["first_ms"] or 0) <= end and (mine is None or facts.group(sid) in (None, *mine))
+    }
+    duplicates = sum(max(0, c.get(sid, 0) - 1) for c in facts.receive_counts.values() for sid in stake)
     excluded: dict[str, int] = {}
     where: dict[str, str] = {}
     explained: set[str] = set()
@@ -604,6 +721,7 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
     return {
         "delivered": delivered,
         "indeterminate": indeterminate,
+        "duplicates": duplicates,
         "acked_recounted": len(acked_ids),
         # acknowledged, not delivered: parked (not due, owed to nobody yet) or a loss the audit blames
         "not_delivered": len(acked_ids) - delivered,
@@ -765,6 +883,10 @@ NODE_DOWN_FAULTS = (
     "pause-master",
     "pause-slave",
     "partition",
+    "kill-leader",
+    "pause-leader",
+    "kill-follower",
+    "pause-follower",
 )
 
 
@@ -936,6 +1058,115 @@ def _recovery(
     return None, True
 
 
+# ---- DLedger cells: failover and recovery from the status samples' "dledger" block (rmqha/cluster/sample.py)
+
+LEADER_FAULTS = ("kill-leader", "pause-leader", "partition-leader")
+# a leader fault's election may end after its heal (the hold is barely above the election time on a busy
+# machine): another leader this soon after the heal, and before the next fault, is still its failover
+FAILOVER_GRACE_MS = 10000
+
+
+def dledger_rounds(run: Path) -> list[tuple[float, dict[str, dict[str, dict | None]]]]:
+    """(ts ms, {group: {member: its DLedger state, None when it did not answer}}) per sample round, for the
+    DLedger nodes (rows with a "dledger" block, and the down rows of those nodes). Each state gets
+    "leader": the node its leaderId names (selfIds from every round: the leader may not answer)."""
+    p = run / "metrics" / "samples.jsonl"
+    if not p.exists():
+        return []
+    rounds: dict[float, dict] = {}
+    members: dict[str, str] = {}
+    node_of: dict[str, str] = {}
+    rows = list(read_jsonl(p))
+    for r in rows:
+        if r.get("dledger"):
+            members[r["node"]] = r.get("brokerName") or "?"
+            if r["dledger"].get("selfId"):
+                node_of[r["dledger"]["selfId"]] = r["node"]
+    for r in rows:
+        if r["node"] in members:
+            g = rounds.setdefault(_ms(r["ts"]), {}).setdefault(members[r["node"]], {})
+            d = r.get("dledger") if r.get("up") else None
+            g[r["node"]] = dict(d, leader=node_of.get(d.get("leaderId") or "")) if d else None
+    return sorted(rounds.items())
+
+
+def _leader(members: dict[str, dict | None]) -> str | None:
+    """The group's leader as the answering members tell it: the node that a member in the highest term
+    says leads (itself, as LEADER, or its leader, as FOLLOWER); a term has one leader. A deposed leader, or
+    a follower still naming a dead one, is in a lower term than the new leader's followers."""
+    claims = [
+        (d.get("term") or 0, n if d.get("role") == "LEADER" else d.get("leader"))
+        for n, d in members.items()
+        if d and (d.get("role") == "LEADER" or (d.get("role") == "FOLLOWER" and d.get("leader")))
+    ]
+    return max(claims)[1] if claims else None
+
+
+def failover_s(f: dict, rounds, next_start: float | None = None) -> float | None:
+    """A leader fault: seconds from its start to the first sample round in which a node other than the
+    leader it hit leads (_leader), up to FAILOVER_GRACE_MS past its heal and before the next fault;
+    None when no other node led (no election)."""
+    old = (f.get("info") or {}).get("leader") or f["target"]
+    end = (f["end_ms"] if f["end_ms"] is not None else float("inf")) + FAILOVER_GRACE_MS
+    end = min(end, next_start if next_start is not None else float("inf"))
+    for ts, groups in rounds:
+        if f["start_ms"] <= ts <= end:
+            leader = _leader(groups.get(f.get("group") or "", {}))
+            if leader is not None and leader != old:
+                return round((ts - f["start_ms"]) / 1000, 1)
+    return None
+
+
+def dledger_recovery(f: dict, rounds) -> tuple[float | None, bool]:
+    """(seconds from the heal to the first sample round in which every member of the group answers and
+    its committed index equals the leader's, never: no such round). A member ahead of the leader or
+    behind it is not caught up. (None, False): no DLedger samples."""
+    if not rounds:
+        return None, False
+    if f["end_ms"] is None:
+        return None, True
+    for ts, groups in rounds:
+        members = groups.get(f.get("group") or "", {})
+        if ts < f["end_ms"] or not members or any(d is None for d in members.values()):
+            continue
+        leader = _leader(members)
+        if leader is None:
+            continue
+        top = (members.get(leader) or {}).get("committedIndex")
+        if top is not None and all(d.get("committedIndex") == top for d in members.values()):
+            return round((ts - f["end_ms"]) / 1000, 1), False
+    return None, True
+
+
+def dledger_no_effect(f: dict, rounds, failover: float | None) -> str | None:
+    """Why a DLedger fault showed no effect beyond what no_effect() checks (the target seen down), or None:
+    a leader fault must have made another node leader; a partitioned follower must have stopped
+    appending while the leader's log grew. Only checked with DLedger samples."""
+    if not rounds:
+        return None
+    end = f["end_ms"] if f["end_ms"] is not None else float("inf")
+    if f["kind"] in LEADER_FAULTS and failover is None:
+        return (
+            f"no other node led while {f['target']}'s {f['kind']} was active: the leader fault caused no election "
+            "(the leader kept or regained leadership in its own term)"
+        )
+    if f["kind"] == "partition-follower":
+        ends: dict[str, list[tuple[float, int, None]]] = {}
+        leaders = []
+        for ts, groups in rounds:
+            members = groups.get(f.get("group") or "", {})
+            for n, d in members.items():
+                if d and d.get("endIndex") is not None:
+                    ends.setdefault(n, []).append((ts, d["endIndex"], None))
+            if f["start_ms"] <= ts <= end:
+                leaders.append(_leader(members))
+        leader = next((x for x in leaders if x and x != f["target"]), None)
+        start = f["start_ms"] + 1000
+        if leader and _grew(ends.get(f["target"], []), start, end) and _grew(ends.get(leader, []), start, end):
+            return f"{f['target']} went on appending while its DLedger links were cut: the fault had no visible effect"
+    return None
+
+
 def _cause(out: list[dict], faults: list[dict], i: int) -> int | None:
     """The earlier exercised fault of the same group that most likely caused what fault i is blamed for:
     the latest master power loss, else the latest fault that can destroy or strand a message, else the
@@ -976,7 +1207,8 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
     unequal = unequal_at_end(run, summary)
     down = down_seen(run)
     offsets = offsets_seen(run)
-    sampled = bool(rounds)
+    dl_rounds = dledger_rounds(run) if is_dledger(topology) else []
+    sampled = bool(rounds) or bool(dl_rounds)
     out = []
     faults = summary["faults"]
     for f in faults:
@@ -991,11 +1223,17 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
         power = any(_master_power(g) and g["group"] in (None, f["group"]) for g in faults)
         master_power = _master_power(f)
         divergent = len(blamed) if blamed and (master_power or not power) else 0
-        recovery, never = _recovery(f, rounds, unequal, faults)
+        if is_dledger(topology):
+            recovery, never = dledger_recovery(f, dl_rounds)
+            later = [x["start_ms"] for x in faults if x["start_ms"] > start and _same_group(x, f)]
+            failover = failover_s(f, dl_rounds, min(later, default=None)) if f["kind"] in LEADER_FAULTS else None
+        else:
+            recovery, never = _recovery(f, rounds, unequal, faults)
+            failover = None
         by_fault = (summary.get("deliveryByFault") or {}).get(label, {})
         acked_on_group = (summary.get("ackedOnGroupByFault") or {}).get(label)
         info = dict(f.get("info") or {})
-        if not info.get("notExercised") and sampled:
+        if not info.get("notExercised") and rounds and not is_dledger(topology):
             # a run the nemesis did not judge (recorded before it did, or a cluster-wide fault): the samples
             stuck = stuck_groups(run, start)
             mine = [g for g in stuck if f.get("group") in (None, g)]
@@ -1029,7 +1267,11 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
                 "not_exercised": info.get("notExercised")
                 or no_effect(
                     f, down, sampled, sum((summary.get("nonOkByFault") or {}).get(label, {}).values()), offsets
-                ),
+                )
+                or (dledger_no_effect(f, dl_rounds, failover) if is_dledger(topology) else None),
+                # a DLedger leader fault: start -> another node leads (None: none did, or not a leader fault)
+                "failover_s": failover,
+                "group": f.get("group"),
                 # a fault on every group: the groups it could not exercise (nemesis.py)
                 "groups_not_exercised": sorted(info.get("notExercisedGroups") or {}),
                 "error": f.get("inject_error") or f.get("heal_error"),
@@ -1113,6 +1355,18 @@ def _sum_or_none(samples: list[dict], key: str) -> int | None:
     """The sum of a figure over a cell's runs, or None when any run lacks it (the cell is not audited)."""
     xs = [s.get(key) for s in samples]
     return None if not xs or any(x is None for x in xs) else sum(xs)
+
+
+def unavailable_s(samples: list[dict]) -> float | None:
+    """The longest time the faulted group (every group, for a cluster-wide fault) accepted no send while
+    sends were tried, over a cell's runs (group_availability's longest gap); None: no figures."""
+    gaps = [
+        c["longest_gap_s"]
+        for s in samples
+        for g, c in (s.get("group_availability") or {}).items()
+        if g != "?" and "longest_gap_s" in c and s.get("group") in (None, g)
+    ]
+    return max(gaps) if gaps else None
 
 
 def exercised(samples: list[dict]) -> list[dict]:
@@ -1229,6 +1483,8 @@ MODE_SUFFIX = {"ours": "", "4.9": "-49", "recovery": "-rc"}
 
 
 def run_name(topology: str, flush: str, backend: str, seed: int, mode: str = "ours", faults=()) -> str:
+    if is_dledger(topology):
+        return f"mx-dl-{backend[0]}{seed}"
     return (
         f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
         + ("-df" if list(faults) == DISK_FAULTS else "")
@@ -1292,12 +1548,12 @@ def sweep(
         str(args.rate),
         "--seed",
         str(seed),
-        "--set",
-        f"flushDiskType={flush}",
         "--catchup-timeout",
         "30",
         "--no-audit",
     ]
+    if not is_dledger(topology):  # a DLedger group flushes as its topology's config says
+        cmd += ["--set", f"flushDiskType={flush}"]
     if list(faults) == LONG_FAULTS:
         cmd += ["--sweep-hold", str(LONG_HOLD_S)]
     for kv in MODE_SETS[mode] + [f"{k}={v}" for k, v in (sets or {}).items()]:
@@ -1520,6 +1776,7 @@ def build(results: list[dict]) -> list[dict]:
         mine = [s for s in ss if not s.get("not_exercised")]  # a not-exercised sample's losses are elsewhere
         n_sends = sum(s["sends"] for s in ss)
         rec = [s["recovery_s"] for s in ss if s["recovery_s"] is not None]
+        fo = [s["failover_s"] for s in ss if s.get("failover_s") is not None]
         out.append(
             {
                 **{k: v for k, v in c.items() if k != "samples"},
@@ -1541,6 +1798,12 @@ def build(results: list[dict]) -> list[dict]:
                 # the slowest recovery, and how many samples never recovered (a slave ahead, a fork)
                 "recovery_s": max(rec) if rec else None,
                 "recovery_never": sum(1 for s in ss if s.get("recovery_never")),
+                # DLedger leader faults: the slowest failover, and the runs in which no other node led
+                "failover_applies": c["kind"] in LEADER_FAULTS,
+                "failover_s": max(fo) if fo else None,
+                "failover_none": sum(1 for s in ss if s.get("failover_s") is None),
+                "unavailable_s": unavailable_s(ss),
+                "duplicates": _sum_or_none(ss, "duplicates"),
                 # losses moved here from later faults that were not exercised, and moved away from here
                 "inherited_from": [x for s in ss for x in s.get("inherited_from", [])],
                 "blamed_on": [s["blamed_on"] for s in ss if s.get("blamed_on")],
@@ -1580,6 +1843,16 @@ def recovery_text(c: dict) -> str:
     )
 
 
+def failover_text(c: dict) -> str:
+    """A DLedger leader fault's slowest failover; "none (k/n)" for runs where no other node led; "n/a" for
+    a fault that does not hit a leader (a follower fault, every classic fault: no automatic failover)."""
+    if not c.get("failover_applies"):
+        return "n/a"
+    none = c.get("failover_none") or 0
+    fo = "-" if c.get("failover_s") is None else str(c["failover_s"])
+    return f"none ({none}/{c['runs']}), else {fo}" if none and none < c["runs"] else ("none" if none else fo)
+
+
 def _or_not_audited(n: int | None) -> str:
     return "not audited" if n is None else str(n)
 
@@ -1601,8 +1874,9 @@ def write(out: Path, cells: list[dict], results: list[dict], command: str) -> No
         "",
         "| broker | configuration | fault | backend | runs exercised | acked during fault | delivered "
         "| acknowledged lost | undelivered | stranded | indeterminate | divergent pairs | availability "
-        "| availability per group | recovery (s, max) | excluded records | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| availability per group | failover (s, max) | unavailable (s, max) | duplicates | recovery (s, max) "
+        "| excluded records | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         av = f"{c['availability'] * 100:.0f} %" if c["availability"] is not None else "-"
@@ -1617,6 +1891,9 @@ def write(out: Path, cells: list[dict], results: list[dict], command: str) -> No
             f"| {c['lost']} | {c.get('undelivered', 0)} | {c.get('stranded', 0)} "
             f"| {_or_not_audited(c.get('indeterminate'))} "
             f"| {c['divergent']} | {av} | {group_availability_text(c.get('group_availability') or {})} "
+            f"| {failover_text(c)} "
+            f"| {'-' if c.get('unavailable_s') is None else c['unavailable_s']} "
+            f"| {_or_not_audited(c.get('duplicates'))} "
             f"| {recovery_text(c)} | {c.get('excluded') or 0} | **{c['verdict']}**"
             f"{': ' + note if note else ''} |"
         )
@@ -1675,6 +1952,37 @@ def heatmap(path: Path, cells: list[dict]) -> None:
     plt.close(fig)
 
 
+def make_plan(
+    configs: list[tuple[str, str]],
+    backends: list[str],
+    modes: list[str],
+    first_seed: int = 1,
+    seeds: int = 3,
+    long_holds: bool = False,
+) -> list[tuple[str, str, str, list[str], int, str]]:
+    """(topology, flush, backend, faults, seed, mode) per run: for each backend, sweep, mode, configuration
+    and seed; the classic configurations in the order they always had, dledger after them in each sweep
+    slot it has (its single sweep goes with the first), and only in mode "ours"."""
+    plan = []
+    for backend in backends:
+        classic = [c for c in configs if not is_dledger(c[0])]
+        slots = sweeps_for(CONFIGS[0][0], backend, long_holds) if classic else [[]]
+        for k, faults in enumerate(slots):
+            for mode in modes:
+                for topology, flush in configs:
+                    mine = sweeps_for(topology, backend, long_holds)
+                    if is_dledger(topology):
+                        if mode != "ours" or k >= len(mine):
+                            continue
+                        faults_here = mine[k]
+                    else:
+                        faults_here = faults
+                    assert all(backend in FAULTS[f].backends for f in faults_here)
+                    for seed in range(first_seed, first_seed + seeds):
+                        plan.append((topology, flush, backend, faults_here, seed, mode))
+    return plan
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rmqha.chaos.matrix", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
@@ -1684,7 +1992,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--duration", type=float, default=10.0, help="minimum workload seconds (the sweep stretches it)")
     ap.add_argument("--rate", type=float, default=200.0)
-    ap.add_argument("--configs", default="all", help="e.g. 2m-2s-sync/ASYNC_FLUSH,2m-2s-async/SYNC_FLUSH")
+    ap.add_argument(
+        "--configs",
+        default="all",
+        help="all (the four classic ones and dledger), or e.g. 2m-2s-sync/ASYNC_FLUSH,2m-2s-async/SYNC_FLUSH,dledger",
+    )
     ap.add_argument("--out", default="build/chaos-matrix")
     ap.add_argument("--from-runs", action="store_true", help="do not run: judge the run folders of an earlier run")
     ap.add_argument(
@@ -1717,18 +2029,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    configs = CONFIGS if args.configs == "all" else [tuple(c.split("/")) for c in args.configs.split(",")]
-    plan = []
-    for backend in args.backends.split(","):
-        sweeps = (LOCAL_SWEEPS + ([LONG_FAULTS] if args.long_holds else [])) if backend == "local" else [DOCKER_FAULTS]
-        for faults in sweeps:
-            assert all(backend in FAULTS[f].backends for f in faults)
-            for mode in args.modes.split(","):
-                if mode not in MODES:
-                    ap.error(f"--modes: {mode!r}; known: {', '.join(MODES)}")
-                for topology, flush in configs:
-                    for seed in range(args.first_seed, args.first_seed + args.seeds):
-                        plan.append((topology, flush, backend, faults, seed, mode))
+    try:
+        configs = parse_configs(args.configs)
+    except ValueError as e:
+        ap.error(str(e))
+    modes = args.modes.split(",")
+    for mode in modes:
+        if mode not in MODES:
+            ap.error(f"--modes: {mode!r}; known: {', '.join(MODES)}")
+    plan = make_plan(configs, args.backends.split(","), modes, args.first_seed, args.seeds, args.long_holds)
     t0 = time.monotonic()
     lock = threading.Lock()
 
