@@ -50,8 +50,9 @@ def election_bound_s() -> float:
 
 
 class Group:
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, extra_args=()):
         self.dir = tmp_path
+        self.extra_args = list(extra_args)  # more options for every node
         rpc = free_block(6)
         status = rpc + 3
         self.addr = {i: f"127.0.0.1:{rpc + k}" for k, i in enumerate(IDS)}
@@ -80,6 +81,7 @@ class Group:
             str(INDEX_FILE),
             "--timer-scale",
             str(SCALE),
+            *self.extra_args,
         ]
         self.recs[node] = process.spawn(cmd, self.dir / f"{node}.log", process.child_env())
         wait_until(lambda: self.status(node), 20, f"{node} to serve /status", interval=0.05)

@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timer-scale", type=float, default=1.0, help="multiply DLedger's timers (tests)")
     p.add_argument("--preferred-leader", default=None, help="preferredLeaderIds")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--cluster-secret-file", default=None, help="sign peer traffic and refuse unsigned requests (clusterSecretFile)"
+    )
     return p.parse_args(argv)
 
 
@@ -58,6 +61,13 @@ def make_config(args: argparse.Namespace) -> DLedgerConfig:
         for name in TIMERS:
             setattr(c, name, max(1, int(getattr(c, name) * args.timer_scale)))
     c.preferredLeaderIds = args.preferred_leader
+    if args.cluster_secret_file:
+        from rmqha.broker.namesrv.guard import read_secret
+
+        try:
+            c.clusterSecret = read_secret(args.cluster_secret_file)
+        except ValueError as e:
+            raise SystemExit(f"--cluster-secret-file: {e}") from None
     return c
 
 
@@ -109,7 +119,9 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
     reactor.addSystemEventTrigger("before", "shutdown", service.stop)
-    logging.info("listening on %s", config.peer_map()[args.self_id])
+    logging.info(
+        "listening on %s%s", config.peer_map()[args.self_id], " (signed peer traffic)" if config.clusterSecret else ""
+    )
     reactor.run(installSignalHandlers=False)
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import socket
+import time
 
 from rmqha.broker.remoting.codec import FrameDecoder, encode
 from rmqha.broker.remoting.command import RemotingCommand
 
+from . import signing
 from .protocol import (
     AppendEntryRequest,
     AppendEntryResponse,
@@ -21,10 +23,17 @@ from .transport import split_address
 _opaques = itertools.count(1)
 
 
-def call(address: str, request: RequestOrResponse, timeout: float = 5.0) -> RequestOrResponse:
-    """Send `request` to `address` ("host:port") and return the decoded DLedger response."""
-    code = int(request_code(request))
-    cmd = RemotingCommand.request(code, body=request.to_json_bytes(), opaque=next(_opaques), language="JAVA")
+_clock = signing.SignClock(time.time)
+
+
+def call(
+    address: str, request: RequestOrResponse, timeout: float = 5.0, secret: str | None = None
+) -> RequestOrResponse:
+    """Send `request` to `address` ("host:port") and return the decoded DLedger response; with the
+    cluster `secret`, signed, and the answer's signature checked."""
+    code, body = int(request_code(request)), request.to_json_bytes()
+    ext = signing.sign_request(secret, code, body, _clock.next_us()) if secret else None
+    cmd = RemotingCommand.request(code, ext, body=body, opaque=next(_opaques), language="JAVA")
     with socket.create_connection(split_address(address), timeout=timeout) as sock:
         sock.sendall(encode(cmd))
         decoder = FrameDecoder()
@@ -37,11 +46,17 @@ def call(address: str, request: RequestOrResponse, timeout: float = 5.0) -> Requ
                     continue
                 if reply.code != ResponseCode.SUCCESS:  # DLedger answers with 200, not remoting's 0
                     raise ConnectionError(f"{address} answered remoting code {reply.code}: {reply.remark}")
+                if ext and not signing.response_ok(
+                    secret, reply.code, reply.body, ext[signing.SIGN_NONCE], reply.ext_fields
+                ):
+                    raise ConnectionError(f"{address} answered without the cluster secret's signature")
                 return decode_response(code, reply.body)
 
 
-def append(address: str, group: str, leader_id: str, body: bytes, timeout: float = 5.0) -> AppendEntryResponse:
-    resp = call(address, AppendEntryRequest(group=group, remoteId=leader_id, body=body), timeout)
+def append(
+    address: str, group: str, leader_id: str, body: bytes, timeout: float = 5.0, secret: str | None = None
+) -> AppendEntryResponse:
+    resp = call(address, AppendEntryRequest(group=group, remoteId=leader_id, body=body), timeout, secret)
     assert isinstance(resp, AppendEntryResponse)
     return resp
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -30,6 +30,10 @@ class DLedgerConfig:
     # RocketMQ broker only appends locally, so on its DLedger port a remote append could only be someone
     # injecting records (review 2, A3); the standalone server (python -m rmqha.broker.dledger) turns it on.
     acceptRemoteAppend: bool = False
+    # Ours: with a cluster secret (the broker's clusterSecretFile) peer requests and answers are signed
+    # and unsigned ones refused (signing.py); None: 0.3.1.2's traffic, byte for byte.
+    clusterSecret: str | None = field(default=None, repr=False)
+    signWindowMs: int = 30_000  # how far a signed request's time may be from the receiver's clock
     # Not DLedger settings, the blocking waits its threads make, here as deadlines:
     rpcTimeoutMs: int = 3000  # the remoting invokeAsync timeout; also how long COMPARE/TRUNCATE wait
     voteWaitBaseMs: int = 2000  # a vote round waits 2000 + random(maxVoteIntervalMs) for its latch
@@ -38,6 +42,24 @@ class DLedgerConfig:
     pushFutureTimeoutMs: int = 1000  # the follower's TimeoutFuture for a buffered push
     maxPendingSize: int = 1000  # EntryDispatcher.maxPendingSize (in-flight appends per follower)
     errorBackoffMs: int = 500  # a dispatcher's sleep after an error (a failed compare or truncate)
+
+    @classmethod
+    def from_broker(cls, config) -> "DLedgerConfig":
+        """The DLedger config of a broker's keys (4.9.8 DLedgerCommitLog: dLegerGroup, dLegerSelfId,
+        dLegerPeers, preferredLeaderId, which 4.9 sets as DLedger's preferredLeaderIds, a ;-list), and
+        ours: the secret of clusterSecretFile, read now (a ValueError says what is wrong)."""
+        secret = None
+        if getattr(config, "clusterSecretFile", ""):
+            from rmqha.broker.namesrv.guard import read_secret
+
+            secret = read_secret(config.clusterSecretFile)
+        return cls(
+            group=config.dLegerGroup,
+            selfId=config.dLegerSelfId,
+            peers=config.dLegerPeers,
+            preferredLeaderIds=config.preferredLeaderId or None,
+            clusterSecret=secret,
+        )
 
     def peer_map(self) -> dict[str, str]:
         out = {}

@@ -12,10 +12,17 @@ The driver is thin: it ticks the node every tick_ms (the state maintainer's 10 m
 on an injectable clock, carries out the effects in order (PersistTerm is written and fsynced before
 the Sends and Replies after it), fsyncs the store every flushFileInterval when it wrote, and writes
 the checkpoint every checkPointInterval.
+
+With a cluster secret (DLedgerConfig.clusterSecret) it signs every request and answer and refuses
+requests that are not signed, or are stale or replayed (signing.py), with remoting NO_PERMISSION and a
+remark saying why, counted in the status (refused_*). One exception keeps DLedger's own admin tool
+usable on the node's host: an unsigned LeadershipTransferRequest asking this node (transferId) to hand
+over, from a loopback address.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -30,8 +37,17 @@ from rmqha.broker.remoting.command import RemotingCommand
 
 from .effects import AppendDone, Committed, PersistTerm, Reply, RoleChanged, Send
 from .file_store import FileStore
+from . import signing
 from .node import DLedgerNode
-from .protocol import ProtocolError, RequestCode, ResponseCode, decode_request, decode_response, request_code
+from .protocol import (
+    LeadershipTransferRequest,
+    ProtocolError,
+    RequestCode,
+    ResponseCode,
+    decode_request,
+    decode_response,
+    request_code,
+)
 
 log = logging.getLogger("rmqha.broker.dledger")
 
@@ -57,7 +73,7 @@ class _Conn(protocol.Protocol):
         try:
             for cmd in self.decoder.feed(data):
                 if cmd.is_response:
-                    self.service._on_response(cmd)
+                    self.service._on_response(self, cmd)
                 else:
                     self.service._on_request(self, cmd)
         except FrameError as e:
@@ -101,7 +117,7 @@ class DLedgerService:
         self.on_effect = on_effect
         self.conns: dict[str, _Conn] = {}
         self.connecting: dict[str, list[RemotingCommand]] = {}
-        self.pending: dict[int, tuple[str, Any, Any]] = {}  # opaque -> (peer, request, timeout call)
+        self.pending: dict[int, tuple[str, Any, Any, str]] = {}  # opaque -> (peer, request, timeout, nonce)
         self.next_opaque = 0
         self.listener: Any = None
         self.loops: list[LoopingCall] = []
@@ -113,7 +129,17 @@ class DLedgerService:
             "effect_errors": 0,
             "loop_errors": 0,
             "request_errors": 0,
+            # signed traffic (clusterSecret): requests refused by reason, answers not signed right, and
+            # this node's requests a peer refused (NO_PERMISSION)
+            **{f"refused_{r}": 0 for r in (signing.UNSIGNED, signing.BAD_SIGNATURE, signing.STALE, signing.REPLAYED)},
+            "bad_answer_signatures": 0,
+            "refused_by_peer": 0,
         }
+        self.secret = self.config.clusterSecret
+        self.sign_clock = signing.SignClock(self.clock.seconds)
+        others = [p for p in self.peers if p != node.self_id]
+        self.guard = signing.Guard(self.secret, others, self.config.signWindowMs) if self.secret else None
+        self._last_warned: dict[str, float] = {}
 
     def now(self) -> float:
         return self.clock.seconds() * 1000.0
@@ -206,9 +232,13 @@ class DLedgerService:
     def send(self, peer: str, request: Any) -> None:
         self.next_opaque += 1
         opaque = self.next_opaque
-        cmd = RemotingCommand.request(int(request_code(request)), body=request.to_json_bytes(), opaque=opaque)
+        code, body = int(request_code(request)), request.to_json_bytes()
+        ext = None
+        if self.secret is not None:
+            ext = signing.sign_request(self.secret, code, body, self.sign_clock.next_us())
+        cmd = RemotingCommand.request(code, ext, body=body, opaque=opaque)
         timeout = self.clock.callLater(self.config.rpcTimeoutMs / 1000.0, self._timed_out, opaque)
-        self.pending[opaque] = (peer, request, timeout)
+        self.pending[opaque] = (peer, request, timeout, ext[signing.SIGN_NONCE] if ext else "")
         self.stats["sent"] += 1
         conn = self.conns.get(peer)
         if conn is not None:
@@ -237,7 +267,7 @@ class DLedgerService:
     def _disconnected(self, peer: str, conn: _Conn) -> None:
         if self.conns.get(peer) is conn:
             del self.conns[peer]
-        for opaque in [o for o, (p, _r, _t) in self.pending.items() if p == peer]:
+        for opaque in [o for o, (p, *_rest) in self.pending.items() if p == peer]:
             self._fail(opaque)
 
     def _timed_out(self, opaque: int) -> None:
@@ -249,25 +279,36 @@ class DLedgerService:
         entry = self.pending.pop(opaque, None)
         if entry is None:
             return
-        peer, request, timeout = entry
+        peer, request, timeout, _nonce = entry
         if cancel and timeout.active():
             timeout.cancel()
         self.stats["network_errors"] += 1
         self.run(self.node.on_response(peer, request, DLedgerNode.network_error(request), self.now()))
 
-    def _on_response(self, cmd: RemotingCommand) -> None:
-        entry = self.pending.pop(cmd.opaque, None)
-        if entry is None:
-            return  # answered after its timeout
-        peer, request, timeout = entry
+    def _on_response(self, conn: _Conn, cmd: RemotingCommand) -> None:
+        entry = self.pending.get(cmd.opaque)
+        if entry is None or entry[0] != conn.peer:
+            # answered after its timeout, or not on the connection the request went out on: a response
+            # on the listening port would otherwise pass for a peer's (Java's server side keeps its own
+            # response table, where nothing waits)
+            return
+        del self.pending[cmd.opaque]
+        peer, request, timeout, nonce = entry
         if timeout.active():
             timeout.cancel()
         try:
             if cmd.code != ResponseCode.SUCCESS:  # 200: DLedger's, not remoting's 0
+                if cmd.code == RemotingCode.NO_PERMISSION:
+                    self.stats["refused_by_peer"] += 1
                 raise ProtocolError(f"remoting code {cmd.code}: {cmd.remark}")
+            if self.secret is not None and not signing.response_ok(
+                self.secret, cmd.code, cmd.body, nonce, cmd.ext_fields
+            ):
+                self.stats["bad_answer_signatures"] += 1
+                raise ProtocolError("the answer is not signed with the cluster secret")
             response = decode_response(int(request_code(request)), cmd.body)
         except ProtocolError as e:
-            log.warning("bad answer from %s to %s: %s", peer, type(request).__name__, e)
+            self._warn(peer, f"bad answer from {peer} to {type(request).__name__}: {e}")
             response = DLedgerNode.network_error(request)
         self.run(self.node.on_response(peer, request, response, self.now()))
 
@@ -280,12 +321,26 @@ class DLedgerService:
                 cmd.make_response(RemotingCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
             )
             return
+        signed = None
+        if self.guard is not None:
+            try:
+                signed = self.guard.check_signature(cmd.code, cmd.ext_fields, cmd.body)
+            except signing.Refused as e:
+                if not (e.reason == signing.UNSIGNED and self._local_admin_transfer(conn, cmd)):
+                    self._refuse(conn, cmd, e)
+                    return
         try:
             request = decode_request(cmd.code, cmd.body)
         except (ProtocolError, RecursionError) as e:
             self.stats["request_errors"] += 1
             conn.send(cmd.make_response(RemotingCode.SYSTEM_ERROR, f"bad DLedger request: {e}"[:500]))
             return
+        if self.guard is not None and signed is not None:
+            try:
+                self.guard.check_fresh(request.localId, signed[0], signed[1], self.clock.seconds())
+            except signing.Refused as e:
+                self._refuse(conn, cmd, e)
+                return
         request._dledger_reply_to = (conn, cmd)  # type: ignore[attr-defined]
         try:
             effects = self.node.handle_request(request, self.now())
@@ -298,6 +353,37 @@ class DLedgerService:
             return
         self.run(effects)
 
+    def _local_admin_transfer(self, conn: _Conn, cmd: RemotingCommand) -> bool:
+        """An unsigned LeadershipTransferRequest asking this node to hand over, from a loopback address:
+        DLedger's admin tool run on this host (it cannot sign). The take-leadership leg is never exempt."""
+        if cmd.code != RequestCode.LEADERSHIP_TRANSFER:
+            return False
+        try:
+            host = conn.transport.getPeer().host
+            if not ipaddress.ip_address(host).is_loopback:
+                return False
+            request = decode_request(cmd.code, cmd.body)
+        except (AttributeError, ValueError, ProtocolError, RecursionError):
+            return False
+        assert isinstance(request, LeadershipTransferRequest)
+        return request.transferId == self.node.self_id and request.transfereeId != self.node.self_id
+
+    def _refuse(self, conn: _Conn, cmd: RemotingCommand, e: signing.Refused) -> None:
+        self.stats[f"refused_{e.reason}"] += 1
+        try:
+            where = conn.transport.getPeer().host
+        except AttributeError:
+            where = "?"
+        self._warn(f"in:{where}:{e.reason}", f"{self.node.self_id}: request code {cmd.code} from {where}: {e}")
+        conn.send(cmd.make_response(RemotingCode.NO_PERMISSION, str(e)[:500]))
+
+    def _warn(self, key: str, message: str) -> None:
+        """A warning at most every 10 s per key: a misconfigured peer would otherwise log every request."""
+        now = self.clock.seconds()
+        if now - self._last_warned.get(key, float("-inf")) >= 10:
+            self._last_warned[key] = now
+            log.warning("%s", message)
+
     def _answer(self, to: Any, response: Any) -> None:
         where = getattr(to, "_dledger_reply_to", None)
         if where is None:
@@ -305,13 +391,18 @@ class DLedgerService:
         conn, cmd = where
         if conn.transport is None or not getattr(conn.transport, "connected", True):
             return
+        body = response.to_json_bytes()
+        nonce = cmd.ext_fields.get(signing.SIGN_NONCE) if self.secret is not None else None
         reply = RemotingCommand(
             code=ResponseCode.SUCCESS,
             opaque=cmd.opaque,
             flag=FLAG_RESPONSE,
-            body=response.to_json_bytes(),
+            body=body,
             serialize_type=cmd.serialize_type,
         )
+        if nonce:  # a signed request: its answer is signed, bound to it
+            assert self.secret is not None
+            reply.ext_fields = signing.sign_response(self.secret, int(ResponseCode.SUCCESS), body, nonce)
         conn.send(reply)
 
     # --- status -----------------------------------------------------------------------------------
@@ -328,5 +419,8 @@ class DLedgerService:
             "endTerm": s.end_term,
             "committedIndex": s.committed_index,
             "dataDir": s.data.path,
+            "signed": self.secret is not None,
+            "preferredLeaderIds": self.config.preferredLeaderIds,
+            "autoTransfers": n.auto_transfers,
             **{k: v for k, v in self.stats.items() if k != "committed"},
         }
