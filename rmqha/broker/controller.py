@@ -123,11 +123,36 @@ class BrokerController:
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, listen: bool = True) -> None:
         c = self.config
+        self._warn_ignored_keys()
+        self._open_store()
+        self.store.start()
+        self._store_metrics()
+        self.stats.start()
+        self._arm_planted_bugs()
+        self._start_flusher()
+        if c.enableDLegerCommitLog:  # no HA service, no HA listener (4.9: haService = null)
+            self._start_dledger(listen)
+        elif c.is_master:
+            self._start_master_ha(listen)
+        else:
+            self._start_slave_ha(listen)
+        if listen:
+            self._listen_metrics()
+        self.started = True
+        self._log_started()
+
+    def _warn_ignored_keys(self) -> None:
+        c = self.config
         if c.ignored_keys:
             log.warning(
                 "4.9 config keys accepted and not used by this broker (their 4.9 behaviour does not exist here): %s",
                 ", ".join(c.ignored_keys),
             )
+
+    def _open_store(self) -> None:
+        """The message store (on DLedger with enableDLegerCommitLog), not started yet (lose-tail-on-restart
+        cuts its commit log first)."""
+        c = self.config
         store_class = MessageStore
         if c.enableDLegerCommitLog:  # the commit log on DLedger (rmqha/broker/dledger_commitlog.py)
             from .dledger_commitlog import DLedgerMessageStore
@@ -154,9 +179,10 @@ class BrokerController:
                 "PLANTED BUG lose-tail-on-restart: dropped the last %d bytes of the commit log before recovery",
                 planted.cut_tail(c.commitlog_dir),
             )
-        self.store.start()
-        self._store_metrics()
-        self.stats.start()
+
+    def _arm_planted_bugs(self) -> None:
+        """plantBug: the bugs the audit's own tests need (rmqha/broker/planted.py), said loudly."""
+        c = self.config
         self.bugs = c.planted_bugs
         if self.bugs:
             log.error(
@@ -170,6 +196,9 @@ class BrokerController:
         self._puts_until_truncate = (
             planted.TRUNCATE_AFTER_PUTS if "ack-then-truncate" in self.bugs and c.is_master else 0
         )
+
+    def _start_flusher(self) -> None:
+        c = self.config
         self.flusher = FlushService(
             self.store,
             clock=self.clock,
@@ -180,57 +209,69 @@ class BrokerController:
         )
         if "skip-flush" not in self.bugs:
             self.flusher.start(self.metrics)
-        if c.enableDLegerCommitLog:  # no HA service, no HA listener (4.9: haService = null)
-            self.store.start_service(listen)  # type: ignore[attr-defined]
-            self.status_extra.append(lambda: {"dledger": self.store.status()})  # type: ignore[attr-defined]
-        elif c.is_master:
-            # Consume-queue units and index keys of the records a reactor turn appended are built in one
-            # batch on the next turn (MessageStore.dispatch_pending).
-            self.store.dispatch_soon = self._reput_soon
-            sources, limit = (
-                self._recovery_sources() if c.haRecoveryEnable and not self.store.was_clean_shutdown else ([], None)
+
+    def _start_dledger(self, listen: bool) -> None:
+        self.store.start_service(listen)  # type: ignore[attr-defined]
+        self.status_extra.append(lambda: {"dledger": self.store.status()})  # type: ignore[attr-defined]
+
+    def _start_master_ha(self, listen: bool) -> None:
+        """The HA service, after the recovery fetch from the slaves when haRecoveryEnable and the last
+        shutdown was not clean."""
+        c = self.config
+        # Consume-queue units and index keys of the records a reactor turn appended are built in one
+        # batch on the next turn (MessageStore.dispatch_pending).
+        self.store.dispatch_soon = self._reput_soon
+        sources, limit = (
+            self._recovery_sources() if c.haRecoveryEnable and not self.store.was_clean_shutdown else ([], None)
+        )
+        if sources:
+            # writes and the HA port wait until the slaves said what they hold past this log
+            self.recovery = RecoveryFetcher(
+                self.store,
+                sources,
+                self.clock,
+                self.reactor,
+                c.haRecoveryWaitMs / 1000.0,
+                record.host_of(c.broker_addr),
+                c.maxMessageSize + (64 << 10),
+                on_done=lambda _state: self._start_ha_service(listen),
+                limit=limit,
             )
-            if sources:
-                # writes and the HA port wait until the slaves said what they hold past this log
-                self.recovery = RecoveryFetcher(
-                    self.store,
-                    sources,
-                    self.clock,
-                    self.reactor,
-                    c.haRecoveryWaitMs / 1000.0,
-                    record.host_of(c.broker_addr),
-                    c.maxMessageSize + (64 << 10),
-                    on_done=lambda _state: self._start_ha_service(listen),
-                    limit=limit,
-                )
-                self.recovery.start()
-            else:
-                self._start_ha_service(listen)
+            self.recovery.start()
         else:
-            replica_store = planted.CorruptingStore(self.store) if "corrupt-replication" in self.bugs else self.store
-            self.ha_client = HAClient(
-                replica_store,
-                c.haMasterAddress,
-                clock=self.clock,
-                reactor=self.reactor,
-                heartbeat_ms=c.haSendHeartbeatInterval,
-                housekeeping_ms=c.haHousekeepingInterval,
-                socket_buffer=c.haSocketBufferSize,
-                reconnect_max_ms=c.haReconnectMaxDelay,
-                zero_copy=c.haSlaveZeroCopy,
-                compiled_frames=c.haSlaveCompiledFrames,
-                metrics=self.metrics,
-            )
-            self.store.append_listeners.append(lambda _offset: self._dispatch_soon())
-            self.schedule_dispatch()
-            self.ha_client.start()
-            if c.haRecoveryEnable and listen:  # a restarting master may fetch this log (rmqha/broker/ha/recovery.py)
-                self.recovery_source = RecoverySourceService(self.store, self.clock, allowed=c.ha_allowed)
-                self.ports.append(self.recovery_source.listen(self.reactor, c.ha_port))
-        if listen:
-            site = metrics_site(self.metrics, lambda: self.status(), served=self.served)
-            self.ports.append(self.reactor.listenTCP(c.metrics_port, site, interface=c.metricsBindAddress))
-        self.started = True
+            self._start_ha_service(listen)
+
+    def _start_slave_ha(self, listen: bool) -> None:
+        """The HA client to the master; a recovery source for a restarting master with haRecoveryEnable."""
+        c = self.config
+        replica_store = planted.CorruptingStore(self.store) if "corrupt-replication" in self.bugs else self.store
+        self.ha_client = HAClient(
+            replica_store,
+            c.haMasterAddress,
+            clock=self.clock,
+            reactor=self.reactor,
+            heartbeat_ms=c.haSendHeartbeatInterval,
+            housekeeping_ms=c.haHousekeepingInterval,
+            socket_buffer=c.haSocketBufferSize,
+            reconnect_max_ms=c.haReconnectMaxDelay,
+            zero_copy=c.haSlaveZeroCopy,
+            compiled_frames=c.haSlaveCompiledFrames,
+            metrics=self.metrics,
+        )
+        self.store.append_listeners.append(lambda _offset: self._dispatch_soon())
+        self.schedule_dispatch()
+        self.ha_client.start()
+        if c.haRecoveryEnable and listen:  # a restarting master may fetch this log (rmqha/broker/ha/recovery.py)
+            self.recovery_source = RecoverySourceService(self.store, self.clock, allowed=c.ha_allowed)
+            self.ports.append(self.recovery_source.listen(self.reactor, c.ha_port))
+
+    def _listen_metrics(self) -> None:
+        c = self.config
+        site = metrics_site(self.metrics, lambda: self.status(), served=self.served)
+        self.ports.append(self.reactor.listenTCP(c.metrics_port, site, interface=c.metricsBindAddress))
+
+    def _log_started(self) -> None:
+        c = self.config
         log.info(
             "broker %s started: cluster=%s brokerName=%s brokerId=%d role=%s flush=%s addr=%s "
             "haPort=%d metrics=http://%s:%d/metrics maxPhyOffset=%d",
