@@ -19,7 +19,10 @@ What exists:
   minVoteIntervalMs 300, maxVoteIntervalMs 1000, maxWaitAckTimeMs 2500, ...), and `Rules`:
   where this core departs from 0.3.1.2, each switchable back (`Rules.dledger_0312()`).
 * election.py: MemberState and the elector (roles, terms, votes with DLedger's accept/reject
-  reasons, heartbeats and maxHeartBeatLeak, randomized vote intervals, leadership transfer).
+  reasons, heartbeats and maxHeartBeatLeak, randomized vote intervals, leadership transfer, the
+  peersLiveTable). node.py also runs checkPreferredLeader: once a second a leader that is not in
+  preferredLeaderIds hands over to the live preferred peer least behind, if less than
+  maxLeadershipTransferWaitIndex behind (docs/dledger.md "Leadership transfer to preferredLeaderId").
 * replication.py: the leader's per-follower push state (COMPARE / TRUNCATE / APPEND / COMMIT),
   watermarks and the quorum committed index, the follower's handling of pushes, and MemoryLog,
   the log interface a file store will implement.
@@ -36,7 +39,9 @@ What exists:
 * transport.py: DLedgerService, DLedgerRpcNettyService over RocketMQ remoting (code = DLedger request
   code, JSON body, answers with code 200 and the request's opaque), one listener per node, NETWORK_ERROR
   answers after rpcTimeoutMs or when a connection fails or drops, LoopingCalls (injectable clock) for
-  10 ms ticks, flushes and checkpoints. client.py: a blocking one-request client.
+  10 ms ticks, flushes and checkpoints; with a cluster secret it signs requests and answers and
+  refuses unsigned, stale or replayed requests (signing.py; docs/dledger.md "Signed peer traffic").
+  client.py: a blocking one-request client.
   `python -m rmqha.broker.dledger --group g --peers "n0-127.0.0.1:40911;..." --self-id n0 --store-dir D
   [--status-port P]` runs one node, with GET /status (role, term, leader, indexes).
 
@@ -65,8 +70,8 @@ What is next, in order:
    partitions that isolate the leader with a minority, power loss on a minority), the delivery
    checker's and the guarantee matrix's DLedger rows, the audit's decoding of `dledger-*/data`, and
    the pytest plugin's `dledger` topology.
-2. The smooth upgrade from a classic commit log (dividedCommitlogOffset), leadership transfer to
-   preferredLeaderId, storePathDLedgerCommitLog.
+2. The smooth upgrade from a classic commit log (dividedCommitlogOffset), storePathDLedgerCommitLog,
+   and the broker building its DLedger config with DLedgerConfig.from_broker (the cluster secret).
 3. Left out of the file store so far: the clean-space service (file deletion by age and disk ratio,
    and so a begin index above 0 that survives a restart), multi-path data dirs, batch push, and
    BatchAppendEntryRequest over RPC (answered UNSUPPORTED; the broker's batches are local appends).
