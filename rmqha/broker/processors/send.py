@@ -201,6 +201,14 @@ def header_view(req: RemotingCommand) -> tuple[dict[str, str], tuple]:
     return header_fields(req), _LONG_KEYS
 
 
+class _Refused(Exception):
+    """A step of SendProcessor._process refusing the request; `response` is the answer."""
+
+    def __init__(self, response: RemotingCommand):
+        super().__init__(response)
+        self.response = response
+
+
 class SendProcessor:
     def __init__(self, config, controller, topics, random_choice=random.randrange):
         self.config = config
@@ -386,34 +394,87 @@ class SendProcessor:
                 f"broker is a slave ({c.brokerName} brokerId={c.brokerId}); send to its master",
             )
         req = request  # answered with its opaque and serialize type
-        fields, (k_topic, k_default_topic, k_properties, k_batch, k_numbers) = header_view(request)
+        try:
+            topic, default_topic, numbers, batch, props = self._read_header(req)
+            (default_queue_nums, queue_id, sys_flag, born_ts, flag, reconsume_times, max_reconsume) = numbers
+            queue_id, half = self._check_message(
+                req, ctx, topic, default_topic, default_queue_nums, queue_id, sys_flag, batch, props
+            )
+            topic, queue_id = self._retry_to_dlq(req, topic, queue_id, props, reconsume_times, max_reconsume)
+            msgs, wait_store_ok = self._build_messages(
+                req, ctx, topic, queue_id, sys_flag, born_ts, flag, reconsume_times, batch, half, props
+            )
+        except _Refused as r:
+            return r.response
+        return self._store(req, msgs, wait_store_ok, queue_id)
+
+    def _read_header(self, req: RemotingCommand) -> tuple:
+        """(topic, default topic, the numeric fields, batch, properties) from the request's header."""
+        fields, (k_topic, k_default_topic, k_properties, k_batch, k_numbers) = header_view(req)
         try:
             topic = fields.get(k_topic)
             if topic is None:
                 raise HeaderFieldError("the custom field <topic> is null")
             default_topic = fields.get(k_default_topic, AUTO_CREATE_TOPIC_KEY)
-            (default_queue_nums, queue_id, sys_flag, born_ts, flag, reconsume_times, max_reconsume) = read_numbers(
-                fields, k_numbers
-            )
+            numbers = read_numbers(fields, k_numbers)
         except HeaderFieldError as e:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+            raise _Refused(req.make_response(ResponseCode.SYSTEM_ERROR, str(e))) from None
         batch = req.code == RequestCode.SEND_BATCH_MESSAGE or lenient_parse_boolean(fields.get(k_batch, ""))
         props = record.decode_properties(fields.get(k_properties, ""))
+        return topic, default_topic, numbers, batch, props
 
-        # -- msgCheck --------------------------------------------------------------------------
+    def _check_message(
+        self, req, ctx, topic, default_topic, default_queue_nums, queue_id, sys_flag, batch, props
+    ) -> tuple[int, bool]:
+        """4.9's msgCheck: the broker and topic take writes (the topic created if it may be), the queue
+        exists, a transaction is allowed; (the queue id, a random one for -1; whether it is a half)."""
+        c = self.config
         if not is_writeable(c.brokerPermission):
-            return req.make_response(
-                ResponseCode.NO_PERMISSION, f"the broker[{c.broker_ip}] sending message is forbidden"
+            raise _Refused(
+                req.make_response(ResponseCode.NO_PERMISSION, f"the broker[{c.broker_ip}] sending message is forbidden")
             )
         why = validate_topic(topic)
         if why:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, why)
+            raise _Refused(req.make_response(ResponseCode.SYSTEM_ERROR, why))
         if topic == AUTO_CREATE_TOPIC_KEY:
-            return req.make_response(
-                ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words."
+            raise _Refused(
+                req.make_response(
+                    ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words."
+                )
             )
         if topic in NOT_ALLOWED_SEND_TOPICS:
-            return req.make_response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+            raise _Refused(
+                req.make_response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+            )
+        tc = self._writable_topic(req, topic, default_topic, default_queue_nums)
+        limit = max(tc.write_queue_nums, tc.read_queue_nums)
+        if queue_id >= limit:
+            raise _Refused(
+                req.make_response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
+                    f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
+                    f"readQueueNums:[{tc.read_queue_nums}] producer:[{ctx.peer_address}]",
+                )
+            )
+        if queue_id < 0:
+            queue_id = self.randrange(max(1, tc.write_queue_nums))
+        half = transaction.is_half(props)  # the reference's test: Boolean.parseBoolean(TRAN_MSG)
+        if half and c.rejectTransactionMessage:
+            raise _Refused(
+                req.make_response(
+                    ResponseCode.NO_PERMISSION, f"the broker[{c.broker_ip}] sending transaction message is forbidden"
+                )
+            )
+        if batch and (half or sys_flag & record.TRANSACTION_MASK != record.TRANSACTION_NOT_TYPE):
+            # CommitLog.putMessages refuses a batch with a transaction type.
+            raise _Refused(
+                req.make_response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold transactional messages")
+            )
+        return queue_id, half
+
+    def _writable_topic(self, req, topic, default_topic, default_queue_nums):
+        """The topic's config, created on a first send when it may be; refused if it is not writable."""
         tc = self.topics.get(topic)
         if tc is None:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -421,74 +482,54 @@ class SendProcessor:
             else:
                 tc = self.topics.create_in_send(topic, default_topic, default_queue_nums)
         if tc is None:
-            return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+            raise _Refused(
+                req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+            )
         if not tc.perm & PERM_WRITE:
-            return req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-        limit = max(tc.write_queue_nums, tc.read_queue_nums)
-        if queue_id >= limit:
-            return req.make_response(
-                ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
-                f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
-                f"readQueueNums:[{tc.read_queue_nums}] producer:[{ctx.peer_address}]",
+            raise _Refused(
+                req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
             )
-        if queue_id < 0:
-            queue_id = self.randrange(max(1, tc.write_queue_nums))
-        half = transaction.is_half(props)  # the reference's test: Boolean.parseBoolean(TRAN_MSG)
-        if half and c.rejectTransactionMessage:
-            return req.make_response(
-                ResponseCode.NO_PERMISSION, f"the broker[{c.broker_ip}] sending transaction message is forbidden"
-            )
-        if batch and (half or sys_flag & record.TRANSACTION_MASK != record.TRANSACTION_NOT_TYPE):
-            # CommitLog.putMessages refuses a batch with a transaction type.
-            return req.make_response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold transactional messages")
+        return tc
 
-        # -- retry -> DLQ ----------------------------------------------------------------------
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            limit_times = max_reconsume
-            if limit_times is None:
-                try:
-                    limit_times = java_parse_int(
-                        props.get(PROPERTY_MAX_RECONSUME_TIMES, str(DEFAULT_MAX_RECONSUME_TIMES))
-                    )
-                except ValueError as e:
-                    return req.make_response(
-                        ResponseCode.MESSAGE_ILLEGAL, f"the property {PROPERTY_MAX_RECONSUME_TIMES} {e}"
-                    )
-            if reconsume_times >= limit_times:
-                topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
-                self.topics.create_in_send_back(topic, 1, 6)  # DLQ: read and write, as 4.9.8 creates it
-                queue_id = 0
-                props.pop(PROPERTY_DELAY, None)  # the reference's msg.setDelayTimeLevel(0)
+    def _retry_to_dlq(self, req, topic, queue_id, props, reconsume_times, max_reconsume) -> tuple[str, int]:
+        """A retry message past its group's max reconsume times goes to the group's DLQ, queue 0, undelayed;
+        (the topic, the queue id) it is stored in."""
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return topic, queue_id
+        limit_times = max_reconsume
+        if limit_times is None:
+            try:
+                limit_times = java_parse_int(props.get(PROPERTY_MAX_RECONSUME_TIMES, str(DEFAULT_MAX_RECONSUME_TIMES)))
+            except ValueError as e:
+                raise _Refused(
+                    req.make_response(ResponseCode.MESSAGE_ILLEGAL, f"the property {PROPERTY_MAX_RECONSUME_TIMES} {e}")
+                ) from None
+        if reconsume_times >= limit_times:
+            topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
+            self.topics.create_in_send_back(topic, 1, 6)  # DLQ: read and write, as 4.9.8 creates it
+            queue_id = 0
+            props.pop(PROPERTY_DELAY, None)  # the reference's msg.setDelayTimeLevel(0)
+        return topic, queue_id
 
-        # -- build the record(s) -----------------------------------------------------------------
+    def _build_messages(
+        self, req, ctx, topic, queue_id, sys_flag, born_ts, flag, reconsume_times, batch, half, props
+    ) -> tuple[list, bool]:
+        """The record(s) to store (a batch's items, or a transaction's half) and whether the producer waits
+        for the store (PROPERTY_WAIT)."""
+        c = self.config
         wait = props.pop(PROPERTY_WAIT, None)
         wait_store_ok = wait is None or wait.lower() == "true"
         props[PROPERTY_CLUSTER] = c.brokerClusterName
         born_host = _host_of(ctx.peer_address)
-        if batch:
-            if props.get(PROPERTY_DELAY, "0") not in ("", "0"):
-                # CommitLog.putMessages: a batch cannot be delayed.
-                return req.make_response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot have a delay level")
-            # The reference encodes a whole batch into one maxMessageSize buffer, so the batch as a
-            # whole is bounded as one message is; the item count bounds the reactor's work.
-            if len(req.body) > c.maxMessageSize:
-                return req.make_response(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"batch body size {len(req.body)} exceeds maxMessageSize {c.maxMessageSize}",
-                )
-            try:
-                items = decode_batch(req.body, c.maxBatchMessages)
-            except (BatchFormatError, struct.error) as e:
-                return req.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
-        else:
-            items = [(flag, req.body, {})]
+        items = self._batch_items(req, props) if batch else [(flag, req.body, {})]
         msgs = []
         for item_flag, body, item_props in items:
             if len(body) > c.maxMessageSize:
-                return req.make_response(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"message body size {len(body)} exceeds maxMessageSize {c.maxMessageSize}",
+                raise _Refused(
+                    req.make_response(
+                        ResponseCode.MESSAGE_ILLEGAL,
+                        f"message body size {len(body)} exceeds maxMessageSize {c.maxMessageSize}",
+                    )
                 )
             if batch:
                 merged = dict(item_props)
@@ -513,7 +554,27 @@ class SendProcessor:
             )
         if half:  # stored in RMQ_SYS_TRANS_HALF_TOPIC; the reply names the half (rmqha/broker/transaction)
             msgs = [transaction.to_half(msgs[0], wait)]
-        return self._store(req, msgs, wait_store_ok, queue_id)
+        return msgs, wait_store_ok
+
+    def _batch_items(self, req, props) -> list:
+        """A batch body's items, refused when delayed, too large or malformed."""
+        c = self.config
+        if props.get(PROPERTY_DELAY, "0") not in ("", "0"):
+            # CommitLog.putMessages: a batch cannot be delayed.
+            raise _Refused(req.make_response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot have a delay level"))
+        # The reference encodes a whole batch into one maxMessageSize buffer, so the batch as a
+        # whole is bounded as one message is; the item count bounds the reactor's work.
+        if len(req.body) > c.maxMessageSize:
+            raise _Refused(
+                req.make_response(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"batch body size {len(req.body)} exceeds maxMessageSize {c.maxMessageSize}",
+                )
+            )
+        try:
+            return decode_batch(req.body, c.maxBatchMessages)
+        except (BatchFormatError, struct.error) as e:
+            raise _Refused(req.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")) from None
 
     def _store(self, req, msgs, wait_store_ok, queue_id):
         results: list[PutResult] = []
