@@ -1102,18 +1102,31 @@ def _leader(members: dict[str, dict | None]) -> str | None:
     return max(claims)[1] if claims else None
 
 
-def failover_s(f: dict, rounds, next_start: float | None = None) -> float | None:
-    """A leader fault: seconds from its start to the first sample round in which a node other than the
-    leader it hit leads (_leader), up to FAILOVER_GRACE_MS past its heal and before the next fault;
-    None when no other node led (no election)."""
+def took_effect(run: Path) -> dict[int, int]:
+    """fault id -> when its inject ended (ts_ms in the fault log): the leader was killed, frozen or cut off
+    then. A DLedger inject first asks who leads, which can take seconds when the leader is slow to answer;
+    the fault's start_ms (the audit's) is when the inject began."""
+    out = {}
+    for p in sorted((run / "faults").glob("*.jsonl")) if (run / "faults").is_dir() else []:
+        for r in read_jsonl(p):
+            if r.get("op") == "inject" and r.get("result", "ok") == "ok" and r.get("ts_ms"):
+                out[r["id"]] = r["ts_ms"]
+    return out
+
+
+def failover_s(f: dict, rounds, next_start: float | None = None, effect_ms: float | None = None) -> float | None:
+    """A leader fault: seconds from when it took effect (effect_ms, else its start) to the first sample
+    round in which a node other than the leader it hit leads (_leader), up to FAILOVER_GRACE_MS past its
+    heal and before the next fault; None when no other node led (no election)."""
     old = (f.get("info") or {}).get("leader") or f["target"]
+    at = max(f["start_ms"], effect_ms or 0)
     end = (f["end_ms"] if f["end_ms"] is not None else float("inf")) + FAILOVER_GRACE_MS
     end = min(end, next_start if next_start is not None else float("inf"))
     for ts, groups in rounds:
-        if f["start_ms"] <= ts <= end:
+        if at <= ts <= end:
             leader = _leader(groups.get(f.get("group") or "", {}))
             if leader is not None and leader != old:
-                return round((ts - f["start_ms"]) / 1000, 1)
+                return round((ts - at) / 1000, 1)
     return None
 
 
@@ -1208,6 +1221,7 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
     down = down_seen(run)
     offsets = offsets_seen(run)
     dl_rounds = dledger_rounds(run) if is_dledger(topology) else []
+    effect = took_effect(run) if is_dledger(topology) else {}
     sampled = bool(rounds) or bool(dl_rounds)
     out = []
     faults = summary["faults"]
@@ -1226,7 +1240,11 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
         if is_dledger(topology):
             recovery, never = dledger_recovery(f, dl_rounds)
             later = [x["start_ms"] for x in faults if x["start_ms"] > start and _same_group(x, f)]
-            failover = failover_s(f, dl_rounds, min(later, default=None)) if f["kind"] in LEADER_FAULTS else None
+            failover = (
+                failover_s(f, dl_rounds, min(later, default=None), effect.get(f["id"]))
+                if f["kind"] in LEADER_FAULTS
+                else None
+            )
         else:
             recovery, never = _recovery(f, rounds, unequal, faults)
             failover = None

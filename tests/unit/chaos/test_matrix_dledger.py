@@ -436,3 +436,18 @@ def test_the_report_has_failover_unavailability_and_duplicates_beside_the_classi
         ("pause-follower", None, 3),
         ("kill-master", None, 0),
     }
+
+
+def test_failover_counts_from_when_the_inject_took_effect(tmp_path):
+    # the inject began at 2.0 s but asked a slow leader who leads: n0 was killed at 3.0 s (its end)
+    fabricate_dledger(tmp_path, [("s1", [("SEND_OK", 1000, 1005)])], [("s1", 20000)], kill_leader_rounds())
+    f = [dl_fault(1, "kill-leader", 2000, 10000, "broker-n0")]
+    (tmp_path / "faults").mkdir()
+    log = [
+        {"ts_ms": 3000, "start_ms": 2000, "op": "inject", "id": 1, "kind": "kill-leader", "result": "ok"},
+        {"ts_ms": 10000, "start_ms": 9000, "op": "heal", "id": 1, "kind": "kill-leader", "result": "ok"},
+    ]
+    (tmp_path / "faults" / "faults-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in log))
+    assert matrix.took_effect(tmp_path) == {1: 3000}
+    got = samples_by_id(tmp_path, dl_summary(f, {"#1 kill-leader broker-n0": 1}, 1))[1]
+    assert got["failover_s"] == 4.0
