@@ -74,7 +74,7 @@ def read_store(store_dir: str | Path, end: int | None = None, topic: str = TRACE
 
     store = Path(store_dir)
     cq_root = store / "consumequeue" / topic
-    log_files = sorted((store / "commitlog").glob("[0-9]" * 20)) if (store / "commitlog").is_dir() else []
+    log_files = _log_files(store)
     if not cq_root.is_dir() or not log_files:
         return []
     out: list[TraceRecord] = []
@@ -90,6 +90,20 @@ def read_store(store_dir: str | Path, end: int | None = None, topic: str = TRACE
                 if r is not None and r.kind == record.Scan.MESSAGE and r.message.topic == topic:
                     out += parse(r.message.body)
     return out
+
+
+def _log_files(store: Path) -> list[Path]:
+    """The files that hold the store's physical offsets, in offset order. A DLedger node's records live in
+    dledger-<selfId>/data (each entry's record at its consume-queue offset: pos + 48 is the record); an
+    upgraded node's older records in commitlog/ below its first DLedger file (rmqha/broker/dledger_commitlog.py)."""
+    from .dledger_log import find_dir
+
+    files = sorted((store / "commitlog").glob("[0-9]" * 20)) if (store / "commitlog").is_dir() else []
+    dl = find_dir(str(store))
+    data = sorted((Path(dl) / "data").glob("[0-9]" * 20)) if dl else []
+    if data:
+        files = [f for f in files if int(f.name) < int(data[0].name)] + data
+    return files
 
 
 def _read(files: list[Path], offset: int, size: int) -> bytes:
