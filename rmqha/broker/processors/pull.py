@@ -250,31 +250,12 @@ class PullProcessor:
         commit_offset = req.get_long("commitOffset", -1)
         suspend_ms = req.get_long("suspendTimeoutMillis", 15000)
 
-        sg = None
-        if self.groups is not None:
-            sg = self.groups.find_or_create(group)
-            if sg is None:
-                return req.make_response(
-                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist, {FAQ}"
-                )
-            if not sg.consumeEnable:
-                return req.make_response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
-
-        tc = self.topics.get(topic)
-        if tc is None:
-            if (topic, queue_id) not in self.store.queues:
-                return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        else:
-            if not tc.perm & PERM_READ:
-                return req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
-            if queue_id < 0 or queue_id >= tc.read_queue_nums:
-                return req.make_response(
-                    ResponseCode.SYSTEM_ERROR,
-                    f"queueId[{queue_id}] is illegal, topic:[{topic}] "
-                    f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
-                    f"consumer:[{ctx.peer_address}]",
-                )
-
+        sg, refused = self._subscription_group(req, group)
+        if refused is not None:
+            return refused
+        refused = self._check_topic_queue(req, ctx, topic, queue_id)
+        if refused is not None:
+            return refused
         if sys_flag & FLAG_SUBSCRIPTION:
             sub = req.get_str("subscription", "*")
         else:
@@ -286,25 +267,7 @@ class PullProcessor:
         res = self.store.get_messages(topic, queue_id, offset, max_msgs, tag_codes)
         if self.stats is not None:
             self.stats.store.on_get(len(res.records) if res.status == GetStatus.FOUND else 0)
-        ext = {
-            "suggestWhichBrokerId": 0,
-            "nextBeginOffset": res.next_begin_offset,
-            "minOffset": res.min_offset,
-            "maxOffset": res.max_offset,
-        }
-        status = res.status
-        if status == GetStatus.FOUND:
-            code = ResponseCode.SUCCESS
-        elif status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
-            code = ResponseCode.PULL_RETRY_IMMEDIATELY
-        elif status in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
-            code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
-        elif status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
-            code = ResponseCode.PULL_OFFSET_MOVED
-        else:  # OFFSET_OVERFLOW_ONE, OFFSET_FOUND_NULL
-            code = ResponseCode.PULL_NOT_FOUND
-        if code == ResponseCode.PULL_OFFSET_MOVED and not c.is_master:
-            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+        code = self._pull_code(res.status, offset)
 
         if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and c.is_master and commit_offset >= 0:
             self.offsets.commit(group, topic, queue_id, commit_offset)
@@ -315,19 +278,76 @@ class PullProcessor:
             if held is not None:
                 return held
 
-        body = b""
-        if code == ResponseCode.SUCCESS:
-            body = b"".join(bytes(r) for r in res.records)
-            if self.stats is not None:
-                self.stats.table.on_get(group, topic, len(res.records), len(body))
-            if self.served is not None:
-                self.served.record(
-                    int(self.clock.seconds() * 1000),
-                    group,
-                    topic,
-                    queue_id,
-                    offset,
-                    res.next_begin_offset,
-                    len(res.records),
-                )
-        return req.make_response(code, status, ext_fields=ext, body=body)
+        body = self._found_body(group, topic, queue_id, offset, res) if code == ResponseCode.SUCCESS else b""
+        ext = {
+            "suggestWhichBrokerId": 0,
+            "nextBeginOffset": res.next_begin_offset,
+            "minOffset": res.min_offset,
+            "maxOffset": res.max_offset,
+        }
+        return req.make_response(code, res.status, ext_fields=ext, body=body)
+
+    def _subscription_group(self, req: RemotingCommand, group: str):
+        """(the group's config, created if it may be; None without a group manager), or the refusal."""
+        if self.groups is None:
+            return None, None
+        sg = self.groups.find_or_create(group)
+        if sg is None:
+            return None, req.make_response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist, {FAQ}"
+            )
+        if not sg.consumeEnable:
+            return None, req.make_response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        return sg, None
+
+    def _check_topic_queue(self, req: RemotingCommand, ctx, topic: str, queue_id: int):
+        """The refusal when the topic is unknown (and the store has no such queue), unreadable, or has no
+        such read queue; None when the pull may go on."""
+        tc = self.topics.get(topic)
+        if tc is None:
+            if (topic, queue_id) not in self.store.queues:
+                return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+            return None
+        if not tc.perm & PERM_READ:
+            return req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        if queue_id < 0 or queue_id >= tc.read_queue_nums:
+            return req.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
+                f"consumer:[{ctx.peer_address}]",
+            )
+        return None
+
+    def _pull_code(self, status, offset: int) -> int:
+        """The response code for the store's answer; on a slave, OFFSET_MOVED becomes RETRY_IMMEDIATELY."""
+        if status == GetStatus.FOUND:
+            code = ResponseCode.SUCCESS
+        elif status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+        elif status in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
+            code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
+        elif status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+            code = ResponseCode.PULL_OFFSET_MOVED
+        else:  # OFFSET_OVERFLOW_ONE, OFFSET_FOUND_NULL
+            code = ResponseCode.PULL_NOT_FOUND
+        if code == ResponseCode.PULL_OFFSET_MOVED and not self.config.is_master:
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+        return code
+
+    def _found_body(self, group: str, topic: str, queue_id: int, offset: int, res) -> bytes:
+        """The records found, as the body; counted in the statistics and the served log."""
+        body = b"".join(bytes(r) for r in res.records)
+        if self.stats is not None:
+            self.stats.table.on_get(group, topic, len(res.records), len(body))
+        if self.served is not None:
+            self.served.record(
+                int(self.clock.seconds() * 1000),
+                group,
+                topic,
+                queue_id,
+                offset,
+                res.next_begin_offset,
+                len(res.records),
+            )
+        return body
