@@ -44,7 +44,7 @@ def test_trace_records_are_read_from_both_sides_of_the_divide(tmp_path):
             if not hasattr(res, "status"):
                 got = []
                 res.addCallback(got.append)
-                until(clock, lambda: bool(got), 5)
+                until(clock, lambda got=got: bool(got), 5)
                 res = got[0]
             assert res.status == PutStatus.PUT_OK
         put(clock, d, 0)  # an ordinary message between them: only the trace topic's queue is read
