@@ -204,6 +204,12 @@ class ExporterMetrics:
 
     # -- registration -------------------------------------------------------------------------------
     def install(self, reg) -> None:
+        self._install_runtime_info(reg)
+        self._install_broker(reg)
+        self._install_topics_and_groups(reg)
+
+    def _install_runtime_info(self, reg) -> None:
+        """GET_BROKER_RUNTIME_INFO's values: the plain ones, the TPS windows and the put-time distribution."""
         for name, key in RUNTIME_GAUGES.items():
             reg.gauge(
                 f"brokeruntime_{name}",
@@ -229,6 +235,9 @@ class ExporterMetrics:
                 f"puts of the last full minute that took {name} (putMessageDistributeTime; rocketmq-exporter name)",
                 lambda i=i: self._pmdt(i),
             )
+
+    def _install_broker(self, reg) -> None:
+        """The store's disk, flush backlog, the broker's put and pull rates and the slaves' replication lag."""
         reg.gauge(
             "brokeruntime_commitlogdir_capacity_total",
             "bytes of the store's file system (rocketmq-exporter name)",
@@ -260,6 +269,9 @@ class ExporterMetrics:
             "slave's HA connection (rocketmq-exporter name)",
             self._commitlog_diff,
         )
+
+    def _install_topics_and_groups(self, reg) -> None:
+        """Rates by topic and group, and each group's backlog (with its retry topic's)."""
         per_topic = lambda name, field: lambda: self._stats_rows(name, self._topic_labels, lambda w: round(w[field], 2))
         per_group = lambda name, field: lambda: self._stats_rows(name, self._group_labels, lambda w: round(w[field], 2))
         reg.gauge(
