@@ -18,4 +18,5 @@ TARGETS = (
     "record_scan",
     "send_fastpath",
     "dledger_rpc",
+    "dledger_entry",
 )

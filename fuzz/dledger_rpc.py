@@ -62,7 +62,7 @@ IDS = ("n0", "n1", "n2")
 DATA_FILE, INDEX_FILE = 1024, 32 * 16
 ROLES = ("CANDIDATE", "FOLLOWER", "LEADER")
 MAX_CHUNKS = 16
-SMOKE_INPUTS = 300  # tests/unit/test_fuzz_smoke.py: each input runs a node for seconds of fake time
+SMOKE_INPUTS = 200  # tests/unit/test_fuzz_smoke.py: each input runs a node for seconds of fake time
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 

@@ -278,6 +278,50 @@ def dledger_rpc() -> dict[str, bytes]:
     }
 
 
+def dledger_entry() -> dict[str, bytes]:
+    import os
+    import tempfile
+
+    from fuzz.dledger_entry import DATA_FILE, INDEX_FILE
+    from rmqha.broker.dledger import entry as de
+    from rmqha.broker.dledger.file_store import FileStore
+
+    def files(folder: str, sub: str) -> list[bytes]:
+        path = os.path.join(folder, "dledger-n0", sub)
+        return [open(os.path.join(path, n), "rb").read() for n in sorted(os.listdir(path))]
+
+    def store_input(folder: str, cut: int | None = None) -> bytes:
+        datas, indexes = files(folder, "data"), files(folder, "index")
+        datas = [d.rstrip(b"\0") for d in datas]
+        if cut is not None:
+            datas[-1] = datas[-1][:cut]
+        indexes = [i.rstrip(b"\0") for i in indexes]
+        cp = open(os.path.join(folder, "dledger-n0", "checkpoint"), "rb").read()
+        term = open(os.path.join(folder, "dledger-n0", "currterm"), "rb").read()
+        out = b"\x01" + bytes([len(datas) - 1, len(indexes) - 1, 0])
+        out += b"".join(struct.pack(">H", len(d)) + d for d in datas)
+        out += b"".join(struct.pack(">H", len(i)) + i for i in indexes)
+        return out + bytes([len(cp)]) + cp + bytes([len(term)]) + term
+
+    e = de.DLedgerEntry(body=b"hello", index=7, term=3, pos=4096)
+    out = {
+        "entry": b"\0\0" + de.encode_entry(e),
+        "entry-offset": b"\0\x05" + bytes(5) + de.encode_entry(e),
+        "index": b"\0\0" + de.index_entry_for(e),
+        "blank": b"\0\0" + de.encode_blank(16),
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        fs = FileStore(folder, "n0", data_file_size=DATA_FILE, index_file_size=INDEX_FILE)
+        for i in range(7):  # 148-byte entries: three a data file, then a blank
+            fs.append_as_leader(bytes([65 + i]) * 100, 1 + i // 3)
+        fs.set_committed_index(5)
+        fs.persist_term(3, "n1")
+        fs.close()
+        out["store"] = store_input(folder)
+        out["store-torn"] = store_input(folder, cut=100)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     import sys
 
@@ -290,6 +334,7 @@ def main(argv: list[str] | None = None) -> None:
         ("record_scan", record_scan),
         ("send_fastpath", send_fastpath),
         ("dledger_rpc", dledger_rpc),
+        ("dledger_entry", dledger_entry),
     ):
         if only and target not in only:
             continue

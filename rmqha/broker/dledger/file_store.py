@@ -441,7 +441,7 @@ class FileStore:
         if start == 0:  # a log rebuilt at a pos inside its first file (rebuild_with_pos) starts past zeros
             offset = self._first_entry_offset(files[0])
             self.data.start_offset = offset - files[0].start
-        last_index, last_term = -1, -1
+        last_index, last_term, first_walked = -1, -1, -1
         rewrite_index = False
         while True:
             f = files[f_i]
@@ -487,6 +487,8 @@ class FileStore:
             if rewrite_index:
                 self.index.append(encode_index(e.pos, e.size, e.magic, e.index, e.term), use_blank=False)
             last_index, last_term = e.index, e.term
+            if first_walked == -1:
+                first_walked = e.index
             offset += e.size
         self.recovered_from = {"file": start, "end_offset": offset, "end_index": last_index}
         self.data.truncate(offset)
@@ -494,10 +496,15 @@ class FileStore:
         self.end_index, self.end_term = last_index, last_term
         self.begin_index = -1
         if last_index != -1:
-            first = decode_entry(self.data.read_raw(self.data.min_offset, BODY_OFFSET), read_body=False)
-            self.begin_index = first.index
+            try:
+                first = decode_entry(self.data.read_raw(self.data.min_offset, BODY_OFFSET), read_body=False).index
+            except EntryFormatError:  # a blank or garbage where the log begins: it begins where the walk did
+                first = first_walked
+            if not 0 <= first <= first_walked:
+                first = first_walked
+            self.begin_index = first
             if self.index.files:
-                self.index.start_offset = max(0, first.index * INDEX_UNIT_SIZE - self.index.files[0].start)
+                self.index.start_offset = max(0, first * INDEX_UNIT_SIZE - self.index.files[0].start)
             self.get(last_index)  # the recheck recover() makes
         self.committed_index = -1
         try:

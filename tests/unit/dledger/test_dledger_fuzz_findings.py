@@ -7,7 +7,8 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 
 from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger.effects import AppendDone, Reply
-from rmqha.broker.dledger.entry import DLedgerEntry
+from rmqha.broker.dledger.entry import DLedgerEntry, encode_blank
+from rmqha.broker.dledger.file_store import FileStore, offset_to_file_name
 from rmqha.broker.dledger.node import DLedgerNode
 from rmqha.broker.dledger.protocol import (
     PushEntryRequest,
@@ -116,3 +117,21 @@ def test_a_response_on_the_listening_port_is_not_a_peers_answer():
     proto.dataReceived(encode(cmd))  # the same answer from n1's own connection counts
     ((peer, req, response, _now),) = node.responses
     assert peer == "n1" and req is request and response.voteResult == VoteResult.ACCEPT
+
+
+@pytest.mark.fast
+def test_recovery_of_a_first_data_file_that_begins_with_a_blank(tmp_path):
+    # Found by fuzz dledger_entry: recovery walked over a blank at the log's first byte into the next
+    # file, then read the begin index at that first byte with a strict decode, which raised
+    # EntryFormatError out of FileStore(): a node with such a file could not start.
+    fs = FileStore(str(tmp_path), "n0", data_file_size=512, index_file_size=32 * 16)
+    for i in range(4):  # 148-byte entries: three in the first file, the fourth in the second
+        fs.append_as_leader(bytes([65 + i]) * 100, 1)
+    fs.close()
+    first = tmp_path / "dledger-n0" / "data" / offset_to_file_name(0)
+    with open(first, "r+b") as f:
+        f.write(encode_blank(512)[:8])
+    again = FileStore(str(tmp_path), "n0", data_file_size=512, index_file_size=32 * 16)
+    assert (again.begin_index, again.end_index) == (3, 3)
+    assert again.get(3).body == b"D" * 100
+    again.release()
