@@ -137,42 +137,72 @@ class RouteInfoManager:
         )
         if apply_topics:  # refused before anything changes
             assert body is not None
-            own = self.broker_topics.get(broker_name, ())
-            new_entries = sum(1 for name in body.topic_configs if name not in own)
-            if self.route_entries + new_entries > self.max_topic_routes:
-                raise BadRequest(
-                    f"this name server keeps at most {self.max_topic_routes} topic routes in all "
-                    f"(--max-topic-routes) and holds {self.route_entries}; the {new_entries} new "
-                    f"ones of {broker_name} are refused"
-                )
+            self._check_route_room(broker_name, body)
         self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
+        broker_data = self._list_broker(cluster_name, broker_name, broker_id, broker_addr)
+        if apply_topics:
+            assert body is not None
+            self._apply_topics(broker_name, body)
+        self._mark_live(
+            cluster_name, broker_addr, broker_name, broker_id, ha_server_addr, data_version, channel, now_ms
+        )
+        filters = body.filter_servers if body is not None else []
+        if filters:
+            self.filter_server_table[broker_addr] = list(filters)
+        else:
+            self.filter_server_table.pop(broker_addr, None)
+        return self._register_result(broker_data, broker_id)
 
+    def _check_route_room(self, broker_name: str, body: RegisterBrokerBody) -> None:
+        """BadRequest when the registration's new topic routes would pass --max-topic-routes."""
+        own = self.broker_topics.get(broker_name, ())
+        new_entries = sum(1 for name in body.topic_configs if name not in own)
+        if self.route_entries + new_entries > self.max_topic_routes:
+            raise BadRequest(
+                f"this name server keeps at most {self.max_topic_routes} topic routes in all "
+                f"(--max-topic-routes) and holds {self.route_entries}; the {new_entries} new "
+                f"ones of {broker_name} are refused"
+            )
+
+    def _list_broker(self, cluster_name: str, broker_name: str, broker_id: int, broker_addr: str) -> BrokerData:
+        """The broker's address under its group and id (the group created on its first registration)."""
         broker_data = self.broker_addr_table.get(broker_name)
         if broker_data is None:
             broker_data = BrokerData(cluster_name, broker_name)
             self.broker_addr_table[broker_name] = broker_data
-
         # A slave promoted to master (same ip:port, new id) must not stay listed under its old id.
         for old_id in [i for i, a in broker_data.broker_addrs.items() if a == broker_addr and i != broker_id]:
             del broker_data.broker_addrs[old_id]
         broker_data.broker_addrs[broker_id] = broker_addr
+        return broker_data
 
-        if apply_topics:
-            assert body is not None
-            new = changed = 0
-            for tc in body.topic_configs.values():
-                outcome = self._create_and_update_queue_data(broker_name, tc)
-                new += outcome == "new"
-                changed += outcome == "changed"
-            if new or changed:  # one line per registration, however many topics it carries
-                log.info(
-                    "topic routes of %s: %d new, %d changed (of %d in its registration)",
-                    broker_name,
-                    new,
-                    changed,
-                    len(body.topic_configs),
-                )
+    def _apply_topics(self, broker_name: str, body: RegisterBrokerBody) -> None:
+        """A master's topic configs into the routes; one log line however many topics it carries."""
+        new = changed = 0
+        for tc in body.topic_configs.values():
+            outcome = self._create_and_update_queue_data(broker_name, tc)
+            new += outcome == "new"
+            changed += outcome == "changed"
+        if new or changed:
+            log.info(
+                "topic routes of %s: %d new, %d changed (of %d in its registration)",
+                broker_name,
+                new,
+                changed,
+                len(body.topic_configs),
+            )
 
+    def _mark_live(
+        self,
+        cluster_name: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        data_version: dict,
+        channel: Hashable,
+        now_ms: int,
+    ) -> None:
         previous = self.broker_live_table.get(broker_addr)
         self.broker_live_table[broker_addr] = BrokerLiveInfo(now_ms, data_version, channel, ha_server_addr)
         if previous is None:
@@ -185,12 +215,8 @@ class RouteInfoManager:
                 ha_server_addr,
             )
 
-        filters = body.filter_servers if body is not None else []
-        if filters:
-            self.filter_server_table[broker_addr] = list(filters)
-        else:
-            self.filter_server_table.pop(broker_addr, None)
-
+    def _register_result(self, broker_data: BrokerData, broker_id: int) -> RegisterResult:
+        """For a slave: its master's address and HA address, once that master is live."""
         result = RegisterResult()
         if broker_id != MASTER_ID:
             master_addr = broker_data.broker_addrs.get(MASTER_ID)
