@@ -70,16 +70,9 @@ class SendBackProcessor:
         group = validation.check_group(req.get_str("group"))
         phys = req.get_long("offset")
         delay_level = req.get_int("delayLevel", 0)
-        max_times = DEFAULT_MAX_RECONSUME_TIMES
-        retry_queue_nums = 1
-        if self.groups is not None:
-            sg = self.groups.find_or_create(group)
-            if sg is None:
-                return req.make_response(
-                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group} {FAQ}"
-                )
-            max_times = sg.retryMaxTimes
-            retry_queue_nums = sg.retryQueueNums
+        max_times, retry_queue_nums, refused = self._group_retry_settings(req, group)
+        if refused is not None:
+            return refused
         if not is_writeable(self.config.brokerPermission):
             return req.make_response(
                 ResponseCode.NO_PERMISSION, f"the broker[{self.config.brokerIP1}] sending message is forbidden"
@@ -87,25 +80,78 @@ class SendBackProcessor:
         if retry_queue_nums <= 0:  # 4.9: the group wants no retries; the message is dropped
             log.info("group %s has retryQueueNums %d: message at %d not sent back", group, retry_queue_nums, phys)
             return req.make_response()
+        topic, queue_id, refused = self._retry_queue(req, group, retry_queue_nums)
+        if refused is not None:
+            return refused
+        if req.version >= V3_4_9 or self.groups is None:
+            max_times = req.get_int("maxReconsumeTimes", max_times)
+        found = queries.record_at(self.controller.store, phys)
+        if found is None:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phys}")
+        msg, origin_id = self._message_back(found[1], group, topic, queue_id, max_times, delay_level)
+        # read now: the store moves a delayed message to SCHEDULE_TOPIC_XXXX in place
+        topic, queue_id, props = msg.topic, msg.queue_id, msg.properties
+        d = defer.maybeDeferred(self.controller.put_message, msg, False)
+
+        def done(res):
+            if res.status == PutStatus.PUT_OK:
+                self.controller.stats.table.on_send_back(group, props["RETRY_TOPIC"])
+                log.info(
+                    "message %s of group %s sent back to %s queue %d (reconsumeTimes %d)",
+                    origin_id,
+                    group,
+                    topic,
+                    queue_id,
+                    msg.reconsume_times,
+                )
+                return req.make_response()
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"{res.status}: {res.remark}")
+
+        return d.addCallback(done)
+
+    def _group_retry_settings(self, req: RemotingCommand, group: str):
+        """(max reconsume times, retry queue count, refusal): the group's own when groups are kept (it must
+        exist or be creatable, as in 4.9), else the defaults."""
+        if self.groups is None:
+            return DEFAULT_MAX_RECONSUME_TIMES, 1, None
+        sg = self.groups.find_or_create(group)
+        if sg is None:
+            return (
+                DEFAULT_MAX_RECONSUME_TIMES,
+                1,
+                req.make_response(
+                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group} {FAQ}"
+                ),
+            )
+        return sg.retryMaxTimes, sg.retryQueueNums, None
+
+    def _retry_queue(self, req: RemotingCommand, group: str, retry_queue_nums: int):
+        """(the group's retry topic, created if new; a random queue of it both readable and writable; refusal)."""
         sys_flag = TOPIC_FLAG_UNIT_SUB if req.get_bool("unitMode", False) else 0
         topic = retry_topic(group)
         tc = self.topics.create_in_send_back(
             topic, min(retry_queue_nums, MAX_QUEUE_NUMS), PERM_READ | PERM_WRITE, sys_flag
         )
         if not is_writeable(tc.perm):
-            return req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+            return (
+                topic,
+                0,
+                req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"),
+            )
         choices = retry_queue_choices(retry_queue_nums, tc.read_queue_nums, tc.write_queue_nums)
         if choices <= 0:  # stored there, a retry would sit where no consumer reads: the client retries locally
-            return req.make_response(
-                ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] has no queue that is both readable and writable"
+            return (
+                topic,
+                0,
+                req.make_response(
+                    ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] has no queue that is both readable and writable"
+                ),
             )
-        queue_id = self.random.randrange(choices)
-        if req.version >= V3_4_9 or self.groups is None:
-            max_times = req.get_int("maxReconsumeTimes", max_times)
-        found = queries.record_at(self.controller.store, phys)
-        if found is None:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phys}")
-        orig = found[1]
+        return topic, self.random.randrange(choices), None
+
+    def _message_back(self, orig, group: str, topic: str, queue_id: int, max_times: int, delay_level: int):
+        """(the message to store, its origin id): the original again, delayed on the retry topic, or on the
+        group's DLQ once it was reconsumed max_times (or the client asks for the DLQ: delay level < 0)."""
         props = dict(orig.properties)
         props.setdefault("RETRY_TOPIC", orig.topic)
         props.pop("WAIT", None)
@@ -131,23 +177,7 @@ class SendBackProcessor:
             reconsume_times=int32(orig.reconsume_times + 1),
             properties=props,
         )
-        d = defer.maybeDeferred(self.controller.put_message, msg, False)
-
-        def done(res):
-            if res.status == PutStatus.PUT_OK:
-                self.controller.stats.table.on_send_back(group, props["RETRY_TOPIC"])
-                log.info(
-                    "message %s of group %s sent back to %s queue %d (reconsumeTimes %d)",
-                    origin_id,
-                    group,
-                    topic,
-                    queue_id,
-                    msg.reconsume_times,
-                )
-                return req.make_response()
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"{res.status}: {res.remark}")
-
-        return d.addCallback(done)
+        return msg, origin_id
 
 
 def retry_queue_choices(retry_queue_nums: int, read_queue_nums: int, write_queue_nums: int) -> int:
