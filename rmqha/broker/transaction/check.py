@@ -164,50 +164,13 @@ def check_queue(
             log.info("half queue %d: nothing at offset %d (%s); going on at %d", queue_id, i, status, next_offset)
             i = new_offset = next_offset
             continue
-        half = found[0]
-        now = now_ms()
-        if listener.resolved(half):
-            bridge.put_op(half, now)
-            i = new_offset = i + 1
-            yield
-            continue
-        if need_discard(half, check_max) or now - half.born_timestamp > FILE_RESERVED_TIME_MS:
-            listener.discard(half)
-            i = new_offset = i + 1
-            yield
-            continue
-        if half.store_timestamp >= start:
-            break  # stored during this run (a copy made for a check) or later
-        age = now - half.born_timestamp
-        immunity_text = half.properties.get(messages.PROPERTY_CHECK_IMMUNITY_TIME)
-        immunity = timeout_ms
-        if immunity_text is not None:
-            immunity = immunity_ms(immunity_text, timeout_ms)
-            if age < immunity and _immune(bridge, half, ops):
-                i = new_offset = i + 1
-                yield
-                continue
-        elif 0 <= age < immunity:
-            break  # every later half is younger
-        # Read more op messages while there are any: the op for this half may be among them.
-        while ops.found and i not in ops.resolved and not ops.last_born - start > timeout_ms:
-            read_ops(bridge, queue_id, ops.next_offset, half_offset, ops)
-        if i in ops.resolved:
-            continue
-        if not (age >= immunity or age <= -1 or (ops.found and ops.last_born - start > timeout_ms)):
+        step = _check_half(
+            bridge, queue_id, i, found[0], now_ms(), start, timeout_ms, check_max, listener, ops, half_offset
+        )
+        if step == _STOP:
             break
-        copy = bridge.put(messages.renewed(half))
-        if not PutStatus(copy.status).stored:
-            log.error(
-                "half queue %d offset %d: its copy for a check was not stored (%s %s); the walk stops "
-                "here until the next run",
-                queue_id,
-                i,
-                copy.status,
-                copy.remark,
-            )
-            break
-        listener.check(half, copy)
+        if step == _AGAIN:
+            continue
         i = new_offset = i + 1
         yield
     if new_offset != half_offset:
@@ -215,6 +178,65 @@ def check_queue(
     new_op_offset = next_op_offset(ops.done, op_offset)
     if new_op_offset != op_offset:
         bridge.update_consume_offset(op_topic, queue_id, new_op_offset)
+
+
+# What the walk does after one half message: go on to the next, stop this run, or look at the same
+# offset again (an op read meanwhile resolved it).
+_NEXT, _STOP, _AGAIN = "next", "stop", "again"
+
+
+def _check_half(
+    bridge,
+    queue_id: int,
+    i: int,
+    half: record.Message,
+    now: int,
+    start: int,
+    timeout_ms: int,
+    check_max: int,
+    listener: Listener,
+    ops: Ops,
+    half_offset: int,
+) -> str:
+    """One half message at offset i: resolved (its op written), discarded, immune, not due yet, or
+    stored again and checked with the producer."""
+    if listener.resolved(half):
+        bridge.put_op(half, now)
+        return _NEXT
+    if need_discard(half, check_max) or now - half.born_timestamp > FILE_RESERVED_TIME_MS:
+        listener.discard(half)
+        return _NEXT
+    if half.store_timestamp >= start:
+        return _STOP  # stored during this run (a copy made for a check) or later
+    age = now - half.born_timestamp
+    immunity_text = half.properties.get(messages.PROPERTY_CHECK_IMMUNITY_TIME)
+    immunity = timeout_ms
+    if immunity_text is not None:
+        immunity = immunity_ms(immunity_text, timeout_ms)
+        if age < immunity and _immune(bridge, half, ops):
+            return _NEXT
+    elif 0 <= age < immunity:
+        return _STOP  # every later half is younger
+    # Read more op messages while there are any: the op for this half may be among them.
+    while ops.found and i not in ops.resolved and not ops.last_born - start > timeout_ms:
+        read_ops(bridge, queue_id, ops.next_offset, half_offset, ops)
+    if i in ops.resolved:
+        return _AGAIN
+    if not (age >= immunity or age <= -1 or (ops.found and ops.last_born - start > timeout_ms)):
+        return _STOP
+    copy = bridge.put(messages.renewed(half))
+    if not PutStatus(copy.status).stored:
+        log.error(
+            "half queue %d offset %d: its copy for a check was not stored (%s %s); the walk stops "
+            "here until the next run",
+            queue_id,
+            i,
+            copy.status,
+            copy.remark,
+        )
+        return _STOP
+    listener.check(half, copy)
+    return _NEXT
 
 
 def _immune(bridge, half: record.Message, ops: Ops) -> bool:
