@@ -40,7 +40,7 @@ from twisted.internet import defer
 
 from . import validation
 from .store import delay
-from .config import BrokerConfig, dledger_slave_id
+from .config import BrokerConfig, ConfigError, dledger_slave_id
 from .dledger.config import DLedgerConfig
 from .dledger.effects import Committed, RoleChanged
 from .dledger.entry import BODY_OFFSET
@@ -182,12 +182,11 @@ class DLedgerMessageStore(MessageStore):
         self.dledger_config = config
         self._reactor, self._clock = reactor, clock
         self._rng = rng or random.Random()
-        self._dl_config = dledger or DLedgerConfig(
-            group=config.dLegerGroup,
-            selfId=config.dLegerSelfId,
-            peers=config.dLegerPeers,
-            preferredLeaderIds=config.preferredLeaderId or None,
-        )
+        # from_broker also reads clusterSecretFile: with a secret, peer traffic is signed (docs/dledger.md)
+        try:
+            self._dl_config = dledger or DLedgerConfig.from_broker(config)
+        except ValueError as e:
+            raise ConfigError(f"clusterSecretFile: {e}") from None
         self.next_dispatch_index = 0  # the first committed entry not yet in the consume queues
         self.role_listeners: list[Callable[[RoleChanged], object]] = []
         self.noops = 0
