@@ -66,13 +66,10 @@ columns.
 
 What is next, in order:
 
-1. The kit: DLedger faults in rmqha/chaos (leader kill/pause, the `<src>-dl-<dst>` proxies for
-   partitions that isolate the leader with a minority, power loss on a minority), the delivery
-   checker's and the guarantee matrix's DLedger rows, the audit's decoding of `dledger-*/data`, and
-   the pytest plugin's `dledger` topology.
-2. The smooth upgrade from a classic commit log (dividedCommitlogOffset), storePathDLedgerCommitLog,
-   and the broker building its DLedger config with DLedgerConfig.from_broker (the cluster secret).
-3. Left out of the file store so far: the clean-space service (file deletion by age and disk ratio,
-   and so a begin index above 0 that survives a restart), multi-path data dirs, batch push, and
-   BatchAppendEntryRequest over RPC (answered UNSUPPORTED; the broker's batches are local appends).
+1. The kit's DLedger power loss on a minority, disk-full and link-latency faults (kill, pause and
+   partition of the leader or a follower exist: rmqha/chaos/nemesis.py; the matrix has DLedger rows).
+2. Left out of the file store so far: the clean-space service (file deletion by age and disk ratio,
+   also of an upgraded member's old classic files, and so a begin index above 0 that survives a
+   restart), multi-path data dirs, batch push, and BatchAppendEntryRequest over RPC (answered
+   UNSUPPORTED; the broker's batches are local appends).
 """
