@@ -13,7 +13,8 @@ consumer), is owed to that group and ends in exactly one state:
                    "queued"      on its master with a consume-queue entry, before the offset the
                                  group's consumers committed: they passed it by (a consumer-side loss),
                    "backlog"     the same, at or past that offset: the group never got that far (its
-                                 consumer stalled or stopped before the end of the drain),
+                                 consumer stalled or stopped before the end of the drain; a send in
+                                 no broker group: in some group's queue),
                    "unqueued"    on its master with no consume-queue entry (undeliverable),
                    "nowhere"     on no node at all
     parked         acknowledged, only in SCHEDULE_TOPIC_XXXX / the half-message topic of a master (not due
@@ -419,9 +420,15 @@ def check(
         for m, qs in per.items()
         for q, c in qs.items()
     ]
-    at_queue = F.concat_ws("\u0001", "grp", "mq.node", F.col("mq.queue_id").cast("string"))
+    committed_at = lit_map({f"{g}\u0001{m}\u0001{q}": c for g, m, q, c in committed}, "long")
+
+    def past_committed(x):  # a master copy at or past where the group's consumers stopped in its queue
+        return x["queue_offset"] >= committed_at[F.concat_ws("\u0001", "grp", x["node"], x["queue_id"].cast("string"))]
+
+    # a send in no broker group has no one queue: it is backlog when some group's queue never got that far
     owed = owed.withColumn(
-        "committed", lit_map({f"{g}\u0001{m}\u0001{q}": c for g, m, q, c in committed}, "long")[at_queue]
+        "backlog",
+        F.when(F.col("broker").isNotNull(), past_committed(F.col("mq"))).otherwise(F.exists("mqs", past_committed)),
     )
     got = F.col("n") > 0
     state = (
@@ -432,7 +439,7 @@ def check(
         .otherwise("lost")
     )
     reason = (
-        F.when((F.col("servable") == 1) & (F.col("mq.queue_offset") >= F.col("committed")), REASONS[0])
+        F.when((F.col("servable") == 1) & F.col("backlog"), REASONS[0])
         .when(F.col("servable") == 1, "queued")
         .when(F.col("on_master") == 1, "unqueued")
         .otherwise("nowhere")
@@ -660,7 +667,8 @@ def _placed(df):
     the group that acknowledged it (the answer's broker_name when its recorder wrote one; else the copies'
     choice, c_broker: the acknowledged try's copy, narrowed by what its answer names), `ambiguous` (the
     groups, when that choice found copies in several and the answer tells none apart), and `mq`: the master
-    copy in that group, the acknowledged try's named copy first (any group's when there is no group)."""
+    copy in that group, the acknowledged try's named copy first (none when there is no group: no group's
+    copy is picked over another's)."""
     from pyspark.sql import functions as F
 
     broker = F.col("broker")
@@ -669,7 +677,7 @@ def _placed(df):
         .withColumn("ambiguous", F.when(F.col("ok_broker").isNull(), F.col("c_ambiguous")))
         .withColumn(
             "mq",
-            F.array_min(F.when(broker.isNull(), F.col("mqs")).otherwise(F.filter("mqs", lambda x: x["b"] == broker))),
+            F.when(broker.isNotNull(), F.array_min(F.filter("mqs", lambda x: x["b"] == broker))),
         )
     )
 

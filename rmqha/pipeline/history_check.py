@@ -57,6 +57,8 @@ class HistoryFindings:
     statuses: dict = field(default_factory=dict)
     served_by: dict = field(default_factory=dict)  # serving node -> receives (rmqha/pipeline/served.py)
     served_buckets: list = field(default_factory=list)  # (broker, node, bucket start ms, receives)
+    # receives not judged for per-queue order, every one: (client, topic, queue id, queue offset, uniq_key, why)
+    unplaced: list = field(default_factory=list)
 
 
 def load_histories(spark, paths: list[str]):
@@ -90,6 +92,48 @@ def _pcts(df, col: str) -> dict:
     from pyspark.sql import functions as F
 
     return _pcts_of(df.select(*_pct_cols(F.col(col), "")).first(), "")
+
+
+def _placed_receives(stored, recvs):
+    """The receives with their broker group (`broker`): the history's broker_name, else the group of the
+    stored copy at the receive's own place (UNIQ_KEY, topic, queue id, queue offset; any node: a slave's
+    copy has its master's place). Copies of two groups at that place (a client's internal retry stored one
+    UNIQ_KEY in both, at the same queue offset) are told apart by the receive's commit-log offset, when it
+    has one. Otherwise no group, and `reason` says why."""
+    from pyspark.sql import functions as F
+
+    places = (
+        stored.filter(F.col("uniq_key").isNotNull())
+        .groupBy("uniq_key", "topic", "queue_id", "queue_offset")
+        .agg(
+            F.array_sort(F.collect_set("broker_name")).alias("p_groups"),
+            F.collect_set(F.struct(F.col("broker_name").alias("b"), F.col("physical_offset").alias("phys"))).alias(
+                "p_at"
+            ),
+        )
+    )
+    told = F.array_sort(
+        F.array_distinct(
+            F.transform(F.filter("p_at", lambda x: x["phys"] == F.col("commit_log_offset")), lambda x: x["b"])
+        )
+    )
+    given = F.when(F.col("broker_name") != "", F.col("broker_name"))
+    found = F.when(F.size("p_groups") == 1, F.col("p_groups")[0]).when(F.size(told) == 1, told[0])
+    return (
+        recvs.join(places, ["uniq_key", "topic", "queue_id", "queue_offset"], "left")
+        .withColumn("broker", F.coalesce(given, found))
+        .withColumn(
+            "reason",
+            F.when(F.col("broker").isNotNull() & F.col("queue_offset").isNotNull(), F.lit(None).cast("string"))
+            .when(F.col("queue_offset").isNull(), "no queue offset")
+            .when(
+                F.size("p_groups") > 1,
+                F.concat(F.lit("stored in "), F.array_join("p_groups", ", "), F.lit(" at its place")),
+            )
+            .otherwise("no stored copy at its place"),
+        )
+        .drop("p_groups", "p_at")
+    )
 
 
 def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = None) -> HistoryFindings:
@@ -257,24 +301,23 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     f.phantom_count = len(f.phantoms) if len(f.phantoms) < LISTED else phantom.count()
 
     # 5. per-queue order among received messages, per consumer client. The queue is (broker, topic,
-    # queue id); the broker comes from the stored copy when the history does not name it.
-    where = copies.filter(F.col("on_master") == 1).groupBy("uniq_key").agg(F.first("broker_name").alias("b"))
-    rq = (
-        recvs.join(where, "uniq_key", "left")
-        .withColumn("broker", F.coalesce("broker_name", "b", F.lit("?")))
-        .filter(F.col("queue_offset").isNotNull())
-    )
+    # queue id); the broker is the history's, else the group whose stored copy is at the receive's own
+    # place (_placed_receives). A receive in no group, or with no queue offset, is not judged: counted
+    # and named (unplaced).
+    rq = _placed_receives(stored, recvs)
+    judged = F.col("broker").isNotNull() & F.col("queue_offset").isNotNull()
     wq = Window.partitionBy("client", "broker", "topic", "queue_id").orderBy("seq")
     seen = Window.partitionBy("client", "broker", "topic", "queue_id", "queue_offset").orderBy("seq")
     rq = rq.withColumn(
         "prev_max", F.max("queue_offset").over(wq.rowsBetween(Window.unboundedPreceding, -1))
     ).withColumn("nth", F.row_number().over(seen))
-    is_viol = (F.col("nth") == 1) & (F.col("queue_offset") < F.col("prev_max"))
-    rq = rq.withColumn("viol", is_viol).cache()
+    is_viol = judged & (F.col("nth") == 1) & (F.col("queue_offset") < F.col("prev_max"))
+    rq = rq.withColumn("viol", F.coalesce(is_viol, F.lit(False))).withColumn("judged", judged).cache()
     agg = rq.agg(
-        F.sum((F.col("nth") > 1).cast("int")).alias("redeliveries"),
+        F.sum((F.col("judged") & (F.col("nth") > 1)).cast("int")).alias("redeliveries"),
         F.sum((F.col("viol") & F.coalesce(F.col("ordered"), F.lit(False))).cast("int")).alias("ordered"),
         F.sum(F.col("viol").cast("int")).alias("viol"),
+        F.sum((~F.col("judged")).cast("int")).alias("unplaced"),
     ).first()
     f.redeliveries = int(agg["redeliveries"] or 0)
     f.order_violations_ordered = int(agg["ordered"] or 0)
@@ -284,11 +327,21 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
             (r["client"], r["broker"], r["topic"], r["queue_id"], r["queue_offset"], r["prev_max"], bool(r["ordered"]))
             for r in rq.filter("viol").orderBy("client", "seq").limit(LISTED).collect()
         ]
+    if agg["unplaced"]:  # every one (no cap), and only when there are some
+        f.unplaced = [
+            (r["client"], r["topic"], r["queue_id"], r["queue_offset"], r["uniq_key"], r["reason"])
+            for r in rq.filter(~F.col("judged")).orderBy("client", "seq").collect()
+        ]
 
-    # 5b. which node served each receive (its group's node whose served pull covers its queue offset)
+    # 5b. which node served each receive (its group's node whose served pull covers its queue offset; a
+    # receive in no group is unattributed)
     if served_rows is not None:
         by = served.attribute(
-            spark, rq.select("client", "seq", "broker", "topic", "queue_id", "queue_offset", "start_ms"), served_rows
+            spark,
+            rq.filter(F.col("queue_offset").isNotNull()).select(
+                "client", "seq", "broker", "topic", "queue_id", "queue_offset", "start_ms"
+            ),
+            served_rows,
         )
         bucket = (F.col("start_ms") / served.BUCKET_MS).cast("long") * served.BUCKET_MS
         for r in by.groupBy("broker", "served_by", bucket.alias("t")).count().collect():
@@ -434,7 +487,17 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
             Verdict(
                 "per-queue receive order",
                 PASS,
-                f"in order ({f.redeliveries} redeliveries of an already received offset)",
+                f"in order ({f.redeliveries} redeliveries of an already received offset)"
+                + (f"; {len(f.unplaced)} receive(s) in no queue not judged" if f.unplaced else ""),
+            )
+        )
+    if f.unplaced:
+        out.append(
+            Verdict(
+                "broker group of receives",
+                WARN,
+                f"{len(f.unplaced)} receive(s) in no broker group's queue, not judged for per-queue order: "
+                + _few(f.unplaced, lambda x: f"{x[4]} on {x[1]} q{x[2]}@{x[3]} by {x[0]} ({x[5]})"),
             )
         )
     if f.receives:

@@ -12,7 +12,7 @@ from rmqha.cluster.history import HistoryWriter
 from rmqha.pipeline import delivery
 from rmqha.pipeline.verdict import FAIL, WARN
 
-from .test_delivery import GROUP, T0, _deliver
+from .test_delivery import GROUP, T0, _deliver, _histories
 
 A_FAULT, B_FAULT = "#1 power-loss broker-a-0", "#2 kill-master broker-b-0"
 
@@ -139,3 +139,31 @@ def test_a_send_is_the_group_that_acknowledged_it_and_an_ambiguous_one_is_named(
     amb = v[(delivery.ID_AMBIGUOUS, GROUP)]
     assert amb.status == WARN and amb.detail.startswith("1 acknowledged send(s)")
     assert "y1 (broker-a, broker-b)" in amb.detail and "z1" not in amb.detail and "w1" not in amb.detail
+
+
+def test_a_lost_send_in_no_group_is_backlog_when_some_groups_queue_never_reached_it(spark, run_builder):
+    """v1 is stored in both groups' queue 0 and its answer names no copy: no group. The group's consumers
+    passed broker-a's copy by but never reached broker-b's: the loss is backlog, not a consumer passing it
+    by in whichever group's queue comes first by name."""
+    rb = run_builder
+    for broker, before in (("broker-a", 4), ("broker-b", 0)):
+        rb.master(name=f"{broker}-0", broker=broker, n=before)
+        rb.put("T", "V1", "v1", 100, 0)
+        rb.sent.pop()
+        for i in range(4 - before):
+            rb.put("T", f"{broker}-L{i}", f"{broker}-l{i}", 100, 0)
+        rb.close()
+    _histories(
+        rb, range(len(rb.sent)), extra_sends=[{"op": "send", "send_id": "v1", "uniq_key": "V1", "status": "SEND_OK"}]
+    )
+    os.makedirs(os.path.join(rb.root, "chaos"))
+    with open(os.path.join(rb.root, "chaos", "ending-1.json"), "w") as fh:
+        # broker-a-0's copy is at queue 0 offset 1 (after master()'s first put), before the committed 5: passed
+        # by; broker-b-0's at offset 0, where the group's consumers committed nothing: never reached
+        json.dump(
+            {"drain": {GROUP: {"drained": True, "committed": {"broker-a-0": {"0": 5}, "broker-b-0": {"0": 0}}}}}, fh
+        )
+    v, rep, summary, _ = _deliver(spark, rb.root)
+    d = summary["delivery"][GROUP]
+    assert (d["lost"], d["ambiguousGroup"], d["lostByReason"]) == (1, 1, {"backlog": 1}), d
+    assert "v1 (broker-a, broker-b)" in v[(delivery.ID_AMBIGUOUS, GROUP)].detail
