@@ -545,9 +545,13 @@ class EntryHandler:
     def handle_push(self, request: PushEntryRequest, now: float) -> None:
         t = request.type
         for e in [request.entry, *request.batchEntry]:
-            # ours: entries the store could not read back (recovery stops at an unknown magic)
-            if e is not None and (e.body is None or e.magic != CURRENT_MAGIC):
-                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{t.name}: entry {e.index} has no body or magic")
+            # ours: entries the store could not read back (recovery stops at an unknown magic, and at a
+            # term that falls: an entry from a term after the leader's own would be followed by lower ones)
+            if e is not None and (e.body is None or e.magic != CURRENT_MAGIC or e.term > request.term):
+                raise DLedgerError(
+                    ResponseCode.UNEXPECTED_ARGUMENT,
+                    f"{t.name}: entry {e.index} has no body, its magic or a later term",
+                )
         if t == PushType.APPEND:
             if request.entry is None and not request.batchEntry:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "APPEND without an entry")

@@ -135,3 +135,17 @@ def test_recovery_of_a_first_data_file_that_begins_with_a_blank(tmp_path):
     assert (again.begin_index, again.end_index) == (3, 3)
     assert again.get(3).body == b"D" * 100
     again.release()
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("type_", [PushType.APPEND, PushType.TRUNCATE])
+def test_a_pushed_entry_from_a_later_term_than_the_push_is_refused(type_):
+    # Caught by fuzz dledger_rpc's log oracle (an input with the entry's term edited): a follower in
+    # term 3 stored an entry of term 9; once it led term 4 its own entries would follow with a lower
+    # term, and the file store's recovery stops where terms fall, cutting acknowledged entries.
+    node, log = follower()
+    request = push(type_, entry(3 if type_ == PushType.APPEND else 2, term=9))
+    effects = node.handle_request(request, 10.0)
+    (reply,) = [e for e in effects if isinstance(e, Reply)]
+    assert reply.response.code == ResponseCode.UNEXPECTED_ARGUMENT
+    assert (log.end_index, log.end_term) == (2, 3)
