@@ -201,10 +201,28 @@ def _dledger_members(c, group: str) -> list[str]:
     return [n["name"] for n in c.state.get("nodes", []) if n.get("brokerName") == group]
 
 
+def _leader_now(c, group: str) -> str | None:
+    """The member whose /status says it leads; when none answers so (a busy leader can miss the 1 s
+    /status timeout for many seconds), the node that the members in the highest term name as their
+    leader: a term has one leader."""
+    members = _dledger_members(c, group)
+    statuses = {n: c.status(n) for n in members}
+    leader = c.dledger_leader(group, statuses)
+    if leader:
+        return leader
+    node_of = {n.get("dLegerSelfId"): n["name"] for n in c.state.get("nodes", []) if n.get("brokerName") == group}
+    claims = [
+        (int(d.get("term") or 0), node_of[d["leaderId"]])
+        for d in ((s or {}).get("dledger") or {} for s in statuses.values())
+        if d.get("role") == "FOLLOWER" and d.get("leaderId") in node_of
+    ]
+    return max(claims)[1] if claims else None
+
+
 def _current_leader(c, f) -> str:
-    """The group's leader now; waits up to LEADER_WAIT_S for one (an election may be under way)."""
+    """The group's leader now (_leader_now); waits up to LEADER_WAIT_S for one (an election may be under way)."""
     return c.wait_until(
-        lambda: c.dledger_leader(f.group),
+        lambda: _leader_now(c, f.group),
         LEADER_WAIT_S,
         f"a DLedger leader in {f.group} to fault",
         node=_dledger_members(c, f.group),
@@ -749,13 +767,23 @@ class Nemesis:
             [(f.at, False, f) for f in schedule] + [(f.at + f.hold, True, f) for f in schedule], key=_event_order
         )
         errors: dict[int, str] = {}
+        # A fault with a minimum hold (a DLedger leader fault: long enough for an election) is held that
+        # long from when its inject ended, not from when it was due: an inject can wait seconds for a
+        # slow leader to say it leads, and a late inject (an earlier restart took long) would otherwise be
+        # healed early. What follows moves by as much, keeping its gaps; other kinds never move it.
+        shift = 0.0
+        took: dict[int, float] = {}
         for at, is_heal, f in events:
-            if stop.wait(max(0.0, t0 + at - time.monotonic())):
+            kind = FAULTS.get(f.kind)
+            if is_heal and kind is not None and kind.min_hold and f.id in took:
+                shift = max(shift, took[f.id] + f.hold - (t0 + at))
+            if stop.wait(max(0.0, t0 + at + shift - time.monotonic())):
                 break
             if not is_heal:
                 self.log(f"t={time.monotonic() - t0:5.1f}s inject {f.describe()} on {f.group} for {f.hold:g}s")
                 try:
                     info = self.inject(f)
+                    took[f.id] = time.monotonic()
                     if info:
                         self.log("  " + " ".join(f"{k}={v}" for k, v in info.items()))
                 except Exception as e:

@@ -59,6 +59,9 @@ class DLHandle(FakeHandle):
         self.asked += 1
         return self.leaders.pop(0) if len(self.leaders) > 1 else self.leaders[0]
 
+    def status(self, node, timeout=1.0):
+        return self.statuses.get(node) if hasattr(self, "statuses") else None
+
     def wait_until(self, predicate, timeout, what, *, node=None, interval=0.1):
         for _ in range(self.polls):
             got = predicate()
@@ -74,7 +77,7 @@ def _params(fn):
     return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
 
-for _name in ("dledger_leader", "wait_until", "links"):  # the queries as the real handle takes them
+for _name in ("dledger_leader", "wait_until", "links", "status"):  # the queries as the real handle takes them
     assert _params(getattr(DLHandle, _name)) == _params(getattr(Cluster, _name)), _name
 
 
@@ -296,3 +299,40 @@ def test_mixed_clusters_judge_each_group_by_its_own_mode():
     sched = make_schedule(random.Random(5), ["kill-leader", "kill-slave"], h, 200)
     assert {(f.kind, f.group) for f in sched} == {("kill-leader", G), ("kill-slave", "broker-a")}
     assert nemesis.group_mode(h, G) == DLEDGER and nemesis.group_mode(h, "broker-a") == CLASSIC
+
+
+def test_a_leader_that_does_not_answer_is_found_by_its_followers():
+    h = DLHandle("local", leaders=[None])
+    h.state["nodes"] = [dict(n, dLegerSelfId=f"n{i}") for i, n in enumerate(DL_NODES)]
+    # n1 leads term 3 but its /status is too slow to answer; n2 still names the term-2 leader n0
+    h.statuses = {
+        N0: {"dledger": {"role": "FOLLOWER", "term": 3, "leaderId": "n1"}},
+        N1: None,
+        N2: {"dledger": {"role": "FOLLOWER", "term": 2, "leaderId": "n0"}},
+    }
+    assert nemesis._leader_now(h, G) == N1
+    h.statuses = {N0: {"dledger": {"role": "CANDIDATE", "term": 4, "leaderId": None}}, N1: None, N2: None}
+    assert nemesis._leader_now(h, G) is None  # an election: nobody to fault yet
+
+
+def test_a_leader_fault_is_held_from_when_it_took_effect_and_the_rest_moves_with_it(monkeypatch):
+    from .fakes import Clock, FakeStop
+
+    clock = Clock(100.0)
+    monkeypatch.setattr(nemesis, "time", clock)
+
+    class SlowLeader(DLHandle):
+        def dledger_leader(self, group, statuses=None):
+            self.clock.now += 5.0  # the busy leader takes 5 s to say it leads
+            return super().dledger_leader(group, statuses)
+
+    h = SlowLeader("local", leaders=[N1])
+    h.clock = clock
+    sched = [
+        fault("kill-leader", N1, at=2.0, hold=12.0, id=1),
+        fault("pause-follower", N0, at=18.0, hold=3.0, id=2),
+    ]
+    Nemesis(h).run(sched, clock.now, FakeStop(clock))
+    # killed at 107 (due at 102), healed 12 s later (not at 114); the next fault keeps its 4 s gap (123);
+    # a follower fault has no minimum hold: healed when due (126), or at once when its inject ends later
+    assert h.timeline() == [(107.0, "kill", N1), (119.0, "start", N1), (128.0, "pause", N0), (128.0, "resume", N0)]
