@@ -97,6 +97,10 @@ DOCKER_FAULTS = ["partition", "cut", "latency", "client-cut"]
 DLEDGER = ("dledger", "ASYNC_FLUSH")
 DLEDGER_LOCAL_FAULTS = [k for k, v in FAULTS.items() if DLEDGER_MODE in v.modes and "local" in v.backends]
 DLEDGER_DOCKER_FAULTS = [k for k, v in FAULTS.items() if DLEDGER_MODE in v.modes and "local" not in v.backends]
+# The DLedger sweep's faults end about 50 s in; its workload goes on to at least this: a leader fault is
+# held from when it took effect, and later faults move with it (nemesis.py Nemesis.run), so a slow
+# inject or restart needs room before the sends stop (then the nemesis stops, and heals what is active).
+DLEDGER_MIN_DURATION_S = 80.0
 # `--configs all` (the default): the classic four, and dledger (one sweep of about 2 minutes per seed)
 ALL_CONFIGS = CONFIGS + [DLEDGER]
 
@@ -1561,7 +1565,7 @@ def sweep(
         "--nemesis",
         ",".join(faults),
         "--duration",
-        str(args.duration),
+        str(max(args.duration, DLEDGER_MIN_DURATION_S) if is_dledger(topology) else args.duration),
         "--rate",
         str(args.rate),
         "--seed",

@@ -94,6 +94,8 @@ def test_a_dledger_sweep_sets_no_flush_type_a_classic_one_does(tmp_path, monkeyp
     assert not any(a.startswith("flushDiskType=") for a in cmds[0])
     assert "--topology" in cmds[0] and cmds[0][cmds[0].index("--topology") + 1] == "dledger"
     assert "flushDiskType=SYNC_FLUSH" in cmds[1]
+    # room after the DLedger faults for the ones a slow leader delayed; the classic sweep as asked
+    assert [c[c.index("--duration") + 1] for c in cmds] == [str(matrix.DLEDGER_MIN_DURATION_S), "10"]
 
 
 # ---- the promise and the verdicts
