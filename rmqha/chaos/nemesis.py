@@ -767,15 +767,16 @@ class Nemesis:
             [(f.at, False, f) for f in schedule] + [(f.at + f.hold, True, f) for f in schedule], key=_event_order
         )
         errors: dict[int, str] = {}
-        # A fault with a minimum hold (a DLedger leader fault: long enough for an election) is held that
-        # long from when its inject ended, not from when it was due: an inject can wait seconds for a
-        # slow leader to say it leads, and a late inject (an earlier restart took long) would otherwise be
-        # healed early. What follows moves by as much, keeping its gaps; other kinds never move it.
+        # A DLedger fault is held its hold from when its inject ended, not from when it was due: its
+        # inject first finds who leads (seconds when the leader is slow to answer), and a late inject (an
+        # earlier restart took long) would otherwise be healed early: a leader fault too soon for an
+        # election, a follower fault before any sample saw it. What follows moves by as much, keeping its
+        # gaps; classic faults never move it.
         shift = 0.0
         took: dict[int, float] = {}
         for at, is_heal, f in events:
             kind = FAULTS.get(f.kind)
-            if is_heal and kind is not None and kind.min_hold and f.id in took:
+            if is_heal and kind is not None and DLEDGER in kind.modes and f.id in took:
                 shift = max(shift, took[f.id] + f.hold - (t0 + at))
             if stop.wait(max(0.0, t0 + at + shift - time.monotonic())):
                 break
