@@ -6,6 +6,11 @@ at worst (a reset past messages) skip them. In 4.9 a master persists consumer of
 (`flushConsumerOffsetInterval`), so a master restart, kill or power loss may legitimately bring a
 group's offsets back by up to that much: such a regression is explained by the fault (WARN). One that
 no fault on that master explains is a FAIL: the broker lost or rewrote what a consumer committed.
+
+Offsets are followed per group (brokerName), whichever node is its master at each sample: in a DLedger
+group the master moves, and a new leader serves the offsets it last copied as a follower (4.9's slaves
+copy them every 10 s), so a leader change may also bring them back (WARN when a leader fault of that
+group explains it).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ RESTARTING = (
     "kill-master",
     "restart-master",
 )
+# DLedger faults that move the group's leadership: the new leader's offsets may trail (see above)
+LEADER_CHANGING = ("kill-leader", "pause-leader", "partition-leader")
 EXPLAIN_MS = 30_000
 MAX_LISTED = 5
 
@@ -40,27 +47,34 @@ class Regression:
     faults: list[str] = field(default_factory=list)
 
 
+def _explains(f: FaultInterval, node: str, broker: str) -> bool:
+    if f.kind in RESTARTING:
+        return f.target == node or f.kind == "cluster-power-loss"
+    return f.kind in LEADER_CHANGING and f.group == broker
+
+
 def regressions(samples: list[dict], faults: list[FaultInterval] = ()) -> list[Regression]:
-    """Every step down of a (master, topic@group, queue)'s committed offset from one sample to the next it
-    answered, with the restarting faults of that master around it: started between the two samples (the
-    master was not answering in between, as a restart leaves it) or healed at most EXPLAIN_MS before the
-    lower one (a consumer corrects an offset past a shortened queue at its next pull). samples:
-    report.load_metrics rows, ts in ms."""
+    """Every step down of a (group, topic@consumer group, queue)'s committed offset from one master sample
+    to the next, with the faults around it that explain it: a restart of the master that answered the
+    lower one, or a leader fault of its DLedger group, started between the two samples (the master was not
+    answering in between, as a restart leaves it) or healed at most EXPLAIN_MS before the lower one (a
+    consumer corrects an offset past a shortened queue at its next pull). samples: report.load_metrics
+    rows, ts in ms."""
     prev: dict[tuple, tuple[int, int]] = {}
     out = []
     for row in sorted((r for r in samples if r.get("consumerOffsets")), key=lambda r: r["ts"]):
         node, ts = row["node"], int(row["ts"])
+        broker = row.get("brokerName") or node
         for key, queues in row["consumerOffsets"].items():
             topic, _, group = key.rpartition("@")
             for qid, off in queues.items():
-                k = (node, key, qid)
+                k = (broker, key, qid)
                 last = prev.get(k)
                 if last is not None and off < last[0]:
                     why = [
                         f.label
                         for f in faults
-                        if f.kind in RESTARTING
-                        and (f.target == node or f.kind == "cluster-power-loss")
+                        if _explains(f, node, broker)
                         and last[1] - EXPLAIN_MS <= f.start_ms <= ts
                         and (f.end_ms is None or ts <= f.end_ms + EXPLAIN_MS)
                     ]
@@ -90,7 +104,7 @@ def verdicts(regs: list[Regression], sampled: bool) -> list[Verdict]:
                 Verdict(
                     f"committed offsets of {group} never move back",
                     FAIL,
-                    f"{len(bad)} regression(s) no restart of the master explains: {text}",
+                    f"{len(bad)} regression(s) no restart of the master or leader change explains: {text}",
                     ID_REGRESSION,
                     group,
                 )
@@ -100,8 +114,9 @@ def verdicts(regs: list[Regression], sampled: bool) -> list[Verdict]:
                 Verdict(
                     f"committed offsets of {group} never move back",
                     WARN,
-                    f"{len(rs)} regression(s), each after its master restarted (offsets are persisted "
-                    f"every 5 s: redelivery follows): {text}",
+                    f"{len(rs)} regression(s), each after its master restarted or its group's leader changed "
+                    f"(offsets are persisted every 5 s, and copied to followers every 10 s: redelivery "
+                    f"follows): {text}",
                     ID_REGRESSION,
                     group,
                 )

@@ -27,3 +27,28 @@ def test_steady_offsets_pass_and_no_samples_say_nothing():
     [v] = verdicts(regressions([row(1000, 1), row(2000, 1), row(3000, 4)]), True)
     assert v.status == "PASS"
     assert verdicts([], False) == []
+
+
+def dl_row(ts, off, node):
+    return {"ts": ts, "node": node, "brokerName": "RaftNode00", "consumerOffsets": {"T@CG1": {"0": off}}}
+
+
+def test_a_dledger_group_is_followed_across_its_leaders_and_a_leader_change_explains_a_step_back():
+    # n1 leads to 600, is killed; n0 leads with the offsets it copied as a follower (a step back)
+    samples = [dl_row(1000, 500, "broker-n1"), dl_row(1500, 600, "broker-n1"), dl_row(9000, 369, "broker-n0")]
+    [reg] = regressions(samples)
+    assert (reg.node, reg.before, reg.after, reg.faults) == ("broker-n0", 600, 369, [])
+    assert verdicts([reg], True)[0].status == "FAIL"  # nothing explains it
+    kill = FaultInterval(1, "kill-leader", "broker-n1", "RaftNode00", "master", None, {}, 2000, 14000)
+    [v] = verdicts(regressions(samples, [kill]), True)
+    assert v.status == "WARN" and "#1 kill-leader broker-n1" in v.detail and "leader changed" in v.detail
+    # a follower fault does not move leadership; a leader fault of another group explains nothing here
+    follower = FaultInterval(2, "kill-follower", "broker-n2", "RaftNode00", "slave", None, {}, 2000, 14000)
+    other = FaultInterval(3, "kill-leader", "broker-x1", "RaftNode01", "master", None, {}, 2000, 14000)
+    assert verdicts(regressions(samples, [follower, other]), True)[0].status == "FAIL"
+
+
+def test_a_restart_of_a_slave_does_not_explain_its_masters_step_back():
+    samples = [row(1000, 10), row(1500, 12), row(2000, 7)]
+    slave_power = FaultInterval(1, "power-loss", "broker-a-s", "broker-a", "slave", None, {}, 1600, 1900)
+    assert verdicts(regressions(samples, [slave_power]), True)[0].status == "FAIL"
