@@ -25,6 +25,7 @@ from rmqha.broker.dledger.protocol import (
     VoteRequest,
     VoteResponse,
     VoteResult,
+    check_index,
     decode_request,
     decode_response,
     entry_from_json,
@@ -179,3 +180,17 @@ def test_each_code_decodes_to_its_classes(code, request_class, response_class):
     assert answer.term == 4 and type(answer) is not request_class
     if response_class is not None:
         assert type(answer) is response_class
+
+
+def test_check_index_bounds_and_codes():
+    for index in (0, 2, 5):
+        check_index(index, 0, 5)  # both ends are inside
+    check_index(3, 3, 3)
+    for index, begin, end, code in (
+        (-1, -1, 5, ResponseCode.INDEX_OUT_OF_RANGE),
+        (2, 3, 5, ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN),
+        (6, 0, 5, ResponseCode.INDEX_OUT_OF_RANGE),
+    ):
+        with pytest.raises(DLedgerError) as e:
+            check_index(index, begin, end)
+        assert e.value.code == code
