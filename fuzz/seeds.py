@@ -260,6 +260,7 @@ def dledger_rpc() -> dict[str, bytes]:
         "push-compare-truncate": head(follower) + f(compare, 1) + f(truncate, 2) + f(append, 3),
         "push-files": head(follower, 1) + f(truncate, 1) + f(append, 2) + f(compare, 3) + f(commit, 4),
         "push-not-follower": head(leader) + f(append, 1) + f(compare, 2),
+        "push-later-term": head(follower, 1) + f(push(p.PushType.APPEND, entry(3, 9, 150, b"x")), 1) + f(append, 2),
         "transfer-leader": head(leader) + f(transfer, 1),
         "transfer-take": head(follower) + f(take, 1),
         "transfer-take-later": head(follower, 1) + f(take_later, 1) + f(take, 2),
