@@ -193,21 +193,50 @@ def check(
     out_dir: str | None = None,
     run_dir: str | None = None,
 ) -> DeliveryFindings:
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     f = DeliveryFindings()
     h = _history(hist)
-    # the nodes as literal maps, not a joined table (each join of one costs a Spark job)
-    broker_of = lit_map({n.name: n.broker_name for n in nodes})
-    masters = [n.name for n in nodes if n.is_master]
     qrows = queue_rows(nodes)
     cq = spark.createDataFrame(
         qrows or [("", "", -1, -1, -1, -1)],
         "node string, topic string, queue_id int, queue_offset long, cq_phys long, cq_size int",
     ).filter(F.col("node") != "")
+    sends, uniq_map = _logical_sends(h)
+    known = sends.select(F.col("send_id").alias("k_sid"))
+    facts = _copy_facts(_copies(decoded, nodes, cq, known, uniq_map).join(sends.select(*_OK_COLS), "send_id"))
+    # 3. receives, tied to a logical send the same two ways as the copies
+    recv = (
+        h.filter(F.col("op") == "receive")
+        .join(known, F.col("send_id") == F.col("k_sid"), "left")
+        .join(uniq_map, "uniq_key", "left")
+        .withColumn("sid", F.coalesce("k_sid", "u_sid"))
+    ).cache()
+    subs, ordered_groups, windows = _subscriptions(h)
+    if not subs:
+        for d in (sends, recv):
+            d.unpersist()
+        return f
+    owed = _owed(sends, facts, recv, subs, windows, run_dir).cache()
+    f.groups = _group_deliveries(owed, recv, subs, ordered_groups)
+    if fault_list:
+        f.acked_on_group = _acked_on_group(spark, sends, facts, fault_list)
+    _write_details(f, owed, recv, fault_list, out_dir)
+    f.queues = queue_consistency(spark, decoded, cq, nodes, {r[0] for r in qrows})
+    for d in (sends, recv, owed):
+        d.unpersist()
+    return f
 
-    # 1. logical sends: every try of a send_id, invoked or answered
+
+# the acknowledged try's UNIQ_KEY and what its answer names (queue id, queue offset, commit-log offset)
+_OK_COLS = ("send_id", "s_topic", "ok_uniq", "ok_qid", "ok_qoff", "ok_phys")
+
+
+def _logical_sends(h):
+    """1. Logical sends: every try of a send_id, invoked or answered, one row each (cached); and the
+    UNIQ_KEY of every try with its send_id."""
+    from pyspark.sql import functions as F
+
     tries = h.filter(F.col("op").isin("invoke", "send") & F.col("send_id").isNotNull())
     answer = F.col("op") == "send"
     ok = answer & (F.col("status") == "SEND_OK")
@@ -246,9 +275,17 @@ def check(
         .select("uniq_key", F.col("send_id").alias("u_sid"))
         .dropDuplicates(["uniq_key"])
     )
-    known = sends.select(F.col("send_id").alias("k_sid"))
+    return sends, uniq_map
 
-    # 2. stored copies, tied to a logical send by KEYS (the recorder's send_id) or by UNIQ_KEY
+
+def _copies(decoded, nodes: list[Node], cq, known, uniq_map):
+    """2. Stored copies, tied to a logical send by KEYS (the recorder's send_id) or by UNIQ_KEY, with their
+    broker group, whether on a master, and whether their consume-queue unit points at them (the nodes as
+    literal maps, not a joined table: each join of one costs a Spark job)."""
+    from pyspark.sql import functions as F
+
+    broker_of = lit_map({n.name: n.broker_name for n in nodes})
+    masters = [n.name for n in nodes if n.is_master]
     st = decoded.filter(F.col("status") == "ok").select(
         "node", "physical_offset", "size", "topic", "queue_id", "queue_offset", "uniq_key", "keys", "sys_flag"
     )
@@ -258,7 +295,7 @@ def check(
         .withColumnRenamed("k_sid", "send_id")
     )
     by_uniq = st.join(uniq_map, "uniq_key").withColumn("send_id", F.col("u_sid")).drop("u_sid")
-    copies = (
+    return (
         by_keys.unionByName(by_uniq)
         .dropDuplicates(["send_id", "node", "physical_offset"])
         .filter(F.col("node").isin([n.name for n in nodes]))
@@ -267,52 +304,18 @@ def check(
         .join(cq, ["node", "topic", "queue_id", "queue_offset"], "left")
         .withColumn("queued", F.coalesce(F.col("cq_phys") == F.col("physical_offset"), F.lit(False)))
     )
-    sc = copies.join(sends.select("send_id", "s_topic", "ok_uniq", "ok_qid", "ok_qoff", "ok_phys"), "send_id")
-    in_topic = F.col("topic") == F.col("s_topic")
-    parked_copy = F.col("topic").isin(*PARKED_TOPICS)
-    # the acknowledged try's copies (its UNIQ_KEY): in the topic, else parked on a master (not due yet); and
-    # those its answer names (queue id, queue offset, the commit-log offset of its offsetMsgId)
-    ok_top = in_topic & (F.col("uniq_key") == F.col("ok_uniq"))
-    ok_park = parked_copy & F.col("is_master") & (F.col("uniq_key") == F.col("ok_uniq"))
-    named = F.lit(True)
-    for have, col in (("ok_phys", "physical_offset"), ("ok_qoff", "queue_offset"), ("ok_qid", "queue_id")):
-        named = named & (F.col(have).isNull() | (F.col(col) == F.col(have)))
 
-    def groups_of(cond):
-        return F.array_sort(F.collect_set(F.when(cond, F.col("broker_name"))))
 
-    facts = sc.groupBy("send_id").agg(
-        F.max((in_topic & F.col("is_master")).cast("int")).alias("on_master"),
-        F.max((in_topic & F.col("is_master") & F.col("queued")).cast("int")).alias("servable"),
-        # a copy parked on a slave only (a delayed or half message a forked slave holds) is stranded too;
-        # parked means parked where the group is served from: on a master
-        F.max(((in_topic | parked_copy) & ~F.col("is_master")).cast("int")).alias("on_slave"),
-        F.max((parked_copy & F.col("is_master")).cast("int")).alias("parked"),
-        F.sort_array(F.collect_set(F.concat_ws("@", "node", F.col("physical_offset").cast("string")))).alias("where"),
-        groups_of(ok_top).alias("g_top"),
-        groups_of(ok_top & named).alias("n_top"),
-        groups_of(ok_park).alias("g_park"),
-        groups_of(ok_park & named).alias("n_park"),
-        groups_of(in_topic).alias("g_any"),
-        F.max(F.col("ok_phys").isNotNull() | F.col("ok_qoff").isNotNull()).alias("has_name"),
-        # the master copies' places in their queues (where a consumer would find it), the acknowledged
-        # try's named copy first: mq below takes the one in the send's group
-        F.collect_list(
-            F.when(
-                in_topic & F.col("is_master"),
-                F.struct(
-                    F.col("broker_name").alias("b"),
-                    F.when(ok_top & named, 0).when(ok_top, 1).otherwise(2).alias("prio"),
-                    "node",
-                    "queue_id",
-                    "queue_offset",
-                ),
-            )
-        ).alias("mqs"),
-    )
+def _copy_facts(sc):
+    """Per logical send, from its copies joined with the send (sc): where they are (_fact_cols), and its
+    broker group (c_broker), or the groups when its copies are in several and its answer tells none apart
+    (c_ambiguous)."""
+    from pyspark.sql import functions as F
+
+    facts = sc.groupBy("send_id").agg(*_fact_cols())
     cands = F.when(F.size("g_top") > 0, F.col("g_top")).otherwise(F.col("g_park"))
     told = F.when(~F.col("has_name"), cands).when(F.size("g_top") > 0, F.col("n_top")).otherwise(F.col("n_park"))
-    facts = (
+    return (
         facts.withColumn(
             "c_broker",
             F.when(F.size(cands) == 1, cands[0])
@@ -328,24 +331,65 @@ def check(
         .drop("g_top", "n_top", "g_park", "n_park", "g_any", "has_name")
     )
 
-    # 3. receives, tied to a logical send the same two ways
-    recv = (
-        h.filter(F.col("op") == "receive")
-        .join(known, F.col("send_id") == F.col("k_sid"), "left")
-        .join(uniq_map, "uniq_key", "left")
-        .withColumn("sid", F.coalesce("k_sid", "u_sid"))
-    ).cache()
-    per = (
-        recv.filter(F.col("sid").isNotNull())
-        .groupBy("grp", "sid")
-        .agg(F.count("*").alias("n"), F.min(F.struct("start_ms", "client", "seq")).alias("first"))
-    )
 
-    # 4. what each group is owed: the sends to a topic it subscribed to (or received from), within its
-    # window: from its subscribe (FROM_NOW) or from the first send (FROM_FIRST, or no subscribe line), to
-    # the last unsubscribe once every consumer of the group has shut down (open while one still runs)
-    # one job: per (group, topic) whether it subscribed or received (and orderly), and the parts of the
-    # group's window, summed over its topics below
+def _fact_cols() -> list:
+    """The aggregates of a send's copies: on a master (in its topic), servable, on a slave, parked, where;
+    the groups of the acknowledged try's copies (g_*), of those its answer names (n_*), of any copy in its
+    topic (g_any); mqs: its master copies' queue places (_placed picks one)."""
+    from pyspark.sql import functions as F
+
+    in_topic = F.col("topic") == F.col("s_topic")
+    parked_copy = F.col("topic").isin(*PARKED_TOPICS)
+    # the acknowledged try's copies (its UNIQ_KEY): in the topic, else parked on a master (not due yet); and
+    # those its answer names (queue id, queue offset, the commit-log offset of its offsetMsgId)
+    ok_top = in_topic & (F.col("uniq_key") == F.col("ok_uniq"))
+    ok_park = parked_copy & F.col("is_master") & (F.col("uniq_key") == F.col("ok_uniq"))
+    named = F.lit(True)
+    for have, col in (("ok_phys", "physical_offset"), ("ok_qoff", "queue_offset"), ("ok_qid", "queue_id")):
+        named = named & (F.col(have).isNull() | (F.col(col) == F.col(have)))
+
+    def groups_of(cond):
+        return F.array_sort(F.collect_set(F.when(cond, F.col("broker_name"))))
+
+    return [
+        F.max((in_topic & F.col("is_master")).cast("int")).alias("on_master"),
+        F.max((in_topic & F.col("is_master") & F.col("queued")).cast("int")).alias("servable"),
+        # a copy parked on a slave only (a delayed or half message a forked slave holds) is stranded too;
+        # parked means parked where the group is served from: on a master
+        F.max(((in_topic | parked_copy) & ~F.col("is_master")).cast("int")).alias("on_slave"),
+        F.max((parked_copy & F.col("is_master")).cast("int")).alias("parked"),
+        F.sort_array(F.collect_set(F.concat_ws("@", "node", F.col("physical_offset").cast("string")))).alias("where"),
+        groups_of(ok_top).alias("g_top"),
+        groups_of(ok_top & named).alias("n_top"),
+        groups_of(ok_park).alias("g_park"),
+        groups_of(ok_park & named).alias("n_park"),
+        groups_of(in_topic).alias("g_any"),
+        F.max(F.col("ok_phys").isNotNull() | F.col("ok_qoff").isNotNull()).alias("has_name"),
+        # the master copies' places in their queues (where a consumer would find it), the acknowledged
+        # try's named copy first: _placed takes the one in the send's group
+        F.collect_list(
+            F.when(
+                in_topic & F.col("is_master"),
+                F.struct(
+                    F.col("broker_name").alias("b"),
+                    F.when(ok_top & named, 0).when(ok_top, 1).otherwise(2).alias("prio"),
+                    "node",
+                    "queue_id",
+                    "queue_offset",
+                ),
+            )
+        ).alias("mqs"),
+    ]
+
+
+def _subscriptions(h):
+    """4a. What each group listened to, in one job: per (group, topic) whether it subscribed or received
+    (and orderly), and the parts of the group's window, summed over its topics. The window: from its
+    subscribe (FROM_NOW) or from the first send (FROM_FIRST, or no subscribe line), to the last
+    unsubscribe once every consumer of the group has shut down (open while one still runs). Returns
+    {group: topics}, the orderly groups, {group: (start or None, end or None)}."""
+    from pyspark.sql import functions as F
+
     subs: dict[str, set] = {}
     ordered_groups = set()
     win: dict[str, list] = {}
@@ -378,15 +422,25 @@ def check(
         for i, v, pick in ((2, r["first"], min), (3, r["since"], min), (4, r["until"], max)):
             if v is not None:
                 w[i] = v if w[i] is None else pick(w[i], v)
-    if not subs:
-        for d in (sends, recv):
-            d.unpersist()
-        return f
     windows = {}
     for g, (n_subs, n_unsubs, first, since, until) in win.items():
         start = None if first or not n_subs else since
         end = until if n_subs and n_unsubs >= n_subs else None
         windows[g] = (start, end)
+    return subs, ordered_groups, windows
+
+
+def _owed(sends, facts, recv, subs, windows, run_dir):
+    """4b. What each group is owed: the sends to a topic it subscribed to (or received from), within its
+    window, with the send's facts, its place (_placed) and how many times the group received it (n), judged
+    (_judged)."""
+    from pyspark.sql import functions as F
+
+    per = (
+        recv.filter(F.col("sid").isNotNull())
+        .groupBy("grp", "sid")
+        .agg(F.count("*").alias("n"), F.min(F.struct("start_ms", "client", "seq")).alias("first"))
+    )
     sub_rows = [(g, t, *windows.get(g, (None, None))) for g, ts in subs.items() for t in sorted(ts)]
     by_topic: dict[str, list] = {}
     for g, t, w_start, w_end in sub_rows:
@@ -412,6 +466,13 @@ def check(
         .withColumn("n", F.coalesce("n", F.lit(0)))
         .fillna(0, ["on_master", "servable", "on_slave", "parked"])
     )
+    return _judged(owed, run_dir)
+
+
+def _judged(owed, run_dir):
+    """Each owed send's state and, when lost, why (the module's doc)."""
+    from pyspark.sql import functions as F
+
     # where each group's consumers stopped (rmqha.chaos.run's drain): a queued message at or past it is backlog
     # (the group never got that far: a stalled or stopped consumer), before it the consumer passed it by
     committed = [
@@ -444,14 +505,19 @@ def check(
         .when(F.col("on_master") == 1, "unqueued")
         .otherwise("nowhere")
     )
-    owed = (
+    return (
         owed.withColumn("state", state)
         .withColumn("reason", F.when(F.col("state") == "lost", reason))
         .withColumn("gone_after", got & (F.col("on_master") == 0) & (F.col("parked") == 0))
-    ).cache()
+    )
 
-    # one job: the owed sends' states and lost reasons per group, beside its receives
-    owed_by_grp = owed.groupBy("grp").agg(
+
+def _owed_counts():
+    """The owed sends' states and lost reasons, aggregated per group."""
+    from pyspark.sql import functions as F
+
+    got = F.col("n") > 0
+    return [
         *[
             F.sum((F.col("state") == s).cast("int")).alias(s)
             for s in ("delivered", "stranded", "parked", "lost", "unconfirmed", "indeterminate")
@@ -477,7 +543,15 @@ def check(
             MAX_LISTED,
         ).alias("amb_ex"),
         F.lit(1).alias("is_owed"),
-    )
+    ]
+
+
+def _group_deliveries(owed, recv, subs, ordered_groups) -> list[GroupDelivery]:
+    """Each group's counts: the owed sends' states and lost reasons per group beside its receives (one job),
+    and the sends it received out of order (_reordered)."""
+    from pyspark.sql import functions as F
+
+    owed_by_grp = owed.groupBy("grp").agg(*_owed_counts())
     recv_by_grp = recv.groupBy("grp").agg(
         F.count("*").alias("receives"), F.sum(F.col("sid").isNull().cast("int")).alias("unexpected")
     )
@@ -492,21 +566,8 @@ def check(
             rcount[r["grp"]] = r["receives"]
             if r["unexpected"]:
                 unexpected[r["grp"]] = r["unexpected"]
-
-    # 5. order per sharding key, for groups with an orderly consumer: first receives of one producer's
-    # key must follow the order of its acknowledgements
-    reordered: dict[str, int] = {}
-    if ordered_groups:
-        w = Window.partitionBy("grp", "producer", "shard").orderBy("first")
-        ordv = (
-            owed.filter(
-                F.col("grp").isin(*ordered_groups) & got & F.col("shard").isNotNull() & F.col("ack_seq").isNotNull()
-            )
-            .withColumn("prev", F.max("ack_seq").over(w.rowsBetween(Window.unboundedPreceding, -1)))
-            .filter(F.col("ack_seq") < F.col("prev"))
-        )
-        reordered = {r["grp"]: r["count"] for r in ordv.groupBy("grp").count().collect()}
-
+    reordered = _reordered(owed, ordered_groups)
+    out = []
     for g in sorted(subs):
         a = agg.get(g)
         gd = GroupDelivery(g, sorted(subs[g]), g in ordered_groups)
@@ -525,37 +586,67 @@ def check(
         gd.receives = int(rcount.get(g, 0))
         gd.unexpected = int(unexpected.get(g, 0))
         gd.reordered = int(reordered.get(g, 0))
-        f.groups.append(gd)
+        out.append(gd)
+    return out
 
-    # 5b. per fault: acknowledged sends its own group stored while it was active (the group that acknowledged
-    # each: _placed); a send stored in two groups that its answer does not tell apart counts on no group's
-    if fault_list:
-        fdf = spark.createDataFrame(
-            [(x.label, x.group, x.start_ms, x.end_ms) for x in fault_list],
-            "label string, f_group string, f_start long, f_end long",
+
+def _reordered(owed, ordered_groups) -> dict[str, int]:
+    """5. Order per sharding key, for groups with an orderly consumer: first receives of one producer's key
+    must follow the order of its acknowledgements."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if not ordered_groups:
+        return {}
+    got = F.col("n") > 0
+    w = Window.partitionBy("grp", "producer", "shard").orderBy("first")
+    ordv = (
+        owed.filter(
+            F.col("grp").isin(*ordered_groups) & got & F.col("shard").isNotNull() & F.col("ack_seq").isNotNull()
         )
-        hit = (
-            sends.filter(F.col("acked") == 1)
-            .join(facts.select("send_id", "c_broker", F.lit(True).alias("copied")), "send_id", "left")
-            .withColumn("broker", F.coalesce("ok_broker", "c_broker"))
-            # a fault on every group (cluster-power-loss: its group is None) counts every group's acks
-            # that some node stores or whose answer names its group
-            .join(
-                F.broadcast(fdf),
-                (
-                    (F.col("broker") == F.col("f_group"))
-                    | (F.col("f_group").isNull() & (F.col("broker").isNotNull() | F.col("copied").isNotNull()))
-                )
-                & (F.col("ack_ms") >= F.col("f_start") - AT_RISK_MS)
-                & (F.col("f_end").isNull() | (F.col("ack_ms") <= F.col("f_end"))),
+        .withColumn("prev", F.max("ack_seq").over(w.rowsBetween(Window.unboundedPreceding, -1)))
+        .filter(F.col("ack_seq") < F.col("prev"))
+    )
+    return {r["grp"]: r["count"] for r in ordv.groupBy("grp").count().collect()}
+
+
+def _acked_on_group(spark, sends, facts, fault_list) -> dict[str, int]:
+    """5b. Per fault: acknowledged sends its own group stored while it was active (the group that
+    acknowledged each: _placed); a send stored in two groups that its answer does not tell apart counts on
+    no group's."""
+    from pyspark.sql import functions as F
+
+    fdf = spark.createDataFrame(
+        [(x.label, x.group, x.start_ms, x.end_ms) for x in fault_list],
+        "label string, f_group string, f_start long, f_end long",
+    )
+    hit = (
+        sends.filter(F.col("acked") == 1)
+        .join(facts.select("send_id", "c_broker", F.lit(True).alias("copied")), "send_id", "left")
+        .withColumn("broker", F.coalesce("ok_broker", "c_broker"))
+        # a fault on every group (cluster-power-loss: its group is None) counts every group's acks
+        # that some node stores or whose answer names its group
+        .join(
+            F.broadcast(fdf),
+            (
+                (F.col("broker") == F.col("f_group"))
+                | (F.col("f_group").isNull() & (F.col("broker").isNotNull() | F.col("copied").isNotNull()))
             )
-            .groupBy("label")
-            .count()
-            .collect()
+            & (F.col("ack_ms") >= F.col("f_start") - AT_RISK_MS)
+            & (F.col("f_end").isNull() | (F.col("ack_ms") <= F.col("f_end"))),
         )
-        f.acked_on_group = {x.label: 0 for x in fault_list} | {r["label"]: r["count"] for r in hit}
+        .groupBy("label")
+        .count()
+        .collect()
+    )
+    return {x.label: 0 for x in fault_list} | {r["label"]: r["count"] for r in hit}
 
-    # 6. every message behind a FAIL, with its faults, to delivery.jsonl (streamed: no cap)
+
+def _write_details(f: DeliveryFindings, owed, recv, fault_list, out_dir) -> None:
+    """6. Every message behind a FAIL, with its faults, to delivery.jsonl (streamed: no cap), and each
+    group's examples; f.by_fault counts them per fault."""
+    from pyspark.sql import functions as F
+
     problems = owed.filter(
         (F.col("state").isin("lost", "stranded")) | ((F.col("state0") == "acked") & F.col("gone_after"))
     )
@@ -565,91 +656,96 @@ def check(
         os.makedirs(out_dir, exist_ok=True)
         f.detail_path = os.path.join(out_dir, DETAIL_FILE)
     fh = open(f.detail_path, "w") if f.detail_path else None
-    seen_by_fault: dict[str, dict[str, set]] = {}
-    kind_of = {x.label: x.kind for x in fault_list}
     try:
-        for r in (
-            problems.select(
-                "grp", "send_id", "s_topic", "producer", "state", "reason", "gone_after", "ack_ms", "where", "broker"
-            )
-            .orderBy("grp", "ack_ms")
-            .toLocalIterator()
-        ):
-            kind = (
-                ID_LOST_AFTER if r["state"] == "delivered" else (ID_STRANDED if r["state"] == "stranded" else ID_LOST)
-            )
-            labels = _suspects(fault_list, r["ack_ms"], r["broker"])
-            # the matrix's cells: a loss counts against the faults that can destroy or strand a stored
-            # message (not a pause that merely happened when it was acknowledged), unless none is a suspect
-            able = [x for x in labels if kind_of.get(x) in DESTRUCTIVE] or labels
-            # and among those, the power cuts when there are any: only a power cut drops bytes the page
-            # cache held; a kill or restart before it strands nothing by itself (without this, a sweep's
-            # kill-master cell failed for messages the later power loss of its group stranded)
-            able = [x for x in able if kind_of.get(x) in POWER_LOSSES] or able
-            for label in able:
-                seen_by_fault.setdefault(label, {}).setdefault(kind, set()).add(r["send_id"])
-            item = {
-                "verdict": kind,
-                "group": r["grp"],
-                "send_id": r["send_id"],
-                "topic": r["s_topic"],
-                "producer": r["producer"],
-                "reason": r["reason"],
-                "acked_ms": r["ack_ms"],
-                "where": list(r["where"] or []),
-                "faults": labels,
-            }
-            _example(
-                by_group[r["grp"]],
-                kind,
-                f"{r['send_id']}"
-                + (f" ({r['reason']})" if r["reason"] else "")
-                + (f" at {', '.join(item['where'][:2])}" if item["where"] else "")
-                + f" [{', '.join(labels)}]",
-            )
-            f.detail_lines += 1
-            if fh:
-                fh.write(json.dumps(item) + "\n")
-        for r in (
-            strange.select("grp", "client", "topic", "uniq_key", "send_id", "queue_id", "queue_offset", "start_ms")
-            .orderBy("grp", "start_ms")
-            .toLocalIterator()
-        ):
-            if r["grp"] not in by_group:
-                continue
-            _example(
-                by_group[r["grp"]],
-                ID_UNEXPECTED,
-                f"{r['uniq_key']} (keys {r['send_id']}) on {r['topic']} q{r['queue_id']}@{r['queue_offset']}"
-                f" by {r['client']}",
-            )
-            f.detail_lines += 1
-            if fh:
-                fh.write(
-                    json.dumps(
-                        {
-                            "verdict": ID_UNEXPECTED,
-                            "group": r["grp"],
-                            "client": r["client"],
-                            "topic": r["topic"],
-                            "uniq_key": r["uniq_key"],
-                            "keys": r["send_id"],
-                            "queue_id": r["queue_id"],
-                            "queue_offset": r["queue_offset"],
-                            "received_ms": r["start_ms"],
-                        }
-                    )
-                    + "\n"
-                )
+        seen_by_fault = _problem_lines(problems, fault_list, by_group, f, fh)
+        _unexpected_lines(strange, by_group, f, fh)
     finally:
         if fh:
             fh.close()
-
     f.by_fault = {label: {k: len(v) for k, v in kinds.items()} for label, kinds in seen_by_fault.items()}
-    f.queues = queue_consistency(spark, decoded, cq, nodes, {r[0] for r in qrows})
-    for d in (sends, recv, owed):
-        d.unpersist()
-    return f
+
+
+def _problem_lines(problems, fault_list, by_group, f: DeliveryFindings, fh) -> dict[str, dict[str, set]]:
+    """The lost, stranded and lost-after-delivery sends: a detail line and an example each; returns, per
+    fault they count against, the send_ids per verdict id."""
+    seen_by_fault: dict[str, dict[str, set]] = {}
+    kind_of = {x.label: x.kind for x in fault_list}
+    for r in (
+        problems.select(
+            "grp", "send_id", "s_topic", "producer", "state", "reason", "gone_after", "ack_ms", "where", "broker"
+        )
+        .orderBy("grp", "ack_ms")
+        .toLocalIterator()
+    ):
+        kind = ID_LOST_AFTER if r["state"] == "delivered" else (ID_STRANDED if r["state"] == "stranded" else ID_LOST)
+        labels = _suspects(fault_list, r["ack_ms"], r["broker"])
+        # the matrix's cells: a loss counts against the faults that can destroy or strand a stored
+        # message (not a pause that merely happened when it was acknowledged), unless none is a suspect
+        able = [x for x in labels if kind_of.get(x) in DESTRUCTIVE] or labels
+        # and among those, the power cuts when there are any: only a power cut drops bytes the page
+        # cache held; a kill or restart before it strands nothing by itself (without this, a sweep's
+        # kill-master cell failed for messages the later power loss of its group stranded)
+        able = [x for x in able if kind_of.get(x) in POWER_LOSSES] or able
+        for label in able:
+            seen_by_fault.setdefault(label, {}).setdefault(kind, set()).add(r["send_id"])
+        item = {
+            "verdict": kind,
+            "group": r["grp"],
+            "send_id": r["send_id"],
+            "topic": r["s_topic"],
+            "producer": r["producer"],
+            "reason": r["reason"],
+            "acked_ms": r["ack_ms"],
+            "where": list(r["where"] or []),
+            "faults": labels,
+        }
+        _example(
+            by_group[r["grp"]],
+            kind,
+            f"{r['send_id']}"
+            + (f" ({r['reason']})" if r["reason"] else "")
+            + (f" at {', '.join(item['where'][:2])}" if item["where"] else "")
+            + f" [{', '.join(labels)}]",
+        )
+        f.detail_lines += 1
+        if fh:
+            fh.write(json.dumps(item) + "\n")
+    return seen_by_fault
+
+
+def _unexpected_lines(strange, by_group, f: DeliveryFindings, fh) -> None:
+    """The receives that match no send: a detail line and an example each."""
+    for r in (
+        strange.select("grp", "client", "topic", "uniq_key", "send_id", "queue_id", "queue_offset", "start_ms")
+        .orderBy("grp", "start_ms")
+        .toLocalIterator()
+    ):
+        if r["grp"] not in by_group:
+            continue
+        _example(
+            by_group[r["grp"]],
+            ID_UNEXPECTED,
+            f"{r['uniq_key']} (keys {r['send_id']}) on {r['topic']} q{r['queue_id']}@{r['queue_offset']}"
+            f" by {r['client']}",
+        )
+        f.detail_lines += 1
+        if fh:
+            fh.write(
+                json.dumps(
+                    {
+                        "verdict": ID_UNEXPECTED,
+                        "group": r["grp"],
+                        "client": r["client"],
+                        "topic": r["topic"],
+                        "uniq_key": r["uniq_key"],
+                        "keys": r["send_id"],
+                        "queue_id": r["queue_id"],
+                        "queue_offset": r["queue_offset"],
+                        "received_ms": r["start_ms"],
+                    }
+                )
+                + "\n"
+            )
 
 
 def _offset_of(col):

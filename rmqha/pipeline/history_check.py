@@ -137,43 +137,60 @@ def _placed_receives(stored, recvs):
 
 
 def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = None) -> HistoryFindings:
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     f = HistoryFindings()
-    # the nodes and groups as literal maps, not joined tables (each join of one costs a Spark job)
-    node_start = lit_map({n.name: n.start_offset for n in nodes}, "long")
-    masters = [n.name for n in nodes if n.is_master]
-    members: dict[str, list] = {}
-    for n in nodes:
-        members.setdefault(n.broker_name, []).append(
-            F.struct(
-                F.lit(n.name).alias("node"),
-                F.lit(bool(n.is_master)).alias("is_master"),
-                F.lit(n.start_offset).cast("long").alias("node_start"),
-            )
-        )
-    group_members = lit_map({b: F.array(*ms) for b, ms in members.items()})
-    master_role = lit_map({name: m.role if m else "UNKNOWN" for name, (m, _) in groups(nodes).items()})
-
-    stored = (
-        decoded.filter((F.col("status") == "ok") & F.col("node").isin([n.name for n in nodes])).select(
-            "node",
-            "broker_name",
-            "physical_offset",
-            "topic",
-            "queue_id",
-            "queue_offset",
-            "uniq_key",
-            "keys",
-            "store_timestamp",
-            F.col("node").isin(masters).alias("is_master"),
-            node_start[F.col("node")].alias("node_start"),
-        )
-    ).cache()
+    stored = _stored(decoded, nodes).cache()
     sends = hist.filter(F.col("op") == "send").cache()
     recvs = hist.filter(F.col("op") == "receive").cache()
-    # counts per op and status, and (6.) the SEND_OK sends' call latency, in one job
+    _count_ops(hist, f)
+    acked = sends.filter(F.col("status") == "SEND_OK").filter(F.col("uniq_key").isNotNull())
+    f.acked = f.statuses.get("SEND_OK", 0)
+    # Where each UNIQ_KEY is stored: one row per distinct stored copy (broker group, offset).
+    copies = (
+        stored.filter(F.col("uniq_key").isNotNull())
+        .groupBy("uniq_key", "broker_name", "physical_offset", "topic")
+        .agg(F.collect_set("node").alias("holders"), F.max(F.col("is_master").cast("int")).alias("on_master"))
+    ).cache()
+    _lost_and_parked(acked, copies, f)
+    _unconfirmed_missing(sends, copies, f)
+    _missing_copies(acked, copies, nodes, f)
+    send_ids = sends.select("send_id").distinct()
+    _duplicates(stored, copies, send_ids, f)
+    _phantoms(sends, recvs, send_ids, f)
+    _receive_order(spark, stored, recvs, served_rows, f)
+    _end_to_end(sends, recvs, f)
+    for d in (stored, sends, recvs, copies):
+        d.unpersist()
+    return f
+
+
+def _stored(decoded, nodes: list[Node]):
+    """The copies the nodes hold, with whether the node is a master and where its log starts (the nodes as
+    literal maps, not joined tables: each join of one costs a Spark job)."""
+    from pyspark.sql import functions as F
+
+    node_start = lit_map({n.name: n.start_offset for n in nodes}, "long")
+    masters = [n.name for n in nodes if n.is_master]
+    return decoded.filter((F.col("status") == "ok") & F.col("node").isin([n.name for n in nodes])).select(
+        "node",
+        "broker_name",
+        "physical_offset",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "uniq_key",
+        "keys",
+        "store_timestamp",
+        F.col("node").isin(masters).alias("is_master"),
+        node_start[F.col("node")].alias("node_start"),
+    )
+
+
+def _count_ops(hist, f: HistoryFindings) -> None:
+    """Counts per op and status, and (6.) the SEND_OK sends' call latency, in one job."""
+    from pyspark.sql import functions as F
+
     send_ok = (F.col("op") == "send") & (F.col("status") == "SEND_OK")
     for r in (
         hist.groupBy("op", "status")
@@ -187,19 +204,14 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
                 f.send_latency = _pcts_of(r, "lat_")
         elif r["op"] == "receive":
             f.receives += r["count"]
-    acked = sends.filter(F.col("status") == "SEND_OK").filter(F.col("uniq_key").isNotNull())
-    f.acked = f.statuses.get("SEND_OK", 0)
 
-    # Where each UNIQ_KEY is stored: one row per distinct stored copy (broker group, offset).
-    copies = (
-        stored.filter(F.col("uniq_key").isNotNull())
-        .groupBy("uniq_key", "broker_name", "physical_offset", "topic")
-        .agg(F.collect_set("node").alias("holders"), F.max(F.col("is_master").cast("int")).alias("on_master"))
-    ).cache()
 
-    # 1. acknowledged sends on no node at all. A copy parked in SCHEDULE_TOPIC_XXXX (a delayed message
-    # not yet delivered) or RMQ_SYS_TRANS_HALF_TOPIC (a half message not committed) is not in its topic:
-    # such a send is "parked", not delivered and not lost.
+def _lost_and_parked(acked, copies, f: HistoryFindings) -> None:
+    """1. Acknowledged sends on no node at all. A copy parked in SCHEDULE_TOPIC_XXXX (a delayed message not
+    yet delivered) or RMQ_SYS_TRANS_HALF_TOPIC (a half message not committed) is not in its topic: such a
+    send is "parked", not delivered and not lost."""
+    from pyspark.sql import functions as F
+
     parked_topic = F.col("topic").isin(*PARKED_TOPICS)
     in_topic = copies.filter(~parked_topic).select("uniq_key").distinct()
     parked_keys = copies.filter(parked_topic).select("uniq_key").distinct()
@@ -216,8 +228,12 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
         else:
             f.lost.append((r["uniq_key"], r["send_id"], r["client"], r["topic"], r["end_ms"]))
 
-    # 1b. sends the broker answered FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: the
-    # master did store them (only flush or replication is unconfirmed), so each should be somewhere.
+
+def _unconfirmed_missing(sends, copies, f: HistoryFindings) -> None:
+    """1b. Sends the broker answered FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: the
+    master did store them (only flush or replication is unconfirmed), so each should be somewhere."""
+    from pyspark.sql import functions as F
+
     unconf = sends.filter(F.col("status").isin(*UNCONFIRMED)).filter(F.col("uniq_key").isNotNull())
     f.unconfirmed = sum(f.statuses.get(st, 0) for st in UNCONFIRMED)
     if f.unconfirmed:  # none answered so: nothing to look for (saves a Spark job)
@@ -226,11 +242,28 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
             (r["uniq_key"], r["send_id"], r["status"]) for r in gone.orderBy("end_ms", "uniq_key").collect()
         ]
 
-    # 2. acknowledged sends missing on a node of their group that should hold them. For a slave: it
-    # must hold every acked message at or after its start when the master is SYNC_MASTER (ASYNC: counted only).
-    acked_copies = acked.select("uniq_key").distinct().join(copies, "uniq_key")
+
+def _missing_copies(acked, copies, nodes: list[Node], f: HistoryFindings) -> None:
+    """2. Acknowledged sends missing on a node of their group that should hold them. For a slave: it must
+    hold every acked message at or after its start when the master is SYNC_MASTER (ASYNC: counted only)."""
+    from pyspark.sql import functions as F
+
+    members: dict[str, list] = {}
+    for n in nodes:
+        members.setdefault(n.broker_name, []).append(
+            F.struct(
+                F.lit(n.name).alias("node"),
+                F.lit(bool(n.is_master)).alias("is_master"),
+                F.lit(n.start_offset).cast("long").alias("node_start"),
+            )
+        )
+    group_members = lit_map({b: F.array(*ms) for b, ms in members.items()})
+    master_role = lit_map({name: m.role if m else "UNKNOWN" for name, (m, _) in groups(nodes).items()})
     expected = (
-        acked_copies.select("*", F.explode(group_members[F.col("broker_name")]).alias("m"))
+        acked.select("uniq_key")
+        .distinct()
+        .join(copies, "uniq_key")
+        .select("*", F.explode(group_members[F.col("broker_name")]).alias("m"))
         .select("*", "m.*")
         .drop("m")
         .filter(F.col("physical_offset") >= F.col("node_start"))
@@ -245,10 +278,21 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
         else:
             f.missing_on_slave_async += 1
 
-    # 3a. the same UNIQ_KEY stored at two places (user topics only: retry/DLQ/schedule copies keep it)
-    user_topic = ~F.col("topic").rlike("^(" + "|".join(SYSTEM_TOPIC_PREFIXES) + ")")
+
+def _user_topic():
+    """User topics only: retry/DLQ/schedule copies keep the UNIQ_KEY of the message they copy."""
+    from pyspark.sql import functions as F
+
+    return ~F.col("topic").rlike("^(" + "|".join(SYSTEM_TOPIC_PREFIXES) + ")")
+
+
+def _duplicates(stored, copies, send_ids, f: HistoryFindings) -> None:
+    """3a. The same UNIQ_KEY stored at two places, and 3b. several stored copies of one logical send
+    (send_id in KEYS), in one job (sorted here: Python's str order is Spark's UTF-8 byte order)."""
+    from pyspark.sql import functions as F
+
     dup = (
-        copies.filter(user_topic)
+        copies.filter(_user_topic())
         .groupBy("uniq_key", "topic")
         .agg(
             F.count("*").alias("copies"),
@@ -256,11 +300,8 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
         )
         .filter(F.col("copies") > 1)
     )
-
-    # 3b. several stored copies of one logical send (send_id in KEYS)
-    send_ids = sends.select("send_id").distinct()
     by_key = (
-        stored.filter(user_topic & F.col("keys").isNotNull())
+        stored.filter(_user_topic() & F.col("keys").isNotNull())
         .select("broker_name", "physical_offset", "uniq_key", F.explode(F.split("keys", " ")).alias("send_id"))
         .join(send_ids, "send_id")
         .groupBy("send_id")
@@ -270,7 +311,6 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
         )
         .filter(F.col("copies") > 1)
     )
-    # 3a and 3b in one job (sorted here: Python's str order is Spark's UTF-8 byte order)
     both = dup.select(
         F.lit("uniq").alias("kind"),
         F.col("uniq_key").alias("key"),
@@ -288,7 +328,11 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     f.dup_uniq = [(r["key"], r["copies"], sorted(r["xs"])) for r in rows if r["kind"] == "uniq"]
     f.dup_logical = [(r["key"], r["copies"], sorted(r["xs"])) for r in rows if r["kind"] == "logical"]
 
-    # 4. received but never sent: neither its UNIQ_KEY nor its send_id (KEYS) is in any history
+
+def _phantoms(sends, recvs, send_ids, f: HistoryFindings) -> None:
+    """4. Received but never sent: neither its UNIQ_KEY nor its send_id (KEYS) is in any history."""
+    from pyspark.sql import functions as F
+
     sent_topics = sends.select("topic").distinct()
     sent_keys = sends.filter(F.col("uniq_key").isNotNull()).select("uniq_key").distinct()
     r_topics = recvs.join(sent_topics, "topic", "left_semi")
@@ -300,10 +344,15 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     # exact: the list is all of them unless it is full, and only then is a count needed
     f.phantom_count = len(f.phantoms) if len(f.phantoms) < LISTED else phantom.count()
 
-    # 5. per-queue order among received messages, per consumer client. The queue is (broker, topic,
-    # queue id); the broker is the history's, else the group whose stored copy is at the receive's own
-    # place (_placed_receives). A receive in no group, or with no queue offset, is not judged: counted
-    # and named (unplaced).
+
+def _receive_order(spark, stored, recvs, served_rows, f: HistoryFindings) -> None:
+    """5. Per-queue order among received messages, per consumer client. The queue is (broker, topic, queue
+    id); the broker is the history's, else the group whose stored copy is at the receive's own place
+    (_placed_receives). A receive in no group, or with no queue offset, is not judged: counted and named
+    (unplaced). Then (5b.) which node served each receive."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     rq = _placed_receives(stored, recvs)
     judged = F.col("broker").isNotNull() & F.col("queue_offset").isNotNull()
     wq = Window.partitionBy("client", "broker", "topic", "queue_id").orderBy("seq")
@@ -332,25 +381,34 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
             (r["client"], r["topic"], r["queue_id"], r["queue_offset"], r["uniq_key"], r["reason"])
             for r in rq.filter(~F.col("judged")).orderBy("client", "seq").collect()
         ]
-
-    # 5b. which node served each receive (its group's node whose served pull covers its queue offset; a
-    # receive in no group is unattributed)
     if served_rows is not None:
-        by = served.attribute(
-            spark,
-            rq.filter(F.col("queue_offset").isNotNull()).select(
-                "client", "seq", "broker", "topic", "queue_id", "queue_offset", "start_ms"
-            ),
-            served_rows,
-        )
-        bucket = (F.col("start_ms") / served.BUCKET_MS).cast("long") * served.BUCKET_MS
-        for r in by.groupBy("broker", "served_by", bucket.alias("t")).count().collect():
-            f.served_buckets.append((r["broker"], r["served_by"], r["t"], r["count"]))
-            f.served_by[r["served_by"]] = f.served_by.get(r["served_by"], 0) + r["count"]
+        _served_by(spark, rq, served_rows, f)
     rq.unpersist()
 
-    # 6. latency end to end (first try of the logical send -> first receive; the send call's latency is
-    # above), and the acknowledged logical sends never received, in one job
+
+def _served_by(spark, rq, served_rows, f: HistoryFindings) -> None:
+    """5b. Which node served each receive: its group's node whose served pull covers its queue offset (a
+    receive in no group is unattributed)."""
+    from pyspark.sql import functions as F
+
+    by = served.attribute(
+        spark,
+        rq.filter(F.col("queue_offset").isNotNull()).select(
+            "client", "seq", "broker", "topic", "queue_id", "queue_offset", "start_ms"
+        ),
+        served_rows,
+    )
+    bucket = (F.col("start_ms") / served.BUCKET_MS).cast("long") * served.BUCKET_MS
+    for r in by.groupBy("broker", "served_by", bucket.alias("t")).count().collect():
+        f.served_buckets.append((r["broker"], r["served_by"], r["t"], r["count"]))
+        f.served_by[r["served_by"]] = f.served_by.get(r["served_by"], 0) + r["count"]
+
+
+def _end_to_end(sends, recvs, f: HistoryFindings) -> None:
+    """6. Latency end to end (first try of the logical send -> first receive; the send call's latency is
+    _count_ops'), and the acknowledged logical sends never received, in one job."""
+    from pyspark.sql import functions as F
+
     first_send = sends.groupBy("send_id").agg(
         F.min("start_ms").alias("sent_ms"),
         F.max(((F.col("status") == "SEND_OK") & F.col("uniq_key").isNotNull()).cast("int")).alias("acked"),
@@ -364,9 +422,6 @@ def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = No
     f.e2e_latency = _pcts_of(r, "")
     if f.receives:
         f.acked_not_received = int(r["unreceived"] or 0)
-    for d in (stored, sends, recvs, copies):
-        d.unpersist()
-    return f
 
 
 def _few(items, fmt, limit=MAX_LISTED) -> str:
