@@ -2005,7 +2005,7 @@ def make_plan(
     return plan
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m rmqha.chaos.matrix", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--first-seed", type=int, default=1)
@@ -2048,9 +2048,15 @@ def main(argv=None) -> int:
         "broker), 4.9 (haCompat49=true: Apache RocketMQ 4.9's HA behaviour), recovery "
         "(haRecoveryEnable=true: a master back behind its slave fetches the slave's tail first)",
     )
+    return ap
+
+
+def parse_args(argv) -> tuple[argparse.Namespace, list[tuple[str, str]], list[str]]:
+    """The arguments, the configurations and the modes they name; exits (argparse) on one it does not know.
+    Creates --out."""
+    ap = _parser()
     args = ap.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     try:
         configs = parse_configs(args.configs)
     except ValueError as e:
@@ -2059,93 +2065,120 @@ def main(argv=None) -> int:
     for mode in modes:
         if mode not in MODES:
             ap.error(f"--modes: {mode!r}; known: {', '.join(MODES)}")
-    plan = make_plan(configs, args.backends.split(","), modes, args.first_seed, args.seeds, args.long_holds)
-    t0 = time.monotonic()
-    lock = threading.Lock()
+    return args, configs, modes
 
-    def say(line: str) -> None:
-        with lock:
-            print(f"[{time.monotonic() - t0:6.0f} s] {line}", flush=True)
 
+def earlier_results(out: Path, plan: list) -> list[dict]:
+    """--from-runs: the plan's runs as an earlier matrix run left them (their exit codes and times from its
+    matrix.json; a run it does not list counts as done, its folder decides)."""
+    try:
+        before = {r["name"]: r for r in json.loads((out / "matrix.json").read_text())["runs"]}
+    except (OSError, ValueError, KeyError):
+        before = {}
+    results = []
+    for topology, flush, backend, faults, seed, mode in plan:
+        name = run_name(topology, flush, backend, seed, mode, faults)
+        old = before.get(name, {})
+        # the earlier run's exit code and time: a run that did not happen stays "not run"
+        results.append(
+            {
+                "name": name,
+                "rc": old.get("rc", 0),
+                "took_s": old.get("took_s"),
+                "log": old.get("log", ""),
+                "audit_s": old.get("audit_s"),
+                "topology": topology,
+                "flush": flush,
+                "backend": backend,
+                "seed": seed,
+                "mode": mode,
+            }
+        )
+    return results
+
+
+def split_lanes(plan: list, lanes: int) -> dict[tuple[str, int], list]:
+    """(backend, k) -> its runs: one lane per backend, --lanes of them for local, dealt round robin so each
+    lane gets a mix of configurations and modes."""
+    out = {}
+    for b in dict.fromkeys(p[2] for p in plan):
+        items = [p for p in plan if p[2] == b]
+        n = max(1, lanes) if b == "local" else 1
+        for k in range(n):
+            out[(b, k)] = items[k::n]
+    return out
+
+
+def run_lanes(plan: list, args, out: Path, say, lock: threading.Lock, auditor: Auditor) -> list[dict]:
+    """Every planned sweep, lane by lane (at once unless --serial), each run handed to the auditor once its
+    sweep exits cleanly. The runs' results, in the order they ended."""
+    lanes = split_lanes(plan, args.lanes)
+    args.lane_count = len(lanes)
+    counter = iter(range(1, len(plan) + 1))
     results: list[dict] = []
-    if args.from_runs:  # judge the run folders of an earlier matrix run again (their times from its json)
-        try:
-            before = {r["name"]: r for r in json.loads((out / "matrix.json").read_text())["runs"]}
-        except (OSError, ValueError, KeyError):
-            before = {}
-        for topology, flush, backend, faults, seed, mode in plan:
-            name = run_name(topology, flush, backend, seed, mode, faults)
-            old = before.get(name, {})
-            # the earlier run's exit code and time: a run that did not happen stays "not run"
-            results.append(
-                {
-                    "name": name,
-                    "rc": old.get("rc", 0),
-                    "took_s": old.get("took_s"),
-                    "log": old.get("log", ""),
-                    "audit_s": old.get("audit_s"),
-                    "topology": topology,
-                    "flush": flush,
-                    "backend": backend,
-                    "seed": seed,
-                    "mode": mode,
-                }
+
+    def lane(index: int, items) -> None:
+        for topology, flush, backend, faults, seed, mode in items:
+            say(
+                f"[{next(counter)}/{len(plan)}] {mode}: {topology} {flush} on {backend}, seed {seed}: "
+                f"{', '.join(faults)}"
             )
+            try:
+                r = sweep(topology, flush, backend, faults, seed, args, out, index, mode)
+            except Exception as e:  # one run that cannot start must not end the lane silently
+                r = {
+                    "name": run_name(topology, flush, backend, seed, mode, faults),
+                    "rc": 3,
+                    "took_s": 0,
+                    "log": f"{type(e).__name__}: {e}",
+                }
+                say(f"    could not run: {type(e).__name__}: {e}")
+            r.update(topology=topology, flush=flush, backend=backend, seed=seed, mode=mode)
+            say(f"    {r['name']}: sweep {r['took_s']} s, exit {r['rc']}; log {r['log']}")
+            with lock:
+                results.append(r)
+            if r["rc"] == 0:
+                auditor.submit(r["name"])
+
+    # one lane per backend (--lanes for local), at once: the clusters share the machine (each at --rate)
+    threads = [threading.Thread(target=lane, args=(i, items)) for i, items in enumerate(lanes.values())]
+    if args.serial:
+        for t in threads:
+            t.start()
+            t.join()
     else:
-        auditor = Auditor(out, say)
-        lanes = {}
-        for b in dict.fromkeys(p[2] for p in plan):
-            items = [p for p in plan if p[2] == b]
-            n = max(1, args.lanes) if b == "local" else 1
-            for k in range(n):  # round robin: each lane gets a mix of configurations and modes
-                lanes[(b, k)] = items[k::n]
-        args.lane_count = len(lanes)
-        counter = iter(range(1, len(plan) + 1))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return results
 
-        def lane(index: int, items) -> None:
-            for topology, flush, backend, faults, seed, mode in items:
-                say(
-                    f"[{next(counter)}/{len(plan)}] {mode}: {topology} {flush} on {backend}, seed {seed}: "
-                    f"{', '.join(faults)}"
-                )
-                try:
-                    r = sweep(topology, flush, backend, faults, seed, args, out, index, mode)
-                except Exception as e:  # one run that cannot start must not end the lane silently
-                    r = {
-                        "name": run_name(topology, flush, backend, seed, mode, faults),
-                        "rc": 3,
-                        "took_s": 0,
-                        "log": f"{type(e).__name__}: {e}",
-                    }
-                    say(f"    could not run: {type(e).__name__}: {e}")
-                r.update(topology=topology, flush=flush, backend=backend, seed=seed, mode=mode)
-                say(f"    {r['name']}: sweep {r['took_s']} s, exit {r['rc']}; log {r['log']}")
-                with lock:
-                    results.append(r)
-                if r["rc"] == 0:
-                    auditor.submit(r["name"])
 
-        # one lane per backend (--lanes for local), at once: the clusters share the machine (each at --rate)
-        threads = [threading.Thread(target=lane, args=(i, items)) for i, items in enumerate(lanes.values())]
-        if args.serial:
-            for t in threads:
-                t.start()
-                t.join()
-        else:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        for spec in PLANTED_RUNS if args.planted else []:
-            say(f"planted control: a run with {spec['bugs']}")
-            planted = planted_run(args, out, 0, spec)
-            say(f"    {planted['name']}: sweep {planted['took_s']} s, exit {planted['rc']}; log {planted['log']}")
-            if planted["rc"] == 0:
-                auditor.submit(spec["name"])
-        say("every sweep done; waiting for the last audits")
-        auditor.close()
-        for r in results:
-            r.update(auditor.done.get(r["name"], {}))
+def run_planted(args, out: Path, say, auditor: Auditor) -> None:
+    """--planted: the control runs with planted broker bugs, one after the other, each audited."""
+    for spec in PLANTED_RUNS if args.planted else []:
+        say(f"planted control: a run with {spec['bugs']}")
+        planted = planted_run(args, out, 0, spec)
+        say(f"    {planted['name']}: sweep {planted['took_s']} s, exit {planted['rc']}; log {planted['log']}")
+        if planted["rc"] == 0:
+            auditor.submit(spec["name"])
+
+
+def run_all(plan: list, args, out: Path, say, lock: threading.Lock) -> list[dict]:
+    """Run the plan and the planted controls, audit each run as it ends; the results with their audits."""
+    auditor = Auditor(out, say)
+    results = run_lanes(plan, args, out, say, lock, auditor)
+    run_planted(args, out, say, auditor)
+    say("every sweep done; waiting for the last audits")
+    auditor.close()
+    for r in results:
+        r.update(auditor.done.get(r["name"], {}))
+    return results
+
+
+def judge_runs(results: list[dict]) -> list[dict]:
+    """Each run's fault samples and its audit's unexplained FAILs (none for a run not judged), the runs
+    sorted as the table lists them; the matrix's cells."""
     for r in results:
         r["samples"], failed, r["unexplained"] = collect(r["name"], r["topology"], r["flush"])
         r["failed_run"] = failed is None
@@ -2155,9 +2188,12 @@ def main(argv=None) -> int:
         if r["state"] not in JUDGED:  # a folder left by an earlier run is not this run's result
             r["samples"], r["unexplained"] = [], []
     results.sort(key=lambda r: (r.get("mode", "ours"), r["backend"], r["topology"], r["flush"], r["seed"]))
-    cells = build(results)
-    command = "python -m rmqha.chaos.matrix " + " ".join(argv if argv is not None else sys.argv[1:])
-    write(out, cells, results, command)
+    return build(results)
+
+
+def report(out: Path, plan: list, results: list[dict], t0: float) -> tuple[list[str], dict[str, list[str]]]:
+    """Print the table and what fails the matrix beside its cells: the runs not done or not audited, and
+    the audit FAILs no cell accounts for (both returned)."""
     print((out / "matrix.md").read_text())
     samples = sum(len(r["samples"]) for r in results)
     print(
@@ -2170,6 +2206,11 @@ def main(argv=None) -> int:
     unexplained = {r["name"]: r["unexplained"] for r in results if r.get("unexplained")}
     for name, fails in unexplained.items():
         print(f"{name}: audit FAIL no cell accounts for: {'; '.join(fails)}")
+    return broken, unexplained
+
+
+def planted_blind(args) -> list[str]:
+    """--planted: the planted bugs the audit missed (printed); [] without --planted."""
     blind = []
     for spec in PLANTED_RUNS if args.planted else []:
         try:
@@ -2186,6 +2227,27 @@ def main(argv=None) -> int:
                 else "every planted bug gave its verdict (FAIL; duplicate-pull: WARN)"
             )
         )
+    return blind
+
+
+def main(argv=None) -> int:
+    args, configs, modes = parse_args(argv)
+    out = Path(args.out)
+    plan = make_plan(configs, args.backends.split(","), modes, args.first_seed, args.seeds, args.long_holds)
+    t0 = time.monotonic()
+    lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with lock:
+            print(f"[{time.monotonic() - t0:6.0f} s] {line}", flush=True)
+
+    # --from-runs: judge the run folders of an earlier matrix run again
+    results = earlier_results(out, plan) if args.from_runs else run_all(plan, args, out, say, lock)
+    cells = judge_runs(results)
+    command = "python -m rmqha.chaos.matrix " + " ".join(argv if argv is not None else sys.argv[1:])
+    write(out, cells, results, command)
+    broken, unexplained = report(out, plan, results, t0)
+    blind = planted_blind(args)
     return 1 if broken or unexplained or blind or any(c["verdict"] in FAILING for c in cells) else 0
 
 
