@@ -4,7 +4,8 @@ The consumer's client does not say which broker answered (see rmqha/broker/serve
 the queue-offset ranges it returned and the sampler copies them into RUN/served/pulls.jsonl. A receive
 (broker group, topic, queue, queue offset, time) was served by the node of its group whose latest
 pull answered at or before the receive (plus SKEW_MS, for the clocks of containers and clients)
-covers its queue offset. A receive is "unattributed" when no such pull is in the file: the node died
+covers its queue offset. A receive is "unattributed" when no such pull is in the file (or two nodes' pulls
+answered at the same millisecond cover it: neither is picked): the node died
 before the sampler's next round read its log, the run predates this log, or the message came back
 through its group's retry topic (the client reports the original topic with the retry queue's
 offset).
@@ -97,15 +98,20 @@ def attribute(spark, receives, served_rows: list[tuple]):
         & (F.col("queue_offset") < F.col("served_next"))
         & (F.col("served_ts") <= F.col("start_ms") + SKEW_MS)
     )
-    latest = Window.partitionBy("client", "seq").orderBy(F.col("served_ts").desc())
+    per_receive = Window.partitionBy("client", "seq")
+    latest = per_receive.orderBy(F.col("served_ts").desc())
+    # the latest covering pulls; when two nodes answered them at the same ms, neither is picked
     matched = (
         receives.join(F.broadcast(sdf) if len(served_rows) < 200000 else sdf, cond, "left")
+        .withColumn("_top", F.max("served_ts").over(per_receive))
+        .filter(F.col("served_ts").isNull() | (F.col("served_ts") == F.col("_top")))
+        .withColumn("_nodes", F.size(F.collect_set("served_node").over(per_receive)))
         .withColumn("_n", F.row_number().over(latest))
         .filter(F.col("_n") == 1)
-        .drop("_n")
     )
-    return matched.withColumn("served_by", F.coalesce("served_node", F.lit(UNATTRIBUTED))).drop(
-        *[c.split()[0] for c in SCHEMA.split(", ")]
+    one = F.when(F.col("_nodes") == 1, F.col("served_node"))
+    return matched.withColumn("served_by", F.coalesce(one, F.lit(UNATTRIBUTED))).drop(
+        "_top", "_nodes", "_n", *[c.split()[0] for c in SCHEMA.split(", ")]
     )
 
 

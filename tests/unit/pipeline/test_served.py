@@ -110,3 +110,29 @@ def test_outages_count_only_master_faults_of_the_group():
     o1, o2 = served.outages([f, never_healed, failed, link], b)
     assert o1.by_node == {"broker-a-1": 5, "broker-a-0": 2}  # the 900 ms bucket reaches into the fault
     assert o2.by_node == {"broker-a-1": 1}
+
+
+def test_pulls_of_two_nodes_at_the_same_ms_attribute_the_receive_to_neither(spark, run_builder):
+    """The latest pulls covering a receive are the master's and the slave's, answered in the same
+    millisecond: either may have served it, so it is unattributed, not given to one of them."""
+    rb = run_builder
+    rb.master(n=8)  # queues 0-3, offsets 0-1 each
+    rb.close()
+    rb.slave()
+    rb.history()
+    write_served(
+        rb.root,
+        [
+            ("broker-a-0", "broker-a", 0, 0, 2, T0, 1),  # q0: master and slave at the same ms
+            ("broker-a-1", "broker-a", 0, 0, 2, T0, 1),
+            ("broker-a-0", "broker-a", 1, 0, 2, T0 - 5, 2),  # q1: the slave's pull is later
+            ("broker-a-1", "broker-a", 1, 0, 2, T0, 2),
+        ],
+    )
+    nodes = runfolder.load_nodes(rb.root)
+    from rmqha.pipeline import decode
+
+    hist = history_check.load_histories(spark, runfolder.history_files(rb.root))
+    rows, _ = served.load(rb.root)
+    f = history_check.check(spark, decode.decode(spark, nodes), hist, nodes, rows)
+    assert f.served_by == {"broker-a-1": 2, served.UNATTRIBUTED: 6}
