@@ -492,80 +492,103 @@ def judge_torn(facts: RunFacts, pending: dict[str, int], files: dict[str, str]) 
             facts.excluded.append((TORN, "torn last history line", where, None))
 
 
-def run_facts(run: Path) -> RunFacts | None:
-    """The run's sends, tries, receives and groups; None when it has no history (nothing can be counted)."""
+class _HistoryRows:
+    """What run_facts() gathers from the histories' rows before it can place the receives and the tries."""
+
+    def __init__(self) -> None:
+        self.uniq_to_send: dict[str, str] = {}
+        self.subs: dict[str, dict] = {}
+        self.receives: list[dict] = []
+        self.answers: list[dict] = []
+        self.pending: dict[str, int] = {}  # send_id -> its tries without an answer line
+        self.files: dict[str, str] = {}
+
+
+def _note_send(facts: RunFacts, seen: _HistoryRows, r: dict) -> None:
+    """An invoke or a send answer: the send's first try, its UNIQ_KEYs and its state so far."""
     from rmqha.cluster import history as h
 
-    if not history_paths(run):
-        return None
-    facts = RunFacts()
-    rows = read_histories(run, facts)
-    uniq_to_send = {}
-    subs: dict[str, dict] = {}
-    receives = []
-    answers = []
-    pending: dict[str, int] = {}  # send_id -> its tries without an answer line
-    files: dict[str, str] = {}
+    op, sid = r["op"], r.get("send_id")
+    s = facts.sends.setdefault(
+        sid,
+        {
+            "topic": r.get("topic"),
+            "first_ms": r.get("start_ms"),
+            "acked_ms": None,
+            "state": "indeterminate",
+            "uniq": None,
+            "ok": None,
+            "uniqs": set(),
+        },
+    )
+    seen.files.setdefault(sid, r["_file"])
+    if r.get("uniq_key"):
+        seen.uniq_to_send.setdefault(r["uniq_key"], sid)
+        s["uniqs"].add(r["uniq_key"])
+    seen.pending[sid] = seen.pending.get(sid, 0) + (1 if op == h.INVOKE else -1)
+    if op == h.SEND:
+        seen.answers.append(r)
+    if op == h.SEND and r.get("status") in h.SEND_STATUSES:
+        if r["status"] == "SEND_OK":
+            if s["acked_ms"] is None:
+                s["acked_ms"], s["uniq"], s["ok"] = r.get("end_ms") or r.get("start_ms"), r.get("uniq_key"), r
+            s["state"] = "acked"
+        elif s["state"] == "indeterminate":
+            s["state"] = "unconfirmed"
+
+
+def _note_subscription(seen: _HistoryRows, r: dict) -> None:
+    """A subscribe or unsubscribe: the consumer group's audited window (rmqha/pipeline/delivery.py)."""
+    from rmqha.cluster import history as h
+
+    g = seen.subs.setdefault(
+        r.get("group") or r.get("client") or "?",
+        {"topics": set(), "subs": 0, "unsubs": 0, "first": False, "since": None, "until": None},
+    )
+    if r["op"] == h.SUBSCRIBE:
+        g["subs"] += 1
+        g["topics"].add(r.get("topic"))
+        g["first"] = g["first"] or r.get("status") != h.FROM_NOW
+        g["since"] = min(x for x in (g["since"], r.get("start_ms")) if x is not None)
+    else:
+        g["unsubs"] += 1
+        g["until"] = max(x for x in (g["until"], r.get("start_ms") or 0) if x is not None)
+
+
+def _read_rows(facts: RunFacts, rows: list[dict]) -> _HistoryRows:
+    """The sends from the rows in time order; the receives, answers and subscriptions set aside."""
+    from rmqha.cluster import history as h
+
+    seen = _HistoryRows()
     for r in sorted(rows, key=lambda r: (r.get("start_ms") or 0, r.get("seq") or 0)):
-        op, sid = r["op"], r.get("send_id")
-        if op in (h.INVOKE, h.SEND):
-            s = facts.sends.setdefault(
-                sid,
-                {
-                    "topic": r.get("topic"),
-                    "first_ms": r.get("start_ms"),
-                    "acked_ms": None,
-                    "state": "indeterminate",
-                    "uniq": None,
-                    "ok": None,
-                    "uniqs": set(),
-                },
-            )
-            files.setdefault(sid, r["_file"])
-            if r.get("uniq_key"):
-                uniq_to_send.setdefault(r["uniq_key"], sid)
-                s["uniqs"].add(r["uniq_key"])
-            pending[sid] = pending.get(sid, 0) + (1 if op == h.INVOKE else -1)
-            if op == h.SEND:
-                answers.append(r)
-            if op == h.SEND and r.get("status") in h.SEND_STATUSES:
-                if r["status"] == "SEND_OK":
-                    if s["acked_ms"] is None:
-                        s["acked_ms"], s["uniq"], s["ok"] = r.get("end_ms") or r.get("start_ms"), r.get("uniq_key"), r
-                    s["state"] = "acked"
-                elif s["state"] == "indeterminate":
-                    s["state"] = "unconfirmed"
-        elif op == h.RECEIVE:
-            receives.append(r)
-        else:  # subscribe / unsubscribe: the consumer group's audited window (rmqha/pipeline/delivery.py)
-            g = subs.setdefault(
-                r.get("group") or r.get("client") or "?",
-                {"topics": set(), "subs": 0, "unsubs": 0, "first": False, "since": None, "until": None},
-            )
-            if op == h.SUBSCRIBE:
-                g["subs"] += 1
-                g["topics"].add(r.get("topic"))
-                g["first"] = g["first"] or r.get("status") != h.FROM_NOW
-                g["since"] = min(x for x in (g["since"], r.get("start_ms")) if x is not None)
-            else:
-                g["unsubs"] += 1
-                g["until"] = max(x for x in (g["until"], r.get("start_ms") or 0) if x is not None)
-    # after every send is known: a receive can be recorded before its send's answer, even before its invoke
-    # (the clients' clocks are read on different threads); each consumer group's own (the audit's `grp`)
-    for r in receives:
+        if r["op"] in (h.INVOKE, h.SEND):
+            _note_send(facts, seen, r)
+        elif r["op"] == h.RECEIVE:
+            seen.receives.append(r)
+        else:
+            _note_subscription(seen, r)
+    return seen
+
+
+def _count_receives(facts: RunFacts, seen: _HistoryRows) -> None:
+    """Each consumer group's (the audit's `grp`) receives, by send. Done after every send is known: a receive
+    can be recorded before its send's answer, even before its invoke (the clients' clocks are read on
+    different threads)."""
+    for r in seen.receives:
         keys = [k for k in (r.get("send_id") or "").split(" ") if k]
-        got = next((k for k in keys if k in facts.sends), None) or uniq_to_send.get(r.get("uniq_key") or "")
+        got = next((k for k in keys if k in facts.sends), None) or seen.uniq_to_send.get(r.get("uniq_key") or "")
         if got:
             grp = r.get("group") or r.get("client") or "?"
             facts.received.setdefault(grp, set()).add(got)
             counts = facts.receive_counts.setdefault(grp, {})
             counts[got] = counts.get(got, 0) + 1
-    for name, g in subs.items():
-        start = None if g["first"] or not g["subs"] else g["since"]
-        end = g["until"] if g["subs"] and g["unsubs"] >= g["subs"] else None
-        facts.windows[name] = (g["topics"], start, end)
-    read_store_groups(run, facts, {s["topic"] for s in facts.sends.values() if s["topic"]})
-    for r in answers:  # every try with an outcome, with the group that answered it when one is known
+
+
+def _count_tries(facts: RunFacts, answers: list[dict]) -> None:
+    """Every try with an outcome, with the group that answered it when one is known."""
+    from rmqha.cluster import history as h
+
+    for r in answers:
         status = r["status"] if r.get("status") in h.SEND_STATUSES else h.ERROR
         g = facts.try_group(r, facts.sends[r["send_id"]]["topic"])[0] if status != h.ERROR else r.get("broker_name")
         facts.tries.append(
@@ -577,7 +600,11 @@ def run_facts(run: Path) -> RunFacts | None:
                 g,
             )
         )
-    judge_torn(facts, pending, files)
+
+
+def _exclude_unplaced_acks(facts: RunFacts) -> None:
+    """Acknowledged sends the figures cannot count: owed to no consumer group, or stored in two groups
+    when the answer names neither."""
     for sid, s in facts.sends.items():
         at = s["acked_ms"] or s["first_ms"] or 0
         if s["state"] != "acked":
@@ -595,6 +622,23 @@ def run_facts(run: Path) -> RunFacts | None:
                     at,
                 )
             )
+
+
+def run_facts(run: Path) -> RunFacts | None:
+    """The run's sends, tries, receives and groups; None when it has no history (nothing can be counted)."""
+    if not history_paths(run):
+        return None
+    facts = RunFacts()
+    seen = _read_rows(facts, read_histories(run, facts))
+    _count_receives(facts, seen)
+    for name, g in seen.subs.items():
+        start = None if g["first"] or not g["subs"] else g["since"]
+        end = g["until"] if g["subs"] and g["unsubs"] >= g["subs"] else None
+        facts.windows[name] = (g["topics"], start, end)
+    read_store_groups(run, facts, {s["topic"] for s in facts.sends.values() if s["topic"]})
+    _count_tries(facts, seen.answers)
+    judge_torn(facts, seen.pending, seen.files)
+    _exclude_unplaced_acks(facts)
     return facts
 
 
