@@ -697,10 +697,8 @@ def group_availability(facts: RunFacts, start: float, end: float) -> dict[str, d
     return out
 
 
-def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) -> dict:
-    """A fault's delivered / indeterminate / per-group availability / excluded, or None figures when the run
-    was not audited for delivery (no consumer group in the summary, no history, no commit log)."""
-    start, end = f["start_ms"], f["end_ms"] if f["end_ms"] is not None else float("inf")
+def _not_audited(facts: RunFacts | None, summary: dict, label: str) -> list[str]:
+    """Why the run's delivery figures cannot be counted for this fault ([] when they can)."""
     missing = []
     if facts is None:
         missing.append("no history in the run folder")
@@ -710,15 +708,12 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
         missing.append("summary.json has no delivery block (no consumer group was audited)")
     if label not in (summary.get("ackedOnGroupByFault") or {}):
         missing.append(f"summary.json has no ackedOnGroupByFault for {label}")
-    if missing:
-        return {
-            "delivered": None,
-            "indeterminate": None,
-            "duplicates": None,
-            "group_availability": {},
-            "not_audited": "; ".join(missing),
-            "excluded": {},
-        }
+    return missing
+
+
+def _sends_at_stake(facts: RunFacts, f: dict, start: float, end: float) -> tuple[set[str], int, int, int]:
+    """The faulted group's acknowledged sends (AT_RISK_MS before the fault to its heal), how many of them
+    were delivered and parked, and the unanswered sends first tried while it was active."""
     mine = [f["group"]] if f.get("group") else None
     lo_at, hi_at = start - AT_RISK_MS, end
     acked_ids: set[str] = set()
@@ -739,14 +734,26 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
             and (mine is None or g in (None, *mine))
         ):
             indeterminate += 1
-    # receives beyond a consumer group's first of the sends at stake here: the acknowledged ones above and
-    # those first tried while the fault was active (a retry after a try the old leader stored is two copies)
+    return acked_ids, delivered, indeterminate, parked
+
+
+def _duplicates(facts: RunFacts, f: dict, start: float, end: float, acked_ids: set[str]) -> int:
+    """Receives beyond a consumer group's first of the sends at stake: the acknowledged ones and those
+    first tried while the fault was active (a retry after a try the old leader stored is two copies)."""
+    mine = [f["group"]] if f.get("group") else None
     stake = acked_ids | {
         sid
         for sid, s in facts.sends.items()
         if start <= (s["first_ms"] or 0) <= end and (mine is None or facts.group(sid) in (None, *mine))
     }
-    duplicates = sum(max(0, c.get(sid, 0) - 1) for c in facts.receive_counts.values() for sid in stake)
+    return sum(max(0, c.get(sid, 0) - 1) for c in facts.receive_counts.values() for sid in stake)
+
+
+def _excluded_during(
+    facts: RunFacts, summary: dict, start: float, end: float
+) -> tuple[dict[str, int], dict[str, str], set[str]]:
+    """The records left out of the figures while the fault was active (and the run's, which have no
+    time), counted by reason; where each was first seen; the reasons EXPLAINED covers."""
     excluded: dict[str, int] = {}
     where: dict[str, str] = {}
     explained: set[str] = set()
@@ -758,6 +765,26 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
             where.setdefault(reason, place)
             if _explained(kind):
                 explained.add(reason)
+    return excluded, where, explained
+
+
+def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) -> dict:
+    """A fault's delivered / indeterminate / per-group availability / excluded, or None figures when the run
+    was not audited for delivery (no consumer group in the summary, no history, no commit log)."""
+    start, end = f["start_ms"], f["end_ms"] if f["end_ms"] is not None else float("inf")
+    missing = _not_audited(facts, summary, label)
+    if missing or facts is None:
+        return {
+            "delivered": None,
+            "indeterminate": None,
+            "duplicates": None,
+            "group_availability": {},
+            "not_audited": "; ".join(missing),
+            "excluded": {},
+        }
+    acked_ids, delivered, indeterminate, parked = _sends_at_stake(facts, f, start, end)
+    duplicates = _duplicates(facts, f, start, end, acked_ids)
+    excluded, where, explained = _excluded_during(facts, summary, start, end)
     # the audit and the histories must count the same acknowledged sends for this fault: both give a send
     # the group that acknowledged it (RunFacts.group; rmqha/pipeline/delivery.py _placed) and count one in
     # no group's fault when its copies cannot be told apart
