@@ -1288,97 +1288,131 @@ def reattribute(out: list[dict], faults: list[dict]) -> None:
         s["blamed_on"] = {"fault": out[j]["label"], **moved}
 
 
-def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[dict]:
-    all_sends = sends(run)
-    facts = run_facts(run)
-    rounds = replication_rounds(run)
-    unequal = unequal_at_end(run, summary)
-    down = down_seen(run)
-    offsets = offsets_seen(run)
-    dl_rounds = dledger_rounds(run) if is_dledger(topology) else []
-    effect = took_effect(run) if is_dledger(topology) else {}
-    sampled = bool(rounds) or bool(dl_rounds)
-    out = []
-    faults = summary["faults"]
-    for f in faults:
-        start, end = f["start_ms"], f["end_ms"]
-        label = f"#{f['id']} {f['kind']} {f['link'] or f['target']}"
-        during = [s for s in all_sends if start <= s[0] <= (end or s[0])]
-        ok = sum(1 for s in during if s[2] == "SEND_OK")
-        lost = summary["lostByFault"].get(label, 0)
-        # a divergence has no time: it is this fault's if the fault can rewrite its group's log and no
-        # master power loss of the same group (the likelier cause) is also blamed
-        blamed = summary["divergentByFault"].get(label, [])
-        power = any(_master_power(g) and g["group"] in (None, f["group"]) for g in faults)
-        master_power = _master_power(f)
-        divergent = len(blamed) if blamed and (master_power or not power) else 0
-        if is_dledger(topology):
-            recovery, never = dledger_recovery(f, dl_rounds)
-            later = [x["start_ms"] for x in faults if x["start_ms"] > start and _same_group(x, f)]
-            failover = (
-                failover_s(f, dl_rounds, min(later, default=None), effect.get(f["id"]))
-                if f["kind"] in LEADER_FAULTS
-                else None
-            )
-        else:
-            recovery, never = _recovery(f, rounds, unequal, faults)
-            failover = None
-        by_fault = (summary.get("deliveryByFault") or {}).get(label, {})
-        acked_on_group = (summary.get("ackedOnGroupByFault") or {}).get(label)
-        info = dict(f.get("info") or {})
-        if not info.get("notExercised") and rounds and not is_dledger(topology):
-            # a run the nemesis did not judge (recorded before it did, or a cluster-wide fault): the samples
-            stuck = stuck_groups(run, start)
-            mine = [g for g in stuck if f.get("group") in (None, g)]
-            if f.get("group") is None and mine:
-                info["notExercisedGroups"] = {**{g: stuck[g] for g in mine}, **(info.get("notExercisedGroups") or {})}
-                every = {x for _ts, gs in rounds for x in gs}
-                if every and every <= set(info["notExercisedGroups"]):
-                    info["notExercised"] = "; ".join(info["notExercisedGroups"][g] for g in sorted(every))
-            elif mine:
-                info["notExercised"] = stuck[mine[0]]
-        out.append(
-            {
-                "label": label,
-                "kind": f["kind"],
-                "role": f["role"],
-                "target": f["target"],
-                "sends": len(during),
-                "ok": ok,
-                "lost": lost,
-                "divergent": divergent,
-                "recovery_s": recovery,
-                "recovery_never": never,
-                # delivery (rmqha/pipeline/delivery.py): acknowledged messages this fault is a suspect of that no
-                # consumer group got, those only a slave holds, and those received then gone
-                "undelivered": by_fault.get("delivery.lost", 0),
-                "stranded": by_fault.get("delivery.stranded", 0),
-                "lost_after_delivery": by_fault.get("delivery.lost-after-delivery", 0),
-                # acknowledged sends stored by the faulted group itself while the fault was active
-                # (None for summaries older than the delivery checker: then `ok`, the whole cluster's)
-                "acked_on_group": acked_on_group,
-                "not_exercised": info.get("notExercised")
-                or no_effect(
-                    f, down, sampled, sum((summary.get("nonOkByFault") or {}).get(label, {}).values()), offsets
-                )
-                or (dledger_no_effect(f, dl_rounds, failover) if is_dledger(topology) else None),
-                # a DLedger leader fault: start -> another node leads (None: none did, or not a leader fault)
-                "failover_s": failover,
-                "group": f.get("group"),
-                # a fault on every group: the groups it could not exercise (nemesis.py)
-                "groups_not_exercised": sorted(info.get("notExercisedGroups") or {}),
-                "error": f.get("inject_error") or f.get("heal_error"),
-                # delivered / indeterminate / per-group availability / excluded records (fault_figures)
-                **fault_figures(facts, f, summary, label),
-            }
+class _RunEvidence:
+    """What cell_samples() reads once per run: the sends, the histories' facts, the metric and status
+    samples."""
+
+    def __init__(self, run: Path, summary: dict, topology: str) -> None:
+        self.run = run
+        self.dledger = is_dledger(topology)
+        self.all_sends = sends(run)
+        self.facts = run_facts(run)
+        self.rounds = replication_rounds(run)
+        self.unequal = unequal_at_end(run, summary)
+        self.down = down_seen(run)
+        self.offsets = offsets_seen(run)
+        self.dl_rounds = dledger_rounds(run) if self.dledger else []
+        self.effect = took_effect(run) if self.dledger else {}
+        self.sampled = bool(self.rounds) or bool(self.dl_rounds)
+
+
+def _divergent(f: dict, faults: list[dict], summary: dict, label: str) -> int:
+    """The divergent pairs the audit blames on the fault. A divergence has no time: it is this fault's if the
+    fault can rewrite its group's log and no master power loss of the same group (the likelier cause) is
+    also blamed."""
+    blamed = summary["divergentByFault"].get(label, [])
+    power = any(_master_power(g) and g["group"] in (None, f["group"]) for g in faults)
+    return len(blamed) if blamed and (_master_power(f) or not power) else 0
+
+
+def _recovery_and_failover(ev: _RunEvidence, f: dict, faults: list[dict]) -> tuple:
+    """(recovery_s, never recovered, failover_s): failover only for a DLedger leader fault."""
+    if not ev.dledger:
+        recovery, never = _recovery(f, ev.rounds, ev.unequal, faults)
+        return recovery, never, None
+    recovery, never = dledger_recovery(f, ev.dl_rounds)
+    later = [x["start_ms"] for x in faults if x["start_ms"] > f["start_ms"] and _same_group(x, f)]
+    failover = (
+        failover_s(f, ev.dl_rounds, min(later, default=None), ev.effect.get(f["id"]))
+        if f["kind"] in LEADER_FAULTS
+        else None
+    )
+    return recovery, never, failover
+
+
+def _nemesis_info(ev: _RunEvidence, f: dict) -> dict:
+    """The nemesis's notes on the fault, with the groups the samples show stuck when it did not judge (a
+    run recorded before it did, or a cluster-wide fault)."""
+    info = dict(f.get("info") or {})
+    if not info.get("notExercised") and ev.rounds and not ev.dledger:
+        stuck = stuck_groups(ev.run, f["start_ms"])
+        mine = [g for g in stuck if f.get("group") in (None, g)]
+        if f.get("group") is None and mine:
+            info["notExercisedGroups"] = {**{g: stuck[g] for g in mine}, **(info.get("notExercisedGroups") or {})}
+            every = {x for _ts, gs in ev.rounds for x in gs}
+            if every and every <= set(info["notExercisedGroups"]):
+                info["notExercised"] = "; ".join(info["notExercisedGroups"][g] for g in sorted(every))
+        elif mine:
+            info["notExercised"] = stuck[mine[0]]
+    return info
+
+
+def _not_exercised(ev: _RunEvidence, f: dict, info: dict, summary: dict, label: str, failover) -> str | None:
+    """Why the fault tested nothing (None: it was exercised): the nemesis's word, no visible effect, or a
+    DLedger fault the members did not notice."""
+    return (
+        info.get("notExercised")
+        or no_effect(
+            f, ev.down, ev.sampled, sum((summary.get("nonOkByFault") or {}).get(label, {}).values()), ev.offsets
         )
-    # the at-risk look-back (AT_RISK_MS, as the audit's) is longer than the sweep's gap between two faults:
-    # an acknowledged send at stake in two faults counts in both cells, and each says with which fault
+        or (dledger_no_effect(f, ev.dl_rounds, failover) if ev.dledger else None)
+    )
+
+
+def _fault_sample(ev: _RunEvidence, f: dict, faults: list[dict], summary: dict) -> dict:
+    """One fault's cell sample: its sends, losses, recovery, failover and delivery figures."""
+    start, end = f["start_ms"], f["end_ms"]
+    label = f"#{f['id']} {f['kind']} {f['link'] or f['target']}"
+    during = [s for s in ev.all_sends if start <= s[0] <= (end or s[0])]
+    recovery, never, failover = _recovery_and_failover(ev, f, faults)
+    by_fault = (summary.get("deliveryByFault") or {}).get(label, {})
+    info = _nemesis_info(ev, f)
+    return {
+        "label": label,
+        "kind": f["kind"],
+        "role": f["role"],
+        "target": f["target"],
+        "sends": len(during),
+        "ok": sum(1 for s in during if s[2] == "SEND_OK"),
+        "lost": summary["lostByFault"].get(label, 0),
+        "divergent": _divergent(f, faults, summary, label),
+        "recovery_s": recovery,
+        "recovery_never": never,
+        # delivery (rmqha/pipeline/delivery.py): acknowledged messages this fault is a suspect of that no
+        # consumer group got, those only a slave holds, and those received then gone
+        "undelivered": by_fault.get("delivery.lost", 0),
+        "stranded": by_fault.get("delivery.stranded", 0),
+        "lost_after_delivery": by_fault.get("delivery.lost-after-delivery", 0),
+        # acknowledged sends stored by the faulted group itself while the fault was active
+        # (None for summaries older than the delivery checker: then `ok`, the whole cluster's)
+        "acked_on_group": (summary.get("ackedOnGroupByFault") or {}).get(label),
+        "not_exercised": _not_exercised(ev, f, info, summary, label, failover),
+        # a DLedger leader fault: start -> another node leads (None: none did, or not a leader fault)
+        "failover_s": failover,
+        "group": f.get("group"),
+        # a fault on every group: the groups it could not exercise (nemesis.py)
+        "groups_not_exercised": sorted(info.get("notExercisedGroups") or {}),
+        "error": f.get("inject_error") or f.get("heal_error"),
+        # delivered / indeterminate / per-group availability / excluded records (fault_figures)
+        **fault_figures(ev.facts, f, summary, label),
+    }
+
+
+def _note_shared_acks(out: list[dict], facts: RunFacts | None) -> None:
+    """The at-risk look-back (AT_RISK_MS, as the audit's) is longer than the sweep's gap between two faults:
+    an acknowledged send at stake in two faults counts in both cells, and each says with which fault."""
     ids = [s.pop("_acked_ids", set()) for s in out]
     for i, s in enumerate(out):
         shared = {out[j]["label"]: len(ids[i] & ids[j]) for j in range(len(out)) if j != i and ids[i] & ids[j]}
         if facts is not None and not s.get("not_audited"):
             s["shared_acks"] = shared
+
+
+def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[dict]:
+    ev = _RunEvidence(run, summary, topology)
+    faults = summary["faults"]
+    out = [_fault_sample(ev, f, faults, summary) for f in faults]
+    _note_shared_acks(out, ev.facts)
     reattribute(out, faults)
     return out
 
