@@ -1506,52 +1506,59 @@ def exercised(samples: list[dict]) -> list[dict]:
     ]
 
 
-def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
-    """A cell's verdict. Losses are judged as users meet them: an acknowledged message no consumer can get
-    (lost, stranded on a slave, or received and then gone) is lost, whatever disk holds it. Only samples
-    whose fault was exercised carry losses (a not-exercised fault's go to the earlier fault that caused
-    them: reattribute()); losses a not-exercised fault is blamed for that no fault explains fail the cell."""
-    mine = [s for s in samples if not s.get("not_exercised")]
+def _losses(mine: list[dict]) -> tuple[int, int, int, int]:
+    """(on no node, undelivered (never or received then gone), stranded on a slave, divergent pairs) over
+    the exercised samples."""
     lost = sum(s["lost"] for s in mine)
     undelivered = sum(s.get("undelivered", 0) + s.get("lost_after_delivery", 0) for s in mine)
     stranded = sum(s.get("stranded", 0) for s in mine)
     div = sum(s["divergent"] for s in mine)
-    errors = [s["error"] for s in samples if s["error"]]
-    # blamed on a fault that was not exercised, and no earlier fault of its group explains it
+    return lost, undelivered, stranded, div
+
+
+def _loss_text(lost: int, undelivered: int, stranded: int, div: int) -> str:
+    return (
+        f"{lost} acknowledged on no node, {undelivered} undelivered, {stranded} stranded on a slave, "
+        f"{div} divergent pair(s)"
+    )
+
+
+def _orphan_losses(samples: list[dict]) -> int:
+    """The losses and divergences blamed on a fault that was not exercised that no earlier fault of its
+    group explains."""
     orphan = [
         (s.get("unattributed") or {k: s.get(k, 0) for k in LOSS_FIELDS if s.get(k)})
         for s in samples
         if s.get("not_exercised")
     ]
-    orphan_n = sum(sum(o.values()) for o in orphan)
-    done = exercised(samples)
-    users_lost = max(lost, undelivered) + stranded
+    return sum(sum(o.values()) for o in orphan)
+
+
+def _fail(p: dict, samples: list[dict], mine: list[dict]) -> tuple[str, str] | None:
+    """A FAIL verdict, the first reason that applies; None when the cell does not fail."""
+    errors = [s["error"] for s in samples if s["error"]]
     if errors:
         return "FAIL", f"fault could not be injected/healed: {errors[0]}"
     unexplained = excluded_text(samples, explained=False)
     if unexplained:
         return "FAIL", f"records excluded from the audit, unexplained: {unexplained}"
+    orphan_n = _orphan_losses(samples)
     if orphan_n:
         return "FAIL", (
             f"{orphan_n} loss(es)/divergence(s) blamed on a fault that was not exercised, and no earlier "
             "exercised fault of its group explains them"
         )
-    what = (
-        f"{lost} acknowledged on no node, {undelivered} undelivered, {stranded} stranded on a slave, "
-        f"{div} divergent pair(s)"
-    )
+    lost, undelivered, stranded, div = _losses(mine)
+    users_lost = max(lost, undelivered) + stranded
     if (users_lost and not p["loss_allowed"]) or (div and not p["divergence_allowed"]):
-        return "FAIL", f"{what}: the promise excludes it"
-    missing = [
-        s.get("not_audited") or "no delivered/indeterminate figures"
-        for s in samples
-        if s.get("not_audited") or s.get("delivered") is None or s.get("indeterminate") is None
-    ]
-    if missing:
-        return "not audited", f"{len(missing)} of {len(samples)} runs: {missing[0]}"
-    # what the cell's own figures show beside its verdict: acknowledged sends not delivered that the audit
-    # blames on another fault (each owed group's delivered count agrees with the audit's: run_checks), the
-    # parked ones, and the sends the at-risk look-back also counts on another fault
+        return "FAIL", f"{_loss_text(lost, undelivered, stranded, div)}: the promise excludes it"
+    return None
+
+
+def _beside_verdict(mine: list[dict]) -> list[str]:
+    """What the cell's own figures show beside its verdict: acknowledged sends not delivered that the audit
+    blames on another fault (each owed group's delivered count agrees with the audit's: run_checks), the
+    parked ones, and the sends the at-risk look-back also counts on another fault."""
     gap = sum(
         max(
             0,
@@ -1567,7 +1574,7 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
     for s in mine:
         for k, n in (s.get("shared_acks") or {}).items():
             shared[k] = shared.get(k, 0) + n
-    extra = (
+    return (
         (
             [f"{gap} acknowledged during the fault not delivered: the audit blames them on another fault of the run"]
             if gap
@@ -1583,16 +1590,19 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
             else []
         )
     )
-    if users_lost or div:
-        return "WEAK", "; ".join([f"allowed: {what}"] + extra)
+
+
+def _coverage(samples: list[dict], extra: list[str]) -> tuple[str, str]:
+    """A cell with nothing the promise excludes or allows: not exercised, or PASS with how many of its runs
+    exercised it."""
+    done = exercised(samples)
+    idle = next((s["not_exercised"] for s in samples if s.get("not_exercised")), None)
     if not done:
-        idle = next((s["not_exercised"] for s in samples if s.get("not_exercised")), None)
         return "not exercised", idle or "no send acknowledged by the faulted group while the fault was active"
     partial = sorted({g for s in done for g in s.get("groups_not_exercised") or []})
     also = f"; not exercised on {', '.join(partial)} (that group could not replicate)" if partial else ""
     tail = "".join(f"; {x}" for x in extra)
     if len(done) < len(samples):
-        idle = next((s["not_exercised"] for s in samples if s.get("not_exercised")), None)
         return "PASS", (
             f"only {len(done)} of {len(samples)} runs exercised"
             + (f" ({idle})" if idle else " (the others: no send acknowledged by the faulted group)")
@@ -1600,6 +1610,29 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
             + tail
         )
     return "PASS", (also + tail)[2:]
+
+
+def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
+    """A cell's verdict. Losses are judged as users meet them: an acknowledged message no consumer can get
+    (lost, stranded on a slave, or received and then gone) is lost, whatever disk holds it. Only samples
+    whose fault was exercised carry losses (a not-exercised fault's go to the earlier fault that caused
+    them: reattribute()); losses a not-exercised fault is blamed for that no fault explains fail the cell."""
+    mine = [s for s in samples if not s.get("not_exercised")]
+    failed = _fail(p, samples, mine)
+    if failed:
+        return failed
+    missing = [
+        s.get("not_audited") or "no delivered/indeterminate figures"
+        for s in samples
+        if s.get("not_audited") or s.get("delivered") is None or s.get("indeterminate") is None
+    ]
+    if missing:
+        return "not audited", f"{len(missing)} of {len(samples)} runs: {missing[0]}"
+    extra = _beside_verdict(mine)
+    lost, undelivered, stranded, div = _losses(mine)
+    if max(lost, undelivered) + stranded or div:
+        return "WEAK", "; ".join([f"allowed: {_loss_text(lost, undelivered, stranded, div)}"] + extra)
+    return _coverage(samples, extra)
 
 
 # this broker; the same broker with haCompat49=true (4.9's HA behaviour); or with haRecoveryEnable=true (a
