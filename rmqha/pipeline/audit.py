@@ -15,6 +15,7 @@ from .verdict import FAIL, PASS, WARN, Verdict
 
 MAX_LISTED = 20  # ranges/offsets listed per finding in the report
 ID_INTEGRITY, ID_REPLICA = "log.integrity", "replica.consistent"  # verdict ids (subject: node / slave)
+_GOOD = ("ok", "blank")  # statuses of a readable record or an end-of-file blank
 
 
 @dataclass
@@ -148,11 +149,12 @@ def node_integrity(df, nodes: list[Node]) -> list[NodeIntegrity]:
     return out
 
 
-def audit_pairs(spark, df, nodes: list[Node], integrity: list[NodeIntegrity] | None = None) -> list[PairAudit]:
-    """Compare every slave with its master. df: the decoded rows (rmqha.pipeline.decode); integrity:
-    node_integrity's result on the same rows, when known (its log ends save a Spark job)."""
-    from pyspark.sql import functions as F
+# a pair: (pair key, broker name, master, slave, master role, slave start, compare start)
+_Pair = tuple[str, str, str, str, str, int, int]
 
+
+def _pairs(nodes: list[Node]) -> list[_Pair]:
+    """Every slave with its group's master; a group without a master has no pair."""
     pairs = []
     for name, (master, slaves) in groups(nodes).items():
         if master is None:
@@ -169,33 +171,41 @@ def audit_pairs(spark, df, nodes: list[Node], integrity: list[NodeIntegrity] | N
                     max(master.start_offset, s.start_offset),
                 )
             )
-    if not pairs:
-        return []
-    rec = df.filter(F.col("status") != "torn").select("node", "physical_offset", "size", "status", "record_crc")
+    return pairs
 
-    def side(role: int):
-        """rec's rows of each pair's master (role 2) or slave (3) from the pair's compare start: a literal
-        map node -> [(pair, compare start)] exploded, not a join (a join with a local table costs a job)."""
-        by_node: dict[str, list] = {}
-        for p in pairs:
-            by_node.setdefault(p[role], []).append(
-                F.struct(F.lit(p[0]).alias("pair"), F.lit(p[6]).cast("long").alias("compare_start"))
-            )
-        lookup = F.create_map(*[x for node, ps in by_node.items() for x in (F.lit(node), F.array(*ps))])
-        return (
-            rec.select("*", F.explode(lookup[F.col("node")]).alias("p"))
-            .filter(F.col("physical_offset") >= F.col("p.compare_start"))
-            .withColumn("pair", F.col("p.pair"))
+
+def _side(rec, pairs: list[_Pair], role: int):
+    """rec's rows of each pair's master (role 2) or slave (3) from the pair's compare start: a literal
+    map node -> [(pair, compare start)] exploded, not a join (a join with a local table costs a job)."""
+    from pyspark.sql import functions as F
+
+    by_node: dict[str, list] = {}
+    for p in pairs:
+        by_node.setdefault(p[role], []).append(
+            F.struct(F.lit(p[0]).alias("pair"), F.lit(p[6]).cast("long").alias("compare_start"))
         )
+    lookup = F.create_map(*[x for node, ps in by_node.items() for x in (F.lit(node), F.array(*ps))])
+    return (
+        rec.select("*", F.explode(lookup[F.col("node")]).alias("p"))
+        .filter(F.col("physical_offset") >= F.col("p.compare_start"))
+        .withColumn("pair", F.col("p.pair"))
+    )
 
-    m = side(2).select(
+
+def _compared(df, pairs: list[_Pair]):
+    """Each pair's master and slave rows joined by offset (no job yet), each offset with its kind: same,
+    differ, master_only or slave_only."""
+    from pyspark.sql import functions as F
+
+    rec = df.filter(F.col("status") != "torn").select("node", "physical_offset", "size", "status", "record_crc")
+    m = _side(rec, pairs, 2).select(
         "pair",
         "physical_offset",
         F.col("size").alias("m_size"),
         F.col("status").alias("m_status"),
         F.col("record_crc").alias("m_crc"),
     )
-    s = side(3).select(
+    s = _side(rec, pairs, 3).select(
         "pair",
         "physical_offset",
         F.col("size").alias("s_size"),
@@ -203,7 +213,6 @@ def audit_pairs(spark, df, nodes: list[Node], integrity: list[NodeIntegrity] | N
         F.col("record_crc").alias("s_crc"),
     )
     j = m.join(s, ["pair", "physical_offset"], "full_outer")
-    good = ("ok", "blank")
     j = j.withColumn(
         "kind",
         F.when(F.col("m_status").isNull(), "slave_only")
@@ -212,16 +221,20 @@ def audit_pairs(spark, df, nodes: list[Node], integrity: list[NodeIntegrity] | N
             (F.col("m_size") == F.col("s_size"))
             & (F.col("m_status") == F.col("s_status"))
             & (F.col("m_crc") == F.col("s_crc"))
-            & F.col("m_status").isin(*good),
+            & F.col("m_status").isin(*_GOOD),
             "same",
         )
         .otherwise("differ"),
     )
-    j = j.withColumn("size", F.coalesce("m_size", "s_size"))
+    return j.withColumn("size", F.coalesce("m_size", "s_size"))
 
-    # One job: only the offsets that are not identical travel, sorted per pair, and are folded into
-    # ranges on the executors; the driver gets one small summary per pair.
-    found = {
+
+def _differences(j) -> dict[str, _Found]:
+    """One job: only the offsets that are not identical travel, sorted per pair, and are folded into
+    ranges on the executors; the driver gets one small summary per pair."""
+    from pyspark.sql import functions as F
+
+    return {
         r[0]: r[1]
         for r in (
             j.filter(F.col("kind") != "same")
@@ -232,72 +245,90 @@ def audit_pairs(spark, df, nodes: list[Node], integrity: list[NodeIntegrity] | N
             .collect()
         )
     }
-    # The last identical message of each pair: nothing identical after the first divergence is a fork.
-    # End-of-file blanks do not count: with messages of one size the master's new records land at the
-    # slave's old offsets, and so does the blank that ends the file, identical on both sides.
-    last_same = {
+
+
+def _last_same(j) -> dict[str, int]:
+    """The last identical message of each pair: nothing identical after the first divergence is a fork.
+    End-of-file blanks do not count: with messages of one size the master's new records land at the
+    slave's old offsets, and so does the blank that ends the file, identical on both sides."""
+    from pyspark.sql import functions as F
+
+    return {
         r["pair"]: r["last"]
         for r in j.filter((F.col("kind") == "same") & (F.col("m_status") == "ok"))
         .groupBy("pair")
         .agg(F.max("physical_offset").alias("last"))
         .collect()
     }
-    ends = {}
-    if integrity is not None:  # a node with no ok/blank record has end 0 there, and no end here
-        ends = {ni.node: ni.end for ni in integrity if ni.end}
-    else:
-        for r in (
-            df.filter(F.col("status").isin(*good))
-            .groupBy("node")
-            .agg(F.max(F.col("physical_offset") + F.col("size")).alias("end"))
-            .collect()
-        ):
-            ends[r["node"]] = r["end"]
 
-    out = []
-    for pair, name, master, slave, role, slave_start, cstart in pairs:
-        m_end = int(ends[master]) if master in ends else cstart
-        s_end = int(ends[slave]) if slave in ends else cstart
-        fd = found.get(pair) or _Found()
-        miss = fd.ranges["master_only"]
-        fb = fd.first
-        prefix_end = fb if fb is not None else max(m_end, s_end)
-        # Pure lag (the slave stops, the master goes on) is not a divergence.
-        divergent = fb
-        if fb is not None and fb >= s_end and not fd.differ and not fd.ranges["slave_only"]:
-            divergent = None
-        interior = sum(max(0, min(e, s_end) - b) for b, e in miss)
-        same_after = last_same.get(pair)
-        fork = (
-            divergent
-            if divergent is not None
-            and divergent < min(m_end, s_end)
-            and (same_after is None or same_after < divergent)
-            else None
-        )
-        out.append(
-            PairAudit(
-                broker_name=name,
-                master=master,
-                slave=slave,
-                master_role=role,
-                slave_start=slave_start,
-                compare_start=cstart,
-                master_end=m_end,
-                slave_end=s_end,
-                common_prefix_bytes=max(0, min(prefix_end, m_end, s_end) - cstart),
-                first_divergent_offset=divergent,
-                crc_mismatches=fd.differ,
-                crc_mismatch_offsets=fd.differ_offsets,
-                missing_ranges=miss,
-                missing_bytes=sum(e - b for b, e in miss),
-                interior_missing_bytes=interior,
-                slave_only_records=fd.slave_only_records,
-                slave_only_ranges=fd.ranges["slave_only"],
-                fork_offset=fork,
-            )
-        )
-    return out
+
+def _log_ends(df, integrity: list[NodeIntegrity] | None) -> dict[str, int]:
+    """node -> the end of its last ok/blank record: from integrity when known (no job), else one job."""
+    from pyspark.sql import functions as F
+
+    if integrity is not None:  # a node with no ok/blank record has end 0 there, and no end here
+        return {ni.node: ni.end for ni in integrity if ni.end}
+    ends = {}
+    for r in (
+        df.filter(F.col("status").isin(*_GOOD))
+        .groupBy("node")
+        .agg(F.max(F.col("physical_offset") + F.col("size")).alias("end"))
+        .collect()
+    ):
+        ends[r["node"]] = r["end"]
+    return ends
+
+
+def _pair_audit(pair: _Pair, ends: dict[str, int], fd: _Found, same_after: int | None) -> PairAudit:
+    """One pair's audit from its log ends, its differences and its last identical message."""
+    key, name, master, slave, role, slave_start, cstart = pair
+    m_end = int(ends[master]) if master in ends else cstart
+    s_end = int(ends[slave]) if slave in ends else cstart
+    miss = fd.ranges["master_only"]
+    fb = fd.first
+    prefix_end = fb if fb is not None else max(m_end, s_end)
+    # Pure lag (the slave stops, the master goes on) is not a divergence.
+    divergent = fb
+    if fb is not None and fb >= s_end and not fd.differ and not fd.ranges["slave_only"]:
+        divergent = None
+    fork = (
+        divergent
+        if divergent is not None and divergent < min(m_end, s_end) and (same_after is None or same_after < divergent)
+        else None
+    )
+    return PairAudit(
+        broker_name=name,
+        master=master,
+        slave=slave,
+        master_role=role,
+        slave_start=slave_start,
+        compare_start=cstart,
+        master_end=m_end,
+        slave_end=s_end,
+        common_prefix_bytes=max(0, min(prefix_end, m_end, s_end) - cstart),
+        first_divergent_offset=divergent,
+        crc_mismatches=fd.differ,
+        crc_mismatch_offsets=fd.differ_offsets,
+        missing_ranges=miss,
+        missing_bytes=sum(e - b for b, e in miss),
+        interior_missing_bytes=sum(max(0, min(e, s_end) - b) for b, e in miss),
+        slave_only_records=fd.slave_only_records,
+        slave_only_ranges=fd.ranges["slave_only"],
+        fork_offset=fork,
+    )
+
+
+def audit_pairs(spark, df, nodes: list[Node], integrity: list[NodeIntegrity] | None = None) -> list[PairAudit]:
+    """Compare every slave with its master. df: the decoded rows (rmqha.pipeline.decode); integrity:
+    node_integrity's result on the same rows, when known (its log ends save a Spark job)."""
+    pairs = _pairs(nodes)
+    if not pairs:
+        return []
+    j = _compared(df, pairs)
+    found = _differences(j)
+    last_same = _last_same(j)
+    ends = _log_ends(df, integrity)
+    return [_pair_audit(p, ends, found.get(p[0]) or _Found(), last_same.get(p[0])) for p in pairs]
 
 
 def _fmt_ranges(rs, limit=5) -> str:
