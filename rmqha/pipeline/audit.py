@@ -336,6 +336,136 @@ def _fmt_ranges(rs, limit=5) -> str:
     return txt + (f" and {len(rs) - limit} more" if len(rs) > limit else "")
 
 
+def _integrity_verdict(ni: NodeIntegrity) -> Verdict:
+    """FAIL for an unreadable span inside the log, WARN for a torn tail or a short file, else PASS."""
+    name = f"log integrity {ni.node}"
+    if ni.invalid:
+        return Verdict(
+            name,
+            FAIL,
+            f"{len(ni.invalid)} unreadable span(s) inside the log, first at "
+            f"{ni.invalid[0][0]} ({ni.invalid[0][2]}): " + _fmt_ranges([(o, o + s) for o, s, _ in ni.invalid]),
+            ID_INTEGRITY,
+            ni.node,
+        )
+    if ni.torn or ni.short_files:
+        parts = []
+        if ni.torn:
+            parts.append(f"torn tail at {ni.torn[0][0]} ({ni.torn[0][1]} bytes: {ni.torn[0][2]})")
+        if ni.short_files:
+            parts.append(
+                "files shorter than the mapped size (RocketMQ would not load them): "
+                + ", ".join(f"{p.rsplit('/', 1)[-1]} {ln}/{ms}" for p, ln, ms in ni.short_files)
+            )
+        return Verdict(name, WARN, "; ".join(parts), ID_INTEGRITY, ni.node)
+    return Verdict(name, PASS, f"{ni.records} records in [{ni.start}, {ni.end})", ID_INTEGRITY, ni.node)
+
+
+def _pair_facts(p: PairAudit) -> str:
+    return (
+        f"slave starts at {p.slave_start}, common prefix {p.common_prefix_bytes} bytes from "
+        f"{p.compare_start}, master end {p.master_end}, slave end {p.slave_end}"
+    )
+
+
+def _allowed_fork(
+    p: PairAudit, final_ack: dict[str, int] | None, allowed_forks: dict[str, str] | None
+) -> Verdict | None:
+    """The WARN for a fork a fault explains, when nothing else is wrong before it (None otherwise)."""
+    fork = p.fork_offset
+    allowed = (allowed_forks or {}).get(p.broker_name) or (allowed_forks or {}).get("*") if fork is not None else None
+    if not allowed or fork is None:
+        return None
+    # what follows the fork is the fork; only damage before it (or a lost ack) still fails
+    before = [o for o in p.crc_mismatch_offsets if o < fork]
+    holes = [r for r in p.missing_ranges if r[0] < min(p.slave_end, fork)]
+    only = [r for r in p.slave_only_ranges if r[0] < min(p.master_end, fork)]
+    ack = (final_ack or {}).get(p.slave)
+    if before or holes or only or (ack is not None and ack > p.slave_end):
+        return None
+    return Verdict(
+        f"replica {p.broker_name}: {p.master} vs {p.slave}",
+        WARN,
+        f"an allowed fork at offset {fork}, after {allowed}: the master came "
+        "back behind its slave (it lost an unsynced tail the slave holds) and wrote "
+        f"new data at [{fork}, {min(p.master_end, p.slave_end)}); the slave's "
+        f"{p.slave_end - fork} bytes from {fork} are a history the master lost "
+        f"(SLAVE_AHEAD; the README's guarantee matrix) ({_pair_facts(p)})",
+        ID_REPLICA,
+        p.slave,
+    )
+
+
+def _replica_problems(p: PairAudit, final_ack: dict[str, int] | None) -> list[str]:
+    """What fails the pair: a fork, differing records, holes, records only on the slave inside the
+    master's extent, acknowledged bytes the slave lost."""
+    problems = []
+    if p.fork_offset is not None:
+        problems.append(
+            f"the logs fork at offset {p.fork_offset}: the master wrote new data at "
+            f"[{p.fork_offset}, {min(p.master_end, p.slave_end)}) where the slave already held other records, "
+            f"and nothing is the same after it; the slave's {p.slave_end - p.fork_offset} bytes from "
+            f"{p.fork_offset} are a history the master lost (a master that came back behind its slave, "
+            "SLAVE_AHEAD, and took writes; see the README)"
+        )
+    if p.crc_mismatches:
+        problems.append(
+            f"{p.crc_mismatches} record(s) differ at the same offset (CRC mismatch), first at "
+            + ", ".join(map(str, p.crc_mismatch_offsets[:5]))
+        )
+    if p.interior_missing_bytes:
+        problems.append(
+            f"{p.interior_missing_bytes} bytes missing inside the slave's extent: "
+            + _fmt_ranges([r for r in p.missing_ranges if r[0] < p.slave_end])
+        )
+    inside = [r for r in p.slave_only_ranges if r[0] < p.master_end]
+    if inside:
+        problems.append(f"records only on the slave inside the master's extent: {_fmt_ranges(inside)}")
+    ack = (final_ack or {}).get(p.slave)
+    if ack is not None and ack > p.slave_end:
+        problems.append(
+            f"the master last saw ackOffset {ack} from this slave but its log ends at "
+            f"{p.slave_end}: the slave lost acknowledged bytes"
+        )
+    return problems
+
+
+def _replica_notes(p: PairAudit) -> list[str]:
+    """What the pair allows but the report should say: the slave's lag, records past the master's end."""
+    notes = []
+    if p.lag_bytes:
+        notes.append(
+            f"slave behind by {p.lag_bytes} bytes: missing "
+            + _fmt_ranges([r for r in p.missing_ranges if r[0] >= p.slave_end])
+        )
+    beyond = [r for r in p.slave_only_ranges if r[0] >= p.master_end]
+    if beyond:
+        notes.append(f"the slave holds records past the master's end (master lost its tail?): {_fmt_ranges(beyond)}")
+    return notes
+
+
+def _replica_verdict(p: PairAudit, final_ack: dict[str, int] | None, allowed_forks: dict[str, str] | None) -> Verdict:
+    """An allowed fork's WARN, else FAIL for a problem, WARN for a note, PASS for identical logs."""
+    allowed = _allowed_fork(p, final_ack, allowed_forks)
+    if allowed is not None:
+        return allowed
+    name = f"replica {p.broker_name}: {p.master} vs {p.slave}"
+    facts = _pair_facts(p)
+    problems = _replica_problems(p, final_ack)
+    if problems:
+        return Verdict(
+            name,
+            FAIL,
+            f"first divergent offset {p.first_divergent_offset}; " + "; ".join(problems) + f" ({facts})",
+            ID_REPLICA,
+            p.slave,
+        )
+    notes = _replica_notes(p)
+    if notes:
+        return Verdict(name, WARN, "; ".join(notes) + f" ({facts})", ID_REPLICA, p.slave)
+    return Verdict(name, PASS, f"identical ({facts})", ID_REPLICA, p.slave)
+
+
 def verdicts(
     pairs: list[PairAudit],
     integrity: list[NodeIntegrity],
@@ -347,120 +477,11 @@ def verdicts(
     allowed_forks: broker name -> the fault that explains a fork of its logs (a power loss of its master:
     the master lost an unsynced tail its slave holds, which every configuration allows). Such a fork is
     a WARN, not a FAIL, when nothing else is wrong before it."""
-    out = []
-    for ni in integrity:
-        name = f"log integrity {ni.node}"
-        if ni.invalid:
-            out.append(
-                Verdict(
-                    name,
-                    FAIL,
-                    f"{len(ni.invalid)} unreadable span(s) inside the log, first at "
-                    f"{ni.invalid[0][0]} ({ni.invalid[0][2]}): " + _fmt_ranges([(o, o + s) for o, s, _ in ni.invalid]),
-                    ID_INTEGRITY,
-                    ni.node,
-                )
-            )
-        elif ni.torn or ni.short_files:
-            parts = []
-            if ni.torn:
-                parts.append(f"torn tail at {ni.torn[0][0]} ({ni.torn[0][1]} bytes: {ni.torn[0][2]})")
-            if ni.short_files:
-                parts.append(
-                    "files shorter than the mapped size (RocketMQ would not load them): "
-                    + ", ".join(f"{p.rsplit('/', 1)[-1]} {ln}/{ms}" for p, ln, ms in ni.short_files)
-                )
-            out.append(Verdict(name, WARN, "; ".join(parts), ID_INTEGRITY, ni.node))
-        else:
-            out.append(Verdict(name, PASS, f"{ni.records} records in [{ni.start}, {ni.end})", ID_INTEGRITY, ni.node))
-    for name, (master, slaves) in groups(nodes).items():
+    out = [_integrity_verdict(ni) for ni in integrity]
+    for name, (master, _slaves) in groups(nodes).items():
         if master is None:
             out.append(
                 Verdict(f"replicas {name}", WARN, "no master node in this group (role/brokerId); slaves not compared")
             )
-    for p in pairs:
-        name = f"replica {p.broker_name}: {p.master} vs {p.slave}"
-        facts = (
-            f"slave starts at {p.slave_start}, common prefix {p.common_prefix_bytes} bytes from "
-            f"{p.compare_start}, master end {p.master_end}, slave end {p.slave_end}"
-        )
-        problems = []
-        fork = p.fork_offset
-        allowed = (
-            (allowed_forks or {}).get(p.broker_name) or (allowed_forks or {}).get("*") if fork is not None else None
-        )
-        if allowed:
-            # what follows the fork is the fork; only damage before it (or a lost ack) still fails
-            before = [o for o in p.crc_mismatch_offsets if o < fork]
-            holes = [r for r in p.missing_ranges if r[0] < min(p.slave_end, fork)]
-            only = [r for r in p.slave_only_ranges if r[0] < min(p.master_end, fork)]
-            ack = (final_ack or {}).get(p.slave)
-            if not (before or holes or only or (ack is not None and ack > p.slave_end)):
-                out.append(
-                    Verdict(
-                        name,
-                        WARN,
-                        f"an allowed fork at offset {fork}, after {allowed}: the master came "
-                        "back behind its slave (it lost an unsynced tail the slave holds) and wrote "
-                        f"new data at [{fork}, {min(p.master_end, p.slave_end)}); the slave's "
-                        f"{p.slave_end - fork} bytes from {fork} are a history the master lost "
-                        f"(SLAVE_AHEAD; the README's guarantee matrix) ({facts})",
-                        ID_REPLICA,
-                        p.slave,
-                    )
-                )
-                continue
-        if p.fork_offset is not None:
-            problems.append(
-                f"the logs fork at offset {p.fork_offset}: the master wrote new data at "
-                f"[{p.fork_offset}, {min(p.master_end, p.slave_end)}) where the slave already held other records, "
-                f"and nothing is the same after it; the slave's {p.slave_end - p.fork_offset} bytes from "
-                f"{p.fork_offset} are a history the master lost (a master that came back behind its slave, "
-                "SLAVE_AHEAD, and took writes; see the README)"
-            )
-        if p.crc_mismatches:
-            problems.append(
-                f"{p.crc_mismatches} record(s) differ at the same offset (CRC mismatch), first at "
-                + ", ".join(map(str, p.crc_mismatch_offsets[:5]))
-            )
-        if p.interior_missing_bytes:
-            problems.append(
-                f"{p.interior_missing_bytes} bytes missing inside the slave's extent: "
-                + _fmt_ranges([r for r in p.missing_ranges if r[0] < p.slave_end])
-            )
-        inside = [r for r in p.slave_only_ranges if r[0] < p.master_end]
-        if inside:
-            problems.append(f"records only on the slave inside the master's extent: {_fmt_ranges(inside)}")
-        ack = (final_ack or {}).get(p.slave)
-        if ack is not None and ack > p.slave_end:
-            problems.append(
-                f"the master last saw ackOffset {ack} from this slave but its log ends at "
-                f"{p.slave_end}: the slave lost acknowledged bytes"
-            )
-        if problems:
-            out.append(
-                Verdict(
-                    name,
-                    FAIL,
-                    f"first divergent offset {p.first_divergent_offset}; " + "; ".join(problems) + f" ({facts})",
-                    ID_REPLICA,
-                    p.slave,
-                )
-            )
-            continue
-        notes = []
-        if p.lag_bytes:
-            notes.append(
-                f"slave behind by {p.lag_bytes} bytes: missing "
-                + _fmt_ranges([r for r in p.missing_ranges if r[0] >= p.slave_end])
-            )
-        beyond = [r for r in p.slave_only_ranges if r[0] >= p.master_end]
-        if beyond:
-            notes.append(
-                f"the slave holds records past the master's end (master lost its tail?): {_fmt_ranges(beyond)}"
-            )
-        if notes:
-            out.append(Verdict(name, WARN, "; ".join(notes) + f" ({facts})", ID_REPLICA, p.slave))
-        else:
-            out.append(Verdict(name, PASS, f"identical ({facts})", ID_REPLICA, p.slave))
+    out += [_replica_verdict(p, final_ack, allowed_forks) for p in pairs]
     return out
