@@ -669,6 +669,8 @@ class DLedgerMessageStore(MessageStore):
         s["misplacedUnits"] = sum(cq.misplaced for cq in self.queues.values())
         s["dividedCommitlogOffset"] = self.divided
         s["entriesBelowDivide"] = self.entries_below_divide
+        # where the last fsync of the DLedger files reached (Cluster.power_loss cuts there)
+        s["durableDataPos"], s["durableIndexPos"] = self.fs.durable_positions
         return s
 
 

@@ -962,6 +962,8 @@ NODE_DOWN_FAULTS = (
     "pause-leader",
     "kill-follower",
     "pause-follower",
+    "power-loss-leader",
+    "power-loss-follower",
 )
 
 
@@ -1135,7 +1137,7 @@ def _recovery(
 
 # ---- DLedger cells: failover and recovery from the status samples' "dledger" block (rmqha/cluster/sample.py)
 
-LEADER_FAULTS = ("kill-leader", "pause-leader", "partition-leader")
+LEADER_FAULTS = ("kill-leader", "pause-leader", "partition-leader", "power-loss-leader")
 # a leader fault's election may end after its heal (the hold is barely above the election time on a busy
 # machine): another leader this soon after the heal, and before the next fault, is still its failover
 FAILOVER_GRACE_MS = 10000

@@ -48,9 +48,12 @@ and info.plannedTarget says when they differ):
   kill-follower       follower  both      SIGKILL a node that is not the leader now -> started
   pause-follower      follower  both      frozen -> resumed
   partition-follower  follower  docker    its -dl- proxies cut both ways -> restored
+  power-loss-leader   leader    both      SIGKILL the leader, its dledger data and index files cut at
+                                          their fsynced positions (Cluster.power_loss) -> started
+  power-loss-follower follower  both      the same on a follower -> started
 
 A leader fault counts as role "master", a follower fault as "slave" (the broker's roles). Not yet for
-DLedger: power loss (Cluster.power_loss refuses a DLedger node), disk-full, link latency.
+DLedger: power loss on a majority, disk-full, link latency.
 
 Schedules: one fault at a time by default; with overlap=True a master fault may start while a slave
 fault of another group is active (never two faults on one group, so each heal is unambiguous).
@@ -260,6 +263,15 @@ def _node_op(op: str, leader_fault: bool):
     return start
 
 
+def _power_loss_dledger(leader_fault: bool):
+    def start(c, f):
+        info = _resolve(c, f, leader_fault)
+        return dict(info, **(c.power_loss(f.target) or {}))
+
+    start.__name__ = f"_power_loss_{'leader' if leader_fault else 'follower'}"
+    return start
+
+
 def _partition_dledger(leader_fault: bool):
     def start(c, f):
         info = _resolve(c, f, leader_fault)
@@ -430,6 +442,26 @@ FAULTS: dict[str, FaultKind] = {
             doc="SIGKILL a DLedger follower -> started",
         ),
         FaultKind("pause-follower", "slave", BOTH, _node_op("pause", False), _resume, modes=(DLEDGER,)),
+        FaultKind(
+            "power-loss-leader",
+            "master",
+            BOTH,
+            _power_loss_dledger(True),
+            _restart,
+            modes=(DLEDGER,),
+            min_hold=LEADER_FAILOVER_HOLD_S,
+            doc="the DLedger leader loses power: SIGKILL, its data and index files cut at their fsynced "
+            "positions -> started (a follower by then)",
+        ),
+        FaultKind(
+            "power-loss-follower",
+            "slave",
+            BOTH,
+            _power_loss_dledger(False),
+            _restart,
+            modes=(DLEDGER,),
+            doc="a DLedger follower loses power: SIGKILL, its files cut at their fsynced positions -> started",
+        ),
         FaultKind(
             "partition-follower",
             "slave",

@@ -17,8 +17,8 @@ backends are the only writers of state.json (a restarted local process records i
 A DLedger group (topology dledger) has no planned master: masters(), slaves(), master_of() and
 slaves_of() ask /status who leads now (dledger_leader()); caught_up() wants every member at the
 leader's committed and end index, all committed and dispatched; lags() gives a follower's lag in
-entries (dledger_lag(), as `cluster-status` shows it), a classic slave's in bytes. power_loss() refuses
-a DLedger node (its durable position in dledger-*/data is not reported).
+entries (dledger_lag(), as `cluster-status` shows it), a classic slave's in bytes. power_loss() on a
+DLedger node cuts its dledger-<selfId>/data and index files at their durable (fsynced) positions.
 
 What the local backend cannot do: it has no proxies, so no link operation (latency, cut, slicer,
 bandwidth on the HA or client links) and no partition (processes on one loopback cannot be separated
@@ -464,14 +464,9 @@ class Cluster:
         and nothing that was not fsynced is kept. The node is left stopped; start() brings it back
         (it then recovers as after a crash). Returns what was done, for the history.
 
-        Not on a DLedger node (Unsupported): its log is dledger-<selfId>/data, whose durable position
-        /status does not report, so cutting `commitlog/` would leave the log whole: a plain kill in disguise."""
+        A DLedger node: _dledger_power_loss."""
         if self.is_dledger(node):
-            raise Unsupported(
-                f"{node} is a DLedger node: a power loss would have to cut its dledger-*/data "
-                "files at a durable position the broker does not report yet; use kill-leader or "
-                "kill-follower (SIGKILL) instead"
-            )
+            return self._dledger_power_loss(node)
         st = self.status(node)
         if st is None or st.get("durableOffset") is None:
             raise ClusterError(
@@ -491,6 +486,41 @@ class Cluster:
             "checkpointDurableOffset": ckpt,
             "maxPhyOffsetBefore": max_before,
             "droppedBytes": dropped,
+        }
+
+    def _dledger_power_loss(self, node: str) -> dict:
+        """Power loss on a DLedger node: SIGKILL, then its dledger-<selfId>/data and index files cut at
+        the positions the store's last fsync covered (zeros from there on, later files removed), as if
+        nothing after them reached the disk. The positions are polled from /status (dledger
+        durableDataPos, durableIndexPos) and read again after the kill from dledger-<selfId>/durable,
+        which the store rewrites after each fsync and before each cut of its log; that record wins (it
+        is the newer, and a follower's truncation may have lowered it). The store's recovery then
+        stops at the first zeroed entry or unwritten index slot. currterm is fsynced before use, so it
+        is kept; checkpoint (committedIndex, not fsynced) is kept too: it only names committed entries
+        and recovery clamps it to the log's end. The node is left stopped."""
+        st = self.status(node)
+        dl = (st or {}).get("dledger") or {}
+        if dl.get("durableDataPos") is None or not dl.get("selfId"):
+            raise ClusterError(
+                f"{node} does not answer /status with dledger durableDataPos: cannot simulate a power loss "
+                "without knowing what is on disk"
+            )
+        if self.node(node).get("storePathDLedgerCommitLog"):
+            raise Unsupported(f"{node} keeps its DLedger data outside its store (storePathDLedgerCommitLog)")
+        polled = (int(dl["durableDataPos"]), int(dl["durableIndexPos"]))
+        before = {"endIndex": dl.get("endIndex"), "committedIndex": dl.get("committedIndex"), "role": dl.get("role")}
+        self.kill(node)
+        base = self.store_path(node) / f"dledger-{dl['selfId']}"
+        record = read_dledger_durable(base)
+        data_pos, index_pos = record if record is not None else polled
+        return {
+            "durableDataPos": data_pos,
+            "durableIndexPos": index_pos,
+            "polledDurable": list(polled),
+            "recordDurable": list(record) if record is not None else None,
+            "before": before,
+            "droppedDataBytes": drop_after(base / "data", data_pos),
+            "droppedIndexBytes": drop_after(base / "index", index_pos),
         }
 
     # -- docker-only node operations ----------------------------------------------------------------
@@ -748,6 +778,21 @@ def read_checkpoint_durable(store: Path) -> int | None:
         return None
     (v,) = CHECKPOINT_DURABLE.unpack(raw)
     return v if v > 0 else None
+
+
+def read_dledger_durable(dledger_dir: Path) -> tuple[int, int] | None:
+    """(data, index) durable positions from dledger-<selfId>/durable (rmqha/broker/dledger/file_store.py),
+    None when it is not there."""
+    from rmqha.broker.dledger.file_store import DURABLE_FILE, DURABLE_RECORD
+
+    try:
+        raw = (Path(dledger_dir) / DURABLE_FILE).read_bytes()
+    except OSError:
+        return None
+    if len(raw) < DURABLE_RECORD.size:
+        return None
+    data, index = DURABLE_RECORD.unpack_from(raw)
+    return data, index
 
 
 _FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02

@@ -30,7 +30,7 @@ RESTARTING = (
     "restart-master",
 )
 # DLedger faults that move the group's leadership: the new leader's offsets may trail (see above)
-LEADER_CHANGING = ("kill-leader", "pause-leader", "partition-leader")
+LEADER_CHANGING = ("kill-leader", "pause-leader", "partition-leader", "power-loss-leader")
 EXPLAIN_MS = 30_000
 MAX_LISTED = 5
 

@@ -46,6 +46,7 @@ rebuilt from possibly torn data, and `currterm` is fsynced.
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable
 
 from .entry import (
@@ -69,6 +70,8 @@ DEFAULT_DATA_FILE_SIZE = 1024 * 1024 * 1024
 DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
 CHECK_POINT_FILE = "checkpoint"
 TERM_PERSIST_FILE = "currterm"
+DURABLE_FILE = "durable"  # not DLedger's: (data, index) durable positions, for power-loss simulation
+DURABLE_RECORD = struct.Struct(">qq")
 _ZERO_CHUNK = 64 * 1024
 
 
@@ -101,6 +104,9 @@ class FileList:
         self.path, self.file_size = path, file_size
         self.files: list[_File] = []
         self.start_offset = 0  # MmapFile.startPosition of the first file, moved by rebuild_with_pos
+        # Bytes before this offset were on disk when the last fsync returned (what a power cut keeps);
+        # cuts lower it, since the zeros and new bytes they leave are not on disk until the next sync.
+        self.durable = 0
 
     def load(self) -> None:
         os.makedirs(self.path, exist_ok=True)
@@ -194,16 +200,23 @@ class FileList:
                 f.wrote = offset - f.start
             keep.append(f)
         self.files = keep
+        self.durable = max(0, min(self.durable, offset))
 
     def rebuild_with_pos(self, pos: int) -> None:
         """MmapFileList.rebuildWithPos: nothing overlaps, the list starts again at `pos`."""
         self.truncate(-1)
         f = self._new_file(pos - pos % self.file_size)
         f.wrote = self.start_offset = pos - f.start
+        self.durable = pos  # the old files are gone; nothing of the new log is on disk yet
 
-    def sync(self) -> None:
-        for f in self.files[-2:]:  # only the last two can have unsynced writes
+    def sync(self, files: list[_File] | None = None) -> None:
+        """fsync every file written since the last sync (`files`: these instead); `durable` moves to
+        where the writes ended before the first fsync began, and only once the last one returned."""
+        end = self.max_wrote
+        todo = files if files is not None else [f for f in self.files if f.start + f.size > self.durable]
+        for f in todo:
             os.fsync(f.fd)
+        self.durable = end
 
 
 def _zero(f: _File, start: int, end: int) -> None:
@@ -278,7 +291,15 @@ class FileStore:
         self.append_hook: Callable[[bytes, int], bytes] | None = None
         self.data.load()
         self.index.load()
+        self._durable_fd = -1
         self._recover()
+        # What recovery kept (and the zeros it wrote) goes to disk now, so the durable positions start
+        # true: a crash leaves its last writes in the page cache only.
+        self.data.sync(self.data.files)
+        self.index.sync(self.index.files)
+        os.makedirs(self.path, exist_ok=True)
+        self._durable_fd = os.open(os.path.join(self.path, DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        self._record_durable()
 
     # --- the log interface ----------------------------------------------------------------------
     def _pos_size(self, index: int) -> tuple[int, int]:
@@ -354,6 +375,10 @@ class FileStore:
         data = encode_entry(stored)
         cut = stored.pos + stored.size if existed else stored.pos
         rebuilt = cut > self.data.max_wrote or cut < self.data.min_offset
+        # lowered on disk before anything is cut: a kill in the middle must not leave a record past the cut
+        self._record_durable(min(self.data.durable, cut), min(self.index.durable, stored.index * INDEX_UNIT_SIZE))
+        # an entry kept has its index slot cut and rewritten with the same bytes: still durable once written
+        kept_index = min(self.index.durable, (stored.index + 1) * INDEX_UNIT_SIZE) if existed else 0
         if rebuilt:  # no overlap with the leader's log: start again at its entry
             self.data.rebuild_with_pos(cut)
         else:
@@ -365,7 +390,9 @@ class FileStore:
         if rebuilt or self.begin_index == -1 or self.begin_index > stored.index:
             self.begin_index = -1
         self._write(stored, data)
+        self.index.durable = max(self.index.durable, kept_index)
         self.committed_index = min(self.committed_index, self.end_index)
+        self._record_durable()
         return stored.index
 
     def set_committed_index(self, index: int) -> None:
@@ -395,20 +422,43 @@ class FileStore:
         )
 
     def flush(self) -> None:
-        """FlushDataService's work (every flushFileInterval, 10 ms)."""
+        """FlushDataService's work (every flushFileInterval, 10 ms). Data is synced before the index, so
+        every durable index entry's data is durable."""
         self.data.sync()
         self.index.sync()
         self.dirty = False
+        self._record_durable()
+
+    @property
+    def durable_positions(self) -> tuple[int, int]:
+        """(data, index) offsets before which every byte was on disk when the last fsync returned."""
+        return self.data.durable, self.index.durable
+
+    def _record_durable(self, data: int | None = None, index: int | None = None) -> None:
+        """Write the durable positions to `durable` (not fsynced: it is read after a SIGKILL, from the
+        page cache, by the power-loss simulation: rmqha/cluster/handle.py power_loss)."""
+        if self._durable_fd < 0:
+            return
+        d, i = self.durable_positions
+        rec = DURABLE_RECORD.pack(d if data is None else data, i if index is None else index)
+        os.pwrite(self._durable_fd, rec, 0)
+
+    def _close_durable(self) -> None:
+        if self._durable_fd >= 0:
+            os.close(self._durable_fd)
+            self._durable_fd = -1
 
     def close(self) -> None:
         """DLedgerMmapFileStore.shutdown: flush, checkpoint, close."""
         self.flush()
         self.persist_checkpoint()
+        self._close_durable()
         self.data.close()
         self.index.close()
 
     def release(self) -> None:
         """Close the files without the shutdown's flush and checkpoint, as a killed process does."""
+        self._close_durable()
         self.data.close()
         self.index.close()
 

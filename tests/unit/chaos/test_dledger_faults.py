@@ -42,7 +42,16 @@ PROXIES = [
     for b in (N0, N1, N2)
     if a != b
 ] + [{"name": n, "kind": "client", "node": n} for n in (N0, N1, N2)]
-DL_KINDS = ("kill-leader", "pause-leader", "partition-leader", "kill-follower", "pause-follower", "partition-follower")
+DL_KINDS = (
+    "kill-leader",
+    "pause-leader",
+    "partition-leader",
+    "kill-follower",
+    "pause-follower",
+    "partition-follower",
+    "power-loss-leader",
+    "power-loss-follower",
+)
 
 
 class DLHandle(FakeHandle):
@@ -122,6 +131,8 @@ TABLE = {
         [("cut_link", {"link": link, "mode": "disabled"}) for link in dl_links(N2)],
         [("heal_link", {"link": link}) for link in dl_links(N2)],
     ),
+    "power-loss-leader": ("master", "both", N0, {}, N2, N2, [("power_loss", {"node": N2})], [started(N2)]),
+    "power-loss-follower": ("slave", "both", N1, {}, N1, N0, [("power_loss", {"node": N0})], [started(N0)]),
 }
 
 
@@ -162,6 +173,19 @@ def test_every_dledger_fault_hits_who_leads_or_follows_when_injected(kind, tmp_p
         want["links"] = dl_links(target)
         assert recs[0]["params"] == dict(params, links=dl_links(target))
     assert info == want and recs[0]["info"] == want
+
+
+@pytest.mark.parametrize("kind", ["power-loss-leader", "power-loss-follower"])
+def test_a_power_loss_logs_what_the_handle_cut_and_leader_ones_are_held_for_a_failover(kind, tmp_path):
+    h = DLHandle("local", leaders=[N1])
+    h.returns["power_loss"] = {"durableDataPos": 530, "durableIndexPos": 320, "droppedDataBytes": 106}
+    nem = Nemesis(h, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
+    f = fault(kind, N1)
+    info = nem.inject(f)
+    assert h.calls == [("power_loss", {"node": N1 if kind == "power-loss-leader" else N0})]
+    assert info == read_faults(tmp_path)[0]["info"]
+    assert info["durableDataPos"] == 530 and info["droppedDataBytes"] == 106 and info["leader"] == N1
+    assert FAULTS[kind].min_hold == (nemesis.LEADER_FAILOVER_HOLD_S if kind == "power-loss-leader" else 0.0)
 
 
 @pytest.mark.parametrize("kind", [k for k in DL_KINDS if FAULTS[k].backends == ("local", "docker")])

@@ -40,7 +40,17 @@ def test_dledger_is_one_configuration_of_its_own_in_the_default_plan_and_by_name
 def test_the_dledger_sweep_has_every_dledger_fault_of_its_backend_and_no_classic_one():
     from rmqha.chaos.nemesis import FAULTS
 
-    assert matrix.DLEDGER_LOCAL_FAULTS == ["kill-leader", "pause-leader", "kill-follower", "pause-follower"]
+    assert matrix.DLEDGER_LOCAL_FAULTS == [
+        "kill-leader",
+        "pause-leader",
+        "kill-follower",
+        "pause-follower",
+        "power-loss-leader",
+        "power-loss-follower",
+    ]
+    # a node goes down under both power losses; the leader's is judged for its failover
+    assert {"power-loss-leader", "power-loss-follower"} <= set(matrix.NODE_DOWN_FAULTS)
+    assert "power-loss-leader" in matrix.LEADER_FAULTS and "power-loss-follower" not in matrix.LEADER_FAULTS
     assert matrix.DLEDGER_DOCKER_FAULTS == ["partition-leader", "partition-follower"]
     plan = matrix.make_plan([matrix.DLEDGER], ["local", "docker"], ["ours", "4.9", "recovery"], 1, 2, long_holds=True)
     # one sweep per seed and backend, mode "ours" only (the other modes are classic HA settings)
