@@ -28,6 +28,11 @@ Durability (what a crash keeps):
 * `currterm` is written to a temp file, fsynced and renamed before the driver sends anything that
   depends on it (0.3.1.2 renames without fsync): a vote must not be forgotten, or a node could vote
   twice in one term.
+* Durable positions (not in 0.3.1.2): each file list's `durable` is the offset before which every
+  byte was on disk when its last fsync returned; a cut lowers it first. `durable` (a 16-byte file:
+  data and index positions, big-endian longs) is rewritten after each change and read, after a
+  SIGKILL, by the power-loss simulation (rmqha/cluster/handle.py power_loss, docs/chaos.md). Opening a
+  store fsyncs what recovery kept, so the positions start true.
 
 Recovery (DLedgerMmapFileStore.recover): start at the third-to-last data file (going back while its
 first entry does not match its index entry), walk the entries checking magic, size, pos, index
