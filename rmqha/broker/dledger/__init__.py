@@ -66,8 +66,9 @@ columns.
 
 What is next, in order:
 
-1. The kit's DLedger power loss on a minority, disk-full and link-latency faults (kill, pause and
-   partition of the leader or a follower exist: rmqha/chaos/nemesis.py; the matrix has DLedger rows).
+1. The kit's DLedger power loss on a majority, disk-full and link-latency faults (kill, pause,
+   partition and power loss of the leader or a follower exist: rmqha/chaos/nemesis.py; the matrix has
+   DLedger rows).
 2. Left out of the file store so far: the clean-space service (file deletion by age and disk ratio,
    also of an upgraded member's old classic files, and so a begin index above 0 that survives a
    restart), multi-path data dirs, batch push, and BatchAppendEntryRequest over RPC (answered

@@ -167,6 +167,7 @@ def test_the_table_is_the_documented_one():
         "kill-leader",
         "pause-leader",
         "partition-leader",
+        "power-loss-leader",
     }
 
 

@@ -1,12 +1,13 @@
 """rmqha/cluster/handle.py on a DLedger group, from canned /status answers: who leads (masters, slaves,
 master_of, slaves_of), caught_up, lags and dledger_lag (entries, as cluster-status's lagEntries), and
-power_loss refusing a DLedger node. Classic groups beside it keep their state.json roles."""
+power_loss cutting a DLedger node's files at its durable positions. Classic groups beside it keep their state.json roles."""
 
 from __future__ import annotations
 
 import pytest
 
-from rmqha.cluster.handle import Cluster, Unsupported
+from rmqha.cluster import ClusterError
+from rmqha.cluster.handle import Cluster
 from rmqha.cluster.status import ClusterStatus, NodeStatus, node_json
 
 N0, N1, N2 = "broker-n0", "broker-n1", "broker-n2"
@@ -135,8 +136,50 @@ def test_classic_groups_beside_a_dledger_group_keep_their_planned_roles():
     assert c.caught_up()
 
 
-def test_power_loss_refuses_a_dledger_node_before_killing_it():
+def _cut_store(tmp_path, answers):
+    """A handle whose broker-n1 (selfId n1) has a real DLedger store in tmp_path: three entries fsynced,
+    two more in the page cache only; kill() closes it as a SIGKILL would."""
+    from rmqha.broker.dledger.file_store import FileStore
+
+    fs = FileStore(str(tmp_path), "n1", data_file_size=4096, index_file_size=32 * 16)
+    for body in (b"one", b"two", b"three"):
+        fs.append_as_leader(body, 1)
+    fs.flush()
+    synced = fs.durable_positions
+    for body in (b"four", b"five"):
+        fs.append_as_leader(body, 1)
+    answers[N1]["dledger"].update(selfId="n1", durableDataPos=synced[0], durableIndexPos=synced[1])
+    c = Canned(answers)
+    c.killed = []
+    c.kill = lambda node: (c.killed.append(node), fs.release())
+    c.store_path = lambda node: tmp_path
+    return c, fs, synced
+
+
+def test_power_loss_on_a_dledger_node_cuts_its_files_where_the_last_fsync_reached(tmp_path):
+    from rmqha.broker.dledger.file_store import FileStore
+
+    c, fs, synced = _cut_store(tmp_path, healthy())
+    info = c.power_loss(N1)
+    assert c.killed == [N1]
+    assert (info["durableDataPos"], info["durableIndexPos"]) == synced == tuple(info["recordDurable"])
+    assert info["droppedDataBytes"] == 52 + 52 and info["droppedIndexBytes"] == 64
+    r = FileStore(str(tmp_path), "n1", data_file_size=4096, index_file_size=32 * 16)
+    assert [e.body for e in r.entries()] == [b"one", b"two", b"three"]
+
+
+def test_the_record_read_after_the_kill_wins_over_the_poll(tmp_path):
+    """A truncation between the poll and the kill lowers the record: the poll alone would keep bytes
+    that were never fsynced."""
+    answers = healthy()
+    c, fs, synced = _cut_store(tmp_path, answers)
+    answers[N1]["dledger"]["durableDataPos"] += 52  # as if polled before a cut lowered it
+    info = c.power_loss(N1)
+    assert info["polledDurable"][0] == synced[0] + 52 and info["durableDataPos"] == synced[0]
+
+
+def test_power_loss_needs_the_durable_positions_before_killing():
     c = Canned(healthy())
     c.kill = lambda node: pytest.fail("killed")
-    with pytest.raises(Unsupported, match="broker-n1 is a DLedger node.*kill-leader or kill-follower"):
+    with pytest.raises(ClusterError, match="durableDataPos"):
         c.power_loss(N1)
