@@ -19,12 +19,12 @@ help: ## list the targets
 
 venv: $(STAMP) ## create .venv with the pinned dependencies (every other target does this itself)
 
-$(STAMP): pyproject.toml setup.py rmqha/broker/fastpath/_fastsend.c rmqha/broker/ha/_frames.c
+$(STAMP): pyproject.toml requirements.lock setup.py rmqha/broker/fastpath/_fastsend.c rmqha/broker/ha/_frames.c
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'" >&2; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "==> installing pinned dependencies into $(VENV) (the first run downloads wheels, about 400 MB)"
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --progress-bar on -e '.[dev]' | grep -vE '^(Requirement already satisfied|Collecting|Using cached)' || true
+	@$(PY) -m pip install --progress-bar on -c requirements.lock -e '.[dev]' | grep -vE '^(Requirement already satisfied|Collecting|Using cached)' || true
 	@$(PY) -c 'import twisted, rocketmq.client, pyspark' || { echo "error: the dependencies did not install; see pip's output above" >&2; exit 1; }
 	@touch $@
 
@@ -43,6 +43,12 @@ cluster-down: $(STAMP) ## stop the cluster (KEEP_DATA=1 keeps the stores)
 
 outcomes: $(STAMP) ## on the running SYNC_MASTER cluster: SEND_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE with the official client (NAME=)
 	$(PY) -m rmqha.chaos.outcomes $(if $(NAME),--name $(NAME))
+
+lock: $(STAMP) ## write requirements.lock: the exact versions now in .venv (after changing pyproject.toml's dependencies)
+	@{ echo "# Exact versions of every package in the project's own environment (make venv installs with -c this"; \
+	   echo "# file; the broker image takes its runtime pins from it). Regenerate after changing pyproject.toml: make lock"; \
+	   $(PY) -m pip freeze --exclude-editable | grep -v '^rocketmq-ha-refcluster'; } > requirements.lock
+	@echo "requirements.lock: $$(grep -c '==' requirements.lock) pins"
 
 # --- tests ------------------------------------------------------------------------------------
 lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- cluster <- chaos|pipeline <- rmqkit, nothing imports tests/), ruff's check and format check, mypy --strict on the HA core and the store (all three configured in pyproject.toml) and c-warnings
@@ -141,5 +147,5 @@ bench-ha: $(STAMP) ## HA catch-up throughput beside raw loopback TCP and raw dis
 clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
-.PHONY: help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-durations test-unit test-integration test-checkers \
+.PHONY: lock help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-durations test-unit test-integration test-checkers \
 	test-official-client test-examples test-spark-cluster rust-client test-rust-client fuzz mutation audit chaos chaos-matrix images bench bench-ha bench-send bench-decode clean

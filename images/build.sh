@@ -132,12 +132,24 @@ build_base() {
 }
 
 # ---------------------------------------------------------------- broker
-# Runtime requirements: the [project] dependencies of pyproject.toml.
+# Runtime requirements: the [project] dependencies of pyproject.toml, each at the version requirements.lock
+# pins (the ranges are for those who install the package; the image runs what the project tests).
 broker_requirements() {
-    "$PY" - "$ROOT/pyproject.toml" <<'EOF'
-import sys, tomllib
+    "$PY" - "$ROOT/pyproject.toml" "$ROOT/requirements.lock" <<'EOF'
+import re, sys, tomllib
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
 with open(sys.argv[1], "rb") as f:
-    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+    deps = tomllib.load(f)["project"]["dependencies"]
+with open(sys.argv[2]) as f:
+    pins = {norm(x.split("==")[0]): x.strip() for x in f if "==" in x}
+out = []
+for d in deps:
+    name = norm(re.match(r"[A-Za-z0-9_.-]+", d).group(0))
+    if name not in pins:
+        sys.exit(f"requirements.lock pins no version of {d}: run make lock")
+    out.append(pins[name])
+print("\n".join(out))
 EOF
 }
 
