@@ -41,7 +41,9 @@ def test_a_signed_group_elects_hands_over_to_the_preferred_node_and_refuses_unsi
         on_timeout=g.log_tail,
     )
     assert all(g.status(i)["signed"] for i in IDS)
-    assert lead["term"] == first["term"] + 1 and g.status(first["selfId"])["autoTransfers"] == 1
+    # one election; the leader may have started more than one transfer (on a loaded machine the first
+    # can time out before n2 has caught up, and checkPreferredLeader tries again a second later)
+    assert lead["term"] == first["term"] + 1 and g.status(first["selfId"])["autoTransfers"] >= 1
     r = client.append(g.addr["n2"], GROUP, "n2", b"signed", secret=SECRET)
     assert r.code == 200 and r.index >= 0
     wait_until(
