@@ -599,7 +599,18 @@ class DockerBackend(Backend):
         self._wait_status(node, ("exited", "dead"))
 
     def pause_node(self, node: str) -> None:
-        self._live_container(node).pause()
+        import docker
+
+        # runc gives up freezing a busy cgroup after a short while ("unable to freeze"), seen on a loaded
+        # 2-core machine: the container is left running, so trying again is safe
+        for attempt in range(3):
+            try:
+                self._live_container(node).pause()
+                return
+            except docker.errors.APIError as e:
+                if "unable to freeze" not in str(e) or attempt == 2:
+                    raise
+                time.sleep(0.5)
 
     def resume_node(self, node: str) -> None:
         if self.container_status(node) == "paused":
