@@ -19,8 +19,7 @@ log = logging.getLogger("rmqha.broker.store.consumequeue")
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = 20
-FILLER_SIZE = 0x7FFFFFFF
-FILLER = UNIT.pack(0, FILLER_SIZE, 0)
+FILLER = UNIT.pack(0, 0x7FFFFFFF, 0)
 
 
 class ConsumeQueue:
@@ -190,16 +189,6 @@ class ConsumeQueue:
         if unit is None:  # its file is gone (deleted or never copied): 4.9's maxPhysicOffset rule
             return phys + size <= self.max_phys_end
         return unit[0] == phys
-
-    def pad_to(self, index: int) -> int:
-        """Fill [max_index, index) with filler units, so the next unit takes queue offset `index`. Returns
-        how many were written. Recovery uses it to keep queue offsets a power cut dropped from being given
-        to new messages (message_store._recover)."""
-        current = self.max_index
-        if index <= current:
-            return 0
-        self._pad(current, index)
-        return index - current
 
     def _pad(self, current: int, index: int) -> None:
         fq = self.files

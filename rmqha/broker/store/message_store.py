@@ -31,7 +31,7 @@ from rmqha.broker.log_limit import LogLimiter
 
 from . import delay, record
 from .commitlog import CommitLog, RecoveryReport
-from .consume_queue import FILLER_SIZE, ConsumeQueue
+from .consume_queue import ConsumeQueue
 from .index import DEFAULT_INDEX_SETTINGS, IndexRecord, IndexService, IndexSettings
 from .mapped_file import DiskFullError, MappedFile, StoreError
 from .record import BytesLike, Scan
@@ -258,21 +258,10 @@ class MessageStore:
         end = report.end_offset
         dropped = 0
         for cq in self.queues.values():
-            before = cq.max_index
-            lost = cq.truncate_beyond(end)
-            if lost:
-                # A consumer may already have read the dropped records (they were dispatched before the
-                # fsync, or served by a slave) and moved its offset past them: new messages must not take
-                # those queue offsets, or that consumer never reads them (issue 23; 4.9.8 reuses them).
-                # Fillers hold the dropped offsets; a pull steps over them.
-                cq.pad_to(before)
-            dropped += lost
+            dropped += cq.truncate_beyond(end)
         if dropped:
             log.warning(
-                "recovery: dropped %d consume-queue units that pointed past the commit log end %d; their queue "
-                "offsets are kept as fillers and not given to new messages",
-                dropped,
-                end,
+                "recovery: dropped %d consume-queue units that pointed past the commit log end %d", dropped, end
             )
         self.reput_offset = end
         log.info(
@@ -714,7 +703,7 @@ class MessageStore:
         next_offset = offset
         max_msgs = max(1, min(max_msgs, 32))
         for i, (phys, size, tcode) in enumerate(cq.units(offset, 800)):
-            if phys < self.commitlog.min_offset or size == FILLER_SIZE:  # expired, or a filler: step over
+            if phys < self.commitlog.min_offset:
                 next_offset = offset + i + 1
                 continue
             if len(records) >= max_msgs or (records and size_total + size > max_bytes):

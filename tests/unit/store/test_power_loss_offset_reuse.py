@@ -8,13 +8,13 @@ offsets, and the consumer, pulling from 719/718/717/718, never saw them.
 
 Two facts of the store make this possible, and 4.9.8 has both: a pull serves records that are not
 yet durable (the consume queue is fed before the fsync), and recovery reuses the queue offsets of
-the records it drops. The first test pins the first fact; the others show the store no longer reuses
-an offset a consumer may have seen: recovery keeps the dropped offsets as filler units, which a pull
-steps over.
+the records it drops. The first test pins the first fact; the second reproduces the reuse and is
+xfail until the store stops reusing an offset a consumer may have seen.
 """
 
 import os
 
+import pytest
 
 from .conftest import msg, open_store
 
@@ -52,6 +52,12 @@ def test_pull_serves_records_past_the_durable_offset(tmp_path):
     s.shutdown()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 23: after a power loss recovery hands the dropped records' queue offsets to new "
+    "messages; a consumer that read the dropped tail (from the master before its fsync, or from "
+    "a slave that held it) skips the new ones. 4.9.8 does the same.",
+)
 def test_power_loss_does_not_reuse_a_queue_offset_a_pull_served(tmp_path):
     s = open_store(tmp_path)
     for i in range(3):
@@ -72,34 +78,5 @@ def test_power_loss_does_not_reuse_a_queue_offset_a_pull_served(tmp_path):
             f"new message got queue offset {new.queue_offset}, below the next offset "
             f"{served.next_begin_offset} a pull already handed out: the consumer skips it"
         )
-    finally:
-        s.shutdown()
-
-
-def test_a_pull_steps_over_the_dropped_offsets_to_the_new_message(tmp_path):
-    s = open_store(tmp_path)
-    for i in range(3):
-        s.put_message(msg(i))
-    durable = s.flush()
-    for i in range(3, 6):
-        s.put_message(msg(i))
-    power_loss(s, tmp_path, durable)
-    s = open_store(tmp_path)
-    try:
-        new = s.put_message(msg(100))
-        assert new.queue_offset == 6
-        # a consumer at 3 (it had read only the durable records) and one at 6 (it read the lost tail)
-        # both get the new message; the fillers at 3-5 are stepped over
-        for start in (3, 6):
-            got = s.get_messages("T", 0, start, 32)
-            assert len(got.records) == 1 and got.next_begin_offset == 7, (start, got.status)
-        got = s.get_messages("T", 0, 0, 32)
-        assert len(got.records) == 4 and got.next_begin_offset == 7
-    finally:
-        s.shutdown()
-    # the fillers survive a clean restart: the next message still takes offset 7
-    s = open_store(tmp_path)
-    try:
-        assert s.put_message(msg(101)).queue_offset == 7
     finally:
         s.shutdown()
