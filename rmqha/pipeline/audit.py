@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import ids
 from .runfolder import Node
 from .verdict import FAIL, PASS, WARN, Verdict
 
 MAX_LISTED = 20  # ranges/offsets listed per finding in the report
-ID_INTEGRITY, ID_REPLICA = "log.integrity", "replica.consistent"  # verdict ids (subject: node / slave)
+ID_INTEGRITY, ID_REPLICA = ids.LOG_INTEGRITY, ids.REPLICA  # verdict ids (subject: node / slave)
 _GOOD = ("ok", "blank")  # statuses of a readable record or an end-of-file blank
 
 
@@ -481,7 +482,13 @@ def verdicts(
     for name, (master, _slaves) in groups(nodes).items():
         if master is None:
             out.append(
-                Verdict(f"replicas {name}", WARN, "no master node in this group (role/brokerId); slaves not compared")
+                Verdict(
+                    f"replicas {name}",
+                    WARN,
+                    "no master node in this group (role/brokerId); slaves not compared",
+                    ids.REPLICA_NO_MASTER,
+                    name,
+                )
             )
     out += [_replica_verdict(p, final_ack, allowed_forks) for p in pairs]
     return out

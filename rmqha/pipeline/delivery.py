@@ -41,23 +41,23 @@ from dataclasses import asdict, dataclass, field
 
 from rmqha.cluster.history import FROM_NOW
 
-from . import consume_queues, runfolder
+from . import consume_queues, ids, runfolder
 from .faults import NO_FAULT, POWER_LOSSES, FaultInterval, blame
 from .runfolder import Node
 from .spark import lit_map
 from .verdict import FAIL, INFO, PASS, WARN, Verdict
 
-ID_LOST = "delivery.lost"
-ID_STRANDED = "delivery.stranded"
-ID_LOST_AFTER = "delivery.lost-after-delivery"
-ID_UNEXPECTED = "delivery.unexpected"
-ID_DUPLICATE = "delivery.duplicate"
-ID_REORDERED = "delivery.reordered"
-ID_INDETERMINATE = "delivery.indeterminate"
-ID_DELIVERED = "delivery.delivered"
-ID_QUEUES = "queues.consistent"
-ID_NO_GROUP = "delivery.groups"
-ID_AMBIGUOUS = "delivery.ambiguous-group"
+ID_LOST = ids.DELIVERY_LOST
+ID_STRANDED = ids.DELIVERY_STRANDED
+ID_LOST_AFTER = ids.DELIVERY_LOST_AFTER
+ID_UNEXPECTED = ids.DELIVERY_UNEXPECTED
+ID_DUPLICATE = ids.DELIVERY_DUPLICATE
+ID_REORDERED = ids.DELIVERY_REORDERED
+ID_INDETERMINATE = ids.DELIVERY_INDETERMINATE
+ID_DELIVERED = ids.DELIVERY_DELIVERED
+ID_QUEUES = ids.QUEUES
+ID_NO_GROUP = ids.DELIVERY_NO_GROUP
+ID_AMBIGUOUS = ids.DELIVERY_AMBIGUOUS
 
 PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")

@@ -268,6 +268,7 @@ def assign_roles(nodes: list, metrics_paths: list[str] = ()) -> dict[str, str]:
 
 def verdicts(nodes: list) -> list:
     """INFO: per DLedger node, the committed index read and the entries past it that were not."""
+    from . import ids
     from .verdict import INFO, Verdict
 
     dl = [n for n in nodes if n.dledger is not None]
@@ -278,7 +279,7 @@ def verdicts(nodes: list) -> list:
         f"(checkpoint {n.dledger.checkpoint_index}), {n.dledger.uncommitted} uncommitted entries not read"
         for n in dl
     ]
-    return [Verdict("DLedger logs read up to the committed index", INFO, "; ".join(parts), id="dledger.uncommitted")]
+    return [Verdict("DLedger logs read up to the committed index", INFO, "; ".join(parts), ids.DLEDGER_UNCOMMITTED)]
 
 
 # -- decoding (executor) ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from . import ids
 from .verdict import INFO, WARN, Verdict
 
 GRACE_MS = 5000
@@ -178,6 +179,7 @@ def verdicts(faults: list[FaultInterval], a: Attribution) -> list[Verdict]:
                 else ""
             )
             + (f"; {len(never)} never healed" if never else ""),
+            ids.FAULTS_INJECTED,
         )
     )
     if idle:
@@ -188,7 +190,7 @@ def verdicts(faults: list[FaultInterval], a: Attribution) -> list[Verdict]:
                 f"{len(idle)} fault(s) hit a group that could no longer "
                 "replicate, so they show nothing about replication: "
                 + "; ".join(f"{f.label}: {f.info['notExercised']}" for f in idle[:5]),
-                "faults.not-exercised",
+                ids.FAULTS_NOT_EXERCISED,
             )
         )
     if a.non_ok:
@@ -200,6 +202,7 @@ def verdicts(faults: list[FaultInterval], a: Attribution) -> list[Verdict]:
                     f"{label}: " + ", ".join(f"{s} {n}" for s, n in sorted(st.items()))
                     for label, st in sorted(a.non_ok.items(), key=lambda kv: (kv[0] == NO_FAULT, kv[0]))
                 ),
+                ids.FAULTS_NON_OK,
             )
         )
     if a.lost:
@@ -211,6 +214,7 @@ def verdicts(faults: list[FaultInterval], a: Attribution) -> list[Verdict]:
                     f"{label}: {len(keys)} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
                     for label, keys in sorted(a.lost.items())
                 ),
+                ids.FAULTS_LOST,
             )
         )
     if a.divergent:
@@ -219,6 +223,7 @@ def verdicts(faults: list[FaultInterval], a: Attribution) -> list[Verdict]:
                 "divergences by fault",
                 INFO,
                 "; ".join(f"{label}: {', '.join(v)}" for label, v in sorted(a.divergent.items())),
+                ids.FAULTS_DIVERGENT,
             )
         )
     return out

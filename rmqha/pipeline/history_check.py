@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import served
+from . import ids, served
 from .audit import groups
 from .runfolder import Node
 from .spark import lit_map
@@ -432,12 +432,13 @@ def _few(items, fmt, limit=MAX_LISTED) -> str:
 def verdicts(f: HistoryFindings) -> list[Verdict]:
     out = []
     if not f.sends and not f.receives:
-        return [Verdict("histories", WARN, "no history records: client-side guarantees not checked")]
+        return [Verdict("histories", WARN, "no history records: client-side guarantees not checked", ids.HISTORY_EMPTY)]
     out.append(
         Verdict(
             "history",
             INFO,
             f"{f.sends} sends ({', '.join(f'{k} {v}' for k, v in sorted(f.statuses.items()))}), {f.receives} receives",
+            ids.HISTORY_COUNTS,
         )
     )
     out.append(
@@ -447,6 +448,7 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
             f"{len(f.lost)} SEND_OK message(s) on no node: " + _few(f.lost, lambda x: f"{x[0]} (send {x[1]} by {x[2]})")
             if f.lost
             else f"all {f.acked} SEND_OK messages are stored",
+            ids.HISTORY_ACKED_LOST,
         )
     )
     if f.parked:
@@ -457,6 +459,7 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
                 f"{len(f.parked)} SEND_OK message(s) are stored but only parked (a delay level "
                 "not due by the end of the run, or a transaction never committed): "
                 + _few(f.parked, lambda x: f"{x[0]} (send {x[1]} to {x[2]})"),
+                ids.HISTORY_PARKED,
             )
         )
     out.append(
@@ -472,6 +475,7 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
                 if f.missing_on_slave_async
                 else ""
             ),
+            ids.HISTORY_SYNC_ON_SLAVE,
         )
     )
     if f.unconfirmed:
@@ -485,6 +489,7 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
                 + _few(f.unconfirmed_missing, lambda x: f"{x[0]} ({x[2]}, send {x[1]})")
                 if f.unconfirmed_missing
                 else f"all {f.unconfirmed} are stored (flush or replication was unconfirmed, not the write)",
+                ids.HISTORY_UNCONFIRMED,
             )
         )
     if f.missing_on_master:
@@ -494,6 +499,7 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
                 WARN,
                 f"{len(f.missing_on_master)} SEND_OK message(s) only on a slave: "
                 + _few(f.missing_on_master, lambda x: f"{x[0]} at {x[3]} missing on {x[2]}"),
+                ids.HISTORY_ON_MASTER,
             )
         )
     out.append(
@@ -503,6 +509,7 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
             f"{len(f.dup_uniq)} duplicate(s): " + _few(f.dup_uniq, lambda x: f"{x[0]} x{x[1]} at {', '.join(x[2])}")
             if f.dup_uniq
             else "each stored UNIQ_KEY is stored once",
+            ids.HISTORY_UNIQ_ONCE,
         )
     )
     out.append(
@@ -513,6 +520,7 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
             "allows it): " + _few(f.dup_logical, lambda x: f"{x[0]} x{x[1]}")
             if f.dup_logical
             else "no logical send stored twice",
+            ids.HISTORY_SEND_ONCE,
         )
     )
     out.append(
@@ -523,6 +531,7 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
             + _few(f.phantoms, lambda x: f"{x[2]} on {x[1]} q{x[4]}@{x[5]} by {x[0]}")
             if f.phantoms
             else f"{f.receives} receives all match a send",
+            ids.HISTORY_PHANTOM,
         )
     )
     if f.order_violations:
@@ -535,6 +544,7 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
                 "later offset of their queue "
                 f"({f.order_violations_ordered} by ordered consumers): "
                 + _few(f.order_violations, lambda x: f"{x[0]} {x[1]}/{x[2]}/q{x[3]} offset {x[4]} after {x[5]}"),
+                ids.HISTORY_QUEUE_ORDER,
             )
         )
     else:
@@ -544,6 +554,7 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
                 PASS,
                 f"in order ({f.redeliveries} redeliveries of an already received offset)"
                 + (f"; {len(f.unplaced)} receive(s) in no queue not judged" if f.unplaced else ""),
+                ids.HISTORY_QUEUE_ORDER,
             )
         )
     if f.unplaced:
@@ -553,18 +564,22 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
                 WARN,
                 f"{len(f.unplaced)} receive(s) in no broker group's queue, not judged for per-queue order: "
                 + _few(f.unplaced, lambda x: f"{x[4]} on {x[1]} q{x[2]}@{x[3]} by {x[0]} ({x[5]})"),
+                ids.HISTORY_UNPLACED,
             )
         )
     if f.receives:
         out.append(
             Verdict(
-                "acknowledged sends received", INFO, f"{f.acked_not_received} SEND_OK logical send(s) never received"
+                "acknowledged sends received",
+                INFO,
+                f"{f.acked_not_received} SEND_OK logical send(s) never received",
+                ids.HISTORY_ACKED_RECEIVED,
             )
         )
 
     def lat(d):
         return ", ".join(f"{k} {v}" for k, v in d.items()) if d else "no data"
 
-    out.append(Verdict("send latency (ms)", INFO, lat(f.send_latency)))
-    out.append(Verdict("end-to-end latency send->receive (ms)", INFO, lat(f.e2e_latency)))
+    out.append(Verdict("send latency (ms)", INFO, lat(f.send_latency), ids.HISTORY_SEND_LATENCY))
+    out.append(Verdict("end-to-end latency send->receive (ms)", INFO, lat(f.e2e_latency), ids.HISTORY_E2E_LATENCY))
     return out

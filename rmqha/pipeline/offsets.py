@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import ids
 from .faults import FaultInterval
 from .verdict import FAIL, PASS, WARN, Verdict
 
-ID_REGRESSION = "delivery.offset-regression"
+ID_REGRESSION = ids.OFFSET_REGRESSION
 RESTARTING = (
     "power-loss",
     "group-power-loss",

@@ -6,7 +6,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from . import audit, decode, delivery, dledger_log, faults, history_check, offsets, runfolder, served, trace
+from . import audit, decode, delivery, dledger_log, faults, history_check, ids, offsets, runfolder, served, trace
 from .verdict import FAIL, INFO, Verdict, failed
 
 
@@ -259,6 +259,7 @@ def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Re
                     bool(served.served_files(run_dir)),
                     outage_list,
                 ),
+                ids.SERVED,
             )
         )
 
@@ -291,7 +292,7 @@ def trace_verdict(t: dict) -> Verdict:
         f"{p['p50']}, p99 {p['p99']}, max {p['max']}; {t['consumed']} consumed, store -> "
         f"consume ms p50 {q['p50']}, p99 {q['p99']}, max {q['max']}; {t['failedSends']} "
         f"traced sends failed; per message: {trace.DETAIL_FILE}",
-        id="trace.summary",
+        ids.TRACE,
     )
 
 

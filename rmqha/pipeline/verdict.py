@@ -1,10 +1,12 @@
-"""A verdict: one named guarantee, PASS / WARN / FAIL, and the evidence in one line."""
+"""A verdict: one guarantee, PASS / WARN / FAIL / INFO, its stable id, and the evidence in one line.
+
+UNKNOWN is a checker's when it could not judge (it crashed: checker.compose); never a PASS."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-PASS, WARN, FAIL, INFO = "PASS", "WARN", "FAIL", "INFO"
+PASS, WARN, FAIL, INFO, UNKNOWN = "PASS", "WARN", "FAIL", "INFO", "UNKNOWN"
 
 
 @dataclass
@@ -12,10 +14,15 @@ class Verdict:
     name: str
     status: str
     detail: str
-    # A stable id ("delivery.lost") and what it is about ("ChaosCG1", "broker-a-0"): tests and the
-    # matrix key on these, never on the sentence in `name`.
-    id: str = ""
+    # A stable id ("delivery.lost", rmqha/pipeline/ids.py) and what it is about ("ChaosCG1", "broker-a-0"):
+    # tests and the matrix key on these, never on the sentence in `name`. Required: a verdict without an
+    # id cannot be made.
+    id: str
     subject: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError(f"verdict {self.name!r} has no id (rmqha/pipeline/ids.py)")
 
     def line(self) -> str:
         return f"{self.status:4}  {self.name}: {self.detail}"

@@ -4,11 +4,12 @@ and a real chaos run with it must turn that guarantee's verdict, and the guarant
 One local 2m-2s-sync run carries three bugs, one per place they live:
   broker-a    ack-before-replication: SEND_OK without a slave. Its slave is killed, then the master
               loses power (it flushes every 60 s, so nothing it wrote was fsynced): what it
-              acknowledged meanwhile is on no node -> "no acknowledged send lost" FAIL, and the matrix
+              acknowledged meanwhile is on no node -> history.acked-lost FAIL, and the matrix
               cell of the fault active at those sends FAIL.
-  broker-b    duplicate-store: every message appended twice -> "no UNIQ_KEY stored twice" FAIL.
-  broker-b-s  corrupt-replication: a byte flipped in each replicated chunk -> "log integrity
-              broker-b-s" and "replica broker-b" FAIL.
+  broker-b    duplicate-store: every message appended twice -> history.uniq-once FAIL.
+  broker-b-s  corrupt-replication: a byte flipped in each replicated chunk -> log.integrity and
+              replica.consistent of broker-b-s FAIL.
+Verdicts are read from the audit's summary.json by (id, subject) (rmqha/pipeline/ids.py), never by name.
 All three runs here are `make test-checkers` (about 4 min each on a loaded machine, most of it the
 Spark audit); `make test` runs the short versions: each planted bug's broker behaviour
 (tests/unit/processors/test_planted_bugs.py) and each checker against bugs planted in data
@@ -38,7 +39,7 @@ import pytest
 
 from rmqha.chaos import matrix
 from rmqha.cluster.topology import load_topology
-from rmqha.pipeline import delivery, offsets
+from rmqha.pipeline import delivery, ids, offsets
 
 from .test_local_cluster import free_base_port
 
@@ -106,17 +107,15 @@ def chaos_run(
     return r.returncode, r.stdout + r.stderr[-3000:], run_dir
 
 
-def verdicts(out: str) -> dict[str, str]:
-    """guarantee name -> status, from the audit's lines ("FAIL  name: detail")."""
-    found = {}
-    for line in out.splitlines():
-        status, _, rest = line.partition("  ")
-        if status in ("PASS", "WARN", "FAIL", "INFO") and ": " in rest:
-            name = rest.split(": ", 1)[0]
-            if name.startswith("replica ") and ": " in rest[len(name) + 2 :]:
-                name = ": ".join(rest.split(": ", 2)[:2])  # "replica broker-b: broker-b vs broker-b-s"
-            found[name] = status
-    return found
+def audited(run_dir: Path) -> dict[tuple[str, str], dict]:
+    """{(verdict id, subject): verdict} from the run's audit summary (report/summary.json)."""
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    return {(v["id"], v.get("subject") or ""): v for v in summary["verdicts"]}
+
+
+def verdicts(run_dir: Path) -> dict[tuple[str, str], str]:
+    """{(verdict id, subject): status}."""
+    return {k: v["status"] for k, v in audited(run_dir).items()}
 
 
 def matrix_cells(run_dir: Path, topology: str, flush: str) -> dict[tuple[str, str], tuple[str, str]]:
@@ -133,17 +132,16 @@ def test_planted_bugs_turn_their_verdicts_fail(tmp_path):
     rc, out, run_dir = chaos_run(tmp_path, "planted", "2m-2s-sync", SCHEDULE, {**SLOW_FLUSH, **BUGS})
     assert "PLANTED BUGS ON" in (run_dir / "nodes" / "broker-a" / "broker.log").read_text(), out
     assert rc == 1, out  # the audit ran and failed (3 would be a run that could not be done)
-    v = verdicts(out)
-    assert v["no acknowledged send lost"] == "FAIL", out
-    assert v["no UNIQ_KEY stored twice"] == "FAIL", out
-    assert v["log integrity broker-b-s"] == "FAIL", out
-    assert v["replica broker-b: broker-b vs broker-b-s"] == "FAIL", out
+    v = verdicts(run_dir)
+    assert v[(ids.HISTORY_ACKED_LOST, "")] == "FAIL", out
+    assert v[(ids.HISTORY_UNIQ_ONCE, "")] == "FAIL", out
+    assert v[(ids.LOG_INTEGRITY, "broker-b-s")] == "FAIL", out
+    assert v[(ids.REPLICA, "broker-b-s")] == "FAIL", out
     # the bugs break only what they break: broker-a's own log and broker-b's master log stay readable
-    assert v["log integrity broker-a"] == "PASS" and v["log integrity broker-b"] == "PASS", out
-    assert v["nothing received that was never sent"] == "PASS", out
+    assert v[(ids.LOG_INTEGRITY, "broker-a")] == "PASS" and v[(ids.LOG_INTEGRITY, "broker-b")] == "PASS", out
+    assert v[(ids.HISTORY_PHANTOM, "")] == "PASS", out
     # each loss is a message sent while broker-a-s was down and acknowledged all the same
-    lost = next(line for line in out.splitlines() if line.startswith("INFO  acknowledged losses by fault"))
-    assert "kill-slave broker-a-s" in lost, out
+    assert "kill-slave broker-a-s" in audited(run_dir)[(ids.FAULTS_LOST, "")]["detail"], out
     cells = matrix_cells(run_dir, "2m-2s-sync", "ASYNC_FLUSH")
     assert cells[("kill-slave", "slave")][0] == "FAIL", cells
 
@@ -155,16 +153,16 @@ def test_the_same_schedule_without_bugs_passes(tmp_path):
     # The control therefore runs with --repair (the operator's fix): the slave's stranded messages go back
     # to the master, the slave resyncs, and everything holds.
     rc, out, run_dir = chaos_run(tmp_path, "control", "2m-2s-sync", SCHEDULE, SLOW_FLUSH, ["--repair"])
-    v = verdicts(out)
-    for name in (
-        "no acknowledged send lost",
-        "no UNIQ_KEY stored twice",
-        "log integrity broker-b-s",
-        "replica broker-b: broker-b vs broker-b-s",
-        "nothing received that was never sent",
-        "replica broker-a: broker-a vs broker-a-s",
+    v = verdicts(run_dir)
+    for key in (
+        (ids.HISTORY_ACKED_LOST, ""),
+        (ids.HISTORY_UNIQ_ONCE, ""),
+        (ids.LOG_INTEGRITY, "broker-b-s"),
+        (ids.REPLICA, "broker-b-s"),
+        (ids.HISTORY_PHANTOM, ""),
+        (ids.REPLICA, "broker-a-s"),
     ):
-        assert v[name] == "PASS", (name, out)
+        assert v[key] == "PASS", (key, out)
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     for group, d in summary["delivery"].items():
         assert d["lost"] == d["stranded"] == d["lostAfterDelivery"] == 0, (group, d)
@@ -185,10 +183,8 @@ def test_skip_flush_loses_what_sync_flush_acknowledged(tmp_path):
         {"flushDiskType": "SYNC_FLUSH", "broker-a:plantBug": "skip-flush"},
     )
     assert rc == 1, out
-    v = verdicts(out)
-    assert v["no acknowledged send lost"] == "FAIL", out
-    lost = next(line for line in out.splitlines() if line.startswith("INFO  acknowledged losses by fault"))
-    assert "power-loss broker-a" in lost, out
+    assert verdicts(run_dir)[(ids.HISTORY_ACKED_LOST, "")] == "FAIL", out
+    assert "power-loss broker-a" in audited(run_dir)[(ids.FAULTS_LOST, "")]["detail"], out
 
 
 @pytest.mark.checkers
@@ -207,7 +203,7 @@ def test_a_master_that_forks_without_a_power_loss_fails_replicas_and_delivery(tm
     )
     assert rc == 1, out
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
-    by_id = {(v["id"], v["subject"]): v for v in summary["verdicts"] if v.get("id")}
+    by_id = audited(run_dir)
     assert by_id[("replica.consistent", "broker-a-s")]["status"] == "FAIL", out
     assert "allowed fork" not in by_id[("replica.consistent", "broker-a-s")]["detail"], out
     late = next(g for g in summary["delivery"] if g.startswith("ChaosLateCG"))
@@ -230,7 +226,7 @@ def test_a_missing_queue_entry_and_an_ack_then_truncate_fail_their_verdicts(tmp_
     )
     assert rc == 1, out
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
-    by_id = {(v["id"], v["subject"]): v for v in summary["verdicts"] if v.get("id")}
+    by_id = audited(run_dir)
     assert by_id[("queues.consistent", "broker-b")]["status"] == "FAIL", out
     assert by_id[("queues.consistent", "broker-a")]["status"] == "PASS", out
     for group, d in summary["delivery"].items():
@@ -254,7 +250,7 @@ def serving_run(tmp_path, bug: str | None):
         tmp_path, (bug or "serving-control").split("-")[0], "2m-noslave", [], {"plantBug": bug} if bug else {}, ORDERLY
     )
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
-    by_id = {(v["id"], v.get("subject")): v for v in summary["verdicts"] if v.get("id")}
+    by_id = audited(run_dir)
     groups = {("orderly" if g.startswith("ChaosOrderlyCG") else "main"): (g, d) for g, d in summary["delivery"].items()}
     assert set(groups) == {"main", "orderly"}, summary["delivery"]
     assert groups["orderly"][1]["ordered"] and groups["orderly"][1]["acknowledged"] > 100, groups
@@ -276,8 +272,10 @@ def test_a_broker_that_reorders_pulls_fails_order_per_key(tmp_path):
     # once in CI: a WARN "... (0 by ordered consumers)"), which the verdict allows as a WARN.
     for vid in (delivery.ID_LOST, delivery.ID_UNEXPECTED, delivery.ID_DUPLICATE):
         assert status(by_id, vid, g) == "PASS", (vid, out)
-    per_queue = verdicts(out)["per-queue receive order"]
-    assert per_queue == "PASS" or (per_queue == "WARN" and "(0 by ordered consumers)" in out), out
+    per_queue = by_id[(ids.HISTORY_QUEUE_ORDER, "")]
+    assert per_queue["status"] == "PASS" or (
+        per_queue["status"] == "WARN" and "(0 by ordered consumers)" in per_queue["detail"]
+    ), out
 
 
 @pytest.mark.checkers
@@ -289,7 +287,7 @@ def test_serving_control_passes(tmp_path):
         assert d["duplicates"] == d["unexpected"] == d["reordered"] == 0, (kind, d)
     assert status(by_id, delivery.ID_REORDERED, groups["orderly"][0]) == "PASS", out
     assert by_id[(offsets.ID_REGRESSION, "")]["status"] == "PASS", out
-    assert verdicts(out)["nothing received that was never sent"] == "PASS", out
+    assert status(by_id, ids.HISTORY_PHANTOM, "") == "PASS", out
     assert rc == 0, out
 
 
@@ -328,7 +326,7 @@ def test_a_broker_that_serves_a_phantom_fails_unexpected(tmp_path):
     for kind, (g, d) in groups.items():
         # the real message behind each phantom is served next: nothing lost
         assert status(by_id, delivery.ID_LOST, g) == "PASS", (kind, out)
-    assert verdicts(out)["nothing received that was never sent"] == "FAIL", out
+    assert status(by_id, ids.HISTORY_PHANTOM, "") == "FAIL", out
 
 
 @pytest.mark.checkers
