@@ -65,7 +65,7 @@ c-warnings: $(STAMP) ## the C accelerators compiled as setup.py builds them, eve
 	for c in $(C_SOURCES); do echo "$$cc -O2 -Wall -Wextra -Werror $$c"; \
 	  $$cc -O2 -Wall -Wextra -Werror -fPIC -I"$$inc" -c $$c -o /dev/null || exit 1; done
 
-test: $(STAMP) lint images rust-client ## lint first, then the fast tier (make test-unit), then every other test: Spark and compiled unit tests, integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
+test: $(STAMP) rust-client-background lint images ## the Rust client's build started in the background (when not cached), lint, then the fast tier (make test-unit), then every other test: Spark and compiled unit tests, integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
 	$(PY) -m pytest tests/unit -m fast -n $(PYTEST_WORKERS) --dist loadfile -q
 	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers and not fast" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
@@ -119,6 +119,9 @@ images: ## build the container images (base, broker, toxiproxy) with no registry
 test-official-client: $(STAMP) ## the official C++ client against real broker processes
 	$(PY) -m pytest tests/integration/test_official_client.py -q
 
+rust-client-background: ## start rust-client's build in the background unless it is cached (make test: its tests wait for it and run last)
+	@clients/rust/build.sh --background
+
 rust-client: ## build the second test client (clients/rust on crates.io rocketmq-client-rust), release, cached per content in ~/.cache (RUST_CACHE=)
 	@clients/rust/build.sh
 
@@ -148,4 +151,4 @@ clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
 .PHONY: lock help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-durations test-unit test-integration test-checkers \
-	test-official-client test-examples test-spark-cluster rust-client test-rust-client fuzz mutation audit chaos chaos-matrix images bench bench-ha bench-send bench-decode clean
+	test-official-client test-examples test-spark-cluster rust-client rust-client-background test-rust-client fuzz mutation audit chaos chaos-matrix images bench bench-ha bench-send bench-decode clean

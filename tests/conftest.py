@@ -5,7 +5,10 @@ three minutes went last and the run ended with one worker busy and the others id
 handed out longest first (the classic longest-processing-time rule), from tests/durations.json: seconds
 per file, measured by the last full run (`make test-durations` rewrites it; this hook writes the live
 figures to build/test-durations.json after every run, and those win when present). A file missing from
-both comes first: unknown is treated as long, so a new slow test cannot hide at the end.
+both comes first: unknown is treated as long, so a new slow test cannot hide at the end. While the Rust
+client is still being built in the background (`make test` starts it: clients/rust/build.sh
+--background), the files that use it go last instead, so no worker waits on the compiler while Python
+files are left to run.
 
 Files stay the unit, tests/unit/pipeline's too: handed to one worker whole, that package ran 1,400 s on
 it alone (measured), far past the budget. Its Spark session stays session-scoped: a package-scoped one
@@ -26,6 +29,24 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "tests" / "durations.json"
 MEASURED = ROOT / "build" / "test-durations.json"
 UNKNOWN_S = 60.0
+RUST_BIN = ROOT / "clients" / "rust" / "target" / "release" / "rmq-rust-client"
+RUST_MARKS = ("RustClient", '"--client", "rust"')
+
+
+def uses_rust_client(scope: str) -> bool:
+    """Whether a test file drives the Rust client: named for it, or its text gets the binary (RustClient)
+    or runs a chaos workload with --client rust."""
+    if "rust" in Path(scope).name:
+        return True
+    try:
+        text = (ROOT / scope).read_text()
+    except OSError:
+        return False
+    return any(m in text for m in RUST_MARKS)
+
+
+def rust_client_pending() -> bool:
+    return not os.access(RUST_BIN, os.X_OK) and not os.environ.get("RUST_CLIENT_BIN")
 
 
 def load_durations() -> dict[str, float]:
@@ -57,7 +78,8 @@ def pytest_xdist_make_scheduler(config, log):
                 scopes: dict[str, list[str]] = defaultdict(list)
                 for nodeid in collection:
                     scopes[self._split_scope(nodeid)].append(nodeid)
-                ordered = sorted(scopes, key=lambda s: -durations.get(s, UNKNOWN_S))
+                late = {s for s in scopes if uses_rust_client(s)} if rust_client_pending() else set()
+                ordered = sorted(scopes, key=lambda s: (s in late, -durations.get(s, UNKNOWN_S)))
                 rank = {s: i for i, s in enumerate(ordered)}
                 reordered = sorted(collection, key=lambda n: rank[self._split_scope(n)])
                 for node in self.registered_collections:

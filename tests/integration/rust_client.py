@@ -8,9 +8,12 @@
     rc.query(ns, topic, key="k") / rc.query(ns, topic, msg_id=offset_msg_id)  # the message index
     rc.admin(ns, "topic", "route", topic="T")  # the crate's admin API (DefaultMQAdminExt), one call
 
-`make rust-client` (a prerequisite of `make test`) builds the binary in release mode into
-clients/rust/target. RUST_CLIENT_BIN=<path> points at another binary. When the binary is missing the
-tests FAIL with the build command to run, unless RUST_CLIENT=skip, which makes them skip.
+`make rust-client` builds the binary in release mode into clients/rust/target. `make test` starts that
+build in the background when it is not cached (clients/rust/build.sh --background), so the Python tiers
+run while it compiles; `get()` then waits for the build recorded in build/rust-client.pid, and
+tests/conftest.py hands the files that use the client out last. RUST_CLIENT_BIN=<path> points at another
+binary. When the binary is missing (and no build is running) the tests FAIL with the build command to
+run, unless RUST_CLIENT=skip, which makes them skip.
 
 Each call runs one process with a deadline and parses its JSON lines (the client logs to stderr). A
 process that exits non-zero, prints a {"fatal": ...} line or outlives its deadline raises
@@ -22,12 +25,43 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BIN = ROOT / "clients" / "rust" / "target" / "release" / "rmq-rust-client"
+BUILD_PID = ROOT / "build" / "rust-client.pid"
+BUILD_LOG = ROOT / "build" / "rust-client.log"
+BUILD_WAIT_S = 45 * 60  # a cold build of ~360 crates on 2 cores under a loaded test run
+
+
+def background_build_pid() -> int | None:
+    """The pid of a running `clients/rust/build.sh --background` build, or None."""
+    try:
+        pid = int(BUILD_PID.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def wait_for_background_build(deadline_s: float = BUILD_WAIT_S) -> None:
+    """Block until the background build (if any) ends, saying so on stderr every minute."""
+    started = time.monotonic()
+    last_said = started - 60
+    while (pid := background_build_pid()) is not None:
+        now = time.monotonic()
+        if now - started > deadline_s:
+            raise RustClientError(
+                f"the rust client build (pid {pid}) is still running after {deadline_s:g} s: see {BUILD_LOG}"
+            )
+        if now - last_said >= 60:
+            sys.stderr.write(f"waiting for the rust client build (pid {pid}, log {BUILD_LOG})\n")
+            last_said = now
+        time.sleep(2)
 
 
 class RustClientError(AssertionError):
@@ -42,7 +76,11 @@ class RustClient:
     def get(cls) -> "RustClient":
         binary = Path(os.environ.get("RUST_CLIENT_BIN") or DEFAULT_BIN)
         if not os.access(binary, os.X_OK):
+            wait_for_background_build()
+        if not os.access(binary, os.X_OK):
             msg = f"rust client binary {binary} not built: run `make rust-client`"
+            if BUILD_LOG.exists():
+                msg += f" (the background build's log: {BUILD_LOG})"
             if os.environ.get("RUST_CLIENT", "").lower() == "skip":
                 pytest.skip(msg + " (skipped: RUST_CLIENT=skip)")
             raise RustClientError(msg + " (or set RUST_CLIENT=skip to skip these tests)")

@@ -1,7 +1,9 @@
 """Delay levels end to end with the official client (Message.set_delay_time_level), across HA.
 
 A master and its slave as real processes; messages at levels 1, 2 and 3 (1 s, 5 s, 10 s by default)
-are received no earlier than their delay after they were sent and at most DELAY_TOLERANCE_S later;
+are received and stored again no earlier than their delay after they were sent, and the broker's own
+delivery times (the delivered copies' store timestamps) keep the levels' order; no wall-clock upper bound
+(load can always break one), the consume deadline is the only limit on lateness;
 the slave holds the master's commit log byte for byte (the parked and the delivered copies) and a copy
 of its delay offsets; with the master killed, a consumer reading the slave gets every delivered
 message once.
@@ -22,9 +24,19 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("rocketmq.client")
 
 LEVEL_DELAY_S = {1: 1.0, 2: 5.0, 3: 10.0}
-# Measured here: the schedule timer fires on time; the rest is the push consumer's pull after the
-# delivered message lands (the broker answers a held long poll at once) and process scheduling.
-DELAY_TOLERANCE_S = 1.5
+
+
+def assert_delivered_in_level_order(by_body: dict, sends: list[dict]) -> None:
+    """Every delayed copy the broker stored for a shorter level precedes, by the broker's own clock, every
+    copy it stored for a longer one: a schedule service that ignored the delay, or served a level at
+    another's time, fails; a slow machine cannot (each level's timer fires in its due order)."""
+    stored = {}
+    for s in sends:
+        if s.get("delay"):
+            stored.setdefault(s["delay"], []).append(by_body[s["body"]]["store_ms"])
+    levels = sorted(stored)
+    for lo, hi in zip(levels, levels[1:], strict=False):
+        assert max(stored[lo]) < min(stored[hi]), ("levels delivered out of order", lo, stored[lo], hi, stored[hi])
 
 
 @pytest.fixture
@@ -52,9 +64,10 @@ def test_delay_levels_are_honoured_and_replicated(pair):
         waited = (m["received_ms"] - m["born_ms"]) / 1000.0
         expected = LEVEL_DELAY_S.get(s.get("delay", 0), 0.0)
         lateness[s["body"]] = round(waited - expected, 3)
-        assert expected - 0.05 <= waited <= expected + DELAY_TOLERANCE_S, (s["body"], waited, expected)
+        assert waited >= expected - 0.05, (s["body"], waited, expected)
         if expected:  # delivered as a new record: its store time is the deliver time
             assert (m["store_ms"] - m["born_ms"]) / 1000.0 >= expected - 0.05
+    assert_delivered_in_level_order(by_body, sends)
     print("lateness after the level's delay, s:", json.dumps(lateness))
 
     # The slave holds the same bytes (parked copies in SCHEDULE_TOPIC_XXXX and delivered ones) ...

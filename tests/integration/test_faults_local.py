@@ -62,12 +62,10 @@ def test_a_master_fault_takes_the_master_away_and_its_heal_brings_it_back(cluste
     cluster.wait_caught_up(30)
     pid = cluster.status("broker-a")["pid"]
     f = fault(kind, cluster, "broker-a")
-    t0 = time.monotonic()
     nemesis.inject(f)
     assert cluster.status("broker-a", timeout=0.5) is None  # killed, stopped or frozen: no answer
     assert cluster.running("broker-a") == (kind == "pause-master")
     nemesis.heal(f)
-    took = time.monotonic() - t0
     st = cluster.wait_up("broker-a")
     assert (st["pid"] == pid) == (kind == "pause-master")
     if kind != "pause-master":
@@ -76,7 +74,6 @@ def test_a_master_fault_takes_the_master_away_and_its_heal_brings_it_back(cluste
     send(cluster, "broker-a")
     recs = [r for r in read_faults(cluster.run_dir) if r["id"] == f.id and r["kind"] == kind]
     assert [r["op"] for r in recs] == ["inject", "heal"] and all(r["result"] == "ok" for r in recs)
-    assert took < 15
 
 
 def test_power_loss_on_a_slave_drops_its_unsynced_tail_and_it_refetches_it(cluster, nemesis):
