@@ -28,6 +28,19 @@ $(STAMP): pyproject.toml requirements.lock setup.py rmqha/broker/fastpath/_fasts
 	@$(PY) -c 'import twisted, rocketmq.client, pyspark' || { echo "error: the dependencies did not install; see pip's output above" >&2; exit 1; }
 	@touch $@
 
+CLIENT5_VENV := .venv-client5
+CLIENT5_STAMP := $(CLIENT5_VENV)/.installed
+
+venv-client5: $(CLIENT5_STAMP) ## create .venv-client5 with the official 5.x client (rocketmq-python-client 5.1.2, pinned in clients/python5/requirements.lock)
+
+$(CLIENT5_STAMP): clients/python5/requirements.lock
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'" >&2; exit 1; }
+	@test -x $(CLIENT5_VENV)/bin/python || $(PYTHON) -m venv $(CLIENT5_VENV)
+	@$(CLIENT5_VENV)/bin/python -m pip install --quiet --upgrade pip
+	@$(CLIENT5_VENV)/bin/python -m pip install --quiet -r clients/python5/requirements.lock
+	@$(CLIENT5_VENV)/bin/python -c 'import rocketmq.v5.producer' || { echo "error: the 5.x client did not install; see pip's output above" >&2; exit 1; }
+	@touch $@
+
 # --- the cluster ------------------------------------------------------------------------------
 cluster-up: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave|dledger) on BACKEND (docker|local) and wait until it replicates (ACL=1: aclEnable)
 	$(PY) -m rmqha.cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(filter 1 true yes,$(ACL)),--acl) $(foreach s,$(SET),--set $(s))
@@ -65,7 +78,7 @@ c-warnings: $(STAMP) ## the C accelerators compiled as setup.py builds them, eve
 	for c in $(C_SOURCES); do echo "$$cc -O2 -Wall -Wextra -Werror $$c"; \
 	  $$cc -O2 -Wall -Wextra -Werror -fPIC -I"$$inc" -c $$c -o /dev/null || exit 1; done
 
-test: $(STAMP) rust-client-background lint images ## the Rust client's build started in the background (when not cached), lint, then the fast tier (make test-unit), then every other test: Spark and compiled unit tests, integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
+test: $(STAMP) rust-client-background venv-client5 lint images ## the Rust client's build started in the background (when not cached), lint, then the fast tier (make test-unit), then every other test: Spark and compiled unit tests, integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
 	$(PY) -m pytest tests/unit -m fast -n $(PYTEST_WORKERS) --dist loadfile -q
 	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers and not fast" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
@@ -86,7 +99,7 @@ test-durations: ## after a full make test: keep its seconds per test file (build
 test-unit: $(STAMP) ## the fast tier, under a minute: tests/unit without the ones that start Spark (a JVM) or a compiler (markers spark, compiles)
 	$(PY) -m pytest tests/unit -m fast -n $(PYTEST_WORKERS) --dist loadfile --durations=5
 
-test-integration: $(STAMP) images rust-client ## integration tests only (builds the images first)
+test-integration: $(STAMP) images rust-client venv-client5 ## integration tests only (builds the images first)
 	$(PY) -m pytest tests/integration -n $(PYTEST_WORKERS) --dist loadfile --durations=12
 
 fuzz: $(STAMP) ## coverage-guided fuzzing (atheris) of every decoder a peer reaches, FUZZ_SECONDS=60 per target (FUZZ_TARGETS= to pick)
@@ -94,6 +107,9 @@ fuzz: $(STAMP) ## coverage-guided fuzzing (atheris) of every decoder a peer reac
 
 fuzz-native: $(STAMP) ## the send path's C accelerator rebuilt with AddressSanitizer + UBSan and fuzzed against the Python path (FUZZ_SECONDS per run)
 	$(PY) -m fuzz.native --seconds $(FUZZ_SECONDS)
+
+protos: $(STAMP) ## regenerate rmqha/proxy/v2/*_pb2*.py from the .proto files there (grpcio-tools; the generated modules are committed)
+	$(PY) -m rmqha.proxy.protos
 
 mutation: $(STAMP) ## mutation testing of the HA core, the record format, names, log limits and the chaos fault table: one score per module (MODULES=rmqha.broker.ha.wire ... BUDGET=s per module)
 	$(PY) -m tools.mutation $(MODULES) $(if $(BUDGET),--budget $(BUDGET))
@@ -103,7 +119,7 @@ audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exi
 	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
 	$(PY) -m rmqha.pipeline "$(RUN)" $(if $(OUT),--out "$(OUT)")
 
-chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust TRACE=1 (rust: trace records) DURATION= RATE= SEED= NEMESIS= (dledger: kill-leader,kill-follower,...) SWEEP=1 REPAIR=1 RECOVERY=1 ACL=1 LATE_CONSUMER=<s> SET="k=v ..." OUT=)
+chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) $(if $(filter python5,$(CLIENT)),venv-client5) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust|python5 TRACE=1 (rust: trace records) DURATION= RATE= SEED= NEMESIS= (dledger: kill-leader,kill-follower,...) SWEEP=1 REPAIR=1 RECOVERY=1 ACL=1 LATE_CONSUMER=<s> SET="k=v ..." OUT=)
 	$(PY) -m rmqha.chaos.run --prewarm-audit $(if $(LATE_CONSUMER),--late-consumer-at $(LATE_CONSUMER)) --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(SWEEP),--sweep) $(if $(filter 1 yes true,$(REPAIR)),--repair) $(if $(filter 1 yes true,$(RECOVERY)),--set haRecoveryEnable=true) $(if $(filter 1 yes true,$(ACL)),--acl) $(foreach s,$(SET),--set $(s)) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
 
 repair: $(STAMP) ## repair a forked broker group (SLAVE_AHEAD): make repair GROUP=broker-a [NAME=]; re-sends the slave's stranded messages, then resyncs it

@@ -1,0 +1,179 @@
+"""Runs the official 5.x Python client (PyPI rocketmq-python-client 5.1.2, unmodified) in its own
+environment, .venv-client5 (`make venv-client5`): it installs as top-level `rocketmq`, like the 4.x
+client in .venv, so the two cannot share one.
+
+    .venv-client5/bin/python client5_worker.py '<json job>'  -> one JSON line per event, then {"done": ...}
+
+job: {"endpoint": "host:port", "op": ..., ...}
+  produce: topic, sends: [{mode: sync|async, body, tag, keys, group (FIFO), delay_s, transaction:
+           commit|rollback|none (none: end nothing, the server's check decides), props}], checker:
+           commit|rollback (the answer to a server check). One line per send: {"i", "message_id",
+           "offset"} or {"i", "error", "code"}; a check answered: {"checked": message_id}.
+  simple:  group, topic, expect (distinct bodies acked), deadline_s, invisible_s, plan: {"<body>":
+           ["ack" | "skip" | "change:<s>"] by delivery attempt, default ack}; one line per delivery:
+           {"body", "message_id", "attempt", "action"}.
+  push:    group, topic, expect, deadline_s, fail: [bodies to answer FAILURE once]; one line per delivery.
+"""
+
+import json
+import sys
+import threading
+import time
+
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def config(job):
+    return ClientConfiguration(job["endpoint"], Credentials(), request_timeout=job.get("request_timeout", 5))
+
+
+def error(e):
+    return {"error": f"{type(e).__name__}: {e}", "code": getattr(e, "code", None)}
+
+
+class Checker(TransactionChecker):
+    def __init__(self, answer):
+        self.answer = answer
+
+    def check(self, message):
+        emit({"checked": message.message_id})
+        return TransactionResolution.COMMIT if self.answer == "commit" else TransactionResolution.ROLLBACK
+
+
+def build(topic, s):
+    m = Message()
+    m.topic = topic
+    m.body = s["body"].encode()
+    if s.get("tag"):
+        m.tag = s["tag"]
+    if s.get("keys"):
+        m.keys = s["keys"]
+    if s.get("group"):
+        m.message_group = s["group"]
+    if s.get("delay_s"):
+        m.delivery_timestamp = int(time.time()) + s["delay_s"]  # 5.1.2 takes seconds since the epoch
+    for k, v in (s.get("props") or {}).items():
+        m.add_property(k, v)
+    return m
+
+
+def produce(job):
+    topic = job["topic"]
+    p = Producer(config(job), (topic,), Checker(job.get("checker", "commit")))
+    p.startup()
+    try:
+        for i, s in enumerate(job["sends"]):
+            m = build(topic, s)
+            try:
+                if s.get("transaction"):
+                    tx = p.begin_transaction()
+                    r = p.send(m, tx)
+                    if s["transaction"] == "commit":
+                        tx.commit()
+                    elif s["transaction"] == "rollback":
+                        tx.rollback()
+                elif s.get("mode") == "async":
+                    r = p.send_async(m).result(timeout=30)
+                else:
+                    r = p.send(m)
+                emit({"i": i, "body": s["body"], "message_id": r.message_id, "offset": r.offset})
+            except Exception as e:
+                emit({"i": i, "body": s["body"], **error(e)})
+        time.sleep(job.get("linger_s", 0))
+    finally:
+        p.shutdown()
+
+
+def simple(job):
+    c = SimpleConsumer(
+        config(job),
+        job["group"],
+        {job["topic"]: FilterExpression(job.get("tag", "*"))},
+        await_duration=job.get("await_s", 5),
+    )
+    c.startup()
+    acked, attempts = set(), {}
+    deadline = time.monotonic() + job.get("deadline_s", 60)
+    plan = job.get("plan") or {}
+    try:
+        while len(acked) < job["expect"] and time.monotonic() < deadline:
+            try:
+                msgs = c.receive(job.get("batch", 16), job.get("invisible_s", 10))
+            except Exception as e:
+                emit(error(e))
+                time.sleep(0.5)
+                continue
+            for m in msgs or []:
+                body = m.body.decode()
+                n = attempts[body] = attempts.get(body, 0) + 1
+                steps = plan.get(body) or []
+                action = steps[n - 1] if n <= len(steps) else "ack"
+                line = {"body": body, "message_id": m.message_id, "attempt": m.delivery_attempt, "action": action}
+                try:
+                    if action == "ack":
+                        c.ack(m)
+                        acked.add(body)
+                    elif action.startswith("change:"):
+                        c.change_invisible_duration(m, int(action.split(":")[1]))
+                except Exception as e:
+                    line.update(error(e))
+                emit(line)
+    finally:
+        c.shutdown()
+
+
+class Listener(MessageListener):
+    def __init__(self, fail):
+        self.fail, self.lock, self.seen = set(fail), threading.Lock(), set()
+
+    def consume(self, message):
+        body = message.body.decode()
+        with self.lock:
+            emit({"body": body, "message_id": message.message_id, "attempt": message.delivery_attempt})
+            if body in self.fail:
+                self.fail.discard(body)
+                return ConsumeResult.FAILURE
+            self.seen.add(body)
+        return ConsumeResult.SUCCESS
+
+
+def push(job):
+    listener = Listener(job.get("fail") or [])
+    c = PushConsumer(config(job), job["group"], listener, {job["topic"]: FilterExpression("*")})
+    c.startup()
+    deadline = time.monotonic() + job.get("deadline_s", 60)
+    try:
+        while len(listener.seen) < job["expect"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        c.shutdown()
+
+
+def main():
+    job = json.loads(sys.argv[1])
+    try:
+        {"produce": produce, "simple": simple, "push": push}[job["op"]](job)
+    except Exception as e:
+        emit({"fatal": True, **error(e)})
+    emit({"done": True})
+
+
+if __name__ == "__main__":
+    main()
