@@ -148,6 +148,11 @@ class Cluster:
         return self.state["namesrv"]["endpoint"]
 
     @property
+    def proxy(self) -> str | None:
+        """The 5.x gRPC proxy (rmqha/proxy) as this machine reaches it (host:port); None when the cluster has none."""
+        return (self.state.get("proxy") or {}).get("endpoint")
+
+    @property
     def credentials(self) -> dict | None:
         """The kit's ACL account ({"accessKey", "secretKey"}) of a cluster started with acl; else None."""
         return self.state.get("acl")

@@ -33,6 +33,7 @@ from .process import (  # noqa: E402,F401
     is_stopped,
     namesrv_command,
     proc_stat,
+    proxy_command,
     record,
     send_signal,
     spawn,
@@ -213,6 +214,7 @@ class LocalBackend(Backend):
                 "endpoint": f"{host}:{plan.namesrv_port}",
                 "log": str(rf.namesrv_log(run_dir)),
             },
+            "proxy": {"endpoint": f"{host}:{plan.proxy_port}", "log": str(rf.proxy_log(run_dir))},
             "nodes": nodes,
         }
         if creds:
@@ -235,6 +237,8 @@ class LocalBackend(Backend):
             for node in state["nodes"]:  # masters come before their slaves in the node list
                 node["process"] = record(spawn(broker_command(node["conf"], node["overrides"]), Path(node["log"]), env))
                 rf.write_state(run_dir, state)
+            state["proxy"]["process"] = record(spawn(backend._proxy_command(), rf.proxy_log(run_dir), env))
+            rf.write_state(run_dir, state)
         except BaseException:
             backend.stop(keep_data=True, timeout=5)
             raise
@@ -244,8 +248,9 @@ class LocalBackend(Backend):
         notes: list[str] = []
         brokers = [(n["name"], n.get("process")) for n in self.state.get("nodes", [])]
         namesrv = [("namesrv", self.state.get("namesrv", {}).get("process"))]
-        # Brokers first, while the name server can still hear them leave; then the name server.
-        for group in (brokers, namesrv):
+        proxy = [("proxy", self.state.get("proxy", {}).get("process"))]
+        # The 5.x proxy, then the brokers while the name server can still hear them leave; then the name server.
+        for group in (proxy, brokers, namesrv):
             notes += self._stop_group([(n, rec) for n, rec in group if is_running(rec)], timeout)
         return notes + self._release_stores(keep_data)
 
@@ -275,8 +280,8 @@ class LocalBackend(Backend):
         for n in self.state.get("nodes", []):
             if n["name"] == node:
                 return n
-        if node == "namesrv":
-            return self.state["namesrv"]
+        if node in ("namesrv", "proxy") and node in self.state:
+            return self.state[node]
         raise ClusterError(
             f"cluster {self.cluster!r} has no node {node!r}; nodes: " + ", ".join(["namesrv"] + self.node_names())
         )
@@ -290,18 +295,24 @@ class LocalBackend(Backend):
             port = int(spec["endpoint"].rpartition(":")[2])
             cmd = namesrv_command(port, self.state.get("host", "127.0.0.1"))
             log = rf.namesrv_log(self.run_dir)
+        elif node == "proxy":
+            cmd, log = self._proxy_command(), rf.proxy_log(self.run_dir)
         else:
             cmd, log = broker_command(spec["conf"], spec["overrides"]), Path(spec["log"])
         spec["process"] = record(spawn(cmd, log, child_env()))
         self._save_process(node, spec["process"])
+
+    def _proxy_command(self) -> list[str]:
+        port = int(self.state["proxy"]["endpoint"].rpartition(":")[2])
+        return proxy_command(port, self.state.get("host", "127.0.0.1"), self.state["namesrv"]["endpoint"])
 
     def _save_process(self, node: str, rec: dict) -> None:
         """Write one node's process record into state.json, keeping whatever else is there. Nodes may be
         restarted from several threads at once (rmqha.chaos.run's disk limits): one read-modify-write at a time."""
         with _STATE_LOCK:
             cur = rf.read_state(self.run_dir) or self.state
-            if node == "namesrv":
-                cur.setdefault("namesrv", {})["process"] = rec
+            if node in ("namesrv", "proxy"):
+                cur.setdefault(node, {})["process"] = rec
             else:
                 for n in cur.get("nodes", []):
                     if n["name"] == node:
@@ -334,8 +345,8 @@ class LocalBackend(Backend):
 
     # -- observation ------------------------------------------------------------------------------
     def _record(self, node: str) -> dict | None:
-        if node == "namesrv":
-            return self.state.get("namesrv", {}).get("process")
+        if node in ("namesrv", "proxy"):
+            return self.state.get(node, {}).get("process")
         for n in self.state.get("nodes", []):
             if n["name"] == node:
                 return n.get("process")
@@ -354,12 +365,15 @@ class LocalBackend(Backend):
     def log_path(self, node: str) -> Path | None:
         if node == "namesrv":
             return rf.namesrv_log(self.run_dir)
+        if node == "proxy":
+            return rf.proxy_log(self.run_dir)
         self._record(node)  # validates the name
         return rf.broker_log(self.run_dir, node)
 
 
 def _records(state: dict):
     yield "namesrv", state.get("namesrv", {}).get("process")
+    yield "proxy", state.get("proxy", {}).get("process")
     for n in state.get("nodes", []):
         yield n["name"], n.get("process")
 

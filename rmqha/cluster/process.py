@@ -43,6 +43,11 @@ def namesrv_command(port: int, host: str = "127.0.0.1") -> list[str]:
     return [sys.executable, "-m", "rmqha.broker.namesrv", "--port", str(port), "--host", host]
 
 
+def proxy_command(port: int, host: str, namesrv: str) -> list[str]:
+    """The 5.x gRPC proxy (rmqha/proxy), in front of the cluster's name server."""
+    return [sys.executable, "-m", "rmqha.proxy", "--namesrv", namesrv, "--listen", f"{host}:{port}"]
+
+
 def proc_stat(pid: int) -> tuple[str, int] | None:
     """(state letter, start time in clock ticks) of a live pid, from /proc; None when it is gone."""
     try:

@@ -89,6 +89,10 @@ def namesrv_log(rd: Path) -> Path:
     return rd / "namesrv" / "namesrv.log"
 
 
+def proxy_log(rd: Path) -> Path:
+    return rd / "proxy" / "proxy.log"
+
+
 def write_json_atomic(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)

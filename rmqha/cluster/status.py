@@ -173,6 +173,12 @@ class ClusterStatus:
     namesrv_up: bool = False
     namesrv_error: str | None = None
     namesrv_info: dict = field(default_factory=dict)
+    # the 5.x gRPC proxy (rmqha/proxy): its client endpoint and its process, when the cluster has one
+    proxy_endpoint: str | None = None
+    proxy_process: str = "unknown"
+
+    def proxy_json(self) -> dict | None:
+        return None if self.proxy_endpoint is None else {"endpoint": self.proxy_endpoint, "process": self.proxy_process}
 
     def node(self, name: str) -> NodeStatus | None:
         return next((n for n in self.nodes if n.name == name), None)
@@ -222,6 +228,12 @@ def collect(
             n.running, n.process = ps.running, ps.detail
         ps = backend.process_state("namesrv")
         cs.namesrv_process = ps.detail
+    cs.proxy_endpoint = (state.get("proxy") or {}).get("endpoint")
+    if backend is not None and cs.proxy_endpoint:
+        try:
+            cs.proxy_process = backend.process_state("proxy").detail
+        except Exception:  # a backend that does not run it as a process of its own
+            pass
     if cs.namesrv_up:
         reg = registered_addrs(cs.namesrv_info)
         for n in nodes:
@@ -301,7 +313,8 @@ def node_json(cs: ClusterStatus, n: NodeStatus) -> dict:
 
 
 def render_json(cs: ClusterStatus) -> str:
-    return "".join(json.dumps(node_json(cs, n), sort_keys=False) + "\n" for n in cs.nodes)
+    """One line per node; "proxy" on each is the cluster's 5.x gRPC proxy (null when it has none)."""
+    return "".join(json.dumps({**node_json(cs, n), "proxy": cs.proxy_json()}, sort_keys=False) + "\n" for n in cs.nodes)
 
 
 # ---- the table ---------------------------------------------------------------------------------
@@ -393,6 +406,8 @@ def render_table(cs: ClusterStatus) -> str:
         ns = f"name server {cs.namesrv_endpoint}: {cs.namesrv_process}" + (
             f", not answering ({cs.namesrv_error})" if cs.namesrv_error else ""
         )
+    if cs.proxy_endpoint:
+        ns += f"\n5.x gRPC proxy {cs.proxy_endpoint}: {cs.proxy_process}"
     out = head + "\n" + ns + "\n" + format_table(COLUMNS, table_rows(cs))
     for n in cs.nodes:
         if not n.up and n.error and n.running:

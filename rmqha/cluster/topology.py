@@ -47,6 +47,8 @@ DEFAULT_BASE_PORT = 10911
 DEFAULT_NAMESRV_PORT = 9876
 NODE_PORT_STRIDE = 10
 NAMESRV_OFFSET = 49
+PROXY_OFFSET = 45  # the 5.x gRPC proxy (rmqha/proxy): base + 45, or 5.x's 8081 for the default base port
+DEFAULT_PROXY_PORT = 8081
 CLUSTER_PORT_SPAN = 50
 MAX_NODES = NAMESRV_OFFSET // NODE_PORT_STRIDE  # 4 nodes fit before the name server's port
 
@@ -237,13 +239,17 @@ class PortPlan:
             )
         return cls(base_port, namesrv_port)
 
+    @property
+    def proxy_port(self) -> int:
+        return DEFAULT_PROXY_PORT if self.base_port == DEFAULT_BASE_PORT else self.base_port + PROXY_OFFSET
+
     def node_ports(self, node: NodeSpec) -> dict[str, int]:
         listen = self.base_port + NODE_PORT_STRIDE * node.index
         return {"listenPort": listen, "haListenPort": listen + 1, "metricsPort": listen + 2}
 
     def all_ports(self, topology: Topology) -> list[tuple[str, str, int]]:
         """(owner, what, port) for every port the cluster listens on."""
-        out = [("namesrv", "name server port", self.namesrv_port)]
+        out = [("namesrv", "name server port", self.namesrv_port), ("proxy", "5.x gRPC proxy port", self.proxy_port)]
         for n in topology.nodes:
             ports = self.node_ports(n)
             for key, port in ports.items():

@@ -306,7 +306,7 @@ class MessagingService(g.MessagingServiceServicer):
 
     async def _send_one(self, addr: str, broker_name: str, m: d.Message, queue_id: int, context) -> s.SendResultEntry:
         cmd = convert.send_request(m, queue_id, convert.now_ms(), self.proxy.levels_ms, _peer_host(context))
-        resp = await self.proxy.call(addr, cmd)
+        resp = await self.proxy.call(addr, cmd, timeout=remaining(context, self.proxy.timeout))
         st = codes.from_send(resp.code, resp.remark)
         if st.code != d.OK:
             return s.SendResultEntry(status=st)
@@ -368,6 +368,13 @@ class MessagingService(g.MessagingServiceServicer):
 
     async def QueryOffset(self, request, context):
         return await self.consume.query_offset(request, context)
+
+
+def remaining(context, default: float) -> float:
+    """The client's deadline less a reserve, as 5.x's proxy gives the broker ctx.getRemainingMs(): a
+    SYNC_MASTER wait (syncFlushTimeout, 5 s) must be able to end in FLUSH_SLAVE_TIMEOUT, not PROXY_TIMEOUT."""
+    left = context.time_remaining() if context is not None else None
+    return default if left is None else max(0.1, left - 0.2)
 
 
 def overall(entries: list[s.SendResultEntry]) -> d.Status:
