@@ -19,4 +19,5 @@ TARGETS = (
     "send_fastpath",
     "dledger_rpc",
     "dledger_entry",
+    "acl_request",
 )

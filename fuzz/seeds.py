@@ -323,6 +323,17 @@ def dledger_entry() -> dict[str, bytes]:
     return out
 
 
+def acl_request() -> dict[str, bytes]:
+    # header shape 7 (raw text), its length, the text; then the body choice and the field choices
+    out = {}
+    for i, c in enumerate(_commands()):
+        head = codec.encode_header(c) if c.serialize_type == SerializeType.JSON else b"{}"
+        if len(head) < 256:
+            for how in range(4):
+                out[f"header-{i}-{how}"] = b"\x07" + bytes([len(head)]) + head + b"\0\0\0\x01\0" + bytes([how, 1, 0])
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     import sys
 
@@ -336,6 +347,7 @@ def main(argv: list[str] | None = None) -> None:
         ("send_fastpath", send_fastpath),
         ("dledger_rpc", dledger_rpc),
         ("dledger_entry", dledger_entry),
+        ("acl_request", acl_request),
     ):
         if only and target not in only:
             continue

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 from .config import ConfigError
 from .remoting.codes import RequestCode, ResponseCode
+from .validation import signature_matches
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
 RETRY_PREFIX = "%RETRY%"
@@ -130,7 +131,9 @@ def request_content(ext_fields: dict, body: bytes | None) -> bytes:
     """What is signed: the ext fields' values in key order (Signature and the unique-key flag left out),
     then the body."""
     text = "".join(str(ext_fields[k]) for k in sorted(ext_fields) if k not in (SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
-    return text.encode("utf-8") + (body or b"")
+    # "replace": a lone surrogate (a JSON header may carry "\ud800") becomes "?", as Java's
+    # String.getBytes(UTF-8) makes it, instead of raising
+    return text.encode("utf-8", "replace") + (body or b"")
 
 
 def sign(ext_fields: dict, body: bytes | None, access_key: str, secret_key: str) -> dict:
@@ -315,7 +318,7 @@ class AclConfig:
         if acc.white is not None and acc.white.match(remote_ip):
             return
         expected = signature(request_content(ext_fields, body), acc.secret_key)
-        if not hmac.compare_digest(expected, str(ext_fields.get(SIGNATURE, ""))):
+        if not signature_matches(expected, ext_fields.get(SIGNATURE, "")):
             raise AclError(f"Check signature failed for accessKey={ak}", FRAME_SIGNATURE)
         if code in ADMIN_CODES and not acc.admin:
             raise AclError(f"Need admin permission for request code={code}, but accessKey={ak} is not", FRAME_ADMIN)

@@ -15,6 +15,8 @@ character loop over a set, not a regex: ``$`` in a regex matches before a final 
 
 from __future__ import annotations
 
+import hmac
+
 from rmqha.broker.errors import BadRequest
 
 ALLOWED = "^[%|a-zA-Z0-9_-]+$"
@@ -77,3 +79,10 @@ def check_group(group: str) -> str:
     if why:
         raise InvalidName(why)
     return group
+
+
+def signature_matches(expected: str, given: object) -> bool:
+    """Whether a peer's signature text equals the one computed, in constant time. Compared as UTF-8
+    bytes: hmac.compare_digest raises TypeError on a str that is not ASCII, and the peer chooses it
+    (a lone surrogate from a JSON escape becomes "?", as Java's getBytes does)."""
+    return hmac.compare_digest(expected.encode("utf-8", "replace"), str(given).encode("utf-8", "replace"))

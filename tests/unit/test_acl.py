@@ -256,3 +256,57 @@ def test_yaml_errors_are_config_errors():
     with pytest.raises(AclConfigError, match="not valid YAML"):
         AclConfig.from_yaml("accounts: [ broken")
     assert AclConfig.from_yaml("").accounts == {}
+
+
+@pytest.mark.parametrize("sig", ["é", "签名", "\udc80", "lxBCXoK5tFMn/DUlW9PEYrf5Q14=\u00a0"])
+def test_a_signature_that_is_not_ascii_is_4_9s_signature_refusal(cfg, sig):
+    # hmac.compare_digest raises TypeError on a str that is not ASCII: the request was once dropped with
+    # an unhandled error instead of being answered as 4.9 answers any wrong signature.
+    ext = acl.sign({"topic": "topicB"}, b"", "user", "12345678")
+    ext["Signature"] = sig
+    with pytest.raises(AclError, match="^Check signature failed for accessKey=user$") as e:
+        cfg.validate(R.SEND_MESSAGE, ext, b"", "127.0.0.1")
+    assert e.value.frame == acl.FRAME_SIGNATURE
+
+
+def test_a_lone_surrogate_in_a_signed_field_is_signed_as_java_encodes_it(cfg):
+    # A JSON header may carry "\ud800" (a lone surrogate); Java's String.getBytes(UTF-8) makes it "?",
+    # so the content signed is the same as with "?" there, and nothing raises.
+    assert acl.request_content({"topic": "a\ud800b"}, b"") == b"a?b"
+    ext = acl.sign({"topic": "topicB", "k": "x\ud800"}, b"", "user", "12345678")
+    cfg.validate(R.SEND_MESSAGE, ext, b"", "127.0.0.1")
+
+
+def test_a_non_ascii_signature_over_the_wire_is_answered_and_the_connection_kept(tmp_path):
+    """Through the broker's remoting layer: 4.9's refusal comes back, nothing is logged as unhandled,
+    and the same connection serves the next (well signed) request."""
+    import yaml
+    from twisted.internet.address import IPv4Address
+    from twisted.internet.task import Clock
+    from twisted.internet.testing import StringTransport
+
+    from rmqha.broker.acl_service import AclService
+    from rmqha.broker.remoting.codec import FrameDecoder, encode
+    from rmqha.broker.remoting.codes import ResponseCode
+    from rmqha.broker.remoting.command import RemotingCommand
+    from rmqha.broker.remoting.protocol import ProcessorRegistry, RemotingProtocol
+
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(yaml.safe_dump(CFG))
+    service = AclService(str(path), Clock())
+    reg = ProcessorRegistry()
+    reg.register(R.SEND_MESSAGE, lambda r, ctx: r.make_response(remark="served"))
+    reg.acl = service.check
+    proto = RemotingProtocol(reg, clock=Clock())
+    transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
+    proto.makeConnection(transport)
+    bad = acl.sign({"topic": "topicB"}, b"", "user", "12345678")
+    bad["Signature"] = "签名"
+    proto.dataReceived(encode(RemotingCommand.request(R.SEND_MESSAGE, bad, opaque=1)))
+    good = acl.sign({"topic": "topicB"}, b"", "user", "12345678")
+    proto.dataReceived(encode(RemotingCommand.request(R.SEND_MESSAGE, good, opaque=2)))
+    first, second = FrameDecoder().feed(transport.value())
+    assert first.opaque == 1 and first.code == ResponseCode.SYSTEM_ERROR
+    assert first.remark == f"{acl.EXCEPTION}: Check signature failed for accessKey=user, {acl.FRAME_SIGNATURE}"
+    assert second.opaque == 2 and second.code == ResponseCode.SUCCESS and second.remark == "served"
+    assert not transport.disconnecting and service.refused == 1

@@ -35,6 +35,8 @@ import hashlib
 import hmac
 import os
 
+from rmqha.broker.validation import signature_matches
+
 SIGN_TIME = "dledgerSignTime"
 SIGN_NONCE = "dledgerSignNonce"
 SIGNATURE = "dledgerSignature"
@@ -83,7 +85,7 @@ def sign_response(secret: str, code: int, body: bytes | None, request_nonce: str
 
 def response_ok(secret: str, code: int, body: bytes | None, request_nonce: str, ext_fields: dict | None) -> bool:
     got = (ext_fields or {}).get(SIGNATURE)
-    return isinstance(got, str) and hmac.compare_digest(got, response_signature(secret, code, request_nonce, body))
+    return isinstance(got, str) and signature_matches(response_signature(secret, code, request_nonce, body), got)
 
 
 def is_signed(ext_fields: dict | None) -> bool:
@@ -126,10 +128,11 @@ class Guard:
                 f"clusterSecretFile; {SIGNATURE} missing)",
             )
         raw_time, nonce, got = fields.get(SIGN_TIME, ""), fields.get(SIGN_NONCE, ""), fields.get(SIGNATURE, "")
-        if not (raw_time.isdigit() and len(raw_time) <= 19 and 0 < len(nonce) <= 64 and nonce.isascii()):
+        ok_time = raw_time.isascii() and raw_time.isdigit() and len(raw_time) <= 19  # "²".isdigit(), int("²") raises
+        if not (ok_time and 0 < len(nonce) <= 64 and nonce.isascii()):
             raise Refused(BAD_SIGNATURE, f"DLedger request refused: bad {SIGN_TIME} or {SIGN_NONCE}")
         time_us = int(raw_time)
-        if not hmac.compare_digest(str(got), request_signature(self.secret, code, time_us, nonce, body)):
+        if not signature_matches(request_signature(self.secret, code, time_us, nonce, body), got):
             raise Refused(
                 BAD_SIGNATURE, "DLedger request refused: the signature does not match (another cluster secret?)"
             )

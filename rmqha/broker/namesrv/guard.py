@@ -169,7 +169,7 @@ def timed_content(code: int, version: int, ext_fields: dict, body: bytes | None)
     for k in sorted(ext_fields):
         if k == SIGNATURE:
             continue
-        for part in (k.encode("utf-8"), str(ext_fields[k]).encode("utf-8")):
+        for part in (k.encode("utf-8", "replace"), str(ext_fields[k]).encode("utf-8", "replace")):
             out += b"%d:" % len(part) + part
     return bytes(out) + b"|" + (body or b"")
 
@@ -180,7 +180,7 @@ def _timed_signature(content: bytes, secret: str) -> str:
 
 def _timed_signature_ok(code: int, version: int, ext_fields: dict, body: bytes | None, secret: str) -> bool:
     expected = _timed_signature(timed_content(code, version, ext_fields, body), secret)
-    return hmac.compare_digest(expected, str(ext_fields.get(SIGNATURE, "")))
+    return validation.signature_matches(expected, ext_fields.get(SIGNATURE, ""))
 
 
 def sign_cluster_timed(
@@ -404,7 +404,7 @@ def is_signed(code: int, version: int, ext_fields: dict, body: bytes | None, sec
     if SIGN_TIME in ext_fields:
         return _timed_signature_ok(code, version, ext_fields, body, secret)
     expected = signature(request_content(ext_fields, body), secret)
-    return hmac.compare_digest(expected, str(ext_fields.get(SIGNATURE, "")))
+    return validation.signature_matches(expected, ext_fields.get(SIGNATURE, ""))
 
 
 def read_secret(path: str) -> str:

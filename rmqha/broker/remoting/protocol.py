@@ -310,7 +310,11 @@ class RemotingProtocol(Protocol):
     def _handle_request(self, request: RemotingCommand) -> None:
         acl = self.registry.acl
         if acl is not None:
-            refused = acl(request, self.peer)
+            try:
+                refused = acl(request, self.peer)
+            except Exception:  # a bug in the check: answered and logged as a processor's, the link kept
+                self._reply_later(Failure(), request)
+                return
             if refused is not None:
                 self._reply(request, refused)
                 return

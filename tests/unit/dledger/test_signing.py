@@ -247,3 +247,21 @@ def test_only_a_local_admin_transfer_may_come_unsigned(host, kw, taken):
     (reply,) = frames(transport)
     assert (reply.code == 200) is taken and len(node.requests) == int(taken)
     assert not reply.ext_fields.get(signing.SIGNATURE)  # nothing to bind an answer to
+
+
+@pytest.mark.parametrize("bad", ["签名", "é" * 44, "\udc80"])
+def test_a_signature_that_is_not_ascii_is_a_bad_signature_not_an_error(bad):
+    # hmac.compare_digest raises TypeError on a str that is not ASCII: a peer chose it
+    guard = signing.Guard(SECRET, PEERS)
+    with pytest.raises(signing.Refused) as e:
+        guard.check_signature(51002, {**signed(), signing.SIGNATURE: bad}, b'{"term":1}')
+    assert e.value.reason == signing.BAD_SIGNATURE
+    assert not signing.response_ok(SECRET, 200, b"{}", "n1", {signing.SIGNATURE: bad})
+
+
+@pytest.mark.parametrize("when", ["²", "٣٣٣", "5000000\u00b2"])
+def test_a_sign_time_of_non_ascii_digits_is_a_bad_signature_not_an_error(when):
+    # "²".isdigit() is true and int("²") raises ValueError
+    with pytest.raises(signing.Refused) as e:
+        signing.Guard(SECRET, PEERS).check_signature(51002, {**signed(), signing.SIGN_TIME: when}, b'{"term":1}')
+    assert e.value.reason == signing.BAD_SIGNATURE

@@ -294,3 +294,23 @@ def test_partial_frames_of_all_connections_together_are_capped():
     assert [c.code for c in conns[0].sent()] == [0] and factory.held_bytes == 6_000
     conns[1].lose()
     assert factory.held_bytes == 3_000
+
+
+def test_an_acl_check_that_raises_is_answered_not_a_dropped_connection(caplog):
+    # The ACL hook runs before any processor: a bug in it (once: hmac.compare_digest on a non-ASCII
+    # Signature) must be answered SYSTEM_ERROR like a processor's, not escape dataReceived and cut the link.
+    reg = registry(c105=echo)
+
+    def broken_acl(request, peer):
+        raise TypeError("comparing strings with non-ASCII characters is not supported")
+
+    reg.acl = broken_acl
+    h = Harness(reg)
+    with caplog.at_level(logging.ERROR):
+        h.receive(req(opaque=7))
+        h.receive(req(opaque=8))
+    replies = h.sent()
+    assert [r.opaque for r in replies] == [7, 8]
+    assert all(r.code == ResponseCode.SYSTEM_ERROR for r in replies)
+    assert "TypeError" in replies[0].remark and not h.transport.disconnecting
+    assert sum("processing request code 105" in r.getMessage() for r in caplog.records) == 1  # rate-limited
