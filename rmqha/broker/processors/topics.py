@@ -2,9 +2,10 @@
 UPDATE_AND_CREATE_TOPIC.
 
 Follows RocketMQ 4.x's TopicConfigManager:
-* system topics exist from the start: SELF_TEST_TOPIC, OFFSET_MOVED_EVENT, the cluster-name and
-  broker-name topics, and TBW102 (AUTO_CREATE_TOPIC_KEY) when autoCreateTopicEnable is true, with
-  defaultTopicQueueNums queues and perm READ|WRITE|INHERIT;
+* system topics exist from the start, as 4.9.8's constructor makes them: SELF_TEST_TOPIC,
+  OFFSET_MOVED_EVENT, SCHEDULE_TOPIC_XXXX, BenchmarkTest, the cluster-name (16 queues) and broker-name
+  topics, <cluster>_REPLY_TOPIC, and TBW102 (AUTO_CREATE_TOPIC_KEY) when autoCreateTopicEnable is true,
+  with defaultTopicQueueNums queues and perm READ|WRITE|INHERIT;
 * a send to an unknown topic creates it from its defaultTopic (TBW102) when that one is inheritable:
   min(client's defaultTopicQueueNums, default's writeQueueNums) queues, the default's perm without
   INHERIT. With autoCreateTopicEnable=false there is no TBW102, so nothing is created;
@@ -35,6 +36,7 @@ SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SCHEDULE_TOPIC_QUEUE_NUM = 18
+BENCHMARK_TOPIC = "BenchmarkTest"
 # Topics a client may not send to (4.9.8 TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET): NO_PERMISSION.
 NOT_ALLOWED_SEND_TOPICS = frozenset(
     {
@@ -56,7 +58,7 @@ SYSTEM_TOPICS = frozenset(
     {
         AUTO_CREATE_TOPIC_KEY,
         SCHEDULE_TOPIC,
-        "BenchmarkTest",
+        BENCHMARK_TOPIC,
         "RMQ_SYS_TRANS_HALF_TOPIC",
         TRACE_TOPIC,
         "RMQ_SYS_TRANS_OP_HALF_TOPIC",
@@ -67,6 +69,10 @@ SYSTEM_TOPICS = frozenset(
 )
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 SLAVE_REFUSES = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
+
+
+def reply_topic(cluster: str) -> str:
+    return cluster + "_REPLY_TOPIC"
 
 
 def retry_topic(group: str) -> str:
@@ -116,9 +122,14 @@ class TopicConfigManager:
         # One queue per delay level (the reference's SCHEDULE_TOPIC_QUEUE_NUM).
         self.table[SCHEDULE_TOPIC] = TopicConfig(SCHEDULE_TOPIC, SCHEDULE_TOPIC_QUEUE_NUM, SCHEDULE_TOPIC_QUEUE_NUM, rw)
         self.table[OFFSET_MOVED_EVENT] = TopicConfig(OFFSET_MOVED_EVENT, 1, 1, rw)
-        for name in (c.brokerClusterName, c.brokerName):
+        self.table[BENCHMARK_TOPIC] = TopicConfig(BENCHMARK_TOPIC, 1024, 1024, rw)
+        # 4.9.8: the cluster's topic keeps TopicConfig's default 16 queues, the broker's has one
+        for name, queues in ((c.brokerClusterName, 16), (c.brokerName, 1)):
             if name and not validate_topic(name):
-                self.table[name] = TopicConfig(name, 1, 1, rw | PERM_INHERIT)
+                self.table[name] = TopicConfig(name, queues, queues, rw | PERM_INHERIT)
+        reply = reply_topic(c.brokerClusterName)
+        if not validate_topic(reply):  # where request-reply messages go (4.9's MixAll.REPLY_TOPIC_POSTFIX)
+            self.table[reply] = TopicConfig(reply, 1, 1, rw)
         if c.traceTopicEnable and not validate_topic(c.msgTraceTopicName):
             # 4.9: one queue, read and write, a system topic of this broker (clients with trace on send there)
             self.table[c.msgTraceTopicName] = TopicConfig(c.msgTraceTopicName, 1, 1, rw)
@@ -128,7 +139,7 @@ class TopicConfigManager:
         return (
             topic in SYSTEM_TOPICS
             or topic.startswith(SYSTEM_TOPIC_PREFIX)
-            or topic in (c.brokerClusterName, c.brokerName)
+            or topic in (c.brokerClusterName, c.brokerName, reply_topic(c.brokerClusterName))
             or (c.traceTopicEnable and topic == c.msgTraceTopicName)
         )
 

@@ -201,3 +201,32 @@ def test_trace_topic_enable_creates_the_trace_topic(tmp_path):
         assert _create(b, "MyTrace").code == ResponseCode.SYSTEM_ERROR
     finally:
         b.stop()
+
+
+# 4.9.8's TopicConfigManager constructor, as a 4.9.8 broker (brokerClusterName=FidCluster,
+# brokerName=fid-broker, defaults otherwise) answers GET_ALL_TOPIC_CONFIG right after its start:
+# name -> (readQueueNums, writeQueueNums, perm). RMQ_SYS_TRANS_HALF_TOPIC comes later, at the first
+# transaction check (transactionCheckInterval), in 4.9.8 and here.
+SYSTEM_TOPICS_4_9_8 = {
+    "BenchmarkTest": (1024, 1024, 6),
+    "FidCluster": (16, 16, 7),
+    "FidCluster_REPLY_TOPIC": (1, 1, 6),
+    "OFFSET_MOVED_EVENT": (1, 1, 6),
+    "SCHEDULE_TOPIC_XXXX": (18, 18, 6),
+    "SELF_TEST_TOPIC": (1, 1, 6),
+    "TBW102": (8, 8, 7),
+    "fid-broker": (1, 1, 7),
+}
+
+
+def test_the_system_topics_at_start_are_4_9_8s(tmp_path):
+    b = Broker(tmp_path / "b", brokerClusterName="FidCluster", brokerName="fid-broker")
+    try:
+        r = b.call(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
+        table = json.loads(r.body)["topicConfigTable"]
+        got = {name: (t["readQueueNums"], t["writeQueueNums"], t["perm"]) for name, t in table.items()}
+        assert got == SYSTEM_TOPICS_4_9_8
+        for name in SYSTEM_TOPICS_4_9_8:
+            assert b.server.topics.is_system_topic(name), name
+    finally:
+        b.stop()
