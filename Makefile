@@ -15,7 +15,7 @@ FUZZ_SECONDS ?= 60
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
-	@echo "  variables: TOPOLOGY=$(TOPOLOGY) BACKEND=$(BACKEND) NAME=<cluster name> BASE_PORT=<first port> SET="key=v node:key=v" FORMAT=table|json KEEP_DATA=1 RUN=<run folder>"
+	@echo "  variables: TOPOLOGY=$(TOPOLOGY) BACKEND=$(BACKEND) NAME=<cluster name> BASE_PORT=<broker-a port> SET="key=v node:key=v" FORMAT=table|json KEEP_DATA=1 RUN=<run folder>"
 
 venv: $(STAMP) ## create .venv with the pinned dependencies (every other target does this itself)
 

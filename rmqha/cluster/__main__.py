@@ -55,8 +55,8 @@ def _add_up(sub) -> None:
         "--base-port",
         type=int,
         default=None,
-        help="first port of the cluster's 50-port block (default $CLUSTER_BASE_PORT or 10911; "
-        "the name server is then 9876, else base+49)",
+        help="broker-a's listenPort (default $CLUSTER_BASE_PORT or 10911); the cluster's 50 ports are "
+        "base-2 .. base+47, the name server 9876 for 10911, else base+47",
     )
     up.add_argument("--namesrv-port", type=int, default=None, help="name server port (default: see --base-port)")
     up.add_argument(

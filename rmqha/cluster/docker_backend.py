@@ -75,7 +75,7 @@ TOXIPROXY_IMAGE = os.environ.get("RMQHA_TOXIPROXY_IMAGE") or "rmqha/toxiproxy:la
 CONTAINER_STORE = "/var/lib/rocketmq/store"
 NAMESRV_CONTAINER_PORT = 9876
 TOXIPROXY_API_DEFAULT = 8474
-TOXIPROXY_API_OFFSET = 48
+TOXIPROXY_API_OFFSET = 46  # inside the cluster's port block (PortPlan.block), below the name server
 DEFAULT_COMMITLOG_FILE = str(64 * 1024 * 1024)
 PROJECT_PREFIX = "rmqha-"
 

@@ -94,7 +94,7 @@ def free_cluster_base(
     low, high = max(low, w_low), min(high, w_high)
     for k in range(max(0, high - low) // stride):
         base = low + stride * (k * slots + slot)
-        if base + CLUSTER_PORT_SPAN > high:
+        if base - 2 + CLUSTER_PORT_SPAN > high:
             break
         if base == exclude:
             continue

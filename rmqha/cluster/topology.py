@@ -5,14 +5,15 @@ broker-a.properties (master of group broker-a), broker-a-s.properties (its slave
 name without ".properties" is the node's name. The files carry no ports, addresses or paths: those
 are per-deployment overrides, computed here and passed to the broker as `--set key=value`.
 
-Port plan (local backend): a cluster's ports lie in [base - 2, base + CLUSTER_PORT_SPAN). Node i (in
+Port plan: a cluster's ports lie in its block [base - 2, base + 48), CLUSTER_PORT_SPAN ports. Node i (in
 the order broker-a, broker-a-s, broker-b, broker-b-s) gets listenPort = base + 10*i, haListenPort = +1
 and metricsPort = +2, and listens on listenPort - 2 too (4.9's VIP channel, no key of its own: 10909
-for the default broker-a, as a stock install). base - 2 is base + 48 of the block 50 below, free on the
-local backend; the docker backend puts its Toxiproxy API there, so a docker cluster and a cluster 50
-ports above it cannot run together (check_ports says which port; blocks 100 apart never meet). The
-name server listens on base + NAMESRV_OFFSET, except for the default base port
-(10911, RocketMQ's own), where it is RocketMQ's 9876. So the default cluster looks like a stock
+for the default broker-a, as a stock install); a DLedger node also on listenPort + 3. The docker
+backend's Toxiproxy API is base + 46, the 5.x proxy base + 45 and the name server listens on base +
+NAMESRV_OFFSET (47), except for the default base port (10911, RocketMQ's own), where they are 8474, 8081
+and RocketMQ's 9876. Blocks 50
+apart meet nowhere (tests/unit/cluster/test_port_block.py checks every port every node opens). So the
+default cluster looks like a stock
 install, and `--base-port 20000`, `--base-port 20100`, ... run side by side.
 """
 
@@ -46,11 +47,12 @@ TOPOLOGIES = ("2m-2s-async", "2m-2s-sync", "2m-noslave", "dledger")
 DEFAULT_BASE_PORT = 10911
 DEFAULT_NAMESRV_PORT = 9876
 NODE_PORT_STRIDE = 10
-NAMESRV_OFFSET = 49
+NAMESRV_OFFSET = 47
 PROXY_OFFSET = 45  # the 5.x gRPC proxy (rmqha/proxy): base + 45, or 5.x's 8081 for the default base port
 DEFAULT_PROXY_PORT = 8081
 CLUSTER_PORT_SPAN = 50
-MAX_NODES = NAMESRV_OFFSET // NODE_PORT_STRIDE  # 4 nodes fit before the name server's port
+BLOCK_START = -2  # the block starts at node 0's VIP channel (listenPort - 2)
+MAX_NODES = 4  # node 3's ports end at base + 37 (a docker DLedger link: listenPort + 7); base + 46.. are the cluster's
 
 # Keys the tooling sets itself; a conf file must not pin them (the official ones do not).
 DEPLOYMENT_KEYS = (
@@ -227,11 +229,12 @@ class PortPlan:
         if not 1 <= namesrv_port <= 65535:
             raise ClusterError(f"name server port {namesrv_port} is out of range 1..65535")
         lo, hi = ephemeral_range()
-        if base_port <= hi and base_port + CLUSTER_PORT_SPAN > lo or lo <= namesrv_port <= hi:
+        first, last = base_port + BLOCK_START, base_port + BLOCK_START + CLUSTER_PORT_SPAN - 1
+        if first <= hi and last >= lo or lo <= namesrv_port <= hi:
             # a node restarted by a fault must bind its port again, and an outgoing connection may hold
             # it by then: the restart fails with "Address already in use"
             raise ClusterError(
-                f"base port {base_port} (ports {base_port}..{base_port + CLUSTER_PORT_SPAN - 1}, "
+                f"base port {base_port} (ports {first}..{last}, "
                 f"name server {namesrv_port}) overlaps this machine's ephemeral port range "
                 f"{lo}..{hi} (/proc/sys/net/ipv4/ip_local_port_range), which outgoing "
                 f"connections take ports from: pick a base port below {lo - CLUSTER_PORT_SPAN}, "
@@ -242,6 +245,13 @@ class PortPlan:
     @property
     def proxy_port(self) -> int:
         return DEFAULT_PROXY_PORT if self.base_port == DEFAULT_BASE_PORT else self.base_port + PROXY_OFFSET
+
+    def block(self) -> range:
+        """The cluster's CLUSTER_PORT_SPAN ports: every port a node of it opens, the VIP channel
+        (listenPort - 2) and DLedger's included, and the 5.x proxy's, the name server's and the Toxiproxy
+        API's (all three elsewhere for the default base port, at their stock ports)."""
+        start = self.base_port + BLOCK_START
+        return range(start, start + CLUSTER_PORT_SPAN)
 
     def node_ports(self, node: NodeSpec) -> dict[str, int]:
         listen = self.base_port + NODE_PORT_STRIDE * node.index
@@ -261,7 +271,7 @@ class PortPlan:
         if len(set(ports)) != len(ports):
             raise ClusterError(
                 f"port plan collides (base {self.base_port}, name server {self.namesrv_port}); "
-                f"choose a name server port outside {self.base_port}..{self.base_port + 39}"
+                f"choose a name server port outside {self.base_port - 2}..{self.base_port + 37}"
             )
         return out
 

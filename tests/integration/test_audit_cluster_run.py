@@ -79,7 +79,7 @@ def test_audit_of_a_real_run_passes_then_catches_a_damaged_replica(tmp_path):
         )
         assert outcomes.returncode == 0, outcomes.stdout + outcomes.stderr[-3000:]
         assert "every outcome as expected" in outcomes.stdout
-        namesrv = f"127.0.0.1:{base + 49}"
+        namesrv = f"127.0.0.1:{base + 47}"
         work = subprocess.run(
             [sys.executable, "-c", WORKLOAD, str(run_dir), namesrv, "40"],
             cwd=REPO,

@@ -123,7 +123,7 @@ def test_port_plan_default_and_custom(monkeypatch):
     assert plan.node_ports(topo.node("broker-a")) == {"listenPort": 10911, "haListenPort": 10912, "metricsPort": 10913}
     assert plan.node_ports(topo.node("broker-b-s"))["listenPort"] == 10941
     custom = PortPlan.make(20000)
-    assert custom.namesrv_port == 20049
+    assert custom.namesrv_port == 20047  # inside the block [20000 - 2, 20000 + 48)
     monkeypatch.setenv("CLUSTER_BASE_PORT", "20100")
     assert PortPlan.make().base_port == 20100
     assert PortPlan.make(20000, 9999).namesrv_port == 9999
@@ -159,7 +159,7 @@ def test_overrides(tmp_path):
         "metricsPort": "20002",
         "brokerIP1": "127.0.0.1",
         "metricsBindAddress": "127.0.0.1",
-        "namesrvAddr": "127.0.0.1:20049",
+        "namesrvAddr": "127.0.0.1:20047",
         "storePathRootDir": str(tmp_path / "broker-a" / "store"),
         "maxHashSlotNum": "50000",
         "maxIndexNum": "200000",
@@ -247,12 +247,13 @@ def test_a_base_port_in_the_ephemeral_range_is_refused_with_advice(monkeypatch):
     from rmqha.cluster import topology
 
     monkeypatch.setattr(topology, "ephemeral_range", lambda: (32768, 60999))
-    for base in (47000, 32768 - 49, 60999):
+    for base in (47000, 32768 - 47, 60999):  # the block is [base - 2, base + 48)
         with pytest.raises(ClusterError, match="ephemeral port range 32768..60999.*below 32718"):
             PortPlan.make(base)
     with pytest.raises(ClusterError, match="name server 40000"):
         PortPlan.make(20000, 40000)
     assert PortPlan.make(32768 - 50).base_port == 32718
+    assert PortPlan.make(32768 - 48).block()[-1] == 32767
 
 
 def test_docker_dledger_peer_links_go_through_one_proxy_per_direction():
