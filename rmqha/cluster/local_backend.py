@@ -17,6 +17,8 @@ from . import ClusterError
 from . import acl
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions
+from rmqha.broker.config import parse_properties
+
 from .topology import CLUSTER_PORT_SPAN, PortPlan, Topology, effective_config, node_overrides
 
 _STATE_LOCK = threading.Lock()
@@ -173,12 +175,33 @@ def _node_records(
                 "statusUrl": f"http://{host}:{c.metrics_port}/status",
                 "master": master,
                 "conf": str(n.conf_file),
+                "properties": str(write_run_properties(run_dir, n.name, n.conf_file, overrides[n.name])),
                 "overrides": overrides[n.name],
                 "log": str(rf.broker_log(run_dir, n.name)),
                 "store": c.storePathRootDir,
             }
         )
     return nodes
+
+
+def write_run_properties(run_dir: Path, node: str, conf: Path, overrides: dict[str, str]) -> Path:
+    """The node's conf file with its deployment keys, in its run folder: the broker runs on that copy, so
+    an updateBrokerConfig rewrites it and never the repository's compose/ file (it once did)."""
+    props = {**parse_properties(conf.read_text(encoding="utf-8")), **overrides}
+    return rf.write_node_properties(
+        run_dir, node, props, f"{node}: {conf} with the deployment keys (written by rmqha.cluster at up)"
+    )
+
+
+def _broker_command(run_dir: Path, spec: dict) -> list[str]:
+    """The node's broker on its run-folder properties, written again only when gone: a restart keeps what
+    an updateBrokerConfig saved there, as 4.9 keeps its file. A state from before the copy runs as it did."""
+    if not spec.get("properties"):
+        return broker_command(spec["conf"], spec["overrides"])
+    path = Path(spec["properties"])
+    if not path.is_file():
+        write_run_properties(run_dir, spec["name"], Path(spec["conf"]), spec["overrides"])
+    return broker_command(path, {})
 
 
 class LocalBackend(Backend):
@@ -235,7 +258,7 @@ class LocalBackend(Backend):
             )
             rf.write_state(run_dir, state)
             for node in state["nodes"]:  # masters come before their slaves in the node list
-                node["process"] = record(spawn(broker_command(node["conf"], node["overrides"]), Path(node["log"]), env))
+                node["process"] = record(spawn(_broker_command(run_dir, node), Path(node["log"]), env))
                 rf.write_state(run_dir, state)
             state["proxy"]["process"] = record(spawn(backend._proxy_command(), rf.proxy_log(run_dir), env))
             rf.write_state(run_dir, state)
@@ -298,7 +321,7 @@ class LocalBackend(Backend):
         elif node == "proxy":
             cmd, log = self._proxy_command(), rf.proxy_log(self.run_dir)
         else:
-            cmd, log = broker_command(spec["conf"], spec["overrides"]), Path(spec["log"])
+            cmd, log = _broker_command(self.run_dir, spec), Path(spec["log"])
         spec["process"] = record(spawn(cmd, log, child_env()))
         self._save_process(node, spec["process"])
 

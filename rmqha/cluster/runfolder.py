@@ -8,6 +8,9 @@ run/                              CLUSTER_RUN_ROOT, default <repo>/run (git-igno
                                   every folder under nodes/ as a broker)
     nodes/<node>/node.json        who the node is (schema: NODE_JSON_KEYS)
     nodes/<node>/broker.log       the broker's stdout and stderr
+    nodes/<node>/broker.properties  the file the broker runs on (-c): its topology's conf file with the
+                                  deployment keys, written at `up`; updateBrokerConfig rewrites this copy,
+                                  never the repository's compose/<topology>/<node>.properties
     nodes/<node>/store/           the broker's storePathRootDir (commitlog/, consumequeue/, ...)
     metrics/                      samples.jsonl from `python -m rmqha.cluster sample`
     history/                      client histories, written by the chaos kit
@@ -83,6 +86,55 @@ def store_dir(rd: Path, node: str) -> Path:
 
 def broker_log(rd: Path, node: str) -> Path:
     return node_dir(rd, node) / "broker.log"
+
+
+def node_properties(rd: Path, node: str) -> Path:
+    return node_dir(rd, node) / "broker.properties"
+
+
+def write_node_properties(rd: Path, node: str, props: dict[str, str], header: str) -> Path:
+    """Write a broker's properties into its run folder (node_properties), atomically, and return the path:
+    the one place every broker implementation's node file is written (ours and Apache's read it with -c,
+    and an updateBrokerConfig rewrites it there). Keys sorted; java.util.Properties text in ASCII, anything
+    else as \\uXXXX, so a JVM (which reads the file as ISO-8859-1) and our parser read the same values."""
+    lines = [f"# {line}" for line in header.splitlines()]
+    lines += [f"{_escape_property(k, key=True)}={_escape_property(str(v))}" for k, v in sorted(props.items())]
+    path = node_properties(rd, node)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write("\n".join(lines) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+_PROPERTY_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
+
+
+def _escape_property(text: str, key: bool = False) -> str:
+    """java.util.Properties.store's escaping: backslash, control characters, a leading space (every space
+    in a key), the separators and comment marks in a key; non-ASCII as \\uXXXX (UTF-16 units)."""
+    out = []
+    for i, ch in enumerate(text):
+        if ch in _PROPERTY_ESCAPES:
+            out.append(_PROPERTY_ESCAPES[ch])
+        elif ch == " " and (key or i == 0):
+            out.append("\\ ")
+        elif key and ch in "=:#!":
+            out.append("\\" + ch)
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            units = ch.encode("utf-16-be", "surrogatepass")
+            out.extend(f"\\u{int.from_bytes(units[j : j + 2], 'big'):04x}" for j in range(0, len(units), 2))
+    return "".join(out)
 
 
 def namesrv_log(rd: Path) -> Path:

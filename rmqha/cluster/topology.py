@@ -3,7 +3,9 @@
 A topology is a folder compose/<topology>/ holding the official RocketMQ conf files, one per broker:
 broker-a.properties (master of group broker-a), broker-a-s.properties (its slave), and so on. The file
 name without ".properties" is the node's name. The files carry no ports, addresses or paths: those
-are per-deployment overrides, computed here and passed to the broker as `--set key=value`.
+are per-deployment overrides, computed here: the local backend writes the file with them into the node's
+run folder (runfolder.write_node_properties) and runs the broker on that copy; the docker backend passes
+them as `--set key=value`.
 
 Port plan: a cluster's ports lie in its block [base - 2, base + 48), CLUSTER_PORT_SPAN ports. Node i (in
 the order broker-a, broker-a-s, broker-b, broker-b-s) gets listenPort = base + 10*i, haListenPort = +1
