@@ -32,7 +32,7 @@ def broker_ports(config) -> dict[str, int]:
 
 def local_ports(topology, plan) -> list[tuple[str, str, int]]:
     overrides = node_overrides(topology, plan, host="127.0.0.1", store_dir_of=lambda n: f"/tmp/rmqha-ports/{n}")
-    out = [("namesrv", "name server port", plan.namesrv_port)]
+    out = [("namesrv", "name server port", plan.namesrv_port), ("proxy", "5.x gRPC proxy", plan.proxy_port)]
     for n in topology.nodes:
         for what, port in broker_ports(effective_config(n, overrides[n.name])).items():
             out.append((n.name, what, port))
@@ -73,7 +73,7 @@ def test_every_port_a_node_opens_is_inside_its_cluster_block(topology, backend, 
 
 
 def test_the_default_cluster_keeps_a_stock_install_s_ports():
-    plan = PortPlan.make(None if False else 10911)
+    plan = PortPlan.make(10911)
     topo = load_topology("2m-2s-sync")
     ports = {(who, what): p for who, what, p in local_ports(topo, plan)}
     assert ports[("broker-a", "listenPort")] == 10911
