@@ -14,7 +14,7 @@ import random
 
 from .config import DLedgerConfig
 from .effects import AppendDone, Reply
-from .election import Elector, MemberState
+from .election import LEADER, Elector, MemberState
 from .protocol import (
     AppendEntryRequest,
     AppendEntryResponse,
@@ -25,12 +25,14 @@ from .protocol import (
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     MetadataRequest,
+    MetadataResponse,
     PushEntryRequest,
     RequestOrResponse,
     ResponseCode,
     VoteRequest,
     VoteResponse,
     GetEntriesRequest,
+    GetEntriesResponse,
     PullEntriesRequest,
     REQUEST_TYPES,
     request_code,
@@ -210,9 +212,29 @@ class DLedgerNode:
             return None
         if isinstance(request, LeadershipTransferRequest):
             return self._leadership_transfer(request, now)
-        if isinstance(request, (MetadataRequest, GetEntriesRequest, PullEntriesRequest)):
-            raise DLedgerError(ResponseCode.UNSUPPORTED)
+        if isinstance(request, MetadataRequest):
+            return self._metadata()
+        if isinstance(request, GetEntriesRequest):
+            return self._get(request)
+        if isinstance(request, PullEntriesRequest):
+            raise DLedgerError(ResponseCode.UNSUPPORTED)  # 0.3.1.2's handlePull answers nothing at all
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, type(request).__name__)
+
+    # --- DLedgerClient's requests (DLedgerServer.handleMetadata, handleGet) -----------------------------
+    def _metadata(self) -> MetadataResponse:
+        """Who the group's members are and who leads: how DLedger's own client finds its leader. Any
+        member answers; the answer carries no term (-1), as 0.3.1.2's."""
+        ms = self.ms
+        return MetadataResponse(group=ms.group, peers=dict(ms.peer_map), leaderId=ms.leader_id)
+
+    def _get(self, request: GetEntriesRequest) -> GetEntriesResponse:
+        """The one entry at beginIndex, from the leader only (NOT_LEADER, with the leader's id, elsewhere);
+        an index outside the log is INDEX_OUT_OF_RANGE or INDEX_LESS_THAN_LOCAL_BEGIN (the store's check)."""
+        if self.ms.role != LEADER:
+            raise DLedgerError(ResponseCode.NOT_LEADER)
+        if request.beginIndex is None:  # 0.3.1.2 fails with a NullPointerException and sends nothing
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "beginIndex is null")
+        return GetEntriesResponse(group=self.ms.group, entries=[self.log.get(request.beginIndex)])
 
     def on_response(self, peer: str, request: RequestOrResponse, response: RequestOrResponse, now: float) -> list:
         if response.term > MAX_TERM:  # an answer no member can give: as if it never came
