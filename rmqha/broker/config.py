@@ -417,6 +417,12 @@ class BrokerConfig:
         return self.storePathCommitLog or os.path.join(self.storePathRootDir, "commitlog")
 
     @property
+    def store_path_physic(self) -> str:
+        """4.9's getStorePathPhysic: where the commit log's bytes are, DLedger's data directory in DLedger
+        mode (its disk ratio is GET_BROKER_RUNTIME_INFO's commitLogDiskRatio and drives retention)."""
+        return self.dledger_data_dir if self.enableDLegerCommitLog else self.commitlog_dir
+
+    @property
     def planted_bugs(self) -> frozenset[str]:
         return planted.parse(self.plantBug)
 

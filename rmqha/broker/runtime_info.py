@@ -59,7 +59,7 @@ def earliest_message_time(store) -> int:
 def store_part(config, store, schedule) -> dict[str, str]:
     """DefaultMessageStore.getRuntimeInfo's own keys (the StoreStatsService part comes from stats)."""
     out: dict[str, str] = {}
-    commitlog = config.commitlog_dir
+    commitlog = config.store_path_physic  # DLedger's data directory in DLedger mode, as 4.9.8
     ratio = disk_used_ratio(commitlog)
     out[f"commitLogDiskRatio_{commitlog}"] = java_double(ratio)
     out["commitLogDiskRatio"] = java_double(ratio)

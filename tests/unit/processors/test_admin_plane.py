@@ -3,6 +3,7 @@ UPDATE_BROKER_CONFIG (25), VIEW_BROKER_STATS_DATA (315), GET_BROKER_HA_STATUS (9
 rocketmq-exporter names on /metrics with the Grafana dashboard that reads them."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -398,3 +399,26 @@ def test_grafana_dashboard_reads_only_metrics_the_brokers_export(tmp_path):
         assert needed in used
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def test_dledger_mode_reports_its_data_directory_s_disk_ratio(tmp_path):
+    """4.9.8's getStorePathPhysic in DLedger mode is DLedger's data directory: commitLogDiskRatio (and
+    commitLogDiskRatio_<that directory>) is its disk's ratio, not -1 for a commitlog/ that does not exist."""
+    from .harness import Broker
+
+    b = Broker(
+        tmp_path / "dl",
+        enableDLegerCommitLog="true",
+        dLegerGroup="broker-a",
+        dLegerPeers="n0-127.0.0.1:40914",
+        dLegerSelfId="n0",
+    )
+    try:
+        data = b.config.dledger_data_dir
+        assert os.path.isdir(data) and not os.path.exists(b.config.commitlog_dir)
+        t = runtime(b)
+        assert 0 < float(t["commitLogDiskRatio"]) <= 1, t["commitLogDiskRatio"]
+        assert t[f"commitLogDiskRatio_{data}"] == t["commitLogDiskRatio"]
+        assert not any(k == f"commitLogDiskRatio_{b.config.commitlog_dir}" for k in t)
+    finally:
+        b.stop()
