@@ -207,6 +207,8 @@ class BrokerController:
             interval_ms=c.flushIntervalCommitLog,
             timeout_ms=c.syncFlushTimeout,
         )
+        if "lie-about-fsync" in self.bugs and hasattr(self.store, "commitlog"):
+            planted.lie_about_fsync(self.store)
         if "skip-flush" not in self.bugs:
             self.flusher.start(self.metrics)
 

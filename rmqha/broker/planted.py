@@ -32,6 +32,10 @@ PLANTED_BUGS: dict[str, str] = {
     "stored message, and goes on writing at the cut: messages acknowledged, perhaps "
     "consumed and replicated, then gone from it (caught by: the replica comparison, "
     "lost-after-delivery / stranded, lost)",
+    "lie-about-fsync": "the store's flush reports every appended byte durable (/status durableOffset, the "
+    "checkpoint, SYNC_FLUSH answers) and fdatasyncs nothing: a power cut on crashfs loses acknowledged "
+    "sends, the old cut at the reported offset cannot see it (caught by: no acknowledged send lost, after a "
+    "power loss with --power-model fs; passes with --power-model reported)",
 }
 
 LOST_TAIL_BYTES = 16 << 10
@@ -291,3 +295,17 @@ def install_serving(server, bugs) -> None:
         server.pull.store = PlantedServing(server.pull.store, bugs, lambda: int(server.clock.seconds() * 1000), node)
     if "offset-regression" in bugs and server.config.is_master:
         server.offsets.commit = regressing_commit(server.offsets, server.clock)
+
+
+def lie_about_fsync(store) -> None:
+    """lie-about-fsync: store.flush() claims the whole log durable and syncs nothing (the checkpoint is
+    still written, so it carries the lie too)."""
+
+    def flush() -> int:
+        claimed = store.commitlog.max_offset
+        store._durable_offset = claimed
+        store._write_checkpoint()
+        return claimed
+
+    store.flush = flush
+    log.error("PLANTED BUG lie-about-fsync: the store reports bytes durable that it never fdatasyncs")

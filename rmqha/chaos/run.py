@@ -55,7 +55,7 @@ from rmqha.chaos.nemesis import (
     make_sweep,
 )
 from rmqha.chaos.run_ending import drain_groups, repair_forks, wait_catch_up
-from rmqha.chaos.run_setup import cluster_running, limit_disks, schedule_from_json
+from rmqha.chaos.run_setup import cluster_running, limit_disks, power_on_crashfs, schedule_from_json
 from rmqha.chaos.run_status import StatusLine, last_sample_round, read_json, say, slave_lags, status_text
 from rmqha.cluster import ClusterError
 from rmqha.cluster import runfolder as rf
@@ -204,6 +204,26 @@ def _add_nemesis_options(ap: argparse.ArgumentParser) -> None:
         type=int,
         default=64,
         help="with disk-full: each broker's store on a tmpfs of this size (root; default 64)",
+    )
+    ap.add_argument(
+        "--power-model",
+        default=os.environ.get("POWER_MODEL") or "fs",
+        choices=("fs", "reported"),
+        help="power faults: fs (default) every store on crashfs, cut to what was fsynced; reported: the old "
+        "cut at the offset the broker reports (rmqha/cluster/power.py)",
+    )
+    ap.add_argument(
+        "--cut-mode",
+        default=os.environ.get("CUT_MODE") or "lose-unsynced",
+        choices=("lose-unsynced", "keep-prefix", "torn"),
+        help="with --power-model fs: what of the unsynced changes survives a cut (seeded by --seed)",
+    )
+    ap.add_argument(
+        "--fs-semantics",
+        default=os.environ.get("FS_SEMANTICS") or "posix",
+        choices=("posix", "ext4"),
+        help="with --power-model fs: posix (a new name needs an fsync of its directory) or ext4 (an fsync of a "
+        "new file commits its name; a rename over a file makes its data durable)",
     )
 
 
@@ -376,6 +396,7 @@ def prepare_faults(ctx: RunContext) -> int | None:
     if "disk-full" in ctx.usable and limit_disks(cluster, ctx.args.disk_limit_mb):
         cluster.down(keep_data=True)
         return EXIT_RUN_FAILED
+    ctx.usable = power_on_crashfs(cluster, ctx.usable, ctx.args, ctx.seed)
     for f in dropped:
         say(f"note: {f} not used: {why_not_applicable(f, backend, topology)}")
     if ctx.faults and dropped and not ctx.usable:

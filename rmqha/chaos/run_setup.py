@@ -54,6 +54,40 @@ def limit_disks(cluster, limit_mb: int) -> list[str]:
     return []
 
 
+POWER_FAULTS = (
+    "power-loss",
+    "group-power-loss",
+    "slave-then-master-power-loss",
+    "cluster-power-loss",
+    "power-loss-leader",
+    "power-loss-follower",
+)
+
+
+def power_on_crashfs(cluster, usable: list[str], args, seed: int) -> list[str]:
+    """The power model of the run set on the cluster handle (it is in every power fault's log); with
+    the fs model, every store on crashfs. Without crashfs here the power faults are said and dropped
+    (not exercised), never replaced by the reported cut. Returns the faults still usable."""
+    from rmqha.cluster.power import CrashFsUnavailable, mount_stores
+
+    cluster.power_model, cluster.cut_mode, cluster.cut_seed = args.power_model, args.cut_mode, seed or 0
+    cluster.fs_semantics = args.fs_semantics
+    power = [f for f in usable if f in POWER_FAULTS]
+    if not power or args.power_model != "fs":
+        if power:
+            say(f"power model: reported (the broker's own fsync report): {', '.join(power)}")
+        return usable
+    t0 = time.monotonic()
+    try:
+        mount_stores(cluster, semantics=args.fs_semantics)
+    except (CrashFsUnavailable, ClusterError) as e:
+        say(f"note: {', '.join(power)} not exercised: {e}")
+        return [f for f in usable if f not in POWER_FAULTS]
+    cluster.wait_caught_up(60)
+    say(f"power model: fs, cut mode {args.cut_mode}: every broker's store on crashfs ({time.monotonic() - t0:.0f} s)")
+    return usable
+
+
 def schedule_from_json(items: list[dict], cluster) -> list[Fault]:
     """An explicit schedule: [{"at": s, "hold": s, "kind": k, "target": node, "params": {...}}, ...].
     The group and role come from the cluster; ValueError names what is wrong."""

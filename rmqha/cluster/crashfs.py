@@ -128,9 +128,11 @@ def find(store: Path) -> Mount | None:
     return Mount(store, Path(str(store) + ".crashfs"), _control_path(store))
 
 
-def mount(store: Path, *, rename_over_flushes: bool = False, timeout: float = 30.0) -> Mount:
+def mount(store: Path, *, rename_over_flushes: bool = False, semantics: str = "posix", timeout: float = 30.0) -> Mount:
     """Put `store` on crashfs: its files move to <store>.crashfs/backing, the mount takes its place.
-    What was there is durable. The node using it must be stopped."""
+    What was there is durable. The node using it must be stopped. semantics "posix": a name is durable
+    only through an fsync of its directory; "ext4": an fsync of a new file also commits its name (ext4's
+    journal does; the option --fsync-commits-name)."""
     store = Path(store)
     found = find(store)
     if found:
@@ -152,6 +154,10 @@ def mount(store: Path, *, rename_over_flushes: bool = False, timeout: float = 30
     args = [str(exe), "--backing", str(backing), "--mount", str(store), "--control", str(m.control)]
     if rename_over_flushes:
         args.append("--rename-over-flushes")
+    if semantics == "ext4":
+        args.append("--fsync-commits-name")
+    elif semantics != "posix":
+        raise ValueError(f"semantics {semantics!r}: posix or ext4")
     with open(work / "crashfs.log", "ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout

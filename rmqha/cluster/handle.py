@@ -119,6 +119,9 @@ class Cluster:
         except ClusterError:
             pass
         notes = self.backend.stop(keep_data=keep_data, timeout=timeout)
+        from .power import unmount_stores
+
+        notes += unmount_stores(self)
         for n in self.nodes:
             if _is_size_limited(self.store_path(n)):
                 notes.append(f"{n}: store moved off its {self.unlimit_disk(n)['limitMb']} MiB tmpfs")
@@ -461,7 +464,11 @@ class Cluster:
         return (self.status(node) or {}).get("durableOffset")
 
     def power_loss(self, node: str) -> dict:
-        """A power cut on one node: SIGKILL, then every commit-log byte past the durable offset dropped.
+        """A power cut on one node. The power model (self.power_model, rmqha/cluster/power.py): "fs", the
+        default, SIGKILLs the node and has its crashfs store drop every change never fsynced; "reported",
+        the old cut below, kept to compare.
+
+        reported: SIGKILL, then every commit-log byte past the durable offset dropped.
 
         The durable offset is polled from /status before the kill and read again after it from the
         store's checkpoint file (the broker writes it there after each fdatasync, before answering any
@@ -470,6 +477,10 @@ class Cluster:
         (it then recovers as after a crash). Returns what was done, for the history.
 
         A DLedger node: _dledger_power_loss."""
+        if getattr(self, "power_model", "fs") != "reported":
+            from .power import fs_power_loss
+
+            return fs_power_loss(self, node)
         if self.is_dledger(node):
             return self._dledger_power_loss(node)
         st = self.status(node)

@@ -31,6 +31,9 @@ const TTL: Duration = Duration::from_secs(1);
 pub struct Options {
     /// ext4's auto_da_alloc: renaming a file over an existing one makes the renamed file's data durable.
     pub rename_over_flushes: bool,
+    /// ext4's fsync of a file also makes durable the creation or rename that gave the file its name
+    /// (and the directories that name depends on); POSIX asks for an fsync of the directory.
+    pub fsync_commits_name: bool,
 }
 
 struct Node {
@@ -301,6 +304,11 @@ impl State {
         let _ = file;
         if let Some(log) = self.nodes.get_mut(&ino).and_then(|n| n.log.as_mut()) {
             log.sync();
+        }
+        if self.opts.fsync_commits_name {
+            for op in model::fsync_entry(&mut self.meta, ino) {
+                self.forget_grave(&op);
+            }
         }
         Ok(())
     }

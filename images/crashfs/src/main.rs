@@ -1,6 +1,6 @@
 //! crashfs: a crash-consistency FUSE filesystem (README.md beside this folder says how to use it).
 //!
-//!   crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes]
+//!   crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes] [--fsync-commits-name]
 //!
 //! The control socket takes one line per command and answers one JSON line:
 //!   ping | status | sync | cut [lose-unsynced|keep-prefix|torn] [SEED] | unmount
@@ -17,7 +17,7 @@ use fuser::{Config, MountOption, SessionACL};
 
 fn usage(msg: &str) -> ! {
     eprintln!("crashfs: {msg}");
-    eprintln!("usage: crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes]");
+    eprintln!("usage: crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes] [--fsync-commits-name]");
     exit(2)
 }
 
@@ -26,6 +26,7 @@ fn main() {
     let mut mount = None;
     let mut control = None;
     let mut rename_over_flushes = false;
+    let mut fsync_commits_name = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -33,6 +34,7 @@ fn main() {
             "--mount" => mount = args.next().map(PathBuf::from),
             "--control" => control = args.next().map(PathBuf::from),
             "--rename-over-flushes" => rename_over_flushes = true,
+            "--fsync-commits-name" => fsync_commits_name = true,
             "--version" => {
                 println!("crashfs {}", env!("CARGO_PKG_VERSION"));
                 return;
@@ -43,7 +45,7 @@ fn main() {
     let backing = backing.unwrap_or_else(|| usage("--backing is required"));
     let mount = mount.unwrap_or_else(|| usage("--mount is required"));
     let control = control.unwrap_or_else(|| usage("--control is required"));
-    let state = match fs::State::new(backing.clone(), fs::Options { rename_over_flushes }) {
+    let state = match fs::State::new(backing.clone(), fs::Options { rename_over_flushes, fsync_commits_name }) {
         Ok(s) => Arc::new(Mutex::new(s)),
         Err(e) => usage(&format!("cannot use backing directory {}: {e}", backing.display())),
     };

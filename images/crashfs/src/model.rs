@@ -270,11 +270,21 @@ impl MetaOp {
 /// creation of a parent directory), so undoing the rest at a cut never meets a name a durable change
 /// owns. Returns the changes that became durable, in log order.
 pub fn fsync_dir(log: &mut Vec<MetaOp>, dir: u64) -> Vec<MetaOp> {
+    make_durable(log, |op| op.parents().contains(&dir))
+}
+
+/// ext4's fsync of a newly made file also commits its name (ext4_sync_parent): the changes that made
+/// or moved inode `ino`, and what they depend on, become durable.
+pub fn fsync_entry(log: &mut Vec<MetaOp>, ino: u64) -> Vec<MetaOp> {
+    make_durable(log, |op| op.inos().contains(&ino))
+}
+
+fn make_durable(log: &mut Vec<MetaOp>, seed: impl Fn(&MetaOp) -> bool) -> Vec<MetaOp> {
     let mut names: HashSet<(u64, OsString)> = HashSet::new();
     let mut inos: HashSet<u64> = HashSet::new();
     let mut durable = vec![false; log.len()];
     for (i, op) in log.iter().enumerate().rev() {
-        let needed = op.parents().contains(&dir)
+        let needed = seed(op)
             || op.names().iter().any(|n| names.contains(n))
             || op.inos().iter().any(|n| inos.contains(n));
         if needed {
