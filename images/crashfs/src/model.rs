@@ -12,7 +12,8 @@ pub const PAGE: u64 = 4096;
 pub enum Mode {
     /// Every change since the last fsync is gone (the worst case; the default).
     LoseUnsynced,
-    /// A seeded random prefix of each file's changes since its last fsync survives, in order.
+    /// A seeded random prefix of each file's changes since its last fsync survives, in order (the changes
+    /// as the filesystem received them: the kernel may split one write(2) where an uncached page starts).
     KeepPrefix,
     /// Each 4 KiB page changed since the last fsync keeps its new or its durable content, a seeded coin
     /// per page, in any order; the size grows to the furthest surviving page, never shrinks.
