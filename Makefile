@@ -153,8 +153,8 @@ peer-broker: ## build rocketmq-rust's broker (crates.io rocketmq-broker, PEER_VE
 	  cargo install rocketmq-broker --version $(PEER_VERSION) --locked --root $(PEER_ROOT); }
 	@echo "peer broker: $(PEER_ROOT)/bin/rocketmq-broker-rust (bench-send finds it there)"
 
-bench-send: $(STAMP) ## send TPS, p50/p99/p99.9 and broker CPU per message (official client and a raw pipelined producer), beside a raw loopback round trip
-	$(PY) bench/bench_send.py
+bench-send: $(STAMP) ## (CRASHFS=1: also with the store on crashfs, its cost beside the 2x goal) send TPS, p50/p99/p99.9 and broker CPU per message (official client and a raw pipelined producer), beside a raw loopback round trip
+	$(PY) bench/bench_send.py $(if $(filter 1,$(CRASHFS)),--crashfs)
 
 bench-decode: $(STAMP) ## Spark commit-log decode beside a raw read of the same files
 	$(PY) bench/bench_decode.py

@@ -34,6 +34,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 import tempfile
 import threading
 import time
@@ -633,6 +634,29 @@ def start_stub(tmp: str):
     return f"127.0.0.1:{ns_port}", [proc], {"stub+namesrv": proc.pid}, f"127.0.0.1:{b_port}"
 
 
+def mount_crashfs(work: str) -> None:
+    """The whole work folder of a run (name server and broker stores) on crashfs (images/crashfs)."""
+    from rmqha.cluster import crashfs
+
+    why = crashfs.unavailable()
+    if why:
+        raise SystemExit(f"--crashfs: crashfs cannot mount here: {why}")
+    os.makedirs(work, exist_ok=True)
+    crashfs.mount(Path(work))
+
+
+def crash_cost(results: dict) -> None:
+    """Sends with the store on crashfs against a plain directory, beside the goal (within 2x)."""
+    plain, on = results.get("async") or {}, results.get("crashfs") or {}
+    for kind, what in (("raw", "raw producer"), ("load", "official client")):
+        if kind in plain and kind in on:
+            ratio = on[kind]["tps"] / max(plain[kind]["tps"], 1e-9)
+            print(
+                f"  crashfs cost ({what}): {on[kind]['tps']:.0f} msg/s on crashfs, {plain[kind]['tps']:.0f} on a plain "
+                f"directory = {ratio:.2f} of plain (goal: within 2x, >= 0.50)  {'MET' if ratio >= 0.5 else 'MISSED'}"
+            )
+
+
 def start_cluster(tmp: str, tag: str, sync: bool, file_size: int, settings: dict | None = None):
     from rmqha.cluster.standalone import BrokerProcess, NameServerProcess
 
@@ -836,6 +860,13 @@ def main() -> None:
     ap.add_argument("--only", default="raw,stub,async,sync,peer", help="comma list of raw,stub,async,sync,peer")
     ap.add_argument("--file-size", type=int, default=256 << 20, help="mappedFileSizeCommitLog")
     ap.add_argument(
+        "--crashfs",
+        action="store_true",
+        default=os.environ.get("BENCH_CRASHFS") == "1",
+        help="also run the ASYNC_MASTER with its store on crashfs (images/crashfs; root and /dev/fuse) and print "
+        "its cost against a plain directory (make bench-send CRASHFS=1)",
+    )
+    ap.add_argument(
         "--broker-set",
         action="append",
         default=[],
@@ -875,7 +906,7 @@ def main() -> None:
     if args.serve_stub:
         return serve_stub(*args.serve_stub)
 
-    only = set(args.only.split(","))
+    only = set(args.only.split(",")) | ({"crashfs", "async"} if args.crashfs else set())
     os.makedirs(OUT_DIR, exist_ok=True)
     prof = os.environ.get("BENCH_PROFILE_DIR")
     if prof:
@@ -895,7 +926,7 @@ def main() -> None:
         if "raw" in only:
             results["raw echo"] = raw_echo(args.size, 20000, 3.0, 64)
             print("  raw echo done", flush=True)
-        for tag in ("stub", "async", "sync", "peer"):
+        for tag in ("stub", "async", "crashfs", "sync", "peer"):
             if tag not in only:
                 continue
             if tag == "peer" and not args.peer_broker:
@@ -912,6 +943,8 @@ def main() -> None:
                 if args.load == "client":
                     print("  peer: measured with the raw producer only", flush=True)
             else:
+                if tag == "crashfs":
+                    mount_crashfs(os.path.join(tmp, tag))
                 namesrv, nodes, servers, broker = start_cluster(
                     tmp, tag, tag == "sync", args.file_size, dict(kv.split("=", 1) for kv in args.broker_set)
                 )
@@ -926,6 +959,10 @@ def main() -> None:
                     print(f"  {tag} official client done: {results[tag]['load']['tps']:.0f} msg/s", flush=True)
             finally:
                 stop_nodes(nodes)
+                if tag == "crashfs":
+                    from rmqha.cluster import crashfs
+
+                    crashfs.unmount(Path(tmp) / tag)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -937,6 +974,7 @@ def main() -> None:
     labels = (
         ("stub", "stub broker (client ceiling)"),
         ("async", "ASYNC_MASTER"),
+        ("crashfs", "ASYNC_MASTER, store on crashfs"),
         ("sync", "SYNC_MASTER + slave"),
         ("peer", f"peer {os.path.basename(args.peer_broker or PEER_BINARY)}"),
     )
@@ -991,6 +1029,7 @@ def main() -> None:
                 else f"; ours {us:.1f} us, the peer's {1 / max(ratio, 1e-9):.1f}x ours"
             )
         print(line)
+    crash_cost(results)
     a, s, st = (results.get(k) or {} for k in ("async", "sync", "stub"))
     if "load" in a:
         print(

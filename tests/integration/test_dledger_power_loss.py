@@ -88,6 +88,7 @@ def test_power_loss_on_the_leader_loses_no_acknowledged_message(tmp_path, monkey
             "the leader's index fsynced to its end",
         )
 
+        c.power_model = "reported"  # the cut at the reported positions; crashfs: test_power_crashfs.py
         info = c.power_loss(leader["name"])
         print("power loss:", info)
         assert info["recordDurable"] is not None  # read from dledger-<selfId>/durable after the kill

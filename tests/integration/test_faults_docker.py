@@ -91,6 +91,7 @@ def test_container_kill_and_power_loss(cluster, nemesis, kind, target):
     assert all(r.get("status") == SEND_OK for r in results), results
     cluster.wait_caught_up(30)
     f = fault(kind, cluster, target)
+    cluster.power_model = "reported"  # the cut at the reported offset; crashfs: test_power_crashfs.py
     info = nemesis.inject(f)
     assert not cluster.running(target)
     if kind == "power-loss":

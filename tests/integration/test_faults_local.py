@@ -77,6 +77,7 @@ def test_a_master_fault_takes_the_master_away_and_its_heal_brings_it_back(cluste
 
 
 def test_power_loss_on_a_slave_drops_its_unsynced_tail_and_it_refetches_it(cluster, nemesis):
+    cluster.power_model = "reported"  # the cut at the reported offset; crashfs: test_power_crashfs.py
     send(cluster, "broker-a", 20)
     cluster.wait_caught_up(30)
     end = cluster.max_offset("broker-a-s")
@@ -96,6 +97,7 @@ def test_power_loss_on_a_slave_drops_its_unsynced_tail_and_it_refetches_it(clust
 def test_power_loss_on_a_master_leaves_it_at_its_durable_offset(cluster, nemesis):
     """The master restarts holding only what it had fsynced; its slave holds more (see docs/ha-protocol.md:
     a master that comes back behind its slave)."""
+    cluster.power_model = "reported"  # the cut at the reported offset; crashfs: test_power_crashfs.py
     send(cluster, "broker-b", 20)
     cluster.wait_caught_up(30)
     end = cluster.max_offset("broker-b")

@@ -88,6 +88,10 @@ def chaos_run(
         str(tmp_path / "schedule.json"),
         "--catchup-timeout",
         "15",
+        # these runs were calibrated on the broker's own fsync report; the crashfs cut has its own
+        # (tests/integration/test_power_crashfs.py); a later --power-model in extra wins
+        "--power-model",
+        "reported",
     ]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
