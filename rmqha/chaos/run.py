@@ -60,6 +60,7 @@ from rmqha.chaos.run_status import StatusLine, last_sample_round, read_json, say
 from rmqha.cluster import ClusterError
 from rmqha.cluster import runfolder as rf
 from rmqha.cluster.handle import Cluster
+from rmqha.cluster.implementations import add_arguments
 
 SYNC_WAIT_MS = 1500
 EXIT_RUN_FAILED = 3
@@ -98,6 +99,7 @@ def _add_cluster_options(ap: argparse.ArgumentParser) -> None:
     """The cluster the run uses, or starts."""
     ap.add_argument("--topology", default=os.environ.get("TOPOLOGY") or "2m-2s-sync")
     ap.add_argument("--backend", default=os.environ.get("BACKEND") or "docker", choices=("docker", "local"))
+    add_arguments(ap)
     ap.add_argument("--name", default="chaos", help="cluster name, run folder run/<name> (default chaos)")
     ap.add_argument("--base-port", type=int, default=None, help="passed to `cluster up` when it starts one")
     ap.add_argument(
@@ -378,6 +380,8 @@ def start_cluster(ctx: RunContext) -> int | None:
                 fresh=True,
                 timeout=90,
                 acl=args.acl,
+                broker=args.broker,
+                rocketmq_home=args.rocketmq_home,
             )
         except ClusterError as e:
             say(f"error: the cluster did not start: {e}")

@@ -10,6 +10,7 @@ import time
 from . import ClusterError
 from . import runfolder as rf
 from .backend import BACKENDS, UpOptions, attach, backend_class
+from .implementations import add_arguments, parse_choice
 from .status import collect, render_json, render_table
 from .topology import TOPOLOGIES, PortPlan, load_topology, parse_sets
 from .wait import REGISTRATION_MODES, ProcessExited, wait_ready
@@ -74,6 +75,7 @@ def _add_up(sub) -> None:
         help="aclEnable on every broker with a plain_acl.yml the kit writes (one admin account, "
         "its secret in state.json); the kit signs its own requests",
     )
+    add_arguments(up)
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)")
     up.add_argument("--no-wait", action="store_true", help="return as soon as the processes are started")
     up.add_argument(
@@ -194,7 +196,14 @@ def cmd_up(args) -> int:
         rd,
         topology,
         plan,
-        UpOptions(fresh=args.fresh, extra=extra, extra_per_node=per_node, registration=args.registration, acl=args.acl),
+        UpOptions(
+            fresh=args.fresh,
+            extra=extra,
+            extra_per_node=per_node,
+            registration=args.registration,
+            acl=args.acl,
+            broker=parse_choice(args.broker, home=args.rocketmq_home, nodes=[n.name for n in topology.nodes]),
+        ),
     )
     state = backend.state
     err = sys.stderr

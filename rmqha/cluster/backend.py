@@ -47,6 +47,7 @@ class UpOptions:
     extra_per_node: dict | None = None  # --set NODE:KEY=VALUE
     registration: str = "auto"
     acl: bool = False  # aclEnable with a kit-written plain_acl.yml (rmqha/cluster/acl.py)
+    broker: object = None  # implementations.BrokerChoice: which broker runs each node (None: ours everywhere)
 
 
 class Backend(abc.ABC):

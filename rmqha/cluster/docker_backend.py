@@ -413,6 +413,11 @@ class DockerBackend(Backend):
     def start(
         cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan, options: UpOptions
     ) -> "DockerBackend":
+        if options.broker is not None and options.broker.kinds != {"ours"}:
+            raise ClusterError(
+                f"the docker backend runs only our broker so far (asked for {options.broker.spec()}): "
+                "use --backend local (BACKEND=local) for Apache's 4.9 or rocketmq-rust's"
+            )
         cfile, compose, project, api_port = _preflight(cluster, topology, plan)
         old = rf.read_state(run_dir)
         host = options.host

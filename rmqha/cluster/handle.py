@@ -40,7 +40,7 @@ from pathlib import Path
 from . import ClusterError
 from . import runfolder as rf
 from .backend import attach as attach_backend
-from .status import NamesrvError, collect, fetch_status, is_dledger_spec, namesrv_request
+from .status import NamesrvError, collect, is_dledger_spec, namesrv_request, node_status
 from .wait import ProcessExited, WaitTimeout, wait_until
 
 CHECKPOINT_DURABLE = struct.Struct(">q")  # rmqha/broker/store/message_store.py: bytes 24..32 of store/checkpoint
@@ -77,13 +77,18 @@ class Cluster:
         timeout: float = 90.0,
         out=None,
         acl: bool = False,
+        broker: str | None = None,
+        rocketmq_home: str | None = None,
     ) -> "Cluster":
         """Start a cluster (as `python -m rmqha.cluster up`) and wait until it is ready. sets: {"key": v} for
         every broker, {"node:key": v} for one. acl: aclEnable with a kit-written plain_acl.yml (the
-        handle signs its own requests; client_env() is what a client needs)."""
+        handle signs its own requests; client_env() is what a client needs). broker: which implementation
+        runs each node ("ours", "apache" with rocketmq_home or $ROCKETMQ_HOME, "ours,broker-a-s=apache", ...:
+        rmqha/cluster/implementations/)."""
         import io
 
         from .backend import UpOptions, backend_class
+        from .implementations import parse_choice
         from .topology import PortPlan, load_topology
         from .wait import wait_ready
 
@@ -100,7 +105,13 @@ class Cluster:
             rf.run_dir(name),
             topo,
             PortPlan.make(base_port),
-            UpOptions(fresh=fresh, extra=extra, extra_per_node=per_node, acl=acl),
+            UpOptions(
+                fresh=fresh,
+                extra=extra,
+                extra_per_node=per_node,
+                acl=acl,
+                broker=parse_choice(broker, home=rocketmq_home, nodes=[n.name for n in topo.nodes]),
+            ),
         )
         c = cls(b)
         progress = out if out is not None else io.StringIO()
@@ -255,7 +266,7 @@ class Cluster:
     # -- observation ------------------------------------------------------------------------------
     def status(self, node: str, timeout: float = 1.0) -> dict | None:
         """The broker's /status, or None when it does not answer."""
-        return fetch_status(self.node(node)["statusUrl"], timeout)[0]
+        return node_status(self.node(node), timeout, self.state.get("acl"))[0]
 
     def statuses(self) -> dict[str, dict | None]:
         return {n.name: n.status for n in collect(self.state, with_namesrv=False).nodes}

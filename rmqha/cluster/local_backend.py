@@ -17,8 +17,7 @@ from . import ClusterError
 from . import acl
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions
-from rmqha.broker.config import parse_properties
-
+from .implementations import BrokerChoice, check_available, implementation, parse_choice
 from .topology import CLUSTER_PORT_SPAN, PortPlan, Topology, effective_config, node_overrides
 
 _STATE_LOCK = threading.Lock()
@@ -159,8 +158,28 @@ def _prepare_stores(
     return kept
 
 
+def choice_of(state: dict) -> BrokerChoice:
+    """The broker implementations a started cluster runs (state.json's "broker" and "rocketmqHome")."""
+    return parse_choice(state.get("broker"), home=state.get("rocketmqHome"))
+
+
+def spawn_node(run_dir: Path, state: dict, node: str) -> dict:
+    """Start one node (a broker, or "namesrv") with its implementation's launcher; its process record."""
+    choice = choice_of(state)
+    if node == "namesrv":
+        port = int(state["namesrv"]["endpoint"].rpartition(":")[2])
+        impl = implementation(choice.namesrv)
+        launch = impl.namesrv_launch(port, state.get("host", "127.0.0.1"), run_dir, choice)
+        log = rf.namesrv_log(run_dir)
+    else:
+        spec = next(n for n in state["nodes"] if n["name"] == node)
+        impl = implementation(spec.get("implementation", "ours"))
+        launch, log = impl.broker_launch(spec, run_dir, choice), Path(spec["log"])
+    return record(impl.adopt(spawn(launch.cmd, log, launch.env)))
+
+
 def _node_records(
-    run_dir: Path, topology: Topology, configs: dict, overrides: dict, host: str, backend: str
+    run_dir: Path, topology: Topology, configs: dict, overrides: dict, host: str, backend: str, choice=None
 ) -> list[dict]:
     """Each node's record in the state (its node.json written too)."""
     nodes = []
@@ -173,35 +192,20 @@ def _node_records(
             {
                 **node,
                 "statusUrl": f"http://{host}:{c.metrics_port}/status",
+                "implementation": (choice or BrokerChoice()).of(n.name),
                 "master": master,
                 "conf": str(n.conf_file),
-                "properties": str(write_run_properties(run_dir, n.name, n.conf_file, overrides[n.name])),
+                "properties": str(
+                    implementation((choice or BrokerChoice()).of(n.name)).write_run_properties(
+                        run_dir, n.name, n.conf_file, overrides[n.name]
+                    )
+                ),
                 "overrides": overrides[n.name],
                 "log": str(rf.broker_log(run_dir, n.name)),
                 "store": c.storePathRootDir,
             }
         )
     return nodes
-
-
-def write_run_properties(run_dir: Path, node: str, conf: Path, overrides: dict[str, str]) -> Path:
-    """The node's conf file with its deployment keys, in its run folder: the broker runs on that copy, so
-    an updateBrokerConfig rewrites it and never the repository's compose/ file (it once did)."""
-    props = {**parse_properties(conf.read_text(encoding="utf-8")), **overrides}
-    return rf.write_node_properties(
-        run_dir, node, props, f"{node}: {conf} with the deployment keys (written by rmqha.cluster at up)"
-    )
-
-
-def _broker_command(run_dir: Path, spec: dict) -> list[str]:
-    """The node's broker on its run-folder properties, written again only when gone: a restart keeps what
-    an updateBrokerConfig saved there, as 4.9 keeps its file. A state from before the copy runs as it did."""
-    if not spec.get("properties"):
-        return broker_command(spec["conf"], spec["overrides"])
-    path = Path(spec["properties"])
-    if not path.is_file():
-        write_run_properties(run_dir, spec["name"], Path(spec["conf"]), spec["overrides"])
-    return broker_command(path, {})
 
 
 class LocalBackend(Backend):
@@ -211,6 +215,8 @@ class LocalBackend(Backend):
     def start(
         cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan, options: UpOptions
     ) -> "LocalBackend":
+        choice = options.broker or BrokerChoice()
+        check_available(choice)
         old = rf.read_state(run_dir)
         _refuse_if_running(cluster, run_dir, old)
         check_ports(cluster, topology, plan)
@@ -219,8 +225,10 @@ class LocalBackend(Backend):
         overrides = _local_overrides(run_dir, topology, plan, options, creds)
         configs = {n.name: effective_config(n, overrides[n.name]) for n in topology.nodes}
         kept = _prepare_stores(run_dir, topology, configs, old, options, creds)
-        nodes = _node_records(run_dir, topology, configs, overrides, host, cls.name)
+        nodes = _node_records(run_dir, topology, configs, overrides, host, cls.name, choice)
         state = {
+            "broker": choice.spec(),
+            "rocketmqHome": choice.home,
             "name": cluster,
             "topology": topology.name,
             "backend": cls.name,
@@ -251,16 +259,13 @@ class LocalBackend(Backend):
         """The name server, then every broker, each recorded in state.json as it starts; everything stopped
         again if one fails."""
         backend = cls(cluster, run_dir, state)
-        env = child_env()
         try:
-            state["namesrv"]["process"] = record(
-                spawn(namesrv_command(plan.namesrv_port, host), rf.namesrv_log(run_dir), env)
-            )
+            state["namesrv"]["process"] = spawn_node(run_dir, state, "namesrv")
             rf.write_state(run_dir, state)
             for node in state["nodes"]:  # masters come before their slaves in the node list
-                node["process"] = record(spawn(_broker_command(run_dir, node), Path(node["log"]), env))
+                node["process"] = spawn_node(run_dir, state, node["name"])
                 rf.write_state(run_dir, state)
-            state["proxy"]["process"] = record(spawn(backend._proxy_command(), rf.proxy_log(run_dir), env))
+            state["proxy"]["process"] = record(spawn(backend._proxy_command(), rf.proxy_log(run_dir), child_env()))
             rf.write_state(run_dir, state)
         except BaseException:
             backend.stop(keep_data=True, timeout=5)
@@ -314,15 +319,10 @@ class LocalBackend(Backend):
         spec = self._spec(node)
         if is_running(spec.get("process")):
             return
-        if node == "namesrv":
-            port = int(spec["endpoint"].rpartition(":")[2])
-            cmd = namesrv_command(port, self.state.get("host", "127.0.0.1"))
-            log = rf.namesrv_log(self.run_dir)
-        elif node == "proxy":
-            cmd, log = self._proxy_command(), rf.proxy_log(self.run_dir)
+        if node == "proxy":
+            spec["process"] = record(spawn(self._proxy_command(), rf.proxy_log(self.run_dir), child_env()))
         else:
-            cmd, log = _broker_command(self.run_dir, spec), Path(spec["log"])
-        spec["process"] = record(spawn(cmd, log, child_env()))
+            spec["process"] = spawn_node(self.run_dir, self.state, node)
         self._save_process(node, spec["process"])
 
     def _proxy_command(self) -> list[str]:

@@ -32,7 +32,7 @@ import urllib.parse
 from pathlib import Path
 
 from .backend import Backend
-from .status import collect, fetch_status
+from .status import collect, fetch_status, unavailable
 
 
 def sample_rows(state: dict, ts: float) -> list[dict]:
@@ -53,11 +53,17 @@ def sample_rows(state: dict, ts: float) -> list[dict]:
             row["dledger"] = {
                 k: n.dledger.get(k) for k in ("role", "term", "selfId", "leaderId", "committedIndex", "endIndex")
             }
+        if s.get("unavailable"):
+            row["unavailable"] = list(s["unavailable"])  # figures this broker does not serve (4.9): not 0
         if n.is_master:
-            row["slaves"] = [
-                {"addr": sl.get("addr"), "ackOffset": sl.get("slaveAckOffset")}
-                for sl in (s.get("ha") or {}).get("slaves") or []
-            ]
+            row["slaves"] = (
+                None
+                if unavailable(s, "ha.slaves[].slaveAckOffset")
+                else [
+                    {"addr": sl.get("addr"), "ackOffset": sl.get("slaveAckOffset")}
+                    for sl in (s.get("ha") or {}).get("slaves") or []
+                ]
+            )
             if n.up and n.spec.get("addr"):
                 row["consumerOffsets"] = consumer_offsets(n.spec["addr"], credentials=state.get("acl"))
         else:
@@ -99,7 +105,8 @@ class ServedReader:
     """Reads every node's /served log from where it left off; a new incarnation starts from 0."""
 
     def __init__(self, state: dict):
-        self.specs = state.get("nodes", [])
+        # only our broker keeps a /served log; another implementation's pulls are not observable
+        self.specs = [s for s in state.get("nodes", []) if s.get("implementation", "ours") == "ours"]
         self.at: dict[str, tuple[int, int]] = {}  # node -> (incarnation, last seq read)
 
     def rows(self, timeout: float = 0.5) -> list[dict]:

@@ -112,6 +112,21 @@ def fetch_status(url: str, timeout: float = HTTP_TIMEOUT) -> tuple[dict | None, 
         return None, f"{url}: not JSON ({e})"
 
 
+def node_status(spec: dict, timeout: float = HTTP_TIMEOUT, credentials: dict | None = None):
+    """(status, error) of one node: our broker's /status, or for another implementation (Apache's 4.9,
+    rocketmq-rust's) what every 4.9 broker serves (rmqha/cluster/implementations/runtime_status.py)."""
+    if spec.get("implementation", "ours") == "ours":
+        return fetch_status(spec["statusUrl"], timeout)
+    from .implementations.runtime_status import read_status
+
+    return read_status(spec, timeout, credentials)
+
+
+def unavailable(status: dict | None, key: str) -> bool:
+    """Whether the broker cannot tell this figure (a 4.9 broker has no slave acks, HA state, ...)."""
+    return bool(status) and key in (status.get("unavailable") or ())
+
+
 @dataclass
 class NodeStatus:
     spec: dict  # the node's entry in state.json
@@ -216,7 +231,7 @@ def collect(
             cs.namesrv_error = str(e)
 
     with ThreadPoolExecutor(max_workers=len(nodes) + 1) as pool:
-        futures = [pool.submit(fetch_status, s["statusUrl"], timeout) for s in specs]
+        futures = [pool.submit(node_status, s, timeout, state.get("acl")) for s in specs]
         ns_future = pool.submit(probe_namesrv)
         for n, f in zip(nodes, futures):
             n.status, n.error = f.result()
@@ -272,7 +287,10 @@ def node_json(cs: ClusterStatus, n: NodeStatus) -> dict:
         "pid": s.get("pid", (spec.get("process") or {}).get("pid")),
         "registered": n.registered,
         "error": n.error if not n.up else None,
+        "implementation": spec.get("implementation", "ours"),
     }
+    if s.get("unavailable"):
+        out["unavailable"] = list(s["unavailable"])
     if n.is_dledger:
         d = n.dledger
         out["registeredId"] = n.registered_id
@@ -287,16 +305,20 @@ def node_json(cs: ClusterStatus, n: NodeStatus) -> dict:
         ha = s.get("ha") or {}
         out["push2SlaveMaxOffset"] = ha.get("push2SlaveMaxOffset")
         out["connectionCount"] = ha.get("connectionCount")
-        out["slaves"] = [
-            {
-                "addr": sl.get("addr"),
-                "ackOffset": sl.get("slaveAckOffset"),
-                "lagBytes": sl.get("lagBytes"),
-                "state": sl.get("state"),
-                "problem": sl.get("problem"),
-            }
-            for sl in ha.get("slaves") or []
-        ]
+        out["slaves"] = (
+            None
+            if unavailable(s, "ha.slaves[].slaveAckOffset")
+            else [
+                {
+                    "addr": sl.get("addr"),
+                    "ackOffset": sl.get("slaveAckOffset"),
+                    "lagBytes": sl.get("lagBytes"),
+                    "state": sl.get("state"),
+                    "problem": sl.get("problem"),
+                }
+                for sl in ha.get("slaves") or []
+            ]
+        )
     else:
         hc = s.get("haClient") or {}
         m = cs.master_of(n)
@@ -332,6 +354,8 @@ def _replication(cs: ClusterStatus, n: NodeStatus) -> str:
         return ""
     if n.is_dledger:
         d = j["dledger"]
+        if unavailable(n.status, "dledger.committedIndex"):
+            return f"DLedger {d['role']}; term and committed index unavailable ({j['implementation']})"
         text = f"DLedger {d['role']} term {d['term']} committed {d['committedIndex']} end {d['endIndex']}" + (
             f" leader {d['leaderId']}" if d["leaderId"] and d["role"] != "LEADER" else ""
         )
@@ -340,6 +364,9 @@ def _replication(cs: ClusterStatus, n: NodeStatus) -> str:
         return text
     if n.is_master:
         slaves = j["slaves"]
+        if slaves is None:  # a 4.9 broker does not serve its slaves' acks: say so, never 0
+            count = j.get("connectionCount")
+            return f"{'?' if count is None else count} HA connection(s); slave acks unavailable ({j['implementation']})"
         if not slaves:
             return (
                 "no slave connected"
@@ -357,7 +384,8 @@ def _replication(cs: ClusterStatus, n: NodeStatus) -> str:
             )
         return "; ".join(parts)
     hc = j["haClient"]
-    text = f"{hc['state']} reported {hc['reportedOffset']}"
+    state = "state unavailable" if hc["state"] is None and unavailable(n.status, "haClient.state") else hc["state"]
+    text = f"{state} reported {hc['reportedOffset']}"
     if j["lagBytes"] is not None:
         text += f" lag {j['lagBytes']}"
     return text
@@ -398,6 +426,8 @@ def render_table(cs: ClusterStatus) -> str:
     head = (
         f"cluster {st.get('name')}  topology {st.get('topology')}  backend {st.get('backend')}  run {st.get('runDir')}"
     )
+    if st.get("broker") not in (None, "ours"):
+        head += f"  broker {st['broker']}"
     if st.get("stoppedAt"):
         head += "  (stopped)"
     if cs.namesrv_up:

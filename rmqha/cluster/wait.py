@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from . import ClusterError
 from .backend import Backend
-from .status import ClusterStatus, NodeStatus, collect
+from .status import ClusterStatus, NodeStatus, collect, unavailable
 
 REGISTRATION_MODES = ("auto", "required", "optional")
 LOG_TAIL_LINES = 20
@@ -70,12 +70,17 @@ def check_node(cs: ClusterStatus, n: NodeStatus, need_registration: bool) -> Che
     if n.is_master:
         mo = n.max_offset
         want = sum(1 for o in cs.nodes if o.spec.get("master") == n.name)
-        have = (s.get("ha") or {}).get("connectionCount") or 0
+        have = (s.get("ha") or {}).get("connectionCount")
+        if have is None and unavailable(s, "ha.connectionCount"):  # a 4.9 broker off this machine
+            return Check(True, f"up, maxPhyOffset {mo}; slave connections unavailable ({n.spec.get('implementation')})")
+        have = have or 0
         if have < want:
             return Check(False, f"up at maxPhyOffset {mo}; {have}/{want} slaves connected")
         return Check(True, f"up, maxPhyOffset {mo}" + (f", {have} slave(s) connected" if want else ""))
     hc = s.get("haClient") or {}
     state = hc.get("state")
+    if state is None and unavailable(s, "haClient.state"):
+        state = "CONNECTED"  # not served (4.9 off this machine): judged by the offsets alone
     if state != "CONNECTED":
         return Check(False, f"HA client {state} to {hc.get('haMasterAddress')}")
     m = cs.master_of(n)
@@ -127,6 +132,9 @@ def check_dledger_node(cs: ClusterStatus, n: NodeStatus, max_lag: int | None = N
     if want is not None and n.broker_id != want:
         return Check(False, f"{here}; SLAVE with brokerId {n.broker_id}, expected {want} ({self_id})")
     lc = leader.dledger.get("committedIndex")
+    if lc is None and ci is None and unavailable(s, "dledger.committedIndex"):
+        # 4.9 serves no committed index: the commit logs' ends stand for it
+        lc, ci = leader.max_offset, n.max_offset
     if lc is None or ci is None or lc - ci > max_lag:
         return Check(False, f"{here}; catching up: leader {leader.name} committed {lc}")
     return Check(True, f"slave (brokerId {n.broker_id}), {here}, in sync with {leader.name}")

@@ -1,0 +1,174 @@
+"""Apache RocketMQ 4.9.x from a binary distribution laid out as Apache ships it (ROCKETMQ_HOME).
+
+Tests: tests/unit/test_implementations.py; tests/integration/test_apache_broker.py runs a distribution.
+
+Each broker runs as `sh $ROCKETMQ_HOME/bin/mqbroker -c RUN/nodes/NODE/broker.properties`: the node's conf
+file from compose/ with the deployment keys on top, written into its run folder (never into the
+repository, so an `updateBrokerConfig` rewrites the run's copy). The distribution's own scripts start the
+JVM; JAVA_OPT_EXT (appended last, so it wins) makes the heap small and points user.home, where 4.9 logs
+(logs/rocketmqlogs) and keeps what it keeps there, at the node's folder.
+
+The scripts run java as a child of sh (no exec), so the process record follows the java process: a
+SIGKILL to it is a crash of the broker, and its exit frees the ports before a restart binds them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from rmqha.broker.config import parse_properties
+
+from .. import ClusterError
+from .. import runfolder as rf
+from . import BrokerChoice, Launch
+
+# 4.9 ignores keys it does not know; these are ours alone, left out so the file says what 4.9 runs.
+OURS_ONLY_KEYS = ("metricsPort", "metricsBindAddress", "haAllowedAddresses", "haRecoveryPeers", "haRecoveryEnable")
+# runserver.sh and runbroker.sh ask for 4 and 8 GiB; a test cluster of five JVMs on one machine fits in 256 MiB each.
+JAVA_OPT_EXT = "-Xms256m -Xmx256m -Xmn128m -XX:MaxDirectMemorySize=512m"
+REQUIRED = ("bin/mqbroker", "bin/mqnamesrv", "bin/runbroker.sh", "bin/runserver.sh", "conf")
+VERSION_HINT = "Apache RocketMQ 4.9.x binary distribution (bin/, lib/, conf/ as in rocketmq-all-4.9.x-bin-release.zip)"
+
+
+def check_available(choice: BrokerChoice) -> None:
+    home = choice.home
+    if not home:
+        raise ClusterError(
+            "BROKER=apache needs ROCKETMQ_HOME=<dir>: the folder of an " + VERSION_HINT + " (not shipped here)"
+        )
+    missing = [p for p in REQUIRED if not (Path(home) / p).exists()]
+    if not any((Path(home) / "lib").glob("rocketmq-broker-*.jar")):
+        missing.append("lib/rocketmq-broker-*.jar")
+    if missing:
+        raise ClusterError(f"ROCKETMQ_HOME={home} is not an {VERSION_HINT}: missing {', '.join(missing)}")
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        raise ClusterError("BROKER=apache needs a Java runtime: no java on PATH and JAVA_HOME is unset")
+
+
+def broker_properties(conf: str | Path, overrides: dict) -> dict[str, str]:
+    """What one 4.9 broker is given: its conf file, then the deployment keys (4.9's names)."""
+    try:
+        props = parse_properties(Path(conf).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ClusterError(f"cannot read {conf}: {e}") from e
+    props.update({k: str(v) for k, v in overrides.items()})
+    for k in OURS_ONLY_KEYS:
+        props.pop(k, None)
+    if props.get("brokerIP1") and not props.get("brokerIP2"):
+        # 4.9 registers brokerIP2:haListenPort as the HA address and defaults brokerIP2 to an address of its
+        # own choosing; ours (and the port plan) use brokerIP1
+        props["brokerIP2"] = props["brokerIP1"]
+    root = props.get("storePathRootDir")
+    if root and "storePathCommitLog" not in props:
+        # 4.9 puts the commit log under ${user.home}/store/commitlog unless told: beside the rest of the store
+        props["storePathCommitLog"] = str(Path(root) / "commitlog")
+    return props
+
+
+def write_properties(path: Path, props: dict[str, str], header: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"# {header}"] + [f"{k}={_escape(v)}" for k, v in sorted(props.items())]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _env(home: str, user_home: Path) -> dict:
+    env = dict(os.environ)
+    env.pop("NAMESRV_ADDR", None)  # namesrvAddr is always in the properties
+    env["ROCKETMQ_HOME"] = home
+    user_home.mkdir(parents=True, exist_ok=True)
+    env["JAVA_OPT_EXT"] = f"{JAVA_OPT_EXT} -Duser.home={user_home}"
+    return env
+
+
+def write_run_properties(run_dir: Path, node: str, conf: str | Path, overrides: dict) -> Path:
+    """RUN/nodes/NODE/broker.properties as 4.9 is given it (the one writer: runfolder.write_node_properties)."""
+    return rf.write_node_properties(
+        run_dir,
+        node,
+        broker_properties(conf, overrides),
+        f"{node}: {conf} with the deployment keys (written by rmqha.cluster for Apache RocketMQ)",
+    )
+
+
+def broker_launch(node: dict, run_dir: Path, choice: BrokerChoice) -> Launch:
+    """The command that starts the broker on its run-folder properties (written when missing: a restart
+    keeps what an updateBrokerConfig saved there)."""
+    check_available(choice)
+    path = Path(node.get("properties") or rf.node_properties(run_dir, node["name"]))
+    if not path.is_file():
+        write_run_properties(run_dir, node["name"], node["conf"], node.get("overrides") or {})
+    nd = rf.node_dir(run_dir, node["name"])
+    return Launch(["sh", str(Path(choice.home) / "bin" / "mqbroker"), "-c", str(path)], _env(choice.home, nd))
+
+
+def namesrv_launch(port: int, host: str, run_dir: Path, choice: BrokerChoice) -> Launch:
+    check_available(choice)
+    d = rf.namesrv_log(run_dir).parent
+    path = write_properties(d / "namesrv.properties", {"listenPort": str(port)}, "the name server (Apache RocketMQ)")
+    return Launch(["sh", str(Path(choice.home) / "bin" / "mqnamesrv"), "-c", str(path)], _env(choice.home, d))
+
+
+# ---- the java process under the scripts ---------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _is_server_jvm(pid: int) -> bool:
+    """A java process running one of RocketMQ's main classes (the scripts first run `java -version`)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            args = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return os.path.basename(args[0]) == b"java" and any(a.startswith(b"org.apache.rocketmq.") for a in args)
+
+
+def find_java(pid: int) -> int | None:
+    """The RocketMQ JVM started under the script pid (breadth first), or None."""
+    todo, seen = [pid], set()
+    while todo:
+        p = todo.pop(0)
+        if p in seen:
+            continue
+        seen.add(p)
+        if p != pid and _is_server_jvm(p):
+            return p
+        todo += _children(p)
+    return None
+
+
+def adopt_java(rec: dict, proc_stat, timeout: float = 20.0) -> dict:
+    """The process record of the JVM the script started (its session stays the script's, so the
+    backend's group signals still reach both). Raises ClusterError when no JVM appears."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        java = find_java(rec["pid"])
+        if java:
+            st = proc_stat(java)
+            return {**rec, "pid": java, "scriptPid": rec["pid"], "startTime": st[1] if st else None}
+        if proc_stat(rec["pid"]) is None:
+            break
+        time.sleep(0.05)
+    raise ClusterError(f"{' '.join(rec.get('cmd') or [])}: no java process started (see {rec.get('log')})")
+
+
+def adopt(rec: dict) -> dict:
+    from ..process import proc_stat
+
+    return adopt_java(rec, proc_stat)
