@@ -5,7 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOPOLOGY ?= 2m-2s-sync
-BACKEND ?= docker
+BROKER ?= ours
+# Apache's 4.9 (BROKER=apache) and rocketmq-rust's broker run on the local backend only so far
+BACKEND ?= $(if $(filter-out ours,$(BROKER)),local,docker)
+BROKER_ARGS = $(if $(filter-out ours,$(BROKER)),--broker $(BROKER)) $(if $(ROCKETMQ_HOME),--rocketmq-home "$(ROCKETMQ_HOME)")
 FORMAT ?= table
 RUN ?=
 PYTEST_WORKERS ?= 3
@@ -15,7 +18,7 @@ FUZZ_SECONDS ?= 60
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
-	@echo "  variables: TOPOLOGY=$(TOPOLOGY) BACKEND=$(BACKEND) NAME=<cluster name> BASE_PORT=<broker-a port> SET="key=v node:key=v" FORMAT=table|json KEEP_DATA=1 RUN=<run folder>"
+	@echo "  variables: TOPOLOGY=$(TOPOLOGY) BACKEND=$(BACKEND) BROKER=ours|apache|rust|ours,broker-a-s=apache ROCKETMQ_HOME=<4.9.x distribution> NAME=<cluster name> BASE_PORT=<broker-a port> SET="key=v node:key=v" FORMAT=table|json KEEP_DATA=1 RUN=<run folder>"
 
 venv: $(STAMP) ## create .venv with the pinned dependencies (every other target does this itself)
 
@@ -42,8 +45,8 @@ $(CLIENT5_STAMP): clients/python5/requirements.lock
 	@touch $@
 
 # --- the cluster ------------------------------------------------------------------------------
-cluster-up: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave|dledger) on BACKEND (docker|local) and wait until it replicates (ACL=1: aclEnable)
-	$(PY) -m rmqha.cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(filter 1 true yes,$(ACL)),--acl) $(foreach s,$(SET),--set $(s))
+cluster-up: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave|dledger) on BACKEND (docker|local) and wait until it replicates (ACL=1: aclEnable; BROKER=apache ROCKETMQ_HOME=<dir>: Apache's 4.9.x)
+	$(PY) -m rmqha.cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(BROKER_ARGS) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(filter 1 true yes,$(ACL)),--acl) $(foreach s,$(SET),--set $(s))
 
 cluster-status: $(STAMP) ## print every node's role, offsets and replication (FORMAT=json for JSON lines)
 	@$(PY) -m rmqha.cluster status --format $(FORMAT)
@@ -99,6 +102,10 @@ test-durations: ## after a full make test: keep its seconds per test file (build
 test-unit: $(STAMP) ## the fast tier, under a minute: tests/unit without the ones that start Spark (a JVM) or a compiler (markers spark, compiles)
 	$(PY) -m pytest tests/unit -m fast -n $(PYTEST_WORKERS) --dist loadfile --durations=5
 
+test-apache: $(STAMP) ## tests against Apache RocketMQ 4.9.x: make test-apache ROCKETMQ_HOME=<binary distribution> (they skip in make test without one)
+	@test -n "$(ROCKETMQ_HOME)" || { echo "usage: make test-apache ROCKETMQ_HOME=<dir of an Apache RocketMQ 4.9.x binary distribution>" >&2; exit 2; }
+	ROCKETMQ_HOME="$(ROCKETMQ_HOME)" $(PY) -m pytest tests/integration -m apache -q --durations=5 -p no:cacheprovider
+
 test-integration: $(STAMP) images rust-client venv-client5 ## integration tests only (builds the images first)
 	$(PY) -m pytest tests/integration -n $(PYTEST_WORKERS) --dist loadfile --durations=12
 
@@ -119,8 +126,8 @@ audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exi
 	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
 	$(PY) -m rmqha.pipeline "$(RUN)" $(if $(OUT),--out "$(OUT)")
 
-chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) $(if $(filter python5,$(CLIENT)),venv-client5) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust|python5 TRACE=1 (rust: trace records) DURATION= RATE= SEED= NEMESIS= (dledger: kill-leader,kill-follower,...) SWEEP=1 REPAIR=1 RECOVERY=1 ACL=1 LATE_CONSUMER=<s> SET="k=v ..." OUT=)
-	$(PY) -m rmqha.chaos.run --prewarm-audit $(if $(LATE_CONSUMER),--late-consumer-at $(LATE_CONSUMER)) --topology $(TOPOLOGY) --backend $(BACKEND) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(SWEEP),--sweep) $(if $(filter 1 yes true,$(REPAIR)),--repair) $(if $(filter 1 yes true,$(RECOVERY)),--set haRecoveryEnable=true) $(if $(filter 1 yes true,$(ACL)),--acl) $(foreach s,$(SET),--set $(s)) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
+chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) $(if $(filter python5,$(CLIENT)),venv-client5) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust|python5 TRACE=1 (rust: trace records) DURATION= RATE= SEED= NEMESIS= (dledger: kill-leader,kill-follower,...) SWEEP=1 REPAIR=1 RECOVERY=1 ACL=1 LATE_CONSUMER=<s> SET="k=v ..." OUT= BROKER=apache ROCKETMQ_HOME=<dir>)
+	$(PY) -m rmqha.chaos.run --prewarm-audit $(if $(LATE_CONSUMER),--late-consumer-at $(LATE_CONSUMER)) --topology $(TOPOLOGY) --backend $(BACKEND) $(BROKER_ARGS) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(SWEEP),--sweep) $(if $(filter 1 yes true,$(REPAIR)),--repair) $(if $(filter 1 yes true,$(RECOVERY)),--set haRecoveryEnable=true) $(if $(filter 1 yes true,$(ACL)),--acl) $(foreach s,$(SET),--set $(s)) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
 
 repair: $(STAMP) ## repair a forked broker group (SLAVE_AHEAD): make repair GROUP=broker-a [NAME=]; re-sends the slave's stranded messages, then resyncs it
 	@test -n "$(GROUP)" || { echo "usage: make repair GROUP=<brokerName> [NAME=<cluster>], e.g. GROUP=broker-a" >&2; exit 2; }
@@ -166,5 +173,5 @@ bench-ha: $(STAMP) ## HA catch-up throughput beside raw loopback TCP and raw dis
 clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
-.PHONY: lock help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-durations test-unit test-integration test-checkers \
+.PHONY: lock help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-durations test-unit test-apache test-integration test-checkers \
 	test-official-client test-examples test-spark-cluster rust-client rust-client-background test-rust-client fuzz mutation audit chaos chaos-matrix images bench bench-ha bench-send bench-decode clean

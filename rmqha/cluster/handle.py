@@ -40,7 +40,7 @@ from pathlib import Path
 from . import ClusterError
 from . import runfolder as rf
 from .backend import attach as attach_backend
-from .status import NamesrvError, collect, is_dledger_spec, namesrv_request, node_status
+from .status import NamesrvError, collect, is_dledger_spec, namesrv_request, node_status, unavailable
 from .wait import ProcessExited, WaitTimeout, wait_until
 
 CHECKPOINT_DURABLE = struct.Struct(">q")  # rmqha/broker/store/message_store.py: bytes 24..32 of store/checkpoint
@@ -350,9 +350,10 @@ class Cluster:
                 continue
             if not ms:
                 return False
-            acks = [s.get("slaveAckOffset") for s in (ms.get("ha") or {}).get("slaves", [])]
-            if len(acks) < len(slaves) or any(a != ms["maxPhyOffset"] for a in acks):
-                return False
+            if not unavailable(ms, "ha.slaves[].slaveAckOffset"):  # 4.9 does not serve acks: the logs alone
+                acks = [s.get("slaveAckOffset") for s in (ms.get("ha") or {}).get("slaves") or []]
+                if len(acks) < len(slaves) or any(a != ms["maxPhyOffset"] for a in acks):
+                    return False
             if any((st.get(s) or {}).get("maxPhyOffset") != ms["maxPhyOffset"] for s in slaves):
                 return False
         return True
@@ -365,6 +366,11 @@ class Cluster:
         leader = self.dledger_leader(group, st)
         if leader is None:
             return False
+        members = self.dledger_groups()[group]
+        if any(unavailable(st.get(n), "dledger.committedIndex") for n in members):
+            # a 4.9 member serves no DLedger indexes: every member answers with the same end of log
+            ends = {(st.get(n) or {}).get("maxPhyOffset") for n in members}
+            return len(ends) == 1 and None not in ends
         ld = (st.get(leader) or {}).get("dledger") or {}
         if ld.get("committedIndex") != ld.get("endIndex") or ld.get("dispatchedIndex") != ld.get("committedIndex"):
             return False
@@ -393,7 +399,7 @@ class Cluster:
         bytes the master lost; nothing is replicated until an operator acts, see docs/ha-protocol.md)."""
         out = {}
         for m, st in self.statuses().items():
-            ahead = [s for s in ((st or {}).get("ha") or {}).get("slaves", []) if s.get("state") == "SLAVE_AHEAD"]
+            ahead = [s for s in ((st or {}).get("ha") or {}).get("slaves") or [] if s.get("state") == "SLAVE_AHEAD"]
             if ahead:
                 out[m] = ahead
         return out

@@ -82,6 +82,17 @@ def unavailable_reason(backend: str) -> str | None:
     return None
 
 
+def broker_unavailable_reason(broker: str | None, rocketmq_home: str | None = None) -> str | None:
+    """Why this broker implementation cannot start here (no distribution, not built), with the fix."""
+    from rmqha.cluster.implementations import parse_choice
+    from rmqha.cluster.implementations import unavailable_reason as why
+
+    try:
+        return why(parse_choice(broker, home=rocketmq_home))
+    except ClusterError as e:
+        return str(e)
+
+
 class RocketMQCluster:
     """An HA RocketMQ cluster for the duration of a `with` block (or start() ... stop())."""
 
@@ -97,6 +108,8 @@ class RocketMQCluster:
         keep_data: bool = False,
         timeout: float = 90.0,
         acl: bool = False,
+        broker: str = "ours",
+        rocketmq_home: str | None = None,
     ):
         from rmqha.cluster.topology import TOPOLOGIES
 
@@ -112,6 +125,10 @@ class RocketMQCluster:
         self.keep_data = keep_data
         self.timeout = timeout
         self.acl = acl  # aclEnable with a kit-written plain_acl.yml; recorders and checks sign with its account
+        # which broker runs each node: "ours", "apache" (a 4.9.x distribution at rocketmq_home or
+        # $ROCKETMQ_HOME), "rust", or mixed ("ours,broker-a-s=apache"): rmqha/cluster/implementations/
+        self.broker = broker
+        self.rocketmq_home = rocketmq_home
         self.handle = None
         self._faults = None
         self._recorders: list = []
@@ -122,7 +139,7 @@ class RocketMQCluster:
 
         if self.handle is not None:
             return self
-        reason = unavailable_reason(self.backend)
+        reason = unavailable_reason(self.backend) or broker_unavailable_reason(self.broker, self.rocketmq_home)
         if reason:
             raise ClusterError(reason)
         if self.backend == "docker":
@@ -142,6 +159,8 @@ class RocketMQCluster:
                 fresh=True,
                 timeout=self.timeout,
                 acl=self.acl,
+                broker=self.broker,
+                rocketmq_home=self.rocketmq_home,
             )
         return self
 

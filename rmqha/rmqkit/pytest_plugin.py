@@ -18,6 +18,10 @@ Marker keywords (the closest marker wins per keyword; options give the defaults)
   topology  2m-2s-sync | 2m-2s-async | 2m-noslave | dledger --rocketmq-topology (2m-2s-sync)
             (dledger: one DLedger group of three nodes; its faults are kill-leader, kill-follower, ...)
   backend   docker | local                                --rocketmq-backend (docker)
+  broker    ours | apache | rust | ours,broker-a-s=apache (mixed): which broker runs the nodes
+                                                          --rocketmq-broker (ours; apache needs
+                                                          --rocketmq-home or $ROCKETMQ_HOME, a 4.9.x
+                                                          distribution; the test is skipped without one)
   scope     session | module | function: how long a cluster is reused; tests asking for the same
             topology, backend and sets share it           --rocketmq-scope (session)
   sets      {"key": value, "node:key": value} broker settings (as `make cluster-up SET=`)
@@ -43,7 +47,7 @@ import re
 import pytest
 
 SCOPES = ("session", "module", "function")
-KEYWORDS = ("topology", "backend", "scope", "sets", "audit", "acl")
+KEYWORDS = ("topology", "backend", "broker", "scope", "sets", "audit", "acl")
 
 
 def pytest_addoption(parser):
@@ -54,6 +58,17 @@ def pytest_addoption(parser):
         default=os.environ.get("RMQKIT_BACKEND") or "docker",
         help="where clusters run: docker containers with Toxiproxy links (default), or local processes "
         "(node faults only); a test's @pytest.mark.rocketmq(backend=...) wins",
+    )
+    g.addoption(
+        "--rocketmq-broker",
+        default=os.environ.get("BROKER") or "ours",
+        help="which broker runs the nodes: ours (default), apache (a 4.9.x binary distribution, "
+        "--rocketmq-home), rust (`make peer-broker`), or mixed: ours,broker-a-s=apache",
+    )
+    g.addoption(
+        "--rocketmq-home",
+        default=os.environ.get("ROCKETMQ_HOME") or None,
+        help="Apache RocketMQ's binary distribution (bin/mqbroker, lib/, conf/) for broker apache",
     )
     g.addoption(
         "--rocketmq-topology",
@@ -83,7 +98,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "rocketmq(topology=None, backend=None, scope=None, sets=None, audit=False, acl=False): the RocketMQ "
+        "rocketmq(topology=None, backend=None, broker=None, scope=None, sets=None, audit=False, acl=False): the RocketMQ "
         "cluster the rocketmq_* fixtures give this test (rmqkit)",
     )
 
@@ -105,6 +120,8 @@ def _settings(request) -> dict:
     s = {
         "topology": got.get("topology") or opt("--rocketmq-topology"),
         "backend": got.get("backend") or opt("--rocketmq-backend"),
+        "broker": got.get("broker") or opt("--rocketmq-broker"),
+        "rocketmq_home": opt("--rocketmq-home"),
         "scope": got.get("scope") or opt("--rocketmq-scope"),
         "sets": {k: str(v) for k, v in (got.get("sets") or {}).items()},
         "audit": bool(got.get("audit")) or opt("--rocketmq-audit"),
@@ -137,23 +154,31 @@ class ClusterPool:
 
         from .cluster import RocketMQCluster
 
-        key = (s["topology"], s["backend"], tuple(sorted(s["sets"].items())), s.get("acl", False))
+        key = (s["topology"], s["backend"], s.get("broker"), tuple(sorted(s["sets"].items())), s.get("acl", False))
         if self.current is not None:
             k, o, c = self.current
             if k == key and o == owner and self._healthy(c):
                 return c
             self.release()
-        c = RocketMQCluster(
-            s["topology"], s["backend"], sets=s["sets"], run_root=self.run_root, acl=s.get("acl", False)
-        )
+
+        def make():
+            return RocketMQCluster(
+                s["topology"],
+                s["backend"],
+                sets=s["sets"],
+                run_root=self.run_root,
+                acl=s.get("acl", False),
+                broker=s.get("broker") or "ours",
+                rocketmq_home=s.get("rocketmq_home"),
+            )
+
+        c = make()
         try:
             c.start()
         except ClusterError as e:
             if "ports are taken" not in str(e) and "is in use" not in str(e):
                 raise
-            c = RocketMQCluster(
-                s["topology"], s["backend"], sets=s["sets"], run_root=self.run_root, acl=s.get("acl", False)
-            )
+            c = make()
             c.start()  # another process took the block between the check and the bind: once more
         self.current = (key, owner, c)
         return c
@@ -199,6 +224,12 @@ def rocketmq_cluster(request, rocketmq_cluster_pool, _rocketmq_module):
         "module": f"module:{_rocketmq_module}",
         "function": f"function:{request.node.nodeid}",
     }[s["scope"]]
+    if s["broker"] != "ours":
+        from .cluster import broker_unavailable_reason
+
+        why = broker_unavailable_reason(s["broker"], s["rocketmq_home"])
+        if why:  # a distribution is the user's to bring (`make test-apache ROCKETMQ_HOME=<dir>`)
+            pytest.skip(f"broker {s['broker']} not available: {why}")
     if s["audit"]:
         from .audit import java_missing
 

@@ -14,6 +14,8 @@ class FakeRequest:
         opts = {
             "--rocketmq-topology": "2m-2s-sync",
             "--rocketmq-backend": "docker",
+            "--rocketmq-broker": "ours",
+            "--rocketmq-home": None,
             "--rocketmq-scope": "session",
             "--rocketmq-audit": False,
             **options,
@@ -33,6 +35,8 @@ def test_closest_marker_wins_per_keyword_and_options_fill_the_rest():
     assert pytest_plugin._settings(req) == {
         "topology": "2m-noslave",
         "backend": "local",
+        "broker": "ours",
+        "rocketmq_home": None,
         "scope": "module",
         "sets": {},
         "audit": True,
@@ -63,7 +67,7 @@ def test_the_pool_reuses_a_cluster_only_for_the_same_key_and_owner(monkeypatch):
     started, stopped = [], []
 
     class FakeCluster:
-        def __init__(self, topology, backend, sets, run_root, acl=False):
+        def __init__(self, topology, backend, sets, run_root, acl=False, broker="ours", rocketmq_home=None):
             self.args = (topology, backend, tuple(sets.items()), acl)
 
         def start(self):
@@ -129,3 +133,14 @@ def test_an_audit_result_fails_on_a_fail_verdict_and_on_a_run_that_did_not_run(t
     broken = AuditResult(tmp_path, tmp_path / "report.md", 2, "error: not a run folder", 1.0)
     with pytest.raises(AuditFailed, match=r"(?s)did not run .exit 2.*not a run folder"):
         broken.check()
+
+
+def test_a_broker_without_its_distribution_skips_with_the_fix(monkeypatch):
+    """broker="apache" without ROCKETMQ_HOME: the kit names the missing distribution (the plugin skips on it)."""
+    from rmqha.rmqkit.cluster import broker_unavailable_reason
+
+    monkeypatch.delenv("ROCKETMQ_HOME", raising=False)
+    assert "ROCKETMQ_HOME" in broker_unavailable_reason("apache")
+    assert broker_unavailable_reason("ours") is None
+    req = FakeRequest([mark(broker="apache")])
+    assert pytest_plugin._settings(req)["broker"] == "apache"

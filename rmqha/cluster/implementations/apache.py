@@ -14,8 +14,11 @@ SIGKILL to it is a crash of the broker, and its exit frees the ports before a re
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -29,6 +32,9 @@ from . import BrokerChoice, Launch
 OURS_ONLY_KEYS = ("metricsPort", "metricsBindAddress", "haAllowedAddresses", "haRecoveryPeers", "haRecoveryEnable")
 # runserver.sh and runbroker.sh ask for 4 and 8 GiB; a test cluster of five JVMs on one machine fits in 256 MiB each.
 JAVA_OPT_EXT = "-Xms256m -Xmx256m -Xmn128m -XX:MaxDirectMemorySize=512m"
+# 4.9 unmaps commit-log files through java.nio internals; from Java 9 on that needs these opened, or a
+# recovery that truncates a file fails with InaccessibleObjectException ("load exception") and the broker exits.
+JAVA9_OPENS = " ".join(f"--add-opens java.base/{p}=ALL-UNNAMED" for p in ("java.nio", "sun.nio.ch", "jdk.internal.ref"))
 REQUIRED = ("bin/mqbroker", "bin/mqnamesrv", "bin/runbroker.sh", "bin/runserver.sh", "conf")
 VERSION_HINT = "Apache RocketMQ 4.9.x binary distribution (bin/, lib/, conf/ as in rocketmq-all-4.9.x-bin-release.zip)"
 
@@ -86,8 +92,29 @@ def _env(home: str, user_home: Path) -> dict:
     env.pop("NAMESRV_ADDR", None)  # namesrvAddr is always in the properties
     env["ROCKETMQ_HOME"] = home
     user_home.mkdir(parents=True, exist_ok=True)
-    env["JAVA_OPT_EXT"] = f"{JAVA_OPT_EXT} -Duser.home={user_home}"
+    opens = f" {JAVA9_OPENS}" if java_major() >= 9 else ""
+    env["JAVA_OPT_EXT"] = f"{JAVA_OPT_EXT}{opens} -Duser.home={user_home}"
     return env
+
+
+@functools.lru_cache(maxsize=1)
+def java_major() -> int:
+    """The major version of the java the scripts will run (as runbroker.sh finds it: JAVA_HOME, else PATH)."""
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.SubprocessError):
+        return 8
+    return parse_java_major(out)
+
+
+def parse_java_major(version_output: str) -> int:
+    """`openjdk version "17.0.15"` -> 17, `java version "1.8.0_392"` -> 8."""
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
+    if not m:
+        return 8
+    major = int(m.group(1))
+    return int(m.group(2) or 8) if major == 1 else major
 
 
 def write_run_properties(run_dir: Path, node: str, conf: str | Path, overrides: dict) -> Path:

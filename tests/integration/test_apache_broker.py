@@ -1,0 +1,119 @@
+"""The kit on Apache RocketMQ 4.9.x (a binary distribution the user brings): `make test-apache ROCKETMQ_HOME=<dir>`.
+
+Skipped without ROCKETMQ_HOME. Everything here reads the 4.9 brokers only through what 4.9 serves
+(rmqha/cluster/implementations/runtime_status.py): its admin API, the name server and the process.
+"""
+
+import os
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+
+from rmqha.broker.remoting.codec import decode_frame, encode
+from rmqha.cluster.implementations import parse_choice, unavailable_reason
+from rmqha.cluster.requests import props, send_v1
+from rmqha.rmqkit import RocketMQCluster
+
+HOME = os.environ.get("ROCKETMQ_HOME")
+WHY = "no Apache RocketMQ 4.9.x distribution: run `make test-apache ROCKETMQ_HOME=<dir>`"
+if HOME:
+    WHY = unavailable_reason(parse_choice("apache", home=HOME)) or ""
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.apache,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(not HOME or bool(WHY), reason=WHY or "ROCKETMQ_HOME is not set"),
+]
+
+
+def request(addr: str, cmd, timeout: float = 5.0):
+    host, _, port = addr.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(encode(cmd))
+        head = b""
+        while len(head) < 4:
+            head += s.recv(4 - len(head))
+        (n,) = struct.unpack(">I", head)
+        body = b""
+        while len(body) < n:
+            chunk = s.recv(n - len(body))
+            assert chunk, "connection closed mid-reply"
+            body += chunk
+    return decode_frame(body)
+
+
+def send(addr: str, topic: str, count: int) -> list[int]:
+    codes = []
+    for i in range(count):
+        cmd = send_v1(topic=topic, body=b"m%05d" % i, properties=props(KEYS=f"k{i}", UNIQ_KEY=f"U{i}", WAIT="true"))
+        codes.append(request(addr, cmd).code)
+    return codes
+
+
+def commitlog_bytes(store: Path, upto: int) -> bytes:
+    files = sorted((store / "commitlog").iterdir())
+    data = b"".join(f.read_bytes() for f in files)
+    return data[:upto]
+
+
+def test_sync_master_and_slave_all_apache(tmp_path):
+    with RocketMQCluster("2m-2s-sync", "local", broker="apache", rocketmq_home=HOME, run_root=tmp_path) as c:
+        h = c.handle
+        table = h.cluster_status()
+        a = next(n for n in table.nodes if n.name == "broker-a")
+        assert a.status["implementation"] == "apache" and a.status["brokerVersion"].startswith("V4_9")
+        assert a.status["ha"]["connectionCount"] == 1  # its slave's HA connection, seen on the process
+        assert "ha.slaves[].slaveAckOffset" in a.status["unavailable"]
+        # each node's properties are in its run folder; the repository's conf file is not touched
+        conf = Path(h.node("broker-a")["conf"])
+        before = conf.read_text()
+        assert (h.run_dir / "nodes" / "broker-a" / "broker.properties").is_file()
+
+        assert send(h.addr("broker-a"), "ApacheSync", 20) == [0] * 20  # SEND_OK once the slave has it
+        h.wait_caught_up(60)
+        mo = h.max_offset("broker-a")
+        assert mo > 0 and h.max_offset("broker-a-s") == mo
+        assert commitlog_bytes(h.store_path("broker-a"), mo) == commitlog_bytes(h.store_path("broker-a-s"), mo)
+
+        h.kill("broker-a-s")
+        assert not h.running("broker-a-s")
+        h.start("broker-a-s", timeout=90)
+        assert send(h.addr("broker-a"), "ApacheSync", 5) == [0] * 5
+        h.wait_caught_up(60)
+        assert conf.read_text() == before
+
+
+def test_mixed_groups_replicate_both_ways(tmp_path):
+    """Our master with Apache's slave (broker-a), Apache's master with our slave (broker-b)."""
+    spec = "ours,broker-a-s=apache,broker-b=apache"
+    with RocketMQCluster("2m-2s-async", "local", broker=spec, rocketmq_home=HOME, run_root=tmp_path) as c:
+        h = c.handle
+        assert [h.node(n)["implementation"] for n in h.nodes] == ["ours", "apache", "apache", "ours"]
+        for m in ("broker-a", "broker-b"):
+            assert send(h.addr(m), "ApacheMixed", 30) == [0] * 30
+        h.wait_caught_up(60)
+        for m, s in (("broker-a", "broker-a-s"), ("broker-b", "broker-b-s")):
+            mo = h.max_offset(m)
+            assert mo > 0 and h.max_offset(s) == mo
+            assert commitlog_bytes(h.store_path(m), mo) == commitlog_bytes(h.store_path(s), mo)
+
+
+def test_dledger_group_of_apache_brokers_elects_again(tmp_path):
+    with RocketMQCluster("dledger", "local", broker="apache", rocketmq_home=HOME, run_root=tmp_path) as c:
+        h = c.handle
+        leader = h.dledger_leader("RaftNode00")
+        assert leader is not None
+        assert send(h.addr(leader), "ApacheDLedger", 10) == [0] * 10
+        h.wait_caught_up(60)
+        h.kill(leader)
+        new = h.wait_until(
+            lambda: (lambda x: x if x and x != leader else None)(h.dledger_leader("RaftNode00")),
+            60,
+            "another DLedger leader",
+        )
+        h.wait_until(lambda: send(h.addr(new), "ApacheDLedger", 1) == [0], 60, "the new leader takes a send")
+        h.start(leader, timeout=90)
+        h.wait_caught_up(90)

@@ -1,0 +1,196 @@
+"""rmqha/cluster/implementations/: the broker choice, Apache's launcher and the 4.9 status reader."""
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from rmqha.cluster import ClusterError
+from rmqha.cluster import status as st
+from rmqha.cluster.implementations import BrokerChoice, check_available, parse_choice
+from rmqha.cluster.implementations import apache, rust
+from rmqha.cluster.implementations.runtime_status import build_status, established, ha_links
+
+NODES = ["broker-a", "broker-a-s", "broker-b", "broker-b-s"]
+
+
+def test_choice_defaults_to_ours_everywhere(monkeypatch):
+    monkeypatch.delenv("ROCKETMQ_HOME", raising=False)
+    c = parse_choice(None)
+    assert (c.default, c.per_node, c.namesrv, c.home) == ("ours", {}, "ours", None)
+    assert c.of("broker-a") == "ours" and c.spec() == "ours"
+
+
+def test_choice_apache_takes_its_name_server_and_home(tmp_path):
+    c = parse_choice("apache", home=str(tmp_path))
+    assert c.of("broker-a-s") == "apache" and c.namesrv == "apache" and c.home == str(tmp_path.resolve())
+    assert parse_choice(c.spec(), home=c.home) == c
+
+
+def test_mixed_groups_and_the_name_server_are_per_node():
+    c = parse_choice("ours,broker-a-s=apache,broker-b=apache,namesrv=apache", nodes=NODES)
+    assert [c.of(n) for n in NODES] == ["ours", "apache", "apache", "ours"]
+    assert c.namesrv == "apache" and c.kinds == {"ours", "apache"}
+    assert parse_choice(c.spec(), nodes=NODES) == c
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("oracle", "unknown broker"),
+        ("4.9", "emulation"),
+        ("ours,broker-z=apache", "no node 'broker-z'"),
+        ("ours,apache", "only the first item"),
+        ("apache,namesrv=rust", "not wired"),
+    ],
+)
+def test_bad_choices_say_what_is_wrong(spec, words):
+    with pytest.raises(ClusterError, match=words):
+        parse_choice(spec, nodes=NODES)
+
+
+def _distribution(root: Path) -> Path:
+    for p in apache.REQUIRED:
+        if p == "conf":
+            (root / p).mkdir(parents=True, exist_ok=True)
+        else:
+            (root / p).parent.mkdir(parents=True, exist_ok=True)
+            (root / p).write_text("#!/bin/sh\n")
+    (root / "lib").mkdir(exist_ok=True)
+    (root / "lib" / "rocketmq-broker-4.9.8.jar").write_bytes(b"PK")
+    return root
+
+
+def test_apache_needs_a_distribution(tmp_path, monkeypatch):
+    monkeypatch.delenv("ROCKETMQ_HOME", raising=False)
+    with pytest.raises(ClusterError, match="ROCKETMQ_HOME"):
+        check_available(parse_choice("apache"))
+    with pytest.raises(ClusterError, match="missing bin/mqbroker"):
+        check_available(parse_choice("apache", home=str(tmp_path)))
+    monkeypatch.setenv("PATH", os.environ["PATH"])
+    if os.environ.get("JAVA_HOME") or any((Path(d) / "java").exists() for d in os.environ["PATH"].split(os.pathsep)):
+        check_available(parse_choice("apache", home=str(_distribution(tmp_path / "d"))))
+
+
+def test_rust_not_built_says_how_to_build(monkeypatch, tmp_path):
+    monkeypatch.setattr(rust, "CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ClusterError, match="make peer-broker"):
+        check_available(parse_choice("rust"))
+
+
+def test_apache_properties_live_in_the_run_folder(tmp_path):
+    conf = tmp_path / "broker-a-s.properties"
+    conf.write_text("brokerClusterName=C\nbrokerName=broker-a\nbrokerId=1\nbrokerRole=SLAVE\n")
+    before = conf.read_text()
+    home = _distribution(tmp_path / "home")
+    node = {
+        "name": "broker-a-s",
+        "conf": str(conf),
+        "overrides": {
+            "listenPort": "20010",
+            "brokerIP1": "127.0.0.1",
+            "storePathRootDir": str(tmp_path / "run/nodes/broker-a-s/store"),
+            "metricsPort": "20012",
+            "haAllowedAddresses": "127.0.0.1",
+            "haMasterAddress": "127.0.0.1:20001",
+        },
+    }
+    launch = apache.broker_launch(node, tmp_path / "run", BrokerChoice("apache", home=str(home)))
+    props_path = tmp_path / "run/nodes/broker-a-s/broker.properties"
+    assert launch.cmd == ["sh", str(home / "bin/mqbroker"), "-c", str(props_path)]
+    text = props_path.read_text()
+    assert "haMasterAddress=127.0.0.1:20001" in text and "brokerRole=SLAVE" in text
+    assert f"storePathCommitLog={tmp_path}/run/nodes/broker-a-s/store/commitlog" in text
+    assert "brokerIP2=127.0.0.1" in text
+    assert "metricsPort" not in text and "haAllowedAddresses" not in text
+    assert conf.read_text() == before  # the repository's file is never written
+    assert "-Xmx256m" in launch.env["JAVA_OPT_EXT"]
+    assert f"-Duser.home={tmp_path}/run/nodes/broker-a-s" in launch.env["JAVA_OPT_EXT"]
+    assert launch.env["ROCKETMQ_HOME"] == str(home)
+
+
+def test_established_sees_this_process_connections():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    cli = socket.create_connection(("127.0.0.1", port))
+    acc, _ = srv.accept()
+    try:
+        conns = established(os.getpid())
+        assert (cli.getsockname()[1], port) in conns
+        assert ha_links(os.getpid(), serving_port=port) == 1  # the accepted side
+        assert ha_links(os.getpid(), master_port=port) == 1  # the connecting side
+        assert ha_links(None, serving_port=port) is None
+    finally:
+        for s in (cli, acc, srv):
+            s.close()
+    assert ha_links(os.getpid(), serving_port=port) == 0
+
+
+INFO = {"commitLogMaxOffset": "4096", "commitLogMinOffset": "0", "brokerVersionDesc": "V4_9_8"}
+
+
+def _config(**kw):
+    base = {
+        "brokerClusterName": "C",
+        "brokerName": "broker-a",
+        "brokerId": "0",
+        "brokerRole": "SYNC_MASTER",
+        "brokerIP1": "127.0.0.1",
+        "listenPort": "20000",
+    }
+    return {**base, **kw}
+
+
+def test_a_49_master_status_names_what_it_cannot_tell():
+    seen = {}
+
+    def links(**kw):
+        seen.update(kw)
+        return 1
+
+    spec = {"name": "broker-a", "implementation": "apache", "addr": "127.0.0.1:20000", "brokerName": "broker-a"}
+    s = build_status(spec, INFO, _config(), 77, links)
+    assert seen == {"serving_port": 20001}  # 4.9: haListenPort = listenPort + 1
+    assert s["role"] == "SYNC_MASTER" and s["maxPhyOffset"] == 4096 and s["ha"]["connectionCount"] == 1
+    assert "ha.slaves[].slaveAckOffset" in s["unavailable"]
+    cs = st.ClusterStatus(state={"nodes": [spec]}, nodes=[st.NodeStatus(spec=spec, status=s)])
+    j = st.node_json(cs, cs.nodes[0])
+    assert j["slaves"] is None and j["implementation"] == "apache"  # unavailable, not an empty list
+    row = st.table_rows(cs)[0]
+    assert "unavailable" in row[-1] and "ack 0" not in row[-1]
+
+
+def test_a_49_slave_off_this_machine_has_no_ha_state():
+    spec = {"name": "broker-a-s", "implementation": "apache", "master": "broker-a"}
+    cfg = _config(brokerId="1", brokerRole="SLAVE", haMasterAddress="127.0.0.1:20001")
+    s = build_status(spec, INFO, cfg, None, lambda **kw: None)
+    assert s["haClient"] == {"state": None, "haMasterAddress": "127.0.0.1:20001", "currentReportedOffset": 4096}
+    assert "haClient.state" in s["unavailable"]
+    cs = st.ClusterStatus(state={"nodes": [spec]}, nodes=[st.NodeStatus(spec=spec, status=s)])
+    assert "state unavailable" in st.table_rows(cs)[0][-1]
+    s2 = build_status(spec, INFO, cfg, 5, lambda **kw: 1)
+    assert s2["haClient"]["state"] == "CONNECTED" and "haClient.state" not in s2["unavailable"]
+
+
+def test_a_49_dledger_node_role_comes_from_its_config():
+    cfg = _config(enableDLegerCommitLog="true", dLegerSelfId="n1", brokerRole="SLAVE", brokerId="2")
+    s = build_status({"name": "broker-n1"}, INFO, cfg, None, lambda **kw: None)
+    assert s["dledger"]["role"] == "FOLLOWER" and s["dledger"]["committedIndex"] is None
+    assert "dledger.committedIndex" in s["unavailable"] and s["brokerId"] == 2
+
+
+@pytest.mark.parametrize(
+    "text, major",
+    [
+        ('openjdk version "17.0.15" 2025-04-15', 17),
+        ('java version "1.8.0_392"', 8),
+        ('openjdk version "21"', 21),
+        ("", 8),
+    ],
+)
+def test_java_major(text, major):
+    assert apache.parse_java_major(text) == major
