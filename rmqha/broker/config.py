@@ -14,7 +14,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from rmqha.broker import planted
+from rmqha.broker import config_ignored, planted
 from rmqha.broker.store.delay import DEFAULT_LEVELS as DEFAULT_DELAY_LEVELS
 from rmqha.broker.store.delay import parse_delay_levels
 
@@ -358,6 +358,31 @@ class BrokerConfig:
         "maxIndexNum", 5000000 * 4, minimum=2, doc="index items of one index file (item 0 is never used)"
     )
 
+    # Commit-log retention (MessageStoreConfig 4.9.8; rmqha/broker/store/retention.py), read at each use.
+    fileReservedTime: int = _prop(
+        "fileReservedTime", 72, minimum=0, doc="hours a commit-log file is kept after its last write"
+    )
+    deleteWhen: str = _prop("deleteWhen", "04", doc="the hours (local time, ;-separated) expired files are deleted in")
+    diskMaxUsedSpaceRatio: int = _prop(
+        "diskMaxUsedSpaceRatio", 75, doc="percent of the disk past which expired files go at any hour (10..95)"
+    )
+    cleanResourceInterval: int = _prop("cleanResourceInterval", 10000, minimum=1, doc="ms between two cleaning runs")
+    cleanFileForciblyEnable: bool = _prop(
+        "cleanFileForciblyEnable", True, doc="past 85% of the disk, delete the oldest files whatever their age"
+    )
+    destroyMapedFileIntervalForcibly: int = _prop(
+        "destroyMapedFileIntervalForcibly", 120000, minimum=0, doc="ms a file still being sent may delay its deletion"
+    )
+    deleteCommitLogFilesInterval: int = _prop(
+        "deleteCommitLogFilesInterval", 100, minimum=0, doc="ms between two commit-log file deletions"
+    )
+    deleteConsumeQueueFilesInterval: int = _prop(
+        "deleteConsumeQueueFilesInterval", 100, minimum=0, doc="ms after a consume queue that deleted files"
+    )
+    redeleteHangedFileInterval: int = _prop(
+        "redeleteHangedFileInterval", 120000, minimum=0, doc="4.9: ms between retries of a hung first file"
+    )
+
     # DLedger mode (4.9's MessageStoreConfig; rmqha/broker/dledger_commitlog.py, docs/dledger.md): the commit
     # log is replicated by a DLedger (Raft) group; brokerId/brokerRole come from the elected role.
     enableDLegerCommitLog: bool = _prop(
@@ -373,8 +398,10 @@ class BrokerConfig:
         doc="DLedger's data directory; empty: <storePathRootDir>/dledger-<selfId>/data, as 4.9",
     )
 
-    # Set by from_properties: 4.9 keys present in the file that this broker accepts and does not use.
+    # Set by from_properties: 4.9 keys present in the file that this broker accepts and does not use, and
+    # their values (GET_BROKER_CONFIG shows them; rmqha/broker/config_ignored.py has the rest's defaults).
     ignored_keys: list[str] = field(default_factory=list, metadata=dict(name=None))
+    ignored_values: dict[str, str] = field(default_factory=dict, metadata=dict(name=None))
     # Set by load: the file read, where UPDATE_BROKER_CONFIG persists (rmqha/broker/config_policy.py).
     config_path: str | None = field(default=None, metadata=dict(name=None))
 
@@ -478,6 +505,7 @@ class BrokerConfig:
             )
         cfg = cls(**values)
         cfg.ignored_keys = sorted(k for k in props if k in IGNORED_KEYS)
+        cfg.ignored_values = {k: props[k].strip() for k in cfg.ignored_keys}
         cfg.validate()
         return cfg
 
@@ -524,6 +552,10 @@ class BrokerConfig:
             planted.parse(self.plantBug)
         except ValueError as e:
             raise ConfigError(f"plantBug={self.plantBug!r}: {e}") from None
+        if not all(p.strip().isascii() and p.strip().isdigit() for p in self.deleteWhen.split(";")):
+            raise ConfigError(
+                f"deleteWhen={self.deleteWhen!r}: expected hours of the day separated by ';', for example 04 or 04;16"
+            )
         if self.namesrvAddr:
             for a in self.namesrvAddr.split(";"):
                 if a.strip():
@@ -664,17 +696,7 @@ def dledger_slave_id(self_id: str) -> int | None:
     return int(rest) + 1
 
 
-IGNORED_KEYS = frozenset(
-    """
-deleteWhen fileReservedTime storePathIndex storeCheckpoint abortFile
-sendMessageThreadPoolNums pullMessageThreadPoolNums maxTransferBytesOnMessageInMemory
-maxTransferCountOnMessageInMemory transientStorePoolEnable enablePropertyFilter
-fetchNamesrvAddrByAddressServer
-useReentrantLockWhenPutMessage waitTimeMillsInSendQueue diskMaxUsedSpaceRatio brokerFastFailureEnable
-slaveReadEnable offsetCheckInSlave duplicationEnable serverWorkerThreads serverSelectorThreads
-clientWorkerThreads flushConsumeQueueLeastPages flushCommitLogLeastPages
-""".split()
-)
+IGNORED_KEYS = config_ignored.IGNORED_KEYS  # 4.9 keys accepted and not used (shown by GET_BROKER_CONFIG)
 
 
 def _convert(key: str, raw: str, meta: dict):

@@ -15,7 +15,9 @@ Keys not in the table (4.9 keys this broker does not use, typos) are refused too
 from __future__ import annotations
 
 import dataclasses
+import os
 
+from . import config_ignored
 from .config import IGNORED_KEYS, BrokerConfig, ConfigError, _convert, parse_properties
 
 LIVE, RESTART, REFUSED = "live", "restart", "refused"
@@ -24,6 +26,8 @@ LIVE_KEYS = frozenset(
     """
 brokerPermission autoCreateTopicEnable autoCreateSubscriptionGroup notifyConsumerIdsChangedEnable defaultTopicQueueNums maxMessageSize maxBatchMessages maxTopicCount
 rejectTransactionMessage transactionTimeOut transactionCheckMax
+fileReservedTime deleteWhen diskMaxUsedSpaceRatio cleanFileForciblyEnable destroyMapedFileIntervalForcibly
+deleteCommitLogFilesInterval deleteConsumeQueueFilesInterval redeleteHangedFileInterval
 """.split()
 )
 
@@ -36,6 +40,7 @@ haRecoveryEnable haRecoveryPeers haRecoveryWaitMs transactionCheckInterval flush
 serverChannelMaxIdleTimeSeconds maxFrameLength maxHeaderLength maxClientConnections maxHeldPullRequests
 maxHeldFrameBytes sendFastPath checkCRCOnRecover commitLogPreallocate traceTopicEnable msgTraceTopicName
 messageIndexEnable enableDLegerCommitLog dLegerGroup dLegerPeers dLegerSelfId preferredLeaderId
+cleanResourceInterval
 """.split()
 )
 
@@ -148,16 +153,44 @@ def parse_update_body(body: bytes) -> dict[str, str]:
 SECRET_KEYS = frozenset({"aclClientSecretKey"})
 
 
-def properties_text(config: BrokerConfig) -> str:
-    """GET_BROKER_CONFIG's body: "key=value\\n" for every setting with a value (4.9 leaves null ones out),
-    sorted by key; secrets left out."""
-    lines = []
-    for key in sorted(_FIELDS):
-        value = getattr(config, _FIELDS[key].name)
-        if value is None or key in SECRET_KEYS:
+# Keys 4.9 leaves null by default (so its getBrokerConfig leaves them out) that this broker keeps as "".
+NULL_WHEN_EMPTY = frozenset(
+    {
+        "storePathCommitLog",
+        "storePathDLedgerCommitLog",
+        "dLegerGroup",
+        "dLegerPeers",
+        "dLegerSelfId",
+        "preferredLeaderId",
+    }
+)
+
+
+def all_settings(config: BrokerConfig) -> dict[str, str]:
+    """Every setting as 4.9.8's getBrokerConfig shows it: this broker's (the effective haListenPort,
+    brokerIP2 and sync wait where the key is unset) and the 4.9 keys it does not use, with their value
+    from the config file or 4.9.8's default (rmqha/broker/config_ignored.py); null ones and secrets left
+    out."""
+    out: dict[str, str] = {}
+    for key in config_ignored.IGNORED_KEYS:
+        text = config.ignored_values.get(key, config_ignored.default_text(key))
+        if text is not None:
+            out[key] = text
+    for key, f in _FIELDS.items():
+        value = getattr(config, f.name)
+        if value is None or key in SECRET_KEYS or (value == "" and key in NULL_WHEN_EMPTY):
             continue
-        lines.append(f"{key}={format_value(value)}\n")
-    return "".join(lines)
+        out[key] = format_value(value)
+    out["haListenPort"] = str(config.ha_port)  # 4.9's BrokerStartup sets listenPort + 1
+    out["brokerIP2"] = config.brokerIP2 or config.broker_ip  # 4.9: the local address, as brokerIP1's default
+    out["slaveTimeout"] = str(config.sync_wait_ms)  # the sync-replication wait this broker applies
+    out["rocketmqHome"] = os.environ.get("ROCKETMQ_HOME") or os.getcwd()  # where the ACL file is looked for
+    return out
+
+
+def properties_text(config: BrokerConfig) -> str:
+    """GET_BROKER_CONFIG's body: "key=value\\n" for every setting (all_settings), sorted by key."""
+    return "".join(f"{k}={v}\n" for k, v in sorted(all_settings(config).items()))
 
 
 def format_value(value) -> str:

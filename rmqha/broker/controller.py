@@ -26,6 +26,7 @@ from .store import record
 from .store.flush import FlushService
 from .store.index import IndexSettings
 from .store.message_store import MessageStore, PutResult, PutStatus
+from .store.retention import RetentionService
 
 log = logging.getLogger("rmqha.broker")
 
@@ -107,6 +108,7 @@ class BrokerController:
         self.recovery: RecoveryFetcher | None = None  # master: the hold after an unclean start
         self.recovery_source: RecoverySourceService | None = None  # slave: serves a recovering master
         self.flusher: FlushService | None = None
+        self.retention: RetentionService | None = None  # commit-log retention (classic store only)
         self.ports = []
         self.bugs: frozenset[str] = frozenset()  # planted bugs (rmqha/broker/planted.py), tests of the audit only
         self._dispatch_call = None
@@ -130,6 +132,9 @@ class BrokerController:
         self.stats.start()
         self._arm_planted_bugs()
         self._start_flusher()
+        if not c.enableDLegerCommitLog:  # DLedger's files are DLedger's to clean (not yet: docs/dledger.md)
+            self.retention = RetentionService(self.store, c, self.clock, flush_idle=self._flush_idle)
+            self.retention.start(self.metrics)
         if c.enableDLegerCommitLog:  # no HA service, no HA listener (4.9: haService = null)
             self._start_dledger(listen)
         elif c.is_master:
@@ -211,6 +216,10 @@ class BrokerController:
             planted.lie_about_fsync(self.store)
         if "skip-flush" not in self.bugs:
             self.flusher.start(self.metrics)
+
+    def _flush_idle(self) -> bool:
+        """No fdatasync in flight: the reactor may close (delete) store files (the flush thread syncs them)."""
+        return self.flusher is None or not self.flusher.running
 
     def _start_dledger(self, listen: bool) -> None:
         self.store.start_service(listen)  # type: ignore[attr-defined]
@@ -333,6 +342,8 @@ class BrokerController:
     def stop(self):
         ds = []
         self.stats.stop()
+        if self.retention is not None:
+            self.retention.stop()
         if self.ha is not None:
             ds.append(defer.maybeDeferred(self.ha.stop))
         if self.ha_client is not None:

@@ -15,6 +15,7 @@ import os
 from .stats import human_bytes, java_double
 from .store import queries
 from .store.delay import SCHEDULE_TOPIC
+from .store.retention import disk_used_ratio
 
 # BrokerConfig 4.9.8 defaults: how many requests its thread pools may queue.
 SEND_QUEUE_CAPACITY = 10000
@@ -22,23 +23,6 @@ PULL_QUEUE_CAPACITY = 100000
 QUERY_QUEUE_CAPACITY = 20000
 END_TRANSACTION_QUEUE_CAPACITY = 100000
 NO_TRANSIENT_POOL = 2**31 - 1  # TransientStorePool.availableBufferNums when the pool is disabled
-
-
-def disk_used_ratio(path: str) -> float:
-    """UtilAll.getDiskPartitionSpaceUsedPercent: used / (used + usable), rounded up to hundredths; -1 when
-    the path does not exist."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return -1.0
-    total = st.f_blocks * st.f_frsize
-    if total <= 0:
-        return -1.0
-    used = total - st.f_bfree * st.f_frsize
-    entire = used + st.f_bavail * st.f_frsize
-    if entire <= 0:
-        return -1.0
-    return (used * 100 // entire + (1 if used * 100 % entire else 0)) / 100.0
 
 
 def dir_capacity(path: str) -> str | None:

@@ -177,7 +177,7 @@ class BrokerServer:
         # topics, subscription groups and consumption, as the admin tools see them (issue 24)
         for part in (
             SubscriptionGroupProcessors(self.groups, self.offsets),
-            TopicAdminProcessors(c, self.topics, store, self.controller.stats),
+            TopicAdminProcessors(c, self.topics, store, self.controller.stats, lambda: self.controller.retention),
             ConsumeStatsProcessors(
                 c, self.topics, self.offsets, store, self.clients, self.groups, self.controller.stats, self.clock
             ),

@@ -43,8 +43,8 @@ def test_unknown_and_unused_keys_are_refused(tmp_path):
     c = make_config(tmp_path)
     with pytest.raises(cp.UpdateRefused, match=r"^maxMesageSize is not a setting of this broker$"):
         cp.plan_update(c, {"maxMesageSize": "1"})
-    with pytest.raises(cp.UpdateRefused, match=r"^deleteWhen is a RocketMQ 4.9 setting this broker does not use$"):
-        cp.plan_update(c, {"deleteWhen": "04"})
+    with pytest.raises(cp.UpdateRefused, match=r"^useTLS is a RocketMQ 4.9 setting this broker does not use$"):
+        cp.plan_update(c, {"useTLS": "true"})
 
 
 def test_values_are_checked_as_the_files_are(tmp_path):

@@ -122,13 +122,27 @@ class FileFrameServer(tcp.Server):
             if pending.send(self.socket):
                 return True
         except OSError as e:
-            self._file_frames = pending
+            self._hold(pending)
             self._send_error = e
             self.startWriting()  # doWrite reports the loss through the reactor, as a failed write does
             return False
-        self._file_frames = pending
+        self._hold(pending)
         self.startWriting()
         return False
+
+    def _hold(self, pending: _FileFrames) -> None:
+        """Queued frames hold their file: retention waits for them (at most destroyMapedFileIntervalForcibly)."""
+        pending.file.holds += 1
+        self._file_frames = pending
+
+    def _release(self) -> None:
+        if self._file_frames is not None:
+            self._file_frames.file.holds -= 1
+            self._file_frames = None
+
+    def connectionLost(self, reason: Failure) -> None:
+        self._release()
+        super().connectionLost(reason)
 
     def doWrite(self) -> Any:  # what tcp.Server.doWrite returns (unannotated)
         pending = self._file_frames
@@ -141,11 +155,11 @@ class FileFrameServer(tcp.Server):
             except OSError as e:
                 error = e
         if error is not None:
-            self._file_frames = None
+            self._release()
             return main.CONNECTION_LOST
         if not done:
             return None
-        self._file_frames = None
+        self._release()
         if self._buffered():
             return super().doWrite()  # bytes written while the frames were queued
         self.stopWriting()

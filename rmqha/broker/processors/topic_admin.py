@@ -79,11 +79,12 @@ def clean_expired_queues(store) -> int:
 
 
 class TopicAdminProcessors:
-    def __init__(self, config, topics: TopicConfigManager, store, stats=None):
+    def __init__(self, config, topics: TopicConfigManager, store, stats=None, retention=lambda: None):
         self.config = config
         self.stats = stats  # BrokerStats: topicPutTps
         self.topics = topics
         self.store = store
+        self.retention = retention  # () -> the store's RetentionService, None when there is none (DLedger)
 
     def register(self, registry) -> None:
         registry.register(RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic)
@@ -162,9 +163,14 @@ class TopicAdminProcessors:
         return req.make_response()
 
     def delete_expired_commit_log(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        # 4.9 asks its CleanCommitLogService to delete files past fileReservedTime. This broker keeps
-        # every commit-log file (no retention service), so nothing would be deleted: say so.
-        return req.make_response(
-            ResponseCode.SYSTEM_ERROR,
-            "this broker does not delete commit-log files (it has no fileReservedTime retention); nothing was deleted",
-        )
+        """4.9's executeDeleteFilesManually: the next 20 cleaning runs delete the commit-log files past
+        fileReservedTime whatever the hour (rmqha/broker/store/retention.py); SUCCESS at once."""
+        retention = self.retention()
+        if retention is None:
+            return req.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                "this broker does not delete DLedger's files yet (docs/dledger.md, Not yet); nothing was deleted",
+            )
+        log.warning("invoke deleteExpiredCommitLog (from %s)", getattr(ctx, "peer_address", "?"))
+        retention.execute_delete_files_manually()
+        return req.make_response()

@@ -36,7 +36,8 @@ class ConsumeQueue:
         self.queue_id = queue_id
         file_size -= file_size % UNIT_SIZE
         self.files = MappedFileQueue(os.path.join(root, topic, str(queue_id)), file_size, use_mmap=True)
-        self.min_index = 0  # first non-filler unit
+        self.min_index = 0  # first non-filler unit whose record is still in the commit log
+        self.min_phys = 0  # the commit log's first offset, as the store last said (correct_min_offset)
         self.max_phys_end = 0  # end of the last record this queue points at
         self.misplaced = 0  # units put_many could not place: their queue offset held another record
 
@@ -79,6 +80,8 @@ class ConsumeQueue:
             self.max_phys_end = 0
 
     def _first_real_index(self) -> int:
+        """The first unit that is not a filler and whose record starts at or after min_phys
+        (ConsumeQueue.correctMinOffset); the first file's end when it holds none."""
         fq = self.files
         if not fq.files:
             return 0
@@ -88,7 +91,38 @@ class ConsumeQueue:
         i = 0
         while i + UNIT_SIZE <= len(data) and data[i : i + UNIT_SIZE] == FILLER:
             i += UNIT_SIZE
+        while self.min_phys and i + UNIT_SIZE <= len(data) and UNIT.unpack_from(data, i)[0] < self.min_phys:
+            i += UNIT_SIZE
         return (first.base + i) // UNIT_SIZE
+
+    def correct_min_offset(self, min_phys: int) -> None:
+        """The commit log now starts at min_phys: units pointing below it are not readable any more."""
+        self.min_phys = min_phys
+        self.min_index = self._first_real_index()
+
+    def delete_expired(self, min_phys: int) -> int:
+        """ConsumeQueue.deleteExpiredFile: delete the files (never the last) whose last unit points below
+        the commit log's first offset, then correct_min_offset. Returns the files deleted."""
+        fq = self.files
+        n = 0
+        while len(fq.files) > 1:
+            f = fq.files[0]
+            (last_phys, _size, _tags) = UNIT.unpack(f.read(f.size - UNIT_SIZE, UNIT_SIZE))
+            if last_phys >= min_phys:
+                break
+            fq.files.pop(0)
+            f.destroy()
+            n += 1
+        if n:
+            log.info(
+                "consume queue %s-%d: deleted %d file(s) below commit-log offset %d",
+                self.topic,
+                self.queue_id,
+                n,
+                min_phys,
+            )
+        self.correct_min_offset(min_phys)
+        return n
 
     @property
     def max_index(self) -> int:

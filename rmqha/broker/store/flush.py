@@ -64,6 +64,11 @@ class FlushService:
         self.last_error = ""
         self.poisoned = False  # an fdatasync failed since start: nothing is durable any more
 
+    @property
+    def running(self) -> bool:
+        """An fdatasync is in flight on the worker thread."""
+        return self._running
+
     def start(self, metrics: Any = None) -> None:  # metrics: a rmqha.broker.metrics Registry
         self._loop = PeriodicService("commitlog_flush", self._tick, self.interval_s, self.clock, metrics, logger=log)
         self._loop.start()

@@ -102,6 +102,7 @@ class MappedFile:
             raise
         self.wrote = 0
         self.flushed = 0
+        self.holds = 0  # senders with frames of this file queued (HA): retention waits for them
 
     @property
     def end(self) -> int:

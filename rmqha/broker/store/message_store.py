@@ -153,6 +153,13 @@ class GetResult:
     records: list[bytes]
 
 
+# Why a put is refused while the disk is marked full (the send processor says "service not available
+# now: " before it, as 4.9.8's SendMessageProcessor says "service not available now. It may be caused by
+# ... the broker's disk is full ...").
+WRITE_REFUSED_REMARK = (
+    "the broker's disk is full: past diskSpaceWarningLevelRatio of its disk, writes are refused until "
+    "the retention service finds it below (store/retention.py)"
+)
 DISPATCH_READ_MARGIN = 64 << 10  # read past a dispatch slice's end, for the record that straddles it
 
 
@@ -207,6 +214,9 @@ class MessageStore:
         self.was_clean_shutdown = True
         self._lock_fd = -1
         self.closed = False
+        # Why puts are refused SERVICE_NOT_AVAILABLE ("" when they are not): the retention service marks
+        # the disk full past diskSpaceWarningLevelRatio, as 4.9's DISK_FULL running flag (store/retention.py).
+        self.write_refused = ""
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> RecoveryReport:
@@ -264,6 +274,9 @@ class MessageStore:
                 "recovery: dropped %d consume-queue units that pointed past the commit log end %d", dropped, end
             )
         self.reput_offset = end
+        if self.commitlog.min_offset:  # its first files were deleted (retention): older units are unreadable
+            for cq in self.queues.values():
+                cq.correct_min_offset(self.commitlog.min_offset)
         log.info(
             "store recovered: clean_shutdown=%s commitlog=[%d, %d) records_walked=%d queues=%d",
             self.was_clean_shutdown,
@@ -372,6 +385,8 @@ class MessageStore:
         keys follow at the next dispatch_pending(). Synchronous; flush and HA waits come after."""
         if self.closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="store is shut down")
+        if self.write_refused:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=WRITE_REFUSED_REMARK)
         refused = self._stamp(msg)
         if refused is not None:
             return refused
@@ -454,8 +469,8 @@ class MessageStore:
 
         The caller has made them plain: a topic that takes sends, a valid queue id, no transaction
         type, no delay (the scan leaves such properties to the Python path)."""
-        if self.closed or not sends:
-            return []
+        if self.closed or not sends or self.write_refused:
+            return []  # put_message says why
         now = self.now_ms()
         cl = self.commitlog
         next_offsets: dict[tuple[str, int], list[Any]] = {}  # key -> [consume queue, next queue offset]

@@ -26,6 +26,7 @@ def test_status_and_metrics_show_every_periodic_service(tmp_path):
     s = Broker(tmp_path / "s", brokerRole="SLAVE")
     try:
         assert set(m.server.status()["services"]) == {
+            "clean_files",
             "client_scan",
             "commitlog_flush",
             "consumer_offsets_flush",
@@ -35,6 +36,7 @@ def test_status_and_metrics_show_every_periodic_service(tmp_path):
             "transaction_check",
         }
         assert set(s.server.status()["services"]) == {
+            "clean_files",
             "client_scan",
             "commitlog_flush",
             "consumer_offsets_flush",
