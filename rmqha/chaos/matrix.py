@@ -1639,14 +1639,18 @@ def judge(p: dict, samples: list[dict]) -> tuple[str, str]:
 
 # this broker; the same broker with haCompat49=true (4.9's HA behaviour); or with haRecoveryEnable=true (a
 # master back behind its slave fetches the slave's tail before it takes writes: rmqha/broker/ha/recovery.py)
-MODES = ("ours", "4.9", "recovery")
-MODE_SETS = {"ours": [], "4.9": ["haCompat49=true"], "recovery": ["haRecoveryEnable=true"]}
-MODE_SUFFIX = {"ours": "", "4.9": "-49", "recovery": "-rc"}
+MODES = ("ours", "4.9", "recovery", "apache")
+MODE_SETS = {"ours": [], "4.9": ["haCompat49=true"], "recovery": ["haRecoveryEnable=true"], "apache": []}
+MODE_SUFFIX = {"ours": "", "4.9": "-49", "recovery": "-rc", "apache": "-ap"}
+# mode "apache": the real Apache RocketMQ 4.9.x (ROCKETMQ_HOME, local backend) beside the "4.9" emulation;
+# it is the one mode besides "ours" that runs the DLedger configuration too (a DLedger group of 4.9 brokers)
+MODE_ARGS = {"apache": ["--broker", "apache"]}
+DLEDGER_MODES = ("ours", "apache")
 
 
 def run_name(topology: str, flush: str, backend: str, seed: int, mode: str = "ours", faults=()) -> str:
     if is_dledger(topology):
-        return f"mx-dl-{backend[0]}{seed}"
+        return f"mx-dl-{backend[0]}{seed}" + (MODE_SUFFIX[mode] if mode != "ours" else "")
     return (
         f"mx-{'s' if topology == '2m-2s-sync' else 'a'}{'s' if flush == 'SYNC_FLUSH' else 'a'}-{backend[0]}{seed}"
         + ("-df" if list(faults) == DISK_FAULTS else "")
@@ -1720,6 +1724,7 @@ def sweep(
         cmd += ["--sweep-hold", str(LONG_HOLD_S)]
     for kv in MODE_SETS[mode] + [f"{k}={v}" for k, v in (sets or {}).items()]:
         cmd += ["--set", kv]
+    cmd += MODE_ARGS.get(mode, [])  # --rocketmq-home: the child reads ROCKETMQ_HOME
     if base is not None:
         cmd += ["--base-port", str(base)]
     cmd += list(extra)
@@ -2133,8 +2138,10 @@ def make_plan(
             for mode in modes:
                 for topology, flush in configs:
                     mine = sweeps_for(topology, backend, long_holds)
+                    if mode == "apache" and backend != "local":
+                        continue  # Apache's 4.9 runs on the local backend only so far
                     if is_dledger(topology):
-                        if mode != "ours" or k >= len(mine):
+                        if mode not in DLEDGER_MODES or k >= len(mine):
                             continue
                         faults_here = mine[k]
                     else:
@@ -2186,7 +2193,8 @@ def _parser() -> argparse.ArgumentParser:
         default="ours",
         help="comma-separated, side by side in the table: ours (this "
         "broker), 4.9 (haCompat49=true: Apache RocketMQ 4.9's HA behaviour), recovery "
-        "(haRecoveryEnable=true: a master back behind its slave fetches the slave's tail first)",
+        "(haRecoveryEnable=true: a master back behind its slave fetches the slave's tail first), apache "
+        "(the real Apache RocketMQ 4.9.x from ROCKETMQ_HOME, local backend only)",
     )
     return ap
 
@@ -2205,6 +2213,12 @@ def parse_args(argv) -> tuple[argparse.Namespace, list[tuple[str, str]], list[st
     for mode in modes:
         if mode not in MODES:
             ap.error(f"--modes: {mode!r}; known: {', '.join(MODES)}")
+    if "apache" in modes:
+        from rmqha.cluster.implementations import parse_choice, unavailable_reason
+
+        why = unavailable_reason(parse_choice("apache"))
+        if why:
+            ap.error(f"--modes apache: {why}")
     return args, configs, modes
 
 

@@ -498,6 +498,14 @@ class Cluster:
             from .power import fs_power_loss
 
             return fs_power_loss(self, node)
+        impl = self.node(node).get("implementation", "ours")
+        if impl != "ours":
+            from .power import PowerNotModelled
+
+            raise PowerNotModelled(
+                f"{node} runs the {impl} broker: the reported power model reads our /status's durableOffset, "
+                "which no 4.9 broker serves; power faults on it are not exercised (use the fs model, crashfs)"
+            )
         if self.is_dledger(node):
             return self._dledger_power_loss(node)
         st = self.status(node)

@@ -463,3 +463,17 @@ def test_failover_counts_from_when_the_inject_took_effect(tmp_path):
     assert matrix.took_effect(tmp_path) == {1: 3000}
     got = samples_by_id(tmp_path, dl_summary(f, {"#1 kill-leader broker-n0": 1}, 1))[1]
     assert got["failover_s"] == 4.0
+
+
+def test_mode_apache_runs_the_real_broker_locally_classic_and_dledger():
+    plan = matrix.make_plan(
+        [("2m-2s-sync", "ASYNC_FLUSH"), matrix.DLEDGER], ["local", "docker"], ["4.9", "apache"], 1, 1
+    )
+    apache = [(t, b, mode) for t, _fl, b, _f, _s, mode in plan if mode == "apache"]
+    # local only (docker cannot run Apache's broker yet), and DLedger too (a group of 4.9 brokers)
+    assert {b for _t, b, _m in apache} == {"local"}
+    assert {t for t, _b, _m in apache} == {"2m-2s-sync", "dledger"}
+    assert not [p for p in plan if p[0] == "dledger" and p[5] == "4.9"]
+    names = [matrix.run_name(t, fl, b, s, m, f) for t, fl, b, f, s, m in plan if m == "apache"]
+    assert "mx-dl-l1-ap" in names and all(n.endswith("-ap") for n in names)
+    assert matrix.MODE_ARGS["apache"] == ["--broker", "apache"]
