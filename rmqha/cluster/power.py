@@ -39,9 +39,11 @@ def mount_stores(cluster, nodes: list[str] | None = None, *, semantics: str = "p
         running = cluster.running(node)
         if running:
             cluster.stop(node)
-        crashfs.mount(store, semantics=semantics, rename_over_flushes=semantics == "ext4")
-        if running:
-            cluster.start(node, timeout=60)
+        try:
+            crashfs.mount(store, semantics=semantics, rename_over_flushes=semantics == "ext4")
+        finally:  # a mount that fails leaves the node as it was, running
+            if running:
+                cluster.start(node, timeout=60)
         done[node] = "mounted"
     return done
 
