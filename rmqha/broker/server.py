@@ -33,6 +33,8 @@ from .processors.offset_queries import OffsetQueryProcessors
 from .processors.pull import PullProcessor
 from .processors.query_message import QueryMessageProcessor
 from .processors.send import SendProcessor
+from .pop.service import PopService
+from .processors.pop import PopProcessors
 from .processors.send_back import SendBackProcessor
 from .processors.topics import TopicConfigManager, TopicProcessors
 from .processors.subscription_groups import SubscriptionGroupManager, SubscriptionGroupProcessors
@@ -83,6 +85,7 @@ class BrokerServer:
         self.registration: BrokerRegistration | None = None
         self.slave_sync: SlaveSynchronize | None = None
         self.transactions: TransactionService | None = None
+        self.pop: PopService | None = None
         self.schedule: ScheduleMessageService | None = None
         self.acl = None
         self.port = None
@@ -98,6 +101,7 @@ class BrokerServer:
         self._register_processors()
         self._start_acl()
         self._start_transactions()
+        self._start_pop()
         self._install_metrics()
         if c.is_master and not c.enableDLegerCommitLog:
             self.schedule.start()
@@ -230,6 +234,17 @@ class BrokerServer:
         if c.is_master and not c.enableDLegerCommitLog:
             self.transactions.start()
 
+    def _start_pop(self) -> None:
+        """5.x's POP consumption (rmqha/broker/pop/): served everywhere (a slave refuses it); a master
+        revives what was not acked. Not in DLedger mode yet (README: 5.x clients)."""
+        c = self.config
+        self.pop = PopService(
+            c, self.controller.store, self.controller.put_message, self.offsets, self.topics, self.clock
+        )
+        PopProcessors(c, self.pop, self.topics, self.groups, self.controller.store, self.clock).register(self.registry)
+        if c.is_master and not c.enableDLegerCommitLog:
+            self.pop.start()
+
     def _listen(self) -> None:
         c = self.config
         self.port = self.reactor.listenTCP(c.listenPort, self.factory)
@@ -290,6 +305,8 @@ class BrokerServer:
             self.acl.stop()
         if self.transactions is not None:
             self.transactions.stop()
+        if self.pop is not None:
+            self.pop.stop()
         for port in (self.port, self.fast_port):
             if port is not None:
                 ds.append(defer.maybeDeferred(port.stopListening))

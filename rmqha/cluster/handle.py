@@ -454,7 +454,7 @@ class Cluster:
     def start(self, node: str, wait: bool = True, timeout: float = 30.0) -> None:
         """Start the node again as `up` did (no-op when it runs); wait until /status answers."""
         self.backend.start_node(node)
-        if wait and node != "namesrv":
+        if wait and node not in ("namesrv", "proxy"):  # neither has a /status
             self.wait_up(node, timeout)
 
     def stop(self, node: str, timeout: float = 10.0) -> str | None:

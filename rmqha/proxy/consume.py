@@ -4,8 +4,8 @@ long polling, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQue
 ReceiveMessage follows ReceiveMessageActivity: the invisible duration is checked against the proxy's
 bounds, the long poll is the client's timeout less a reserve so the answer beats the client's deadline,
 a popped message whose reconsume times reached the client's max attempts goes to the DLQ and is acked
-instead of delivered (PopMessageResultFilterImpl's TO_DLQ), and the stream is the status, then the
-messages.
+instead of delivered (PopMessageResultFilterImpl's TO_DLQ), and the stream is the status, the delivery
+timestamp, then the messages.
 """
 
 from __future__ import annotations
@@ -88,10 +88,11 @@ class Consume:
                 if request.filter_expression.type in (d.TAG, d.FILTER_TYPE_UNSPECIFIED)
                 else "*"
             )
+            # 5.x's ReceiveMessageQueueSelector: the broker the client named, every queue of it (-1)
             cmd = brokers.pop(
                 group,
                 topic,
-                request.message_queue.id,
+                -1,
                 max(1, request.batch_size),
                 invisible,
                 poll,
@@ -126,6 +127,9 @@ class Consume:
             yield s.ReceiveMessageResponse(status=codes.status(d.MESSAGE_NOT_FOUND, "no new message"))
             return
         yield s.ReceiveMessageResponse(status=codes.status(d.OK))
+        # when the proxy hands the batch over: the 5.x Python push consumer measures its latency from
+        # it and drops the batch without it
+        yield s.ReceiveMessageResponse(delivery_timestamp=convert.timestamp(convert.now_ms()))
         for msg in out:
             yield s.ReceiveMessageResponse(message=msg)
 
@@ -181,8 +185,9 @@ class Consume:
             )
             if resp.code != ResponseCode.SUCCESS:
                 return s.ChangeInvisibleDurationResponse(status=codes.from_remoting(resp.code, resp.remark))
+            # the broker's new checkpoint starts at this message's offset (5.x's ChangeInvisibleTimeProcessor)
             new = receipt.Handle(
-                int(resp.ext_fields.get("startOffset", h.start_offset)),
+                h.offset,
                 int(resp.ext_fields["popTime"]),
                 int(resp.ext_fields["invisibleTime"]),
                 int(resp.ext_fields.get("reviveQid", h.revive_qid)),

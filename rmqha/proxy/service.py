@@ -262,8 +262,8 @@ class MessagingService(g.MessagingServiceServicer):
         async for cmd in request_iterator:
             which = cmd.WhichOneof("command")
             if which == "settings":
-                sess.settings = cmd.settings
                 reply = await self._merged_settings(cmd.settings)
+                sess.settings = reply  # what the client runs with: its max attempts decide the DLQ
                 sess.outbox.put_nowait(s.TelemetryCommand(status=codes.status(d.OK), settings=reply))
                 asyncio.ensure_future(self.proxy.heartbeat_brokers())
             # thread stack traces and verify results: nothing asked them, nothing to do
@@ -348,8 +348,9 @@ class MessagingService(g.MessagingServiceServicer):
 
     # ---- consumers (consume.py) ----------------------------------------------------------------------
 
-    def ReceiveMessage(self, request, context):
-        return self.consume.receive(request, context)
+    async def ReceiveMessage(self, request, context):
+        async for response in self.consume.receive(request, context):
+            yield response
 
     async def AckMessage(self, request, context):
         return await self.consume.ack(request, context)

@@ -11,7 +11,7 @@ job: {"endpoint": "host:port", "op": ..., ...}
            "offset"} or {"i", "error", "code"}; a check answered: {"checked": message_id}.
   simple:  group, topic, expect (distinct bodies acked), deadline_s, invisible_s, plan: {"<body>":
            ["ack" | "skip" | "change:<s>"] by delivery attempt, default ack}; one line per delivery:
-           {"body", "message_id", "attempt", "action"}.
+           {"body", "message_id", "attempt", "action", "t" (ms)}.
   push:    group, topic, expect, deadline_s, fail: [bodies to answer FAILURE once]; one line per delivery.
 """
 
@@ -45,7 +45,8 @@ def config(job):
 
 
 def error(e):
-    return {"error": f"{type(e).__name__}: {e}", "code": getattr(e, "code", None)}
+    code = getattr(e, "code", None)  # the client's exceptions carry the gRPC status code; grpc's own a method
+    return {"error": f"{type(e).__name__}: {e}", "code": code if isinstance(code, int) else None}
 
 
 class Checker(TransactionChecker):
@@ -80,6 +81,7 @@ def produce(job):
     p.startup()
     try:
         for i, s in enumerate(job["sends"]):
+            t0 = int(time.time() * 1000)
             m = build(topic, s)
             try:
                 if s.get("transaction"):
@@ -93,7 +95,7 @@ def produce(job):
                     r = p.send_async(m).result(timeout=30)
                 else:
                     r = p.send(m)
-                emit({"i": i, "body": s["body"], "message_id": r.message_id, "offset": r.offset})
+                emit({"i": i, "body": s["body"], "message_id": r.message_id, "offset": r.offset, "sent_ms": t0})
             except Exception as e:
                 emit({"i": i, "body": s["body"], **error(e)})
         time.sleep(job.get("linger_s", 0))
@@ -109,7 +111,7 @@ def simple(job):
         await_duration=job.get("await_s", 5),
     )
     c.startup()
-    acked, attempts = set(), {}
+    acked, attempts, errors = set(), {}, 0
     deadline = time.monotonic() + job.get("deadline_s", 60)
     plan = job.get("plan") or {}
     try:
@@ -117,7 +119,9 @@ def simple(job):
             try:
                 msgs = c.receive(job.get("batch", 16), job.get("invisible_s", 10))
             except Exception as e:
-                emit(error(e))
+                errors += 1
+                if errors <= 5:  # the first few say why; the rest are the same
+                    emit(error(e))
                 time.sleep(0.5)
                 continue
             for m in msgs or []:
@@ -125,7 +129,13 @@ def simple(job):
                 n = attempts[body] = attempts.get(body, 0) + 1
                 steps = plan.get(body) or []
                 action = steps[n - 1] if n <= len(steps) else "ack"
-                line = {"body": body, "message_id": m.message_id, "attempt": m.delivery_attempt, "action": action}
+                line = {
+                    "body": body,
+                    "message_id": m.message_id,
+                    "attempt": m.delivery_attempt,
+                    "action": action,
+                    "t": int(time.time() * 1000),
+                }
                 try:
                     if action == "ack":
                         c.ack(m)
