@@ -1,4 +1,4 @@
-"""The consumer RPCs (tests: tests/unit/test_proxy_service.py): ReceiveMessage on the broker's POP with
+"""The consumer RPCs (tests: tests/integration/test_proxy_client5.py): ReceiveMessage on the broker's POP with
 long polling, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, and the offset RPCs.
 
 ReceiveMessage follows ReceiveMessageActivity: the invisible duration is checked against the proxy's

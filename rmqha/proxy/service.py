@@ -1,5 +1,5 @@
 """The gRPC servicer: each RPC reads its request, makes the remoting calls and answers (tests:
-tests/unit/test_proxy_service.py, tests/integration/test_proxy_client5.py). Conversions are in
+tests/integration/test_proxy_client5.py, test_proxy_outcomes.py). Conversions are in
 convert.py, routes.py, receipt.py and brokers.py; the consumer RPCs in consume.py."""
 
 from __future__ import annotations

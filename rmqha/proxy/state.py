@@ -1,4 +1,4 @@
-"""What the proxy remembers between RPCs (tests: tests/unit/test_proxy_service.py): routes, each client's
+"""What the proxy remembers between RPCs (tests: tests/integration/test_proxy_client5.py): routes, each client's
 settings and its Telemetry stream, and the transactions it must be able to end.
 
 Transactions: a half message's END_TRANSACTION needs the broker, its queue offset and commit-log offset,

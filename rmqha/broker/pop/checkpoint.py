@@ -1,5 +1,5 @@
 """The revive topic's records, in 5.x's JSON field names (PopCheckPoint, AckMsg), and POP_CK's extra
-info (ExtraInfoUtil). IO-free (tests: tests/unit/broker/test_pop.py).
+info (ExtraInfoUtil). IO-free (tests: tests/unit/processors/test_pop.py).
 
 A checkpoint records one pop of one queue: startOffset (so), popTime (pt), invisibleTime (it), the
 queue offsets popped as differences from so (d), the group (c), the real topic (t: the topic or its

@@ -1,5 +1,5 @@
 """The revive table: what was popped and not acked yet, and when it comes back. IO-free (tests:
-tests/unit/broker/test_pop.py).
+tests/unit/processors/test_pop.py).
 
 Records are fed in revive-queue order (feed_ck, feed_ack) with their revive-queue offset; `due(now)`
 names the checkpoints whose invisible time has passed with offsets still unacked; `done(ck)` marks one

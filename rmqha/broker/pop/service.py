@@ -1,6 +1,6 @@
 """The broker's POP service: pops from a group's queues, stores checkpoints and acks in the revive
 topic, and puts unacked messages back on the group's retry topic when their invisible time has passed
-(tests: tests/unit/broker/test_pop.py; the protocol side is rmqha/broker/processors/pop.py).
+(tests: tests/unit/processors/test_pop.py; the protocol side is rmqha/broker/processors/pop.py).
 
 As 5.x's PopMessageProcessor, AckMessageProcessor, ChangeInvisibleTimeProcessor and PopReviveService,
 with these differences, all on the side of keeping ack state:
