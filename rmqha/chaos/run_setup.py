@@ -4,8 +4,10 @@ runs, every store on a size-limited tmpfs (disk-full), and an explicit fault sch
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 
 from rmqha.chaos.nemesis import ALL_FAULTS, FAULTS, Fault, groups_of, why_not_applicable
 from rmqha.chaos.run_status import say
@@ -72,7 +74,13 @@ def power_on_crashfs(cluster, usable: list[str], args, seed: int) -> list[str]:
 
     cluster.power_model, cluster.cut_mode, cluster.cut_seed = args.power_model, args.cut_mode, seed or 0
     cluster.fs_semantics = args.fs_semantics
-    power = [f for f in usable if f in POWER_FAULTS]
+    planned = list(usable)
+    if getattr(args, "schedule", None):  # an explicit schedule names its faults itself
+        try:
+            planned += [item["kind"] for item in json.loads(Path(args.schedule).read_text())]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # plan_schedule says what is wrong with it
+    power = sorted({f for f in planned if f in POWER_FAULTS})
     if not power or args.power_model != "fs":
         if power:
             say(f"power model: reported (the broker's own fsync report): {', '.join(power)}")
