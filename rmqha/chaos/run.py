@@ -224,8 +224,8 @@ def _add_nemesis_options(ap: argparse.ArgumentParser) -> None:
         "--fs-semantics",
         default=os.environ.get("FS_SEMANTICS") or "posix",
         choices=("posix", "ext4"),
-        help="with --power-model fs: posix (a new name needs an fsync of its directory) or ext4 (an fsync of a "
-        "new file commits its name; a rename over a file makes its data durable)",
+        help="with --power-model fs: posix (a new name needs an fsync of its directory) or ext4 (an fsync of any "
+        "file commits every earlier namespace change; a rename over a file makes its data durable)",
     )
 
 

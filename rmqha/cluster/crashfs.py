@@ -131,8 +131,9 @@ def find(store: Path) -> Mount | None:
 def mount(store: Path, *, rename_over_flushes: bool = False, semantics: str = "posix", timeout: float = 30.0) -> Mount:
     """Put `store` on crashfs: its files move to <store>.crashfs/backing, the mount takes its place.
     What was there is durable. The node using it must be stopped. semantics "posix": a name is durable
-    only through an fsync of its directory; "ext4": an fsync of a new file also commits its name (ext4's
-    journal does; the option --fsync-commits-name)."""
+    only through an fsync of its directory; "ext4": an fsync of any file also commits every earlier
+    namespace change (ext4's one journal; --fsync-commits-journal) and a rename over a file makes the
+    renamed file's data durable (auto_da_alloc; --rename-over-flushes)."""
     store = Path(store)
     found = find(store)
     if found:
@@ -155,7 +156,7 @@ def mount(store: Path, *, rename_over_flushes: bool = False, semantics: str = "p
     if rename_over_flushes:
         args.append("--rename-over-flushes")
     if semantics == "ext4":
-        args.append("--fsync-commits-name")
+        args.append("--fsync-commits-journal")
     elif semantics != "posix":
         raise ValueError(f"semantics {semantics!r}: posix or ext4")
     with open(work / "crashfs.log", "ab") as log:

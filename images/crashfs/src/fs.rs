@@ -31,9 +31,9 @@ const TTL: Duration = Duration::from_secs(1);
 pub struct Options {
     /// ext4's auto_da_alloc: renaming a file over an existing one makes the renamed file's data durable.
     pub rename_over_flushes: bool,
-    /// ext4's fsync of a file also makes durable the creation or rename that gave the file its name
-    /// (and the directories that name depends on); POSIX asks for an fsync of the directory.
-    pub fsync_commits_name: bool,
+    /// ext4 (data=ordered): an fsync of any file commits the one journal of the filesystem, and with it
+    /// every namespace change made before it; POSIX asks for an fsync of the directory.
+    pub fsync_commits_journal: bool,
 }
 
 struct Node {
@@ -305,9 +305,10 @@ impl State {
         if let Some(log) = self.nodes.get_mut(&ino).and_then(|n| n.log.as_mut()) {
             log.sync();
         }
-        if self.opts.fsync_commits_name {
-            for op in model::fsync_entry(&mut self.meta, ino) {
-                self.forget_grave(&op);
+        if self.opts.fsync_commits_journal {
+            let ops: Vec<MetaOp> = self.meta.drain(..).collect();
+            for op in &ops {
+                self.forget_grave(op);
             }
         }
         Ok(())

@@ -1,6 +1,6 @@
 //! crashfs: a crash-consistency FUSE filesystem (README.md beside this folder says how to use it).
 //!
-//!   crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes] [--fsync-commits-name]
+//!   crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes] [--fsync-commits-journal]
 //!
 //! The control socket takes one line per command and answers one JSON line:
 //!   ping | status | sync | cut [lose-unsynced|keep-prefix|torn] [SEED] | unmount
@@ -17,7 +17,7 @@ use fuser::{Config, MountOption, SessionACL};
 
 fn usage(msg: &str) -> ! {
     eprintln!("crashfs: {msg}");
-    eprintln!("usage: crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes] [--fsync-commits-name]");
+    eprintln!("usage: crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes] [--fsync-commits-journal]");
     exit(2)
 }
 
@@ -26,7 +26,7 @@ fn main() {
     let mut mount = None;
     let mut control = None;
     let mut rename_over_flushes = false;
-    let mut fsync_commits_name = false;
+    let mut fsync_commits_journal = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -34,7 +34,7 @@ fn main() {
             "--mount" => mount = args.next().map(PathBuf::from),
             "--control" => control = args.next().map(PathBuf::from),
             "--rename-over-flushes" => rename_over_flushes = true,
-            "--fsync-commits-name" => fsync_commits_name = true,
+            "--fsync-commits-journal" => fsync_commits_journal = true,
             "--version" => {
                 println!("crashfs {}", env!("CARGO_PKG_VERSION"));
                 return;
@@ -45,7 +45,7 @@ fn main() {
     let backing = backing.unwrap_or_else(|| usage("--backing is required"));
     let mount = mount.unwrap_or_else(|| usage("--mount is required"));
     let control = control.unwrap_or_else(|| usage("--control is required"));
-    let state = match fs::State::new(backing.clone(), fs::Options { rename_over_flushes, fsync_commits_name }) {
+    let state = match fs::State::new(backing.clone(), fs::Options { rename_over_flushes, fsync_commits_journal }) {
         Ok(s) => Arc::new(Mutex::new(s)),
         Err(e) => usage(&format!("cannot use backing directory {}: {e}", backing.display())),
     };

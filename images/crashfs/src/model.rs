@@ -274,12 +274,6 @@ pub fn fsync_dir(log: &mut Vec<MetaOp>, dir: u64) -> Vec<MetaOp> {
     make_durable(log, |op| op.parents().contains(&dir))
 }
 
-/// ext4's fsync of a newly made file also commits its name (ext4_sync_parent): the changes that made
-/// or moved inode `ino`, and what they depend on, become durable.
-pub fn fsync_entry(log: &mut Vec<MetaOp>, ino: u64) -> Vec<MetaOp> {
-    make_durable(log, |op| op.inos().contains(&ino))
-}
-
 fn make_durable(log: &mut Vec<MetaOp>, seed: impl Fn(&MetaOp) -> bool) -> Vec<MetaOp> {
     let mut names: HashSet<(u64, OsString)> = HashSet::new();
     let mut inos: HashSet<u64> = HashSet::new();

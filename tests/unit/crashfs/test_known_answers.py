@@ -288,3 +288,21 @@ def test_a_process_alive_across_the_cut_cannot_write_into_after(cfs):
     assert b"flushed" not in out and p.returncode != 0  # its writes after the cut were refused
     os.sync()
     assert read(cfs.store / "live") == b"\0" * 4096
+
+
+def test_ext4_semantics_commit_every_earlier_name_with_any_fsync(crashfs_ready, tmp_path):
+    """--fs-semantics ext4: an fsync of any file commits the journal, names made before it included;
+    a name made after it is still lost."""
+    from rmqha.cluster import crashfs
+
+    store = tmp_path / "store"
+    m = crashfs.mount(store, semantics="ext4")
+    try:
+        write_file(store / "g", b"g", fsync=False)
+        os.mkdir(store / "d")
+        os.rename(store / "g", store / "d" / "g2")
+        write_file(store / "other", b"o")  # its fsync commits every change above, its own name too
+        write_file(store / "late", b"l", fsync=False)
+        check(m, "lose-unsynced", 1, {"d/g2": [b""], "other": [b"o"], "late": [None], "g": [None]})
+    finally:
+        crashfs.unmount(store)
