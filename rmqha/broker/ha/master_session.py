@@ -299,12 +299,7 @@ class MasterSession:
             start = request
         self.next_transfer_from = start
         if request and request < self.log.min_offset:
-            self.state = SessionState.OFFSET_UNAVAILABLE
-            self.problem = (
-                f"slave {self.peer} asks for offset {request} but the master's commit log "
-                f"starts at {self.log.min_offset}: the data it needs is gone; rebuild the slave"
-            )
-            log.error("%s", self.problem)
+            self._unavailable(request, "asks for")
         else:
             self.state = SessionState.STREAMING
         log.info(
@@ -314,6 +309,22 @@ class MasterSession:
             start,
             self.log.max_offset,
         )
+
+    def _unavailable(self, offset: int, what: str) -> None:
+        self.state = SessionState.OFFSET_UNAVAILABLE
+        self.problem = (
+            f"slave {self.peer} {what} offset {offset} but the master's commit log "
+            f"starts at {self.log.min_offset}: the data it needs is gone; rebuild the slave"
+        )
+        log.error("%s", self.problem)
+
+    def _gone(self, start: int) -> bool:
+        """The next bytes to send are no longer in the log (retention deleted their file under a slave
+        that was behind): the session stops as at connect time, never waits silently (4.9 does)."""
+        if start >= self.log.min_offset:
+            return False
+        self._unavailable(start, "needs")
+        return True
 
     # -- writer -----------------------------------------------------------------------------------
     def next_frame(self, now: float) -> tuple[Chunk, Chunk] | None:
@@ -330,7 +341,7 @@ class MasterSession:
         if self.state != SessionState.STREAMING:
             return []
         start = self.next_transfer_from
-        if start >= self.log.max_offset:
+        if start >= self.log.max_offset or self._gone(start):
             return []
         data = self.log.read(start, max(max_bytes, self.batch_size))  # never crosses a file boundary
         if not data:
@@ -352,7 +363,7 @@ class MasterSession:
         if self.state != SessionState.STREAMING:
             return None
         start = self.next_transfer_from
-        if start >= self.log.max_offset:
+        if start >= self.log.max_offset or self._gone(start):
             return None
         region = self.log.region(start, max(max_bytes, self.batch_size))  # never crosses a file boundary
         if region is None:

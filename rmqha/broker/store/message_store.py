@@ -645,6 +645,14 @@ class MessageStore:
         """
         self.dispatch_pending()
         self.queue_offsets.clear()  # units from replicated records: the queues say what comes next
+        if self.reput_offset < self.commitlog.min_offset:
+            # retention deleted files not dispatched yet (4.9's ReputMessageService jumps the same way)
+            log.warning(
+                "dispatch: offset %d is before the commit log's first file; continuing at %d",
+                self.reput_offset,
+                self.commitlog.min_offset,
+            )
+            self.reput_offset = self.commitlog.min_offset
         start = self.reput_offset
         stop = min(self.commitlog.max_offset, start + max_bytes)
         batches: dict[tuple[str, int], list[Unit]] = {}

@@ -298,3 +298,17 @@ def test_the_last_file_frame_is_the_remainder():
     f, frames = s.next_file_frames(102.0, 700)
     assert frames == [(header(0, 300), 0, 300), (header(300, 300), 300, 300), (header(600, 100), 600, 100)]
     assert s.next_transfer_from == 700 and s.bytes_sent == 700 + 36
+
+
+@pytest.mark.parametrize("file_frames", [False, True])
+def test_a_file_deleted_under_a_streaming_slave_makes_the_session_unavailable_not_silent(file_frames):
+    # Retention (rmqha/broker/store/retention.py) deleted the master's first files while this slave was
+    # still behind them: nothing can be sent from where it is; say so as at connect time (4.9 just stalls).
+    log = FakeLog(2500)
+    s = session(log)
+    s.on_data(report(300), 101.0)
+    log.min_offset = 1000
+    sent = s.next_file_frames(102.0, 10_000) if file_frames else s.next_frames(102.0, 10_000)
+    assert not sent
+    assert s.state == SessionState.OFFSET_UNAVAILABLE
+    assert "starts at 1000" in s.problem and "rebuild the slave" in s.problem

@@ -287,3 +287,34 @@ def test_the_config_s_physic_path_is_dledger_s_data_directory_in_dledger_mode(tm
         }
     )
     assert cfg.store_path_physic == os.path.join(str(tmp_path), "dledger-n0", "data")
+
+
+def test_a_slave_s_dispatch_behind_the_deleted_files_continues_at_the_log_s_first_offset(tmp_path):
+    # A slave's dispatch (consume queues from replicated bytes) that has not reached the files retention
+    # deleted would otherwise wait for bytes that are gone, for ever (4.9's reput jumps to minOffset).
+    master = open_store(tmp_path / "m", file_size=FILE)
+    slave = open_store(tmp_path / "s", file_size=FILE)
+    try:
+        for i in range(60):
+            master.put_message(msg(i, size=300))
+        master.dispatch_pending()
+        data = master.commitlog.read
+        offset = 0
+        while offset < master.max_offset:
+            chunk = data(offset, FILE)
+            slave.append_replicated(offset, chunk)
+            offset += len(chunk)
+        files = slave.commitlog.queue.files
+        first = files[2].base
+        while slave.commitlog.min_offset < first:
+            files.pop(0).destroy()
+        assert slave.reput_offset == 0
+        while slave.dispatch():
+            pass
+        assert slave.reput_offset == slave.max_offset
+        cq = slave.queues[("T", 0)]
+        assert cq.get(cq.max_index - 1) == master.queues[("T", 0)].get(cq.max_index - 1)
+        assert slave.get_messages("T", 0, cq.max_index - 1, 1).status == GetStatus.FOUND
+    finally:
+        master.shutdown()
+        slave.shutdown()
