@@ -58,8 +58,7 @@ from pathlib import Path
 
 from rmqha.cluster import runfolder as rf
 
-from .nemesis import DLEDGER as DLEDGER_MODE
-from .nemesis import FAULTS
+from rmqha.runs.faults import DESTRUCTIVE, FAULTS, GROUP_POWER, LEADER_FAULTS, NODE_DOWN, evidence, master_power_cut
 
 CONFIGS = [
     ("2m-2s-sync", "ASYNC_FLUSH"),
@@ -95,8 +94,8 @@ DOCKER_FAULTS = ["partition", "cut", "latency", "client-cut"]
 # none either, and the row names the default. Its faults are the nemesis's DLedger faults, found by their
 # modes: every one the local backend can do, and on docker the ones only docker can (partitions).
 DLEDGER = ("dledger", "ASYNC_FLUSH")
-DLEDGER_LOCAL_FAULTS = [k for k, v in FAULTS.items() if DLEDGER_MODE in v.modes and "local" in v.backends]
-DLEDGER_DOCKER_FAULTS = [k for k, v in FAULTS.items() if DLEDGER_MODE in v.modes and "local" not in v.backends]
+DLEDGER_LOCAL_FAULTS = [k for k, v in FAULTS.items() if v.dledger and "local" in v.backends]
+DLEDGER_DOCKER_FAULTS = [k for k, v in FAULTS.items() if v.dledger and "local" not in v.backends]
 # The DLedger sweep's faults end about 50 s in; its workload goes on to at least this: a leader fault is
 # held from when it took effect, and later faults move with it (nemesis.py Nemesis.run), so a slow
 # inject or restart needs room before the sends stop (then the nemesis stops, and heals what is active).
@@ -148,8 +147,8 @@ def promise(topology: str, flush: str, kind: str, role: str) -> dict:
             "all can be elected (Raft): nothing acknowledged is lost, the committed prefix never diverges",
         }
     sync = topology == "2m-2s-sync"
-    group_power = kind in ("group-power-loss", "slave-then-master-power-loss", "cluster-power-loss")
-    master_power = (kind == "power-loss" and role == "master") or group_power
+    group_power = kind in GROUP_POWER
+    master_power = master_power_cut(kind, role)
     # SEND_OK on a SYNC_MASTER: a slave reported the bytes (docs/ha-protocol.md §5). With SYNC_FLUSH: fsynced on the
     # master. A SIGKILL keeps the page cache. So only an ASYNC_MASTER + ASYNC_FLUSH power loss can lose what
     # the slave had not received yet; and when the whole group loses power, with ASYNC_FLUSH what no node
@@ -946,25 +945,7 @@ def unequal_at_end(run: Path, summary: dict) -> dict[str, tuple[bool, str]]:
 
 # Faults that take a node away: the samples must have seen it not answering while the fault was active,
 # or the fault had no effect anyone could see ("not exercised": a nemesis that silently did nothing)
-NODE_DOWN_FAULTS = (
-    "kill-master",
-    "kill-slave",
-    "restart-master",
-    "restart-slave",
-    "power-loss",
-    "group-power-loss",
-    "slave-then-master-power-loss",
-    "cluster-power-loss",
-    "pause-master",
-    "pause-slave",
-    "partition",
-    "kill-leader",
-    "pause-leader",
-    "kill-follower",
-    "pause-follower",
-    "power-loss-leader",
-    "power-loss-follower",
-)
+NODE_DOWN_FAULTS = NODE_DOWN
 
 
 def down_seen(run: Path) -> dict[str, list[float]]:
@@ -1016,7 +997,8 @@ def no_effect(
     if not sampled:
         return None
     end = f["end_ms"] if f["end_ms"] is not None else float("inf")
-    if f["kind"] == "disk-full":
+    seen = evidence(f["kind"])
+    if seen == "disk":
         if f.get("role") == "master":
             return (
                 None
@@ -1030,7 +1012,7 @@ def no_effect(
         if slave_grew and master_grew:
             return f"{f['target']} went on storing while its disk was full: the fault had no visible effect"
         return None
-    if f["kind"] in ("cut", "latency"):
+    if seen == "behind":
         # the slave's HA link cut or slowed past the sync wait: a sync send timed out or was refused, or the
         # slave fell behind its master in two sample rounds in a row
         if non_ok or _behind(offsets or {}, f["target"], f["start_ms"], end):
@@ -1039,26 +1021,21 @@ def no_effect(
             f"{f['target']} never fell behind its master and no send failed while its link was {f['kind']}: "
             "the fault had no visible effect"
         )
-    if f["kind"] == "client-cut":
+    if seen == "refused":
         return None if non_ok else f"every send succeeded while the clients' link to {f['target']} was cut"
-    if f["kind"] not in NODE_DOWN_FAULTS:
+    if seen != "down":
         return None  # slicer, client-latency: their effect (split frames, slow replies) is not in the samples
     if any(f["start_ms"] <= t <= end + 1000 for t in down.get(f["target"], [])):
         return None
     return f"no sample saw {f['target']} down while the fault was active: the fault had no visible effect"
 
 
-GROUP_POWER = ("group-power-loss", "slave-then-master-power-loss", "cluster-power-loss")
-
-
 def _master_power(f: dict) -> bool:
-    return f["kind"] in GROUP_POWER or (f["kind"] == "power-loss" and f["role"] == "master")
+    return master_power_cut(f["kind"], f.get("role"))
 
 
 # what a sample can be blamed for: moved whole to the fault that caused it when its own fault was not exercised
 LOSS_FIELDS = ("lost", "undelivered", "stranded", "lost_after_delivery", "divergent")
-# faults that can destroy or strand what a group stored (rmqha/pipeline/delivery.py DESTRUCTIVE)
-DESTRUCTIVE = GROUP_POWER + ("power-loss", "kill-master", "restart-master", "partition")
 
 
 def _same_group(a: dict, b: dict) -> bool:
@@ -1137,7 +1114,6 @@ def _recovery(
 
 # ---- DLedger cells: failover and recovery from the status samples' "dledger" block (rmqha/cluster/sample.py)
 
-LEADER_FAULTS = ("kill-leader", "pause-leader", "partition-leader", "power-loss-leader")
 # a leader fault's election may end after its heal (the hold is barely above the election time on a busy
 # machine): another leader this soon after the heal, and before the next fault, is still its failover
 FAILOVER_GRACE_MS = 10000
@@ -1240,7 +1216,7 @@ def dledger_no_effect(f: dict, rounds, failover: float | None) -> str | None:
             f"no other node led while {f['target']}'s {f['kind']} was active: the leader fault caused no election "
             "(the leader kept or regained leadership in its own term)"
         )
-    if f["kind"] == "partition-follower":
+    if evidence(f["kind"]) == "appending":
         ends: dict[str, list[tuple[float, int, None]]] = {}
         leaders = []
         for ts, groups in rounds:

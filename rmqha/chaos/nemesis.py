@@ -6,9 +6,10 @@
     nem.run(sched, t0, stop_event)               # in a thread; nem.active says what is broken now
     nem.heal_all()
 
-FAULTS is the table: each kind names what it targets, the backends it works on, how its parameters are
-drawn, and its start and stop (both take the cluster handle and the fault). Every start and stop goes
-through rmqha/cluster/handle.py and is written to the fault log (rmqha/chaos/faultlog.py), so the audit knows what
+ACTIONS is the table: each kind's start and stop (both take the cluster handle and the fault), keyed by
+the names of the fault vocabulary (rmqha/runs/faults.py: what each kind targets, the backends it works
+on, how its parameters are drawn and what it does). Every start and stop goes through
+rmqha/cluster/handle.py and is written to the fault log (rmqha/runs/faultlog.py), so the audit knows what
 was broken when.
 
   kind            target        backends       start -> stop
@@ -39,7 +40,8 @@ and info.plannedTarget says when they differ):
 
   kind                targets   backends  start -> stop
   kill-leader         leader    both      SIGKILL whoever leads now -> started
-                                          (leader faults are held >= LEADER_FAILOVER_HOLD_S, 12 s: see there)
+                                          (leader faults are held >= LEADER_FAILOVER_HOLD_S, 12 s:
+                                          rmqha/runs/faults.py)
   pause-leader        leader    both      the leader frozen (SIGSTOP / docker pause) -> resumed
   partition-leader    leader    docker    every <leader>-dl-<peer> and <peer>-dl-<leader> proxy cut (timeout
                                           or disabled): the leader alone, a minority; clients and the name
@@ -68,6 +70,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from rmqha.cluster import ClusterError
+from rmqha.runs.faults import ALL_FAULTS, CLASSIC, CLUSTER_WIDE, DLEDGER, FAULTS, LAST_IN_SWEEP, FaultKind
 
 
 @dataclass
@@ -91,29 +94,7 @@ class Fault:
         return asdict(self)
 
 
-CLASSIC, DLEDGER = "classic", "dledger"  # a group's replication: master/slave HA, or a DLedger (Raft) group
 LEADER_WAIT_S = 30.0  # a DLedger fault waits this long for its group to have a leader (an election: ~5 s)
-# A DLedger leader fault is held at least this long. DLedger 0.3.1.2's followers count a silent leader
-# alive for maxHeartBeatLeak (3) x heartBeatTimeIntervalMs (2 s), and the first election after that took
-# 5.2-5.5 s here (docs/dledger.md); a leader back sooner is elected again in its own term (the followers
-# voted for it in that term), so a 2-4 s hold would never make another node leader. On a loaded 2-core
-# machine (the guarantee matrix's first DLedger sweep) a new leader took 6.8 s after a kill, and a leader
-# paused for 7 s was never replaced (its followers, one just restarted, were still candidates): 12 s.
-LEADER_FAILOVER_HOLD_S = 12.0
-
-
-@dataclass(frozen=True)
-class FaultKind:
-    name: str
-    targets: str  # "slave", "master", "node" (master or slave)
-    backends: tuple[str, ...]
-    start: Callable  # (cluster, fault) -> dict | None (info for the log)
-    stop: Callable  # (cluster, fault) -> dict | None
-    params: Callable = lambda rng, sync_wait_ms: {}
-    link: Callable | None = None  # (cluster, fault) -> proxy name, for link faults
-    doc: str = ""
-    modes: tuple[str, ...] = (CLASSIC,)  # the group replications it applies to
-    min_hold: float = 0.0  # a drawn hold shorter than this is raised to it (schedules, sweeps)
 
 
 def _restart(c, f):
@@ -188,13 +169,6 @@ def group_mode(cluster, group: str) -> str:
         if any(is_dledger_spec(n) for n in cluster.state.get("nodes", []) if n.get("brokerName") == group)
         else CLASSIC
     )
-
-
-def topology_mode(topology: str | None) -> str | None:
-    """The replication of a topology's groups (None: unknown, every mode passes)."""
-    if topology is None:
-        return None
-    return DLEDGER if topology == "dledger" else CLASSIC
 
 
 # ---- DLedger: targets resolved when the fault is injected ----------------------------------------
@@ -293,214 +267,63 @@ def _heal_dledger_partition(c, f):
         c.heal_link(link)
 
 
-BOTH, DOCKER = ("local", "docker"), ("docker",)
+def _slow_link(c, f):
+    c.slow_link(f.link, f.params["ms"])
 
-FAULTS: dict[str, FaultKind] = {
-    k.name: k
-    for k in [
-        FaultKind(
-            "latency",
-            "slave",
-            DOCKER,
-            lambda c, f: c.slow_link(f.link, f.params["ms"]),
-            _heal_link,
-            lambda rng, w: {"ms": w + 1000},
-            lambda c, f: c.ha_link(f.target),
-            "master -> slave delayed above the sync wait: FLUSH_SLAVE_TIMEOUT",
-        ),
-        FaultKind(
-            "cut",
-            "slave",
-            DOCKER,
-            lambda c, f: c.cut_link(f.link, f.params["mode"]),
-            _heal_link,
-            lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])},
-            lambda c, f: c.ha_link(f.target),
-            "the HA link cut: SLAVE_NOT_AVAILABLE once the master drops it",
-        ),
-        FaultKind(
-            "slicer",
-            "slave",
-            DOCKER,
-            lambda c, f: c.slice_link(
-                f.link, f.params["average_size"], f.params["size_variation"], f.params["delay_us"]
-            ),
-            _heal_link,
-            lambda rng, w: {"average_size": 7, "size_variation": 3, "delay_us": 10},
-            lambda c, f: c.ha_link(f.target),
-            "frames cut into tiny pieces",
-        ),
-        FaultKind("pause-slave", "slave", BOTH, lambda c, f: c.pause(f.target), _resume),
-        FaultKind("restart-slave", "slave", BOTH, lambda c, f: c.stop(f.target), _restart),
-        FaultKind("kill-slave", "slave", BOTH, lambda c, f: c.kill(f.target), _restart),
-        FaultKind("pause-master", "master", BOTH, lambda c, f: c.pause(f.target), _resume),
-        FaultKind("restart-master", "master", BOTH, lambda c, f: c.stop(f.target), _restart),
-        FaultKind("kill-master", "master", BOTH, lambda c, f: c.kill(f.target), _restart),
-        FaultKind(
-            "power-loss",
-            "node",
-            BOTH,
-            lambda c, f: c.power_loss(f.target),
-            _restart,
-            doc="SIGKILL, then the commit log cut to the durable (fdatasync'ed) offset",
-        ),
-        FaultKind(
-            "group-power-loss",
-            "master",
-            BOTH,
-            _group_power_loss,
-            _group_restart,
-            doc="master and slaves of one group lose power together: each SIGKILLed and cut to its durable "
-            "offset -> all started together",
-        ),
-        FaultKind(
-            "slave-then-master-power-loss",
-            "master",
-            BOTH,
-            _slave_then_master_power_loss,
-            _group_restart,
-            lambda rng, w: {"gap_s": round(rng.uniform(0.5, 1.5), 1)},
-            doc="the group's slaves lose power, gap_s later its master -> all started together",
-        ),
-        FaultKind(
-            "cluster-power-loss",
-            "master",
-            BOTH,
-            _cluster_power_loss,
-            _cluster_restart,
-            doc="every broker loses power (masters first) -> all started together",
-        ),
-        FaultKind(
-            "disk-full",
-            "node",
-            BOTH,
-            lambda c, f: c.fill_disk(f.target),
-            lambda c, f: c.free_disk(f.target),
-            doc="the store's filesystem (a tmpfs of its own: Cluster.limit_disk) filled to the last byte; sends "
-            "fail once the next commit-log file cannot be reserved -> the filler removed",
-        ),
-        FaultKind(
-            "partition", "node", DOCKER, lambda c, f: c.partition(f.target), lambda c, f: c.heal_partition(f.target)
-        ),
-        FaultKind(
-            "client-latency",
-            "master",
-            DOCKER,
-            lambda c, f: c.slow_link(f.link, f.params["ms"]),
-            _heal_link,
-            lambda rng, w: {"ms": rng.choice([200, 1000, 3000])},
-            lambda c, f: c.client_link(f.target),
-        ),
-        FaultKind(
-            "client-cut",
-            "master",
-            DOCKER,
-            lambda c, f: c.cut_link(f.link, f.params["mode"]),
-            _heal_link,
-            lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])},
-            lambda c, f: c.client_link(f.target),
-        ),
-        # DLedger groups: the target is whoever leads (or follows) when the fault starts
-        FaultKind(
-            "kill-leader",
-            "master",
-            BOTH,
-            _node_op("kill", True),
-            _restart,
-            modes=(DLEDGER,),
-            min_hold=LEADER_FAILOVER_HOLD_S,
-            doc="SIGKILL the DLedger leader of the moment -> started (a follower by then)",
-        ),
-        FaultKind(
-            "pause-leader",
-            "master",
-            BOTH,
-            _node_op("pause", True),
-            _resume,
-            modes=(DLEDGER,),
-            min_hold=LEADER_FAILOVER_HOLD_S,
-            doc="the DLedger leader frozen: it keeps its connections and, resumed, its stale term",
-        ),
-        FaultKind(
-            "partition-leader",
-            "master",
-            DOCKER,
-            _partition_dledger(True),
-            _heal_dledger_partition,
-            lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])},
-            modes=(DLEDGER,),
-            min_hold=LEADER_FAILOVER_HOLD_S,
-            doc="the leader's DLedger proxies cut both ways: a minority of one that clients still reach",
-        ),
-        FaultKind(
-            "kill-follower",
-            "slave",
-            BOTH,
-            _node_op("kill", False),
-            _restart,
-            modes=(DLEDGER,),
-            doc="SIGKILL a DLedger follower -> started",
-        ),
-        FaultKind("pause-follower", "slave", BOTH, _node_op("pause", False), _resume, modes=(DLEDGER,)),
-        FaultKind(
-            "power-loss-leader",
-            "master",
-            BOTH,
-            _power_loss_dledger(True),
-            _restart,
-            modes=(DLEDGER,),
-            min_hold=LEADER_FAILOVER_HOLD_S,
-            doc="the DLedger leader loses power: SIGKILL, its data and index files cut at their fsynced "
-            "positions -> started (a follower by then)",
-        ),
-        FaultKind(
-            "power-loss-follower",
-            "slave",
-            BOTH,
-            _power_loss_dledger(False),
-            _restart,
-            modes=(DLEDGER,),
-            doc="a DLedger follower loses power: SIGKILL, its files cut at their fsynced positions -> started",
-        ),
-        FaultKind(
-            "partition-follower",
-            "slave",
-            DOCKER,
-            _partition_dledger(False),
-            _heal_dledger_partition,
-            lambda rng, w: {"mode": rng.choice(["timeout", "disabled"])},
-            modes=(DLEDGER,),
-        ),
-    ]
+
+def _cut_link(c, f):
+    c.cut_link(f.link, f.params["mode"])
+
+
+def _slice_link(c, f):
+    c.slice_link(f.link, f.params["average_size"], f.params["size_variation"], f.params["delay_us"])
+
+
+@dataclass(frozen=True)
+class Action:
+    """How to start and stop one kind of fault (rmqha/runs/faults.py names it and says what it is)."""
+
+    start: Callable  # (cluster, fault) -> dict | None (info for the log)
+    stop: Callable  # (cluster, fault) -> dict | None
+
+
+ACTIONS: dict[str, Action] = {
+    "latency": Action(_slow_link, _heal_link),
+    "cut": Action(_cut_link, _heal_link),
+    "slicer": Action(_slice_link, _heal_link),
+    "pause-slave": Action(lambda c, f: c.pause(f.target), _resume),
+    "restart-slave": Action(lambda c, f: c.stop(f.target), _restart),
+    "kill-slave": Action(lambda c, f: c.kill(f.target), _restart),
+    "pause-master": Action(lambda c, f: c.pause(f.target), _resume),
+    "restart-master": Action(lambda c, f: c.stop(f.target), _restart),
+    "kill-master": Action(lambda c, f: c.kill(f.target), _restart),
+    "power-loss": Action(lambda c, f: c.power_loss(f.target), _restart),
+    "group-power-loss": Action(_group_power_loss, _group_restart),
+    "slave-then-master-power-loss": Action(_slave_then_master_power_loss, _group_restart),
+    "cluster-power-loss": Action(_cluster_power_loss, _cluster_restart),
+    "disk-full": Action(lambda c, f: c.fill_disk(f.target), lambda c, f: c.free_disk(f.target)),
+    "partition": Action(lambda c, f: c.partition(f.target), lambda c, f: c.heal_partition(f.target)),
+    "client-latency": Action(_slow_link, _heal_link),
+    "client-cut": Action(_cut_link, _heal_link),
+    "kill-leader": Action(_node_op("kill", True), _restart),
+    "pause-leader": Action(_node_op("pause", True), _resume),
+    "partition-leader": Action(_partition_dledger(True), _heal_dledger_partition),
+    "kill-follower": Action(_node_op("kill", False), _restart),
+    "pause-follower": Action(_node_op("pause", False), _resume),
+    "power-loss-leader": Action(_power_loss_dledger(True), _restart),
+    "power-loss-follower": Action(_power_loss_dledger(False), _restart),
+    "partition-follower": Action(_partition_dledger(False), _heal_dledger_partition),
 }
-ALL_FAULTS = tuple(FAULTS)
-DEFAULT_FAULTS = ("latency", "cut", "pause-slave", "restart-slave", "slicer")
-MASTER_FAULTS = tuple(k for k, v in FAULTS.items() if v.targets in ("master", "node"))
-CLUSTER_WIDE = ("cluster-power-loss",)  # faults on every group (rmqha/pipeline/faults.py gives them no group)
+assert set(ACTIONS) == set(FAULTS), "every fault kind of rmqha/runs/faults.py has a start and a stop here"
 
 
-def applicable_faults(faults: list[str], backend: str, topology: str | None = None) -> tuple[list[str], list[str]]:
-    """(usable, dropped) for a backend and, when given, a topology (a classic fault is dropped on
-    dledger, a DLedger fault on the classic topologies)."""
-    mode = topology_mode(topology)
-
-    def ok(f):
-        return backend in FAULTS[f].backends and (mode is None or mode in FAULTS[f].modes)
-
-    return [f for f in faults if ok(f)], [f for f in faults if not ok(f)]
-
-
-def why_not_applicable(fault: str, backend: str, topology: str | None = None) -> str | None:
-    """Why applicable_faults drops a fault (None: it does not)."""
-    k = FAULTS[fault]
-    if backend not in k.backends:
-        return f"{fault} needs the {'/'.join(k.backends)} backend"
-    mode = topology_mode(topology)
-    if mode is not None and mode not in k.modes:
-        return (
-            f"{fault} is a {'/'.join(k.modes)} fault; topology {topology} has "
-            f"{'DLedger groups (use kill-leader, kill-follower, ...)' if mode == DLEDGER else 'classic groups'}"
-        )
+def link_of(cluster, f: Fault) -> str | None:
+    """The Toxiproxy proxy a link fault acts on (its kind's link: the target's HA or client link)."""
+    link = FAULTS[f.kind].link
+    if link == "ha":
+        return cluster.ha_link(f.target)
+    if link == "client":
+        return cluster.client_link(f.target)
     return None
 
 
@@ -575,8 +398,7 @@ def make_schedule(
                 break
         group, target, role = rng.choice(_candidates(kind, groups))
         f = Fault(round(t, 1), hold, kind.name, group, target, kind.params(rng, sync_wait_ms), role, id=len(out) + 1)
-        if kind.link:
-            f.link = kind.link(cluster, f)
+        f.link = link_of(cluster, f)
         out.append(f)
         if overlap and (max_faults is None or len(out) < max_faults) and rng.random() < 0.5:
             # a second fault on another group, starting inside this one's hold
@@ -589,21 +411,11 @@ def make_schedule(
                 hold2 = max(round(rng.uniform(1.5, 3.0), 1), k2.min_hold)
                 if at2 + hold2 <= duration - quiet:
                     f2 = Fault(at2, hold2, k2.name, g2, n2, k2.params(rng, sync_wait_ms), r2, id=len(out) + 1)
-                    if k2.link:
-                        f2.link = k2.link(cluster, f2)
+                    f2.link = link_of(cluster, f2)
                     out.append(f2)
                     hold = max(hold, at2 + hold2 - t)
         t += hold + round(rng.uniform(1.0, 3.0), 1)
     return out
-
-
-# may leave their group SLAVE_AHEAD: nothing after them on that group (a group power loss last of all)
-LAST_IN_SWEEP = (
-    ("power-loss", "master"),
-    ("slave-then-master-power-loss", "master"),
-    ("group-power-loss", "master"),
-    ("cluster-power-loss", "master"),
-)
 
 
 def sweep_cells(faults: list[str], cluster) -> list[tuple[str, str]]:
@@ -644,8 +456,7 @@ def make_sweep(
             forking.add(group)
         h = max(round(rng.uniform(*hold), 1), kind.min_hold)
         f = Fault(round(t, 1), h, kind.name, group, target, kind.params(rng, sync_wait_ms), r, id=len(out) + 1)
-        if kind.link:
-            f.link = kind.link(cluster, f)
+        f.link = link_of(cluster, f)
         out.append(f)
         t += h + round(rng.uniform(*gap), 1)
     return out
@@ -703,11 +514,11 @@ class Nemesis:
         if not f.id:
             self._ids += 1
             f.id = self._ids
-        if kind.link and not f.link:
-            f.link = kind.link(self.cluster, f)
+        if not f.link:
+            f.link = link_of(self.cluster, f)
         with self._lock:
             self.active[f.id] = f
-        return self._op("inject", kind.start, f, self._not_exercised(f))
+        return self._op("inject", ACTIONS[f.kind].start, f, self._not_exercised(f))
 
     def _not_exercised(self, f: Fault) -> dict | None:
         """Why a fault on this group cannot show anything about replication: its master holds a slave
@@ -740,7 +551,7 @@ class Nemesis:
 
     def heal(self, f: Fault) -> dict | None:
         try:
-            return self._op("heal", FAULTS[f.kind].stop, f)
+            return self._op("heal", ACTIONS[f.kind].stop, f)
         finally:
             with self._lock:
                 self.active.pop(f.id, None)

@@ -44,16 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqha.chaos.faultlog import FaultLog
-from rmqha.chaos.nemesis import (
-    ALL_FAULTS,
-    DEFAULT_FAULTS,
-    Fault,
-    Nemesis,
-    applicable_faults,
-    why_not_applicable,
-    make_schedule,
-    make_sweep,
-)
+from rmqha.chaos.nemesis import Fault, Nemesis, make_schedule, make_sweep
 from rmqha.chaos.run_ending import drain_groups, repair_forks, wait_catch_up
 from rmqha.chaos.run_setup import cluster_running, limit_disks, power_on_crashfs, schedule_from_json
 from rmqha.chaos.run_status import StatusLine, last_sample_round, read_json, say, slave_lags, status_text
@@ -61,6 +52,7 @@ from rmqha.cluster import ClusterError
 from rmqha.cluster import runfolder as rf
 from rmqha.cluster.handle import Cluster
 from rmqha.cluster.implementations import add_arguments
+from rmqha.runs.faults import ALL_FAULTS, DEFAULT_FAULTS, applicable_faults, why_not_applicable
 
 SYNC_WAIT_MS = 1500
 EXIT_RUN_FAILED = 3

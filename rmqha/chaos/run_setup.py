@@ -9,10 +9,11 @@ import threading
 import time
 from pathlib import Path
 
-from rmqha.chaos.nemesis import ALL_FAULTS, FAULTS, Fault, groups_of, why_not_applicable
+from rmqha.chaos.nemesis import Fault, groups_of
 from rmqha.chaos.run_status import say
 from rmqha.cluster import ClusterError
 from rmqha.cluster.handle import Cluster
+from rmqha.runs.faults import ALL_FAULTS, FAULTS, why_not_applicable
 
 
 def cluster_running(name: str) -> Cluster | None:

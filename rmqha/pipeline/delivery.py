@@ -40,6 +40,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from rmqha.cluster.history import FROM_NOW
+from rmqha.runs.faults import DESTRUCTIVE  # faults that can take a master's tail or leave it behind its slave
 
 from . import consume_queues, ids, runfolder
 from .faults import NO_FAULT, POWER_LOSSES, FaultInterval, blame
@@ -61,16 +62,6 @@ ID_AMBIGUOUS = ids.DELIVERY_AMBIGUOUS
 
 PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 UNCONFIRMED = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
-# Faults that can take bytes a master had already stored (its tail) or leave it behind its slave.
-DESTRUCTIVE = (
-    "power-loss",
-    "group-power-loss",
-    "slave-then-master-power-loss",
-    "cluster-power-loss",
-    "kill-master",
-    "restart-master",
-    "partition",
-)
 MAX_LISTED = 10
 AT_RISK_MS = 5000  # acknowledged this long before a fault: still at stake when it hits (unflushed, in flight)
 DETAIL_FILE = "delivery.jsonl"

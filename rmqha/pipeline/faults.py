@@ -1,4 +1,4 @@
-"""Faults of a run (RUN/faults/*.jsonl, written by rmqha/chaos/faultlog.py) and what they are blamed for.
+"""Faults of a run (RUN/faults/*.jsonl, written by rmqha/runs/faultlog.py) and what they are blamed for.
 
 A fault is active from its inject's start_ms to its heal's ts_ms (to the end of time when no heal was
 written: a fault that was never healed). An event is attributed to every fault active during it, or
@@ -18,21 +18,13 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from rmqha.runs.faults import CLUSTER_WIDE, LOG_REWRITING, POWER_LOSSES, master_power_cut
+
 from . import ids
 from .verdict import INFO, WARN, Verdict
 
 GRACE_MS = 5000
 NO_FAULT = "no fault"
-LOG_REWRITING = (
-    "power-loss",
-    "group-power-loss",
-    "slave-then-master-power-loss",
-    "cluster-power-loss",
-    "kill-master",
-    "restart-master",
-    "partition",
-    "pause-master",
-)
 
 
 @dataclass
@@ -100,13 +92,9 @@ def load(run_dir: str) -> list[FaultInterval]:
     return sorted(out, key=lambda f: f.start_ms)
 
 
-POWER_LOSSES = ("power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss")  # cut power
-CLUSTER_WIDE = ("cluster-power-loss",)  # faults on every group: their `group` is None here
-
-
 def master_power_loss(f) -> bool:
     """A fault that cut a master's power (alone, or with its whole group)."""
-    return f.kind in POWER_LOSSES and (f.kind != "power-loss" or f.role == "master")
+    return master_power_cut(f.kind, f.role)
 
 
 def forks_allowed(faults: list[FaultInterval]) -> dict[str, str]:

@@ -17,21 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rmqha.runs.faults import CLUSTER_WIDE, RESTARTING
+from rmqha.runs.faults import LEADER_FAULTS as LEADER_CHANGING  # the new leader's offsets may trail (see above)
+
 from . import ids
 from .faults import FaultInterval
 from .verdict import FAIL, PASS, WARN, Verdict
 
 ID_REGRESSION = ids.OFFSET_REGRESSION
-RESTARTING = (
-    "power-loss",
-    "group-power-loss",
-    "slave-then-master-power-loss",
-    "cluster-power-loss",
-    "kill-master",
-    "restart-master",
-)
-# DLedger faults that move the group's leadership: the new leader's offsets may trail (see above)
-LEADER_CHANGING = ("kill-leader", "pause-leader", "partition-leader", "power-loss-leader")
 EXPLAIN_MS = 30_000
 MAX_LISTED = 5
 
@@ -50,7 +43,7 @@ class Regression:
 
 def _explains(f: FaultInterval, node: str, broker: str) -> bool:
     if f.kind in RESTARTING:
-        return f.target == node or f.kind == "cluster-power-loss"
+        return f.target == node or f.kind in CLUSTER_WIDE
     return f.kind in LEADER_CHANGING and f.group == broker
 
 

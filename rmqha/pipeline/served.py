@@ -21,17 +21,10 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from rmqha.runs.faults import MASTER_OUT
+
 SKEW_MS = 2000
 BUCKET_MS = 100
-MASTER_OUT = (
-    "kill-master",
-    "restart-master",
-    "pause-master",
-    "partition",
-    "power-loss",
-    "group-power-loss",
-    "slave-then-master-power-loss",
-)
 UNATTRIBUTED = "unattributed"
 
 

@@ -1,4 +1,4 @@
-"""Faults on a running cluster, by name from rmqha/chaos/nemesis.py's table, each written to the fault log.
+"""Faults on a running cluster, by name from the fault vocabulary (rmqha/runs/faults.py), each written to the fault log.
 
     f = Faults(cluster_handle, run_dir / "faults" / "kit-1.jsonl")
     fault = f.inject("latency", "broker-a-s", ms=3000)  # the HA link of broker-a-s slowed (docker)
@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rmqha.cluster import ClusterError
+from rmqha.runs.faults import FAULTS
 
 
 class Faults:
@@ -32,8 +33,6 @@ class Faults:
 
     @staticmethod
     def kinds() -> list[str]:
-        from rmqha.chaos.nemesis import FAULTS
-
         return list(FAULTS)
 
     def _target(self, kind, target: str | None) -> tuple[str, str, str]:
@@ -57,7 +56,7 @@ class Faults:
         override the table's (latency: ms; cut: mode timeout|disabled; slicer: average_size, ...)."""
         import random
 
-        from rmqha.chaos.nemesis import FAULTS, Fault
+        from rmqha.chaos.nemesis import Fault
 
         k = FAULTS.get(kind)
         if k is None:

@@ -12,18 +12,9 @@ import pytest
 
 from rmqha.chaos import nemesis
 from rmqha.chaos.faultlog import FaultLog, read_faults
-from rmqha.chaos.nemesis import (
-    CLASSIC,
-    DLEDGER,
-    FAULTS,
-    Fault,
-    Nemesis,
-    applicable_faults,
-    groups_of,
-    make_schedule,
-    make_sweep,
-    why_not_applicable,
-)
+from rmqha.chaos.nemesis import Fault, Nemesis, groups_of, make_schedule, make_sweep
+from rmqha.runs import faults as vocabulary
+from rmqha.runs.faults import CLASSIC, DLEDGER, FAULTS, applicable_faults, why_not_applicable
 from rmqha.cluster.handle import Cluster
 from rmqha.cluster.wait import WaitTimeout
 
@@ -185,7 +176,7 @@ def test_a_power_loss_logs_what_the_handle_cut_and_leader_ones_are_held_for_a_fa
     assert h.calls == [("power_loss", {"node": N1 if kind == "power-loss-leader" else N0})]
     assert info == read_faults(tmp_path)[0]["info"]
     assert info["durableDataPos"] == 530 and info["droppedDataBytes"] == 106 and info["leader"] == N1
-    assert FAULTS[kind].min_hold == (nemesis.LEADER_FAILOVER_HOLD_S if kind == "power-loss-leader" else 0.0)
+    assert FAULTS[kind].min_hold == (vocabulary.LEADER_FAILOVER_HOLD_S if kind == "power-loss-leader" else 0.0)
 
 
 @pytest.mark.parametrize("kind", [k for k in DL_KINDS if FAULTS[k].backends == ("local", "docker")])
@@ -289,7 +280,7 @@ def test_a_schedule_on_dledger_uses_only_dledger_faults_and_is_reproducible():
     for f in a:
         assert f.group == G and f.link is None
         # a leader fault lasts long enough for the followers to elect another leader; the others as drawn
-        assert (nemesis.LEADER_FAILOVER_HOLD_S <= f.hold) if f.role == "master" else (2.0 <= f.hold <= 4.0), f
+        assert (vocabulary.LEADER_FAILOVER_HOLD_S <= f.hold) if f.role == "master" else (2.0 <= f.hold <= 4.0), f
         assert (f.role, f.target in (N0, N2)) == (("slave", True) if f.kind == "kill-follower" else ("master", False))
     # who led when it was drawn only names the planned target: the draws are the same
     c = make_schedule(random.Random(1), kinds, DLHandle(leaders=[N2]), 120)
@@ -302,7 +293,7 @@ def test_a_schedule_on_dledger_uses_only_dledger_faults_and_is_reproducible():
 def test_a_sweep_on_dledger_has_one_cell_per_dledger_kind_and_role():
     sw = make_sweep(random.Random(3), ["kill-leader", "kill-follower", "kill-master"], DLHandle(leaders=[N0]))
     assert sorted((f.kind, f.role) for f in sw) == [("kill-follower", "slave"), ("kill-leader", "master")]
-    assert {f.kind: f.hold >= nemesis.LEADER_FAILOVER_HOLD_S for f in sw} == {
+    assert {f.kind: f.hold >= vocabulary.LEADER_FAILOVER_HOLD_S for f in sw} == {
         "kill-leader": True,
         "kill-follower": False,
     }
@@ -311,7 +302,7 @@ def test_a_sweep_on_dledger_has_one_cell_per_dledger_kind_and_role():
 def test_a_leader_fault_that_cannot_be_held_long_enough_before_the_quiet_end_is_not_scheduled():
     # 20 s: warm-up 3 s, quiet from 16 s: one 12 s hold fits (3..15), a second (from 16 s) does not;
     # 12 s: warm-up 1.8 s, quiet from 9 s: none fits, and none is cut short to fit
-    assert nemesis.LEADER_FAILOVER_HOLD_S == 12.0
+    assert vocabulary.LEADER_FAILOVER_HOLD_S == 12.0
     sched = make_schedule(random.Random(2), ["kill-leader"], DLHandle(leaders=[N1]), 20)
     assert [f.hold for f in sched] == [12.0] and sched[0].at + sched[0].hold <= 20 - 4.0
     assert make_schedule(random.Random(2), ["kill-leader"], DLHandle(leaders=[N1]), 12) == []

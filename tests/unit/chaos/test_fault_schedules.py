@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from rmqha.chaos.nemesis import FAULTS, LAST_IN_SWEEP, groups_of, make_schedule, make_sweep, sweep_cells
+from rmqha.chaos.nemesis import groups_of, link_of, make_schedule, make_sweep, sweep_cells
+from rmqha.runs.faults import LAST_IN_SWEEP
 
 from .fakes import DrawAt, FakeHandle, topology
 
@@ -221,7 +222,7 @@ def test_overlapping_schedules_for_any_seed():
         assert [f.id for f in sched] == list(range(1, len(sched) + 1))
         for f in sched:
             assert round(f.at, 1) == f.at and round(f.hold, 1) == f.hold and 3.0 <= f.at and f.at + f.hold <= 110
-            assert f.link == (FAULTS[f.kind].link(h, f) if FAULTS[f.kind].link else None)
+            assert f.link == link_of(h, f)
         firsts = []
         for f in sched:  # a fault starting inside the previous one's hold is its overlap
             if firsts and f.at < firsts[-1].at + firsts[-1].hold:

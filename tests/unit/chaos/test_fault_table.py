@@ -11,7 +11,9 @@ import pytest
 import rmqha.chaos.faultlog
 from rmqha.chaos import nemesis
 from rmqha.chaos.faultlog import FaultLog, read_faults
-from rmqha.chaos.nemesis import ALL_FAULTS, FAULTS, Fault, Nemesis, applicable_faults
+from rmqha.chaos.nemesis import Fault, Nemesis
+from rmqha.runs import faults as vocabulary
+from rmqha.runs.faults import ALL_FAULTS, FAULTS, applicable_faults
 from rmqha.cluster import ClusterError
 
 from .fakes import Clock, FakeHandle, FakeStop
@@ -153,7 +155,9 @@ def fault(kind, target, params=None, role=None, **kw):
 
 def test_the_table_is_the_documented_one():
     # the classic faults; the DLedger ones: tests/unit/chaos/test_dledger_faults.py
-    assert set(TABLE) == {k for k, v in FAULTS.items() if v.modes == (nemesis.CLASSIC,)} and ALL_FAULTS == tuple(FAULTS)
+    assert set(TABLE) == {k for k, v in FAULTS.items() if v.modes == (vocabulary.CLASSIC,)} and ALL_FAULTS == tuple(
+        FAULTS
+    )
     for name, (targets, backends, *_rest) in TABLE.items():
         k = FAULTS[name]
         assert (k.name, k.targets, k.backends) == (
@@ -162,8 +166,8 @@ def test_the_table_is_the_documented_one():
             {"both": ("local", "docker"), "docker": ("docker",)}[backends],
         )
         assert (k.link is not None) == (name in LINKS)
-    assert nemesis.DEFAULT_FAULTS == ("latency", "cut", "pause-slave", "restart-slave", "slicer")
-    assert set(nemesis.MASTER_FAULTS) == {n for n, row in TABLE.items() if row[0] in ("master", "node")} | {
+    assert vocabulary.DEFAULT_FAULTS == ("latency", "cut", "pause-slave", "restart-slave", "slicer")
+    assert set(vocabulary.MASTER_FAULTS) == {n for n, row in TABLE.items() if row[0] in ("master", "node")} | {
         "kill-leader",
         "pause-leader",
         "partition-leader",

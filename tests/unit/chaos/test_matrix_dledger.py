@@ -38,7 +38,7 @@ def test_dledger_is_one_configuration_of_its_own_in_the_default_plan_and_by_name
 
 
 def test_the_dledger_sweep_has_every_dledger_fault_of_its_backend_and_no_classic_one():
-    from rmqha.chaos.nemesis import FAULTS
+    from rmqha.runs.faults import FAULTS
 
     assert matrix.DLEDGER_LOCAL_FAULTS == [
         "kill-leader",

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from rmqha.chaos.faultlog import FaultLog, read_faults
-from rmqha.chaos.nemesis import ALL_FAULTS, FAULTS, Fault, Nemesis, applicable_faults, make_schedule
+from rmqha.chaos.nemesis import ACTIONS, Fault, Nemesis, make_schedule
+from rmqha.runs.faults import ALL_FAULTS, FAULTS, applicable_faults
 from rmqha.cluster.handle import drop_after, read_checkpoint_durable
 from rmqha.pipeline import faults as pf
 
@@ -58,7 +59,7 @@ def fake_cluster(kind="local", topology="2m-2s-sync"):
 
 def test_every_fault_is_a_start_stop_pair_with_backends():
     for name, k in FAULTS.items():
-        assert k.name == name and callable(k.start) and callable(k.stop)
+        assert k.name == name and callable(ACTIONS[name].start) and callable(ACTIONS[name].stop)
         assert set(k.backends) <= {"local", "docker"} and k.targets in ("slave", "master", "node")
     usable, dropped = applicable_faults(list(ALL_FAULTS), "local", "2m-2s-sync")
     assert set(usable) == {
