@@ -38,7 +38,7 @@ def generate(data_dir: str, gib: int, body_size: int = 1000) -> str:
     """A run folder with one master node holding `gib` full 1 GiB commit-log files."""
     from rmqha.broker.store.message_store import MessageStore
     from rmqha.broker.store.record import Message
-    from rmqha.pipeline.runfolder import write_node_json
+    from rmqha.runs.layout import node_json, write_node_json
 
     run = os.path.join(data_dir, "run")
     done = os.path.join(data_dir, "complete.json")
@@ -46,7 +46,7 @@ def generate(data_dir: str, gib: int, body_size: int = 1000) -> str:
         return run
     shutil.rmtree(data_dir, ignore_errors=True)
     node_dir = os.path.join(run, "nodes", "bench-0")
-    write_node_json(node_dir, "bench-0", "bench", 0, "SYNC_MASTER", addr="127.0.0.1:10911")
+    write_node_json(node_dir, node_json("bench-0", "bench", 0, "SYNC_MASTER", addr="127.0.0.1:10911"))
     store = MessageStore(os.path.join(node_dir, "store"))  # default 1 GiB mapped files
     store.start()
     body = os.urandom(body_size)

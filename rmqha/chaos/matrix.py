@@ -195,7 +195,7 @@ def sends(run: Path) -> list[tuple[int, int, str]]:
 # summary.json holds, per fault, only the acknowledged sends of the faulted group (ackedOnGroupByFault) and
 # the losses; per consumer group, run-wide totals (delivery). What a cell needs per fault — which of those
 # acknowledged sends a consumer received, which sends had an outcome the client could not know, and each
-# group's accepted share — is computed here from the run folder's histories (rmqha/cluster/history.py's
+# group's accepted share — is computed here from the run folder's histories (rmqha/runs/history.py's
 # format) and the nodes' commit logs (the only place a send's broker group is written: the recorder leaves
 # the history's broker_name empty, and a failed try's error names no broker).
 
@@ -335,10 +335,10 @@ def history_paths(run: Path) -> list[Path]:
 
 
 def read_histories(run: Path, facts: RunFacts) -> list[dict]:
-    """Every history line as a dict (rmqha/cluster/history.py FIELDS), with "_file"; a line that is not a JSON
+    """Every history line as a dict (rmqha/runs/history.py FIELDS), with "_file"; a line that is not a JSON
     object with a known op is excluded, and named; a torn last line is kept in facts.torn to be judged
     once the sends are known (run_facts)."""
-    from rmqha.cluster import history as h
+    from rmqha.runs import history as h
 
     ops = (h.INVOKE, h.SEND, h.RECEIVE, h.SUBSCRIBE, h.UNSUBSCRIBE)
     out = []
@@ -505,7 +505,7 @@ class _HistoryRows:
 
 def _note_send(facts: RunFacts, seen: _HistoryRows, r: dict) -> None:
     """An invoke or a send answer: the send's first try, its UNIQ_KEYs and its state so far."""
-    from rmqha.cluster import history as h
+    from rmqha.runs import history as h
 
     op, sid = r["op"], r.get("send_id")
     s = facts.sends.setdefault(
@@ -538,7 +538,7 @@ def _note_send(facts: RunFacts, seen: _HistoryRows, r: dict) -> None:
 
 def _note_subscription(seen: _HistoryRows, r: dict) -> None:
     """A subscribe or unsubscribe: the consumer group's audited window (rmqha/pipeline/delivery.py)."""
-    from rmqha.cluster import history as h
+    from rmqha.runs import history as h
 
     g = seen.subs.setdefault(
         r.get("group") or r.get("client") or "?",
@@ -556,7 +556,7 @@ def _note_subscription(seen: _HistoryRows, r: dict) -> None:
 
 def _read_rows(facts: RunFacts, rows: list[dict]) -> _HistoryRows:
     """The sends from the rows in time order; the receives, answers and subscriptions set aside."""
-    from rmqha.cluster import history as h
+    from rmqha.runs import history as h
 
     seen = _HistoryRows()
     for r in sorted(rows, key=lambda r: (r.get("start_ms") or 0, r.get("seq") or 0)):
@@ -585,7 +585,7 @@ def _count_receives(facts: RunFacts, seen: _HistoryRows) -> None:
 
 def _count_tries(facts: RunFacts, answers: list[dict]) -> None:
     """Every try with an outcome, with the group that answered it when one is known."""
-    from rmqha.cluster import history as h
+    from rmqha.runs import history as h
 
     for r in answers:
         status = r["status"] if r.get("status") in h.SEND_STATUSES else h.ERROR

@@ -557,7 +557,7 @@ class Nemesis:
                 self.active.pop(f.id, None)
 
     def _op(self, op: str, fn, f: Fault, note: dict | None = None) -> dict | None:
-        from rmqha.chaos.faultlog import now_ms
+        from rmqha.runs.faultlog import now_ms
 
         start = now_ms()
         try:

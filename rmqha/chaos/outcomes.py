@@ -16,7 +16,7 @@ with a client timeout above the broker's sync wait, so the broker's answer is wh
 The topic is created on the SYNC_MASTERs only, so every send meets a faulted slave. After each fault the
 tool checks that the message is stored on the master all the same, heals, and waits (with a deadline)
 until every slave holds its master's log again. Every send is recorded in RUN/history/outcomes-*.jsonl
-(rmqha/cluster/history.py's format), so `make audit` over the run accounts for it.
+(rmqha/runs/history.py's format), so `make audit` over the run accounts for it.
 
 Exit status: 0 when every outcome was the expected one, 1 when one was not, 3 when the cluster is
 unfit (none running, no SYNC_MASTER with a slave).
@@ -28,11 +28,11 @@ import argparse
 import sys
 import threading
 
-from rmqha.chaos.faultlog import FaultLog
-from rmqha.chaos.history import HistoryRecorder, status_name
+from rmqha.runs.faultlog import FaultLog
+from rmqha.runs.recorder import HistoryRecorder, status_name
 from rmqha.chaos.nemesis import Fault, Nemesis
 from rmqha.cluster import ClusterError
-from rmqha.cluster.history import ERROR, now_ms
+from rmqha.runs.history import ERROR, now_ms
 from rmqha.cluster.handle import Cluster
 
 PHASES = {

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmqha.chaos.faultlog import FaultLog
+from rmqha.runs.faultlog import FaultLog
 from rmqha.chaos.nemesis import Fault, Nemesis, make_schedule, make_sweep
 from rmqha.chaos.run_ending import drain_groups, repair_forks, wait_catch_up
 from rmqha.chaos.run_setup import cluster_running, limit_disks, power_on_crashfs, schedule_from_json

@@ -8,7 +8,7 @@
 path), which takes the same options, writes the same files and prints the same final line. Every
 history line names the library that did it ("library").
 
-Writes RUN_DIR/history/producer-<id>.jsonl and consumer-<id>.jsonl (rmqha/cluster/history.py's format) and
+Writes RUN_DIR/history/producer-<id>.jsonl and consumer-<id>.jsonl (rmqha/runs/history.py's format) and
 RUN_DIR/chaos/progress-<id>.json (counters, rewritten every 0.5 s, read by `python -m rmqha.chaos.run` for
 its status line). Ends with one JSON line on stdout: the final counters.
 
@@ -51,8 +51,8 @@ import sys
 import threading
 import time
 
-from rmqha.chaos.history import HistoryRecorder, status_name
-from rmqha.cluster.history import ERROR, now_ms
+from rmqha.runs.recorder import HistoryRecorder, status_name
+from rmqha.runs.history import ERROR, now_ms
 
 MAX_ATTEMPTS = 3
 

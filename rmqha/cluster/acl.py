@@ -13,8 +13,9 @@ import os
 import secrets
 from pathlib import Path
 
+from rmqha.runs.recorder import ENV_AK, ENV_SK, credentials_from_env  # noqa: F401 (the recorder signs with them)
+
 ACCESS_KEY = "rmqha-admin"
-ENV_AK, ENV_SK = "RMQHA_ACCESS_KEY", "RMQHA_SECRET_KEY"
 FILE_IN_STORE = "config/plain_acl.yml"
 
 
@@ -60,8 +61,3 @@ def env_of(state: dict) -> dict[str, str]:
     """The environment a client of this cluster needs (empty without ACL)."""
     creds = (state or {}).get("acl")
     return {ENV_AK: creds["accessKey"], ENV_SK: creds["secretKey"]} if creds else {}
-
-
-def credentials_from_env() -> tuple[str, str] | None:
-    ak, sk = os.environ.get(ENV_AK), os.environ.get(ENV_SK)
-    return (ak, sk) if ak and sk else None

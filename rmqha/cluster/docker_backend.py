@@ -53,6 +53,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from rmqha.runs.layout import NODE_JSON_KEYS, write_node_json
+
 from . import ClusterError
 from . import acl
 from . import runfolder as rf
@@ -382,7 +384,7 @@ def _node_records(
         c = configs[n.name]
         master = None if n.is_master else topology.master_of(n).name
         node = rf.node_record(n.name, c, host, backend)
-        rf.write_node_json(run_dir, node)
+        write_node_json(rf.node_dir(run_dir, node["name"]), node, NODE_JSON_KEYS)
         v = env_var(n.name)
         env[f"{v}_PORT"] = str(c.listenPort)
         env[f"{v}_VIP_PORT"] = str(c.fast_listen_port)

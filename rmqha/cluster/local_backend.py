@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+from rmqha.runs.layout import NODE_JSON_KEYS, write_node_json
+
 from . import ClusterError
 from . import acl
 from . import runfolder as rf
@@ -187,7 +189,7 @@ def _node_records(
         c = configs[n.name]
         master = None if n.is_master else topology.master_of(n).name
         node = rf.node_record(n.name, c, host, backend)
-        rf.write_node_json(run_dir, node)
+        write_node_json(rf.node_dir(run_dir, node["name"]), node, NODE_JSON_KEYS)
         nodes.append(
             {
                 **node,

@@ -1,4 +1,5 @@
-"""The run folder of a cluster, shared with the audit pipeline (rmqha/pipeline/runfolder.py reads it).
+"""The run folder of a cluster: its root, its name, state.json and run/current. The layout inside it and
+node.json are rmqha/runs/layout.py's, shared with the audit pipeline (rmqha/pipeline/runfolder.py reads it).
 
 run/                              CLUSTER_RUN_ROOT, default <repo>/run (git-ignored)
   current                         the name of the cluster that status/logs/down act on
@@ -6,7 +7,7 @@ run/                              CLUSTER_RUN_ROOT, default <repo>/run (git-igno
     state.json                    what the backend started: topology, ports, pids, commands
     namesrv/namesrv.log           the name server's log (not under nodes/: the pipeline treats
                                   every folder under nodes/ as a broker)
-    nodes/<node>/node.json        who the node is (schema: NODE_JSON_KEYS)
+    nodes/<node>/node.json        who the node is (rmqha/runs/layout.py)
     nodes/<node>/broker.log       the broker's stdout and stderr
     nodes/<node>/broker.properties  the file the broker runs on (-c): its topology's conf file with the
                                   deployment keys, written at `up`; updateBrokerConfig rewrites this copy,
@@ -27,10 +28,21 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+# the run folder's layout and node.json: rmqha/runs/layout.py (the backends use them as rf.node_dir, ...)
+from rmqha.runs.layout import (  # noqa: F401
+    broker_log,
+    namesrv_log,
+    node_dir,
+    node_properties,
+    node_record,
+    proxy_log,
+    store_dir,
+    write_json_atomic,
+)
+
 from . import ClusterError
 from .topology import IS_CHECKOUT, REPO_ROOT
 
-NODE_JSON_KEYS = ("name", "brokerName", "brokerId", "role", "clusterName", "addr", "haAddr", "metricsUrl", "backend")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 DEFAULT_NAME = "default"
 
@@ -74,22 +86,6 @@ def check_name(name: str) -> str:
 
 def run_dir(name: str) -> Path:
     return run_root() / check_name(name)
-
-
-def node_dir(rd: Path, node: str) -> Path:
-    return rd / "nodes" / node
-
-
-def store_dir(rd: Path, node: str) -> Path:
-    return node_dir(rd, node) / "store"
-
-
-def broker_log(rd: Path, node: str) -> Path:
-    return node_dir(rd, node) / "broker.log"
-
-
-def node_properties(rd: Path, node: str) -> Path:
-    return node_dir(rd, node) / "broker.properties"
 
 
 def write_node_properties(rd: Path, node: str, props: dict[str, str], header: str) -> Path:
@@ -137,30 +133,6 @@ def _escape_property(text: str, key: bool = False) -> str:
     return "".join(out)
 
 
-def namesrv_log(rd: Path) -> Path:
-    return rd / "namesrv" / "namesrv.log"
-
-
-def proxy_log(rd: Path) -> Path:
-    return rd / "proxy" / "proxy.log"
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def read_state(rd: Path) -> dict | None:
     path = rd / "state.json"
     try:
@@ -174,38 +146,6 @@ def read_state(rd: Path) -> dict | None:
 
 def write_state(rd: Path, state: dict) -> None:
     write_json_atomic(rd / "state.json", state)
-
-
-def node_record(name: str, c, host: str, backend: str) -> dict:
-    """node.json's content for one broker, from its BrokerConfig `c` (both backends write it this way)."""
-    return {
-        "name": name,
-        "brokerName": c.brokerName,
-        "brokerId": c.brokerId,
-        "role": c.brokerRole,
-        "clusterName": c.brokerClusterName,
-        "addr": c.broker_addr,
-        "haAddr": c.ha_server_addr,
-        "metricsUrl": f"http://{host}:{c.metrics_port}/metrics",
-        "backend": backend,
-        "commitlogFileSize": c.mappedFileSizeCommitLog,
-        "msgTraceTopicName": c.msgTraceTopicName,  # where the audit reads trace records
-        # a DLedger node's log is store/dledger-<selfId>/data, not store/commitlog (rmqha/pipeline/dledger_log.py)
-        **(
-            {"commitLog": "dledger", "dLegerSelfId": c.dLegerSelfId, "dLegerGroup": c.dLegerGroup}
-            if c.enableDLegerCommitLog
-            else {}
-        ),
-    }
-
-
-def write_node_json(rd: Path, node: dict) -> Path:
-    missing = [k for k in NODE_JSON_KEYS if k not in node]
-    if missing:
-        raise ValueError(f"node.json for {node.get('name')} lacks {missing}")
-    path = node_dir(rd, node["name"]) / "node.json"
-    write_json_atomic(path, node)
-    return path
 
 
 def set_current(name: str) -> None:

@@ -2,7 +2,7 @@
 
 A message is delivered when its consumer group received it, not when some disk holds it: an acknowledged
 send that no consumer of the group can ever get is lost to its user, whatever node it sits on. Every
-logical send (rmqha/chaos/history.py's send_id: all tries of one message) to a topic a group subscribed to, in
+logical send (rmqha/runs/recorder.py's send_id: all tries of one message) to a topic a group subscribed to, in
 the group's window (from its subscribe, or from the start for FROM_FIRST; to the shutdown of its last
 consumer), is owed to that group and ends in exactly one state:
 
@@ -39,7 +39,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
-from rmqha.cluster.history import FROM_NOW
+from rmqha.runs.history import FROM_NOW
 from rmqha.runs.faults import DESTRUCTIVE  # faults that can take a master's tail or leave it behind its slave
 
 from . import consume_queues, ids, runfolder

@@ -1,4 +1,4 @@
-"""Histories (rmqha/chaos/history.py) joined with the decoded replicas: what was lost, duplicated, reordered, late.
+"""Histories (rmqha/runs/recorder.py) joined with the decoded replicas: what was lost, duplicated, reordered, late.
 
 Stored copies are found by UNIQ_KEY. A logical send (send_id) is tied to its stored copies through the
 message KEYS, which the recorder sets to the send_id: that also catches copies left by retries inside

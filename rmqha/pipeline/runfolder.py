@@ -4,7 +4,7 @@
       nodes/<node>/node.json           who the node was (schema below)
       nodes/<node>/store/commitlog/    the node's commit log: <20-digit start offset> files
       nodes/<node>/store/dledger-<selfId>/  instead, on a DLedger node (dledger_log.py)
-      history/*.jsonl                  client histories (rmqha/chaos/history.py format)
+      history/*.jsonl                  client histories (rmqha/runs/recorder.py format)
       metrics/*.jsonl                  optional periodic metric samples (schema in README.md)
 
 node.json:
@@ -196,35 +196,3 @@ def drain_committed(run_dir: str) -> dict[str, dict[str, dict[int, int]]]:
             }
             out[group] = per
     return out
-
-
-def write_node_json(
-    node_dir: str,
-    name: str,
-    broker_name: str,
-    broker_id: int,
-    role: str,
-    cluster_name: str = "DefaultCluster",
-    addr: str = "",
-    **extra,
-) -> str:
-    """What the cluster tooling writes for each node (also used by the tests)."""
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
-    os.makedirs(node_dir, exist_ok=True)
-    path = os.path.join(node_dir, "node.json")
-    with open(path, "w") as fh:
-        json.dump(
-            {
-                "name": name,
-                "brokerName": broker_name,
-                "brokerId": broker_id,
-                "role": role,
-                "clusterName": cluster_name,
-                "addr": addr,
-                **extra,
-            },
-            fh,
-            indent=1,
-        )
-    return path

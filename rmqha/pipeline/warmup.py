@@ -14,14 +14,14 @@ def tiny_run(root: str, n: int = 40) -> str:
     """A run folder: one SYNC_MASTER group, its slave a byte copy, a history of sends and receives."""
     from rmqha.broker.store.message_store import MessageStore
     from rmqha.broker.store.record import Message
-    from rmqha.cluster.history import HistoryWriter
+    from rmqha.runs.history import HistoryWriter
 
-    from .runfolder import write_node_json
+    from rmqha.runs.layout import node_json, write_node_json
 
     run = os.path.join(root, "run")
     mdir, sdir = os.path.join(run, "nodes", "w-0"), os.path.join(run, "nodes", "w-1")
-    write_node_json(mdir, "w-0", "w", 0, "SYNC_MASTER", addr="w-0:10911")
-    write_node_json(sdir, "w-1", "w", 1, "SLAVE", addr="w-1:10911")
+    write_node_json(mdir, node_json("w-0", "w", 0, "SYNC_MASTER", addr="w-0:10911"))
+    write_node_json(sdir, node_json("w-1", "w", 1, "SLAVE", addr="w-1:10911"))
     store = MessageStore(os.path.join(mdir, "store"), commitlog_file_size=64 << 10, cq_file_size=20 * 100)
     store.start()
     sends = HistoryWriter(os.path.join(run, "history", "producer-w.jsonl"))

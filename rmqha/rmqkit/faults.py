@@ -23,7 +23,7 @@ from rmqha.runs.faults import FAULTS
 
 class Faults:
     def __init__(self, cluster, log_path: str | Path):
-        from rmqha.chaos.faultlog import FaultLog
+        from rmqha.runs.faultlog import FaultLog
         from rmqha.chaos.nemesis import Nemesis
 
         self.cluster = cluster

@@ -3,14 +3,14 @@
     rec = Recorder(run_dir / "history" / "orders.jsonl", "orders", namesrv)
     p = rec.Producer("OrderPG")           # a rocketmq.client.Producer subclass: same calls
     p.set_namesrv_addr(rec.namesrv); p.start()
-    p.send_sync(msg)                      # sent, and one line in the history (rmqha/cluster/history.py format)
+    p.send_sync(msg)                      # sent, and one line in the history (rmqha/runs/history.py format)
     c = rec.PushConsumer("OrderCG")       # subscribe(topic, callback): every message recorded first
 
 An application under test takes the class as a parameter (`OrderService(namesrv, producer_cls=...)`),
 so its code does not change. send_sync, send_async and send_orderly are recorded (send_oneway and
 send_batch pass through unrecorded: the client reports no outcome for them). The history's send_id is
 the message's KEYS when the application set them (a logical id: retries of one order share it), else a
-fresh id that is put into KEYS, as rmqha/chaos/history.py's recorder does. To know a message's topic and keys
+fresh id that is put into KEYS, as rmqha/runs/recorder.py's recorder does. To know a message's topic and keys
 after it was built, rocketmq.client.Message's constructor and setters are wrapped once to remember
 them on the object (nothing else changes).
 """
@@ -57,7 +57,7 @@ class Recorder:
     """One history file and the recorded client classes that write it."""
 
     def __init__(self, path: str | Path, client: str, namesrv: str | None = None, credentials: dict | None = None):
-        from rmqha.chaos.history import HistoryRecorder
+        from rmqha.runs.recorder import HistoryRecorder
 
         # a cluster started with acl=True: {"accessKey", "secretKey"}; clients that set none of their own
         # sign with these (set_session_credentials) when they start
@@ -96,7 +96,7 @@ class Recorder:
             client.set_session_credentials(self.credentials["accessKey"], self.credentials["secretKey"], "")
 
     def records(self) -> list[dict]:
-        from rmqha.cluster.history import read_history
+        from rmqha.runs.history import read_history
 
         return read_history(str(self.path)) if self.path.exists() else []
 
@@ -122,36 +122,9 @@ class Recorder:
             "body_len": f.get("body_len"),
         }
 
-    def result(self, rec: dict, res) -> dict:
-        from rmqha.chaos.history import status_name
-        from rmqha.cluster.history import now_ms
-
-        uniq = res.msg_id.decode() if isinstance(res.msg_id, bytes) else res.msg_id
-        return rec | {
-            "end_ms": now_ms(),
-            "status": status_name(res.status),
-            "uniq_key": uniq or None,
-            "queue_offset": res.offset,
-        }
-
-    def error(self, rec: dict, exc) -> dict:
-        from rmqha.cluster.history import ERROR, now_ms
-
-        return rec | {"end_ms": now_ms(), "status": ERROR, "error": f"{type(exc).__name__}: {exc}"}
-
     def sent(self, call, msg):
-        from rmqha.cluster.history import now_ms
-
-        rec = self.send_record(msg)
-        rec["start_ms"] = now_ms()
-        self._append(rec | {"op": "invoke", "end_ms": rec["start_ms"]})  # a try never answered stays visible
-        try:
-            res = call(msg)
-        except Exception as e:
-            self._append(self.error(rec, e))
-            raise
-        self._append(self.result(rec, res))
-        return res
+        """call(msg), recorded by the one recorder (rmqha/runs/recorder.py): a try never answered stays visible."""
+        return self.history.record_call(call, msg, self.send_record(msg), self._append)
 
     def _append_direct(self, write) -> None:
         """write(HistoryRecorder), unless the history is closed."""
@@ -219,26 +192,24 @@ def _producer_class(rec: Recorder):
             return rec.sent(lambda m: super(RecordedProducer, self).send_orderly(m, arg, *a, **kw), msg)
 
         def send_async(self, msg, success_callback, exception_callback):
-            from rmqha.cluster.history import now_ms
-
             r = rec.send_record(msg)
+            h = rec.history
 
             def ok(res):
-                rec._append(rec.result(r, res))
+                rec._append(h.answered(r, res))
                 if success_callback is not None:
                     success_callback(res)
 
             def err(exc):
-                rec._append(rec.error(r, exc))
+                rec._append(h.failed(r, exc))
                 if exception_callback is not None:
                     exception_callback(exc)
 
-            r["start_ms"] = now_ms()
-            rec._append(r | {"op": "invoke", "end_ms": r["start_ms"]})
+            h.invoked(r, rec._append)
             try:
                 return super().send_async(msg, ok, err)
             except Exception as e:
-                rec._append(rec.error(r, e))
+                rec._append(h.failed(r, e))
                 raise
 
     return RecordedProducer

@@ -1,6 +1,6 @@
 """Client histories: every operation a workload did and what it saw, one JSON object per line.
 
-The one owner of the format: the recorder around the official client (rmqha/chaos/history.py), the Rust
+The one owner of the format: the recorder around the official client (rmqha/runs/recorder.py), the Rust
 client (clients/rust), the audit (pipeline/) and the pytest plugin (rmqkit/) all write or read it here.
 
 A history file is `RUN/history/<client>.jsonl` (any *.jsonl under RUN/history is read). Each line:
@@ -45,7 +45,7 @@ A history file is `RUN/history/<client>.jsonl` (any *.jsonl under RUN/history is
                                  are the moment the callback ran
     body_len         int|null
     library          str|null    the client library that did it: "rocketmq 0.4.4 (C++ 1.0.1)" (the official
-                                 client, rmqha/chaos/history.py) or "rocketmq-client-rust 1.0.0" (clients/rust, whose
+                                 client, rmqha/runs/recorder.py) or "rocketmq-client-rust 1.0.0" (clients/rust, whose
                                  `workload` command writes the same format)
 
 The "acknowledged" sends are those with status SEND_OK. The other three statuses mean "stored on the

@@ -1,5 +1,5 @@
 """The history recorder around the official client (rocketmq 0.4.4): every send try, answer, receive
-and subscription of a workload, written in the history format of rmqha/cluster/history.py (its one owner:
+and subscription of a workload, written in the history format of rmqha/runs/history.py (its one owner:
 field table, writer, reader).
 """
 
@@ -9,7 +9,7 @@ import itertools
 import os
 import uuid
 
-from rmqha.cluster.history import (
+from rmqha.runs.history import (
     ERROR,
     FROM_FIRST,
     FROM_NOW,
@@ -131,10 +131,38 @@ class HistoryRecorder:
             "shard": None if shard is None else str(shard),
         }
 
-    def invoked(self, rec: dict) -> None:
+    def invoked(self, rec: dict, append=None) -> None:
         """Write the "invoke" line of a try about to be handed to the client, and stamp its start."""
         rec["start_ms"] = now_ms()
-        self.writer.append(rec | {"op": INVOKE, "end_ms": rec["start_ms"]})
+        (append or self.writer.append)(rec | {"op": INVOKE, "end_ms": rec["start_ms"]})
+
+    @staticmethod
+    def answered(rec: dict, res) -> dict:
+        """The "send" line of a try the broker answered (a rocketmq.client SendResult)."""
+        uniq = res.msg_id.decode() if isinstance(res.msg_id, bytes) else res.msg_id
+        return rec | {
+            "end_ms": now_ms(),
+            "status": status_name(res.status),
+            "uniq_key": uniq or None,
+            "queue_offset": res.offset,
+        }
+
+    @staticmethod
+    def failed(rec: dict, exc: BaseException) -> dict:
+        """The "send" line of a try the client raised for: ERROR, the client does not know."""
+        return rec | {"end_ms": now_ms(), "status": ERROR, "error": f"{type(exc).__name__}: {exc}"}
+
+    def record_call(self, call, msg, rec: dict, append=None):
+        """call(msg), recorded: its "invoke" line, then its answer or its error (raised again)."""
+        append = append or self.writer.append
+        self.invoked(rec, append)
+        try:
+            res = call(msg)
+        except Exception as e:  # the client raises MQClientException-like errors
+            append(self.failed(rec, e))
+            raise
+        append(self.answered(rec, res))
+        return res
 
     def _record_send(
         self,
@@ -151,17 +179,7 @@ class HistoryRecorder:
         send_id = send_id or self.new_send_id()
         rec = self.send_record(topic, send_id, attempt, len(body), shard, queue_id)
         msg = self._message(topic, body, send_id, tags, properties)
-        self.invoked(rec)
-        try:
-            res = call(msg)
-        except Exception as e:  # the client raises MQClientException-like errors
-            rec.update(end_ms=now_ms(), status=ERROR, error=f"{type(e).__name__}: {e}")
-            self.writer.append(rec)
-            raise
-        uniq = res.msg_id.decode() if isinstance(res.msg_id, bytes) else res.msg_id
-        rec.update(end_ms=now_ms(), status=status_name(res.status), uniq_key=uniq or None, queue_offset=res.offset)
-        self.writer.append(rec)
-        return res
+        return self.record_call(call, msg, rec)
 
     def send(
         self,
@@ -275,10 +293,17 @@ class HistoryRecorder:
         self.writer.close()
 
 
-def _sign(client) -> None:
-    """Under ACL the kit hands its clients the cluster's credentials in the environment (rmqha/cluster/acl.py)."""
-    from rmqha.cluster.acl import credentials_from_env
+# Under ACL the kit hands its clients the cluster's credentials in the environment (rmqha/cluster/acl.py env_of).
+ENV_AK, ENV_SK = "RMQHA_ACCESS_KEY", "RMQHA_SECRET_KEY"
 
+
+def credentials_from_env() -> tuple[str, str] | None:
+    ak, sk = os.environ.get(ENV_AK), os.environ.get(ENV_SK)
+    return (ak, sk) if ak and sk else None
+
+
+def _sign(client) -> None:
+    """A client signed with the cluster's credentials from the environment, when there are any."""
     creds = credentials_from_env()
     if creds:
         client.set_session_credentials(creds[0], creds[1], "")

@@ -69,7 +69,7 @@ def rc():
 def nemesis(cluster):
     """rmqha.chaos.nemesis.Nemesis on the module's `cluster` handle (either backend), logging to a fault
     log of its own under the run's faults/; at teardown every fault it injected must heal."""
-    from rmqha.chaos.faultlog import FaultLog
+    from rmqha.runs.faultlog import FaultLog
     from rmqha.chaos.nemesis import Nemesis
 
     log = FaultLog(cluster.run_dir / "faults" / f"it-{uuid.uuid4().hex[:6]}.jsonl")

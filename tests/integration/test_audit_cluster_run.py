@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 WORKLOAD = textwrap.dedent("""
     import sys, time
-    from rmqha.chaos.history import HistoryRecorder
+    from rmqha.runs.recorder import HistoryRecorder
     run, namesrv, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     prod = HistoryRecorder(run + "/history/producer.jsonl", client="producer")
     p = prod.producer("AuditPG", namesrv=namesrv, timeout_ms=10000)

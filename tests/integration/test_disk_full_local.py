@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from rmqha.chaos.faultlog import FaultLog, read_faults
+from rmqha.runs.faultlog import FaultLog, read_faults
 from rmqha.chaos.nemesis import Fault, Nemesis
 from rmqha.rmqkit.cluster import RocketMQCluster
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from rmqha.chaos.faultlog import read_faults
+from rmqha.runs.faultlog import read_faults
 from rmqha.chaos.nemesis import Fault
 
 from .docker_cluster import SEND_OK, pooled_cluster, produce, produce_status

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from rmqha.chaos.faultlog import read_faults
+from rmqha.runs.faultlog import read_faults
 from rmqha.chaos.nemesis import Fault
 
 from .docker_cluster import SEND_OK, SLAVE_NOT_AVAILABLE, produce

@@ -287,7 +287,7 @@ def test_chaos_workload_runs_with_the_rust_client_and_its_history_says_so(cluste
     import sys
     from pathlib import Path
 
-    from rmqha.cluster.history import FIELDS, read_history
+    from rmqha.runs.history import FIELDS, read_history
 
     ns, nodes = cluster
     topic = unique_name("RustChaos")

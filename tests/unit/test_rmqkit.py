@@ -112,9 +112,9 @@ def test_messages_remember_topic_and_keys_and_a_send_without_keys_gets_a_send_id
     r2 = rec.send_record(m2)
     assert r2["send_id"].startswith("c1-") and m2._rmqkit["keys"] == r2["send_id"]
     res = SimpleNamespace(msg_id=b"UNIQ1", status=0, offset=7)
-    rec._append(rec.result(r, res))
+    rec._append(rec.history.answered(r, res))
     rec.close()
-    rec._append(rec.result(r2, res))  # after close: dropped, no error
+    rec._append(rec.history.answered(r2, res))  # after close: dropped, no error
     (line,) = rec.records()
     assert (line["status"], line["uniq_key"], line["queue_offset"], line["send_id"]) == (
         "SEND_OK",

@@ -4,7 +4,7 @@
 //!                   [--topic TopicChaos] [--body-size 256] [--timeout-ms 10000] [--max-inflight 4000] [--drain 20]
 //!                   [--drain-signal FILE] [--trace [--trace-topic T]]
 //!
-//! Writes RUN/history/producer-<id>.jsonl and consumer-<id>.jsonl in rmqha/chaos/history.py's format (plus
+//! Writes RUN/history/producer-<id>.jsonl and consumer-<id>.jsonl in rmqha/runs/recorder.py's format (plus
 //! "library", naming this client), rewrites RUN/chaos/progress-<id>.json every 0.5 s with the counters
 //! `python -m rmqha.chaos.run` shows, and ends with the final counters as one JSON line on stdout.
 //! Sends are async (the callback reports every status as the broker answered it); a send the client

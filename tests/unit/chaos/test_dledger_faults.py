@@ -11,7 +11,7 @@ import random
 import pytest
 
 from rmqha.chaos import nemesis
-from rmqha.chaos.faultlog import FaultLog, read_faults
+from rmqha.runs.faultlog import FaultLog, read_faults
 from rmqha.chaos.nemesis import Fault, Nemesis, groups_of, make_schedule, make_sweep
 from rmqha.runs import faults as vocabulary
 from rmqha.runs.faults import CLASSIC, DLEDGER, FAULTS, applicable_faults, why_not_applicable

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-import rmqha.chaos.faultlog
+import rmqha.runs.faultlog
 from rmqha.chaos import nemesis
-from rmqha.chaos.faultlog import FaultLog, read_faults
+from rmqha.runs.faultlog import FaultLog, read_faults
 from rmqha.chaos.nemesis import Fault, Nemesis
 from rmqha.runs import faults as vocabulary
 from rmqha.runs.faults import ALL_FAULTS, FAULTS, applicable_faults
@@ -302,7 +302,7 @@ def test_nothing_active_reads_none():
 
 def test_inject_and_heal_return_what_the_operation_measured_and_the_fault_log_keeps_it(tmp_path, monkeypatch):
     clock = Clock(1_700_000_000.0)
-    monkeypatch.setattr(rmqha.chaos.faultlog, "now_ms", lambda: int(round(clock.now * 1000)))
+    monkeypatch.setattr(rmqha.runs.faultlog, "now_ms", lambda: int(round(clock.now * 1000)))
     h = FakeHandle(clock=clock)
     took = {"power_loss": 0.12, "start": 2.5, "stop": 0.3}
     orig = h._record

@@ -600,7 +600,7 @@ def test_a_group_the_samples_show_forked_before_a_fault_does_not_exercise_it(tmp
 
 
 # ---- issue 23 (deliverable 3): delivered, indeterminate, availability per group, excluded records, "not
-# audited". Run folders fabricated as a chaos run leaves them: histories (rmqha/cluster/history.py), each
+# audited". Run folders fabricated as a chaos run leaves them: histories (rmqha/runs/history.py), each
 # node's node.json and commit log (written with the broker's own record encoder), the audit's summary.json
 
 TOPIC, CG = "TopicChaos", "CG1"

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rmqha.chaos.faultlog import FaultLog, read_faults
+from rmqha.runs.faultlog import FaultLog, read_faults
 from rmqha.chaos.nemesis import ACTIONS, Fault, Nemesis, make_schedule
 from rmqha.runs.faults import ALL_FAULTS, FAULTS, applicable_faults
 from rmqha.cluster.handle import drop_after, read_checkpoint_durable

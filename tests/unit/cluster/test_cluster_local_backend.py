@@ -9,6 +9,7 @@ import pytest
 
 from rmqha.cluster import ClusterError
 from rmqha.cluster import runfolder as rf
+from rmqha.runs.layout import NODE_JSON_KEYS, write_node_json
 from rmqha.cluster.local_backend import LocalBackend, child_env, check_ports, is_running, port_in_use, spawn
 from rmqha.cluster.ports import free_block
 from rmqha.cluster.topology import PortPlan, load_topology
@@ -129,10 +130,10 @@ def test_node_json_schema(run_root):
         "metricsUrl": "http://127.0.0.1:3/metrics",
         "backend": "local",
     }
-    path = rf.write_node_json(rd, node)
+    path = write_node_json(rf.node_dir(rd, node["name"]), node, NODE_JSON_KEYS)
     assert json.loads(path.read_text()) == node
     with pytest.raises(ValueError, match="haAddr"):
-        rf.write_node_json(rd, {k: v for k, v in node.items() if k != "haAddr"})
+        write_node_json(rf.node_dir(rd, node["name"]), {k: v for k, v in node.items() if k != "haAddr"}, NODE_JSON_KEYS)
 
 
 def test_tail(tmp_path):

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet import task
 
+from rmqha.runs.layout import node_json, write_node_json
 from rmqha.broker.config import BrokerConfig, ConfigError
 from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger_commitlog import DLedgerMessageStore, DLedgerRoleChangeHandler
@@ -420,8 +421,9 @@ def test_the_audit_reads_an_upgraded_members_old_commit_log_too(tmp_path):
     new = [put(clock, s, i) for i in range(5)]
     until(clock, lambda: s.fs.committed_index == s.fs.end_index)
     s.shutdown()
-    runfolder.write_node_json(
-        str(node_dir), "broker-n0", "B", -1, "SLAVE", commitLog="dledger", dLegerSelfId="n0", commitlogFileSize=FILE
+    write_node_json(
+        str(node_dir),
+        node_json("broker-n0", "B", -1, "SLAVE", commitLog="dledger", dLegerSelfId="n0", commitlogFileSize=FILE),
     )
     node = runfolder.load_node(str(node_dir))
     assert [os.path.basename(os.path.dirname(f.path)) for f in node.files] == ["commitlog", "commitlog", "data"]

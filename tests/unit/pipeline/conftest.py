@@ -7,9 +7,10 @@ import shutil
 
 import pytest
 
+from rmqha.runs.layout import node_json, write_node_json
 from rmqha.broker.store.message_store import MessageStore
 from rmqha.broker.store.record import Message
-from rmqha.cluster.history import HistoryWriter
+from rmqha.runs.history import HistoryWriter
 from rmqha.pipeline import runfolder
 
 FILE_SIZE = 64 << 10
@@ -58,7 +59,7 @@ class RunBuilder:
     def master(
         self, name="broker-a-0", broker="broker-a", role="SYNC_MASTER", n=300, body=200, topic="T", file_size=FILE_SIZE
     ):
-        runfolder.write_node_json(self.node_dir(name), name, broker, 0, role, addr=f"{name}:10911")
+        write_node_json(self.node_dir(name), node_json(name, broker, 0, role, addr=f"{name}:10911"))
         store = MessageStore(
             os.path.join(self.node_dir(name), "store"),
             commitlog_file_size=file_size,
@@ -99,7 +100,7 @@ class RunBuilder:
         os.makedirs(dst)
         for fname in sorted(os.listdir(src))[from_file:]:
             shutil.copyfile(os.path.join(src, fname), os.path.join(dst, fname))
-        runfolder.write_node_json(self.node_dir(name), name, broker, 1, "SLAVE", addr=f"{name}:10911")
+        write_node_json(self.node_dir(name), node_json(name, broker, 1, "SLAVE", addr=f"{name}:10911"))
         return dst
 
     def history(self, client="p1", lost=(), extra=()):

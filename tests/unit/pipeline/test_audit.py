@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from rmqha.runs.layout import node_json, write_node_json
 from rmqha.broker.store.record import Message
 from rmqha.pipeline import audit, decode, history_check, report, runfolder
 from rmqha.pipeline.verdict import FAIL, PASS, WARN, failed
@@ -248,7 +249,7 @@ def test_master_precedence_cli_then_submit_then_env_then_local(spark):
 
 
 def test_history_status_names():
-    from rmqha.chaos.history import status_name
+    from rmqha.runs.recorder import status_name
 
     assert status_name(0) == "SEND_OK" and status_name(2) == "FLUSH_SLAVE_TIMEOUT"
     assert status_name("SendStatus.SLAVE_NOT_AVAILABLE") == "SLAVE_NOT_AVAILABLE"
@@ -315,12 +316,14 @@ def test_trace_records_on_a_master_are_reported_send_to_store(spark, run_builder
     node_dir = run_builder.node_dir("broker-a-0")
     if where == "node.json":
         meta = json.load(open(os.path.join(node_dir, "node.json")))
-        runfolder.write_node_json(
+        write_node_json(
             node_dir,
-            **{k: meta[k] for k in ("name", "role", "addr")},
-            broker_name=meta["brokerName"],
-            broker_id=meta["brokerId"],
-            msgTraceTopicName=topic,
+            node_json(
+                **{k: meta[k] for k in ("name", "role", "addr")},
+                broker_name=meta["brokerName"],
+                broker_id=meta["brokerId"],
+                msgTraceTopicName=topic,
+            ),
         )
     elif where == "broker.properties":
         with open(os.path.join(node_dir, "broker.properties"), "w") as fh:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rmqha.runs.layout import node_json, write_node_json
 from rmqha.broker.store.message_store import MessageStore
 from rmqha.cluster.handle import drop_after
 from rmqha.pipeline import audit, decode, runfolder
@@ -54,7 +55,7 @@ class Forked:
         self.cut = _power_loss_then(rb, 80)
         src, dst = rb.node_dir("broker-a-1"), rb.node_dir("broker-a-2")
         shutil.copytree(os.path.join(src, "store"), os.path.join(dst, "store"))
-        runfolder.write_node_json(dst, "broker-a-2", "broker-a", 1, "SLAVE", addr="broker-a-2:10911")
+        write_node_json(dst, node_json("broker-a-2", "broker-a", 1, "SLAVE", addr="broker-a-2:10911"))
         d = Path(dst) / "store" / "commitlog"
         self.victim = rb.sent[10][2]
         f = sorted(os.listdir(d))[self.victim.wrote_offset // FILE_SIZE]

@@ -12,6 +12,7 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("numba")
 pytestmark = pytest.mark.compiles  # numba compiles the walk on first use (about 25 s on a fresh checkout)
 
+from rmqha.runs.layout import node_json, write_node_json  # noqa: E402
 from rmqha.broker.store import record  # noqa: E402
 from rmqha.pipeline import decode, runfolder  # noqa: E402
 
@@ -77,8 +78,8 @@ def _write_log(root, name, messages, file_size=FILE, tail_bytes=None):
     """A node whose commit log holds these records back to back, a blank at each file end."""
     d = os.path.join(root, "nodes", name, "store", "commitlog")
     os.makedirs(d)
-    runfolder.write_node_json(
-        os.path.join(root, "nodes", name), name, "broker-a", 0, "SYNC_MASTER", addr="127.0.0.1:10911"
+    write_node_json(
+        os.path.join(root, "nodes", name), node_json(name, "broker-a", 0, "SYNC_MASTER", addr="127.0.0.1:10911")
     )
     files, cur, base = {}, bytearray(), 0
     for k, m in enumerate(messages):

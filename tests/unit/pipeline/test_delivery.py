@@ -7,7 +7,7 @@ import shutil
 
 from rmqha.broker.store.consume_queue import FILLER, UNIT_SIZE
 from rmqha.broker.store.record import Message
-from rmqha.cluster.history import HistoryWriter
+from rmqha.runs.history import HistoryWriter
 from rmqha.pipeline import decode, delivery, faults, history_check, report, runfolder
 from rmqha.pipeline.verdict import FAIL, PASS
 

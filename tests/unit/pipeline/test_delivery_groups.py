@@ -8,7 +8,7 @@ import json
 import os
 
 from rmqha.broker.store.record import Message
-from rmqha.cluster.history import HistoryWriter
+from rmqha.runs.history import HistoryWriter
 from rmqha.pipeline import delivery
 from rmqha.pipeline.verdict import FAIL, WARN
 

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from rmqha.runs.layout import node_json, write_node_json
 from rmqha.broker.dledger.entry import BODY_OFFSET, INDEX_UNIT_SIZE, DLedgerEntry
 from rmqha.broker.dledger.file_store import FileStore
 from rmqha.broker.dledger_commitlog import NOOP_TOPIC, noop_body, patch_physical_offset
@@ -117,18 +118,20 @@ class DLedgerRun:
     def _node(self, name, sid, dispatched):
         """node.json as rmqha.cluster writes it for a DLedger broker, and the classic consume queues of the
         messages it dispatched (entries up to `dispatched`)."""
-        runfolder.write_node_json(
+        write_node_json(
             self.rb.node_dir(name),
-            name,
-            GROUP,
-            -1,
-            "ASYNC_MASTER",
-            "RaftCluster",
-            f"{name}:10911",
-            commitLog="dledger",
-            dLegerSelfId=sid,
-            dLegerGroup=GROUP,
-            commitlogFileSize=DATA_FILE,
+            node_json(
+                name,
+                GROUP,
+                -1,
+                "ASYNC_MASTER",
+                "RaftCluster",
+                f"{name}:10911",
+                commitLog="dledger",
+                dLegerSelfId=sid,
+                dLegerGroup=GROUP,
+                commitlogFileSize=DATA_FILE,
+            ),
         )
         cqs = {}
         for i, e in sorted(self.entries.items()):
@@ -219,7 +222,7 @@ def test_decoded_rows_are_the_committed_messages_at_pos_plus_48(dl_run):
 
 def test_node_json_written_by_the_cluster_tool_marks_dledger():
     from rmqha.broker.config import BrokerConfig
-    from rmqha.cluster.runfolder import node_record
+    from rmqha.runs.layout import node_record
 
     c = BrokerConfig(
         brokerName=GROUP,

@@ -7,7 +7,7 @@ named."""
 
 import os
 
-from rmqha.cluster.history import HistoryWriter
+from rmqha.runs.history import HistoryWriter
 from rmqha.pipeline import decode, history_check, runfolder
 from rmqha.pipeline.verdict import PASS, WARN
 

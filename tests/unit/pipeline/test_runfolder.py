@@ -4,13 +4,14 @@ default. The audit of the records themselves is tests/unit/pipeline/test_audit.p
 
 import os
 
+from rmqha.runs.layout import node_json, write_node_json
 from rmqha.pipeline import runfolder
 
 
 def node(root, name, trace=None, properties=None):
     d = os.path.join(root, "nodes", name)
     extra = {"msgTraceTopicName": trace} if trace else {}
-    runfolder.write_node_json(d, name, "broker-a", 0, "SYNC_MASTER", addr=f"{name}:10911", **extra)
+    write_node_json(d, node_json(name, "broker-a", 0, "SYNC_MASTER", addr=f"{name}:10911", **extra))
     if properties is not None:
         with open(os.path.join(d, "broker.properties"), "w") as fh:
             fh.write(properties)
