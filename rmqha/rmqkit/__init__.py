@@ -3,7 +3,7 @@
     from rmqha.rmqkit import RocketMQCluster
     with RocketMQCluster("2m-2s-sync") as c:            # docker (default) or backend="local"
         producer.set_namesrv_addr(c.namesrv_addr)
-        c.faults.inject("kill-master", "broker-a")      # rmqha/chaos/nemesis.py's fault table, logged
+        c.faults.inject("kill-master", "broker-a")      # a kind of rmqha/runs/faults.py, logged
         c.faults.heal_all()
         result = c.audit()                              # the Spark audit of the run folder
     with RocketMQCluster("dledger", backend="local") as c:   # one DLedger group of three nodes

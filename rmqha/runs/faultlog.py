@@ -6,7 +6,7 @@
      "start_ms": 1763770001200,       when it began (a power loss polls, kills and truncates: ~0.1 s)
      "op": "inject" | "heal",
      "id": 3,                         the fault's number in the run; an inject and its heal share it
-     "kind": "power-loss",            a name from rmqha/chaos/nemesis.py's FAULTS table
+     "kind": "power-loss",            a name from the fault vocabulary (rmqha/runs/faults.py)
      "target": "broker-a",            the node (or, for link faults, the node whose link it is)
      "link": "broker-a-s-ha" | null,  the Toxiproxy proxy, for link faults
      "group": "broker-a",             the broker group (brokerName)

@@ -1,4 +1,4 @@
-"""rmqha/chaos/nemesis.py's fault table and its Nemesis, against a recording fake of the cluster handle
+"""rmqha/chaos/nemesis.py's start/stop table (ACTIONS, keyed by rmqha/runs/faults.py) and its Nemesis, against a recording fake of the cluster handle
 (tests/unit/chaos/fakes.py): every fault's start and stop (exact operations, targets and parameters),
 the fault log each writes, failing operations, heal_all, and Nemesis.run on a fake clock."""
 
