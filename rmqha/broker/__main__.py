@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from .config import BrokerConfig, ConfigError
+from rmqha.broker.config.properties import BrokerConfig, ConfigError
 from .store.mapped_file import StoreError
 
 

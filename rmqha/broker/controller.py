@@ -13,15 +13,16 @@ import time
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from . import fastpath, planted, supervision
-from .config import BrokerConfig
+from rmqha.broker import fastpath, planted
+from rmqha.broker.support import supervision
+from rmqha.broker.config.properties import BrokerConfig
 from .ha.master import HAService
 from .ha.peers import PEERS_FILE, load_record
 from .ha.recovery import RecoveryFetcher, RecoverySourceService, proven_sources
 from .ha.slave import HAClient
-from .metrics import Registry, metrics_site
-from .served import ServedLog
-from .stats_service import BrokerStats
+from rmqha.broker.observability.metrics import Registry, metrics_site
+from rmqha.broker.observability.served import ServedLog
+from rmqha.broker.observability.stats_service import BrokerStats
 from .store import record
 from .store.flush import FlushService
 from .store.index import IndexSettings
@@ -114,7 +115,7 @@ class BrokerController:
         self._dispatch_call = None
         self._reput_call = None  # master: the pending dispatch of records put since the last one
         self.started = False
-        # the pulls this node answered, for the kit's "which node served each receive" (rmqha/broker/served.py)
+        # the pulls this node answered, for the kit's "which node served each receive" (rmqha/broker/observability/served.py)
         self.served = ServedLog(incarnation_ms=int(time.time() * 1000))
         self.status_extra = []  # callables returning dicts merged into /status (remoting, registration...)
         self.services = supervision.services(self.metrics)  # periodic services' health

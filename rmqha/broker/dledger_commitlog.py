@@ -38,9 +38,9 @@ from typing import Any
 
 from twisted.internet import defer
 
-from . import validation
+from rmqha.broker.support import validation
 from .store import delay
-from .config import BrokerConfig, ConfigError, dledger_slave_id
+from rmqha.broker.config.properties import BrokerConfig, ConfigError, dledger_slave_id
 from .dledger.config import DLedgerConfig
 from .dledger.effects import Committed, RoleChanged
 from .dledger.entry import BODY_OFFSET

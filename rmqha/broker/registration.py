@@ -28,7 +28,7 @@ from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, 
 from rmqha.broker.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.remoting.protocol import RemotingClient
-from rmqha.broker.supervision import PeriodicService
+from rmqha.broker.support.supervision import PeriodicService
 
 log = logging.getLogger("rmqha.broker.registration")
 
@@ -63,7 +63,7 @@ class BrokerRegistration:
         self.secret = None
         self._sign_clock = None
         if config.clusterSecretFile:
-            from .config import ConfigError
+            from rmqha.broker.config.properties import ConfigError
             from .namesrv.guard import read_secret
 
             try:

@@ -29,7 +29,7 @@ from rmqha.broker.remoting import json_body
 from rmqha.broker.store import record
 from rmqha.broker.store.delay import PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, time_up  # noqa: F401 (re-exported)
 from rmqha.broker.store.message_store import PutStatus
-from rmqha.broker.supervision import PeriodicService
+from rmqha.broker.support.supervision import PeriodicService
 
 log = logging.getLogger("rmqha.broker.schedule")
 

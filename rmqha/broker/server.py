@@ -18,7 +18,7 @@ from twisted.internet import defer
 
 from . import planted
 from .controller import BrokerController
-from .exporter_metrics import ExporterMetrics
+from rmqha.broker.observability.exporter import ExporterMetrics
 from .processors.acl_admin import AclAdminProcessors
 from .processors.admin import AdminProcessors
 from .processors.broker_config import BrokerConfigProcessors
@@ -207,7 +207,7 @@ class BrokerServer:
         if c.enableDLegerCommitLog:
             self.registry.fast_sends = None  # the compiled path appends to a classic commit log
         if c.aclEnable:
-            from .acl_service import AclService, default_path
+            from rmqha.broker.acl.service import AclService, default_path
 
             self.acl = AclService(c.aclConfigFile or default_path(), self.clock, self.controller.metrics)
             self.registry.acl = self.acl.check
@@ -364,7 +364,7 @@ class BrokerServer:
             "refused requests, malformed frames and processing failures, by kind",
             lambda: [({"kind": k}, n) for k, n in sorted(self.registry.limiter.total.items())],
         )
-        # the rocketmq-exporter's names, for the community Grafana dashboards (rmqha/broker/exporter_metrics.py)
+        # the rocketmq-exporter's names, for the community Grafana dashboards (rmqha/broker/observability/exporter.py)
         ExporterMetrics(self.config, self.controller, self.admin.runtime_info, self.offsets, self.clients).install(reg)
 
     def status(self) -> dict:

@@ -18,7 +18,7 @@ from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.remoting.protocol import RemotingClient
-from rmqha.broker.supervision import PeriodicService
+from rmqha.broker.support.supervision import PeriodicService
 
 log = logging.getLogger("rmqha.broker.slavesync")
 
@@ -102,7 +102,7 @@ class SlaveSynchronize:
     def _call(self, addr: str, code: int) -> defer.Deferred:
         req = RemotingCommand.request(code)
         if self.credentials is not None:  # a master with aclEnable refuses unsigned requests
-            from .acl import sign_request
+            from rmqha.broker.acl.rules import sign_request
 
             sign_request(req, *self.credentials)
         d = self.client.invoke(addr, req, TIMEOUT_S)

@@ -145,7 +145,7 @@ class Sender:
         self.opaque += 1
         req = RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, body=m.body, opaque=self.opaque)
         if self.credentials:
-            from rmqha.broker.acl import sign_request
+            from rmqha.broker.acl.rules import sign_request
 
             sign_request(req, self.credentials["accessKey"], self.credentials["secretKey"])
         self.sock.sendall(encode(req))

@@ -13,7 +13,7 @@ ts is the Unix time (seconds, float) when the round started; a node that did not
 "up": false and null offsets.
 
 Beside it, RUN_DIR/served/pulls.jsonl: every pull each node answered with messages (its /served log,
-rmqha/broker/served.py), one line per pull, read incrementally each round:
+rmqha/broker/observability/served.py), one line per pull, read incrementally each round:
     {"node": "broker-a-s", "brokerName": "broker-a", "brokerId": 1, "incarnation": 1763770000123,
      "seq": 7, "ts_ms": 1763770001234, "group": "ChaosCG1", "topic": "ChaosTopic", "queueId": 3,
      "from": 120, "next": 152, "messages": 32}

@@ -45,7 +45,7 @@ def namesrv_request(
     host, _, port = endpoint.rpartition(":")
     req = RemotingCommand.request(code, ext_fields, opaque=1)
     if credentials:
-        from rmqha.broker.acl import sign_request
+        from rmqha.broker.acl.rules import sign_request
 
         sign_request(req, credentials["accessKey"], credentials["secretKey"])
     try:

@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqha.broker.config import BrokerConfig, ConfigError, parse_properties
+from rmqha.broker.config.properties import BrokerConfig, ConfigError, parse_properties
 
 from . import ClusterError
 

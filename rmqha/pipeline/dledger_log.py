@@ -244,7 +244,7 @@ def end_leader(members: list, metrics_paths: list[str] = ()) -> tuple[object | N
 
 
 def follower_id(self_id: str) -> int:
-    """rmqha.broker.config.dledger_slave_id: 4.9's follower brokerId, selfId's number + 1."""
+    """rmqha.broker.config.properties.dledger_slave_id: 4.9's follower brokerId, selfId's number + 1."""
     rest = self_id[1:]
     return int(rest) + 1 if rest.isdigit() else 1
 

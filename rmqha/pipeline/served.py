@@ -1,6 +1,6 @@
 """Which node served each receive: the histories' receives matched to the nodes' served pulls.
 
-The consumer's client does not say which broker answered (see rmqha/broker/served.py), so every node logs
+The consumer's client does not say which broker answered (see rmqha/broker/observability/served.py), so every node logs
 the queue-offset ranges it returned and the sampler copies them into RUN/served/pulls.jsonl. A receive
 (broker group, topic, queue, queue offset, time) was served by the node of its group whose latest
 pull answered at or before the receive (plus SKEW_MS, for the clocks of containers and clients)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rmqha.broker import acl
+from rmqha.broker.acl import rules as acl
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.cluster.standalone import metric, rpc
 from rmqha.cluster.wait import wait_until

@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from rmqha.broker import acl
+from rmqha.broker.acl import rules as acl
 from rmqha.broker.remoting.codes import RequestCode as R
 from rmqha.broker.remoting.codes import ResponseCode as C
 from rmqha.cluster.standalone import rpc
@@ -82,7 +82,7 @@ def test_the_acl_admin_requests_end_to_end(acl_broker):
         (R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "*"}),
     ):
         r = signed(broker, code, fields, ("rocketmq2", "12345678"))
-        # 4.9.8's remark, with the ", <frame>" suffix its AclException carries (rmqha/broker/acl.py)
+        # 4.9.8's remark, with the ", <frame>" suffix its AclException carries (rmqha/broker/acl/rules.py)
         assert r.code == C.SYSTEM_ERROR and r.remark.startswith(
             f"{acl.EXCEPTION}: Need admin permission for request code={int(code)}, but accessKey=rocketmq2 is not, "
             "org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm("

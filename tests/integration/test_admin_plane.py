@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from rmqha.broker.config import parse_properties
+from rmqha.broker.config.properties import parse_properties
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.cluster.standalone import rpc
 from rmqha.cluster.wait import wait_until

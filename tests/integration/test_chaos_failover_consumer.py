@@ -4,7 +4,7 @@ broker-a is killed at t=3 for 40 s. The workload's first consumer group subscrib
 (the 4.x client refreshes routes every 30 s) waits for broker-a; a second group subscribes at t=8
 (`--late-consumer-at`), gets a route without the master and reads broker-a's queues from its slave.
 The audit must attribute those receives to broker-a-s during the outage, from the brokers' served-pull
-logs (rmqha/broker/served.py), and still find nothing lost and nothing received that was never sent.
+logs (rmqha/broker/observability/served.py), and still find nothing lost and nothing received that was never sent.
 A long run (about 2 min), so `make test-checkers` runs it; `make test` has the short versions
 (tests/unit/test_served_log.py, tests/unit/pipeline/test_served.py, and the slave-consumer case of
 test_official_client.py, which checks the slave's served log).

@@ -336,7 +336,7 @@ def test_consumers_read_from_the_slave_when_the_master_is_stopped(cluster):
             f"{native_log(LAST_CONSUMER_PID[0], 150)}"
         )
         assert slave.total_messages(topic, 4) == on_a
-        # the slave's served-pull log (rmqha/broker/served.py) names every receive of broker-a's queues, as the
+        # the slave's served-pull log (rmqha/broker/observability/served.py) names every receive of broker-a's queues, as the
         # sampler reads it: this is how a chaos run's audit knows which node served each receive
         reader = ServedReader(
             {

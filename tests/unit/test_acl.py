@@ -1,10 +1,10 @@
-"""rmqha/broker/acl.py: 4.9's PlainAccessValidator rules, IO-free (the official client against a real broker is
+"""rmqha/broker/acl/rules.py: 4.9's PlainAccessValidator rules, IO-free (the official client against a real broker is
 tests/integration/test_acl.py)."""
 
 import pytest
 
-from rmqha.broker import acl
-from rmqha.broker.acl import DENY, PUB, SUB, AclConfig, AclConfigError, AclError, AddressMatcher
+from rmqha.broker.acl import rules as acl
+from rmqha.broker.acl.rules import DENY, PUB, SUB, AclConfig, AclConfigError, AclError, AddressMatcher
 from rmqha.broker.remoting.codes import RequestCode as R
 
 CFG = {

@@ -1,4 +1,4 @@
-"""The ACL admin requests (50-53): the IO-free edits of plain_acl.yml (rmqha/broker/acl_admin.py), and the
+"""The ACL admin requests (50-53): the IO-free edits of plain_acl.yml (rmqha/broker/acl/edits.py), and the
 processors on an in-process broker with aclEnable (rmqha/broker/processors/acl_admin.py)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import os
 import pytest
 import yaml
 
-from rmqha.broker import acl, acl_admin
-from rmqha.broker.acl import AclConfig, AclError
-from rmqha.broker.acl_admin import AccessUpdate, AclAdminError
+from rmqha.broker.acl import rules as acl, edits as acl_admin
+from rmqha.broker.acl.rules import AclConfig, AclError
+from rmqha.broker.acl.edits import AccessUpdate, AclAdminError
 from rmqha.broker.remoting.codes import RequestCode as R
 from rmqha.broker.remoting.codes import ResponseCode as C
 from rmqha.broker.remoting.command import HeaderFieldError, RemotingCommand

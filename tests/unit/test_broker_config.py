@@ -3,7 +3,7 @@ allowed, unknown keys kept (and logged at start), and the sync wait taken from s
 
 import pytest
 
-from rmqha.broker.config import BrokerConfig, ConfigError, parse_properties
+from rmqha.broker.config.properties import BrokerConfig, ConfigError, parse_properties
 
 
 def load(**props):

@@ -1,11 +1,11 @@
-"""rmqha/broker/config_policy.py: which settings UPDATE_BROKER_CONFIG may change, and the config file rewrite."""
+"""rmqha/broker/config/policy.py: which settings UPDATE_BROKER_CONFIG may change, and the config file rewrite."""
 
 import dataclasses
 
 import pytest
 
-from rmqha.broker import config_policy as cp
-from rmqha.broker.config import BrokerConfig, parse_properties
+from rmqha.broker.config import policy as cp
+from rmqha.broker.config.properties import BrokerConfig, parse_properties
 
 from .processors.harness import make_config
 

@@ -1,9 +1,9 @@
-"""rmqha/broker/log_limit.py: one line per key per interval, exact at the interval, with the count left out."""
+"""rmqha/broker/support/log_limit.py: one line per key per interval, exact at the interval, with the count left out."""
 
 import logging
 
-from rmqha.broker import log_limit
-from rmqha.broker.log_limit import LogLimiter
+from rmqha.broker.support import log_limit
+from rmqha.broker.support.log_limit import LogLimiter
 
 
 class Clock:

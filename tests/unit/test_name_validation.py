@@ -1,10 +1,10 @@
-"""rmqha/broker/validation.py at its exact limits: 127/255-character topics, 120-character groups, the
+"""rmqha/broker/support/validation.py at its exact limits: 127/255-character topics, 120-character groups, the
 character set, blank names, and how a bad name is shown in a remark."""
 
 import pytest
 
-from rmqha.broker.errors import BadRequest
-from rmqha.broker.validation import (
+from rmqha.broker.support.errors import BadRequest
+from rmqha.broker.support.validation import (
     InvalidName,
     check_group,
     check_topic,

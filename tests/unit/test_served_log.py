@@ -1,12 +1,12 @@
-"""The broker's served-pull log (rmqha/broker/served.py), its HTTP view and the sampler's reader."""
+"""The broker's served-pull log (rmqha/broker/observability/served.py), its HTTP view and the sampler's reader."""
 
 import json
 
 import pytest
 from twisted.web.test.requesthelper import DummyRequest
 
-from rmqha.broker.metrics import Registry, metrics_site
-from rmqha.broker.served import ServedLog
+from rmqha.broker.observability.metrics import Registry, metrics_site
+from rmqha.broker.observability.served import ServedLog
 from rmqha.cluster import sample
 
 

@@ -1,10 +1,10 @@
-"""rmqha/broker/stats.py: 4.9's BrokerStatsManager windows, StoreStatsService samples and Java's value formats."""
+"""rmqha/broker/observability/stats.py: 4.9's BrokerStatsManager windows, StoreStatsService samples and Java's value formats."""
 
 import datetime
 
 import pytest
 
-from rmqha.broker import stats as st
+from rmqha.broker.observability import stats as st
 
 
 def test_stats_item_windows_sum_tps_and_avgpt():

@@ -5,9 +5,9 @@ import logging
 
 from twisted.internet import defer, task
 
-from rmqha.broker import supervision
-from rmqha.broker.metrics import Registry, metrics_site
-from rmqha.broker.supervision import PeriodicService
+from rmqha.broker.support import supervision
+from rmqha.broker.observability.metrics import Registry, metrics_site
+from rmqha.broker.support.supervision import PeriodicService
 
 
 class Job:
@@ -141,7 +141,7 @@ def test_trigger_runs_now_and_handles_failures_without_touching_the_loop():
 
 def test_logs_one_traceback_then_a_line_a_minute(caplog):
     svc, job, clock, reg = make(["raise"] * 1000, max_backoff=1.0)
-    caplog.set_level(logging.DEBUG, logger="rmqha.broker.supervision")
+    caplog.set_level(logging.DEBUG, logger="rmqha.broker.support.supervision")
     svc.start()
     clock.advance(1)
     for _ in range(150):

@@ -6,7 +6,7 @@ import pytest
 from twisted.internet.error import CannotListenError
 from twisted.internet.testing import MemoryReactorClock
 
-from rmqha.broker.config import BrokerConfig, ConfigError
+from rmqha.broker.config.properties import BrokerConfig, ConfigError
 from rmqha.broker.server import BrokerServer, VipChannelError
 
 from tests.unit.processors.harness import make_config, now_thread

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from twisted.internet import defer
 
-from rmqha.broker.clock import Clock, DelayedCall
+from rmqha.broker.support.clock import Clock, DelayedCall
 from rmqha.broker.store.message_store import PutStatus
 
 # A waiter: (next offset, deadline, started, its Deferred).

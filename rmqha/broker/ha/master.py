@@ -21,10 +21,10 @@ from twisted.internet.interfaces import IAddress, IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from rmqha.broker.clock import Clock, DelayedCall
+from rmqha.broker.support.clock import Clock, DelayedCall
 from rmqha.broker.store.message_store import MessageStore, PutStatus
 
-from ..supervision import PeriodicService
+from rmqha.broker.support.supervision import PeriodicService
 from .group_transfer import GroupTransfer
 from .master_session import Ack, Incarnation, MasterSession, SessionState
 from .peers import PEERS_FILE, ProvenPeers, load_record, save_peers
@@ -317,8 +317,10 @@ class HAService(protocol.Factory):
             )
 
     # -- metrics ----------------------------------------------------------------------------------
-    def _install_metrics(self, reg: Any) -> None:  # a rmqha.broker.metrics Registry, or None: a private one
-        from ..metrics import Registry
+    def _install_metrics(
+        self, reg: Any
+    ) -> None:  # a rmqha.broker.observability.metrics Registry, or None: a private one
+        from rmqha.broker.observability.metrics import Registry
 
         reg = reg or Registry()
         self.metrics = reg

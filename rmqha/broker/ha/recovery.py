@@ -42,7 +42,7 @@ from twisted.internet.interfaces import IAddress, IConnector, IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ..clock import Clock
+from rmqha.broker.support.clock import Clock
 from ..store import record
 from ..store.message_store import MessageStore
 from ..store.record import BytesLike, Scan

@@ -15,10 +15,10 @@ from twisted.internet.interfaces import IAddress, IConnector, IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from rmqha.broker.clock import Clock, DelayedCall
+from rmqha.broker.support.clock import Clock, DelayedCall
 
 from ..store.mapped_file import StoreError
-from ..supervision import PeriodicService
+from rmqha.broker.support.supervision import PeriodicService
 from .master import tune_socket
 from .slave_session import OffsetMismatch, ReplicaStore, SlaveSession
 from .transport import RecvIntoClient, SpliceClient, SplicePipe, connect_tcp
@@ -205,8 +205,10 @@ class HAClient:
         self.connected_since: float | None = None
         self._install_metrics(metrics)
 
-    def _install_metrics(self, reg: Any) -> None:  # a rmqha.broker.metrics Registry, or None: a private one
-        from ..metrics import Registry
+    def _install_metrics(
+        self, reg: Any
+    ) -> None:  # a rmqha.broker.observability.metrics Registry, or None: a private one
+        from rmqha.broker.observability.metrics import Registry
 
         reg = reg or Registry()
         self.metrics = reg

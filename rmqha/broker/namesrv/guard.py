@@ -7,7 +7,7 @@ or write KV config (which goes into every REGISTER_BROKER reply). Here, with a c
 (`--cluster-secret-file`, and the brokers' `clusterSecretFile`), REGISTER_BROKER, UNREGISTER_BROKER,
 PUT_KV_CONFIG, DELETE_KV_CONFIG, DELETE_TOPIC_IN_NAMESRV, WIPE_WRITE_PERM_OF_BROKER,
 ADD_WRITE_PERM_OF_BROKER and UPDATE_NAMESRV_CONFIG (every request that changes routes or config) must be
-signed with it, as the ACL signs client requests (rmqha/broker/acl.py: HmacSHA1 over the sorted ext fields and
+signed with it, as the ACL signs client requests (rmqha/broker/acl/rules.py: HmacSHA1 over the sorted ext fields and
 the body, AccessKey CLUSTER_KEY; mqadmin signs so with accessKey rmqha-cluster and the secret as
 secretKey). Reads stay open, as in 4.9. Without a secret the name server behaves as 4.9's, within the
 limits below.
@@ -39,9 +39,9 @@ import hmac
 import ipaddress
 import os
 
-from rmqha.broker import validation
-from rmqha.broker.acl import ACCESS_KEY, SIGNATURE, AclError, request_content, sign, signature
-from rmqha.broker.errors import BadRequest
+from rmqha.broker.support import validation
+from rmqha.broker.acl.rules import ACCESS_KEY, SIGNATURE, AclError, request_content, sign, signature
+from rmqha.broker.support.errors import BadRequest
 from rmqha.broker.namesrv import route_info
 from rmqha.broker.remoting.codes import VERSION_V4_9_8, RequestCode
 from rmqha.broker.remoting.command import stringify_fields
@@ -142,7 +142,7 @@ def check_signed(
             f"request code {code} must be signed with {SIGN_TIME} and {SIGN_NONCE} (a broker of "
             "this version signs so; an untimed signature could be replayed)"
         )
-    from rmqha.broker.acl import AclConfig, Account
+    from rmqha.broker.acl.rules import AclConfig, Account
 
     cfg = AclConfig(accounts={CLUSTER_KEY: Account(CLUSTER_KEY, secret, admin=True)})
     try:

@@ -6,7 +6,7 @@ The namespace ORDER_TOPIC_CONFIG holds "brokerName:queueNum;..." per ordered top
 
 from __future__ import annotations
 
-from rmqha.broker.errors import BadRequest
+from rmqha.broker.support.errors import BadRequest
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 

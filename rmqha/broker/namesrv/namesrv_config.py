@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from rmqha.broker.config import parse_properties
+from rmqha.broker.config.properties import parse_properties
 from rmqha.broker.remoting.codes import ResponseCode
 
 # 4.9.8 NamesrvConfig.configBlackList default, plus the keys DefaultRequestProcessor always adds

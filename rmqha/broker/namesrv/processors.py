@@ -6,7 +6,7 @@ import logging
 
 from twisted.internet.interfaces import IReactorTime
 
-from rmqha.broker.log_limit import LogLimiter
+from rmqha.broker.support.log_limit import LogLimiter
 from rmqha.broker.namesrv import guard
 from rmqha.broker.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
 from rmqha.broker.namesrv.namesrv_config import ConfigRefused, NamesrvSettings

@@ -11,7 +11,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
-from rmqha.broker.errors import BadRequest
+from rmqha.broker.support.errors import BadRequest
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import PERM_READ, PERM_WRITE
 

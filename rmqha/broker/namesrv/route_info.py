@@ -12,8 +12,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Hashable
 
-from rmqha.broker.errors import BadRequest
-from rmqha.broker.log_limit import LogLimiter
+from rmqha.broker.support.errors import BadRequest
+from rmqha.broker.support.log_limit import LogLimiter
 from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
 from rmqha.broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, MASTER_ID, PERM_READ, PERM_WRITE
 

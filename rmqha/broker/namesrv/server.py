@@ -12,7 +12,7 @@ from rmqha.broker.namesrv.namesrv_config import NamesrvSettings
 from rmqha.broker.namesrv.processors import NameServerProcessors
 from rmqha.broker.namesrv.route_info import BROKER_CHANNEL_EXPIRED_MS, RouteInfoManager
 from rmqha.broker.remoting.protocol import RemotingServerFactory
-from rmqha.broker.supervision import PeriodicService
+from rmqha.broker.support.supervision import PeriodicService
 
 log = logging.getLogger(__name__)
 

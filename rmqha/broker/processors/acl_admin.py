@@ -2,13 +2,13 @@
 DELETE_ACL_CONFIG (51), GET_BROKER_CLUSTER_ACL_INFO (52), UPDATE_GLOBAL_WHITE_ADDRS_CONFIG (53), as
 `mqadmin updateAclConfig / deleteAclConfig / clusterAclConfigVersion / updateGlobalWhiteAddr` send them.
 
-An edit reads plain_acl.yml from disk (as 4.9.8 does), changes it (rmqha/broker/acl_admin.py), checks the
+An edit reads plain_acl.yml from disk (as 4.9.8 does), changes it (rmqha/broker/acl/edits.py), checks the
 result loads, writes it whole (tmp file + rename) and puts it in force at once; anything refused leaves
 the file untouched. Answers: SUCCESS, or 209 / 210 / 211 with 4.9.8's remark (the reason for a bad
 field). 52 answers 4.9.8's GetBrokerAclConfigResponseHeader: version (the file's DataVersion JSON),
 allAclFileVersion ({path: DataVersion}), brokerName, brokerAddr, clusterName.
 
-Under ACL all four are admin requests (rmqha/broker/acl.py). Not as 4.9.8: with aclEnable=false 4.9.8 fails
+Under ACL all four are admin requests (rmqha/broker/acl/rules.py). Not as 4.9.8: with aclEnable=false 4.9.8 fails
 on a null validator (no remark, or no answer at all for 52); here each is answered with a remark
 saying ACL is off. 53's aclFileFullPath may be left out (4.9.8 needs it although mqadmin's -p is
 optional) and must otherwise name the one file this broker reads (4.9.8 writes any .yml under
@@ -21,10 +21,10 @@ import logging
 import os
 from collections.abc import Callable
 
-from rmqha.broker import acl_admin
-from rmqha.broker.acl import AclConfig, AclConfigError
-from rmqha.broker.acl_admin import AccessUpdate, AclAdminError
-from rmqha.broker.log_limit import LogLimiter
+from rmqha.broker.acl import edits as acl_admin
+from rmqha.broker.acl.rules import AclConfig, AclConfigError
+from rmqha.broker.acl.edits import AccessUpdate, AclAdminError
+from rmqha.broker.support.log_limit import LogLimiter
 from rmqha.broker.processors import atomic_write
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode

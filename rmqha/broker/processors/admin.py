@@ -8,7 +8,7 @@ strings. A slave copies the first three from its master (slave_sync).
 
 from __future__ import annotations
 
-from rmqha.broker import runtime_info as runtime_table
+from rmqha.broker.observability import runtime_info as runtime_table
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode
 from rmqha.broker.remoting.command import RemotingCommand
@@ -44,7 +44,7 @@ class AdminProcessors:
         return req.make_response(body=self.offsets.encode())
 
     def runtime_info(self) -> dict[str, str]:
-        """Every key 4.9.8 answers (rmqha/broker/runtime_info.py), then this broker's own extras."""
+        """Every key 4.9.8 answers (rmqha/broker/observability/runtime_info.py), then this broker's own extras."""
         c, controller = self.config, self.controller
         store, stats = controller.store, controller.stats
         info = stats.store.runtime_info(stats.now_ms())

@@ -2,10 +2,10 @@
 read and change them (`mqadmin getBrokerConfig` / `updateBrokerConfig`).
 
 GET answers properties text (key=value lines) in the body and the configuration's DataVersion JSON in
-the header field "version". UPDATE takes properties text; rmqha/broker/config_policy.py decides per key
+the header field "version". UPDATE takes properties text; rmqha/broker/config/policy.py decides per key
 whether it applies at once, at the next start, or not at all. An update is all or nothing: the config
 file is rewritten first (atomically, comments kept), then the live keys are set and the DataVersion
-moves on. ACL: UPDATE_BROKER_CONFIG is an admin request (rmqha/broker/acl.py).
+moves on. ACL: UPDATE_BROKER_CONFIG is an admin request (rmqha/broker/acl/rules.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import os
 
-from rmqha.broker import config_policy
-from rmqha.broker.config_policy import UpdateRefused
+from rmqha.broker.config import policy as config_policy
+from rmqha.broker.config.policy import UpdateRefused
 from rmqha.broker.processors import atomic_write
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode

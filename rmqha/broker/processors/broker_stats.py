@@ -1,5 +1,5 @@
 """VIEW_BROKER_STATS_DATA (315): one counter of 4.9's BrokerStatsManager over the last minute, hour and
-day (`mqadmin statsAll` and `brokerConsumeStats` read it). The counters are rmqha/broker/stats.py's StatsTable.
+day (`mqadmin statsAll` and `brokerConsumeStats` read it). The counters are rmqha/broker/observability/stats.py's StatsTable.
 
 Header: statsName (TOPIC_PUT_NUMS, GROUP_GET_NUMS, ...) and statsKey (a topic, "topic@group", or the
 cluster name for BROKER_PUT_NUMS / BROKER_GET_NUMS). Body: BrokerStatsData, {"statsDay", "statsHour",
@@ -15,7 +15,7 @@ from rmqha.broker.remoting.command import RemotingCommand
 
 class BrokerStatsProcessor:
     def __init__(self, stats):
-        self.stats = stats  # rmqha.broker.stats_service.BrokerStats
+        self.stats = stats  # rmqha.broker.observability.stats_service.BrokerStats
 
     def register(self, registry) -> None:
         registry.register(RequestCode.VIEW_BROKER_STATS_DATA, self.view)

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 
 from twisted.python.failure import Failure
 
-from rmqha.broker import validation
+from rmqha.broker.support import validation
 from rmqha.broker.remoting import json_body
 
 from . import client_info
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import BadRequest, RemotingCommand
-from rmqha.broker.supervision import PeriodicService
+from rmqha.broker.support.supervision import PeriodicService
 
 log = logging.getLogger("rmqha.broker.clients")
 

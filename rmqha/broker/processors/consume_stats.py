@@ -10,12 +10,12 @@ fastjson's object-key form (rmqha/broker/remoting/object_keys.py).
 
 from __future__ import annotations
 
-from rmqha.broker import validation
+from rmqha.broker.support import validation
 from rmqha.broker.remoting import json_body, object_keys
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.remoting.object_keys import ObjectKeyed, message_queue
-from rmqha.broker.stats import GROUP_GET_NUMS
+from rmqha.broker.observability.stats import GROUP_GET_NUMS
 from rmqha.broker.store import queries
 
 from .topic_admin import store_time

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 import os
 
-from rmqha.broker import validation
+from rmqha.broker.support import validation
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
-from rmqha.broker.supervision import PeriodicService
+from rmqha.broker.support.supervision import PeriodicService
 
 from . import atomic_write, read_json_file
 

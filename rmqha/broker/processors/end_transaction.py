@@ -7,7 +7,7 @@ Header (EndTransactionRequestHeader): producerGroup, tranStateTableOffset (Long)
 
 * a missing or unparsable field, or a commitOrRollback outside {0, 8, 12} ("commitOrRollback field
   wrong"), is the peer's mistake: SYSTEM_ERROR with what was wrong; so is a producer group that is not a
-  valid group name (rmqha/broker/validation.py; the reference only compares it);
+  valid group name (rmqha/broker/support/validation.py; the reference only compares it);
 * a SLAVE answers SLAVE_NOT_AVAILABLE and changes nothing;
 * NOT_TYPE (the producer does not know yet) is logged and not answered: the check will ask again;
 * COMMIT / ROLLBACK: SUCCESS, or SYSTEM_ERROR "Find prepared transaction message failed" / "The producer
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 
-from rmqha.broker import validation
-from rmqha.broker.log_limit import LogLimiter
+from rmqha.broker.support import validation
+from rmqha.broker.support.log_limit import LogLimiter
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import HeaderFieldError, RemotingCommand
 from rmqha.broker.transaction import service

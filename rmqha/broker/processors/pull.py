@@ -30,7 +30,7 @@ import logging
 
 from twisted.internet import defer
 
-from rmqha.broker import validation
+from rmqha.broker.support import validation
 from rmqha.broker.remoting.codes import PERM_READ, RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.store import record
@@ -167,8 +167,8 @@ class PullProcessor:
     def __init__(self, config, store, topics, offsets, consumers, clock, served=None, stats=None, groups=None):
         self.config = config
         self.groups = groups  # SubscriptionGroupManager (None: every group may consume)
-        self.stats = stats  # rmqha.broker.stats_service.BrokerStats: 4.9's get counts
-        self.served = served  # rmqha.broker.served.ServedLog: which ranges this node returned
+        self.stats = stats  # rmqha.broker.observability.stats_service.BrokerStats: 4.9's get counts
+        self.served = served  # rmqha.broker.observability.served.ServedLog: which ranges this node returned
         self.store = store
         self.topics = topics
         self.offsets = offsets

@@ -8,7 +8,7 @@ As the reference's QueryMessageProcessor.queryMessage answers it:
 * nothing found: QUERY_NOT_FOUND (22), remark "can not find message, maybe time range not correct";
 * both carry indexLastUpdateTimestamp and indexLastUpdatePhyoffset (the index's end, 0 when nothing
   was found).
-Ours: the topic must be a valid topic name (rmqha/broker/validation.py), the key at most 32767 characters
+Ours: the topic must be a valid topic name (rmqha/broker/support/validation.py), the key at most 32767 characters
 (no stored key is longer: properties are at most 32767 bytes), and a reply body stops growing past
 MAX_REPLY_BODY (Java clients refuse frames over 16 MiB).
 
@@ -17,8 +17,8 @@ VIEW_MESSAGE_BY_ID (33), the same Java processor's other code, is served by offs
 
 from __future__ import annotations
 
-from rmqha.broker import validation
-from rmqha.broker.errors import BadRequest
+from rmqha.broker.support import validation
+from rmqha.broker.support.errors import BadRequest
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.store import index, queries

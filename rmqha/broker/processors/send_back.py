@@ -34,7 +34,7 @@ import random
 
 from twisted.internet import defer
 
-from rmqha.broker import validation
+from rmqha.broker.support import validation
 from rmqha.broker.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.store import queries, record

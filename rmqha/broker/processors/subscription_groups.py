@@ -19,8 +19,8 @@ import logging
 import os
 from dataclasses import dataclass, fields
 
-from rmqha.broker import validation
-from rmqha.broker.errors import BadRequest
+from rmqha.broker.support import validation
+from rmqha.broker.support.errors import BadRequest
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand

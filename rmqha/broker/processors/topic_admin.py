@@ -14,12 +14,12 @@ import logging
 import os
 import shutil
 
-from rmqha.broker import validation
+from rmqha.broker.support import validation
 from rmqha.broker.remoting import json_body, object_keys
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.remoting.object_keys import ObjectKeyed, message_queue
-from rmqha.broker.stats import TOPIC_PUT_NUMS
+from rmqha.broker.observability.stats import TOPIC_PUT_NUMS
 from rmqha.broker.store import queries
 
 from .topics import SCHEDULE_TOPIC, SLAVE_REFUSES, SYSTEM_TOPICS, TopicConfigManager, validate_topic

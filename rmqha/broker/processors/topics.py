@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 import os
 
-from rmqha.broker import validation
-from rmqha.broker.errors import BadRequest
+from rmqha.broker.support import validation
+from rmqha.broker.support.errors import BadRequest
 from rmqha.broker.namesrv.register_body import TopicConfig
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import PERM_INHERIT, PERM_READ, PERM_WRITE, RequestCode, ResponseCode

@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from rmqha.broker.errors import BadRequest
+from rmqha.broker.support.errors import BadRequest
 from rmqha.broker.remoting.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,

@@ -21,7 +21,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 from twisted.internet.interfaces import IPushProducer
 
-from rmqha.broker.log_limit import LogLimiter
+from rmqha.broker.support.log_limit import LogLimiter
 from rmqha.broker import fastpath
 from rmqha.broker.remoting.codec import FrameDecoder, FrameError, decode_frame, encode
 from rmqha.broker.remoting.codes import (
@@ -77,7 +77,7 @@ class ProcessorRegistry:
         # (scan, handler, cluster name): runs of plain sends read by the compiled scan and handed to
         # handler(protocol, buffer, sends) (rmqha/broker/fastpath; the send processor registers it).
         self.fast_sends: tuple | None = None
-        # aclEnable: callable(request, peer) -> the refusal to send, or None to serve (rmqha/broker/acl_service.py)
+        # aclEnable: callable(request, peer) -> the refusal to send, or None to serve (rmqha/broker/acl/service.py)
         self.acl = None
 
     def register(self, code: int, processor: Processor) -> None:

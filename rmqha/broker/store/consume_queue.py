@@ -11,7 +11,7 @@ import logging
 import os
 import struct
 
-from rmqha.broker import validation
+from rmqha.broker.support import validation
 
 from .mapped_file import MappedFileQueue, StoreError
 

@@ -24,8 +24,8 @@ from typing import Any
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from rmqha.broker.clock import Clock, DelayedCall
-from rmqha.broker.supervision import PeriodicService
+from rmqha.broker.support.clock import Clock, DelayedCall
+from rmqha.broker.support.supervision import PeriodicService
 
 from .message_store import MessageStore, PutStatus
 
@@ -69,7 +69,7 @@ class FlushService:
         """An fdatasync is in flight on the worker thread."""
         return self._running
 
-    def start(self, metrics: Any = None) -> None:  # metrics: a rmqha.broker.metrics Registry
+    def start(self, metrics: Any = None) -> None:  # metrics: a rmqha.broker.observability.metrics Registry
         self._loop = PeriodicService("commitlog_flush", self._tick, self.interval_s, self.clock, metrics, logger=log)
         self._loop.start()
 

@@ -26,8 +26,9 @@ from typing import Any
 
 from rmqha.broker.remoting.codes import ResponseCode
 
-from rmqha.broker import fastpath, validation
-from rmqha.broker.log_limit import LogLimiter
+from rmqha.broker import fastpath
+from rmqha.broker.support import validation
+from rmqha.broker.support.log_limit import LogLimiter
 
 from . import delay, record
 from .commitlog import CommitLog, RecoveryReport

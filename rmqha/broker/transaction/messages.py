@@ -70,7 +70,7 @@ def to_half(msg: record.Message, wait: str | None = None) -> record.Message:
 
 def real_destination(half: record.Message) -> tuple[str, int]:
     """(REAL_TOPIC, REAL_QID) of a half message, or HalfError."""
-    from rmqha.broker import validation
+    from rmqha.broker.support import validation
 
     topic = half.properties.get(PROPERTY_REAL_TOPIC, "")
     why = validation.topic_problem(topic)

@@ -29,12 +29,12 @@ from collections import OrderedDict
 
 from twisted.internet import task
 
-from rmqha.broker import validation
-from rmqha.broker.log_limit import LogLimiter
+from rmqha.broker.support import validation
+from rmqha.broker.support.log_limit import LogLimiter
 from rmqha.broker.remoting.codes import PERM_READ, PERM_WRITE, ResponseCode
 from rmqha.broker.store import record
 from rmqha.broker.store.message_store import PutResult, PutStatus
-from rmqha.broker.supervision import PeriodicService
+from rmqha.broker.support.supervision import PeriodicService
 
 from . import check, messages
 from .bridge import Bridge

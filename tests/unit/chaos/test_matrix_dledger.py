@@ -30,7 +30,7 @@ def test_dledger_is_one_configuration_of_its_own_in_the_default_plan_and_by_name
     with pytest.raises(ValueError):
         matrix.parse_configs("2m-2s-sync")
     # its flush is what the topology's config gives the broker (compose/dledger sets none: the default)
-    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.config.properties import BrokerConfig
     from rmqha.cluster.topology import load_topology
 
     flushes = {n.props.get("flushDiskType", BrokerConfig().flushDiskType) for n in load_topology("dledger").nodes}

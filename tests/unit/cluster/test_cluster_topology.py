@@ -2,7 +2,7 @@
 
 import pytest
 
-from rmqha.broker.config import BrokerConfig, parse_properties
+from rmqha.broker.config.properties import BrokerConfig, parse_properties
 from rmqha.cluster import ClusterError
 from rmqha.cluster.topology import (
     COMPOSE_DIR,

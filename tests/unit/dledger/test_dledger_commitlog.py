@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet import task
 
-from rmqha.broker.config import BrokerConfig
+from rmqha.broker.config.properties import BrokerConfig
 from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger_commitlog import BUSY, DLedgerMessageStore, DLedgerRoleChangeHandler
 from rmqha.broker.dledger.protocol import decode_request, decode_response, request_code

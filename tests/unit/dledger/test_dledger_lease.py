@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet import defer, task
 
-from rmqha.broker.config import BrokerConfig
+from rmqha.broker.config.properties import BrokerConfig
 from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger.election import CANDIDATE, LEADER, NEVER
 from rmqha.broker.dledger.protocol import HeartBeatRequest, HeartBeatResponse, ResponseCode, VoteResult

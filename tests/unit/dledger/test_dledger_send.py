@@ -6,7 +6,7 @@ one wait on the last entry's quorum, all SEND_OK or all failed."""
 import struct
 from types import SimpleNamespace
 
-from rmqha.broker.metrics import Registry
+from rmqha.broker.observability.metrics import Registry
 from rmqha.broker.processors.send import SendProcessor
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand

@@ -13,7 +13,7 @@ import pytest
 from twisted.internet import task
 
 from rmqha.runs.layout import node_json, write_node_json
-from rmqha.broker.config import BrokerConfig, ConfigError
+from rmqha.broker.config.properties import BrokerConfig, ConfigError
 from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger_commitlog import DLedgerMessageStore, DLedgerRoleChangeHandler
 from rmqha.broker.store import queries, record

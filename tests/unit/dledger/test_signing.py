@@ -8,7 +8,7 @@ import pytest
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
-from rmqha.broker.config import BrokerConfig
+from rmqha.broker.config.properties import BrokerConfig
 from rmqha.broker.dledger import signing
 from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger.effects import Reply

@@ -69,7 +69,7 @@ def test_a_sync_wait_ends_at_its_deadline_in_49_as_here_and_the_49_deadline_is_s
     The deadline is 4.9.3+'s slaveTimeout, 3000 ms when unset; ours defaults to syncFlushTimeout."""
     from twisted.internet.task import Clock
 
-    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.config.properties import BrokerConfig
 
     conf = {"syncFlushTimeout": "1500"}
     assert BrokerConfig.from_properties(conf).sync_wait_ms == 1500

@@ -294,7 +294,7 @@ def test_splice_errors_are_raised_as_splice_in_raises(tmp_path):
 
 def test_the_broker_config_switches_the_compiled_loop(tmp_path):
     """haSlaveCompiledFrames=false reaches the pipe: the Python loop, for before/after measurements."""
-    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.config.properties import BrokerConfig
 
     assert BrokerConfig.from_properties({}).haSlaveCompiledFrames is True
     assert BrokerConfig.from_properties({"haSlaveCompiledFrames": "false"}).haSlaveCompiledFrames is False

@@ -257,7 +257,7 @@ class _Failure:
 
 
 def test_the_controller_refuses_writes_while_it_holds_and_serves_them_after(tmp_path):
-    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.config.properties import BrokerConfig
     from rmqha.broker.controller import BrokerController
     from rmqha.broker.store.message_store import PutStatus
 
@@ -299,7 +299,7 @@ def test_the_controller_refuses_writes_while_it_holds_and_serves_them_after(tmp_
 
 
 def test_an_unclean_start_with_no_proven_slave_on_record_says_so_and_does_not_hold(tmp_path, caplog):
-    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.config.properties import BrokerConfig
     from rmqha.broker.controller import BrokerController
 
     root = tmp_path / "m"
@@ -349,7 +349,7 @@ def test_the_verifier_takes_nothing_past_the_stream_limit(tmp_path):
 
 
 def test_recovery_on_a_master_without_sources_is_a_config_error():
-    from rmqha.broker.config import BrokerConfig, ConfigError
+    from rmqha.broker.config.properties import BrokerConfig, ConfigError
 
     with pytest.raises(ConfigError, match="haRecoveryPeers"):
         BrokerConfig.from_properties({"brokerName": "b", "brokerRole": "SYNC_MASTER", "haRecoveryEnable": "true"})
@@ -366,7 +366,7 @@ def test_recovery_on_a_master_without_sources_is_a_config_error():
 
 
 def test_a_clean_start_does_not_hold(tmp_path):
-    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.config.properties import BrokerConfig
     from rmqha.broker.controller import BrokerController
 
     cfg = BrokerConfig.from_properties(

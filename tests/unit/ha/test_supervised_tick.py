@@ -1,4 +1,4 @@
-"""The HA master's and slave's tickers survive a failing tick (rmqha.broker.supervision), on the fake clock."""
+"""The HA master's and slave's tickers survive a failing tick (rmqha.broker.support.supervision), on the fake clock."""
 
 import pytest
 

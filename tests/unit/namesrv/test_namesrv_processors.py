@@ -263,7 +263,7 @@ def test_missing_header_field_is_system_error():
 
 
 def test_kv_config_is_bounded_and_accounts_deletes():
-    from rmqha.broker.errors import BadRequest
+    from rmqha.broker.support.errors import BadRequest
     from rmqha.broker.namesrv.kv_config import KVConfigManager
 
     kv = KVConfigManager(max_bytes=100)

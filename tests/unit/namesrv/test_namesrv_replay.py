@@ -9,7 +9,7 @@ import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
-from rmqha.broker.config import BrokerConfig
+from rmqha.broker.config.properties import BrokerConfig
 from rmqha.broker.namesrv import guard
 from rmqha.broker.namesrv.__main__ import parse_args
 from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32

@@ -221,7 +221,7 @@ def test_decoded_rows_are_the_committed_messages_at_pos_plus_48(dl_run):
 
 
 def test_node_json_written_by_the_cluster_tool_marks_dledger():
-    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.config.properties import BrokerConfig
     from rmqha.runs.layout import node_record
 
     c = BrokerConfig(

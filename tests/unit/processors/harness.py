@@ -7,7 +7,7 @@ import os
 from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 
-from rmqha.broker.config import BrokerConfig
+from rmqha.broker.config.properties import BrokerConfig
 from rmqha.broker.remoting.codes import RequestCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.server import BrokerServer

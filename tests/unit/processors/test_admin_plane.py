@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rmqha.broker import fastpath
-from rmqha.broker.config import parse_properties
+from rmqha.broker.config.properties import parse_properties
 from rmqha.broker.processors.ha_status import TransferRates
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.codec import encode

@@ -4,7 +4,7 @@ proof that each is caught is tests/integration/test_planted_bugs.py."""
 import pytest
 
 from rmqha.broker import planted
-from rmqha.broker.config import ConfigError
+from rmqha.broker.config.properties import ConfigError
 from rmqha.broker.remoting.codes import ResponseCode
 
 from .harness import TOPIC, Broker, make_config, send_v1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmqha.broker.errors import BadRequest
+from rmqha.broker.support.errors import BadRequest
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.store import record

@@ -1,4 +1,4 @@
-"""The broker's periodic services keep running when a run fails, and show their health (rmqha.broker.supervision)."""
+"""The broker's periodic services keep running when a run fails, and show their health (rmqha.broker.support.supervision)."""
 
 import json
 
@@ -9,7 +9,7 @@ from rmqha.broker.namesrv.register_body import TopicConfig
 from rmqha.broker.processors import consumer_offsets
 from rmqha.broker.processors.topics import TopicConfigManager
 from rmqha.broker.registration import BrokerRegistration
-from rmqha.broker.metrics import Registry
+from rmqha.broker.observability.metrics import Registry
 
 from .harness import TOPIC, Broker, FakeContext, make_config
 from .test_clients import heartbeat

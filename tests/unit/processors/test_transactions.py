@@ -13,7 +13,7 @@ import struct
 
 import pytest
 
-from rmqha.broker.config import BrokerConfig
+from rmqha.broker.config.properties import BrokerConfig
 from rmqha.broker.remoting.codec import encode
 from rmqha.broker.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand

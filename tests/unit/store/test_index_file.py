@@ -397,7 +397,7 @@ def test_master_and_slave_index_the_keys_the_stored_text_holds(tmp_path, props):
 
 
 def test_config_keys_and_their_limits():
-    from rmqha.broker.config import BrokerConfig, ConfigError
+    from rmqha.broker.config.properties import BrokerConfig, ConfigError
 
     base = {"brokerName": "b", "storePathRootDir": "/tmp/x"}
     c = BrokerConfig.from_properties(base)

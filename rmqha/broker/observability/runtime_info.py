@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 
-from .stats import human_bytes, java_double
-from .store import queries
-from .store.delay import SCHEDULE_TOPIC
-from .store.retention import disk_used_ratio
+from rmqha.broker.observability.stats import human_bytes, java_double
+from rmqha.broker.store import queries
+from rmqha.broker.store.delay import SCHEDULE_TOPIC
+from rmqha.broker.store.retention import disk_used_ratio
 
 # BrokerConfig 4.9.8 defaults: how many requests its thread pools may queue.
 SEND_QUEUE_CAPACITY = 10000

@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from . import config_ignored
-from .config import IGNORED_KEYS, BrokerConfig, ConfigError, _convert, parse_properties
+from rmqha.broker import config_ignored
+from rmqha.broker.config.properties import IGNORED_KEYS, BrokerConfig, ConfigError, _convert, parse_properties
 
 LIVE, RESTART, REFUSED = "live", "restart", "refused"
 

@@ -1,4 +1,4 @@
-"""The broker's ACL on Twisted: rmqha/broker/acl.py's rules, plain_acl.yml reloaded while it runs.
+"""The broker's ACL on Twisted: rmqha/broker/acl/rules.py's rules, plain_acl.yml reloaded while it runs.
 
 As 4.9's PlainPermissionManager: the file is read at start (a broken file stops the broker with the
 reason), then checked every 500 ms by content hash; a changed file that parses replaces the rules at
@@ -11,10 +11,10 @@ import hashlib
 import logging
 import os
 
-from . import acl_admin
-from .acl import AclConfig, AclConfigError, AclError, refusal
-from .log_limit import LogLimiter
-from .supervision import PeriodicService
+from rmqha.broker.acl import edits as acl_admin
+from rmqha.broker.acl.rules import AclConfig, AclConfigError, AclError, refusal
+from rmqha.broker.support.log_limit import LogLimiter
+from rmqha.broker.support.supervision import PeriodicService
 
 log = logging.getLogger("rmqha.broker.acl")
 

@@ -1,12 +1,12 @@
-"""BrokerStats: the broker's 4.9-style statistics (rmqha/broker/stats.py) and the once-a-second tick that
+"""BrokerStats: the broker's 4.9-style statistics (rmqha/broker/observability/stats.py) and the once-a-second tick that
 samples them, supervised like every periodic service."""
 
 from __future__ import annotations
 
 import logging
 
-from .stats import StatsClock, StatsTable, StoreStats
-from .supervision import PeriodicService
+from rmqha.broker.observability.stats import StatsClock, StatsTable, StoreStats
+from rmqha.broker.support.supervision import PeriodicService
 
 log = logging.getLogger("rmqha.broker")
 

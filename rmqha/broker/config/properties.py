@@ -383,7 +383,7 @@ class BrokerConfig:
         "redeleteHangedFileInterval", 120000, minimum=0, doc="4.9: ms between retries of a hung first file"
     )
 
-    # DLedger mode (4.9's MessageStoreConfig; rmqha/broker/dledger_commitlog.py, docs/dledger.md): the commit
+    # DLedger mode (4.9's MessageStoreConfig; rmqha/broker/store/dledger_commitlog.py, docs/dledger.md): the commit
     # log is replicated by a DLedger (Raft) group; brokerId/brokerRole come from the elected role.
     enableDLegerCommitLog: bool = _prop(
         "enableDLegerCommitLog", False, doc="store the commit log in DLedger; the leader is the master"
@@ -402,7 +402,7 @@ class BrokerConfig:
     # their values (GET_BROKER_CONFIG shows them; rmqha/broker/config_ignored.py has the rest's defaults).
     ignored_keys: list[str] = field(default_factory=list, metadata=dict(name=None))
     ignored_values: dict[str, str] = field(default_factory=dict, metadata=dict(name=None))
-    # Set by load: the file read, where UPDATE_BROKER_CONFIG persists (rmqha/broker/config_policy.py).
+    # Set by load: the file read, where UPDATE_BROKER_CONFIG persists (rmqha/broker/config/policy.py).
     config_path: str | None = field(default=None, metadata=dict(name=None))
 
     # -- derived ------------------------------------------------------------------------------

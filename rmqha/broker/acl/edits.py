@@ -4,7 +4,7 @@ parsed document.
 
 Each edit takes the document as read from disk and returns a new one, or raises AclAdminError with the
 remark to answer. The caller then moves the document's dataVersion on (next_version), checks that the
-result loads (rmqha/broker/acl.py's AclConfig.from_dict, so nothing is written that the broker would refuse
+result loads (rmqha/broker/acl/rules.py's AclConfig.from_dict, so nothing is written that the broker would refuse
 at its next start) and writes dump()'s text in one atomic rename.
 
 What 4.9.8 does and this follows:
@@ -16,7 +16,7 @@ What 4.9.8 does and this follows:
     SUB|PUB (Permission.checkResourcePerms, with its messages);
   * the file's `dataVersion: [{counter, timestamp}]` gets counter + 1 and the time of the edit.
 Stricter than 4.9.8 (it writes these and fails at the next load, or silently reads DENY): a default perm
-that is not one of the five, and an address pattern rmqha/broker/acl.py cannot read, are refused here.
+that is not one of the five, and an address pattern rmqha/broker/acl/rules.py cannot read, are refused here.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from .acl import AclConfigError, AddressMatcher
+from rmqha.broker.acl.rules import AclConfigError, AddressMatcher
 
 KEY_MIN_LENGTH = 6  # 4.9.8's ACCESS_KEY_MIN_LENGTH and SECRET_KEY_MIN_LENGTH: a key must be longer
 PERMS = ("DENY", "PUB", "SUB", "PUB|SUB", "SUB|PUB")
@@ -57,7 +57,7 @@ def split_list(text: str | None) -> list[str] | None:
 
 
 def check_update(u: AccessUpdate) -> None:
-    """4.9.8's checkPlainAccessConfig and checkResourcePerms, then what rmqha/broker/acl.py needs to load it.
+    """4.9.8's checkPlainAccessConfig and checkResourcePerms, then what rmqha/broker/acl/rules.py needs to load it.
     The secret key is never echoed (4.9.8 puts it in the remark)."""
     ak, sk = u.access_key, u.secret_key
     if not ak or not sk or len(ak) <= KEY_MIN_LENGTH or len(sk) <= KEY_MIN_LENGTH:

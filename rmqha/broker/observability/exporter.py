@@ -24,8 +24,8 @@ from the clients and are not here.
 
 from __future__ import annotations
 
-from . import stats as st
-from .processors.admin import BROKER_VERSION
+from rmqha.broker.observability import stats as st
+from rmqha.broker.processors.admin import BROKER_VERSION
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"

@@ -7,7 +7,7 @@
   get TPS over 10 s, 1 min and 10 min), put latency buckets, yesterday's and today's morning totals:
   the store part of GET_BROKER_RUNTIME_INFO, with 4.9's value formats.
 
-`StatsClock.tick(now_ms)` runs every sampling that is due; rmqha.broker.stats_service drives it once a second.
+`StatsClock.tick(now_ms)` runs every sampling that is due; rmqha.broker.observability.stats_service drives it once a second.
 """
 
 from __future__ import annotations

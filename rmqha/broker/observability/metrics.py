@@ -137,7 +137,7 @@ class _Text(resource.Resource):
 
 
 class _Served(resource.Resource):
-    """GET /served?after=N&limit=M: the pulls answered since entry N (rmqha/broker/served.py)."""
+    """GET /served?after=N&limit=M: the pulls answered since entry N (rmqha/broker/observability/served.py)."""
 
     isLeaf = True
 

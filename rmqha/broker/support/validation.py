@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hmac
 
-from rmqha.broker.errors import BadRequest
+from rmqha.broker.support.errors import BadRequest
 
 ALLOWED = "^[%|a-zA-Z0-9_-]+$"
 TOPIC_MAX_LENGTH = 127

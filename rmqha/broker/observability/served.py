@@ -5,7 +5,7 @@ store host, and a slave's records carry the master's), so a test history cannot 
 by a master from one served by its slave. Each node therefore remembers the queue-offset ranges it
 returned: one entry per PULL_MESSAGE answered SUCCESS, numbered from 1 in this process's life.
 
-`GET /served?after=N` (rmqha.broker.metrics) returns the entries numbered above N:
+`GET /served?after=N` (rmqha.broker.observability.metrics) returns the entries numbered above N:
 
     {"incarnation": 1763770000123, "last": 42, "dropped": 0,
      "ranges": [[seq, ts_ms, group, topic, queueId, fromOffset, nextOffset, messages], ...]}

@@ -47,9 +47,9 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-from .config import ConfigError
-from .remoting.codes import RequestCode, ResponseCode
-from .validation import signature_matches
+from rmqha.broker.config.properties import ConfigError
+from rmqha.broker.remoting.codes import RequestCode, ResponseCode
+from rmqha.broker.support.validation import signature_matches
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
 RETRY_PREFIX = "%RETRY%"
@@ -387,7 +387,7 @@ def resources(code: int, f: dict, body: bytes | None) -> dict[str, int]:
     elif code == RequestCode.QUERY_MESSAGE:
         add(f.get("topic"), SUB)
     elif code == RequestCode.HEART_BEAT:
-        from .remoting import json_body
+        from rmqha.broker.remoting import json_body
 
         try:
             data = json_body.loads(body or b"{}")
