@@ -160,8 +160,8 @@ class BrokerController:
         cuts its commit log first)."""
         c = self.config
         store_class = MessageStore
-        if c.enableDLegerCommitLog:  # the commit log on DLedger (rmqha/broker/dledger_commitlog.py)
-            from .dledger_commitlog import DLedgerMessageStore
+        if c.enableDLegerCommitLog:  # the commit log on DLedger (rmqha/broker/store/dledger_commitlog.py)
+            from rmqha.broker.store.dledger_commitlog import DLedgerMessageStore
 
             store_class = DLedgerMessageStore
         self.store = store_class(

@@ -24,9 +24,10 @@ from .processors.admin import AdminProcessors
 from .processors.broker_config import BrokerConfigProcessors
 from .processors.broker_stats import BrokerStatsProcessor
 from .processors.client_calls import ClientCallProcessors
-from .processors.clients import ClientManager
+from rmqha.broker.managers.clients import ClientManager
 from .processors.producers import ProducerProcessors
-from .processors.consumer_offsets import ConsumerOffsetManager, ConsumerOffsetProcessors
+from rmqha.broker.managers.consumer_offsets import ConsumerOffsetManager
+from rmqha.broker.processors.consumer_offsets import ConsumerOffsetProcessors
 from .processors.end_transaction import EndTransactionProcessor
 from .processors.ha_status import HAStatusProcessor
 from .processors.offset_queries import OffsetQueryProcessors
@@ -36,14 +37,16 @@ from .processors.send import SendProcessor
 from .pop.service import PopService
 from .processors.pop import PopProcessors
 from .processors.send_back import SendBackProcessor
-from .processors.topics import TopicConfigManager, TopicProcessors
-from .processors.subscription_groups import SubscriptionGroupManager, SubscriptionGroupProcessors
+from rmqha.broker.managers.topics import TopicConfigManager
+from rmqha.broker.processors.topics import TopicProcessors
+from rmqha.broker.managers.subscriptions import SubscriptionGroupManager
+from rmqha.broker.processors.subscription_groups import SubscriptionGroupProcessors
 from .processors.topic_admin import TopicAdminProcessors
 from .processors.consume_stats import ConsumeStatsProcessors
-from .registration import BrokerRegistration
-from .schedule import ScheduleMessageService
+from rmqha.broker.managers.registration import BrokerRegistration
+from rmqha.broker.managers.schedule import ScheduleMessageService
 from .remoting.protocol import ProcessorRegistry, RemotingServerFactory
-from .slave_sync import SlaveSynchronize
+from rmqha.broker.managers.slave_sync import SlaveSynchronize
 from .store.mapped_file import StoreError
 from .transaction.service import TransactionService
 
@@ -283,7 +286,7 @@ class BrokerServer:
 
     def _start_dledger_roles(self) -> None:
         """Role changes: leader -> master, follower -> slave."""
-        from .dledger_commitlog import DLedgerRoleChangeHandler
+        from rmqha.broker.dledger.role_handler import DLedgerRoleChangeHandler
 
         self.dledger_roles = DLedgerRoleChangeHandler(self)
         self.dledger_roles.start()

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from rmqha.broker.processors.topics import NOT_ALLOWED_SEND_TOPICS
+from rmqha.broker.managers.topics import NOT_ALLOWED_SEND_TOPICS
 from rmqha.broker.store import record
 from rmqha.broker.store.delay import PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC
 from rmqha.broker.transaction.messages import (

@@ -18,7 +18,7 @@ id (dLegerSelfId's number + 1, the id its /status shows), and every follower's c
 within DLEDGER_MAX_LAG entries of the leader's (0: equal). Registration is always required there.
 
 registration: "required", "optional", or "auto" (the default): required when this checkout has
-rmqha/broker/registration.py or when any broker of the cluster is already registered, optional otherwise
+rmqha/broker/managers/registration.py or when any broker of the cluster is already registered, optional otherwise
 (registration is being written; until it lands no broker registers and waiting for it would hang).
 
 A process that exits while we wait fails at once, with the last lines of its log.
@@ -48,7 +48,7 @@ def registration_required(mode: str, cs: ClusterStatus) -> bool:
         return False
     if cs.registered_count() > 0:
         return True
-    return importlib.util.find_spec("rmqha.broker.registration") is not None
+    return importlib.util.find_spec("rmqha.broker.managers.registration") is not None
 
 
 @dataclass
@@ -269,7 +269,7 @@ def wait_ready(
             if not need_reg:
                 out.write(
                     "  note: broker registration with the name server was not required "
-                    f"(registration={mode}; rmqha/broker/registration.py is not in this checkout yet)\n"
+                    f"(registration={mode}; rmqha/broker/managers/registration.py is not in this checkout yet)\n"
                 )
             return elapsed, cs
         if now >= deadline:

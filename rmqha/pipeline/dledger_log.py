@@ -50,7 +50,7 @@ from rmqha.broker.dledger.entry import (
 from rmqha.broker.dledger.file_store import CHECK_POINT_FILE, TERM_PERSIST_FILE
 from rmqha.broker.dledger.file_store import _properties as java_properties
 
-NOOP_TOPIC = "RMQ_SYS_DLEDGER_NOOP"  # rmqha.broker.dledger_commitlog.NOOP_TOPIC (not imported: it pulls Twisted)
+NOOP_TOPIC = "RMQ_SYS_DLEDGER_NOOP"  # rmqha.broker.store.dledger_commitlog.NOOP_TOPIC (not imported: it pulls Twisted)
 DLEDGER = "dledger"  # node.json's "commitLog" for a DLedger node
 _DIR = re.compile(r"^dledger-(.+)$")
 _FILE_NAME = re.compile(r"^\d{20}$")

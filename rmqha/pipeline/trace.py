@@ -95,7 +95,7 @@ def read_store(store_dir: str | Path, end: int | None = None, topic: str = TRACE
 def _log_files(store: Path) -> list[Path]:
     """The files that hold the store's physical offsets, in offset order. A DLedger node's records live in
     dledger-<selfId>/data (each entry's record at its consume-queue offset: pos + 48 is the record); an
-    upgraded node's older records in commitlog/ below its first DLedger file (rmqha/broker/dledger_commitlog.py)."""
+    upgraded node's older records in commitlog/ below its first DLedger file (rmqha/broker/store/dledger_commitlog.py)."""
     from .dledger_log import find_dir
 
     files = sorted((store / "commitlog").glob("[0-9]" * 20)) if (store / "commitlog").is_dir() else []

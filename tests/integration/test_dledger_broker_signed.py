@@ -67,7 +67,7 @@ def test_a_dledger_broker_group_with_a_secret_signs_its_traffic_and_refuses_unsi
 
 def test_an_unreadable_secret_stops_the_broker_with_a_config_error(tmp_path):
     from rmqha.broker.config.properties import BrokerConfig, ConfigError
-    from rmqha.broker.dledger_commitlog import DLedgerMessageStore
+    from rmqha.broker.store.dledger_commitlog import DLedgerMessageStore
 
     short = tmp_path / "short"
     short.write_text("too-short\n")

@@ -56,7 +56,7 @@ tests/integration/test_dledger_processes.py runs three node processes through el
 a leader kill (a new leader in ~2.6 s with the timers halved, ~5.4 s with 0.3.1.2's defaults), the old
 leader's return and a follower's catch-up after losing its tail.
 
-The broker on it (rmqha/broker/dledger_commitlog.py, docs/dledger.md): enableDLegerCommitLog and the
+The broker on it (rmqha/broker/store/dledger_commitlog.py, docs/dledger.md): enableDLegerCommitLog and the
 dLeger* keys, DLedgerCommitLog (one classic record per entry, PHYSICALOFFSET = pos + 48 through the file
 store's append hook, dispatch of committed entries only, batch sends as one entry per message with one
 quorum wait: EntryPusher.append_batch), the role switch (leader -> master id 0 after its no-op commits,

@@ -1,55 +1,7 @@
-"""Client-facing request processors of the broker, one module per concern.
+"""Client-facing request processors of the broker, one family of request codes per module.
 
-Each module holds the state it needs (topic configs, consumer offsets, client channels...) and a
-``register(registry)`` that installs its processors into a remoting ``ProcessorRegistry``.
+Each module's processors class answers its codes and installs them with ``register(registry)`` into a
+remoting ``ProcessorRegistry``; the state they read and change lives in rmqha/broker/managers/ (topics,
+subscription groups, consumer offsets, clients) and rmqha/broker/store/.
 `rmqha.broker.server.BrokerServer` builds them all and wires them to one listening port.
 """
-
-from __future__ import annotations
-
-import json
-import os
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Replace `path` with `data` so a reader (or a crash) sees the old file or the new one, whole:
-    write a sibling temp file, fsync it, rename it over the target, fsync the directory."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def read_json_file(path: str):
-    """The parsed JSON in `path` (fastjson's unquoted integer keys tolerated), or None if absent.
-
-    A file that exists but does not parse raises ValueError naming the file: a broker must not
-    silently start with empty offsets or topics because its config file is damaged.
-    """
-    from rmqha.broker.remoting import json_body
-
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
-        return None
-    if not data.strip():
-        return None
-    try:
-        return json_body.loads(data)
-    except (ValueError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is not valid JSON ({e}); fix or remove it") from None

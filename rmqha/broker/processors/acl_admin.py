@@ -25,7 +25,7 @@ from rmqha.broker.acl import edits as acl_admin
 from rmqha.broker.acl.rules import AclConfig, AclConfigError
 from rmqha.broker.acl.edits import AccessUpdate, AclAdminError
 from rmqha.broker.support.log_limit import LogLimiter
-from rmqha.broker.processors import atomic_write
+from rmqha.broker.support.files import atomic_write
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand

@@ -15,7 +15,7 @@ import os
 
 from rmqha.broker.config import policy as config_policy
 from rmqha.broker.config.policy import UpdateRefused
-from rmqha.broker.processors import atomic_write
+from rmqha.broker.support.files import atomic_write
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand

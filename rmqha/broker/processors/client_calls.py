@@ -31,7 +31,7 @@ from rmqha.broker.remoting.object_keys import ObjectKeyed, message_queue
 from rmqha.broker.remoting.protocol import RemotingTimeoutError
 from rmqha.broker.store import queries
 
-from . import client_info
+from rmqha.broker.managers import client_views as client_info
 
 log = logging.getLogger("rmqha.broker.client_calls")
 

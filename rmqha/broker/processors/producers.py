@@ -13,7 +13,7 @@ from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 
-from . import client_info
+from rmqha.broker.managers import client_views as client_info
 
 
 class ProducerProcessors:

@@ -52,7 +52,7 @@ from rmqha.broker.store import record
 from rmqha.broker.store.message_store import PutResult, PutStatus
 from rmqha.broker.transaction import messages as transaction
 
-from .topics import (
+from rmqha.broker.managers.topics import (
     AUTO_CREATE_TOPIC_KEY,
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,

@@ -40,7 +40,7 @@ from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.store import queries, record
 from rmqha.broker.store.message_store import PutStatus
 
-from .topics import MAX_QUEUE_NUMS, dlq_topic, is_writeable, retry_topic
+from rmqha.broker.managers.topics import MAX_QUEUE_NUMS, dlq_topic, is_writeable, retry_topic
 
 log = logging.getLogger("rmqha.broker.sendback")
 

@@ -22,7 +22,13 @@ from rmqha.broker.remoting.object_keys import ObjectKeyed, message_queue
 from rmqha.broker.observability.stats import TOPIC_PUT_NUMS
 from rmqha.broker.store import queries
 
-from .topics import SCHEDULE_TOPIC, SLAVE_REFUSES, SYSTEM_TOPICS, TopicConfigManager, validate_topic
+from rmqha.broker.managers.topics import (
+    SCHEDULE_TOPIC,
+    SLAVE_REFUSES,
+    SYSTEM_TOPICS,
+    TopicConfigManager,
+    validate_topic,
+)
 
 log = logging.getLogger("rmqha.broker.topic_admin")
 

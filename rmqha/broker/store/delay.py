@@ -1,6 +1,6 @@
 """Delay levels in the store (RocketMQ 4.9's CommitLog and ScheduleMessageService rules): where a
 message with a DELAY property is stored, the deliver time its consume-queue unit carries, and the
-message it becomes when due. Pure functions; rmqha/broker/schedule.py does the delivering.
+message it becomes when due. Pure functions; rmqha/broker/managers/schedule.py does the delivering.
 """
 
 from __future__ import annotations

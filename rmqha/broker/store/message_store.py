@@ -105,7 +105,7 @@ class PutStatus(enum.StrEnum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED", ResponseCode.MESSAGE_ILLEGAL, False
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE", ResponseCode.SERVICE_NOT_AVAILABLE, False
     DISK_FULL = "DISK_FULL", ResponseCode.SYSTEM_ERROR, False  # with a remark saying so
-    # DLedger mode (rmqha/broker/dledger_commitlog.py): not the leader, or no quorum in maxWaitAckTimeMs
+    # DLedger mode (rmqha/broker/store/dledger_commitlog.py): not the leader, or no quorum in maxWaitAckTimeMs
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY", ResponseCode.SYSTEM_ERROR, False
     UNKNOWN_ERROR = "UNKNOWN_ERROR", ResponseCode.SYSTEM_ERROR, False
 

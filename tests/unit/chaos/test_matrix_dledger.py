@@ -163,7 +163,7 @@ def test_any_acknowledged_loss_or_divergence_fails_a_dledger_cell(loss):
 
 def entry_files(messages):
     """One DLedger data file holding a no-op-free log: each message one entry whose body is a classic record
-    with PHYSICALOFFSET = pos + 48 (rmqha/broker/dledger_commitlog.py's layout), then a blank."""
+    with PHYSICALOFFSET = pos + 48 (rmqha/broker/store/dledger_commitlog.py's layout), then a blank."""
     from rmqha.broker.dledger.entry import BODY_OFFSET, DLedgerEntry, encode_blank, encode_entry
     from rmqha.broker.store import record
 

@@ -1,4 +1,4 @@
-"""rmqha/broker/dledger_commitlog.py: the broker's commit log on DLedger, three stores on one task.Clock
+"""rmqha/broker/store/dledger_commitlog.py: the broker's commit log on DLedger, three stores on one task.Clock
 with an in-memory network (requests and answers go through their JSON, as on the wire)."""
 
 import random
@@ -10,7 +10,8 @@ from twisted.internet import task
 
 from rmqha.broker.config.properties import BrokerConfig
 from rmqha.broker.dledger.config import DLedgerConfig
-from rmqha.broker.dledger_commitlog import BUSY, DLedgerMessageStore, DLedgerRoleChangeHandler
+from rmqha.broker.dledger.role_handler import DLedgerRoleChangeHandler
+from rmqha.broker.store.dledger_commitlog import BUSY, DLedgerMessageStore
 from rmqha.broker.dledger.protocol import decode_request, decode_response, request_code
 from rmqha.broker.store import record
 from rmqha.broker.store.message_store import PutResult, PutStatus

@@ -10,7 +10,8 @@ import pytest
 from twisted.internet import task
 
 from rmqha.broker.dledger.config import DLedgerConfig
-from rmqha.broker.dledger_commitlog import DLedgerMessageStore, DLedgerRoleChangeHandler
+from rmqha.broker.dledger.role_handler import DLedgerRoleChangeHandler
+from rmqha.broker.store.dledger_commitlog import DLedgerMessageStore
 from rmqha.broker.store.message_store import PutStatus
 
 from .test_dledger_commitlog import IDS, PEERS, FakeSync, Net, advance, broker_config, elect, put

@@ -24,10 +24,11 @@ from rmqha.broker.config.properties import BrokerConfig
 from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger.election import CANDIDATE, LEADER, NEVER
 from rmqha.broker.dledger.protocol import HeartBeatRequest, HeartBeatResponse, ResponseCode, VoteResult
-from rmqha.broker.dledger_commitlog import DLedgerMessageStore, DLedgerRoleChangeHandler
+from rmqha.broker.dledger.role_handler import DLedgerRoleChangeHandler
+from rmqha.broker.store.dledger_commitlog import DLedgerMessageStore
 from rmqha.broker.namesrv.server import NameServer
-from rmqha.broker.processors.topics import TopicConfigManager
-from rmqha.broker.registration import LEASE_RETRY_S, BrokerRegistration
+from rmqha.broker.managers.topics import TopicConfigManager
+from rmqha.broker.managers.registration import LEASE_RETRY_S, BrokerRegistration
 
 from ..processors.harness import FakeContext
 from .test_dledger_commitlog import IDS, PEERS, FakeSync, Net

@@ -117,7 +117,7 @@ def test_a_batch_without_a_quorum_fails_whole_and_its_offsets_stay_taken(group):
 
 
 def test_a_batch_with_a_transaction_type_or_delay_is_illegal_as_4_9():
-    from rmqha.broker.dledger_commitlog import DLedgerMessageStore
+    from rmqha.broker.store.dledger_commitlog import DLedgerMessageStore
 
     s = DLedgerMessageStore.__new__(DLedgerMessageStore)
     s.closed = False

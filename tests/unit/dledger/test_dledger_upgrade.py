@@ -15,7 +15,8 @@ from twisted.internet import task
 from rmqha.runs.layout import node_json, write_node_json
 from rmqha.broker.config.properties import BrokerConfig, ConfigError
 from rmqha.broker.dledger.config import DLedgerConfig
-from rmqha.broker.dledger_commitlog import DLedgerMessageStore, DLedgerRoleChangeHandler
+from rmqha.broker.dledger.role_handler import DLedgerRoleChangeHandler
+from rmqha.broker.store.dledger_commitlog import DLedgerMessageStore
 from rmqha.broker.store import queries, record
 from rmqha.broker.store.mapped_file import StoreError
 from rmqha.broker.store.message_store import GetStatus, MessageStore, PutResult, PutStatus

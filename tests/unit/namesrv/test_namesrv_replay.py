@@ -14,8 +14,8 @@ from rmqha.broker.namesrv import guard
 from rmqha.broker.namesrv.__main__ import parse_args
 from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
 from rmqha.broker.namesrv.server import NameServer
-from rmqha.broker.processors.topics import TopicConfigManager
-from rmqha.broker.registration import BrokerRegistration
+from rmqha.broker.managers.topics import TopicConfigManager
+from rmqha.broker.managers.registration import BrokerRegistration
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 

@@ -1,6 +1,6 @@
 """The audit on DLedger nodes (rmqha/pipeline/dledger_log.py): a run folder fabricated with the project's own
 DLedger file store (rmqha.broker.dledger.file_store.FileStore, the leader's append hook of
-rmqha.broker.dledger_commitlog) and classic consume queues, audited whole.
+rmqha.broker.store.dledger_commitlog) and classic consume queues, audited whole.
 
 The group RaftNode00 (64 KiB data files, 4 KiB index files: records cross data files, blanks, and index files):
   broker-n1  the leader at the end (term 2, voted for by n1 and n2): noop, 150 messages (term 1), noop,
@@ -20,7 +20,7 @@ import pytest
 from rmqha.runs.layout import node_json, write_node_json
 from rmqha.broker.dledger.entry import BODY_OFFSET, INDEX_UNIT_SIZE, DLedgerEntry
 from rmqha.broker.dledger.file_store import FileStore
-from rmqha.broker.dledger_commitlog import NOOP_TOPIC, noop_body, patch_physical_offset
+from rmqha.broker.store.dledger_commitlog import NOOP_TOPIC, noop_body, patch_physical_offset
 from rmqha.broker.store import record
 from rmqha.broker.store.consume_queue import ConsumeQueue
 from rmqha.broker.store.record import Message

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from rmqha.broker.processors import client_info
+from rmqha.broker.managers import client_views as client_info
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import HeaderFieldError, RemotingCommand
 

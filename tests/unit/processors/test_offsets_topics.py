@@ -4,7 +4,7 @@ import os
 import pytest
 
 from rmqha.broker.namesrv.register_body import TopicConfig
-from rmqha.broker.processors.consumer_offsets import ConsumerOffsetManager
+from rmqha.broker.managers.consumer_offsets import ConsumerOffsetManager
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 

@@ -4,10 +4,10 @@ from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 
 from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig, body_crc32
-from rmqha.broker.processors.topics import TopicConfigManager
-from rmqha.broker.registration import BrokerRegistration
+from rmqha.broker.managers.topics import TopicConfigManager
+from rmqha.broker.managers.registration import BrokerRegistration
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
-from rmqha.broker.slave_sync import SlaveSynchronize
+from rmqha.broker.managers.slave_sync import SlaveSynchronize
 
 from .harness import Broker, make_config, send_v1
 

@@ -14,7 +14,7 @@ from twisted.internet.task import Clock
 
 from rmqha.broker.namesrv.register_body import TopicConfig
 from rmqha.broker.namesrv.server import NameServer
-from rmqha.broker.registration import BrokerRegistration
+from rmqha.broker.managers.registration import BrokerRegistration
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rmqha.broker.processors.subscription_groups import BUILT_IN_GROUPS
+from rmqha.broker.managers.subscriptions import BUILT_IN_GROUPS
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
@@ -179,7 +179,7 @@ def test_a_slave_refuses_changes(tmp_path):
 
 
 def test_slave_sync_copies_the_masters_groups(tmp_path):
-    from rmqha.broker.slave_sync import SlaveSynchronize
+    from rmqha.broker.managers.slave_sync import SlaveSynchronize
 
     master = Broker(tmp_path / "m")
     slave = Broker(tmp_path / "s", brokerRole="SLAVE")
@@ -208,7 +208,7 @@ def test_slave_sync_copies_the_masters_groups(tmp_path):
 
 
 def test_auto_creation_stops_at_the_limit(broker, monkeypatch):
-    from rmqha.broker.processors import subscription_groups
+    from rmqha.broker.managers import subscriptions as subscription_groups
 
     monkeypatch.setattr(subscription_groups, "MAX_GROUPS", len(broker.server.groups.table) + 1)
     assert broker.call(pull(group="FITS", sys_flag=0x4)).code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST

@@ -6,9 +6,9 @@ from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 
 from rmqha.broker.namesrv.register_body import TopicConfig
-from rmqha.broker.processors import consumer_offsets
-from rmqha.broker.processors.topics import TopicConfigManager
-from rmqha.broker.registration import BrokerRegistration
+from rmqha.broker.managers import consumer_offsets
+from rmqha.broker.managers.topics import TopicConfigManager
+from rmqha.broker.managers.registration import BrokerRegistration
 from rmqha.broker.observability.metrics import Registry
 
 from .harness import TOPIC, Broker, FakeContext, make_config

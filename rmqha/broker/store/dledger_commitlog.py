@@ -1,5 +1,5 @@
-"""The broker's commit log on DLedger (RocketMQ 4.9's enableDLegerCommitLog=true): DLedgerCommitLog and
-DLedgerRoleChangeHandler over the IO-free core in rmqha/broker/dledger.
+"""The broker's commit log on DLedger (RocketMQ 4.9's enableDLegerCommitLog=true): DLedgerCommitLog over the
+IO-free core in rmqha/broker/dledger; the role changes it drives are rmqha/broker/dledger/role_handler.py.
 
 Each DLedger entry's body is one classic commit-log record (store/record.py); the leader writes its
 PHYSICALOFFSET as the entry's pos + 48 through the file store's append hook, so every replica holds the
@@ -9,16 +9,6 @@ followers alike. A send is answered once a quorum has the entry (SEND_OK), after
 OS_PAGECACHE_BUSY (SYSTEM_ERROR "[PC_SYNCHRONIZED]..."), at once with OS_PAGECACHE_BUSY when this node
 is not the DLedger leader, and with SERVICE_NOT_AVAILABLE (14) by a SLAVE (a follower). A batch is one
 entry per message with one wait on the last one's quorum (put_batch_async, 4.9's asyncPutMessages).
-
-Roles (RCH = DLedgerRoleChangeHandler): FOLLOWER, and CANDIDATE when not already a slave, make the broker
-a SLAVE with brokerId = dLegerSelfId's number + 1; LEADER makes it the master (brokerId 0, SYNC_MASTER)
-once its committed index reaches its log's end and the consume queues caught up (polled every 100 ms),
-after rebuilding the queue offsets from the consume queues. Each change registers with the name servers
-at once. A registration as master (brokerId 0) is sent only while the DLedger leader lease holds
-(master_lease_valid; review 2, A4): a stopped and resumed old leader skips it and registers under its
-own id once it steps down. A new leader whose log has entries it cannot count as committed yet (the Raft commit rule:
-only an entry of its own term commits the ones before it) appends a no-op entry first: see
-docs/dledger.md "The new leader's no-op".
 
 Upgrade from a classic commit log (4.9's dividedCommitlogOffset): the classic files in storePathCommitLog
 stay readable below the divide, DLedger's files start at it (DLedgerMessageStore._divide, docs/dledger.md
@@ -39,20 +29,20 @@ from typing import Any
 from twisted.internet import defer
 
 from rmqha.broker.support import validation
-from .store import delay
-from rmqha.broker.config.properties import BrokerConfig, ConfigError, dledger_slave_id
-from .dledger.config import DLedgerConfig
-from .dledger.effects import Committed, RoleChanged
-from .dledger.entry import BODY_OFFSET
-from .dledger.file_store import DEFAULT_INDEX_FILE_SIZE, FileStore
-from .dledger.node import DLedgerNode
-from .dledger.protocol import ResponseCode as DLCode
-from .dledger.transport import DLedgerService
-from .store import commitlog, record
-from .store.consume_queue import ConsumeQueue
-from .store.mapped_file import StoreError
-from .store.message_store import MessageStore, PutResult, PutStatus
-from .store.record import Scan
+from rmqha.broker.store import delay
+from rmqha.broker.config.properties import BrokerConfig, ConfigError
+from rmqha.broker.dledger.config import DLedgerConfig
+from rmqha.broker.dledger.effects import Committed, RoleChanged
+from rmqha.broker.dledger.entry import BODY_OFFSET
+from rmqha.broker.dledger.file_store import DEFAULT_INDEX_FILE_SIZE, FileStore
+from rmqha.broker.dledger.node import DLedgerNode
+from rmqha.broker.dledger.protocol import ResponseCode as DLCode
+from rmqha.broker.dledger.transport import DLedgerService
+from rmqha.broker.store import commitlog, record
+from rmqha.broker.store.consume_queue import ConsumeQueue
+from rmqha.broker.store.mapped_file import StoreError
+from rmqha.broker.store.message_store import MessageStore, PutResult, PutStatus
+from rmqha.broker.store.record import Scan
 
 log = logging.getLogger("rmqha.broker.dledger_commitlog")
 
@@ -64,8 +54,6 @@ BUSY = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
 NOOP_TOPIC = "RMQ_SYS_DLEDGER_NOOP"
 PHYS_AT = 28  # PHYSICALOFFSET in a record (MessageDecoder.PHY_POS_POSITION)
 _I8 = struct.Struct(">q")
-LEADER_POLL_S = 0.1  # RCH polls every 100 ms until the new leader may be master
-LEARN_MASTER_S = 1.0  # a slave that does not know its master registers again this often (ours)
 DISPATCH_RETRY_S = 1.0  # a failed dispatch (disk error) is tried again this much later (ours)
 
 
@@ -672,146 +660,3 @@ class DLedgerMessageStore(MessageStore):
         # where the last fsync of the DLedger files reached (Cluster.power_loss cuts there)
         s["durableDataPos"], s["durableIndexPos"] = self.fs.durable_positions
         return s
-
-
-class DLedgerRoleChangeHandler:
-    """RCH + BrokerController.changeToMaster/changeToSlave on a BrokerServer (rmqha/broker/server.py)."""
-
-    def __init__(self, server: Any):
-        self.server = server
-        self.config: BrokerConfig = server.config
-        self.store: DLedgerMessageStore = server.controller.store
-        self.clock = server.clock
-        self._poll_call: Any = None
-        self._master_services = False
-        self._learn_call: Any = None
-        self.changes: list[tuple[float, str, int]] = []  # (time, role, brokerId): /status shows them
-
-    def start(self) -> None:
-        self.store.role_listeners.append(self.on_role)
-        if self.server.registration is not None:  # brokerId 0 only under the leader lease (review 2, A4)
-            self.server.registration.master_lease = self.store.master_lease_valid
-
-    def stop(self) -> None:
-        if self.on_role in self.store.role_listeners:
-            self.store.role_listeners.remove(self.on_role)
-        if self.server.registration is not None:
-            self.server.registration.master_lease = None
-        for call in (self._poll_call, self._learn_call):
-            if call is not None and call.active():
-                call.cancel()
-
-    def on_role(self, eff: RoleChanged) -> None:
-        if eff.role == "LEADER":
-            fs = self.store.fs
-            if fs.end_index > fs.committed_index:
-                self.store.append_noop()
-            self._poll(eff.term)
-        elif eff.role == "FOLLOWER" or self.config.brokerRole != "SLAVE":
-            self.change_to_slave()
-
-    def _poll(self, term: int) -> None:
-        self._poll_call = None
-        node, fs = self.store.node, self.store.fs
-        if node.role != "LEADER" or node.term != term or self.store.closed:
-            return  # leadership lost meanwhile: RCH gives up silently
-        if fs.end_index == -1 or (fs.end_index == fs.committed_index and self.store.dispatched_all):
-            self.store.recover_topic_queue_table()
-            self.change_to_master()
-            return
-        self._poll_call = self.clock.callLater(LEADER_POLL_S, self._poll, term)
-
-    def change_to_slave(self) -> None:
-        c, srv = self.config, self.server
-        slave_id = dledger_slave_id(c.dLegerSelfId) or 1
-        if self._master_services:
-            self._master_services = False
-            if srv.schedule is not None:
-                srv.schedule.stop()
-            if srv.transactions is not None:
-                srv.transactions.stop()
-        self.store.master_term = None
-        c.brokerId, c.brokerRole = slave_id, "SLAVE"
-        self._start_slave_sync()
-        self._changed()
-        self._learn_master()
-
-    def change_to_master(self) -> None:
-        c, srv = self.config, self.server
-        if not self._master_services:
-            self._master_services = True
-            if srv.schedule is not None:
-                srv.schedule.start()
-            if srv.transactions is not None:
-                srv.transactions.start()
-        if srv.slave_sync is not None:  # 4.9: changeToMaster stops the slave sync first
-            srv.slave_sync.stop()
-            srv.slave_sync = None
-            if srv.registration is not None:
-                srv.registration.slave_sync = None
-        c.brokerId, c.brokerRole = 0, "SYNC_MASTER"
-        self.store.master_term = self.store.node.term  # writable from here on, in this term only
-        self._changed()
-
-    def _start_slave_sync(self) -> None:
-        """4.9's changeToSlave: the slave sync (topics, offsets, delay offsets, groups) from a master
-        address reset to none, learned again from the name server's answer to a registration."""
-        from .slave_sync import SlaveSynchronize
-
-        srv, c = self.server, self.config
-        reg = srv.registration
-        if reg is not None:
-            reg.master_addr = None
-        if srv.slave_sync is None:
-            srv.slave_sync = SlaveSynchronize(
-                srv.topics,
-                srv.offsets,
-                srv.reactor,
-                self.clock,
-                metrics=srv.controller.metrics,
-                schedule=srv.schedule,
-                credentials=c.acl_client_credentials,
-                groups=srv.groups,
-            )
-            srv.slave_sync.start()
-        else:
-            srv.slave_sync.set_master_address(None)
-        if reg is not None:
-            reg.slave_sync = srv.slave_sync
-
-    def _learn_master(self) -> None:
-        """Register again every LEARN_MASTER_S while a slave does not know its master: 4.9 learns it on
-        the next periodic registration (up to 30 s); here within a second of the new master's."""
-        reg = self.server.registration
-        if self._learn_call is not None and self._learn_call.active():
-            return
-        if reg is None or self.config.brokerRole != "SLAVE" or reg.master_addr or self.store.closed:
-            return
-        reg.register_soon()
-        self._learn_call = self.clock.callLater(LEARN_MASTER_S, self._learn_master_again)
-
-    def _learn_master_again(self) -> None:
-        self._learn_call = None
-        self._learn_master()
-
-    def _changed(self) -> None:
-        c = self.config
-        self.changes.append((self.clock.seconds(), c.brokerRole, c.brokerId))
-        del self.changes[:-20]
-        log.info(
-            "DLedger role change: %s is now %s, brokerId %d (term %d)",
-            c.dLegerSelfId,
-            c.brokerRole,
-            c.brokerId,
-            self.store.node.term,
-        )
-        if self.server.registration is not None:
-            self.server.registration.register_soon()
-
-    def status(self) -> dict:
-        return {
-            "dledger": {
-                **self.store.status(),
-                "roleChanges": [{"at": t, "role": r, "brokerId": i} for t, r, i in self.changes],
-            }
-        }

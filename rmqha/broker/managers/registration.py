@@ -64,13 +64,13 @@ class BrokerRegistration:
         self._sign_clock = None
         if config.clusterSecretFile:
             from rmqha.broker.config.properties import ConfigError
-            from .namesrv.guard import read_secret
+            from rmqha.broker.namesrv.guard import read_secret
 
             try:
                 self.secret = read_secret(config.clusterSecretFile)
             except ValueError as e:
                 raise ConfigError(f"clusterSecretFile: {e}") from None
-            from .namesrv.guard import SignClock
+            from rmqha.broker.namesrv.guard import SignClock
 
             self._sign_clock = SignClock(self.clock.seconds)
         self.master_addr: str | None = None
@@ -97,7 +97,7 @@ class BrokerRegistration:
         ("" until it said one). Without a secret, the fields as they are."""
         if self.secret is None or self._sign_clock is None:
             return dict(fields)
-        from .namesrv.guard import sign_cluster_timed
+        from rmqha.broker.namesrv.guard import sign_cluster_timed
 
         return sign_cluster_timed(
             fields, body, self.secret, self._sign_clock.next_ms(), code=code, audience=self.audience.get(addr, "")
@@ -105,7 +105,7 @@ class BrokerRegistration:
 
     def _heard_audience(self, response: RemotingCommand, addr: str, used: str | None) -> bool:
         """Notes the instance a name server says it is; True when it refused a copy signed for another."""
-        from .namesrv.guard import SIGN_AUDIENCE
+        from rmqha.broker.namesrv.guard import SIGN_AUDIENCE
 
         said = (response.ext_fields or {}).get(SIGN_AUDIENCE)
         if self.secret is None or not isinstance(said, str) or not 0 < len(said) <= 64:

@@ -25,7 +25,7 @@ from twisted.python.failure import Failure
 from rmqha.broker.support import validation
 from rmqha.broker.remoting import json_body
 
-from . import client_info
+from rmqha.broker.managers import client_views as client_info
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import BadRequest, RemotingCommand
 from rmqha.broker.support.supervision import PeriodicService

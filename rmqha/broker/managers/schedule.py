@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 
-from rmqha.broker.processors import atomic_write, read_json_file
+from rmqha.broker.support.files import atomic_write, read_json_file
 from rmqha.broker.remoting import json_body
 from rmqha.broker.store import record
 from rmqha.broker.store.delay import PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, time_up  # noqa: F401 (re-exported)
