@@ -33,7 +33,8 @@ from rmqha.broker.support.log_limit import LogLimiter
 from . import delay, record
 from .commitlog import CommitLog, RecoveryReport
 from .consume_queue import ConsumeQueue
-from .index import DEFAULT_INDEX_SETTINGS, IndexRecord, IndexService, IndexSettings
+from .index import DEFAULT_INDEX_SETTINGS, IndexRecord, IndexSettings
+from .index_service import IndexService
 from .mapped_file import DiskFullError, MappedFile, StoreError
 from .record import BytesLike, Scan
 

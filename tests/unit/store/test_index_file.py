@@ -9,7 +9,8 @@ import struct
 import pytest
 
 from rmqha.broker.store import index, record
-from rmqha.broker.store.index import IndexFile, IndexService, IndexSettings, MemoryBacking
+from rmqha.broker.store.index import IndexFile, IndexSettings, MemoryBacking
+from rmqha.broker.store.index_service import IndexService
 from rmqha.broker.store.mapped_file import StoreError
 
 from .index_oracle import (
