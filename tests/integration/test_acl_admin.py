@@ -36,7 +36,7 @@ NEW = ("newuser1", "newsecret1")
 
 def reason(reply) -> str:
     """A refusal's 4.9.8 reason, without the ", <frame>" suffix 4.9.8's AclException appends (which
-    tests/unit/test_acl.py checks exactly)."""
+    tests/unit/acl/test_acl.py checks exactly)."""
     text, sep, frame = reply.remark.partition(", org.apache.rocketmq.acl.")
     assert sep and frame.endswith(")"), reply.remark
     return text

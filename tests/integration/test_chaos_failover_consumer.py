@@ -6,7 +6,7 @@ broker-a is killed at t=3 for 40 s. The workload's first consumer group subscrib
 The audit must attribute those receives to broker-a-s during the outage, from the brokers' served-pull
 logs (rmqha/broker/observability/served.py), and still find nothing lost and nothing received that was never sent.
 A long run (about 2 min), so `make test-checkers` runs it; `make test` has the short versions
-(tests/unit/test_served_log.py, tests/unit/pipeline/test_served.py, and the slave-consumer case of
+(tests/unit/observability/test_served_log.py, tests/unit/pipeline/test_served.py, and the slave-consumer case of
 test_official_client.py, which checks the slave's served log).
 """
 
