@@ -16,7 +16,7 @@ from rmqha.broker.remoting.codes import RequestCode as R
 from rmqha.broker.remoting.codes import ResponseCode as C
 from rmqha.broker.remoting.command import HeaderFieldError, RemotingCommand
 
-from .processors.harness import Broker, FakeContext
+from ..processors.harness import Broker, FakeContext
 
 FILE = """# operators' comment
 globalWhiteRemoteAddresses: ["10.10.103.*"]

@@ -7,7 +7,7 @@ import pytest
 from rmqha.broker.config import policy as cp
 from rmqha.broker.config.properties import BrokerConfig, parse_properties
 
-from .processors.harness import make_config
+from ..processors.harness import make_config
 
 ALL_KEYS = {f.metadata["name"] for f in dataclasses.fields(BrokerConfig) if f.metadata.get("name")}
 
