@@ -24,6 +24,7 @@ from .processors.admin import AdminProcessors
 from .processors.broker_config import BrokerConfigProcessors
 from .processors.broker_stats import BrokerStatsProcessor
 from .processors.client_calls import ClientCallProcessors
+from .processors.client_manage import ClientManageProcessors
 from rmqha.broker.managers.clients import ClientManager
 from .processors.producers import ProducerProcessors
 from rmqha.broker.managers.consumer_offsets import ConsumerOffsetManager
@@ -173,7 +174,7 @@ class BrokerServer:
             self.send,
             self.pull,
             self.admin,
-            self.clients,
+            ClientManageProcessors(self.clients),
             TopicProcessors(self.topics),
             ConsumerOffsetProcessors(self.offsets, store),
             OffsetQueryProcessors(store),

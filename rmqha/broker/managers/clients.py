@@ -1,7 +1,7 @@
-"""Client channels, producer and consumer groups: HEART_BEAT (34), UNREGISTER_CLIENT (35),
-GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42) and
-GET_CONSUMER_CONNECTION_LIST (203). Producer groups are shown by producers.py; requests the broker
-sends to a client and awaits are in client_calls.py.
+"""Client channels, producer and consumer groups: the ClientManager. The requests that change it (HEART_BEAT,
+UNREGISTER_CLIENT, the queue locks) and read it (GET_CONSUMER_LIST_BY_GROUP, GET_CONSUMER_CONNECTION_LIST) are
+rmqha/broker/processors/client_manage.py; producer groups are shown by processors/producers.py; requests the
+broker sends to a client and awaits are processors/client_calls.py.
 
 As RocketMQ's ConsumerManager / ProducerManager / RebalanceLockManager:
 * a heartbeat registers (or refreshes) the connection under every producer and consumer group it
@@ -12,7 +12,7 @@ As RocketMQ's ConsumerManager / ProducerManager / RebalanceLockManager:
   member gets NOTIFY_CONSUMER_IDS_CHANGED (40, oneway, header consumerGroup) and rebalances;
 * queue locks for orderly consumers live 60 s unless renewed.
 
-Enum fields may come as ordinals (C++) or names (Java); both are kept as sent.
+Fields are kept as the client sent them (client_views.py shows them as 4.9 does).
 """
 
 from __future__ import annotations
@@ -22,12 +22,8 @@ from dataclasses import dataclass, field
 
 from twisted.python.failure import Failure
 
-from rmqha.broker.support import validation
-from rmqha.broker.remoting import json_body
-
-from rmqha.broker.managers import client_views as client_info
-from rmqha.broker.remoting.codes import RequestCode, ResponseCode
-from rmqha.broker.remoting.command import BadRequest, RemotingCommand
+from rmqha.broker.remoting.codes import RequestCode
+from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.support.supervision import PeriodicService
 
 log = logging.getLogger("rmqha.broker.clients")
@@ -35,9 +31,6 @@ log = logging.getLogger("rmqha.broker.clients")
 CHANNEL_EXPIRED_S = 120.0
 SCAN_INTERVAL_S = 10.0
 LOCK_MAX_LIVE_S = 60.0
-# ours: one client process rarely holds more than a few producers and consumers; every consumer
-# group also becomes a persisted %RETRY% topic, so a heartbeat naming thousands is refused.
-MAX_GROUPS_PER_HEARTBEAT = 1000
 
 
 @dataclass
@@ -83,14 +76,6 @@ class ClientManager:
     def stop(self) -> None:
         self._scan.stop()
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.HEART_BEAT, self.heart_beat)
-        registry.register(RequestCode.UNREGISTER_CLIENT, self.unregister_client)
-        registry.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.get_consumer_list_by_group)
-        registry.register(RequestCode.LOCK_BATCH_MQ, self.lock_batch_mq)
-        registry.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock_batch_mq)
-        registry.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
-
     # -- queries used by other processors ----------------------------------------------------------
     def subscription_of(self, group: str, topic: str) -> str | None:
         info = self.consumer_groups.get(group)
@@ -113,34 +98,23 @@ class ClientManager:
         )
 
     # -- heartbeat ----------------------------------------------------------------------------------
-    def heart_beat(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        data = json_body.loads_request(req.body, "HEART_BEAT")
-        producers = [(validation.check_group(g), pd) for g, pd in _groups(data, "producerDataSet")]
-        consumers = [(validation.check_group(g), cd) for g, cd in _groups(data, "consumerDataSet")]
-        if len(producers) + len(consumers) > MAX_GROUPS_PER_HEARTBEAT:
-            raise BadRequest(
-                f"a heartbeat may name at most {MAX_GROUPS_PER_HEARTBEAT} groups, "
-                f"this one names {len(producers) + len(consumers)}"
-            )
-        for _group, cd in consumers:
-            for sub in _list(cd, "subscriptionDataSet"):
-                validation.check_topic(str(sub.get("topic", "")) if isinstance(sub, dict) else "")
-        # Everything is valid: only now does anything change.
-        client_id = str(data.get("clientID", ""))
+    def heartbeat(self, ctx, client_id: str, language, version: int, producers: list[str], consumers: list) -> None:
+        """A heartbeat already checked (rmqha/broker/processors/client_manage.py): register or refresh the
+        connection under its producer groups and its consumer groups, `consumers` as (group, consumer
+        data, subscriptions)."""
         now = self.clock.seconds()
         self._watch(ctx)
-        channel = ClientChannel(ctx, client_id, req.language, req.version, now)
-        for group, _pd in producers:
+        channel = ClientChannel(ctx, client_id, language, version, now)
+        for group in producers:
             self.producer_groups.setdefault(group, {})[ctx] = channel
         if self.groups is not None:  # 4.9's heartBeat: findSubscriptionGroupConfig (auto-creates)
-            self.groups.find_or_create_many([group for group, _cd in consumers])
+            self.groups.find_or_create_many([group for group, _cd, _subs in consumers])
         if self.topics is not None and self.config.is_master:
-            self.topics.create_retry_topics([group for group, _cd in consumers])
-        for group, cd in consumers:
-            self._register_consumer(group, cd, channel)
-        return req.make_response()
+            self.topics.create_retry_topics([group for group, _cd, _subs in consumers])
+        for group, cd, subs in consumers:
+            self._register_consumer(group, cd, subs, channel)
 
-    def _register_consumer(self, group: str, cd: dict, channel: ClientChannel) -> None:
+    def _register_consumer(self, group: str, cd: dict, sub_list: list, channel: ClientChannel) -> None:
         info = self.consumer_groups.get(group)
         if info is None:
             info = self.consumer_groups[group] = ConsumerGroupInfo(group)
@@ -158,7 +132,7 @@ class ClientManager:
                 channel.client_id,
             )
         info.channels[channel.ctx] = channel
-        subs = {str(s.get("topic")): s for s in _list(cd, "subscriptionDataSet")}
+        subs = {str(s.get("topic")): s for s in sub_list}
         changed = {t: s.get("subString") for t, s in subs.items()} != {
             t: s.get("subString") for t, s in info.subscriptions.items()
         }
@@ -171,9 +145,8 @@ class ClientManager:
             self._notify(info)
 
     # -- leaving ------------------------------------------------------------------------------------
-    def unregister_client(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        producer_group = req.get_str("producerGroup", "")
-        consumer_group = req.get_str("consumerGroup", "")
+    def unregister(self, ctx, producer_group: str, consumer_group: str) -> None:
+        """UNREGISTER_CLIENT: the connection leaves the producer group and the consumer group it names."""
         if producer_group:
             members = self.producer_groups.get(producer_group)
             if members is not None:
@@ -182,7 +155,6 @@ class ClientManager:
                     del self.producer_groups[producer_group]
         if consumer_group:
             self._remove_consumer(consumer_group, ctx, "unregistered", self._group_notifies(consumer_group))
-        return req.make_response()
 
     def _remove_consumer(self, group: str, ctx, why: str, notify: bool = True) -> None:
         info = self.consumer_groups.get(group)
@@ -254,57 +226,10 @@ class ClientManager:
             except Exception as e:  # a dying connection: its close hook cleans up
                 log.debug("notify %s failed: %s", ctx.peer_address, e)
 
-    # -- consumer list ------------------------------------------------------------------------------
-    def get_consumer_list_by_group(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        group = req.get_str("consumerGroup")
-        info = self.consumer_groups.get(group)
-        ids = info.client_ids() if info else []
-        if not ids:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-        return req.make_response(body=json_body.dumps({"consumerIdList": ids}))
-
-    def get_consumer_connection_list(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        """ConsumerConnection of a group, enums and subscriptions as 4.9 writes them (client_info.py);
-        mqadmin consumerConnection and consumerProgress (its OFFLINE column) read it."""
-        group = req.get_str("consumerGroup")
-        info = self.consumer_groups.get(group)
-        if info is None:
-            return req.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
-        now_ms = int(self.clock.seconds() * 1000)
-        body = {
-            "connectionSet": [client_info.connection_json(ch) for ch in info.channels.values()],
-            "consumeFromWhere": client_info.enum_name(info.consume_from_where, client_info.CONSUME_FROM_WHERE),
-            "consumeType": client_info.enum_name(info.consume_type, client_info.CONSUME_TYPES),
-            "messageModel": client_info.enum_name(info.message_model, client_info.MESSAGE_MODELS),
-            "subscriptionTable": {
-                t: client_info.subscription_json(s, now_ms)
-                for t, s in info.subscriptions.items()
-                if isinstance(s, dict)
-            },
-        }
-        return req.make_response(body=json_body.dumps({k: v for k, v in body.items() if v is not None}))
-
     # -- orderly consumers' queue locks -------------------------------------------------------------
-    @staticmethod
-    def _mq_key(mq) -> tuple:
-        if not isinstance(mq, dict):
-            raise BadRequest(f"a message queue in mqSet is a JSON {type(mq).__name__}, not an object")
-        queue_id = mq.get("queueId", 0)
-        if type(queue_id) is not int:
-            raise BadRequest(
-                f"queueId of a message queue in mqSet is not an integer: {validation.shown(str(queue_id))}"
-            )
-        return (validation.check_topic(str(mq.get("topic", ""))), str(mq.get("brokerName")), queue_id)
-
-    @staticmethod
-    def _mq_json(key: tuple) -> dict:
-        return {"brokerName": key[1], "queueId": key[2], "topic": key[0]}
-
-    def lock_batch_mq(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        body = json_body.loads_request(req.body, "LOCK_BATCH_MQ")
-        group = validation.check_group(str(body.get("consumerGroup", "")))
-        client_id = str(body.get("clientId", ""))
-        keys = [self._mq_key(mq) for mq in _list(body, "mqSet")]
+    def lock(self, group: str, client_id: str, keys: list[tuple]) -> list[tuple]:
+        """LOCK_BATCH_MQ: the queues (topic, brokerName, queueId) now locked by `client_id`: free ones,
+        its own, and those whose holder did not renew within LOCK_MAX_LIVE_S."""
         table = self.locks.setdefault(group, {})
         now = self.clock.seconds()
         ok = []
@@ -312,38 +237,12 @@ class ClientManager:
             holder = table.get(key)
             if holder is None or holder[0] == client_id or now - holder[1] > LOCK_MAX_LIVE_S:
                 table[key] = (client_id, now)
-                ok.append(self._mq_json(key))
-        return req.make_response(body=json_body.dumps({"lockOKMQSet": ok}))
+                ok.append(key)
+        return ok
 
-    def unlock_batch_mq(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        body = json_body.loads_request(req.body, "UNLOCK_BATCH_MQ")
-        group = validation.check_group(str(body.get("consumerGroup", "")))
-        client_id = str(body.get("clientId", ""))
-        keys = [self._mq_key(mq) for mq in _list(body, "mqSet")]
+    def unlock(self, group: str, client_id: str, keys: list[tuple]) -> None:
+        """UNLOCK_BATCH_MQ: the queues of `keys` that `client_id` holds are free again."""
         table = self.locks.get(group, {})
         for key in keys:
             if table.get(key, (None,))[0] == client_id:
                 del table[key]
-        return req.make_response()
-
-
-def _list(obj: dict, key: str) -> list:
-    """A JSON array field of a request body (missing or null: empty), or BadRequest."""
-    value = obj.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise BadRequest(f"{key} is a JSON {type(value).__name__}, not an array")
-    return value
-
-
-def _groups(data: dict, key: str) -> list[tuple[str, dict]]:
-    """(groupName, entry) of each object in a heartbeat's producer or consumer data set."""
-    out = []
-    for entry in _list(data, key):
-        if not isinstance(entry, dict):
-            raise BadRequest(f"an entry of {key} is a JSON {type(entry).__name__}, not an object")
-        group = str(entry.get("groupName") or "")
-        if group:  # an entry without a group registers nothing, as before
-            out.append((group, entry))
-    return out
