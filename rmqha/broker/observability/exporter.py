@@ -25,7 +25,7 @@ from the clients and are not here.
 from __future__ import annotations
 
 from rmqha.broker.observability import stats as st
-from rmqha.broker.processors.admin import BROKER_VERSION
+from rmqha.broker.observability.runtime_info import BROKER_VERSION
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"

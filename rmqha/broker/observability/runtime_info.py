@@ -18,6 +18,8 @@ from rmqha.broker.store.delay import SCHEDULE_TOPIC
 from rmqha.broker.store.retention import disk_used_ratio
 
 # BrokerConfig 4.9.8 defaults: how many requests its thread pools may queue.
+BROKER_VERSION = 409  # V4_9_8, the version this broker's behaviour follows
+BROKER_VERSION_DESC = "V4_9_8"
 SEND_QUEUE_CAPACITY = 10000
 PULL_QUEUE_CAPACITY = 100000
 QUERY_QUEUE_CAPACITY = 20000

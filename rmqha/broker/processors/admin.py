@@ -9,12 +9,10 @@ strings. A slave copies the first three from its master (slave_sync).
 from __future__ import annotations
 
 from rmqha.broker.observability import runtime_info as runtime_table
+from rmqha.broker.observability.runtime_info import BROKER_VERSION, BROKER_VERSION_DESC
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode
 from rmqha.broker.remoting.command import RemotingCommand
-
-BROKER_VERSION = 409  # V4_9_8, the version this broker's behaviour follows
-BROKER_VERSION_DESC = "V4_9_8"
 
 
 class AdminProcessors:
