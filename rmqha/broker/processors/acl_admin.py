@@ -41,7 +41,7 @@ ACL_OFF = (
 class AclAdminProcessors:
     def __init__(self, config, acl_service, clock):
         self.config = config
-        self.acl = acl_service  # rmqha/broker/acl_service.AclService, or None with aclEnable=false
+        self.acl = acl_service  # rmqha.broker.acl.service.AclService, or None with aclEnable=false
         self.clock = clock
         self.limiter = LogLimiter(log)
 
