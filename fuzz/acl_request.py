@@ -1,5 +1,5 @@
 """Target: the ACL check a broker with aclEnable runs on every request before any processor
-(rmqha/broker/acl.py AclConfig.validate), on a decoded JSON header and a body from the input.
+(rmqha/broker/acl/rules.py AclConfig.validate), on a decoded JSON header and a body from the input.
 
 The AccessKey and Signature fields are chosen from real and hostile values (not ASCII, lone surrogates,
 empty, a right signature with one byte changed). Contract: validate returns or raises AclError (4.9's
@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 
 from rmqha.broker import acl
-from rmqha.broker.acl import AclConfig, AclError
+from rmqha.broker.acl.rules import AclConfig, AclError
 from rmqha.broker.remoting import codec
 from rmqha.broker.remoting.codec import FrameError
 from rmqha.broker.remoting.codes import RequestCode

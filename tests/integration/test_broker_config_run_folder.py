@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from rmqha.broker.config import parse_properties
+from rmqha.broker.config.properties import parse_properties
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.cluster import runfolder as rf
 from rmqha.cluster.handle import Cluster

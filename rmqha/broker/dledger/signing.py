@@ -35,7 +35,7 @@ import hashlib
 import hmac
 import os
 
-from rmqha.broker.validation import signature_matches
+from rmqha.broker.support.validation import signature_matches
 
 SIGN_TIME = "dledgerSignTime"
 SIGN_NONCE = "dledgerSignNonce"

@@ -285,7 +285,7 @@ def test_a_non_ascii_signature_over_the_wire_is_answered_and_the_connection_kept
     from twisted.internet.task import Clock
     from twisted.internet.testing import StringTransport
 
-    from rmqha.broker.acl_service import AclService
+    from rmqha.broker.acl.service import AclService
     from rmqha.broker.remoting.codec import FrameDecoder, encode
     from rmqha.broker.remoting.codes import ResponseCode
     from rmqha.broker.remoting.command import RemotingCommand

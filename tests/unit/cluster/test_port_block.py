@@ -5,7 +5,7 @@ never meet. Computed from each node's effective configuration, the ports the bro
 
 import pytest
 
-from rmqha.broker.config import dledger_peers
+from rmqha.broker.config.properties import dledger_peers
 from rmqha.cluster import docker_backend
 from rmqha.cluster.topology import (
     CLUSTER_PORT_SPAN,

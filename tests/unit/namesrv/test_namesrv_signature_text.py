@@ -2,7 +2,7 @@
 
 import pytest
 
-from rmqha.broker.acl import SIGNATURE
+from rmqha.broker.acl.rules import SIGNATURE
 from rmqha.broker.namesrv import guard
 from rmqha.broker.remoting.codes import VERSION_V4_9_8, RequestCode
 
