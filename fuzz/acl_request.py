@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 
-from rmqha.broker import acl
+from rmqha.broker.acl import rules as acl
 from rmqha.broker.acl.rules import AclConfig, AclError
 from rmqha.broker.remoting import codec
 from rmqha.broker.remoting.codec import FrameError

@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rmqha.broker.config import parse_properties
+from rmqha.broker.config.properties import parse_properties
 
 from .. import ClusterError
 from .. import runfolder as rf

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rmqha.broker.config import parse_properties
+from rmqha.broker.config.properties import parse_properties
 
 from .. import runfolder as rf
 from . import BrokerChoice, Launch

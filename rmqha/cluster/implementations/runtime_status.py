@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from rmqha.broker.config import parse_properties
+from rmqha.broker.config.properties import parse_properties
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode
 
