@@ -1,12 +1,13 @@
 """GET_BROKER_CONFIG (26) answers every key 4.9.8's getBrokerConfig prints, so 4.9.8's `mqadmin getBrokerConfig`
 and `exportConfigs` work against this broker (exportConfigs threw a NullPointerException on a missing key);
-the 4.9 keys this broker does not use show 4.9.8's defaults (rmqha/broker/config_ignored.py) and are refused
+the 4.9 keys this broker does not use show 4.9.8's defaults (rmqha/broker/config/ignored.py) and are refused
 by UPDATE_BROKER_CONFIG, so no update pretends to be honoured."""
 
 import pytest
 
-from rmqha.broker import config_ignored, config_policy
-from rmqha.broker.config import BrokerConfig, parse_properties
+from rmqha.broker.config.properties import ignored as config_ignored
+from rmqha.broker.config import policy as config_policy
+from rmqha.broker.config.properties import BrokerConfig, parse_properties
 
 # The keys a 4.9.8 broker's GET_BROKER_CONFIG body held (a default broker.properties with namesrvAddr set,
 # so storePathCommitLog, null by default, is not among them): 177.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from rmqha.broker import config_ignored
+from rmqha.broker.config import ignored as config_ignored
 from rmqha.broker.config.properties import IGNORED_KEYS, BrokerConfig, ConfigError, _convert, parse_properties
 
 LIVE, RESTART, REFUSED = "live", "restart", "refused"
@@ -169,7 +169,7 @@ NULL_WHEN_EMPTY = frozenset(
 def all_settings(config: BrokerConfig) -> dict[str, str]:
     """Every setting as 4.9.8's getBrokerConfig shows it: this broker's (the effective haListenPort,
     brokerIP2 and sync wait where the key is unset) and the 4.9 keys it does not use, with their value
-    from the config file or 4.9.8's default (rmqha/broker/config_ignored.py); null ones and secrets left
+    from the config file or 4.9.8's default (rmqha/broker/config/ignored.py); null ones and secrets left
     out."""
     out: dict[str, str] = {}
     for key in config_ignored.IGNORED_KEYS:

@@ -14,7 +14,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from rmqha.broker import config_ignored, planted
+from rmqha.broker.config import ignored as config_ignored
+from rmqha.broker import planted
 from rmqha.broker.store.delay import DEFAULT_LEVELS as DEFAULT_DELAY_LEVELS
 from rmqha.broker.store.delay import parse_delay_levels
 
@@ -399,7 +400,7 @@ class BrokerConfig:
     )
 
     # Set by from_properties: 4.9 keys present in the file that this broker accepts and does not use, and
-    # their values (GET_BROKER_CONFIG shows them; rmqha/broker/config_ignored.py has the rest's defaults).
+    # their values (GET_BROKER_CONFIG shows them; rmqha/broker/config/ignored.py has the rest's defaults).
     ignored_keys: list[str] = field(default_factory=list, metadata=dict(name=None))
     ignored_values: dict[str, str] = field(default_factory=dict, metadata=dict(name=None))
     # Set by load: the file read, where UPDATE_BROKER_CONFIG persists (rmqha/broker/config/policy.py).

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from rmqha.broker.clock import Clock, DelayedCall
+from rmqha.broker.support.clock import Clock, DelayedCall
 
 log = logging.getLogger("rmqha.broker.store.retention")
 
@@ -142,7 +142,7 @@ class RetentionService:
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, metrics: Any = None) -> None:
-        from rmqha.broker.supervision import PeriodicService
+        from rmqha.broker.support.supervision import PeriodicService
 
         interval = self.config.cleanResourceInterval / 1000.0
         self._loop = PeriodicService("clean_files", self.tick, interval, self.clock, metrics, logger=log)

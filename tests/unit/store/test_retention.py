@@ -8,7 +8,7 @@ import time
 import pytest
 from twisted.internet.task import Clock
 
-from rmqha.broker.config import BrokerConfig
+from rmqha.broker.config.properties import BrokerConfig
 from rmqha.broker.store import retention
 from rmqha.broker.store.index import IndexSettings
 from rmqha.broker.store.message_store import GetStatus, PutStatus
