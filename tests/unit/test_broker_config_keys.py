@@ -5,7 +5,7 @@ by UPDATE_BROKER_CONFIG, so no update pretends to be honoured."""
 
 import pytest
 
-from rmqha.broker.config.properties import ignored as config_ignored
+from rmqha.broker.config import ignored as config_ignored
 from rmqha.broker.config import policy as config_policy
 from rmqha.broker.config.properties import BrokerConfig, parse_properties
 
