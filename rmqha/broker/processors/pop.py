@@ -19,7 +19,7 @@ import logging
 
 from twisted.internet import defer
 
-from rmqha.broker import validation
+from rmqha.broker.support import validation
 from rmqha.broker.pop import checkpoint as cp
 from rmqha.broker.pop.service import REVIVE_QID, PopError, PopService
 from rmqha.broker.remoting.codes import ResponseCode
