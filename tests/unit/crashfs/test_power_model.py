@@ -1,0 +1,50 @@
+"""The power model's decisions without a mount (rmqha/cluster/power.py, rmqha/chaos/run_setup.py): a store
+not on crashfs is never cut the old way behind the caller's back, and a machine without FUSE drops its
+power faults and says so."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from rmqha.chaos import run_setup
+from rmqha.cluster import crashfs, power
+
+from ..chaos.fakes import FakeHandle
+
+
+class Handle(FakeHandle):
+    def __init__(self, store_root):
+        super().__init__(kind="local")
+        self.store_root = store_root
+
+    def store_path(self, node):
+        return self.store_root / node / "store"
+
+
+def args(model="fs"):
+    return argparse.Namespace(power_model=model, cut_mode="lose-unsynced", fs_semantics="posix", schedule=None)
+
+
+def test_a_store_not_on_crashfs_is_not_cut_and_the_node_not_killed(tmp_path):
+    h = Handle(tmp_path)
+    with pytest.raises(power.PowerNotModelled, match="not exercised"):
+        power.fs_power_loss(h, "broker-a")
+    assert h.names() == []  # nothing killed: the fault did not happen, rather than half of it
+
+
+def test_without_fuse_the_power_faults_are_dropped_and_said(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(crashfs, "unavailable", lambda: "no /dev/fuse on this machine")
+    h = Handle(tmp_path)
+    usable = run_setup.power_on_crashfs(h, ["kill-master", "power-loss", "group-power-loss"], args(), 11)
+    assert usable == ["kill-master"]
+    assert "not exercised" in capsys.readouterr().out
+    assert h.power_model == "fs" and h.cut_seed == 11
+
+
+def test_the_reported_model_keeps_its_faults_and_mounts_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(crashfs, "unavailable", lambda: "no /dev/fuse on this machine")
+    h = Handle(tmp_path)
+    usable = run_setup.power_on_crashfs(h, ["power-loss"], args("reported"), 3)
+    assert usable == ["power-loss"] and h.power_model == "reported" and h.names() == []
