@@ -15,6 +15,9 @@ import pytest
 
 from .conftest import durable_file, fsync_path, read, write_file
 
+# builds images/crashfs (cargo, cached per content): not in the fast tier
+pytestmark = pytest.mark.compiles
+
 PAGE = 4096
 MODES = ("lose-unsynced", "keep-prefix", "torn")
 SEEDS = (1, 2, 3)

@@ -3,12 +3,17 @@ pass through to the backing directory unchanged. Tests images/crashfs through a 
 
 from __future__ import annotations
 
+import pytest
+
 import hashlib
 import mmap
 import os
 import stat
 
 from .conftest import read, write_file
+
+# builds images/crashfs (cargo, cached per content): not in the fast tier
+pytestmark = pytest.mark.compiles
 
 
 def test_data_and_sizes_reach_the_backing_directory(cfs):

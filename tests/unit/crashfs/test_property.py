@@ -11,6 +11,9 @@ import pytest
 
 from .conftest import fsync_path, read
 
+# builds images/crashfs (cargo, cached per content): not in the fast tier
+pytestmark = pytest.mark.compiles
+
 # hypothesis is not among the project's dev dependencies: seeded sequences from random, 60 of them, each
 # seed printed by its test id so a failure replays.
 FILES = ("f0", "f1")

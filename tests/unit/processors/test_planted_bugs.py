@@ -6,6 +6,7 @@ import pytest
 from rmqha.broker import planted
 from rmqha.broker.config.properties import ConfigError
 from rmqha.broker.remoting.codes import ResponseCode
+from rmqha.broker.store import mapped_file
 
 from .harness import TOPIC, Broker, make_config, send_v1
 from .test_send import stored
@@ -36,6 +37,20 @@ def test_skip_flush_acknowledges_sync_flush_with_nothing_durable(tmp_path):
         assert b.call(send_v1()).code == ResponseCode.SUCCESS
         b.clock.advance(5)
         assert b.server.controller.flusher.durable_offset == 0 < b.store.max_offset
+    finally:
+        b.stop()
+
+
+def test_lie_about_fsync_reports_durable_what_it_never_synced(tmp_path, monkeypatch):
+    b = Broker(tmp_path / "b", flushDiskType="SYNC_FLUSH", plantBug="lie-about-fsync")
+    synced = []
+    real = mapped_file.MappedFile.flush
+    monkeypatch.setattr(mapped_file.MappedFile, "flush", lambda self: synced.append(self) or real(self))
+    try:
+        assert b.call(send_v1()).code == ResponseCode.SUCCESS  # SYNC_FLUSH answered as if on disk
+        b.clock.advance(5)
+        assert b.server.controller.flusher.durable_offset == b.store.max_offset > 0
+        assert synced == []  # and nothing was ever synced
     finally:
         b.stop()
 
