@@ -104,7 +104,9 @@ def power_on_crashfs(cluster, usable: list[str], args, seed: int) -> list[str]:
         say(f"note: {', '.join(power)} not exercised: {e}")
         return [f for f in usable if f not in POWER_FAULTS]
     cluster.wait_caught_up(60)
-    say(f"power model: fs, cut mode {args.cut_mode}: every broker's store on crashfs ({time.monotonic() - t0:.0f} s)")
+    say(
+        f"power model: fs ({args.fs_semantics}), cut mode {args.cut_mode}: every broker's store on crashfs ({time.monotonic() - t0:.0f} s)"
+    )
     return usable
 
 

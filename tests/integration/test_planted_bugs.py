@@ -63,7 +63,13 @@ BUGS = {
 
 
 def chaos_run(
-    tmp_path: Path, name: str, topology: str, schedule: list[dict], sets: dict[str, str], extra: list[str] = ()
+    tmp_path: Path,
+    name: str,
+    topology: str,
+    schedule: list[dict],
+    sets: dict[str, str],
+    extra: list[str] = (),
+    timeout: float = 400,
 ):
     """python -m rmqha.chaos.run on the local backend with an explicit schedule; (exit code, stdout, run folder)."""
     (tmp_path / "schedule.json").write_text(json.dumps(schedule))
@@ -98,7 +104,7 @@ def chaos_run(
     cmd += list(extra)
     run_dir = tmp_path / "run" / name
     try:
-        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     finally:
         if (run_dir / "state.json").exists():  # a run that died half-way must not leave processes
             subprocess.run(

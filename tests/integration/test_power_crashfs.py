@@ -20,7 +20,8 @@ from rmqha.pipeline import ids
 
 from .test_planted_bugs import chaos_run, verdicts
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+# the stores' mounts add a stop and start of every node to the run (~15 s), and the audit is minutes under load
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(960)]
 pytest.importorskip("rocketmq.client")
 _why = crashfs.unavailable()
 if _why:
@@ -39,7 +40,13 @@ def power_records(run_dir):
 
 def test_power_loss_run_on_crashfs(tmp_path):
     rc, out, run_dir = chaos_run(
-        tmp_path, "crashfs", "2m-2s-sync", POWER, {}, ["--power-model", "fs", "--fs-semantics", "ext4", "--repair"]
+        tmp_path,
+        "crashfs",
+        "2m-2s-sync",
+        POWER,
+        {},
+        ["--power-model", "fs", "--fs-semantics", "ext4", "--repair"],
+        timeout=900,
     )
     assert "every broker's store on crashfs" in out, out
     recs = power_records(run_dir)
