@@ -67,7 +67,7 @@ lock: $(STAMP) ## write requirements.lock: the exact versions now in .venv (afte
 	@echo "requirements.lock: $$(grep -c '==' requirements.lock) pins"
 
 # --- tests ------------------------------------------------------------------------------------
-lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- runs <- cluster|proxy <- chaos|pipeline <- rmqkit, nothing imports tests/), ruff's check and format check, mypy --strict on the HA core and the store (all three configured in pyproject.toml) and c-warnings
+lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- runs <- cluster|proxy <- chaos|pipeline <- matrix <- rmqkit, nothing imports tests/), ruff's check and format check, mypy --strict on the HA core and the store (all three configured in pyproject.toml) and c-warnings
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --check --no-cache .
@@ -134,7 +134,7 @@ repair: $(STAMP) ## repair a forked broker group (SLAVE_AHEAD): make repair GROU
 	$(PY) -m rmqha.cluster repair $(if $(NAME),--name $(NAME)) $(foreach t,$(ACCEPT_LOSS),--accept-loss $(t)) $(GROUP)
 
 chaos-matrix: $(STAMP) $(if $(findstring docker,$(BACKENDS)),images) ## the guarantee matrix: every configuration x fault kind, SEEDS=3 runs each (BACKENDS=local|local,docker MODES=ours|ours,4.9,recovery,apache (apache: ROCKETMQ_HOME=<4.9.x distribution>) LANES=2 LONG=1 PLANTED=1 CONFIGS= DURATION= OUT=build/chaos-matrix)
-	$(if $(ROCKETMQ_HOME),ROCKETMQ_HOME="$(ROCKETMQ_HOME)") $(PY) -m rmqha.chaos.matrix --seeds $(or $(SEEDS),3) --backends $(or $(BACKENDS),local) --lanes $(or $(LANES),2) $(if $(filter 1,$(LONG)),--long-holds) $(if $(filter 1,$(PLANTED)),--planted) $(if $(MODES),--modes $(MODES)) $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out "$(OUT)")
+	$(if $(ROCKETMQ_HOME),ROCKETMQ_HOME="$(ROCKETMQ_HOME)") $(PY) -m rmqha.matrix --seeds $(or $(SEEDS),3) --backends $(or $(BACKENDS),local) --lanes $(or $(LANES),2) $(if $(filter 1,$(LONG)),--long-holds) $(if $(filter 1,$(PLANTED)),--planted) $(if $(MODES),--modes $(MODES)) $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out "$(OUT)")
 
 images: ## build the container images (base, broker, toxiproxy) with no registry; a no-op when up to date
 	@images/build.sh all

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqha.chaos import matrix
+from rmqha.matrix import cells, promises
 from rmqha.cluster.topology import load_topology
 from rmqha.pipeline import delivery, ids, offsets
 
@@ -130,9 +130,9 @@ def verdicts(run_dir: Path) -> dict[tuple[str, str], str]:
 
 def matrix_cells(run_dir: Path, topology: str, flush: str) -> dict[tuple[str, str], tuple[str, str]]:
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
-    samples = matrix.cell_samples(run_dir, summary, topology, flush)
+    samples = cells.cell_samples(run_dir, summary, topology, flush)
     return {
-        (s["kind"], s["role"]): matrix.judge(matrix.promise(topology, flush, s["kind"], s["role"]), [s])
+        (s["kind"], s["role"]): promises.judge(promises.promise(topology, flush, s["kind"], s["role"]), [s])
         for s in samples
     }
 
@@ -352,9 +352,9 @@ def test_a_fault_with_no_visible_effect_is_not_exercised(tmp_path):
     rc, out, run_dir = chaos_run(tmp_path, "noop", "2m-noslave", schedule, {})
     assert rc == 0, out
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
-    samples = {s["target"]: s for s in matrix.cell_samples(run_dir, summary, "2m-noslave", "ASYNC_FLUSH")}
+    samples = {s["target"]: s for s in cells.cell_samples(run_dir, summary, "2m-noslave", "ASYNC_FLUSH")}
     judged = {
-        t: matrix.judge(matrix.promise("2m-noslave", "ASYNC_FLUSH", s["kind"], s["role"]), [s])[0]
+        t: promises.judge(promises.promise("2m-noslave", "ASYNC_FLUSH", s["kind"], s["role"]), [s])[0]
         for t, s in samples.items()
     }
     assert "no visible effect" in (samples["broker-a"]["not_exercised"] or ""), samples

@@ -1,10 +1,10 @@
-"""The matrix's auditor (rmqha.chaos.matrix.Auditor) against a stand-in for `python -m rmqha.pipeline --serve`: each
+"""The matrix's auditor (rmqha.chaos.auditor.Auditor) against a stand-in for `python -m rmqha.pipeline --serve`: each
 run folder handed to the child, each answer line read back (other output skipped), a failed audit or a
 dead child reported for that run only, and the child started again for the next."""
 
 import sys
 
-from rmqha.chaos.matrix import Auditor
+from rmqha.matrix.auditor import Auditor
 
 FAKE_SERVE = r"""
 import json, os, sys

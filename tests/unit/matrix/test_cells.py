@@ -5,11 +5,12 @@ import random
 
 import pytest
 
-from rmqha.chaos import matrix
-from rmqha.chaos.matrix import judge, promise
+from rmqha.cluster import runfolder as rf
+from rmqha.matrix import cells, cli, evidence, facts, figures, plan, promises, render
+from rmqha.matrix.promises import judge, promise
 from rmqha.chaos.nemesis import make_sweep, sweep_cells
 
-from .test_nemesis_and_faults import fake_cluster
+from ..chaos.test_nemesis_and_faults import fake_cluster
 
 
 def test_a_sweep_hits_every_kind_once_per_role_with_the_master_power_loss_last():
@@ -36,11 +37,11 @@ def test_a_sweep_hits_every_kind_once_per_role_with_the_master_power_loss_last()
 
 
 def test_only_an_async_master_with_async_flush_may_lose_acknowledged_sends_in_a_power_loss():
-    allowed = {(t, fl) for t, fl in matrix.CONFIGS if promise(t, fl, "power-loss", "master")["loss_allowed"]}
+    allowed = {(t, fl) for t, fl in plan.CONFIGS if promise(t, fl, "power-loss", "master")["loss_allowed"]}
     assert allowed == {("2m-2s-async", "ASYNC_FLUSH")}
     assert not any(
         promise(t, fl, k, r)["loss_allowed"]
-        for t, fl in matrix.CONFIGS
+        for t, fl in plan.CONFIGS
         for k, r in [("kill-master", "master"), ("power-loss", "slave"), ("disk-full", "master")]
     )
     assert promise("2m-2s-sync", "SYNC_FLUSH", "power-loss", "master")["divergence_allowed"]
@@ -72,7 +73,7 @@ def test_cell_verdicts():
 
 
 def test_a_divergence_goes_to_its_groups_master_power_loss_not_to_a_slave_fault(tmp_path):
-    from rmqha.chaos.matrix import cell_samples
+    from rmqha.matrix.cells import cell_samples
 
     (tmp_path / "history").mkdir()
     (tmp_path / "history" / "producer-1.jsonl").write_text(
@@ -133,15 +134,15 @@ def test_audit_failures_no_cell_accounts_for_fail_the_matrix():
         "lostByFault": {},
         "deliveryByFault": {"#1 power-loss broker-a": {"delivery.stranded": 3}},
     }
-    assert matrix.unexplained_failures(base | {"verdicts": [fail | {"id": "delivery.stranded"}]}) == []
-    assert matrix.unexplained_failures(base | {"verdicts": [fail | {"id": "delivery.unexpected", "name": "u"}]}) == [
+    assert cells.unexplained_failures(base | {"verdicts": [fail | {"id": "delivery.stranded"}]}) == []
+    assert cells.unexplained_failures(base | {"verdicts": [fail | {"id": "delivery.unexpected", "name": "u"}]}) == [
         "u (delivery.unexpected)"
     ]
     nf = base | {"deliveryByFault": {"no fault": {"delivery.lost": 1}}}
-    assert matrix.unexplained_failures(nf | {"verdicts": [fail | {"id": "delivery.lost", "name": "l"}]}) == [
+    assert cells.unexplained_failures(nf | {"verdicts": [fail | {"id": "delivery.lost", "name": "l"}]}) == [
         "l (delivery.lost)"
     ]
-    assert matrix.unexplained_failures(base | {"verdicts": [fail | {"name": "log integrity broker-a"}]}) == [
+    assert cells.unexplained_failures(base | {"verdicts": [fail | {"name": "log integrity broker-a"}]}) == [
         "log integrity broker-a (no id)"
     ]
 
@@ -191,21 +192,21 @@ def test_a_node_fault_no_sample_saw_is_not_exercised(tmp_path):
 
 
 def cell_samples_by_id(run, summary):
-    from rmqha.chaos.matrix import cell_samples
+    from rmqha.matrix.cells import cell_samples
 
     return dict(zip((f["id"] for f in summary["faults"]), cell_samples(run, summary, "2m-2s-sync", "ASYNC_FLUSH")))
 
 
 @pytest.mark.parametrize("kind", ["group-power-loss", "slave-then-master-power-loss", "cluster-power-loss"])
 def test_a_power_cut_of_every_copy_may_lose_what_no_node_fsynced_in_either_topology(kind):
-    allowed = {(t, fl) for t, fl in matrix.CONFIGS if promise(t, fl, kind, "master")["loss_allowed"]}
+    allowed = {(t, fl) for t, fl in plan.CONFIGS if promise(t, fl, kind, "master")["loss_allowed"]}
     assert allowed == {("2m-2s-sync", "ASYNC_FLUSH"), ("2m-2s-async", "ASYNC_FLUSH")}
-    assert all(promise(t, fl, kind, "master")["divergence_allowed"] for t, fl in matrix.CONFIGS)
+    assert all(promise(t, fl, kind, "master")["divergence_allowed"] for t, fl in plan.CONFIGS)
     assert "unsynced tail everywhere" in promise("2m-2s-sync", "ASYNC_FLUSH", kind, "master")["why"]
 
 
 def test_a_disk_full_fault_must_show_its_effect():
-    from rmqha.chaos.matrix import no_effect
+    from rmqha.matrix.evidence import no_effect
 
     f = {"kind": "disk-full", "role": "master", "target": "broker-a", "start_ms": 1000, "end_ms": 5000}
     assert "no send was refused" in no_effect(f, {}, True, non_ok=0)
@@ -220,7 +221,7 @@ def test_a_disk_full_fault_must_show_its_effect():
 
 
 def test_the_planted_control_fails_the_matrix_when_the_checkers_miss_a_bug():
-    from rmqha.chaos.matrix import planted_missed
+    from rmqha.matrix.planted import planted_missed
 
     caught = {
         "verdicts": [
@@ -241,18 +242,18 @@ def test_the_planted_control_fails_the_matrix_when_the_checkers_miss_a_bug():
 
 def test_the_planted_runs_cover_every_serving_bug_each_with_its_own_verdict():
     from rmqha.broker.planted import PLANTED_BUGS, SERVING_BUGS
-    from rmqha.chaos.matrix import ORDERLY_LANE, PLANTED_RUNS
+    from rmqha.matrix.planted import ORDERLY_LANE, PLANTED_RUNS
 
-    planted = {}  # bug -> the runs it is planted in
+    planted_in = {}  # bug -> the runs it is planted in
     for spec in PLANTED_RUNS:
         for key, bugs in spec["sets"].items():
             assert key.endswith(":plantBug"), key
             for bug in bugs.split(","):
                 assert bug in PLANTED_BUGS, bug
-                planted.setdefault(bug, set()).add(spec["name"])
+                planted_in.setdefault(bug, set()).add(spec["name"])
         if any(i == "delivery.reordered" for i, _s, _st in spec["expect"]):
             assert tuple(spec["extra"]) == ORDERLY_LANE, spec  # only an orderly group is judged for order
-    assert set(SERVING_BUGS) <= set(planted), set(SERVING_BUGS) - set(planted)
+    assert set(SERVING_BUGS) <= set(planted_in), set(SERVING_BUGS) - set(planted_in)
     expected = {spec["name"]: {i for i, _s, _st in spec["expect"]} for spec in PLANTED_RUNS}
     want = {
         "reorder-pull": "delivery.reordered",
@@ -261,17 +262,17 @@ def test_the_planted_runs_cover_every_serving_bug_each_with_its_own_verdict():
         "offset-regression": "delivery.offset-regression",
     }
     for bug, verdict in want.items():
-        (run,) = planted[bug]
+        (run,) = planted_in[bug]
         assert verdict in expected[run], (bug, run)
     # a verdict another bug of the same run also gives would mask a blind checker
-    assert not planted["phantom-pull"] & planted["offset-regression"]
-    assert not planted["offset-regression"] & planted["duplicate-pull"]
+    assert not planted_in["phantom-pull"] & planted_in["offset-regression"]
+    assert not planted_in["offset-regression"] & planted_in["duplicate-pull"]
     names = [spec["name"] for spec in PLANTED_RUNS]
     assert len(set(names)) == len(names)
 
 
 def test_a_serving_planted_run_is_caught_by_group_prefix_and_duplicates_by_a_warn():
-    from rmqha.chaos.matrix import PLANTED_RUNS, planted_missed
+    from rmqha.matrix.planted import PLANTED_RUNS, planted_missed
 
     order = next(s for s in PLANTED_RUNS if s["name"] == "mx-planted-order")
     caught = {
@@ -299,13 +300,13 @@ def test_a_serving_planted_run_is_caught_by_group_prefix_and_duplicates_by_a_war
 
 
 def test_a_planted_run_passes_its_bugs_and_the_orderly_lane_to_the_sweep(monkeypatch, tmp_path):
-    from rmqha.chaos import matrix
+    from rmqha.matrix import planted
 
     calls = []
-    monkeypatch.setattr(matrix, "sweep", lambda *a, **kw: calls.append((a, kw)) or {"name": kw["name"]})
-    for spec in matrix.PLANTED_RUNS:
-        matrix.planted_run(object(), tmp_path, 0, spec)
-    assert [kw["name"] for _a, kw in calls] == [s["name"] for s in matrix.PLANTED_RUNS]
+    monkeypatch.setattr(planted, "sweep", lambda *a, **kw: calls.append((a, kw)) or {"name": kw["name"]})
+    for spec in planted.PLANTED_RUNS:
+        planted.planted_run(object(), tmp_path, 0, spec)
+    assert [kw["name"] for _a, kw in calls] == [s["name"] for s in planted.PLANTED_RUNS]
     by_name = {kw["name"]: kw for _a, kw in calls}
     assert by_name["mx-planted-order"]["sets"] == {
         "broker-a:plantBug": "reorder-pull",
@@ -316,7 +317,7 @@ def test_a_planted_run_passes_its_bugs_and_the_orderly_lane_to_the_sweep(monkeyp
 
 
 def test_a_link_fault_must_show_its_effect():
-    from rmqha.chaos.matrix import no_effect
+    from rmqha.matrix.evidence import no_effect
 
     f = {"kind": "cut", "role": "slave", "target": "broker-a-s", "start_ms": 1000, "end_ms": 5000}
     master = [(t, t, None) for t in range(0, 6000, 500)]
@@ -385,7 +386,7 @@ def summary_of(faults, **extra):
 def test_a_slave_ahead_of_its_master_or_with_an_unknown_offset_never_recovers(tmp_path):
     # the master came back 400 bytes behind its slave (a fork), then the slave stopped answering
     write_samples(tmp_path, [(1.0, 900, 900), (3.0, 500, 900), (4.0, 600, 900), (5.0, 700, None)])
-    assert matrix.lags_over_time(tmp_path) == [(1000.0, 0), (3000.0, 400), (4000.0, 300), (5000.0, -1)]
+    assert evidence.lags_over_time(tmp_path) == [(1000.0, 0), (3000.0, 400), (4000.0, 300), (5000.0, -1)]
     got = cell_samples_by_id(tmp_path, summary_of([fault(1, "power-loss")]))[1]
     assert got["recovery_s"] is None and got["recovery_never"]
     # a slave that answers but whose offset is unknown is not caught up either
@@ -420,7 +421,7 @@ def test_a_slave_ahead_of_its_master_or_with_an_unknown_offset_never_recovers(tm
     (tmp_path / "chaos").mkdir()
     (tmp_path / "chaos" / "ending-1.json").write_text('{"catchUp": {"broker-a-s": "forked: SLAVE_AHEAD"}}')
     assert cell_samples_by_id(tmp_path, summary_of([fault(1, "power-loss")]))[1]["recovery_never"]
-    cell = matrix.build(
+    cell = cells.build(
         [
             {
                 "topology": "2m-2s-sync",
@@ -430,7 +431,7 @@ def test_a_slave_ahead_of_its_master_or_with_an_unknown_offset_never_recovers(tm
             }
         ]
     )[0]
-    assert (cell["recovery_s"], cell["recovery_never"], matrix.recovery_text(cell)) == (1.5, 1, "never (1/2), else 1.5")
+    assert (cell["recovery_s"], cell["recovery_never"], render.recovery_text(cell)) == (1.5, 1, "never (1/2), else 1.5")
 
 
 def test_losses_blamed_on_a_fault_that_was_not_exercised_go_to_the_fault_that_caused_them(tmp_path):
@@ -488,7 +489,7 @@ def test_a_cell_says_how_many_of_its_runs_were_exercised():
     idle = sample() | {"acked_on_group": 9, "not_exercised": "group broker-a cannot replicate"}
     verdict, note = judge(p, [sample(), idle, idle])
     assert verdict == "PASS" and note.startswith("only 1 of 3 runs exercised")
-    cell = matrix.build(
+    cell = cells.build(
         [
             {
                 "topology": "2m-2s-sync",
@@ -514,12 +515,12 @@ def test_a_run_that_did_not_happen_or_was_not_audited_is_never_ok(tmp_path, monk
 
     # --from-runs over two run folders that both hold a passing summary: one of them is an earlier run's
     # leftover (the matrix recorded its sweep as 1 s): it is not judged, and the matrix fails
-    monkeypatch.setattr(matrix.rf, "run_dir", lambda name: tmp_path / "runs" / name)
+    monkeypatch.setattr(rf, "run_dir", lambda name: tmp_path / "runs" / name)
     out = tmp_path / "out"
     out.mkdir()
-    plan = [matrix.run_name("2m-2s-sync", "ASYNC_FLUSH", "local", 1, "ours", f) for f in matrix.LOCAL_SWEEPS]
+    planned = [plan.run_name("2m-2s-sync", "ASYNC_FLUSH", "local", 1, "ours", f) for f in plan.LOCAL_SWEEPS]
     f1 = fault(1, "kill-slave", role="slave")
-    for name in plan:
+    for name in planned:
         (tmp_path / "runs" / name / "report").mkdir(parents=True)
         fabricate(
             tmp_path / "runs" / name,
@@ -530,30 +531,30 @@ def test_a_run_that_did_not_happen_or_was_not_audited_is_never_ok(tmp_path, monk
             json.dumps(audited_summary([f1], {"#1 kill-slave broker-a-s": 5}, 5))
         )
     (out / "matrix.json").write_text(
-        json.dumps({"runs": [{"name": plan[0], "took_s": 400, "rc": 0}, {"name": plan[1], "took_s": 1, "rc": 0}]})
+        json.dumps({"runs": [{"name": planned[0], "took_s": 400, "rc": 0}, {"name": planned[1], "took_s": 1, "rc": 0}]})
     )
     argv = ["--from-runs", "--seeds", "1", "--configs", "2m-2s-sync/ASYNC_FLUSH", "--out", str(out)]
-    assert matrix.main(argv) == 1
+    assert cli.main(argv) == 1
     md = (out / "matrix.md").read_text()
     assert "Runs: 2 planned, 1 audited and judged, 1 not run, 0 not audited" in md
-    assert f"{plan[1]} 1 s (not run (took 1 s))" in md and f"{plan[0]} 400 s (audit ok)" in md
+    assert f"{planned[1]} 1 s (not run (took 1 s))" in md and f"{planned[0]} 400 s (audit ok)" in md
     assert "| 1/1 |" in md  # the kill-slave cell holds only the audited run's sample
     # with both runs real, the same folders pass
-    (out / "matrix.json").write_text(json.dumps({"runs": [{"name": n, "took_s": 400, "rc": 0} for n in plan]}))
-    assert matrix.main(argv) == 0
+    (out / "matrix.json").write_text(json.dumps({"runs": [{"name": n, "took_s": 400, "rc": 0} for n in planned]}))
+    assert cli.main(argv) == 0
     assert "| 2/2 | 10 | 10 | 0 | 0 | 0 | 0 | 0 |" in (out / "matrix.md").read_text()  # acked, delivered
     # the same runs audited without the delivery figures: their cells are "not audited", and the matrix fails
-    for name in plan:
+    for name in planned:
         p = tmp_path / "runs" / name / "report" / "summary.json"
         p.write_text(json.dumps({k: v for k, v in json.loads(p.read_text()).items() if k != "delivery"}))
-    assert matrix.main(argv) == 1
+    assert cli.main(argv) == 1
     assert "**not audited**" in (out / "matrix.md").read_text()
-    assert matrix.run_state({"rc": 0, "took_s": 1, "audit_failed": False, "samples": [1]}) == "not run (took 1 s)"
-    assert matrix.run_state({"rc": 3, "took_s": 0}) == "not run (exit 3)"
-    assert matrix.run_state({"rc": 0, "took_s": 300}).startswith("not audited")
-    assert matrix.run_state({"rc": 0, "took_s": 300, "audit_error": "boom"}) == "not audited (boom)"
-    assert matrix.run_state({"rc": 0, "took_s": 300, "audit_failed": False, "samples": []}).startswith("not run")
-    assert matrix.run_state({"rc": 0, "took_s": 300, "audit_failed": True, "samples": [1]}) == "audit FAIL"
+    assert render.run_state({"rc": 0, "took_s": 1, "audit_failed": False, "samples": [1]}) == "not run (took 1 s)"
+    assert render.run_state({"rc": 3, "took_s": 0}) == "not run (exit 3)"
+    assert render.run_state({"rc": 0, "took_s": 300}).startswith("not audited")
+    assert render.run_state({"rc": 0, "took_s": 300, "audit_error": "boom"}) == "not audited (boom)"
+    assert render.run_state({"rc": 0, "took_s": 300, "audit_failed": False, "samples": []}).startswith("not run")
+    assert render.run_state({"rc": 0, "took_s": 300, "audit_failed": True, "samples": [1]}) == "audit FAIL"
 
 
 def test_a_group_the_samples_show_forked_before_a_fault_does_not_exercise_it(tmp_path):
@@ -583,7 +584,7 @@ def test_a_group_the_samples_show_forked_before_a_fault_does_not_exercise_it(tmp
                 }
             )
     (tmp_path / "metrics" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert matrix.stuck_groups(tmp_path, 5000) == {
+    assert evidence.stuck_groups(tmp_path, 5000) == {
         "broker-a": "group broker-a cannot replicate: broker-a-s stored nothing while its master's log grew "
         "before the fault (a fork)",
         "broker-c": "group broker-c cannot replicate: broker-c-s was ahead of its master before the fault (a fork)",
@@ -756,9 +757,9 @@ def test_delivered_counts_the_faulted_groups_acknowledged_sends_some_consumer_re
     # acknowledged by broker-a from 5 s before the fault to its heal: a1 a2 a3 a4 e1; a3 never received
     assert (got["acked_recounted"], got["delivered"]) == (5, 4)
     assert got["excluded"] == {} and got["not_audited"] is None
-    cell = matrix.build(
-        [{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got, got]}]
-    )[0]
+    cell = cells.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got, got]}])[
+        0
+    ]
     assert (cell["delivered"], cell["acked_during"]) == (8, 10)
     # a cluster-wide fault counts every group's acknowledged sends
     f = [fault(1, "cluster-power-loss", start=10000, end=11000, group=None)]
@@ -812,12 +813,12 @@ def test_availability_per_group_is_the_share_each_group_accepted_and_the_time_it
     assert ga["broker-a"]["unwritable_s"] == 2.0 and ga["broker-a"]["longest_gap_s"] == 2.0
     assert ga["broker-b"]["share"] == 1.0 and ga["broker-b"]["unwritable_s"] == 0.0
     assert ga["?"] == {"errors": 1, "unknown": 0}
-    assert matrix.group_availability_text(ga) == (
+    assert promises.group_availability_text(ga) == (
         "broker-a 60 % (30/50), unwritable 2.0 s [SLAVE_NOT_AVAILABLE 20]; broker-b 100 % (50/50), unwritable 0.0 s; "
         "group unknown: 1 failed tries (timeouts, errors, refusals)"
     )
     # a cell over two runs: answers summed, the longest unwritable time
-    merged = matrix.merge_groups(
+    merged = promises.merge_groups(
         [
             got,
             got
@@ -835,10 +836,10 @@ def test_availability_per_group_is_the_share_each_group_accepted_and_the_time_it
         merged["broker-a"]["share"],
     ) == (40, 60, 5.0, 0.667)
     # no try at all in a gap is not unwritable: nobody asked
-    quiet = matrix.RunFacts()  # accepted at 1005, then no try until 4600, answered at 5100: 0.5 s, not a gap
+    quiet = facts.RunFacts()  # accepted at 1005, then no try until 4600, answered at 5100: 0.5 s, not a gap
     quiet.tries = [(1000, 1005, "SEND_OK", "u1", None), (4600, 5100, "SEND_OK", "u2", None)]
     quiet.group_of_uniq = {"u1": "broker-a", "u2": "broker-a"}
-    assert matrix.group_availability(quiet, 1000, 6000)["broker-a"]["unwritable_s"] == 0.0
+    assert figures.group_availability(quiet, 1000, 6000)["broker-a"]["unwritable_s"] == 0.0
     # a recorder that knows the broker of a failed try (the history's broker_name): it counts against that group
     # and an answer whose copy is on no node (a power cut took it) has no group either
     quiet.tries += [
@@ -846,7 +847,7 @@ def test_availability_per_group_is_the_share_each_group_accepted_and_the_time_it
         (2000, 2100, "ERROR", None, None),
         (2000, 2100, "SLAVE_NOT_AVAILABLE", "u-gone", None),
     ]
-    got = matrix.group_availability(quiet, 1000, 6000)
+    got = figures.group_availability(quiet, 1000, 6000)
     assert (got["broker-a"]["answered"], got["broker-a"]["accepted"], got["broker-a"]["not_accepted"]) == (
         3,
         2,
@@ -876,7 +877,7 @@ def test_records_the_audit_excluded_are_counted_named_and_fail_the_cell_unless_e
     fabricate(tmp_path, sends, recv, producer_tail='{"op": "send", "send_id": "a3", "sta')
     got = cell_samples_by_id(tmp_path, clean)[1]
     assert got["excluded"] == {"torn last history line": 1} and judge(p, [got])[0] == "PASS"
-    assert matrix.excluded_text([got]) == "1 torn last history line (first: producer-1.jsonl:5) (explained)"
+    assert promises.excluded_text([got]) == "1 torn last history line (first: producer-1.jsonl:5) (explained)"
     # a line with no known op, and a send without a send_id
     fabricate(
         tmp_path, sends, recv, producer_tail='{"op": "sned"}\n{"op": "send", "status": "SEND_OK", "start_ms": 1500}\n'
@@ -918,11 +919,11 @@ def test_a_cell_without_delivery_figures_says_not_audited_and_fails_the_matrix(t
     shutil.rmtree(tmp_path / "nodes")
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
     assert "no commit log" in got["not_audited"] and judge(p, [got])[0] == "not audited"
-    cell = matrix.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got]}])[0]
+    cell = cells.build([{"topology": "2m-2s-sync", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got]}])[0]
     assert (cell["delivered"], cell["indeterminate"], cell["verdict"]) == (None, None, "not audited")
     out = tmp_path / "out"
     out.mkdir()
-    matrix.write(out, [cell], [], "cmd")
+    render.write(out, [cell], [], "cmd")
     row = next(x for x in (out / "matrix.md").read_text().splitlines() if x.startswith("| ours"))
     assert row.count("| not audited |") == 3  # delivered, indeterminate, duplicates
     assert "**not audited**" in row and "| 1/1 |" in row
@@ -1058,8 +1059,8 @@ def test_a_send_belongs_to_the_group_that_acknowledged_it(tmp_path):
         ],
         receives=[("a0", None, 3000), ("x1", None, 13000)],
     )
-    facts = matrix.run_facts(tmp_path)
-    assert facts.group("x1") == "broker-b"
+    got = facts.run_facts(tmp_path)
+    assert got.group("x1") == "broker-b"
     f = [fault(1, "kill-master", start=10000, end=11000)]
     # the audit gives it broker-b too (rmqha/pipeline/delivery.py _placed): counting it on broker-a (the copy
     # of its first try, the audit's old choice) is a mismatch, named
@@ -1079,9 +1080,9 @@ def test_a_send_belongs_to_the_group_that_acknowledged_it(tmp_path):
         receives=[("a0", None, 3000), ("x1", None, 13000)],
         extra_copies=[("broker-a", "x1", "U-x1", TOPIC)],
     )
-    facts = matrix.run_facts(tmp_path)
-    assert facts.group("x1") == "broker-b"
-    ga = matrix.group_availability(facts, 10000, 11000)
+    got = facts.run_facts(tmp_path)
+    assert got.group("x1") == "broker-b"
+    ga = figures.group_availability(got, 10000, 11000)
     assert ga["broker-b"]["accepted"] == 1 and ga["broker-a"]["answered"] == 0
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 0}, 2))[1]
     assert got["acked_recounted"] == 0 and got["excluded"] == {}
@@ -1098,7 +1099,7 @@ def test_a_send_belongs_to_the_group_that_acknowledged_it(tmp_path):
         receives=[("x1", None, 13000)],
         extra_copies=[("broker-a", "x1", "U-x1", TOPIC)],
     )
-    assert matrix.run_facts(tmp_path).group("x1") == "broker-a"
+    assert facts.run_facts(tmp_path).group("x1") == "broker-a"
     # nothing tells the copies apart (both first in their log): no group is picked, and the cell says why
     fabricate(
         tmp_path,
@@ -1106,8 +1107,8 @@ def test_a_send_belongs_to_the_group_that_acknowledged_it(tmp_path):
         receives=[("x1", None, 13000)],
         extra_copies=[("broker-a", "x1", "U-x1", TOPIC)],
     )
-    facts = matrix.run_facts(tmp_path)
-    assert facts.group("x1") is None
+    got = facts.run_facts(tmp_path)
+    assert got.group("x1") is None
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 0}, 1))[1]
     assert got["excluded"] == {"acknowledged, stored in two groups, the answer names neither (broker-a, broker-b)": 1}
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from rmqha.chaos import matrix
-from rmqha.chaos.matrix import judge, promise
+from rmqha.matrix import cells, dledger, evidence, plan, render, sweeps
+from rmqha.matrix.promises import judge, promise
 
-from .test_matrix import CG, TOPIC, summary_of
+from .test_cells import CG, TOPIC, summary_of
 
 pytestmark = pytest.mark.fast
 
@@ -22,25 +22,25 @@ NODES = {"broker-n0": "n0", "broker-n1": "n1", "broker-n2": "n2"}
 
 
 def test_dledger_is_one_configuration_of_its_own_in_the_default_plan_and_by_name():
-    assert matrix.parse_configs("dledger") == [matrix.DLEDGER] == matrix.parse_configs("dledger/ASYNC_FLUSH")
-    assert matrix.parse_configs("all") == matrix.CONFIGS + [matrix.DLEDGER]
-    assert matrix.parse_configs("2m-2s-sync/SYNC_FLUSH,dledger") == [("2m-2s-sync", "SYNC_FLUSH"), matrix.DLEDGER]
+    assert plan.parse_configs("dledger") == [plan.DLEDGER] == plan.parse_configs("dledger/ASYNC_FLUSH")
+    assert plan.parse_configs("all") == plan.CONFIGS + [plan.DLEDGER]
+    assert plan.parse_configs("2m-2s-sync/SYNC_FLUSH,dledger") == [("2m-2s-sync", "SYNC_FLUSH"), plan.DLEDGER]
     with pytest.raises(ValueError, match="known: .*dledger"):
-        matrix.parse_configs("dledger/SYNC_FLUSH")
+        plan.parse_configs("dledger/SYNC_FLUSH")
     with pytest.raises(ValueError):
-        matrix.parse_configs("2m-2s-sync")
+        plan.parse_configs("2m-2s-sync")
     # its flush is what the topology's config gives the broker (compose/dledger sets none: the default)
     from rmqha.broker.config.properties import BrokerConfig
     from rmqha.cluster.topology import load_topology
 
     flushes = {n.props.get("flushDiskType", BrokerConfig().flushDiskType) for n in load_topology("dledger").nodes}
-    assert flushes == {matrix.DLEDGER[1]}
+    assert flushes == {plan.DLEDGER[1]}
 
 
 def test_the_dledger_sweep_has_every_dledger_fault_of_its_backend_and_no_classic_one():
     from rmqha.runs.faults import FAULTS
 
-    assert matrix.DLEDGER_LOCAL_FAULTS == [
+    assert plan.DLEDGER_LOCAL_FAULTS == [
         "kill-leader",
         "pause-leader",
         "kill-follower",
@@ -49,19 +49,19 @@ def test_the_dledger_sweep_has_every_dledger_fault_of_its_backend_and_no_classic
         "power-loss-follower",
     ]
     # a node goes down under both power losses; the leader's is judged for its failover
-    assert {"power-loss-leader", "power-loss-follower"} <= set(matrix.NODE_DOWN_FAULTS)
-    assert "power-loss-leader" in matrix.LEADER_FAULTS and "power-loss-follower" not in matrix.LEADER_FAULTS
-    assert matrix.DLEDGER_DOCKER_FAULTS == ["partition-leader", "partition-follower"]
-    plan = matrix.make_plan([matrix.DLEDGER], ["local", "docker"], ["ours", "4.9", "recovery"], 1, 2, long_holds=True)
+    assert {"power-loss-leader", "power-loss-follower"} <= set(evidence.NODE_DOWN_FAULTS)
+    assert "power-loss-leader" in dledger.LEADER_FAULTS and "power-loss-follower" not in dledger.LEADER_FAULTS
+    assert plan.DLEDGER_DOCKER_FAULTS == ["partition-leader", "partition-follower"]
+    planned = plan.make_plan([plan.DLEDGER], ["local", "docker"], ["ours", "4.9", "recovery"], 1, 2, long_holds=True)
     # one sweep per seed and backend, mode "ours" only (the other modes are classic HA settings)
-    assert [(b, tuple(f), seed, mode) for _t, _fl, b, f, seed, mode in plan] == [
-        ("local", tuple(matrix.DLEDGER_LOCAL_FAULTS), 1, "ours"),
-        ("local", tuple(matrix.DLEDGER_LOCAL_FAULTS), 2, "ours"),
-        ("docker", tuple(matrix.DLEDGER_DOCKER_FAULTS), 1, "ours"),
-        ("docker", tuple(matrix.DLEDGER_DOCKER_FAULTS), 2, "ours"),
+    assert [(b, tuple(f), seed, mode) for _t, _fl, b, f, seed, mode in planned] == [
+        ("local", tuple(plan.DLEDGER_LOCAL_FAULTS), 1, "ours"),
+        ("local", tuple(plan.DLEDGER_LOCAL_FAULTS), 2, "ours"),
+        ("docker", tuple(plan.DLEDGER_DOCKER_FAULTS), 1, "ours"),
+        ("docker", tuple(plan.DLEDGER_DOCKER_FAULTS), 2, "ours"),
     ]
-    assert all(FAULTS[f].backends == ("docker",) for f in matrix.DLEDGER_DOCKER_FAULTS)
-    assert [matrix.run_name(t, fl, b, seed, mode, f) for t, fl, b, f, seed, mode in plan] == [
+    assert all(FAULTS[f].backends == ("docker",) for f in plan.DLEDGER_DOCKER_FAULTS)
+    assert [plan.run_name(t, fl, b, seed, mode, f) for t, fl, b, f, seed, mode in planned] == [
         "mx-dl-l1",
         "mx-dl-l2",
         "mx-dl-d1",
@@ -70,21 +70,21 @@ def test_the_dledger_sweep_has_every_dledger_fault_of_its_backend_and_no_classic
 
 
 def test_the_classic_plan_is_unchanged_and_dledger_runs_after_it_in_the_first_sweep():
-    classic = matrix.make_plan(matrix.CONFIGS, ["local"], ["ours", "4.9"], 1, 3, long_holds=True)
+    classic = plan.make_plan(plan.CONFIGS, ["local"], ["ours", "4.9"], 1, 3, long_holds=True)
     # what main() planned before dledger: backend, sweep, mode, configuration, seed
     before = [
         (t, fl, "local", faults, seed, mode)
-        for faults in matrix.LOCAL_SWEEPS + [matrix.LONG_FAULTS]
+        for faults in plan.LOCAL_SWEEPS + [plan.LONG_FAULTS]
         for mode in ["ours", "4.9"]
-        for t, fl in matrix.CONFIGS
+        for t, fl in plan.CONFIGS
         for seed in (1, 2, 3)
     ]
     assert classic == before
-    full = matrix.make_plan(matrix.parse_configs("all"), ["local"], ["ours", "4.9"], 1, 3)
-    assert [p for p in full if p[0] != "dledger"] == [p for p in before if p[3] != matrix.LONG_FAULTS]
+    full = plan.make_plan(plan.parse_configs("all"), ["local"], ["ours", "4.9"], 1, 3)
+    assert [p for p in full if p[0] != "dledger"] == [p for p in before if p[3] != plan.LONG_FAULTS]
     dl = [i for i, p in enumerate(full) if p[0] == "dledger"]
     assert dl == [12, 13, 14]  # after the four classic configurations' first sweep in mode "ours"
-    assert matrix.run_name("2m-2s-sync", "ASYNC_FLUSH", "local", 1) == "mx-sa-l1"
+    assert plan.run_name("2m-2s-sync", "ASYNC_FLUSH", "local", 1) == "mx-sa-l1"
 
 
 def test_a_dledger_sweep_sets_no_flush_type_a_classic_one_does(tmp_path, monkeypatch):
@@ -97,15 +97,15 @@ def test_a_dledger_sweep_sets_no_flush_type_a_classic_one_does(tmp_path, monkeyp
         returncode = 0
 
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: cmds.append(cmd) or Done())
-    monkeypatch.setattr(matrix, "free_base", lambda *a, **kw: None)
+    monkeypatch.setattr(sweeps, "free_base", lambda *a, **kw: None)
     args = argparse.Namespace(duration=10, rate=200)
-    matrix.sweep("dledger", "ASYNC_FLUSH", "local", matrix.DLEDGER_LOCAL_FAULTS, 1, args, tmp_path, 0)
-    matrix.sweep("2m-2s-sync", "SYNC_FLUSH", "local", ["kill-master"], 1, args, tmp_path, 0)
+    sweeps.sweep("dledger", "ASYNC_FLUSH", "local", plan.DLEDGER_LOCAL_FAULTS, 1, args, tmp_path, 0)
+    sweeps.sweep("2m-2s-sync", "SYNC_FLUSH", "local", ["kill-master"], 1, args, tmp_path, 0)
     assert not any(a.startswith("flushDiskType=") for a in cmds[0])
     assert "--topology" in cmds[0] and cmds[0][cmds[0].index("--topology") + 1] == "dledger"
     assert "flushDiskType=SYNC_FLUSH" in cmds[1]
     # room after the DLedger faults for the ones a slow leader delayed; the classic sweep as asked
-    assert [c[c.index("--duration") + 1] for c in cmds] == [str(matrix.DLEDGER_MIN_DURATION_S), "10"]
+    assert [c[c.index("--duration") + 1] for c in cmds] == [str(plan.DLEDGER_MIN_DURATION_S), "10"]
 
 
 # ---- the promise and the verdicts
@@ -257,7 +257,7 @@ def dl_summary(faults, acked_on_group, acknowledged, delivered=None, **extra):
 
 
 def samples_by_id(run, summary):
-    return dict(zip((f["id"] for f in summary["faults"]), matrix.cell_samples(run, summary, *matrix.DLEDGER)))
+    return dict(zip((f["id"] for f in summary["faults"]), cells.cell_samples(run, summary, *plan.DLEDGER)))
 
 
 L, F, C = "LEADER", "FOLLOWER", "CANDIDATE"
@@ -300,9 +300,9 @@ def test_failover_is_the_time_until_another_node_leads_and_recovery_needs_every_
     # the group accepted nothing from the first try in the fault (2.1 s) to the answer at 7.205 s
     assert got["group_availability"][GROUP]["longest_gap_s"] == 5.1
     assert got["indeterminate"] == 25 and got["delivered"] == 20
-    cell = matrix.build([{"topology": "dledger", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got]}])[0]
+    cell = cells.build([{"topology": "dledger", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got]}])[0]
     assert (cell["failover_s"], cell["unavailable_s"], cell["verdict"]) == (5.0, 5.1, "PASS")
-    assert matrix.failover_text(cell) == "5.0"
+    assert render.failover_text(cell) == "5.0"
 
 
 def test_a_member_ahead_of_the_leader_is_not_caught_up(tmp_path):
@@ -313,8 +313,8 @@ def test_a_member_ahead_of_the_leader_is_not_caught_up(tmp_path):
     f = [dl_fault(1, "kill-leader", 2000, 10000, "broker-n0")]
     got = samples_by_id(tmp_path, dl_summary(f, {"#1 kill-leader broker-n0": 1}, 1))[1]
     assert (got["recovery_s"], got["recovery_never"]) == (None, True)
-    cell = matrix.build([{"topology": "dledger", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got]}])[0]
-    assert matrix.recovery_text(cell) == "never"
+    cell = cells.build([{"topology": "dledger", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got]}])[0]
+    assert render.recovery_text(cell) == "never"
 
 
 def test_the_leader_is_known_from_its_followers_when_it_does_not_answer(tmp_path):
@@ -344,8 +344,8 @@ def test_a_leader_fault_that_caused_no_election_is_not_exercised(tmp_path):
     p = promise("dledger", "ASYNC_FLUSH", "kill-leader", "master")
     verdict, note = judge(p, [got])
     assert verdict == "not exercised" and "caused no election" in note
-    cell = matrix.build([{"topology": "dledger", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got]}])[0]
-    assert matrix.failover_text(cell) == "none" and cell["exercised"] == 0
+    cell = cells.build([{"topology": "dledger", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got]}])[0]
+    assert render.failover_text(cell) == "none" and cell["exercised"] == 0
     # the same rounds with an election 3 s after the heal (before the next fault): exercised
     fabricate_dledger(
         tmp_path / "late", [("s1", [("SEND_OK", 1000, 1005)])], [("s1", 20000)], kill_leader_rounds(7.5, 5.0)
@@ -385,8 +385,8 @@ def test_a_planted_loss_in_a_dledger_cell_fails_it(tmp_path):
     p = promise("dledger", "ASYNC_FLUSH", "kill-follower", "slave")
     verdict, note = judge(p, [got])
     assert verdict == "FAIL" and "1 acknowledged on no node" in note
-    cell = matrix.build([{"topology": "dledger", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got]}])[0]
-    assert cell["verdict"] == "FAIL" and cell["lost"] == 1 and matrix.failover_text(cell) == "n/a"
+    cell = cells.build([{"topology": "dledger", "flush": "ASYNC_FLUSH", "backend": "local", "samples": [got]}])[0]
+    assert cell["verdict"] == "FAIL" and cell["lost"] == 1 and render.failover_text(cell) == "n/a"
 
 
 def test_duplicates_count_the_receives_beyond_the_first_of_the_sends_at_stake(tmp_path):
@@ -430,8 +430,8 @@ def test_the_report_has_failover_unavailability_and_duplicates_beside_the_classi
             "samples": [classic | {"kind": "kill-master", "role": "master"}],
         },
     ]
-    cells = matrix.build(results)
-    matrix.write(tmp_path, cells, [], "cmd")
+    got_cells = cells.build(results)
+    render.write(tmp_path, got_cells, [], "cmd")
     md = (tmp_path / "matrix.md").read_text().splitlines()
     header = next(x for x in md if x.startswith("| broker"))
     cols = [c.strip() for c in header.strip("|").split("|")]
@@ -460,20 +460,20 @@ def test_failover_counts_from_when_the_inject_took_effect(tmp_path):
         {"ts_ms": 10000, "start_ms": 9000, "op": "heal", "id": 1, "kind": "kill-leader", "result": "ok"},
     ]
     (tmp_path / "faults" / "faults-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in log))
-    assert matrix.took_effect(tmp_path) == {1: 3000}
+    assert dledger.took_effect(tmp_path) == {1: 3000}
     got = samples_by_id(tmp_path, dl_summary(f, {"#1 kill-leader broker-n0": 1}, 1))[1]
     assert got["failover_s"] == 4.0
 
 
 def test_mode_apache_runs_the_real_broker_locally_classic_and_dledger():
-    plan = matrix.make_plan(
-        [("2m-2s-sync", "ASYNC_FLUSH"), matrix.DLEDGER], ["local", "docker"], ["4.9", "apache"], 1, 1
+    planned = plan.make_plan(
+        [("2m-2s-sync", "ASYNC_FLUSH"), plan.DLEDGER], ["local", "docker"], ["4.9", "apache"], 1, 1
     )
-    apache = [(t, b, mode) for t, _fl, b, _f, _s, mode in plan if mode == "apache"]
+    apache = [(t, b, mode) for t, _fl, b, _f, _s, mode in planned if mode == "apache"]
     # local only (docker cannot run Apache's broker yet), and DLedger too (a group of 4.9 brokers)
     assert {b for _t, b, _m in apache} == {"local"}
     assert {t for t, _b, _m in apache} == {"2m-2s-sync", "dledger"}
-    assert not [p for p in plan if p[0] == "dledger" and p[5] == "4.9"]
-    names = [matrix.run_name(t, fl, b, s, m, f) for t, fl, b, f, s, m in plan if m == "apache"]
+    assert not [p for p in planned if p[0] == "dledger" and p[5] == "4.9"]
+    names = [plan.run_name(t, fl, b, s, m, f) for t, fl, b, f, s, m in planned if m == "apache"]
     assert "mx-dl-l1-ap" in names and all(n.endswith("-ap") for n in names)
-    assert matrix.MODE_ARGS["apache"] == ["--broker", "apache"]
+    assert plan.MODE_ARGS["apache"] == ["--broker", "apache"]
