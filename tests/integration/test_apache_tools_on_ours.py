@@ -110,7 +110,7 @@ def test_mqadmin_reads_our_broker_config_and_exports_it(ours, tmp_path):
     ns, addr = ours
     out = mqadmin(tmp_path, "getBrokerConfig", "-n", ns, "-b", addr)
     keys = {line.split("=")[0].strip() for line in out.splitlines() if "=" in line and not line.startswith("=")}
-    from tests.unit.test_broker_config_keys import KEYS_4_9_8
+    from tests.unit.config.test_broker_config_keys import KEYS_4_9_8
 
     assert set(KEYS_4_9_8) <= keys, sorted(set(KEYS_4_9_8) - keys)
     out = mqadmin(tmp_path, "exportConfigs", "-n", ns, "-c", "FidCluster", "-f", str(tmp_path / "export"))
