@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
+
+from rmqha.pipeline.delivery import PARKED_TOPICS  # the audit's: a send parked there is not due yet
+from rmqha.pipeline.runfolder import list_commitlog
+
+from rmqha.pipeline import dledger_log
 
 
 def read_jsonl(path: Path):
@@ -36,10 +42,7 @@ def sends(run: Path) -> list[tuple[int, int, str]]:
 # format) and the nodes' commit logs (the only place a send's broker group is written: the recorder leaves
 # the history's broker_name empty, and a failed try's error names no broker).
 
-AT_RISK_MS = 5000  # rmqha/pipeline/delivery.py AT_RISK_MS: "acked during fault" starts this long before it
 UNWRITABLE_GAP_MS = 1000  # a group that accepted no send for longer than this while sends were tried was unwritable
-NOT_ACCEPTED = ("SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT", "FLUSH_DISK_TIMEOUT")
-PARKED_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")  # rmqha/pipeline/delivery.py: not due yet
 # excluded records that do not make a cell NOT-OK, by their kind (never by their text, which can hold a
 # consumer group's name): kind -> why they cannot hide a loss
 TORN = "torn"
@@ -257,8 +260,10 @@ def read_store_groups(run: Path, facts: RunFacts, topics: set[str]) -> None:
 
 
 def dledger_data_files(store: Path) -> list[Path]:
-    """A DLedger node's data files (<store>/dledger-<selfId>/data/<20-digit start position>), in order."""
-    return sorted(p for p in store.glob("dledger-*/data/*") if re.fullmatch(r"\d{20}", p.name))
+    """A DLedger node's data files (<store>/dledger-<selfId>/data/<20-digit start position>), in order: where
+    the audit finds them (rmqha/pipeline/dledger_log.py, runfolder.py)."""
+    found = dledger_log.find_dir(str(store))
+    return [Path(f.path) for f in list_commitlog(os.path.join(found, "data"))] if found else []
 
 
 def dledger_messages(store: Path):

@@ -1,7 +1,13 @@
 """One fault's figures from a run's facts: the sends at stake, delivered, indeterminate, duplicates, each group's availability and the records left out (tests/unit/matrix/test_figures.py)."""
 
 from __future__ import annotations
-from .facts import AT_RISK_MS, NOT_ACCEPTED, RunFacts, UNWRITABLE_GAP_MS, _explained
+
+# the audit's own: "acked during fault" starts AT_RISK_MS before it; answers that stored a send on the master
+# without confirming it (NOT_ACCEPTED)
+from rmqha.pipeline.delivery import AT_RISK_MS
+from rmqha.pipeline.delivery import UNCONFIRMED as NOT_ACCEPTED
+
+from .facts import RunFacts, UNWRITABLE_GAP_MS, _explained
 
 
 def _union(spans: list[tuple[float, float]]) -> float:

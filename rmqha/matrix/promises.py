@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rmqha.runs.faults import GROUP_POWER, master_power_cut
 from .evidence import LOSS_FIELDS
-from .facts import AT_RISK_MS
+from rmqha.pipeline.delivery import AT_RISK_MS
 from .plan import is_dledger
 
 
