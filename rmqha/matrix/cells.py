@@ -8,6 +8,7 @@ from pathlib import Path
 from rmqha.cluster import runfolder as rf
 
 from rmqha.runs.faults import DESTRUCTIVE, LEADER_FAULTS
+from rmqha.pipeline import ids
 from .dledger import dledger_no_effect, dledger_recovery, dledger_rounds, failover_s, took_effect
 from .evidence import (
     LOSS_FIELDS,
@@ -26,6 +27,7 @@ from .figures import fault_figures
 from .promises import _sum_or_none, excluded_text, exercised, judge, merge_groups, promise, unavailable_s
 from .plan import is_dledger
 from .render import JUDGED, run_state
+from .verdicts import verdict_key
 
 
 def _cause(out: list[dict], faults: list[dict], i: int) -> int | None:
@@ -193,7 +195,7 @@ def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[di
 # Audit FAILs a cell can carry: an acknowledged message some fault is a suspect of. Any other FAIL (a
 # phantom, a UNIQ_KEY stored twice, a damaged log, a queue entry missing, a loss no fault explains) is a
 # defect of the run as a whole, and fails the matrix however its cells look.
-CELL_VERDICTS = ("delivery.lost", "delivery.stranded", "delivery.lost-after-delivery")
+CELL_VERDICTS = (ids.DELIVERY_LOST, ids.DELIVERY_STRANDED, ids.DELIVERY_LOST_AFTER)
 
 
 def unexplained_failures(summary: dict) -> list[str]:
@@ -203,15 +205,10 @@ def unexplained_failures(summary: dict) -> list[str]:
     for v in summary.get("verdicts", []):
         if v["status"] != "FAIL":
             continue
-        vid = v.get("id") or ""
+        vid = verdict_key(v)[0]
         if vid in CELL_VERDICTS and summary.get("faults") and not no_fault.get(vid):
             continue
-        if (
-            # rmqha/pipeline/ids.py HISTORY_ACKED_LOST; a summary written before ids has only its name
-            (vid == "history.acked-lost" or (not vid and v["name"] == "no acknowledged send lost"))
-            and summary.get("lostByFault")
-            and "no fault" not in summary["lostByFault"]
-        ):
+        if vid == ids.HISTORY_ACKED_LOST and summary.get("lostByFault") and "no fault" not in summary["lostByFault"]:
             continue
         out.append(f"{v['name']} ({vid or 'no id'})")
     return out

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from rmqha.runs.faults import NODE_DOWN, evidence, master_power_cut
 from .facts import read_jsonl
+from rmqha.pipeline import ids
+
+from .verdicts import verdict_key
 
 
 def _ms(ts: float) -> float:
@@ -79,7 +82,7 @@ def unequal_at_end(run: Path, summary: dict) -> dict[str, tuple[bool, str]]:
             out[g] = (forked, why)
 
     for v in summary.get("verdicts", []):
-        if v.get("id") == "replica.consistent" and v.get("status") != "PASS" and v.get("subject"):
+        if verdict_key(v)[0] == ids.REPLICA and v.get("status") != "PASS" and v.get("subject"):
             detail = v.get("detail") or ""
             mark(v["subject"], v.get("status") == "FAIL" or "fork" in detail, f"{v['status']} {v.get('name')}")
     for pr in summary.get("pairs", []):

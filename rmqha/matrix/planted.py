@@ -8,6 +8,7 @@ from pathlib import Path
 from rmqha.cluster import runfolder as rf
 from .auditor import Auditor
 from .sweeps import sweep
+from .verdicts import verdict_key
 
 
 # --planted: more runs with broker bugs no storage verdict sees (rmqha/broker/planted.py); the matrix fails
@@ -60,7 +61,7 @@ PLANTED_EXPECT = [(i, subj) for i, subj, _st in PLANTED_RUNS[0]["expect"]]
 def planted_missed(summary: dict, expect=None) -> list[str]:
     """The expected verdicts (id, subject[, status]) the planted run's audit did not give (default: the first
     run's, status FAIL); a subject ending in "*" matches every subject it starts."""
-    given = [(v.get("id"), v.get("subject") or "", v.get("status")) for v in summary.get("verdicts", [])]
+    given = [(*verdict_key(v), v.get("status")) for v in summary.get("verdicts", [])]
     missed = []
     for e in PLANTED_RUNS[0]["expect"] if expect is None else expect:
         i, subj, st = (*e, "FAIL") if len(e) == 2 else e
