@@ -1,39 +1,25 @@
 """The guarantee matrix without processes: the sweep's schedule, the promises, and the cell verdicts
 (FAIL only for what the promise excludes, WEAK with its size, never PASS without an acknowledged send)."""
 
-import random
-
 import pytest
 
-from rmqha.cluster import runfolder as rf
-from rmqha.matrix import cells, cli, evidence, facts, figures, plan, promises, render
+from rmqha.matrix import cells, evidence, facts, figures, plan, promises, render
 from rmqha.matrix.promises import judge, promise
-from rmqha.chaos.nemesis import make_sweep, sweep_cells
-
-from ..chaos.test_nemesis_and_faults import fake_cluster
 
 
-def test_a_sweep_hits_every_kind_once_per_role_with_the_master_power_loss_last():
-    c, _ = fake_cluster()
-    kinds = ["kill-master", "power-loss", "pause-slave", "disk-full"]
-    sched = make_sweep(random.Random(7), kinds, c)
-    assert (
-        sorted((f.kind, f.role) for f in sched)
-        == sorted(sweep_cells(kinds, c))
-        == sorted(
-            [
-                ("kill-master", "master"),
-                ("power-loss", "master"),
-                ("power-loss", "slave"),
-                ("pause-slave", "slave"),
-                ("disk-full", "master"),
-                ("disk-full", "slave"),
-            ]
-        )
-    )
-    assert (sched[-1].kind, sched[-1].role) == ("power-loss", "master")
-    assert all(b.at >= a.at + a.hold + 4.0 for a, b in zip(sched, sched[1:]))  # one at a time, with a gap
-    assert [f.to_json() for f in sched] == [f.to_json() for f in make_sweep(random.Random(7), kinds, c)]
+from .fabricate import (
+    AUDITED,
+    CG,
+    TOPIC,
+    audited_summary,
+    cell_samples_by_id,
+    fabricate,
+    fault,
+    sample,
+    summary_of,
+    write_consumer,
+    write_samples,
+)
 
 
 def test_only_an_async_master_with_async_flush_may_lose_acknowledged_sends_in_a_power_loss():
@@ -46,30 +32,6 @@ def test_only_an_async_master_with_async_flush_may_lose_acknowledged_sends_in_a_
     )
     assert promise("2m-2s-sync", "SYNC_FLUSH", "power-loss", "master")["divergence_allowed"]
     assert not promise("2m-2s-sync", "SYNC_FLUSH", "kill-master", "master")["divergence_allowed"]
-
-
-# what an audited sample carries besides its losses (fault_figures); without them a cell is "not audited"
-AUDITED = {"delivered": 0, "indeterminate": 0, "not_audited": None, "excluded": {}, "group_availability": {}}
-
-
-def sample(ok=10, lost=0, divergent=0, error=None):
-    return {"ok": ok, "sends": ok + 1, "lost": lost, "divergent": divergent, "error": error} | AUDITED
-
-
-def test_cell_verdicts():
-    sync = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
-    weak = promise("2m-2s-async", "ASYNC_FLUSH", "power-loss", "master")
-    assert judge(sync, [sample()]) == ("PASS", "")
-    assert judge(sync, [sample(), sample(lost=1)])[0] == "FAIL"
-    assert judge(sync, [sample(divergent=1)])[0] == "FAIL"
-    assert judge(sync, [sample(ok=0)])[0] == "not exercised"
-    assert judge(sync, [])[0] == "not exercised"
-    assert judge(weak, [sample(lost=3)]) == (
-        "WEAK",
-        "allowed: 3 acknowledged on no node, 0 undelivered, 0 stranded on a slave, 0 divergent pair(s)",
-    )
-    assert judge(weak, [sample(ok=0, lost=3)])[0] == "WEAK"  # a loss is a result even with no ack in the window
-    assert judge(sync, [sample(error="boom")])[0] == "FAIL"
 
 
 def test_a_divergence_goes_to_its_groups_master_power_loss_not_to_a_slave_fault(tmp_path):
@@ -109,21 +71,6 @@ def test_a_divergence_goes_to_its_groups_master_power_loss_not_to_a_slave_fault(
     summary["faults"] = faults[:2]
     got = {(s["kind"], s["role"]): s["divergent"] for s in cell_samples(tmp_path, summary, "2m-2s-sync", "ASYNC_FLUSH")}
     assert got == {("kill-master", "master"): 1, ("power-loss", "slave"): 1}
-
-
-def test_cells_judge_delivery_and_the_faulted_groups_own_acks():
-    sync = promise("2m-2s-sync", "ASYNC_FLUSH", "power-loss", "master")
-    weak = promise("2m-2s-async", "ASYNC_FLUSH", "power-loss", "master")
-    # stored on a slave, but no consumer can get it: lost to its users, which a SYNC_MASTER excludes
-    assert judge(sync, [sample() | {"stranded": 5}])[0] == "FAIL"
-    assert "5 stranded" in judge(sync, [sample() | {"stranded": 5}])[1]
-    assert judge(sync, [sample() | {"undelivered": 2}])[0] == "FAIL"
-    assert judge(weak, [sample() | {"stranded": 5}])[0] == "WEAK"
-    # acks elsewhere in the cluster are not coverage of this group's fault
-    assert judge(sync, [sample(ok=50) | {"acked_on_group": 0}])[0] == "not exercised"
-    assert judge(sync, [sample(ok=50) | {"acked_on_group": 3}])[0] == "PASS"
-    idle = sample() | {"acked_on_group": 9, "not_exercised": "group broker-a cannot replicate"}
-    assert judge(sync, [idle]) == ("not exercised", "group broker-a cannot replicate")
 
 
 def test_audit_failures_no_cell_accounts_for_fail_the_matrix():
@@ -197,196 +144,12 @@ def test_a_node_fault_no_sample_saw_is_not_exercised(tmp_path):
     assert judge(p, [got[1]])[0] == "not audited"  # this summary has no delivery figures
 
 
-def cell_samples_by_id(run, summary):
-    from rmqha.matrix.cells import cell_samples
-
-    return dict(zip((f["id"] for f in summary["faults"]), cell_samples(run, summary, "2m-2s-sync", "ASYNC_FLUSH")))
-
-
 @pytest.mark.parametrize("kind", ["group-power-loss", "slave-then-master-power-loss", "cluster-power-loss"])
 def test_a_power_cut_of_every_copy_may_lose_what_no_node_fsynced_in_either_topology(kind):
     allowed = {(t, fl) for t, fl in plan.CONFIGS if promise(t, fl, kind, "master")["loss_allowed"]}
     assert allowed == {("2m-2s-sync", "ASYNC_FLUSH"), ("2m-2s-async", "ASYNC_FLUSH")}
     assert all(promise(t, fl, kind, "master")["divergence_allowed"] for t, fl in plan.CONFIGS)
     assert "unsynced tail everywhere" in promise("2m-2s-sync", "ASYNC_FLUSH", kind, "master")["why"]
-
-
-def test_a_disk_full_fault_must_show_its_effect():
-    from rmqha.matrix.evidence import no_effect
-
-    f = {"kind": "disk-full", "role": "master", "target": "broker-a", "start_ms": 1000, "end_ms": 5000}
-    assert "no send was refused" in no_effect(f, {}, True, non_ok=0)
-    assert no_effect(f, {}, True, non_ok=3) is None
-    s = {"kind": "disk-full", "role": "slave", "target": "broker-a-s", "start_ms": 1000, "end_ms": 5000}
-    grows = [(t, t * 10, None) for t in range(0, 6000, 500)]
-    stuck_slave = [(t, 777, "broker-a") for t in range(0, 6000, 500)]
-    growing_slave = [(t, t * 10, "broker-a") for t in range(0, 6000, 500)]
-    assert no_effect(s, {}, True, offsets={"broker-a": grows, "broker-a-s": stuck_slave}) is None
-    assert "went on storing" in no_effect(s, {}, True, offsets={"broker-a": grows, "broker-a-s": growing_slave})
-    assert no_effect(s, {}, False) is None  # no samples: nothing can be said
-
-
-def test_the_planted_control_fails_the_matrix_when_the_checkers_miss_a_bug():
-    from rmqha.matrix.planted import planted_missed
-
-    caught = {
-        "verdicts": [
-            {"id": "queues.consistent", "subject": "broker-b", "status": "FAIL"},
-            {"id": "replica.consistent", "subject": "broker-a-s", "status": "FAIL"},
-        ]
-    }
-    assert planted_missed(caught) == []
-    masked = {
-        "verdicts": [
-            {"id": "queues.consistent", "subject": "broker-b", "status": "FAIL"},
-            {"id": "replica.consistent", "subject": "broker-a-s", "status": "PASS"},
-        ]
-    }
-    assert planted_missed(masked) == ["replica.consistent broker-a-s"]
-    assert len(planted_missed({})) == 2
-
-
-def test_the_planted_runs_cover_every_serving_bug_each_with_its_own_verdict():
-    from rmqha.broker.planted import PLANTED_BUGS, SERVING_BUGS
-    from rmqha.matrix.planted import ORDERLY_LANE, PLANTED_RUNS
-
-    planted_in = {}  # bug -> the runs it is planted in
-    for spec in PLANTED_RUNS:
-        for key, bugs in spec["sets"].items():
-            assert key.endswith(":plantBug"), key
-            for bug in bugs.split(","):
-                assert bug in PLANTED_BUGS, bug
-                planted_in.setdefault(bug, set()).add(spec["name"])
-        if any(i == "delivery.reordered" for i, _s, _st in spec["expect"]):
-            assert tuple(spec["extra"]) == ORDERLY_LANE, spec  # only an orderly group is judged for order
-    assert set(SERVING_BUGS) <= set(planted_in), set(SERVING_BUGS) - set(planted_in)
-    expected = {spec["name"]: {i for i, _s, _st in spec["expect"]} for spec in PLANTED_RUNS}
-    want = {
-        "reorder-pull": "delivery.reordered",
-        "duplicate-pull": "delivery.duplicate",
-        "phantom-pull": "delivery.unexpected",
-        "offset-regression": "delivery.offset-regression",
-    }
-    for bug, verdict in want.items():
-        (run,) = planted_in[bug]
-        assert verdict in expected[run], (bug, run)
-    # a verdict another bug of the same run also gives would mask a blind checker
-    assert not planted_in["phantom-pull"] & planted_in["offset-regression"]
-    assert not planted_in["offset-regression"] & planted_in["duplicate-pull"]
-    names = [spec["name"] for spec in PLANTED_RUNS]
-    assert len(set(names)) == len(names)
-
-
-def test_a_serving_planted_run_is_caught_by_group_prefix_and_duplicates_by_a_warn():
-    from rmqha.matrix.planted import PLANTED_RUNS, planted_missed
-
-    order = next(s for s in PLANTED_RUNS if s["name"] == "mx-planted-order")
-    caught = {
-        "verdicts": [
-            {"id": "delivery.reordered", "subject": "ChaosOrderlyCG20261127-1", "status": "FAIL"},
-            {"id": "delivery.duplicate", "subject": "ChaosCG20261127-1", "status": "WARN"},
-            {"id": "delivery.duplicate", "subject": "ChaosOrderlyCG20261127-1", "status": "WARN"},
-        ]
-    }
-    assert planted_missed(caught, order["expect"]) == []
-    no_dups = {
-        "verdicts": [
-            caught["verdicts"][0],
-            {"id": "delivery.duplicate", "subject": "ChaosCG20261127-1", "status": "PASS"},
-        ]
-    }
-    assert planted_missed(no_dups, order["expect"]) == ["delivery.duplicate ChaosCG* WARN"]
-    wrong_group = {
-        "verdicts": [
-            {"id": "delivery.reordered", "subject": "ChaosCG20261127-1", "status": "FAIL"},
-            caught["verdicts"][1],
-        ]
-    }
-    assert planted_missed(wrong_group, order["expect"]) == ["delivery.reordered ChaosOrderlyCG*"]
-
-
-def test_a_planted_run_passes_its_bugs_and_the_orderly_lane_to_the_sweep(monkeypatch, tmp_path):
-    from rmqha.matrix import planted
-
-    calls = []
-    monkeypatch.setattr(planted, "sweep", lambda *a, **kw: calls.append((a, kw)) or {"name": kw["name"]})
-    for spec in planted.PLANTED_RUNS:
-        planted.planted_run(object(), tmp_path, 0, spec)
-    assert [kw["name"] for _a, kw in calls] == [s["name"] for s in planted.PLANTED_RUNS]
-    by_name = {kw["name"]: kw for _a, kw in calls}
-    assert by_name["mx-planted-order"]["sets"] == {
-        "broker-a:plantBug": "reorder-pull",
-        "broker-b:plantBug": "duplicate-pull",
-    }
-    assert by_name["mx-planted-order"]["extra"] == ("--orderly-rate", "40")
-    assert by_name["mx-planted"]["extra"] == ()
-
-
-def test_a_link_fault_must_show_its_effect():
-    from rmqha.matrix.evidence import no_effect
-
-    f = {"kind": "cut", "role": "slave", "target": "broker-a-s", "start_ms": 1000, "end_ms": 5000}
-    master = [(t, t, None) for t in range(0, 6000, 500)]
-    lagging = [(t, min(t, 1000), "broker-a") for t in range(0, 6000, 500)]
-    keeping_up = [(t, t, "broker-a") for t in range(0, 6000, 500)]
-    assert no_effect(f, {}, True, offsets={"broker-a": master, "broker-a-s": lagging}) is None
-    assert "never fell behind" in no_effect(f, {}, True, offsets={"broker-a": master, "broker-a-s": keeping_up})
-    assert no_effect(f, {}, True, non_ok=2, offsets={"broker-a": master, "broker-a-s": keeping_up}) is None
-    cc = {"kind": "client-cut", "role": "master", "target": "broker-a", "start_ms": 1000, "end_ms": 5000}
-    assert "every send succeeded" in no_effect(cc, {}, True) and no_effect(cc, {}, True, non_ok=1) is None
-
-
-# ---- issue 23 (deliverable 3): recovery never counts "ahead" as caught up; losses follow the fault that
-# caused them; a run that did not happen or was not audited is never "ok"
-
-
-def write_samples(run, rounds):
-    """rounds: [(ts s, master offset, slave offset)] for group broker-a (None: did not answer)."""
-    import json
-
-    (run / "metrics").mkdir(parents=True, exist_ok=True)
-    rows = []
-    for ts, m, s in rounds:
-        rows.append(
-            {
-                "ts": ts,
-                "node": "broker-a",
-                "brokerName": "broker-a",
-                "role": "SYNC_MASTER",
-                "up": m is not None,
-                "maxPhyOffset": m,
-            }
-        )
-        rows.append(
-            {
-                "ts": ts,
-                "node": "broker-a-s",
-                "brokerName": "broker-a",
-                "role": "SLAVE",
-                "master": "broker-a",
-                "up": s is not None,
-                "maxPhyOffset": s,
-            }
-        )
-    (run / "metrics" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def fault(id_, kind, role="master", start=1000, end=2000, group="broker-a", target=None, info=None):
-    return {
-        "id": id_,
-        "kind": kind,
-        "target": target or ("broker-a" if role == "master" else "broker-a-s"),
-        "group": group,
-        "role": role,
-        "link": None,
-        "start_ms": start,
-        "end_ms": end,
-        "info": info or {},
-    }
-
-
-def summary_of(faults, **extra):
-    return {"faults": faults, "lostByFault": {}, "divergentByFault": {}} | extra
 
 
 def test_a_slave_ahead_of_its_master_or_with_an_unknown_offset_never_recovers(tmp_path):
@@ -516,53 +279,6 @@ def test_a_cell_says_how_many_of_its_runs_were_exercised():
     )
 
 
-def test_a_run_that_did_not_happen_or_was_not_audited_is_never_ok(tmp_path, monkeypatch):
-    import json
-
-    # --from-runs over two run folders that both hold a passing summary: one of them is an earlier run's
-    # leftover (the matrix recorded its sweep as 1 s): it is not judged, and the matrix fails
-    monkeypatch.setattr(rf, "run_dir", lambda name: tmp_path / "runs" / name)
-    out = tmp_path / "out"
-    out.mkdir()
-    planned = [plan.run_name("2m-2s-sync", "ASYNC_FLUSH", "local", 1, "ours", f) for f in plan.LOCAL_SWEEPS]
-    f1 = fault(1, "kill-slave", role="slave")
-    for name in planned:
-        (tmp_path / "runs" / name / "report").mkdir(parents=True)
-        fabricate(
-            tmp_path / "runs" / name,
-            [(f"a{k}", "broker-a", [("SEND_OK", 1500, 1510)]) for k in range(5)],
-            [(f"a{k}", None, 3000) for k in range(5)],
-        )
-        (tmp_path / "runs" / name / "report" / "summary.json").write_text(
-            json.dumps(audited_summary([f1], {"#1 kill-slave broker-a-s": 5}, 5))
-        )
-    (out / "matrix.json").write_text(
-        json.dumps({"runs": [{"name": planned[0], "took_s": 400, "rc": 0}, {"name": planned[1], "took_s": 1, "rc": 0}]})
-    )
-    argv = ["--from-runs", "--seeds", "1", "--configs", "2m-2s-sync/ASYNC_FLUSH", "--out", str(out)]
-    assert cli.main(argv) == 1
-    md = (out / "matrix.md").read_text()
-    assert "Runs: 2 planned, 1 audited and judged, 1 not run, 0 not audited" in md
-    assert f"{planned[1]} 1 s (not run (took 1 s))" in md and f"{planned[0]} 400 s (audit ok)" in md
-    assert "| 1/1 |" in md  # the kill-slave cell holds only the audited run's sample
-    # with both runs real, the same folders pass
-    (out / "matrix.json").write_text(json.dumps({"runs": [{"name": n, "took_s": 400, "rc": 0} for n in planned]}))
-    assert cli.main(argv) == 0
-    assert "| 2/2 | 10 | 10 | 0 | 0 | 0 | 0 | 0 |" in (out / "matrix.md").read_text()  # acked, delivered
-    # the same runs audited without the delivery figures: their cells are "not audited", and the matrix fails
-    for name in planned:
-        p = tmp_path / "runs" / name / "report" / "summary.json"
-        p.write_text(json.dumps({k: v for k, v in json.loads(p.read_text()).items() if k != "delivery"}))
-    assert cli.main(argv) == 1
-    assert "**not audited**" in (out / "matrix.md").read_text()
-    assert render.run_state({"rc": 0, "took_s": 1, "audit_failed": False, "samples": [1]}) == "not run (took 1 s)"
-    assert render.run_state({"rc": 3, "took_s": 0}) == "not run (exit 3)"
-    assert render.run_state({"rc": 0, "took_s": 300}).startswith("not audited")
-    assert render.run_state({"rc": 0, "took_s": 300, "audit_error": "boom"}) == "not audited (boom)"
-    assert render.run_state({"rc": 0, "took_s": 300, "audit_failed": False, "samples": []}).startswith("not run")
-    assert render.run_state({"rc": 0, "took_s": 300, "audit_failed": True, "samples": [1]}) == "audit FAIL"
-
-
 def test_a_group_the_samples_show_forked_before_a_fault_does_not_exercise_it(tmp_path):
     """Runs the nemesis did not judge (recorded before it judged per group): the samples tell a group that
     no longer replicates, a slave ahead of its master or storing nothing while its master grows."""
@@ -604,133 +320,6 @@ def test_a_group_the_samples_show_forked_before_a_fault_does_not_exercise_it(tmp
     assert "broker-a-s stored nothing" in got[1]["not_exercised"]
     assert "no sample saw broker-b down" in got[2]["not_exercised"]  # replicating: only its own effect is missing
     assert got[3]["groups_not_exercised"] == ["broker-a", "broker-c"]
-
-
-# ---- issue 23 (deliverable 3): delivered, indeterminate, availability per group, excluded records, "not
-# audited". Run folders fabricated as a chaos run leaves them: histories (rmqha/runs/history.py), each
-# node's node.json and commit log (written with the broker's own record encoder), the audit's summary.json
-
-TOPIC, CG = "TopicChaos", "CG1"
-
-
-def fabricate(rd, sends, receives=(), unsubscribe_at=None, producer_tail="", extra_copies=()):
-    """sends: [(send_id, stored on this broker group or None, [(status or None, start_ms, end_ms), ...])]: one
-    invoke line per try and, unless its status is None (never answered), its answer; every answered try of
-    a send with a group is stored on its group's master with KEYS = send_id. receives: [(send_id or None, uniq_key or
-    None, at_ms)]. The consumer group subscribes FROM_FIRST at 0 and unsubscribes at unsubscribe_at.
-    A try may carry a 4th item, {"group": stored on this group instead, "uniq": its UNIQ_KEY, "line": more
-    fields of its answer line}. extra_copies: [(group, send_id, uniq_key, topic)] more copies on a master
-    (a client's internal retry, a delayed message parked in SCHEDULE_TOPIC_XXXX). A copy's queue offset
-    is its place in its group's commit log, from 0."""
-    import json
-
-    from rmqha.broker.store import record
-
-    lines, seq, stored = [], 0, {}
-    for sid, group, tries in sends:
-        for attempt, (status, t0, t1, *more) in enumerate(tries, 1):
-            opts = more[0] if more else {}
-            base = {"client": "p1", "group": "PG", "topic": TOPIC, "send_id": sid, "attempt": attempt}
-            lines.append(base | {"seq": seq, "op": "invoke", "start_ms": t0, "end_ms": t0})
-            seq += 1
-            if status is None:
-                continue
-            uniq = opts.get("uniq") or (f"U-{sid}-{attempt}" if status != "ERROR" else None)
-            lines.append(
-                base
-                | {
-                    "seq": seq,
-                    "op": "send",
-                    "status": status,
-                    "uniq_key": uniq,
-                    "start_ms": t0,
-                    "end_ms": t1,
-                    "error": "ProducerSendAsyncFailed: b''" if status == "ERROR" else None,
-                }
-                | opts.get("line", {})
-            )
-            seq += 1
-            at = opts.get("group", group)
-            if at:  # an ERROR try stored anyway: the client timed out on a send the broker kept
-                stored.setdefault(at, []).append((sid, uniq or f"U-{sid}-{attempt}-unseen", TOPIC))
-    for group, sid, uniq, topic in extra_copies:
-        stored.setdefault(group, []).append((sid, uniq, topic))
-    (rd / "history").mkdir(parents=True, exist_ok=True)
-    (rd / "history" / "producer-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + producer_tail)
-    cons = [
-        {
-            "client": "c1",
-            "seq": 0,
-            "op": "subscribe",
-            "group": CG,
-            "topic": TOPIC,
-            "status": "FROM_FIRST",
-            "start_ms": 0,
-            "end_ms": 0,
-        }
-    ]
-    for i, (sid, uniq, at) in enumerate(receives, 1):
-        cons.append(
-            {
-                "client": "c1",
-                "seq": i,
-                "op": "receive",
-                "group": CG,
-                "topic": TOPIC,
-                "send_id": sid,
-                "uniq_key": uniq,
-                "status": "RECEIVED",
-                "start_ms": at,
-                "end_ms": at,
-            }
-        )
-    if unsubscribe_at is not None:
-        cons.append(
-            {
-                "client": "c1",
-                "seq": len(cons),
-                "op": "unsubscribe",
-                "group": CG,
-                "start_ms": unsubscribe_at,
-                "end_ms": unsubscribe_at,
-            }
-        )
-    (rd / "history" / "consumer-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in cons))
-    for group in ("broker-a", "broker-b"):
-        for node, broker_id in ((group, 0), (group + "-s", 1)):
-            nd = rd / "nodes" / node
-            (nd / "store" / "commitlog").mkdir(parents=True, exist_ok=True)
-            (nd / "node.json").write_text(json.dumps({"name": node, "brokerName": group, "brokerId": broker_id}))
-            buf, off = bytearray(), 0
-            for i, (sid, uniq, topic) in enumerate(stored.get(group, []) if broker_id == 0 else []):
-                enc = record.encode(record.Message(topic=topic, body=b"x", properties={"KEYS": sid, "UNIQ_KEY": uniq}))
-                buf += enc.finish(i, off)
-                off += enc.size
-            (nd / "store" / "commitlog" / ("0" * 20)).write_bytes(bytes(buf) + bytes(256))
-
-
-def audited_summary(faults, acked_on_group, acknowledged, delivered=None, parked=0, **extra):
-    """summary.json as the audit writes it: acked_on_group {fault label: n}; acknowledged: what the
-    delivery checker owed CG, delivered (default: all of it but the parked) and parked of those; the rest lost."""
-    delivered = acknowledged - parked if delivered is None else delivered
-    return (
-        summary_of(
-            faults,
-            failed=False,
-            verdicts=[],
-            ackedOnGroupByFault=acked_on_group,
-            delivery={
-                CG: {
-                    "acknowledged": acknowledged,
-                    "delivered": delivered,
-                    "parked": parked,
-                    "stranded": 0,
-                    "lost": acknowledged - delivered - parked,
-                }
-            },
-        )
-        | extra
-    )
 
 
 def test_delivered_counts_the_faulted_groups_acknowledged_sends_some_consumer_received(tmp_path):
@@ -937,42 +526,6 @@ def test_a_cell_without_delivery_figures_says_not_audited_and_fails_the_matrix(t
     assert judge(p, [got | {"stranded": 2}])[0] == "FAIL"
 
 
-# ---- review 1 (M1, M2, L4-L6): a cell never passes on figures that do not add up
-
-
-def write_consumer(rd, name, group, receives):
-    """One more consumer group's history: subscribes FROM_FIRST at 0 and receives [(send_id, at_ms)]."""
-    import json
-
-    rows = [
-        {
-            "client": name,
-            "seq": 0,
-            "op": "subscribe",
-            "group": group,
-            "topic": TOPIC,
-            "status": "FROM_FIRST",
-            "start_ms": 0,
-            "end_ms": 0,
-        }
-    ]
-    rows += [
-        {
-            "client": name,
-            "seq": i,
-            "op": "receive",
-            "group": group,
-            "topic": TOPIC,
-            "send_id": sid,
-            "status": "RECEIVED",
-            "start_ms": at,
-            "end_ms": at,
-        }
-        for i, (sid, at) in enumerate(receives, 1)
-    ]
-    (rd / "history" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
 def test_an_acknowledged_send_no_consumer_received_never_passes_unnoticed(tmp_path):
     """review-1 M1: 3 acknowledged by broker-a during a kill-master, a3 received by nobody, and an audit
     summary that (wrongly) says every owed send was delivered and blames nothing: the cell read PASS."""
@@ -1046,77 +599,6 @@ def test_an_ack_counted_on_two_faults_says_so(tmp_path):
     assert got[1]["shared_acks"] == {"#2 kill-slave broker-a-s": 1}
     note = judge(promise("2m-2s-sync", "ASYNC_FLUSH", "kill-slave", "slave"), [got[2]])[1]
     assert "1 acknowledged send(s) also counted on #1 kill-master broker-a" in note
-
-
-def test_a_send_belongs_to_the_group_that_acknowledged_it(tmp_path):
-    """review-1 M2: the first try timed out on broker-a, which stored it anyway; the retry was acknowledged
-    by broker-b. The send, its availability and its fault are broker-b's, whatever copy the audit picked."""
-    ok = [("SEND_OK", 500, 510)]
-    # our own retry: a new UNIQ_KEY per try
-    fabricate(
-        tmp_path,
-        [
-            ("a0", "broker-a", ok),
-            (
-                "x1",
-                None,
-                [("ERROR", 10100, 10200, {"group": "broker-a"}), ("SEND_OK", 10300, 10310, {"group": "broker-b"})],
-            ),
-        ],
-        receives=[("a0", None, 3000), ("x1", None, 13000)],
-    )
-    got = facts.run_facts(tmp_path)
-    assert got.group("x1") == "broker-b"
-    f = [fault(1, "kill-master", start=10000, end=11000)]
-    # the audit gives it broker-b too (rmqha/pipeline/delivery.py _placed): counting it on broker-a (the copy
-    # of its first try, the audit's old choice) is a mismatch, named
-    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 0}, 2))[1]
-    assert got["acked_recounted"] == 0 and got["excluded"] == {}
-    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 2))[1]
-    assert got["excluded"] == {"acknowledged the audit counted 1, the histories and stores 0": 1}
-    assert got["group_availability"]["broker-b"]["accepted"] == 1
-    # the client's internal retry: one try in the history, one UNIQ_KEY, a copy in each group; the answer's
-    # queue offset is that of broker-b's copy (its first message; broker-a's copy is its second)
-    fabricate(
-        tmp_path,
-        [
-            ("a0", "broker-a", ok),
-            ("x1", "broker-b", [("SEND_OK", 10300, 10310, {"uniq": "U-x1", "line": {"queue_offset": 0}})]),
-        ],
-        receives=[("a0", None, 3000), ("x1", None, 13000)],
-        extra_copies=[("broker-a", "x1", "U-x1", TOPIC)],
-    )
-    got = facts.run_facts(tmp_path)
-    assert got.group("x1") == "broker-b"
-    ga = figures.group_availability(got, 10000, 11000)
-    assert ga["broker-b"]["accepted"] == 1 and ga["broker-a"]["answered"] == 0
-    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 0}, 2))[1]
-    assert got["acked_recounted"] == 0 and got["excluded"] == {}
-    # the Rust client's answer names its broker: that decides
-    fabricate(
-        tmp_path,
-        [
-            (
-                "x1",
-                "broker-b",
-                [("SEND_OK", 10300, 10310, {"uniq": "U-x1", "line": {"broker_name": "broker-a", "queue_offset": 0}})],
-            )
-        ],
-        receives=[("x1", None, 13000)],
-        extra_copies=[("broker-a", "x1", "U-x1", TOPIC)],
-    )
-    assert facts.run_facts(tmp_path).group("x1") == "broker-a"
-    # nothing tells the copies apart (both first in their log): no group is picked, and the cell says why
-    fabricate(
-        tmp_path,
-        [("x1", "broker-b", [("SEND_OK", 10300, 10310, {"uniq": "U-x1"})])],
-        receives=[("x1", None, 13000)],
-        extra_copies=[("broker-a", "x1", "U-x1", TOPIC)],
-    )
-    got = facts.run_facts(tmp_path)
-    assert got.group("x1") is None
-    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 0}, 1))[1]
-    assert got["excluded"] == {"acknowledged, stored in two groups, the answer names neither (broker-a, broker-b)": 1}
 
 
 def test_a_consumer_group_name_cannot_explain_away_a_mismatch(tmp_path):

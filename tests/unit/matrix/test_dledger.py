@@ -10,7 +10,7 @@ import pytest
 from rmqha.matrix import cells, dledger, evidence, plan, render, sweeps
 from rmqha.matrix.promises import judge, promise
 
-from .test_cells import CG, TOPIC, summary_of
+from .fabricate import CG, TOPIC, summary_of
 
 pytestmark = pytest.mark.fast
 
