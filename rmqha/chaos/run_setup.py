@@ -57,14 +57,7 @@ def limit_disks(cluster, limit_mb: int) -> list[str]:
     return []
 
 
-POWER_FAULTS = (
-    "power-loss",
-    "group-power-loss",
-    "slave-then-master-power-loss",
-    "cluster-power-loss",
-    "power-loss-leader",
-    "power-loss-follower",
-)
+POWER_FAULTS = tuple(k for k, v in FAULTS.items() if v.power_cut)  # classic and DLedger (rmqha/runs/faults.py)
 
 
 def power_on_crashfs(cluster, usable: list[str], args, seed: int) -> list[str]:
