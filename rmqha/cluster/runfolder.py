@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +37,7 @@ from rmqha.runs.layout import (  # noqa: F401
     proxy_log,
     store_dir,
     write_json_atomic,
+    write_text_atomic,
 )
 
 from . import ClusterError
@@ -96,18 +96,7 @@ def write_node_properties(rd: Path, node: str, props: dict[str, str], header: st
     lines = [f"# {line}" for line in header.splitlines()]
     lines += [f"{_escape_property(k, key=True)}={_escape_property(str(v))}" for k, v in sorted(props.items())]
     path = node_properties(rd, node)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write("\n".join(lines) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_text_atomic(path, "\n".join(lines) + "\n", encoding="ascii")
     return path
 
 

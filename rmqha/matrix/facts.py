@@ -233,9 +233,7 @@ def read_store_groups(run: Path, facts: RunFacts, topics: set[str]) -> None:
     for slave, group, nd in sorted(nodes):
         for m in dledger_messages(nd / "store"):
             facts.stores = True
-            copy = (group, not slave, m.topic, m.physical_offset, m.queue_id, m.queue_offset)
-            for k in {k for k in (m.keys or "").split(" ") if k} | ({m.uniq_key} if m.uniq_key else set()):
-                facts.copies.setdefault(k, []).append(copy)
+            _note_copy(facts, group, not slave, m)
         for _base, path in list_files(str(nd / "store" / "commitlog")):
             facts.stores = True
             with open(path, "rb") as fh:
@@ -247,16 +245,20 @@ def read_store_groups(run: Path, facts: RunFacts, topics: set[str]) -> None:
                     for _off, r in iter_records(buf, 0, check_crc=False):
                         if r.kind != Scan.MESSAGE or r.message is None:
                             break
-                        m = r.message
-                        copy = (group, not slave, m.topic, m.physical_offset, m.queue_id, m.queue_offset)
-                        for k in {k for k in (m.keys or "").split(" ") if k} | ({m.uniq_key} if m.uniq_key else set()):
-                            facts.copies.setdefault(k, []).append(copy)
+                        _note_copy(facts, group, not slave, r.message)
                 finally:
                     buf.close()
     for u, cs in facts.copies.items():
         groups = {c[0] for c in cs if c[2] in topics}
         if len(groups) == 1:
             facts.group_of_uniq[u] = groups.pop()
+
+
+def _note_copy(facts: RunFacts, group: str, master: bool, m) -> None:
+    """One stored copy of a message, under each of its KEYS and its UNIQ_KEY."""
+    copy = (group, master, m.topic, m.physical_offset, m.queue_id, m.queue_offset)
+    for k in {k for k in (m.keys or "").split(" ") if k} | ({m.uniq_key} if m.uniq_key else set()):
+        facts.copies.setdefault(k, []).append(copy)
 
 
 def dledger_data_files(store: Path) -> list[Path]:

@@ -62,12 +62,16 @@ def proxy_log(rd: Path) -> Path:
 
 
 def write_json_atomic(path: Path, obj) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def write_text_atomic(path: Path, text: str, encoding: str | None = None) -> None:
+    """path's new content, whole or not at all: written beside it, then renamed over it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=False)
-            fh.write("\n")
+        with os.fdopen(fd, "w", encoding=encoding) as fh:
+            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         try:
