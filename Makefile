@@ -67,7 +67,7 @@ lock: $(STAMP) ## write requirements.lock: the exact versions now in .venv (afte
 	@echo "requirements.lock: $$(grep -c '==' requirements.lock) pins"
 
 # --- tests ------------------------------------------------------------------------------------
-lint: $(STAMP) ## the import contract (lint-imports: the layers broker <- runs <- cluster|proxy <- chaos|pipeline <- matrix <- rmqkit, nothing imports tests/), ruff's check and format check, mypy --strict on the HA core and the store (all three configured in pyproject.toml) and c-warnings
+lint: $(STAMP) ## the import contracts (lint-imports: the layers broker <- runs <- cluster|proxy <- chaos|pipeline <- matrix <- rmqkit, the layers inside rmqha/pipeline (no decode cycle), nothing imports tests/), ruff's check and format check, mypy --strict on the HA core and the store (all three configured in pyproject.toml) and c-warnings
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --check --no-cache .

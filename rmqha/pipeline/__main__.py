@@ -2,11 +2,11 @@
 
 Decodes every node's commit log, audits the replicas, checks the histories, writes DIR/report.md and
 PNG plots (DIR defaults to RUN_FOLDER/report), prints the verdicts. Exit status: 0 all guarantees
-held, 1 a guarantee failed, 2 the run folder could not be read.
+held, 1 a guarantee failed or a checker could not judge (UNKNOWN), 2 the run folder could not be read.
 
 python -m rmqha.pipeline --serve audits many run folders in one Spark session: it reads `RUN[<TAB>OUT]`
 lines on standard input and answers each with one line `audited {json}` on standard output, the
-JSON {"run", "out", "failed", "verdicts": [line, ...]} or {"run", "error"}; it ends at end of input.
+JSON {"run", "out", "failed", "valid", "verdicts": [line, ...]} or {"run", "error"}; it ends at end of input.
 rmqha.chaos.matrix audits its runs so, each as its sweep ends, with one JVM start for the whole matrix.
 """
 
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
         spark.stop()
     for v in rep.verdicts:
         print(v.line())
-    print(f"\n{'FAIL' if rep.failed else 'PASS'}: report written to {rep.path}")
+    print(f"\n{rep.status}: report written to {rep.path}")
     return 1 if rep.failed else 0
 
 
@@ -126,6 +126,7 @@ def serve(master: str | None = None, range_bytes: int | None = None, lines=None,
                     "run": run,
                     "out": report_dir,
                     "failed": rep.failed,
+                    "valid": rep.valid,
                     "verdicts": [v.line() for v in rep.verdicts],
                 }
             except Exception as e:  # this run's audit failed; the next one may not

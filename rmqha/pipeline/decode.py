@@ -30,7 +30,6 @@ Zeros after the last record of a file (the unwritten, preallocated tail) produce
 
 from __future__ import annotations
 
-import errno
 import functools
 import operator
 import os
@@ -39,49 +38,30 @@ import zlib
 from rmqha.broker.store import record
 from rmqha.broker.store.record import Scan
 
+from . import dledger_log
 from .runfolder import Node
+from .walk import AT as _AT
+from .walk import (
+    COLUMNS,
+    HEAD,
+    PHYS,
+    SIZE,
+    STORE_HOST,
+    CompiledSummaries,
+    DecodeTask,
+    RangeReader,
+    Summaries,
+    other_row,
+)
+
+__all__ = ["COLUMNS", "DecodeTask"]  # COLUMNS and DecodeTask are walk.py's, read through here by callers
 
 DEFAULT_RANGE_BYTES = 64 << 20  # the smallest range auto_range_bytes picks
 MAX_AUTO_RANGE_BYTES = 1 << 30
 TASKS_PER_CORE = 4
-WINDOW = 8 << 20  # bytes read per pread
-_FIRST_SEARCH = 64 << 10  # bytes the sync-point search reads first
-MAX_RECORD = 32 << 20  # a larger TOTALSIZE is garbage (RocketMQ's maxMessageSize is 4 MiB)
-_HEAD = record.HEAD_SIZE  # bytes that tell a message, a blank and garbage apart
-_MAGIC_AT = record.MAGIC_AT  # where a record's magic sits, for the sync-point search
-_MAGICS = (record.MESSAGE_MAGIC_BYTES, record.BLANK_MAGIC_BYTES)
-
-COLUMNS = [
-    ("node", "string"),
-    ("broker_name", "string"),
-    ("broker_id", "int"),
-    ("role", "string"),
-    ("file", "string"),
-    ("physical_offset", "long"),
-    ("size", "long"),
-    ("status", "string"),
-    ("valid", "boolean"),
-    ("reason", "string"),
-    ("topic", "string"),
-    ("queue_id", "int"),
-    ("queue_offset", "long"),
-    ("sys_flag", "int"),
-    ("born_timestamp", "long"),
-    ("store_timestamp", "long"),
-    ("body_crc", "int"),
-    ("record_crc", "long"),
-    ("msg_id", "string"),
-    ("uniq_key", "string"),
-    ("keys", "string"),
-    ("tags", "string"),
-]
-
-
 # Where a valid message's columns come from: positions in a record.scan_summary() tuple, by the names in
 # record.SUMMARY_FIELDS (a column and the summary field it is made of share a name). _ok_row() lays them out
 # in COLUMNS order: physical_offset, size, the status columns, _MIDDLE_COLUMNS, msg_id, _PROPERTY_COLUMNS.
-_AT = {name: k for k, name in enumerate(record.SUMMARY_FIELDS)}
-_PHYS, _SIZE, _STORE_HOST = _AT["physical_offset"], _AT["size"], _AT["store_host_raw"]
 _MIDDLE_COLUMNS = (
     "topic",
     "queue_id",
@@ -118,231 +98,38 @@ def auto_range_bytes(nodes: list[Node], parallelism: int) -> int:
     return (size + (1 << 20) - 1) >> 20 << 20
 
 
-def plan(nodes: list[Node], range_bytes: int = DEFAULT_RANGE_BYTES) -> list[tuple]:
-    """One task per (file, byte range): (node meta, path, base, length, mapped size, start, end)."""
+def file_tasks(node: Node, f, range_bytes: int) -> list[DecodeTask]:
+    """The tasks of one of node's files: one per byte range of range_bytes (a DLedger data file: one, with
+    the node's committed index)."""
+    meta = (node.name, node.broker_name, node.broker_id, node.role)
+    if node.is_dledger_file(f):
+        return [DecodeTask(meta, f.path, f.base, f.length, f.mapped_size, 0, f.length, node.dledger.committed_index)]
+    return [
+        DecodeTask(meta, f.path, f.base, f.length, f.mapped_size, start, min(start + range_bytes, f.length))
+        for start in range(0, max(f.length, 1), range_bytes)
+    ]
+
+
+def plan(nodes: list[Node], range_bytes: int = DEFAULT_RANGE_BYTES) -> list[DecodeTask]:
+    """One task per (file, byte range)."""
     if range_bytes <= 0:
         raise ValueError("range_bytes must be positive")
-    tasks = []
-    for node in nodes:
-        meta = (node.name, node.broker_name, node.broker_id, node.role)
-        for f in node.files:
-            if node.is_dledger_file(f):  # one task per DLedger data file, with the committed index
-                tasks.append((meta, f.path, f.base, f.length, f.mapped_size, 0, f.length, node.dledger.committed_index))
-                continue
-            for start in range(0, max(f.length, 1), range_bytes):
-                tasks.append((meta, f.path, f.base, f.length, f.mapped_size, start, min(start + range_bytes, f.length)))
-    return tasks
+    return [t for node in nodes for f in node.files for t in file_tasks(node, f, range_bytes)]
 
 
 # -- decoding one range (executor) ------------------------------------------------------------
 
-_ZEROS = [b""]
-
-
-def _zeros(n: int) -> bytes:
-    """n zero bytes (the last length asked for is kept: windows are nearly always the same length)."""
-    if len(_ZEROS[0]) != n:
-        _ZEROS[0] = bytes(n)
-    return _ZEROS[0]
-
-
-class _RangeReader:
-    """pread windows over one file, plus the sync-point search.
-
-    Windows are read into one reused buffer (a fresh 8 MiB bytes object per read cost as much as the
-    decoding: its pages are new memory); a window (a memoryview) is valid until the next window() call."""
-
-    def __init__(self, path: str, base: int, length: int, mapped_size: int, window: int = WINDOW):
-        self.fd = os.open(path, os.O_RDONLY)
-        self.base, self.length, self.mapped_size = base, length, mapped_size
-        self.size = window
-        self.store = bytearray(0)
-        self.buf = memoryview(self.store)
-        self.buf_start = 0
-
-    def close(self):
-        os.close(self.fd)
-
-    def window(self, pos: int, need: int):
-        """(buffer, index of pos in it), holding at least `need` bytes from pos unless EOF is sooner."""
-        end = self.buf_start + len(self.buf)
-        if not (self.buf_start <= pos and (pos + need <= end or end >= self.length)):
-            n = max(need, self.size)
-            if len(self.store) < n:
-                self.store = bytearray(n)  # a new one: views of the old one stay as they were
-            got = os.preadv(self.fd, [memoryview(self.store)[:n]], pos)
-            self.buf = memoryview(self.store)[:got]
-            self.buf_start = pos
-        return self.buf, pos - self.buf_start
-
-    def scan(self, pos: int):
-        buf, i = self.window(pos, _HEAD)
-        r = record.scan(buf, i, True, False)
-        if r.kind == Scan.PARTIAL and self.buf_start + len(buf) < self.length and r.size <= MAX_RECORD:
-            buf, i = self.window(pos, min(max(r.size, _HEAD), self.length - pos))
-            r = record.scan(buf, i, True, False)
-        return r, buf, i
-
-    def is_sync(self, pos: int):
-        """The scan result at pos if pos is a sync point, else None."""
-        r, buf, i = self.scan(pos)
-        if r.kind == Scan.MESSAGE and r.message.physical_offset == self.base + pos:
-            return r, buf, i
-        if r.kind == Scan.BLANK and r.size == self.mapped_size - pos:
-            return r, buf, i
-        return None
-
-    def next_data(self, pos: int) -> int | None:
-        """Skip holes of a sparse file (the unwritten tail costs nothing to search)."""
-        try:
-            return os.lseek(self.fd, pos, os.SEEK_DATA)
-        except OSError as e:
-            if e.errno == errno.ENXIO:
-                return None
-            return pos  # SEEK_DATA unsupported here: search every byte
-
-    def data_end(self, pos: int) -> int:
-        try:
-            return min(os.lseek(self.fd, pos, os.SEEK_HOLE), self.length)
-        except OSError:
-            return self.length
-
-    def find_sync(self, lo: int, hi: int) -> int | None:
-        """The first sync point p with lo <= p < hi."""
-        pos = lo
-        step = _FIRST_SEARCH  # doubled up to WINDOW: the first sync point is usually a record away
-        while pos < hi:
-            data = self.next_data(pos)
-            if data is None or data >= hi:
-                return None
-            # A hole's edge is block-aligned; back up so a header straddling it is still seen.
-            if data > pos:
-                pos = max(pos, data - _HEAD)
-            stop = min(hi, pos + step)
-            step = min(2 * step, WINDOW)
-            chunk = os.pread(self.fd, stop - pos + _HEAD, pos)  # the head of a record starting before stop
-            limit = stop - pos + _HEAD
-            if chunk == _zeros(len(chunk)):
-                # The preallocated tail: page-cached, so SEEK_DATA calls it data. One memcmp instead
-                # of two magic searches (8 vs 0.6 GB/s).
-                pos = stop
-                continue
-            # Candidates in position order, found lazily (the first one usually is a sync point).
-            nxt = {m: chunk.find(m, _MAGIC_AT, limit) for m in _MAGICS}
-            while True:
-                live = [(j, m) for m, j in nxt.items() if j >= 0]
-                if not live:
-                    break
-                j, m = min(live)
-                nxt[m] = chunk.find(m, j + 1, limit)
-                if j - _MAGIC_AT < stop - pos and self.is_sync(pos + j - _MAGIC_AT) is not None:
-                    return pos + j - _MAGIC_AT
-            pos = stop
-        return None
-
-
 CHUNK_ROWS = 65536  # valid-message rows per Arrow batch (about; a window's worth more at most)
-
-
-def _other_row(meta, fname, phys, size, status, reason="", rcrc=None):
-    """A row that is not a valid message: blank, invalid or torn."""
-    return (
-        *meta,
-        fname,
-        phys,
-        size,
-        status,
-        False,
-        reason or None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        rcrc,
-        None,
-        None,
-        None,
-        None,
-    )
 
 
 def _msg_id(f) -> str:
     """The offsetMsgId of a record.scan_summary() tuple (offset_msg_id() without ipaddress)."""
-    return f"{record.msg_id_prefix(f[_STORE_HOST])}{f[_PHYS]:016X}"
+    return f"{record.msg_id_prefix(f[STORE_HOST])}{f[PHYS]:016X}"
 
 
 def _ok_row(meta, fname, f):
     """A valid message's row (COLUMNS) from a record.scan_summary() tuple."""
-    return (*meta, fname, f[_PHYS], f[_SIZE], "ok", True, None, *_middle(f), _msg_id(f), *_props(f))
-
-
-class _Summaries:
-    """The reference: record.scan_summary() tuples, one Python call per record."""
-
-    def __init__(self, rows: int):
-        self.rows = rows
-        self.ok = []
-
-    def __len__(self):
-        return len(self.ok)
-
-    @property
-    def full(self) -> bool:
-        return len(self.ok) >= self.rows  # checked between windows: a window's worth more at most
-
-    def walk(self, buf, i: int, lim: int, at: int) -> int:
-        """Take the valid messages at their own position (at + index) from buf[i] while they start
-        before lim; return where it stopped."""
-        summary, phys_at, size_at, append = record.scan_summary, _PHYS, _SIZE, self.ok.append
-        while i < lim:
-            f = summary(buf, i)[2]
-            if f is None or f[phys_at] != at + i:
-                break
-            append(f)
-            i += f[size_at]
-        return i
-
-    def append(self, f):
-        self.ok.append(f)
-
-    def take(self):
-        ok, self.ok = self.ok, []
-        return ok
-
-
-class _CompiledSummaries:
-    """The same rows as _Summaries, as columns (rmqha.broker.store.summary_columns): the compiled walk takes
-    runs of valid messages and hands back any record it is not sure of, which the caller judges with
-    record.scan() and appends as a scan_summary() tuple."""
-
-    def __init__(self, rows: int):
-        from rmqha.broker.store import summary_columns
-
-        self.sc, self.rows = summary_columns, rows
-        self.cols = self._new()
-
-    def _new(self):
-        return self.sc.Columns(self.rows, max(4096, 32 * self.rows))
-
-    def __len__(self):
-        return self.cols.n
-
-    @property
-    def full(self) -> bool:
-        return self.cols.full
-
-    def walk(self, buf, i: int, lim: int, at: int) -> int:
-        return self.cols.walk(buf, i, lim, at)[0]
-
-    def append(self, f):
-        self.cols.append(f)
-
-    def take(self):
-        cols, self.cols = self.cols, self._new()
-        return cols
+    return (*meta, fname, f[PHYS], f[SIZE], "ok", True, None, *_middle(f), _msg_id(f), *_props(f))
 
 
 def decode_chunks(task, chunk_rows: int = CHUNK_ROWS, compiled: bool = False):
@@ -352,23 +139,29 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS, compiled: bool = False):
     a summary_columns.Columns); other: full rows (COLUMNS) of blanks and unreadable spans. Several
     chunks for a long range, each about chunk_rows messages.
     """
-    if len(task) > 7:  # a DLedger data file (plan())
-        from . import dledger_log
-
+    if task.is_dledger:
         yield from dledger_log.decode_chunks(task, chunk_rows, compiled)
         return
-    meta, path, base, length, mapped_size, start, end = task
+    meta, path, base, length, mapped_size, start, end = (
+        task.meta,
+        task.path,
+        task.base,
+        task.length,
+        task.mapped_size,
+        task.start,
+        task.end,
+    )
     fname = os.path.basename(path)
     summary = record.scan_summary
-    ok = _CompiledSummaries(chunk_rows) if compiled else _Summaries(chunk_rows)
+    ok = CompiledSummaries(chunk_rows) if compiled else Summaries(chunk_rows)
     other = []
-    rd = _RangeReader(path, base, length, mapped_size)
+    rd = RangeReader(path, base, length, mapped_size)
     try:
         p = start if start == 0 else rd.find_sync(start, end)
         while p is not None and p < length:
             # The fast run: valid messages at their own position, inside the window, starting before
             # `end`. Anything else (a window edge, the range end, a blank, damage) is the step below.
-            buf, i = rd.window(p, _HEAD)
+            buf, i = rd.window(p, HEAD)
             at = base + rd.buf_start  # the physical offset of buf[0]
             lim = end - rd.buf_start
             while True:
@@ -395,7 +188,7 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS, compiled: bool = False):
                 continue
             if r.kind == Scan.BLANK and good:
                 other.append(
-                    _other_row(meta, fname, base + p, r.size, "blank", rcrc=zlib.crc32(memoryview(buf)[i : i + _HEAD]))
+                    other_row(meta, fname, base + p, r.size, "blank", rcrc=zlib.crc32(memoryview(buf)[i : i + HEAD]))
                 )
                 break
             if r.kind == Scan.MESSAGE:
@@ -409,9 +202,9 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS, compiled: bool = False):
             q = rd.find_sync(p + 1, length)
             if q is None:
                 if reason != "zeros":
-                    other.append(_other_row(meta, fname, base + p, max(rd.data_end(p), p + 1) - p, "torn", reason))
+                    other.append(other_row(meta, fname, base + p, max(rd.data_end(p), p + 1) - p, "torn", reason))
                 break
-            other.append(_other_row(meta, fname, base + p, q - p, "invalid", reason))
+            other.append(other_row(meta, fname, base + p, q - p, "invalid", reason))
             p = q
     finally:
         rd.close()
@@ -419,9 +212,9 @@ def decode_chunks(task, chunk_rows: int = CHUNK_ROWS, compiled: bool = False):
         yield ok.take(), other
 
 
-def decode_range(task) -> list[tuple]:
+def decode_range(task: DecodeTask) -> list[tuple]:
     """Rows (COLUMNS) for the records starting in [start, end) of one file, in file order."""
-    meta, fname = task[0], os.path.basename(task[1])
+    meta, fname = task.meta, os.path.basename(task.path)
     rows = []
     for ok, other in decode_chunks(task):
         rows += [_ok_row(meta, fname, f) for f in ok]
@@ -598,14 +391,14 @@ def arrow_batches(task, chunk_rows: int = CHUNK_ROWS, compiled: bool | None = No
 
     full = arrow_schema()
     schema, struct = (full if file_index is None else wire_schema()), _summary_struct(pa)
-    meta, fname = task[0], os.path.basename(task[1])
+    meta, fname = task.meta, os.path.basename(task.path)
     const = _constants(meta, fname, file_index)
     compiled = use_compiled(compiled)
     for ok, other in decode_chunks(task, chunk_rows, compiled):
         if len(ok) and compiled:
             yield _columns_batch(pa, schema, const, ok)
         elif len(ok):
-            _REFERENCE_BYTES[0] += sum(f[_SIZE] for f in ok)
+            _REFERENCE_BYTES[0] += sum(f[SIZE] for f in ok)
             yield _ok_batch(pa, schema, struct, const, ok)
         if other:
             cols = {f.name: pa.array(c, f.type) for f, c in zip(full, zip(*other))}
@@ -615,14 +408,7 @@ def arrow_batches(task, chunk_rows: int = CHUNK_ROWS, compiled: bool | None = No
 
 def decode_file(node: Node, f, range_bytes: int | None = None) -> list[tuple]:
     """Decode a whole file (or its ranges in turn) in this process: for tests and small tools."""
-    meta = (node.name, node.broker_name, node.broker_id, node.role)
-    if node.is_dledger_file(f):
-        return decode_range((meta, f.path, f.base, f.length, f.mapped_size, 0, f.length, node.dledger.committed_index))
-    size = range_bytes or max(f.length, 1)
-    rows = []
-    for start in range(0, max(f.length, 1), size):
-        rows += decode_range((meta, f.path, f.base, f.length, f.mapped_size, start, min(start + size, f.length)))
-    return rows
+    return [r for t in file_tasks(node, f, range_bytes or max(f.length, 1)) for r in decode_range(t)]
 
 
 # -- the DataFrame ----------------------------------------------------------------------------
@@ -697,7 +483,7 @@ def decode(
         from pyspark.sql import functions as F
 
         files = {}  # (node meta, file name) -> file_index
-        index = [files.setdefault((t[0], os.path.basename(t[1])), len(files)) for t in tasks]
+        index = [files.setdefault((t.meta, os.path.basename(t.path)), len(files)) for t in tasks]
 
         def run(batches, tasks=tasks, index=index, compiled=compiled):
             _lazy_zip_invalidation()

@@ -172,10 +172,10 @@ def _history(hist):
     return h
 
 
-# -- the check ------------------------------------------------------------------------------------
+# -- gathering (Spark) ---------------------------------------------------------------------------
 
 
-def check(
+def gather(
     spark,
     decoded,
     hist,
@@ -184,6 +184,8 @@ def check(
     out_dir: str | None = None,
     run_dir: str | None = None,
 ) -> DeliveryFindings:
+    """Every logical send and receive of the histories joined with the decoded copies and the consume
+    queues, aggregated in Spark: the findings verdicts() judges (and OUT/delivery.jsonl, streamed)."""
     from pyspark.sql import functions as F
 
     f = DeliveryFindings()

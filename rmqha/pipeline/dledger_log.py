@@ -49,6 +49,11 @@ from rmqha.broker.dledger.entry import (
 )
 from rmqha.broker.dledger.file_store import CHECK_POINT_FILE, TERM_PERSIST_FILE
 from rmqha.broker.dledger.file_store import _properties as java_properties
+from rmqha.broker.store import record
+from rmqha.broker.store.record import Scan
+
+from . import ids, walk
+from .verdict import INFO, Verdict
 
 NOOP_TOPIC = "RMQ_SYS_DLEDGER_NOOP"  # rmqha.broker.store.dledger_commitlog.NOOP_TOPIC (not imported: it pulls Twisted)
 DLEDGER = "dledger"  # node.json's "commitLog" for a DLedger node
@@ -266,11 +271,8 @@ def assign_roles(nodes: list, metrics_paths: list[str] = ()) -> dict[str, str]:
     return how
 
 
-def verdicts(nodes: list) -> list:
+def verdicts(nodes: list) -> list[Verdict]:
     """INFO: per DLedger node, the committed index read and the entries past it that were not."""
-    from . import ids
-    from .verdict import INFO, Verdict
-
     dl = [n for n in nodes if n.dledger is not None]
     if not dl:
         return []
@@ -307,20 +309,22 @@ def _first_entry(rd, base: int) -> int | None:
     return None
 
 
-def decode_chunks(task, chunk_rows: int, compiled: bool):
+def decode_chunks(task: walk.DecodeTask, chunk_rows: int, compiled: bool):
     """decode.decode_chunks for one DLedger data file: (ok, other) chunks of the committed entries' records.
-    task: decode.plan()'s tuple plus the node's committed index (the whole file is one task)."""
-    from rmqha.broker.store import record
-    from rmqha.broker.store.record import Scan
-
-    from . import decode as dec
-
-    meta, path, base, length, mapped_size, _start, _end, committed = task
+    task: decode.plan()'s, the whole file with the node's committed index."""
+    meta, path, base, length, mapped_size, committed = (
+        task.meta,
+        task.path,
+        task.base,
+        task.length,
+        task.mapped_size,
+        task.committed,
+    )
     fname = os.path.basename(path)
-    summary, phys_at, topic_at = record.scan_summary, dec._PHYS, dec._AT["topic"]
-    ok = dec._CompiledSummaries(chunk_rows) if compiled else dec._Summaries(chunk_rows)
+    summary, phys_at, topic_at = record.scan_summary, walk.PHYS, walk.AT["topic"]
+    ok = walk.CompiledSummaries(chunk_rows) if compiled else walk.Summaries(chunk_rows)
     other = []
-    rd = dec._RangeReader(path, base, length, mapped_size)
+    rd = walk.RangeReader(path, base, length, mapped_size)
     try:
         p = _first_entry(rd, base)
         while p is not None and p + BODY_OFFSET <= length:
@@ -338,14 +342,14 @@ def decode_chunks(task, chunk_rows: int, compiled: bool):
             if reason is None and p + e.size > length:
                 reason = f"entry of {e.size} bytes, {length - p} left in the file"
             if reason is not None:
-                other.append(dec._other_row(meta, fname, base + p, max(rd.data_end(p), p + 1) - p, "torn", reason))
+                other.append(walk.other_row(meta, fname, base + p, max(rd.data_end(p), p + 1) - p, "torn", reason))
                 break
             if e.index > committed:
                 break  # uncommitted from here on (indexes only grow)
             body_at, body_size = p + BODY_OFFSET, e.size - BODY_OFFSET
             buf, i = rd.window(body_at, body_size)
             f = summary(buf, i)[2] if body_size > 0 else None
-            if f is not None and f[phys_at] == base + body_at and f[dec._SIZE] == body_size:
+            if f is not None and f[phys_at] == base + body_at and f[walk.SIZE] == body_size:
                 if f[topic_at] != NOOP_TOPIC:
                     ok.append(f)
                     if ok.full:
@@ -361,7 +365,7 @@ def decode_chunks(task, chunk_rows: int, compiled: bool):
                     why = f"record of {r.size} bytes in an entry body of {body_size}"
                 else:
                     why = r.reason or str(r.kind)
-                other.append(dec._other_row(meta, fname, base + body_at, max(body_size, 1), "invalid", why))
+                other.append(walk.other_row(meta, fname, base + body_at, max(body_size, 1), "invalid", why))
             p += e.size
     finally:
         rd.close()

@@ -136,7 +136,8 @@ def _placed_receives(stored, recvs):
     )
 
 
-def check(spark, decoded, hist, nodes: list[Node], served_rows: list | None = None) -> HistoryFindings:
+def gather(spark, decoded, hist, nodes: list[Node], served_rows: list | None = None) -> HistoryFindings:
+    """The histories joined with the decoded copies, aggregated in Spark: the findings verdicts() judges."""
     from pyspark.sql import functions as F
 
     f = HistoryFindings()

@@ -121,6 +121,7 @@ NAME_PATTERNS = [
     (re.compile(r"^indeterminate sends to (?P<subject>.+)$"), DELIVERY_INDETERMINATE),
     (re.compile(r"^consume queues match the log on (?P<subject>.+)$"), QUEUES),
     (re.compile(r"^committed offsets of (?P<subject>.+) never move back$"), OFFSET_REGRESSION),
+    (re.compile(r"^checker (?P<subject>.+)$"), CHECKER_CRASHED),
 ]
 
 

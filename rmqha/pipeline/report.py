@@ -1,4 +1,9 @@
-"""Run the whole audit on a run folder and write report.md with a verdict table and PNG plots."""
+"""Run the whole audit on a run folder: gather the facts (gather.py, Spark), judge them with every checker
+composed (checkers.py, checker.compose), and write report.md with a verdict table, summary.json and PNG plots.
+
+Tests: tests/unit/pipeline/test_audit.py, test_delivery.py, test_serve.py (Spark); the checkers without
+Spark: tests/unit/pipeline/test_checkers.py.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,13 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from . import audit, decode, delivery, dledger_log, faults, history_check, ids, offsets, runfolder, served, trace
-from .verdict import FAIL, INFO, Verdict, failed
+from . import checker, checkers, delivery, faults, gather, served
+from .checker import Result
+from .facts import Run
+from .gather import final_acks, lag_series, load_metrics
+from .verdict import FAIL, UNKNOWN, Verdict
+
+__all__ = ["Report", "final_acks", "lag_series", "load_metrics", "run"]
 
 
 @dataclass
@@ -16,92 +26,21 @@ class Report:
     plots: list[str] = field(default_factory=list)
     path: str = ""
     pairs: list = field(default_factory=list)  # the replica audit's PairAudit per master/slave pair
+    result: Result | None = None  # the composed checkers' result (its counts per checker)
+
+    @property
+    def valid(self) -> checker.Valid:
+        """True when every guarantee held, False when one FAILed, "unknown" when a checker could not judge."""
+        return checker.valid_of(self.verdicts)
 
     @property
     def failed(self) -> bool:
-        return failed(self.verdicts)
+        """Not valid: a FAIL, or a checker that crashed (never taken for a PASS)."""
+        return self.valid is not True
 
-
-# -- metrics --------------------------------------------------------------------------------------
-
-
-def load_metrics(paths: list[str]) -> list[dict]:
-    """Metric samples, oldest first. Takes both the documented form (ts in ms, "slaves" a map) and
-    what `python -m rmqha.cluster sample` writes (ts in seconds, "slaves" a list of {addr, ackOffset},
-    rows with "up": false for nodes that did not answer, which are skipped)."""
-    out = []
-    for p in paths:
-        with open(p) as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                r = json.loads(line)
-                if r.get("up") is False or r.get("maxPhyOffset") is None:
-                    continue
-                ts = r.get("ts", 0)
-                if ts < 1e11:  # seconds
-                    r["ts"] = int(ts * 1000)
-                out.append(r)
-    return sorted(out, key=lambda r: r.get("ts", 0))
-
-
-def _acks(sample: dict, master: str, slaves_of: dict[str, list[str]], by_addr: dict[str, str]) -> dict:
-    """{slave node (or address): ackOffset} from a master's sample, in either form."""
-    raw = sample.get("slaves") or {}
-    if isinstance(raw, dict):
-        return {by_addr.get(k, k): v for k, v in raw.items() if v is not None}
-    conns = [c for c in raw if c.get("ackOffset") is not None]
-    mine = slaves_of.get(master, [])
-    # Through a proxy the master sees the proxy's address, not the slave's: with one slave and one
-    # connection the pairing is certain; otherwise keep the addresses.
-    if len(conns) == 1 and len(mine) == 1:
-        return {mine[0]: conns[0]["ackOffset"]}
-    return {by_addr.get(c.get("addr"), c.get("addr")): c["ackOffset"] for c in conns}
-
-
-def _topology(nodes: list[runfolder.Node]):
-    by_addr = {n.addr: n.name for n in nodes if n.addr}
-    slaves_of: dict[str, list[str]] = {}
-    for m, slaves in audit.groups(nodes).values():
-        if m:
-            slaves_of[m.name] = [sl.name for sl in slaves]
-    return by_addr, slaves_of
-
-
-def lag_series(samples: list[dict], nodes: list[runfolder.Node]) -> dict[str, list[tuple[int, int]]]:
-    """slave node -> [(ts ms, lag bytes)]. From the master's per-slave ackOffset when sampled, else
-    from the slave's own maxPhyOffset against the master's latest sample at or before it."""
-    by_addr, slaves_of = _topology(nodes)
-    node_by_name = {n.name: n for n in nodes}
-    masters = {name: m.name for name, (m, _) in audit.groups(nodes).items() if m}
-    series: dict[str, list[tuple[int, int]]] = {}
-    latest_master: dict[str, int] = {}
-    have_ack: set[str] = set()
-    for s in samples:
-        node = node_by_name.get(s.get("node"))
-        if node is None:
-            continue
-        if node.is_master:
-            latest_master[node.name] = s.get("maxPhyOffset", 0)
-            for slave, ack in _acks(s, node.name, slaves_of, by_addr).items():
-                have_ack.add(slave)
-                series.setdefault(slave, []).append((s["ts"], s.get("maxPhyOffset", 0) - ack))
-        elif node.name not in have_ack and "maxPhyOffset" in s:
-            m = masters.get(node.broker_name)
-            if m in latest_master:
-                series.setdefault(node.name, []).append((s["ts"], latest_master[m] - s["maxPhyOffset"]))
-    return series
-
-
-def final_acks(samples: list[dict], nodes: list[runfolder.Node]) -> dict[str, int]:
-    by_addr, slaves_of = _topology(nodes)
-    node_by_name = {n.name: n for n in nodes}
-    out = {}
-    for s in samples:
-        node = node_by_name.get(s.get("node"))
-        if node is not None and node.is_master:
-            out.update(_acks(s, node.name, slaves_of, by_addr))
-    return out
+    @property
+    def status(self) -> str:
+        return "PASS" if self.valid is True else FAIL if self.valid is False else UNKNOWN
 
 
 # -- plots ----------------------------------------------------------------------------------------
@@ -212,220 +151,36 @@ def plot_throughput(out_dir, stored: dict, sent: list[tuple[int, int]], fault_li
 
 
 def run(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) -> Report:
+    facts = gather.gather(spark, run_dir, out_dir, range_bytes)
+    result = checker.compose(checkers.CHECKERS)(facts)
+    return render(facts, result, out_dir)
 
+
+def render(facts: Run, result: Result, out_dir: str) -> Report:
+    """The report of a judged run: the plots, report.md and summary.json."""
     os.makedirs(out_dir, exist_ok=True)
-    nodes = runfolder.load_nodes(run_dir)
-    df = decode.decode(spark, nodes, range_bytes).cache()
-    samples = load_metrics(runfolder.metrics_files(run_dir))
-
-    integrity = audit.node_integrity(df, nodes)
-    pairs = audit.audit_pairs(spark, df, nodes, integrity)
-    fault_list = faults.load(run_dir)
-    verdicts = audit.verdicts(pairs, integrity, nodes, final_acks(samples, nodes), faults.forks_allowed(fault_list))
-    verdicts += dledger_log.verdicts(nodes)  # DLedger nodes: committed index, uncommitted entries not read
-
-    hpaths = runfolder.history_files(run_dir)
-    served_rows, served_dropped = served.load(run_dir)
-    findings = history_check.HistoryFindings()
-    delivered = delivery.DeliveryFindings()
-    masters = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
-    hist = None
-    if hpaths:
-        hist = history_check.load_histories(spark, hpaths).cache()
-        delivered = delivery.check(spark, df, hist, nodes, fault_list, out_dir, run_dir)
-        verdicts += delivery.verdicts(delivered)
-        findings = history_check.check(spark, df, hist, nodes, served_rows)
-    verdicts += history_check.verdicts(findings)
-    series = _series(df, hist, masters)
-    if hist is not None:
-        hist.unpersist()
-    verdicts += offsets.verdicts(
-        offsets.regressions(samples, fault_list), any(r.get("consumerOffsets") for r in samples)
-    )
-    group_of = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
-    attribution = faults.attribute(fault_list, series.non_ok, findings.lost, pairs, group_of)
-    verdicts += faults.verdicts(fault_list, attribution)
-    outage_list = served.outages(fault_list, findings.served_buckets)
-    if findings.receives:
-        unattributed = findings.served_by.get(served.UNATTRIBUTED, 0)
-        verdicts.append(
-            Verdict(
-                "receives by serving node",
-                INFO,
-                served.describe(
-                    {k: v for k, v in findings.served_by.items() if k != served.UNATTRIBUTED},
-                    unattributed,
-                    served_dropped,
-                    bool(served.served_files(run_dir)),
-                    outage_list,
-                ),
-                ids.SERVED,
-            )
-        )
-
-    trace_summary = _trace(df, nodes, masters, out_dir)
-    if trace_summary is not None:
-        verdicts.append(trace_verdict(trace_summary))
-    df.unpersist()
-
+    attribution = facts.attribution()
+    s = facts.series
     plots = [
-        plot_lag(out_dir, lag_series(samples, nodes), pairs, series.curve, fault_list),
-        plot_latency(out_dir, series.latencies, series.over_time, fault_list),
-        plot_throughput(out_dir, series.stored, series.sent_per_s, fault_list),
+        plot_lag(out_dir, lag_series(facts.samples, facts.nodes), facts.pairs, s.curve, facts.faults),
+        plot_latency(out_dir, s.latencies, s.over_time, facts.faults),
+        plot_throughput(out_dir, s.stored, s.sent_per_s, facts.faults),
     ]
-    rep = Report(verdicts, plots, pairs=pairs)
+    rep = Report(result.verdicts, plots, pairs=facts.pairs, result=result)
     rep.path = write_markdown(
-        out_dir, run_dir, nodes, rep, pairs, bool(samples), faults.markdown(fault_list, attribution)
+        out_dir,
+        facts.run_dir,
+        facts.nodes,
+        rep,
+        facts.pairs,
+        bool(facts.samples),
+        faults.markdown(facts.faults, attribution),
     )
-    write_summary(out_dir, rep, fault_list, attribution, findings, pairs, outage_list, delivered, trace_summary)
+    outage_list = served.outages(facts.faults, facts.history.served_buckets)
+    write_summary(
+        out_dir, rep, facts.faults, attribution, facts.history, facts.pairs, outage_list, facts.delivery, facts.trace
+    )
     return rep
-
-
-def trace_verdict(t: dict) -> Verdict:
-    """The "message trace" INFO verdict from _trace's summary."""
-    p, q = t["produceToStoreMs"], t["storeToConsumeMs"]
-    return Verdict(
-        "message trace",
-        INFO,
-        f"{t['records']} trace records in {', '.join(t['topics'])} ({t['pub']} sends, {t['sub']} "
-        f"consumes); {t['matched']} traced sends found stored, send -> store ms p50 "
-        f"{p['p50']}, p99 {p['p99']}, max {p['max']}; {t['consumed']} consumed, store -> "
-        f"consume ms p50 {q['p50']}, p99 {q['p99']}, max {q['max']}; {t['failedSends']} "
-        f"traced sends failed; per message: {trace.DETAIL_FILE}",
-        ids.TRACE,
-    )
-
-
-# The latency-over-time plot draws every send's latency at its end time rounded down to this many ms:
-# one point per (status, time step, latency) whatever the number of sends.
-OVER_TIME_STEP_MS = 100
-
-
-@dataclass
-class Series:
-    """What the plots and the fault attribution need from the histories and the masters' logs: every send
-    counted (aggregated in Spark, nothing capped)."""
-
-    non_ok: list = field(default_factory=list)  # (status, start_ms, end_ms, sends): faults.attribute
-    latencies: list = field(default_factory=list)  # (SEND_OK latency ms, sends)
-    over_time: list = field(default_factory=list)  # (end ms rounded to OVER_TIME_STEP_MS, latency, status)
-    sent_per_s: list = field(default_factory=list)  # (second, SEND_OK sends)
-    stored: dict = field(default_factory=dict)  # broker -> [(second, records stored by its master)]
-    curve: dict = field(default_factory=dict)  # broker -> [(ms, master log end)]
-
-
-def _series(df, hist, masters: dict) -> Series:
-    """One Spark job: the aggregates behind the plots and the non-OK sends' attribution, as one union."""
-    from pyspark.sql import functions as F
-
-    cols = ["kind", "key", "a", "b", "n"]
-
-    def shape(d, kind, key, a, b, n):
-        return d.select(
-            F.lit(kind).alias("kind"),
-            key.cast("string").alias("key"),
-            a.cast("long").alias("a"),
-            b.cast("long").alias("b"),
-            n.cast("long").alias("n"),
-        ).select(*cols)
-
-    none = F.lit(None)
-    parts = [
-        shape(
-            df.filter((F.col("status") == "ok") & F.col("node").isin(list(masters) or [""]))
-            .groupBy("node", (F.col("store_timestamp") / 1000).cast("long").alias("s"))
-            .agg(F.count("*").alias("n"), F.max(F.col("physical_offset") + F.col("size")).alias("end")),
-            "stored",
-            F.col("node"),
-            F.col("s"),
-            F.col("end"),
-            F.col("n"),
-        )
-    ]
-    if hist is not None:
-        sends = hist.filter(F.col("op") == "send")
-        ok = sends.filter(F.col("status") == "SEND_OK")
-        lat = F.col("end_ms") - F.col("start_ms")
-        step = (F.col("end_ms") / OVER_TIME_STEP_MS).cast("long") * OVER_TIME_STEP_MS
-        parts += [
-            shape(
-                sends.filter(F.col("status") != "SEND_OK").groupBy("status", "start_ms", "end_ms").count(),
-                "non_ok",
-                F.col("status"),
-                F.col("start_ms"),
-                F.col("end_ms"),
-                F.col("count"),
-            ),
-            shape(ok.groupBy(lat.alias("l")).count(), "latency", none, F.col("l"), none, F.col("count")),
-            shape(
-                ok.groupBy((F.col("end_ms") / 1000).cast("long").alias("s")).count(),
-                "rate",
-                none,
-                F.col("s"),
-                none,
-                F.col("count"),
-            ),
-            shape(
-                sends.filter(F.col("end_ms").isNotNull()).groupBy("status", step.alias("t"), lat.alias("l")).count(),
-                "point",
-                F.col("status"),
-                F.col("t"),
-                F.col("l"),
-                F.col("count"),
-            ),
-        ]
-    u = parts[0]
-    for p in parts[1:]:
-        u = u.unionByName(p)
-    out = Series()
-
-    def order(r):
-        return (r["key"] is not None, r["key"] or "", r["a"] is not None, r["a"] or 0, r["b"] is not None, r["b"] or 0)
-
-    for r in sorted(u.collect(), key=order):
-        k = r["kind"]
-        if k == "stored":
-            out.stored.setdefault(masters[r["key"]], []).append((r["a"], r["n"]))
-            out.curve.setdefault(masters[r["key"]], []).append((r["a"] * 1000, r["b"]))
-        elif k == "non_ok":
-            out.non_ok.append((r["key"], r["a"] or 0, r["b"] or 0, r["n"]))
-        elif k == "latency":
-            out.latencies.append((r["a"], r["n"]))
-        elif k == "rate":
-            out.sent_per_s.append((r["a"], r["n"]))
-        else:
-            out.over_time.append((r["a"], r["b"], r["key"]))
-    return out
-
-
-def _trace(df, nodes, masters: dict, out_dir: str | None = None) -> dict | None:
-    """The trace records the masters hold (rmqha/pipeline/trace.py), matched to the stored messages; None when
-    no master has its trace topic (each node's msgTraceTopicName, from its node.json or broker.properties:
-    a named trace topic is read, not only 4.9's default)."""
-    from pyspark.sql import functions as F
-
-    records, topics = [], set()
-    for n in nodes:
-        if n.name in masters and trace.exists(n.store_dir, n.trace_topic):
-            records += trace.read_store(n.store_dir, topic=n.trace_topic)
-            topics.add(n.trace_topic)
-    if not records:
-        return None
-    ids = list({r.msg_id for r in records if r.kind == "Pub" and r.msg_id})
-    store_ms = {}
-    if ids:
-        for row in (
-            df.filter(F.col("uniq_key").isin(ids) & F.col("node").isin(list(masters)))
-            .groupBy("uniq_key")
-            .agg(F.min("store_timestamp").alias("t"))
-            .collect()
-        ):
-            store_ms[row["uniq_key"]] = row["t"]
-    if out_dir:
-        with open(os.path.join(out_dir, trace.DETAIL_FILE), "w") as fh:
-            for row in trace.per_message(records, store_ms):
-                fh.write(json.dumps(row) + "\n")
-    return {**trace.summary(records, store_ms), "topics": sorted(topics)}
 
 
 def write_summary(
@@ -447,6 +202,12 @@ def write_summary(
         json.dump(
             {
                 "failed": rep.failed,
+                # True, False or "unknown" (a checker crashed), and each checker's own (checkers.py)
+                "valid": rep.valid,
+                "checkers": {
+                    name: {"valid": r.valid, "counts": r.counts}
+                    for name, r in (rep.result.results if rep.result else {}).items()
+                },
                 "verdicts": [asdict(v) for v in rep.verdicts],
                 "faults": [asdict(f) for f in fault_list],
                 "lost": [list(x) for x in findings.lost],
@@ -492,8 +253,14 @@ def write_markdown(out_dir, run_dir, nodes, rep: Report, pairs, have_metrics: bo
     lines = [
         f"# Audit of `{run_dir}`",
         "",
-        f"**Result: {'FAIL' if rep.failed else 'PASS'}** "
-        f"({sum(v.status == FAIL for v in rep.verdicts)} failed guarantee(s))",
+        f"**Result: {rep.status}** "
+        f"({sum(v.status == FAIL for v in rep.verdicts)} failed guarantee(s)"
+        + (
+            f", {sum(v.status == UNKNOWN for v in rep.verdicts)} checker(s) could not judge"
+            if rep.valid not in (True, False)
+            else ""
+        )
+        + ")",
         "",
         "| verdict | status | evidence |",
         "|---|---|---|",

@@ -18,6 +18,10 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmqha.broker.store import record
+
+from .dledger_log import find_dir
+
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 DETAIL_FILE = "trace.jsonl"
 CONTENT, FIELD = "\x01", "\x02"
@@ -70,8 +74,6 @@ def _int(text: str) -> int:
 
 def read_store(store_dir: str | Path, end: int | None = None, topic: str = TRACE_TOPIC) -> list[TraceRecord]:
     """The trace records a store holds, found through the trace topic's consume queues."""
-    from rmqha.broker.store import record
-
     store = Path(store_dir)
     cq_root = store / "consumequeue" / topic
     log_files = _log_files(store)
@@ -96,8 +98,6 @@ def _log_files(store: Path) -> list[Path]:
     """The files that hold the store's physical offsets, in offset order. A DLedger node's records live in
     dledger-<selfId>/data (each entry's record at its consume-queue offset: pos + 48 is the record); an
     upgraded node's older records in commitlog/ below its first DLedger file (rmqha/broker/store/dledger_commitlog.py)."""
-    from .dledger_log import find_dir
-
     files = sorted((store / "commitlog").glob("[0-9]" * 20)) if (store / "commitlog").is_dir() else []
     dl = find_dir(str(store))
     data = sorted((Path(dl) / "data").glob("[0-9]" * 20)) if dl else []

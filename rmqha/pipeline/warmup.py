@@ -9,14 +9,16 @@ import os
 import shutil
 import tempfile
 
+from rmqha.runs.layout import node_json, write_node_json
+
+from . import report
+
 
 def tiny_run(root: str, n: int = 40) -> str:
     """A run folder: one SYNC_MASTER group, its slave a byte copy, a history of sends and receives."""
     from rmqha.broker.store.message_store import MessageStore
     from rmqha.broker.store.record import Message
     from rmqha.runs.history import HistoryWriter
-
-    from rmqha.runs.layout import node_json, write_node_json
 
     run = os.path.join(root, "run")
     mdir, sdir = os.path.join(run, "nodes", "w-0"), os.path.join(run, "nodes", "w-1")
@@ -70,8 +72,6 @@ def tiny_run(root: str, n: int = 40) -> str:
 
 def warm_up(spark) -> None:
     """Audit a tiny run and throw the result away. Never raises: the real audit must still run."""
-    from . import report
-
     root = tempfile.mkdtemp(prefix="audit-warmup-")
     try:
         report.run(spark, tiny_run(root), os.path.join(root, "out"))

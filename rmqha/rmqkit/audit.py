@@ -23,7 +23,8 @@ VERDICTS = ("PASS", "WARN", "FAIL", "INFO")
 
 
 class AuditFailed(AssertionError):
-    """A guarantee failed (a FAIL verdict), or the audit could not read the run folder."""
+    """A guarantee failed (a FAIL verdict), a checker could not judge (UNKNOWN), or the audit could not read
+    the run folder."""
 
 
 @dataclass
@@ -41,7 +42,7 @@ class AuditResult:
 
     @property
     def failures(self) -> list[str]:
-        return [v for v in self.verdicts if v.startswith("FAIL")]
+        return [v for v in self.verdicts if v.startswith(("FAIL", "UNKNOWN"))]  # UNKNOWN: a checker crashed
 
     def check(self) -> "AuditResult":
         if self.returncode == 1:

@@ -16,6 +16,8 @@ import json
 
 import pytest
 
+from rmqha.pipeline import ids
+
 from .test_planted_bugs import chaos_run, verdicts
 
 pytestmark = [pytest.mark.integration, pytest.mark.checkers, pytest.mark.timeout(420)]
@@ -27,8 +29,8 @@ SCHEDULE = [{"at": 3, "hold": 40, "kind": "kill-master", "target": "broker-a"}]
 def test_a_consumer_that_subscribes_during_a_master_outage_reads_from_the_slave(tmp_path):
     rc, out, run_dir = chaos_run(tmp_path, "failover", "2m-2s-sync", SCHEDULE, {}, extra=["--late-consumer-at", "8"])
     assert rc == 0, out
-    v = verdicts(out)
-    assert v.get("no acknowledged send lost") == "PASS" and v.get("nothing received that was never sent") == "PASS", out
+    v = verdicts(run_dir)
+    assert v.get((ids.HISTORY_ACKED_LOST, "")) == "PASS" and v.get((ids.HISTORY_PHANTOM, "")) == "PASS", out
     late = list((run_dir / "history").glob("consumer-late-*.jsonl"))
     lines = [json.loads(line) for line in late[0].read_text().splitlines()] if late else []
     receives = [r for r in lines if r["op"] == "receive"]

@@ -230,7 +230,7 @@ def _dump_verdicts(request, monkeypatch):
     if not out:
         yield
         return
-    from rmqha.pipeline import audit, delivery, faults, history_check, offsets, report
+    from rmqha.pipeline import audit, checkers, delivery, faults, history_check, offsets, report
 
     lines = []
 
@@ -247,7 +247,7 @@ def _dump_verdicts(request, monkeypatch):
     for mod in (audit, delivery, faults, history_check, offsets):
         wrap(mod, "verdicts", lambda r: r)
     wrap(report, "run", lambda r: r.verdicts)
-    wrap(report, "trace_verdict", lambda r: [r])
+    wrap(checkers, "trace_verdict", lambda r: [r])
     if "slaves" in request.fixturenames:  # audited once, before this fixture: its verdicts are the test's
         lines.extend(f"audit.verdicts: {v.line()}" for v in request.getfixturevalue("slaves").verdicts.values())
     yield

@@ -9,7 +9,7 @@ import pytest
 
 from rmqha.runs.layout import node_json, write_node_json
 from rmqha.broker.store.record import Message
-from rmqha.pipeline import audit, decode, history_check, report, runfolder
+from rmqha.pipeline import audit, checkers, decode, gather, history_check, report, runfolder
 from rmqha.pipeline.verdict import FAIL, PASS, WARN, failed
 
 from .conftest import flip_byte
@@ -35,7 +35,7 @@ def _storage(spark, run_root):
     hpaths = runfolder.history_files(run_root)
     if hpaths:
         hist = history_check.load_histories(spark, hpaths)
-        vs += history_check.verdicts(history_check.check(spark, df, hist, nodes))
+        vs += history_check.verdicts(history_check.gather(spark, df, hist, nodes))
     df.unpersist()
     return {v.name: v for v in vs}, vs
 
@@ -194,7 +194,7 @@ def test_received_out_of_queue_order(spark, run_builder, tmp_path):
     with open(hist, "w") as fh:
         fh.write("\n".join(json.dumps(r) for r in recs) + "\n")
     nodes = runfolder.load_nodes(run_builder.root)
-    f = history_check.check(
+    f = history_check.gather(
         spark,
         decode.decode(spark, nodes, 1 << 20),
         history_check.load_histories(spark, runfolder.history_files(run_builder.root)),
@@ -290,7 +290,7 @@ def test_loss_counts_are_not_capped(spark, run_builder):
     run_builder.slave()
     run_builder.history(lost=[(f"LOST-UK-{i}", f"lost-send-{i}") for i in range(1500)])
     nodes = runfolder.load_nodes(run_builder.root)
-    f = history_check.check(
+    f = history_check.gather(
         spark,
         decode.decode(spark, nodes, 1 << 20),
         history_check.load_histories(spark, runfolder.history_files(run_builder.root)),
@@ -345,5 +345,5 @@ def test_trace_records_on_a_master_are_reported_send_to_store(spark, run_builder
     nodes = runfolder.load_nodes(run_builder.root)
     df = decode.decode(spark, nodes, 16384)
     masters = {m.name: b for b, (m, _) in audit.groups(nodes).items() if m}
-    t = report.trace_verdict(report._trace(df, nodes, masters))  # what report.run adds to its verdicts
+    t = checkers.trace_verdict(gather._trace(df, nodes, masters))  # what report.run adds to its verdicts
     assert f"5 trace records in {topic} " in t.detail and "5 traced sends found stored" in t.detail, t.detail

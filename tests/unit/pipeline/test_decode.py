@@ -78,7 +78,7 @@ def test_arrow_batches_give_the_rows_of_decode_range_in_any_chunking(run_builder
     names = [c for c, _ in decode.COLUMNS]
     meta = (node.name, node.broker_name, node.broker_id, node.role)
     for f in node.files:
-        task = (meta, f.path, f.base, f.length, f.mapped_size, 0, f.length)
+        task = decode.DecodeTask(meta, f.path, f.base, f.length, f.mapped_size, 0, f.length)
         want = decode.decode_range(task)
         for chunk_rows in (1, 50, decode.CHUNK_ROWS):
             batches = list(decode.arrow_batches(task, chunk_rows))

@@ -34,7 +34,7 @@ def _tasks(node, range_bytes=None):
     for f in node.files:
         size = range_bytes or max(f.length, 1)
         for start in range(0, max(f.length, 1), size):
-            yield (meta, f.path, f.base, f.length, f.mapped_size, start, min(start + size, f.length))
+            yield decode.DecodeTask(meta, f.path, f.base, f.length, f.mapped_size, start, min(start + size, f.length))
 
 
 def _assert_same(node, range_bytes=None, chunk_rows=decode.CHUNK_ROWS, want=None):

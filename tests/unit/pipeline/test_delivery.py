@@ -32,7 +32,7 @@ def _deliver(spark, run_root):
     nodes = runfolder.load_nodes(run_root)
     df = decode.decode(spark, nodes, 16384).cache()
     hist = history_check.load_histories(spark, runfolder.history_files(run_root))
-    f = delivery.check(spark, df, hist, nodes, faults.load(run_root), out, run_root)
+    f = delivery.gather(spark, df, hist, nodes, faults.load(run_root), out, run_root)
     df.unpersist()
     vs = delivery.verdicts(f)
     rep = report.Report(vs)

@@ -116,7 +116,7 @@ def _retried_twice(rb):
 def test_each_copy_is_judged_in_its_own_groups_queue_and_the_rest_are_named(spark, run_builder):
     _retried_twice(run_builder)
     nodes = runfolder.load_nodes(run_builder.root)
-    f = history_check.check(
+    f = history_check.gather(
         spark,
         decode.decode(spark, nodes, 1 << 20),
         history_check.load_histories(spark, runfolder.history_files(run_builder.root)),

@@ -76,7 +76,7 @@ def test_each_receive_goes_to_the_node_whose_pull_covered_it(spark, run_builder)
     df = decode.decode(spark, nodes).cache()
     hist = history_check.load_histories(spark, runfolder.history_files(rb.root))
     rows, _ = served.load(rb.root)
-    f = history_check.check(spark, df, hist, nodes, rows)
+    f = history_check.gather(spark, df, hist, nodes, rows)
     assert f.served_by == {"broker-a-0": 15, "broker-a-1": 15, served.UNATTRIBUTED: 10}
     assert sum(n for _b, _node, _t, n in f.served_buckets) == 40
 
@@ -134,5 +134,5 @@ def test_pulls_of_two_nodes_at_the_same_ms_attribute_the_receive_to_neither(spar
 
     hist = history_check.load_histories(spark, runfolder.history_files(rb.root))
     rows, _ = served.load(rb.root)
-    f = history_check.check(spark, decode.decode(spark, nodes), hist, nodes, rows)
+    f = history_check.gather(spark, decode.decode(spark, nodes), hist, nodes, rows)
     assert f.served_by == {"broker-a-1": 2, served.UNATTRIBUTED: 6}
