@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import audit, decode, delivery, faults, history_check, runfolder, served, trace
+from . import audit, decode, delivery_gather, faults, history_check, runfolder, served, trace
 from .facts import Run, Series
 
 
@@ -39,7 +39,7 @@ def gather(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) ->
     hist = None
     if hpaths:
         hist = history_check.load_histories(spark, hpaths).cache()
-        run.delivery = delivery.gather(spark, df, hist, nodes, fault_list, out_dir, run_dir)
+        run.delivery = delivery_gather.gather(spark, df, hist, nodes, fault_list, out_dir, run_dir)
         run.history = history_check.gather(spark, df, hist, nodes, served_rows)
     run.series = _series(df, hist, masters)
     if hist is not None:

@@ -8,7 +8,7 @@ import shutil
 from rmqha.broker.store.consume_queue import FILLER, UNIT_SIZE
 from rmqha.broker.store.record import Message
 from rmqha.runs.history import HistoryWriter
-from rmqha.pipeline import decode, delivery, faults, history_check, report, runfolder
+from rmqha.pipeline import decode, delivery, delivery_gather, faults, history_check, report, runfolder
 from rmqha.pipeline.verdict import FAIL, PASS
 
 GROUP = "CG1"
@@ -32,7 +32,7 @@ def _deliver(spark, run_root):
     nodes = runfolder.load_nodes(run_root)
     df = decode.decode(spark, nodes, 16384).cache()
     hist = history_check.load_histories(spark, runfolder.history_files(run_root))
-    f = delivery.gather(spark, df, hist, nodes, faults.load(run_root), out, run_root)
+    f = delivery_gather.gather(spark, df, hist, nodes, faults.load(run_root), out, run_root)
     df.unpersist()
     vs = delivery.verdicts(f)
     rep = report.Report(vs)
