@@ -644,7 +644,7 @@ def _offset_of(col):
 
 
 def _placed(df):
-    """A send's broker group and its master copy's queue place, on sends joined with check()'s facts:
+    """A send's broker group and its master copy's queue place, on sends joined with gather()'s facts:
     the group that acknowledged it (the answer's broker_name when its recorder wrote one; else the copies'
     choice, c_broker: the acknowledged try's copy, narrowed by what its answer names), `ambiguous` (the
     groups, when that choice found copies in several and the answer tells none apart), and `mq`: the master

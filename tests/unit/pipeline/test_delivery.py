@@ -26,7 +26,7 @@ def _audit(spark, run_root):
 
 
 def _deliver(spark, run_root):
-    """The delivery checker alone (decode + delivery.check, with the run's faults as report.run passes
+    """The delivery checker alone (decode + delivery_gather.gather, with the run's faults as report.run passes
     them): as _audit, at a third of the Spark jobs; the summary holds summary.json's delivery blocks."""
     out = os.path.join(os.path.dirname(run_root), "out")
     nodes = runfolder.load_nodes(run_root)
