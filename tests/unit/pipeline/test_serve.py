@@ -32,7 +32,7 @@ def test_each_line_gets_one_answer_and_one_session_serves_all(tmp_path, monkeypa
         runs.append((session, run, out))
         if run.endswith("b"):
             raise ValueError("bad commit log")
-        return SimpleNamespace(failed=True, verdicts=[SimpleNamespace(line=lambda: "FAIL  x: y")])
+        return SimpleNamespace(failed=True, valid=False, verdicts=[SimpleNamespace(line=lambda: "FAIL  x: y")])
 
     monkeypatch.setattr(report, "run", audit)
     lines = [f"{tmp_path / 'missing'}\n", "\n", f"{tmp_path / 'a'}\t{tmp_path / 'out'}\n", f"{tmp_path / 'b'}\n"]
@@ -45,6 +45,7 @@ def test_each_line_gets_one_answer_and_one_session_serves_all(tmp_path, monkeypa
         "run": str(tmp_path / "a"),
         "out": str(tmp_path / "out"),
         "failed": True,
+        "valid": False,
         "verdicts": ["FAIL  x: y"],
     }
     assert answers[2] == {"run": str(tmp_path / "b"), "error": "ValueError: bad commit log"}
