@@ -48,3 +48,29 @@ def test_the_reported_model_keeps_its_faults_and_mounts_nothing(tmp_path, monkey
     h = Handle(tmp_path)
     usable = run_setup.power_on_crashfs(h, ["power-loss"], args("reported"), 3)
     assert usable == ["power-loss"] and h.power_model == "reported" and h.names() == []
+
+
+def test_stores_on_disk_fulls_tmpfs_drop_the_power_faults_before_any_mount(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(crashfs, "unavailable", lambda: None)
+    monkeypatch.setattr(crashfs, "mount", lambda *a, **k: pytest.fail("nothing may be mounted"))
+    h = Handle(tmp_path)
+    h.limited = set(h.nodes)
+    usable = run_setup.power_on_crashfs(h, ["kill-master", "power-loss"], args(), 11)
+    assert usable == ["kill-master"]
+    assert "disk-full's tmpfs" in capsys.readouterr().out
+    assert h.names() == []  # no node stopped for a mount that cannot happen
+
+
+def test_a_failed_mount_starts_its_node_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(crashfs, "unavailable", lambda: None)
+    monkeypatch.setattr(crashfs, "find", lambda store: None)
+
+    def busy(*a, **k):
+        raise OSError(16, "Device or resource busy")
+
+    monkeypatch.setattr(crashfs, "mount", busy)
+    h = Handle(tmp_path)
+    first = h.nodes[0]
+    with pytest.raises(OSError):
+        power.mount_stores(h, [first])
+    assert h.names() == ["stop", "start"] and h.running(first)  # stopped for the mount, started again
