@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmqha.chaos.faultlog import read_faults
+from rmqha.runs.faultlog import read_faults
 from rmqha.cluster import crashfs
 from rmqha.pipeline import ids
 
