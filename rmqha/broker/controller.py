@@ -246,12 +246,21 @@ class BrokerController:
                 c.haRecoveryWaitMs / 1000.0,
                 record.host_of(c.broker_addr),
                 c.maxMessageSize + (64 << 10),
-                on_done=lambda _state: self._start_ha_service(listen),
+                on_done=lambda _state: self._take_writes(listen),
                 limit=limit,
             )
             self.recovery.start()
         else:
-            self._start_ha_service(listen)
+            self._take_writes(listen)
+
+    def _take_writes(self, listen: bool) -> None:
+        """The master takes writes: its queues are padded up to their leases first (offsets a power cut
+        may have taken from consumers, rmqha/broker/store/offset_lease.py). Only now: the recovery fetch
+        before it put the slave's records back at their own offsets."""
+        padded = self.store.pad_leased_queues()
+        if padded:
+            log.warning("queue offsets: %d leased offsets not in the queues kept as fillers, not given again", padded)
+        self._start_ha_service(listen)
 
     def _start_slave_ha(self, listen: bool) -> None:
         """The HA client to the master; a recovery source for a restarting master with haRecoveryEnable."""

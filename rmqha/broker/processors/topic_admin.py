@@ -49,6 +49,7 @@ def destroy_queue(store, topic: str, queue_id: int) -> None:
     store.dispatch_pending()
     cq = store.queues.pop((topic, queue_id), None)
     store.queue_offsets.pop((topic, queue_id), None)
+    store.lease.forget((topic, queue_id))  # a queue made again later starts at 0, as in 4.9
     if cq is None:
         return
     cq.close()

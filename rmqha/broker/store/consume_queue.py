@@ -2,7 +2,9 @@
 
 Unit i sits at byte i*20 and is the message with queue offset i (WIRE-FACTS §6.6). A queue whose data
 starts at a non-zero index (a slave that copied only the master's last file) is padded at the front
-with filler units (offset 0, size 0x7FFFFFFF), as RocketMQ does.
+with filler units (offset 0, size 0x7FFFFFFF), as RocketMQ does. Fillers also hold queue offsets no
+record will take: those a power cut may have taken from consumers (pad_to, rmqha/broker/store/
+offset_lease.py), and a slave's gap up to the next offset its master gave.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ log = logging.getLogger("rmqha.broker.store.consumequeue")
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = 20
-FILLER = UNIT.pack(0, 0x7FFFFFFF, 0)
+FILLER_SIZE = 0x7FFFFFFF
+FILLER = UNIT.pack(0, FILLER_SIZE, 0)
 
 
 class ConsumeQueue:
@@ -70,14 +73,17 @@ class ConsumeQueue:
 
     def _refresh(self) -> None:
         self.min_index = self._first_real_index()
+        self.max_phys_end = 0
         last = self.max_index - 1
-        if last >= self.min_index:
+        while last >= self.min_index:  # the last real unit: fillers point at no record
             unit = self.get(last)
-            assert unit is not None  # below max_index: in the last file
+            if unit is None:  # in a file that is gone: nothing to learn below it
+                break
             off, size, _ = unit
-            self.max_phys_end = off + size
-        else:
-            self.max_phys_end = 0
+            if size != FILLER_SIZE:
+                self.max_phys_end = off + size
+                break
+            last -= 1
 
     def _first_real_index(self) -> int:
         """The first unit that is not a filler and whose record starts at or after min_phys
@@ -136,7 +142,8 @@ class ConsumeQueue:
             return False
         if index > current:
             if current > 0 or self.files.files:
-                log.error(
+                # a master skips the offsets a power cut may have served (rmqha/broker/store/offset_lease.py)
+                log.warning(
                     "consume queue %s-%d: gap, expected offset %d got %d; padding with fillers",
                     self.topic,
                     self.queue_id,
@@ -224,6 +231,15 @@ class ConsumeQueue:
             return phys + size <= self.max_phys_end
         return unit[0] == phys
 
+    def pad_to(self, index: int) -> int:
+        """Fill [max_index, index) with filler units, so the next unit takes queue offset `index`. Returns
+        how many were written (MessageStore pads a queue up to its lease before its first new message)."""
+        current = self.max_index
+        if index <= current:
+            return 0
+        self._pad(current, index)
+        return index - current
+
     def _pad(self, current: int, index: int) -> None:
         fq = self.files
         if not fq.files:
@@ -260,12 +276,13 @@ class ConsumeQueue:
         return [UNIT.unpack_from(data, p) for p in range(0, len(data) - UNIT_SIZE + 1, UNIT_SIZE)]
 
     def truncate_beyond(self, phys_end: int) -> int:
-        """Drop trailing units whose record does not end within the commit log. Returns units dropped."""
+        """Drop trailing units whose record does not end within the commit log, and trailing fillers (a
+        master's lease fills them again, a slave's next record does). Returns units dropped."""
         dropped = 0
         idx = self.max_index
         while idx > self.min_index:
             unit = self.get(idx - 1)
-            if unit is None or unit[0] + unit[1] <= phys_end:
+            if unit is None or (unit[1] != FILLER_SIZE and unit[0] + unit[1] <= phys_end):
                 break
             idx -= 1
             dropped += 1

@@ -36,6 +36,27 @@ def _reserve(fd: int, size: int) -> None:
         os.ftruncate(fd, size)  # a filesystem without fallocate: sparse, as RocketMQ makes them
 
 
+def fsync_directory(path: str) -> None:
+    """Make the entries of a directory durable: a file created, renamed or deleted in it survives a power
+    cut only after this (POSIX; a crash-consistency filesystem drops it otherwise)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(directory: str) -> list[str]:
+    """os.makedirs; returns the directories whose entries changed (the parent of each one created)."""
+    missing = []
+    d = os.path.abspath(directory)
+    while not os.path.isdir(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    os.makedirs(directory, exist_ok=True)
+    return [os.path.dirname(m) for m in missing]
+
+
 def file_name(offset: int) -> str:
     return f"{offset:020d}"
 
@@ -208,6 +229,13 @@ class MappedFile:
             self.flushed = wrote
         return wrote
 
+    def sync(self) -> None:
+        """fdatasync (msync) whatever the file holds, `flushed` or not (after a wipe)."""
+        if self.mm is not None:
+            self.mm.flush()
+        else:
+            os.fdatasync(self.fd)
+
     def wipe_after(self, pos: int) -> int:
         """Zero every byte that holds data after pos, so nothing stale can look valid later.
 
@@ -260,6 +288,9 @@ class MappedFileQueue:
         self.use_mmap = use_mmap
         self.preallocate = preallocate
         self.files: list[MappedFile] = []
+        # directories whose entries changed since the last flush (a file or a directory created in them):
+        # flush() fsyncs them, so a file it reports durable cannot vanish in a power cut
+        self.unsynced_dirs: set[str] = set()
 
     def load(self) -> None:
         for base, _path in list_files(self.directory):
@@ -286,7 +317,8 @@ class MappedFileQueue:
         return self.files[-1] if self.files else None
 
     def new_file(self, base: int) -> MappedFile:
-        os.makedirs(self.directory, exist_ok=True)
+        self.unsynced_dirs.update(make_dirs(self.directory))
+        self.unsynced_dirs.add(self.directory)
         f = MappedFile(
             self.directory, base, self.file_size, create=True, use_mmap=self.use_mmap, preallocate=self.preallocate
         )
@@ -326,6 +358,10 @@ class MappedFileQueue:
                 wiped = f.wipe_after(pos)
             f.wrote = min(pos, f.size)
             f.flushed = min(f.flushed, f.wrote)
+            if wiped:  # durable at once: a power cut must not bring the stale bytes back as records
+                f.sync()
+        if deleted:
+            fsync_directory(self.directory)
         return deleted, wiped
 
     def flush(self) -> int:
@@ -341,7 +377,11 @@ class MappedFileQueue:
         for f in files[:-1]:
             f.flush()
         last = files[-1]
-        return last.base + last.flush()
+        end = last.base + last.flush()
+        for d in sorted(self.unsynced_dirs, key=len, reverse=True):
+            fsync_directory(d)
+            self.unsynced_dirs.discard(d)
+        return end
 
     def close(self) -> None:
         for f in self.files:

@@ -32,10 +32,11 @@ from rmqha.broker.support.log_limit import LogLimiter
 
 from . import delay, record
 from .commitlog import CommitLog, RecoveryReport
-from .consume_queue import ConsumeQueue
+from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .index import DEFAULT_INDEX_SETTINGS, IndexRecord, IndexSettings
 from .index_service import IndexService
-from .mapped_file import DiskFullError, MappedFile, StoreError
+from .mapped_file import DiskFullError, MappedFile, StoreError, fsync_directory, make_dirs
+from .offset_lease import LEASE_FILE, QueueOffsetLease
 from .record import BytesLike, Scan
 
 log = logging.getLogger("rmqha.broker.store")
@@ -208,6 +209,8 @@ class MessageStore:
         # The next queue offset of each (topic, queue id) put_message appended to: ahead of the consume
         # queue by the records not yet dispatched. Filled from the queue when a key is first used.
         self.queue_offsets: dict[tuple[str, int], int] = {}
+        # Every queue offset put_message gives is leased durably first (rmqha/broker/store/offset_lease.py).
+        self.lease = QueueOffsetLease(os.path.join(root, LEASE_FILE))
         # Units a full disk kept out of their consume queue, written before any later one of that queue
         # at the next dispatch.
         self._unwritten_units: dict[ConsumeQueue, list[Unit]] = {}
@@ -222,7 +225,8 @@ class MessageStore:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> RecoveryReport:
-        os.makedirs(self.root, exist_ok=True)
+        for d in make_dirs(self.root):
+            fsync_directory(d)
         self._take_lock()
         abort = os.path.join(self.root, "abort")
         self.was_clean_shutdown = not os.path.exists(abort)
@@ -231,8 +235,11 @@ class MessageStore:
         self.recovery = self._recover()
         self.index.load()
         self.index.recover(self.commitlog)  # after the log's recovery: the index ends where the log does
+        self.lease.load()
         with open(abort, "w"):
             pass
+        # the abort file must outlive a power cut, or the next start takes a crash for a clean shutdown
+        fsync_directory(self.root)
         return self.recovery
 
     def _take_lock(self) -> None:
@@ -335,6 +342,7 @@ class MessageStore:
         try:
             self.flush()
             self._write_checkpoint()
+            self.lease.tighten({k: cq.max_index for k, cq in self.queues.items()})
             os.unlink(os.path.join(self.root, "abort"))
         except OSError as e:
             log.error("store shutdown: %s (the next start will run crash recovery)", e)
@@ -353,6 +361,18 @@ class MessageStore:
             cq = ConsumeQueue(self.cq_root, topic, queue_id, self.cq_file_size)
             self.queues[(topic, queue_id)] = cq
         return cq
+
+    def pad_leased_queues(self) -> int:
+        """A master about to take writes: pad every queue of the lease up to its bound now (so no
+        consumer's offset is past a queue's end). Call only once nothing will come back at its own
+        offsets (after the recovery fetch). Returns the fillers written."""
+        n = 0
+        for key in sorted(self.lease.unpadded):
+            cq = self.queue(*key)  # (the lease's names were checked when it was read)
+            before = cq.max_index
+            self.lease.next_offset(key, cq)
+            n += cq.max_index - before
+        return n
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get((topic, queue_id))
@@ -396,8 +416,15 @@ class MessageStore:
             key = (msg.topic, msg.queue_id)
             queue_offset = self.queue_offsets.get(key)
             cq = self.queues.get(key) or self.queue(*key)
-            if queue_offset is None:
-                queue_offset = cq.max_index
+            try:
+                if queue_offset is None:
+                    queue_offset = self.lease.next_offset(key, cq)
+            except DiskFullError as e:
+                log.error("put_message failed, nothing stored: %s", e)
+                return PutResult(PutStatus.DISK_FULL, remark=f"disk full: {e}")
+            why = self.lease.cover({key: queue_offset + 1}, self.now_ms())
+            if why:
+                return PutResult(PutStatus.UNKNOWN_ERROR, remark=why)
         else:
             cq, queue_offset = None, 0
         msg.queue_offset = queue_offset
@@ -484,10 +511,15 @@ class MessageStore:
             if slot is None:
                 cq = self.queues.get(key) or self.queue(*key)
                 qo = self.queue_offsets.get(key)
-                slot = next_offsets[key] = [cq, cq.max_index if qo is None else qo]
+                try:
+                    slot = next_offsets[key] = [cq, self.lease.next_offset(key, cq) if qo is None else qo]
+                except DiskFullError:
+                    return []  # put_message says why
             qoffs.append(slot[1])
             cqs.append(slot[0])
             slot[1] += 1
+        if self.lease.cover({k: slot[1] for k, slot in next_offsets.items()}, now):
+            return []  # put_message says why
         store_host = record.encode_host(self.store_host)
         # the C extension (rmqha/broker/fastpath/_fastsend.c, no stub), bound in fastpath's try/except: the caller
         # only sends here when it is built
@@ -728,7 +760,7 @@ class MessageStore:
         next_offset = offset
         max_msgs = max(1, min(max_msgs, 32))
         for i, (phys, size, tcode) in enumerate(cq.units(offset, 800)):
-            if phys < self.commitlog.min_offset:
+            if phys < self.commitlog.min_offset or size == FILLER_SIZE:  # expired, or a filler: step over
                 next_offset = offset + i + 1
                 continue
             if len(records) >= max_msgs or (records and size_total + size > max_bytes):

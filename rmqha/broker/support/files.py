@@ -10,8 +10,10 @@ import os
 def atomic_write(path: str, data: bytes) -> None:
     """Replace `path` with `data` so a reader (or a crash) sees the old file or the new one, whole:
     write a sibling temp file, fsync it, rename it over the target, fsync the directory."""
+    from rmqha.broker.store.mapped_file import fsync_directory, make_dirs
+
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    created_in = make_dirs(directory)  # config/ made by this write: its entry in the store root too
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -23,11 +25,8 @@ def atomic_write(path: str, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    for d in [directory, *created_in]:
+        fsync_directory(d)
 
 
 def read_json_file(path: str):

@@ -3,6 +3,7 @@ unclean start fetches the slave's tail over the 4.x HA wire, roles reversed, and
 that pass every check. The IO-free sessions first, then both sides on in-memory transports and a fake
 clock, then the controller's hold."""
 
+import os
 import random
 import struct
 
@@ -467,3 +468,50 @@ def test_the_source_streams_within_max_bytes_and_checks_the_report(tmp_path):
     ahead = SourceSession(slave.commitlog)
     ahead.on_report(struct.pack(">q", end + 999))  # a master ahead of this log: told where it ends
     assert ahead.next_frames(100) == [struct.pack(">qi", end, 0)]
+
+
+def test_the_controller_fills_leased_offsets_only_when_the_hold_ends(tmp_path):
+    """The queue-offset lease (rmqha/broker/store/offset_lease.py) is filled when the master takes writes,
+    never while it holds: the fetch puts the slave's records back at their own offsets first."""
+    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.controller import BrokerController
+
+    root = tmp_path / "m"
+    cfg = BrokerConfig.from_properties(
+        {
+            "brokerName": "b",
+            "brokerRole": "SYNC_MASTER",
+            "storePathRootDir": str(root),
+            "listenPort": "30911",
+            "brokerIP1": "127.0.0.1",
+            "haRecoveryEnable": "true",
+            "haRecoveryPeers": "127.0.0.1:1",
+            "haRecoveryWaitMs": "2000",
+            "mappedFileSizeCommitLog": str(FILE),
+            "mappedFileSizeConsumeQueue": str(20 * 1000),
+        }
+    )
+    s = store(root)
+    put(s, 8)  # two messages in each of 4 queues, leased past them
+    bounds = dict(s.lease.bounds)
+    s.commitlog.close()  # killed: the abort file stays, the lease too
+    for cq in s.queues.values():
+        cq.close()
+    os.close(s._lock_fd)
+    (root / "haPeers.json").write_text('{"peers": {"127.0.0.1": {"ack": 1}}, "streamLimit": 1073741824}')
+    reactor = MemoryReactorClock()
+    c = BrokerController(
+        cfg,
+        reactor,
+        run_in_thread=lambda f, *a: __import__("twisted.internet.defer", fromlist=["x"]).maybeDeferred(f, *a),
+    )
+    c.start(listen=False)
+    try:
+        assert c.writes_held
+        assert [c.store.max_queue_offset("T", q) for q in range(4)] == [2] * 4, "nothing filled while holding"
+        reactor.advance(2.1)
+        assert not c.writes_held
+        assert [c.store.max_queue_offset("T", q) for q in range(4)] == [bounds[("T", q)] for q in range(4)]
+        assert c.store.put_message(Message(topic="T", body=b"x", queue_id=1)).queue_offset == bounds[("T", 1)]
+    finally:
+        c.stop()

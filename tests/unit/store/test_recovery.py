@@ -31,7 +31,7 @@ def bodies(store, topic="T", qid=0):
     out, off = [], 0
     while True:
         got = store.get_messages(topic, qid, off, 32)
-        if not got.records:
+        if got.next_begin_offset <= off:  # the end (a run of fillers moves the offset with no record)
             return out
         out += [record.scan(b).message.body for b in got.records]
         off = got.next_begin_offset
@@ -63,8 +63,10 @@ def test_torn_tail_is_truncated_and_wiped(tmp_path):
     data = open(log_file(tmp_path), "rb").read()
     assert data[last.wrote_offset :] == bytes(FILE_SIZE - last.wrote_offset), "stale bytes wiped"
     r = s.put_message(msg(77))
-    assert r.status == PutStatus.PUT_OK and r.wrote_offset == last.wrote_offset and r.queue_offset == 9
-    assert len(bodies(s)) == 10
+    # the torn record's queue offset 9 is not given again (a consumer may have read it before the crash):
+    # the new message goes past the lease, the offsets between are fillers (test_power_loss_offset_reuse.py)
+    assert r.status == PutStatus.PUT_OK and r.wrote_offset == last.wrote_offset and r.queue_offset > 9
+    assert len(bodies(s)) == 10 and bodies(s)[-1] == msg(77).body
     s.shutdown()
 
 

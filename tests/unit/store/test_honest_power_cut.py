@@ -1,0 +1,153 @@
+"""What an honest power cut (a crash-consistency filesystem: only fsynced bytes and fsynced directory
+entries survive) shows about the store, each simulated on files (tests/unit/store/test_power_loss_offset_reuse.py
+has the queue offsets). The filesystem itself is issue 32's crashfs; these pin what the store does so a
+cut on it has nothing to take that the store reported durable."""
+
+import os
+
+from rmqha.broker.support.files import atomic_write
+from rmqha.broker.store import mapped_file, message_store
+from rmqha.broker.store.mapped_file import MappedFileQueue
+
+from .conftest import msg, open_store
+from .test_power_loss_offset_reuse import crash, power_loss
+
+
+def spy_dir_fsyncs(monkeypatch, module):
+    """Record the directories fsynced (the real fsync still runs)."""
+    synced = []
+    real = mapped_file.fsync_directory
+
+    def spy(path):
+        synced.append(os.path.abspath(path))
+        real(path)
+
+    monkeypatch.setattr(module, "fsync_directory", spy)
+    return synced
+
+
+def test_a_new_store_file_is_durable_only_with_its_directory_and_flush_makes_it_so(tmp_path, monkeypatch):
+    # A file created and fsynced but whose directory entry was not fsynced is gone after the cut: a
+    # SYNC_FLUSH send acknowledged in a new commit-log file (or a queue's new file) would be lost.
+    synced = spy_dir_fsyncs(monkeypatch, mapped_file)
+    q = MappedFileQueue(str(tmp_path / "consumequeue" / "T" / "0"), 100)
+    f = q.writable_file()
+    f.append(b"x" * 10)
+    assert synced == []
+    assert q.flush() == 10
+    assert set(synced) == {str(tmp_path / d) for d in ("consumequeue/T/0", "consumequeue/T", "consumequeue", "")}
+    assert synced[0] == str(tmp_path / "consumequeue" / "T" / "0"), "deepest first"
+    synced.clear()
+    assert q.flush() == 10 and synced == [], "nothing new: no directory to sync"
+    f.wrote = f.size
+    q.writable_file()  # the next file
+    q.flush()
+    assert synced == [str(tmp_path / "consumequeue" / "T" / "0")]
+
+
+def test_a_store_flush_makes_its_new_commit_log_file_durable(tmp_path, monkeypatch):
+    synced = spy_dir_fsyncs(monkeypatch, mapped_file)
+    s = open_store(tmp_path)
+    try:
+        for i in range(25):  # past the first 4 KiB file
+            s.put_message(msg(i))
+        s.flush()
+        assert str(tmp_path / "commitlog") in synced and str(tmp_path / "consumequeue" / "T" / "0") in synced
+    finally:
+        s.shutdown()
+
+
+def test_the_abort_file_is_durable_before_the_store_takes_anything(tmp_path, monkeypatch):
+    # Without the directory fsync a cut could undo the abort file's creation: the next start would take a
+    # crash for a clean shutdown.
+    synced = spy_dir_fsyncs(monkeypatch, message_store)
+    s = open_store(tmp_path / "root")
+    try:
+        assert str(tmp_path / "root") in synced and str(tmp_path) in synced
+    finally:
+        s.shutdown()
+
+
+def test_a_config_file_and_a_config_directory_made_by_its_first_write_are_both_durable(tmp_path, monkeypatch):
+    # topics.json or subscriptionGroup.json written for a topic or group created on request: config/ is
+    # new, so its entry in the store root must be synced too, or the cut takes the whole directory.
+    synced = spy_dir_fsyncs(monkeypatch, mapped_file)
+    atomic_write(str(tmp_path / "config" / "topics.json"), b"{}")
+    assert synced == [str(tmp_path / "config"), str(tmp_path)]
+    synced.clear()
+    atomic_write(str(tmp_path / "config" / "topics.json"), b"{}")
+    assert synced == [str(tmp_path / "config")]
+
+
+def test_a_torn_checkpoint_changes_nothing_recovery_does(tmp_path):
+    # The checkpoint is written without an fsync (as 4.9's, between flushes); this store's recovery never
+    # reads it (it walks from the third-last commit-log file), so garbage there cannot move the log's end.
+    s = open_store(tmp_path)
+    for i in range(6):
+        s.put_message(msg(i))
+    durable = s.flush()
+    for i in range(6, 9):
+        s.put_message(msg(i))
+    power_loss(s, tmp_path, durable)
+    with open(tmp_path / "checkpoint", "r+b") as fh:
+        fh.write(os.urandom(4096))
+    s = open_store(tmp_path)
+    try:
+        assert s.max_offset == durable and s.max_queue_offset("T", 0) == 6
+        assert s.read_checkpoint() != (0, 0, 0)  # garbage, read as numbers, used by nothing here
+    finally:
+        s.shutdown()
+
+
+def test_a_consumer_offset_ahead_of_the_cut_log_is_within_the_queue_once_the_master_takes_writes(tmp_path):
+    # consumerOffset.json is fsynced every 5 s, the commit log maybe later (ASYNC_FLUSH): after a cut a
+    # committed offset can be past the queue's end. With the lease the queue is filled up to the bound
+    # first, so the consumer's next pull is inside the queue and gets the next new message.
+    s = open_store(tmp_path)
+    for i in range(4):
+        s.put_message(msg(i))
+    durable = s.flush()
+    for i in range(4, 12):
+        s.put_message(msg(i))
+    committed = s.get_messages("T", 0, 0, 32).next_begin_offset
+    assert committed == 12
+    power_loss(s, tmp_path, durable)
+    s = open_store(tmp_path)
+    try:
+        assert s.get_messages("T", 0, committed, 32).status == "OFFSET_OVERFLOW_BADLY", "before: past the end"
+        s.pad_leased_queues()
+        assert s.max_queue_offset("T", 0) > committed
+        new = s.put_message(msg(50))
+        got = s.get_messages("T", 0, committed, 32)
+        while not got.records and got.next_begin_offset > committed:
+            committed = got.next_begin_offset
+            got = s.get_messages("T", 0, committed, 32)
+        assert got.records and got.next_begin_offset == new.queue_offset + 1
+    finally:
+        s.shutdown()
+
+
+def test_recovery_wipes_and_syncs_the_stale_tail_so_a_second_cut_cannot_bring_it_back(tmp_path, monkeypatch):
+    synced_files = []
+    real = mapped_file.MappedFile.sync
+
+    def spy(self):
+        synced_files.append(self.path)
+        real(self)
+
+    monkeypatch.setattr(mapped_file.MappedFile, "sync", spy)
+    s = open_store(tmp_path)
+    for i in range(3):
+        s.put_message(msg(i))
+    durable = s.flush()
+    s.put_message(msg(3))
+    crash(s)
+    with open(tmp_path / "commitlog" / f"{0:020d}", "r+b") as fh:  # a torn last record
+        fh.seek(durable + 150)  # inside its body
+        fh.write(b"\0" * 20)
+    s = open_store(tmp_path)
+    try:
+        assert s.max_offset == durable
+        assert str(tmp_path / "commitlog" / f"{0:020d}") in synced_files
+    finally:
+        s.shutdown()
