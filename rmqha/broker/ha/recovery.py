@@ -116,16 +116,18 @@ class RecordVerifier:
         return out
 
     def _take(self, out: list[bytes]) -> None:
-        pos = 0
+        # each record taken is cut from the front of the buffer: the next one always starts at 0
+        buf = self._buf
         while True:
             at = self.end
             in_file = self.file_size - at % self.file_size
-            r = record.scan(self._buf, pos, check_crc=True)
+            r = record.scan(buf, 0, check_crc=True)
             if r.kind == Scan.PARTIAL:
-                if r.size > in_file or r.size > self.max_record or len(self._buf) - pos > self.max_record:
+                # its head still arriving (size 0), or its body: wait, unless what it declares cannot fit
+                if r.size > in_file or r.size > self.max_record:
                     raise RecoveryRefused(
-                        f"record at {at} of {r.size or len(self._buf) - pos} bytes does not "
-                        f"fit in its commit-log file ({in_file} bytes left) or the size limit"
+                        f"record at {at} of {r.size} bytes does not fit in its commit-log file "
+                        f"({in_file} bytes left) or the size limit ({self.max_record})"
                     )
                 break
             if r.kind == Scan.INVALID:
@@ -136,9 +138,9 @@ class RecordVerifier:
                         f"end-of-file record at {at} spans {r.size} bytes; its file has {in_file} "
                         "left (do master and slave use the same mappedFileSizeCommitLog?)"
                     )
-                if len(self._buf) - pos < r.size:
+                if len(buf) < r.size:
                     break  # the blank's tail (zeros) is still arriving
-                if any(self._buf[pos + 8 : pos + r.size]):
+                if any(buf[8 : r.size]):
                     raise RecoveryRefused(f"end-of-file record at {at} is not followed by zeros")
             else:
                 m = r.message
@@ -161,11 +163,9 @@ class RecordVerifier:
                     f"record at {at} ends at {at + r.size}, past the most this master ever "
                     f"streamed ({self.limit}, streamLimit): no replica of it holds that"
                 )
-            out.append(bytes(self._buf[pos : pos + r.size]))
-            pos += r.size
+            out.append(bytes(buf[: r.size]))
+            del buf[: r.size]  # (a refusal leaves the buffer at the bad record)
             self.end += r.size
-            del self._buf[:pos]  # (a refusal then leaves the buffer at the bad record)
-            pos = 0
 
 
 class FetchOutcome:

@@ -515,3 +515,239 @@ def test_the_controller_fills_leased_offsets_only_when_the_hold_ends(tmp_path):
         assert c.store.put_message(Message(topic="T", body=b"x", queue_id=1)).queue_offset == bounds[("T", 1)]
     finally:
         c.stop()
+
+
+def test_the_fetched_tail_is_flushed_before_writes_are_taken(tmp_path):
+    """The fetched records are fsynced (and the checkpoint says so) when the hold ends: a second power
+    cut right after must not take them again, nor what the master acknowledges on top of them."""
+    from rmqha.broker.store.message_store import CHECKPOINT_DURABLE, CHECKPOINT_DURABLE_AT
+
+    p = Pair(tmp_path)
+    p.fetcher.start()
+    p.run()
+    assert p.done == [RecoveryState.DONE]
+    raw = (tmp_path / "master" / "checkpoint").read_bytes()
+    (durable,) = CHECKPOINT_DURABLE.unpack_from(raw, CHECKPOINT_DURABLE_AT)
+    assert durable == p.master.max_offset == p.slave.max_offset > p.cut
+
+
+def test_a_source_lost_mid_fetch_is_let_go_and_retried_after_the_others(tmp_path):
+    from twisted.internet.error import ConnectionLost
+    from twisted.internet.testing import StringTransport
+    from twisted.python.failure import Failure
+
+    reactor = MemoryReactorClock()
+    master = store(tmp_path / "master")
+    put(master, 5)
+    done = []
+    f = RecoveryFetcher(
+        master, ["127.0.0.1:1", "127.0.0.1:2"], reactor, reactor, 30.0, HOST, 1 << 20, on_done=done.append
+    )
+    f.start()
+    assert [c[1] for c in reactor.tcpClients] == [1]
+    proto = reactor.tcpClients[0][2].buildProtocol(None)
+    proto.makeConnection(StringTransport())
+    assert f.active is proto and f.status_sources[0].state == "FETCHING" and f.status_sources[0].attempts == 1
+    proto.connectionLost(Failure(ConnectionLost("reset")))
+    assert f.active is None and f.status_sources[0].state == "UNREACHABLE" and "reset" in f.status_sources[0].error
+    proto.connectionLost(Failure(ConnectionLost("again")))  # a second report of the same loss changes nothing
+    assert "again" not in f.status_sources[0].error
+    reactor.advance(f.retry_s - 0.01)
+    assert len(reactor.tcpClients) == 1, "not retried at once"
+    reactor.advance(0.02)
+    assert [c[1] for c in reactor.tcpClients] == [1, 2], "the other source first"
+    assert [x.attempts for x in f.status_sources] == [1, 1] and f.status_sources[1].state == "CONNECTING"
+    assert f.holding and not done
+
+
+def test_a_loss_after_the_answer_or_after_the_hold_changes_nothing(tmp_path):
+    reactor = MemoryReactorClock()
+    master = store(tmp_path / "master")
+    put(master, 5)
+    done = []
+    f = RecoveryFetcher(master, ["127.0.0.1:1"], reactor, reactor, 1.0, HOST, 1 << 20, on_done=done.append)
+    f.start()
+    src = f.status_sources[0]
+    f.source_done(src, "COMPLETE", "")
+    f.source_lost(src, "late reset")
+    assert src.state == "COMPLETE" and src.error == ""
+    reactor.advance(0)
+    assert done == [RecoveryState.DONE]
+    f2 = RecoveryFetcher(master, ["127.0.0.1:1"], reactor, reactor, 1.0, HOST, 1 << 20, on_done=done.append)
+    f2.start()
+    reactor.advance(1.0)  # timed out
+    calls = len(reactor.getDelayedCalls())
+    f2.source_lost(f2.status_sources[0], "reset")
+    assert f2.status_sources[0].state == "UNREACHABLE" and len(reactor.getDelayedCalls()) == calls, "no retry"
+
+
+def test_a_record_exactly_filling_its_file_or_the_size_limit_is_taken_whole_or_in_pieces(tmp_path):
+    slave = store(tmp_path / "slave")
+    put(slave, 1)
+    one = log_bytes(slave)
+    n = len(one)
+    last = bytearray(one)
+    struct.pack_into(">q", last, 28, FILE - n)  # the same record, stored at the end of its file
+    v = RecordVerifier(FILE - n, FILE, HOST, 1 << 20)
+    assert v.feed(last[:-1]) == [], "its head declares exactly the file's rest: wait for the body"
+    assert v.feed(last[-1:]) == [bytes(last)] and v.end == FILE
+    at_limit = RecordVerifier(0, FILE, HOST, max_record=n)
+    assert at_limit.feed(one[:-1]) == [] and at_limit.feed(one[-1:]) == [one]
+    with pytest.raises(RecoveryRefused, match="does not fit"):
+        RecordVerifier(FILE - n + 1, FILE, HOST, 1 << 20).feed(one[:-1])  # one byte more than the file's rest
+
+
+class _PausingTransport:
+    """A StringTransport whose buffer is 'full' after `room` writes: it pauses its producer, as Twisted's
+    transports do."""
+
+    def __init__(self, room, peer=("10.0.0.1", 5)):
+        from twisted.internet.address import IPv4Address
+        from twisted.internet.testing import StringTransport
+
+        self.t = StringTransport(peerAddress=IPv4Address("TCP", *peer))
+        self.room = room
+        self.writes = 0
+        self.t.write = self._write
+        self._real_write = StringTransport.write.__get__(self.t)
+
+    def _write(self, data):
+        self._real_write(data)
+        self.writes += 1
+        if self.writes >= self.room:
+            self.t.producer.pauseProducing()
+
+
+def test_the_source_streams_as_a_push_producer_and_closes_on_a_bad_report(tmp_path):
+    from twisted.internet.address import IPv4Address
+
+    slave = store(tmp_path / "slave")
+    put(slave, 1600)  # ~1.2 MB: more than one 1 MiB slice of the stream
+    svc = RecoverySourceService(slave, MemoryReactorClock(), allowed=frozenset({"10.0.0.1"}))
+    assert svc.buildProtocol(IPv4Address("TCP", "10.0.0.9", 5)) is None, "not in haAllowedAddresses"
+    assert svc.status() == {"port": None, "connections": 0, "refused": 1}
+    proto = svc.buildProtocol(IPv4Address("TCP", "10.0.0.1", 5))
+    pt = _PausingTransport(room=1)
+    proto.makeConnection(pt.t)
+    assert svc.served == 1 and pt.t.producer is proto and pt.t.streaming is True
+    assert proto.peer == "10.0.0.1:5"
+    proto.dataReceived(struct.pack(">q", 0))  # the first report starts the stream...
+    assert pt.writes == 1 and proto.paused and not proto.session.said_end  # ...until the transport is full
+    proto.dataReceived(struct.pack(">q", 1000))  # an ack does not restart a paused stream
+    assert pt.writes == 1
+    pt.room = 10**9
+    proto.resumeProducing()  # the buffer drained
+    assert proto.session.said_end and not proto.paused
+    stream = pt.t.value()
+    fetch = FetchSession(RecordVerifier(0, FILE, HOST, 1 << 20))
+    records, _ = fetch.on_data(stream)
+    assert fetch.outcome == FetchOutcome.COMPLETE and b"".join(records) == log_bytes(slave)
+    proto.stopProducing()
+    assert proto.paused
+    bad = svc.buildProtocol(IPv4Address("TCP", "10.0.0.1", 6))
+    bt = _PausingTransport(room=10**9)
+    bad.makeConnection(bt.t)
+    bad.dataReceived(struct.pack(">q", -5))
+    assert bt.t.disconnected and bt.t.value() == b"", "a negative report closes the connection, nothing sent"
+    assert svc.status()["connections"] == 2
+
+
+def test_the_fetch_protocol_acks_what_it_stored_and_closes_on_the_answer(tmp_path, caplog):
+    from twisted.internet.error import ConnectionDone
+    from twisted.internet.testing import StringTransport
+    from twisted.python.failure import Failure
+
+    slave = store(tmp_path / "slave")
+    put(slave, 120)  # two 64 KiB files: a blank inside the fetched range
+    cut = boundary_near(slave, slave.max_offset // 3)
+    master = prefix_copy(slave, tmp_path / "master", cut)
+    reactor = MemoryReactorClock()
+    reactor.advance(100.0)  # a clock that does not start at 0
+    done = []
+    f = RecoveryFetcher(master, ["127.0.0.1:1"], reactor, reactor, 30.0, HOST, 1 << 20, on_done=done.append)
+    f.start()
+    assert reactor.tcpClients[0][:2] == ("127.0.0.1", 1) and reactor.tcpClients[0][3] == 5, "a 5 s connect timeout"
+    proto = reactor.tcpClients[0][2].buildProtocol(None)
+    t = StringTransport()
+    proto.makeConnection(t)
+    assert t.value() == struct.pack(">q", cut), "it reports where its log ends"
+    assert f.active is proto and f.status_sources[0].state == "FETCHING"
+    t.clear()
+    src = SourceSession(slave.commitlog)
+    src.on_report(struct.pack(">q", cut))
+    stream = b"".join(src.next_frames(1 << 30))
+    first = 12 + struct.unpack_from(">qi", stream)[1]  # the first frame: up to the end of the first file
+    proto.dataReceived(stream[:first])
+    assert master.max_offset > cut and t.value() == struct.pack(">q", master.max_offset), "an ack of what it stored"
+    assert not t.disconnecting
+    reactor.advance(1.5)
+    proto.dataReceived(stream[first:])
+    assert t.disconnected and proto.finished, "the answer came: the connection is closed"
+    reactor.advance(0)
+    assert done == [RecoveryState.DONE] and log_bytes(master) == log_bytes(slave)
+    messages = sum(1 for _a, kind, *_ in slave.commitlog.walk(cut, slave.max_offset) if kind == "message")
+    st = f.status()
+    assert st["sources"][0] == {
+        "address": "127.0.0.1:1",
+        "state": "COMPLETE",
+        "fetchedBytes": slave.max_offset - cut,
+        "records": messages,  # the blank end of a file is fetched, but is no record
+        "attempts": 1,
+        "error": "",
+    }
+    assert st["heldSeconds"] == 1.5 and st["startOffset"] == cut and st["endOffset"] == slave.max_offset
+    t.clear()
+    proto.dataReceived(struct.pack(">qi", slave.max_offset, 4) + b"late")  # after the answer: ignored
+    proto.connectionLost(Failure(ConnectionDone()))
+    assert master.max_offset == slave.max_offset and f.status_sources[0].state == "COMPLETE"
+    reactor.advance(60.0)  # the deadline was cancelled: no "ended before" error later
+    assert "ended before" not in caplog.text
+    assert f.status()["heldSeconds"] == 1.5, "the hold's length stays what it was"
+
+
+def test_a_timeout_drops_the_source_still_sending_and_takes_nothing_after(tmp_path, caplog):
+    from twisted.internet.testing import StringTransport
+
+    slave = store(tmp_path / "slave")
+    put(slave, 60)
+    cut = boundary_near(slave, slave.max_offset // 2)
+    master = prefix_copy(slave, tmp_path / "master", cut)
+    reactor = MemoryReactorClock()
+    done = []
+    f = RecoveryFetcher(master, ["127.0.0.1:1"], reactor, reactor, 2.0, HOST, 1 << 20, on_done=done.append)
+    f.start()
+    proto = reactor.tcpClients[0][2].buildProtocol(None)
+    t = StringTransport()
+    proto.makeConnection(t)
+    src = SourceSession(slave.commitlog)
+    src.on_report(struct.pack(">q", cut))
+    stream = b"".join(src.next_frames(1 << 30))
+    first = 12 + struct.unpack_from(">qi", stream)[1]
+    proto.dataReceived(stream[:first])
+    taken = master.max_offset
+    assert taken > cut
+    reactor.advance(2.0)
+    assert done == [RecoveryState.TIMED_OUT] and t.disconnected and f.active is proto
+    assert "ended before 127.0.0.1:1 answered" in caplog.text
+    proto.dataReceived(stream[first:])
+    f.store_records([stream[first + 12 :]], f.status_sources[0])  # a late delivery is not stored either
+    assert master.max_offset == taken
+
+
+def test_proven_sources_keep_names_and_proven_addresses_in_order_ipv6_too():
+    from rmqha.broker.ha.recovery import proven_sources
+
+    srcs = ["broker-a-s:10912", "[::1]:10912", "[::2]:10912", "10.0.0.2:10912"]
+    kept, dropped = proven_sources(srcs, {"::1": {}, "10.0.0.2": {}}, 1 << 30)
+    assert kept == ["broker-a-s:10912", "[::1]:10912", "10.0.0.2:10912"]
+    assert len(dropped) == 1 and dropped[0].startswith("[::2]:10912: ::2 was never proven")
+    none, why = proven_sources(srcs, {}, 1 << 30)
+    assert none == [] and len(why) == 4 and all("haPeers.json" in w for w in why)
+
+
+def test_the_source_service_listens_and_says_on_which_port(tmp_path):
+    slave = store(tmp_path / "slave")
+    reactor = MemoryReactorClock()
+    svc = RecoverySourceService(slave, reactor)
+    port = svc.listen(reactor, 20913)
+    assert port is svc.port and svc.status() == {"port": 20913, "connections": 0, "refused": 0}
