@@ -23,6 +23,11 @@ UNIT = struct.Struct(">qiq")
 UNIT_SIZE = 20
 FILLER_SIZE = 0x7FFFFFFF
 FILLER = UNIT.pack(0, FILLER_SIZE, 0)
+# A filler for offsets a master's lease skips (pad_to): a pull steps over it as over any filler, but it
+# does not move the queue's min offset, so a new consumer group still starts the queue at its start (a
+# queue whose min offset is past 0 answers QUERY_CONSUMER_OFFSET with "not found", and the official C++
+# client then starts at the queue's end, skipping every message in it).
+LEASE_FILLER = UNIT.pack(0, FILLER_SIZE, 1)
 
 
 class ConsumeQueue:
@@ -39,7 +44,9 @@ class ConsumeQueue:
         self.queue_id = queue_id
         file_size -= file_size % UNIT_SIZE
         self.files = MappedFileQueue(os.path.join(root, topic, str(queue_id)), file_size, use_mmap=True)
-        self.min_index = 0  # first non-filler unit whose record is still in the commit log
+        # first non-filler unit whose record is still in the commit log (a LEASE_FILLER counts as no filler:
+        # it is no gap at the front)
+        self.min_index = 0
         self.min_phys = 0  # the commit log's first offset, as the store last said (correct_min_offset)
         self.max_phys_end = 0  # end of the last record this queue points at
         self.misplaced = 0  # units put_many could not place: their queue offset held another record
@@ -232,13 +239,16 @@ class ConsumeQueue:
         return unit[0] == phys
 
     def pad_to(self, index: int) -> int:
-        """Fill [max_index, index) with filler units, so the next unit takes queue offset `index`. Returns
-        how many were written (MessageStore pads a queue up to its lease before its first new message)."""
-        current = self.max_index
-        if index <= current:
-            return 0
-        self._pad(current, index)
-        return index - current
+        """Fill [max_index, index) with lease fillers, so the next unit takes queue offset `index` (an empty
+        queue is filled from 0). Returns how many were written (MessageStore pads a queue up to its lease
+        before its first new message)."""
+        start = current = self.max_index
+        while current < index:
+            f = self.files.writable_file(at=current * UNIT_SIZE)
+            n = min(index - current, f.free // UNIT_SIZE)
+            f.append(LEASE_FILLER * n)
+            current += n
+        return current - start
 
     def _pad(self, current: int, index: int) -> None:
         fq = self.files
@@ -251,7 +261,7 @@ class ConsumeQueue:
         while current < index:
             f = fq.writable_file(at=current * UNIT_SIZE)
             n = min(index - current, f.free // UNIT_SIZE)
-            f.append(FILLER * n)
+            f.append(LEASE_FILLER * n)
             current += n
 
     def get(self, index: int) -> tuple[int, int, int] | None:

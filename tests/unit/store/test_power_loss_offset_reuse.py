@@ -298,3 +298,28 @@ def test_a_destroyed_queue_leaves_the_lease(tmp_path):
         assert ("T", 0) not in s.lease.bounds and ("U", 0) in s.lease.bounds
     finally:
         s.shutdown()
+
+
+def test_a_queue_that_lost_everything_still_starts_at_0_for_a_new_group(tmp_path):
+    """The lease's fillers do not move a queue's min offset: a new consumer group asks QUERY_CONSUMER_OFFSET,
+    which answers 0 only while the queue starts at 0; past 0 the official C++ client starts at the queue's
+    end and skips every message in it (seen in the repair run: a late group got none of broker-a's 178
+    re-sent messages)."""
+    s = open_store(tmp_path)
+    for i in range(6):
+        s.put_message(msg(i))
+    power_loss(s, tmp_path, 0)  # nothing was fsynced
+    s = open_store(tmp_path)
+    try:
+        assert s.max_queue_offset("T", 0) == 0
+        new = [s.put_message(msg(100 + i)) for i in range(3)]
+        assert new[0].queue_offset >= 6 and s.min_queue_offset("T", 0) == 0
+        got, _ = drain(s, 0)
+        assert got == [msg(100 + i).body for i in range(3)]
+    finally:
+        s.shutdown()
+    s = open_store(tmp_path)  # and after a restart, read back from the files
+    try:
+        assert s.min_queue_offset("T", 0) == 0 and drain(s, 0)[0] == [msg(100 + i).body for i in range(3)]
+    finally:
+        s.shutdown()
