@@ -46,15 +46,19 @@ def fsync_directory(path: str) -> None:
         os.close(fd)
 
 
-def make_dirs(directory: str) -> list[str]:
-    """os.makedirs; returns the directories whose entries changed (the parent of each one created)."""
+def make_dirs(directory: str, sync: bool = False) -> list[str]:
+    """os.makedirs; returns the directories whose entries changed (the parent of each one created),
+    fsynced first with sync=True."""
     missing = []
     d = os.path.abspath(directory)
     while not os.path.isdir(d):
         missing.append(d)
         d = os.path.dirname(d)
     os.makedirs(directory, exist_ok=True)
-    return [os.path.dirname(m) for m in missing]
+    changed = [os.path.dirname(m) for m in missing]
+    for parent in changed if sync else ():
+        fsync_directory(parent)
+    return changed
 
 
 def file_name(offset: int) -> str:

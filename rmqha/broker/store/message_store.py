@@ -209,8 +209,7 @@ class MessageStore:
         # The next queue offset of each (topic, queue id) put_message appended to: ahead of the consume
         # queue by the records not yet dispatched. Filled from the queue when a key is first used.
         self.queue_offsets: dict[tuple[str, int], int] = {}
-        # Every queue offset put_message gives is leased durably first (rmqha/broker/store/offset_lease.py).
-        self.lease = QueueOffsetLease(os.path.join(root, LEASE_FILE))
+        self.lease = QueueOffsetLease(os.path.join(root, LEASE_FILE))  # every queue offset is leased first
         # Units a full disk kept out of their consume queue, written before any later one of that queue
         # at the next dispatch.
         self._unwritten_units: dict[ConsumeQueue, list[Unit]] = {}
@@ -225,8 +224,7 @@ class MessageStore:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> RecoveryReport:
-        for d in make_dirs(self.root):
-            fsync_directory(d)
+        make_dirs(self.root, sync=True)  # a new root survives a power cut
         self._take_lock()
         abort = os.path.join(self.root, "abort")
         self.was_clean_shutdown = not os.path.exists(abort)
@@ -363,16 +361,9 @@ class MessageStore:
         return cq
 
     def pad_leased_queues(self) -> int:
-        """A master about to take writes: pad every queue of the lease up to its bound now (so no
-        consumer's offset is past a queue's end). Call only once nothing will come back at its own
-        offsets (after the recovery fetch). Returns the fillers written."""
-        n = 0
-        for key in sorted(self.lease.unpadded):
-            cq = self.queue(*key)  # (the lease's names were checked when it was read)
-            before = cq.max_index
-            self.lease.next_offset(key, cq)
-            n += cq.max_index - before
-        return n
+        """A master about to take writes, once nothing comes back at its own offsets (after the recovery
+        fetch): every queue of the lease padded up to its bound now. Returns the fillers written."""
+        return self.lease.pad_all(self.queue)
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get((topic, queue_id))
@@ -414,17 +405,10 @@ class MessageStore:
             return refused
         if msg.sys_flag & record.TRANSACTION_MASK in _QUEUED_TYPES:  # msg.gets_queue_entry
             key = (msg.topic, msg.queue_id)
-            queue_offset = self.queue_offsets.get(key)
             cq = self.queues.get(key) or self.queue(*key)
-            try:
-                if queue_offset is None:
-                    queue_offset = self.lease.next_offset(key, cq)
-            except DiskFullError as e:
-                log.error("put_message failed, nothing stored: %s", e)
-                return PutResult(PutStatus.DISK_FULL, remark=f"disk full: {e}")
-            why = self.lease.cover({key: queue_offset + 1}, self.now_ms())
-            if why:
-                return PutResult(PutStatus.UNKNOWN_ERROR, remark=why)
+            queue_offset, why = self.lease.claim(key, cq, self.queue_offsets.get(key), self.now_ms())
+            if why:  # a full disk (the fillers), or no lease
+                return PutResult(PutStatus.DISK_FULL if "disk full" in why else PutStatus.UNKNOWN_ERROR, remark=why)
         else:
             cq, queue_offset = None, 0
         msg.queue_offset = queue_offset
@@ -510,11 +494,10 @@ class MessageStore:
             slot = next_offsets.get(key)
             if slot is None:
                 cq = self.queues.get(key) or self.queue(*key)
-                qo = self.queue_offsets.get(key)
-                try:
-                    slot = next_offsets[key] = [cq, self.lease.next_offset(key, cq) if qo is None else qo]
-                except DiskFullError:
+                qo, why = self.lease.claim(key, cq, self.queue_offsets.get(key), now)
+                if why:
                     return []  # put_message says why
+                slot = next_offsets[key] = [cq, qo]
             qoffs.append(slot[1])
             cqs.append(slot[0])
             slot[1] += 1

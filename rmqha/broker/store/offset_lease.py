@@ -29,11 +29,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 
 from rmqha.broker.support import validation
 
 from .consume_queue import ConsumeQueue
-from .mapped_file import StoreError
+from .mapped_file import DiskFullError, StoreError
 
 log = logging.getLogger("rmqha.broker.store.lease")
 
@@ -104,6 +105,27 @@ class QueueOffsetLease:
                     cq.max_index,
                 )
         return cq.max_index
+
+    def pad_all(self, queue: Callable[[str, int], ConsumeQueue]) -> int:
+        """Pad every queue not padded since the start up to its bound (so no consumer's offset is past a
+        queue's end); `queue` opens one. Returns the fillers written."""
+        n = 0
+        for key in sorted(self.unpadded):
+            cq = queue(*key)  # (the names were checked when the lease was read)
+            before = cq.max_index
+            self.next_offset(key, cq)
+            n += cq.max_index - before
+        return n
+
+    def claim(self, key: Key, cq: ConsumeQueue, counted: int | None, now_ms: int) -> tuple[int, str]:
+        """(queue offset for a new message of `key`, "" or why it must be refused): `counted` (the next
+        offset put_message counted) or the queue's end after padding, leased before it is given."""
+        try:
+            offset = self.next_offset(key, cq) if counted is None else counted
+        except DiskFullError as e:
+            log.error("no queue offset given, nothing stored: %s", e)
+            return 0, f"disk full: {e}"
+        return offset, self.cover({key: offset + 1}, now_ms)
 
     def cover(self, needed: dict[Key, int], now_ms: int) -> str:
         """Lease every offset below needed[key] not leased yet; "" or why it could not be (the offsets

@@ -13,7 +13,7 @@ from .conftest import msg, open_store
 from .test_power_loss_offset_reuse import crash, power_loss
 
 
-def spy_dir_fsyncs(monkeypatch, module):
+def spy_dir_fsyncs(monkeypatch, *modules):
     """Record the directories fsynced (the real fsync still runs)."""
     synced = []
     real = mapped_file.fsync_directory
@@ -22,7 +22,8 @@ def spy_dir_fsyncs(monkeypatch, module):
         synced.append(os.path.abspath(path))
         real(path)
 
-    monkeypatch.setattr(module, "fsync_directory", spy)
+    for module in modules:
+        monkeypatch.setattr(module, "fsync_directory", spy)
     return synced
 
 
@@ -60,7 +61,7 @@ def test_a_store_flush_makes_its_new_commit_log_file_durable(tmp_path, monkeypat
 def test_the_abort_file_is_durable_before_the_store_takes_anything(tmp_path, monkeypatch):
     # Without the directory fsync a cut could undo the abort file's creation: the next start would take a
     # crash for a clean shutdown.
-    synced = spy_dir_fsyncs(monkeypatch, message_store)
+    synced = spy_dir_fsyncs(monkeypatch, message_store, mapped_file)
     s = open_store(tmp_path / "root")
     try:
         assert str(tmp_path / "root") in synced and str(tmp_path) in synced
