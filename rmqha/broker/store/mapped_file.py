@@ -46,6 +46,13 @@ def fsync_directory(path: str) -> None:
         os.close(fd)
 
 
+def create_durably(path: str) -> None:
+    """Create (or keep) an empty file whose name survives a power cut: its directory is fsynced."""
+    with open(path, "a"):
+        pass
+    fsync_directory(os.path.dirname(path) or ".")
+
+
 def make_dirs(directory: str, sync: bool = False) -> list[str]:
     """os.makedirs; returns the directories whose entries changed (the parent of each one created),
     fsynced first with sync=True."""

@@ -35,7 +35,7 @@ from .commitlog import CommitLog, RecoveryReport
 from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .index import DEFAULT_INDEX_SETTINGS, IndexRecord, IndexSettings
 from .index_service import IndexService
-from .mapped_file import DiskFullError, MappedFile, StoreError, fsync_directory, make_dirs
+from .mapped_file import DiskFullError, MappedFile, StoreError, create_durably, make_dirs
 from .offset_lease import LEASE_FILE, QueueOffsetLease
 from .record import BytesLike, Scan
 
@@ -234,10 +234,7 @@ class MessageStore:
         self.index.load()
         self.index.recover(self.commitlog)  # after the log's recovery: the index ends where the log does
         self.lease.load()
-        with open(abort, "w"):
-            pass
-        # the abort file must outlive a power cut, or the next start takes a crash for a clean shutdown
-        fsync_directory(self.root)
+        create_durably(abort)  # it must outlive a power cut, or the next start takes a crash for a clean shutdown
         return self.recovery
 
     def _take_lock(self) -> None:

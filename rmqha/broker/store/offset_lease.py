@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 
 from rmqha.broker.support import validation
+from rmqha.broker.support.files import atomic_write
 
 from .consume_queue import ConsumeQueue
 from .mapped_file import DiskFullError, StoreError
@@ -181,22 +181,6 @@ class QueueOffsetLease:
         table: dict[str, dict[str, int]] = {}
         for (topic, qid), b in sorted(bounds.items()):
             table.setdefault(topic, {})[str(qid)] = b
-        data = json.dumps({"queues": table}, separators=(",", ":")).encode()
-        directory = os.path.dirname(self.path) or "."
-        tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        atomic_write(self.path, json.dumps({"queues": table}, separators=(",", ":")).encode())
         self.bounds = bounds
         self.writes += 1

@@ -6,7 +6,7 @@ cut on it has nothing to take that the store reported durable."""
 import os
 
 from rmqha.broker.support.files import atomic_write
-from rmqha.broker.store import mapped_file, message_store
+from rmqha.broker.store import mapped_file
 from rmqha.broker.store.mapped_file import MappedFileQueue
 
 from .conftest import msg, open_store
@@ -61,7 +61,7 @@ def test_a_store_flush_makes_its_new_commit_log_file_durable(tmp_path, monkeypat
 def test_the_abort_file_is_durable_before_the_store_takes_anything(tmp_path, monkeypatch):
     # Without the directory fsync a cut could undo the abort file's creation: the next start would take a
     # crash for a clean shutdown.
-    synced = spy_dir_fsyncs(monkeypatch, message_store, mapped_file)
+    synced = spy_dir_fsyncs(monkeypatch, mapped_file)
     s = open_store(tmp_path / "root")
     try:
         assert str(tmp_path / "root") in synced and str(tmp_path) in synced
