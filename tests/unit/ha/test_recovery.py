@@ -473,7 +473,7 @@ def test_the_source_streams_within_max_bytes_and_checks_the_report(tmp_path):
 def test_the_controller_fills_leased_offsets_only_when_the_hold_ends(tmp_path):
     """The queue-offset lease (rmqha/broker/store/offset_lease.py) is filled when the master takes writes,
     never while it holds: the fetch puts the slave's records back at their own offsets first."""
-    from rmqha.broker.config import BrokerConfig
+    from rmqha.broker.config.properties import BrokerConfig
     from rmqha.broker.controller import BrokerController
 
     root = tmp_path / "m"
