@@ -1,12 +1,17 @@
-"""python -m rmqha.broker -c broker-a.properties [--set key=value ...]"""
+"""python -m rmqha.broker -c broker-a.properties [--set key=value ...]
+
+The broker's process entry. With plantBug= (tests of the audit only) it also installs the controls that
+setting names into the broker's seams (rmqha/broker/support/seams.py), loading them by name."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
 from rmqha.broker.config.properties import BrokerConfig, ConfigError
+from rmqha.broker.support.seams import CONTROLS_INSTALLER, Seams
 from .store.mapped_file import StoreError
 
 
@@ -19,6 +24,20 @@ def setup_logging(level: str = "INFO") -> None:
     from twisted.python import log as twisted_log
 
     twisted_log.PythonLoggingObserver(loggerName="twisted").start()
+
+
+def controls_for(config: BrokerConfig) -> Seams:
+    """The seams with the controls plantBug= names installed (tests of the audit only), else the no-op ones.
+
+    The installer is looked up by its name (CONTROLS_INSTALLER) and only here, only when plantBug is set:
+    rmqha.broker imports no control (an import contract in pyproject.toml enforces it)."""
+    if not config.plantBug:
+        return Seams()
+    installer = importlib.import_module(CONTROLS_INSTALLER)
+    try:
+        return installer.seams_for(config.plantBug)
+    except ValueError as e:  # unknown names: the message names the known ones
+        raise ConfigError(f"plantBug={config.plantBug!r}: {e}") from None
 
 
 def main(argv=None) -> int:
@@ -38,6 +57,7 @@ def main(argv=None) -> int:
         overrides[key.strip()] = value.strip()
     try:
         config = BrokerConfig.load(args.config, overrides)
+        seams = controls_for(config)
     except ConfigError as e:
         print(f"config error in {args.config}: {e}", file=sys.stderr)
         return 2
@@ -59,7 +79,7 @@ def main(argv=None) -> int:
 
     from .server import BrokerServer
 
-    server = BrokerServer(config, reactor)
+    server = BrokerServer(config, reactor, seams=seams)
     try:
         server.start()
     except ConfigError as e:  # a file the configuration names (plain_acl.yml) is not usable

@@ -13,9 +13,10 @@ import time
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from rmqha.broker import fastpath, planted
+from rmqha.broker import fastpath
 from rmqha.broker.support import supervision
-from rmqha.broker.config.properties import BrokerConfig
+from rmqha.broker.config.properties import BrokerConfig, ConfigError
+from rmqha.broker.support.seams import Seams
 from .ha.master import HAService
 from .ha.peers import PEERS_FILE, load_record
 from .ha.recovery import RecoveryFetcher, RecoverySourceService, proven_sources
@@ -93,8 +94,16 @@ RECOVERING = (
 
 
 class BrokerController:
-    def __init__(self, config: BrokerConfig, reactor, clock=None, run_in_thread=None):
+    def __init__(self, config: BrokerConfig, reactor, clock=None, run_in_thread=None, seams: Seams | None = None):
         self.config = config
+        # the named seams (rmqha/broker/support/seams.py): no-ops unless a test of the audit installed its controls
+        self.seams = seams or Seams()
+        if config.planted_bugs != self.seams.names:
+            raise ConfigError(
+                f"plantBug={config.plantBug!r} but the controls installed are {sorted(self.seams.names)}: "
+                "the broker's process entry (python -m rmqha.broker) installs them; a BrokerServer built in code "
+                "takes seams=rmqha.controls.planted.seams_for(plantBug)"
+            )
         self.reactor = reactor
         self.clock = clock or reactor
         if run_in_thread is None:
@@ -111,7 +120,6 @@ class BrokerController:
         self.flusher: FlushService | None = None
         self.retention: RetentionService | None = None  # commit-log retention (classic store only)
         self.ports = []
-        self.bugs: frozenset[str] = frozenset()  # planted bugs (rmqha/broker/planted.py), tests of the audit only
         self._dispatch_call = None
         self._reput_call = None  # master: the pending dispatch of records put since the last one
         self.started = False
@@ -131,7 +139,7 @@ class BrokerController:
         self.store.start()
         self._store_metrics()
         self.stats.start()
-        self._arm_planted_bugs()
+        self._arm_seams()
         self._start_flusher()
         if not c.enableDLegerCommitLog:  # DLedger's files are DLedger's to clean (not yet: docs/dledger.md)
             self.retention = RetentionService(self.store, c, self.clock, flush_idle=self._flush_idle)
@@ -156,8 +164,8 @@ class BrokerController:
             )
 
     def _open_store(self) -> None:
-        """The message store (on DLedger with enableDLegerCommitLog), not started yet (lose-tail-on-restart
-        cuts its commit log first)."""
+        """The message store (on DLedger with enableDLegerCommitLog), not started yet: the before-recovery
+        seam sees its files as the last run left them."""
         c = self.config
         store_class = MessageStore
         if c.enableDLegerCommitLog:  # the commit log on DLedger (rmqha/broker/store/dledger_commitlog.py)
@@ -180,28 +188,24 @@ class BrokerController:
         self.store.delay_levels_ms = c.delay_levels_ms
         if c.enableDLegerCommitLog:
             self.store.configure(c, self.reactor, self.clock)  # type: ignore[attr-defined]
-        if "lose-tail-on-restart" in c.planted_bugs and c.is_master:
-            log.error(
-                "PLANTED BUG lose-tail-on-restart: dropped the last %d bytes of the commit log before recovery",
-                planted.cut_tail(c.commitlog_dir),
-            )
+        Seams.call(self.seams.before_recovery, self)
 
-    def _arm_planted_bugs(self) -> None:
-        """plantBug: the bugs the audit's own tests need (rmqha/broker/planted.py), said loudly."""
+    @property
+    def bugs(self) -> frozenset[str]:
+        """The planted bugs installed (rmqha/controls/planted.py), tests of the audit only."""
+        return self.seams.names
+
+    def _arm_seams(self) -> None:
+        """The seams' start hooks; installed controls (plantBug), said loudly."""
         c = self.config
-        self.bugs = c.planted_bugs
-        if self.bugs:
+        if self.seams.installed:
             log.error(
                 "PLANTED BUGS ON (plantBug=%s): this broker breaks its guarantees on purpose, for a "
                 "test of the audit; never run it for anything else: %s",
                 c.plantBug,
-                "; ".join(planted.PLANTED_BUGS[b] for b in sorted(self.bugs)),
+                "; ".join(self.seams.installed[b] for b in sorted(self.seams.installed)),
             )
-        if "skip-queue-entry" in self.bugs and c.is_master:
-            self.store.skip_unit_every = planted.SKIP_UNIT_EVERY
-        self._puts_until_truncate = (
-            planted.TRUNCATE_AFTER_PUTS if "ack-then-truncate" in self.bugs and c.is_master else 0
-        )
+        Seams.call(self.seams.store_started, self)
 
     def _start_flusher(self) -> None:
         c = self.config
@@ -213,9 +217,9 @@ class BrokerController:
             interval_ms=c.flushIntervalCommitLog,
             timeout_ms=c.syncFlushTimeout,
         )
-        if "lie-about-fsync" in self.bugs and hasattr(self.store, "commitlog"):
-            planted.lie_about_fsync(self.store)
-        if "skip-flush" not in self.bugs:
+        for wrap in self.seams.store_flush:  # the store-flush seam: the store's own flush, every caller sees it
+            self.store.flush = wrap(self.store, self.store.flush)
+        if self.seams.flush_wait:
             self.flusher.start(self.metrics)
 
     def _flush_idle(self) -> bool:
@@ -265,7 +269,7 @@ class BrokerController:
     def _start_slave_ha(self, listen: bool) -> None:
         """The HA client to the master; a recovery source for a restarting master with haRecoveryEnable."""
         c = self.config
-        replica_store = planted.CorruptingStore(self.store) if "corrupt-replication" in self.bugs else self.store
+        replica_store = Seams.wrap(self.seams.replica_store, self.store)
         self.ha_client = HAClient(
             replica_store,
             c.haMasterAddress,
@@ -402,25 +406,11 @@ class BrokerController:
             self.stats.store.on_put(msg.topic, 1, res.wrote_bytes, int((time.monotonic() - began) * 1000))
         else:
             self.stats.store.on_put_failed()
-        if self.bugs and res.status == PutStatus.PUT_OK:
-            self._planted_after_put(msg)
+        if self.seams.after_put and res.status == PutStatus.PUT_OK:
+            Seams.call(self.seams.after_put, self, msg)
         if res.status != PutStatus.PUT_OK or not wait_store_ok:
             return res
         return self.await_stored(res)
-
-    def _planted_after_put(self, msg) -> None:
-        if "duplicate-store" in self.bugs:
-            self.store.put_message(msg)
-        if self._puts_until_truncate:
-            self._puts_until_truncate -= 1
-            if not self._puts_until_truncate:  # after this put is answered: acknowledged, then cut
-                self.clock.callLater(
-                    0,
-                    lambda: log.error(
-                        "PLANTED BUG ack-then-truncate: cut %d bytes of acknowledged log",
-                        planted.truncate_live(self.store),
-                    ),
-                )
 
     def put_sends(self, buf, sends: list, born_host: bytes):
         """put() for a run of plain sends read by the compiled scan (rmqha/broker/fastpath), each asking to
@@ -451,9 +441,9 @@ class BrokerController:
         flushDiskType and brokerRole) are over: res itself when there are none."""
         c = self.config
         kinds = []  # (wait, what, the status its failure counts as)
-        if self.flusher.sync and "skip-flush" not in self.bugs:
+        if self.flusher.sync and self.seams.flush_wait:
             kinds.append((self.flusher.wait, "disk flush", PutStatus.FLUSH_DISK_TIMEOUT))
-        if c.is_sync_master and "ack-before-replication" not in self.bugs:
+        if c.is_sync_master and self.seams.replication_wait:
             kinds.append((self.ha.wait_for_slave, "replication", PutStatus.FLUSH_SLAVE_TIMEOUT))
         if not kinds:
             return res
@@ -582,8 +572,8 @@ class BrokerController:
             "index": s.index.status(),  # the message index: files, items, end, a write error
             "cleanShutdownBefore": s.was_clean_shutdown,
         }
-        if self.bugs:
-            out["plantedBugs"] = sorted(self.bugs)
+        if self.seams.installed:
+            out["plantedBugs"] = sorted(self.seams.names)
         if self.ha is not None:
             out["ha"] = self.ha.status()
         if c.is_sync_master:  # what a client needs to choose its send timeout (above the wait)

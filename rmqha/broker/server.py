@@ -16,8 +16,8 @@ import logging
 
 from twisted.internet import defer
 
-from . import planted
 from .controller import BrokerController
+from .support.seams import Seams
 from rmqha.broker.observability.exporter import ExporterMetrics
 from .processors.acl_admin import AclAdminProcessors
 from .processors.admin import AdminProcessors
@@ -59,11 +59,11 @@ class VipChannelError(OSError):
 
 
 class BrokerServer:
-    def __init__(self, config, reactor, clock=None, run_in_thread=None):
+    def __init__(self, config, reactor, clock=None, run_in_thread=None, seams: Seams | None = None):
         self.config = config
         self.reactor = reactor
         self.clock = clock or reactor
-        self.controller = BrokerController(config, reactor, clock=self.clock, run_in_thread=run_in_thread)
+        self.controller = BrokerController(config, reactor, clock=self.clock, run_in_thread=run_in_thread, seams=seams)
         # /status shows the whole process, not only the controller's part.
         self.controller.status_extra.append(self._status_extra)
         self.topics = TopicConfigManager(config, self.clock)
@@ -131,7 +131,7 @@ class BrokerServer:
             raise StoreError(str(e)) from None
 
     def _make_client_processors(self) -> None:
-        """Send, pull (and the planted serving bugs), the delay-level service, send-back and admin."""
+        """Send, pull (and the serving-wrapper seam), the delay-level service, send-back and admin."""
         c = self.config
         store = self.controller.store
         self.send = SendProcessor(c, self.controller, self.topics)
@@ -147,8 +147,7 @@ class BrokerServer:
             groups=self.groups,
         )
         self.pull.install_metrics(self.controller.metrics)
-        if self.controller.bugs:  # tests of the audit only (rmqha/broker/planted.py)
-            planted.install_serving(self, self.controller.bugs)
+        Seams.call(self.controller.seams.serving, self)  # the serving-wrapper seam: tests of the audit only
         # Every broker keeps the delay offsets (a slave copies its master's and serves them); only a
         # master delivers delayed messages.
         self.schedule = ScheduleMessageService(

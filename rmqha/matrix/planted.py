@@ -11,7 +11,7 @@ from .sweeps import sweep
 from .verdicts import verdict_key
 
 
-# --planted: more runs with broker bugs no storage verdict sees (rmqha/broker/planted.py); the matrix fails
+# --planted: more runs with broker bugs no storage verdict sees (rmqha/controls/planted.py); the matrix fails
 # unless each run's audit gives every verdict it expects. A matrix whose checkers went blind (a masked FAIL)
 # then cannot pass. One run per set of bugs whose verdicts no other bug of the run can give: offset-regression
 # redelivers (duplicates), phantom-pull moves committed offsets back one step, reorder-pull and phantom-pull

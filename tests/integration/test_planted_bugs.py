@@ -1,4 +1,4 @@
-"""Checkers that can fail: each planted bug (rmqha/broker/planted.py) breaks one guarantee the audit checks,
+"""Checkers that can fail: each planted bug (rmqha/controls/planted.py) breaks one guarantee the audit checks,
 and a real chaos run with it must turn that guarantee's verdict, and the guarantee matrix's cell, to FAIL.
 
 One local 2m-2s-sync run carries three bugs, one per place they live:
@@ -17,7 +17,7 @@ Spark audit); `make test` runs the short versions: each planted bug's broker beh
 A fourth bug, skip-flush (SYNC_FLUSH answering SEND_OK with nothing fsynced), is caught the same way on
 2m-noslave (`make test-checkers`).
 
-The serving bugs (rmqha/broker/planted.py SERVING_BUGS) break what a consumer gets, not what is stored: each
+The serving bugs (rmqha/controls/planted.py SERVING_BUGS) break what a consumer gets, not what is stored: each
 runs on every node of a 2m-noslave cluster, 9 s at 100 msg/s plus the workload's orderly lane (40 orderly
 sends a second over 8 sharding keys, read by an orderly consumer group), no fault, and must turn its delivery
 verdict: reorder-pull -> delivery.reordered FAIL (this one is in `make test`, the rest in `make

@@ -5,7 +5,7 @@ their own crashfs mount, and a cut that asks the broker nothing.
   (ext4 semantics: an fsync of a new file commits its name, as ext4's journal does); the audit passes
   and every power fault in the fault log was a crashfs cut.
 - test_lie_about_fsync_fails_on_crashfs / _passes_the_reported_cut (make test-checkers): the planted bug
-  lie-about-fsync (rmqha/broker/planted.py) reports bytes durable it never fsynced; SYNC_FLUSH sends it
+  lie-about-fsync (rmqha/controls/planted.py) reports bytes durable it never fsynced; SYNC_FLUSH sends it
   acknowledged are lost under the crashfs cut (history.acked-lost FAIL) and kept by the old cut at the
   offset the broker reports, which is why that cut stays only as --power-model reported.
 Skipped, with the reason, where crashfs cannot mount (no /dev/fuse, not root)."""

@@ -238,10 +238,10 @@ class SendProcessor:
         c = self.config
         if (
             not (c.is_master and is_writeable(c.brokerPermission))
-            or self.controller.bugs
+            or self.controller.seams.active
             or self.controller.writes_held
         ):
-            for s in sends:  # refusals, and the planted bugs' own behaviour, are the Python path's
+            for s in sends:  # refusals, and what installed seams do, are the Python path's
                 proto.handle_frame(buf, s[fastpath.START], s[fastpath.END])
             return
         attrs = proto.context.attributes

@@ -196,7 +196,9 @@ class MessageStore:
         # The delay of each level (messageDelayLevel): where a DELAY message is stored and when due.
         self.delay_levels_ms: tuple[int, ...] = delay.parse_delay_levels(delay.DEFAULT_LEVELS)
         self.last_store_timestamp = 0
-        self.skip_unit_every = 0  # planted bug skip-queue-entry only
+        # seam: a consume-queue unit is written only when this says so of its queue offset (None: every one).
+        # Only a control fills it (the planted bug skip-queue-entry, rmqha/controls/planted.py).
+        self.unit_filter: Callable[[int], bool] | None = None
         # called with the new max offset after every append
         self.append_listeners: list[Callable[[int], object]] = []
         # called with (topic, queue_id) when units were added
@@ -585,8 +587,8 @@ class MessageStore:
                 if code is None:
                     code = codes[unit_tags] = record.tags_code(unit_tags)
                 unit_tags = code
-            if self.skip_unit_every and queue_offset % self.skip_unit_every == self.skip_unit_every - 1:
-                continue  # the planted bug skip-queue-entry (rmqha/broker/planted.py): never on a real broker
+            if self.unit_filter is not None and not self.unit_filter(queue_offset):
+                continue  # the unit-filter seam: never on a real broker
             units.append((queue_offset, offset, size, unit_tags))
         for cq in list(self._unwritten_units):  # a full disk's leftovers of queues nothing was put to
             batches[cq] = self._unwritten_units.pop(cq)

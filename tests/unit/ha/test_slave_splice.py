@@ -14,7 +14,7 @@ import struct
 
 import pytest
 
-from rmqha.broker import planted
+from rmqha.controls import planted
 from rmqha.broker.ha.slave_session import OffsetMismatch, SlaveSession
 from rmqha.broker.ha.transport import SplicePipe
 from rmqha.broker.ha.wire import ProtocolError

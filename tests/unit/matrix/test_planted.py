@@ -22,7 +22,7 @@ def test_the_planted_control_fails_the_matrix_when_the_checkers_miss_a_bug():
 
 
 def test_the_planted_runs_cover_every_serving_bug_each_with_its_own_verdict():
-    from rmqha.broker.planted import PLANTED_BUGS, SERVING_BUGS
+    from rmqha.controls.planted import PLANTED_BUGS, SERVING_BUGS
     from rmqha.matrix.planted import ORDERLY_LANE, PLANTED_RUNS
 
     planted_in = {}  # bug -> the runs it is planted in

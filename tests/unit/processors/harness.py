@@ -13,6 +13,7 @@ from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.server import BrokerServer
 from rmqha.broker.store import record
 from rmqha.cluster.requests import props, send_v1, send_v2
+from rmqha.controls.planted import seams_for
 
 __all__ = [
     "TOPIC",
@@ -62,7 +63,9 @@ class Broker:
         self.root = str(root)
         self.clock = MemoryReactorClock()
         self.config = make_config(root, **overrides)
-        self.server = BrokerServer(self.config, self.clock, clock=self.clock, run_in_thread=now_thread)
+        # plantBug: the controls installed as the process entry installs them (rmqha/broker/__main__.py)
+        seams = seams_for(self.config.plantBug) if self.config.plantBug else None
+        self.server = BrokerServer(self.config, self.clock, clock=self.clock, run_in_thread=now_thread, seams=seams)
         self.server.start(listen=False)
 
     @property

@@ -1,20 +1,33 @@
-"""Each planted bug (rmqha/broker/planted.py) does what it says and nothing without plantBug; the audit-side
+"""Each planted bug (rmqha/controls/planted.py) does what it says and nothing without plantBug; the audit-side
 proof that each is caught is tests/integration/test_planted_bugs.py."""
 
 import pytest
 
-from rmqha.broker import planted
+from rmqha.broker import __main__ as entry
 from rmqha.broker.config.properties import ConfigError
+from rmqha.broker.server import BrokerServer
+from rmqha.controls import planted
 from rmqha.broker.remoting.codes import ResponseCode
 from rmqha.broker.store import mapped_file
 
-from .harness import TOPIC, Broker, make_config, send_v1
-from .test_send import stored
+from ..processors.harness import TOPIC, Broker, make_config, now_thread, send_v1
+from ..processors.test_send import stored
 
 
-def test_unknown_bugs_are_a_config_error_naming_the_known_ones(tmp_path):
-    with pytest.raises(ConfigError, match="unknown planted bug.*nope.*known: ack-before-replication"):
-        make_config(tmp_path, plantBug="skip-flush,nope")
+def test_unknown_bugs_are_a_config_error_naming_the_known_ones(tmp_path, capsys):
+    with pytest.raises(ValueError, match="unknown planted bug.*nope.*known: ack-before-replication"):
+        planted.seams_for("skip-flush,nope")
+    # the process entry refuses them before anything starts, as a config error (exit 2)
+    conf = tmp_path / "broker.properties"
+    conf.write_text(
+        f"brokerName=broker-a\nbrokerId=0\nstorePathRootDir={tmp_path / 'store'}\nplantBug=skip-flush,nope\n"
+    )
+    assert entry.main(["-c", str(conf), "--check"]) == 2
+    assert "plantBug='skip-flush,nope': unknown planted bug(s) nope; known: ack-before-replication" in (
+        capsys.readouterr().err
+    )
+    assert entry.controls_for(make_config(tmp_path)).names == frozenset()
+    assert entry.controls_for(make_config(tmp_path, plantBug="skip-flush")).names == {"skip-flush"}
     assert make_config(tmp_path, plantBug=" skip-flush , duplicate-store").planted_bugs == {
         "skip-flush",
         "duplicate-store",
@@ -152,3 +165,10 @@ def test_ack_then_truncate_cuts_acknowledged_log_once_and_writes_on(tmp_path):
         assert b.store.max_offset == after + size and _records(b)[-1].body == b"y" * 500
     finally:
         b.stop()
+
+
+def test_a_planted_bug_set_without_its_controls_is_refused(tmp_path):
+    """A BrokerServer built in code with plantBug and no seams would run correct while the test believes it
+    broken: it refuses to start instead."""
+    with pytest.raises(ConfigError, match="plantBug='skip-flush' but the controls installed are"):
+        BrokerServer(make_config(tmp_path, plantBug="skip-flush"), None, run_in_thread=now_thread)

@@ -1,42 +1,29 @@
 """Planted bugs: deliberate defects a test switches on to show that the audit's checkers can fail.
 
-A checker that has never seen the bug it looks for may pass vacuously. Each entry here breaks one
+A checker that has never seen the bug it looks for may pass vacuously. Each entry of PLANTED breaks one
 guarantee the audit checks, the way a real broker bug would; `plantBug=<name>[,<name>...]` in
 broker.properties switches them on (never set it outside such a test: the broker logs an ERROR at
 start and shows `plantedBugs` in /status). tests/integration/test_planted_bugs.py runs each one through
 a chaos run and asserts the verdict it must turn to FAIL.
+
+The broker never imports this module (an import contract in pyproject.toml). Its process entry loads it
+by name (rmqha/broker/support/seams.py CONTROLS_INSTALLER) only when plantBug= is set and calls
+seams_for(), which fills the broker's named seams (flush wait, replication wait, store flush, before
+recovery, store started, post-put hook, replica store, serving wrapper): each bug is a Bug whose install
+sets the seams it needs. Adding a bug is one entry in PLANTED (its description and its install).
 """
 
 from __future__ import annotations
 
 import logging
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rmqha.broker.support.seams import Seams
 
 log = logging.getLogger("rmqha.broker.planted")
-
-PLANTED_BUGS: dict[str, str] = {
-    "ack-before-replication": "a SYNC_MASTER answers SEND_OK without waiting for a slave "
-    "(caught by: no acknowledged send lost, after a master power loss)",
-    "skip-flush": "SYNC_FLUSH answers SEND_OK at once and nothing is ever fdatasync'ed "
-    "(caught by: no acknowledged send lost, after a power loss)",
-    "duplicate-store": "every message is appended to the commit log twice (caught by: no UNIQ_KEY stored twice)",
-    "corrupt-replication": "the slave flips one byte of each replicated chunk before storing it "
-    "(caught by: the replica comparison and the slave's log integrity)",
-    "lose-tail-on-restart": "a master drops the last 16 KiB of its commit log every time it starts, as a broken "
-    "recovery would: a fork without any power loss (caught by: the replica comparison, "
-    "a fork no fault allows, and the delivery verdicts lost-after-delivery / stranded)",
-    "skip-queue-entry": "a master never writes the consume-queue unit of every 50th message of a queue: the "
-    "record is stored, acknowledged and replicated, and no consumer can pull it (caught by: "
-    "queues.consistent on the master, delivery.lost with reason unqueued)",
-    "ack-then-truncate": "a master running normally cuts the last 16 KiB of its commit log once, after its 300th "
-    "stored message, and goes on writing at the cut: messages acknowledged, perhaps "
-    "consumed and replicated, then gone from it (caught by: the replica comparison, "
-    "lost-after-delivery / stranded, lost)",
-    "lie-about-fsync": "the store's flush reports every appended byte durable (/status durableOffset, the "
-    "checkpoint, SYNC_FLUSH answers) and fdatasyncs nothing: a power cut on crashfs loses acknowledged "
-    "sends, the old cut at the reported offset cannot see it (caught by: no acknowledged send lost, after a "
-    "power loss with --power-model fs; passes with --power-model reported)",
-}
+broker_log = logging.getLogger("rmqha.broker")  # the controller's: its PLANTED BUG lines read as they always did
 
 LOST_TAIL_BYTES = 16 << 10
 SKIP_UNIT_EVERY = 50
@@ -87,9 +74,9 @@ def cut_tail(commitlog_dir: str, nbytes: int = LOST_TAIL_BYTES) -> int:
 def parse(value: str) -> frozenset[str]:
     """The names in a plantBug value; ValueError names the unknown ones and the known ones."""
     names = frozenset(n.strip() for n in value.split(",") if n.strip())
-    unknown = sorted(names - PLANTED_BUGS.keys())
+    unknown = sorted(names - PLANTED.keys())
     if unknown:
-        raise ValueError(f"unknown planted bug(s) {', '.join(unknown)}; known: {', '.join(PLANTED_BUGS)}")
+        raise ValueError(f"unknown planted bug(s) {', '.join(unknown)}; known: {', '.join(PLANTED)}")
     return names
 
 
@@ -128,23 +115,6 @@ class CorruptingStore:
 # the consume queues stay correct, so only the delivery verdicts can see them.
 
 SERVING_BUGS = ("reorder-pull", "duplicate-pull", "offset-regression", "phantom-pull")
-PLANTED_BUGS.update(
-    {
-        "reorder-pull": "a pull answer swaps two consecutive messages of a queue (offsets n, n+1 with n % 10 == 9) "
-        "and their queue offsets, so a client that sorts by offset still gets them swapped; a "
-        "fresh n with no n+1 yet is held back until n+1 is stored (caught by: delivery.reordered "
-        "for an orderly consumer)",
-        "duplicate-pull": "every 10th message of a queue (offset n, n % 10 == 0) is served twice: in its pull answer "
-        "and again in front of the next one (caught by: delivery.duplicate)",
-        "offset-regression": "a master moves a committed consumer offset back: the first commit to a queue whose "
-        "stored offset is past 40 stores 20 below it, and that queue's commits are ignored for 2 s (caught by: delivery.offset-regression, no fault)",
-        "phantom-pull": "in front of every 10th message of a queue (offset n, n % 10 == 9) a pull answer serves a message "
-        "nobody sent at offset n (new KEYS, UNIQ_KEY and body) and ends there, while n is fresh (stored "
-        "in the last 3 s); the real n is served 0.5 s later "
-        "(caught by: delivery.unexpected, nothing received that was never sent)",
-    }
-)
-
 REORDER_EVERY = 10
 REORDER_HOLD_MS = 3000  # hold back a fresh n for its n+1 only this long (the run's last n is served alone)
 DUPLICATE_EVERY = 10
@@ -297,6 +267,78 @@ def install_serving(server, bugs) -> None:
         server.offsets.commit = regressing_commit(server.offsets, server.clock)
 
 
+# -- the table: one entry per bug, installed into the broker's seams (rmqha/broker/support/seams.py) ------
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One planted bug: what it breaks (and what catches it), and how it fills the broker's seams.
+    install(seams, names) is called once, with every name plantBug switches on."""
+
+    breaks: str
+    install: Callable[[Seams, frozenset[str]], None]
+
+
+def _no_replication_wait(seams: Seams, names: frozenset[str]) -> None:
+    seams.replication_wait = False
+
+
+def _no_flush(seams: Seams, names: frozenset[str]) -> None:
+    seams.flush_wait = False
+
+
+def _store_twice(seams: Seams, names: frozenset[str]) -> None:
+    seams.after_put.append(lambda controller, msg: controller.store.put_message(msg))
+
+
+def _corrupt_replicas(seams: Seams, names: frozenset[str]) -> None:
+    seams.replica_store.append(CorruptingStore)
+
+
+def _lose_tail(seams: Seams, names: frozenset[str]) -> None:
+    def before_recovery(controller) -> None:
+        c = controller.config
+        if c.is_master:
+            broker_log.error(
+                "PLANTED BUG lose-tail-on-restart: dropped the last %d bytes of the commit log before recovery",
+                cut_tail(c.commitlog_dir),
+            )
+
+    seams.before_recovery.append(before_recovery)
+
+
+def _skip_units(seams: Seams, names: frozenset[str]) -> None:
+    def store_started(controller) -> None:
+        if controller.config.is_master:
+            controller.store.unit_filter = lambda queue_offset: queue_offset % SKIP_UNIT_EVERY != SKIP_UNIT_EVERY - 1
+
+    seams.store_started.append(store_started)
+
+
+def _truncate_once(seams: Seams, names: frozenset[str]) -> None:
+    def store_started(controller) -> None:
+        if not controller.config.is_master:
+            return
+        left = [TRUNCATE_AFTER_PUTS]
+
+        def after_put(controller, msg) -> None:
+            if not left[0]:
+                return
+            left[0] -= 1
+            if not left[0]:  # after this put is answered: acknowledged, then cut
+                controller.clock.callLater(
+                    0,
+                    lambda: broker_log.error(
+                        "PLANTED BUG ack-then-truncate: cut %d bytes of acknowledged log",
+                        truncate_live(controller.store),
+                    ),
+                )
+
+        seams.after_put.append(after_put)
+
+    seams.store_started.append(store_started)
+
+
 def lie_about_fsync(store) -> None:
     """lie-about-fsync: store.flush() claims the whole log durable and syncs nothing (the checkpoint is
     still written, so it carries the lie too)."""
@@ -309,3 +351,95 @@ def lie_about_fsync(store) -> None:
 
     store.flush = flush
     log.error("PLANTED BUG lie-about-fsync: the store reports bytes durable that it never fdatasyncs")
+
+
+def _lie_about_fsync(seams: Seams, names: frozenset[str]) -> None:
+    def store_flush(store, flush):
+        if not hasattr(store, "commitlog"):  # the classic store only
+            return flush
+        lie_about_fsync(store)
+        return store.flush
+
+    seams.store_flush.append(store_flush)
+
+
+class _ServingHook:
+    """The serving wrapper: one PlantedServing (and the regressing commit) for every serving bug switched on."""
+
+    def __init__(self, names: frozenset[str]):
+        self.names = names
+
+    def __call__(self, server) -> None:
+        install_serving(server, self.names)
+
+
+def _serve_badly(seams: Seams, names: frozenset[str]) -> None:
+    if not any(isinstance(hook, _ServingHook) for hook in seams.serving):
+        seams.serving.append(_ServingHook(names))
+
+
+PLANTED: dict[str, Bug] = {
+    "ack-before-replication": Bug(
+        "a SYNC_MASTER answers SEND_OK without waiting for a slave (caught by: no acknowledged send lost, after a master power loss)",
+        _no_replication_wait,
+    ),
+    "skip-flush": Bug(
+        "SYNC_FLUSH answers SEND_OK at once and nothing is ever fdatasync'ed (caught by: no acknowledged send lost, after a power loss)",
+        _no_flush,
+    ),
+    "duplicate-store": Bug(
+        "every message is appended to the commit log twice (caught by: no UNIQ_KEY stored twice)",
+        _store_twice,
+    ),
+    "corrupt-replication": Bug(
+        "the slave flips one byte of each replicated chunk before storing it (caught by: the replica comparison and the slave's log integrity)",
+        _corrupt_replicas,
+    ),
+    "lose-tail-on-restart": Bug(
+        "a master drops the last 16 KiB of its commit log every time it starts, as a broken recovery would: a fork without any power loss (caught by: the replica comparison, a fork no fault allows, and the delivery verdicts lost-after-delivery / stranded)",
+        _lose_tail,
+    ),
+    "skip-queue-entry": Bug(
+        "a master never writes the consume-queue unit of every 50th message of a queue: the record is stored, acknowledged and replicated, and no consumer can pull it (caught by: queues.consistent on the master, delivery.lost with reason unqueued)",
+        _skip_units,
+    ),
+    "ack-then-truncate": Bug(
+        "a master running normally cuts the last 16 KiB of its commit log once, after its 300th stored message, and goes on writing at the cut: messages acknowledged, perhaps consumed and replicated, then gone from it (caught by: the replica comparison, lost-after-delivery / stranded, lost)",
+        _truncate_once,
+    ),
+    "lie-about-fsync": Bug(
+        "the store's flush reports every appended byte durable (/status durableOffset, the "
+        "checkpoint, SYNC_FLUSH answers) and fdatasyncs nothing: a power cut on crashfs loses acknowledged "
+        "sends, the old cut at the reported offset cannot see it (caught by: no acknowledged send lost, after a "
+        "power loss with --power-model fs; passes with --power-model reported)",
+        _lie_about_fsync,
+    ),
+    "reorder-pull": Bug(
+        "a pull answer swaps two consecutive messages of a queue (offsets n, n+1 with n % 10 == 9) and their queue offsets, so a client that sorts by offset still gets them swapped; a fresh n with no n+1 yet is held back until n+1 is stored (caught by: delivery.reordered for an orderly consumer)",
+        _serve_badly,
+    ),
+    "duplicate-pull": Bug(
+        "every 10th message of a queue (offset n, n % 10 == 0) is served twice: in its pull answer and again in front of the next one (caught by: delivery.duplicate)",
+        _serve_badly,
+    ),
+    "offset-regression": Bug(
+        "a master moves a committed consumer offset back: the first commit to a queue whose stored offset is past 40 stores 20 below it, and that queue's commits are ignored for 2 s (caught by: delivery.offset-regression, no fault)",
+        _serve_badly,
+    ),
+    "phantom-pull": Bug(
+        "in front of every 10th message of a queue (offset n, n % 10 == 9) a pull answer serves a message nobody sent at offset n (new KEYS, UNIQ_KEY and body) and ends there, while n is fresh (stored in the last 3 s); the real n is served 0.5 s later (caught by: delivery.unexpected, nothing received that was never sent)",
+        _serve_badly,
+    ),
+}
+PLANTED_BUGS: dict[str, str] = {name: bug.breaks for name, bug in PLANTED.items()}
+
+
+def seams_for(value: str) -> Seams:
+    """The broker's seams with the bugs `value` (a plantBug setting) names; ValueError names unknown ones."""
+    names = parse(value)
+    seams = Seams()
+    for name, bug in PLANTED.items():  # in the table's order: the post-put hooks run in it
+        if name in names:
+            seams.installed[name] = bug.breaks
+            bug.install(seams, names)
+    return seams

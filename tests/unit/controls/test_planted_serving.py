@@ -1,4 +1,4 @@
-"""The planted bugs of the serving path (rmqha/broker/planted.py: reorder-pull, duplicate-pull, phantom-pull,
+"""The planted bugs of the serving path (rmqha/controls/planted.py: reorder-pull, duplicate-pull, phantom-pull,
 offset-regression) do what they say in PULL_MESSAGE answers and the offset table, store nothing wrong, and
 do nothing without plantBug. tests/integration/test_planted_delivery.py shows the audit catches each."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from rmqha.broker import planted
+from rmqha.controls import planted
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 
-from .harness import TOPIC, Broker, decode_records, props, pull, send_v1
+from ..processors.harness import TOPIC, Broker, decode_records, props, pull, send_v1
 
 
 def send(b, n, start=0, queue_id=0):
