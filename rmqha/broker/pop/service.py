@@ -106,9 +106,19 @@ class PopService:
                     continue
                 if isinstance(rec, cp.CheckPoint):
                     self.table.feed_ck(rec, m.queue_offset)
+                    self._cover(rec)
                 else:
                     self.table.feed_ack(rec, m.queue_offset)
                 n += 1
+
+    def _cover(self, ck: cp.CheckPoint) -> None:
+        """The group's pop position past every message this checkpoint holds. consumerOffset.json is
+        flushed every few seconds, so after a crash it can be older than the revive queue: without this
+        the messages popped since the flush would be popped again, acked ones included. The revive
+        offset comes from the same file, so the scan after a restart reads every checkpoint since it."""
+        end = ck.start_offset + (max(ck.diffs) if ck.diffs else 0) + 1
+        if self.offsets.query(ck.group, ck.topic, ck.queue_id) < end:
+            self.offsets.commit(ck.group, ck.topic, ck.queue_id, end)
 
     def tick(self) -> defer.Deferred | None:
         """One revive round: new records, then every due checkpoint's unacked messages back, then the

@@ -187,3 +187,30 @@ def test_revive_table_reads_records_again_without_reviving_twice():
     assert t.due(10**9) == [] and t.safe_offset() == 7 and not t.finished
     with pytest.raises(cp.BadRecord):
         cp.decode("ck", b"{}")
+
+
+def test_a_crash_with_an_old_offsets_file_pops_nothing_twice(tmp_path):
+    """consumerOffset.json is flushed every few seconds: a crash can leave it from before the pops. The
+    revive queue says what was popped, so acked messages are not delivered again and pending ones come
+    back once, after their invisible time."""
+    import shutil
+
+    b = Broker(tmp_path / "c")
+    send(b, b"acked", 0)
+    send(b, b"pending", 1)
+    b.server.offsets.persist()
+    path = tmp_path / "c" / "config" / "consumerOffset.json"
+    shutil.copy(path, tmp_path / "before.json")
+    msgs = {m.body: m for m in decode_records(pop(b, invisible=5_000).body)}
+    assert b.call(ack_req(msgs[b"acked"])).code == ResponseCode.SUCCESS
+    b.stop()
+    shutil.copy(tmp_path / "before.json", path)  # the file as the crash left it
+    b2 = Broker(tmp_path / "c")
+    try:
+        assert pop(b2).code == ResponseCode.PULL_NOT_FOUND  # neither is popped again at once
+        revive(b2, 8)
+        assert bodies(pop(b2)) == [b"pending"]
+        revive(b2, 20)
+        assert [m.body for m in decode_records(pop(b2).body)] == [b"pending"]  # not acked after the revive either
+    finally:
+        b2.stop()
