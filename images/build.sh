@@ -4,7 +4,7 @@
 #   images/build.sh [base|broker|toxiproxy|all] [--force]
 #
 #   base       rmqha/base       Debian bookworm minbase + python3, made with debootstrap, `docker import`ed
-#   broker     rmqha/broker     base + /opt/venv (Twisted from wheels downloaded on the host) + rmqha/broker/, rmqha/controls/
+#   broker     rmqha/broker     base + /opt/venv (Twisted, grpcio from wheels downloaded on the host) + rmqha/broker/, rmqha/controls/, rmqha/proxy/
 #   toxiproxy  rmqha/toxiproxy  base + toxiproxy-server (images/toxiproxy, Rust, built on the host)
 #
 # Each image is tagged :<content hash of its inputs> and :latest, and carries the
@@ -181,7 +181,7 @@ build_broker() {
     local reqs; reqs=$(broker_requirements) || die "cannot read dependencies from pyproject.toml" "check pyproject.toml"
     fetch_wheels "$reqs"
     local src_hash hash
-    src_hash=$(tree_hash "$ROOT/rmqha/broker"; tree_hash "$ROOT/rmqha/controls")
+    src_hash=$(tree_hash "$ROOT/rmqha/broker"; tree_hash "$ROOT/rmqha/controls"; tree_hash "$ROOT/rmqha/proxy")
     hash=$({ echo "$BASE_IMAGE"; cat "$HERE/broker/Dockerfile"; echo "$reqs"; ls "$WHEELS"; echo "$src_hash"; } | sha)
     local image="rmqha/broker:$hash"
     if [ "$FORCE" != 1 ] && image_exists "$image"; then
@@ -191,7 +191,7 @@ build_broker() {
     fi
     step "broker: docker build -> $image"
     local ctx="$CACHE/ctx-broker"
-    rm -rf "$ctx"; mkdir -p "$ctx/wheels" "$ctx/rmqha/broker" "$ctx/rmqha/controls"
+    rm -rf "$ctx"; mkdir -p "$ctx/wheels" "$ctx/rmqha/broker" "$ctx/rmqha/controls" "$ctx/rmqha/proxy"
     cp "$HERE/broker/Dockerfile" "$ctx/"
     cp "$WHEELS"/*.whl "$WHEELS/requirements.txt" "$ctx/wheels/"
     cp "$ROOT/rmqha/__init__.py" "$ctx/rmqha/"
@@ -202,6 +202,8 @@ build_broker() {
     fi
     # the planted bugs (plantBug=, tests of the audit): the broker loads them by name only when that is set
     tar -C "$ROOT/rmqha/controls" --exclude=__pycache__ --exclude='*.pyc' -cf - . | tar -C "$ctx/rmqha/controls" -xf -
+    # the 5.x gRPC proxy runs from the same image (its own compose service)
+    tar -C "$ROOT/rmqha/proxy" --exclude=__pycache__ --exclude='*.pyc' -cf - . | tar -C "$ctx/rmqha/proxy" -xf -
     docker_build broker "$ctx" --build-arg "BASE=$BASE_IMAGE" --label "rmqha.inputs=$hash" \
         -t "$image" -t rmqha/broker:latest
     prune_old rmqha/broker "$hash"

@@ -122,9 +122,10 @@ def _add_workload_options(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument(
         "--client",
-        choices=("python", "rust"),
+        choices=("python", "rust", "python5"),
         default=os.environ.get("CLIENT") or "python",
-        help="the workload's client: python (official, default) or rust (rocketmq-client-rust)",
+        help="the workload's client: python (official, default), rust (rocketmq-client-rust) or python5 (the "
+        "official 5.x client, rocketmq-python-client 5.1.2 in .venv-client5, through the cluster's 5.x proxy)",
     )
     ap.add_argument(
         "--planted-drop-every",
@@ -523,7 +524,8 @@ def start_workload(ctx: RunContext) -> None:
             "-m",
             "rmqha.chaos.workload",
             str(ctx.rd),
-            ctx.cluster.namesrv,
+            # the 5.x client talks to the proxy, every other client to the name server
+            (ctx.cluster.proxy or "") if args.client == "python5" else ctx.cluster.namesrv,
             "--rate",
             str(args.rate),
             "--duration",

@@ -130,6 +130,44 @@ RUST_BIN = os.path.join(
 )
 
 
+def exec_python5_workload(args) -> int:
+    """Replace this process with clients/python5/workload.py in .venv-client5 (same files and output)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    python = os.path.join(root, ".venv-client5", "bin", "python")
+    if not os.access(python, os.X_OK):
+        sys.stderr.write(f"error: {python} is missing: run `make venv-client5`\n")
+        return 3
+    argv = [
+        python,
+        os.path.join(root, "clients", "python5", "workload.py"),
+        "--endpoint",
+        args.namesrv,
+        "--run-dir",
+        args.run_dir,
+        "--rate",
+        str(args.rate),
+        "--duration",
+        str(args.duration),
+        "--run-id",
+        args.run_id,
+        "--topic",
+        args.topic,
+        "--body-size",
+        str(args.body_size),
+        "--timeout-ms",
+        str(args.timeout_ms),
+        "--max-inflight",
+        str(args.max_inflight),
+        "--drain",
+        str(args.drain),
+        *(["--drain-signal", args.drain_signal] if args.drain_signal else []),
+    ]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(python, argv)
+    return 3  # not reached
+
+
 def exec_rust_workload(args) -> int:
     """Replace this process with clients/rust's `workload` command (same options, files and output)."""
     binary = os.environ.get("RUST_CLIENT_BIN") or RUST_BIN
@@ -273,9 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--client",
-        choices=("python", "rust"),
+        choices=("python", "rust", "python5"),
         default=os.environ.get("CLIENT") or "python",
-        help="python: the official client (PyPI rocketmq); rust: clients/rust (rocketmq-client-rust)",
+        help="python: the official client (PyPI rocketmq); rust: clients/rust (rocketmq-client-rust); python5: "
+        "the official 5.x client (rocketmq-python-client, .venv-client5) through the cluster's 5.x proxy, whose "
+        "endpoint is then the second argument",
     )
     return ap
 
@@ -523,6 +563,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.trace and args.client != "rust":
         ap.error("--trace needs --client rust (the C++ 1.0.1 client in PyPI rocketmq has no trace dispatcher)")
+    if args.client == "python5":
+        if args.late_consumer_at is not None or args.late_consumer_after_heal or args.orderly_rate:
+            ap.error("the late consumer and the orderly lane need --client python")
+        return exec_python5_workload(args)
     if args.client == "rust":
         if args.late_consumer_at is not None or args.late_consumer_after_heal:
             ap.error("the late consumer (--late-consumer-at, --late-consumer-after-heal) needs --client python")

@@ -353,6 +353,19 @@ def _prepare_run_dir(run_dir: Path, topology: Topology, old, options: UpOptions,
     return kept
 
 
+def _proxy5_link(plan: PortPlan, host: str) -> dict:
+    """The 5.x gRPC proxy's client link: host port -> toxiproxy -> proxy:8081 (its brokers it reaches
+    through their own client links: --broker-host-map 127.0.0.1=toxiproxy in the compose files)."""
+    return {
+        "name": "proxy",
+        "kind": "client",
+        "node": "proxy",
+        "listen": f"0.0.0.0:{plan.proxy_port}",
+        "upstream": "proxy:8081",
+        "hostEndpoint": f"{host}:{plan.proxy_port}",
+    }
+
+
 def _compose_env(cluster: str, run_dir: Path, plan: PortPlan, host: str, api_port: int) -> dict[str, str]:
     """The compose variables every service reads (each node's own are added by _node_records)."""
     return {
@@ -365,6 +378,7 @@ def _compose_env(cluster: str, run_dir: Path, plan: PortPlan, host: str, api_por
         "RMQHA_TOXIPROXY_IMAGE": TOXIPROXY_IMAGE,
         "RMQHA_NAMESRV_PORT": str(plan.namesrv_port),
         "RMQHA_TOXIPROXY_PORT": str(api_port),
+        "RMQHA_PROXY_PORT": str(plan.proxy_port),
     }
 
 
@@ -430,6 +444,7 @@ class DockerBackend(Backend):
             for n in topology.nodes:
                 per_node[n.name] = {**acl.broker_sets(CONTAINER_STORE, creds), **per_node.get(n.name, {})}
         proxies, configs = _proxies_and_configs(run_dir, topology, plan, host, overrides, extra, per_node)
+        proxies.append(_proxy5_link(plan, host))
         kept = _prepare_run_dir(run_dir, topology, old, options, creds)
         env = _compose_env(cluster, run_dir, plan, host, api_port)
         nodes = _node_records(run_dir, topology, host, configs, overrides, proxies, env, cls.name)
@@ -452,6 +467,7 @@ class DockerBackend(Backend):
                 "log": str(rf.namesrv_log(run_dir)),
             },
             "toxiproxy": {"api": f"http://{host}:{api_port}", "service": "toxiproxy"},
+            "proxy": {"endpoint": f"{host}:{plan.proxy_port}", "service": "proxy"},
             "proxies": proxies,
             "compose": {
                 "project": project,
@@ -538,10 +554,10 @@ class DockerBackend(Backend):
         return c.name if c else f"{self.project}_{node}_1"
 
     def _check_node(self, node: str) -> None:
-        if node not in ("namesrv", "toxiproxy") and node not in self.node_names():
+        if node not in ("namesrv", "toxiproxy", "proxy") and node not in self.node_names():
             raise ClusterError(
                 f"cluster {self.cluster!r} has no node {node!r}; nodes: "
-                + ", ".join(["namesrv", "toxiproxy"] + self.node_names())
+                + ", ".join(["namesrv", "toxiproxy", "proxy"] + self.node_names())
             )
 
     def process_state(self, node: str) -> ProcessState:

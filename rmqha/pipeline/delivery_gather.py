@@ -33,6 +33,7 @@ from .delivery import (
     TRAN_TYPE_MASK,
     UNCONFIRMED,
 )
+from .delivery_acks import first_acks, receives_per_send
 from .faults import NO_FAULT, POWER_LOSSES, FaultInterval, blame
 from .runfolder import Node
 from .spark import lit_map
@@ -102,7 +103,7 @@ def gather(
         for d in (sends, recv):
             d.unpersist()
         return f
-    owed = _owed(sends, facts, recv, subs, windows, run_dir).cache()
+    owed = _owed(sends, facts, recv, subs, windows, run_dir, first_acks(h, known, uniq_map)).cache()
     f.groups = _group_deliveries(owed, recv, subs, ordered_groups)
     if fault_list:
         f.acked_on_group = _acked_on_group(spark, sends, facts, fault_list)
@@ -315,17 +316,13 @@ def _subscriptions(h):
     return subs, ordered_groups, windows
 
 
-def _owed(sends, facts, recv, subs, windows, run_dir):
+def _owed(sends, facts, recv, subs, windows, run_dir, acks=None):
     """4b. What each group is owed: the sends to a topic it subscribed to (or received from), within its
     window, with the send's facts, its place (_placed) and how many times the group received it (n), judged
     (_judged)."""
     from pyspark.sql import functions as F
 
-    per = (
-        recv.filter(F.col("sid").isNotNull())
-        .groupBy("grp", "sid")
-        .agg(F.count("*").alias("n"), F.min(F.struct("start_ms", "client", "seq")).alias("first"))
-    )
+    per = receives_per_send(recv, acks)  # n receives, dup of them duplicates (a POP consumer: after its ack)
     sub_rows = [(g, t, *windows.get(g, (None, None))) for g, ts in subs.items() for t in sorted(ts)]
     by_topic: dict[str, list] = {}
     for g, t, w_start, w_end in sub_rows:
@@ -349,6 +346,7 @@ def _owed(sends, facts, recv, subs, windows, run_dir):
         .transform(_placed)
         .join(per.withColumnRenamed("sid", "send_id"), ["grp", "send_id"], "left")
         .withColumn("n", F.coalesce("n", F.lit(0)))
+        .withColumn("dup", F.coalesce("dup", F.lit(0)))
         .fillna(0, ["on_master", "servable", "on_slave", "parked"])
     )
     return _judged(owed, run_dir)
@@ -413,7 +411,7 @@ def _owed_counts():
         F.sum(((F.col("state0") == "unconfirmed") & F.col("gone_after")).cast("int")).alias("u_after"),
         F.sum(((F.col("state0") == "unconfirmed") & got).cast("int")).alias("u_got"),
         F.sum(((F.col("state0") == "indeterminate") & got).cast("int")).alias("i_got"),
-        F.sum(F.greatest(F.col("n") - 1, F.lit(0))).alias("dups"),
+        F.sum(F.greatest(F.col("dup"), F.lit(0))).alias("dups"),
         F.sum(((F.col("state0") == "acked") & F.col("ambiguous").isNotNull()).cast("int")).alias("amb"),
         F.slice(
             F.array_sort(

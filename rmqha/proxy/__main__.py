@@ -17,6 +17,11 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m rmqha.proxy", description=__doc__)
     ap.add_argument("--namesrv", required=True, help="name server addresses, ';'-separated")
     ap.add_argument("--listen", default="0.0.0.0:8081", help="gRPC address (5.x's grpcServerPort is 8081)")
+    ap.add_argument(
+        "--broker-host-map",
+        default="",
+        help="HOST=OTHER[,...]: reach brokers registered with HOST at OTHER (compose: 127.0.0.1=toxiproxy)",
+    )
     ap.add_argument("--delay-levels", default=convert.DEFAULT_DELAY_LEVELS, help="the brokers' messageDelayLevel")
     ap.add_argument(
         "--min-invisible-ms", type=int, default=10_000, help="ReceiveMessage's shortest invisible duration (5.x: 10 s)"
@@ -28,7 +33,8 @@ def main(argv=None) -> None:
 
 
 async def _run(args) -> None:
-    proxy = Proxy([a for a in args.namesrv.split(";") if a], args.delay_levels, args.min_invisible_ms)
+    host_map = dict(x.split("=", 1) for x in args.broker_host_map.split(",") if "=" in x)
+    proxy = Proxy([a for a in args.namesrv.split(";") if a], host_map, args.delay_levels, args.min_invisible_ms)
     server = await serve(args.listen, proxy)
     logging.getLogger("rmqha.proxy").info("proxy listening on %s, name servers %s", args.listen, proxy.namesrv)
     beats = asyncio.ensure_future(proxy.heartbeat_loop())

@@ -59,11 +59,15 @@ class Proxy:
     def __init__(
         self,
         namesrv: list[str],
+        host_map: dict[str, str] | None = None,
         delay_levels: str = convert.DEFAULT_DELAY_LEVELS,
         min_invisible_ms: int = 10_000,
         request_timeout: float = 3.0,
     ):
         self.namesrv = namesrv
+        # broker hosts as the name server has them -> as this process reaches them (in compose: the
+        # brokers register 127.0.0.1, reached through their Toxiproxy link, toxiproxy:<port>)
+        self.host_map = dict(host_map or {})
         self.levels_ms = delay.parse_delay_levels(delay_levels)
         self.min_invisible_ms = min_invisible_ms
         self.timeout = request_timeout
@@ -105,8 +109,12 @@ class Proxy:
             )
         return addr
 
+    def reach(self, addr: str) -> str:
+        host, _, port = addr.rpartition(":")
+        return f"{self.host_map.get(host, host)}:{port}"
+
     async def call(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
-        return await self.remoting.invoke(addr, cmd, timeout or self.timeout)
+        return await self.remoting.invoke(self.reach(addr), cmd, timeout or self.timeout)
 
     # ---- what brokers ask us ----------------------------------------------------------------------
 
@@ -151,7 +159,7 @@ class Proxy:
     def _broker_name_of(self, address: str, topic: str) -> str | None:
         hit = self.state.cached_route(topic) or (self.state.routes.get(topic) or (0, {}))[1]
         for bd in hit.get("brokerDatas") or []:
-            if address in (bd.get("brokerAddrs") or {}).values():
+            if address in {self.reach(a) for a in (bd.get("brokerAddrs") or {}).values()}:
                 return bd["brokerName"]
         return None
 

@@ -12,8 +12,10 @@ A history file is `RUN/history/<client>.jsonl` (any *.jsonl under RUN/history is
                                  try that never gets an answer is still in the history), "send" (its
                                  answer), "receive", "subscribe" (a consumer group starting on a topic;
                                  status FROM_FIRST: every send to it is owed to the group, FROM_NOW: those
-                                 acknowledged from then on) or "unsubscribe" (a consumer of the group shut
-                                 down; after the group's last one, nothing more is owed to it)
+                                 acknowledged from then on), "unsubscribe" (a consumer of the group shut
+                                 down; after the group's last one, nothing more is owed to it) or "ack"
+                                 (a POP consumer, the 5.x client's, acked a message it received: status
+                                 ACKED, or ERROR when the ack failed)
     group            str|null    the producer group (invoke/send) or consumer group (receive/subscribe);
                                  the delivery checker judges every consumer group on its own. Histories
                                  without it (older ones) count each consumer client as its own group
@@ -23,7 +25,11 @@ A history file is `RUN/history/<client>.jsonl` (any *.jsonl under RUN/history is
                                  try of it (our own retries, each with a new UNIQ_KEY under the C++
                                  client) has the same send_id. The recorder puts it in the message's
                                  KEYS, so stored copies and received messages carry it too.
-    attempt          int         1, 2, ... for the tries of one send_id (send only)
+    attempt          int         send: 1, 2, ... for the tries of one send_id; receive: the delivery attempt
+                                 a POP consumer (the 5.x client) was given (1, then 2, ... each time the
+                                 message came back unacked); null for push/pull consumers. The delivery
+                                 checker counts a POP consumer's receive as a duplicate only after the
+                                 group's first ACKED of that message
     uniq_key         str|null    UNIQ_KEY property (C++ SendResult.msg_id / RecvMessage.id)
     status           str         send: SEND_OK | FLUSH_DISK_TIMEOUT | FLUSH_SLAVE_TIMEOUT |
                                  SLAVE_NOT_AVAILABLE | ERROR (then see `error`); receive: RECEIVED
@@ -63,7 +69,9 @@ import time
 SEND_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 ERROR = "ERROR"
 RECEIVED = "RECEIVED"
-INVOKE, SEND, RECEIVE, SUBSCRIBE, UNSUBSCRIBE = "invoke", "send", "receive", "subscribe", "unsubscribe"
+ACKED = "ACKED"  # an "ack" line's status (a POP consumer's ack succeeded)
+PYTHON5_LIBRARY = "rocketmq-python-client 5.1.2"
+INVOKE, SEND, RECEIVE, SUBSCRIBE, UNSUBSCRIBE, ACK = "invoke", "send", "receive", "subscribe", "unsubscribe", "ack"
 FROM_FIRST, FROM_NOW = "FROM_FIRST", "FROM_NOW"  # a subscribe line's status: which sends the group is owed
 FIELDS = (
     "client",
