@@ -3,7 +3,7 @@ through the cluster's 5.x gRPC proxy: `make chaos CLIENT=python5` (rmqha/chaos/w
 with .venv-client5's Python; the 5.x client cannot live in .venv beside the 4.x one).
 
 Same files and output as the other workloads: RUN/history/producer-<rid>.jsonl and consumer-<rid>.jsonl in
-the history format of rmqha/cluster/history.py (loaded from its file: it needs only the standard library),
+the history format of rmqha/runs/history.py (loaded from its file: it needs only the standard library),
 RUN/chaos/progress-<rid>.json, and the final counters as one JSON line on stdout.
 
 The producer sends asynchronously at --rate, the send_id in KEYS; the client retries a failed send itself

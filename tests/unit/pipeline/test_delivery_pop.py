@@ -4,7 +4,7 @@ received again after the ack is a duplicate; a push consumer's second receive st
 
 import os
 
-from rmqha.cluster.history import HistoryWriter
+from rmqha.runs.history import HistoryWriter
 from rmqha.pipeline import delivery
 from rmqha.pipeline.verdict import PASS, WARN
 
