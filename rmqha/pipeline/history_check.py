@@ -27,7 +27,7 @@ HISTORY_SCHEMA = (
     "client string, seq long, op string, group string, shard string, topic string, send_id string, attempt int, "
     "uniq_key string, status string, error string, offset_msg_id string, "
     "broker_name string, queue_id int, queue_offset long, commit_log_offset long, "
-    "store_timestamp long, ordered boolean, start_ms long, end_ms long, body_len long"
+    "store_timestamp long, ordered boolean, start_ms long, end_ms long, body_len long, library string"
 )
 
 
@@ -44,6 +44,7 @@ class HistoryFindings:
     unconfirmed: int = 0  # FLUSH_*_TIMEOUT / SLAVE_NOT_AVAILABLE sends
     unconfirmed_missing: list = field(default_factory=list)  # of those, on no node: (uniq_key, send_id, status)
     dup_uniq: list = field(default_factory=list)  # (uniq_key, copies)
+    dup_resent: list = field(default_factory=list)  # the same, of a client that resends with one id (5.x)
     dup_logical: list = field(default_factory=list)  # (send_id, copies)
     phantoms: list = field(default_factory=list)  # received, never sent
     order_violations: list = field(default_factory=list)  # (client, broker, topic, qid, offset, prev max)
@@ -157,7 +158,7 @@ def gather(spark, decoded, hist, nodes: list[Node], served_rows: list | None = N
     _unconfirmed_missing(sends, copies, f)
     _missing_copies(acked, copies, nodes, f)
     send_ids = sends.select("send_id").distinct()
-    _duplicates(stored, copies, send_ids, f)
+    _duplicates(stored, copies, send_ids, f, _resent_ids(sends))
     _phantoms(sends, recvs, send_ids, f)
     _receive_order(spark, stored, recvs, served_rows, f)
     _end_to_end(sends, recvs, f)
@@ -287,7 +288,21 @@ def _user_topic():
     return ~F.col("topic").rlike("^(" + "|".join(SYSTEM_TOPIC_PREFIXES) + ")")
 
 
-def _duplicates(stored, copies, send_ids, f: HistoryFindings) -> None:
+def _resent_ids(sends):
+    """The UNIQ_KEYs sent by a client that resends a failed try with the same message id: the 5.x client
+    (its message id is fixed when the message is built; the 4.x clients make a new UNIQ_KEY per try)."""
+    from pyspark.sql import functions as F
+
+    from rmqha.runs.history import PYTHON5_LIBRARY
+
+    return (
+        sends.filter((F.col("library") == PYTHON5_LIBRARY) & F.col("uniq_key").isNotNull())
+        .select("uniq_key")
+        .distinct()
+    )
+
+
+def _duplicates(stored, copies, send_ids, f: HistoryFindings, resent=None) -> None:
     """3a. The same UNIQ_KEY stored at two places, and 3b. several stored copies of one logical send
     (send_id in KEYS), in one job (sorted here: Python's str order is Spark's UTF-8 byte order)."""
     from pyspark.sql import functions as F
@@ -325,8 +340,14 @@ def _duplicates(stored, copies, send_ids, f: HistoryFindings) -> None:
             F.col("uniq_keys").alias("xs"),
         )
     )
+    if resent is not None:  # a resending client's copies of one id are its retries, not the broker's doing
+        retried = resent.select(F.col("uniq_key").alias("key"), F.lit(1).alias("resent"))
+        both = both.join(retried, "key", "left").withColumn(
+            "kind", F.when((F.col("kind") == "uniq") & (F.col("resent") == 1), F.lit("resent")).otherwise(F.col("kind"))
+        )
     rows = sorted(both.collect(), key=lambda r: r["key"])
     f.dup_uniq = [(r["key"], r["copies"], sorted(r["xs"])) for r in rows if r["kind"] == "uniq"]
+    f.dup_resent = [(r["key"], r["copies"], sorted(r["xs"])) for r in rows if r["kind"] == "resent"]
     f.dup_logical = [(r["key"], r["copies"], sorted(r["xs"])) for r in rows if r["kind"] == "logical"]
 
 
@@ -506,10 +527,16 @@ def verdicts(f: HistoryFindings) -> list[Verdict]:
     out.append(
         Verdict(
             "no UNIQ_KEY stored twice",
-            FAIL if f.dup_uniq else PASS,
+            FAIL if f.dup_uniq else (WARN if f.dup_resent else PASS),
             f"{len(f.dup_uniq)} duplicate(s): " + _few(f.dup_uniq, lambda x: f"{x[0]} x{x[1]} at {', '.join(x[2])}")
             if f.dup_uniq
-            else "each stored UNIQ_KEY is stored once",
+            else (
+                f"{len(f.dup_resent)} message id(s) stored more than once by the 5.x client's own resends (it "
+                "keeps a message's id across tries; at-least-once allows it): "
+                + _few(f.dup_resent, lambda x: f"{x[0]} x{x[1]} at {', '.join(x[2])}")
+                if f.dup_resent
+                else "each stored UNIQ_KEY is stored once"
+            ),
             ids.HISTORY_UNIQ_ONCE,
         )
     )
