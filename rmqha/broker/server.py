@@ -254,10 +254,11 @@ class BrokerServer:
         self._listen_vip_channel()
         log.info("remoting server listening on port %d, VIP channel on %d", c.listenPort, c.fast_listen_port)
 
-    def _start_slave_sync(self) -> None:
-        """A slave's copy of its master's topics, offsets, delay offsets and groups."""
+    def make_slave_sync(self) -> SlaveSynchronize:
+        """A started copy of the master's topics, offsets, delay offsets and groups (a slave's; the DLedger
+        role handler's when its node becomes a follower)."""
         c = self.config
-        self.slave_sync = SlaveSynchronize(
+        sync = SlaveSynchronize(
             self.topics,
             self.offsets,
             self.reactor,
@@ -267,7 +268,12 @@ class BrokerServer:
             credentials=c.acl_client_credentials,
             groups=self.groups,
         )
-        self.slave_sync.start()
+        sync.start()
+        return sync
+
+    def _start_slave_sync(self) -> None:
+        """A slave's copy of its master's topics, offsets, delay offsets and groups."""
+        self.slave_sync = self.make_slave_sync()
         if self.config.slaveSyncMasterAddress:
             self.slave_sync.set_master_address(self.config.slaveSyncMasterAddress)
 

@@ -109,24 +109,12 @@ class DLedgerRoleChangeHandler:
     def _start_slave_sync(self) -> None:
         """4.9's changeToSlave: the slave sync (topics, offsets, delay offsets, groups) from a master
         address reset to none, learned again from the name server's answer to a registration."""
-        from rmqha.broker.managers.slave_sync import SlaveSynchronize
-
-        srv, c = self.server, self.config
+        srv = self.server
         reg = srv.registration
         if reg is not None:
             reg.master_addr = None
         if srv.slave_sync is None:
-            srv.slave_sync = SlaveSynchronize(
-                srv.topics,
-                srv.offsets,
-                srv.reactor,
-                self.clock,
-                metrics=srv.controller.metrics,
-                schedule=srv.schedule,
-                credentials=c.acl_client_credentials,
-                groups=srv.groups,
-            )
-            srv.slave_sync.start()
+            srv.slave_sync = srv.make_slave_sync()
         else:
             srv.slave_sync.set_master_address(None)
         if reg is not None:
