@@ -196,8 +196,7 @@ class MessageStore:
         # The delay of each level (messageDelayLevel): where a DELAY message is stored and when due.
         self.delay_levels_ms: tuple[int, ...] = delay.parse_delay_levels(delay.DEFAULT_LEVELS)
         self.last_store_timestamp = 0
-        # seam: a consume-queue unit is written only when this says so of its queue offset (None: every one).
-        # Only a control fills it (the planted bug skip-queue-entry, rmqha/controls/planted.py).
+        # a seam only controls fill (skip-queue-entry): a unit is written only if this passes its queue offset
         self.unit_filter: Callable[[int], bool] | None = None
         # called with the new max offset after every append
         self.append_listeners: list[Callable[[int], object]] = []
