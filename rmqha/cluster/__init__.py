@@ -21,3 +21,7 @@ Modules:
 
 class ClusterError(Exception):
     """A failure the user can act on. The message says what went wrong and what to do next."""
+
+
+class Unsupported(ClusterError):
+    """The backend cannot do this operation (the message says why and what can)."""

@@ -28,28 +28,17 @@ only the docker backend's disk-limited stores have. Those raise Unsupported, say
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import os
-import shutil
-import struct
-import subprocess
 import time
 from pathlib import Path
 
-from . import ClusterError
+from . import ClusterError, Unsupported, disk
 from . import runfolder as rf
 from .backend import attach as attach_backend
+from .store_cut import reported_power_loss
 from .status import NamesrvError, collect, is_dledger_spec, namesrv_request, node_status, unavailable
 from .wait import ProcessExited, WaitTimeout, wait_until
 
-CHECKPOINT_DURABLE = struct.Struct(">q")  # rmqha/broker/store/message_store.py: bytes 24..32 of store/checkpoint
-CHECKPOINT_DURABLE_AT = 24
 LOG_TAIL_LINES = 30
-
-
-class Unsupported(ClusterError):
-    """The backend cannot do this operation (the message says why and what can)."""
 
 
 class Cluster:
@@ -134,7 +123,7 @@ class Cluster:
 
         notes += unmount_stores(self)
         for n in self.nodes:
-            if _is_size_limited(self.store_path(n)):
+            if disk.is_size_limited(self.store_path(n)):
                 notes.append(f"{n}: store moved off its {self.unlimit_disk(n)['limitMb']} MiB tmpfs")
         return notes
 
@@ -483,86 +472,15 @@ class Cluster:
     def power_loss(self, node: str) -> dict:
         """A power cut on one node. The power model (self.power_model, rmqha/cluster/power.py): "fs", the
         default, SIGKILLs the node and has its crashfs store drop every change never fsynced; "reported",
-        the old cut below, kept to compare.
+        the old cut, kept to compare.
 
-        reported: SIGKILL, then every commit-log byte past the durable offset dropped.
-
-        The durable offset is polled from /status before the kill and read again after it from the
-        store's checkpoint file (the broker writes it there after each fdatasync, before answering any
-        send that waited for it); the larger one is used: nothing acknowledged as flushed is dropped,
-        and nothing that was not fsynced is kept. The node is left stopped; start() brings it back
-        (it then recovers as after a crash). Returns what was done, for the history.
-
-        A DLedger node: _dledger_power_loss."""
+        reported: rmqha/cluster/store_cut.py (SIGKILL, then the store cut at the offset the broker reports
+        as fsynced; a DLedger node's data and index files likewise)."""
         if getattr(self, "power_model", "fs") != "reported":
             from .power import fs_power_loss
 
             return fs_power_loss(self, node)
-        impl = self.node(node).get("implementation", "ours")
-        if impl != "ours":
-            from .power import PowerNotModelled
-
-            raise PowerNotModelled(
-                f"{node} runs the {impl} broker: the reported power model reads our /status's durableOffset, "
-                "which no 4.9 broker serves; power faults on it are not exercised (use the fs model, crashfs)"
-            )
-        if self.is_dledger(node):
-            return self._dledger_power_loss(node)
-        st = self.status(node)
-        if st is None or st.get("durableOffset") is None:
-            raise ClusterError(
-                f"{node} does not answer /status with a durableOffset: cannot simulate a power "
-                "loss without knowing what is on disk"
-            )
-        polled, max_before = int(st["durableOffset"]), st.get("maxPhyOffset")
-        self.kill(node)
-        store = self.store_path(node)
-        ckpt = read_checkpoint_durable(store)
-        durable = max(polled, ckpt or 0)
-        size = int(self.node(node).get("commitlogFileSize") or 0)
-        dropped = drop_after(store / "commitlog", durable, size)
-        return {
-            "durableOffset": durable,
-            "polledDurableOffset": polled,
-            "checkpointDurableOffset": ckpt,
-            "maxPhyOffsetBefore": max_before,
-            "droppedBytes": dropped,
-        }
-
-    def _dledger_power_loss(self, node: str) -> dict:
-        """Power loss on a DLedger node: SIGKILL, then its dledger-<selfId>/data and index files cut at
-        the positions the store's last fsync covered (zeros from there on, later files removed), as if
-        nothing after them reached the disk. The positions are polled from /status (dledger
-        durableDataPos, durableIndexPos) and read again after the kill from dledger-<selfId>/durable,
-        which the store rewrites after each fsync and before each cut of its log; that record wins (it
-        is the newer, and a follower's truncation may have lowered it). The store's recovery then
-        stops at the first zeroed entry or unwritten index slot. currterm is fsynced before use, so it
-        is kept; checkpoint (committedIndex, not fsynced) is kept too: it only names committed entries
-        and recovery clamps it to the log's end. The node is left stopped."""
-        st = self.status(node)
-        dl = (st or {}).get("dledger") or {}
-        if dl.get("durableDataPos") is None or not dl.get("selfId"):
-            raise ClusterError(
-                f"{node} does not answer /status with dledger durableDataPos: cannot simulate a power loss "
-                "without knowing what is on disk"
-            )
-        if self.node(node).get("storePathDLedgerCommitLog"):
-            raise Unsupported(f"{node} keeps its DLedger data outside its store (storePathDLedgerCommitLog)")
-        polled = (int(dl["durableDataPos"]), int(dl["durableIndexPos"]))
-        before = {"endIndex": dl.get("endIndex"), "committedIndex": dl.get("committedIndex"), "role": dl.get("role")}
-        self.kill(node)
-        base = self.store_path(node) / f"dledger-{dl['selfId']}"
-        record = read_dledger_durable(base)
-        data_pos, index_pos = record if record is not None else polled
-        return {
-            "durableDataPos": data_pos,
-            "durableIndexPos": index_pos,
-            "polledDurable": list(polled),
-            "recordDurable": list(record) if record is not None else None,
-            "before": before,
-            "droppedDataBytes": drop_after(base / "data", data_pos),
-            "droppedIndexBytes": drop_after(base / "index", index_pos),
-        }
+        return reported_power_loss(self, node)
 
     # -- docker-only node operations ----------------------------------------------------------------
     def _need(self, op: str, why: str):
@@ -581,67 +499,28 @@ class Cluster:
     def fill_disk(self, node: str, leave_bytes: int = 0) -> dict:
         """Fill the filesystem of the node's store until `leave_bytes` are free (a filler file)."""
         store = self.store_path(node)
-        if not _is_size_limited(store):
+        if not disk.is_size_limited(store):
             raise Unsupported(
                 f"{node}'s store {store} is not on its own size-limited filesystem "
                 "(Cluster.limit_disk(node, mb) puts it on a tmpfs; rmqha.chaos.run does it for disk-full)"
             )
-        return fill_filesystem(store, leave_bytes)
+        return disk.fill_filesystem(store, leave_bytes)
 
     def free_disk(self, node: str) -> dict:
-        return free_filesystem(self.store_path(node))
+        return disk.free_filesystem(self.store_path(node))
 
     def disk_limited(self, node: str) -> bool:
         """The node's store is on a size-limited filesystem of its own (limit_disk)."""
-        return _is_size_limited(self.store_path(node))
+        return disk.is_size_limited(self.store_path(node))
 
     def limit_disk(self, node: str, size_mb: int) -> dict:
-        """Put the node's store on its own tmpfs of size_mb MiB (a host mount, so root; a docker container
-        bind-mounts the store when it starts, so it sees the mount too). A running node is stopped
-        cleanly first and started again after its store was copied onto the tmpfs. down() moves the store
-        back onto the ordinary disk."""
-        store = self.store_path(node)
-        if _is_size_limited(store):
-            return {"limitMb": _mount_size_mb(store), "already": True}
-        if os.geteuid() != 0:
-            raise Unsupported("a size-limited store is a tmpfs mount, which needs root")
-        running = self.running(node)
-        if running:
-            self.stop(node)
-        store.mkdir(parents=True, exist_ok=True)
-        aside = store.with_name(store.name + ".on-disk")
-        store.rename(aside)
-        store.mkdir()
-        try:
-            subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", f"size={int(size_mb)}m,mode=0755", "tmpfs", str(store)],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-        except subprocess.CalledProcessError as e:
-            store.rmdir()
-            aside.rename(store)
-            raise ClusterError(f"cannot mount a {size_mb} MiB tmpfs on {store}: {e.stderr.strip()}") from e
-        shutil.copytree(aside, store, dirs_exist_ok=True)
-        shutil.rmtree(aside)
-        if running:
-            self.start(node, timeout=60)
-        return {"limitMb": int(size_mb), "restarted": running}
+        """The node's store on its own tmpfs of size_mb MiB (rmqha/cluster/disk.py); a running node is
+        stopped and started again around the move. down() moves the store back."""
+        return disk.limit_disk(self, node, size_mb)
 
     def unlimit_disk(self, node: str) -> dict:
         """The store back on the ordinary disk (the node must be stopped); no-op when not limited."""
-        store = self.store_path(node)
-        if not _is_size_limited(store):
-            return {"limitMb": 0}
-        size = _mount_size_mb(store)
-        free_filesystem(store)
-        aside = store.with_name(store.name + ".off-tmpfs")
-        shutil.copytree(store, aside)
-        subprocess.run(["umount", str(store)], check=True, capture_output=True, text=True)
-        shutil.rmtree(store)
-        aside.rename(store)
-        return {"limitMb": size}
+        return disk.unlimit_disk(self.store_path(node))
 
     # -- links ------------------------------------------------------------------------------------
     @property
@@ -802,138 +681,3 @@ class Cluster:
                 per[q] = None if done is None else {"max": end, "committed": done}
             out[m] = per
         return out
-
-
-# ---- the store, seen from outside ----------------------------------------------------------------
-
-
-def read_checkpoint_durable(store: Path) -> int | None:
-    """The durable commit-log offset the broker last wrote into store/checkpoint (None: not there)."""
-    try:
-        with open(Path(store) / "checkpoint", "rb") as fh:
-            fh.seek(CHECKPOINT_DURABLE_AT)
-            raw = fh.read(CHECKPOINT_DURABLE.size)
-    except OSError:
-        return None
-    if len(raw) < CHECKPOINT_DURABLE.size:
-        return None
-    (v,) = CHECKPOINT_DURABLE.unpack(raw)
-    return v if v > 0 else None
-
-
-def read_dledger_durable(dledger_dir: Path) -> tuple[int, int] | None:
-    """(data, index) durable positions from dledger-<selfId>/durable (rmqha/broker/dledger/file_store.py),
-    None when it is not there."""
-    from rmqha.broker.dledger.file_store import DURABLE_FILE, DURABLE_RECORD
-
-    try:
-        raw = (Path(dledger_dir) / DURABLE_FILE).read_bytes()
-    except OSError:
-        return None
-    if len(raw) < DURABLE_RECORD.size:
-        return None
-    data, index = DURABLE_RECORD.unpack_from(raw)
-    return data, index
-
-
-_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
-
-
-def _punch_hole(fd: int, offset: int, length: int) -> bool:
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    fn = libc.fallocate
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
-    return fn(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0
-
-
-def drop_after(commitlog_dir: Path, durable: int, file_size: int = 0) -> int:
-    """Make the commit log hold nothing past `durable`, as if the bytes after it never reached the disk:
-    the file holding `durable` keeps its size (files are preallocated) with zeros from there on; later
-    files are removed. Returns how many non-zero bytes were dropped."""
-    from rmqha.broker.store.mapped_file import list_files
-
-    dropped = 0
-    for base, path in list_files(str(commitlog_dir)):
-        size = os.path.getsize(path)
-        if base + size <= durable:
-            continue
-        start = max(0, durable - base)
-        if start == 0 and base > 0:
-            dropped += _nonzero_bytes(path, 0)
-            os.unlink(path)
-            continue
-        dropped += _nonzero_bytes(path, start)
-        fd = os.open(path, os.O_RDWR)
-        try:
-            if not _punch_hole(fd, start, size - start):
-                zeros = bytes(1 << 20)
-                pos = start
-                while pos < size:
-                    pos += os.pwrite(fd, zeros[: min(len(zeros), size - pos)], pos)
-        finally:
-            os.close(fd)
-    return dropped
-
-
-def _nonzero_bytes(path: str, start: int) -> int:
-    """Bytes from start to the last non-zero byte of the file (where the written data ends)."""
-    size = os.path.getsize(path)
-    chunk = 1 << 20
-    end = start
-    with open(path, "rb") as fh:
-        pos = start
-        while pos < size:
-            fh.seek(pos)
-            data = fh.read(min(chunk, size - pos))
-            stripped = data.rstrip(b"\0")
-            if stripped:
-                end = pos + len(stripped)
-            elif pos > end + 4 * chunk:
-                break  # 4 MiB of zeros after the last data: the end of what was written
-            pos += len(data)
-    return end - start
-
-
-# ---- a size-limited store (disk-full) -----------------------------------------------------------
-
-FILLER = "fill-disk.filler"
-
-
-def _is_size_limited(path: Path) -> bool:
-    """True when path is the root of its own mount (a tmpfs or loop filesystem made for it)."""
-    return os.path.ismount(path)
-
-
-def _mount_size_mb(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_blocks * st.f_frsize >> 20
-
-
-def fill_filesystem(path: Path, leave_bytes: int = 0) -> dict:
-    st = os.statvfs(path)
-    free = st.f_bavail * st.f_frsize
-    want = max(0, free - leave_bytes)
-    filler = Path(path) / FILLER
-    written = 0
-    # unbuffered: a buffered file that hit ENOSPC raises again when it is closed (it still holds the
-    # bytes it could not write); a raw write just reports how much it wrote
-    with open(filler, "ab", buffering=0) as fh:
-        block = bytes(1 << 20)
-        try:
-            while written < want:
-                n = fh.write(block[: min(len(block), want - written)])
-                if not n:
-                    break
-                written += n
-        except OSError:
-            pass  # ENOSPC: full
-    st = os.statvfs(path)
-    return {"filled": written, "freeBytes": st.f_bavail * st.f_frsize}
-
-
-def free_filesystem(path: Path) -> dict:
-    filler = Path(path) / FILLER
-    size = filler.stat().st_size if filler.exists() else 0
-    filler.unlink(missing_ok=True)
-    st = os.statvfs(path)
-    return {"freed": size, "freeBytes": st.f_bavail * st.f_frsize}

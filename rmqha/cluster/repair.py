@@ -192,7 +192,7 @@ def repair_slave(
     catchup_timeout: float = 120.0,
     accept_loss: frozenset[str] = frozenset(),
 ) -> RepairResult:
-    from .handle import drop_after
+    from .store_cut import drop_after
 
     res = RepairResult(group, master, slave)
     mlog, slog = cluster.store_path(master) / "commitlog", cluster.store_path(slave) / "commitlog"

@@ -14,7 +14,7 @@ import pytest
 from rmqha.runs.faultlog import FaultLog, read_faults
 from rmqha.chaos.nemesis import ACTIONS, Fault, Nemesis, make_schedule
 from rmqha.runs.faults import ALL_FAULTS, FAULTS, applicable_faults
-from rmqha.cluster.handle import drop_after, read_checkpoint_durable
+from rmqha.cluster.store_cut import drop_after, read_checkpoint_durable
 from rmqha.pipeline import faults as pf
 
 

@@ -6,7 +6,7 @@ import os
 import resource
 import signal
 
-from rmqha.cluster import handle
+from rmqha.cluster import disk
 
 
 def test_a_refused_write_ends_the_fill_without_raising(tmp_path, monkeypatch):
@@ -17,15 +17,15 @@ def test_a_refused_write_ends_the_fill_without_raising(tmp_path, monkeypatch):
         f_frsize = 4096
         f_bavail = (64 << 20) // 4096  # "64 MiB free": more than can be written
 
-    monkeypatch.setattr(handle.os, "statvfs", lambda p: Vfs() if str(p) == str(tmp_path) else real(p))
+    monkeypatch.setattr(disk.os, "statvfs", lambda p: Vfs() if str(p) == str(tmp_path) else real(p))
     old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old_limit[1]))
     try:
-        info = handle.fill_filesystem(tmp_path)
+        info = disk.fill_filesystem(tmp_path)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
         signal.signal(signal.SIGXFSZ, old_handler)
-    assert info["filled"] == limit == (tmp_path / handle.FILLER).stat().st_size
-    freed = handle.free_filesystem(tmp_path)
-    assert freed["freed"] == limit and not (tmp_path / handle.FILLER).exists()
+    assert info["filled"] == limit == (tmp_path / disk.FILLER).stat().st_size
+    freed = disk.free_filesystem(tmp_path)
+    assert freed["freed"] == limit and not (tmp_path / disk.FILLER).exists()

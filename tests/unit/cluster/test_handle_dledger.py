@@ -150,6 +150,7 @@ def _cut_store(tmp_path, answers):
         fs.append_as_leader(body, 1)
     answers[N1]["dledger"].update(selfId="n1", durableDataPos=synced[0], durableIndexPos=synced[1])
     c = Canned(answers)
+    c.power_model = "reported"  # the cut at the reported positions (rmqha/cluster/store_cut.py), not crashfs
     c.killed = []
     c.kill = lambda node: (c.killed.append(node), fs.release())
     c.store_path = lambda node: tmp_path
@@ -180,6 +181,7 @@ def test_the_record_read_after_the_kill_wins_over_the_poll(tmp_path):
 
 def test_power_loss_needs_the_durable_positions_before_killing():
     c = Canned(healthy())
+    c.power_model = "reported"
     c.kill = lambda node: pytest.fail("killed")
     with pytest.raises(ClusterError, match="durableDataPos"):
         c.power_loss(N1)

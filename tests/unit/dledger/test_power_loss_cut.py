@@ -10,7 +10,7 @@ import pytest
 
 from rmqha.broker.dledger.entry import DLedgerEntry
 from rmqha.broker.dledger.file_store import FileStore
-from rmqha.cluster.handle import drop_after, read_dledger_durable
+from rmqha.cluster.store_cut import drop_after, read_dledger_durable
 
 pytestmark = pytest.mark.fast
 

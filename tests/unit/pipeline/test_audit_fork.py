@@ -9,7 +9,7 @@ import pytest
 
 from rmqha.runs.layout import node_json, write_node_json
 from rmqha.broker.store.message_store import MessageStore
-from rmqha.cluster.handle import drop_after
+from rmqha.cluster.store_cut import drop_after
 from rmqha.pipeline import audit, decode, runfolder
 from rmqha.pipeline.verdict import FAIL, WARN
 
