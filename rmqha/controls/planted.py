@@ -28,6 +28,7 @@ broker_log = logging.getLogger("rmqha.broker")  # the controller's: its PLANTED 
 LOST_TAIL_BYTES = 16 << 10
 SKIP_UNIT_EVERY = 50
 TRUNCATE_AFTER_PUTS = 300
+LIE_REAL_EVERY = 40  # lie-about-fsync: one real flush in 40 (every 20 s at the default 500 ms)
 
 
 def truncate_live(store, nbytes: int = LOST_TAIL_BYTES) -> int:
@@ -339,11 +340,17 @@ def _truncate_once(seams: Seams, names: frozenset[str]) -> None:
     seams.store_started.append(store_started)
 
 
-def lie_about_fsync(store) -> None:
-    """lie-about-fsync: store.flush() claims the whole log durable and syncs nothing (the checkpoint is
-    still written, so it carries the lie too)."""
+def lie_about_fsync(store, real_every: int = LIE_REAL_EVERY) -> None:
+    """lie-about-fsync: store.flush() claims the whole log durable and really syncs only one call in
+    `real_every` (the first included, so the files and their preallocated sizes are on disk and the broker
+    can start again after a power cut); the checkpoint is written every time, so it carries the lie too."""
+    real_flush = store.flush
+    calls = [0]
 
     def flush() -> int:
+        calls[0] += 1
+        if calls[0] % real_every == 1:
+            real_flush()
         claimed = store.commitlog.max_offset
         store._durable_offset = claimed
         store._write_checkpoint()
@@ -409,7 +416,8 @@ PLANTED: dict[str, Bug] = {
     ),
     "lie-about-fsync": Bug(
         "the store's flush reports every appended byte durable (/status durableOffset, the "
-        "checkpoint, SYNC_FLUSH answers) and fdatasyncs nothing: a power cut on crashfs loses acknowledged "
+        "checkpoint, SYNC_FLUSH answers) and really fdatasyncs once in 40 flushes: a power cut on crashfs loses "
+        "acknowledged "
         "sends, the old cut at the reported offset cannot see it (caught by: no acknowledged send lost, after a "
         "power loss with --power-model fs; passes with --power-model reported)",
         _lie_about_fsync,
