@@ -72,28 +72,16 @@ def send_reporting(rec: HistoryRecorder, producer, topic: str, label: str, timeo
     done = threading.Event()
     out: dict = {}
 
+    def record(**fields) -> None:
+        out.update(rec.writer.append(base | {"start_ms": start, "end_ms": now_ms(), **fields}))
+
     def on_ok(res):
         uniq = res.msg_id.decode() if isinstance(res.msg_id, bytes) else res.msg_id
-        out.update(
-            rec.writer.append(
-                base
-                | {
-                    "start_ms": start,
-                    "end_ms": now_ms(),
-                    "status": status_name(res.status),
-                    "uniq_key": uniq or None,
-                    "queue_offset": res.offset,
-                }
-            )
-        )
+        record(status=status_name(res.status), uniq_key=uniq or None, queue_offset=res.offset)
         done.set()
 
     def on_err(exc):
-        out.update(
-            rec.writer.append(
-                base | {"start_ms": start, "end_ms": now_ms(), "status": ERROR, "error": f"{type(exc).__name__}: {exc}"}
-            )
-        )
+        record(status=ERROR, error=f"{type(exc).__name__}: {exc}")
         done.set()
 
     start = now_ms()
@@ -102,17 +90,7 @@ def send_reporting(rec: HistoryRecorder, producer, topic: str, label: str, timeo
     except Exception as e:  # refused before it left the client
         on_err(e)
     if not done.wait(timeout_s):
-        out.update(
-            rec.writer.append(
-                base
-                | {
-                    "start_ms": start,
-                    "end_ms": now_ms(),
-                    "status": ERROR,
-                    "error": f"no callback within {timeout_s:g} s",
-                }
-            )
-        )
+        record(status=ERROR, error=f"no callback within {timeout_s:g} s")
     return out
 
 

@@ -130,18 +130,9 @@ RUST_BIN = os.path.join(
 )
 
 
-def exec_python5_workload(args) -> int:
-    """Replace this process with clients/python5/workload.py in .venv-client5 (same files and output)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    python = os.path.join(root, ".venv-client5", "bin", "python")
-    if not os.access(python, os.X_OK):
-        sys.stderr.write(f"error: {python} is missing: run `make venv-client5`\n")
-        return 3
-    argv = [
-        python,
-        os.path.join(root, "clients", "python5", "workload.py"),
-        "--endpoint",
-        args.namesrv,
+def _shared_workload_args(args) -> list[str]:
+    """The options the python5 and the rust workloads take as this one does (files, rate, lengths, drain)."""
+    return [
         "--run-dir",
         args.run_dir,
         "--rate",
@@ -162,6 +153,22 @@ def exec_python5_workload(args) -> int:
         str(args.drain),
         *(["--drain-signal", args.drain_signal] if args.drain_signal else []),
     ]
+
+
+def exec_python5_workload(args) -> int:
+    """Replace this process with clients/python5/workload.py in .venv-client5 (same files and output)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    python = os.path.join(root, ".venv-client5", "bin", "python")
+    if not os.access(python, os.X_OK):
+        sys.stderr.write(f"error: {python} is missing: run `make venv-client5`\n")
+        return 3
+    argv = [
+        python,
+        os.path.join(root, "clients", "python5", "workload.py"),
+        "--endpoint",
+        args.namesrv,
+        *_shared_workload_args(args),
+    ]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(python, argv)
@@ -179,25 +186,7 @@ def exec_rust_workload(args) -> int:
         "--namesrv",
         args.namesrv,
         "workload",
-        "--run-dir",
-        args.run_dir,
-        "--rate",
-        str(args.rate),
-        "--duration",
-        str(args.duration),
-        "--run-id",
-        args.run_id,
-        "--topic",
-        args.topic,
-        "--body-size",
-        str(args.body_size),
-        "--timeout-ms",
-        str(args.timeout_ms),
-        "--max-inflight",
-        str(args.max_inflight),
-        "--drain",
-        str(args.drain),
-        *(["--drain-signal", args.drain_signal] if args.drain_signal else []),
+        *_shared_workload_args(args),
         *(["--trace"] if args.trace else []),
     ]
     sys.stdout.flush()

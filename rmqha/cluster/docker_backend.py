@@ -670,14 +670,17 @@ class DockerBackend(Backend):
         return self._live_container(node).logs(**kw).decode("utf-8", "replace")
 
     # -- logs -------------------------------------------------------------------------------------
+    def _saved_log(self, node: str) -> Path:
+        """Where save_logs writes the node's container log in the run folder."""
+        if node == "namesrv":
+            return rf.namesrv_log(self.run_dir)
+        if node == "toxiproxy":
+            return self.run_dir / "toxiproxy" / "toxiproxy.log"
+        return rf.broker_log(self.run_dir, node)
+
     def log_path(self, node: str) -> Path | None:
         self._check_node(node)
-        if node == "namesrv":
-            p = rf.namesrv_log(self.run_dir)
-        elif node == "toxiproxy":
-            p = self.run_dir / "toxiproxy" / "toxiproxy.log"
-        else:
-            p = rf.broker_log(self.run_dir, node)
+        p = self._saved_log(node)
         return p if p.exists() and self.state.get("stoppedAt") else None
 
     def log_location(self, node: str) -> str:
@@ -704,12 +707,7 @@ class DockerBackend(Backend):
             c = self.container(node)
             if c is None:
                 continue
-            if node == "namesrv":
-                p = rf.namesrv_log(self.run_dir)
-            elif node == "toxiproxy":
-                p = self.run_dir / "toxiproxy" / "toxiproxy.log"
-            else:
-                p = rf.broker_log(self.run_dir, node)
+            p = self._saved_log(node)
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(c.logs())
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import mmap
 import os
 import re
 from pathlib import Path
@@ -210,11 +212,24 @@ def read_histories(run: Path, facts: RunFacts) -> list[dict]:
     return out
 
 
+@contextlib.contextmanager
+def _mapped(path):
+    """The file mapped for reading; an empty file (which cannot be mapped) reads as no bytes."""
+    with open(path, "rb") as fh:
+        try:
+            buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file
+            yield b""
+            return
+        try:
+            yield buf
+        finally:
+            buf.close()
+
+
 def read_store_groups(run: Path, facts: RunFacts, topics: set[str]) -> None:
     """Every copy of a send in any node's commit log, by send_id (KEYS) and by UNIQ_KEY: in a send's topic,
     parked (SCHEDULE_TOPIC_XXXX, the half topic) or any other topic (a retry topic's copy)."""
-    import mmap
-
     from rmqha.broker.store.mapped_file import list_files
     from rmqha.broker.store.record import Scan, iter_records
 
@@ -236,18 +251,11 @@ def read_store_groups(run: Path, facts: RunFacts, topics: set[str]) -> None:
             _note_copy(facts, group, not slave, m)
         for _base, path in list_files(str(nd / "store" / "commitlog")):
             facts.stores = True
-            with open(path, "rb") as fh:
-                try:
-                    buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                except ValueError:  # an empty file
-                    continue
-                try:
-                    for _off, r in iter_records(buf, 0, check_crc=False):
-                        if r.kind != Scan.MESSAGE or r.message is None:
-                            break
-                        _note_copy(facts, group, not slave, r.message)
-                finally:
-                    buf.close()
+            with _mapped(path) as buf:
+                for _off, r in iter_records(buf, 0, check_crc=False):
+                    if r.kind != Scan.MESSAGE or r.message is None:
+                        break
+                    _note_copy(facts, group, not slave, r.message)
     for u, cs in facts.copies.items():
         groups = {c[0] for c in cs if c[2] in topics}
         if len(groups) == 1:
@@ -273,30 +281,21 @@ def dledger_messages(store: Path):
     what the node stores, as read_store_groups needs it (which group holds a copy). The audit reads only
     the committed prefix (rmqha/pipeline/dledger_log.py); a walk stops at a blank (the file's end) or at
     bytes that are not an entry."""
-    import mmap
-
     from rmqha.broker.dledger.entry import BODY_OFFSET, EntryFormatError, decode_entry, is_blank
     from rmqha.broker.store.record import Scan, scan
 
     for path in dledger_data_files(store):
-        with open(path, "rb") as fh:
-            try:
-                buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            except ValueError:  # an empty file
-                continue
-            try:
-                off = 0
-                while off + BODY_OFFSET <= len(buf) and not is_blank(buf, off):
-                    try:
-                        e = decode_entry(buf, off)
-                    except EntryFormatError:
-                        break
-                    r = scan(e.body or b"", 0, check_crc=False)
-                    if r.kind == Scan.MESSAGE and r.message is not None:
-                        yield r.message
-                    off += e.size
-            finally:
-                buf.close()
+        with _mapped(path) as buf:
+            off = 0
+            while off + BODY_OFFSET <= len(buf) and not is_blank(buf, off):
+                try:
+                    e = decode_entry(buf, off)
+                except EntryFormatError:
+                    break
+                r = scan(e.body or b"", 0, check_crc=False)
+                if r.kind == Scan.MESSAGE and r.message is not None:
+                    yield r.message
+                off += e.size
 
 
 TORN_OP = re.compile(r'"op":\s*"(\w*)"')
