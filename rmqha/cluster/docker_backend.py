@@ -59,22 +59,19 @@ from . import ClusterError
 from . import acl
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions
+from .docker_links import CONTAINER_STORE, proxies_and_configs, proxy5_link, toxiproxy_proxies
 from .local_backend import check_ports
 from .topology import (
     COMPOSE_DIR,
     DEFAULT_BASE_PORT,
-    DLEDGER_PORT_OFFSET,
     PortPlan,
     Topology,
-    effective_config,
-    is_dledger,
     node_overrides,
     set_args,
 )
 
 BROKER_IMAGE = os.environ.get("RMQHA_BROKER_IMAGE") or "rmqha/broker:latest"
 TOXIPROXY_IMAGE = os.environ.get("RMQHA_TOXIPROXY_IMAGE") or "rmqha/toxiproxy:latest"
-CONTAINER_STORE = "/var/lib/rocketmq/store"
 NAMESRV_CONTAINER_PORT = 9876
 TOXIPROXY_API_DEFAULT = 8474
 TOXIPROXY_API_OFFSET = 46  # inside the cluster's port block (PortPlan.block), below the name server
@@ -146,53 +143,6 @@ def check_images(client, images: list[str]) -> None:
         )
 
 
-def dledger_link_port(plan: PortPlan, topology: Topology, src: str, dst: str) -> int:
-    """Where toxiproxy listens for src's DLedger connections to dst: dst's P + 4 + src's index, inside
-    dst's port stride (P+3 is dst's own DLedger port; P+8 is the next node's VIP channel)."""
-    return plan.node_ports(topology.node(dst))["listenPort"] + DLEDGER_PORT_OFFSET + 1 + topology.node(src).index
-
-
-def dledger_links(topology: Topology, plan: PortPlan, overrides: dict[str, dict[str, str]]) -> list[dict]:
-    """The proxies of every DLedger peer link, one per direction, and each DLedger node's own
-    dLegerPeers (in `overrides`): itself on 0.0.0.0:P+3, every other member through its proxy."""
-    groups: dict[str, list] = {}
-    for n in topology.nodes:
-        if is_dledger(n.props):
-            groups.setdefault(n.props.get("dLegerGroup", "").strip(), []).append(n)
-    proxies = []
-    for members in groups.values():
-        for a in members:
-            peers = []
-            for b in members:
-                b_id = b.props["dLegerSelfId"].strip()
-                b_port = plan.node_ports(b)["listenPort"] + DLEDGER_PORT_OFFSET
-                if a is b:
-                    peers.append(f"{b_id}-0.0.0.0:{b_port}")
-                    continue
-                port = dledger_link_port(plan, topology, a.name, b.name)
-                peers.append(f"{b_id}-toxiproxy:{port}")
-                proxies.append(
-                    {
-                        "name": f"{a.name}-dl-{b.name}",
-                        "kind": "dledger",
-                        "node": a.name,
-                        "peer": b.name,
-                        "listen": f"0.0.0.0:{port}",
-                        "upstream": f"{b.name}:{b_port}",
-                        "hostEndpoint": None,
-                    }
-                )
-            overrides[a.name]["dLegerPeers"] = ";".join(peers)
-    return proxies
-
-
-def toxiproxy_proxies(state: dict) -> list[dict]:
-    """The proxy list (Toxiproxy -config format) for a cluster's state."""
-    return [
-        {"name": p["name"], "listen": p["listen"], "upstream": p["upstream"], "enabled": True} for p in state["proxies"]
-    ]
-
-
 def _preflight(cluster: str, topology: Topology, plan: PortPlan) -> tuple[Path, list[str], str, int]:
     """Refuse to start what cannot start: (compose file, compose command, project, Toxiproxy API port)."""
     cfile = compose_file(topology.name)
@@ -233,103 +183,6 @@ def _container_overrides(topology: Topology, plan: PortPlan, host: str) -> dict[
     return overrides
 
 
-def _client_proxies(topology: Topology, configs: dict, host: str) -> tuple[list[dict], set[int]]:
-    """Each node's client and VIP proxies, and the ports they listen on in the toxiproxy container."""
-    proxies, used_listen = [], set()
-    for n in topology.nodes:
-        c = configs[n.name]
-        proxies.append(
-            {
-                "name": n.name,
-                "kind": "client",
-                "node": n.name,
-                "listen": f"0.0.0.0:{c.listenPort}",
-                "upstream": f"{n.name}:{c.listenPort}",
-                "hostEndpoint": f"{host}:{c.listenPort}",
-            }
-        )
-        proxies.append(
-            {
-                "name": f"{n.name}-vip",
-                "kind": "vip",
-                "node": n.name,
-                "listen": f"0.0.0.0:{c.fast_listen_port}",
-                "upstream": f"{n.name}:{c.fast_listen_port}",
-                "hostEndpoint": f"{host}:{c.fast_listen_port}",
-            }
-        )
-        used_listen.update((c.listenPort, c.fast_listen_port))
-    return proxies, used_listen
-
-
-def _ha_proxies(
-    topology: Topology, configs: dict, overrides: dict[str, dict[str, str]], host: str, used_listen: set[int]
-) -> list[dict]:
-    """The HA link of each slave: a proxy listening on toxiproxy:<master's HA port>; sets the slave's
-    master addresses and its master's recovery peers in `overrides`."""
-    proxies = []
-    for n in topology.slaves:
-        m = topology.master_of(n)
-        mc = configs[m.name]
-        port = mc.ha_port
-        if port in used_listen:  # a second slave of the same master: its own port
-            port = configs[n.name].ha_port
-        used_listen.add(port)
-        proxies.append(
-            {
-                "name": f"{n.name}-ha",
-                "kind": "ha",
-                "node": n.name,
-                "master": m.name,
-                "listen": f"0.0.0.0:{port}",
-                "upstream": f"{m.name}:{mc.ha_port}",
-                "hostEndpoint": None,
-            }
-        )
-        overrides[n.name]["haMasterAddress"] = f"toxiproxy:{port}"
-        # Topic config and consumer offsets come straight from the master's container: the
-        # address it registers (127.0.0.1:P, for host clients) is this container itself.
-        overrides[n.name]["slaveSyncMasterAddress"] = f"{m.name}:{mc.listenPort}"
-        # A recovering master (haRecoveryEnable) fetches from its slave's HA port, container to
-        # container: a partition (network disconnect) cuts it, a fault on the `-ha` proxy does not.
-        sources = [
-            a for a in overrides[m.name].get("haRecoveryPeers", "").split(",") if a and not a.startswith(host + ":")
-        ]
-        overrides[m.name]["haRecoveryPeers"] = ",".join(sources + [f"{n.name}:{configs[n.name].ha_port}"])
-    return proxies
-
-
-def _proxies_and_configs(
-    run_dir: Path,
-    topology: Topology,
-    plan: PortPlan,
-    host: str,
-    overrides: dict[str, dict[str, str]],
-    extra: dict,
-    per_node: dict,
-) -> tuple[list[dict], dict]:
-    """Every proxy, and each node's final config: our addressing, then the user's --set (as the local
-    backend). Completes `overrides` in place."""
-    configs = {}
-    for n in topology.nodes:  # masters first
-        o = {**overrides[n.name], **extra, **per_node.get(n.name, {})}
-        configs[n.name] = effective_config(n, o)
-    proxies, used_listen = _client_proxies(topology, configs, host)
-    proxies += dledger_links(topology, plan, overrides)
-    proxies += _ha_proxies(topology, configs, overrides, host, used_listen)
-    for n in topology.nodes:
-        overrides[n.name].update(extra)
-        overrides[n.name].update(per_node.get(n.name, {}))
-        configs[n.name] = effective_config(n, overrides[n.name])
-        c = configs[n.name]
-        if c.storePathRootDir != CONTAINER_STORE:
-            raise ClusterError(
-                f"{n.name}: storePathRootDir is {CONTAINER_STORE} in containers (the host "
-                f"folder {rf.store_dir(run_dir, n.name)} is mounted there); do not --set it"
-            )
-    return proxies, configs
-
-
 def _prepare_run_dir(run_dir: Path, topology: Topology, old, options: UpOptions, creds) -> list[str]:
     """The run folder and each node's store folder (emptied with --fresh); returns the nodes whose store
     was kept."""
@@ -351,19 +204,6 @@ def _prepare_run_dir(run_dir: Path, topology: Topology, old, options: UpOptions,
         if old_log.exists():
             old_log.unlink()  # the log of an earlier run: saved again at `down`
     return kept
-
-
-def _proxy5_link(plan: PortPlan, host: str) -> dict:
-    """The 5.x gRPC proxy's client link: host port -> toxiproxy -> proxy:8081 (its brokers it reaches
-    through their own client links: --broker-host-map 127.0.0.1=toxiproxy in the compose files)."""
-    return {
-        "name": "proxy",
-        "kind": "client",
-        "node": "proxy",
-        "listen": f"0.0.0.0:{plan.proxy_port}",
-        "upstream": "proxy:8081",
-        "hostEndpoint": f"{host}:{plan.proxy_port}",
-    }
 
 
 def _compose_env(cluster: str, run_dir: Path, plan: PortPlan, host: str, api_port: int) -> dict[str, str]:
@@ -443,8 +283,8 @@ class DockerBackend(Backend):
         if creds:
             for n in topology.nodes:
                 per_node[n.name] = {**acl.broker_sets(CONTAINER_STORE, creds), **per_node.get(n.name, {})}
-        proxies, configs = _proxies_and_configs(run_dir, topology, plan, host, overrides, extra, per_node)
-        proxies.append(_proxy5_link(plan, host))
+        proxies, configs = proxies_and_configs(run_dir, topology, plan, host, overrides, extra, per_node)
+        proxies.append(proxy5_link(plan, host))
         kept = _prepare_run_dir(run_dir, topology, old, options, creds)
         env = _compose_env(cluster, run_dir, plan, host, api_port)
         nodes = _node_records(run_dir, topology, host, configs, overrides, proxies, env, cls.name)

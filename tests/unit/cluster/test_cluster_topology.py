@@ -257,7 +257,7 @@ def test_a_base_port_in_the_ephemeral_range_is_refused_with_advice(monkeypatch):
 
 
 def test_docker_dledger_peer_links_go_through_one_proxy_per_direction():
-    from rmqha.cluster.docker_backend import dledger_links
+    from rmqha.cluster.docker_links import dledger_links
 
     topo = load_topology("dledger")
     plan = PortPlan.make(20100)

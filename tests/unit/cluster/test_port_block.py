@@ -6,7 +6,7 @@ never meet. Computed from each node's effective configuration, the ports the bro
 import pytest
 
 from rmqha.broker.config.properties import dledger_peers
-from rmqha.cluster import docker_backend
+from rmqha.cluster import docker_backend, docker_links
 from rmqha.cluster.topology import (
     CLUSTER_PORT_SPAN,
     TOPOLOGIES,
@@ -43,7 +43,7 @@ def docker_ports(topology, plan) -> list[tuple[str, str, int]]:
     """What the host sees published (name server, Toxiproxy's API, each node's proxies and metrics) and
     what toxiproxy listens on inside its container (HA and DLedger links): the block is the host's."""
     overrides = docker_backend._container_overrides(topology, plan, "127.0.0.1")
-    proxies, configs = docker_backend._proxies_and_configs(None, topology, plan, "127.0.0.1", overrides, {}, {})
+    proxies, configs = docker_links.proxies_and_configs(None, topology, plan, "127.0.0.1", overrides, {}, {})
     out = [
         ("namesrv", "published name server port", plan.namesrv_port),
         ("toxiproxy", "API", docker_backend.toxiproxy_api_port(plan)),
