@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import ClusterError
+from .process import pid_alive
 from .topology import REPO_ROOT
 
 MODES = ("lose-unsynced", "keep-prefix", "torn")
@@ -208,21 +209,8 @@ def unmount(store: Path, timeout: float = 30.0) -> bool:
     if r.returncode != 0:
         subprocess.run(["umount", "-l", str(store)], capture_output=True, text=True)
     deadline = time.monotonic() + timeout
-    while pid and time.monotonic() < deadline and _alive(pid):
+    while pid and time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.05)
     _restore(store, work / "backing")
     shutil.rmtree(work, ignore_errors=True)
     return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie of ours is gone for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False

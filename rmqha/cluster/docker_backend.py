@@ -59,6 +59,7 @@ from . import ClusterError
 from . import acl
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions
+from .process import pid_alive
 from .docker_links import CONTAINER_STORE, proxies_and_configs, proxy5_link, toxiproxy_proxies
 from .local_backend import check_ports
 from .topology import (
@@ -627,7 +628,7 @@ def sweep_dead_projects(client, project_re) -> list[str]:
     for c in client.containers.list(all=True, filters={"label": "com.docker.compose.project"}):
         project = c.labels.get("com.docker.compose.project", "")
         m = project_re.match(project)
-        if not m or _pid_alive(int(m.group(1))):
+        if not m or pid_alive(int(m.group(1))):
             continue
         c.remove(force=True, v=True)
         removed.add(project)
@@ -638,13 +639,3 @@ def sweep_dead_projects(client, project_re) -> list[str]:
             except Exception:
                 pass
     return sorted(removed)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

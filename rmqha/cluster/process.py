@@ -59,6 +59,18 @@ def proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[19])
 
 
+def pid_alive(pid: int) -> bool:
+    """The pid names a live process, ours or another user's; a zombie is gone for every purpose here."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    st = proc_stat(pid)
+    return st is not None and st[0] != "Z"
+
+
 def is_running(rec: dict | None) -> bool:
     """True when the process recorded in rec still runs (same pid, same start time, not a zombie)."""
     if not rec or not rec.get("pid"):
