@@ -153,6 +153,24 @@ BACKENDS = {
 }
 
 
+def state_head(
+    cluster: str, run_dir: Path, topology: Topology, plan: PortPlan, options: UpOptions, backend: str, kept: list[str]
+) -> dict:
+    """What every backend's state.json starts with (its own keys follow)."""
+    return {
+        "name": cluster,
+        "topology": topology.name,
+        "backend": backend,
+        "runDir": str(run_dir),
+        "basePort": plan.base_port,
+        "host": options.host,
+        "registration": options.registration,
+        "startedAt": time.time(),
+        "stoppedAt": None,
+        "keptStores": kept,
+    }
+
+
 def backend_class(name: str) -> type[Backend]:
     if name not in BACKENDS:
         raise ClusterError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")

@@ -58,7 +58,7 @@ from rmqha.runs.layout import NODE_JSON_KEYS, write_node_json
 from . import ClusterError
 from . import acl
 from . import runfolder as rf
-from .backend import Backend, ProcessState, UpOptions
+from .backend import Backend, ProcessState, UpOptions, state_head
 from .process import pid_alive
 from .docker_links import CONTAINER_STORE, proxies_and_configs, proxy5_link, toxiproxy_proxies
 from .local_backend import check_ports
@@ -290,16 +290,7 @@ class DockerBackend(Backend):
         env = _compose_env(cluster, run_dir, plan, host, api_port)
         nodes = _node_records(run_dir, topology, host, configs, overrides, proxies, env, cls.name)
         state = {
-            "name": cluster,
-            "topology": topology.name,
-            "backend": cls.name,
-            "runDir": str(run_dir),
-            "basePort": plan.base_port,
-            "host": host,
-            "registration": options.registration,
-            "startedAt": time.time(),
-            "stoppedAt": None,
-            "keptStores": kept,
+            **state_head(cluster, run_dir, topology, plan, options, cls.name, kept),
             "ports": [list(p) for p in plan.all_ports(topology)] + [["toxiproxy", "API port", api_port]],
             "namesrv": {
                 "addr": f"namesrv:{NAMESRV_CONTAINER_PORT}",

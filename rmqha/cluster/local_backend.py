@@ -18,7 +18,7 @@ from rmqha.runs.layout import NODE_JSON_KEYS, write_node_json
 from . import ClusterError
 from . import acl
 from . import runfolder as rf
-from .backend import Backend, ProcessState, UpOptions
+from .backend import Backend, ProcessState, UpOptions, state_head
 from .implementations import BrokerChoice, check_available, implementation, parse_choice
 from .topology import CLUSTER_PORT_SPAN, PortPlan, Topology, effective_config, node_overrides
 
@@ -231,16 +231,7 @@ class LocalBackend(Backend):
         state = {
             "broker": choice.spec(),
             "rocketmqHome": choice.home,
-            "name": cluster,
-            "topology": topology.name,
-            "backend": cls.name,
-            "runDir": str(run_dir),
-            "basePort": plan.base_port,
-            "host": host,
-            "registration": options.registration,
-            "startedAt": time.time(),
-            "stoppedAt": None,
-            "keptStores": kept,
+            **state_head(cluster, run_dir, topology, plan, options, cls.name, kept),
             "ports": [list(p) for p in plan.all_ports(topology)],
             "namesrv": {
                 "addr": f"{host}:{plan.namesrv_port}",
