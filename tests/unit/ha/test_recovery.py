@@ -412,10 +412,11 @@ def test_a_blank_must_be_followed_by_zeros_and_may_arrive_in_pieces():
     v = RecordVerifier(0, FILE, HOST, 1 << 20)
     assert v.feed(blank[: FILE // 2]) == [] and v.partial == FILE // 2  # its zeros still arriving
     assert v.feed(blank[FILE // 2 :]) == [blank] and v.end == FILE
-    dirty = bytearray(blank)
-    dirty[9] = 1
-    with pytest.raises(RecoveryRefused, match="not followed by zeros"):
-        RecordVerifier(0, FILE, HOST, 1 << 20).feed(bytes(dirty))
+    for at in (8, 9):  # the first byte after the 8-byte head, and the next
+        dirty = bytearray(blank)
+        dirty[at] = 1
+        with pytest.raises(RecoveryRefused, match="not followed by zeros"):
+            RecordVerifier(0, FILE, HOST, 1 << 20).feed(bytes(dirty))
     last = bytearray(blank)
     last[-1] = 1
     with pytest.raises(RecoveryRefused, match="not followed by zeros"):
@@ -751,3 +752,24 @@ def test_the_source_service_listens_and_says_on_which_port(tmp_path):
     svc = RecoverySourceService(slave, reactor)
     port = svc.listen(reactor, 20913)
     assert port is svc.port and svc.status() == {"port": 20913, "connections": 0, "refused": 0}
+
+
+def test_a_fetch_ends_at_its_answer_even_with_more_frames_in_the_same_read(tmp_path):
+    slave = store(tmp_path / "slave")
+    put(slave, 3)
+    data = log_bytes(slave)
+    junk = struct.pack(">qi", 10**6, 4) + b"junk"  # not contiguous: refused if it were read
+    # the end of the log, then more bytes in the same read: the answer stands, the rest is not read
+    fetch = FetchSession(RecordVerifier(0, FILE, HOST, 1 << 20))
+    fetch.on_data(struct.pack(">qi", 0, len(data)) + data + struct.pack(">qi", len(data), 0) + junk)
+    assert fetch.outcome == FetchOutcome.COMPLETE and fetch.source_end == len(data)
+    # a source behind this master, then more
+    behind = FetchSession(RecordVerifier(len(data), FILE, HOST, 1 << 20))
+    assert behind.on_data(struct.pack(">qi", 5, 0) + junk) == ([], None)
+    assert behind.outcome == FetchOutcome.SOURCE_BEHIND and behind.source_end == 5
+    # a 4.x heartbeat from an older position after data does not end the fetch: the end after it does
+    older = FetchSession(RecordVerifier(0, FILE, HOST, 1 << 20))
+    older.on_data(
+        struct.pack(">qi", 0, len(data)) + data + struct.pack(">qi", 10, 0) + struct.pack(">qi", len(data), 0)
+    )
+    assert older.outcome == FetchOutcome.COMPLETE and older.source_end == len(data)
