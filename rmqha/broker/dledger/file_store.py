@@ -77,6 +77,10 @@ CHECK_POINT_FILE = "checkpoint"
 TERM_PERSIST_FILE = "currterm"
 DURABLE_FILE = "durable"  # not DLedger's: (data, index) durable positions, for power-loss simulation
 DURABLE_RECORD = struct.Struct(">qq")
+# The largest entry index whose index-file position (index * INDEX_UNIT_SIZE) is a signed 64-bit offset, as
+# DLedger's long positions are: a header claiming more (or a negative index) is garbage, and the walk of a
+# recovery stops there (the fuzzer's dledger_entry found both crashing the store's start).
+MAX_RECOVERED_INDEX = (2**63 - 1) // INDEX_UNIT_SIZE - 1
 _ZERO_CHUNK = 64 * 1024
 
 
@@ -521,6 +525,7 @@ class FileStore:
                 or rel + e.size > f.size
                 or not MAGIC_1 <= e.magic <= CURRENT_MAGIC
                 or (last_index != -1 and e.index != last_index + 1)
+                or not 0 <= e.index <= MAX_RECOVERED_INDEX  # garbage: its index slot would not be addressable
                 or e.term < last_term
                 or int.from_bytes(head[44:48], "big", signed=True) + BODY_OFFSET != e.size
             ):

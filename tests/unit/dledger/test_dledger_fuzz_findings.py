@@ -7,7 +7,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 
 from rmqha.broker.dledger.config import DLedgerConfig
 from rmqha.broker.dledger.effects import AppendDone, Reply
-from rmqha.broker.dledger.entry import DLedgerEntry, encode_blank
+from rmqha.broker.dledger.entry import DLedgerEntry, encode_blank, encode_entry, set_index_term
 from rmqha.broker.dledger.file_store import FileStore, offset_to_file_name
 from rmqha.broker.dledger.node import DLedgerNode
 from rmqha.broker.dledger.protocol import (
@@ -149,3 +149,25 @@ def test_a_pushed_entry_from_a_later_term_than_the_push_is_refused(type_):
     (reply,) = [e for e in effects if isinstance(e, Reply)]
     assert reply.response.code == ResponseCode.UNEXPECTED_ARGUMENT
     assert (log.end_index, log.end_term) == (2, 3)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("index", [-(2**48), 2**61])
+def test_a_stored_entry_whose_index_is_negative_or_unaddressable_ends_recovery(tmp_path, index):
+    # Found by fuzz dledger_entry (2026-11-28): a data file whose first entry claimed index -2**48 made the
+    # store's start raise DLedgerError INDEX_OUT_OF_RANGE; one whose index slot lay past a signed 64-bit
+    # position raised struct.error writing the durable positions. Both are garbage: the walk stops there.
+    data = tmp_path / "dledger-n0" / "data"
+    data.mkdir(parents=True)
+    (tmp_path / "dledger-n0" / "index").mkdir()
+    e = DLedgerEntry(body=b"x", index=0, term=1, pos=0, magic=1)
+    e.compute_size()
+    raw = bytearray(encode_entry(e))
+    set_index_term(raw, index, 1, 1)
+    (data / offset_to_file_name(0)).write_bytes(bytes(raw) + bytes(4096 - len(raw)))
+    store = FileStore(str(tmp_path), "n0", data_file_size=4096, index_file_size=4096)
+    try:
+        assert store.end_index == -1  # nothing trustworthy was kept
+        assert store.append_as_leader(b"after", 1).index == 0
+    finally:
+        store.release()
