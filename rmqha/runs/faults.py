@@ -278,8 +278,10 @@ DESTRUCTIVE = _kinds(lambda v: _classic_master(v, ("kill", "stop", "power", "iso
 # the replicas' logs may be rewritten).
 LOG_REWRITING = _kinds(lambda v: _classic_master(v, ("kill", "stop", "power", "isolate", "pause")))
 MASTER_OUT = LOG_REWRITING
-# Classic power cuts (a DLedger power loss is judged by the DLedger checks).
-POWER_LOSSES = _kinds(lambda v: v.power_cut and not v.dledger)
+# Every power cut, classic or DLedger: only a power cut drops what the page cache held, so a lost send
+# acknowledged before one is blamed on it too (a DLedger group's quorum should survive one node's cut;
+# when it does not, the cut must be named).
+POWER_LOSSES = _kinds(lambda v: v.power_cut)
 GROUP_POWER = _kinds(lambda v: v.power_cut and v.scope != NODE)  # every node of a group loses power
 CLUSTER_WIDE = _kinds(lambda v: v.scope == CLUSTER)  # faults on every group (the fault log names one)
 NODE_DOWN = _kinds(lambda v: v.node_down)

@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from rmqha.broker.support.files import atomic_write
 
 log = logging.getLogger("rmqha.broker.ha.master")
 
@@ -162,9 +163,5 @@ def load_peers(path: str) -> dict[str, dict[str, int]]:
 
 
 def save_peers(path: str, peers: ProvenPeers) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(peers.to_json(), fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    # the rename must survive a power cut too (a directory fsync), or the next life finds the old record
+    atomic_write(path, json.dumps(peers.to_json()).encode())

@@ -43,3 +43,11 @@ def test_a_loss_after_the_last_power_loss_with_no_fault_active_is_no_fault():
 def test_a_power_loss_that_started_at_the_acknowledgement_is_blamed_once():
     a = pf.attribute(FAULTS, [], [("U1", "s", "c", "T", 4_000)], [])
     assert a.lost == {"#1 kill-slave broker-a-s": ["U1"], "#2 power-loss broker-a": ["U1"]}
+
+
+def test_a_loss_acknowledged_before_a_dledger_power_cut_is_blamed_on_it():
+    # a DLedger group's cut node drops its unsynced entries like a classic master does; when an
+    # acknowledged send is gone, the later cut is a suspect, not "no fault"
+    faults = [interval(1, "power-loss-leader", "broker-a-n0", 4_000, 5_500)]
+    a = pf.attribute(faults, [], [("U1", "s", "c", "T", 1_000)], [])
+    assert a.lost == {"#1 power-loss-leader broker-a-n0": ["U1"]}

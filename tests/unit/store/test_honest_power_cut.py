@@ -152,3 +152,18 @@ def test_recovery_wipes_and_syncs_the_stale_tail_so_a_second_cut_cannot_bring_it
         assert str(tmp_path / "commitlog" / f"{0:020d}") in synced_files
     finally:
         s.shutdown()
+
+
+def test_the_ha_peers_record_survives_a_power_cut_after_its_save(tmp_path, monkeypatch):
+    # haPeers.json vouches for a slave's history in the master's next life; a rename never made durable
+    # by a directory fsync would hand that life the old record (or none) after a power cut.
+    from rmqha.broker.ha.peers import PEERS_FILE, ProvenPeers, load_record, save_peers
+
+    synced = spy_dir_fsyncs(monkeypatch, mapped_file)
+    path = str(tmp_path / PEERS_FILE)
+    peers = ProvenPeers.from_record(({}, None), on_proven=lambda p: None)
+    peers.stream_limit = 4096
+    save_peers(path, peers)
+    assert str(tmp_path) in synced
+    assert load_record(path) == ({}, 4096)
+    assert not os.path.exists(path + ".tmp")
