@@ -13,7 +13,9 @@ build in the background when it is not cached (clients/rust/build.sh --backgroun
 run while it compiles; `get()` then waits for the build recorded in build/rust-client.pid, and
 tests/conftest.py hands the files that use the client out last. RUST_CLIENT_BIN=<path> points at another
 binary. When the binary is missing (and no build is running) the tests FAIL with the build command to
-run, unless RUST_CLIENT=skip, which makes them skip.
+run, unless RUST_CLIENT=skip, which makes them skip. Tests get the client from the `rc` fixture
+(tests/integration/conftest.py), so tests/conftest.py knows which tests need it: they wait for the
+build before their timeout starts.
 
 Each call runs one process with a deadline and parses its JSON lines (the client logs to stderr). A
 process that exits non-zero, prints a {"fatal": ...} line or outlives its deadline raises
@@ -27,6 +29,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -48,8 +51,9 @@ def background_build_pid() -> int | None:
     return pid
 
 
-def wait_for_background_build(deadline_s: float = BUILD_WAIT_S) -> None:
-    """Block until the background build (if any) ends, saying so on stderr every minute."""
+def wait_for_background_build(deadline_s: float = BUILD_WAIT_S, say: Callable[[str], None] | None = None) -> None:
+    """Block until the background build (if any) ends, saying so every minute (`say`, or stderr)."""
+    say = say or (lambda line: sys.stderr.write(line + "\n"))
     started = time.monotonic()
     last_said = started - 60
     while (pid := background_build_pid()) is not None:
@@ -59,9 +63,9 @@ def wait_for_background_build(deadline_s: float = BUILD_WAIT_S) -> None:
                 f"the rust client build (pid {pid}) is still running after {deadline_s:g} s: see {BUILD_LOG}"
             )
         if now - last_said >= 60:
-            sys.stderr.write(f"waiting for the rust client build (pid {pid}, log {BUILD_LOG})\n")
+            say(f"waiting for the rust client build (pid {pid}, log {BUILD_LOG}, {now - started:.0f} s so far)")
             last_said = now
-        time.sleep(2)
+        time.sleep(1)
 
 
 class RustClientError(AssertionError):

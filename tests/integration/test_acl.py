@@ -200,10 +200,7 @@ def rust_send(rc, ns, topic, ak, sk, count=3):
     return [l for l in rc.run(ns.addr, "send", *args, timeout=60) if "mode" in l]
 
 
-def test_the_rust_clients_acl_hook_is_served_signed_right_and_refused_signed_wrong(acl_cluster):
-    from .rust_client import RustClient
-
-    rc = RustClient.get()
+def test_the_rust_clients_acl_hook_is_served_signed_right_and_refused_signed_wrong(acl_cluster, rc):
     ns, broker, _ = acl_cluster
     ok = rust_send(rc, ns, "TopicAcl", *GOOD)
     assert [r.get("status") for r in ok] == ["SEND_OK"] * 3, ok
@@ -242,12 +239,9 @@ def test_the_rust_clients_acl_hook_is_served_signed_right_and_refused_signed_wro
     assert any(b and b.startswith("rust-rocketmq2") for b in bodies), lines[-3:]
 
 
-def test_trace_records_need_no_pub_on_the_trace_topic(acl_cluster):
+def test_trace_records_need_no_pub_on_the_trace_topic(acl_cluster, rc):
     """4.9.8 skips the perm check for PUB on RMQ_SYS_TRACE_TOPIC: a traced client whose account has no
     perm on the trace topic (rocketmq2: defaultTopicPerm DENY) still gets its trace records stored."""
-    from .rust_client import RustClient
-
-    rc = RustClient.get()
     ns, broker, _ = acl_cluster
     admin = ("RocketMQ", "87654321")
 

@@ -16,11 +16,12 @@ from .cluster_cli import REPO, free_base_port
 pytestmark = [pytest.mark.integration, pytest.mark.checkers, pytest.mark.timeout(400)]
 
 
-def test_rust_chaos_run_drains_and_its_trace_is_audited(tmp_path):
+def test_rust_chaos_run_drains_and_its_trace_is_audited(tmp_path, rc):
     from rmqha.cluster.topology import load_topology
 
     base = free_base_port(load_topology("2m-2s-sync"))
-    env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
+    # rc: the binary the workload execs (the fixture fails saying how to build it)
+    env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO), RUST_CLIENT_BIN=str(rc.binary))
     run_dir = tmp_path / "run" / "rust-trace"
     cmd = [
         sys.executable,

@@ -15,14 +15,12 @@ from .cluster_cli import REPO, free_base_port
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 
-def test_the_rust_client_follows_a_dledger_failover_and_loses_no_acknowledged_send(tmp_path):
+def test_the_rust_client_follows_a_dledger_failover_and_loses_no_acknowledged_send(tmp_path, rc):
     from rmqha.cluster.topology import load_topology
 
-    from .rust_client import RustClient
-
-    RustClient.get()  # the binary the workload execs (waits for a background build, fails saying how to build)
     base = free_base_port(load_topology("dledger"))
-    env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO))
+    # rc: the binary the workload execs (the fixture fails saying how to build it)
+    env = dict(os.environ, CLUSTER_RUN_ROOT=str(tmp_path / "run"), PYTHONPATH=str(REPO), RUST_CLIENT_BIN=str(rc.binary))
     name = "dl-rust"
     run_dir = tmp_path / "run" / name
     cmd = [

@@ -12,7 +12,6 @@ from rmqha.cluster.standalone import BrokerProcess, NameServerProcess, rpc
 from rmqha.cluster.wait import wait_until
 from rmqha.pipeline import trace
 
-from .rust_client import RustClient
 
 pytestmark = pytest.mark.integration
 
@@ -22,8 +21,7 @@ def max_offset(broker, topic):
     return int(r.ext_fields.get("offset", 0)) if r.code == ResponseCode.SUCCESS else -1
 
 
-def test_trace_records_land_in_the_trace_topic_and_replicate(tmp_path):
-    rc = RustClient.get()
+def test_trace_records_land_in_the_trace_topic_and_replicate(tmp_path, rc):
     ns = NameServerProcess(tmp_path).start()
     master = slave = None
     try:

@@ -61,8 +61,7 @@ def admin_sees(rc: RustClient, namesrv: str, topic: str, group: str, topology: s
 
 
 @pytest.mark.parametrize("topology", ["2m-2s-sync", "2m-2s-async", "2m-noslave"])
-def test_local_topology(topology):
-    rc = RustClient.get()
+def test_local_topology(topology, rc):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     base = free_cluster_base(load_topology(topology))
     assert base is not None, "no free port block for a local cluster"
@@ -76,7 +75,6 @@ def test_local_topology(topology):
 @pytest.mark.parametrize(
     "topology,sets", [("2m-2s-sync", SYNC_SETS), ("2m-2s-async", ASYNC_SETS), ("2m-noslave", None)]
 )
-def test_docker_topology(docker_cluster_pool, topology, sets):
-    rc = RustClient.get()
+def test_docker_topology(docker_cluster_pool, topology, sets, rc):
     c = docker_cluster_pool.get(topology, sets)
     exercise(rc, c.namesrv, lambda t: c.create_topic(t), topology)
