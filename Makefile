@@ -6,8 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOPOLOGY ?= 2m-2s-sync
 BROKER ?= ours
-# Apache's 4.9 (BROKER=apache) and rocketmq-rust's broker run on the local backend only so far
-BACKEND ?= $(if $(filter-out ours,$(BROKER)),local,docker)
+# ours and Apache's 4.9 (BROKER=apache: an image made from ROCKETMQ_HOME) run on either backend, docker by
+# default; rocketmq-rust's broker on the local backend only so far
+BACKEND ?= $(if $(findstring rust,$(BROKER)),local,docker)
 BROKER_ARGS = $(if $(filter-out ours,$(BROKER)),--broker $(BROKER)) $(if $(ROCKETMQ_HOME),--rocketmq-home "$(ROCKETMQ_HOME)")
 FORMAT ?= table
 RUN ?=
@@ -103,8 +104,9 @@ test-durations: ## after a full make test: keep its seconds per test file (build
 test-unit: $(STAMP) ## the fast tier, under a minute: tests/unit without the ones that start Spark (a JVM) or a compiler (markers spark, compiles)
 	$(PY) -m pytest tests/unit -m fast -n $(PYTEST_WORKERS) --dist loadfile --durations=5
 
-test-apache: $(STAMP) ## tests against Apache RocketMQ 4.9.x: make test-apache ROCKETMQ_HOME=<binary distribution> (they skip in make test without one)
+test-apache: $(STAMP) ## tests against Apache RocketMQ 4.9.x: make test-apache ROCKETMQ_HOME=<binary distribution> (builds its image first for the docker tests; they skip in make test without one)
 	@test -n "$(ROCKETMQ_HOME)" || { echo "usage: make test-apache ROCKETMQ_HOME=<dir of an Apache RocketMQ 4.9.x binary distribution>" >&2; exit 2; }
+	@ROCKETMQ_HOME="$(ROCKETMQ_HOME)" images/build.sh all apache || echo "note: the images did not build (above): the docker-backend tests skip"
 	ROCKETMQ_HOME="$(ROCKETMQ_HOME)" $(PY) -m pytest tests/integration -m apache -q --durations=5 -p no:cacheprovider
 
 test-integration: $(STAMP) images rust-client venv-client5 ## integration tests only (builds the images first)
@@ -137,8 +139,8 @@ repair: $(STAMP) ## repair a forked broker group (SLAVE_AHEAD): make repair GROU
 chaos-matrix: $(STAMP) $(if $(findstring docker,$(BACKENDS)),images) ## the guarantee matrix: every configuration x fault kind, SEEDS=3 runs each (BACKENDS=local|local,docker MODES=ours|ours,4.9,recovery,apache (apache: ROCKETMQ_HOME=<4.9.x distribution>) LANES=2 LONG=1 PLANTED=1 CONFIGS= DURATION= OUT=build/chaos-matrix)
 	$(if $(ROCKETMQ_HOME),ROCKETMQ_HOME="$(ROCKETMQ_HOME)") $(PY) -m rmqha.matrix --seeds $(or $(SEEDS),3) --backends $(or $(BACKENDS),local) --lanes $(or $(LANES),2) $(if $(filter 1,$(LONG)),--long-holds) $(if $(filter 1,$(PLANTED)),--planted) $(if $(MODES),--modes $(MODES)) $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out "$(OUT)")
 
-images: ## build the container images (base, broker, toxiproxy) with no registry; a no-op when up to date
-	@images/build.sh all
+images: ## build the container images (base, broker, toxiproxy; with BROKER=apache also rmqha/apache from ROCKETMQ_HOME) with no registry; a no-op when up to date
+	@$(if $(findstring apache,$(BROKER)),ROCKETMQ_HOME="$(ROCKETMQ_HOME)") images/build.sh all $(if $(findstring apache,$(BROKER)),apache)
 
 # make test builds the images beside lint and the fast tier (minutes on a fresh machine, mostly debootstrap's
 # downloads): their lines would cut through pytest's, so they go to a log and a failure shows its end.

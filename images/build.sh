@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Build the project's container images without any container registry.
 #
-#   images/build.sh [base|broker|toxiproxy|all] [--force]
+#   images/build.sh [base|broker|toxiproxy|all|apache]... [--force]
 #
 #   base       rmqha/base       Debian bookworm minbase + python3, made with debootstrap, `docker import`ed
 #   broker     rmqha/broker     base + /opt/venv (Twisted, grpcio from wheels downloaded on the host) + rmqha/broker/, rmqha/controls/, rmqha/proxy/
 #   toxiproxy  rmqha/toxiproxy  base + toxiproxy-server (images/toxiproxy, Rust, built on the host)
+#   apache     rmqha/apache     base + Debian's openjdk-17-jre-headless + the Apache RocketMQ 4.9.x binary
+#                               distribution at ROCKETMQ_HOME (the user's; not part of `all`)
 #
 # Each image is tagged :<content hash of its inputs> and :latest, and carries the
 # hash in the label rmqha.inputs. An image whose hash tag exists is not rebuilt,
@@ -258,24 +260,92 @@ build_toxiproxy() {
     done_step "$(image_size "$image")"
 }
 
+# ---------------------------------------------------------------- apache
+# Debian's openjdk-17-jre-headless and whatever of its dependencies the base image lacks, as .debs: apt on
+# the host resolves them against the base image's own dpkg status (not the host's), so the build inside
+# `docker build --network none` only runs dpkg -i.
+fetch_jre_debs() {  # -> sets DEBS dir
+    command -v apt-get >/dev/null || die "apt-get not found" "the apache image takes Debian's JRE: build it on a Debian host"
+    local status="$CACHE/base-dpkg-status" dhash
+    docker run --rm --network none --entrypoint cat "$BASE_IMAGE" /var/lib/dpkg/status > "$status.new" \
+        || die "cannot read the base image's dpkg status" "images/build.sh base --force"
+    mv "$status.new" "$status"
+    dhash=$({ echo openjdk-17-jre-headless; cat "$status"; apt-cache policy openjdk-17-jre-headless | sed -n 2,3p; } | sha)
+    DEBS="$CACHE/debs-$dhash"
+    if [ -f "$DEBS/.complete" ]; then
+        say "apache: reusing $(ls "$DEBS"/*.deb | wc -l) cached .debs (${DEBS#$ROOT/})"
+        return
+    fi
+    step "apache: apt-get download openjdk-17-jre-headless and the dependencies the base image lacks"
+    rm -rf "$DEBS"; mkdir -p "$DEBS/partial"
+    # Debug::NoLocking: another apt on the host may hold its locks; this touches neither its status nor
+    # its cache (the package caches are off, the archives go to DEBS)
+    apt-get install --download-only --no-install-recommends -y -q \
+        -o Dir::State::status="$status" -o Dir::Cache::archives="$DEBS" \
+        -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o Debug::NoLocking=1 \
+        openjdk-17-jre-headless 2>&1 | grep --line-buffered -E '^(Get|E:|W:)' | stamp || true
+    ls "$DEBS"/openjdk-17-jre-headless_*.deb >/dev/null 2>&1 \
+        || die "apt-get could not download openjdk-17-jre-headless" "apt-get update, then images/build.sh apache again"
+    rm -rf "$DEBS/partial" "$DEBS/lock"
+    touch "$DEBS/.complete"
+    done_step "$(ls "$DEBS"/*.deb | wc -l) .debs, $(du -sh "$DEBS" | cut -f1)"
+}
+
+build_apache() {
+    [ -n "${ROCKETMQ_HOME:-}" ] || die "images/build.sh apache needs ROCKETMQ_HOME" \
+        "ROCKETMQ_HOME=<an Apache RocketMQ 4.9.x binary distribution> images/build.sh apache"
+    local home dist
+    home=$(cd "$ROCKETMQ_HOME" 2>/dev/null && pwd) || die "ROCKETMQ_HOME=$ROCKETMQ_HOME is not a directory" \
+        "point ROCKETMQ_HOME at the unpacked binary distribution (bin/, conf/, lib/)"
+    dist=$(cd "$ROOT" && python3 -m rmqha.cluster.implementations.apache_image hash "$home") \
+        || die "cannot use $home" "point ROCKETMQ_HOME at the unpacked binary distribution (bin/, conf/, lib/)"
+    build_base
+    fetch_jre_debs
+    local hash image="" ctx="$CACHE/ctx-apache"
+    hash=$({ echo "$BASE_IMAGE"; cat "$HERE/apache/Dockerfile" "$HERE/apache/rmqha-run"; ls "$DEBS"; echo "$dist"; } | sha)
+    image="rmqha/apache:$hash"
+    if [ "$FORCE" != 1 ] && image_exists "$image"; then
+        say "apache: $image is up to date ($(image_size "$image")), distribution $home ($dist)"
+        return
+    fi
+    step "apache: docker build -> $image from $home ($dist)"
+    rm -rf "$ctx"; mkdir -p "$ctx/debs" "$ctx/rocketmq"
+    cp "$HERE/apache/Dockerfile" "$HERE/apache/rmqha-run" "$ctx/"
+    cp "$DEBS"/*.deb "$ctx/debs/"
+    cp -R "$home/bin" "$home/conf" "$home/lib" "$ctx/rocketmq/"
+    docker_build apache "$ctx" --build-arg "BASE=$BASE_IMAGE" --label "rmqha.inputs=$hash" \
+        --label "rmqha.distribution=$dist" -t "$image"
+    rm -rf "$ctx"
+    # older images of the same distribution (a new base or JRE); other distributions keep theirs
+    local old
+    old=$(docker images --filter "label=rmqha.distribution=$dist" --format '{{.Repository}}:{{.Tag}}' rmqha/apache \
+        | grep -v ":$hash\$" || true)
+    [ -n "$old" ] && { say "  untagging superseded: $(echo $old)"; echo "$old" | xargs -r docker rmi >/dev/null 2>&1 || true; }
+    done_step "$(image_size "$image")"
+}
+
 # ---------------------------------------------------------------- main
-target=all
+targets=()
 for arg in "$@"; do
     case "$arg" in
-        base|broker|toxiproxy|all) target=$arg ;;
+        base|broker|toxiproxy|all|apache) targets+=("$arg") ;;
         --force|-f) FORCE=1 ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown argument: $arg" "usage: images/build.sh [base|broker|toxiproxy|all] [--force]" ;;
+        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument: $arg" "usage: images/build.sh [base|broker|toxiproxy|all|apache]... [--force]" ;;
     esac
 done
 
 mkdir -p "$CACHE" "$LOGS"
 check_docker
-case "$target" in
-    base) build_base ;;
-    broker) build_broker ;;
-    toxiproxy) build_toxiproxy ;;
-    all) build_base; build_broker; build_toxiproxy ;;
-esac
+[ ${#targets[@]} -gt 0 ] || targets=(all)
+for target in "${targets[@]}"; do
+    case "$target" in
+        base) build_base ;;
+        broker) build_broker ;;
+        toxiproxy) build_toxiproxy ;;
+        all) build_base; build_broker; build_toxiproxy ;;
+        apache) build_apache ;;
+    esac
+done
 say "images ready ($((SECONDS - T0))s): $(docker images --format '{{.Repository}}:{{.Tag}}' 'rmqha/*' | grep -c . ) tags; \
 docker images 'rmqha/*' lists them"

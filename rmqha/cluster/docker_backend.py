@@ -5,6 +5,17 @@ What it starts (project `rmqha-<cluster name>`, on compose's own bridge network 
   toxiproxy   rmqha/toxiproxy, API published on 127.0.0.1:<toxiproxy port>, with the proxies below
   broker-*    rmqha/broker, one per conf file of the topology (mounted read-only), store on the host
 
+Apache RocketMQ 4.9.x (--broker apache, ROCKETMQ_HOME): its brokers and (by default) its name server run
+the image built from that distribution (rmqha/cluster/implementations/apache_image.py, `images/build.sh
+apache`): 4.9's mqbroker on RUN_DIR/nodes/<node>/broker.properties (the keys ours is given, written by
+implementations/apache.py), the node's folder mounted as its user.home, where 4.9 logs. Everything else is
+as for ours: the same proxies and addresses, stores and faults. The port published as the metrics port
+P+2 leads to such a broker's listen port P instead (no metrics there), so its status (GET_BROKER_RUNTIME_INFO,
+GET_BROKER_CONFIG: implementations/runtime_status.py) never crosses a proxy either; the HA connections
+it holds are read from its JVM's /proc entries on this machine. Each broker service's image, command and
+that port are compose variables (<NODE>_IMAGE, <NODE>_COMMAND, <NODE>_OBSERVED), the name server's
+RMQHA_NAMESRV_IMAGE and RMQHA_NAMESRV_COMMAND.
+
 Addressing. Node i gets the local backend's port plan: listenPort P = base + 10*i, HA P+1, metrics P+2.
   - client port: the broker listens on P in its container and registers brokerIP1=127.0.0.1, so the
     name server returns 127.0.0.1:P. Toxiproxy listens on P in *its* container (proxy `<node>`,
@@ -59,6 +70,7 @@ from . import ClusterError
 from . import acl
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions, state_head
+from .implementations import BrokerChoice, apache, apache_image
 from .process import pid_alive
 from .docker_links import CONTAINER_STORE, proxies_and_configs, proxy5_link, toxiproxy_proxies
 from .local_backend import check_ports
@@ -74,6 +86,8 @@ from .topology import (
 BROKER_IMAGE = os.environ.get("RMQHA_BROKER_IMAGE") or "rmqha/broker:latest"
 TOXIPROXY_IMAGE = os.environ.get("RMQHA_TOXIPROXY_IMAGE") or "rmqha/toxiproxy:latest"
 NAMESRV_CONTAINER_PORT = 9876
+OURS_BROKER_COMMAND = "python3 -m rmqha.broker -c /etc/rocketmq/broker.properties"
+OURS_NAMESRV_COMMAND = f"python3 -m rmqha.broker.namesrv --port {NAMESRV_CONTAINER_PORT}"
 TOXIPROXY_API_DEFAULT = 8474
 TOXIPROXY_API_OFFSET = 46  # inside the cluster's port block (PortPlan.block), below the name server
 DEFAULT_COMMITLOG_FILE = str(64 * 1024 * 1024)
@@ -144,14 +158,37 @@ def check_images(client, images: list[str]) -> None:
         )
 
 
-def _preflight(cluster: str, topology: Topology, plan: PortPlan) -> tuple[Path, list[str], str, int]:
-    """Refuse to start what cannot start: (compose file, compose command, project, Toxiproxy API port)."""
+def implementation_images(client, choice: BrokerChoice) -> dict[str, str]:
+    """The image of each implementation the cluster runs (ours: rmqha/broker, which also runs the 5.x proxy;
+    apache: the one built from ROCKETMQ_HOME). Raises ClusterError naming the fix."""
+    unsupported = sorted(choice.kinds - {"ours", "apache"})
+    if unsupported:
+        raise ClusterError(
+            f"the docker backend runs our broker and Apache's 4.9 (asked for {choice.spec()}): "
+            f"use --backend local (BACKEND=local) for {', '.join(unsupported)}"
+        )
+    images = {"ours": BROKER_IMAGE}
+    if "apache" in choice.kinds:
+        apache.check_distribution(choice)
+        try:
+            images["apache"] = apache_image.find_image(client, choice.home)
+        except LookupError as e:
+            raise ClusterError(str(e)) from None
+    return images
+
+
+def _preflight(
+    cluster: str, topology: Topology, plan: PortPlan, choice: BrokerChoice
+) -> tuple[Path, list[str], str, int, dict[str, str]]:
+    """Refuse to start what cannot start: (compose file, compose command, project, Toxiproxy API port,
+    the image of each implementation)."""
     cfile = compose_file(topology.name)
     if not cfile.is_file():
         raise ClusterError(f"no compose file for topology {topology.name}: {cfile} does not exist")
     compose = compose_command()
     client = docker_client()
     check_images(client, [BROKER_IMAGE, TOXIPROXY_IMAGE])
+    images = implementation_images(client, choice)
     project = project_name(cluster)
     running = _project_containers(client, project)
     if running:
@@ -166,7 +203,7 @@ def _preflight(cluster: str, topology: Topology, plan: PortPlan) -> tuple[Path, 
         raise ClusterError(
             f"cannot start cluster {cluster!r}: the Toxiproxy API port {api_port} is in use; pick another --base-port"
         )
-    return cfile, compose, project, api_port
+    return cfile, compose, project, api_port, images
 
 
 def _container_overrides(topology: Topology, plan: PortPlan, host: str) -> dict[str, dict[str, str]]:
@@ -207,9 +244,17 @@ def _prepare_run_dir(run_dir: Path, topology: Topology, old, options: UpOptions,
     return kept
 
 
-def _compose_env(cluster: str, run_dir: Path, plan: PortPlan, host: str, api_port: int) -> dict[str, str]:
+def _compose_env(
+    cluster: str, run_dir: Path, plan: PortPlan, host: str, api_port: int, choice: BrokerChoice, images: dict
+) -> dict[str, str]:
     """The compose variables every service reads (each node's own are added by _node_records)."""
+    if choice.namesrv == "apache":
+        namesrv_command = apache_image.namesrv_command(apache.java_opt_ext(apache_image.CONTAINER_JAVA_MAJOR))
+    else:
+        namesrv_command = OURS_NAMESRV_COMMAND
     return {
+        "RMQHA_NAMESRV_IMAGE": images[choice.namesrv],
+        "RMQHA_NAMESRV_COMMAND": namesrv_command,
         "RMQHA_CLUSTER": cluster,
         "RMQHA_RUN_DIR": str(run_dir.resolve()),
         "RMQHA_HOST": host,
@@ -223,6 +268,21 @@ def _compose_env(cluster: str, run_dir: Path, plan: PortPlan, host: str, api_por
     }
 
 
+def _broker_service(run_dir: Path, n, c, host: str, kind: str, overrides: dict, images: dict) -> tuple[dict, dict]:
+    """(compose variables, state keys) of one broker's container: ours runs the repository's conf file with
+    the deployment keys as --set; Apache's 4.9 runs them written into the node's folder."""
+    v = env_var(n.name)
+    if kind == "apache":
+        path = apache.write_run_properties(run_dir, n.name, n.conf_file, overrides)
+        command = apache_image.broker_command(apache.java_opt_ext(apache_image.CONTAINER_JAVA_MAJOR))
+        observed, keys = c.listenPort, {"properties": str(path), "adminAddr": f"{host}:{c.metrics_port}"}
+    else:
+        command = f"{OURS_BROKER_COMMAND} {shlex.join(set_args(overrides))}"
+        observed, keys = c.metrics_port, {}
+    env = {f"{v}_IMAGE": images[kind], f"{v}_COMMAND": command, f"{v}_OBSERVED": str(observed)}
+    return env, keys
+
+
 def _node_records(
     run_dir: Path,
     topology: Topology,
@@ -232,6 +292,9 @@ def _node_records(
     proxies: list[dict],
     env: dict[str, str],
     backend: str,
+    choice: BrokerChoice,
+    images: dict[str, str],
+    project: str,
 ) -> list[dict]:
     """Each node's record in the state (its node.json written too), and its compose variables in `env`."""
     nodes = []
@@ -244,10 +307,15 @@ def _node_records(
         env[f"{v}_PORT"] = str(c.listenPort)
         env[f"{v}_VIP_PORT"] = str(c.fast_listen_port)
         env[f"{v}_METRICS"] = str(c.metrics_port)
-        env[f"{v}_SETS"] = shlex.join(set_args(overrides[n.name]))
+        kind = choice.of(n.name)
+        service_env, keys = _broker_service(run_dir, n, c, host, kind, overrides[n.name], images)
+        env.update(service_env)
         nodes.append(
             {
                 **node,
+                **keys,
+                "implementation": kind,
+                "composeProject": project,
                 "statusUrl": f"http://{host}:{c.metrics_port}/status",
                 "master": master,
                 "conf": str(n.conf_file),
@@ -270,12 +338,8 @@ class DockerBackend(Backend):
     def start(
         cls, cluster: str, run_dir: Path, topology: Topology, plan: PortPlan, options: UpOptions
     ) -> "DockerBackend":
-        if options.broker is not None and options.broker.kinds != {"ours"}:
-            raise ClusterError(
-                f"the docker backend runs only our broker so far (asked for {options.broker.spec()}): "
-                "use --backend local (BACKEND=local) for Apache's 4.9 or rocketmq-rust's"
-            )
-        cfile, compose, project, api_port = _preflight(cluster, topology, plan)
+        choice = options.broker or BrokerChoice()
+        cfile, compose, project, api_port, images = _preflight(cluster, topology, plan, choice)
         old = rf.read_state(run_dir)
         host = options.host
         overrides = _container_overrides(topology, plan, host)
@@ -287,9 +351,13 @@ class DockerBackend(Backend):
         proxies, configs = proxies_and_configs(run_dir, topology, plan, host, overrides, extra, per_node)
         proxies.append(proxy5_link(plan, host))
         kept = _prepare_run_dir(run_dir, topology, old, options, creds)
-        env = _compose_env(cluster, run_dir, plan, host, api_port)
-        nodes = _node_records(run_dir, topology, host, configs, overrides, proxies, env, cls.name)
+        env = _compose_env(cluster, run_dir, plan, host, api_port, choice, images)
+        nodes = _node_records(
+            run_dir, topology, host, configs, overrides, proxies, env, cls.name, choice, images, project
+        )
         state = {
+            "broker": choice.spec(),
+            "rocketmqHome": choice.home,
             **state_head(cluster, run_dir, topology, plan, options, cls.name, kept),
             "ports": [list(p) for p in plan.all_ports(topology)] + [["toxiproxy", "API port", api_port]],
             "namesrv": {
@@ -594,6 +662,28 @@ def _project_containers(client, project: str, service: str | None = None) -> lis
     if service:
         labels.append(f"com.docker.compose.service={service}")
     return client.containers.list(all=True, filters={"label": labels})
+
+
+_jvms: dict[tuple[str, str], int] = {}
+
+
+def container_jvm_pid(project: str, service: str) -> int | None:
+    """This machine's pid of the RocketMQ JVM in a service's container, or None (not running, or the
+    engine's processes are not in this machine's /proc): where runtime_status reads a 4.9 broker's HA
+    connections. The pid is kept while it still is such a JVM, so a status read rarely asks the engine."""
+    from .implementations.apache import find_java, is_server_jvm
+
+    key = (project, service)
+    if key in _jvms and is_server_jvm(_jvms[key]):
+        return _jvms[key]
+    if DockerBackend._client is None:
+        DockerBackend._client = docker_client()
+    found = _project_containers(DockerBackend._client, project, service=service)
+    init = (found[0].attrs.get("State") or {}).get("Pid") if found else None
+    jvm = find_java(init) if init else None
+    if jvm:
+        _jvms[key] = jvm
+    return jvm
 
 
 def _port_busy(port: int) -> bool:

@@ -82,15 +82,24 @@ def unavailable_reason(backend: str) -> str | None:
     return None
 
 
-def broker_unavailable_reason(broker: str | None, rocketmq_home: str | None = None) -> str | None:
-    """Why this broker implementation cannot start here (no distribution, not built), with the fix."""
+def broker_unavailable_reason(
+    broker: str | None, rocketmq_home: str | None = None, backend: str = "local"
+) -> str | None:
+    """Why this broker implementation cannot start here (no distribution, not built; on docker: no image of
+    it), with the fix."""
     from rmqha.cluster.implementations import parse_choice
     from rmqha.cluster.implementations import unavailable_reason as why
 
     try:
-        return why(parse_choice(broker, home=rocketmq_home))
+        choice = parse_choice(broker, home=rocketmq_home)
+        if backend != "docker":
+            return why(choice)
+        from rmqha.cluster.docker_backend import docker_client, implementation_images
+
+        implementation_images(docker_client(), choice)
     except ClusterError as e:
         return str(e)
+    return None
 
 
 class RocketMQCluster:
@@ -139,7 +148,9 @@ class RocketMQCluster:
 
         if self.handle is not None:
             return self
-        reason = unavailable_reason(self.backend) or broker_unavailable_reason(self.broker, self.rocketmq_home)
+        reason = unavailable_reason(self.backend) or broker_unavailable_reason(
+            self.broker, self.rocketmq_home, self.backend
+        )
         if reason:
             raise ClusterError(reason)
         if self.backend == "docker":

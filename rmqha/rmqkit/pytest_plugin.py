@@ -227,7 +227,7 @@ def rocketmq_cluster(request, rocketmq_cluster_pool, _rocketmq_module):
     if s["broker"] != "ours":
         from .cluster import broker_unavailable_reason
 
-        why = broker_unavailable_reason(s["broker"], s["rocketmq_home"])
+        why = broker_unavailable_reason(s["broker"], s["rocketmq_home"], s["backend"])
         if why:  # a distribution is the user's to bring (`make test-apache ROCKETMQ_HOME=<dir>`)
             pytest.skip(f"broker {s['broker']} not available: {why}")
     if s["audit"]:

@@ -29,7 +29,14 @@ from .. import runfolder as rf
 from . import BrokerChoice, Launch
 
 # 4.9 ignores keys it does not know; these are ours alone, left out so the file says what 4.9 runs.
-OURS_ONLY_KEYS = ("metricsPort", "metricsBindAddress", "haAllowedAddresses", "haRecoveryPeers", "haRecoveryEnable")
+OURS_ONLY_KEYS = (
+    "metricsPort",
+    "metricsBindAddress",
+    "haAllowedAddresses",
+    "haRecoveryPeers",
+    "haRecoveryEnable",
+    "slaveSyncMasterAddress",
+)
 # runserver.sh and runbroker.sh ask for 4 and 8 GiB; a test cluster of five JVMs on one machine fits in 256 MiB each.
 JAVA_OPT_EXT = "-Xms256m -Xmx256m -Xmn128m -XX:MaxDirectMemorySize=512m"
 # 4.9 unmaps commit-log files through java.nio internals; from Java 9 on that needs these opened, or a
@@ -40,6 +47,13 @@ VERSION_HINT = "Apache RocketMQ 4.9.x binary distribution (bin/, lib/, conf/ as 
 
 
 def check_available(choice: BrokerChoice) -> None:
+    check_distribution(choice)
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        raise ClusterError("BROKER=apache needs a Java runtime: no java on PATH and JAVA_HOME is unset")
+
+
+def check_distribution(choice: BrokerChoice) -> None:
+    """ROCKETMQ_HOME is set and laid out as Apache ships it (the docker backend needs no Java here)."""
     home = choice.home
     if not home:
         raise ClusterError(
@@ -50,8 +64,6 @@ def check_available(choice: BrokerChoice) -> None:
         missing.append("lib/rocketmq-broker-*.jar")
     if missing:
         raise ClusterError(f"ROCKETMQ_HOME={home} is not an {VERSION_HINT}: missing {', '.join(missing)}")
-    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
-        raise ClusterError("BROKER=apache needs a Java runtime: no java on PATH and JAVA_HOME is unset")
 
 
 def broker_properties(conf: str | Path, overrides: dict) -> dict[str, str]:
@@ -91,10 +103,18 @@ def _env(home: str, user_home: Path) -> dict:
     env = dict(os.environ)
     env.pop("NAMESRV_ADDR", None)  # namesrvAddr is always in the properties
     env["ROCKETMQ_HOME"] = home
+    if not env.get("JAVA_HOME") and shutil.which("java"):
+        # runbroker.sh and runserver.sh look for $JAVA_HOME/bin/java (else ~/jdk/java, /usr/java) and stop
+        # with "Please set the JAVA_HOME variable": the java on PATH is the one meant
+        env["JAVA_HOME"] = str(Path(os.path.realpath(shutil.which("java"))).parent.parent)
     user_home.mkdir(parents=True, exist_ok=True)
-    opens = f" {JAVA9_OPENS}" if java_major() >= 9 else ""
-    env["JAVA_OPT_EXT"] = f"{JAVA_OPT_EXT}{opens} -Duser.home={user_home}"
+    env["JAVA_OPT_EXT"] = f"{java_opt_ext(java_major())} -Duser.home={user_home}"
     return env
+
+
+def java_opt_ext(major: int) -> str:
+    """What the kit appends to the scripts' JVM options (user.home aside) for a java of this major version."""
+    return f"{JAVA_OPT_EXT} {JAVA9_OPENS}" if major >= 9 else JAVA_OPT_EXT
 
 
 @functools.lru_cache(maxsize=1)
@@ -156,7 +176,7 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _is_server_jvm(pid: int) -> bool:
+def is_server_jvm(pid: int) -> bool:
     """A java process running one of RocketMQ's main classes (the scripts first run `java -version`)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -174,7 +194,7 @@ def find_java(pid: int) -> int | None:
         if p in seen:
             continue
         seen.add(p)
-        if p != pid and _is_server_jvm(p):
+        if p != pid and is_server_jvm(p):
             return p
         todo += _children(p)
     return None

@@ -8,8 +8,9 @@ Sources, and nothing else:
   - GET_BROKER_RUNTIME_INFO (28): commitLogMaxOffset and commitLogMinOffset (the store's offsets);
   - GET_BROKER_CONFIG (26): brokerRole, brokerId, brokerName, addresses; a DLedger node's role handler
     rewrites brokerRole and brokerId on each election, so these say who leads now;
-  - the process (local backend): the TCP connections it holds on the HA port, which say whether a slave's
-    HA client is connected and how many slaves a master has.
+  - the process (local backend; docker: the JVM in the node's container, seen in this machine's /proc):
+    the TCP connections it holds on the HA port, which say whether a slave's HA client is connected and
+    how many slaves a master has.
 4.9 does not serve a slave's acknowledged offset on the master, a push2SlaveMaxOffset, the HA client's
 state, a DLedger term or committed index, the durable (fsynced) offset or the pulls it served. Those are
 None here and named in status["unavailable"]; the table and the sampler print "unavailable", never 0.
@@ -23,6 +24,8 @@ import os
 from rmqha.broker.config.properties import parse_properties
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode
+
+from .. import ClusterError
 
 UNAVAILABLE_MASTER = ("ha.slaves[].slaveAckOffset", "ha.push2SlaveMaxOffset")
 UNAVAILABLE_COMMON = ("durableOffset", "served pulls")
@@ -181,6 +184,13 @@ def read_status(spec: dict, timeout: float, credentials: dict | None = None) -> 
     except NamesrvError as e:
         return None, str(e)
     pid = (spec.get("process") or {}).get("pid")
+    if pid is None and spec.get("composeProject"):  # docker: the JVM in the node's container
+        from ..docker_backend import container_jvm_pid
+
+        try:
+            pid = container_jvm_pid(spec["composeProject"], spec.get("service") or spec["name"])
+        except ClusterError:
+            pid = None  # the engine does not answer: the HA connections are unavailable, not zero
 
     def links(**kw):
         return ha_links(pid, **kw)
