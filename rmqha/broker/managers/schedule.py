@@ -205,24 +205,40 @@ class ScheduleMessageService:
                 )
                 self._advance(level, offset + n + 1)
                 continue
+            result: list = []
             d = self.put_message(msg, False)
-            result = []
-            d.addBoth(result.append)
-            if not result or getattr(result[0], "status", None) != PutStatus.PUT_OK:
-                why = result[0] if result else "no answer"
-                log.warning(
-                    "delay level %d: delivering offset %d failed (%s); retrying in %.1f s",
-                    level,
-                    offset + n,
-                    getattr(why, "status", why),
-                    RETRY_S,
-                )
-                self._arm(level, RETRY_S)
+            d.addBoth(result.append)  # the answer (a Failure too) is kept here, and consumed
+            if not result:
+                # DLedger mode: answered once a quorum has the entry (4.9's putMessage blocks that long);
+                # the level waits for it and goes on from its callback
+                self._busy.add(level)
+                d.addCallback(lambda _, at=offset + n, got=result: self._answered(got[0], level, at))
                 return
-            self.delivered += 1
-            self._advance(level, offset + n + 1)
+            if not self._delivered(result[0], level, offset + n):
+                return
         if self.offsets.get(level, 0) < cq.max_index:
             self._arm(level, 0)  # more than one slice due: go on next turn
+
+    def _answered(self, result, level: int, offset: int) -> None:
+        self._busy.discard(level)
+        if self._delivered(result, level, offset):
+            self._arm(level, 0)
+
+    def _delivered(self, result, level: int, offset: int) -> bool:
+        """The put of the unit at `offset`: PUT_OK moves the level on; anything else retries it soon."""
+        if getattr(result, "status", None) != PutStatus.PUT_OK:
+            log.warning(
+                "delay level %d: delivering offset %d failed (%s); retrying in %.1f s",
+                level,
+                offset,
+                getattr(result, "status", result),
+                RETRY_S,
+            )
+            self._arm(level, RETRY_S)
+            return False
+        self.delivered += 1
+        self._advance(level, offset + 1)
+        return True
 
     def _due_message(self, phys: int, size: int) -> record.Message | None:
         """The message to deliver for a unit, or None (a filler unit, a record that is gone or is not

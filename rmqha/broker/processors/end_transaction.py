@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 
+from twisted.internet import defer
+
 from rmqha.broker.support import validation
 from rmqha.broker.support.log_limit import LogLimiter
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
@@ -41,7 +43,7 @@ class EndTransactionProcessor:
     def register(self, registry) -> None:
         registry.register(RequestCode.END_TRANSACTION, self.process)
 
-    def process(self, req: RemotingCommand, ctx) -> RemotingCommand | None:
+    def process(self, req: RemotingCommand, ctx) -> RemotingCommand | defer.Deferred | None:
         group = req.get_str("producerGroup")
         tran_state_offset = req.get_long("tranStateTableOffset")
         commit_log_offset = req.get_long("commitLogOffset")
@@ -68,7 +70,14 @@ class EndTransactionProcessor:
                 "answering a check" if from_check else "after sending",
             )
             return None
-        code, remark = self.transactions.end_transaction(kind, group, tran_state_offset, commit_log_offset)
+        answer = self.transactions.end_transaction(kind, group, tran_state_offset, commit_log_offset)
+        if isinstance(answer, defer.Deferred):  # DLedger mode: a COMMIT once a quorum has the message
+            return answer.addCallback(self._answer, req, ctx, kind, group, tran_state_offset, commit_log_offset)
+        return self._answer(answer, req, ctx, kind, group, tran_state_offset, commit_log_offset)
+
+    @staticmethod
+    def _answer(answer, req, ctx, kind, group, tran_state_offset, commit_log_offset) -> RemotingCommand:
+        code, remark = answer
         if code != ResponseCode.SUCCESS:
             _limiter.log(
                 logging.WARNING,

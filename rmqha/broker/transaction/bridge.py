@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from rmqha.broker.store import record
@@ -89,21 +90,40 @@ class Bridge:
         return msg
 
     # -- writing -------------------------------------------------------------------------------------
-    def put(self, msg: record.Message) -> PutResult:
-        """Store without waiting for a flush or a slave; the result at once."""
-        out = []
-        self.put_message(msg, wait_store_ok=False).addBoth(out.append)
+    def put(self, msg: record.Message) -> PutResult | defer.Deferred:
+        """Store without waiting for a flush or a slave: the result at once, or in DLedger mode a Deferred
+        firing with it once a quorum has the entry (4.9's DLedgerCommitLog.putMessage blocks that long)."""
+        out: list = []
+        d = self.put_message(msg, wait_store_ok=False)
+        d.addBoth(out.append)  # the answer (a Failure too) is kept here, and consumed
         if not out:
-            raise RuntimeError("put_message without a wait did not fire at once")
+            later: defer.Deferred = defer.Deferred()
+            d.addCallback(lambda _: later.errback(out[0]) if isinstance(out[0], Failure) else later.callback(out[0]))
+            return later
         if isinstance(out[0], Failure):
             out[0].raiseException()
         return out[0]
 
-    def put_op(self, half: record.Message, now_ms: int) -> PutResult:
-        """putOpMessage(REMOVETAG): the op message resolving `half`."""
-        res = self.put(messages.op_message(half, now_ms, self.store.store_host))
-        if not PutStatus(res.status).stored:
-            log.error(
-                "op message for half queue offset %d not stored: %s %s", half.queue_offset, res.status, res.remark
-            )
-        return res
+    def put_op(self, half: record.Message, now_ms: int) -> None:
+        """putOpMessage(REMOVETAG): the op message resolving `half`; a failure is logged (the check asks
+        about that half again)."""
+
+        def stored(res: PutResult) -> None:
+            if not PutStatus(res.status).stored:
+                log.error(
+                    "op message for half queue offset %d not stored: %s %s", half.queue_offset, res.status, res.remark
+                )
+
+        def failed(f: Failure) -> None:
+            log.error("op message for half queue offset %d not stored: %s", half.queue_offset, f.getErrorMessage())
+
+        when_put(self.put(messages.op_message(half, now_ms, self.store.store_host)), stored, failed)
+
+
+def when_put(res, then, failed=None):
+    """then(PutResult) now, or once a Deferred put is answered (DLedger mode): then's value, or a Deferred
+    of it. failed(Failure), when given, handles a put that raised."""
+    if isinstance(res, defer.Deferred):
+        res.addCallback(then)
+        return res.addErrback(failed) if failed is not None else res
+    return then(res)

@@ -31,11 +31,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from twisted.internet import defer
+
 from rmqha.broker.remoting.command import java_parse_int
 from rmqha.broker.store import record
 from rmqha.broker.store.message_store import PutResult, PutStatus
 
 from . import messages
+from .bridge import when_put
 
 log = logging.getLogger("rmqha.broker.transaction")
 
@@ -134,7 +137,8 @@ def immunity_ms(text: str, timeout_ms: int) -> int:
 def check_queue(
     bridge, queue_id: int, now_ms, timeout_ms: int, check_max: int, listener: Listener, stopping=lambda: False
 ):
-    """Walk half queue `queue_id` once; a generator (yields None between half messages)."""
+    """Walk half queue `queue_id` once; a generator (yields None between half messages, and a put's
+    Deferred in DLedger mode, which the Cooperator waits for)."""
     half_topic, op_topic = messages.HALF_TOPIC, messages.OP_TOPIC
     start = now_ms()
     half_offset = bridge.consume_offset(half_topic, queue_id)
@@ -167,6 +171,11 @@ def check_queue(
         step = _check_half(
             bridge, queue_id, i, found[0], now_ms(), start, timeout_ms, check_max, listener, ops, half_offset
         )
+        if isinstance(step, defer.Deferred):  # DLedger mode: a put answered once a quorum has it
+            box: list = []
+            step.addBoth(box.append)
+            yield step  # the Cooperator resumes the walk when it fires
+            step = box[0] if isinstance(box[0], str) else _STOP
         if step == _STOP:
             break
         if step == _AGAIN:
@@ -197,9 +206,10 @@ def _check_half(
     listener: Listener,
     ops: Ops,
     half_offset: int,
-) -> str:
+) -> str | defer.Deferred:
     """One half message at offset i: resolved (its op written), discarded, immune, not due yet, or
-    stored again and checked with the producer."""
+    stored again and checked with the producer. In DLedger mode a put is answered once a quorum has it:
+    then a Deferred of the step."""
     if listener.resolved(half):
         bridge.put_op(half, now)
         return _NEXT
@@ -213,7 +223,10 @@ def _check_half(
     immunity = timeout_ms
     if immunity_text is not None:
         immunity = immunity_ms(immunity_text, timeout_ms)
-        if age < immunity and _immune(bridge, half, ops):
+        immune = _immune(bridge, half, ops) if age < immunity else False
+        if isinstance(immune, defer.Deferred):  # its copy was put (DLedger): stored or not, this run ends here
+            return immune.addCallback(lambda ok: _NEXT if ok else _STOP)
+        if immune:
             return _NEXT
     elif 0 <= age < immunity:
         return _STOP  # every later half is younger
@@ -224,22 +237,25 @@ def _check_half(
         return _AGAIN
     if not (age >= immunity or age <= -1 or (ops.found and ops.last_born - start > timeout_ms)):
         return _STOP
-    copy = bridge.put(messages.renewed(half))
-    if not PutStatus(copy.status).stored:
-        log.error(
-            "half queue %d offset %d: its copy for a check was not stored (%s %s); the walk stops "
-            "here until the next run",
-            queue_id,
-            i,
-            copy.status,
-            copy.remark,
-        )
-        return _STOP
-    listener.check(half, copy)
-    return _NEXT
+
+    def copied(copy: PutResult) -> str:
+        if not PutStatus(copy.status).stored:
+            log.error(
+                "half queue %d offset %d: its copy for a check was not stored (%s %s); the walk stops "
+                "here until the next run",
+                queue_id,
+                i,
+                copy.status,
+                copy.remark,
+            )
+            return _STOP
+        listener.check(half, copy)
+        return _NEXT
+
+    return when_put(bridge.put(messages.renewed(half)), copied)
 
 
-def _immune(bridge, half: record.Message, ops: Ops) -> bool:
+def _immune(bridge, half: record.Message, ops: Ops) -> bool | defer.Deferred:
     """checkPrepareQueueOffset: True when a half inside its immunity time is done for this run (its
     first copy was resolved, or it was stored again with TRAN_PREPARED_QUEUE_OFFSET)."""
     text = half.properties.get(messages.PROPERTY_PREPARED_QUEUE_OFFSET)
@@ -253,5 +269,4 @@ def _immune(bridge, half: record.Message, ops: Ops) -> bool:
         if first in ops.resolved:
             ops.done.append(ops.resolved.pop(first))
             return True
-    res = bridge.put(messages.immunity_renewed(half))
-    return PutStatus(res.status).stored
+    return when_put(bridge.put(messages.immunity_renewed(half)), lambda res: PutStatus(res.status).stored)

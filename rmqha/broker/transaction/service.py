@@ -37,7 +37,7 @@ from rmqha.broker.store.message_store import PutResult, PutStatus
 from rmqha.broker.support.supervision import PeriodicService
 
 from . import check, messages
-from .bridge import Bridge
+from .bridge import Bridge, when_put
 
 log = logging.getLogger("rmqha.broker.transaction")
 _limiter = LogLimiter(log)
@@ -139,14 +139,16 @@ class TransactionService(check.Listener):
         return max(0, b.store.max_queue_offset(messages.HALF_TOPIC, 0) - b.consume_offset(messages.HALF_TOPIC, 0))
 
     # -- END_TRANSACTION (a master) --------------------------------------------------------------------
-    def end_transaction(
-        self, kind: int, group: str, tran_state_offset: int, commit_log_offset: int
-    ) -> tuple[ResponseCode, str | None]:
-        """COMMIT or ROLLBACK the half at commit_log_offset: (response code, remark)."""
-        code, remark = self._end(kind, group, tran_state_offset, commit_log_offset)
-        if self.ends is not None:
-            self.ends.inc(action=KIND_NAMES.get(kind, str(kind)), code=int(code))
-        return code, remark
+    def end_transaction(self, kind: int, group: str, tran_state_offset: int, commit_log_offset: int):
+        """COMMIT or ROLLBACK the half at commit_log_offset: (response code, remark), or in DLedger mode a
+        Deferred of it for a COMMIT (answered once a quorum has the committed message)."""
+
+        def counted(answer):
+            if self.ends is not None:
+                self.ends.inc(action=KIND_NAMES.get(kind, str(kind)), code=int(answer[0]))
+            return answer
+
+        return when_put(self._end(kind, group, tran_state_offset, commit_log_offset), counted)
 
     def _end(self, kind, group, tran_state_offset, commit_log_offset):
         half = self.bridge.half_at(commit_log_offset)
@@ -179,9 +181,15 @@ class TransactionService(check.Listener):
                 final = messages.committed(half)
             except messages.HalfError as e:
                 return ResponseCode.SYSTEM_ERROR, str(e)
-            code, remark = final_result(self.bridge.put(final), self.config.maxMessageSize)
-            if code != ResponseCode.SUCCESS:
-                return code, remark
+
+            def stored(res: PutResult):
+                code, remark = final_result(res, self.config.maxMessageSize)
+                return (code, remark) if code != ResponseCode.SUCCESS else self._resolved(key, kind, half)
+
+            return when_put(self.bridge.put(final), stored)
+        return self._resolved(key, kind, half)
+
+    def _resolved(self, key: bytes, kind: int, half: record.Message) -> tuple[ResponseCode, str | None]:
         self.resolutions.add(key, kind)
         self.bridge.put_op(half, self.now_ms())  # deletePrepareMessage: its failure is logged, not answered
         return ResponseCode.SUCCESS, None
@@ -234,18 +242,21 @@ class TransactionService(check.Listener):
         self.topics.create_in_send_back(
             messages.CHECK_MAX_TIME_TOPIC, messages.CHECK_MAX_TIME_QUEUE_NUMS, PERM_READ | PERM_WRITE
         )
-        res = self.bridge.put(messages.discarded(half))
         if self.discards is not None:
             self.discards.inc()
-        log.error(
-            "half message at queue offset %d (UNIQ_KEY %s, real topic %s) was checked %s times: moved to %s (%s)",
-            half.queue_offset,
-            validation.shown(half.properties.get(messages.PROPERTY_UNIQ_KEY, "")),
-            validation.shown(half.properties.get(messages.PROPERTY_REAL_TOPIC, "")),
-            half.properties.get(messages.PROPERTY_CHECK_TIMES),
-            messages.CHECK_MAX_TIME_TOPIC,
-            res.status,
-        )
+
+        def logged(res) -> None:
+            log.error(
+                "half message at queue offset %d (UNIQ_KEY %s, real topic %s) was checked %s times: moved to %s (%s)",
+                half.queue_offset,
+                validation.shown(half.properties.get(messages.PROPERTY_UNIQ_KEY, "")),
+                validation.shown(half.properties.get(messages.PROPERTY_REAL_TOPIC, "")),
+                half.properties.get(messages.PROPERTY_CHECK_TIMES),
+                messages.CHECK_MAX_TIME_TOPIC,
+                getattr(res, "status", res),
+            )
+
+        when_put(self.bridge.put(messages.discarded(half)), logged, logged)
 
     def check(self, half: record.Message, copy: PutResult) -> None:
         """sendCheckMessage: CHECK_TRANSACTION_STATE about the copy just stored, to one producer of PGROUP."""
