@@ -239,7 +239,7 @@ class BrokerServer:
 
     def _start_pop(self) -> None:
         """5.x's POP consumption (rmqha/broker/pop/): served everywhere (a slave refuses it); a master
-        revives what was not acked. Not in DLedger mode yet (README: 5.x clients)."""
+        revives what was not acked (DLedger mode: from the role change to master, role_handler.py)."""
         c = self.config
         self.pop = PopService(
             c, self.controller.store, self.controller.put_message, self.offsets, self.topics, self.clock
@@ -388,6 +388,8 @@ class BrokerServer:
         out["clientConnections"] = len(self.factory.connections)
         # Which code reads and stores plain sends: "compiled" (rmqha/broker/fastpath) or "python".
         out["sendPath"] = "compiled" if self.registry.fast_sends is not None else "python"
+        if self.pop is not None:  # POP (the 5.x proxy's consumers): is this node reviving, and how much
+            out["pop"] = {"reviving": self.pop.running, "pending": len(self.pop.table), "revived": self.pop.revived}
         if self.registration is not None:
             out["registration"] = self.registration.status()
         if self.slave_sync is not None:

@@ -75,14 +75,12 @@ class DLedgerRoleChangeHandler:
         self._poll_call = self.clock.callLater(LEADER_POLL_S, self._poll, term)
 
     def change_to_slave(self) -> None:
-        c, srv = self.config, self.server
+        c = self.config
         slave_id = dledger_slave_id(c.dLegerSelfId) or 1
         if self._master_services:
             self._master_services = False
-            if srv.schedule is not None:
-                srv.schedule.stop()
-            if srv.transactions is not None:
-                srv.transactions.stop()
+            for svc in self._services():
+                svc.stop()
         self.store.master_term = None
         c.brokerId, c.brokerRole = slave_id, "SLAVE"
         self._start_slave_sync()
@@ -93,10 +91,8 @@ class DLedgerRoleChangeHandler:
         c, srv = self.config, self.server
         if not self._master_services:
             self._master_services = True
-            if srv.schedule is not None:
-                srv.schedule.start()
-            if srv.transactions is not None:
-                srv.transactions.start()
+            for svc in self._services():
+                svc.start()
         if srv.slave_sync is not None:  # 4.9: changeToMaster stops the slave sync first
             srv.slave_sync.stop()
             srv.slave_sync = None
@@ -105,6 +101,14 @@ class DLedgerRoleChangeHandler:
         c.brokerId, c.brokerRole = 0, "SYNC_MASTER"
         self.store.master_term = self.store.node.term  # writable from here on, in this term only
         self._changed()
+
+    def _services(self) -> list[Any]:
+        """What only a master runs (5.x's changeSpecialServiceStatus): delay-level delivery, the
+        transaction check, and POP's revive service. The revive service of a new leader reads the revive
+        queue from the REVIVE offset its slave sync copied, and DLedger replicated every checkpoint and
+        ack with the rest of the log, so what was popped from the old leader and not acked comes back."""
+        srv = self.server
+        return [s for s in (srv.schedule, srv.transactions, srv.pop) if s is not None]
 
     def _start_slave_sync(self) -> None:
         """4.9's changeToSlave: the slave sync (topics, offsets, delay offsets, groups) from a master

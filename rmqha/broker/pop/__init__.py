@@ -7,7 +7,8 @@ service.py     the broker side: pop from a queue, store CK/ACK records, revive w
                (tests: tests/unit/processors/test_pop.py)
 
 Everything that makes ack state is an ordinary commit-log record in the revive topic
-rmq_sys_REVIVE_LOG_<brokerClusterName>, so the classic HA replicates it like any message; the pop position
-is the group's consumer offset and the revive position the REVIVE group's, both in consumerOffset.json
-(which slaves copy), as in 5.x.
+rmq_sys_REVIVE_LOG_<brokerClusterName>, so the classic HA (or DLedger's log) replicates it like any
+message; the pop position is the group's consumer offset and the revive position the REVIVE group's, both
+in consumerOffset.json (which slaves copy), as in 5.x. In DLedger mode the revive service runs on the
+leader: rmqha/broker/dledger/role_handler.py starts and stops it with the role.
 """

@@ -62,8 +62,9 @@ class PopService:
     # ---- life -------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """On a master: the revive topic, the table from the revive queue since the saved offset, the loop."""
-        self.topics.create_in_send_back(self.revive_topic, 1, PERM_READ | PERM_WRITE)
+        """On a master: the table from the revive queue since the saved offset, then the loop. The revive
+        topic is created by the first record (_put_revive), so a broker no POP client uses keeps 4.9.8's
+        topics (5.x makes it a system topic at start)."""
         start = max(0, self.offsets.query(cp.REVIVE_GROUP, self.revive_topic, REVIVE_QID))
         self.table = ReviveTable(max(start, self.store.min_queue_offset(self.revive_topic, REVIVE_QID)))
         self.scan()
@@ -77,6 +78,11 @@ class PopService:
     def stop(self) -> None:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
+
+    @property
+    def running(self) -> bool:
+        """Whether the revive loop runs: on a master (DLedger: the leader, role_handler.py)."""
+        return self._loop is not None and self._loop.running
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
@@ -267,6 +273,10 @@ class PopService:
         return now, out, rest
 
     def _put_revive(self, tag: str, body: bytes, now: int) -> defer.Deferred:
+        try:
+            self.topics.create_in_send_back(self.revive_topic, 1, PERM_READ | PERM_WRITE)
+        except ValueError as e:  # maxTopicCount reached: the pop or ack fails, saying why
+            return defer.fail(PopError(1, f"cannot create {self.revive_topic}: {e}"))
         msg = record.Message(
             topic=self.revive_topic,
             body=body,

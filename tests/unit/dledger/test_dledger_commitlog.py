@@ -88,7 +88,7 @@ class FakeSync:
 def group(tmp_path):
     clock = task.Clock()
     net = Net(clock)
-    nodes = {}
+    nodes, servers = {}, {}
     for k, i in enumerate(IDS):
         c = broker_config(tmp_path, i)
         s = DLedgerMessageStore(
@@ -113,13 +113,15 @@ def group(tmp_path):
             clock=clock,
             schedule=None,
             transactions=None,
+            pop=None,
             registration=None,
             slave_sync=FakeSync(),
         )
         roles = DLedgerRoleChangeHandler(server)
         roles.start()
         nodes[i] = (s, c)
-    yield SimpleNamespace(clock=clock, net=net, nodes=nodes)
+        servers[i] = server  # a test may give it a master's service (server.pop) before the election
+    yield SimpleNamespace(clock=clock, net=net, nodes=nodes, servers=servers)
     for s, _c in nodes.values():
         s.shutdown()
 

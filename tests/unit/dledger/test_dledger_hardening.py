@@ -52,6 +52,7 @@ class Group:
             clock=clock,
             schedule=None,
             transactions=None,
+            pop=None,
             registration=None,
             slave_sync=FakeSync(),
         )

@@ -187,6 +187,7 @@ class Group:
                 clock=clock,
                 schedule=None,
                 transactions=None,
+                pop=None,
                 registration=reg,
             )
             roles = DLedgerRoleChangeHandler(server)

@@ -92,6 +92,7 @@ def run(s, c, clock, net=None):
         clock=clock,
         schedule=None,
         transactions=None,
+        pop=None,
         registration=None,
         slave_sync=FakeSync(),
     )

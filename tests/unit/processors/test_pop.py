@@ -91,6 +91,15 @@ def test_pop_stamps_pop_ck_and_moves_the_groups_offset(broker):
     assert broker.store.max_queue_offset(REVIVE, 0) == 3
 
 
+def test_the_revive_topic_is_created_by_the_first_pop(broker):
+    # 4.9.8 has no POP: a broker no 5.x client used keeps its topics (5.x has the topic from start)
+    assert broker.server.topics.get(REVIVE) is None and broker.server.pop.running
+    send(broker, b"m")
+    assert pop(broker).code == ResponseCode.SUCCESS
+    tc = broker.server.topics.get(REVIVE)
+    assert (tc.read_queue_nums, tc.write_queue_nums) == (1, 1) and broker.server.topics.is_system_topic(REVIVE)
+
+
 def test_unacked_comes_back_on_the_retry_topic_and_acked_never(broker):
     send(broker, b"keep", 0)
     send(broker, b"drop", 1)
