@@ -13,6 +13,9 @@ job: {"endpoint": "host:port", "op": ..., ...}
            ["ack" | "skip" | "change:<s>"] by delivery attempt, default ack}; one line per delivery:
            {"body", "message_id", "attempt", "action", "t" (ms)}.
   push:    group, topic, expect, deadline_s, fail: [bodies to answer FAILURE once]; one line per delivery.
+           simple's stop_after: end after this many deliveries (a receive left unacked on purpose).
+  seq:     jobs: [job, ...] one after the other in this process (one interpreter start and client import
+           for all); every line carries "step": the job's op.
 """
 
 import json
@@ -35,8 +38,11 @@ from rocketmq import (
 )
 
 
+STEP = {}  # what every line carries (surface: the step it belongs to)
+
+
 def emit(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.write(json.dumps({**STEP, **obj}) + "\n")
     sys.stdout.flush()
 
 
@@ -111,11 +117,12 @@ def simple(job):
         await_duration=job.get("await_s", 5),
     )
     c.startup()
-    acked, attempts, errors = set(), {}, 0
+    acked, attempts, errors, delivered = set(), {}, 0, 0
     deadline = time.monotonic() + job.get("deadline_s", 60)
     plan = job.get("plan") or {}
+    stop_after = job.get("stop_after") or float("inf")
     try:
-        while len(acked) < job["expect"] and time.monotonic() < deadline:
+        while len(acked) < job["expect"] and delivered < stop_after and time.monotonic() < deadline:
             try:
                 msgs = c.receive(job.get("batch", 16), job.get("invisible_s", 10))
             except Exception as e:
@@ -125,6 +132,7 @@ def simple(job):
                 time.sleep(0.5)
                 continue
             for m in msgs or []:
+                delivered += 1
                 body = m.body.decode()
                 n = attempts[body] = attempts.get(body, 0) + 1
                 steps = plan.get(body) or []
@@ -176,12 +184,22 @@ def push(job):
         c.shutdown()
 
 
+def seq(job):
+    for sub in job["jobs"]:
+        STEP["step"] = sub["op"]
+        OPS[sub["op"]](dict(sub, endpoint=job["endpoint"]))
+
+
+OPS = {"produce": produce, "simple": simple, "push": push, "seq": seq}
+
+
 def main():
     job = json.loads(sys.argv[1])
     try:
-        {"produce": produce, "simple": simple, "push": push}[job["op"]](job)
+        OPS[job["op"]](job)
     except Exception as e:
         emit({"fatal": True, **error(e)})
+    STEP.clear()
     emit({"done": True})
 
 

@@ -23,6 +23,7 @@ from rmqha.cluster.runfolder import using_run_root
 from rmqha.cluster.standalone import rpc
 from rmqha.cluster.topology import load_topology
 
+from . import client5
 from .docker_cluster import docker_unavailable_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -117,6 +118,13 @@ def new_master_after(c: Cluster, old: str, what: str) -> tuple[str, float]:
     t0 = time.monotonic()
     m = c.wait_until(lambda: (lambda m: m if m and m != old else None)(master(c)), FAILOVER_BOUND_S + 5, what)
     return m, time.monotonic() - t0
+
+
+@pytest.mark.timeout(180)  # the module's cluster starts in this test's setup
+def test_the_5x_client_on_the_dledger_group(cluster):
+    """The official 5.x client's whole surface (client5.surface) through the cluster's 5.x proxy, on the
+    DLedger group's master (the partition and the kill below come after)."""
+    client5.surface_on(cluster)
 
 
 def test_dledger_in_containers_partition_and_leader_kill(cluster):

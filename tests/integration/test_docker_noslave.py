@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from . import client5
 from .docker_cluster import SEND_OK, consume, pooled_cluster, produce
 
 pytestmark = pytest.mark.integration
@@ -37,3 +38,8 @@ def test_both_masters_take_writes_and_a_consumer_reads_them(cluster):
         assert cluster.max_offset(b) > before[b], f"{b} took no write"
     got = consume(cluster.namesrv, topic, "G-noslave", expect=len(bodies))
     assert set(bodies) <= {m["body"] for m in got}
+
+
+def test_the_5x_client_without_slaves(cluster):
+    """The official 5.x client's whole surface (client5.surface) through the cluster's 5.x proxy."""
+    client5.surface_on(cluster)

@@ -18,6 +18,7 @@ import pytest
 
 from rmqha.cluster.wait import wait_until
 
+from . import client5
 from .docker_cluster import SEND_OK, pooled_cluster, produce, random_bodies, topic_on_master
 
 pytestmark = pytest.mark.integration
@@ -110,3 +111,8 @@ def test_both_async_slaves_converge(cluster):
     a = cluster.assert_replica_identical("broker-a-s")
     b = cluster.assert_replica_identical("broker-b-s")
     assert a > 0 and b > 0  # the auto-created topic spread over both masters
+
+
+def test_the_5x_client_on_async_replication(cluster):
+    """The official 5.x client's whole surface (client5.surface) through the cluster's 5.x proxy."""
+    client5.surface_on(cluster)

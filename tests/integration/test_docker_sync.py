@@ -21,6 +21,7 @@ import pytest
 
 from rmqha.cluster.wait import wait_until
 
+from . import client5
 from .docker_cluster import (
     FLUSH_SLAVE_TIMEOUT,
     SEND_OK,
@@ -58,6 +59,14 @@ def test_a_host_client_gets_send_ok_through_the_proxies(cluster, topic_a):
     assert info["broker-a"]["brokerAddrs"]["0"] == cluster.addr("broker-a")
     assert cluster.addr("broker-a").startswith("127.0.0.1:")
     cluster.assert_replica_identical("broker-a-s")
+
+
+def test_the_5x_client_through_the_proxys_link(cluster):
+    """The official 5.x client's whole surface (client5.surface) through the 5.x proxy, a compose service
+    of its own: the client reaches it through Toxiproxy's "proxy" link, and it reaches each broker
+    through that broker's client link."""
+    assert "proxy" in {p["name"] for p in cluster.links()}
+    client5.surface_on(cluster)
 
 
 def test_latency_above_the_sync_wait_gives_flush_slave_timeout_and_the_slave_gets_it_later(cluster, topic_a):

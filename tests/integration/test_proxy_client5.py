@@ -2,7 +2,13 @@
 the 5.x gRPC proxy (rmqha/proxy) of a local 2m-2s-sync cluster: the proxy is one of the cluster's
 processes and `cluster status` names it. Producer: sync, async, FIFO (one message group lands on one
 queue), delay (a delivery timestamp) and transactions (commit, rollback, and one left open that the
-broker's check resolves through the Telemetry stream). Consumers are in test_proxy_consume.py."""
+broker's check resolves through the Telemetry stream). SimpleConsumer: receive, ack, change invisible
+duration, redelivery, the DLQ after the maximum attempts; PushConsumer with a failed consumption.
+
+Every other topology and backend runs the whole surface once (client5.surface_on) on a cluster another
+test module starts anyway: test_docker_sync.py, test_docker_replication.py, test_docker_noslave.py,
+test_dledger_docker.py, test_dledger_broker.py (with POP's revive across a leader change) and
+test_rust_client_topologies.py (local 2m-2s-async and 2m-noslave)."""
 
 from __future__ import annotations
 
@@ -163,18 +169,3 @@ def test_push_consumer_with_a_failure(cluster):
     for x in got:
         attempts.setdefault(x["body"], []).append(x["attempt"])
     assert attempts == {"p0": [1], "p1": [1], "p2": [1], "p3": [1, 2], "p4": [1]}, got
-
-
-def test_docker_topology_through_the_proxys_link(docker_cluster_pool):
-    """In containers the proxy is its own compose service: the client reaches it through Toxiproxy's
-    "proxy" link, and it reaches each broker through that broker's client link."""
-    from .test_docker_sync import SETS as SYNC_SETS
-
-    c = docker_cluster_pool.get("2m-2s-sync", SYNC_SETS)
-    assert c.proxy and "proxy" in {p["name"] for p in c.links()}
-    topic = f"P5d{uuid.uuid4().hex[:8]}"
-    c.create_topic(topic)
-    sent = client5.produce(c.proxy, topic, [{"body": f"d{i}"} for i in range(6)])
-    assert [x.get("error") for x in sent] == [None] * 6, sent
-    got = client5.simple(c.proxy, f"GK{topic}", topic, 6, deadline_s=60)
-    assert sorted(_bodies(got)) == [f"d{i}" for i in range(6)], got

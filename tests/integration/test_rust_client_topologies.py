@@ -4,7 +4,11 @@ of test_docker_sync.py, test_docker_replication.py and test_docker_noslave.py wh
 come back SEND_OK and are read back by a push and a lite-pull consumer; then the crate's admin API
 (clients/rust admin, DefaultMQAdminExt; the whole admin plane is test_rust_admin.py) sees the
 topology's brokers with their runtime info, the topic's route, and the push group's consume stats
-with nothing left to consume."""
+with nothing left to consume.
+
+The local clusters are module-scoped, one per topology, so the official 5.x client's whole surface
+(client5.surface, through each cluster's 5.x proxy) runs on the local 2m-2s-async and 2m-noslave ones
+without starting another (local 2m-2s-sync has test_proxy_client5.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from rmqha.cluster.ports import free_cluster_base
 from rmqha.cluster.topology import load_topology
 from rmqha.cluster.wait import wait_until
 
+from . import client5
 from .rust_client import RustClient
 from .test_docker_replication import SETS as ASYNC_SETS
 from .test_docker_sync import SETS as SYNC_SETS
@@ -60,16 +65,30 @@ def admin_sees(rc: RustClient, namesrv: str, topic: str, group: str, topology: s
     wait_until(drained, 30, f"consume stats of {group} with nothing left to consume")
 
 
-@pytest.mark.parametrize("topology", ["2m-2s-sync", "2m-2s-async", "2m-noslave"])
-def test_local_topology(topology, rc):
+@pytest.fixture(scope="module")
+def local_cluster(request):
+    """A local cluster of the topology the test names (indirect parametrization), kept for the module:
+    pytest runs every test of one topology before starting the next."""
+    topology = request.param
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     base = free_cluster_base(load_topology(topology))
     assert base is not None, "no free port block for a local cluster"
-    c = Cluster.up(f"rust-{topology}-{worker}", topology, "local", base_port=base, timeout=90)
+    c = Cluster.up(f"clients-{topology}-{worker}", topology, "local", base_port=base, timeout=90)
     try:
-        exercise(rc, c.namesrv, lambda t: c.create_topic(t), topology)
+        yield c
     finally:
         c.down()
+
+
+@pytest.mark.parametrize("local_cluster", ["2m-2s-sync", "2m-2s-async", "2m-noslave"], indirect=True)
+def test_local_topology(local_cluster, rc):
+    c = local_cluster
+    exercise(rc, c.namesrv, lambda t: c.create_topic(t), c.state["topology"])
+
+
+@pytest.mark.parametrize("local_cluster", ["2m-2s-async", "2m-noslave"], indirect=True)
+def test_local_topology_5x_client(local_cluster):
+    client5.surface_on(local_cluster)
 
 
 @pytest.mark.parametrize(
