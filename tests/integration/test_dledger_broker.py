@@ -210,21 +210,7 @@ def test_dledger_group_elects_a_master_replicates_and_fails_over(dl):
     # the new master after the kill below has the 5.x client's topic too (topic configs are not in the log)
     pop_topic, group = f"P5dl{uuid.uuid4().hex[:8]}", "GP5dl"
     dl.handle.create_topic(pop_topic)
-    r = rpc(
-        leader["addr"],
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
-        {
-            "topic": TOPIC,
-            "defaultTopic": "TBW102",
-            "readQueueNums": QUEUES,
-            "writeQueueNums": QUEUES,
-            "perm": 6,
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": 0,
-            "order": "false",
-        },
-    )
-    assert r.code == ResponseCode.SUCCESS, r.remark
+    dl.handle.create_topic(TOPIC, queues=QUEUES)  # UPDATE_AND_CREATE_TOPIC on the leader, then its route
     topics = status(leader)["topics"]
     wait_until(
         lambda: all((try_status(f) or {}).get("topics") == topics for f in followers),
