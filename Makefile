@@ -118,7 +118,7 @@ fuzz: $(STAMP) ## coverage-guided fuzzing (atheris) of every decoder a peer reac
 fuzz-native: $(STAMP) ## the send path's C accelerator rebuilt with AddressSanitizer + UBSan and fuzzed against the Python path (FUZZ_SECONDS per run)
 	$(PY) -m fuzz.native --seconds $(FUZZ_SECONDS)
 
-protos: $(STAMP) ## regenerate rmqha/proxy/v2/*_pb2*.py from the .proto files there (grpcio-tools; the generated modules are committed)
+protos: $(STAMP) ## regenerate rmqha/proxy/third_party/rocketmq_apis/v2/*_pb2*.py from the .proto files there (grpcio-tools; the generated modules are committed)
 	$(PY) -m rmqha.proxy.protos
 
 mutation: $(STAMP) ## mutation testing of the HA core, the record format, names, log limits and the chaos fault table: one score per module (MODULES=rmqha.broker.ha.wire ... BUDGET=s per module)

@@ -10,7 +10,7 @@ broker that does not answer in time PROXY_TIMEOUT, as there.
 from __future__ import annotations
 
 from rmqha.broker.remoting.codes import ResponseCode
-from rmqha.proxy.v2 import definition_pb2 as d
+from rmqha.proxy.third_party.rocketmq_apis.v2 import definition_pb2 as d
 
 REMOTING_TO_GRPC = {
     ResponseCode.SUCCESS: d.OK,

@@ -16,8 +16,8 @@ from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import ResponseCode
 from rmqha.broker.store import record
 from rmqha.proxy import brokers, codes, convert, receipt, settings
-from rmqha.proxy.v2 import definition_pb2 as d
-from rmqha.proxy.v2 import service_pb2 as s
+from rmqha.proxy.third_party.rocketmq_apis.v2 import definition_pb2 as d
+from rmqha.proxy.third_party.rocketmq_apis.v2 import service_pb2 as s
 
 log = logging.getLogger("rmqha.proxy.consume")
 

@@ -18,7 +18,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from rmqha.broker.remoting.codes import RequestCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.store import record
-from rmqha.proxy.v2 import definition_pb2 as d
+from rmqha.proxy.third_party.rocketmq_apis.v2 import definition_pb2 as d
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 MAX_DELAY_MS = 24 * 3600 * 1000  # ProxyConfig.maxDelayTimeMills

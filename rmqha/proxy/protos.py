@@ -1,6 +1,7 @@
-"""python -m rmqha.proxy.protos: regenerate rmqha/proxy/v2/*_pb2*.py from the .proto files beside them
-with grpcio-tools (make protos). The generated modules are committed, so installing the project needs
-no code generator; tests/unit/test_proxy_protos.py fails when they and the .proto files disagree."""
+"""python -m rmqha.proxy.protos: regenerate rmqha/proxy/third_party/rocketmq_apis/v2/*_pb2*.py from the
+.proto files beside them with grpcio-tools (make protos). The generated modules are committed, so
+installing the project needs no code generator; tests/unit/test_proxy_protos.py fails when they and the
+.proto files disagree."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PROTOS = ("rmqha/proxy/v2/definition.proto", "rmqha/proxy/v2/service.proto")
+# apache/rocketmq-apis v2.1.2's interface (third_party/rocketmq_apis/README.md)
+APIS = "rmqha/proxy/third_party/rocketmq_apis/v2"
+PROTOS = (f"{APIS}/definition.proto", f"{APIS}/service.proto")
 
 
 def generate(out: Path = ROOT) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import MASTER_ID, PERM_READ, PERM_WRITE
-from rmqha.proxy.v2 import definition_pb2 as d
+from rmqha.proxy.third_party.rocketmq_apis.v2 import definition_pb2 as d
 
 MIXED = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
 

@@ -17,9 +17,9 @@ from rmqha.broker.store import delay, record
 from rmqha.proxy import brokers, codes, convert, routes, settings
 from rmqha.proxy.remoting import RemotingClient, RemotingTimeout, RemotingUnreachable
 from rmqha.proxy.state import TRANSACTION_TTL_S, State, Transaction
-from rmqha.proxy.v2 import definition_pb2 as d
-from rmqha.proxy.v2 import service_pb2 as s
-from rmqha.proxy.v2 import service_pb2_grpc as g
+from rmqha.proxy.third_party.rocketmq_apis.v2 import definition_pb2 as d
+from rmqha.proxy.third_party.rocketmq_apis.v2 import service_pb2 as s
+from rmqha.proxy.third_party.rocketmq_apis.v2 import service_pb2_grpc as g
 
 log = logging.getLogger("rmqha.proxy")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from google.protobuf import duration_pb2
 
-from rmqha.proxy.v2 import definition_pb2 as d
+from rmqha.proxy.third_party.rocketmq_apis.v2 import definition_pb2 as d
 
 PRODUCER_MAX_ATTEMPTS = 3
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024

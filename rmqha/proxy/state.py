@@ -13,8 +13,8 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from rmqha.proxy.v2 import definition_pb2 as d
-from rmqha.proxy.v2 import service_pb2 as s
+from rmqha.proxy.third_party.rocketmq_apis.v2 import definition_pb2 as d
+from rmqha.proxy.third_party.rocketmq_apis.v2 import service_pb2 as s
 
 TRANSACTION_TTL_S = 3600.0
 ROUTE_TTL_S = 3.0

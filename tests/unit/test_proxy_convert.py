@@ -6,8 +6,8 @@ from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.store import delay, record
 from rmqha.proxy import codes, convert, receipt, routes, settings
 from rmqha.proxy.service import java_hash_bucket, overall
-from rmqha.proxy.v2 import definition_pb2 as d
-from rmqha.proxy.v2 import service_pb2 as s
+from rmqha.proxy.third_party.rocketmq_apis.v2 import definition_pb2 as d
+from rmqha.proxy.third_party.rocketmq_apis.v2 import service_pb2 as s
 
 LEVELS = delay.parse_delay_levels(convert.DEFAULT_DELAY_LEVELS)
 EP = d.Endpoints(scheme=d.IPv4, addresses=[d.Address(host="10.0.0.1", port=8081)])

@@ -1,13 +1,13 @@
-"""rmqha/proxy/v2: the committed generated modules match the .proto files (make protos), and the
-messages are the ones rocketmq-apis v2.1.2 defines (a few wire facts checked by number)."""
+"""rmqha/proxy/third_party/rocketmq_apis/v2: the committed generated modules match the .proto files
+(make protos), and the messages are the ones rocketmq-apis v2.1.2 defines (a few wire facts checked by
+number)."""
 
 import filecmp
-from pathlib import Path
 
 import pytest
 
-from rmqha.proxy.v2 import definition_pb2 as d
-from rmqha.proxy.v2 import service_pb2 as s
+from rmqha.proxy.third_party.rocketmq_apis.v2 import definition_pb2 as d
+from rmqha.proxy.third_party.rocketmq_apis.v2 import service_pb2 as s
 
 
 def test_generated_modules_are_up_to_date(tmp_path):
@@ -15,9 +15,9 @@ def test_generated_modules_are_up_to_date(tmp_path):
     from rmqha.proxy import protos
 
     protos.generate(tmp_path)
-    here = Path(protos.__file__).parent / "v2"
+    here = protos.ROOT / protos.APIS
     for name in ("definition_pb2.py", "service_pb2.py", "service_pb2_grpc.py"):
-        assert filecmp.cmp(tmp_path / "rmqha/proxy/v2" / name, here / name, shallow=False), f"run make protos: {name}"
+        assert filecmp.cmp(tmp_path / protos.APIS / name, here / name, shallow=False), f"run make protos: {name}"
 
 
 def test_wire_facts_of_v2_1_2():

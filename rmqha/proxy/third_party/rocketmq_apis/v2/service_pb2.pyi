@@ -2,7 +2,7 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
-from rmqha.proxy.v2 import definition_pb2 as _definition_pb2
+from rmqha.proxy.third_party.rocketmq_apis.v2 import definition_pb2 as _definition_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

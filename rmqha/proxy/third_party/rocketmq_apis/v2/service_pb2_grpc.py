@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from rmqha.proxy.v2 import service_pb2 as rmqha_dot_proxy_dot_v2_dot_service__pb2
+from rmqha.proxy.third_party.rocketmq_apis.v2 import service_pb2 as rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in rmqha/proxy/v2/service_pb2_grpc.py depends on'
+        + ' but the generated code in rmqha/proxy/third_party/rocketmq_apis/v2/service_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,88 +36,88 @@ class MessagingServiceStub:
         """
         self.QueryRoute = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/QueryRoute',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryRouteRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryRouteResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryRouteRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryRouteResponse.FromString,
                 _registered_method=True)
         self.Heartbeat = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/Heartbeat',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.HeartbeatResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
         self.SendMessage = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/SendMessage',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.SendMessageRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.SendMessageResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SendMessageRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SendMessageResponse.FromString,
                 _registered_method=True)
         self.QueryAssignment = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/QueryAssignment',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryAssignmentRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryAssignmentResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryAssignmentRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryAssignmentResponse.FromString,
                 _registered_method=True)
         self.ReceiveMessage = channel.unary_stream(
                 '/apache.rocketmq.v2.MessagingService/ReceiveMessage',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ReceiveMessageRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ReceiveMessageResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ReceiveMessageRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ReceiveMessageResponse.FromString,
                 _registered_method=True)
         self.AckMessage = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/AckMessage',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.AckMessageRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.AckMessageResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.AckMessageRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.AckMessageResponse.FromString,
                 _registered_method=True)
         self.ForwardMessageToDeadLetterQueue = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueResponse.FromString,
                 _registered_method=True)
         self.PullMessage = channel.unary_stream(
                 '/apache.rocketmq.v2.MessagingService/PullMessage',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.PullMessageRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.PullMessageResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.PullMessageRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.PullMessageResponse.FromString,
                 _registered_method=True)
         self.UpdateOffset = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/UpdateOffset',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.UpdateOffsetRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.UpdateOffsetResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.UpdateOffsetRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.UpdateOffsetResponse.FromString,
                 _registered_method=True)
         self.GetOffset = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/GetOffset',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.GetOffsetRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.GetOffsetResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.GetOffsetRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.GetOffsetResponse.FromString,
                 _registered_method=True)
         self.QueryOffset = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/QueryOffset',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryOffsetRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryOffsetResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryOffsetRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryOffsetResponse.FromString,
                 _registered_method=True)
         self.EndTransaction = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/EndTransaction',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.EndTransactionRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.EndTransactionResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.EndTransactionResponse.FromString,
                 _registered_method=True)
         self.Telemetry = channel.stream_stream(
                 '/apache.rocketmq.v2.MessagingService/Telemetry',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.TelemetryCommand.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.TelemetryCommand.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.TelemetryCommand.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.TelemetryCommand.FromString,
                 _registered_method=True)
         self.NotifyClientTermination = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/NotifyClientTermination',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.NotifyClientTerminationRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.NotifyClientTerminationResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.NotifyClientTerminationRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.NotifyClientTerminationResponse.FromString,
                 _registered_method=True)
         self.ChangeInvisibleDuration = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ChangeInvisibleDurationRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ChangeInvisibleDurationResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ChangeInvisibleDurationRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ChangeInvisibleDurationResponse.FromString,
                 _registered_method=True)
         self.RecallMessage = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/RecallMessage',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.RecallMessageRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.RecallMessageResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.RecallMessageRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.RecallMessageResponse.FromString,
                 _registered_method=True)
         self.SyncLiteSubscription = channel.unary_unary(
                 '/apache.rocketmq.v2.MessagingService/SyncLiteSubscription',
-                request_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.SyncLiteSubscriptionRequest.SerializeToString,
-                response_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.SyncLiteSubscriptionResponse.FromString,
+                request_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SyncLiteSubscriptionRequest.SerializeToString,
+                response_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SyncLiteSubscriptionResponse.FromString,
                 _registered_method=True)
 
 
@@ -231,88 +231,88 @@ def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'QueryRoute': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryRoute,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryRouteRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryRouteResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryRouteRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryRouteResponse.SerializeToString,
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.HeartbeatRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.HeartbeatResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.HeartbeatRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.HeartbeatResponse.SerializeToString,
             ),
             'SendMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.SendMessage,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.SendMessageRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.SendMessageResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SendMessageRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SendMessageResponse.SerializeToString,
             ),
             'QueryAssignment': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryAssignment,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryAssignmentRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryAssignmentResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryAssignmentRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryAssignmentResponse.SerializeToString,
             ),
             'ReceiveMessage': grpc.unary_stream_rpc_method_handler(
                     servicer.ReceiveMessage,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ReceiveMessageRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ReceiveMessageResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ReceiveMessageRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ReceiveMessageResponse.SerializeToString,
             ),
             'AckMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.AckMessage,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.AckMessageRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.AckMessageResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.AckMessageRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.AckMessageResponse.SerializeToString,
             ),
             'ForwardMessageToDeadLetterQueue': grpc.unary_unary_rpc_method_handler(
                     servicer.ForwardMessageToDeadLetterQueue,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueResponse.SerializeToString,
             ),
             'PullMessage': grpc.unary_stream_rpc_method_handler(
                     servicer.PullMessage,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.PullMessageRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.PullMessageResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.PullMessageRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.PullMessageResponse.SerializeToString,
             ),
             'UpdateOffset': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateOffset,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.UpdateOffsetRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.UpdateOffsetResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.UpdateOffsetRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.UpdateOffsetResponse.SerializeToString,
             ),
             'GetOffset': grpc.unary_unary_rpc_method_handler(
                     servicer.GetOffset,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.GetOffsetRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.GetOffsetResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.GetOffsetRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.GetOffsetResponse.SerializeToString,
             ),
             'QueryOffset': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryOffset,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryOffsetRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryOffsetResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryOffsetRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryOffsetResponse.SerializeToString,
             ),
             'EndTransaction': grpc.unary_unary_rpc_method_handler(
                     servicer.EndTransaction,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.EndTransactionRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.EndTransactionResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.EndTransactionRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.EndTransactionResponse.SerializeToString,
             ),
             'Telemetry': grpc.stream_stream_rpc_method_handler(
                     servicer.Telemetry,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.TelemetryCommand.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.TelemetryCommand.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.TelemetryCommand.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.TelemetryCommand.SerializeToString,
             ),
             'NotifyClientTermination': grpc.unary_unary_rpc_method_handler(
                     servicer.NotifyClientTermination,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.NotifyClientTerminationRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.NotifyClientTerminationResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.NotifyClientTerminationRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.NotifyClientTerminationResponse.SerializeToString,
             ),
             'ChangeInvisibleDuration': grpc.unary_unary_rpc_method_handler(
                     servicer.ChangeInvisibleDuration,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ChangeInvisibleDurationRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.ChangeInvisibleDurationResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ChangeInvisibleDurationRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ChangeInvisibleDurationResponse.SerializeToString,
             ),
             'RecallMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.RecallMessage,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.RecallMessageRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.RecallMessageResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.RecallMessageRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.RecallMessageResponse.SerializeToString,
             ),
             'SyncLiteSubscription': grpc.unary_unary_rpc_method_handler(
                     servicer.SyncLiteSubscription,
-                    request_deserializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.SyncLiteSubscriptionRequest.FromString,
-                    response_serializer=rmqha_dot_proxy_dot_v2_dot_service__pb2.SyncLiteSubscriptionResponse.SerializeToString,
+                    request_deserializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SyncLiteSubscriptionRequest.FromString,
+                    response_serializer=rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SyncLiteSubscriptionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -340,8 +340,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/QueryRoute',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryRouteRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryRouteResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryRouteRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryRouteResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -367,8 +367,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/Heartbeat',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.HeartbeatRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.HeartbeatResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.HeartbeatRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.HeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -394,8 +394,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/SendMessage',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.SendMessageRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.SendMessageResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SendMessageRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SendMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -421,8 +421,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/QueryAssignment',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryAssignmentRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryAssignmentResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryAssignmentRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryAssignmentResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -448,8 +448,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/ReceiveMessage',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.ReceiveMessageRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.ReceiveMessageResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ReceiveMessageRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ReceiveMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -475,8 +475,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/AckMessage',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.AckMessageRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.AckMessageResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.AckMessageRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.AckMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -502,8 +502,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ForwardMessageToDeadLetterQueueResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -529,8 +529,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/PullMessage',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.PullMessageRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.PullMessageResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.PullMessageRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.PullMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -556,8 +556,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/UpdateOffset',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.UpdateOffsetRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.UpdateOffsetResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.UpdateOffsetRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.UpdateOffsetResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -583,8 +583,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/GetOffset',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.GetOffsetRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.GetOffsetResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.GetOffsetRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.GetOffsetResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -610,8 +610,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/QueryOffset',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryOffsetRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.QueryOffsetResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryOffsetRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.QueryOffsetResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -637,8 +637,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/EndTransaction',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.EndTransactionRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.EndTransactionResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.EndTransactionRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.EndTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -664,8 +664,8 @@ class MessagingService:
             request_iterator,
             target,
             '/apache.rocketmq.v2.MessagingService/Telemetry',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.TelemetryCommand.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.TelemetryCommand.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.TelemetryCommand.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.TelemetryCommand.FromString,
             options,
             channel_credentials,
             insecure,
@@ -691,8 +691,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/NotifyClientTermination',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.NotifyClientTerminationRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.NotifyClientTerminationResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.NotifyClientTerminationRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.NotifyClientTerminationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -718,8 +718,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.ChangeInvisibleDurationRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.ChangeInvisibleDurationResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ChangeInvisibleDurationRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.ChangeInvisibleDurationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -745,8 +745,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/RecallMessage',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.RecallMessageRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.RecallMessageResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.RecallMessageRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.RecallMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -772,8 +772,8 @@ class MessagingService:
             request,
             target,
             '/apache.rocketmq.v2.MessagingService/SyncLiteSubscription',
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.SyncLiteSubscriptionRequest.SerializeToString,
-            rmqha_dot_proxy_dot_v2_dot_service__pb2.SyncLiteSubscriptionResponse.FromString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SyncLiteSubscriptionRequest.SerializeToString,
+            rmqha_dot_proxy_dot_third__party_dot_rocketmq__apis_dot_v2_dot_service__pb2.SyncLiteSubscriptionResponse.FromString,
             options,
             channel_credentials,
             insecure,
