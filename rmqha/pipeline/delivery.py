@@ -40,6 +40,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from rmqha.broker.support.beans import bean_json
+
 from . import ids
 from .verdict import FAIL, INFO, PASS, WARN, Verdict
 
@@ -91,26 +93,12 @@ class GroupDelivery:
 
     def summary(self) -> dict:
         """summary.json's per-group `delivery` block."""
-        return {
-            "acknowledged": self.acknowledged,
-            "delivered": self.delivered,
-            "lost": self.lost,
-            "lostByReason": self.lost_by_reason,
-            "stranded": self.stranded,
-            "parked": self.parked,
-            "lostAfterDelivery": self.lost_after_delivery,
-            "duplicates": self.duplicates,
-            "indeterminate": self.indeterminate,
-            "indeterminateDelivered": self.indeterminate_delivered,
-            "unconfirmed": self.unconfirmed,
-            "unconfirmedDelivered": self.unconfirmed_delivered,
-            "unexpected": self.unexpected,
-            "reordered": self.reordered,
-            "receives": self.receives,
-            "ambiguousGroup": self.ambiguous,
-            "topics": self.topics,
-            "ordered": self.ordered,
-        }
+        return bean_json(
+            self,
+            "acknowledged delivered lost lost_by_reason stranded parked lost_after_delivery duplicates indeterminate"
+            " indeterminate_delivered unconfirmed unconfirmed_delivered unexpected reordered receives"
+            " ambiguousGroup=ambiguous topics ordered",
+        )
 
 
 @dataclass

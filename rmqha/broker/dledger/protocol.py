@@ -19,6 +19,7 @@ import enum
 import json
 from dataclasses import dataclass, field, fields
 
+from rmqha.broker.support.beans import bean_json
 from .entry import DLedgerEntry
 
 
@@ -379,13 +380,7 @@ class PushEntryRequest(RequestOrResponse):
         return sum(e.size for e in self.batchEntry)
 
     def _derived(self) -> dict:
-        return {
-            "batch": self.is_batch,
-            "count": self.count,
-            "firstEntryIndex": self.first_entry_index,
-            "lastEntryIndex": self.last_entry_index,
-            "totalSize": self.total_size,
-        }
+        return bean_json(self, "batch=is_batch count first_entry_index last_entry_index total_size")
 
 
 @dataclass

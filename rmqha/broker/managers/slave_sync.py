@@ -18,6 +18,7 @@ from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
 from rmqha.broker.remoting.protocol import RemotingClient
+from rmqha.broker.support.beans import bean_json
 from rmqha.broker.support.supervision import PeriodicService
 
 log = logging.getLogger("rmqha.broker.slavesync")
@@ -166,9 +167,4 @@ class SlaveSynchronize:
         self.last_error = why
 
     def status(self) -> dict:
-        return {
-            "masterAddr": self.master_addr,
-            "syncs": self.syncs,
-            "failures": self.failures,
-            "lastError": self.last_error,
-        }
+        return bean_json(self, "master_addr syncs failures last_error")

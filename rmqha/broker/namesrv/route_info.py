@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Hashable
 
 from rmqha.broker.support.errors import BadRequest
+from rmqha.broker.support.beans import bean_json
 from rmqha.broker.support.log_limit import LogLimiter
 from rmqha.broker.namesrv.register_body import RegisterBrokerBody, TopicConfig
 from rmqha.broker.remoting.codes import DEFAULT_MAX_FRAME_LENGTH, MASTER_ID, PERM_READ, PERM_WRITE
@@ -39,13 +40,7 @@ class QueueData:
 
     def to_json(self) -> dict:
         # 4.9 name: topicSysFlag (topicSynFlag up to 4.8); the C++ client ignores it either way.
-        return {
-            "brokerName": self.broker_name,
-            "perm": self.perm,
-            "readQueueNums": self.read_queue_nums,
-            "topicSysFlag": self.topic_sys_flag,
-            "writeQueueNums": self.write_queue_nums,
-        }
+        return bean_json(self, "broker_name perm read_queue_nums topic_sys_flag write_queue_nums")
 
 
 @dataclass

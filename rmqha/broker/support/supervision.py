@@ -37,6 +37,8 @@ import weakref
 
 from twisted.internet import defer, task
 
+from rmqha.broker.support.beans import bean_json
+
 log = logging.getLogger("rmqha.broker.supervision")
 
 MAX_BACKOFF_S = 30.0
@@ -242,13 +244,7 @@ class PeriodicService:
 
     # -- observability ----------------------------------------------------------------------------
     def health(self) -> dict:
-        return {
-            "running": self.running,
-            "intervalSeconds": self.interval,
-            "lastSuccess": self.last_success,
-            "lastFailure": self.last_failure,
-            "lastError": self.last_error,
-            "consecutiveFailures": self.consecutive_failures,
-            "failures": self.failures,
-            "restarts": self.restarts,
-        }
+        return bean_json(
+            self,
+            "running intervalSeconds=interval last_success last_failure last_error consecutive_failures failures restarts",
+        )
