@@ -15,6 +15,7 @@ from rmqha.broker.namesrv.route_info import TOPIC_FLAG_UNIT, TOPIC_FLAG_UNIT_SUB
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import MASTER_ID, VERSION_V3_0_11, RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.remoting.protocol import ConnectionContext, ProcessorRegistry
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 MAX_HOLDERS = 4  # connections kept per broker that presented its latest registration (the broker's, and races)
 
 
-class NameServerProcessors:
+class NameServerProcessors(Processors):
     def __init__(
         self,
         routes: RouteInfoManager,
@@ -72,26 +73,7 @@ class NameServerProcessors:
         # request gets an answer: REQUEST_CODE_NOT_SUPPORTED.
         reg = ProcessorRegistry(reply_to_unknown=True)
         reg.acl = self._check_signed
-        reg.register(RequestCode.PUT_KV_CONFIG, self.put_kv_config)
-        reg.register(RequestCode.GET_KV_CONFIG, self.get_kv_config)
-        reg.register(RequestCode.DELETE_KV_CONFIG, self.delete_kv_config)
-        reg.register(RequestCode.GET_KVLIST_BY_NAMESPACE, self.get_kv_list_by_namespace)
-        reg.register(RequestCode.REGISTER_BROKER, self.register_broker)
-        reg.register(RequestCode.UNREGISTER_BROKER, self.unregister_broker)
-        reg.register(RequestCode.QUERY_DATA_VERSION, self.query_data_version)
-        reg.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self.get_route_info_by_topic)
-        reg.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.get_broker_cluster_info)
-        reg.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topic_list)
-        reg.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
-        reg.register(RequestCode.WIPE_WRITE_PERM_OF_BROKER, self.wipe_write_perm)
-        reg.register(RequestCode.ADD_WRITE_PERM_OF_BROKER, self.add_write_perm)
-        reg.register(RequestCode.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster)
-        reg.register(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, self.get_system_topic_list)
-        reg.register(RequestCode.GET_UNIT_TOPIC_LIST, self.get_unit_topic_list)
-        reg.register(RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, self.get_has_unit_sub_topic_list)
-        reg.register(RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, self.get_has_unit_sub_ununit_topic_list)
-        reg.register(RequestCode.UPDATE_NAMESRV_CONFIG, self.update_config)
-        reg.register(RequestCode.GET_NAMESRV_CONFIG, self.get_config)
+        self.register(reg)
         return reg
 
     def _check_signed(self, req: RemotingCommand, peer: str):
@@ -194,6 +176,7 @@ class NameServerProcessors:
 
     # ---- brokers --------------------------------------------------------------------------------
 
+    @handles(RequestCode.REGISTER_BROKER)
     def register_broker(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         if self._duplicate is req:
             self._duplicate = None
@@ -260,6 +243,7 @@ class NameServerProcessors:
                 ha_addr, master_addr = live.ha_server_addr, master
         return self._register_reply(req, ha_addr, master_addr)
 
+    @handles(RequestCode.UNREGISTER_BROKER)
     def unregister_broker(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         self.routes.unregister_broker(
             req.get_str("clusterName"), req.get_str("brokerAddr"), req.get_str("brokerName"), req.get_long("brokerId")
@@ -267,6 +251,7 @@ class NameServerProcessors:
         self.holders.pop(req.get_str("brokerAddr"), None)
         return req.make_response(ext_fields=self._audience_fields(req) or None)
 
+    @handles(RequestCode.QUERY_DATA_VERSION)
     def query_data_version(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         broker_addr = req.get_str("brokerAddr")
         version = json_body.loads(req.body) if req.body else {}
@@ -297,6 +282,7 @@ class NameServerProcessors:
 
     # ---- routes ---------------------------------------------------------------------------------
 
+    @handles(RequestCode.GET_ROUTEINFO_BY_TOPIC)
     def get_route_info_by_topic(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         topic = req.get_str("topic")
         route = self.routes.pickup_topic_route(topic)
@@ -311,43 +297,53 @@ class NameServerProcessors:
         # Always standard JSON (quoted map keys): the C++ client and fastjson both read it.
         return req.make_response(body=json_body.dumps(route))
 
+    @handles(RequestCode.GET_BROKER_CLUSTER_INFO)
     def get_broker_cluster_info(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         return req.make_response(body=json_body.dumps(self.routes.cluster_info()))
 
+    @handles(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
     def get_all_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         return req.make_response(body=json_body.dumps({"topicList": self.routes.all_topics()}))
 
+    @handles(RequestCode.DELETE_TOPIC_IN_NAMESRV)
     def delete_topic(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         self.routes.delete_topic(req.get_str("topic"), req.get_str("clusterName", ""))
         return req.make_response()
 
     # ---- write permission and topic lists (mqadmin wipeWritePerm, addWritePerm, topicList -c, ...) -----
 
+    @handles(RequestCode.WIPE_WRITE_PERM_OF_BROKER)
     def wipe_write_perm(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         broker_name = req.get_str("brokerName")
         count = self.routes.wipe_write_perm(broker_name)
         log.info("wipe write perm of broker %s, client %s: %d topics", broker_name, ctx.peer_address, count)
         return req.make_response(ext_fields={"wipeTopicCount": count})
 
+    @handles(RequestCode.ADD_WRITE_PERM_OF_BROKER)
     def add_write_perm(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         broker_name = req.get_str("brokerName")
         count = self.routes.add_write_perm(broker_name)
         log.info("add write perm of broker %s, client %s: %d topics", broker_name, ctx.peer_address, count)
         return req.make_response(ext_fields={"addTopicCount": count})
 
+    @handles(RequestCode.GET_TOPICS_BY_CLUSTER)
     def get_topics_by_cluster(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         return _topic_list(req, self.routes.topics_by_cluster(req.get_str("cluster")))
 
+    @handles(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
     def get_system_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         topics, broker_addr = self.routes.system_topic_list()
         return _topic_list(req, topics, broker_addr)
 
+    @handles(RequestCode.GET_UNIT_TOPIC_LIST)
     def get_unit_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         return _topic_list(req, self.routes.topics_by_sys_flag(lambda f: bool(f & TOPIC_FLAG_UNIT)))
 
+    @handles(RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST)
     def get_has_unit_sub_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         return _topic_list(req, self.routes.topics_by_sys_flag(lambda f: bool(f & TOPIC_FLAG_UNIT_SUB)))
 
+    @handles(RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST)
     def get_has_unit_sub_ununit_topic_list(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         return _topic_list(
             req, self.routes.topics_by_sys_flag(lambda f: not f & TOPIC_FLAG_UNIT and bool(f & TOPIC_FLAG_UNIT_SUB))
@@ -355,9 +351,11 @@ class NameServerProcessors:
 
     # ---- name server config (mqadmin getNamesrvConfig / updateNamesrvConfig) -------------------------
 
+    @handles(RequestCode.GET_NAMESRV_CONFIG)
     def get_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         return req.make_response(body=self.settings.properties_text().encode("utf-8"))
 
+    @handles(RequestCode.UPDATE_NAMESRV_CONFIG)
     def update_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         log.info("updateConfig called by %s", ctx.peer_address)
         if not req.body:
@@ -383,10 +381,12 @@ class NameServerProcessors:
 
     # ---- kv config ------------------------------------------------------------------------------
 
+    @handles(RequestCode.PUT_KV_CONFIG)
     def put_kv_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         self.kv.put(req.get_str("namespace"), req.get_str("key"), req.get_str("value"))
         return req.make_response()
 
+    @handles(RequestCode.GET_KV_CONFIG)
     def get_kv_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         namespace, key = req.get_str("namespace"), req.get_str("key")
         value = self.kv.get(namespace, key)
@@ -394,10 +394,12 @@ class NameServerProcessors:
             return req.make_response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}")
         return req.make_response(ext_fields={"value": value})
 
+    @handles(RequestCode.DELETE_KV_CONFIG)
     def delete_kv_config(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         self.kv.delete(req.get_str("namespace"), req.get_str("key"))
         return req.make_response()
 
+    @handles(RequestCode.GET_KVLIST_BY_NAMESPACE)
     def get_kv_list_by_namespace(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
         namespace = req.get_str("namespace")
         table = self.kv.namespace(namespace)

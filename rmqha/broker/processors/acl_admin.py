@@ -29,6 +29,7 @@ from rmqha.broker.support.files import atomic_write
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 
 log = logging.getLogger("rmqha.broker.acl")
 
@@ -38,20 +39,15 @@ ACL_OFF = (
 )
 
 
-class AclAdminProcessors:
+class AclAdminProcessors(Processors):
     def __init__(self, config, acl_service, clock):
         self.config = config
         self.acl = acl_service  # rmqha.broker.acl.service.AclService, or None with aclEnable=false
         self.clock = clock
         self.limiter = LogLimiter(log)
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, self.update_and_create)
-        registry.register(RequestCode.DELETE_ACL_CONFIG, self.delete)
-        registry.register(RequestCode.GET_BROKER_CLUSTER_ACL_INFO, self.get_acl_info)
-        registry.register(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, self.update_global_white)
-
     # -- the requests --------------------------------------------------------------------------------
+    @handles(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG)
     def update_and_create(self, req: RemotingCommand, ctx) -> RemotingCommand:
         f = req.ext_fields
         u = AccessUpdate(
@@ -74,6 +70,7 @@ class AclAdminProcessors:
             f"account {u.access_key} created/updated",
         )
 
+    @handles(RequestCode.DELETE_ACL_CONFIG)
     def delete(self, req: RemotingCommand, ctx) -> RemotingCommand:
         ak = req.get_str("accessKey")
         failed = f"The accesskey[{ak}] corresponding to accessConfig has been deleted failed."
@@ -86,6 +83,7 @@ class AclAdminProcessors:
             f"account {ak} deleted",
         )
 
+    @handles(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG)
     def update_global_white(self, req: RemotingCommand, ctx) -> RemotingCommand:
         addrs = req.get_str("globalWhiteAddrs")
         patterns = acl_admin.split_list(addrs) or []
@@ -107,6 +105,7 @@ class AclAdminProcessors:
             f"globalWhiteRemoteAddresses set to {patterns}",
         )
 
+    @handles(RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
     def get_acl_info(self, req: RemotingCommand, ctx) -> RemotingCommand:
         if self.acl is None:
             return req.make_response(ResponseCode.SYSTEM_ERROR, ACL_OFF)

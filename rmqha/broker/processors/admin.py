@@ -13,9 +13,10 @@ from rmqha.broker.observability.runtime_info import BROKER_VERSION, BROKER_VERSI
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 
 
-class AdminProcessors:
+class AdminProcessors(Processors):
     def __init__(self, config, controller, topics, offsets, clients=None, pull=None, schedule=None):
         self.schedule = schedule
         self.config = config
@@ -25,19 +26,16 @@ class AdminProcessors:
         self.clients = clients
         self.pull = pull
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.GET_ALL_TOPIC_CONFIG, self.get_all_topic_config)
-        registry.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self.get_all_consumer_offset)
-        registry.register(RequestCode.GET_BROKER_RUNTIME_INFO, self.get_broker_runtime_info)
-        if self.schedule is not None:
-            registry.register(RequestCode.GET_ALL_DELAY_OFFSET, self.get_all_delay_offset)
-
+    # served only with the schedule service (delay levels): without it the code is not supported
+    @handles(RequestCode.GET_ALL_DELAY_OFFSET, when=lambda self: self.schedule is not None)
     def get_all_delay_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
         return req.make_response(body=self.schedule.encode())
 
+    @handles(RequestCode.GET_ALL_TOPIC_CONFIG)
     def get_all_topic_config(self, req: RemotingCommand, ctx) -> RemotingCommand:
         return req.make_response(body=self.topics.encode())
 
+    @handles(RequestCode.GET_ALL_CONSUMER_OFFSET)
     def get_all_consumer_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
         return req.make_response(body=self.offsets.encode())
 
@@ -73,5 +71,6 @@ class AdminProcessors:
         info.update({k: str(v) for k, v in extra.items()})
         return info
 
+    @handles(RequestCode.GET_BROKER_RUNTIME_INFO)
     def get_broker_runtime_info(self, req: RemotingCommand, ctx) -> RemotingCommand:
         return req.make_response(body=json_body.dumps({"table": self.runtime_info()}))

@@ -19,13 +19,14 @@ from rmqha.broker.support.files import atomic_write
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 
 log = logging.getLogger("rmqha.broker")
 
 BLACK_LIST_REMARK = "Can not update config in black list."  # 4.9.8's answer, NO_PERMISSION
 
 
-class BrokerConfigProcessors:
+class BrokerConfigProcessors(Processors):
     def __init__(self, config, clock, topics=None):
         self.config = config
         self.clock = clock
@@ -40,14 +41,12 @@ class BrokerConfigProcessors:
         """The file updates go to: the one the broker read (-c), else 4.9's default place."""
         return self.config.config_path or os.path.join(self.config.storePathRootDir, "config", "broker.properties")
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.GET_BROKER_CONFIG, self.get_broker_config)
-        registry.register(RequestCode.UPDATE_BROKER_CONFIG, self.update_broker_config)
-
+    @handles(RequestCode.GET_BROKER_CONFIG)
     def get_broker_config(self, req: RemotingCommand, ctx) -> RemotingCommand:
         body = config_policy.properties_text(self.config).encode("utf-8")
         return req.make_response(ext_fields={"version": json_body.dumps(self.data_version).decode()}, body=body)
 
+    @handles(RequestCode.UPDATE_BROKER_CONFIG)
     def update_broker_config(self, req: RemotingCommand, ctx) -> RemotingCommand:
         if not req.body:
             return req.make_response()  # 4.9: no body, nothing to do

@@ -11,15 +11,14 @@ from __future__ import annotations
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 
 
-class BrokerStatsProcessor:
+class BrokerStatsProcessor(Processors):
     def __init__(self, stats):
         self.stats = stats  # rmqha.broker.observability.stats_service.BrokerStats
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.VIEW_BROKER_STATS_DATA, self.view)
-
+    @handles(RequestCode.VIEW_BROKER_STATS_DATA)
     def view(self, req: RemotingCommand, ctx) -> RemotingCommand:
         name = req.get_str("statsName")
         key = req.get_str("statsKey")

@@ -27,6 +27,7 @@ from twisted.internet import defer
 from rmqha.broker.remoting import object_keys
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.remoting.object_keys import ObjectKeyed, message_queue
 from rmqha.broker.remoting.protocol import RemotingTimeoutError
 from rmqha.broker.store import queries
@@ -39,7 +40,7 @@ CALL_TIMEOUT_S = 10.0  # Broker2Client.callClient
 STATUS_TIMEOUT_S = 5.0  # Broker2Client.getConsumeStatus
 
 
-class ClientCallProcessors:
+class ClientCallProcessors(Processors):
     def __init__(self, config, clients, topics, offsets, store):
         self.config = config
         self.clients = clients  # ClientManager
@@ -47,16 +48,12 @@ class ClientCallProcessors:
         self.offsets = offsets
         self.store = store
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self.get_consumer_running_info)
-        registry.register(RequestCode.CONSUME_MESSAGE_DIRECTLY, self.consume_message_directly)
-        registry.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset)
-        registry.register(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, self.get_consumer_status)
-
     # -- one client's answer ----------------------------------------------------------------------------
+    @handles(RequestCode.GET_CONSUMER_RUNNING_INFO)
     def get_consumer_running_info(self, req: RemotingCommand, ctx):
         return self._call_consumer(req, req.get_str("consumerGroup"), req.get_str("clientId"), req.body)
 
+    @handles(RequestCode.CONSUME_MESSAGE_DIRECTLY)
     def consume_message_directly(self, req: RemotingCommand, ctx):
         group = req.get_str("consumerGroup")
         msg_id = req.get_str("msgId")
@@ -99,6 +96,7 @@ class ClientCallProcessors:
         return d.addCallbacks(answered, failed)
 
     # -- reset offset -----------------------------------------------------------------------------------
+    @handles(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
     def reset_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
         topic, group = req.get_str("topic"), req.get_str("group")
         timestamp, force = req.get_long("timestamp"), req.get_bool("isForce")
@@ -152,6 +150,7 @@ class ClientCallProcessors:
         return req.make_response(body=reset_body(topic, broker, table))
 
     # -- consumer status --------------------------------------------------------------------------------
+    @handles(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS)
     def get_consumer_status(self, req: RemotingCommand, ctx):
         topic, group = req.get_str("topic"), req.get_str("group")
         origin = req.get_str("clientAddr", "").strip()

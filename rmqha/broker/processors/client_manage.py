@@ -13,6 +13,7 @@ from rmqha.broker.managers.clients import ClientManager
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import BadRequest, RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.support import validation
 
 # ours: one client process rarely holds more than a few producers and consumers; every consumer
@@ -20,19 +21,12 @@ from rmqha.broker.support import validation
 MAX_GROUPS_PER_HEARTBEAT = 1000
 
 
-class ClientManageProcessors:
+class ClientManageProcessors(Processors):
     def __init__(self, clients: ClientManager):
         self.clients = clients
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.HEART_BEAT, self.heart_beat)
-        registry.register(RequestCode.UNREGISTER_CLIENT, self.unregister_client)
-        registry.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.get_consumer_list_by_group)
-        registry.register(RequestCode.LOCK_BATCH_MQ, self.lock_batch_mq)
-        registry.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock_batch_mq)
-        registry.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
-
     # -- heartbeat and leaving ----------------------------------------------------------------------
+    @handles(RequestCode.HEART_BEAT)
     def heart_beat(self, req: RemotingCommand, ctx) -> RemotingCommand:
         data = json_body.loads_request(req.body, "HEART_BEAT")
         producers = [(validation.check_group(g), pd) for g, pd in _groups(data, "producerDataSet")]
@@ -59,11 +53,13 @@ class ClientManageProcessors:
         )
         return req.make_response()
 
+    @handles(RequestCode.UNREGISTER_CLIENT)
     def unregister_client(self, req: RemotingCommand, ctx) -> RemotingCommand:
         self.clients.unregister(ctx, req.get_str("producerGroup", ""), req.get_str("consumerGroup", ""))
         return req.make_response()
 
     # -- consumer list ------------------------------------------------------------------------------
+    @handles(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
     def get_consumer_list_by_group(self, req: RemotingCommand, ctx) -> RemotingCommand:
         group = req.get_str("consumerGroup")
         info = self.clients.consumer_groups.get(group)
@@ -72,6 +68,7 @@ class ClientManageProcessors:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return req.make_response(body=json_body.dumps({"consumerIdList": ids}))
 
+    @handles(RequestCode.GET_CONSUMER_CONNECTION_LIST)
     def get_consumer_connection_list(self, req: RemotingCommand, ctx) -> RemotingCommand:
         """ConsumerConnection of a group, enums and subscriptions as 4.9 writes them (client_info.py);
         mqadmin consumerConnection and consumerProgress (its OFFLINE column) read it."""
@@ -109,6 +106,7 @@ class ClientManageProcessors:
     def _mq_json(key: tuple) -> dict:
         return {"brokerName": key[1], "queueId": key[2], "topic": key[0]}
 
+    @handles(RequestCode.LOCK_BATCH_MQ)
     def lock_batch_mq(self, req: RemotingCommand, ctx) -> RemotingCommand:
         body = json_body.loads_request(req.body, "LOCK_BATCH_MQ")
         group = validation.check_group(str(body.get("consumerGroup", "")))
@@ -117,6 +115,7 @@ class ClientManageProcessors:
         ok = self.clients.lock(group, client_id, keys)
         return req.make_response(body=json_body.dumps({"lockOKMQSet": [self._mq_json(key) for key in ok]}))
 
+    @handles(RequestCode.UNLOCK_BATCH_MQ)
     def unlock_batch_mq(self, req: RemotingCommand, ctx) -> RemotingCommand:
         body = json_body.loads_request(req.body, "UNLOCK_BATCH_MQ")
         group = validation.check_group(str(body.get("consumerGroup", "")))

@@ -14,6 +14,7 @@ from rmqha.broker.support import validation
 from rmqha.broker.remoting import json_body, object_keys
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.remoting.object_keys import ObjectKeyed, message_queue
 from rmqha.broker.observability.stats import GROUP_GET_NUMS
 from rmqha.broker.store import queries
@@ -23,7 +24,7 @@ from .topic_admin import store_time
 MAX_QUEUE_UNITS = 1000  # ours: QUERY_CONSUME_QUEUE's count; 4.9 stops at the end of one file
 
 
-class ConsumeStatsProcessors:
+class ConsumeStatsProcessors(Processors):
     def __init__(self, config, topics, offsets, store, clients, groups, stats=None, clock=None):
         self.config = config
         self.topics = topics
@@ -33,14 +34,6 @@ class ConsumeStatsProcessors:
         self.groups = groups  # SubscriptionGroupManager: GET_BROKER_CONSUME_STATS walks its groups
         self.stats = stats  # BrokerStats: consumeTps
         self.clock = clock
-
-    def register(self, registry) -> None:
-        registry.register(RequestCode.GET_CONSUME_STATS, self.get_consume_stats)
-        registry.register(RequestCode.GET_BROKER_CONSUME_STATS, self.get_broker_consume_stats)
-        registry.register(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.query_topic_consume_by_who)
-        registry.register(RequestCode.QUERY_CONSUME_TIME_SPAN, self.query_consume_time_span)
-        registry.register(RequestCode.QUERY_CONSUME_QUEUE, self.query_consume_queue)
-        registry.register(RequestCode.CLONE_GROUP_OFFSET, self.clone_group_offset)
 
     # -- what the processors share --------------------------------------------------------------------
     def _subscriptions(self, group: str) -> dict:
@@ -81,6 +74,7 @@ class ConsumeStatsProcessors:
         return pairs, self._tps(group, topic), diff
 
     # -- GET_CONSUME_STATS --------------------------------------------------------------------------
+    @handles(RequestCode.GET_CONSUME_STATS)
     def get_consume_stats(self, req: RemotingCommand, ctx) -> RemotingCommand:
         group = req.get_str("consumerGroup")
         topic = req.get_str("topic", "")
@@ -96,6 +90,7 @@ class ConsumeStatsProcessors:
         return req.make_response(body=object_keys.dumps({"consumeTps": tps, "offsetTable": ObjectKeyed(pairs)}))
 
     # -- GET_BROKER_CONSUME_STATS -------------------------------------------------------------------
+    @handles(RequestCode.GET_BROKER_CONSUME_STATS)
     def get_broker_consume_stats(self, req: RemotingCommand, ctx) -> RemotingCommand:
         only_order = req.get_bool("isOrder")
         stats_list, total_diff = [], 0
@@ -120,6 +115,7 @@ class ConsumeStatsProcessors:
         return req.make_response(body=object_keys.dumps(body))
 
     # -- QUERY_TOPIC_CONSUME_BY_WHO -----------------------------------------------------------------
+    @handles(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO)
     def query_topic_consume_by_who(self, req: RemotingCommand, ctx) -> RemotingCommand:
         topic = req.get_str("topic")
         online = set()
@@ -129,6 +125,7 @@ class ConsumeStatsProcessors:
         return req.make_response(body=json_body.dumps({"groupList": sorted(groups)}))
 
     # -- QUERY_CONSUME_TIME_SPAN --------------------------------------------------------------------
+    @handles(RequestCode.QUERY_CONSUME_TIME_SPAN)
     def query_consume_time_span(self, req: RemotingCommand, ctx) -> RemotingCommand:
         topic = req.get_str("topic")
         group = req.get_str("group")
@@ -157,6 +154,7 @@ class ConsumeStatsProcessors:
         return req.make_response(body=json_body.dumps({"consumeTimeSpanSet": spans}))
 
     # -- QUERY_CONSUME_QUEUE ------------------------------------------------------------------------
+    @handles(RequestCode.QUERY_CONSUME_QUEUE)
     def query_consume_queue(self, req: RemotingCommand, ctx) -> RemotingCommand:
         # No header field is required in 4.9: a missing one is null or 0.
         topic = req.get_str("topic", "null")
@@ -184,6 +182,7 @@ class ConsumeStatsProcessors:
         return req.make_response(body=json_body.dumps(body))
 
     # -- CLONE_GROUP_OFFSET -------------------------------------------------------------------------
+    @handles(RequestCode.CLONE_GROUP_OFFSET)
     def clone_group_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
         src = req.get_str("srcGroup")
         dest = validation.check_group(req.get_str("destGroup"))

@@ -6,18 +6,16 @@ from __future__ import annotations
 from rmqha.broker.managers.consumer_offsets import ConsumerOffsetManager
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.support import validation
 
 
-class ConsumerOffsetProcessors:
+class ConsumerOffsetProcessors(Processors):
     def __init__(self, offsets: ConsumerOffsetManager, store):
         self.offsets = offsets
         self.store = store
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.QUERY_CONSUMER_OFFSET, self.query_consumer_offset)
-        registry.register(RequestCode.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset)
-
+    @handles(RequestCode.QUERY_CONSUMER_OFFSET)
     def query_consumer_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
         group, topic, queue_id = _group_topic_queue(req)
         offset = self.offsets.query(group, topic, queue_id)
@@ -31,6 +29,7 @@ class ConsumerOffsetProcessors:
             ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
         )
 
+    @handles(RequestCode.UPDATE_CONSUMER_OFFSET)
     def update_consumer_offset(self, req: RemotingCommand, ctx) -> RemotingCommand:
         group, topic, queue_id = _group_topic_queue(req)
         self.offsets.commit(group, topic, queue_id, req.get_long("commitOffset"))

@@ -27,6 +27,7 @@ from rmqha.broker.support import validation
 from rmqha.broker.support.log_limit import LogLimiter
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import HeaderFieldError, RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.transaction import service
 
 log = logging.getLogger("rmqha.broker.transaction")
@@ -35,14 +36,12 @@ _limiter = LogLimiter(log)
 KINDS = (service.NOT_TYPE, service.COMMIT, service.ROLLBACK)
 
 
-class EndTransactionProcessor:
+class EndTransactionProcessor(Processors):
     def __init__(self, config, transactions: service.TransactionService):
         self.config = config
         self.transactions = transactions
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.END_TRANSACTION, self.process)
-
+    @handles(RequestCode.END_TRANSACTION)
     def process(self, req: RemotingCommand, ctx) -> RemotingCommand | defer.Deferred | None:
         group = req.get_str("producerGroup")
         tran_state_offset = req.get_long("tranStateTableOffset")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 
 
 class TransferRates:
@@ -39,15 +40,12 @@ class TransferRates:
         return self.rate.get(id(session), 0)
 
 
-class HAStatusProcessor:
+class HAStatusProcessor(Processors):
     def __init__(self, config, controller):
         self.config = config
         self.controller = controller
         self.rates = TransferRates()
         controller.stats.samplers.append(self._sample)
-
-    def register(self, registry) -> None:
-        registry.register(RequestCode.GET_BROKER_HA_STATUS, self.get_ha_status)
 
     def _sessions(self):
         c = self.controller
@@ -106,6 +104,7 @@ class HAStatusProcessor:
                 ci["activated"] = True
         return info
 
+    @handles(RequestCode.GET_BROKER_HA_STATUS)
     def get_ha_status(self, req: RemotingCommand, ctx) -> RemotingCommand:
         return req.make_response(body=json_body.dumps(self.runtime_info()))
 

@@ -24,6 +24,7 @@ from rmqha.broker.pop import checkpoint as cp
 from rmqha.broker.pop.service import REVIVE_QID, PopError, PopService
 from rmqha.broker.remoting.codes import ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.store import record
 
 from .pull import parse_subscription
@@ -44,7 +45,7 @@ class _Waiter:
         self.topics, self.deferred, self.timer = topics, deferred, timer
 
 
-class PopProcessors:
+class PopProcessors(Processors):
     def __init__(self, config, service: PopService, topics, groups, store, clock):
         self.config = config
         self.service = service
@@ -54,11 +55,6 @@ class PopProcessors:
         self._rotate = 0
         self._waiters: list[_Waiter] = []
         store.dispatch_listeners.append(self._on_dispatch)
-
-    def register(self, registry) -> None:
-        registry.register(POP_MESSAGE, self.pop)
-        registry.register(ACK_MESSAGE, self.ack)
-        registry.register(CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible)
 
     # ---- long polling: one timer per waiter, woken by a new message on one of its topics ----------------
 
@@ -98,6 +94,7 @@ class PopProcessors:
             )
         return None
 
+    @handles(POP_MESSAGE)
     @defer.inlineCallbacks
     def pop(self, req: RemotingCommand, ctx):
         group = validation.check_group(req.get_str("consumerGroup"))
@@ -173,6 +170,7 @@ class PopProcessors:
             return None, req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         return (group, topic, req.get_int("queueId"), extra, req.get_long("offset")), None
 
+    @handles(ACK_MESSAGE)
     @defer.inlineCallbacks
     def ack(self, req: RemotingCommand, ctx):
         args, refused = self._ack_header(req)
@@ -184,6 +182,7 @@ class PopProcessors:
             return req.make_response(e.code, str(e))
         return req.make_response()
 
+    @handles(CHANGE_MESSAGE_INVISIBLETIME)
     @defer.inlineCallbacks
     def change_invisible(self, req: RemotingCommand, ctx):
         args, refused = self._ack_header(req)

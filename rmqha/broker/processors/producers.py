@@ -12,18 +12,16 @@ from __future__ import annotations
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 
 from rmqha.broker.managers import client_views as client_info
 
 
-class ProducerProcessors:
+class ProducerProcessors(Processors):
     def __init__(self, clients):
         self.clients = clients  # ClientManager
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.GET_PRODUCER_CONNECTION_LIST, self.get_producer_connection_list)
-        registry.register(RequestCode.GET_ALL_PRODUCER_INFO, self.get_all_producer_info)
-
+    @handles(RequestCode.GET_PRODUCER_CONNECTION_LIST)
     def get_producer_connection_list(self, req: RemotingCommand, ctx) -> RemotingCommand:
         """ProducerConnection {connectionSet}; SYSTEM_ERROR for a group with no connection, as 4.9."""
         group = req.get_str("producerGroup")
@@ -33,6 +31,7 @@ class ProducerProcessors:
         body = {"connectionSet": [client_info.connection_json(ch) for ch in members.values()]}
         return req.make_response(body=json_body.dumps(body))
 
+    @handles(RequestCode.GET_ALL_PRODUCER_INFO)
     def get_all_producer_info(self, req: RemotingCommand, ctx) -> RemotingCommand:
         """ProducerTableInfo {data: {group: [ProducerInfo]}}; remoteIP is Java's
         InetSocketAddress.toString() ("/ip:port"), lastUpdateTimestamp the last heartbeat in ms."""

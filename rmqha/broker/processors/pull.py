@@ -33,6 +33,7 @@ from twisted.internet import defer
 from rmqha.broker.support import validation
 from rmqha.broker.remoting.codes import PERM_READ, RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.store import record
 from rmqha.broker.store.message_store import GetStatus
 
@@ -163,7 +164,7 @@ class PullRequestHoldService:
                     self._fire(h)
 
 
-class PullProcessor:
+class PullProcessor(Processors):
     def __init__(self, config, store, topics, offsets, consumers, clock, served=None, stats=None, groups=None):
         self.config = config
         self.groups = groups  # SubscriptionGroupManager (None: every group may consume)
@@ -189,17 +190,14 @@ class PullProcessor:
 
     responses = None
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.PULL_MESSAGE, self.process)
-        # 5.x clients' lite-pull consumers send 361 with PULL_MESSAGE's header (and sysFlag bit 16,
-        # which changes nothing here): the Java 5.x broker serves both with one processor.
-        registry.register(RequestCode.LITE_PULL_MESSAGE, self.process)
-
     def _count(self, response):
         if self.responses is not None and isinstance(response, RemotingCommand):
             self.responses.inc(code=int(response.code))
         return response
 
+    # 5.x clients' lite-pull consumers send 361 with PULL_MESSAGE's header (and sysFlag bit 16, which
+    # changes nothing here): the Java 5.x broker serves both with one processor.
+    @handles(RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE)
     def process(self, req: RemotingCommand, ctx):
         result = self._process(req, ctx, allow_suspend=True)
         if isinstance(result, defer.Deferred):

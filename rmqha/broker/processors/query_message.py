@@ -21,6 +21,7 @@ from rmqha.broker.support import validation
 from rmqha.broker.support.errors import BadRequest
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.store import index, queries
 
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # MixAll.UNIQUE_MSG_QUERY_FLAG
@@ -29,13 +30,11 @@ MAX_REPLY_BODY = 8 * 1024 * 1024
 NOT_FOUND_REMARK = "can not find message, maybe time range not correct"
 
 
-class QueryMessageProcessor:
+class QueryMessageProcessor(Processors):
     def __init__(self, store):
         self.store = store
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.QUERY_MESSAGE, self.query_message)
-
+    @handles(RequestCode.QUERY_MESSAGE)
     def query_message(self, req: RemotingCommand, ctx) -> RemotingCommand:
         topic = validation.check_topic(req.get_str("topic"))
         key = req.get_str("key")

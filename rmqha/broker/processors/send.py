@@ -48,6 +48,7 @@ from rmqha.broker.remoting.command import (
     lenient_parse_boolean,
     read_numbers,
 )
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.store import record
 from rmqha.broker.store.message_store import PutResult, PutStatus
 from rmqha.broker.transaction import messages as transaction
@@ -209,7 +210,7 @@ class _Refused(Exception):
         self.response = response
 
 
-class SendProcessor:
+class SendProcessor(Processors):
     def __init__(self, config, controller, topics, random_choice=random.randrange):
         self.config = config
         self.controller = controller
@@ -224,8 +225,8 @@ class SendProcessor:
         self._plain_names: dict[str, bool] = {}  # topic -> whether its name lets a send take the fast path
 
     def register(self, registry) -> None:
-        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            registry.register(code, self.process)
+        super().register(registry)
+        # runs of plain sends the compiled scan reads in one go (process_sends), beside process
         if self.config.sendFastPath and fastpath.available():
             registry.fast_sends = (fastpath.native.scan_sends, self.process_sends, self.config.brokerClusterName)
 
@@ -371,6 +372,7 @@ class SendProcessor:
     def _host_hex(self) -> str:
         return record.offset_msg_id(self.controller.store.store_host, 0)[:-16]
 
+    @handles(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
     def process(self, request: RemotingCommand, ctx) -> defer.Deferred | RemotingCommand:
         """The response at once when nothing is waited for (ASYNC_MASTER), else a Deferred."""
         try:

@@ -37,6 +37,7 @@ from twisted.internet import defer
 from rmqha.broker.support import validation
 from rmqha.broker.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.store import queries, record
 from rmqha.broker.store.message_store import PutStatus
 
@@ -51,7 +52,7 @@ V3_4_9 = 121  # MQVersion ordinal from which 4.9 takes maxReconsumeTimes from th
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 
-class SendBackProcessor:
+class SendBackProcessor(Processors):
     def __init__(self, config, controller, topics, rng: random.Random | None = None):
         self.config = config
         self.controller = controller
@@ -59,9 +60,7 @@ class SendBackProcessor:
         self.random = rng or random.Random()  # picks the retry queue; a test gives a seeded one
         self.groups = None  # SubscriptionGroupManager, set by the server: the group must exist, as in 4.9
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.process)
-
+    @handles(RequestCode.CONSUMER_SEND_MSG_BACK)
     def process(self, req: RemotingCommand, ctx):
         if not self.config.is_master:
             return req.make_response(

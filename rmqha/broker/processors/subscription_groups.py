@@ -9,25 +9,21 @@ from rmqha.broker.managers.topics import SLAVE_REFUSES
 from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.support import validation
 
 
-class SubscriptionGroupProcessors:
+class SubscriptionGroupProcessors(Processors):
     def __init__(self, groups: SubscriptionGroupManager, offsets=None):
         self.groups = groups
         self.offsets = offsets  # ConsumerOffsetManager: DELETE_SUBSCRIPTIONGROUP's removeOffset
-
-    def register(self, registry) -> None:
-        registry.register(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.update_and_create)
-        registry.register(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.get_all)
-        registry.register(RequestCode.DELETE_SUBSCRIPTIONGROUP, self.delete)
-        registry.register(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, self.get_one)
 
     def _slave(self, req: RemotingCommand) -> RemotingCommand | None:
         if self.groups.config.is_master:
             return None
         return req.make_response(ResponseCode.SYSTEM_ERROR, SLAVE_REFUSES)
 
+    @handles(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP)
     def update_and_create(self, req: RemotingCommand, ctx) -> RemotingCommand:
         refused = self._slave(req)
         if refused is not None:
@@ -39,9 +35,11 @@ class SubscriptionGroupProcessors:
             )
         return req.make_response()
 
+    @handles(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
     def get_all(self, req: RemotingCommand, ctx) -> RemotingCommand:
         return req.make_response(body=self.groups.encode_for_wire())
 
+    @handles(RequestCode.DELETE_SUBSCRIPTIONGROUP)
     def delete(self, req: RemotingCommand, ctx) -> RemotingCommand:
         refused = self._slave(req)
         if refused is not None:
@@ -52,6 +50,7 @@ class SubscriptionGroupProcessors:
             self.offsets.remove_group(group)
         return req.make_response()
 
+    @handles(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG)
     def get_one(self, req: RemotingCommand, ctx) -> RemotingCommand:
         """5.x: header group, body the SubscriptionGroupConfig. 5.x looks it up with
         findSubscriptionGroupConfig, so an unknown group is created when auto-creation is on."""

@@ -18,6 +18,7 @@ from rmqha.broker.support import validation
 from rmqha.broker.remoting import json_body, object_keys
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 from rmqha.broker.remoting.object_keys import ObjectKeyed, message_queue
 from rmqha.broker.observability.stats import TOPIC_PUT_NUMS
 from rmqha.broker.store import queries
@@ -85,7 +86,7 @@ def clean_expired_queues(store) -> int:
     return cleaned
 
 
-class TopicAdminProcessors:
+class TopicAdminProcessors(Processors):
     def __init__(self, config, topics: TopicConfigManager, store, stats=None, retention=lambda: None):
         self.config = config
         self.stats = stats  # BrokerStats: topicPutTps
@@ -93,15 +94,7 @@ class TopicAdminProcessors:
         self.store = store
         self.retention = retention  # () -> the store's RetentionService, None when there is none (DLedger)
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic)
-        registry.register(RequestCode.GET_TOPIC_STATS_INFO, self.get_topic_stats_info)
-        registry.register(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, self.get_system_topic_list)
-        registry.register(RequestCode.GET_TOPIC_CONFIG, self.get_topic_config)
-        registry.register(RequestCode.CLEAN_UNUSED_TOPIC, self.clean_unused_topic)
-        registry.register(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, self.clean_expired_consume_queue)
-        registry.register(RequestCode.DELETE_EXPIRED_COMMITLOG, self.delete_expired_commit_log)
-
+    @handles(RequestCode.DELETE_TOPIC_IN_BROKER)
     def delete_topic(self, req: RemotingCommand, ctx) -> RemotingCommand:
         if not self.config.is_master:
             return req.make_response(ResponseCode.SYSTEM_ERROR, SLAVE_REFUSES)
@@ -115,6 +108,7 @@ class TopicAdminProcessors:
         clean_unused_topics(self.store, set(self.topics.table))
         return req.make_response()
 
+    @handles(RequestCode.GET_TOPIC_STATS_INFO)
     def get_topic_stats_info(self, req: RemotingCommand, ctx) -> RemotingCommand:
         topic = req.get_str("topic")
         tc = self.topics.get(topic)
@@ -147,9 +141,11 @@ class TopicAdminProcessors:
             names.add(c.msgTraceTopicName)
         return sorted(names)
 
+    @handles(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
     def get_system_topic_list(self, req: RemotingCommand, ctx) -> RemotingCommand:
         return req.make_response(body=json_body.dumps({"topicList": self.system_topics()}))
 
+    @handles(RequestCode.GET_TOPIC_CONFIG)
     def get_topic_config(self, req: RemotingCommand, ctx) -> RemotingCommand:
         """5.x: header topic (and lo, for static topics, which this broker has none of); body the
         TopicConfigAndQueueMapping, i.e. the TopicConfig with no mappingDetail."""
@@ -161,14 +157,17 @@ class TopicAdminProcessors:
             )
         return req.make_response(body=json_body.dumps(tc.to_json()))
 
+    @handles(RequestCode.CLEAN_UNUSED_TOPIC)
     def clean_unused_topic(self, req: RemotingCommand, ctx) -> RemotingCommand:
         clean_unused_topics(self.store, set(self.topics.table))
         return req.make_response()
 
+    @handles(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE)
     def clean_expired_consume_queue(self, req: RemotingCommand, ctx) -> RemotingCommand:
         clean_expired_queues(self.store)
         return req.make_response()
 
+    @handles(RequestCode.DELETE_EXPIRED_COMMITLOG)
     def delete_expired_commit_log(self, req: RemotingCommand, ctx) -> RemotingCommand:
         """4.9's executeDeleteFilesManually: the next 20 cleaning runs delete the commit-log files past
         fileReservedTime whatever the hour (rmqha/broker/store/retention.py); SUCCESS at once."""

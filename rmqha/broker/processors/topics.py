@@ -7,17 +7,16 @@ from rmqha.broker.managers.topics import SLAVE_REFUSES, TopicConfigManager, vali
 from rmqha.broker.namesrv.register_body import TopicConfig
 from rmqha.broker.remoting.codes import RequestCode, ResponseCode
 from rmqha.broker.remoting.command import RemotingCommand
+from rmqha.broker.remoting.handlers import Processors, handles
 
 
-class TopicProcessors:
+class TopicProcessors(Processors):
     """UPDATE_AND_CREATE_TOPIC (17): admin tools and the C++ client's createTopic."""
 
     def __init__(self, topics: TopicConfigManager):
         self.topics = topics
 
-    def register(self, registry) -> None:
-        registry.register(RequestCode.UPDATE_AND_CREATE_TOPIC, self.update_and_create_topic)
-
+    @handles(RequestCode.UPDATE_AND_CREATE_TOPIC)
     def update_and_create_topic(self, req: RemotingCommand, ctx) -> RemotingCommand:
         topic = req.get_str("topic")
         why = validate_topic(topic)
