@@ -102,16 +102,9 @@ class Toxics:
                 pass
 
     @contextlib.contextmanager
-    def toxic(
-        self,
-        proxy: str,
-        type: str,
-        stream: str = "downstream",
-        name: str | None = None,
-        toxicity: float = 1.0,
-        **attributes,
-    ):
-        n = self.add(proxy, type, stream, name, toxicity, **attributes)
+    def toxic(self, proxy: str, type: str, **options):
+        """The toxic add(proxy, type, **options) makes (its name yielded), removed when the block ends."""
+        n = self.add(proxy, type, **options)
         try:
             yield n
         finally:

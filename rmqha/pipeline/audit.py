@@ -175,9 +175,10 @@ def _pairs(nodes: list[Node]) -> list[_Pair]:
     return pairs
 
 
-def _side(rec, pairs: list[_Pair], role: int):
+def _side(rec, pairs: list[_Pair], role: int, prefix: str):
     """rec's rows of each pair's master (role 2) or slave (3) from the pair's compare start: a literal
-    map node -> [(pair, compare start)] exploded, not a join (a join with a local table costs a job)."""
+    map node -> [(pair, compare start)] exploded, not a join (a join with a local table costs a job).
+    Columns: pair, physical_offset, and <prefix>_size, <prefix>_status, <prefix>_crc (record_crc)."""
     from pyspark.sql import functions as F
 
     by_node: dict[str, list] = {}
@@ -190,6 +191,13 @@ def _side(rec, pairs: list[_Pair], role: int):
         rec.select("*", F.explode(lookup[F.col("node")]).alias("p"))
         .filter(F.col("physical_offset") >= F.col("p.compare_start"))
         .withColumn("pair", F.col("p.pair"))
+        .select(
+            "pair",
+            "physical_offset",
+            F.col("size").alias(f"{prefix}_size"),
+            F.col("status").alias(f"{prefix}_status"),
+            F.col("record_crc").alias(f"{prefix}_crc"),
+        )
     )
 
 
@@ -199,20 +207,8 @@ def _compared(df, pairs: list[_Pair]):
     from pyspark.sql import functions as F
 
     rec = df.filter(F.col("status") != "torn").select("node", "physical_offset", "size", "status", "record_crc")
-    m = _side(rec, pairs, 2).select(
-        "pair",
-        "physical_offset",
-        F.col("size").alias("m_size"),
-        F.col("status").alias("m_status"),
-        F.col("record_crc").alias("m_crc"),
-    )
-    s = _side(rec, pairs, 3).select(
-        "pair",
-        "physical_offset",
-        F.col("size").alias("s_size"),
-        F.col("status").alias("s_status"),
-        F.col("record_crc").alias("s_crc"),
-    )
+    m = _side(rec, pairs, 2, "m")
+    s = _side(rec, pairs, 3, "s")
     j = m.join(s, ["pair", "physical_offset"], "full_outer")
     j = j.withColumn(
         "kind",

@@ -55,6 +55,15 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, out_dir, name: str) -> str:
+    """Write fig as out_dir/name (100 dpi), free it, and return the path."""
+    path = os.path.join(out_dir, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def plot_lag(out_dir, series, pairs, master_curve, fault_list=()) -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -79,11 +88,7 @@ def plot_lag(out_dir, series, pairs, master_curve, fault_list=()) -> str:
         faults.shade(ax, fault_list, t0, 1000.0)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    path = os.path.join(out_dir, "replication_lag.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out_dir, "replication_lag.png")
 
 
 def plot_latency(out_dir, latencies: list[tuple[int, int]], over_time=(), fault_list=()) -> str:
@@ -115,11 +120,7 @@ def plot_latency(out_dir, latencies: list[tuple[int, int]], over_time=(), fault_
         ax2.set_xlabel("seconds since the first send")
         ax2.set_ylabel("ms")
         ax2.legend(fontsize=7)
-    path = os.path.join(out_dir, "send_latency.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out_dir, "send_latency.png")
 
 
 def plot_throughput(out_dir, stored: dict, sent: list[tuple[int, int]], fault_list=()) -> str:
@@ -140,11 +141,7 @@ def plot_throughput(out_dir, stored: dict, sent: list[tuple[int, int]], fault_li
         faults.shade(ax, fault_list, t0 * 1000.0, 1000.0)
     if starts:
         ax.legend(fontsize=7)
-    path = os.path.join(out_dir, "throughput.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out_dir, "throughput.png")
 
 
 # -- the run --------------------------------------------------------------------------------------

@@ -9,10 +9,11 @@ first seven back as extraInfo, with the offset as its own field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 SEP = " "
 NORMAL_TOPIC, RETRY_TOPIC = "0", "1"
+EXTRA_INFO_FIELDS = 7  # start_offset .. queue_id
 
 
 class BadHandle(ValueError):
@@ -32,35 +33,13 @@ class Handle:
     commit_log_offset: int = -1
 
     def encode(self) -> str:
-        return SEP.join(
-            str(v)
-            for v in (
-                self.start_offset,
-                self.pop_time,
-                self.invisible_time,
-                self.revive_qid,
-                self.topic_kind,
-                self.broker_name,
-                self.queue_id,
-                self.offset,
-                self.commit_log_offset,
-            )
-        )
+        """ReceiptHandle.encode: every field, in the order above."""
+        return SEP.join(str(v) for v in astuple(self))
 
     def extra_info(self) -> str:
-        """What ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME send back (ExtraInfoUtil.buildExtraInfo, 7 fields)."""
-        return SEP.join(
-            str(v)
-            for v in (
-                self.start_offset,
-                self.pop_time,
-                self.invisible_time,
-                self.revive_qid,
-                self.topic_kind,
-                self.broker_name,
-                self.queue_id,
-            )
-        )
+        """What ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME send back (ExtraInfoUtil.buildExtraInfo): the
+        first EXTRA_INFO_FIELDS fields, up to the queue id."""
+        return SEP.join(str(v) for v in astuple(self)[:EXTRA_INFO_FIELDS])
 
     @property
     def retry(self) -> bool:

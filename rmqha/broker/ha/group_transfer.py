@@ -49,21 +49,22 @@ class GroupTransfer:
         if push2slave <= self.acked:
             return
         self.acked = push2slave
-        now = self.clock.seconds()
-        q = self._waiters
-        while q and q[0][0] <= push2slave:
-            _, _, started, d = q.popleft()
-            self._finish(d, PutStatus.PUT_OK, started, now)
+        self._release(lambda w: w[0] <= push2slave, PutStatus.PUT_OK, self.clock.seconds())
         # The timer stays armed for the old head; when it fires it re-arms for the new one.
 
     def _expire(self) -> None:
         self._timer = None
         now = self.clock.seconds()
-        q = self._waiters
-        while q and q[0][1] <= now:
-            _, _, started, d = q.popleft()
-            self._finish(d, PutStatus.FLUSH_SLAVE_TIMEOUT, started, now)
+        self._release(lambda w: w[1] <= now, PutStatus.FLUSH_SLAVE_TIMEOUT, now)
         self._arm()
+
+    def _release(self, done: Callable[[_Waiter], bool], outcome: PutStatus, now: float) -> None:
+        """End the waiters at the head for which done(waiter) holds with outcome. Offsets and deadlines
+        both increase along the queue, so the first that is not done ends the walk."""
+        q = self._waiters
+        while q and done(q[0]):
+            _, _, started, d = q.popleft()
+            self._finish(d, outcome, started, now)
 
     def _arm(self) -> None:
         if self._waiters and self._timer is None:

@@ -314,17 +314,18 @@ class NameServerProcessors(Processors):
 
     @handles(RequestCode.WIPE_WRITE_PERM_OF_BROKER)
     def wipe_write_perm(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
-        broker_name = req.get_str("brokerName")
-        count = self.routes.wipe_write_perm(broker_name)
-        log.info("wipe write perm of broker %s, client %s: %d topics", broker_name, ctx.peer_address, count)
-        return req.make_response(ext_fields={"wipeTopicCount": count})
+        return self._write_perm(req, ctx, "wipe", self.routes.wipe_write_perm, "wipeTopicCount")
 
     @handles(RequestCode.ADD_WRITE_PERM_OF_BROKER)
     def add_write_perm(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:
+        return self._write_perm(req, ctx, "add", self.routes.add_write_perm, "addTopicCount")
+
+    def _write_perm(self, req: RemotingCommand, ctx: ConnectionContext, verb: str, change, field: str):
+        """change(broker name) on every topic route of the broker, logged; the reply counts the topics."""
         broker_name = req.get_str("brokerName")
-        count = self.routes.add_write_perm(broker_name)
-        log.info("add write perm of broker %s, client %s: %d topics", broker_name, ctx.peer_address, count)
-        return req.make_response(ext_fields={"addTopicCount": count})
+        count = change(broker_name)
+        log.info("%s write perm of broker %s, client %s: %d topics", verb, broker_name, ctx.peer_address, count)
+        return req.make_response(ext_fields={field: count})
 
     @handles(RequestCode.GET_TOPICS_BY_CLUSTER)
     def get_topics_by_cluster(self, req: RemotingCommand, ctx: ConnectionContext) -> RemotingCommand:

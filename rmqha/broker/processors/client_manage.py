@@ -106,22 +106,20 @@ class ClientManageProcessors(Processors):
     def _mq_json(key: tuple) -> dict:
         return {"brokerName": key[1], "queueId": key[2], "topic": key[0]}
 
+    def _batch_mq(self, req: RemotingCommand, what: str) -> tuple[str, str, list[tuple]]:
+        """(consumer group, client id, queue keys) of a LockBatchRequestBody / UnlockBatchRequestBody."""
+        body = json_body.loads_request(req.body, what)
+        group = validation.check_group(str(body.get("consumerGroup", "")))
+        return group, str(body.get("clientId", "")), [self._mq_key(mq) for mq in _list(body, "mqSet")]
+
     @handles(RequestCode.LOCK_BATCH_MQ)
     def lock_batch_mq(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        body = json_body.loads_request(req.body, "LOCK_BATCH_MQ")
-        group = validation.check_group(str(body.get("consumerGroup", "")))
-        client_id = str(body.get("clientId", ""))
-        keys = [self._mq_key(mq) for mq in _list(body, "mqSet")]
-        ok = self.clients.lock(group, client_id, keys)
+        ok = self.clients.lock(*self._batch_mq(req, "LOCK_BATCH_MQ"))
         return req.make_response(body=json_body.dumps({"lockOKMQSet": [self._mq_json(key) for key in ok]}))
 
     @handles(RequestCode.UNLOCK_BATCH_MQ)
     def unlock_batch_mq(self, req: RemotingCommand, ctx) -> RemotingCommand:
-        body = json_body.loads_request(req.body, "UNLOCK_BATCH_MQ")
-        group = validation.check_group(str(body.get("consumerGroup", "")))
-        client_id = str(body.get("clientId", ""))
-        keys = [self._mq_key(mq) for mq in _list(body, "mqSet")]
-        self.clients.unlock(group, client_id, keys)
+        self.clients.unlock(*self._batch_mq(req, "UNLOCK_BATCH_MQ"))
         return req.make_response()
 
 

@@ -85,11 +85,7 @@ class RemotingCommand:
 
     def get_str(self, name: str, default=_REQUIRED) -> str:
         value = self.ext_fields.get(name)
-        if value is None:
-            if default is _REQUIRED:
-                raise HeaderFieldError(f"the custom field <{name}> is null")
-            return default
-        return value
+        return _absent(name, default) if value is None else value
 
     def get_int(self, name: str, default=_REQUIRED) -> int:
         """Integer.parseInt: 32-bit, strict syntax."""
@@ -102,27 +98,17 @@ class RemotingCommand:
     def get_bool(self, name: str, default=_REQUIRED) -> bool:
         """Boolean.parseBoolean: only "true" (any case) is true, so the C++ client's "1" is false."""
         value = self.ext_fields.get(name)
-        if value is None:
-            if default is _REQUIRED:
-                raise HeaderFieldError(f"the custom field <{name}> is null")
-            return default
-        return java_parse_boolean(value)
+        return _absent(name, default) if value is None else java_parse_boolean(value)
 
     def get_lenient_bool(self, name: str, default=_REQUIRED) -> bool:
         """Like get_bool but also takes "1" as true, since the C++ client sends bools as "0"/"1"."""
         value = self.ext_fields.get(name)
-        if value is None:
-            if default is _REQUIRED:
-                raise HeaderFieldError(f"the custom field <{name}> is null")
-            return default
-        return lenient_parse_boolean(value)
+        return _absent(name, default) if value is None else lenient_parse_boolean(value)
 
     def _get_number(self, name: str, default, bounds: tuple[int, int]) -> int:
         value = self.ext_fields.get(name)
         if value is None:
-            if default is _REQUIRED:
-                raise HeaderFieldError(f"the custom field <{name}> is null")
-            return default
+            return _absent(name, default)
         try:
             return java_parse_int(value, bounds)
         except ValueError as e:
@@ -144,6 +130,14 @@ INT32, INT64 = _INT32, _INT64
 REQUIRED = _REQUIRED
 
 
+def _absent(name: str, default):
+    """A header field that is not there: its default, or HeaderFieldError when it has none (REQUIRED),
+    with Java's message for a null @CFNotNull field."""
+    if default is _REQUIRED:
+        raise HeaderFieldError(f"the custom field <{name}> is null")
+    return default
+
+
 def read_numbers(fields: dict[str, str], specs) -> list[int]:
     """RemotingCommand.get_int/get_long for several fields of one header at once (the send path reads
     seven): specs are (key, default or REQUIRED, INT32 or INT64, name), name the field's name in the
@@ -152,9 +146,7 @@ def read_numbers(fields: dict[str, str], specs) -> list[int]:
     for key, default, bounds, name in specs:
         value = fields.get(key)
         if value is None:
-            if default is _REQUIRED:
-                raise HeaderFieldError(f"the custom field <{name}> is null")
-            out.append(default)
+            out.append(_absent(name, default))
             continue
         try:
             out.append(java_parse_int(value, bounds))

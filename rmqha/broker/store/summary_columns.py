@@ -40,21 +40,12 @@ from . import record
 # Spark executors in a zip compiles once per worker process instead.
 _CACHE = os.path.isfile(__file__)
 
-# Integer columns, rows of COLUMNS.ints (int64 each): SUMMARY_FIELDS' numbers, in this order.
-INT_FIELDS = (
-    "size",
-    "body_crc",
-    "queue_id",
-    "queue_offset",
-    "physical_offset",
-    "sys_flag",
-    "born_timestamp",
-    "store_timestamp",
-    "record_crc",
-)
 # String columns: SUMMARY_FIELDS' texts plus msg_id, the offsetMsgId (record.offset_msg_id(): store host
 # bytes as stored, then PHYSICALOFFSET as 16 hex digits, uppercase), which stands in for store_host_raw.
 STR_FIELDS = ("topic", "uniq_key", "keys", "tags", "msg_id")
+# Integer columns, rows of COLUMNS.ints (int64 each): SUMMARY_FIELDS' numbers, in its order (size ..
+# store_timestamp, record_crc).
+INT_FIELDS = tuple(f for f in record.SUMMARY_FIELDS if f != "store_host_raw" and f not in STR_FIELDS)
 
 # Why walk() stopped.
 DONE = 0  # reached `lim` (the next record starts at or past it)

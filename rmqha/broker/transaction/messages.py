@@ -174,18 +174,12 @@ def immunity_renewed(half: record.Message) -> record.Message:
 
 def discarded(half: record.Message) -> record.Message:
     """DefaultTransactionalMessageCheckListener.toMessageExtBrokerInner: a half checked too often, as
-    stored in TRANS_CHECK_MAX_TIME_TOPIC (one queue)."""
-    return record.Message(
-        topic=CHECK_MAX_TIME_TOPIC,
-        body=half.body,
-        queue_id=0,
-        flag=half.flag,
-        sys_flag=half.sys_flag,
-        born_timestamp=half.born_timestamp,
-        born_host=half.born_host,
-        reconsume_times=half.reconsume_times,
-        properties=dict(half.properties),
-    )
+    stored in TRANS_CHECK_MAX_TIME_TOPIC (one queue): renewed's copy, with the flag and the reconsume
+    times kept too."""
+    msg = renewed(half)
+    msg.topic, msg.queue_id = CHECK_MAX_TIME_TOPIC, 0
+    msg.flag, msg.reconsume_times = half.flag, half.reconsume_times
+    return msg
 
 
 def check_request(
