@@ -17,7 +17,6 @@ As 4.9.8's SubscriptionGroupManager:
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, fields
 
 from rmqha.broker.support import validation
@@ -25,6 +24,7 @@ from rmqha.broker.support.errors import BadRequest
 from rmqha.broker.remoting import json_body
 
 from rmqha.broker.support.files import atomic_write, read_json_file
+from rmqha.broker.managers.versioned import VersionedTable, read_version
 
 log = logging.getLogger("rmqha.broker.subscription_groups")
 
@@ -99,25 +99,20 @@ def _typed(name: str, value, kind: str):
     )
 
 
-class SubscriptionGroupManager:
-    def __init__(self, config, clock):
-        self.config = config
-        self.clock = clock
-        self.path = os.path.join(config.storePathRootDir, "config", "subscriptionGroup.json")
-        self.table: dict[str, SubscriptionGroupConfig] = {g: SubscriptionGroupConfig(g) for g in BUILT_IN_GROUPS}
-        self.data_version = {"counter": 0, "timestamp": self._now_ms()}
+class SubscriptionGroupManager(VersionedTable):
+    FILE, TABLE_KEY = "subscriptionGroup.json", "subscriptionGroupTable"
+    table: dict[str, SubscriptionGroupConfig]
 
-    def _now_ms(self) -> int:
-        return int(self.clock.seconds() * 1000)
+    def __init__(self, config, clock):
+        super().__init__(config, clock, {g: SubscriptionGroupConfig(g) for g in BUILT_IN_GROUPS})
 
     # -- persistence ------------------------------------------------------------------------------
     def load(self) -> None:
         obj = read_json_file(self.path)
         if obj is None:
             return
-        self.table.update(self._parse_table(obj.get("subscriptionGroupTable") or {}, self.path))
-        dv = obj.get("dataVersion") or {}
-        self.data_version = {"counter": int(dv.get("counter", 0)), "timestamp": int(dv.get("timestamp", 0))}
+        self.table.update(self._parse_table(obj.get(self.TABLE_KEY) or {}, self.path))
+        self.data_version = read_version(obj.get("dataVersion") or {})
         log.info("loaded %d subscription groups from %s", len(self.table), self.path)
 
     @staticmethod
@@ -133,16 +128,6 @@ class SubscriptionGroupManager:
             out[sg.groupName] = sg
         return out
 
-    def to_json(self) -> dict:
-        """The file's content, as 4.9 writes it."""
-        return {
-            "dataVersion": dict(self.data_version),
-            "subscriptionGroupTable": {g: sg.to_json() for g, sg in sorted(self.table.items())},
-        }
-
-    def encode(self) -> bytes:
-        return json_body.dumps(self.to_json())
-
     def encode_for_wire(self) -> bytes:
         """GET_ALL_SUBSCRIPTIONGROUP_CONFIG's body: the file's content plus 5.x's empty forbiddenTable and
         dataVersion.stateVersion 0 (4.9's fastjson ignores them, clients modelled on 5.x require them)."""
@@ -152,7 +137,7 @@ class SubscriptionGroupManager:
         return json_body.dumps(obj)
 
     def _changed(self) -> None:
-        self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": self._now_ms()}
+        self._next_version()
         try:
             atomic_write(self.path, self.encode())
         except OSError as e:
@@ -201,7 +186,7 @@ class SubscriptionGroupManager:
     def replace_all(self, raw_table: dict, data_version: dict) -> bool:
         """Slave sync: the master's table replaces ours. True if anything changed."""
         table = self._parse_table(raw_table, "the master")
-        dv = {"counter": int(data_version.get("counter", 0)), "timestamp": int(data_version.get("timestamp", 0))}
+        dv = read_version(data_version)
         if table == self.table and dv == self.data_version:
             return False
         self.table = table

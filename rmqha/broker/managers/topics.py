@@ -18,15 +18,14 @@ Follows RocketMQ 4.x's TopicConfigManager:
 from __future__ import annotations
 
 import logging
-import os
 
 from rmqha.broker.support import validation
 from rmqha.broker.support.errors import BadRequest
 from rmqha.broker.namesrv.register_body import TopicConfig
-from rmqha.broker.remoting import json_body
 from rmqha.broker.remoting.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 
 from rmqha.broker.support.files import atomic_write, read_json_file
+from rmqha.broker.managers.versioned import VersionedTable, read_version
 
 log = logging.getLogger("rmqha.broker.topics")
 
@@ -95,20 +94,16 @@ def validate_topic(topic: str) -> str | None:
     return validation.topic_problem(topic)
 
 
-class TopicConfigManager:
+class TopicConfigManager(VersionedTable):
+    FILE, TABLE_KEY = "topics.json", "topicConfigTable"
+    table: dict[str, TopicConfig]
+
     def __init__(self, config, clock):
-        self.config = config
-        self.clock = clock
-        self.path = os.path.join(config.storePathRootDir, "config", "topics.json")
-        self.table: dict[str, TopicConfig] = {}
-        self.data_version = {"counter": 0, "timestamp": self._now_ms()}
+        super().__init__(config, clock, {})
         self.listeners: list = []  # called with no argument after any change
         # group -> its subscription group's retryQueueNums (set by the server; 4.9's heartbeat uses it)
         self.retry_queue_nums = lambda group: 1
         self._add_system_topics()
-
-    def _now_ms(self) -> int:
-        return int(self.clock.seconds() * 1000)
 
     def _add_system_topics(self) -> None:
         c = self.config
@@ -147,31 +142,22 @@ class TopicConfigManager:
         obj = read_json_file(self.path)
         if obj is None:
             return
-        for name, cfg in (obj.get("topicConfigTable") or {}).items():
+        for name, cfg in (obj.get(self.TABLE_KEY) or {}).items():
             tc = TopicConfig.from_json({"topicName": name, **cfg})
             if _usable(tc.topic_name, self.path):
                 self.table[tc.topic_name] = tc
         if not self.config.autoCreateTopicEnable:
             self.table.pop(AUTO_CREATE_TOPIC_KEY, None)
-        dv = obj.get("dataVersion") or {}
-        self.data_version = {"counter": int(dv.get("counter", 0)), "timestamp": int(dv.get("timestamp", 0))}
+        self.data_version = read_version(obj.get("dataVersion") or {})
         log.info("loaded %d topic configs from %s", len(self.table), self.path)
 
-    def to_json(self) -> dict:
-        return {
-            "dataVersion": dict(self.data_version),
-            "topicConfigTable": {n: tc.to_json() for n, tc in sorted(self.table.items())},
-        }
-
-    def encode(self) -> bytes:
-        """GET_ALL_TOPIC_CONFIG's body, and the topics.json content (TopicConfigSerializeWrapper)."""
-        return json_body.dumps(self.to_json())
-
+    # encode() (VersionedTable): GET_ALL_TOPIC_CONFIG's body, and the topics.json content
+    # (TopicConfigSerializeWrapper)
     def persist(self) -> None:
         atomic_write(self.path, self.encode())
 
     def _changed(self) -> None:
-        self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": self._now_ms()}
+        self._next_version()
         try:
             self.persist()
         except OSError as e:
@@ -276,10 +262,7 @@ class TopicConfigManager:
         if same and data_version == self.data_version:
             return False
         self.table = {n: t for n, t in table.items() if _usable(n, "the master's topic table")}
-        self.data_version = {
-            "counter": int(data_version.get("counter", 0)),
-            "timestamp": int(data_version.get("timestamp", 0)),
-        }
+        self.data_version = read_version(data_version)
         try:
             self.persist()
         except OSError as e:
