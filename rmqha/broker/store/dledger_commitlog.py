@@ -503,8 +503,7 @@ class DLedgerMessageStore(MessageStore):
         try:
             rec = record.encode(msg)
         except record.RecordError as e:
-            status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e) else PutStatus.MESSAGE_ILLEGAL
-            return PutResult(status, remark=str(e))
+            return PutResult.unencodable(e)
         if rec.size + BODY_OFFSET + 8 > self.fs.data.file_size:
             return PutResult(
                 PutStatus.MESSAGE_ILLEGAL,
@@ -562,8 +561,7 @@ class DLedgerMessageStore(MessageStore):
             try:
                 rec = record.encode(msg)
             except record.RecordError as e:
-                status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(e) else PutStatus.MESSAGE_ILLEGAL
-                return [PutResult(status, remark=str(e))]
+                return [PutResult.unencodable(e)]
             if rec.size + BODY_OFFSET + 8 > self.fs.data.file_size:
                 return [
                     PutResult(
