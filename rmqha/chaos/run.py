@@ -55,6 +55,10 @@ from rmqha.cluster.handle import Cluster
 from rmqha.runs.faults import ALL_FAULTS, applicable_faults, why_not_applicable
 
 SYNC_WAIT_MS = 1500
+START_TIMEOUT_S = 90
+# another implementation's brokers are JVMs (Apache's 4.9: five with its name server, each pre-touching its
+# heap): on a loaded 2-core machine they were seen to need over 4 minutes to be ready in containers
+JVM_START_TIMEOUT_S = 300
 EXIT_RUN_FAILED = 3
 TOPIC = "TopicChaos"
 
@@ -185,7 +189,7 @@ def start_cluster(ctx: RunContext) -> int | None:
                 base_port=args.base_port,
                 sets=sets,
                 fresh=True,
-                timeout=90,
+                timeout=START_TIMEOUT_S if (args.broker or "ours") == "ours" else JVM_START_TIMEOUT_S,
                 acl=args.acl,
                 broker=args.broker,
                 rocketmq_home=args.rocketmq_home,
