@@ -144,17 +144,20 @@ def run_suite(tmp_path: Path, files: dict[str, str], durations: dict[str, float]
 
 def test_xdist_runs_whole_files_in_hand_out_order_and_the_rust_tests_wait_outside_their_timeout(tmp_path):
     """One worker runs the files in the order they are handed out: e (unknown: 60 s), b, c, a, inside, and
-    while the build runs, rust_d last though it is the longest. test_a starts a 4 s build. test_inside
-    waits for it in its body and its 1 s timeout fails it (the control: the timeout is real); rust_d's
-    tests need the client and wait for the rest of the build, so they pass only if the wait is outside."""
+    while the build runs, rust_d last though it is the longest. test_inside starts a 6 s build and waits
+    for it in its body, and its 1 s timeout fails it (the control: the timeout is real); rust_d's tests
+    need the client and wait for the rest of the build, so they pass only if the wait is outside."""
     files = {
-        "test_a.py": "from conftest import start_build\ndef test_a0(): start_build(4)\n",
+        "test_a.py": "def test_a0(): pass\n",
         "test_b.py": "def test_b0(): pass\ndef test_b1(): pass\ndef test_b2(): pass\n",
         "test_c.py": "def test_c0(): pass\ndef test_c1(): pass\n",
         "test_e.py": "def test_e0(): pass\ndef test_e1(): pass\n",
         "test_inside.py": """
+            from conftest import start_build
             from tests.integration.rust_client import wait_for_background_build
-            def test_waits_in_its_body(): wait_for_background_build()
+            def test_waits_in_its_body():
+                start_build(6)
+                wait_for_background_build()
         """,
         "test_rust_d.py": """
             from tests.integration.rust_client import background_build_pid
