@@ -3,8 +3,10 @@
     python -m tools.mutation [MODULE ...] [--budget SECONDS] [--list] [--check-equivalents]
 
 Score = killed / (killed + survived), timeouts counting as killed, with the mutants in the reviewed list
-tools/mutation/equivalent.toml left out. Exit status 1 when a module is below the target (config.toml),
-2 when a module ran out of its time budget before every mutant was tried.
+tools/mutation/equivalent.toml left out. The run works on a copy of the tree (snapshot.py), so edits
+and rebases while it runs change nothing. Exit status 1 when a module is below the target (config.toml),
+2 when a module ran out of its time budget before every mutant was tried, 3 when a mutant ended in an
+error (its module did not load or its tests were not collected: not judged, not scored).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import time
 import tomllib
 
-from . import engine
+from . import engine, snapshot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -50,6 +52,11 @@ def test_files(patterns: list[str], root: str = ROOT) -> list[str]:
     return out
 
 
+def unmatched_globs(specs: list[dict], root: str = ROOT) -> list[str]:
+    """The test globs that match no file (a moved test folder would otherwise silently test nothing)."""
+    return [f"{s['name']}: {p}" for s in specs for p in s["tests"] if not test_files([p], root)]
+
+
 def mark_equivalents(mutants: list[engine.Mutant], entries: list[dict]) -> list[dict]:
     """Set .equivalent on every mutant an entry names; return the entries that matched nothing."""
     unused = []
@@ -71,11 +78,20 @@ def mark_equivalents(mutants: list[engine.Mutant], entries: list[dict]) -> list[
 
 
 def run_module(
-    spec: dict, cfg: dict, entries: list[dict], *, budget: float | None, check_equivalents: bool, out=sys.stdout
+    spec: dict,
+    cfg: dict,
+    entries: list[dict],
+    *,
+    budget: float | None,
+    check_equivalents: bool,
+    root: str = ROOT,
+    out=None,
 ) -> engine.ModuleReport:
+    """Every mutant of one module against its tests, in the tree at root (main passes a copy)."""
+    out = out or sys.stdout
     name = spec["name"]
-    mutants, source = engine.find_mutants(name, ROOT)
-    report = engine.ModuleReport(name, os.path.relpath(engine.module_path(name, ROOT), ROOT))
+    mutants, source = engine.find_mutants(name, root)
+    report = engine.ModuleReport(name, os.path.relpath(engine.module_path(name, root), root))
     mine = [e for e in entries if e["module"] == name]
     for e in mark_equivalents(mutants, mine):
         print(
@@ -83,9 +99,10 @@ def run_module(
             f"{e['mutation']} | {e['line']}",
             file=out,
         )
-    tests = test_files(spec["tests"])
+    tests = test_files(spec["tests"], root)
+    engine.preload(name, root)
     started = time.monotonic()
-    outcome, report.baseline_s = engine.run_child(name, None, tests, ROOT, timeout=600)
+    outcome, report.baseline_s = engine.run_child(name, None, tests, root, timeout=600)
     if outcome != "survived":
         raise SystemExit(f"{name}: its tests do not pass unmutated ({outcome}); fix them first")
     timeout = cfg.get("timeout_factor", 4) * report.baseline_s + cfg.get("timeout_extra_s", 5)
@@ -97,7 +114,7 @@ def run_module(
         if time.monotonic() - started > budget:
             report.not_run.append(m)
             continue
-        r = engine.run_mutant(m, source, tests, ROOT, timeout)
+        r = engine.run_mutant(m, source, tests, root, timeout)
         if m.equivalent:
             report.equivalent.append(m)
             if r.outcome in ("killed", "timeout"):
@@ -108,15 +125,17 @@ def run_module(
     return report
 
 
-def print_report(r: engine.ModuleReport, target: float, out=sys.stdout, verbose=True) -> None:
+def print_report(r: engine.ModuleReport, target: float, out=None, verbose=True) -> None:
+    out = out or sys.stdout
     odd = [x for x in r.results if x.outcome not in ("killed", "timeout", "survived")]
     if verbose:
         for m in r.survivors:
             print(f"  survived  {m.describe()}", file=out)
         for x in odd:
             print(f"  {x.outcome:9} {x.mutant.describe()}", file=out)
-    status = "ok" if r.score >= target and not r.not_run else "BELOW TARGET" if r.score < target else "INCOMPLETE"
+    status = "BELOW TARGET" if r.score < target else "ERRORS" if r.errors else "INCOMPLETE" if r.not_run else "ok"
     extra = f", {len(r.not_run)} not run (budget)" if r.not_run else ""
+    extra += f", {len(r.errors)} errors (not scored)" if r.errors else ""
     print(
         f"{r.path:32} score {r.score:5.1f} %  killed {r.detected}/{r.scored} "
         f"(timeouts {r.count('timeout')}), equivalent {len(r.equivalent)}{extra}, "
@@ -126,7 +145,8 @@ def print_report(r: engine.ModuleReport, target: float, out=sys.stdout, verbose=
     )
 
 
-def main(argv=None) -> int:
+def main(argv=None, *, root: str = ROOT, config: str = CONFIG, equivalents: str = EQUIVALENTS) -> int:
+    """The command line; root, config and equivalents are parameters for the tool's own tests."""
     ap = argparse.ArgumentParser(
         prog="python -m tools.mutation", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -139,10 +159,8 @@ def main(argv=None) -> int:
         help="also run the mutants marked equivalent and report any that a test kills",
     )
     args = ap.parse_args(argv)
-    sys.path.insert(0, ROOT)
-    os.chdir(ROOT)
-    cfg = load_config()
-    entries = load_equivalents()
+    cfg = load_config(config)
+    entries = load_equivalents(equivalents)
     specs = cfg["module"]
     if args.modules:
         known = {s["name"]: s for s in specs}
@@ -150,20 +168,37 @@ def main(argv=None) -> int:
         if unknown:
             ap.error(f"not in config.toml: {', '.join(unknown)}")
         specs = [known[m] for m in args.modules]
+    bad = unmatched_globs(specs, root)
+    if bad:
+        raise SystemExit("config.toml: test globs that match no file (moved tests?):\n  " + "\n  ".join(bad))
     if args.list:
         for s in specs:
-            mutants, _ = engine.find_mutants(s["name"], ROOT)
+            mutants, _ = engine.find_mutants(s["name"], root)
             mark_equivalents(mutants, entries)
             for m in mutants:
                 print(f"{m.index:4} {'EQ ' if m.equivalent else '   '}{m.describe()}")
         return 0
+    cwd = os.getcwd()
+    with snapshot.snapshot(root) as copy:
+        print(f"== running on a copy of the tree: {copy}", flush=True)
+        sys.path.insert(0, copy)
+        os.chdir(copy)
+        try:
+            return run_all(specs, cfg, entries, args, copy)
+        finally:
+            os.chdir(cwd)
+            sys.path.remove(copy)
+
+
+def run_all(specs: list[dict], cfg: dict, entries: list[dict], args, root: str) -> int:
     target = cfg.get("target", 95.0)
     reports, started = [], time.monotonic()
     for s in specs:  # one module at a time, one mutant at a time: one core
         print(
-            f"== {s['name']} against {', '.join(os.path.relpath(t, ROOT) for t in test_files(s['tests']))}", flush=True
+            f"== {s['name']} against {', '.join(os.path.relpath(t, root) for t in test_files(s['tests'], root))}",
+            flush=True,
         )
-        r = run_module(s, cfg, entries, budget=args.budget, check_equivalents=args.check_equivalents)
+        r = run_module(s, cfg, entries, budget=args.budget, check_equivalents=args.check_equivalents, root=root)
         print_report(r, target)
         reports.append(r)
     print(
@@ -174,7 +209,9 @@ def main(argv=None) -> int:
         print_report(r, target, verbose=False)
     if any(r.not_run for r in reports):
         return 2
-    return 1 if any(r.score < target for r in reports) else 0
+    if any(r.score < target for r in reports):
+        return 1
+    return 3 if any(r.errors for r in reports) else 0
 
 
 if __name__ == "__main__":

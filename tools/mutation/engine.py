@@ -12,7 +12,10 @@ compiles the mutated module, executes it in a scratch namespace, and copies what
 module: a function's or method's code object and defaults (so every reference to it, including
 `from module import name` elsewhere, sees the mutant), or a module-level number (also replaced in every
 module that imported it under the same name). Then the child runs pytest on the module's tests and exits
-with pytest's code. Exit 0 is a surviving mutant; a failure, an error or a timeout kills it.
+with pytest's code. Exit 0 is a surviving mutant; a failing test or a timeout kills it. A module that does
+not load, or tests that are not collected, are an error: reported apart, never a kill, since no test
+judged the mutant (a run against a tree being rebased used to count those as kills; __main__ now runs
+on a copy, snapshot.py).
 
 What is mutated: function and method bodies and their default values, and module-level constant
 assignments (`NAME = <numbers and operators>`). Not mutated: strings (messages and struct formats: the
@@ -115,7 +118,7 @@ class Mutant:
 @dataclass
 class Result:
     mutant: Mutant
-    outcome: str  # killed | timeout | survived | incompatible | skipped
+    outcome: str  # killed | timeout | survived | incompatible | not-applied | error(...)
     seconds: float = 0.0
 
 
@@ -526,6 +529,18 @@ def apply(mod, tree: ast.Module) -> int:
 
 EXIT_INCOMPATIBLE = 97
 EXIT_NOT_APPLIED = 98
+EXIT_IMPORT = 96  # the module, or the mutated module, failed to load: the mutant was never judged
+EXIT_WRONG_TREE = 95  # the module was found outside the run's tree (a stale sys.path): nothing judged
+
+# pytest's exit codes that mean the tests did not run to a verdict: collection failed (an import error in
+# a test file, or the mutant broke one: 2), pytest itself failed (3), the arguments were wrong (4), or no
+# test was found (5). None of them is a kill: a test that fails is exit 1, even with -x.
+PYTEST_ERRORS = {2: "error(collection)", 3: "error(pytest internal)", 4: "error(pytest usage)", 5: "error(no tests)"}
+ERRORS = {
+    EXIT_IMPORT: "error(import)",
+    EXIT_WRONG_TREE: "error(module outside the tree)",
+    **PYTEST_ERRORS,
+}
 
 
 def pytest_args(tests: list[str], root: str) -> list[str]:
@@ -551,37 +566,74 @@ def pytest_args(tests: list[str], root: str) -> list[str]:
     ]
 
 
+def _debug(what: str) -> None:
+    if os.environ.get("MUTATION_DEBUG"):
+        import traceback
+
+        with open(os.environ["MUTATION_DEBUG"], "a") as f:
+            f.write(f"--- {what}\n")
+            traceback.print_exc(file=f)
+
+
+def _inside(path: str, root: str) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return real == top or real.startswith(top + os.sep)
+
+
+def _child(module: str, tree: ast.Module | None, tests: list[str], root: str) -> int:
+    """In the forked child: load the module from root, apply the mutant, run pytest. Returns the exit code."""
+    try:
+        mod = importlib.import_module(module)
+        if tree is not None:
+            if not apply(mod, tree):
+                return EXIT_NOT_APPLIED
+    except Incompatible:
+        return EXIT_INCOMPATIBLE
+    except BaseException:  # the module, or the mutated module, does not load: no test said anything
+        _debug(f"{module}: import")
+        return EXIT_IMPORT
+    if not _inside(mod.__file__, root):
+        return EXIT_WRONG_TREE
+    try:
+        import pytest
+
+        return int(pytest.main(pytest_args(tests, root)))
+    except BaseException:  # pytest itself broke (a failing test never gets here): not a verdict
+        _debug(f"{module}: pytest")
+        return 3
+
+
+def preload(module: str, root: str) -> None:
+    """Import the module (and pytest) once in the parent: every forked child then starts with it loaded
+    instead of importing it (and Twisted) again, ~0.5 s a mutant. The child still checks where it came from."""
+    import pytest  # noqa: F401
+
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:
+        raise SystemExit(f"{module}: does not import ({type(e).__name__}: {e}); fix that first") from e
+    if not _inside(mod.__file__, root):
+        raise SystemExit(f"{module}: imported from {mod.__file__}, not from the run's tree {root}")
+
+
 def run_child(module: str, tree: ast.Module | None, tests: list[str], root: str, timeout: float) -> tuple[str, float]:
-    """Fork; in the child apply the mutant (None: none) and run pytest. (outcome, seconds)."""
+    """Fork; in the child apply the mutant (None: none) and run pytest. (outcome, seconds).
+
+    outcome: survived (exit 0), killed (tests failed, or the child died), timeout, incompatible,
+    not-applied, or error(...) (ERRORS: the module did not load or the tests were not collected)."""
     started = time.monotonic()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child: never returns
-        code = 1
+        code = EXIT_IMPORT
         try:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
             os.dup2(null, 2)
             sys.stdout = sys.stderr = open(os.devnull, "w")
             os.setpgid(0, 0)
-            mod = importlib.import_module(module)
-            if tree is not None:
-                try:
-                    if apply(mod, tree) == 0:
-                        os._exit(EXIT_NOT_APPLIED)
-                except Incompatible:
-                    os._exit(EXIT_INCOMPATIBLE)
-            import pytest
-
-            code = int(pytest.main(pytest_args(tests, root)))
-        except BaseException:  # the mutated module does not even load: every test would fail
-            code = 1
-            if os.environ.get("MUTATION_DEBUG"):
-                import traceback
-
-                with open(os.environ["MUTATION_DEBUG"], "a") as f:
-                    traceback.print_exc(file=f)
+            code = _child(module, tree, tests, root)
         finally:
             os._exit(code)
     deadline = started + timeout
@@ -605,9 +657,9 @@ def run_child(module: str, tree: ast.Module | None, tests: list[str], root: str,
         return "incompatible", seconds
     if code == EXIT_NOT_APPLIED:
         return "not-applied", seconds
-    if code in (4, 5):  # usage error / no tests collected: the run itself is broken
-        return f"error(pytest exit {code})", seconds
-    return "killed", seconds  # test failures, errors, a crash of the child
+    if code in ERRORS:
+        return ERRORS[code], seconds
+    return "killed", seconds  # test failures (exit 1), or the child died of a signal
 
 
 def run_mutant(mutant: Mutant, source: str, tests: list[str], root: str, timeout: float) -> Result:
@@ -630,6 +682,11 @@ class ModuleReport:
 
     def count(self, *outcomes) -> int:
         return sum(1 for r in self.results if r.outcome in outcomes)
+
+    @property
+    def errors(self) -> list[Result]:
+        """Mutants never judged: the module did not load or the tests were not collected (not scored)."""
+        return [r for r in self.results if r.outcome.startswith("error")]
 
     @property
     def detected(self) -> int:
