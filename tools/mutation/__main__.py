@@ -15,10 +15,11 @@ import argparse
 import glob
 import os
 import sys
+import tempfile
 import time
 import tomllib
 
-from . import engine, snapshot
+from . import engine, reach, snapshot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -85,9 +86,11 @@ def run_module(
     budget: float | None,
     check_equivalents: bool,
     root: str = ROOT,
+    all_tests: bool = False,
     out=None,
 ) -> engine.ModuleReport:
-    """Every mutant of one module against its tests, in the tree at root (main passes a copy)."""
+    """Every mutant of one module against its tests, in the tree at root (main passes a copy): each
+    against the tests that reach its lines in the clean run (reach.py), or all of them (all_tests)."""
     out = out or sys.stdout
     name = spec["name"]
     mutants, source = engine.find_mutants(name, root)
@@ -102,9 +105,11 @@ def run_module(
     tests = test_files(spec["tests"], root)
     engine.preload(name, root)
     started = time.monotonic()
-    outcome, report.baseline_s = engine.run_child(name, None, tests, root, timeout=600)
-    if outcome != "survived":
-        raise SystemExit(f"{name}: its tests do not pass unmutated ({outcome}); fix them first")
+    with tempfile.NamedTemporaryFile(suffix=".json") as rec:
+        outcome, report.baseline_s = engine.run_child(name, None, tests, root, timeout=600, record=rec.name)
+        if outcome != "survived":
+            raise SystemExit(f"{name}: its tests do not pass unmutated ({outcome}); fix them first")
+        reached = reach.Reach.load(rec.name)
     timeout = cfg.get("timeout_factor", 4) * report.baseline_s + cfg.get("timeout_extra_s", 5)
     budget = budget if budget is not None else spec.get("budget_s", cfg.get("budget_s", 600))
     for m in mutants:
@@ -114,25 +119,28 @@ def run_module(
         if time.monotonic() - started > budget:
             report.not_run.append(m)
             continue
-        r = engine.run_mutant(m, source, tests, root, timeout)
+        select = None if all_tests else reached.tests_for(m.span)
+        if select == []:  # no test executes its lines: nothing to run
+            r = engine.Result(m, "survived")
+        else:
+            files = tests if select is None else reach.files_of(select, root)
+            r = engine.run_mutant(m, source, files, root, timeout, select=select)
         if m.equivalent:
             report.equivalent.append(m)
             if r.outcome in ("killed", "timeout"):
                 print(f"  review: marked equivalent but KILLED: {m.describe()}", file=out)
             continue
         report.results.append(r)
+        if r.outcome not in ("killed", "timeout"):  # as it happens: a long run shows its survivors early
+            unreached = " (no test reaches it)" if select == [] else ""
+            print(f"  {r.outcome:9} {m.describe()}{unreached}", file=out, flush=True)
     report.seconds = time.monotonic() - started
     return report
 
 
-def print_report(r: engine.ModuleReport, target: float, out=None, verbose=True) -> None:
+def print_report(r: engine.ModuleReport, target: float, out=None) -> None:
+    """One module's score line (its survivors and errors are printed by run_module as they come)."""
     out = out or sys.stdout
-    odd = [x for x in r.results if x.outcome not in ("killed", "timeout", "survived")]
-    if verbose:
-        for m in r.survivors:
-            print(f"  survived  {m.describe()}", file=out)
-        for x in odd:
-            print(f"  {x.outcome:9} {x.mutant.describe()}", file=out)
     status = "BELOW TARGET" if r.score < target else "ERRORS" if r.errors else "INCOMPLETE" if r.not_run else "ok"
     extra = f", {len(r.not_run)} not run (budget)" if r.not_run else ""
     extra += f", {len(r.errors)} errors (not scored)" if r.errors else ""
@@ -153,6 +161,11 @@ def main(argv=None, *, root: str = ROOT, config: str = CONFIG, equivalents: str 
     ap.add_argument("modules", nargs="*", help="dotted module names (default: every module in config.toml)")
     ap.add_argument("--budget", type=float, help="seconds per module (default: config.toml)")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument(
+        "--all-tests",
+        action="store_true",
+        help="run every test of the module for every mutant, not only the tests that reach its lines",
+    )
     ap.add_argument(
         "--check-equivalents",
         action="store_true",
@@ -198,7 +211,15 @@ def run_all(specs: list[dict], cfg: dict, entries: list[dict], args, root: str) 
             f"== {s['name']} against {', '.join(os.path.relpath(t, root) for t in test_files(s['tests'], root))}",
             flush=True,
         )
-        r = run_module(s, cfg, entries, budget=args.budget, check_equivalents=args.check_equivalents, root=root)
+        r = run_module(
+            s,
+            cfg,
+            entries,
+            budget=args.budget,
+            check_equivalents=args.check_equivalents,
+            root=root,
+            all_tests=args.all_tests,
+        )
         print_report(r, target)
         reports.append(r)
     print(
@@ -206,7 +227,7 @@ def run_all(specs: list[dict], cfg: dict, entries: list[dict], args, root: str) 
         f"{time.monotonic() - started:.0f} s in all):"
     )
     for r in reports:
-        print_report(r, target, verbose=False)
+        print_report(r, target)
     if any(r.not_run for r in reports):
         return 2
     if any(r.score < target for r in reports):

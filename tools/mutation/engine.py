@@ -105,6 +105,9 @@ class Mutant:
     mutation: str  # what changes, e.g. "< -> <=", "127 -> 128", "stmt -> pass"
     occurrence: int = 1  # 1 unless the same mutation appears more than once on the line
     equivalent: str = ""  # the reviewed reason, when marked equivalent
+    # lines whose execution lets the mutant act (its node's; a default value's: its function's); None:
+    # a module-level constant, read wherever its name is used (reach.py)
+    span: tuple[int, int] | None = None
 
     @property
     def where(self) -> str:
@@ -131,17 +134,21 @@ class _Mutator(ast.NodeTransformer):
     def __init__(self, target: int = -1):
         self.target = target
         self.count = 0
-        self.points: list[tuple[ast.AST, str, str]] = []  # (node, function qualname, description)
+        # (node, function qualname, description, span: see Mutant.span)
+        self.points: list[tuple[ast.AST, str, str, tuple[int, int] | None]] = []
         self.applied = False
         self._scope: list[str] = []
         self._in_function = 0
+        self._span_of: tuple[int, int] | None = None  # a function's lines, while its defaults are visited
+        self._module_level = False
 
     # ---- bookkeeping
     def _point(self, node, desc: str) -> bool:
         """Register a mutation point; True when it is the one to apply."""
         i = self.count
         self.count += 1
-        self.points.append((node, ".".join(self._scope) or "<module>", desc))
+        span = None if self._module_level else self._span_of or (node.lineno, node.end_lineno or node.lineno)
+        self.points.append((node, ".".join(self._scope) or "<module>", desc, span))
         if i == self.target:
             self.applied = True
             return True
@@ -160,7 +167,9 @@ class _Mutator(ast.NodeTransformer):
             elif _is_constant_assignment(stmt):
                 self._in_function += 1  # constant expressions at module level are mutated too
                 self._scope.append(stmt.targets[0].id)
+                self._module_level = True
                 stmt.value = self.visit(stmt.value)
+                self._module_level = False
                 self._scope.pop()
                 self._in_function -= 1
                 body.append(stmt)
@@ -181,9 +190,12 @@ class _Mutator(ast.NodeTransformer):
     def visit_FunctionDef(self, node):
         self._scope.append(node.name)
         self._in_function += 1
-        # defaults are mutated (evaluated at definition time, copied into the live function)
+        # defaults are mutated (evaluated at definition time, copied into the live function): one acts
+        # wherever the function runs
+        outer, self._span_of = self._span_of, (node.lineno, node.end_lineno or node.lineno)
         node.args.defaults = [self.visit(d) for d in node.args.defaults]
         node.args.kw_defaults = [self.visit(d) if d is not None else None for d in node.args.kw_defaults]
+        self._span_of = outer
         body = node.body
         start = 1 if body and _is_docstring(body[0]) else 0
         node.body = body[:start] + self._statements(body[start:])
@@ -423,11 +435,11 @@ def find_mutants(module: str, root: str) -> tuple[list[Mutant], str]:
     lines = source.splitlines()
     rel = os.path.relpath(path, root)
     out, seen = [], {}
-    for i, (node, fn, desc) in enumerate(m.points):
+    for i, (node, fn, desc, span) in enumerate(m.points):
         line = lines[node.lineno - 1].strip()
         k = (fn, line, desc)
         seen[k] = seen.get(k, 0) + 1
-        out.append(Mutant(module, rel, i, node.lineno, node.col_offset, fn, line, desc, seen[k]))
+        out.append(Mutant(module, rel, i, node.lineno, node.col_offset, fn, line, desc, seen[k], span=span))
     return out, source
 
 
@@ -580,8 +592,11 @@ def _inside(path: str, root: str) -> bool:
     return real == top or real.startswith(top + os.sep)
 
 
-def _child(module: str, tree: ast.Module | None, tests: list[str], root: str) -> int:
-    """In the forked child: load the module from root, apply the mutant, run pytest. Returns the exit code."""
+def _child(
+    module: str, tree: ast.Module | None, tests: list[str], root: str, record: str | None, select: list[str] | None
+) -> int:
+    """In the forked child: load the module from root, apply the mutant, run pytest (recording which
+    lines each test reaches into `record`, or running only the tests `select`). Returns the exit code."""
     try:
         mod = importlib.import_module(module)
         if tree is not None:
@@ -597,7 +612,20 @@ def _child(module: str, tree: ast.Module | None, tests: list[str], root: str) ->
     try:
         import pytest
 
-        return int(pytest.main(pytest_args(tests, root)))
+        from . import reach
+
+        plugins: list[object] = []
+        if record is not None:
+            recorder = reach.Recorder(mod.__file__)
+            plugins.append(recorder)
+            recorder.start()
+        if select is not None:
+            plugins.append(reach.Select(select))
+        code = int(pytest.main(pytest_args(tests, root), plugins=plugins))
+        if record is not None:
+            sys.settrace(None)
+            recorder.save(record)
+        return code
     except BaseException:  # pytest itself broke (a failing test never gets here): not a verdict
         _debug(f"{module}: pytest")
         return 3
@@ -616,8 +644,18 @@ def preload(module: str, root: str) -> None:
         raise SystemExit(f"{module}: imported from {mod.__file__}, not from the run's tree {root}")
 
 
-def run_child(module: str, tree: ast.Module | None, tests: list[str], root: str, timeout: float) -> tuple[str, float]:
+def run_child(
+    module: str,
+    tree: ast.Module | None,
+    tests: list[str],
+    root: str,
+    timeout: float,
+    *,
+    record: str | None = None,
+    select: list[str] | None = None,
+) -> tuple[str, float]:
     """Fork; in the child apply the mutant (None: none) and run pytest. (outcome, seconds).
+    record: a file for the lines each test reaches (reach.Recorder); select: only these test ids.
 
     outcome: survived (exit 0), killed (tests failed, or the child died), timeout, incompatible,
     not-applied, or error(...) (ERRORS: the module did not load or the tests were not collected)."""
@@ -633,7 +671,7 @@ def run_child(module: str, tree: ast.Module | None, tests: list[str], root: str,
             os.dup2(null, 2)
             sys.stdout = sys.stderr = open(os.devnull, "w")
             os.setpgid(0, 0)
-            code = _child(module, tree, tests, root)
+            code = _child(module, tree, tests, root, record, select)
         finally:
             os._exit(code)
     deadline = started + timeout
@@ -662,11 +700,13 @@ def run_child(module: str, tree: ast.Module | None, tests: list[str], root: str,
     return "killed", seconds  # test failures (exit 1), or the child died of a signal
 
 
-def run_mutant(mutant: Mutant, source: str, tests: list[str], root: str, timeout: float) -> Result:
+def run_mutant(
+    mutant: Mutant, source: str, tests: list[str], root: str, timeout: float, select: list[str] | None = None
+) -> Result:
     path = module_path(mutant.module, root)
     tree = mutated_tree(source, path, mutant.index)
     compile(tree, path, "exec")  # a mutant that does not compile is a bug of this tool: raise here
-    outcome, seconds = run_child(mutant.module, tree, tests, root, timeout)
+    outcome, seconds = run_child(mutant.module, tree, tests, root, timeout, select=select)
     return Result(mutant, outcome, seconds)
 
 

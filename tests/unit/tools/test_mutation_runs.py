@@ -1,6 +1,7 @@
 """The mutation tool's own run (tools/mutation): it works on a copy of the tree, so an edit or a rebase of
-the working tree while it runs changes no verdict; and a mutant whose module does not load, or whose
-tests are not collected, is an error reported apart, never a kill.
+the working tree while it runs changes no verdict; a mutant whose module does not load, or whose tests
+are not collected, is an error reported apart, never a kill; and each mutant runs only the tests that
+reach its lines in the clean run (one that no test reaches survives without a run).
 
 A toy project in a temporary folder, with its own config: three kinds of mutants of one small module.
 """
@@ -20,6 +21,10 @@ def below(x, limit=6 // (2 - 1)):
 
 def version():
     return 1
+
+
+def unused():
+    return 2
 """
 
 
@@ -46,6 +51,11 @@ def _toy(tmp_path):
                 assert below(5) and not below(6)
                 (LIVE / {pkg!r} / "calc.py").write_text("this is not python (")
                 (LIVE / "tests" / Path(__file__).name).unlink(missing_ok=True)
+
+
+            def test_unrelated():  # reaches no line of calc: the clean run is its only run
+                with open(LIVE / "unrelated.log", "a") as f:
+                    f.write("ran ")
             """)
     )
     # version() is called while the test file is imported: a mutant of it breaks the collection
@@ -53,13 +63,13 @@ def _toy(tmp_path):
         f"from {pkg}.calc import version\n\nassert version() == 1\n\n\ndef test_loaded():\n    pass\n"
     )
     (live / "mutation.toml").write_text(
-        f'target = 80.0\nbudget_s = 300\n\n[[module]]\nname = "{pkg}.calc"\ntests = ["tests/test_{pkg}_*.py"]\n'
+        f'target = 60.0\nbudget_s = 300\n\n[[module]]\nname = "{pkg}.calc"\ntests = ["tests/test_{pkg}_*.py"]\n'
     )
     (live / "equivalent.toml").write_text("")
     return live, pkg
 
 
-def test_a_run_is_immune_to_edits_and_counts_import_and_collection_failures_as_errors(tmp_path, capsys):
+def test_a_run_is_immune_to_edits_runs_only_reaching_tests_and_counts_load_failures_as_errors(tmp_path, capsys):
     live, pkg = _toy(tmp_path)
     code = cli.main(
         [f"{pkg}.calc"], root=str(live), config=str(live / "mutation.toml"), equivalents=str(live / "equivalent.toml")
@@ -74,11 +84,15 @@ def test_a_run_is_immune_to_edits_and_counts_import_and_collection_failures_as_e
     assert sum(ln.startswith("  error(collection)") and "version:" in ln for ln in lines) == 2, out
     # // -> / gives 6.0, which the test cannot tell from 6: the one survivor
     survivors = [ln for ln in lines if ln.startswith("  survived")]
-    assert len(survivors) == 1 and "// -> /" in survivors[0], out
-    # scored: 5 killed (6 -> 7, - -> +, 2 -> 3, < -> <=, return None) of 6; the 3 errors left out
+    assert len(survivors) == 3 and "// -> /" in survivors[0], out
+    # unused() is called by no test: its two mutants survive, without a run
+    assert all("unused:" in ln and ln.endswith("(no test reaches it)") for ln in survivors[1:]), out
+    # only the clean run ran the test that reaches nothing; every mutant ran only the one that reaches it
+    assert (live / "unrelated.log").read_text() == "ran "
+    # scored: 5 killed (6 -> 7, - -> +, 2 -> 3, < -> <=, return None) of 8; the 3 errors left out
     summary = out.strip().splitlines()[-1]
-    assert "killed 5/6" in summary and "3 errors (not scored)" in summary and "[ERRORS]" in summary, out
-    assert code == 3  # above the toy's 80 % target, but with mutants never judged
+    assert "killed 5/8" in summary and "3 errors (not scored)" in summary and "[ERRORS]" in summary, out
+    assert code == 3  # above the toy's 60 % target, but with mutants never judged
 
 
 def test_the_copy_holds_what_git_sees_and_built_extensions_and_goes_away(tmp_path):
