@@ -773,3 +773,17 @@ def test_a_fetch_ends_at_its_answer_even_with_more_frames_in_the_same_read(tmp_p
         struct.pack(">qi", 0, len(data)) + data + struct.pack(">qi", 10, 0) + struct.pack(">qi", len(data), 0)
     )
     assert older.outcome == FetchOutcome.COMPLETE and older.source_end == len(data)
+
+
+def test_a_source_whose_log_expires_under_the_fetch_stops_without_claiming_its_end(tmp_path):
+    """Retention deletes the source's first commit-log file while a master fetches from it: the next
+    read finds nothing, so the source sends nothing more (the master's hold then ends at its deadline)
+    and never says its log ends where it does not."""
+    slave = store(tmp_path / "slave")
+    put(slave, 120)  # two 64 KiB files
+    src = SourceSession(slave.commitlog, batch=1000)
+    src.on_report(struct.pack(">q", 0))
+    assert len(src.next_frames(3000)) == 6 and src.next == 3000
+    first = slave.commitlog.queue.files.pop(0)  # as retention deletes an expired file
+    first.destroy()
+    assert src.next_frames(1 << 20) == [] and src.next == 3000 and not src.said_end
