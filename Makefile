@@ -124,6 +124,10 @@ protos: $(STAMP) ## regenerate rmqha/proxy/third_party/rocketmq_apis/v2/*_pb2*.p
 mutation: $(STAMP) ## mutation testing of the HA core, the record format, names, log limits and the chaos fault table: one score per module (MODULES=rmqha.broker.ha.wire ... BUDGET=s per module)
 	$(PY) -m tools.mutation $(MODULES) $(if $(BUDGET),--budget $(BUDGET))
 
+mutation-crashfs: $(STAMP) ## mutation testing of crashfs's cut logic (images/crashfs/src/model.rs) with cargo-mutants, installed into ~/.cargo on first use
+	@command -v cargo-mutants >/dev/null || cargo install --locked cargo-mutants@27.1.0
+	$(PY) -m tools.mutation.cargo
+
 # --- audit and benchmarks ---------------------------------------------------------------------
 audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exit 1 if a guarantee failed)
 	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
@@ -184,4 +188,4 @@ clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
 .PHONY: lock help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-durations test-unit test-apache test-integration test-checkers \
-	test-official-client test-examples test-spark-cluster rust-client rust-client-background test-rust-client fuzz mutation audit chaos chaos-matrix images images-quiet bench bench-ha bench-send bench-decode clean
+	test-official-client test-examples test-spark-cluster rust-client rust-client-background test-rust-client fuzz mutation mutation-crashfs audit chaos chaos-matrix images images-quiet bench bench-ha bench-send bench-decode clean

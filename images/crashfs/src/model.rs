@@ -209,6 +209,7 @@ pub fn apply(content: &mut Vec<u8>, steps: &[Step]) {
     for s in steps {
         match s {
             Step::SetLen(n) => content.resize(*n as usize, 0),
+            Step::Write(_, data) if data.is_empty() => {} // as pwrite: writing nothing does not extend a file
             Step::Write(off, data) => {
                 let (o, e) = (*off as usize, *off as usize + data.len());
                 if content.len() < e {
@@ -437,5 +438,202 @@ mod tests {
         let durable = fsync_dir(&mut log, 2);
         assert_eq!(durable.len(), 2);
         assert!(log.is_empty());
+    }
+
+    // ---- what a user relies on: the modes by name, a seed replaying the same cut, the counters
+
+    #[test]
+    fn the_modes_are_parsed_and_named_as_the_control_socket_and_the_fault_log_spell_them() {
+        for (name, mode) in
+            [("lose-unsynced", Mode::LoseUnsynced), ("keep-prefix", Mode::KeepPrefix), ("torn", Mode::Torn)]
+        {
+            assert_eq!(Mode::parse(name), Some(mode));
+            assert_eq!(mode.name(), name);
+        }
+        assert_eq!(Mode::parse("Torn"), None);
+        assert_eq!(Mode::parse(""), None);
+    }
+
+    #[test]
+    fn the_rng_is_splitmix64_so_a_seed_replays_on_every_platform() {
+        // the reference splitmix64 sequence from seed 0
+        let mut r = Rng::new(0);
+        assert_eq!([r.next(), r.next(), r.next()], [0xe220_a839_7b1d_cdaf, 0x6e78_9e6a_a1b9_65f4, 0x06c4_5d18_8009_454f]);
+        // upto(n) is every value of [0, n], n included, and nothing else
+        let mut r = Rng::new(1);
+        let drawn: BTreeSet<u64> = (0..200).map(|_| r.upto(3)).collect();
+        assert_eq!(drawn, BTreeSet::from([0, 1, 2, 3]));
+        assert!((0..20).all(|_| r.upto(0) == 0));
+    }
+
+    #[test]
+    fn a_files_rng_is_the_cut_seed_xor_the_fnv1a_hash_of_its_path() {
+        // FNV-1a 64 of "" is its offset basis, of "a" the published test vector
+        for (seed, path, hash) in [
+            (0u64, &b""[..], 0xcbf2_9ce4_8422_2325u64),
+            (0, &b"a"[..], 0xaf63_dc4c_8601_ec8c),
+            (0xff00_ff00_ff00_ff00, &b"a"[..], 0xaf63_dc4c_8601_ec8c),
+        ] {
+            assert_eq!(file_rng(seed, path).next(), Rng::new(seed ^ hash).next(), "seed {seed:#x} path {path:?}");
+        }
+    }
+
+    #[test]
+    fn a_files_log_counts_its_unsynced_bytes_until_an_fsync() {
+        let found = FileLog::durable(5);
+        assert_eq!((found.size, found.durable_size, found.pending_bytes, found.dirty()), (5, 5, 0, false));
+        let mut c = b"12345".to_vec();
+        let mut log = found.clone();
+        write(&mut log, &mut c, 3, b"abcd"); // 4 bytes, 2 of them below the size: saved
+        assert_eq!((log.undo[0].old.as_slice(), log.undo[0].size_before), (&b"45"[..], 5));
+        truncate(&mut log, &mut c, 2); // [2, 7) removed
+        assert_eq!((log.size, log.durable_size, log.pending_bytes, log.dirty()), (2, 5, 9, true));
+        log.sync();
+        assert_eq!((log.size, log.durable_size, log.pending_bytes, log.dirty()), (2, 2, 0, false));
+        assert_eq!(cut(&log, &c, Mode::LoseUnsynced, 3).0, b"12");
+    }
+
+    #[test]
+    fn only_the_bytes_below_the_size_are_saved_before_a_change() {
+        let log = FileLog::durable(10);
+        assert_eq!(log.saved_range(4, 8), (4, 8));
+        assert_eq!(log.saved_range(8, 20), (8, 10));
+        assert_eq!(log.saved_range(12, 14), (12, 12));
+        assert_eq!(log.saved_range(0, 0), (0, 0));
+    }
+
+    /// A file durable at `durable` bytes of 1s, then three unsynced changes: a write across its end,
+    /// an overwrite inside, a truncate. The content after each change.
+    fn three_changes(durable: usize) -> (FileLog, Vec<Vec<u8>>) {
+        let mut c = vec![1u8; durable];
+        let mut log = FileLog::durable(durable as u64);
+        let mut states = vec![c.clone()];
+        write(&mut log, &mut c, durable as u64 - 3, &[2; 10]);
+        states.push(c.clone());
+        write(&mut log, &mut c, 1, &[3; 2]);
+        states.push(c.clone());
+        truncate(&mut log, &mut c, durable as u64 - 5);
+        states.push(c.clone());
+        (log, states)
+    }
+
+    #[test]
+    fn lose_unsynced_ignores_the_seed_and_drops_every_change() {
+        let (log, states) = three_changes(20);
+        for seed in 0..50 {
+            let (got, sum) = cut(&log, states.last().unwrap(), Mode::LoseUnsynced, seed);
+            assert_eq!(got, states[0], "seed {seed}");
+            assert_eq!((sum.kept_changes, sum.dropped_changes, sum.size_before, sum.size_after), (0, 3, 15, 20));
+        }
+    }
+
+    #[test]
+    fn keep_prefix_draws_every_prefix_from_none_to_all() {
+        let (log, states) = three_changes(20);
+        let mut kept = BTreeSet::new();
+        for seed in 0..100 {
+            let (got, sum) = cut(&log, states.last().unwrap(), Mode::KeepPrefix, seed);
+            assert_eq!(got, states[sum.kept_changes], "seed {seed}");
+            assert_eq!(sum.kept_changes + sum.dropped_changes, 3);
+            assert_eq!((sum.size_before, sum.size_after), (15, got.len() as u64));
+            kept.insert(sum.kept_changes);
+        }
+        assert_eq!(kept, BTreeSet::from([0, 1, 2, 3]));
+    }
+
+    /// What a torn cut must leave, from the rule itself: the pages changed since the fsync, in page
+    /// order, each kept on an odd draw of the file's rng; the size grows to the furthest kept page's end.
+    fn torn_oracle(durable: &[u8], now: &[u8], pages: &[u64], seed: u64) -> (Vec<u8>, usize) {
+        let mut rng = Rng::new(seed);
+        let mut out = durable.to_vec();
+        let mut kept = 0;
+        for p in pages {
+            if rng.next() % 2 == 1 {
+                let (lo, hi) = ((p * PAGE) as usize, (((p + 1) * PAGE) as usize).min(now.len()));
+                if out.len() < hi {
+                    out.resize(hi, 0);
+                }
+                out[lo..hi].copy_from_slice(&now[lo..hi]);
+                kept += 1;
+            }
+        }
+        (out, kept)
+    }
+
+    #[test]
+    fn torn_keeps_each_changed_page_by_a_coin_of_the_files_rng_in_page_order() {
+        let page = PAGE as usize;
+        // one durable page; then a write from inside page 2 to 100 bytes short of page 6's end
+        let durable = vec![1u8; page];
+        let mut c = durable.clone();
+        let mut log = FileLog::durable(page as u64);
+        write(&mut log, &mut c, 2 * PAGE + 5, &vec![7u8; 4 * page - 105]);
+        let mut outcomes = BTreeSet::new();
+        for seed in 0..40 {
+            let (got, sum) = cut(&log, &c, Mode::Torn, seed);
+            let (want, kept) = torn_oracle(&durable, &c, &[2, 3, 4, 5], seed);
+            assert_eq!(got, want, "seed {seed}");
+            assert_eq!((sum.kept_changes, sum.dropped_changes), (kept, 1), "seed {seed}");
+            assert_eq!((sum.size_before, sum.size_after), (c.len() as u64, got.len() as u64));
+            outcomes.insert(kept);
+        }
+        assert_eq!(outcomes, BTreeSet::from([0, 1, 2, 3, 4]), "from no page to every page");
+    }
+
+    #[test]
+    fn torn_counts_a_page_aligned_change_as_its_own_pages_only() {
+        let page = PAGE as usize;
+        let mut c = Vec::new();
+        let mut log = FileLog::durable(0);
+        write(&mut log, &mut c, 0, &vec![5u8; page]); // exactly page 0: page 1 is not touched
+        for seed in 0..20 {
+            let (got, sum) = cut(&log, &c, Mode::Torn, seed);
+            let (want, kept) = torn_oracle(&[], &c, &[0], seed);
+            assert_eq!((got, sum.kept_changes), (want, kept), "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn torn_never_shrinks_a_file_and_restores_what_a_truncate_removed() {
+        let page = PAGE as usize;
+        let mut c = vec![1u8; 3 * page];
+        let mut log = FileLog::durable(3 * PAGE);
+        truncate(&mut log, &mut c, PAGE); // no page of the file as it is now was changed
+        for seed in 0..20 {
+            let (got, sum) = cut(&log, &c, Mode::Torn, seed);
+            assert_eq!(got, vec![1u8; 3 * page], "seed {seed}");
+            assert_eq!((sum.kept_changes, sum.dropped_changes, sum.size_after), (0, 1, 3 * PAGE));
+        }
+    }
+
+    #[test]
+    fn torn_sets_the_size_it_reports_even_when_a_page_reads_back_short() {
+        // the filesystem's read of a page can fail (it then reads as empty): the file must still end
+        // where the cut's summary says, which is what the filesystem records as durable
+        let mut c = Vec::new();
+        let mut log = FileLog::durable(0);
+        write(&mut log, &mut c, 0, &vec![5u8; 3 * PAGE as usize]);
+        for seed in 0..20 {
+            let (steps, sum) = plan_cut(&log, Mode::Torn, &mut Rng::new(seed), &mut |_, _| Vec::new());
+            let mut got = c.clone();
+            apply(&mut got, &steps);
+            assert_eq!(got.len() as u64, sum.size_after, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn a_directory_fsync_takes_earlier_changes_of_the_same_name_in_another_directory() {
+        // tmp (ino 9) made and unlinked, a new tmp (ino 10) made and renamed into directory 2, then an
+        // unrelated file: fsync of directory 2 takes the rename and everything that used the name tmp
+        let mut log = vec![
+            op(1, "tmp", 9, MetaKind::Create { dir: false }),
+            op(1, "tmp", 9, MetaKind::Remove { grave: "g1".into() }),
+            op(1, "tmp", 10, MetaKind::Create { dir: false }),
+            op(1, "tmp", 10, MetaKind::Rename { to_parent: 2, to_name: "final".into(), replaced: None }),
+            op(1, "other", 11, MetaKind::Create { dir: false }),
+        ];
+        let durable = fsync_dir(&mut log, 2);
+        assert_eq!(durable.iter().map(|o| o.ino).collect::<Vec<_>>(), vec![9, 9, 10, 10]);
+        assert_eq!(log.iter().map(|o| o.ino).collect::<Vec<_>>(), vec![11]);
     }
 }
