@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import gc
 import importlib
 import os
 import signal
@@ -480,10 +481,65 @@ def _patch_function(old, new, owner=None, name=None) -> int:
             setattr(owner, name, new)
             return 1
         raise Incompatible(f"{old.__qualname__}: closure changed")
+    _nested_changes(old.__code__, new.__code__)
     old.__code__ = new.__code__
     old.__defaults__ = new.__defaults__
     old.__kwdefaults__ = new.__kwdefaults__
     return 1
+
+
+# nested functions whose code the mutant changed: id(old code) -> (old code, new code). A closure made
+# before the mutant was applied (a table of actions built at import by a factory function) keeps its own
+# code object; apply() swaps it in every such closure.
+_NESTED: dict[int, tuple[types.CodeType, types.CodeType]] = {}
+
+
+def _nested_changes(old: types.CodeType, new: types.CodeType) -> None:
+    inner = [(a, b) for a, b in zip(old.co_consts, new.co_consts) if isinstance(a, types.CodeType)]
+    for a, b in inner:
+        if isinstance(b, types.CodeType) and a != b:
+            _NESTED[id(a)] = (a, b)
+            _nested_changes(a, b)
+
+
+def _patch_closures() -> int:
+    n = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, types.FunctionType) and id(obj.__code__) in _NESTED:
+            a, b = _NESTED[id(obj.__code__)]
+            if obj.__code__ is not a:
+                continue
+            if a.co_freevars == b.co_freevars:
+                obj.__code__ = b
+                n += 1
+            elif set(b.co_freevars) <= set(a.co_freevars):  # the mutant no longer uses a variable
+                n += _replace_closure(obj, b)
+    return n
+
+
+def _replace_closure(old: types.FunctionType, code: types.CodeType) -> int:
+    """A closure whose mutated code uses fewer variables cannot take the code in place: a new function
+    over the same cells replaces it in every dict and list that holds it (a frozen dataclass's too)."""
+    cells = dict(zip(old.__code__.co_freevars, old.__closure__ or ()))
+    new = types.FunctionType(
+        code, old.__globals__, old.__name__, old.__defaults__, tuple(cells[v] for v in code.co_freevars)
+    )
+    new.__kwdefaults__, new.__qualname__ = old.__kwdefaults__, old.__qualname__
+    n = 0
+    for holder in gc.get_referrers(old):
+        if isinstance(holder, dict):
+            for k in [k for k, v in holder.items() if v is old]:
+                holder[k] = new
+                n += 1
+        elif isinstance(holder, list):
+            for i in [i for i, v in enumerate(holder) if v is old]:
+                holder[i] = new
+                n += 1
+        elif isinstance(getattr(holder, "__dict__", None), dict):  # an instance's attributes (3.11 keeps
+            for k in [k for k, v in vars(holder).items() if v is old]:  # them without a dict until asked)
+                object.__setattr__(holder, k, new)
+                n += 1
+    return n
 
 
 def _patch_member(old, new, seen, owner=None, name=None) -> int:
@@ -534,6 +590,8 @@ def apply(mod, tree: ast.Module) -> int:
             changed += 1
         elif getattr(old, "__module__", None) == mod.__name__ or isinstance(old, types.FunctionType):
             changed += _patch_member(old, new, seen)
+    if _NESTED:
+        changed += _patch_closures()
     return changed
 
 
