@@ -53,6 +53,7 @@ class DLHandle(FakeHandle):
         super().__init__(kind, DL_NODES)
         self.state["proxies"] = PROXIES if kind == "docker" else []
         self.leaders, self.polls, self.asked = list(leaders), polls, 0
+        self.waits = []  # (timeout, node, interval) of each wait_until
 
     def dledger_leader(self, group, statuses=None):
         assert group == G
@@ -63,6 +64,7 @@ class DLHandle(FakeHandle):
         return self.statuses.get(node) if hasattr(self, "statuses") else None
 
     def wait_until(self, predicate, timeout, what, *, node=None, interval=0.1):
+        self.waits.append((timeout, node, interval))
         for _ in range(self.polls):
             got = predicate()
             if got:
@@ -219,9 +221,11 @@ def test_the_leader_is_waited_for_while_an_election_is_under_way():
 def test_no_leader_at_all_is_a_failed_inject_written_to_the_log(tmp_path):
     h = DLHandle("docker", leaders=[None], polls=3)
     nem = Nemesis(h, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
-    with pytest.raises(WaitTimeout, match="a DLedger leader in RaftNode00"):
+    with pytest.raises(WaitTimeout, match="after 30s waiting for a DLedger leader in RaftNode00"):
         nem.inject(fault("kill-follower", N0))
     assert h.calls == [] and h.asked == 3
+    # up to 30 s (an election takes ~5 s), asking every 0.2 s; a timeout names the group's nodes
+    assert h.waits == [(30.0, [N0, N1, N2], 0.2)]
     (rec,) = read_faults(tmp_path)
     assert rec["result"] == "error" and "WaitTimeout" in rec["error"]
 
