@@ -22,7 +22,8 @@ from .evidence import (
     stuck_groups,
     unequal_at_end,
 )
-from .facts import RunFacts, run_facts, sends
+from .histories import sends
+from .table import RunTable, run_table
 from .figures import fault_figures
 from .promises import _sum_or_none, excluded_text, exercised, judge, merge_groups, promise, unavailable_s
 from .plan import is_dledger
@@ -64,14 +65,14 @@ def reattribute(out: list[dict], faults: list[dict]) -> None:
 
 
 class _RunEvidence:
-    """What cell_samples() reads once per run: the sends, the histories' facts, the metric and status
+    """What cell_samples() reads once per run: the sends, the audit's per-send table, the metric and status
     samples."""
 
     def __init__(self, run: Path, summary: dict, topology: str) -> None:
         self.run = run
         self.dledger = is_dledger(topology)
         self.all_sends = sends(run)
-        self.facts = run_facts(run)
+        self.facts = run_table(run)
         self.rounds = replication_rounds(run)
         self.unequal = unequal_at_end(run, summary)
         self.down = down_seen(run)
@@ -173,7 +174,7 @@ def _fault_sample(ev: _RunEvidence, f: dict, faults: list[dict], summary: dict) 
     }
 
 
-def _note_shared_acks(out: list[dict], facts: RunFacts | None) -> None:
+def _note_shared_acks(out: list[dict], facts: RunTable | None) -> None:
     """The at-risk look-back (AT_RISK_MS, as the audit's) is longer than the sweep's gap between two faults:
     an acknowledged send at stake in two faults counts in both cells, and each says with which fault."""
     ids = [s.pop("_acked_ids", set()) for s in out]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rmqha.runs.faults import LEADER_FAULTS, evidence
 from .evidence import _grew, _ms
-from .facts import read_jsonl
+from .histories import read_jsonl
 
 
 # ---- DLedger cells: failover and recovery from the status samples' "dledger" block (rmqha/cluster/sample.py)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 from rmqha.runs.faults import NODE_DOWN, evidence, master_power_cut
-from .facts import read_jsonl
+from .histories import read_jsonl
 from rmqha.pipeline import ids
 
 from .verdicts import verdict_key

@@ -1,4 +1,4 @@
-"""One fault's figures from a run's facts: the sends at stake, delivered, indeterminate, duplicates, each group's availability and the records left out (tests/unit/matrix/test_figures.py)."""
+"""One fault's figures, sliced from its run's audited sends and tries (table.py): the sends at stake, delivered, indeterminate, duplicates, each group's availability and the records left out (tests/unit/matrix/test_cells.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from __future__ import annotations
 from rmqha.pipeline.delivery import AT_RISK_MS
 from rmqha.pipeline.delivery import UNCONFIRMED as NOT_ACCEPTED
 
-from .facts import RunFacts, UNWRITABLE_GAP_MS, _explained
+from .histories import explained as _explained
+from .table import RunTable
+
+UNWRITABLE_GAP_MS = 1000  # a group that accepted no send for longer than this while sends were tried was unwritable
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
@@ -22,10 +25,11 @@ def _union(spans: list[tuple[float, float]]) -> float:
     return total + (cur[1] - cur[0] if cur else 0.0)
 
 
-def group_availability(facts: RunFacts, start: float, end: float) -> dict[str, dict]:
+def group_availability(facts: RunTable, start: float, end: float) -> dict[str, dict]:
     """group -> {"answered", "accepted", "share", "unwritable_s", "not_accepted": {status: n}} for the tries
-    started in [start, end] whose group is known (the group storing its UNIQ_KEY, else the history's
-    broker_name: then a failed try counts as not accepted, "ERROR"), plus "?" -> {"errors": n, "unknown": n}:
+    started in [start, end] whose group the audit knows (rmqha/pipeline/delivery_table.py: the history's
+    broker_name, else the group storing its UNIQ_KEY; a failed try with a broker_name counts as not
+    accepted, "ERROR"), plus "?" -> {"errors": n, "unknown": n}:
     failed tries whose group is unknown (timeouts, exceptions, refusals: the official client's error names
     no broker) and answers stored nowhere. unwritable_s: the time within the window in gaps longer than
     UNWRITABLE_GAP_MS between two accepted answers of the group, while sends were tried."""
@@ -33,8 +37,7 @@ def group_availability(facts: RunFacts, start: float, end: float) -> dict[str, d
     out: dict[str, dict] = {}
     unknown = {"errors": 0, "unknown": 0}
     ok_at: dict[str, list[float]] = {}
-    for t0, t1, status, uniq, broker in facts.tries:
-        g = broker or facts.group_of_uniq.get(uniq or "")
+    for t0, t1, status, g in facts.tries:
         if status == "SEND_OK" and g:
             ok_at.setdefault(g, []).append(t1)
         if not start <= t0 <= end:
@@ -65,7 +68,7 @@ def group_availability(facts: RunFacts, start: float, end: float) -> dict[str, d
     return out
 
 
-def _not_audited(facts: RunFacts | None, summary: dict, label: str) -> list[str]:
+def _not_audited(facts: RunTable | None, summary: dict, label: str) -> list[str]:
     """Why the run's delivery figures cannot be counted for this fault ([] when they can)."""
     missing = []
     if facts is None:
@@ -74,12 +77,14 @@ def _not_audited(facts: RunFacts | None, summary: dict, label: str) -> list[str]
         missing.append("no commit log in the run folder (no send has a group)")
     if not summary.get("delivery"):
         missing.append("summary.json has no delivery block (no consumer group was audited)")
+    elif facts is not None and not facts.audited:
+        missing.append("the audit wrote no report/sends.jsonl and tries.jsonl (an older audit): audit the run again")
     if label not in (summary.get("ackedOnGroupByFault") or {}):
         missing.append(f"summary.json has no ackedOnGroupByFault for {label}")
     return missing
 
 
-def _sends_at_stake(facts: RunFacts, f: dict, start: float, end: float) -> tuple[set[str], int, int, int]:
+def _sends_at_stake(facts: RunTable, f: dict, start: float, end: float) -> tuple[set[str], int, int, int]:
     """The faulted group's acknowledged sends (AT_RISK_MS before the fault to its heal), how many of them
     were delivered and parked, and the unanswered sends first tried while it was active."""
     mine = [f["group"]] if f.get("group") else None
@@ -87,15 +92,14 @@ def _sends_at_stake(facts: RunFacts, f: dict, start: float, end: float) -> tuple
     acked_ids: set[str] = set()
     delivered, indeterminate, parked = 0, 0, 0
     for sid, s in facts.sends.items():
+        g = s["group"]
         if s["state"] == "acked" and lo_at <= (s["acked_ms"] or 0) <= hi_at:
-            g = facts.group(sid)
             # a cluster-wide fault: every acknowledged send some node stores (parked ones too, as the audit)
-            if (mine is None and (g is not None or facts.stored(sid))) or (mine is not None and g in mine):
+            if (mine is None and (g is not None or s["stored"])) or (mine is not None and g in mine):
                 acked_ids.add(sid)
                 delivered += facts.delivered(sid)
-                parked += not facts.delivered(sid) and facts.parked(sid)
+                parked += not facts.delivered(sid) and s["parked"]
         # not answered by any broker: counted here when it may be this group's (stored on it, or nowhere)
-        g = facts.group(sid) if s["state"] == "indeterminate" else None
         if (
             s["state"] == "indeterminate"
             and start <= (s["first_ms"] or 0) <= end
@@ -105,20 +109,20 @@ def _sends_at_stake(facts: RunFacts, f: dict, start: float, end: float) -> tuple
     return acked_ids, delivered, indeterminate, parked
 
 
-def _duplicates(facts: RunFacts, f: dict, start: float, end: float, acked_ids: set[str]) -> int:
+def _duplicates(facts: RunTable, f: dict, start: float, end: float, acked_ids: set[str]) -> int:
     """Receives beyond a consumer group's first of the sends at stake: the acknowledged ones and those
     first tried while the fault was active (a retry after a try the old leader stored is two copies)."""
     mine = [f["group"]] if f.get("group") else None
     stake = acked_ids | {
         sid
         for sid, s in facts.sends.items()
-        if start <= (s["first_ms"] or 0) <= end and (mine is None or facts.group(sid) in (None, *mine))
+        if start <= (s["first_ms"] or 0) <= end and (mine is None or s["group"] in (None, *mine))
     }
-    return sum(max(0, c.get(sid, 0) - 1) for c in facts.receive_counts.values() for sid in stake)
+    return sum(facts.sends[sid]["duplicates"] for sid in stake)
 
 
 def _excluded_during(
-    facts: RunFacts, summary: dict, start: float, end: float
+    facts: RunTable, summary: dict, start: float, end: float
 ) -> tuple[dict[str, int], dict[str, str], set[str]]:
     """The records left out of the figures while the fault was active (and the run's, which have no
     time), counted by reason; where each was first seen; the reasons EXPLAINED covers."""
@@ -136,7 +140,7 @@ def _excluded_during(
     return excluded, where, explained
 
 
-def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) -> dict:
+def fault_figures(facts: RunTable | None, f: dict, summary: dict, label: str) -> dict:
     """A fault's delivered / indeterminate / per-group availability / excluded, or None figures when the run
     was not audited for delivery (no consumer group in the summary, no history, no commit log)."""
     start, end = f["start_ms"], f["end_ms"] if f["end_ms"] is not None else float("inf")
@@ -153,12 +157,11 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
     acked_ids, delivered, indeterminate, parked = _sends_at_stake(facts, f, start, end)
     duplicates = _duplicates(facts, f, start, end, acked_ids)
     excluded, where, explained = _excluded_during(facts, summary, start, end)
-    # the audit and the histories must count the same acknowledged sends for this fault: both give a send
-    # the group that acknowledged it (RunFacts.group; rmqha/pipeline/delivery.py _placed) and count one in
-    # no group's fault when its copies cannot be told apart
+    # the audit's count of this fault's acknowledged sends and its per-send table must agree (both give a
+    # send the group that acknowledged it: rmqha/pipeline/delivery_table.py placed)
     audit_acked = summary["ackedOnGroupByFault"][label]
     if audit_acked != len(acked_ids):
-        excluded[f"acknowledged the audit counted {audit_acked}, the histories and stores {len(acked_ids)}"] = abs(
+        excluded[f"acknowledged the audit counted {audit_acked}, its per-send table {len(acked_ids)}"] = abs(
             audit_acked - len(acked_ids)
         )
     return {
@@ -181,19 +184,20 @@ def fault_figures(facts: RunFacts | None, f: dict, summary: dict, label: str) ->
     }
 
 
-def run_checks(facts: RunFacts, summary: dict) -> list[tuple[str, str, str, None, int]]:
-    """The run's figures the audit and the histories must agree on, per consumer group (no time: named in
-    every cell of the run): the acknowledged sends it is owed, those it received, and the audit's own
-    partition of them (delivered + lost + stranded + parked). Each with the size of the difference."""
+def run_checks(facts: RunTable, summary: dict) -> list[tuple[str, str, str, None, int]]:
+    """The run's figures the audit's summary and its per-send table must agree on, per consumer group (no
+    time: named in every cell of the run): the acknowledged sends it is owed, those it received, and the
+    audit's own partition of them (delivered + lost + stranded + parked). Each with the size of the
+    difference."""
     out = []
     for grp, d in sorted((summary.get("delivery") or {}).items()):
-        owed = [sid for sid, s in facts.sends.items() if s["state"] == "acked" and grp in facts.owed_to(sid)]
-        got = sum(1 for sid in owed if sid in facts.received.get(grp, ()))
+        owed = [sid for sid, s in facts.sends.items() if s["state"] == "acked" and grp in s["owed"]]
+        got = sum(1 for sid in owed if grp in facts.sends[sid]["received"])
         if d.get("acknowledged") != len(owed):
             out.append(
                 (
                     "audit-owed",
-                    f"{grp}: the audit owed {d.get('acknowledged')} acknowledged, the histories {len(owed)}",
+                    f"{grp}: the audit owed {d.get('acknowledged')} acknowledged, its per-send table {len(owed)}",
                     grp,
                     None,
                     abs((d.get("acknowledged") or 0) - len(owed)),
@@ -203,7 +207,7 @@ def run_checks(facts: RunFacts, summary: dict) -> list[tuple[str, str, str, None
             out.append(
                 (
                     "audit-delivered",
-                    f"{grp}: the audit counted {d.get('delivered')} delivered, the histories {got}",
+                    f"{grp}: the audit counted {d.get('delivered')} delivered, its per-send table {got}",
                     grp,
                     None,
                     abs((d.get("delivered") or 0) - got),

@@ -13,7 +13,7 @@ import os
 from rmqha.runs.faults import DESTRUCTIVE  # faults that can take a master's tail or leave it behind its slave
 from rmqha.runs.history import FROM_NOW
 
-from . import consume_queues, runfolder
+from . import consume_queues, delivery_table, runfolder
 from .delivery import (
     AT_RISK_MS,
     DETAIL_FILE,
@@ -34,6 +34,7 @@ from .delivery import (
     UNCONFIRMED,
 )
 from .delivery_acks import first_acks, receives_per_send
+from .delivery_table import answer_aggs, answer_conds, answer_group, groups_of, offset_of, placed
 from .faults import NO_FAULT, POWER_LOSSES, FaultInterval, blame
 from .runfolder import Node
 from .spark import lit_map
@@ -90,7 +91,8 @@ def gather(
     ).filter(F.col("node") != "")
     sends, uniq_map = _logical_sends(h)
     known = sends.select(F.col("send_id").alias("k_sid"))
-    facts = _copy_facts(_copies(decoded, nodes, cq, known, uniq_map).join(sends.select(*_OK_COLS), "send_id"))
+    copies = _copies(decoded, nodes, cq, known, uniq_map).cache()
+    facts = _copy_facts(copies.join(sends.select(*_OK_COLS), "send_id"))
     # 3. receives, tied to a logical send the same two ways as the copies
     recv = (
         h.filter(F.col("op") == "receive")
@@ -100,16 +102,19 @@ def gather(
     ).cache()
     subs, ordered_groups, windows = _subscriptions(h)
     if not subs:
-        for d in (sends, recv):
+        for d in (sends, recv, copies):
             d.unpersist()
         return f
-    owed = _owed(sends, facts, recv, subs, windows, run_dir, first_acks(h, known, uniq_map)).cache()
+    # n receives of each send per group, dup of them duplicates (a POP consumer: after its ack)
+    per = receives_per_send(recv, first_acks(h, known, uniq_map)).cache()
+    owed = _owed(sends, facts, per, subs, windows, run_dir).cache()
     f.groups = _group_deliveries(owed, recv, subs, ordered_groups)
     if fault_list:
         f.acked_on_group = _acked_on_group(spark, sends, facts, fault_list)
     _write_details(f, owed, recv, fault_list, out_dir)
     f.queues = queue_consistency(spark, decoded, cq, nodes, {r[0] for r in qrows})
-    for d in (sends, recv, owed):
+    delivery_table.write(out_dir, h, sends, facts, copies, per, owed)
+    for d in (sends, recv, owed, per, copies):
         d.unpersist()
     return f
 
@@ -151,7 +156,7 @@ def _logical_sends(h):
             F.col("okt.uniq_key").alias("ok_uniq"),
             F.col("okt.queue_id").alias("ok_qid"),
             F.col("okt.queue_offset").alias("ok_qoff"),
-            _offset_of(F.col("okt.offset_msg_id")).alias("ok_phys"),
+            offset_of(F.col("okt.offset_msg_id")).alias("ok_phys"),
             F.when(F.col("okt.broker_name") != "", F.col("okt.broker_name")).alias("ok_broker"),
         )
         .drop("okt")
@@ -194,19 +199,17 @@ def _copies(decoded, nodes: list[Node], cq, known, uniq_map):
 
 def _copy_facts(sc):
     """Per logical send, from its copies joined with the send (sc): where they are (_fact_cols), and its
-    broker group (c_broker), or the groups when its copies are in several and its answer tells none apart
-    (c_ambiguous)."""
+    broker group (c_broker: its acknowledged try's, delivery_table.answer_group; with no copy of that try,
+    the group of its copies in its topic when they are in one), or the groups when its copies are in
+    several and its answer tells none apart (c_ambiguous)."""
     from pyspark.sql import functions as F
 
     facts = sc.groupBy("send_id").agg(*_fact_cols())
-    cands = F.when(F.size("g_top") > 0, F.col("g_top")).otherwise(F.col("g_park"))
-    told = F.when(~F.col("has_name"), cands).when(F.size("g_top") > 0, F.col("n_top")).otherwise(F.col("n_park"))
+    group, cands = answer_group()
     return (
         facts.withColumn(
             "c_broker",
-            F.when(F.size(cands) == 1, cands[0])
-            .when((F.size(cands) > 1) & (F.size(told) == 1), told[0])
-            .when((F.size(cands) == 0) & (F.size("g_any") == 1), F.col("g_any")[0]),
+            F.coalesce(group, F.when((F.size(cands) == 0) & (F.size("g_any") == 1), F.col("g_any")[0])),
         )
         .withColumn(
             "c_ambiguous",
@@ -221,22 +224,13 @@ def _copy_facts(sc):
 def _fact_cols() -> list:
     """The aggregates of a send's copies: on a master (in its topic), servable, on a slave, parked, where;
     the groups of the acknowledged try's copies (g_*), of those its answer names (n_*), of any copy in its
-    topic (g_any); mqs: its master copies' queue places (_placed picks one)."""
+    topic (g_any); mqs: its master copies' queue places (delivery_table.placed picks one)."""
     from pyspark.sql import functions as F
 
     in_topic = F.col("topic") == F.col("s_topic")
     parked_copy = F.col("topic").isin(*PARKED_TOPICS)
-    # the acknowledged try's copies (its UNIQ_KEY): in the topic, else parked on a master (not due yet); and
-    # those its answer names (queue id, queue offset, the commit-log offset of its offsetMsgId)
-    ok_top = in_topic & (F.col("uniq_key") == F.col("ok_uniq"))
-    ok_park = parked_copy & F.col("is_master") & (F.col("uniq_key") == F.col("ok_uniq"))
-    named = F.lit(True)
-    for have, col in (("ok_phys", "physical_offset"), ("ok_qoff", "queue_offset"), ("ok_qid", "queue_id")):
-        named = named & (F.col(have).isNull() | (F.col(col) == F.col(have)))
-
-    def groups_of(cond):
-        return F.array_sort(F.collect_set(F.when(cond, F.col("broker_name"))))
-
+    # the acknowledged try's copies (its UNIQ_KEY) in the topic, and those its answer names
+    ok_top, _ok_park, named = answer_conds("ok_")
     return [
         F.max((in_topic & F.col("is_master")).cast("int")).alias("on_master"),
         F.max((in_topic & F.col("is_master") & F.col("queued")).cast("int")).alias("servable"),
@@ -245,14 +239,10 @@ def _fact_cols() -> list:
         F.max(((in_topic | parked_copy) & ~F.col("is_master")).cast("int")).alias("on_slave"),
         F.max((parked_copy & F.col("is_master")).cast("int")).alias("parked"),
         F.sort_array(F.collect_set(F.concat_ws("@", "node", F.col("physical_offset").cast("string")))).alias("where"),
-        groups_of(ok_top).alias("g_top"),
-        groups_of(ok_top & named).alias("n_top"),
-        groups_of(ok_park).alias("g_park"),
-        groups_of(ok_park & named).alias("n_park"),
+        *answer_aggs("ok_"),
         groups_of(in_topic).alias("g_any"),
-        F.max(F.col("ok_phys").isNotNull() | F.col("ok_qoff").isNotNull()).alias("has_name"),
         # the master copies' places in their queues (where a consumer would find it), the acknowledged
-        # try's named copy first: _placed takes the one in the send's group
+        # try's named copy first: delivery_table.placed takes the one in the send's group
         F.collect_list(
             F.when(
                 in_topic & F.col("is_master"),
@@ -316,13 +306,12 @@ def _subscriptions(h):
     return subs, ordered_groups, windows
 
 
-def _owed(sends, facts, recv, subs, windows, run_dir, acks=None):
+def _owed(sends, facts, per, subs, windows, run_dir):
     """4b. What each group is owed: the sends to a topic it subscribed to (or received from), within its
-    window, with the send's facts, its place (_placed) and how many times the group received it (n), judged
+    window, with the send's facts, its place (delivery_table.placed) and how many times the group received it (n), judged
     (_judged)."""
     from pyspark.sql import functions as F
 
-    per = receives_per_send(recv, acks)  # n receives, dup of them duplicates (a POP consumer: after its ack)
     sub_rows = [(g, t, *windows.get(g, (None, None))) for g, ts in subs.items() for t in sorted(ts)]
     by_topic: dict[str, list] = {}
     for g, t, w_start, w_end in sub_rows:
@@ -343,7 +332,7 @@ def _owed(sends, facts, recv, subs, windows, run_dir, acks=None):
             (F.col("w_start").isNull() | (at >= F.col("w_start"))) & (F.col("w_end").isNull() | (at <= F.col("w_end")))
         )
         .join(facts, "send_id", "left")
-        .transform(_placed)
+        .transform(placed)
         .join(per.withColumnRenamed("sid", "send_id"), ["grp", "send_id"], "left")
         .withColumn("n", F.coalesce("n", F.lit(0)))
         .withColumn("dup", F.coalesce("dup", F.lit(0)))
@@ -495,7 +484,7 @@ def _reordered(owed, ordered_groups) -> dict[str, int]:
 
 def _acked_on_group(spark, sends, facts, fault_list) -> dict[str, int]:
     """5b. Per fault: acknowledged sends its own group stored while it was active (the group that
-    acknowledged each: _placed); a send stored in two groups that its answer does not tell apart counts on
+    acknowledged each: delivery_table.placed); a send stored in two groups that its answer does not tell apart counts on
     no group's."""
     from pyspark.sql import functions as F
 
@@ -629,36 +618,6 @@ def _unexpected_lines(strange, by_group, f: DeliveryFindings, fh) -> None:
                 )
                 + "\n"
             )
-
-
-def _offset_of(col):
-    """The commit-log offset an offsetMsgId names (its last 16 hex digits, after the store host: 32 or 56 hex
-    digits, rmqha/broker/store/record.py parse_offset_msg_id); null when the column is not one."""
-    from pyspark.sql import functions as F
-
-    return F.when(
-        col.rlike("^([0-9A-Fa-f]{24})?[0-9A-Fa-f]{32}$"), F.conv(F.substring(col, -16, 16), 16, 10).cast("long")
-    )
-
-
-def _placed(df):
-    """A send's broker group and its master copy's queue place, on sends joined with gather()'s facts:
-    the group that acknowledged it (the answer's broker_name when its recorder wrote one; else the copies'
-    choice, c_broker: the acknowledged try's copy, narrowed by what its answer names), `ambiguous` (the
-    groups, when that choice found copies in several and the answer tells none apart), and `mq`: the master
-    copy in that group, the acknowledged try's named copy first (none when there is no group: no group's
-    copy is picked over another's)."""
-    from pyspark.sql import functions as F
-
-    broker = F.col("broker")
-    return (
-        df.withColumn("broker", F.coalesce("ok_broker", "c_broker"))
-        .withColumn("ambiguous", F.when(F.col("ok_broker").isNull(), F.col("c_ambiguous")))
-        .withColumn(
-            "mq",
-            F.when(broker.isNotNull(), F.array_min(F.filter("mqs", lambda x: x["b"] == broker))),
-        )
-    )
 
 
 def _suspects(faults, ack_ms, broker) -> list[str]:

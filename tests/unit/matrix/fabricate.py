@@ -66,7 +66,7 @@ def summary_of(faults, **extra):
 TOPIC, CG = "TopicChaos", "CG1"
 
 
-def fabricate(rd, sends, receives=(), unsubscribe_at=None, producer_tail="", extra_copies=()):
+def fabricate(rd, sends, receives=(), unsubscribe_at=None, producer_tail="", extra_copies=(), table=None):
     """sends: [(send_id, stored on this broker group or None, [(status or None, start_ms, end_ms), ...])]: one
     invoke line per try and, unless its status is None (never answered), its answer; every answered try of
     a send with a group is stored on its group's master with KEYS = send_id. receives: [(send_id or None, uniq_key or
@@ -74,7 +74,8 @@ def fabricate(rd, sends, receives=(), unsubscribe_at=None, producer_tail="", ext
     A try may carry a 4th item, {"group": stored on this group instead, "uniq": its UNIQ_KEY, "line": more
     fields of its answer line}. extra_copies: [(group, send_id, uniq_key, topic)] more copies on a master
     (a client's internal retry, a delayed message parked in SCHEDULE_TOPIC_XXXX). A copy's queue offset
-    is its place in its group's commit log, from 0."""
+    is its place in its group's commit log, from 0. The audit's tables (report/sends.jsonl, tries.jsonl) are
+    written by hand as audit_tables() says; table: {send_id: {field: value}} overrides a send's line."""
     import json
 
     from rmqha.broker.store import record
@@ -160,6 +161,79 @@ def fabricate(rd, sends, receives=(), unsubscribe_at=None, producer_tail="", ext
                 buf += enc.finish(i, off)
                 off += enc.size
             (nd / "store" / "commitlog" / ("0" * 20)).write_bytes(bytes(buf) + bytes(256))
+    audit_tables(rd, sends, receives, unsubscribe_at, stored, table or {})
+
+
+def audit_tables(rd, sends, receives, unsubscribe_at, stored, table):
+    """report/sends.jsonl and tries.jsonl as the audit (rmqha/pipeline/delivery_table.py, tested on its own
+    histories there) writes them for a fabricated run whose copies are each in one group: a try's group is
+    the recorder's broker_name, else the group storing its UNIQ_KEY in the topic (else parked there); a send's
+    is its SEND_OK try's, else (never acknowledged) its copies'. CG is owed what was acknowledged (else first
+    tried) before unsubscribe_at."""
+    import json
+
+    from rmqha.runs.history import SEND_STATUSES
+
+    where: dict[str, list] = {}  # UNIQ_KEY or send_id -> [(group, topic)]
+    for group, copies in stored.items():
+        for sid, uniq, topic in copies:
+            where.setdefault(uniq, []).append((group, topic))
+            where.setdefault(sid, []).append((group, topic))
+
+    def group_of(key):
+        top = {g for g, t in where.get(key, []) if t == TOPIC}
+        top = top or {g for g, t in where.get(key, []) if t in ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")}
+        return top.pop() if len(top) == 1 else None
+
+    got: dict[str, dict[str, int]] = {}
+    uniq_to_sid = {}
+    rows, tries = {}, []
+    for sid, _group, ts in sends:
+        for attempt, (status, t0, t1, *more) in enumerate(ts, 1):
+            opts = more[0] if more else {}
+            uniq = opts.get("uniq") or (f"U-{sid}-{attempt}" if status not in ("ERROR", None) else None)
+            if uniq:
+                uniq_to_sid.setdefault(uniq, sid)
+            if status is None:
+                continue
+            named = opts.get("line", {}).get("broker_name")
+            st = status if status in SEND_STATUSES else "ERROR"
+            g = named if named or st == "ERROR" else group_of(uniq)
+            tries.append({"send_id": sid, "start_ms": t0, "end_ms": t1 or t0, "status": st, "group": g})
+        answered = [t for t in tries if t["send_id"] == sid]
+        ok = next((t for t in answered if t["status"] == "SEND_OK"), None)
+        state = "acked" if ok else "unconfirmed" if any(t["status"] != "ERROR" for t in answered) else "indeterminate"
+        copies = where.get(sid, [])
+        rows[sid] = {
+            "send_id": sid,
+            "topic": TOPIC,
+            "state": state,
+            "first_ms": ts[0][1],
+            "acked_ms": ok["end_ms"] if ok else None,
+            "group": ok["group"] if ok else group_of(sid),
+            "ambiguous": None,
+            "stored": bool(copies),
+            "parked": bool(copies) and all(t != TOPIC for _g, t in copies),
+            "owed": [],
+            "received": [],
+            "duplicates": 0,
+        }
+    for sid in set(table) - set(rows):  # a send only the tail of a history names (a torn line's invoke)
+        rows[sid] = {"send_id": sid, "topic": TOPIC, "state": "indeterminate", "acked_ms": None, "group": None}
+        rows[sid] |= {"ambiguous": None, "stored": False, "parked": False} | table[sid]
+    for sid, uniq, _at in receives:
+        sid = sid or uniq_to_sid.get(uniq)
+        if sid in rows:
+            got.setdefault(CG, {})[sid] = got.get(CG, {}).get(sid, 0) + 1
+    for sid, r in rows.items():
+        at = r["acked_ms"] or r["first_ms"]
+        r["owed"] = [CG] if unsubscribe_at is None or at <= unsubscribe_at else []
+        r["received"] = [CG] if got.get(CG, {}).get(sid) else []
+        r["duplicates"] = max(0, got.get(CG, {}).get(sid, 0) - 1)
+        r.update(table.get(sid, {}))
+    (rd / "report").mkdir(parents=True, exist_ok=True)
+    (rd / "report" / "sends.jsonl").write_text("".join(json.dumps(rows[k]) + "\n" for k in sorted(rows)))
+    (rd / "report" / "tries.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tries))
 
 
 def audited_summary(faults, acked_on_group, acknowledged, delivered=None, parked=0, **extra):
@@ -217,3 +291,11 @@ def write_consumer(rd, name, group, receives):
         for i, (sid, at) in enumerate(receives, 1)
     ]
     (rd / "history" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the audit owes the group every send (it subscribed from the first) and counts what it received
+    table = rd / "report" / "sends.jsonl"
+    lines = [json.loads(x) for x in table.read_text().splitlines()]
+    mine = {sid for sid, _at in receives}
+    for x in lines:
+        x["owed"] = sorted(x["owed"] + [group])
+        x["received"] = sorted(x["received"] + ([group] if x["send_id"] in mine else []))
+    table.write_text("".join(json.dumps(x) + "\n" for x in lines))

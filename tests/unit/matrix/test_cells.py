@@ -3,7 +3,7 @@
 
 import pytest
 
-from rmqha.matrix import cells, evidence, facts, figures, plan, promises, render
+from rmqha.matrix import cells, evidence, figures, plan, promises, render, table
 from rmqha.matrix.promises import judge, promise
 
 
@@ -431,16 +431,15 @@ def test_availability_per_group_is_the_share_each_group_accepted_and_the_time_it
         merged["broker-a"]["share"],
     ) == (40, 60, 5.0, 0.667)
     # no try at all in a gap is not unwritable: nobody asked
-    quiet = facts.RunFacts()  # accepted at 1005, then no try until 4600, answered at 5100: 0.5 s, not a gap
-    quiet.tries = [(1000, 1005, "SEND_OK", "u1", None), (4600, 5100, "SEND_OK", "u2", None)]
-    quiet.group_of_uniq = {"u1": "broker-a", "u2": "broker-a"}
+    quiet = table.RunTable()  # accepted at 1005, then no try until 4600, answered at 5100: 0.5 s, not a gap
+    quiet.tries = [(1000, 1005, "SEND_OK", "broker-a"), (4600, 5100, "SEND_OK", "broker-a")]
     assert figures.group_availability(quiet, 1000, 6000)["broker-a"]["unwritable_s"] == 0.0
     # a recorder that knows the broker of a failed try (the history's broker_name): it counts against that group
     # and an answer whose copy is on no node (a power cut took it) has no group either
     quiet.tries += [
-        (2000, 2100, "ERROR", None, "broker-a"),
-        (2000, 2100, "ERROR", None, None),
-        (2000, 2100, "SLAVE_NOT_AVAILABLE", "u-gone", None),
+        (2000, 2100, "ERROR", "broker-a"),
+        (2000, 2100, "ERROR", None),
+        (2000, 2100, "SLAVE_NOT_AVAILABLE", None),
     ]
     got = figures.group_availability(quiet, 1000, 6000)
     assert (got["broker-a"]["answered"], got["broker-a"]["accepted"], got["broker-a"]["not_accepted"]) == (
@@ -487,9 +486,9 @@ def test_records_the_audit_excluded_are_counted_named_and_fail_the_cell_unless_e
     # the audit's counts must be the histories': a fault's acknowledged sends, a consumer group's
     fabricate(tmp_path, sends, recv)
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 3}, 2))[1]
-    assert got["excluded"] == {"acknowledged the audit counted 3, the histories and stores 2": 1}
+    assert got["excluded"] == {"acknowledged the audit counted 3, its per-send table 2": 1}
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 2}, 5, 2))[1]
-    assert got["excluded"] == {f"{CG}: the audit owed 5 acknowledged, the histories 2": 3}
+    assert got["excluded"] == {f"{CG}: the audit owed 5 acknowledged, its per-send table 2": 3}
     assert "3 CG1: the audit owed 5" in judge(p, [got])[1]
 
 
@@ -539,9 +538,9 @@ def test_an_acknowledged_send_no_consumer_received_never_passes_unnoticed(tmp_pa
     p = promise("2m-2s-sync", "ASYNC_FLUSH", "kill-master", "master")
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 3}, 3))[1]
     assert (got["acked_recounted"], got["delivered"]) == (3, 2)
-    assert got["excluded"] == {f"{CG}: the audit counted 3 delivered, the histories 2": 1}
+    assert got["excluded"] == {f"{CG}: the audit counted 3 delivered, its per-send table 2": 1}
     verdict, note = judge(p, [got])
-    assert verdict == "FAIL" and "the audit counted 3 delivered, the histories 2" in note
+    assert verdict == "FAIL" and "the audit counted 3 delivered, its per-send table 2" in note
     # an audit whose per-group figures do not add up (acknowledged = delivered + lost + stranded + parked)
     s = audited_summary(f, {"#1 kill-master broker-a": 3}, 3, 2)
     s["delivery"][CG]["lost"] = 0
@@ -642,6 +641,7 @@ def test_a_torn_send_answer_that_could_hide_a_loss_fails_the_cell(tmp_path):
         tmp_path,
         [("a1", "broker-a", ok)],
         receives=[("a1", None, 3000)],
+        table={"a3": {"first_ms": 1600}},  # the audit's line of the send the invoke begins
         producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "send", "send_id": "a3", "sta',
     )
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
@@ -655,6 +655,7 @@ def test_a_torn_send_answer_that_could_hide_a_loss_fails_the_cell(tmp_path):
         tmp_path,
         [("a1", "broker-a", ok)],
         receives=[("a1", None, 3000), ("a3", None, 3000)],
+        table={"a3": {"first_ms": 1600}},  # the audit's line of the send the invoke begins
         producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "send", "send_id": "a3", "sta',
     )
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
@@ -664,6 +665,7 @@ def test_a_torn_send_answer_that_could_hide_a_loss_fails_the_cell(tmp_path):
         tmp_path,
         [("a1", "broker-a", ok)],
         receives=[("a1", None, 3000)],
+        table={"a3": {"first_ms": 1600}},  # the audit's line of the send the invoke begins
         producer_tail=invoke + '{"client": "p1", "seq": 10, "op": "se',
     )
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
@@ -696,7 +698,7 @@ def test_a_cluster_fault_counts_an_acknowledged_send_parked_on_a_master_and_stay
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 3}, 4, 2, parked=1))[1]
     assert got["acked_recounted"] == 3 and got["excluded"] == {}
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 2}, 4, 2, parked=1))[1]
-    assert got["excluded"] == {"acknowledged the audit counted 2, the histories and stores 3": 1}
+    assert got["excluded"] == {"acknowledged the audit counted 2, its per-send table 3": 1}
 
 
 def test_the_audits_count_of_a_faults_acknowledged_sends_must_be_exact(tmp_path):
@@ -721,6 +723,8 @@ def test_the_audits_count_of_a_faults_acknowledged_sends_must_be_exact(tmp_path)
         ],
         receives=[(sid, None, 13000) for sid in ("a1", "b1", "x1", "r1", "y1")],
         extra_copies=[("broker-a", "y1", "U-y1", TOPIC)],
+        # the audit's word (tests/unit/pipeline/test_delivery_groups.py): y1 is in no group
+        table={"y1": {"group": None, "ambiguous": ["broker-a", "broker-b"]}},
     )
     amb = "acknowledged, stored in two groups, the answer names neither (broker-a, broker-b)"
     for kind, group, right in (
@@ -733,7 +737,5 @@ def test_the_audits_count_of_a_faults_acknowledged_sends_must_be_exact(tmp_path)
         for said in (right - 1, right, right + 1):
             got = cell_samples_by_id(tmp_path, audited_summary(f, {label: said}, 5))[1]
             assert got["acked_recounted"] == right
-            off = (
-                {} if said == right else {f"acknowledged the audit counted {said}, the histories and stores {right}": 1}
-            )
+            off = {} if said == right else {f"acknowledged the audit counted {said}, its per-send table {right}": 1}
             assert got["excluded"] == {amb: 1} | off, (kind, said)

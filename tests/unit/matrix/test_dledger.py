@@ -10,7 +10,7 @@ import pytest
 from rmqha.matrix import cells, dledger, evidence, plan, render, sweeps
 from rmqha.matrix.promises import judge, promise
 
-from .fabricate import CG, TOPIC, summary_of
+from .fabricate import CG, TOPIC, audit_tables, summary_of
 
 pytestmark = pytest.mark.fast
 
@@ -178,7 +178,7 @@ def entry_files(messages):
     return bytes(buf) + encode_blank(64)
 
 
-def fabricate_dledger(rd, sends, receives=(), rounds=(), stored_on=tuple(NODES)):
+def fabricate_dledger(rd, sends, receives=(), rounds=(), stored_on=tuple(NODES), table=None):
     """sends: [(send_id, [(status or None, start_ms, end_ms)])]: every answered try but an ERROR one is stored
     (an ERROR try with a 4th item True too: a timeout on a send the leader kept). receives: [(send_id, at_ms)].
     rounds: [(ts s, {node: (role, term, leaderId, committedIndex, endIndex) or None (did not answer)})]."""
@@ -226,6 +226,15 @@ def fabricate_dledger(rd, sends, receives=(), rounds=(), stored_on=tuple(NODES))
             rows.append(row)
     (rd / "metrics").mkdir(parents=True, exist_ok=True)
     (rd / "metrics" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the audit's tables (its committed entries: every node's, here)
+    audit_tables(
+        rd,
+        [(sid, None, [t[:3] for t in tries]) for sid, tries in sends],
+        [(sid, None, at) for sid, at in receives],
+        None,
+        {GROUP: [(sid, uniq, TOPIC) for sid, uniq in stored]} if stored_on else {},
+        table or {},
+    )
 
 
 def dl_fault(id_, kind, start, end, target, leader="broker-n0"):
@@ -365,7 +374,9 @@ def test_a_planted_loss_in_a_dledger_cell_fails_it(tmp_path):
     sends = [(f"s{k}", [("SEND_OK", 1000 + 500 * k, 1005 + 500 * k)]) for k in range(6)]
     up = {"broker-n0": (L, 1, "n0", 10, 10), "broker-n1": (F, 1, "n0", 10, 10), "broker-n2": (F, 1, "n0", 10, 10)}
     rounds = [(t / 2, up | ({"broker-n2": None} if 4 <= t <= 6 else {})) for t in range(1, 12)]
-    fabricate_dledger(tmp_path, sends, [(f"s{k}", 20000) for k in range(6) if k != 3], rounds)
+    # the audit reads no copy of s3: no group
+    s3 = {"s3": {"group": None, "stored": False}}
+    fabricate_dledger(tmp_path, sends, [(f"s{k}", 20000) for k in range(6) if k != 3], rounds, table=s3)
     rd = tmp_path / "nodes"
     for node, self_id in NODES.items():
         stored = [(f"s{k}", f"U-s{k}-1") for k in range(6) if k != 3]

@@ -9,7 +9,7 @@ import os
 
 from rmqha.broker.store.record import Message
 from rmqha.runs.history import HistoryWriter
-from rmqha.pipeline import delivery
+from rmqha.pipeline import delivery, delivery_table
 from rmqha.pipeline.verdict import FAIL, WARN
 
 from .test_delivery import GROUP, T0, _deliver, _histories
@@ -139,6 +139,34 @@ def test_a_send_is_the_group_that_acknowledged_it_and_an_ambiguous_one_is_named(
     amb = v[(delivery.ID_AMBIGUOUS, GROUP)]
     assert amb.status == WARN and amb.detail.startswith("1 acknowledged send(s)")
     assert "y1 (broker-a, broker-b)" in amb.detail and "z1" not in amb.detail and "w1" not in amb.detail
+    # the per-send and per-try tables the matrix slices (delivery_table.py) place every send and try the same way
+    sends = {x["send_id"]: x for x in _jsonl(out, delivery_table.SENDS_FILE)}
+    assert len(sends) == 21 and {x["state"] for x in sends.values()} == {"acked"}
+    assert [(sid, sends[sid]["group"], sends[sid]["ambiguous"]) for sid in ("x1", "y1", "z1", "w1", "d1")] == [
+        ("x1", "broker-b", None),
+        ("y1", None, ["broker-a", "broker-b"]),
+        ("z1", "broker-b", None),
+        ("w1", "broker-b", None),
+        ("d1", "broker-b", None),
+    ]
+    assert sum(x["group"] == "broker-a" for x in sends.values()) == 10
+    assert sends["d1"]["parked"] and not sends["x1"]["parked"] and all(x["stored"] for x in sends.values())
+    assert (sends["x1"]["owed"], sends["x1"]["received"]) == ([GROUP], [])
+    assert (sends["y1"]["received"], sends["y1"]["duplicates"]) == ([GROUP], 0)
+    tries = [(x["send_id"], x["status"], x["group"]) for x in _jsonl(out, delivery_table.TRIES_FILE)]
+    assert [t for t in tries if t[0] in ("x1", "y1", "z1", "w1")] == [
+        ("w1", "SEND_OK", "broker-b"),
+        ("x1", "ERROR", None),  # a timeout names no broker
+        ("x1", "SEND_OK", "broker-b"),
+        ("y1", "SEND_OK", None),
+        ("z1", "SEND_OK", "broker-b"),
+    ]
+    assert len(tries) == 22 and sum(t[2] == "broker-a" for t in tries) == 10
+
+
+def _jsonl(out, name):
+    with open(os.path.join(out, name)) as fh:
+        return [json.loads(x) for x in fh]
 
 
 def test_a_lost_send_in_no_group_is_backlog_when_some_groups_queue_never_reached_it(spark, run_builder):
