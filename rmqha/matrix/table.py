@@ -19,7 +19,8 @@ from .histories import check_lines, history_paths, judge_torn
 class RunTable:
     """sends:    send_id -> its line of report/sends.jsonl (state, first_ms, acked_ms, group, ambiguous,
                  stored, parked, owed, received, duplicates), in the order of their first try
-    tries:    [(start_ms, end_ms, status, group)] every answered try (status ERROR: no broker's answer)
+    tries:    [(start_ms, end_ms, status, group)] every answered try (status ERROR: no broker's answer), in
+              the order of their start (then of their recorder's seq)
     audited:  whether the audit wrote the tables (an audit older than them did not)
     stores:   whether any node's commit log is in the run folder (without one no send has a group)
     excluded: [(kind, reason, where, ms or None)] records left out of every figure (None: no time known)"""
@@ -87,7 +88,8 @@ def run_table(run: Path) -> RunTable | None:
     if t.audited:
         rows = sorted(_lines(report / SENDS_FILE), key=lambda s: (lines.first.get(s["send_id"], (0, 0)), s["send_id"]))
         t.sends = {s["send_id"]: s for s in rows}
-        t.tries = [(x["start_ms"], x["end_ms"], x["status"], x["group"]) for x in _lines(report / TRIES_FILE)]
+        tries = sorted(_lines(report / TRIES_FILE), key=lambda x: (x["start_ms"], x.get("seq") or 0))
+        t.tries = [(x["start_ms"], x["end_ms"], x["status"], x["group"]) for x in tries]
     judge_torn(lines, lambda x: x in t.sends and t.sends[x]["state"] != "acked" and not t.delivered(x))
     t.excluded = lines.excluded
     _exclude_unplaced_acks(t)

@@ -16,7 +16,7 @@ OUT/sends.jsonl, one line per logical send (every try of one send_id), sorted by
     window and topics it falls in), received (the groups that received it), duplicates (receives beyond
     each group's first, delivery_acks.receives_per_send's)
 OUT/tries.jsonl, one line per answered try, sorted by send_id and start:
-    send_id, start_ms, end_ms, status (a SEND_STATUSES answer, else ERROR), group (the group that answered
+    send_id, seq (its line's place in its recorder), start_ms, end_ms, status (a SEND_STATUSES answer, else ERROR), group (the group that answered
     it; an ERROR only when the recorder wrote one)
 
 The matrix (rmqha/matrix/figures.py) slices them per fault. Tests: tests/unit/pipeline/test_delivery_table.py.
@@ -121,6 +121,7 @@ def _try_groups(h, sends, copies):
         h.filter((F.col("op") == "send") & F.col("send_id").isNotNull())
         .select(
             "send_id",
+            F.coalesce("seq", F.lit(0)).alias("seq"),
             F.coalesce("start_ms", F.lit(0)).alias("start_ms"),
             F.coalesce("end_ms", "start_ms", F.lit(0)).alias("end_ms"),
             F.when(F.col("status").isin(*SEND_STATUSES), F.col("status")).otherwise("ERROR").alias("status"),
@@ -152,7 +153,7 @@ def _try_groups(h, sends, copies):
         .withColumn(
             "group", F.when(F.col("status") == "ERROR", F.col("named")).otherwise(F.coalesce("named", "t_group"))
         )
-        .select("send_id", "start_ms", "end_ms", "status", "group")
+        .select("send_id", "seq", "start_ms", "end_ms", "status", "group")
     )
 
 
@@ -210,9 +211,5 @@ def _stream(df, path: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         for r in df.toLocalIterator():
-            d = r.asDict()
-            for k, v in d.items():
-                if isinstance(v, int) and not isinstance(v, bool):
-                    d[k] = int(v)
-            fh.write(json.dumps(d, sort_keys=True) + "\n")
+            fh.write(json.dumps(r.asDict(), sort_keys=True) + "\n")
     os.replace(tmp, path)
