@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import random
 
+from rmqha.broker.support.beans import forwarded
+
 from .config import DLedgerConfig, Rules
 from .effects import PersistTerm, Reply, RoleChanged, Send
 from .protocol import (
@@ -79,13 +81,8 @@ class MemberState:
         self.effects: list = []
 
     # --- the ledger end, from the log ------------------------------------------------------------
-    @property
-    def ledger_end_index(self) -> int:
-        return self.log.end_index
-
-    @property
-    def ledger_end_term(self) -> int:
-        return self.log.end_term
+    ledger_end_index: int = forwarded("log.end_index")
+    ledger_end_term: int = forwarded("log.end_term")
 
     def peer_size(self) -> int:
         return len(self.peer_map)

@@ -38,6 +38,7 @@ from .protocol import (
     request_code,
 )
 from .replication import EntryHandler, EntryPusher, Rules
+from rmqha.broker.support.beans import forwarded
 
 # The largest term a request or an answer may carry (ours; review 2, A2). Far beyond any real group's
 # (a term is one election round, a few a second at most) and far below 2**63 - 1, so that a node can
@@ -74,17 +75,9 @@ class DLedgerNode:
         self.auto_transfer: LeadershipTransferRequest | None = None  # the preferred-leader one under way
         self.auto_transfers = 0  # started by checkPreferredLeader
 
-    @property
-    def self_id(self) -> str:
-        return self.ms.self_id
-
-    @property
-    def role(self) -> str:
-        return self.ms.role
-
-    @property
-    def term(self) -> int:
-        return self.ms.term
+    self_id: str = forwarded("ms.self_id")
+    role: str = forwarded("ms.role")
+    term: int = forwarded("ms.term")
 
     def lease_valid(self, now: float) -> bool:
         """Leader with a quorum's acknowledgement within maxHeartBeatLeak heartbeat intervals

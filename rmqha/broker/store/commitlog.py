@@ -14,6 +14,7 @@ from typing import Literal, Protocol, overload
 from . import record
 from .mapped_file import MappedFile, MappedFileQueue, StoreError
 from .record import BytesLike, Scan
+from rmqha.broker.support.beans import forwarded
 
 log = logging.getLogger("rmqha.broker.store.commitlog")
 
@@ -66,13 +67,8 @@ class CommitLog:
     def load(self) -> None:
         self.queue.load()
 
-    @property
-    def min_offset(self) -> int:
-        return self.queue.min_offset
-
-    @property
-    def max_offset(self) -> int:
-        return self.queue.max_offset
+    min_offset: int = forwarded("queue.min_offset")
+    max_offset: int = forwarded("queue.max_offset")
 
     def last_file_start(self) -> int:
         """Start of the last mapped file, where the HA writer begins for an empty slave."""

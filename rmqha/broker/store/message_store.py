@@ -36,6 +36,7 @@ from .mapped_file import DiskFullError, MappedFile, StoreError, create_durably, 
 from .offset_lease import LEASE_FILE, QueueOffsetLease
 from .outcome import PutResult as PutResult, PutStatus as PutStatus  # re-exported: importers read them here
 from .record import BytesLike, Scan
+from rmqha.broker.support.beans import forwarded
 
 log = logging.getLogger("rmqha.broker.store")
 _limiter = LogLimiter(log)
@@ -310,13 +311,8 @@ class MessageStore:
         cq = self.queues.get((topic, queue_id))
         return cq.min_index if cq else 0
 
-    @property
-    def max_offset(self) -> int:
-        return self.commitlog.max_offset
-
-    @property
-    def min_offset(self) -> int:
-        return self.commitlog.min_offset
+    max_offset: int = forwarded("commitlog.max_offset")
+    min_offset: int = forwarded("commitlog.min_offset")
 
     # -- master: writing --------------------------------------------------------------------------
     def _stamp(self, msg: record.Message) -> PutResult | None:

@@ -6,6 +6,7 @@ tests/unit/support/test_beans.py."""
 from __future__ import annotations
 
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 
@@ -31,3 +32,9 @@ def _parse(properties: str) -> tuple[tuple[str, str], ...]:
         key, eq, attr = item.partition("=")
         out.append((key, attr) if eq else (camel(item), item))
     return tuple(out)
+
+
+def forwarded(path: str) -> Any:
+    """A read-only property that is a member's: `min_offset = forwarded("queue.min_offset")` (a Java getter
+    that returns its field's getter, getMinOffset() { return queue.getMinOffset(); })."""
+    return property(attrgetter(path), doc=f"self.{path}")

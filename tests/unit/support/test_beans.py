@@ -23,3 +23,24 @@ def test_a_missing_attribute_is_an_error_not_a_missing_key():
     obj = SimpleNamespace(syncs=1)
     with pytest.raises(AttributeError, match="failures"):
         bean_json(obj, "syncs failures")
+
+
+def test_forwarded_reads_the_members_value_each_time_and_cannot_be_set():
+    from types import SimpleNamespace
+
+    import pytest
+
+    from rmqha.broker.support.beans import forwarded
+
+    class Store:
+        max_offset = forwarded("log.end")
+
+        def __init__(self):
+            self.log = SimpleNamespace(end=7)
+
+    s = Store()
+    assert s.max_offset == 7
+    s.log.end = 9
+    assert s.max_offset == 9
+    with pytest.raises(AttributeError):
+        s.max_offset = 1
