@@ -30,13 +30,16 @@ TWO_BY_TWO = topology(("broker-a", 1), ("broker-b", 1))  # 2m-2s: two groups, a 
 
 
 class Clock:
-    """time.monotonic() for Nemesis.run (patched in as the module's `time`), in seconds."""
+    """time.monotonic() and time.sleep() for the nemesis (patched in as the module's `time`), in seconds."""
 
     def __init__(self, now: float = 100.0):
         self.now = now
 
     def monotonic(self) -> float:
         return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class FakeStop:

@@ -332,6 +332,13 @@ def test_a_leader_that_does_not_answer_is_found_by_its_followers():
     assert nemesis._leader_now(h, G) == N1
     h.statuses = {N0: {"dledger": {"role": "CANDIDATE", "term": 4, "leaderId": None}}, N1: None, N2: None}
     assert nemesis._leader_now(h, G) is None  # an election: nobody to fault yet
+    # a follower that reports no term counts as term 0: the one that names the term-1 leader wins
+    h.statuses = {
+        N0: {"dledger": {"role": "FOLLOWER", "term": 1, "leaderId": "n0"}},
+        N1: None,
+        N2: {"dledger": {"role": "FOLLOWER", "leaderId": "n2"}},
+    }
+    assert nemesis._leader_now(h, G) == N0
 
 
 def test_a_leader_fault_is_held_from_when_it_took_effect_and_the_rest_moves_with_it(monkeypatch):

@@ -638,3 +638,15 @@ def test_a_fault_held_for_no_time_is_healed_right_after_its_inject(clock):
         (102.0, "resume", AS),
         (102.0, "resume", A),
     ]
+
+
+def test_slave_then_master_power_loss_cuts_the_master_gap_s_after_its_slaves(clock):
+    """What the master acknowledged in the gap was only ever on it: the gap must really pass, and the
+    fault log keeps what each node's cut dropped."""
+    h = FakeHandle(clock=clock)
+    h.returns["power_loss"] = {"droppedBytes": 100}
+    info = Nemesis(h).inject(fault("slave-then-master-power-loss", A, {"gap_s": 2.5}))
+    assert h.timeline() == [(100.0, "power_loss", AS), (102.5, "power_loss", A)]
+    assert info == {"nodes": {AS: {"droppedBytes": 100}, A: {"droppedBytes": 100}}}
+    Nemesis(h).inject(fault("slave-then-master-power-loss", B, {}))  # no gap drawn: none waited
+    assert h.timeline()[2:] == [(102.5, "power_loss", BS), (102.5, "power_loss", B)]
