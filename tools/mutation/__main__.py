@@ -103,7 +103,7 @@ def run_module(
             file=out,
         )
     tests = test_files(spec["tests"], root)
-    engine.preload(name, root)
+    at_import = engine.preload(name, root)
     started = time.monotonic()
     with tempfile.NamedTemporaryFile(suffix=".json") as rec:
         outcome, report.baseline_s = engine.run_child(name, None, tests, root, timeout=600, record=rec.name)
@@ -120,11 +120,16 @@ def run_module(
             report.not_run.append(m)
             continue
         select = None if all_tests else reached.tests_for(m.span)
+        # code no test runs but the module's import did (a factory filling a table): every test, with the
+        # tables the mutated module builds
+        rebind = select == [] and m.span is not None and any(n in at_import for n in range(m.span[0], m.span[1] + 1))
+        if rebind:
+            select = None
         if select == []:  # no test executes its lines: nothing to run
             r = engine.Result(m, "survived")
         else:
             files = tests if select is None else reach.files_of(select, root)
-            r = engine.run_mutant(m, source, files, root, timeout, select=select)
+            r = engine.run_mutant(m, source, files, root, timeout, select=select, rebind=rebind)
         if m.equivalent:
             report.equivalent.append(m)
             if r.outcome in ("killed", "timeout"):

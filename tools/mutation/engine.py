@@ -33,6 +33,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 import time
 import types
 from dataclasses import dataclass, field
@@ -192,8 +193,8 @@ class _Mutator(ast.NodeTransformer):
         self._scope.append(node.name)
         self._in_function += 1
         # defaults are mutated (evaluated at definition time, copied into the live function): one acts
-        # wherever the function runs
-        outer, self._span_of = self._span_of, (node.lineno, node.end_lineno or node.lineno)
+        # wherever the function runs, that is where its body runs (its def line also runs at import)
+        outer, self._span_of = self._span_of, (node.body[0].lineno, node.end_lineno or node.lineno)
         node.args.defaults = [self.visit(d) for d in node.args.defaults]
         node.args.kw_defaults = [self.visit(d) if d is not None else None for d in node.args.kw_defaults]
         self._span_of = outer
@@ -464,6 +465,7 @@ class Incompatible(Exception):
 
 
 _SIMPLE = (int, float, bool, str, bytes)
+_CONTAINERS = (dict, list, tuple, set, frozenset)
 _MISSING = object()
 
 
@@ -570,9 +572,10 @@ def _patch_member(old, new, seen, owner=None, name=None) -> int:
     return 0
 
 
-def apply(mod, tree: ast.Module) -> int:
+def apply(mod, tree: ast.Module, rebind: bool = False) -> int:
     """Execute the mutated module beside the live one and copy what differs into it. Returns how many
-    functions and values were replaced."""
+    functions and values were replaced. rebind: a mutant of code that ran at import; the module's
+    containers (a table of actions built by a factory) are replaced by the ones the mutated module built."""
     ns = {"__name__": mod.__name__, "__package__": mod.__package__, "__file__": mod.__file__, "__builtins__": builtins}
     exec(compile(tree, mod.__file__, "exec"), ns)
     changed, seen = 0, set()
@@ -580,7 +583,7 @@ def apply(mod, tree: ast.Module) -> int:
         old = mod.__dict__.get(name, _MISSING)
         if old is _MISSING or name.startswith("__"):
             continue
-        if isinstance(old, _SIMPLE) and isinstance(new, _SIMPLE):
+        if (isinstance(old, _SIMPLE) and isinstance(new, _SIMPLE)) or (rebind and isinstance(old, _CONTAINERS)):
             if type(old) is type(new) and old == new:
                 continue
             for other in list(sys.modules.values()):  # `from module import NAME` copies the value
@@ -651,14 +654,20 @@ def _inside(path: str, root: str) -> bool:
 
 
 def _child(
-    module: str, tree: ast.Module | None, tests: list[str], root: str, record: str | None, select: list[str] | None
+    module: str,
+    tree: ast.Module | None,
+    tests: list[str],
+    root: str,
+    record: str | None,
+    select: list[str] | None,
+    rebind: bool = False,
 ) -> int:
     """In the forked child: load the module from root, apply the mutant, run pytest (recording which
     lines each test reaches into `record`, or running only the tests `select`). Returns the exit code."""
     try:
         mod = importlib.import_module(module)
         if tree is not None:
-            if not apply(mod, tree):
+            if not apply(mod, tree, rebind):
                 return EXIT_NOT_APPLIED
     except Incompatible:
         return EXIT_INCOMPATIBLE
@@ -689,17 +698,29 @@ def _child(
         return 3
 
 
-def preload(module: str, root: str) -> None:
+def preload(module: str, root: str) -> set[int]:
     """Import the module (and pytest) once in the parent: every forked child then starts with it loaded
-    instead of importing it (and Twisted) again, ~0.5 s a mutant. The child still checks where it came from."""
+    instead of importing it (and Twisted) again, ~0.5 s a mutant. The child still checks where it came
+    from. Returns the module's lines that ran while it was imported (reach.py: a function that only runs
+    then, such as a factory building a table, is reached by no test; empty when it was already loaded)."""
     import pytest  # noqa: F401
 
+    from . import reach
+
+    rec = reach.Recorder(module_path(module, root))
+    first = module not in sys.modules
     try:
+        if first:
+            rec.start()
         mod = importlib.import_module(module)
     except Exception as e:
         raise SystemExit(f"{module}: does not import ({type(e).__name__}: {e}); fix that first") from e
+    finally:
+        sys.settrace(None)
+        threading.settrace(None)  # type: ignore[arg-type]
     if not _inside(mod.__file__, root):
         raise SystemExit(f"{module}: imported from {mod.__file__}, not from the run's tree {root}")
+    return rec.hits.get(reach.COLLECTION, set())
 
 
 def run_child(
@@ -711,6 +732,7 @@ def run_child(
     *,
     record: str | None = None,
     select: list[str] | None = None,
+    rebind: bool = False,
 ) -> tuple[str, float]:
     """Fork; in the child apply the mutant (None: none) and run pytest. (outcome, seconds).
     record: a file for the lines each test reaches (reach.Recorder); select: only these test ids.
@@ -729,7 +751,7 @@ def run_child(
             os.dup2(null, 2)
             sys.stdout = sys.stderr = open(os.devnull, "w")
             os.setpgid(0, 0)
-            code = _child(module, tree, tests, root, record, select)
+            code = _child(module, tree, tests, root, record, select, rebind)
         finally:
             os._exit(code)
     deadline = started + timeout
@@ -759,12 +781,18 @@ def run_child(
 
 
 def run_mutant(
-    mutant: Mutant, source: str, tests: list[str], root: str, timeout: float, select: list[str] | None = None
+    mutant: Mutant,
+    source: str,
+    tests: list[str],
+    root: str,
+    timeout: float,
+    select: list[str] | None = None,
+    rebind: bool = False,
 ) -> Result:
     path = module_path(mutant.module, root)
     tree = mutated_tree(source, path, mutant.index)
     compile(tree, path, "exec")  # a mutant that does not compile is a bug of this tool: raise here
-    outcome, seconds = run_child(mutant.module, tree, tests, root, timeout, select=select)
+    outcome, seconds = run_child(mutant.module, tree, tests, root, timeout, select=select, rebind=rebind)
     return Result(mutant, outcome, seconds)
 
 
