@@ -7,6 +7,7 @@ import argparse
 import os
 
 from rmqha.cluster.implementations import add_arguments
+from rmqha.cluster.topology import add_set_argument
 from rmqha.runs.faults import ALL_FAULTS, DEFAULT_FAULTS
 
 ORDERLY_TOPIC = "TopicChaosOrderly"  # --orderly-rate: the workload's orderly lane
@@ -32,13 +33,7 @@ def _add_cluster_options(ap: argparse.ArgumentParser) -> None:
     add_arguments(ap)
     ap.add_argument("--name", default="chaos", help="cluster name, run folder run/<name> (default chaos)")
     ap.add_argument("--base-port", type=int, default=None, help="passed to `cluster up` when it starts one")
-    ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="[NODE:]KEY=VALUE",
-        help="extra broker config when the run starts the cluster (e.g. flushDiskType=SYNC_FLUSH)",
-    )
+    add_set_argument(ap, "extra broker config when the run starts the cluster (e.g. flushDiskType=SYNC_FLUSH)")
     ap.add_argument(
         "--acl",
         action="store_true",

@@ -12,7 +12,7 @@ from . import runfolder as rf
 from .backend import BACKENDS, UpOptions, attach, backend_class
 from .implementations import add_arguments, parse_choice
 from .status import collect, render_json, render_table
-from .topology import TOPOLOGIES, PortPlan, load_topology, parse_sets
+from .topology import TOPOLOGIES, PortPlan, add_set_argument, load_topology, parse_sets
 from .wait import REGISTRATION_MODES, ProcessExited, wait_ready
 
 EPILOG = """\
@@ -60,13 +60,7 @@ def _add_up(sub) -> None:
         "base-2 .. base+47, the name server 9876 for 10911, else base+47",
     )
     up.add_argument("--namesrv-port", type=int, default=None, help="name server port (default: see --base-port)")
-    up.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="[NODE:]KEY=VALUE",
-        help="extra broker config for every broker, or for one node (repeatable)",
-    )
+    add_set_argument(up, "extra broker config for every broker, or for one node (repeatable)")
     up.add_argument("--fresh", action="store_true", help="wipe stores kept by an earlier `down --keep-data`")
     up.add_argument(
         "--acl",

@@ -31,6 +31,7 @@ from . import ClusterError
 from . import runfolder as rf
 from .runfolder import tail
 from .topology import PortPlan, Topology
+from rmqha.runs.layout import NODE_JSON_KEYS, write_node_json
 
 
 @dataclass
@@ -151,6 +152,20 @@ BACKENDS = {
     "local": ("rmqha.cluster.local_backend", "LocalBackend"),
     "docker": ("rmqha.cluster.docker_backend", "DockerBackend"),
 }
+
+
+def node_record(run_dir: Path, topology: Topology, n, c, host: str, backend: str, kind: str, overrides: dict) -> dict:
+    """The part of a node's record in the state that both backends write (its node.json written too)."""
+    node = rf.node_record(n.name, c, host, backend)
+    write_node_json(rf.node_dir(run_dir, node["name"]), node, NODE_JSON_KEYS)
+    return {
+        **node,
+        "implementation": kind,
+        "statusUrl": f"http://{host}:{c.metrics_port}/status",
+        "master": None if n.is_master else topology.master_of(n).name,
+        "conf": str(n.conf_file),
+        "overrides": overrides,
+    }
 
 
 def state_head(

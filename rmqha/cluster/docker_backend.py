@@ -64,12 +64,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from rmqha.runs.layout import NODE_JSON_KEYS, write_node_json
 
 from . import ClusterError
 from . import acl
 from . import runfolder as rf
-from .backend import Backend, ProcessState, UpOptions, state_head
+from .backend import Backend, ProcessState, UpOptions, node_record, state_head
 from .implementations import BrokerChoice, apache, apache_image
 from .process import pid_alive
 from .docker_links import CONTAINER_STORE, proxies_and_configs, proxy5_link, toxiproxy_proxies
@@ -300,9 +299,6 @@ def _node_records(
     nodes = []
     for n in topology.nodes:
         c = configs[n.name]
-        master = None if n.is_master else topology.master_of(n).name
-        node = rf.node_record(n.name, c, host, backend)
-        write_node_json(rf.node_dir(run_dir, node["name"]), node, NODE_JSON_KEYS)
         v = env_var(n.name)
         env[f"{v}_PORT"] = str(c.listenPort)
         env[f"{v}_VIP_PORT"] = str(c.fast_listen_port)
@@ -312,14 +308,9 @@ def _node_records(
         env.update(service_env)
         nodes.append(
             {
-                **node,
+                **node_record(run_dir, topology, n, c, host, backend, kind, overrides[n.name]),
                 **keys,
-                "implementation": kind,
                 "composeProject": project,
-                "statusUrl": f"http://{host}:{c.metrics_port}/status",
-                "master": master,
-                "conf": str(n.conf_file),
-                "overrides": overrides[n.name],
                 "service": n.name,
                 "store": str(rf.store_dir(run_dir, n.name)),
                 "containerStore": CONTAINER_STORE,

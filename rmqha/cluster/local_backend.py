@@ -13,12 +13,11 @@ import threading
 import time
 from pathlib import Path
 
-from rmqha.runs.layout import NODE_JSON_KEYS, write_node_json
 
 from . import ClusterError
 from . import acl
 from . import runfolder as rf
-from .backend import Backend, ProcessState, UpOptions, state_head
+from .backend import Backend, ProcessState, UpOptions, node_record, state_head
 from .implementations import BrokerChoice, check_available, implementation, parse_choice
 from .topology import CLUSTER_PORT_SPAN, PortPlan, Topology, effective_config, node_overrides
 
@@ -187,22 +186,13 @@ def _node_records(
     nodes = []
     for n in topology.nodes:
         c = configs[n.name]
-        master = None if n.is_master else topology.master_of(n).name
-        node = rf.node_record(n.name, c, host, backend)
-        write_node_json(rf.node_dir(run_dir, node["name"]), node, NODE_JSON_KEYS)
+        kind = (choice or BrokerChoice()).of(n.name)
         nodes.append(
             {
-                **node,
-                "statusUrl": f"http://{host}:{c.metrics_port}/status",
-                "implementation": (choice or BrokerChoice()).of(n.name),
-                "master": master,
-                "conf": str(n.conf_file),
+                **node_record(run_dir, topology, n, c, host, backend, kind, overrides[n.name]),
                 "properties": str(
-                    implementation((choice or BrokerChoice()).of(n.name)).write_run_properties(
-                        run_dir, n.name, n.conf_file, overrides[n.name]
-                    )
+                    implementation(kind).write_run_properties(run_dir, n.name, n.conf_file, overrides[n.name])
                 ),
-                "overrides": overrides[n.name],
                 "log": str(rf.broker_log(run_dir, n.name)),
                 "store": c.storePathRootDir,
             }

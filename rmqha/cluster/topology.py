@@ -278,6 +278,11 @@ class PortPlan:
         return out
 
 
+def add_set_argument(parser, help: str) -> None:
+    """The repeatable `--set [NODE:]KEY=VALUE` option that parse_sets reads (the cluster CLI, chaos runs)."""
+    parser.add_argument("--set", action="append", default=[], metavar="[NODE:]KEY=VALUE", help=help)
+
+
 def parse_sets(items: list[str], topology: Topology) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     """`--set KEY=VALUE` (every broker) and `--set NODE:KEY=VALUE` (one broker)."""
     common: dict[str, str] = {}

@@ -59,17 +59,10 @@ def pytest_addoption(parser):
         help="where clusters run: docker containers with Toxiproxy links (default), or local processes "
         "(node faults only); a test's @pytest.mark.rocketmq(backend=...) wins",
     )
-    g.addoption(
-        "--rocketmq-broker",
-        default=os.environ.get("BROKER") or "ours",
-        help="which broker runs the nodes: ours (default), apache (a 4.9.x binary distribution, "
-        "--rocketmq-home), rust (`make peer-broker`), or mixed: ours,broker-a-s=apache",
-    )
-    g.addoption(
-        "--rocketmq-home",
-        default=os.environ.get("ROCKETMQ_HOME") or None,
-        help="Apache RocketMQ's binary distribution (bin/mqbroker, lib/, conf/) for broker apache",
-    )
+    from rmqha.cluster.implementations import broker_options
+
+    for flag, keywords in broker_options("--rocketmq-"):
+        g.addoption(flag, **keywords)
     g.addoption(
         "--rocketmq-topology",
         default=os.environ.get("RMQKIT_TOPOLOGY") or "2m-2s-sync",

@@ -370,13 +370,17 @@ class RemotingProtocol(Protocol):
                 self.peer,
             )
 
+    def _log_about(self, request: RemotingCommand, level: int, key: tuple, fmt: str, detail) -> None:
+        """A line about one request, rate-limited per `key` and request code; fmt takes the code, the
+        peer and `detail`."""
+        self.registry.limiter.log(level, (*key, request.code), fmt, request.code, self.peer, detail)
+
     def _log_reply_failure(self, failure: Failure, request: RemotingCommand) -> None:
-        self.registry.limiter.log(
+        self._log_about(
+            request,
             logging.ERROR,
-            ("reply failed", request.code),
+            ("reply failed",),
             "replying to request code %d from %s failed: %s",
-            request.code,
-            self.peer,
             failure.getTraceback(),
         )
 
@@ -398,22 +402,14 @@ class RemotingProtocol(Protocol):
         as one line; our own failure is logged with its traceback and answered without Python text."""
         e = failure.value
         if isinstance(e, BadRequest):
-            self.registry.limiter.log(
-                logging.WARNING,
-                ("bad request", request.code),
-                "request code %d from %s refused: %s",
-                request.code,
-                self.peer,
-                e,
-            )
+            self._log_about(request, logging.WARNING, ("bad request",), "request code %d from %s refused: %s", e)
             text = str(e)
         else:
-            self.registry.limiter.log(
+            self._log_about(
+                request,
                 logging.ERROR,
-                ("internal error", request.code, type(e).__name__),
+                ("internal error", type(e).__name__),
                 "processing request code %d from %s failed:\n%s",
-                request.code,
-                self.peer,
                 failure.getTraceback(),
             )
             text = (

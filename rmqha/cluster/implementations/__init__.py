@@ -127,16 +127,32 @@ class Launch:
     env: dict
 
 
+def broker_options(prefix: str = "--") -> list[tuple[str, dict]]:
+    """The options that choose the broker implementation, as (flag, argparse keywords): --broker and
+    --rocketmq-home for the cluster CLI and chaos runs, --rocketmq-broker and --rocketmq-home for the
+    pytest plugin (prefix "--rocketmq-")."""
+    return [
+        (
+            f"{prefix}broker",
+            {
+                "default": os.environ.get("BROKER") or DEFAULT,
+                "help": "which broker runs each node: ours (default), apache (a 4.9.x binary distribution, "
+                "--rocketmq-home), rust (`make peer-broker`); mixed: ours,broker-a-s=apache; the name "
+                "server: ...,namesrv=ours",
+            },
+        ),
+        (
+            "--rocketmq-home",
+            {
+                "default": os.environ.get("ROCKETMQ_HOME") or None,
+                "help": "Apache RocketMQ's binary distribution (bin/mqbroker, lib/, conf/) for broker apache "
+                "(default $ROCKETMQ_HOME)",
+            },
+        ),
+    ]
+
+
 def add_arguments(p) -> None:
     """--broker and --rocketmq-home on an argparse parser (the cluster CLI and chaos runs)."""
-    p.add_argument(
-        "--broker",
-        default=os.environ.get("BROKER") or DEFAULT,
-        help="which broker runs each node: ours (default), apache (a 4.9.x distribution, --rocketmq-home), "
-        "rust (`make peer-broker`); mixed: ours,broker-a-s=apache; the name server: ...,namesrv=ours",
-    )
-    p.add_argument(
-        "--rocketmq-home",
-        default=os.environ.get("ROCKETMQ_HOME") or None,
-        help="Apache RocketMQ's binary distribution for --broker apache (default $ROCKETMQ_HOME)",
-    )
+    for flag, keywords in broker_options():
+        p.add_argument(flag, **keywords)
