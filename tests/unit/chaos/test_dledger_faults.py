@@ -310,6 +310,9 @@ def test_a_leader_fault_that_cannot_be_held_long_enough_before_the_quiet_end_is_
     sched = make_schedule(random.Random(2), ["kill-leader"], DLHandle(leaders=[N1]), 20)
     assert [f.hold for f in sched] == [12.0] and sched[0].at + sched[0].hold <= 20 - 4.0
     assert make_schedule(random.Random(2), ["kill-leader"], DLHandle(leaders=[N1]), 12) == []
+    # a raised hold that ends exactly where the quiet end begins still fits (3 + 12 = 15 = 20 - 5)
+    exact = make_schedule(random.Random(2), ["kill-leader"], DLHandle(leaders=[N1]), 20, warmup=3.0, quiet=5.0)
+    assert [(f.at, f.hold) for f in exact] == [(3.0, 12.0)]
 
 
 def test_mixed_clusters_judge_each_group_by_its_own_mode():
