@@ -19,16 +19,18 @@ sys.exit(int(os.environ.get("FAKE_RC", "0")))
 
 
 @pytest.fixture
-def rc(tmp_path):
+def fake_client(tmp_path):
+    # not named `rc`: that name is the real Rust client, and a test asking for it waits for its build
+    # (tests/conftest.py)
     binary = tmp_path / "rmq-rust-client"
     binary.write_text(FAKE)
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
     return RustClient(binary)
 
 
-def test_options_become_cli_arguments(rc, monkeypatch):
+def test_options_become_cli_arguments(fake_client, monkeypatch):
     monkeypatch.delenv("FAKE_OUT", raising=False)
-    out = rc.admin(
+    out = fake_client.admin(
         "ns:9876",
         "sub-group",
         "create",
@@ -60,12 +62,12 @@ def test_options_become_cli_arguments(rc, monkeypatch):
     }
 
 
-def test_the_last_object_is_the_result(rc, monkeypatch):
+def test_the_last_object_is_the_result(fake_client, monkeypatch):
     monkeypatch.setenv("FAKE_OUT", json.dumps({"value": "v1"}))
-    assert rc.admin("ns:1", "kv", "get", namespace="N", key="K") == {"value": "v1"}
+    assert fake_client.admin("ns:1", "kv", "get", namespace="N", key="K") == {"value": "v1"}
 
 
-def test_a_failed_call_raises_or_comes_back_with_its_error(rc, monkeypatch):
+def test_a_failed_call_raises_or_comes_back_with_its_error(fake_client, monkeypatch):
     failure = {
         "error": "core.argument.invalid: Argument is invalid",
         "errorCode": 22,
@@ -75,8 +77,8 @@ def test_a_failed_call_raises_or_comes_back_with_its_error(rc, monkeypatch):
     monkeypatch.setenv("FAKE_OUT", json.dumps(failure))
     monkeypatch.setenv("FAKE_RC", "3")
     with pytest.raises(RustClientError, match="No config item, Namespace: N"):
-        rc.admin("ns:1", "kv", "list", namespace="N")
-    assert rc.admin("ns:1", "kv", "list", namespace="N", check=False) == failure
+        fake_client.admin("ns:1", "kv", "list", namespace="N")
+    assert fake_client.admin("ns:1", "kv", "list", namespace="N", check=False) == failure
 
 
 def test_queue_key_reads_the_crates_message_queue_keys():
