@@ -293,3 +293,17 @@ def test_a_group_power_loss_comes_last_and_on_another_group_than_the_master_powe
         sched = make_sweep(random.Random(seed), kinds, h)
         assert [(f.kind, f.role) for f in sched][-2:] == [("power-loss", "master"), ("group-power-loss", "master")]
         assert sched[-1].group != sched[-2].group  # the first may fork its group: the second would not count
+
+
+def test_a_later_power_cut_avoids_the_groups_hit_before_by_group_even_when_nodes_are_named_otherwise():
+    nodes = [
+        {"name": "a1", "brokerName": "broker-a", "master": None},
+        {"name": "a2", "brokerName": "broker-a", "master": "a1"},
+        {"name": "b1", "brokerName": "broker-b", "master": None},
+        {"name": "b2", "brokerName": "broker-b", "master": "b1"},
+    ]
+    h = FakeHandle(state_nodes=nodes)
+    for seed in range(8):
+        sched = make_sweep(random.Random(seed), ["group-power-loss", "power-loss", "kill-slave"], h)
+        assert [f.target for f in sched[-2:]] in (["a1", "b1"], ["b1", "a1"])
+        assert sched[-1].group != sched[-2].group

@@ -261,5 +261,7 @@ def test_a_cluster_power_loss_is_judged_per_group_not_by_its_target_group(tmp_pa
     nem.inject(Fault(0, 1, "cluster-power-loss", "broker-a", "broker-a", {}, "master"))
     partial, total = (r["info"] for r in read_faults(tmp_path))
     assert list(partial["notExercisedGroups"]) == ["broker-b"] and "notExercised" not in partial
+    # beside what each node's cut reported, which the note does not replace
+    assert partial["nodes"] == {n: {"op": "power_loss"} for n in ("broker-a", "broker-b", "broker-a-s", "broker-b-s")}
     assert sorted(total["notExercisedGroups"]) == ["broker-a", "broker-b"]
     assert "broker-a cannot replicate" in total["notExercised"] and "broker-b" in total["notExercised"]
