@@ -787,3 +787,12 @@ def test_a_source_whose_log_expires_under_the_fetch_stops_without_claiming_its_e
     first = slave.commitlog.queue.files.pop(0)  # as retention deletes an expired file
     first.destroy()
     assert src.next_frames(1 << 20) == [] and src.next == 3000 and not src.said_end
+
+
+def test_status_gives_the_hold_so_far_to_the_millisecond(tmp_path):
+    reactor = MemoryReactorClock()
+    master = store(tmp_path / "master")
+    f = RecoveryFetcher(master, ["127.0.0.1:1"], reactor, reactor, 30.0, HOST, 1 << 20, on_done=lambda s: None)
+    f.start()
+    reactor.advance(1.23456)
+    assert f.status()["heldSeconds"] == 1.235 and f.holding
