@@ -51,7 +51,8 @@ def group_availability(facts: RunTable, start: float, end: float) -> dict[str, d
             c["accepted"] += 1
         else:
             c["not_accepted"][status] = c["not_accepted"].get(status, 0) + 1
-    for g in set(out) | set(ok_at):
+    # sorted: the key order reaches the rendered table, which must not depend on PYTHONHASHSEED
+    for g in sorted(set(out) | set(ok_at)):
         c = out.setdefault(g, {"answered": 0, "accepted": 0, "not_accepted": {}})
         c["share"] = round(c["accepted"] / c["answered"], 3) if c["answered"] else None
         marks = [start] + sorted(t for t in ok_at.get(g, []) if start < t < end) + [end]
@@ -63,6 +64,7 @@ def group_availability(facts: RunTable, start: float, end: float) -> dict[str, d
                 gaps.append((max(a, first), b))
         c["unwritable_s"] = round(_union(gaps) / 1000, 1)
         c["longest_gap_s"] = round(max((b - a for a, b in gaps), default=0) / 1000, 1)
+    out = {g: out[g] for g in sorted(out)}
     if unknown["errors"] or unknown["unknown"]:
         out["?"] = unknown
     return out

@@ -739,3 +739,11 @@ def test_the_audits_count_of_a_faults_acknowledged_sends_must_be_exact(tmp_path)
             assert got["acked_recounted"] == right
             off = {} if said == right else {f"acknowledged the audit counted {said}, its per-send table {right}": 1}
             assert got["excluded"] == {amb: 1} | off, (kind, said)
+
+
+def test_availability_per_group_lists_groups_in_name_order_whatever_the_hash_seed():
+    # the rendered table joins the groups in this order: a set's order (PYTHONHASHSEED) must not reach it
+    facts = table.RunTable()
+    facts.tries = [(1000 + k, 1005 + k, "SEND_OK", g) for k, g in enumerate(["broker-c", "broker-a", "broker-b"])]
+    facts.tries.append((1500, 1600, "ERROR", None))
+    assert list(figures.group_availability(facts, 900, 2000)) == ["broker-a", "broker-b", "broker-c", "?"]
