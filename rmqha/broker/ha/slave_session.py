@@ -174,7 +174,7 @@ class SlaveSession:
                     if err:  # the state is as it was before the failed splice: the same n as splice_in's
                         self._file.raise_splice_error(err, self._pos, min(self._body_left, source.available))
                     if header is None and (self._body_left or not source.available):
-                        continue
+                        continue  # only with the pipe empty: the while test ends the drain
                     # else a header it handed back, or one cut by the read (fewer than 12 bytes left)
                 if header is None and self._body_left:
                     assert self._file is not None  # a body is being moved: into the file it was judged for
