@@ -25,9 +25,16 @@ Durability (what a crash keeps):
   `flush()`, which the driver calls on a timer, not per append, so a power loss on a majority can
   lose the last ~10 ms of acknowledged appends. `sync_every_append=True` fsyncs data then index
   before an append returns (and so before its ack): then an acknowledged append survives power loss.
-* `currterm` is written to a temp file, fsynced and renamed before the driver sends anything that
-  depends on it (0.3.1.2 renames without fsync): a vote must not be forgotten, or a node could vote
-  twice in one term.
+* `currterm` is written to a temp file, fsynced, renamed and its directory fsynced before the driver
+  sends anything that depends on it (0.3.1.2 renames without fsync): a vote must not be forgotten, or a
+  node could vote twice in one term.
+* Names (not in 0.3.1.2, which never fsyncs a directory): a data or index file is created at full
+  length, fsynced, and its directory fsynced before anything is written into it, and a directory
+  is fsynced after files in it are removed (truncate, rebuild). On POSIX a new file's name survives
+  a power cut only through an fsync of its directory: without it a cut took the whole log with it,
+  every entry in a file created since the store was last made durable (crashfs, --fs-semantics posix;
+  ext4's journal commits the name with the file's own fsync, so 0.3.1.2 gets away with it there).
+  A removed file whose removal is not durable comes back after a cut, with entries that were cut.
 * Durable positions (not in 0.3.1.2): each file list's `durable` is the offset before which every
   byte was on disk when its last fsync returned; a cut lowers it first. `durable` (a 16-byte file:
   data and index positions, big-endian longs) is rewritten after each change and read, after a
@@ -70,6 +77,7 @@ from .entry import (
     encode_index,
 )
 from .protocol import DLedgerError, ResponseCode, check_index
+from rmqha.broker.store.mapped_file import fsync_directory, make_dirs
 
 DEFAULT_DATA_FILE_SIZE = 1024 * 1024 * 1024
 DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
@@ -100,6 +108,8 @@ class _File:
         self.fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
         if create:
             os.ftruncate(self.fd, size)
+            os.fsync(self.fd)  # its length durable: a cut must not leave a short file that load() refuses
+            fsync_directory(os.path.dirname(path))  # and its name (POSIX: only through its directory)
         self.wrote = size if not create else 0  # a loaded file counts as full until recovery cuts it
 
     def close(self) -> None:
@@ -118,7 +128,7 @@ class FileList:
         self.durable = 0
 
     def load(self) -> None:
-        os.makedirs(self.path, exist_ok=True)
+        make_dirs(self.path, sync=True)
         for name in sorted(os.listdir(self.path)):
             full = os.path.join(self.path, name)
             if not name.isdigit() or not os.path.isfile(full):
@@ -199,16 +209,20 @@ class FileList:
         if offset < 0:
             self.start_offset = 0
         keep = []
+        removed = False
         for f in self.files:
             if f.start + self.file_size > offset and offset < f.start:
                 f.close()
                 os.unlink(f.path)
+                removed = True
                 continue
             if f.start <= offset < f.start + self.file_size:
                 _zero(f, offset - f.start, f.wrote)
                 f.wrote = offset - f.start
             keep.append(f)
         self.files = keep
+        if removed:  # else a cut brings the removed files back, with the entries they held
+            fsync_directory(self.path)
         self.durable = max(0, min(self.durable, offset))
 
     def rebuild_with_pos(self, pos: int) -> None:
@@ -255,7 +269,9 @@ def _properties(text: str) -> dict[str, str]:
 
 
 def _write_file(path: str, text: str, sync: bool) -> None:
-    """IOUtils.string2File: the old content to .bak, the new through .tmp and a rename."""
+    """IOUtils.string2File: the old content to .bak, the new through .tmp and a rename. sync (ours): the
+    new content fsynced before the rename, and the directory after it (the rename itself is durable
+    only then: a power cut would otherwise bring the old file back)."""
     if os.path.exists(path):
         with open(path, "rb") as old, open(path + ".bak", "wb") as bak:
             bak.write(old.read())
@@ -266,6 +282,8 @@ def _write_file(path: str, text: str, sync: bool) -> None:
             f.flush()
             os.fsync(f.fileno())
     os.replace(tmp, path)
+    if sync:
+        fsync_directory(os.path.dirname(path) or ".")
 
 
 class FileStore:
@@ -306,7 +324,7 @@ class FileStore:
         # true: a crash leaves its last writes in the page cache only.
         self.data.sync(self.data.files)
         self.index.sync(self.index.files)
-        os.makedirs(self.path, exist_ok=True)
+        make_dirs(self.path, sync=True)
         self._durable_fd = os.open(os.path.join(self.path, DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         self._record_durable()
 
