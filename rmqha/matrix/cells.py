@@ -9,6 +9,7 @@ from rmqha.cluster import runfolder as rf
 
 from rmqha.runs.faults import DESTRUCTIVE, LEADER_FAULTS
 from rmqha.pipeline import ids
+from rmqha.pipeline.verdict import UNKNOWN
 from .dledger import dledger_no_effect, dledger_recovery, dledger_rounds, failover_s, took_effect
 from .evidence import (
     LOSS_FIELDS,
@@ -200,13 +201,17 @@ CELL_VERDICTS = (ids.DELIVERY_LOST, ids.DELIVERY_STRANDED, ids.DELIVERY_LOST_AFT
 
 
 def unexplained_failures(summary: dict) -> list[str]:
-    """The audit's FAIL verdicts no cell accounts for."""
+    """The audit's FAIL verdicts no cell accounts for, and every UNKNOWN one (a checker that crashed: what
+    it checks was never judged, so no cell can account for it)."""
     out = []
     no_fault = (summary.get("deliveryByFault") or {}).get("no fault", {})
     for v in summary.get("verdicts", []):
+        vid = verdict_key(v)[0]
+        if v["status"] == UNKNOWN:
+            out.append(f"{v['name']} ({vid or 'no id'})")
+            continue
         if v["status"] != "FAIL":
             continue
-        vid = verdict_key(v)[0]
         if vid in CELL_VERDICTS and summary.get("faults") and not no_fault.get(vid):
             continue
         if vid == ids.HISTORY_ACKED_LOST and summary.get("lostByFault") and "no fault" not in summary["lostByFault"]:

@@ -747,3 +747,17 @@ def test_availability_per_group_lists_groups_in_name_order_whatever_the_hash_see
     facts.tries = [(1000 + k, 1005 + k, "SEND_OK", g) for k, g in enumerate(["broker-c", "broker-a", "broker-b"])]
     facts.tries.append((1500, 1600, "ERROR", None))
     assert list(figures.group_availability(facts, 900, 2000)) == ["broker-a", "broker-b", "broker-c", "?"]
+
+
+def test_a_checker_that_crashed_fails_the_matrix():
+    """A checker that raised leaves an UNKNOWN verdict (rmqha/pipeline/checker.py crashed): what it checks
+    (the replicas, the queues, phantoms, ...) was never judged, so the run cannot pass the matrix however
+    its cells look; a WARN or an INFO verdict does not fail it."""
+    base = {"faults": [{"id": 1, "kind": "power-loss", "target": "broker-a"}], "lostByFault": {}}
+    crashed = {"status": "UNKNOWN", "name": "checker replicas", "id": "checker.crashed", "subject": "replicas"}
+    assert cells.unexplained_failures(base | {"verdicts": [crashed]}) == ["checker replicas (checker.crashed)"]
+    # one whose id a cell carries (a delivery verdict) is no cell's either: its counts were not judged
+    unknown_delivery = {"status": "UNKNOWN", "name": "d", "id": "delivery.lost"}
+    assert cells.unexplained_failures(base | {"verdicts": [unknown_delivery]}) == ["d (delivery.lost)"]
+    others = [{"status": s, "name": s.lower(), "id": "x"} for s in ("PASS", "WARN", "INFO")]
+    assert cells.unexplained_failures(base | {"verdicts": others}) == []
