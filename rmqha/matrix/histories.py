@@ -57,7 +57,8 @@ class LineChecks:
 
     excluded: [(kind, reason, where, ms or None)] lines left out of every figure (None: no time known)
     torn:     [(file name, line number, text)] each file's torn last line, judged by judge_torn
-    pending:  send_id -> its tries without an answer line; files: send_id -> the history file of its first line"""
+    pending:  send_id -> its tries without an answer line; files: send_id -> the history file of its first line
+    answers:  how many send answers (op "send" with a send_id) the lines hold"""
 
     def __init__(self) -> None:
         self.excluded: list[tuple[str, str, str, int | None]] = []
@@ -65,6 +66,7 @@ class LineChecks:
         self.pending: dict[str, int] = {}
         self.files: dict[str, str] = {}
         self.first: dict[str, tuple] = {}  # send_id -> (start ms, seq) of its first line
+        self.answers = 0
 
 
 def check_lines(run: Path) -> LineChecks:
@@ -96,6 +98,7 @@ def check_lines(run: Path) -> LineChecks:
                 out.excluded.append(("no-send-id", "send without a send_id", f"{p.name}:{i + 1}", r.get("start_ms")))
                 continue
             out.pending[sid] = out.pending.get(sid, 0) + (1 if r["op"] == h.INVOKE else -1)
+            out.answers += r["op"] == h.SEND
             at = (r.get("start_ms") or 0, r.get("seq") or 0)
             if sid not in first or at < first[sid]:
                 first[sid] = at

@@ -2,7 +2,9 @@
 
 The audit owns every rule here: a send's state, the broker group that acknowledged it, the consumer
 groups owed it and those that received it, parked, duplicates, and each try's group. The matrix only
-slices the tables per fault (figures.py).
+slices the tables per fault (figures.py), after checking that they hold the histories' sends and answers,
+no more and no fewer (a table the audit wrote without one of the run's history files, or another audit's,
+fails every cell of the run).
 """
 
 from __future__ import annotations
@@ -92,5 +94,44 @@ def run_table(run: Path) -> RunTable | None:
         t.tries = [(x["start_ms"], x["end_ms"], x["status"], x["group"]) for x in tries]
     judge_torn(lines, lambda x: x in t.sends and t.sends[x]["state"] != "acked" and not t.delivered(x))
     t.excluded = lines.excluded
+    if t.audited:
+        _exclude_unaudited(t, lines, sum(1 for x in tries if x.get("send_id")))
     _exclude_unplaced_acks(t)
     return t
+
+
+def _exclude_unaudited(t: RunTable, lines, table_answers: int) -> None:
+    """The histories and the audit's tables must hold the same sends and answers: a send the table lacks
+    (a history file the audit did not read, such as one in a sub-folder of history/) is counted by no
+    figure, and a table that holds sends or answers the histories do not is another run's or another
+    audit's. Each is named, with no time: every cell of the run fails for it."""
+    in_history = {str(x): x for x in lines.first}
+    for sid in sorted(set(in_history) - set(t.sends)):
+        t.excluded.append(
+            (
+                "unaudited-send",
+                "a send in the histories the audit's report/sends.jsonl does not hold (a history file the audit "
+                "did not read?): no figure counts it",
+                f"{lines.files.get(in_history[sid], '?')}: {sid}",
+                None,
+            )
+        )
+    for sid in sorted(x for x in set(t.sends) - set(in_history) if x):
+        t.excluded.append(
+            (
+                "table-only-send",
+                "a send in the audit's report/sends.jsonl no history holds (a table of another run or audit?)",
+                sid,
+                None,
+            )
+        )
+    if table_answers != lines.answers:
+        t.excluded.append(
+            (
+                "answers-differ",
+                f"the histories hold {lines.answers} send answers, the audit's report/tries.jsonl "
+                f"{table_answers} (a table of another run or audit?)",
+                "report/tries.jsonl",
+                None,
+            )
+        )

@@ -19,7 +19,7 @@ OUT/tries.jsonl, one line per answered try, sorted by send_id and start:
     send_id, seq (its line's place in its recorder), start_ms, end_ms, status (a SEND_STATUSES answer, else ERROR), group (the group that answered
     it; an ERROR only when the recorder wrote one)
 
-The matrix (rmqha/matrix/figures.py) slices them per fault. Tests: tests/unit/pipeline/test_delivery_table.py.
+The matrix (rmqha/matrix/figures.py) slices them per fault. Tests: tests/unit/pipeline/test_delivery_groups.py.
 """
 
 from __future__ import annotations

@@ -69,3 +69,53 @@ def test_a_run_audited_without_the_tables_is_not_audited(tmp_path):
     f = [fault(1, "kill-master", start=1000, end=2000)]
     got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
     assert got["delivered"] is None and "audit the run again" in got["not_audited"]
+
+
+def test_a_send_the_audit_did_not_read_fails_every_cell(tmp_path):
+    """The audit reads history/*.jsonl; a producer's file one folder down is read by the matrix only. Its
+    acknowledged send, never received, is in no table and no summary count: without a cross-check the cell
+    passes with a loss nobody counted."""
+    import json
+
+    fabricate(tmp_path, [("a1", "broker-a", [("SEND_OK", 1500, 1510)])], [("a1", None, 3000)])
+    sub = tmp_path / "history" / "p2"
+    sub.mkdir()
+    line = {"client": "p2", "seq": 0, "topic": TOPIC, "send_id": "z9", "start_ms": 1600, "end_ms": 1610}
+    sub.joinpath("producer-2.jsonl").write_text(
+        json.dumps(line | {"op": "invoke"}) + "\n" + json.dumps(line | {"op": "send", "status": "SEND_OK"}) + "\n"
+    )
+    f = [fault(1, "kill-master", start=1000, end=2000)]
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
+    assert len(got["excluded"]) == 2 and got["excluded_where"], got["excluded"]
+    assert any("does not hold" in k for k in got["excluded"]) and any(
+        "hold 2 send answers" in k for k in got["excluded"]
+    )
+    assert not got["explained"]
+
+
+def test_a_table_of_another_run_fails_every_cell(tmp_path):
+    """A sends.jsonl left by another audit (a send the histories do not hold, an answer more than they do)
+    is named, never sliced as if it were this run's."""
+    import json
+
+    fabricate(tmp_path, [("a1", "broker-a", [("SEND_OK", 1500, 1510)])], [("a1", None, 3000)])
+    with open(tmp_path / "report" / "sends.jsonl", "a") as fh:
+        fh.write(
+            json.dumps({"send_id": "old", "topic": TOPIC, "state": "indeterminate", "first_ms": 1} | _EMPTY) + "\n"
+        )
+    f = [fault(1, "kill-master", start=1000, end=2000)]
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
+    assert list(got["excluded"]) == [
+        "a send in the audit's report/sends.jsonl no history holds (a table of another run or audit?)"
+    ]
+    with open(tmp_path / "report" / "tries.jsonl", "a") as fh:
+        fh.write(json.dumps({"send_id": "a1", "start_ms": 1, "end_ms": 2, "status": "SEND_OK", "group": None}) + "\n")
+    got = cell_samples_by_id(tmp_path, audited_summary(f, {"#1 kill-master broker-a": 1}, 1))[1]
+    assert (
+        "the histories hold 1 send answers, the audit's report/tries.jsonl 2 (a table of another run or audit?)"
+        in (got["excluded"])
+    )
+
+
+_EMPTY = {"acked_ms": None, "group": None, "ambiguous": None, "stored": False, "parked": False}
+_EMPTY |= {"owed": [], "received": [], "duplicates": 0}
