@@ -614,7 +614,10 @@ class Nemesis:
         # inject first finds who leads (seconds when the leader is slow to answer), and a late inject (an
         # earlier restart took long) would otherwise be healed early: a leader fault too soon for an
         # election, a follower fault before any sample saw it. What follows moves by as much, keeping its
-        # gaps; classic faults never move it.
+        # gaps; classic faults never move it. Likewise a DLedger heal that ends late (a restart waits for
+        # the node, seconds on a loaded machine): the next fault keeps its gap from when the node is back,
+        # not from when the heal was due (mx-dl-l2, 2026-11-29: a follower's power cut came the second its
+        # peer was back from the leader's, 0 s instead of 4.4 s, with two members catching up at once).
         shift = 0.0
         took: dict[int, float] = {}
         for at, is_heal, f in events:
@@ -642,4 +645,6 @@ class Nemesis:
                         errors.get(f.id, "") + "; " if f.id in errors else ""
                     ) + f"heal: {type(e).__name__}: {e}"
                     self.log(f"  healing {f.describe()}: {errors[f.id]}")
+                if kind is not None and DLEDGER in kind.modes:
+                    shift = max(shift, time.monotonic() - (t0 + at))
                 self.done.append((f, errors.get(f.id)))

@@ -370,3 +370,33 @@ def test_a_leader_fault_is_held_from_when_it_took_effect_and_the_rest_moves_with
     t0 = clock.now
     Nemesis(h).run([fault("kill-slave", "broker-a-s", at=2.0, hold=3.0, id=1)], t0 - 4.0, FakeStop(clock))
     assert h.timeline() == [(t0, "kill", "broker-a-s"), (t0 + 1.0, "start", "broker-a-s")]
+
+
+def test_a_dledger_fault_after_a_slow_heal_keeps_its_gap_from_when_the_node_was_back(monkeypatch):
+    """mx-dl-l2 (2026-11-29): the leader's power cut was healed by a restart that took 10.8 s, and the
+    follower's cut, due 4.4 s after the heal, came the second the restarted node was back."""
+    from .fakes import Clock, FakeStop
+
+    clock = Clock(100.0)
+    monkeypatch.setattr(nemesis, "time", clock)
+
+    class SlowRestart(DLHandle):
+        def start(self, node, *args, **kwargs):
+            out = super().start(node, *args, **kwargs)
+            self.clock.now += 8.0  # the restarted node takes 8 s to answer
+            return out
+
+    h = SlowRestart("local", leaders=[N1])
+    h.clock = clock
+    sched = [
+        fault("power-loss-leader", N1, at=2.0, hold=12.0, id=1),
+        fault("power-loss-follower", N0, at=18.0, hold=3.0, id=2),
+    ]
+    Nemesis(h).run(sched, clock.now, FakeStop(clock))
+    # cut at 102, restarted from 114 until 122; the follower's cut keeps its 4 s gap: 126, not 122
+    assert h.timeline() == [
+        (102.0, "power_loss", N1),
+        (114.0, "start", N1),
+        (126.0, "power_loss", N0),
+        (129.0, "start", N0),
+    ]
