@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from . import record
-from .mapped_file import StoreError
+from .mapped_file import StoreError, fsync_directory
 
 
 HEADER = struct.Struct(">qqqqii")  # beginTimestamp endTimestamp beginPhyOffset endPhyOffset hashSlotCount indexCount
@@ -224,6 +224,10 @@ class FileBacking:
         try:
             if create:
                 os.ftruncate(self.fd, size)  # sparse, as a Java MappedFile makes it
+                # its length and its name durable now (POSIX: the name only through its directory): a
+                # power cut took the whole file, and the keys later flushed into it, otherwise
+                os.fsync(self.fd)
+                fsync_directory(os.path.dirname(path) or ".")
             else:
                 actual = os.fstat(self.fd).st_size
                 if actual != size:

@@ -42,7 +42,7 @@ from .index import (
     key_hashes,
     keys_of,
 )
-from .mapped_file import StoreError
+from .mapped_file import StoreError, make_dirs
 
 if TYPE_CHECKING:
     from .commitlog import CommitLog
@@ -116,7 +116,7 @@ class IndexService:
         prev = self.files[-1] if self.files else None
         if prev is not None:
             prev.commit()  # a batch's writes to the full file go out before the next file is made
-        os.makedirs(self.directory, exist_ok=True)
+        make_dirs(self.directory, sync=True)
         f = self._open(self._new_file_name(), create=True)
         f.start(prev.end_phy if prev else 0, prev.end_ts if prev else 0)
         self.files.append(f)
