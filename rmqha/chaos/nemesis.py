@@ -616,8 +616,8 @@ class Nemesis:
         # election, a follower fault before any sample saw it. What follows moves by as much, keeping its
         # gaps; classic faults never move it. Likewise a DLedger heal that ends late (a restart waits for
         # the node, seconds on a loaded machine): the next fault keeps its gap from when the node is back,
-        # not from when the heal was due (mx-dl-l2, 2026-11-29: a follower's power cut came the second its
-        # peer was back from the leader's, 0 s instead of 4.4 s, with two members catching up at once).
+        # not from when the heal was due (mx-dl-l2, 2026-11-29: a follower's power cut began 1.4 s after its
+        # peer was back from the leader's cut, not 4.4 s, with two members catching up at once).
         shift = 0.0
         took: dict[int, float] = {}
         for at, is_heal, f in events:
