@@ -123,7 +123,7 @@ class Mutant:
 @dataclass
 class Result:
     mutant: Mutant
-    outcome: str  # killed | timeout | survived | incompatible | not-applied | error(...)
+    outcome: str  # killed | timeout | survived | error(...): never judged (ERRORS, incompatible, not applied)
     seconds: float = 0.0
 
 
@@ -469,11 +469,44 @@ _CONTAINERS = (dict, list, tuple, set, frozenset)
 _MISSING = object()
 
 
+def _plain(v) -> bool:
+    """A value a mutant can make (numbers, text, None and containers of them): no identity of its own."""
+    if v is None or isinstance(v, _SIMPLE):
+        return True
+    if isinstance(v, dict):
+        return all(_plain(k) and _plain(x) for k, x in v.items())
+    return isinstance(v, (tuple, list, set, frozenset)) and all(_plain(x) for x in v)
+
+
+def _merged(old, new):
+    """The mutated function's default values, except where the mutated module built an object of its own
+    (a sentinel `_UNSET = object()`): the live one stays, or the live code's `x is _UNSET` fails, a kill
+    the mutant did not make."""
+    if old is None or new is None:
+        return new
+    if isinstance(old, dict):
+        return {k: v if _plain(v) or k not in old else old[k] for k, v in new.items()}
+    if len(old) != len(new):
+        return new
+    return tuple(n if _plain(n) else o for o, n in zip(old, new))
+
+
+def _identical(a, b) -> bool:
+    """Equal, and of the same types (6 == 6.0, but `6 // 1` -> `6 / 1` is a mutant of a default value)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_identical(a[k], b[k]) for k in a)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
 def _patch_function(old, new, owner=None, name=None) -> int:
+    defaults = _merged(old.__defaults__, new.__defaults__)
+    kwdefaults = _merged(old.__kwdefaults__, new.__kwdefaults__)
     if (
         old.__code__ == new.__code__
-        and old.__defaults__ == new.__defaults__
-        and old.__kwdefaults__ == new.__kwdefaults__
+        and _identical(old.__defaults__, defaults)
+        and _identical(old.__kwdefaults__, kwdefaults)
     ):
         return 0
     if old.__code__.co_freevars != new.__code__.co_freevars:
@@ -485,8 +518,8 @@ def _patch_function(old, new, owner=None, name=None) -> int:
         raise Incompatible(f"{old.__qualname__}: closure changed")
     _nested_changes(old.__code__, new.__code__)
     old.__code__ = new.__code__
-    old.__defaults__ = new.__defaults__
-    old.__kwdefaults__ = new.__kwdefaults__
+    old.__defaults__ = defaults
+    old.__kwdefaults__ = kwdefaults
     return 1
 
 
@@ -549,7 +582,13 @@ def _patch_member(old, new, seen, owner=None, name=None) -> int:
         return 0
     seen.add(id(old))
     if isinstance(old, types.FunctionType) and isinstance(new, types.FunctionType):
-        return _patch_function(old, new, owner, name)
+        n = _patch_function(old, new, owner, name)
+        # a wrapping decorator (inlineCallbacks, contextmanager, functools.wraps): the wrapper's code is
+        # the decorator's, the same for every function it wraps; the module's function is in its closure
+        inner, mutated = getattr(old, "__wrapped__", None), getattr(new, "__wrapped__", None)
+        if inner is not None and mutated is not None:
+            n += _patch_member(inner, mutated, seen)
+        return n
     if hasattr(old, "__wrapped__") and hasattr(new, "__wrapped__") and hasattr(old, "cache_clear"):
         n = _patch_member(old.__wrapped__, new.__wrapped__, seen)
         old.cache_clear()
@@ -572,30 +611,146 @@ def _patch_member(old, new, seen, owner=None, name=None) -> int:
     return 0
 
 
+def _scratch(mod) -> dict:
+    return {
+        "__name__": mod.__name__,
+        "__package__": mod.__package__,
+        "__file__": mod.__file__,
+        "__builtins__": builtins,
+    }
+
+
+def _compile(tree_or_source, path: str):
+    """The module's code, with the module's own future flags only (never this file's `from __future__
+    import annotations`: every function of a module without it would differ, and its annotations change)."""
+    return compile(tree_or_source, path, "exec", dont_inherit=True)
+
+
+def _same(a, b, depth: int = 0) -> bool:
+    """Whether two values built by two executions of the module are alike: the same code with alike cells
+    and defaults, classes of one name, alike items and attributes (a value built at import by the original
+    module and by the mutated one)."""
+    if a is b:
+        return True
+    if depth > 20 or type(a).__qualname__ != type(b).__qualname__:
+        return False
+    if isinstance(a, types.FunctionType):
+        cells_a = [c.cell_contents for c in a.__closure__ or () if _filled(c)]
+        cells_b = [c.cell_contents for c in b.__closure__ or () if _filled(c)]
+        return (
+            a.__code__ == b.__code__
+            and _same(a.__defaults__, b.__defaults__, depth + 1)
+            and _same(cells_a, cells_b, depth + 1)
+        )
+    if isinstance(a, type):
+        return a.__qualname__ == b.__qualname__ and a.__module__ == b.__module__
+    if isinstance(a, dict):
+        return len(a) == len(b) and all(
+            _same(ka, kb, depth + 1) and _same(va, vb, depth + 1) for (ka, va), (kb, vb) in zip(a.items(), b.items())
+        )
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y, depth + 1) for x, y in zip(a, b))
+    if isinstance(a, (set, frozenset)):
+        return len(a) == len(b) and all(any(_same(x, y, depth + 1) for y in b) for x in a)
+    try:
+        if a == b:
+            return True
+    except Exception:
+        return False
+    if type(a).__module__ == type(b).__module__ and hasattr(a, "__dict__") and hasattr(b, "__dict__"):
+        return _same(vars(a), vars(b), depth + 1)  # instances of the module's classes from both runs
+    return False
+
+
+def _filled(cell) -> bool:
+    """Whether a closure cell holds a value (a variable assigned after the closure was made may not)."""
+    try:
+        return cell.cell_contents is not _MISSING
+    except ValueError:
+        return False
+
+
+class _Rebinder:
+    """A container the mutated module built, made to live in the live module: its classes and functions
+    by their live counterparts (already patched), its closures over the live module's globals."""
+
+    def __init__(self, mod, ns: dict):
+        self.mod, self.ns = mod, ns
+        self.live = {
+            id(v): mod.__dict__[k]
+            for k, v in ns.items()
+            if not k.startswith("__")
+            and isinstance(v, (type, types.FunctionType))
+            and isinstance(mod.__dict__.get(k), type(v))
+        }
+        self.done: dict[int, object] = {}
+
+    def __call__(self, v):
+        if id(v) in self.live:
+            return self.live[id(v)]
+        if id(v) in self.done:
+            return self.done[id(v)]
+        if isinstance(v, types.FunctionType) and v.__globals__ is self.ns:
+            for c in v.__closure__ or ():
+                if _filled(c):
+                    c.cell_contents = self(c.cell_contents)
+            out = types.FunctionType(v.__code__, self.mod.__dict__, v.__name__, v.__defaults__, v.__closure__)
+            out.__kwdefaults__, out.__qualname__ = v.__kwdefaults__, v.__qualname__
+            out.__dict__.update(v.__dict__)
+        elif type(v) is dict:
+            out = {self(k): self(x) for k, x in v.items()}
+        elif type(v) in (list, tuple, set, frozenset):
+            out = type(v)(self(x) for x in v)
+        else:
+            return v
+        self.done[id(v)] = out
+        return out
+
+
 def apply(mod, tree: ast.Module, rebind: bool = False) -> int:
     """Execute the mutated module beside the live one and copy what differs into it. Returns how many
-    functions and values were replaced. rebind: a mutant of code that ran at import; the module's
-    containers (a table of actions built by a factory) are replaced by the ones the mutated module built."""
-    ns = {"__name__": mod.__name__, "__package__": mod.__package__, "__file__": mod.__file__, "__builtins__": builtins}
-    exec(compile(tree, mod.__file__, "exec"), ns)
+    functions and values were replaced. rebind: a mutant of code that ran at import; each module-level
+    container the mutated module builds unlike the original module does (a table of actions built by a
+    factory) replaces the live one, its classes and functions the live ones and its closures over the live
+    module's globals (a container alike in both, such as a tuple of the module's own classes, stays: a new
+    copy of a class would fail every isinstance and except of the live code, a kill the mutant did not make)."""
+    ns = _scratch(mod)
+    exec(_compile(tree, mod.__file__), ns)
+    original: dict = {}
+    if rebind:
+        original = _scratch(mod)
+        with open(mod.__file__, encoding="utf-8") as f:
+            exec(_compile(f.read(), mod.__file__), original)
     changed, seen = 0, set()
+    containers = []
     for name, new in ns.items():
         old = mod.__dict__.get(name, _MISSING)
         if old is _MISSING or name.startswith("__"):
             continue
-        if (isinstance(old, _SIMPLE) and isinstance(new, _SIMPLE)) or (rebind and isinstance(old, _CONTAINERS)):
+        if isinstance(old, _SIMPLE) and isinstance(new, _SIMPLE):
             if type(old) is type(new) and old == new:
                 continue
-            for other in list(sys.modules.values()):  # `from module import NAME` copies the value
-                if other is not None and other is not mod and getattr(other, name, _MISSING) is old:
-                    setattr(other, name, new)
-            setattr(mod, name, new)
-            changed += 1
+            changed += _set(mod, name, old, new)
+        elif rebind and isinstance(old, _CONTAINERS):
+            if not _same(original.get(name, _MISSING), new):
+                containers.append((name, old, new))
         elif getattr(old, "__module__", None) == mod.__name__ or isinstance(old, types.FunctionType):
             changed += _patch_member(old, new, seen)
+    if containers:
+        live = _Rebinder(mod, ns)  # after the patches: the live functions and classes carry the mutant
+        for name, old, new in containers:
+            changed += _set(mod, name, old, live(new))
     if _NESTED:
         changed += _patch_closures()
     return changed
+
+
+def _set(mod, name: str, old, new) -> int:
+    for other in list(sys.modules.values()):  # `from module import NAME` copies the value
+        if other is not None and other is not mod and getattr(other, name, _MISSING) is old:
+            setattr(other, name, new)
+    setattr(mod, name, new)
+    return 1
 
 
 # -- running ---------------------------------------------------------------------------------------
@@ -737,8 +892,9 @@ def run_child(
     """Fork; in the child apply the mutant (None: none) and run pytest. (outcome, seconds).
     record: a file for the lines each test reaches (reach.Recorder); select: only these test ids.
 
-    outcome: survived (exit 0), killed (tests failed, or the child died), timeout, incompatible,
-    not-applied, or error(...) (ERRORS: the module did not load or the tests were not collected)."""
+    outcome: survived (exit 0), killed (tests failed, or the child died), timeout, or error(...): the
+    module did not load or the tests were not collected (ERRORS), the mutated function cannot replace the
+    live one (incompatible), or the mutant changed no live code (not applied). An error is never scored."""
     started = time.monotonic()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -772,9 +928,9 @@ def run_child(
     if code == 0:
         return "survived", seconds
     if code == EXIT_INCOMPATIBLE:
-        return "incompatible", seconds
+        return "error(incompatible)", seconds
     if code == EXIT_NOT_APPLIED:
-        return "not-applied", seconds
+        return "error(not applied)", seconds
     if code in ERRORS:
         return ERRORS[code], seconds
     return "killed", seconds  # test failures (exit 1), or the child died of a signal
@@ -791,7 +947,7 @@ def run_mutant(
 ) -> Result:
     path = module_path(mutant.module, root)
     tree = mutated_tree(source, path, mutant.index)
-    compile(tree, path, "exec")  # a mutant that does not compile is a bug of this tool: raise here
+    _compile(tree, path)  # a mutant that does not compile is a bug of this tool: raise here
     outcome, seconds = run_child(mutant.module, tree, tests, root, timeout, select=select, rebind=rebind)
     return Result(mutant, outcome, seconds)
 
