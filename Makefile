@@ -82,8 +82,8 @@ c-warnings: $(STAMP) ## the C accelerators compiled as setup.py builds them, eve
 	for c in $(C_SOURCES); do echo "$$cc -O2 -Wall -Wextra -Werror $$c"; \
 	  $$cc -O2 -Wall -Wextra -Werror -fPIC -I"$$inc" -c $$c -o /dev/null || exit 1; done
 
-test: rust-client-background $(STAMP) ## the Rust client's build started in the background (when not cached) before anything else, then lint, the images and the fast tier (make test-unit) side by side, then every other test: Spark and compiled unit tests, integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
-	@echo "==> lint, the images (log: build/images.log), the fast tier and the 5.x client's environment, side by side; each one's output when it ends"
+test: rust-client-background ## the Rust client's build started in the background (when not cached) before anything else, then the venv, the base and toxiproxy images and the 5.x client's environment side by side, then lint, the broker image and the fast tier (make test-unit) side by side, then every other test: Spark and compiled unit tests, integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
+	@echo "==> the venv, the images (log: build/images.log), the 5.x client's environment, lint and the fast tier, side by side; each one's output when it ends"
 	@$(MAKE) --no-print-directory -j4 --output-sync=target venv-client5 lint images-quiet test-unit
 	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers and not fast" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
@@ -148,10 +148,16 @@ images: ## build the container images (base, broker, toxiproxy; with BROKER=apac
 
 # make test builds the images beside lint and the fast tier (minutes on a fresh machine, mostly debootstrap's
 # downloads): their lines would cut through pytest's, so they go to a log and a failure shows its end.
-images-quiet:
-	@mkdir -p build
-	@if images/build.sh all > build/images.log 2>&1; then grep -E 'ok: |up to date' build/images.log; \
+# The base and toxiproxy images need no venv, so a cold run makes them (debootstrap's downloads, toxiproxy's
+# cargo build) while the venv installs; the broker image takes its pins with the venv's Python after it.
+images-quiet: images-quiet-early $(STAMP)
+	@if images/build.sh all >> build/images.log 2>&1; then grep -E 'ok: |up to date' build/images.log; \
 	 else tail -n 30 build/images.log; echo "error: the images did not build (full log: build/images.log)" >&2; exit 1; fi
+
+images-quiet-early:
+	@mkdir -p build
+	@images/build.sh base toxiproxy > build/images.log 2>&1 || \
+	 { tail -n 30 build/images.log; echo "error: the images did not build (full log: build/images.log)" >&2; exit 1; }
 
 test-official-client: $(STAMP) ## the official C++ client against real broker processes
 	$(PY) -m pytest tests/integration/test_official_client.py -q
@@ -188,4 +194,4 @@ clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
 .PHONY: lock help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-durations test-unit test-apache test-integration test-checkers \
-	test-official-client test-examples test-spark-cluster rust-client rust-client-background test-rust-client fuzz mutation mutation-crashfs audit chaos chaos-matrix images images-quiet bench bench-ha bench-send bench-decode clean
+	test-official-client test-examples test-spark-cluster rust-client rust-client-background test-rust-client fuzz mutation mutation-crashfs audit chaos chaos-matrix images images-quiet images-quiet-early bench bench-ha bench-send bench-decode clean

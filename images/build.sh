@@ -239,8 +239,22 @@ build_toxiproxy_binary() {  # -> sets TOXI_BIN
     done_step "$(du -h "$TOXI_BIN" | cut -f1) binary"
 }
 
+# The binary's cargo build (CPU) runs beside build_base's debootstrap (network, dpkg): started before the
+# base, joined before the image is made. Its output is shown when it ends.
+prebuild_toxiproxy() {
+    ( build_toxiproxy_binary ) > "$LOGS/toxiproxy-binary.out" 2>&1 &
+    TOXI_PID=$!
+}
+
 build_toxiproxy() {
     build_base
+    if [ -n "${TOXI_PID:-}" ]; then
+        local rc=0
+        wait "$TOXI_PID" || rc=$?
+        TOXI_PID=""
+        cat "$LOGS/toxiproxy-binary.out"
+        [ "$rc" = 0 ] || exit "$rc"
+    fi
     build_toxiproxy_binary
     local hash
     hash=$({ echo "$BASE_IMAGE"; cat "$HERE/toxiproxy/Dockerfile"; sha256sum < "$TOXI_BIN"; } | sha)
@@ -338,6 +352,7 @@ done
 mkdir -p "$CACHE" "$LOGS"
 check_docker
 [ ${#targets[@]} -gt 0 ] || targets=(all)
+case " ${targets[*]} " in *" all "*|*" toxiproxy "*) prebuild_toxiproxy ;; esac
 for target in "${targets[@]}"; do
     case "$target" in
         base) build_base ;;
