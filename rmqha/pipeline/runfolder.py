@@ -170,7 +170,8 @@ def load_nodes(run_dir: str) -> list[Node]:
 
 
 def history_files(run_dir: str) -> list[str]:
-    return sorted(glob.glob(os.path.join(os.path.abspath(run_dir), "history", "*.jsonl")))
+    """Every *.jsonl under RUN/history, sub-folders too (rmqha/runs/history.py), sorted."""
+    return sorted(glob.glob(os.path.join(os.path.abspath(run_dir), "history", "**", "*.jsonl"), recursive=True))
 
 
 def metrics_files(run_dir: str) -> list[str]:

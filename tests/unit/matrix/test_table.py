@@ -72,7 +72,8 @@ def test_a_run_audited_without_the_tables_is_not_audited(tmp_path):
 
 
 def test_a_send_the_audit_did_not_read_fails_every_cell(tmp_path):
-    """The audit reads history/*.jsonl; a producer's file one folder down is read by the matrix only. Its
+    """A producer's file one folder down that the audit's tables do not hold (the audit read history/*.jsonl
+    only until runfolder.history_files read sub-folders; or the tables are older than the file). Its
     acknowledged send, never received, is in no table and no summary count: without a cross-check the cell
     passes with a loss nobody counted."""
     import json

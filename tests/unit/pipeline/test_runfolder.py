@@ -23,3 +23,14 @@ def test_the_trace_topic_comes_from_node_json_then_broker_properties_else_the_de
     node(tmp_path, "c")
     topics = {n.name: n.trace_topic for n in runfolder.load_nodes(str(tmp_path))}
     assert topics == {"a": "FromNodeJson", "b": "FromProperties", "c": "RMQ_SYS_TRACE_TOPIC"}
+
+
+def test_every_history_file_under_history_is_read_sub_folders_too(tmp_path):
+    """rmqha/runs/history.py: any *.jsonl under RUN/history is read. The audit read history/*.jsonl only: a
+    producer's history one folder down was never judged (its acknowledged sends owed to nobody, never lost)."""
+    for rel in ("producer-1.jsonl", "p2/producer-2.jsonl", "p2/deep/consumer-1.jsonl", "notes.txt"):
+        p = tmp_path / "history" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("")
+    got = [os.path.relpath(p, tmp_path / "history") for p in runfolder.history_files(str(tmp_path))]
+    assert got == ["p2/deep/consumer-1.jsonl", "p2/producer-2.jsonl", "producer-1.jsonl"]
