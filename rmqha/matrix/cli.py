@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -56,6 +57,14 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="local clusters run at once (each on its own ports); 2 fits a 2-core machine at --rate 200",
     )
     ap.add_argument("--serial", action="store_true", help="one backend's runs after the other (default: at once)")
+    ap.add_argument(
+        "--fs-semantics",
+        default=os.environ.get("FS_SEMANTICS") or "posix",
+        choices=("posix", "ext4"),
+        help="the power faults' crashfs cut, for every mode alike (rmqha.chaos.run --fs-semantics): posix (a "
+        "new name needs an fsync of its directory) or ext4 (an fsync of any file commits every earlier name; "
+        "Apache's 4.9 never fsyncs a directory, so under posix a cut takes every file it created)",
+    )
     ap.add_argument(
         "--modes",
         default="ours",

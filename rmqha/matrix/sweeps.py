@@ -67,6 +67,8 @@ def sweep(
         cmd += ["--set", f"flushDiskType={flush}"]
     if list(faults) == LONG_FAULTS:
         cmd += ["--sweep-hold", str(LONG_HOLD_S)]
+    if getattr(args, "fs_semantics", None):  # every mode's power cuts alike
+        cmd += ["--fs-semantics", args.fs_semantics]
     for kv in MODE_SETS[mode] + [f"{k}={v}" for k, v in (sets or {}).items()]:
         cmd += ["--set", kv]
     cmd += MODE_ARGS.get(mode, [])  # --rocketmq-home: the child reads ROCKETMQ_HOME

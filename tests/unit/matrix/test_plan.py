@@ -29,3 +29,24 @@ def test_a_sweep_hits_every_kind_once_per_role_with_the_master_power_loss_last()
     assert (sched[-1].kind, sched[-1].role) == ("power-loss", "master")
     assert all(b.at >= a.at + a.hold + 4.0 for a, b in zip(sched, sched[1:]))  # one at a time, with a gap
     assert [f.to_json() for f in sched] == [f.to_json() for f in make_sweep(random.Random(7), kinds, c)]
+
+
+def test_apache_mode_plans_every_power_fault_ours_does_on_the_local_backend():
+    from rmqha.matrix.plan import ALL_CONFIGS, DISK_FAULTS, make_plan
+    from rmqha.runs.faults import FAULTS
+
+    power = {k for k, v in FAULTS.items() if v.action == "power"}
+    assert power >= {"power-loss", "group-power-loss", "slave-then-master-power-loss", "cluster-power-loss"}
+    assert power >= {"power-loss-leader", "power-loss-follower"}
+
+    def planned(mode):
+        return {
+            (topology, flush): [f for f in faults if f in power]
+            for topology, flush, _backend, faults, _seed, _mode in make_plan(ALL_CONFIGS, ["local"], [mode], seeds=1)
+            if list(faults) != DISK_FAULTS  # disk-full's own sweep: its tmpfs stores cannot be on crashfs
+        }
+
+    ours, apache = planned("ours"), planned("apache")
+    assert apache == ours  # the same power faults, configuration by configuration (DLedger's included)
+    assert set(apache[("2m-2s-sync", "ASYNC_FLUSH")]) == power - {"power-loss-leader", "power-loss-follower"}
+    assert set(apache[("dledger", "ASYNC_FLUSH")]) == {"power-loss-leader", "power-loss-follower"}
