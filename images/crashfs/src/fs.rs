@@ -294,7 +294,7 @@ impl State {
         let old = if size < log.size { read_range(file, size, log.size).map_err(errno)? } else { Vec::new() };
         file.set_len(size).map_err(errno)?;
         let (lo, hi) = (size.min(log.size), size.max(log.size));
-        log.record(lo, hi, old, size);
+        log.record_size(lo, hi, old, size);
         Ok(())
     }
 
@@ -306,6 +306,10 @@ impl State {
             log.sync();
         }
         if self.opts.fsync_commits_journal {
+            // the journal holds every inode's size too (a truncate's, never a write's data)
+            for log in self.nodes.values_mut().filter_map(|n| n.log.as_mut()) {
+                log.commit_metadata();
+            }
             let ops: Vec<MetaOp> = self.meta.drain(..).collect();
             for op in &ops {
                 self.forget_grave(op);

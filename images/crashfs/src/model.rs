@@ -57,6 +57,12 @@ pub struct FileLog {
     pub durable_size: u64,
     pub undo: Vec<Undo>,
     pub pending_bytes: u64,
+    /// The size last set by a truncate or fallocate since the last fsync or journal commit.
+    pub set_size: Option<u64>,
+    /// ext4: a size set by a truncate and made durable by a journal commit (another file's fsync) since
+    /// this file's own last fsync. The inode's size is journalled metadata, its data is not: a cut keeps
+    /// the size and still takes every byte written since the fsync.
+    pub committed_size: Option<u64>,
 }
 
 impl FileLog {
@@ -81,11 +87,26 @@ impl FileLog {
         self.size = size_after;
     }
 
+    /// A truncate or fallocate: a change like any other, whose new size a journal commit makes durable.
+    pub fn record_size(&mut self, offset: u64, end: u64, old: Vec<u8>, size_after: u64) {
+        self.record(offset, end, old, size_after);
+        self.set_size = Some(size_after);
+    }
+
+    /// ext4's journal commit (an fsync of another file): the size set last by a truncate is durable.
+    pub fn commit_metadata(&mut self) {
+        if let Some(s) = self.set_size.take() {
+            self.committed_size = Some(s);
+        }
+    }
+
     /// fsync/fdatasync: everything so far is durable.
     pub fn sync(&mut self) {
         self.undo.clear();
         self.pending_bytes = 0;
         self.durable_size = self.size;
+        self.set_size = None;
+        self.committed_size = None;
     }
 
     pub fn dirty(&self) -> bool {
@@ -169,6 +190,10 @@ pub fn plan_cut(
             sum.kept_changes = keep;
             sum.dropped_changes = n - keep;
             sum.size_after = if keep == 0 { log.durable_size } else { log.undo[keep - 1].size_after };
+            if let Some(c) = log.committed_size.filter(|c| *c != sum.size_after) {
+                steps.push(Step::SetLen(c)); // the journal's size; what lies past the durable bytes is zeros
+                sum.size_after = c;
+            }
         }
         Mode::Torn => {
             let mut pages = BTreeSet::new();
@@ -190,7 +215,7 @@ pub fn plan_cut(
             }
             undo_steps(&log.undo, &mut steps);
             let end = survivors.iter().map(|(o, d)| o + d.len() as u64).max().unwrap_or(0);
-            let size = log.durable_size.max(end);
+            let size = log.committed_size.unwrap_or(log.durable_size).max(end);
             if size != log.durable_size {
                 steps.push(Step::SetLen(size));
             }
@@ -344,6 +369,41 @@ mod tests {
         assert_eq!(got, b"durable");
         assert_eq!(sum.dropped_changes, 4);
         assert_eq!(sum.size_after, 7);
+    }
+
+    fn truncate_journalled(log: &mut FileLog, content: &mut Vec<u8>, n: u64) {
+        truncate(log, content, n);
+        log.set_size = Some(n);
+    }
+
+    #[test]
+    fn a_journal_commit_keeps_a_truncated_size_and_none_of_the_bytes() {
+        // a preallocated file (a 4.9 consume queue): created empty, grown by ftruncate, written, never
+        // fsynced itself; another file's fsync commits the journal (ext4)
+        let mut c = Vec::new();
+        let mut log = FileLog::durable(0);
+        write(&mut log, &mut c, 0, b"early");
+        truncate_journalled(&mut log, &mut c, 16);
+        write(&mut log, &mut c, 5, b"late");
+        log.commit_metadata();
+        write(&mut log, &mut c, 16, b"past"); // grows the file by a write: not the journal's
+        let (got, sum) = cut(&log, &c, Mode::LoseUnsynced, 0);
+        assert_eq!((got, sum.size_after), (vec![0u8; 16], 16));
+        for seed in 0..8 {
+            let (got, sum) = cut(&log, &c, Mode::KeepPrefix, seed); // a prefix of the writes, the size kept
+            assert_eq!((got.len(), sum.size_after), (16, 16), "seed {seed}");
+        }
+        let (got, sum) = cut(&log, &c, Mode::Torn, 3);
+        assert!(got.len() >= 16 && sum.size_after == got.len() as u64);
+        // without the commit the size goes with the rest; after the file's own fsync nothing is lost
+        let mut plain = FileLog::durable(0);
+        let mut c2 = Vec::new();
+        truncate_journalled(&mut plain, &mut c2, 16);
+        assert_eq!(cut(&plain, &c2, Mode::LoseUnsynced, 0).0, Vec::<u8>::new());
+        plain.commit_metadata();
+        plain.sync();
+        assert_eq!(plain.committed_size, None);
+        assert_eq!(cut(&plain, &c2, Mode::LoseUnsynced, 0).0, vec![0u8; 16]);
     }
 
     #[test]

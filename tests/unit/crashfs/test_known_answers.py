@@ -309,3 +309,26 @@ def test_ext4_semantics_commit_every_earlier_name_with_any_fsync(crashfs_ready, 
         check(m, "lose-unsynced", 1, {"d/g2": [b""], "other": [b"o"], "late": [None], "g": [None]})
     finally:
         crashfs.unmount(store)
+
+
+def test_ext4_semantics_commit_a_preallocated_files_size_but_not_its_bytes(crashfs_ready, tmp_path):
+    """--fs-semantics ext4: the journal another file's fsync commits holds every inode's size, as a
+    truncate set it (Apache's 4.9 preallocates each consume-queue and index file with ftruncate and, in a
+    run's first minute, never msyncs one: its size must survive the cut, or 4.9 refuses to start); the
+    bytes written through the file's mapping are data, lost. Under posix the file is not even named."""
+    from rmqha.cluster import crashfs
+
+    ext4 = {"cq": [b"\0" * 3 * 4096], "log": [b"l"]}
+    for semantics, expect in (("ext4", ext4), ("posix", {"cq": [None], "log": [None]})):  # posix: no name
+        store = tmp_path / semantics
+        m = crashfs.mount(store, semantics=semantics)
+        try:
+            with open(store / "cq", "w+b") as f:
+                f.truncate(3 * 4096)
+                mm = mmap.mmap(f.fileno(), 3 * 4096)
+                mm[0:5] = b"entry"  # never msynced
+                mm.close()
+            write_file(store / "log", b"l")  # fsynced: commits the journal under ext4
+            check(m, "lose-unsynced", 1, expect)
+        finally:
+            crashfs.unmount(store)
