@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Rust test client once per content, and reuse it from any clone on this machine.
 # The binary is cached as $RUST_CACHE/bin-<hash of Cargo.toml, Cargo.lock and src/>; cargo's own
-# target dir (dependencies: about 360 crates, 9-13 min the first time on 2 cores) lives there too, so a
+# target dir (about 360 crates at opt-level 0: 378 CPU-s the first time, Cargo.toml) lives there too, so a
 # fresh clone with the same sources links the cached binary in under a second.
 #
 #   clients/rust/build.sh                 build now (make rust-client)
@@ -31,7 +31,7 @@ if [ ! -x "$bin" ]; then
     echo "rust client: not cached; building in the background (pid $!, log build/rust-client.log); the tests that use it wait for it"
     exit 0
   fi
-  echo "==> building clients/rust (sources $hash; the first build on a machine downloads and compiles about 360 crates, 9-13 min on 2 cores)"
+  echo "==> building clients/rust (sources $hash; the first build on a machine downloads and compiles about 360 crates, about 380 CPU-s)"
   CARGO_TARGET_DIR="$cache/target" cargo build --release --locked --manifest-path "$here/Cargo.toml"
   cp "$cache/target/release/rmq-rust-client" "$bin.tmp" && mv "$bin.tmp" "$bin"
 fi
