@@ -179,3 +179,20 @@ def test_no_audit_and_keep_running_end_after_the_stop(world, monkeypatch, capsys
     assert said in out and "$ python -m rmqha.pipeline" not in out, out
     assert FakeCluster.downs == downs
     assert world["ctx"].workload.calls[0] == "terminate" and world["sampler"].calls[0] == "terminate"
+
+
+def test_a_sweep_leaves_another_brokers_restarts_room_before_the_next_fault():
+    import random
+
+    from rmqha.chaos.nemesis import make_sweep
+
+    from .test_nemesis_and_faults import fake_cluster
+
+    c, _ = fake_cluster()
+    kinds = ["kill-master", "power-loss", "kill-slave", "group-power-loss", "cluster-power-loss"]
+    for broker, (lo, hi) in ((None, (4.0, 5.0)), ("ours", (4.0, 5.0)), ("apache", (25.0, 30.0))):
+        assert run.sweep_gap(broker) == (lo, hi)
+        sched = make_sweep(random.Random(3), kinds, c, gap=run.sweep_gap(broker))
+        gaps = [round(b.at - (a.at + a.hold), 1) for a, b in zip(sched, sched[1:])]
+        assert gaps and all(lo <= g <= hi for g in gaps), (broker, gaps)
+    assert run.sweep_gap("ours,broker-a-s=apache") == (25.0, 30.0)  # one 4.9 node restarts as slowly
