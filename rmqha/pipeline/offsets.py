@@ -10,7 +10,11 @@ no fault on that master explains is a FAIL: the broker lost or rewrote what a co
 Offsets are followed per group (brokerName), whichever node is its master at each sample: in a DLedger
 group the master moves, and a new leader serves the offsets it last copied as a follower (4.9's slaves
 copy them every 10 s), so a leader change may also bring them back (WARN when a leader fault of that
-group explains it).
+group explains it). A DLedger member's row counts as its group's master only while its DLedger role is
+LEADER: a member just restarted keeps its file's brokerRole (a MASTER) until its first role event, with
+brokerId -1, and its offsets then are what it last persisted as a follower, served to no client (no
+route names it). Taking them for the group's (mx-dl-l3, 2026-11-29: a candidate back from a power cut,
+1088 -> 433 on every queue) failed the check for offsets no consumer ever saw.
 """
 
 from __future__ import annotations
@@ -56,7 +60,12 @@ def regressions(samples: list[dict], faults: list[FaultInterval] = ()) -> list[R
     rows, ts in ms."""
     prev: dict[tuple, tuple[int, int]] = {}
     out = []
-    for row in sorted((r for r in samples if r.get("consumerOffsets")), key=lambda r: r["ts"]):
+
+    def master_row(r: dict) -> bool:
+        dl = r.get("dledger")
+        return bool(r.get("consumerOffsets")) and (dl is None or dl.get("role") == "LEADER")
+
+    for row in sorted((r for r in samples if master_row(r)), key=lambda r: r["ts"]):
         node, ts = row["node"], int(row["ts"])
         broker = row.get("brokerName") or node
         for key, queues in row["consumerOffsets"].items():

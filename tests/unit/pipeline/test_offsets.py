@@ -52,3 +52,20 @@ def test_a_restart_of_a_slave_does_not_explain_its_masters_step_back():
     samples = [row(1000, 10), row(1500, 12), row(2000, 7)]
     slave_power = FaultInterval(1, "power-loss", "broker-a-s", "broker-a", "slave", None, {}, 1600, 1900)
     assert verdicts(regressions(samples, [slave_power]), True)[0].status == "FAIL"
+
+
+def test_a_dledger_member_that_does_not_lead_is_not_its_groups_master_whatever_role_its_file_says():
+    """mx-dl-l3 (2026-11-29): broker-n0, back from a power cut as a CANDIDATE with its file's ASYNC_MASTER
+    role and brokerId -1, answered the sampler with the offsets it had persisted as a follower."""
+    lead = {"role": "LEADER", "term": 2}
+    samples = [
+        dict(dl_row(1000, 1000, "broker-n1"), dledger=lead),
+        dict(dl_row(1500, 1088, "broker-n1"), dledger=lead),
+        dict(dl_row(2000, 433, "broker-n0"), dledger={"role": "CANDIDATE", "term": 2}),
+        dict(dl_row(2500, 1118, "broker-n1"), dledger=lead),
+    ]
+    assert regressions(samples) == []
+    # the same step back from a member that leads is still one
+    samples[2]["dledger"] = dict(lead, term=3)
+    [reg] = regressions(samples)
+    assert (reg.node, reg.before, reg.after) == ("broker-n0", 1088, 433)
