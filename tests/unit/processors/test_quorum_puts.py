@@ -90,3 +90,39 @@ def test_a_delay_level_delivers_when_the_put_is_answered_later(quorum):
     res = quorum.store.get_messages(TOPIC, 1, 0, 32)
     assert [record.scan(x).message.body for x in res.records] == [b"d1", b"d2"]
     assert quorum.server.schedule.delivered == 2 and quorum.server.schedule.offsets == {1: 2}
+
+
+def refused_later(b: Broker, remark: str):
+    """A leader that lost its quorum: the put is answered QUORUM_S later, not stored (DLedger's
+    WAIT_QUORUM_ACK_TIMEOUT or TERM_CHANGED, as dledger_commitlog.py answers them)."""
+    from rmqha.broker.store.message_store import PutResult, PutStatus
+
+    def put(msg, wait_store_ok=True):
+        d = defer.Deferred()
+        b.clock.callLater(QUORUM_S, d.callback, PutResult(PutStatus.OS_PAGECACHE_BUSY, remark=remark))
+        return d
+
+    return put
+
+
+def test_a_commit_whose_quorum_never_came_is_an_error_and_its_half_stays_unresolved(quorum):
+    """The leader changed while the committed message waited for its quorum: the producer is answered an
+    error (never SUCCESS), no op message resolves the half, and the check asks about it again."""
+    ctx = FakeContext()
+    register_producer(quorum, ctx)
+    resp = send_half(quorum)
+    live = quorum.server.transactions.bridge.put_message
+    quorum.server.transactions.bridge.put_message = refused_later(quorum, "(DLedger WAIT_QUORUM_ACK_TIMEOUT)")
+    reply = quorum.call(end_after_send(resp, COMMIT))
+    got = []
+    reply.addCallback(got.append)
+    assert got == []  # not answered before the store did
+    quorum.clock.advance(QUORUM_S)
+    assert got[0].code == ResponseCode.SYSTEM_ERROR and "WAIT_QUORUM_ACK_TIMEOUT" in got[0].remark
+    assert visible(quorum) == [] and quorum.server.transactions.backlog() == 1
+    quorum.server.transactions.bridge.put_message = live  # a leader again: the check asks the producer
+    for _ in range(1000):
+        quorum.clock.advance(0.01)
+        if checks(ctx):
+            break
+    assert len(checks(ctx)) == 1
