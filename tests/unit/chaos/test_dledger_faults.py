@@ -344,6 +344,18 @@ def test_a_leader_that_does_not_answer_is_found_by_its_followers():
     assert nemesis._leader_now(h, G) == N0
 
 
+def _run_on_clock(handle_cls, clock, faults):
+    """A DLedger group led by N1, under `handle_cls`, through the nemesis on `clock`: one fault per
+    (kind, node, at, hold), ids from 1. Returns the handle (its timeline)."""
+    from .fakes import FakeStop
+
+    h = handle_cls("local", leaders=[N1])
+    h.clock = clock
+    sched = [fault(kind, node, at=at, hold=hold, id=k) for k, (kind, node, at, hold) in enumerate(faults, 1)]
+    Nemesis(h).run(sched, clock.now, FakeStop(clock))
+    return h
+
+
 def test_a_leader_fault_is_held_from_when_it_took_effect_and_the_rest_moves_with_it(monkeypatch):
     from .fakes import Clock, FakeStop
 
@@ -355,13 +367,7 @@ def test_a_leader_fault_is_held_from_when_it_took_effect_and_the_rest_moves_with
             self.clock.now += 5.0  # the busy leader takes 5 s to say it leads
             return super().dledger_leader(group, statuses)
 
-    h = SlowLeader("local", leaders=[N1])
-    h.clock = clock
-    sched = [
-        fault("kill-leader", N1, at=2.0, hold=12.0, id=1),
-        fault("pause-follower", N0, at=18.0, hold=3.0, id=2),
-    ]
-    Nemesis(h).run(sched, clock.now, FakeStop(clock))
+    h = _run_on_clock(SlowLeader, clock, [("kill-leader", N1, 2.0, 12.0), ("pause-follower", N0, 18.0, 3.0)])
     # killed at 107 (due at 102), healed 12 s later (not at 114); the next fault keeps its 4 s gap (due
     # at 123), and is held its 3 s from 128, when its inject ended (not healed when due, at 126)
     assert h.timeline() == [(107.0, "kill", N1), (119.0, "start", N1), (128.0, "pause", N0), (131.0, "resume", N0)]
@@ -375,7 +381,7 @@ def test_a_leader_fault_is_held_from_when_it_took_effect_and_the_rest_moves_with
 def test_a_dledger_fault_after_a_slow_heal_keeps_its_gap_from_when_the_node_was_back(monkeypatch):
     """mx-dl-l2 (2026-11-29): the leader's power cut was healed by a restart that took 6.6 s, and the
     follower's cut, due 4.4 s after the heal was due, began 1.4 s after the restarted node was back."""
-    from .fakes import Clock, FakeStop
+    from .fakes import Clock
 
     clock = Clock(100.0)
     monkeypatch.setattr(nemesis, "time", clock)
@@ -386,13 +392,9 @@ def test_a_dledger_fault_after_a_slow_heal_keeps_its_gap_from_when_the_node_was_
             self.clock.now += 8.0  # the restarted node takes 8 s to answer
             return out
 
-    h = SlowRestart("local", leaders=[N1])
-    h.clock = clock
-    sched = [
-        fault("power-loss-leader", N1, at=2.0, hold=12.0, id=1),
-        fault("power-loss-follower", N0, at=18.0, hold=3.0, id=2),
-    ]
-    Nemesis(h).run(sched, clock.now, FakeStop(clock))
+    h = _run_on_clock(
+        SlowRestart, clock, [("power-loss-leader", N1, 2.0, 12.0), ("power-loss-follower", N0, 18.0, 3.0)]
+    )
     # cut at 102, restarted from 114 until 122; the follower's cut keeps its 4 s gap: 126, not 122
     assert h.timeline() == [
         (102.0, "power_loss", N1),
