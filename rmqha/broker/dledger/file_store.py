@@ -316,6 +316,9 @@ class FileStore:
         # after the entry's pos is chosen and before its bytes are written (4.9 patches the message's
         # PHYSICALOFFSET, pos + 48, into the body); followers store the leader's bytes as they are.
         self.append_hook: Callable[[bytes, int], bytes] | None = None
+        # called with the position a TRUNCATE cut the data at (the leader's entry is written from there):
+        # what was built from the cut entries (the broker's consume queues) must follow the log down
+        self.truncate_hook: Callable[[int], object] | None = None
         self.data.load()
         self.index.load()
         self._durable_fd = -1
@@ -420,6 +423,8 @@ class FileStore:
         self.index.durable = max(self.index.durable, kept_index)
         self.committed_index = min(self.committed_index, self.end_index)
         self._record_durable()
+        if self.truncate_hook is not None:
+            self.truncate_hook(cut)
         return stored.index
 
     def set_committed_index(self, index: int) -> None:

@@ -184,6 +184,7 @@ class DLedgerMessageStore(MessageStore):
         self.master_term: int | None = None
         self.not_master_refusals = 0
         self.dispatch_failures = 0
+        self.truncated_units = 0  # consume-queue units a TRUNCATE of committed entries took away
         self.divided = -1  # 4.9's dividedCommitlogOffset: set by start() (_divide)
         self.upgraded = False
         self.entries_below_divide = 0
@@ -211,6 +212,7 @@ class DLedgerMessageStore(MessageStore):
             data_path=c.storePathDLedgerCommitLog or None,
         )
         self.fs.append_hook = patch_physical_offset
+        self.fs.truncate_hook = self._log_truncated
         self._load_queues()
         self.upgraded = False  # set by _divide on the first start after an upgrade
         try:
@@ -331,6 +333,27 @@ class DLedgerMessageStore(MessageStore):
             else:
                 hi = mid
         return lo
+
+    def _log_truncated(self, data_end: int) -> None:
+        """A TRUNCATE cut the DLedger log at data_end. Raft never cuts a committed entry, but 4.9's rules can
+        (a leader of any term commits what a later leader truncates, docs/dledger.md) and so can a power cut
+        that took what a majority had acknowledged: consume-queue units past the cut would then point at
+        the new leader's entries, and serve, or refuse, the wrong messages (4.9.8 does: its pause-leader cell).
+        The units go with the entries, and the next commit dispatches again from the cut."""
+        dropped = sum(cq.truncate_beyond(data_end) for cq in self.queues.values())
+        if not dropped:
+            return
+        self.truncated_units += dropped
+        log.error(
+            "TRUNCATE at %d cut committed entries already in the consume queues: dropped %d units past it",
+            data_end,
+            dropped,
+        )
+        committed = getattr(self.commitlog, "committed_pos", None)
+        if committed is not None and committed > data_end:
+            self.commitlog.committed_pos = data_end  # type: ignore[attr-defined]
+        self.next_dispatch_index = self._first_undispatched()
+        self.reput_offset = self.commitlog.max_offset
 
     def start_service(self, listen: bool = True) -> None:
         """Start DLedger (the elector, the pusher, the RPC listener): 4.9's commitLog.start(), last."""
