@@ -340,6 +340,8 @@ class DLedgerMessageStore(MessageStore):
         that took what a majority had acknowledged: consume-queue units past the cut would then point at
         the new leader's entries, and serve, or refuse, the wrong messages (4.9.8 does: its pause-leader cell).
         The units go with the entries, and the next commit dispatches again from the cut."""
+        # below the divide the units are the classic log's (an upgraded member), which no TRUNCATE touches
+        data_end = max(data_end, self.divided)
         dropped = sum(cq.truncate_beyond(data_end) for cq in self.queues.values())
         if not dropped:
             return
