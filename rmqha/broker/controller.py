@@ -214,7 +214,7 @@ class BrokerController:
             clock=self.clock,
             run_in_thread=self.run_in_thread,
             sync=c.flushDiskType == "SYNC_FLUSH",
-            interval_ms=c.flushIntervalCommitLog,
+            interval_ms=c.flush_interval_ms,
             timeout_ms=c.syncFlushTimeout,
         )
         for wrap in self.seams.store_flush:  # the store-flush seam: the store's own flush, every caller sees it

@@ -179,8 +179,9 @@ class BrokerConfig:
         "behaves as Apache RocketMQ 4.9 does where this broker deliberately differs: "
         "a connection's first report is taken unchecked (it raises push2SlaveMaxOffset "
         "and streaming starts there, even past the log), every connection counts as a "
-        "slave, and the sync wait is slaveTimeout, 3000 ms when unset, as in 4.9.3+; "
-        "never in production",
+        "slave, the sync wait is slaveTimeout, 3000 ms when unset, as in 4.9.3+, and "
+        "with SYNC_FLUSH the store forces everything written every 10 ms (a slave's "
+        "replicated bytes too), as 4.9's GroupCommitService does; never in production",
     )
     haRecoveryEnable: bool = _prop(
         "haRecoveryEnable",
@@ -471,6 +472,16 @@ class BrokerConfig:
     @property
     def acl_client_credentials(self) -> tuple[str, str] | None:
         return (self.aclClientAccessKey, self.aclClientSecretKey) if self.aclClientAccessKey else None
+
+    @property
+    def flush_interval_ms(self) -> int:
+        """How often the flush service forces what no send waits for (a slave's replicated bytes, ASYNC_FLUSH).
+        4.9's SYNC_FLUSH GroupCommitService wakes every 10 ms and then forces everything written, waited
+        for or not (4.9.8 CommitLog.GroupCommitService.run/doCommit: waitForRunning(10), flush(0)); ours
+        forces such bytes at flushIntervalCommitLog."""
+        if self.haCompat49 and self.flushDiskType == "SYNC_FLUSH":
+            return 10
+        return self.flushIntervalCommitLog
 
     @property
     def sync_wait_ms(self) -> int:

@@ -3,6 +3,8 @@ guarantee matrix can show both (docs/ha-protocol.md §9). Each 4.9 behaviour nex
 
 import struct
 
+from twisted.internet import defer
+
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
@@ -114,3 +116,47 @@ def test_once_the_log_passes_a_49_slaves_offset_it_streams_into_the_middle_of_it
     # log is now its own history followed by the tail of one of the master's records, then the rest
     assert c.slave.max_offset == c.master.max_offset and not c.identical()
     c.close()
+
+
+def _recorder(calls):
+    """run_in_thread that records each flush and never finishes it."""
+    return lambda fn: calls.append(fn) or defer.Deferred()
+
+
+def test_a_49_sync_flush_store_forces_what_it_holds_every_10_ms_and_ours_at_its_flush_interval(tmp_path):
+    """4.9's SYNC_FLUSH GroupCommitService wakes every 10 ms and, with no send waiting (a slave's
+    replicated bytes), forces everything written (4.9.8 CommitLog.java:1247-1259: flush(0)). Ours
+    flushes such bytes at flushIntervalCommitLog (500 ms). The difference decides who keeps more after
+    a whole group's power cut: a 4.9 slave keeps what the master shipped and had not forced yet, so the
+    master comes back behind it and the pair forks (the three-column matrix, 2026-11-29)."""
+    from twisted.internet.testing import MemoryReactorClock
+
+    from rmqha.broker.config.properties import BrokerConfig
+    from rmqha.broker.controller import BrokerController
+
+    from ..processors.harness import make_config
+
+    assert BrokerConfig.from_properties({"flushDiskType": "SYNC_FLUSH", "haCompat49": "true"}).flush_interval_ms == 10
+    assert BrokerConfig.from_properties({"flushDiskType": "SYNC_FLUSH"}).flush_interval_ms == 500
+    assert BrokerConfig.from_properties({"flushDiskType": "ASYNC_FLUSH", "haCompat49": "true"}).flush_interval_ms == 500
+    for compat49, first_flush_ms in ((True, 10), (False, 500)):
+        flushes = []
+        clock = MemoryReactorClock()
+        cfg = make_config(
+            tmp_path / f"s{compat49}",
+            brokerRole="SLAVE",
+            flushDiskType="SYNC_FLUSH",
+            haCompat49=str(compat49).lower(),
+            haMasterAddress="127.0.0.1:1",
+        )
+        c = BrokerController(cfg, clock, clock=clock, run_in_thread=_recorder(flushes))
+        c.start(listen=False)
+        try:
+            c.store.append_replicated(c.store.max_offset, b"\0" * 64)  # bytes from the master, no waiter
+            clock.advance((first_flush_ms - 0.5) / 1000)
+            assert flushes == [], compat49
+            clock.advance(0.001)
+            assert len(flushes) == 1, compat49
+        finally:
+            c.flusher._running = False  # the flush "thread" never finished: let stop() go
+            c.stop()
