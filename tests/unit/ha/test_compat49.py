@@ -125,10 +125,11 @@ def _recorder(calls):
 
 def test_a_49_sync_flush_store_forces_what_it_holds_every_10_ms_and_ours_at_its_flush_interval(tmp_path):
     """4.9's SYNC_FLUSH GroupCommitService wakes every 10 ms and, with no send waiting (a slave's
-    replicated bytes), forces everything written (4.9.8 CommitLog.java:1247-1259: flush(0)). Ours
-    flushes such bytes at flushIntervalCommitLog (500 ms). The difference decides who keeps more after
-    a whole group's power cut: a 4.9 slave keeps what the master shipped and had not forced yet, so the
-    master comes back behind it and the pair forks (the three-column matrix, 2026-11-29)."""
+    replicated bytes), forces everything written (4.9.8 CommitLog.java:1227-1260, GroupCommitService
+    doCommit and run: flush(0)). Ours flushes such bytes at flushIntervalCommitLog (500 ms). The
+    difference decides who keeps more after a whole group's power cut: the 4.9 mode's slave lost more
+    than its master at every cut, so the master never came back behind it and the pair could not fork
+    as 4.9.8's did (docs/guarantees.md, the three-column matrix)."""
     from twisted.internet.testing import MemoryReactorClock
 
     from rmqha.broker.config.properties import BrokerConfig
