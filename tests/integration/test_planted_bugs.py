@@ -20,8 +20,8 @@ A fourth bug, skip-flush (SYNC_FLUSH answering SEND_OK with nothing fsynced), is
 The serving bugs (rmqha/controls/planted.py SERVING_BUGS) break what a consumer gets, not what is stored: each
 runs on every node of a 2m-noslave cluster, 9 s at 100 msg/s plus the workload's orderly lane (40 orderly
 sends a second over 8 sharding keys, read by an orderly consumer group), no fault, and must turn its delivery
-verdict: reorder-pull -> delivery.reordered FAIL (this one is in `make test`, the rest in `make
-test-checkers`), duplicate-pull -> delivery.duplicate WARN with a count (at-least-once allows duplicates:
+verdict: reorder-pull -> delivery.reordered FAIL (all in `make test-checkers`; `make test` has the bug's broker
+behaviour in tests/unit/controls/test_planted_bugs.py and the verdict on planted data in tests/unit/pipeline), duplicate-pull -> delivery.duplicate WARN with a count (at-least-once allows duplicates:
 the checker counts them and never fails on them, so the run passes), offset-regression -> delivery.offset-regression FAIL,
 phantom-pull -> delivery.unexpected FAIL. The same run without a bug (test_serving_control_passes) passes
 every one of them.
@@ -115,6 +115,14 @@ def chaos_run(
                 timeout=60,
             )
     return r.returncode, r.stdout + r.stderr[-3000:], run_dir
+
+
+AUDITED = [
+    pytest.param(True, marks=pytest.mark.checkers, id="audited"),
+    pytest.param(False, id="run-only"),
+]
+"""Parametrize a chaos-run test with this: `make test` runs it without the Spark audit (`--no-audit`: the run's own
+checks: catch-up, drain, its exit status), `make test-checkers` with the audit's verdicts too."""
 
 
 def audited(run_dir: Path) -> dict[tuple[str, str], dict]:
@@ -271,6 +279,7 @@ def status(by_id, vid, group):
     return by_id[(vid, group)]["status"]
 
 
+@pytest.mark.checkers
 def test_a_broker_that_reorders_pulls_fails_order_per_key(tmp_path):
     rc, out, by_id, groups = serving_run(tmp_path, "reorder-pull")
     g, d = groups["orderly"]

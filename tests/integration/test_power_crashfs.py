@@ -1,9 +1,9 @@
 """Power faults on crashfs (rmqha/cluster/power.py, images/crashfs): a chaos run whose stores are each on
 their own crashfs mount, and a cut that asks the broker nothing.
 
-- test_power_loss_run_on_crashfs (make test): 2m-2s-sync, a slave and then a master lose power on crashfs
-  (ext4 semantics: an fsync of a new file commits its name, as ext4's journal does); the audit passes
-  and every power fault in the fault log was a crashfs cut.
+- test_power_loss_run_on_crashfs: 2m-2s-sync, a slave and then a master lose power on crashfs (ext4
+  semantics: an fsync of a new file commits its name, as ext4's journal does); every power fault in the
+  fault log was a crashfs cut and the run ended cleanly; `make test-checkers` audits it too.
 - test_lie_about_fsync_fails_on_crashfs / _passes_the_reported_cut (make test-checkers): the planted bug
   lie-about-fsync (rmqha/controls/planted.py) reports bytes durable it never fsynced; SYNC_FLUSH sends it
   acknowledged are lost under the crashfs cut (history.acked-lost FAIL) and kept by the old cut at the
@@ -18,7 +18,7 @@ from rmqha.runs.faultlog import read_faults
 from rmqha.cluster import crashfs
 from rmqha.pipeline import ids
 
-from .test_planted_bugs import chaos_run, verdicts
+from .test_planted_bugs import AUDITED, chaos_run, verdicts
 
 # the stores' mounts add a stop and start of every node to the run (~15 s), and the audit is minutes under load
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(960)]
@@ -38,14 +38,15 @@ def power_records(run_dir):
     return [r for r in read_faults(run_dir) if r["kind"] == "power-loss" and r["op"] == "inject"]
 
 
-def test_power_loss_run_on_crashfs(tmp_path):
+@pytest.mark.parametrize("audit", AUDITED)
+def test_power_loss_run_on_crashfs(tmp_path, audit):
     rc, out, run_dir = chaos_run(
         tmp_path,
         "crashfs",
         "2m-2s-sync",
         POWER,
         {},
-        ["--power-model", "fs", "--fs-semantics", "ext4", "--repair"],
+        ["--power-model", "fs", "--fs-semantics", "ext4", "--repair"] + ([] if audit else ["--no-audit"]),
         timeout=900,
     )
     assert "every broker's store on crashfs" in out, out
@@ -55,6 +56,8 @@ def test_power_loss_run_on_crashfs(tmp_path):
         info = r["info"]
         assert info.get("powerModel") == "fs" and "cutSeed" in info and "durableOffset" not in info, r
     assert rc == 0, out
+    if audit:
+        assert verdicts(run_dir), out  # judged: rc above is the audit's, every verdict passed
 
 
 @pytest.mark.checkers
