@@ -89,7 +89,7 @@ test: rust-client-background ## the Rust client's build started in the backgroun
 		--ignore=tests/integration/test_audit_spark_cluster.py
 
 test-checkers: $(STAMP) rust-client ## the long chaos runs, audited (make test runs the recovery, repair and crashfs runs without the audit): every planted bug (rmqha/controls/planted.py), the same run without bugs (repaired), the unrepaired fork the delivery checker fails, a consumer reading from the slave through a master outage, a run with ACL on, and a Rust-client run with its trace dispatcher on
-	$(PY) -m pytest tests/integration/test_planted_bugs.py tests/integration/test_power_crashfs.py tests/integration/test_chaos_failover_consumer.py tests/integration/test_delivery_verdicts.py tests/integration/test_ha_recovery.py tests/integration/test_acl.py tests/integration/test_chaos_rust_trace.py -m checkers -n 3 --durations=5
+	$(PY) -m pytest tests/integration/test_planted_bugs.py tests/integration/test_power_crashfs.py tests/integration/test_chaos_failover_consumer.py tests/integration/test_delivery_verdicts.py tests/integration/test_ha_recovery.py tests/integration/test_dledger_rust_failover.py tests/integration/test_acl.py tests/integration/test_chaos_rust_trace.py -m checkers -n 3 --durations=5
 
 test-examples: $(STAMP) images ## the example application (examples/orders) through the pytest plugin's fixtures (ROCKETMQ_BACKEND=docker|local)
 	$(PY) -m pytest examples $(if $(ROCKETMQ_BACKEND),--rocketmq-backend $(ROCKETMQ_BACKEND)) --durations=5
