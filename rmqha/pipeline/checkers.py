@@ -85,8 +85,12 @@ def committed_offsets(run: Run) -> Result:
     explains it (from the metric samples)."""
     regs = offsets.regressions(run.samples, run.faults)
     return Result.of(
-        offsets.verdicts(regs, any(r.get("consumerOffsets") for r in run.samples)),
-        {"regressions": len(regs), "unexplained": sum(not r.faults for r in regs)},
+        offsets.verdicts(regs, any(r.get("consumerOffsets") for r in run.samples), offsets.roleless(run.samples)),
+        {
+            "regressions": len(regs),
+            "unexplained": sum(not r.faults for r in regs),
+            "unjudgedSamples": offsets.roleless(run.samples),
+        },
     )
 
 

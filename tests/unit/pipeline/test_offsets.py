@@ -69,3 +69,21 @@ def test_a_dledger_member_that_does_not_lead_is_not_its_groups_master_whatever_r
     samples[2]["dledger"] = dict(lead, term=3)
     [reg] = regressions(samples)
     assert (reg.node, reg.before, reg.after) == ("broker-n0", 1088, 433)
+
+
+def test_dledger_samples_that_name_no_role_are_said_unjudged_never_passed():
+    """A member whose sample has a DLedger section but no role cannot be placed (leader or not): its offsets
+    are left out, and the verdict says so. With nothing else sampled it is a WARN, not a PASS over nothing."""
+    from rmqha.pipeline.offsets import roleless
+
+    samples = [
+        dict(dl_row(1000, 500, "broker-n0"), dledger={"term": 2}),
+        dict(dl_row(2000, 40, "broker-n0"), dledger={}),
+    ]
+    assert roleless(samples) == 2 and regressions(samples) == []
+    [v] = verdicts(regressions(samples), True, roleless(samples))
+    assert v.status == "WARN" and "2 sample(s) of DLedger members that named no role not judged" in v.detail
+    lead = {"role": "LEADER", "term": 2}
+    judged = [dict(dl_row(1000, 500, "broker-n1"), dledger=lead), dict(dl_row(1500, 600, "broker-n1"), dledger=lead)]
+    [v] = verdicts(regressions(judged), True, roleless(judged))
+    assert v.status == "PASS" and "not judged" not in v.detail
