@@ -333,7 +333,7 @@ def test_timeout_zero_stalls_and_drops_until_removed(proxy):
         proxy.destroy_toxic("timeout_downstream")
         s.sendall(b"kept")
         # Data that arrived while the toxic was active was dropped, as in Toxiproxy.
-        assert recv_exactly(s, 4, 3) == b"kept"
+        assert recv_exactly(s, 4, 30) == b"kept"  # a deadline for the data, not a speed check
 
 
 def test_timeout_closes_the_connection(proxy):

@@ -213,13 +213,11 @@ impl Writer {
                     }
                 }
             }
+            // biased: a stop or a toxic change seen together with data is handled first, so data that came
+            // after a toxic was removed is never judged by the toxics of before
             let msg = tokio::select! {
+                biased;
                 _ = self.ctl.token.cancelled() => return,
-                _ = sleep_opt(close_at) => {
-                    // timeout toxic: the connection is closed once it has been quiet that long.
-                    self.ctl.kill(false);
-                    return;
-                }
                 r = self.toxics.changed() => {
                     if r.is_err() {
                         // The proxy is gone.
@@ -227,6 +225,11 @@ impl Writer {
                         return;
                     }
                     continue;
+                }
+                _ = sleep_opt(close_at) => {
+                    // timeout toxic: the connection is closed once it has been quiet that long.
+                    self.ctl.kill(false);
+                    return;
                 }
                 m = rx.recv() => m,
             };
@@ -243,7 +246,8 @@ impl Writer {
                     return;
                 }
                 Some(Msg::Data(arrived, data)) => {
-                    if dropping {
+                    // the toxics as they are now: they may have changed while this data waited in the channel
+                    if dropping && self.active().iter().any(|t| matches!(t.kind, Kind::Timeout { .. })) {
                         // timeout toxic: data is dropped on the floor while it is active.
                         self.last_data = Instant::now();
                         continue;
