@@ -84,13 +84,10 @@ def committed_offsets(run: Run) -> Result:
     """Consumer groups' committed offsets never move back unless a master restart or a leader change
     explains it (from the metric samples)."""
     regs = offsets.regressions(run.samples, run.faults)
+    unjudged = offsets.roleless(run.samples)
     return Result.of(
-        offsets.verdicts(regs, any(r.get("consumerOffsets") for r in run.samples), offsets.roleless(run.samples)),
-        {
-            "regressions": len(regs),
-            "unexplained": sum(not r.faults for r in regs),
-            "unjudgedSamples": offsets.roleless(run.samples),
-        },
+        offsets.verdicts(regs, any(r.get("consumerOffsets") for r in run.samples), unjudged),
+        {"regressions": len(regs), "unexplained": sum(not r.faults for r in regs), "unjudgedSamples": unjudged},
     )
 
 
