@@ -132,8 +132,9 @@ def check_dledger_node(cs: ClusterStatus, n: NodeStatus, max_lag: int | None = N
     if want is not None and n.broker_id != want:
         return Check(False, f"{here}; SLAVE with brokerId {n.broker_id}, expected {want} ({self_id})")
     lc = leader.dledger.get("committedIndex")
-    if lc is None and ci is None and unavailable(s, "dledger.committedIndex"):
-        # 4.9 serves no committed index: the commit logs' ends stand for it
+    if unavailable(s, "dledger.committedIndex") or unavailable(leader.status, "dledger.committedIndex"):
+        # 4.9 serves no committed index (this node, or the leader of a mixed group): the commit logs' ends
+        # stand for it on both sides (4.9's and ours's maxPhyOffset: the end of the committed entries)
         lc, ci = leader.max_offset, n.max_offset
     if lc is None or ci is None or lc - ci > max_lag:
         return Check(False, f"{here}; catching up: leader {leader.name} committed {lc}")

@@ -80,6 +80,33 @@ def test_a_follower_behind_the_leader_is_not_ready_unless_within_the_bound():
     assert not check_dledger_node(cs, cs.nodes[0], max_lag=1).ready
 
 
+def as_49(st, max_phy):
+    """A 4.9 node's /status (runtime_status.build_status): no term, no indexes; the committed end's offset."""
+    d = dict(st["dledger"], term=None, leaderId=None, committedIndex=None, endIndex=None)
+    d.pop("dispatchedIndex", None)
+    return dict(st, dledger=d, maxPhyOffset=max_phy, unavailable=["dledger.term", "dledger.committedIndex"])
+
+
+def test_a_mixed_group_compares_commit_log_ends_where_a_member_is_49():
+    st = healthy()
+    for s in st:
+        s["maxPhyOffset"] = 800
+    st[2] = as_49(st[2], 800)  # ours leads, a 4.9 follower
+    cs = group(st, {0: 1, 1: 0, 3: 2})
+    assert ready(cs) == {"broker-n0": True, "broker-n1": True, "broker-n2": True}
+    st[2] = as_49(st[2], 600)
+    cs = group(st, {0: 1, 1: 0, 3: 2})
+    c = check_node(cs, cs.nodes[2], True)
+    assert not c.ready and "catching up: leader broker-n1 committed 800" in c.text
+    st = healthy()
+    for s in st:
+        s["maxPhyOffset"] = 800
+    st[1] = as_49(st[1], 800)  # a 4.9 leader, our followers
+    st[0]["maxPhyOffset"] = 700
+    cs = group(st, {0: 1, 1: 0, 3: 2})
+    assert ready(cs) == {"broker-n0": False, "broker-n1": True, "broker-n2": True}
+
+
 def test_no_master_in_the_name_server_is_not_ready():
     cs = group(healthy(), {1: 0, 3: 2})  # the leader has not registered as master yet
     assert ready(cs) == {"broker-n0": False, "broker-n1": False, "broker-n2": False}
