@@ -181,6 +181,11 @@ def test_a_49_dledger_node_role_comes_from_its_config():
     s = build_status({"name": "broker-n1"}, INFO, cfg, None, lambda **kw: None)
     assert s["dledger"]["role"] == "FOLLOWER" and s["dledger"]["committedIndex"] is None
     assert "dledger.committedIndex" in s["unavailable"] and s["brokerId"] == 2
+    master = _config(enableDLegerCommitLog="true", dLegerSelfId="n1", brokerRole="SYNC_MASTER", brokerId="0")
+    assert build_status({"name": "broker-n1"}, INFO, master, None, lambda **kw: None)["dledger"]["role"] == "LEADER"
+    # restarted, no role event yet: the file's role and brokerId -1 (4.9 may lead in DLedger, not yet master)
+    fresh = _config(enableDLegerCommitLog="true", dLegerSelfId="n1", brokerRole="ASYNC_MASTER", brokerId="-1")
+    assert build_status({"name": "broker-n1"}, INFO, fresh, None, lambda **kw: None)["dledger"]["role"] == "CANDIDATE"
 
 
 @pytest.mark.parametrize(

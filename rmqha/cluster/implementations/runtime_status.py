@@ -7,7 +7,9 @@ Tests: tests/unit/test_runtime_status.py; tests/integration/test_apache_broker.p
 Sources, and nothing else:
   - GET_BROKER_RUNTIME_INFO (28): commitLogMaxOffset and commitLogMinOffset (the store's offsets);
   - GET_BROKER_CONFIG (26): brokerRole, brokerId, brokerName, addresses; a DLedger node's role handler
-    rewrites brokerRole and brokerId on each election, so these say who leads now;
+    rewrites brokerRole and brokerId on each election, so these say who leads now: brokerId 0 once it is
+    master (changeToMaster), SLAVE as a follower; until its first role event a restarted node keeps its
+    file's brokerRole with brokerId -1, shown as CANDIDATE (it may be DLedger leader already, not master);
   - the process (local backend; docker: the JVM in the node's container, seen in this machine's /proc):
     the TCP connections it holds on the HA port, which say whether a slave's HA client is connected and
     how many slaves a master has.
@@ -144,7 +146,7 @@ def build_status(spec: dict, info: dict[str, str], config: dict[str, str], pid: 
     }
     if str(config.get("enableDLegerCommitLog", "")).lower() == "true":
         s["dledger"] = {
-            "role": "FOLLOWER" if role == "SLAVE" else "LEADER",
+            "role": "FOLLOWER" if role == "SLAVE" else ("LEADER" if bid == 0 else "CANDIDATE"),
             "selfId": config.get("dLegerSelfId"),
             "term": None,
             "leaderId": None,
