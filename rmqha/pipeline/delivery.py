@@ -29,7 +29,8 @@ duplicate (received more than once), reordered (an orderly consumer received a s
 messages out of the order the producer's acknowledgements gave them).
 
 Every count is exact (Spark aggregates, nothing capped) and every message behind a FAIL is written to
-OUT/delivery.jsonl with the faults active when it was acknowledged or later able to destroy it.
+OUT/delivery.jsonl with the faults active when it was acknowledged or later able to destroy it ("faults")
+and the one(s) it is blamed on ("blamed": faults.loss_blame, what deliveryByFault counts).
 Verdicts carry stable ids (ID_* below) and the group as their subject.
 
 This module holds the findings and judges them (verdicts(), no Spark); delivery_gather.py computes them
@@ -65,6 +66,13 @@ DETAIL_FILE = "delivery.jsonl"
 # A record the broker dispatches to a consume queue: not a transaction's prepared or rollback record.
 TRAN_TYPE_MASK, TRAN_PREPARED, TRAN_ROLLBACK = 0xC, 0x4, 0xC
 REASONS = ("backlog", "queued", "unqueued", "nowhere")  # why a lost send is lost (the module's doc)
+
+
+def destroyed(verdict_id: str, reason: str | None) -> bool:
+    """Whether a lost acknowledged send's record is gone from its group's master, so that a fault destroyed
+    it (faults.loss_blame): stranded on a slave, received and then gone, or lost "nowhere". One lost
+    "queued", "backlog" or "unqueued" is still on its master: no fault destroyed it."""
+    return verdict_id in (ID_STRANDED, ID_LOST_AFTER) or (verdict_id == ID_LOST and reason == "nowhere")
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 
-from rmqha.runs.faults import DESTRUCTIVE  # faults that can take a master's tail or leave it behind its slave
 from rmqha.runs.history import FROM_NOW
 
 from . import consume_queues, delivery_table, runfolder
@@ -32,10 +31,11 @@ from .delivery import (
     TRAN_ROLLBACK,
     TRAN_TYPE_MASK,
     UNCONFIRMED,
+    destroyed,
 )
 from .delivery_acks import first_acks, receives_per_send
 from .delivery_table import answer_aggs, answer_conds, answer_group, groups_of, offset_of, placed
-from .faults import NO_FAULT, POWER_LOSSES, FaultInterval, blame
+from .faults import FaultInterval, loss_blame, loss_suspects
 from .runfolder import Node
 from .spark import lit_map
 
@@ -541,7 +541,6 @@ def _problem_lines(problems, fault_list, by_group, f: DeliveryFindings, fh) -> d
     """The lost, stranded and lost-after-delivery sends: a detail line and an example each; returns, per
     fault they count against, the send_ids per verdict id."""
     seen_by_fault: dict[str, dict[str, set]] = {}
-    kind_of = {x.label: x.kind for x in fault_list}
     for r in (
         problems.select(
             "grp", "send_id", "s_topic", "producer", "state", "reason", "gone_after", "ack_ms", "where", "broker"
@@ -550,15 +549,12 @@ def _problem_lines(problems, fault_list, by_group, f: DeliveryFindings, fh) -> d
         .toLocalIterator()
     ):
         kind = ID_LOST_AFTER if r["state"] == "delivered" else (ID_STRANDED if r["state"] == "stranded" else ID_LOST)
-        labels = _suspects(fault_list, r["ack_ms"], r["broker"])
-        # the matrix's cells: a loss counts against the faults that can destroy or strand a stored
-        # message (not a pause that merely happened when it was acknowledged), unless none is a suspect
-        able = [x for x in labels if kind_of.get(x) in DESTRUCTIVE] or labels
-        # and among those, the power cuts when there are any: only a power cut drops bytes the page
-        # cache held; a kill or restart before it strands nothing by itself (without this, a sweep's
-        # kill-master cell failed for messages the later power loss of its group stranded)
-        able = [x for x in able if kind_of.get(x) in POWER_LOSSES] or able
-        for label in able:
+        labels = loss_suspects(fault_list, r["ack_ms"], r["broker"])
+        # the matrix's cells: a loss counts against the fault that destroyed it (faults.loss_blame: the first
+        # power cut of its group after it, ...), not one that merely happened when it was acknowledged;
+        # a record still on its master (a consumer passed it by, or it has no queue entry) was destroyed by none
+        blamed = loss_blame(fault_list, r["ack_ms"], r["broker"], destroyed(kind, r["reason"]))
+        for label in blamed:
             seen_by_fault.setdefault(label, {}).setdefault(kind, set()).add(r["send_id"])
         item = {
             "verdict": kind,
@@ -570,6 +566,8 @@ def _problem_lines(problems, fault_list, by_group, f: DeliveryFindings, fh) -> d
             "acked_ms": r["ack_ms"],
             "where": list(r["where"] or []),
             "faults": labels,
+            "blamed": blamed,
+            "broker": r["broker"],
         }
         _example(
             by_group[r["grp"]],
@@ -618,19 +616,6 @@ def _unexpected_lines(strange, by_group, f: DeliveryFindings, fh) -> None:
                 )
                 + "\n"
             )
-
-
-def _suspects(faults, ack_ms, broker) -> list[str]:
-    """The faults active when a message was acknowledged, and every later fault that could destroy or
-    strand it (on its broker group when the group is known)."""
-    t = ack_ms or 0
-    later = [
-        x.label
-        for x in faults
-        if x.kind in DESTRUCTIVE and x.start_ms >= t and (broker is None or x.group in (None, broker))
-    ]
-    labels = [x for x in blame(faults, t) if x != NO_FAULT or not later] + later
-    return list(dict.fromkeys(labels))
 
 
 def _example(g: GroupDelivery, kind: str, text: str) -> None:

@@ -6,10 +6,13 @@ that ended at most GRACE_MS before it: a slave that was cut off still catches up
 sends time out meanwhile. An event that no fault explains is attributed to "no fault", which is what
 a reader must look at first.
 
-Events: every non-OK send (its start..end), every acknowledged send found on no node (its end; and
-every power loss that started after it, which may have destroyed it), and
-every diverging replica pair (a divergence has no time: it is attributed to the faults on its broker
-group that can rewrite a log: power loss, kill, restart, partition of the master).
+Events: every non-OK send (its start..end), every acknowledged send lost (loss_blame), and every
+diverging replica pair (a divergence has no time: it is attributed to the faults on its broker group that
+can rewrite a log: power loss, kill, restart, partition of the master).
+
+An acknowledged send that was lost is blamed on the fault that destroyed it, never on a fault that merely
+happened when it was acknowledged (loss_blame: the one rule, used by the audit's lostByFault and
+deliveryByFault and by the guarantee matrix's cells, rmqha/matrix/cells.py).
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from rmqha.runs.faults import CLUSTER_WIDE, LOG_REWRITING, POWER_LOSSES, master_power_cut
+from rmqha.runs.faults import (
+    CLUSTER_WIDE,
+    DESTRUCTIVE,
+    FAULTS,
+    LEADER_FAULTS,
+    LOG_REWRITING,
+    POWER_LOSSES,
+    master_power_cut,
+)
 
 from . import ids
 from .verdict import INFO, WARN, Verdict
@@ -112,6 +123,116 @@ def blame(faults: list[FaultInterval], start_ms: int, end_ms: int | None = None)
     return hit or [NO_FAULT]
 
 
+# -- who an acknowledged send that was lost is blamed on -------------------------------------------
+
+DESTROYER_POWER, DESTROYER_OTHER = 1, 2  # _destroyer's answers, the surer first
+
+
+def _destroyer(f: FaultInterval) -> int:
+    """Whether fault f can destroy an acknowledged record its group stored, and how surely (0: it cannot).
+
+    DESTROYER_POWER: a power cut of a node that holds the record: a classic group's master, alone, with its
+    group or with the cluster (master_power_cut: a slave's cut leaves the master's copy), or any member of
+    a DLedger group. Only a power cut drops what the page cache held.
+    DESTROYER_OTHER: a fault that can take a classic master's tail or leave it behind its slave
+    (DESTRUCTIVE, not on a slave), or that moves a DLedger group's leadership (LEADER_FAULTS: a new leader
+    truncates what its own log lacks). A fault whose inject failed did nothing."""
+    kind = FAULTS.get(f.kind)
+    if kind is None or f.inject_error:
+        return 0
+    if f.kind in POWER_LOSSES and (kind.dledger or master_power_loss(f)):
+        return DESTROYER_POWER
+    if (f.kind in DESTRUCTIVE and f.role != "slave") or f.kind in LEADER_FAULTS:
+        return DESTROYER_OTHER
+    return 0
+
+
+def _at_risk(faults: list[FaultInterval], ack_ms: int, group: str | None) -> list[FaultInterval]:
+    """The faults that could reach a record acknowledged at ack_ms: active then or started later (not
+    healed before it), on its broker group (every group's when the group is unknown; a cluster-wide
+    fault's group is None: every group's)."""
+    return [
+        f for f in faults if (f.end_ms is None or f.end_ms >= ack_ms) and (group is None or f.group in (None, group))
+    ]
+
+
+def loss_blame(
+    faults: list[FaultInterval], ack_ms: int | None, group: str | None = None, destroyed: bool = True
+) -> list[str]:
+    """The fault(s) an acknowledged send that was lost is blamed on: the rule every loss count follows
+    (lostByFault, deliveryByFault, the matrix's cells).
+
+    destroyed: the record is gone from its group's master (on no node, only on a slave, received and then
+    gone). It is blamed on the first fault active at its acknowledgement or later, on its group, that can
+    destroy it (_destroyer): the first power cut of a node holding it, else the first other fault that can
+    take a master's tail or rewrite its group's log (a kill or restart before a power cut strands nothing
+    by itself: the cut is blamed). When its group is unknown (an answer that names none, a record on no
+    node) the destroying fault cannot be determined: each group's first destroyer is blamed (a
+    cluster-wide fault is every group's), the send counts in each of those cells.
+    When no fault active at its acknowledgement or later could destroy it: the faults active when it was
+    acknowledged or healed at most GRACE_MS before (blame()), those of its group that can destroy a record
+    first; else "no fault". A fault that happened to be active at the acknowledgement is never blamed for
+    a destruction a later fault did.
+
+    Not destroyed (still on its master: a consumer passed it by, never got that far, or it has no queue
+    entry): no fault destroyed it, and what made it unservable cannot be told from the stores (the broker
+    when it took the send, or a later restart's recovery, fork or consumers' failover): both the faults
+    active when it was acknowledged and the first later fault of its group that can destroy a record
+    (either kind) are blamed, it counts in each of those cells; none: "no fault"."""
+    t = ack_ms or 0
+    reach = _at_risk(faults, t, group)
+    if not destroyed:
+        later = sorted((f for f in reach if _destroyer(f) and f.start_ms >= t), key=lambda f: (f.start_ms, f.id))
+        now = [x for x in blame(faults, t) if x != NO_FAULT]
+        return list(dict.fromkeys(now + (_first_per_group(later) if later else []))) or [NO_FAULT]
+    for tier in (DESTROYER_POWER, DESTROYER_OTHER):
+        able = sorted((f for f in reach if _destroyer(f) == tier), key=lambda f: (f.start_ms, f.id))
+        if able:
+            return _first_per_group(able)
+    # none could reach it: the faults at its acknowledgement (healed at most GRACE_MS before it), among them
+    # those of its group that can destroy a record when there are any (a kill beside a power cut strands
+    # nothing by itself)
+    active = [f for f in faults if f.covers(t, t)]
+    for tier in (DESTROYER_POWER, DESTROYER_OTHER):
+        able = [f.label for f in active if _destroyer(f) == tier and (group is None or f.group in (None, group))]
+        if able:
+            return list(dict.fromkeys(able))
+    return blame(faults, t)
+
+
+def _first_per_group(able: list[FaultInterval]) -> list[str]:
+    """The first of the faults (sorted by start) per broker group they hit; a cluster-wide one hits every
+    group."""
+    groups = sorted({f.group for f in able} - {None})
+    if not groups:
+        return [able[0].label]
+    firsts = {next(f for f in able if f.group in (None, g)).label: None for g in groups}
+    return [f.label for f in able if f.label in firsts]
+
+
+def loss_suspects(faults: list[FaultInterval], ack_ms: int | None, group: str | None = None) -> list[str]:
+    """Every fault a lost send's detail line names (OUT/delivery.jsonl "faults"): those active when it was
+    acknowledged, and every later fault of its group that could destroy it; loss_blame picks among them."""
+    t = ack_ms or 0
+    later = [f.label for f in _at_risk(faults, t, group) if _destroyer(f) and f.start_ms >= t]
+    labels = [x for x in blame(faults, t) if x != NO_FAULT or not later] + later
+    return list(dict.fromkeys(labels))
+
+
+def lost_by_fault(faults: list[FaultInterval], lost) -> list[tuple[str, list[str]]]:
+    """(uniq_key, the faults loss_blame blames) for each of the history's acknowledged sends on no node
+    (uniq_key, send_id, client, topic, end_ms[, broker group]: summary.json's `lost`; without a group, each
+    group's first destroyer after it)."""
+    return [(uniq, loss_blame(faults, end, group[0] if group else None)) for uniq, _s, _c, _t, end, *group in lost]
+
+
+def from_summary(rows: list[dict]) -> list[FaultInterval]:
+    """summary.json's `faults` (each FaultInterval as a dict) as FaultIntervals again."""
+    names = FaultInterval.__dataclass_fields__
+    base = {"kind": "?", "target": "?", "group": None, "role": None, "link": None, "params": {}, "start_ms": 0}
+    return [FaultInterval(**(base | {"end_ms": None} | {k: v for k, v in r.items() if k in names})) for r in rows]
+
+
 @dataclass
 class Attribution:
     non_ok: dict = field(default_factory=dict)  # fault label -> {status: count}
@@ -121,19 +242,15 @@ class Attribution:
 
 def attribute(faults: list[FaultInterval], non_ok_sends, lost, pairs, groups_of_pair=None) -> Attribution:
     """non_ok_sends: (status, start_ms, end_ms[, sends]) (sends: how many sends had these, 1 when absent);
-    lost: (uniq_key, send_id, client, topic, end_ms); pairs: rmqha.pipeline.audit pairs (master, slave,
+    lost: (uniq_key, send_id, client, topic, end_ms[, broker group]) (lost_by_fault); pairs: rmqha.pipeline.audit pairs (master, slave,
     first_divergent_offset)."""
     a = Attribution()
     for status, start, end, *n in non_ok_sends:
         for label in blame(faults, start, end):
             d = a.non_ok.setdefault(label, {})
             d[status] = d.get(status, 0) + (n[0] if n else 1)
-    for uniq, _send, _client, _topic, end in lost:
-        # a power cut destroys bytes acknowledged before it: every later power loss is a suspect too
-        # (the history does not say which group stored the message)
-        later = [f.label for f in faults if f.kind in POWER_LOSSES and f.start_ms >= (end or 0)]
-        labels = [x for x in blame(faults, end or 0) if x != NO_FAULT or not later] + later
-        for label in dict.fromkeys(labels):
+    for uniq, labels in lost_by_fault(faults, lost):
+        for label in labels:
             a.lost.setdefault(label, []).append(uniq)
     for p in pairs:
         if p.first_divergent_offset is None:
@@ -266,7 +383,9 @@ def markdown(faults: list[FaultInterval], a: Attribution, t0_ms: int | None = No
         lines += [
             "",
             f"Attribution (an event is blamed on every fault active during it or healed at most "
-            f"{GRACE_MS / 1000:g} s before it):",
+            f"{GRACE_MS / 1000:g} s before it; an acknowledged loss on the fault that destroyed it, the first "
+            "power cut of its group from its acknowledgement on, else the first other fault that can take a "
+            "master's tail, else those active when it was acknowledged):",
             "",
             "| fault | non-OK sends | acknowledged losses | divergences |",
             "|---|---|---|---|",
