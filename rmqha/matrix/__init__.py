@@ -7,7 +7,9 @@ audits the run. Each fault's interval is one cell sample: the sends that started
 how many of them every consumer group owed them received (delivered), the sends no broker answered (indeterminate: neither
 lost nor delivered), each group's share of answered sends it accepted and the time it accepted none
 (availability per group), the records the audit left out (excluded: unexplained ones fail the cell), the
-acknowledged losses and divergences the audit blames on it, and the
+acknowledged losses and divergences the audit blames on it (a loss: on the fault that destroyed it, not
+the one active when it was acknowledged; counted again from the audit's per-send findings by the audit's
+own rule, rmqha.pipeline.faults.loss_blame, so a run audited before that rule is judged by it too), and the
 recovery time (heal -> every slave of the faulted group at its master's offset in the metric samples; a
 slave ahead of its master or not answering is not caught up, and a group that did not end byte-equal,
 by the audit's replica verdict or the run's ending, never recovered after its first master power loss:

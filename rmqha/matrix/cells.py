@@ -9,6 +9,9 @@ from rmqha.cluster import runfolder as rf
 
 from rmqha.runs.faults import DESTRUCTIVE, LEADER_FAULTS
 from rmqha.pipeline import ids
+from rmqha.pipeline.delivery import DETAIL_FILE, destroyed
+from rmqha.pipeline.delivery_table import SENDS_FILE
+from rmqha.pipeline.faults import from_summary, loss_blame, lost_by_fault
 from rmqha.pipeline.verdict import UNKNOWN
 from .dledger import dledger_no_effect, dledger_recovery, dledger_rounds, failover_s, took_effect
 from .evidence import (
@@ -185,7 +188,57 @@ def _note_shared_acks(out: list[dict], facts: RunTable | None) -> None:
             s["shared_acks"] = shared
 
 
+def _delivery_problems(run: Path) -> list[dict] | None:
+    """The audit's detail lines of the acknowledged sends lost, stranded or received then gone
+    (report/delivery.jsonl), each with its broker group (an audit older than the line's "broker": the
+    group of its report/sends.jsonl line); None when the audit wrote no detail file."""
+    path = run / "report" / DETAIL_FILE
+    if not path.is_file():
+        return None
+    out = [
+        x for x in map(json.loads, filter(str.strip, path.read_text().splitlines())) if x["verdict"] in CELL_VERDICTS
+    ]
+    sends = run / "report" / SENDS_FILE
+    if any("broker" not in x for x in out) and sends.is_file():
+        group = {
+            r["send_id"]: r.get("group") for r in map(json.loads, filter(str.strip, sends.read_text().splitlines()))
+        }
+        for x in out:
+            x.setdefault("broker", group.get(x["send_id"]))
+    return out
+
+
+def reblame(run: Path, summary: dict) -> dict:
+    """The summary with its loss counts per fault (lostByFault, deliveryByFault) counted again by the
+    audit's own rule (rmqha.pipeline.faults.loss_blame: a loss is the fault's that destroyed it, not the
+    one active when it was acknowledged) from the audit's per-send findings: the history's acknowledged
+    sends on no node (summary.json's `lost`) and the detail lines of report/delivery.jsonl. A run audited
+    before the rule is judged by it too; the audit's own counts stand only where it kept no per-send
+    findings (a summary without `lost`, a report without the detail file)."""
+    if summary.get("_reblamed"):
+        return summary
+    out = dict(summary, _reblamed=True)
+    faults = from_summary(summary.get("faults") or [])
+    if "lost" in summary:
+        lost: dict[str, int] = {}
+        for _uniq, labels in lost_by_fault(faults, summary["lost"]):
+            for label in labels:
+                lost[label] = lost.get(label, 0) + 1
+        out["lostByFault"] = lost
+    problems = _delivery_problems(run)
+    if problems is not None and summary.get("delivery"):
+        seen: dict[str, dict[str, set]] = {}
+        for x in problems:
+            for label in loss_blame(
+                faults, x.get("acked_ms"), x.get("broker"), destroyed(x["verdict"], x.get("reason"))
+            ):
+                seen.setdefault(label, {}).setdefault(x["verdict"], set()).add(x["send_id"])
+        out["deliveryByFault"] = {label: {k: len(v) for k, v in d.items()} for label, d in seen.items()}
+    return out
+
+
 def cell_samples(run: Path, summary: dict, topology: str, flush: str) -> list[dict]:
+    summary = reblame(run, summary)
     ev = _RunEvidence(run, summary, topology)
     faults = summary["faults"]
     out = [_fault_sample(ev, f, faults, summary) for f in faults]
@@ -226,7 +279,7 @@ def collect(name: str, topology: str, flush: str) -> tuple[list[dict], bool | No
     summary_path = rf.run_dir(name) / "report" / "summary.json"
     if not summary_path.exists():
         return [], None, []
-    summary = json.loads(summary_path.read_text())
+    summary = reblame(rf.run_dir(name), json.loads(summary_path.read_text()))
     return (cell_samples(rf.run_dir(name), summary, topology, flush), summary["failed"], unexplained_failures(summary))
 
 

@@ -761,3 +761,71 @@ def test_a_checker_that_crashed_fails_the_matrix():
     assert cells.unexplained_failures(base | {"verdicts": [unknown_delivery]}) == ["d (delivery.lost)"]
     others = [{"status": s, "name": s.lower(), "id": "x"} for s in ("PASS", "WARN", "INFO")]
     assert cells.unexplained_failures(base | {"verdicts": others}) == []
+
+
+def _lost_during_kill_slave(tmp_path, a2_acked_ms, later):
+    """a1 and a3 acknowledged by broker-a and received; a2 acknowledged at a2_acked_ms and on no node, never
+    received. Faults: a kill-slave of broker-a (2-7 s), then `later` (a3 is at stake in it). The summary is
+    an audit's from before issue 32: its lostByFault and deliveryByFault count a2 on the kill-slave too, and
+    the matrix counts again by the audit's rule from its per-send findings (summary.json's `lost`,
+    report/delivery.jsonl)."""
+    import json
+
+    ok = [("SEND_OK", 3000, 3010)]
+    fabricate(
+        tmp_path,
+        [
+            ("a1", "broker-a", ok),
+            ("a2", None, [("SEND_OK", a2_acked_ms - 10, a2_acked_ms)]),
+            ("a3", "broker-a", [("SEND_OK", 9000, 9010)]),
+        ],
+        receives=[("a1", None, 20000), ("a3", None, 20000)],
+    )
+    detail = {"verdict": "delivery.lost", "group": CG, "send_id": "a2", "topic": TOPIC, "producer": "p1"}
+    detail |= {"reason": "nowhere", "acked_ms": a2_acked_ms, "where": [], "faults": []}
+    (tmp_path / "report" / "delivery.jsonl").write_text(json.dumps(detail) + "\n")
+    f = [fault(1, "kill-slave", role="slave", start=2000, end=7000), later]
+    labels = ["#1 kill-slave broker-a-s", f"#2 {later['kind']} {later['target']}"]
+    s = audited_summary(
+        f,
+        {labels[0]: 1, labels[1]: 1},
+        3,
+        2,
+        lost=[["U-a2-1", "a2", "p1", TOPIC, a2_acked_ms]],
+        lostByFault={x: 1 for x in labels},
+        deliveryByFault={x: {"delivery.lost": 1} for x in labels},
+    )
+    return cell_samples_by_id(tmp_path, s), s
+
+
+def test_a_loss_acknowledged_during_a_kill_slave_counts_in_the_later_group_power_losss_cell(tmp_path):
+    """Issue 32: a2, acknowledged while broker-a's slave was killed, was destroyed by the group's power cut
+    after it. The kill-slave's cell must not count it (its promise excludes any loss: it would FAIL); the
+    cut's cell does (WEAK: an ASYNC_FLUSH group cut may drop it)."""
+    got, s = _lost_during_kill_slave(tmp_path, 3005, fault(2, "group-power-loss", start=10000, end=12000))
+    assert (got[1]["lost"], got[1]["undelivered"]) == (0, 0)
+    assert (got[2]["lost"], got[2]["undelivered"]) == (1, 1)
+    assert judge(promise("2m-2s-sync", "ASYNC_FLUSH", "kill-slave", "slave"), [got[1]])[0] == "PASS"
+    assert judge(promise("2m-2s-sync", "ASYNC_FLUSH", "group-power-loss", "master"), [got[2]])[0] == "WEAK"
+    # the matrix and the audit count by the same rule: an audit written since gives the same counts
+    again = cells.reblame(tmp_path, s)
+    assert again["lostByFault"] == {"#2 group-power-loss broker-a": 1}
+    assert again["deliveryByFault"] == {"#2 group-power-loss broker-a": {"delivery.lost": 1}}
+    assert (
+        cells.unexplained_failures(again | {"verdicts": [{"status": "FAIL", "name": "l", "id": "delivery.lost"}]}) == []
+    )
+
+
+def test_a_loss_acknowledged_with_no_fault_active_counts_in_the_later_cuts_cell(tmp_path):
+    got, _s = _lost_during_kill_slave(tmp_path, 1000, fault(2, "group-power-loss", start=10000, end=12000))
+    assert (got[1]["lost"], got[1]["undelivered"]) == (0, 0)
+    assert (got[2]["lost"], got[2]["undelivered"]) == (1, 1)
+
+
+def test_a_loss_no_later_fault_could_destroy_stays_in_the_cell_of_the_fault_at_its_acknowledgement(tmp_path):
+    """A pause of the slave after it destroys nothing the master holds: the loss stays the kill-slave's,
+    whose promise excludes it."""
+    got, _s = _lost_during_kill_slave(tmp_path, 3005, fault(2, "pause-slave", role="slave", start=8000, end=12000))
+    assert (got[1]["lost"], got[1]["undelivered"]) == (1, 1)
+    assert (got[2]["lost"], got[2]["undelivered"]) == (0, 0)
+    assert judge(promise("2m-2s-sync", "ASYNC_FLUSH", "kill-slave", "slave"), [got[1]])[0] == "FAIL"
