@@ -125,25 +125,26 @@ def blame(faults: list[FaultInterval], start_ms: int, end_ms: int | None = None)
 
 # -- who an acknowledged send that was lost is blamed on -------------------------------------------
 
-DESTROYER_POWER, DESTROYER_OTHER = 1, 2  # _destroyer's answers, the surer first
+DESTROYS, MAY_DESTROY = 1, 2  # _destroyer's answers, the surer first
 
 
 def _destroyer(f: FaultInterval) -> int:
     """Whether fault f can destroy an acknowledged record its group stored, and how surely (0: it cannot).
 
-    DESTROYER_POWER: a power cut of a node that holds the record: a classic group's master, alone, with its
-    group or with the cluster (master_power_cut: a slave's cut leaves the master's copy), or any member of
-    a DLedger group. Only a power cut drops what the page cache held.
-    DESTROYER_OTHER: a fault that can take a classic master's tail or leave it behind its slave
-    (DESTRUCTIVE, not on a slave), or that moves a DLedger group's leadership (LEADER_FAULTS: a new leader
-    truncates what its own log lacks). A fault whose inject failed did nothing."""
+    DESTROYS: a power cut of a node that holds the record: a classic group's master, alone, with its group
+    or with the cluster (master_power_cut: a slave's cut leaves the master's copy), or any member of a
+    DLedger group (only a power cut drops what the page cache held); or a fault that moves a DLedger
+    group's leadership (LEADER_FAULTS: a new leader truncates the entries its own log lacks).
+    MAY_DESTROY: a classic fault that can take its master's tail or leave it behind its slave
+    (DESTRUCTIVE, not on a slave): a kill or a restart keeps the page cache, so before a power cut it
+    strands nothing by itself. A fault whose inject failed did nothing."""
     kind = FAULTS.get(f.kind)
     if kind is None or f.inject_error:
         return 0
-    if f.kind in POWER_LOSSES and (kind.dledger or master_power_loss(f)):
-        return DESTROYER_POWER
-    if (f.kind in DESTRUCTIVE and f.role != "slave") or f.kind in LEADER_FAULTS:
-        return DESTROYER_OTHER
+    if (f.kind in POWER_LOSSES and (kind.dledger or master_power_loss(f))) or f.kind in LEADER_FAULTS:
+        return DESTROYS
+    if f.kind in DESTRUCTIVE and f.role != "slave":
+        return MAY_DESTROY
     return 0
 
 
@@ -164,9 +165,9 @@ def loss_blame(
 
     destroyed: the record is gone from its group's master (on no node, only on a slave, received and then
     gone). It is blamed on the first fault active at its acknowledgement or later, on its group, that can
-    destroy it (_destroyer): the first power cut of a node holding it, else the first other fault that can
-    take a master's tail or rewrite its group's log (a kill or restart before a power cut strands nothing
-    by itself: the cut is blamed). When its group is unknown (an answer that names none, a record on no
+    destroy it (_destroyer): the first power cut of a node holding it or DLedger leadership change, else
+    the first other fault that can take a classic master's tail (a kill or restart before a power cut
+    strands nothing by itself: the cut is blamed). When its group is unknown (an answer that names none, a record on no
     node) the destroying fault cannot be determined: each group's first destroyer is blamed (a
     cluster-wide fault is every group's), the send counts in each of those cells.
     When no fault active at its acknowledgement or later could destroy it: the faults active when it was
@@ -185,7 +186,7 @@ def loss_blame(
         later = sorted((f for f in reach if _destroyer(f) and f.start_ms >= t), key=lambda f: (f.start_ms, f.id))
         now = [x for x in blame(faults, t) if x != NO_FAULT]
         return list(dict.fromkeys(now + (_first_per_group(later) if later else []))) or [NO_FAULT]
-    for tier in (DESTROYER_POWER, DESTROYER_OTHER):
+    for tier in (DESTROYS, MAY_DESTROY):
         able = sorted((f for f in reach if _destroyer(f) == tier), key=lambda f: (f.start_ms, f.id))
         if able:
             return _first_per_group(able)
@@ -193,7 +194,7 @@ def loss_blame(
     # those of its group that can destroy a record when there are any (a kill beside a power cut strands
     # nothing by itself)
     active = [f for f in faults if f.covers(t, t)]
-    for tier in (DESTROYER_POWER, DESTROYER_OTHER):
+    for tier in (DESTROYS, MAY_DESTROY):
         able = [f.label for f in active if _destroyer(f) == tier and (group is None or f.group in (None, group))]
         if able:
             return list(dict.fromkeys(able))
@@ -384,8 +385,8 @@ def markdown(faults: list[FaultInterval], a: Attribution, t0_ms: int | None = No
             "",
             f"Attribution (an event is blamed on every fault active during it or healed at most "
             f"{GRACE_MS / 1000:g} s before it; an acknowledged loss on the fault that destroyed it, the first "
-            "power cut of its group from its acknowledgement on, else the first other fault that can take a "
-            "master's tail, else those active when it was acknowledged):",
+            "power cut or DLedger leadership change of its group from its acknowledgement on, else the first "
+            "other fault that can take a master's tail, else those active when it was acknowledged):",
             "",
             "| fault | non-OK sends | acknowledged losses | divergences |",
             "|---|---|---|---|",

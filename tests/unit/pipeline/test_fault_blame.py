@@ -202,3 +202,17 @@ def test_the_audits_delivery_by_fault_counts_a_loss_on_the_cut_that_destroyed_it
         pf.NO_FAULT: {delivery.ID_LOST: ["d5"]},
     }
     assert f.detail_lines == 5
+
+
+def test_a_dledger_leader_fault_at_the_acknowledgement_comes_before_a_later_cut():
+    """A DLedger leadership change truncates what the new leader's log lacks: as sure a destroyer as a cut,
+    so the first of them is blamed (a leader paused while the send was acknowledged, then a cut)."""
+    faults = [
+        interval(1, "pause-leader", "broker-a-n0", 2_000, 14_000, group="broker-a"),
+        interval(2, "power-loss-leader", "broker-a-n1", 20_000, 32_000, group="broker-a"),
+    ]
+    assert pf.loss_blame(faults, 3_000, "broker-a") == ["#1 pause-leader broker-a-n0"]
+    assert pf.loss_blame(faults, 15_000, "broker-a") == ["#2 power-loss-leader broker-a-n1"]
+    # a follower fault destroys nothing: the send acknowledged during it goes to the next leader fault
+    faults[0] = interval(1, "kill-follower", "broker-a-n2", 2_000, 14_000, group="broker-a")
+    assert pf.loss_blame(faults, 3_000, "broker-a") == ["#2 power-loss-leader broker-a-n1"]
