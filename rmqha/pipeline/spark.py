@@ -82,6 +82,11 @@ def get_spark(
         if quick_jvm:
             # adaptive execution re-plans every shuffle: ~10 % of a small audit's CPU, for nothing to re-plan
             defaults["spark.sql.adaptive.enabled"] = "false"
+            # every action formats its physical plan for the SQL UI's listener, UI or not: "formatted" walks
+            # the plan twice more (operator ids, then details) and was ~4 % of a small audit's CPU (JFR)
+            defaults["spark.sql.ui.explainMode"] = "simple"
+        # workers forked from a daemon that imported what they need, pyspark with its bytecode (spark_daemon.py)
+        defaults["spark.python.daemon.module"] = "rmqha.pipeline.spark_daemon"
     from pyspark import SparkConf
 
     submitted = SparkConf()  # spark-submit --conf / spark-defaults.conf win over our defaults
@@ -93,9 +98,33 @@ def get_spark(
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    pin_jvm_classes(spark.sparkContext)
     if not spark.sparkContext.master.startswith("local"):
         ship_code(spark)
     return spark
+
+
+# The JVM classes pyspark looks up by short name on every column expression (functions.col, lit, ...) and
+# every Python function it ships (PythonUtils). py4j resolves a short name on each use by trying it under
+# every imported package, and each miss makes the class loader search every jar on Spark's class path
+# (~250): JFR on a 300-message report.run found 18 % of the driver's py4j thread CPU in those misses.
+PINNED_JVM_CLASSES = {
+    "functions": "org.apache.spark.sql.functions",
+    "PythonUtils": "org.apache.spark.api.python.PythonUtils",
+    "PythonSQLUtils": "org.apache.spark.sql.api.python.PythonSQLUtils",
+    "SparkSession": "org.apache.spark.sql.SparkSession",
+}
+
+
+def pin_jvm_classes(sc) -> None:
+    """Resolve PINNED_JVM_CLASSES once and keep them on the context's JVM view: py4j's view only asks the
+    JVM for names it does not hold as attributes."""
+    from py4j.java_gateway import JavaClass
+
+    jvm = sc._jvm
+    for name, fqn in PINNED_JVM_CLASSES.items():
+        if name not in vars(jvm):
+            vars(jvm)[name] = JavaClass(fqn, sc._gateway._gateway_client)
 
 
 def ship_code(spark) -> str:
