@@ -36,7 +36,7 @@ class HistoryFindings:
     sends: int = 0
     acked: int = 0
     receives: int = 0
-    lost: list = field(default_factory=list)  # acked, on no node
+    lost: list = field(default_factory=list)  # acked, on no node: (uniq_key, send_id, client, topic, end_ms, group)
     parked: list = field(default_factory=list)  # acked, only in SCHEDULE/HALF topics
     missing_on_slave: list = field(default_factory=list)  # (uniq_key, broker, slave, phys) SYNC_MASTER
     missing_on_slave_async: int = 0
@@ -221,14 +221,17 @@ def _lost_and_parked(acked, copies, f: HistoryFindings) -> None:
     # lost (not parked either) and parked in one job; every one: counts and attribution are exact
     for r in (
         not_in_topic.join(parked_keys.withColumn("is_parked", F.lit(True)), "uniq_key", "left")
-        .select("uniq_key", "send_id", "client", "topic", "end_ms", "is_parked")
+        .select("uniq_key", "send_id", "client", "topic", "end_ms", "broker_name", "is_parked")
         .orderBy("end_ms", "uniq_key", "send_id")
         .collect()
     ):
         if r["is_parked"]:
             f.parked.append((r["uniq_key"], r["send_id"], r["topic"]))
         else:
-            f.lost.append((r["uniq_key"], r["send_id"], r["client"], r["topic"], r["end_ms"]))
+            # the group that acknowledged it when the answer names one (the Rust client): whose faults can
+            # have destroyed it (faults.loss_blame)
+            group = r["broker_name"] or None
+            f.lost.append((r["uniq_key"], r["send_id"], r["client"], r["topic"], r["end_ms"], group))
 
 
 def _unconfirmed_missing(sends, copies, f: HistoryFindings) -> None:

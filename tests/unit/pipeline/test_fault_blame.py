@@ -216,3 +216,11 @@ def test_a_dledger_leader_fault_at_the_acknowledgement_comes_before_a_later_cut(
     # a follower fault destroys nothing: the send acknowledged during it goes to the next leader fault
     faults[0] = interval(1, "kill-follower", "broker-a-n2", 2_000, 14_000, group="broker-a")
     assert pf.loss_blame(faults, 3_000, "broker-a") == ["#2 power-loss-leader broker-a-n1"]
+
+
+def test_a_send_on_no_node_whose_answer_named_its_group_is_that_groups_cuts():
+    """The history's lost sends carry the group the answer named (the Rust client's broker_name): only that
+    group's cut can have destroyed it; with none named, each group's first cut is."""
+    faults = FAULTS[:2] + [interval(4, "group-power-loss", "broker-b", 20_000, 22_000)]
+    assert pf.attribute(faults, [], lost(3_000, "broker-b"), []).lost == {"#4 group-power-loss broker-b": ["U1"]}
+    assert pf.attribute(faults, [], lost(3_000), []).lost == {GROUP_CUT: ["U1"], "#4 group-power-loss broker-b": ["U1"]}
