@@ -85,11 +85,14 @@ c-warnings: $(STAMP) ## the C accelerators compiled as setup.py builds them, eve
 test: rust-client-background ## the Rust client's build started in the background (when not cached) before anything else, then the venv, the base and toxiproxy images and the 5.x client's environment side by side, then lint, the broker image and the fast tier (make test-unit) side by side, then every other test: Spark and compiled unit tests, integration (real processes, containers, both clients), and examples/ (the Spark-cluster audit is make test-spark-cluster)
 	@echo "==> the venv, the images (log: build/images.log), the 5.x client's environment, lint and the fast tier, side by side; each one's output when it ends"
 	@$(MAKE) --no-print-directory -j4 --output-sync=target venv-client5 lint images-quiet test-unit
-	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers and not fast" \
+	$(PY) -m pytest tests examples -n $(PYTEST_WORKERS) --dist loadfile --durations=12 -m "not checkers and not fast and not audit_scenarios" \
 		--ignore=tests/integration/test_audit_spark_cluster.py
 
 test-checkers: $(STAMP) rust-client ## the long chaos runs, audited (make test runs the recovery, repair and crashfs runs without the audit): every planted bug (rmqha/controls/planted.py), the same run without bugs (repaired), the unrepaired fork the delivery checker fails, a consumer reading from the slave through a master outage, a run with ACL on, and a Rust-client run with its trace dispatcher on
 	$(PY) -m pytest tests/integration/test_planted_bugs.py tests/integration/test_power_crashfs.py tests/integration/test_chaos_failover_consumer.py tests/integration/test_delivery_verdicts.py tests/integration/test_ha_recovery.py tests/integration/test_dledger_rust_failover.py tests/integration/test_acl.py tests/integration/test_chaos_rust_trace.py -m checkers -n 3 --durations=5
+
+test-spark: $(STAMP) ## every test that starts Spark: the pipeline's audit scenarios (make test runs a short version, each path of the gathering once; the checkers' verdicts are judged on hand-written runs in the fast tier) and the audit of a real local cluster run, through pipeline --serve
+	$(PY) -m pytest tests/unit tests/integration/test_audit_cluster_run.py -m "spark or audit_scenarios" -n $(PYTEST_WORKERS) --dist loadfile --durations=10
 
 test-examples: $(STAMP) images ## the example application (examples/orders) through the pytest plugin's fixtures (ROCKETMQ_BACKEND=docker|local)
 	$(PY) -m pytest examples $(if $(ROCKETMQ_BACKEND),--rocketmq-backend $(ROCKETMQ_BACKEND)) --durations=5
@@ -193,5 +196,5 @@ bench-ha: $(STAMP) ## HA catch-up throughput beside raw loopback TCP and raw dis
 clean: ## remove the virtual environment, build cache and run folders
 	rm -rf $(VENV) build run
 
-.PHONY: lock help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-durations test-unit test-apache test-integration test-checkers \
+.PHONY: lock help venv lint c-warnings cluster-up cluster-status cluster-logs cluster-down outcomes test test-durations test-unit test-apache test-integration test-checkers test-spark \
 	test-official-client test-examples test-spark-cluster rust-client rust-client-background test-rust-client fuzz mutation mutation-crashfs audit chaos chaos-matrix images images-quiet images-quiet-early bench bench-ha bench-send bench-decode clean

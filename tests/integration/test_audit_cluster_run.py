@@ -11,7 +11,7 @@ from rmqha.cluster.wait import wait_until
 
 from .cluster_cli import REPO, cli, cli_cluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.integration, pytest.mark.audit_scenarios, pytest.mark.timeout(400)]
 
 WORKLOAD = textwrap.dedent("""
     import sys, time

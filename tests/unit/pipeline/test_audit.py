@@ -72,6 +72,7 @@ def test_header_flip_not_covered_by_body_crc_is_still_caught(slaves):
     assert p.crc_mismatch_offsets == [slaves.header.wrote_offset]
 
 
+@pytest.mark.audit_scenarios
 def test_truncated_sync_slave_loses_acknowledged_messages(spark, run_builder):
     run_builder.master(n=300)
     run_builder.close()
@@ -181,6 +182,7 @@ def test_slave_starting_at_the_masters_last_file_passes(slaves):
     assert p.first_divergent_offset is None and p.missing_ranges == []
 
 
+@pytest.mark.audit_scenarios
 def test_received_out_of_queue_order(spark, run_builder, tmp_path):
     run_builder.master(n=40)
     run_builder.close()
@@ -283,6 +285,7 @@ def test_delayed_messages_count_when_they_reach_their_topic(spark, run_builder):
     assert parked_v.status == WARN and "PARKED-1" in parked_v.detail and "DELAYED-1" not in parked_v.detail
 
 
+@pytest.mark.audit_scenarios
 def test_loss_counts_are_not_capped(spark, run_builder):
     """1,500 acknowledged sends on no node are 1,500 in the verdict, not the first 1,000 (issue 23)."""
     run_builder.master(n=20)

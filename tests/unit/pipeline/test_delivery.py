@@ -1,6 +1,7 @@
 """The delivery checker on run folders made with the real MessageStore: each verdict turned FAIL by the
 bug it looks for, with exact counts, and PASS on a clean run."""
 
+import pytest
 import json
 import os
 import shutil
@@ -201,6 +202,7 @@ def _forked_run(run_builder, faults):
                 )
 
 
+@pytest.mark.audit_scenarios
 def test_a_message_held_only_by_a_slave_is_stranded_not_stored(spark, run_builder):
     """This file's full report.run: the faults, delivery and history checks together, and summary.json."""
     _forked_run(run_builder, [(1, "power-loss", T0 + 50, T0 + 60)])
@@ -222,6 +224,7 @@ def test_a_message_held_only_by_a_slave_is_stranded_not_stored(spark, run_builde
     assert summary["ackedOnGroupByFault"] == {"#1 power-loss broker-a-0": 59}
 
 
+@pytest.mark.audit_scenarios
 def test_received_then_gone_from_the_master_fails_lost_after_delivery(spark, run_builder):
     run_builder.master(n=100)
     run_builder.close()
@@ -235,6 +238,7 @@ def test_received_then_gone_from_the_master_fails_lost_after_delivery(spark, run
     assert summary["delivery"][GROUP]["delivered"] == 100
 
 
+@pytest.mark.audit_scenarios
 def test_a_missing_queue_entry_is_undeliverable(spark, run_builder):
     run_builder.master(n=40)
     run_builder.close()
@@ -264,6 +268,7 @@ def test_a_stranding_goes_to_the_power_cut_not_to_a_kill_beside_it(spark, run_bu
     assert summary["deliveryByFault"] == {"#1 power-loss broker-a-0": {delivery.ID_STRANDED: 20}}
 
 
+@pytest.mark.audit_scenarios
 def test_a_delayed_message_parked_only_on_a_forked_slave_is_stranded_not_parked(spark, run_builder):
     """A SYNC_MASTER acknowledged 25 delayed sends (parked in SCHEDULE_TOPIC_XXXX) and lost the last 20 in
     a power cut; only its slave holds those. They used to count as "parked" (not owed) wherever they were

@@ -4,6 +4,7 @@ by broker-b make the send broker-b's: its loss and its place in ackedOnGroupByFa
 Copies of one UNIQ_KEY in two groups (a client's internal retry) are told apart by the queue offset or the
 offsetMsgId of the answer; when nothing tells them apart the send has no group and the verdicts name it."""
 
+import pytest
 import json
 import os
 
@@ -182,6 +183,7 @@ def _jsonl(out, name):
         return [json.loads(x) for x in fh]
 
 
+@pytest.mark.audit_scenarios
 def test_a_lost_send_in_no_group_is_backlog_when_some_groups_queue_never_reached_it(spark, run_builder):
     """v1 is stored in both groups' queue 0 and its answer names no copy: no group. The group's consumers
     passed broker-a's copy by but never reached broker-b's: the loss is backlog, not a consumer passing it

@@ -2,6 +2,7 @@
 sharding key, the window a group listened in, and where a stalled group stopped (split from
 test_delivery.py so the two files run on different test workers)."""
 
+import pytest
 import json
 import os
 
@@ -40,6 +41,7 @@ def test_unexpected_duplicates_and_indeterminate(spark, run_builder):
     assert d["lost"] == 0  # an unanswered send is never lost
 
 
+@pytest.mark.audit_scenarios
 def test_a_group_that_received_nothing_is_owed_everything(spark, run_builder):
     run_builder.master(n=30)
     run_builder.close()
@@ -49,6 +51,7 @@ def test_a_group_that_received_nothing_is_owed_everything(spark, run_builder):
     assert summary["delivery"][GROUP]["lost"] == 30
 
 
+@pytest.mark.audit_scenarios
 def test_order_per_sharding_key(spark, run_builder):
     run_builder.master(n=40)
     run_builder.close()
@@ -69,6 +72,7 @@ def test_order_per_sharding_key(spark, run_builder):
     assert v[(delivery.ID_REORDERED, GROUP)].status == PASS
 
 
+@pytest.mark.audit_scenarios
 def test_a_group_is_owed_only_what_was_acknowledged_while_it_listened(spark, run_builder):
     run_builder.master(n=100)
     run_builder.close()
@@ -88,6 +92,7 @@ def test_a_group_is_owed_only_what_was_acknowledged_while_it_listened(spark, run
     assert v[(delivery.ID_LOST, GROUP)].status == PASS
 
 
+@pytest.mark.audit_scenarios
 def test_what_a_stalled_group_never_reached_is_backlog_not_passed_by(spark, run_builder):
     run_builder.master(n=40)  # 10 per queue: queue offsets 0..9
     run_builder.close()

@@ -2,6 +2,7 @@
 attempt, acks are "ack" lines): a message received again before the group acked it is a redelivery, one
 received again after the ack is a duplicate; a push consumer's second receive stays a duplicate."""
 
+import pytest
 import os
 
 from rmqha.runs.history import HistoryWriter
@@ -61,6 +62,7 @@ def test_redelivery_before_the_ack_is_not_a_duplicate(spark, run_builder):
     assert v[(delivery.ID_DUPLICATE, GROUP)].status == WARN
 
 
+@pytest.mark.audit_scenarios
 def test_without_a_second_receive_after_an_ack_there_is_no_duplicate(spark, run_builder):
     run_builder.master(n=3)
     run_builder.close()

@@ -1,6 +1,6 @@
 """`python -m rmqha.pipeline --serve`'s loop (rmqha.chaos.matrix's auditor) without a JVM: one answer line per input
 line, flushed as it is made, a bad line an error for that line only, one Spark session for all and
-stopped at the end. The same loop audits a real cluster run in tests/integration/test_audit_cluster_run.py."""
+stopped at the end. The same loop audits a real cluster run in tests/integration/test_audit_cluster_run.py (make test-spark)."""
 
 import io
 import json
