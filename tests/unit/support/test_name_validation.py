@@ -11,6 +11,7 @@ from rmqha.broker.support.validation import (
     group_problem,
     has_illegal_chars,
     shown,
+    signature_matches,
     topic_problem,
 )
 
@@ -70,3 +71,14 @@ def test_check_returns_the_name_or_raises_a_bad_request():
     assert isinstance(e.value, BadRequest)
     with pytest.raises(InvalidName, match="group\\[g g\\] contains illegal"):
         check_group("g g")
+
+
+def test_signature_matches_only_the_same_text_and_any_given_value_is_safe():
+    sig = "bWFzdGVy+/=="
+    assert signature_matches(sig, sig) is True
+    assert signature_matches(sig, sig[:-1]) is False and signature_matches(sig, sig + "=") is False
+    assert signature_matches(sig, "") is False and signature_matches(sig, None) is False
+    # a peer's non-ASCII or lone-surrogate text is compared, not raised on (compare_digest refuses such str)
+    assert signature_matches("é\ud800", "é\ud800") is True
+    assert signature_matches(sig, "é\ud800") is False
+    assert signature_matches("5", 5) is True
