@@ -205,13 +205,12 @@ class FileList:
         return os.pread(f.fd, max(0, min(size, f.size - rel)), rel)
 
     def truncate(self, offset: int) -> None:
-        """MmapFileList.truncateOffset, zeroing the bytes it cuts (see the module docstring)."""
-        if offset < 0:
-            self.start_offset = 0
+        """MmapFileList.truncateOffset, zeroing the bytes it cuts (see the module docstring). A negative
+        offset removes every file (rebuild_with_pos, which then sets start_offset)."""
         keep = []
         removed = False
         for f in self.files:
-            if f.start + self.file_size > offset and offset < f.start:
+            if offset < f.start:  # the file starts past the cut (so it ends past it too)
                 f.close()
                 os.unlink(f.path)
                 removed = True

@@ -542,3 +542,48 @@ def test_a_read_returns_only_bytes_that_were_written(tmp_path):
     assert s.data.read(0, 50) is None and s.data.read(48, 2) is None  # past the write position
     assert s.data.read(DATA, 1) is None and s.data.read(-1, 1) is None  # no file there
     assert s.data.read_raw(DATA, 1) == b"" and s.data.read_raw(250, 10) == bytes(6)  # raw: to the file's end
+
+
+def open_deleted_files():
+    fds = os.listdir("/proc/self/fd")
+    out = []
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(" (deleted)"):
+            out.append(target)
+    return out
+
+
+def test_files_a_truncate_removes_give_their_space_back(tmp_path):
+    # an open descriptor keeps a removed file's blocks: a long-lived follower would fill its disk
+    before = open_deleted_files()
+    leader = store(tmp_path, node="n0")
+    for _ in range(3):
+        leader.append_as_leader(bytes(100), 1)  # one data file each
+    f = store(tmp_path, node="n1")
+    for i in range(3):
+        f.append_as_follower(leader.get(i))
+    f.truncate(leader.get(0))
+    assert sorted(os.listdir(tmp_path / "dledger-n1" / "data")) == [offset_to_file_name(0)]
+    assert open_deleted_files() == before
+    f.truncate(DLedgerEntry(body=b"far", index=9, term=2, pos=5 * DATA))  # rebuilt: every old file removed
+    assert sorted(os.listdir(tmp_path / "dledger-n1" / "data")) == [offset_to_file_name(5 * DATA)]
+    assert open_deleted_files() == before
+
+
+def test_a_cut_inside_a_later_file_zeroes_what_it_cut_there(tmp_path):
+    leader = store(tmp_path, node="n0")
+    leader.append_as_leader(bytes(200), 1)  # 248 bytes: the first file is full (a blank of 8)
+    leader.append_as_leader(b"b", 1)  # at 256
+    leader.append_as_leader(b"c", 1)  # at 305
+    f = store(tmp_path, node="n1")
+    for i in range(3):
+        f.append_as_follower(leader.get(i))
+    f.truncate(leader.get(1))
+    assert path_of(tmp_path, "data", DATA, "n1").read_bytes()[49:] == bytes(DATA - 49)
+    assert path_of(tmp_path, "data", 0, "n1").read_bytes() == path_of(tmp_path, "data", 0, "n0").read_bytes()
+    f.release()
+    assert [e.body for e in store(tmp_path, node="n1").entries()] == [bytes(200), b"b"]
