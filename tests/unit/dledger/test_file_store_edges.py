@@ -587,3 +587,20 @@ def test_a_cut_inside_a_later_file_zeroes_what_it_cut_there(tmp_path):
     assert path_of(tmp_path, "data", 0, "n1").read_bytes() == path_of(tmp_path, "data", 0, "n0").read_bytes()
     f.release()
     assert [e.body for e in store(tmp_path, node="n1").entries()] == [bytes(200), b"b"]
+
+
+def test_a_power_cut_after_a_rebuild_counts_only_the_new_entrys_bytes_as_lost(tmp_path):
+    from rmqha.cluster.store_cut import drop_after, read_dledger_durable
+
+    f = store(tmp_path, node="n1")
+    f.append_as_leader(b"old", 1)
+    f.flush()
+    pos = 2 * DATA + 100
+    f.truncate(DLedgerEntry(body=b"new", index=7, term=2, pos=pos))  # no overlap: rebuilt at pos, not flushed
+    assert f.durable_positions[0] == pos
+    f.release()
+    base = tmp_path / "dledger-n1"
+    durable = read_dledger_durable(base)
+    assert durable[0] == pos
+    assert drop_after(base / "data", durable[0]) == 51  # the new entry, not the zeros before it
+    assert store(tmp_path, node="n1").end_index == -1
