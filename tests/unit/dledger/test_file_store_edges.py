@@ -604,3 +604,16 @@ def test_a_power_cut_after_a_rebuild_counts_only_the_new_entrys_bytes_as_lost(tm
     assert durable[0] == pos
     assert drop_after(base / "data", durable[0]) == 51  # the new entry, not the zeros before it
     assert store(tmp_path, node="n1").end_index == -1
+
+
+def test_a_restart_does_not_rewrite_the_unused_part_of_a_full_size_file(tmp_path, monkeypatch):
+    # a loaded file counts as written to its end: recovery zeroes past the log's end only until the
+    # zeros begin, not the rest of a 1 GiB file at every restart
+    s = FileStore(str(tmp_path), "n0")
+    s.append_as_leader(b"a", 1)
+    s.release()
+    written = []
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, off: written.append(len(data)) or real(fd, data, off))
+    r = FileStore(str(tmp_path), "n0")
+    assert r.end_index == 0 and sum(written) < 1024
