@@ -325,8 +325,7 @@ class FileStore:
         # What recovery kept (and the zeros it wrote) goes to disk now, so the durable positions start
         # true: a crash leaves its last writes in the page cache only.
         self.data.sync(self.data.files)
-        self.index.sync(self.index.files)
-        make_dirs(self.path, sync=True)
+        self.index.sync(self.index.files)  # self.path exists: index.load() made it, durably
         self._durable_fd = os.open(os.path.join(self.path, DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         self._record_durable()
 

@@ -63,6 +63,7 @@ def test_properties_text_as_java_writes_and_reads_it():
     text = "# a comment\n! another\n\n  committedIndex = 7 \nendIndex:9\nflag\nk=v=w\nurl=a:b\n"
     assert _properties(text) == {"committedIndex": "7", "endIndex": "9", "flag": "", "k": "v=w", "url": "a:b"}
     assert _properties("a:b=c") == {"a": "b=c"}
+    assert _properties("=v\n:w") == {"": "w"}  # an empty key, as Java reads it (the later line wins)
 
 
 def test_a_checkpoint_without_a_number_leaves_nothing_committed(tmp_path):
@@ -186,6 +187,19 @@ def test_truncate_calls_its_hook_with_the_cut_and_lowers_the_committed_index(tmp
     assert f.truncate(other) == 1  # differs: cut at its pos, written there
     assert cuts == [98, 49] and f.get(1).body == b"B" and f.durable_positions == (49, 32)
     assert f.committed_index == 1 and f.begin_index == 0
+    f.truncate(DLedgerEntry(body=b"A", index=0, term=2, pos=0))  # the first entry differs too
+    assert f.durable_positions == (0, 0) and [e.body for e in f.entries()] == [b"A"]
+
+
+def test_a_truncate_at_the_followers_end_keeps_its_log(tmp_path):
+    leader = store(tmp_path, node="n0")
+    for body in (b"a", b"b", b"c"):
+        leader.append_as_leader(body, 1)
+    f = store(tmp_path, node="n1")
+    for i in range(2):
+        f.append_as_follower(leader.get(i))
+    assert f.truncate(leader.get(2)) == 2  # the leader's next entry, where the follower's log ends
+    assert (f.begin_index, f.end_index) == (0, 2) and [e.body for e in f.entries()] == [b"a", b"b", b"c"]
 
 
 def test_a_truncate_behind_the_log_starts_it_again_there(tmp_path):
@@ -277,7 +291,7 @@ def test_recovery_ends_before_a_damaged_entry(tmp_path, at, raw, why):
     s.release()
     patch(path_of(tmp_path, "data", 0), 49 + at, raw)
     r = store(tmp_path)
-    assert (r.end_index, r.end_term) == (0, 1), why
+    assert (r.end_index, r.end_term) == (0, 1) and [e.body for e in r.entries()] == [b"e"], why
     assert path_of(tmp_path, "data", 0).read_bytes()[49:] == bytes(DATA - 49), why
     assert path_of(tmp_path, "index", 0).read_bytes()[32:] == bytes(INDEX - 32), why
 
@@ -395,6 +409,7 @@ def test_files_are_created_readable_by_all_and_writable_by_the_owner_only(tmp_pa
         os.umask(old)
     for kind in ("data", "index"):
         assert os.stat(path_of(tmp_path, kind, 0)).st_mode & 0o777 == 0o644, kind
+    assert os.stat(tmp_path / "dledger-n0" / "durable").st_mode & 0o777 == 0o644
 
 
 @pytest.fixture
@@ -433,7 +448,7 @@ def test_a_new_files_length_and_name_are_durable_before_anything_is_written_into
         assert ("dirsync", os.path.dirname(f)) in disk_log[:first_write], f
 
 
-def test_files_a_truncate_removes_stay_removed_and_the_term_is_renamed_durably(tmp_path, disk_log):
+def test_files_a_truncate_removes_stay_removed_and_the_term_is_renamed_durably(tmp_path, disk_log, monkeypatch):
     leader = store(tmp_path, node="n0")
     for _ in range(3):
         leader.append_as_leader(bytes(100), 1)  # one data file each
@@ -445,6 +460,13 @@ def test_files_a_truncate_removes_stay_removed_and_the_term_is_renamed_durably(t
     data_dir = str(tmp_path / "dledger-n1" / "data")
     removed = [i for i, e in enumerate(disk_log) if e[0] == "unlink" and e[1].startswith(data_dir)]
     assert len(removed) == 2 and ("dirsync", data_dir) in disk_log[removed[-1] :]
+    disk_log.clear()
+    sizes = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: sizes.append(os.fstat(fd).st_size) or real_fsync(fd))
+    f.persist_term(3, "n0")
+    assert len("voteLeader=n0\ncurrTerm=3\n") in sizes  # the new text was in the file when it was fsynced
+    monkeypatch.setattr(os, "fsync", real_fsync)
     disk_log.clear()
     f.persist_term(3, "n0")
     cur = str(tmp_path / "dledger-n1" / "currterm")
@@ -482,6 +504,7 @@ def test_a_new_store_starts_and_ends_at_zero(tmp_path):
     s = store(tmp_path)
     assert (s.data.min_offset, s.data.max_wrote, s.index.min_offset, s.index.max_wrote) == (0, 0, 0, 0)
     assert (s.begin_index, s.end_index, s.end_term, s.committed_index) == (-1, -1, -1, -1)
+    assert s.entries() == [] and not s.dirty
 
 
 def test_closing_twice_closes_nothing_twice(tmp_path):
@@ -620,3 +643,35 @@ def test_a_restart_does_not_rewrite_the_unused_part_of_a_full_size_file(tmp_path
     monkeypatch.setattr(os, "pwrite", lambda fd, data, off: written.append(len(data)) or real(fd, data, off))
     r = FileStore(str(tmp_path), "n0")
     assert r.end_index == 0 and sum(written) < 1024
+
+
+def test_a_cut_zeroes_every_entry_after_it_past_a_chunk_of_zero_bytes(tmp_path):
+    # an entry whose body is zeros spans a whole 64 KiB step: the entry after it must be zeroed too
+    big = 3 * 64 * 1024
+    leader = FileStore(str(tmp_path), "n0", data_file_size=big, index_file_size=INDEX)
+    for body in (b"a", bytes(140_000), b"c"):
+        leader.append_as_leader(body, 1)
+    f = FileStore(str(tmp_path), "n1", data_file_size=big, index_file_size=INDEX)
+    for i in range(3):
+        f.append_as_follower(leader.get(i))
+    f.truncate(leader.get(0))
+    assert path_of(tmp_path, "data", 0, "n1").read_bytes()[49:] == bytes(big - 49)
+
+
+class CutsInRecovery(FileStore):
+    """A store whose recovery truncates (as test_file_store.py's planted ForgetsItsTail does)."""
+
+    def _recover(self):
+        super()._recover()
+        if self.end_index > 0:
+            self.truncate(self.get(self.end_index - 1))
+
+
+def test_a_truncate_during_recovery_writes_no_record_before_the_record_file_is_open(tmp_path, capfd):
+    s = store(tmp_path)
+    for body in (b"a", b"b"):
+        s.append_as_leader(body, 1)
+    s.release()
+    r = CutsInRecovery(str(tmp_path), "n0", data_file_size=DATA, index_file_size=INDEX)
+    assert capfd.readouterr() == ("", "")
+    assert r.end_index == 0 and durable_record(tmp_path) == (49, 32)
