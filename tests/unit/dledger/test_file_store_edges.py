@@ -352,7 +352,7 @@ def test_a_data_file_of_zeros_holds_no_log(tmp_path):
     f.release()
     path_of(tmp_path, "data", 0).write_bytes(bytes(DATA))
     r = store(tmp_path)
-    assert (r.begin_index, r.end_index, r.data.min_offset) == (-1, -1, 0)
+    assert (r.begin_index, r.end_index, r.end_term, r.data.min_offset) == (-1, -1, -1, 0)
     assert r.append_as_leader(b"b", 1).pos == 0 and r.get(0).body == b"b"
 
 
@@ -675,3 +675,64 @@ def test_a_truncate_during_recovery_writes_no_record_before_the_record_file_is_o
     r = CutsInRecovery(str(tmp_path), "n0", data_file_size=DATA, index_file_size=INDEX)
     assert capfd.readouterr() == ("", "")
     assert r.end_index == 0 and durable_record(tmp_path) == (49, 32)
+
+
+def test_the_durable_record_is_kept_on_descriptor_zero(tmp_path):
+    # a daemon started with stdin closed: the record's file may get descriptor 0
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        s = store(tmp_path)
+        assert s._durable_fd == 0
+        s.append_as_leader(b"a", 1)
+        s.flush()
+        assert durable_record(tmp_path) == (49, 32)
+        s.release()
+        with pytest.raises(OSError):
+            os.fstat(0)  # released with the rest
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+
+
+def test_releasing_twice_leaves_the_standard_descriptors_alone(tmp_path):
+    s = store(tmp_path)
+    s.release()
+    s.release()
+    for fd in (0, 1, 2):
+        os.fstat(fd)
+
+
+def test_a_lost_index_under_many_data_files_is_rebuilt_from_the_first(tmp_path):
+    three_files(tmp_path, 5)
+    before = [path_of(tmp_path, "index", o).read_bytes() for o in (0, INDEX)]
+    for o in (0, INDEX):
+        os.remove(path_of(tmp_path, "index", o))
+    r = store(tmp_path)
+    assert r.recovered_from["file"] == 0 and (r.begin_index, r.end_index) == (0, 4)
+    assert [path_of(tmp_path, "index", o).read_bytes() for o in (0, INDEX)] == before
+
+
+def test_a_garbage_first_entry_sends_recovery_a_file_further_back(tmp_path):
+    three_files(tmp_path, 5)
+    patch(path_of(tmp_path, "data", 2 * DATA), 0, b"\x07" * 48)
+    r = store(tmp_path)
+    assert r.recovered_from["file"] == 1 and (r.begin_index, r.end_index) == (0, 1)
+
+
+def test_an_index_without_data_is_cut_to_nothing(tmp_path):
+    three_files(tmp_path, 2)
+    for name in os.listdir(tmp_path / "dledger-n0" / "data"):
+        os.remove(tmp_path / "dledger-n0" / "data" / name)
+    r = store(tmp_path)
+    assert (r.begin_index, r.end_index, r.end_term) == (-1, -1, -1)
+    assert r.append_as_leader(b"x", 1).index == 0 and r.get(0).body == b"x"
+    assert path_of(tmp_path, "index", 0).read_bytes()[:32] == struct.pack(">iqiqq", 1, 0, 49, 0, 1)
+
+
+def test_an_unreadable_oldest_file_starts_the_log_where_the_walk_did(tmp_path):
+    three_files(tmp_path, 5)
+    patch(path_of(tmp_path, "data", 0), 0, b"\x07" * 48)  # the oldest entry's header is garbage
+    r = store(tmp_path)
+    assert r.recovered_from["file"] == 2 and (r.begin_index, r.end_index) == (2, 4)
+    assert [e.body[0] for e in r.entries()] == [2, 3, 4]
