@@ -736,3 +736,26 @@ def test_an_unreadable_oldest_file_starts_the_log_where_the_walk_did(tmp_path):
     r = store(tmp_path)
     assert r.recovered_from["file"] == 2 and (r.begin_index, r.end_index) == (2, 4)
     assert [e.body[0] for e in r.entries()] == [2, 3, 4]
+
+
+def test_the_largest_addressable_index_is_recovered_and_one_more_is_not(tmp_path):
+    from rmqha.broker.dledger.file_store import MAX_RECOVERED_INDEX
+
+    for index, kept in ((MAX_RECOVERED_INDEX, 0), (MAX_RECOVERED_INDEX + 1, -1)):
+        d = tmp_path / str(index)
+        s = store(d)
+        s.append_as_leader(b"e", 1)
+        s.release()
+        patch(path_of(d, "data", 0), 8, struct.pack(">q", index))
+        r = store(d)
+        assert (r.end_index, r.begin_index) == ((index, index) if kept == 0 else (-1, -1)), index
+
+
+def test_a_single_data_file_starting_with_garbage_holds_no_log(tmp_path):
+    s = store(tmp_path)
+    s.append_as_leader(b"e", 1)
+    s.release()
+    patch(path_of(tmp_path, "data", 0), 0, b"\x07" * 48)
+    r = store(tmp_path)
+    assert (r.begin_index, r.end_index, r.data.min_offset) == (-1, -1, 0)
+    assert path_of(tmp_path, "data", 0).read_bytes() == bytes(DATA)
