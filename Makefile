@@ -124,7 +124,7 @@ fuzz-native: $(STAMP) ## the send path's C accelerator rebuilt with AddressSanit
 protos: $(STAMP) ## regenerate rmqha/proxy/third_party/rocketmq_apis/v2/*_pb2*.py from the .proto files there (grpcio-tools; the generated modules are committed)
 	$(PY) -m rmqha.proxy.protos
 
-mutation: $(STAMP) ## mutation testing of the HA core, the record format, names, log limits and the chaos fault table: one score per module (MODULES=rmqha.broker.ha.wire ... BUDGET=s per module)
+mutation: $(STAMP) ## mutation testing of the HA core, the record format, names, log limits, the chaos fault table, HA recovery and DLedger (protocol, entry, file store): one score per module (MODULES=rmqha.broker.ha.wire ... BUDGET=s per module)
 	$(PY) -m tools.mutation $(MODULES) $(if $(BUDGET),--budget $(BUDGET))
 
 mutation-crashfs: $(STAMP) ## mutation testing of crashfs's cut logic (images/crashfs/src/model.rs) with cargo-mutants, installed into ~/.cargo on first use
