@@ -535,6 +535,8 @@ def test_an_entry_fits_a_new_file_with_room_for_a_blank_and_not_without(tmp_path
     t.append_as_leader(b"a", 1)
     with pytest.raises(StoreError):
         t.append_as_leader(bytes(DATA - 8 - 48 + 2), 1)  # 250 + 8 > 256
+    # refused before anything was written in the new file: the next entry starts it
+    assert t.append_as_leader(b"b", 1).pos == DATA and [e.body for e in t.entries()] == [b"a", b"b"]
 
 
 def test_a_cut_inside_a_file_that_ended_in_a_blank_zeroes_the_blank_too(tmp_path):
