@@ -3,8 +3,8 @@
     c = Cluster.attach("chaos")
     sched = make_schedule(random.Random(seed), ["kill-master", "latency"], c, duration=60)
     nem = Nemesis(c, log=print, fault_log=FaultLog(run_dir / "faults" / "faults-1.jsonl"))
-    nem.run(sched, t0, stop_event)               # in a thread; nem.active says what is broken now
-    nem.heal_all()
+    nem.run(sched, t0, stop_event, end=60)       # in a thread; nem.active says what is broken now
+    stop_event.set(); nem.heal_all()             # waits for the nemesis's inject or heal under way
 
 ACTIONS is the table: each kind's start and stop (both take the cluster handle and the fault), keyed by
 the names of the fault vocabulary (rmqha/runs/faults.py: what each kind targets, the backends it works
@@ -472,8 +472,18 @@ def _event_order(event: tuple[float, bool, Fault]) -> tuple:
     return round(at, 3), not is_heal or f.hold == 0, is_heal
 
 
+# A fault moved late must still be healed this long before the sends end. Every schedule plans a longer
+# quiet end (make_schedule: >= 3 s; --schedule: 3 s; a sweep: 5 s), so a fault may be moved by 2 s or more
+# before it is skipped; and a fault healed as the sends end would show nothing of the recovery.
+QUIET_MIN_S = 1.0
+
+
 class Nemesis:
-    """Injects and heals faults through the cluster handle, writing each to the fault log."""
+    """Injects and heals faults through the cluster handle, writing each to the fault log.
+
+    One operation at a time: inject, heal and heal_all hold the nemesis's operation lock, so heal_all
+    (called once the run's stop is set) waits for the schedule's inject or heal under way, and a fault is
+    healed once: a heal of a fault no longer active does nothing."""
 
     def __init__(self, cluster, log=None, fault_log=None):
         self.cluster = cluster
@@ -481,7 +491,10 @@ class Nemesis:
         self.fault_log = fault_log
         self.active: dict[int, Fault] = {}
         self.done: list[tuple[Fault, str | None]] = []  # (fault, error)
+        self.skipped: list[tuple[Fault, str]] = []  # (fault, why): moved past the run's end, never injected
         self._lock = threading.Lock()
+        self._ops = threading.RLock()  # one inject or heal at a time (heal_all heals under it)
+        self._held_from: dict[int, float] = {}  # a scheduled fault's id -> time.monotonic() when its inject ended
         self._ids = 1000  # faults injected outside a schedule
 
     @property
@@ -494,7 +507,9 @@ class Nemesis:
             return ", ".join(f.describe() for f in self.active.values()) or "none"
 
     # -- one fault --------------------------------------------------------------------------------
-    def inject(self, f: Fault) -> dict | None:
+    def inject(self, f: Fault, note: dict | None = None) -> dict | None:
+        """Start fault f (it is active from now until healed, even when the start fails: half done,
+        perhaps). `note`: more for its fault-log line (the schedule's lateness)."""
         kind = FAULTS.get(f.kind)
         if kind is None:
             raise ValueError(f"unknown fault {f.kind!r}; known: {', '.join(ALL_FAULTS)}")
@@ -511,14 +526,16 @@ class Nemesis:
                     else ""
                 )
             )
-        if not f.id:
-            self._ids += 1
-            f.id = self._ids
-        if not f.link:
-            f.link = link_of(self.cluster, f)
-        with self._lock:
-            self.active[f.id] = f
-        return self._op("inject", ACTIONS[f.kind].start, f, self._not_exercised(f))
+        with self._ops:
+            if not f.id:
+                self._ids += 1
+                f.id = self._ids
+            if not f.link:
+                f.link = link_of(self.cluster, f)
+            with self._lock:
+                self.active[f.id] = f
+            note = dict(note or {}, **(self._not_exercised(f) or {})) or None
+            return self._op("inject", ACTIONS[f.kind].start, f, note)
 
     def _not_exercised(self, f: Fault) -> dict | None:
         """Why a fault on this group cannot show anything about replication: its master holds a slave
@@ -549,12 +566,19 @@ class Nemesis:
             out["notExercised"] = "; ".join(idle[g] for g in groups)
         return out
 
-    def heal(self, f: Fault) -> dict | None:
-        try:
-            return self._op("heal", ACTIONS[f.kind].stop, f)
-        finally:
+    def heal(self, f: Fault, note: dict | None = None) -> dict | None:
+        """Stop fault f, once: a fault no longer active (healed already, by the schedule or heal_all)
+        is left alone, nothing done and nothing written."""
+        with self._ops:
             with self._lock:
-                self.active.pop(f.id, None)
+                if f.id not in self.active:
+                    return None
+            try:
+                return self._op("heal", ACTIONS[f.kind].stop, f, note)
+            finally:
+                with self._lock:
+                    self.active.pop(f.id, None)
+                self._held_from.pop(f.id, None)
 
     def _op(self, op: str, fn, f: Fault, note: dict | None = None) -> dict | None:
         from rmqha.runs.faultlog import now_ms
@@ -574,77 +598,147 @@ class Nemesis:
 
     def heal_all(self) -> list[str]:
         """Undo everything still broken, then every toxic and every stopped node. Errors are returned,
-        not raised: a fault that cannot be undone fails the run, and the rest must still be healed."""
+        not raised: a fault that cannot be undone fails the run, and the rest must still be healed.
+        Call it once the run's stop is set: it waits for the schedule's operation under way (a restart
+        can take a minute), so what that heals is not healed twice. A fault healed here before its hold
+        was over says so in its heal line (info.cutShort)."""
         errors = []
-        for f in list(self.active.values()):
+        with self._ops:
+            for f in list(self.active.values()):
+                try:
+                    self.heal(f, self._cut_short(f))
+                except Exception as e:
+                    errors.append(f"healing {f.describe()}: {type(e).__name__}: {e}")
             try:
-                self.heal(f)
+                self.cluster.heal_links()
             except Exception as e:
-                errors.append(f"healing {f.describe()}: {type(e).__name__}: {e}")
-        try:
-            self.cluster.heal_links()
-        except Exception as e:
-            errors.append(f"Toxiproxy reset: {type(e).__name__}: {e}")
-        for node in self.cluster.nodes:
-            try:
-                if self.cluster.kind == "docker":
-                    try:
-                        self.cluster.heal_partition(node)
-                    except ClusterError:
-                        pass
-                self.cluster.resume(node)
-                if self.cluster.disk_limited(node):
-                    self.cluster.free_disk(node)
-                if not self.cluster.running(node):
-                    self.cluster.start(node, timeout=60)
-            except Exception as e:
-                errors.append(f"bringing {node} back: {type(e).__name__}: {e}")
+                errors.append(f"Toxiproxy reset: {type(e).__name__}: {e}")
+            for node in self.cluster.nodes:
+                try:
+                    if self.cluster.kind == "docker":
+                        try:
+                            self.cluster.heal_partition(node)
+                        except ClusterError:
+                            pass
+                    self.cluster.resume(node)
+                    if self.cluster.disk_limited(node):
+                        self.cluster.free_disk(node)
+                    if not self.cluster.running(node):
+                        self.cluster.start(node, timeout=60)
+                except Exception as e:
+                    errors.append(f"bringing {node} back: {type(e).__name__}: {e}")
         return errors
 
+    def _cut_short(self, f: Fault) -> dict | None:
+        """The heal line's note for a fault heal_all heals before its hold was over (the run ended under
+        it): how long it was held of its hold. None when it had its hold, never took effect, or was not
+        injected by the schedule (run())."""
+        took = self._held_from.get(f.id)
+        if took is None:
+            return None
+        held = time.monotonic() - took
+        if held >= f.hold - 0.05:
+            return None
+        self.log(f"  {f.describe()}: healed at the run's end after {held:.1f}s of its {f.hold:g}s hold")
+        return {"cutShort": f"healed at the run's end after {held:.1f} s of its {f.hold:g} s hold"}
+
     # -- the schedule -----------------------------------------------------------------------------
-    def run(self, schedule: list[Fault], t0: float, stop: threading.Event) -> None:
+    def run(self, schedule: list[Fault], t0: float, stop: threading.Event, end: float | None = None) -> None:
         """Inject and heal each fault at its time (t0: time.monotonic() of the start); stop ends early.
         Faults may overlap: events are taken in time order, a heal before an inject at the same instant
-        (_event_order). A failing inject or heal is logged and kept in `done`, not raised."""
+        (_event_order). A failing inject or heal is logged and kept in `done`, not raised.
+
+        Every fault is held its full hold from when its inject ended, not from when it was due: an inject
+        can start late (an earlier restart took long: Apache 4.9.8 restarts in 15-47 s) or take long (a
+        DLedger fault first finds who leads), and a fault healed when due would be held for no time
+        (showing nothing: "not exercised"). Everything after it moves by as much (`shift`, which only
+        grows), so the gaps after it are kept, and the order of events never changes: two faults
+        scheduled to overlap still overlap, and one scheduled to end as the next begins still ends first.
+        A DLedger heal that ends late (a restart waits for the node) also moves what follows, which keeps
+        its gap from when the node is back (mx-dl-l2, 2026-11-29: a follower's power cut began 1.4 s after
+        its peer was back from the leader's cut, not 4.4 s, two members catching up at once). A classic
+        heal does not: a classic schedule leaves restarts their room in its gaps (a sweep on Apache's
+        broker: 25-30 s, run.sweep_gap), and the next fault, due before the node is back, starts late
+        and is held in full from then. The fault log has the real times; an inject line says how late
+        it was (info.lateS).
+
+        `end` (seconds after t0: when the run's sends end) bounds the moves: a fault whose full hold,
+        moved, would end less than QUIET_MIN_S before it (and later than it was scheduled to end) is not
+        injected. It is skipped in the open: said, kept in `skipped`, and written to the fault log as a
+        "skip" line. A fault that still runs into the stop (its inject took long) is healed by heal_all,
+        whose heal line says it was cut short."""
         events = sorted(
             [(f.at, False, f) for f in schedule] + [(f.at + f.hold, True, f) for f in schedule], key=_event_order
         )
         errors: dict[int, str] = {}
-        # A DLedger fault is held its hold from when its inject ended, not from when it was due: its
-        # inject first finds who leads (seconds when the leader is slow to answer), and a late inject (an
-        # earlier restart took long) would otherwise be healed early: a leader fault too soon for an
-        # election, a follower fault before any sample saw it. What follows moves by as much, keeping its
-        # gaps; classic faults never move it. Likewise a DLedger heal that ends late (a restart waits for
-        # the node, seconds on a loaded machine): the next fault keeps its gap from when the node is back,
-        # not from when the heal was due (mx-dl-l2, 2026-11-29: a follower's power cut began 1.4 s after its
-        # peer was back from the leader's cut, not 4.4 s, with two members catching up at once).
         shift = 0.0
-        took: dict[int, float] = {}
+        took: dict[int, float] = {}  # fault id -> when its inject ended
+        skipped: set[int] = set()
         for at, is_heal, f in events:
-            kind = FAULTS.get(f.kind)
-            if is_heal and kind is not None and DLEDGER in kind.modes and f.id in took:
+            if is_heal and f.id in skipped:
+                continue
+            if is_heal and f.id in took:
                 shift = max(shift, took[f.id] + f.hold - (t0 + at))
             if stop.wait(max(0.0, t0 + at + shift - time.monotonic())):
                 break
-            if not is_heal:
-                self.log(f"t={time.monotonic() - t0:5.1f}s inject {f.describe()} on {f.group} for {f.hold:g}s")
-                try:
-                    info = self.inject(f)
-                    took[f.id] = time.monotonic()
-                    if info:
-                        self.log("  " + " ".join(f"{k}={v}" for k, v in info.items()))
-                except Exception as e:
-                    errors[f.id] = f"inject: {type(e).__name__}: {e}"
-                    self.log(f"  {f.describe()}: {errors[f.id]}")
-            else:
-                try:
-                    self.heal(f)
-                    self.log(f"t={time.monotonic() - t0:5.1f}s healed {f.describe()}")
-                except Exception as e:
-                    errors[f.id] = (
-                        errors.get(f.id, "") + "; " if f.id in errors else ""
-                    ) + f"heal: {type(e).__name__}: {e}"
-                    self.log(f"  healing {f.describe()}: {errors[f.id]}")
-                if kind is not None and DLEDGER in kind.modes:
-                    shift = max(shift, time.monotonic() - (t0 + at))
-                self.done.append((f, errors.get(f.id)))
+            with self._ops:  # heal_all, once the stop is set, waits for this; after it, nothing more
+                if stop.is_set():
+                    break
+                now = time.monotonic() - t0
+                if not is_heal:
+                    why = _past_the_end(f, now, end)
+                    if why:
+                        self._skip(f, now, why)
+                        skipped.add(f.id)
+                        continue
+                    late = now - f.at
+                    self.log(
+                        f"t={now:5.1f}s inject {f.describe()} on {f.group} for {f.hold:g}s"
+                        + (f" ({late:.1f}s late: held in full, what follows moves)" if late >= 0.1 else "")
+                    )
+                    try:
+                        info = self.inject(f, {"lateS": round(late, 1)} if late >= 0.1 else None)
+                        took[f.id] = self._held_from[f.id] = time.monotonic()
+                        if info:
+                            self.log("  " + " ".join(f"{k}={v}" for k, v in info.items()))
+                    except Exception as e:
+                        errors[f.id] = f"inject: {type(e).__name__}: {e}"
+                        self.log(f"  {f.describe()}: {errors[f.id]}")
+                else:
+                    try:
+                        self.heal(f)
+                        self.log(f"t={time.monotonic() - t0:5.1f}s healed {f.describe()}")
+                    except Exception as e:
+                        errors[f.id] = (
+                            errors.get(f.id, "") + "; " if f.id in errors else ""
+                        ) + f"heal: {type(e).__name__}: {e}"
+                        self.log(f"  healing {f.describe()}: {errors[f.id]}")
+                    kind = FAULTS.get(f.kind)
+                    if kind is not None and DLEDGER in kind.modes:
+                        shift = max(shift, time.monotonic() - (t0 + at))
+                    self.done.append((f, errors.get(f.id)))
+
+    def _skip(self, f: Fault, now: float, why: str) -> None:
+        from rmqha.runs.faultlog import now_ms
+
+        self.log(f"t={now:5.1f}s skip {f.describe()} on {f.group}: {why}")
+        self.skipped.append((f, why))
+        if self.fault_log:
+            self.fault_log.write(
+                "skip", f, now_ms(), info={"skipped": why, "scheduledAtS": f.at, "lateS": round(now - f.at, 1)}
+            )
+
+
+def _past_the_end(f: Fault, now: float, end: float | None) -> str | None:
+    """Why fault f, due at f.at and reached at `now` (seconds after the start), is not injected: its full
+    hold would end less than QUIET_MIN_S before the run's `end` and later than it was scheduled to end
+    (a schedule's own times are never refused). None: it fits, or the run has no end given."""
+    if end is None:
+        return None
+    limit = max(end - QUIET_MIN_S, f.at + f.hold)
+    if now + f.hold <= limit + 1e-6:
+        return None
+    return (
+        f"{now - f.at:.1f}s late (earlier faults took long), its {f.hold:g}s hold would end at "
+        f"t={now + f.hold:.1f}s, past t={limit:.1f}s ({QUIET_MIN_S:g}s before the sends end at t={end:g}s)"
+    )

@@ -93,11 +93,17 @@ def committed_offsets(run: Run) -> Result:
 
 def fault_blame(run: Run) -> Result:
     """Informational: the faults injected and what each is blamed for (never FAILs; WARNs for a fault that
-    could not exercise replication)."""
+    could not exercise replication, and for scheduled faults the nemesis skipped)."""
     a = run.attribution()
+    skips = faults.skipped(run.run_dir) if run.run_dir else []
     return Result.of(
-        faults.verdicts(run.faults, a),
-        {"faults": len(run.faults), "notExercised": sum(bool(f.info.get("notExercised")) for f in run.faults)},
+        faults.verdicts(run.faults, a, skips),
+        {
+            "faults": len(run.faults),
+            "notExercised": sum(bool(f.info.get("notExercised")) for f in run.faults),
+            "skipped": len(skips),
+            "cutShort": sum(bool(f.cut_short) for f in run.faults),
+        },
     )
 
 
@@ -190,7 +196,14 @@ OWNS = {
         ids.HISTORY_E2E_LATENCY,
     ),
     "offsets": (ids.OFFSET_REGRESSION,),
-    "faults": (ids.FAULTS_INJECTED, ids.FAULTS_NOT_EXERCISED, ids.FAULTS_NON_OK, ids.FAULTS_LOST, ids.FAULTS_DIVERGENT),
+    "faults": (
+        ids.FAULTS_INJECTED,
+        ids.FAULTS_NOT_EXERCISED,
+        ids.FAULTS_SKIPPED,
+        ids.FAULTS_NON_OK,
+        ids.FAULTS_LOST,
+        ids.FAULTS_DIVERGENT,
+    ),
     "served": (ids.SERVED,),
     "trace": (ids.TRACE,),
 }

@@ -52,6 +52,7 @@ class FaultInterval:
     inject_error: str | None = None
     heal_error: str | None = None
     info: dict = field(default_factory=dict)
+    cut_short: str | None = None  # the heal's info.cutShort: healed at the run's end before its hold was over
 
     @property
     def label(self) -> str:
@@ -100,7 +101,27 @@ def load(run_dir: str) -> list[FaultInterval]:
                 elif r.get("op") == "heal" and fid in by_id:
                     by_id[fid].end_ms = int(r["ts_ms"])
                     by_id[fid].heal_error = r.get("error")
+                    by_id[fid].cut_short = (r.get("info") or {}).get("cutShort")
     return sorted(out, key=lambda f: f.start_ms)
+
+
+def skipped(run_dir: str) -> list[dict]:
+    """The scheduled faults the nemesis did not inject ("skip" lines: moved so late by earlier faults that
+    their hold would not have ended before the run's quiet end), each {id, kind, target, group, why}."""
+    out = []
+    for path in fault_files(run_dir):
+        with open(path) as fh:
+            for line in fh:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                if r.get("op") == "skip":
+                    out.append(
+                        {k: r.get(k) for k in ("id", "kind", "target", "group")}
+                        | {"why": (r.get("info") or {}).get("skipped", "")}
+                    )
+    return out
 
 
 def master_power_loss(f) -> bool:
@@ -263,15 +284,28 @@ def attribute(faults: list[FaultInterval], non_ok_sends, lost, pairs, groups_of_
     return a
 
 
-def verdicts(faults: list[FaultInterval], a: Attribution) -> list[Verdict]:
-    if not faults:
-        return []
+def verdicts(faults: list[FaultInterval], a: Attribution, skips: list[dict] | None = None) -> list[Verdict]:
+    """skips: the faults the nemesis skipped (skipped())."""
     out = []
+    if skips:
+        out.append(
+            Verdict(
+                "faults skipped",
+                WARN,
+                f"{len(skips)} scheduled fault(s) not injected, moved past the run's end by earlier faults "
+                "that took long (the run tested less than its schedule): "
+                + "; ".join(f"#{s['id']} {s['kind']} {s['target']}: {s['why']}" for s in skips[:5]),
+                ids.FAULTS_SKIPPED,
+            )
+        )
+    if not faults:
+        return out
     kinds: dict[str, int] = {}
     for f in faults:
         kinds[f.kind] = kinds.get(f.kind, 0) + 1
     failed = [f for f in faults if f.inject_error or f.heal_error]
     never = [f for f in faults if f.end_ms is None]
+    short = [f for f in faults if f.cut_short]
     idle = [f for f in faults if f.info.get("notExercised")]
     out.append(
         Verdict(
@@ -284,7 +318,13 @@ def verdicts(faults: list[FaultInterval], a: Attribution) -> list[Verdict]:
                 if failed
                 else ""
             )
-            + (f"; {len(never)} never healed" if never else ""),
+            + (f"; {len(never)} never healed" if never else "")
+            + (
+                f"; {len(short)} cut short by the run's end: "
+                + "; ".join(f"{f.label}: {f.cut_short}" for f in short[:5])
+                if short
+                else ""
+            ),
             ids.FAULTS_INJECTED,
         )
     )
@@ -369,7 +409,7 @@ def markdown(faults: list[FaultInterval], a: Attribution, t0_ms: int | None = No
     ]
     for f in faults:
         to = f"{(f.end_ms - t0) / 1000:.1f}" if f.end_ms is not None else "never healed"
-        res = f.inject_error or f.heal_error or "ok"
+        res = f.inject_error or f.heal_error or ("cut short" if f.cut_short else "ok")
         lines.append(
             f"| {f.id} | {f.kind} | {f.link or f.target} | {f.group or '-'} | {(f.start_ms - t0) / 1000:.1f} "
             f"| {to} | {_kv(f.params)} | {res} | {_kv(f.info)} |"

@@ -62,6 +62,7 @@ OFFSET_REGRESSION = "delivery.offset-regression"
 # -- faults (faults.py) ----------------------------------------------------------------------------
 FAULTS_INJECTED = "faults.injected"
 FAULTS_NOT_EXERCISED = "faults.not-exercised"
+FAULTS_SKIPPED = "faults.skipped"
 FAULTS_NON_OK = "faults.non-ok"
 FAULTS_LOST = "faults.lost"
 FAULTS_DIVERGENT = "faults.divergent"
@@ -98,6 +99,7 @@ NAMES = {
     "committed offsets never move back": OFFSET_REGRESSION,
     "faults injected": FAULTS_INJECTED,
     "faults not exercised": FAULTS_NOT_EXERCISED,
+    "faults skipped": FAULTS_SKIPPED,
     "non-OK sends by fault": FAULTS_NON_OK,
     "acknowledged losses by fault": FAULTS_LOST,
     "divergences by fault": FAULTS_DIVERGENT,

@@ -63,12 +63,16 @@ class FakeStop:
         self.clock.now = end
         return False
 
+    def is_set(self) -> bool:
+        return self.set_
+
 
 class FakeHandle:
     """Records every operation the nemesis asks of the cluster handle: `calls` holds
     (name, {argument: value}) and `when` the clock's time of each. `fail` makes an operation raise: keyed
     by its name, or by (name, first argument) for one node or link. `returns` gives an operation's return
-    value by name. Node state follows the operations: kill, stop and power_loss leave a node stopped,
+    value by name, `took` the seconds an operation takes on the clock (`when` is when it began: a restart
+    of Apache 4.9.8 takes 15-47 s). Node state follows the operations: kill, stop and power_loss leave a node stopped,
     start runs it; `limited` are the nodes whose store is on a size-limited filesystem."""
 
     OPS = (
@@ -103,12 +107,15 @@ class FakeHandle:
         self.when: list[float] = []
         self.fail: dict = {}
         self.returns: dict = {}
+        self.took: dict = {}
         self.stopped: set[str] = set()
         self.limited: set[str] = set()
 
     def _record(self, name: str, args: dict):
         self.calls.append((name, args))
         self.when.append(self.clock.now if self.clock else 0.0)
+        if self.clock:
+            self.clock.now += self.took.get(name, 0.0)
         first = next(iter(args.values()), None)
         err = self.fail.get((name, first), self.fail.get(name))
         if err is not None:

@@ -503,7 +503,7 @@ def test_run_injects_and_heals_each_fault_at_its_time_and_says_so(clock):
     assert nem.done == [(sched[0], None), (sched[1], None)] and nem.active == {}
 
 
-def test_run_started_late_catches_up_without_waiting(clock):
+def test_run_started_late_injects_at_once_then_keeps_every_hold_and_gap(clock):
     h = FakeHandle(clock=clock)
     t0 = clock.now - 10.0  # the workload began 10 s ago: both faults are due
     nem = Nemesis(h)
@@ -511,8 +511,9 @@ def test_run_started_late_catches_up_without_waiting(clock):
     nem.run(
         [fault("kill-slave", AS, at=2.0, hold=3.0, id=1), fault("pause-master", B, at=6.0, hold=5.0, id=2)], t0, stop
     )
-    assert h.timeline() == [(100.0, "kill", AS), (100.0, "start", AS), (100.0, "pause", B), (101.0, "resume", B)]
-    assert stop.waits[:3] == [0.0, 0.0, 0.0]
+    # the first is injected at once, 8 s late, and held its 3 s; the second keeps its 1 s gap and its 5 s
+    assert h.timeline() == [(100.0, "kill", AS), (103.0, "start", AS), (104.0, "pause", B), (109.0, "resume", B)]
+    assert stop.waits == [0.0, 3.0, 1.0, 5.0]
 
 
 def test_run_without_a_log(clock):
@@ -638,6 +639,214 @@ def test_a_fault_held_for_no_time_is_healed_right_after_its_inject(clock):
         (102.0, "resume", AS),
         (102.0, "resume", A),
     ]
+
+
+# -- late faults keep their holds; what follows keeps its gaps ------------------------------------
+
+
+def test_a_fault_injected_late_after_a_slow_restart_is_held_in_full_and_what_follows_moves(
+    clock, tmp_path, monkeypatch
+):
+    """Apache 4.9.8 restarts in 15-47 s: the next fault, due 2 s after the restart was due, was injected
+    as the restart ended and healed at once (its heal was due by then): held 0-20 ms, not exercised."""
+    monkeypatch.setattr(rmqha.runs.faultlog, "now_ms", lambda: int(round(clock.now * 1000)))
+    h = FakeHandle(clock=clock)
+    h.took["start"] = 30.0
+    lines = []
+    nem = Nemesis(h, log=lines.append, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
+    run(
+        nem,
+        [
+            fault("kill-master", A, at=1.0, hold=2.0, id=1),
+            fault("kill-slave", BS, at=5.0, hold=3.0, id=2),
+            fault("pause-slave", AS, at=10.0, hold=2.0, id=3),
+        ],
+        clock,
+    )
+    # broker-a is back at 133: kill-slave, 28 s late, is held its 3 s from then, and pause-slave moves by
+    # as much (due at 138), but broker-b-s is back only at 166: pause-slave too is held its 2 s from then
+    assert h.timeline() == [
+        (101.0, "kill", A),
+        (103.0, "start", A),
+        (133.0, "kill", BS),
+        (136.0, "start", BS),
+        (166.0, "pause", AS),
+        (168.0, "resume", AS),
+    ]
+    assert (
+        "t= 33.0s inject kill-slave broker-b-s on broker-b for 3s (28.0s late: held in full, what follows moves)"
+        in lines
+    )
+    # the fault log has the real times (what the audit blames by) and how late each inject was
+    recs = [(r["op"], r["id"], r["start_ms"] - 100_000, r["ts_ms"] - 100_000, r["info"]) for r in read_faults(tmp_path)]
+    assert recs == [
+        ("inject", 1, 1000, 1000, {}),
+        ("heal", 1, 3000, 33000, {}),
+        ("inject", 2, 33000, 33000, {"lateS": 28.0}),
+        ("heal", 2, 36000, 66000, {}),
+        ("inject", 3, 66000, 66000, {"lateS": 56.0}),
+        ("heal", 3, 68000, 68000, {}),
+    ]
+
+
+# kill-master broker-a from 1 s for 4 s; inside it restart-slave broker-b-s from 2 s for 1 s (overlap: another
+# group, the other role); after both, pause-slave broker-a-s 2 s after broker-a is back, for 2 s
+OVERLAPPING = [("kill-master", A, 1.0, 4.0), ("restart-slave", BS, 2.0, 1.0), ("pause-slave", AS, 7.0, 2.0)]
+STOPS = {"kill": "start", "stop": "start", "pause": "resume"}
+
+
+@pytest.mark.parametrize(
+    "took",
+    [{}, {"kill": 4.0}, {"stop": 6.0}, {"start": 30.0}, {"stop": 3.0, "start": 20.0, "kill": 1.5}, {"pause": 2.0}],
+)
+def test_however_long_each_operation_takes_order_holds_gaps_and_overlap_are_kept(clock, took):
+    h = FakeHandle(clock=clock)
+    h.took = took
+    sched = [fault(k, n, at=at, hold=hold, id=i) for i, (k, n, at, hold) in enumerate(OVERLAPPING, 1)]
+    run(Nemesis(h), sched, clock)
+    # the operations in the schedule's order: the overlapping fault is injected and healed inside the first
+    assert [(op, n) for _, op, n in h.timeline()] == [
+        ("kill", A),
+        ("stop", BS),
+        ("start", BS),
+        ("start", A),
+        ("pause", AS),
+        ("resume", AS),
+    ]
+    # (start, end) of each operation on the clock
+    (kill_a, stop_bs, start_bs, start_a, pause_as, resume_as) = [
+        (t, t + took.get(op, 0.0)) for t, op, _ in h.timeline()
+    ]
+    # each fault held its full hold from when its inject ended, to when its heal began
+    assert start_a[0] - kill_a[1] >= 4.0
+    assert start_bs[0] - stop_bs[1] >= 1.0
+    assert resume_as[0] - pause_as[1] >= 2.0
+    # still overlapping: broker-b-s down while broker-a is
+    assert kill_a[1] <= stop_bs[0] and start_bs[1] <= start_a[0]
+    # pause-slave keeps its 2 s gap from broker-a's heal (a slow restart may use the gap up)
+    assert pause_as[0] - start_a[0] >= 2.0
+
+
+def test_a_slow_inject_of_the_outer_fault_is_held_in_full_and_the_inner_one_still_overlaps_it(clock):
+    h = FakeHandle(clock=clock)
+    h.took["stop"] = 6.0  # a clean shutdown of broker-a (restart-master) takes 6 s
+    sched = [
+        fault("restart-master", A, at=1.0, hold=4.0, id=1),
+        fault("pause-slave", BS, at=2.0, hold=1.0, id=2),
+        fault("kill-slave", AS, at=8.0, hold=2.0, id=3),
+    ]
+    run(Nemesis(h), sched, clock)
+    # broker-a down from 107 to 111 (4 s); broker-b-s paused 107-108 inside it; kill-slave 3 s after 111
+    assert h.timeline() == [
+        (101.0, "stop", A),
+        (107.0, "pause", BS),
+        (108.0, "resume", BS),
+        (111.0, "start", A),
+        (114.0, "kill", AS),
+        (116.0, "start", AS),
+    ]
+
+
+def test_a_fault_moved_past_the_runs_end_is_skipped_said_and_written_to_the_fault_log(clock, tmp_path):
+    """The sends end at `end`: a fault whose full hold, moved, would end less than 1 s before it is not
+    injected (healed at the stop it would be cut short), and never silently: the log, `skipped`, and a
+    "skip" line in the fault log."""
+    h = FakeHandle(clock=clock)
+    h.took["start"] = 30.0
+    lines = []
+    nem = Nemesis(h, log=lines.append, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
+    sched = [
+        fault("kill-master", A, at=1.0, hold=2.0, id=1),  # broker-a back at 33 s
+        fault("kill-slave", BS, at=5.0, hold=5.0, id=2),  # reached at 33 s: to 38 s, past 38 - 1
+        fault("pause-slave", AS, at=6.0, hold=1.0, id=3),  # 33-34 s: fits; what follows moves 27 s
+        fault("pause-master", A, at=8.0, hold=2.0, id=4),  # 35-37 s: fits, just
+        fault("pause-slave", BS, at=10.5, hold=1.0, id=5),  # 37.5-38.5 s: does not
+    ]
+    nem.run(sched, clock.now, FakeStop(clock), end=38.0)
+    assert h.timeline() == [
+        (101.0, "kill", A),
+        (103.0, "start", A),
+        (133.0, "pause", AS),
+        (134.0, "resume", AS),
+        (135.0, "pause", A),
+        (137.0, "resume", A),
+    ]
+    assert [f.id for f, _ in nem.skipped] == [2, 5] and [f.id for f, _ in nem.done] == [1, 3, 4]
+    assert nem.skipped[0][1] == (
+        "28.0s late (earlier faults took long), its 5s hold would end at t=38.0s, past t=37.0s "
+        "(1s before the sends end at t=38s)"
+    )
+    assert any(ln.startswith("t= 33.0s skip kill-slave broker-b-s on broker-b: 28.0s late") for ln in lines)
+    recs = read_faults(tmp_path)
+    skips = [r for r in recs if r["op"] == "skip"]
+    assert [(r["id"], r["info"]["scheduledAtS"], r["info"]["lateS"]) for r in skips] == [
+        (2, 5.0, 28.0),
+        (5, 10.5, 27.0),
+    ]
+    assert [(r["op"], r["id"]) for r in recs if r["op"] != "skip"] == [
+        ("inject", 1),
+        ("heal", 1),
+        ("inject", 3),
+        ("heal", 3),
+        ("inject", 4),
+        ("heal", 4),
+    ]
+
+
+def test_a_fault_the_schedule_itself_puts_in_the_last_seconds_is_not_skipped(clock):
+    h = FakeHandle(clock=clock)
+    nem = Nemesis(h)
+    nem.run([fault("pause-slave", AS, at=6.0, hold=3.5, id=1)], clock.now, FakeStop(clock), end=10.0)
+    assert h.timeline() == [(106.0, "pause", AS), (109.5, "resume", AS)] and nem.skipped == []
+
+
+def test_a_fault_the_stop_cuts_short_is_healed_once_by_heal_all_and_its_heal_line_says_so(clock, tmp_path):
+    h = FakeHandle(clock=clock)
+    lines = []
+    nem = Nemesis(h, log=lines.append, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
+    f = fault("kill-master", A, at=1.0, hold=4.0, id=1)
+    run(nem, [f], clock, stop_at=3.0)  # the sends end 2 s into its hold (it was injected late)
+    assert nem.heal_all() == []
+    recs = read_faults(tmp_path)
+    assert [(r["op"], r["id"]) for r in recs] == [("inject", 1), ("heal", 1)]
+    assert recs[1]["info"] == {"cutShort": "healed at the run's end after 2.0 s of its 4 s hold"}
+    assert lines[-1] == "  kill-master broker-a: healed at the run's end after 2.0s of its 4s hold"
+    assert nem.heal(f) is None and len(read_faults(tmp_path)) == 2  # healed already: nothing done again
+
+
+def test_heal_all_waits_for_the_schedules_heal_under_way_and_heals_each_fault_once(clock, tmp_path):
+    """The stop comes while the nemesis heals a fault (a restart that takes long): heal_all must not heal
+    it again (two heal lines for one id, two starts of one broker)."""
+    import threading
+
+    class SlowStart(FakeHandle):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.healing, self.release = threading.Event(), threading.Event()
+
+        def start(self, node, wait=True, timeout=60):
+            if not self.healing.is_set():
+                self.healing.set()
+                assert self.release.wait(30)  # held until the test lets the restart end
+            return super().start(node, wait, timeout)
+
+    h = SlowStart(clock=clock)
+    nem = Nemesis(h, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
+    stop = threading.Event()
+    sched = [fault("kill-slave", AS, at=1.0, hold=0.0, id=1)]  # due: no real wait on the real Event
+    nemesis_thread = threading.Thread(target=nem.run, args=(sched, clock.now - 10.0, stop))
+    nemesis_thread.start()
+    assert h.healing.wait(30)  # the nemesis is restarting broker-a-s: its scheduled heal
+    stop.set()  # the run ends now
+    errors: list[str] = []
+    healer = threading.Thread(target=lambda: errors.extend(nem.heal_all()))
+    healer.start()
+    h.release.set()
+    nemesis_thread.join(30)
+    healer.join(30)
+    assert not nemesis_thread.is_alive() and not healer.is_alive() and errors == []
+    assert [(r["op"], r["id"]) for r in read_faults(tmp_path)] == [("inject", 1), ("heal", 1)]
+    assert h.names().count("start") == 1
 
 
 def test_slave_then_master_power_loss_cuts_the_master_gap_s_after_its_slaves(clock):

@@ -37,6 +37,7 @@ class FakeNemesis:
     def __init__(self):
         self.heals = 0
         self.done: list = []
+        self.skipped: list = []
 
     def heal_all(self):
         self.heals += 1
@@ -146,8 +147,24 @@ def test_a_run_that_ends_normally_heals_once_and_audits(world, monkeypatch, caps
     out = capsys.readouterr().out
     assert rc == 0 and told == ["go"], out
     assert "PASS  every guarantee\naudit: PASS: every guarantee held\n" in out, out
-    assert world["ctx"].ending["healed"] is True
+    assert world["ctx"].ending["healed"] is True and world["ctx"].ending["skipped"] == []
     cleaned_up(world)  # heal_all once: by the heal phase, not again by the cleanup
+
+
+def test_the_faults_the_nemesis_skipped_are_said_and_kept_in_the_ending(world, monkeypatch, capsys):
+    from rmqha.chaos.nemesis import Fault
+
+    why = "28.0s late (earlier faults took long), its 5s hold would end at t=38.0s, past t=37.0s"
+    f = Fault(5.0, 5.0, "kill-slave", "broker-b", "broker-b-s", id=2)
+
+    def skipped_one(ctx):
+        ctx.nemesis.skipped = [(f, why)]
+
+    monkeypatch.setattr(run, "SETUP_PHASES", run.SETUP_PHASES + (skipped_one,))
+    monkeypatch.setattr(run, "LIVE_PHASES", (run.heal, run.catch_up))
+    assert run.main(["--backend", "local", "--name", "t5", "--nemesis", "none", "--no-audit"]) == 0
+    assert f"warning: fault 2 (kill-slave broker-b-s) was not injected: {why}" in capsys.readouterr().out
+    assert world["ctx"].ending["skipped"] == [dict(f.to_json(), skipped=why)]
 
 
 def test_a_setup_phase_that_refuses_ends_the_run_before_anything_starts(monkeypatch, tmp_path):

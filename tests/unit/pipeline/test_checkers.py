@@ -10,6 +10,7 @@ import json
 import pytest
 
 from rmqha.pipeline import checker, checkers, ids, report
+from rmqha.pipeline import faults as pipeline_faults
 from rmqha.pipeline.audit import NodeIntegrity, PairAudit
 from rmqha.pipeline.checker import UNKNOWN_VALID, Result, compose, merge_valid
 from rmqha.pipeline.delivery import DeliveryFindings, GroupDelivery, QueueConsistency
@@ -210,12 +211,52 @@ def test_faults_never_fail_but_warn_on_a_fault_that_exercised_nothing():
     never = fault(2, "pause-master", end=None)
     run = Run(history=HistoryFindings(lost=[("UK-1", "s-1", "p", "T", 1500)]), faults=[idle, never])
     r = checkers.fault_blame(run)
-    assert r.valid is True and r.counts == {"faults": 2, "notExercised": 1}
+    assert r.valid is True and r.counts == {"faults": 2, "notExercised": 1, "skipped": 0, "cutShort": 0}
     v = by_id(r)
     assert v[(ids.FAULTS_NOT_EXERCISED, "")].status == WARN
     assert "1 never healed" in v[(ids.FAULTS_INJECTED, "")].detail
     assert v[(ids.FAULTS_LOST, "")].status == INFO and "UK-1" in v[(ids.FAULTS_LOST, "")].detail
-    assert checkers.fault_blame(Run()) == Result(True, {"faults": 0, "notExercised": 0}, [])
+    assert checkers.fault_blame(Run()) == Result(
+        True, {"faults": 0, "notExercised": 0, "skipped": 0, "cutShort": 0}, []
+    )
+
+
+def test_faults_the_nemesis_skipped_or_the_runs_end_cut_short_are_warned_and_said(tmp_path):
+    (tmp_path / "faults").mkdir()
+    recs = [
+        {"op": "inject", "id": 1, "kind": "kill-master", "target": "broker-a", "start_ms": 1000, "ts_ms": 1000},
+        {
+            "op": "skip",
+            "id": 2,
+            "kind": "kill-slave",
+            "target": "broker-b-s",
+            "group": "broker-b",
+            "start_ms": 33000,
+            "ts_ms": 33000,
+            "info": {"skipped": "28.0s late, its 5s hold would end at t=38.0s, past t=37.0s"},
+        },
+        {
+            "op": "heal",
+            "id": 1,
+            "kind": "kill-master",
+            "target": "broker-a",
+            "start_ms": 40000,
+            "ts_ms": 41000,
+            "info": {"cutShort": "healed at the run's end after 2.0 s of its 4 s hold"},
+        },
+    ]
+    (tmp_path / "faults" / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    run = Run(run_dir=str(tmp_path), faults=pipeline_faults.load(str(tmp_path)))
+    assert [(f.id, f.start_ms, f.end_ms) for f in run.faults] == [(1, 1000, 41000)]  # a skip is no interval
+    r = checkers.fault_blame(run)
+    assert r.valid is True and r.counts == {"faults": 1, "notExercised": 0, "skipped": 1, "cutShort": 1}
+    v = by_id(r)
+    assert v[(ids.FAULTS_SKIPPED, "")].status == WARN
+    assert "#2 kill-slave broker-b-s: 28.0s late" in v[(ids.FAULTS_SKIPPED, "")].detail
+    assert "1 cut short by the run's end: #1 kill-master broker-a: healed at the run's end after 2.0 s" in (
+        v[(ids.FAULTS_INJECTED, "")].detail
+    )
+    assert "| cut short |" in "\n".join(pipeline_faults.markdown(run.faults, pipeline_faults.Attribution()))
 
 
 TRACE = {
@@ -339,6 +380,8 @@ def every_verdict():
     out += [("delivery", v) for v in checkers.deliveries(Run(delivery=DeliveryFindings())).verdicts]
     out += [("history", v) for v in checkers.histories(Run()).verdicts]
     out += [("offsets", v) for v in checkers.committed_offsets(Run(samples=[sample(1, 1)])).verdicts]
+    skip = {"id": 2, "kind": "kill-slave", "target": "broker-a-s", "why": "moved past the run's end"}
+    out += [("faults", v) for v in pipeline_faults.verdicts([], pipeline_faults.Attribution(), [skip])]
     return out
 
 
