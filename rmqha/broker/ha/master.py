@@ -22,7 +22,9 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from rmqha.broker.support.clock import Clock, DelayedCall
+from rmqha.broker.store.mapped_file import fsync_directory
 from rmqha.broker.store.message_store import MessageStore, PutStatus
+from rmqha.broker.support.files import atomic_write
 
 from rmqha.broker.support.supervision import PeriodicService
 from .group_transfer import GroupTransfer
@@ -222,19 +224,18 @@ def load_fence(path: str) -> tuple[int, int] | None:
 
 
 def save_fence(path: str, fence: tuple[int, int] | None) -> None:
-    """Write (or, for None, remove) the fence; the rename makes it all or nothing."""
+    """Write (or, for None, remove) the fence, durably: the rename (or the unlink) survives a power cut only
+    once its directory is fsynced. Without that a cut took haFence.json and left haFence.json.tmp, and the
+    next life streamed into the forked slave from its report, mixing two histories (matrix 2026-11-29,
+    mx-sa-l2 broker-b)."""
     if fence is None:
         try:
             os.unlink(path)
         except FileNotFoundError:
-            pass
+            return
+        fsync_directory(os.path.dirname(path) or ".")
         return
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump({"from": fence[0], "to": fence[1]}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps({"from": fence[0], "to": fence[1]}).encode())
 
 
 class HAService(protocol.Factory):

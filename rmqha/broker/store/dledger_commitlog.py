@@ -40,7 +40,7 @@ from rmqha.broker.dledger.protocol import ResponseCode as DLCode
 from rmqha.broker.dledger.transport import DLedgerService
 from rmqha.broker.store import commitlog, record
 from rmqha.broker.store.consume_queue import ConsumeQueue
-from rmqha.broker.store.mapped_file import StoreError
+from rmqha.broker.store.mapped_file import StoreError, create_durably
 from rmqha.broker.store.message_store import MessageStore, PutResult, PutStatus
 from rmqha.broker.store.record import Scan
 
@@ -238,8 +238,7 @@ class DLedgerMessageStore(MessageStore):
         if self.upgraded:  # the index ends where the classic log does, as a classic start leaves it
             self.index.recover(old)
         self.dispatch_committed()
-        with open(abort, "w"):
-            pass
+        create_durably(abort)  # it must outlive a power cut, or the next start takes a crash for a clean shutdown
         term, vote_for = self.fs.load_term()
         self.node = DLedgerNode(self._dl_config, self.fs, rng=self._rng, term=term, vote_for=vote_for)
         self.service = DLedgerService(

@@ -7,6 +7,7 @@ it streams from there, into the middle of the slave's own tail. Here: the master
 SLAVE_AHEAD (not replicated to, not counted for sync acks), the slave MASTER_BEHIND (keeps its data,
 stays connected), both with both offsets, until an operator decides."""
 
+import os
 import struct
 
 from rmqha.broker.ha.master_session import Incarnation, MasterSession, SessionState
@@ -216,3 +217,31 @@ def test_without_the_fence_the_next_life_streams_into_the_slaves_tail(tmp_path):
     assert c.master_conn().session.state == SessionState.STREAMING
     assert c.slave.max_offset == c.master.max_offset > s_end and not c.identical()
     c.close()
+
+
+def test_the_fence_and_its_removal_survive_a_power_cut(tmp_path, monkeypatch):
+    # A rename or an unlink is durable only once its directory is fsynced. The matrix of 2026-11-29 found a
+    # master whose power cut undid the fence's rename (haFence.json.tmp left, haFence.json gone): its next
+    # life had no fence and streamed into the forked slave, mixing two histories.
+    from rmqha.broker.ha import master
+    from rmqha.broker.ha.master import save_fence
+    from rmqha.broker.store import mapped_file
+
+    synced = []
+    real = mapped_file.fsync_directory
+
+    def spy(path):
+        synced.append((os.path.abspath(path), sorted(os.listdir(path))))
+        real(path)
+
+    monkeypatch.setattr(mapped_file, "fsync_directory", spy)
+    monkeypatch.setattr(master, "fsync_directory", spy, raising=False)
+    p = str(tmp_path / "haFence.json")
+    save_fence(p, (10, 20))
+    assert synced and synced[-1] == (str(tmp_path), ["haFence.json"]), "the directory fsynced after the rename"
+    synced.clear()
+    save_fence(p, None)
+    assert synced == [(str(tmp_path), [])], "the directory fsynced after the unlink"
+    synced.clear()
+    save_fence(p, None)
+    assert synced == [], "nothing removed, nothing to sync"

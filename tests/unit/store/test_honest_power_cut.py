@@ -167,3 +167,23 @@ def test_the_ha_peers_record_survives_a_power_cut_after_its_save(tmp_path, monke
     assert str(tmp_path) in synced
     assert load_record(path) == ({}, 4096)
     assert not os.path.exists(path + ".tmp")
+
+
+def test_a_dledger_stores_abort_file_is_durable_before_it_takes_anything(tmp_path, monkeypatch):
+    # As the classic store's: a cut that undid the abort file's creation would make the next start take
+    # a crash for a clean shutdown. The store root must be fsynced once the abort file is in it.
+    from tests.unit.dledger.test_dledger_hardening import Group
+
+    listed = []
+    real = mapped_file.fsync_directory
+
+    def spy(path):
+        listed.append((os.path.abspath(path), set(os.listdir(path))))
+        real(path)
+
+    monkeypatch.setattr(mapped_file, "fsync_directory", spy)
+    g = Group(tmp_path)
+    for s, c in g.nodes.values():
+        root = os.path.abspath(c.storePathRootDir)
+        assert os.path.exists(os.path.join(root, "abort"))
+        assert any(d == root and "abort" in names for d, names in listed), "no fsync of the root after abort"
