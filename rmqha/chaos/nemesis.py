@@ -717,6 +717,19 @@ class Nemesis:
                     if kind is not None and DLEDGER in kind.modes:
                         shift = max(shift, time.monotonic() - (t0 + at))
                     self.done.append((f, errors.get(f.id)))
+        # A fault the run stopped before (its sends ended while earlier faults, moved, still ran) is as
+        # much a fault not injected as one skipped for its hold: said and written, never just missing
+        # (4.9.8's ASYNC_FLUSH sweep of seed 3, 2026-11-29: its cluster-power-loss had no line at all).
+        with self._ops:
+            now = time.monotonic() - t0
+            for f in schedule:
+                if f.id not in took and f.id not in skipped and f.id not in errors:
+                    due = f.at + shift
+                    self._skip(
+                        f,
+                        now,
+                        f"not reached before the run stopped (due at t={due:.1f}s, the stop seen at t={now:.1f}s)",
+                    )
 
     def _skip(self, f: Fault, now: float, why: str) -> None:
         from rmqha.runs.faultlog import now_ms

@@ -859,3 +859,30 @@ def test_slave_then_master_power_loss_cuts_the_master_gap_s_after_its_slaves(clo
     assert info == {"nodes": {AS: {"droppedBytes": 100}, A: {"droppedBytes": 100}}}
     Nemesis(h).inject(fault("slave-then-master-power-loss", B, {}))  # no gap drawn: none waited
     assert h.timeline()[2:] == [(102.5, "power_loss", BS), (102.5, "power_loss", B)]
+
+
+def test_a_fault_the_run_stops_before_is_skipped_in_the_open(clock, tmp_path):
+    """The sends end while earlier faults, moved by a slow restart, still run: the faults never reached
+    are written as skips, with why, not left out of the fault log."""
+    h = FakeHandle(clock=clock)
+    h.took["start"] = 30.0
+    lines = []
+    nem = Nemesis(h, log=lines.append, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
+    sched = [
+        fault("kill-master", A, at=1.0, hold=2.0, id=1),  # broker-a back at 33 s
+        fault("pause-slave", AS, at=20.0, hold=1.0, id=2),  # due at 20 s: reached at 33 s, past the stop
+    ]
+    run(nem, sched, clock, stop_at=25.0)
+    assert [(op, n) for _, op, n in h.timeline()] == [("kill", A), ("start", A)]
+    assert [f.id for f, _ in nem.skipped] == [2]
+    assert nem.skipped[0][1] == "not reached before the run stopped (due at t=20.0s, the stop seen at t=33.0s)"
+    recs = read_faults(tmp_path)
+    assert [(r["op"], r["id"]) for r in recs] == [("inject", 1), ("heal", 1), ("skip", 2)]
+    assert any(" skip pause-slave broker-a-s on broker-a: not reached before the run stopped" in ln for ln in lines)
+
+
+def test_every_fault_reached_leaves_no_skip(clock, tmp_path):
+    h = FakeHandle(clock=clock)
+    nem = Nemesis(h, fault_log=FaultLog(tmp_path / "faults" / "f.jsonl"))
+    run(nem, [fault("pause-slave", AS, at=1.0, hold=1.0, id=1)], clock, stop_at=25.0)
+    assert nem.skipped == [] and [r["op"] for r in read_faults(tmp_path)] == ["inject", "heal"]
