@@ -162,9 +162,7 @@ class BrokerServer:
         self.schedule.load()
         self.send_back = SendBackProcessor(c, self.controller, self.topics)
         self.send_back.groups = self.groups
-        self.admin = AdminProcessors(
-            c, self.controller, self.topics, self.offsets, self.clients, self.pull, self.schedule
-        )
+        self.admin = AdminProcessors(c, self.controller, self.topics, self.offsets, self.schedule)
 
     def _register_processors(self) -> None:
         """Every request code's processor, in the registry the remoting server dispatches with."""

@@ -2,8 +2,11 @@
 UPDATE_NAMESRV_CONFIG (318), IO-free.
 
 4.9 answers GET with the fields of NamesrvConfig and NettyServerConfig as java.util.Properties text,
-one `key=value` a line (null fields left out; Hashtable order there, sorted here: the tools parse it
-back into Properties). Its UPDATE parses a properties body, refuses the keys of its black list
+one `key=value` a line (null fields left out), in the order its java.util.Properties iterates them. The
+tools parse the body back into a Properties and print it in that map's order, which follows the body's
+order wherever two keys share a bucket: so the body here lists the keys in 4.9.8's order (BODY_ORDER,
+as 4.9.8's `mqadmin getNamesrvConfig` printed them on Java 17), and mqadmin prints them as it does for
+4.9.8. Its UPDATE parses a properties body, refuses the keys of its black list
 (NO_PERMISSION "Can not update config in black list.") and writes every other known key into the
 config objects, unknown keys silently ignored, whether or not anything reads the field again after
 start-up (listenPort "changes" and nothing moves).
@@ -24,6 +27,30 @@ from rmqha.broker.remoting.codes import ResponseCode
 # 4.9.8 NamesrvConfig.configBlackList default, plus the keys DefaultRequestProcessor always adds
 BLACK_LIST = ("configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome")
 BLACK_LIST_REMARK = "Can not update config in black list."
+# GET_NAMESRV_CONFIG's keys in the order a 4.9.8 name server's body has them (compared 2026-11-29)
+BODY_ORDER = (
+    "serverSocketBacklog",
+    "writeBufferHighWaterMark",
+    "serverWorkerThreads",
+    "serverSelectorThreads",
+    "serverChannelMaxIdleTimeSeconds",
+    "configBlackList",
+    "writeBufferLowWaterMark",
+    "serverSocketRcvBufSize",
+    "serverAsyncSemaphoreValue",
+    "kvConfigPath",
+    "configStorePath",
+    "clusterTest",
+    "orderMessageEnable",
+    "serverSocketSndBufSize",
+    "serverOnewaySemaphoreValue",
+    "serverCallbackExecutorThreads",
+    "listenPort",
+    "rocketmqHome",
+    "productEnvName",
+    "useEpollNativeSelector",
+    "serverPooledByteBufAllocatorEnable",
+)
 
 
 def _home_path(*parts: str) -> str:
@@ -72,7 +99,9 @@ class NamesrvSettings:
     def __init__(self, listen_port: int = 9876):
         self.values: dict[str, object] = {
             # NamesrvConfig (4.9.8 defaults)
-            "rocketmqHome": os.environ.get("ROCKETMQ_HOME") or None,
+            # 4.9.8's mqnamesrv refuses to start without ROCKETMQ_HOME, so its GET always has the key:
+            # here the working directory stands in, as for the broker (rmqha/broker/config/policy.py)
+            "rocketmqHome": os.environ.get("ROCKETMQ_HOME") or os.getcwd(),
             "kvConfigPath": _home_path("namesrv", "kvConfig.json"),
             "configStorePath": _home_path("namesrv", "namesrv.properties"),
             "productEnvName": "center",
@@ -101,7 +130,9 @@ class NamesrvSettings:
 
     def properties_text(self) -> str:
         """The GET_NAMESRV_CONFIG body: Java's Properties text of both config objects."""
-        return "".join(f"{k}={_java(v)}\n" for k, v in sorted(self.values.items()) if v is not None)
+        rank = {k: i for i, k in enumerate(BODY_ORDER)}
+        keys = sorted(self.values, key=lambda k: (rank.get(k, len(rank)), k))
+        return "".join(f"{k}={_java(self.values[k])}\n" for k in keys if self.values[k] is not None)
 
     def black_list(self) -> set[str]:
         return set(BLACK_LIST) | {k for k in str(self.values["configBlackList"]).split(";") if k}

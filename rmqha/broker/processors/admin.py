@@ -17,14 +17,12 @@ from rmqha.broker.remoting.handlers import Processors, handles
 
 
 class AdminProcessors(Processors):
-    def __init__(self, config, controller, topics, offsets, clients=None, pull=None, schedule=None):
+    def __init__(self, config, controller, topics, offsets, schedule=None):
         self.schedule = schedule
         self.config = config
         self.controller = controller
         self.topics = topics
         self.offsets = offsets
-        self.clients = clients
-        self.pull = pull
 
     # served only with the schedule service (delay levels): without it the code is not supported
     @handles(RequestCode.GET_ALL_DELAY_OFFSET, when=lambda self: self.schedule is not None)
@@ -40,7 +38,8 @@ class AdminProcessors(Processors):
         return req.make_response(body=self.offsets.encode())
 
     def runtime_info(self) -> dict[str, str]:
-        """Every key 4.9.8 answers (rmqha/broker/observability/runtime_info.py), then this broker's own extras."""
+        """Every key 4.9.8 answers (rmqha/broker/observability/runtime_info.py) and no other: mqadmin
+        brokerStatus prints the whole table, so a key of our own would be a line 4.9.8 does not print."""
         c, controller = self.config, self.controller
         store, stats = controller.store, controller.stats
         info = stats.store.runtime_info(stats.now_ms())
@@ -48,27 +47,6 @@ class AdminProcessors(Processors):
         info.update(runtime_table.broker_part(c, store, controller.flusher))
         info["brokerVersionDesc"] = BROKER_VERSION_DESC
         info["brokerVersion"] = str(BROKER_VERSION)
-        extra = {
-            "brokerRole": c.brokerRole,
-            "brokerName": c.brokerName,
-            "brokerId": c.brokerId,
-            "clusterName": c.brokerClusterName,
-            "flushDiskType": c.flushDiskType,
-            "topicCount": len(self.topics.table),
-            "consumeQueueCount": len(store.queues),
-        }
-        ha = controller.ha
-        if ha is not None:
-            extra["haConnectionCount"] = ha.connection_count
-            extra["push2SlaveMaxOffset"] = ha.push2slave_max_offset
-            extra["masterPutWhere"] = store.max_offset
-        if controller.ha_client is not None:
-            extra["haMasterAddress"] = controller.ha_client.master_address or ""
-        if self.clients is not None:
-            extra["clientConnections"] = self.clients.client_count()
-        if self.pull is not None:
-            extra["pullRequestsHeld"] = len(self.pull.hold_service)
-        info.update({k: str(v) for k, v in extra.items()})
         return info
 
     @handles(RequestCode.GET_BROKER_RUNTIME_INFO)
