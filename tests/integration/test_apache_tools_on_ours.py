@@ -2,6 +2,8 @@
 
 * 4.9.8's `mqadmin getBrokerConfig`, `exportConfigs` (a NullPointerException on ours once: it reads keys
   ours did not print) and `deleteExpiredCommitLog` against one of our brokers and our name server;
+* 4.9.8's `mqadmin brokerStatus` and `getNamesrvConfig` print the lines they print for 4.9.8 (ours printed
+  12 runtime keys of its own, left rocketmqHome out and printed two key pairs swapped);
 * DLedger 0.3.1.2's own client (`DLedgerClient`, from the distribution's dledger jar) against a group of
   our DLedger nodes: it finds the leader through METADATA (50000), appends, and reads the entry back with
   GET (50002), which ours answered UNSUPPORTED (303).
@@ -120,6 +122,32 @@ def test_mqadmin_reads_our_broker_config_and_exports_it(ours, tmp_path):
     assert (got["fileReservedTime"], got["useTLS"], got["filterServerNums"]) == ("72", "false", "0")
     out = mqadmin(tmp_path, "deleteExpiredCommitLog", "-n", ns, "-b", addr)
     assert "success" in out.lower() and "Exception" not in out, out[-2000:]
+
+
+# mqadmin getNamesrvConfig against a 4.9.8 name server, on Java 17 (2026-11-29): the keys in this order
+NAMESRV_LINES_4_9_8 = """serverSocketBacklog writeBufferHighWaterMark serverWorkerThreads serverSelectorThreads
+    serverChannelMaxIdleTimeSeconds configBlackList writeBufferLowWaterMark serverSocketRcvBufSize
+    serverAsyncSemaphoreValue kvConfigPath configStorePath clusterTest orderMessageEnable serverSocketSndBufSize
+    serverOnewaySemaphoreValue serverCallbackExecutorThreads listenPort rocketmqHome productEnvName
+    useEpollNativeSelector serverPooledByteBufAllocatorEnable""".split()
+
+
+def test_mqadmin_broker_status_and_namesrv_config_print_4_9_8_s_lines(ours, tmp_path):
+    from rmqha.cluster.implementations.apache import java_major
+    from tests.unit.processors.test_admin_plane import KEYS_4_9_8 as RUNTIME_KEYS_4_9_8
+
+    ns, addr = ours
+    out = mqadmin(tmp_path, "brokerStatus", "-n", ns, "-b", addr)
+    keys = {line.split(":")[0].strip() for line in out.splitlines() if ":" in line}
+    per_path = ("commitLogDiskRatio_", "scheduleMessageOffset_")  # 4.9.8's keys named after a path or level
+    assert {k for k in keys if not k.startswith(per_path)} == RUNTIME_KEYS_4_9_8, out[-3000:]
+    out = mqadmin(tmp_path, "getNamesrvConfig", "-n", ns)
+    keys = [line.split("=")[0].strip() for line in out.splitlines() if "=  " in line]
+    # mqadmin prints a java.util.Properties: its order is 4.9.8's for 4.9.8's body order on Java 9+ (a
+    # ConcurrentHashMap); Java 8's Hashtable orders the same keys otherwise
+    assert (keys if java_major() >= 9 else sorted(keys)) == (
+        NAMESRV_LINES_4_9_8 if java_major() >= 9 else sorted(NAMESRV_LINES_4_9_8)
+    ), out[-3000:]
 
 
 def test_dledger_s_own_client_finds_the_leader_appends_and_gets(tmp_path):
