@@ -30,6 +30,11 @@ def test_the_layout_constants_are_dledgers():
     assert (E.MAGIC_1, E.CURRENT_MAGIC, E.BLANK_MAGIC_CODE, E.MIN_BLANK_LEN) == (1, 1, -1, 8)
 
 
+def test_the_structs_are_as_long_as_the_layout_says():
+    """Checked here rather than by an assert at import: a wrong constant then fails a test, not the import."""
+    assert (E._HEADER.size, E._INDEX.size) == (E.BODY_OFFSET, E.INDEX_UNIT_SIZE)
+
+
 def test_encode_matches_the_hand_computed_bytes_and_sets_size():
     e = DLedgerEntry(body=b"hello", index=7, term=3, pos=1024)
     assert E.encode_entry(e) == HELLO
