@@ -333,3 +333,10 @@ def test_encode_says_whether_the_stored_properties_read_back_the_same(props, pla
     m = Message(topic="T", body=b"x", queue_id=0, born_timestamp=1, born_host=("10.0.0.1", 1), properties=props)
     assert record.encode(m).plain_properties is plain
     assert record.properties_round_trip(props) is plain
+
+
+def test_a_record_built_without_the_check_does_not_claim_plain_properties():
+    """plain_properties defaults to False: only encode() checks the separators, and a record that says
+    nothing about them has its index keys read from its bytes (message_store), not from a dict."""
+    rec = record.EncodedRecord(bytearray(b"x" * 91), 0)
+    assert rec.plain_properties is False and rec.size == 91
