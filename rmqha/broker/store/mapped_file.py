@@ -390,8 +390,10 @@ class MappedFileQueue:
         last = files[-1]
         end = last.base + last.flush()
         for d in sorted(self.unsynced_dirs, key=len, reverse=True):
-            fsync_directory(d)
+            # taken off before its fsync: a file the reactor creates in d meanwhile puts d back, and the
+            # next flush syncs it again (taken off after, that file's name would never be synced)
             self.unsynced_dirs.discard(d)
+            fsync_directory(d)
         return end
 
     def close(self) -> None:

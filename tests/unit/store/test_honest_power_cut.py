@@ -187,3 +187,33 @@ def test_a_dledger_stores_abort_file_is_durable_before_it_takes_anything(tmp_pat
         root = os.path.abspath(c.storePathRootDir)
         assert os.path.exists(os.path.join(root, "abort"))
         assert any(d == root and "abort" in names for d, names in listed), "no fsync of the root after abort"
+
+
+def test_a_file_created_while_flush_syncs_its_directory_is_synced_by_the_next_flush(tmp_path, monkeypatch):
+    # flush runs on a thread while the reactor appends. A file the reactor creates in a directory while
+    # the flush is fsyncing that directory may be missed by that fsync; the flush must not then drop the
+    # directory from its to-do list, or the next flush reports the new file's data durable with its name
+    # never synced, and a cut takes the file (acknowledged SYNC_FLUSH sends in it) away.
+    q = MappedFileQueue(str(tmp_path / "commitlog"), 100)
+    f = q.writable_file()
+    f.append(b"x" * 100)  # full: the next append opens a second file
+    listings = []
+    real = mapped_file.fsync_directory
+    created = []
+
+    def spy(path):
+        listings.append((os.path.abspath(path), sorted(os.listdir(path))))
+        real(path)
+        if not created:  # the reactor, while the fsync is under way: after its snapshot of the entries
+            created.append(q.writable_file())
+            created[0].append(b"y" * 10)
+
+    monkeypatch.setattr(mapped_file, "fsync_directory", spy)
+    assert q.flush() == 100
+    second = os.path.basename(created[0].path)
+    assert second not in listings[0][1], "the first flush's directory fsync came before the new file"
+    listings.clear()
+    assert q.flush() == 110  # the second file's data durable...
+    assert (str(tmp_path / "commitlog"), sorted(os.listdir(tmp_path / "commitlog"))) in listings, (
+        "...and its name: the directory is fsynced after the file was made"
+    )
