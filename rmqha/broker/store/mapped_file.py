@@ -361,6 +361,8 @@ class MappedFileQueue:
         while self.files and self.files[-1].base >= offset:
             self.files.pop().destroy()
             deleted += 1
+        if deleted:  # before the wipe is synced: a cut between must not bring the later files back after it
+            fsync_directory(self.directory)
         wiped = 0
         if self.files:
             f = self.files[-1]
@@ -371,8 +373,6 @@ class MappedFileQueue:
             f.flushed = min(f.flushed, f.wrote)
             if wiped:  # durable at once: a power cut must not bring the stale bytes back as records
                 f.sync()
-        if deleted:
-            fsync_directory(self.directory)
         return deleted, wiped
 
     def flush(self) -> int:

@@ -217,3 +217,44 @@ def test_a_file_created_while_flush_syncs_its_directory_is_synced_by_the_next_fl
     assert (str(tmp_path / "commitlog"), sorted(os.listdir(tmp_path / "commitlog"))) in listings, (
         "...and its name: the directory is fsynced after the file was made"
     )
+
+
+def test_a_cut_while_a_queue_is_truncated_cannot_leave_a_zeroed_unit_inside_it(tmp_path, monkeypatch):
+    # truncate_beyond drops units of records a cut took from the log: later files are deleted and the
+    # tail of the file that keeps the end is zeroed. Zeroed and synced before the deletions were made
+    # durable, a cut between brought the later files back after the zeros: the next start's recovery
+    # walked them (from the third-last file), and truncate_beyond stopped at the first zeroed unit and
+    # kept it, a unit pointing at commit-log offset 0 with size 0 inside the queue. Deletions go first.
+    from rmqha.broker.store.consume_queue import ConsumeQueue
+
+    class Cut(Exception):
+        pass
+
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 40)  # two units a file
+    for i in range(12):
+        cq.put(i, i * 100, 100, 0)
+    cq.flush()
+    qdir = tmp_path / "T" / "0"
+    before = {p.name: p.read_bytes() for p in qdir.iterdir()}
+
+    def cut(path):
+        raise Cut(path)  # the power goes before the directory's fsync: its deletions are undone
+
+    monkeypatch.setattr(mapped_file, "fsync_directory", cut)
+    try:
+        cq.truncate_beyond(300)  # the log ends after unit 2
+    except Cut:
+        pass
+    cq.close()
+    for name, data in before.items():  # what the cut brings back
+        if not (qdir / name).exists():
+            (qdir / name).write_bytes(data)
+    monkeypatch.undo()
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 40)
+    cq.load()
+    cq.recover()
+    cq.truncate_beyond(300)
+    try:
+        assert [cq.get(i) for i in range(cq.max_index)] == [(0, 100, 0), (100, 100, 0), (200, 100, 0)]
+    finally:
+        cq.close()
