@@ -40,7 +40,7 @@ from rmqha.broker.dledger.protocol import ResponseCode as DLCode
 from rmqha.broker.dledger.transport import DLedgerService
 from rmqha.broker.store import commitlog, record
 from rmqha.broker.store.consume_queue import ConsumeQueue
-from rmqha.broker.store.mapped_file import StoreError, create_durably
+from rmqha.broker.store.mapped_file import StoreError, create_durably, make_dirs
 from rmqha.broker.store.message_store import MessageStore, PutResult, PutStatus
 from rmqha.broker.store.record import Scan
 
@@ -196,7 +196,7 @@ class DLedgerMessageStore(MessageStore):
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self):
         c = self.dledger_config
-        os.makedirs(self.root, exist_ok=True)
+        make_dirs(self.root, sync=True)  # a new root survives a power cut, and the vote and log in it
         self._take_lock()
         abort = os.path.join(self.root, "abort")
         self.was_clean_shutdown = not os.path.exists(abort)

@@ -258,3 +258,24 @@ def test_a_cut_while_a_queue_is_truncated_cannot_leave_a_zeroed_unit_inside_it(t
         assert [cq.get(i) for i in range(cq.max_index)] == [(0, 100, 0), (100, 100, 0), (200, 100, 0)]
     finally:
         cq.close()
+
+
+def test_a_new_dledger_store_root_is_durable_in_its_parent(tmp_path, monkeypatch):
+    # The DLedger store made its root with a plain makedirs: the files and directories inside were
+    # fsynced, the root's own entry in its parent never, so a cut on a new store could take the whole
+    # root, the node's vote (currterm) and its log with it: the node could vote twice in one term.
+    from tests.unit.dledger.test_dledger_hardening import Group
+
+    listed = []
+    real = mapped_file.fsync_directory
+
+    def spy(path):
+        listed.append((os.path.abspath(path), set(os.listdir(path))))
+        real(path)
+
+    monkeypatch.setattr(mapped_file, "fsync_directory", spy)
+    g = Group(tmp_path)
+    for s, c in g.nodes.values():
+        root = os.path.abspath(c.storePathRootDir)
+        parent, name = os.path.split(root)
+        assert any(d == parent and name in names for d, names in listed), f"{root} never synced in {parent}"
