@@ -102,8 +102,13 @@ class MappedFile:
         self.base = base
         self.size = size
         self.path = os.path.join(directory, file_name(base))
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        self.fd = os.open(self.path, flags, 0o644)
+        # A new file is sized and fsynced under a temporary name and only then renamed into place: a
+        # directory fsync (a flush on its thread) must never make its name durable before its length, or
+        # a cut leaves a short file that the next start's load() refuses.
+        fresh = create and not os.path.exists(self.path)
+        opened = self.path + ".new" if fresh else self.path
+        flags = os.O_RDWR | (os.O_CREAT if create else 0) | (os.O_TRUNC if fresh else 0)
+        self.fd = os.open(opened, flags, 0o644)
         self.mm: mmap.mmap | None = None
         actual = os.fstat(self.fd).st_size
         try:
@@ -112,6 +117,9 @@ class MappedFile:
                     _reserve(self.fd, size)
                 else:
                     os.ftruncate(self.fd, size)
+                os.fsync(self.fd)
+                if fresh:
+                    os.rename(opened, self.path)
             elif actual != size:
                 raise StoreError(
                     f"{self.path} is {actual} bytes but the configured file size is {size}: "
@@ -125,7 +133,7 @@ class MappedFile:
         except OSError as e:
             os.close(self.fd)
             if create and actual == 0:
-                os.unlink(self.path)
+                os.unlink(opened if fresh and not os.path.exists(self.path) else self.path)
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise DiskFullError(f"{self.path}: {os.strerror(e.errno)} reserving {size} bytes") from e
             raise
@@ -328,11 +336,14 @@ class MappedFileQueue:
         return self.files[-1] if self.files else None
 
     def new_file(self, base: int) -> MappedFile:
-        self.unsynced_dirs.update(make_dirs(self.directory))
-        self.unsynced_dirs.add(self.directory)
-        f = MappedFile(
-            self.directory, base, self.file_size, create=True, use_mmap=self.use_mmap, preallocate=self.preallocate
-        )
+        created = make_dirs(self.directory)
+        try:
+            f = MappedFile(
+                self.directory, base, self.file_size, create=True, use_mmap=self.use_mmap, preallocate=self.preallocate
+            )
+        finally:  # marked once the name is there: a flush that syncs them meanwhile leaves them marked
+            self.unsynced_dirs.update(created)
+            self.unsynced_dirs.add(self.directory)
         self.files.append(f)
         return f
 

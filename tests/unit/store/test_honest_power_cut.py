@@ -279,3 +279,43 @@ def test_a_new_dledger_store_root_is_durable_in_its_parent(tmp_path, monkeypatch
         root = os.path.abspath(c.storePathRootDir)
         parent, name = os.path.split(root)
         assert any(d == parent and name in names for d, names in listed), f"{root} never synced in {parent}"
+
+
+def test_a_new_store_files_length_is_durable_before_its_name_can_be(tmp_path, monkeypatch):
+    # A flush on its thread fsyncs the directory while the reactor may be creating a file in it: if that
+    # fsync made the name durable before the file's length (set by ftruncate or fallocate, durable only
+    # through the file's own fsync), a cut left a short file and the next start refused the store
+    # ("is 0 bytes but the configured file size is ..."). The length is fsynced before the name exists.
+    d = tmp_path / "commitlog"
+    name = f"{100:020d}"
+    seen = []
+    real_fsync = os.fsync
+
+    def spy(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(d / name)):
+            seen.append((os.fstat(fd).st_size, (d / name).exists()))
+        real_fsync(fd)
+
+    q = MappedFileQueue(str(d), 100)
+    q.writable_file().append(b"x" * 100)
+    monkeypatch.setattr(os, "fsync", spy)
+    q.writable_file()
+    assert seen and seen[0] == (100, False), "the length was fsynced before the name was in the directory"
+
+
+def test_a_flush_between_a_directory_mark_and_the_file_it_is_for_leaves_it_marked(tmp_path, monkeypatch):
+    # The directory was marked for the next flush before its new file was created: a flush running
+    # between (on its thread) synced the directory without the file and unmarked it, so the file's name
+    # was never synced and a cut took the file, its data reported durable by the following flush.
+    q = MappedFileQueue(str(tmp_path / "commitlog"), 100)
+    q.writable_file().append(b"x" * 100)
+    q.flush()
+    real = mapped_file.MappedFile.__init__
+
+    def init(self, *args, **kwargs):
+        q.flush()  # the flush thread, while the reactor creates the file
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(mapped_file.MappedFile, "__init__", init)
+    q.writable_file()
+    assert q.unsynced_dirs == {str(tmp_path / "commitlog")}
