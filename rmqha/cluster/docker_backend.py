@@ -267,12 +267,29 @@ def _compose_env(
     }
 
 
-def _broker_service(run_dir: Path, n, c, host: str, kind: str, overrides: dict, images: dict) -> tuple[dict, dict]:
+def _container_acl_link(run_dir: Path, node: str, acl_file: str | None) -> str | None:
+    """What an Apache node's rocketmq-home/conf/plain_acl.yml links to for the ACL file its container sees
+    at acl_file: under the store, relative through the node's folder (whose mount holds store/ too), so
+    the link resolves in the container and on this machine alike; elsewhere, the container's path."""
+    if not acl_file:
+        return None
+    if not acl_file.startswith(CONTAINER_STORE.rstrip("/") + "/"):
+        return acl_file
+    on_host = rf.store_dir(run_dir, node) / acl_file[len(CONTAINER_STORE.rstrip("/")) + 1 :]
+    return apache.local_acl_link(rf.node_dir(run_dir, node) / apache_image.NODE_HOME / "conf", str(on_host))
+
+
+def _broker_service(
+    run_dir: Path, n, c, host: str, kind: str, overrides: dict, images: dict, home: str | None = None
+) -> tuple[dict, dict]:
     """(compose variables, state keys) of one broker's container: ours runs the repository's conf file with
-    the deployment keys as --set; Apache's 4.9 runs them written into the node's folder."""
+    the deployment keys as --set; Apache's 4.9 runs them written into the node's folder, in a home of its
+    own there (apache.node_home, made from the distribution at `home` the image was built from)."""
     v = env_var(n.name)
     if kind == "apache":
         path = apache.write_run_properties(run_dir, n.name, n.conf_file, overrides)
+        link = _container_acl_link(run_dir, n.name, apache.acl_file_of(overrides))
+        apache.node_home(rf.node_dir(run_dir, n.name), home, link)
         command = apache_image.broker_command(apache.java_opt_ext(apache_image.CONTAINER_JAVA_MAJOR))
         observed, keys = c.listenPort, {"properties": str(path), "adminAddr": f"{host}:{c.metrics_port}"}
     else:
@@ -304,7 +321,7 @@ def _node_records(
         env[f"{v}_VIP_PORT"] = str(c.fast_listen_port)
         env[f"{v}_METRICS"] = str(c.metrics_port)
         kind = choice.of(n.name)
-        service_env, keys = _broker_service(run_dir, n, c, host, kind, overrides[n.name], images)
+        service_env, keys = _broker_service(run_dir, n, c, host, kind, overrides[n.name], images, choice.home)
         env.update(service_env)
         nodes.append(
             {

@@ -120,3 +120,32 @@ def test_dledger_group_of_apache_brokers_elects_again(tmp_path):
         h.wait_until(lambda: send(h.addr(new), "ApacheDLedger", 1) == [0], 60, "the new leader takes a send")
         h.start(leader, timeout=90)
         h.wait_caught_up(90)
+
+
+def test_acl_on_apache_brokers_reads_the_kit_file_in_each_node_folder(tmp_path):
+    """--acl with 4.9.8: each broker reads the kit's plain_acl.yml through its own home in its run folder
+    (4.9 has no aclConfigFile), so the kit's signed requests are served, an unsigned send is refused with
+    4.9's reason, and the distribution's conf/plain_acl.yml is neither read nor written."""
+    from rmqha.broker.acl.rules import sign_request
+
+    dist_acl = Path(HOME) / "conf" / "plain_acl.yml"
+    before = dist_acl.read_bytes() if dist_acl.exists() else None
+    with RocketMQCluster("2m-noslave", "local", broker="apache", rocketmq_home=HOME, run_root=tmp_path, acl=True) as c:
+        h = c.handle
+        creds = h.credentials
+        table = h.cluster_status()
+        for n in table.nodes:  # the kit's status requests are signed with its account: every node answers
+            assert n.error is None and n.status and n.status["implementation"] == "apache", (n.name, n.error)
+        for name in h.nodes:
+            link = h.run_dir / "nodes" / name / "rocketmq-home" / "conf" / "plain_acl.yml"
+            assert link.resolve() == (h.run_dir / "nodes" / name / "store" / "config" / "plain_acl.yml").resolve()
+
+        addr = h.addr("broker-a")
+        ok = sign_request(send_v1(topic="ApacheAcl", body=b"signed"), creds["accessKey"], creds["secretKey"])
+        assert request(addr, ok).code == 0
+        unsigned = request(addr, send_v1(topic="ApacheAcl", body=b"unsigned"))
+        assert unsigned.code != 0 and "No accessKey is configured" in (unsigned.remark or ""), unsigned.remark
+        wrong = sign_request(send_v1(topic="ApacheAcl", body=b"wrong"), creds["accessKey"], "0" * 32)
+        refused = request(addr, wrong)
+        assert refused.code != 0 and "Check signature failed" in (refused.remark or ""), refused.remark
+    assert (dist_acl.read_bytes() if dist_acl.exists() else None) == before

@@ -83,3 +83,26 @@ def test_sync_group_of_apache_containers_replicates_and_survives_a_cut_ha_link(t
         h.wait_caught_up(120)
         assert h.max_offset("broker-a-s") == stored
         assert commitlog_bytes(h.store_path("broker-a"), stored) == commitlog_bytes(h.store_path("broker-a-s"), stored)
+
+
+def test_acl_on_apache_containers_reads_the_kit_file_in_each_node_folder(tmp_path):
+    """--acl on the docker backend: each 4.9 broker's home is in its mounted node folder, its
+    conf/plain_acl.yml a relative link to the kit's file in its store, so the kit's signed requests are
+    served and an unsigned send is refused with 4.9's reason."""
+    from rmqha.broker.acl.rules import sign_request
+    from rmqha.cluster.requests import send_v1
+
+    from .test_apache_broker import request
+
+    with RocketMQCluster(
+        "2m-noslave", "docker", broker="apache", rocketmq_home=HOME, run_root=tmp_path, timeout=300, acl=True
+    ) as c:
+        h = c.handle
+        creds = h.credentials
+        for n in h.cluster_status().nodes:
+            assert n.error is None and n.status and n.status["implementation"] == "apache", (n.name, n.error)
+        addr = h.addr("broker-a")
+        ok = sign_request(send_v1(topic=TOPIC, body=b"signed"), creds["accessKey"], creds["secretKey"])
+        assert request(addr, ok).code == 0
+        unsigned = request(addr, send_v1(topic=TOPIC, body=b"unsigned"))
+        assert unsigned.code != 0 and "No accessKey is configured" in (unsigned.remark or ""), unsigned.remark

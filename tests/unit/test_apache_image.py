@@ -61,7 +61,8 @@ def test_an_apache_broker_container_runs_the_node_folder_properties(tmp_path):
     o = {**overrides["broker-a-s"], "haMasterAddress": "toxiproxy:21001", "slaveSyncMasterAddress": "broker-a:21000"}
     c = effective_config(slave, o)
     images = {"ours": "rmqha/broker:latest", "apache": "rmqha/apache:abc"}
-    env, keys = docker_backend._broker_service(tmp_path, slave, c, "127.0.0.1", "apache", o, images)
+    home = _distribution(tmp_path / "dist")
+    env, keys = docker_backend._broker_service(tmp_path, slave, c, "127.0.0.1", "apache", o, images, str(home))
 
     assert env["BROKER_A_S_IMAGE"] == "rmqha/apache:abc"
     assert env["BROKER_A_S_OBSERVED"] == str(c.listenPort)  # the published P+2 leads to 4.9's admin port
@@ -76,7 +77,10 @@ def test_an_apache_broker_container_runs_the_node_folder_properties(tmp_path):
     ]
     jopts = argv[1].removeprefix("JAVA_OPT_EXT=")
     assert "-Xmx256m" in jopts and "--add-opens java.base/java.nio=ALL-UNNAMED" in jopts
-    assert jopts.endswith("-Duser.home=/var/lib/rocketmq/node")
+    assert jopts.endswith("-Drocketmq.home.dir=/var/lib/rocketmq/node/rocketmq-home -Duser.home=/var/lib/rocketmq/node")
+    node_conf = tmp_path / "nodes" / "broker-a-s" / "rocketmq-home" / "conf"
+    assert (node_conf / "broker.conf").read_bytes() == (home / "conf/broker.conf").read_bytes()
+    assert not (node_conf / "plain_acl.yml").exists()  # no ACL: no file (4.9 reads none without aclEnable)
 
     text = Path(keys["properties"]).read_text()
     assert Path(keys["properties"]) == tmp_path / "nodes" / "broker-a-s" / "broker.properties"
@@ -92,6 +96,34 @@ def test_an_apache_broker_container_runs_the_node_folder_properties(tmp_path):
         assert line in text.splitlines(), line
     for ours_only in apache.OURS_ONLY_KEYS:
         assert f"{ours_only}=" not in text
+
+
+def test_an_apache_broker_container_reads_the_kit_acl_file_in_its_node_folder(tmp_path):
+    """4.9.8 reads its ACL file from <rocketmq.home.dir>/conf/plain_acl.yml, not aclConfigFile: the node's
+    home (in the mounted node folder) links it to the kit's file in the store, by a path that resolves in
+    the container and here alike; the image's /opt/rocketmq is never its home."""
+    from rmqha.cluster import acl
+
+    topo = load_topology("2m-noslave")
+    n = topo.node("broker-a")
+    o = docker_backend._container_overrides(topo, PortPlan.make(21000), "127.0.0.1")["broker-a"]
+    creds = acl.new_credentials()
+    o.update(acl.broker_sets(docker_backend.CONTAINER_STORE, creds))
+    acl.write_file(tmp_path / "nodes" / "broker-a" / "store", creds)
+    home = _distribution(tmp_path / "dist")
+    (home / "conf" / "plain_acl.yml").write_text("accounts:\n  - accessKey: RocketMQ\n")
+    (home / "conf" / "acl").mkdir()
+    (home / "conf" / "acl" / "more.yml").write_text("accounts: []\n")
+    c = effective_config(n, o)
+    env, _ = docker_backend._broker_service(tmp_path, n, c, "127.0.0.1", "apache", o, {"apache": "a"}, str(home))
+
+    jopts = shlex.split(env["BROKER_A_COMMAND"])[1]
+    assert "-Drocketmq.home.dir=/var/lib/rocketmq/node/rocketmq-home" in jopts
+    link = tmp_path / "nodes" / "broker-a" / "rocketmq-home" / "conf" / "plain_acl.yml"
+    assert os.readlink(link) == "../../store/config/plain_acl.yml"  # the node mount holds store/ too
+    assert f"accessKey: {creds['accessKey']}" in link.read_text() and creds["secretKey"] in link.read_text()
+    assert not (link.parent / "acl").exists()  # the distribution's other ACL files are not the node's
+    assert (home / "conf" / "plain_acl.yml").read_text() == "accounts:\n  - accessKey: RocketMQ\n"
 
 
 def test_our_broker_container_keeps_its_command_and_metrics_port(tmp_path):

@@ -111,6 +111,63 @@ def test_apache_properties_live_in_the_run_folder(tmp_path):
     assert launch.env["ROCKETMQ_HOME"] == str(home)
 
 
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def test_an_apache_broker_reads_the_kit_acl_file_from_a_home_of_its_own(tmp_path):
+    """4.9.8 reads plain_acl.yml from <rocketmq.home.dir>/conf (else $ROCKETMQ_HOME's) and has no
+    aclConfigFile: each broker gets RUN/nodes/NODE/rocketmq-home, the distribution's conf/ copied but for
+    its ACL files, conf/plain_acl.yml linked to the kit's file in the store; the distribution is never
+    written."""
+    from rmqha.cluster import acl
+
+    home = _distribution(tmp_path / "home")
+    (home / "conf" / "logback_broker.xml").write_text("<configuration/>\n")
+    (home / "conf" / "plain_acl.yml").write_text("accounts:\n  - accessKey: RocketMQ\n")
+    (home / "conf" / "acl").mkdir()
+    (home / "conf" / "acl" / "more.yml").write_text("accounts: []\n")
+    (home / "conf" / "2m-noslave").mkdir()
+    (home / "conf" / "2m-noslave" / "broker-a.properties").write_text("brokerName=broker-a\n")
+    before = _tree(home)
+    conf = tmp_path / "broker-a.properties"
+    conf.write_text("brokerClusterName=C\nbrokerName=broker-a\nbrokerId=0\nbrokerRole=ASYNC_MASTER\n")
+    run = tmp_path / "run"
+    store = run / "nodes/broker-a/store"
+    creds = acl.new_credentials()
+    acl.write_file(store, creds)
+    node = {
+        "name": "broker-a",
+        "conf": str(conf),
+        "overrides": {"listenPort": "20000", "storePathRootDir": str(store), **acl.broker_sets(str(store), creds)},
+    }
+    choice = BrokerChoice("apache", home=str(home))
+    launch = apache.broker_launch(node, run, choice)
+
+    nhome = run / "nodes/broker-a/rocketmq-home"
+    assert f"-Drocketmq.home.dir={nhome.absolute()}" in launch.env["JAVA_OPT_EXT"]
+    assert launch.env["ROCKETMQ_HOME"] == str(home)  # the scripts' bin/ and lib/
+    link = nhome / "conf/plain_acl.yml"
+    assert link.is_symlink() and link.resolve() == (store / acl.FILE_IN_STORE).resolve()
+    assert creds["secretKey"] in link.read_text()
+    assert (nhome / "conf/logback_broker.xml").read_text() == "<configuration/>\n"  # BrokerStartup reads it
+    assert (nhome / "conf/2m-noslave/broker-a.properties").is_file()
+    assert not (nhome / "conf/acl").exists()  # 4.9 would load the distribution's accounts from there
+
+    # updateAclConfig rewrites the file 4.9 reads: the kit's, in the node's folder, never the distribution's
+    with open(link, "w") as fh:
+        fh.write("accounts: []\n")
+    assert (store / acl.FILE_IN_STORE).read_text() == "accounts: []\n"
+    assert _tree(home) == before
+
+    # the same node started again without ACL: no link left behind
+    path = Path(run / "nodes/broker-a/broker.properties")
+    path.write_text(path.read_text().replace("aclEnable=true", "aclEnable=false"))
+    apache.broker_launch(node, run, choice)
+    assert not os.path.lexists(link)
+    assert _tree(home) == before
+
+
 def test_established_sees_this_process_connections():
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))

@@ -8,6 +8,16 @@ repository, so an `updateBrokerConfig` rewrites the run's copy). The distributio
 JVM; JAVA_OPT_EXT (appended last, so it wins) makes the heap small and points user.home, where 4.9 logs
 (logs/rocketmqlogs) and keeps what it keeps there, at the node's folder.
 
+A broker also gets a home of its own, RUN/nodes/NODE/rocketmq-home, as -Drocketmq.home.dir (node_home).
+4.9.8 reads two things from its home (rocketmq.home.dir, else $ROCKETMQ_HOME): conf/logback_broker.xml
+(BrokerStartup) and, with aclEnable, its ACL files (PlainPermissionManager: conf/plain_acl.yml, or the
+property rocketmq.acl.plain.file, always joined to the home, plus every *.yml under conf/acl/); it creates
+conf/plain_acl.yml when it is missing and rewrites it on updateAclConfig. Its aclConfigFile key is ours
+alone. So the node's conf/ is a copy of the distribution's without plain_acl.yml and acl/, and under
+aclEnable its conf/plain_acl.yml links to the node's aclConfigFile: the kit's file in the store (acl.py),
+one per node, the one 4.9 reads and rewrites. Nothing is ever written into ROCKETMQ_HOME; the scripts still
+take bin/ and lib/ (and the classpath's conf/) from there.
+
 The scripts run java as a child of sh (no exec), so the process record follows the java process: a
 SIGKILL to it is a crash of the broker, and its exit frees the ports before a restart binds them.
 """
@@ -27,6 +37,7 @@ from rmqha.broker.config.properties import parse_properties
 from .. import ClusterError
 from .. import runfolder as rf
 from . import BrokerChoice, Launch
+from .apache_image import NODE_HOME
 
 # 4.9 ignores keys it does not know; these are ours alone, left out so the file says what 4.9 runs.
 OURS_ONLY_KEYS = (
@@ -99,7 +110,60 @@ def _escape(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def _env(home: str, user_home: Path) -> dict:
+# conf/ entries of the distribution a node's home never gets: 4.9 reads ACL accounts from them
+NOT_COPIED = ("plain_acl.yml", "acl")
+ACL_FILE = "plain_acl.yml"  # in the home's conf/: the file 4.9.8 reads by default
+
+
+def acl_file_of(props: dict) -> str | None:
+    """The ACL file a broker's properties name (aclConfigFile under aclEnable, as the kit's acl.py sets
+    them), or None: 4.9 has no such key, node_home makes it so."""
+    if str(props.get("aclEnable", "")).strip().lower() != "true":
+        return None
+    return props.get("aclConfigFile") or None
+
+
+def _copy_over(src: str, dst: str) -> None:
+    if os.path.lexists(dst):  # a read-only copy of an earlier launch
+        os.unlink(dst)
+    shutil.copy2(src, dst)
+
+
+def node_home(node_dir: Path, dist_home: str | Path, acl_link: str | None) -> Path:
+    """NODE_DIR/rocketmq-home, the broker's rocketmq.home.dir (made again at every launch): conf/ copied
+    from the distribution's but for its ACL files (NOT_COPIED), and conf/plain_acl.yml a symlink to
+    acl_link (relative to conf/, or absolute as the broker sees it) when given. Without acl_link a link
+    left by an earlier launch is removed; a file 4.9 created itself (aclEnable set by hand) is kept."""
+    home = Path(node_dir) / NODE_HOME
+    conf = home / "conf"
+    src = Path(dist_home) / "conf"
+    try:
+        conf.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(
+            src,
+            conf,
+            ignore=lambda d, names: [n for n in names if Path(d) == src and n in NOT_COPIED],
+            copy_function=_copy_over,
+            dirs_exist_ok=True,
+        )
+        link = conf / ACL_FILE
+        if link.is_symlink() or (acl_link and link.exists()):
+            link.unlink()
+        if acl_link:
+            link.symlink_to(acl_link)
+    except OSError as e:
+        raise ClusterError(f"cannot make the broker's home {home} from {src}: {e}") from e
+    return home
+
+
+def local_acl_link(conf_dir: Path, acl_file: str | None) -> str | None:
+    """The link target, relative to the home's conf/, of an ACL file on this machine."""
+    if not acl_file:
+        return None
+    return os.path.relpath(Path(acl_file).absolute(), Path(conf_dir).absolute())
+
+
+def _env(home: str, user_home: Path, rocketmq_home: Path | None = None) -> dict:
     env = dict(os.environ)
     env.pop("NAMESRV_ADDR", None)  # namesrvAddr is always in the properties
     env["ROCKETMQ_HOME"] = home
@@ -109,6 +173,8 @@ def _env(home: str, user_home: Path) -> dict:
         env["JAVA_HOME"] = str(Path(os.path.realpath(shutil.which("java"))).parent.parent)
     user_home.mkdir(parents=True, exist_ok=True)
     env["JAVA_OPT_EXT"] = f"{java_opt_ext(java_major())} -Duser.home={user_home}"
+    if rocketmq_home is not None:
+        env["JAVA_OPT_EXT"] += f" -Drocketmq.home.dir={rocketmq_home}"
     return env
 
 
@@ -149,13 +215,20 @@ def write_run_properties(run_dir: Path, node: str, conf: str | Path, overrides: 
 
 def broker_launch(node: dict, run_dir: Path, choice: BrokerChoice) -> Launch:
     """The command that starts the broker on its run-folder properties (written when missing: a restart
-    keeps what an updateBrokerConfig saved there)."""
+    keeps what an updateBrokerConfig saved there), in a home of its own (node_home) that holds the ACL
+    file those properties name."""
     check_available(choice)
     path = Path(node.get("properties") or rf.node_properties(run_dir, node["name"]))
     if not path.is_file():
         write_run_properties(run_dir, node["name"], node["conf"], node.get("overrides") or {})
     nd = rf.node_dir(run_dir, node["name"])
-    return Launch(["sh", str(Path(choice.home) / "bin" / "mqbroker"), "-c", str(path)], _env(choice.home, nd))
+    try:
+        props = parse_properties(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ClusterError(f"cannot read {path}: {e}") from e
+    home = node_home(nd, choice.home, local_acl_link(nd / NODE_HOME / "conf", acl_file_of(props)))
+    cmd = ["sh", str(Path(choice.home) / "bin" / "mqbroker"), "-c", str(path)]
+    return Launch(cmd, _env(choice.home, nd, home.absolute()))
 
 
 def namesrv_launch(port: int, host: str, run_dir: Path, choice: BrokerChoice) -> Launch:

@@ -15,7 +15,8 @@ In the container (compose/docker-compose.*.yml):
   /opt/rocketmq               the distribution (ROCKETMQ_HOME)
   /var/lib/rocketmq/node      the node's run folder RUN/nodes/NODE (RUN/namesrv for the name server):
                               broker.properties (-c; updateBrokerConfig rewrites it there) and user.home,
-                              where 4.9 logs (logs/rocketmqlogs/)
+                              where 4.9 logs (logs/rocketmqlogs/); a broker's rocketmq-home/ there is
+                              its rocketmq.home.dir (apache.node_home: conf/ and the ACL file)
   /var/lib/rocketmq/store     the store, as for ours
 """
 
@@ -31,6 +32,7 @@ LABEL = "rmqha.distribution"
 PARTS = ("bin", "conf", "lib")  # what the image carries of a distribution, and what its hash covers
 CONTAINER_HOME = "/opt/rocketmq"
 CONTAINER_NODE = "/var/lib/rocketmq/node"
+NODE_HOME = "rocketmq-home"  # a broker's own rocketmq.home.dir in its node folder (apache.node_home)
 # the distribution's scripts run java as a child of sh; this keeps the container until the JVM is gone
 # and passes a docker stop's SIGTERM to it (images/apache/rmqha-run)
 RUNNER = "/usr/local/bin/rmqha-run"
@@ -72,7 +74,8 @@ def find_image(client, home: str | Path) -> str:
 
 def broker_command(java_opt_ext: str) -> str:
     """The compose command of a broker container: the distribution's mqbroker on the node's properties."""
-    return _command(java_opt_ext, "mqbroker", "-c", f"{CONTAINER_NODE}/broker.properties")
+    opts = f"{java_opt_ext} -Drocketmq.home.dir={CONTAINER_NODE}/{NODE_HOME}"
+    return _command(opts, "mqbroker", "-c", f"{CONTAINER_NODE}/broker.properties")
 
 
 def namesrv_command(java_opt_ext: str) -> str:
