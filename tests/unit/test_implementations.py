@@ -256,3 +256,94 @@ def test_a_49_dledger_node_role_comes_from_its_config():
 )
 def test_java_major(text, major):
     assert apache.parse_java_major(text) == major
+
+
+# --- rocketmq-rust: its canonical TOML ----------------------------------------------------------------
+
+
+def _rust_node(tmp_path, conf_text, **overrides):
+    conf = tmp_path / "broker.properties"
+    conf.write_text(conf_text)
+    base = {
+        "listenPort": "20010",
+        "haListenPort": "20011",
+        "metricsPort": "20012",
+        "brokerIP1": "127.0.0.1",
+        "namesrvAddr": "127.0.0.1:20047",
+        "storePathRootDir": str(tmp_path / "run/nodes/n/store"),
+        "maxHashSlotNum": "50000",
+        "maxIndexNum": "200000",
+    }
+    base.update(overrides)
+    return {"name": "n", "conf": str(conf), "overrides": base}
+
+
+SLAVE_CONF = "brokerClusterName=C\nbrokerName=broker-a\nbrokerId=1\ndeleteWhen=04\nfileReservedTime=48\nbrokerRole=SLAVE\nflushDiskType=ASYNC_FLUSH\n"
+
+
+def test_rust_slave_names_its_role_for_the_broker_and_the_store(tmp_path):
+    import tomllib
+
+    node = _rust_node(tmp_path, SLAVE_CONF, haMasterAddress="127.0.0.1:20001")
+    before = Path(node["conf"]).read_text()
+    path = rust.write_config(tmp_path / "run", "n", node["conf"], node["overrides"])
+    assert path == tmp_path / "run" / "nodes" / "n" / "broker.toml"
+    doc = tomllib.loads(path.read_text())
+    # rocketmq-rust starts a slave's HA client and metadata sync from the broker section's role; its
+    # .properties reader sets only the store's, so a slave from a .properties file never replicates
+    assert doc["broker"]["brokerRole"] == doc["store"]["brokerRole"] == "SLAVE"
+    assert doc["store"]["haMasterAddress"] == "127.0.0.1:20001"
+    assert doc["broker"]["brokerIdentity"] == {"brokerClusterName": "C", "brokerName": "broker-a", "brokerId": 1}
+    assert doc["store"]["deleteWhen"] == "04" and doc["store"]["fileReservedTime"] == 48  # a string stays one
+    assert doc["broker"]["listenPort"] == 20010 and doc["store"]["haListenPort"] == 20011
+    assert doc["broker"]["storePathRootDir"] == doc["store"]["storePathRootDir"]
+    assert doc["store"]["storePathCommitLog"].endswith("store/commitlog")
+    assert "metricsPort" not in path.read_text()  # ours only, as for Apache's
+    assert (path.parent / "broker.properties").is_file()  # the 4.x keys it came from, beside it
+    assert Path(node["conf"]).read_text() == before
+
+
+def test_rust_sync_master_waits_for_its_slave_unless_told_otherwise():
+    base = {"brokerName": "a", "brokerId": "0", "brokerRole": "SYNC_MASTER"}
+    doc = rust.canonical_config(base)
+    assert (doc["store"]["inSyncReplicas"], doc["store"]["totalReplicas"]) == (2, 2)
+    doc = rust.canonical_config(dict(base, inSyncReplicas="1"))
+    assert doc["store"]["inSyncReplicas"] == 1
+    assert "inSyncReplicas" not in rust.canonical_config(dict(base, brokerRole="ASYNC_MASTER"))["store"]
+
+
+def test_rust_refuses_dledger_and_keys_it_cannot_place():
+    with pytest.raises(ClusterError, match="no DLedger commit log.*dLegerPeers"):
+        rust.canonical_config({"brokerName": "a", "enableDLegerCommitLog": "true", "dLegerPeers": "n0-x:1"})
+    with pytest.raises(ClusterError, match="transientStorePoolEnable"):
+        rust.canonical_config({"brokerName": "a", "transientStorePoolEnable": "true"})
+    with pytest.raises(ClusterError, match="not a whole number"):
+        rust.canonical_config({"listenPort": "ten"})
+    with pytest.raises(ClusterError, match="not true or false"):
+        rust.canonical_config({"autoCreateTopicEnable": "yes"})
+
+
+def test_rust_toml_escapes_strings():
+    import tomllib
+
+    text = rust.to_toml(
+        {"broker": {"namesrvAddr": 'a"b\\c\u00e9', "brokerIdentity": {"brokerId": 0}}, "store": {"x": True}}
+    )
+    assert tomllib.loads(text) == {
+        "broker": {"namesrvAddr": 'a"b\\c\u00e9', "brokerIdentity": {"brokerId": 0}},
+        "store": {"x": True},
+    }
+
+
+def test_rust_launch_runs_the_toml(tmp_path, monkeypatch):
+    monkeypatch.setattr(rust, "find_binary", lambda: "/opt/rocketmq-broker-rust")
+    node = _rust_node(tmp_path, SLAVE_CONF, haMasterAddress="127.0.0.1:20001")
+    launch = rust.broker_launch(node, tmp_path / "run", BrokerChoice("rust"))
+    assert launch.cmd == [
+        "/opt/rocketmq-broker-rust",
+        "-c",
+        str(tmp_path / "run/nodes/n/broker.toml"),
+        "-n",
+        "127.0.0.1:20047",
+    ]
+    assert "NAMESRV_ADDR" not in launch.env

@@ -1,12 +1,30 @@
-"""rocketmq-rust's broker (crates.io rocketmq-broker, built by `make peer-broker`), Java's `-c` layout.
+"""rocketmq-rust's broker (crates.io rocketmq-broker, built by `make peer-broker`), on its canonical TOML.
 
-Tests: tests/unit/test_implementations.py. Wired but not exercised here: the build takes about 35 minutes of
-two cores, so no run of this kit has started it yet.
+Tests: tests/unit/test_implementations.py. What follows was read from rocketmq-broker 1.0.0's sources
+(2026-11-29); no run of this kit has started the binary yet (its build takes about 35 minutes of 2 cores).
+
+The node gets the same broker.properties keys as ours and Apache's (its compose conf file, then the
+deployment keys), written as rocketmq-rust's own `broker.toml` beside them in its run folder. Not the
+.properties file: rocketmq-rust 1.0.0 reads one (its java_properties.rs), but puts `brokerRole` only in the
+store section, and the broker's own role (`[broker] brokerRole`, AsyncMaster unless set) is what makes a
+slave connect to its master and copy its topics and offsets, so a slave started from a .properties file
+never replicates. The TOML names the role in both sections. What else differs from 4.x and how the kit
+meets it:
+
+- SYNC_MASTER waits for a slave only when `inSyncReplicas` > 1 (5.x's rule; 1 by default, so it would
+  answer SEND_OK at once): a SYNC_MASTER here is given inSyncReplicas=2, totalReplicas=2 (one slave),
+  unless the user set them. It never answers SLAVE_NOT_AVAILABLE: with its slave gone it waits and
+  answers FLUSH_SLAVE_TIMEOUT.
+- No DLedger commit log (its config refuses every DLedger key): TOPOLOGY=dledger says so and stops.
+- No name server of its own is wired: the cluster's is ours or Apache's.
+- A key the kit does not know the home of is refused here, by name: the broker refuses unknown keys too
+  (deny_unknown_fields), and a setting must never be dropped on the way.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 from pathlib import Path
@@ -14,10 +32,45 @@ from pathlib import Path
 from .. import ClusterError
 from .. import runfolder as rf
 from . import BrokerChoice, Launch
-from .apache import broker_properties, write_run_properties
+from .apache import broker_properties
 
 BINARY = "rocketmq-broker-rust"
 CACHE = os.path.expanduser("~/.cache/rocketmq-ha-refcluster")
+CONFIG_NAME = "broker.toml"
+
+# Where rocketmq-rust 1.0.0 keeps a 4.x key (its java_properties.rs mapping and the fields of its
+# BrokerConfig, BrokerIdentity and MessageStoreConfig), and the TOML type of its value. A key in several
+# sections is written to each.
+KEYS: dict[str, tuple[tuple[tuple[str, ...], ...], type]] = {
+    "brokerName": ((("broker", "brokerIdentity", "brokerName"),), str),
+    "brokerClusterName": ((("broker", "brokerIdentity", "brokerClusterName"),), str),
+    "brokerId": ((("broker", "brokerIdentity", "brokerId"),), int),
+    "brokerIP1": ((("broker", "brokerIp1"),), str),
+    "brokerIP2": ((("broker", "brokerIp2"),), str),
+    "listenPort": ((("broker", "listenPort"),), int),
+    "namesrvAddr": ((("broker", "namesrvAddr"),), str),
+    "autoCreateTopicEnable": ((("broker", "autoCreateTopicEnable"),), bool),
+    "autoCreateSubscriptionGroup": ((("broker", "autoCreateSubscriptionGroup"),), bool),
+    "defaultTopicQueueNums": ((("broker", "defaultTopicQueueNums"),), int),
+    "storePathRootDir": ((("broker", "storePathRootDir"), ("store", "storePathRootDir")), str),
+    "brokerRole": ((("broker", "brokerRole"), ("store", "brokerRole")), str),
+    "flushDiskType": ((("store", "flushDiskType"),), str),
+    "storePathCommitLog": ((("store", "storePathCommitLog"),), str),
+    "mappedFileSizeCommitLog": ((("store", "mappedFileSizeCommitLog"),), int),
+    "mappedFileSizeConsumeQueue": ((("store", "mappedFileSizeConsumeQueue"),), int),
+    "maxMessageSize": ((("store", "maxMessageSize"),), int),
+    "maxHashSlotNum": ((("store", "maxHashSlotNum"),), int),
+    "maxIndexNum": ((("store", "maxIndexNum"),), int),
+    "deleteWhen": ((("store", "deleteWhen"),), str),
+    "fileReservedTime": ((("store", "fileReservedTime"),), int),
+    "haListenPort": ((("store", "haListenPort"),), int),
+    "haMasterAddress": ((("store", "haMasterAddress"),), str),
+    "syncFlushTimeout": ((("store", "syncFlushTimeout"),), int),
+    "flushIntervalCommitLog": ((("store", "flushIntervalCommitLog"),), int),
+    "inSyncReplicas": ((("store", "inSyncReplicas"),), int),
+    "totalReplicas": ((("store", "totalReplicas"),), int),
+    "slaveTimeout": ((("store", "slaveTimeout"),), int),
+}
 
 
 def find_binary() -> str | None:
@@ -37,14 +90,105 @@ def check_available(choice: BrokerChoice) -> None:
         )
 
 
+def canonical_config(props: dict[str, str]) -> dict:
+    """The node's 4.x keys as rocketmq-rust's canonical config ({"broker": {...}, "store": {...}})."""
+    dledger = sorted(k for k in props if "dleger" in k.lower() or "dledger" in k.lower())
+    if dledger and props.get("enableDLegerCommitLog", "false").lower() == "true":
+        raise ClusterError(
+            "BROKER=rust: rocketmq-rust 1.0.0 has no DLedger commit log (its config refuses "
+            f"{', '.join(dledger)}): run TOPOLOGY=dledger on ours or apache"
+        )
+    props = {k: v for k, v in props.items() if k not in dledger}
+    if props.get("brokerRole") == "SYNC_MASTER":
+        # 4.x's SYNC_MASTER waits for its slave; rocketmq-rust (5.x's rule) only when inSyncReplicas > 1
+        props.setdefault("inSyncReplicas", "2")
+        props.setdefault("totalReplicas", "2")
+    unknown = sorted(k for k in props if k not in KEYS)
+    if unknown:
+        raise ClusterError(
+            f"BROKER=rust: the kit does not know where rocketmq-rust keeps {', '.join(unknown)} (it refuses "
+            "keys it does not have): add them to rmqha/cluster/implementations/rust.py KEYS, or leave them out"
+        )
+    doc: dict = {}
+    for key, value in sorted(props.items()):
+        paths, kind = KEYS[key]
+        typed = _typed(key, value, kind)
+        for path in paths:
+            table = doc
+            for part in path[:-1]:
+                table = table.setdefault(part, {})
+            table[path[-1]] = typed
+    return doc
+
+
+def _typed(key: str, value: str, kind: type):
+    if kind is bool:
+        if value.strip().lower() not in ("true", "false"):
+            raise ClusterError(f"BROKER=rust: {key}={value!r} is not true or false")
+        return value.strip().lower() == "true"
+    if kind is int:
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise ClusterError(f"BROKER=rust: {key}={value!r} is not a whole number") from None
+    return value
+
+
+def to_toml(doc: dict) -> str:
+    """TOML of nested tables of str, int and bool (all a broker config holds): scalars first, then each
+    sub-table under its dotted header."""
+    lines: list[str] = []
+
+    def emit(table: dict, prefix: tuple[str, ...]) -> None:
+        scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
+        tables = {k: v for k, v in table.items() if isinstance(v, dict)}
+        if prefix and scalars:
+            lines.append(f"[{'.'.join(prefix)}]")
+        for k, v in scalars.items():
+            lines.append(f"{k} = {_toml_value(v)}")
+        if prefix and scalars:
+            lines.append("")
+        for k, sub in tables.items():
+            emit(sub, prefix + (k,))
+
+    emit(doc, ())
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    return json.dumps(str(v))  # a JSON string is a TOML basic string (same escapes, \uXXXX included)
+
+
+def write_config(run_dir: Path, node: str, conf: str | Path, overrides: dict) -> Path:
+    """RUN/nodes/NODE/broker.toml; the properties it came from beside it, as for every broker."""
+    props = broker_properties(conf, overrides)
+    rf.write_node_properties(
+        run_dir, node, props, f"{node}: {conf} with the deployment keys (rocketmq-rust reads {CONFIG_NAME})"
+    )
+    path = rf.node_properties(run_dir, node).with_name(CONFIG_NAME)
+    header = (
+        f"# {node}: {Path(conf).name} with the deployment keys, in rocketmq-rust's canonical schema (rmqha.cluster)\n"
+    )
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(header + to_toml(canonical_config(props)), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
 def broker_launch(node: dict, run_dir: Path, choice: BrokerChoice) -> Launch:
     check_available(choice)
-    props = broker_properties(node["conf"], node.get("overrides") or {})
-    path = Path(node.get("properties") or rf.node_properties(run_dir, node["name"]))
+    path = rf.node_properties(run_dir, node["name"]).with_name(CONFIG_NAME)
     if not path.is_file():
-        write_run_properties(run_dir, node["name"], node["conf"], node.get("overrides") or {})
+        write_config(run_dir, node["name"], node["conf"], node.get("overrides") or {})
+    props = broker_properties(node["conf"], node.get("overrides") or {})
     env = dict(os.environ)
     env.pop("NAMESRV_ADDR", None)
+    env.setdefault("ROCKETMQ_HOME", str(path.parent))
+    env.setdefault("NO_COLOR", "1")
     return Launch([str(find_binary()), "-c", str(path), "-n", props["namesrvAddr"]], env)
 
 
