@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -200,6 +201,22 @@ def _node_records(
     return nodes
 
 
+def _wait_listening(host: str, port: int, rec: dict, timeout: float) -> None:
+    """Until host:port accepts a connection; ClusterError if the process in rec ends first or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError:
+            pass
+        if not is_running(rec):
+            raise ClusterError(f"the name server (pid {rec.get('pid')}) exited before it listened on {host}:{port}")
+        if time.monotonic() > deadline:
+            raise ClusterError(f"the name server did not listen on {host}:{port} within {timeout:g}s")
+        time.sleep(0.1)
+
+
 class LocalBackend(Backend):
     name = "local"
 
@@ -245,6 +262,10 @@ class LocalBackend(Backend):
         try:
             state["namesrv"]["process"] = spawn_node(run_dir, state, "namesrv")
             rf.write_state(run_dir, state)
+            if any(n.get("implementation") == "rust" for n in state["nodes"]):
+                # rocketmq-rust's broker gives up its start when its first registration finds no name
+                # server (a 4.x broker retries): start it once the name server listens
+                _wait_listening(host, plan.namesrv_port, state["namesrv"]["process"], timeout=60)
             for node in state["nodes"]:  # masters come before their slaves in the node list
                 node["process"] = spawn_node(run_dir, state, node["name"])
                 rf.write_state(run_dir, state)

@@ -286,7 +286,7 @@ def test_rust_slave_names_its_role_for_the_broker_and_the_store(tmp_path):
 
     node = _rust_node(tmp_path, SLAVE_CONF, haMasterAddress="127.0.0.1:20001")
     before = Path(node["conf"]).read_text()
-    path = rust.write_config(tmp_path / "run", "n", node["conf"], node["overrides"])
+    path = rust.write_run_properties(tmp_path / "run", "n", node["conf"], node["overrides"])
     assert path == tmp_path / "run" / "nodes" / "n" / "broker.toml"
     doc = tomllib.loads(path.read_text())
     # rocketmq-rust starts a slave's HA client and metadata sync from the broker section's role; its
@@ -347,3 +347,25 @@ def test_rust_launch_runs_the_toml(tmp_path, monkeypatch):
         "127.0.0.1:20047",
     ]
     assert "NAMESRV_ADDR" not in launch.env
+
+
+def test_rust_brokers_start_once_the_name_server_listens(tmp_path):
+    # rocketmq-rust's broker gives up its start when its first registration finds no name server
+    import socket as _socket
+    import subprocess
+    import sys
+
+    from rmqha.cluster import local_backend
+
+    srv = _socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    try:
+        local_backend._wait_listening("127.0.0.1", port, {"pid": os.getpid()}, timeout=5)
+    finally:
+        srv.close()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with pytest.raises(ClusterError, match="exited before it listened"):
+        local_backend._wait_listening("127.0.0.1", port, {"pid": dead.pid}, timeout=30)

@@ -1,7 +1,11 @@
 """rocketmq-rust's broker (crates.io rocketmq-broker, built by `make peer-broker`), on its canonical TOML.
 
-Tests: tests/unit/test_implementations.py. What follows was read from rocketmq-broker 1.0.0's sources
-(2026-11-29); no run of this kit has started the binary yet (its build takes about 35 minutes of 2 cores).
+Tests: tests/unit/test_implementations.py. Read from rocketmq-broker 1.0.0's sources and tried once
+(2026-11-29, `make peer-broker`, about 60 min of a shared 2-core machine): a local 2m-2s-sync cluster of
+it with our name server came up, each slave connected to its master over 4.x HA; rocketmq-client-rust's
+sends got SEND_OK once a broker had its first commit-log file (it preallocates 1 GiB: the first send to
+each master timed out at 3 s), and the official C++ client's sends failed with "No route info" although
+the name server served the route. Not yet run under the kit's faults or audit.
 
 The node gets the same broker.properties keys as ours and Apache's (its compose conf file, then the
 deployment keys), written as rocketmq-rust's own `broker.toml` beside them in its run folder. Not the
@@ -163,7 +167,7 @@ def _toml_value(v) -> str:
     return json.dumps(str(v))  # a JSON string is a TOML basic string (same escapes, \uXXXX included)
 
 
-def write_config(run_dir: Path, node: str, conf: str | Path, overrides: dict) -> Path:
+def write_run_properties(run_dir: Path, node: str, conf: str | Path, overrides: dict) -> Path:
     """RUN/nodes/NODE/broker.toml; the properties it came from beside it, as for every broker."""
     props = broker_properties(conf, overrides)
     rf.write_node_properties(
@@ -183,7 +187,7 @@ def broker_launch(node: dict, run_dir: Path, choice: BrokerChoice) -> Launch:
     check_available(choice)
     path = rf.node_properties(run_dir, node["name"]).with_name(CONFIG_NAME)
     if not path.is_file():
-        write_config(run_dir, node["name"], node["conf"], node.get("overrides") or {})
+        write_run_properties(run_dir, node["name"], node["conf"], node.get("overrides") or {})
     props = broker_properties(node["conf"], node.get("overrides") or {})
     env = dict(os.environ)
     env.pop("NAMESRV_ADDR", None)
