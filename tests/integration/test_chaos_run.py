@@ -1,4 +1,7 @@
-"""`python -m rmqha.chaos.run` end to end: a tiny chaos run on a docker cluster (2 faults, 15 s), then its audit."""
+"""`python -m rmqha.chaos.run` end to end: a tiny chaos run on a docker cluster (2 faults, 15 s). `make test` runs
+it without the Spark audit (the run's own checks: its exit status, the schedule, the histories, the samples);
+`make test-checkers` audits it too (the verdicts, the report, which node served each receive). The audit of a
+real run stays in `make test` through the orders example's teardown audit."""
 
 import json
 import os
@@ -11,13 +14,15 @@ import pytest
 from rmqha.cluster.topology import load_topology
 
 from .docker_cluster import docker_unavailable_reason, free_base_port
+from .test_planted_bugs import AUDITED
 
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 
-def test_tiny_chaos_run_passes_its_audit(tmp_path):
+@pytest.mark.parametrize("audit", AUDITED)
+def test_tiny_chaos_run_passes_its_audit(tmp_path, audit):
     reason = docker_unavailable_reason()
     if reason:
         pytest.skip(f"chaos run on the docker backend: {reason}")
@@ -46,7 +51,7 @@ def test_tiny_chaos_run_passes_its_audit(tmp_path):
         "cut,pause-slave",
         "--catchup-timeout",
         "30",
-    ]
+    ] + ([] if audit else ["--no-audit"])
     try:
         r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=360)
     finally:
@@ -66,6 +71,9 @@ def test_tiny_chaos_run_passes_its_audit(tmp_path):
     assert producers and consumers, out
     sends = [json.loads(line) for line in producers[0].read_text().splitlines()]
     assert sum(s["status"] == "SEND_OK" for s in sends) > 100, out
+    assert (run_dir / "metrics" / "samples.jsonl").exists(), out
+    if not audit:
+        return
     assert "PASS  SYNC_MASTER SEND_OK is on the slave" in r.stdout, out
     assert "FAIL" not in r.stdout, out
     assert (run_dir / "report" / "report.md").exists(), out
