@@ -21,6 +21,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from rmqha.runs.faultlog import read_faults
 from rmqha.runs.faults import (
     CLUSTER_WIDE,
     DESTRUCTIVE,
@@ -107,21 +108,13 @@ def load(run_dir: str) -> list[FaultInterval]:
 
 def skipped(run_dir: str) -> list[dict]:
     """The scheduled faults the nemesis did not inject ("skip" lines: moved so late by earlier faults that
-    their hold would not have ended before the run's quiet end), each {id, kind, target, group, why}."""
-    out = []
-    for path in fault_files(run_dir):
-        with open(path) as fh:
-            for line in fh:
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue
-                if r.get("op") == "skip":
-                    out.append(
-                        {k: r.get(k) for k in ("id", "kind", "target", "group")}
-                        | {"why": (r.get("info") or {}).get("skipped", "")}
-                    )
-    return out
+    their hold would not have ended before the run's quiet end, or not reached before the run stopped),
+    each {id, kind, target, group, why}."""
+    return [
+        {k: r.get(k) for k in ("id", "kind", "target", "group")} | {"why": (r.get("info") or {}).get("skipped", "")}
+        for r in read_faults(run_dir)
+        if r.get("op") == "skip"
+    ]
 
 
 def master_power_loss(f) -> bool:
