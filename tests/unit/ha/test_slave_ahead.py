@@ -7,7 +7,6 @@ it streams from there, into the middle of the slave's own tail. Here: the master
 SLAVE_AHEAD (not replicated to, not counted for sync acks), the slave MASTER_BEHIND (keeps its data,
 stays connected), both with both offsets, until an operator decides."""
 
-import os
 import struct
 
 from rmqha.broker.ha.master_session import Incarnation, MasterSession, SessionState
@@ -226,22 +225,15 @@ def test_the_fence_and_its_removal_survive_a_power_cut(tmp_path, monkeypatch):
     from rmqha.broker.ha import master
     from rmqha.broker.ha.master import save_fence
     from rmqha.broker.store import mapped_file
+    from tests.unit.store.test_honest_power_cut import spy_dir_listings
 
-    synced = []
-    real = mapped_file.fsync_directory
-
-    def spy(path):
-        synced.append((os.path.abspath(path), sorted(os.listdir(path))))
-        real(path)
-
-    monkeypatch.setattr(mapped_file, "fsync_directory", spy)
-    monkeypatch.setattr(master, "fsync_directory", spy, raising=False)
+    synced = spy_dir_listings(monkeypatch, mapped_file, master)
     p = str(tmp_path / "haFence.json")
     save_fence(p, (10, 20))
-    assert synced and synced[-1] == (str(tmp_path), ["haFence.json"]), "the directory fsynced after the rename"
+    assert synced and synced[-1] == (str(tmp_path), {"haFence.json"}), "the directory fsynced after the rename"
     synced.clear()
     save_fence(p, None)
-    assert synced == [(str(tmp_path), [])], "the directory fsynced after the unlink"
+    assert synced == [(str(tmp_path), set())], "the directory fsynced after the unlink"
     synced.clear()
     save_fence(p, None)
     assert synced == [], "nothing removed, nothing to sync"

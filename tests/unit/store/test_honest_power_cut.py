@@ -27,6 +27,21 @@ def spy_dir_fsyncs(monkeypatch, *modules):
     return synced
 
 
+def spy_dir_listings(monkeypatch, *modules):
+    """Record (directory, the names in it) at each directory fsync (the real fsync still runs): what a
+    cut after that fsync keeps of the directory."""
+    listed = []
+    real = mapped_file.fsync_directory
+
+    def spy(path):
+        listed.append((os.path.abspath(path), set(os.listdir(path))))
+        real(path)
+
+    for module in modules:
+        monkeypatch.setattr(module, "fsync_directory", spy, raising=False)
+    return listed
+
+
 def test_a_new_store_file_is_durable_only_with_its_directory_and_flush_makes_it_so(tmp_path, monkeypatch):
     # A file created and fsynced but whose directory entry was not fsynced is gone after the cut: a
     # SYNC_FLUSH send acknowledged in a new commit-log file (or a queue's new file) would be lost.
@@ -174,14 +189,7 @@ def test_a_dledger_stores_abort_file_is_durable_before_it_takes_anything(tmp_pat
     # a crash for a clean shutdown. The store root must be fsynced once the abort file is in it.
     from tests.unit.dledger.test_dledger_hardening import Group
 
-    listed = []
-    real = mapped_file.fsync_directory
-
-    def spy(path):
-        listed.append((os.path.abspath(path), set(os.listdir(path))))
-        real(path)
-
-    monkeypatch.setattr(mapped_file, "fsync_directory", spy)
+    listed = spy_dir_listings(monkeypatch, mapped_file)
     g = Group(tmp_path)
     for s, c in g.nodes.values():
         root = os.path.abspath(c.storePathRootDir)
@@ -266,14 +274,7 @@ def test_a_new_dledger_store_root_is_durable_in_its_parent(tmp_path, monkeypatch
     # root, the node's vote (currterm) and its log with it: the node could vote twice in one term.
     from tests.unit.dledger.test_dledger_hardening import Group
 
-    listed = []
-    real = mapped_file.fsync_directory
-
-    def spy(path):
-        listed.append((os.path.abspath(path), set(os.listdir(path))))
-        real(path)
-
-    monkeypatch.setattr(mapped_file, "fsync_directory", spy)
+    listed = spy_dir_listings(monkeypatch, mapped_file)
     g = Group(tmp_path)
     for s, c in g.nodes.values():
         root = os.path.abspath(c.storePathRootDir)
