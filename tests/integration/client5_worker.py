@@ -11,7 +11,8 @@ job: {"endpoint": "host:port", "op": ..., ...}
            "offset"} or {"i", "error", "code"}; a check answered: {"checked": message_id}.
   simple:  group, topic, expect (distinct bodies acked), deadline_s, invisible_s, plan: {"<body>":
            ["ack" | "skip" | "change:<s>"] by delivery attempt, default ack}; one line per delivery:
-           {"body", "message_id", "attempt", "action", "t" (ms)}.
+           {"body", "message_id", "attempt", "action", "t" (ms: received), "asked" (ms: the receive
+           call began)}.
   push:    group, topic, expect, deadline_s, fail: [bodies to answer FAILURE once]; one line per delivery.
            simple's stop_after: end after this many deliveries (a receive left unacked on purpose).
   seq:     jobs: [job, ...] one after the other in this process (one interpreter start and client import
@@ -123,6 +124,7 @@ def simple(job):
     stop_after = job.get("stop_after") or float("inf")
     try:
         while len(acked) < job["expect"] and delivered < stop_after and time.monotonic() < deadline:
+            asked = int(time.time() * 1000)  # the broker's pop time (its invisible time's start) is no earlier
             try:
                 msgs = c.receive(job.get("batch", 16), job.get("invisible_s", 10))
             except Exception as e:
@@ -143,6 +145,7 @@ def simple(job):
                     "attempt": m.delivery_attempt,
                     "action": action,
                     "t": int(time.time() * 1000),
+                    "asked": asked,
                 }
                 try:
                     if action == "ack":
