@@ -582,6 +582,36 @@ def test_a_loss_after_the_answer_or_after_the_hold_changes_nothing(tmp_path):
     assert f2.status_sources[0].state == "UNREACHABLE" and len(reactor.getDelayedCalls()) == calls, "no retry"
 
 
+def test_bytes_read_after_the_answer_start_no_second_fetch_from_the_next_source(tmp_path):
+    """abortConnection closes the answered connection on a later turn of the reactor: bytes already
+    read can still be delivered before it goes. They are ignored, so the source is done once and the
+    next one is connected to once."""
+    from twisted.internet.error import ConnectionAborted
+    from twisted.internet.testing import StringTransport
+    from twisted.python.failure import Failure
+
+    reactor = MemoryReactorClock()
+    master = store(tmp_path / "master")
+    put(master, 5)
+    done = []
+    f = RecoveryFetcher(
+        master, ["127.0.0.1:1", "127.0.0.1:2"], reactor, reactor, 30.0, HOST, 1 << 20, on_done=done.append
+    )
+    f.start()
+    proto = reactor.tcpClients[0][2].buildProtocol(None)
+    t = StringTransport()
+    proto.makeConnection(t)
+    behind = struct.pack(">qi", 0, 0)  # a heartbeat below this master's end before any data: the source is behind
+    proto.dataReceived(behind)
+    assert f.status_sources[0].state == "SOURCE_BEHIND" and t.disconnecting
+    proto.dataReceived(behind)  # read before the abort took effect
+    proto.connectionLost(Failure(ConnectionAborted()))
+    reactor.advance(0)
+    assert [c[1] for c in reactor.tcpClients] == [1, 2], "the next source once"
+    assert [s.attempts for s in f.status_sources] == [1, 1] and f.status_sources[0].state == "SOURCE_BEHIND"
+    assert f.holding and not done
+
+
 def test_a_record_exactly_filling_its_file_or_the_size_limit_is_taken_whole_or_in_pieces(tmp_path):
     slave = store(tmp_path / "slave")
     put(slave, 1)
