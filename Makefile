@@ -136,7 +136,7 @@ audit: $(STAMP) ## audit a run folder: make audit RUN=run/default [OUT=dir] (exi
 	@test -n "$(RUN)" || { echo "usage: make audit RUN=<run folder> [OUT=<dir>], e.g. RUN=run/default" >&2; exit 2; }
 	$(PY) -m rmqha.pipeline "$(RUN)" $(if $(OUT),--out "$(OUT)")
 
-chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(CLIENT)),rust-client) $(if $(filter python5,$(CLIENT)),venv-client5) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust|python5 TRACE=1 (rust: trace records) DURATION= RATE= SEED= NEMESIS= (dledger: kill-leader,kill-follower,...) SWEEP=1 REPAIR=1 RECOVERY=1 ACL=1 LATE_CONSUMER=<s> SET="k=v ..." OUT= BROKER=apache ROCKETMQ_HOME=<dir>)
+chaos: $(STAMP) $(if $(filter docker,$(BACKEND)),images) $(if $(filter rust,$(or $(CLIENT),$(if $(findstring rust,$(BROKER)),rust))),rust-client) $(if $(filter python5,$(CLIENT)),venv-client5) ## a chaos run: workload + nemesis on TOPOLOGY/BACKEND, then the audit (CLIENT=python|rust|python5 (BROKER=rust: rust) TRACE=1 (rust: trace records) DURATION= RATE= SEED= NEMESIS= (dledger: kill-leader,kill-follower,...) SWEEP=1 REPAIR=1 RECOVERY=1 ACL=1 LATE_CONSUMER=<s> SET="k=v ..." OUT= BROKER=apache ROCKETMQ_HOME=<dir>)
 	$(PY) -m rmqha.chaos.run --prewarm-audit $(if $(LATE_CONSUMER),--late-consumer-at $(LATE_CONSUMER)) --topology $(TOPOLOGY) --backend $(BACKEND) $(BROKER_ARGS) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(DURATION),--duration $(DURATION)) $(if $(RATE),--rate $(RATE)) $(if $(SEED),--seed $(SEED)) $(if $(NEMESIS),--nemesis $(NEMESIS)) $(if $(SWEEP),--sweep) $(if $(filter 1 yes true,$(REPAIR)),--repair) $(if $(filter 1 yes true,$(RECOVERY)),--set haRecoveryEnable=true) $(if $(filter 1 yes true,$(ACL)),--acl) $(foreach s,$(SET),--set $(s)) $(if $(CLIENT),--client $(CLIENT)) $(if $(OUT),--out "$(OUT)")
 
 repair: $(STAMP) ## repair a forked broker group (SLAVE_AHEAD): make repair GROUP=broker-a [NAME=]; re-sends the slave's stranded messages, then resyncs it
@@ -178,8 +178,8 @@ bench: bench-ha bench-send bench-decode ## run the benchmarks
 
 PEER_VERSION ?= 1.0.0
 PEER_ROOT ?= $(HOME)/.cache/rocketmq-ha-refcluster/rocketmq-rust-$(PEER_VERSION)
-peer-broker: ## build rocketmq-rust's broker (crates.io rocketmq-broker, PEER_VERSION=1.0.0) for bench-send's peer line; about 35 min on 2 cores, cached in ~/.cache
-	@test -x $(PEER_ROOT)/bin/rocketmq-broker-rust || { echo "==> cargo install rocketmq-broker $(PEER_VERSION) into $(PEER_ROOT) (one time, about 35 min on 2 cores)"; \
+peer-broker: ## build rocketmq-rust's broker (crates.io rocketmq-broker, PEER_VERSION=1.0.0) for bench-send's peer line and BROKER=rust; about 40 min on 2 shared cores (16 CPU-min), cached in ~/.cache
+	@test -x $(PEER_ROOT)/bin/rocketmq-broker-rust || { echo "==> cargo install rocketmq-broker $(PEER_VERSION) into $(PEER_ROOT) (one time, about 40 min on 2 shared cores)"; \
 	  cargo install rocketmq-broker --version $(PEER_VERSION) --locked --root $(PEER_ROOT); }
 	@echo "peer broker: $(PEER_ROOT)/bin/rocketmq-broker-rust (bench-send finds it there)"
 

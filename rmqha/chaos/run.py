@@ -52,6 +52,7 @@ from rmqha.chaos.run_status import StatusLine, last_sample_round, read_json, say
 from rmqha.cluster import ClusterError
 from rmqha.cluster import runfolder as rf
 from rmqha.cluster.handle import Cluster
+from rmqha.cluster.implementations import official_client_refusal, parse_choice
 from rmqha.runs.faults import ALL_FAULTS, applicable_faults, why_not_applicable
 
 SYNC_WAIT_MS = 1500
@@ -148,10 +149,27 @@ class RunContext:
         return self.rd / "chaos" / f"progress-{self.run_id}.json"
 
 
+def choose_client(asked: str | None, broker: str | None) -> tuple[str, str | None]:
+    """The workload's client, and why not when the one asked for cannot talk to these brokers: python by
+    default, rust when a broker is rocketmq-rust's (the official C++ client gets no answer from it)."""
+    try:
+        refusal = official_client_refusal(parse_choice(broker))
+    except ClusterError:
+        refusal = None  # a bad --broker is the cluster's to report
+    if asked is None:
+        return ("rust" if refusal else "python"), None
+    return asked, (refusal if asked == "python" else None)
+
+
 def parse_run(argv: list[str] | None) -> RunContext | int:
     """The command line, checked; 2 when it asks for what cannot be done."""
     args = build_parser(__doc__.split("\n\n")[0]).parse_args(argv)
     args.set = dict(item.split("=", 1) for item in args.set)
+    args.client_asked = args.client
+    args.client, refused = choose_client(args.client, args.broker)
+    if refused:
+        say(f"error: --client python: {refused}")
+        return 2
     if (args.late_consumer_at is not None or args.late_consumer_after_heal) and args.client != "python":
         say("error: the late consumer (--late-consumer-at, --late-consumer-after-heal) needs --client python")
         return 2
@@ -179,6 +197,14 @@ def start_cluster(ctx: RunContext) -> int | None:
         )
         if ctx.cluster.kind != args.backend:
             say(f"  note: --backend {args.backend} ignored: the running cluster is {ctx.cluster.kind}")
+        running = ctx.cluster.state.get("broker") or "ours"
+        client, refused = choose_client(args.client_asked, running)
+        if refused:
+            say(f"error: the running cluster {name} ({running}) and --client python: {refused}")
+            return EXIT_RUN_FAILED
+        if client != args.client:
+            say(f"  note: the {client} client: the running cluster's brokers are {running}")
+            args.client = client
     else:
         # 64 MiB commit-log files: a run writes tens of MiB per group, and four preallocated 1 GiB files
         # are 4 GiB of zeros for the audit to read (it took most of a short run's audit)

@@ -56,9 +56,10 @@ def _add_workload_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--client",
         choices=("python", "rust", "python5"),
-        default=os.environ.get("CLIENT") or "python",
-        help="the workload's client: python (official, default), rust (rocketmq-client-rust) or python5 (the "
-        "official 5.x client, rocketmq-python-client 5.1.2 in .venv-client5, through the cluster's 5.x proxy)",
+        default=os.environ.get("CLIENT") or None,
+        help="the workload's client: python (official; the default, but rust when a broker is rocketmq-rust's, "
+        "which the official client cannot talk to), rust (rocketmq-client-rust) or python5 (the official 5.x "
+        "client, rocketmq-python-client 5.1.2 in .venv-client5, through the cluster's 5.x proxy)",
     )
     ap.add_argument(
         "--planted-drop-every",

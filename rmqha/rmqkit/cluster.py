@@ -255,8 +255,15 @@ class RocketMQCluster:
 
     def recorder(self, client: str):
         """rmqha.rmqkit.history.Recorder writing RUN/history/<client>.jsonl: Producer and PushConsumer classes
-        that behave as rocketmq.client's and record every send and receive."""
+        that behave as rocketmq.client's and record every send and receive. ClusterError on rocketmq-rust's
+        brokers, which the official client gets no answer from (rmqha/cluster/implementations/rust.py)."""
+        from rmqha.cluster.implementations import official_client_refusal, parse_choice
+
         from .history import Recorder
+
+        refused = official_client_refusal(parse_choice(self.broker, home=self.rocketmq_home))
+        if refused:
+            raise ClusterError(f"recorder({client!r}) records the official C++ client, not usable here: {refused}")
 
         r = Recorder(
             self.run_dir / "history" / f"{client}.jsonl", client, self.namesrv_addr, credentials=self.credentials

@@ -80,6 +80,17 @@ def test_rust_not_built_says_how_to_build(monkeypatch, tmp_path):
         check_available(parse_choice("rust"))
 
 
+def test_the_official_client_is_refused_wherever_a_rust_broker_runs():
+    from rmqha.cluster.implementations import official_client_refusal
+
+    for spec in ("ours", "apache", "ours,broker-a-s=apache"):
+        assert official_client_refusal(parse_choice(spec, home="/opt/x")) is None
+    why = official_client_refusal(parse_choice("rust"))
+    # the cause named (the headers rocketmq-rust does not decode), the symptom the client shows, the way out
+    assert "serializeTypeCurrentRPC" in why and "No route info" in why and "CLIENT=rust" in why
+    assert "nodes broker-a-s" in official_client_refusal(parse_choice("ours,broker-a-s=rust", nodes=NODES))
+
+
 def test_apache_properties_live_in_the_run_folder(tmp_path):
     conf = tmp_path / "broker-a-s.properties"
     conf.write_text("brokerClusterName=C\nbrokerName=broker-a\nbrokerId=1\nbrokerRole=SLAVE\n")
@@ -310,6 +321,20 @@ def test_rust_sync_master_waits_for_its_slave_unless_told_otherwise():
     doc = rust.canonical_config(dict(base, inSyncReplicas="1"))
     assert doc["store"]["inSyncReplicas"] == 1
     assert "inSyncReplicas" not in rust.canonical_config(dict(base, brokerRole="ASYNC_MASTER"))["store"]
+
+
+def test_rust_async_flush_sync_master_flushes_thoroughly_each_interval_so_its_sync_wait_is_bounded():
+    # rocketmq-rust's sync wait includes the master's own flushed offset, which ASYNC_FLUSH moves at 4
+    # dirty pages or every 10 s otherwise
+    # (it refuses flushCommitLogLeastPages=0 with ASYNC_FLUSH: a thorough flush every interval instead)
+    store = rust.canonical_config({"brokerRole": "SYNC_MASTER"})["store"]
+    assert store["flushCommitLogThoroughInterval"] == 500 and "flushCommitLogLeastPages" not in store
+    store = rust.canonical_config({"brokerRole": "SYNC_MASTER", "flushIntervalCommitLog": "200"})["store"]
+    assert store["flushCommitLogThoroughInterval"] == 200
+    store = rust.canonical_config({"brokerRole": "SYNC_MASTER", "flushCommitLogThoroughInterval": "2000"})["store"]
+    assert store["flushCommitLogThoroughInterval"] == 2000  # the user's own setting stands
+    for props in ({"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"}, {"brokerRole": "ASYNC_MASTER"}):
+        assert "flushCommitLogThoroughInterval" not in rust.canonical_config(props).get("store", {})
 
 
 def test_rust_refuses_dledger_and_keys_it_cannot_place():

@@ -144,3 +144,11 @@ def test_a_broker_without_its_distribution_skips_with_the_fix(monkeypatch):
     assert broker_unavailable_reason("ours") is None
     req = FakeRequest([mark(broker="apache")])
     assert pytest_plugin._settings(req)["broker"] == "apache"
+
+
+def test_the_recorder_refuses_rocketmq_rusts_brokers_which_the_official_client_gets_no_answer_from():
+    from rmqha.cluster import ClusterError
+    from rmqha.rmqkit import RocketMQCluster
+
+    with pytest.raises(ClusterError, match="No route info"):
+        RocketMQCluster("2m-2s-sync", "local", broker="rust").recorder("producer")

@@ -113,6 +113,18 @@ def check_available(choice: BrokerChoice) -> None:
         implementation(kind).check_available(choice)
 
 
+def official_client_refusal(choice: BrokerChoice) -> str | None:
+    """Why the official C++ client (PyPI rocketmq 0.4.4) cannot be this cluster's client, or None: a node
+    it would talk to runs a broker that does not take its requests (rust.OFFICIAL_CLIENT_REFUSED)."""
+    rust_nodes = sorted(n for n, k in choice.per_node.items() if k == "rust")
+    if choice.default != "rust" and not rust_nodes:
+        return None
+    from .rust import OFFICIAL_CLIENT_REFUSED
+
+    where = "" if choice.default == "rust" else f" (nodes {', '.join(rust_nodes)})"
+    return f"rocketmq-rust's broker{where}: {OFFICIAL_CLIENT_REFUSED}"
+
+
 def unavailable_reason(choice: BrokerChoice) -> str | None:
     try:
         check_available(choice)

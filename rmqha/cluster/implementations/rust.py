@@ -5,7 +5,15 @@ Tests: tests/unit/test_implementations.py. Read from rocketmq-broker 1.0.0's sou
 it with our name server came up, each slave connected to its master over 4.x HA; rocketmq-client-rust's
 sends got SEND_OK once a broker had its first commit-log file (it preallocates 1 GiB: the first send to
 each master timed out at 3 s), and the official C++ client's sends failed with "No route info" although
-the name server served the route. Not yet run under the kit's faults or audit.
+the name server served the route. That is rocketmq-rust's, not the route's (read in rocketmq-protocol
+1.0.0's remoting_command decode, then seen on the wire, tests/integration/test_rust_broker.py): the C++
+client 1.0.1 writes its JSON headers without `serializeTypeCurrentRPC` and with numbers among the
+extFields, rocketmq-rust's fast header parsers take neither and its serde fallback fails on both (a
+missing field; "a JSON extension-field string" expected), so the decoder errs and the connection is
+closed with no answer. The client retries on the next queue, every try fails the same way, and it
+reports every failed send as "No route info of this topic". 4.9's fastjson defaults the field and turns
+numbers into strings. The kit therefore runs rocketmq-client-rust against these brokers
+(OFFICIAL_CLIENT_REFUSED: chaos runs pick CLIENT=rust and refuse CLIENT=python; rmqkit's recorder refuses).
 
 The node gets the same broker.properties keys as ours and Apache's (its compose conf file, then the
 deployment keys), written as rocketmq-rust's own `broker.toml` beside them in its run folder. Not the
@@ -19,6 +27,10 @@ meets it:
   answer SEND_OK at once): a SYNC_MASTER here is given inSyncReplicas=2, totalReplicas=2 (one slave),
   unless the user set them. It never answers SLAVE_NOT_AVAILABLE: with its slave gone it waits and
   answers FLUSH_SLAVE_TIMEOUT.
+- That wait also waits for the master's own flush (unlike 4.x), which ASYNC_FLUSH makes only at 4 dirty
+  pages or every 10 s: a first chaos run (2026-11-29, 200 sends/s) got 7 SEND_OK of 15782 tries, each
+  put held 3-6 s. An ASYNC_FLUSH SYNC_MASTER is therefore given flushCommitLogThoroughInterval equal to
+  flushIntervalCommitLog (500 ms: everything dirty flushed that often) unless the user set it.
 - No DLedger commit log (its config refuses every DLedger key): TOPOLOGY=dledger says so and stops.
 - No name server of its own is wired: the cluster's is ours or Apache's.
 - A key the kit does not know the home of is refused here, by name: the broker refuses unknown keys too
@@ -41,6 +53,15 @@ from .apache import broker_properties
 BINARY = "rocketmq-broker-rust"
 CACHE = os.path.expanduser("~/.cache/rocketmq-ha-refcluster")
 CONFIG_NAME = "broker.toml"
+# What the official C++ client's "No route info" against rocketmq-rust is (tests/integration/test_rust_broker.py
+# pins it, frame by frame): the route is fine, the broker never answers.
+OFFICIAL_CLIENT_REFUSED = (
+    "rocketmq-rust 1.0.0 closes the connection at the first request of the official C++ client 1.0.1 "
+    "(PyPI rocketmq 0.4.4) without an answer: that client's JSON headers have no serializeTypeCurrentRPC "
+    'and carry numbers in extFields ("queueId":1), and rocketmq-rust decodes neither (4.9 takes both). '
+    'Its sends all fail, which that client reports as "No route info of this topic". '
+    "Use rocketmq-client-rust: CLIENT=rust (`make rust-client`)"
+)
 
 # Where rocketmq-rust 1.0.0 keeps a 4.x key (its java_properties.rs mapping and the fields of its
 # BrokerConfig, BrokerIdentity and MessageStoreConfig), and the TOML type of its value. A key in several
@@ -71,6 +92,8 @@ KEYS: dict[str, tuple[tuple[tuple[str, ...], ...], type]] = {
     "haMasterAddress": ((("store", "haMasterAddress"),), str),
     "syncFlushTimeout": ((("store", "syncFlushTimeout"),), int),
     "flushIntervalCommitLog": ((("store", "flushIntervalCommitLog"),), int),
+    "flushCommitLogLeastPages": ((("store", "flushCommitLogLeastPages"),), int),
+    "flushCommitLogThoroughInterval": ((("store", "flushCommitLogThoroughInterval"),), int),
     "inSyncReplicas": ((("store", "inSyncReplicas"),), int),
     "totalReplicas": ((("store", "totalReplicas"),), int),
     "slaveTimeout": ((("store", "slaveTimeout"),), int),
@@ -90,7 +113,7 @@ def check_available(choice: BrokerChoice) -> None:
     if not find_binary():
         raise ClusterError(
             f"BROKER=rust: rocketmq-rust's broker is not built ({BINARY} is not on PATH nor in {CACHE}): "
-            "run `make peer-broker` first (about 35 minutes on 2 cores)"
+            "run `make peer-broker` first (about 40 minutes on 2 shared cores, 16 CPU-minutes)"
         )
 
 
@@ -107,6 +130,14 @@ def canonical_config(props: dict[str, str]) -> dict:
         # 4.x's SYNC_MASTER waits for its slave; rocketmq-rust (5.x's rule) only when inSyncReplicas > 1
         props.setdefault("inSyncReplicas", "2")
         props.setdefault("totalReplicas", "2")
+        if props.get("flushDiskType", "ASYNC_FLUSH") == "ASYNC_FLUSH":
+            # its sync wait also waits for the master's own flushed offset (ack_frontier.rs: the frontier
+            # is min(flushed_where, the slaves' acks)), which ASYNC_FLUSH moves only at 4 dirty pages or
+            # every flushCommitLogThoroughInterval (10 s): below 16 KiB a sync send waits up to 10 s and
+            # fails. A thorough flush every flushIntervalCommitLog (500 ms) bounds the wait (4.x never waits
+            # for its own flush there; rocketmq-rust refuses flushCommitLogLeastPages=0 with ASYNC_FLUSH):
+            # more fsyncs than 4.x makes, so a power cut takes at most about 500 ms of the log.
+            props.setdefault("flushCommitLogThoroughInterval", props.get("flushIntervalCommitLog", "500"))
     unknown = sorted(k for k in props if k not in KEYS)
     if unknown:
         raise ClusterError(

@@ -213,3 +213,31 @@ def test_a_sweep_leaves_another_brokers_restarts_room_before_the_next_fault():
         gaps = [round(b.at - (a.at + a.hold), 1) for a, b in zip(sched, sched[1:])]
         assert gaps and all(lo <= g <= hi for g in gaps), (broker, gaps)
     assert run.sweep_gap("ours,broker-a-s=apache") == (25.0, 30.0)  # one 4.9 node restarts as slowly
+
+
+def test_the_workload_client_is_one_rocketmq_rusts_brokers_answer(monkeypatch, capsys):
+    # the official C++ client gets no answer from rocketmq-rust 1.0.0 (rmqha/cluster/implementations/rust.py)
+    assert run.choose_client(None, None) == ("python", None)
+    assert run.choose_client(None, "apache") == ("python", None)
+    assert run.choose_client(None, "rust") == ("rust", None)
+    assert run.choose_client(None, "ours,broker-a-s=rust") == ("rust", None)
+    assert run.choose_client("rust", "ours") == ("rust", None)
+    client, why = run.choose_client("python", "rust")
+    assert client == "python" and "No route info" in why and "CLIENT=rust" in why
+    monkeypatch.setattr(run, "SETUP_PHASES", (lambda ctx: pytest.fail("a phase ran"),))
+    assert run.main(["--broker", "rust", "--client", "python", "--nemesis", "none"]) == 2
+    assert "error: --client python: rocketmq-rust's broker" in capsys.readouterr().out
+
+
+def test_a_running_rust_cluster_gets_the_rust_client_unless_python_is_asked(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("CLUSTER_RUN_ROOT", str(tmp_path))
+    monkeypatch.delenv("CLIENT", raising=False)
+    running = type("Running", (), {"kind": "local", "state": {"broker": "rust", "topology": "2m-2s-sync"}})()
+    monkeypatch.setattr(run, "cluster_running", lambda name: running)
+    ctx = run.parse_run(["--backend", "local", "--name", "t6", "--nemesis", "none"])
+    assert ctx.args.client == "python" and run.start_cluster(ctx) is None and ctx.args.client == "rust"
+    ctx = run.parse_run(["--backend", "local", "--name", "t6", "--nemesis", "none", "--client", "python"])
+    assert run.start_cluster(ctx) == run.EXIT_RUN_FAILED
+    out = capsys.readouterr().out
+    assert "note: the rust client: the running cluster's brokers are rust" in out
+    assert "error: the running cluster t6 (rust) and --client python" in out
