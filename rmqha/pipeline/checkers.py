@@ -123,6 +123,7 @@ def serving(run: Run) -> Result:
             run.served_dropped,
             run.have_served_files,
             outage_list,
+            run.unlogged_nodes,
         ),
         ids.SERVED,
     )

@@ -50,6 +50,7 @@ class Run:
     series: Series = field(default_factory=Series)
     served_dropped: int = 0  # served-pull lines that did not parse (served.load)
     have_served_files: bool = False  # RUN/served/*.jsonl exists
+    unlogged_nodes: dict[str, str] = field(default_factory=dict)  # another broker's nodes: no served-pull log
     trace: dict[str, Any] | None = None  # the message-trace summary (report._trace), None: no trace topic
 
     def group_of_master(self) -> dict[str, str]:

@@ -35,6 +35,7 @@ def gather(spark, run_dir: str, out_dir: str, range_bytes: int | None = None) ->
     hpaths = runfolder.history_files(run_dir)
     served_rows, run.served_dropped = served.load(run_dir)
     run.have_served_files = bool(served.served_files(run_dir))
+    run.unlogged_nodes = served.unlogged_nodes(run_dir)
     masters = run.group_of_master()
     hist = None
     if hpaths:

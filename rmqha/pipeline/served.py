@@ -132,9 +132,38 @@ def outages(faults, buckets: list[tuple[str, str, int, int]]) -> list[Outage]:
     return out
 
 
+def unlogged_nodes(run_dir: str) -> dict[str, str]:
+    """node -> its broker implementation, for each node of the run that does not log its served pulls:
+    that log is ours alone (rmqha/broker/observability/served.py), Apache's and rocketmq-rust's brokers
+    keep none, so which of their nodes served a receive is unavailable, not "none"."""
+    try:
+        with open(os.path.join(run_dir, "state.json"), encoding="utf-8") as fh:
+            nodes = json.load(fh).get("nodes") or []
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {
+        n["name"]: n["implementation"]
+        for n in nodes
+        if isinstance(n, dict) and n.get("name") and n.get("implementation", "ours") != "ours"
+    }
+
+
 def describe(
-    by_node: dict[str, int], unattributed: int, dropped: int, have_log: bool, outage_list: list[Outage]
+    by_node: dict[str, int],
+    unattributed: int,
+    dropped: int,
+    have_log: bool,
+    outage_list: list[Outage],
+    unlogged: dict[str, str] | None = None,
 ) -> str:
+    unlogged = unlogged or {}
+    if unlogged and not by_node:
+        kinds = ", ".join(sorted(set(unlogged.values())))
+        return (
+            f"unavailable: the brokers of this run ({kinds}: {', '.join(sorted(unlogged))}) log no served "
+            f"pulls (this broker's own log), so which node served each of the {unattributed} receives is "
+            "unknown"
+        )
     if not have_log:
         return (
             "no served-pull log in the run folder (RUN/served/*.jsonl, written by `python -m rmqha.cluster "
@@ -143,6 +172,12 @@ def describe(
     parts = [", ".join(f"{k} {v}" for k, v in sorted(by_node.items())) or "no receives"]
     if unattributed:
         parts.append(f"{unattributed} unattributed")
+    if unlogged:
+        parts.append(
+            "not logged by "
+            + ", ".join(f"{n} ({k})" for n, k in sorted(unlogged.items()))
+            + ": what they served is among the unattributed"
+        )
     if dropped:
         parts.append(f"{dropped} served pulls dropped by the nodes before they were read")
     for o in outage_list:

@@ -136,3 +136,24 @@ def test_pulls_of_two_nodes_at_the_same_ms_attribute_the_receive_to_neither(spar
     rows, _ = served.load(rb.root)
     f = history_check.gather(spark, decode.decode(spark, nodes), hist, nodes, rows)
     assert f.served_by == {"broker-a-1": 2, served.UNATTRIBUTED: 6}
+
+
+def test_another_brokers_nodes_log_no_served_pulls_so_the_figure_is_unavailable_not_none(tmp_path):
+    # Apache's and rocketmq-rust's brokers keep no served-pull log (ours alone does): "no receives" from
+    # them would read as a zero
+    nodes = [{"name": "broker-a", "implementation": "rust"}, {"name": "broker-a-s", "implementation": "rust"}]
+    (tmp_path / "state.json").write_text(json.dumps({"nodes": nodes}))
+    unlogged = served.unlogged_nodes(str(tmp_path))
+    assert unlogged == {"broker-a": "rust", "broker-a-s": "rust"}
+    text = served.describe({}, 85, 0, True, [], unlogged)
+    assert (
+        text.startswith("unavailable: the brokers of this run (rust: broker-a, broker-a-s)") and "85 receives" in text
+    )
+    # a mixed group: our node's figure stands, the other's is said to be missing from it
+    text = served.describe({"broker-a": 5}, 3, 0, True, [], {"broker-a-s": "apache"})
+    assert (
+        text
+        == "broker-a 5; 3 unattributed; not logged by broker-a-s (apache): what they served is among the unattributed"
+    )
+    (tmp_path / "state.json").write_text(json.dumps({"nodes": [{"name": "broker-a", "implementation": "ours"}]}))
+    assert served.unlogged_nodes(str(tmp_path)) == {} and served.unlogged_nodes(str(tmp_path / "none")) == {}
