@@ -22,6 +22,11 @@ from rmqha.broker.remoting.command import RemotingCommand
 from .backend import Backend
 
 HTTP_TIMEOUT = 1.0
+# Another broker's status is two admin requests, slower than our /status: rocketmq-rust 1.0.0 took 140-640 ms
+# for GET_BROKER_RUNTIME_INFO on an idle broker at load 7 (2026-11-29) and over 1 s under load, so with
+# HTTP_TIMEOUT the kit saw working nodes as not answering (a restarted slave's heal waited 53-83 s, a
+# cluster's start failed after 300 s at load 12). A slow answer is an answer: this is their floor.
+OTHER_BROKER_TIMEOUT = 5.0
 NAMESRV_TIMEOUT = 1.0
 
 
@@ -119,7 +124,7 @@ def node_status(spec: dict, timeout: float = HTTP_TIMEOUT, credentials: dict | N
         return fetch_status(spec["statusUrl"], timeout)
     from .implementations.runtime_status import read_status
 
-    return read_status(spec, timeout, credentials)
+    return read_status(spec, max(timeout, OTHER_BROKER_TIMEOUT), credentials)
 
 
 def unavailable(status: dict | None, key: str) -> bool:

@@ -394,3 +394,15 @@ def test_rust_brokers_start_once_the_name_server_listens(tmp_path):
     dead.wait()
     with pytest.raises(ClusterError, match="exited before it listened"):
         local_backend._wait_listening("127.0.0.1", port, {"pid": dead.pid}, timeout=30)
+
+
+def test_another_brokers_status_gets_the_time_its_admin_requests_take(monkeypatch):
+    # rocketmq-rust's GET_BROKER_RUNTIME_INFO took 140-640 ms idle and over 1 s under load: our /status's
+    # 1 s made working nodes look dead
+    from rmqha.cluster.implementations import runtime_status
+
+    seen = []
+    monkeypatch.setattr(runtime_status, "read_status", lambda spec, timeout, creds: seen.append(timeout) or ({}, None))
+    st.node_status({"implementation": "rust", "addr": "127.0.0.1:1"}, 1.0)
+    st.node_status({"implementation": "apache", "addr": "127.0.0.1:1"}, 8.0)
+    assert seen == [st.OTHER_BROKER_TIMEOUT, 8.0] and st.OTHER_BROKER_TIMEOUT >= 3
