@@ -371,9 +371,12 @@ mod tests {
         assert_eq!(sum.size_after, 7);
     }
 
+    /// A truncate as fs.rs's set_size records it (record_size): a journal commit may keep its size.
     fn truncate_journalled(log: &mut FileLog, content: &mut Vec<u8>, n: u64) {
-        truncate(log, content, n);
-        log.set_size = Some(n);
+        let old = if n < log.size { content[n as usize..].to_vec() } else { vec![] };
+        let (lo, hi) = (n.min(log.size), n.max(log.size));
+        log.record_size(lo, hi, old, n);
+        content.resize(n as usize, 0);
     }
 
     #[test]
