@@ -22,7 +22,7 @@ WHY = unavailable_reason(parse_choice("rust"))
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.timeout(240),
-    pytest.mark.skipif(bool(WHY), reason=f"rocketmq-rust's broker is not built: {WHY}"),
+    pytest.mark.skipif(bool(WHY), reason=WHY or ""),
 ]
 
 TOPIC = "RustCppFrames"
