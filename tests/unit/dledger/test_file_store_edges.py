@@ -215,6 +215,15 @@ def test_a_truncate_behind_the_log_starts_it_again_there(tmp_path):
         f.get(9)
 
 
+def test_a_truncate_inside_a_log_that_begins_past_index_zero_keeps_its_beginning(tmp_path):
+    f = store(tmp_path, node="n1")
+    f.truncate(DLedgerEntry(body=b"x", index=1, term=1, pos=10))  # no overlap: the log begins at entry 1
+    f.append_as_follower(DLedgerEntry(body=b"y", index=2, term=1, pos=59))
+    f.append_as_follower(DLedgerEntry(body=b"z", index=3, term=1, pos=108))
+    assert f.truncate(DLedgerEntry(body=b"Z", index=3, term=2, pos=108)) == 3  # differs: cut at its pos
+    assert (f.begin_index, f.end_index) == (1, 3) and [e.body for e in f.entries()] == [b"x", b"y", b"Z"]
+
+
 def test_close_flushes_and_checkpoints_release_does_neither(tmp_path):
     s = store(tmp_path)
     s.append_as_leader(b"a", 1)

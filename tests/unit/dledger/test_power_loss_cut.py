@@ -118,6 +118,40 @@ def test_a_follower_truncation_lowers_the_record_before_it_cuts(tmp_path):
     assert bodies(r) == [b"a", b"b"]  # neither the stale entry nor its unsynced replacement
 
 
+class _Killed(Exception):
+    """The process dies here (SIGKILL): nothing after this step of a truncation runs."""
+
+
+@pytest.mark.parametrize("step", ["_cut_index", "_write"])
+def test_a_truncation_stopped_midway_leaves_the_record_lowered_and_serves_no_cut_entry(tmp_path, monkeypatch, step):
+    """The durable record is lowered before truncate cuts or writes anything: a process killed in the
+    middle (the leader's entry already in the data file, the index not cut yet, or not yet written) leaves
+    a record that claims neither the cut entry nor its unsynced replacement; and the log it still serves
+    ends before the entry it was cutting at."""
+    leader = store(tmp_path, node="n0")
+    for body in (b"a", b"b"):
+        leader.append_as_leader(body, 1)
+    f = store(tmp_path, node="n1")
+    for e in (leader.get(0), leader.get(1)):
+        f.append_as_follower(e)
+    f.append_as_follower(DLedgerEntry(body=b"stale-entry", index=2, term=1, pos=98))
+    f.flush()
+    leader.append_as_leader(b"c", 2)
+
+    def killed(*_a):
+        raise _Killed
+
+    monkeypatch.setattr(f, step, killed)
+    with pytest.raises(_Killed):
+        f.truncate(leader.get(2))
+    monkeypatch.undo()
+    assert read_dledger_durable(tmp_path / "dledger-n1") == (98, 2 * 32)
+    if step == "_write":  # the data and index were cut: the entries before the cut only
+        assert f.end_index == 1 and bodies(f) == [b"a", b"b"]
+    power_cut(tmp_path, f, node="n1")
+    assert bodies(store(tmp_path, node="n1")) == [b"a", b"b"]
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_random_appends_flushes_and_truncations_recover_the_last_fsynced_log(tmp_path, seed):
     rng = random.Random(seed)
