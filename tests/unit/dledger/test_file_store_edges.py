@@ -290,6 +290,7 @@ def test_recovery_goes_back_while_a_files_first_entry_does_not_match_its_index(t
         (8, struct.pack(">q", 5), "an index out of sequence"),
         (16, struct.pack(">q", 0), "a term older than the last"),
         (44, struct.pack(">i", 99), "a body size that disagrees with the size"),
+        (44, b"\x01", "a body size with a stray high byte"),
         (24, struct.pack(">q", 0), "a pos that is not where it lies"),
     ],
 )
@@ -303,6 +304,18 @@ def test_recovery_ends_before_a_damaged_entry(tmp_path, at, raw, why):
     assert (r.end_index, r.end_term) == (0, 1) and [e.body for e in r.entries()] == [b"e"], why
     assert path_of(tmp_path, "data", 0).read_bytes()[49:] == bytes(DATA - 49), why
     assert path_of(tmp_path, "index", 0).read_bytes()[32:] == bytes(INDEX - 32), why
+
+
+@pytest.mark.parametrize("size, why", [(44, "no longer than its header"), (300, "past the end of its file")])
+def test_recovery_ends_before_an_entry_whose_body_size_agrees_with_a_size_it_cannot_have(tmp_path, size, why):
+    s = store(tmp_path)
+    for term in (1, 2, 2):
+        s.append_as_leader(b"e", term)
+    s.release()
+    patch(path_of(tmp_path, "data", 0), 49 + 4, struct.pack(">i", size))
+    patch(path_of(tmp_path, "data", 0), 49 + 44, struct.pack(">i", size - 48))  # the body size agrees
+    r = store(tmp_path)
+    assert (r.end_index, r.end_term) == (0, 1) and [e.body for e in r.entries()] == [b"e"], why
 
 
 def test_recovery_takes_every_magic_from_the_first_to_the_current(tmp_path):
