@@ -402,7 +402,9 @@ class FileStore:
         stored = entry.copy()
         data = encode_entry(stored)
         cut = stored.pos + stored.size if existed else stored.pos
-        rebuilt = cut > self.data.max_wrote or cut < self.data.min_offset
+        # at or before this log's start nothing of it is kept: the log begins again at the leader's entry,
+        # whatever its index (a begin index kept from the old log would name entries that are gone)
+        rebuilt = cut > self.data.max_wrote or cut <= self.data.min_offset
         # lowered on disk before anything is cut: a kill in the middle must not leave a record past the cut
         self._record_durable(min(self.data.durable, cut), min(self.index.durable, stored.index * INDEX_UNIT_SIZE))
         # an entry kept has its index slot cut and rewritten with the same bytes: still durable once written

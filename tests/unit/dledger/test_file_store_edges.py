@@ -224,6 +224,22 @@ def test_a_truncate_inside_a_log_that_begins_past_index_zero_keeps_its_beginning
     assert (f.begin_index, f.end_index) == (1, 3) and [e.body for e in f.entries()] == [b"x", b"y", b"Z"]
 
 
+def test_a_leader_entry_at_the_start_of_the_followers_log_begins_it_whatever_its_index(tmp_path):
+    """The follower's log begins at entry 1 at pos 10; the leader's entry 3 is at pos 10 too (its log
+    before entry 3 is smaller). Nothing of the follower's log is kept: it begins at entry 3, and entries
+    1 and 2 are gone rather than served from the leader's bytes."""
+    f = store(tmp_path, node="n1")
+    f.truncate(DLedgerEntry(body=b"x", index=1, term=1, pos=10))
+    f.append_as_follower(DLedgerEntry(body=b"y", index=2, term=1, pos=59))
+    assert f.truncate(DLedgerEntry(body=b"W", index=3, term=2, pos=10)) == 3
+    assert (f.begin_index, f.end_index) == (3, 3) and [e.body for e in f.entries()] == [b"W"]
+    with pytest.raises(DLedgerError):
+        f.get(1)
+    f.release()
+    r = store(tmp_path, node="n1")
+    assert (r.begin_index, r.end_index) == (3, 3) and [e.body for e in r.entries()] == [b"W"]
+
+
 def test_close_flushes_and_checkpoints_release_does_neither(tmp_path):
     s = store(tmp_path)
     s.append_as_leader(b"a", 1)
