@@ -100,7 +100,8 @@ def test_data_synced_but_not_its_index_ends_the_log_before_that_entry(tmp_path):
     assert bodies(store(tmp_path)) == [b"one"]
 
 
-def test_a_follower_truncation_lowers_the_record_before_it_cuts(tmp_path):
+def leader_and_follower_with_a_stale_entry(tmp_path):
+    """A leader with entries 0-1 in term 1, and a follower that holds them plus a stale entry 2, fsynced."""
     leader = store(tmp_path, node="n0")
     for body in (b"a", b"b"):
         leader.append_as_leader(body, 1)
@@ -109,6 +110,11 @@ def test_a_follower_truncation_lowers_the_record_before_it_cuts(tmp_path):
         f.append_as_follower(e)
     f.append_as_follower(DLedgerEntry(body=b"stale-entry", index=2, term=1, pos=98))
     f.flush()
+    return leader, f
+
+
+def test_a_follower_truncation_lowers_the_record_before_it_cuts(tmp_path):
+    leader, f = leader_and_follower_with_a_stale_entry(tmp_path)
     assert f.durable_positions == (98 + 59, 3 * 32)
     leader.append_as_leader(b"c", 2)
     f.truncate(leader.get(2))  # the leader's entry 2 replaces the stale one, in the page cache only
@@ -128,14 +134,7 @@ def test_a_truncation_stopped_midway_leaves_the_record_lowered_and_serves_no_cut
     middle (the leader's entry already in the data file, the index not cut yet, or not yet written) leaves
     a record that claims neither the cut entry nor its unsynced replacement; and the log it still serves
     ends before the entry it was cutting at."""
-    leader = store(tmp_path, node="n0")
-    for body in (b"a", b"b"):
-        leader.append_as_leader(body, 1)
-    f = store(tmp_path, node="n1")
-    for e in (leader.get(0), leader.get(1)):
-        f.append_as_follower(e)
-    f.append_as_follower(DLedgerEntry(body=b"stale-entry", index=2, term=1, pos=98))
-    f.flush()
+    leader, f = leader_and_follower_with_a_stale_entry(tmp_path)
     leader.append_as_leader(b"c", 2)
 
     def killed(*_a):
