@@ -532,11 +532,8 @@ def test_the_fetched_tail_is_flushed_before_writes_are_taken(tmp_path):
     assert durable == p.master.max_offset == p.slave.max_offset > p.cut
 
 
-def test_a_source_lost_mid_fetch_is_let_go_and_retried_after_the_others(tmp_path):
-    from twisted.internet.error import ConnectionLost
-    from twisted.internet.testing import StringTransport
-    from twisted.python.failure import Failure
-
+def started_fetcher_of_two_sources(tmp_path):
+    """A master with 5 messages whose fetcher, started, asks sources 127.0.0.1:1 then :2 (memory reactor)."""
     reactor = MemoryReactorClock()
     master = store(tmp_path / "master")
     put(master, 5)
@@ -545,6 +542,15 @@ def test_a_source_lost_mid_fetch_is_let_go_and_retried_after_the_others(tmp_path
         master, ["127.0.0.1:1", "127.0.0.1:2"], reactor, reactor, 30.0, HOST, 1 << 20, on_done=done.append
     )
     f.start()
+    return reactor, master, done, f
+
+
+def test_a_source_lost_mid_fetch_is_let_go_and_retried_after_the_others(tmp_path):
+    from twisted.internet.error import ConnectionLost
+    from twisted.internet.testing import StringTransport
+    from twisted.python.failure import Failure
+
+    reactor, master, done, f = started_fetcher_of_two_sources(tmp_path)
     assert [c[1] for c in reactor.tcpClients] == [1]
     proto = reactor.tcpClients[0][2].buildProtocol(None)
     proto.makeConnection(StringTransport())
@@ -590,14 +596,7 @@ def test_bytes_read_after_the_answer_start_no_second_fetch_from_the_next_source(
     from twisted.internet.testing import StringTransport
     from twisted.python.failure import Failure
 
-    reactor = MemoryReactorClock()
-    master = store(tmp_path / "master")
-    put(master, 5)
-    done = []
-    f = RecoveryFetcher(
-        master, ["127.0.0.1:1", "127.0.0.1:2"], reactor, reactor, 30.0, HOST, 1 << 20, on_done=done.append
-    )
-    f.start()
+    reactor, master, done, f = started_fetcher_of_two_sources(tmp_path)
     proto = reactor.tcpClients[0][2].buildProtocol(None)
     t = StringTransport()
     proto.makeConnection(t)
