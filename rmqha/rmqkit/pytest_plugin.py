@@ -150,7 +150,7 @@ class ClusterPool:
         key = (s["topology"], s["backend"], s.get("broker"), tuple(sorted(s["sets"].items())), s.get("acl", False))
         if self.current is not None:
             k, o, c = self.current
-            if k == key and o == owner and self._healthy(c):
+            if k == key and o == owner and self._healthy(c) and self._ready(c):
                 return c
             self.release()
 
@@ -181,6 +181,18 @@ class ClusterPool:
         try:
             h = c.handle
             return all(h.running(n) for n in h.nodes) and h.backend.process_state("namesrv").running
+        except Exception:
+            return False
+
+    @staticmethod
+    def _ready(c, timeout: float = 60.0) -> bool:
+        """A reused cluster is handed on only once it is ready again: the last test's heal restarted its
+        nodes but did not wait for the slaves to reconnect, and a SYNC_MASTER answers SLAVE_NOT_AVAILABLE
+        until they have (which the 0.4.4 client's send_sync reports as "No route info"). Not ready within
+        the timeout: the cluster is replaced."""
+        try:
+            c.handle.wait_ready(timeout=timeout)
+            return True
         except Exception:
             return False
 

@@ -80,6 +80,7 @@ def test_the_pool_reuses_a_cluster_only_for_the_same_key_and_owner(monkeypatch):
 
     monkeypatch.setattr("rmqha.rmqkit.cluster.RocketMQCluster", FakeCluster)
     monkeypatch.setattr(pytest_plugin.ClusterPool, "_healthy", staticmethod(lambda c: True))
+    monkeypatch.setattr(pytest_plugin.ClusterPool, "_ready", staticmethod(lambda c: True))
     pool = pytest_plugin.ClusterPool("/tmp/x")
     s = {"topology": "2m-2s-sync", "backend": "docker", "sets": {}}
     a = pool.get(s, "session")
@@ -93,6 +94,46 @@ def test_the_pool_reuses_a_cluster_only_for_the_same_key_and_owner(monkeypatch):
     assert pool.current[2] is b
     pool.release()
     assert stopped[-1] == c.args and pool.current is None
+
+
+def test_the_pool_replaces_a_cluster_whose_slaves_do_not_come_back(monkeypatch):
+    """The last test healed a kill-slave: the node runs but has not reconnected. The next test must get a
+    ready cluster (its SYNC_MASTER would answer SLAVE_NOT_AVAILABLE), so a reuse waits, and a cluster that
+    stays unready is replaced."""
+    from rmqha.cluster.wait import WaitTimeout
+
+    waited, made = [], []
+
+    class Handle:
+        def __init__(self, ready):
+            self.ready = ready
+
+        def wait_ready(self, timeout):
+            waited.append(timeout)
+            if not self.ready:
+                raise WaitTimeout("broker-a-s: HA client CONNECTING to broker-a")
+
+    class FakeCluster:
+        def __init__(self, *a, **kw):
+            self.handle = Handle(ready=True)
+            made.append(self)
+
+        def start(self):
+            return self
+
+        def stop(self, keep_data=False):
+            return []
+
+    monkeypatch.setattr("rmqha.rmqkit.cluster.RocketMQCluster", FakeCluster)
+    monkeypatch.setattr(pytest_plugin.ClusterPool, "_healthy", staticmethod(lambda c: True))
+    pool = pytest_plugin.ClusterPool("/tmp/x")
+    s = {"topology": "2m-2s-sync", "backend": "docker", "sets": {}}
+    a = pool.get(s, "session")
+    assert waited == []  # a new cluster: Cluster.up already waited for it
+    assert pool.get(s, "session") is a and waited == [60.0]
+    a.handle.ready = False
+    b = pool.get(s, "session")
+    assert b is not a and len(made) == 2 and waited == [60.0, 60.0]
 
 
 def test_messages_remember_topic_and_keys_and_a_send_without_keys_gets_a_send_id(tmp_path):
