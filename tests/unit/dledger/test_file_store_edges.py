@@ -240,6 +240,31 @@ def test_a_leader_entry_at_the_start_of_the_followers_log_begins_it_whatever_its
     assert (r.begin_index, r.end_index) == (3, 3) and [e.body for e in r.entries()] == [b"W"]
 
 
+@pytest.mark.parametrize(
+    "index, pos",
+    [
+        (None, None),  # a log written from entry 0: both lists begin at 0
+        (5, 10),  # rebuilt at entry 5 inside the first data file and the first index file
+        (6, DATA + 10),  # rebuilt at entry 6: its index list's first file starts at entry 4, 2 slots in
+    ],
+)
+def test_a_restart_begins_both_file_lists_where_they_began_before_it(tmp_path, index, pos):
+    """Where each list begins (MmapFile.startPosition) lives in memory only; recovery finds it again, so
+    a truncate after a restart decides between cutting and rebuilding as it would have before it."""
+    f = store(tmp_path, node="n1")
+    if index is None:
+        for body in (b"a", b"b", b"c"):
+            f.append_as_leader(body, 1)
+    else:
+        f.truncate(DLedgerEntry(body=b"x", index=index, term=1, pos=pos))
+        f.append_as_follower(DLedgerEntry(body=b"y", index=index + 1, term=1, pos=pos + 49))
+    before = (f.begin_index, f.end_index, f.data.min_offset, f.index.min_offset)
+    assert before[3] == before[0] * 32  # the index list begins at the log's first entry's slot
+    f.close()
+    r = store(tmp_path, node="n1")
+    assert (r.begin_index, r.end_index, r.data.min_offset, r.index.min_offset) == before
+
+
 def test_close_flushes_and_checkpoints_release_does_neither(tmp_path):
     s = store(tmp_path)
     s.append_as_leader(b"a", 1)
