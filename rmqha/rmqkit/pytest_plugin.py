@@ -31,7 +31,8 @@ Marker keywords (the closest marker wins per keyword; options give the defaults)
             (~30 s each)                                  --rocketmq-audit (for every test)
 
 At teardown every fault is healed and every node brought back (a fault that cannot be healed fails the
-test, and the cluster is replaced), recorders are closed, then the audit runs when asked. Each
+test, and the cluster is replaced), recorders are closed, then the audit runs when asked; the next test
+gets the cluster once it is ready again (slaves reconnected and in sync), else a new one. Each
 pytest-xdist worker has its own clusters (names kit-<pid>-<n>, a port block per worker) under the
 worker's pytest temp folder, and holds one cluster at a time: a test that asks for another topology,
 backend or sets replaces it. When the cluster cannot start (no Docker engine, no compose tool, no
