@@ -46,12 +46,17 @@ from .spark import lit_map
 def queue_rows(nodes: list[Node]) -> list[tuple]:
     """(node, topic, queue_id, queue_offset, cq_phys, cq_size) for every consume-queue unit of every node."""
     out = []
-    for n in nodes:
-        store = n.store_dir
-        if not store or not os.path.isdir(os.path.join(store, "consumequeue")):
-            continue
-        out.extend((n.name, *u) for u in consume_queues.read_node_queues(store))
+    for n in queued_nodes(nodes):
+        out.extend((n.name, *u) for u in consume_queues.read_node_queues(n.store_dir))
     return out
+
+
+def queued_nodes(nodes: list[Node]) -> list[Node]:
+    """The nodes whose consume queues are judged: those whose store has the consumequeue directory, which
+    every broker (ours, 4.9, rocketmq-rust) creates at start. Not only those with a unit in it: a node that
+    never builds a queue (rocketmq-rust's slave, the kit's rust.py) is the worst case. A store with no such
+    directory is a byte copy no broker ran on."""
+    return [n for n in nodes if n.store_dir and os.path.isdir(os.path.join(n.store_dir, "consumequeue"))]
 
 
 def _history(hist):
@@ -112,7 +117,7 @@ def gather(
     if fault_list:
         f.acked_on_group = _acked_on_group(spark, sends, facts, fault_list)
     _write_details(f, owed, recv, fault_list, out_dir)
-    f.queues = queue_consistency(spark, decoded, cq, nodes, {r[0] for r in qrows})
+    f.queues = queue_consistency(spark, decoded, cq, nodes, {n.name for n in queued_nodes(nodes)})
     delivery_table.write(out_dir, h, sends, facts, copies, per, owed)
     for d in (sends, recv, owed, per, copies):
         d.unpersist()
@@ -627,8 +632,8 @@ def _example(g: GroupDelivery, kind: str, text: str) -> None:
 def queue_consistency(spark, decoded, cq, nodes: list[Node], have: set | None = None) -> list[QueueConsistency]:
     """Per node: every dispatchable record of its log has the consume-queue unit at its queue offset
     pointing at it, and every unit points at a record of the log (a record with no unit can never be
-    pulled: the broker serves pulls from the queue, not from the log). have: the nodes cq has units of
-    (looked up in cq when not given)."""
+    pulled: the broker serves pulls from the queue, not from the log). have: the nodes judged
+    (queued_nodes; the nodes cq has units of when not given)."""
     from pyspark.sql import functions as F
 
     if have is None:

@@ -254,6 +254,28 @@ def test_a_missing_queue_entry_is_undeliverable(spark, run_builder):
     assert summary["delivery"][GROUP]["lostByReason"] == {"unqueued": 1}
 
 
+@pytest.mark.audit_scenarios
+def test_a_store_whose_consume_queues_hold_no_unit_is_judged(spark, run_builder):
+    """rocketmq-rust 1.0.0's slave builds no consume queue for what it replicates (its reput is woken by
+    puts only): its store has the consumequeue directory every broker creates at start, and no unit in it.
+    Such a node used to be left out of the check (only nodes with a unit were judged), so the slave that
+    never restarted passed unseen. A byte copy of a log with no consumequeue directory at all (this
+    fixture's slaves: no broker ran there) is still not judged."""
+    run_builder.master(n=40)
+    run_builder.close()
+    run_builder.slave()
+    run_builder.slave(name="broker-a-2")
+    os.makedirs(os.path.join(run_builder.node_dir("broker-a-1"), "store", "consumequeue"))
+    _histories(run_builder, range(40))
+    v, rep, summary, _ = _deliver(spark, run_builder.root)
+    assert (delivery.ID_QUEUES, "broker-a-1") in v, sorted(k for k in v if k[0] == delivery.ID_QUEUES)
+    q = v[(delivery.ID_QUEUES, "broker-a-1")]
+    assert q.status == FAIL and q.detail.startswith("40 record(s) without"), q.detail
+    assert v[(delivery.ID_QUEUES, "broker-a-0")].status == PASS
+    assert (delivery.ID_QUEUES, "broker-a-2") not in v
+    assert summary["delivery"][GROUP]["delivered"] == 40
+
+
 def test_a_stranding_goes_to_the_power_cut_not_to_a_kill_beside_it(spark, run_builder):
     """A kill keeps the page cache: it cannot strand anything by itself. When a power cut of the same
     group is also a suspect, the matrix's cells count the stranding against the power cut only (a sweep's
