@@ -25,12 +25,18 @@ meets it:
 
 - SYNC_MASTER waits for a slave only when `inSyncReplicas` > 1 (5.x's rule; 1 by default, so it would
   answer SEND_OK at once): a SYNC_MASTER here is given inSyncReplicas=2, totalReplicas=2 (one slave),
-  unless the user set them. It never answers SLAVE_NOT_AVAILABLE: with its slave gone it waits and
-  answers FLUSH_SLAVE_TIMEOUT.
+  unless the user set them. It never answers SLAVE_NOT_AVAILABLE (nothing on its put path asks
+  is_slave_ok): with its slave gone it waits `slaveTimeout` (3 s; not `syncFlushTimeout`, as 4.9.3+) and
+  answers FLUSH_SLAVE_TIMEOUT, and since its transport runs one send per (producer group, topic, queue) of a
+  connection at a time, the others wait in line behind it (docs/kit.md, issue 35).
 - That wait also waits for the master's own flush (unlike 4.x), which ASYNC_FLUSH makes only at 4 dirty
   pages or every 10 s: a first chaos run (2026-11-29, 200 sends/s) got 7 SEND_OK of 15782 tries, each
   put held 3-6 s. An ASYNC_FLUSH SYNC_MASTER is therefore given flushCommitLogThoroughInterval equal to
   flushIntervalCommitLog (500 ms: everything dirty flushed that often) unless the user set it.
+- Its reput service dispatches when a put returns or the store starts, never polls: a slave builds no
+  consume-queue unit for what it receives over HA until its next start, and a master's record whose put was
+  cancelled mid-wait stays unqueued until a later put. The audit's queues.consistent FAILs on those; no
+  setting of 1.0.0 avoids it (docs/kit.md, with file and line references).
 - No DLedger commit log (its config refuses every DLedger key): TOPOLOGY=dledger says so and stops.
 - No name server of its own is wired: the cluster's is ours or Apache's.
 - A key the kit does not know the home of is refused here, by name: the broker refuses unknown keys too
