@@ -634,15 +634,17 @@ def start_stub(tmp: str):
     return f"127.0.0.1:{ns_port}", [proc], {"stub+namesrv": proc.pid}, f"127.0.0.1:{b_port}"
 
 
-def mount_crashfs(work: str) -> None:
-    """The whole work folder of a run (name server and broker stores) on crashfs (images/crashfs)."""
+def mount_crashfs(work: str) -> int:
+    """The whole work folder of a run (name server and broker stores) on crashfs (images/crashfs); returns
+    the daemon's pid, whose CPU counts beside the broker's."""
     from rmqha.cluster import crashfs
 
     why = crashfs.unavailable()
     if why:
         raise SystemExit(f"--crashfs: crashfs cannot mount here: {why}")
     os.makedirs(work, exist_ok=True)
-    crashfs.mount(Path(work))
+    m = crashfs.mount(Path(work))
+    return json.loads((m.work / "mount.json").read_text())["pid"]
 
 
 def crash_cost(results: dict) -> None:
@@ -943,11 +945,12 @@ def main() -> None:
                 if args.load == "client":
                     print("  peer: measured with the raw producer only", flush=True)
             else:
-                if tag == "crashfs":
-                    mount_crashfs(os.path.join(tmp, tag))
+                daemon = mount_crashfs(os.path.join(tmp, tag)) if tag == "crashfs" else None
                 namesrv, nodes, servers, broker = start_cluster(
                     tmp, tag, tag == "sync", args.file_size, dict(kv.split("=", 1) for kv in args.broker_set)
                 )
+                if daemon:
+                    servers["crashfs"] = daemon
             results[tag] = {}
             try:
                 if args.load in ("raw", "both") or tag == "peer":
