@@ -129,12 +129,21 @@ def find(store: Path) -> Mount | None:
     return Mount(store, Path(str(store) + ".crashfs"), _control_path(store))
 
 
-def mount(store: Path, *, rename_over_flushes: bool = False, semantics: str = "posix", timeout: float = 30.0) -> Mount:
+def mount(
+    store: Path,
+    *,
+    rename_over_flushes: bool = False,
+    semantics: str = "posix",
+    write_through: bool = False,
+    timeout: float = 30.0,
+) -> Mount:
     """Put `store` on crashfs: its files move to <store>.crashfs/backing, the mount takes its place.
     What was there is durable. The node using it must be stopped. semantics "posix": a name is durable
     only through an fsync of its directory; "ext4": an fsync of any file also commits every earlier
     namespace change (ext4's one journal; --fsync-commits-journal) and a rename over a file makes the
-    renamed file's data durable (auto_da_alloc; --rename-over-flushes)."""
+    renamed file's data durable (auto_da_alloc; --rename-over-flushes). write_through: no kernel writeback
+    cache (--write-through): every write(2) reaches crashfs in order, as a keep-prefix cut needs (crashfs
+    refuses keep-prefix otherwise); slower."""
     store = Path(store)
     found = find(store)
     if found:
@@ -160,6 +169,8 @@ def mount(store: Path, *, rename_over_flushes: bool = False, semantics: str = "p
         args.append("--fsync-commits-journal")
     elif semantics != "posix":
         raise ValueError(f"semantics {semantics!r}: posix or ext4")
+    if write_through:
+        args.append("--write-through")
     with open(work / "crashfs.log", "ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout

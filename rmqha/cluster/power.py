@@ -26,7 +26,8 @@ def on_crashfs(cluster, node: str) -> bool:
 
 def mount_stores(cluster, nodes: list[str] | None = None, *, semantics: str = "posix") -> dict:
     """Every broker's store on its own crashfs mount. A running node is stopped cleanly first (its files
-    are then durable as they are) and started again on the mount. Returns {node: "mounted"|"already"}."""
+    are then durable as they are) and started again on the mount. Returns {node: "mounted"|"already"}.
+    A keep-prefix cut (cluster.cut_mode) needs writes in the broker's order: those mounts are write-through."""
     why = crashfs.unavailable()
     if why:
         raise CrashFsUnavailable(f"power faults not exercised: {why}")
@@ -40,7 +41,12 @@ def mount_stores(cluster, nodes: list[str] | None = None, *, semantics: str = "p
         if running:
             cluster.stop(node)
         try:
-            crashfs.mount(store, semantics=semantics, rename_over_flushes=semantics == "ext4")
+            crashfs.mount(
+                store,
+                semantics=semantics,
+                rename_over_flushes=semantics == "ext4",
+                write_through=getattr(cluster, "cut_mode", "lose-unsynced") == "keep-prefix",
+            )
         finally:  # a mount that fails leaves the node as it was, running
             if running:
                 cluster.start(node, timeout=60)

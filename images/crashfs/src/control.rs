@@ -76,6 +76,10 @@ impl Control {
             }
             ["status"] => self.status(),
             ["sync"] => {
+                // what the kernel still caches is part of "everything so far"
+                if let Err(e) = syncfs(&self.mount) {
+                    return err(&format!("syncfs: {e}"));
+                }
                 self.state.lock().unwrap_or_else(|p| p.into_inner()).sync_all();
                 "{\"ok\":true}".into()
             }
@@ -90,6 +94,11 @@ impl Control {
                     Some(Ok(s)) => s,
                     Some(Err(_)) => return err("seed must be an unsigned integer"),
                 };
+                if mode == Mode::KeepPrefix && !self.state.lock().unwrap_or_else(|p| p.into_inner()).write_through() {
+                    // The writeback cache merges and reorders writes into pages: the changes we saw are
+                    // not the application's, and a prefix of them is not a prefix of its writes.
+                    return err("keep-prefix needs a --write-through mount (the kernel's writeback cache reorders writes)");
+                }
                 self.cut(mode, seed)
             }
             ["unmount"] => {
@@ -104,6 +113,8 @@ impl Control {
     }
 
     fn status(&self) -> String {
+        // the writes the kernel still caches count as changes not yet fsynced, as the cut will see them
+        let _ = syncfs(&self.mount);
         let (generation, files, pending_meta) = self.state.lock().unwrap_or_else(|p| p.into_inner()).status();
         let mut o = format!("{{\"ok\":true,\"generation\":{generation},\"pendingNamespaceChanges\":{pending_meta},\"files\":[");
         for (i, f) in files.iter().enumerate() {

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
@@ -34,6 +34,11 @@ pub struct Options {
     /// ext4 (data=ordered): an fsync of any file commits the one journal of the filesystem, and with it
     /// every namespace change made before it; POSIX asks for an fsync of the directory.
     pub fsync_commits_journal: bool,
+    /// Ask the kernel for its writeback cache (FUSE_WRITEBACK_CACHE): write(2) lands in the page cache and
+    /// reaches us at writeback, at the latest at the file's fsync (the kernel writes the dirty pages back,
+    /// waits for our replies, then sends FSYNC) or at the cut's syncfs. Off (--write-through): every
+    /// write(2) is a request, in the application's order, which keep-prefix needs.
+    pub writeback_cache: bool,
 }
 
 struct Node {
@@ -61,6 +66,8 @@ pub struct State {
     /// Bumped by each cut: a handle opened before it is refused (its process belongs to before the cut).
     generation: u64,
     opts: Options,
+    /// The kernel granted the writeback cache (set at FUSE init).
+    writeback_cache: bool,
 }
 
 pub type Shared = Arc<Mutex<State>>;
@@ -179,7 +186,13 @@ impl State {
             next_grave: 0,
             generation: 1,
             opts,
+            writeback_cache: false,
         })
+    }
+
+    /// Whether writes reach us in the application's order (no writeback cache): keep-prefix needs it.
+    pub fn write_through(&self) -> bool {
+        !self.writeback_cache
     }
 
     fn path(&self, ino: u64) -> Option<PathBuf> {
@@ -541,7 +554,31 @@ impl State {
                 report.entries.push((*to_parent, to_name.clone()));
             }
         }
+        self.renumber_files(&mut report.entries);
         report
+    }
+
+    /// Every regular file gets a new inode number, and its name is invalidated: the kernel then makes
+    /// a fresh inode at the next lookup, with the size we give it. With the writeback cache the kernel
+    /// trusts its own size of a cached inode over ours and an invalidation does not change that, and an
+    /// inode a process still holds open cannot be evicted; a process alive across the cut keeps the old
+    /// inode and its pages (its handles are refused), which nobody opening the file afterwards sees.
+    fn renumber_files(&mut self, entries: &mut Vec<(u64, OsString)>) {
+        let files: Vec<u64> = self.nodes.iter().filter(|(_, n)| n.log.is_some()).map(|(i, _)| *i).collect();
+        for old in files {
+            let node = self.nodes.remove(&old).expect("listed above");
+            let new = self.next_ino;
+            self.next_ino += 1;
+            if node.grave.is_none() {
+                if let Some(slot) = self.by_name.get_mut(&(node.parent, node.name.clone())) {
+                    if *slot == old {
+                        *slot = new;
+                    }
+                }
+                entries.push((node.parent, node.name.clone()));
+            }
+            self.nodes.insert(new, node);
+        }
     }
 
     fn undo_meta(&mut self, op: &MetaOp) -> String {
@@ -590,6 +627,12 @@ impl CrashFs {
 impl Filesystem for CrashFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let _ = config.set_max_write(1 << 20);
+        let mut st = self.st();
+        if st.opts.writeback_cache {
+            // Without it (an old kernel) we are write-through, which is correct, only slower.
+            st.writeback_cache = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE).is_ok();
+        }
+        eprintln!("crashfs: kernel writeback cache {}", if st.writeback_cache { "on" } else { "off" });
         Ok(())
     }
 

@@ -1,6 +1,6 @@
 //! crashfs: a crash-consistency FUSE filesystem (README.md beside this folder says how to use it).
 //!
-//!   crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes] [--fsync-commits-journal]
+//!   crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes] [--fsync-commits-journal] [--write-through]
 //!
 //! The control socket takes one line per command and answers one JSON line:
 //!   ping | status | sync | cut [lose-unsynced|keep-prefix|torn] [SEED] | unmount
@@ -17,7 +17,7 @@ use fuser::{Config, MountOption, SessionACL};
 
 fn usage(msg: &str) -> ! {
     eprintln!("crashfs: {msg}");
-    eprintln!("usage: crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes] [--fsync-commits-journal]");
+    eprintln!("usage: crashfs --backing DIR --mount DIR --control SOCKET [--rename-over-flushes] [--fsync-commits-journal] [--write-through]");
     exit(2)
 }
 
@@ -27,6 +27,7 @@ fn main() {
     let mut control = None;
     let mut rename_over_flushes = false;
     let mut fsync_commits_journal = false;
+    let mut write_through = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -35,6 +36,7 @@ fn main() {
             "--control" => control = args.next().map(PathBuf::from),
             "--rename-over-flushes" => rename_over_flushes = true,
             "--fsync-commits-journal" => fsync_commits_journal = true,
+            "--write-through" => write_through = true,
             "--version" => {
                 println!("crashfs {}", env!("CARGO_PKG_VERSION"));
                 return;
@@ -45,7 +47,7 @@ fn main() {
     let backing = backing.unwrap_or_else(|| usage("--backing is required"));
     let mount = mount.unwrap_or_else(|| usage("--mount is required"));
     let control = control.unwrap_or_else(|| usage("--control is required"));
-    let state = match fs::State::new(backing.clone(), fs::Options { rename_over_flushes, fsync_commits_journal }) {
+    let state = match fs::State::new(backing.clone(), fs::Options { rename_over_flushes, fsync_commits_journal, writeback_cache: !write_through }) {
         Ok(s) => Arc::new(Mutex::new(s)),
         Err(e) => usage(&format!("cannot use backing directory {}: {e}", backing.display())),
     };

@@ -18,11 +18,13 @@ def crashfs_ready():
 
 
 @pytest.fixture
-def cfs(crashfs_ready, tmp_path):
-    """A mounted crashfs over an empty store; yields the Mount."""
+def cfs(crashfs_ready, tmp_path, request):
+    """A mounted crashfs over an empty store; yields the Mount. Write-through for a test parametrized with
+    mode keep-prefix (crashfs refuses that cut over the kernel's writeback cache, which reorders writes)."""
     store = tmp_path / "store"
     store.mkdir()
-    m = crashfs.mount(store)
+    params = getattr(request.node, "callspec", None)
+    m = crashfs.mount(store, write_through=params is not None and params.params.get("mode") == "keep-prefix")
     try:
         yield m
     finally:

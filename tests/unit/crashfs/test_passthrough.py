@@ -82,9 +82,21 @@ def test_shared_mmap_reads_and_writes(cfs):
     assert (cfs.backing / "m").read_bytes()[100:105] == b"abcde"
 
 
-def test_status_reports_durable_and_cached_bytes(cfs):
-    write_file(cfs.store / "s", b"12345")
-    with open(cfs.store / "s", "ab") as f:
-        f.write(b"678")
-    files = {f["path"]: f for f in cfs.status()["files"]}
-    assert files["s"]["size"] == 8 and files["s"]["durableSize"] == 5 and files["s"]["cachedBytes"] == 3
+@pytest.mark.parametrize("write_through", [True, False], ids=["write-through", "writeback-cache"])
+def test_status_reports_durable_and_cached_bytes(crashfs_ready, tmp_path, write_through):
+    """status counts what the kernel still caches too (it syncfs's first, as the cut does). Write-through,
+    crashfs sees the 3 bytes appended; over the writeback cache the kernel writes the dirty page back, whole
+    (up to the size: 8) or only its dirty part (3)."""
+    from rmqha.cluster import crashfs
+
+    store = tmp_path / "store"
+    m = crashfs.mount(store, write_through=write_through)
+    try:
+        write_file(store / "s", b"12345")
+        with open(store / "s", "ab") as f:
+            f.write(b"678")
+        files = {f["path"]: f for f in m.status()["files"]}
+        assert files["s"]["size"] == 8 and files["s"]["durableSize"] == 5
+        assert files["s"]["cachedBytes"] == 3 if write_through else 3 <= files["s"]["cachedBytes"] <= 8
+    finally:
+        crashfs.unmount(store)

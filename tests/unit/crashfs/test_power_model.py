@@ -74,3 +74,20 @@ def test_a_failed_mount_starts_its_node_again(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         power.mount_stores(h, [first])
     assert h.names() == ["stop", "start"] and h.running(first)  # stopped for the mount, started again
+
+
+@pytest.mark.parametrize(
+    "cut_mode,write_through", [("lose-unsynced", False), ("torn", False), ("keep-prefix", True), (None, False)]
+)
+def test_the_stores_are_write_through_only_for_keep_prefix(tmp_path, monkeypatch, cut_mode, write_through):
+    """crashfs refuses a keep-prefix cut over the kernel's writeback cache (it reorders writes): a run with
+    that cut mode mounts its stores write-through, every other run keeps the cache (and its speed)."""
+    monkeypatch.setattr(crashfs, "unavailable", lambda: None)
+    monkeypatch.setattr(crashfs, "find", lambda store: None)
+    asked = []
+    monkeypatch.setattr(crashfs, "mount", lambda store, **k: asked.append(k["write_through"]))
+    h = Handle(tmp_path)
+    if cut_mode:
+        h.cut_mode = cut_mode
+    power.mount_stores(h, h.nodes[:2])
+    assert asked == [write_through, write_through]
