@@ -147,7 +147,7 @@ chaos-matrix: $(STAMP) $(if $(findstring docker,$(BACKENDS)),images) ## the guar
 	$(if $(ROCKETMQ_HOME),ROCKETMQ_HOME="$(ROCKETMQ_HOME)") $(PY) -m rmqha.matrix --seeds $(or $(SEEDS),3) --backends $(or $(BACKENDS),local) --lanes $(or $(LANES),2) $(if $(filter 1,$(LONG)),--long-holds) $(if $(filter 1,$(PLANTED)),--planted) $(if $(MODES),--modes $(MODES)) $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out "$(OUT)")
 
 images: ## build the container images (base, broker, toxiproxy; with BROKER=apache also rmqha/apache from ROCKETMQ_HOME) with no registry; a no-op when up to date
-	@$(if $(findstring apache,$(BROKER)),ROCKETMQ_HOME="$(ROCKETMQ_HOME)") images/build.sh all $(if $(findstring apache,$(BROKER)),apache)
+	@$(if $(findstring apache,$(BROKER) $(MODES)),ROCKETMQ_HOME="$(ROCKETMQ_HOME)") images/build.sh all $(if $(findstring apache,$(BROKER) $(MODES)),apache)
 
 # make test builds the images beside lint and the fast tier (minutes on a fresh machine, mostly debootstrap's
 # downloads): their lines would cut through pytest's, so they go to a log and a failure shows its end.

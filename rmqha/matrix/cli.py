@@ -71,7 +71,7 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="comma-separated, side by side in the table: ours (this "
         "broker), 4.9 (haCompat49=true: Apache RocketMQ 4.9's HA behaviour), recovery "
         "(haRecoveryEnable=true: a master back behind its slave fetches the slave's tail first), apache "
-        "(the real Apache RocketMQ 4.9.x from ROCKETMQ_HOME, local backend only)",
+        "(the real Apache RocketMQ 4.9.x from ROCKETMQ_HOME; on docker its image: make images BROKER=apache)",
     )
     return ap
 

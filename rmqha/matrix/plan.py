@@ -88,7 +88,8 @@ def sweeps_for(topology: str, backend: str, long_holds: bool = False) -> list[li
 MODES = ("ours", "4.9", "recovery", "apache")
 MODE_SETS = {"ours": [], "4.9": ["haCompat49=true"], "recovery": ["haRecoveryEnable=true"], "apache": []}
 MODE_SUFFIX = {"ours": "", "4.9": "-49", "recovery": "-rc", "apache": "-ap"}
-# mode "apache": the real Apache RocketMQ 4.9.x (ROCKETMQ_HOME, local backend) beside the "4.9" emulation;
+# mode "apache": the real Apache RocketMQ 4.9.x (ROCKETMQ_HOME; on docker the image built from it, images/build.sh
+# apache) beside the "4.9" emulation;
 # it is the one mode besides "ours" that runs the DLedger configuration too (a DLedger group of 4.9 brokers)
 MODE_ARGS = {"apache": ["--broker", "apache"]}
 DLEDGER_MODES = ("ours", "apache")
@@ -132,7 +133,7 @@ def make_plan(
 ) -> list[tuple[str, str, str, list[str], int, str]]:
     """(topology, flush, backend, faults, seed, mode) per run: for each backend, sweep, mode, configuration
     and seed; the classic configurations in the order they always had, dledger after them in each sweep
-    slot it has (its single sweep goes with the first), and only in mode "ours"."""
+    slot it has (its single sweep goes with the first), and only in DLEDGER_MODES."""
     plan = []
     for backend in backends:
         classic = [c for c in configs if not is_dledger(c[0])]
@@ -141,8 +142,6 @@ def make_plan(
             for mode in modes:
                 for topology, flush in configs:
                     mine = sweeps_for(topology, backend, long_holds)
-                    if mode == "apache" and backend != "local":
-                        continue  # Apache's 4.9 runs on the local backend only so far
                     if is_dledger(topology):
                         if mode not in DLEDGER_MODES or k >= len(mine):
                             continue

@@ -50,3 +50,21 @@ def test_apache_mode_plans_every_power_fault_ours_does_on_the_local_backend():
     assert apache == ours  # the same power faults, configuration by configuration (DLedger's included)
     assert set(apache[("2m-2s-sync", "ASYNC_FLUSH")]) == power - {"power-loss-leader", "power-loss-follower"}
     assert set(apache[("dledger", "ASYNC_FLUSH")]) == {"power-loss-leader", "power-loss-follower"}
+
+
+def test_apache_mode_runs_in_the_docker_lane_with_the_faults_ours_gets_there():
+    from rmqha.matrix.plan import ALL_CONFIGS, DLEDGER_DOCKER_FAULTS, DOCKER_FAULTS, make_plan, run_name
+
+    plan = make_plan(ALL_CONFIGS, ["docker"], ["ours", "4.9", "apache"], seeds=1)
+
+    def faults_of(mode):
+        return {(t, f): list(faults) for t, f, b, faults, _s, m in plan if m == mode and b == "docker"}
+
+    apache = faults_of("apache")
+    assert apache == faults_of("ours")  # every configuration ours runs there, DLedger's included
+    assert apache[("2m-2s-sync", "ASYNC_FLUSH")] == DOCKER_FAULTS
+    assert apache[("dledger", "ASYNC_FLUSH")] == DLEDGER_DOCKER_FAULTS
+    assert ("dledger", "ASYNC_FLUSH") not in faults_of("4.9")
+    names = [run_name(t, f, b, s, m, faults) for t, f, b, faults, s, m in plan]
+    assert len(names) == len(set(names))  # apache's runs have folders of their own (-ap)
+    assert "mx-ss-d1-ap" in names and "mx-dl-d1-ap" in names
