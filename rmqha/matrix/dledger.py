@@ -84,8 +84,11 @@ def failover_s(f: dict, rounds, next_start: float | None = None, effect_ms: floa
 def dledger_recovery(f: dict, rounds) -> tuple[float | None, bool]:
     """(seconds from the heal to the first sample round in which every member of the group answers and
     its committed index equals the leader's, never: no such round). A member ahead of the leader or
-    behind it is not caught up. (None, False): no DLedger samples."""
+    behind it is not caught up. (None, False): no DLedger samples, or none with a committed index (Apache's
+    4.9.8 reports its role but not its term, leader or committed index: its recovery is not measured)."""
     if not rounds:
+        return None, False
+    if not any(d and d.get("committedIndex") is not None for _ts, g in rounds for m in g.values() for d in m.values()):
         return None, False
     if f["end_ms"] is None:
         return None, True
