@@ -3,7 +3,8 @@
 //!
 //! Writes go straight to the backing file (reads need no merge, the kernel page cache works as usual,
 //! mmap included); the bytes a write replaces are read first and kept in memory until the file's next
-//! fsync. That costs one pread per overwrite and nothing per append, the common case for a log.
+//! fsync. That costs one pread per overwrite and nothing per append, the common case for a log, nor
+//! per write into a preallocated file's zeros (FileLog::zero_from).
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -141,6 +142,22 @@ fn read_range(f: &File, lo: u64, hi: u64) -> io::Result<Vec<u8>> {
     buf.truncate(done); // short at EOF, as the kernel wants a read there
     Ok(buf)
 }
+
+/// What [lo, hi) holds before a change, reading only [lo, nonzero) (the rest is known zeros: a
+/// preallocated log's appends read nothing, and ext4 zero-fills nothing for them).
+fn read_old(f: &File, lo: u64, hi: u64, nonzero: u64) -> io::Result<Vec<u8>> {
+    if nonzero <= lo {
+        return Ok(vec![0u8; (hi - lo) as usize]);
+    }
+    let mut old = read_range(f, lo, nonzero)?;
+    if old.len() as u64 == nonzero - lo {
+        old.resize((hi - lo) as usize, 0);
+    }
+    Ok(old)
+}
+
+/// A read reply of zeros, never written.
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 
 fn apply_steps(f: &File, steps: &[Step]) -> io::Result<()> {
     for s in steps {
@@ -291,7 +308,8 @@ impl State {
         let log = self.nodes.get_mut(&ino).and_then(|n| n.log.as_mut()).ok_or(Errno::EIO)?;
         let end = offset + data.len() as u64;
         let (lo, hi) = log.saved_range(offset, end);
-        let old = if hi > lo { read_range(&h.file, lo, hi).map_err(errno)? } else { Vec::new() };
+        let old = if hi > lo { read_old(&h.file, lo, hi, log.nonzero_end(lo, hi)).map_err(errno)? } else { Vec::new() };
+        log.writing(end);
         h.file.write_all_at(data, offset).map_err(errno)?;
         let size = log.size.max(end);
         log.record(offset, end, old, size);
@@ -304,8 +322,13 @@ impl State {
         if size == log.size {
             return file.set_len(size).map_err(errno);
         }
-        let old = if size < log.size { read_range(file, size, log.size).map_err(errno)? } else { Vec::new() };
+        let old = if size < log.size {
+            read_old(file, size, log.size, log.nonzero_end(size, log.size)).map_err(errno)?
+        } else {
+            Vec::new()
+        };
         file.set_len(size).map_err(errno)?;
+        log.resized(size);
         let (lo, hi) = (size.min(log.size), size.max(log.size));
         log.record_size(lo, hi, old, size);
         Ok(())
@@ -541,9 +564,7 @@ impl State {
             if let Err(e) = apply_steps(&file, &steps) {
                 eprintln!("crashfs: cut of {} failed: {e}", p.display());
             }
-            let mut after = FileLog::durable(sum.size_after);
-            after.durable_size = sum.size_after;
-            self.nodes.get_mut(&ino).expect("dirty").log = Some(after);
+            self.nodes.get_mut(&ino).expect("dirty").log = Some(log.after_cut(sum.size_after));
             report.files.push((String::from_utf8_lossy(&rel).into_owned(), sum));
         }
         let ops: Vec<MetaOp> = self.meta.drain(..).collect();
@@ -812,7 +833,7 @@ impl Filesystem for CrashFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -821,10 +842,20 @@ impl Filesystem for CrashFs {
         reply: ReplyData,
     ) {
         let st = self.st();
-        let res = st.handle(fh).and_then(|h| read_range(&h.file, offset, offset + u64::from(size)).map_err(errno));
-        match res {
+        let h = match st.handle(fh) {
+            Ok(h) => h,
+            Err(e) => return reply.error(e),
+        };
+        // The kernel fills each page a write only partly covers: on a preallocated log, zeros.
+        if let Some(log) = st.nodes.get(&ino.0).and_then(|n| n.log.as_ref()) {
+            let end = (offset + u64::from(size)).min(log.size);
+            if offset >= log.zero_from && end.saturating_sub(offset) <= ZEROS.len() as u64 {
+                return reply.data(&ZEROS[..end.saturating_sub(offset) as usize]);
+            }
+        }
+        match read_range(&h.file, offset, offset + u64::from(size)) {
             Ok(data) => reply.data(&data),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(errno(e)),
         }
     }
 
@@ -943,7 +974,7 @@ impl Filesystem for CrashFs {
                 // Save what the hole or the zeros replace, as for a write.
                 let log = st.nodes.get_mut(&ino.0).and_then(|n| n.log.as_mut()).ok_or(Errno::EIO)?;
                 let (lo, hi) = log.saved_range(offset, end);
-                let old = if hi > lo { read_range(&file, lo, hi).map_err(errno)? } else { Vec::new() };
+                let old = if hi > lo { read_old(&file, lo, hi, log.nonzero_end(lo, hi)).map_err(errno)? } else { Vec::new() };
                 do_fallocate(&file, mode, offset, length)?;
                 let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
                 let after = if keep { size } else { size.max(end) };

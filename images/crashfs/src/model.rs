@@ -63,12 +63,41 @@ pub struct FileLog {
     /// this file's own last fsync. The inode's size is journalled metadata, its data is not: a cut keeps
     /// the size and still takes every byte written since the fsync.
     pub committed_size: Option<u64>,
+    /// Every byte at or past this offset (below the size) is zero in the backing file: what a write there
+    /// replaces needs no read, nor does a read there. Growing a file adds zeros; only a write moves it up.
+    /// The broker preallocates its commit log, so all it appends lands past it.
+    pub zero_from: u64,
+    /// The highest `zero_from` since the last fsync: whatever a cut brings back lies below it.
+    pub zero_peak: u64,
 }
 
 impl FileLog {
     /// A file as found on the backing directory: all of it durable.
     pub fn durable(size: u64) -> FileLog {
-        FileLog { size, durable_size: size, ..FileLog::default() }
+        FileLog { size, durable_size: size, zero_from: size, zero_peak: size, ..FileLog::default() }
+    }
+
+    /// The file as a cut left it at `size`: durable, zero past the highest `zero_from` since the fsync.
+    pub fn after_cut(&self, size: u64) -> FileLog {
+        let z = self.zero_peak.min(size);
+        FileLog { zero_from: z, zero_peak: z, ..FileLog::durable(size) }
+    }
+
+    /// Bytes up to `end` are about to be written (before the write: a write that fails half-way
+    /// leaves no byte past `zero_from` that is not zero).
+    pub fn writing(&mut self, end: u64) {
+        self.zero_from = self.zero_from.max(end);
+        self.zero_peak = self.zero_peak.max(end);
+    }
+
+    /// A truncate to `size`: what it cuts off and grows back later reads as zeros.
+    pub fn resized(&mut self, size: u64) {
+        self.zero_from = self.zero_from.min(size);
+    }
+
+    /// The part of [lo, hi) that must be read from the backing file, [lo, returned): the rest is zeros.
+    pub fn nonzero_end(&self, lo: u64, hi: u64) -> u64 {
+        self.zero_from.clamp(lo, hi)
     }
 
     /// The part of [offset, end) whose old bytes must be saved before the change: what lies below the size.
@@ -102,6 +131,7 @@ impl FileLog {
 
     /// fsync/fdatasync: everything so far is durable.
     pub fn sync(&mut self) {
+        self.zero_peak = self.zero_from;
         self.undo.clear();
         self.pending_bytes = 0;
         self.durable_size = self.size;
@@ -554,6 +584,33 @@ mod tests {
         log.sync();
         assert_eq!((log.size, log.durable_size, log.pending_bytes, log.dirty()), (2, 2, 0, false));
         assert_eq!(cut(&log, &c, Mode::LoseUnsynced, 3).0, b"12");
+    }
+
+    #[test]
+    fn zero_from_rises_with_writes_falls_with_truncates_and_a_cut_keeps_the_peak() {
+        let mut log = FileLog::durable(100);
+        assert_eq!((log.zero_from, log.zero_peak), (100, 100)); // found on disk: nothing known
+        log.resized(10);
+        log.resized(4096); // grown back: zeros past 10
+        assert_eq!(log.zero_from, 10);
+        assert_eq!(log.nonzero_end(0, 4096), 10);
+        assert_eq!(log.nonzero_end(20, 30), 20); // all zeros: nothing to read
+        assert_eq!(log.nonzero_end(4, 8), 8);
+        log.writing(50);
+        log.writing(30); // below: no change
+        assert_eq!((log.zero_from, log.zero_peak), (50, 100));
+        log.sync();
+        assert_eq!((log.zero_from, log.zero_peak), (50, 50));
+        log.writing(70);
+        log.resized(60);
+        assert_eq!((log.zero_from, log.zero_peak), (60, 70));
+        // a cut may bring back what a truncate took (up to 70); past the size it is never asked
+        let after = log.after_cut(4096);
+        assert_eq!((after.zero_from, after.zero_peak, after.size, after.durable_size), (70, 70, 4096, 4096));
+        assert!(!after.dirty());
+        assert_eq!(log.after_cut(40).zero_from, 40);
+        let new = FileLog::durable(0);
+        assert_eq!((new.zero_from, new.zero_peak), (0, 0));
     }
 
     #[test]

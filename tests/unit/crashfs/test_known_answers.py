@@ -200,6 +200,65 @@ def test_punch_hole_and_fallocate(cfs, mode, seed):
     check(cfs, mode, seed, {"p": [punched]})
 
 
+def uncached_read(path) -> bytes:
+    """The file as crashfs serves it, not from the kernel's cache of its pages (dropped first), a page at
+    a time from the last one back: each page is a read of its own (readahead never reaches back)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        size = os.fstat(fd).st_size
+        return b"".join(reversed([os.pread(fd, PAGE, off) for off in reversed(range(0, size, PAGE))]))
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("mode,seed", params())
+def test_a_preallocated_log_appended_to_and_cut(cfs, mode, seed):
+    """The broker's commit log: preallocated, durable, then appended to in place. crashfs knows the
+    preallocated part holds zeros (it reads neither what an append replaces nor a page the kernel fills
+    there): the appends read back as written, and a cut brings back zeros."""
+    p = cfs.store / "log"
+    durable_file(p, b"")
+    fd = os.open(p, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, 8 * PAGE)
+        os.fsync(fd)
+        os.pwrite(fd, b"m" * 1000, 0)
+        os.pwrite(fd, b"n" * 1000, 1000)
+        os.pwrite(fd, b"o" * 10, 5 * PAGE + 5)
+    finally:
+        os.close(fd)
+    final = (b"m" * 1000 + b"n" * 1000).ljust(5 * PAGE + 5, b"\0") + b"o" * 10
+    final = final.ljust(8 * PAGE, b"\0")
+    assert uncached_read(p) == final
+    zeros = b"\0" * 8 * PAGE
+    allowed = {
+        "lose-unsynced": [zeros],
+        "keep-prefix": [zeros, b"m" * 1000 + zeros[1000:], final[:2000] + zeros[2000:], final],
+        "torn": torn(zeros, final, [0, 5]),
+    }[mode]
+    check(cfs, mode, seed, {"log": allowed})
+    assert uncached_read(p) in allowed
+
+
+@pytest.mark.parametrize("mode,seed", params())
+def test_a_cut_brings_back_what_a_truncate_took_and_it_reads_back(cfs, mode, seed):
+    """Truncated to 100 bytes and grown again, crashfs knows the grown part is zeros; the cut puts the
+    durable bytes back there, and a read after it must get them, not the zeros known before it."""
+    p = cfs.store / "t"
+    durable_file(p, b"x" * 3 * PAGE)
+    os.truncate(p, 100)
+    os.truncate(p, 3 * PAGE)
+    assert uncached_read(p) == b"x" * 100 + b"\0" * (3 * PAGE - 100)
+    allowed = {
+        "lose-unsynced": [b"x" * 3 * PAGE],
+        "keep-prefix": [b"x" * 3 * PAGE, b"x" * 100, b"x" * 100 + b"\0" * (3 * PAGE - 100)],
+        "torn": torn(b"x" * 3 * PAGE, b"x" * 100 + b"\0" * (3 * PAGE - 100), [0, 1, 2]),
+    }[mode]
+    check(cfs, mode, seed, {"t": allowed})
+    assert uncached_read(p) in allowed
+
+
 @pytest.mark.parametrize("mode,seed", params())
 def test_o_append(cfs, mode, seed):
     durable_file(cfs.store / "log", b"a")
