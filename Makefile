@@ -6,9 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOPOLOGY ?= 2m-2s-sync
 BROKER ?= ours
-# ours and Apache's 4.9 (BROKER=apache: an image made from ROCKETMQ_HOME) run on either backend, docker by
-# default; rocketmq-rust's broker on the local backend only so far
-BACKEND ?= $(if $(findstring rust,$(BROKER)),local,docker)
+# ours, Apache's 4.9 (BROKER=apache: an image made from ROCKETMQ_HOME) and rocketmq-rust's (BROKER=rust: an
+# image made from make peer-broker's binary) run on either backend, docker by default
+BACKEND ?= docker
 BROKER_ARGS = $(if $(filter-out ours,$(BROKER)),--broker $(BROKER)) $(if $(ROCKETMQ_HOME),--rocketmq-home "$(ROCKETMQ_HOME)")
 FORMAT ?= table
 RUN ?=
@@ -46,7 +46,7 @@ $(CLIENT5_STAMP): clients/python5/requirements.lock
 	@touch $@
 
 # --- the cluster ------------------------------------------------------------------------------
-cluster-up: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave|dledger) on BACKEND (docker|local) and wait until it replicates (ACL=1: aclEnable; BROKER=apache ROCKETMQ_HOME=<dir>: Apache's 4.9.x)
+cluster-up: $(STAMP) $(if $(filter docker,$(BACKEND)),images) ## start TOPOLOGY (2m-2s-async|2m-2s-sync|2m-noslave|dledger) on BACKEND (docker|local) and wait until it replicates (ACL=1: aclEnable; BROKER=apache ROCKETMQ_HOME=<dir>: Apache's 4.9.x; BROKER=rust: rocketmq-rust's, after make peer-broker)
 	$(PY) -m rmqha.cluster up --topology $(TOPOLOGY) --backend $(BACKEND) $(BROKER_ARGS) $(if $(NAME),--name $(NAME)) $(if $(BASE_PORT),--base-port $(BASE_PORT)) $(if $(filter 1 true yes,$(ACL)),--acl) $(foreach s,$(SET),--set $(s))
 
 cluster-status: $(STAMP) ## print every node's role, offsets and replication (FORMAT=json for JSON lines)
@@ -146,8 +146,8 @@ repair: $(STAMP) ## repair a forked broker group (SLAVE_AHEAD): make repair GROU
 chaos-matrix: $(STAMP) $(if $(findstring docker,$(BACKENDS)),images) ## the guarantee matrix: every configuration x fault kind, SEEDS=3 runs each (BACKENDS=local|local,docker MODES=ours|ours,4.9,recovery,apache (apache: ROCKETMQ_HOME=<4.9.x distribution>) LANES=2 LONG=1 PLANTED=1 CONFIGS= DURATION= OUT=build/chaos-matrix)
 	$(if $(ROCKETMQ_HOME),ROCKETMQ_HOME="$(ROCKETMQ_HOME)") $(PY) -m rmqha.matrix --seeds $(or $(SEEDS),3) --backends $(or $(BACKENDS),local) --lanes $(or $(LANES),2) $(if $(filter 1,$(LONG)),--long-holds) $(if $(filter 1,$(PLANTED)),--planted) $(if $(MODES),--modes $(MODES)) $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out "$(OUT)")
 
-images: ## build the container images (base, broker, toxiproxy; with BROKER=apache also rmqha/apache from ROCKETMQ_HOME) with no registry; a no-op when up to date
-	@$(if $(findstring apache,$(BROKER) $(MODES)),ROCKETMQ_HOME="$(ROCKETMQ_HOME)") images/build.sh all $(if $(findstring apache,$(BROKER) $(MODES)),apache)
+images: ## build the container images (base, broker, toxiproxy; with BROKER=apache also rmqha/apache from ROCKETMQ_HOME, with BROKER=rust rmqha/rust from make peer-broker's binary) with no registry; a no-op when up to date
+	@$(if $(findstring apache,$(BROKER) $(MODES)),ROCKETMQ_HOME="$(ROCKETMQ_HOME)") images/build.sh all $(if $(findstring apache,$(BROKER) $(MODES)),apache) $(if $(findstring rust,$(BROKER)),rust)
 
 # make test builds the images beside lint and the fast tier (minutes on a fresh machine, mostly debootstrap's
 # downloads): their lines would cut through pytest's, so they go to a log and a failure shows its end.

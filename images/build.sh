@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Build the project's container images without any container registry.
 #
-#   images/build.sh [base|broker|toxiproxy|all|apache]... [--force]
+#   images/build.sh [base|broker|toxiproxy|all|apache|rust]... [--force]
 #
 #   base       rmqha/base       Debian bookworm minbase + python3, made with debootstrap, `docker import`ed
 #   broker     rmqha/broker     base + /opt/venv (Twisted, grpcio from wheels downloaded on the host) + rmqha/broker/, rmqha/controls/, rmqha/proxy/
 #   toxiproxy  rmqha/toxiproxy  base + toxiproxy-server (images/toxiproxy, Rust, built on the host)
 #   apache     rmqha/apache     base + Debian's openjdk-17-jre-headless + the Apache RocketMQ 4.9.x binary
 #                               distribution at ROCKETMQ_HOME (the user's; not part of `all`)
+#   rust       rmqha/rust       base + rocketmq-rust's broker binary built by `make peer-broker` (not part of `all`)
 #
 # Each image is tagged :<content hash of its inputs> and :latest, and carries the
 # hash in the label rmqha.inputs. An image whose hash tag exists is not rebuilt,
@@ -338,14 +339,41 @@ build_apache() {
     done_step "$(image_size "$image")"
 }
 
+# ---------------------------------------------------------------- rust
+# rocketmq-rust's broker as `make peer-broker` built it on this host (Debian bookworm, as the base image):
+# nothing but the binary is copied in.
+build_rust() {
+    local bin sum
+    bin=$(cd "$ROOT" && python3 -m rmqha.cluster.implementations.rust_image binary) \
+        || die "rocketmq-rust's broker is not built" "make peer-broker (about 40 min on 2 shared cores), then images/build.sh rust"
+    sum=$(cd "$ROOT" && python3 -m rmqha.cluster.implementations.rust_image hash "$bin") || die "cannot read $bin" "make peer-broker"
+    build_base
+    local hash image ctx="$CACHE/ctx-rust"
+    hash=$({ echo "$BASE_IMAGE"; cat "$HERE/rust/Dockerfile" "$HERE/rust/rmqha-rust-broker"; echo "$sum"; } | sha)
+    image="rmqha/rust:$hash"
+    if [ "$FORCE" != 1 ] && image_exists "$image"; then
+        say "rust: $image is up to date ($(image_size "$image")), binary $bin ($sum)"
+        return
+    fi
+    step "rust: docker build -> $image from $bin ($sum)"
+    rm -rf "$ctx"; mkdir -p "$ctx"
+    cp "$HERE/rust/Dockerfile" "$HERE/rust/rmqha-rust-broker" "$ctx/"
+    cp "$bin" "$ctx/rocketmq-broker-rust"
+    docker_build rust "$ctx" --build-arg "BASE=$BASE_IMAGE" --label "rmqha.inputs=$hash" \
+        --label "rmqha.rust-binary=$sum" -t "$image"
+    rm -rf "$ctx"
+    prune_old rmqha/rust "$hash"
+    done_step "$(image_size "$image")"
+}
+
 # ---------------------------------------------------------------- main
 targets=()
 for arg in "$@"; do
     case "$arg" in
-        base|broker|toxiproxy|all|apache) targets+=("$arg") ;;
+        base|broker|toxiproxy|all|apache|rust) targets+=("$arg") ;;
         --force|-f) FORCE=1 ;;
-        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown argument: $arg" "usage: images/build.sh [base|broker|toxiproxy|all|apache]... [--force]" ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument: $arg" "usage: images/build.sh [base|broker|toxiproxy|all|apache|rust]... [--force]" ;;
     esac
 done
 
@@ -360,6 +388,7 @@ for target in "${targets[@]}"; do
         toxiproxy) build_toxiproxy ;;
         all) build_base; build_broker; build_toxiproxy ;;
         apache) build_apache ;;
+        rust) build_rust ;;
     esac
 done
 say "images ready ($((SECONDS - T0))s): $(docker images --format '{{.Repository}}:{{.Tag}}' 'rmqha/*' | grep -c . ) tags; \

@@ -16,6 +16,11 @@ it holds are read from its JVM's /proc entries on this machine. Each broker serv
 that port are compose variables (<NODE>_IMAGE, <NODE>_COMMAND, <NODE>_OBSERVED), the name server's
 RMQHA_NAMESRV_IMAGE and RMQHA_NAMESRV_COMMAND.
 
+rocketmq-rust's broker (--broker rust) runs the same way on the image made from the binary `make
+peer-broker` built (implementations/rust_image.py, `images/build.sh rust`): on RUN_DIR/nodes/<node>/broker.toml
+(implementations/rust.py), the port P+2 published to its listen port, its HA connections read from its
+process's /proc entries; the name server is ours.
+
 Addressing. Node i gets the local backend's port plan: listenPort P = base + 10*i, HA P+1, metrics P+2.
   - client port: the broker listens on P in its container and registers brokerIP1=127.0.0.1, so the
     name server returns 127.0.0.1:P. Toxiproxy listens on P in *its* container (proxy `<node>`,
@@ -69,7 +74,7 @@ from . import ClusterError
 from . import acl
 from . import runfolder as rf
 from .backend import Backend, ProcessState, UpOptions, node_record, state_head
-from .implementations import BrokerChoice, apache, apache_image
+from .implementations import BrokerChoice, apache, apache_image, rust, rust_image
 from .process import pid_alive
 from .docker_links import CONTAINER_STORE, proxies_and_configs, proxy5_link, toxiproxy_proxies
 from .local_backend import check_ports
@@ -159,20 +164,21 @@ def check_images(client, images: list[str]) -> None:
 
 def implementation_images(client, choice: BrokerChoice) -> dict[str, str]:
     """The image of each implementation the cluster runs (ours: rmqha/broker, which also runs the 5.x proxy;
-    apache: the one built from ROCKETMQ_HOME). Raises ClusterError naming the fix."""
-    unsupported = sorted(choice.kinds - {"ours", "apache"})
+    apache: the one built from ROCKETMQ_HOME; rust: the one built from the binary `make peer-broker` made).
+    Raises ClusterError naming the fix."""
+    unsupported = sorted(choice.kinds - {"ours", "apache", "rust"})
     if unsupported:
-        raise ClusterError(
-            f"the docker backend runs our broker and Apache's 4.9 (asked for {choice.spec()}): "
-            f"use --backend local (BACKEND=local) for {', '.join(unsupported)}"
-        )
+        raise ClusterError(f"the docker backend has no image for {', '.join(unsupported)} (asked for {choice.spec()})")
     images = {"ours": BROKER_IMAGE}
-    if "apache" in choice.kinds:
-        apache.check_distribution(choice)
-        try:
+    try:
+        if "apache" in choice.kinds:
+            apache.check_distribution(choice)
             images["apache"] = apache_image.find_image(client, choice.home)
-        except LookupError as e:
-            raise ClusterError(str(e)) from None
+        if "rust" in choice.kinds:
+            rust.check_available(choice)
+            images["rust"] = rust_image.find_image(client, str(rust.find_binary()))
+    except LookupError as e:
+        raise ClusterError(str(e)) from None
     return images
 
 
@@ -284,9 +290,14 @@ def _broker_service(
 ) -> tuple[dict, dict]:
     """(compose variables, state keys) of one broker's container: ours runs the repository's conf file with
     the deployment keys as --set; Apache's 4.9 runs them written into the node's folder, in a home of its
-    own there (apache.node_home, made from the distribution at `home` the image was built from)."""
+    own there (apache.node_home, made from the distribution at `home` the image was built from);
+    rocketmq-rust's runs them written there as its broker.toml."""
     v = env_var(n.name)
-    if kind == "apache":
+    if kind == "rust":
+        path = rust.write_run_properties(run_dir, n.name, n.conf_file, overrides)
+        command = rust_image.broker_command(overrides["namesrvAddr"])
+        observed, keys = c.listenPort, {"properties": str(path), "adminAddr": f"{host}:{c.metrics_port}"}
+    elif kind == "apache":
         path = apache.write_run_properties(run_dir, n.name, n.conf_file, overrides)
         link = _container_acl_link(run_dir, n.name, apache.acl_file_of(overrides))
         apache.node_home(rf.node_dir(run_dir, n.name), home, link)
@@ -672,26 +683,28 @@ def _project_containers(client, project: str, service: str | None = None) -> lis
     return client.containers.list(all=True, filters={"label": labels})
 
 
-_jvms: dict[tuple[str, str], int] = {}
+_brokers: dict[tuple[str, str], int] = {}
 
 
-def container_jvm_pid(project: str, service: str) -> int | None:
-    """This machine's pid of the RocketMQ JVM in a service's container, or None (not running, or the
-    engine's processes are not in this machine's /proc): where runtime_status reads a 4.9 broker's HA
-    connections. The pid is kept while it still is such a JVM, so a status read rarely asks the engine."""
-    from .implementations.apache import find_java, is_server_jvm
+def container_broker_pid(project: str, service: str, kind: str = "apache") -> int | None:
+    """This machine's pid of the broker process in a service's container (Apache's: the RocketMQ JVM;
+    rust's: rocketmq-broker-rust), or None (not running, or the engine's processes are not in this
+    machine's /proc): where runtime_status reads such a broker's HA connections. The pid is kept while
+    it still is such a process, so a status read rarely asks the engine."""
+    from .implementations.apache import find_under, is_server_jvm
 
+    is_broker = rust.is_broker_process if kind == "rust" else is_server_jvm
     key = (project, service)
-    if key in _jvms and is_server_jvm(_jvms[key]):
-        return _jvms[key]
+    if key in _brokers and is_broker(_brokers[key]):
+        return _brokers[key]
     if DockerBackend._client is None:
         DockerBackend._client = docker_client()
     found = _project_containers(DockerBackend._client, project, service=service)
     init = (found[0].attrs.get("State") or {}).get("Pid") if found else None
-    jvm = find_java(init) if init else None
-    if jvm:
-        _jvms[key] = jvm
-    return jvm
+    pid = find_under(init, is_broker) if init else None
+    if pid:
+        _brokers[key] = pid
+    return pid
 
 
 def _port_busy(port: int) -> bool:

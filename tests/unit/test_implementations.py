@@ -9,7 +9,7 @@ import pytest
 from rmqha.cluster import ClusterError
 from rmqha.cluster import status as st
 from rmqha.cluster.implementations import BrokerChoice, check_available, parse_choice
-from rmqha.cluster.implementations import apache, rust
+from rmqha.cluster.implementations import apache, rust, rust_image
 from rmqha.cluster.implementations.runtime_status import build_status, established, ha_links
 
 NODES = ["broker-a", "broker-a-s", "broker-b", "broker-b-s"]
@@ -74,7 +74,7 @@ def test_apache_needs_a_distribution(tmp_path, monkeypatch):
 
 
 def test_rust_not_built_says_how_to_build(monkeypatch, tmp_path):
-    monkeypatch.setattr(rust, "CACHE", str(tmp_path))
+    monkeypatch.setattr(rust_image, "CACHE", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ClusterError, match="make peer-broker"):
         check_available(parse_choice("rust"))

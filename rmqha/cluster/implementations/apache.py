@@ -261,13 +261,18 @@ def is_server_jvm(pid: int) -> bool:
 
 def find_java(pid: int) -> int | None:
     """The RocketMQ JVM started under the script pid (breadth first), or None."""
+    return find_under(pid, is_server_jvm)
+
+
+def find_under(pid: int, match) -> int | None:
+    """The first process below pid (breadth first) for which match(pid) holds, or None."""
     todo, seen = [pid], set()
     while todo:
         p = todo.pop(0)
         if p in seen:
             continue
         seen.add(p)
-        if p != pid and is_server_jvm(p):
+        if p != pid and match(p):
             return p
         todo += _children(p)
     return None

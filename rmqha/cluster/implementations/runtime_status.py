@@ -10,7 +10,8 @@ Sources, and nothing else:
     rewrites brokerRole and brokerId on each election, so these say who leads now: brokerId 0 once it is
     master (changeToMaster), SLAVE as a follower; until its first role event a restarted node keeps its
     file's brokerRole with brokerId -1, shown as CANDIDATE (it may be DLedger leader already, not master);
-  - the process (local backend; docker: the JVM in the node's container, seen in this machine's /proc):
+  - the process (local backend; docker: the broker's process in the node's container, seen in this machine's
+    /proc):
     the TCP connections it holds on the HA port, which say whether a slave's HA client is connected and
     how many slaves a master has.
 4.9 does not serve a slave's acknowledged offset on the master, a push2SlaveMaxOffset, the HA client's
@@ -187,10 +188,12 @@ def read_status(spec: dict, timeout: float, credentials: dict | None = None) -> 
         return None, str(e)
     pid = (spec.get("process") or {}).get("pid")
     if pid is None and spec.get("composeProject"):  # docker: the JVM in the node's container
-        from ..docker_backend import container_jvm_pid
+        from ..docker_backend import container_broker_pid
 
         try:
-            pid = container_jvm_pid(spec["composeProject"], spec.get("service") or spec["name"])
+            pid = container_broker_pid(
+                spec["composeProject"], spec.get("service") or spec["name"], spec.get("implementation", "apache")
+            )
         except ClusterError:
             pid = None  # the engine does not answer: the HA connections are unavailable, not zero
 

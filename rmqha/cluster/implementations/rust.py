@@ -45,20 +45,17 @@ meets it:
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
 from pathlib import Path
 
 from .. import ClusterError
 from .. import runfolder as rf
 from . import BrokerChoice, Launch
+from . import rust_image
 from .apache import broker_properties
+from .rust_image import BINARY, CONFIG_NAME, find_binary
 
-BINARY = "rocketmq-broker-rust"
-CACHE = os.path.expanduser("~/.cache/rocketmq-ha-refcluster")
-CONFIG_NAME = "broker.toml"
 # What the official C++ client's "No route info" against rocketmq-rust is (tests/integration/test_rust_broker.py
 # pins it, frame by frame): the route is fine, the broker never answers.
 OFFICIAL_CLIENT_REFUSED = (
@@ -106,19 +103,10 @@ KEYS: dict[str, tuple[tuple[tuple[str, ...], ...], type]] = {
 }
 
 
-def find_binary() -> str | None:
-    """rocketmq-broker-rust on PATH, else the newest one `make peer-broker` built into the cache."""
-    found = shutil.which(BINARY)
-    if found:
-        return found
-    builds = sorted(glob.glob(os.path.join(CACHE, "rocketmq-rust-*", "bin", BINARY)))
-    return builds[-1] if builds else None
-
-
 def check_available(choice: BrokerChoice) -> None:
     if not find_binary():
         raise ClusterError(
-            f"BROKER=rust: rocketmq-rust's broker is not built ({BINARY} is not on PATH nor in {CACHE}): "
+            f"BROKER=rust: rocketmq-rust's broker is not built ({BINARY} is not on PATH nor in {rust_image.CACHE}): "
             "run `make peer-broker` first (about 40 minutes on 2 shared cores, 16 CPU-minutes)"
         )
 
@@ -235,6 +223,16 @@ def broker_launch(node: dict, run_dir: Path, choice: BrokerChoice) -> Launch:
 
 def namesrv_launch(port: int, host: str, run_dir: Path, choice: BrokerChoice) -> Launch:
     raise ClusterError("rocketmq-rust's name server is not wired: use namesrv=ours or namesrv=apache")
+
+
+def is_broker_process(pid: int) -> bool:
+    """The process runs rocketmq-broker-rust (in a container: the one its start script execs)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv0 = fh.read().split(b"\0")[0]
+    except OSError:
+        return False
+    return os.path.basename(argv0) == BINARY.encode()
 
 
 def adopt(rec: dict) -> dict:
