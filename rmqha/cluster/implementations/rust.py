@@ -39,6 +39,8 @@ meets it:
   setting of 1.0.0 avoids it (docs/kit.md, with file and line references).
 - No DLedger commit log (its config refuses every DLedger key): TOPOLOGY=dledger says so and stops.
 - No name server of its own is wired: the cluster's is ours or Apache's.
+- On the docker backend the same broker.toml (container addresses) runs in rmqha/rust, the image of the
+  binary found here (rust_image.py, images/rust/), started once the name server accepts.
 - A key the kit does not know the home of is refused here, by name: the broker refuses unknown keys too
   (deny_unknown_fields), and a setting must never be dropped on the way.
 """
