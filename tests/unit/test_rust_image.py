@@ -5,6 +5,7 @@ import os
 import shlex
 import socket
 import subprocess
+import time
 import tomllib
 from pathlib import Path
 
@@ -167,6 +168,10 @@ def test_the_rust_process_is_told_from_others_by_its_binary():
     others = subprocess.Popen(["/bin/sleep", "60"])
     broker = subprocess.Popen(["/usr/local/bin/" + rust_image.BINARY, "60"], executable="/bin/sleep")  # its argv[0]
     try:
+        # the kernel sets a new program's arguments after the exec Popen waits for: until then cmdline is empty
+        deadline = time.monotonic() + 30
+        while not Path(f"/proc/{broker.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert rust.is_broker_process(broker.pid)
         assert not rust.is_broker_process(others.pid) and not rust.is_broker_process(os.getpid())
     finally:

@@ -5,8 +5,8 @@ Tests: tests/unit/test_rust_image.py; tests/integration/test_rust_docker.py runs
 `images/build.sh rust` copies the binary (find_binary: on PATH, else the newest in the cache) onto the
 project's base image as rmqha/rust:<hash>, labelled rmqha.rust-binary=<binary_hash(binary)>. The docker
 backend looks the image up by that label, as apache_image does by the distribution's hash, so a rebuilt
-binary is never run from a stale image. No other file is needed: the binary links only the C library,
-which the base image (Debian bookworm, as the build host) has.
+binary is never run from a stale image. No other file is needed: the binary links only libc, libm,
+libgcc_s and zlib, which the base image (Debian bookworm, as the build host) has.
 
 Standard library only: build.sh runs `python3 -m rmqha.cluster.implementations.rust_image binary|hash`
 with whatever python3 the host has.
