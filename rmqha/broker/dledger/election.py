@@ -168,7 +168,9 @@ class Elector:
         # leadership transfer: the take-leadership requests this leader sent, by id, each with the
         # request that asked for it (answered once the transferee answers), and the transferee's own
         self.transfers: dict[int, tuple[LeadershipTransferRequest, LeadershipTransferRequest]] = {}
-        self.take_leadership: LeadershipTransferRequest | None = None
+        # the take-leadership requests acted on, each answered at the role change that decides them (0.3.1.2
+        # keeps only the latest, and the one it replaces is never answered: its sender waits out its timeout)
+        self.taking_leadership: list[LeadershipTransferRequest] = []
 
     # --- helpers ---------------------------------------------------------------------------------
     def _elapsed(self, since: float, now: float) -> float:
@@ -567,14 +569,14 @@ class Elector:
         if ms.term != request.term:
             return LeadershipTransferResponse(code=ResponseCode.INCONSISTENT_TERM, term=ms.term)
         ms.term_to_take_leadership = request.term + 1
-        self.take_leadership = request
+        self.taking_leadership.append(request)
         self.change_role_to_candidate(request.term + 1)
         self.need_increase_term_immediately = True
         return None
 
     def _check_take_leadership(self, term: int, role: str) -> None:
         ms = self.ms
-        if ms.term_to_take_leadership == -1 or self.take_leadership is None:
+        if ms.term_to_take_leadership == -1 or not self.taking_leadership:
             return
         target = ms.term_to_take_leadership
         if term > target:
@@ -588,6 +590,7 @@ class Elector:
                 return
         else:
             code = ResponseCode.TAKE_LEADERSHIP_FAILED if role == FOLLOWER else ResponseCode.INTERNAL_ERROR
-        request, self.take_leadership = self.take_leadership, None
+        requests, self.taking_leadership = self.taking_leadership, []
         ms.term_to_take_leadership = -1
-        ms.effects.append(Reply(request, LeadershipTransferResponse(code=code, term=term)))
+        for request in requests:
+            ms.effects.append(Reply(request, LeadershipTransferResponse(code=code, term=term)))

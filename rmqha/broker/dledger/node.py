@@ -70,7 +70,9 @@ class DLedgerNode:
         self.elector = elector_class(config, self.ms, rng, self.rules)
         self.pusher = EntryPusher(config, self.ms, log, self.rules)
         self.handler = EntryHandler(config, self.ms, log, self.rules)
-        self.waiting_transfer: tuple[LeadershipTransferRequest, float] | None = None
+        # take-leadership requests waiting for this node to catch up, each with its deadline: every one is
+        # answered (0.3.1.2 waits in each request's own handler thread)
+        self.waiting_transfers: list[tuple[LeadershipTransferRequest, float]] = []
         self.next_preferred_check: float | None = None  # set on the first tick
         self.auto_transfer: LeadershipTransferRequest | None = None  # the preferred-leader one under way
         self.auto_transfers = 0  # started by checkPreferredLeader
@@ -108,8 +110,8 @@ class DLedgerNode:
             at = min(at, now + min(c.maxPushTimeOutMs, c.commitPushIntervalMs, c.leakCheckIntervalMs) / 4)
         if self.handler.write_requests and self.ms.role == "FOLLOWER":
             at = min(at, self.handler.last_check_fast_forward + c.leakCheckIntervalMs + 1)
-        if self.waiting_transfer is not None:
-            at = min(at, self.waiting_transfer[1] + 1)
+        if self.waiting_transfers:
+            at = min(at, min(deadline for _, deadline in self.waiting_transfers) + 1)
         if self.ms.role == "LEADER" and self.next_preferred_check is not None and not self._auto_transfer_pending():
             at = min(at, self.next_preferred_check)
         return max(at, now)
@@ -282,7 +284,7 @@ class DLedgerNode:
                 )
             if request.takeLeadershipLedgerIndex - ms.ledger_end_index > 0:
                 # the Java handler sleeps until caught up, at most leadershipTransferWaitTimeout
-                self.waiting_transfer = (request, now + self.config.leadershipTransferWaitTimeout)
+                self.waiting_transfers.append((request, now + self.config.leadershipTransferWaitTimeout))
                 return None
             return self.elector.handle_take_leadership(request, now)
         return LeadershipTransferResponse(code=ResponseCode.UNEXPECTED_ARGUMENT, term=ms.term)
@@ -351,16 +353,15 @@ class DLedgerNode:
         return best
 
     def _check_waiting_transfer(self, now: float) -> None:
-        if self.waiting_transfer is None:
-            return
-        request, deadline = self.waiting_transfer
-        if request.takeLeadershipLedgerIndex - self.ms.ledger_end_index <= 0:
-            self.waiting_transfer = None
-            response = self.elector.handle_take_leadership(request, now)
-            if response is not None:
-                self.ms.effects.append(Reply(request, response))
-        elif now > deadline:
-            self.waiting_transfer = None
-            resp = LeadershipTransferResponse().copy_base_info(request)
-            resp.code, resp.leaderId = ResponseCode.TAKE_LEADERSHIP_FAILED, self.ms.leader_id
-            self.ms.effects.append(Reply(request, resp))
+        waiting, self.waiting_transfers = self.waiting_transfers, []
+        for request, deadline in waiting:
+            if request.takeLeadershipLedgerIndex - self.ms.ledger_end_index <= 0:
+                response = self.elector.handle_take_leadership(request, now)
+                if response is not None:
+                    self.ms.effects.append(Reply(request, response))
+            elif now > deadline:
+                resp = LeadershipTransferResponse().copy_base_info(request)
+                resp.code, resp.leaderId = ResponseCode.TAKE_LEADERSHIP_FAILED, self.ms.leader_id
+                self.ms.effects.append(Reply(request, resp))
+            else:
+                self.waiting_transfers.append((request, deadline))

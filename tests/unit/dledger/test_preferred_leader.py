@@ -10,7 +10,7 @@ from rmqha.broker.dledger.protocol import (
     ResponseCode,
 )
 from tests.unit.dledger.sim import Cluster, NetworkFaults
-from tests.unit.dledger.test_election import heartbeat, leader, make, sends
+from tests.unit.dledger.test_election import heartbeat, leader, log_with, make, sends
 from tests.unit.dledger.test_raft_properties import wait_for
 
 # --- the choice, on one leader ----------------------------------------------------------------------
@@ -239,3 +239,57 @@ def test_a_transfer_that_times_out_leaves_a_working_leader():
     assert len(starts) == 3 and lead.term == term + 1
     assert c.boxes["n2"].log.committed_index == 5
     c.check()
+
+
+def take_over(index, term=3):
+    return LeadershipTransferRequest(
+        group="g",
+        remoteId="n2",
+        localId="n0",
+        leaderId="n0",
+        transferId="n0",
+        term=term,
+        transfereeId="n2",
+        takeLeadershipLedgerIndex=index,
+    )
+
+
+def answered(effects):
+    return {id(e.to): e.response.code for e in effects if isinstance(e, Reply)}
+
+
+def test_every_take_leadership_request_is_answered_however_many_wait():
+    """Found by fuzz/dledger_rpc.py: a second request waiting for the transferee to catch up replaced the
+    first, which was never answered."""
+    follower = make("n2", term=3)
+    heartbeat(follower, "n0", term=3)
+    first, second = take_over(5), take_over(4)
+    out = follower.handle_request(first, 0) + follower.handle_request(second, 0)
+    assert answered(out) == {}
+    out = follower.tick(follower.config.leadershipTransferWaitTimeout + 1)  # neither caught up in time
+    assert answered(out) == {
+        id(first): ResponseCode.TAKE_LEADERSHIP_FAILED,
+        id(second): ResponseCode.TAKE_LEADERSHIP_FAILED,
+    }
+
+
+def test_requests_that_catch_up_together_are_all_answered_at_the_role_change():
+    """Two waiting requests caught up in one tick are both acted on (0.3.1.2 keeps only the latest one's
+    answer); the role change that decides term 4 answers each of them once."""
+    log = log_with(1, 1)
+    follower = make("n2", term=3, log=log)
+    heartbeat(follower, "n0", term=3)
+    first, second = take_over(3), take_over(3)
+    out = follower.handle_request(first, 0) + follower.handle_request(second, 0)
+    log.append_as_leader(b"y", 3)
+    log.append_as_leader(b"z", 3)
+    out += follower.tick(1)  # caught up before the deadline: both handled
+    assert follower.ms.term_to_take_leadership == 4 and not follower.waiting_transfers
+    hb = HeartBeatRequest(group="g", remoteId="n2", localId="n0", leaderId="n0", term=4)
+    # term 4 went to n0 after all: its heartbeat moves this node to term 4 (TERM_NOT_READY, then the next
+    # pass), and the next one makes it n0's follower
+    out += follower.handle_request(hb, 2) + follower.tick(3) + follower.handle_request(hb, 4)
+    assert follower.ms.term == 4 and follower.ms.leader_id == "n0"
+    out = [e for e in out if not (isinstance(e, Reply) and e.to is hb)]
+    replies = [e for e in out if isinstance(e, Reply)]
+    assert sorted(id(r.to) for r in replies) == sorted([id(first), id(second)]), replies
