@@ -16,6 +16,8 @@ from rmqha.cluster.implementations import parse_choice, unavailable_reason
 from rmqha.cluster.requests import props, send_v1
 from rmqha.rmqkit import RocketMQCluster
 
+from .replica_checks import commitlog_bytes
+
 HOME = os.environ.get("ROCKETMQ_HOME")
 WHY = "no Apache RocketMQ 4.9.x distribution: run `make test-apache ROCKETMQ_HOME=<dir>`"
 if HOME:
@@ -51,12 +53,6 @@ def send(addr: str, topic: str, count: int) -> list[int]:
         cmd = send_v1(topic=topic, body=b"m%05d" % i, properties=props(KEYS=f"k{i}", UNIQ_KEY=f"U{i}", WAIT="true"))
         codes.append(request(addr, cmd).code)
     return codes
-
-
-def commitlog_bytes(store: Path, upto: int) -> bytes:
-    files = sorted((store / "commitlog").iterdir())
-    data = b"".join(f.read_bytes() for f in files)
-    return data[:upto]
 
 
 def test_sync_master_and_slave_all_apache(tmp_path):

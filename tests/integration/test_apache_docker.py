@@ -8,7 +8,6 @@ Toxiproxy sits on every link as for ours. The kit reads them only through what 4
 """
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +16,7 @@ from rmqha.rmqkit.cluster import broker_unavailable_reason
 from rmqha.rmqkit.cluster import unavailable_reason as docker_unavailable_reason
 
 from .docker_cluster import FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, produce, produce_status
+from .replica_checks import caught_up_offset, cut_ha_link
 
 HOME = os.environ.get("ROCKETMQ_HOME")
 WHY = "ROCKETMQ_HOME is not set: run `make test-apache ROCKETMQ_HOME=<dir of a 4.9.x binary distribution>`"
@@ -31,11 +31,6 @@ pytestmark = [
 ]
 
 TOPIC = "ApacheDocker"
-
-
-def commitlog_bytes(store: Path, upto: int) -> bytes:
-    data = b"".join(f.read_bytes() for f in sorted((store / "commitlog").iterdir()))
-    return data[:upto]
 
 
 def test_sync_group_of_apache_containers_replicates_and_survives_a_cut_ha_link(tmp_path):
@@ -60,29 +55,15 @@ def test_sync_group_of_apache_containers_replicates_and_survives_a_cut_ha_link(t
         results = produce(h.namesrv, TOPIC, bodies)  # the official client, through Toxiproxy
         statuses = [r.get("status") for r in results]
         assert set(statuses) <= {SEND_OK, FLUSH_SLAVE_TIMEOUT} and statuses.count(SEND_OK) >= 10, results
-        h.wait_caught_up(90)
-        mo = h.max_offset("broker-a")
-        assert mo > 0 and h.max_offset("broker-a-s") == mo  # real offsets, from GET_BROKER_RUNTIME_INFO
-        assert commitlog_bytes(h.store_path("broker-a"), mo) == commitlog_bytes(h.store_path("broker-a-s"), mo)
-
-        # a partition of the replication link: the slave's HA proxy cut
-        link = h.ha_link("broker-a-s")
-        h.cut_link(link)
-        h.wait_until(
-            lambda: (h.status("broker-a") or {}).get("ha", {}).get("connectionCount") == 0,
-            60,
-            "broker-a sees no slave connected",
-            node="broker-a",
-        )
+        mo = caught_up_offset(h, "broker-a", "broker-a-s", 90)
+        link = cut_ha_link(h, "broker-a-s", "broker-a")
         r = produce_status(h.namesrv, TOPIC, "while-cut")
         assert r.get("status") in (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT), r
         stored = h.max_offset("broker-a")
         assert stored > mo and h.max_offset("broker-a-s") == mo  # stored on the master alone
 
         h.heal_link(link)
-        h.wait_caught_up(120)
-        assert h.max_offset("broker-a-s") == stored
-        assert commitlog_bytes(h.store_path("broker-a"), stored) == commitlog_bytes(h.store_path("broker-a-s"), stored)
+        assert caught_up_offset(h, "broker-a", "broker-a-s", 120) == stored
 
 
 def test_acl_on_apache_containers_reads_the_kit_file_in_each_node_folder(tmp_path):

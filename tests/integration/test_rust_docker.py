@@ -12,7 +12,6 @@ write their headers as 4.9's clients do.
 import socket
 import struct
 import tomllib
-from pathlib import Path
 
 import pytest
 
@@ -22,6 +21,8 @@ from rmqha.cluster.requests import props, send_v1
 from rmqha.rmqkit import RocketMQCluster
 from rmqha.rmqkit.cluster import broker_unavailable_reason
 from rmqha.rmqkit.cluster import unavailable_reason as docker_unavailable_reason
+
+from .replica_checks import caught_up_offset, cut_ha_link
 
 WHY = docker_unavailable_reason("docker") or broker_unavailable_reason("rust", None, "docker") or ""
 
@@ -54,11 +55,6 @@ def send(addr: str, body: str, timeout: float = 20.0):
     return decode_frame(data[4:])
 
 
-def commitlog_bytes(store: Path, upto: int) -> bytes:
-    data = b"".join(f.read_bytes() for f in sorted((store / "commitlog").iterdir()))
-    return data[:upto]
-
-
 def test_a_sync_group_of_rust_containers_replicates_and_waits_out_a_cut_ha_link(tmp_path):
     with RocketMQCluster("2m-2s-sync", "docker", broker="rust", run_root=tmp_path, timeout=300) as c:
         h = c.handle
@@ -79,20 +75,8 @@ def test_a_sync_group_of_rust_containers_replicates_and_waits_out_a_cut_ha_link(
         addr = h.addr("broker-a")  # through Toxiproxy
         codes = [send(addr, f"rust-docker-{i}").code for i in range(10)]
         assert codes.count(ResponseCode.SUCCESS) >= 8 and set(codes) <= {0, ResponseCode.FLUSH_SLAVE_TIMEOUT}, codes
-        h.wait_caught_up(120)
-        mo = h.max_offset("broker-a")
-        assert mo > 0 and h.max_offset("broker-a-s") == mo  # real offsets, from GET_BROKER_RUNTIME_INFO
-        assert commitlog_bytes(h.store_path("broker-a"), mo) == commitlog_bytes(h.store_path("broker-a-s"), mo)
-
-        # a partition of the replication link: the slave's HA proxy cut
-        link = h.ha_link("broker-a-s")
-        h.cut_link(link)
-        h.wait_until(
-            lambda: (h.status("broker-a") or {}).get("ha", {}).get("connectionCount") == 0,
-            60,
-            "broker-a sees no slave connected",
-            node="broker-a",
-        )
+        mo = caught_up_offset(h, "broker-a", "broker-a-s", 120)
+        link = cut_ha_link(h, "broker-a-s", "broker-a")
         r = send(addr, "while-cut")
         # rocketmq-rust never answers SLAVE_NOT_AVAILABLE: it waits slaveTimeout for the slave (rust.py)
         assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (r.code, r.remark)
@@ -100,6 +84,4 @@ def test_a_sync_group_of_rust_containers_replicates_and_waits_out_a_cut_ha_link(
         assert stored > mo and h.max_offset("broker-a-s") == mo  # stored on the master alone
 
         h.heal_link(link)
-        h.wait_caught_up(120)
-        assert h.max_offset("broker-a-s") == stored
-        assert commitlog_bytes(h.store_path("broker-a"), stored) == commitlog_bytes(h.store_path("broker-a-s"), stored)
+        assert caught_up_offset(h, "broker-a", "broker-a-s", 120) == stored
